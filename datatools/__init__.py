@@ -1,0 +1,15 @@
+"""datatools: efficient LLM training input pipelines.
+
+Kernels (numpy/numba, no Grain or JAX): packing (:mod:`datatools.pack`).
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from datatools.pack import ALGORITHMS, PackPlan, materialize, pack_lengths
+
+try:
+    __version__ = version("datatools")
+except PackageNotFoundError:  # running from a source tree without install
+    __version__ = "0.0.0"
+
+__all__ = ["ALGORITHMS", "PackPlan", "materialize", "pack_lengths", "__version__"]

@@ -1,0 +1,67 @@
+"""Input checks shared by the kernels.
+
+Every public kernel validates its arguments here so that bad input raises the same
+``ValueError``/``TypeError`` wording everywhere, naming the offending value.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+OVERFLOW_POLICIES = ("split", "truncate", "drop", "error")
+
+
+def as_lengths(lengths, name: str = "lengths") -> np.ndarray:
+    """Return ``lengths`` as a 1-D int64 array of non-negative integers (tokens).
+
+    Floats are accepted only when every value is finite and integral (lengths read
+    from a CSV or a float column); anything else raises ``ValueError`` naming the
+    first offending index and value.
+    """
+    arr = np.asarray(lengths)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D sequence of integers, got shape {arr.shape}")
+    if arr.dtype == np.bool_ or arr.dtype.kind not in "iuf":
+        if arr.dtype.kind == "O" and arr.size:
+            try:
+                arr = arr.astype(np.float64)
+            except (TypeError, ValueError):
+                raise ValueError(f"{name} must hold integers, got dtype {np.asarray(lengths).dtype}") from None
+        elif arr.size == 0:
+            arr = arr.astype(np.int64)
+        else:
+            raise ValueError(f"{name} must hold integers, got dtype {arr.dtype}")
+    if arr.dtype.kind == "f":
+        bad = ~np.isfinite(arr) | (arr != np.floor(np.where(np.isfinite(arr), arr, 0)))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"{name}[{i}] = {arr[i]!r} is not an integer")
+        arr = arr.astype(np.int64)
+    elif arr.dtype.kind == "u" and arr.dtype.itemsize == 8:
+        if arr.size and arr.max() > np.iinfo(np.int64).max:
+            i = int(np.argmax(arr))
+            raise ValueError(f"{name}[{i}] = {arr[i]} is too large")
+    arr = arr.astype(np.int64, copy=False)
+    if arr.size and arr.min() < 0:
+        i = int(np.argmin(arr))
+        raise ValueError(f"{name}[{i}] = {arr[i]} is negative")
+    return np.ascontiguousarray(arr)
+
+
+def check_int(value, name: str, *, minimum: int | None = None) -> int:
+    """Return ``value`` as an int, raising TypeError for non-integers and ValueError below ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_choice(value, name: str, choices) -> str:
+    """Return ``value`` if it is one of ``choices``, else raise ValueError listing them."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+    return value

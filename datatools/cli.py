@@ -1,0 +1,53 @@
+"""The ``datatools`` command line (click).
+
+Every subcommand reports bad input as one line on stderr and exit status 2, never a
+traceback: library code raises ``ValueError``/``TypeError``/``OSError`` and
+:func:`main` turns them, and click's usage errors, into ``datatools: error: ...``.
+Subcommands live in ``datatools/cli_*.py`` modules that add themselves to :data:`cli`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+import datatools
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(datatools.__version__, "--version", prog_name="datatools", message="%(prog)s %(version)s")
+def cli() -> None:
+    """datatools: no compute wasted on padding, near-random shuffling at near-sequential I/O."""
+
+
+class CLIError(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+def _register_subcommands() -> None:
+    # Importing a subcommand module adds its command to ``cli``.
+    pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit status."""
+    _register_subcommands()
+    try:
+        result = cli.main(args=argv, prog_name="datatools", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.Abort:
+        print("datatools: aborted", file=sys.stderr)
+        return 130
+    except click.ClickException as exc:
+        print(f"datatools: error: {exc.format_message()}", file=sys.stderr)
+        return 2
+    except (CLIError, ValueError, TypeError, OSError) as exc:
+        print(f"datatools: error: {exc}", file=sys.stderr)
+        return 2
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,630 @@
+"""Sequence packing: plan which document pieces share a row, then build the rows.
+
+Packing puts several documents into one fixed-length row of ``ctx`` tokens so
+that the accelerator computes on tokens rather than padding. Attention is kept
+inside each document by ``segment_ids``; RoPE restarts per document through
+``positions``.
+
+The work happens in two steps:
+
+1. :func:`pack_lengths` sees only document lengths (tokens) and returns a
+   :class:`PackPlan`: for every row, the pieces ``(doc, start, length)`` it holds.
+   The bin-packing kernels are numba-compiled (``cache=True``) and run in
+   O(n log n) or better:
+
+   * ``next_fit``: input order, one open row; O(n).
+   * ``first_fit`` / ``first_fit_decreasing``: the lowest-numbered row with room,
+     found by descending a max segment tree over the rows' free capacity, O(log n).
+   * ``best_fit`` / ``best_fit_decreasing``: the row with the least free capacity
+     that still fits. Rows are kept in one stack per free-capacity value; a
+     presence segment tree over capacities finds the smallest capacity >= the
+     piece in O(log ctx).
+   * ``concat_split``: concatenate the documents in order and cut every ``ctx``
+     tokens (the classic pretraining layout; no padding but documents are cut).
+
+   The ``*_decreasing`` variants order pieces by a stable counting sort on size,
+   O(n + ctx), so equal sizes keep input order and plans are identical on every
+   machine.
+
+2. :func:`materialize` gathers the tokens of a set of rows from a flat token array
+   and builds int32 ``tokens``, ``segment_ids``, ``positions`` and ``loss_mask``
+   (one numba pass writing each output slot once).
+
+Alignment: with ``align > 1`` every piece starts at a multiple of ``align`` inside
+its row, so a piece occupies ``ceil(length / align) * align`` slots. The kernels
+work in units of ``align`` tokens (row capacity ``ctx // align``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numba
+import numpy as np
+
+from datatools._validate import OVERFLOW_POLICIES, as_lengths, check_choice, check_int
+
+ALGORITHMS = (
+    "next_fit",
+    "first_fit",
+    "best_fit",
+    "first_fit_decreasing",
+    "best_fit_decreasing",
+    "concat_split",
+)
+
+_OVERFLOW_CODE = {name: code for code, name in enumerate(OVERFLOW_POLICIES)}
+
+
+@dataclass(frozen=True)
+class PackPlan:
+    """Which pieces of which documents go into which row.
+
+    Pieces are stored flat; the pieces of row ``r`` are
+    ``doc[row_splits[r]:row_splits[r + 1]]`` (and likewise ``start``, ``length``),
+    in the order they sit in the row.
+
+    Attributes:
+      ctx: row length (tokens).
+      align: every piece starts at a multiple of this many tokens inside its row.
+      num_rows: number of rows.
+      row_splits: int64 (num_rows + 1,), offsets of each row's pieces.
+      doc: int64 (num_pieces,), index of the piece's document in the input lengths.
+      start: int64 (num_pieces,), offset of the piece inside its document (tokens).
+      length: int64 (num_pieces,), tokens in the piece.
+      dropped_tokens: tokens of the input present in no row (truncate / drop).
+      empty_documents: zero-length documents, skipped.
+      algorithm: the algorithm that made the plan.
+    """
+
+    ctx: int
+    align: int
+    num_rows: int
+    row_splits: np.ndarray
+    doc: np.ndarray
+    start: np.ndarray
+    length: np.ndarray
+    dropped_tokens: int
+    empty_documents: int
+    algorithm: str
+    _offset: np.ndarray | None = field(default=None, repr=False, compare=False)
+    _max_doc: int | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def num_pieces(self) -> int:
+        return int(self.doc.shape[0])
+
+    @property
+    def kept_tokens(self) -> int:
+        """Tokens present in some row."""
+        return int(self.length.sum())
+
+    @property
+    def efficiency(self) -> float:
+        """Kept tokens / (num_rows * ctx); 0.0 for an empty plan."""
+        if self.num_rows == 0:
+            return 0.0
+        return self.kept_tokens / (self.num_rows * self.ctx)
+
+    @property
+    def lower_bound_rows(self) -> int:
+        """ceil(kept tokens / ctx): no packing of these tokens can use fewer rows."""
+        return -(-self.kept_tokens // self.ctx)
+
+    @property
+    def pieces_per_row(self) -> np.ndarray:
+        """int64 (num_rows,): number of pieces (segments) in each row."""
+        return np.diff(self.row_splits)
+
+    @property
+    def max_doc(self) -> int:
+        """The largest document index in the plan (-1 when empty)."""
+        if self._max_doc is None:
+            object.__setattr__(self, "_max_doc", int(self.doc.max()) if self.num_pieces else -1)
+        return self._max_doc
+
+    @property
+    def offset(self) -> np.ndarray:
+        """int64 (num_pieces,): where each piece starts inside its row (tokens)."""
+        if self._offset is None:
+            object.__setattr__(self, "_offset", _piece_offsets(self.length, self.row_splits, self.align))
+        return self._offset
+
+    def row(self, r: int) -> list[tuple[int, int, int]]:
+        """The pieces of row ``r`` as ``(doc, start, length)`` tuples."""
+        if not 0 <= r < self.num_rows:
+            raise IndexError(f"row {r} out of range for a plan of {self.num_rows} rows")
+        a, b = self.row_splits[r], self.row_splits[r + 1]
+        return list(zip(self.doc[a:b].tolist(), self.start[a:b].tolist(), self.length[a:b].tolist()))
+
+    def summary(self) -> dict:
+        """Plain-python figures for reports and JSON."""
+        return {
+            "algorithm": self.algorithm,
+            "ctx": self.ctx,
+            "rows": self.num_rows,
+            "pieces": self.num_pieces,
+            "kept_tokens": self.kept_tokens,
+            "dropped_tokens": self.dropped_tokens,
+            "efficiency": self.efficiency,
+            "lower_bound_rows": self.lower_bound_rows,
+        }
+
+
+def _piece_offsets(length: np.ndarray, row_splits: np.ndarray, align: int) -> np.ndarray:
+    slots = -(-length // align) * align
+    ends = np.cumsum(slots)
+    begins = ends - slots
+    row_begin = np.concatenate(([0], ends))[row_splits[:-1]]
+    return begins - np.repeat(row_begin, np.diff(row_splits))
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+@numba.njit(cache=True)
+def _make_pieces(lengths, ctx, overflow_code):
+    """Cut documents into pieces of at most ctx tokens according to the overflow policy.
+
+    overflow_code: 0 split, 1 truncate, 2 drop (3 error is checked before).
+    Returns (doc, start, length, dropped_tokens, empty_documents).
+    """
+    n = lengths.shape[0]
+    count = 0
+    for i in range(n):
+        L = lengths[i]
+        if L == 0:
+            continue
+        if L <= ctx:
+            count += 1
+        elif overflow_code == 0:
+            count += (L + ctx - 1) // ctx
+        elif overflow_code == 1:
+            count += 1
+    doc = np.empty(count, np.int64)
+    start = np.empty(count, np.int64)
+    length = np.empty(count, np.int64)
+    dropped = 0
+    empty = 0
+    k = 0
+    for i in range(n):
+        L = lengths[i]
+        if L == 0:
+            empty += 1
+            continue
+        if L <= ctx:
+            doc[k] = i
+            start[k] = 0
+            length[k] = L
+            k += 1
+        elif overflow_code == 0:
+            s = 0
+            while s < L:
+                doc[k] = i
+                start[k] = s
+                length[k] = min(ctx, L - s)
+                k += 1
+                s += ctx
+        elif overflow_code == 1:
+            doc[k] = i
+            start[k] = 0
+            length[k] = ctx
+            dropped += L - ctx
+            k += 1
+        else:
+            dropped += L
+    return doc, start, length, dropped, empty
+
+
+@numba.njit(cache=True)
+def _decreasing_order(units, capacity):
+    """Stable counting sort of piece indices by size, largest first. O(n + capacity)."""
+    counts = np.zeros(capacity + 2, np.int64)
+    for i in range(units.shape[0]):
+        counts[capacity - units[i] + 1] += 1
+    for c in range(1, capacity + 2):
+        counts[c] += counts[c - 1]
+    order = np.empty(units.shape[0], np.int64)
+    for i in range(units.shape[0]):
+        key = capacity - units[i]
+        order[counts[key]] = i
+        counts[key] += 1
+    return order
+
+
+@numba.njit(cache=True)
+def _next_fit(sizes, capacity, max_segments):
+    """Row of each piece (pieces in placement order), and the number of rows."""
+    n = sizes.shape[0]
+    row_of = np.empty(n, np.int64)
+    row = -1
+    free = 0
+    segs = 0
+    for k in range(n):
+        s = sizes[k]
+        if row < 0 or s > free or (max_segments > 0 and segs >= max_segments):
+            row += 1
+            free = capacity
+            segs = 0
+        row_of[k] = row
+        free -= s
+        segs += 1
+    return row_of, row + 1
+
+
+@numba.njit(cache=True)
+def _first_fit(sizes, capacity, max_segments):
+    """First fit with a max segment tree over the rows' free capacity (a closed row holds -1)."""
+    n = sizes.shape[0]
+    size = 1
+    while size < n:
+        size *= 2
+    tree = np.full(2 * size, capacity, np.int32)
+    segs = np.zeros(size if max_segments > 0 else 1, np.int32)
+    row_of = np.empty(n, np.int64)
+    num_rows = 0
+    for k in range(n):
+        s = sizes[k]
+        node = 1
+        while node < size:
+            node = 2 * node
+            if tree[node] < s:
+                node += 1
+        r = node - size
+        row_of[k] = r
+        if r >= num_rows:
+            num_rows = r + 1
+        v = tree[node] - s
+        if max_segments > 0:
+            segs[r] += 1
+            if segs[r] >= max_segments:
+                v = -1
+        tree[node] = v
+        node >>= 1
+        while node >= 1:
+            m = max(tree[2 * node], tree[2 * node + 1])
+            if tree[node] == m:
+                break
+            tree[node] = m
+            node >>= 1
+    return row_of, num_rows
+
+
+@numba.njit(cache=True)
+def _presence_set(tree, size, c):
+    node = size + c
+    while node >= 1 and tree[node] == 0:
+        tree[node] = 1
+        node >>= 1
+
+
+@numba.njit(cache=True)
+def _presence_clear(tree, size, c):
+    node = size + c
+    tree[node] = 0
+    node >>= 1
+    while node >= 1:
+        v = tree[2 * node] | tree[2 * node + 1]
+        if tree[node] == v:
+            break
+        tree[node] = v
+        node >>= 1
+
+
+@numba.njit(cache=True)
+def _presence_next(tree, size, c):
+    """Smallest present leaf index >= c, or -1."""
+    node = size + c
+    if tree[node]:
+        return c
+    while node > 1:
+        if (node & 1) == 0 and tree[node + 1]:
+            node += 1
+            while node < size:
+                node = 2 * node
+                if tree[node] == 0:
+                    node += 1
+            return node - size
+        node >>= 1
+    return -1
+
+
+@numba.njit(cache=True)
+def _best_fit(sizes, capacity, max_segments):
+    """Best fit: one LIFO stack of rows per free capacity, a presence tree over capacities.
+
+    A row's free capacity is the stack it sits on, so no per-row capacity is stored.
+    """
+    n = sizes.shape[0]
+    size = 1
+    while size < capacity + 1:
+        size *= 2
+    tree = np.zeros(2 * size, np.uint8)
+    head = np.full(capacity + 1, -1, np.int32)
+    below = np.empty(max(n, 1), np.int32)
+    segs = np.zeros(max(n, 1) if max_segments > 0 else 1, np.int32)
+    row_of = np.empty(n, np.int64)
+    num_rows = 0
+    for k in range(n):
+        s = sizes[k]
+        c = _presence_next(tree, size, s)
+        if c < 0:
+            r = num_rows
+            num_rows += 1
+            c = capacity
+        else:
+            r = head[c]
+            head[c] = below[r]
+            if head[c] < 0:
+                _presence_clear(tree, size, c)
+        row_of[k] = r
+        f = c - s
+        if max_segments > 0:
+            segs[r] += 1
+            if segs[r] >= max_segments:
+                f = 0
+        if f > 0:
+            below[r] = head[f]
+            if head[f] < 0:
+                _presence_set(tree, size, f)
+            head[f] = r
+    return row_of, num_rows
+
+
+@numba.njit(cache=True)
+def _assemble(row_of, order, num_rows, doc, start, length):
+    """Group pieces by row (stable: placement order inside a row).
+
+    ``row_of[k]`` is the row of the k-th placed piece, ``order[k]`` its index in
+    (doc, start, length). Returns (row_splits, doc, start, length) in row order.
+    """
+    n = row_of.shape[0]
+    splits = np.zeros(num_rows + 1, np.int64)
+    for k in range(n):
+        splits[row_of[k] + 1] += 1
+    for r in range(num_rows):
+        splits[r + 1] += splits[r]
+    cursor = splits[:-1].astype(np.int32)
+    out_doc = np.empty(n, np.int64)
+    out_start = np.empty(n, np.int64)
+    out_length = np.empty(n, np.int64)
+    for k in range(n):
+        p = order[k]
+        r = row_of[k]
+        d = cursor[r]
+        cursor[r] = d + 1
+        out_doc[d] = doc[p]
+        out_start[d] = start[p]
+        out_length[d] = length[p]
+    return splits, out_doc, out_start, out_length
+
+
+@numba.njit(cache=True)
+def _concat_split_count(lengths, ctx, align, max_segments):
+    pieces = 0
+    rows = 0
+    pos = ctx  # forces a new row at the first piece
+    segs = 0
+    for i in range(lengths.shape[0]):
+        remaining = lengths[i]
+        while remaining > 0:
+            aligned = ((pos + align - 1) // align) * align
+            if aligned >= ctx or (max_segments > 0 and segs >= max_segments):
+                rows += 1
+                aligned = 0
+                segs = 0
+            take = min(remaining, ctx - aligned)
+            pieces += 1
+            segs += 1
+            remaining -= take
+            pos = aligned + take
+    return pieces, rows
+
+
+@numba.njit(cache=True)
+def _concat_split_fill(lengths, ctx, align, max_segments, num_pieces, num_rows):
+    doc = np.empty(num_pieces, np.int64)
+    start = np.empty(num_pieces, np.int64)
+    length = np.empty(num_pieces, np.int64)
+    splits = np.empty(num_rows + 1, np.int64)
+    k = 0
+    r = -1
+    pos = ctx
+    segs = 0
+    for i in range(lengths.shape[0]):
+        total = lengths[i]
+        done = 0
+        while done < total:
+            aligned = ((pos + align - 1) // align) * align
+            if aligned >= ctx or (max_segments > 0 and segs >= max_segments):
+                r += 1
+                splits[r] = k
+                aligned = 0
+                segs = 0
+            take = min(total - done, ctx - aligned)
+            doc[k] = i
+            start[k] = done
+            length[k] = take
+            k += 1
+            segs += 1
+            done += take
+            pos = aligned + take
+    splits[num_rows] = k
+    return doc, start, length, splits
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def pack_lengths(
+    lengths,
+    ctx: int,
+    *,
+    algorithm: str = "best_fit_decreasing",
+    max_segments: int | None = None,
+    align: int = 1,
+    overflow: str = "split",
+) -> PackPlan:
+    """Plan how to pack documents of the given lengths into rows of ``ctx`` tokens.
+
+    Args:
+      lengths: 1-D integers, tokens per document. Zero-length documents are skipped
+        and counted in ``PackPlan.empty_documents``.
+      ctx: row length (tokens), >= 1.
+      algorithm: one of ``next_fit``, ``first_fit``, ``best_fit`` (input order,
+        unbounded open rows), ``first_fit_decreasing``, ``best_fit_decreasing``
+        (largest pieces first) or ``concat_split`` (concatenate, cut every ctx).
+      max_segments: at most this many pieces in one row (packed attention kernels
+        such as cuDNN / TransformerEngine THD need a fixed cap); None for no cap.
+      align: every piece starts at a multiple of ``align`` tokens in its row; must
+        divide ``ctx``. The gap counts as padding.
+      overflow: what to do with documents longer than ``ctx``: ``split`` into
+        ctx-sized pieces (nothing lost), ``truncate`` to the first ctx tokens,
+        ``drop`` the document, or ``error``. For ``concat_split`` long documents
+        are cut across rows under ``split``.
+
+    Returns:
+      A :class:`PackPlan`; the same input gives the identical plan on any machine.
+
+    Raises:
+      ValueError: ctx < 1, negative or non-integer lengths, max_segments < 1,
+        align < 1 or not dividing ctx, an unknown algorithm or overflow policy, or
+        with ``overflow="error"`` a document longer than ctx.
+    """
+    ctx = check_int(ctx, "ctx", minimum=1)
+    align = check_int(align, "align", minimum=1)
+    if ctx % align:
+        raise ValueError(f"align must divide ctx; got align={align}, ctx={ctx}")
+    if max_segments is not None:
+        max_segments = check_int(max_segments, "max_segments", minimum=1)
+    check_choice(algorithm, "algorithm", ALGORITHMS)
+    check_choice(overflow, "overflow", OVERFLOW_POLICIES)
+    lengths = as_lengths(lengths)
+    if overflow == "error" and lengths.size:
+        too_long = np.flatnonzero(lengths > ctx)
+        if too_long.size:
+            i = int(too_long[0])
+            raise ValueError(f"document {i} has length {int(lengths[i])} > ctx={ctx} (overflow='error')")
+    seg_cap = 0 if max_segments is None else max_segments
+
+    if algorithm == "concat_split":
+        return _plan_concat_split(lengths, ctx, align, seg_cap, overflow)
+
+    doc, start, length, dropped, empty = _make_pieces(lengths, ctx, _OVERFLOW_CODE.get(overflow, 0))
+    capacity = ctx // align
+    units = (length + align - 1) // align if align > 1 else length
+    if algorithm.endswith("_decreasing"):
+        order = _decreasing_order(units, capacity)
+        units = units[order]
+    else:
+        order = np.arange(units.shape[0], dtype=np.int64)
+    kernel = {"next_fit": _next_fit, "first_fit": _first_fit, "best_fit": _best_fit}[
+        algorithm.removesuffix("_decreasing")
+    ]
+    row_of, num_rows = kernel(units, capacity, seg_cap)
+    splits, doc, start, length = _assemble(row_of, order, num_rows, doc, start, length)
+    return PackPlan(
+        ctx=ctx,
+        align=align,
+        num_rows=int(num_rows),
+        row_splits=splits,
+        doc=doc,
+        start=start,
+        length=length,
+        dropped_tokens=int(dropped),
+        empty_documents=int(empty),
+        algorithm=algorithm,
+    )
+
+
+def _plan_concat_split(lengths, ctx, align, seg_cap, overflow) -> PackPlan:
+    empty = int(np.count_nonzero(lengths == 0))
+    dropped = 0
+    if overflow in ("truncate", "drop"):
+        excess = np.maximum(lengths - ctx, 0)
+        if overflow == "truncate":
+            dropped = int(excess.sum())
+            lengths = np.minimum(lengths, ctx)
+        else:
+            long = lengths > ctx
+            dropped = int(lengths[long].sum())
+            lengths = np.where(long, 0, lengths)
+    num_pieces, num_rows = _concat_split_count(lengths, ctx, align, seg_cap)
+    doc, start, length, splits = _concat_split_fill(lengths, ctx, align, seg_cap, num_pieces, num_rows)
+    return PackPlan(
+        ctx=ctx,
+        align=align,
+        num_rows=int(num_rows),
+        row_splits=splits,
+        doc=doc,
+        start=start,
+        length=length,
+        dropped_tokens=dropped,
+        empty_documents=empty,
+        algorithm="concat_split",
+    )
+
+
+def materialize(
+    plan: PackPlan,
+    tokens: np.ndarray,
+    offsets: np.ndarray,
+    rows=None,
+    *,
+    pad_id: int = 0,
+) -> dict[str, np.ndarray]:
+    """Build packed rows from a flat token array.
+
+    Args:
+      plan: the plan from :func:`pack_lengths`.
+      tokens: 1-D array of every document's tokens back to back.
+      offsets: int (num_documents + 1,): document i is ``tokens[offsets[i]:offsets[i+1]]``.
+      rows: row ids to build (int array-like); None for all rows.
+      pad_id: token written at padding slots.
+
+    Returns:
+      int32 arrays of shape (len(rows), ctx), the canonical datatools batch:
+      ``tokens``; ``segment_ids`` (1, 2, ... per piece within a row, 0 = padding);
+      ``positions`` (0-based in the document: a continuation piece counts on from
+      its offset); ``loss_mask`` (1 where the next token is in the same piece, so
+      no target crosses a document boundary).
+    """
+    offsets = np.asarray(offsets)
+    if offsets.ndim != 1 or offsets.shape[0] < 1:
+        raise ValueError(f"offsets must be a 1-D array of num_documents + 1 values, got shape {offsets.shape}")
+    rows = np.arange(plan.num_rows) if rows is None else np.asarray(rows, dtype=np.int64).reshape(-1)
+    if rows.size and (rows.min() < 0 or rows.max() >= plan.num_rows):
+        bad = rows[(rows < 0) | (rows >= plan.num_rows)][0]
+        raise IndexError(f"row {int(bad)} out of range for a plan of {plan.num_rows} rows")
+    if plan.max_doc >= offsets.shape[0] - 1:
+        raise ValueError(f"plan refers to document {plan.max_doc} but offsets describe {offsets.shape[0] - 1} documents")
+    ctx = plan.ctx
+    batch = rows.shape[0]
+    out_tokens = np.full((batch, ctx), pad_id, dtype=np.int32)
+    segment_ids = np.zeros((batch, ctx), dtype=np.int32)
+    positions = np.zeros((batch, ctx), dtype=np.int32)
+    loss_mask = np.zeros((batch, ctx), dtype=np.int32)
+    if batch == 0:
+        return {"tokens": out_tokens, "segment_ids": segment_ids, "positions": positions, "loss_mask": loss_mask}
+
+    _fill_rows(rows, plan.row_splits, plan.doc, plan.start, plan.length, plan.offset, offsets.astype(np.int64, copy=False),
+               np.asarray(tokens), out_tokens, segment_ids, positions, loss_mask)
+    return {"tokens": out_tokens, "segment_ids": segment_ids, "positions": positions, "loss_mask": loss_mask}
+
+
+@numba.njit(cache=True)
+def _fill_rows(rows, row_splits, doc, start, length, offset, offsets, tokens, out_tokens, segment_ids, positions, loss_mask):
+    """Copy each selected row's pieces into the preallocated (batch, ctx) int32 outputs."""
+    for b in range(rows.shape[0]):
+        r = rows[b]
+        for q in range(row_splits[r], row_splits[r + 1]):
+            seg = q - row_splits[r] + 1
+            src = offsets[doc[q]] + start[q]
+            dst = offset[q]
+            n = length[q]
+            for j in range(n):
+                out_tokens[b, dst + j] = tokens[src + j]
+                segment_ids[b, dst + j] = seg
+                positions[b, dst + j] = start[q] + j
+                loss_mask[b, dst + j] = 1
+            loss_mask[b, dst + n - 1] = 0

@@ -1,0 +1,168 @@
+"""Properties of the packing kernels and the materializer."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from datatools import ALGORITHMS, materialize, pack_lengths
+
+lengths_st = st.lists(st.integers(min_value=0, max_value=300), min_size=0, max_size=120)
+ctx_align_st = st.sampled_from([(1, 1), (7, 1), (16, 1), (16, 4), (64, 8), (128, 1), (128, 32), (256, 16)])
+overflow_st = st.sampled_from(["split", "truncate", "drop"])
+max_seg_st = st.one_of(st.none(), st.integers(min_value=1, max_value=6))
+
+
+def _expected_kept(lengths, ctx, overflow):
+    L = np.asarray(lengths, dtype=np.int64)
+    if overflow == "split":
+        return L
+    if overflow == "truncate":
+        return np.minimum(L, ctx)
+    return np.where(L > ctx, 0, L)
+
+
+def check_plan(plan, lengths, ctx, align, max_segments, overflow):
+    L = np.asarray(lengths, dtype=np.int64)
+    kept = _expected_kept(L, ctx, overflow)
+    # Conservation: every kept token of every document lies in exactly one piece.
+    covered = np.zeros(int(L.sum()), dtype=np.int64)
+    base = np.concatenate(([0], np.cumsum(L)))
+    for d, s, n in zip(plan.doc, plan.start, plan.length):
+        assert n >= 1
+        assert s + n <= kept[d]
+        covered[base[d] + s : base[d] + s + n] += 1
+    expected = np.concatenate([np.r_[np.ones(k, np.int64), np.zeros(l - k, np.int64)] for k, l in zip(kept, L)]) if L.size else covered
+    np.testing.assert_array_equal(covered, expected)
+    assert plan.kept_tokens + plan.dropped_tokens == L.sum()
+    assert plan.empty_documents == int((L == 0).sum())
+    # Rows: within ctx after alignment, segment cap respected, none empty.
+    assert plan.row_splits[0] == 0 and plan.row_splits[-1] == plan.num_pieces
+    assert np.all(np.diff(plan.row_splits) >= 1)
+    off = plan.offset
+    assert np.all(off % align == 0)
+    assert np.all(off + plan.length <= ctx)
+    for r in range(plan.num_rows):
+        a, b = plan.row_splits[r], plan.row_splits[r + 1]
+        if b - a > 1:  # pieces don't overlap: each starts after the previous one ends
+            assert np.all(off[a + 1 : b] >= off[a : b - 1] + plan.length[a : b - 1])
+        if max_segments is not None:
+            assert b - a <= max_segments
+    assert plan.num_rows >= plan.lower_bound_rows
+    if plan.num_rows:
+        assert plan.efficiency == pytest.approx(plan.kept_tokens / (plan.num_rows * ctx))
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@settings(max_examples=60, deadline=None)
+@given(lengths=lengths_st, ca=ctx_align_st, overflow=overflow_st, max_segments=max_seg_st)
+def test_plan_conserves_tokens_and_respects_limits(algorithm, lengths, ca, overflow, max_segments):
+    ctx, align = ca
+    plan = pack_lengths(lengths, ctx, algorithm=algorithm, max_segments=max_segments, align=align, overflow=overflow)
+    check_plan(plan, lengths, ctx, align, max_segments, overflow)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@settings(max_examples=40, deadline=None)
+@given(lengths=st.lists(st.integers(min_value=0, max_value=80), max_size=40), ca=ctx_align_st, max_segments=max_seg_st)
+def test_materialized_rows_hold_the_documents(algorithm, lengths, ca, max_segments):
+    ctx, align = ca
+    L = np.asarray(lengths, dtype=np.int64)
+    offsets = np.concatenate(([0], np.cumsum(L)))
+    tokens = np.arange(1, offsets[-1] + 1, dtype=np.int64)  # token value = global index + 1, never the pad id
+    plan = pack_lengths(L, ctx, algorithm=algorithm, max_segments=max_segments, align=align)
+    batch = materialize(plan, tokens, offsets)
+    assert all(v.dtype == np.int32 and v.shape == (plan.num_rows, ctx) for v in batch.values())
+    seen = batch["tokens"][batch["segment_ids"] > 0]
+    np.testing.assert_array_equal(np.sort(seen), tokens)  # every token exactly once
+    assert np.all(batch["tokens"][batch["segment_ids"] == 0] == 0)
+    for r in range(plan.num_rows):
+        for seg, (d, s, n) in enumerate(plan.row(r), start=1):
+            where = np.flatnonzero(batch["segment_ids"][r] == seg)
+            assert where.size == n and where[0] % align == 0 and np.all(np.diff(where) == 1)
+            np.testing.assert_array_equal(batch["tokens"][r, where], tokens[offsets[d] + s : offsets[d] + s + n])
+            np.testing.assert_array_equal(batch["positions"][r, where], np.arange(s, s + n))
+            np.testing.assert_array_equal(batch["loss_mask"][r, where], np.r_[np.ones(n - 1), 0])
+    assert np.all(batch["loss_mask"][batch["segment_ids"] == 0] == 0)
+
+
+def test_materialize_subset_of_rows_matches_full():
+    rng = np.random.default_rng(1)
+    L = rng.integers(1, 50, size=200)
+    offsets = np.concatenate(([0], np.cumsum(L)))
+    tokens = rng.integers(1, 1000, size=offsets[-1])
+    plan = pack_lengths(L, 64, align=8)
+    full = materialize(plan, tokens, offsets)
+    rows = [5, 0, 3, 3]
+    part = materialize(plan, tokens, offsets, rows)
+    for k in full:
+        np.testing.assert_array_equal(part[k], full[k][rows])
+
+
+def test_known_small_plans():
+    plan = pack_lengths([3, 5, 2, 7], 8, algorithm="first_fit")
+    assert [plan.row(r) for r in range(plan.num_rows)] == [[(0, 0, 3), (1, 0, 5)], [(2, 0, 2)], [(3, 0, 7)]]
+    plan = pack_lengths([3, 5, 2, 7], 8, algorithm="best_fit_decreasing")
+    assert plan.num_rows == 3 and plan.row(0) == [(3, 0, 7)]
+    plan = pack_lengths([5, 5, 5], 8, algorithm="concat_split")
+    assert [plan.row(r) for r in range(2)] == [[(0, 0, 5), (1, 0, 3)], [(1, 3, 2), (2, 0, 5)]]
+    plan = pack_lengths([20], 8, overflow="split")
+    assert plan.row_splits.tolist() == [0, 1, 2, 3] and plan.length.tolist() == [8, 8, 4]
+    plan = pack_lengths([20, 0, 3], 8, overflow="truncate")
+    assert plan.dropped_tokens == 12 and plan.empty_documents == 1 and plan.kept_tokens == 11
+
+
+def test_best_fit_beats_first_fit_choice():
+    # best fit puts the 2 into the row with 2 free (row 1), first fit into row 0 (4 free)
+    bf = pack_lengths([4, 6, 2, 4], 8, algorithm="best_fit")
+    ff = pack_lengths([4, 6, 2, 4], 8, algorithm="first_fit")
+    assert bf.num_rows == 2 and ff.num_rows == 3
+
+
+def test_deterministic():
+    rng = np.random.default_rng(7)
+    L = rng.integers(0, 3000, size=5000)
+    for algorithm in ALGORITHMS:
+        a = pack_lengths(L, 1024, algorithm=algorithm, align=64)
+        b = pack_lengths(L.tolist(), 1024, algorithm=algorithm, align=64)
+        for name in ("row_splits", "doc", "start", "length"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+
+
+def test_decreasing_packs_near_lower_bound():
+    rng = np.random.default_rng(0)
+    L = rng.lognormal(np.log(400), 1.2, size=50_000).clip(1, 8192).astype(np.int64)
+    plan = pack_lengths(L, 2048)
+    assert plan.num_rows <= plan.lower_bound_rows * 1.005
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(lengths=[1, 2], ctx=0), "ctx must be >= 1"),
+        (dict(lengths=[1, -2], ctx=8), r"lengths\[1\] = -2 is negative"),
+        (dict(lengths=[1.5], ctx=8), "is not an integer"),
+        (dict(lengths=[1, float("nan")], ctx=8), "is not an integer"),
+        (dict(lengths=["a"], ctx=8), "must hold integers"),
+        (dict(lengths=[[1, 2]], ctx=8), "1-D"),
+        (dict(lengths=[1], ctx=8, max_segments=0), "max_segments must be >= 1"),
+        (dict(lengths=[1], ctx=8, align=0), "align must be >= 1"),
+        (dict(lengths=[1], ctx=8, align=3), "align must divide ctx"),
+        (dict(lengths=[1], ctx=8, algorithm="magic"), "algorithm must be one of"),
+        (dict(lengths=[1], ctx=8, overflow="wrap"), "overflow must be one of"),
+        (dict(lengths=[1, 9], ctx=8, overflow="error"), "document 1 has length 9"),
+    ],
+)
+def test_bad_input_raises(kwargs, message):
+    lengths = kwargs.pop("lengths")
+    ctx = kwargs.pop("ctx")
+    with pytest.raises(ValueError, match=message):
+        pack_lengths(lengths, ctx, **kwargs)
+
+
+def test_integral_floats_accepted_and_types_checked():
+    assert pack_lengths(np.array([3.0, 4.0]), 8).kept_tokens == 7
+    with pytest.raises(TypeError):
+        pack_lengths([1], 8.5)
+    with pytest.raises(IndexError):
+        materialize(pack_lengths([1], 8), np.ones(1), np.array([0, 1]), rows=[1])
