@@ -20,6 +20,7 @@ def median_time(fn, repeats: int = 5) -> tuple[float, object]:
     times = []
     result = None
     for _ in range(repeats):
+        result = None  # free the previous result first: steady state reuses its memory
         t0 = time.perf_counter()
         result = fn()
         times.append(time.perf_counter() - t0)

@@ -21,13 +21,23 @@ def cli() -> None:
     """datatools: no compute wasted on padding, near-random shuffling at near-sequential I/O."""
 
 
+def make_console(stderr: bool = False):
+    """A rich console; wide enough for the report tables when the output is not a terminal."""
+    from rich.console import Console
+
+    console = Console(stderr=stderr)
+    if not console.is_terminal:
+        console = Console(stderr=stderr, width=160)
+    return console
+
+
 class CLIError(Exception):
     """A user-facing error: printed as one line, exit status 2."""
 
 
 def _register_subcommands() -> None:
     # Importing a subcommand module adds its command to ``cli``.
-    pass
+    from datatools import cli_shuffle  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> int:

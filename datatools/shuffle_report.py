@@ -1,0 +1,115 @@
+"""How well does an order mix stored groups, and what does it cost in reads?
+
+Training data is often stored in groups of consecutive records that share a
+source (64 records per material, one book, one crawl shard). A batch of S
+consecutive positions of the order should draw from as many groups as a full
+shuffle would, while the loader should still read long contiguous runs. This
+module measures both for three orders: storage order (no shuffle), a full Feistel
+shuffle and the windowed block shuffle.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from datatools._validate import check_int
+from datatools.shuffle import BlockShuffle, FeistelPermutation
+
+
+def expected_distinct_groups(n: int, group_size: int, batch_size: int) -> float:
+    """Expected distinct groups in a batch of ``batch_size`` records drawn without replacement.
+
+    Groups hold ``group_size`` consecutive records of [0, n) (the last may be smaller).
+    E = sum over groups g of 1 - C(n - m_g, S) / C(n, S).
+    """
+    def log_comb(a: int, b: int) -> float:
+        return math.lgamma(a + 1) - math.lgamma(b + 1) - math.lgamma(a - b + 1)
+
+    full, last = divmod(n, group_size)
+    sizes = [(group_size, full)] + ([(last, 1)] if last else [])
+    total = 0.0
+    for m, count in sizes:
+        miss = 0.0 if n - m < batch_size else math.exp(log_comb(n - m, batch_size) - log_comb(n, batch_size))
+        total += count * (1.0 - miss)
+    return total
+
+
+@numba.njit(cache=True)
+def _block_reads(order, block_size, cache_blocks, batch_size, out):
+    """io-block reads per batch for a reader with a FIFO cache of ``cache_blocks`` blocks."""
+    num_blocks = (order.max() // block_size) + 1
+    loaded_at = np.full(num_blocks, -(1 << 62), np.int64)
+    loads = 0
+    for b in range(out.shape[0]):
+        reads = 0
+        for i in range(b * batch_size, (b + 1) * batch_size):
+            blk = order[i] // block_size
+            if loaded_at[blk] < loads - cache_blocks:
+                loaded_at[blk] = loads
+                loads += 1
+                reads += 1
+        out[b] = reads
+
+
+def order_stats(order: np.ndarray, *, group_size: int, batch_size: int, io_block_size: int, window_blocks: int) -> dict:
+    """Figures for one order: groups per batch, displacement, contiguous runs and block reads per batch."""
+    n = order.shape[0]
+    num_batches = n // batch_size
+    batches = np.sort(order[: num_batches * batch_size].reshape(num_batches, batch_size), axis=1)
+    groups = batches // group_size
+    distinct = 1 + np.count_nonzero(np.diff(groups, axis=1), axis=1)
+    runs = 1 + np.count_nonzero(np.diff(batches, axis=1) != 1, axis=1)
+    reads = np.empty(num_batches, np.int64)
+    _block_reads(order, io_block_size, window_blocks, batch_size, reads)
+    displacement = np.abs(order - np.arange(n))
+    return {
+        "groups_per_batch": float(distinct.mean()),
+        "groups_per_batch_min": int(distinct.min()),
+        "mean_displacement": float(displacement.mean()),
+        "mean_displacement_fraction": float(displacement.mean() / n),
+        "runs_per_batch": float(runs.mean()),
+        "block_reads_per_batch": float(reads.mean()),
+    }
+
+
+def shuffle_report(n: int, *, io_block_size: int, window_blocks: int, group_size: int, batch_size: int,
+                   seed: int = 0, epoch: int = 0) -> dict:
+    """Compare no shuffle, full Feistel shuffle and block shuffle on [0, n).
+
+    Args:
+      n: records.
+      io_block_size: records per io block (one contiguous read) of the block shuffle.
+      window_blocks: io blocks per shuffle window; also the reader's cache (blocks)
+        when counting block reads for every order, so all three get the same memory.
+      group_size: records per stored group (material, source).
+      batch_size: records per batch.
+      seed, epoch: of both shuffles.
+
+    Returns:
+      A JSON-ready dict: the parameters, ``expected_groups_per_batch`` under a full
+      shuffle, and per order (``none``, ``full``, ``block``) the figures of
+      :func:`order_stats`.
+    """
+    n = check_int(n, "n", minimum=1)
+    for name, value in (("io_block_size", io_block_size), ("window_blocks", window_blocks),
+                        ("group_size", group_size), ("batch_size", batch_size)):
+        check_int(value, name, minimum=1)
+    if batch_size > n:
+        raise ValueError(f"batch_size={batch_size} exceeds n={n}")
+    orders = {
+        "none": np.arange(n, dtype=np.int64),
+        "full": FeistelPermutation(n, seed, epoch=epoch).indices(),
+        "block": BlockShuffle(n, io_block_size=io_block_size, window_blocks=window_blocks, seed=seed).indices(epoch),
+    }
+    params = dict(n=n, io_block_size=io_block_size, window_blocks=window_blocks, group_size=group_size,
+                  batch_size=batch_size, seed=seed, epoch=epoch)
+    return {
+        **params,
+        "expected_groups_per_batch": expected_distinct_groups(n, group_size, batch_size),
+        "orders": {name: order_stats(order, group_size=group_size, batch_size=batch_size,
+                                     io_block_size=io_block_size, window_blocks=window_blocks)
+                   for name, order in orders.items()},
+    }

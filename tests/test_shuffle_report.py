@@ -1,0 +1,69 @@
+"""shuffle_report figures and the `datatools shuffle-report` command."""
+
+import json
+
+import numpy as np
+import pytest
+
+from datatools.cli import main
+from datatools.shuffle_report import expected_distinct_groups, order_stats, shuffle_report
+
+
+@pytest.mark.parametrize("n, m, s", [(1000, 10, 20), (1030, 64, 128), (500, 7, 5)])
+def test_expected_distinct_groups_matches_simulation(n, m, s):
+    rng = np.random.default_rng(0)
+    draws = np.array([np.unique(rng.choice(n, size=s, replace=False) // m).size for _ in range(4000)])
+    assert expected_distinct_groups(n, m, s) == pytest.approx(draws.mean(), rel=0.01)
+
+
+def test_order_stats_on_storage_order():
+    stats = order_stats(np.arange(1024), group_size=64, batch_size=128, io_block_size=64, window_blocks=4)
+    assert stats["groups_per_batch"] == 2 and stats["runs_per_batch"] == 1
+    assert stats["block_reads_per_batch"] == 2 and stats["mean_displacement"] == 0
+
+
+def test_order_stats_runs_and_reads_by_hand():
+    order = np.array([0, 1, 5, 6, 2, 3, 4, 7])  # batches of 4: {0,1,5,6} -> 2 runs; {2,3,4,7} -> 2 runs
+    stats = order_stats(order, group_size=2, batch_size=4, io_block_size=2, window_blocks=1)
+    assert stats["runs_per_batch"] == 2
+    # blocks touched: 0,0,2,3 | 1,1,2,3 with a one-block cache -> reads 3 then 3
+    assert stats["block_reads_per_batch"] == 3
+    assert stats["groups_per_batch"] == 3
+
+
+def test_block_shuffle_mixes_like_a_full_shuffle_at_sequential_cost():
+    r = shuffle_report(2**18, io_block_size=64, window_blocks=1024, group_size=64, batch_size=128, seed=3)
+    none, full, block = (r["orders"][k] for k in ("none", "full", "block"))
+    assert none["groups_per_batch"] == 2
+    assert full["groups_per_batch"] == pytest.approx(r["expected_groups_per_batch"], rel=0.02)
+    assert block["groups_per_batch"] > 0.9 * r["expected_groups_per_batch"]
+    assert block["block_reads_per_batch"] < 3 < 50 < full["block_reads_per_batch"]
+
+
+def test_cli_json_to_stdout_only(capsys):
+    code = main(["shuffle-report", "--n", "8192", "--io-block-size", "64", "--window-blocks", "16",
+                 "--group-size", "64", "--batch-size", "128", "--json", "-"])
+    assert code == 0
+    out = capsys.readouterr()
+    report = json.loads(out.out)
+    assert set(report["orders"]) == {"none", "full", "block"} and "block shuffle" in out.err
+
+
+def test_cli_json_file_and_table(tmp_path, capsys):
+    path = tmp_path / "r.json"
+    assert main(["shuffle-report", "--n", "4096", "--io-block-size", "8", "--window-blocks", "8",
+                 "--group-size", "16", "--batch-size", "32", "--json", str(path)]) == 0
+    assert json.loads(path.read_text())["n"] == 4096
+    assert "full Feistel shuffle" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args", [["--n", "0"], ["--n", "100", "--batch-size", "1000"], ["--n", "abc"],
+                                  ["--n", "100", "--io-block-size", "0"]])
+def test_cli_bad_input_is_one_line_exit_2(args, capsys):
+    base = {"--n": "100", "--io-block-size": "4", "--window-blocks": "4", "--group-size": "4", "--batch-size": "8"}
+    for k, v in zip(args[::2], args[1::2]):
+        base[k] = v
+    argv = ["shuffle-report"] + [x for kv in base.items() for x in kv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("datatools: error:") and err.count("\n") == 1
