@@ -1,0 +1,320 @@
+"""Length bucketing: few tile-aligned shapes, minimum padding, token-budget batches.
+
+When rows cannot be packed (a model or attention kernel without segment ids,
+evaluation that wants one document per row), the next best thing is to pad each
+document only up to its bucket's boundary. XLA compiles one program per distinct
+shape, so the number of buckets stays small (2-8), and every boundary is a multiple
+of the accelerator's tile so kernels run unpadded.
+
+* :func:`bucket_boundaries` picks the K boundaries that minimise total padding,
+  exactly, by dynamic programming over the tile-aligned lengths that occur.
+* :func:`bucket_batch_sizes` gives each bucket a fixed batch size, or one from a
+  token budget (``floor(budget / boundary)``, rounded down to a multiple).
+* :func:`bucket_batches` assigns every document (or its pieces) to a batch; a
+  batch is padded to (batch size, boundary), a fixed shape per bucket.
+* :func:`padding_efficiency` compares pad-to-max, pad-to-batch-max and buckets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from datatools._validate import OVERFLOW_POLICIES, as_lengths, check_choice, check_int
+
+
+def _prepare(lengths, max_len, overflow):
+    """Apply the overflow policy at max_len: returns (item lengths, item doc, item start, dropped tokens)."""
+    from datatools.pack import _make_pieces
+
+    if overflow == "error" and lengths.size:
+        too_long = np.flatnonzero(lengths > max_len)
+        if too_long.size:
+            i = int(too_long[0])
+            raise ValueError(f"document {i} has length {int(lengths[i])} > max_len={max_len} (overflow='error')")
+    code = OVERFLOW_POLICIES.index(overflow) if overflow != "error" else 0
+    doc, start, length, dropped, _ = _make_pieces(lengths, max_len, code)
+    return length, doc, start, int(dropped)
+
+
+def _default_max_len(lengths: np.ndarray, tile: int) -> int:
+    longest = int(lengths.max()) if lengths.size else 0
+    return max(tile, -(-longest // tile) * tile)
+
+
+@numba.njit(cache=True)
+def _optimal_boundaries(cand, counts, num_buckets):
+    """Exact DP: choose <= num_buckets of the candidate lengths, the last one mandatory.
+
+    cand: ascending candidate boundaries (tokens); counts[j]: items whose smallest
+    fitting candidate is cand[j]. A bucket ending at cand[j] and starting after
+    cand[i] costs cand[j] * (items in (i, j]). O(K * C^2) for C candidates.
+    """
+    C = cand.shape[0]
+    prefix = np.zeros(C + 1, np.int64)
+    for j in range(C):
+        prefix[j + 1] = prefix[j] + counts[j]
+    INF = np.int64(1) << np.int64(62)
+    K = min(num_buckets, C)
+    # best[k, j]: least slots covering items up to cand[j] with k buckets, the last ending at j.
+    best = np.full((K + 1, C), INF, np.int64)
+    back = np.full((K + 1, C), -1, np.int64)
+    for j in range(C):
+        best[1, j] = cand[j] * prefix[j + 1]
+    for k in range(2, K + 1):
+        for j in range(k - 1, C):
+            for i in range(k - 2, j):
+                if best[k - 1, i] < INF:
+                    v = best[k - 1, i] + cand[j] * (prefix[j + 1] - prefix[i + 1])
+                    if v < best[k, j]:
+                        best[k, j] = v
+                        back[k, j] = i
+    # Fewer buckets never beats more (a boundary can always be added), but allow it.
+    k_best = 1
+    for k in range(1, K + 1):
+        if best[k, C - 1] < best[k_best, C - 1]:
+            k_best = k
+    out = np.empty(k_best, np.int64)
+    j = C - 1
+    for k in range(k_best, 0, -1):
+        out[k - 1] = cand[j]
+        j = back[k, j]
+    return out, best[k_best, C - 1]
+
+
+def bucket_boundaries(lengths, num_buckets: int, *, tile: int = 128, max_len: int | None = None,
+                      overflow: str = "split") -> np.ndarray:
+    """The tile-aligned bucket boundaries that minimise total padding for these lengths.
+
+    Each document is padded to the smallest boundary >= its length; the boundaries
+    are chosen to minimise the padded slots, exactly (dynamic programming over the
+    tile-aligned lengths that occur).
+
+    Args:
+      lengths: tokens per document (1-D integers).
+      num_buckets: at most this many boundaries (distinct shapes), >= 1.
+      tile: every boundary is a multiple of this (tokens), >= 1.
+      max_len: the largest boundary; default the longest document rounded up to
+        ``tile``. Must be a multiple of ``tile``.
+      overflow: documents longer than ``max_len``: ``split`` into max_len pieces,
+        ``truncate``, ``drop`` or ``error``.
+
+    Returns:
+      int64 ascending boundaries (tokens); the last equals ``max_len``. Fewer than
+      ``num_buckets`` when fewer tile-aligned lengths occur.
+    """
+    num_buckets = check_int(num_buckets, "num_buckets", minimum=1)
+    tile = check_int(tile, "tile", minimum=1)
+    check_choice(overflow, "overflow", OVERFLOW_POLICIES)
+    lengths = as_lengths(lengths)
+    if lengths.size == 0:
+        raise ValueError("lengths is empty: no documents to bucket")
+    if max_len is None:
+        max_len = _default_max_len(lengths, tile)
+    else:
+        max_len = check_int(max_len, "max_len", minimum=1)
+        if max_len % tile:
+            raise ValueError(f"max_len={max_len} is not a multiple of tile={tile}")
+    items, _, _, _ = _prepare(lengths, max_len, overflow)
+    need = -(-items // tile)  # tiles each item needs
+    need = need[need > 0]
+    occupied = np.unique(need)
+    top = max_len // tile
+    cand_tiles = occupied if occupied.size and occupied[-1] == top else np.append(occupied, top)
+    counts = np.zeros(cand_tiles.size, np.int64)
+    counts[: occupied.size] = np.bincount(np.searchsorted(cand_tiles, need), minlength=occupied.size)[: occupied.size]
+    boundaries, _ = _optimal_boundaries(cand_tiles.astype(np.int64) * tile, counts, num_buckets)
+    return boundaries
+
+
+def bucket_batch_sizes(boundaries, *, batch_size: int | None = None, token_budget: int | None = None,
+                       multiple_of: int = 1) -> np.ndarray:
+    """Rows per batch for each bucket: fixed, or ``floor(token_budget / boundary)``.
+
+    Args:
+      boundaries: bucket boundaries (tokens), ascending.
+      batch_size: the same number of rows for every bucket.
+      token_budget: tokens per batch (rows x boundary <= budget); exactly one of
+        ``batch_size`` and ``token_budget``.
+      multiple_of: round each batch size down to a multiple of this (the device
+        count, so that every batch shards evenly).
+
+    Raises:
+      ValueError: neither or both given, or a budget too small for one multiple of
+        rows of the largest bucket.
+    """
+    b = as_lengths(boundaries, "boundaries")
+    multiple_of = check_int(multiple_of, "multiple_of", minimum=1)
+    if (batch_size is None) == (token_budget is None):
+        raise ValueError("give exactly one of batch_size and token_budget")
+    if batch_size is not None:
+        batch_size = check_int(batch_size, "batch_size", minimum=1)
+        if batch_size % multiple_of:
+            raise ValueError(f"batch_size={batch_size} is not a multiple of multiple_of={multiple_of}")
+        return np.full(b.shape[0], batch_size, dtype=np.int64)
+    token_budget = check_int(token_budget, "token_budget", minimum=1)
+    sizes = (token_budget // np.maximum(b, 1)) // multiple_of * multiple_of
+    if sizes.size and sizes.min() < 1:
+        worst = int(b[np.argmin(sizes)])
+        raise ValueError(f"token_budget={token_budget} fits fewer than {multiple_of} rows of length {worst}")
+    return sizes
+
+
+@dataclass(frozen=True)
+class BucketPlan:
+    """Batches of documents (or pieces of them), one bucket shape per batch.
+
+    The items of batch ``i`` are ``doc/start/length[batch_splits[i]:batch_splits[i+1]]``;
+    the batch is padded to ``(batch_sizes[batch_bucket[i]], boundaries[batch_bucket[i]])``.
+    """
+
+    boundaries: np.ndarray
+    batch_sizes: np.ndarray
+    batch_splits: np.ndarray
+    batch_bucket: np.ndarray
+    doc: np.ndarray
+    start: np.ndarray
+    length: np.ndarray
+    dropped_tokens: int
+    dropped_items: int
+
+    @property
+    def num_batches(self) -> int:
+        return int(self.batch_bucket.shape[0])
+
+    def batch(self, i: int) -> np.ndarray:
+        """Document indices of batch ``i``."""
+        return self.doc[self.batch_splits[i] : self.batch_splits[i + 1]]
+
+    @property
+    def padded_slots(self) -> int:
+        """Token slots computed: every batch is a full (batch size, boundary) shape."""
+        return int((self.batch_sizes[self.batch_bucket] * self.boundaries[self.batch_bucket]).sum())
+
+    @property
+    def efficiency(self) -> float:
+        """Real tokens / padded slots."""
+        slots = self.padded_slots
+        return int(self.length.sum()) / slots if slots else 0.0
+
+    @property
+    def shapes(self) -> list[tuple[int, int]]:
+        """The distinct (rows, ctx) batch shapes used."""
+        used = np.unique(self.batch_bucket)
+        return [(int(self.batch_sizes[k]), int(self.boundaries[k])) for k in used]
+
+
+@numba.njit(cache=True)
+def _batch_by_bucket(bucket_of, batch_sizes, drop_remainder):
+    """Stable counting sort by bucket, then cut each bucket into batches.
+
+    Returns (order, batch_splits, batch_bucket, kept): items order[batch_splits[i]:
+    batch_splits[i+1]] form batch i; with drop_remainder the partial last batch of a
+    bucket is left out (kept[item] = False).
+    """
+    K = batch_sizes.shape[0]
+    n = bucket_of.shape[0]
+    counts = np.zeros(K + 1, np.int64)
+    for i in range(n):
+        counts[bucket_of[i] + 1] += 1
+    starts = np.cumsum(counts)
+    cursor = starts[:-1].copy()
+    order = np.empty(n, np.int64)
+    for i in range(n):
+        k = bucket_of[i]
+        order[cursor[k]] = i
+        cursor[k] += 1
+    num_batches = 0
+    for k in range(K):
+        c = counts[k + 1]
+        num_batches += c // batch_sizes[k] if drop_remainder else (c + batch_sizes[k] - 1) // batch_sizes[k]
+    splits = np.empty(num_batches + 1, np.int64)
+    bucket = np.empty(num_batches, np.int64)
+    kept = np.ones(n, np.bool_)
+    out = np.empty(n, np.int64)
+    b = 0
+    pos = 0
+    for k in range(K):
+        lo = starts[k]
+        hi = starts[k + 1]
+        s = lo
+        while s < hi:
+            e = min(s + batch_sizes[k], hi)
+            if e - s < batch_sizes[k] and drop_remainder:
+                for q in range(s, e):
+                    kept[order[q]] = False
+                break
+            splits[b] = pos
+            bucket[b] = k
+            for q in range(s, e):
+                out[pos] = order[q]
+                pos += 1
+            b += 1
+            s = e
+    splits[num_batches] = pos
+    return out[:pos], splits, bucket, kept
+
+
+def bucket_batches(lengths, boundaries, batch_sizes, *, overflow: str = "split",
+                   drop_remainder: bool = False) -> BucketPlan:
+    """Assign every document to exactly one batch of its bucket.
+
+    Args:
+      lengths: tokens per document.
+      boundaries: ascending bucket boundaries (tokens), e.g. from :func:`bucket_boundaries`.
+      batch_sizes: rows per batch for each bucket (:func:`bucket_batch_sizes`), or an int.
+      overflow: documents longer than the last boundary: ``split`` into pieces of
+        that length, ``truncate``, ``drop`` (counted) or ``error``.
+      drop_remainder: leave out each bucket's last partial batch (its tokens are
+        counted in ``dropped_tokens``); otherwise it is padded to full size.
+
+    Returns:
+      A :class:`BucketPlan`. Zero-length documents are left out.
+    """
+    lengths = as_lengths(lengths)
+    b = as_lengths(boundaries, "boundaries")
+    if b.size == 0 or b.min() < 1 or np.any(np.diff(b) <= 0):
+        raise ValueError(f"boundaries must be positive and strictly ascending, got {b.tolist()}")
+    if np.isscalar(batch_sizes):
+        batch_sizes = np.full(b.size, check_int(batch_sizes, "batch_size", minimum=1), dtype=np.int64)
+    sizes = as_lengths(batch_sizes, "batch_sizes")
+    if sizes.shape != b.shape or sizes.min() < 1:
+        raise ValueError(f"batch_sizes must give one size >= 1 per bucket, got {sizes.tolist()}")
+    check_choice(overflow, "overflow", OVERFLOW_POLICIES)
+    length, doc, start, dropped = _prepare(lengths, int(b[-1]), overflow)
+    bucket_of = np.searchsorted(b, length, side="left").astype(np.int64)
+    order, splits, batch_bucket, kept = _batch_by_bucket(bucket_of, sizes, drop_remainder)
+    dropped += int(length[~kept].sum())
+    return BucketPlan(boundaries=b, batch_sizes=sizes, batch_splits=splits, batch_bucket=batch_bucket,
+                      doc=doc[order], start=start[order], length=length[order], dropped_tokens=dropped,
+                      dropped_items=int((~kept).sum()))
+
+
+def padding_efficiency(lengths, *, max_len: int, batch_size: int, tile: int = 1) -> dict:
+    """Useful-token fraction of the two padding baselines, on documents truncated to max_len.
+
+    Returns ``pad_to_max`` (every row max_len long: one shape) and
+    ``pad_to_batch_max`` (consecutive batches of ``batch_size`` documents padded to
+    their longest, rounded up to ``tile``: as many shapes as distinct maxima), each
+    with ``efficiency``, ``shapes`` and ``dropped_tokens``.
+    """
+    lengths = as_lengths(lengths)
+    max_len = check_int(max_len, "max_len", minimum=1)
+    batch_size = check_int(batch_size, "batch_size", minimum=1)
+    tile = check_int(tile, "tile", minimum=1)
+    if lengths.size == 0:
+        raise ValueError("lengths is empty")
+    kept = np.minimum(lengths, max_len)
+    real = int(kept.sum())
+    dropped = int(lengths.sum()) - real
+    pad = np.zeros((-kept.size) % batch_size, dtype=np.int64)
+    batches = np.concatenate([kept, pad]).reshape(-1, batch_size)
+    widths = np.minimum(-(-np.maximum(batches.max(axis=1), 1) // tile) * tile, max(max_len, tile))
+    rows = np.full(batches.shape[0], batch_size)
+    return {
+        "pad_to_max": {"efficiency": real / (kept.size * max_len), "shapes": 1, "dropped_tokens": dropped},
+        "pad_to_batch_max": {"efficiency": real / int((rows * widths).sum()), "shapes": int(np.unique(widths).size),
+                             "dropped_tokens": dropped},
+    }

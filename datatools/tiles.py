@@ -1,0 +1,164 @@
+"""Tile-aligned contexts: lengths the accelerator's kernels run without padding.
+
+Matrix units work on tiles (128 on TPU MXUs and most GPU kernels, 256 for some
+TPU attention block sizes). A context of 4608 = 18 x 256 runs unpadded; 4600 is
+padded to 4608 inside the kernel anyway, so the 8 tokens are computed for nothing.
+These helpers pick and produce tile-aligned lengths:
+
+* :func:`tile_align` rounds up to a multiple of the tile.
+* :func:`choose_context` ranks tile-aligned contexts for a length distribution.
+* :func:`fit_resolution` finds the largest resolution parameter of a patch-based
+  tokenizer whose sequence fits a tile-aligned context.
+* :func:`chunk` cuts a long document into tile-aligned windows, losing nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from datatools._validate import as_lengths, check_int
+from datatools.pack import pack_lengths
+
+
+def tile_align(n, tile: int):
+    """The smallest multiple of ``tile`` that is >= n (int or integer array; tokens)."""
+    tile = check_int(tile, "tile", minimum=1)
+    if isinstance(n, (int, np.integer)) and not isinstance(n, bool):
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        return int(-(-int(n) // tile) * tile)
+    arr = as_lengths(n, "n")
+    return -(-arr // tile) * tile
+
+
+def choose_context(lengths, *, tile: int, max_ctx: int, min_ctx: int | None = None,
+                   algorithm: str = "best_fit_decreasing") -> list[dict]:
+    """Rank the tile-aligned contexts in [min_ctx, max_ctx] for this length distribution.
+
+    For each candidate ctx: the useful-token fraction under packing (``algorithm``,
+    long documents split, nothing lost) and under padding (one document per row,
+    long documents split into ctx-sized rows), and the activation memory of a batch
+    relative to the largest candidate at the same batch size (linear terms scale
+    with ctx, attention scores with ctx^2).
+
+    Returns:
+      A list of dicts (``ctx``, ``tiles``, ``packed_efficiency``, ``padded_efficiency``,
+      ``packed_rows``, ``relative_activation_memory``, ``relative_attention_memory``),
+      best first: highest packed efficiency, then the smaller ctx.
+    """
+    tile = check_int(tile, "tile", minimum=1)
+    max_ctx = check_int(max_ctx, "max_ctx", minimum=1)
+    min_ctx = tile if min_ctx is None else check_int(min_ctx, "min_ctx", minimum=1)
+    lengths = as_lengths(lengths)
+    lengths = lengths[lengths > 0]
+    if lengths.size == 0:
+        raise ValueError("lengths has no non-empty documents")
+    top = max_ctx // tile * tile
+    candidates = np.arange(tile_align(min_ctx, tile), top + 1, tile)
+    if candidates.size == 0:
+        raise ValueError(f"no multiple of tile={tile} lies in [min_ctx={min_ctx}, max_ctx={max_ctx}]")
+    total = int(lengths.sum())
+    ranked = []
+    for ctx in candidates.tolist():
+        plan = pack_lengths(lengths, ctx, algorithm=algorithm)
+        padded_rows = int((-(-lengths // ctx)).sum())
+        ranked.append({
+            "ctx": ctx,
+            "tiles": ctx // tile,
+            "packed_efficiency": plan.efficiency,
+            "packed_rows": plan.num_rows,
+            "padded_efficiency": total / (padded_rows * ctx),
+            "relative_activation_memory": ctx / top,
+            "relative_attention_memory": (ctx / top) ** 2,
+        })
+    ranked.sort(key=lambda r: (-round(r["packed_efficiency"], 6), r["ctx"]))
+    return ranked
+
+
+def fit_resolution(length_fn: Callable[[int], int], max_ctx: int, *, tile: int, low: int = 1,
+                   high: int | None = None) -> tuple[int, int]:
+    """The largest resolution P whose sequence fits a tile-aligned context <= max_ctx.
+
+    For patch-based tokenizers the sequence length is a non-decreasing function of a
+    resolution parameter (length = preamble + f(P)). Returns ``(P, ctx)`` with
+    ``ctx = tile_align(length_fn(P), tile) <= max_ctx``, found by binary search.
+    For example ``length_fn = lambda p: 108 + 20 * p * p`` with max_ctx 4608 and tile
+    256 gives (15, 4608): 4608 = 18 x 256.
+
+    Raises:
+      ValueError: not even ``length_fn(low)`` fits, or ``length_fn`` decreases.
+    """
+    max_ctx = check_int(max_ctx, "max_ctx", minimum=1)
+    tile = check_int(tile, "tile", minimum=1)
+    low = check_int(low, "low")
+
+    def fits(p: int) -> bool:
+        n = length_fn(p)
+        n = check_int(n if not isinstance(n, np.integer) else int(n), "length_fn(P)", minimum=0)
+        return tile_align(n, tile) <= max_ctx
+
+    if not fits(low):
+        raise ValueError(f"length_fn({low}) = {length_fn(low)} does not fit max_ctx={max_ctx} (tile {tile})")
+    lo = low
+    if high is None:
+        step = 1
+        while fits(lo + step):
+            lo += step
+            step *= 2
+            if step > 1 << 40:
+                raise ValueError("length_fn does not grow: every resolution fits")
+        hi = lo + step  # does not fit
+    else:
+        hi = check_int(high, "high") + 1
+        if fits(hi - 1):
+            return hi - 1, tile_align(int(length_fn(hi - 1)), tile)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, tile_align(int(length_fn(lo)), tile)
+
+
+def chunk(tokens, ctx: int, *, tile: int, stride: int | None = None, bos: int | None = None,
+          eos: int | None = None) -> list[np.ndarray]:
+    """Cut one document into windows of at most ``ctx`` tokens (ctx a multiple of tile).
+
+    ``bos`` is put before the document and ``eos`` after it, once each (not per
+    window). With ``stride=None`` windows are consecutive: concatenated they give back
+    the document exactly, nothing lost or duplicated. With ``stride < ctx`` windows
+    start every ``stride`` tokens and overlap by ``ctx - stride`` (context for
+    evaluation); the last window ends at the document's end. Every window but the
+    last is exactly ``ctx`` long.
+
+    Returns:
+      A list of 1-D arrays (views where possible) of the document's dtype.
+    """
+    ctx = check_int(ctx, "ctx", minimum=1)
+    tile = check_int(tile, "tile", minimum=1)
+    if ctx % tile:
+        raise ValueError(f"ctx={ctx} is not a multiple of tile={tile}; use tile_align(ctx, tile) = {tile_align(ctx, tile)}")
+    stride = ctx if stride is None else check_int(stride, "stride", minimum=1)
+    if stride > ctx:
+        raise ValueError(f"stride={stride} > ctx={ctx} would skip tokens")
+    arr = np.asarray(tokens)
+    if arr.ndim != 1:
+        raise ValueError(f"tokens must be 1-D, got shape {arr.shape}")
+    if bos is not None or eos is not None:
+        parts = ([np.array([bos], arr.dtype)] if bos is not None else []) + [arr]
+        parts += [np.array([eos], arr.dtype)] if eos is not None else []
+        arr = np.concatenate(parts)
+    n = arr.shape[0]
+    if n == 0:
+        return []
+    starts = [0] if n <= ctx else list(range(0, n - ctx, stride)) + [None]
+    windows = []
+    for s in starts:
+        if s is None:  # the last window: whatever is left after the previous one (consecutive) or the tail
+            s = windows_end if stride == ctx else n - ctx
+        windows.append(arr[s : s + ctx])
+        windows_end = s + ctx
+    return windows
