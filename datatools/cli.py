@@ -37,7 +37,7 @@ class CLIError(Exception):
 
 def _register_subcommands() -> None:
     # Importing a subcommand module adds its command to ``cli``.
-    from datatools import cli_shuffle  # noqa: F401
+    from datatools import cli_pretokenize, cli_shuffle  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,11 +53,17 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         print(f"datatools: error: {exc.format_message()}", file=sys.stderr)
         return 2
-    except (CLIError, ValueError, TypeError, OSError) as exc:
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"datatools: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except (CLIError, ValueError, TypeError) as exc:
         print(f"datatools: error: {exc}", file=sys.stderr)
         return 2
     return result if isinstance(result, int) else 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # run as a script: use the importable module so subcommands register on it
+    from datatools.cli import main as _main
+
+    sys.exit(_main())

@@ -71,7 +71,7 @@ class PackPlan:
       row_splits: int64 (num_rows + 1,), offsets of each row's pieces.
       doc: int64 (num_pieces,), index of the piece's document in the input lengths.
       start: int64 (num_pieces,), offset of the piece inside its document (tokens).
-      length: int64 (num_pieces,), tokens in the piece.
+      length: int32 (num_pieces,), tokens in the piece.
       dropped_tokens: tokens of the input present in no row (truncate / drop).
       empty_documents: zero-length documents, skipped.
       algorithm: the algorithm that made the plan.
@@ -97,7 +97,7 @@ class PackPlan:
     @property
     def kept_tokens(self) -> int:
         """Tokens present in some row."""
-        return int(self.length.sum())
+        return int(self.length.sum(dtype=np.int64))
 
     @property
     def efficiency(self) -> float:
@@ -152,7 +152,7 @@ class PackPlan:
 
 
 def _piece_offsets(length: np.ndarray, row_splits: np.ndarray, align: int) -> np.ndarray:
-    slots = -(-length // align) * align
+    slots = -(-length.astype(np.int64) // align) * align
     ends = np.cumsum(slots)
     begins = ends - slots
     row_begin = np.concatenate(([0], ends))[row_splits[:-1]]
@@ -183,7 +183,7 @@ def _make_pieces(lengths, ctx, overflow_code):
             count += 1
     doc = np.empty(count, np.int64)
     start = np.empty(count, np.int64)
-    length = np.empty(count, np.int64)
+    length = np.empty(count, np.int32)
     dropped = 0
     empty = 0
     k = 0
@@ -224,7 +224,7 @@ def _decreasing_order(units, capacity):
         counts[capacity - units[i] + 1] += 1
     for c in range(1, capacity + 2):
         counts[c] += counts[c - 1]
-    order = np.empty(units.shape[0], np.int64)
+    order = np.empty(units.shape[0], np.int32)
     for i in range(units.shape[0]):
         key = capacity - units[i]
         order[counts[key]] = i
@@ -234,9 +234,9 @@ def _decreasing_order(units, capacity):
 
 @numba.njit(cache=True)
 def _next_fit(sizes, capacity, max_segments):
-    """Row of each piece (pieces in placement order), and the number of rows."""
+    """Row of each piece (``sizes`` in placement order), and the number of rows."""
     n = sizes.shape[0]
-    row_of = np.empty(n, np.int64)
+    row_of = np.empty(n, np.int32)
     row = -1
     free = 0
     segs = 0
@@ -261,7 +261,7 @@ def _first_fit(sizes, capacity, max_segments):
         size *= 2
     tree = np.full(2 * size, capacity, np.int32)
     segs = np.zeros(size if max_segments > 0 else 1, np.int32)
-    row_of = np.empty(n, np.int64)
+    row_of = np.empty(n, np.int32)
     num_rows = 0
     for k in range(n):
         s = sizes[k]
@@ -343,7 +343,7 @@ def _best_fit(sizes, capacity, max_segments):
     head = np.full(capacity + 1, -1, np.int32)
     below = np.empty(max(n, 1), np.int32)
     segs = np.zeros(max(n, 1) if max_segments > 0 else 1, np.int32)
-    row_of = np.empty(n, np.int64)
+    row_of = np.empty(n, np.int32)
     num_rows = 0
     for k in range(n):
         s = sizes[k]
@@ -372,7 +372,7 @@ def _best_fit(sizes, capacity, max_segments):
 
 
 @numba.njit(cache=True)
-def _assemble(row_of, order, num_rows, doc, start, length):
+def _assemble(row_of, order, use_order, num_rows, doc, start, length):
     """Group pieces by row (stable: placement order inside a row).
 
     ``row_of[k]`` is the row of the k-th placed piece, ``order[k]`` its index in
@@ -387,9 +387,9 @@ def _assemble(row_of, order, num_rows, doc, start, length):
     cursor = splits[:-1].astype(np.int32)
     out_doc = np.empty(n, np.int64)
     out_start = np.empty(n, np.int64)
-    out_length = np.empty(n, np.int64)
+    out_length = np.empty(n, np.int32)
     for k in range(n):
-        p = order[k]
+        p = order[k] if use_order else k
         r = row_of[k]
         d = cursor[r]
         cursor[r] = d + 1
@@ -425,7 +425,7 @@ def _concat_split_count(lengths, ctx, align, max_segments):
 def _concat_split_fill(lengths, ctx, align, max_segments, num_pieces, num_rows):
     doc = np.empty(num_pieces, np.int64)
     start = np.empty(num_pieces, np.int64)
-    length = np.empty(num_pieces, np.int64)
+    length = np.empty(num_pieces, np.int32)
     splits = np.empty(num_rows + 1, np.int64)
     k = 0
     r = -1
@@ -512,17 +512,17 @@ def pack_lengths(
 
     doc, start, length, dropped, empty = _make_pieces(lengths, ctx, _OVERFLOW_CODE.get(overflow, 0))
     capacity = ctx // align
+    if length.shape[0] >= 2**31 - 1:
+        raise ValueError(f"{length.shape[0]} pieces exceed the 2**31 - 1 that one plan holds; pack in shards")
     units = (length + align - 1) // align if align > 1 else length
-    if algorithm.endswith("_decreasing"):
-        order = _decreasing_order(units, capacity)
-        units = units[order]
-    else:
-        order = np.arange(units.shape[0], dtype=np.int64)
+    decreasing = algorithm.endswith("_decreasing")
+    order = _decreasing_order(units, capacity) if decreasing else np.zeros(0, np.int32)
     kernel = {"next_fit": _next_fit, "first_fit": _first_fit, "best_fit": _best_fit}[
         algorithm.removesuffix("_decreasing")
     ]
-    row_of, num_rows = kernel(units, capacity, seg_cap)
-    splits, doc, start, length = _assemble(row_of, order, num_rows, doc, start, length)
+    # Gather the sizes into placement order first: the kernels then read them sequentially.
+    row_of, num_rows = kernel(units[order] if decreasing else units, capacity, seg_cap)
+    splits, doc, start, length = _assemble(row_of, order, decreasing, num_rows, doc, start, length)
     return PackPlan(
         ctx=ctx,
         align=align,
