@@ -22,7 +22,7 @@ import numpy as np
 from _common import DISTRIBUTIONS, distribution, print_table, write_json
 
 from datatools import bucket_batches, bucket_boundaries, pack_lengths, padding_efficiency  # noqa: E402
-from datatools.pack import _make_pieces  # noqa: E402
+from datatools.pack import cut_pieces  # noqa: E402
 
 BATCH = 32
 
@@ -35,7 +35,7 @@ def main() -> None:
     out = {}
     for name, spec in DISTRIBUTIONS.items():
         lengths, ctx = distribution(name, args.docs)
-        _, _, rows, _, _ = _make_pieces(lengths, ctx, 0)  # split at ctx: the same rows for everyone
+        _, _, rows, _, _ = cut_pieces(lengths, ctx, "split")  # split at ctx: the same rows for everyone
         base = padding_efficiency(rows, max_len=ctx, batch_size=BATCH, tile=128)
         entries = [dict(strategy="pad to max (ctx)", efficiency=base["pad_to_max"]["efficiency"], shapes=1),
                    dict(strategy="pad to batch max (tile 128)", efficiency=base["pad_to_batch_max"]["efficiency"],

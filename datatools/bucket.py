@@ -23,20 +23,13 @@ import numba
 import numpy as np
 
 from datatools._validate import OVERFLOW_POLICIES, as_lengths, check_choice, check_int
+from datatools.pack import cut_pieces
 
 
 def _prepare(lengths, max_len, overflow):
-    """Apply the overflow policy at max_len: returns (item lengths, item doc, item start, dropped tokens)."""
-    from datatools.pack import _make_pieces
-
-    if overflow == "error" and lengths.size:
-        too_long = np.flatnonzero(lengths > max_len)
-        if too_long.size:
-            i = int(too_long[0])
-            raise ValueError(f"document {i} has length {int(lengths[i])} > max_len={max_len} (overflow='error')")
-    code = OVERFLOW_POLICIES.index(overflow) if overflow != "error" else 0
-    doc, start, length, dropped, _ = _make_pieces(lengths, max_len, code)
-    return length, doc, start, int(dropped)
+    """Apply the overflow policy at max_len: (item lengths, item doc, item start, dropped tokens)."""
+    doc, start, length, dropped, _ = cut_pieces(lengths, max_len, overflow)
+    return length, doc, start, dropped
 
 
 def _default_max_len(lengths: np.ndarray, tile: int) -> int:

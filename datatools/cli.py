@@ -31,10 +31,6 @@ def make_console(stderr: bool = False):
     return console
 
 
-class CLIError(Exception):
-    """A user-facing error: printed as one line, exit status 2."""
-
-
 def _register_subcommands() -> None:
     # Importing a subcommand module adds its command to ``cli``.
     from datatools import cli_pretokenize, cli_shuffle  # noqa: F401
@@ -57,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"datatools: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
-    except (CLIError, ValueError, TypeError) as exc:
+    except (ValueError, TypeError) as exc:
         print(f"datatools: error: {exc}", file=sys.stderr)
         return 2
     return result if isinstance(result, int) else 0

@@ -163,7 +163,7 @@ def _piece_offsets(length: np.ndarray, row_splits: np.ndarray, align: int) -> np
 
 
 @numba.njit(cache=True)
-def _make_pieces(lengths, ctx, overflow_code):
+def _cut_pieces(lengths, ctx, overflow_code):
     """Cut documents into pieces of at most ctx tokens according to the overflow policy.
 
     overflow_code: 0 split, 1 truncate, 2 drop (3 error is checked before).
@@ -400,36 +400,16 @@ def _assemble(row_of, order, use_order, num_rows, doc, start, length):
 
 
 @numba.njit(cache=True)
-def _concat_split_count(lengths, ctx, align, max_segments):
-    pieces = 0
-    rows = 0
-    pos = ctx  # forces a new row at the first piece
-    segs = 0
-    for i in range(lengths.shape[0]):
-        remaining = lengths[i]
-        while remaining > 0:
-            aligned = ((pos + align - 1) // align) * align
-            if aligned >= ctx or (max_segments > 0 and segs >= max_segments):
-                rows += 1
-                aligned = 0
-                segs = 0
-            take = min(remaining, ctx - aligned)
-            pieces += 1
-            segs += 1
-            remaining -= take
-            pos = aligned + take
-    return pieces, rows
+def _concat_split(lengths, ctx, align, max_segments, doc, start, length, splits, fill):
+    """Concatenate documents in order and cut every ctx tokens.
 
-
-@numba.njit(cache=True)
-def _concat_split_fill(lengths, ctx, align, max_segments, num_pieces, num_rows):
-    doc = np.empty(num_pieces, np.int64)
-    start = np.empty(num_pieces, np.int64)
-    length = np.empty(num_pieces, np.int32)
-    splits = np.empty(num_rows + 1, np.int64)
+    Pieces start at multiples of ``align``; a new row starts when the current one is
+    full or holds ``max_segments`` pieces. Run once with fill=False to count
+    (returns (pieces, rows)), then with fill=True and arrays of those sizes.
+    """
     k = 0
     r = -1
-    pos = ctx
+    pos = ctx  # forces a new row at the first piece
     segs = 0
     for i in range(lengths.shape[0]):
         total = lengths[i]
@@ -438,22 +418,46 @@ def _concat_split_fill(lengths, ctx, align, max_segments, num_pieces, num_rows):
             aligned = ((pos + align - 1) // align) * align
             if aligned >= ctx or (max_segments > 0 and segs >= max_segments):
                 r += 1
-                splits[r] = k
+                if fill:
+                    splits[r] = k
                 aligned = 0
                 segs = 0
             take = min(total - done, ctx - aligned)
-            doc[k] = i
-            start[k] = done
-            length[k] = take
+            if fill:
+                doc[k] = i
+                start[k] = done
+                length[k] = take
             k += 1
             segs += 1
             done += take
             pos = aligned + take
-    splits[num_rows] = k
-    return doc, start, length, splits
+    if fill:
+        splits[r + 1] = k
+    return k, r + 1
 
 
 # --------------------------------------------------------------------------- public API
+
+
+def cut_pieces(lengths: np.ndarray, ctx: int, overflow: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+    """Apply an overflow policy at ``ctx`` tokens: the pieces every packer or bucketer works on.
+
+    Args:
+      lengths: int64 tokens per document (validated, e.g. by ``as_lengths``).
+      ctx: the longest piece (tokens).
+      overflow: ``split`` (ctx-sized pieces), ``truncate``, ``drop`` or ``error``.
+
+    Returns:
+      (doc int64, start int64, length int32, dropped_tokens, empty_documents); zero-length
+      documents give no piece.
+    """
+    if overflow == "error" and lengths.size:
+        too_long = np.flatnonzero(lengths > ctx)
+        if too_long.size:
+            i = int(too_long[0])
+            raise ValueError(f"document {i} has length {int(lengths[i])} > {ctx} (overflow='error')")
+    doc, start, length, dropped, empty = _cut_pieces(lengths, ctx, _OVERFLOW_CODE.get(overflow, 0))
+    return doc, start, length, int(dropped), int(empty)
 
 
 def pack_lengths(
@@ -500,17 +504,14 @@ def pack_lengths(
     check_choice(algorithm, "algorithm", ALGORITHMS)
     check_choice(overflow, "overflow", OVERFLOW_POLICIES)
     lengths = as_lengths(lengths)
-    if overflow == "error" and lengths.size:
-        too_long = np.flatnonzero(lengths > ctx)
-        if too_long.size:
-            i = int(too_long[0])
-            raise ValueError(f"document {i} has length {int(lengths[i])} > ctx={ctx} (overflow='error')")
+    if overflow == "error":
+        cut_pieces(lengths, ctx, "error")  # raises naming the first document longer than ctx
     seg_cap = 0 if max_segments is None else max_segments
 
     if algorithm == "concat_split":
         return _plan_concat_split(lengths, ctx, align, seg_cap, overflow)
 
-    doc, start, length, dropped, empty = _make_pieces(lengths, ctx, _OVERFLOW_CODE.get(overflow, 0))
+    doc, start, length, dropped, empty = cut_pieces(lengths, ctx, overflow)
     capacity = ctx // align
     if length.shape[0] >= 2**31 - 1:
         raise ValueError(f"{length.shape[0]} pieces exceed the 2**31 - 1 that one plan holds; pack in shards")
@@ -531,8 +532,8 @@ def pack_lengths(
         doc=doc,
         start=start,
         length=length,
-        dropped_tokens=int(dropped),
-        empty_documents=int(empty),
+        dropped_tokens=dropped,
+        empty_documents=empty,
         algorithm=algorithm,
     )
 
@@ -549,8 +550,11 @@ def _plan_concat_split(lengths, ctx, align, seg_cap, overflow) -> PackPlan:
             long = lengths > ctx
             dropped = int(lengths[long].sum())
             lengths = np.where(long, 0, lengths)
-    num_pieces, num_rows = _concat_split_count(lengths, ctx, align, seg_cap)
-    doc, start, length, splits = _concat_split_fill(lengths, ctx, align, seg_cap, num_pieces, num_rows)
+    none = np.zeros(0, np.int64)
+    num_pieces, num_rows = _concat_split(lengths, ctx, align, seg_cap, none, none, none, none, False)
+    doc, start, splits = np.empty(num_pieces, np.int64), np.empty(num_pieces, np.int64), np.empty(num_rows + 1, np.int64)
+    length = np.empty(num_pieces, np.int32)
+    _concat_split(lengths, ctx, align, seg_cap, doc, start, length, splits, True)
     return PackPlan(
         ctx=ctx,
         align=align,

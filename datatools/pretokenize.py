@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from datatools._io import atomic_write_text
-from datatools.sources import Shard, check_column, list_input_files, list_shards, read_texts
+from datatools.sources import Shard, check_column, list_shards, read_texts
 from datatools.store import is_token_store, read_manifest, token_dtype, write_store
 from datatools.tiles import chunk
 
@@ -218,12 +218,12 @@ def _run_in_pool(args) -> tuple[int, int, int]:
 # --------------------------------------------------------------------------- the job
 
 
-def _fingerprint(inputs: list[Path], tokenizer_sha: str, options: JobOptions) -> tuple[str, list[dict]]:
+def _fingerprint(shards: list[Shard], tokenizer_sha: str, options: JobOptions) -> tuple[str, list[dict]]:
     sources = []
-    for p in inputs:
-        for _, f in list_input_files(p):
-            st = f.stat()
-            sources.append({"path": str(f.resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns})
+    for name in dict.fromkeys(f for s in shards for f in s.files):  # input files, in shard order
+        f = Path(name)
+        st = f.stat()
+        sources.append({"path": str(f.resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns})
     blob = json.dumps({"sources": sources, "tokenizer": tokenizer_sha, "options": asdict(options), "v": 1},
                       sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest(), sources
@@ -286,7 +286,7 @@ def pretokenize(inputs, output, tokenizer: str | os.PathLike, *, column: str = "
     shards = [s for p in inputs for s in list_shards(p)]
     for s in {s.files[0]: s for s in shards}.values():
         check_column(s, column)
-    job, sources = _fingerprint(inputs, tokenizer_sha, options)
+    job, sources = _fingerprint(shards, tokenizer_sha, options)
     vocab_size = tok.get_vocab_size(with_added_tokens=True)
     worker = ShardTokenizer(tok_path.read_text(), options, vocab_size)
     if bos:

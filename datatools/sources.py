@@ -113,14 +113,16 @@ def list_shards(path: str | os.PathLike) -> list[Shard]:
     return shards
 
 
-def _open_arrow(f: str) -> pa.Table:
+def _open_arrow(f: str, schema_only: bool = False):
+    """An Arrow IPC file or stream as a table (or just its schema)."""
     try:
         with pa.memory_map(f) as source:
             try:
-                return ipc.open_file(source).read_all()
+                reader = ipc.open_file(source)
             except pa.ArrowInvalid:
                 source.seek(0)
-                return ipc.open_stream(source).read_all()
+                reader = ipc.open_stream(source)
+            return reader.schema if schema_only else reader.read_all()
     except (pa.ArrowException, OSError) as exc:
         raise ValueError(f"{f}: cannot read Arrow IPC ({exc})") from None
 
@@ -196,7 +198,7 @@ def check_column(shard: Shard, column: str) -> None:
         except (pa.ArrowException, OSError) as exc:
             raise ValueError(f"{f}: cannot read Parquet ({exc})") from None
     elif shard.kind == "arrow":
-        names = _open_arrow(f).column_names
+        names = _open_arrow(f, schema_only=True).names
     else:
         names = []
         with open(f, "rb") as fh:

@@ -154,11 +154,8 @@ def chunk(tokens, ctx: int, *, tile: int, stride: int | None = None, bos: int | 
     n = arr.shape[0]
     if n == 0:
         return []
-    starts = [0] if n <= ctx else list(range(0, n - ctx, stride)) + [None]
-    windows = []
-    for s in starts:
-        if s is None:  # the last window: whatever is left after the previous one (consecutive) or the tail
-            s = windows_end if stride == ctx else n - ctx
-        windows.append(arr[s : s + ctx])
-        windows_end = s + ctx
-    return windows
+    if stride == ctx:  # consecutive windows; the last one takes what is left
+        starts = range(0, n, ctx)
+    else:  # overlapping windows, then one that ends exactly at the end
+        starts = [*range(0, max(n - ctx, 0), stride), max(n - ctx, 0)]
+    return [arr[s : s + ctx] for s in starts]
