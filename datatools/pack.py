@@ -616,6 +616,41 @@ def materialize(
     return {"tokens": out_tokens, "segment_ids": segment_ids, "positions": positions, "loss_mask": loss_mask}
 
 
+def materialize_pieces(plan: PackPlan, read_pieces, rows=None, *, pad_id: int = 0) -> dict[str, np.ndarray]:
+    """Like :func:`materialize`, reading only the pieces of the selected rows through ``read_pieces``.
+
+    Args:
+      plan: the plan from :func:`pack_lengths`.
+      read_pieces: ``read_pieces(doc, start, length) -> tokens``: the given pieces of
+        their documents back to back (one int array); for example
+        :meth:`datatools.documents.ArrayDocuments.read_pieces`, or a token store's
+        cached reader. Called once for all selected rows.
+      rows: row ids to build; None for all rows.
+      pad_id: token written at padding slots.
+    """
+    rows = np.arange(plan.num_rows) if rows is None else np.asarray(rows, dtype=np.int64).reshape(-1)
+    if rows.size and (rows.min() < 0 or rows.max() >= plan.num_rows):
+        bad = rows[(rows < 0) | (rows >= plan.num_rows)][0]
+        raise IndexError(f"row {int(bad)} out of range for a plan of {plan.num_rows} rows")
+    first, counts = plan.row_splits[rows], np.diff(plan.row_splits)[rows]
+    splits = np.concatenate(([0], np.cumsum(counts)))
+    sel = np.repeat(first - splits[:-1], counts) + np.arange(splits[-1], dtype=np.int64)
+    start, length = plan.start[sel], plan.length[sel]
+    flat = np.asarray(read_pieces(plan.doc[sel], start, length))
+    # Piece j of the selection sits at flat[piece_begin[j]:]; _fill_rows reads offsets[doc] + start.
+    piece_begin = np.concatenate(([0], np.cumsum(length, dtype=np.int64)))
+    fake_offsets = piece_begin[:-1] - start
+    batch, ctx = rows.shape[0], plan.ctx
+    out = {"tokens": np.full((batch, ctx), pad_id, dtype=np.int32)}
+    for k in ("segment_ids", "positions", "loss_mask"):
+        out[k] = np.zeros((batch, ctx), dtype=np.int32)
+    if batch:
+        _fill_rows(np.arange(batch, dtype=np.int64), splits, np.arange(sel.shape[0], dtype=np.int64), start, length,
+                   plan.offset[sel], fake_offsets, flat, out["tokens"], out["segment_ids"], out["positions"],
+                   out["loss_mask"])
+    return out
+
+
 @numba.njit(cache=True)
 def _fill_rows(rows, row_splits, doc, start, length, offset, offsets, tokens, out_tokens, segment_ids, positions, loss_mask):
     """Copy each selected row's pieces into the preallocated (batch, ctx) int32 outputs."""

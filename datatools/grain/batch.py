@@ -1,0 +1,62 @@
+"""Batching of random-access rows in one call, and the batch format as a Grain map."""
+
+from __future__ import annotations
+
+import math
+
+import grain
+import numpy as np
+from grain._src.python.dataset.transformations.batch import make_batch
+
+from datatools._validate import check_choice, check_int
+from datatools.formats import FORMATS, to_format
+
+
+class BatchRowsMapDataset(grain.MapDataset):
+    """Batches of ``batch_size`` consecutive elements, built in one call when the parent can.
+
+    Like ``MapDataset.batch``, but when the parent has ``get_batch(indices)`` (packed
+    rows, and the datatools shuffles over them) the whole batch is built at once: one
+    read of all its pieces and one numba fill, instead of a row at a time and a stack.
+    Each batch is built whole by one worker, so the batches do not depend on the
+    number of prefetch workers. Batches do not cross epochs.
+
+    Args:
+      parent: the row dataset.
+      batch_size: rows per batch.
+      drop_remainder: drop each epoch's last, short batch.
+    """
+
+    def __init__(self, parent: grain.MapDataset, batch_size: int, *, drop_remainder: bool = False):
+        super().__init__(parent)
+        self._batch_size = check_int(batch_size, "batch_size", minimum=1)
+        self._drop_remainder = bool(drop_remainder)
+        n = len(parent)
+        self._length = n // self._batch_size if drop_remainder else math.ceil(n / self._batch_size)
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __str__(self) -> str:
+        return f"BatchRowsMapDataset(batch_size={self._batch_size}, drop_remainder={self._drop_remainder})"
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self.slice(index)
+        epoch, j = divmod(index, self._length)
+        n = len(self._parent)
+        start = j * self._batch_size
+        indices = np.arange(start, min(n, start + self._batch_size), dtype=np.int64) + epoch * n
+        if hasattr(self._parent, "get_batch"):
+            return self._parent.get_batch(indices)
+        return make_batch(self._parent._getitems(indices.tolist()))  # pylint: disable=protected-access
+
+
+class FormatBatch(grain.transforms.Map):
+    """Convert canonical datatools batches to ``name`` (one of :data:`datatools.formats.FORMATS`)."""
+
+    def __init__(self, name: str):
+        self.name = check_choice(name, "format", FORMATS)
+
+    def map(self, element):
+        return to_format(element, self.name)

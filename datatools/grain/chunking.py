@@ -1,0 +1,43 @@
+"""Tile-aligned chunking of long documents as a Grain flat-map transform."""
+
+from __future__ import annotations
+
+import grain
+
+from datatools._validate import check_int
+from datatools.grain._elements import document_tokens
+from datatools.tiles import chunk
+
+
+class TileChunk(grain.experimental.FlatMapTransform):
+    """Cut each document into windows of at most ``ctx`` tokens, ``ctx`` a multiple of ``tile``.
+
+    See :func:`datatools.chunk`: consecutive windows by default (nothing lost or
+    duplicated), or overlapping ones with ``stride``; ``bos``/``eos`` added once per
+    document. Use it with ``grain.experimental.FlatMapIterDataset(ds, TileChunk(...))``
+    or :func:`chunk_documents`.
+
+    Args:
+      ctx: longest window (tokens), a multiple of ``tile``.
+      tile: the accelerator's tile (tokens), e.g. 128 or 256.
+      stride, bos, eos: as :func:`datatools.chunk`.
+      max_fan_out: the most windows one document may give (Grain's limit for
+        flat maps).
+      feature: the dict key of the tokens when elements are dicts.
+    """
+
+    def __init__(self, ctx: int, *, tile: int, stride: int | None = None, bos: int | None = None,
+                 eos: int | None = None, max_fan_out: int = 4096, feature: str = "tokens"):
+        chunk([], ctx, tile=tile, stride=stride)  # validate the options now
+        self.ctx, self.tile, self.stride, self.bos, self.eos = ctx, tile, stride, bos, eos
+        self.max_fan_out = check_int(max_fan_out, "max_fan_out", minimum=1)
+        self.feature = feature
+
+    def flat_map(self, element):
+        tokens = document_tokens(element, self.feature)
+        return chunk(tokens, self.ctx, tile=self.tile, stride=self.stride, bos=self.bos, eos=self.eos)
+
+
+def chunk_documents(ds: grain.IterDataset, ctx: int, *, tile: int, **kwargs) -> grain.IterDataset:
+    """``ds`` with every document cut into tile-aligned windows of at most ``ctx`` tokens (see :class:`TileChunk`)."""
+    return grain.experimental.FlatMapIterDataset(ds, TileChunk(ctx, tile=tile, **kwargs))

@@ -1,0 +1,76 @@
+"""Planned packing: packed rows of a random-access document source as a ``grain.MapDataset``."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import grain
+import numpy as np
+
+from datatools.documents import ArrayDocuments, as_document_source
+from datatools.pack import PackPlan, materialize, materialize_pieces, pack_lengths
+
+
+class PackedRowsMapDataset(grain.MapDataset):
+    """Packed rows, planned once over every document's length, with random access.
+
+    The plan (best_fit_decreasing by default) is computed when the dataset is built,
+    from ``source.lengths()`` alone (a token store reads only its offsets). Row ``i``
+    is then built on demand: its pieces are read in one call to the source (an
+    in-memory gather, or whole cached chunks of a token store), so global shuffling of
+    rows, per-host sharding (``ds[index::count]``) and checkpointing come from Grain.
+    Indices past ``len(ds)`` wrap (epoch ``index // len(ds)``).
+
+    Elements are canonical rows: int32 arrays of shape (ctx,) ``tokens``,
+    ``segment_ids``, ``positions``, ``loss_mask`` (see :mod:`datatools.formats`).
+
+    Args:
+      source: :class:`~datatools.documents.ArrayDocuments`, a
+        :class:`~datatools.store.TokenStore`, or any object with ``__len__``,
+        ``lengths()`` and ``read_pieces(doc, start, length)``.
+      ctx: row length (tokens).
+      algorithm, max_segments, align, overflow: as :func:`datatools.pack_lengths`.
+      plan: a precomputed plan over ``source`` (then the packing options are ignored).
+      pad_id: token id written at padding.
+    """
+
+    def __init__(self, source, ctx: int | None = None, *, algorithm: str = "best_fit_decreasing",
+                 max_segments: int | None = None, align: int = 1, overflow: str = "split",
+                 plan: PackPlan | None = None, pad_id: int = 0):
+        super().__init__()
+        self._docs = as_document_source(source)
+        if plan is None:
+            if ctx is None:
+                raise ValueError("PackedRowsMapDataset needs ctx (or a plan)")
+            plan = pack_lengths(self._docs.lengths(), ctx, algorithm=algorithm, max_segments=max_segments,
+                                align=align, overflow=overflow)
+        elif plan.max_doc >= len(self._docs):
+            raise ValueError(f"plan refers to document {plan.max_doc} but the source has {len(self._docs)}")
+        if plan.num_rows == 0:
+            raise ValueError("no rows to pack: the source holds no tokens")
+        self.plan = plan
+        self._pad_id = int(pad_id)
+
+    def __len__(self) -> int:
+        return self.plan.num_rows
+
+    def __str__(self) -> str:
+        return (f"PackedRowsMapDataset(algorithm={self.plan.algorithm}, ctx={self.plan.ctx}, rows={self.plan.num_rows}, "
+                f"efficiency={self.plan.efficiency:.4f})")
+
+    def get_batch(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
+        """Rows ``indices`` stacked: int32 arrays of shape (len(indices), ctx), one read for all their pieces."""
+        rows = np.asarray(indices, dtype=np.int64) % self.plan.num_rows
+        if isinstance(self._docs, ArrayDocuments):
+            return materialize(self.plan, self._docs.tokens, self._docs.offsets, rows, pad_id=self._pad_id)
+        return materialize_pieces(self.plan, self._docs.read_pieces, rows, pad_id=self._pad_id)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self.slice(index)
+        batch = self.get_batch([index])
+        return {k: v[0] for k, v in batch.items()}
+
+    def _getitems(self, indices: Sequence[int]):
+        batch = self.get_batch(indices)
+        return [{k: v[i] for k, v in batch.items()} for i in range(len(indices))]

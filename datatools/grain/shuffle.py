@@ -1,0 +1,157 @@
+"""Epoch-aware random-access shuffles as ``grain.MapDataset`` transforms: full Feistel and windowed block."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import grain
+import numpy as np
+
+from datatools._validate import check_int
+from datatools.shuffle import BlockShuffle, FeistelPermutation
+
+
+class _IndexMapDataset(grain.MapDataset):
+    """Element i of epoch e (index = e * len + i) is parent[permute(i, e) + e * len(parent)]."""
+
+    def __init__(self, parent: grain.MapDataset):
+        super().__init__(parent)
+        if len(parent) < 1:
+            raise ValueError("cannot shuffle an empty dataset")
+
+    def _length(self, epoch: int) -> int:
+        return len(self._parent)
+
+    def _permute(self, positions: np.ndarray, epoch: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def _parent_indices(self, indices) -> np.ndarray:
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if idx.size and idx.min() < 0:
+            raise IndexError(f"negative index {int(idx.min())}")
+        n, out = len(self), np.empty(idx.shape[0], np.int64)
+        epochs, pos = np.divmod(idx, n)
+        for e in np.unique(epochs).tolist():  # one vectorized call per epoch in the request
+            sel = epochs == e
+            out[sel] = self._permute(pos[sel], e) + e * len(self._parent)
+        return out
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self.slice(index)
+        return self._parent[int(self._parent_indices([index])[0])]
+
+    def _getitems(self, indices: Sequence[int]):
+        return self._parent._getitems(self._parent_indices(indices).tolist())  # pylint: disable=protected-access
+
+    def get_batch(self, indices: Sequence[int]):
+        """Stacked elements at ``indices`` when the parent builds batches itself (packed rows)."""
+        parent = self._parent_indices(indices)
+        if hasattr(self._parent, "get_batch"):
+            return self._parent.get_batch(parent)
+        from grain._src.python.dataset.transformations.batch import make_batch
+
+        return make_batch(self._parent._getitems(parent.tolist()))  # pylint: disable=protected-access
+
+
+class FeistelShuffleMapDataset(_IndexMapDataset):
+    """A full random permutation per epoch, O(1) per index (:class:`datatools.FeistelPermutation`).
+
+    Args:
+      parent: the dataset to shuffle.
+      seed: 64-bit seed; epoch e uses the permutation of (seed, e).
+    """
+
+    def __init__(self, parent: grain.MapDataset, *, seed: int):
+        super().__init__(parent)
+        self._seed = seed
+        self._perms: dict[int, FeistelPermutation] = {}
+        self._perm(0)  # validates the seed now
+
+    def _perm(self, epoch: int) -> FeistelPermutation:
+        perm = self._perms.get(epoch)
+        if perm is None:
+            if len(self._perms) > 4:
+                self._perms.clear()
+            perm = self._perms[epoch] = FeistelPermutation(len(self._parent), self._seed, epoch=epoch)
+        return perm
+
+    def __len__(self) -> int:
+        return len(self._parent)
+
+    def _permute(self, positions, epoch):
+        return self._perm(epoch)(positions)
+
+    def __str__(self) -> str:
+        return f"FeistelShuffleMapDataset(seed={self._seed})"
+
+
+class BlockShuffleMapDataset(_IndexMapDataset):
+    """Windowed block shuffle per epoch (:class:`datatools.BlockShuffle`), optionally one host's share.
+
+    Records are read in io blocks of ``io_block_size`` consecutive parent elements;
+    each window of ``window_blocks`` blocks is permuted at block level and the records
+    of the window interleaved, so a reader with a window-sized buffer reads
+    sequentially while batches mix many blocks.
+
+    Args:
+      parent: the dataset to shuffle (documents in storage order).
+      io_block_size: records per contiguous read.
+      window_blocks: blocks per shuffle window.
+      seed: 64-bit seed; epoch e uses (seed, e).
+      shard_index, shard_count: this host's share (whole blocks of every window);
+        its length is the shortest the share has in any epoch (a share holding the
+        partial last block is up to ``io_block_size`` records shorter in some epochs).
+    """
+
+    def __init__(self, parent: grain.MapDataset, *, io_block_size: int, window_blocks: int, seed: int,
+                 shard_index: int = 0, shard_count: int = 1):
+        super().__init__(parent)
+        shuffle = BlockShuffle(len(parent), io_block_size=io_block_size, window_blocks=window_blocks, seed=seed)
+        shard_count = check_int(shard_count, "shard_count", minimum=1)
+        if shard_count > 1:
+            shuffle = shuffle.shard(shard_index, shard_count)
+        elif check_int(shard_index, "shard_index", minimum=0) != 0:
+            raise ValueError(f"shard_index {shard_index} out of range [0, 1)")
+        self._shuffle = shuffle
+        deficit = shuffle.num_blocks * shuffle.io_block_size - shuffle.n
+        self._len = shuffle._share_length() - (deficit if shard_count > 1 else 0)
+        if self._len < 1:
+            raise ValueError(f"shard {shard_index} of {shard_count} holds no records")
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _permute(self, positions, epoch):
+        return self._shuffle.index(positions, epoch)
+
+    def __str__(self) -> str:
+        return f"BlockShuffleMapDataset({self._shuffle!r})"
+
+
+class ShardMapDataset(_IndexMapDataset):
+    """Host ``index`` of ``count``: elements index, index + count, ...; every host gets ``len(parent) // count``.
+
+    Equal lengths keep hosts in lock step (the last ``len(parent) % count`` elements
+    of each epoch are left out). Epoch-aware like the shuffles, and it keeps the
+    parent's whole-batch path (``get_batch``).
+    """
+
+    def __init__(self, parent: grain.MapDataset, *, index: int, count: int):
+        super().__init__(parent)
+        self._count = check_int(count, "shard count", minimum=1)
+        self._index = check_int(index, "shard index", minimum=0)
+        if self._index >= self._count:
+            raise ValueError(f"shard index {index} out of range [0, {count})")
+        self._len = len(parent) // self._count
+        if self._len < 1:
+            raise ValueError(f"{len(parent)} elements cannot be shared by {count} hosts")
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _permute(self, positions, epoch):
+        return positions * self._count + self._index
+
+    def __str__(self) -> str:
+        return f"ShardMapDataset(index={self._index}, count={self._count})"

@@ -1,0 +1,110 @@
+"""Streaming packing: an ``IterDataset`` that packs documents of unknown length within a window."""
+
+from __future__ import annotations
+
+import grain
+import numpy as np
+
+from datatools._validate import OVERFLOW_POLICIES, check_choice, check_int
+from datatools.documents import ArrayDocuments
+from datatools.grain._elements import document_tokens
+from datatools.pack import ALGORITHMS, materialize, pack_lengths
+
+
+class _StreamingPackIterator(grain.DatasetIterator):
+    def __init__(self, parent, ds: "StreamingPackIterDataset"):
+        super().__init__(parent)
+        self._ds = ds
+        self._window_state = None
+        self._rows: dict[str, np.ndarray] | None = None
+        self._num_rows = 0
+        self._next_row = 0
+
+    def _fill_window(self) -> bool:
+        """Read the next window of documents and pack it; False when the parent is exhausted."""
+        ds = self._ds
+        while True:
+            self._window_state = self._parent.get_state()
+            docs = []
+            for _ in range(ds.window):
+                try:
+                    docs.append(document_tokens(next(self._parent), ds.feature))
+                except StopIteration:
+                    break
+            if not docs:
+                self._rows, self._num_rows, self._next_row = None, 0, 0
+                return False
+            source = ArrayDocuments.from_list(docs)
+            plan = pack_lengths(source.lengths(), ds.ctx, algorithm=ds.algorithm, max_segments=ds.max_segments,
+                                align=ds.align, overflow=ds.overflow)
+            if plan.num_rows:
+                self._rows = materialize(plan, source.tokens, source.offsets, pad_id=ds.pad_id)
+                self._num_rows, self._next_row = plan.num_rows, 0
+                return True
+
+    def __next__(self):
+        while self._rows is None or self._next_row >= self._num_rows:
+            if not self._fill_window():
+                raise StopIteration
+        r = self._next_row
+        self._next_row += 1
+        return {k: v[r] for k, v in self._rows.items()}
+
+    def get_state(self):
+        if self._rows is not None and self._next_row < self._num_rows:
+            return {"parent": self._window_state, "rows_emitted": self._next_row}
+        return {"parent": self._parent.get_state(), "rows_emitted": 0}
+
+    def set_state(self, state):
+        self._parent.set_state(state["parent"])
+        self._rows, self._num_rows, self._next_row = None, 0, 0
+        if state["rows_emitted"]:
+            self._fill_window()  # re-read the window (deterministic), skip the rows already emitted
+            self._next_row = state["rows_emitted"]
+
+
+class StreamingPackIterDataset(grain.IterDataset):
+    """Pack a stream of documents into rows of ``ctx`` tokens, a window of documents at a time.
+
+    For sources whose lengths are not known ahead (Parquet streams, filtered or
+    chunked documents). The iterator reads ``window`` documents, plans them with the
+    datatools packer (``best_fit`` by default; any of :data:`datatools.ALGORITHMS`)
+    and emits the window's rows, then reads the next window. Memory: one window.
+
+    Checkpoints are exact and small: the state is the parent's state at the start of
+    the current window plus the number of rows already emitted from it; restoring
+    re-reads that window, re-plans it (packing is deterministic) and skips those rows.
+
+    Elements are canonical rows: int32 arrays of shape (ctx,) ``tokens``,
+    ``segment_ids``, ``positions``, ``loss_mask``.
+
+    Args:
+      parent: an IterDataset of documents: 1-D token arrays, or dicts holding one
+        under ``feature``.
+      ctx: row length (tokens).
+      window: documents per packing window (more: fuller rows, more memory).
+      algorithm, max_segments, align, overflow: as :func:`datatools.pack_lengths`.
+      feature: the dict key of the tokens when elements are dicts.
+      pad_id: token id written at padding.
+    """
+
+    def __init__(self, parent: grain.IterDataset, *, ctx: int, window: int = 1024, algorithm: str = "best_fit",
+                 max_segments: int | None = None, align: int = 1, overflow: str = "split", feature: str = "tokens",
+                 pad_id: int = 0):
+        super().__init__(parent)
+        self.ctx = check_int(ctx, "ctx", minimum=1)
+        self.window = check_int(window, "window", minimum=1)
+        self.algorithm = check_choice(algorithm, "algorithm", ALGORITHMS)
+        self.max_segments = None if max_segments is None else check_int(max_segments, "max_segments", minimum=1)
+        self.align = check_int(align, "align", minimum=1)
+        if self.ctx % self.align:
+            raise ValueError(f"align must divide ctx; got align={align}, ctx={ctx}")
+        self.overflow = check_choice(overflow, "overflow", OVERFLOW_POLICIES)
+        self.feature = feature
+        self.pad_id = int(pad_id)
+
+    def __iter__(self):
+        return _StreamingPackIterator(self._parent.__iter__(), self)
+
+    def __str__(self) -> str:
+        return f"StreamingPackIterDataset(ctx={self.ctx}, window={self.window}, algorithm={self.algorithm})"

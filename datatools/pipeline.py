@@ -1,0 +1,271 @@
+"""YAML config -> validated :class:`PipelineConfig` -> Grain dataset of batches.
+
+A config (see ``configs/``)::
+
+    source: {path: demo_data/store}          # token store, Parquet, Arrow, JSONL, HF dir, NumPy dir
+    shuffle: {kind: block, io_block_size: 64, window_blocks: 1024}   # none | full | block
+    packing: {mode: streaming, ctx: 8192, algorithm: best_fit, window: 1024}
+    # or   bucketing: {num_buckets: 4, tile: 128, max_len: 2048, token_budget: 65536}
+    batch_size: 32
+    format: maxtext                          # datatools | maxtext | levanter | hf
+    num_epochs: 1                            # null: repeat forever
+    workers: 2                               # Grain prefetch processes (0: in process)
+    shard: {index: 0, count: 1}              # this host of count
+    seed: 0
+
+How each mode is built (the order matters for determinism and checkpoints):
+
+* ``packing.mode: planned``: the plan is made once over every document's length;
+  packed rows are a ``MapDataset``; the shuffle (full or block) and the host shard
+  act on packed rows, and whole batches are built in the worker processes.
+* ``packing.mode: streaming`` and ``bucketing``: the shuffle and the shard act on
+  documents; documents are read in the worker processes and packed (or bucketed)
+  after the prefetch, in order, so the batches do not depend on ``workers``.
+
+Either way the same config and seed give the same batches for any number of
+workers, and the iterator's ``get_state``/``set_state`` resume exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import grain
+import numpy as np
+
+from datatools.bucket import bucket_batch_sizes, bucket_boundaries
+from datatools.config import field, from_dict, load_yaml
+from datatools.formats import FORMATS
+from datatools.pack import ALGORITHMS
+from datatools._validate import OVERFLOW_POLICIES
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    path: str = field(doc="token store, Parquet / Arrow / JSON Lines file or directory, HF save_to_disk dir, "
+                          "NumPy dir (tokens.npy + lengths.npy/offsets.npy); relative to the working directory")
+    column: str | None = field(None, doc="token (or text) column of a table; detected when unambiguous")
+    tokenizer: str | None = field(None, doc="tokenizers JSON file, for a text column (tokenized once, in memory)")
+
+
+@dataclass(frozen=True)
+class ShuffleConfig:
+    kind: str = field("full", choices=("none", "full", "block"))
+    io_block_size: int = field(64, minimum=1, doc="block shuffle: records per contiguous read")
+    window_blocks: int = field(1024, minimum=1, doc="block shuffle: blocks per window")
+
+
+@dataclass(frozen=True)
+class PackingConfig:
+    ctx: int = field(minimum=1, doc="row length (tokens)")
+    mode: str = field("planned", choices=("planned", "streaming"))
+    algorithm: str | None = field(None, choices=ALGORITHMS,
+                                  doc="default: best_fit_decreasing (planned), best_fit (streaming)")
+    max_segments: int | None = field(None, minimum=1)
+    align: int = field(1, minimum=1)
+    overflow: str = field("split", choices=OVERFLOW_POLICIES)
+    window: int = field(1024, minimum=1, doc="streaming: documents per packing window")
+
+    def check(self, where: str) -> None:
+        if self.ctx % self.align:
+            raise ValueError(f"config: {where}.align={self.align} must divide {where}.ctx={self.ctx}")
+
+    @property
+    def resolved_algorithm(self) -> str:
+        return self.algorithm or ("best_fit_decreasing" if self.mode == "planned" else "best_fit")
+
+
+@dataclass(frozen=True)
+class BucketingConfig:
+    boundaries: list[int] | None = field(None, minimum=1, doc="bucket lengths; default: optimal for the source")
+    num_buckets: int = field(4, minimum=1)
+    tile: int = field(128, minimum=1)
+    max_len: int | None = field(None, minimum=1, doc="longest bucket (tokens); longer documents follow overflow")
+    token_budget: int | None = field(None, minimum=1, doc="tokens per batch (rows = budget // length)")
+    multiple_of: int = field(1, minimum=1, doc="round each bucket's rows down to a multiple of this")
+    overflow: str = field("split", choices=("split", "truncate", "drop", "error"))
+
+
+@dataclass(frozen=True)
+class ShardConfig:
+    index: int = field(0, minimum=0)
+    count: int = field(1, minimum=1)
+
+    def check(self, where: str) -> None:
+        if self.index >= self.count:
+            raise ValueError(f"config: {where}.index={self.index} must be < {where}.count={self.count}")
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    source: SourceConfig
+    shuffle: ShuffleConfig = field(default_factory=ShuffleConfig)
+    packing: PackingConfig | None = field(None)
+    bucketing: BucketingConfig | None = field(None)
+    batch_size: int = field(32, minimum=1, doc="rows per batch (bucketing: unless token_budget is set)")
+    drop_remainder: bool = field(True)
+    format: str = field("datatools", choices=FORMATS)
+    num_epochs: int | None = field(1, minimum=1, doc="null: repeat forever")
+    workers: int = field(0, minimum=0, doc="Grain prefetch processes")
+    shard: ShardConfig = field(default_factory=ShardConfig)
+    seed: int = field(0, minimum=0)
+    pad_id: int = field(0, minimum=0)
+
+    def check(self, where: str) -> None:
+        if (self.packing is None) == (self.bucketing is None):
+            raise ValueError("config: give exactly one of 'packing' and 'bucketing'")
+
+    def replace(self, **changes) -> "PipelineConfig":
+        return dataclasses.replace(self, **changes)
+
+
+def parse_config(data: dict, *, source: str | None = None) -> PipelineConfig:
+    """Validate a config mapping; ``source`` overrides ``source.path`` (keeping nothing else of it)."""
+    data = dict(data)
+    if source is not None:
+        data["source"] = {"path": str(source)}
+    return from_dict(PipelineConfig, data)
+
+
+def load_config(path: str | os.PathLike, *, source: str | None = None) -> PipelineConfig:
+    """Read and validate a YAML pipeline config (extra top-level sections of a training config are ignored)."""
+    data = load_yaml(path)
+    names = {f.name for f in dataclasses.fields(PipelineConfig)}
+    data = {k: v for k, v in data.items() if k in names or k not in _TRAINING_SECTIONS}
+    try:
+        return parse_config(data, source=source)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+_TRAINING_SECTIONS = ("model", "train")
+
+
+# --------------------------------------------------------------------------- building
+
+
+def open_source(cfg: SourceConfig):
+    """The documents of the configured source: a TokenStore (read on demand) or ArrayDocuments (in memory)."""
+    from datatools.documents import as_document_source
+    from datatools.readers import open_tokens, read_documents
+
+    inp = open_tokens(Path(cfg.path), column=cfg.column, tokenizer=cfg.tokenizer)
+    if inp.kind not in ("store", "numpy", "table"):
+        raise ValueError(f"{cfg.path}: a pipeline source must be a token store, a table or a NumPy directory")
+    return as_document_source(read_documents(inp))
+
+
+@dataclass
+class Built:
+    """A built pipeline: the Grain dataset of canonical batches and what was decided building it."""
+
+    dataset: grain.IterDataset
+    config: PipelineConfig
+    documents: int
+    shapes: list[tuple[int, int]]
+    plan_efficiency: float | None = None
+
+
+def _shuffle_map(ds: grain.MapDataset, cfg: PipelineConfig) -> grain.MapDataset:
+    from datatools.grain import BlockShuffleMapDataset, FeistelShuffleMapDataset, ShardMapDataset
+
+    kind, shard = cfg.shuffle.kind, cfg.shard
+    if kind == "block":
+        return BlockShuffleMapDataset(ds, io_block_size=cfg.shuffle.io_block_size,
+                                      window_blocks=cfg.shuffle.window_blocks, seed=cfg.seed,
+                                      shard_index=shard.index, shard_count=shard.count)
+    if kind == "full":
+        ds = FeistelShuffleMapDataset(ds, seed=cfg.seed)
+    if shard.count > 1:
+        ds = ShardMapDataset(ds, index=shard.index, count=shard.count)
+    return ds
+
+
+def _absl_flags_parsed() -> None:
+    """Grain's worker processes read absl flags; outside an absl app they are never parsed: use the defaults."""
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+
+
+def _prefetch(ds: grain.MapDataset, cfg: PipelineConfig) -> grain.IterDataset:
+    if cfg.num_epochs != 1:
+        ds = ds.repeat(cfg.num_epochs)
+    it = ds.to_iter_dataset()
+    if cfg.workers:
+        _absl_flags_parsed()
+        it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=cfg.workers))
+    return it
+
+
+def build_canonical(cfg: PipelineConfig, documents=None) -> Built:
+    """The pipeline up to canonical batches (``tokens``, ``segment_ids``, ``positions``, ``loss_mask``).
+
+    Args:
+      cfg: the validated config.
+      documents: an already opened source (else ``cfg.source`` is opened).
+    """
+    from datatools.grain import (BatchRowsMapDataset, BucketBatchIterDataset, PackedRowsMapDataset,
+                                 StreamingPackIterDataset)
+
+    docs = open_source(cfg.source) if documents is None else documents
+    if len(docs) == 0:
+        raise ValueError(f"{cfg.source.path}: the source holds no documents")
+    p = cfg.packing
+    if p is not None and p.mode == "planned":
+        rows = PackedRowsMapDataset(docs, p.ctx, algorithm=p.resolved_algorithm, max_segments=p.max_segments,
+                                    align=p.align, overflow=p.overflow, pad_id=cfg.pad_id)
+        batches = BatchRowsMapDataset(_shuffle_map(rows, cfg), cfg.batch_size, drop_remainder=cfg.drop_remainder)
+        if len(batches) == 0:
+            raise ValueError(f"{rows.plan.num_rows} packed rows make no full batch of {cfg.batch_size}")
+        return Built(_prefetch(batches, cfg), cfg, len(docs), [(cfg.batch_size, p.ctx)], rows.plan.efficiency)
+
+    stream = _prefetch(_shuffle_map(grain.MapDataset.source(docs), cfg), cfg)
+    if p is not None:
+        rows = StreamingPackIterDataset(stream, ctx=p.ctx, window=p.window, algorithm=p.resolved_algorithm,
+                                        max_segments=p.max_segments, align=p.align, overflow=p.overflow,
+                                        pad_id=cfg.pad_id)
+        return Built(rows.batch(cfg.batch_size, drop_remainder=cfg.drop_remainder), cfg, len(docs),
+                     [(cfg.batch_size, p.ctx)])
+    b = cfg.bucketing
+    lengths = docs.lengths()
+    if b.boundaries is not None:
+        bounds = np.asarray(sorted(b.boundaries), np.int64)
+    else:
+        bounds = bucket_boundaries(lengths, b.num_buckets, tile=b.tile, max_len=b.max_len, overflow="split"
+                                   if b.overflow == "error" else b.overflow)
+    if b.token_budget is not None:
+        sizes = bucket_batch_sizes(bounds, token_budget=b.token_budget, multiple_of=b.multiple_of)
+    else:
+        sizes = bucket_batch_sizes(bounds, batch_size=cfg.batch_size, multiple_of=b.multiple_of)
+    ds = BucketBatchIterDataset(stream, boundaries=bounds, batch_sizes=sizes, overflow=b.overflow,
+                                drop_remainder=cfg.drop_remainder, pad_id=cfg.pad_id)
+    return Built(ds, cfg, len(docs), ds.shapes)
+
+
+def build(config, *, source: str | None = None, documents=None) -> grain.IterDataset:
+    """A Grain ``IterDataset`` of batches in the config's format.
+
+    Args:
+      config: a :class:`PipelineConfig`, a mapping (validated here), or a YAML path.
+      source: overrides ``source.path``.
+      documents: an already opened source (ArrayDocuments or TokenStore) to use instead.
+    """
+    from datatools.grain import FormatBatch
+
+    if isinstance(config, (str, os.PathLike)):
+        cfg = load_config(config, source=source)
+    elif isinstance(config, dict):
+        cfg = parse_config(config, source=source)
+    elif isinstance(config, PipelineConfig):
+        cfg = config if source is None else config.replace(source=SourceConfig(path=str(source)))
+    else:
+        raise TypeError(f"config must be a PipelineConfig, a mapping or a YAML path; got {type(config).__name__}")
+    built = build_canonical(cfg, documents)
+    if cfg.format == "datatools":
+        return built.dataset
+    return built.dataset.map(FormatBatch(cfg.format))
