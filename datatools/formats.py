@@ -42,8 +42,8 @@ IGNORE_INDEX = -100
 
 def _next_token(tokens: np.ndarray, loss_mask: np.ndarray) -> np.ndarray:
     nxt = np.zeros_like(tokens)
-    nxt[..., :-1] = tokens[..., 1:]
-    return np.where(loss_mask != 0, nxt, 0).astype(tokens.dtype, copy=False)
+    np.multiply(tokens[..., 1:], loss_mask[..., :-1] != 0, out=nxt[..., :-1], casting="unsafe")
+    return nxt
 
 
 def to_maxtext(batch: dict) -> dict:

@@ -112,6 +112,7 @@ class PipelineConfig:
     workers: int = field(0, minimum=0, doc="Grain prefetch processes")
     shard: ShardConfig = field(default_factory=ShardConfig)
     seed: int = field(0, minimum=0)
+    read_block: int = field(256, minimum=1, doc="streaming and bucketing: documents fetched per read")
     pad_id: int = field(0, minimum=0)
 
     def check(self, where: str) -> None:
@@ -192,10 +193,21 @@ def _absl_flags_parsed() -> None:
         flags.FLAGS.mark_as_parsed()
 
 
+def _read_options(ds) -> grain.ReadOptions:
+    """No reader threads for in-memory documents (thread hand-off costs more than the read); 16 for a store."""
+    from datatools.documents import ArrayDocuments
+
+    source = ds
+    while source.parents:
+        source = source.parents[0]
+    in_memory = isinstance(getattr(source, "_docs", None), ArrayDocuments)
+    return grain.ReadOptions(num_threads=0, prefetch_buffer_size=0) if in_memory else grain.ReadOptions()
+
+
 def _prefetch(ds: grain.MapDataset, cfg: PipelineConfig) -> grain.IterDataset:
     if cfg.num_epochs != 1:
         ds = ds.repeat(cfg.num_epochs)
-    it = ds.to_iter_dataset()
+    it = ds.to_iter_dataset(_read_options(ds))
     if cfg.workers:
         _absl_flags_parsed()
         it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=cfg.workers))
@@ -209,8 +221,8 @@ def build_canonical(cfg: PipelineConfig, documents=None) -> Built:
       cfg: the validated config.
       documents: an already opened source (else ``cfg.source`` is opened).
     """
-    from datatools.grain import (BatchRowsMapDataset, BucketBatchIterDataset, PackedRowsMapDataset,
-                                 StreamingPackIterDataset)
+    from datatools.grain import (BatchRowsMapDataset, BucketBatchIterDataset, DocumentsMapDataset,
+                                 PackedRowsMapDataset, StreamingPackIterDataset)
 
     docs = open_source(cfg.source) if documents is None else documents
     if len(docs) == 0:
@@ -224,7 +236,8 @@ def build_canonical(cfg: PipelineConfig, documents=None) -> Built:
             raise ValueError(f"{rows.plan.num_rows} packed rows make no full batch of {cfg.batch_size}")
         return Built(_prefetch(batches, cfg), cfg, len(docs), [(cfg.batch_size, p.ctx)], rows.plan.efficiency)
 
-    stream = _prefetch(_shuffle_map(grain.MapDataset.source(docs), cfg), cfg)
+    blocks = BatchRowsMapDataset(_shuffle_map(DocumentsMapDataset(docs), cfg), cfg.read_block)
+    stream = _prefetch(blocks, cfg)
     if p is not None:
         rows = StreamingPackIterDataset(stream, ctx=p.ctx, window=p.window, algorithm=p.resolved_algorithm,
                                         max_segments=p.max_segments, align=p.align, overflow=p.overflow,

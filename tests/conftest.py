@@ -33,3 +33,26 @@ def tokenizer_file(tmp_path_factory, texts) -> Path:
     path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
     tok.save(str(path))
     return path
+
+
+def write_test_store(path, docs, vocab_size: int = 1 << 16):
+    """A token store holding ``docs`` (lists/arrays of ids), written directly (no tokenizer)."""
+    import numpy as np
+
+    from datatools.store import token_dtype, write_store
+
+    dtype = token_dtype(vocab_size)
+    lengths = np.array([len(d) for d in docs], np.int64)
+    flat = np.concatenate([np.asarray(d, dtype) for d in docs]) if docs else np.zeros(0, dtype)
+    write_store(path, [(flat, lengths)], num_tokens=int(lengths.sum()), num_documents=len(docs), dtype=dtype,
+                manifest={"vocab_size": vocab_size})
+    return path
+
+
+def random_docs(n: int, seed: int = 0, mean_log: float = 4.5, max_len: int = 3000, vocab: int = 1000):
+    """``n`` documents of lognormal lengths (1..max_len tokens) with ids in [2, vocab)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    lengths = np.clip(rng.lognormal(mean_log, 0.9, n), 1, max_len).astype(int)
+    return [rng.integers(2, vocab, k).astype(np.int32) for k in lengths]

@@ -2,6 +2,7 @@
 
 * :class:`PackedRowsMapDataset`: planned packing of a random-access source (random
   access to packed rows: global shuffle, sharding, checkpoints for free);
+* :class:`DocumentsMapDataset`: documents of a source, readable a block at a time;
 * :class:`StreamingPackIterDataset`: packing within a window of a document stream;
 * :class:`FeistelShuffleMapDataset`, :class:`BlockShuffleMapDataset`: epoch-aware
   random-access shuffles;
@@ -17,6 +18,7 @@ Every stage emits the canonical datatools row or batch (``tokens``, ``segment_id
 from datatools.grain.batch import BatchRowsMapDataset, FormatBatch
 from datatools.grain.bucketing import BucketBatchIterDataset
 from datatools.grain.chunking import TileChunk, chunk_documents
+from datatools.grain.documents import DocumentsMapDataset
 from datatools.grain.packed_rows import PackedRowsMapDataset
 from datatools.grain.shuffle import BlockShuffleMapDataset, FeistelShuffleMapDataset, ShardMapDataset
 from datatools.grain.streaming_pack import StreamingPackIterDataset
@@ -25,6 +27,7 @@ __all__ = [
     "BatchRowsMapDataset",
     "BlockShuffleMapDataset",
     "BucketBatchIterDataset",
+    "DocumentsMapDataset",
     "FeistelShuffleMapDataset",
     "FormatBatch",
     "PackedRowsMapDataset",

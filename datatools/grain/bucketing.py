@@ -8,7 +8,7 @@ import grain
 import numpy as np
 
 from datatools._validate import check_choice, check_int
-from datatools.grain._elements import document_tokens
+from datatools.grain._elements import document_block
 
 _OVERFLOW = ("split", "truncate", "drop", "error")
 
@@ -84,7 +84,7 @@ class _BucketIterator(grain.DatasetIterator):
         ds = self._ds
         while not self._ready and not self._flushing:
             try:
-                tokens = document_tokens(next(self._parent), ds.feature)
+                flat, lengths = document_block(next(self._parent), ds.feature)
             except StopIteration:
                 self._flushing = True
                 # The parent is exhausted: each bucket's remainder becomes a batch of the full shape.
@@ -92,12 +92,13 @@ class _BucketIterator(grain.DatasetIterator):
                     self._ready.extend((k, b) for k, b in enumerate(self._buffers) if b)
                 self._buffers = [[] for _ in ds.boundaries]
                 break
-            for start, piece in self._pieces(tokens):
-                k = int(np.searchsorted(ds.boundaries, piece.shape[0]))
-                self._buffers[k].append((start, np.asarray(piece, np.int32)))
-                if len(self._buffers[k]) == ds.batch_sizes[k]:
-                    self._ready.append((k, self._buffers[k]))
-                    self._buffers[k] = []
+            for tokens in np.split(flat, np.cumsum(lengths)[:-1]) if lengths.shape[0] > 1 else [flat]:
+                for start, piece in self._pieces(tokens):
+                    k = int(np.searchsorted(ds.boundaries, piece.shape[0]))
+                    self._buffers[k].append((start, np.asarray(piece, np.int32)))
+                    if len(self._buffers[k]) == ds.batch_sizes[k]:
+                        self._ready.append((k, self._buffers[k]))
+                        self._buffers[k] = []
         if not self._ready:
             raise StopIteration
         k, pieces = self._ready.pop(0)
@@ -134,7 +135,8 @@ class BucketBatchIterDataset(grain.IterDataset):
     (base64, bounded as above).
 
     Args:
-      parent: an IterDataset of documents (1-D token arrays or dicts with ``feature``).
+      parent: an IterDataset of documents: 1-D token arrays, dicts with ``feature``,
+        or document blocks (see :class:`DocumentsMapDataset`).
       boundaries: increasing bucket lengths (tokens).
       batch_sizes: rows per batch, one per bucket, or one int for all.
       overflow: documents longer than the last boundary are ``split`` into pieces of

@@ -5,7 +5,7 @@ from __future__ import annotations
 import grain
 
 from datatools._validate import check_int
-from datatools.grain._elements import document_tokens
+from datatools.grain._elements import document_block
 from datatools.tiles import chunk
 
 
@@ -34,7 +34,9 @@ class TileChunk(grain.experimental.FlatMapTransform):
         self.feature = feature
 
     def flat_map(self, element):
-        tokens = document_tokens(element, self.feature)
+        tokens, lengths = document_block(element, self.feature)
+        if lengths.shape[0] != 1:
+            raise ValueError("TileChunk takes one document per element, not a block")
         return chunk(tokens, self.ctx, tile=self.tile, stride=self.stride, bos=self.bos, eos=self.eos)
 
 

@@ -39,7 +39,10 @@ class _IndexMapDataset(grain.MapDataset):
     def __getitem__(self, index):
         if isinstance(index, slice):
             return self.slice(index)
-        return self._parent[int(self._parent_indices([index])[0])]
+        if index < 0:
+            raise IndexError(f"negative index {index}")
+        epoch, pos = divmod(int(index), len(self))
+        return self._parent[int(self._permute(pos, epoch)) + epoch * len(self._parent)]
 
     def _getitems(self, indices: Sequence[int]):
         return self._parent._getitems(self._parent_indices(indices).tolist())  # pylint: disable=protected-access

@@ -7,7 +7,7 @@ import numpy as np
 
 from datatools._validate import OVERFLOW_POLICIES, check_choice, check_int
 from datatools.documents import ArrayDocuments
-from datatools.grain._elements import document_tokens
+from datatools.grain._elements import document_block
 from datatools.pack import ALGORITHMS, materialize, pack_lengths
 
 
@@ -25,16 +25,19 @@ class _StreamingPackIterator(grain.DatasetIterator):
         ds = self._ds
         while True:
             self._window_state = self._parent.get_state()
-            docs = []
-            for _ in range(ds.window):
+            tokens, lengths, count = [], [], 0
+            while count < ds.window:  # whole elements: a document, or a block of them
                 try:
-                    docs.append(document_tokens(next(self._parent), ds.feature))
+                    t, n = document_block(next(self._parent), ds.feature)
                 except StopIteration:
                     break
-            if not docs:
+                tokens.append(t)
+                lengths.append(n)
+                count += n.shape[0]
+            if not count:
                 self._rows, self._num_rows, self._next_row = None, 0, 0
                 return False
-            source = ArrayDocuments.from_list(docs)
+            source = ArrayDocuments(np.concatenate(tokens), np.concatenate(([0], np.cumsum(np.concatenate(lengths)))))
             plan = pack_lengths(source.lengths(), ds.ctx, algorithm=ds.algorithm, max_segments=ds.max_segments,
                                 align=ds.align, overflow=ds.overflow)
             if plan.num_rows:
@@ -79,10 +82,12 @@ class StreamingPackIterDataset(grain.IterDataset):
     ``segment_ids``, ``positions``, ``loss_mask``.
 
     Args:
-      parent: an IterDataset of documents: 1-D token arrays, or dicts holding one
-        under ``feature``.
+      parent: an IterDataset of documents: 1-D token arrays, dicts holding one under
+        ``feature``, or document blocks (dicts of ``tokens`` back to back and
+        ``lengths``, see :class:`DocumentsMapDataset`).
       ctx: row length (tokens).
-      window: documents per packing window (more: fuller rows, more memory).
+      window: documents per packing window (more: fuller rows, more memory); a
+        window holds whole elements, so with blocks it is rounded up to a block.
       algorithm, max_segments, align, overflow: as :func:`datatools.pack_lengths`.
       feature: the dict key of the tokens when elements are dicts.
       pad_id: token id written at padding.

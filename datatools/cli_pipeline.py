@@ -1,0 +1,67 @@
+"""``datatools pipeline CONFIG``: build the configured Grain pipeline, run it, report its speed and efficiency."""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from datatools._io import atomic_write_text
+from datatools.cli import cli, make_console
+from datatools.pipeline import load_config
+from datatools.run_pipeline import run_pipeline
+
+
+def _bar(console):
+    @contextmanager
+    def bar(total: int):
+        if not console.is_terminal:
+            yield None
+            return
+        with Progress(TextColumn("[bold]batches"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, transient=True) as progress:
+            task = progress.add_task("batches", total=total)
+            yield lambda: progress.advance(task)
+    return bar
+
+
+@cli.command("pipeline")
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.option("--source", default=None, help="Override the config's source: a token store, Parquet or HF dataset dir.")
+@click.option("--steps", type=click.IntRange(min=1), required=True, help="Batches to run.")
+@click.option("--workers", type=click.IntRange(min=0), default=None, help="Override the config's prefetch workers.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              help="Write the figures as JSON to FILE, or '-' for stdout (then the table goes to stderr).")
+def pipeline_command(config, source, steps, workers, json_out):
+    """Run the pipeline of CONFIG (YAML) for --steps batches: batches/s, tokens/s, efficiency, shapes."""
+    cfg = load_config(config, source=source)
+    if workers is not None:
+        cfg = cfg.replace(workers=workers)
+    console = make_console(stderr=json_out == "-")
+    err = make_console(stderr=True)
+    report = run_pipeline(cfg, steps, progress=_bar(err))
+    table = Table(title=f"{config}: {report['config']['mode']} pipeline on {cfg.source.path}", title_justify="left")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    plan = report["plan_efficiency"]
+    for name, value in [("documents", f"{report['documents']:,}"), ("batches", f"{report['batches']:,}"),
+                        ("build (plan, open source)", f"{report['build_s']:.2f} s"),
+                        ("first batch", f"{report['startup_s']:.2f} s"),
+                        ("batches/s", f"{report['batches_per_s']:,.1f}"),
+                        ("tokens/s (slots)", f"{report['tokens_per_s']:,.0f}"),
+                        ("real tokens/s", f"{report['real_tokens_per_s']:,.0f}"),
+                        ("efficiency (batches run)", f"{report['efficiency']:.2%}"),
+                        ("efficiency (whole plan)", "-" if plan is None else f"{plan:.2%}"),
+                        ("distinct shapes", ", ".join(f"{r}x{t}" for r, t in report["shapes"])),
+                        ("format", report["format"]), ("workers", str(cfg.workers))]:
+        table.add_row(name, value)
+    console.print(table)
+    if json_out:
+        text = json.dumps(report, indent=2)
+        if json_out == "-":
+            click.echo(text)
+        else:
+            atomic_write_text(json_out, text + "\n")
