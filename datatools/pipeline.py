@@ -4,7 +4,7 @@ A config (see ``configs/``)::
 
     source: {path: demo_data/store}          # token store, Parquet, Arrow, JSONL, HF dir, NumPy dir
     shuffle: {kind: block, io_block_size: 64, window_blocks: 1024}   # none | full | block
-    packing: {mode: streaming, ctx: 8192, algorithm: best_fit, window: 1024}
+    packing: {mode: streaming, ctx: 8192, window: 1024}
     # or   bucketing: {num_buckets: 4, tile: 128, max_len: 2048, token_budget: 65536}
     batch_size: 32
     format: maxtext                          # datatools | maxtext | levanter | hf
@@ -63,7 +63,8 @@ class PackingConfig:
     ctx: int = field(minimum=1, doc="row length (tokens)")
     mode: str = field("planned", choices=("planned", "streaming"))
     algorithm: str | None = field(None, choices=ALGORITHMS,
-                                  doc="default: best_fit_decreasing (planned), best_fit (streaming)")
+                                  doc="default: best_fit_decreasing (over all documents when planned, "
+                                      "within each window when streaming)")
     max_segments: int | None = field(None, minimum=1)
     align: int = field(1, minimum=1)
     overflow: str = field("split", choices=OVERFLOW_POLICIES)
@@ -75,7 +76,7 @@ class PackingConfig:
 
     @property
     def resolved_algorithm(self) -> str:
-        return self.algorithm or ("best_fit_decreasing" if self.mode == "planned" else "best_fit")
+        return self.algorithm or "best_fit_decreasing"
 
 
 @dataclass(frozen=True)
@@ -241,7 +242,7 @@ def build_canonical(cfg: PipelineConfig, documents=None) -> Built:
     if p is not None:
         rows = StreamingPackIterDataset(stream, ctx=p.ctx, window=p.window, algorithm=p.resolved_algorithm,
                                         max_segments=p.max_segments, align=p.align, overflow=p.overflow,
-                                        pad_id=cfg.pad_id)
+                                        pad_id=cfg.pad_id, seed=cfg.seed)
         return Built(rows.batch(cfg.batch_size, drop_remainder=cfg.drop_remainder), cfg, len(docs),
                      [(cfg.batch_size, p.ctx)])
     b = cfg.bucketing

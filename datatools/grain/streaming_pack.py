@@ -41,7 +41,11 @@ class _StreamingPackIterator(grain.DatasetIterator):
             plan = pack_lengths(source.lengths(), ds.ctx, algorithm=ds.algorithm, max_segments=ds.max_segments,
                                 align=ds.align, overflow=ds.overflow)
             if plan.num_rows:
-                self._rows = materialize(plan, source.tokens, source.offsets, pad_id=ds.pad_id)
+                order = None
+                if ds.shuffle_rows:  # decreasing packers emit long documents first: mix the window's rows
+                    key = [ds.seed, len(source), int(source.offsets[-1]), plan.num_rows]
+                    order = np.random.default_rng(key).permutation(plan.num_rows)
+                self._rows = materialize(plan, source.tokens, source.offsets, order, pad_id=ds.pad_id)
                 self._num_rows, self._next_row = plan.num_rows, 0
                 return True
 
@@ -71,8 +75,10 @@ class StreamingPackIterDataset(grain.IterDataset):
 
     For sources whose lengths are not known ahead (Parquet streams, filtered or
     chunked documents). The iterator reads ``window`` documents, plans them with the
-    datatools packer (``best_fit`` by default; any of :data:`datatools.ALGORITHMS`)
-    and emits the window's rows, then reads the next window. Memory: one window.
+    datatools packer (``best_fit_decreasing`` by default: best fit, largest pieces
+    first, within the window; any of :data:`datatools.ALGORITHMS`) and emits the
+    window's rows in a shuffled order (seeded by ``seed`` and the window), then reads
+    the next window. Memory: one window.
 
     Checkpoints are exact and small: the state is the parent's state at the start of
     the current window plus the number of rows already emitted from it; restoring
@@ -91,12 +97,16 @@ class StreamingPackIterDataset(grain.IterDataset):
       algorithm, max_segments, align, overflow: as :func:`datatools.pack_lengths`.
       feature: the dict key of the tokens when elements are dicts.
       pad_id: token id written at padding.
+      shuffle_rows: emit each window's rows in a seeded random order (else plan order).
+      seed: seed of that order.
     """
 
-    def __init__(self, parent: grain.IterDataset, *, ctx: int, window: int = 1024, algorithm: str = "best_fit",
+    def __init__(self, parent: grain.IterDataset, *, ctx: int, window: int = 1024, algorithm: str = "best_fit_decreasing",
                  max_segments: int | None = None, align: int = 1, overflow: str = "split", feature: str = "tokens",
-                 pad_id: int = 0):
+                 pad_id: int = 0, shuffle_rows: bool = True, seed: int = 0):
         super().__init__(parent)
+        self.shuffle_rows = bool(shuffle_rows)
+        self.seed = check_int(seed, "seed", minimum=0)
         self.ctx = check_int(ctx, "ctx", minimum=1)
         self.window = check_int(window, "window", minimum=1)
         self.algorithm = check_choice(algorithm, "algorithm", ALGORITHMS)
