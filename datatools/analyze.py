@@ -376,11 +376,11 @@ def length_stats(lengths: np.ndarray) -> dict:
 
 
 def default_contexts(lengths: np.ndarray, tile: int, *, cap: int = 32768) -> list[int]:
-    """Tile-aligned candidates around the distribution: p90, p99, the power of two at or above p99, and the
-    longest document (each at most ``cap`` tokens)."""
+    """Tile-aligned candidates around the distribution: p90, p99, and the powers of two at or above p99 and
+    twice that (each at most ``cap`` tokens)."""
     p90, p99 = np.percentile(lengths, [90, 99])
     pow2 = 1 << max(int(np.ceil(np.log2(max(p99, 1)))), 0)
-    raw = [p90, p99, pow2, lengths.max()]
+    raw = [p90, p99, pow2, 2 * pow2]
     return sorted({min(tile_align(max(int(np.ceil(x)), 1), tile), tile_align(cap, tile)) for x in raw})
 
 
@@ -529,7 +529,7 @@ def analyze(lengths, *, contexts=None, tile: int = 128, buckets: int = 4, max_se
         r["speedup_bound"] = r["efficiency"] / base if base else None
     report.update({"contexts": contexts, "tile": tile, "buckets": buckets, "window": window,
                    "max_segments": max_segments, "strategies": results})
-    report["recommendation"] = recommend(report)
+    report["recommendation"] = recommend(report, prep)
     return report
 
 
@@ -539,13 +539,27 @@ MAXTEXT_PACKING = {"first_fit": "first_fit", "best_fit": "best_fit", "first_fit_
                    "best_fit_decreasing": "best_fit", "next_fit": "first_fit", "concat_split": "concat_then_split"}
 
 
-def recommend(report: dict) -> dict:
+SEGMENT_CAPS = (4, 8, 16, 32, 64, 128, 256)
+
+
+def _segment_cap(prep: Prepared, ctx: int, name: str, efficiency: float, window: int) -> int | None:
+    """The smallest cap on documents per row that costs under half a point of efficiency (None: no cap does)."""
+    for cap in SEGMENT_CAPS:
+        capped = simulate(prep, ctx, name, max_segments=cap, window=window)
+        if capped["efficiency"] >= efficiency - 0.005:
+            return cap
+    return None
+
+
+def recommend(report: dict, prep: Prepared | None = None) -> dict:
     """Pick a ctx and a strategy, with a datatools pipeline snippet and the MaxText settings.
 
     ctx: the smallest evaluated ctx at or above the p99 length (few documents split),
     else the largest. Strategy: padding when it already wastes under 5%; otherwise
     the most efficient packer that keeps documents whole (ties: best_fit_decreasing),
-    and concat_split only when it beats that by more than one point.
+    and concat_split only when it beats that by more than one point. max_segments
+    (MaxText's ``max_segments_per_seq``): the given cap, else the smallest of
+    :data:`SEGMENT_CAPS` that loses under half a point of efficiency (needs ``prep``).
     """
     p99 = report["lengths"]["p99"]
     contexts = report["contexts"]
@@ -562,7 +576,11 @@ def recommend(report: dict) -> dict:
         if cs and cs["efficiency"] > choice["efficiency"] + 0.01:
             choice = cs
     name = choice["name"]
-    max_segments = report.get("max_segments") or int(choice.get("max_docs_per_row", 1))
+    max_segments = report.get("max_segments")
+    if max_segments is None and name != "pad":
+        max_segments = int(choice["max_docs_per_row"])
+        if prep is not None:  # attention kernels want a small fixed cap: the smallest that costs ~nothing
+            max_segments = _segment_cap(prep, ctx, name, choice["efficiency"], report["window"]) or max_segments
     reasons = []
     if pad:
         reasons.append(f"padding to {ctx} keeps {pad['efficiency']:.1%} of the compute for real tokens")

@@ -1,0 +1,86 @@
+"""``datatools analyze-padding PATH``: how much compute goes to padding, and what to change."""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import contextmanager
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from datatools._io import atomic_write_text
+from datatools.analyze import STRATEGIES, analyze
+from datatools.cli import cli, make_console
+from datatools.readers import BIN_DTYPES, open_tokens, read_lengths
+from datatools.report_padding import plot, render
+
+
+@contextmanager
+def _progress(console, total: int, what: str):
+    """A transient bar on stderr (terminals only); yields ``advance(n=1)``."""
+    if not console.is_terminal:
+        yield lambda *a, **k: None
+        return
+    with Progress(TextColumn(f"[bold]{what}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        task = progress.add_task(what, total=total)
+        yield lambda *a, **k: progress.advance(task)
+
+
+@cli.command("analyze-padding")
+@click.argument("path", type=click.Path())
+@click.option("--column", default=None, help="Token (list of ints) or text column; detected when unambiguous.")
+@click.option("--tokenizer", type=click.Path(), default=None, help="tokenizers JSON file, for a text column.")
+@click.option("--ctx", "contexts", type=int, multiple=True, help="Context length to evaluate (repeatable). "
+              "Default: tile-aligned p90, p99, the power of two above p99, and the longest document.")
+@click.option("--tile", type=int, default=128, show_default=True, help="Accelerator tile (tokens).")
+@click.option("--buckets", type=int, default=4, show_default=True, help="Buckets for the bucket strategy.")
+@click.option("--max-segments", type=int, default=None, help="Cap on documents per packed row.")
+@click.option("--window", type=int, default=256, show_default=True,
+              help="Open rows of the streaming first/best fit (Grain's num_packing_bins).")
+@click.option("--eos-id", type=int, default=None, help="Document separator of a flat .bin/.npy token file.")
+@click.option("--bin-dtype", type=click.Choice(BIN_DTYPES), default="uint16", show_default=True,
+              help="Token dtype of a .bin file.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              help="Write the report as JSON to FILE, or '-' for stdout (then nothing else goes to stdout).")
+@click.option("--plot", "plot_out", type=click.Path(dir_okay=False), default=None,
+              help="Write a PNG: the length histogram beside each strategy's efficiency.")
+def analyze_padding_command(path, column, tokenizer, contexts, tile, buckets, max_segments, window, eos_id, bin_dtype,
+                            json_out, plot_out):
+    """Length distribution of PATH, the padding waste of every strategy, and a recommendation."""
+    for c in contexts:
+        if c < 1:
+            raise click.BadParameter(f"ctx must be >= 1, got {c}", param_hint="--ctx")
+    for name, value in (("--tile", tile), ("--buckets", buckets), ("--window", window)):
+        if value < 1:
+            raise click.BadParameter(f"must be >= 1, got {value}", param_hint=name)
+    if max_segments is not None and max_segments < 1:
+        raise click.BadParameter(f"must be >= 1, got {max_segments}", param_hint="--max-segments")
+    err = make_console(stderr=True)
+    t0 = time.perf_counter()
+    inp = open_tokens(path, column=column, tokenizer=tokenizer, eos_id=eos_id, bin_dtype=bin_dtype)
+    with _progress(err, inp.num_shards, "reading lengths") as advance:
+        lengths = read_lengths(inp, progress=lambda done, nbytes: advance())
+    if lengths.size == 0:
+        raise ValueError(f"{path}: no documents found")
+    read_s = time.perf_counter() - t0
+    n_ctx = len(contexts) if contexts else 4
+    with _progress(err, n_ctx * len(STRATEGIES), "simulating strategies") as advance:
+        report = analyze(lengths, contexts=list(contexts) or None, tile=tile, buckets=buckets,
+                         max_segments=max_segments, window=window, progress=advance)
+    report["source"] = str(path)
+    report["read_seconds"] = read_s
+    report["input_bytes"] = inp.nbytes
+    report["analyze_seconds"] = time.perf_counter() - t0 - read_s
+    console = make_console(stderr=json_out == "-")
+    render(report, console, source=str(path))
+    if plot_out:
+        plot(report, plot_out, source=str(path))
+        console.print(f"plot written to {plot_out}")
+    if json_out:
+        text = json.dumps(report, indent=2)
+        if json_out == "-":
+            click.echo(text)
+        else:
+            atomic_write_text(json_out, text + "\n")
