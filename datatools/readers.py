@@ -141,7 +141,7 @@ def open_tokens(path: str | os.PathLike, *, column: str | None = None, tokenizer
     if any(s.kind == "text" for s in shards):
         raise ValueError(f"{shards[0].files[0]}: plain text files have no token column; "
                          f"pre-tokenize them first (datatools pretokenize)")
-    where = shards[0].describe()
+    where = shards[0].files[0]
     col = detect_column(_schema_names(shards[0]), column, where)
     inp = TokenInput(path, "table", column=col, shards=shards,
                      nbytes=sum(os.path.getsize(f) for f in dict.fromkeys(x for s in shards for x in s.files)))
