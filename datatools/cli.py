@@ -33,7 +33,7 @@ def make_console(stderr: bool = False):
 
 def _register_subcommands() -> None:
     # Importing a subcommand module adds its command to ``cli``.
-    from datatools import cli_analyze, cli_pipeline, cli_pretokenize, cli_shuffle  # noqa: F401
+    from datatools import cli_analyze, cli_pipeline, cli_pretokenize, cli_shuffle, cli_train  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,64 @@
+"""``datatools train CONFIG``: train the configured model on the configured pipeline; loss, tokens/s, MFU per step."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from datatools._io import atomic_write_text
+from datatools.cli import cli, make_console
+from datatools.train.loop import load_train_config, train
+
+
+@cli.command("train")
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.option("--steps", type=click.IntRange(min=1), default=None, help="Override train.steps.")
+@click.option("--source", default=None, help="Override the config's source path.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              help="Write the summary and per-step records as JSON to FILE, or '-' for stdout.")
+def train_command(config, steps, source, json_out):
+    """Train the CONFIG's model on its pipeline: loss, tokens/s, efficiency and MFU per step."""
+    cfg = load_train_config(config, steps=steps, source=source)
+    console = make_console(stderr=json_out == "-")
+    err = make_console(stderr=True)
+    console.print(f"model: {cfg.model.num_params():,} parameters ({cfg.model.n_layers} layers, d_model "
+                  f"{cfg.model.d_model}); pipeline: {cfg.pipeline.source.path}")
+    every = cfg.train.log_every
+
+    def log(rec):
+        if rec["step"] == 1 or rec["step"] % every == 0:
+            console.print(f"step {rec['step']:>5}  loss {rec['loss']:.4f}  {rec['rows']}x{rec['shape'][1]}  "
+                          f"tokens/s {rec['tokens_per_s']:>10,.0f}  useful/s {rec['useful_tokens_per_s']:>10,.0f}  "
+                          f"efficiency {rec['efficiency']:6.1%}  MFU {rec['mfu']:6.2%}"
+                          + ("  (includes compilation)" if rec["step"] == 1 else ""))
+
+    if err.is_terminal:
+        with Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=err, transient=True) as progress:
+            task = progress.add_task("train", total=cfg.train.steps)
+            result = train(cfg, on_step=lambda r: (log(r), progress.advance(task)))
+    else:
+        result = train(cfg, on_step=log)
+    s = result["summary"]
+    table = Table(title=f"{config}: {s['steps']} steps (rates exclude the first, compiling, step)",
+                  title_justify="left")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for name, value in [("final loss", f"{s['final_loss']:.4f}"), ("tokens/s", f"{s['tokens_per_s']:,.0f}"),
+                        ("useful tokens/s", f"{s['useful_tokens_per_s']:,.0f}"),
+                        ("efficiency", f"{s['efficiency']:.2%}"),
+                        ("MFU", f"{s['mfu']:.2%} of {s['peak_flops'] / 1e12:,.2f} TFLOP/s ({s['peak_source']})"),
+                        ("compilations", str(s["compilations"])),
+                        ("shapes", ", ".join(f"{r}x{t}" for r, t in s["shapes"])),
+                        ("first step (compile)", f"{s['first_step_s']:.2f} s")]:
+        table.add_row(name, value)
+    console.print(table)
+    if json_out:
+        text = json.dumps(result, indent=2, default=list)
+        if json_out == "-":
+            click.echo(text)
+        else:
+            atomic_write_text(json_out, text + "\n")

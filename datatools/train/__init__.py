@@ -1,0 +1,1 @@
+"""JAX training on datatools pipelines (extra ``datatools[jax]``): model, step, MFU accounting, loop."""

@@ -1,0 +1,80 @@
+"""FLOP accounting and MFU.
+
+Model FLOPs of a training step, counted on useful tokens only (padding is not
+useful work), forward + backward = 3 x forward:
+
+    flops = 6 * N * T_useful  +  6 * L * d_model * sum over document pieces s * (s + 1)
+
+* ``N``: parameters in the matmuls (attention and MLP weights, the output
+  projection; not the embedding lookup);
+* ``T_useful``: real (non-padding) tokens in the batch;
+* the second term is attention: per layer and piece of s tokens, causal QK^T
+  and AV each compute s(s+1)/2 query-key pairs of d_model multiply-adds
+  (2 * d_model FLOPs), so 2 * d_model * s(s+1) forward FLOPs, times 3 for
+  training. Only pairs inside a document count, so packing does not inflate it
+  and padding does not count.
+
+MFU = flops / step seconds / peak FLOP/s of the devices used. Peaks (dense bf16,
+per chip) are in :data:`PEAK_FLOPS`; on a CPU the peak is measured (a float32
+matmul) by :func:`measured_cpu_peak`.
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from datatools.train.model import ModelConfig
+
+# Dense bf16 peak FLOP/s per chip, from the vendors' data sheets.
+PEAK_FLOPS = {
+    "A100": 312e12,
+    "H100": 989e12,  # SXM
+    "H200": 989e12,
+    "TPU v5p": 459e12,
+    "TPU v6e": 918e12,
+}
+
+
+def segment_lengths_sq(segment_ids: np.ndarray) -> int:
+    """sum over pieces of s * (s + 1), s the piece's tokens (segment runs within each row)."""
+    seg = np.asarray(segment_ids)
+    total = 0
+    for row in seg:
+        counts = np.bincount(row[row > 0])
+        counts = counts[counts > 0].astype(np.int64)
+        total += int((counts * (counts + 1)).sum())
+    return total
+
+
+def step_flops(cfg: ModelConfig, useful_tokens: int, pair_sum: int) -> float:
+    """Training FLOPs of one step on ``useful_tokens`` real tokens (see the module docstring)."""
+    return 6.0 * cfg.num_params() * useful_tokens + 6.0 * cfg.n_layers * cfg.d_model * pair_sum
+
+
+def device_peak(devices=None) -> tuple[float, str]:
+    """(peak FLOP/s of the devices, how it was found): the table for GPUs/TPUs, a measured matmul on CPU."""
+    devices = devices or jax.local_devices()
+    kind = devices[0].device_kind
+    for name, peak in PEAK_FLOPS.items():
+        if name.replace("TPU ", "").lower() in kind.lower():
+            return peak * len(devices), f"{name} bf16 peak x {len(devices)}"
+    if devices[0].platform == "cpu":
+        return measured_cpu_peak(), "measured CPU float32 matmul"
+    return float("nan"), f"unknown device {kind!r}"
+
+
+def measured_cpu_peak(n: int = 1024, repeats: int = 5) -> float:
+    """FLOP/s of a float32 (n x n) @ (n x n) matmul on the CPU, best of ``repeats``."""
+    a = jnp.ones((n, n), jnp.float32)
+    f = jax.jit(lambda x: x @ x)
+    f(a).block_until_ready()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        f(a).block_until_ready()
+        best = min(best, time.perf_counter() - t0)
+    return 2.0 * n**3 / best

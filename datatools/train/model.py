@@ -1,0 +1,138 @@
+"""A small decoder-only transformer in JAX: pre-norm (RMSNorm), RoPE, segment-aware causal attention.
+
+Parameters are a plain pytree (dict of arrays), so the model needs nothing beyond
+jax. Attention lets token t see token s only when s <= t, both are in the same
+segment, and neither is padding (segment 0): packed documents never see each
+other. RoPE rotates by the per-segment ``positions`` (0 at each document's start),
+so a document packed at offset 700 is computed exactly as if it were alone.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+
+from datatools.config import field
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Model size. ``tiny`` presets run on a CPU; ~100M parameters is d_model 768, 12 layers, 12 heads."""
+
+    vocab_size: int = field(4096, minimum=2)
+    d_model: int = field(128, minimum=8)
+    n_layers: int = field(2, minimum=1)
+    n_heads: int = field(4, minimum=1)
+    d_ff: int | None = field(None, minimum=1, doc="default 4 * d_model")
+    rope_theta: float = field(10000.0, minimum=1.0)
+    dtype: str = field("float32", choices=("float32", "bfloat16"), doc="activations and matmuls")
+
+    def check(self, where: str) -> None:
+        if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
+            raise ValueError(f"config: {where}.d_model={self.d_model} must split into {self.n_heads} heads of an "
+                             "even size")
+
+    @property
+    def ff(self) -> int:
+        return self.d_ff or 4 * self.d_model
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def num_params(self, *, embeddings: bool = False) -> int:
+        """Parameters N (the 6N in the FLOP count excludes the input embedding by default)."""
+        d, f = self.d_model, self.ff
+        per_layer = 4 * d * d + 3 * d * f + 2 * d
+        n = self.n_layers * per_layer + d + d * self.vocab_size  # + final norm + output projection
+        return n + (self.vocab_size * d if embeddings else 0)
+
+
+def init_params(cfg: ModelConfig, key: jax.Array) -> dict:
+    """Parameters (float32): scaled normal init; the output projection is separate from the embedding."""
+    d, f, v = cfg.d_model, cfg.ff, cfg.vocab_size
+    keys = iter(jax.random.split(key, 2 + 7 * cfg.n_layers))
+
+    def normal(shape, scale):
+        return jax.random.normal(next(keys), shape, jnp.float32) * scale
+
+    layers = []
+    for _ in range(cfg.n_layers):
+        layers.append({
+            "attn_norm": jnp.ones((d,), jnp.float32),
+            "wq": normal((d, d), d ** -0.5), "wk": normal((d, d), d ** -0.5), "wv": normal((d, d), d ** -0.5),
+            "wo": normal((d, d), (2 * cfg.n_layers * d) ** -0.5),
+            "mlp_norm": jnp.ones((d,), jnp.float32),
+            "w_gate": normal((d, f), d ** -0.5), "w_up": normal((d, f), d ** -0.5),
+            "w_down": normal((f, d), (2 * cfg.n_layers * f) ** -0.5),
+        })
+    return {"embed": normal((v, d), 1.0), "layers": layers, "final_norm": jnp.ones((d,), jnp.float32),
+            "unembed": normal((d, v), d ** -0.5)}
+
+
+def _rms_norm(x, scale):
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + 1e-6)
+    return (y * scale).astype(x.dtype)
+
+
+def _rope(x, positions, theta):
+    """Rotate (B, T, H, D) by per-token positions (B, T)."""
+    half = x.shape[-1] // 2
+    freqs = theta ** (-jnp.arange(half, dtype=jnp.float32) / half)
+    angles = positions.astype(jnp.float32)[..., None] * freqs  # (B, T, half)
+    cos, sin = jnp.cos(angles)[:, :, None, :], jnp.sin(angles)[:, :, None, :]
+    x1, x2 = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
+
+
+def attention_mask(segment_ids: jax.Array) -> jax.Array:
+    """(B, 1, T, T) bool: causal AND same segment AND not padding."""
+    t = segment_ids.shape[1]
+    causal = jnp.tril(jnp.ones((t, t), bool))
+    same = segment_ids[:, :, None] == segment_ids[:, None, :]
+    real = (segment_ids > 0)[:, :, None]
+    return (causal[None] & same & real)[:, None]
+
+
+def forward(params: dict, cfg: ModelConfig, tokens, segment_ids, positions) -> jax.Array:
+    """Logits (B, T, vocab), float32."""
+    dt = jnp.dtype(cfg.dtype)
+    b, t = tokens.shape
+    h, hd = cfg.n_heads, cfg.head_dim
+    x = params["embed"][tokens].astype(dt)
+    mask = attention_mask(segment_ids)
+    for layer in params["layers"]:
+        y = _rms_norm(x, layer["attn_norm"])
+        q = (y @ layer["wq"].astype(dt)).reshape(b, t, h, hd)
+        k = (y @ layer["wk"].astype(dt)).reshape(b, t, h, hd)
+        v = (y @ layer["wv"].astype(dt)).reshape(b, t, h, hd)
+        q, k = _rope(q, positions, cfg.rope_theta), _rope(k, positions, cfg.rope_theta)
+        scores = jnp.einsum("bthd,bshd->bhts", q, k).astype(jnp.float32) / math.sqrt(hd)
+        scores = jnp.where(mask, scores, -1e30)
+        probs = jax.nn.softmax(scores, axis=-1)
+        probs = jnp.where(mask, probs, 0.0).astype(dt)  # padding queries attend to nothing
+        o = jnp.einsum("bhts,bshd->bthd", probs, v).reshape(b, t, cfg.d_model)
+        x = x + o @ layer["wo"].astype(dt)
+        y = _rms_norm(x, layer["mlp_norm"])
+        gate = jax.nn.silu(y @ layer["w_gate"].astype(dt))
+        x = x + (gate * (y @ layer["w_up"].astype(dt))) @ layer["w_down"].astype(dt)
+    x = _rms_norm(x, params["final_norm"])
+    return (x @ params["unembed"].astype(dt)).astype(jnp.float32)
+
+
+def loss_fn(params: dict, cfg: ModelConfig, batch: dict) -> tuple[jax.Array, jax.Array]:
+    """(mean next-token cross-entropy over the loss mask, number of targets).
+
+    Position t predicts token t + 1 where ``loss_mask[t]`` is 1, which is never at
+    padding nor at a document's last token: no target crosses a document."""
+    logits = forward(params, cfg, batch["tokens"], batch["segment_ids"], batch["positions"])
+    targets = jnp.concatenate([batch["tokens"][:, 1:], jnp.zeros_like(batch["tokens"][:, :1])], axis=1)
+    weights = batch["loss_mask"].astype(jnp.float32)
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
+    count = weights.sum()
+    return (nll * weights).sum() / jnp.maximum(count, 1.0), count

@@ -1,0 +1,85 @@
+"""The jitted, data-parallel training step.
+
+``train_step(state, batch) -> (state, metrics)`` is compiled once per batch shape,
+donates the old state's buffers, and runs data-parallel over every local device:
+a 1-D mesh ``("data",)``, the batch sharded along its first axis, parameters and
+optimizer state replicated (XLA inserts the gradient all-reduce).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from datatools.config import field
+from datatools.train.model import ModelConfig, init_params, loss_fn
+
+BATCH_KEYS = ("tokens", "segment_ids", "positions", "loss_mask")
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    learning_rate: float = field(3e-3, minimum=0.0)
+    warmup_steps: int = field(10, minimum=0)
+    weight_decay: float = field(0.01, minimum=0.0)
+    grad_clip: float = field(1.0, minimum=0.0)
+
+
+def make_optimizer(cfg: OptimizerConfig, total_steps: int) -> optax.GradientTransformation:
+    schedule = optax.warmup_cosine_decay_schedule(0.0, cfg.learning_rate, max(cfg.warmup_steps, 1),
+                                                  max(total_steps, cfg.warmup_steps + 1))
+    return optax.chain(optax.clip_by_global_norm(cfg.grad_clip) if cfg.grad_clip else optax.identity(),
+                       optax.adamw(schedule, weight_decay=cfg.weight_decay))
+
+
+class Trainer:
+    """Holds the mesh, the shardings, the optimizer and the jitted step.
+
+    Args:
+      model: the model config.
+      optimizer: the optimizer config.
+      total_steps: for the learning-rate schedule.
+      devices: the devices of the data-parallel mesh (default: all local devices).
+    """
+
+    def __init__(self, model: ModelConfig, optimizer: OptimizerConfig, total_steps: int, devices=None):
+        self.model = model
+        self.devices = list(devices or jax.local_devices())
+        self.mesh = Mesh(np.array(self.devices), ("data",))
+        self.replicated = NamedSharding(self.mesh, PartitionSpec())
+        self.batch_sharding = NamedSharding(self.mesh, PartitionSpec("data"))
+        self.tx = make_optimizer(optimizer, total_steps)
+        cfg, tx = model, self.tx
+
+        def step(state, batch):
+            (loss, count), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"], cfg, batch)
+            updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+            params = optax.apply_updates(state["params"], updates)
+            metrics = {"loss": loss, "targets": count, "grad_norm": optax.global_norm(grads)}
+            return {"params": params, "opt_state": opt_state, "step": state["step"] + 1}, metrics
+
+        self.train_step = jax.jit(step, donate_argnums=(0,), out_shardings=(self.replicated, self.replicated))
+
+    def init_state(self, seed: int = 0) -> dict:
+        params = init_params(self.model, jax.random.PRNGKey(seed))
+        state = {"params": params, "opt_state": self.tx.init(params), "step": jnp.zeros((), jnp.int32)}
+        return jax.device_put(state, self.replicated)
+
+    def put_batch(self, batch: dict) -> dict:
+        """A host batch (this process's rows) as a global array sharded over the mesh's data axis.
+
+        The rows must divide evenly over the local devices."""
+        rows = batch["tokens"].shape[0]
+        if rows % len(self.devices):
+            raise ValueError(f"batch of {rows} rows does not split over {len(self.devices)} devices")
+        return {k: jax.make_array_from_process_local_data(self.batch_sharding, np.asarray(batch[k], np.int32))
+                for k in BATCH_KEYS}
+
+    def compilations(self) -> int:
+        """Programs compiled so far for the step (one per distinct batch shape)."""
+        return self.train_step._cache_size()  # pylint: disable=protected-access
