@@ -69,8 +69,9 @@ def _host_sharded(cfg: PipelineConfig) -> PipelineConfig:
     return cfg
 
 
-def train(cfg: TrainConfig, *, on_step=None, documents=None) -> dict:
-    """Run ``cfg.train.steps`` steps (fewer if the data ends). ``on_step(record)`` is called after each step.
+def train(cfg: TrainConfig, *, on_step=None, documents=None, stop_after_useful_tokens: int | None = None) -> dict:
+    """Run ``cfg.train.steps`` steps (fewer if the data ends, or once ``stop_after_useful_tokens`` real tokens
+    have been trained on). ``on_step(record)`` is called after each step.
 
     Each record: ``step``, ``loss``, ``seconds``, ``rows``, ``tokens`` (slots),
     ``useful_tokens``, ``efficiency``, ``tokens_per_s``, ``useful_tokens_per_s``,
@@ -109,6 +110,8 @@ def train(cfg: TrainConfig, *, on_step=None, documents=None) -> dict:
             records.append(rec)
             if on_step:
                 on_step(rec)
+            if stop_after_useful_tokens and sum(r["useful_tokens"] for r in records) >= stop_after_useful_tokens:
+                break
     finally:
         close = getattr(it, "close", None)
         if close:
@@ -118,6 +121,8 @@ def train(cfg: TrainConfig, *, on_step=None, documents=None) -> dict:
     summary = {
         "steps": len(records),
         "first_step_s": records[0]["seconds"] if records else float("nan"),
+        "wall_s": sum(r["seconds"] for r in records),
+        "total_useful_tokens": sum(r["useful_tokens"] for r in records),
         "seconds": secs,
         "useful_tokens": sum(r["useful_tokens"] for r in steady),
         "tokens_per_s": sum(r["tokens"] for r in steady) / secs if secs else 0.0,

@@ -60,7 +60,7 @@ class Trainer:
             (loss, count), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"], cfg, batch)
             updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
             params = optax.apply_updates(state["params"], updates)
-            metrics = {"loss": loss, "targets": count, "grad_norm": optax.global_norm(grads)}
+            metrics = {"loss": loss, "targets": count, "grad_norm": optax.tree.norm(grads)}
             return {"params": params, "opt_state": opt_state, "step": state["step"] + 1}, metrics
 
         self.train_step = jax.jit(step, donate_argnums=(0,), out_shardings=(self.replicated, self.replicated))
