@@ -38,7 +38,7 @@ import numpy as np
 
 from datatools._validate import as_lengths, check_int
 from datatools.bucket import _optimal_boundaries
-from datatools.pack import _presence_clear, _presence_next, _presence_set
+from datatools.pack import _max_tree_first, _max_tree_set, _presence_clear, _presence_next, _presence_set
 from datatools.tiles import tile_align
 
 STRATEGIES = ("pad", "bucket", "next_fit", "first_fit", "best_fit", "first_fit_decreasing", "best_fit_decreasing",
@@ -138,11 +138,7 @@ def _windowed_first_fit(sizes, capacity, bins, max_segments):
                 tree[size + b] = capacity
             for node in range(size - 1, 0, -1):
                 tree[node] = max(tree[2 * node], tree[2 * node + 1])
-        node = 1
-        while node < size:
-            node = 2 * node
-            if tree[node] < s:
-                node += 1
+        node = _max_tree_first(tree, size, s)
         b = node - size
         if b >= opened:
             opened = b + 1
@@ -151,11 +147,7 @@ def _windowed_first_fit(sizes, capacity, bins, max_segments):
         v = tree[node] - s
         if max_segments > 0 and segs[b] >= max_segments:
             v = -1
-        tree[node] = v
-        node >>= 1
-        while node >= 1:
-            tree[node] = max(tree[2 * node], tree[2 * node + 1])
-            node >>= 1
+        _max_tree_set(tree, node, v)
     return rows + opened, most
 
 
@@ -247,11 +239,7 @@ def _first_fit_decreasing_rows(sizes, runs, capacity, max_segments, max_rows):
         s = sizes[j]
         m = runs[j]
         while m > 0:
-            node = 1
-            while node < size:
-                node = 2 * node
-                if tree[node] < s:
-                    node += 1
+            node = _max_tree_first(tree, size, s)
             r = node - size
             if r >= rows:
                 rows = r + 1
@@ -264,14 +252,7 @@ def _first_fit_decreasing_rows(sizes, runs, capacity, max_segments, max_rows):
             v = tree[node] - k * s
             if max_segments > 0 and segs[r] >= max_segments:
                 v = -1
-            tree[node] = v
-            node >>= 1
-            while node >= 1:
-                mx = max(tree[2 * node], tree[2 * node + 1])
-                if tree[node] == mx:
-                    break
-                tree[node] = mx
-                node >>= 1
+            _max_tree_set(tree, node, v)
     return rows, most
 
 

@@ -31,6 +31,21 @@ def make_console(stderr: bool = False):
     return console
 
 
+def emit_json(json_out: str | None, payload) -> None:
+    """Write ``payload`` as JSON to the file ``json_out`` (atomically), or to stdout when it is ``-``."""
+    if not json_out:
+        return
+    import json
+
+    from datatools._io import atomic_write_text
+
+    text = json.dumps(payload, indent=2, default=list)
+    if json_out == "-":
+        click.echo(text)
+    else:
+        atomic_write_text(json_out, text + "\n")
+
+
 def _register_subcommands() -> None:
     # Importing a subcommand module adds its command to ``cli``.
     from datatools import cli_analyze, cli_pipeline, cli_pretokenize, cli_shuffle, cli_train  # noqa: F401

@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import time
-from contextlib import contextmanager
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from datatools._io import atomic_write_text
 from datatools.analyze import STRATEGIES, analyze
-from datatools.cli import cli, make_console
+from datatools.cli import cli, emit_json, make_console
+from datatools.progress import count_progress
 from datatools.readers import BIN_DTYPES, open_tokens, read_lengths
 from datatools.report_padding import plot, render
-
-
-@contextmanager
-def _progress(console, total: int, what: str):
-    """A transient bar on stderr (terminals only); yields ``advance(n=1)``."""
-    if not console.is_terminal:
-        yield lambda *a, **k: None
-        return
-    with Progress(TextColumn(f"[bold]{what}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
-        task = progress.add_task(what, total=total)
-        yield lambda *a, **k: progress.advance(task)
 
 
 @cli.command("analyze-padding")
@@ -60,13 +45,13 @@ def analyze_padding_command(path, column, tokenizer, contexts, tile, buckets, ma
     err = make_console(stderr=True)
     t0 = time.perf_counter()
     inp = open_tokens(path, column=column, tokenizer=tokenizer, eos_id=eos_id, bin_dtype=bin_dtype)
-    with _progress(err, inp.num_shards, "reading lengths") as advance:
+    with count_progress(err, inp.num_shards, "reading lengths") as advance:
         lengths = read_lengths(inp, progress=lambda done, nbytes: advance())
     if lengths.size == 0:
         raise ValueError(f"{path}: no documents found")
     read_s = time.perf_counter() - t0
     n_ctx = len(contexts) if contexts else 4
-    with _progress(err, n_ctx * len(STRATEGIES), "simulating strategies") as advance:
+    with count_progress(err, n_ctx * len(STRATEGIES), "simulating strategies") as advance:
         report = analyze(lengths, contexts=list(contexts) or None, tile=tile, buckets=buckets,
                          max_segments=max_segments, window=window, progress=advance)
     report["source"] = str(path)
@@ -78,9 +63,4 @@ def analyze_padding_command(path, column, tokenizer, contexts, tile, buckets, ma
     if plot_out:
         plot(report, plot_out, source=str(path))
         console.print(f"plot written to {plot_out}")
-    if json_out:
-        text = json.dumps(report, indent=2)
-        if json_out == "-":
-            click.echo(text)
-        else:
-            atomic_write_text(json_out, text + "\n")
+    emit_json(json_out, report)

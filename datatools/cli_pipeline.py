@@ -2,30 +2,13 @@
 
 from __future__ import annotations
 
-import json
-from contextlib import contextmanager
-
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from datatools._io import atomic_write_text
-from datatools.cli import cli, make_console
+from datatools.cli import cli, emit_json, make_console
 from datatools.pipeline import load_config
+from datatools.progress import count_progress
 from datatools.run_pipeline import run_pipeline
-
-
-def _bar(console):
-    @contextmanager
-    def bar(total: int):
-        if not console.is_terminal:
-            yield None
-            return
-        with Progress(TextColumn("[bold]batches"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console, transient=True) as progress:
-            task = progress.add_task("batches", total=total)
-            yield lambda: progress.advance(task)
-    return bar
 
 
 @cli.command("pipeline")
@@ -42,7 +25,7 @@ def pipeline_command(config, source, steps, workers, json_out):
         cfg = cfg.replace(workers=workers)
     console = make_console(stderr=json_out == "-")
     err = make_console(stderr=True)
-    report = run_pipeline(cfg, steps, progress=_bar(err))
+    report = run_pipeline(cfg, steps, progress=lambda total: count_progress(err, total, "batches"))
     table = Table(title=f"{config}: {report['config']['mode']} pipeline on {cfg.source.path}", title_justify="left")
     table.add_column("measure")
     table.add_column("value", justify="right")
@@ -59,9 +42,4 @@ def pipeline_command(config, source, steps, workers, json_out):
                         ("format", report["format"]), ("workers", str(cfg.workers))]:
         table.add_row(name, value)
     console.print(table)
-    if json_out:
-        text = json.dumps(report, indent=2)
-        if json_out == "-":
-            click.echo(text)
-        else:
-            atomic_write_text(json_out, text + "\n")
+    emit_json(json_out, report)

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 from rich.table import Table
 
-from datatools._io import atomic_write_text
-from datatools.cli import cli, make_console
+from datatools.cli import cli, emit_json, make_console
 from datatools.shuffle_report import shuffle_report
 
 LABELS = {"none": "no shuffle (storage order)", "full": "full Feistel shuffle", "block": "block shuffle"}
@@ -41,9 +38,4 @@ def shuffle_report_command(n, io_block_size, window_blocks, group_size, batch_si
                       f"{s['runs_per_batch']:.1f}", f"{s['block_reads_per_batch']:.1f}")
     console.print(table)
     console.print(f"expected groups per batch under a full shuffle: {expected:.1f}")
-    if json_out:
-        text = json.dumps(report, indent=2)
-        if json_out == "-":
-            click.echo(text)
-        else:
-            atomic_write_text(json_out, text + "\n")
+    emit_json(json_out, report)

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from datatools._io import atomic_write_text
-from datatools.cli import cli, make_console
+from datatools.cli import cli, emit_json, make_console
 from datatools.train.loop import load_train_config, train
 
 
@@ -56,9 +53,4 @@ def train_command(config, steps, source, json_out):
                         ("first step (compile)", f"{s['first_step_s']:.2f} s")]:
         table.add_row(name, value)
     console.print(table)
-    if json_out:
-        text = json.dumps(result, indent=2, default=list)
-        if json_out == "-":
-            click.echo(text)
-        else:
-            atomic_write_text(json_out, text + "\n")
+    emit_json(json_out, result)

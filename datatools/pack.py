@@ -252,6 +252,30 @@ def _next_fit(sizes, capacity, max_segments):
     return row_of, row + 1
 
 
+@numba.njit(cache=True, nogil=True)
+def _max_tree_first(tree, size, s):
+    """Leaf node of the leftmost row whose free capacity is >= s (the root must be >= s)."""
+    node = 1
+    while node < size:
+        node = 2 * node
+        if tree[node] < s:
+            node += 1
+    return node
+
+
+@numba.njit(cache=True, nogil=True)
+def _max_tree_set(tree, node, v):
+    """Set a leaf's free capacity and restore the max of its ancestors."""
+    tree[node] = v
+    node >>= 1
+    while node >= 1:
+        m = max(tree[2 * node], tree[2 * node + 1])
+        if tree[node] == m:
+            break
+        tree[node] = m
+        node >>= 1
+
+
 @numba.njit(cache=True)
 def _first_fit(sizes, capacity, max_segments):
     """First fit with a max segment tree over the rows' free capacity (a closed row holds -1)."""
@@ -265,11 +289,7 @@ def _first_fit(sizes, capacity, max_segments):
     num_rows = 0
     for k in range(n):
         s = sizes[k]
-        node = 1
-        while node < size:
-            node = 2 * node
-            if tree[node] < s:
-                node += 1
+        node = _max_tree_first(tree, size, s)
         r = node - size
         row_of[k] = r
         if r >= num_rows:
@@ -279,18 +299,11 @@ def _first_fit(sizes, capacity, max_segments):
             segs[r] += 1
             if segs[r] >= max_segments:
                 v = -1
-        tree[node] = v
-        node >>= 1
-        while node >= 1:
-            m = max(tree[2 * node], tree[2 * node + 1])
-            if tree[node] == m:
-                break
-            tree[node] = m
-            node >>= 1
+        _max_tree_set(tree, node, v)
     return row_of, num_rows
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _presence_set(tree, size, c):
     node = size + c
     while node >= 1 and tree[node] == 0:
@@ -298,7 +311,7 @@ def _presence_set(tree, size, c):
         node >>= 1
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _presence_clear(tree, size, c):
     node = size + c
     tree[node] = 0
@@ -311,7 +324,7 @@ def _presence_clear(tree, size, c):
         node >>= 1
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _presence_next(tree, size, c):
     """Smallest present leaf index >= c, or -1."""
     node = size + c

@@ -50,3 +50,17 @@ def job_progress(total_shards: int, *, done: int = 0, enabled: bool = True, desc
         task = progress.add_task(description, total=total_shards, completed=done, docs=0, tokens=0,
                                  t0=time.perf_counter())
         yield JobBar(progress, task)
+
+
+@contextmanager
+def count_progress(console: Console, total: int, what: str):
+    """A transient bar of ``total`` steps on ``console`` (terminals only); yields ``advance()``."""
+    if not console.is_terminal:
+        yield lambda *a, **k: None
+        return
+    from rich.progress import TimeElapsedColumn
+
+    with Progress(TextColumn(f"[bold]{what}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        task = progress.add_task(what, total=total)
+        yield lambda *a, **k: progress.advance(task)

@@ -8,7 +8,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.feather as feather
 import pyarrow.parquet as pq
-import pytest
 from conftest import random_docs, write_test_store
 
 from datatools.cli import main
