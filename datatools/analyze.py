@@ -38,7 +38,7 @@ import numpy as np
 
 from datatools._validate import as_lengths, check_int
 from datatools.bucket import _optimal_boundaries
-from datatools.pack import _max_tree_first, _max_tree_set, _presence_clear, _stack_pop_fit, _stack_push
+from datatools.pack import _max_tree_first, _max_tree_set, _presence_clear, _presence_next, _presence_set
 from datatools.tiles import tile_align
 
 STRATEGIES = ("pad", "bucket", "next_fit", "first_fit", "best_fit", "first_fit_decreasing", "best_fit_decreasing",
@@ -170,7 +170,7 @@ def _windowed_best_fit(sizes, capacity, bins, max_segments):
     most = 0
     for k in range(sizes.shape[0]):
         s = sizes[k]
-        c, b = _stack_pop_fit(tree, size, head, below, s)
+        c = _presence_next(tree, size, s)
         if c < 0:
             if opened == bins:  # emit every open row
                 rows += opened
@@ -184,6 +184,11 @@ def _windowed_best_fit(sizes, capacity, bins, max_segments):
             opened += 1
             segs[b] = 0
             c = capacity
+        else:  # take row b off stack c
+            b = head[c]
+            head[c] = below[b]
+            if head[c] < 0:
+                _presence_clear(tree, size, c)
         segs[b] += 1
         most = max(most, segs[b])
         f = c - s
@@ -191,7 +196,10 @@ def _windowed_best_fit(sizes, capacity, bins, max_segments):
             f = 0
         free[b] = f
         if f > 0:
-            _stack_push(tree, size, head, below, b, f)
+            below[b] = head[f]
+            if head[f] < 0:
+                _presence_set(tree, size, f)
+            head[f] = b
     return rows + opened, most
 
 
@@ -269,11 +277,16 @@ def _best_fit_decreasing_rows(sizes, runs, capacity, max_segments, max_rows):
         s = sizes[j]
         m = runs[j]
         while m > 0:
-            c, r = _stack_pop_fit(tree, size, head, below, s)
+            c = _presence_next(tree, size, s)
             if c < 0:
                 r = rows
                 rows += 1
                 c = capacity
+            else:
+                r = head[c]
+                head[c] = below[r]
+                if head[c] < 0:
+                    _presence_clear(tree, size, c)
             k = min(m, c // s)
             if max_segments > 0:
                 k = min(k, max_segments - segs[r])
@@ -284,7 +297,10 @@ def _best_fit_decreasing_rows(sizes, runs, capacity, max_segments, max_rows):
             if max_segments > 0 and segs[r] >= max_segments:
                 f = 0
             if f > 0:
-                _stack_push(tree, size, head, below, r, f)
+                below[r] = head[f]
+                if head[f] < 0:
+                    _presence_set(tree, size, f)
+                head[f] = r
     return rows, most
 
 

@@ -252,7 +252,7 @@ def _next_fit(sizes, capacity, max_segments):
     return row_of, row + 1
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _max_tree_first(tree, size, s):
     """Leaf node of the leftmost row whose free capacity is >= s (the root must be >= s)."""
     node = 1
@@ -263,7 +263,7 @@ def _max_tree_first(tree, size, s):
     return node
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _max_tree_set(tree, node, v):
     """Set a leaf's free capacity and restore the max of its ancestors."""
     tree[node] = v
@@ -303,7 +303,7 @@ def _first_fit(sizes, capacity, max_segments):
     return row_of, num_rows
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _presence_set(tree, size, c):
     node = size + c
     while node >= 1 and tree[node] == 0:
@@ -311,7 +311,7 @@ def _presence_set(tree, size, c):
         node >>= 1
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _presence_clear(tree, size, c):
     node = size + c
     tree[node] = 0
@@ -324,7 +324,7 @@ def _presence_clear(tree, size, c):
         node >>= 1
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _presence_next(tree, size, c):
     """Smallest present leaf index >= c, or -1."""
     node = size + c
@@ -340,29 +340,6 @@ def _presence_next(tree, size, c):
             return node - size
         node >>= 1
     return -1
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _stack_pop_fit(tree, size, head, below, s):
-    """Best fit lookup: (free capacity c, row) of the tightest open row with c >= s, taken off its stack;
-    (-1, -1) when no open row fits."""
-    c = _presence_next(tree, size, s)
-    if c < 0:
-        return -1, -1
-    r = head[c]
-    head[c] = below[r]
-    if head[c] < 0:
-        _presence_clear(tree, size, c)
-    return c, r
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _stack_push(tree, size, head, below, r, f):
-    """Put row ``r`` on the stack of rows with free capacity ``f`` (> 0)."""
-    below[r] = head[f]
-    if head[f] < 0:
-        _presence_set(tree, size, f)
-    head[f] = r
 
 
 @numba.njit(cache=True)
@@ -383,11 +360,16 @@ def _best_fit(sizes, capacity, max_segments):
     num_rows = 0
     for k in range(n):
         s = sizes[k]
-        c, r = _stack_pop_fit(tree, size, head, below, s)
+        c = _presence_next(tree, size, s)
         if c < 0:
             r = num_rows
             num_rows += 1
             c = capacity
+        else:
+            r = head[c]
+            head[c] = below[r]
+            if head[c] < 0:
+                _presence_clear(tree, size, c)
         row_of[k] = r
         f = c - s
         if max_segments > 0:
@@ -395,7 +377,10 @@ def _best_fit(sizes, capacity, max_segments):
             if segs[r] >= max_segments:
                 f = 0
         if f > 0:
-            _stack_push(tree, size, head, below, r, f)
+            below[r] = head[f]
+            if head[f] < 0:
+                _presence_set(tree, size, f)
+            head[f] = r
     return row_of, num_rows
 
 
