@@ -115,16 +115,24 @@ def _windowed_next_fit(sizes, capacity, max_segments):
 
 
 @numba.njit(cache=True, nogil=True)
+def _empty_bins(tree, segs, size, bins, capacity):
+    """Reset the first ``bins`` leaves of a max tree to empty rows (free = capacity) and rebuild it."""
+    for b in range(bins):
+        segs[b] = 0
+        tree[size + b] = capacity
+    for node in range(size - 1, 0, -1):
+        tree[node] = max(tree[2 * node], tree[2 * node + 1])
+
+
+@numba.njit(cache=True, nogil=True)
 def _windowed_first_fit(sizes, capacity, bins, max_segments):
     """(rows, most pieces in a row) of first fit over ``bins`` open rows, all flushed when none fits."""
     size = 1
     while size < bins:
         size *= 2
     tree = np.full(2 * size, -1, np.int32)
-    tree[size : size + bins] = capacity
-    for node in range(size - 1, 0, -1):
-        tree[node] = max(tree[2 * node], tree[2 * node + 1])
     segs = np.zeros(size, np.int32)
+    _empty_bins(tree, segs, size, bins, capacity)
     opened = 0
     rows = 0
     most = 0
@@ -133,11 +141,7 @@ def _windowed_first_fit(sizes, capacity, bins, max_segments):
         if tree[1] < s:  # every bin open and none fits: emit them all
             rows += opened
             opened = 0
-            for b in range(bins):
-                segs[b] = 0
-                tree[size + b] = capacity
-            for node in range(size - 1, 0, -1):
-                tree[node] = max(tree[2 * node], tree[2 * node + 1])
+            _empty_bins(tree, segs, size, bins, capacity)
         node = _max_tree_first(tree, size, s)
         b = node - size
         if b >= opened:
@@ -399,6 +403,10 @@ class Prepared:
         """int32 piece sizes at ctx, input order."""
         return self._get(("sizes", ctx), lambda: _piece_sizes(self.nonempty, ctx))
 
+    def pad_stats(self, ctx: int) -> tuple[int, int]:
+        """(kept tokens, documents longer than ctx) under truncation at ctx."""
+        return self._get(("pad", ctx), lambda: _pad_stats(self.nonempty, ctx))
+
     def histogram(self, ctx: int) -> np.ndarray:
         return self._get(("histogram", ctx), lambda: _piece_histogram(self.nonempty, ctx))
 
@@ -425,7 +433,7 @@ def simulate(prep: Prepared | np.ndarray, ctx: int, name: str, *, tile: int = 12
         prep = Prepared(as_lengths(prep))
     seg = max_segments or 0
     docs, total = prep.docs, prep.total
-    kept, long_docs = _pad_stats(prep.nonempty, ctx)
+    kept, long_docs = prep.pad_stats(ctx)
     if name == "pad":
         out = _entry(name, ctx, docs, docs * ctx, kept, total - kept, docs, docs, long_docs, 0, 1 if docs else 0)
     elif name == "concat_split":

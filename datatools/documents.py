@@ -138,12 +138,8 @@ class StorePieceReader:
 def as_document_source(source):
     """A source with ``lengths()`` and ``read_pieces``: ArrayDocuments as is, a TokenStore wrapped in a
     cached :class:`StorePieceReader`, a path opened as a token store."""
-    if isinstance(source, ArrayDocuments):
-        return source
     if isinstance(source, TokenStore):
         return _StoreDocuments(source)
-    if isinstance(source, _StoreDocuments):
-        return source
     if hasattr(source, "lengths") and hasattr(source, "read_pieces") and hasattr(source, "__len__"):
         return source
     raise TypeError(f"expected ArrayDocuments, a TokenStore or an object with lengths() and read_pieces(); "

@@ -87,7 +87,7 @@ class BucketingConfig:
     max_len: int | None = field(None, minimum=1, doc="longest bucket (tokens); longer documents follow overflow")
     token_budget: int | None = field(None, minimum=1, doc="tokens per batch (rows = budget // length)")
     multiple_of: int = field(1, minimum=1, doc="round each bucket's rows down to a multiple of this")
-    overflow: str = field("split", choices=("split", "truncate", "drop", "error"))
+    overflow: str = field("split", choices=OVERFLOW_POLICIES)
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,12 @@ def _file_sha256(path: Path) -> str:
 # --------------------------------------------------------------------------- tokenizing one shard
 
 
+def flatten_ids(ids: list[list[int]], dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Token id lists back to back as one ``dtype`` array, and each list's length (int64)."""
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    return np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=int(lengths.sum())), lengths
+
+
 class ShardTokenizer:
     """Tokenizes shards into (tokens, lengths); picklable (carries the tokenizer JSON text)."""
 
@@ -139,8 +145,7 @@ class ShardTokenizer:
             bos = [self._special_id("bos")] if o.bos else []
             eos = [self._special_id("eos")] if o.eos else []
             ids = [bos + x + eos for x in ids]
-        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=self.dtype, count=int(lengths.sum()))
+        flat, lengths = flatten_ids(ids, self.dtype)
         if o.ctx:
             flat, lengths = _chunk_all(flat, lengths, o.ctx, o.tile or 1)
         return flat, lengths

@@ -18,6 +18,8 @@ the whole data. Every problem is a ``ValueError`` naming the file and what is wr
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,20 +78,49 @@ class TokenInput:
 # --------------------------------------------------------------------------- opening
 
 
-def _schema_names(shard: Shard) -> list[str]:
+def _columns(shard: Shard) -> dict[str, bool]:
+    """The shard's columns, each mapped to whether it holds text; one schema (or first line) read."""
     f = shard.files[0]
     if shard.kind == "parquet":
-        import pyarrow.parquet as pq
-
         try:
-            return pq.ParquetFile(f).schema_arrow.names
+            schema = _parquet_file(f).schema_arrow
         except (pa.ArrowException, OSError) as exc:
             raise ValueError(f"{f}: cannot read Parquet ({exc})") from None
-    if shard.kind == "arrow":
-        return _open_arrow(f, schema_only=True).names
-    if shard.kind == "jsonl":
-        return _read_jsonl(f).column_names
-    raise ValueError(f"{f}: plain text has no columns; pre-tokenize it first (datatools pretokenize)")
+    elif shard.kind == "arrow":
+        schema = _open_arrow(f, schema_only=True)
+    elif shard.kind == "jsonl":
+        return {k: isinstance(v, str) for k, v in _first_json_row(f).items()}
+    else:
+        raise ValueError(f"{f}: plain text has no columns; pre-tokenize it first (datatools pretokenize)")
+    return {fld.name: pa.types.is_string(fld.type) or pa.types.is_large_string(fld.type) for fld in schema}
+
+
+def _first_json_row(f: str) -> dict:
+    with open(f, "rb") as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except ValueError as exc:
+                    raise ValueError(f"{f}: invalid JSON Lines ({exc})") from None
+                if not isinstance(row, dict):
+                    raise ValueError(f"{f}: invalid JSON Lines (expected an object per line)")
+                return row
+    return {}
+
+
+def _parquet_file(f: str):
+    """The opened Parquet file: its footer is parsed once, not once per row group (keyed by mtime and size,
+    so a rewritten file is opened afresh)."""
+    st = os.stat(f)
+    return _parquet_file_at(str(f), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _parquet_file_at(f: str, mtime_ns: int, size: int):
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(f)
 
 
 def detect_column(names: list[str], column: str | None, where: str) -> str:
@@ -142,10 +173,11 @@ def open_tokens(path: str | os.PathLike, *, column: str | None = None, tokenizer
         raise ValueError(f"{shards[0].files[0]}: plain text files have no token column; "
                          f"pre-tokenize them first (datatools pretokenize)")
     where = shards[0].files[0]
-    col = detect_column(_schema_names(shards[0]), column, where)
+    columns = _columns(shards[0])
+    col = detect_column(list(columns), column, where)
     inp = TokenInput(path, "table", column=col, shards=shards,
                      nbytes=sum(os.path.getsize(f) for f in dict.fromkeys(x for s in shards for x in s.files)))
-    inp.is_text = col in TEXT_COLUMNS or _column_is_text(shards[0], col)
+    inp.is_text = col in TEXT_COLUMNS or columns[col]
     if inp.is_text:
         if tokenizer is None:
             raise ValueError(f"{where}: column {col!r} holds text; pass --tokenizer tokenizer.json to tokenize it")
@@ -153,18 +185,6 @@ def open_tokens(path: str | os.PathLike, *, column: str | None = None, tokenizer
 
         inp.tokenizer = load_tokenizer(tokenizer)
     return inp
-
-
-def _column_is_text(shard: Shard, column: str) -> bool:
-    if shard.kind == "parquet":
-        import pyarrow.parquet as pq
-
-        t = pq.ParquetFile(shard.files[0]).schema_arrow.field(column).type
-    elif shard.kind == "arrow":
-        t = _open_arrow(shard.files[0], schema_only=True).field(column).type
-    else:
-        return False  # JSON Lines: decided per shard from the parsed values
-    return pa.types.is_string(t) or pa.types.is_large_string(t)
 
 
 def _dir_bytes(path: Path) -> int:
@@ -251,10 +271,9 @@ def _token_column(col: pa.ChunkedArray, where: str, name: str) -> tuple[np.ndarr
 def _encode(tokenizer, texts: list, where: str, name: str) -> tuple[np.ndarray, np.ndarray]:
     if any(not isinstance(x, str) for x in texts):
         raise ValueError(f"{where}: column {name!r} has null or non-text values")
-    ids = [e.ids for e in tokenizer.encode_batch(texts, add_special_tokens=False)]
-    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-    flat = np.fromiter((i for x in ids for i in x), dtype=np.int64, count=int(lengths.sum()))
-    return flat, lengths
+    from datatools.pretokenize import flatten_ids
+
+    return flatten_ids([e.ids for e in tokenizer.encode_batch(texts, add_special_tokens=False)], np.int64)
 
 
 def _table_shard(inp: TokenInput, shard: Shard) -> tuple[np.ndarray, np.ndarray]:
@@ -304,9 +323,7 @@ def iter_shards(inp: TokenInput, *, with_tokens: bool = True) -> Iterator[tuple[
 
 
 def _row_group_bytes(shard: Shard) -> int:
-    import pyarrow.parquet as pq
-
-    return int(pq.ParquetFile(shard.files[0]).metadata.row_group(shard.part).total_byte_size)
+    return int(_parquet_file(shard.files[0]).metadata.row_group(shard.part).total_byte_size)
 
 
 def _numpy_dir(path: Path, with_tokens: bool) -> tuple[np.ndarray | None, np.ndarray]:

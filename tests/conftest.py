@@ -22,17 +22,9 @@ def texts() -> list[str]:
 @pytest.fixture(scope="session")
 def tokenizer_file(tmp_path_factory, texts) -> Path:
     """A small byte-level BPE (lossless: decode(encode(x)) == x), trained on stdlib sources."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from datatools.demo_data import train_tokenizer
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=1000, special_tokens=["<s>", "</s>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(texts, trainer)
-    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
-    tok.save(str(path))
-    return path
+    return train_tokenizer(texts, tmp_path_factory.mktemp("tok") / "tokenizer.json", vocab_size=1000)
 
 
 def write_test_store(path, docs, vocab_size: int = 1 << 16):

@@ -12,6 +12,14 @@ from datatools._validate import check_choice, check_int
 from datatools.formats import FORMATS, to_format
 
 
+def batch_of(parent: grain.MapDataset, indices) -> dict:
+    """Parent elements at ``indices`` stacked: through ``parent.get_batch`` when it builds whole batches,
+    else Grain's ``_getitems`` and ``make_batch``."""
+    if hasattr(parent, "get_batch"):
+        return parent.get_batch(indices)
+    return make_batch(parent._getitems(np.asarray(indices).tolist()))  # pylint: disable=protected-access
+
+
 class BatchRowsMapDataset(grain.MapDataset):
     """Batches of ``batch_size`` consecutive elements, built in one call when the parent can.
 
@@ -46,10 +54,7 @@ class BatchRowsMapDataset(grain.MapDataset):
         epoch, j = divmod(index, self._length)
         n = len(self._parent)
         start = j * self._batch_size
-        indices = np.arange(start, min(n, start + self._batch_size), dtype=np.int64) + epoch * n
-        if hasattr(self._parent, "get_batch"):
-            return self._parent.get_batch(indices)
-        return make_batch(self._parent._getitems(indices.tolist()))  # pylint: disable=protected-access
+        return batch_of(self._parent, np.arange(start, min(n, start + self._batch_size), dtype=np.int64) + epoch * n)
 
 
 class FormatBatch(grain.transforms.Map):

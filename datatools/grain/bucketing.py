@@ -7,11 +7,8 @@ import base64
 import grain
 import numpy as np
 
-from datatools._validate import check_choice, check_int
+from datatools._validate import OVERFLOW_POLICIES, check_choice, check_int
 from datatools.grain._elements import document_block
-
-_OVERFLOW = ("split", "truncate", "drop", "error")
-
 
 Group = tuple[int, list[tuple[int, np.ndarray]]]  # (bucket, [(start in document, piece tokens), ...])
 
@@ -159,7 +156,7 @@ class BucketBatchIterDataset(grain.IterDataset):
             raise ValueError(f"{len(sizes)} batch sizes for {len(bounds)} buckets")
         self.boundaries = np.asarray(bounds, np.int64)
         self.batch_sizes = sizes
-        self.overflow = check_choice(overflow, "overflow", _OVERFLOW)
+        self.overflow = check_choice(overflow, "overflow", OVERFLOW_POLICIES)
         self.drop_remainder = bool(drop_remainder)
         self.feature = feature
         self.pad_id = int(pad_id)

@@ -61,7 +61,7 @@ class PackedRowsMapDataset(grain.MapDataset):
     def get_batch(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
         """Rows ``indices`` stacked: int32 arrays of shape (len(indices), ctx), one read for all their pieces."""
         rows = np.asarray(indices, dtype=np.int64) % self.plan.num_rows
-        if isinstance(self._docs, ArrayDocuments):
+        if isinstance(self._docs, ArrayDocuments):  # in memory: fill rows from the flat tokens, no gather copy
             return materialize(self.plan, self._docs.tokens, self._docs.offsets, rows, pad_id=self._pad_id)
         return materialize_pieces(self.plan, self._docs.read_pieces, rows, pad_id=self._pad_id)
 

@@ -8,6 +8,7 @@ import grain
 import numpy as np
 
 from datatools._validate import check_int
+from datatools.grain.batch import batch_of
 from datatools.shuffle import BlockShuffle, FeistelPermutation
 
 
@@ -49,12 +50,7 @@ class _IndexMapDataset(grain.MapDataset):
 
     def get_batch(self, indices: Sequence[int]):
         """Stacked elements at ``indices`` when the parent builds batches itself (packed rows)."""
-        parent = self._parent_indices(indices)
-        if hasattr(self._parent, "get_batch"):
-            return self._parent.get_batch(parent)
-        from grain._src.python.dataset.transformations.batch import make_batch
-
-        return make_batch(self._parent._getitems(parent.tolist()))  # pylint: disable=protected-access
+        return batch_of(self._parent, self._parent_indices(indices))
 
 
 class FeistelShuffleMapDataset(_IndexMapDataset):

@@ -86,6 +86,7 @@ def train(cfg: TrainConfig, *, on_step=None, documents=None, stop_after_useful_t
     state = trainer.init_state(cfg.train.seed)
     peak, peak_source = device_peak(trainer.devices)
     records = []
+    seen_useful = 0
     it = iter(built.dataset)
     try:
         for step in range(1, cfg.train.steps + 1):
@@ -110,7 +111,8 @@ def train(cfg: TrainConfig, *, on_step=None, documents=None, stop_after_useful_t
             records.append(rec)
             if on_step:
                 on_step(rec)
-            if stop_after_useful_tokens and sum(r["useful_tokens"] for r in records) >= stop_after_useful_tokens:
+            seen_useful += useful
+            if stop_after_useful_tokens and seen_useful >= stop_after_useful_tokens:
                 break
     finally:
         close = getattr(it, "close", None)
@@ -122,7 +124,7 @@ def train(cfg: TrainConfig, *, on_step=None, documents=None, stop_after_useful_t
         "steps": len(records),
         "first_step_s": records[0]["seconds"] if records else float("nan"),
         "wall_s": sum(r["seconds"] for r in records),
-        "total_useful_tokens": sum(r["useful_tokens"] for r in records),
+        "total_useful_tokens": seen_useful,
         "seconds": secs,
         "useful_tokens": sum(r["useful_tokens"] for r in steady),
         "tokens_per_s": sum(r["tokens"] for r in steady) / secs if secs else 0.0,
