@@ -29,8 +29,8 @@ import tensorstore as ts
 from _common import distribution, print_table, write_json
 
 from datatools.analyze import analyze  # noqa: E402
-from datatools.readers import open_tokens, read_lengths  # noqa: E402
-from datatools.store import FORMAT, OFFSET_CHUNK, TOKEN_CHUNK, VERSION, _spec  # noqa: E402
+from datatools.io.inputs import open_input, read_lengths  # noqa: E402
+from datatools.io.store import FORMAT, OFFSET_CHUNK, TOKEN_CHUNK, VERSION, zarr_spec  # noqa: E402
 
 
 def offsets_only_store(path: Path, lengths: np.ndarray) -> None:
@@ -39,7 +39,7 @@ def offsets_only_store(path: Path, lengths: np.ndarray) -> None:
     codec = [{"name": "zstd", "configuration": {"level": 3}}]
     for name, shape, chunk, dtype in (("tokens", int(offsets[-1]), TOKEN_CHUNK, "uint16"),
                                       ("offsets", offsets.shape[0], OFFSET_CHUNK, "int64")):
-        arr = ts.open(_spec(path / name), create=True, dtype=ts.dtype(dtype), shape=[shape],
+        arr = ts.open(zarr_spec(path / name), create=True, dtype=ts.dtype(dtype), shape=[shape],
                       chunk_layout=ts.ChunkLayout(chunk_shape=[chunk]), codec=ts.CodecSpec(
                           {"driver": "zarr3", "codecs": [{"name": "bytes"}, *codec]})).result()
         if name == "offsets":
@@ -63,7 +63,7 @@ def main() -> None:
         del lengths
         analyze(np.array([5, 900, 3000]), contexts=[2048])  # load the numba cache before timing
         t0 = time.perf_counter()
-        got = read_lengths(open_tokens(tmp / "store"))
+        got = read_lengths(open_input(tmp / "store"))
         read_s = time.perf_counter() - t0
         rep = analyze(got, contexts=[2048])
         one_ctx = time.perf_counter() - t0
@@ -89,7 +89,7 @@ def main() -> None:
         times, arrow_times = [], []
         for _ in range(3):
             t0 = time.perf_counter()
-            n = read_lengths(open_tokens(tmp / "t.parquet"))
+            n = read_lengths(open_input(tmp / "t.parquet"))
             times.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             pq.read_table(tmp / "t.parquet", columns=["input_ids"])

@@ -32,10 +32,10 @@ one_core()
 
 import grain  # noqa: E402
 
-from datatools.documents import ArrayDocuments  # noqa: E402
+from datatools.io.documents import ArrayDocuments  # noqa: E402
 from datatools.grain import (BatchRowsMapDataset, DocumentsMapDataset, FeistelShuffleMapDataset,  # noqa: E402
                              PackedRowsMapDataset, StreamingPackIterDataset)
-from datatools.store import TokenStore, write_store  # noqa: E402
+from datatools.io.store import TokenStore, write_store  # noqa: E402
 
 CTX, BATCH, BINS = 1024, 32, 256
 NO_THREADS = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)

@@ -13,6 +13,7 @@ import sys
 import click
 
 import datatools
+from datatools.io.paths import display, printable
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -37,7 +38,7 @@ def emit_json(json_out: str | None, payload) -> None:
         return
     import json
 
-    from datatools._io import atomic_write_text
+    from datatools.io.atomic import atomic_write_text
 
     text = json.dumps(payload, indent=2, default=list)
     if json_out == "-":
@@ -46,9 +47,26 @@ def emit_json(json_out: str | None, payload) -> None:
         atomic_write_text(json_out, text + "\n")
 
 
+def tokenizer_options(command):
+    """The options that say how text is tokenized: ``--tokenizer-settings``, ``--bos``, ``--eos``."""
+    for which, where in (("eos", "after"), ("bos", "before")):
+        command = click.option(f"--{which}", is_flag=False, flag_value="auto", default=None, metavar="[TOKEN]",
+                               help=f"Put this token (name or id) {where} every document; alone (or 'auto'): "
+                                    f"the tokenizer's usual {which.upper()} token.")(command)
+    return click.option("--tokenizer-settings", type=click.Choice(("off", "keep")), default="off", show_default=True,
+                        help="off: the tokenizer file's truncation and padding are switched off and its template "
+                             "adds no special tokens; keep: apply the file as it is.")(command)
+
+
 def _register_subcommands() -> None:
     # Importing a subcommand module adds its command to ``cli``.
     from datatools import cli_analyze, cli_pipeline, cli_pretokenize, cli_shuffle, cli_train  # noqa: F401
+
+
+def _error(message: str) -> None:
+    """One line on stderr, printable whatever bytes a file name held."""
+    line = " ".join(printable(message).split("\n"))
+    print(f"datatools: error: {line}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,14 +80,14 @@ def main(argv: list[str] | None = None) -> int:
         print("datatools: aborted", file=sys.stderr)
         return 130
     except click.ClickException as exc:
-        print(f"datatools: error: {exc.format_message()}", file=sys.stderr)
+        _error(exc.format_message())
         return 2
     except OSError as exc:
-        where = f"{exc.filename}: " if exc.filename else ""
-        print(f"datatools: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        where = f"{display(exc.filename)}: " if exc.filename else ""
+        _error(f"{where}{exc.strerror or exc}")
         return 2
     except (ValueError, TypeError) as exc:
-        print(f"datatools: error: {exc}", file=sys.stderr)
+        _error(str(exc))
         return 2
     return result if isinstance(result, int) else 0
 

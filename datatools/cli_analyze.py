@@ -7,9 +7,11 @@ import time
 import click
 
 from datatools.analyze import STRATEGIES, analyze
-from datatools.cli import cli, emit_json, make_console
+from datatools.cli import cli, emit_json, make_console, tokenizer_options
 from datatools.progress import count_progress
-from datatools.readers import BIN_DTYPES, open_tokens, read_lengths
+from datatools.io.inputs import open_input, read_lengths
+from datatools.io.numpy_files import BIN_DTYPES
+from datatools.io.paths import display
 from datatools.report_padding import plot, render
 
 
@@ -17,6 +19,7 @@ from datatools.report_padding import plot, render
 @click.argument("path", type=click.Path())
 @click.option("--column", default=None, help="Token (list of ints) or text column; detected when unambiguous.")
 @click.option("--tokenizer", type=click.Path(), default=None, help="tokenizers JSON file, for a text column.")
+@tokenizer_options
 @click.option("--ctx", "contexts", type=int, multiple=True, help="Context length to evaluate (repeatable). "
               "Default: tile-aligned p90, p99, the power of two above p99, and the longest document.")
 @click.option("--tile", type=int, default=128, show_default=True, help="Accelerator tile (tokens).")
@@ -31,7 +34,7 @@ from datatools.report_padding import plot, render
               help="Write the report as JSON to FILE, or '-' for stdout (then nothing else goes to stdout).")
 @click.option("--plot", "plot_out", type=click.Path(dir_okay=False), default=None,
               help="Write a PNG: the length histogram beside each strategy's efficiency.")
-def analyze_padding_command(path, column, tokenizer, contexts, tile, buckets, max_segments, window, eos_id, bin_dtype,
+def analyze_padding_command(path, column, tokenizer, tokenizer_settings, bos, eos, contexts, tile, buckets, max_segments, window, eos_id, bin_dtype,
                             json_out, plot_out):
     """Length distribution of PATH, the padding waste of every strategy, and a recommendation."""
     for c in contexts:
@@ -44,7 +47,10 @@ def analyze_padding_command(path, column, tokenizer, contexts, tile, buckets, ma
         raise click.BadParameter(f"must be >= 1, got {max_segments}", param_hint="--max-segments")
     err = make_console(stderr=True)
     t0 = time.perf_counter()
-    inp = open_tokens(path, column=column, tokenizer=tokenizer, eos_id=eos_id, bin_dtype=bin_dtype)
+    inp = open_input(path, column=column, tokenizer=tokenizer, tokenizer_settings=tokenizer_settings, bos=bos,
+                     eos=eos, eos_id=eos_id, bin_dtype=bin_dtype)
+    if inp.encoder is not None:
+        err.print(inp.encoder.summary(), markup=False, highlight=False)
     with count_progress(err, inp.num_shards, "reading lengths") as advance:
         lengths = read_lengths(inp, progress=lambda done, nbytes: advance())
     if lengths.size == 0:
@@ -54,13 +60,14 @@ def analyze_padding_command(path, column, tokenizer, contexts, tile, buckets, ma
     with count_progress(err, n_ctx * len(STRATEGIES), "simulating strategies") as advance:
         report = analyze(lengths, contexts=list(contexts) or None, tile=tile, buckets=buckets,
                          max_segments=max_segments, window=window, progress=advance)
-    report["source"] = str(path)
+    report["source"] = display(path)
+    report["input"] = inp.describe()
     report["read_seconds"] = read_s
     report["input_bytes"] = inp.nbytes
     report["analyze_seconds"] = time.perf_counter() - t0 - read_s
     console = make_console(stderr=json_out == "-")
-    render(report, console, source=str(path))
+    render(report, console, source=display(path))
     if plot_out:
-        plot(report, plot_out, source=str(path))
+        plot(report, plot_out, source=display(path))
         console.print(f"plot written to {plot_out}")
     emit_json(json_out, report)

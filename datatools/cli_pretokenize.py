@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from datatools.cli import cli, make_console
+from datatools.cli import cli, make_console, tokenizer_options
 from datatools.pretokenize import ENGINES, pretokenize
 
 
@@ -13,15 +13,14 @@ from datatools.pretokenize import ENGINES, pretokenize
 @click.argument("output", type=click.Path(path_type=str))
 @click.option("--tokenizer", required=True, type=click.Path(path_type=str), help="Hugging Face tokenizers JSON file.")
 @click.option("--column", default="text", show_default=True, help="Text column (Parquet, Arrow, JSONL, HF datasets).")
-@click.option("--bos", is_flag=True, help="Put the tokenizer's BOS token before every document.")
-@click.option("--eos", is_flag=True, help="Put the tokenizer's EOS token after every document.")
+@tokenizer_options
 @click.option("--ctx", type=int, default=None, help="Split documents longer than this into windows of ctx tokens.")
 @click.option("--tile", type=int, default=None, help="ctx must be a multiple of this tile (128, 256).")
 @click.option("--workers", type=int, default=1, show_default=True, help="Tokenizer processes / Ray tasks.")
 @click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True)
 @click.option("--ray-address", default=None, help="Ray cluster address (default: start a local Ray).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing store made by a different job.")
-def pretokenize_command(inputs, output, tokenizer, column, bos, eos, ctx, tile, workers, engine, ray_address,
+def pretokenize_command(inputs, output, tokenizer, column, tokenizer_settings, bos, eos, ctx, tile, workers, engine, ray_address,
                         overwrite):
     """Tokenize INPUTS (Parquet, JSONL, .txt, Arrow, HF save_to_disk dirs) into the token store OUTPUT.
 
@@ -29,7 +28,12 @@ def pretokenize_command(inputs, output, tokenizer, column, bos, eos, ctx, tile, 
     where it stopped. OUTPUT appears only when complete.
     """
     result = pretokenize(list(inputs), output, tokenizer, column=column, bos=bos, eos=eos, ctx=ctx, tile=tile,
-                         workers=workers, engine=engine, ray_address=ray_address, overwrite=overwrite)
-    make_console(stderr=True).print(
+                         tokenizer_settings=tokenizer_settings, workers=workers, engine=engine,
+                         ray_address=ray_address, overwrite=overwrite)
+    err = make_console(stderr=True)
+    for key in ("tokenizer", "duplicates"):
+        if key in result.extra:
+            err.print(result.extra[key], markup=False, highlight=False)
+    err.print(
         f"{result.output}: {result.status}: {result.documents:,} documents, {result.tokens:,} tokens "
         f"from {result.shards} shards ({result.shards_resumed} resumed) in {result.seconds:.1f} s")

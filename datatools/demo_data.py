@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from datatools._io import atomic_write_bytes
+from datatools.io.atomic import atomic_write_bytes
 
 DEMO_DIR = Path("demo_data")
 _TOP_LEVEL = re.compile(r"\n(?=(?:    )?(?:def |class |async def |@))")

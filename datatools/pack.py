@@ -636,7 +636,7 @@ def materialize_pieces(plan: PackPlan, read_pieces, rows=None, *, pad_id: int = 
       plan: the plan from :func:`pack_lengths`.
       read_pieces: ``read_pieces(doc, start, length) -> tokens``: the given pieces of
         their documents back to back (one int array); for example
-        :meth:`datatools.documents.ArrayDocuments.read_pieces`, or a token store's
+        :meth:`datatools.io.documents.ArrayDocuments.read_pieces`, or a token store's
         cached reader. Called once for all selected rows.
       rows: row ids to build; None for all rows.
       pad_id: token written at padding slots.

@@ -48,7 +48,13 @@ class SourceConfig:
     path: str = field(doc="token store, Parquet / Arrow / JSON Lines file or directory, HF save_to_disk dir, "
                           "NumPy dir (tokens.npy + lengths.npy/offsets.npy); relative to the working directory")
     column: str | None = field(None, doc="token (or text) column of a table; detected when unambiguous")
-    tokenizer: str | None = field(None, doc="tokenizers JSON file, for a text column (tokenized once, in memory)")
+    tokenizer: str | None = field(None, doc="tokenizers JSON file, for a text column (tokenized as read; "
+                                            "pre-tokenize large data into a token store instead)")
+    tokenizer_settings: str = field("off", choices=("off", "keep"),
+                                    doc="off: the file's truncation and padding switched off, no template special "
+                                        "tokens; keep: the file as it is")
+    bos: str | None = field(None, doc="token (name, id or 'auto') put before every text")
+    eos: str | None = field(None, doc="token (name, id or 'auto') put after every text")
 
 
 @dataclass(frozen=True)
@@ -150,14 +156,15 @@ _TRAINING_SECTIONS = ("model", "train")
 
 
 def open_source(cfg: SourceConfig):
-    """The documents of the configured source: a TokenStore (read on demand) or ArrayDocuments (in memory)."""
-    from datatools.documents import as_document_source
-    from datatools.readers import open_tokens, read_documents
+    """The documents of the configured source, read on demand (a document source of :mod:`datatools.io`):
+    lengths come from one streaming pass (a store's offsets), documents are read when a batch needs them."""
+    from datatools.io.inputs import open_documents, open_input
 
-    inp = open_tokens(Path(cfg.path), column=cfg.column, tokenizer=cfg.tokenizer)
+    inp = open_input(Path(cfg.path), column=cfg.column, tokenizer=cfg.tokenizer,
+                     tokenizer_settings=cfg.tokenizer_settings, bos=cfg.bos, eos=cfg.eos)
     if inp.kind not in ("store", "numpy", "table"):
         raise ValueError(f"{cfg.path}: a pipeline source must be a token store, a table or a NumPy directory")
-    return as_document_source(read_documents(inp))
+    return open_documents(inp)
 
 
 @dataclass
@@ -194,21 +201,16 @@ def _absl_flags_parsed() -> None:
         flags.FLAGS.mark_as_parsed()
 
 
-def _read_options(ds) -> grain.ReadOptions:
-    """No reader threads for in-memory documents (thread hand-off costs more than the read); 16 for a store."""
-    from datatools.documents import ArrayDocuments
-
-    source = ds
-    while source.parents:
-        source = source.parents[0]
-    in_memory = isinstance(getattr(source, "_docs", None), ArrayDocuments)
+def _read_options(in_memory: bool) -> grain.ReadOptions:
+    """No reader threads for in-memory documents (thread hand-off costs more than the read); Grain's default
+    threads for sources that do I/O (a store, a table read on demand, a memory-mapped file)."""
     return grain.ReadOptions(num_threads=0, prefetch_buffer_size=0) if in_memory else grain.ReadOptions()
 
 
-def _prefetch(ds: grain.MapDataset, cfg: PipelineConfig) -> grain.IterDataset:
+def _prefetch(ds: grain.MapDataset, cfg: PipelineConfig, in_memory: bool) -> grain.IterDataset:
     if cfg.num_epochs != 1:
         ds = ds.repeat(cfg.num_epochs)
-    it = ds.to_iter_dataset(_read_options(ds))
+    it = ds.to_iter_dataset(_read_options(in_memory))
     if cfg.workers:
         _absl_flags_parsed()
         it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=cfg.workers))
@@ -228,6 +230,7 @@ def build_canonical(cfg: PipelineConfig, documents=None) -> Built:
     docs = open_source(cfg.source) if documents is None else documents
     if len(docs) == 0:
         raise ValueError(f"{cfg.source.path}: the source holds no documents")
+    in_memory = bool(getattr(docs, "in_memory", False))
     p = cfg.packing
     if p is not None and p.mode == "planned":
         rows = PackedRowsMapDataset(docs, p.ctx, algorithm=p.resolved_algorithm, max_segments=p.max_segments,
@@ -235,10 +238,10 @@ def build_canonical(cfg: PipelineConfig, documents=None) -> Built:
         batches = BatchRowsMapDataset(_shuffle_map(rows, cfg), cfg.batch_size, drop_remainder=cfg.drop_remainder)
         if len(batches) == 0:
             raise ValueError(f"{rows.plan.num_rows} packed rows make no full batch of {cfg.batch_size}")
-        return Built(_prefetch(batches, cfg), cfg, len(docs), [(cfg.batch_size, p.ctx)], rows.plan.efficiency)
+        return Built(_prefetch(batches, cfg, in_memory), cfg, len(docs), [(cfg.batch_size, p.ctx)], rows.plan.efficiency)
 
     blocks = BatchRowsMapDataset(_shuffle_map(DocumentsMapDataset(docs), cfg), cfg.read_block)
-    stream = _prefetch(blocks, cfg)
+    stream = _prefetch(blocks, cfg, in_memory)
     if p is not None:
         rows = StreamingPackIterDataset(stream, ctx=p.ctx, window=p.window, algorithm=p.resolved_algorithm,
                                         max_segments=p.max_segments, align=p.align, overflow=p.overflow,

@@ -2,7 +2,7 @@
 
 How it stays resumable and atomic:
 
-1. The input is cut into shards (:mod:`datatools.sources`). The job's identity (its
+1. The input is cut into shards (:mod:`datatools.io.discover`). The job's identity (its
    *fingerprint*) hashes the input files (path, size, mtime), the tokenizer file and
    the options.
 2. Work happens in a staging directory beside the output, ``OUTPUT.partial``. Each
@@ -20,7 +20,6 @@ and share the commit step, so their stores are identical too.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import os
 import shutil
@@ -32,9 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-from datatools._io import atomic_write_text
-from datatools.sources import Shard, check_column, list_shards, read_texts
-from datatools.store import is_token_store, read_manifest, token_dtype, write_store
+from datatools.io.atomic import atomic_write_text, atomic_write_with
+from datatools.io.discover import Shard, list_shards
+from datatools.io.paths import display, resolved
+from datatools.io.store import is_token_store, read_manifest, token_dtype, write_store
+from datatools.io.tables import check_column, shard_texts
+from datatools.io.tokenizer import TextEncoder, open_encoder
 from datatools.tiles import chunk
 
 ENGINES = ("local", "ray")
@@ -45,10 +47,11 @@ class JobOptions:
     """What decides the store's content (everything but where and how fast)."""
 
     column: str = "text"
-    bos: bool = False
-    eos: bool = False
+    bos_id: int | None = None
+    eos_id: int | None = None
     ctx: int | None = None
     tile: int | None = None
+    tokenizer_settings: str = "off"
 
 
 @dataclass
@@ -73,85 +76,29 @@ def _fault(point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-# --------------------------------------------------------------------------- tokenizer
-
-
-def load_tokenizer(path: str | os.PathLike):
-    """A Hugging Face ``tokenizers.Tokenizer`` from its JSON file; ValueError naming the file otherwise."""
-    from tokenizers import Tokenizer
-
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"{path}: tokenizer file not found")
-    try:
-        return Tokenizer.from_file(str(path))
-    except Exception as exc:  # tokenizers raises a bare Exception for malformed files
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ValueError(f"{path}: not a valid tokenizers JSON file ({first})") from None
-
-
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 # --------------------------------------------------------------------------- tokenizing one shard
 
 
-def flatten_ids(ids: list[list[int]], dtype) -> tuple[np.ndarray, np.ndarray]:
-    """Token id lists back to back as one ``dtype`` array, and each list's length (int64)."""
-    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-    return np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=int(lengths.sum())), lengths
-
-
 class ShardTokenizer:
-    """Tokenizes shards into (tokens, lengths); picklable (carries the tokenizer JSON text)."""
+    """Tokenizes one shard into (tokens, lengths), a bounded batch of texts at a time; picklable."""
 
-    def __init__(self, tokenizer_json: str, options: JobOptions, vocab_size: int):
-        self.tokenizer_json = tokenizer_json
+    def __init__(self, encoder: TextEncoder, options: JobOptions):
+        self.encoder = encoder
         self.options = options
-        self.dtype = token_dtype(vocab_size)
-        self._tok = None
+        self.dtype = token_dtype(encoder.vocab_size)
 
-    def __getstate__(self):
-        return {**self.__dict__, "_tok": None}
-
-    @property
-    def tokenizer(self):
-        if self._tok is None:
-            from tokenizers import Tokenizer
-
-            self._tok = Tokenizer.from_str(self.tokenizer_json)
-        return self._tok
-
-    def _special_id(self, which: str) -> int:
-        tok = self.tokenizer
-        for name in ({"bos": ("<s>", "<bos>", "<|begin_of_text|>", "[CLS]", "<|endoftext|>"),
-                      "eos": ("</s>", "<eos>", "<|end_of_text|>", "[SEP]", "<|endoftext|>")}[which]):
-            i = tok.token_to_id(name)
-            if i is not None:
-                return i
-        raise ValueError(f"--{which}: the tokenizer has no {which.upper()} token (looked for <s>, </s>, <|endoftext|>, ...)")
-
-    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Tokens of all texts back to back, and the length of each (tokens)."""
-        encodings = self.tokenizer.encode_batch(texts, add_special_tokens=False)
-        ids = [e.ids for e in encodings]
+    def __call__(self, shard: Shard) -> tuple[np.ndarray, np.ndarray]:
+        tokens, lengths = [], []
+        for texts in shard_texts(shard, self.options.column):
+            t, n = self.encoder.encode(texts, self.dtype)
+            tokens.append(t)
+            lengths.append(n)
+        flat = np.concatenate(tokens) if tokens else np.zeros(0, self.dtype)
+        lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
         o = self.options
-        if o.bos or o.eos:
-            bos = [self._special_id("bos")] if o.bos else []
-            eos = [self._special_id("eos")] if o.eos else []
-            ids = [bos + x + eos for x in ids]
-        flat, lengths = flatten_ids(ids, self.dtype)
         if o.ctx:
             flat, lengths = _chunk_all(flat, lengths, o.ctx, o.tile or 1)
         return flat, lengths
-
-    def __call__(self, shard: Shard) -> tuple[np.ndarray, np.ndarray]:
-        return self.encode(read_texts(shard, self.options.column))
 
 
 def _chunk_all(flat: np.ndarray, lengths: np.ndarray, ctx: int, tile: int) -> tuple[np.ndarray, np.ndarray]:
@@ -173,16 +120,7 @@ def _shard_path(staging: Path, k: int) -> Path:
 
 
 def _write_shard(path: Path, tokens: np.ndarray, lengths: np.ndarray) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            np.savez(f, tokens=tokens, lengths=lengths)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    atomic_write_with(path, lambda f: np.savez(f, tokens=tokens, lengths=lengths))
 
 
 def _read_shard(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -228,9 +166,10 @@ def _fingerprint(shards: list[Shard], tokenizer_sha: str, options: JobOptions) -
     for name in dict.fromkeys(f for s in shards for f in s.files):  # input files, in shard order
         f = Path(name)
         st = f.stat()
-        sources.append({"path": str(f.resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns})
-    blob = json.dumps({"sources": sources, "tokenizer": tokenizer_sha, "options": asdict(options), "v": 1},
-                      sort_keys=True)
+        sources.append({"path": display(f.resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns})
+    parts = [[s.kind, s.part, s.stop] for s in shards]
+    blob = json.dumps({"sources": sources, "parts": parts, "tokenizer": tokenizer_sha, "options": asdict(options),
+                       "v": 2}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest(), sources
 
 
@@ -243,10 +182,10 @@ def _check_disk(path: Path) -> None:
         raise OSError(28, f"No space left on device under {path}")
 
 
-def pretokenize(inputs, output, tokenizer: str | os.PathLike, *, column: str = "text", bos: bool = False,
-                eos: bool = False, ctx: int | None = None, tile: int | None = None, workers: int = 1,
-                engine: str = "local", ray_address: str | None = None, overwrite: bool = False,
-                progress: bool = True) -> JobResult:
+def pretokenize(inputs, output, tokenizer: str | os.PathLike, *, column: str = "text",
+                bos: bool | str | int | None = None, eos: bool | str | int | None = None, ctx: int | None = None,
+                tile: int | None = None, tokenizer_settings: str = "off", workers: int = 1, engine: str = "local",
+                ray_address: str | None = None, overwrite: bool = False, progress: bool = True) -> JobResult:
     """Tokenize text files into a token store at ``output`` (see the module docstring).
 
     Args:
@@ -255,7 +194,11 @@ def pretokenize(inputs, output, tokenizer: str | os.PathLike, *, column: str = "
       output: the store directory to create.
       tokenizer: a Hugging Face ``tokenizers`` JSON file.
       column: the text column (Parquet, Arrow, JSON Lines, HF datasets).
-      bos, eos: add the tokenizer's BOS / EOS token around every document.
+      bos, eos: put a BOS / EOS token before / after every document: a token name,
+        an id, ``"auto"`` (or True: the usual names looked up), or None (none).
+      tokenizer_settings: ``off`` (default): the tokenizer file's truncation and
+        padding are switched off and its template adds no special tokens; ``keep``:
+        the file is applied as it is.
       ctx, tile: with ctx, split documents longer than ctx tokens into tile-aligned
         windows of ctx (tiles.chunk; nothing lost). ctx must be a multiple of tile.
       workers: tokenizer processes (local) or Ray tasks in flight.
@@ -273,7 +216,7 @@ def pretokenize(inputs, output, tokenizer: str | os.PathLike, *, column: str = "
     inputs = [Path(p) for p in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)]
     if not inputs:
         raise ValueError("no inputs given")
-    output = Path(output)
+    output = resolved(output)  # '..' and symlinks resolved: the staging directory sits beside the real output
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
     if workers < 1:
@@ -284,28 +227,27 @@ def pretokenize(inputs, output, tokenizer: str | os.PathLike, *, column: str = "
             raise ValueError(f"--ctx {ctx} must be a positive multiple of --tile {tile}")
     elif tile is not None:
         raise ValueError("--tile needs --ctx")
-    tok_path = Path(tokenizer)
-    tok = load_tokenizer(tok_path)
-    options = JobOptions(column=column, bos=bos, eos=eos, ctx=ctx, tile=tile)
-    tokenizer_sha = _file_sha256(tok_path)
-    shards = [s for p in inputs for s in list_shards(p)]
+    encoder = open_encoder(tokenizer, settings=tokenizer_settings, bos=_special(bos), eos=_special(eos))
+    options = JobOptions(column=column, bos_id=encoder.bos_id, eos_id=encoder.eos_id, ctx=ctx, tile=tile,
+                         tokenizer_settings=tokenizer_settings)
+    shards, duplicates = _unique_shards(s for p in inputs for s in list_shards(p))
     for s in {s.files[0]: s for s in shards}.values():
         check_column(s, column)
-    job, sources = _fingerprint(shards, tokenizer_sha, options)
-    vocab_size = tok.get_vocab_size(with_added_tokens=True)
-    worker = ShardTokenizer(tok_path.read_text(), options, vocab_size)
-    if bos:
-        worker._special_id("bos")
-    if eos:
-        worker._special_id("eos")
+    job, sources = _fingerprint(shards, encoder.sha256, options)
+    vocab_size = encoder.vocab_size
+    worker = ShardTokenizer(encoder, options)
+    extra = {"tokenizer": encoder.summary()}
+    if duplicates:
+        extra["duplicates"] = f"{len(duplicates)} input file(s) given more than once, read once: " + \
+            ", ".join(display(f) for f in duplicates[:3]) + (" ..." if len(duplicates) > 3 else "")
 
     if output.exists():
         if is_token_store(output) and read_manifest(output).get("job") == job:
             m = read_manifest(output)
-            return JobResult(str(output), m["num_documents"], m["num_tokens"], len(shards), len(shards),
-                             time.perf_counter() - t0, "already complete")
+            return JobResult(display(output), m["num_documents"], m["num_tokens"], len(shards), len(shards),
+                             time.perf_counter() - t0, "already complete", extra)
         if not overwrite:
-            raise ValueError(f"{output}: already exists (a different job); pass --overwrite to replace it")
+            raise ValueError(f"{display(output)}: already exists (a different job); pass --overwrite to replace it")
     output.parent.mkdir(parents=True, exist_ok=True)
     _check_disk(output.parent)
 
@@ -333,7 +275,8 @@ def pretokenize(inputs, output, tokenizer: str | os.PathLike, *, column: str = "
     store_tmp = staging / "store"
     if store_tmp.exists():
         shutil.rmtree(store_tmp)
-    manifest = {"vocab_size": vocab_size, "tokenizer_sha256": tokenizer_sha, "tokenizer_file": tok_path.name,
+    manifest = {"vocab_size": vocab_size, "tokenizer_sha256": encoder.sha256,
+                "tokenizer_file": os.path.basename(encoder.source), "tokenizer": encoder.describe(),
                 "options": asdict(options), "sources": [s["path"] for s in sources], "job": job,
                 "shards": len(shards)}
     write_store(store_tmp, (_read_shard(_shard_path(staging, k)) for k in range(len(shards))),
@@ -349,8 +292,29 @@ def pretokenize(inputs, output, tokenizer: str | os.PathLike, *, column: str = "
     else:
         os.replace(store_tmp, output)
     shutil.rmtree(staging)
-    return JobResult(str(output), num_docs, num_tokens, len(shards), resumed, time.perf_counter() - t0,
-                     "resumed" if resumed else "written")
+    return JobResult(display(output), num_docs, num_tokens, len(shards), resumed, time.perf_counter() - t0,
+                     "resumed" if resumed else "written", extra)
+
+
+def _special(value: bool | str | int | None) -> str | int | None:
+    """``--bos``/``--eos`` as given: True means look the usual names up, False/None means none."""
+    if value is True:
+        return "auto"
+    return None if value is False else value
+
+
+def _unique_shards(shards) -> tuple[list[Shard], list[str]]:
+    """Each shard once (the same file given twice, or through two paths), and the files given more than once."""
+    seen: set = set()
+    out, dups = [], []
+    for s in shards:
+        key = (s.kind, tuple(os.path.realpath(f) for f in s.files), s.part, s.stop)
+        if key not in seen:
+            seen.add(key)
+            out.append(s)
+        elif s.files[0] not in dups:
+            dups.append(s.files[0])
+    return out, dups
 
 
 def _tokenize_shards(worker, shards, todo, staging, workers, engine, ray_address, progress) -> None:
@@ -387,10 +351,11 @@ def _run_ray(worker, shards, todo, staging, workers, ray_address, bar) -> None:
 
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False
-        items = [{"k": k, "kind": shards[k].kind, "files": list(shards[k].files), "part": shards[k].part} for k in todo]
+        items = [{"k": k, "kind": shards[k].kind, "files": list(shards[k].files), "part": shards[k].part,
+                  "stop": shards[k].stop} for k in todo]
 
         def tokenize_row(row: dict) -> dict:
-            shard = Shard(row["kind"], tuple(row["files"]), int(row["part"]))
+            shard = Shard(row["kind"], tuple(row["files"]), int(row["part"]), int(row["stop"]))
             k, docs, toks = _run_shard((worker, shard, int(row["k"]), str(staging)))
             return {"k": k, "docs": docs, "tokens": toks}
 

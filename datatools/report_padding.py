@@ -8,7 +8,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from datatools._io import atomic_write_bytes
+from datatools.io.atomic import atomic_write_bytes
 
 LABELS = {"pad": "pad to ctx (truncate)", "bucket": "optimal buckets", "next_fit": "next fit",
           "first_fit": "first fit (streaming)", "best_fit": "best fit (streaming)",

@@ -31,7 +31,7 @@ def write_test_store(path, docs, vocab_size: int = 1 << 16):
     """A token store holding ``docs`` (lists/arrays of ids), written directly (no tokenizer)."""
     import numpy as np
 
-    from datatools.store import token_dtype, write_store
+    from datatools.io.store import token_dtype, write_store
 
     dtype = token_dtype(vocab_size)
     lengths = np.array([len(d) for d in docs], np.int64)

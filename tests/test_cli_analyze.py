@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 from conftest import random_docs, write_test_store
 
 from datatools.cli import main
-from datatools.readers import open_tokens, read_lengths
+from datatools.io.inputs import open_input, read_lengths
 
 DOCS = random_docs(300, seed=9, max_len=2000)
 LENGTHS = np.array([len(d) for d in DOCS])
@@ -79,12 +79,12 @@ def test_every_input_format(tmp_path, capsys):
 
 
 def test_flat_file_split_across_slices(tmp_path, monkeypatch):
-    import datatools.readers as readers
+    import datatools.io.numpy_files as readers
 
     monkeypatch.setattr(readers, "FLAT_SLICE", 37)  # documents straddle many slices
     flat = np.concatenate([np.append(d, 1) for d in DOCS[:50]] + [np.array([5, 6, 7])])  # unterminated tail
     flat.astype(np.uint16).tofile(tmp_path / "x.bin")
-    got = read_lengths(open_tokens(tmp_path / "x.bin", eos_id=1))
+    got = read_lengths(open_input(tmp_path / "x.bin", eos_id=1))
     np.testing.assert_array_equal(got, np.append(LENGTHS[:50] + 1, 3))
 
 
@@ -146,7 +146,7 @@ def test_errors(tmp_path, capsys, tokenizer_file):
         ([str(tmp_path / "text.parquet")], "text.parquet: column 'text' holds text; pass --tokenizer"),
         ([str(tmp_path / "text.parquet"), "--tokenizer", str(tmp_path / "bad_tok.json")],
          "bad_tok.json: not a valid tokenizers JSON file"),
-        ([str(tmp_path / "bad.jsonl")], "bad.jsonl: invalid JSON Lines"),
+        ([str(tmp_path / "bad.jsonl")], "bad.jsonl:2: invalid JSON Lines"),
         ([str(tmp_path / "odd.bin"), "--eos-id", "0"], "odd.bin: 3 bytes is not a whole number of uint16 tokens"),
         ([str(tmp_path / "odd.bin")], "odd.bin: a flat token file needs --eos-id"),
         ([str(good), "--ctx", "0"], "ctx must be >= 1, got 0"),

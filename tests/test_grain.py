@@ -10,11 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datatools import pack_lengths
-from datatools.documents import ArrayDocuments
+from datatools.io.documents import ArrayDocuments
 from datatools.grain import (BatchRowsMapDataset, BlockShuffleMapDataset, BucketBatchIterDataset,
                              DocumentsMapDataset, FeistelShuffleMapDataset, FormatBatch, PackedRowsMapDataset,
                              ShardMapDataset, StreamingPackIterDataset, chunk_documents)
-from datatools.store import TokenStore
+from datatools.io.store import TokenStore
 
 
 def pieces_of(rows):

@@ -16,7 +16,7 @@ import pytest
 
 from datatools.cli import main
 from datatools.pretokenize import pretokenize
-from datatools.store import TokenStore
+from datatools.io.store import TokenStore
 
 
 def tree_digest(path: Path) -> dict[str, str]:

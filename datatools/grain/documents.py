@@ -7,7 +7,7 @@ from typing import Sequence
 import grain
 import numpy as np
 
-from datatools.documents import as_document_source
+from datatools.io.documents import as_document_source
 
 
 class DocumentsMapDataset(grain.MapDataset):
@@ -21,7 +21,7 @@ class DocumentsMapDataset(grain.MapDataset):
 
     Args:
       source: ArrayDocuments, a TokenStore, or any document source (see
-        :mod:`datatools.documents`).
+        :mod:`datatools.io.documents`).
     """
 
     def __init__(self, source):

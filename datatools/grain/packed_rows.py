@@ -7,7 +7,7 @@ from typing import Sequence
 import grain
 import numpy as np
 
-from datatools.documents import ArrayDocuments, as_document_source
+from datatools.io.documents import ArrayDocuments, as_document_source
 from datatools.pack import PackPlan, materialize, materialize_pieces, pack_lengths
 
 
@@ -25,8 +25,8 @@ class PackedRowsMapDataset(grain.MapDataset):
     ``segment_ids``, ``positions``, ``loss_mask`` (see :mod:`datatools.formats`).
 
     Args:
-      source: :class:`~datatools.documents.ArrayDocuments`, a
-        :class:`~datatools.store.TokenStore`, or any object with ``__len__``,
+      source: :class:`~datatools.io.documents.ArrayDocuments`, a
+        :class:`~datatools.io.store.TokenStore`, or any object with ``__len__``,
         ``lengths()`` and ``read_pieces(doc, start, length)``.
       ctx: row length (tokens).
       algorithm, max_segments, align, overflow: as :func:`datatools.pack_lengths`.

@@ -6,7 +6,7 @@ import grain
 import numpy as np
 
 from datatools._validate import OVERFLOW_POLICIES, check_choice, check_int
-from datatools.documents import ArrayDocuments
+from datatools.io.documents import ArrayDocuments
 from datatools.grain._elements import document_block
 from datatools.pack import ALGORITHMS, materialize, pack_lengths
 

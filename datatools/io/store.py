@@ -26,7 +26,8 @@ from typing import Iterable
 import numpy as np
 import tensorstore as ts
 
-from datatools._io import atomic_write_text
+from datatools.io.atomic import atomic_write_text
+from datatools.io.paths import display, resolved
 
 FORMAT = "datatools-token-store"
 VERSION = 1
@@ -39,14 +40,15 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
 
 
-def _spec(path: Path) -> dict:
-    return {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(path)}}
+def zarr_spec(path: str | os.PathLike) -> dict:
+    """The tensorstore spec of one of the store's arrays; the path is resolved (tensorstore rejects ``..``)."""
+    return {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(resolved(path))}}
 
 
 def _create(path: Path, dtype: np.dtype, length: int, chunk: int):
     codec = ts.CodecSpec({"driver": "zarr3", "codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
                                                         {"name": "zstd", "configuration": {"level": 3}}]})
-    return ts.open(_spec(path), create=True, dtype=ts.dtype(dtype.name), shape=[length],
+    return ts.open(zarr_spec(path), create=True, dtype=ts.dtype(dtype.name), shape=[length],
                    chunk_layout=ts.ChunkLayout(chunk_shape=[max(1, min(chunk, max(length, 1)))]), codec=codec).result()
 
 
@@ -95,24 +97,25 @@ def read_manifest(path: str | os.PathLike) -> dict:
     """The store's manifest; ValueError naming the path when it is missing or not a token store."""
     path = Path(path)
     try:
-        manifest = json.loads((path / "manifest.json").read_text())
+        with open(path / "manifest.json", "rb") as f:  # a PermissionError propagates, naming the file
+            manifest = json.loads(f.read())
     except FileNotFoundError:
-        raise ValueError(f"{path}: not a datatools token store (no manifest.json)") from None
+        raise ValueError(f"{display(path)}: not a datatools token store (no manifest.json)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}/manifest.json: corrupt ({exc})") from None
+        raise ValueError(f"{display(path / 'manifest.json')}: corrupt ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ValueError(f"{path}: manifest.json is not a {FORMAT} manifest")
+        raise ValueError(f"{display(path)}: manifest.json is not a {FORMAT} manifest")
     if manifest.get("version") != VERSION:
-        raise ValueError(f"{path}: token store version {manifest.get('version')} is not supported (want {VERSION})")
+        raise ValueError(f"{display(path)}: token store version {manifest.get('version')} is not supported "
+                         f"(want {VERSION})")
     return manifest
 
 
 def is_token_store(path: str | os.PathLike) -> bool:
-    try:
-        read_manifest(path)
-    except (ValueError, OSError):
-        return False
-    return True
+    """Whether ``path`` is laid out as a token store (a manifest beside ``offsets/``). Its content is checked
+    when it is opened, so a store with a corrupt or unreadable manifest is reported as such, not skipped."""
+    path = Path(path)
+    return (path / "manifest.json").is_file() and (path / "offsets").is_dir()
 
 
 class TokenStore:
@@ -137,7 +140,7 @@ class TokenStore:
     def offsets(self) -> np.ndarray:
         """int64 (num_documents + 1,) token offsets."""
         if self._offsets is None:
-            arr = ts.open(_spec(self.path / "offsets"), open=True).result()
+            arr = ts.open(zarr_spec(self.path / "offsets"), open=True).result()
             self._offsets = arr.read().result()
             if self._offsets.shape[0] != self.manifest["num_documents"] + 1:
                 raise ValueError(f"{self.path}: offsets hold {self._offsets.shape[0] - 1} documents, "
@@ -148,7 +151,7 @@ class TokenStore:
     def tokens(self):
         """The tensorstore handle of the flat token array."""
         if self._tokens is None:
-            self._tokens = ts.open(_spec(self.path / "tokens"), open=True).result()
+            self._tokens = ts.open(zarr_spec(self.path / "tokens"), open=True).result()
         return self._tokens
 
     @property

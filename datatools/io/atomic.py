@@ -1,0 +1,65 @@
+"""Writing files that are never seen half-written, with the permissions the user's umask asks for.
+
+Every output of datatools (store manifests, shard files, JSON reports, PNG plots,
+Parquet) is written to a temporary file beside its destination, flushed to disk and
+renamed into place, so a reader sees the old file or the new one, never a part.
+``tempfile.mkstemp`` creates its file with mode 0600 whatever the umask; the file is
+given ``0666 & ~umask`` before the rename, as ``open()`` would have done, so another
+user of a shared cluster can read what a job wrote when the umask allows it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import BinaryIO, Callable
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it (Linux ``/proc``); elsewhere set and restored at once."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def new_file_mode() -> int:
+    """The mode ``open(path, 'w')`` gives a new file: ``0o666`` less the umask."""
+    return 0o666 & ~current_umask()
+
+
+def atomic_write_with(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> None:
+    """Call ``write(f)`` on a temporary file beside ``path``, fsync it, set umask permissions, rename it to ``path``.
+
+    On any error (or interrupt) the temporary file is removed and ``path`` is left as it was.
+    """
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fchmod(f.fileno(), new_file_mode())
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (see :func:`atomic_write_with`)."""
+    atomic_write_with(path, lambda f: f.write(data))
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    atomic_write_bytes(path, text.encode())

@@ -1,0 +1,306 @@
+"""Random-access document collections that packed rows are read from.
+
+A *document source* (:class:`DocumentSource`) has ``len()``, ``source[i]`` (the
+tokens of document i), ``lengths()`` (int64 tokens per document, cheap) and
+``read_pieces(doc, start, length)``: the pieces ``tokens(doc[j])[start[j]:start[j] +
+length[j]]`` back to back in one int32 array. Implementations:
+
+* :class:`ArrayDocuments`: a flat token array (in memory, or a memory-mapped NumPy
+  file) plus offsets; pieces gathered by a numba kernel;
+* :class:`StoreDocuments`: a :class:`~datatools.io.store.TokenStore` through
+  :class:`StorePieceReader`: the store's compressed chunks are read whole, once,
+  into a bounded LRU cache, so a row of pieces costs no more than the chunks it
+  touches;
+* :class:`ChunkedDocuments`: a table input (Parquet, Arrow, JSON Lines, HF
+  directory) read on demand, one shard (row group, record batches, block of lines)
+  at a time, decoded shards kept in a bounded LRU cache.
+
+All are picklable (caches start empty in each process), so they serve as Grain data
+sources in worker processes.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Callable, Protocol, runtime_checkable
+
+import numba
+import numpy as np
+
+from datatools.io.store import TOKEN_CHUNK, TokenStore
+
+DEFAULT_CACHE_BYTES = 512 << 20  # decoded chunks (store) or shards (tables) kept per process
+
+
+@runtime_checkable
+class DocumentSource(Protocol):
+    """What packers, bucketers and the Grain datasets read documents from.
+
+    Optional: ``source[i]`` (one document), and an ``in_memory`` attribute telling the
+    pipeline that reads cost no I/O (then it uses no reader threads).
+    """
+
+    def __len__(self) -> int: ...
+
+    def lengths(self) -> np.ndarray:
+        """int64 tokens per document."""
+        ...
+
+    def read_pieces(self, doc, start, length) -> np.ndarray:
+        """The pieces ``doc[j]``, tokens ``[start[j], start[j] + length[j])``, back to back as int32."""
+        ...
+
+
+@numba.njit(cache=True)
+def _gather(tokens, offsets, doc, start, length, out):
+    """Copy each piece from the flat token array into ``out``, back to back."""
+    k = 0
+    for j in range(doc.shape[0]):
+        src = offsets[doc[j]] + start[j]
+        for t in range(length[j]):
+            out[k + t] = tokens[src + t]
+        k += length[j]
+
+
+class ArrayDocuments:
+    """Documents in one flat array: ``tokens[offsets[i]:offsets[i + 1]]`` is document i.
+
+    ``tokens`` may be a ``np.memmap`` (a NumPy token file read on demand by the OS).
+
+    Args:
+      tokens: 1-D integer array, every document's tokens back to back.
+      offsets: (num_documents + 1,) non-decreasing integers from 0 to ``len(tokens)``.
+    """
+
+    def __init__(self, tokens, offsets):
+        # A memory-mapped file is pickled as its mapping (file, dtype, offset, shape), not as its data.
+        self._mapping = None
+        if isinstance(tokens, np.memmap) and tokens.filename and tokens.base is not None:
+            self._mapping = (tokens.filename, tokens.dtype.str, int(tokens.offset), tokens.shape)
+        tokens = np.asarray(tokens)
+        offsets = np.asarray(offsets, dtype=np.int64)
+        if tokens.ndim != 1 or tokens.dtype.kind not in "iu":
+            raise ValueError(f"tokens must be a 1-D integer array, got {tokens.dtype} {tokens.shape}")
+        if offsets.ndim != 1 or offsets.size < 1 or offsets[0] != 0 or offsets[-1] != tokens.shape[0]:
+            raise ValueError(f"offsets must run from 0 to len(tokens)={tokens.shape[0]}; got shape {offsets.shape}")
+        if (np.diff(offsets) < 0).any():
+            raise ValueError("offsets must not decrease")
+        self.tokens, self.offsets = tokens, offsets
+        self.in_memory = self._mapping is None
+
+    def __getstate__(self):
+        if self._mapping is None:
+            return self.__dict__
+        return {**self.__dict__, "tokens": None}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        if self._mapping is not None:
+            name, dtype, offset, shape = self._mapping
+            self.tokens = np.asarray(np.memmap(name, dtype=np.dtype(dtype), mode="r", offset=offset, shape=shape))
+
+    @classmethod
+    def from_list(cls, docs) -> "ArrayDocuments":
+        """From a list of 1-D token arrays (tests, small data)."""
+        docs = [np.asarray(d, dtype=np.int32).reshape(-1) for d in docs]
+        lengths = np.fromiter((d.shape[0] for d in docs), np.int64, count=len(docs))
+        flat = np.concatenate(docs) if docs else np.zeros(0, np.int32)
+        return cls(flat, np.concatenate(([0], np.cumsum(lengths))))
+
+    def __len__(self) -> int:
+        return self.offsets.shape[0] - 1
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        i = _check_index(i, len(self))
+        return self.tokens[self.offsets[i] : self.offsets[i + 1]]
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def read_pieces(self, doc, start, length) -> np.ndarray:
+        out = np.empty(int(np.sum(length, dtype=np.int64)), np.int32)
+        _gather(self.tokens, self.offsets, np.asarray(doc, np.int64), np.asarray(start, np.int64),
+                np.asarray(length, np.int64), out)
+        return out
+
+    def __repr__(self) -> str:
+        return f"ArrayDocuments(documents={len(self)}, tokens={self.tokens.shape[0]})"
+
+
+class StorePieceReader:
+    """Reads pieces of a :class:`TokenStore` through an LRU cache of whole decoded chunks.
+
+    Args:
+      store: the token store.
+      cache_bytes: decoded chunk bytes kept (per process); the least recently used
+        chunk is evicted first.
+    """
+
+    def __init__(self, store: TokenStore, cache_bytes: int = DEFAULT_CACHE_BYTES):
+        self.store = store
+        self.cache_bytes = int(cache_bytes)
+        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._held = 0
+        self.chunk_reads = 0
+
+    def __getstate__(self):
+        return {"store": self.store, "cache_bytes": self.cache_bytes, "_cache": OrderedDict(), "_held": 0,
+                "chunk_reads": 0}
+
+    def _chunk(self, c: int) -> np.ndarray:
+        arr = self._cache.get(c)
+        if arr is not None:
+            self._cache.move_to_end(c)
+            return arr
+        arr = self.store.read_tokens(c * TOKEN_CHUNK, min((c + 1) * TOKEN_CHUNK, self.store.num_tokens))
+        self.chunk_reads += 1
+        self._cache[c] = arr
+        self._held += arr.nbytes
+        while self._held > self.cache_bytes and len(self._cache) > 1:
+            _, old = self._cache.popitem(last=False)
+            self._held -= old.nbytes
+        return arr
+
+    def read_pieces(self, doc, start, length) -> np.ndarray:
+        begin = self.store.offsets[np.asarray(doc, np.int64)] + np.asarray(start, np.int64)
+        length = np.asarray(length, np.int64)
+        out = np.empty(int(length.sum()), np.int32)
+        k = 0
+        for a, n in zip(begin.tolist(), length.tolist()):  # one slice per piece (a few per row), not per token
+            while n:
+                c, off = divmod(a, TOKEN_CHUNK)
+                take = min(n, TOKEN_CHUNK - off)
+                out[k : k + take] = self._chunk(c)[off : off + take]
+                k, a, n = k + take, a + take, n - take
+        return out
+
+
+class StoreDocuments:
+    """A :class:`TokenStore` as a document source, pieces read through a cached :class:`StorePieceReader`."""
+
+    in_memory = False
+
+    def __init__(self, store: TokenStore, cache_bytes: int = DEFAULT_CACHE_BYTES):
+        self.store = store
+        self.reader = StorePieceReader(store, cache_bytes)
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        i = _check_index(i, len(self.store))
+        off = self.store.offsets
+        return self.reader.read_pieces([i], [0], [off[i + 1] - off[i]])
+
+    def lengths(self) -> np.ndarray:
+        return self.store.lengths()
+
+    def read_pieces(self, doc, start, length) -> np.ndarray:
+        return self.reader.read_pieces(doc, start, length)
+
+    def __repr__(self) -> str:
+        return f"StoreDocuments({self.store!r})"
+
+
+def _check_index(i: int, n: int) -> int:
+    if not -n <= i < n:
+        raise IndexError(f"document {i} out of range for {n} documents")
+    return i % n
+
+
+@numba.njit(cache=True)
+def _gather_at(tokens, offsets, doc, start, length, dst, out):
+    """Copy piece j (document ``doc[j]`` of a shard) to ``out[dst[j]:dst[j] + length[j]]``."""
+    for j in range(doc.shape[0]):
+        src = offsets[doc[j]] + start[j]
+        d = dst[j]
+        for t in range(length[j]):
+            out[d + t] = tokens[src + t]
+
+
+class ChunkedDocuments:
+    """Documents of an input read shard by shard on demand (Parquet row groups, Arrow batches, JSON Lines blocks).
+
+    Memory holds the lengths, and at most ``cache_bytes`` of decoded shards (least
+    recently used evicted first; one shard is always kept). Reading documents in
+    storage order, or block-shuffled, decodes each shard about once; a full shuffle
+    of documents over many shards decodes a shard per read: pre-tokenize such data
+    into a token store (chunked for random access) instead.
+
+    Args:
+      lengths: int64 tokens per document, every shard's documents in order.
+      shard_docs: documents per shard (sums to ``len(lengths)``).
+      load: ``load(k) -> (tokens, lengths)`` of shard k; picklable.
+      cache_bytes: decoded shard bytes kept per process.
+    """
+
+    in_memory = False
+
+    def __init__(self, lengths: np.ndarray, shard_docs: np.ndarray, load: Callable, name: str = "",
+                 cache_bytes: int = DEFAULT_CACHE_BYTES):
+        self._lengths = np.asarray(lengths, np.int64)
+        self.shard_docs = np.asarray(shard_docs, np.int64)
+        if int(self.shard_docs.sum()) != self._lengths.shape[0]:
+            raise ValueError(f"shards hold {int(self.shard_docs.sum())} documents, lengths {self._lengths.shape[0]}")
+        self.first_doc = np.concatenate(([0], np.cumsum(self.shard_docs)))
+        self.load, self.name, self.cache_bytes = load, name, int(cache_bytes)
+        self._cache: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._held = 0
+        self.shard_reads = 0
+
+    def __getstate__(self):
+        return {**self.__dict__, "_cache": OrderedDict(), "_held": 0, "shard_reads": 0}
+
+    def __len__(self) -> int:
+        return self._lengths.shape[0]
+
+    def lengths(self) -> np.ndarray:
+        return self._lengths
+
+    def _shard(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        hit = self._cache.get(k)
+        if hit is not None:
+            self._cache.move_to_end(k)
+            return hit
+        tokens, lengths = self.load(k)
+        first, n = int(self.first_doc[k]), int(self.shard_docs[k])
+        if lengths.shape[0] != n or not np.array_equal(lengths, self._lengths[first : first + n]):
+            raise ValueError(f"{self.name}: shard {k} changed since its lengths were read")
+        entry = (np.asarray(tokens, np.int32), np.concatenate(([0], np.cumsum(lengths))))
+        self.shard_reads += 1
+        self._cache[k] = entry
+        self._held += entry[0].nbytes
+        while self._held > self.cache_bytes and len(self._cache) > 1:
+            _, old = self._cache.popitem(last=False)
+            self._held -= old[0].nbytes
+        return entry
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        i = _check_index(i, len(self))
+        return self.read_pieces([i], [0], [self._lengths[i]])
+
+    def read_pieces(self, doc, start, length) -> np.ndarray:
+        doc = np.asarray(doc, np.int64)
+        start = np.asarray(start, np.int64)
+        length = np.asarray(length, np.int64)
+        dst = np.concatenate(([0], np.cumsum(length)[:-1])) if length.size else length
+        out = np.empty(int(length.sum()), np.int32)
+        shard = np.searchsorted(self.first_doc, doc, side="right") - 1
+        for k in np.unique(shard).tolist():  # one pass per shard touched, a kernel call each
+            sel = np.flatnonzero(shard == k)
+            tokens, offsets = self._shard(k)
+            _gather_at(tokens, offsets, doc[sel] - self.first_doc[k], start[sel], length[sel], dst[sel], out)
+        return out
+
+    def __repr__(self) -> str:
+        return f"ChunkedDocuments({self.name!r}, documents={len(self)}, shards={self.shard_docs.shape[0]})"
+
+
+def as_document_source(source) -> DocumentSource:
+    """A :class:`DocumentSource`: one as is, a :class:`TokenStore` wrapped in :class:`StoreDocuments`."""
+    if isinstance(source, TokenStore):
+        return StoreDocuments(source)
+    if isinstance(source, DocumentSource):
+        return source
+    raise TypeError(f"expected a document source (lengths(), read_pieces(), len()) or a TokenStore; "
+                    f"got {type(source).__name__}")

@@ -1,0 +1,246 @@
+"""Any supported input, resolved once: what it is, how to stream its lengths, how to read its documents.
+
+Inputs (a file or a directory):
+
+* the token store of the pre-tokenize job (lengths from its offsets, no token read);
+* Parquet, Arrow IPC / Feather, JSON Lines and Hugging Face ``save_to_disk``
+  directories, with a list-of-integers token column, or a text column plus a
+  tokenizer (:mod:`datatools.io.tokenizer`: truncation and padding off);
+* NumPy: a directory with ``tokens.npy`` and ``lengths.npy`` or ``offsets.npy``; or
+  one flat token file (``.bin``/``.npy``) cut after every ``eos_id``.
+
+:func:`open_input` checks the path, the column and the tokenizer before any data is
+read. :func:`read_lengths` streams the input shard by shard (a Parquet row group,
+Arrow batches, a block of JSON lines, a slice of a flat file): memory holds the
+lengths and one batch, never the data. :func:`open_documents` gives a
+:class:`~datatools.io.documents.DocumentSource` that reads documents on demand.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+from datatools.io import numpy_files
+from datatools.io.discover import Shard, list_shards
+from datatools.io.documents import ArrayDocuments, ChunkedDocuments, DocumentSource, StoreDocuments
+from datatools.io.numpy_files import (BIN_DTYPES, check_token_values, flat_array, flat_slices,
+                                      numpy_dir, numpy_dir_files)
+from datatools.io.paths import display
+from datatools.io.store import TokenStore, is_token_store
+from datatools.io.tables import (TEXT_COLUMNS, column_batches, detect_column, shard_bytes, shard_columns,
+                                 text_values, token_arrays)
+from datatools.io.tokenizer import TextEncoder, open_encoder
+
+INT32_MAX = np.iinfo(np.int32).max
+
+
+@dataclass
+class TokenInput:
+    """A resolved input: what it is and how to read it. Picklable (worker processes re-read shards).
+
+    Attributes:
+      path: the path given.
+      kind: ``store``, ``numpy`` (tokens.npy + lengths/offsets), ``flat`` (.bin / .npy
+        split on eos), or ``table`` (Parquet / Arrow / JSON Lines / HF directory).
+      column: the token or text column (tables only).
+      is_text: the column holds text, tokenized by ``encoder``.
+      shards: the table shards, in order.
+      nbytes: bytes of input (for progress and throughput).
+    """
+
+    path: Path
+    kind: str
+    column: str | None = None
+    is_text: bool = False
+    shards: list[Shard] = field(default_factory=list)
+    nbytes: int = 0
+    encoder: TextEncoder | None = None
+    eos_id: int | None = None
+    bin_dtype: str = "uint16"
+
+    @property
+    def num_shards(self) -> int:
+        if self.kind == "table":
+            return len(self.shards)
+        if self.kind == "flat":
+            return max(1, -(-int(flat_array(self.path, self.bin_dtype).shape[0]) // numpy_files.FLAT_SLICE))
+        return 1
+
+    def shard_batches(self, k: int, with_tokens: bool = True) -> Iterator[tuple[np.ndarray | None, np.ndarray]]:
+        """(tokens, lengths) of table shard ``k``, a bounded batch at a time; text is tokenized here."""
+        shard = self.shards[k]
+        where = shard.describe()
+        for col in column_batches(shard, self.column, self.is_text):
+            if self.is_text:
+                tokens, lengths = self.encoder.encode(text_values(col, where, self.column))
+            else:
+                tokens, lengths = token_arrays(col, where, self.column)
+            yield (tokens if with_tokens else None), lengths
+
+    def shard_tokens(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(int32 tokens, int64 lengths) of table shard ``k`` whole (for :class:`ChunkedDocuments`)."""
+        tokens, lengths = [], []
+        for t, n in self.shard_batches(k):
+            if t.size and int(t.max()) > INT32_MAX:
+                raise ValueError(f"{self.shards[k].describe()}: token id {int(t.max())} does not fit int32")
+            tokens.append(t.astype(np.int32, copy=False))
+            lengths.append(n)
+        return _concat(tokens, np.int32), _concat(lengths, np.int64)
+
+    def describe(self) -> dict:
+        """What reports record about the input."""
+        out = {"path": display(self.path), "kind": self.kind, "bytes": self.nbytes}
+        if self.column:
+            out["column"] = self.column
+        if self.encoder is not None:
+            out["tokenizer"] = self.encoder.describe()
+        return out
+
+
+def _concat(parts: list[np.ndarray], dtype) -> np.ndarray:
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+
+def open_input(path: str | os.PathLike, *, column: str | None = None, tokenizer: str | os.PathLike | None = None,
+               tokenizer_settings: str = "off", bos: str | int | None = None, eos: str | int | None = None,
+               eos_id: int | None = None, bin_dtype: str = "uint16") -> TokenInput:
+    """Resolve ``path`` to a :class:`TokenInput`, checking the column and the tokenizer before any data is read.
+
+    Args:
+      path: a file or directory (see the module docstring).
+      column: the token or text column of a table; detected when exactly one of
+        ``input_ids``, ``tokens``, ``token_ids``, ``text`` is present.
+      tokenizer: a Hugging Face ``tokenizer.json``, for a text column.
+      tokenizer_settings: ``off`` (default: no truncation, padding or template
+        special tokens) or ``keep`` (the file's settings as they are).
+      bos, eos: a token (name, id, or ``"auto"``) added before / after every text.
+      eos_id: the separator of a flat token file.
+      bin_dtype: token dtype of a ``.bin`` file (``uint16`` or ``uint32``).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"{display(path)}: no such file or directory")
+    if bin_dtype not in BIN_DTYPES:
+        raise ValueError(f"bin dtype must be one of {', '.join(BIN_DTYPES)}; got {bin_dtype!r}")
+    if eos_id is not None and (isinstance(eos_id, bool) or not isinstance(eos_id, int) or eos_id < 0):
+        raise ValueError(f"eos id must be a non-negative integer; got {eos_id!r}")
+    if path.is_dir() and is_token_store(path):
+        store = TokenStore(path)
+        return TokenInput(path, "store", nbytes=8 * (len(store) + 1))
+    if path.is_dir() and (files := numpy_dir_files(path)):
+        return TokenInput(path, "numpy", nbytes=sum(f.stat().st_size for f in files[:2]))
+    if path.is_file() and path.suffix.lower() in (".bin", ".npy"):
+        if eos_id is None:
+            raise ValueError(f"{display(path)}: a flat token file needs --eos-id to find the document boundaries")
+        return TokenInput(path, "flat", nbytes=path.stat().st_size, eos_id=eos_id, bin_dtype=bin_dtype)
+    if path.is_dir() and not any(p for p in path.iterdir() if not p.name.startswith(".")):
+        raise ValueError(f"{display(path)}: empty directory")
+    shards = list_shards(path)
+    if any(s.kind == "text" for s in shards):
+        raise ValueError(f"{display(shards[-1].files[0])}: plain text files have no token column; "
+                         f"pre-tokenize them first (datatools pretokenize)")
+    where = display(shards[0].files[0])
+    columns = shard_columns(shards[0])
+    col = detect_column(list(columns), column, where)
+    inp = TokenInput(path, "table", column=col, shards=shards,
+                     nbytes=sum(os.path.getsize(f) for f in dict.fromkeys(x for s in shards for x in s.files)))
+    inp.is_text = col in TEXT_COLUMNS or columns[col]
+    if inp.is_text:
+        if tokenizer is None:
+            raise ValueError(f"{where}: column {col!r} holds text; pass --tokenizer tokenizer.json to tokenize it")
+        inp.encoder = open_encoder(tokenizer, settings=tokenizer_settings, bos=bos, eos=eos)
+    elif tokenizer is not None or bos is not None or eos is not None:
+        raise ValueError(f"{where}: column {col!r} holds token ids already; --tokenizer/--bos/--eos apply to text")
+    return inp
+
+
+def iter_lengths(inp: TokenInput, *, with_tokens: bool = False
+                 ) -> Iterator[tuple[int, np.ndarray | None, np.ndarray, int]]:
+    """Yield ``(shard, tokens, lengths, bytes)`` a bounded batch at a time; ``bytes`` is counted at a shard's
+    last batch. ``tokens`` is None unless ``with_tokens``."""
+    if inp.kind == "store":
+        store = TokenStore(inp.path)
+        yield 0, (store.read_tokens(0, store.num_tokens) if with_tokens else None), store.lengths(), inp.nbytes
+    elif inp.kind == "numpy":
+        tokens, offsets = numpy_dir(inp.path)
+        check_token_values(tokens, display(inp.path / "tokens.npy"))
+        yield 0, (np.asarray(tokens) if with_tokens else None), np.diff(offsets), inp.nbytes
+    elif inp.kind == "flat":
+        for k, (tokens, lengths, nbytes) in enumerate(flat_slices(inp.path, inp.bin_dtype, inp.eos_id, with_tokens)):
+            yield k, tokens, lengths, nbytes
+    else:
+        for k, shard in enumerate(inp.shards):
+            for tokens, lengths in inp.shard_batches(k, with_tokens):
+                yield k, tokens, lengths, 0
+            yield k, None, np.zeros(0, np.int64), shard_bytes(shard)
+
+
+def read_lengths_by_shard(inp: TokenInput, *, progress: Callable[[int, int], None] | None = None
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """int64 tokens per document of the whole input, and documents per shard.
+
+    Memory: the lengths it returns, plus at most half as much again while reading
+    (batches are kept as int32 and copied into the result one by one), plus one batch.
+    ``progress``, when given, is called with ``(shards_done, bytes_done)`` after each shard.
+    """
+    parts: list[np.ndarray] = []
+    docs_in: dict[int, int] = {}
+    done_bytes = 0
+    for k, _, lengths, nbytes in iter_lengths(inp):
+        docs_in[k] = docs_in.get(k, 0) + lengths.size
+        if lengths.size:
+            parts.append(lengths.astype(np.int32) if int(lengths.max()) <= INT32_MAX else lengths)
+        if nbytes:
+            done_bytes += nbytes
+            if progress is not None:
+                progress(k + 1, done_bytes)
+    shard_docs = np.zeros(max(docs_in, default=0) + 1, np.int64)
+    shard_docs[list(docs_in)] = list(docs_in.values())
+    out = np.empty(int(shard_docs.sum()), np.int64)
+    at = 0
+    while parts:  # copy and free the parts one at a time: the peak is the result plus the int32 parts
+        part = parts.pop(0)
+        out[at : at + part.size] = part
+        at += part.size
+    return out, shard_docs
+
+
+def read_lengths(inp: TokenInput, *, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+    """int64 tokens per document of the whole input (see :func:`read_lengths_by_shard`)."""
+    return read_lengths_by_shard(inp, progress=progress)[0]
+
+
+def open_documents(inp: TokenInput, *, progress: Callable[[int, int], None] | None = None) -> DocumentSource:
+    """The input's documents, read on demand: a token store through its chunk cache, NumPy files
+    memory-mapped, tables shard by shard (:class:`ChunkedDocuments`, after one streaming pass for the lengths)."""
+    if inp.kind == "store":
+        return StoreDocuments(TokenStore(inp.path))
+    if inp.kind == "numpy":
+        tokens, offsets = numpy_dir(inp.path)
+        _check_int32(tokens, display(inp.path / "tokens.npy"))
+        return ArrayDocuments(tokens, offsets)
+    if inp.kind == "flat":
+        lengths = read_lengths(inp, progress=progress)
+        tokens = flat_array(inp.path, inp.bin_dtype)
+        _check_int32(tokens, display(inp.path))
+        return ArrayDocuments(tokens, np.concatenate(([0], np.cumsum(lengths))))
+    lengths, shard_docs = read_lengths_by_shard(inp, progress=progress)
+    return ChunkedDocuments(lengths, shard_docs, inp.shard_tokens, name=display(inp.path))
+
+
+def _check_int32(tokens: np.ndarray, where: str) -> None:
+    """Token ids must be non-negative and fit int32 (the batches' dtype); checked a slice at a time."""
+    check_token_values(tokens, where)
+    if tokens.dtype.itemsize >= 4 and tokens.size:
+        step = numpy_files.FLAT_SLICE
+        for a in range(0, tokens.shape[0], step):
+            hi = int(np.asarray(tokens[a : a + step]).max(initial=0))
+            if hi > INT32_MAX:
+                raise ValueError(f"{where}: token id {hi} does not fit int32")

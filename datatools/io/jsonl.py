@@ -1,0 +1,192 @@
+"""Streaming JSON Lines: lines of any length, bounded memory, parsed by pyarrow.
+
+``pyarrow.json.read_json`` on a whole file deadlocks (threaded) or fails with
+"straddling object" (single-threaded) as soon as one line is longer than its block
+size, and it holds the whole table. Here a byte range of the file is read in blocks
+of whole lines (:func:`line_blocks`): a block ends at the last newline it holds, and
+grows past :data:`BLOCK_BYTES` only as far as one longer line needs. Each block is
+parsed by pyarrow alone with a block size that covers it, against an explicit
+schema of the one column wanted (other fields are skipped, not materialized), and
+blocks are parsed two at a time in threads (pyarrow releases the GIL).
+
+A parse error is located to its line with the standard ``json`` module, so the
+message names the file, the line number and what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.json as pajson
+
+from datatools.io.paths import display
+
+BLOCK_BYTES = 8 << 20  # parse unit (bytes of whole lines)
+PARSE_THREADS = 2
+MAX_BLOCK_BYTES = (1 << 31) - 2  # pyarrow's block_size is an int32
+
+
+def line_range(fh, start: int, stop: int, size: int) -> tuple[int, int]:
+    """The bytes ``[a, b)`` of the lines that start inside ``[start, stop)``: ``a`` is the first line start at or
+    after ``start``, ``b`` the first at or after ``stop`` (or the end of the file)."""
+    return _next_line_start(fh, start, size), _next_line_start(fh, stop, size)
+
+
+def _next_line_start(fh, pos: int, size: int) -> int:
+    if pos <= 0:
+        return 0
+    if pos >= size:
+        return size
+    fh.seek(pos - 1)
+    at = pos - 1
+    while True:
+        data = fh.read(1 << 16)
+        if not data:
+            return size
+        i = data.find(b"\n")
+        if i >= 0:
+            return at + i + 1
+        at += len(data)
+
+
+def line_blocks(fh, a: int, b: int, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[bytes, int]]:
+    """Blocks of whole lines covering bytes ``[a, b)`` of ``fh``, each with its offset in the file."""
+    fh.seek(a)
+    pos, carry, carry_at = a, bytearray(), a
+    while pos < b:
+        data = fh.read(min(block_bytes, b - pos))
+        if not data:
+            break
+        pos += len(data)
+        carry += data
+        cut = len(carry) if pos >= b else carry.rfind(b"\n") + 1
+        if cut:
+            yield bytes(carry[:cut]), carry_at
+            del carry[:cut]
+            carry_at += cut
+    if carry:
+        yield bytes(carry), carry_at
+
+
+def _parse(block: bytes, schema: pa.Schema) -> pa.Table | Exception:
+    if len(block) > MAX_BLOCK_BYTES:
+        return ValueError(f"a line of more than {MAX_BLOCK_BYTES} bytes")
+    try:
+        return pajson.read_json(
+            pa.BufferReader(block),
+            read_options=pajson.ReadOptions(use_threads=False, block_size=len(block) + 1),
+            parse_options=pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"))
+    except pa.ArrowInvalid as exc:
+        return exc
+
+
+def read_column_blocks(path: str, column: str, value_type: pa.DataType, start: int = 0, stop: int | None = None,
+                       *, block_bytes: int = BLOCK_BYTES, threads: int = PARSE_THREADS) -> Iterator[pa.ChunkedArray]:
+    """The values of ``column`` for the lines starting in bytes ``[start, stop)`` of a JSON Lines file, a block
+    at a time, as arrays of ``value_type``.
+
+    Raises:
+      ValueError: naming the file and line: invalid JSON, a line that is not an
+        object, a missing column or a value of another type.
+    """
+    schema = pa.schema([(column, value_type)])
+    want_text = pa.types.is_string(value_type) or pa.types.is_large_string(value_type)
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        a, b = line_range(fh, start, size if stop is None else stop, size)
+        line_no = 1 + (_count_lines(fh, a) if a else 0)
+        with ThreadPoolExecutor(max(1, threads)) as pool:
+            pending: deque = deque()
+            blocks = line_blocks(fh, a, b, block_bytes)
+            while True:
+                while len(pending) < max(1, threads):
+                    nxt = next(blocks, None)
+                    if nxt is None:
+                        break
+                    pending.append((nxt[0], pool.submit(_parse, nxt[0], schema)))
+                if not pending:
+                    return
+                block, fut = pending.popleft()
+                result = fut.result()
+                if isinstance(result, pa.ArrowInvalid):
+                    raise _located(path, block, line_no, column, want_text, result)
+                if isinstance(result, BaseException):
+                    raise ValueError(f"{display(path)}:{line_no}: {result}")
+                col = result.column(0)
+                if col.null_count:
+                    raise _null_error(path, block, line_no, column)
+                line_no += block.count(b"\n")
+                yield col
+
+
+def _count_lines(fh, upto: int) -> int:
+    fh.seek(0)
+    n, pos = 0, 0
+    while pos < upto:
+        data = fh.read(min(1 << 24, upto - pos))
+        if not data:
+            break
+        n += data.count(b"\n")
+        pos += len(data)
+    return n
+
+
+def _located(path: str, block: bytes, first_line: int, column: str, want_text: bool,
+             exc: BaseException) -> ValueError:
+    """A one-line error for the first line of ``block`` that fails, found with the ``json`` module."""
+    for k, line in enumerate(block.split(b"\n")):
+        if not line.strip():
+            continue
+        where = f"{display(path)}:{first_line + k}"
+        try:
+            row = json.loads(line)
+        except ValueError as err:
+            return ValueError(f"{where}: invalid JSON Lines ({err})")
+        if not isinstance(row, dict):
+            return ValueError(f"{where}: invalid JSON Lines (expected an object per line, got {type(row).__name__})")
+        value = row.get(column)
+        if value is None:
+            continue
+        if want_text:
+            if not isinstance(value, str):
+                return ValueError(f"{where}: column {column!r} holds {type(value).__name__}, not text")
+            continue
+        if not isinstance(value, list):
+            return ValueError(f"{where}: column {column!r} holds {type(value).__name__}, not a list of token ids")
+        bad = [v for v in value if not isinstance(v, int) or isinstance(v, bool)]
+        if bad:
+            return ValueError(f"{where}: column {column!r} holds non-integer token ids ({str(bad[0])[:40]})")
+        if value and (max(value) >= 1 << 63 or min(value) < -(1 << 63)):
+            return ValueError(f"{where}: column {column!r} holds a token id outside int64")
+    first = (str(exc).splitlines() or [type(exc).__name__])[0]
+    return ValueError(f"{display(path)}:{first_line}: invalid JSON Lines ({first})")
+
+
+def _null_error(path: str, block: bytes, first_line: int, column: str) -> ValueError:
+    for k, line in enumerate(block.split(b"\n")):
+        if line.strip():
+            row = json.loads(line)
+            if row.get(column) is None:
+                what = "has no" if column not in row else "has a null"
+                return ValueError(f"{display(path)}:{first_line + k}: the line {what} column {column!r}")
+    return ValueError(f"{display(path)}:{first_line}: column {column!r} has null rows")
+
+
+def first_row(path: str) -> dict:
+    """The first non-empty line as a dict (for column detection); ``{}`` for an empty file."""
+    with open(path, "rb") as fh:
+        for k, line in enumerate(fh, start=1):
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except ValueError as exc:
+                    raise ValueError(f"{display(path)}:{k}: invalid JSON Lines ({exc})") from None
+                if not isinstance(row, dict):
+                    raise ValueError(f"{display(path)}:{k}: invalid JSON Lines (expected an object per line)")
+                return row
+    return {}

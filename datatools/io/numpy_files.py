@@ -1,0 +1,117 @@
+"""NumPy token inputs: a directory with ``tokens.npy`` + ``lengths.npy``/``offsets.npy``, or one flat token file.
+
+A flat file (``.bin`` of uint16/uint32, nanoGPT style, or a 1-D ``.npy``) holds
+documents back to back, each ending with ``eos_id``. It is memory-mapped and read in
+slices of :data:`FLAT_SLICE` tokens; a document may straddle slices. Files are never
+unpickled (``allow_pickle=False``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from datatools.io.paths import display
+
+BIN_DTYPES = ("uint16", "uint32")
+FLAT_SLICE = 1 << 24  # tokens per slice of a flat token file (64 MiB as int32)
+
+
+def check_token_dtype(dtype: np.dtype, where: str) -> None:
+    if dtype.kind not in "iu" or dtype == np.bool_:
+        raise ValueError(f"{where}: token ids must be integers, got {dtype}")
+
+
+def check_non_negative(values: np.ndarray, where: str) -> None:
+    if values.size and values.dtype.kind == "i":
+        lo = values.min()
+        if lo < 0:
+            raise ValueError(f"{where}: negative token id {int(lo)} (token {int(np.argmin(values))})")
+
+
+def _load(path: Path, mmap: bool) -> np.ndarray:
+    try:  # numpy opens files with Python's open(): any file name works, a PermissionError names the file
+        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except ValueError as exc:
+        raise ValueError(f"{display(path)}: not a valid NumPy file ({exc})") from None
+
+
+def flat_array(path: Path, bin_dtype: str) -> np.ndarray:
+    """The flat token file memory-mapped (no token read yet)."""
+    if path.suffix.lower() == ".npy":
+        arr = _load(path, mmap=True)
+    else:
+        size = path.stat().st_size
+        item = np.dtype(bin_dtype).itemsize
+        if size % item:
+            raise ValueError(f"{display(path)}: {size} bytes is not a whole number of {bin_dtype} tokens (truncated?)")
+        if not size:
+            return np.zeros(0, bin_dtype)
+        arr = np.memmap(path, dtype=bin_dtype, mode="r")
+    if arr.ndim != 1:
+        raise ValueError(f"{display(path)}: expected a flat 1-D token array, got shape {arr.shape}")
+    check_token_dtype(arr.dtype, display(path))
+    return arr
+
+
+def flat_slices(path: Path, bin_dtype: str, eos_id: int, with_tokens: bool
+                ) -> Iterator[tuple[np.ndarray | None, np.ndarray, int]]:
+    """``(tokens, lengths, bytes)`` slice by slice; each document ends after its eos (the unterminated tail is one
+    too). ``tokens`` holds the documents that end in the slice (None unless ``with_tokens``)."""
+    flat = flat_array(path, bin_dtype)
+    n, item, begin = flat.shape[0], flat.dtype.itemsize, 0
+    for a in range(0, n, FLAT_SLICE):
+        b = min(a + FLAT_SLICE, n)
+        part = np.asarray(flat[a:b])
+        check_non_negative(part, display(path))
+        ends = np.flatnonzero(part == eos_id) + 1 + a
+        if b == n and n > begin and (ends.size == 0 or ends[-1] != n):
+            ends = np.append(ends, n)
+        lengths = np.diff(ends, prepend=begin).astype(np.int64)
+        stop = int(ends[-1]) if ends.size else begin
+        yield (np.asarray(flat[begin:stop]) if with_tokens else None), lengths, (b - a) * item
+        begin = stop
+
+
+def numpy_dir_files(path: Path) -> tuple[Path, Path, str] | None:
+    """(tokens.npy, lengths.npy or offsets.npy, which) of a NumPy directory, None when it is not one."""
+    tokens = path / "tokens.npy"
+    if not tokens.is_file():
+        return None
+    for name, what in (("lengths.npy", "lengths"), ("offsets.npy", "offsets")):
+        if (path / name).is_file():
+            return tokens, path / name, what
+    raise ValueError(f"{display(path)}: has tokens.npy but neither lengths.npy nor offsets.npy")
+
+
+def numpy_dir(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(memory-mapped tokens, int64 offsets) of a NumPy directory, checked against each other."""
+    tokens_file, index_file, what = numpy_dir_files(path)
+    tokens = _load(tokens_file, mmap=True)
+    index = _load(index_file, mmap=False)
+    if tokens.ndim != 1:
+        raise ValueError(f"{display(tokens_file)}: expected a flat 1-D token array, got shape {tokens.shape}")
+    check_token_dtype(tokens.dtype, display(tokens_file))
+    if index.ndim != 1 or index.dtype.kind not in "iu":
+        raise ValueError(f"{display(index_file)}: expected a 1-D integer array, got {index.dtype} {index.shape}")
+    if what == "lengths":
+        lengths = index.astype(np.int64)
+        if lengths.size and lengths.min() < 0:
+            raise ValueError(f"{display(index_file)}: negative length {int(lengths.min())}")
+        offsets = np.concatenate(([0], np.cumsum(lengths)))
+    else:
+        offsets = index.astype(np.int64)
+        if offsets.size == 0 or offsets[0] != 0 or (np.diff(offsets) < 0).any():
+            raise ValueError(f"{display(index_file)}: offsets must start at 0 and never decrease")
+    if int(offsets[-1]) != tokens.shape[0]:
+        raise ValueError(f"{display(index_file)}: {what} cover {int(offsets[-1])} tokens but tokens.npy holds "
+                         f"{tokens.shape[0]}")
+    return tokens, offsets
+
+
+def check_token_values(tokens: np.ndarray, where: str) -> None:
+    """Negative ids refused, a slice at a time (the array may be memory-mapped)."""
+    for a in range(0, tokens.shape[0], FLAT_SLICE):
+        check_non_negative(np.asarray(tokens[a : a + FLAT_SLICE]), where)

@@ -1,0 +1,44 @@
+"""Paths as users type them: relative with ``..``, spaces, symlinks, names that are not UTF-8.
+
+Python keeps a file name that is not valid UTF-8 as a ``str`` with surrogate escapes
+(PEP 383). Such a string works with ``open()`` and ``os`` calls but not with
+libraries that encode paths as UTF-8 (pyarrow, tensorstore) nor when printed. So:
+
+* files are opened by Python and handed to pyarrow as file objects or buffers;
+* :func:`resolved` gives the absolute, symlink-free path that tensorstore needs
+  (it rejects unresolved ``..``);
+* :func:`display` and :func:`printable` turn a path or a message into text that can
+  always be printed, with undecodable bytes shown as ``\\xNN``.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+
+import pyarrow as pa
+
+
+def display(path: str | os.PathLike | bytes) -> str:
+    """``path`` as printable text: undecodable bytes of its name appear as ``\\xNN``."""
+    return printable(os.fsdecode(path))
+
+
+def printable(text: str) -> str:
+    """``text`` with surrogate-escaped bytes (from non-UTF-8 file names) replaced by ``\\xNN``."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def resolved(path: str | os.PathLike) -> Path:
+    """The absolute path with ``..`` and symlinks resolved (what tensorstore's file driver accepts)."""
+    return Path(path).expanduser().resolve()
+
+
+def map_file(path: str | os.PathLike) -> pa.Buffer:
+    """The whole file memory-mapped as a pyarrow buffer (zero-copy), opened by Python so any file name works."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return pa.py_buffer(b"")
+        return pa.py_buffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))

@@ -1,0 +1,164 @@
+"""One column of a table shard (Parquet, Arrow IPC, JSON Lines), a bounded batch at a time.
+
+:func:`column_batches` yields the shard's column as Arrow arrays: one Parquet row
+group (that column only), one Arrow record batch (zero-copy from the mapping), one
+JSON Lines block. :func:`token_arrays` turns a list-of-integers column into flat
+token ids and lengths (vectorized, from the list offsets), :func:`text_values` a
+string column into Python strings for the tokenizer. Every problem is a
+``ValueError`` naming the file (and row group or line).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from datatools.io import jsonl
+from datatools.io.discover import (Shard, _first_line, arrow_schema, iter_arrow_batches, open_parquet,
+                                   parquet_metadata, parquet_names)
+from datatools.io.paths import display
+
+TOKEN_COLUMNS = ("input_ids", "tokens", "token_ids")
+TEXT_COLUMNS = ("text",)
+COLUMN_CANDIDATES = TOKEN_COLUMNS + TEXT_COLUMNS
+
+
+def is_text_type(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def shard_columns(shard: Shard) -> dict[str, bool]:
+    """The shard's columns, each mapped to whether it holds text; one schema (or first line) read."""
+    f = shard.files[0]
+    if shard.kind == "parquet":
+        schema = parquet_metadata(f).schema.to_arrow_schema()
+    elif shard.kind == "arrow":
+        schema = arrow_schema(f)
+    elif shard.kind == "jsonl":
+        return {k: isinstance(v, str) for k, v in jsonl.first_row(f).items()}
+    else:
+        raise ValueError(f"{display(f)}: plain text has no columns; pre-tokenize it first (datatools pretokenize)")
+    return {fld.name: is_text_type(fld.type) for fld in schema}
+
+
+def detect_column(names: list[str], column: str | None, where: str) -> str:
+    """The column to read: ``column`` when given (it must exist), else the one candidate present."""
+    if column is not None:
+        if column not in names:
+            raise ValueError(f"{where}: no column {column!r} (columns: {', '.join(names) or 'none'})")
+        return column
+    found = [c for c in COLUMN_CANDIDATES if c in names]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise ValueError(f"{where}: no token or text column found (columns: {', '.join(names) or 'none'}); "
+                         f"pass --column")
+    raise ValueError(f"{where}: ambiguous column, candidates: {', '.join(found)}; pass --column")
+
+
+def check_column(shard: Shard, column: str) -> None:
+    """Fail early, before any work, when the shard has no ``column`` (an empty JSON Lines file has none to miss)."""
+    if shard.kind == "text":
+        return
+    names = list(shard_columns(shard))
+    if shard.kind == "jsonl" and not names:
+        return
+    detect_column(names, column, display(shard.files[0]))
+
+
+def column_batches(shard: Shard, column: str, text: bool) -> Iterator[pa.Array | pa.ChunkedArray]:
+    """``column`` of the shard, a bounded batch at a time (see the module docstring)."""
+    f = shard.files[0]
+    if shard.kind == "parquet":
+        detect_column(parquet_names(f), column, display(f))
+        try:
+            with open_parquet(f) as pf:
+                col = pf.read_row_group(shard.part, columns=[column]).column(0)
+        except (pa.ArrowException, OSError) as exc:
+            if isinstance(exc, PermissionError):
+                raise
+            raise ValueError(f"{shard.describe()}: cannot read Parquet ({_first_line(exc)})") from None
+        yield col
+    elif shard.kind == "arrow":
+        detect_column(arrow_schema(f).names, column, display(f))
+        for batch in iter_arrow_batches(f, shard.part, shard.stop):
+            yield batch.column(column)
+    elif shard.kind == "jsonl":
+        yield from jsonl.read_column_blocks(f, column, pa.large_string() if text else pa.list_(pa.int64()),
+                                            shard.part, shard.stop)
+    else:
+        raise ValueError(f"{display(f)}: {shard.kind} shards have no columns")
+
+
+def token_arrays(col: pa.Array | pa.ChunkedArray, where: str, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(flat token ids, int64 lengths) of a list-of-integers column; ids keep their integer type."""
+    t = col.type
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)):
+        raise ValueError(f"{where}: column {name!r} holds {t}, not a list of token ids")
+    vt = t.value_type
+    if not pa.types.is_integer(vt):
+        if not pa.types.is_null(vt):  # every list empty: JSON inference cannot tell the type
+            raise ValueError(f"{where}: column {name!r} holds non-integer token ids ({vt})")
+        vt = pa.int64()
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    values, lengths = [], []
+    for chunk in chunks:
+        if chunk.null_count:
+            raise ValueError(f"{where}: column {name!r} has null rows")
+        if pa.types.is_fixed_size_list(t):
+            lengths.append(np.full(len(chunk), t.list_size, np.int64))
+            flat = chunk.flatten()
+        else:
+            off = np.asarray(chunk.offsets)
+            lengths.append(np.diff(off).astype(np.int64, copy=False))
+            flat = chunk.values.slice(int(off[0]), int(off[-1] - off[0])) if len(chunk) else chunk.values.slice(0, 0)
+        if flat.null_count:
+            raise ValueError(f"{where}: column {name!r} has null token ids")
+        values.append(flat.to_numpy(zero_copy_only=False).astype(vt.to_pandas_dtype(), copy=False))
+    v = np.concatenate(values) if len(values) != 1 else values[0]
+    if v.size and v.dtype.kind == "i":
+        lo = v.min()
+        if lo < 0:
+            raise ValueError(f"{where}: column {name!r}: negative token id {int(lo)} (token {int(np.argmin(v))})")
+    return v, (np.concatenate(lengths) if len(lengths) != 1 else lengths[0])
+
+
+def text_values(col: pa.Array | pa.ChunkedArray, where: str, name: str) -> list[str]:
+    """The strings of a text column (null rows refused)."""
+    if not is_text_type(col.type):
+        raise ValueError(f"{where}: column {name!r} holds {col.type}, not text")
+    if col.null_count:
+        raise ValueError(f"{where}: column {name!r} has null values")
+    return col.to_pylist()
+
+
+def shard_texts(shard: Shard, column: str = "text") -> Iterator[list[str]]:
+    """The shard's documents as strings, a bounded batch at a time: the text column, or whole ``.txt`` files."""
+    if shard.kind == "text":
+        out = []
+        for f in shard.files:
+            with open(f, "rb") as fh:  # a PermissionError names the file
+                data = fh.read()
+            try:
+                out.append(data.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{display(f)}: not UTF-8 text ({exc})") from None
+        yield out
+        return
+    for col in column_batches(shard, column, text=True):
+        yield text_values(col, shard.describe(), column)
+
+
+def shard_bytes(shard: Shard) -> int:
+    """Bytes of input this shard covers (for progress and throughput)."""
+    f = shard.files[0]
+    if shard.kind == "parquet":
+        return int(parquet_metadata(f).row_group(shard.part).total_byte_size)
+    if shard.kind == "jsonl":
+        return shard.stop - shard.part
+    if shard.kind == "text":
+        return sum(Path(x).stat().st_size for x in shard.files)
+    return sum(b.nbytes for b in iter_arrow_batches(f, shard.part, shard.stop))

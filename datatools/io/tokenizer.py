@@ -1,0 +1,197 @@
+"""Tokenizing exactly what the user asked for.
+
+A ``tokenizer.json`` as published often carries settings meant for a classifier:
+BERT-family files ship ``"truncation": {"max_length": 128}`` and
+``"padding": {"strategy": {"Fixed": 128}}``, and a post-processor that wraps every
+text in ``[CLS] ... [SEP]``. Applied as is, every document comes out exactly 128
+tokens long. So by default (``settings="off"``) truncation and padding are switched
+off and the post-processor's special tokens are not added; BOS/EOS tokens are added
+only when asked for (``bos``/``eos``: a token name, an id, or ``"auto"`` to look up
+the usual names). ``settings="keep"`` applies the file as it is (truncation, padding
+and its special tokens) for those who want exactly that.
+
+:class:`TextEncoder` is picklable (it carries the tokenizer's JSON text), so it runs
+in worker processes and Ray tasks; :meth:`TextEncoder.describe` is what reports and
+store manifests record: the file, its sha256, the settings, the special tokens, and
+which of the file's settings were switched off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from datatools.io.paths import display
+
+SETTINGS = ("off", "keep")
+SPECIAL_NAMES = {
+    "bos": ("<s>", "<bos>", "<|begin_of_text|>", "<|startoftext|>", "[CLS]", "<|endoftext|>"),
+    "eos": ("</s>", "<eos>", "<|end_of_text|>", "<|endoftext|>", "[SEP]", "<|im_end|>"),
+}
+
+
+def flatten_ids(ids: list[list[int]], dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Token id lists back to back as one ``dtype`` array, and each list's length (int64 tokens)."""
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    return np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=int(lengths.sum())), lengths
+
+
+def _tokenizer_from_json(text: str, where: str):
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_str(text)
+    except Exception as exc:  # tokenizers raises a bare Exception for malformed files
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"{where}: not a valid tokenizers JSON file ({first})") from None
+
+
+def _read_tokenizer_file(path: str | os.PathLike) -> bytes:
+    if not os.path.isfile(path):
+        raise ValueError(f"{display(path)}: tokenizer file not found")
+    with open(path, "rb") as f:  # opened by Python: any file name works; PermissionError names the file
+        return f.read()
+
+
+def _switch_off(tok) -> dict:
+    """Disable truncation and padding in place; returns what the file had set (for the record)."""
+    had = {"truncation": tok.truncation, "padding": tok.padding}
+    tok.no_truncation()
+    tok.no_padding()
+    return {k: v for k, v in had.items() if v}
+
+
+def load_tokenizer(path: str | os.PathLike, settings: str = "off"):
+    """A ``tokenizers.Tokenizer`` from its JSON file, truncation and padding off unless ``settings="keep"``.
+
+    Raises:
+      ValueError: the file is missing or not a tokenizers JSON file, or ``settings`` is unknown.
+    """
+    _check_settings(settings)
+    tok = _tokenizer_from_json(_read_tokenizer_file(path).decode("utf-8", "replace"), display(path))
+    if settings == "off":
+        _switch_off(tok)
+    return tok
+
+
+def _check_settings(settings: str) -> None:
+    if settings not in SETTINGS:
+        raise ValueError(f"tokenizer settings must be one of {', '.join(SETTINGS)}; got {settings!r}")
+
+
+def resolve_special(tok, value: str | int | None, which: str) -> int | None:
+    """The id of a BOS/EOS token given as an id, a token name or ``"auto"`` (the usual names, in order)."""
+    if value is None:
+        return None
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    text = str(value)
+    if isinstance(value, int) or text.isdigit():
+        i = int(text)
+        if isinstance(value, bool) or not 0 <= i < vocab:
+            raise ValueError(f"--{which} {text}: not a token id of this tokenizer (vocabulary of {vocab})")
+        return i
+    names = SPECIAL_NAMES[which] if text == "auto" else (text,)
+    for name in names:
+        i = tok.token_to_id(name)
+        if i is not None:
+            return i
+    if text == "auto":
+        raise ValueError(f"--{which}: the tokenizer has no {which.upper()} token (looked for {', '.join(names)}); "
+                         f"name it: --{which} TOKEN")
+    raise ValueError(f"--{which} {text[:80]!r}: no such token in the tokenizer")
+
+
+@dataclass
+class TextEncoder:
+    """Texts to token ids, as the user asked (see the module docstring). Picklable.
+
+    Attributes:
+      tokenizer_json: the tokenizer file's text.
+      source: the file it came from (for messages and records).
+      sha256: hex digest of the file's bytes.
+      settings: ``off`` or ``keep``.
+      bos_id, eos_id: ids put before / after every document, or None.
+      switched_off: the file's truncation/padding settings that ``off`` disabled.
+    """
+
+    tokenizer_json: str
+    source: str
+    sha256: str
+    settings: str = "off"
+    bos_id: int | None = None
+    eos_id: int | None = None
+    switched_off: dict | None = None
+
+    def __post_init__(self):
+        self._tok = None
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_tok"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._tok = None
+
+    @property
+    def tokenizer(self):
+        if self._tok is None:
+            self._tok = _tokenizer_from_json(self.tokenizer_json, self.source)
+            if self.settings == "off":
+                _switch_off(self._tok)
+        return self._tok
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, texts: list[str], dtype=np.int64) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens of all ``texts`` back to back (``dtype``) and each text's length (int64 tokens)."""
+        encodings = self.tokenizer.encode_batch(texts, add_special_tokens=self.settings == "keep")
+        ids = [e.ids for e in encodings]
+        if self.bos_id is not None or self.eos_id is not None:
+            bos = [] if self.bos_id is None else [self.bos_id]
+            eos = [] if self.eos_id is None else [self.eos_id]
+            ids = [bos + x + eos for x in ids]
+        return flatten_ids(ids, dtype)
+
+    def describe(self) -> dict:
+        """What reports and manifests record about the tokenization."""
+        tok = self.tokenizer
+
+        def name(i):
+            return None if i is None else {"id": i, "token": tok.id_to_token(i)}
+
+        return {"file": self.source, "sha256": self.sha256, "settings": self.settings,
+                "bos": name(self.bos_id), "eos": name(self.eos_id),
+                "switched_off": dict(self.switched_off or {}), "vocab_size": self.vocab_size}
+
+    def summary(self) -> str:
+        """One line for the terminal: the file, its digest, what was switched off, the special tokens."""
+        d = self.describe()
+        parts = [f"tokenizer {d['file']} (sha256 {d['sha256'][:12]})"]
+        if d["switched_off"]:
+            parts.append(f"its {' and '.join(sorted(d['switched_off']))} switched off")
+        elif self.settings == "keep":
+            parts.append("its settings kept")
+        for which in ("bos", "eos"):
+            if d[which]:
+                parts.append(f"{which} {d[which]['token']!s}={d[which]['id']}")
+        return "; ".join(parts)
+
+
+def open_encoder(path: str | os.PathLike, *, settings: str = "off", bos: str | int | None = None,
+                 eos: str | int | None = None) -> TextEncoder:
+    """A :class:`TextEncoder` for the tokenizer file at ``path``; BOS/EOS resolved (and checked) here, once."""
+    _check_settings(settings)
+    data = _read_tokenizer_file(path)
+    text = data.decode("utf-8", "replace")
+    tok = _tokenizer_from_json(text, display(path))
+    switched = _switch_off(tok) if settings == "off" else {}
+    enc = TextEncoder(text, display(path), hashlib.sha256(data).hexdigest(), settings,
+                      resolve_special(tok, bos, "bos"), resolve_special(tok, eos, "eos"), switched)
+    enc._tok = tok
+    return enc
