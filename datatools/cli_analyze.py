@@ -50,7 +50,7 @@ def analyze_padding_command(path, column, tokenizer, tokenizer_settings, bos, eo
     inp = open_input(path, column=column, tokenizer=tokenizer, tokenizer_settings=tokenizer_settings, bos=bos,
                      eos=eos, eos_id=eos_id, bin_dtype=bin_dtype)
     if inp.encoder is not None:
-        err.print(inp.encoder.summary(), markup=False, highlight=False)
+        err.print(inp.encoder.summary(), markup=False, highlight=False, soft_wrap=True)
     with count_progress(err, inp.num_shards, "reading lengths") as advance:
         lengths = read_lengths(inp, progress=lambda done, nbytes: advance())
     if lengths.size == 0:

@@ -33,7 +33,7 @@ def pretokenize_command(inputs, output, tokenizer, column, tokenizer_settings, b
     err = make_console(stderr=True)
     for key in ("tokenizer", "duplicates"):
         if key in result.extra:
-            err.print(result.extra[key], markup=False, highlight=False)
+            err.print(result.extra[key], markup=False, highlight=False, soft_wrap=True)
     err.print(
         f"{result.output}: {result.status}: {result.documents:,} documents, {result.tokens:,} tokens "
         f"from {result.shards} shards ({result.shards_resumed} resumed) in {result.seconds:.1f} s")

@@ -54,7 +54,7 @@ def _next_line_start(fh, pos: int, size: int) -> int:
         at += len(data)
 
 
-def line_blocks(fh, a: int, b: int, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[bytes, int]]:
+def line_blocks(fh, a: int, b: int, block_bytes: int) -> Iterator[tuple[bytes, int]]:
     """Blocks of whole lines covering bytes ``[a, b)`` of ``fh``, each with its offset in the file."""
     fh.seek(a)
     pos, carry, carry_at = a, bytearray(), a
@@ -86,7 +86,7 @@ def _parse(block: bytes, schema: pa.Schema) -> pa.Table | Exception:
 
 
 def read_column_blocks(path: str, column: str, value_type: pa.DataType, start: int = 0, stop: int | None = None,
-                       *, block_bytes: int = BLOCK_BYTES, threads: int = PARSE_THREADS) -> Iterator[pa.ChunkedArray]:
+                       *, block_bytes: int | None = None, threads: int = PARSE_THREADS) -> Iterator[pa.ChunkedArray]:
     """The values of ``column`` for the lines starting in bytes ``[start, stop)`` of a JSON Lines file, a block
     at a time, as arrays of ``value_type``.
 
@@ -102,7 +102,7 @@ def read_column_blocks(path: str, column: str, value_type: pa.DataType, start: i
         line_no = 1 + (_count_lines(fh, a) if a else 0)
         with ThreadPoolExecutor(max(1, threads)) as pool:
             pending: deque = deque()
-            blocks = line_blocks(fh, a, b, block_bytes)
+            blocks = line_blocks(fh, a, b, block_bytes or BLOCK_BYTES)
             while True:
                 while len(pending) < max(1, threads):
                     nxt = next(blocks, None)

@@ -173,14 +173,25 @@ class TextEncoder:
         """One line for the terminal: the file, its digest, what was switched off, the special tokens."""
         d = self.describe()
         parts = [f"tokenizer {d['file']} (sha256 {d['sha256'][:12]})"]
-        if d["switched_off"]:
-            parts.append(f"its {' and '.join(sorted(d['switched_off']))} switched off")
+        off = d["switched_off"]
+        if off:
+            what = []
+            if "truncation" in off:
+                what.append(f"truncation (max_length {off['truncation'].get('max_length')})")
+            if "padding" in off:
+                what.append(f"padding ({_padding_text(off['padding'])})")
+            parts.append(f"its {' and '.join(what)} switched off (--tokenizer-settings keep applies them)")
         elif self.settings == "keep":
             parts.append("its settings kept")
         for which in ("bos", "eos"):
             if d[which]:
                 parts.append(f"{which} {d[which]['token']!s}={d[which]['id']}")
         return "; ".join(parts)
+
+
+def _padding_text(padding: dict) -> str:
+    """``tokenizers`` reports padding as ``{"length": 128, ...}`` (fixed) or ``{"length": None, ...}`` (batch longest)."""
+    return f"to {padding['length']}" if padding.get("length") else "to the longest in a batch"
 
 
 def open_encoder(path: str | os.PathLike, *, settings: str = "off", bos: str | int | None = None,

@@ -1,0 +1,113 @@
+"""Document sources read on demand: every format gives the documents it holds, in bounded memory."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import random_docs, write_test_store
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from datatools.io import ArrayDocuments, ChunkedDocuments, DocumentSource, open_documents, open_input
+from datatools.io import discover
+from datatools.pipeline import build
+
+DOCS = random_docs(400, seed=21, max_len=900)
+TRUTH = ArrayDocuments.from_list(DOCS)
+
+
+def write_formats(tmp_path) -> dict:
+    table = pa.table({"input_ids": pa.array([d.tolist() for d in DOCS], pa.list_(pa.int32()))})
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=37)
+    with pa.OSFile(str(tmp_path / "f.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+        for batch in table.to_batches(max_chunksize=29):
+            w.write_batch(batch)
+    with pa.OSFile(str(tmp_path / "s.arrow"), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+        for batch in table.to_batches(max_chunksize=53):
+            w.write_batch(batch)
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps({"input_ids": d.tolist()}) + "\n" for d in DOCS))
+    import datasets
+
+    datasets.Dataset.from_dict({"input_ids": [d.tolist() for d in DOCS]}).save_to_disk(
+        str(tmp_path / "hf"), max_shard_size="100KB")
+    (tmp_path / "np").mkdir()
+    np.save(tmp_path / "np" / "tokens.npy", TRUTH.tokens.astype(np.uint16))
+    np.save(tmp_path / "np" / "offsets.npy", TRUTH.offsets)
+    return {"parquet": tmp_path / "t.parquet", "arrow file": tmp_path / "f.arrow", "arrow stream": tmp_path / "s.arrow",
+            "jsonl": tmp_path / "t.jsonl", "hf": tmp_path / "hf", "numpy": tmp_path / "np",
+            "store": write_test_store(tmp_path / "store", DOCS)}
+
+
+@pytest.fixture(scope="module")
+def formats(tmp_path_factory):
+    old = discover.PART_BYTES
+    discover.PART_BYTES = 30000  # several Arrow / JSON Lines shards
+    try:
+        yield write_formats(tmp_path_factory.mktemp("formats"))
+    finally:
+        discover.PART_BYTES = old
+
+
+@pytest.fixture(scope="module")
+def sources(formats):
+    old = discover.PART_BYTES
+    discover.PART_BYTES = 30000
+    try:
+        return {name: open_documents(open_input(path)) for name, path in formats.items()}
+    finally:
+        discover.PART_BYTES = old
+
+
+def test_every_format_is_a_document_source(sources):
+    for name, src in sources.items():
+        assert isinstance(src, DocumentSource), name
+        np.testing.assert_array_equal(src.lengths(), TRUTH.lengths(), err_msg=name)
+    for name in ("parquet", "arrow file", "arrow stream", "jsonl", "hf"):
+        assert isinstance(sources[name], ChunkedDocuments) and sources[name].shard_docs.size > 1, name
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_read_pieces_equal_the_documents(sources, data):
+    n = len(DOCS)
+    k = data.draw(st.integers(0, 40))
+    doc = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=k, max_size=k)), np.int64)
+    lengths = TRUTH.lengths()[doc]
+    start = np.array([data.draw(st.integers(0, int(x))) for x in lengths], np.int64)
+    length = np.array([data.draw(st.integers(0, int(x - s))) for x, s in zip(lengths, start)], np.int64)
+    want = TRUTH.read_pieces(doc, start, length)
+    name = data.draw(st.sampled_from(sorted(sources)))
+    np.testing.assert_array_equal(sources[name].read_pieces(doc, start, length), want, err_msg=name)
+
+
+def test_bounded_cache_and_pickling(sources):
+    src = pickle.loads(pickle.dumps(sources["parquet"]))
+    src.cache_bytes = 1  # keep one shard
+    for i in range(len(DOCS)):
+        np.testing.assert_array_equal(src[i], DOCS[i])
+    assert len(src._cache) == 1 and src.shard_reads == src.shard_docs.size  # storage order: each shard once
+    mapped = sources["numpy"]
+    assert not mapped.in_memory and len(pickle.dumps(mapped)) < 20000  # pickled as its mapping, not its tokens
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(mapped))[7], DOCS[7])
+
+
+@pytest.mark.parametrize("mode", [
+    {"packing": {"ctx": 512}, "shuffle": {"kind": "full"}},
+    {"packing": {"ctx": 512, "mode": "streaming", "window": 64},
+     "shuffle": {"kind": "block", "io_block_size": 8, "window_blocks": 8}, "read_block": 32},
+])
+def test_pipelines_over_tables_equal_the_store(formats, mode):
+    cfg = {"batch_size": 4, "seed": 3, **mode}
+    want = list(build({**cfg, "source": {"path": str(formats["store"])}}))
+    for name in ("parquet", "jsonl", "hf"):
+        it = iter(build({**cfg, "workers": 2 if name == "parquet" else 0, "source": {"path": str(formats[name])}}))
+        got = list(it)
+        assert len(got) == len(want) > 5, name
+        for a, b in zip(want, got):
+            for key in a:
+                np.testing.assert_array_equal(a[key], b[key], err_msg=f"{name} {key}")
