@@ -202,9 +202,20 @@ def _absl_flags_parsed() -> None:
 
 
 def _read_options(in_memory: bool) -> grain.ReadOptions:
-    """No reader threads for in-memory documents (thread hand-off costs more than the read); Grain's default
-    threads for sources that do I/O (a store, a table read on demand, a memory-mapped file)."""
-    return grain.ReadOptions(num_threads=0, prefetch_buffer_size=0) if in_memory else grain.ReadOptions()
+    """How Grain reads elements, which here are whole batches (planned) or blocks of ``read_block`` documents.
+
+    In memory: no reader threads (the hand-off costs more than the read). Sources that do I/O (a store, a
+    table read on demand, a memory-mapped file): a few threads and a short buffer. Each element is already
+    a bulk read, so Grain's default (16 threads, 500 elements: 500 batches of 32 x 2048 are 0.5 GB) would
+    only hold memory.
+    """
+    if in_memory:
+        return grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
+    return grain.ReadOptions(num_threads=READ_THREADS, prefetch_buffer_size=READ_BUFFER)
+
+
+READ_THREADS = 4  # reader threads for sources that do I/O
+READ_BUFFER = 16  # elements (batches or document blocks) read ahead
 
 
 def _prefetch(ds: grain.MapDataset, cfg: PipelineConfig, in_memory: bool) -> grain.IterDataset:
@@ -215,6 +226,25 @@ def _prefetch(ds: grain.MapDataset, cfg: PipelineConfig, in_memory: bool) -> gra
         _absl_flags_parsed()
         it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=cfg.workers))
     return it
+
+
+def _warn_if_random_access_thrashes(docs, cfg: PipelineConfig) -> None:
+    """A table source is decoded a shard (a Parquet row group: often tens of MB) at a time. Planned packing and
+    shuffles read documents from everywhere, so when the shards do not fit the cache each read decodes a shard:
+    say so once, with the fix (a token store is chunked for random access)."""
+    from datatools.io.documents import ChunkedDocuments
+
+    if not isinstance(docs, ChunkedDocuments):
+        return
+    random_access = cfg.shuffle.kind != "none" or (cfg.packing is not None and cfg.packing.mode == "planned")
+    decoded = 4 * int(docs.lengths().sum())
+    if random_access and decoded > docs.cache_bytes:
+        import warnings
+
+        warnings.warn(f"{cfg.source.path}: {decoded >> 20} MiB of tokens read in random order from a table "
+                      f"(shuffle {cfg.shuffle.kind!r}{', planned packing' if cfg.packing and cfg.packing.mode == 'planned' else ''})"
+                      f" decode a whole shard per read; pre-tokenize it into a token store (datatools pretokenize) "
+                      f"or use shuffle 'none' with streaming packing", stacklevel=3)
 
 
 def build_canonical(cfg: PipelineConfig, documents=None) -> Built:
@@ -231,6 +261,7 @@ def build_canonical(cfg: PipelineConfig, documents=None) -> Built:
     if len(docs) == 0:
         raise ValueError(f"{cfg.source.path}: the source holds no documents")
     in_memory = bool(getattr(docs, "in_memory", False))
+    _warn_if_random_access_thrashes(docs, cfg)
     p = cfg.packing
     if p is not None and p.mode == "planned":
         rows = PackedRowsMapDataset(docs, p.ctx, algorithm=p.resolved_algorithm, max_segments=p.max_segments,

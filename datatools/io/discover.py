@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from datatools.io.paths import display, map_file
+from datatools.io.paths import display, first_line, map_file
 
 TEXT_FILES_PER_SHARD = 256
 PART_BYTES = 64 << 20  # JSON Lines bytes / Arrow batch bytes per shard
@@ -80,8 +80,8 @@ def hf_data_files(path: Path) -> list[Path]:
     except Exception as exc:  # datasets raises many classes (FileNotFoundError, KeyError, JSON errors)
         if isinstance(exc, PermissionError):
             raise
-        first = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise ValueError(f"{display(path)}: not a readable Hugging Face save_to_disk directory ({first})") from None
+        raise ValueError(f"{display(path)}: not a readable Hugging Face save_to_disk directory "
+                         f"({first_line(exc)})") from None
     parts = loaded.values() if isinstance(loaded, datasets.DatasetDict) else [loaded]
     return [Path(f["filename"]) for ds in parts for f in ds.cache_files]
 
@@ -164,7 +164,7 @@ def _parquet_metadata_at(f: str, mtime_ns: int, size: int) -> pq.FileMetaData:
         except (pa.ArrowException, OSError) as exc:
             if isinstance(exc, PermissionError):
                 raise
-            raise ValueError(f"{display(f)}: cannot read Parquet ({_first_line(exc)})") from None
+            raise ValueError(f"{display(f)}: cannot read Parquet ({first_line(exc)})") from None
 
 
 @contextmanager
@@ -188,7 +188,7 @@ def open_arrow(f: str):
         except pa.ArrowInvalid:
             return ipc.open_stream(buf), False
     except pa.ArrowException as exc:
-        raise ValueError(f"{display(f)}: cannot read Arrow IPC ({_first_line(exc)})") from None
+        raise ValueError(f"{display(f)}: cannot read Arrow IPC ({first_line(exc)})") from None
 
 
 def arrow_schema(f: str) -> pa.Schema:
@@ -209,7 +209,7 @@ def iter_arrow_batches(f: str, start: int = 0, stop: int | None = None):
                 if i >= start:
                     yield batch
     except pa.ArrowException as exc:
-        raise ValueError(f"{display(f)}: cannot read Arrow IPC ({_first_line(exc)})") from None
+        raise ValueError(f"{display(f)}: cannot read Arrow IPC ({first_line(exc)})") from None
 
 
 def arrow_parts(f: str) -> list[tuple[int, int]]:
@@ -224,8 +224,3 @@ def arrow_parts(f: str) -> list[tuple[int, int]]:
     if count > first or not parts:
         parts.append((first, count))
     return parts
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

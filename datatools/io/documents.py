@@ -21,6 +21,7 @@ sources in worker processes.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Callable, Protocol, runtime_checkable
 
@@ -29,7 +30,8 @@ import numpy as np
 
 from datatools.io.store import TOKEN_CHUNK, TokenStore
 
-DEFAULT_CACHE_BYTES = 512 << 20  # decoded chunks (store) or shards (tables) kept per process
+DEFAULT_CACHE_BYTES = 512 << 20  # decoded store chunks kept per process
+TABLE_CACHE_BYTES = 256 << 20  # decoded table shards kept per process (a shard is often tens of MB)
 
 
 @runtime_checkable
@@ -142,12 +144,21 @@ class StorePieceReader:
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
         self._held = 0
         self.chunk_reads = 0
+        self._lock = threading.Lock()  # Grain reads with many threads: one decodes a chunk, the others wait for it
 
     def __getstate__(self):
         return {"store": self.store, "cache_bytes": self.cache_bytes, "_cache": OrderedDict(), "_held": 0,
                 "chunk_reads": 0}
 
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def _chunk(self, c: int) -> np.ndarray:
+        with self._lock:
+            return self._chunk_locked(c)
+
+    def _chunk_locked(self, c: int) -> np.ndarray:
         arr = self._cache.get(c)
         if arr is not None:
             self._cache.move_to_end(c)
@@ -237,7 +248,7 @@ class ChunkedDocuments:
     in_memory = False
 
     def __init__(self, lengths: np.ndarray, shard_docs: np.ndarray, load: Callable, name: str = "",
-                 cache_bytes: int = DEFAULT_CACHE_BYTES):
+                 cache_bytes: int = TABLE_CACHE_BYTES):
         self._lengths = np.asarray(lengths, np.int64)
         self.shard_docs = np.asarray(shard_docs, np.int64)
         if int(self.shard_docs.sum()) != self._lengths.shape[0]:
@@ -247,9 +258,15 @@ class ChunkedDocuments:
         self._cache: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._held = 0
         self.shard_reads = 0
+        self._lock = threading.Lock()  # Grain reads with many threads: one decodes a shard, the others wait for it
 
     def __getstate__(self):
-        return {**self.__dict__, "_cache": OrderedDict(), "_held": 0, "shard_reads": 0}
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"} | {"_cache": OrderedDict(), "_held": 0,
+                                                                           "shard_reads": 0}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return self._lengths.shape[0]
@@ -258,6 +275,10 @@ class ChunkedDocuments:
         return self._lengths
 
     def _shard(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        with self._lock:
+            return self._shard_locked(k)
+
+    def _shard_locked(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         hit = self._cache.get(k)
         if hit is not None:
             self._cache.move_to_end(k)

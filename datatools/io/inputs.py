@@ -19,6 +19,8 @@ lengths and one batch, never the data. :func:`open_documents` gives a
 from __future__ import annotations
 
 import os
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -169,17 +171,32 @@ def iter_lengths(inp: TokenInput, *, with_tokens: bool = False
         store = TokenStore(inp.path)
         yield 0, (store.read_tokens(0, store.num_tokens) if with_tokens else None), store.lengths(), inp.nbytes
     elif inp.kind == "numpy":
-        tokens, offsets = numpy_dir(inp.path)
-        check_token_values(tokens, display(inp.path / "tokens.npy"))
+        tokens, offsets = numpy_dir(inp.path)  # lengths from the index; token values checked when they are read
+        if with_tokens:
+            check_token_values(tokens, display(inp.path / "tokens.npy"))
         yield 0, (np.asarray(tokens) if with_tokens else None), np.diff(offsets), inp.nbytes
     elif inp.kind == "flat":
         for k, (tokens, lengths, nbytes) in enumerate(flat_slices(inp.path, inp.bin_dtype, inp.eos_id, with_tokens)):
             yield k, tokens, lengths, nbytes
-    else:
+    elif with_tokens:
         for k, shard in enumerate(inp.shards):
-            for tokens, lengths in inp.shard_batches(k, with_tokens):
+            for tokens, lengths in inp.shard_batches(k):
                 yield k, tokens, lengths, 0
             yield k, None, np.zeros(0, np.int64), shard_bytes(shard)
+    else:  # lengths only: the next shard is read and decoded in a thread while this one is handed out
+        with ThreadPoolExecutor(1) as pool:
+            ahead: deque = deque()
+            for k in range(len(inp.shards)):
+                ahead.append(pool.submit(_shard_lengths, inp, k))
+                if len(ahead) > 1:
+                    yield from ahead.popleft().result()
+            while ahead:
+                yield from ahead.popleft().result()
+
+
+def _shard_lengths(inp: TokenInput, k: int) -> list[tuple[int, None, np.ndarray, int]]:
+    out = [(k, None, lengths, 0) for _, lengths in inp.shard_batches(k, with_tokens=False)]
+    return out + [(k, None, np.zeros(0, np.int64), shard_bytes(inp.shards[k]))]
 
 
 def read_lengths_by_shard(inp: TokenInput, *, progress: Callable[[int, int], None] | None = None

@@ -24,9 +24,10 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.json as pajson
 
+from datatools.io import paths
 from datatools.io.paths import display
 
-BLOCK_BYTES = 8 << 20  # parse unit (bytes of whole lines)
+BLOCK_BYTES = 2 << 20  # parse unit (bytes of whole lines): pyarrow holds ~20x a block while parsing it: keep it small
 PARSE_THREADS = 2
 MAX_BLOCK_BYTES = (1 << 31) - 2  # pyarrow's block_size is an int32
 
@@ -99,7 +100,6 @@ def read_column_blocks(path: str, column: str, value_type: pa.DataType, start: i
     with open(path, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         a, b = line_range(fh, start, size if stop is None else stop, size)
-        line_no = 1 + (_count_lines(fh, a) if a else 0)
         with ThreadPoolExecutor(max(1, threads)) as pool:
             pending: deque = deque()
             blocks = line_blocks(fh, a, b, block_bytes or BLOCK_BYTES)
@@ -108,24 +108,29 @@ def read_column_blocks(path: str, column: str, value_type: pa.DataType, start: i
                     nxt = next(blocks, None)
                     if nxt is None:
                         break
-                    pending.append((nxt[0], pool.submit(_parse, nxt[0], schema)))
+                    pending.append((*nxt, pool.submit(_parse, nxt[0], schema)))
                 if not pending:
                     return
-                block, fut = pending.popleft()
+                block, at, fut = pending.popleft()
                 result = fut.result()
-                if isinstance(result, pa.ArrowInvalid):
-                    raise _located(path, block, line_no, column, want_text, result)
-                if isinstance(result, BaseException):
+                if isinstance(result, BaseException):  # only now count lines, to name the one that failed
+                    line_no = 1 + _count_lines(path, at)
+                    if isinstance(result, pa.ArrowInvalid):
+                        raise _located(path, block, line_no, column, want_text, result)
                     raise ValueError(f"{display(path)}:{line_no}: {result}")
                 col = result.column(0)
                 if col.null_count:
-                    raise _null_error(path, block, line_no, column)
-                line_no += block.count(b"\n")
+                    raise _null_error(path, block, 1 + _count_lines(path, at), column)
                 yield col
 
 
-def _count_lines(fh, upto: int) -> int:
-    fh.seek(0)
+def _count_lines(path: str, upto: int) -> int:
+    """Newlines in the file's first ``upto`` bytes (the line number of an error, counted only when one occurs)."""
+    with open(path, "rb") as fh:
+        return _count_newlines(fh, upto)
+
+
+def _count_newlines(fh, upto: int) -> int:
     n, pos = 0, 0
     while pos < upto:
         data = fh.read(min(1 << 24, upto - pos))
@@ -163,8 +168,7 @@ def _located(path: str, block: bytes, first_line: int, column: str, want_text: b
             return ValueError(f"{where}: column {column!r} holds non-integer token ids ({str(bad[0])[:40]})")
         if value and (max(value) >= 1 << 63 or min(value) < -(1 << 63)):
             return ValueError(f"{where}: column {column!r} holds a token id outside int64")
-    first = (str(exc).splitlines() or [type(exc).__name__])[0]
-    return ValueError(f"{display(path)}:{first_line}: invalid JSON Lines ({first})")
+    return ValueError(f"{display(path)}:{first_line}: invalid JSON Lines ({paths.first_line(exc)})")
 
 
 def _null_error(path: str, block: bytes, first_line: int, column: str) -> ValueError:

@@ -42,3 +42,9 @@ def map_file(path: str | os.PathLike) -> pa.Buffer:
         if size == 0:
             return pa.py_buffer(b"")
         return pa.py_buffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's message cut to its first line (library messages can span many), or its class name."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -17,9 +17,9 @@ import numpy as np
 import pyarrow as pa
 
 from datatools.io import jsonl
-from datatools.io.discover import (Shard, _first_line, arrow_schema, iter_arrow_batches, open_parquet,
+from datatools.io.discover import (Shard, arrow_schema, iter_arrow_batches, open_parquet,
                                    parquet_metadata, parquet_names)
-from datatools.io.paths import display
+from datatools.io.paths import display, first_line
 
 TOKEN_COLUMNS = ("input_ids", "tokens", "token_ids")
 TEXT_COLUMNS = ("text",)
@@ -80,7 +80,7 @@ def column_batches(shard: Shard, column: str, text: bool) -> Iterator[pa.Array |
         except (pa.ArrowException, OSError) as exc:
             if isinstance(exc, PermissionError):
                 raise
-            raise ValueError(f"{shard.describe()}: cannot read Parquet ({_first_line(exc)})") from None
+            raise ValueError(f"{shard.describe()}: cannot read Parquet ({first_line(exc)})") from None
         yield col
     elif shard.kind == "arrow":
         detect_column(arrow_schema(f).names, column, display(f))

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from datatools.io.paths import display
+from datatools.io.paths import display, first_line
 
 SETTINGS = ("off", "keep")
 SPECIAL_NAMES = {
@@ -46,8 +46,7 @@ def _tokenizer_from_json(text: str, where: str):
     try:
         return Tokenizer.from_str(text)
     except Exception as exc:  # tokenizers raises a bare Exception for malformed files
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ValueError(f"{where}: not a valid tokenizers JSON file ({first})") from None
+        raise ValueError(f"{where}: not a valid tokenizers JSON file ({first_line(exc)})") from None
 
 
 def _read_tokenizer_file(path: str | os.PathLike) -> bytes:
