@@ -28,7 +28,7 @@ import tensorstore as ts
 
 from _common import distribution, print_table, write_json
 
-from datatools.analyze import analyze  # noqa: E402
+from datatools.analysis.padding import analyze  # noqa: E402
 from datatools.io.inputs import open_input, read_lengths  # noqa: E402
 from datatools.io.store import FORMAT, OFFSET_CHUNK, TOKEN_CHUNK, VERSION, zarr_spec  # noqa: E402
 

@@ -22,7 +22,7 @@ import numpy as np
 from _common import DISTRIBUTIONS, distribution, print_table, write_json
 
 from datatools import bucket_batches, bucket_boundaries, pack_lengths, padding_efficiency  # noqa: E402
-from datatools.pack import cut_pieces  # noqa: E402
+from datatools.kernels.pack import cut_pieces  # noqa: E402
 
 BATCH = 32
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from _common import fmt_rate, print_table, write_json
 
-from datatools.pretokenize import pretokenize  # noqa: E402
+from datatools.jobs.pretokenize import pretokenize  # noqa: E402
 
 
 def main() -> None:

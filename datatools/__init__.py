@@ -1,43 +1,54 @@
 """datatools: efficient LLM training input pipelines.
 
-Kernels (numpy/numba, no Grain or JAX): packing (:mod:`datatools.pack`),
-shuffling (:mod:`datatools.shuffle`), bucketing (:mod:`datatools.bucket`),
-tile-aligned contexts (:mod:`datatools.tiles`).
+The package is organised in layers, each a folder (see ``docs/architecture.md``):
+``kernels`` (numpy/numba: packing, bucketing, shuffling, tiles, batch layouts) ->
+``io`` (inputs, tokenizer, token store, document sources) -> ``jobs`` (pre-tokenize)
+-> ``analysis`` (padding, shuffle quality) -> ``grain`` (transforms) -> ``pipeline``
+(configs, build, run) -> ``train`` (JAX, the ``jax`` extra) -> ``cli``.
+
+The kernels' public names are importable from here; they are loaded on first use, so
+``import datatools`` (and ``datatools --version``) stays fast.
 """
 
+from __future__ import annotations
+
+import importlib
 from importlib.metadata import PackageNotFoundError, version
 
-from datatools.bucket import (
-    BucketPlan,
-    bucket_batch_sizes,
-    bucket_batches,
-    bucket_boundaries,
-    padding_efficiency,
-)
-from datatools.pack import ALGORITHMS, PackPlan, materialize, pack_lengths
-from datatools.shuffle import BlockShuffle, FeistelPermutation
-from datatools.tiles import choose_context, chunk, fit_resolution, tile_align
-
 try:
-    __version__ = version("datatools")
+    __version__ = version("datatools-llm")
 except PackageNotFoundError:  # running from a source tree without install
     __version__ = "0.0.0"
 
-__all__ = [
-    "ALGORITHMS",
-    "BlockShuffle",
-    "BucketPlan",
-    "FeistelPermutation",
-    "PackPlan",
-    "bucket_batch_sizes",
-    "bucket_batches",
-    "bucket_boundaries",
-    "choose_context",
-    "chunk",
-    "fit_resolution",
-    "materialize",
-    "pack_lengths",
-    "padding_efficiency",
-    "tile_align",
-    "__version__",
-]
+_PUBLIC = {
+    "BucketPlan": "datatools.kernels.bucket",
+    "bucket_batch_sizes": "datatools.kernels.bucket",
+    "bucket_batches": "datatools.kernels.bucket",
+    "bucket_boundaries": "datatools.kernels.bucket",
+    "padding_efficiency": "datatools.kernels.bucket",
+    "ALGORITHMS": "datatools.kernels.pack",
+    "PackPlan": "datatools.kernels.pack",
+    "materialize": "datatools.kernels.pack",
+    "pack_lengths": "datatools.kernels.pack",
+    "BlockShuffle": "datatools.kernels.shuffle",
+    "FeistelPermutation": "datatools.kernels.shuffle",
+    "choose_context": "datatools.kernels.tiles",
+    "chunk": "datatools.kernels.tiles",
+    "fit_resolution": "datatools.kernels.tiles",
+    "tile_align": "datatools.kernels.tiles",
+}
+
+__all__ = sorted(_PUBLIC) + ["__version__"]
+
+
+def __getattr__(name: str):
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'datatools' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -19,7 +19,7 @@ import time
 from rich.console import Console
 
 from datatools.cli import main as datatools
-from datatools.demo_data import DEMO_DIR, build_demo
+from datatools.jobs.demo_data import DEMO_DIR, build_demo
 
 
 def main() -> int:

@@ -22,7 +22,7 @@ def texts() -> list[str]:
 @pytest.fixture(scope="session")
 def tokenizer_file(tmp_path_factory, texts) -> Path:
     """A small byte-level BPE (lossless: decode(encode(x)) == x), trained on stdlib sources."""
-    from datatools.demo_data import train_tokenizer
+    from datatools.jobs.demo_data import train_tokenizer
 
     return train_tokenizer(texts, tmp_path_factory.mktemp("tok") / "tokenizer.json", vocab_size=1000)
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datatools import pack_lengths
-from datatools.analyze import STRATEGIES, analyze, default_contexts, simulate
+from datatools.analysis.padding import STRATEGIES, analyze, default_contexts, simulate
 
 
 def pieces_at(lengths, ctx):

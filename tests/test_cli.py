@@ -24,5 +24,5 @@ def test_unknown_command_is_one_line_exit_2(capsys):
 
 
 def test_console_script_runs():
-    out = subprocess.run([sys.executable, "-m", "datatools.cli", "--version"], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "datatools", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and "datatools" in out.stdout

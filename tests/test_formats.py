@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datatools import materialize, pack_lengths
-from datatools.formats import FORMATS, IGNORE_INDEX, to_format
+from datatools.kernels.batch_layouts import FORMATS, IGNORE_INDEX, to_format
 
 
 def packed_batch(lengths, ctx, seed=0):

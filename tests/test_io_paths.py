@@ -20,7 +20,7 @@ from conftest import random_docs, write_test_store
 from datatools.cli import main
 from datatools.io import TokenStore
 from datatools.pipeline import build
-from datatools.pretokenize import pretokenize
+from datatools.jobs.pretokenize import pretokenize
 
 DOCS = random_docs(120, seed=3, max_len=600)
 LENGTHS = [len(d) for d in DOCS]

@@ -11,7 +11,7 @@ import pytest
 
 from datatools.cli import main
 from datatools.io import TokenStore, open_encoder
-from datatools.pretokenize import pretokenize
+from datatools.jobs.pretokenize import pretokenize
 
 
 @pytest.fixture(scope="module")

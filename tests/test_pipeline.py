@@ -145,7 +145,7 @@ def test_cli_pipeline_json_and_errors(store, tmp_path, capsys):
 
 
 def test_shipped_configs_run_after_the_demo(tmp_path, monkeypatch, capsys):
-    from datatools.demo_data import build_demo
+    from datatools.jobs.demo_data import build_demo
 
     monkeypatch.chdir(tmp_path)
     build_demo("demo_data", limit_files=60, vocab_size=600, progress=False)

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from datatools.cli import main
-from datatools.pretokenize import pretokenize
+from datatools.jobs.pretokenize import pretokenize
 from datatools.io.store import TokenStore
 
 
@@ -156,7 +156,7 @@ def test_errors(tmp_path, jsonl_dir, tokenizer_file, capsys):
 
 
 def test_full_disk_commits_nothing(tmp_path, jsonl_dir, tokenizer_file, capsys, monkeypatch):
-    import datatools.pretokenize as job
+    import datatools.jobs.pretokenize as job
 
     calls = {"n": 0}
     real = job._write_shard

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datatools import BlockShuffle, FeistelPermutation
-from datatools.shuffle import _base_key, _round_keys, default_rounds
+from datatools.kernels.shuffle import _base_key, _round_keys, default_rounds
 
 # ---------------------------------------------------------------- bijection
 

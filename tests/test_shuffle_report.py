@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from datatools.cli import main
-from datatools.shuffle_report import expected_distinct_groups, order_stats, shuffle_report
+from datatools.analysis.shuffle_quality import expected_distinct_groups, order_stats, shuffle_report
 
 
 @pytest.mark.parametrize("n, m, s", [(1000, 10, 20), (1030, 64, 128), (500, 7, 5)])

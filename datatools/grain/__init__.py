@@ -12,7 +12,7 @@
 * :class:`FormatBatch`: canonical batches to ``maxtext``, ``levanter`` or ``hf``.
 
 Every stage emits the canonical datatools row or batch (``tokens``, ``segment_ids``,
-``positions``, ``loss_mask``; see :mod:`datatools.formats`).
+``positions``, ``loss_mask``; see :mod:`datatools.kernels.batch_layouts`).
 """
 
 from datatools.grain.batch import BatchRowsMapDataset, FormatBatch

@@ -8,8 +8,8 @@ import grain
 import numpy as np
 from grain._src.python.dataset.transformations.batch import make_batch
 
-from datatools._validate import check_choice, check_int
-from datatools.formats import FORMATS, to_format
+from datatools.kernels.validate import check_choice, check_int
+from datatools.kernels.batch_layouts import FORMATS, to_format
 
 
 def batch_of(parent: grain.MapDataset, indices) -> dict:
@@ -58,7 +58,7 @@ class BatchRowsMapDataset(grain.MapDataset):
 
 
 class FormatBatch(grain.transforms.Map):
-    """Convert canonical datatools batches to ``name`` (one of :data:`datatools.formats.FORMATS`)."""
+    """Convert canonical datatools batches to ``name`` (one of :data:`datatools.kernels.batch_layouts.FORMATS`)."""
 
     def __init__(self, name: str):
         self.name = check_choice(name, "format", FORMATS)

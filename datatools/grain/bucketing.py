@@ -7,8 +7,8 @@ import base64
 import grain
 import numpy as np
 
-from datatools._validate import OVERFLOW_POLICIES, check_choice, check_int
-from datatools.grain._elements import document_block
+from datatools.kernels.validate import OVERFLOW_POLICIES, check_choice, check_int
+from datatools.grain.document_blocks import document_block
 
 Group = tuple[int, list[tuple[int, np.ndarray]]]  # (bucket, [(start in document, piece tokens), ...])
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import grain
 
-from datatools._validate import check_int
-from datatools.grain._elements import document_block
-from datatools.tiles import chunk
+from datatools.kernels.validate import check_int
+from datatools.grain.document_blocks import document_block
+from datatools.kernels.tiles import chunk
 
 
 class TileChunk(grain.experimental.FlatMapTransform):

@@ -8,7 +8,7 @@ import grain
 import numpy as np
 
 from datatools.io.documents import ArrayDocuments, as_document_source
-from datatools.pack import PackPlan, materialize, materialize_pieces, pack_lengths
+from datatools.kernels.pack import PackPlan, materialize, materialize_pieces, pack_lengths
 
 
 class PackedRowsMapDataset(grain.MapDataset):
@@ -22,7 +22,7 @@ class PackedRowsMapDataset(grain.MapDataset):
     Indices past ``len(ds)`` wrap (epoch ``index // len(ds)``).
 
     Elements are canonical rows: int32 arrays of shape (ctx,) ``tokens``,
-    ``segment_ids``, ``positions``, ``loss_mask`` (see :mod:`datatools.formats`).
+    ``segment_ids``, ``positions``, ``loss_mask`` (see :mod:`datatools.kernels.batch_layouts`).
 
     Args:
       source: :class:`~datatools.io.documents.ArrayDocuments`, a

@@ -7,9 +7,9 @@ from typing import Sequence
 import grain
 import numpy as np
 
-from datatools._validate import check_int
+from datatools.kernels.validate import check_int
 from datatools.grain.batch import batch_of
-from datatools.shuffle import BlockShuffle, FeistelPermutation
+from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation
 
 
 class _IndexMapDataset(grain.MapDataset):

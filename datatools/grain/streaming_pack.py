@@ -5,10 +5,10 @@ from __future__ import annotations
 import grain
 import numpy as np
 
-from datatools._validate import OVERFLOW_POLICIES, check_choice, check_int
+from datatools.kernels.validate import OVERFLOW_POLICIES, check_choice, check_int
 from datatools.io.documents import ArrayDocuments
-from datatools.grain._elements import document_block
-from datatools.pack import ALGORITHMS, materialize, pack_lengths
+from datatools.grain.document_blocks import document_block
+from datatools.kernels.pack import ALGORITHMS, materialize, pack_lengths
 
 
 class _StreamingPackIterator(grain.DatasetIterator):

@@ -1,6 +1,6 @@
 """Training from a YAML config: the Grain pipeline feeds the jitted step; per-step tokens/s, efficiency, MFU.
 
-A training config is a pipeline config (see :mod:`datatools.pipeline`) plus::
+A training config is a pipeline config (see :mod:`datatools.pipeline.build`) plus::
 
     model: {vocab_size: 4096, d_model: 128, n_layers: 2, n_heads: 4}
     train: {steps: 50, learning_rate: 3.0e-3, warmup_steps: 10, log_every: 10, seed: 0}
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from datatools.config import field, from_dict, load_yaml
+from datatools.pipeline.schema import field, from_dict, load_yaml
 from datatools.pipeline import PipelineConfig, ShardConfig, build_canonical, parse_config
 from datatools.train.model import ModelConfig
 from datatools.train.step import OptimizerConfig, Trainer

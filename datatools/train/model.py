@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
-from datatools.config import field
+from datatools.pipeline.schema import field
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from datatools.config import field
+from datatools.pipeline.schema import field
 from datatools.train.model import ModelConfig, init_params, loss_fn
 
 BATCH_KEYS = ("tokens", "segment_ids", "positions", "loss_mask")

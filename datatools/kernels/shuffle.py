@@ -50,7 +50,7 @@ import numbers
 import numba
 import numpy as np
 
-from datatools._validate import check_int
+from datatools.kernels.validate import check_int
 
 MAX_AUTO_ROUNDS = 36
 _MASK64 = (1 << 64) - 1

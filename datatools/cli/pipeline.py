@@ -5,13 +5,13 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from datatools.cli import cli, emit_json, make_console
+from datatools.cli.common import emit_json, make_console
 from datatools.pipeline import load_config
-from datatools.progress import count_progress
-from datatools.run_pipeline import run_pipeline
+from datatools.jobs.progress import count_progress
+from datatools.pipeline.run import run_pipeline
 
 
-@cli.command("pipeline")
+@click.command("pipeline")
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--source", default=None, help="Override the config's source: a token store, Parquet or HF dataset dir.")
 @click.option("--steps", type=click.IntRange(min=1), required=True, help="Batches to run.")

@@ -15,8 +15,8 @@ import math
 import numba
 import numpy as np
 
-from datatools._validate import check_int
-from datatools.shuffle import BlockShuffle, FeistelPermutation
+from datatools.kernels.validate import check_int
+from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation
 
 
 def expected_distinct_groups(n: int, group_size: int, batch_size: int) -> float:

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from datatools._validate import OVERFLOW_POLICIES, as_lengths, check_choice, check_int
-from datatools.pack import cut_pieces
+from datatools.kernels.validate import OVERFLOW_POLICIES, as_lengths, check_choice, check_int
+from datatools.kernels.pack import cut_pieces
 
 
 def _prepare(lengths, max_len, overflow):

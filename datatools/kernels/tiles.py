@@ -18,8 +18,8 @@ from typing import Callable
 
 import numpy as np
 
-from datatools._validate import as_lengths, check_int
-from datatools.pack import pack_lengths
+from datatools.kernels.validate import as_lengths, check_int
+from datatools.kernels.pack import pack_lengths
 
 
 def tile_align(n, tile: int):

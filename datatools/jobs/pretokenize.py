@@ -37,7 +37,7 @@ from datatools.io.paths import display, resolved
 from datatools.io.store import is_token_store, read_manifest, token_dtype, write_store
 from datatools.io.tables import check_column, shard_texts
 from datatools.io.tokenizer import TextEncoder, open_encoder
-from datatools.tiles import chunk
+from datatools.kernels.tiles import chunk
 
 ENGINES = ("local", "ray")
 
@@ -318,7 +318,7 @@ def _unique_shards(shards) -> tuple[list[Shard], list[str]]:
 
 
 def _tokenize_shards(worker, shards, todo, staging, workers, engine, ray_address, progress) -> None:
-    from datatools.progress import job_progress
+    from datatools.jobs.progress import job_progress
 
     with job_progress(len(shards), done=len(shards) - len(todo), enabled=progress) as bar:
         if not todo:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from datatools.cli import cli, emit_json, make_console
-from datatools.shuffle_report import shuffle_report
+from datatools.cli.common import emit_json, make_console
+from datatools.analysis.shuffle_quality import shuffle_report
 
 LABELS = {"none": "no shuffle (storage order)", "full": "full Feistel shuffle", "block": "block shuffle"}
 
 
-@cli.command("shuffle-report")
+@click.command("shuffle-report")
 @click.option("--n", "n", type=int, required=True, help="Records in the dataset.")
 @click.option("--io-block-size", type=int, required=True, help="Records per io block (one contiguous read).")
 @click.option("--window-blocks", type=int, required=True, help="io blocks per shuffle window (the reader's buffer).")

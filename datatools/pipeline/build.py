@@ -36,11 +36,11 @@ from pathlib import Path
 import grain
 import numpy as np
 
-from datatools.bucket import bucket_batch_sizes, bucket_boundaries
-from datatools.config import field, from_dict, load_yaml
-from datatools.formats import FORMATS
-from datatools.pack import ALGORITHMS
-from datatools._validate import OVERFLOW_POLICIES
+from datatools.kernels.bucket import bucket_batch_sizes, bucket_boundaries
+from datatools.pipeline.schema import field, from_dict, load_yaml
+from datatools.kernels.batch_layouts import FORMATS
+from datatools.kernels.pack import ALGORITHMS
+from datatools.kernels.validate import OVERFLOW_POLICIES
 
 
 @dataclass(frozen=True)

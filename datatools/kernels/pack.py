@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from datatools._validate import OVERFLOW_POLICIES, as_lengths, check_choice, check_int
+from datatools.kernels.validate import OVERFLOW_POLICIES, as_lengths, check_choice, check_int
 
 ALGORITHMS = (
     "next_fit",

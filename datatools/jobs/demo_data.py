@@ -61,7 +61,7 @@ def build_demo(root: str | Path = DEMO_DIR, *, limit_files: int | None = None, v
 
     Steps already done (their output exists) are skipped, so a second run is instant.
     """
-    from datatools.pretokenize import pretokenize
+    from datatools.jobs.pretokenize import pretokenize
 
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)

@@ -6,16 +6,16 @@ import time
 
 import click
 
-from datatools.analyze import STRATEGIES, analyze
-from datatools.cli import cli, emit_json, make_console, tokenizer_options
-from datatools.progress import count_progress
+from datatools.analysis.padding import STRATEGIES, analyze
+from datatools.cli.common import emit_json, make_console, tokenizer_options
+from datatools.jobs.progress import count_progress
 from datatools.io.inputs import open_input, read_lengths
 from datatools.io.numpy_files import BIN_DTYPES
 from datatools.io.paths import display
-from datatools.report_padding import plot, render
+from datatools.analysis.padding_report import plot, render
 
 
-@cli.command("analyze-padding")
+@click.command("analyze-padding")
 @click.argument("path", type=click.Path())
 @click.option("--column", default=None, help="Token (list of ints) or text column; detected when unambiguous.")
 @click.option("--tokenizer", type=click.Path(), default=None, help="tokenizers JSON file, for a text column.")

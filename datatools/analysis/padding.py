@@ -36,10 +36,10 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 import numba
 import numpy as np
 
-from datatools._validate import as_lengths, check_int
-from datatools.bucket import _optimal_boundaries
-from datatools.pack import _max_tree_first, _max_tree_set, _presence_clear, _presence_next, _presence_set
-from datatools.tiles import tile_align
+from datatools.kernels.validate import as_lengths, check_int
+from datatools.kernels.bucket import _optimal_boundaries
+from datatools.kernels.pack import _max_tree_first, _max_tree_set, _presence_clear, _presence_next, _presence_set
+from datatools.kernels.tiles import tile_align
 
 STRATEGIES = ("pad", "bucket", "next_fit", "first_fit", "best_fit", "first_fit_decreasing", "best_fit_decreasing",
               "concat_split")

@@ -6,11 +6,11 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from datatools.cli import cli, emit_json, make_console
+from datatools.cli.common import emit_json, make_console
 from datatools.train.loop import load_train_config, train
 
 
-@cli.command("train")
+@click.command("train")
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="Override train.steps.")
 @click.option("--source", default=None, help="Override the config's source path.")

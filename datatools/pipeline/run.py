@@ -7,7 +7,7 @@ from contextlib import nullcontext
 
 import numpy as np
 
-from datatools.formats import to_format
+from datatools.kernels.batch_layouts import to_format
 from datatools.pipeline import PipelineConfig, build_canonical
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from datatools.cli import cli, make_console, tokenizer_options
-from datatools.pretokenize import ENGINES, pretokenize
+from datatools.cli.common import make_console, tokenizer_options
+from datatools.jobs.pretokenize import ENGINES, pretokenize
 
 
-@cli.command("pretokenize")
+@click.command("pretokenize")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.argument("output", type=click.Path(path_type=str))
 @click.option("--tokenizer", required=True, type=click.Path(path_type=str), help="Hugging Face tokenizers JSON file.")

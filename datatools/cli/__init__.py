@@ -1,0 +1,101 @@
+"""The ``datatools`` command line (click), one module per subcommand, each imported only when it runs.
+
+Every subcommand reports bad input as one line on stderr and exit status 2, never a
+traceback: library code raises ``ValueError``/``TypeError``/``OSError`` and
+:func:`main` turns them, and click's usage errors, into ``datatools: error: ...``.
+``datatools --help`` and ``--version`` import no subcommand (so no numba, Grain or
+JAX); ``train`` needs the ``jax`` extra and says so in one line when it is missing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+
+import click
+
+from datatools import __version__
+
+# name -> (module, attribute, one-line help shown by --help without importing the module)
+SUBCOMMANDS = {
+    "analyze-padding": ("datatools.cli.analyze_padding", "analyze_padding_command",
+                        "Length distribution, the padding waste of every strategy, and a recommendation."),
+    "pretokenize": ("datatools.cli.pretokenize", "pretokenize_command",
+                    "Tokenize text files into a token store (resumable; local pool or Ray)."),
+    "pipeline": ("datatools.cli.pipeline", "pipeline_command", "Run a configured Grain pipeline for N batches."),
+    "shuffle-report": ("datatools.cli.shuffle_report", "shuffle_report_command",
+                       "How much a shuffle mixes, and what it costs in reads."),
+    "train": ("datatools.cli.train", "train_command", "Train the configured model on its pipeline (jax extra)."),
+}
+EXTRA_OF = {"train": ("jax", "jax")}  # subcommand -> (module it needs, extra that installs it)
+DISTRIBUTION = "datatools-llm"
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported when one is run (or its own --help is asked for)."""
+
+    def list_commands(self, ctx) -> list[str]:
+        return sorted(SUBCOMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in SUBCOMMANDS:
+            return None
+        module, attr, short = SUBCOMMANDS[name]
+        need = EXTRA_OF.get(name)
+        if need and importlib.util.find_spec(need[0]) is None:
+            return _missing_extra(name, short, *need)
+        return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx, formatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, SUBCOMMANDS[name][2]) for name in self.list_commands(ctx)])
+
+
+def _missing_extra(name: str, short: str, module: str, extra: str) -> click.Command:
+    """A stand-in that answers any use, --help included, with one line naming the extra to install."""
+
+    def fail(**_):
+        raise click.UsageError(f"'datatools {name}' needs {module}: pip install '{DISTRIBUTION}[{extra}]'")
+
+    return click.Command(name, callback=fail, help=short, add_help_option=False,
+                         context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+                         params=[click.Argument(["args"], nargs=-1, required=False)])
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", prog_name="datatools", message="%(prog)s %(version)s")
+def cli() -> None:
+    """datatools: no compute wasted on padding, near-random shuffling at near-sequential I/O."""
+
+
+def _error(message: str) -> None:
+    """One line on stderr, printable whatever bytes a file name held."""
+    from datatools.io.paths import printable
+
+    line = " ".join(printable(message).split("\n"))
+    print(f"datatools: error: {line}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit status."""
+    try:
+        result = cli.main(args=argv, prog_name="datatools", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.Abort:
+        print("datatools: aborted", file=sys.stderr)
+        return 130
+    except click.ClickException as exc:
+        _error(exc.format_message())
+        return 2
+    except OSError as exc:
+        from datatools.io.paths import display
+
+        where = f"{display(exc.filename)}: " if exc.filename else ""
+        _error(f"{where}{exc.strerror or exc}")
+        return 2
+    except (ValueError, TypeError) as exc:
+        _error(str(exc))
+        return 2
+    return result if isinstance(result, int) else 0
