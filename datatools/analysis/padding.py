@@ -37,8 +37,8 @@ import numba
 import numpy as np
 
 from datatools.kernels.validate import as_lengths, check_int
-from datatools.kernels.bucket import _optimal_boundaries
-from datatools.kernels.pack import _max_tree_first, _max_tree_set, _presence_clear, _presence_next, _presence_set
+from datatools.kernels.bucket import optimal_boundaries
+from datatools.kernels.pack import max_tree_first, max_tree_set, presence_clear, presence_next, presence_set
 from datatools.kernels.tiles import tile_align
 
 STRATEGIES = ("pad", "bucket", "next_fit", "first_fit", "best_fit", "first_fit_decreasing", "best_fit_decreasing",
@@ -142,7 +142,7 @@ def _windowed_first_fit(sizes, capacity, bins, max_segments):
             rows += opened
             opened = 0
             _empty_bins(tree, segs, size, bins, capacity)
-        node = _max_tree_first(tree, size, s)
+        node = max_tree_first(tree, size, s)
         b = node - size
         if b >= opened:
             opened = b + 1
@@ -151,7 +151,7 @@ def _windowed_first_fit(sizes, capacity, bins, max_segments):
         v = tree[node] - s
         if max_segments > 0 and segs[b] >= max_segments:
             v = -1
-        _max_tree_set(tree, node, v)
+        max_tree_set(tree, node, v)
     return rows + opened, most
 
 
@@ -174,7 +174,7 @@ def _windowed_best_fit(sizes, capacity, bins, max_segments):
     most = 0
     for k in range(sizes.shape[0]):
         s = sizes[k]
-        c = _presence_next(tree, size, s)
+        c = presence_next(tree, size, s)
         if c < 0:
             if opened == bins:  # emit every open row
                 rows += opened
@@ -182,7 +182,7 @@ def _windowed_best_fit(sizes, capacity, bins, max_segments):
                     f = free[b]
                     if f > 0 and head[f] >= 0:
                         head[f] = -1
-                        _presence_clear(tree, size, f)
+                        presence_clear(tree, size, f)
                 opened = 0
             b = opened
             opened += 1
@@ -192,7 +192,7 @@ def _windowed_best_fit(sizes, capacity, bins, max_segments):
             b = head[c]
             head[c] = below[b]
             if head[c] < 0:
-                _presence_clear(tree, size, c)
+                presence_clear(tree, size, c)
         segs[b] += 1
         most = max(most, segs[b])
         f = c - s
@@ -202,7 +202,7 @@ def _windowed_best_fit(sizes, capacity, bins, max_segments):
         if f > 0:
             below[b] = head[f]
             if head[f] < 0:
-                _presence_set(tree, size, f)
+                presence_set(tree, size, f)
             head[f] = b
     return rows + opened, most
 
@@ -243,7 +243,7 @@ def _first_fit_decreasing_rows(sizes, runs, capacity, max_segments, max_rows):
         s = sizes[j]
         m = runs[j]
         while m > 0:
-            node = _max_tree_first(tree, size, s)
+            node = max_tree_first(tree, size, s)
             r = node - size
             if r >= rows:
                 rows = r + 1
@@ -256,7 +256,7 @@ def _first_fit_decreasing_rows(sizes, runs, capacity, max_segments, max_rows):
             v = tree[node] - k * s
             if max_segments > 0 and segs[r] >= max_segments:
                 v = -1
-            _max_tree_set(tree, node, v)
+            max_tree_set(tree, node, v)
     return rows, most
 
 
@@ -281,7 +281,7 @@ def _best_fit_decreasing_rows(sizes, runs, capacity, max_segments, max_rows):
         s = sizes[j]
         m = runs[j]
         while m > 0:
-            c = _presence_next(tree, size, s)
+            c = presence_next(tree, size, s)
             if c < 0:
                 r = rows
                 rows += 1
@@ -290,7 +290,7 @@ def _best_fit_decreasing_rows(sizes, runs, capacity, max_segments, max_rows):
                 r = head[c]
                 head[c] = below[r]
                 if head[c] < 0:
-                    _presence_clear(tree, size, c)
+                    presence_clear(tree, size, c)
             k = min(m, c // s)
             if max_segments > 0:
                 k = min(k, max_segments - segs[r])
@@ -303,7 +303,7 @@ def _best_fit_decreasing_rows(sizes, runs, capacity, max_segments, max_rows):
             if f > 0:
                 below[r] = head[f]
                 if head[f] < 0:
-                    _presence_set(tree, size, f)
+                    presence_set(tree, size, f)
                 head[f] = r
     return rows, most
 
@@ -376,7 +376,7 @@ def _entry(name, ctx, rows, slots, kept, dropped, pieces, docs, truncated, split
             "max_docs_per_row": int(most)}
 
 
-class Prepared:
+class SharedLengthArrays:
     """Arrays shared by the strategies at each ctx, computed once on first use (thread-safe).
 
     Args:
@@ -411,7 +411,7 @@ class Prepared:
         return self._get(("histogram", ctx), lambda: _piece_histogram(self.nonempty, ctx))
 
 
-def _bucket(prep: Prepared, ctx: int, tile: int, buckets: int):
+def _bucket(prep: SharedLengthArrays, ctx: int, tile: int, buckets: int):
     """Optimal boundaries (tile multiples below ctx, and ctx) for the pieces at ctx, and their padded slots."""
     counts = prep.histogram(ctx)
     sizes = np.flatnonzero(counts)
@@ -419,18 +419,18 @@ def _bucket(prep: Prepared, ctx: int, tile: int, buckets: int):
     cand = np.unique(np.append(need, ctx))
     per_cand = np.zeros(cand.shape[0], np.int64)
     np.add.at(per_cand, np.searchsorted(cand, need), counts[sizes])
-    bounds, slots = _optimal_boundaries(cand.astype(np.int64), per_cand, buckets)
+    bounds, slots = optimal_boundaries(cand.astype(np.int64), per_cand, buckets)
     return bounds, int(slots), int(counts.sum())
 
 
-def simulate(prep: Prepared | np.ndarray, ctx: int, name: str, *, tile: int = 128, buckets: int = 4,
+def simulate(prep: SharedLengthArrays | np.ndarray, ctx: int, name: str, *, tile: int = 128, buckets: int = 4,
              max_segments: int | None = None, window: int = 256) -> dict:
     """One strategy at one ctx: rows, efficiency, dropped tokens, truncated and split fractions, documents per row.
 
-    ``prep`` is a :class:`Prepared` (shared across calls) or validated int64 lengths."""
+    ``prep`` is a :class:`SharedLengthArrays` (shared across calls) or validated int64 lengths."""
     t0 = time.perf_counter()
-    if not isinstance(prep, Prepared):
-        prep = Prepared(as_lengths(prep))
+    if not isinstance(prep, SharedLengthArrays):
+        prep = SharedLengthArrays(as_lengths(prep))
     seg = max_segments or 0
     docs, total = prep.docs, prep.total
     kept, long_docs = prep.pad_stats(ctx)
@@ -502,7 +502,7 @@ def analyze(lengths, *, contexts=None, tile: int = 128, buckets: int = 4, max_se
     for name in strategies:
         if name not in STRATEGIES:
             raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {name!r}")
-    prep = Prepared(lengths)
+    prep = SharedLengthArrays(lengths)
     jobs = sorted(((ctx, name) for ctx in contexts for name in strategies), key=lambda j: -_COST[j[1]] * j[0])
     with ThreadPoolExecutor(max(1, threads)) as pool:
         futures = {job: pool.submit(simulate, prep, job[0], job[1], tile=tile, buckets=buckets,
@@ -531,7 +531,7 @@ MAXTEXT_PACKING = {"first_fit": "first_fit", "best_fit": "best_fit", "first_fit_
 SEGMENT_CAPS = (4, 8, 16, 32, 64, 128, 256)
 
 
-def _segment_cap(prep: Prepared, ctx: int, name: str, efficiency: float, window: int) -> int | None:
+def _segment_cap(prep: SharedLengthArrays, ctx: int, name: str, efficiency: float, window: int) -> int | None:
     """The smallest cap on documents per row that costs under half a point of efficiency (None: no cap does)."""
     for cap in SEGMENT_CAPS:
         capped = simulate(prep, ctx, name, max_segments=cap, window=window)
@@ -540,7 +540,7 @@ def _segment_cap(prep: Prepared, ctx: int, name: str, efficiency: float, window:
     return None
 
 
-def recommend(report: dict, prep: Prepared | None = None) -> dict:
+def recommend(report: dict, prep: SharedLengthArrays | None = None) -> dict:
     """Pick a ctx and a strategy, with a datatools pipeline snippet and the MaxText settings.
 
     ctx: the smallest evaluated ctx at or above the p99 length (few documents split),

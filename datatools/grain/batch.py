@@ -6,18 +6,27 @@ import math
 
 import grain
 import numpy as np
-from grain._src.python.dataset.transformations.batch import make_batch
 
 from datatools.kernels.validate import check_choice, check_int
 from datatools.kernels.batch_layouts import FORMATS, to_format
 
 
-def batch_of(parent: grain.MapDataset, indices) -> dict:
-    """Parent elements at ``indices`` stacked: through ``parent.get_batch`` when it builds whole batches,
-    else Grain's ``_getitems`` and ``make_batch``."""
+def read_batch(parent: grain.MapDataset, indices) -> dict:
+    """Parent elements at ``indices`` stacked into one batch: through ``parent.get_batch`` when it builds whole
+    batches (one read, one fill), else element by element and stacked leaf by leaf."""
     if hasattr(parent, "get_batch"):
         return parent.get_batch(indices)
-    return make_batch(parent._getitems(np.asarray(indices).tolist()))  # pylint: disable=protected-access
+    return stack_elements([parent[int(i)] for i in np.asarray(indices).tolist()])
+
+
+def stack_elements(elements: list):
+    """Elements (arrays, or dicts / tuples of them, nested) stacked along a new first axis, leaf by leaf."""
+    first = elements[0]
+    if isinstance(first, dict):
+        return {k: stack_elements([e[k] for e in elements]) for k in first}
+    if isinstance(first, (tuple, list)):
+        return type(first)(stack_elements(list(leaves)) for leaves in zip(*elements))
+    return np.stack([np.asarray(e) for e in elements])
 
 
 class BatchRowsMapDataset(grain.MapDataset):
@@ -54,7 +63,7 @@ class BatchRowsMapDataset(grain.MapDataset):
         epoch, j = divmod(index, self._length)
         n = len(self._parent)
         start = j * self._batch_size
-        return batch_of(self._parent, np.arange(start, min(n, start + self._batch_size), dtype=np.int64) + epoch * n)
+        return read_batch(self._parent, np.arange(start, min(n, start + self._batch_size), dtype=np.int64) + epoch * n)
 
 
 class FormatBatch(grain.transforms.Map):

@@ -7,8 +7,8 @@ from typing import Sequence
 import grain
 import numpy as np
 
-from datatools.io.documents import ArrayDocuments, as_document_source
-from datatools.kernels.pack import PackPlan, materialize, materialize_pieces, pack_lengths
+from datatools.io.documents import as_document_source
+from datatools.kernels.pack import PackPlan, pack_lengths
 
 
 class PackedRowsMapDataset(grain.MapDataset):
@@ -61,9 +61,7 @@ class PackedRowsMapDataset(grain.MapDataset):
     def get_batch(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
         """Rows ``indices`` stacked: int32 arrays of shape (len(indices), ctx), one read for all their pieces."""
         rows = np.asarray(indices, dtype=np.int64) % self.plan.num_rows
-        if isinstance(self._docs, ArrayDocuments):  # in memory: fill rows from the flat tokens, no gather copy
-            return materialize(self.plan, self._docs.tokens, self._docs.offsets, rows, pad_id=self._pad_id)
-        return materialize_pieces(self.plan, self._docs.read_pieces, rows, pad_id=self._pad_id)
+        return self._docs.pack_rows(self.plan, rows, pad_id=self._pad_id)
 
     def __getitem__(self, index):
         if isinstance(index, slice):

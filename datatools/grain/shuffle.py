@@ -8,7 +8,7 @@ import grain
 import numpy as np
 
 from datatools.kernels.validate import check_int
-from datatools.grain.batch import batch_of
+from datatools.grain.batch import read_batch
 from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation
 
 
@@ -50,7 +50,7 @@ class _IndexMapDataset(grain.MapDataset):
 
     def get_batch(self, indices: Sequence[int]):
         """Stacked elements at ``indices`` when the parent builds batches itself (packed rows)."""
-        return batch_of(self._parent, self._parent_indices(indices))
+        return read_batch(self._parent, self._parent_indices(indices))
 
 
 class FeistelShuffleMapDataset(_IndexMapDataset):

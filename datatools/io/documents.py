@@ -64,7 +64,20 @@ def _gather(tokens, offsets, doc, start, length, out):
         k += length[j]
 
 
-class ArrayDocuments:
+class PieceReadingSource:
+    """Base of the document sources: packed rows built from :meth:`read_pieces` (one bulk read per batch)."""
+
+    in_memory = False
+
+    def pack_rows(self, plan, rows, pad_id: int = 0) -> dict[str, np.ndarray]:
+        """Rows ``rows`` of ``plan`` (a :class:`~datatools.kernels.pack.PackPlan` over this source) as a canonical
+        batch: all their pieces read in one call, then filled by a numba kernel."""
+        from datatools.kernels.pack import materialize_pieces
+
+        return materialize_pieces(plan, self.read_pieces, rows, pad_id=pad_id)
+
+
+class ArrayDocuments(PieceReadingSource):
     """Documents in one flat array: ``tokens[offsets[i]:offsets[i + 1]]`` is document i.
 
     ``tokens`` may be a ``np.memmap`` (a NumPy token file read on demand by the OS).
@@ -118,6 +131,12 @@ class ArrayDocuments:
 
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
+
+    def pack_rows(self, plan, rows, pad_id: int = 0) -> dict[str, np.ndarray]:
+        """Rows filled straight from the flat tokens (no intermediate gather of the pieces)."""
+        from datatools.kernels.pack import materialize
+
+        return materialize(plan, self.tokens, self.offsets, rows, pad_id=pad_id)
 
     def read_pieces(self, doc, start, length) -> np.ndarray:
         out = np.empty(int(np.sum(length, dtype=np.int64)), np.int32)
@@ -186,10 +205,8 @@ class StorePieceReader:
         return out
 
 
-class StoreDocuments:
+class StoreDocuments(PieceReadingSource):
     """A :class:`TokenStore` as a document source, pieces read through a cached :class:`StorePieceReader`."""
-
-    in_memory = False
 
     def __init__(self, store: TokenStore, cache_bytes: int = DEFAULT_CACHE_BYTES):
         self.store = store
@@ -229,7 +246,7 @@ def _gather_at(tokens, offsets, doc, start, length, dst, out):
             out[d + t] = tokens[src + t]
 
 
-class ChunkedDocuments:
+class ChunkedDocuments(PieceReadingSource):
     """Documents of an input read shard by shard on demand (Parquet row groups, Arrow batches, JSON Lines blocks).
 
     Memory holds the lengths, and at most ``cache_bytes`` of decoded shards (least
@@ -244,8 +261,6 @@ class ChunkedDocuments:
       load: ``load(k) -> (tokens, lengths)`` of shard k; picklable.
       cache_bytes: decoded shard bytes kept per process.
     """
-
-    in_memory = False
 
     def __init__(self, lengths: np.ndarray, shard_docs: np.ndarray, load: Callable, name: str = "",
                  cache_bytes: int = TABLE_CACHE_BYTES):
@@ -317,11 +332,35 @@ class ChunkedDocuments:
         return f"ChunkedDocuments({self.name!r}, documents={len(self)}, shards={self.shard_docs.shape[0]})"
 
 
-def as_document_source(source) -> DocumentSource:
-    """A :class:`DocumentSource`: one as is, a :class:`TokenStore` wrapped in :class:`StoreDocuments`."""
+class _ProtocolSource(PieceReadingSource):
+    """Any object with ``len()``, ``lengths()`` and ``read_pieces`` given the sources' ``pack_rows``."""
+
+    def __init__(self, source):
+        self.source = source
+        self.in_memory = bool(getattr(source, "in_memory", False))
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        i = _check_index(i, len(self))
+        return self.read_pieces([i], [0], [self.lengths()[i]])
+
+    def lengths(self) -> np.ndarray:
+        return self.source.lengths()
+
+    def read_pieces(self, doc, start, length) -> np.ndarray:
+        return self.source.read_pieces(doc, start, length)
+
+
+def as_document_source(source) -> PieceReadingSource:
+    """A document source with ``pack_rows``: datatools' sources as they are, a :class:`TokenStore` in
+    :class:`StoreDocuments`, any other :class:`DocumentSource` in an adapter."""
     if isinstance(source, TokenStore):
         return StoreDocuments(source)
-    if isinstance(source, DocumentSource):
+    if isinstance(source, PieceReadingSource):
         return source
+    if isinstance(source, DocumentSource):
+        return _ProtocolSource(source)
     raise TypeError(f"expected a document source (lengths(), read_pieces(), len()) or a TokenStore; "
                     f"got {type(source).__name__}")

@@ -38,7 +38,7 @@ def _default_max_len(lengths: np.ndarray, tile: int) -> int:
 
 
 @numba.njit(cache=True)
-def _optimal_boundaries(cand, counts, num_buckets):
+def optimal_boundaries(cand, counts, num_buckets):
     """Exact DP: choose <= num_buckets of the candidate lengths, the last one mandatory.
 
     cand: ascending candidate boundaries (tokens); counts[j]: items whose smallest
@@ -118,7 +118,7 @@ def bucket_boundaries(lengths, num_buckets: int, *, tile: int = 128, max_len: in
     cand_tiles = occupied if occupied.size and occupied[-1] == top else np.append(occupied, top)
     counts = np.zeros(cand_tiles.size, np.int64)
     counts[: occupied.size] = np.bincount(np.searchsorted(cand_tiles, need), minlength=occupied.size)[: occupied.size]
-    boundaries, _ = _optimal_boundaries(cand_tiles.astype(np.int64) * tile, counts, num_buckets)
+    boundaries, _ = optimal_boundaries(cand_tiles.astype(np.int64) * tile, counts, num_buckets)
     return boundaries
 
 

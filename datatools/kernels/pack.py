@@ -253,7 +253,7 @@ def _next_fit(sizes, capacity, max_segments):
 
 
 @numba.njit(cache=True, nogil=True)
-def _max_tree_first(tree, size, s):
+def max_tree_first(tree, size, s):
     """Leaf node of the leftmost row whose free capacity is >= s (the root must be >= s)."""
     node = 1
     while node < size:
@@ -264,7 +264,7 @@ def _max_tree_first(tree, size, s):
 
 
 @numba.njit(cache=True, nogil=True)
-def _max_tree_set(tree, node, v):
+def max_tree_set(tree, node, v):
     """Set a leaf's free capacity and restore the max of its ancestors."""
     tree[node] = v
     node >>= 1
@@ -289,7 +289,7 @@ def _first_fit(sizes, capacity, max_segments):
     num_rows = 0
     for k in range(n):
         s = sizes[k]
-        node = _max_tree_first(tree, size, s)
+        node = max_tree_first(tree, size, s)
         r = node - size
         row_of[k] = r
         if r >= num_rows:
@@ -299,12 +299,12 @@ def _first_fit(sizes, capacity, max_segments):
             segs[r] += 1
             if segs[r] >= max_segments:
                 v = -1
-        _max_tree_set(tree, node, v)
+        max_tree_set(tree, node, v)
     return row_of, num_rows
 
 
 @numba.njit(cache=True, nogil=True)
-def _presence_set(tree, size, c):
+def presence_set(tree, size, c):
     node = size + c
     while node >= 1 and tree[node] == 0:
         tree[node] = 1
@@ -312,7 +312,7 @@ def _presence_set(tree, size, c):
 
 
 @numba.njit(cache=True, nogil=True)
-def _presence_clear(tree, size, c):
+def presence_clear(tree, size, c):
     node = size + c
     tree[node] = 0
     node >>= 1
@@ -325,7 +325,7 @@ def _presence_clear(tree, size, c):
 
 
 @numba.njit(cache=True, nogil=True)
-def _presence_next(tree, size, c):
+def presence_next(tree, size, c):
     """Smallest present leaf index >= c, or -1."""
     node = size + c
     if tree[node]:
@@ -360,7 +360,7 @@ def _best_fit(sizes, capacity, max_segments):
     num_rows = 0
     for k in range(n):
         s = sizes[k]
-        c = _presence_next(tree, size, s)
+        c = presence_next(tree, size, s)
         if c < 0:
             r = num_rows
             num_rows += 1
@@ -369,7 +369,7 @@ def _best_fit(sizes, capacity, max_segments):
             r = head[c]
             head[c] = below[r]
             if head[c] < 0:
-                _presence_clear(tree, size, c)
+                presence_clear(tree, size, c)
         row_of[k] = r
         f = c - s
         if max_segments > 0:
@@ -379,7 +379,7 @@ def _best_fit(sizes, capacity, max_segments):
         if f > 0:
             below[r] = head[f]
             if head[f] < 0:
-                _presence_set(tree, size, f)
+                presence_set(tree, size, f)
             head[f] = r
     return row_of, num_rows
 

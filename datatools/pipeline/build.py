@@ -168,7 +168,7 @@ def open_source(cfg: SourceConfig):
 
 
 @dataclass
-class Built:
+class CanonicalPipeline:
     """A built pipeline: the Grain dataset of canonical batches and what was decided building it."""
 
     dataset: grain.IterDataset
@@ -247,7 +247,7 @@ def _warn_if_random_access_thrashes(docs, cfg: PipelineConfig) -> None:
                       f"or use shuffle 'none' with streaming packing", stacklevel=3)
 
 
-def build_canonical(cfg: PipelineConfig, documents=None) -> Built:
+def build_canonical(cfg: PipelineConfig, documents=None) -> CanonicalPipeline:
     """The pipeline up to canonical batches (``tokens``, ``segment_ids``, ``positions``, ``loss_mask``).
 
     Args:
@@ -269,7 +269,7 @@ def build_canonical(cfg: PipelineConfig, documents=None) -> Built:
         batches = BatchRowsMapDataset(_shuffle_map(rows, cfg), cfg.batch_size, drop_remainder=cfg.drop_remainder)
         if len(batches) == 0:
             raise ValueError(f"{rows.plan.num_rows} packed rows make no full batch of {cfg.batch_size}")
-        return Built(_prefetch(batches, cfg, in_memory), cfg, len(docs), [(cfg.batch_size, p.ctx)], rows.plan.efficiency)
+        return CanonicalPipeline(_prefetch(batches, cfg, in_memory), cfg, len(docs), [(cfg.batch_size, p.ctx)], rows.plan.efficiency)
 
     blocks = BatchRowsMapDataset(_shuffle_map(DocumentsMapDataset(docs), cfg), cfg.read_block)
     stream = _prefetch(blocks, cfg, in_memory)
@@ -277,7 +277,7 @@ def build_canonical(cfg: PipelineConfig, documents=None) -> Built:
         rows = StreamingPackIterDataset(stream, ctx=p.ctx, window=p.window, algorithm=p.resolved_algorithm,
                                         max_segments=p.max_segments, align=p.align, overflow=p.overflow,
                                         pad_id=cfg.pad_id, seed=cfg.seed)
-        return Built(rows.batch(cfg.batch_size, drop_remainder=cfg.drop_remainder), cfg, len(docs),
+        return CanonicalPipeline(rows.batch(cfg.batch_size, drop_remainder=cfg.drop_remainder), cfg, len(docs),
                      [(cfg.batch_size, p.ctx)])
     b = cfg.bucketing
     lengths = docs.lengths()
@@ -292,7 +292,7 @@ def build_canonical(cfg: PipelineConfig, documents=None) -> Built:
         sizes = bucket_batch_sizes(bounds, batch_size=cfg.batch_size, multiple_of=b.multiple_of)
     ds = BucketBatchIterDataset(stream, boundaries=bounds, batch_sizes=sizes, overflow=b.overflow,
                                 drop_remainder=cfg.drop_remainder, pad_id=cfg.pad_id)
-    return Built(ds, cfg, len(docs), ds.shapes)
+    return CanonicalPipeline(ds, cfg, len(docs), ds.shapes)
 
 
 def build(config, *, source: str | None = None, documents=None) -> grain.IterDataset:

@@ -16,10 +16,11 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from datatools.kernels.batch_layouts import CANONICAL_KEYS
 from datatools.pipeline.schema import field
 from datatools.train.model import ModelConfig, init_params, loss_fn
 
-BATCH_KEYS = ("tokens", "segment_ids", "positions", "loss_mask")
+BATCH_KEYS = CANONICAL_KEYS  # what the step reads from a canonical batch
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,10 @@ class Trainer:
         self.batch_sharding = NamedSharding(self.mesh, PartitionSpec("data"))
         self.tx = make_optimizer(optimizer, total_steps)
         cfg, tx = model, self.tx
+        self._traces = 0
 
         def step(state, batch):
+            self._traces += 1  # runs when jit traces: once per program it compiles (per batch shape)
             (loss, count), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"], cfg, batch)
             updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
             params = optax.apply_updates(state["params"], updates)
@@ -82,4 +85,4 @@ class Trainer:
 
     def compilations(self) -> int:
         """Programs compiled so far for the step (one per distinct batch shape)."""
-        return self.train_step._cache_size()  # pylint: disable=protected-access
+        return self._traces

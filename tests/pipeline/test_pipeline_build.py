@@ -149,7 +149,7 @@ def test_shipped_configs_run_after_the_demo(tmp_path, monkeypatch, capsys):
 
     monkeypatch.chdir(tmp_path)
     build_demo("demo_data", limit_files=60, vocab_size=600, progress=False)
-    configs = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
+    configs = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
     assert len(configs) >= 3
     for path in configs:
         cfg = load_config(path)
