@@ -346,6 +346,11 @@ def presence_next(tree, size, c):
 def _best_fit(sizes, capacity, max_segments):
     """Best fit: one LIFO stack of rows per free capacity, a presence tree over capacities.
 
+    The stack handling is written out again in ``analysis.padding._best_fit_decreasing_rows``
+    and its windowed best fit on purpose: sharing it through small numba helpers made the
+    bulk BFD count 2.2x slower and windowed best fit 22% slower (measured at 1M and 100M
+    documents), so each kernel keeps its own copy.
+
     A row's free capacity is the stack it sits on, so no per-row capacity is stored.
     """
     n = sizes.shape[0]
@@ -537,18 +542,7 @@ def pack_lengths(
     # Gather the sizes into placement order first: the kernels then read them sequentially.
     row_of, num_rows = kernel(units[order] if decreasing else units, capacity, seg_cap)
     splits, doc, start, length = _assemble(row_of, order, decreasing, num_rows, doc, start, length)
-    return PackPlan(
-        ctx=ctx,
-        align=align,
-        num_rows=int(num_rows),
-        row_splits=splits,
-        doc=doc,
-        start=start,
-        length=length,
-        dropped_tokens=dropped,
-        empty_documents=empty,
-        algorithm=algorithm,
-    )
+    return PackPlan(ctx, align, int(num_rows), splits, doc, start, length, dropped, empty, algorithm)
 
 
 def _plan_concat_split(lengths, ctx, align, seg_cap, overflow) -> PackPlan:
@@ -568,18 +562,7 @@ def _plan_concat_split(lengths, ctx, align, seg_cap, overflow) -> PackPlan:
     doc, start, splits = np.empty(num_pieces, np.int64), np.empty(num_pieces, np.int64), np.empty(num_rows + 1, np.int64)
     length = np.empty(num_pieces, np.int32)
     _concat_split(lengths, ctx, align, seg_cap, doc, start, length, splits, True)
-    return PackPlan(
-        ctx=ctx,
-        align=align,
-        num_rows=int(num_rows),
-        row_splits=splits,
-        doc=doc,
-        start=start,
-        length=length,
-        dropped_tokens=dropped,
-        empty_documents=empty,
-        algorithm="concat_split",
-    )
+    return PackPlan(ctx, align, int(num_rows), splits, doc, start, length, dropped, empty, "concat_split")
 
 
 def materialize(

@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
+from typing import Literal
 from pathlib import Path
 
 import grain
@@ -50,7 +51,7 @@ class SourceConfig:
     column: str | None = field(None, doc="token (or text) column of a table; detected when unambiguous")
     tokenizer: str | None = field(None, doc="tokenizers JSON file, for a text column (tokenized as read; "
                                             "pre-tokenize large data into a token store instead)")
-    tokenizer_settings: str = field("off", choices=("off", "keep"),
+    tokenizer_settings: Literal["off", "keep"] = field("off",
                                     doc="off: the file's truncation and padding switched off, no template special "
                                         "tokens; keep: the file as it is")
     bos: str | None = field(None, doc="token (name, id or 'auto') put before every text")
@@ -59,7 +60,8 @@ class SourceConfig:
 
 @dataclass(frozen=True)
 class ShuffleConfig:
-    kind: str = field("full", choices=("none", "full", "block"))
+    kind: Literal["none", "full", "block"] = field("full", doc="none: storage order; full: Feistel permutation "
+                                                                   "per epoch; block: windowed block shuffle")
     io_block_size: int = field(64, minimum=1, doc="block shuffle: records per contiguous read")
     window_blocks: int = field(1024, minimum=1, doc="block shuffle: blocks per window")
 
@@ -67,13 +69,15 @@ class ShuffleConfig:
 @dataclass(frozen=True)
 class PackingConfig:
     ctx: int = field(minimum=1, doc="row length (tokens)")
-    mode: str = field("planned", choices=("planned", "streaming"))
-    algorithm: str | None = field(None, choices=ALGORITHMS,
+    mode: Literal["planned", "streaming"] = field("planned", doc="planned: one plan over every document; "
+                                                                 "streaming: packed a window at a time")
+    algorithm: Literal[ALGORITHMS] | None = field(None,
                                   doc="default: best_fit_decreasing (over all documents when planned, "
                                       "within each window when streaming)")
-    max_segments: int | None = field(None, minimum=1)
-    align: int = field(1, minimum=1)
-    overflow: str = field("split", choices=OVERFLOW_POLICIES)
+    max_segments: int | None = field(None, minimum=1, doc="cap on documents per row (cuDNN / TE packed attention)")
+    align: int = field(1, minimum=1, doc="every document starts at a multiple of this (tokens); must divide ctx")
+    overflow: Literal[OVERFLOW_POLICIES] = field("split", doc="documents longer than ctx: split (nothing lost), "
+                                                                 "truncate, drop, error")
     window: int = field(1024, minimum=1, doc="streaming: documents per packing window")
 
     def check(self, where: str) -> None:
@@ -93,7 +97,7 @@ class BucketingConfig:
     max_len: int | None = field(None, minimum=1, doc="longest bucket (tokens); longer documents follow overflow")
     token_budget: int | None = field(None, minimum=1, doc="tokens per batch (rows = budget // length)")
     multiple_of: int = field(1, minimum=1, doc="round each bucket's rows down to a multiple of this")
-    overflow: str = field("split", choices=OVERFLOW_POLICIES)
+    overflow: Literal[OVERFLOW_POLICIES] = field("split")
 
 
 @dataclass(frozen=True)
@@ -113,8 +117,8 @@ class PipelineConfig:
     packing: PackingConfig | None = field(None)
     bucketing: BucketingConfig | None = field(None)
     batch_size: int = field(32, minimum=1, doc="rows per batch (bucketing: unless token_budget is set)")
-    drop_remainder: bool = field(True)
-    format: str = field("datatools", choices=FORMATS)
+    drop_remainder: bool = field(True, doc="drop each epoch's last, short batch")
+    format: Literal[FORMATS] = field("datatools", doc="batch layout: datatools (canonical), maxtext, levanter, hf")
     num_epochs: int | None = field(1, minimum=1, doc="null: repeat forever")
     workers: int = field(0, minimum=0, doc="Grain prefetch processes")
     shard: ShardConfig = field(default_factory=ShardConfig)

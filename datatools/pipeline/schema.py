@@ -1,14 +1,20 @@
-"""Validated configs: YAML (``yaml.safe_load``) into frozen dataclasses.
+"""Validated configs: YAML (``yaml.safe_load``) into frozen, typed dataclasses.
 
-Each config section is a dataclass; a field's metadata can give ``choices`` and a
-``minimum``. :func:`from_dict` checks every key and value and raises one
-``ValueError`` naming the key path, the bad value and what is allowed, e.g.
-``config: shuffle.kind must be one of 'none', 'full', 'block'; got 'blok'``.
+Each config section is a dataclass whose type hints are the schema: ``int``,
+``float`` (finite), ``bool``, ``str``, ``Literal[...]`` for a choice, ``X | None``,
+``list[X]`` and nested sections; :func:`field` adds a ``minimum`` and a ``doc``.
+:func:`from_dict` checks every key and value and raises one ``ValueError`` that
+lists every problem at once, each naming the key path, the bad value and what is
+allowed, e.g. ``config: shuffle.kind must be one of 'none', 'full', 'block'; got
+'blok'; packing.ctx must be >= 1; got 0``. :func:`schema_markdown` renders the
+same schema (types, defaults, choices, docs) as the key reference in
+``configs/README.md``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import types
 import typing
@@ -17,20 +23,27 @@ from pathlib import Path
 import yaml
 
 
-def field(default=dataclasses.MISSING, *, choices=None, minimum=None, doc: str = "", default_factory=dataclasses.MISSING):
-    """A dataclass field with validation metadata."""
-    meta = {"choices": choices, "minimum": minimum, "doc": doc}
+def field(default=dataclasses.MISSING, *, minimum=None, doc: str = "", default_factory=dataclasses.MISSING):
+    """A dataclass field with validation metadata: ``minimum`` (numbers, list items) and ``doc`` (the reference)."""
+    meta = {"minimum": minimum, "doc": doc}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
 
 
-def _type_name(t) -> str:
-    return getattr(t, "__name__", str(t))
+def _short(value, limit: int = 60) -> str:
+    """The repr of a bad value, cut to a short prefix (a config value can be huge)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _check_value(value, tp, key: str, meta: dict):
     origin = typing.get_origin(tp)
+    if origin is typing.Literal:
+        choices = typing.get_args(tp)
+        if isinstance(value, bool) or value not in choices:
+            raise ValueError(f"config: {key} must be one of {', '.join(map(repr, choices))}; got {_short(value)}")
+        return value
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(tp)
         if value is None and type(None) in options:
@@ -46,59 +59,106 @@ def _check_value(value, tp, key: str, meta: dict):
         raise last
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
-            raise ValueError(f"config: {key} must be a mapping of options; got {value!r}")
+            raise ValueError(f"config: {key} must be a mapping of options; got {_short(value)}")
         return from_dict(tp, value, key)
     if origin is list:
         (item,) = typing.get_args(tp)
         if not isinstance(value, list):
-            raise ValueError(f"config: {key} must be a list; got {value!r}")
+            raise ValueError(f"config: {key} must be a list; got {_short(value)}")
         return [_check_value(v, item, f"{key}[{i}]", {"minimum": meta.get("minimum")}) for i, v in enumerate(value)]
     if tp is bool:
         if not isinstance(value, bool):
-            raise ValueError(f"config: {key} must be true or false; got {value!r}")
+            raise ValueError(f"config: {key} must be true or false; got {_short(value)}")
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"config: {key} must be an integer; got {value!r}")
+            raise ValueError(f"config: {key} must be an integer; got {_short(value)}")
     elif tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"config: {key} must be a number; got {value!r}")
+            raise ValueError(f"config: {key} must be a number; got {_short(value)}")
         value = float(value)
+        if not math.isfinite(value):
+            raise ValueError(f"config: {key} must be a finite number; got {value!r}")
     elif tp is str:
         if not isinstance(value, str):
-            raise ValueError(f"config: {key} must be a string; got {value!r}")
-    choices = meta.get("choices")
-    if choices is not None and value not in choices:
-        raise ValueError(f"config: {key} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+            raise ValueError(f"config: {key} must be a string; got {_short(value)}")
     minimum = meta.get("minimum")
     if minimum is not None and isinstance(value, (int, float)) and value < minimum:
-        raise ValueError(f"config: {key} must be >= {minimum}; got {value!r}")
+        raise ValueError(f"config: {key} must be >= {minimum}; got {_short(value)}")
     return value
 
 
 def from_dict(cls, data: dict | None, where: str = ""):
-    """Build dataclass ``cls`` from ``data``, validating every key and value (see the module docstring)."""
+    """Build dataclass ``cls`` from ``data``, validating every key and value; one ``ValueError`` lists every
+    problem found (see the module docstring)."""
     data = {} if data is None else data
     if not isinstance(data, dict):
-        raise ValueError(f"config: {where or 'the top level'} must be a mapping; got {data!r}")
-    hints = typing.get_type_hints(cls)
+        raise ValueError(f"config: {where or 'the top level'} must be a mapping; got {_short(data)}")
+    hints = typing.get_type_hints(cls, include_extras=True)
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    problems: list[str] = []
     for key in data:
         if key not in fields:
             section = f"in {where}" if where else "at the top level"
-            raise ValueError(f"config: unknown key {key!r} {section} (allowed: {', '.join(fields)})")
+            problems.append(f"unknown key {_short(key)} {section} (allowed: {', '.join(fields)})")
     values = {}
     for name, f in fields.items():
         key = f"{where}.{name}" if where else name
         if name in data:
-            values[name] = _check_value(data[name], hints[name], key, dict(f.metadata))
+            try:
+                values[name] = _check_value(data[name], hints[name], key, dict(f.metadata))
+            except ValueError as exc:
+                problems.append(str(exc).removeprefix("config: "))
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise ValueError(f"config: missing required key {key!r}")
+            problems.append(f"missing required key {key!r}")
+    if problems:
+        raise ValueError("config: " + "; ".join(problems))
     obj = cls(**values)
     check = getattr(obj, "check", None)
     if check is not None:
         check(where)
     return obj
+
+
+def _type_text(tp) -> str:
+    origin = typing.get_origin(tp)
+    if origin is typing.Literal:
+        return " / ".join(map(str, typing.get_args(tp)))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_text(t) for t in typing.get_args(tp) if t is not type(None)) + " or null"
+    if origin is list:
+        return f"list of {_type_text(typing.get_args(tp)[0])}"
+    if dataclasses.is_dataclass(tp):
+        return "section"
+    return {int: "integer", float: "number", bool: "true / false", str: "string"}.get(tp, str(tp))
+
+
+def _default_text(f) -> str:
+    if f.default_factory is not dataclasses.MISSING:
+        return "(section)"
+    if f.default is dataclasses.MISSING:
+        return "required"
+    return "null" if f.default is None else str(f.default).lower() if isinstance(f.default, bool) else str(f.default)
+
+
+def schema_markdown(cls, where: str = "") -> list[str]:
+    """Table rows (markdown) documenting every key of ``cls`` and its sections: key, type or choices, default,
+    minimum and doc."""
+    rows = []
+    hints = typing.get_type_hints(cls, include_extras=True)
+    for f in dataclasses.fields(cls):
+        key = f"{where}.{f.name}" if where else f.name
+        tp = hints[f.name]
+        section = next((t for t in (tp, *typing.get_args(tp)) if dataclasses.is_dataclass(t)), None)
+        minimum = f.metadata.get("minimum")
+        doc = f.metadata.get("doc", "")
+        if section is not None:
+            rows.append(f"| `{key}` | section{' (optional)' if f.default is None else ''} | | | {doc} |")
+            rows.extend(schema_markdown(section, key))
+            continue
+        low = "" if minimum is None else f">= {minimum}"
+        rows.append(f"| `{key}` | {_type_text(tp)} | {_default_text(f)} | {low} | {doc} |")
+    return rows
 
 
 def to_dict(obj) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +29,7 @@ class ModelConfig:
     n_heads: int = field(4, minimum=1)
     d_ff: int | None = field(None, minimum=1, doc="default 4 * d_model")
     rope_theta: float = field(10000.0, minimum=1.0)
-    dtype: str = field("float32", choices=("float32", "bfloat16"), doc="activations and matmuls")
+    dtype: Literal["float32", "bfloat16"] = field("float32", doc="activations and matmuls")
 
     def check(self, where: str) -> None:
         if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
