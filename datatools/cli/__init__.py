@@ -1,14 +1,21 @@
 """The ``datatools`` command line (click), one module per subcommand, each imported only when it runs.
 
-Every subcommand reports bad input as one line on stderr and exit status 2, never a
-traceback: library code raises ``ValueError``/``TypeError``/``OSError`` and
-:func:`main` turns them, and click's usage errors, into ``datatools: error: ...``.
+Every error is one line on stderr (``datatools: error: ...``), never a traceback, and
+an exit status that says whose move it is:
+
+* **2**: bad input or usage: click's usage errors, ``ValueError``/``TypeError``
+  (library code names the file and the value), a missing file or directory;
+* **1**: the environment or the run: permission denied, disk full or read-only, out
+  of memory, a training run whose loss became non-finite, and any unexpected error
+  (named by its class, to report);
+* **130**: interrupted.
 ``datatools --help`` and ``--version`` import no subcommand (so no numba, Grain or
 JAX); ``train`` needs the ``jax`` extra and says so in one line when it is missing.
 """
 
 from __future__ import annotations
 
+import errno
 import importlib
 import importlib.util
 import sys
@@ -73,17 +80,22 @@ def _error(message: str) -> None:
     """One line on stderr, printable whatever bytes a file name held."""
     from datatools.io.paths import printable
 
-    line = " ".join(printable(message).split("\n"))
+    line = " ".join(printable(message).split())
+    if len(line) > 2000:
+        line = line[:1997] + "..."
     print(f"datatools: error: {line}", file=sys.stderr)
 
 
+BAD_INPUT_ERRNOS = {errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.EINVAL, errno.ELOOP}
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the console script; returns the exit status."""
+    """Entry point of the console script; returns the exit status (see the module docstring)."""
     try:
         result = cli.main(args=argv, prog_name="datatools", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, KeyboardInterrupt):
         print("datatools: aborted", file=sys.stderr)
         return 130
     except click.ClickException as exc:
@@ -94,8 +106,20 @@ def main(argv: list[str] | None = None) -> int:
 
         where = f"{display(exc.filename)}: " if exc.filename else ""
         _error(f"{where}{exc.strerror or exc}")
-        return 2
-    except (ValueError, TypeError) as exc:
+        return 2 if exc.errno in BAD_INPUT_ERRNOS else 1
+    except (ValueError, TypeError, OverflowError, UnicodeError) as exc:
         _error(str(exc))
         return 2
+    except MemoryError:
+        _error("out of memory (a smaller --ctx, --window or input would fit)")
+        return 1
+    except RecursionError:
+        _error("input nested too deeply")
+        return 2
+    except Exception as exc:  # noqa: BLE001: the last line of defence: one line, never a traceback
+        if type(exc).__name__ == "TrainingDiverged":
+            _error(str(exc))
+            return 1
+        _error(f"internal error ({type(exc).__name__}): {exc} (please report it)")
+        return 1
     return result if isinstance(result, int) else 0

@@ -6,6 +6,8 @@ import time
 
 import click
 
+from datatools.kernels.validate import MAX_BUCKETS, MAX_CTX, MAX_TOKEN_ID, MAX_WINDOW
+
 from datatools.analysis.padding import STRATEGIES, analyze
 from datatools.cli.common import emit_json, make_console, tokenizer_options
 from datatools.jobs.progress import count_progress
@@ -20,14 +22,14 @@ from datatools.analysis.padding_report import plot, render
 @click.option("--column", default=None, help="Token (list of ints) or text column; detected when unambiguous.")
 @click.option("--tokenizer", type=click.Path(), default=None, help="tokenizers JSON file, for a text column.")
 @tokenizer_options
-@click.option("--ctx", "contexts", type=int, multiple=True, help="Context length to evaluate (repeatable). "
+@click.option("--ctx", "contexts", type=click.IntRange(1, MAX_CTX), multiple=True, help="Context length to evaluate (repeatable). "
               "Default: tile-aligned p90, p99, the power of two above p99, and the longest document.")
-@click.option("--tile", type=int, default=128, show_default=True, help="Accelerator tile (tokens).")
-@click.option("--buckets", type=int, default=4, show_default=True, help="Buckets for the bucket strategy.")
-@click.option("--max-segments", type=int, default=None, help="Cap on documents per packed row.")
-@click.option("--window", type=int, default=256, show_default=True,
+@click.option("--tile", type=click.IntRange(1, MAX_CTX), default=128, show_default=True, help="Accelerator tile (tokens).")
+@click.option("--buckets", type=click.IntRange(1, MAX_BUCKETS), default=4, show_default=True, help="Buckets for the bucket strategy.")
+@click.option("--max-segments", type=click.IntRange(1, MAX_CTX), default=None, help="Cap on documents per packed row.")
+@click.option("--window", type=click.IntRange(1, MAX_WINDOW), default=256, show_default=True,
               help="Open rows of the streaming first/best fit (Grain's num_packing_bins).")
-@click.option("--eos-id", type=int, default=None, help="Document separator of a flat .bin/.npy token file.")
+@click.option("--eos-id", type=click.IntRange(0, MAX_TOKEN_ID), default=None, help="Document separator of a flat .bin/.npy token file.")
 @click.option("--bin-dtype", type=click.Choice(BIN_DTYPES), default="uint16", show_default=True,
               help="Token dtype of a .bin file.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
@@ -37,14 +39,6 @@ from datatools.analysis.padding_report import plot, render
 def analyze_padding_command(path, column, tokenizer, tokenizer_settings, bos, eos, contexts, tile, buckets, max_segments, window, eos_id, bin_dtype,
                             json_out, plot_out):
     """Length distribution of PATH, the padding waste of every strategy, and a recommendation."""
-    for c in contexts:
-        if c < 1:
-            raise click.BadParameter(f"ctx must be >= 1, got {c}", param_hint="--ctx")
-    for name, value in (("--tile", tile), ("--buckets", buckets), ("--window", window)):
-        if value < 1:
-            raise click.BadParameter(f"must be >= 1, got {value}", param_hint=name)
-    if max_segments is not None and max_segments < 1:
-        raise click.BadParameter(f"must be >= 1, got {max_segments}", param_hint="--max-segments")
     err = make_console(stderr=True)
     t0 = time.perf_counter()
     inp = open_input(path, column=column, tokenizer=tokenizer, tokenizer_settings=tokenizer_settings, bos=bos,

@@ -14,8 +14,8 @@ from datatools.pipeline.run import run_pipeline
 @click.command("pipeline")
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--source", default=None, help="Override the config's source: a token store, Parquet or HF dataset dir.")
-@click.option("--steps", type=click.IntRange(min=1), required=True, help="Batches to run.")
-@click.option("--workers", type=click.IntRange(min=0), default=None, help="Override the config's prefetch workers.")
+@click.option("--steps", type=click.IntRange(1, 1 << 40), required=True, help="Batches to run.")
+@click.option("--workers", type=click.IntRange(0, 1024), default=None, help="Override the config's prefetch workers.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="Write the figures as JSON to FILE, or '-' for stdout (then the table goes to stderr).")
 def pipeline_command(config, source, steps, workers, json_out):

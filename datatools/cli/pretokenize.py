@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from datatools.kernels.validate import MAX_CTX
+
 from datatools.cli.common import make_console, tokenizer_options
 from datatools.jobs.pretokenize import ENGINES, pretokenize
 
@@ -14,9 +16,9 @@ from datatools.jobs.pretokenize import ENGINES, pretokenize
 @click.option("--tokenizer", required=True, type=click.Path(path_type=str), help="Hugging Face tokenizers JSON file.")
 @click.option("--column", default="text", show_default=True, help="Text column (Parquet, Arrow, JSONL, HF datasets).")
 @tokenizer_options
-@click.option("--ctx", type=int, default=None, help="Split documents longer than this into windows of ctx tokens.")
-@click.option("--tile", type=int, default=None, help="ctx must be a multiple of this tile (128, 256).")
-@click.option("--workers", type=int, default=1, show_default=True, help="Tokenizer processes / Ray tasks.")
+@click.option("--ctx", type=click.IntRange(1, MAX_CTX), default=None, help="Split documents longer than this into windows of ctx tokens.")
+@click.option("--tile", type=click.IntRange(1, MAX_CTX), default=None, help="ctx must be a multiple of this tile (128, 256).")
+@click.option("--workers", type=click.IntRange(1, 1024), default=1, show_default=True, help="Tokenizer processes / Ray tasks.")
 @click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True)
 @click.option("--ray-address", default=None, help="Ray cluster address (default: start a local Ray).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing store made by a different job.")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import click
+
+from datatools.kernels.validate import MAX_REPORT_RECORDS
 from rich.table import Table
 
 from datatools.cli.common import emit_json, make_console
@@ -12,13 +14,14 @@ LABELS = {"none": "no shuffle (storage order)", "full": "full Feistel shuffle", 
 
 
 @click.command("shuffle-report")
-@click.option("--n", "n", type=int, required=True, help="Records in the dataset.")
-@click.option("--io-block-size", type=int, required=True, help="Records per io block (one contiguous read).")
-@click.option("--window-blocks", type=int, required=True, help="io blocks per shuffle window (the reader's buffer).")
-@click.option("--group-size", type=int, required=True, help="Consecutive records per stored group (material, source).")
-@click.option("--batch-size", type=int, required=True, help="Records per batch.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--epoch", type=int, default=0, show_default=True)
+@click.option("--n", "n", type=click.IntRange(1, MAX_REPORT_RECORDS), required=True,
+              help="Records in the dataset (the report materializes orders of n records).")
+@click.option("--io-block-size", type=click.IntRange(1, MAX_REPORT_RECORDS), required=True, help="Records per io block (one contiguous read).")
+@click.option("--window-blocks", type=click.IntRange(1, MAX_REPORT_RECORDS), required=True, help="io blocks per shuffle window (the reader's buffer).")
+@click.option("--group-size", type=click.IntRange(1, MAX_REPORT_RECORDS), required=True, help="Consecutive records per stored group (material, source).")
+@click.option("--batch-size", type=click.IntRange(1, MAX_REPORT_RECORDS), required=True, help="Records per batch.")
+@click.option("--seed", type=click.IntRange(0, (1 << 64) - 1), default=0, show_default=True)
+@click.option("--epoch", type=click.IntRange(0, (1 << 62)), default=0, show_default=True)
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="Write the figures as JSON to FILE, or '-' for stdout (then the table goes to stderr).")
 def shuffle_report_command(n, io_block_size, window_blocks, group_size, batch_size, seed, epoch, json_out):

@@ -12,7 +12,7 @@ from datatools.train.loop import load_train_config, train
 
 @click.command("train")
 @click.argument("config", type=click.Path(dir_okay=False))
-@click.option("--steps", type=click.IntRange(min=1), default=None, help="Override train.steps.")
+@click.option("--steps", type=click.IntRange(1, 1 << 40), default=None, help="Override train.steps.")
 @click.option("--source", default=None, help="Override the config's source path.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="Write the summary and per-step records as JSON to FILE, or '-' for stdout.")

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from datatools.kernels.validate import OVERFLOW_POLICIES, as_lengths, check_choice, check_int
+from datatools.kernels.validate import (MAX_BUCKETS, MAX_CTX, OVERFLOW_POLICIES, as_lengths, check_choice,
+                                        check_int, short_repr)
 from datatools.kernels.pack import cut_pieces
 
 
@@ -98,8 +99,8 @@ def bucket_boundaries(lengths, num_buckets: int, *, tile: int = 128, max_len: in
       int64 ascending boundaries (tokens); the last equals ``max_len``. Fewer than
       ``num_buckets`` when fewer tile-aligned lengths occur.
     """
-    num_buckets = check_int(num_buckets, "num_buckets", minimum=1)
-    tile = check_int(tile, "tile", minimum=1)
+    num_buckets = check_int(num_buckets, "num_buckets", minimum=1, maximum=MAX_BUCKETS)
+    tile = check_int(tile, "tile", minimum=1, maximum=MAX_CTX)
     check_choice(overflow, "overflow", OVERFLOW_POLICIES)
     lengths = as_lengths(lengths)
     if lengths.size == 0:
@@ -107,7 +108,7 @@ def bucket_boundaries(lengths, num_buckets: int, *, tile: int = 128, max_len: in
     if max_len is None:
         max_len = _default_max_len(lengths, tile)
     else:
-        max_len = check_int(max_len, "max_len", minimum=1)
+        max_len = check_int(max_len, "max_len", minimum=1, maximum=MAX_CTX)
         if max_len % tile:
             raise ValueError(f"max_len={max_len} is not a multiple of tile={tile}")
     items, _, _, _ = _prepare(lengths, max_len, overflow)
@@ -269,7 +270,10 @@ def bucket_batches(lengths, boundaries, batch_sizes, *, overflow: str = "split",
     lengths = as_lengths(lengths)
     b = as_lengths(boundaries, "boundaries")
     if b.size == 0 or b.min() < 1 or np.any(np.diff(b) <= 0):
-        raise ValueError(f"boundaries must be positive and strictly ascending, got {b.tolist()}")
+        raise ValueError(f"boundaries must be positive and strictly ascending, got {short_repr(b.tolist())}")
+    if b.size > MAX_BUCKETS or b.max() > MAX_CTX:
+        raise ValueError(f"boundaries: at most {MAX_BUCKETS:,} buckets of at most {MAX_CTX:,} tokens "
+                         f"(datatools' limits), got {short_repr(b.tolist())}")
     if np.isscalar(batch_sizes):
         batch_sizes = np.full(b.size, check_int(batch_sizes, "batch_size", minimum=1), dtype=np.int64)
     sizes = as_lengths(batch_sizes, "batch_sizes")
@@ -294,9 +298,9 @@ def padding_efficiency(lengths, *, max_len: int, batch_size: int, tile: int = 1)
     with ``efficiency``, ``shapes`` and ``dropped_tokens``.
     """
     lengths = as_lengths(lengths)
-    max_len = check_int(max_len, "max_len", minimum=1)
+    max_len = check_int(max_len, "max_len", minimum=1, maximum=MAX_CTX)
     batch_size = check_int(batch_size, "batch_size", minimum=1)
-    tile = check_int(tile, "tile", minimum=1)
+    tile = check_int(tile, "tile", minimum=1, maximum=MAX_CTX)
     if lengths.size == 0:
         raise ValueError("lengths is empty")
     kept = np.minimum(lengths, max_len)

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from datatools.kernels.validate import OVERFLOW_POLICIES, as_lengths, check_choice, check_int
+from datatools.kernels.validate import MAX_BUCKETS, MAX_CTX, OVERFLOW_POLICIES, as_lengths, check_choice, check_int
 
 ALGORITHMS = (
     "next_fit",
@@ -513,12 +513,12 @@ def pack_lengths(
         align < 1 or not dividing ctx, an unknown algorithm or overflow policy, or
         with ``overflow="error"`` a document longer than ctx.
     """
-    ctx = check_int(ctx, "ctx", minimum=1)
-    align = check_int(align, "align", minimum=1)
+    ctx = check_int(ctx, "ctx", minimum=1, maximum=MAX_CTX)
+    align = check_int(align, "align", minimum=1, maximum=MAX_CTX)
     if ctx % align:
         raise ValueError(f"align must divide ctx; got align={align}, ctx={ctx}")
     if max_segments is not None:
-        max_segments = check_int(max_segments, "max_segments", minimum=1)
+        max_segments = check_int(max_segments, "max_segments", minimum=1, maximum=MAX_CTX)
     check_choice(algorithm, "algorithm", ALGORITHMS)
     check_choice(overflow, "overflow", OVERFLOW_POLICIES)
     lengths = as_lengths(lengths)

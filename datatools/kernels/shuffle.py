@@ -50,7 +50,7 @@ import numbers
 import numba
 import numpy as np
 
-from datatools.kernels.validate import check_int
+from datatools.kernels.validate import MAX_RECORDS, check_int
 
 MAX_AUTO_ROUNDS = 36
 _MASK64 = (1 << 64) - 1
@@ -263,7 +263,7 @@ class FeistelPermutation:
     """
 
     def __init__(self, n: int, seed: int, *, epoch: int = 0, rounds: int | None = None, _tag: int = 0):
-        self.n = check_int(n, "n", minimum=1)
+        self.n = check_int(n, "n", minimum=1, maximum=MAX_RECORDS)
         if self.n > 1 << 62:
             raise ValueError(f"n must be <= 2**62, got {self.n}")
         self.seed = _check_seed(seed)
@@ -404,7 +404,7 @@ class BlockShuffle:
 
     def __init__(self, n: int, *, io_block_size: int, window_blocks: int, seed: int, rounds: int | None = None,
                  _host: int = 0, _count: int = 1):
-        self.n = check_int(n, "n", minimum=1)
+        self.n = check_int(n, "n", minimum=1, maximum=MAX_RECORDS)
         self.io_block_size = check_int(io_block_size, "io_block_size", minimum=1)
         self.window_blocks = check_int(window_blocks, "window_blocks", minimum=1)
         self.seed = _check_seed(seed)

@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from datatools.kernels.validate import as_lengths, check_int
+from datatools.kernels.validate import MAX_CTX, as_lengths, check_int
 from datatools.kernels.pack import pack_lengths
 
 
@@ -48,8 +48,8 @@ def choose_context(lengths, *, tile: int, max_ctx: int, min_ctx: int | None = No
       ``packed_rows``, ``relative_activation_memory``, ``relative_attention_memory``),
       best first: highest packed efficiency, then the smaller ctx.
     """
-    tile = check_int(tile, "tile", minimum=1)
-    max_ctx = check_int(max_ctx, "max_ctx", minimum=1)
+    tile = check_int(tile, "tile", minimum=1, maximum=MAX_CTX)
+    max_ctx = check_int(max_ctx, "max_ctx", minimum=1, maximum=MAX_CTX)
     min_ctx = tile if min_ctx is None else check_int(min_ctx, "min_ctx", minimum=1)
     lengths = as_lengths(lengths)
     lengths = lengths[lengths > 0]

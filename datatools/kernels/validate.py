@@ -12,6 +12,17 @@ import numpy as np
 
 OVERFLOW_POLICIES = ("split", "truncate", "drop", "error")
 
+# Documented limits, checked once at every boundary (public functions, CLI options, config fields), so that a
+# huge value is refused naming itself instead of overflowing a kernel's int32 or asking for terabytes.
+MAX_CTX = 1 << 24  # tokens per row / bucket / tile / chunk: 16,777,216 (one int32 row of 64 MiB per array)
+MAX_RECORDS = 1 << 62  # records a permutation or block shuffle addresses (uint64 Feistel arithmetic)
+MAX_REPORT_RECORDS = 1 << 27  # records shuffle-report materializes (a few int64 arrays of n: ~4 GiB)
+MAX_WINDOW = 1 << 20  # open rows of a streaming packer simulation, documents per packing window
+MAX_BUCKETS = 1 << 12  # buckets (each is one compiled shape)
+MAX_VOCAB = 1 << 24  # model vocabulary (embedding rows)
+MAX_TOKEN_ID = (1 << 31) - 1  # token ids travel as int32
+MAX_BATCH = 1 << 24  # rows per batch, documents per read block
+
 
 def as_lengths(lengths, name: str = "lengths") -> np.ndarray:
     """Return ``lengths`` as a 1-D int64 array of non-negative integers (tokens).
@@ -50,18 +61,26 @@ def as_lengths(lengths, name: str = "lengths") -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
-def check_int(value, name: str, *, minimum: int | None = None) -> int:
-    """Return ``value`` as an int, raising TypeError for non-integers and ValueError below ``minimum``."""
+def check_int(value, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """Return ``value`` as an int, raising TypeError for non-integers and ValueError outside [minimum, maximum]."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {value!r}")
+        raise TypeError(f"{name} must be an integer, got {short_repr(value)}")
     value = int(value)
     if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+        raise ValueError(f"{name} must be >= {minimum}, got {short_repr(value)}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum:,} (datatools' limit), got {short_repr(value)}")
     return value
+
+
+def short_repr(value, limit: int = 60) -> str:
+    """The repr of a value cut to ``limit`` characters: a message never quotes a huge value whole."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def check_choice(value, name: str, choices) -> str:
     """Return ``value`` if it is one of ``choices``, else raise ValueError listing them."""
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {short_repr(value)}")
     return value

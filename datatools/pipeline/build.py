@@ -38,10 +38,11 @@ import grain
 import numpy as np
 
 from datatools.kernels.bucket import bucket_batch_sizes, bucket_boundaries
-from datatools.pipeline.schema import field, from_dict, load_yaml
 from datatools.kernels.batch_layouts import FORMATS
 from datatools.kernels.pack import ALGORITHMS
-from datatools.kernels.validate import OVERFLOW_POLICIES
+from datatools.kernels.validate import (MAX_BATCH, MAX_BUCKETS, MAX_CTX, MAX_RECORDS, MAX_TOKEN_ID, MAX_WINDOW,
+                                        OVERFLOW_POLICIES)
+from datatools.pipeline.schema import field, from_dict, load_yaml
 
 
 @dataclass(frozen=True)
@@ -62,23 +63,23 @@ class SourceConfig:
 class ShuffleConfig:
     kind: Literal["none", "full", "block"] = field("full", doc="none: storage order; full: Feistel permutation "
                                                                    "per epoch; block: windowed block shuffle")
-    io_block_size: int = field(64, minimum=1, doc="block shuffle: records per contiguous read")
-    window_blocks: int = field(1024, minimum=1, doc="block shuffle: blocks per window")
+    io_block_size: int = field(64, minimum=1, maximum=MAX_RECORDS, doc="block shuffle: records per contiguous read")
+    window_blocks: int = field(1024, minimum=1, maximum=MAX_RECORDS, doc="block shuffle: blocks per window")
 
 
 @dataclass(frozen=True)
 class PackingConfig:
-    ctx: int = field(minimum=1, doc="row length (tokens)")
+    ctx: int = field(minimum=1, maximum=MAX_CTX, doc="row length (tokens)")
     mode: Literal["planned", "streaming"] = field("planned", doc="planned: one plan over every document; "
                                                                  "streaming: packed a window at a time")
     algorithm: Literal[ALGORITHMS] | None = field(None,
                                   doc="default: best_fit_decreasing (over all documents when planned, "
                                       "within each window when streaming)")
-    max_segments: int | None = field(None, minimum=1, doc="cap on documents per row (cuDNN / TE packed attention)")
-    align: int = field(1, minimum=1, doc="every document starts at a multiple of this (tokens); must divide ctx")
+    max_segments: int | None = field(None, minimum=1, maximum=MAX_CTX, doc="cap on documents per row (cuDNN / TE packed attention)")
+    align: int = field(1, minimum=1, maximum=MAX_CTX, doc="every document starts at a multiple of this (tokens); must divide ctx")
     overflow: Literal[OVERFLOW_POLICIES] = field("split", doc="documents longer than ctx: split (nothing lost), "
                                                                  "truncate, drop, error")
-    window: int = field(1024, minimum=1, doc="streaming: documents per packing window")
+    window: int = field(1024, minimum=1, maximum=MAX_WINDOW, doc="streaming: documents per packing window")
 
     def check(self, where: str) -> None:
         if self.ctx % self.align:
@@ -91,19 +92,19 @@ class PackingConfig:
 
 @dataclass(frozen=True)
 class BucketingConfig:
-    boundaries: list[int] | None = field(None, minimum=1, doc="bucket lengths; default: optimal for the source")
-    num_buckets: int = field(4, minimum=1)
-    tile: int = field(128, minimum=1)
-    max_len: int | None = field(None, minimum=1, doc="longest bucket (tokens); longer documents follow overflow")
-    token_budget: int | None = field(None, minimum=1, doc="tokens per batch (rows = budget // length)")
-    multiple_of: int = field(1, minimum=1, doc="round each bucket's rows down to a multiple of this")
+    boundaries: list[int] | None = field(None, minimum=1, maximum=MAX_CTX, doc="bucket lengths; default: optimal for the source")
+    num_buckets: int = field(4, minimum=1, maximum=MAX_BUCKETS)
+    tile: int = field(128, minimum=1, maximum=MAX_CTX)
+    max_len: int | None = field(None, minimum=1, maximum=MAX_CTX, doc="longest bucket (tokens); longer documents follow overflow")
+    token_budget: int | None = field(None, minimum=1, maximum=MAX_BATCH * 64, doc="tokens per batch (rows = budget // length)")
+    multiple_of: int = field(1, minimum=1, maximum=MAX_BATCH, doc="round each bucket's rows down to a multiple of this")
     overflow: Literal[OVERFLOW_POLICIES] = field("split")
 
 
 @dataclass(frozen=True)
 class ShardConfig:
     index: int = field(0, minimum=0)
-    count: int = field(1, minimum=1)
+    count: int = field(1, minimum=1, maximum=1 << 20)
 
     def check(self, where: str) -> None:
         if self.index >= self.count:
@@ -116,15 +117,15 @@ class PipelineConfig:
     shuffle: ShuffleConfig = field(default_factory=ShuffleConfig)
     packing: PackingConfig | None = field(None)
     bucketing: BucketingConfig | None = field(None)
-    batch_size: int = field(32, minimum=1, doc="rows per batch (bucketing: unless token_budget is set)")
+    batch_size: int = field(32, minimum=1, maximum=MAX_BATCH, doc="rows per batch (bucketing: unless token_budget is set)")
     drop_remainder: bool = field(True, doc="drop each epoch's last, short batch")
     format: Literal[FORMATS] = field("datatools", doc="batch layout: datatools (canonical), maxtext, levanter, hf")
-    num_epochs: int | None = field(1, minimum=1, doc="null: repeat forever")
-    workers: int = field(0, minimum=0, doc="Grain prefetch processes")
+    num_epochs: int | None = field(1, minimum=1, maximum=1 << 40, doc="null: repeat forever")
+    workers: int = field(0, minimum=0, maximum=1024, doc="Grain prefetch processes")
     shard: ShardConfig = field(default_factory=ShardConfig)
-    seed: int = field(0, minimum=0)
-    read_block: int = field(256, minimum=1, doc="streaming and bucketing: documents fetched per read")
-    pad_id: int = field(0, minimum=0)
+    seed: int = field(0, minimum=0, maximum=(1 << 64) - 1)
+    read_block: int = field(256, minimum=1, maximum=MAX_BATCH, doc="streaming and bucketing: documents fetched per read")
+    pad_id: int = field(0, minimum=0, maximum=MAX_TOKEN_ID)
 
     def check(self, where: str) -> None:
         if (self.packing is None) == (self.bucketing is None):

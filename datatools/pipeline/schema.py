@@ -23,9 +23,11 @@ from pathlib import Path
 import yaml
 
 
-def field(default=dataclasses.MISSING, *, minimum=None, doc: str = "", default_factory=dataclasses.MISSING):
-    """A dataclass field with validation metadata: ``minimum`` (numbers, list items) and ``doc`` (the reference)."""
-    meta = {"minimum": minimum, "doc": doc}
+def field(default=dataclasses.MISSING, *, minimum=None, maximum=None, doc: str = "",
+          default_factory=dataclasses.MISSING):
+    """A dataclass field with validation metadata: ``minimum`` and ``maximum`` (numbers, list items; the maximum
+    is datatools' documented limit) and ``doc`` (the reference)."""
+    meta = {"minimum": minimum, "maximum": maximum, "doc": doc}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -65,7 +67,10 @@ def _check_value(value, tp, key: str, meta: dict):
         (item,) = typing.get_args(tp)
         if not isinstance(value, list):
             raise ValueError(f"config: {key} must be a list; got {_short(value)}")
-        return [_check_value(v, item, f"{key}[{i}]", {"minimum": meta.get("minimum")}) for i, v in enumerate(value)]
+        if len(value) > 4096:
+            raise ValueError(f"config: {key} must hold at most 4096 items; got {len(value)}")
+        return [_check_value(v, item, f"{key}[{i}]", {"minimum": meta.get("minimum"), "maximum": meta.get("maximum")})
+                for i, v in enumerate(value)]
     if tp is bool:
         if not isinstance(value, bool):
             raise ValueError(f"config: {key} must be true or false; got {_short(value)}")
@@ -82,9 +87,11 @@ def _check_value(value, tp, key: str, meta: dict):
     elif tp is str:
         if not isinstance(value, str):
             raise ValueError(f"config: {key} must be a string; got {_short(value)}")
-    minimum = meta.get("minimum")
+    minimum, maximum = meta.get("minimum"), meta.get("maximum")
     if minimum is not None and isinstance(value, (int, float)) and value < minimum:
         raise ValueError(f"config: {key} must be >= {minimum}; got {_short(value)}")
+    if maximum is not None and isinstance(value, (int, float)) and value > maximum:
+        raise ValueError(f"config: {key} must be <= {maximum:,} (datatools' limit); got {_short(value)}")
     return value
 
 
@@ -97,10 +104,11 @@ def from_dict(cls, data: dict | None, where: str = ""):
     hints = typing.get_type_hints(cls, include_extras=True)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     problems: list[str] = []
-    for key in data:
-        if key not in fields:
-            section = f"in {where}" if where else "at the top level"
-            problems.append(f"unknown key {_short(key)} {section} (allowed: {', '.join(fields)})")
+    unknown = [key for key in data if key not in fields]
+    if unknown:
+        section = f"in {where}" if where else "at the top level"
+        names = ", ".join(_short(k, 30) for k in unknown[:5]) + (f" (+{len(unknown) - 5} more)" if len(unknown) > 5 else "")
+        problems.append(f"unknown key{'s' if len(unknown) > 1 else ''} {names} {section} (allowed: {', '.join(fields)})")
     values = {}
     for name, f in fields.items():
         key = f"{where}.{name}" if where else name
@@ -112,7 +120,8 @@ def from_dict(cls, data: dict | None, where: str = ""):
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             problems.append(f"missing required key {key!r}")
     if problems:
-        raise ValueError("config: " + "; ".join(problems))
+        shown = problems[:8] + ([f"{len(problems) - 8} more problems"] if len(problems) > 8 else [])
+        raise ValueError("config: " + "; ".join(shown))
     obj = cls(**values)
     check = getattr(obj, "check", None)
     if check is not None:
@@ -156,8 +165,10 @@ def schema_markdown(cls, where: str = "") -> list[str]:
             rows.append(f"| `{key}` | section{' (optional)' if f.default is None else ''} | | | {doc} |")
             rows.extend(schema_markdown(section, key))
             continue
-        low = "" if minimum is None else f">= {minimum}"
-        rows.append(f"| `{key}` | {_type_text(tp)} | {_default_text(f)} | {low} | {doc} |")
+        maximum = f.metadata.get("maximum")
+        bounds = " and ".join(x for x in ("" if minimum is None else f">= {minimum}",
+                                          "" if maximum is None else f"<= {maximum:,}") if x)
+        rows.append(f"| `{key}` | {_type_text(tp)} | {_default_text(f)} | {bounds} | {doc} |")
     return rows
 
 
@@ -166,18 +177,52 @@ def to_dict(obj) -> dict:
     return dataclasses.asdict(obj)
 
 
+MAX_CONFIG_BYTES = 1 << 20  # a config file is a page of YAML, not a data set
+MAX_ALIASES = 100  # YAML aliases (*name) in one file: enough for sharing sections, too few for an alias bomb
+MAX_DEPTH = 32  # nesting of mappings and lists
+
+
+class _LimitedLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` with limits on aliases and nesting, so that a few hundred bytes cannot expand into
+    gigabytes (the "billion laughs" alias bomb) or recurse without end."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._aliases = 0
+        self._depth = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_ALIASES:
+                raise yaml.YAMLError(f"more than {MAX_ALIASES} aliases (an alias bomb?)")
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.YAMLError(f"nested deeper than {MAX_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
 def load_yaml(path: str | os.PathLike) -> dict:
-    """The mapping in a YAML file (safe_load); ValueError naming the file when it is not one."""
+    """The mapping in a YAML file (safe, with size, alias and depth limits); ValueError naming the file otherwise."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{path}: config file not found")
     try:
-        data = yaml.safe_load(path.read_text())
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ValueError(f"{path}: a config file must be at most {MAX_CONFIG_BYTES:,} bytes")
+        data = yaml.load(raw.decode("utf-8"), Loader=_LimitedLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ValueError(f"{path}: invalid YAML ({first})") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: cannot read ({exc})") from None
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{path}: invalid YAML ({_short(first, 120)})") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: invalid YAML (nested too deeply)") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a config must be a YAML mapping, got {type(data).__name__}")
     return data

@@ -13,6 +13,7 @@ config's ``shard`` says otherwise.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -25,15 +26,19 @@ from datatools.train.model import ModelConfig
 from datatools.train.step import OptimizerConfig, Trainer
 
 
+class TrainingDiverged(RuntimeError):
+    """The loss became non-finite: the run stops (the CLI exits with status 1) instead of training on NaN."""
+
+
 @dataclass(frozen=True)
 class TrainSection:
-    steps: int = field(50, minimum=1)
-    learning_rate: float = field(3e-3, minimum=0.0)
-    warmup_steps: int = field(10, minimum=0)
+    steps: int = field(50, minimum=1, maximum=1 << 40)
+    learning_rate: float = field(3e-3, minimum=0.0, maximum=1e3)
+    warmup_steps: int = field(10, minimum=0, maximum=1 << 40)
     weight_decay: float = field(0.01, minimum=0.0)
     grad_clip: float = field(1.0, minimum=0.0)
-    log_every: int = field(10, minimum=1)
-    seed: int = field(0, minimum=0)
+    log_every: int = field(10, minimum=1, maximum=1 << 40)
+    seed: int = field(0, minimum=0, maximum=(1 << 32) - 1)
 
     @property
     def optimizer(self) -> OptimizerConfig:
@@ -103,6 +108,9 @@ def train(cfg: TrainConfig, *, on_step=None, documents=None, stop_after_useful_t
             t0 = time.perf_counter()
             state, metrics = trainer.train_step(state, trainer.put_batch(batch))
             loss = float(metrics["loss"])  # waits for the step
+            if not math.isfinite(loss):
+                raise TrainingDiverged(f"step {step}: the loss became {loss}; training stopped (try a lower "
+                                       f"train.learning_rate or a grad_clip)")
             secs = time.perf_counter() - t0
             rec = {"step": step, "loss": loss, "seconds": secs, "rows": int(seg.shape[0]), "tokens": int(seg.size),
                    "useful_tokens": useful, "efficiency": useful / seg.size, "tokens_per_s": seg.size / secs,

@@ -16,6 +16,7 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
+from datatools.kernels.validate import MAX_VOCAB
 from datatools.pipeline.schema import field
 
 
@@ -23,12 +24,12 @@ from datatools.pipeline.schema import field
 class ModelConfig:
     """Model size. ``tiny`` presets run on a CPU; ~100M parameters is d_model 768, 12 layers, 12 heads."""
 
-    vocab_size: int = field(4096, minimum=2)
-    d_model: int = field(128, minimum=8)
-    n_layers: int = field(2, minimum=1)
-    n_heads: int = field(4, minimum=1)
-    d_ff: int | None = field(None, minimum=1, doc="default 4 * d_model")
-    rope_theta: float = field(10000.0, minimum=1.0)
+    vocab_size: int = field(4096, minimum=2, maximum=MAX_VOCAB)
+    d_model: int = field(128, minimum=8, maximum=1 << 16)
+    n_layers: int = field(2, minimum=1, maximum=1024)
+    n_heads: int = field(4, minimum=1, maximum=1024)
+    d_ff: int | None = field(None, minimum=1, maximum=1 << 18, doc="default 4 * d_model")
+    rope_theta: float = field(10000.0, minimum=1.0, maximum=1e12)
     dtype: Literal["float32", "bfloat16"] = field("float32", doc="activations and matmuls")
 
     def check(self, where: str) -> None:

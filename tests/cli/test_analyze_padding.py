@@ -149,8 +149,8 @@ def test_errors(tmp_path, capsys, tokenizer_file):
         ([str(tmp_path / "bad.jsonl")], "bad.jsonl:2: invalid JSON Lines"),
         ([str(tmp_path / "odd.bin"), "--eos-id", "0"], "odd.bin: 3 bytes is not a whole number of uint16 tokens"),
         ([str(tmp_path / "odd.bin")], "odd.bin: a flat token file needs --eos-id"),
-        ([str(good), "--ctx", "0"], "ctx must be >= 1, got 0"),
-        ([str(good), "--ctx", "-5"], "ctx must be >= 1, got -5"),
+        ([str(good), "--ctx", "0"], "0 is not in the range 1<=x<=16777216"),
+        ([str(good), "--ctx", "-5"], "-5 is not in the range 1<=x<=16777216"),
     ]
     for args, message in cases:
         err = one_line_error(args, capsys)
