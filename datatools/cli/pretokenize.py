@@ -33,7 +33,7 @@ def pretokenize_command(inputs, output, tokenizer, column, tokenizer_settings, b
                          tokenizer_settings=tokenizer_settings, workers=workers, engine=engine,
                          ray_address=ray_address, overwrite=overwrite)
     err = make_console(stderr=True)
-    for key in ("tokenizer", "duplicates"):
+    for key in ("tokenizer", "duplicates", "cleaned"):
         if key in result.extra:
             err.print(result.extra[key], markup=False, highlight=False, soft_wrap=True)
     err.print(

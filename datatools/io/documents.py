@@ -29,6 +29,7 @@ import numba
 import numpy as np
 
 from datatools.io.store import TOKEN_CHUNK, TokenStore
+from datatools.kernels.pack import check_token_ids
 
 DEFAULT_CACHE_BYTES = 512 << 20  # decoded store chunks kept per process
 TABLE_CACHE_BYTES = 256 << 20  # decoded table shards kept per process (a shard is often tens of MB)
@@ -100,6 +101,8 @@ class ArrayDocuments(PieceReadingSource):
             raise ValueError(f"offsets must run from 0 to len(tokens)={tokens.shape[0]}; got shape {offsets.shape}")
         if (np.diff(offsets) < 0).any():
             raise ValueError("offsets must not decrease")
+        if tokens.dtype.itemsize >= 4 and tokens.dtype != np.int32:
+            check_token_ids(tokens)
         self.tokens, self.offsets = tokens, offsets
         self.in_memory = self._mapping is None
 
@@ -136,12 +139,12 @@ class ArrayDocuments(PieceReadingSource):
         """Rows filled straight from the flat tokens (no intermediate gather of the pieces)."""
         from datatools.kernels.pack import materialize
 
-        return materialize(plan, self.tokens, self.offsets, rows, pad_id=pad_id)
+        return materialize(plan, self.tokens, self.offsets, rows, pad_id=pad_id, check_values=False)  # checked once
 
     def read_pieces(self, doc, start, length) -> np.ndarray:
-        out = np.empty(int(np.sum(length, dtype=np.int64)), np.int32)
-        _gather(self.tokens, self.offsets, np.asarray(doc, np.int64), np.asarray(start, np.int64),
-                np.asarray(length, np.int64), out)
+        doc, start, length = check_pieces(doc, start, length, self.lengths())
+        out = np.empty(int(length.sum()), np.int32)
+        _gather(self.tokens, self.offsets, doc, start, length, out)
         return out
 
     def __repr__(self) -> str:
@@ -224,10 +227,29 @@ class StoreDocuments(PieceReadingSource):
         return self.store.lengths()
 
     def read_pieces(self, doc, start, length) -> np.ndarray:
-        return self.reader.read_pieces(doc, start, length)
+        return self.reader.read_pieces(*check_pieces(doc, start, length, self.lengths()))
 
     def __repr__(self) -> str:
         return f"StoreDocuments({self.store!r})"
+
+
+def check_pieces(doc, start, length, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(doc, start, length)`` as int64 arrays, each piece inside its document (vectorized); IndexError/ValueError
+    naming the first piece that is not."""
+    doc, start, length = (np.asarray(x, np.int64).reshape(-1) for x in (doc, start, length))
+    if not doc.shape == start.shape == length.shape:
+        raise ValueError(f"doc, start and length must have one value per piece; got {doc.size}, {start.size}, "
+                         f"{length.size}")
+    if doc.size:
+        if doc.min() < 0 or doc.max() >= lengths.shape[0]:
+            bad = doc[(doc < 0) | (doc >= lengths.shape[0])][0]
+            raise IndexError(f"document {int(bad)} out of range for {lengths.shape[0]} documents")
+        bad = (start < 0) | (length < 0) | (start + length > lengths[doc])
+        if bad.any():
+            j = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"piece [{int(start[j])}, {int(start[j] + length[j])}) is outside document "
+                             f"{int(doc[j])} of {int(lengths[doc[j]])} tokens")
+    return doc, start, length
 
 
 def _check_index(i: int, n: int) -> int:
@@ -316,9 +338,7 @@ class ChunkedDocuments(PieceReadingSource):
         return self.read_pieces([i], [0], [self._lengths[i]])
 
     def read_pieces(self, doc, start, length) -> np.ndarray:
-        doc = np.asarray(doc, np.int64)
-        start = np.asarray(start, np.int64)
-        length = np.asarray(length, np.int64)
+        doc, start, length = check_pieces(doc, start, length, self._lengths)
         dst = np.concatenate(([0], np.cumsum(length)[:-1])) if length.size else length
         out = np.empty(int(length.sum()), np.int32)
         shard = np.searchsorted(self.first_doc, doc, side="right") - 1

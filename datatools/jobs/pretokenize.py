@@ -241,9 +241,12 @@ def pretokenize(inputs, output, tokenizer: str | os.PathLike, *, column: str = "
         extra["duplicates"] = f"{len(duplicates)} input file(s) given more than once, read once: " + \
             ", ".join(display(f) for f in duplicates[:3]) + (" ..." if len(duplicates) > 3 else "")
 
+    staging = output.with_name(output.name + ".partial")
+    old = output.with_name(output.name + ".old")
     if output.exists():
         if is_token_store(output) and read_manifest(output).get("job") == job:
             m = read_manifest(output)
+            _clean_leftovers(staging, old, output, extra)  # a kill after the final rename left these
             return JobResult(display(output), m["num_documents"], m["num_tokens"], len(shards), len(shards),
                              time.perf_counter() - t0, "already complete", extra)
         if not overwrite:
@@ -251,7 +254,6 @@ def pretokenize(inputs, output, tokenizer: str | os.PathLike, *, column: str = "
     output.parent.mkdir(parents=True, exist_ok=True)
     _check_disk(output.parent)
 
-    staging = output.with_name(output.name + ".partial")
     job_file = staging / "job.json"
     if staging.exists():
         try:
@@ -283,17 +285,28 @@ def pretokenize(inputs, output, tokenizer: str | os.PathLike, *, column: str = "
                 num_tokens=num_tokens, num_documents=num_docs, dtype=worker.dtype, manifest=manifest)
     _fault("before-rename")
     if output.exists():  # overwrite: move the old store aside, put the new one in, then delete the old
-        old = output.with_name(output.name + ".old")
         if old.exists():
             shutil.rmtree(old)
         os.replace(output, old)
+        _fault("during-swap")
         os.replace(store_tmp, output)
-        shutil.rmtree(old)
     else:
         os.replace(store_tmp, output)
-    shutil.rmtree(staging)
+    _fault("after-rename")
+    _clean_leftovers(staging, old, output, extra)
     return JobResult(display(output), num_docs, num_tokens, len(shards), resumed, time.perf_counter() - t0,
                      "resumed" if resumed else "written", extra)
+
+
+def _clean_leftovers(staging: Path, old: Path, output: Path, extra: dict) -> None:
+    """Remove what a finished job no longer needs: its staging directory and the store an ``--overwrite`` swap
+    moved aside (either is left behind when a job is killed after its final rename); say what was removed."""
+    removed = [p for p in (staging, old) if p.exists()]
+    for p in removed:
+        shutil.rmtree(p)
+    if removed and "resumed" not in extra:
+        extra["cleaned"] = f"{display(output)}: removed " + " and ".join(display(p.name) for p in removed) + \
+            " left by an interrupted run"
 
 
 def _special(value: bool | str | int | None) -> str | int | None:

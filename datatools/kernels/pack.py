@@ -572,8 +572,14 @@ def materialize(
     rows=None,
     *,
     pad_id: int = 0,
+    check_values: bool = True,
 ) -> dict[str, np.ndarray]:
     """Build packed rows from a flat token array.
+
+    Every piece the rows read is checked to lie inside ``tokens`` (vectorized, per
+    piece), so a plan and arrays that do not match raise instead of reading out of
+    bounds; token ids of a dtype wider than int32 are checked to fit int32
+    (``check_values=False`` skips that scan when the caller checked the array once).
 
     Args:
       plan: the plan from :func:`pack_lengths`.
@@ -589,15 +595,23 @@ def materialize(
       its offset); ``loss_mask`` (1 where the next token is in the same piece, so
       no target crosses a document boundary).
     """
-    offsets = np.asarray(offsets)
-    if offsets.ndim != 1 or offsets.shape[0] < 1:
-        raise ValueError(f"offsets must be a 1-D array of num_documents + 1 values, got shape {offsets.shape}")
     rows = np.arange(plan.num_rows) if rows is None else np.asarray(rows, dtype=np.int64).reshape(-1)
     if rows.size and (rows.min() < 0 or rows.max() >= plan.num_rows):
         bad = rows[(rows < 0) | (rows >= plan.num_rows)][0]
         raise IndexError(f"row {int(bad)} out of range for a plan of {plan.num_rows} rows")
+    tokens = np.asarray(tokens)
+    offsets = np.asarray(offsets)
+    if tokens.ndim != 1 or tokens.dtype.kind not in "iu":
+        raise TypeError(f"tokens must be a 1-D integer array, got {tokens.dtype} {tokens.shape}")
+    if offsets.ndim != 1 or offsets.shape[0] < 1 or offsets.dtype.kind not in "iu":
+        raise ValueError(f"offsets must be a 1-D integer array of num_documents + 1 values, got {offsets.dtype} "
+                         f"{offsets.shape}")
     if plan.max_doc >= offsets.shape[0] - 1:
         raise ValueError(f"plan refers to document {plan.max_doc} but offsets describe {offsets.shape[0] - 1} documents")
+    offsets = offsets.astype(np.int64, copy=False)
+    _check_piece_bounds(plan, rows, offsets, tokens.shape[0])
+    if check_values and tokens.dtype.itemsize >= 4 and not (tokens.dtype == np.int32):
+        check_token_ids(tokens)
     ctx = plan.ctx
     batch = rows.shape[0]
     out_tokens = np.full((batch, ctx), pad_id, dtype=np.int32)
@@ -607,9 +621,35 @@ def materialize(
     if batch == 0:
         return {"tokens": out_tokens, "segment_ids": segment_ids, "positions": positions, "loss_mask": loss_mask}
 
-    _fill_rows(rows, plan.row_splits, plan.doc, plan.start, plan.length, plan.offset, offsets.astype(np.int64, copy=False),
-               np.asarray(tokens), out_tokens, segment_ids, positions, loss_mask)
+    _fill_rows(rows, plan.row_splits, plan.doc, plan.start, plan.length, plan.offset, offsets,
+               tokens, out_tokens, segment_ids, positions, loss_mask)
     return {"tokens": out_tokens, "segment_ids": segment_ids, "positions": positions, "loss_mask": loss_mask}
+
+
+def _check_piece_bounds(plan: PackPlan, rows: np.ndarray, offsets: np.ndarray, num_tokens: int) -> None:
+    """Every piece of ``rows`` must lie in ``[0, num_tokens)`` of the flat array (per piece, vectorized)."""
+    if not rows.size:
+        return
+    first, counts = plan.row_splits[rows], np.diff(plan.row_splits)[rows]
+    sel = np.repeat(first - np.concatenate(([0], np.cumsum(counts)[:-1])), counts) + np.arange(int(counts.sum()))
+    begin = offsets[plan.doc[sel]] + plan.start[sel]
+    end = begin + plan.length[sel]
+    doc_end = offsets[plan.doc[sel] + 1]
+    bad = (begin < 0) | (end > num_tokens) | (end > doc_end)
+    if bad.any():
+        j = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"document {int(plan.doc[sel][j])}: tokens [{int(begin[j])}, {int(end[j])}) of the plan are "
+                         f"outside the token array of {num_tokens} (or past the document's offsets); the plan, "
+                         f"tokens and offsets do not match")
+
+
+def check_token_ids(tokens: np.ndarray, where: str = "tokens") -> None:
+    """Token ids must be in [0, 2**31 - 1] (batches are int32); vectorized over ``tokens``."""
+    if tokens.size:
+        lo, hi = int(tokens.min()), int(tokens.max())
+        if lo < 0 or hi > np.iinfo(np.int32).max:
+            bad = lo if lo < 0 else hi
+            raise ValueError(f"{where}: token id {bad} outside [0, 2**31 - 1] (batches are int32)")
 
 
 def materialize_pieces(plan: PackPlan, read_pieces, rows=None, *, pad_id: int = 0) -> dict[str, np.ndarray]:

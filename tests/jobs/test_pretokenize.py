@@ -127,8 +127,35 @@ def test_sigkill_then_resume_gives_identical_store(tmp_path, jsonl_dir, tokenize
     assert again.returncode == 0 and "already complete" in again.stderr
 
 
-def one_line_error(args, capsys) -> str:
-    assert main(args) == 2
+def test_kill_after_the_final_rename_and_during_an_overwrite_swap(tmp_path, jsonl_dir, tokenizer_file, texts):
+    reference = tmp_path / "reference"
+    pretokenize(jsonl_dir, reference, tokenizer_file, progress=False)
+    out = tmp_path / "out"
+    args = ["pretokenize", str(jsonl_dir), str(out), "--tokenizer", str(tokenizer_file)]
+    # killed after the store was renamed into place, before the staging directory was removed
+    assert _run_cli(args, {"DATATOOLS_FAULT": "after-rename"}).returncode == -9
+    assert tree_digest(out) == tree_digest(reference) and (tmp_path / "out.partial").exists()
+    rerun = _run_cli(args)
+    assert rerun.returncode == 0 and "already complete" in rerun.stderr, rerun.stderr
+    assert "removed out.partial left by an interrupted run" in rerun.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("out")) == ["out"]
+    # killed in the middle of an --overwrite swap: the old store moved aside, the new one not yet in place
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "x.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:3]))
+    swap = ["pretokenize", str(other), str(out), "--tokenizer", str(tokenizer_file), "--overwrite"]
+    assert _run_cli(swap, {"DATATOOLS_FAULT": "during-swap"}).returncode == -9
+    assert not out.exists() and (tmp_path / "out.old").exists()
+    rerun = _run_cli(swap)
+    assert rerun.returncode == 0, rerun.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("out")) == ["out"]
+    assert TokenStore(out).num_tokens > 0 and len(TokenStore(out)) == 3
+    again = _run_cli(swap)
+    assert again.returncode == 0 and "already complete" in again.stderr
+
+
+def one_line_error(args, capsys, status: int = 2) -> str:
+    assert main(args) == status
     err = capsys.readouterr().err
     assert err.startswith("datatools: error:") and err.count("\n") == 1, err
     return err
@@ -169,8 +196,9 @@ def test_full_disk_commits_nothing(tmp_path, jsonl_dir, tokenizer_file, capsys, 
 
     monkeypatch.setattr(job, "_write_shard", fill_up)
     out = tmp_path / "o"
-    err = one_line_error(["pretokenize", str(jsonl_dir), str(out), "--tokenizer", str(tokenizer_file)], capsys)
-    assert "No space left on device" in err
+    err = one_line_error(["pretokenize", str(jsonl_dir), str(out), "--tokenizer", str(tokenizer_file)], capsys,
+                         status=1)  # the environment, not the input
+    assert "No space left on device" in err and "o.partial" in err  # names the file it could not write
     assert not out.exists()
     assert len(list((tmp_path / "o.partial" / "shards").glob("*.npz"))) == 2  # complete shards only
     monkeypatch.setattr(job, "_write_shard", real)
