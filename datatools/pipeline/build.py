@@ -252,7 +252,7 @@ def _warn_if_random_access_thrashes(docs, cfg: PipelineConfig) -> None:
                       f"or use shuffle 'none' with streaming packing", stacklevel=3)
 
 
-def build_canonical(cfg: PipelineConfig, documents=None) -> CanonicalPipeline:
+def _build_canonical(cfg: PipelineConfig, documents=None) -> CanonicalPipeline:
     """The pipeline up to canonical batches (``tokens``, ``segment_ids``, ``positions``, ``loss_mask``).
 
     Args:
@@ -298,6 +298,22 @@ def build_canonical(cfg: PipelineConfig, documents=None) -> CanonicalPipeline:
     ds = BucketBatchIterDataset(stream, boundaries=bounds, batch_sizes=sizes, overflow=b.overflow,
                                 drop_remainder=cfg.drop_remainder, pad_id=cfg.pad_id)
     return CanonicalPipeline(ds, cfg, len(docs), ds.shapes)
+
+
+def build_canonical(cfg: PipelineConfig, documents=None) -> CanonicalPipeline:
+    """The pipeline up to canonical batches (``tokens``, ``segment_ids``, ``positions``, ``loss_mask``); its
+    iterator's state restores into the same config with any number of workers
+    (:class:`~datatools.grain.portable_state.PortableStateIterDataset`).
+
+    Args:
+      cfg: the validated config.
+      documents: an already opened source (else ``cfg.source`` is opened).
+    """
+    from datatools.grain.portable_state import PortableStateIterDataset
+
+    built = _build_canonical(cfg, documents)
+    built.dataset = PortableStateIterDataset(built.dataset)
+    return built
 
 
 def build(config, *, source: str | None = None, documents=None) -> grain.IterDataset:

@@ -76,6 +76,20 @@ def test_checkpoint_mid_epoch_resumes_exactly(store, mode, workers):
     assert_same(expected, got)
 
 
+@pytest.mark.parametrize("saved, restored", [(2, 0), (0, 2), (2, 1)])
+@pytest.mark.parametrize("mode", list(MODES))
+def test_checkpoint_restores_with_another_worker_count(store, mode, saved, restored):
+    first, it = take(build(config(store, mode, workers=saved, num_epochs=2)), 9)
+    state = it.get_state()
+    expected, _ = take(it, 10)
+    close(it)
+    fresh = iter(build(config(store, mode, workers=restored, num_epochs=2)))
+    fresh.set_state(state)
+    got, _ = take(fresh, 10)
+    close(fresh)
+    assert_same(expected, got)
+
+
 def test_epochs_differ_and_cover(store):
     cfg = config(store, "planned", num_epochs=2, format="datatools", drop_remainder=False)
     batches = list(build(cfg))
