@@ -40,6 +40,7 @@ from datatools.kernels.validate import as_lengths, check_int
 from datatools.kernels.bucket import optimal_boundaries
 from datatools.kernels.pack import max_tree_first, max_tree_set, presence_clear, presence_next, presence_set
 from datatools.kernels.tiles import tile_align
+from datatools.kernels.validate import short_repr
 
 STRATEGIES = ("pad", "bucket", "next_fit", "first_fit", "best_fit", "first_fit_decreasing", "best_fit_decreasing",
               "concat_split")
@@ -465,7 +466,7 @@ def simulate(prep: SharedLengthArrays | np.ndarray, ctx: int, name: str, *, tile
         pieces = int(prep.histogram(ctx).sum())
         out = _entry(name, ctx, rows, rows * ctx, total, 0, pieces, docs, 0, long_docs, most)
     else:
-        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {name!r}")
+        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {short_repr(name)}")
     out["seconds"] = time.perf_counter() - t0
     return out
 
@@ -504,7 +505,7 @@ def analyze(lengths, *, contexts=None, tile: int = 128, buckets: int = 4, max_se
     contexts = sorted({check_int(c, "ctx", minimum=1) for c in contexts})
     for name in strategies:
         if name not in STRATEGIES:
-            raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {name!r}")
+            raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {short_repr(name)}")
     prep = SharedLengthArrays(lengths)
     jobs = sorted(((ctx, name) for ctx in contexts for name in strategies), key=lambda j: -_COST[j[1]] * j[0])
     with ThreadPoolExecutor(max(1, threads)) as pool:

@@ -50,6 +50,11 @@ def atomic_write_with(path: str | os.PathLike, write: Callable[[BinaryIO], None]
             os.fchmod(f.fileno(), new_file_mode())
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename is None:  # e.g. "No space left on device" from write(): name the file it was for
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -30,6 +30,7 @@ import numpy as np
 
 from datatools.io.store import TOKEN_CHUNK, TokenStore
 from datatools.kernels.pack import check_token_ids
+from datatools.kernels.validate import as_lengths
 
 DEFAULT_CACHE_BYTES = 512 << 20  # decoded store chunks kept per process
 TABLE_CACHE_BYTES = 256 << 20  # decoded table shards kept per process (a shard is often tens of MB)
@@ -236,7 +237,8 @@ class StoreDocuments(PieceReadingSource):
 def check_pieces(doc, start, length, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(doc, start, length)`` as int64 arrays, each piece inside its document (vectorized); IndexError/ValueError
     naming the first piece that is not."""
-    doc, start, length = (np.asarray(x, np.int64).reshape(-1) for x in (doc, start, length))
+    doc, start, length = (as_lengths(np.asarray(x).reshape(-1) if np.ndim(x) else [x], name)
+                          for x, name in ((doc, "doc"), (start, "start"), (length, "length")))
     if not doc.shape == start.shape == length.shape:
         raise ValueError(f"doc, start and length must have one value per piece; got {doc.size}, {start.size}, "
                          f"{length.size}")

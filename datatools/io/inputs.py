@@ -37,6 +37,7 @@ from datatools.io.store import TokenStore, is_token_store
 from datatools.io.tables import (TEXT_COLUMNS, column_batches, detect_column, shard_bytes, shard_columns,
                                  text_values, token_arrays)
 from datatools.io.tokenizer import TextEncoder, open_encoder
+from datatools.kernels.validate import short_repr
 
 INT32_MAX = np.iinfo(np.int32).max
 
@@ -130,9 +131,9 @@ def open_input(path: str | os.PathLike, *, column: str | None = None, tokenizer:
     if not path.exists():
         raise ValueError(f"{display(path)}: no such file or directory")
     if bin_dtype not in BIN_DTYPES:
-        raise ValueError(f"bin dtype must be one of {', '.join(BIN_DTYPES)}; got {bin_dtype!r}")
+        raise ValueError(f"bin dtype must be one of {', '.join(BIN_DTYPES)}; got {short_repr(bin_dtype)}")
     if eos_id is not None and (isinstance(eos_id, bool) or not isinstance(eos_id, int) or eos_id < 0):
-        raise ValueError(f"eos id must be a non-negative integer; got {eos_id!r}")
+        raise ValueError(f"eos id must be a non-negative integer; got {short_repr(eos_id)}")
     if path.is_dir() and is_token_store(path):
         store = TokenStore(path)
         return TokenInput(path, "store", nbytes=8 * (len(store) + 1))

@@ -26,8 +26,12 @@ def display(path: str | os.PathLike | bytes) -> str:
 
 
 def printable(text: str) -> str:
-    """``text`` with surrogate-escaped bytes (from non-UTF-8 file names) replaced by ``\\xNN``."""
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    """``text`` with surrogate-escaped bytes (from non-UTF-8 file names) and control characters (from a corrupt
+    file's bytes quoted in a library's message) replaced by ``\\xNN``; newlines and tabs become spaces."""
+    text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    if any(c < " " or c == "\x7f" for c in text):
+        text = "".join(" " if c in "\n\r\t" else f"\\x{ord(c):02x}" if c < " " or c == "\x7f" else c for c in text)
+    return text
 
 
 def resolved(path: str | os.PathLike) -> Path:

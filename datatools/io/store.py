@@ -106,8 +106,16 @@ def read_manifest(path: str | os.PathLike) -> dict:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ValueError(f"{display(path)}: manifest.json is not a {FORMAT} manifest")
     if manifest.get("version") != VERSION:
-        raise ValueError(f"{display(path)}: token store version {manifest.get('version')} is not supported "
+        raise ValueError(f"{display(path)}: token store version {str(manifest.get('version'))[:20]} is not supported "
                          f"(want {VERSION})")
+    for key in ("num_documents", "num_tokens"):
+        value = manifest.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{display(path / 'manifest.json')}: corrupt ({key} must be a non-negative integer, got "
+                             f"{str(value)[:40]!r})")
+    if manifest.get("dtype") not in ("uint16", "uint32"):
+        raise ValueError(f"{display(path / 'manifest.json')}: corrupt (dtype must be uint16 or uint32, got "
+                         f"{str(manifest.get('dtype'))[:40]!r})")
     return manifest
 
 

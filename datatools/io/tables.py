@@ -20,6 +20,7 @@ from datatools.io import jsonl
 from datatools.io.discover import (Shard, arrow_schema, iter_arrow_batches, open_parquet,
                                    parquet_metadata, parquet_names)
 from datatools.io.paths import display, first_line
+from datatools.kernels.validate import short_repr
 
 TOKEN_COLUMNS = ("input_ids", "tokens", "token_ids")
 TEXT_COLUMNS = ("text",)
@@ -48,7 +49,7 @@ def detect_column(names: list[str], column: str | None, where: str) -> str:
     """The column to read: ``column`` when given (it must exist), else the one candidate present."""
     if column is not None:
         if column not in names:
-            raise ValueError(f"{where}: no column {column!r} (columns: {', '.join(names) or 'none'})")
+            raise ValueError(f"{where}: no column {short_repr(column)} (columns: {', '.join(names) or 'none'})")
         return column
     found = [c for c in COLUMN_CANDIDATES if c in names]
     if len(found) == 1:

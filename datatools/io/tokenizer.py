@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from datatools.io.paths import display, first_line
+from datatools.kernels.validate import short_repr
 
 SETTINGS = ("off", "keep")
 SPECIAL_NAMES = {
@@ -79,7 +80,7 @@ def load_tokenizer(path: str | os.PathLike, settings: str = "off"):
 
 def _check_settings(settings: str) -> None:
     if settings not in SETTINGS:
-        raise ValueError(f"tokenizer settings must be one of {', '.join(SETTINGS)}; got {settings!r}")
+        raise ValueError(f"tokenizer settings must be one of {', '.join(SETTINGS)}; got {short_repr(settings)}")
 
 
 def resolve_special(tok, value: str | int | None, which: str) -> int | None:

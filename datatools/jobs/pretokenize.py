@@ -38,6 +38,7 @@ from datatools.io.store import is_token_store, read_manifest, token_dtype, write
 from datatools.io.tables import check_column, shard_texts
 from datatools.io.tokenizer import TextEncoder, open_encoder
 from datatools.kernels.tiles import chunk
+from datatools.kernels.validate import short_repr
 
 ENGINES = ("local", "ray")
 
@@ -218,7 +219,7 @@ def pretokenize(inputs, output, tokenizer: str | os.PathLike, *, column: str = "
         raise ValueError("no inputs given")
     output = resolved(output)  # '..' and symlinks resolved: the staging directory sits beside the real output
     if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {short_repr(engine)}")
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     if ctx is not None:

@@ -34,6 +34,7 @@ Formats (:data:`FORMATS`):
 from __future__ import annotations
 
 import numpy as np
+from datatools.kernels.validate import short_repr
 
 FORMATS = ("datatools", "maxtext", "levanter", "hf")
 CANONICAL_KEYS = ("tokens", "segment_ids", "positions", "loss_mask")
@@ -98,7 +99,7 @@ def to_format(batch: dict, name: str) -> dict:
     try:
         convert = _CONVERTERS[name]
     except KeyError:
-        raise ValueError(f"format must be one of {', '.join(map(repr, FORMATS))}; got {name!r}") from None
+        raise ValueError(f"format must be one of {', '.join(map(repr, FORMATS))}; got {short_repr(name)}") from None
     missing = [k for k in CANONICAL_KEYS if k not in batch]
     if missing:
         raise ValueError(f"not a canonical datatools batch: missing {', '.join(missing)}")

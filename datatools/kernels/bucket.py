@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from datatools.kernels.validate import (MAX_BUCKETS, MAX_CTX, OVERFLOW_POLICIES, as_lengths, check_choice,
+from datatools.kernels.validate import (MAX_BATCH, MAX_BUCKETS, MAX_CTX, MAX_TOKEN_BUDGET, OVERFLOW_POLICIES, as_lengths, check_choice,
                                         check_int, short_repr)
 from datatools.kernels.pack import cut_pieces
 
@@ -140,15 +140,15 @@ def bucket_batch_sizes(boundaries, *, batch_size: int | None = None, token_budge
         rows of the largest bucket.
     """
     b = as_lengths(boundaries, "boundaries")
-    multiple_of = check_int(multiple_of, "multiple_of", minimum=1)
+    multiple_of = check_int(multiple_of, "multiple_of", minimum=1, maximum=MAX_BATCH)
     if (batch_size is None) == (token_budget is None):
         raise ValueError("give exactly one of batch_size and token_budget")
     if batch_size is not None:
-        batch_size = check_int(batch_size, "batch_size", minimum=1)
+        batch_size = check_int(batch_size, "batch_size", minimum=1, maximum=MAX_BATCH)
         if batch_size % multiple_of:
             raise ValueError(f"batch_size={batch_size} is not a multiple of multiple_of={multiple_of}")
         return np.full(b.shape[0], batch_size, dtype=np.int64)
-    token_budget = check_int(token_budget, "token_budget", minimum=1)
+    token_budget = check_int(token_budget, "token_budget", minimum=1, maximum=MAX_TOKEN_BUDGET)
     sizes = (token_budget // np.maximum(b, 1)) // multiple_of * multiple_of
     if sizes.size and sizes.min() < 1:
         worst = int(b[np.argmin(sizes)])
@@ -275,9 +275,9 @@ def bucket_batches(lengths, boundaries, batch_sizes, *, overflow: str = "split",
         raise ValueError(f"boundaries: at most {MAX_BUCKETS:,} buckets of at most {MAX_CTX:,} tokens "
                          f"(datatools' limits), got {short_repr(b.tolist())}")
     if np.isscalar(batch_sizes):
-        batch_sizes = np.full(b.size, check_int(batch_sizes, "batch_size", minimum=1), dtype=np.int64)
+        batch_sizes = np.full(b.size, check_int(batch_sizes, "batch_size", minimum=1, maximum=MAX_BATCH), dtype=np.int64)
     sizes = as_lengths(batch_sizes, "batch_sizes")
-    if sizes.shape != b.shape or sizes.min() < 1:
+    if sizes.shape != b.shape or sizes.min() < 1 or sizes.max() > MAX_BATCH:
         raise ValueError(f"batch_sizes must give one size >= 1 per bucket, got {sizes.tolist()}")
     check_choice(overflow, "overflow", OVERFLOW_POLICIES)
     length, doc, start, dropped = _prepare(lengths, int(b[-1]), overflow)

@@ -42,7 +42,8 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from datatools.kernels.validate import MAX_BUCKETS, MAX_CTX, OVERFLOW_POLICIES, as_lengths, check_choice, check_int
+from datatools.kernels.validate import (MAX_BUCKETS, MAX_CTX, OVERFLOW_POLICIES, as_lengths, check_choice, check_id,
+                                        check_int, short_repr)
 
 ALGORITHMS = (
     "next_fit",
@@ -595,10 +596,8 @@ def materialize(
       its offset); ``loss_mask`` (1 where the next token is in the same piece, so
       no target crosses a document boundary).
     """
-    rows = np.arange(plan.num_rows) if rows is None else np.asarray(rows, dtype=np.int64).reshape(-1)
-    if rows.size and (rows.min() < 0 or rows.max() >= plan.num_rows):
-        bad = rows[(rows < 0) | (rows >= plan.num_rows)][0]
-        raise IndexError(f"row {int(bad)} out of range for a plan of {plan.num_rows} rows")
+    rows = _check_rows(plan, rows)
+    pad_id = check_id(pad_id, "pad_id")
     tokens = np.asarray(tokens)
     offsets = np.asarray(offsets)
     if tokens.ndim != 1 or tokens.dtype.kind not in "iu":
@@ -624,6 +623,23 @@ def materialize(
     _fill_rows(rows, plan.row_splits, plan.doc, plan.start, plan.length, plan.offset, offsets,
                tokens, out_tokens, segment_ids, positions, loss_mask)
     return {"tokens": out_tokens, "segment_ids": segment_ids, "positions": positions, "loss_mask": loss_mask}
+
+
+def _check_rows(plan: PackPlan, rows) -> np.ndarray:
+    """Row ids as int64 (all rows when None); IndexError for one outside the plan, ValueError for non-integers."""
+    if rows is None:
+        return np.arange(plan.num_rows)
+    try:
+        arr = np.asarray(rows).reshape(-1)
+    except (OverflowError, ValueError, TypeError):
+        raise ValueError(f"rows must be integers, got {short_repr(rows)}") from None
+    if arr.size and (arr.dtype.kind not in "iu" or (arr.dtype.kind == "u" and arr.max() > np.iinfo(np.int64).max)):
+        raise ValueError(f"rows must be integers in the int64 range, got {short_repr(rows)}")
+    arr = arr.astype(np.int64, copy=False)
+    if arr.size and (arr.min() < 0 or arr.max() >= plan.num_rows):
+        bad = arr[(arr < 0) | (arr >= plan.num_rows)][0]
+        raise IndexError(f"row {int(bad)} out of range for a plan of {plan.num_rows} rows")
+    return arr
 
 
 def _check_piece_bounds(plan: PackPlan, rows: np.ndarray, offsets: np.ndarray, num_tokens: int) -> None:
@@ -664,10 +680,8 @@ def materialize_pieces(plan: PackPlan, read_pieces, rows=None, *, pad_id: int = 
       rows: row ids to build; None for all rows.
       pad_id: token written at padding slots.
     """
-    rows = np.arange(plan.num_rows) if rows is None else np.asarray(rows, dtype=np.int64).reshape(-1)
-    if rows.size and (rows.min() < 0 or rows.max() >= plan.num_rows):
-        bad = rows[(rows < 0) | (rows >= plan.num_rows)][0]
-        raise IndexError(f"row {int(bad)} out of range for a plan of {plan.num_rows} rows")
+    rows = _check_rows(plan, rows)
+    pad_id = check_id(pad_id, "pad_id")
     first, counts = plan.row_splits[rows], np.diff(plan.row_splits)[rows]
     splits = np.concatenate(([0], np.cumsum(counts)))
     sel = np.repeat(first - splits[:-1], counts) + np.arange(splits[-1], dtype=np.int64)

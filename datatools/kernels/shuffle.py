@@ -51,6 +51,7 @@ import numba
 import numpy as np
 
 from datatools.kernels.validate import MAX_RECORDS, check_int
+from datatools.kernels.validate import short_repr
 
 MAX_AUTO_ROUNDS = 36
 _MASK64 = (1 << 64) - 1
@@ -66,7 +67,7 @@ def _mix64_py(z: int) -> int:
 
 def _check_seed(seed) -> int:
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"seed must be an integer, got {seed!r}")
+        raise TypeError(f"seed must be an integer, got {short_repr(seed)}")
     seed = int(seed)
     if not 0 <= seed <= _MASK64:
         raise ValueError(f"seed must be in [0, 2**64), got {seed}")
@@ -231,7 +232,7 @@ def _permute_array(idx, n, keys, inverse, out):
 def _as_index_array(index, n: int) -> tuple[np.ndarray, bool]:
     """Validate indices into [0, n); return (int64 array, is_scalar)."""
     if isinstance(index, bool) or isinstance(index, np.bool_):
-        raise TypeError(f"index must be an integer, got {index!r}")
+        raise TypeError(f"index must be an integer, got {short_repr(index)}")
     if isinstance(index, numbers.Integral):
         i = int(index)
         if not 0 <= i < n:
@@ -405,8 +406,8 @@ class BlockShuffle:
     def __init__(self, n: int, *, io_block_size: int, window_blocks: int, seed: int, rounds: int | None = None,
                  _host: int = 0, _count: int = 1):
         self.n = check_int(n, "n", minimum=1, maximum=MAX_RECORDS)
-        self.io_block_size = check_int(io_block_size, "io_block_size", minimum=1)
-        self.window_blocks = check_int(window_blocks, "window_blocks", minimum=1)
+        self.io_block_size = check_int(io_block_size, "io_block_size", minimum=1, maximum=MAX_RECORDS)
+        self.window_blocks = check_int(window_blocks, "window_blocks", minimum=1, maximum=MAX_RECORDS)
         self.seed = _check_seed(seed)
         self.num_blocks = -(-self.n // self.io_block_size)
         self.rounds = rounds if rounds is None else _check_rounds(rounds, self.n)

@@ -22,6 +22,7 @@ MAX_BUCKETS = 1 << 12  # buckets (each is one compiled shape)
 MAX_VOCAB = 1 << 24  # model vocabulary (embedding rows)
 MAX_TOKEN_ID = (1 << 31) - 1  # token ids travel as int32
 MAX_BATCH = 1 << 24  # rows per batch, documents per read block
+MAX_TOKEN_BUDGET = 1 << 40  # tokens per batch
 
 
 def as_lengths(lengths, name: str = "lengths") -> np.ndarray:
@@ -31,24 +32,28 @@ def as_lengths(lengths, name: str = "lengths") -> np.ndarray:
     from a CSV or a float column); anything else raises ``ValueError`` naming the
     first offending index and value.
     """
-    arr = np.asarray(lengths)
+    try:
+        arr = np.asarray(lengths)
+    except (OverflowError, ValueError, TypeError):
+        raise ValueError(f"{name} must be a 1-D sequence of integers, got {short_repr(lengths)}") from None
     if arr.ndim != 1:
         raise ValueError(f"{name} must be a 1-D sequence of integers, got shape {arr.shape}")
     if arr.dtype == np.bool_ or arr.dtype.kind not in "iuf":
         if arr.dtype.kind == "O" and arr.size:
             try:
                 arr = arr.astype(np.float64)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 raise ValueError(f"{name} must hold integers, got dtype {np.asarray(lengths).dtype}") from None
         elif arr.size == 0:
             arr = arr.astype(np.int64)
         else:
             raise ValueError(f"{name} must hold integers, got dtype {arr.dtype}")
     if arr.dtype.kind == "f":
-        bad = ~np.isfinite(arr) | (arr != np.floor(np.where(np.isfinite(arr), arr, 0)))
+        finite = np.isfinite(arr)
+        bad = ~finite | (arr != np.floor(np.where(finite, arr, 0))) | (np.abs(np.where(finite, arr, 0)) >= 2.0**63)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"{name}[{i}] = {arr[i]!r} is not an integer")
+            raise ValueError(f"{name}[{i}] = {arr[i]!r} is not an integer in the int64 range")
         arr = arr.astype(np.int64)
     elif arr.dtype.kind == "u" and arr.dtype.itemsize == 8:
         if arr.size and arr.max() > np.iinfo(np.int64).max:
@@ -58,6 +63,9 @@ def as_lengths(lengths, name: str = "lengths") -> np.ndarray:
     if arr.size and arr.min() < 0:
         i = int(np.argmin(arr))
         raise ValueError(f"{name}[{i}] = {arr[i]} is negative")
+    if arr.size and arr.max() > MAX_TOKEN_ID:
+        i = int(np.argmax(arr))
+        raise ValueError(f"{name}[{i}] = {arr[i]} is over datatools' limit of {MAX_TOKEN_ID:,}")
     return np.ascontiguousarray(arr)
 
 
@@ -77,6 +85,11 @@ def short_repr(value, limit: int = 60) -> str:
     """The repr of a value cut to ``limit`` characters: a message never quotes a huge value whole."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_id(value, name: str) -> int:
+    """A token id (pad id, eos id): an int in [0, 2**31 - 1], the range int32 batches hold."""
+    return check_int(value, name, minimum=0, maximum=MAX_TOKEN_ID)
 
 
 def check_choice(value, name: str, choices) -> str:
