@@ -16,7 +16,7 @@ OVERFLOW_POLICIES = ("split", "truncate", "drop", "error")
 # huge value is refused naming itself instead of overflowing a kernel's int32 or asking for terabytes.
 MAX_CTX = 1 << 24  # tokens per row / bucket / tile / chunk: 16,777,216 (one int32 row of 64 MiB per array)
 MAX_RECORDS = 1 << 62  # records a permutation or block shuffle addresses (uint64 Feistel arithmetic)
-MAX_REPORT_RECORDS = 1 << 27  # records shuffle-report materializes (a few int64 arrays of n: ~4 GiB)
+MAX_REPORT_RECORDS = 1 << 24  # records shuffle-report materializes (~80 bytes a record: 1.3 GB, ~10 s at the limit)
 MAX_WINDOW = 1 << 20  # open rows of a streaming packer simulation, documents per packing window
 MAX_BUCKETS = 1 << 12  # buckets (each is one compiled shape)
 MAX_VOCAB = 1 << 24  # model vocabulary (embedding rows)

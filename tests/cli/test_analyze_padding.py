@@ -156,3 +156,31 @@ def test_errors(tmp_path, capsys, tokenizer_file):
         err = one_line_error(args, capsys)
         assert message in err, (args, err)
         assert err.startswith("datatools: error: ")
+
+
+def test_faults_name_their_file(tmp_path, capsys, monkeypatch):
+    store = write_test_store(tmp_path / "store", DOCS[:20])
+    manifest = json.loads((store / "manifest.json").read_text())
+    (store / "manifest.json").write_text(json.dumps({**manifest, "num_tokens": "12x"}))
+    assert "manifest.json: corrupt (num_tokens must be a non-negative integer" in one_line_error([str(store)], capsys)
+    (store / "manifest.json").write_text(json.dumps(manifest)[:40])  # truncated
+    assert "manifest.json: corrupt" in one_line_error([str(store)], capsys)
+    # a corrupt Parquet footer: its bytes are quoted printably, on one line
+    good = tmp_path / "good.parquet"
+    pq.write_table(token_table(), good)
+    data = good.read_bytes()
+    (tmp_path / "footer.parquet").write_bytes(data[:-12] + b"\x01\x02\n\x03\x04\x05\x06\x07PAR1")
+    err = one_line_error([str(tmp_path / "footer.parquet")], capsys)
+    assert "footer.parquet" in err and all(c >= " " for c in err)
+    # a full disk while writing the report names the report
+    import datatools.io.atomic as atomic
+
+    def full(f):
+        raise OSError(28, "No space left on device")
+
+    real = atomic.atomic_write_with
+    monkeypatch.setattr(atomic, "atomic_write_with", lambda path, write: real(path, full))
+    assert main(["analyze-padding", str(good), "--ctx", "512", "--json", str(tmp_path / "r.json")]) == 1
+    err = capsys.readouterr().err
+    assert err.strip().endswith("r.json: No space left on device") and not (tmp_path / "r.json").exists()
+    assert not list(tmp_path.glob(".r.json*"))  # no temporary file left

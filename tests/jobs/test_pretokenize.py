@@ -216,3 +216,12 @@ def test_token_store_is_a_grain_source(tmp_path, jsonl_dir, tokenizer_file):
     assert list(ds) == store.lengths().tolist()
     with pytest.raises(IndexError):
         store[len(store)]
+
+
+def test_the_same_input_twice_is_read_once_and_said(tmp_path, jsonl_dir, tokenizer_file, capsys):
+    out = tmp_path / "s"
+    args = ["pretokenize", str(jsonl_dir), str(jsonl_dir / "part-1.jsonl"), str(jsonl_dir / ".." / "in"), str(out),
+            "--tokenizer", str(tokenizer_file)]
+    assert main(args) == 0
+    assert "input file(s) given more than once, read once" in capsys.readouterr().err
+    assert len(TokenStore(out)) == 40

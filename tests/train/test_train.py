@@ -113,3 +113,24 @@ def test_train_cli_packed_learns_and_reports(tmp_path, store, capsys):
     bad.write_text(cfg.read_text().replace("n_heads: 2", "n_heads: 3"))
     assert main(["train", str(bad)]) == 2
     assert "model.d_model=32 must split into 3 heads" in capsys.readouterr().err
+
+
+def test_a_non_finite_loss_stops_training_with_status_1(tmp_path, store, capsys, monkeypatch):
+    from datatools.train import loop
+
+    real = loop.Trainer.init_state
+
+    def poisoned(self, seed=0):  # parameters that make the loss NaN at the first step
+        state = real(self, seed)
+        state["params"] = jax.tree_util.tree_map(lambda x: x * jnp.nan, state["params"])
+        return state
+
+    monkeypatch.setattr(loop.Trainer, "init_state", poisoned)
+    cfg = write_config(tmp_path / "p.yaml", store, "packing: {ctx: 256}\nbatch_size: 4")
+    assert main(["train", str(cfg), "--steps", "3"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "step 1: the loss became nan; training stopped" in err
+    nan_lr = tmp_path / "lr.yaml"
+    nan_lr.write_text(cfg.read_text().replace("learning_rate: 1.0e-2", "learning_rate: .nan"))
+    assert main(["train", str(nan_lr)]) == 2
+    assert "train.learning_rate must be a finite number; got nan" in capsys.readouterr().err
