@@ -11,7 +11,6 @@ with each bad value in each argument. "clean" means exit status 2 with one line 
 from __future__ import annotations
 
 import collections
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -19,28 +18,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "fuzz")]
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
-from conftest import random_docs, stdlib_texts, write_test_store  # noqa: E402
-from fuzz_cases import (ALLOWED, BAD_CONFIGS, BAD_TRAIN_CONFIGS, cli_cases, function_cases, run_cli)  # noqa: E402
+from fuzz_cases import ALLOWED, BAD_CONFIGS, BAD_TRAIN_CONFIGS, cli_cases, function_cases, make_world, run_cli  # noqa: E402,E501
 
 
 def main() -> int:
-    from datatools.jobs.demo_data import train_tokenizer
-
     outcomes: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        docs = random_docs(300, seed=5, max_len=700)
-        store = write_test_store(tmp / "store", docs)
-        np.concatenate([np.append(d, 1) for d in docs]).astype(np.uint16).tofile(tmp / "flat.bin")
-        texts = stdlib_texts(6)
-        (tmp / "text").mkdir()
-        (tmp / "text" / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-        pq.write_table(pa.table({"text": texts}), tmp / "text.parquet")
-        train_tokenizer(texts, tmp / "tok.json", vocab_size=300)
-        (tmp / "good.yaml").write_text(f"source: {{path: {store}}}\npacking: {{ctx: 512}}\nbatch_size: 2\n")
+        store = make_world(tmp)
         for args in cli_cases(str(store), str(tmp)):
             status, out, err = run_cli(args)
             one_line = err.count("\n") == 1 and "Traceback" not in err

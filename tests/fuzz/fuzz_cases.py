@@ -44,6 +44,29 @@ BAD_TRAIN_CONFIGS = [
 ALLOWED = (ValueError, TypeError, IndexError)  # what a public function may raise on bad input
 
 
+def make_world(tmp):
+    """What the cases point at, under ``tmp`` (a Path): a store, a flat .bin, text inputs, a tokenizer, a good
+    config. Returns the store's path."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from conftest import random_docs, stdlib_texts, write_test_store
+
+    from datatools.jobs.demo_data import train_tokenizer
+
+    docs = random_docs(300, seed=5, max_len=700)
+    store = write_test_store(tmp / "store", docs)
+    np.concatenate([np.append(d, 1) for d in docs]).astype(np.uint16).tofile(tmp / "flat.bin")
+    texts = stdlib_texts(6)
+    (tmp / "text").mkdir()
+    (tmp / "text" / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    pq.write_table(pa.table({"text": texts}), tmp / "text.parquet")
+    train_tokenizer(texts, tmp / "tok.json", vocab_size=300)
+    (tmp / "good.yaml").write_text(f"source: {{path: {store}}}\npacking: {{ctx: 512}}\nbatch_size: 2\n")
+    return store
+
+
 def run_cli(args: list[str]) -> tuple[int, str, str]:
     """``datatools ARGS`` in this process: (status, stdout, stderr)."""
     from datatools.cli import main

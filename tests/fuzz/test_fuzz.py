@@ -4,23 +4,18 @@ a ValueError / TypeError / IndexError), never a traceback, an abort or a hang, a
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import random_docs, stdlib_texts, write_test_store  # noqa: E402
 from fuzz_cases import (ALLOWED, BAD_CONFIGS, BAD_TRAIN_CONFIGS, CLI_VALUES, cli_cases, function_cases,  # noqa: E402
-                        run_cli)
+                        make_world, run_cli)
 
 SECONDS = 30  # generous on a loaded 2-core CI machine; cases take well under a second
 
@@ -28,19 +23,8 @@ SECONDS = 30  # generous on a loaded 2-core CI machine; cases take well under a 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """A store, a flat .bin, text inputs, a tokenizer and a good config: what the cases point at."""
-    from datatools.jobs.demo_data import train_tokenizer
-
     tmp = tmp_path_factory.mktemp("fuzz")
-    docs = random_docs(300, seed=5, max_len=700)
-    store = write_test_store(tmp / "store", docs)
-    np.concatenate([np.append(d, 1) for d in docs]).astype(np.uint16).tofile(tmp / "flat.bin")
-    texts = stdlib_texts(6)
-    (tmp / "text").mkdir()
-    (tmp / "text" / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-    pq.write_table(pa.table({"text": texts}), tmp / "text.parquet")
-    train_tokenizer(texts, tmp / "tok.json", vocab_size=300)
-    (tmp / "good.yaml").write_text(f"source: {{path: {store}}}\npacking: {{ctx: 512}}\nbatch_size: 2\n")
-    return tmp, store
+    return tmp, make_world(tmp)
 
 
 def listing(root: Path) -> set[str]:
