@@ -34,6 +34,7 @@ Formats (:data:`FORMATS`):
 from __future__ import annotations
 
 import numpy as np
+
 from datatools.kernels.validate import short_repr
 
 FORMATS = ("datatools", "maxtext", "levanter", "hf")
