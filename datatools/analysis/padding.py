@@ -413,6 +413,18 @@ class SharedLengthArrays:
     def histogram(self, ctx: int) -> np.ndarray:
         return self._get(("histogram", ctx), lambda: _piece_histogram(self.nonempty, ctx))
 
+    def segment_pairs(self, ctx: int, truncate: bool = False) -> float:
+        """Causal query-key pairs inside documents (sum of s(s+1)/2 over pieces): what a segment-aware attention
+        kernel computes. ``truncate``: one piece of min(length, ctx) per document, else documents split at ctx."""
+        def make():
+            if truncate:
+                s = np.minimum(self.nonempty, ctx).astype(np.float64)
+                return float((s * (s + 1) / 2).sum())
+            counts = self.histogram(ctx)
+            sizes = np.flatnonzero(counts).astype(np.float64)
+            return float((counts[counts > 0] * sizes * (sizes + 1) / 2).sum())
+        return self._get(("pairs", ctx, truncate), make)
+
 
 def _bucket(prep: SharedLengthArrays, ctx: int, tile: int, buckets: int):
     """Optimal boundaries (tile multiples below ctx, and ctx) for the pieces at ctx, and their padded slots."""
@@ -466,8 +478,27 @@ def simulate(prep: SharedLengthArrays | np.ndarray, ctx: int, name: str, *, tile
         out = _entry(name, ctx, rows, rows * ctx, total, 0, pieces, docs, 0, long_docs, most)
     else:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {short_repr(name)}")
+    _attention_view(out, prep, ctx, name)
     out["seconds"] = time.perf_counter() - t0
     return out
+
+
+def _attention_view(out: dict, prep: SharedLengthArrays, ctx: int, name: str) -> None:
+    """What attention costs under this strategy: query-key pairs a dense causal kernel computes over every row
+    (padding included) against the in-document pairs a segment-aware kernel computes (sum of s^2/2 over pieces).
+    For concat_split the in-document figure is an upper bound (it cuts documents at row ends, into smaller pieces)."""
+    segment = prep.segment_pairs(ctx, truncate=name == "pad")
+    if name == "bucket":
+        counts = prep.histogram(ctx)
+        sizes = np.flatnonzero(counts)
+        bounds = np.asarray(out["boundaries"], np.int64)
+        padded = bounds[np.minimum(np.searchsorted(bounds, sizes), bounds.size - 1)].astype(np.float64)
+        dense = float((counts[sizes] * padded * (padded + 1) / 2).sum())
+    else:
+        dense = out["rows"] * ctx * (ctx + 1) / 2
+    out["attention_dense_pairs"] = dense
+    out["attention_segment_pairs"] = segment
+    out["attention_saving"] = dense / segment if segment else None
 
 
 # Longest first, so two threads finish together (measured at 100M documents).

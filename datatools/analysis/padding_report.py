@@ -42,7 +42,7 @@ def render(report: dict, console: Console, *, source: str) -> None:
         rows = [r for r in report["strategies"] if r["ctx"] == ctx]
         table = Table(title=f"ctx {ctx:,}", title_justify="left")
         for col in ("strategy", "rows", "efficiency", "dropped tokens", "truncated", "split", "docs/row",
-                    "max docs/row", "speed-up bound"):
+                    "max docs/row", "speed-up bound", "attn dense/doc"):
             table.add_column(col, justify="left" if col == "strategy" else "right")
         best = max(r["efficiency"] for r in rows)
         for r in rows:
@@ -51,7 +51,8 @@ def render(report: dict, console: Console, *, source: str) -> None:
             table.add_row(label, f"{r['rows']:,}", f"[bold]{eff}[/]" if r["efficiency"] == best else eff,
                           f"{r['dropped_tokens']:,}", f"{r['truncated_fraction']:.1%}", f"{r['split_fraction']:.1%}",
                           f"{r['docs_per_row']:.2f}", f"{r['max_docs_per_row']:,}",
-                          "-" if r["speedup_bound"] is None else f"{r['speedup_bound']:.2f}x")
+                          "-" if r["speedup_bound"] is None else f"{r['speedup_bound']:.2f}x",
+                          "-" if not r.get("attention_saving") else f"{r['attention_saving']:.1f}x")
         console.print(table)
     rec = report["recommendation"]
     console.print(f"[bold green]Recommendation:[/] {rec['strategy']} at ctx {rec['ctx']:,}: "

@@ -150,3 +150,23 @@ def test_bad_arguments():
         analyze([0, 0])
     with pytest.raises(ValueError, match=r"lengths\[1\] = -1 is negative"):
         analyze([3, -1])
+
+
+@settings(max_examples=25, deadline=None)
+@given(lengths=st.lists(st.integers(1, 3000), min_size=1, max_size=200), ctx=st.sampled_from([64, 256, 1024]))
+def test_attention_view_matches_the_plan(lengths, ctx):
+    """Dense causal pairs (every slot of every row) against in-document pairs (sum of s(s+1)/2 over the plan's
+    pieces), checked against pack_lengths' own plan."""
+    from datatools import pack_lengths
+    from datatools.analysis.padding import simulate
+
+    lengths = np.asarray(lengths)
+    plan = pack_lengths(lengths, ctx, algorithm="best_fit_decreasing")
+    pieces = plan.length.astype(np.float64)
+    got = simulate(lengths, ctx, "best_fit_decreasing")
+    assert got["attention_segment_pairs"] == pytest.approx(float((pieces * (pieces + 1) / 2).sum()))
+    assert got["attention_dense_pairs"] == pytest.approx(plan.num_rows * ctx * (ctx + 1) / 2)
+    pad = simulate(lengths, ctx, "pad")
+    kept = np.minimum(lengths, ctx).astype(np.float64)
+    assert pad["attention_segment_pairs"] == pytest.approx(float((kept * (kept + 1) / 2).sum()))
+    assert pad["attention_dense_pairs"] == pytest.approx(len(lengths) * ctx * (ctx + 1) / 2)
