@@ -120,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         if type(exc).__name__ == "TrainingDiverged":
             _error(str(exc))
             return 1
+        if "RESOURCE_EXHAUSTED" in str(exc):  # XLA could not allocate a program's buffers
+            _error(f"out of memory on the device ({str(exc).split('RESOURCE_EXHAUSTED:')[-1].strip()[:200]}); a "
+                   f"smaller batch_size or ctx would fit")
+            return 1
         _error(f"internal error ({type(exc).__name__}): {exc} (please report it)")
         return 1
     return result if isinstance(result, int) else 0

@@ -14,11 +14,14 @@ from datatools.train.loop import load_train_config, train
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--steps", type=click.IntRange(1, 1 << 40), default=None, help="Override train.steps.")
 @click.option("--source", default=None, help="Override the config's source path.")
+@click.option("--attention", type=click.Choice(("dense", "blocksparse")), default=None,
+              help="Override model.attention: dense (masked ctx x ctx) or blocksparse (only the tiles packing leaves "
+                   "non-empty).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="Write the summary and per-step records as JSON to FILE, or '-' for stdout.")
-def train_command(config, steps, source, json_out):
+def train_command(config, steps, source, attention, json_out):
     """Train the CONFIG's model on its pipeline: loss, tokens/s, efficiency and MFU per step."""
-    cfg = load_train_config(config, steps=steps, source=source)
+    cfg = load_train_config(config, steps=steps, source=source, attention=attention)
     console = make_console(stderr=json_out == "-")
     err = make_console(stderr=True)
     console.print(f"model: {cfg.model.num_params():,} parameters ({cfg.model.n_layers} layers, d_model "
@@ -29,7 +32,7 @@ def train_command(config, steps, source, json_out):
         if rec["step"] == 1 or rec["step"] % every == 0:
             console.print(f"step {rec['step']:>5}  loss {rec['loss']:.4f}  {rec['rows']}x{rec['shape'][1]}  "
                           f"tokens/s {rec['tokens_per_s']:>10,.0f}  useful/s {rec['useful_tokens_per_s']:>10,.0f}  "
-                          f"efficiency {rec['efficiency']:6.1%}  MFU {rec['mfu']:6.2%}"
+                          f"efficiency {rec['efficiency']:6.1%}  MFU {rec['mfu']:6.2%}  HFU {rec['hfu']:6.2%}"
                           + ("  (includes compilation)" if rec["step"] == 1 else ""))
 
     if err.is_terminal:
@@ -47,7 +50,9 @@ def train_command(config, steps, source, json_out):
     for name, value in [("final loss", f"{s['final_loss']:.4f}"), ("tokens/s", f"{s['tokens_per_s']:,.0f}"),
                         ("useful tokens/s", f"{s['useful_tokens_per_s']:,.0f}"),
                         ("efficiency", f"{s['efficiency']:.2%}"),
-                        ("MFU", f"{s['mfu']:.2%} of {s['peak_flops'] / 1e12:,.2f} TFLOP/s ({s['peak_source']})"),
+                        ("MFU (useful FLOPs)", f"{s['mfu']:.2%} of {s['peak_flops'] / 1e12:,.2f} TFLOP/s "
+                                               f"({s['peak_source']})"),
+                        (f"HFU (FLOPs executed, {s['attention']} attention)", f"{s['hfu']:.2%}"),
                         ("compilations", str(s["compilations"])),
                         ("shapes", ", ".join(f"{r}x{t}" for r, t in s["shapes"])),
                         ("first step (compile)", f"{s['first_step_s']:.2f} s")]:

@@ -52,8 +52,10 @@ class TrainConfig:
     train: TrainSection
 
 
-def load_train_config(path: str | os.PathLike, *, steps: int | None = None, source: str | None = None) -> TrainConfig:
-    """Read and validate a training config (pipeline keys + ``model`` + ``train``)."""
+def load_train_config(path: str | os.PathLike, *, steps: int | None = None, source: str | None = None,
+                      attention: str | None = None) -> TrainConfig:
+    """Read and validate a training config (pipeline keys + ``model`` + ``train``); ``steps``, ``source`` and
+    ``attention`` override the file's."""
     data = load_yaml(path)
     try:
         model = from_dict(ModelConfig, data.pop("model", None), "model")
@@ -63,6 +65,17 @@ def load_train_config(path: str | os.PathLike, *, steps: int | None = None, sour
         raise ValueError(f"{path}: {exc}") from None
     if steps is not None:
         train = dataclasses.replace(train, steps=steps)
+    if attention is not None:
+        model = dataclasses.replace(model, attention=attention)
+    block = model.attention_block
+    if model.attention == "blocksparse":
+        shapes = [pipeline.packing.ctx] if pipeline.packing else list(pipeline.bucketing.boundaries or [])
+        if pipeline.bucketing and not pipeline.bucketing.boundaries and pipeline.bucketing.tile % block:
+            shapes.append(pipeline.bucketing.tile)
+        bad = [s for s in shapes if s % block]
+        if bad:
+            raise ValueError(f"{path}: model.attention_block={block} must divide every row length (got {bad[0]}); "
+                             f"choose a block that divides packing.ctx / the bucket tile")
     return TrainConfig(pipeline, model, train)
 
 
@@ -83,7 +96,8 @@ def train(cfg: TrainConfig, *, on_step=None, documents=None, stop_after_useful_t
     ``flops``, ``mfu``. Returns a summary over the steps after the first (which
     includes compilation), the records, the peak used and the compilation count.
     """
-    from datatools.train.mfu import device_peak, segment_lengths_sq, step_flops
+    from datatools.kernels.attention_blocks import block_pairs
+    from datatools.train.mfu import device_peak, hardware_flops, segment_lengths_sq, step_flops
 
     pipe = _host_sharded(cfg.pipeline).replace(format="datatools")
     built = build_canonical(pipe, documents)
@@ -105,6 +119,12 @@ def train(cfg: TrainConfig, *, on_step=None, documents=None, stop_after_useful_t
             seg = batch["segment_ids"]
             useful = int(np.count_nonzero(seg))
             flops = step_flops(cfg.model, useful, segment_lengths_sq(seg))
+            if cfg.model.attention == "blocksparse":  # the tiles that hold work, computed here on the host
+                batch = {**batch, **block_pairs(seg, cfg.model.attention_block)}
+                computed = int(batch["block_valid"].sum()) * cfg.model.attention_block ** 2
+            else:
+                computed = seg.shape[0] * seg.shape[1] ** 2
+            hw_flops = hardware_flops(cfg.model, seg.size, computed)
             t0 = time.perf_counter()
             state, metrics = trainer.train_step(state, trainer.put_batch(batch))
             loss = float(metrics["loss"])  # waits for the step
@@ -115,6 +135,7 @@ def train(cfg: TrainConfig, *, on_step=None, documents=None, stop_after_useful_t
             rec = {"step": step, "loss": loss, "seconds": secs, "rows": int(seg.shape[0]), "tokens": int(seg.size),
                    "useful_tokens": useful, "efficiency": useful / seg.size, "tokens_per_s": seg.size / secs,
                    "useful_tokens_per_s": useful / secs, "flops": flops, "mfu": flops / secs / peak,
+                   "hardware_flops": hw_flops, "hfu": hw_flops / secs / peak, "attention_pairs_computed": computed,
                    "shape": list(seg.shape)}
             records.append(rec)
             if on_step:
@@ -139,6 +160,8 @@ def train(cfg: TrainConfig, *, on_step=None, documents=None, stop_after_useful_t
         "useful_tokens_per_s": sum(r["useful_tokens"] for r in steady) / secs if secs else 0.0,
         "efficiency": sum(r["useful_tokens"] for r in steady) / max(sum(r["tokens"] for r in steady), 1),
         "mfu": sum(r["flops"] for r in steady) / secs / peak if secs else 0.0,
+        "hfu": sum(r["hardware_flops"] for r in steady) / secs / peak if secs else 0.0,
+        "attention": cfg.model.attention,
         "final_loss": records[-1]["loss"] if records else float("nan"),
         "compilations": trainer.compilations(),
         "shapes": sorted({tuple(r["shape"]) for r in records}),

@@ -55,6 +55,14 @@ def step_flops(cfg: ModelConfig, useful_tokens: int, pair_sum: int) -> float:
     return 6.0 * cfg.num_params() * useful_tokens + 6.0 * cfg.n_layers * cfg.d_model * pair_sum
 
 
+def hardware_flops(cfg: ModelConfig, slots: int, computed_pairs: int) -> float:
+    """FLOPs the device actually executes in one training step: the matmuls over every slot (padding included)
+    and attention over the query-key pairs the kernel computes (``rows x ctx^2`` for dense attention, the
+    listed tiles x block^2 for blocksparse), 12 * L * d_model FLOPs a pair (QK^T and AV, forward + backward).
+    Against :func:`step_flops` (useful work only) it shows what a segment-aware kernel saves."""
+    return 6.0 * cfg.num_params() * slots + 12.0 * cfg.n_layers * cfg.d_model * computed_pairs
+
+
 def device_peak(devices=None) -> tuple[float, str]:
     """(peak FLOP/s of the devices, how it was found): the table for GPUs/TPUs, a measured matmul on CPU."""
     devices = devices or jax.local_devices()

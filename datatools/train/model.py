@@ -9,14 +9,14 @@ so a document packed at offset 700 is computed exactly as if it were alone.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
 import jax
 import jax.numpy as jnp
 
-from datatools.kernels.validate import MAX_VOCAB
+from datatools.kernels.validate import MAX_CTX, MAX_VOCAB
+from datatools.train.attention import blocksparse_attention, dense_attention
 from datatools.pipeline.schema import field
 
 
@@ -31,6 +31,10 @@ class ModelConfig:
     d_ff: int | None = field(None, minimum=1, maximum=1 << 18, doc="default 4 * d_model")
     rope_theta: float = field(10000.0, minimum=1.0, maximum=1e12)
     dtype: Literal["float32", "bfloat16"] = field("float32", doc="activations and matmuls")
+    attention: Literal["dense", "blocksparse"] = field("dense", doc="dense: the whole ctx x ctx matrix, masked; "
+                                                       "blocksparse: only the tiles packing leaves non-empty")
+    attention_block: int = field(128, minimum=8, maximum=MAX_CTX, doc="blocksparse: tile size (tokens); must "
+                                                                       "divide ctx")
 
     def check(self, where: str) -> None:
         if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
@@ -91,33 +95,30 @@ def _rope(x, positions, theta):
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
-def attention_mask(segment_ids: jax.Array) -> jax.Array:
-    """(B, 1, T, T) bool: causal AND same segment AND not padding."""
-    t = segment_ids.shape[1]
-    causal = jnp.tril(jnp.ones((t, t), bool))
-    same = segment_ids[:, :, None] == segment_ids[:, None, :]
-    real = (segment_ids > 0)[:, :, None]
-    return (causal[None] & same & real)[:, None]
+BLOCK_KEYS = ("block_q", "block_k", "block_valid")  # what blocksparse attention reads from a batch
 
 
-def forward(params: dict, cfg: ModelConfig, tokens, segment_ids, positions) -> jax.Array:
-    """Logits (B, T, vocab), float32."""
+def forward(params: dict, cfg: ModelConfig, tokens, segment_ids, positions, blocks: dict | None = None) -> jax.Array:
+    """Logits (B, T, vocab), float32. ``blocks``: the batch's non-empty tiles (``BLOCK_KEYS``), for
+    ``attention: blocksparse``."""
     dt = jnp.dtype(cfg.dtype)
     b, t = tokens.shape
     h, hd = cfg.n_heads, cfg.head_dim
     x = params["embed"][tokens].astype(dt)
-    mask = attention_mask(segment_ids)
+    if cfg.attention == "blocksparse" and blocks is None:
+        raise ValueError("attention: blocksparse needs the batch's block_q / block_k / block_valid")
     for layer in params["layers"]:
         y = _rms_norm(x, layer["attn_norm"])
         q = (y @ layer["wq"].astype(dt)).reshape(b, t, h, hd)
         k = (y @ layer["wk"].astype(dt)).reshape(b, t, h, hd)
         v = (y @ layer["wv"].astype(dt)).reshape(b, t, h, hd)
         q, k = _rope(q, positions, cfg.rope_theta), _rope(k, positions, cfg.rope_theta)
-        scores = jnp.einsum("bthd,bshd->bhts", q, k).astype(jnp.float32) / math.sqrt(hd)
-        scores = jnp.where(mask, scores, -1e30)
-        probs = jax.nn.softmax(scores, axis=-1)
-        probs = jnp.where(mask, probs, 0.0).astype(dt)  # padding queries attend to nothing
-        o = jnp.einsum("bhts,bshd->bthd", probs, v).reshape(b, t, cfg.d_model)
+        if cfg.attention == "blocksparse":
+            o = blocksparse_attention(q, k, v, segment_ids, blocks["block_q"], blocks["block_k"],
+                                      blocks["block_valid"], cfg.attention_block)
+        else:
+            o = dense_attention(q, k, v, segment_ids)
+        o = o.reshape(b, t, cfg.d_model)
         x = x + o @ layer["wo"].astype(dt)
         y = _rms_norm(x, layer["mlp_norm"])
         gate = jax.nn.silu(y @ layer["w_gate"].astype(dt))
@@ -131,7 +132,8 @@ def loss_fn(params: dict, cfg: ModelConfig, batch: dict) -> tuple[jax.Array, jax
 
     Position t predicts token t + 1 where ``loss_mask[t]`` is 1, which is never at
     padding nor at a document's last token: no target crosses a document."""
-    logits = forward(params, cfg, batch["tokens"], batch["segment_ids"], batch["positions"])
+    blocks = {k: batch[k] for k in BLOCK_KEYS} if cfg.attention == "blocksparse" else None
+    logits = forward(params, cfg, batch["tokens"], batch["segment_ids"], batch["positions"], blocks)
     targets = jnp.concatenate([batch["tokens"][:, 1:], jnp.zeros_like(batch["tokens"][:, :1])], axis=1)
     weights = batch["loss_mask"].astype(jnp.float32)
     logp = jax.nn.log_softmax(logits, axis=-1)

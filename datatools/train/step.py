@@ -18,7 +18,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from datatools.kernels.batch_layouts import CANONICAL_KEYS
 from datatools.pipeline.schema import field
-from datatools.train.model import ModelConfig, init_params, loss_fn
+from datatools.train.model import BLOCK_KEYS, ModelConfig, init_params, loss_fn
 
 BATCH_KEYS = CANONICAL_KEYS  # what the step reads from a canonical batch
 
@@ -80,8 +80,9 @@ class Trainer:
         rows = batch["tokens"].shape[0]
         if rows % len(self.devices):
             raise ValueError(f"batch of {rows} rows does not split over {len(self.devices)} devices")
+        keys = BATCH_KEYS + (BLOCK_KEYS if self.model.attention == "blocksparse" else ())
         return {k: jax.make_array_from_process_local_data(self.batch_sharding, np.asarray(batch[k], np.int32))
-                for k in BATCH_KEYS}
+                for k in keys}
 
     def compilations(self) -> int:
         """Programs compiled so far for the step (one per distinct batch shape)."""

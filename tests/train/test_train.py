@@ -134,3 +134,22 @@ def test_a_non_finite_loss_stops_training_with_status_1(tmp_path, store, capsys,
     nan_lr.write_text(cfg.read_text().replace("learning_rate: 1.0e-2", "learning_rate: .nan"))
     assert main(["train", str(nan_lr)]) == 2
     assert "train.learning_rate must be a finite number; got nan" in capsys.readouterr().err
+
+
+def test_blocksparse_training_follows_dense(tmp_path, store, capsys):
+    """The same run with attention: blocksparse gives the same losses step by step, and counts its FLOPs."""
+    cfg = write_config(tmp_path / "p.yaml", store, "packing: {ctx: 256}\nbatch_size: 4")
+    runs = {}
+    for attention in ("dense", "blocksparse"):
+        assert main(["train", str(cfg), "--steps", "6", "--attention", attention, "--json", "-"]) == 0
+        runs[attention] = json.loads(capsys.readouterr().out)
+    dense, sparse = runs["dense"]["records"], runs["blocksparse"]["records"]
+    np.testing.assert_allclose([r["loss"] for r in sparse], [r["loss"] for r in dense], rtol=1e-4)
+    for d, s in zip(dense, sparse):
+        assert d["flops"] == s["flops"]  # useful work is the same
+        assert s["attention_pairs_computed"] < d["attention_pairs_computed"] == 4 * 256 * 256
+        assert s["hardware_flops"] < d["hardware_flops"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(cfg.read_text().replace("n_heads: 2}", "n_heads: 2, attention: blocksparse, attention_block: 96}"))
+    assert main(["train", str(bad)]) == 2
+    assert "model.attention_block=96 must divide every row length (got 256)" in capsys.readouterr().err
