@@ -14,7 +14,7 @@ from datatools.train.loop import load_train_config, train
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--steps", type=click.IntRange(1, 1 << 40), default=None, help="Override train.steps.")
 @click.option("--source", default=None, help="Override the config's source path.")
-@click.option("--attention", type=click.Choice(("dense", "blocksparse")), default=None,
+@click.option("--attention", type=click.Choice(("dense", "blocksparse", "fused")), default=None,
               help="Override model.attention: dense (masked ctx x ctx) or blocksparse (only the tiles packing leaves "
                    "non-empty).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,

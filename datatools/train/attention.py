@@ -35,6 +35,16 @@ def dense_attention(q, k, v, segment_ids):
     return jnp.einsum("bhts,bshd->bthd", probs, v)
 
 
+def fused_attention(q, k, v, segment_ids):
+    """``jax.nn.dot_product_attention`` with the segment mask: cuDNN's fused kernel where JAX can use it (a GPU),
+    XLA's otherwise (the CPU tests). Padding queries' outputs are zeroed, as in :func:`dense_attention`."""
+    t = segment_ids.shape[1]
+    causal = jnp.tril(jnp.ones((t, t), bool))
+    mask = (causal[None] & (segment_ids[:, :, None] == segment_ids[:, None, :]) & (segment_ids > 0)[:, :, None])[:, None]
+    out = jax.nn.dot_product_attention(q, k, v, mask=mask)
+    return jnp.where((segment_ids > 0)[:, :, None, None], out, 0).astype(q.dtype)
+
+
 def blocksparse_attention(q, k, v, segment_ids, block_q, block_k, block_valid, block: int, chunk: int = 256):
     """The same function as :func:`dense_attention`, computed on the listed tiles only.
 

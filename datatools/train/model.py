@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from datatools.kernels.validate import MAX_CTX, MAX_VOCAB
-from datatools.train.attention import blocksparse_attention, dense_attention
+from datatools.train.attention import blocksparse_attention, dense_attention, fused_attention
 from datatools.pipeline.schema import field
 
 
@@ -31,8 +31,9 @@ class ModelConfig:
     d_ff: int | None = field(None, minimum=1, maximum=1 << 18, doc="default 4 * d_model")
     rope_theta: float = field(10000.0, minimum=1.0, maximum=1e12)
     dtype: Literal["float32", "bfloat16"] = field("float32", doc="activations and matmuls")
-    attention: Literal["dense", "blocksparse"] = field("dense", doc="dense: the whole ctx x ctx matrix, masked; "
-                                                       "blocksparse: only the tiles packing leaves non-empty")
+    attention: Literal["dense", "blocksparse", "fused"] = field(
+        "dense", doc="dense: the whole ctx x ctx matrix, masked; blocksparse: only the tiles packing leaves "
+                     "non-empty; fused: jax.nn.dot_product_attention (cuDNN on a GPU)")
     attention_block: int = field(128, minimum=8, maximum=MAX_CTX, doc="blocksparse: tile size (tokens); must "
                                                                        "divide ctx")
 
@@ -117,7 +118,8 @@ def forward(params: dict, cfg: ModelConfig, tokens, segment_ids, positions, bloc
             o = blocksparse_attention(q, k, v, segment_ids, blocks["block_q"], blocks["block_k"],
                                       blocks["block_valid"], cfg.attention_block)
         else:
-            o = dense_attention(q, k, v, segment_ids)
+            o = fused_attention(q, k, v, segment_ids) if cfg.attention == "fused" else \
+                dense_attention(q, k, v, segment_ids)
         o = o.reshape(b, t, cfg.d_model)
         x = x + o @ layer["wo"].astype(dt)
         y = _rms_norm(x, layer["mlp_norm"])

@@ -59,10 +59,11 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("attention", ["blocksparse", "fused"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_blocksparse_equals_dense_loss_and_gradients(case):
+def test_blocksparse_equals_dense_loss_and_gradients(case, attention):
     batch, _ = packed_batch(CASES[case], 128, seed=len(case))
-    sparse_cfg = dataclasses.replace(CFG, attention="blocksparse")
+    sparse_cfg = dataclasses.replace(CFG, attention=attention)
     sparse_batch = {**batch, **block_pairs(batch["segment_ids"], CFG.attention_block)}
     params = init_params(CFG, jax.random.PRNGKey(3))
 
