@@ -15,6 +15,7 @@ Every stage emits the canonical datatools row or batch (``tokens``, ``segment_id
 ``positions``, ``loss_mask``; see :mod:`datatools.kernels.batch_layouts`).
 """
 
+from datatools.grain.attention_blocks import AttentionBlocks
 from datatools.grain.batch import BatchRowsMapDataset, FormatBatch
 from datatools.grain.bucketing import BucketBatchIterDataset
 from datatools.grain.chunking import TileChunk, chunk_documents
@@ -24,6 +25,7 @@ from datatools.grain.shuffle import BlockShuffleMapDataset, FeistelShuffleMapDat
 from datatools.grain.streaming_pack import StreamingPackIterDataset
 
 __all__ = [
+    "AttentionBlocks",
     "BatchRowsMapDataset",
     "BlockShuffleMapDataset",
     "BucketBatchIterDataset",

@@ -126,6 +126,9 @@ class PipelineConfig:
     seed: int = field(0, minimum=0, maximum=(1 << 64) - 1)
     read_block: int = field(256, minimum=1, maximum=MAX_BATCH, doc="streaming and bucketing: documents fetched per read")
     pad_id: int = field(0, minimum=0, maximum=MAX_TOKEN_ID)
+    attention_block: int | None = field(None, minimum=8, maximum=MAX_CTX,
+                                        doc="add each batch's non-empty attention tiles of this many tokens "
+                                            "(block_q, block_k, block_valid) for block-sparse attention")
 
     def check(self, where: str) -> None:
         if (self.packing is None) == (self.bucketing is None):
@@ -311,7 +314,15 @@ def build_canonical(cfg: PipelineConfig, documents=None) -> CanonicalPipeline:
     """
     from datatools.grain.portable_state import PortableStateIterDataset
 
+    from datatools.grain.attention_blocks import AttentionBlocks
+
     built = _build_canonical(cfg, documents)
+    if cfg.attention_block is not None:  # computed in the loader, next to the batch
+        bad = [t for _, t in built.shapes if t % cfg.attention_block]
+        if bad:
+            raise ValueError(f"config: attention_block={cfg.attention_block} must divide every row length "
+                             f"(got {bad[0]})")
+        built.dataset = built.dataset.map(AttentionBlocks(cfg.attention_block))
     built.dataset = PortableStateIterDataset(built.dataset)
     return built
 

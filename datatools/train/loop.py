@@ -96,10 +96,11 @@ def train(cfg: TrainConfig, *, on_step=None, documents=None, stop_after_useful_t
     ``flops``, ``mfu``. Returns a summary over the steps after the first (which
     includes compilation), the records, the peak used and the compilation count.
     """
-    from datatools.kernels.attention_blocks import block_pairs
     from datatools.train.mfu import device_peak, hardware_flops, segment_lengths_sq, step_flops
 
     pipe = _host_sharded(cfg.pipeline).replace(format="datatools")
+    if cfg.model.attention == "blocksparse":  # the loader lists each batch's tiles
+        pipe = pipe.replace(attention_block=cfg.model.attention_block)
     built = build_canonical(pipe, documents)
     trainer = Trainer(cfg.model, cfg.train.optimizer, cfg.train.steps)
     state = trainer.init_state(cfg.train.seed)
@@ -119,8 +120,7 @@ def train(cfg: TrainConfig, *, on_step=None, documents=None, stop_after_useful_t
             seg = batch["segment_ids"]
             useful = int(np.count_nonzero(seg))
             flops = step_flops(cfg.model, useful, segment_lengths_sq(seg))
-            if cfg.model.attention == "blocksparse":  # the tiles that hold work, computed here on the host
-                batch = {**batch, **block_pairs(seg, cfg.model.attention_block)}
+            if cfg.model.attention == "blocksparse":  # the tiles that hold work, listed by the loader
                 computed = int(batch["block_valid"].sum()) * cfg.model.attention_block ** 2
             else:
                 computed = seg.shape[0] * seg.shape[1] ** 2

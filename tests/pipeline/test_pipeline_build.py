@@ -181,3 +181,16 @@ def test_shipped_configs_run_after_the_demo(tmp_path, monkeypatch, capsys):
                  "--json", "-"]) == 0
     assert json.loads(capsys.readouterr().out)["documents"] == 200
     shutil.rmtree(tmp_path / "demo_data")
+
+
+@pytest.mark.parametrize("mode", ["planned", "streaming"])
+def test_the_loader_lists_attention_tiles(store, mode):
+    from datatools.kernels.attention_blocks import block_pairs
+
+    batches, _ = take(build(config(store, mode, attention_block=128, format="datatools")), 4)
+    for b in batches:
+        want = block_pairs(b["segment_ids"], 128)
+        for key in want:
+            np.testing.assert_array_equal(b[key], want[key], err_msg=key)
+    with pytest.raises(ValueError, match="attention_block=96 must divide every row length"):
+        build(config(store, mode, attention_block=96))
