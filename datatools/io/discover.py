@@ -43,12 +43,14 @@ class Shard:
       files: the file (several for text shards).
       part: Parquet row group; first Arrow record batch; first byte of a JSON Lines range.
       stop: Arrow: one past the last record batch; JSON Lines: end of the byte range.
+      nbytes: Arrow: the batches' bytes (counted once, when the file is cut into shards).
     """
 
     kind: str
     files: tuple[str, ...]
     part: int = 0
     stop: int = 0
+    nbytes: int = 0
 
     def describe(self) -> str:
         """Where this shard is, for messages: the file and, when the file has several shards, which part."""
@@ -137,7 +139,7 @@ def list_shards(path: str | os.PathLike) -> list[Shard]:
             groups = parquet_metadata(name).num_row_groups
             shards.extend(Shard("parquet", (name,), g) for g in range(groups))
         elif kind == "arrow":
-            shards.extend(Shard("arrow", (name,), a, b) for a, b in arrow_parts(name))
+            shards.extend(Shard("arrow", (name,), a, b, nbytes) for a, b, nbytes in arrow_parts(name))
         else:
             size = os.path.getsize(name)
             shards.extend(Shard("jsonl", (name,), a, min(a + PART_BYTES, size))
@@ -212,15 +214,16 @@ def iter_arrow_batches(f: str, start: int = 0, stop: int | None = None):
         raise ValueError(f"{display(f)}: cannot read Arrow IPC ({first_line(exc)})") from None
 
 
-def arrow_parts(f: str) -> list[tuple[int, int]]:
-    """Consecutive record-batch ranges of about :data:`PART_BYTES` each (at least one batch each)."""
+def arrow_parts(f: str) -> list[tuple[int, int, int]]:
+    """Consecutive record-batch ranges ``(first, stop, bytes)`` of about :data:`PART_BYTES` each (at least one
+    batch each)."""
     parts, first, size, count = [], 0, 0, 0
     for i, batch in enumerate(iter_arrow_batches(f)):
         if count and size + batch.nbytes > PART_BYTES:
-            parts.append((first, i))
+            parts.append((first, i, size))
             first, size = i, 0
         size += batch.nbytes
         count = i + 1
     if count > first or not parts:
-        parts.append((first, count))
+        parts.append((first, count, size))
     return parts

@@ -74,7 +74,7 @@ class TokenInput:
             return max(1, -(-int(flat_array(self.path, self.bin_dtype).shape[0]) // numpy_files.FLAT_SLICE))
         return 1
 
-    def shard_batches(self, k: int, with_tokens: bool = True) -> Iterator[tuple[np.ndarray | None, np.ndarray]]:
+    def shard_batches(self, k: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(tokens, lengths) of table shard ``k``, a bounded batch at a time; text is tokenized here."""
         shard = self.shards[k]
         where = shard.describe()
@@ -83,7 +83,7 @@ class TokenInput:
                 tokens, lengths = self.encoder.encode(text_values(col, where, self.column))
             else:
                 tokens, lengths = token_arrays(col, where, self.column)
-            yield (tokens if with_tokens else None), lengths
+            yield tokens, lengths
 
     def shard_tokens(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(int32 tokens, int64 lengths) of table shard ``k`` whole (for :class:`ChunkedDocuments`)."""
@@ -164,27 +164,19 @@ def open_input(path: str | os.PathLike, *, column: str | None = None, tokenizer:
     return inp
 
 
-def iter_lengths(inp: TokenInput, *, with_tokens: bool = False
-                 ) -> Iterator[tuple[int, np.ndarray | None, np.ndarray, int]]:
-    """Yield ``(shard, tokens, lengths, bytes)`` a bounded batch at a time; ``bytes`` is counted at a shard's
-    last batch. ``tokens`` is None unless ``with_tokens``."""
+def iter_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
+    """Yield ``(shard, lengths, bytes)`` a bounded batch at a time; ``bytes`` is counted at a shard's last batch.
+    A store and a NumPy directory give their lengths from their offsets alone; tables are decoded one shard
+    ahead, in a thread."""
     if inp.kind == "store":
-        store = TokenStore(inp.path)
-        yield 0, (store.read_tokens(0, store.num_tokens) if with_tokens else None), store.lengths(), inp.nbytes
+        yield 0, TokenStore(inp.path).lengths(), inp.nbytes
     elif inp.kind == "numpy":
-        tokens, offsets = numpy_dir(inp.path)  # lengths from the index; token values checked when they are read
-        if with_tokens:
-            check_token_values(tokens, display(inp.path / "tokens.npy"))
-        yield 0, (np.asarray(tokens) if with_tokens else None), np.diff(offsets), inp.nbytes
+        _, offsets = numpy_dir(inp.path)  # token values are checked when they are read (open_documents)
+        yield 0, np.diff(offsets), inp.nbytes
     elif inp.kind == "flat":
-        for k, (tokens, lengths, nbytes) in enumerate(flat_slices(inp.path, inp.bin_dtype, inp.eos_id, with_tokens)):
-            yield k, tokens, lengths, nbytes
-    elif with_tokens:
-        for k, shard in enumerate(inp.shards):
-            for tokens, lengths in inp.shard_batches(k):
-                yield k, tokens, lengths, 0
-            yield k, None, np.zeros(0, np.int64), shard_bytes(shard)
-    else:  # lengths only: the next shard is read and decoded in a thread while this one is handed out
+        for k, (lengths, nbytes) in enumerate(flat_slices(inp.path, inp.bin_dtype, inp.eos_id)):
+            yield k, lengths, nbytes
+    else:
         with ThreadPoolExecutor(1) as pool:
             ahead: deque = deque()
             for k in range(len(inp.shards)):
@@ -195,9 +187,9 @@ def iter_lengths(inp: TokenInput, *, with_tokens: bool = False
                 yield from ahead.popleft().result()
 
 
-def _shard_lengths(inp: TokenInput, k: int) -> list[tuple[int, None, np.ndarray, int]]:
-    out = [(k, None, lengths, 0) for _, lengths in inp.shard_batches(k, with_tokens=False)]
-    return out + [(k, None, np.zeros(0, np.int64), shard_bytes(inp.shards[k]))]
+def _shard_lengths(inp: TokenInput, k: int) -> list[tuple[int, np.ndarray, int]]:
+    out = [(k, lengths, 0) for _, lengths in inp.shard_batches(k)]
+    return out + [(k, np.zeros(0, np.int64), shard_bytes(inp.shards[k]))]
 
 
 def read_lengths_by_shard(inp: TokenInput, *, progress: Callable[[int, int], None] | None = None
@@ -211,7 +203,7 @@ def read_lengths_by_shard(inp: TokenInput, *, progress: Callable[[int, int], Non
     parts: list[np.ndarray] = []
     docs_in: dict[int, int] = {}
     done_bytes = 0
-    for k, _, lengths, nbytes in iter_lengths(inp):
+    for k, lengths, nbytes in iter_lengths(inp):
         docs_in[k] = docs_in.get(k, 0) + lengths.size
         if lengths.size:
             parts.append(lengths.astype(np.int32) if int(lengths.max()) <= INT32_MAX else lengths)
@@ -223,8 +215,9 @@ def read_lengths_by_shard(inp: TokenInput, *, progress: Callable[[int, int], Non
     shard_docs[list(docs_in)] = list(docs_in.values())
     out = np.empty(int(shard_docs.sum()), np.int64)
     at = 0
+    parts.reverse()  # pop from the end: O(1) each
     while parts:  # copy and free the parts one at a time: the peak is the result plus the int32 parts
-        part = parts.pop(0)
+        part = parts.pop()
         out[at : at + part.size] = part
         at += part.size
     return out, shard_docs

@@ -56,10 +56,9 @@ def flat_array(path: Path, bin_dtype: str) -> np.ndarray:
     return arr
 
 
-def flat_slices(path: Path, bin_dtype: str, eos_id: int, with_tokens: bool
-                ) -> Iterator[tuple[np.ndarray | None, np.ndarray, int]]:
-    """``(tokens, lengths, bytes)`` slice by slice; each document ends after its eos (the unterminated tail is one
-    too). ``tokens`` holds the documents that end in the slice (None unless ``with_tokens``)."""
+def flat_slices(path: Path, bin_dtype: str, eos_id: int) -> Iterator[tuple[np.ndarray, int]]:
+    """``(lengths, bytes)`` slice by slice: the documents that end in each slice; a document ends after its eos
+    (the unterminated tail is one too) and may start in an earlier slice."""
     flat = flat_array(path, bin_dtype)
     n, item, begin = flat.shape[0], flat.dtype.itemsize, 0
     for a in range(0, n, FLAT_SLICE):
@@ -71,7 +70,7 @@ def flat_slices(path: Path, bin_dtype: str, eos_id: int, with_tokens: bool
             ends = np.append(ends, n)
         lengths = np.diff(ends, prepend=begin).astype(np.int64)
         stop = int(ends[-1]) if ends.size else begin
-        yield (np.asarray(flat[begin:stop]) if with_tokens else None), lengths, (b - a) * item
+        yield lengths, (b - a) * item
         begin = stop
 
 
