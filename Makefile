@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench install clean
+.PHONY: test demo bench install clean test-clients
 
 $(PY):
 	@test -n "$(PYTHON)" || { echo "make: no python3.11 or python3 found; set PYTHON=..." >&2; exit 2; }
@@ -25,6 +25,38 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	for b in benchmarks/*.py; do $(PY) $$b || exit 1; done
+
+# The real clients, each in its own venv under .clients/ (about 2.5 GB, 5-10 minutes to install the first time):
+# MaxText 0.2.5 (Python 3.12, CPU jax) and transformers 5.23.0 with torch 2.13.0 (CPU). Not part of `make test`
+# (the install alone would take most of CI's 10 minutes); run before changing a batch format or an integration.
+CLIENTS := .clients
+MAXTEXT_VERSION := 0.2.5
+TRANSFORMERS_VERSION := 5.23.0
+TORCH_VERSION := 2.13.0
+PYTHON312 ?= $(shell for p in python3.12 $(wildcard /root/.pyenv/versions/3.12*/bin/python3.12) $(wildcard /usr/bin/python3.12); do \
+	$$p -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && echo $$p && break; done)
+
+$(CLIENTS)/maxtext/.installed: pyproject.toml
+	@test -n "$(PYTHON312)" || { echo "make: MaxText needs Python 3.12; none found (set PYTHON312=...)" >&2; exit 2; }
+	$(PYTHON312) -m venv $(CLIENTS)/maxtext
+	$(CLIENTS)/maxtext/bin/pip install -q --upgrade pip
+	$(CLIENTS)/maxtext/bin/pip install -q "maxtext[tpu]==$(MAXTEXT_VERSION)" pytest
+	$(CLIENTS)/maxtext/bin/pip install -q .
+	@touch $@
+
+$(CLIENTS)/hf/.installed: pyproject.toml
+	@test -n "$(PYTHON)" || { echo "make: no python3.11 or python3 found; set PYTHON=..." >&2; exit 2; }
+	$(PYTHON) -m venv $(CLIENTS)/hf
+	$(CLIENTS)/hf/bin/pip install -q --upgrade pip
+	$(CLIENTS)/hf/bin/pip install -q torch==$(TORCH_VERSION) transformers==$(TRANSFORMERS_VERSION) pytest
+	$(CLIENTS)/hf/bin/pip install -q .
+	@touch $@
+
+test-clients: $(CLIENTS)/maxtext/.installed $(CLIENTS)/hf/.installed
+	$(CLIENTS)/hf/bin/pip install -q --no-deps --force-reinstall .
+	$(CLIENTS)/maxtext/bin/pip install -q --no-deps --force-reinstall .
+	cd clients && ../$(CLIENTS)/hf/bin/python -m pytest -q -s -p no:cacheprovider transformers
+	cd clients && JAX_PLATFORMS=cpu ../$(CLIENTS)/maxtext/bin/python -m pytest -q -s -p no:cacheprovider maxtext
 
 clean:
 	rm -rf $(VENV) .numba_cache .pytest_cache

@@ -372,6 +372,22 @@ def default_contexts(lengths: np.ndarray, tile: int, *, cap: int = 32768) -> lis
     return sorted({min(tile_align(max(int(np.ceil(x)), 1), tile), tile_align(cap, tile)) for x in raw})
 
 
+def streaming_pack_rows(sizes: np.ndarray, ctx: int, algorithm: str, bins: int,
+                        max_segments: int | None = None) -> tuple[int, int]:
+    """(rows, most pieces in a row) of Grain's streaming packer over ``sizes`` (pieces of at most ctx tokens, in
+    order) with ``bins`` open rows, all emitted when a piece fits none (``FirstFitPackIterDataset`` /
+    ``BestFitPackIterDataset``); ``algorithm`` is ``first_fit``, ``best_fit`` or ``next_fit``."""
+    sizes = np.ascontiguousarray(sizes, dtype=np.int32)
+    seg = max_segments or 0
+    if algorithm == "first_fit":
+        return _windowed_first_fit(sizes, ctx, bins, seg)
+    if algorithm == "best_fit":
+        return _windowed_best_fit(sizes, ctx, bins, seg)
+    if algorithm == "next_fit":
+        return _windowed_next_fit(sizes, ctx, seg)
+    raise ValueError(f"algorithm must be first_fit, best_fit or next_fit; got {short_repr(algorithm)}")
+
+
 def _entry(name, ctx, rows, slots, kept, dropped, pieces, docs, truncated, split, most):
     return {"name": name, "ctx": ctx, "rows": int(rows), "efficiency": kept / slots if slots else 0.0,
             "dropped_tokens": int(dropped), "truncated_fraction": truncated / docs if docs else 0.0,
@@ -558,10 +574,6 @@ def analyze(lengths, *, contexts=None, tile: int = 128, buckets: int = 4, max_se
 
 # --------------------------------------------------------------------------- recommendation
 
-MAXTEXT_PACKING = {"first_fit": "first_fit", "best_fit": "best_fit", "first_fit_decreasing": "first_fit",
-                   "best_fit_decreasing": "best_fit", "next_fit": "first_fit", "concat_split": "concat_then_split"}
-
-
 SEGMENT_CAPS = (4, 8, 16, 32, 64, 128, 256)
 
 
@@ -622,8 +634,12 @@ def recommend(report: dict, prep: SharedLengthArrays | None = None) -> dict:
         mode = "planned" if name.endswith("_decreasing") else "streaming"
         snippet = (f"packing:\n  mode: {mode}\n  ctx: {ctx}\n  algorithm: {name}\n  max_segments: {max_segments}\n"
                    f"batch_size: 32\nformat: maxtext")
-        maxtext = {"packing": True, "max_target_length": ctx, "max_segments_per_seq": max_segments,
-                   "grain_packing_type": MAXTEXT_PACKING[name]}
+        # MaxText passes max_segments_per_seq to its first-fit packer only (best_fit ignores it): with a cap,
+        # which cudnn_flash_te needs, its own packer must be first_fit.
+        maxtext = ({"packing": True, "max_target_length": ctx, "grain_packing_type": "concat_then_split"}
+                   if name == "concat_split" else
+                   {"packing": True, "max_target_length": ctx, "grain_packing_type": "first_fit",
+                    "max_segments_per_seq": max_segments})
     return {"strategy": name, "ctx": ctx, "efficiency": choice["efficiency"], "speedup_bound": choice["speedup_bound"],
             "max_segments": max_segments, "reason": "; ".join(reasons), "datatools_config": snippet,
             "maxtext": maxtext}

@@ -60,8 +60,28 @@ def render(report: dict, console: Console, *, source: str) -> None:
                   f"speed-up bound {rec['speedup_bound']:.2f}x over padding. {rec['reason']}.")
     console.print("[bold]datatools pipeline config:[/]")
     console.print(rec["datatools_config"], markup=False, highlight=False)
-    console.print("[bold]MaxText equivalent:[/]")
+    console.print("[bold]MaxText's own packer, closest settings[/] (max_segments_per_seq works with first_fit only):")
     console.print("\n".join(f"{k}: {v}" for k, v in rec["maxtext"].items()), markup=False, highlight=False)
+    if report.get("maxtext"):
+        render_maxtext(report["maxtext"], console)
+
+
+def render_maxtext(mt: dict, console: Console) -> None:
+    """The configured MaxText pipeline: what it wastes today, and what to set."""
+    today, advice = mt["today"], mt["advice"]
+    console.print(f"[bold]MaxText today[/] ({mt['config']}): {today['pipeline']}")
+    fails = f"; [red]{today['fails']:,} documents stop its packer[/]" if today["fails"] else ""
+    console.print(f"  ctx {today['ctx']:,}, {today['bins']} bins (per-host batch): {today['rows']:,} rows, "
+                  f"[bold]{today['padding']:.1%} padding[/], {today['dropped_tokens']:,} tokens dropped, "
+                  f"up to {today['max_docs_per_row'] or '-'} documents per row{fails}")
+    own = ", ".join(f"{k}: {v}" for k, v in advice["maxtext_settings"].items())
+    eff = advice["maxtext_efficiency"]
+    console.print(f"  set in MaxText: {own}" + (f" -> {1 - eff:.1%} padding" if eff is not None else ""))
+    if advice["datatools_efficiency"] is not None:
+        console.print(f"  or feed it from datatools (datatools.integrations.maxtext): "
+                      f"{1 - advice['datatools_efficiency']:.1%} padding")
+    for note in advice["notes"]:
+        console.print(f"  - {note}", markup=False, highlight=False)
 
 
 def plot(report: dict, path: str | Path, *, source: str) -> Path:

@@ -27,8 +27,14 @@ from datatools.analysis.padding_report import plot, render
 @click.option("--tile", type=click.IntRange(1, MAX_CTX), default=128, show_default=True, help="Accelerator tile (tokens).")
 @click.option("--buckets", type=click.IntRange(1, MAX_BUCKETS), default=4, show_default=True, help="Buckets for the bucket strategy.")
 @click.option("--max-segments", type=click.IntRange(1, MAX_CTX), default=None, help="Cap on documents per packed row.")
-@click.option("--window", type=click.IntRange(1, MAX_WINDOW), default=256, show_default=True,
-              help="Open rows of the streaming first/best fit (Grain's num_packing_bins).")
+@click.option("--window", type=click.IntRange(1, MAX_WINDOW), default=None,
+              help="Open rows of the streaming first/best fit (Grain's num_packing_bins). Default: 256, or "
+                   "MaxText's per-host batch with --maxtext-config.")
+@click.option("--maxtext-config", type=click.Path(dir_okay=False), default=None,
+              help="A MaxText config (YAML): also report what that pipeline wastes today and what to set.")
+@click.option("--maxtext-set", "maxtext_set", multiple=True, metavar="KEY=VALUE",
+              help="Override a MaxText key (repeatable), as MaxText's command line does; also devices_per_host "
+                   "(default 1) and process_count.")
 @click.option("--eos-id", type=click.IntRange(0, MAX_TOKEN_ID), default=None, help="Document separator of a flat .bin/.npy token file.")
 @click.option("--bin-dtype", type=click.Choice(BIN_DTYPES), default="uint16", show_default=True,
               help="Token dtype of a .bin file.")
@@ -36,11 +42,23 @@ from datatools.analysis.padding_report import plot, render
               help="Write the report as JSON to FILE, or '-' for stdout (then nothing else goes to stdout).")
 @click.option("--plot", "plot_out", type=click.Path(dir_okay=False), default=None,
               help="Write a PNG: the length histogram beside each strategy's efficiency.")
-def analyze_padding_command(path, column, tokenizer, tokenizer_settings, bos, eos, contexts, tile, buckets, max_segments, window, eos_id, bin_dtype,
-                            json_out, plot_out):
+def analyze_padding_command(path, column, tokenizer, tokenizer_settings, bos, eos, contexts, tile, buckets, max_segments,
+                            window, maxtext_config, maxtext_set, eos_id, bin_dtype, json_out, plot_out):
     """Length distribution of PATH, the padding waste of every strategy, and a recommendation."""
     err = make_console(stderr=True)
     t0 = time.perf_counter()
+    settings = None
+    if maxtext_config is not None or maxtext_set:
+        from datatools.analysis.maxtext import read_maxtext_config
+
+        settings = read_maxtext_config(maxtext_config, maxtext_set)
+        if window is None:
+            window = min(settings.per_host_batch, MAX_WINDOW)
+        if contexts:
+            contexts = tuple(sorted(set(contexts) | {settings.max_target_length}))
+        else:
+            contexts = (settings.max_target_length,)
+    window = 256 if window is None else window
     inp = open_input(path, column=column, tokenizer=tokenizer, tokenizer_settings=tokenizer_settings, bos=bos,
                      eos=eos, eos_id=eos_id, bin_dtype=bin_dtype)
     if inp.encoder is not None:
@@ -54,6 +72,11 @@ def analyze_padding_command(path, column, tokenizer, tokenizer_settings, bos, eo
     with count_progress(err, n_ctx * len(STRATEGIES), "simulating strategies") as advance:
         report = analyze(lengths, contexts=list(contexts) or None, tile=tile, buckets=buckets,
                          max_segments=max_segments, window=window, progress=advance)
+    if settings is not None:
+        from datatools.analysis.maxtext import maxtext_report
+
+        report["maxtext"] = maxtext_report(lengths, settings, report["recommendation"],
+                                           config=display(maxtext_config) if maxtext_config else "defaults")
     report["source"] = display(path)
     report["input"] = inp.describe()
     report["read_seconds"] = read_s

@@ -8,7 +8,7 @@ import grain
 import numpy as np
 
 from datatools.kernels.validate import check_choice, check_int
-from datatools.kernels.batch_layouts import FORMATS, to_format
+from datatools.kernels.batch_layouts import BOUNDARY_TARGETS, FORMATS, POSITIONS, to_format
 
 
 def read_batch(parent: grain.MapDataset, indices) -> dict:
@@ -67,10 +67,20 @@ class BatchRowsMapDataset(grain.MapDataset):
 
 
 class FormatBatch(grain.transforms.Map):
-    """Convert canonical datatools batches to ``name`` (one of :data:`datatools.kernels.batch_layouts.FORMATS`)."""
+    """Convert canonical datatools batches to another layout (:mod:`datatools.kernels.batch_layouts`).
 
-    def __init__(self, name: str):
+    Args:
+      name: one of ``datatools``, ``maxtext``, ``levanter``, ``hf``.
+      boundary_targets: ``mask`` (a document's last token predicts nothing) or ``next_document`` (it predicts
+        the next document's first token in the same row, as MaxText does).
+      positions: ``restart`` (every piece counts from 0) or ``continue`` (a continuation piece counts on from its
+        offset in the document).
+    """
+
+    def __init__(self, name: str, *, boundary_targets: str = "mask", positions: str = "restart"):
         self.name = check_choice(name, "format", FORMATS)
+        self.boundary_targets = check_choice(boundary_targets, "boundary_targets", BOUNDARY_TARGETS)
+        self.positions = check_choice(positions, "positions", POSITIONS)
 
     def map(self, element):
-        return to_format(element, self.name)
+        return to_format(element, self.name, boundary_targets=self.boundary_targets, positions=self.positions)

@@ -9,62 +9,132 @@ arrays of shape (batch, ctx), or (ctx,) for one row:
 * ``loss_mask``: 1 where token t's next token t + 1 is in the same piece. It is 0 at
   padding and at each piece's last token, so no target crosses a document.
 
+Two options change what a batch says before it is laid out (:func:`apply_options`):
+
+``boundary_targets``
+    ``mask`` (default): a document's last token predicts nothing, so the loss of a
+    packed row is the sum of its documents' own losses (packed loss == unpacked
+    loss). ``next_document``: as MaxText's ``ShiftData`` does, the last token of a
+    document also predicts the first token of the document after it in the same row
+    (a prediction made without seeing that document: noise, but what a MaxText run
+    has always trained on).
+``positions``
+    ``restart`` (default): every piece counts from 0, as MaxText's chunking and
+    Grain's packers do and as transformers needs to find the boundaries of a
+    padding-free batch; positions stay below ctx, so a learned position table is
+    never indexed out of range. With rotary embeddings attention within a piece is
+    the same either way. ``continue``: a continuation piece of a document split
+    across rows counts on from its offset in the document.
+
 Formats (:data:`FORMATS`):
 
 ``datatools``
-    the canonical batch as is.
+    the canonical batch (with any extra fields, such as attention tiles).
 ``maxtext``
-    ``inputs``, ``inputs_segmentation``, ``inputs_position`` (the tokens, segment
-    ids, positions); ``targets`` (the next token, 0 where there is none),
-    ``targets_segmentation`` (the segment id where a target exists, else 0: MaxText
-    weights the loss by ``targets_segmentation != 0``) and ``targets_position``.
+    what MaxText's Grain pipeline feeds its train step: ``inputs``,
+    ``inputs_segmentation``, ``inputs_position`` (tokens, segment ids, positions);
+    ``targets`` (the next token, 0 where there is none), ``targets_segmentation``
+    (the next token's segment id where it is a target, else 0: MaxText weights the
+    loss by ``targets_segmentation != 0``) and ``targets_position``.
 ``levanter``
-    ``tokens``, ``loss_weight`` (float32, the loss mask: weight of predicting
-    token t + 1 at t) and ``segment_ids`` (for ``AttentionMask.with_segment_ids``).
+    the fields of Levanter's ``LmExample``: ``tokens``, ``loss_mask`` (int32, 1 at
+    t where token t + 1 is predicted, as ``LmExample.causal`` makes it) and
+    ``segment_ids`` numbered as Levanter's ``SequencePacker`` numbers them: 0, 1, ...
+    per piece of a row and -1 at padding (for ``AttentionMask.with_segment_ids``).
 ``hf``
-    padding-free, as ``DataCollatorWithFlattening`` gives it: the real tokens of the
-    whole batch concatenated into one row: ``input_ids``, ``position_ids`` and
-    ``labels`` (shape (1, real tokens); ``labels`` is -100 where the token is not
-    predicted, that is at every piece's first token, because Hugging Face models
-    shift labels themselves), plus ``cu_seqlens`` (int32, piece boundaries, for
-    flash-attention varlen kernels) and ``max_seqlen``. Its shape changes from batch
-    to batch.
+    padding-free, as transformers' ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)``
+    gives it: the real tokens of the whole batch concatenated into one row:
+    ``input_ids``, ``position_ids`` and ``labels`` (shape (1, real tokens); ``labels``
+    is -100 where the token is not predicted, e.g. at every piece's first token,
+    because Hugging Face models shift labels themselves), plus ``cu_seq_lens_q`` /
+    ``cu_seq_lens_k`` (int32 piece boundaries) and ``max_length_q`` / ``max_length_k``
+    (the longest piece, tokens), the flash-attention keyword arguments. With
+    ``positions: restart`` transformers also finds the pieces from ``position_ids``
+    (sdpa and eager attention). Its shape changes from batch to batch.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from datatools.kernels.validate import short_repr
+from datatools.kernels.validate import check_choice, short_repr
 
 FORMATS = ("datatools", "maxtext", "levanter", "hf")
 CANONICAL_KEYS = ("tokens", "segment_ids", "positions", "loss_mask")
+BOUNDARY_TARGETS = ("mask", "next_document")
+POSITIONS = ("restart", "continue")
 IGNORE_INDEX = -100
 
 
-def _next_token(tokens: np.ndarray, loss_mask: np.ndarray) -> np.ndarray:
-    nxt = np.zeros_like(tokens)
-    np.multiply(tokens[..., 1:], loss_mask[..., :-1] != 0, out=nxt[..., :-1], casting="unsafe")
-    return nxt
+def piece_starts(segment_ids: np.ndarray) -> np.ndarray:
+    """True at the first token of every piece (a run of one non-zero segment id within a row)."""
+    seg = np.atleast_2d(segment_ids)
+    start = np.empty(seg.shape, dtype=bool)
+    start[:, 0] = True
+    np.not_equal(seg[:, 1:], seg[:, :-1], out=start[:, 1:])
+    start &= seg != 0
+    return start.reshape(np.shape(segment_ids))
+
+
+def restart_positions(segment_ids: np.ndarray) -> np.ndarray:
+    """Positions counting from 0 at the start of every piece of a row; 0 at padding (int32, same shape)."""
+    seg = np.atleast_2d(segment_ids)
+    idx = np.broadcast_to(np.arange(seg.shape[1], dtype=np.int64), seg.shape)
+    first = np.maximum.accumulate(np.where(piece_starts(seg), idx, 0), axis=1)
+    return np.where(seg != 0, idx - first, 0).astype(np.int32).reshape(np.shape(segment_ids))
+
+
+def next_document_mask(segment_ids: np.ndarray) -> np.ndarray:
+    """The loss mask of ``boundary_targets: next_document``: 1 at t where tokens t and t + 1 are both real."""
+    seg = np.atleast_2d(segment_ids)
+    mask = np.zeros(seg.shape, dtype=np.int32)
+    mask[:, :-1] = (seg[:, :-1] != 0) & (seg[:, 1:] != 0)
+    return mask.reshape(np.shape(segment_ids))
+
+
+def apply_options(batch: dict, *, boundary_targets: str = "mask", positions: str = "restart") -> dict:
+    """A canonical batch with ``boundary_targets`` and ``positions`` applied (see the module docstring).
+
+    The canonical batch the packers make is ``mask`` / ``continue``; anything else is computed here, vectorized
+    over the whole batch.
+    """
+    check_choice(boundary_targets, "boundary_targets", BOUNDARY_TARGETS)
+    check_choice(positions, "positions", POSITIONS)
+    out = dict(batch)  # extra fields (attention tiles) ride along
+    if positions == "restart":
+        out["positions"] = restart_positions(batch["segment_ids"])
+    if boundary_targets == "next_document":
+        out["loss_mask"] = next_document_mask(batch["segment_ids"])
+    return out
+
+
+def _shift_left(x: np.ndarray) -> np.ndarray:
+    out = np.zeros_like(x)
+    out[..., :-1] = x[..., 1:]
+    return out
 
 
 def to_maxtext(batch: dict) -> dict:
-    seg, mask = batch["segment_ids"], batch["loss_mask"]
+    seg, mask = batch["segment_ids"], batch["loss_mask"] != 0
     return {
         "inputs": batch["tokens"],
         "inputs_segmentation": seg,
         "inputs_position": batch["positions"],
-        "targets": _next_token(batch["tokens"], mask),
-        "targets_segmentation": np.where(mask != 0, seg, 0).astype(seg.dtype, copy=False),
+        "targets": np.where(mask, _shift_left(batch["tokens"]), 0).astype(batch["tokens"].dtype, copy=False),
+        "targets_segmentation": np.where(mask, _shift_left(seg), 0).astype(seg.dtype, copy=False),
         "targets_position": batch["positions"],
     }
 
 
 def to_levanter(batch: dict) -> dict:
+    seg = np.atleast_2d(batch["segment_ids"])
+    # Levanter numbers the segments of a row 0, 1, ... and its padding -1 (SequencePacker).
+    starts = piece_starts(seg)
+    numbered = np.cumsum(starts, axis=1, dtype=np.int32) - 1
     return {
         "tokens": batch["tokens"],
-        "loss_weight": batch["loss_mask"].astype(np.float32),
-        "segment_ids": batch["segment_ids"],
+        "loss_mask": batch["loss_mask"].astype(np.int32, copy=False),
+        "segment_ids": np.where(seg != 0, numbered, -1).astype(np.int32).reshape(np.shape(batch["segment_ids"])),
     }
 
 
@@ -77,31 +147,32 @@ def to_hf(batch: dict) -> dict:
     predicted = np.zeros_like(real)
     predicted[:, 1:] = mask[:, :-1] != 0  # token t is a label when t - 1 predicts it
     labels = np.where(predicted, tokens, IGNORE_INDEX).astype(np.int32)
-    # A piece is a run of one segment id within one row.
-    key = (np.arange(seg.shape[0], dtype=np.int64)[:, None] * (int(seg.max(initial=0)) + 1) + seg)[real]
-    starts = np.flatnonzero(np.diff(key, prepend=-1) != 0)
-    total = int(key.shape[0])
+    starts = np.flatnonzero(piece_starts(seg)[real])
+    total = int(real.sum())
     cu = np.append(starts, total).astype(np.int32)
+    longest = int(np.diff(cu).max(initial=0))
     return {
         "input_ids": tokens[real][None, :].astype(np.int32, copy=False),
         "position_ids": pos[real][None, :].astype(np.int32, copy=False),
         "labels": labels[real][None, :],
-        "cu_seqlens": cu,
-        "max_seqlen": int(np.diff(cu).max(initial=0)),
+        "cu_seq_lens_q": cu,
+        "cu_seq_lens_k": cu.copy(),
+        "max_length_q": longest,
+        "max_length_k": longest,
     }
 
 
-_CONVERTERS = {"datatools": lambda b: {k: b[k] for k in CANONICAL_KEYS}, "maxtext": to_maxtext,
-               "levanter": to_levanter, "hf": to_hf}
+_CONVERTERS = {"datatools": lambda b: b, "maxtext": to_maxtext, "levanter": to_levanter, "hf": to_hf}
 
 
-def to_format(batch: dict, name: str) -> dict:
-    """Convert a canonical batch to the format ``name`` (one of :data:`FORMATS`)."""
+def to_format(batch: dict, name: str, *, boundary_targets: str = "mask", positions: str = "restart") -> dict:
+    """Convert a canonical batch to the format ``name`` (one of :data:`FORMATS`), with the batch options
+    ``boundary_targets`` (:data:`BOUNDARY_TARGETS`) and ``positions`` (:data:`POSITIONS`) applied first."""
     try:
         convert = _CONVERTERS[name]
-    except KeyError:
+    except (KeyError, TypeError):
         raise ValueError(f"format must be one of {', '.join(map(repr, FORMATS))}; got {short_repr(name)}") from None
     missing = [k for k in CANONICAL_KEYS if k not in batch]
     if missing:
         raise ValueError(f"not a canonical datatools batch: missing {', '.join(missing)}")
-    return convert(batch)
+    return convert(apply_options(batch, boundary_targets=boundary_targets, positions=positions))

@@ -8,6 +8,8 @@ A config (see ``configs/``)::
     # or   bucketing: {num_buckets: 4, tile: 128, max_len: 2048, token_budget: 65536}
     batch_size: 32
     format: maxtext                          # datatools | maxtext | levanter | hf
+    boundary_targets: mask                   # mask | next_document (MaxText's ShiftData)
+    positions: restart                       # restart (every piece from 0) | continue
     num_epochs: 1                            # null: repeat forever
     workers: 2                               # Grain prefetch processes (0: in process)
     shard: {index: 0, count: 1}              # this host of count
@@ -38,7 +40,7 @@ import grain
 import numpy as np
 
 from datatools.kernels.bucket import bucket_batch_sizes, bucket_boundaries
-from datatools.kernels.batch_layouts import FORMATS
+from datatools.kernels.batch_layouts import BOUNDARY_TARGETS, FORMATS, POSITIONS
 from datatools.kernels.pack import ALGORITHMS
 from datatools.kernels.validate import (MAX_BATCH, MAX_BUCKETS, MAX_CTX, MAX_RECORDS, MAX_TOKEN_ID, MAX_WINDOW,
                                         OVERFLOW_POLICIES)
@@ -120,6 +122,12 @@ class PipelineConfig:
     batch_size: int = field(32, minimum=1, maximum=MAX_BATCH, doc="rows per batch (bucketing: unless token_budget is set)")
     drop_remainder: bool = field(True, doc="drop each epoch's last, short batch")
     format: Literal[FORMATS] = field("datatools", doc="batch layout: datatools (canonical), maxtext, levanter, hf")
+    boundary_targets: Literal[BOUNDARY_TARGETS] = field(
+        "mask", doc="mask: a document's last token predicts nothing (packed loss == unpacked loss); next_document: "
+                    "it predicts the next document's first token in the row (MaxText's ShiftData)")
+    positions: Literal[POSITIONS] = field(
+        "restart", doc="restart: every document piece counts from 0 (MaxText, Grain, transformers; below ctx); "
+                       "continue: a piece of a split document counts on from its offset")
     num_epochs: int | None = field(1, minimum=1, maximum=1 << 40, doc="null: repeat forever")
     workers: int = field(0, minimum=0, maximum=1024, doc="Grain prefetch processes")
     shard: ShardConfig = field(default_factory=ShardConfig)
@@ -346,6 +354,4 @@ def build(config, *, source: str | None = None, documents=None) -> grain.IterDat
     else:
         raise TypeError(f"config must be a PipelineConfig, a mapping or a YAML path; got {type(config).__name__}")
     built = build_canonical(cfg, documents)
-    if cfg.format == "datatools":
-        return built.dataset
-    return built.dataset.map(FormatBatch(cfg.format))
+    return built.dataset.map(FormatBatch(cfg.format, boundary_targets=cfg.boundary_targets, positions=cfg.positions))

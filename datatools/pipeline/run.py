@@ -44,7 +44,7 @@ def run_pipeline(cfg: PipelineConfig, steps: int, *, progress=None, documents=No
                     real += int(np.count_nonzero(seg))
                     slots += seg.size
                 shapes.add(tuple(int(x) for x in seg.shape))
-                to_format(batch, cfg.format)  # the conversion the configured pipeline pays (timed, then dropped)
+                to_format(batch, cfg.format, boundary_targets=cfg.boundary_targets, positions=cfg.positions)  # the conversion the configured pipeline pays (timed, then dropped)
                 done += 1
                 if advance:
                     advance()

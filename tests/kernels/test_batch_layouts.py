@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datatools import materialize, pack_lengths
-from datatools.kernels.batch_layouts import FORMATS, IGNORE_INDEX, to_format
+from datatools.kernels.batch_layouts import FORMATS, IGNORE_INDEX, restart_positions, to_format
 
 
 def packed_batch(lengths, ctx, seed=0):
@@ -46,15 +46,24 @@ def test_loss_mask_never_crosses_a_document(lengths, ctx):
 def test_maxtext_and_levanter_carry_the_same_targets(lengths, ctx):
     b = packed_batch(lengths, ctx)
     want = targets_of(b)
-    m = to_format(b, "maxtext")
+    m = to_format(b, "maxtext", positions="continue")
+    np.testing.assert_array_equal(m["inputs_position"], b["positions"])
     r, t = np.nonzero(m["targets_segmentation"])
     assert set(zip(r.tolist(), t.tolist(), m["targets"][r, t].tolist())) == want
     assert (m["targets_segmentation"][r, t] == m["inputs_segmentation"][r, t]).all()
     np.testing.assert_array_equal(m["inputs"], b["tokens"])
     lv = to_format(b, "levanter")
-    assert lv["loss_weight"].dtype == np.float32
-    r, t = np.nonzero(lv["loss_weight"])
+    assert lv["loss_mask"].dtype == np.int32
+    r, t = np.nonzero(lv["loss_mask"])
     assert set(zip(r.tolist(), t.tolist(), lv["tokens"][r, t + 1].tolist())) == want
+    # Levanter's SequencePacker numbering: 0, 1, ... per piece of a row, -1 at padding; same pieces as ours
+    seg, lseg = b["segment_ids"], lv["segment_ids"]
+    assert ((lseg == -1) == (seg == 0)).all()
+    for row, lrow in zip(seg, lseg):
+        real = row > 0
+        assert lrow[real][0] == 0 if real.any() else True
+        np.testing.assert_array_equal(np.diff(lrow[real]) != 0, np.diff(row[real]) != 0)
+        assert (np.diff(lrow[real]) >= 0).all() and (np.diff(lrow[real]) <= 1).all()
 
 
 @settings(max_examples=60, deadline=None)
@@ -64,8 +73,10 @@ def test_hf_is_padding_free_with_shifted_labels(lengths, ctx):
     h = to_format(b, "hf")
     real = b["segment_ids"] > 0
     np.testing.assert_array_equal(h["input_ids"][0], b["tokens"][real])
-    np.testing.assert_array_equal(h["position_ids"][0], b["positions"][real])
-    cu = h["cu_seqlens"]
+    cu = h["cu_seq_lens_q"]
+    np.testing.assert_array_equal(h["cu_seq_lens_k"], cu)
+    # positions restart in every piece, so transformers finds the pieces from position_ids alone
+    np.testing.assert_array_equal(np.flatnonzero(h["position_ids"][0] == 0), cu[:-1])
     assert cu[0] == 0 and cu[-1] == real.sum() and (np.diff(cu) > 0).all()
     num_pieces = sum(len(np.unique(row[row > 0])) for row in b["segment_ids"])
     assert cu.shape[0] == num_pieces + 1
@@ -75,7 +86,7 @@ def test_hf_is_padding_free_with_shifted_labels(lengths, ctx):
     assert int((labels != IGNORE_INDEX).sum()) == int(b["loss_mask"].sum())
     keep = labels != IGNORE_INDEX
     np.testing.assert_array_equal(labels[keep], h["input_ids"][0][keep])
-    assert h["max_seqlen"] == int(np.diff(cu).max())
+    assert h["max_length_q"] == h["max_length_k"] == int(np.diff(cu).max())
 
 
 def test_every_format_and_a_clear_error():
@@ -86,3 +97,46 @@ def test_every_format_and_a_clear_error():
         to_format(b, "tfds")
     with pytest.raises(ValueError, match="missing loss_mask"):
         to_format({k: v for k, v in b.items() if k != "loss_mask"}, "maxtext")
+    with pytest.raises(ValueError, match="positions must be one of"):
+        to_format(b, "hf", positions="absolute")
+    with pytest.raises(ValueError, match="boundary_targets must be one of"):
+        to_format(b, "hf", boundary_targets=None)
+
+
+@settings(max_examples=60, deadline=None)
+@given(lengths=lengths_st, ctx=st.integers(4, 48))
+def test_positions_restart_or_continue(lengths, ctx):
+    b = packed_batch(lengths, ctx)
+    cont = to_format(b, "datatools", positions="continue")["positions"]
+    np.testing.assert_array_equal(cont, b["positions"])
+    pos = to_format(b, "datatools")["positions"]
+    assert pos.max() < ctx
+    for row_seg, row_pos, row_cont in zip(b["segment_ids"], pos, cont):
+        for s in np.unique(row_seg[row_seg > 0]):
+            where = np.flatnonzero(row_seg == s)
+            np.testing.assert_array_equal(row_pos[where], np.arange(where.size))
+            np.testing.assert_array_equal(row_cont[where] - row_cont[where[0]], np.arange(where.size))
+        assert (row_pos[row_seg == 0] == 0).all()
+    np.testing.assert_array_equal(restart_positions(b["segment_ids"][0]), pos[0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(lengths=lengths_st, ctx=st.integers(4, 48))
+def test_next_document_targets_are_maxtexts_shift(lengths, ctx):
+    """next_document == MaxText's ShiftData on the packed row: every real token with a real successor in its
+    row predicts it; mask == next_document minus the boundary targets."""
+    b = packed_batch(lengths, ctx)
+    nd = to_format(b, "maxtext", boundary_targets="next_document")
+    seg, tok = b["segment_ids"], b["tokens"]
+    # MaxText: targets = inputs shifted left, targets_segmentation = segmentation shifted left (0 at the end)
+    shifted_seg = np.zeros_like(seg)
+    shifted_seg[:, :-1] = seg[:, 1:]
+    shifted_tok = np.zeros_like(tok)
+    shifted_tok[:, :-1] = tok[:, 1:]
+    weight = (shifted_seg != 0) & (seg != 0)
+    np.testing.assert_array_equal(nd["targets_segmentation"] != 0, weight)
+    np.testing.assert_array_equal(nd["targets"][weight], shifted_tok[weight])
+    np.testing.assert_array_equal(nd["targets_segmentation"][weight], shifted_seg[weight])
+    masked = to_format(b, "maxtext")
+    boundary = weight & (shifted_seg != seg)
+    np.testing.assert_array_equal(masked["targets_segmentation"] != 0, weight & ~boundary)

@@ -1,0 +1,272 @@
+"""What a MaxText input pipeline wastes today, read from its own config, and what to set instead.
+
+MaxText's Grain pipeline (``maxtext/input_pipeline/data_processing_utils.py``,
+``format_and_batch``) does, per host:
+
+* ``packing: false``: one document per row, padded or cut to ``max_target_length``;
+* ``packing: true``: Grain's streaming packer with ``num_packing_bins`` equal to the
+  per-host batch (``global_batch_size_to_load // process_count``, that is
+  ``per_device_batch_size`` x the host's devices), not 256:
+
+  * ``grain_packing_type: first_fit``: ``FirstFitPackIterDataset`` with
+    ``max_sequences_per_bin = max_segments_per_seq`` (when > 0);
+  * ``best_fit``: ``BestFitPackIterDataset``, which MaxText gives **no** segment cap,
+    so a row can hold any number of documents (unsafe for ``cudnn_flash_te``, whose
+    kernel needs the cap);
+  * ``concat_then_split``: every document concatenated and cut at the context;
+
+  then ``batch_and_pad`` pads the last batch with empty rows.
+
+Documents longer than ``max_target_length``: when MaxText tokenizes the text
+(``tokenize_train_data``), ``use_truncation: true`` cuts them and ``false`` chunks
+them into pieces of the context; pre-tokenized data is passed to the packer as is,
+and Grain's packers stop with ``Could not add element to empty packed batch`` on the
+first one (``packing: false`` cuts it).
+
+:func:`read_maxtext_config` reads a MaxText YAML config (its ``base_config`` chain and
+``key=value`` overrides, as MaxText's command line takes them) into
+:class:`MaxTextSettings` without importing MaxText; :func:`maxtext_view` simulates that
+pipeline on document lengths with the analyzer's kernels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from datatools.kernels.validate import as_lengths, short_repr
+
+PACKING_TYPES = ("first_fit", "best_fit", "concat_then_split")
+# MaxText's attention backends that take segment ids from packed batches; cudnn_flash_te needs the cap.
+CAPPED_ATTENTION = ("cudnn_flash_te",)
+
+
+@dataclass(frozen=True)
+class MaxTextSettings:
+    """The MaxText config keys that decide how its input pipeline packs (MaxText's names and defaults)."""
+
+    max_target_length: int = 2048
+    packing: bool = True
+    grain_packing_type: str = "first_fit"
+    max_segments_per_seq: int = -1
+    per_device_batch_size: float = 12.0
+    devices_per_host: int = 1  # not a MaxText key: jax.local_device_count() on the training host
+    process_count: int = 1  # not a MaxText key: jax.process_count()
+    tokenize_train_data: bool = True
+    use_truncation: bool = True
+    add_bos: bool = True
+    add_eos: bool = True
+    enable_data_shuffling: bool = True
+    data_shuffle_seed: int = 0
+    attention: str = "autoselected"
+    hardware: str = "tpu"
+    dataset_type: str = "synthetic"
+    grain_worker_count: int = 1
+    num_epoch: int = 1
+
+    @property
+    def per_host_batch(self) -> int:
+        """Rows per host per step: MaxText's ``global_batch_size_to_load // process_count``."""
+        return max(1, int(self.per_device_batch_size * self.devices_per_host))
+
+    @property
+    def segment_cap(self) -> int | None:
+        """The cap MaxText's packer applies: ``max_segments_per_seq`` for first fit only (None: no cap)."""
+        if self.grain_packing_type == "first_fit" and self.max_segments_per_seq > 0:
+            return int(self.max_segments_per_seq)
+        return None
+
+
+_KEYS = {f.name: f for f in dataclasses.fields(MaxTextSettings)}
+
+
+def _coerce(key: str, value, where: str):
+    kind = _KEYS[key].type
+    try:
+        if kind == "bool":
+            if isinstance(value, str):
+                if value.lower() in ("true", "1", "yes"):
+                    return True
+                if value.lower() in ("false", "0", "no"):
+                    return False
+                raise ValueError
+            return bool(value)
+        if kind == "int":
+            if isinstance(value, str):
+                value = value.replace("_", "")
+            if isinstance(value, bool) or float(value) != int(float(value)):
+                raise ValueError
+            return int(float(value))
+        if kind == "float":
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: {key} must be a{'n' if kind == 'int' else ''} {kind}; got {short_repr(value)}") \
+            from None
+
+
+def _load_chain(path: Path, seen: tuple = ()) -> dict:
+    from datatools.io.yaml_files import load_yaml  # the limited safe loader
+
+    if path in seen or len(seen) > 8:
+        raise ValueError(f"{path}: base_config chain loops or is deeper than 8 files")
+    data = load_yaml(path)
+    base = data.pop("base_config", None)
+    if base:
+        base_path = Path(base) if Path(base).is_absolute() else path.parent / base
+        merged = _load_chain(base_path, seen + (path,))
+        merged.update(data)
+        return merged
+    return data
+
+
+def read_maxtext_config(path: str | os.PathLike | None = None, overrides=()) -> MaxTextSettings:
+    """The packing-relevant settings of a MaxText config.
+
+    Args:
+      path: a MaxText YAML config (``base_config`` files are followed, relative to it); None: MaxText's defaults.
+      overrides: ``key=value`` strings (MaxText's command-line form); also ``devices_per_host`` and
+        ``process_count``, which MaxText takes from jax.
+    """
+    data = {} if path is None else _load_chain(Path(path))
+    where = str(path) if path is not None else "maxtext settings"
+    for item in overrides:
+        if not isinstance(item, str) or "=" not in item:
+            raise ValueError(f"maxtext setting must be key=value; got {short_repr(item)}")
+        key, value = item.split("=", 1)
+        data[key.strip()] = value.strip()
+    values = {k: _coerce(k, v, where) for k, v in data.items() if k in _KEYS and v is not None}
+    s = MaxTextSettings(**values)
+    if s.grain_packing_type not in PACKING_TYPES:
+        raise ValueError(f"{where}: grain_packing_type must be one of {', '.join(PACKING_TYPES)}; "
+                         f"got {short_repr(s.grain_packing_type)}")
+    for key in ("max_target_length", "devices_per_host", "process_count"):
+        if getattr(s, key) < 1:
+            raise ValueError(f"{where}: {key} must be >= 1; got {getattr(s, key)}")
+    if s.per_device_batch_size <= 0:
+        raise ValueError(f"{where}: per_device_batch_size must be > 0; got {s.per_device_batch_size}")
+    return s
+
+
+def _order(lengths: np.ndarray, s: MaxTextSettings) -> np.ndarray:
+    """Documents in the order one host's packer sees them: its share (every process_count-th), shuffled when
+    MaxText shuffles (a seeded random order: Grain's own permutation differs, its statistics do not)."""
+    if s.process_count > 1:
+        lengths = lengths[: -(-lengths.shape[0] // s.process_count)]
+    if s.enable_data_shuffling and lengths.shape[0] > 1:
+        from datatools.kernels.shuffle import FeistelPermutation
+
+        lengths = lengths[FeistelPermutation(lengths.shape[0], s.data_shuffle_seed)(np.arange(lengths.shape[0]))]
+    return lengths
+
+
+def maxtext_view(lengths, settings: MaxTextSettings) -> dict:
+    """Simulate the configured MaxText pipeline on one host: its rows, padding and dropped tokens.
+
+    Returns a dict: ``pipeline`` (a one-line description), ``ctx``, ``bins`` (the packer's open rows: the
+    per-host batch), ``segment_cap``, ``rows`` (packed rows, the last batch padded with empty rows as
+    ``batch_and_pad`` does), ``efficiency`` (real tokens / slots), ``padding`` (1 - efficiency),
+    ``dropped_tokens`` (cut by truncation), ``max_docs_per_row`` and ``fails`` (how many documents stop
+    MaxText's packer: pre-tokenized, packed and longer than the context; 0 otherwise).
+    """
+    from datatools.analysis.padding import SharedLengthArrays, streaming_pack_rows
+
+    s = settings
+    ctx = s.max_target_length
+    lengths = _order(as_lengths(lengths), s)
+    lengths = lengths[lengths > 0]
+    if s.tokenize_train_data:  # MaxText's tokenizer adds these to every text
+        lengths = lengths + int(s.add_bos) + int(s.add_eos)
+    total = int(lengths.sum())
+    bins = s.per_host_batch
+    fails = 0
+    if s.tokenize_train_data and not s.use_truncation:
+        cut = "chunked at the context"
+        prep = SharedLengthArrays(lengths)
+        sizes = prep.sizes(ctx)  # pieces of ctx, in order
+        dropped = 0
+    else:
+        cut = "cut at the context"
+        long = lengths > ctx
+        if s.packing and not s.tokenize_train_data:
+            fails = int(long.sum())
+            cut = "passed whole to the packer"
+        sizes = np.minimum(lengths, ctx).astype(np.int32)
+        dropped = total - int(sizes.sum())
+    kept_tokens = int(sizes.sum())
+    cap = s.segment_cap
+    if not s.packing:
+        rows, most, name = int(sizes.shape[0]), 1, "no packing (one document per row)"
+    elif s.grain_packing_type == "first_fit":
+        rows, most = streaming_pack_rows(sizes, ctx, "first_fit", bins, cap)
+        name = f"Grain first fit, {bins} bins" + (f", at most {cap} documents per row" if cap else ", no cap")
+    elif s.grain_packing_type == "best_fit":
+        rows, most = streaming_pack_rows(sizes, ctx, "best_fit", bins, None)
+        name = f"Grain best fit, {bins} bins, no cap (MaxText passes max_segments_per_seq to first fit only)"
+    else:
+        rows, most = -(-kept_tokens // ctx), None
+        name = "Grain concat then split"
+    rows = int(-(-int(rows) // bins) * bins)  # batch_and_pad fills the last batch with empty rows
+    slots = rows * ctx
+    efficiency = kept_tokens / slots if slots else 0.0
+    return {"pipeline": f"{name}; documents longer than {ctx} {cut}", "ctx": ctx, "bins": bins,
+            "segment_cap": cap, "packing": s.packing, "grain_packing_type": s.grain_packing_type,
+            "rows": rows, "efficiency": efficiency, "padding": 1.0 - efficiency, "dropped_tokens": int(dropped),
+            "max_docs_per_row": None if most is None else int(most), "fails": fails, "documents": int(lengths.shape[0])}
+
+
+def maxtext_advice(view: dict, settings: MaxTextSettings, recommendation: dict, capped: dict | None,
+                   uncapped: dict | None) -> dict:
+    """What to set in MaxText, never best_fit with a cap.
+
+    Args:
+      view: :func:`maxtext_view` of the settings as they are.
+      recommendation: the analyzer's recommendation (datatools' pipeline).
+      capped: :func:`maxtext_view` of first fit with the recommended cap at the same bins.
+      uncapped: :func:`maxtext_view` of best fit (no cap) at the same bins.
+    """
+    needs_cap = settings.attention in CAPPED_ATTENTION or settings.max_segments_per_seq > 0
+    cap = recommendation.get("max_segments") or (settings.max_segments_per_seq
+                                                 if settings.max_segments_per_seq > 0 else None)
+    lines = []
+    if needs_cap or uncapped is None:
+        own = {"packing": True, "grain_packing_type": "first_fit", "max_segments_per_seq": cap}
+        own_eff = capped["efficiency"] if capped else None
+        why = ("attention: cudnn_flash_te needs max_segments_per_seq, which MaxText applies with first_fit only"
+               if settings.attention in CAPPED_ATTENTION else
+               "a segment cap is set, and MaxText applies it with first_fit only (best_fit ignores it)")
+    else:
+        own = {"packing": True, "grain_packing_type": "best_fit"}
+        own_eff = uncapped["efficiency"]
+        why = "no segment cap needed by the attention: best_fit (MaxText gives it no cap)"
+    lines.append(why)
+    lines.append("attention on packed rows needs packing: true (segment ids); dot_product and flash take them, "
+                 "cudnn_flash_te also needs max_segments_per_seq")
+    if view["fails"]:
+        lines.append(f"{view['fails']:,} pre-tokenized documents are longer than max_target_length="
+                     f"{view['ctx']}: MaxText's packer stops on the first; datatools splits them "
+                     f"(datatools.integrations.maxtext.create_data_iterator)")
+    return {"maxtext_settings": own, "maxtext_efficiency": own_eff,
+            "datatools_efficiency": recommendation.get("efficiency"), "notes": lines}
+
+
+def maxtext_report(lengths, settings: MaxTextSettings, recommendation: dict, *, config: str) -> dict:
+    """The ``maxtext`` section of an analyze-padding report: the settings, :func:`maxtext_view` of the pipeline as
+    configured, and :func:`maxtext_advice` (first fit with the recommended cap, or best fit without one)."""
+    lengths = as_lengths(lengths)
+    today = maxtext_view(lengths, settings)
+    cap = recommendation.get("max_segments") or (settings.max_segments_per_seq
+                                                 if settings.max_segments_per_seq > 0 else None)
+    uncapped = maxtext_view(lengths, dataclasses.replace(settings, packing=True, grain_packing_type="best_fit"))
+    if cap is None:  # no cap recommended or set: the most documents first fit puts in a row costs nothing
+        cap = maxtext_view(lengths, dataclasses.replace(settings, packing=True, grain_packing_type="first_fit",
+                                                        max_segments_per_seq=-1))["max_docs_per_row"]
+    capped = maxtext_view(lengths, dataclasses.replace(settings, packing=True, grain_packing_type="first_fit",
+                                                       max_segments_per_seq=cap))
+    recommendation = {**recommendation, "max_segments": cap}
+    return {"config": config, "settings": dataclasses.asdict(settings), "per_host_batch": settings.per_host_batch,
+            "today": today, "advice": maxtext_advice(today, settings, recommendation, capped, uncapped)}

@@ -1,0 +1,261 @@
+"""MaxText fed by a datatools pipeline, configured with MaxText's own keys.
+
+MaxText builds its data iterators in one function,
+``maxtext.input_pipeline.input_pipeline_interface.create_data_iterator(config, mesh)``,
+which its trainers look up when training starts; it has no hook for an outside data
+source. :func:`create_data_iterator` has the same signature and returns the same
+thing, ``(train_iterator, eval_iterator)``, each a MaxText
+``MultiHostDataLoadIterator`` over a datatools pipeline in the ``maxtext`` format, so
+MaxText's train step, its ``total_weights`` and its Grain checkpointing
+(``dataset_type: grain``) work unchanged. :func:`use_datatools` installs it for the
+duration of a ``with`` block, and :func:`train` runs MaxText's pre-training entry
+point with it::
+
+    from datatools.integrations import maxtext
+    maxtext.train(["base.yml", "dataset_type=grain", "grain_train_files=data/store", "steps=1000"],
+                  pipeline="configs/maxtext_pipeline.yaml")
+
+or from a shell: ``python -m datatools.integrations.maxtext --pipeline P.yaml base.yml key=value ...``.
+
+MaxText keys and the datatools keys they set (:func:`pipeline_config`):
+
+=============================================  ==========================================
+MaxText                                        datatools pipeline
+=============================================  ==========================================
+``max_target_length``                          ``packing.ctx``
+``global_batch_size_to_load`` / processes      ``batch_size`` (rows per host)
+``grain_train_files``                          ``source.path`` (when the pipeline has none)
+``max_segments_per_seq`` (> 0)                 ``packing.max_segments``
+``data_shuffle_seed``                          ``seed``
+``enable_data_shuffling: false``               ``shuffle.kind: none``
+``grain_worker_count`` (>= 0)                  ``workers``
+``num_epoch``                                  ``num_epochs``
+jax process index / count                      ``shard.index`` / ``shard.count``
+=============================================  ==========================================
+
+Everything else (packing mode and algorithm, shuffle kind and blocks,
+``boundary_targets``, ``positions``, ``pad_id``) comes from the datatools pipeline
+config, whose defaults are planned best-fit-decreasing packing, a full Feistel
+shuffle, ``boundary_targets: mask`` and ``positions: restart``. A datatools key that
+contradicts the MaxText one (another ctx, batch size or cap) is an error, not a
+silent choice. ``packing: false`` in MaxText does not turn packing off here: packed
+rows with segment ids are what datatools is for, and every MaxText attention takes
+them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from pathlib import Path
+
+from datatools.pipeline import PipelineConfig, build, parse_config
+from datatools.pipeline.schema import load_yaml
+
+__all__ = ["create_data_iterator", "pipeline_config", "use_datatools", "train", "main"]
+
+
+def _setting(config, key: str, default=None):
+    try:
+        return getattr(config, key)
+    except (AttributeError, KeyError, ValueError):
+        return config.get(key, default) if isinstance(config, dict) else default
+
+
+def _pipeline_mapping(pipeline) -> dict:
+    if pipeline is None:
+        return {}
+    if isinstance(pipeline, (str, os.PathLike)):
+        return load_yaml(pipeline)
+    if isinstance(pipeline, dict):
+        return dict(pipeline)
+    raise TypeError(f"pipeline must be a YAML path, a mapping or None; got {type(pipeline).__name__}")
+
+
+def _agree(data: dict, section: str | None, key: str, value, maxtext_key: str) -> None:
+    """Set ``key`` (in ``section``) to MaxText's ``value``; a different value already there is an error."""
+    target = data if section is None else data.setdefault(section, {})
+    if not isinstance(target, dict):
+        return  # the schema reports the malformed section
+    have = target.get(key)
+    if have is not None and have != value:
+        where = key if section is None else f"{section}.{key}"
+        raise ValueError(f"datatools pipeline {where}={have!r} contradicts MaxText's {maxtext_key}={value!r}; "
+                         f"drop it from the pipeline config (MaxText's value is used)")
+    target[key] = value
+
+
+def pipeline_config(config, pipeline=None, *, process_index: int = 0, process_count: int = 1,
+                    split: str = "train") -> PipelineConfig:
+    """The datatools pipeline config for a MaxText config (see the module docstring for the key mapping).
+
+    Args:
+      config: MaxText's config (``pyconfig.HyperParameters``) or a mapping of its keys.
+      pipeline: a datatools pipeline config (YAML path or mapping) for what MaxText has no key for; its
+        ``source`` may be left out when ``grain_train_files`` names the data.
+      process_index, process_count: this host and the number of hosts (``jax.process_index()`` /
+        ``jax.process_count()``).
+      split: ``train`` or ``eval`` (eval: ``grain_eval_files``, ``global_batch_size_to_load_eval``, no shuffle,
+        one epoch).
+    """
+    data = _pipeline_mapping(pipeline)
+    ctx = int(_setting(config, "max_target_length"))
+    if split == "train":
+        global_batch = int(_setting(config, "global_batch_size_to_load"))
+        files = _setting(config, "grain_train_files", "")
+    elif split == "eval":
+        global_batch = int(_setting(config, "global_batch_size_to_load_eval") or 0) or \
+            int(_setting(config, "global_batch_size_to_load"))
+        files = _setting(config, "grain_eval_files", "")
+        data = {k: v for k, v in data.items() if k not in ("source", "shuffle", "num_epochs", "batch_size")}
+        if not files:
+            raise ValueError("MaxText eval_interval > 0 needs grain_eval_files naming the evaluation data")
+        data["source"] = {"path": str(files)}
+        data["shuffle"] = {"kind": "none"}
+        data["num_epochs"] = 1
+    else:
+        raise ValueError(f"split must be 'train' or 'eval'; got {split!r}")
+    if global_batch % process_count:
+        raise ValueError(f"MaxText's global batch {global_batch} does not divide over {process_count} processes")
+    if "source" not in data:
+        if not files:
+            raise ValueError("no data: give the datatools pipeline a source, or MaxText grain_train_files")
+        data["source"] = {"path": str(files)}
+    if data.get("bucketing") is not None:
+        raise ValueError("MaxText trains on fixed (batch, max_target_length) shapes: use packing, not bucketing")
+    data.setdefault("packing", {})
+    _agree(data, "packing", "ctx", ctx, "max_target_length")
+    _agree(data, None, "batch_size", global_batch // process_count, "global_batch_size_to_load / processes")
+    cap = int(_setting(config, "max_segments_per_seq", -1) or -1)
+    if cap > 0:
+        _agree(data, "packing", "max_segments", cap, "max_segments_per_seq")
+    _agree(data, None, "format", "maxtext", "(the MaxText batch layout)")
+    if split == "train":
+        data.setdefault("seed", int(_setting(config, "data_shuffle_seed", 0) or 0))
+        if _setting(config, "enable_data_shuffling", True) is False:
+            data["shuffle"] = {"kind": "none"}
+        data.setdefault("num_epochs", int(_setting(config, "num_epoch", 1) or 1))
+    workers = _setting(config, "grain_worker_count", None)
+    if workers is not None and int(workers) >= 0:
+        data["workers"] = int(workers)
+    data["shard"] = {"index": int(process_index), "count": int(process_count)}
+    return parse_config(data)
+
+
+class HostBatchIterator:
+    """MaxText's iterator contract without MaxText: each host's batch becomes one global ``jax.Array`` per key,
+    split over the mesh's devices along the batch axis; ``local_iterator`` is the Grain iterator (checkpointed)."""
+
+    def __init__(self, dataset, mesh):
+        self.dataset = dataset
+        self.mesh = mesh
+        self.local_iterator = iter(dataset)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        import jax
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        batch = next(self.local_iterator)
+        sharding = NamedSharding(self.mesh, PartitionSpec(self.mesh.axis_names))
+        return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
+
+
+def _host_iterator(dataset, mesh, generate_padding_batch: bool):
+    try:
+        from maxtext.input_pipeline.multihost_dataloading import MultiHostDataLoadIterator
+    except ImportError:
+        return HostBatchIterator(dataset, mesh)
+    return MultiHostDataLoadIterator(dataset, mesh, generate_padding_batch)
+
+
+def create_data_iterator(config, mesh, *, pipeline=None):
+    """MaxText's ``create_data_iterator(config, mesh)`` over a datatools pipeline.
+
+    Args:
+      config: MaxText's config.
+      mesh: MaxText's device mesh.
+      pipeline: a datatools pipeline config (YAML path or mapping); default: the ``DATATOOLS_PIPELINE``
+        environment variable, else datatools' defaults.
+
+    Returns:
+      ``(train_iterator, eval_iterator)``: MaxText ``MultiHostDataLoadIterator`` objects (datatools'
+      :class:`HostBatchIterator` where MaxText is not installed); ``eval_iterator`` is None unless
+      ``eval_interval > 0``.
+    """
+    import jax
+
+    if pipeline is None:
+        pipeline = os.environ.get("DATATOOLS_PIPELINE") or None
+    index, count = jax.process_index(), jax.process_count()
+    train_cfg = pipeline_config(config, pipeline, process_index=index, process_count=count)
+    train_it = _host_iterator(build(train_cfg), mesh, bool(_setting(config, "generate_padding_batch_train", False)))
+    eval_it = None
+    if int(_setting(config, "eval_interval", -1) or -1) > 0:
+        eval_cfg = pipeline_config(config, pipeline, process_index=index, process_count=count, split="eval")
+        eval_it = _host_iterator(build(eval_cfg), mesh, bool(_setting(config, "generate_padding_batch_eval", False)))
+    return train_it, eval_it
+
+
+@contextlib.contextmanager
+def use_datatools(pipeline=None):
+    """Within the block, MaxText's trainers get their data from :func:`create_data_iterator` with ``pipeline``.
+
+    MaxText has no data-source hook: this replaces the one function its trainers look up,
+    ``input_pipeline_interface.create_data_iterator``, and puts MaxText's back on exit. Use MaxText's
+    ``dataset_type: grain`` so that its checkpoints save the data iterator's state.
+    """
+    from maxtext.input_pipeline import input_pipeline_interface as interface
+
+    original = interface.create_data_iterator
+
+    def datatools_iterator(config, mesh):
+        return create_data_iterator(config, mesh, pipeline=pipeline)
+
+    interface.create_data_iterator = datatools_iterator
+    try:
+        yield
+    finally:
+        interface.create_data_iterator = original
+
+
+def train(argv, pipeline=None) -> None:
+    """Run MaxText's pre-training (``maxtext.trainers.pre_train.train.main``) on a datatools pipeline.
+
+    Args:
+      argv: MaxText's command line without the program name: a config file then ``key=value`` overrides.
+      pipeline: a datatools pipeline config (YAML path or mapping).
+    """
+    from maxtext.trainers.pre_train import train as maxtext_train
+
+    argv = [str(a) for a in argv]
+    if not argv or not Path(argv[0]).is_file():
+        raise ValueError(f"the first argument must be a MaxText config file; got {argv[:1]}")
+    with use_datatools(pipeline):
+        maxtext_train.main(["maxtext"] + argv)
+
+
+def main(args=None) -> int:
+    """``python -m datatools.integrations.maxtext [--pipeline P.yaml] CONFIG.yml [key=value ...]``."""
+    parser = argparse.ArgumentParser(prog="python -m datatools.integrations.maxtext",
+                                     description="Run MaxText's pre-training on a datatools pipeline.")
+    parser.add_argument("--pipeline", help="datatools pipeline config (YAML) for what MaxText has no key for")
+    parser.add_argument("maxtext_args", nargs="+", help="MaxText config file, then key=value overrides")
+    ns = parser.parse_args(args)
+    if ns.pipeline is not None and not Path(ns.pipeline).is_file():
+        print(f"{ns.pipeline}: pipeline config not found", file=sys.stderr)
+        return 2
+    try:
+        train(ns.maxtext_args, pipeline=ns.pipeline)
+    except ValueError as exc:
+        print(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""``datatools.integrations.maxtext`` without MaxText installed: MaxText's keys -> a datatools pipeline, and the
+iterator contract (global jax arrays, a checkpointable Grain iterator). MaxText itself runs in ``clients/maxtext``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from datatools.integrations.maxtext import HostBatchIterator, create_data_iterator, pipeline_config
+
+KEYS = {"max_target_length": 64, "global_batch_size_to_load": 8, "data_shuffle_seed": 3, "max_segments_per_seq": -1,
+        "grain_worker_count": 0, "num_epoch": 1, "enable_data_shuffling": True, "eval_interval": -1}
+
+
+@pytest.fixture()
+def store(tmp_path):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 150, 400)
+    tokens = rng.integers(1, 500, int(lengths.sum())).astype(np.int32)
+    d = tmp_path / "docs"
+    d.mkdir()
+    np.save(d / "tokens.npy", tokens)
+    np.save(d / "lengths.npy", lengths)
+    return d
+
+
+def test_maxtext_keys_become_the_pipeline(store):
+    cfg = pipeline_config({**KEYS, "grain_train_files": str(store), "max_segments_per_seq": 6},
+                          {"shuffle": {"kind": "block", "io_block_size": 8}}, process_index=1, process_count=2)
+    assert cfg.packing.ctx == 64 and cfg.batch_size == 4 and cfg.packing.max_segments == 6
+    assert (cfg.shard.index, cfg.shard.count, cfg.seed, cfg.workers) == (1, 2, 3, 0)
+    assert cfg.format == "maxtext" and cfg.positions == "restart" and cfg.boundary_targets == "mask"
+    assert cfg.shuffle.kind == "block" and cfg.shuffle.io_block_size == 8 and cfg.source.path == str(store)
+    off = pipeline_config({**KEYS, "grain_train_files": str(store), "enable_data_shuffling": False})
+    assert off.shuffle.kind == "none"
+
+
+@pytest.mark.parametrize("pipeline, match", [
+    ({"packing": {"ctx": 128}}, "packing.ctx=128 contradicts MaxText's max_target_length=64"),
+    ({"batch_size": 3}, "batch_size=3 contradicts"),
+    ({"format": "hf"}, "format='hf' contradicts"),
+    ({"bucketing": {"num_buckets": 2}}, "use packing, not bucketing"),
+])
+def test_contradictions_are_errors(pipeline, match):
+    with pytest.raises(ValueError, match=match):
+        pipeline_config({**KEYS, "grain_train_files": "data"}, pipeline)
+    with pytest.raises(ValueError, match="no data"):
+        pipeline_config(KEYS, {})
+
+
+def test_eval_split_needs_eval_files(store):
+    with pytest.raises(ValueError, match="grain_eval_files"):
+        pipeline_config({**KEYS, "grain_train_files": str(store)}, split="eval")
+    ev = pipeline_config({**KEYS, "grain_train_files": "x", "grain_eval_files": str(store),
+                          "global_batch_size_to_load_eval": 4}, {"source": {"path": "y"}}, split="eval")
+    assert ev.source.path == str(store) and ev.shuffle.kind == "none" and ev.batch_size == 4 and ev.num_epochs == 1
+
+
+def test_iterator_gives_global_arrays_and_resumes(store):
+    import jax
+    from jax.sharding import Mesh
+
+    mesh = Mesh(np.array(jax.devices()[:1]), ("data",))
+    train, ev = create_data_iterator({**KEYS, "grain_train_files": str(store)}, mesh, pipeline={})
+    assert ev is None
+    assert isinstance(train, HostBatchIterator)  # MaxText is not installed here: datatools' own wrapper
+    it = train
+    first = next(it)
+    assert set(first) == {"inputs", "inputs_segmentation", "inputs_position", "targets", "targets_segmentation",
+                          "targets_position"}
+    assert first["inputs"].shape == (8, 64) and isinstance(first["inputs"], jax.Array)
+    assert int(np.asarray(first["inputs_position"]).max()) < 64  # positions restart in every piece
+    state = it.local_iterator.get_state()
+    want = [np.asarray(next(it)["targets"]) for _ in range(3)]
+    again, _ = create_data_iterator({**KEYS, "grain_train_files": str(store)}, mesh, pipeline={})
+    again.local_iterator.set_state(state)
+    for w in want:
+        np.testing.assert_array_equal(np.asarray(next(again)["targets"]), w)
