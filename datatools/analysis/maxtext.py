@@ -230,8 +230,7 @@ def maxtext_advice(view: dict, settings: MaxTextSettings, recommendation: dict, 
       uncapped: :func:`maxtext_view` of best fit (no cap) at the same bins.
     """
     needs_cap = settings.attention in CAPPED_ATTENTION or settings.max_segments_per_seq > 0
-    cap = recommendation.get("max_segments") or (settings.max_segments_per_seq
-                                                 if settings.max_segments_per_seq > 0 else None)
+    cap = settings.max_segments_per_seq if settings.max_segments_per_seq > 0 else recommendation.get("max_segments")
     lines = []
     if needs_cap or uncapped is None:
         own = {"packing": True, "grain_packing_type": "first_fit", "max_segments_per_seq": cap}
@@ -259,8 +258,8 @@ def maxtext_report(lengths, settings: MaxTextSettings, recommendation: dict, *, 
     configured, and :func:`maxtext_advice` (first fit with the recommended cap, or best fit without one)."""
     lengths = as_lengths(lengths)
     today = maxtext_view(lengths, settings)
-    cap = recommendation.get("max_segments") or (settings.max_segments_per_seq
-                                                 if settings.max_segments_per_seq > 0 else None)
+    # a cap the config sets is the attention kernel's limit: keep it; else the recommended one
+    cap = settings.max_segments_per_seq if settings.max_segments_per_seq > 0 else recommendation.get("max_segments")
     uncapped = maxtext_view(lengths, dataclasses.replace(settings, packing=True, grain_packing_type="best_fit"))
     if cap is None:  # no cap recommended or set: the most documents first fit puts in a row costs nothing
         cap = maxtext_view(lengths, dataclasses.replace(settings, packing=True, grain_packing_type="first_fit",
