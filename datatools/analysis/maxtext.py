@@ -38,7 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
-from datatools.kernels.validate import as_lengths, short_repr
+import math
+
+from datatools.kernels.validate import MAX_CTX, MAX_WINDOW, as_lengths, short_repr
 
 PACKING_TYPES = ("first_fit", "best_fit", "concat_then_split")
 # MaxText's attention backends that take segment ids from packed batches; cudnn_flash_te needs the cap.
@@ -96,15 +98,25 @@ def _coerce(key: str, value, where: str):
                 raise ValueError
             return bool(value)
         if kind == "int":
+            if isinstance(value, bool):
+                raise ValueError
             if isinstance(value, str):
                 value = value.replace("_", "")
-            if isinstance(value, bool) or float(value) != int(float(value)):
-                raise ValueError
-            return int(float(value))
+                try:
+                    return int(value)
+                except ValueError:
+                    value = float(value)
+            if isinstance(value, float):
+                if not math.isfinite(value) or value != int(value):
+                    raise ValueError
+                return int(value)
+            if isinstance(value, int):
+                return value
+            raise ValueError
         if kind == "float":
             return float(value)
         return str(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ValueError(f"{where}: {key} must be a{'n' if kind == 'int' else ''} {kind}; got {short_repr(value)}") \
             from None
 
@@ -144,11 +156,15 @@ def read_maxtext_config(path: str | os.PathLike | None = None, overrides=()) -> 
     if s.grain_packing_type not in PACKING_TYPES:
         raise ValueError(f"{where}: grain_packing_type must be one of {', '.join(PACKING_TYPES)}; "
                          f"got {short_repr(s.grain_packing_type)}")
-    for key in ("max_target_length", "devices_per_host", "process_count"):
-        if getattr(s, key) < 1:
-            raise ValueError(f"{where}: {key} must be >= 1; got {getattr(s, key)}")
-    if s.per_device_batch_size <= 0:
+    for key, most in (("max_target_length", MAX_CTX), ("devices_per_host", 1 << 20), ("process_count", 1 << 20)):
+        if not 1 <= getattr(s, key) <= most:
+            raise ValueError(f"{where}: {key} must be in [1, {most:,}]; got {getattr(s, key)}")
+    if not (math.isfinite(s.per_device_batch_size) and s.per_device_batch_size > 0):
         raise ValueError(f"{where}: per_device_batch_size must be > 0; got {s.per_device_batch_size}")
+    if s.per_device_batch_size * s.devices_per_host > MAX_WINDOW:
+        raise ValueError(f"{where}: the per-host batch (per_device_batch_size x devices_per_host) must be at most "
+                         f"{MAX_WINDOW:,} rows (datatools' limit on open packing bins); got "
+                         f"{s.per_device_batch_size * s.devices_per_host:g}")
     return s
 
 

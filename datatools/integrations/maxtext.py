@@ -51,8 +51,9 @@ import os
 import sys
 from pathlib import Path
 
+from datatools.io.yaml_files import load_yaml
+from datatools.kernels.validate import MAX_BATCH, MAX_CTX, check_int
 from datatools.pipeline import PipelineConfig, build, parse_config
-from datatools.pipeline.schema import load_yaml
 
 __all__ = ["create_data_iterator", "pipeline_config", "use_datatools", "train", "main"]
 
@@ -62,6 +63,14 @@ def _setting(config, key: str, default=None):
         return getattr(config, key)
     except (AttributeError, KeyError, ValueError):
         return config.get(key, default) if isinstance(config, dict) else default
+
+
+def _int_setting(config, key: str, default=None, *, minimum=None, maximum=None) -> int:
+    """A MaxText integer key, checked (TypeError / ValueError naming the MaxText key)."""
+    value = _setting(config, key, default)
+    if value is None:
+        raise ValueError(f"MaxText config has no {key}")
+    return check_int(value, f"MaxText {key}", minimum=minimum, maximum=maximum)
 
 
 def _pipeline_mapping(pipeline) -> dict:
@@ -101,13 +110,16 @@ def pipeline_config(config, pipeline=None, *, process_index: int = 0, process_co
         one epoch).
     """
     data = _pipeline_mapping(pipeline)
-    ctx = int(_setting(config, "max_target_length"))
+    ctx = _int_setting(config, "max_target_length", minimum=1, maximum=MAX_CTX)
+    process_count = check_int(process_count, "process_count", minimum=1)
+    batch_limit = dict(minimum=1, maximum=MAX_BATCH * process_count)
     if split == "train":
-        global_batch = int(_setting(config, "global_batch_size_to_load"))
+        global_batch = _int_setting(config, "global_batch_size_to_load", **batch_limit)
         files = _setting(config, "grain_train_files", "")
     elif split == "eval":
-        global_batch = int(_setting(config, "global_batch_size_to_load_eval") or 0) or \
-            int(_setting(config, "global_batch_size_to_load"))
+        key = "global_batch_size_to_load_eval" if _setting(config, "global_batch_size_to_load_eval") else \
+            "global_batch_size_to_load"
+        global_batch = _int_setting(config, key, **batch_limit)
         files = _setting(config, "grain_eval_files", "")
         data = {k: v for k, v in data.items() if k not in ("source", "shuffle", "num_epochs", "batch_size")}
         if not files:
@@ -128,19 +140,19 @@ def pipeline_config(config, pipeline=None, *, process_index: int = 0, process_co
     data.setdefault("packing", {})
     _agree(data, "packing", "ctx", ctx, "max_target_length")
     _agree(data, None, "batch_size", global_batch // process_count, "global_batch_size_to_load / processes")
-    cap = int(_setting(config, "max_segments_per_seq", -1) or -1)
+    cap = _int_setting(config, "max_segments_per_seq", -1, maximum=MAX_CTX)
     if cap > 0:
         _agree(data, "packing", "max_segments", cap, "max_segments_per_seq")
     _agree(data, None, "format", "maxtext", "(the MaxText batch layout)")
     if split == "train":
-        data.setdefault("seed", int(_setting(config, "data_shuffle_seed", 0) or 0))
+        data.setdefault("seed", _int_setting(config, "data_shuffle_seed", 0, minimum=0))
         if _setting(config, "enable_data_shuffling", True) is False:
             data["shuffle"] = {"kind": "none"}
-        data.setdefault("num_epochs", int(_setting(config, "num_epoch", 1) or 1))
-    workers = _setting(config, "grain_worker_count", None)
-    if workers is not None and int(workers) >= 0:
-        data["workers"] = int(workers)
-    data["shard"] = {"index": int(process_index), "count": int(process_count)}
+        data.setdefault("num_epochs", _int_setting(config, "num_epoch", 1, minimum=1))
+    workers = _int_setting(config, "grain_worker_count", -1)
+    if workers >= 0:
+        data["workers"] = workers
+    data["shard"] = {"index": check_int(process_index, "process_index", minimum=0), "count": process_count}
     return parse_config(data)
 
 
@@ -195,7 +207,7 @@ def create_data_iterator(config, mesh, *, pipeline=None):
     train_cfg = pipeline_config(config, pipeline, process_index=index, process_count=count)
     train_it = _host_iterator(build(train_cfg), mesh, bool(_setting(config, "generate_padding_batch_train", False)))
     eval_it = None
-    if int(_setting(config, "eval_interval", -1) or -1) > 0:
+    if _int_setting(config, "eval_interval", -1) > 0:
         eval_cfg = pipeline_config(config, pipeline, process_index=index, process_count=count, split="eval")
         eval_it = _host_iterator(build(eval_cfg), mesh, bool(_setting(config, "generate_padding_batch_eval", False)))
     return train_it, eval_it
@@ -251,7 +263,7 @@ def main(args=None) -> int:
         return 2
     try:
         train(ns.maxtext_args, pipeline=ns.pipeline)
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:
         print(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, file=sys.stderr)
         return 2
     return 0

@@ -92,6 +92,8 @@ def cli_cases(store: str, tmp: str) -> list[list[str]]:
         for opt in ("--ctx", "--tile", "--workers"):
             cases.append(["pretokenize", f"{tmp}/text", f"{tmp}/out-{len(cases)}", "--tokenizer", f"{tmp}/tok.json",
                           opt, v] + (["--ctx", "256"] if opt == "--tile" else []))
+        for key in ("max_target_length", "per_device_batch_size", "max_segments_per_seq", "devices_per_host"):
+            cases.append(["analyze-padding", store, "--maxtext-set", f"{key}={v}"])
         cases.append(["pipeline", f"{tmp}/good.yaml", "--steps", v])
         cases.append(["pipeline", f"{tmp}/good.yaml", "--steps", "1", "--workers", v])
     for s in ("", "x" * 100_000, "\x00", "../../../../nonexistent", "nope.parquet"):
@@ -101,6 +103,9 @@ def cli_cases(store: str, tmp: str) -> list[list[str]]:
         cases.append(["analyze-padding", f"{tmp}/text.parquet", "--tokenizer", f"{tmp}/tok.json", "--bos", s])
         cases.append(["pretokenize", s, f"{tmp}/out-s", "--tokenizer", f"{tmp}/tok.json"])
         cases.append(["pipeline", s, "--steps", "1"])
+        cases.append(["analyze-padding", store, "--maxtext-config", s])
+        cases.append(["analyze-padding", store, "--maxtext-set", s])
+        cases.append(["analyze-padding", store, "--maxtext-set", f"grain_packing_type={s}"])
     cases.append(["analyze-padding", store, "--json", "/proc/no/such/dir/r.json"])
     return cases
 
@@ -111,12 +116,16 @@ def function_cases():
                            choose_context, chunk, materialize, pack_lengths, tile_align)
     from datatools.io import ArrayDocuments, open_input
     from datatools.pipeline import parse_config
+    from datatools.analysis.maxtext import MaxTextSettings, maxtext_view, read_maxtext_config
+    from datatools.integrations.maxtext import pipeline_config
+    from datatools.kernels.batch_layouts import to_format
 
     lengths = np.array([5, 300, 17, 64, 1000])
     plan = pack_lengths(lengths, 512)
     tokens = np.arange(int(lengths.sum()), dtype=np.int32)
     offsets = np.concatenate(([0], np.cumsum(lengths)))
     docs = ArrayDocuments(tokens, offsets)
+    batch = materialize(plan, tokens, offsets)
     cases = []
     for v in BAD_VALUES:
         cases += [
@@ -151,6 +160,21 @@ def function_cases():
             ("ArrayDocuments read_pieces length", lambda v=v: docs.read_pieces([1], [0], [v])),
             ("open_input eos_id", lambda v=v: open_input(__file__, eos_id=v)),
             ("parse_config packing.ctx", lambda v=v: parse_config({"source": {"path": "x"}, "packing": {"ctx": v}})),
+            ("to_format name", lambda v=v: to_format(batch, v)),
+            ("to_format positions", lambda v=v: to_format(batch, "hf", positions=v)),
+            ("to_format boundary_targets", lambda v=v: to_format(batch, "maxtext", boundary_targets=v)),
+            ("read_maxtext_config max_target_length",
+             lambda v=v: read_maxtext_config(None, [f"max_target_length={v}"])),
+            ("read_maxtext_config per_device_batch_size",
+             lambda v=v: read_maxtext_config(None, [f"per_device_batch_size={v}"])),
+            ("read_maxtext_config override", lambda v=v: read_maxtext_config(None, [v])),
+            ("maxtext_view lengths", lambda v=v: maxtext_view([v], MaxTextSettings())),
+            ("pipeline_config max_target_length",
+             lambda v=v: pipeline_config({"max_target_length": v, "global_batch_size_to_load": 8,
+                                          "grain_train_files": "x"})),
+            ("pipeline_config global_batch_size_to_load",
+             lambda v=v: pipeline_config({"max_target_length": 64, "global_batch_size_to_load": v,
+                                          "grain_train_files": "x"})),
             ("parse_config batch_size", lambda v=v: parse_config({"source": {"path": "x"}, "packing": {"ctx": 8},
                                                                   "batch_size": v})),
         ]
