@@ -4,6 +4,7 @@
   falls, and its ``total_weights`` per step is datatools' count of targets in the same batch.
 * A run stopped at step 10 and restarted from its checkpoint feeds the batches an uninterrupted run feeds:
   steps 10-14 have the same ``total_weights`` and the same loss.
+* With ``eval_interval`` and ``grain_eval_files`` MaxText evaluates on datatools' eval pipeline.
 * ``datatools analyze-padding --maxtext-config`` reports the padding MaxText's own Grain pipeline produces on the
   same data (first fit, cap 4, bins = per-host batch) within 0.5 points, and MaxText's best fit ignores the cap.
 """
@@ -59,23 +60,24 @@ def docs(tmp_path_factory) -> Path:
     return path
 
 
-def run_maxtext(out: Path, data: Path, pipeline: Path, steps: int, metrics: Path, ckpt: bool = True) -> list[dict]:
+def run_maxtext(out: Path, data: Path, pipeline: Path, steps: int, metrics: Path, ckpt: bool = True,
+                extra: tuple = ()) -> list[dict]:
     args = [str(BASE), "run_name=t", f"base_output_directory={out}", "dataset_type=grain",
             f"grain_train_files={data}", f"steps={steps}", f"enable_checkpointing={ckpt}", "checkpoint_period=5",
             "async_checkpointing=False", "per_device_batch_size=4", "max_target_length=128", "learning_rate=3e-3",
-            "grain_worker_count=0", f"metrics_file={metrics}", "learning_rate_schedule_steps=15", *TINY]
+            "grain_worker_count=0", f"metrics_file={metrics}", "learning_rate_schedule_steps=15", *TINY, *extra]
     proc = subprocess.run([sys.executable, "-m", "datatools.integrations.maxtext", "--pipeline", str(pipeline), *args],
                           env=ENV, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads(line) for line in metrics.read_text().splitlines()]
 
 
-def datatools_counts(data: Path, pipeline: Path, n: int) -> list[int]:
+def datatools_counts(data: Path, pipeline: Path, n: int, split: str = "train") -> list[int]:
     """Targets (targets_segmentation != 0) per batch of the pipeline the integration builds for these keys."""
     keys = {"max_target_length": 128, "global_batch_size_to_load": 4, "grain_train_files": str(data),
-            "data_shuffle_seed": 0, "max_segments_per_seq": -1, "grain_worker_count": 0, "num_epoch": 1,
-            "enable_data_shuffling": True}
-    it = iter(build(pipeline_config(keys, pipeline)))
+            "grain_eval_files": str(data), "data_shuffle_seed": 0, "max_segments_per_seq": -1,
+            "grain_worker_count": 0, "num_epoch": 1, "enable_data_shuffling": True}
+    it = iter(build(pipeline_config(keys, pipeline, split=split)))
     return [int((next(it)["targets_segmentation"] != 0).sum()) for _ in range(n)]
 
 
@@ -159,3 +161,15 @@ def test_maxtext_best_fit_ignores_the_cap(docs, tmp_path):
     assert mt["today"]["segment_cap"] is None and mt["today"]["max_docs_per_row"] > 4
     assert abs(mt["today"]["padding"] - own["padding"]) < 0.005
     assert mt["advice"]["maxtext_settings"]["grain_packing_type"] == "first_fit"  # never best_fit with a cap
+
+
+def test_evaluates_on_the_eval_pipeline(docs, tmp_path):
+    """eval_interval > 0 with grain_eval_files: MaxText's eval loop runs on datatools' eval pipeline (no shuffle,
+    one epoch, reset before every evaluation), and its eval total_weights are datatools' count."""
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text("packing: {mode: planned}\n")
+    metrics = run_maxtext(tmp_path / "e", docs, pipeline, 6, tmp_path / "e.jsonl", ckpt=False,
+                          extra=(f"grain_eval_files={docs}", "eval_interval=5", "eval_steps=2"))
+    evals = [m for m in metrics if "eval/total_loss" in m]  # MaxText's per-evaluation summary line
+    assert evals
+    assert all(int(m["eval/total_weights"]) == sum(datatools_counts(docs, pipeline, 2, "eval")) for m in evals)

@@ -55,6 +55,7 @@ Formats (:data:`FORMATS`):
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from datatools.kernels.validate import check_choice, short_repr
@@ -76,12 +77,45 @@ def piece_starts(segment_ids: np.ndarray) -> np.ndarray:
     return start.reshape(np.shape(segment_ids))
 
 
+@numba.njit(cache=True, nogil=True)
+def _number_pieces(seg, positions, pieces):
+    """One pass per row: ``positions`` from 0 in every piece (0 at padding) and ``pieces`` 0, 1, ... per piece of
+    the row (-1 at padding). A piece starts where the segment id changes (padding ends one)."""
+    rows, n = seg.shape
+    for r in range(rows):
+        prev = 0
+        p = 0
+        k = -1
+        for t in range(n):
+            s = seg[r, t]
+            if s == 0:
+                positions[r, t] = 0
+                pieces[r, t] = -1
+                prev = 0
+                continue
+            if s != prev:
+                p = 0
+                k += 1
+                prev = s
+            positions[r, t] = p
+            pieces[r, t] = k
+            p += 1
+
+
+def number_pieces(segment_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(positions restarting at 0 in every piece, 0 at padding; piece numbers 0, 1, ... per row, -1 at padding),
+    both int32 of the shape of ``segment_ids``. A piece is a run of one non-zero segment id within a row."""
+    seg = np.ascontiguousarray(np.atleast_2d(segment_ids))
+    positions = np.empty(seg.shape, np.int32)
+    pieces = np.empty(seg.shape, np.int32)
+    _number_pieces(seg, positions, pieces)
+    shape = np.shape(segment_ids)
+    return positions.reshape(shape), pieces.reshape(shape)
+
+
 def restart_positions(segment_ids: np.ndarray) -> np.ndarray:
     """Positions counting from 0 at the start of every piece of a row; 0 at padding (int32, same shape)."""
-    seg = np.atleast_2d(segment_ids)
-    idx = np.broadcast_to(np.arange(seg.shape[1], dtype=np.int64), seg.shape)
-    first = np.maximum.accumulate(np.where(piece_starts(seg), idx, 0), axis=1)
-    return np.where(seg != 0, idx - first, 0).astype(np.int32).reshape(np.shape(segment_ids))
+    return number_pieces(segment_ids)[0]
 
 
 def next_document_mask(segment_ids: np.ndarray) -> np.ndarray:
@@ -127,14 +161,11 @@ def to_maxtext(batch: dict) -> dict:
 
 
 def to_levanter(batch: dict) -> dict:
-    seg = np.atleast_2d(batch["segment_ids"])
-    # Levanter numbers the segments of a row 0, 1, ... and its padding -1 (SequencePacker).
-    starts = piece_starts(seg)
-    numbered = np.cumsum(starts, axis=1, dtype=np.int32) - 1
     return {
         "tokens": batch["tokens"],
         "loss_mask": batch["loss_mask"].astype(np.int32, copy=False),
-        "segment_ids": np.where(seg != 0, numbered, -1).astype(np.int32).reshape(np.shape(batch["segment_ids"])),
+        # Levanter numbers the segments of a row 0, 1, ... and its padding -1 (SequencePacker)
+        "segment_ids": number_pieces(batch["segment_ids"])[1],
     }
 
 
