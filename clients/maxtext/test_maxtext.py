@@ -102,7 +102,7 @@ def test_trains_counts_and_resumes_exactly(docs, tmp_path):
                                [m["learning/loss"] for m in straight[10:15]], rtol=1e-5)
 
 
-def maxtext_own_padding(data: Path, packing_type: str, cap: int) -> dict:
+def maxtext_own_padding(data: Path, packing_type: str, cap: int, shuffle: bool = False) -> dict:
     """Padding and most documents per row of MaxText's own Grain pipeline (pre-tokenized Parquet, packing on)."""
     script = f"""
 import json, numpy as np
@@ -113,7 +113,7 @@ argv = ["x", {str(BASE)!r}, "run_name=own", "base_output_directory={data.parent 
         "grain_file_type=parquet", "grain_train_files={data}", "train_data_columns=['tokens']",
         "tokenize_train_data=False", "packing=True", "grain_packing_type={packing_type}",
         "max_segments_per_seq={cap}", "max_target_length=512", "per_device_batch_size=8",
-        "enable_data_shuffling=False", "grain_worker_count=0", "enable_checkpointing=False"] + {TINY!r}
+        "enable_data_shuffling={shuffle}", "grain_worker_count=0", "enable_checkpointing=False"] + {TINY!r}
 config = pyconfig.initialize(argv)
 it, _ = ipi.create_data_iterator(config, maxtext_utils.get_mesh_from_config(config))
 real = slots = most = 0
@@ -133,21 +133,25 @@ print(json.dumps({{"padding": 1 - real / slots, "rows": slots // 512, "most": mo
     return json.loads(line[-1])
 
 
-def analyzer_view(data: Path, tmp_path: Path, packing_type: str, cap: int) -> dict:
+def analyzer_view(data: Path, tmp_path: Path, packing_type: str, cap: int, shuffle: bool = False) -> dict:
     cfg = tmp_path / "maxtext.yml"
     cfg.write_text(f"max_target_length: 512\npacking: true\ngrain_packing_type: {packing_type}\n"
                    f"max_segments_per_seq: {cap}\nper_device_batch_size: 8\ntokenize_train_data: false\n"
-                   f"enable_data_shuffling: false\nattention: cudnn_flash_te\n")
+                   f"enable_data_shuffling: {str(shuffle).lower()}\nattention: cudnn_flash_te\n")
     proc = subprocess.run([sys.executable, "-m", "datatools", "analyze-padding", str(data), "--maxtext-config",
                            str(cfg), "--json", "-"], env=ENV, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)["maxtext"]
 
 
-def test_maxtext_config_reproduces_maxtexts_padding(docs, tmp_path):
-    own = maxtext_own_padding(docs, "first_fit", 4)
-    mt = analyzer_view(docs, tmp_path, "first_fit", 4)
-    print("MaxText first fit cap 4:", own, "analyzer:", mt["today"]["padding"], mt["today"]["rows"])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_maxtext_config_reproduces_maxtexts_padding(docs, tmp_path, shuffle):
+    """Shuffle off: the same order, so the same rows. On: MaxText's window shuffle and the analyzer's random order
+    differ document by document, and agree on the padding."""
+    own = maxtext_own_padding(docs, "first_fit", 4, shuffle)
+    mt = analyzer_view(docs, tmp_path, "first_fit", 4, shuffle)
+    print(f"MaxText first fit cap 4, shuffle {shuffle}:", own, "analyzer:", mt["today"]["padding"],
+          mt["today"]["rows"])
     assert abs(mt["today"]["padding"] - own["padding"]) < 0.005
     assert own["most"] <= 4 and mt["today"]["max_docs_per_row"] <= 4
     assert mt["advice"]["maxtext_settings"]["grain_packing_type"] == "first_fit"

@@ -33,7 +33,10 @@ def test_reads_a_config_its_base_chain_and_overrides(tmp_path):
 
 @pytest.mark.parametrize("bad, match", [
     (["grain_packing_type=best"], "grain_packing_type must be one of"),
-    (["max_target_length=0"], "max_target_length must be >= 1"),
+    (["max_target_length=0"], r"max_target_length must be in \[1, 16,777,216\]"),
+    (["max_target_length=2e9"], r"max_target_length must be in"),
+    (["per_device_batch_size=nan"], "per_device_batch_size must be > 0"),
+    (["per_device_batch_size=4096", "devices_per_host=4096"], "per-host batch"),
     (["max_target_length=x"], "max_target_length must be an int"),
     (["per_device_batch_size=-1"], "per_device_batch_size must be > 0"),
     (["packing"], "key=value"),
@@ -119,3 +122,17 @@ def test_tokenized_text_gets_bos_and_eos():
     without = dataclasses.replace(base, add_bos=False, add_eos=False)
     assert maxtext_view([63, 10], base)["dropped_tokens"] == 1  # 63 + 2 > 64
     assert maxtext_view([63, 10], without)["dropped_tokens"] == 0
+
+
+def test_shuffled_order_is_a_permutation_of_one_hosts_share():
+    from datatools.analysis.maxtext import _order  # noqa: PLC2701 (the module's own helper, tested here)
+
+    lengths = np.arange(1, 1001)
+    shuffled = _order(lengths, MaxTextSettings(enable_data_shuffling=True, data_shuffle_seed=5))
+    assert not np.array_equal(shuffled, lengths) and np.array_equal(np.sort(shuffled), lengths)
+    share = _order(lengths, MaxTextSettings(enable_data_shuffling=False, process_count=4))
+    assert share.shape[0] == 250
+    sorted_lengths = np.sort(np.random.default_rng(0).integers(1, 500, 5000))
+    on = MaxTextSettings(max_target_length=512, per_device_batch_size=8, tokenize_train_data=False)
+    off = dataclasses.replace(on, enable_data_shuffling=False)
+    assert maxtext_view(sorted_lengths, on)["rows"] < maxtext_view(sorted_lengths, off)["rows"]
