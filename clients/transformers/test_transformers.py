@@ -2,7 +2,7 @@
 
 * It is what ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)`` makes of the same pieces.
 * A tiny random ``LlamaForCausalLM`` (CPU, float32) gives every token of a packed ``hf`` batch the log-prob it gets
-  when its piece runs alone, with sdpa and eager attention: transformers finds the pieces from ``position_ids``
+  when its piece runs alone, and the batch the loss of its pieces run alone, with sdpa and eager attention: transformers finds the pieces from ``position_ids``
   (restarting at 0 in every piece), so no token attends across a document. A document longer than ctx is split
   across rows into pieces, each a sequence of its own (positions restart), so the reference runs each piece alone.
 """
@@ -84,10 +84,12 @@ def test_packed_logprobs_equal_each_piece_alone(attn, seed):
     cu = hf["cu_seq_lens_q"]
     worst = 0.0
     checked = 0
+    every = []
     for a, b in zip(cu[:-1], cu[1:]):
         if b - a < 2:
             continue
         alone = token_logprobs(model, ids[a:b])
+        every.append(alone)
         got = packed[a:b - 1]
         worst = max(worst, float(np.abs(got - alone).max()))
         checked += b - a - 1
@@ -95,6 +97,13 @@ def test_packed_logprobs_equal_each_piece_alone(attn, seed):
         np.testing.assert_array_equal(labels[a + 1:b], ids[a + 1:b])
         assert labels[a] == IGNORE_INDEX
     assert checked == int((labels != IGNORE_INDEX).sum())
+    # the whole batch as a trainer feeds it (every key, flash-attention kwargs included): HF's own loss is the
+    # mean loss of the pieces run alone
+    feed = {k: torch.as_tensor(v).long() if k in ("input_ids", "position_ids", "labels") else
+            (torch.as_tensor(v) if isinstance(v, np.ndarray) else v) for k, v in hf.items()}
+    with torch.no_grad():
+        loss = float(model(**feed, use_cache=False).loss)
+    np.testing.assert_allclose(loss, -np.concatenate(every).mean(), rtol=1e-5)
     print(f"{attn} seed {seed}: {checked} tokens, max abs log-prob diff {worst:.2e}")
     assert worst < 1e-4, worst
 
