@@ -122,9 +122,11 @@ while True:
         b = next(it)
     except StopIteration:
         break
-    seg = np.asarray(b["inputs_segmentation"])
-    real += int((seg != 0).sum()); slots += seg.size
-    most = max(most, max(len(np.unique(r[r != 0])) for r in seg))
+    seg, inputs = np.asarray(b["inputs_segmentation"]), np.asarray(b["inputs"])
+    # tokens are >= 1; MaxText pads with its pad id (-1 here), also in the segmentation of the empty rows
+    # batch_and_pad adds to the last batch, so real tokens are counted from the inputs
+    real += int((inputs > 0).sum()); slots += inputs.size
+    most = max(most, max(len(np.unique(r[r > 0])) for r in seg))
 print(json.dumps({{"padding": 1 - real / slots, "rows": slots // 512, "most": most}}))
 """
     proc = subprocess.run([sys.executable, "-c", script], env=ENV, capture_output=True, text=True, timeout=600)

@@ -312,6 +312,63 @@ def _best_fit_decreasing_rows(sizes, runs, capacity, max_segments, max_rows):
 
 
 @numba.njit(cache=True, nogil=True)
+def _capped_deal_rows(sizes, runs, capacity, max_segments, total):
+    """(rows, most pieces in a row) of ``kernels.pack.capped_decreasing_rows`` from the size histogram: pieces
+    (largest first) dealt to the lower-bound number of rows in serpentine order, misfits first-fit into those
+    rows, the rest best-fit decreasing into new rows. Same rows as the packer; memory: two values per dealt row."""
+    n = 0
+    for j in range(runs.shape[0]):
+        n += runs[j]
+    rows = max((total + capacity - 1) // capacity, (n + max_segments - 1) // max_segments, 1)
+    free = np.full(rows, capacity, np.int64)
+    segs = np.zeros(rows, np.int32)
+    missed = np.zeros(capacity + 1, np.int64)
+    k = 0
+    for j in range(sizes.shape[0]):
+        s = sizes[j]
+        for _ in range(runs[j]):
+            rnd = k // rows
+            pos = k - rnd * rows
+            r = pos if rnd % 2 == 0 else rows - 1 - pos
+            if s <= free[r] and segs[r] < max_segments:
+                free[r] -= s
+                segs[r] += 1
+            else:
+                missed[s] += 1
+            k += 1
+    size = 1
+    while size < rows:
+        size *= 2
+    tree = np.full(2 * size, -1, np.int64)
+    for r in range(rows):
+        tree[size + r] = free[r] if segs[r] < max_segments else -1
+    for node in range(size - 1, 0, -1):
+        tree[node] = max(tree[2 * node], tree[2 * node + 1])
+    left = np.zeros(capacity + 1, np.int64)
+    nleft = 0
+    for s in range(capacity, 0, -1):
+        for _ in range(missed[s]):
+            if tree[1] < s:
+                left[s] += 1
+                nleft += 1
+                continue
+            node = max_tree_first(tree, size, s)
+            r = node - size
+            free[r] -= s
+            segs[r] += 1
+            max_tree_set(tree, node, free[r] if segs[r] < max_segments else -1)
+    most = 0
+    for r in range(rows):
+        most = max(most, segs[r])
+    if nleft:
+        lsizes, lruns = _decreasing_runs(left)
+        extra, emost = _best_fit_decreasing_rows(lsizes, lruns, capacity, max_segments, nleft)
+        rows += extra
+        most = max(most, emost)
+    return rows, most
+
+
+@numba.njit(cache=True, nogil=True)
 def _concat_split_rows(lengths, ctx, max_segments):
     """(rows, most pieces in a row, documents cut across rows) of concatenate-then-split."""
     rows = 0
@@ -490,6 +547,10 @@ def simulate(prep: SharedLengthArrays | np.ndarray, ctx: int, name: str, *, tile
             max_rows = pieces if seg else min(pieces, 2 * (-(-total // ctx)) + 1)
             kernel = _first_fit_decreasing_rows if name == "first_fit_decreasing" else _best_fit_decreasing_rows
             rows, most = kernel(sizes, runs, ctx, seg, max_rows)
+            if seg and pieces > seg:  # a binding cap: the packer also deals (kernels.pack.capped_decreasing_rows)
+                dealt_rows, dealt_most = _capped_deal_rows(sizes, runs, ctx, seg, total)
+                if dealt_rows < rows:
+                    rows, most = dealt_rows, dealt_most
         pieces = int(prep.histogram(ctx).sum())
         out = _entry(name, ctx, rows, rows * ctx, total, 0, pieces, docs, 0, long_docs, most)
     else:

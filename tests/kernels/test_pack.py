@@ -166,3 +166,32 @@ def test_integral_floats_accepted_and_types_checked():
         pack_lengths([1], 8.5)
     with pytest.raises(IndexError):
         materialize(pack_lengths([1], 8), np.ones(1), np.array([0, 1]), rows=[1])
+
+
+@settings(max_examples=80, deadline=None)
+@given(lengths=st.lists(st.integers(1, 300), min_size=1, max_size=200), ctx=st.integers(16, 400),
+       cap=st.integers(1, 6), algorithm=st.sampled_from(["first_fit_decreasing", "best_fit_decreasing"]))
+def test_a_binding_cap_is_dealt_and_never_worse(lengths, ctx, cap, algorithm):
+    """Under a cap the decreasing packers also deal pieces over the lower-bound rows and keep the better plan:
+    never more rows than the plain decreasing fit, never fewer than either bound, every piece once."""
+    from datatools.kernels import pack
+
+    arr = np.minimum(np.array(lengths), ctx)  # one piece per document
+    plan = pack_lengths(arr, ctx, algorithm=algorithm, max_segments=cap)
+    sizes = np.sort(arr)[::-1].astype(np.int64)
+    plain = (pack._first_fit if algorithm == "first_fit_decreasing" else pack._best_fit)(sizes, ctx, cap)[1]
+    assert plan.num_rows <= plain
+    assert plan.num_rows >= max(-(-plan.kept_tokens // ctx), -(-plan.num_pieces // cap))
+    assert plan.pieces_per_row.max() <= cap
+    assert plan.kept_tokens == arr.sum() and np.array_equal(np.sort(plan.doc), np.arange(arr.size))
+
+
+def test_a_binding_cap_lands_near_its_bound():
+    """Mean 230 tokens at ctx 1024 with at most 4 documents per row: the rows are bounded by documents / 4; plain
+    decreasing fit filled rows with four large documents and left the small ones four to a row (1,472 rows for
+    these 5,000 documents, 25% padding)."""
+    rng = np.random.default_rng(0)
+    lengths = rng.lognormal(np.log(170), np.sqrt(2 * np.log(230 / 170)), 5000).round().clip(1, 1024)
+    plan = pack_lengths(lengths, 1024, max_segments=4)
+    bound = max(-(-int(lengths.sum()) // 1024), -(-lengths.size // 4))
+    assert plan.num_rows <= 1.07 * bound
