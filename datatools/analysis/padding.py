@@ -37,7 +37,8 @@ import numba
 import numpy as np
 
 from datatools.kernels.bucket import optimal_boundaries
-from datatools.kernels.pack import max_tree_first, max_tree_set, presence_clear, presence_next, presence_set
+from datatools.kernels.pack import (max_tree_first, max_tree_set, presence_clear, presence_next, presence_set,
+                                    worth_dealing)
 from datatools.kernels.tiles import tile_align
 from datatools.kernels.validate import as_lengths, check_int, short_repr
 
@@ -262,24 +263,46 @@ def _first_fit_decreasing_rows(sizes, runs, capacity, max_segments, max_rows):
 
 @numba.njit(cache=True, nogil=True)
 def _best_fit_decreasing_rows(sizes, runs, capacity, max_segments, max_rows):
+    """(rows, most pieces in a row) of best fit decreasing into new rows (see :func:`_best_fit_decreasing_rows_from`)."""
+    return _best_fit_decreasing_rows_from(sizes, runs, capacity, max_segments, max_rows, np.zeros(0, np.int32),
+                                          np.zeros(0, np.int32))
+
+
+@numba.njit(cache=True, nogil=True)
+def _best_fit_decreasing_rows_from(sizes, runs, capacity, max_segments, max_rows, free0, segs0):
     """(rows, most pieces in a row) of best fit decreasing, placing runs of equal pieces in bulk.
+
+    Rows ``0 .. len(free0) - 1`` exist already (``free0`` free units, ``segs0`` pieces; pushed onto their stacks
+    in row order, as ``kernels.pack._best_fit_from`` does); ``max_rows`` bounds the new ones.
 
     With equal pieces, the tightest row stays the tightest after each placement, so
     it takes as many as fit before the next is looked up: the same rows as one at a
     time. Rows sit on per-free-capacity stacks with a presence tree, as in the
-    planned best fit (``kernels.pack._best_fit``). The stack code is a deliberate copy:
+    planned best fit (``kernels.pack._best_fit_from``). The stack code is a deliberate copy:
     sharing it through numba helpers made this kernel 2.2x slower (measured).
     The run-placement lines (take ``k`` pieces, cap, count) mirror
     :func:`_first_fit_decreasing_rows`; only how the row is found differs."""
+    first = free0.shape[0]
     size = 1
     while size < capacity + 1:
         size *= 2
     tree = np.zeros(2 * size, np.uint8)
     head = np.full(capacity + 1, -1, np.int64)
-    below = np.empty(max(max_rows, 1), np.int64)
-    segs = np.zeros(max(max_rows, 1), np.int32)
-    rows = 0
+    below = np.empty(max(first + max_rows, 1), np.int64)
+    segs = np.zeros(max(first + max_rows, 1), np.int32)
     most = 0
+    for r in range(first):
+        segs[r] = segs0[r]
+        most = max(most, segs[r])
+        f = free0[r]
+        if max_segments > 0 and segs[r] >= max_segments:
+            f = 0
+        if f > 0:
+            below[r] = head[f]
+            if head[f] < 0:
+                presence_set(tree, size, f)
+            head[f] = r
+    rows = first
     for j in range(sizes.shape[0]):
         s = sizes[j]
         m = runs[j]
@@ -314,58 +337,36 @@ def _best_fit_decreasing_rows(sizes, runs, capacity, max_segments, max_rows):
 @numba.njit(cache=True, nogil=True)
 def _capped_deal_rows(sizes, runs, capacity, max_segments, total):
     """(rows, most pieces in a row) of ``kernels.pack.capped_decreasing_rows`` from the size histogram: pieces
-    (largest first) dealt to the lower-bound number of rows in serpentine order, misfits first-fit into those
-    rows, the rest best-fit decreasing into new rows. Same rows as the packer; memory: two values per dealt row."""
+    (largest first) dealt to the lower-bound number of rows in serpentine order, the misfits best-fit decreasing
+    into those rows or new ones. Same rows as the packer; memory: two int32 per dealt row."""
     n = 0
     for j in range(runs.shape[0]):
         n += runs[j]
     rows = max((total + capacity - 1) // capacity, (n + max_segments - 1) // max_segments, 1)
-    free = np.full(rows, capacity, np.int64)
+    free = np.full(rows, capacity, np.int32)
     segs = np.zeros(rows, np.int32)
     missed = np.zeros(capacity + 1, np.int64)
-    k = 0
+    nmissed = 0
+    r = 0
+    step = 1
     for j in range(sizes.shape[0]):
         s = sizes[j]
         for _ in range(runs[j]):
-            rnd = k // rows
-            pos = k - rnd * rows
-            r = pos if rnd % 2 == 0 else rows - 1 - pos
             if s <= free[r] and segs[r] < max_segments:
                 free[r] -= s
                 segs[r] += 1
             else:
                 missed[s] += 1
-            k += 1
-    size = 1
-    while size < rows:
-        size *= 2
-    tree = np.full(2 * size, -1, np.int64)
-    for r in range(rows):
-        tree[size + r] = free[r] if segs[r] < max_segments else -1
-    for node in range(size - 1, 0, -1):
-        tree[node] = max(tree[2 * node], tree[2 * node + 1])
-    left = np.zeros(capacity + 1, np.int64)
-    nleft = 0
-    for s in range(capacity, 0, -1):
-        for _ in range(missed[s]):
-            if tree[1] < s:
-                left[s] += 1
-                nleft += 1
-                continue
-            node = max_tree_first(tree, size, s)
-            r = node - size
-            free[r] -= s
-            segs[r] += 1
-            max_tree_set(tree, node, free[r] if segs[r] < max_segments else -1)
-    most = 0
-    for r in range(rows):
-        most = max(most, segs[r])
-    if nleft:
-        lsizes, lruns = _decreasing_runs(left)
-        extra, emost = _best_fit_decreasing_rows(lsizes, lruns, capacity, max_segments, nleft)
-        rows += extra
-        most = max(most, emost)
-    return rows, most
+                nmissed += 1
+            r += step  # serpentine: 0 .. R-1, R-1 .. 0, 0 ..
+            if r == rows:
+                r = rows - 1
+                step = -1
+            elif r < 0:
+                r = 0
+                step = 1
+    msizes, mruns = _decreasing_runs(missed)
+    return _best_fit_decreasing_rows_from(msizes, mruns, capacity, max_segments, nmissed, free, segs)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -547,7 +548,7 @@ def simulate(prep: SharedLengthArrays | np.ndarray, ctx: int, name: str, *, tile
             max_rows = pieces if seg else min(pieces, 2 * (-(-total // ctx)) + 1)
             kernel = _first_fit_decreasing_rows if name == "first_fit_decreasing" else _best_fit_decreasing_rows
             rows, most = kernel(sizes, runs, ctx, seg, max_rows)
-            if seg and pieces > seg:  # a binding cap: the packer also deals (kernels.pack.capped_decreasing_rows)
+            if seg and worth_dealing(rows, total, pieces, ctx, seg):  # as kernels.pack.pack_lengths does
                 dealt_rows, dealt_most = _capped_deal_rows(sizes, runs, ctx, seg, total)
                 if dealt_rows < rows:
                     rows, most = dealt_rows, dealt_most

@@ -345,9 +345,18 @@ def presence_next(tree, size, c):
 
 @numba.njit(cache=True)
 def _best_fit(sizes, capacity, max_segments):
+    """Best fit into new rows (see :func:`_best_fit_from`)."""
+    return _best_fit_from(sizes, capacity, max_segments, np.zeros(0, np.int32), np.zeros(0, np.int32))
+
+
+@numba.njit(cache=True)
+def _best_fit_from(sizes, capacity, max_segments, free0, segs0):
     """Best fit: one LIFO stack of rows per free capacity, a presence tree over capacities.
 
-    The stack handling is written out again in ``analysis.padding._best_fit_decreasing_rows``
+    Rows ``0 .. len(free0) - 1`` exist already with ``free0`` free units and ``segs0`` pieces (pushed onto their
+    stacks in row order); new rows are numbered after them. Returns (row of each piece, rows in all).
+
+    The stack handling is written out again in ``analysis.padding._best_fit_decreasing_rows_from``
     and its windowed best fit on purpose: sharing it through small numba helpers made the
     bulk BFD count 2.2x slower and windowed best fit 22% slower (measured at 1M and 100M
     documents), so each kernel keeps its own copy.
@@ -355,15 +364,27 @@ def _best_fit(sizes, capacity, max_segments):
     A row's free capacity is the stack it sits on, so no per-row capacity is stored.
     """
     n = sizes.shape[0]
+    first = free0.shape[0]
     size = 1
     while size < capacity + 1:
         size *= 2
     tree = np.zeros(2 * size, np.uint8)
     head = np.full(capacity + 1, -1, np.int32)
-    below = np.empty(max(n, 1), np.int32)
-    segs = np.zeros(max(n, 1) if max_segments > 0 else 1, np.int32)
+    below = np.empty(max(first + n, 1), np.int32)
+    segs = np.zeros(max(first + n, 1) if max_segments > 0 else 1, np.int32)
+    for r in range(first):
+        f = free0[r]
+        if max_segments > 0:
+            segs[r] = segs0[r]
+            if segs[r] >= max_segments:
+                f = 0
+        if f > 0:
+            below[r] = head[f]
+            if head[f] < 0:
+                presence_set(tree, size, f)
+            head[f] = r
     row_of = np.empty(n, np.int32)
-    num_rows = 0
+    num_rows = first
     for k in range(n):
         s = sizes[k]
         c = presence_next(tree, size, s)
@@ -393,46 +414,37 @@ def _best_fit(sizes, capacity, max_segments):
 @numba.njit(cache=True)
 def _deal_capped(sizes, capacity, max_segments, rows):
     """Deal pieces (``sizes`` in decreasing order) to ``rows`` rows in serpentine order (row 0, 1, ..., R-1, then
-    R-1, ..., 0, ...), so every row gets a mix of large and small pieces. A piece that does not fit its row (room
-    or the cap) goes, in a second pass, to the first row with room and a free slot (first fit over a max tree);
-    what fits nowhere is left at -1. Returns ``row_of`` (int32)."""
+    R-1, ..., 0, ...), so every row gets a mix of large and small pieces; a piece that does not fit its row (room
+    or the cap) is left at -1. Returns (``row_of``, free units per row, pieces per row)."""
     n = sizes.shape[0]
-    free = np.full(rows, capacity, np.int64)
+    free = np.full(rows, capacity, np.int32)
     segs = np.zeros(rows, np.int32)
     row_of = np.full(n, -1, np.int32)
-    missed = 0
+    r = 0
+    step = 1
     for k in range(n):
-        rnd = k // rows
-        pos = k - rnd * rows
-        r = pos if rnd % 2 == 0 else rows - 1 - pos
         s = sizes[k]
         if s <= free[r] and segs[r] < max_segments:
             row_of[k] = r
             free[r] -= s
             segs[r] += 1
-        else:
-            missed += 1
-    if missed == 0:
-        return row_of
-    size = 1
-    while size < rows:
-        size *= 2
-    tree = np.full(2 * size, -1, np.int64)
-    for r in range(rows):
-        tree[size + r] = free[r] if segs[r] < max_segments else -1
-    for node in range(size - 1, 0, -1):
-        tree[node] = max(tree[2 * node], tree[2 * node + 1])
-    for k in range(n):
-        s = sizes[k]
-        if row_of[k] >= 0 or tree[1] < s:
-            continue
-        node = max_tree_first(tree, size, s)
-        r = node - size
-        row_of[k] = r
-        free[r] -= s
-        segs[r] += 1
-        max_tree_set(tree, node, free[r] if segs[r] < max_segments else -1)
-    return row_of
+        r += step  # serpentine: 0 .. R-1, R-1 .. 0, 0 ..
+        if r == rows:
+            r = rows - 1
+            step = -1
+        elif r < 0:
+            r = 0
+            step = 1
+    return row_of, free, segs
+
+
+def worth_dealing(rows: int, units: int, pieces: int, capacity: int, max_segments: int) -> bool:
+    """Whether a plain decreasing fit of ``rows`` rows is far enough (over 1%) above the lower bound
+    max(units / capacity, pieces / cap) for dealing (:func:`capped_decreasing_rows`) to be worth its time."""
+    if pieces <= max_segments:
+        return False
+    bound = max(-(-units // capacity), -(-pieces // max_segments))
+    return rows * 100 > bound * 101
 
 
 def capped_decreasing_rows(sizes: np.ndarray, capacity: int, max_segments: int) -> tuple[np.ndarray, int]:
@@ -441,20 +453,20 @@ def capped_decreasing_rows(sizes: np.ndarray, capacity: int, max_segments: int) 
     Decreasing first/best fit fill rows with the largest pieces up to the cap and leave the small ones, a few to
     a nearly empty row: with a cap of 4 and documents of mean 230 tokens at ctx 1024 that is 25% padding where
     the bound is 12%. Here the pieces are dealt to R = max(tokens / capacity, pieces / cap) rows (the lower
-    bound) in serpentine order, misfits go to the first dealt row with room, and the rest are best-fit into new
-    rows. :func:`pack_lengths` keeps whichever of this and plain decreasing fit needs fewer rows.
+    bound) in serpentine order, and the pieces that did not fit their row are best-fit (largest first) into
+    the dealt rows or new ones. :func:`pack_lengths` keeps whichever of this and plain decreasing fit needs
+    fewer rows.
 
     Returns:
       (row_of, num_rows): the row of each piece, in the order of ``sizes``.
     """
     n = sizes.shape[0]
     rows = max(-(-int(sizes.sum()) // capacity), -(-n // max_segments), 1)
-    row_of = _deal_capped(sizes, capacity, max_segments, rows)
+    row_of, free, segs = _deal_capped(sizes, capacity, max_segments, rows)
     left = np.flatnonzero(row_of < 0)
     if left.shape[0]:
-        extra, extra_rows = _best_fit(sizes[left], capacity, max_segments)
-        row_of[left] = extra + rows
-        rows += extra_rows
+        placed, rows = _best_fit_from(sizes[left], capacity, max_segments, free, segs)
+        row_of[left] = placed
     return row_of, rows
 
 
@@ -611,8 +623,8 @@ def pack_lengths(
     # Gather the sizes into placement order first: the kernels then read them sequentially.
     placed = units[order] if decreasing else units
     row_of, num_rows = kernel(placed, capacity, seg_cap)
-    if decreasing and seg_cap and placed.shape[0] > seg_cap:  # a binding cap: dealing may need fewer rows
-        dealt, dealt_rows = capped_decreasing_rows(placed, capacity, seg_cap)
+    if decreasing and seg_cap and worth_dealing(num_rows, int(placed.sum()), placed.shape[0], capacity, seg_cap):
+        dealt, dealt_rows = capped_decreasing_rows(placed, capacity, seg_cap)  # a binding cap: may need fewer rows
         if dealt_rows < num_rows:
             row_of, num_rows = dealt, dealt_rows
     splits, doc, start, length = _assemble(row_of, order, decreasing, num_rows, doc, start, length)
