@@ -38,7 +38,7 @@ import numpy as np
 
 from datatools.kernels.bucket import optimal_boundaries
 from datatools.kernels.pack import (max_tree_first, max_tree_set, presence_clear, presence_next, presence_set,
-                                    worth_dealing)
+                                    serpentine_next, stack_push, worth_dealing)
 from datatools.kernels.tiles import tile_align
 from datatools.kernels.validate import as_lengths, check_int, short_repr
 
@@ -298,10 +298,7 @@ def _best_fit_decreasing_rows_from(sizes, runs, capacity, max_segments, max_rows
         if max_segments > 0 and segs[r] >= max_segments:
             f = 0
         if f > 0:
-            below[r] = head[f]
-            if head[f] < 0:
-                presence_set(tree, size, f)
-            head[f] = r
+            stack_push(tree, size, head, below, r, f)
     rows = first
     for j in range(sizes.shape[0]):
         s = sizes[j]
@@ -358,13 +355,7 @@ def _capped_deal_rows(sizes, runs, capacity, max_segments, total):
             else:
                 missed[s] += 1
                 nmissed += 1
-            r += step  # serpentine: 0 .. .. 0, 0 ..
-            if r == rows:
-                r = rows - 1
-                step = -1
-            elif r < 0:
-                r = 0
-                step = 1
+            r, step = serpentine_next(r, step, rows)
     msizes, mruns = _decreasing_runs(missed)
     return _best_fit_decreasing_rows_from(msizes, mruns, capacity, max_segments, nmissed, free, segs)
 

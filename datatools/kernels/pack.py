@@ -343,6 +343,27 @@ def presence_next(tree, size, c):
     return -1
 
 
+@numba.njit(cache=True, nogil=True)
+def stack_push(tree, size, head, below, r, f):
+    """Put row ``r`` on the stack of rows with ``f`` free units (f > 0), marking ``f`` present in the tree. For
+    the cold paths (existing rows); the best-fit loops keep their own inline copy (see :func:`_best_fit_from`)."""
+    below[r] = head[f]
+    if head[f] < 0:
+        presence_set(tree, size, f)
+    head[f] = r
+
+
+@numba.njit(cache=True, nogil=True)
+def serpentine_next(r, step, rows):
+    """The row after ``r`` when dealing to ``rows`` rows in serpentine order (0 .. R-1, R-1 .. 0, 0 ..)."""
+    r += step
+    if r == rows:
+        return rows - 1, -1
+    if r < 0:
+        return 0, 1
+    return r, step
+
+
 @numba.njit(cache=True)
 def _best_fit(sizes, capacity, max_segments):
     """Best fit into new rows (see :func:`_best_fit_from`)."""
@@ -379,10 +400,7 @@ def _best_fit_from(sizes, capacity, max_segments, free0, segs0):
             if segs[r] >= max_segments:
                 f = 0
         if f > 0:
-            below[r] = head[f]
-            if head[f] < 0:
-                presence_set(tree, size, f)
-            head[f] = r
+            stack_push(tree, size, head, below, r, f)
     row_of = np.empty(n, np.int32)
     num_rows = first
     for k in range(n):
@@ -428,13 +446,7 @@ def _deal_capped(sizes, capacity, max_segments, rows):
             row_of[k] = r
             free[r] -= s
             segs[r] += 1
-        r += step  # serpentine: 0 .. R-1, R-1 .. 0, 0 ..
-        if r == rows:
-            r = rows - 1
-            step = -1
-        elif r < 0:
-            r = 0
-            step = 1
+        r, step = serpentine_next(r, step, rows)
     return row_of, free, segs
 
 
