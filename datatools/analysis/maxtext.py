@@ -235,53 +235,36 @@ def maxtext_view(lengths, settings: MaxTextSettings) -> dict:
             "max_docs_per_row": None if most is None else int(most), "fails": fails, "documents": int(lengths.shape[0])}
 
 
-def maxtext_advice(view: dict, settings: MaxTextSettings, recommendation: dict, capped: dict | None,
-                   uncapped: dict | None) -> dict:
-    """What to set in MaxText, never best_fit with a cap.
-
-    Args:
-      view: :func:`maxtext_view` of the settings as they are.
-      recommendation: the analyzer's recommendation (datatools' pipeline).
-      capped: :func:`maxtext_view` of first fit with the recommended cap at the same bins.
-      uncapped: :func:`maxtext_view` of best fit (no cap) at the same bins.
-    """
-    needs_cap = settings.attention in CAPPED_ATTENTION or settings.max_segments_per_seq > 0
-    cap = settings.max_segments_per_seq if settings.max_segments_per_seq > 0 else recommendation.get("max_segments")
-    lines = []
-    if needs_cap or uncapped is None:
+def maxtext_report(lengths, settings: MaxTextSettings, recommendation: dict, *, config: str) -> dict:
+    """The ``maxtext`` section of an analyze-padding report: the settings, :func:`maxtext_view` of the pipeline as
+    configured, and the advice: what to set in MaxText (never best_fit with a cap: MaxText applies
+    ``max_segments_per_seq`` with first fit only), its padding, and datatools' (``recommendation``)."""
+    lengths = as_lengths(lengths)
+    today = maxtext_view(lengths, settings)
+    if settings.attention in CAPPED_ATTENTION or settings.max_segments_per_seq > 0:
+        # a cap the config sets is the attention kernel's limit: keep it; else the recommended one, else the most
+        # documents first fit puts in a row (a cap that costs nothing)
+        cap = settings.max_segments_per_seq if settings.max_segments_per_seq > 0 else recommendation.get("max_segments")
+        if cap is None:
+            cap = maxtext_view(lengths, dataclasses.replace(settings, packing=True, grain_packing_type="first_fit",
+                                                            max_segments_per_seq=-1))["max_docs_per_row"]
         own = {"packing": True, "grain_packing_type": "first_fit", "max_segments_per_seq": cap}
-        own_eff = capped["efficiency"] if capped else None
         why = ("attention: cudnn_flash_te needs max_segments_per_seq, which MaxText applies with first_fit only"
                if settings.attention in CAPPED_ATTENTION else
                "a segment cap is set, and MaxText applies it with first_fit only (best_fit ignores it)")
     else:
         own = {"packing": True, "grain_packing_type": "best_fit"}
-        own_eff = uncapped["efficiency"]
         why = "no segment cap needed by the attention: best_fit (MaxText gives it no cap)"
-    lines.append(why)
-    lines.append("attention on packed rows needs packing: true (segment ids); dot_product and flash take them, "
-                 "cudnn_flash_te also needs max_segments_per_seq")
-    if view["fails"]:
-        lines.append(f"{view['fails']:,} pre-tokenized documents are longer than max_target_length="
-                     f"{view['ctx']}: MaxText's packer stops on the first; datatools splits them "
+    own_view = maxtext_view(lengths, dataclasses.replace(settings, packing=True,
+                                                         grain_packing_type=own["grain_packing_type"],
+                                                         max_segments_per_seq=own.get("max_segments_per_seq", -1)))
+    notes = [why, "attention on packed rows needs packing: true (segment ids); dot_product and flash take them, "
+                  "cudnn_flash_te also needs max_segments_per_seq"]
+    if today["fails"]:
+        notes.append(f"{today['fails']:,} pre-tokenized documents are longer than max_target_length="
+                     f"{today['ctx']}: MaxText's packer stops on the first; datatools splits them "
                      f"(datatools.integrations.maxtext.create_data_iterator)")
-    return {"maxtext_settings": own, "maxtext_efficiency": own_eff,
-            "datatools_efficiency": recommendation.get("efficiency"), "notes": lines}
-
-
-def maxtext_report(lengths, settings: MaxTextSettings, recommendation: dict, *, config: str) -> dict:
-    """The ``maxtext`` section of an analyze-padding report: the settings, :func:`maxtext_view` of the pipeline as
-    configured, and :func:`maxtext_advice` (first fit with the recommended cap, or best fit without one)."""
-    lengths = as_lengths(lengths)
-    today = maxtext_view(lengths, settings)
-    # a cap the config sets is the attention kernel's limit: keep it; else the recommended one
-    cap = settings.max_segments_per_seq if settings.max_segments_per_seq > 0 else recommendation.get("max_segments")
-    uncapped = maxtext_view(lengths, dataclasses.replace(settings, packing=True, grain_packing_type="best_fit"))
-    if cap is None:  # no cap recommended or set: the most documents first fit puts in a row costs nothing
-        cap = maxtext_view(lengths, dataclasses.replace(settings, packing=True, grain_packing_type="first_fit",
-                                                        max_segments_per_seq=-1))["max_docs_per_row"]
-    capped = maxtext_view(lengths, dataclasses.replace(settings, packing=True, grain_packing_type="first_fit",
-                                                       max_segments_per_seq=cap))
-    recommendation = {**recommendation, "max_segments": cap}
+    advice = {"maxtext_settings": own, "maxtext_efficiency": own_view["efficiency"],
+              "datatools_efficiency": recommendation.get("efficiency"), "notes": notes}
     return {"config": config, "settings": dataclasses.asdict(settings), "per_host_batch": settings.per_host_batch,
-            "today": today, "advice": maxtext_advice(today, settings, recommendation, capped, uncapped)}
+            "today": today, "advice": advice}

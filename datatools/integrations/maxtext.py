@@ -161,8 +161,11 @@ class HostBatchIterator:
     split over the mesh's devices along the batch axis; ``local_iterator`` is the Grain iterator (checkpointed)."""
 
     def __init__(self, dataset, mesh):
+        from jax.sharding import NamedSharding, PartitionSpec
+
         self.dataset = dataset
         self.mesh = mesh
+        self.sharding = NamedSharding(mesh, PartitionSpec(mesh.axis_names))
         self.local_iterator = iter(dataset)
 
     def __iter__(self):
@@ -170,11 +173,9 @@ class HostBatchIterator:
 
     def __next__(self):
         import jax
-        from jax.sharding import NamedSharding, PartitionSpec
 
         batch = next(self.local_iterator)
-        sharding = NamedSharding(self.mesh, PartitionSpec(self.mesh.axis_names))
-        return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
+        return {k: jax.make_array_from_process_local_data(self.sharding, v) for k, v in batch.items()}
 
 
 def _host_iterator(dataset, mesh, generate_padding_batch: bool):

@@ -67,16 +67,6 @@ POSITIONS = ("restart", "continue")
 IGNORE_INDEX = -100
 
 
-def piece_starts(segment_ids: np.ndarray) -> np.ndarray:
-    """True at the first token of every piece (a run of one non-zero segment id within a row)."""
-    seg = np.atleast_2d(segment_ids)
-    start = np.empty(seg.shape, dtype=bool)
-    start[:, 0] = True
-    np.not_equal(seg[:, 1:], seg[:, :-1], out=start[:, 1:])
-    start &= seg != 0
-    return start.reshape(np.shape(segment_ids))
-
-
 @numba.njit(cache=True, nogil=True)
 def _number_pieces(seg, positions, pieces):
     """One pass per row: ``positions`` from 0 in every piece (0 at padding) and ``pieces`` 0, 1, ... per piece of
@@ -178,7 +168,10 @@ def to_hf(batch: dict) -> dict:
     predicted = np.zeros_like(real)
     predicted[:, 1:] = mask[:, :-1] != 0  # token t is a label when t - 1 predicts it
     labels = np.where(predicted, tokens, IGNORE_INDEX).astype(np.int32)
-    starts = np.flatnonzero(piece_starts(seg)[real])
+    pieces = number_pieces(seg)[1]
+    first = real.copy()
+    first[:, 1:] &= pieces[:, 1:] != pieces[:, :-1]  # a piece's first token: its number changes (each row from 0)
+    starts = np.flatnonzero(first[real])
     total = int(real.sum())
     cu = np.append(starts, total).astype(np.int32)
     longest = int(np.diff(cu).max(initial=0))
