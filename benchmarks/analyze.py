@@ -30,7 +30,7 @@ from _common import distribution, print_table, write_json
 
 from datatools.analysis.padding import analyze  # noqa: E402
 from datatools.io.inputs import open_input, read_lengths  # noqa: E402
-from datatools.io.store import FORMAT, OFFSET_CHUNK, TOKEN_CHUNK, VERSION, zarr_spec  # noqa: E402
+from datatools.io.store import FORMAT, OFFSET_CHUNK, TOKEN_CHUNK, zarr_spec  # noqa: E402
 
 
 def offsets_only_store(path: Path, lengths: np.ndarray) -> None:
@@ -45,7 +45,9 @@ def offsets_only_store(path: Path, lengths: np.ndarray) -> None:
         if name == "offsets":
             arr[:].write(offsets).result()
     (path / "manifest.json").write_text(json.dumps({
-        "format": FORMAT, "version": VERSION, "dtype": "uint16", "vocab_size": 32000,
+        # version 1: a store without chunk records (its token chunks are never written, so a version-2 store's
+        # open check would refuse it); version 1 is still read, and the lengths path timed here is the same
+        "format": FORMAT, "version": 1, "dtype": "uint16", "vocab_size": 32000,
         "num_documents": int(lengths.shape[0]), "num_tokens": int(offsets[-1])}))
 
 

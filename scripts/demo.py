@@ -33,7 +33,8 @@ def main() -> int:
     status = datatools(["analyze-padding", str(paths["store"]), "--plot", str(DEMO_DIR / "padding.png")])
     if status == 0:
         console.print("\nNext: [bold]datatools pipeline configs/finetune_packed_1024.yaml --steps 50[/] "
-                      "(configs/README.md lists the others)")
+                      "(configs/README.md lists the others; the command is in .venv/bin: "
+                      "source .venv/bin/activate first)")
     return status
 
 

@@ -2,8 +2,15 @@
 
 Runs the fuzz suite's cases (tests/fuzz/fuzz_cases.py) in this process, in order, without hypothesis:
 every CLI subcommand with each extreme value in each option, malformed configs, and every public function
-with each bad value in each argument. "clean" means exit status 2 with one line on stderr and no traceback
-(CLI), or a ValueError / TypeError / IndexError with a one-line message (library).
+with each bad value in each argument, corrupt token stores (deleted, truncated, flipped chunks; a manifest that
+disagrees with the arrays; offsets out of order) read by verify / analyze-padding / pipeline, and pretokenize onto
+a full disk (a 2 MiB tmpfs when it can be mounted, else a simulated ENOSPC; clean there means exit 1).
+"clean" means exit status 2 with one line on stderr and no traceback
+(CLI), or a ValueError / TypeError / IndexError with a one-line message (library). Files that are wrong in
+content or layout (symlink cycles and links to '..', alias bombs under the old alias cap, duplicate keys, NumPy
+directories with bad ids or disagreeing arrays, inputs of zero documents) must give their right status (0 with
+the right document count, or 2 with one line naming the file) and change nothing; unreadable or unwritable files,
+run as a non-root user (uid 65534 via setpriv when run as root), must give exit 1 with one line naming the file.
 
     python scripts/fuzz_report.py
 """
@@ -11,14 +18,19 @@ with each bad value in each argument. "clean" means exit status 2 with one line 
 from __future__ import annotations
 
 import collections
+import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "fuzz")]
 
 from fuzz_cases import ALLOWED, BAD_CONFIGS, BAD_TRAIN_CONFIGS, cli_cases, function_cases, make_world, run_cli  # noqa: E402,E501
+from fuzz_cases import CORRUPT_STORES, LENGTHS_UNAFFECTED, corrupt_store_commands, disk_full_outcome  # noqa: E402
+from fuzz_cases import (file_case_outcome, file_cases, listing_with_sizes, permission_cases,  # noqa: E402
+                        run_as_user)
 
 
 def main() -> int:
@@ -28,6 +40,8 @@ def main() -> int:
         store = make_world(tmp)
         for args in cli_cases(str(store), str(tmp)):
             status, out, err = run_cli(args)
+            err = "".join(line for line in err.splitlines(keepends=True)  # warnings come as lines of their own
+                          if not line.startswith("datatools: warning: "))
             one_line = err.count("\n") == 1 and "Traceback" not in err
             kind = "accepted (valid value)" if status == 0 else "clean (exit 2, one line)" if status == 2 and one_line \
                 else f"exit {status}: {err.split(':')[2].strip() if err.count(':') > 2 else err[:40]}"
@@ -38,6 +52,43 @@ def main() -> int:
             status, _, err = run_cli([command, str(tmp / "c.yaml"), "--steps", "1"])
             clean = status == 2 and err.count("\n") == 1 and "Traceback" not in err
             outcomes[f"CLI: {command} (malformed config)"]["clean (exit 2, one line)" if clean else f"exit {status}"] += 1
+        for damage in CORRUPT_STORES:  # issue 21: a damaged store is refused, naming it, by every reader
+            copy, commands = corrupt_store_commands(store, tmp, damage)
+            for args in commands:
+                status, _, err = run_cli(args)
+                clean = status == 2 and err.count("\n") == 1 and "Traceback" not in err and copy in err
+                kind = "clean (exit 2, one line naming the store)" if clean else \
+                    "accepted (lengths from intact offsets)" if status == 0 and args[0] == "analyze-padding" and \
+                    damage in LENGTHS_UNAFFECTED else f"exit {status} on a corrupt store"
+                outcomes[f"CLI: {args[0]} (corrupt store)"][kind] += 1
+        for case in file_cases(store, tmp):  # issue 21: symlinks, alias bombs, duplicate keys, NumPy dirs, empty inputs
+            before = listing_with_sizes(tmp / "files")
+            t0 = time.perf_counter()
+            status, out, err = run_cli(case["args"])
+            kind = file_case_outcome(case, status, out, err, time.perf_counter() - t0)
+            after = listing_with_sizes(tmp / "files")
+            if any(after.get(k) != size for k, size in before.items()):
+                kind = "changed or removed an existing file"
+            command, what = case["name"].split(": ", 1)
+            outcomes[f"CLI: {command} (files: {what.split(' (')[0]})"][kind] += 1
+        base = Path(tempfile.mkdtemp(prefix="datatools-perm-", dir="/tmp"))
+        try:  # as a non-root user: uid 65534 through setpriv when this runs as root
+            cases = permission_cases(base, tmp / "tok.json")
+            results = run_as_user([c["args"] for c in cases], base)
+            for c, result in zip(cases, results if not isinstance(results, str) else [None] * len(cases)):
+                kind = f"not run ({results})" if result is None else file_case_outcome(c, *result)
+                outcomes[f"CLI: {c['name'].split(':')[0]} (permissions, non-root)"][kind] += 1
+        finally:
+            for p in [base, *base.rglob("*")]:
+                if p.is_dir() and not p.is_symlink():
+                    p.chmod(0o755)
+            shutil.rmtree(base, ignore_errors=True)
+        how, status, err, left = disk_full_outcome(tmp)
+        last = err.splitlines()[-1] if err else ""  # progress lines (off a terminal) may come before it
+        clean = status == 1 and last.startswith("datatools: error:") and "No space left on device" in last and \
+            "Traceback" not in err and not left
+        outcomes[f"CLI: pretokenize (disk full, {how})"]["clean (exit 1, one line)" if clean else
+                                                         f"exit {status}: {err[:60]}"] += 1
     for name, thunk in function_cases():
         try:
             thunk()

@@ -48,3 +48,27 @@ def random_docs(n: int, seed: int = 0, mean_log: float = 4.5, max_len: int = 300
     rng = np.random.default_rng(seed)
     lengths = np.clip(rng.lognormal(mean_log, 0.9, n), 1, max_len).astype(int)
     return [rng.integers(2, vocab, k).astype(np.int32) for k in lengths]
+
+
+@pytest.fixture()
+def small_tmpfs(tmp_path):
+    """A 2 MiB tmpfs mounted under tmp_path (a real full disk); skipped where mounting is not allowed."""
+    import subprocess
+
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    try:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True,
+                              timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        done = None
+    if done is None or done.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (not root, or no mount permission)")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=20)
+
+
+# S3 and GCS servers on loopback (session), a fresh bucket per test, the same test on local / s3 / gs
+from object_storage import gcs_bucket, gcs_server, s3_bucket, s3_server, storage_root  # noqa: E402,F401

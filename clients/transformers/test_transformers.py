@@ -108,12 +108,30 @@ def test_packed_logprobs_equal_each_piece_alone(attn, seed):
     assert worst < 1e-4, worst
 
 
-def test_a_shared_position_run_would_merge_documents():
-    """Why positions restart: with continued positions transformers cannot see where a continuation piece
-    starts when its offset happens to follow the previous piece's last position."""
+def sequence_starts(position_ids) -> np.ndarray:
+    """Where transformers finds each packed sequence of one row, from its ``position_ids`` alone."""
     from transformers.masking_utils import find_packed_sequence_indices
 
+    found = find_packed_sequence_indices(torch.as_tensor(np.asarray(position_ids)[None], dtype=torch.long))
+    if found is None:  # no packing seen: the whole row is one sequence
+        return np.array([0])
+    return np.flatnonzero(np.diff(found[0].numpy(), prepend=-1) != 0)
+
+
+def test_a_shared_position_run_would_merge_documents():
+    """Why positions restart: with continued positions transformers cannot see where a continuation piece
+    starts when its offset happens to follow the previous piece's last position.
+
+    The case, built: a row holding document A (5 tokens), then the second piece of a split document B whose first
+    piece held 5 tokens (so with ``positions: continue`` it counts 5, 6, 7), then document C (4 tokens). Continued,
+    the row reads 0-4, 5-7, 0-3: A and B's piece form one run, and transformers finds two sequences where there are
+    three (B's tokens would attend to A). Restarted (datatools' default) it reads 0-4, 0-2, 0-3: three sequences.
+    Then the real hf batch of LENGTHS: every piece datatools packed is found."""
+    a, b_piece, c = list(range(5)), list(range(3)), list(range(4))
+    continued = a + [5 + p for p in b_piece] + c
+    restarted = a + b_piece + c
+    np.testing.assert_array_equal(sequence_starts(continued), [0, 8])  # A and B merged
+    np.testing.assert_array_equal(sequence_starts(restarted), [0, 5, 8])
+
     _, hf = packed_hf_batch(LENGTHS)
-    found = find_packed_sequence_indices(torch.as_tensor(hf["position_ids"], dtype=torch.long))
-    starts = np.flatnonzero(np.diff(found[0].numpy(), prepend=-1) != 0)
-    np.testing.assert_array_equal(starts, hf["cu_seq_lens_q"][:-1])
+    np.testing.assert_array_equal(sequence_starts(hf["position_ids"][0]), hf["cu_seq_lens_q"][:-1])

@@ -412,13 +412,37 @@ def length_stats(lengths: np.ndarray) -> dict:
     }
 
 
-def default_contexts(lengths: np.ndarray, tile: int, *, cap: int = 32768) -> list[int]:
-    """Tile-aligned candidates around the distribution: p90, p99, and the powers of two at or above p99 and
-    twice that (each at most ``cap`` tokens)."""
+DEFAULT_CTX_CAP = 32768  # tokens: the default contexts stop here (longer rows: pass --ctx)
+
+
+def _default_candidates(lengths: np.ndarray) -> list[tuple[str, float]]:
     p90, p99 = np.percentile(lengths, [90, 99])
     pow2 = 1 << max(int(np.ceil(np.log2(max(p99, 1)))), 0)
-    raw = [p90, p99, pow2, 2 * pow2]
-    return sorted({min(tile_align(max(int(np.ceil(x)), 1), tile), tile_align(cap, tile)) for x in raw})
+    return [("p90", p90), ("p99", p99), ("the power of two at or above p99", pow2), ("twice that", 2 * pow2)]
+
+
+def default_contexts(lengths: np.ndarray, tile: int, *, cap: int = DEFAULT_CTX_CAP) -> list[int]:
+    """Tile-aligned candidates around the distribution: p90, p99, and the powers of two at or above p99 and
+    twice that, each rounded up to a multiple of ``tile`` and at most ``cap`` tokens (equal ones merged)."""
+    return sorted({min(tile_align(max(int(np.ceil(x)), 1), tile), tile_align(cap, tile))
+                   for _, x in _default_candidates(lengths)})
+
+
+def contexts_note(lengths: np.ndarray, tile: int, contexts: list[int], *, given: bool,
+                  cap: int = DEFAULT_CTX_CAP) -> str:
+    """One sentence for the report: which contexts were evaluated and why (the defaults, spelled out)."""
+    shown = ", ".join(f"{c:,}" for c in contexts)
+    if given:
+        return f"contexts evaluated: {shown} (as given with --ctx)"
+    parts = ", ".join(f"{name} {x:,.0f}" for name, x in _default_candidates(lengths))
+    note = (f"contexts evaluated: {shown}, the defaults: {parts}, each rounded up to a multiple of the tile "
+            f"({tile}) and capped at {tile_align(cap, tile):,}")
+    if len(contexts) < 4:
+        note += f" (equal ones merged: {len(contexts)} left of 4)"
+    longest = int(lengths.max())
+    if longest > contexts[-1]:
+        note += f"; the longest document ({longest:,} tokens) is over the largest ctx and is split"
+    return note + "; --ctx N (repeatable) evaluates others"
 
 
 def streaming_pack_rows(sizes: np.ndarray, ctx: int, algorithm: str, bins: int,
@@ -599,6 +623,7 @@ def analyze(lengths, *, contexts=None, tile: int = 128, buckets: int = 4, max_se
     report = length_stats(lengths)
     if report["num_tokens"] == 0:
         raise ValueError("every document is empty (0 tokens)")
+    given = contexts is not None
     if contexts is None:
         contexts = default_contexts(lengths, tile)
     contexts = sorted({check_int(c, "ctx", minimum=1) for c in contexts})
@@ -619,7 +644,8 @@ def analyze(lengths, *, contexts=None, tile: int = 128, buckets: int = 4, max_se
     for r in results:
         base = baseline.get(r["ctx"])
         r["speedup_bound"] = r["efficiency"] / base if base else None
-    report.update({"contexts": contexts, "tile": tile, "buckets": buckets, "window": window,
+    report.update({"contexts": contexts, "contexts_note": contexts_note(lengths, tile, contexts, given=given),
+                   "tile": tile, "buckets": buckets, "window": window,
                    "max_segments": max_segments, "strategies": results})
     report["recommendation"] = recommend(report, prep)
     return report
@@ -665,10 +691,24 @@ def recommend(report: dict, prep: SharedLengthArrays | None = None) -> dict:
             choice = cs
     name = choice["name"]
     max_segments = report.get("max_segments")
+    segments_reason = f"max_segments {max_segments}: as given (--max-segments)" if max_segments else ""
     if max_segments is None and name != "pad":
-        max_segments = int(choice["max_docs_per_row"])
+        most = int(choice["max_docs_per_row"])
+        cap = None
         if prep is not None:  # attention kernels want a small fixed cap: the smallest that costs ~nothing
-            max_segments = _segment_cap(prep, ctx, name, choice["efficiency"], report["window"]) or max_segments
+            cap = _segment_cap(prep, ctx, name, choice["efficiency"], report["window"])
+        max_segments = cap or most
+        why = ("packed-attention kernels (cuDNN / Transformer Engine flash attention, MaxText's "
+               "max_segments_per_seq) need a fixed cap on documents per row, and a smaller cap costs them less "
+               "memory and time")
+        if cap is not None:
+            segments_reason = (f"max_segments {cap}: the smallest of {', '.join(map(str, SEGMENT_CAPS))} documents "
+                               f"per row that keeps efficiency within half a point of uncapped packing (whose rows "
+                               f"hold up to {most}); {why}")
+        else:
+            segments_reason = (f"max_segments {most}: the most documents an uncapped row holds"
+                               + ("; every smaller cap tried loses over half a point" if prep is not None else "")
+                               + f"; {why}")
     reasons = []
     if pad:
         reasons.append(f"padding to {ctx} keeps {pad['efficiency']:.1%} of the compute for real tokens")
@@ -694,5 +734,6 @@ def recommend(report: dict, prep: SharedLengthArrays | None = None) -> dict:
                    {"packing": True, "max_target_length": ctx, "grain_packing_type": "first_fit",
                     "max_segments_per_seq": max_segments})
     return {"strategy": name, "ctx": ctx, "efficiency": choice["efficiency"], "speedup_bound": choice["speedup_bound"],
-            "max_segments": max_segments, "reason": "; ".join(reasons), "datatools_config": snippet,
+            "max_segments": max_segments, "max_segments_reason": segments_reason,
+            "reason": "; ".join(reasons), "datatools_config": snippet,
             "maxtext": maxtext}

@@ -8,7 +8,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from datatools.io.atomic import atomic_write_bytes
+from datatools.io import storage
 
 LABELS = {"pad": "pad to ctx (truncate)", "bucket": "optimal buckets", "next_fit": "next fit",
           "first_fit": "first fit (streaming)", "best_fit": "best fit (streaming)",
@@ -28,6 +28,8 @@ def render(report: dict, console: Console, *, source: str) -> None:
                   + (f" ({report['empty']:,} empty)" if report["empty"] else ""))
     console.print(f"length (tokens): min {L['min']:,}  p50 {L['p50']:,.0f}  mean {L['mean']:,.1f}  "
                   f"p90 {L['p90']:,.0f}  p99 {L['p99']:,.0f}  max {L['max']:,}")
+    if report.get("contexts_note"):
+        console.print(report["contexts_note"], markup=False, highlight=False)
     hist = Table(title="length histogram", title_justify="left", box=None, padding=(0, 1))
     hist.add_column("tokens", justify="right")
     hist.add_column("documents", justify="right")
@@ -60,6 +62,8 @@ def render(report: dict, console: Console, *, source: str) -> None:
                   f"speed-up bound {rec['speedup_bound']:.2f}x over padding. {rec['reason']}.")
     console.print("[bold]datatools pipeline config:[/]")
     console.print(rec["datatools_config"], markup=False, highlight=False)
+    if rec.get("max_segments_reason"):
+        console.print(f"why {rec['max_segments_reason']}", markup=False, highlight=False)
     console.print("[bold]MaxText's own packer, closest settings[/] (max_segments_per_seq works with first_fit only):")
     console.print("\n".join(f"{k}: {v}" for k, v in rec["maxtext"].items()), markup=False, highlight=False)
     if report.get("maxtext"):
@@ -84,7 +88,7 @@ def render_maxtext(mt: dict, console: Console) -> None:
         console.print(f"  - {note}", markup=False, highlight=False)
 
 
-def plot(report: dict, path: str | Path, *, source: str) -> Path:
+def plot(report: dict, path: str | Path, *, source: str) -> str | Path:
     """A PNG: the length histogram (log x, with each ctx marked) beside each strategy's efficiency per ctx."""
     import io
 
@@ -125,5 +129,5 @@ def plot(report: dict, path: str | Path, *, source: str) -> Path:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
-    return Path(path)
+    storage.write_bytes(path, buf.getvalue())  # atomic: a local rename, or one PUT to s3:// / gs://
+    return storage.url_of(path) if storage.is_url(path) else Path(path)

@@ -19,6 +19,7 @@ import errno
 import importlib
 import importlib.util
 import sys
+import warnings
 
 import click
 
@@ -34,6 +35,8 @@ SUBCOMMANDS = {
     "shuffle-report": ("datatools.cli.shuffle_report", "shuffle_report_command",
                        "How much a shuffle mixes, and what it costs in reads."),
     "train": ("datatools.cli.train", "train_command", "Train the configured model on its pipeline (jax extra)."),
+    "verify": ("datatools.cli.verify", "verify_command",
+               "Read every chunk of a token store: sizes, checksums, offsets, token range."),
 }
 EXTRA_OF = {"train": ("jax", "jax")}  # subcommand -> (module it needs, extra that installs it)
 DISTRIBUTION = "datatools-llm"
@@ -89,8 +92,31 @@ def _error(message: str) -> None:
 BAD_INPUT_ERRNOS = {errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.EINVAL, errno.ELOOP}
 
 
+def _warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A library warning (a link not followed, a slow access pattern) as one line on stderr, like an error."""
+    from datatools.io.paths import printable
+
+    print(f"datatools: warning: {' '.join(printable(str(message)).split())}", file=sys.stderr)
+
+
+def _permission_denied(exc: click.ClickException) -> bool:
+    """click's own check of a path option found the file there but not readable (or writable): the environment
+    (permissions), exit 1, like the PermissionError the library would raise."""
+    return isinstance(exc, click.BadParameter) and any(f"is not {what}." in exc.message
+                                                       for what in ("readable", "writable"))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status (see the module docstring)."""
+    with warnings.catch_warnings():
+        warnings.showwarning = _warning
+        # datatools' own warnings (a link not followed, a slow access pattern) are part of the answer: shown even
+        # under -W ignore / PYTHONWARNINGS=ignore; other packages' warnings keep the filters the user set
+        warnings.filterwarnings("default", category=UserWarning, module=r"datatools(\.|$)")
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         result = cli.main(args=argv, prog_name="datatools", standalone_mode=False)
     except click.exceptions.Exit as exc:
@@ -100,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except click.ClickException as exc:
         _error(exc.format_message())
-        return 2
+        return 1 if _permission_denied(exc) else 2
     except OSError as exc:
         from datatools.io.paths import display
 

@@ -8,7 +8,7 @@ import click
 
 from datatools.kernels.validate import MAX_BUCKETS, MAX_CTX, MAX_TOKEN_ID, MAX_WINDOW
 
-from datatools.analysis.padding import STRATEGIES, analyze
+from datatools.analysis.padding import DEFAULT_CTX_CAP, STRATEGIES, analyze
 from datatools.cli.common import emit_json, make_console, tokenizer_options
 from datatools.jobs.progress import count_progress
 from datatools.io.inputs import open_input, read_lengths
@@ -22,8 +22,10 @@ from datatools.analysis.padding_report import plot, render
 @click.option("--column", default=None, help="Token (list of ints) or text column; detected when unambiguous.")
 @click.option("--tokenizer", type=click.Path(), default=None, help="tokenizers JSON file, for a text column.")
 @tokenizer_options
-@click.option("--ctx", "contexts", type=click.IntRange(1, MAX_CTX), multiple=True, help="Context length to evaluate (repeatable). "
-              "Default: tile-aligned p90, p99, the power of two above p99, and the longest document.")
+@click.option("--ctx", "contexts", type=click.IntRange(1, MAX_CTX), multiple=True,
+              help="Context length to evaluate (repeatable). Default: p90, p99, the power of two at or above p99 "
+                   f"and twice it, each rounded up to a multiple of --tile and capped at {DEFAULT_CTX_CAP:,} (equal "
+                   "ones merged); the report says which were chosen and why.")
 @click.option("--tile", type=click.IntRange(1, MAX_CTX), default=128, show_default=True, help="Accelerator tile (tokens).")
 @click.option("--buckets", type=click.IntRange(1, MAX_BUCKETS), default=4, show_default=True, help="Buckets for the bucket strategy.")
 @click.option("--max-segments", type=click.IntRange(1, MAX_CTX), default=None, help="Cap on documents per packed row.")
@@ -63,8 +65,14 @@ def analyze_padding_command(path, column, tokenizer, tokenizer_settings, bos, eo
                      eos=eos, eos_id=eos_id, bin_dtype=bin_dtype)
     if inp.encoder is not None:
         err.print(inp.encoder.summary(), markup=False, highlight=False, soft_wrap=True)
-    with count_progress(err, inp.num_shards, "reading lengths") as advance:
-        lengths = read_lengths(inp, progress=lambda done, nbytes: advance())
+    with count_progress(err, inp.nbytes, "reading lengths", unit="bytes") as advance:
+        seen = [0]
+
+        def read(done: int, nbytes: int) -> None:  # cumulative bytes -> the step since the last call
+            advance(nbytes - seen[0])
+            seen[0] = nbytes
+
+        lengths = read_lengths(inp, progress=read)
     if lengths.size == 0:
         raise ValueError(f"{path}: no documents found")
     read_s = time.perf_counter() - t0

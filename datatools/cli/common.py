@@ -16,18 +16,19 @@ def make_console(stderr: bool = False):
 
 
 def emit_json(json_out: str | None, payload) -> None:
-    """Write ``payload`` as JSON to the file ``json_out`` (atomically), or to stdout when it is ``-``."""
+    """Write ``payload`` as JSON to the file or ``s3://`` / ``gs://`` URL ``json_out`` (atomically), or to stdout
+    when it is ``-``."""
     if not json_out:
         return
     import json
 
-    from datatools.io.atomic import atomic_write_text
+    from datatools.io.storage import write_text
 
     text = json.dumps(payload, indent=2, default=list)
     if json_out == "-":
         click.echo(text)
     else:
-        atomic_write_text(json_out, text + "\n")
+        write_text(json_out, text + "\n")
 
 
 def tokenizer_options(command):

@@ -7,20 +7,29 @@ from rich.table import Table
 
 from datatools.cli.common import emit_json, make_console
 from datatools.pipeline import load_config
+from datatools.pipeline.build import MAX_WORKERS
 from datatools.jobs.progress import count_progress
 from datatools.pipeline.run import run_pipeline
 
 
 @click.command("pipeline")
-@click.argument("config", type=click.Path(dir_okay=False))
+@click.argument("config")
 @click.option("--source", default=None, help="Override the config's source: a token store, Parquet or HF dataset dir.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override any config key (repeatable; dotted keys reach into sections, values are YAML), "
+                   "e.g. --set packing.ctx=2048 --set shuffle.kind=none. Checked like the file.")
 @click.option("--steps", type=click.IntRange(1, 1 << 40), required=True, help="Batches to run.")
-@click.option("--workers", type=click.IntRange(0, 1024), default=None, help="Override the config's prefetch workers.")
+@click.option("--workers", type=click.IntRange(0, MAX_WORKERS), default=None,
+              help=f"Override the config's prefetch worker processes (at most {MAX_WORKERS}).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="Write the figures as JSON to FILE, or '-' for stdout (then the table goes to stderr).")
-def pipeline_command(config, source, steps, workers, json_out):
-    """Run the pipeline of CONFIG (YAML) for --steps batches: batches/s, tokens/s, efficiency, shapes."""
-    cfg = load_config(config, source=source)
+def pipeline_command(config, source, overrides, steps, workers, json_out):
+    """Run the pipeline of CONFIG for --steps batches: batches/s, tokens/s, efficiency, shapes.
+
+    CONFIG is a YAML file, or the name of a config shipped with datatools (pretrain_block_8192,
+    finetune_packed_1024, bucketed, ...; configs/README.md describes them).
+    """
+    cfg = load_config(config, source=source, overrides=overrides)
     if workers is not None:
         cfg = cfg.replace(workers=workers)
     console = make_console(stderr=json_out == "-")

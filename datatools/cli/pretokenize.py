@@ -7,7 +7,7 @@ import click
 from datatools.kernels.validate import MAX_CTX
 
 from datatools.cli.common import make_console, tokenizer_options
-from datatools.jobs.pretokenize import ENGINES, pretokenize
+from datatools.jobs.pretokenize import DISTRIBUTION, ENGINES, pretokenize, require_engine
 
 
 @click.command("pretokenize")
@@ -21,7 +21,8 @@ from datatools.jobs.pretokenize import ENGINES, pretokenize
 @click.option("--workers", type=click.IntRange(1, 1024), default=1, show_default=True, help="Tokenizer processes / Ray tasks.")
 @click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True)
 @click.option("--ray-address", default=None, help="Ray cluster address (default: start a local Ray).")
-@click.option("--overwrite", is_flag=True, help="Replace an existing store made by a different job.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing token store made by a different job (only a "
+              "token store, recognized by its manifest, or an empty directory; anything else is refused).")
 def pretokenize_command(inputs, output, tokenizer, column, tokenizer_settings, bos, eos, ctx, tile, workers, engine, ray_address,
                         overwrite):
     """Tokenize INPUTS (Parquet, JSONL, .txt, Arrow, HF save_to_disk dirs) into the token store OUTPUT.
@@ -29,6 +30,11 @@ def pretokenize_command(inputs, output, tokenizer, column, tokenizer_settings, b
     Resumable: run the same command again after an interruption and it finishes
     where it stopped. OUTPUT appears only when complete.
     """
+    try:
+        require_engine(engine)  # like `train` without jax: the install line, exit 2, before anything is created
+    except ModuleNotFoundError as exc:
+        raise click.UsageError(f"'datatools pretokenize --engine {engine}' needs {exc.name}: "
+                               f"pip install '{DISTRIBUTION}[{exc.name}]'") from None
     result = pretokenize(list(inputs), output, tokenizer, column=column, bos=bos, eos=eos, ctx=ctx, tile=tile,
                          tokenizer_settings=tokenizer_settings, workers=workers, engine=engine,
                          ray_address=ray_address, overwrite=overwrite)

@@ -8,15 +8,17 @@ from rich.table import Table
 
 from datatools.cli.common import emit_json, make_console
 from datatools.train.loop import load_train_config, train
+from datatools.train.model import ATTENTIONS
 
 
 @click.command("train")
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--steps", type=click.IntRange(1, 1 << 40), default=None, help="Override train.steps.")
 @click.option("--source", default=None, help="Override the config's source path.")
-@click.option("--attention", type=click.Choice(("dense", "blocksparse", "fused")), default=None,
-              help="Override model.attention: dense (masked ctx x ctx) or blocksparse (only the tiles packing leaves "
-                   "non-empty).")
+@click.option("--attention", type=click.Choice(ATTENTIONS), default=None,
+              help="Override model.attention: dense (masked ctx x ctx), blocksparse (only the tiles packing leaves "
+                   "non-empty), fused, splash and pallas_blocksparse (TPU), pallas_gpu and cudnn (GPU). The Pallas "
+                   "kernels run interpreted off their device: exact but slow, for correctness checks only.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="Write the summary and per-step records as JSON to FILE, or '-' for stdout.")
 def train_command(config, steps, source, attention, json_out):

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import grain
 
-from datatools.kernels.attention_blocks import block_pairs
+from datatools.kernels.attention_blocks import block_pairs, block_structure, tile_list
 from datatools.kernels.validate import check_int
 
 
 class AttentionBlocks(grain.transforms.Map):
-    """Add ``block_q``, ``block_k``, ``block_valid`` (int32, (rows, P)) to a canonical batch: the (query, key)
-    tiles of ``block`` tokens that hold work (see :mod:`datatools.kernels.attention_blocks`), the input of a
-    block-sparse attention kernel. ``segment_ids`` (splash's ``SegmentIds``) stays in the batch as it is.
+    """Add the (query, key) tiles of ``block`` tokens that hold work (see :mod:`datatools.kernels.attention_blocks`)
+    to a canonical batch, in the two layouts the block-sparse kernels take:
+
+    * ``block_q``, ``block_k``, ``block_valid`` (int32, (rows, P)): per row, for the gather-based JAX kernel
+      (``attention: blocksparse``);
+    * ``tile_row``, ``tile_q``, ``tile_k``, ``tile_full``, ``tile_by_k`` (int32, (P,)) and ``tile_count`` (int32,
+      (1,)): one batch-wide list, the scalar-prefetch operands of the Pallas kernel (``attention:
+      pallas_blocksparse``).
+
+    ``segment_ids`` (splash's ``SegmentIds``) stays in the batch as it is.
 
     Args:
       block: tile size (tokens); must divide the batch's row length.
@@ -21,4 +28,6 @@ class AttentionBlocks(grain.transforms.Map):
         self.block = check_int(block, "attention_block", minimum=1)
 
     def map(self, element):
-        return {**element, **block_pairs(element["segment_ids"], self.block)}
+        kinds = block_structure(element["segment_ids"], self.block)
+        return {**element, **block_pairs(element["segment_ids"], self.block, kinds=kinds),
+                **tile_list(element["segment_ids"], self.block, kinds=kinds)}

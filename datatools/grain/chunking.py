@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grain
+import numpy as np
 
 from datatools.kernels.validate import check_int
 from datatools.grain.document_blocks import document_block
@@ -28,7 +29,7 @@ class TileChunk(grain.experimental.FlatMapTransform):
 
     def __init__(self, ctx: int, *, tile: int, stride: int | None = None, bos: int | None = None,
                  eos: int | None = None, max_fan_out: int = 4096, feature: str = "tokens"):
-        chunk([], ctx, tile=tile, stride=stride)  # validate the options now
+        chunk(np.zeros(0, np.int32), ctx, tile=tile, stride=stride)  # validate the options now
         self.ctx, self.tile, self.stride, self.bos, self.eos = ctx, tile, stride, bos, eos
         self.max_fan_out = check_int(max_fan_out, "max_fan_out", minimum=1)
         self.feature = feature

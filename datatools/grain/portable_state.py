@@ -9,11 +9,21 @@ writes every prefetch state in that portable form ``{"next_index": k}`` (which i
 also what the single-process iterator saves); restoring converts it back into the
 current pipeline's form, for any worker count. Only the read position is rewritten;
 the rest of the state (a streaming packer's window, a bucketer's buffer) is kept.
+
+Many hosts: a pipeline built as one host's share of a global batch sequence
+(:mod:`datatools.grain.host_batches`) has a position that is the global batches
+consumed, the same on every host. Its state then restores on any number of hosts
+(elastic resume); :func:`host_state` checks that the hosts' states agree and gives the
+one to restore everywhere. The state also records what fixes the global sequence (the
+pipeline's ``identity``: seed, packing, batch size, the data's lengths, ...), and
+restoring it into a pipeline whose identity differs raises ValueError naming what differs.
 """
 
 from __future__ import annotations
 
 import grain
+
+from datatools.kernels.validate import short_repr
 
 MP_KEYS = {"next_index_in_cycle", "next_index_in_datasets", "iterators_in_use_indices", "iterators_in_use_states",
            "exhausted"}
@@ -51,18 +61,88 @@ def localized(state, like):
     return state
 
 
+def check_identity(saved: dict | None, current: dict | None) -> None:
+    """ValueError naming every key whose value differs between a saved state's pipeline identity and this one's."""
+    if not saved or not current:
+        return  # a state from before identities were recorded, or a pipeline without one
+    keys = sorted(set(saved) | set(current))
+    diff = [f"{k}: saved {saved.get(k)!r}, this pipeline {current.get(k)!r}" for k in keys
+            if saved.get(k) != current.get(k)]
+    if diff:
+        raise ValueError("this state was saved by a pipeline with another config or data and cannot restore here ("
+                         + "; ".join(diff) + ")")
+
+
+def check_state(state, like, where: str) -> None:
+    """``state`` must have the form of ``like`` (the portable state this pipeline saves): the same keys at every
+    level, a count (an int >= 0, not a bool) where ``like`` holds one, a string where it holds one. A TypeError or
+    ValueError naming the entry otherwise, before anything is restored (Grain would raise a KeyError, or take a
+    position of 2.5 or True)."""
+    if isinstance(like, dict):
+        if not isinstance(state, dict):
+            raise TypeError(f"{where} must be a dict with keys {', '.join(map(repr, like))}; got {short_repr(state)}")
+        unknown, missing = sorted(map(repr, set(state) - set(like))), sorted(map(repr, set(like) - set(state)))
+        if unknown or missing:
+            problems = ([f"unknown key(s) {', '.join(unknown)}"] if unknown else []) + \
+                ([f"missing key(s) {', '.join(missing)}"] if missing else [])
+            raise ValueError(f"{where}: {'; '.join(problems)} (this pipeline's state has {', '.join(map(repr, like))})")
+        for k, v in like.items():
+            check_state(state[k], v, f"{where}[{k!r}]")
+    elif isinstance(like, bool):
+        if not isinstance(state, bool):
+            raise TypeError(f"{where} must be True or False, got {short_repr(state)}")
+    elif isinstance(like, int):
+        if isinstance(state, bool) or not isinstance(state, int):
+            raise TypeError(f"{where} must be an integer count, got {short_repr(state)}")
+        if state < 0:
+            raise ValueError(f"{where} must be >= 0, got {state}")
+    elif isinstance(like, str) and not isinstance(state, str):
+        raise TypeError(f"{where} must be a string, got {short_repr(state)}")
+
+
+def host_state(states: list) -> dict:
+    """The state to restore on every host (any host count) from the states all hosts saved at the same step.
+
+    Raises:
+      ValueError: the list is empty, or two hosts' states differ (they were not saved at the same step, or come
+        from different pipelines), naming the first host that differs.
+    """
+    states = list(states)
+    if not states:
+        raise ValueError("no host states given")
+    for h, s in enumerate(states[1:], 1):
+        if s != states[0]:
+            raise ValueError(f"host {h}'s state differs from host 0's ({s!r} vs {states[0]!r}): save every host's "
+                             f"state at the same step of the same pipeline")
+    return states[0]
+
+
 class _PortableStateIterator(grain.DatasetIterator):
+    def __init__(self, parent, identity):
+        super().__init__(parent)
+        self._identity = identity
+
     def __next__(self):
         return next(self._parent)
 
     def get_state(self):
-        return {"portable": portable(self._parent.get_state())}
+        state = {"portable": portable(self._parent.get_state())}
+        if self._identity:
+            state["pipeline"] = dict(self._identity)
+        return state
 
     def set_state(self, state):
         if not isinstance(state, dict) or "portable" not in state:
             raise ValueError("not a datatools pipeline state (expected the dict get_state() returned, with a "
                              "'portable' entry)")
-        self._parent.set_state(localized(state["portable"], self._parent.get_state()))
+        unknown = sorted(map(repr, set(state) - {"portable", "pipeline"}))
+        if unknown:
+            raise ValueError(f"not a datatools pipeline state: unknown key(s) {', '.join(unknown)} (expected "
+                             f"'portable' and 'pipeline')")
+        check_identity(state.get("pipeline"), self._identity)
+        current = self._parent.get_state()
+        check_state(state["portable"], portable(current), "state['portable']")
+        self._parent.set_state(localized(state["portable"], current))
 
     def close(self) -> None:
         close = getattr(self._parent, "close", None)
@@ -75,10 +155,16 @@ class PortableStateIterDataset(grain.IterDataset):
 
     Args:
       parent: the pipeline's final dataset.
+      identity: what fixes the pipeline's element sequence (plain values by name); saved in every state and
+        compared on restore.
     """
 
+    def __init__(self, parent: grain.IterDataset, identity: dict | None = None):
+        super().__init__(parent)
+        self.identity = dict(identity) if identity else None
+
     def __iter__(self):
-        return _PortableStateIterator(self._parent.__iter__())
+        return _PortableStateIterator(self._parent.__iter__(), self.identity)
 
     def __str__(self) -> str:
         return "PortableStateIterDataset"

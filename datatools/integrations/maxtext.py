@@ -23,7 +23,7 @@ MaxText keys and the datatools keys they set (:func:`pipeline_config`):
 MaxText                                        datatools pipeline
 =============================================  ==========================================
 ``max_target_length``                          ``packing.ctx``
-``global_batch_size_to_load`` / processes      ``batch_size`` (rows per host)
+``global_batch_size_to_load``                  ``batch_size`` (global; each host gets 1/processes)
 ``grain_train_files``                          ``source.path`` (when the pipeline has none)
 ``max_segments_per_seq`` (> 0)                 ``packing.max_segments``
 ``data_shuffle_seed``                          ``seed``
@@ -112,7 +112,7 @@ def pipeline_config(config, pipeline=None, *, process_index: int = 0, process_co
     data = _pipeline_mapping(pipeline)
     ctx = _int_setting(config, "max_target_length", minimum=1, maximum=MAX_CTX)
     process_count = check_int(process_count, "process_count", minimum=1)
-    batch_limit = dict(minimum=1, maximum=MAX_BATCH * process_count)
+    batch_limit = dict(minimum=1, maximum=MAX_BATCH)
     if split == "train":
         global_batch = _int_setting(config, "global_batch_size_to_load", **batch_limit)
         files = _setting(config, "grain_train_files", "")
@@ -139,7 +139,7 @@ def pipeline_config(config, pipeline=None, *, process_index: int = 0, process_co
         raise ValueError("MaxText trains on fixed (batch, max_target_length) shapes: use packing, not bucketing")
     data.setdefault("packing", {})
     _agree(data, "packing", "ctx", ctx, "max_target_length")
-    _agree(data, None, "batch_size", global_batch // process_count, "global_batch_size_to_load / processes")
+    _agree(data, None, "batch_size", global_batch, "global_batch_size_to_load")  # global, as MaxText's
     cap = _int_setting(config, "max_segments_per_seq", -1, maximum=MAX_CTX)
     if cap > 0:
         _agree(data, "packing", "max_segments", cap, "max_segments_per_seq")

@@ -39,10 +39,15 @@ def atomic_write_with(path: str | os.PathLike, write: Callable[[BinaryIO], None]
     """Call ``write(f)`` on a temporary file beside ``path``, fsync it, set umask permissions, rename it to ``path``.
 
     On any error (or interrupt) the temporary file is removed and ``path`` is left as it was.
+    Every ``OSError`` (the temporary file not creatable, the disk full, the rename refused) names ``path``, the
+    file the user asked for, never the temporary name.
     """
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise _naming(exc, path) from None
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
@@ -52,12 +57,15 @@ def atomic_write_with(path: str | os.PathLike, write: Callable[[BinaryIO], None]
         os.replace(tmp, path)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
-        if exc.filename is None:  # e.g. "No space left on device" from write(): name the file it was for
-            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
-        raise
+        raise _naming(exc, path) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _naming(exc: OSError, path: Path) -> OSError:
+    """``exc`` naming ``path``; its errno is kept (OSError picks the subclass from it: ENOSPC, EACCES, EISDIR)."""
+    return OSError(exc.errno, exc.strerror or str(exc), str(path))
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

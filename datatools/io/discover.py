@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
+from datatools.io import storage
 from datatools.io.paths import display, first_line, map_file
 
 TEXT_FILES_PER_SHARD = 256
@@ -95,11 +97,90 @@ def _raise(exc: OSError) -> None:
     raise exc
 
 
+class LinkWarning(UserWarning):
+    """A symbolic link met while listing the input files that was not followed, or that leads outside the
+    directory given (shown by the CLI as one ``datatools: warning:`` line)."""
+
+
+def _inside(target: str, root: str) -> bool:
+    return target == root or target.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def walk_once(path: Path) -> list[tuple[str, Path]]:
+    """(kind, file) pairs of the input files under the directory ``path``, each real file once, walking real
+    directories only (the rules on links are in :func:`list_input_files`)."""
+    root_real = os.path.realpath(path)
+    entries: list[tuple[str, Path, tuple[int, int], bool]] = []  # kind, file, (device, inode), is a link
+    skipped_dirs: list[str] = []
+    outside_files: list[str] = []
+    for root, dirs, files in os.walk(path, onerror=_raise, followlinks=False):
+        dirs.sort()
+        root_path = Path(root)
+        for name in [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+            dirs.remove(name)
+            link, target = root_path / name, os.path.realpath(root_path / name)
+            where = "inside it, read anyway" if _inside(target, root_real) else "outside it"
+            skipped_dirs.append(f"{display(link)} -> {display(target)} ({where})")
+        if root_path != path and is_hf_dataset_dir(root_path):
+            entries.extend(("arrow", f, _identity(f), False) for f in hf_data_files(root_path))
+            dirs.clear()
+            continue
+        for name in sorted(files):
+            kind = EXTENSIONS.get(Path(name).suffix.lower())
+            if not kind or name.startswith("."):
+                continue
+            f = root_path / name
+            is_link = os.path.islink(f)
+            if is_link and not _inside(os.path.realpath(f), root_real):
+                outside_files.append(f"{display(f)} -> {display(os.path.realpath(f))}")
+            entries.append((kind, f, _identity(f), is_link))
+    if skipped_dirs:
+        warnings.warn(f"{display(path)}: links to directories not followed: {'; '.join(skipped_dirs[:3])}"
+                      f"{f' and {len(skipped_dirs) - 3} more' if len(skipped_dirs) > 3 else ''}", LinkWarning,
+                      stacklevel=3)
+    if outside_files:
+        warnings.warn(f"{display(path)}: {len(outside_files)} file(s) read through links leading outside it: "
+                      f"{'; '.join(outside_files[:3])}{' ...' if len(outside_files) > 3 else ''}", LinkWarning,
+                      stacklevel=3)
+    first: dict[tuple[int, int], int] = {}  # each real file once: at its first non-link name, else its first link
+    for i, (_, _, key, is_link) in enumerate(entries):
+        if key not in first or (entries[first[key]][3] and not is_link):
+            first[key] = i
+    keep = set(first.values())
+    return [(kind, f) for i, (kind, f, _, _) in enumerate(entries) if i in keep]
+
+
+def _identity(f: Path) -> tuple[int, int]:
+    """(device, inode) of the file ``f`` names (through links); a broken link is a ValueError naming it."""
+    try:
+        st = os.stat(f)
+    except FileNotFoundError:
+        if os.path.islink(f):
+            raise ValueError(f"{display(f)}: a broken link (to {display(os.readlink(f))})") from None
+        raise
+    return st.st_dev, st.st_ino
+
+
 def list_input_files(path: str | os.PathLike) -> list[tuple[str, Path]]:
     """(kind, file) pairs under ``path``, sorted by path; HF dataset directories expand to their Arrow files.
 
     Hidden files are skipped. An unreadable directory raises its ``PermissionError``.
+
+    Symbolic links (see :func:`walk_once`): every real directory and file under ``path`` is read once (by device
+    and inode), so a link cannot multiply the data (``ln -s . d/self``) nor reach outside ``path`` through a
+    directory (``ln -s .. d/up``). Links to directories are not followed: one whose target is inside ``path``
+    names a directory that is read anyway, one whose target is outside is skipped; both with a
+    :class:`LinkWarning`. A link to a file is read once (a file reached twice is read at its first, non-link
+    name): a single file cannot multiply data or reach a tree, and stores such as the Hugging Face hub cache are
+    made of links to files elsewhere; when such links lead outside ``path`` one :class:`LinkWarning` names them.
+    A broken link with an input extension is a ``ValueError`` naming it.
+
+    A URL (``s3://``, ``gs://``) lists the objects under its prefix (:func:`remote_input_files`).
     """
+    if storage.is_url(path):
+        return remote_input_files(path)
+    if isinstance(path, (str, os.PathLike)) and not os.fspath(path):
+        raise ValueError("an empty path (name a file or directory; '.' is the current one)")
     path = Path(path)
     if not path.exists():
         raise ValueError(f"{display(path)}: no such file or directory")
@@ -110,29 +191,93 @@ def list_input_files(path: str | os.PathLike) -> list[tuple[str, Path]]:
         return [(kind, path)]
     if is_hf_dataset_dir(path):
         return [("arrow", f) for f in hf_data_files(path)]
-    found: list[tuple[str, Path]] = []
-    for root, dirs, files in os.walk(path, onerror=_raise, followlinks=True):
-        dirs.sort()
-        root_path = Path(root)
-        if root_path != path and is_hf_dataset_dir(root_path):
-            found.extend(("arrow", f) for f in hf_data_files(root_path))
-            dirs.clear()
-            continue
-        for name in sorted(files):
-            kind = EXTENSIONS.get(Path(name).suffix.lower())
-            if kind and not name.startswith("."):
-                found.append((kind, root_path / name))
+    found = walk_once(path)
     if not found:
         raise ValueError(f"{display(path)}: no input files ({', '.join(sorted(EXTENSIONS))}) found")
     return found
 
 
+def _walk_key(relative: str) -> tuple:
+    """Sort key giving the order of ``os.walk`` with sorted names: a directory's files before its subdirectories."""
+    *dirs, name = relative.split("/")
+    return tuple((1, d) for d in dirs) + ((0, name),)
+
+
+def remote_input_files(url: str | os.PathLike) -> list[tuple[str, str]]:
+    """(kind, URL) pairs of the input objects under ``url`` (an object, or a key prefix read as a directory), in
+    the order :func:`list_input_files` gives a local copy of the same tree; Hugging Face ``save_to_disk``
+    directories expand to their Arrow files."""
+    url = storage.url_of(url)
+    got = storage.info(url)
+    if got is None:
+        raise ValueError(f"{url}: no such file or directory")
+    if got["type"] == "file":
+        kind = EXTENSIONS.get(Path(storage.name_of(url)).suffix.lower())
+        if kind is None:
+            raise ValueError(f"{url}: unknown format (expected one of {', '.join(sorted(EXTENSIONS))})")
+        return [(kind, url)]
+    base = url.rstrip("/") + "/"
+    relative = sorted((f[len(base):] for f in storage.list_files(url)), key=_walk_key)
+    hf_roots = sorted({r.rpartition("/")[0] for r in relative
+                       if r.rpartition("/")[2] in ("state.json", "dataset_dict.json")}, key=len)
+    if "" in hf_roots:
+        return [("arrow", f) for f in remote_hf_data_files(url)]
+    found: list[tuple[str, str]] = []
+    expanded: set[str] = set()
+    for r in relative:
+        root = next((h for h in hf_roots if r.startswith(h + "/")), None)  # the outermost HF directory holding r
+        if root is not None:
+            if root not in expanded:
+                expanded.add(root)
+                found.extend(("arrow", f) for f in remote_hf_data_files(base + root))
+            continue
+        name = r.rpartition("/")[2]
+        kind = EXTENSIONS.get(Path(name).suffix.lower())
+        if kind and not name.startswith(".") and not any(p.startswith(".") for p in r.split("/")[:-1]):
+            found.append((kind, base + r))
+    if not found:
+        raise ValueError(f"{url}: no input files ({', '.join(sorted(EXTENSIONS))}) found")
+    return found
+
+
+def remote_hf_data_files(url: str) -> list[str]:
+    """The Arrow files of a ``save_to_disk`` directory in object storage, in row order, from its
+    ``dataset_dict.json`` (splits in order) and each split's ``state.json`` (``_data_files`` in order), as
+    ``datasets.load_from_disk`` reads them (which would copy the whole directory to local disk first)."""
+    import json
+
+    def load(name: str):
+        try:
+            return json.loads(storage.read_bytes(storage.join(url, name)))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{storage.join(url, name)}: not a Hugging Face save_to_disk file "
+                             f"({first_line(exc)})") from None
+
+    if storage.is_file(storage.join(url, "dataset_dict.json")):
+        splits = load("dataset_dict.json").get("splits")
+        if not isinstance(splits, list) or not all(isinstance(x, str) for x in splits):
+            raise ValueError(f"{storage.join(url, 'dataset_dict.json')}: no list of splits")
+        return [f for split in splits for f in remote_hf_data_files(str(storage.join(url, split)))]
+    files = load("state.json").get("_data_files")
+    if not isinstance(files, list) or not all(isinstance(x, dict) and "filename" in x for x in files):
+        raise ValueError(f"{storage.join(url, 'state.json')}: no _data_files list")
+    return [str(storage.join(url, x["filename"])) for x in files]
+
+
 def list_shards(path: str | os.PathLike) -> list[Shard]:
-    """The input under ``path`` cut into shards, in a fixed order (text shards last)."""
+    """The input under ``path`` cut into shards, in a fixed order (text shards last).
+
+    A file that holds no document (an empty or blank JSON Lines file, a table of no rows) gives no shard; an
+    input whose files hold no document at all is a ``ValueError`` naming it (for every command alike: a data
+    set of zero documents is a mistake, not a result). A ``.txt`` file is one document, even when empty.
+    """
     shards: list[Shard] = []
     texts: list[str] = []
-    for kind, f in list_input_files(path):
+    files = list_input_files(path)
+    for kind, f in files:
         name = str(f)
+        if kind != "text" and not _has_documents(kind, name):
+            continue
         if kind == "text":
             texts.append(name)
         elif kind == "parquet":
@@ -141,26 +286,50 @@ def list_shards(path: str | os.PathLike) -> list[Shard]:
         elif kind == "arrow":
             shards.extend(Shard("arrow", (name,), a, b, nbytes) for a, b, nbytes in arrow_parts(name))
         else:
-            size = os.path.getsize(name)
+            size = storage.size(name)
             shards.extend(Shard("jsonl", (name,), a, min(a + PART_BYTES, size))
                           for a in range(0, max(size, 1), PART_BYTES))
     for i in range(0, len(texts), TEXT_FILES_PER_SHARD):
         shards.append(Shard("text", tuple(texts[i : i + TEXT_FILES_PER_SHARD])))
+    if not shards:
+        what = "the file is empty" if len(files) == 1 else f"its {len(files)} input files are all empty"
+        raise ValueError(f"{display(path)}: no documents ({what})")
     return shards
+
+
+def _has_documents(kind: str, f: str) -> bool:
+    """Whether a Parquet, Arrow or JSON Lines file holds at least one row (a JSON Lines file: a non-blank line;
+    read only as far as its first non-blank byte)."""
+    if kind == "parquet":
+        return parquet_metadata(f).num_rows > 0
+    if kind == "arrow":
+        return any(batch.num_rows for batch in iter_arrow_batches(f))
+    if storage.size(f) == 0:
+        return False
+    with storage.open_file(f) as fh:
+        while block := fh.read(1 << 20):
+            if block.strip():
+                return True
+    return False
 
 
 # --------------------------------------------------------------------------- Parquet and Arrow handles
 
 
 def parquet_metadata(f: str) -> pq.FileMetaData:
-    """The Parquet footer, parsed once per file version (keyed by mtime and size)."""
+    """The Parquet footer, parsed once per file version (keyed by mtime and size; an object's ETag and size)."""
+    if storage.is_url(f):
+        got = storage.info(f)
+        if got is None:
+            raise FileNotFoundError(2, "no such file", f)
+        return _parquet_metadata_at(f, *got["version"])
     st = os.stat(f)
     return _parquet_metadata_at(f, st.st_mtime_ns, st.st_size)
 
 
 @functools.lru_cache(maxsize=256)
-def _parquet_metadata_at(f: str, mtime_ns: int, size: int) -> pq.FileMetaData:
-    with open(f, "rb") as fh:
+def _parquet_metadata_at(f: str, mtime_ns: int | str, size: int) -> pq.FileMetaData:
+    with storage.open_file(f) as fh:
         try:
             return pq.ParquetFile(fh).metadata
         except (pa.ArrowException, OSError) as exc:
@@ -173,7 +342,7 @@ def _parquet_metadata_at(f: str, mtime_ns: int, size: int) -> pq.FileMetaData:
 def open_parquet(f: str):
     """A ``ParquetFile`` over a Python file object (any file name works), with the cached footer."""
     meta = parquet_metadata(f)
-    with open(f, "rb") as fh:
+    with storage.open_file(f) as fh:  # a URL: ranged reads of the column chunks asked for, with read-ahead
         yield pq.ParquetFile(fh, metadata=meta)
 
 
@@ -182,13 +351,26 @@ def parquet_names(f: str) -> list[str]:
 
 
 def open_arrow(f: str):
-    """A reader over an Arrow IPC file or stream, memory-mapped: ``(reader, is_file_format)``."""
+    """A reader over an Arrow IPC file or stream, memory-mapped (a URL: read through a file object, a batch's
+    bytes when it is read): ``(reader, is_file_format)``."""
+    if storage.is_url(f):
+        return _open_remote_arrow(f)
     try:
         buf = map_file(f)
         try:
             return ipc.open_file(buf), True
         except pa.ArrowInvalid:
             return ipc.open_stream(buf), False
+    except pa.ArrowException as exc:
+        raise ValueError(f"{display(f)}: cannot read Arrow IPC ({first_line(exc)})") from None
+
+
+def _open_remote_arrow(f: str):
+    try:
+        try:
+            return ipc.open_file(storage.open_file(f)), True
+        except pa.ArrowInvalid:
+            return ipc.open_stream(storage.open_file(f)), False
     except pa.ArrowException as exc:
         raise ValueError(f"{display(f)}: cannot read Arrow IPC ({first_line(exc)})") from None
 
@@ -216,7 +398,11 @@ def iter_arrow_batches(f: str, start: int = 0, stop: int | None = None):
 
 def arrow_parts(f: str) -> list[tuple[int, int, int]]:
     """Consecutive record-batch ranges ``(first, stop, bytes)`` of about :data:`PART_BYTES` each (at least one
-    batch each)."""
+    batch each). An object in storage of at most that size is one part, counted without reading its batches."""
+    if storage.is_url(f):
+        reader, is_file = open_arrow(f)
+        if is_file and storage.size(f) <= PART_BYTES:
+            return [(0, reader.num_record_batches, storage.size(f))]
     parts, first, size, count = [], 0, 0, 0
     for i, batch in enumerate(iter_arrow_batches(f)):
         if count and size + batch.nbytes > PART_BYTES:

@@ -3,6 +3,8 @@
 Inputs (a file or a directory):
 
 * the token store of the pre-tokenize job (lengths from its offsets, no token read);
+* a Levanter (Marin) token cache, found by its ``shard_ledger.json``
+  (:mod:`datatools.io.levanter_cache`: its ``input_ids``, lengths from its offsets);
 * Parquet, Arrow IPC / Feather, JSON Lines and Hugging Face ``save_to_disk``
   directories, with a list-of-integers token column, or a text column plus a
   tokenizer (:mod:`datatools.io.tokenizer`: truncation and padding off);
@@ -27,9 +29,10 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from datatools.io import numpy_files
+from datatools.io import numpy_files, storage
 from datatools.io.discover import Shard, list_shards
 from datatools.io.documents import ArrayDocuments, ChunkedDocuments, DocumentSource, StoreDocuments
+from datatools.io.levanter_cache import LevanterCache, is_levanter_cache
 from datatools.io.numpy_files import (BIN_DTYPES, check_token_values, flat_array, flat_slices,
                                       numpy_dir, numpy_dir_files)
 from datatools.io.paths import display
@@ -40,16 +43,17 @@ from datatools.io.tokenizer import TextEncoder, open_encoder
 from datatools.kernels.validate import short_repr
 
 INT32_MAX = np.iinfo(np.int32).max
+LENGTH_ROWS = 4096  # text rows turned into Python strings at a time when only lengths are read
 
 
-@dataclass
+@dataclass(repr=False)
 class TokenInput:
     """A resolved input: what it is and how to read it. Picklable (worker processes re-read shards).
 
     Attributes:
       path: the path given.
-      kind: ``store``, ``numpy`` (tokens.npy + lengths/offsets), ``flat`` (.bin / .npy
-        split on eos), or ``table`` (Parquet / Arrow / JSON Lines / HF directory).
+      kind: ``store``, ``levanter`` (a Levanter cache), ``numpy`` (tokens.npy + lengths/offsets),
+        ``flat`` (.bin / .npy split on eos), or ``table`` (Parquet / Arrow / JSON Lines / HF directory).
       column: the token or text column (tables only).
       is_text: the column holds text, tokenized by ``encoder``.
       shards: the table shards, in order.
@@ -65,6 +69,21 @@ class TokenInput:
     encoder: TextEncoder | None = None
     eos_id: int | None = None
     bin_dtype: str = "uint16"
+    levanter: LevanterCache | None = field(default=None, repr=False)  # opened once: its offsets are read on open
+
+    def __repr__(self) -> str:
+        """Short: the path, the kind, the column, shard count and bytes, the tokenizer file (not its JSON)."""
+        parts = [repr(str(self.path)), f"kind={self.kind!r}"]
+        if self.column is not None:
+            parts.append(f"column={self.column!r}" + (" (text)" if self.is_text else ""))
+        if self.shards:
+            parts.append(f"shards={len(self.shards)}")
+        parts.append(f"nbytes={self.nbytes}")
+        if self.encoder is not None:
+            parts.append(f"tokenizer={self.encoder.source!r} (sha256 {self.encoder.sha256[:12]})")
+        if self.kind == "flat":
+            parts.append(f"eos_id={self.eos_id}, bin_dtype={self.bin_dtype!r}")
+        return f"TokenInput({', '.join(parts)})"
 
     @property
     def num_shards(self) -> int:
@@ -84,6 +103,20 @@ class TokenInput:
             else:
                 tokens, lengths = token_arrays(col, where, self.column)
             yield tokens, lengths
+
+    def shard_lengths(self, k: int) -> Iterator[np.ndarray]:
+        """int64 tokens per document of table shard ``k``, a bounded batch at a time. Text is tokenized
+        :data:`LENGTH_ROWS` rows at a time and only the counts are kept (:meth:`TextEncoder.count_tokens`):
+        memory holds one batch's strings, never its tokens (a text column once took 3.1-3.7 GB on 62-86 MB
+        of Parquet)."""
+        shard = self.shards[k]
+        where = shard.describe()
+        for col in column_batches(shard, self.column, self.is_text):
+            if not self.is_text:
+                yield token_arrays(col, where, self.column)[1]
+                continue
+            for a in range(0, len(col), LENGTH_ROWS):
+                yield self.encoder.count_tokens(text_values(col.slice(a, LENGTH_ROWS), where, self.column))
 
     def shard_tokens(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(int32 tokens, int64 lengths) of table shard ``k`` whole (for :class:`ChunkedDocuments`)."""
@@ -127,23 +160,31 @@ def open_input(path: str | os.PathLike, *, column: str | None = None, tokenizer:
       eos_id: the separator of a flat token file.
       bin_dtype: token dtype of a ``.bin`` file (``uint16`` or ``uint32``).
     """
-    path = Path(path)
-    if not path.exists():
+    if isinstance(path, (str, os.PathLike)) and not os.fspath(path):
+        raise ValueError("an empty path (name a file or directory; '.' is the current one)")
+    remote = storage.is_url(path)  # s3:// or gs://: read through datatools.io.storage
+    path = storage.url_of(path) if remote else Path(path)
+    if not (storage.exists(path) if remote else path.exists()):
         raise ValueError(f"{display(path)}: no such file or directory")
     if bin_dtype not in BIN_DTYPES:
         raise ValueError(f"bin dtype must be one of {', '.join(BIN_DTYPES)}; got {short_repr(bin_dtype)}")
     if eos_id is not None and (isinstance(eos_id, bool) or not isinstance(eos_id, int) or eos_id < 0):
         raise ValueError(f"eos id must be a non-negative integer; got {short_repr(eos_id)}")
-    if path.is_dir() and is_token_store(path):
+    if remote and (found := _remote_token_input(path, eos_id, bin_dtype)) is not None:
+        return found
+    if not remote and path.is_dir() and is_token_store(path):
         store = TokenStore(path)
         return TokenInput(path, "store", nbytes=8 * (len(store) + 1))
-    if path.is_dir() and (files := numpy_dir_files(path)):
+    if not remote and is_levanter_cache(path):
+        cache = LevanterCache(path)  # the ledger and the arrays checked here, before any token is read
+        return TokenInput(path, "levanter", nbytes=8 * (len(cache) + 1), levanter=cache)
+    if not remote and path.is_dir() and (files := numpy_dir_files(path)):
         return TokenInput(path, "numpy", nbytes=sum(f.stat().st_size for f in files[:2]))
-    if path.is_file() and path.suffix.lower() in (".bin", ".npy"):
+    if not remote and path.is_file() and path.suffix.lower() in (".bin", ".npy"):
         if eos_id is None:
             raise ValueError(f"{display(path)}: a flat token file needs --eos-id to find the document boundaries")
         return TokenInput(path, "flat", nbytes=path.stat().st_size, eos_id=eos_id, bin_dtype=bin_dtype)
-    if path.is_dir() and not any(p for p in path.iterdir() if not p.name.startswith(".")):
+    if not remote and path.is_dir() and not any(p for p in path.iterdir() if not p.name.startswith(".")):
         raise ValueError(f"{display(path)}: empty directory")
     shards = list_shards(path)
     if any(s.kind == "text" for s in shards):
@@ -153,7 +194,7 @@ def open_input(path: str | os.PathLike, *, column: str | None = None, tokenizer:
     columns = shard_columns(shards[0])
     col = detect_column(list(columns), column, where)
     inp = TokenInput(path, "table", column=col, shards=shards,
-                     nbytes=sum(os.path.getsize(f) for f in dict.fromkeys(x for s in shards for x in s.files)))
+                     nbytes=sum(storage.size(f) for f in dict.fromkeys(x for s in shards for x in s.files)))
     inp.is_text = col in TEXT_COLUMNS or columns[col]
     if inp.is_text:
         if tokenizer is None:
@@ -164,14 +205,30 @@ def open_input(path: str | os.PathLike, *, column: str | None = None, tokenizer:
     return inp
 
 
+def _remote_token_input(url: str, eos_id: int | None, bin_dtype: str) -> TokenInput | None:
+    """A token store, NumPy directory or flat token file in object storage; None for a table (or nothing)."""
+    if storage.is_file(storage.join(url, "manifest.json")):
+        store = TokenStore(url)
+        return TokenInput(url, "store", nbytes=8 * (len(store) + 1))
+    if storage.is_dir(url) and (files := numpy_dir_files(url)):
+        return TokenInput(url, "numpy", nbytes=sum(storage.size(f) for f in files[:2]))
+    if Path(storage.name_of(url)).suffix.lower() in (".bin", ".npy") and storage.is_file(url):
+        if eos_id is None:
+            raise ValueError(f"{url}: a flat token file needs --eos-id to find the document boundaries")
+        return TokenInput(url, "flat", nbytes=storage.size(url), eos_id=eos_id, bin_dtype=bin_dtype)
+    return None
+
+
 def iter_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
     """Yield ``(shard, lengths, bytes)`` a bounded batch at a time; ``bytes`` is counted at a shard's last batch.
     A store and a NumPy directory give their lengths from their offsets alone; tables are decoded one shard
     ahead, in a thread."""
     if inp.kind == "store":
         yield 0, TokenStore(inp.path).lengths(), inp.nbytes
+    elif inp.kind == "levanter":
+        yield 0, inp.levanter.lengths(), inp.nbytes
     elif inp.kind == "numpy":
-        _, offsets = numpy_dir(inp.path)  # token values are checked when they are read (open_documents)
+        _, offsets = numpy_dir(inp.path)  # the token ids are checked there too: in [0, 2**31 - 1]
         yield 0, np.diff(offsets), inp.nbytes
     elif inp.kind == "flat":
         for k, (lengths, nbytes) in enumerate(flat_slices(inp.path, inp.bin_dtype, inp.eos_id)):
@@ -188,7 +245,7 @@ def iter_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
 
 
 def _shard_lengths(inp: TokenInput, k: int) -> list[tuple[int, np.ndarray, int]]:
-    out = [(k, lengths, 0) for _, lengths in inp.shard_batches(k)]
+    out = [(k, lengths, 0) for lengths in inp.shard_lengths(k)]
     return out + [(k, np.zeros(0, np.int64), shard_bytes(inp.shards[k]))]
 
 
@@ -199,7 +256,9 @@ def read_lengths_by_shard(inp: TokenInput, *, progress: Callable[[int, int], Non
     Memory: the lengths it returns, plus at most half as much again while reading
     (batches are kept as int32 and copied into the result one by one), plus one batch.
     ``progress``, when given, is called with ``(shards_done, bytes_done)`` after each shard.
+    An input of no document is a ValueError naming it; ``inp`` that is not a :class:`TokenInput` a TypeError.
     """
+    _check_input(inp)
     parts: list[np.ndarray] = []
     docs_in: dict[int, int] = {}
     done_bytes = 0
@@ -220,7 +279,14 @@ def read_lengths_by_shard(inp: TokenInput, *, progress: Callable[[int, int], Non
         part = parts.pop()
         out[at : at + part.size] = part
         at += part.size
+    if not out.size:
+        raise ValueError(f"{display(inp.path)}: no documents (an empty input)")
     return out, shard_docs
+
+
+def _check_input(inp) -> None:
+    if not isinstance(inp, TokenInput):
+        raise TypeError(f"expected the TokenInput that open_input() returns, got {short_repr(inp)}")
 
 
 def read_lengths(inp: TokenInput, *, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
@@ -230,12 +296,22 @@ def read_lengths(inp: TokenInput, *, progress: Callable[[int, int], None] | None
 
 def open_documents(inp: TokenInput, *, progress: Callable[[int, int], None] | None = None) -> DocumentSource:
     """The input's documents, read on demand: a token store through its chunk cache, NumPy files
-    memory-mapped, tables shard by shard (:class:`ChunkedDocuments`, after one streaming pass for the lengths)."""
+    memory-mapped, tables shard by shard (:class:`ChunkedDocuments`, after one streaming pass for the lengths).
+    An input of no document is a ValueError naming it; ``inp`` that is not a :class:`TokenInput` a TypeError."""
+    _check_input(inp)
+    source = _open_documents(inp, progress)
+    if len(source) == 0:
+        raise ValueError(f"{display(inp.path)}: no documents (an empty input)")
+    return source
+
+
+def _open_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) -> DocumentSource:
     if inp.kind == "store":
         return StoreDocuments(TokenStore(inp.path))
+    if inp.kind == "levanter":  # read like a store: offsets once, token chunks through the bounded cache
+        return StoreDocuments(inp.levanter)
     if inp.kind == "numpy":
-        tokens, offsets = numpy_dir(inp.path)
-        _check_int32(tokens, display(inp.path / "tokens.npy"))
+        tokens, offsets = numpy_dir(inp.path)  # token ids checked there
         return ArrayDocuments(tokens, offsets)
     if inp.kind == "flat":
         lengths = read_lengths(inp, progress=progress)

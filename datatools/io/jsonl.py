@@ -16,7 +16,6 @@ message names the file, the line number and what is wrong.
 from __future__ import annotations
 
 import json
-import os
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
@@ -24,7 +23,7 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.json as pajson
 
-from datatools.io import paths
+from datatools.io import paths, storage
 from datatools.io.paths import display
 
 BLOCK_BYTES = 2 << 20  # parse unit (bytes of whole lines): pyarrow holds ~20x a block while parsing it: keep it small
@@ -97,8 +96,8 @@ def read_column_blocks(path: str, column: str, value_type: pa.DataType, start: i
     """
     schema = pa.schema([(column, value_type)])
     want_text = pa.types.is_string(value_type) or pa.types.is_large_string(value_type)
-    with open(path, "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
+    with storage.open_file(path) as fh:  # a URL: ranged reads with read-ahead, as a local file
+        size = storage.size(path)
         a, b = line_range(fh, start, size if stop is None else stop, size)
         with ThreadPoolExecutor(max(1, threads)) as pool:
             pending: deque = deque()
@@ -126,7 +125,7 @@ def read_column_blocks(path: str, column: str, value_type: pa.DataType, start: i
 
 def _count_lines(path: str, upto: int) -> int:
     """Newlines in the file's first ``upto`` bytes (the line number of an error, counted only when one occurs)."""
-    with open(path, "rb") as fh:
+    with storage.open_file(path) as fh:
         return _count_newlines(fh, upto)
 
 
@@ -183,7 +182,7 @@ def _null_error(path: str, block: bytes, first_line: int, column: str) -> ValueE
 
 def first_row(path: str) -> dict:
     """The first non-empty line as a dict (for column detection); ``{}`` for an empty file."""
-    with open(path, "rb") as fh:
+    with storage.open_file(path, block_size=1 << 20) as fh:
         for k, line in enumerate(fh, start=1):
             if line.strip():
                 try:

@@ -4,19 +4,25 @@ A flat file (``.bin`` of uint16/uint32, nanoGPT style, or a 1-D ``.npy``) holds
 documents back to back, each ending with ``eos_id``. It is memory-mapped and read in
 slices of :data:`FLAT_SLICE` tokens; a document may straddle slices. Files are never
 unpickled (``allow_pickle=False``).
+
+In object storage (a URL) the files are read whole into memory (no memory map of an object): the index file
+for the lengths, the tokens when documents are read; prefer a token store there, read chunk by chunk.
 """
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
+from datatools.io import storage
 from datatools.io.paths import display
 
 BIN_DTYPES = ("uint16", "uint32")
 FLAT_SLICE = 1 << 24  # tokens per slice of a flat token file (64 MiB as int32)
+INT32_MAX = (1 << 31) - 1  # token ids travel as int32
 
 
 def check_token_dtype(dtype: np.dtype, where: str) -> None:
@@ -31,7 +37,12 @@ def check_non_negative(values: np.ndarray, where: str) -> None:
             raise ValueError(f"{where}: negative token id {int(lo)} (token {int(np.argmin(values))})")
 
 
-def _load(path: Path, mmap: bool) -> np.ndarray:
+def _load(path: Path | str, mmap: bool) -> np.ndarray:
+    if storage.is_url(path):
+        try:
+            return np.load(io.BytesIO(storage.read_bytes(path)), allow_pickle=False)
+        except ValueError as exc:
+            raise ValueError(f"{display(path)}: not a valid NumPy file ({exc})") from None
     try:  # numpy opens files with Python's open(): any file name works, a PermissionError names the file
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except ValueError as exc:
@@ -39,17 +50,20 @@ def _load(path: Path, mmap: bool) -> np.ndarray:
 
 
 def flat_array(path: Path, bin_dtype: str) -> np.ndarray:
-    """The flat token file memory-mapped (no token read yet)."""
-    if path.suffix.lower() == ".npy":
+    """The flat token file memory-mapped (no token read yet; a URL: read into memory)."""
+    if Path(storage.name_of(path)).suffix.lower() == ".npy":
         arr = _load(path, mmap=True)
     else:
-        size = path.stat().st_size
+        size = storage.size(path)
         item = np.dtype(bin_dtype).itemsize
         if size % item:
             raise ValueError(f"{display(path)}: {size} bytes is not a whole number of {bin_dtype} tokens (truncated?)")
         if not size:
             return np.zeros(0, bin_dtype)
-        arr = np.memmap(path, dtype=bin_dtype, mode="r")
+        if storage.is_url(path):
+            arr = np.frombuffer(storage.read_bytes(path), dtype=bin_dtype)
+        else:
+            arr = np.memmap(path, dtype=bin_dtype, mode="r")
     if arr.ndim != 1:
         raise ValueError(f"{display(path)}: expected a flat 1-D token array, got shape {arr.shape}")
     check_token_dtype(arr.dtype, display(path))
@@ -76,38 +90,73 @@ def flat_slices(path: Path, bin_dtype: str, eos_id: int) -> Iterator[tuple[np.nd
 
 def numpy_dir_files(path: Path) -> tuple[Path, Path, str] | None:
     """(tokens.npy, lengths.npy or offsets.npy, which) of a NumPy directory, None when it is not one."""
-    tokens = path / "tokens.npy"
-    if not tokens.is_file():
+    tokens = storage.join(path, "tokens.npy")
+    if not storage.is_file(tokens):
         return None
     for name, what in (("lengths.npy", "lengths"), ("offsets.npy", "offsets")):
-        if (path / name).is_file():
-            return tokens, path / name, what
+        if storage.is_file(storage.join(path, name)):
+            return tokens, storage.join(path, name), what
     raise ValueError(f"{display(path)}: has tokens.npy but neither lengths.npy nor offsets.npy")
 
 
 def numpy_dir(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(memory-mapped tokens, int64 offsets) of a NumPy directory, checked against each other."""
+    """(memory-mapped tokens, int64 offsets) of a NumPy directory, checked against each other.
+
+    Checked here, before any use: the index is non-negative and monotone and covers every token; when both
+    ``lengths.npy`` and ``offsets.npy`` are present they must agree (a ValueError naming both otherwise); every
+    token id is in [0, 2**31 - 1] (a vectorized pass over the tokens, :data:`FLAT_SLICE` at a time), as the
+    other formats check theirs; and the directory holds at least one document.
+    """
     tokens_file, index_file, what = numpy_dir_files(path)
     tokens = _load(tokens_file, mmap=True)
-    index = _load(index_file, mmap=False)
     if tokens.ndim != 1:
         raise ValueError(f"{display(tokens_file)}: expected a flat 1-D token array, got shape {tokens.shape}")
     check_token_dtype(tokens.dtype, display(tokens_file))
+    offsets = _index_offsets(index_file, what)
+    other_file = storage.join(path, "offsets.npy")
+    if what == "lengths" and storage.is_file(other_file):
+        other = _index_offsets(other_file, "offsets")
+        if other.shape != offsets.shape:
+            raise ValueError(f"{display(index_file)} and {display(other_file)} disagree: {offsets.size - 1} vs "
+                             f"{other.size - 1} documents; keep one of them")
+        if (other != offsets).any():
+            doc = int(np.flatnonzero(other != offsets)[0]) - 1
+            raise ValueError(f"{display(index_file)} and {display(other_file)} disagree from document {doc} on "
+                             f"(it ends at token {int(offsets[doc + 1])} vs {int(other[doc + 1])}); keep one of them")
+    if int(offsets[-1]) != tokens.shape[0]:
+        raise ValueError(f"{display(index_file)}: {what} cover {int(offsets[-1])} tokens but tokens.npy holds "
+                         f"{tokens.shape[0]}")
+    if offsets.size == 1:
+        raise ValueError(f"{display(path)}: no documents ({display(index_file)} is empty)")
+    check_token_range(tokens, display(tokens_file))
+    return tokens, offsets
+
+
+def _index_offsets(index_file, what: str) -> np.ndarray:
+    """int64 offsets from ``lengths.npy`` or ``offsets.npy``, checked (non-negative, monotone, from 0)."""
+    index = _load(index_file, mmap=False)
     if index.ndim != 1 or index.dtype.kind not in "iu":
         raise ValueError(f"{display(index_file)}: expected a 1-D integer array, got {index.dtype} {index.shape}")
     if what == "lengths":
         lengths = index.astype(np.int64)
         if lengths.size and lengths.min() < 0:
             raise ValueError(f"{display(index_file)}: negative length {int(lengths.min())}")
-        offsets = np.concatenate(([0], np.cumsum(lengths)))
-    else:
-        offsets = index.astype(np.int64)
-        if offsets.size == 0 or offsets[0] != 0 or (np.diff(offsets) < 0).any():
-            raise ValueError(f"{display(index_file)}: offsets must start at 0 and never decrease")
-    if int(offsets[-1]) != tokens.shape[0]:
-        raise ValueError(f"{display(index_file)}: {what} cover {int(offsets[-1])} tokens but tokens.npy holds "
-                         f"{tokens.shape[0]}")
-    return tokens, offsets
+        return np.concatenate(([0], np.cumsum(lengths)))
+    offsets = index.astype(np.int64)
+    if offsets.size == 0 or offsets[0] != 0 or (np.diff(offsets) < 0).any():
+        raise ValueError(f"{display(index_file)}: offsets must start at 0 and never decrease")
+    return offsets
+
+
+def check_token_range(tokens: np.ndarray, where: str) -> None:
+    """Token ids must be in [0, 2**31 - 1] (batches are int32): a slice at a time (the array may be mapped)."""
+    wide = tokens.dtype.itemsize > 4 or tokens.dtype == np.uint32
+    for a in range(0, tokens.shape[0], FLAT_SLICE):
+        part = np.asarray(tokens[a : a + FLAT_SLICE])
+        check_non_negative(part, where)
+        if wide and part.size and int(part.max()) > INT32_MAX:
+            raise ValueError(f"{where}: token id {int(part.max())} (token {a + int(np.argmax(part))}) does not fit "
+                             f"int32 (ids must be in [0, 2**31 - 1])")
 
 
 def check_token_values(tokens: np.ndarray, where: str) -> None:

@@ -1,12 +1,12 @@
-"""The token store: tokenized documents on disk, on tensorstore (zarr v3).
+"""The token store: tokenized documents on disk, on tensorstore (zarr v3), that knows its own content.
 
 Layout of a store directory (readable with tensorstore alone)::
 
     STORE/
-      manifest.json   {"format": "datatools-token-store", "version": 1, "dtype", "vocab_size",
-                       "num_documents", "num_tokens", "tokenizer_sha256", "sources", "job", ...}
+      manifest.json   {"format": "datatools-token-store", "version": 2, "dtype", "vocab_size",
+                       "num_documents", "num_tokens", "tokenizer_sha256", "sources", "job", "chunks", ...}
       tokens/         zarr v3 array, shape [num_tokens], uint16 when the vocabulary fits, else uint32;
-                      chunks of TOKEN_CHUNK tokens, zstd-compressed
+                      chunks of TOKEN_CHUNK tokens, zstd-compressed, each ending in a crc32c
       offsets/        zarr v3 array, shape [num_documents + 1], int64: document i is
                       tokens[offsets[i]:offsets[i + 1]]
 
@@ -14,25 +14,61 @@ Documents are back to back, so a contiguous range of documents is one contiguous
 read. :class:`TokenStore` reads it; :func:`write_store` writes one into a fresh
 directory (the pre-tokenize job renames it into place when complete, so a reader
 never sees a half-written store).
+
+Why a store checks itself: tensorstore reads a missing chunk as the fill value (0), so
+a deleted ``tokens/c/0`` would train on token 0 without a word. So:
+
+* every chunk is stored (``store_data_equal_to_fill_value``, even an all-zero one) and
+  carries a crc32c (the zarr v3 ``crc32c`` codec), checked by tensorstore on every read;
+* the manifest's ``chunks`` records each stored key of both arrays (``zarr.json``
+  included) as ``[bytes, sha256 hex]``; the records are a pure function of the
+  content, so a killed and re-run job still writes a byte-identical store;
+* on open (:class:`TokenStore`) the arrays are opened with the manifest's dtype and
+  shape asserted, and one kvstore listing per array checks every recorded chunk is
+  there and the records cover the whole chunk grid (no data read);
+* arrays are read with ``fill_missing_data_reads`` off: a read that meets a missing
+  or corrupt chunk raises ``ValueError`` naming the store and the chunk;
+* :func:`datatools.io.store_verify.verify_store` (``datatools verify``) reads every
+  byte: sizes, checksums, offsets monotone, token ids below ``vocab_size``.
+
+Version-1 stores (datatools before the records) are still read: their arrays are
+opened with dtype and shape asserted and every read refuses a missing or corrupt
+chunk, but nothing is checked on open and ``datatools verify`` can check everything
+except checksums (it says so; re-run ``pretokenize --overwrite`` to record them).
+
+Only the tensorstore kvstore API (``open``, ``list``, ``read``) is used to look at
+chunks, so the same checks work on any kvstore the arrays' spec names.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 import tensorstore as ts
 
-from datatools.io.atomic import atomic_write_text
+from datatools.io import storage
+from datatools.io.io_errors import as_os_error, status_code
 from datatools.io.paths import display, resolved
 
 FORMAT = "datatools-token-store"
-VERSION = 1
+VERSION = 2  # 2: per-chunk records in the manifest, crc32c in every chunk, every chunk stored
+READABLE_VERSIONS = (1, 2)
 TOKEN_CHUNK = 1 << 20  # tokens per chunk: 2-4 MiB uncompressed
 OFFSET_CHUNK = 1 << 18  # offsets per chunk
+ARRAYS = ("tokens", "offsets")
+CHECKSUM = "sha256"
+_READS_IN_FLIGHT = 64  # kvstore reads issued at once when recording or verifying chunks
+
+
+def location(path: str | os.PathLike) -> str | Path:
+    """A store's location as kept: the canonical URL text for object storage, a ``Path`` for a local directory."""
+    return storage.url_of(path) if storage.is_url(path) else Path(path)
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -41,15 +77,34 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 
 def zarr_spec(path: str | os.PathLike) -> dict:
-    """The tensorstore spec of one of the store's arrays; the path is resolved (tensorstore rejects ``..``)."""
-    return {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(resolved(path))}}
+    """The tensorstore spec of one of the store's arrays: a local path resolved (tensorstore rejects ``..``), an
+    ``s3://`` / ``gs://`` URL on tensorstore's s3 / gcs driver (:func:`datatools.io.storage.kvstore_spec`)."""
+    from datatools.io.storage import kvstore_spec
+
+    return {"driver": "zarr3", "kvstore": kvstore_spec(path)}
+
+
+def array_kvstore(path: str | os.PathLike) -> ts.KvStore:
+    """The kvstore holding one array's keys (``zarr.json``, ``c/0``, ...), from the array's own spec."""
+    spec = dict(zarr_spec(path)["kvstore"])
+    if spec.get("path") and not str(spec["path"]).endswith("/"):
+        spec["path"] = str(spec["path"]) + "/"
+    return ts.KvStore.open(spec).result()
 
 
 def _create(path: Path, dtype: np.dtype, length: int, chunk: int):
     codec = ts.CodecSpec({"driver": "zarr3", "codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
-                                                        {"name": "zstd", "configuration": {"level": 3}}]})
-    return ts.open(zarr_spec(path), create=True, dtype=ts.dtype(dtype.name), shape=[length],
+                                                        {"name": "zstd", "configuration": {"level": 3}},
+                                                        {"name": "crc32c"}]})
+    spec = {**zarr_spec(path), "store_data_equal_to_fill_value": True}
+    return ts.open(spec, create=True, dtype=ts.dtype(dtype.name), shape=[length],
                    chunk_layout=ts.ChunkLayout(chunk_shape=[max(1, min(chunk, max(length, 1)))]), codec=codec).result()
+
+
+def _io(exc: Exception, where: Path) -> Exception:
+    """A tensorstore failure while writing ``where``: an ``OSError`` naming it when it is the environment (disk
+    full, permission), else the error as it is."""
+    return as_os_error(exc, where) or exc
 
 
 def write_store(path: str | os.PathLike, shards: Iterable[tuple[np.ndarray, np.ndarray]], *, num_tokens: int,
@@ -57,11 +112,22 @@ def write_store(path: str | os.PathLike, shards: Iterable[tuple[np.ndarray, np.n
     """Write a store into the (new, empty) directory ``path`` from (tokens, lengths) shards in order.
 
     ``num_tokens`` / ``num_documents`` are the totals over the shards (known up
-    front from the shards' lengths). The manifest is written last.
+    front from the shards' lengths). The manifest, with the chunk records, is written last.
+
+    Raises:
+      OSError: the disk is full, a permission is refused (naming the file being written).
+      ValueError: the shards do not hold the totals given.
     """
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=False)
-    tokens = _create(path / "tokens", np.dtype(dtype), num_tokens, TOKEN_CHUNK)
+    path = location(path)
+    if storage.is_url(path):  # no directories in object storage: the prefix must hold nothing yet
+        if storage.list_files(path):
+            raise ValueError(f"{display(path)}: already holds objects; a store is written under an empty prefix")
+    else:
+        path.mkdir(parents=True, exist_ok=False)
+    try:
+        tokens = _create(storage.join(path, "tokens"), np.dtype(dtype), num_tokens, TOKEN_CHUNK)
+    except ValueError as exc:
+        raise _io(exc, storage.join(path, "tokens")) from None
     offsets = np.zeros(num_documents + 1, dtype=np.int64)
     tok_pos = doc_pos = 0
     pending: list[np.ndarray] = []
@@ -72,7 +138,10 @@ def write_store(path: str | os.PathLike, shards: Iterable[tuple[np.ndarray, np.n
         nonlocal tok_pos, pending, pending_size
         if pending_size:
             block = np.concatenate(pending)
-            tokens[tok_pos : tok_pos + block.size].write(block).result()
+            try:
+                tokens[tok_pos : tok_pos + block.size].write(block).result()
+            except ValueError as exc:
+                raise _io(exc, storage.join(path, "tokens")) from None
             tok_pos += block.size
         pending, pending_size = [], 0
 
@@ -87,43 +156,122 @@ def write_store(path: str | os.PathLike, shards: Iterable[tuple[np.ndarray, np.n
     flush()
     if tok_pos != num_tokens or doc_pos != num_documents:
         raise ValueError(f"shards hold {doc_pos} documents / {tok_pos} tokens, expected {num_documents} / {num_tokens}")
-    _create(path / "offsets", np.dtype(np.int64), num_documents + 1, OFFSET_CHUNK)[:].write(offsets).result()
+    try:
+        offsets_array = _create(storage.join(path, "offsets"), np.dtype(np.int64), num_documents + 1, OFFSET_CHUNK)
+        offsets_array[:].write(offsets).result()
+    except ValueError as exc:
+        raise _io(exc, storage.join(path, "offsets")) from None
     manifest = {"format": FORMAT, "version": VERSION, "dtype": np.dtype(dtype).name, "num_documents": num_documents,
-                "num_tokens": num_tokens, **manifest}
-    atomic_write_text(path / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+                "num_tokens": num_tokens, **manifest, "chunks": chunk_records(path)}
+    # Written last, in one atomic write (a rename locally, one PUT in object storage): the store's commit point.
+    storage.write_text(storage.join(path, "manifest.json"), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+def chunk_records(path: str | os.PathLike) -> dict:
+    """``{"checksum": "sha256", "tokens": {key: [bytes, hex]}, "offsets": {...}}`` of every key the two arrays
+    hold now (read back through their kvstores; keys in a fixed order so the manifest is deterministic)."""
+    path = location(path)
+    out: dict = {"checksum": CHECKSUM}
+    for name in ARRAYS:
+        where = storage.join(path, name)
+        try:
+            kv = array_kvstore(where)
+            keys = sorted((k.encode() for k in array_keys(where)), key=_key_order)
+            records = {}
+            for key, value in read_keys(kv, keys):
+                records[key] = [len(value), hashlib.sha256(value).hexdigest()]
+        except ValueError as exc:
+            raise _io(exc, where) from None
+        out[name] = records
+    return out
+
+
+def array_keys(where: str | os.PathLike) -> set[str]:
+    """The keys (``zarr.json``, ``c/0``, ...) stored under one array, from one listing of its directory or prefix
+    (through :mod:`datatools.io.storage`: tensorstore's own listing crashed on a GCS emulator that ignores
+    prefixes, and fsspec lists only under the prefix)."""
+    base = (storage.url_of(where) if storage.is_url(where) else os.fspath(where)).rstrip("/") + "/"
+    if not storage.is_url(where) and not os.path.isdir(where):
+        return set()
+    return {f[len(base):] for f in storage.list_files(where) if f.startswith(base)}
+
+
+def _key_order(key: bytes) -> tuple:
+    """``zarr.json`` first, then chunks by number (``c/2`` before ``c/10``)."""
+    k = key.decode("utf-8", "replace")
+    m = re.fullmatch(r"c/(\d+)", k)
+    return (1, int(m.group(1)), k) if m else (0, 0, k)
+
+
+def read_keys(kv: ts.KvStore, keys: list) -> Iterator[tuple[str, bytes | None]]:
+    """(key, value) of each kvstore key, ``_READS_IN_FLIGHT`` reads in flight at a time; a missing key's value is
+    None (callers compare against the records)."""
+    for i in range(0, len(keys), _READS_IN_FLIGHT):
+        batch = keys[i : i + _READS_IN_FLIGHT]
+        futures = [kv.read(k) for k in batch]
+        for k, f in zip(batch, futures):
+            r = f.result()
+            yield (k.decode() if isinstance(k, bytes) else k), (bytes(r.value) if r.state == "value" else None)
 
 
 def read_manifest(path: str | os.PathLike) -> dict:
-    """The store's manifest; ValueError naming the path when it is missing or not a token store."""
-    path = Path(path)
-    try:
-        with open(path / "manifest.json", "rb") as f:  # a PermissionError propagates, naming the file
-            manifest = json.loads(f.read())
-    except FileNotFoundError:
+    """The store's manifest; ValueError naming the path when it is missing, corrupt or not a token store."""
+    path = location(path)
+    manifest_file = storage.join(path, "manifest.json")
+    try:  # a PermissionError propagates, naming the file; an unreachable object store raises StorageError
+        manifest = json.loads(storage.read_bytes(manifest_file))
+    except (FileNotFoundError, NotADirectoryError):
         raise ValueError(f"{display(path)}: not a datatools token store (no manifest.json)") from None
+    except IsADirectoryError:
+        raise ValueError(f"{display(manifest_file)}: corrupt (a directory, not a file)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{display(path / 'manifest.json')}: corrupt ({exc})") from None
+        raise ValueError(f"{display(manifest_file)}: corrupt ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ValueError(f"{display(path)}: manifest.json is not a {FORMAT} manifest")
-    if manifest.get("version") != VERSION:
+    if manifest.get("version") not in READABLE_VERSIONS:
         raise ValueError(f"{display(path)}: token store version {str(manifest.get('version'))[:20]} is not supported "
-                         f"(want {VERSION})")
+                         f"(this datatools reads versions {', '.join(map(str, READABLE_VERSIONS))})")
     for key in ("num_documents", "num_tokens"):
         value = manifest.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{display(path / 'manifest.json')}: corrupt ({key} must be a non-negative integer, got "
+            raise ValueError(f"{display(manifest_file)}: corrupt ({key} must be a non-negative integer, got "
                              f"{str(value)[:40]!r})")
     if manifest.get("dtype") not in ("uint16", "uint32"):
-        raise ValueError(f"{display(path / 'manifest.json')}: corrupt (dtype must be uint16 or uint32, got "
+        raise ValueError(f"{display(manifest_file)}: corrupt (dtype must be uint16 or uint32, got "
                          f"{str(manifest.get('dtype'))[:40]!r})")
+    if manifest["version"] >= 2:
+        _check_records(manifest.get("chunks"), path)
     return manifest
+
+
+def _check_records(chunks, path: Path) -> None:
+    """The manifest's ``chunks`` is ``{"checksum": "sha256", "tokens": {key: [bytes, hex]}, "offsets": {...}}``."""
+    where = display(storage.join(path, "manifest.json"))
+    if not isinstance(chunks, dict) or chunks.get("checksum") != CHECKSUM:
+        raise ValueError(f"{where}: corrupt (no chunk records, or not {CHECKSUM})")
+    for name in ARRAYS:
+        records = chunks.get(name)
+        if not isinstance(records, dict) or "zarr.json" not in records:
+            raise ValueError(f"{where}: corrupt (no chunk records for {name}/)")
+        for key, rec in records.items():
+            if not (isinstance(rec, list) and len(rec) == 2 and isinstance(rec[0], int) and not isinstance(rec[0], bool)
+                    and rec[0] >= 0 and isinstance(rec[1], str) and len(rec[1]) == 64):
+                raise ValueError(f"{where}: corrupt (chunk record of {name}/{str(key)[:40]} is "
+                                 f"{str(rec)[:60]!r}, want [bytes, sha256 hex])")
 
 
 def is_token_store(path: str | os.PathLike) -> bool:
     """Whether ``path`` is laid out as a token store (a manifest beside ``offsets/``). Its content is checked
     when it is opened, so a store with a corrupt or unreadable manifest is reported as such, not skipped."""
-    path = Path(path)
+    path = location(path)
+    if storage.is_url(path):
+        return storage.is_file(storage.join(path, "manifest.json"))
     return (path / "manifest.json").is_file() and (path / "offsets").is_dir()
+
+
+def chunk_grid(length: int, chunk: int) -> list[str]:
+    """The chunk keys (``c/0`` ...) of a 1-d zarr v3 array of ``length`` elements in chunks of ``chunk``."""
+    return [f"c/{i}" for i in range(-(-length // chunk) if length else 0)]
 
 
 class TokenStore:
@@ -132,35 +280,123 @@ class TokenStore:
     ``len(store)`` documents; ``store[i]`` the tokens of document i (a numpy array
     of the store's dtype); :meth:`read_range` a contiguous range in one read;
     :meth:`lengths` from the offsets alone, without touching the tokens. Picklable
-    (the tensorstore handles reopen lazily in each worker process).
+    (the tensorstore handles reopen lazily in each worker process). Opening checks the
+    store as the module docstring says (``check=False`` skips the kvstore listing).
+
+    Raises (on open):
+      ValueError: not a store, a corrupt manifest, a recorded chunk missing, arrays
+        whose dtype or shape disagree with the manifest (naming the store and what).
     """
 
-    def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
+    def __init__(self, path: str | os.PathLike, *, check: bool = True):
+        self.path = location(path)
         self.manifest = read_manifest(self.path)
         self._offsets: np.ndarray | None = None
         self._tokens = None
+        self._offsets_array = None
+        if check:
+            self.check_present()
 
     def __getstate__(self):
-        return {"path": self.path, "manifest": self.manifest, "_offsets": None, "_tokens": None}
+        return {"path": self.path, "manifest": self.manifest, "_offsets": None, "_tokens": None,
+                "_offsets_array": None}
+
+    @property
+    def version(self) -> int:
+        return int(self.manifest["version"])
+
+    def shape_of(self, name: str) -> int:
+        """Elements the manifest says array ``name`` holds."""
+        return self.num_tokens if name == "tokens" else len(self) + 1
+
+    def dtype_of(self, name: str) -> np.dtype:
+        return self.dtype if name == "tokens" else np.dtype(np.int64)
+
+    def open_array(self, name: str):
+        """Open ``tokens`` or ``offsets`` with the manifest's dtype and shape asserted, missing chunks refused."""
+        spec = {**zarr_spec(storage.join(self.path, name)), "fill_missing_data_reads": False}
+        try:
+            return ts.open(spec, open=True, read=True, dtype=ts.dtype(self.dtype_of(name).name),
+                           shape=[self.shape_of(name)]).result()
+        except ValueError as exc:
+            if (err := as_os_error(exc, storage.join(self.path, name))) is not None:
+                raise err from None
+            if status_code(exc) == "NOT_FOUND":
+                raise ValueError(f"{display(self.path)}: {name}/ is missing (no {name}/zarr.json); the store is "
+                                 f"incomplete") from None
+            raise ValueError(f"{display(self.path)}: {name}/ disagrees with the manifest (which says "
+                             f"{self.dtype_of(name)}[{self.shape_of(name)}]): {_short(exc)}") from None
+
+    def check_present(self) -> None:
+        """Cheap check, no data read: both arrays open with the manifest's dtype and shape, and (version 2) one
+        kvstore listing per array finds every recorded key, the records covering the array's whole chunk grid."""
+        for name in ARRAYS:
+            arr = self.open_array(name)
+            if name == "tokens":
+                self._tokens = arr
+            else:
+                self._offsets_array = arr
+            if self.version < 2:
+                continue
+            records = self.manifest["chunks"][name]
+            chunk = int(arr.chunk_layout.read_chunk.shape[0])
+            grid = chunk_grid(self.shape_of(name), chunk)
+            if set(records) != {"zarr.json", *grid}:
+                extra = sorted(set(records) - {"zarr.json", *grid}, key=lambda k: _key_order(k.encode()))
+                lack = [k for k in grid if k not in records]
+                what = f"records {name}/{extra[0]}" if extra else f"has no record of {name}/{lack[0]}"
+                raise ValueError(f"{display(self.path)}: the manifest disagrees with the arrays: it {what} "
+                                 f"({len(grid)} chunks of {chunk} in {name}/)")
+            try:
+                present = array_keys(storage.join(self.path, name))
+            except ValueError as exc:
+                raise _io(exc, storage.join(self.path, name)) from None
+            missing = [k for k in ["zarr.json", *grid] if k not in present]
+            if missing:
+                raise ValueError(f"{display(self.path)}: chunk {name}/{missing[0]} is missing"
+                                 f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}; the store is "
+                                 f"incomplete: write it again (datatools pretokenize --overwrite)")
+
+    def _array(self, name: str):
+        if name == "tokens":
+            if self._tokens is None:
+                self._tokens = self.open_array("tokens")
+            return self._tokens
+        if self._offsets_array is None:
+            self._offsets_array = self.open_array("offsets")
+        return self._offsets_array
+
+    def read_array(self, name: str, begin: int, end: int) -> np.ndarray:
+        """Elements [begin, end) of ``tokens`` or ``offsets``; ValueError naming the store and the chunk when a
+        chunk is missing or corrupt, OSError when the storage fails."""
+        arr = self._array(name)
+        try:
+            return arr[begin:end].read().result()
+        except ValueError as exc:
+            if status_code(exc) not in ("NOT_FOUND", "DATA_LOSS", "INVALID_ARGUMENT", "FAILED_PRECONDITION",
+                                        "OUT_OF_RANGE", "INTERNAL", None):
+                if (err := as_os_error(exc, storage.join(self.path, name))) is not None:
+                    raise err from None
+            chunk = int(arr.chunk_layout.read_chunk.shape[0])
+            m = re.search(r"chunk \{(\d+)\}|/c/(\d+)\b", str(exc))
+            k = int(m.group(1) or m.group(2)) if m else begin // chunk
+            state = "missing" if status_code(exc) == "NOT_FOUND" else "corrupt"
+            raise ValueError(f"{display(self.path)}: chunk {name}/c/{k} is {state} ({_short(exc)}); "
+                             f"check the store with: datatools verify {display(self.path)}") from None
 
     @property
     def offsets(self) -> np.ndarray:
-        """int64 (num_documents + 1,) token offsets."""
+        """int64 (num_documents + 1,) token offsets: checked to start at 0, never decrease, end at num_tokens."""
         if self._offsets is None:
-            arr = ts.open(zarr_spec(self.path / "offsets"), open=True).result()
-            self._offsets = arr.read().result()
-            if self._offsets.shape[0] != self.manifest["num_documents"] + 1:
-                raise ValueError(f"{self.path}: offsets hold {self._offsets.shape[0] - 1} documents, "
-                                 f"manifest says {self.manifest['num_documents']}")
+            offsets = self.read_array("offsets", 0, len(self) + 1)
+            check_offsets(offsets, self.num_tokens, self.path)
+            self._offsets = offsets
         return self._offsets
 
     @property
     def tokens(self):
-        """The tensorstore handle of the flat token array."""
-        if self._tokens is None:
-            self._tokens = ts.open(zarr_spec(self.path / "tokens"), open=True).result()
-        return self._tokens
+        """The tensorstore handle of the flat token array (missing chunks are refused on read)."""
+        return self._array("tokens")
 
     @property
     def dtype(self) -> np.dtype:
@@ -183,19 +419,41 @@ class TokenStore:
             raise IndexError(f"document {i} out of range for a store of {n} documents")
         i %= n
         a, b = self.offsets[i], self.offsets[i + 1]
-        return self.tokens[a:b].read().result()
+        return self.read_array("tokens", int(a), int(b))
 
     def read_range(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
         """Documents [start, stop) in one contiguous read: (flat tokens, offsets relative to them)."""
         if not 0 <= start <= stop <= len(self):
             raise IndexError(f"range [{start}, {stop}) out of bounds for a store of {len(self)} documents")
         off = self.offsets[start : stop + 1]
-        flat = self.tokens[off[0] : off[-1]].read().result()
+        flat = self.read_array("tokens", int(off[0]), int(off[-1]))
         return flat, off - off[0]
 
     def read_tokens(self, begin: int, end: int) -> np.ndarray:
         """Tokens [begin, end) of the flat array (one read)."""
-        return self.tokens[begin:end].read().result()
+        return self.read_array("tokens", begin, end)
 
     def __repr__(self) -> str:
         return f"TokenStore({str(self.path)!r}, documents={len(self)}, tokens={self.num_tokens}, dtype={self.dtype})"
+
+
+def check_offsets(offsets: np.ndarray, num_tokens: int, path: str | os.PathLike) -> None:
+    """ValueError naming the store and the offsets chunk unless offsets[0] == 0, they never decrease and the
+    last is ``num_tokens`` (vectorized)."""
+    where = display(path)
+    if offsets.shape[0] == 0 or offsets[0] != 0:
+        raise ValueError(f"{where}: chunk offsets/c/0 is corrupt (offsets[0] is "
+                         f"{offsets[0] if offsets.shape[0] else 'absent'}, want 0)")
+    bad = np.flatnonzero(np.diff(offsets) < 0)
+    if bad.size:
+        i = int(bad[0]) + 1
+        raise ValueError(f"{where}: chunk offsets/c/{i // OFFSET_CHUNK} is corrupt (offsets decrease at document "
+                         f"{i - 1}: {offsets[i - 1]} then {offsets[i]})")
+    if offsets[-1] != num_tokens:
+        raise ValueError(f"{where}: the manifest disagrees with the arrays (offsets end at {offsets[-1]} tokens, the "
+                         f"manifest says {num_tokens})")
+
+
+def _short(exc: BaseException) -> str:
+    """tensorstore's message without its spec dump, at most 200 characters."""
+    return str(exc).split(" [tensorstore_spec=")[0].splitlines()[0][:200] if str(exc) else type(exc).__name__

@@ -10,13 +10,12 @@ string column into Python strings for the tokenizer. Every problem is a
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
 
-from datatools.io import jsonl
+from datatools.io import jsonl, storage
 from datatools.io.discover import (Shard, arrow_schema, iter_arrow_batches, open_parquet,
                                    parquet_metadata, parquet_names)
 from datatools.io.paths import display, first_line
@@ -45,6 +44,9 @@ def shard_columns(shard: Shard) -> dict[str, bool]:
     return {fld.name: is_text_type(fld.type) for fld in schema}
 
 
+NAME_THE_COLUMN = "name it with --column (analyze-padding) or source.column (a pipeline config)"
+
+
 def detect_column(names: list[str], column: str | None, where: str) -> str:
     """The column to read: ``column`` when given (it must exist), else the one candidate present."""
     if column is not None:
@@ -56,8 +58,8 @@ def detect_column(names: list[str], column: str | None, where: str) -> str:
         return found[0]
     if not found:
         raise ValueError(f"{where}: no token or text column found (columns: {', '.join(names) or 'none'}); "
-                         f"pass --column")
-    raise ValueError(f"{where}: ambiguous column, candidates: {', '.join(found)}; pass --column")
+                         f"{NAME_THE_COLUMN}")
+    raise ValueError(f"{where}: ambiguous column, candidates: {', '.join(found)}; {NAME_THE_COLUMN}")
 
 
 def check_column(shard: Shard, column: str) -> None:
@@ -141,8 +143,7 @@ def shard_texts(shard: Shard, column: str = "text") -> Iterator[list[str]]:
     if shard.kind == "text":
         out = []
         for f in shard.files:
-            with open(f, "rb") as fh:  # a PermissionError names the file
-                data = fh.read()
+            data = storage.read_bytes(f)  # a PermissionError names the file (a URL: its object, one GET)
             try:
                 out.append(data.decode("utf-8"))
             except UnicodeDecodeError as exc:
@@ -161,5 +162,5 @@ def shard_bytes(shard: Shard) -> int:
     if shard.kind == "jsonl":
         return shard.stop - shard.part
     if shard.kind == "text":
-        return sum(Path(x).stat().st_size for x in shard.files)
+        return sum(storage.size(x) for x in shard.files)
     return shard.nbytes  # arrow: counted when the file was cut into shards

@@ -21,7 +21,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
@@ -105,6 +106,47 @@ def resolve_special(tok, value: str | int | None, which: str) -> int | None:
     raise ValueError(f"--{which} {text[:80]!r}: no such token in the tokenizer")
 
 
+LENGTH_BATCH_TEXTS = 1024  # texts per tokenizer call when only lengths are kept
+LENGTH_BATCH_CHARS = 1 << 22  # characters per tokenizer call (4 Mi: ~100-400 MB of tokenizer output at most)
+PIECE_CHARS = 1 << 18  # a longer text is counted in pieces of about this many characters
+CUT_WINDOW = 1 << 12  # characters before a piece's end searched for a pre-token boundary
+
+
+def split_text(tok, text: str, piece: int | None = None) -> list[str]:
+    """``text`` in pieces of at most ``piece`` characters (default :data:`PIECE_CHARS`), cut where the
+    tokenizer's pre-tokenizer starts a pre-token, so the pieces' token counts add up to the text's.
+
+    The cut is the start of the last pre-token in the :data:`CUT_WINDOW` characters before the piece's end,
+    else in the whole piece (pre-tokenization is a local, left-to-right split, so a boundary found there is
+    one in the whole text), and never right after whitespace: GPT-2's pattern splits a whitespace run by
+    what follows it (``\\s+(?!\\S)``), so a piece must not end in one. Without a pre-tokenizer the cut is
+    before the last space. A piece with no boundary at all (a single pre-token of ``piece`` characters) is
+    cut where it ends, which can change the count by a token or two at that cut.
+    """
+    piece = PIECE_CHARS if piece is None else piece
+    if len(text) <= piece:
+        return [text]
+    pre = tok.pre_tokenizer
+    out, start = [], 0
+    while len(text) - start > piece:
+        hi = start + piece
+        cut = hi
+        for lo in dict.fromkeys((max(start + 1, hi - CUT_WINDOW), start + 1)):  # the window, then the piece
+            window = text[lo:hi]
+            if pre is not None:
+                starts = [a for _, (a, _) in pre.pre_tokenize_str(window) if a > 0 and not window[a - 1].isspace()]
+                found = starts[-1] if starts else -1
+            else:
+                found = window.rfind(" ")
+            if found > 0:
+                cut = lo + found
+                break
+        out.append(text[start:cut])
+        start = cut
+    out.append(text[start:])
+    return out
+
+
 @dataclass
 class TextEncoder:
     """Texts to token ids, as the user asked (see the module docstring). Picklable.
@@ -118,7 +160,7 @@ class TextEncoder:
       switched_off: the file's truncation/padding settings that ``off`` disabled.
     """
 
-    tokenizer_json: str
+    tokenizer_json: str = field(repr=False)  # hundreds of KB: a repr shows source and sha256 instead
     source: str
     sha256: str
     settings: str = "off"
@@ -157,6 +199,36 @@ class TextEncoder:
             eos = [] if self.eos_id is None else [self.eos_id]
             ids = [bos + x + eos for x in ids]
         return flatten_ids(ids, dtype)
+
+    def count_tokens(self, texts: Sequence[str]) -> np.ndarray:
+        """Tokens of each text (int64), BOS/EOS included, without keeping any token: for length analysis.
+
+        Memory is bounded whatever the input: texts go to the tokenizer in batches of at most
+        :data:`LENGTH_BATCH_TEXTS` texts and :data:`LENGTH_BATCH_CHARS` characters, and only the counts are
+        kept (``tokenizers`` holds ids, offsets and token strings, ~100 bytes a token, for a whole batch).
+        A text over :data:`PIECE_CHARS` characters (a 50 MB line took 337 s and 3.1 GB whole) is counted as
+        pieces cut at pre-token boundaries (:func:`split_text`): the tokenizer's model never merges across a
+        pre-token boundary, so the sum is the whole text's count; linear time, and the pieces run in parallel.
+        With ``settings="keep"`` a text is counted whole, so the file's truncation, padding and template apply.
+        """
+        tok = self.tokenizer
+        keep = self.settings == "keep"
+        encode = getattr(tok, "encode_batch_fast", tok.encode_batch)  # no offsets (tokenizers >= 0.21)
+        out = np.zeros(len(texts), np.int64)
+        owners: list[int] = []
+        pieces: list[str] = []
+        chars = 0
+        for i, text in enumerate(texts):
+            for piece in ([text] if keep else split_text(tok, text)):
+                if pieces and (len(pieces) >= LENGTH_BATCH_TEXTS or chars + len(piece) > LENGTH_BATCH_CHARS):
+                    np.add.at(out, owners, [len(e) for e in encode(pieces, add_special_tokens=keep)])
+                    owners, pieces, chars = [], [], 0
+                owners.append(i)
+                pieces.append(piece)
+                chars += len(piece)
+        if pieces:
+            np.add.at(out, owners, [len(e) for e in encode(pieces, add_special_tokens=keep)])
+        return out + (self.bos_id is not None) + (self.eos_id is not None)
 
     def describe(self) -> dict:
         """What reports and manifests record about the tokenization."""

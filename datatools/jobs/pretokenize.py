@@ -15,11 +15,18 @@ A job killed at any point (SIGKILL included) and started again skips the shards
 already committed, rewrites the store from scratch, and ends with a store
 byte-identical to an uninterrupted run. Both engines write the same shard files
 and share the commit step, so their stores are identical too.
+
+OUTPUT and the inputs may be ``s3://`` / ``gs://`` URLs. Object storage has no rename:
+there the staging area is the prefix ``OUTPUT.partial/``, each shard is one PUT, and the
+store is written in place with its manifest last as the commit point
+(:mod:`datatools.jobs.object_store_commit`); the same kill-anywhere guarantee holds.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import io
 import json
 import os
 import shutil
@@ -31,16 +38,20 @@ from pathlib import Path
 
 import numpy as np
 
-from datatools.io.atomic import atomic_write_text, atomic_write_with
+from datatools.io import storage
+from datatools.io.atomic import atomic_write_text
 from datatools.io.discover import Shard, list_shards
 from datatools.io.paths import display, resolved
-from datatools.io.store import is_token_store, read_manifest, token_dtype, write_store
+from datatools.io.store import VERSION, is_token_store, read_manifest, token_dtype, write_store
 from datatools.io.tables import check_column, shard_texts
 from datatools.io.tokenizer import TextEncoder, open_encoder
+from datatools.jobs import object_store_commit
 from datatools.kernels.tiles import chunk
 from datatools.kernels.validate import short_repr
 
 ENGINES = ("local", "ray")
+DISTRIBUTION = "datatools-llm"
+STAGING_NAMES = {"job.json", "shards", "store"}  # what a staging directory of this job holds
 
 
 @dataclass(frozen=True)
@@ -116,21 +127,27 @@ def _chunk_all(flat: np.ndarray, lengths: np.ndarray, ctx: int, tile: int) -> tu
     return flat, np.asarray(out, dtype=np.int64)
 
 
-def _shard_path(staging: Path, k: int) -> Path:
-    return staging / "shards" / f"{k:06d}.npz"
+def _shard_path(staging: str | Path, k: int) -> str | Path:
+    """``STAGING/shards/NNNNNN.npz``: a local path, or a URL when the output is in object storage."""
+    return storage.join(staging, "shards", f"{k:06d}.npz")
 
 
-def _write_shard(path: Path, tokens: np.ndarray, lengths: np.ndarray) -> None:
-    atomic_write_with(path, lambda f: np.savez(f, tokens=tokens, lengths=lengths))
+def _write_shard(path: str | Path, tokens: np.ndarray, lengths: np.ndarray) -> None:
+    """Complete or absent: locally a temporary file and a rename, in object storage one PUT."""
+    storage.write_with(path, lambda f: np.savez(f, tokens=tokens, lengths=lengths))
 
 
-def _read_shard(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    with np.load(path, allow_pickle=False) as z:
+def _open_shard(path: str | Path):
+    return np.load(path if not storage.is_url(path) else io.BytesIO(storage.read_bytes(path)), allow_pickle=False)
+
+
+def _read_shard(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    with _open_shard(path) as z:
         return z["tokens"], z["lengths"]
 
 
-def _read_shard_lengths(path: Path) -> np.ndarray:
-    with np.load(path, allow_pickle=False) as z:
+def _read_shard_lengths(path: str | Path) -> np.ndarray:
+    with _open_shard(path) as z:
         return z["lengths"]
 
 
@@ -138,7 +155,7 @@ def _run_shard(args) -> tuple[int, int, int]:
     """Worker body (both engines): tokenize shard k, commit its file. Returns (k, docs, tokens)."""
     worker, shard, k, staging = args
     tokens, lengths = worker(shard)
-    path = _shard_path(Path(staging), k)
+    path = _shard_path(staging, k)
     try:
         _write_shard(path, tokens, lengths)
     except OSError as exc:
@@ -165,6 +182,10 @@ def _run_in_pool(args) -> tuple[int, int, int]:
 def _fingerprint(shards: list[Shard], tokenizer_sha: str, options: JobOptions) -> tuple[str, list[dict]]:
     sources = []
     for name in dict.fromkeys(f for s in shards for f in s.files):  # input files, in shard order
+        if storage.is_url(name):  # an object's version: its ETag / generation and size
+            got = storage.info(name) or {"size": 0, "version": None}
+            sources.append({"path": storage.url_of(name), "bytes": got["size"], "version": got["version"]})
+            continue
         f = Path(name)
         st = f.stat()
         sources.append({"path": display(f.resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns})
@@ -210,14 +231,23 @@ def pretokenize(inputs, output, tokenizer: str | os.PathLike, *, column: str = "
 
     Raises:
       ValueError: unreadable input, missing column, bad tokenizer, an existing
-        output of another job without ``overwrite``, bad options.
+        output of another job without ``overwrite``, an existing OUTPUT (or
+        OUTPUT.partial / OUTPUT.old) that is not datatools' own (never replaced,
+        even with ``overwrite``), bad options.
+      ModuleNotFoundError: ``engine="ray"`` without Ray installed (before anything is created).
       OSError: the disk is full (nothing incomplete is committed).
     """
     t0 = time.perf_counter()
-    inputs = [Path(p) for p in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)]
+    given = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    if any(os.fspath(p) == "" for p in given):  # Path("") is ".": it would read the working directory
+        raise ValueError("an input path is empty ('')")
+    inputs = [storage.url_of(p) if storage.is_url(p) else Path(p)
+              for p in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)]
     if not inputs:
         raise ValueError("no inputs given")
-    output = resolved(output)  # '..' and symlinks resolved: the staging directory sits beside the real output
+    remote = storage.is_url(output)  # object storage: no rename, the manifest is the commit point
+    # local: '..' and symlinks resolved, so the staging directory sits beside the real output
+    output = storage.url_of(output) if remote else resolved(output)
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {short_repr(engine)}")
     if workers < 1:
@@ -228,6 +258,16 @@ def pretokenize(inputs, output, tokenizer: str | os.PathLike, *, column: str = "
             raise ValueError(f"--ctx {ctx} must be a positive multiple of --tile {tile}")
     elif tile is not None:
         raise ValueError("--tile needs --ctx")
+    require_engine(engine)
+    if remote:
+        staging, old = output + ".partial", None
+        object_store_commit.check_replaceable(output, staging, overwrite)  # before any work, as locally
+        old_left = False
+    else:
+        staging = output.with_name(output.name + ".partial")
+        old = output.with_name(output.name + ".old")
+        check_replaceable(output, staging, old, overwrite)  # before any work: what is there is ours to replace
+        old_left = old.exists()  # a store an interrupted --overwrite swap moved aside
     encoder = open_encoder(tokenizer, settings=tokenizer_settings, bos=_special(bos), eos=_special(eos))
     options = JobOptions(column=column, bos_id=encoder.bos_id, eos_id=encoder.eos_id, ctx=ctx, tile=tile,
                          tokenizer_settings=tokenizer_settings)
@@ -242,48 +282,75 @@ def pretokenize(inputs, output, tokenizer: str | os.PathLike, *, column: str = "
         extra["duplicates"] = f"{len(duplicates)} input file(s) given more than once, read once: " + \
             ", ".join(display(f) for f in duplicates[:3]) + (" ..." if len(duplicates) > 3 else "")
 
-    staging = output.with_name(output.name + ".partial")
-    old = output.with_name(output.name + ".old")
-    if output.exists():
-        if is_token_store(output) and read_manifest(output).get("job") == job:
-            m = read_manifest(output)
-            _clean_leftovers(staging, old, output, extra)  # a kill after the final rename left these
+    if is_token_store(output):
+        m = read_manifest(output)
+        if m.get("job") == job and m.get("version") == VERSION:  # a kill after the rename / the manifest
+            if remote:
+                storage.remove_tree(staging)
+            else:
+                _clean_leftovers(output, extra, [p for p in (staging, old) if p.exists()])
             return JobResult(display(output), m["num_documents"], m["num_tokens"], len(shards), len(shards),
                              time.perf_counter() - t0, "already complete", extra)
         if not overwrite:
-            raise ValueError(f"{display(output)}: already exists (a different job); pass --overwrite to replace it")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    _check_disk(output.parent)
+            why = ("a store of this job written by an older datatools (store version "
+                   f"{m.get('version')}, no chunk checksums)" if m.get("job") == job else "a different job")
+            raise ValueError(f"{display(output)}: already exists ({why}); pass --overwrite to replace it")
+    elif not remote and output.exists() and not overwrite:
+        raise ValueError(f"{display(output)}: already exists; pass --overwrite to replace it")
 
-    job_file = staging / "job.json"
-    if staging.exists():
-        try:
-            same = json.loads(job_file.read_text()).get("job") == job
-        except (OSError, ValueError):
-            same = False
-        if not same:
-            shutil.rmtree(staging)
-    (staging / "shards").mkdir(parents=True, exist_ok=True)
-    if not job_file.exists():
-        atomic_write_text(job_file, json.dumps({"job": job, "shards": len(shards)}) + "\n")
-
-    todo = [k for k in range(len(shards)) if not _shard_path(staging, k).exists()]
+    if remote:
+        if object_store_commit.prepare_staging(staging, job, len(shards)):
+            extra["cleaned"] = f"{display(output)}: removed {display(staging)} left by an interrupted run of a " \
+                               f"different job"
+        present = object_store_commit.shards_present(staging)
+        todo = [k for k in range(len(shards)) if k not in present]
+    else:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        _check_disk(output.parent)
+        job_file = staging / "job.json"
+        if staging.exists():
+            try:
+                same = json.loads(job_file.read_text()).get("job") == job
+            except (OSError, ValueError):
+                same = False
+            if not same:
+                shutil.rmtree(staging)  # datatools' own (check_replaceable): the staging of another job's run
+                extra["cleaned"] = f"{display(output)}: removed {display(staging.name)} left by an interrupted run " \
+                                   f"of a different job"
+        (staging / "shards").mkdir(parents=True, exist_ok=True)
+        if not job_file.exists():
+            atomic_write_text(job_file, json.dumps({"job": job, "shards": len(shards)}) + "\n")
+        todo = [k for k in range(len(shards)) if not _shard_path(staging, k).exists()]
     resumed = len(shards) - len(todo)
     _tokenize_shards(worker, shards, todo, staging, workers, engine, ray_address, progress)
 
-    # Commit: every shard is on disk. Build the store in staging, then rename it into place.
+    # Commit: every shard is written. Locally: build the store in staging, then rename it into place; in object
+    # storage: write it in place, the manifest last (object_store_commit).
     lengths_per_shard = [_read_shard_lengths(_shard_path(staging, k)) for k in range(len(shards))]
     num_docs = int(sum(x.shape[0] for x in lengths_per_shard))
     num_tokens = int(sum(int(x.sum()) for x in lengths_per_shard))
-    store_tmp = staging / "store"
-    if store_tmp.exists():
-        shutil.rmtree(store_tmp)
     manifest = {"vocab_size": vocab_size, "tokenizer_sha256": encoder.sha256,
                 "tokenizer_file": os.path.basename(encoder.source), "tokenizer": encoder.describe(),
                 "options": asdict(options), "sources": [s["path"] for s in sources], "job": job,
                 "shards": len(shards)}
-    write_store(store_tmp, (_read_shard(_shard_path(staging, k)) for k in range(len(shards))),
-                num_tokens=num_tokens, num_documents=num_docs, dtype=worker.dtype, manifest=manifest)
+
+    def shards_in_order():
+        for k in range(len(shards)):
+            yield _read_shard(_shard_path(staging, k))
+            _fault(f"committing-{k}")
+
+    def write(where) -> None:
+        write_store(where, shards_in_order(),
+                    num_tokens=num_tokens, num_documents=num_docs, dtype=worker.dtype, manifest=manifest)
+
+    if remote:
+        object_store_commit.commit(output, staging, job, write)
+        return JobResult(display(output), num_docs, num_tokens, len(shards), resumed, time.perf_counter() - t0,
+                         "resumed" if resumed else "written", extra)
+    store_tmp = staging / "store"
+    if store_tmp.exists():
+        shutil.rmtree(store_tmp)
+    write(store_tmp)
     _fault("before-rename")
     if output.exists():  # overwrite: move the old store aside, put the new one in, then delete the old
         if old.exists():
@@ -294,20 +361,62 @@ def pretokenize(inputs, output, tokenizer: str | os.PathLike, *, column: str = "
     else:
         os.replace(store_tmp, output)
     _fault("after-rename")
-    _clean_leftovers(staging, old, output, extra)
+    shutil.rmtree(staging)  # this run's own staging: removed without a word
+    _clean_leftovers(output, extra, [old] if old_left and old.exists() else [])
+    if old.exists():  # the store this run's --overwrite swap moved aside
+        shutil.rmtree(old)
     return JobResult(display(output), num_docs, num_tokens, len(shards), resumed, time.perf_counter() - t0,
                      "resumed" if resumed else "written", extra)
 
 
-def _clean_leftovers(staging: Path, old: Path, output: Path, extra: dict) -> None:
-    """Remove what a finished job no longer needs: its staging directory and the store an ``--overwrite`` swap
-    moved aside (either is left behind when a job is killed after its final rename); say what was removed."""
-    removed = [p for p in (staging, old) if p.exists()]
+def _clean_leftovers(output: Path, extra: dict, removed: list[Path]) -> None:
+    """Remove what an earlier, interrupted run left and this one no longer needs (its staging directory, the
+    store an ``--overwrite`` swap moved aside; both checked to be datatools' own before any work) and say so."""
     for p in removed:
         shutil.rmtree(p)
-    if removed and "resumed" not in extra:
+    if removed:
         extra["cleaned"] = f"{display(output)}: removed " + " and ".join(display(p.name) for p in removed) + \
             " left by an interrupted run"
+
+
+def require_engine(engine: str) -> None:
+    """ModuleNotFoundError with the install line when ``engine`` needs a package that is not installed."""
+    if engine == "ray" and importlib.util.find_spec("ray") is None:
+        raise ModuleNotFoundError(f"--engine ray needs ray: pip install '{DISTRIBUTION}[ray]'", name="ray")
+
+
+def check_replaceable(output: Path, staging: Path, old: Path, overwrite: bool) -> None:
+    """ValueError, before anything is read or written, when a path the job would write holds something that is
+    not datatools' own: OUTPUT must be absent, a token store (recognized by its manifest) or, with
+    ``overwrite``, an empty directory; OUTPUT.partial a staging directory of this job; OUTPUT.old a store.
+    Nothing else is ever replaced or removed, ``overwrite`` or not."""
+    if output.exists() or output.is_symlink():
+        if output.is_dir() and not output.is_symlink() and not any(output.iterdir()):
+            if not overwrite:
+                raise ValueError(f"{display(output)}: already exists (an empty directory); pass --overwrite to "
+                                 f"write the store in its place")
+        elif not (output.is_dir() and is_token_store(output) and _manifest_ok(output)):
+            what = "a file" if output.is_file() else "a directory" if output.is_dir() else "not a directory"
+            raise ValueError(f"{display(output)}: already exists and is not a datatools token store ({what} "
+                             f"without a token store manifest); --overwrite replaces only a token store, so "
+                             f"nothing was touched: move it away or choose another OUTPUT")
+    if staging.exists() or staging.is_symlink():
+        names = {p.name for p in staging.iterdir()} if staging.is_dir() and not staging.is_symlink() else None
+        if names is None or not all(n in STAGING_NAMES or n.startswith(".job.json.") for n in names):
+            raise ValueError(f"{display(staging)}: exists and is not a pretokenize staging directory (it holds "
+                             f"other files); nothing was touched: move it away or choose another OUTPUT")
+    if old.exists() or old.is_symlink():
+        if not (old.is_dir() and not old.is_symlink() and is_token_store(old) and _manifest_ok(old)):
+            raise ValueError(f"{display(old)}: exists and is not a token store an interrupted --overwrite set "
+                             f"aside; nothing was touched: move it away or choose another OUTPUT")
+
+
+def _manifest_ok(path: Path) -> bool:
+    try:
+        read_manifest(path)
+    except ValueError:
+        return False
+    return True
 
 
 def _special(value: bool | str | int | None) -> str | int | None:
@@ -322,7 +431,7 @@ def _unique_shards(shards) -> tuple[list[Shard], list[str]]:
     seen: set = set()
     out, dups = [], []
     for s in shards:
-        key = (s.kind, tuple(os.path.realpath(f) for f in s.files), s.part, s.stop)
+        key = (s.kind, tuple(f if storage.is_url(f) else os.path.realpath(f) for f in s.files), s.part, s.stop)
         if key not in seen:
             seen.add(key)
             out.append(s)

@@ -73,20 +73,27 @@ def block_structure(segment_ids, block: int) -> np.ndarray:
     return out
 
 
-def block_pairs(segment_ids, block: int, *, minimum: int = 16, step: int = 256) -> dict[str, np.ndarray]:
+def bucket_width(most: int, *, minimum: int = 16, step: int = 256) -> int:
+    """A padded list length for ``most`` entries: a power of two below ``step`` (at least ``minimum``), a multiple
+    of ``step`` above it, so that a training run compiles a few programs, not one per batch, and pads at most
+    ``step`` entries."""
+    most = max(1, int(most))
+    return max(int(minimum), 1 << (most - 1).bit_length()) if most <= step else -(-most // step) * step
+
+
+def block_pairs(segment_ids, block: int, *, minimum: int = 16, step: int = 256,
+                kinds: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The non-empty tiles of every row as a padded list, the form a gather-based kernel takes.
 
     Returns int32 arrays of shape (rows, P), P the most non-empty tiles in any row
-    rounded up to a power of two below ``step`` (at least ``minimum``) and to a
-    multiple of ``step`` above it, so that a training run compiles a few programs, not
-    one per batch, and pads at most ``step`` tiles: ``block_q``, ``block_k`` (tile
-    coordinates) and ``block_valid`` (0 for the padding entries, which point at tile (0, 0)).
+    rounded by :func:`bucket_width`: ``block_q``, ``block_k`` (tile coordinates) and
+    ``block_valid`` (0 for the padding entries, which point at tile (0, 0)).
+    ``kinds``: :func:`block_structure`'s result, when the caller already has it.
     """
-    kinds = block_structure(segment_ids, block)
+    kinds = block_structure(segment_ids, block) if kinds is None else kinds
     rows, nb, _ = kinds.shape
     counts = (kinds != EMPTY).reshape(rows, -1).sum(axis=1)
-    most = max(1, int(counts.max(initial=0)))
-    width = max(int(minimum), 1 << (most - 1).bit_length()) if most <= step else -(-most // step) * step
+    width = bucket_width(int(counts.max(initial=0)), minimum=minimum, step=step)
     q = np.zeros((rows, width), np.int32)
     k = np.zeros((rows, width), np.int32)
     valid = np.zeros((rows, width), np.int32)
@@ -95,6 +102,49 @@ def block_pairs(segment_ids, block: int, *, minimum: int = 16, step: int = 256) 
         n = qi.shape[0]
         q[r, :n], k[r, :n], valid[r, :n] = qi, ki, 1
     return {"block_q": q, "block_k": k, "block_valid": valid}
+
+
+TILE_KEYS = ("tile_row", "tile_q", "tile_k", "tile_full", "tile_by_k", "tile_count")
+
+
+def tile_list(segment_ids, block: int, *, minimum: int = 16, step: int = 256,
+              kinds: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The batch's non-empty tiles as one list, the scalar-prefetch operands of a Pallas block-sparse kernel.
+
+    A kernel's grid runs over this list (one grid step per tile and head), so it
+    visits no empty tile and compiles one program per padded length. Entries are
+    sorted by (row, query block, key block): a query block's tiles are consecutive, so
+    the forward and dq passes keep one running softmax in fast memory per run.
+
+    Returns int32 arrays (``TILE_KEYS``):
+
+    * ``tile_row``, ``tile_q``, ``tile_k`` (P,): the row and the (query, key) block
+      coordinates (in units of ``block`` tokens) of each tile;
+    * ``tile_full`` (P,): 1 where every (query, key) pair of the tile may attend (the
+      kernel skips the mask), 0 where it is partial;
+    * ``tile_by_k`` (P,): the entries' order sorted by (row, key block, query block),
+      the order of the dk/dv pass (a key block's tiles consecutive);
+    * ``tile_count`` (1,): how many entries are real; P is :func:`bucket_width` of it.
+      Padding entries repeat the last real tile (a kernel that did run over them
+      would fetch no new block) and ``tile_by_k`` maps them to themselves.
+    """
+    kinds = block_structure(segment_ids, block) if kinds is None else kinds
+    row, q, k = (x.astype(np.int32) for x in np.nonzero(kinds))  # C order: sorted by (row, q, k)
+    full = (kinds[row, q, k] == FULL).astype(np.int32)
+    n = row.shape[0]
+    width = bucket_width(n, minimum=minimum, step=step)
+    out = {}
+    for name, values in (("tile_row", row), ("tile_q", q), ("tile_k", k), ("tile_full", full)):
+        arr = np.zeros(width, np.int32)
+        arr[:n] = values
+        if n:
+            arr[n:] = values[-1]
+        out[name] = arr
+    by_k = np.arange(width, dtype=np.int32)
+    by_k[:n] = np.lexsort((q, k, row))
+    out["tile_by_k"] = by_k
+    out["tile_count"] = np.array([n], np.int32)
+    return out
 
 
 def attention_pairs(segment_ids) -> tuple[int, int]:

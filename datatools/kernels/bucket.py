@@ -289,6 +289,57 @@ def bucket_batches(lengths, boundaries, batch_sizes, *, overflow: str = "split",
                       dropped_items=int((~kept).sum()))
 
 
+def fill_order_batches(bucket_of, batch_sizes, *, drop_remainder: bool = False) -> tuple[np.ndarray, np.ndarray,
+                                                                                          np.ndarray]:
+    """Batches of items in the order a stream fills them: what a bucketer that reads items one by one emits.
+
+    Items arrive in order; item i joins bucket ``bucket_of[i]``; a bucket's batch is emitted when its
+    ``batch_sizes[k]``-th item arrives. At the end, each bucket's partial batch follows in bucket order (or
+    is left out with ``drop_remainder``). Vectorized: a stable sort by bucket, then the full batches ordered
+    by the position of their last item. Unlike :func:`bucket_batches` (all of bucket 0, then bucket 1, ...)
+    the buckets interleave as the data does.
+
+    Returns:
+      ``(items, batch_splits, batch_bucket)``: batch b holds items ``items[batch_splits[b]:batch_splits[b + 1]]``
+      (in arrival order) of bucket ``batch_bucket[b]``.
+    """
+    bucket_of = np.asarray(bucket_of, np.int64).reshape(-1)
+    sizes = as_lengths(batch_sizes, "batch_sizes")
+    if bucket_of.size and (bucket_of.min() < 0 or bucket_of.max() >= sizes.shape[0]):
+        raise ValueError(f"bucket_of must lie in [0, {sizes.shape[0]}); got {int(bucket_of.min())}.."
+                         f"{int(bucket_of.max())}")
+    if sizes.size and sizes.min() < 1:
+        raise ValueError(f"batch_sizes must be >= 1; got {sizes.tolist()}")
+    order = np.argsort(bucket_of, kind="stable")
+    counts = np.bincount(bucket_of, minlength=sizes.shape[0])
+    starts = np.concatenate(([0], np.cumsum(counts)))
+    full_items, full_last, full_bucket, rest = [], [], [], []
+    for k in range(sizes.shape[0]):
+        s, c = int(sizes[k]), int(counts[k])
+        mine = order[starts[k] : starts[k + 1]]
+        full = c // s
+        full_items.append(mine[: full * s].reshape(full, s))
+        full_last.append(mine[s - 1 : full * s : s])
+        full_bucket.append(np.full(full, k, np.int64))
+        if c % s and not drop_remainder:
+            rest.append((k, mine[full * s :]))
+    last = np.concatenate(full_last) if full_last else np.zeros(0, np.int64)
+    emit = np.argsort(last, kind="stable")  # a full batch is emitted when its last item arrives
+    sizes_of = np.concatenate([np.full(f.shape[0], f.shape[1], np.int64) for f in full_items]) if full_items else \
+        np.zeros(0, np.int64)
+    flat = [f.reshape(-1) for f in full_items]
+    begin = np.concatenate(([0], np.cumsum(sizes_of)))[:-1]
+    pieces = np.concatenate(flat) if flat else np.zeros(0, np.int64)
+    n_emit = sizes_of[emit]
+    within = np.arange(int(n_emit.sum())) - np.repeat(np.concatenate(([0], np.cumsum(n_emit)))[:-1], n_emit)
+    take = np.repeat(begin[emit], n_emit) + within
+    items = [pieces[take]] + [r for _, r in rest]
+    lens = np.concatenate((sizes_of[emit], np.asarray([r.shape[0] for _, r in rest], np.int64)))
+    bucket = np.concatenate((np.concatenate(full_bucket)[emit] if full_bucket else np.zeros(0, np.int64),
+                             np.asarray([k for k, _ in rest], np.int64)))
+    return np.concatenate(items).astype(np.int64), np.concatenate(([0], np.cumsum(lens))), bucket
+
+
 def padding_efficiency(lengths, *, max_len: int, batch_size: int, tile: int = 1) -> dict:
     """Useful-token fraction of the two padding baselines, on documents truncated to max_len.
 

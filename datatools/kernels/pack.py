@@ -692,7 +692,13 @@ def materialize(
       ``positions`` (0-based in the document: a continuation piece counts on from
       its offset); ``loss_mask`` (1 where the next token is in the same piece, so
       no target crosses a document boundary).
+
+    Raises:
+      TypeError: ``plan`` is not a :class:`PackPlan`, or the tokens are not integers.
+      ValueError: a token id the rows hold is outside [0, 2**31 - 1] (checked on the built rows, so a negative
+        id is refused whatever the dtype and ``check_values``), or the plan and arrays do not match.
     """
+    _check_plan(plan)
     rows = _check_rows(plan, rows)
     pad_id = check_id(pad_id, "pad_id")
     tokens = np.asarray(tokens)
@@ -719,7 +725,22 @@ def materialize(
 
     _fill_rows(rows, plan.row_splits, plan.doc, plan.start, plan.length, plan.offset, offsets,
                tokens, out_tokens, segment_ids, positions, loss_mask)
+    _check_built(out_tokens, rows)
     return {"tokens": out_tokens, "segment_ids": segment_ids, "positions": positions, "loss_mask": loss_mask}
+
+
+def _check_plan(plan) -> None:
+    if not isinstance(plan, PackPlan):
+        raise TypeError(f"plan must be a PackPlan from pack_lengths(), got {short_repr(plan)}")
+
+
+def _check_built(out_tokens: np.ndarray, rows: np.ndarray) -> None:
+    """No built row holds a negative id (a negative input id, or an unsigned one past int32 that wrapped):
+    one vectorized pass over the batch, a fraction of what filling it cost."""
+    if out_tokens.size and int(out_tokens.min()) < 0:
+        r, c = divmod(int(np.argmin(out_tokens)), out_tokens.shape[1])
+        raise ValueError(f"tokens: token id {int(out_tokens[r, c])} at row {int(rows[r])}, position {c} (as int32) "
+                         f"is outside [0, 2**31 - 1]; token ids must be non-negative")
 
 
 def _check_rows(plan: PackPlan, rows) -> np.ndarray:
@@ -777,6 +798,7 @@ def materialize_pieces(plan: PackPlan, read_pieces, rows=None, *, pad_id: int = 
       rows: row ids to build; None for all rows.
       pad_id: token written at padding slots.
     """
+    _check_plan(plan)
     rows = _check_rows(plan, rows)
     pad_id = check_id(pad_id, "pad_id")
     first, counts = plan.row_splits[rows], np.diff(plan.row_splits)[rows]
@@ -784,6 +806,9 @@ def materialize_pieces(plan: PackPlan, read_pieces, rows=None, *, pad_id: int = 
     sel = np.repeat(first - splits[:-1], counts) + np.arange(splits[-1], dtype=np.int64)
     start, length = plan.start[sel], plan.length[sel]
     flat = np.asarray(read_pieces(plan.doc[sel], start, length))
+    if flat.ndim != 1 or flat.dtype.kind not in "iu" or flat.shape[0] != int(length.sum()):
+        raise TypeError(f"read_pieces must return the {int(length.sum())} tokens asked for as a 1-D integer array, "
+                        f"got {flat.dtype} {flat.shape}")
     # Piece j of the selection sits at flat[piece_begin[j]:]; _fill_rows reads offsets[doc] + start.
     piece_begin = np.concatenate(([0], np.cumsum(length, dtype=np.int64)))
     fake_offsets = piece_begin[:-1] - start
@@ -795,6 +820,7 @@ def materialize_pieces(plan: PackPlan, read_pieces, rows=None, *, pad_id: int = 
         _fill_rows(np.arange(batch, dtype=np.int64), splits, np.arange(sel.shape[0], dtype=np.int64), start, length,
                    plan.offset[sel], fake_offsets, flat, out["tokens"], out["segment_ids"], out["positions"],
                    out["loss_mask"])
+        _check_built(out["tokens"], rows)
     return out
 
 

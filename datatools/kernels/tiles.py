@@ -18,8 +18,8 @@ from typing import Callable
 
 import numpy as np
 
-from datatools.kernels.validate import MAX_CTX, as_lengths, check_int
-from datatools.kernels.pack import pack_lengths
+from datatools.kernels.validate import MAX_CTX, as_lengths, check_id, check_int
+from datatools.kernels.pack import check_token_ids, pack_lengths
 
 
 def tile_align(n, tile: int):
@@ -134,8 +134,13 @@ def chunk(tokens, ctx: int, *, tile: int, stride: int | None = None, bos: int | 
     evaluation); the last window ends at the document's end. Every window but the
     last is exactly ``ctx`` long.
 
+    Token ids (and ``bos``/``eos``) must be integers in [0, 2**31 - 1]: float or bool
+    tokens are a TypeError, a negative or too large id a ValueError naming it (checked
+    vectorized, O(len(tokens))).
+
     Returns:
-      A list of 1-D arrays (views where possible) of the document's dtype.
+      A list of 1-D arrays (views where possible) of the document's dtype (widened when
+      ``bos``/``eos`` do not fit it).
     """
     ctx = check_int(ctx, "ctx", minimum=1)
     tile = check_int(tile, "tile", minimum=1)
@@ -144,12 +149,19 @@ def chunk(tokens, ctx: int, *, tile: int, stride: int | None = None, bos: int | 
     stride = ctx if stride is None else check_int(stride, "stride", minimum=1)
     if stride > ctx:
         raise ValueError(f"stride={stride} > ctx={ctx} would skip tokens")
+    bos = None if bos is None else check_id(bos, "bos")
+    eos = None if eos is None else check_id(eos, "eos")
     arr = np.asarray(tokens)
     if arr.ndim != 1:
         raise ValueError(f"tokens must be 1-D, got shape {arr.shape}")
+    if arr.dtype.kind not in "iu":  # floats, bools, strings: not token ids (bool is kind "b")
+        raise TypeError(f"tokens must be integer token ids, got dtype {arr.dtype}")
+    check_token_ids(arr)  # ids in [0, 2**31 - 1]: a negative id is refused, never emitted
     if bos is not None or eos is not None:
-        parts = ([np.array([bos], arr.dtype)] if bos is not None else []) + [arr]
-        parts += [np.array([eos], arr.dtype)] if eos is not None else []
+        special = [i for i in (bos, eos) if i is not None]
+        dtype = np.promote_types(arr.dtype, np.min_scalar_type(max(special)))  # the document's, or wider to fit
+        parts = ([np.array([bos], dtype)] if bos is not None else []) + [arr]
+        parts += [np.array([eos], dtype)] if eos is not None else []
         arr = np.concatenate(parts)
     n = arr.shape[0]
     if n == 0:

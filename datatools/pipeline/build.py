@@ -6,26 +6,34 @@ A config (see ``configs/``)::
     shuffle: {kind: block, io_block_size: 64, window_blocks: 1024}   # none | full | block
     packing: {mode: streaming, ctx: 8192, window: 1024}
     # or   bucketing: {num_buckets: 4, tile: 128, max_len: 2048, token_budget: 65536}
-    batch_size: 32
+    batch_size: 32                           # the GLOBAL batch: rows of all hosts together per step
     format: maxtext                          # datatools | maxtext | levanter | hf
     boundary_targets: mask                   # mask | next_document (MaxText's ShiftData)
     positions: restart                       # restart (every piece from 0) | continue
     num_epochs: 1                            # null: repeat forever
     workers: 2                               # Grain prefetch processes (0: in process)
-    shard: {index: 0, count: 1}              # this host of count
+    shard: {index: 0, count: 1}              # this host of count; or `shard: auto` (jax process index/count)
     seed: 0
 
-How each mode is built (the order matters for determinism and checkpoints):
+Every mode is one *global* sequence of batches computed from the documents' lengths
+alone (a store's offsets), the same on every host; host ``h`` of ``N`` reads the tokens
+of rows ``[h * R / N, (h + 1) * R / N)`` of each global batch of ``R`` rows only
+(:mod:`datatools.grain.host_batches`), so ``R`` must divide by ``N``:
 
-* ``packing.mode: planned``: the plan is made once over every document's length;
-  packed rows are a ``MapDataset``; the shuffle (full or block) and the host shard
-  act on packed rows, and whole batches are built in the worker processes.
-* ``packing.mode: streaming`` and ``bucketing``: the shuffle and the shard act on
-  documents; documents are read in the worker processes and packed (or bucketed)
-  after the prefetch, in order, so the batches do not depend on ``workers``.
+* ``packing.mode: planned``: one plan over every document; the shuffle (full or block)
+  permutes packed rows per epoch; global batch j is rows ``[j * B, (j + 1) * B)``.
+* ``packing.mode: streaming``: the shuffle permutes documents per epoch; each window of
+  ``packing.window`` documents is planned from its lengths and its rows put in a seeded
+  order (:mod:`datatools.grain.streaming_schedule`).
+* ``bucketing``: the shuffle permutes documents per epoch; a bucket's batch is complete
+  when its last piece arrives (:mod:`datatools.grain.bucket_schedule`).
 
-Either way the same config and seed give the same batches for any number of
-workers, and the iterator's ``get_state``/``set_state`` resume exactly.
+Each element (a host's batch) is built whole by one worker, so the same config and seed
+give the same batches for any number of workers and hosts. Batches do not cross epochs;
+with ``drop_remainder: false`` an epoch's last batch is padded with empty rows to the
+full shape. The iterator's state is the number of global batches consumed: it resumes
+exactly, with any number of workers and any number of hosts (elastic resume), and
+refuses a pipeline with another config or data.
 """
 
 from __future__ import annotations
@@ -33,9 +41,10 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Sequence
 from pathlib import Path
 
+import datatools.grain  # noqa: F401  (first: it quiets the warning Grain logs when imported without jax)
 import grain
 import numpy as np
 
@@ -45,6 +54,9 @@ from datatools.kernels.pack import ALGORITHMS
 from datatools.kernels.validate import (MAX_BATCH, MAX_BUCKETS, MAX_CTX, MAX_RECORDS, MAX_TOKEN_ID, MAX_WINDOW,
                                         OVERFLOW_POLICIES)
 from datatools.pipeline.schema import field, from_dict, load_yaml
+
+
+MAX_WORKERS = 64  # Grain worker processes: each is a fresh interpreter (~1-2 s of CPU to start); 1024 ran past 60 s
 
 
 @dataclass(frozen=True)
@@ -105,8 +117,10 @@ class BucketingConfig:
 
 @dataclass(frozen=True)
 class ShardConfig:
-    index: int = field(0, minimum=0)
-    count: int = field(1, minimum=1, maximum=1 << 20)
+    index: int = field(0, minimum=0, doc="this host (jax.process_index()); it reads rows [index*B/count, "
+                                         "(index+1)*B/count) of every global batch of B rows")
+    count: int = field(1, minimum=1, maximum=1 << 20, doc="hosts (jax.process_count()); must divide batch_size "
+                                                          "(every bucket's batch size when bucketing)")
 
     def check(self, where: str) -> None:
         if self.index >= self.count:
@@ -119,8 +133,11 @@ class PipelineConfig:
     shuffle: ShuffleConfig = field(default_factory=ShuffleConfig)
     packing: PackingConfig | None = field(None)
     bucketing: BucketingConfig | None = field(None)
-    batch_size: int = field(32, minimum=1, maximum=MAX_BATCH, doc="rows per batch (bucketing: unless token_budget is set)")
-    drop_remainder: bool = field(True, doc="drop each epoch's last, short batch")
+    batch_size: int = field(32, minimum=1, maximum=MAX_BATCH,
+                            doc="rows per global batch: all hosts together (one host: its batch); each of "
+                                "shard.count hosts gets batch_size / shard.count rows (bucketing: unless "
+                                "token_budget is set)")
+    drop_remainder: bool = field(True, doc="drop each epoch's last, short batch (else pad it with empty rows)")
     format: Literal[FORMATS] = field("datatools", doc="batch layout: datatools (canonical), maxtext, levanter, hf")
     boundary_targets: Literal[BOUNDARY_TARGETS] = field(
         "mask", doc="mask: a document's last token predicts nothing (packed loss == unpacked loss); next_document: "
@@ -129,14 +146,18 @@ class PipelineConfig:
         "restart", doc="restart: every document piece counts from 0 (MaxText, Grain, transformers; below ctx); "
                        "continue: a piece of a split document counts on from its offset")
     num_epochs: int | None = field(1, minimum=1, maximum=1 << 40, doc="null: repeat forever")
-    workers: int = field(0, minimum=0, maximum=1024, doc="Grain prefetch processes")
-    shard: ShardConfig = field(default_factory=ShardConfig)
+    workers: int = field(0, minimum=0, maximum=MAX_WORKERS, doc="Grain prefetch processes")
+    shard: Literal["auto"] | ShardConfig = field(
+        default_factory=ShardConfig, doc="this host's share; auto: jax.process_index() of jax.process_count() "
+                                         "(after jax.distributed.initialize)")
     seed: int = field(0, minimum=0, maximum=(1 << 64) - 1)
-    read_block: int = field(256, minimum=1, maximum=MAX_BATCH, doc="streaming and bucketing: documents fetched per read")
+    read_block: int = field(256, minimum=1, maximum=MAX_BATCH,
+                            doc="unused (kept so older configs load): every batch's pieces are read in one call")
     pad_id: int = field(0, minimum=0, maximum=MAX_TOKEN_ID)
     attention_block: int | None = field(None, minimum=8, maximum=MAX_CTX,
                                         doc="add each batch's non-empty attention tiles of this many tokens "
-                                            "(block_q, block_k, block_valid) for block-sparse attention")
+                                            "(block_q, block_k, block_valid per row; tile_* batch-wide) for "
+                                            "block-sparse attention")
 
     def check(self, where: str) -> None:
         if (self.packing is None) == (self.bucketing is None):
@@ -154,9 +175,20 @@ def parse_config(data: dict, *, source: str | None = None) -> PipelineConfig:
     return from_dict(PipelineConfig, data)
 
 
-def load_config(path: str | os.PathLike, *, source: str | None = None) -> PipelineConfig:
-    """Read and validate a YAML pipeline config (extra top-level sections of a training config are ignored)."""
-    data = load_yaml(path)
+def load_config(path: str | os.PathLike, *, source: str | None = None, overrides: Sequence[str] = ()
+                ) -> PipelineConfig:
+    """Read and validate a YAML pipeline config (extra top-level sections of a training config are ignored).
+
+    Args:
+      path: a YAML file, or the name of a packaged config (``pretrain_block_8192``; see
+        :mod:`datatools.pipeline.named_configs`).
+      source: overrides ``source.path``.
+      overrides: ``KEY=VALUE`` strings (``packing.ctx=2048``) applied before validation.
+    """
+    from datatools.pipeline.named_configs import apply_overrides, resolve_config
+
+    path = resolve_config(path)
+    data = apply_overrides(load_yaml(path), overrides)
     names = {f.name for f in dataclasses.fields(PipelineConfig)}
     data = {k: v for k, v in data.items() if k in names or k not in _TRAINING_SECTIONS}
     try:
@@ -178,8 +210,9 @@ def open_source(cfg: SourceConfig):
 
     inp = open_input(Path(cfg.path), column=cfg.column, tokenizer=cfg.tokenizer,
                      tokenizer_settings=cfg.tokenizer_settings, bos=cfg.bos, eos=cfg.eos)
-    if inp.kind not in ("store", "numpy", "table"):
-        raise ValueError(f"{cfg.path}: a pipeline source must be a token store, a table or a NumPy directory")
+    if inp.kind not in ("store", "levanter", "numpy", "table"):
+        raise ValueError(f"{cfg.path}: a pipeline source must be a token store, a Levanter cache, a table or a "
+                         f"NumPy directory")
     return open_documents(inp)
 
 
@@ -192,20 +225,19 @@ class CanonicalPipeline:
     documents: int
     shapes: list[tuple[int, int]]
     plan_efficiency: float | None = None
+    identity: dict | None = None  # what fixes the global batch sequence (states restore only into the same)
+    batches: grain.MapDataset | None = None  # this host's canonical batches by global batch number (random access)
 
 
 def _shuffle_map(ds: grain.MapDataset, cfg: PipelineConfig) -> grain.MapDataset:
-    from datatools.grain import BlockShuffleMapDataset, FeistelShuffleMapDataset, ShardMapDataset
+    """``ds`` (packed rows) shuffled per epoch as the config says: the global order, the same on every host."""
+    from datatools.grain import BlockShuffleMapDataset, FeistelShuffleMapDataset
 
-    kind, shard = cfg.shuffle.kind, cfg.shard
-    if kind == "block":
+    if cfg.shuffle.kind == "block":
         return BlockShuffleMapDataset(ds, io_block_size=cfg.shuffle.io_block_size,
-                                      window_blocks=cfg.shuffle.window_blocks, seed=cfg.seed,
-                                      shard_index=shard.index, shard_count=shard.count)
-    if kind == "full":
-        ds = FeistelShuffleMapDataset(ds, seed=cfg.seed)
-    if shard.count > 1:
-        ds = ShardMapDataset(ds, index=shard.index, count=shard.count)
+                                      window_blocks=cfg.shuffle.window_blocks, seed=cfg.seed)
+    if cfg.shuffle.kind == "full":
+        return FeistelShuffleMapDataset(ds, seed=cfg.seed)
     return ds
 
 
@@ -218,7 +250,7 @@ def _absl_flags_parsed() -> None:
 
 
 def _read_options(in_memory: bool) -> grain.ReadOptions:
-    """How Grain reads elements, which here are whole batches (planned) or blocks of ``read_block`` documents.
+    """How Grain reads elements, which here are whole host batches (one bulk read each).
 
     In memory: no reader threads (the hand-off costs more than the read). Sources that do I/O (a store, a
     table read on demand, a memory-mapped file): a few threads and a short buffer. Each element is already
@@ -235,12 +267,13 @@ READ_BUFFER = 16  # elements (batches or document blocks) read ahead
 
 
 def _prefetch(ds: grain.MapDataset, cfg: PipelineConfig, in_memory: bool) -> grain.IterDataset:
-    if cfg.num_epochs != 1:
-        ds = ds.repeat(cfg.num_epochs)
+    """The host's batches (epochs already laid out by :class:`HostBatchesMapDataset`) read ahead, in workers."""
     it = ds.to_iter_dataset(_read_options(in_memory))
     if cfg.workers:
+        from datatools.grain.worker_processes import prefetch_in_processes
+
         _absl_flags_parsed()
-        it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=cfg.workers))
+        it = prefetch_in_processes(it, cfg.workers)  # fails at once from an unguarded script; quiet at exit
     return it
 
 
@@ -263,38 +296,28 @@ def _warn_if_random_access_thrashes(docs, cfg: PipelineConfig) -> None:
                       f"or use shuffle 'none' with streaming packing", stacklevel=3)
 
 
-def _build_canonical(cfg: PipelineConfig, documents=None) -> CanonicalPipeline:
-    """The pipeline up to canonical batches (``tokens``, ``segment_ids``, ``positions``, ``loss_mask``).
+def _schedule(cfg: PipelineConfig, docs):
+    """The global batch sequence of the config (:mod:`datatools.grain.host_batches`) and the plan's efficiency."""
+    from datatools.grain import PackedRowsMapDataset
+    from datatools.grain.bucket_schedule import BucketSchedule
+    from datatools.grain.host_batches import DocumentOrder, PlannedSchedule
+    from datatools.grain.streaming_schedule import StreamingSchedule
 
-    Args:
-      cfg: the validated config.
-      documents: an already opened source (else ``cfg.source`` is opened).
-    """
-    from datatools.grain import (BatchRowsMapDataset, BucketBatchIterDataset, DocumentsMapDataset,
-                                 PackedRowsMapDataset, StreamingPackIterDataset)
-
-    docs = open_source(cfg.source) if documents is None else documents
-    if len(docs) == 0:
-        raise ValueError(f"{cfg.source.path}: the source holds no documents")
-    in_memory = bool(getattr(docs, "in_memory", False))
-    _warn_if_random_access_thrashes(docs, cfg)
-    p = cfg.packing
+    p, sh = cfg.packing, cfg.shuffle
     if p is not None and p.mode == "planned":
         rows = PackedRowsMapDataset(docs, p.ctx, algorithm=p.resolved_algorithm, max_segments=p.max_segments,
                                     align=p.align, overflow=p.overflow, pad_id=cfg.pad_id)
-        batches = BatchRowsMapDataset(_shuffle_map(rows, cfg), cfg.batch_size, drop_remainder=cfg.drop_remainder)
-        if len(batches) == 0:
-            raise ValueError(f"{rows.plan.num_rows} packed rows make no full batch of {cfg.batch_size}")
-        return CanonicalPipeline(_prefetch(batches, cfg, in_memory), cfg, len(docs), [(cfg.batch_size, p.ctx)], rows.plan.efficiency)
-
-    blocks = BatchRowsMapDataset(_shuffle_map(DocumentsMapDataset(docs), cfg), cfg.read_block)
-    stream = _prefetch(blocks, cfg, in_memory)
+        if not cfg.drop_remainder or rows.plan.num_rows >= cfg.batch_size:
+            return PlannedSchedule(_shuffle_map(rows, cfg), cfg.batch_size, drop_remainder=cfg.drop_remainder,
+                                   ctx=p.ctx, pad_id=cfg.pad_id), rows.plan.efficiency
+        raise ValueError(f"{rows.plan.num_rows} packed rows make no full batch of {cfg.batch_size}")
+    order = DocumentOrder(len(docs), sh.kind, seed=cfg.seed, io_block_size=sh.io_block_size,
+                          window_blocks=sh.window_blocks)
     if p is not None:
-        rows = StreamingPackIterDataset(stream, ctx=p.ctx, window=p.window, algorithm=p.resolved_algorithm,
-                                        max_segments=p.max_segments, align=p.align, overflow=p.overflow,
-                                        pad_id=cfg.pad_id, seed=cfg.seed)
-        return CanonicalPipeline(rows.batch(cfg.batch_size, drop_remainder=cfg.drop_remainder), cfg, len(docs),
-                     [(cfg.batch_size, p.ctx)])
+        return StreamingSchedule(docs, order, ctx=p.ctx, window=p.window, batch_size=cfg.batch_size,
+                                 drop_remainder=cfg.drop_remainder, algorithm=p.resolved_algorithm,
+                                 max_segments=p.max_segments, align=p.align, overflow=p.overflow, seed=cfg.seed,
+                                 pad_id=cfg.pad_id), None
     b = cfg.bucketing
     lengths = docs.lengths()
     if b.boundaries is not None:
@@ -306,32 +329,85 @@ def _build_canonical(cfg: PipelineConfig, documents=None) -> CanonicalPipeline:
         sizes = bucket_batch_sizes(bounds, token_budget=b.token_budget, multiple_of=b.multiple_of)
     else:
         sizes = bucket_batch_sizes(bounds, batch_size=cfg.batch_size, multiple_of=b.multiple_of)
-    ds = BucketBatchIterDataset(stream, boundaries=bounds, batch_sizes=sizes, overflow=b.overflow,
-                                drop_remainder=cfg.drop_remainder, pad_id=cfg.pad_id)
-    return CanonicalPipeline(ds, cfg, len(docs), ds.shapes)
+    return BucketSchedule(docs, order, boundaries=bounds, batch_sizes=sizes, overflow=b.overflow,
+                          drop_remainder=cfg.drop_remainder, pad_id=cfg.pad_id), None
+
+
+def resolve_shard(cfg: PipelineConfig) -> PipelineConfig:
+    """``shard: auto`` as this process's ``{index: jax.process_index(), count: jax.process_count()}`` (call
+    ``jax.distributed.initialize`` first when there are several processes); any other config unchanged."""
+    if cfg.shard != "auto":
+        return cfg
+    try:
+        import jax
+    except ImportError:
+        raise ValueError("config: shard: auto takes the host from jax.process_index(), and jax is not installed "
+                         "(pip install 'datatools-llm[jax]'), or give shard: {index, count}") from None
+    return cfg.replace(shard=ShardConfig(index=jax.process_index(), count=jax.process_count()))
+
+
+def pipeline_identity(cfg: PipelineConfig, docs) -> dict:
+    """What fixes the global batch sequence, saved in every state and compared on restore: the data (documents,
+    tokens, a CRC-32 of the lengths), the seed, shuffle, packing or bucketing, global batch size and epochs.
+    Not the host count, the workers or the batch format: those may change between a save and a restore."""
+    import zlib
+
+    lengths = np.ascontiguousarray(docs.lengths(), dtype=np.int64)
+    section = cfg.packing if cfg.packing is not None else cfg.bucketing
+    return {"documents": int(lengths.shape[0]), "tokens": int(lengths.sum()),
+            "lengths_crc32": zlib.crc32(lengths.tobytes()), "seed": cfg.seed,
+            "shuffle": repr(dataclasses.astuple(cfg.shuffle)), "packing" if cfg.packing else "bucketing":
+            repr(dataclasses.asdict(section)), "batch_size": cfg.batch_size, "drop_remainder": cfg.drop_remainder,
+            "num_epochs": cfg.num_epochs, "pad_id": cfg.pad_id}
+
+
+def _build_canonical(cfg: PipelineConfig, documents=None) -> CanonicalPipeline:
+    """The pipeline up to canonical batches (``tokens``, ``segment_ids``, ``positions``, ``loss_mask``).
+
+    Args:
+      cfg: the validated config (``shard`` resolved).
+      documents: an already opened source (else ``cfg.source`` is opened).
+    """
+    from datatools.grain.host_batches import HostBatchesMapDataset
+
+    docs = open_source(cfg.source) if documents is None else documents
+    if len(docs) == 0:
+        raise ValueError(f"{cfg.source.path}: the source holds no documents")
+    in_memory = bool(getattr(docs, "in_memory", False))
+    _warn_if_random_access_thrashes(docs, cfg)
+    schedule, efficiency = _schedule(cfg, docs)
+    try:
+        host = HostBatchesMapDataset(schedule, index=cfg.shard.index, count=cfg.shard.count,
+                                     num_epochs=cfg.num_epochs)
+    except ValueError as exc:
+        raise ValueError(f"config: batch_size={cfg.batch_size}, shard.count={cfg.shard.count}: {exc}") from None
+    built = CanonicalPipeline(_prefetch(host, cfg, in_memory), cfg, len(docs), host.shapes, efficiency)
+    built.identity = pipeline_identity(cfg, docs)
+    built.batches = host
+    return built
 
 
 def build_canonical(cfg: PipelineConfig, documents=None) -> CanonicalPipeline:
     """The pipeline up to canonical batches (``tokens``, ``segment_ids``, ``positions``, ``loss_mask``); its
-    iterator's state restores into the same config with any number of workers
-    (:class:`~datatools.grain.portable_state.PortableStateIterDataset`).
+    iterator's state restores into the same config with any number of workers and of hosts
+    (:class:`~datatools.grain.portable_state.PortableStateIterDataset`), and refuses another config or data.
 
     Args:
-      cfg: the validated config.
+      cfg: the validated config (``shard: auto`` is resolved here, from jax).
       documents: an already opened source (else ``cfg.source`` is opened).
     """
     from datatools.grain.portable_state import PortableStateIterDataset
 
     from datatools.grain.attention_blocks import AttentionBlocks
 
-    built = _build_canonical(cfg, documents)
+    built = _build_canonical(resolve_shard(cfg), documents)
     if cfg.attention_block is not None:  # computed in the loader, next to the batch
         bad = [t for _, t in built.shapes if t % cfg.attention_block]
         if bad:
             raise ValueError(f"config: attention_block={cfg.attention_block} must divide every row length "
                              f"(got {bad[0]})")
         built.dataset = built.dataset.map(AttentionBlocks(cfg.attention_block))
-    built.dataset = PortableStateIterDataset(built.dataset)
+    built.dataset = PortableStateIterDataset(built.dataset, built.identity)
     return built
 
 

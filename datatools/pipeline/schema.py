@@ -173,4 +173,4 @@ def to_dict(obj) -> dict:
     return dataclasses.asdict(obj)
 
 
-from datatools.io.yaml_files import MAX_ALIASES, MAX_CONFIG_BYTES, MAX_DEPTH, load_yaml  # noqa: E402,F401 (re-exported)
+from datatools.io.yaml_files import MAX_CONFIG_BYTES, MAX_DEPTH, MAX_EXPANDED_NODES, load_yaml  # noqa: E402,F401 (re-exported)

@@ -11,6 +11,9 @@ in the same segment, and neither is padding; a padding query's output is 0.
   running softmax (flash-attention style, in a rematerialized ``lax.scan``). Pure JAX
   with static shapes: it runs everywhere; its FLOPs grow with the tiles that hold work
   (about ctx x document length), not with ctx^2, and its memory with one chunk of tiles.
+
+The accelerator kernels computing the same function are in ``attention_splash`` (TPU),
+``attention_pallas`` (``pallas_blocksparse``, TPU) and ``attention_gpu`` (``pallas_gpu``, ``cudnn``).
 """
 
 from __future__ import annotations

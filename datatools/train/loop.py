@@ -22,7 +22,9 @@ import numpy as np
 
 from datatools.pipeline.schema import field, from_dict, load_yaml
 from datatools.pipeline import PipelineConfig, ShardConfig, build_canonical, parse_config
-from datatools.train.model import ModelConfig
+from datatools.train.model import ModelConfig, attention_keys
+
+TILED = ("blocksparse", "pallas_blocksparse", "splash", "pallas_gpu")  # kernels whose tile must divide each row
 from datatools.train.step import OptimizerConfig, Trainer
 
 
@@ -68,7 +70,10 @@ def load_train_config(path: str | os.PathLike, *, steps: int | None = None, sour
     if attention is not None:
         model = dataclasses.replace(model, attention=attention)
     block = model.attention_block
-    if model.attention == "blocksparse":
+    if model.attention == "pallas_blocksparse" and block % 128:
+        raise ValueError(f"{path}: model.attention_block={block} must be a multiple of 128 (the TPU lane width) "
+                         "for attention: pallas_blocksparse")
+    if model.attention in TILED:
         shapes = [pipeline.packing.ctx] if pipeline.packing else list(pipeline.bucketing.boundaries or [])
         if pipeline.bucketing and not pipeline.bucketing.boundaries and pipeline.bucketing.tile % block:
             shapes.append(pipeline.bucketing.tile)
@@ -82,6 +87,9 @@ def load_train_config(path: str | os.PathLike, *, steps: int | None = None, sour
 def _host_sharded(cfg: PipelineConfig) -> PipelineConfig:
     import jax
 
+    from datatools.pipeline.build import resolve_shard
+
+    cfg = resolve_shard(cfg)  # shard: auto -> this process of jax.process_count()
     if cfg.shard.count == 1 and jax.process_count() > 1:
         return cfg.replace(shard=ShardConfig(index=jax.process_index(), count=jax.process_count()))
     return cfg
@@ -96,10 +104,11 @@ def train(cfg: TrainConfig, *, on_step=None, documents=None, stop_after_useful_t
     ``flops``, ``mfu``. Returns a summary over the steps after the first (which
     includes compilation), the records, the peak used and the compilation count.
     """
-    from datatools.train.mfu import device_peak, hardware_flops, segment_lengths_sq, step_flops
+    from datatools.train.mfu import (attention_pairs_computed, device_peak, hardware_flops, segment_lengths_sq,
+                                     step_flops)
 
     pipe = _host_sharded(cfg.pipeline).replace(format="datatools")
-    if cfg.model.attention == "blocksparse":  # the loader lists each batch's tiles
+    if attention_keys(cfg.model.attention):  # the loader lists each batch's tiles
         pipe = pipe.replace(attention_block=cfg.model.attention_block)
     built = build_canonical(pipe, documents)
     trainer = Trainer(cfg.model, cfg.train.optimizer, cfg.train.steps)
@@ -120,10 +129,7 @@ def train(cfg: TrainConfig, *, on_step=None, documents=None, stop_after_useful_t
             seg = batch["segment_ids"]
             useful = int(np.count_nonzero(seg))
             flops = step_flops(cfg.model, useful, segment_lengths_sq(seg))
-            if cfg.model.attention == "blocksparse":  # the tiles that hold work, listed by the loader
-                computed = int(batch["block_valid"].sum()) * cfg.model.attention_block ** 2
-            else:
-                computed = seg.shape[0] * seg.shape[1] ** 2
+            computed = attention_pairs_computed(cfg.model.attention, batch, cfg.model.attention_block)
             hw_flops = hardware_flops(cfg.model, seg.size, computed)
             t0 = time.perf_counter()
             state, metrics = trainer.train_step(state, trainer.put_batch(batch))

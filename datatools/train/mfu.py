@@ -57,10 +57,36 @@ def step_flops(cfg: ModelConfig, useful_tokens: int, pair_sum: int) -> float:
 
 def hardware_flops(cfg: ModelConfig, slots: int, computed_pairs: int) -> float:
     """FLOPs the device actually executes in one training step: the matmuls over every slot (padding included)
-    and attention over the query-key pairs the kernel computes (``rows x ctx^2`` for dense attention, the
-    listed tiles x block^2 for blocksparse), 12 * L * d_model FLOPs a pair (QK^T and AV, forward + backward).
+    and attention over the query-key pairs the kernel computes (:func:`attention_pairs_computed`), 12 * L *
+    d_model FLOPs a pair (QK^T and AV, forward + backward).
     Against :func:`step_flops` (useful work only) it shows what a segment-aware kernel saves."""
     return 6.0 * cfg.num_params() * slots + 12.0 * cfg.n_layers * cfg.d_model * computed_pairs
+
+
+def attention_pairs_computed(attention: str, batch: dict, block: int) -> int:
+    """Query-key pairs (per head) that ``attention`` computes for a canonical batch: the tiles it visits x their
+    size, the count :func:`hardware_flops` takes.
+
+    * ``dense``, ``fused``: every pair, rows x ctx^2;
+    * ``blocksparse``: the listed tiles (``block_valid``) x block^2;
+    * ``pallas_blocksparse``: its grid steps per head, the listed tiles (``tile_count``; the kernels count their
+      steps and the tests hold them equal) x block^2;
+    * ``splash``, ``pallas_gpu``: the tiles on and under the diagonal, rows x nb(nb + 1) / 2 x block^2 (a
+      static causal mask: they visit cross-document tiles too);
+    * ``cudnn``: the causal half, rows x ctx(ctx + 1) / 2.
+    """
+    rows, ctx = np.shape(batch["segment_ids"])
+    if attention == "blocksparse":
+        return int(np.asarray(batch["block_valid"]).sum()) * block * block
+    if attention == "pallas_blocksparse":
+        return int(np.asarray(batch["tile_count"]).sum()) * block * block
+    if attention in ("splash", "pallas_gpu"):
+        b = min(block, ctx)
+        nb = ctx // b
+        return rows * nb * (nb + 1) // 2 * b * b
+    if attention == "cudnn":
+        return rows * ctx * (ctx + 1) // 2
+    return rows * ctx * ctx
 
 
 def device_peak(devices=None) -> tuple[float, str]:

@@ -15,9 +15,13 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
+from datatools.kernels.attention_blocks import TILE_KEYS
 from datatools.kernels.validate import MAX_CTX, MAX_VOCAB
 from datatools.train.attention import blocksparse_attention, dense_attention, fused_attention
 from datatools.pipeline.schema import field
+
+
+ATTENTIONS = ("dense", "blocksparse", "fused", "splash", "pallas_blocksparse", "pallas_gpu", "cudnn")
 
 
 @dataclass(frozen=True)
@@ -31,11 +35,15 @@ class ModelConfig:
     d_ff: int | None = field(None, minimum=1, maximum=1 << 18, doc="default 4 * d_model")
     rope_theta: float = field(10000.0, minimum=1.0, maximum=1e12)
     dtype: Literal["float32", "bfloat16"] = field("float32", doc="activations and matmuls")
-    attention: Literal["dense", "blocksparse", "fused"] = field(
+    attention: Literal[ATTENTIONS] = field(
         "dense", doc="dense: the whole ctx x ctx matrix, masked; blocksparse: only the tiles packing leaves "
-                     "non-empty; fused: jax.nn.dot_product_attention (cuDNN on a GPU)")
-    attention_block: int = field(128, minimum=8, maximum=MAX_CTX, doc="blocksparse: tile size (tokens); must "
-                                                                       "divide ctx")
+                     "non-empty (pure JAX); fused: jax.nn.dot_product_attention (XLA); splash: JAX's splash "
+                     "attention (TPU); pallas_blocksparse: our Pallas TPU kernel over the loader's non-empty tiles; "
+                     "pallas_gpu: Pallas GPU flash attention with segment ids; cudnn: cuDNN flash attention (GPU). "
+                     "The Pallas kernels run interpreted (slow, for correctness) off their device")
+    attention_block: int = field(128, minimum=8, maximum=MAX_CTX, doc="tile size (tokens) of the blocksparse and "
+                                                                       "Pallas kernels; must divide ctx "
+                                                                       "(pallas_blocksparse: a multiple of 128)")
 
     def check(self, where: str) -> None:
         if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
@@ -97,30 +105,55 @@ def _rope(x, positions, theta):
 
 
 BLOCK_KEYS = ("block_q", "block_k", "block_valid")  # what blocksparse attention reads from a batch
+TILE_LIST_KEYS = TILE_KEYS  # what pallas_blocksparse reads: the batch-wide tile list (scalar-prefetch operands)
+
+
+def attention_keys(attention: str) -> tuple[str, ...]:
+    """The batch fields an attention implementation reads besides the canonical ones (the loader's tile lists)."""
+    return {"blocksparse": BLOCK_KEYS, "pallas_blocksparse": TILE_LIST_KEYS}.get(attention, ())
+
+
+def attend(cfg: ModelConfig, q, k, v, segment_ids, blocks: dict | None):
+    """Segment-aware causal attention of (B, T, H, D) q, k, v by ``cfg.attention`` (all compute one function)."""
+    name = cfg.attention
+    if attention_keys(name) and blocks is None:
+        raise ValueError(f"attention: {name} needs the batch's {' / '.join(attention_keys(name))}")
+    if name == "blocksparse":
+        return blocksparse_attention(q, k, v, segment_ids, blocks["block_q"], blocks["block_k"],
+                                     blocks["block_valid"], cfg.attention_block)
+    if name == "pallas_blocksparse":
+        from datatools.train.attention_pallas import pallas_blocksparse_attention
+
+        return pallas_blocksparse_attention(q, k, v, segment_ids, blocks, cfg.attention_block)
+    if name == "splash":
+        from datatools.train.attention_splash import splash_attention
+
+        return splash_attention(q, k, v, segment_ids, cfg.attention_block)
+    if name == "pallas_gpu":
+        from datatools.train.attention_gpu import pallas_gpu_attention
+
+        return pallas_gpu_attention(q, k, v, segment_ids, cfg.attention_block)
+    if name == "cudnn":
+        from datatools.train.attention_gpu import cudnn_attention
+
+        return cudnn_attention(q, k, v, segment_ids)
+    return fused_attention(q, k, v, segment_ids) if name == "fused" else dense_attention(q, k, v, segment_ids)
 
 
 def forward(params: dict, cfg: ModelConfig, tokens, segment_ids, positions, blocks: dict | None = None) -> jax.Array:
-    """Logits (B, T, vocab), float32. ``blocks``: the batch's non-empty tiles (``BLOCK_KEYS``), for
-    ``attention: blocksparse``."""
+    """Logits (B, T, vocab), float32. ``blocks``: the batch's non-empty tiles (:func:`attention_keys`), for
+    ``attention: blocksparse`` / ``pallas_blocksparse``."""
     dt = jnp.dtype(cfg.dtype)
     b, t = tokens.shape
     h, hd = cfg.n_heads, cfg.head_dim
     x = params["embed"][tokens].astype(dt)
-    if cfg.attention == "blocksparse" and blocks is None:
-        raise ValueError("attention: blocksparse needs the batch's block_q / block_k / block_valid")
     for layer in params["layers"]:
         y = _rms_norm(x, layer["attn_norm"])
         q = (y @ layer["wq"].astype(dt)).reshape(b, t, h, hd)
         k = (y @ layer["wk"].astype(dt)).reshape(b, t, h, hd)
         v = (y @ layer["wv"].astype(dt)).reshape(b, t, h, hd)
         q, k = _rope(q, positions, cfg.rope_theta), _rope(k, positions, cfg.rope_theta)
-        if cfg.attention == "blocksparse":
-            o = blocksparse_attention(q, k, v, segment_ids, blocks["block_q"], blocks["block_k"],
-                                      blocks["block_valid"], cfg.attention_block)
-        else:
-            o = fused_attention(q, k, v, segment_ids) if cfg.attention == "fused" else \
-                dense_attention(q, k, v, segment_ids)
-        o = o.reshape(b, t, cfg.d_model)
+        o = attend(cfg, q, k, v, segment_ids, blocks).reshape(b, t, cfg.d_model)
         x = x + o @ layer["wo"].astype(dt)
         y = _rms_norm(x, layer["mlp_norm"])
         gate = jax.nn.silu(y @ layer["w_gate"].astype(dt))
@@ -134,7 +167,7 @@ def loss_fn(params: dict, cfg: ModelConfig, batch: dict) -> tuple[jax.Array, jax
 
     Position t predicts token t + 1 where ``loss_mask[t]`` is 1, which is never at
     padding nor at a document's last token: no target crosses a document."""
-    blocks = {k: batch[k] for k in BLOCK_KEYS} if cfg.attention == "blocksparse" else None
+    blocks = {k: batch[k] for k in attention_keys(cfg.attention)} or None
     logits = forward(params, cfg, batch["tokens"], batch["segment_ids"], batch["positions"], blocks)
     targets = jnp.concatenate([batch["tokens"][:, 1:], jnp.zeros_like(batch["tokens"][:, :1])], axis=1)
     weights = batch["loss_mask"].astype(jnp.float32)

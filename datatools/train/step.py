@@ -18,7 +18,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from datatools.kernels.batch_layouts import CANONICAL_KEYS
 from datatools.pipeline.schema import field
-from datatools.train.model import BLOCK_KEYS, ModelConfig, init_params, loss_fn
+from datatools.train.model import TILE_LIST_KEYS, ModelConfig, attention_keys, init_params, loss_fn
 
 BATCH_KEYS = CANONICAL_KEYS  # what the step reads from a canonical batch
 
@@ -51,6 +51,12 @@ class Trainer:
     def __init__(self, model: ModelConfig, optimizer: OptimizerConfig, total_steps: int, devices=None):
         self.model = model
         self.devices = list(devices or jax.local_devices())
+        if model.attention in ("splash", "pallas_blocksparse") and len(self.devices) > 1:
+            raise ValueError(f"attention: {model.attention} runs on one device for now ({len(self.devices)} "
+                             "given): its Pallas kernel is not yet wrapped in shard_map")
+        if model.attention == "cudnn" and self.devices[0].platform != "gpu":
+            raise ValueError(f"attention: cudnn needs an NVIDIA GPU with cuDNN (the devices are "
+                             f"{self.devices[0].platform}); use pallas_gpu (interpreted off a GPU), fused or dense")
         self.mesh = Mesh(np.array(self.devices), ("data",))
         self.replicated = NamedSharding(self.mesh, PartitionSpec())
         self.batch_sharding = NamedSharding(self.mesh, PartitionSpec("data"))
@@ -80,8 +86,9 @@ class Trainer:
         rows = batch["tokens"].shape[0]
         if rows % len(self.devices):
             raise ValueError(f"batch of {rows} rows does not split over {len(self.devices)} devices")
-        keys = BATCH_KEYS + (BLOCK_KEYS if self.model.attention == "blocksparse" else ())
-        return {k: jax.make_array_from_process_local_data(self.batch_sharding, np.asarray(batch[k], np.int32))
+        keys = BATCH_KEYS + attention_keys(self.model.attention)
+        return {k: jax.make_array_from_process_local_data(  # the batch-wide tile list is not split by rows
+                    self.replicated if k in TILE_LIST_KEYS else self.batch_sharding, np.asarray(batch[k], np.int32))
                 for k in keys}
 
     def compilations(self) -> int:

@@ -184,3 +184,40 @@ def test_faults_name_their_file(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert err.strip().endswith("r.json: No space left on device") and not (tmp_path / "r.json").exists()
     assert not list(tmp_path.glob(".r.json*"))  # no temporary file left
+
+
+def test_the_report_says_which_contexts_were_chosen_and_why(tmp_path, capsys):
+    """Issue 21, defect 10: the defaults are capped at 32,768 and can collapse; the output says so, and the
+    --ctx help describes what the code does."""
+    from click.testing import CliRunner
+
+    from datatools.analysis.padding import DEFAULT_CTX_CAP, analyze, default_contexts
+    from datatools.cli.analyze_padding import analyze_padding_command
+
+    long = np.full(50, 100_000)  # every document over the cap: the four defaults merge into one
+    assert default_contexts(long, 128) == [DEFAULT_CTX_CAP]
+    note = analyze(long, strategies=("pad",))["contexts_note"]
+    assert "capped at 32,768" in note and "1 left of 4" in note and "longest document (100,000 tokens)" in note
+    given = analyze(LENGTHS, contexts=[512, 1024], strategies=("pad",))["contexts_note"]
+    assert given == "contexts evaluated: 512, 1,024 (as given with --ctx)"
+
+    help_text = " ".join(CliRunner().invoke(analyze_padding_command, ["--help"]).output.split())
+    assert "capped at 32,768" in help_text and "longest document" not in help_text
+
+    write_test_store(tmp_path / "store", DOCS)
+    assert main(["analyze-padding", str(tmp_path / "store")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    p90, p99 = np.percentile(LENGTHS, [90, 99])
+    assert "contexts evaluated: " in out and f"p90 {p90:,.0f}, p99 {p99:,.0f}" in out
+
+
+def test_the_recommended_max_segments_says_why(tmp_path, capsys):
+    write_test_store(tmp_path / "store", DOCS)
+    report = run_json([str(tmp_path / "store")], capsys)
+    rec = report["recommendation"]
+    assert rec["strategy"] != "pad" and rec["max_segments"] is not None
+    reason = rec["max_segments_reason"]
+    assert reason.startswith(f"max_segments {rec['max_segments']}: ") and "fixed cap on documents per row" in reason
+    assert main(["analyze-padding", str(tmp_path / "store"), "--ctx", "1024", "--max-segments", "5"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "why max_segments 5: as given (--max-segments)" in out

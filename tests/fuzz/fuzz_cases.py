@@ -114,7 +114,7 @@ def function_cases():
     """(name, thunk) pairs: every public function with each bad value in each argument."""
     from datatools import (BlockShuffle, FeistelPermutation, bucket_batch_sizes, bucket_batches, bucket_boundaries,
                            choose_context, chunk, materialize, pack_lengths, tile_align)
-    from datatools.io import ArrayDocuments, open_input
+    from datatools.io import ArrayDocuments, open_documents, open_input, read_lengths
     from datatools.pipeline import parse_config
     from datatools.analysis.maxtext import MaxTextSettings, maxtext_view, read_maxtext_config
     from datatools.integrations.maxtext import pipeline_config
@@ -153,6 +153,10 @@ def function_cases():
             ("choose_context max_ctx", lambda v=v: choose_context(lengths, tile=128, max_ctx=v)),
             ("chunk ctx", lambda v=v: chunk(tokens[:100], v, tile=1)),
             ("chunk tile", lambda v=v: chunk(tokens[:100], 64, tile=v)),
+            ("chunk bos", lambda v=v: chunk(tokens[:100], 64, tile=1, bos=v)),  # issue 21: never a negative id
+            ("materialize plan", lambda v=v: materialize(v, tokens, offsets)),
+            ("read_lengths input", lambda v=v: read_lengths(v)),  # issue 21: TypeError, not AttributeError
+            ("open_documents input", lambda v=v: open_documents(v)),
             ("materialize rows", lambda v=v: materialize(plan, tokens, offsets, rows=[v])),
             ("materialize pad_id", lambda v=v: materialize(plan, tokens, offsets, pad_id=v)),
             ("ArrayDocuments read_pieces doc", lambda v=v: docs.read_pieces([v], [0], [1])),
@@ -189,5 +193,410 @@ def function_cases():
         ("ArrayDocuments decreasing offsets", lambda: ArrayDocuments(tokens, offsets[::-1])),
         ("ArrayDocuments ids above 2**31", lambda: ArrayDocuments(tokens.astype(np.int64) + 2**31, offsets)),
         ("ArrayDocuments offsets past the tokens", lambda: ArrayDocuments(tokens, offsets * 2)),
+        ("materialize negative token ids", lambda: materialize(plan, tokens - 5, offsets)),
+        ("chunk float tokens", lambda: chunk(tokens[:100].astype(float), 64, tile=1)),
+        ("chunk negative token ids", lambda: chunk(tokens[:100] - 50, 64, tile=1)),
     ]
     return cases
+
+
+# --------------------------------------------------------------------------- corrupt stores and a full disk (issue 21)
+
+
+def _edit_manifest(store, **changes) -> None:
+    import json
+
+    m = json.loads((store / "manifest.json").read_text())
+    m.update(changes)
+    (store / "manifest.json").write_text(json.dumps(m))
+
+
+def _flip(f, where: float = 0.5) -> None:
+    data = bytearray(f.read_bytes())
+    data[min(int(len(data) * where), len(data) - 1)] ^= 0x10
+    f.write_bytes(bytes(data))
+
+
+def _offsets_out_of_order(store) -> None:
+    """Offsets swapped at one document with the chunk records rewritten to match: only the content checks see it."""
+    import tensorstore as ts
+
+    from datatools.io.store import chunk_records, zarr_spec
+
+    arr = ts.open(zarr_spec(store / "offsets"), open=True).result()
+    off = arr.read().result()
+    off[10], off[11] = off[11], off[10]
+    arr[:].write(off).result()
+    _edit_manifest(store, chunks=chunk_records(store))
+
+
+CORRUPT_STORES = {
+    "tokens chunk deleted": lambda s: (s / "tokens" / "c" / "0").unlink(),
+    "offsets chunk deleted": lambda s: (s / "offsets" / "c" / "0").unlink(),
+    "tokens chunk truncated": lambda s: (s / "tokens" / "c" / "0").write_bytes(
+        (s / "tokens" / "c" / "0").read_bytes()[:-100]),
+    "tokens chunk empty": lambda s: (s / "tokens" / "c" / "0").write_bytes(b""),
+    "byte flipped in tokens": lambda s: _flip(s / "tokens" / "c" / "0"),
+    "byte flipped in offsets": lambda s: _flip(s / "offsets" / "c" / "0", 0.3),
+    "tokens/ deleted": lambda s: __import__("shutil").rmtree(s / "tokens"),
+    "manifest num_tokens wrong": lambda s: _edit_manifest(s, num_tokens=12345),
+    "manifest num_documents wrong": lambda s: _edit_manifest(s, num_documents=299),
+    "manifest dtype wrong": lambda s: _edit_manifest(s, dtype="uint32"),
+    "manifest without chunk records": lambda s: _edit_manifest(s, chunks=None),
+    "offsets out of order": _offsets_out_of_order,
+}
+
+
+# damage to token bytes only: analyze-padding (lengths from the intact offsets alone, no token read) may answer,
+# and its answer is right; every reader of tokens (pipeline, verify) refuses
+LENGTHS_UNAFFECTED = {"tokens chunk truncated", "tokens chunk empty", "byte flipped in tokens"}
+
+
+def corrupt_store_commands(store, tmp, name: str) -> tuple[str, list[list[str]]]:
+    """A copy of ``store`` damaged as CORRUPT_STORES[name] says, and the commands that read it (each must exit 2
+    with one line naming the copy: never 0 with wrong data)."""
+    import shutil
+
+    copy = tmp / ("corrupt-" + name.replace(" ", "-").replace("/", ""))
+    if copy.exists():
+        shutil.rmtree(copy)
+    shutil.copytree(store, copy)
+    CORRUPT_STORES[name](copy)
+    config = tmp / f"{copy.name}.yaml"
+    config.write_text(f"source: {{path: {copy}}}\npacking: {{ctx: 512}}\nbatch_size: 2\n")
+    return str(copy), [["verify", str(copy)], ["analyze-padding", str(copy), "--ctx", "256"],
+                       ["pipeline", str(config), "--steps", "3", "--workers", "0"]]
+
+
+def disk_full_outcome(tmp) -> tuple[str, int, str, bool]:
+    """``pretokenize`` onto a full disk: a real 2 MiB tmpfs where one can be mounted (root), else tensorstore's
+    ENOSPC error simulated at the commit. Returns (how, status, stderr, output left behind)."""
+    import json
+    import subprocess
+
+    from conftest import stdlib_texts
+
+    src = tmp / "disk-full-input"
+    src.mkdir(exist_ok=True)
+    texts = stdlib_texts(90)
+    for i in range(4):
+        (src / f"{i}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[i::4]))
+    mnt = tmp / "disk-full-tmpfs"
+    mnt.mkdir(exist_ok=True)
+    try:
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)],
+                                 capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        mounted = False
+    out = mnt / "out"
+    args = ["pretokenize", str(src), str(out), "--tokenizer", str(tmp / "tok.json")]
+    if mounted:
+        try:
+            status, _, err = run_cli(args)
+            return "tmpfs 2 MiB", status, err, out.exists()
+        finally:
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=20)
+    import datatools.io.store as store_mod
+
+    real = store_mod._create
+
+    def full(path, dtype, length, chunk):
+        raise ValueError(f'RESOURCE_EXHAUSTED: Error writing local file "{path}/c/0": No space left on device '
+                         f"[os_error_code='28']")
+
+    store_mod._create = full
+    try:
+        status, _, err = run_cli(args)
+    finally:
+        store_mod._create = real
+    return "simulated ENOSPC", status, err, out.exists()
+
+
+# --------------------------------------------------------------------------- links, alias bombs, duplicate keys,
+# --------------------------------------------------------------------------- bad NumPy dirs, empty inputs (issue 21)
+
+
+def alias_bomb(levels: int, width: int) -> str:
+    """A pipeline config whose ``bucketing.boundaries`` is ``levels`` nested lists of ``width`` aliases each:
+    width**levels values from (levels - 1) * width aliases (9 levels of 9: 72 aliases, under the old cap of 100)."""
+    anchors = [f"  l0: &l0 [{', '.join(['1'] * width)}]"]
+    anchors += [f"  l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * width)}]" for i in range(1, levels)]
+    return "x:\n" + "\n".join(anchors) + f"\nsource: {{path: STORE}}\nbucketing: {{boundaries: *l{levels - 1}}}\n"
+
+
+def _jsonl(path, count: int, column: str = "input_ids") -> None:
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({column: list(range(2, 3 + i % 9)) if column == "input_ids" else f"t{i}"})
+                            + "\n" for i in range(count)))
+
+
+def _numpy_dir(d, tokens, **index) -> str:
+    d.mkdir(parents=True, exist_ok=True)
+    np.save(d / "tokens.npy", tokens)
+    for name, values in index.items():
+        np.save(d / f"{name}.npy", np.asarray(values, np.int64))
+    return str(d)
+
+
+def file_cases(store, tmp) -> list[dict]:
+    """CLI runs on inputs that are wrong in their content or layout, each with what a clean outcome is:
+    ``status`` (0: answered; 2: refused), ``names`` (what the one error line must name), ``docs`` (documents an
+    answer must count: a symlink cycle must not multiply them), ``seconds`` (a bound), ``absent`` (what must not
+    be left behind). Built under ``tmp``; ``store`` is the world's good store."""
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from datatools.io.store import write_store
+
+    root = tmp / "files"
+    if root.exists():
+        import shutil
+
+        shutil.rmtree(root)
+    cases: list[dict] = []
+
+    def case(name, args, status, names=(), docs=None, seconds=30, absent=(), store=None):
+        cases.append({"name": name, "args": [str(a) for a in args], "status": status, "names": list(names),
+                      "docs": docs, "seconds": seconds, "absent": [str(a) for a in absent],
+                      "store": str(store) if store else None})
+
+    def config(name, text):
+        path = root / f"{name}.yaml"
+        path.write_text(text.replace("STORE", str(store)))
+        return path
+
+    # symlinks: a cycle to the directory itself, a link to the parent (outside the root), a link to a sibling
+    _jsonl(root / "cycle" / "a.jsonl", 25)
+    os.symlink(".", root / "cycle" / "self")
+    _jsonl(root / "up-parent" / "outside.jsonl", 7)
+    _jsonl(root / "up-parent" / "d" / "a.jsonl", 5)
+    os.symlink("..", root / "up-parent" / "d" / "up")
+    _jsonl(root / "deep" / "x" / "y" / "a.jsonl", 4)
+    os.symlink("../..", root / "deep" / "x" / "y" / "back")
+    os.symlink("x", root / "deep" / "again")
+    for name, d, docs in (("symlink to itself", root / "cycle", 25), ("symlink to '..'", root / "up-parent" / "d", 5),
+                          ("symlinks to ancestors and siblings", root / "deep", 4)):
+        case(f"analyze-padding: {name}", ["analyze-padding", d, "--json", "-"], 0, docs=docs)
+        cfg = config(name.replace(" ", "-").replace("'", ""), f"source: {{path: {d}}}\npacking: {{ctx: 64}}\n"
+                                                             f"batch_size: 1\nshuffle: {{kind: none}}\n")
+        case(f"pipeline: {name}", ["pipeline", cfg, "--steps", "1", "--workers", "0", "--json", "-"], 0, docs=docs)
+    _jsonl(root / "text-cycle" / "a.jsonl", 25, column="text")
+    os.symlink(".", root / "text-cycle" / "self")
+    os.symlink("..", root / "text-cycle" / "up")
+    out = root / "out-text-cycle"
+    case("pretokenize: symlinks to itself and to '..'", ["pretokenize", root / "text-cycle", out, "--tokenizer",
+                                                         tmp / "tok.json"], 0, docs=25, store=out)
+    # alias bombs under the old alias cap, and duplicate keys
+    for levels, width in ((9, 9), (8, 8)):
+        cfg = config(f"bomb-{levels}x{width}", alias_bomb(levels, width))
+        case(f"pipeline: alias bomb {levels} levels of {width}", ["pipeline", cfg, "--steps", "1"], 2,
+             names=[cfg.name, "expands"], seconds=5)
+    cfg = config("duplicate-top", "source: {path: STORE}\npacking: {ctx: 512}\nbatch_size: 2\nbatch_size: 4\n")
+    case("pipeline: duplicate top-level key", ["pipeline", cfg, "--steps", "1"], 2, names=[cfg.name, "'batch_size'"])
+    cfg = config("duplicate-nested", "source: {path: STORE}\npacking: {ctx: 512, ctx: 1024}\nbatch_size: 2\n")
+    case("pipeline: duplicate nested key", ["pipeline", cfg, "--steps", "1"], 2, names=[cfg.name, "'ctx'"])
+    # NumPy directories: ids outside [0, 2**31 - 1], lengths.npy and offsets.npy that disagree
+    good = np.arange(2, 42, dtype=np.int64)
+    for label, bad in (("negative id", -1), ("id 2**40", 2**40), ("id 2**31", 2**31)):
+        tokens = good.copy()
+        tokens[17] = bad
+        d = _numpy_dir(root / f"np-{label.replace(' ', '-').replace('*', '')}", tokens, lengths=[10, 30])
+        case(f"analyze-padding: NumPy {label}", ["analyze-padding", d], 2, names=["tokens.npy", str(bad)])
+        cfg = config(f"np-{label.replace(' ', '-').replace('*', '')}", f"source: {{path: {d}}}\npacking: {{ctx: 64}}\n")
+        case(f"pipeline: NumPy {label}", ["pipeline", cfg, "--steps", "1", "--workers", "0"], 2, names=["tokens.npy"])
+    d = _numpy_dir(root / "np-disagree", good, lengths=[10, 30], offsets=[0, 15, 40])
+    case("analyze-padding: NumPy lengths.npy and offsets.npy disagree", ["analyze-padding", d], 2,
+         names=["lengths.npy", "offsets.npy"])
+    # inputs of zero documents
+    (root / "empty.jsonl").write_bytes(b"")
+    (root / "blank.jsonl").write_text("\n \n")
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), root / "none.parquet")
+    (root / "empty-dir").mkdir()
+    (root / "empty-dir" / "a.jsonl").write_bytes(b"")
+    np_empty = _numpy_dir(root / "np-empty", np.zeros(0, np.int32), lengths=[])
+    empty_store = root / "empty-store"
+    write_store(empty_store, [(np.zeros(0, np.uint16), np.zeros(0, np.int64))], num_tokens=0, num_documents=0,
+                dtype=np.uint16, manifest={"vocab_size": 1 << 16})
+    for path in (root / "empty.jsonl", root / "blank.jsonl", root / "none.parquet", root / "empty-dir", np_empty,
+                 empty_store):
+        label = os.path.basename(path)
+        case(f"analyze-padding: no documents ({label})", ["analyze-padding", path], 2, names=[label, "no documents"])
+        cfg = config(f"empty-{label}", f"source: {{path: {path}}}\npacking: {{ctx: 64}}\n")
+        case(f"pipeline: no documents ({label})", ["pipeline", cfg, "--steps", "1"], 2, names=[label, "no documents"])
+        if label.endswith(("jsonl", "parquet", "dir")):
+            out = root / f"out-empty-{label}"
+            case(f"pretokenize: no documents ({label})", ["pretokenize", path, out, "--tokenizer", tmp / "tok.json"],
+                 2, names=[label, "no documents"], absent=[out, f"{out}.partial"])
+    return cases
+
+
+def listing_with_sizes(root) -> dict[str, int]:
+    """Every path under ``root`` (links not followed) with its size: what "nothing destroyed" compares."""
+    import os
+
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = os.path.join(dirpath, name)
+            out[os.path.relpath(p, root)] = os.lstat(p).st_size if not os.path.isdir(p) or os.path.islink(p) else -1
+    return out
+
+
+def file_case_outcome(case: dict, status: int, out: str, err: str, seconds: float) -> str:
+    """``clean ...`` or what went wrong (the report's and the test's verdict on one file case)."""
+    import json
+    import os
+
+    if "Traceback" in err or "Traceback" in out:
+        return "traceback"
+    if status != case["status"]:
+        return f"exit {status} (expected {case['status']}): {err.strip()[:80]}"
+    if seconds > case["seconds"]:
+        return f"took {seconds:.1f} s (bound {case['seconds']} s)"
+    if any(os.path.exists(p) for p in case["absent"]):
+        return "left output behind"
+    if status:  # one error line, last (progress lines may come first: a slow run off a terminal prints them)
+        lines = err.splitlines()
+        if not lines or sum(line.startswith("datatools: error: ") for line in lines) != 1 or \
+                not lines[-1].startswith("datatools: error: "):
+            return f"not one error line: {err[-80:]}"
+        err = lines[-1]
+        missing = [n for n in case["names"] if n not in err]
+        return f"the line does not name {missing}" if missing else f"clean (exit {status}, one line)"
+    if case.get("store"):
+        from datatools.io.store import read_manifest
+
+        got = read_manifest(case["store"])["num_documents"]
+    elif case["docs"] is not None:
+        report = json.loads(out)
+        got = report.get("num_sequences", report.get("documents"))
+    if case["docs"] is not None and got != case["docs"]:
+        return f"counted {got} documents, not {case['docs']}"
+    return "clean (exit 0, right answer)"
+
+
+# --------------------------------------------------------------------------- permissions, as a non-root user
+
+
+NOBODY = 65534  # uid and gid the permission cases run as (when the suite runs as root: via setpriv)
+
+
+def permission_cases(base, tokenizer) -> list[dict]:
+    """Files a non-root user may not read or write, under ``base`` (a directory every user can traverse, outside
+    any private one), and the runs on them: each must exit 1 (the environment) with one line naming the file,
+    leaving nothing. ``tokenizer`` is copied there, readable."""
+    import shutil
+
+    from conftest import stdlib_texts
+
+    base.chmod(0o755)
+    texts = stdlib_texts(4)
+    _jsonl(base / "data" / "a.jsonl", 6)
+    (base / "data" / "a.jsonl").chmod(0)
+    _jsonl(base / "tree" / "ok.jsonl", 6)
+    _jsonl(base / "tree" / "sub" / "b.jsonl", 6)
+    (base / "tree" / "sub").chmod(0)
+    _numpy_dir(base / "np", np.arange(2, 22, dtype=np.int32), lengths=[5, 15])
+    (base / "np" / "tokens.npy").chmod(0)
+    import json
+
+    (base / "text").mkdir()
+    (base / "text" / "t.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    (base / "text" / "t.jsonl").chmod(0)
+    (base / "text-ok").mkdir()
+    (base / "text-ok" / "t.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    shutil.copy(tokenizer, base / "tok.json")
+    (base / "tok.json").chmod(0o644)
+    (base / "secret-tok.json").write_text("{}")
+    (base / "secret-tok.json").chmod(0)
+    _jsonl(base / "readable" / "a.jsonl", 6)
+    (base / "locked").mkdir()
+    (base / "locked").chmod(0o555)  # root's directory: the user may read it, not write in it
+    (base / "secret.yaml").write_text(f"source: {{path: {base / 'readable'}}}\npacking: {{ctx: 64}}\n")
+    (base / "secret.yaml").chmod(0)
+    (base / "to-secret.yaml").write_text(f"source: {{path: {base / 'data'}}}\npacking: {{ctx: 64}}\n")
+    cases = []
+
+    def case(name, args, names, absent=()):
+        cases.append({"name": name, "args": [str(a) for a in args], "status": 1, "names": [str(n) for n in names],
+                      "docs": None, "seconds": 60, "absent": [str(a) for a in absent]})
+
+    case("analyze-padding: unreadable file", ["analyze-padding", base / "data" / "a.jsonl"], ["a.jsonl"])
+    case("analyze-padding: unreadable file in a directory", ["analyze-padding", base / "data"], ["a.jsonl"])
+    case("analyze-padding: unreadable subdirectory", ["analyze-padding", base / "tree"], ["sub"])
+    case("analyze-padding: unreadable tokens.npy", ["analyze-padding", base / "np"], ["tokens.npy"])
+    case("analyze-padding: --json into a directory not writable", ["analyze-padding", base / "readable", "--json",
+                                                                   base / "locked" / "r.json"], ["r.json"],
+         absent=[base / "locked" / "r.json"])
+    case("pipeline: unreadable config", ["pipeline", base / "secret.yaml", "--steps", "1"], ["secret.yaml"])
+    case("pipeline: unreadable source", ["pipeline", base / "to-secret.yaml", "--steps", "1", "--workers", "0"],
+         ["a.jsonl"])
+    case("pretokenize: unreadable input", ["pretokenize", base / "text", base / "out-1", "--tokenizer",
+                                           base / "tok.json"], ["t.jsonl"], absent=[base / "out-1",
+                                                                                   base / "out-1.partial"])
+    case("pretokenize: unreadable tokenizer", ["pretokenize", base / "text-ok", base / "out-2", "--tokenizer",
+                                               base / "secret-tok.json"], ["secret-tok.json"],
+         absent=[base / "out-2", base / "out-2.partial"])
+    case("pretokenize: output in a directory not writable", ["pretokenize", base / "text-ok", base / "locked" / "out",
+                                                             "--tokenizer", base / "tok.json"], ["out"],
+         absent=[base / "locked" / "out", base / "locked" / "out.partial"])
+    return cases
+
+
+_RUNNER = """import contextlib, io, json, site, sys, time
+site.addsitedir(sys.argv[1]); sys.path.insert(0, sys.argv[2])
+from datatools.cli import main
+results = []
+for args in json.loads(sys.argv[3]):
+    out, err = io.StringIO(), io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(args)
+    results.append([status, out.getvalue(), err.getvalue(), time.perf_counter() - t0])
+print(json.dumps(results))
+"""
+
+
+def run_as_user(commands: list[list[str]], home) -> list[tuple[int, str, str, float]] | str:
+    """Run ``datatools`` commands as a non-root user (this user when not root; else uid/gid 65534 through
+    ``setpriv``), all in one process: ``[(status, stdout, stderr, seconds)]``, or why they could not run."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import sysconfig
+    from pathlib import Path
+
+    repo = str(Path(__file__).resolve().parents[2])
+    site = sysconfig.get_paths()["purelib"]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "NUMBA_CACHE_DIR": f"{home}/numba",
+           "MPLCONFIGDIR": f"{home}/mpl", "PYTHONDONTWRITEBYTECODE": "1"}
+    for d in ("numba", "mpl"):  # caches the user can write
+        os.makedirs(f"{home}/{d}", exist_ok=True)
+        os.chmod(f"{home}/{d}", 0o777)
+    argv = [site, repo, json.dumps(commands)]
+    if os.geteuid() != 0:
+        proc = subprocess.run([sys.executable, "-c", _RUNNER, *argv], capture_output=True, text=True, env=env,
+                              timeout=600)
+    else:
+        if shutil.which("setpriv") is None:
+            return "no setpriv"
+        drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+        version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+        candidates = [sys.executable, os.path.realpath(sys.executable), shutil.which(version) or "",
+                      f"/usr/bin/{version}", f"/usr/local/bin/{version}"]
+        python = next((p for p in candidates if p and subprocess.run(
+            [*drop, p, "-c", "import sys; assert sys.version_info[:2] == " + repr(tuple(sys.version_info[:2]))],
+            capture_output=True, env=env).returncode == 0), None)
+        if python is None:
+            return f"no {version} the user {NOBODY} can run"
+        proc = subprocess.run([*drop, python, "-c", _RUNNER, *argv], capture_output=True, text=True, env=env,
+                              timeout=600)
+    if proc.returncode != 0:
+        return f"runner failed: {proc.stderr.strip()[-300:]}"
+    return [tuple(r) for r in json.loads(proc.stdout.splitlines()[-1])]

@@ -29,7 +29,7 @@ def store(tmp_path):
 def test_maxtext_keys_become_the_pipeline(store):
     cfg = pipeline_config({**KEYS, "grain_train_files": str(store), "max_segments_per_seq": 6},
                           {"shuffle": {"kind": "block", "io_block_size": 8}}, process_index=1, process_count=2)
-    assert cfg.packing.ctx == 64 and cfg.batch_size == 4 and cfg.packing.max_segments == 6
+    assert cfg.packing.ctx == 64 and cfg.batch_size == 8 and cfg.packing.max_segments == 6  # global, 4 per host
     assert (cfg.shard.index, cfg.shard.count, cfg.seed, cfg.workers) == (1, 2, 3, 0)
     assert cfg.format == "maxtext" and cfg.positions == "restart" and cfg.boundary_targets == "mask"
     assert cfg.shuffle.kind == "block" and cfg.shuffle.io_block_size == 8 and cfg.source.path == str(store)

@@ -195,3 +195,39 @@ def test_a_binding_cap_lands_near_its_bound():
     plan = pack_lengths(lengths, 1024, max_segments=4)
     bound = max(-(-int(lengths.sum()) // 1024), -(-lengths.size // 4))
     assert plan.num_rows <= 1.07 * bound
+
+
+# --------------------------------------------------------------------------- issue 21 defect 6: bad arguments
+
+
+@pytest.mark.parametrize("plan", [None, "plan", {"ctx": 8}, np.zeros(3)])
+def test_materialize_without_a_plan_is_a_type_error_naming_the_value(plan):
+    from datatools.kernels.pack import materialize_pieces
+
+    tokens, offsets = np.arange(8, dtype=np.int32), np.array([0, 5, 8])
+    with pytest.raises(TypeError, match="plan"):
+        materialize(plan, tokens, offsets)
+    with pytest.raises(TypeError, match="plan"):
+        materialize_pieces(plan, lambda d, s, n: tokens[:0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(lengths=st.lists(st.integers(1, 40), min_size=1, max_size=12), data=st.data(),
+       dtype=st.sampled_from([np.int8, np.int16, np.int32, np.int64]))
+def test_materialize_refuses_a_negative_token_id_in_the_rows_it_builds(lengths, data, dtype):
+    """Property: a negative id anywhere in the documents the rows read is a ValueError naming the id; no batch
+    ever holds a negative id."""
+    from datatools.kernels.pack import materialize_pieces
+
+    lengths = np.array(lengths)
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    tokens = np.arange(int(offsets[-1])).astype(dtype) % 100
+    at = data.draw(st.integers(0, tokens.size - 1))
+    bad = data.draw(st.integers(-100, -1))
+    tokens[at] = bad
+    plan = pack_lengths(lengths, 64)
+    with pytest.raises(ValueError, match=str(bad)):
+        materialize(plan, tokens, offsets)
+    with pytest.raises(ValueError, match=str(bad)):
+        materialize_pieces(plan, lambda d, s, n: np.concatenate([tokens[offsets[i] + a:offsets[i] + a + k]
+                                                                 for i, a, k in zip(d, s, n)]))

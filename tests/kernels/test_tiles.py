@@ -85,3 +85,46 @@ def test_choose_context_ranks_by_useful_fraction():
     assert all(r["padded_efficiency"] <= r["packed_efficiency"] + 1e-12 for r in ranked)
     with pytest.raises(ValueError):
         choose_context(lengths, tile=256, max_ctx=100)
+
+
+# --------------------------------------------------------------------------- issue 21 defect 6: bad arguments
+
+
+@pytest.mark.parametrize("kwargs", [{"bos": -1}, {"eos": -1}, {"bos": 2**31}, {"eos": 2**40}])
+def test_chunk_refuses_special_ids_outside_the_id_range(kwargs):
+    with pytest.raises(ValueError, match=str(next(iter(kwargs.values())))):
+        chunk(np.arange(10, dtype=np.int32), 4, tile=1, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [{"bos": 1.5}, {"eos": True}, {"bos": "1"}])
+def test_chunk_refuses_special_ids_that_are_not_integers(kwargs):
+    with pytest.raises(TypeError):
+        chunk(np.arange(10, dtype=np.int32), 4, tile=1, **kwargs)
+
+
+@pytest.mark.parametrize("tokens", [np.arange(10, dtype=np.float64), np.ones(10, bool), np.array(["a", "b"]),
+                                    [0.5, 1.5]])
+def test_chunk_refuses_tokens_that_are_not_integers(tokens):
+    with pytest.raises(TypeError, match="integer"):
+        chunk(tokens, 4, tile=1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 200), at=st.integers(0, 199), bad=st.integers(-(2**40), -1))
+def test_chunk_refuses_a_negative_token_id(n, at, bad):
+    tokens = np.arange(n, dtype=np.int64)
+    tokens[at % n] = bad
+    with pytest.raises(ValueError, match=str(bad)):
+        chunk(tokens, 8, tile=1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(0, 300), ctx=st.sampled_from([1, 4, 64]), bos=st.sampled_from([None, 0, 7]),
+       eos=st.sampled_from([None, 1, 2**31 - 1]), dtype=st.sampled_from([np.uint16, np.int32, np.int64, np.uint32]))
+def test_chunk_keeps_the_integer_dtype_and_the_ids(n, ctx, bos, eos, dtype):
+    tokens = (np.arange(n) % 60000).astype(dtype)
+    windows = chunk(tokens, ctx, tile=1, bos=bos, eos=eos)
+    got = np.concatenate(windows) if windows else np.zeros(0, np.int64)
+    want = [*([bos] if bos is not None else []), *tokens.tolist(), *([eos] if eos is not None else [])]
+    assert got.tolist() == want
+    assert all(w.dtype.kind in "iu" for w in windows)

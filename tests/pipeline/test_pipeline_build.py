@@ -101,17 +101,16 @@ def test_epochs_differ_and_cover(store):
     np.testing.assert_array_equal(np.sort(e0, axis=None), np.sort(e1, axis=None))  # same rows
 
 
-def test_host_shards_split_the_data(store):
-    seen = []
-    for index in range(2):
-        cfg = config(store, "planned", shard={"index": index, "count": 2}, format="datatools", drop_remainder=False)
-        seen.append(np.concatenate([b["tokens"] for b in build(cfg)]))
-    whole = np.concatenate([b["tokens"] for b in build(config(store, "planned", format="datatools",
-                                                                drop_remainder=False))])
-    assert abs(len(seen[0]) - len(seen[1])) == 0
-    assert len(seen[0]) + len(seen[1]) <= len(whole)
-    rows = {r.tobytes() for s in seen for r in s}
-    assert len(rows) == len(seen[0]) + len(seen[1])  # disjoint
+@pytest.mark.parametrize("mode", list(MODES))
+def test_host_shards_are_slices_of_the_global_batch(store, mode):
+    """batch_size is global: host h of 2 gets rows [h * B/2, (h + 1) * B/2) of every batch one host builds."""
+    whole = list(build(config(store, mode, format="datatools", drop_remainder=False)))
+    hosts = [list(build(config(store, mode, shard={"index": h, "count": 2}, format="datatools",
+                               drop_remainder=False))) for h in range(2)]
+    assert len(hosts[0]) == len(hosts[1]) == len(whole) > 10
+    for j, batch in enumerate(whole):
+        for k in batch:
+            np.testing.assert_array_equal(np.concatenate([hosts[0][j][k], hosts[1][j][k]]), batch[k], err_msg=k)
 
 
 @pytest.mark.parametrize("data, message", [

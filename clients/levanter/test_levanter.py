@@ -1,0 +1,147 @@
+"""datatools with the real Levanter (marin-levanter, run by ``make test-clients-levanter`` in Levanter's own
+Python 3.12 venv, CPU).
+
+* A cache Levanter's own builder makes from real text (standard-library sources, a tokenizer trained here) is
+  read by ``datatools analyze-padding`` with the document and token counts Levanter reports, and every
+  document's tokens are Levanter's.
+* Levanter trains 10 steps of a tiny Llama from a datatools pipeline (planned packing, block shuffle) through
+  its own data config (``DirectDatasetComponent``) and loader: the loss falls; every row it trains on is the
+  pipeline's row, weighted by datatools' loss mask; on one packed batch its per-token losses equal each
+  document run alone (float32, 1e-5): attention stays within documents and no target crosses one.
+* A run restarted from Levanter's checkpoint at step 10 trains steps 10-14 on the batches, and to the losses,
+  of an uninterrupted run.
+* Levanter applies the truncation saved in a ``tokenizer.json``; datatools' pre-tokenize switches it off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from datatools.integrations.levanter import PipelineDataset
+from datatools.io.inputs import open_documents, open_input
+from datatools.jobs.demo_data import train_tokenizer
+
+HERE = Path(__file__).parent
+ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
+
+
+def stdlib_paragraphs(limit: int = 4000) -> list[str]:
+    """Paragraphs (blank-line separated) of standard-library sources: real text, mostly short documents."""
+    out = []
+    for f in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+        out += [p for p in f.read_text(encoding="utf-8", errors="replace").split("\n\n") if p.strip()]
+        if len(out) >= limit:
+            return out[:limit]
+    return out
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("tok")
+    train_tokenizer(stdlib_paragraphs(2000), path / "tokenizer.json", vocab_size=1000)
+    (path / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<s>", "eos_token": "</s>"}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory, tokenizer_dir):
+    """(cache directory, Levanter's TreeCache of it), built by Levanter's own cache builder."""
+    from levanter.data.sharded_datasource import UrlDataSource
+    from levanter.data.text.cache import build_lm_dataset_cache
+    from levanter.data.text.formats import TextLmDatasetFormat
+    from levanter.tokenizers import load_tokenizer
+
+    root = tmp_path_factory.mktemp("levanter")
+    with open(root / "docs.jsonl", "w") as f:
+        for text in stdlib_paragraphs():
+            f.write(json.dumps({"text": text}) + "\n")
+    path = root / "cache" / "train"
+    built = build_lm_dataset_cache(str(path), UrlDataSource([str(root / "docs.jsonl")]), TextLmDatasetFormat(),
+                                   load_tokenizer(str(tokenizer_dir)))
+    return path, built
+
+
+def test_analyze_padding_counts_levanters_cache(cache, tmp_path):
+    path, built = cache
+    report = tmp_path / "report.json"
+    proc = subprocess.run([sys.executable, "-m", "datatools", "analyze-padding", str(path), "--ctx", "1024",
+                           "--json", str(report)], env=ENV, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(report.read_text())
+    print("levanter", len(built), built.ledger.field_counts, "datatools", got["num_sequences"], got["num_tokens"])
+    assert got["input"]["kind"] == "levanter"
+    assert got["num_sequences"] == len(built) == built.ledger.total_num_rows
+    assert got["num_tokens"] == built.ledger.field_counts["input_ids"] == built.flat_field_length("input_ids")
+    docs = open_documents(open_input(path))
+    theirs = built.get_batch_sync(list(range(len(built))))
+    for i, row in enumerate(theirs):
+        np.testing.assert_array_equal(docs[i], row["input_ids"])
+
+
+def run_levanter(pipeline: Path, out: Path, checkpoints: Path, steps: int, per_document: bool = False) -> dict:
+    args = [sys.executable, str(HERE / "levanter_run.py"), "--pipeline", str(pipeline), "--out", str(out),
+            "--checkpoints", str(checkpoints), "--steps", str(steps)] + (["--per-document"] if per_document else [])
+    proc = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+def test_trains_per_document_and_resumes_exactly(cache, tmp_path):
+    path, _ = cache
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text(f"source: {{path: {path}}}\npacking: {{mode: planned, ctx: 128, overflow: split}}\n"
+                        f"shuffle: {{kind: block, io_block_size: 64, window_blocks: 16}}\nbatch_size: 8\n"
+                        f"num_epochs: null\nseed: 0\n")
+    first = run_levanter(pipeline, tmp_path / "a.json", tmp_path / "ck", 10, per_document=True)
+    loss = [first["losses"][str(s)] for s in range(10)]
+    print("loss", [round(x, 3) for x in loss], "per-document gap", first["per_document"])
+    assert np.mean(loss[-3:]) < np.mean(loss[:3]) - 0.3
+
+    ours = PipelineDataset(pipeline)
+    want = [[[zlib.crc32(t.astype(np.int32).tobytes()), float(m.sum())] for t, m in
+             zip(ours.batch(j)["tokens"], ours.batch(j)["loss_mask"])] for j in range(15)]
+    # step s trained on the rows of datatools' batch s (Levanter's mixture reorders a block's rows), weighted by
+    # datatools' loss mask
+    assert [sorted(rows) for rows in first["rows"]] == [sorted(rows) for rows in want[:10]]
+
+    gap, documents = first["per_document"]
+    assert documents > 8  # packed rows: more documents than rows
+    assert gap <= 1e-5
+
+    resumed = run_levanter(pipeline, tmp_path / "b.json", tmp_path / "ck", 15)  # restores step 10
+    straight = run_levanter(pipeline, tmp_path / "c.json", tmp_path / "ck2", 15)
+    assert resumed["start"] == 10 and straight["start"] == 0
+    assert resumed["rows"] == straight["rows"][10:15]  # the same rows in the same order
+    assert [sorted(rows) for rows in resumed["rows"]] == [sorted(rows) for rows in want[10:15]]
+    np.testing.assert_allclose([resumed["losses"][str(s)] for s in range(10, 15)],
+                               [straight["losses"][str(s)] for s in range(10, 15)], rtol=1e-5)
+
+
+def test_levanter_applies_tokenizer_json_truncation(tokenizer_dir, tmp_path):
+    """A tokenizer.json saved with truncation: Levanter's tokenizer truncates, datatools' (settings off) does not."""
+    from levanter.tokenizers import load_tokenizer
+
+    from datatools.io.tokenizer import open_encoder
+
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    spec = json.loads((tokenizer_dir / "tokenizer.json").read_text())
+    spec["truncation"] = {"direction": "Right", "max_length": 16, "strategy": "LongestFirst", "stride": 0}
+    (cut / "tokenizer.json").write_text(json.dumps(spec))
+    text = stdlib_paragraphs(50)[10] * 5
+    theirs = load_tokenizer(str(cut)).encode_batch([text])[0]
+    tokens, lengths = open_encoder(cut / "tokenizer.json").encode([text])
+    full = load_tokenizer(str(tokenizer_dir)).encode_batch([text])[0]
+    print("levanter", len(theirs), "datatools", int(lengths[0]), "untruncated", len(full))
+    assert len(theirs) < len(full)
+    assert int(lengths[0]) == len(full)
+    np.testing.assert_array_equal(tokens, full)

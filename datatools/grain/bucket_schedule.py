@@ -1,0 +1,115 @@
+"""Bucketing as a global schedule: each epoch's batches computed from the shuffled documents' lengths.
+
+The epoch's documents, in the shuffled order, are cut at the longest bucket (the
+overflow policy), each piece goes to the bucket of its length, and a bucket's batch is
+complete when its last piece arrives (:func:`datatools.kernels.bucket.fill_order_batches`:
+the batches a streaming bucketer emits, in the same order); each bucket's partial batch
+comes at the end of the epoch, padded with empty rows, or is dropped. Every host
+computes the same batches from lengths only and reads the tokens of its own rows
+(:class:`~datatools.grain.host_batches.HostBatchesMapDataset`).
+
+Memory: the epoch's pieces in batch order (about 24 bytes a document; as a planned
+packing plan), for the epoch in use.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from datatools.grain.host_batches import DocumentOrder, empty_rows
+from datatools.kernels.bucket import fill_order_batches
+from datatools.kernels.pack import cut_pieces
+from datatools.kernels.validate import OVERFLOW_POLICIES, check_choice
+
+
+class BucketSchedule:
+    """Global batches of length bucketing (see the module docstring).
+
+    Args:
+      docs: a document source (``lengths()``, ``read_pieces(doc, start, length)``).
+      order: the documents' order per epoch (:class:`~datatools.grain.host_batches.DocumentOrder`).
+      boundaries: increasing bucket lengths (tokens).
+      batch_sizes: rows per global batch, one per bucket.
+      overflow: documents longer than the last boundary: ``split`` (positions count on), ``truncate``, ``drop``,
+        ``error``.
+      drop_remainder: leave out each bucket's partial batch at the end of an epoch (else padded).
+      pad_id: token id of padding.
+    """
+
+    def __init__(self, docs, order: DocumentOrder, *, boundaries, batch_sizes, overflow: str = "split",
+                 drop_remainder: bool = False, pad_id: int = 0):
+        self.docs, self.order = docs, order
+        self.lengths = np.asarray(docs.lengths(), np.int64)
+        self.boundaries = np.asarray(boundaries, np.int64).reshape(-1)
+        self.batch_sizes = np.asarray(batch_sizes, np.int64).reshape(-1)
+        if self.boundaries.size == 0 or np.any(np.diff(self.boundaries) <= 0) or self.boundaries[0] < 1:
+            raise ValueError(f"boundaries must be a non-empty increasing list of lengths; got "
+                             f"{self.boundaries.tolist()}")
+        if self.batch_sizes.shape != self.boundaries.shape or self.batch_sizes.min() < 1:
+            raise ValueError(f"{self.batch_sizes.tolist()}: one batch size >= 1 per bucket is needed "
+                             f"({self.boundaries.shape[0]} buckets)")
+        self.overflow = check_choice(overflow, "overflow", OVERFLOW_POLICIES)
+        if overflow == "error":
+            cut_pieces(self.lengths, int(self.boundaries[-1]), "error")  # names the first document too long
+        self.drop_remainder, self.pad_id = bool(drop_remainder), int(pad_id)
+        self.row_counts = tuple(sorted(set(self.batch_sizes.tolist())))
+        self.shapes = [(int(b), int(n)) for b, n in zip(self.batch_sizes, self.boundaries)]
+        self._epochs: dict[int, tuple] = {}
+        self._lock = threading.Lock()
+        _, _, piece_len, _, _ = cut_pieces(self.lengths, int(self.boundaries[-1]), self.overflow)
+        counts = np.bincount(np.searchsorted(self.boundaries, piece_len, side="left"),
+                             minlength=self.boundaries.shape[0])  # pieces per bucket: the same every epoch
+        full, rest = np.divmod(counts, self.batch_sizes)
+        self._batches = int(full.sum()) + (0 if drop_remainder else int(np.count_nonzero(rest)))
+
+    def __getstate__(self):
+        return {**{k: v for k, v in self.__dict__.items() if k != "_lock"}, "_epochs": {}}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def epoch_batches(self, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(doc, start, length, batch_splits, batch_bucket)`` of the epoch: batch b is pieces
+        ``[batch_splits[b], batch_splits[b + 1])``."""
+        with self._lock:
+            hit = self._epochs.get(epoch)
+        if hit is not None:
+            return hit
+        docs = self.order(np.arange(self.lengths.shape[0], dtype=np.int64), epoch)
+        position, start, length, _, _ = cut_pieces(self.lengths[docs], int(self.boundaries[-1]), self.overflow)
+        bucket = np.searchsorted(self.boundaries, length, side="left")
+        items, splits, batch_bucket = fill_order_batches(bucket, self.batch_sizes, drop_remainder=self.drop_remainder)
+        hit = (docs[position[items]], start[items], length[items].astype(np.int64), splits, batch_bucket)
+        with self._lock:
+            if len(self._epochs) > 1:
+                self._epochs.clear()
+            self._epochs[epoch] = hit
+        return hit
+
+    def num_batches(self, epoch: int) -> int:
+        return self._batches
+
+    def batch_rows(self, epoch: int, j: int) -> int:
+        return int(self.batch_sizes[self.epoch_batches(epoch)[4][j]])
+
+    def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+        doc, start, length, splits, bucket = self.epoch_batches(epoch)
+        width = int(self.boundaries[bucket[j]])
+        a = splits[j] + lo
+        b = min(splits[j] + hi, splits[j + 1])
+        out = empty_rows(hi - lo, width, self.pad_id)
+        if b <= a:
+            return out
+        d, s, n = doc[a:b], start[a:b], length[a:b]
+        flat = self.docs.read_pieces(d, s, n)
+        row = np.repeat(np.arange(b - a), n)
+        col = np.arange(flat.shape[0]) - np.repeat(np.concatenate(([0], np.cumsum(n)))[:-1], n)
+        out["tokens"][row, col] = flat
+        out["segment_ids"][row, col] = 1
+        out["positions"][row, col] = np.repeat(s, n) + col
+        out["loss_mask"][row, col] = 1
+        out["loss_mask"][np.arange(b - a), n - 1] = 0
+        return out

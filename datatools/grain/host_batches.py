@@ -1,0 +1,190 @@
+"""One host's share of a global batch sequence, as a ``grain.MapDataset`` (many hosts, elastic resume).
+
+Every host computes the same *global* sequence of batches from document lengths alone
+(a store's offsets; no tokens are read), and then reads only the tokens of its own rows:
+
+* host ``h`` of ``N`` takes rows ``[h * R / N, (h + 1) * R / N)`` of every global batch
+  of ``R`` rows (``R`` = ``batch_size`` when packing, the bucket's batch size when
+  bucketing), so ``R`` must divide by ``N``;
+* element ``j`` of every host's dataset is its slice of global batch ``j``: the hosts
+  stay in lock step and the union of their rows at step ``j`` is exactly the batch one
+  host builds with ``N = 1``;
+* an iterator's position is ``j``, the global batches consumed, which does not depend
+  on ``N`` (nor on the number of prefetch workers, see
+  :mod:`datatools.grain.portable_state`): a checkpoint taken on ``N`` hosts restores on
+  ``M`` hosts and the global sequence continues unchanged (elastic resume).
+
+A *schedule* says what the global batches are (:class:`PlannedSchedule` here;
+:class:`~datatools.grain.streaming_schedule.StreamingSchedule`,
+:class:`~datatools.grain.bucket_schedule.BucketSchedule`): ``num_batches(epoch)``,
+``batch_rows(epoch, j)``, ``row_counts`` (every batch height it can give) and
+``read(epoch, j, lo, hi)``: rows ``[lo, hi)`` of global batch ``j``, a canonical batch of
+``hi - lo`` rows (rows past the data are empty: ``segment_ids`` 0). Batches do not cross
+epochs.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import grain
+import numpy as np
+
+from datatools.grain.batch import read_batch
+from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation
+from datatools.kernels.validate import check_choice, check_int
+
+CANONICAL = ("tokens", "segment_ids", "positions", "loss_mask")
+
+
+def empty_rows(rows: int, length: int, pad_id: int) -> dict[str, np.ndarray]:
+    """A canonical batch of ``rows`` empty rows of ``length`` tokens (padding: ``segment_ids`` 0)."""
+    out = {"tokens": np.full((rows, length), pad_id, np.int32)}
+    for key in CANONICAL[1:]:
+        out[key] = np.zeros((rows, length), np.int32)
+    return out
+
+
+def place_rows(out: dict, at: np.ndarray, batch: dict) -> None:
+    """Write the rows of ``batch`` into rows ``at`` of ``out`` (both canonical batches)."""
+    for key in CANONICAL:
+        out[key][at] = batch[key]
+
+
+class DocumentOrder:
+    """The order documents are read in, per epoch: ``none`` (storage order), ``full`` (a Feistel permutation of
+    (seed, epoch)) or ``block`` (a windowed block shuffle): the same orders as the pipeline's shuffles.
+
+    ``order(positions, epoch)`` gives the document at each position (int64 array), in O(1) per position.
+    """
+
+    def __init__(self, n: int, kind: str, *, seed: int, io_block_size: int = 64, window_blocks: int = 1024):
+        self.n = check_int(n, "documents", minimum=1)
+        self.kind = check_choice(kind, "shuffle kind", ("none", "full", "block"))
+        self.seed = seed
+        self._block = (BlockShuffle(n, io_block_size=io_block_size, window_blocks=window_blocks, seed=seed)
+                       if kind == "block" else None)
+        self._perms: dict[int, FeistelPermutation] = {}
+
+    def __call__(self, positions, epoch: int) -> np.ndarray:
+        positions = np.asarray(positions, np.int64)
+        if self.kind == "none":
+            return positions.copy()
+        if self.kind == "block":
+            return np.asarray(self._block.index(positions, epoch), np.int64)
+        perm = self._perms.get(epoch)
+        if perm is None:
+            if len(self._perms) > 4:
+                self._perms.clear()
+            perm = self._perms[epoch] = FeistelPermutation(self.n, self.seed, epoch=epoch)
+        return np.asarray(perm(positions), np.int64)
+
+
+class PlannedSchedule:
+    """Global batches of ``batch_size`` consecutive rows of a (shuffled) row dataset, per epoch.
+
+    Args:
+      rows: a MapDataset of canonical rows (planned packed rows, shuffled per epoch: index ``e * len + i``
+        is row i of epoch e); read a batch at a time through its ``get_batch`` when it has one.
+      batch_size: rows per global batch.
+      drop_remainder: leave out each epoch's last, short batch (else it is padded with empty rows).
+      ctx: row length (tokens).
+      pad_id: token id of padding.
+    """
+
+    def __init__(self, rows: grain.MapDataset, batch_size: int, *, drop_remainder: bool, ctx: int, pad_id: int = 0):
+        self.rows, self.n = rows, len(rows)
+        self.batch_size = check_int(batch_size, "batch_size", minimum=1)
+        self.drop_remainder = bool(drop_remainder)
+        self.ctx, self.pad_id = int(ctx), int(pad_id)
+        full, rest = divmod(self.n, self.batch_size)
+        self._batches = full + (1 if rest and not drop_remainder else 0)
+        self.row_counts = (self.batch_size,)
+        self.shapes = [(self.batch_size, self.ctx)]
+
+    def num_batches(self, epoch: int) -> int:
+        return self._batches
+
+    def batch_rows(self, epoch: int, j: int) -> int:
+        return self.batch_size
+
+    def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+        index = j * self.batch_size + np.arange(lo, hi, dtype=np.int64)
+        valid = index < self.n
+        if valid.all():
+            return read_batch(self.rows, index + epoch * self.n)
+        out = empty_rows(hi - lo, self.ctx, self.pad_id)
+        if valid.any():
+            place_rows(out, np.flatnonzero(valid), read_batch(self.rows, index[valid] + epoch * self.n))
+        return out
+
+
+class HostBatchesMapDataset(grain.MapDataset):
+    """Element ``j``: host ``index`` of ``count``'s rows of global batch ``j`` of ``schedule``, over the epochs.
+
+    Args:
+      schedule: the global batches (see the module docstring).
+      index, count: this host and the number of hosts; every batch height must divide by ``count``.
+      num_epochs: epochs to run; None: repeat forever.
+    """
+
+    def __init__(self, schedule, *, index: int = 0, count: int = 1, num_epochs: int | None = 1):
+        super().__init__()
+        self._count = check_int(count, "host count", minimum=1)
+        self._index = check_int(index, "host index", minimum=0)
+        if self._index >= self._count:
+            raise ValueError(f"host index {index} out of range [0, {count})")
+        bad = [r for r in schedule.row_counts if r % self._count]
+        if bad:
+            raise ValueError(f"a global batch of {bad[0]} rows does not divide over {count} hosts: the batch size "
+                             f"(every bucket's, when bucketing) must be a multiple of the host count")
+        self._schedule = schedule
+        self._epochs = None if num_epochs is None else check_int(num_epochs, "num_epochs", minimum=1)
+        self._ends = [0]  # cumulative batches at the end of each epoch computed so far
+        self._lock = threading.Lock()
+        if schedule.num_batches(0) == 0:
+            raise ValueError("the data makes no global batch (fewer rows than one batch; set drop_remainder: false "
+                             "or a smaller batch_size)")
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    @property
+    def shapes(self) -> list[tuple[int, int]]:
+        """The (rows, tokens) shapes of this host's batches."""
+        return [(r // self._count, t) for r, t in self._schedule.shapes]
+
+    def _end_of(self, epoch: int) -> int:
+        """Global batches before the end of ``epoch``."""
+        with self._lock:
+            while len(self._ends) <= epoch + 1:
+                self._ends.append(self._ends[-1] + self._schedule.num_batches(len(self._ends) - 1))
+            return self._ends[epoch + 1]
+
+    def __len__(self) -> int:
+        return sys.maxsize if self._epochs is None else self._end_of(self._epochs - 1)
+
+    def locate(self, j: int) -> tuple[int, int]:
+        """(epoch, batch within the epoch) of global batch ``j``."""
+        if j < 0 or (self._epochs is not None and j >= len(self)):
+            raise IndexError(f"batch {j} out of range for {len(self)} batches")
+        epoch = int(np.searchsorted(self._ends, j, side="right")) - 1
+        while self._end_of(epoch) <= j:
+            epoch += 1
+        return epoch, j - self._ends[epoch]
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self.slice(index)
+        epoch, j = self.locate(int(index))
+        rows = self._schedule.batch_rows(epoch, j)
+        share = rows // self._count
+        return self._schedule.read(epoch, j, self._index * share, (self._index + 1) * share)
+
+    def __str__(self) -> str:
+        return f"HostBatchesMapDataset(host {self._index} of {self._count}, {type(self._schedule).__name__})"

@@ -1,0 +1,131 @@
+"""Streaming packing as a global schedule: windows of shuffled documents packed from their lengths alone.
+
+The epoch's documents, in the shuffled order, are cut into windows of ``window``
+documents; each window is planned (``pack_lengths`` over its documents' lengths) and
+its rows put in a seeded order (``seed``, epoch, window). The epoch's rows are the
+windows' rows back to back, and global batch ``j`` is rows ``[j * B, (j + 1) * B)``.
+Every host computes the same rows from lengths only and reads the tokens of its own
+rows (:class:`~datatools.grain.host_batches.HostBatchesMapDataset`).
+
+Memory: the rows per window of the epochs in use (one int64 per window) and the plans
+of the last few windows read (one window's plan each) -- no window's tokens are held
+beyond the batch being built. Counting an epoch's rows plans every window once, in each
+process that reads the epoch (numba; measured 2.7 s (full shuffle) to 3.6 s (block) per million
+documents at window 1024, ctx 8192, on a 2-core machine under a load of 12).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from datatools.grain.host_batches import DocumentOrder, empty_rows, place_rows
+from datatools.kernels.pack import ALGORITHMS, PackPlan, cut_pieces, pack_lengths
+from datatools.kernels.validate import OVERFLOW_POLICIES, check_choice, check_int
+
+PLANS_KEPT = 8  # window plans cached per process
+
+
+class StreamingSchedule:
+    """Global batches of streaming packing (see the module docstring).
+
+    Args:
+      docs: a document source (``lengths()``, ``pack_rows(plan, rows)``).
+      order: the documents' order per epoch (:class:`~datatools.grain.host_batches.DocumentOrder`).
+      ctx: row length (tokens).
+      window: documents per packing window.
+      batch_size: rows per global batch.
+      drop_remainder: leave out each epoch's last, short batch (else padded with empty rows).
+      algorithm, max_segments, align, overflow: as :func:`datatools.pack_lengths`.
+      seed: seed of each window's row order.
+      pad_id: token id of padding.
+    """
+
+    def __init__(self, docs, order: DocumentOrder, *, ctx: int, window: int, batch_size: int, drop_remainder: bool,
+                 algorithm: str = "best_fit_decreasing", max_segments: int | None = None, align: int = 1,
+                 overflow: str = "split", seed: int = 0, pad_id: int = 0):
+        self.docs, self.order = docs, order
+        self.lengths = np.asarray(docs.lengths(), np.int64)
+        self.ctx = check_int(ctx, "ctx", minimum=1)
+        self.window = check_int(window, "window", minimum=1)
+        self.batch_size = check_int(batch_size, "batch_size", minimum=1)
+        self.drop_remainder = bool(drop_remainder)
+        self.options = {"algorithm": check_choice(algorithm, "algorithm", ALGORITHMS), "max_segments": max_segments,
+                        "align": align, "overflow": check_choice(overflow, "overflow", OVERFLOW_POLICIES)}
+        if overflow == "error":
+            cut_pieces(self.lengths, self.ctx, "error")  # names the first document too long, by its global index
+        self.seed, self.pad_id = int(seed), int(pad_id)
+        self.num_windows = -(-self.lengths.shape[0] // self.window)
+        self.row_counts = (self.batch_size,)
+        self.shapes = [(self.batch_size, self.ctx)]
+        self._starts: dict[int, np.ndarray] = {}  # epoch -> first row of each window (num_windows + 1)
+        self._plans: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __getstate__(self):
+        return {**{k: v for k, v in self.__dict__.items() if k != "_lock"}, "_plans": OrderedDict()}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def _window_docs(self, epoch: int, w: int) -> np.ndarray:
+        n = self.lengths.shape[0]
+        return self.order(np.arange(w * self.window, min(n, (w + 1) * self.window), dtype=np.int64), epoch)
+
+    def window_plan(self, epoch: int, w: int) -> tuple[PackPlan, np.ndarray]:
+        """Window ``w``'s plan (document ids global) and its row order: position i of the window is row
+        ``order[i]`` of the plan."""
+        key = (epoch, w)
+        with self._lock:
+            hit = self._plans.get(key)
+            if hit is not None:
+                self._plans.move_to_end(key)
+                return hit
+        docs = self._window_docs(epoch, w)
+        plan = pack_lengths(self.lengths[docs], self.ctx, **self.options)
+        plan = dataclasses.replace(plan, doc=docs[plan.doc], _max_doc=None)
+        rows = np.random.default_rng([self.seed, epoch, w]).permutation(plan.num_rows)
+        with self._lock:
+            self._plans[key] = (plan, rows)
+            while len(self._plans) > PLANS_KEPT:
+                self._plans.popitem(last=False)
+        return plan, rows
+
+    def window_starts(self, epoch: int) -> np.ndarray:
+        """int64 (num_windows + 1,): the first row of each window in the epoch's rows (the last: all rows)."""
+        with self._lock:
+            starts = self._starts.get(epoch)
+        if starts is None:
+            counts = np.fromiter((pack_lengths(self.lengths[self._window_docs(epoch, w)], self.ctx,
+                                               **self.options).num_rows for w in range(self.num_windows)),
+                                 np.int64, count=self.num_windows)
+            starts = np.concatenate(([0], np.cumsum(counts)))
+            with self._lock:
+                if len(self._starts) > 4:
+                    self._starts.clear()
+                self._starts[epoch] = starts
+        return starts
+
+    def num_batches(self, epoch: int) -> int:
+        rows = int(self.window_starts(epoch)[-1])
+        full, rest = divmod(rows, self.batch_size)
+        return full + (1 if rest and not self.drop_remainder else 0)
+
+    def batch_rows(self, epoch: int, j: int) -> int:
+        return self.batch_size
+
+    def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+        starts = self.window_starts(epoch)
+        rows = j * self.batch_size + np.arange(lo, hi, dtype=np.int64)
+        rows = rows[rows < starts[-1]]
+        out = empty_rows(hi - lo, self.ctx, self.pad_id)
+        window = np.searchsorted(starts, rows, side="right") - 1
+        for w in np.unique(window).tolist():  # a batch spans one or two windows
+            sel = np.flatnonzero(window == w)
+            plan, order = self.window_plan(epoch, w)
+            place_rows(out, sel, self.docs.pack_rows(plan, order[rows[sel] - starts[w]], pad_id=self.pad_id))
+        return out

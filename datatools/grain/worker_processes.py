@@ -1,0 +1,201 @@
+"""Grain's worker processes, started so that a script that cannot host them fails at once, and an exit is quiet.
+
+Grain's ``mp_prefetch`` starts its workers with multiprocessing's ``spawn``: each worker is a
+fresh interpreter that re-imports the main script. A script that iterates a pipeline at its
+top level, outside ``if __name__ == "__main__":``, runs that code again in every worker, and
+the worker dies while it starts. When the pickled pipeline is larger than a pipe's buffer
+(64 KiB: any real source), the parent is then blocked for ever writing it to the dead worker
+(CPython keeps the pipe's read end open until the write ends), so Grain's own check for dead
+workers is never reached: a 22-minute hang was seen. :func:`prefetch_in_processes` checks
+the call site before a worker is started and raises :class:`WorkerStartError` naming the
+script and line (the check reads the script's source: no worker is started to find out).
+
+At interpreter exit, iterators that still hold workers are closed by an ``atexit`` hook,
+before the modules are torn down, and elements are handed over in the caller's own memory (not
+the workers' shared memory); left to garbage collection after Grain's modules are gone, its
+cleanup printed about ten tracebacks at every exit.
+"""
+
+from __future__ import annotations
+
+import ast
+import atexit
+import gc
+import inspect
+import os
+import sys
+import threading
+import weakref
+
+import grain
+import numpy as np
+
+
+class WorkerStartError(RuntimeError):
+    """Worker processes cannot be started from where the pipeline is iterated."""
+
+
+class WorkerDiedError(RuntimeError):
+    """A worker process died while the pipeline ran (Grain found it dead)."""
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    """``__name__ == "__main__"`` (either way round)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    names = [s for s in sides if isinstance(s, ast.Name) and s.id == "__name__"]
+    consts = [s for s in sides if isinstance(s, ast.Constant) and s.value == "__main__"]
+    return len(names) == 1 and len(consts) == 1
+
+
+def unguarded_main_line() -> tuple[str, int] | None:
+    """``(script, line)`` when the current call comes from a top-level statement of the main script that
+    ``spawn`` runs again in every worker (outside ``if __name__ == "__main__":``); else None (an interactive
+    session, ``python -c``, ``python -m package``, a guarded statement, a thread, or a script whose source
+    cannot be read)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not path or not os.path.isfile(path):
+        return None
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if name is not None and (name == "__main__" or name.endswith(".__main__")):
+        return None  # ``python -m package``: spawn does not run a package's __main__ again
+    frame = inspect.currentframe()
+    while frame is not None and not (frame.f_globals is vars(main) and frame.f_code.co_name == "<module>"):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    line = frame.f_lineno
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.If) and _is_main_test(node.test) and node.lineno <= line <= node.end_lineno:
+            return None
+    return path, line
+
+
+def check_workers_can_start(workers: int) -> None:
+    """Raise :class:`WorkerStartError` when ``workers`` spawned processes would re-run the calling statement."""
+    where = unguarded_main_line()
+    if where is None:
+        return
+    path, line = where
+    raise WorkerStartError(
+        f"{path}, line {line}: workers={workers} start Grain worker processes, and each re-imports this script "
+        f"(multiprocessing 'spawn'); this statement at the script's top level would run again in every worker "
+        f"process, which would die. Put the script's code under `if __name__ == \"__main__\":` "
+        f"(or set workers: 0)")
+
+
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+_HOOKED = threading.Lock()
+_hooked = False
+
+
+def _close_live_iterators() -> None:
+    """atexit: close every iterator that still holds workers, while the modules Grain's cleanup needs exist."""
+    for it in list(_LIVE):
+        try:
+            it.close()
+        except Exception:  # noqa: BLE001: exiting; a failed close must not hide the program's own status
+            pass
+    gc.collect()  # the iterators let go of, and their shared-memory elements, freed before the modules go
+
+
+def _register(it) -> None:
+    global _hooked
+    with _HOOKED:
+        if not _hooked:
+            atexit.register(_close_live_iterators)
+            _hooked = True
+        _LIVE.add(it)
+
+
+def _own_memory(element):
+    """The element with its arrays copied out of the workers' shared memory (Grain hands them over as
+    ``np.ndarray`` subclasses mapping a shared segment). A batch the caller keeps until exit would otherwise be
+    freed after Grain's modules, with a traceback each, and leave its segment in /dev/shm. One copy per batch:
+    about 1 ms for 5 MB."""
+    if isinstance(element, dict):
+        return {k: _own_memory(v) for k, v in element.items()}
+    if type(element) in (list, tuple):
+        return type(element)(_own_memory(v) for v in element)
+    if isinstance(element, np.ndarray) and type(element) is not np.ndarray:
+        return np.array(element)
+    return element
+
+
+class _WorkerIterator(grain.DatasetIterator):
+    def __init__(self, parent):
+        super().__init__(parent)
+        _register(self)
+
+    def __next__(self):
+        try:
+            return _own_memory(next(self._parent))
+        except RuntimeError as exc:
+            if "terminated unexpectedly" not in str(exc):  # Grain's message for a worker found dead
+                raise
+            raise WorkerDiedError(
+                f"a Grain worker process died ({str(exc).splitlines()[0]}); exit code -9 is usually the system "
+                f"out of memory (fewer workers or a smaller batch); a script that iterates a pipeline must do it "
+                f"under `if __name__ == \"__main__\":`") from exc
+
+    def get_state(self):
+        return self._parent.get_state()
+
+    def set_state(self, state):
+        self._parent.set_state(state)
+
+    def close(self) -> None:
+        """Stop the workers, then let go of the iterators below: they are freed now, while Grain's modules exist
+        (an iterator of Grain's that outlives them prints a traceback when it is freed, even closed)."""
+        super().close()
+        self._parents = ()
+
+
+class WorkerProcessesIterDataset(grain.IterDataset):
+    """The parent read ahead in ``workers`` Grain processes (``mp_prefetch``), with the checks of the module
+    docstring. Elements and states are the parent's ``mp_prefetch`` ones, unchanged."""
+
+    def __init__(self, parent: grain.IterDataset, workers: int):
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be an integer >= 1; got {workers!r}")
+        super().__init__(parent.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers)))
+        self.workers = workers
+
+    def __iter__(self):
+        check_workers_can_start(self.workers)
+        return _WorkerIterator(self._parent.__iter__())
+
+    def __str__(self) -> str:
+        return f"WorkerProcessesIterDataset(workers={self.workers})"
+
+
+WORKERS_PER_CPU = 4  # more workers than this per CPU mostly wait, and each costs a start and its memory
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def prefetch_in_processes(ds: grain.IterDataset, workers: int) -> grain.IterDataset:
+    """``ds`` read ahead in ``workers`` processes (see the module docstring); ``workers=0``: ``ds`` itself.
+    Warns when ``workers`` is over :data:`WORKERS_PER_CPU` per CPU: each worker is an interpreter that takes
+    seconds of CPU to start (8 workers: 42 s to the first batch on 2 busy cores), so they mostly wait."""
+    if workers == 0:
+        return ds
+    cpus = _cpus()
+    if workers > WORKERS_PER_CPU * cpus:
+        import warnings
+
+        warnings.warn(f"workers={workers} on {cpus} CPUs: each worker process takes seconds of CPU to start and "
+                      f"holds its own memory; more than {WORKERS_PER_CPU * cpus} mostly wait", stacklevel=3)
+    return WorkerProcessesIterDataset(ds, workers)

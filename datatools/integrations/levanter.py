@@ -1,0 +1,171 @@
+"""Levanter (Marin) trained from a datatools pipeline, through Levanter's own dataset interface.
+
+Levanter's trainer reads any ``AsyncDataset`` (``Trainer.data_loader``), and its LM data
+config takes one as it is: ``DirectDatasetComponent(datasets={"train": dataset})``. So no
+patch: :class:`PipelineDataset` is a datatools pipeline as that dataset, and
+:func:`data_config` the ``LmDataConfig`` that carries it::
+
+    from datatools.integrations.levanter import data_config
+    config.data = data_config("pipeline.yaml", vocab_size=32000)   # TrainLmConfig.data, or:
+    train_set = data_config("pipeline.yaml", vocab_size=32000).train_set(Pos, batch_schedule, key=key)
+
+Element ``i`` is row ``i % B`` of the pipeline's global batch ``i // B`` (``B`` its
+``batch_size``; give Levanter's ``train_batch_size`` the same value and step ``s`` trains
+on the rows of datatools' batch ``s``). Batches are read by number (random access), so Levanter's
+restart from a checkpoint at step ``s`` reads from batch ``s`` on: the same batches an
+uninterrupted run reads.
+
+Each row becomes a ``GrugLmExample`` made by Levanter's own ``GrugLmExample.causal``
+from the ``levanter`` batch format (:mod:`datatools.kernels.batch_layouts`):
+
+* ``segment_ids``: datatools numbers the documents of a row 1, 2, ... with 0 at padding;
+  Levanter (its ``SequencePacker``) 0, 1, ... with -1 at padding. The format renumbers,
+  and Levanter's attention mask (``with_segment_ids``) is causal and within a segment.
+* ``loss_weight`` is datatools' ``loss_mask``: 0 at each document's last token (and at
+  padding). Levanter's own packed path (``PackedTokenDataset``) keeps weight 1 there,
+  training the last token of a document to predict the first token of the next one (as
+  MaxText's ``ShiftData``); with datatools' default ``boundary_targets: mask`` no target
+  crosses a document, so a packed row's loss is the sum of its documents' own losses.
+  ``boundary_targets: next_document`` gives Levanter's behaviour back.
+* positions: Levanter's models take none (rotary positions are the row offsets), so the
+  ``positions`` option does not reach Levanter; with rotary embeddings attention within
+  a segment is the same either way.
+* tokens are int32 (Levanter's caches hold int64; JAX without x64 makes them int32 too).
+
+Levanter's shuffle is switched off in :func:`data_config` (``shuffle=False``): the
+pipeline already shuffles (full or block, seeded) before it packs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections import OrderedDict
+from typing import Sequence
+
+import numpy as np
+
+from datatools.kernels.batch_layouts import to_format
+from datatools.pipeline import PipelineConfig, ShardConfig, build_canonical, load_config, parse_config
+
+import equinox as eqx  # noqa: E402  (Levanter's own dependencies: this module runs inside Levanter)
+import jax.numpy as jnp  # noqa: E402
+from levanter.data.dataset import AsyncDataset  # noqa: E402
+from levanter.data.text.examples import GrugLmExample  # noqa: E402
+
+__all__ = ["PipelineDataset", "data_config", "example_from_row"]
+
+BATCHES_KEPT = 4  # formatted global batches kept: Levanter asks for a batch's rows in a few calls
+
+
+@eqx.filter_jit
+def _causal(tokens, loss_weight, segment_ids) -> GrugLmExample:
+    return GrugLmExample.causal(tokens=tokens, loss_weight=loss_weight, segment_ids=segment_ids)
+
+
+def example_from_row(tokens: np.ndarray, loss_mask: np.ndarray, segment_ids: np.ndarray) -> GrugLmExample:
+    """One row of a ``levanter``-format batch as Levanter's example (``GrugLmExample.causal``: causal and
+    same-segment attention, ``loss_mask`` as the loss weight, no loss where the next token is padding)."""
+    return _causal(jnp.asarray(tokens, jnp.int32), jnp.asarray(loss_mask, jnp.float32),
+                   jnp.asarray(segment_ids, jnp.int32))
+
+
+def _config(pipeline) -> PipelineConfig:
+    if isinstance(pipeline, PipelineConfig):
+        return pipeline
+    if isinstance(pipeline, dict):
+        return parse_config(pipeline)
+    if isinstance(pipeline, (str, os.PathLike)):
+        return load_config(pipeline)
+    raise TypeError(f"pipeline must be a PipelineConfig, a mapping or a YAML path; got {type(pipeline).__name__}")
+
+
+class PipelineDataset(AsyncDataset[GrugLmExample]):
+    """A datatools pipeline's packed rows as Levanter's ``AsyncDataset`` of ``GrugLmExample``.
+
+    Args:
+      pipeline: a :class:`~datatools.pipeline.PipelineConfig`, a mapping or a YAML path (packing or
+        bucketing, any source, shuffle, seed; ``num_epochs: null`` repeats forever). Its ``format`` must be
+        ``datatools`` or ``levanter``; every host reads the rows Levanter asks it for (``shard`` is ignored).
+      documents: an already opened document source to use instead of ``source.path``.
+
+    Raises:
+      ValueError: a config another trainer's format, or one without rows of one length (bucketing
+        with several lengths: Levanter's batches have one ``Pos``).
+    """
+
+    def __init__(self, pipeline, *, documents=None):
+        cfg = _config(pipeline)
+        if cfg.format not in ("datatools", "levanter"):
+            raise ValueError(f"config: format {cfg.format!r} is for another trainer; Levanter reads rows in the "
+                             f"'levanter' layout (leave format out or set it to levanter)")
+        self.config = cfg.replace(format="levanter", shard=ShardConfig(index=0, count=1), workers=0)
+        built = build_canonical(self.config, documents)
+        lengths = {t for _, t in built.shapes}
+        if len(lengths) != 1:
+            raise ValueError(f"config: Levanter trains on rows of one length; this pipeline makes rows of "
+                             f"{sorted(lengths)} tokens")
+        self.seq_len = lengths.pop()
+        self.batch_size = int(self.config.batch_size)
+        self._batches = built.batches
+        self._kept: OrderedDict[int, dict] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def is_finite(self) -> bool:
+        return self.config.num_epochs is not None
+
+    async def async_len(self) -> int:
+        return len(self._batches) * self.batch_size
+
+    def batch(self, j: int) -> dict[str, np.ndarray]:
+        """Global batch ``j`` in the ``levanter`` layout (``tokens``, ``loss_mask``, ``segment_ids``)."""
+        with self._lock:
+            hit = self._kept.get(j)
+            if hit is not None:
+                self._kept.move_to_end(j)
+                return hit
+        if self.is_finite() and j >= len(self._batches):
+            raise IndexError(f"batch {j} is past the pipeline's last ({len(self._batches)} batches of "
+                             f"num_epochs: {self.config.num_epochs}); set num_epochs: null or train fewer steps")
+        out = to_format(self._batches[j], "levanter", boundary_targets=self.config.boundary_targets,
+                        positions=self.config.positions)
+        with self._lock:
+            self._kept[j] = out
+            while len(self._kept) > BATCHES_KEPT:
+                self._kept.popitem(last=False)
+        return out
+
+    def rows(self, indices: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """(tokens, loss_mask, segment_ids) of each element, every global batch touched read once."""
+        out = []
+        for i in indices:
+            j, r = divmod(int(i), self.batch_size)
+            b = self.batch(j)
+            out.append((b["tokens"][r], b["loss_mask"][r], b["segment_ids"][r]))
+        return out
+
+    async def get_batch(self, indices: Sequence[int]) -> Sequence[GrugLmExample]:
+        rows = await asyncio.to_thread(self.rows, list(indices))  # reads off Levanter's event loop
+        return [example_from_row(*row) for row in rows]
+
+    def __repr__(self) -> str:
+        return f"PipelineDataset(rows of {self.seq_len} tokens, batch_size={self.batch_size})"
+
+
+def data_config(pipeline, *, vocab_size: int | None = None, tokenizer: str = "passthrough",
+                documents=None, **kwargs):
+    """Levanter's ``LmDataConfig`` whose training data is the datatools pipeline (one ``direct`` component).
+
+    Levanter's shuffle is off (the pipeline shuffles), and its ``mixture_block_size`` is the pipeline's batch
+    size: Levanter's mixture permutes the slots of each block even for one source, so with blocks of one batch
+    its step ``s`` holds exactly the rows of datatools' batch ``s`` (in another order). ``tokenizer`` is what
+    Levanter reports and evaluates with (``passthrough`` needs ``vocab_size``); further keyword arguments go to
+    ``LmDataConfig``."""
+    from levanter.data.text.datasets import DirectDatasetComponent, LmDataConfig
+
+    dataset = PipelineDataset(pipeline, documents=documents)
+    kwargs.setdefault("mixture_block_size", dataset.batch_size)
+    component = DirectDatasetComponent(datasets={"train": dataset})
+    return LmDataConfig(tokenizer=tokenizer, vocab_size=vocab_size, components={"datatools": component},
+                        shuffle=False, **kwargs)

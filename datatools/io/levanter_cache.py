@@ -1,0 +1,284 @@
+"""A Levanter (Marin) token cache read as it is: no conversion, no Levanter install needed.
+
+Levanter's cache builder (``levanter.store.cache``, marin-levanter 0.2.227) writes a
+directory laid out as::
+
+    CACHE/
+      shard_ledger.json    {"total_num_rows", "shard_rows", "is_finished", "finished_shards",
+                            "field_counts": {"input_ids": tokens}, "layout": "consolidated" | "sharded", ...}
+      input_ids/offsets/   zarr v3, int64, shape [2**54] (grows as rows are appended): element 0 holds
+                           the row count, element i (i >= 1) the end of row i - 1 in ``data``
+      input_ids/data/      zarr v3, the tokens of every row back to back (Levanter's exemplar dtype,
+                           int32 for text caches); chunks of 256 Ki elements inside shards of 128 Mi,
+                           blosc-zstd compressed
+
+so row i is ``data[offsets[i]:offsets[i + 1]]`` with ``offsets[0]`` taken as 0 (what
+``JaggedArrayStore`` does). A ``sharded`` ledger (``consolidate_shard_cache_ledgers``)
+keeps the rows in per-shard directories ``CACHE/<finished_shards[k]>/input_ids/...``
+instead, in ledger order. A cache is found by its layout (:func:`is_levanter_cache`:
+a ``shard_ledger.json``), not by a flag.
+
+:class:`LevanterCache` reads one field (``input_ids``) of such a cache with the
+interface of :class:`~datatools.io.store.TokenStore` that the document sources use
+(``len()``, ``offsets``, ``lengths()``, ``num_tokens``, ``read_tokens``), so
+:class:`~datatools.io.documents.StoreDocuments` reads it through its bounded chunk
+cache: memory holds the offsets (8 bytes per document, read once) and at most the
+reader's cache of token chunks. Tokens are read by range, through tensorstore.
+
+Checked on open (ValueError naming the cache and what is wrong): the ledger parses and
+says ``is_finished`` (Levanter itself refuses an unfinished cache); the field's
+``offsets`` and ``data`` arrays exist; ``offsets[0]`` equals the ledger's row count;
+offsets never decrease; the tokens add up to the ledger's ``field_counts``; one listing
+of ``data`` finds every shard file the tokens need (tensorstore reads a missing one as
+zeros; Levanter does not store an inner chunk equal to the fill value, so a missing
+*inner* chunk is legitimately zeros and is read as such; a whole shard of 128 Mi
+token-0 ids is refused as missing, a price paid for never reading a lost file as zeros).
+Reads refuse token ids that do not fit int32 (datatools' batch dtype) or are negative.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import tensorstore as ts
+
+from datatools.io.io_errors import as_os_error, status_code
+from datatools.io.paths import display
+from datatools.io.storage import kvstore_spec
+
+LEDGER = "shard_ledger.json"
+FIELD = "input_ids"  # the token field of Levanter's text caches
+LAYOUTS = ("consolidated", "sharded")
+INT32_MAX = np.iinfo(np.int32).max
+
+
+def is_levanter_cache(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is laid out as a Levanter cache (a directory with ``shard_ledger.json``). Its content is
+    checked when it is opened, so a cache with a bad ledger or missing arrays is reported as such, not skipped."""
+    path = Path(path)
+    return path.is_dir() and (path / LEDGER).is_file()
+
+
+def array_spec(path: str | os.PathLike) -> dict:
+    """The tensorstore spec of one of the cache's zarr v3 arrays (the one place a kvstore is chosen: local files,
+    or an object store's through :func:`datatools.io.storage.kvstore_spec`)."""
+    return {"driver": "zarr3", "kvstore": kvstore_spec(path)}
+
+
+def array_keys(path: str | os.PathLike) -> set[str]:
+    """The keys an array's kvstore holds (``zarr.json``, ``c/0``, ...): one listing, no data read."""
+    spec = dict(array_spec(path)["kvstore"])
+    spec["path"] = str(spec["path"]).rstrip("/") + "/"
+    return {k.decode("utf-8", "replace") for k in ts.KvStore.open(spec).result().list().result()}
+
+
+def _count(ledger: dict, key: str, where: str) -> int:
+    value = ledger.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{where}: corrupt ({key} must be a non-negative integer, got {str(value)[:40]!r})")
+    return value
+
+
+def read_ledger(path: str | os.PathLike) -> dict:
+    """The cache's ledger, checked: it parses, names a known layout, and says the cache is finished.
+
+    Raises:
+      ValueError: no ledger, a corrupt one, or an unfinished cache (naming the ledger and what is missing).
+    """
+    where = Path(path) / LEDGER
+    try:
+        with open(where, "rb") as f:  # a PermissionError propagates, naming the file
+            ledger = json.loads(f.read())
+    except (FileNotFoundError, NotADirectoryError):
+        raise ValueError(f"{display(path)}: not a Levanter cache (no {LEDGER})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{display(where)}: corrupt ({exc})") from None
+    if not isinstance(ledger, dict):
+        raise ValueError(f"{display(where)}: corrupt (not a JSON object)")
+    rows = _count(ledger, "total_num_rows", display(where))
+    if ledger.get("is_finished") is not True:
+        done = ledger.get("finished_shards") or []
+        raise ValueError(f"{display(where)}: the Levanter cache is not finished (is_finished is "
+                         f"{json.dumps(ledger.get('is_finished'))}; {len(done)} shards and {rows} rows written so "
+                         f"far): let Levanter finish building it, then read it")
+    layout = ledger.get("layout", "consolidated")
+    if layout not in LAYOUTS:
+        raise ValueError(f"{display(where)}: unknown layout {str(layout)[:40]!r} (this datatools reads "
+                         f"{', '.join(LAYOUTS)})")
+    return ledger
+
+
+class LevanterCache:
+    """Random access to one field of a finished Levanter cache, as the document sources read a token store.
+
+    Picklable (tensorstore handles reopen lazily in each worker process).
+
+    Args:
+      path: the cache directory (the one holding ``shard_ledger.json``, e.g. ``.../train``).
+      field: the jagged array to read (``input_ids``).
+
+    Raises (on open):
+      ValueError: not a finished Levanter cache, the field's arrays missing, or offsets that disagree with
+        the ledger (naming the cache and what).
+    """
+
+    def __init__(self, path: str | os.PathLike, field: str = FIELD):
+        self.path = Path(path)
+        self.field = field
+        self.ledger = read_ledger(self.path)
+        self.parts = self._parts()  # (directory of the field's arrays, rows) in row order
+        self._data: list | None = None
+        offsets, self._part_tokens = self._read_offsets()
+        self.offsets = offsets
+        expected = (self.ledger.get("field_counts") or {}).get(field)
+        if isinstance(expected, int) and expected != self.num_tokens:
+            raise ValueError(f"{display(self.path)}: the ledger counts {expected} {field} tokens, the offsets "
+                             f"{self.num_tokens}: the cache is damaged")
+
+    def _parts(self) -> list[tuple[Path, int]]:
+        rows = int(self.ledger["total_num_rows"])
+        if self.ledger.get("layout", "consolidated") == "consolidated":
+            return [(self.path / self.field, rows)]
+        shard_rows = self.ledger.get("shard_rows") or {}
+        parts, total = [], 0
+        for name in self.ledger.get("finished_shards") or []:
+            n = shard_rows.get(name) if isinstance(name, str) else None
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0 or os.path.isabs(name) or ".." in name.split("/"):
+                raise ValueError(f"{display(self.path / LEDGER)}: corrupt (shard {str(name)[:60]!r} has no row count "
+                                 f"or is not a relative path)")
+            parts.append((self.path / name / self.field, n))
+            total += n
+        if total != rows:
+            raise ValueError(f"{display(self.path / LEDGER)}: corrupt (its shards hold {total} rows, "
+                             f"total_num_rows says {rows})")
+        return parts
+
+    def _open(self, where: Path, name: str):
+        array = where / name
+        try:
+            return ts.open(array_spec(array), open=True, read=True).result()
+        except ValueError as exc:
+            if (err := as_os_error(exc, array)) is not None:
+                raise err from None
+            if status_code(exc) == "NOT_FOUND":
+                rel = os.path.relpath(array, self.path)
+                raise ValueError(f"{display(self.path)}: {rel}/ is missing (no {rel}/zarr.json); the Levanter "
+                                 f"cache is incomplete") from None
+            raise ValueError(f"{display(array)}: not a readable zarr v3 array ({str(exc)[:200]})") from None
+
+    def _read(self, arr, begin: int, end: int, where: Path) -> np.ndarray:
+        try:
+            return arr[begin:end].read().result()
+        except ValueError as exc:
+            if (err := as_os_error(exc, where)) is not None:
+                raise err from None
+            state = "missing" if status_code(exc) == "NOT_FOUND" else "corrupt"
+            raise ValueError(f"{display(where)}: a chunk holding elements [{begin}, {end}) is {state} "
+                             f"({str(exc)[:200]})") from None
+
+    def _read_offsets(self) -> tuple[np.ndarray, np.ndarray]:
+        """Global int64 offsets (num_rows + 1, from 0) and the first token of every part; each part's offsets
+        are read once, in one read, and checked against the ledger."""
+        pieces, starts, base = [np.zeros(1, np.int64)], [], 0
+        self._data = []
+        for where, rows in self.parts:
+            offsets_array = self._open(where, "offsets")
+            self._data.append(self._open(where, "data"))
+            dtype = np.dtype(self._data[-1].dtype.numpy_dtype)
+            if dtype.kind not in "iu":
+                raise ValueError(f"{display(where / 'data')}: holds {dtype}, not token ids")
+            off = np.asarray(self._read(offsets_array, 0, rows + 1, where / "offsets"), np.int64)
+            self._check_shards(where / "data", self._data[-1], int(off[-1]) if rows else 0)
+            if off.shape[0] != rows + 1 or int(off[0]) != rows:
+                raise ValueError(f"{display(where / 'offsets')}: offsets[0] is {int(off[0]) if off.size else None}, "
+                                 f"the ledger says {rows} rows: the cache is damaged or still being written")
+            off[0] = 0
+            if (np.diff(off) < 0).any():
+                i = int(np.flatnonzero(np.diff(off) < 0)[0])
+                raise ValueError(f"{display(where / 'offsets')}: offsets decrease at row {i}: the cache is damaged")
+            starts.append(base)
+            pieces.append(off[1:] + base)
+            base += int(off[-1])
+        starts.append(base)
+        return np.concatenate(pieces), np.asarray(starts, np.int64)
+
+    def _check_shards(self, where: Path, arr, tokens: int) -> None:
+        """Every outer chunk (shard file) holding one of the first ``tokens`` elements is there."""
+        outer = int(arr.chunk_layout.write_chunk.shape[0])
+        need = [f"c/{i}" for i in range(-(-tokens // outer))]
+        try:
+            present = array_keys(where)
+        except ValueError as exc:
+            if (err := as_os_error(exc, where)) is not None:
+                raise err from None
+            raise
+        missing = [k for k in need if k not in present]
+        if missing:
+            raise ValueError(f"{display(where)}: chunk {missing[0]} is missing"
+                             f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}; the Levanter cache "
+                             f"is incomplete")
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_data"} | {"_data": None}
+
+    def _arrays(self) -> list:
+        if self._data is None:
+            self._data = [self._open(where, "data") for where, _ in self.parts]
+        return self._data
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.offsets[-1])
+
+    def __len__(self) -> int:
+        return self.offsets.shape[0] - 1
+
+    def lengths(self) -> np.ndarray:
+        """int64 tokens per document (row), from the offsets alone."""
+        return np.diff(self.offsets)
+
+    def read_tokens(self, begin: int, end: int) -> np.ndarray:
+        """Tokens [begin, end) of the field, every row back to back, as int32 (one read per part touched).
+
+        Raises:
+          ValueError: a chunk is missing or corrupt, or a token id is negative or does not fit int32.
+        """
+        if not 0 <= begin <= end <= self.num_tokens:
+            raise IndexError(f"tokens [{begin}, {end}) out of range for {self.num_tokens} tokens")
+        arrays, out, at = self._arrays(), np.empty(end - begin, np.int32), 0
+        first = int(np.searchsorted(self._part_tokens, begin, side="right")) - 1
+        for k in range(max(first, 0), len(self.parts)):
+            lo, hi = int(self._part_tokens[k]), int(self._part_tokens[k + 1])
+            if lo >= end:
+                break
+            a, b = max(begin, lo), min(end, hi)
+            if a >= b:
+                continue
+            where = self.parts[k][0] / "data"
+            block = self._read(arrays[k], a - lo, b - lo, where)
+            if block.size:
+                low, high = int(block.min()), int(block.max())
+                if low < 0 or high > INT32_MAX:
+                    raise ValueError(f"{display(where)}: token id {low if low < 0 else high} is negative or does "
+                                     f"not fit int32")
+            out[at : at + block.size] = block
+            at += block.size
+        return out
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"document {i} out of range for a cache of {n} documents")
+        i %= n
+        return self.read_tokens(int(self.offsets[i]), int(self.offsets[i + 1]))
+
+    def describe(self) -> dict:
+        """What reports record: the layout, documents and tokens (from the ledger and offsets)."""
+        return {"layout": self.ledger.get("layout", "consolidated"), "field": self.field,
+                "documents": len(self), "tokens": self.num_tokens}
+
+    def __repr__(self) -> str:
+        return f"LevanterCache({str(self.path)!r}, documents={len(self)}, tokens={self.num_tokens})"

@@ -1,0 +1,117 @@
+"""Full check of a token store: every byte read once (``datatools verify``).
+
+What :class:`~datatools.io.store.TokenStore` checks on open is cheap (keys listed, no
+data read). :func:`verify_store` reads everything, so a store that passes it holds
+exactly what its job wrote:
+
+1. every recorded key of both arrays: present, its size in bytes and its sha256 as
+   the manifest records them (version 2; a version-1 store has no records);
+2. the offsets: decoded (each chunk's crc32c checked by tensorstore), offsets[0] == 0,
+   never decreasing, the last equal to the manifest's ``num_tokens``;
+3. the tokens, a chunk at a time: decoded, every id below the manifest's ``vocab_size``.
+
+Memory: one batch of raw chunks (64 chunks, a few MiB each) and the offsets array.
+The first problem raises ``ValueError`` naming the store and the chunk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from datatools.io import storage
+from datatools.io.paths import display
+from datatools.io.store import ARRAYS, TokenStore, array_kvstore, check_offsets, read_keys
+
+
+@dataclass
+class VerifyReport:
+    """What :func:`verify_store` checked (sizes in bytes, times in seconds)."""
+
+    path: str
+    version: int
+    documents: int
+    tokens: int
+    dtype: str
+    vocab_size: int | None
+    max_token: int | None
+    chunks: dict[str, int] = field(default_factory=dict)  # array -> chunk files checked
+    stored_bytes: int = 0
+    checksums: bool = True
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def verify_store(path: str | os.PathLike, *, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+    """Check every byte of the store at ``path`` (see the module docstring); the report when it is whole.
+
+    ``progress(done, total)`` is called in stored bytes read (checksums) and then in tokens decoded.
+
+    Raises:
+      ValueError: not a store, or the first chunk that is missing, of the wrong size, with the wrong checksum,
+        undecodable, with offsets out of order or a token id >= vocab_size (naming the store and the chunk).
+      OSError: the storage failed (permission, I/O).
+    """
+    t0 = time.perf_counter()
+    store = TokenStore(path)
+    where = display(store.path)
+    vocab = store.manifest.get("vocab_size")
+    vocab = vocab if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0 else None
+    report = VerifyReport(where, store.version, len(store), store.num_tokens, store.dtype.name, vocab, None)
+    if store.version >= 2:
+        _check_checksums(store, report, progress)
+    else:
+        report.checksums = False
+        report.notes.append("store version 1: no checksums recorded (re-run `datatools pretokenize ... --overwrite` "
+                            "to record them); sizes and checksums not checked")
+    offsets = store.read_array("offsets", 0, len(store) + 1)
+    check_offsets(offsets, store.num_tokens, store.path)
+    step = int(store.tokens.chunk_layout.read_chunk.shape[0])
+    top = -1
+    for begin in range(0, store.num_tokens, step):
+        block = store.read_array("tokens", begin, min(begin + step, store.num_tokens))
+        if block.size:
+            m = int(block.max())
+            if vocab is not None and m >= vocab:
+                at = begin + int(np.argmax(block >= vocab))
+                raise ValueError(f"{where}: chunk tokens/c/{begin // step} is corrupt (token {at} is {m}, not below "
+                                 f"the vocabulary size {vocab})")
+            top = max(top, m)
+        if progress is not None:
+            progress(min(begin + step, store.num_tokens), store.num_tokens)
+    report.max_token = top if top >= 0 else None
+    if vocab is None:
+        report.notes.append("no vocab_size in the manifest: token range not checked")
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _check_checksums(store: TokenStore, report: VerifyReport, progress) -> None:
+    """Every recorded key read through the array's kvstore: present, recorded size, recorded sha256."""
+    where = display(store.path)
+    chunks = store.manifest["chunks"]
+    total = sum(rec[0] for name in ARRAYS for rec in chunks[name].values())
+    done = 0
+    for name in ARRAYS:
+        records = chunks[name]
+        kv = array_kvstore(storage.join(store.path, name))
+        keys = sorted(records)
+        for key, value in read_keys(kv, [k.encode() for k in keys]):
+            size, digest = records[key]
+            if value is None:
+                raise ValueError(f"{where}: chunk {name}/{key} is missing")
+            if len(value) != size:
+                raise ValueError(f"{where}: chunk {name}/{key} is corrupt ({len(value)} bytes, the manifest records "
+                                 f"{size})")
+            if hashlib.sha256(value).hexdigest() != digest:
+                raise ValueError(f"{where}: chunk {name}/{key} is corrupt (its sha256 differs from the manifest's)")
+            done += size
+            if progress is not None:
+                progress(done, total)
+        report.chunks[name] = len(records)
+    report.stored_bytes = total

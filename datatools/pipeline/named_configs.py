@@ -1,0 +1,94 @@
+"""Configs by name and ``--set key=value`` overrides, so the shipped configs work after ``pip install``.
+
+The configs in ``datatools/configs/`` are package data: :func:`resolve_config` finds one by its
+name (``pretrain_block_8192``, with or without ``.yaml``, or as ``configs/NAME.yaml`` as the
+README writes it) when no such file exists in the working directory; a file always wins.
+:func:`apply_overrides` changes any key of the loaded YAML, as MaxText's ``key=value``
+arguments do: dotted keys reach into sections (``packing.ctx=2048``), values are YAML
+scalars (``true``, ``null``, ``2048``, ``'007'``) or a flat list (``[1024, 2048]``), and the
+result is validated by the same schema as the file, so a bad key or value is named.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Sequence
+
+import yaml
+
+from datatools.io.paths import first_line
+
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+MAX_VALUE_CHARS = 4096
+
+
+def _configs_dir():
+    return resources.files("datatools").joinpath("configs")
+
+
+def packaged_configs() -> list[str]:
+    """Names of the configs shipped in the package (``datatools/configs/*.yaml``), sorted."""
+    return sorted(p.name.removesuffix(".yaml") for p in _configs_dir().iterdir() if p.name.endswith(".yaml"))
+
+
+def resolve_config(config: str | os.PathLike) -> str | os.PathLike:
+    """``config`` itself when it is a file (or a URL), else the packaged config it names.
+
+    Raises:
+      ValueError: neither a file nor a packaged config; the message lists the packaged names.
+    """
+    text = os.fspath(config)
+    if "://" in text or os.path.exists(text):
+        return config
+    name = text.removeprefix("configs/").removeprefix("configs" + os.sep)
+    name = name[: -len(".yaml")] if name.endswith(".yaml") else name[: -len(".yml")] if name.endswith(".yml") else name
+    if name and "/" not in name and os.sep not in name:
+        candidate = _configs_dir().joinpath(f"{name}.yaml")
+        if candidate.is_file():
+            return Path(str(candidate))
+    raise ValueError(f"{text}: no such config file, and no packaged config of that name (packaged: "
+                     f"{', '.join(packaged_configs())})")
+
+
+def parse_value(key: str, text: str):
+    """A ``--set`` value: a YAML scalar or a flat list of scalars (nothing nested: no alias can expand)."""
+    if len(text) > MAX_VALUE_CHARS:
+        raise ValueError(f"--set {key}: the value is {len(text):,} characters; at most {MAX_VALUE_CHARS:,}")
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"--set {key}={text[:60]!r}: not a YAML value ({first_line(exc)})") from None
+    if node is None:
+        return None
+    flat = isinstance(node, yaml.SequenceNode) and all(isinstance(n, yaml.ScalarNode) for n in node.value)
+    if not (isinstance(node, yaml.ScalarNode) or flat):
+        raise ValueError(f"--set {key}={text[:60]!r}: a value must be a scalar or a flat list like [1, 2]")
+    return yaml.safe_load(text)
+
+
+def apply_overrides(data: dict, overrides: Sequence[str]) -> dict:
+    """``data`` (a loaded config) with each ``KEY=VALUE`` of ``overrides`` applied in order (a new dict; the
+    sections on the way are copied). Raises ValueError naming a malformed override."""
+    out = dict(data)
+    for item in overrides:
+        key, eq, text = str(item).partition("=")
+        key = key.strip()
+        if not eq or not _KEY.fullmatch(key):
+            raise ValueError(f"--set {str(item)[:80]!r}: expected KEY=VALUE with a dotted key, like packing.ctx=2048")
+        value = parse_value(key, text.strip())
+        parts = key.split(".")
+        node = out
+        for depth, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = {}
+            elif not isinstance(child, dict):
+                where = ".".join(parts[: depth + 1])
+                raise ValueError(f"--set {key}: {where} is {child!r}, not a section")
+            node[part] = child = dict(child)
+            node = child
+        node[parts[-1]] = value
+    return out

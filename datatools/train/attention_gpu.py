@@ -1,0 +1,71 @@
+"""Attention for NVIDIA GPUs on packed rows: ``cudnn`` and ``pallas_gpu``.
+
+* ``cudnn``: cuDNN's fused flash attention through the public
+  ``jax.nn.dot_product_attention(implementation="cudnn")``, given the segment
+  information that API accepts: ``is_causal`` (cuDNN skips the tiles above the
+  diagonal), the per-row real lengths (``query_seq_lengths`` /
+  ``key_value_seq_lengths``: padding at a row's end is skipped) and the
+  same-segment mask (cuDNN adds it as a bias). It computes the causal half of every
+  row: rows x ctx(ctx + 1) / 2 pairs. It needs a GPU with cuDNN; elsewhere it raises
+  (:func:`cudnn_arguments` is what it would pass, checked on the CPU with XLA's
+  implementation).
+* ``pallas_gpu``: JAX's Pallas GPU flash attention (``jax.experimental.pallas.ops.gpu.attention.mha``)
+  with our ``segment_ids`` and causal masking, forward and backward in Pallas
+  (Triton on a GPU). It skips the tiles above the diagonal, not the
+  cross-document ones. Off a GPU it runs with ``interpret=True`` on the CPU: exact,
+  for correctness tests only, and slow.
+
+A padding query's output is 0, as in :func:`datatools.train.attention.dense_attention`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+
+def _zero_padding(out, segment_ids, dtype):
+    return jnp.where((segment_ids > 0)[:, :, None, None], out, 0).astype(dtype)
+
+
+def cudnn_arguments(q, k, v, segment_ids) -> dict:
+    """The keyword arguments of ``jax.nn.dot_product_attention`` for packed rows (besides q, k, v):
+    ``mask`` (B, 1, T, T) same segment, ``is_causal``, and each row's length up to its last real token."""
+    seg = segment_ids.astype(jnp.int32)
+    t = seg.shape[1]
+    real = seg > 0
+    lengths = jnp.where(real.any(axis=1), t - jnp.argmax(real[:, ::-1], axis=1), 0).astype(jnp.int32)
+    return {"mask": (seg[:, :, None] == seg[:, None, :])[:, None], "is_causal": True,
+            "query_seq_lengths": lengths, "key_value_seq_lengths": lengths, "scale": 1.0 / math.sqrt(q.shape[-1])}
+
+
+def cudnn_attention(q, k, v, segment_ids):
+    """cuDNN flash attention with the segment mask (see the module docstring); a GPU only."""
+    platform = jax.devices()[0].platform
+    if platform != "gpu":
+        raise ValueError(f"attention: cudnn needs an NVIDIA GPU with cuDNN (this JAX runs on {platform}); use "
+                         "pallas_gpu (interpreted off a GPU), fused, dense or blocksparse")
+    out = jax.nn.dot_product_attention(q, k, v, implementation="cudnn", **cudnn_arguments(q, k, v, segment_ids))
+    return _zero_padding(out, segment_ids, q.dtype)
+
+
+def pallas_gpu_attention(q, k, v, segment_ids, block: int = 128):
+    """Pallas GPU flash attention with segment ids and causal masking (interpreted on the CPU off a GPU).
+
+    Args:
+      q, k, v: (B, T, H, D); T a multiple of ``block`` (or below it).
+      segment_ids: (B, T) int, 0 for padding.
+      block: query and key tile size (tokens) of the forward and backward kernels.
+    """
+    from jax.experimental.pallas.ops.gpu.attention import BlockSizes, mha
+
+    t = q.shape[1]
+    b = min(block, t)
+    if t % b:
+        raise ValueError(f"pallas_gpu: attention_block={block} must divide ctx={t}")
+    sizes = BlockSizes(block_q=b, block_k=b, block_q_dkv=b, block_kv_dkv=b, block_q_dq=b, block_kv_dq=b)
+    out = mha(q, k, v, segment_ids.astype(jnp.int32), sm_scale=1.0 / math.sqrt(q.shape[-1]), causal=True,
+              block_sizes=sizes, interpret=jax.devices()[0].platform != "gpu")
+    return _zero_padding(out, segment_ids, q.dtype)

@@ -1,0 +1,362 @@
+"""``pallas_blocksparse``: a Pallas TPU attention kernel whose grid runs over the loader's non-empty tiles only.
+
+The loader lists the batch's non-empty (query block, key block) tiles once, on the
+host (:func:`datatools.kernels.attention_blocks.tile_list`): row, query block, key
+block, full/partial, sorted by (row, query block, key block), plus the order by key
+block and the count of real entries. Those arrays are the kernel's scalar-prefetch
+operands (``PrefetchScalarGridSpec``): they sit in SMEM and the BlockSpec index maps
+read them, so grid step ``i`` fetches exactly tile ``i``'s query, key and value blocks.
+The grid is (heads, tiles listed) with the tile count a dynamic grid bound: a row
+filled by short documents runs about ctx x document length / block^2 steps, not
+ctx^2 / block^2 as a dense or a statically masked kernel (splash) does.
+
+* forward: a flash-style running softmax (running maximum, sum of exponentials and
+  weighted values in VMEM scratch), initialised at a query block's first tile and
+  written out at its last (the tiles of a query block are consecutive in the list);
+  it also writes the log-sum-exp per query for the backward pass;
+* backward (``jax.custom_vjp``): two Pallas passes over the same list, dq over the
+  tiles in (row, query block) order and dk/dv over them in (row, key block) order,
+  each accumulating in VMEM scratch, recomputing the probabilities from the
+  log-sum-exp (no ctx x ctx residual is stored);
+* full tiles skip the mask (every pair attends); partial ones build it from the
+  positions and segment ids of the two blocks;
+* every pass counts its grid steps into an SMEM output (``steps``): what the kernel
+  executed, asserted equal to the tile count by the tests and used for HFU. (The count
+  is exact in interpret mode and on one-core chips; where megacore splits the parallel
+  heads axis, each core counts its own share.)
+
+Block sizes are a multiple of 128 tokens (the TPU lane width). Off a TPU the kernels
+run in TPU interpret mode (``pltpu.InterpretParams``): exact, for correctness tests
+only, and slow (about 40 ms of CPU a grid step).
+
+Query t attends to key s when s <= t, both are in the same segment and t is not
+padding; a padding query's output (and gradient) is 0, as in
+:func:`datatools.train.attention.dense_attention`.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from datatools.kernels.attention_blocks import TILE_KEYS
+
+NEG = -1e30  # a masked score: finite, so exp(NEG - max) is 0, never NaN
+LANES = 128  # TPU lane width: block sizes are multiples of it
+NT = (((1,), (1,)), ((), ()))  # dot_general: contract the last axes (A @ B^T)
+
+
+def interpret_params():
+    """``pltpu.InterpretParams()`` off a TPU (run the kernels in TPU interpret mode on the CPU), else None."""
+    return None if jax.default_backend() == "tpu" else pltpu.InterpretParams()
+
+
+def check_block(block: int, ctx: int) -> None:
+    """A TPU-friendly tile: a multiple of 128 tokens that divides ctx."""
+    if block % LANES or ctx % block:
+        raise ValueError(f"pallas_blocksparse: attention_block={block} must be a multiple of {LANES} (the TPU lane "
+                         f"width) and divide ctx={ctx}")
+
+
+def _mask(qb, kb, sq, sk, block):
+    """(block, block) bool: may query (row) attend to key (column) in tile (qb, kb); sq (block, 1), sk (1, block)."""
+    qpos = qb * block + jax.lax.broadcasted_iota(jnp.int32, (block, block), 0)
+    kpos = kb * block + jax.lax.broadcasted_iota(jnp.int32, (block, block), 1)
+    return (kpos <= qpos) & (sq == sk) & (sq > 0)
+
+
+FULL, FIRST, LAST = 1, 2, 4  # bits of a tile's flags
+
+
+def _flags(row, major, full, count):
+    """Per tile: FULL, FIRST (it starts a run of equal (row, major) in the list: initialise the accumulators) and
+    LAST (it ends one: write the result out), one int32 each, so a grid step reads one scalar for all three."""
+    idx = jnp.arange(row.shape[0])
+    same_prev = (idx > 0) & (row == jnp.roll(row, 1)) & (major == jnp.roll(major, 1))
+    same_next = (idx + 1 < count) & (row == jnp.roll(row, -1)) & (major == jnp.roll(major, -1))
+    return (full * FULL + jnp.where(same_prev, 0, FIRST) + jnp.where(same_next, 0, LAST)).astype(jnp.int32)
+
+
+def _count_step(steps_ref):
+    @pl.when((pl.program_id(0) == 0) & (pl.program_id(1) == 0))
+    def _():
+        steps_ref[0] = 0
+
+    steps_ref[0] += 1
+
+
+def _fwd_kernel(row_ref, qb_ref, kb_ref, flags_ref, q_ref, k_ref, v_ref, sq_ref, sk_ref,
+                o_ref, lse_ref, steps_ref, m_sc, l_sc, acc_sc, *, scale, block):
+    i = pl.program_id(1)
+    flags = flags_ref[i]
+    _count_step(steps_ref)
+
+    @pl.when(flags & FIRST != 0)
+    def _():
+        m_sc[...] = jnp.full(m_sc.shape, NEG, jnp.float32)
+        l_sc[...] = jnp.zeros(l_sc.shape, jnp.float32)
+        acc_sc[...] = jnp.zeros(acc_sc.shape, jnp.float32)
+
+    def accumulate(masked: bool):
+        v = v_ref[...]
+        s = jax.lax.dot_general(q_ref[...], k_ref[...], NT, preferred_element_type=jnp.float32) * scale
+        if masked:
+            mask = _mask(qb_ref[i], kb_ref[i], sq_ref[...], sk_ref[...], block)
+            s = jnp.where(mask, s, NEG)
+        m_prev = m_sc[...]
+        m_new = jnp.maximum(m_prev, s.max(axis=1, keepdims=True))
+        p = jnp.exp(s - m_new)
+        if masked:
+            p = jnp.where(mask, p, 0.0)
+        grow = jnp.exp(m_prev - m_new)  # rescales what was summed under the old maximum
+        l_sc[...] = l_sc[...] * grow + p.sum(axis=1, keepdims=True)
+        acc_sc[...] = acc_sc[...] * grow + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+        m_sc[...] = m_new
+
+    pl.when(flags & FULL != 0)(lambda: accumulate(False))
+    pl.when(flags & FULL == 0)(lambda: accumulate(True))
+
+    @pl.when(flags & LAST != 0)
+    def _():
+        l = l_sc[...]
+        ok = l > 0  # a padding query attends to nothing: output 0
+        safe = jnp.where(ok, l, 1.0)
+        o_ref[...] = jnp.where(ok, acc_sc[...] / safe, 0.0).astype(o_ref.dtype)
+        lse_ref[...] = jnp.where(ok, m_sc[...] + jnp.log(safe), 0.0)
+
+
+def _probs(q, k, qb, kb, sq, sk, lse, full, block, scale):
+    """Probabilities (block, block) of a tile recomputed from the log-sum-exp (float32)."""
+    s = jax.lax.dot_general(q, k, NT, preferred_element_type=jnp.float32) * scale
+    if full:
+        return jnp.exp(s - lse)
+    mask = _mask(qb, kb, sq, sk, block)
+    return jnp.where(mask, jnp.exp(jnp.where(mask, s, NEG) - lse), 0.0)
+
+
+def _dq_kernel(row_ref, qb_ref, kb_ref, flags_ref, q_ref, k_ref, v_ref, sq_ref, sk_ref, do_ref, lse_ref, delta_ref,
+               dq_ref, steps_ref, dq_sc, *, scale, block):
+    i = pl.program_id(1)
+    flags = flags_ref[i]
+    _count_step(steps_ref)
+
+    @pl.when(flags & FIRST != 0)
+    def _():
+        dq_sc[...] = jnp.zeros(dq_sc.shape, jnp.float32)
+
+    def accumulate(full: bool):
+        k = k_ref[...]
+        p = _probs(q_ref[...], k, qb_ref[i], kb_ref[i], sq_ref[...], sk_ref[...], lse_ref[...], full, block, scale)
+        dp = jax.lax.dot_general(do_ref[...], v_ref[...], NT, preferred_element_type=jnp.float32)
+        ds = p * (dp - delta_ref[...])
+        dq_sc[...] += jnp.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32) * scale
+
+    pl.when(flags & FULL != 0)(lambda: accumulate(True))
+    pl.when(flags & FULL == 0)(lambda: accumulate(False))
+
+    @pl.when(flags & LAST != 0)
+    def _():
+        dq_ref[...] = dq_sc[...].astype(dq_ref.dtype)
+
+
+def _dkv_kernel(row_ref, qb_ref, kb_ref, flags_ref, q_ref, k_ref, v_ref, sq_ref, sk_ref, do_ref, lse_ref,
+                delta_ref, dk_ref, dv_ref, steps_ref, dk_sc, dv_sc, *, scale, block):
+    i = pl.program_id(1)
+    flags = flags_ref[i]
+    _count_step(steps_ref)
+
+    @pl.when(flags & FIRST != 0)
+    def _():
+        dk_sc[...] = jnp.zeros(dk_sc.shape, jnp.float32)
+        dv_sc[...] = jnp.zeros(dv_sc.shape, jnp.float32)
+
+    def accumulate(full: bool):
+        # the tile transposed (keys x queries), as splash does: every matmul is A @ B or A @ B^T
+        q, do = q_ref[...], do_ref[...]
+        st = jax.lax.dot_general(k_ref[...], q, NT, preferred_element_type=jnp.float32) * scale
+        if full:
+            pt = jnp.exp(st - lse_ref[...])
+        else:
+            qpos = qb_ref[i] * block + jax.lax.broadcasted_iota(jnp.int32, (block, block), 1)
+            kpos = kb_ref[i] * block + jax.lax.broadcasted_iota(jnp.int32, (block, block), 0)
+            sk, sq = sk_ref[...], sq_ref[...]  # (block, 1) per key, (1, block) per query
+            mask = (kpos <= qpos) & (sk == sq) & (sq > 0)
+            pt = jnp.where(mask, jnp.exp(jnp.where(mask, st, NEG) - lse_ref[...]), 0.0)
+        dv_sc[...] += jnp.dot(pt.astype(do.dtype), do, preferred_element_type=jnp.float32)
+        dpt = jax.lax.dot_general(v_ref[...], do, NT, preferred_element_type=jnp.float32)
+        dst = pt * (dpt - delta_ref[...])
+        dk_sc[...] += jnp.dot(dst.astype(q.dtype), q, preferred_element_type=jnp.float32) * scale
+
+    pl.when(flags & FULL != 0)(lambda: accumulate(True))
+    pl.when(flags & FULL == 0)(lambda: accumulate(False))
+
+    @pl.when(flags & LAST != 0)
+    def _():
+        dk_ref[...] = dk_sc[...].astype(dk_ref.dtype)
+        dv_ref[...] = dv_sc[...].astype(dv_ref.dtype)
+
+
+def _specs(block: int, d: int):
+    """BlockSpecs of the operands, index maps reading the prefetched tile list: (q side, k side, seg q, seg k,
+    per-query column)."""
+    def q_side(h, i, row, qb, kb, flags):
+        return row[i], h, qb[i], 0
+
+    def k_side(h, i, row, qb, kb, flags):
+        return row[i], h, kb[i], 0
+
+    def seg_q(h, i, row, qb, kb, flags):
+        return row[i], qb[i], 0
+
+    def seg_k(h, i, row, qb, kb, flags):
+        return row[i], 0, kb[i]
+
+    sq = pl.squeezed
+    return (pl.BlockSpec((sq, sq, block, d), q_side), pl.BlockSpec((sq, sq, block, d), k_side),
+            pl.BlockSpec((sq, block, 1), seg_q), pl.BlockSpec((sq, 1, block), seg_k),
+            pl.BlockSpec((sq, sq, block, 1), q_side))
+
+
+def _transposed_specs(block: int):
+    """BlockSpecs of the dk/dv pass's per-token operands, which works on transposed tiles (keys x queries):
+    segment ids per query as a row (1, block) of the (B, 1, T) array, per key as a column (block, 1) of the
+    (B, T, 1) array, and the per-query log-sum-exp and delta as rows of (B, H, 1, T) arrays."""
+    sq = pl.squeezed
+
+    def seg_q_row(h, i, row, qb, kb, flags):
+        return row[i], 0, qb[i]
+
+    def seg_k_col(h, i, row, qb, kb, flags):
+        return row[i], kb[i], 0
+
+    def q_row(h, i, row, qb, kb, flags):
+        return row[i], h, 0, qb[i]
+
+    return (pl.BlockSpec((sq, 1, block), seg_q_row), pl.BlockSpec((sq, block, 1), seg_k_col),
+            pl.BlockSpec((sq, sq, 1, block), q_row))
+
+
+def _steps_spec():
+    return pl.BlockSpec(memory_space=pltpu.SMEM)
+
+
+def _call(kernel, tiles, major, operands, in_specs, out_specs, out_shape, scratch, heads):
+    """One pass over the list: grid (heads, tiles listed), runs of equal (row, ``major`` block) accumulated."""
+    row, qb, kb, full, count = tiles
+    flags = _flags(row, qb if major == "q" else kb, full, count)
+    grid_spec = pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=4, grid=(heads, count), in_specs=in_specs,
+                                             out_specs=out_specs, scratch_shapes=scratch)
+    return pl.pallas_call(kernel, grid_spec=grid_spec, out_shape=out_shape, interpret=interpret_params(),
+                          compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
+                          )(row, qb, kb, flags, *operands)
+
+
+def _segments(segment_ids):
+    seg = segment_ids.astype(jnp.int32)
+    return seg[:, :, None], seg[:, None, :]  # (B, T, 1) per query, (B, 1, T) per key
+
+
+def forward(q, k, v, segment_ids, tiles, block: int):
+    """(out (B, H, T, D), log-sum-exp (B, H, T, 1) float32, grid steps run) of the forward kernel.
+
+    q, k, v: (B, H, T, D); tiles: (row, q block, k block, full, count) int32 arrays, q-major."""
+    b, h, t, d = q.shape
+    qs, ks, sqs, sks, cols = _specs(block, d)
+    sq, sk = _segments(segment_ids)
+    kernel = functools.partial(_fwd_kernel, scale=1.0 / math.sqrt(d), block=block)
+    out, lse, steps = _call(
+        kernel, tiles, "q", (q, k, v, sq, sk), [qs, ks, ks, sqs, sks], [qs, cols, _steps_spec()],
+        [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, t, 1), jnp.float32),
+         jax.ShapeDtypeStruct((1,), jnp.int32)],
+        [pltpu.VMEM((block, 1), jnp.float32), pltpu.VMEM((block, 1), jnp.float32),
+         pltpu.VMEM((block, d), jnp.float32)], h)
+    real = (segment_ids > 0)[:, None, :, None]  # query blocks of padding only are never visited
+    return jnp.where(real, out, 0).astype(q.dtype), jnp.where(real, lse, 0.0), steps[0]
+
+
+def backward(q, k, v, segment_ids, tiles, by_k, block: int, out, lse, dout):
+    """(dq, dk, dv, dq grid steps, dk/dv grid steps): the two backward passes over the tile list."""
+    b, h, t, d = q.shape
+    qs, ks, sqs, sks, cols = _specs(block, d)
+    sq, sk = _segments(segment_ids)
+    scale = 1.0 / math.sqrt(d)
+    delta = jnp.sum(out.astype(jnp.float32) * dout.astype(jnp.float32), axis=-1, keepdims=True)  # (B, H, T, 1)
+    operands = (q, k, v, sq, sk, dout, lse, delta)
+    in_specs = [qs, ks, ks, sqs, sks, qs, cols, cols]
+    dq, dq_steps = _call(functools.partial(_dq_kernel, scale=scale, block=block), tiles, "q", operands, in_specs,
+                         [qs, _steps_spec()], [jax.ShapeDtypeStruct(q.shape, q.dtype),
+                                               jax.ShapeDtypeStruct((1,), jnp.int32)],
+                         [pltpu.VMEM((block, d), jnp.float32)], h)
+    kmajor = tuple(jnp.take(x, by_k) for x in tiles[:4]) + (tiles[4],)
+    sq_row, sk_col, rows = _transposed_specs(block)
+    # sk is the (B, 1, T) view of the segment ids (read per query block here), sq the (B, T, 1) one (per key block)
+    dkv_operands = (q, k, v, sk, sq, dout, lse.reshape(b, h, 1, t), delta.reshape(b, h, 1, t))
+    dk, dv, dkv_steps = _call(functools.partial(_dkv_kernel, scale=scale, block=block), kmajor, "k", dkv_operands,
+                              [qs, ks, ks, sq_row, sk_col, qs, rows, rows],
+                              [ks, ks, _steps_spec()], [jax.ShapeDtypeStruct(k.shape, k.dtype),
+                                                        jax.ShapeDtypeStruct(v.shape, v.dtype),
+                                                        jax.ShapeDtypeStruct((1,), jnp.int32)],
+                              [pltpu.VMEM((block, d), jnp.float32), pltpu.VMEM((block, d), jnp.float32)], h)
+    real = (segment_ids > 0)[:, None, :, None]  # blocks no tile touches (padding only) are never written
+    dq, dk, dv = (jnp.where(real, x, 0).astype(x.dtype) for x in (dq, dk, dv))
+    return dq, dk, dv, dq_steps[0], dkv_steps[0]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
+def _attend(q, k, v, segment_ids, tiles, by_k, block):
+    return forward(q, k, v, segment_ids, tiles, block)[0]
+
+
+def _attend_fwd(q, k, v, segment_ids, tiles, by_k, block):
+    out, lse, _ = forward(q, k, v, segment_ids, tiles, block)
+    return out, (q, k, v, segment_ids, tiles, by_k, out, lse)
+
+
+def _attend_bwd(block, res, dout):
+    q, k, v, segment_ids, tiles, by_k, out, lse = res
+    dq, dk, dv, _, _ = backward(q, k, v, segment_ids, tiles, by_k, block, out, lse, dout)
+    return dq, dk, dv, None, None, None
+
+
+_attend.defvjp(_attend_fwd, _attend_bwd)
+
+
+def _unpack(tiles: dict):
+    missing = [key for key in TILE_KEYS if key not in tiles]
+    if missing:
+        raise ValueError(f"attention: pallas_blocksparse needs the batch's tile list ({', '.join(missing)} missing)")
+    arrays = [jnp.asarray(tiles[key], jnp.int32) for key in TILE_KEYS]
+    return (*arrays[:4], arrays[5][0]), arrays[4]
+
+
+def pallas_blocksparse_attention(q, k, v, segment_ids, tiles: dict, block: int):
+    """The same function as :func:`datatools.train.attention.dense_attention`, computed by the Pallas kernels on
+    the listed tiles only (differentiable: the backward pass is the two Pallas passes).
+
+    Args:
+      q, k, v: (B, T, H, D).
+      segment_ids: (B, T).
+      tiles: the batch's tile list (:data:`~datatools.kernels.attention_blocks.TILE_KEYS`, from
+        :func:`~datatools.kernels.attention_blocks.tile_list` with the same ``block``).
+      block: tile size (tokens), a multiple of 128 dividing T.
+    """
+    check_block(block, q.shape[1])
+    prefetch, by_k = _unpack(tiles)
+    qt, kt, vt = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))  # (B, H, T, D): a tile is (block, D) in VMEM
+    return jnp.swapaxes(_attend(qt, kt, vt, segment_ids, prefetch, by_k, block), 1, 2)
+
+
+def pallas_blocksparse_steps(q, k, v, segment_ids, tiles: dict, block: int) -> dict[str, jax.Array]:
+    """Grid steps each pass executes (``forward``, ``dq``, ``dkv``), counted by the kernels themselves: heads x
+    the tiles listed when the kernel visits the non-empty tiles only."""
+    check_block(block, q.shape[1])
+    prefetch, by_k = _unpack(tiles)
+    qt, kt, vt = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))
+    out, lse, fwd_steps = forward(qt, kt, vt, segment_ids, prefetch, block)
+    *_, dq_steps, dkv_steps = backward(qt, kt, vt, segment_ids, prefetch, by_k, block, out, lse, jnp.ones_like(out))
+    return {"forward": fwd_steps, "dq": dq_steps, "dkv": dkv_steps}

@@ -1,0 +1,102 @@
+"""``datatools pipeline``: packaged configs by name, ``--set`` overrides checked by the schema, the workers limit
+(issue 21, defects 9 and 10)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import random_docs, write_test_store
+from hypothesis import given
+from hypothesis import strategies as st
+
+from datatools.cli import main
+from datatools.pipeline import load_config
+from datatools.pipeline.build import MAX_WORKERS
+from datatools.pipeline.named_configs import apply_overrides, packaged_configs, resolve_config
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return write_test_store(tmp_path_factory.mktemp("pc") / "store", random_docs(400, max_len=600))
+
+
+def test_a_packaged_config_runs_by_name_from_anywhere_with_overrides(tmp_path, monkeypatch, store, capsys):
+    monkeypatch.chdir(tmp_path)  # no configs/ here: the name is found in the package
+    assert main(["pipeline", "pretrain_block_8192", "--steps", "2", "--source", str(store), "--set", "workers=0",
+                 "--set", "packing.ctx=512", "--set", "batch_size=3", "--json", "-"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["shapes"] == [[3, 512]] and report["config"]["workers"] == 0
+    for spelled in ("pretrain_block_8192.yaml", "configs/pretrain_block_8192.yaml"):
+        assert load_config(spelled, source=str(store)).packing.ctx == 8192
+
+
+def test_a_local_file_wins_over_a_packaged_name(tmp_path, monkeypatch, store):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bucketed").write_text(f"source: {{path: {store}}}\npacking: {{ctx: 64}}\n")
+    assert load_config("bucketed").packing.ctx == 64
+
+
+@pytest.mark.parametrize("args, message", [
+    (["nonesuch"], "no packaged config of that name (packaged: bucketed, "),
+    (["finetune_packed_1024", "--set", "packing.ctx=0"], "packing.ctx must be >= 1; got 0"),
+    (["finetune_packed_1024", "--set", "packing.ctxx=64"], "unknown key 'ctxx' in packing"),
+    (["finetune_packed_1024", "--set", "packing.ctx"], "expected KEY=VALUE"),
+    (["finetune_packed_1024", "--set", "batch_size.rows=2"], "batch_size is 16, not a section"),
+    (["finetune_packed_1024", "--set", "seed=[1, [2]]"], "a scalar or a flat list"),
+    (["finetune_packed_1024", "--set", "shuffle={kind: none}"], "a scalar or a flat list"),
+    (["finetune_packed_1024", "--set", "seed=[&a [*a, *a], *a]"], "a scalar or a flat list"),
+    (["finetune_packed_1024", "--workers", str(MAX_WORKERS + 1)], f"0<=x<={MAX_WORKERS}"),
+    (["finetune_packed_1024", "--set", f"workers={MAX_WORKERS + 1}"], f"workers must be <= {MAX_WORKERS}"),
+])
+def test_bad_names_and_overrides_are_named_with_exit_2(args, message, capsys):
+    assert main(["pipeline", *args, "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("datatools: error: ") and message in err and "Traceback" not in err
+
+
+def test_the_workers_limit_is_one_number_in_the_schema_the_option_and_the_reference():
+    from pathlib import Path
+
+    import datatools
+
+    reference = (Path(datatools.__file__).parent / "configs" / "README.md").read_text()
+    assert MAX_WORKERS <= 64  # 1024 processes ran past 60 s on a 16-core machine
+    assert f"| `workers` | integer | 0 | >= 0 and <= {MAX_WORKERS:,} |" in reference
+    assert load_config("finetune_packed_1024", overrides=[f"workers={MAX_WORKERS}"]).workers == MAX_WORKERS
+
+
+def test_every_packaged_config_resolves_by_name():
+    names = packaged_configs()
+    assert {"pretrain_block_8192", "finetune_packed_1024", "bucketed"} <= set(names)
+    for name in names:
+        assert resolve_config(name).name == f"{name}.yaml"
+
+
+keys = st.lists(st.sampled_from(["a", "b", "c_1", "packing", "ctx"]), min_size=1, max_size=3).map(".".join)
+scalars = st.one_of(st.integers(-10**12, 10**12), st.booleans(), st.none(),
+                    st.text("abcxyz_-/", min_size=1, max_size=12).filter(lambda s: s not in ("null", "y", "n")))
+
+
+@given(base=st.dictionaries(st.sampled_from(["x", "y_2", "z"]), st.integers(), max_size=3),
+       sets=st.lists(st.tuples(keys, scalars), max_size=5))
+def test_overrides_set_each_path_and_leave_the_rest(base, sets):
+    """Applied in order, each KEY=VALUE is found at its dotted path (unless a later one replaced it or a
+    section above it); the original mapping is not changed; keys not named keep their values."""
+    before = json.dumps(base, sort_keys=True)
+    try:
+        out = apply_overrides(base, [f"{k}={json.dumps(v)}" for k, v in sets])
+    except ValueError as exc:
+        assert "not a section" in str(exc)  # a scalar set earlier on the path
+        return
+    assert json.dumps(base, sort_keys=True) == before
+    for i, (key, value) in enumerate(sets):
+        later = [k for k, _ in sets[i + 1:]]
+        if any(k == key or key.startswith(k + ".") or k.startswith(key + ".") for k in later):
+            continue
+        node = out
+        for part in key.split("."):
+            node = node[part]
+        assert node == value
+    touched = {k.split(".")[0] for k, _ in sets}
+    assert {k: v for k, v in out.items() if k not in touched} == {k: v for k, v in base.items() if k not in touched}

@@ -1,0 +1,110 @@
+"""Global batch schedules and one host's share of them: the streaming transforms' batches recomputed from lengths,
+hosts that read only their own rows, and the fill-order bucketing kernel."""
+
+from __future__ import annotations
+
+import grain
+import numpy as np
+import pytest
+from conftest import random_docs
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from datatools.grain import (BatchRowsMapDataset, BucketBatchIterDataset, BucketSchedule, DocumentOrder,
+                             DocumentsMapDataset, FeistelShuffleMapDataset, HostBatchesMapDataset, PackedRowsMapDataset,
+                             PlannedSchedule, StreamingSchedule)
+from datatools.io.documents import ArrayDocuments, PieceReadingSource
+from datatools.kernels.bucket import fill_order_batches
+
+NO_THREADS = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
+
+
+class CountingDocuments(PieceReadingSource):
+    """A document source that counts the tokens read through it (pieces only: no flat-array shortcut)."""
+
+    def __init__(self, docs: ArrayDocuments):
+        self.docs, self.tokens_read = docs, 0
+
+    def __len__(self):
+        return len(self.docs)
+
+    def lengths(self):
+        return self.docs.lengths()
+
+    def read_pieces(self, doc, start, length):
+        out = self.docs.read_pieces(doc, start, length)
+        self.tokens_read += out.shape[0]
+        return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(bucket_of=st.lists(st.integers(0, 3), max_size=200), sizes=st.lists(st.integers(1, 6), min_size=4, max_size=4),
+       drop=st.booleans())
+def test_fill_order_is_what_a_stream_emits(bucket_of, sizes, drop):
+    """Simulated item by item: a bucket's batch is emitted when its last item arrives; remainders last."""
+    items, splits, bucket = fill_order_batches(bucket_of, sizes, drop_remainder=drop)
+    buffers, expected = [[] for _ in sizes], []
+    for i, k in enumerate(bucket_of):
+        buffers[k].append(i)
+        if len(buffers[k]) == sizes[k]:
+            expected.append((k, buffers[k]))
+            buffers[k] = []
+    if not drop:
+        expected += [(k, b) for k, b in enumerate(buffers) if b]
+    got = [(int(bucket[b]), items[splits[b]:splits[b + 1]].tolist()) for b in range(bucket.shape[0])]
+    assert got == expected
+
+
+def test_bucket_schedule_gives_the_streaming_bucketers_batches():
+    """With the same document order, the schedule's batches are BucketBatchIterDataset's, batch for batch."""
+    docs = ArrayDocuments.from_list(random_docs(300, seed=5, mean_log=4.0, max_len=600))
+    bounds, sizes = [64, 128, 256], [8, 4, 2]
+    stream = BatchRowsMapDataset(FeistelShuffleMapDataset(DocumentsMapDataset(docs), seed=3), 16)
+    streamed = list(BucketBatchIterDataset(stream.to_iter_dataset(NO_THREADS), boundaries=bounds, batch_sizes=sizes))
+    schedule = BucketSchedule(docs, DocumentOrder(len(docs), "full", seed=3), boundaries=bounds, batch_sizes=sizes)
+    planned = list(HostBatchesMapDataset(schedule).to_iter_dataset(NO_THREADS))
+    assert len(planned) == len(streamed) > 20
+    for a, b in zip(planned, streamed):
+        for k in b:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def schedules(docs, batch):
+    order = DocumentOrder(len(docs), "block", seed=2, io_block_size=4, window_blocks=4)
+    rows = FeistelShuffleMapDataset(PackedRowsMapDataset(docs, 128), seed=2)
+    return {"planned": PlannedSchedule(rows, batch, drop_remainder=False, ctx=128),
+            "streaming": StreamingSchedule(docs, order, ctx=128, window=30, batch_size=batch, drop_remainder=False),
+            "bucketing": BucketSchedule(docs, order, boundaries=[32, 128], batch_sizes=[batch, batch // 2])}
+
+
+@pytest.mark.parametrize("mode", ["planned", "streaming", "bucketing"])
+def test_hosts_read_only_their_own_rows(mode):
+    """Four hosts together read exactly the tokens one host reads: no host reads another's rows."""
+    base = ArrayDocuments.from_list(random_docs(200, seed=8, mean_log=3.6, max_len=400))
+    one = CountingDocuments(base)
+    whole = list(HostBatchesMapDataset(schedules(one, 8)[mode]).to_iter_dataset(NO_THREADS))
+    hosts = [CountingDocuments(base) for _ in range(4)]
+    shares = [list(HostBatchesMapDataset(schedules(h, 8)[mode], index=i, count=4).to_iter_dataset(NO_THREADS))
+              for i, h in enumerate(hosts)]
+    assert one.tokens_read == int(base.lengths().sum())  # drop_remainder false: every token, once
+    assert sum(h.tokens_read for h in hosts) == one.tokens_read
+    assert max(h.tokens_read for h in hosts) < one.tokens_read / 2
+    for j, batch in enumerate(whole):
+        for k in batch:
+            np.testing.assert_array_equal(np.concatenate([s[j][k] for s in shares]), batch[k])
+
+
+def test_epochs_and_forever():
+    """Streaming epochs differ in length; global batch j is found across them, and num_epochs None never ends."""
+    docs = ArrayDocuments.from_list(random_docs(150, seed=9, mean_log=3.8, max_len=400))
+    order = DocumentOrder(len(docs), "full", seed=4)
+    schedule = StreamingSchedule(docs, order, ctx=128, window=16, batch_size=4, drop_remainder=True)
+    two = HostBatchesMapDataset(schedule, num_epochs=2)
+    assert len(two) == schedule.num_batches(0) + schedule.num_batches(1)
+    forever = HostBatchesMapDataset(schedule, num_epochs=None)
+    for j in (0, len(two) - 1, len(two) + 5):
+        epoch, i = forever.locate(j)
+        assert 0 <= i < schedule.num_batches(epoch)
+        np.testing.assert_array_equal(forever[j]["tokens"], schedule.read(epoch, i, 0, 4)["tokens"])
+    with pytest.raises(IndexError):
+        two[len(two)]

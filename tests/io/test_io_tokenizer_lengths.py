@@ -1,0 +1,79 @@
+"""Counting tokens for length analysis: bounded batches, only lengths kept, huge texts in exact pieces
+(issue 21, defect 9)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from conftest import stdlib_texts
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import datatools.io.tokenizer as tokenizer_module
+from datatools.io import open_encoder
+from datatools.io.inputs import open_input, read_lengths
+from datatools.io.tokenizer import split_text
+
+
+class Spy:
+    """A tokenizer that records what each call was given (the longest text, the characters per call)."""
+
+    def __init__(self, tok):
+        self.tok, self.calls = tok, []
+        self.pre_tokenizer = tok.pre_tokenizer
+
+    def _record(self, texts):
+        self.calls.append((len(texts), sum(map(len, texts)), max(map(len, texts), default=0)))
+
+    def encode_batch_fast(self, texts, **kw):
+        self._record(texts)
+        return self.tok.encode_batch_fast(texts, **kw)
+
+    def encode_batch(self, texts, **kw):
+        self._record(texts)
+        return self.tok.encode_batch(texts, **kw)
+
+
+CORPUS = "\n\n".join(stdlib_texts())  # real text (module level: a failing example does not print it whole)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), piece=st.integers(100, 2000), window=st.integers(8, 200))
+def test_pieces_count_what_the_whole_text_counts(data, piece, window, tokenizer_file, monkeypatch):
+    """Cut at pre-token boundaries, the pieces' counts add up to the whole text's (pieces longer than any one
+    pre-token of the text: identifiers, comment rules and indentation of the stdlib are under 100 characters)."""
+    monkeypatch.setattr(tokenizer_module, "PIECE_CHARS", piece)
+    monkeypatch.setattr(tokenizer_module, "CUT_WINDOW", window)
+    enc = open_encoder(tokenizer_file, eos="auto")
+    n = data.draw(st.integers(1, 6))
+    docs = []
+    for _ in range(n):
+        a = data.draw(st.integers(0, len(CORPUS) - 1))
+        docs.append(CORPUS[a : a + data.draw(st.integers(0, 3000))])
+    whole = enc.encode(docs)[1]
+    assert np.array_equal(enc.count_tokens(docs), whole)
+    for d in docs:
+        parts = split_text(enc.tokenizer, d)
+        assert "".join(parts) == d and all(len(p) <= max(piece, 1) for p in parts)
+
+
+def test_analysis_tokenizes_in_bounded_batches_and_a_huge_line_in_pieces(tmp_path, tokenizer_file, monkeypatch):
+    """read_lengths never hands the tokenizer a text over PIECE_CHARS nor a call over LENGTH_BATCH_CHARS, and
+    the counts are exact: a 600 KB line and 3,000 short ones."""
+    monkeypatch.setattr(tokenizer_module, "LENGTH_BATCH_CHARS", 1 << 18)
+    monkeypatch.setattr(tokenizer_module, "PIECE_CHARS", 1 << 16)
+    huge = (CORPUS * (600_000 // len(CORPUS) + 1))[:600_000]
+    short = [CORPUS[i : i + 200] for i in range(0, 600_000, 200)][:3000]
+    path = tmp_path / "docs.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in [short[0], huge, *short[1:]]))
+    inp = open_input(path, tokenizer=tokenizer_file)
+    expected = inp.encoder.encode([short[0], huge, *short[1:]])[1]
+    spy = Spy(inp.encoder.tokenizer)
+    inp.encoder._tok = spy
+    lengths = read_lengths(inp)
+    assert np.array_equal(lengths, expected)
+    assert spy.calls, "the tokenizer was never called"
+    assert max(c[2] for c in spy.calls) <= 1 << 16  # the longest text given at once
+    assert max(c[1] for c in spy.calls) <= 1 << 18  # characters per call
+    assert max(c[0] for c in spy.calls) <= tokenizer_module.LENGTH_BATCH_TEXTS

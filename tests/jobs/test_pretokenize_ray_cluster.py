@@ -1,0 +1,75 @@
+"""Pre-tokenizing on a real Ray cluster of two nodes (``ray start --head`` and ``ray start --address``), writing to
+the S3 server on loopback, with the worker node killed mid-job: the store ends byte-identical to a local run.
+
+Marked ``cluster`` (about a minute: two Ray nodes start): ``make test-cluster`` runs it, ``make test`` does not."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from datatools.io import storage
+from datatools.jobs.pretokenize import pretokenize
+from ray_cluster import RayCluster
+
+pytestmark = pytest.mark.cluster
+SHARDS = 12
+
+
+def object_bytes(root) -> dict[str, bytes]:
+    base = (storage.url_of(root) if storage.is_url(root) else str(root)).rstrip("/")
+    return {f[len(base) + 1 :]: storage.read_bytes(f) for f in storage.list_files(root)}
+
+
+@pytest.fixture()
+def cluster(tmp_path, s3_bucket):
+    """Head (1 CPU) + node ``worker`` (1 CPU), started with the S3 variables of the test in their environment (a
+    real cluster's nodes get their storage credentials from their own environment, as here)."""
+    c = RayCluster(Path(tempfile.mkdtemp(prefix="dtray", dir="/tmp"))).start_head()  # Unix sockets: <108 bytes
+    try:
+        c.add_node("worker")
+        yield c
+    finally:
+        c.stop()
+
+
+def test_two_node_cluster_with_a_worker_killed_writes_the_local_store(cluster, s3_bucket, tmp_path, texts,
+                                                                         tokenizer_file):
+    many = texts * 6
+    per = len(many) // SHARDS
+    for i in range(SHARDS):
+        lines = "".join(json.dumps({"text": t}) + "\n" for t in many[i * per : (i + 1) * per])
+        storage.write_text(f"{s3_bucket}/in/part-{i:02d}.jsonl", lines)
+    reference = tmp_path / "local"
+    pretokenize(f"{s3_bucket}/in", reference, tokenizer_file, progress=False)
+
+    out = f"{s3_bucket}/store"
+    args = [sys.executable, "-m", "datatools", "pretokenize", f"{s3_bucket}/in", out, "--tokenizer",
+            str(tokenizer_file), "--engine", "ray", "--ray-address", cluster.address, "--workers", "2"]
+    job = subprocess.Popen(args, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    done_at_kill = None
+    while time.monotonic() < deadline and job.poll() is None:
+        done = len(storage.list_files(f"{out}.partial/shards")) if storage.exists(f"{out}.partial") else 0
+        if done >= 1:  # the job is under way on the cluster: preempt the worker node
+            done_at_kill = done
+            assert cluster.kill_node("worker") > 0
+            break
+        time.sleep(0.05)
+    assert done_at_kill is not None and done_at_kill < SHARDS, "the job ended before the worker could be killed"
+    _, err = job.communicate(timeout=300)
+    if job.returncode != 0 or not storage.exists(f"{out}/manifest.json"):  # Ray gave up: run it again
+        cluster.add_node("worker2")
+        rerun = subprocess.run(args, env=cluster.env, capture_output=True, text=True, timeout=300)
+        assert rerun.returncode == 0, rerun.stderr[-2000:]
+        err = rerun.stderr
+    assert object_bytes(out) == object_bytes(reference)
+    assert not storage.list_files(f"{out}.partial")
+    final = subprocess.run(args, env=cluster.env, capture_output=True, text=True, timeout=300)
+    assert final.returncode == 0 and "already complete" in final.stderr, final.stderr[-2000:]

@@ -1,0 +1,196 @@
+"""Real object-storage servers on loopback for the tests: moto's S3 server and gcp-storage-emulator (GCS).
+
+Each server is a subprocess on a free port of 127.0.0.1, started once per test session
+(about 1.5 s) and stopped at its end. Each test gets a fresh bucket (the GCS emulator
+ignores list prefixes, so tests never share a bucket) and the standard environment
+variables of its ecosystem, set with ``monkeypatch`` for that test only:
+
+* S3: ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``;
+* GCS: ``STORAGE_EMULATOR_HOST``.
+
+:func:`storage_root` is parametrized over ``local``, ``s3`` and ``gs``: the same test
+runs against a local directory and both servers, through a :class:`Root` that gives
+the base path/URL and uploads local files or trees to it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+START_TIMEOUT_S = 30.0
+AWS_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE")
+GCS_VARS = ("STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL", "GOOGLE_AUTH_TOKEN_FOR_TESTING",
+            "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (an unreachable endpoint that fails at once, not after a timeout)."""
+    return free_port()
+
+
+class Server:
+    """A server subprocess on ``127.0.0.1:port``, ready when it accepts TCP connections."""
+
+    def __init__(self, name: str, argv: list[str], port: int, tmp: Path):
+        self.name, self.port = name, port
+        self.log = tmp / f"{name}.log"
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        for var in AWS_VARS + GCS_VARS:
+            env.pop(var, None)
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    pytest.fail(f"{name} did not start on port {port}: {self.log.read_text()[-2000:]}")
+                time.sleep(0.05)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def _bin(name: str) -> str:
+    return str(Path(sys.executable).parent / name)
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """moto's S3 API server (``moto[server]``) on loopback."""
+    port = free_port()
+    server = Server("moto_server", [_bin("moto_server"), "-H", "127.0.0.1", "-p", str(port)], port,
+                    tmp_path_factory.mktemp("moto"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory):
+    """gcp-storage-emulator (in memory) on loopback."""
+    port = free_port()
+    server = Server("gcp-storage-emulator", [_bin("gcp-storage-emulator"), "start", "-H", "127.0.0.1", "--port",
+                                             str(port), "--in-memory", "-q"], port, tmp_path_factory.mktemp("gcs"))
+    yield server
+    server.stop()
+
+
+def bucket_name() -> str:
+    return f"t{uuid.uuid4().hex[:16]}"
+
+
+def s3_environment(monkeypatch, endpoint: str) -> None:
+    """The standard AWS variables pointing at ``endpoint``, nothing else of the caller's AWS setup."""
+    for var in AWS_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")  # s3fs sends it as the LocationConstraint
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+
+
+def gcs_environment(monkeypatch, endpoint: str) -> None:
+    """``STORAGE_EMULATOR_HOST`` pointing at ``endpoint`` (what storage derives from it is reset too)."""
+    for var in GCS_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", endpoint)
+
+
+@pytest.fixture
+def s3_bucket(s3_server, monkeypatch) -> str:
+    """A fresh, empty bucket on the S3 server, as ``s3://NAME``; the AWS variables set for this test."""
+    from datatools.io import storage
+
+    s3_environment(monkeypatch, s3_server.url)
+    url = f"s3://{bucket_name()}"
+    fs, inner = storage.filesystem(url)
+    fs.mkdir(inner)
+    return url
+
+
+@pytest.fixture
+def gcs_bucket(gcs_server, monkeypatch) -> str:
+    """A fresh, empty bucket on the GCS emulator, as ``gs://NAME``; ``STORAGE_EMULATOR_HOST`` set for this test."""
+    from datatools.io import storage
+
+    gcs_environment(monkeypatch, gcs_server.url)
+    url = f"gs://{bucket_name()}"
+    fs, inner = storage.filesystem(url)
+    fs.mkdir(inner)
+    return url
+
+
+@dataclass
+class Root:
+    """Where a test's data lives: a local directory or a bucket, with an uploader.
+
+    ``path(name)`` is the path or URL of ``name`` under the root; ``upload(local, name)`` copies a local file or
+    directory tree there (through the same libraries datatools reads with) and returns that path or URL."""
+
+    kind: str
+    base: str
+
+    def path(self, name: str) -> str:
+        return f"{self.base.rstrip('/')}/{name}"
+
+    def upload(self, local: str | os.PathLike, name: str) -> str:
+        local, dest = Path(local), self.path(name)
+        if self.kind == "local":
+            if local.is_dir():
+                shutil.copytree(local, dest)
+            else:
+                Path(dest).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(local, dest)
+            return dest
+        from datatools.io import storage
+
+        fs, inner = storage.filesystem(dest)
+        files = [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.is_file())
+        for f in files:
+            key = inner if f == local else f"{inner}/{f.relative_to(local).as_posix()}"
+            fs.pipe_file(key, f.read_bytes())
+        return dest
+
+
+@pytest.fixture(params=["local", "s3", "gs"])
+def storage_root(request, tmp_path) -> Root:
+    """The same test against a local directory, the S3 server and the GCS emulator."""
+    if request.param == "local":
+        base = tmp_path / "root"
+        base.mkdir()
+        return Root("local", str(base))
+    bucket = request.getfixturevalue("s3_bucket" if request.param == "s3" else "gcs_bucket")
+    return Root(request.param, f"{bucket}/data")
