@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench install clean test-clients test-cluster test-clients-levanter
+.PHONY: test demo bench install clean test-clients test-cluster test-clients-levanter bench-peers
 
 $(PY):
 	@test -n "$(PYTHON)" || { echo "make: no python3.11 or python3 found; set PYTHON=..." >&2; exit 2; }
@@ -77,6 +77,20 @@ test-clients: $(CLIENTS)/maxtext/.installed $(CLIENTS)/hf/.installed test-client
 	$(CLIENTS)/maxtext/bin/pip install -q --no-deps --force-reinstall .
 	cd clients && ../$(CLIENTS)/hf/bin/python -m pytest -s -rA -p no:cacheprovider transformers
 	cd clients && JAX_PLATFORMS=cpu ../$(CLIENTS)/maxtext/bin/python -m pytest -s -rA -p no:cacheprovider maxtext
+
+# The packing peers that benchmarks/pack.py runs in the same run (benchmarks/pack_peers.py), in their own venv
+# (1.6 GB): TRL's pack_dataset (datasets, transformers; no torch needed) and OLMo-core's OBFD (imports torch, CPU).
+# Both --no-deps: their full dependencies (accelerate, the cloud clients) are not needed to pack.
+$(CLIENTS)/peers/.installed:
+	@test -n "$(PYTHON)" || { echo "make: no python3.11 or python3 found; set PYTHON=..." >&2; exit 2; }
+	$(PYTHON) -m venv $(CLIENTS)/peers
+	$(CLIENTS)/peers/bin/pip install -q torch==$(TORCH_VERSION) numpy datasets transformers cached_path requests \
+		rich dataclass-extensions importlib_resources omegaconf bettermap
+	$(CLIENTS)/peers/bin/pip install -q --no-deps trl==1.16.0 ai2-olmo-core==3.0.0
+	@touch $@
+
+bench-peers: $(STAMP) $(CLIENTS)/peers/.installed
+	$(PY) benchmarks/pack.py --peers $(CLIENTS)/peers/bin/python
 
 clean:
 	rm -rf $(VENV) .numba_cache .pytest_cache

@@ -19,8 +19,18 @@
    mixed, ctx 2048, batch 32): startup (the lengths pass), batches/s and peak RSS of
    the process against the data size. (Shuffled access to a table decodes a row group
    per read: pre-tokenize large data into a token store for that.)
+4. Remote: the same documents (``--remote-mb`` of JSON text) as Parquet, JSON Lines and a
+   token store (``write_store``), local files against ``s3://`` on moto's S3 API server,
+   started here on a free 127.0.0.1 port (stopped at the end) with the standard AWS
+   variables: datatools' lengths pass for all three, and for the store also a read of
+   every document's tokens (``TokenStore.read_range`` over all documents, 4096 at a
+   time). Fresh process each, local and remote alternating, 3 runs, median: seconds,
+   MB/s, peak RSS and remote time / local time. moto on loopback stands in for S3:
+   the ratio is the overhead of our remote path (HTTP, ranged reads, a Python server),
+   not S3's bandwidth or latency.
 
-    python benchmarks/read.py [--mb 400] [--jsonl-gb 1] [--pipeline-tokens 500000000] [--runs 3]
+    python benchmarks/read.py [--mb 400] [--jsonl-gb 1] [--pipeline-tokens 500000000] [--runs 3] [--remote-mb 200]
+    python benchmarks/read.py --only remote    # one section alone, merged into results/read.json
 """
 
 from __future__ import annotations
@@ -28,12 +38,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import resource
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -41,6 +55,7 @@ from _common import distribution, print_table, write_json
 
 HERE = Path(__file__).resolve().parent
 COLUMN = "input_ids"
+SECTIONS = ("formats", "jsonl", "pipeline", "remote")
 MiB = 1 << 20
 
 
@@ -272,6 +287,184 @@ def run_pipeline(path: str, steps: int) -> dict:
             "rss_mib": peak_rss_mib()}
 
 
+# --------------------------------------------------------------------------- remote: moto's S3 server on loopback
+
+AWS_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE")
+S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "eu-west-1",
+          "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}  # nothing of the caller's AWS setup
+STORE_READ_DOCS = 4096  # documents per TokenStore.read_range in the tokens pass (~3.3M tokens, ~3 chunks)
+REMOTE_ROWS = (("jsonl", "bytes"), ("parquet", "lengths"), ("jsonl", "lengths"), ("store", "lengths"),
+               ("store", "tokens"))
+PASS_LABELS = {"bytes": "bytes only (storage.open_file)", "lengths": "lengths pass",
+               "tokens": "all tokens (read_range)"}
+
+
+@contextmanager
+def s3_server(tmp: Path) -> Iterator[str]:
+    """moto's S3 API server (``moto[server]``, from this venv) on a free 127.0.0.1 port; yields its URL, then stops
+    it (terminate, then kill after 10 s)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in AWS_VARS}
+    with open(tmp / "moto_server.log", "wb") as log:
+        proc = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"moto_server did not start: {(tmp / 'moto_server.log').read_text()[-2000:]}")
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def measure_remote(what: str, path: str) -> dict:
+    """One pass over ``path`` (local or ``s3://``) in this (fresh) process: ``lengths`` is the lengths pass
+    (``read_lengths(open_input(path))``), ``tokens`` reads a token store's every document with
+    ``TokenStore.read_range`` in ranges of :data:`STORE_READ_DOCS`, ``bytes`` reads the file's bytes through
+    ``storage.open_file`` (what the JSON Lines reader reads through) in 8 MiB reads and parses nothing: the
+    transport alone. Seconds, peak RSS (MiB), and what was read (documents, tokens, the sum of the token ids;
+    bytes) so local and remote can be checked equal."""
+    import pyarrow.parquet  # noqa: F401  (imports are not timed)
+    import s3fs  # noqa: F401
+
+    from datatools.io import open_input, read_lengths, storage
+    from datatools.io.store import TokenStore
+
+    t0 = time.perf_counter()
+    if what == "bytes":
+        n_docs = n_tokens = id_sum = 0
+        with storage.open_file(path) as f:
+            while block := f.read(8 * MiB):
+                n_tokens += len(block)  # bytes, here
+    elif what == "lengths":
+        lengths = read_lengths(open_input(path))
+        n_docs, n_tokens, id_sum = int(lengths.size), int(lengths.sum()), None
+    else:
+        store = TokenStore(path)
+        n_docs, n_tokens, id_sum = len(store), 0, 0
+        for start in range(0, n_docs, STORE_READ_DOCS):
+            flat, _ = store.read_range(start, min(n_docs, start + STORE_READ_DOCS))
+            n_tokens += int(flat.size)
+            id_sum += int(flat.sum(dtype=np.int64))
+    return {"seconds": time.perf_counter() - t0, "rss_mib": peak_rss_mib(), "docs": n_docs, "tokens": n_tokens,
+            "id_sum": id_sum}
+
+
+def machine() -> dict:
+    """The CPU model, cores and memory of this machine (for the printed header and the JSON)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 30) if hasattr(os, "sysconf") else None
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem, 1) if mem else None,
+            "os": platform.platform(), "python": platform.python_version()}
+
+
+def remote_section(tmp: Path, mb: int, runs: int) -> dict:
+    """Parquet, JSON Lines and a token store of the same documents, local against ``s3://`` on moto's server on
+    loopback (same data, same run, alternating): seconds, MB/s, peak RSS, remote/local time."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from datatools.io import storage
+    from datatools.io.store import token_dtype, write_store
+
+    docs = make_docs(mb * MiB, seed=2)
+    lengths = np.array([d.size for d in docs], np.int64)
+    flat = np.concatenate(docs)
+    local = {"parquet": tmp / "r.parquet", "jsonl": tmp / "r.jsonl", "store": tmp / "rstore"}
+    pq.write_table(pa.table({COLUMN: pa.array(docs, pa.list_(pa.int32()))}), local["parquet"], row_group_size=16384)
+    write_jsonl(local["jsonl"], docs)
+    dtype = token_dtype(50000)
+
+    def put_store(where) -> None:
+        write_store(where, [(flat, lengths)], num_tokens=int(flat.size), num_documents=len(docs), dtype=dtype,
+                    manifest={"vocab_size": 50000})
+
+    put_store(local["store"])
+    mach, saved = machine(), {k: os.environ.get(k) for k in (*AWS_VARS, *S3_ENV)}
+    with s3_server(tmp) as endpoint:
+        for k in AWS_VARS:
+            os.environ.pop(k, None)
+        os.environ.update(S3_ENV, AWS_ENDPOINT_URL=endpoint)  # the children inherit it (local ones too: same setup)
+        try:
+            fs, _ = storage.filesystem("s3://bench")
+            fs.mkdir("bench")
+            remote = {"parquet": "s3://bench/r.parquet", "jsonl": "s3://bench/r.jsonl", "store": "s3://bench/rstore"}
+            t0 = time.perf_counter()
+            for fmt in ("parquet", "jsonl"):
+                fs.put_file(str(local[fmt]), remote[fmt][len("s3://"):])
+            put_store(remote["store"])
+            upload_s = time.perf_counter() - t0
+            assert storage.read_bytes(remote["store"] + "/manifest.json") == (local["store"] / "manifest.json") \
+                .read_bytes(), "the local and remote stores differ"
+            os.sync()
+            time.sleep(2)
+            load_before = os.getloadavg()
+            out, rows = {}, []
+            for fmt, what in REMOTE_ROWS:
+                if fmt == "store" and what == "lengths":  # the lengths pass reads the offsets (and lists the arrays)
+                    nbytes = size_of(local["store"] / "offsets")
+                else:
+                    nbytes = size_of(local[fmt])
+                ms: dict[str, list[dict]] = {"local": [], "remote": []}
+                for _ in range(runs):  # alternate, so that both see the same machine state
+                    for where, path in (("local", str(local[fmt])), ("remote", remote[fmt])):
+                        m = run_child(["--measure-remote", what, path])
+                        want = (0, nbytes) if what == "bytes" else (len(docs), int(flat.size))
+                        assert (m["docs"], m["tokens"]) == want, (fmt, what, where, m)
+                        ms[where].append(m)
+                assert len({m["id_sum"] for m in ms["local"] + ms["remote"]}) == 1, (fmt, what, "ids differ")
+                res = {}
+                for where, got in ms.items():
+                    sec = float(np.median([m["seconds"] for m in got]))
+                    res[where] = {"seconds": sec, "mb_s": nbytes / MiB / sec,
+                                  "rss_mib": float(np.median([m["rss_mib"] for m in got])),
+                                  "all_seconds": [m["seconds"] for m in got]}
+                ratio = res["remote"]["seconds"] / res["local"]["seconds"]
+                out[f"{fmt} {what}"] = {"format": fmt, "pass": what, "bytes": nbytes, **res,
+                                        "remote_over_local_time": ratio}
+                rows.append([fmt, PASS_LABELS[what],
+                             f"{nbytes / MiB:,.1f}", f"{res['local']['seconds']:.2f}",
+                             f"{res['remote']['seconds']:.2f}",
+                             f"{res['local']['mb_s']:,.0f}", f"{res['remote']['mb_s']:,.0f}", f"{ratio:.2f}x",
+                             f"{res['local']['rss_mib']:,.0f}", f"{res['remote']['rss_mib']:,.0f}"])
+            load_after = os.getloadavg()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+    print(f"machine: {mach['cpu']}, {mach['cores']} cores, {mach['memory_gib']} GiB, {mach['os']}; "
+          f"load average (1/5/15 min) before {', '.join(f'{x:.2f}' for x in load_before)}, "
+          f"after {', '.join(f'{x:.2f}' for x in load_after)}")
+    print_table(f"Local files against s3:// on moto's S3 server on loopback: {len(docs):,} documents "
+                f"({flat.size:,} tokens), {runs} runs each in a fresh process, alternating, median "
+                f"(upload {upload_s:.1f} s)",
+                ["input", "pass", "MiB", "local s", "s3 s", "local MB/s", "s3 MB/s", "s3 / local time",
+                 "local peak RSS MiB", "s3 peak RSS MiB"], rows)
+    return {"docs": len(docs), "tokens": int(flat.size), "runs": runs, "statistic": "median", "machine": mach,
+            "loadavg_before": list(load_before), "loadavg_after": list(load_after), "upload_s": upload_s,
+            "server": "moto_server on 127.0.0.1", "rows": out}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=400, help="JSON Lines size of the format comparison (MiB)")
@@ -279,14 +472,21 @@ def main() -> None:
     parser.add_argument("--pipeline-tokens", type=int, default=500_000_000)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--sections", default="formats,jsonl,pipeline",
-                        help="comma-separated: formats, jsonl, pipeline (a partial run updates those keys)")
+    parser.add_argument("--remote-mb", type=int, default=200,
+                        help="JSON Lines size of the local-against-S3 comparison (MiB; Parquet and store are ~1/3)")
+    parser.add_argument("--sections", "--only", default=",".join(SECTIONS),
+                        help=f"comma-separated: {', '.join(SECTIONS)} (a partial run updates those keys of "
+                             f"results/read.json and keeps the others)")
     parser.add_argument("--measure", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--measure-remote", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--cli-rss", help=argparse.SUPPRESS)
     parser.add_argument("--pipeline", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
         print(json.dumps(measure(*args.measure)))
+        return
+    if args.measure_remote:
+        print(json.dumps(measure_remote(*args.measure_remote)))
         return
     if args.cli_rss:
         print(json.dumps(cli_rss(args.cli_rss)))
@@ -295,9 +495,11 @@ def main() -> None:
         print(json.dumps(run_pipeline(args.pipeline[0], int(args.pipeline[1]))))
         return
     sections = set(args.sections.split(","))
+    if not sections <= set(SECTIONS):
+        unknown = ", ".join(sorted(sections - set(SECTIONS)))
+        parser.error(f"--sections: unknown {unknown} (one of {', '.join(SECTIONS)})")
     previous = HERE / "results" / "read.json"
-    results = json.loads(previous.read_text()) if previous.exists() and sections != {"formats", "jsonl", "pipeline"} \
-        else {}
+    results = json.loads(previous.read_text()) if previous.exists() and sections != set(SECTIONS) else {}
     results.pop("machine", None)
     with tempfile.TemporaryDirectory(dir=HERE.parent) as tmp:
         tmp = Path(tmp)
@@ -307,6 +509,8 @@ def main() -> None:
             results["jsonl_1gb"] = big_jsonl_section(tmp, args.jsonl_gb)
         if "pipeline" in sections:
             results["pipeline_parquet"] = pipeline_section(tmp, args.pipeline_tokens, args.steps)
+        if "remote" in sections:
+            results["remote"] = remote_section(tmp, args.remote_mb, args.runs)
     print(f"results written to {write_json('read', results)}")
 
 

@@ -4,6 +4,11 @@
   falls, and its ``total_weights`` per step is datatools' count of targets in the same batch.
 * A run stopped at step 10 and restarted from its checkpoint feeds the batches an uninterrupted run feeds:
   steps 10-14 have the same ``total_weights`` and the same loss.
+* Two processes (``jax.distributed`` on CPU, ``grain_worker_count: 2``) train 10 steps, each process loading its
+  half of the global batch; MaxText's ``total_weights`` is datatools' count over the global batch at every step.
+  Restarted as one process (same 2-device mesh) from MaxText's step-10 checkpoint with
+  ``expansion_factor_real_data=0.5`` (MaxText's key for fewer hosts), steps 11-14 get the global batches and the
+  loss of the uninterrupted run.
 * With ``eval_interval`` and ``grain_eval_files`` MaxText evaluates on datatools' eval pipeline.
 * ``datatools analyze-padding --maxtext-config`` reports the padding MaxText's own Grain pipeline produces on the
   same data (first fit, cap 4, bins = per-host batch) within 0.5 points, and MaxText's best fit ignores the cap.
@@ -13,6 +18,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -72,9 +79,10 @@ def run_maxtext(out: Path, data: Path, pipeline: Path, steps: int, metrics: Path
     return [json.loads(line) for line in metrics.read_text().splitlines()]
 
 
-def datatools_counts(data: Path, pipeline: Path, n: int, split: str = "train") -> list[int]:
-    """Targets (targets_segmentation != 0) per batch of the pipeline the integration builds for these keys."""
-    keys = {"max_target_length": 128, "global_batch_size_to_load": 4, "grain_train_files": str(data),
+def datatools_counts(data: Path, pipeline: Path, n: int, split: str = "train", batch: int = 4) -> list[int]:
+    """Targets (targets_segmentation != 0) per (global) batch of the pipeline the integration builds for these keys,
+    built as one host."""
+    keys = {"max_target_length": 128, "global_batch_size_to_load": batch, "grain_train_files": str(data),
             "grain_eval_files": str(data), "data_shuffle_seed": 0, "max_segments_per_seq": -1,
             "grain_worker_count": 0, "num_epoch": 1, "enable_data_shuffling": True}
     it = iter(build(pipeline_config(keys, pipeline, split=split)))
@@ -100,6 +108,63 @@ def test_trains_counts_and_resumes_exactly(docs, tmp_path):
     assert [int(after[s]["learning/total_weights"]) for s in range(10, 15)] == counts[10:15]
     np.testing.assert_allclose([after[s]["learning/loss"] for s in range(10, 15)],
                                [m["learning/loss"] for m in straight[10:15]], rtol=1e-5)
+
+
+HOST = Path(__file__).with_name("maxtext_host.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_maxtext_hosts(n: int, out: Path, data: Path, pipeline: Path, steps: int, metrics: str,
+                      extra: tuple = ()) -> list[list[dict]]:
+    """MaxText's pre-training as ``n`` jax.distributed processes on CPU with 2 devices in all (so the mesh and the
+    global batch of 2 x per_device_batch_size = 8 rows are the same for any ``n``), grain_worker_count 2.
+    Each process's metrics lines (every process logs the global step metrics)."""
+    args = [str(BASE), "run_name=t", f"base_output_directory={out}", "dataset_type=grain",
+            f"grain_train_files={data}", f"steps={steps}", "enable_checkpointing=True", "checkpoint_period=5",
+            "async_checkpointing=False", "per_device_batch_size=4", "max_target_length=128", "learning_rate=3e-3",
+            "grain_worker_count=2", "learning_rate_schedule_steps=15", *TINY, *extra]
+    coordinator = f"127.0.0.1:{free_port()}"
+    env = {**ENV, "XLA_FLAGS": f"--xla_force_host_platform_device_count={2 // n}"}
+    files = [out / f"{metrics}{i}.jsonl" for i in range(n)]
+    procs = [subprocess.Popen([sys.executable, str(HOST), coordinator, str(n), str(i), "--pipeline", str(pipeline),
+                               *args, f"metrics_file={files[i]}"], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for i in range(n)]
+    errors = [p.communicate(timeout=900)[1] for p in procs]
+    for i, p in enumerate(procs):
+        assert p.returncode == 0, f"MaxText process {i} of {n} failed:\n{errors[i][-3000:]}"
+    return [[json.loads(line) for line in f.read_text().splitlines()] for f in files]
+
+
+def test_two_processes_then_one_from_maxtexts_checkpoint(docs, tmp_path):
+    """2 processes -> 1 through MaxText's own checkpointing: total_weights equal datatools' global counts at every
+    step, before and after the change of host count, and the restarted steps have the uninterrupted run's loss."""
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text("packing: {mode: planned, algorithm: best_fit_decreasing}\nshuffle: {kind: full}\n")
+    counts = datatools_counts(docs, pipeline, 15, batch=8)
+    run = tmp_path / "run"
+    two = run_maxtext_hosts(2, run, docs, pipeline, 15, "two")  # checkpoints at steps 0, 5, 10 and 14
+    for host, metrics in enumerate(two):
+        assert [int(m["step"]) for m in metrics] == list(range(15)), host
+        assert [int(m["learning/total_weights"]) for m in metrics] == counts, host
+    saved = run / "t" / "checkpoints" / "10" / "iter"
+    states = {f.name: json.loads(f.read_text()) for f in sorted(saved.glob("process_*.json"))}
+    assert sorted(states) == ["process_0-of-2.json", "process_1-of-2.json"]
+    assert states["process_0-of-2.json"] == states["process_1-of-2.json"]  # the global position on every host
+
+    shutil.rmtree(run / "t" / "checkpoints" / "14")  # as if preempted after step 10's checkpoint
+    one = run_maxtext_hosts(1, run, docs, pipeline, 15, "one", extra=("expansion_factor_real_data=0.5",))
+    after = {int(m["step"]): m for m in one[0]}
+    assert sorted(after) == list(range(11, 15))  # restored step 10: model, optimizer and data position
+    assert [int(after[s]["learning/total_weights"]) for s in range(11, 15)] == counts[11:15]
+    print("2 processes, loss", [round(m["learning/loss"], 4) for m in two[0]], "\n1 process from step 10, loss",
+          [round(after[s]["learning/loss"], 4) for s in range(11, 15)])
+    np.testing.assert_allclose([after[s]["learning/loss"] for s in range(11, 15)],
+                               [m["learning/loss"] for m in two[0][11:15]], rtol=1e-4)
 
 
 def maxtext_own_padding(data: Path, packing_type: str, cap: int, shuffle: bool = False) -> dict:

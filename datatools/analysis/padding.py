@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 import numba
 import numpy as np
 
+from datatools.analysis.attention_tiles import attention_tile_view
 from datatools.kernels.bucket import optimal_boundaries
 from datatools.kernels.pack import (max_tree_first, max_tree_set, presence_clear, presence_next, presence_set,
                                     serpentine_next, stack_push, worth_dealing)
@@ -648,6 +649,12 @@ def analyze(lengths, *, contexts=None, tile: int = 128, buckets: int = 4, max_se
                    "tile": tile, "buckets": buckets, "window": window,
                    "max_segments": max_segments, "strategies": results})
     report["recommendation"] = recommend(report, prep)
+    packer = next((n for n in ("best_fit_decreasing", report["recommendation"]["strategy"], *strategies)
+                   if n in strategies and n not in ("pad", "bucket", "concat_split")), None)
+    if packer:  # the attention view: rows of whole pieces back to back (the packers' rows)
+        packed = {r["ctx"]: r["rows"] for r in results if r["name"] == packer}
+        report["attention_tiles"] = {"packing": packer,
+                                     **attention_tile_view({c: prep.histogram(c) for c in packed}, packed)}
     return report
 
 

@@ -66,8 +66,26 @@ def render(report: dict, console: Console, *, source: str) -> None:
         console.print(f"why {rec['max_segments_reason']}", markup=False, highlight=False)
     console.print("[bold]MaxText's own packer, closest settings[/] (max_segments_per_seq works with first_fit only):")
     console.print("\n".join(f"{k}: {v}" for k, v in rec["maxtext"].items()), markup=False, highlight=False)
+    if report.get("attention_tiles"):
+        render_attention_tiles(report["attention_tiles"], console)
     if report.get("maxtext"):
         render_maxtext(report["maxtext"], console)
+
+
+def render_attention_tiles(view: dict, console: Console) -> None:
+    """Per ctx and tile size: the tiles a block-sparse kernel visits against causal flash's, and the best pair."""
+    table = Table(title=f"attention tiles ({LABELS.get(view['packing'], view['packing'])} rows): block-sparse "
+                        "against causal flash", title_justify="left")
+    for col in ("ctx", "tile", "non-empty tiles (expected)", "causal tiles", "ideal ratio"):
+        table.add_column(col, justify="right")
+    for e in view["entries"]:
+        best = e is view["best"] or e == view["best"]
+        ratio = "-" if e["ideal_ratio"] is None else f"{e['ideal_ratio']:.1f}x"
+        table.add_row(f"{e['ctx']:,}", str(e["block"]), f"{e['non_empty_tiles']:,.0f}", f"{e['causal_tiles']:,}",
+                      f"[bold]{ratio}[/]" if best else ratio)
+    console.print(table)
+    if view["note"]:
+        console.print(view["note"], markup=False, highlight=False)
 
 
 def render_maxtext(mt: dict, console: Console) -> None:

@@ -31,6 +31,8 @@ SUBCOMMANDS = {
                         "Length distribution, the padding waste of every strategy, and a recommendation."),
     "pretokenize": ("datatools.cli.pretokenize", "pretokenize_command",
                     "Tokenize text files into a token store (resumable; local pool or Ray)."),
+    "pack": ("datatools.cli.pack", "pack_command",
+             "Plan any input into an index-only packed plan on disk (bounded memory; pipelines read it lazily)."),
     "pipeline": ("datatools.cli.pipeline", "pipeline_command", "Run a configured Grain pipeline for N batches."),
     "shuffle-report": ("datatools.cli.shuffle_report", "shuffle_report_command",
                        "How much a shuffle mixes, and what it costs in reads."),

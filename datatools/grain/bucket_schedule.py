@@ -20,7 +20,7 @@ import numpy as np
 
 from datatools.grain.host_batches import DocumentOrder, empty_rows
 from datatools.kernels.bucket import fill_order_batches
-from datatools.kernels.pack import cut_pieces
+from datatools.kernels.pack import PackPlan, cut_pieces, materialize_pieces
 from datatools.kernels.validate import OVERFLOW_POLICIES, check_choice
 
 
@@ -100,16 +100,12 @@ class BucketSchedule:
         width = int(self.boundaries[bucket[j]])
         a = splits[j] + lo
         b = min(splits[j] + hi, splits[j + 1])
-        out = empty_rows(hi - lo, width, self.pad_id)
+        out = empty_rows(hi - lo, width, self.pad_id, fill_from=max(b - a, 0))
         if b <= a:
             return out
-        d, s, n = doc[a:b], start[a:b], length[a:b]
-        flat = self.docs.read_pieces(d, s, n)
-        row = np.repeat(np.arange(b - a), n)
-        col = np.arange(flat.shape[0]) - np.repeat(np.concatenate(([0], np.cumsum(n)))[:-1], n)
-        out["tokens"][row, col] = flat
-        out["segment_ids"][row, col] = 1
-        out["positions"][row, col] = np.repeat(s, n) + col
-        out["loss_mask"][row, col] = 1
-        out["loss_mask"][np.arange(b - a), n - 1] = 0
+        # One piece per row: a plan of b - a single-piece rows, built by the packing fill straight into `out`.
+        rows = PackPlan(width, 1, b - a, np.arange(b - a + 1, dtype=np.int64), np.asarray(doc[a:b], np.int64),
+                        np.asarray(start[a:b], np.int64), np.asarray(length[a:b], np.int32), 0, 0, "bucket")
+        materialize_pieces(rows, self.docs.read_pieces, pad_id=self.pad_id,
+                           out={k: v[: b - a] for k, v in out.items()})
         return out

@@ -38,11 +38,13 @@ from datatools.kernels.validate import check_choice, check_int
 CANONICAL = ("tokens", "segment_ids", "positions", "loss_mask")
 
 
-def empty_rows(rows: int, length: int, pad_id: int) -> dict[str, np.ndarray]:
-    """A canonical batch of ``rows`` empty rows of ``length`` tokens (padding: ``segment_ids`` 0)."""
-    out = {"tokens": np.full((rows, length), pad_id, np.int32)}
+def empty_rows(rows: int, length: int, pad_id: int, *, fill_from: int = 0) -> dict[str, np.ndarray]:
+    """A canonical batch of ``rows`` rows of ``length`` tokens; rows from ``fill_from`` on are empty (padding:
+    ``segment_ids`` 0), the rows before it are left unwritten for the caller to fill (no write twice)."""
+    out = {key: np.empty((rows, length), np.int32) for key in CANONICAL}
+    out["tokens"][fill_from:] = pad_id
     for key in CANONICAL[1:]:
-        out[key] = np.zeros((rows, length), np.int32)
+        out[key][fill_from:] = 0
     return out
 
 

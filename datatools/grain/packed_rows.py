@@ -30,7 +30,8 @@ class PackedRowsMapDataset(grain.MapDataset):
         ``lengths()`` and ``read_pieces(doc, start, length)``.
       ctx: row length (tokens).
       algorithm, max_segments, align, overflow: as :func:`datatools.pack_lengths`.
-      plan: a precomputed plan over ``source`` (then the packing options are ignored).
+      plan: a precomputed plan over ``source`` (then the packing options are ignored): a ``PackPlan``, or a
+        plan on disk (:class:`~datatools.io.plan_file.PlanFile`), of which each batch reads only its rows' pieces.
       pad_id: token id written at padding.
     """
 
@@ -49,6 +50,7 @@ class PackedRowsMapDataset(grain.MapDataset):
         if plan.num_rows == 0:
             raise ValueError("no rows to pack: the source holds no tokens")
         self.plan = plan
+        self._lazy = hasattr(plan, "rows_plan")  # a plan file: its rows gathered per batch, memory-mapped
         self._pad_id = int(pad_id)
 
     def __len__(self) -> int:
@@ -61,6 +63,8 @@ class PackedRowsMapDataset(grain.MapDataset):
     def get_batch(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
         """Rows ``indices`` stacked: int32 arrays of shape (len(indices), ctx), one read for all their pieces."""
         rows = np.asarray(indices, dtype=np.int64) % self.plan.num_rows
+        if self._lazy:
+            return self._docs.pack_rows(self.plan.rows_plan(rows), None, pad_id=self._pad_id)
         return self._docs.pack_rows(self.plan, rows, pad_id=self._pad_id)
 
     def __getitem__(self, index):

@@ -22,7 +22,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from datatools.grain.host_batches import DocumentOrder, empty_rows, place_rows
+from datatools.grain.host_batches import DocumentOrder, empty_rows
 from datatools.kernels.pack import ALGORITHMS, PackPlan, cut_pieces, pack_lengths
 from datatools.kernels.validate import OVERFLOW_POLICIES, check_choice, check_int
 
@@ -121,11 +121,13 @@ class StreamingSchedule:
     def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
         starts = self.window_starts(epoch)
         rows = j * self.batch_size + np.arange(lo, hi, dtype=np.int64)
-        rows = rows[rows < starts[-1]]
-        out = empty_rows(hi - lo, self.ctx, self.pad_id)
+        rows = rows[rows < starts[-1]]  # a prefix: the rows past the data stay empty
+        out = empty_rows(hi - lo, self.ctx, self.pad_id, fill_from=rows.shape[0])
         window = np.searchsorted(starts, rows, side="right") - 1
-        for w in np.unique(window).tolist():  # a batch spans one or two windows
-            sel = np.flatnonzero(window == w)
+        for w in np.unique(window).tolist():  # a batch spans one or two windows, each a run of its rows
+            a, b = np.searchsorted(window, [w, w + 1])
             plan, order = self.window_plan(epoch, w)
-            place_rows(out, sel, self.docs.pack_rows(plan, order[rows[sel] - starts[w]], pad_id=self.pad_id))
+            # Written straight into this batch's rows [a, b) (a fresh batch: Grain may hold the previous one).
+            self.docs.pack_rows(plan, order[rows[a:b] - starts[w]], pad_id=self.pad_id,
+                                out={k: v[a:b] for k, v in out.items()})
         return out

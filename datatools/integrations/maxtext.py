@@ -24,6 +24,7 @@ MaxText                                        datatools pipeline
 =============================================  ==========================================
 ``max_target_length``                          ``packing.ctx``
 ``global_batch_size_to_load``                  ``batch_size`` (global; each host gets 1/processes)
+``expansion_factor_real_data`` (1/k)           ``batch_size`` = k x ``global_batch_size_to_load``
 ``grain_train_files``                          ``source.path`` (when the pipeline has none)
 ``max_segments_per_seq`` (> 0)                 ``packing.max_segments``
 ``data_shuffle_seed``                          ``seed``
@@ -41,6 +42,15 @@ contradicts the MaxText one (another ctx, batch size or cap) is an error, not a
 silent choice. ``packing: false`` in MaxText does not turn packing off here: packed
 rows with segment ids are what datatools is for, and every MaxText attention takes
 them.
+
+Many hosts: each of MaxText's processes builds only its rows of every global batch,
+and its Grain checkpoint file (``iter/process_{i}-of-{n}.json``) holds the global
+position, the same on every host. A restart on the same number of hosts restores as
+usual. A restart on fewer hosts uses MaxText's own key for it,
+``expansion_factor_real_data`` = (hosts now) / (hosts before) (0.5 for 2 -> 1): the
+global batch sequence continues exactly (MaxText's own pipeline would feed one saved
+host's shard per step instead, and loads a batch shrunk by that factor; datatools
+builds the whole global batch the step trains on, ``global_batch_size_to_load`` / factor).
 """
 
 from __future__ import annotations
@@ -71,6 +81,19 @@ def _int_setting(config, key: str, default=None, *, minimum=None, maximum=None) 
     if value is None:
         raise ValueError(f"MaxText config has no {key}")
     return check_int(value, f"MaxText {key}", minimum=minimum, maximum=maximum)
+
+
+def _expansion(config) -> float:
+    """MaxText's ``expansion_factor_real_data`` when it is a restart on fewer hosts (1/k, k >= 2), else 1.0."""
+    value = _setting(config, "expansion_factor_real_data", -1.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"MaxText expansion_factor_real_data must be a number; got {value!r}")
+    if not 0 < value < 1:
+        return 1.0
+    if abs(round(1 / value) * value - 1) > 1e-6:
+        raise ValueError(f"MaxText expansion_factor_real_data={value!r} below 1 must be 1/k (hosts now / hosts "
+                         f"that saved the checkpoint, e.g. 0.5 for 2 -> 1)")
+    return float(value)
 
 
 def _pipeline_mapping(pipeline) -> dict:
@@ -129,6 +152,9 @@ def pipeline_config(config, pipeline=None, *, process_index: int = 0, process_co
         data["num_epochs"] = 1
     else:
         raise ValueError(f"split must be 'train' or 'eval'; got {split!r}")
+    expansion = _expansion(config)
+    if expansion < 1:  # MaxText loads expansion x the batch: one saved host's share per step; we build it all
+        global_batch = round(global_batch / expansion)
     if global_batch % process_count:
         raise ValueError(f"MaxText's global batch {global_batch} does not divide over {process_count} processes")
     if "source" not in data:
@@ -186,6 +212,18 @@ def _host_iterator(dataset, mesh, generate_padding_batch: bool):
     return MultiHostDataLoadIterator(dataset, mesh, generate_padding_batch)
 
 
+def _restore_views(iterator, mesh, generate_padding_batch: bool, expansion: float) -> list:
+    """MaxText's way to restart on fewer hosts than saved the checkpoint: ``expansion_factor_real_data`` set to
+    (hosts now) / (hosts before), e.g. 0.5 for 2 -> 1. Its Grain restore then wants a list of 1/expansion
+    iterators on each host, restores them from the saved hosts' files (``process_{i}-of-{n}.json``) and its
+    training loop takes the steps from them in turn. A datatools state is the global position, the same in every
+    host's file, so the list holds views of ONE pipeline iterator: each restores the same state, and taking the
+    steps from them in turn continues the one global batch sequence (MaxText's own pipeline would instead take
+    each step from one saved host's shard). Its saves then write the same state into every file."""
+    return [_host_iterator(iterator, mesh, generate_padding_batch)  # iter(iterator) is the iterator itself
+            for _ in range(round(1 / expansion))]
+
+
 def create_data_iterator(config, mesh, *, pipeline=None):
     """MaxText's ``create_data_iterator(config, mesh)`` over a datatools pipeline.
 
@@ -198,7 +236,8 @@ def create_data_iterator(config, mesh, *, pipeline=None):
     Returns:
       ``(train_iterator, eval_iterator)``: MaxText ``MultiHostDataLoadIterator`` objects (datatools'
       :class:`HostBatchIterator` where MaxText is not installed); ``eval_iterator`` is None unless
-      ``eval_interval > 0``.
+      ``eval_interval > 0``. With ``0 < expansion_factor_real_data < 1`` (a restart on fewer hosts) the train
+      iterator is MaxText's list form, views of one pipeline iterator (see :func:`_restore_views`).
     """
     import jax
 
@@ -206,7 +245,12 @@ def create_data_iterator(config, mesh, *, pipeline=None):
         pipeline = os.environ.get("DATATOOLS_PIPELINE") or None
     index, count = jax.process_index(), jax.process_count()
     train_cfg = pipeline_config(config, pipeline, process_index=index, process_count=count)
-    train_it = _host_iterator(build(train_cfg), mesh, bool(_setting(config, "generate_padding_batch_train", False)))
+    train_padding = bool(_setting(config, "generate_padding_batch_train", False))
+    expansion = _expansion(config)
+    if expansion < 1:
+        train_it = _restore_views(iter(build(train_cfg)), mesh, train_padding, expansion)
+    else:
+        train_it = _host_iterator(build(train_cfg), mesh, train_padding)
     eval_it = None
     if _int_setting(config, "eval_interval", -1) > 0:
         eval_cfg = pipeline_config(config, pipeline, process_index=index, process_count=count, split="eval")

@@ -71,12 +71,13 @@ class PieceReadingSource:
 
     in_memory = False
 
-    def pack_rows(self, plan, rows, pad_id: int = 0) -> dict[str, np.ndarray]:
+    def pack_rows(self, plan, rows, pad_id: int = 0, out: dict | None = None) -> dict[str, np.ndarray]:
         """Rows ``rows`` of ``plan`` (a :class:`~datatools.kernels.pack.PackPlan` over this source) as a canonical
-        batch: all their pieces read in one call, then filled by a numba kernel."""
+        batch: all their pieces read in one call, then filled by a numba kernel (into ``out`` when given: a
+        canonical batch of ``len(rows)`` rows the caller owns, see :func:`~datatools.kernels.pack.materialize`)."""
         from datatools.kernels.pack import materialize_pieces
 
-        return materialize_pieces(plan, self.read_pieces, rows, pad_id=pad_id)
+        return materialize_pieces(plan, self.read_pieces, rows, pad_id=pad_id, out=out)
 
 
 class ArrayDocuments(PieceReadingSource):
@@ -136,11 +137,13 @@ class ArrayDocuments(PieceReadingSource):
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
 
-    def pack_rows(self, plan, rows, pad_id: int = 0) -> dict[str, np.ndarray]:
-        """Rows filled straight from the flat tokens (no intermediate gather of the pieces)."""
+    def pack_rows(self, plan, rows, pad_id: int = 0, out: dict | None = None) -> dict[str, np.ndarray]:
+        """Rows filled straight from the flat tokens (no intermediate gather of the pieces), into ``out`` when
+        given."""
         from datatools.kernels.pack import materialize
 
-        return materialize(plan, self.tokens, self.offsets, rows, pad_id=pad_id, check_values=False)  # checked once
+        return materialize(plan, self.tokens, self.offsets, rows, pad_id=pad_id, check_values=False,  # checked once
+                           out=out)
 
     def read_pieces(self, doc, start, length) -> np.ndarray:
         doc, start, length = check_pieces(doc, start, length, self.lengths())

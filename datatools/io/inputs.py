@@ -33,8 +33,8 @@ from datatools.io import numpy_files, storage
 from datatools.io.discover import Shard, list_shards
 from datatools.io.documents import ArrayDocuments, ChunkedDocuments, DocumentSource, StoreDocuments
 from datatools.io.levanter_cache import LevanterCache, is_levanter_cache
-from datatools.io.numpy_files import (BIN_DTYPES, check_token_values, flat_array, flat_slices,
-                                      numpy_dir, numpy_dir_files)
+from datatools.io.numpy_files import (BIN_DTYPES, check_token_values, flat_array, flat_slices, lengths_only,
+                                      lengths_only_file, numpy_dir, numpy_dir_files)
 from datatools.io.paths import display
 from datatools.io.store import TokenStore, is_token_store
 from datatools.io.tables import (TEXT_COLUMNS, column_batches, detect_column, shard_bytes, shard_columns,
@@ -52,7 +52,8 @@ class TokenInput:
 
     Attributes:
       path: the path given.
-      kind: ``store``, ``levanter`` (a Levanter cache), ``numpy`` (tokens.npy + lengths/offsets),
+      kind: ``store``, ``levanter`` (a Levanter cache), ``numpy`` (tokens.npy + lengths/offsets), ``lengths``
+        (lengths.npy alone: planning and analysis only),
         ``flat`` (.bin / .npy split on eos), or ``table`` (Parquet / Arrow / JSON Lines / HF directory).
       column: the token or text column (tables only).
       is_text: the column holds text, tokenized by ``encoder``.
@@ -180,6 +181,8 @@ def open_input(path: str | os.PathLike, *, column: str | None = None, tokenizer:
         return TokenInput(path, "levanter", nbytes=8 * (len(cache) + 1), levanter=cache)
     if not remote and path.is_dir() and (files := numpy_dir_files(path)):
         return TokenInput(path, "numpy", nbytes=sum(f.stat().st_size for f in files[:2]))
+    if not remote and (only := lengths_only_file(path)) is not None:
+        return TokenInput(path, "lengths", nbytes=only.stat().st_size)
     if not remote and path.is_file() and path.suffix.lower() in (".bin", ".npy"):
         if eos_id is None:
             raise ValueError(f"{display(path)}: a flat token file needs --eos-id to find the document boundaries")
@@ -206,10 +209,14 @@ def open_input(path: str | os.PathLike, *, column: str | None = None, tokenizer:
 
 
 def _remote_token_input(url: str, eos_id: int | None, bin_dtype: str) -> TokenInput | None:
-    """A token store, NumPy directory or flat token file in object storage; None for a table (or nothing)."""
+    """A token store, Levanter cache, NumPy directory or flat token file in object storage; None for a table (or
+    nothing)."""
     if storage.is_file(storage.join(url, "manifest.json")):
         store = TokenStore(url)
         return TokenInput(url, "store", nbytes=8 * (len(store) + 1))
+    if is_levanter_cache(url):  # a Levanter cache in a bucket (Marin keeps them in gs://)
+        cache = LevanterCache(url)
+        return TokenInput(url, "levanter", nbytes=8 * (len(cache) + 1), levanter=cache)
     if storage.is_dir(url) and (files := numpy_dir_files(url)):
         return TokenInput(url, "numpy", nbytes=sum(storage.size(f) for f in files[:2]))
     if Path(storage.name_of(url)).suffix.lower() in (".bin", ".npy") and storage.is_file(url):
@@ -230,6 +237,11 @@ def iter_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
     elif inp.kind == "numpy":
         _, offsets = numpy_dir(inp.path)  # the token ids are checked there too: in [0, 2**31 - 1]
         yield 0, np.diff(offsets), inp.nbytes
+    elif inp.kind == "lengths":  # memory-mapped, streamed a slice at a time
+        lengths = lengths_only(inp.path)
+        for a in range(0, lengths.shape[0], numpy_files.FLAT_SLICE):
+            end = a + numpy_files.FLAT_SLICE >= lengths.shape[0]
+            yield 0, np.asarray(lengths[a : a + numpy_files.FLAT_SLICE], dtype=np.int64), inp.nbytes if end else 0
     elif inp.kind == "flat":
         for k, (lengths, nbytes) in enumerate(flat_slices(inp.path, inp.bin_dtype, inp.eos_id)):
             yield k, lengths, nbytes
@@ -313,6 +325,9 @@ def _open_documents(inp: TokenInput, progress: Callable[[int, int], None] | None
     if inp.kind == "numpy":
         tokens, offsets = numpy_dir(inp.path)  # token ids checked there
         return ArrayDocuments(tokens, offsets)
+    if inp.kind == "lengths":
+        raise ValueError(f"{display(inp.path)}: holds lengths.npy but no tokens.npy: enough to plan (datatools pack) "
+                         f"and analyse (datatools analyze-padding), not to read documents")
     if inp.kind == "flat":
         lengths = read_lengths(inp, progress=progress)
         tokens = flat_array(inp.path, inp.bin_dtype)

@@ -47,6 +47,8 @@ import tensorstore as ts
 
 from datatools.io.io_errors import as_os_error, status_code
 from datatools.io.paths import display
+from datatools.io.store import array_keys as store_array_keys, location
+from datatools.io import storage
 from datatools.io.storage import kvstore_spec
 
 LEDGER = "shard_ledger.json"
@@ -58,6 +60,8 @@ INT32_MAX = np.iinfo(np.int32).max
 def is_levanter_cache(path: str | os.PathLike) -> bool:
     """Whether ``path`` is laid out as a Levanter cache (a directory with ``shard_ledger.json``). Its content is
     checked when it is opened, so a cache with a bad ledger or missing arrays is reported as such, not skipped."""
+    if storage.is_url(path):
+        return storage.is_file(storage.join(path, LEDGER))
     path = Path(path)
     return path.is_dir() and (path / LEDGER).is_file()
 
@@ -69,10 +73,9 @@ def array_spec(path: str | os.PathLike) -> dict:
 
 
 def array_keys(path: str | os.PathLike) -> set[str]:
-    """The keys an array's kvstore holds (``zarr.json``, ``c/0``, ...): one listing, no data read."""
-    spec = dict(array_spec(path)["kvstore"])
-    spec["path"] = str(spec["path"]).rstrip("/") + "/"
-    return {k.decode("utf-8", "replace") for k in ts.KvStore.open(spec).result().list().result()}
+    """The keys an array holds (``zarr.json``, ``c/0``, ...): one listing of its directory or key prefix, no
+    data read (the token store's listing: :func:`datatools.io.store.array_keys`)."""
+    return store_array_keys(path)
 
 
 def _count(ledger: dict, key: str, where: str) -> int:
@@ -88,10 +91,9 @@ def read_ledger(path: str | os.PathLike) -> dict:
     Raises:
       ValueError: no ledger, a corrupt one, or an unfinished cache (naming the ledger and what is missing).
     """
-    where = Path(path) / LEDGER
-    try:
-        with open(where, "rb") as f:  # a PermissionError propagates, naming the file
-            ledger = json.loads(f.read())
+    where = storage.join(location(path), LEDGER)
+    try:  # a PermissionError propagates, naming the file; an unreachable object store raises StorageError
+        ledger = json.loads(storage.read_bytes(where))
     except (FileNotFoundError, NotADirectoryError):
         raise ValueError(f"{display(path)}: not a Levanter cache (no {LEDGER})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -126,7 +128,7 @@ class LevanterCache:
     """
 
     def __init__(self, path: str | os.PathLike, field: str = FIELD):
-        self.path = Path(path)
+        self.path = location(path)  # a Path, or the URL of a cache in object storage
         self.field = field
         self.ledger = read_ledger(self.path)
         self.parts = self._parts()  # (directory of the field's arrays, rows) in row order
@@ -141,30 +143,31 @@ class LevanterCache:
     def _parts(self) -> list[tuple[Path, int]]:
         rows = int(self.ledger["total_num_rows"])
         if self.ledger.get("layout", "consolidated") == "consolidated":
-            return [(self.path / self.field, rows)]
+            return [(storage.join(self.path, self.field), rows)]
         shard_rows = self.ledger.get("shard_rows") or {}
         parts, total = [], 0
         for name in self.ledger.get("finished_shards") or []:
             n = shard_rows.get(name) if isinstance(name, str) else None
             if isinstance(n, bool) or not isinstance(n, int) or n < 0 or os.path.isabs(name) or ".." in name.split("/"):
-                raise ValueError(f"{display(self.path / LEDGER)}: corrupt (shard {str(name)[:60]!r} has no row count "
+                raise ValueError(f"{display(storage.join(self.path, LEDGER))}: corrupt (shard "
+                                 f"{str(name)[:60]!r} has no row count "
                                  f"or is not a relative path)")
-            parts.append((self.path / name / self.field, n))
+            parts.append((storage.join(self.path, name, self.field), n))
             total += n
         if total != rows:
-            raise ValueError(f"{display(self.path / LEDGER)}: corrupt (its shards hold {total} rows, "
+            raise ValueError(f"{display(storage.join(self.path, LEDGER))}: corrupt (its shards hold {total} rows, "
                              f"total_num_rows says {rows})")
         return parts
 
     def _open(self, where: Path, name: str):
-        array = where / name
+        array = storage.join(where, name)
         try:
             return ts.open(array_spec(array), open=True, read=True).result()
         except ValueError as exc:
             if (err := as_os_error(exc, array)) is not None:
                 raise err from None
             if status_code(exc) == "NOT_FOUND":
-                rel = os.path.relpath(array, self.path)
+                rel = str(array)[len(str(self.path)) :].strip("/")
                 raise ValueError(f"{display(self.path)}: {rel}/ is missing (no {rel}/zarr.json); the Levanter "
                                  f"cache is incomplete") from None
             raise ValueError(f"{display(array)}: not a readable zarr v3 array ({str(exc)[:200]})") from None
@@ -189,16 +192,18 @@ class LevanterCache:
             self._data.append(self._open(where, "data"))
             dtype = np.dtype(self._data[-1].dtype.numpy_dtype)
             if dtype.kind not in "iu":
-                raise ValueError(f"{display(where / 'data')}: holds {dtype}, not token ids")
-            off = np.asarray(self._read(offsets_array, 0, rows + 1, where / "offsets"), np.int64)
-            self._check_shards(where / "data", self._data[-1], int(off[-1]) if rows else 0)
+                raise ValueError(f"{display(storage.join(where, 'data'))}: holds {dtype}, not token ids")
+            off = np.asarray(self._read(offsets_array, 0, rows + 1, storage.join(where, "offsets")), np.int64)
+            self._check_shards(storage.join(where, "data"), self._data[-1], int(off[-1]) if rows else 0)
             if off.shape[0] != rows + 1 or int(off[0]) != rows:
-                raise ValueError(f"{display(where / 'offsets')}: offsets[0] is {int(off[0]) if off.size else None}, "
+                first = int(off[0]) if off.size else None
+                raise ValueError(f"{display(storage.join(where, 'offsets'))}: offsets[0] is {first}, "
                                  f"the ledger says {rows} rows: the cache is damaged or still being written")
             off[0] = 0
             if (np.diff(off) < 0).any():
                 i = int(np.flatnonzero(np.diff(off) < 0)[0])
-                raise ValueError(f"{display(where / 'offsets')}: offsets decrease at row {i}: the cache is damaged")
+                raise ValueError(f"{display(storage.join(where, 'offsets'))}: offsets decrease at row {i}: the cache "
+                                 f"is damaged")
             starts.append(base)
             pieces.append(off[1:] + base)
             base += int(off[-1])
@@ -257,7 +262,7 @@ class LevanterCache:
             a, b = max(begin, lo), min(end, hi)
             if a >= b:
                 continue
-            where = self.parts[k][0] / "data"
+            where = storage.join(self.parts[k][0], "data")
             block = self._read(arrays[k], a - lo, b - lo, where)
             if block.size:
                 low, high = int(block.min()), int(block.max())

@@ -1,5 +1,8 @@
 """NumPy token inputs: a directory with ``tokens.npy`` + ``lengths.npy``/``offsets.npy``, or one flat token file.
 
+A directory may also hold ``lengths.npy`` alone (no tokens): enough to plan and analyse packing, not to read
+documents.
+
 A flat file (``.bin`` of uint16/uint32, nanoGPT style, or a 1-D ``.npy``) holds
 documents back to back, each ending with ``eos_id``. It is memory-mapped and read in
 slices of :data:`FLAT_SLICE` tokens; a document may straddle slices. Files are never
@@ -97,6 +100,31 @@ def numpy_dir_files(path: Path) -> tuple[Path, Path, str] | None:
         if storage.is_file(storage.join(path, name)):
             return tokens, storage.join(path, name), what
     raise ValueError(f"{display(path)}: has tokens.npy but neither lengths.npy nor offsets.npy")
+
+
+def lengths_only_file(path: Path) -> Path | None:
+    """``lengths.npy`` of a local directory that holds it without ``tokens.npy`` (a lengths-only input, for
+    planning and analysis: ``datatools pack``, ``analyze-padding``), None otherwise."""
+    if storage.is_url(path) or not Path(path).is_dir() or (Path(path) / "tokens.npy").exists():
+        return None
+    found = Path(path) / "lengths.npy"
+    return found if found.is_file() else None
+
+
+def lengths_only(path: Path) -> np.ndarray:
+    """The lengths of a lengths-only directory, memory-mapped (10^9 lengths are not copied), checked: a 1-D
+    integer array of non-negative values (a vectorized pass, :data:`FLAT_SLICE` at a time)."""
+    index_file = Path(path) / "lengths.npy"
+    lengths = _load(index_file, mmap=True)
+    if lengths.ndim != 1 or lengths.dtype.kind not in "iu" or lengths.dtype == np.bool_:
+        raise ValueError(f"{display(index_file)}: expected a 1-D integer array, got {lengths.dtype} {lengths.shape}")
+    if lengths.dtype.kind == "i":
+        for a in range(0, lengths.shape[0], FLAT_SLICE):
+            part = np.asarray(lengths[a : a + FLAT_SLICE])
+            if part.size and int(part.min()) < 0:
+                raise ValueError(f"{display(index_file)}: negative length {int(part.min())} "
+                                 f"(document {a + int(np.argmin(part))})")
+    return lengths
 
 
 def numpy_dir(path: Path) -> tuple[np.ndarray, np.ndarray]:

@@ -55,6 +55,7 @@ ALGORITHMS = (
 )
 
 _OVERFLOW_CODE = {name: code for code, name in enumerate(OVERFLOW_POLICIES)}
+_CANONICAL = ("tokens", "segment_ids", "positions", "loss_mask")
 
 
 @dataclass(frozen=True)
@@ -671,13 +672,15 @@ def materialize(
     *,
     pad_id: int = 0,
     check_values: bool = True,
+    out: dict[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Build packed rows from a flat token array.
+    """Build packed rows from a flat token array, writing every output slot once.
 
-    Every piece the rows read is checked to lie inside ``tokens`` (vectorized, per
-    piece), so a plan and arrays that do not match raise instead of reading out of
-    bounds; token ids of a dtype wider than int32 are checked to fit int32
-    (``check_values=False`` skips that scan when the caller checked the array once).
+    One numba pass per row writes its pieces and its padding straight into the four
+    outputs (no prefill, no second pass), so building rows costs about a copy of their
+    bytes (16 bytes per slot). Every piece the rows read is first checked to lie inside
+    ``tokens`` (per piece, in numba), so a plan and arrays that do not match raise before
+    anything is written; the ids written are checked in the same pass (see Raises).
 
     Args:
       plan: the plan from :func:`pack_lengths`.
@@ -685,18 +688,25 @@ def materialize(
       offsets: int (num_documents + 1,): document i is ``tokens[offsets[i]:offsets[i+1]]``.
       rows: row ids to build (int array-like); None for all rows.
       pad_id: token written at padding slots.
+      check_values: check that ids of a dtype wider than int32 fit int32 (on the pieces read only);
+        ``False`` when the caller checked the whole array once. Negative ids are refused either way.
+      out: a canonical batch to write into instead of allocating one (four C-contiguous int32 arrays of
+        shape (len(rows), ctx) under ``tokens``, ``segment_ids``, ``positions``, ``loss_mask``); every slot
+        is overwritten. Use it where the caller owns the buffer (a batch Grain may still hold must not be
+        reused).
 
     Returns:
-      int32 arrays of shape (len(rows), ctx), the canonical datatools batch:
+      int32 arrays of shape (len(rows), ctx), the canonical datatools batch (``out`` itself when given):
       ``tokens``; ``segment_ids`` (1, 2, ... per piece within a row, 0 = padding);
       ``positions`` (0-based in the document: a continuation piece counts on from
       its offset); ``loss_mask`` (1 where the next token is in the same piece, so
       no target crosses a document boundary).
 
     Raises:
-      TypeError: ``plan`` is not a :class:`PackPlan`, or the tokens are not integers.
-      ValueError: a token id the rows hold is outside [0, 2**31 - 1] (checked on the built rows, so a negative
-        id is refused whatever the dtype and ``check_values``), or the plan and arrays do not match.
+      TypeError: ``plan`` is not a :class:`PackPlan`, or the tokens are not integers, or ``out`` is not a
+        canonical batch of the right shape.
+      ValueError: a token id the rows hold is outside [0, 2**31 - 1] (a negative id is refused whatever the
+        dtype and ``check_values``), or the plan and arrays do not match.
     """
     _check_plan(plan)
     rows = _check_rows(plan, rows)
@@ -711,22 +721,14 @@ def materialize(
     if plan.max_doc >= offsets.shape[0] - 1:
         raise ValueError(f"plan refers to document {plan.max_doc} but offsets describe {offsets.shape[0] - 1} documents")
     offsets = offsets.astype(np.int64, copy=False)
+    batch = _output_batch(out, rows.shape[0], plan.ctx)
+    if rows.shape[0] == 0:
+        return batch
     _check_piece_bounds(plan, rows, offsets, tokens.shape[0])
-    if check_values and tokens.dtype.itemsize >= 4 and not (tokens.dtype == np.int32):
-        check_token_ids(tokens)
-    ctx = plan.ctx
-    batch = rows.shape[0]
-    out_tokens = np.full((batch, ctx), pad_id, dtype=np.int32)
-    segment_ids = np.zeros((batch, ctx), dtype=np.int32)
-    positions = np.zeros((batch, ctx), dtype=np.int32)
-    loss_mask = np.zeros((batch, ctx), dtype=np.int32)
-    if batch == 0:
-        return {"tokens": out_tokens, "segment_ids": segment_ids, "positions": positions, "loss_mask": loss_mask}
-
-    _fill_rows(rows, plan.row_splits, plan.doc, plan.start, plan.length, plan.offset, offsets,
-               tokens, out_tokens, segment_ids, positions, loss_mask)
-    _check_built(out_tokens, rows)
-    return {"tokens": out_tokens, "segment_ids": segment_ids, "positions": positions, "loss_mask": loss_mask}
+    wide = bool(check_values) and tokens.dtype.itemsize >= 4 and tokens.dtype != np.int32
+    _fill_checked(rows, plan.row_splits, plan.doc, plan.start, plan.length, plan.offset, offsets, tokens, pad_id,
+                  wide, batch, rows)
+    return batch
 
 
 def _check_plan(plan) -> None:
@@ -734,12 +736,33 @@ def _check_plan(plan) -> None:
         raise TypeError(f"plan must be a PackPlan from pack_lengths(), got {short_repr(plan)}")
 
 
-def _check_built(out_tokens: np.ndarray, rows: np.ndarray) -> None:
-    """No built row holds a negative id (a negative input id, or an unsigned one past int32 that wrapped):
-    one vectorized pass over the batch, a fraction of what filling it cost."""
-    if out_tokens.size and int(out_tokens.min()) < 0:
-        r, c = divmod(int(np.argmin(out_tokens)), out_tokens.shape[1])
-        raise ValueError(f"tokens: token id {int(out_tokens[r, c])} at row {int(rows[r])}, position {c} (as int32) "
+def _output_batch(out, batch: int, ctx: int) -> dict[str, np.ndarray]:
+    """``out`` checked to be a canonical batch of ``batch`` x ``ctx`` int32 C-contiguous arrays, or four new
+    uninitialized ones (the fill writes every slot)."""
+    if out is None:
+        return {k: np.empty((batch, ctx), np.int32) for k in _CANONICAL}
+    if not isinstance(out, dict) or any(k not in out for k in _CANONICAL):
+        raise TypeError(f"out must be a dict of {', '.join(_CANONICAL)} arrays, got {short_repr(out)}")
+    for k in _CANONICAL:
+        a = out[k]
+        if not isinstance(a, np.ndarray) or a.dtype != np.int32 or a.shape != (batch, ctx) \
+                or not a.flags.c_contiguous or not a.flags.writeable:
+            raise TypeError(f"out[{k!r}] must be a writeable C-contiguous int32 array of shape {(batch, ctx)}, got "
+                            f"{short_repr(a)}")
+    return out
+
+
+def _fill_checked(rows, row_splits, doc, start, length, offset, offsets, tokens, pad_id, wide, batch, row_ids) -> None:
+    """Run the fill; a row holding an id outside [0, 2**31 - 1] is a ValueError naming the id, its row and slot."""
+    err = np.zeros(3, np.int64)
+    if _fill_rows(rows, row_splits, doc, start, length, offset, offsets, tokens, pad_id, wide,
+                  batch["tokens"], batch["segment_ids"], batch["positions"], batch["loss_mask"], err):
+        b, where, value = (int(v) for v in err)
+        if wide:  # the id as the source holds it, before the cast to int32
+            value = int(tokens[where])
+            raise ValueError(f"tokens: token id {value} in row {int(row_ids[b])} is outside [0, 2**31 - 1] "
+                             f"(batches are int32)")
+        raise ValueError(f"tokens: token id {value} at row {int(row_ids[b])}, position {where} (as int32) "
                          f"is outside [0, 2**31 - 1]; token ids must be non-negative")
 
 
@@ -761,20 +784,28 @@ def _check_rows(plan: PackPlan, rows) -> np.ndarray:
 
 
 def _check_piece_bounds(plan: PackPlan, rows: np.ndarray, offsets: np.ndarray, num_tokens: int) -> None:
-    """Every piece of ``rows`` must lie in ``[0, num_tokens)`` of the flat array (per piece, vectorized)."""
-    if not rows.size:
-        return
-    first, counts = plan.row_splits[rows], np.diff(plan.row_splits)[rows]
-    sel = np.repeat(first - np.concatenate(([0], np.cumsum(counts)[:-1])), counts) + np.arange(int(counts.sum()))
-    begin = offsets[plan.doc[sel]] + plan.start[sel]
-    end = begin + plan.length[sel]
-    doc_end = offsets[plan.doc[sel] + 1]
-    bad = (begin < 0) | (end > num_tokens) | (end > doc_end)
-    if bad.any():
-        j = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"document {int(plan.doc[sel][j])}: tokens [{int(begin[j])}, {int(end[j])}) of the plan are "
+    """Every piece of ``rows`` must lie in ``[0, num_tokens)`` of the flat array (per piece, numba)."""
+    q = _first_bad_piece(rows, plan.row_splits, plan.doc, plan.start, plan.length, offsets, num_tokens)
+    if q >= 0:
+        d = int(plan.doc[q])
+        begin = int(offsets[d] + plan.start[q])
+        end = begin + int(plan.length[q])
+        raise ValueError(f"document {d}: tokens [{begin}, {end}) of the plan are "
                          f"outside the token array of {num_tokens} (or past the document's offsets); the plan, "
                          f"tokens and offsets do not match")
+
+
+@numba.njit(cache=True, nogil=True)
+def _first_bad_piece(rows, row_splits, doc, start, length, offsets, num_tokens):
+    """The first piece of ``rows`` not inside both its document and ``[0, num_tokens)``; -1 when all are."""
+    for b in range(rows.shape[0]):
+        r = rows[b]
+        for q in range(row_splits[r], row_splits[r + 1]):
+            begin = offsets[doc[q]] + start[q]
+            end = begin + length[q]
+            if begin < 0 or end > num_tokens or end > offsets[doc[q] + 1]:
+                return q
+    return -1
 
 
 def check_token_ids(tokens: np.ndarray, where: str = "tokens") -> None:
@@ -786,7 +817,8 @@ def check_token_ids(tokens: np.ndarray, where: str = "tokens") -> None:
             raise ValueError(f"{where}: token id {bad} outside [0, 2**31 - 1] (batches are int32)")
 
 
-def materialize_pieces(plan: PackPlan, read_pieces, rows=None, *, pad_id: int = 0) -> dict[str, np.ndarray]:
+def materialize_pieces(plan: PackPlan, read_pieces, rows=None, *, pad_id: int = 0,
+                       out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """Like :func:`materialize`, reading only the pieces of the selected rows through ``read_pieces``.
 
     Args:
@@ -797,6 +829,7 @@ def materialize_pieces(plan: PackPlan, read_pieces, rows=None, *, pad_id: int = 
         cached reader. Called once for all selected rows.
       rows: row ids to build; None for all rows.
       pad_id: token written at padding slots.
+      out: a canonical batch to write into, as for :func:`materialize`.
     """
     _check_plan(plan)
     rows = _check_rows(plan, rows)
@@ -812,31 +845,59 @@ def materialize_pieces(plan: PackPlan, read_pieces, rows=None, *, pad_id: int = 
     # Piece j of the selection sits at flat[piece_begin[j]:]; _fill_rows reads offsets[doc] + start.
     piece_begin = np.concatenate(([0], np.cumsum(length, dtype=np.int64)))
     fake_offsets = piece_begin[:-1] - start
-    batch, ctx = rows.shape[0], plan.ctx
-    out = {"tokens": np.full((batch, ctx), pad_id, dtype=np.int32)}
-    for k in ("segment_ids", "positions", "loss_mask"):
-        out[k] = np.zeros((batch, ctx), dtype=np.int32)
-    if batch:
-        _fill_rows(np.arange(batch, dtype=np.int64), splits, np.arange(sel.shape[0], dtype=np.int64), start, length,
-                   plan.offset[sel], fake_offsets, flat, out["tokens"], out["segment_ids"], out["positions"],
-                   out["loss_mask"])
-        _check_built(out["tokens"], rows)
-    return out
+    batch = _output_batch(out, rows.shape[0], plan.ctx)
+    if rows.shape[0]:
+        wide = flat.dtype.itemsize >= 4 and flat.dtype != np.int32
+        _fill_checked(np.arange(rows.shape[0], dtype=np.int64), splits, np.arange(sel.shape[0], dtype=np.int64),
+                      start, length, plan.offset[sel], fake_offsets, flat, pad_id, wide, batch, rows)
+    return batch
 
 
-@numba.njit(cache=True)
-def _fill_rows(rows, row_splits, doc, start, length, offset, offsets, tokens, out_tokens, segment_ids, positions, loss_mask):
-    """Copy each selected row's pieces into the preallocated (batch, ctx) int32 outputs."""
+@numba.njit(cache=True, nogil=True)
+def _fill_rows(rows, row_splits, doc, start, length, offset, offsets, tokens, pad_id, wide,
+               out_tokens, segment_ids, positions, loss_mask, err):
+    """Write each selected row of the (batch, ctx) int32 outputs once: its pieces and the padding between and
+    after them (no prefill). Each output is filled by its own slice loop, so each vectorizes.
+
+    ``wide``: check each piece's source ids fit [0, 2**31 - 1] before the cast. Every row's int32 ids are checked
+    non-negative once it is built. On a bad id: ``err`` = (batch row, source index (wide) or slot, id as int32),
+    return True (rows after it are not built).
+    """
+    ctx = out_tokens.shape[1]
     for b in range(rows.shape[0]):
         r = rows[b]
+        t_row, s_row, p_row, m_row = out_tokens[b], segment_ids[b], positions[b], loss_mask[b]
+        at = 0
         for q in range(row_splits[r], row_splits[r + 1]):
-            seg = q - row_splits[r] + 1
+            dst, n = offset[q], length[q]
+            if dst > at:  # alignment gap
+                t_row[at:dst] = pad_id
+                s_row[at:dst] = 0
+                p_row[at:dst] = 0
+                m_row[at:dst] = 0
             src = offsets[doc[q]] + start[q]
-            dst = offset[q]
-            n = length[q]
+            piece = tokens[src:src + n]
+            if wide and n > 0 and (piece.min() < 0 or piece.max() > 2147483647):
+                for j in range(n):
+                    if piece[j] < 0 or piece[j] > 2147483647:
+                        err[0], err[1], err[2] = b, src + j, 0
+                        return True
+            t_row[dst:dst + n] = piece
+            s_row[dst:dst + n] = q - row_splits[r] + 1
+            p0 = start[q]
             for j in range(n):
-                out_tokens[b, dst + j] = tokens[src + j]
-                segment_ids[b, dst + j] = seg
-                positions[b, dst + j] = start[q] + j
-                loss_mask[b, dst + j] = 1
-            loss_mask[b, dst + n - 1] = 0
+                p_row[dst + j] = p0 + j
+            m_row[dst:dst + n] = 1
+            if n > 0:
+                m_row[dst + n - 1] = 0
+            at = dst + n
+        if at < ctx:
+            t_row[at:] = pad_id
+            s_row[at:] = 0
+            p_row[at:] = 0
+            m_row[at:] = 0
+        if t_row.min() < 0:
+            c = int(np.argmin(t_row))
+            err[0], err[1], err[2] = b, c, t_row[c]
+            return True
+    return False

@@ -28,8 +28,9 @@ of rows ``[h * R / N, (h + 1) * R / N)`` of each global batch of ``R`` rows only
 * ``bucketing``: the shuffle permutes documents per epoch; a bucket's batch is complete
   when its last piece arrives (:mod:`datatools.grain.bucket_schedule`).
 
-Each element (a host's batch) is built whole by one worker, so the same config and seed
-give the same batches for any number of workers and hosts. Batches do not cross epochs;
+Each element (a host's batch, with its attention tiles when ``attention_block`` is set) is
+built whole by one worker, so the same config and seed give the same batches for any number
+of workers and hosts. Batches do not cross epochs;
 with ``drop_remainder: false`` an epoch's last batch is padded with empty rows to the
 full shape. The iterator's state is the number of global batches consumed: it resumes
 exactly, with any number of workers and any number of hosts (elastic resume), and
@@ -83,7 +84,11 @@ class ShuffleConfig:
 
 @dataclass(frozen=True)
 class PackingConfig:
-    ctx: int = field(minimum=1, maximum=MAX_CTX, doc="row length (tokens)")
+    ctx: int | None = field(None, minimum=1, maximum=MAX_CTX, doc="row length (tokens); required unless plan is "
+                                                                   "given (then the plan's)")
+    plan: str | None = field(None, doc="a plan directory written by datatools pack (relative to the working "
+                                        "directory): rows read from it lazily, memory-mapped; the packing options "
+                                        "are the plan's; refused when planned for other documents than the source")
     mode: Literal["planned", "streaming"] = field("planned", doc="planned: one plan over every document; "
                                                                  "streaming: packed a window at a time")
     algorithm: Literal[ALGORITHMS] | None = field(None,
@@ -96,7 +101,11 @@ class PackingConfig:
     window: int = field(1024, minimum=1, maximum=MAX_WINDOW, doc="streaming: documents per packing window")
 
     def check(self, where: str) -> None:
-        if self.ctx % self.align:
+        if self.ctx is None and self.plan is None:
+            raise ValueError(f"config: {where}.ctx is required (or {where}.plan, a plan written by datatools pack)")
+        if self.plan is not None and self.mode != "planned":
+            raise ValueError(f"config: {where}.plan needs {where}.mode: planned (got {self.mode!r})")
+        if self.ctx is not None and self.ctx % self.align:
             raise ValueError(f"config: {where}.align={self.align} must divide {where}.ctx={self.ctx}")
 
     @property
@@ -162,6 +171,9 @@ class PipelineConfig:
     def check(self, where: str) -> None:
         if (self.packing is None) == (self.bucketing is None):
             raise ValueError("config: give exactly one of 'packing' and 'bucketing'")
+        if self.attention_block is not None and self.format != "datatools":
+            raise ValueError(f"config: attention_block lists tiles in the datatools format only; format "
+                             f"{self.format!r} has no place for them (use format: datatools, or drop attention_block)")
 
     def replace(self, **changes) -> "PipelineConfig":
         return dataclasses.replace(self, **changes)
@@ -305,11 +317,14 @@ def _schedule(cfg: PipelineConfig, docs):
 
     p, sh = cfg.packing, cfg.shuffle
     if p is not None and p.mode == "planned":
-        rows = PackedRowsMapDataset(docs, p.ctx, algorithm=p.resolved_algorithm, max_segments=p.max_segments,
-                                    align=p.align, overflow=p.overflow, pad_id=cfg.pad_id)
+        if p.plan is not None:
+            rows = PackedRowsMapDataset(docs, plan=_plan_file(p, cfg.source.path, docs), pad_id=cfg.pad_id)
+        else:
+            rows = PackedRowsMapDataset(docs, p.ctx, algorithm=p.resolved_algorithm, max_segments=p.max_segments,
+                                        align=p.align, overflow=p.overflow, pad_id=cfg.pad_id)
         if not cfg.drop_remainder or rows.plan.num_rows >= cfg.batch_size:
             return PlannedSchedule(_shuffle_map(rows, cfg), cfg.batch_size, drop_remainder=cfg.drop_remainder,
-                                   ctx=p.ctx, pad_id=cfg.pad_id), rows.plan.efficiency
+                                   ctx=rows.plan.ctx, pad_id=cfg.pad_id), rows.plan.efficiency
         raise ValueError(f"{rows.plan.num_rows} packed rows make no full batch of {cfg.batch_size}")
     order = DocumentOrder(len(docs), sh.kind, seed=cfg.seed, io_block_size=sh.io_block_size,
                           window_blocks=sh.window_blocks)
@@ -331,6 +346,20 @@ def _schedule(cfg: PipelineConfig, docs):
         sizes = bucket_batch_sizes(bounds, batch_size=cfg.batch_size, multiple_of=b.multiple_of)
     return BucketSchedule(docs, order, boundaries=bounds, batch_sizes=sizes, overflow=b.overflow,
                           drop_remainder=cfg.drop_remainder, pad_id=cfg.pad_id), None
+
+
+def _plan_file(p: PackingConfig, source: str, docs):
+    """The plan directory ``packing.plan``, opened lazily (memory-mapped) and checked against the source: the same
+    documents (count, tokens, CRC-32 of the lengths) and, when ``packing.ctx`` is given, the same ctx."""
+    from datatools.io.plan_file import PlanFile
+    from datatools.kernels.plan_format import lengths_identity
+
+    plan = PlanFile(p.plan)
+    plan.check_identity(lengths_identity(docs.lengths()), source)
+    if p.ctx is not None and p.ctx != plan.ctx:
+        raise ValueError(f"config: packing.ctx={p.ctx} but {p.plan} was planned for ctx {plan.ctx}; drop packing.ctx "
+                         f"or re-pack (datatools pack {p.plan} OUT --ctx {p.ctx})")
+    return plan
 
 
 def resolve_shard(cfg: PipelineConfig) -> PipelineConfig:
@@ -361,6 +390,23 @@ def pipeline_identity(cfg: PipelineConfig, docs) -> dict:
             "num_epochs": cfg.num_epochs, "pad_id": cfg.pad_id}
 
 
+def _with_attention_tiles(host: grain.MapDataset, cfg: PipelineConfig) -> grain.MapDataset:
+    """``host`` (whole host batches) with each batch's attention tiles added when ``attention_block`` is set
+    (:class:`~datatools.grain.attention_blocks.AttentionBlocks`). A map on the batch dataset, before the prefetch:
+    with ``workers > 0`` the tiles are computed in Grain's worker processes, next to the batch they describe,
+    not in the training process; a batch and its tiles depend on its global number only, so any worker count
+    gives the same ones, and the read position stays the only state."""
+    if cfg.attention_block is None:
+        return host
+    from datatools.grain.attention_blocks import AttentionBlocks
+
+    bad = [t for _, t in host.shapes if t % cfg.attention_block]
+    if bad:
+        raise ValueError(f"config: attention_block={cfg.attention_block} must divide every row length "
+                         f"(got {bad[0]})")
+    return host.map(AttentionBlocks(cfg.attention_block))
+
+
 def _build_canonical(cfg: PipelineConfig, documents=None) -> CanonicalPipeline:
     """The pipeline up to canonical batches (``tokens``, ``segment_ids``, ``positions``, ``loss_mask``).
 
@@ -381,7 +427,8 @@ def _build_canonical(cfg: PipelineConfig, documents=None) -> CanonicalPipeline:
                                      num_epochs=cfg.num_epochs)
     except ValueError as exc:
         raise ValueError(f"config: batch_size={cfg.batch_size}, shard.count={cfg.shard.count}: {exc}") from None
-    built = CanonicalPipeline(_prefetch(host, cfg, in_memory), cfg, len(docs), host.shapes, efficiency)
+    built = CanonicalPipeline(_prefetch(_with_attention_tiles(host, cfg), cfg, in_memory), cfg, len(docs),
+                              host.shapes, efficiency)
     built.identity = pipeline_identity(cfg, docs)
     built.batches = host
     return built
@@ -398,15 +445,7 @@ def build_canonical(cfg: PipelineConfig, documents=None) -> CanonicalPipeline:
     """
     from datatools.grain.portable_state import PortableStateIterDataset
 
-    from datatools.grain.attention_blocks import AttentionBlocks
-
     built = _build_canonical(resolve_shard(cfg), documents)
-    if cfg.attention_block is not None:  # computed in the loader, next to the batch
-        bad = [t for _, t in built.shapes if t % cfg.attention_block]
-        if bad:
-            raise ValueError(f"config: attention_block={cfg.attention_block} must divide every row length "
-                             f"(got {bad[0]})")
-        built.dataset = built.dataset.map(AttentionBlocks(cfg.attention_block))
     built.dataset = PortableStateIterDataset(built.dataset, built.identity)
     return built
 

@@ -5,12 +5,13 @@ in the same segment, and neither is padding; a padding query's output is 0.
 
 * ``dense`` forms the whole (T x T) score matrix per head and masks it: memory and
   FLOPs grow with ctx^2 whatever the documents.
-* ``blocksparse`` takes the list of non-empty (query block, key block) tiles that the
-  pipeline computed on the host (:func:`datatools.kernels.attention_blocks.block_pairs`),
-  gathers those tiles a chunk at a time and combines each query block's tiles with a
-  running softmax (flash-attention style, in a rematerialized ``lax.scan``). Pure JAX
-  with static shapes: it runs everywhere; its FLOPs grow with the tiles that hold work
-  (about ctx x document length), not with ctx^2, and its memory with one chunk of tiles.
+* ``blocksparse`` takes the batch-wide list of non-empty (row, query block, key block)
+  tiles that the pipeline computed on the host
+  (:func:`datatools.kernels.attention_blocks.tile_list`), gathers those tiles a chunk at
+  a time and combines each query block's tiles with a running softmax (flash-attention
+  style, in a rematerialized ``lax.scan``). Pure JAX with static shapes: it runs
+  everywhere; its FLOPs and memory grow with the batch's tiles that hold work (about
+  ctx x document length), not with ctx^2 (dense) or ctx^2 / 2 (causal flash).
 
 The accelerator kernels computing the same function are in ``attention_splash`` (TPU),
 ``attention_pallas`` (``pallas_blocksparse``, TPU) and ``attention_gpu`` (``pallas_gpu``, ``cudnn``).
@@ -24,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 NEG = -1e30
+SPARSE_KEYS = ("tile_row", "tile_q", "tile_k", "tile_count")  # what blocksparse reads of a tile list
 
 
 def dense_attention(q, k, v, segment_ids):
@@ -48,58 +50,78 @@ def fused_attention(q, k, v, segment_ids):
     return jnp.where((segment_ids > 0)[:, :, None, None], out, 0).astype(q.dtype)
 
 
-def blocksparse_attention(q, k, v, segment_ids, block_q, block_k, block_valid, block: int, chunk: int = 256):
+def blocksparse_attention(q, k, v, segment_ids, tiles: dict, block: int, chunk: int = 256):
     """The same function as :func:`dense_attention`, computed on the listed tiles only.
 
-    The tiles are processed ``chunk`` at a time in a ``lax.scan`` with a running
-    softmax (per query: the largest score so far, the sum of exponentials and the
-    weighted values, rescaled when the maximum grows), and each step is
-    rematerialized in the backward pass: memory holds one chunk of tiles and the
-    running output, however many tiles a row has (a row filled by one long document
-    has about half of all tiles).
+    ``tiles`` is the batch-wide tile list of the loader
+    (:func:`datatools.kernels.attention_blocks.tile_list`): one (row, query block, key
+    block) entry per non-empty tile of the whole batch, padded to a bucket length, so
+    a batch's cost follows its own tiles (not its busiest row times the row count).
+    The entries are processed ``chunk`` at a time in a ``lax.scan`` with a running
+    softmax per (row, query block): the largest score so far, the sum of exponentials
+    and the weighted values, rescaled when the maximum grows. Each step updates only
+    the (row, query block) slots its tiles touch (a scatter; a slot met twice in one
+    chunk is rescaled once) and is rematerialized in the backward pass: memory holds
+    one chunk of tiles, the running output, and one saved carry per step (steps =
+    padded entries / chunk, so it too follows the tiles). Fed the list of every causal
+    tile it is a causal flash kernel without segment information (the benchmark's
+    baseline); the entries may come in any order.
 
     Args:
       q, k, v: (B, T, H, D); T a multiple of ``block``.
       segment_ids: (B, T).
-      block_q, block_k, block_valid: (B, P) int: the non-empty tiles of each row and which list entries are real.
+      tiles: int arrays ``tile_row``, ``tile_q``, ``tile_k`` (P,) and ``tile_count`` (1,) (entries past it are
+        padding and contribute nothing); other keys are ignored.
       block: tile size (tokens).
-      chunk: tiles per scan step.
+      chunk: tiles per scan step (at most half the list: a one-step scan would keep all its residuals for the
+        backward pass, more memory than two steps of a longer list).
     """
+    missing = [key for key in SPARSE_KEYS if key not in tiles]
+    if missing:
+        raise ValueError(f"blocksparse: the tile list lacks {', '.join(missing)} (from tile_list)")
     b, t, h, d = q.shape
+    if t % block:
+        raise ValueError(f"blocksparse: attention_block={block} must divide ctx={t}")
     nb = t // block
-    p_all = block_q.shape[1]
-    chunk = max(1, min(chunk, p_all))
+    row, bq, bk = (jnp.asarray(tiles[key], jnp.int32).reshape(-1) for key in SPARSE_KEYS[:3])
+    count = jnp.asarray(tiles["tile_count"], jnp.int32).reshape(-1)[0]
+    p_all = row.shape[0]
+    chunk = max(1, min(chunk, -(-p_all // 2)))  # at least two steps: XLA keeps a one-step scan's residuals
     pad = -p_all % chunk
+    ok = (jnp.arange(p_all + pad) < count).astype(jnp.int32)
     if pad:
-        block_q, block_k, block_valid = (jnp.pad(x, ((0, 0), (0, pad))) for x in (block_q, block_k, block_valid))
+        row, bq, bk = (jnp.pad(x, (0, pad), mode="edge") for x in (row, bq, bk))
     steps = (p_all + pad) // chunk
-    rows = jnp.arange(b)[:, None]
-    qt, kt, vt = (x.reshape(b, nb, block, h, d) for x in (q, k, v))
-    seg = segment_ids.reshape(b, nb, block)
+    qt, kt, vt = (x.reshape(b * nb, block, h, d) for x in (q, k, v))  # one entry per (row, block)
+    seg = segment_ids.reshape(b * nb, block)
     offs = jnp.arange(block)
     scale = 1.0 / math.sqrt(d)
+    earlier = jnp.tril(jnp.ones((chunk, chunk), bool), -1)  # entry j < entry i of a chunk
 
-    def step(carry, tiles):
-        m, l, acc = carry  # (B, nb, H, bq), (B, nb, H, bq), (B, nb, bq, H, D)
-        bq, bk, ok = tiles  # (B, chunk) each
-        sq, sk = seg[rows, bq], seg[rows, bk]
-        qpos, kpos = bq[..., None] * block + offs, bk[..., None] * block + offs
-        mask = ((sq[..., :, None] == sk[..., None, :]) & (sq > 0)[..., :, None]
-                & (kpos[..., None, :] <= qpos[..., :, None]) & (ok > 0)[..., None, None])  # (B, c, bq, bk)
-        s = jnp.einsum("bpqhd,bpkhd->bphqk", qt[rows, bq], kt[rows, bk]).astype(jnp.float32) * scale
-        s = jnp.where(mask[:, :, None], s, NEG)
-        m_new = jax.lax.stop_gradient(m.at[rows, bq].max(s.max(axis=-1)))  # a constant per query: no gradient
-        grow = jnp.exp(m - m_new)  # rescales what was summed under the old maximum
-        p = jnp.where(mask[:, :, None], jnp.exp(s - m_new[rows, bq][..., None]), 0.0)
-        l = (l * grow).at[rows, bq].add(p.sum(axis=-1))
-        o = jnp.einsum("bphqk,bpkhd->bpqhd", p.astype(q.dtype), vt[rows, bk]).astype(jnp.float32)
-        acc = (acc * jnp.transpose(grow, (0, 1, 3, 2))[..., None]).at[rows, bq].add(o)
+    def step(carry, entries):
+        m, l, acc = carry  # (B * nb, H, bq), (B * nb, H, bq), (B * nb, bq, H, D): per (row, query block)
+        r, i, j, live = entries  # (chunk,) each
+        iq, ik = r * nb + i, r * nb + j
+        sq, sk = seg[iq], seg[ik]
+        mask = ((sq[:, :, None] == sk[:, None, :]) & (sq > 0)[:, :, None]
+                & ((j[:, None] * block + offs)[:, None, :] <= (i[:, None] * block + offs)[:, :, None])
+                & (live > 0)[:, None, None])  # (c, bq, bk)
+        s = jnp.einsum("pqhd,pkhd->phqk", qt[iq], kt[ik]).astype(jnp.float32) * scale
+        s = jnp.where(mask[:, None], s, NEG)
+        m_new = jax.lax.stop_gradient(m.at[iq].max(s.max(axis=-1)))  # a constant per query: no gradient
+        mt = m_new[iq]
+        first = ~((iq[:, None] == iq[None, :]) & earlier).any(axis=1)  # rescale each touched slot once
+        grow = jnp.where(first[:, None, None], jnp.exp(m[iq] - mt) - 1.0, 0.0)  # (c, H, bq)
+        p = jnp.where(mask[:, None], jnp.exp(s - mt[..., None]), 0.0)
+        l = l.at[iq].add(l[iq] * grow + p.sum(axis=-1))
+        o = jnp.einsum("phqk,pkhd->pqhd", p.astype(q.dtype), vt[ik]).astype(jnp.float32)
+        acc = acc.at[iq].add(acc[iq] * jnp.transpose(grow, (0, 2, 1))[..., None] + o)
         return (m_new, l, acc), None
 
-    init = (jnp.full((b, nb, h, block), NEG, jnp.float32), jnp.zeros((b, nb, h, block), jnp.float32),
-            jnp.zeros((b, nb, block, h, d), jnp.float32))
-    tiles = tuple(x.reshape(b, steps, chunk).transpose(1, 0, 2) for x in (block_q, block_k, block_valid))
-    (_, l, acc), _ = jax.lax.scan(jax.checkpoint(step), init, tiles)
+    init = (jnp.full((b * nb, h, block), NEG, jnp.float32), jnp.zeros((b * nb, h, block), jnp.float32),
+            jnp.zeros((b * nb, block, h, d), jnp.float32))
+    entries = tuple(x.reshape(steps, chunk) for x in (row, bq, bk, ok))
+    (_, l, acc), _ = jax.lax.scan(jax.checkpoint(step), init, entries)
     inv = jnp.where(l > 0, 1.0 / jnp.where(l > 0, l, 1.0), 0.0)  # padding queries: no keys, output 0
-    out = acc * jnp.transpose(inv, (0, 1, 3, 2))[..., None]
+    out = acc * jnp.transpose(inv, (0, 2, 1))[..., None]
     return out.astype(q.dtype).reshape(b, t, h, d)

@@ -74,6 +74,11 @@ def load_train_config(path: str | os.PathLike, *, steps: int | None = None, sour
         raise ValueError(f"{path}: model.attention_block={block} must be a multiple of 128 (the TPU lane width) "
                          "for attention: pallas_blocksparse")
     if model.attention in TILED:
+        if pipeline.packing and pipeline.packing.ctx is None:  # packing: {plan: DIR}: the plan's own ctx
+            from datatools.io.plan_file import PlanFile
+
+            pipeline = pipeline.replace(packing=dataclasses.replace(pipeline.packing,
+                                                                    ctx=PlanFile(pipeline.packing.plan).ctx))
         shapes = [pipeline.packing.ctx] if pipeline.packing else list(pipeline.bucketing.boundaries or [])
         if pipeline.bucketing and not pipeline.bucketing.boundaries and pipeline.bucketing.tile % block:
             shapes.append(pipeline.bucketing.tile)

@@ -68,17 +68,14 @@ def attention_pairs_computed(attention: str, batch: dict, block: int) -> int:
     size, the count :func:`hardware_flops` takes.
 
     * ``dense``, ``fused``: every pair, rows x ctx^2;
-    * ``blocksparse``: the listed tiles (``block_valid``) x block^2;
-    * ``pallas_blocksparse``: its grid steps per head, the listed tiles (``tile_count``; the kernels count their
-      steps and the tests hold them equal) x block^2;
+    * ``blocksparse``, ``pallas_blocksparse``: the listed tiles (``tile_count``; the Pallas kernels count their
+      grid steps per head and the tests hold them equal) x block^2;
     * ``splash``, ``pallas_gpu``: the tiles on and under the diagonal, rows x nb(nb + 1) / 2 x block^2 (a
       static causal mask: they visit cross-document tiles too);
     * ``cudnn``: the causal half, rows x ctx(ctx + 1) / 2.
     """
     rows, ctx = np.shape(batch["segment_ids"])
-    if attention == "blocksparse":
-        return int(np.asarray(batch["block_valid"]).sum()) * block * block
-    if attention == "pallas_blocksparse":
+    if attention in ("blocksparse", "pallas_blocksparse"):
         return int(np.asarray(batch["tile_count"]).sum()) * block * block
     if attention in ("splash", "pallas_gpu"):
         b = min(block, ctx)

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from datatools.kernels.attention_blocks import TILE_KEYS
 from datatools.kernels.validate import MAX_CTX, MAX_VOCAB
-from datatools.train.attention import blocksparse_attention, dense_attention, fused_attention
+from datatools.train.attention import SPARSE_KEYS, blocksparse_attention, dense_attention, fused_attention
 from datatools.pipeline.schema import field
 
 
@@ -104,7 +104,7 @@ def _rope(x, positions, theta):
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
-BLOCK_KEYS = ("block_q", "block_k", "block_valid")  # what blocksparse attention reads from a batch
+BLOCK_KEYS = SPARSE_KEYS  # what blocksparse attention reads from a batch: the batch-wide tile list
 TILE_LIST_KEYS = TILE_KEYS  # what pallas_blocksparse reads: the batch-wide tile list (scalar-prefetch operands)
 
 
@@ -119,8 +119,7 @@ def attend(cfg: ModelConfig, q, k, v, segment_ids, blocks: dict | None):
     if attention_keys(name) and blocks is None:
         raise ValueError(f"attention: {name} needs the batch's {' / '.join(attention_keys(name))}")
     if name == "blocksparse":
-        return blocksparse_attention(q, k, v, segment_ids, blocks["block_q"], blocks["block_k"],
-                                     blocks["block_valid"], cfg.attention_block)
+        return blocksparse_attention(q, k, v, segment_ids, blocks, cfg.attention_block)
     if name == "pallas_blocksparse":
         from datatools.train.attention_pallas import pallas_blocksparse_attention
 

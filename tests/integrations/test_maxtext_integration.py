@@ -78,3 +78,32 @@ def test_iterator_gives_global_arrays_and_resumes(store):
     again.local_iterator.set_state(state)
     for w in want:
         np.testing.assert_array_equal(np.asarray(next(again)["targets"]), w)
+
+
+def test_fewer_hosts_restore_views_continue_one_sequence(store):
+    """``expansion_factor_real_data`` = 1/k (MaxText's key for a restart on fewer hosts): k views of one pipeline
+    iterator, which MaxText restores from the k saved files (all the same global state) and reads in turn; read in
+    turn they give the one global sequence, from the restored position on."""
+    import jax
+    from jax.sharding import Mesh
+
+    mesh = Mesh(np.array(jax.devices()[:1]), ("data",))
+    keys = {**KEYS, "grain_train_files": str(store)}
+    plain, _ = create_data_iterator(keys, mesh, pipeline={})
+    next(plain)
+    state = plain.local_iterator.get_state()
+    want = [np.asarray(next(plain)["targets"]) for _ in range(5)]
+    # MaxText loads expansion x the global batch then (its steps take one saved host's share): 4 of the 8 rows
+    views, _ = create_data_iterator({**keys, "global_batch_size_to_load": 4, "expansion_factor_real_data": 0.5},
+                                    mesh, pipeline={})
+    assert isinstance(views, list) and len(views) == 2 and views[0].local_iterator is views[1].local_iterator
+    for view in views:  # as MaxText's restore: each view from its saved host's file, the same state
+        view.local_iterator.set_state(state)
+    for step, w in enumerate(want):
+        np.testing.assert_array_equal(np.asarray(next(views[step % 2])["targets"]), w)
+    assert views[0].local_iterator.get_state() == plain.local_iterator.get_state()
+    with pytest.raises(ValueError, match="expansion_factor_real_data=0.3 below 1 must be 1/k"):
+        create_data_iterator({**keys, "expansion_factor_real_data": 0.3}, mesh, pipeline={})
+    with pytest.raises(TypeError, match="expansion_factor_real_data must be a number"):
+        pipeline_config({**keys, "expansion_factor_real_data": "half"})
+    assert pipeline_config({**keys, "expansion_factor_real_data": 2.0}).batch_size == 8  # more hosts: unchanged

@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from datatools.cli import main
 from datatools.io import storage
 from datatools.io.store import TokenStore
 from datatools.jobs.pretokenize import pretokenize
@@ -47,6 +48,7 @@ def test_store_in_a_bucket_is_byte_identical_to_the_local_one(remote_inputs, tmp
     assert len(store) == 40 and store.num_tokens == TokenStore(local).num_tokens
     again = pretokenize(f"{bucket}/in", f"{bucket}/out/store", tokenizer_file, progress=False)
     assert again.status == "already complete"
+    assert main(["verify", f"{bucket}/out/store"]) == 0  # every chunk's size and sha256 read back from the bucket
 
 
 def _cli(args, extra_env=None):

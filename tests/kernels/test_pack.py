@@ -231,3 +231,56 @@ def test_materialize_refuses_a_negative_token_id_in_the_rows_it_builds(lengths, 
     with pytest.raises(ValueError, match=str(bad)):
         materialize_pieces(plan, lambda d, s, n: np.concatenate([tokens[offsets[i] + a:offsets[i] + a + k]
                                                                  for i, a, k in zip(d, s, n)]))
+
+
+# --------------------------------------------------------------------------- issue 27: rows written into `out`
+
+
+@settings(max_examples=40, deadline=None)
+@given(lengths=st.lists(st.integers(min_value=0, max_value=80), max_size=40), ca=ctx_align_st, data=st.data(),
+       dtype=st.sampled_from([np.uint16, np.int32, np.uint32, np.int64]))
+def test_rows_written_into_out_equal_the_allocated_rows(lengths, ca, data, dtype):
+    """Property: building into a preallocated batch full of garbage overwrites every slot: the result is the
+    batch materialize allocates, for materialize and materialize_pieces, any dtype, alignment and row order."""
+    from datatools.kernels.pack import materialize_pieces
+
+    ctx, align = ca
+    L = np.asarray(lengths, dtype=np.int64)
+    offsets = np.concatenate(([0], np.cumsum(L)))
+    tokens = (np.arange(offsets[-1]) % 5000 + 1).astype(dtype)
+    plan = pack_lengths(L, ctx, align=align)
+    rows = data.draw(st.lists(st.integers(0, max(plan.num_rows - 1, 0)), max_size=8)) if plan.num_rows else []
+    pad_id = data.draw(st.integers(0, 9))
+    want = materialize(plan, tokens, offsets, rows, pad_id=pad_id)
+    for build in (lambda out: materialize(plan, tokens, offsets, rows, pad_id=pad_id, out=out),
+                  lambda out: materialize_pieces(plan, lambda d, s, n: np.concatenate(
+                      [tokens[offsets[i] + a:offsets[i] + a + k] for i, a, k in zip(d, s, n)] + [tokens[:0]]),
+                      rows, pad_id=pad_id, out=out)):
+        out = {k: np.full((len(rows), ctx), -7, np.int32) for k in want}
+        got = build(out)
+        assert got is out
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k])
+
+
+@pytest.mark.parametrize("out", [
+    "batch", {"tokens": np.zeros((2, 16), np.int32)},
+    {k: np.zeros((2, 16), np.int64) for k in ("tokens", "segment_ids", "positions", "loss_mask")},
+    {k: np.zeros((3, 16), np.int32) for k in ("tokens", "segment_ids", "positions", "loss_mask")},
+    {k: np.zeros((2, 32), np.int32)[:, ::2] for k in ("tokens", "segment_ids", "positions", "loss_mask")},
+])
+def test_a_wrong_out_batch_is_a_type_error_naming_it(out):
+    tokens, offsets = np.arange(1, 21, dtype=np.int32), np.array([0, 5, 20])
+    plan = pack_lengths([5, 15], 16)
+    with pytest.raises(TypeError, match="out"):
+        materialize(plan, tokens, offsets, [0, 1], out=out)
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.int64, np.uint64])
+def test_ids_past_int32_are_refused_on_the_rows_built(dtype):
+    """A wide id past 2**31 - 1 in a row built is a ValueError naming it (not wrapped into the batch)."""
+    tokens, offsets = np.arange(1, 21).astype(dtype), np.array([0, 5, 20])
+    tokens[7] = 2**31 + 3
+    plan = pack_lengths([5, 15], 16)
+    with pytest.raises(ValueError, match=str(2**31 + 3)):
+        materialize(plan, tokens, offsets)

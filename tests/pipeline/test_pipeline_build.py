@@ -182,14 +182,57 @@ def test_shipped_configs_run_after_the_demo(tmp_path, monkeypatch, capsys):
     shutil.rmtree(tmp_path / "demo_data")
 
 
-@pytest.mark.parametrize("mode", ["planned", "streaming"])
-def test_the_loader_lists_attention_tiles(store, mode):
-    from datatools.kernels.attention_blocks import block_pairs
+ATTENTION_BLOCK = {"planned": 128, "streaming": 128, "bucketing": 64}  # divides every row length of the mode
 
-    batches, _ = take(build(config(store, mode, attention_block=128, format="datatools")), 4)
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_the_loader_lists_attention_tiles(store, mode):
+    from datatools.kernels.attention_blocks import block_pairs, tile_list
+
+    block = ATTENTION_BLOCK[mode]
+    batches, _ = take(build(config(store, mode, attention_block=block, format="datatools")), 4)
     for b in batches:
-        want = block_pairs(b["segment_ids"], 128)
+        want = {**block_pairs(b["segment_ids"], block), **tile_list(b["segment_ids"], block)}
         for key in want:
             np.testing.assert_array_equal(b[key], want[key], err_msg=key)
     with pytest.raises(ValueError, match="attention_block=96 must divide every row length"):
-        build(config(store, mode, attention_block=96))
+        build(config(store, mode, attention_block=96, format="datatools"))
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_attention_tiles_are_computed_in_the_workers(store, mode, monkeypatch):
+    """With workers the tiles are computed in Grain's worker processes: this process never runs the transform
+    (its ``map`` is counted here, in this process only; spawned workers import the module as it is). The batches
+    and tiles equal those of workers=0, and a state saved with 2 workers resumes exactly with 0."""
+    from datatools.grain.attention_blocks import AttentionBlocks
+    from datatools.kernels.attention_blocks import TILE_KEYS
+
+    calls = []
+    original = AttentionBlocks.map
+    monkeypatch.setattr(AttentionBlocks, "map", lambda self, element: calls.append(1) or original(self, element))
+    cfg = config(store, mode, attention_block=ATTENTION_BLOCK[mode], format="datatools")
+    one = list(build(cfg.replace(workers=0)))
+    assert len(one) > 10 and len(calls) == len(one)  # in process: once per batch, here
+    assert all(set(TILE_KEYS) <= set(b) for b in one)
+    calls.clear()
+    it = iter(build(cfg.replace(workers=2)))
+    first, _ = take(it, 5)
+    state = it.get_state()
+    rest = list(it)
+    close(it)
+    assert calls == []  # the workers computed every batch's tiles
+    assert_same(one, first + rest)
+    fresh = iter(build(cfg.replace(workers=0)))
+    fresh.set_state(state)
+    assert_same(rest, list(fresh))
+
+
+def test_attention_tiles_in_a_format_without_them_are_refused():
+    """The maxtext / levanter / hf layouts have no tile keys: asking for tiles there must not silently drop them."""
+    from datatools.pipeline import parse_config
+
+    cfg = {"source": {"path": "x"}, "packing": {"ctx": 256}, "batch_size": 2, "attention_block": 128}
+    assert parse_config({**cfg, "format": "datatools"}).attention_block == 128
+    for fmt in ("maxtext", "levanter", "hf"):
+        with pytest.raises(ValueError, match="datatools format only"):
+            parse_config({**cfg, "format": fmt})

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datatools import materialize, pack_lengths
-from datatools.kernels.attention_blocks import EMPTY, FULL, PARTIAL, attention_pairs, block_pairs, block_structure
+from datatools.kernels.attention_blocks import (EMPTY, FULL, PARTIAL, attention_pairs, block_pairs, block_structure,
+                                                tile_list)
 from datatools.train.model import ModelConfig, init_params, loss_fn
 
 CFG = ModelConfig(vocab_size=97, d_model=32, n_layers=2, n_heads=4, dtype="float32", attention_block=16)
@@ -64,7 +65,7 @@ CASES = {
 def test_blocksparse_equals_dense_loss_and_gradients(case, attention):
     batch, _ = packed_batch(CASES[case], 128, seed=len(case))
     sparse_cfg = dataclasses.replace(CFG, attention=attention)
-    sparse_batch = {**batch, **block_pairs(batch["segment_ids"], CFG.attention_block)}
+    sparse_batch = {**batch, **tile_list(batch["segment_ids"], CFG.attention_block)}
     params = init_params(CFG, jax.random.PRNGKey(3))
 
     def run(cfg, b):
@@ -79,24 +80,88 @@ def test_blocksparse_equals_dense_loss_and_gradients(case, attention):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
 
 
+def causal_tiles(rows: int, ctx: int, block: int) -> dict:
+    """Every tile on and under the diagonal of every row: what a causal flash kernel visits."""
+    return tile_list(np.ones((rows, ctx), np.int32), block)
+
+
 @pytest.mark.parametrize("chunk", [1, 3, 7, 256])
-def test_any_chunking_of_the_tiles_gives_the_dense_result(chunk):
-    """The running softmax over chunks of tiles (and its rematerialized gradient) equals dense attention."""
+@pytest.mark.parametrize("listing", ["in-document tiles", "every causal tile", "shuffled entries"])
+def test_any_chunking_of_the_tiles_gives_the_dense_result(chunk, listing):
+    """The running softmax over chunks of the batch-wide tile list (and its rematerialized gradient) equals dense
+    attention, whatever the order of the entries and with the causal list (tiles without work) as well."""
     from datatools.train.attention import blocksparse_attention, dense_attention
 
     batch, _ = packed_batch([300, 5, 9, 40, 70, 3, 100, 22], 128, seed=chunk)
     seg = jnp.asarray(batch["segment_ids"])
-    blocks = {k: jnp.asarray(v) for k, v in block_pairs(batch["segment_ids"], 16).items()}
     b, t = seg.shape
+    tiles = causal_tiles(b, t, 16) if listing == "every causal tile" else tile_list(batch["segment_ids"], 16)
+    if listing == "shuffled entries":
+        n = int(tiles["tile_count"][0])
+        order = np.random.default_rng(chunk).permutation(n)
+        tiles = {**tiles, **{key: np.concatenate([tiles[key][:n][order], tiles[key][n:]])
+                             for key in ("tile_row", "tile_q", "tile_k")}}
+    tiles = {k: jnp.asarray(v) for k, v in tiles.items()}
     q, k, v, w = (jax.random.normal(key, (b, t, 2, 8)) for key in jax.random.split(jax.random.PRNGKey(chunk), 4))
 
     def dense(q, k, v):
         return (dense_attention(q, k, v, seg) * w).sum()
 
     def sparse(q, k, v):
-        return (blocksparse_attention(q, k, v, seg, blocks["block_q"], blocks["block_k"], blocks["block_valid"], 16,
-                                      chunk=chunk) * w).sum()
+        return (blocksparse_attention(q, k, v, seg, tiles, 16, chunk=chunk) * w).sum()
 
     np.testing.assert_allclose(float(sparse(q, k, v)), float(dense(q, k, v)), rtol=1e-5, atol=1e-5)
     for a, b_ in zip(jax.grad(dense, argnums=(0, 1, 2))(q, k, v), jax.grad(sparse, argnums=(0, 1, 2))(q, k, v)):
         np.testing.assert_allclose(np.asarray(b_), np.asarray(a), rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=8, deadline=None)
+@given(lengths=st.lists(st.integers(1, 400), min_size=1, max_size=24), block=st.sampled_from([16, 32]),
+       chunk=st.sampled_from([8, 256]))
+def test_blocksparse_memory_follows_the_tiles(lengths, block, chunk):
+    """XLA's temporary memory for blocksparse's forward + backward is never above the same kernel over every causal
+    tile (causal flash), and a batch with fewer tiles never needs more than one with more (same shapes)."""
+    from datatools.train.attention import blocksparse_attention
+
+    ctx = 8 * block
+    batch, _ = packed_batch(lengths, ctx)
+    seg = jnp.asarray(batch["segment_ids"])
+    b, t = seg.shape
+    q = jnp.zeros((b, t, 2, 8))
+
+    def temp(tiles):
+        grad = jax.jit(jax.grad(lambda q, tiles: blocksparse_attention(q, q, q, seg, tiles, block, chunk=chunk).sum()))
+        tiles = {key: jnp.asarray(tiles[key]) for key in ("tile_row", "tile_q", "tile_k", "tile_count")}
+        return grad.lower(q, tiles).compile().memory_analysis().temp_size_in_bytes
+
+    sparse, causal = tile_list(batch["segment_ids"], block), causal_tiles(b, t, block)
+    assert sparse["tile_row"].size <= causal["tile_row"].size
+    assert temp(sparse) <= temp(causal)
+
+
+def test_blocksparse_memory_never_falls_as_the_list_grows():
+    """XLA's temporary memory is non-decreasing in the padded list length at fixed shapes (no list shorter than
+    causal flash's costs more: a one-step scan, which would keep every residual, is never used)."""
+    from datatools.train.attention import blocksparse_attention
+
+    seg = jnp.ones((2, 512), jnp.int32)
+    q = jnp.zeros((2, 512, 2, 8))
+    temps = []
+    for width in (16, 64, 128, 256, 512, 768):
+        tiles = {"tile_row": jnp.zeros(width, jnp.int32), "tile_q": jnp.zeros(width, jnp.int32),
+                 "tile_k": jnp.zeros(width, jnp.int32), "tile_count": jnp.array([width], jnp.int32)}
+        grad = jax.jit(jax.grad(lambda q, tiles: blocksparse_attention(q, q, q, seg, tiles, 32).sum()))
+        temps.append(grad.lower(q, tiles).compile().memory_analysis().temp_size_in_bytes)
+    assert temps == sorted(temps), temps
+
+
+def test_blocksparse_bad_arguments_name_the_value():
+    from datatools.train.attention import blocksparse_attention
+
+    seg = np.ones((1, 64), np.int32)
+    q = jnp.zeros((1, 64, 1, 4))
+    tiles = tile_list(seg, 16)
+    with pytest.raises(ValueError, match="lacks tile_count"):
+        blocksparse_attention(q, q, q, jnp.asarray(seg), {k: tiles[k] for k in ("tile_row", "tile_q", "tile_k")}, 16)
+    with pytest.raises(ValueError, match="attention_block=24 must divide ctx=64"):
+        blocksparse_attention(q, q, q, jnp.asarray(seg), tiles, 24)

@@ -153,3 +153,23 @@ def test_blocksparse_training_follows_dense(tmp_path, store, capsys):
     bad.write_text(cfg.read_text().replace("n_heads: 2}", "n_heads: 2, attention: blocksparse, attention_block: 96}"))
     assert main(["train", str(bad)]) == 2
     assert "model.attention_block=96 must divide every row length (got 256)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bucket", ["s3_bucket", "gcs_bucket"])
+def test_train_reads_its_config_and_store_from_object_storage(bucket, request, tmp_path, store, capsys):
+    """``datatools train s3://.../train.yaml`` on a store in the bucket: the same losses as the local run, and
+    the JSON report written back to the bucket."""
+    from datatools.io import storage
+    from object_storage import Root
+
+    root = Root(bucket.split("://")[0], request.getfixturevalue(bucket) + "/run")
+    local = write_config(tmp_path / "local.yaml", store, "packing: {ctx: 256}\nbatch_size: 4")
+    assert main(["train", str(local), "--steps", "4", "--json", "-"]) == 0
+    want = [r["loss"] for r in json.loads(capsys.readouterr().out)["records"]]
+    remote_store = root.upload(store, "store")
+    remote = root.upload(write_config(tmp_path / "remote.yaml", remote_store, "packing: {ctx: 256}\nbatch_size: 4"),
+                         "train.yaml")
+    report = root.path("report.json")
+    assert main(["train", remote, "--steps", "4", "--json", report]) == 0
+    got = [r["loss"] for r in json.loads(storage.read_bytes(report))["records"]]
+    np.testing.assert_allclose(got, want, rtol=1e-6)

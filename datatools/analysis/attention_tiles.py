@@ -1,0 +1,83 @@
+"""Which attention tile size and ctx give a segment-aware kernel the most to skip, for the user's lengths.
+
+A block-sparse kernel (``attention: blocksparse`` / ``pallas_blocksparse``) visits the
+(query block, key block) tiles of ``block`` x ``block`` tokens that hold in-document
+work; a causal flash kernel without segment information (splash, cuDNN, flash) visits
+every tile on and under the diagonal, rows x nb(nb + 1) / 2 with nb = ctx / block. Their
+ratio (``ideal_ratio``, causal tiles / non-empty tiles) is the most a block-sparse kernel
+can gain in attention; the benchmark (``benchmarks/attention.py``) measures how much of
+it the kernel reaches.
+
+The non-empty tiles are counted from the piece sizes alone (no rows are built): a piece
+of s tokens starting at offset o within its row spans n = floor((o mod block + s - 1) /
+block) + 1 query blocks and covers n(n + 1) / 2 tiles; with the offsets uniform modulo
+``block`` that is ((block - r) T(a + 1) + r T(a + 2)) / block for s - 1 = a block + r,
+T(n) = n(n + 1) / 2. Two neighbouring pieces share the diagonal tile of the block holding
+their boundary unless it falls on a block edge (probability (block - 1) / block, once per
+boundary inside a row). The estimate lies between the counts for every piece at its best
+and worst offset (tested against exact counts of packed rows).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+BLOCKS = (64, 128)
+
+
+def _triangle(n: np.ndarray) -> np.ndarray:
+    return n * (n + 1) / 2
+
+
+def piece_tiles(sizes: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(fewest, expected, most) tiles each piece of ``sizes`` tokens covers, over its offsets modulo ``block``
+    (float64 arrays, one entry per size)."""
+    s = np.asarray(sizes, np.int64)
+    a, r = np.divmod(s - 1, block)
+    low, high = _triangle(a + 1.0), _triangle(a + 2.0)
+    expected = ((block - r) * low + r * high) / block
+    return low, expected, np.where(r > 0, high, low)
+
+
+def tile_counts(counts: np.ndarray, rows: int, ctx: int, block: int) -> dict:
+    """Non-empty tiles (expected, with its bounds) and causal tiles of ``rows`` packed rows of ``ctx`` tokens.
+
+    Args:
+      counts: pieces per size, ``counts[s]`` pieces of s tokens (sizes at most ctx).
+      rows: packed rows holding them.
+      ctx: row length (tokens), a multiple of ``block``.
+      block: tile size (tokens).
+    """
+    counts = np.asarray(counts)
+    sizes = np.flatnonzero(counts)
+    n = counts[sizes].astype(np.float64)
+    low, expected, high = piece_tiles(sizes, block)
+    inside = max(0.0, float(n.sum()) - rows)  # boundaries between neighbouring pieces of a row
+    nb = ctx // block
+    causal = rows * nb * (nb + 1) // 2
+    non_empty = float((n * expected).sum()) - inside * (block - 1) / block
+    return {"ctx": int(ctx), "block": int(block), "rows": int(rows), "causal_tiles": int(causal),
+            "non_empty_tiles": non_empty, "non_empty_low": float((n * low).sum()) - inside,
+            "non_empty_high": float((n * high).sum()),
+            "ideal_ratio": causal / non_empty if non_empty > 0 else None}
+
+
+def attention_tile_view(histograms: dict[int, np.ndarray], rows: dict[int, int], blocks=BLOCKS) -> dict:
+    """The attention view of an analysis: per ctx and tile size, non-empty against causal tiles, and the pair with
+    the best ratio.
+
+    Args:
+      histograms: per ctx, pieces per size (documents split at ctx).
+      rows: per ctx, the packed rows (of the packing the analysis recommends or evaluates).
+      blocks: tile sizes (tokens) to consider; one is skipped at a ctx it does not divide.
+    """
+    entries = [tile_counts(histograms[ctx], rows[ctx], ctx, block)
+               for ctx in sorted(histograms) for block in blocks if ctx % block == 0 and rows.get(ctx)]
+    scored = [e for e in entries if e["ideal_ratio"] is not None]
+    best = max(scored, key=lambda e: (e["ideal_ratio"], e["block"])) if scored else None
+    note = ("" if best is None else
+            f"tile {best['block']} at ctx {best['ctx']:,} gives the best ratio: a block-sparse kernel visits "
+            f"{best['non_empty_tiles']:,.0f} tiles where causal flash visits {best['causal_tiles']:,} "
+            f"({best['ideal_ratio']:.1f}x at most); larger ctx always raises the ratio (causal tiles grow with ctx, "
+            f"a document's tiles do not), so pick the ctx for the model and read the tile size off its rows")
+    return {"entries": entries, "best": best, "note": note}

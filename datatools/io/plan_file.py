@@ -1,0 +1,270 @@
+"""Index-only packed plans on disk: written atomically in bounded memory, read lazily (memory-mapped).
+
+A plan directory (``datatools pack DATA OUT``) holds:
+
+* ``plan.json``: ``format`` (``datatools-plan``), ``version``, ``ctx``, ``align``, ``algorithm``,
+  ``max_segments``, ``overflow``, ``group_docs``, ``num_rows``, ``num_pieces``, ``kept_tokens``,
+  ``dropped_tokens``, ``empty_documents``, ``lower_bound_rows`` (max(L1, L2)), ``efficiency`` (kept tokens /
+  (rows * ctx)), ``dtypes`` (of each array), ``source`` (the input it was planned from) and ``data``, the
+  identity of the documents: ``documents``, ``tokens`` and ``lengths_crc32`` (CRC-32 of the lengths as
+  little-endian int64, as pipeline states record it);
+* ``row_starts.npy``, ``doc.npy``, ``start.npy``, ``length.npy``: the pieces, in the compact encoding of
+  :mod:`datatools.kernels.plan_format` (row ``r`` is pieces ``row_starts[r]:row_starts[r + 1]``);
+* ``lengths.npy``: tokens per document (smallest unsigned dtype), so the plan is re-packed (another ctx or
+  algorithm) and analysed without the tokens: the directory is also a lengths-only NumPy input.
+
+It is written into a staging directory beside ``OUT`` and renamed into place when complete, so a reader sees
+no plan or a whole one. Memory while writing: one group of documents (:mod:`datatools.kernels.pack_groups`)
+and :data:`~datatools.kernels.plan_format.CHUNK` lengths; the arrays are appended to their files as rows finish.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from datatools.io.atomic import atomic_write_text, current_umask, new_file_mode
+from datatools.io.paths import display
+from datatools.io import storage
+from datatools.kernels.pack import ALGORITHMS, PackPlan
+from datatools.kernels.pack_groups import lower_bound_rows, pack_in_groups, size_histogram
+from datatools.kernels.plan_format import (ARRAYS, CHUNK, FORMAT_VERSION, gather_rows, lengths_identity,
+                                           piece_dtypes, piece_stats, smallest_uint)
+from datatools.kernels.validate import MAX_CTX, OVERFLOW_POLICIES, check_choice, check_int
+
+HEADER = "plan.json"
+FORMAT = "datatools-plan"
+GROUP_DOCS = 50_000_000  # documents planned at once: ~4 GB of working memory (about 80 bytes a document)
+
+
+def is_plan(path) -> bool:
+    """Whether ``path`` is a plan directory (holds ``plan.json``)."""
+    return not storage.is_url(path) and (Path(path) / HEADER).is_file()
+
+
+class _NpyAppender:
+    """A 1-D ``.npy`` file written in pieces: the header is rewritten with the final length when closed (NumPy
+    leaves room for the length to grow in place)."""
+
+    def __init__(self, path: Path, dtype: np.dtype):
+        self.path, self.dtype, self.count = path, np.dtype(dtype), 0
+        self.f = open(path, "wb")
+        self.data_offset = self._header(0)
+
+    def _header(self, n: int) -> int:
+        np.lib.format.write_array_header_1_0(self.f, {"descr": np.lib.format.dtype_to_descr(self.dtype),
+                                                     "fortran_order": False, "shape": (n,)})
+        return self.f.tell()
+
+    def append(self, values: np.ndarray) -> None:
+        np.ascontiguousarray(values, dtype=self.dtype).tofile(self.f)
+        self.count += int(values.shape[0])
+
+    def close(self) -> None:
+        end = self.f.tell()
+        self.f.seek(0)
+        if self._header(self.count) != self.data_offset:
+            raise OSError(f"{self.path}: the .npy header outgrew the room NumPy reserves for it")
+        self.f.seek(end)
+        os.fchmod(self.f.fileno(), new_file_mode())
+        self.f.flush()
+        os.fsync(self.f.fileno())
+        self.f.close()
+
+
+def write_plan(out: str | os.PathLike, lengths: np.ndarray, ctx: int, *, algorithm: str = "best_fit_decreasing",
+               max_segments: int | None = None, align: int = 1, overflow: str = "split", group_docs: int = GROUP_DOCS,
+               source: str = "", overwrite: bool = False,
+               progress: Callable[[int], None] | None = None) -> dict:
+    """Plan ``lengths`` (tokens per document, any integer dtype, may be memory-mapped) into the plan directory
+    ``out`` and return its header (see the module docstring). ``progress(documents)`` is called as groups finish.
+
+    Raises:
+      ValueError: bad options (as :func:`~datatools.kernels.pack.pack_lengths`), ``out`` is a URL, or ``out``
+        exists and ``overwrite`` is false.
+      OSError: the directory cannot be written (naming it).
+    """
+    ctx = check_int(ctx, "ctx", minimum=1, maximum=MAX_CTX)
+    align = check_int(align, "align", minimum=1, maximum=MAX_CTX)
+    group_docs = check_int(group_docs, "group_docs", minimum=1)
+    check_choice(algorithm, "algorithm", ALGORITHMS)
+    check_choice(overflow, "overflow", OVERFLOW_POLICIES)
+    if storage.is_url(out):
+        raise ValueError(f"{display(out)}: a plan is written to a local directory (it is memory-mapped when read)")
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise ValueError(f"{display(out)}: already exists; choose another path or pass --overwrite to replace it")
+    if out.exists() and not is_plan(out):
+        raise ValueError(f"{display(out)}: exists and is not a plan directory; refusing to replace it")
+    lengths = np.asarray(lengths) if not isinstance(lengths, np.ndarray) else lengths
+    if lengths.ndim != 1 or lengths.dtype.kind not in "iu":
+        raise ValueError(f"lengths must be a 1-D integer array, got {lengths.dtype} {lengths.shape}")
+    identity = lengths_identity(lengths)  # one streaming pass (also the largest length below)
+    pieces, max_start, max_len = piece_stats(lengths, ctx, overflow)
+    if algorithm == "concat_split":  # documents are cut across rows: starts up to the longest document
+        pieces, max_start = identity["documents"] + identity["tokens"] // ctx + 1, max(max_len - 1, 0)
+    for a in range(0, lengths.shape[0], CHUNK):
+        part = lengths[a : a + CHUNK]
+        if part.dtype.kind == "i" and part.size and int(part.min()) < 0:
+            i = a + int(np.argmin(part))
+            raise ValueError(f"lengths[{i}] = {int(lengths[i])} is negative")
+    dtypes = piece_dtypes(identity["documents"], pieces, max_start, ctx)
+    parent = out.parent if str(out.parent) else Path(".")
+    try:
+        stage = Path(tempfile.mkdtemp(dir=parent, prefix=f".{out.name}.", suffix=".tmp"))
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror or str(exc), str(out)) from None
+    try:
+        header = _write_arrays(stage, lengths, ctx, dtypes, max_len, dict(
+            algorithm=algorithm, max_segments=max_segments, align=align, overflow=overflow, group_docs=group_docs),
+            progress)
+        header.update(data=identity, source=source)
+        atomic_write_text(stage / HEADER, json.dumps(header, indent=2) + "\n")
+        os.chmod(stage, 0o777 & ~current_umask())  # mkdtemp makes it 0700, as mkdir would not
+        if out.exists():  # overwrite asked for and it is a plan: move the old one aside, then remove it
+            old = Path(tempfile.mkdtemp(dir=parent, prefix=f".{out.name}.", suffix=".old"))
+            os.replace(out, old / "plan")
+            os.replace(stage, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(stage, out)
+    except OSError as exc:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise OSError(exc.errno, exc.strerror or str(exc), str(out)) from None
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return header
+
+
+def _write_arrays(stage: Path, lengths: np.ndarray, ctx: int, dtypes: dict, max_len: int, opts: dict,
+                  progress) -> dict:
+    """The plan's arrays into ``stage``, group by group; the header's figures."""
+    files = {name: _NpyAppender(stage / f"{name}.npy", dtypes[name]) for name in ARRAYS}
+    lens = _NpyAppender(stage / "lengths.npy", smallest_uint(max_len))
+    for a in range(0, lengths.shape[0], CHUNK):
+        lens.append(lengths[a : a + CHUNK])
+    lens.close()
+    hist = np.zeros(ctx // opts["align"] + 1, np.int64)
+    rows = pieces = kept = dropped = empty = 0
+    files["row_starts"].append(np.zeros(1, np.int64))
+    done = 0
+    try:
+        for part in pack_in_groups(lengths, ctx, **opts):
+            files["row_starts"].append(part.row_splits[1:] + pieces)
+            files["doc"].append(part.doc)
+            files["start"].append(part.start)
+            files["length"].append(part.length)
+            hist += size_histogram(part.length, ctx, opts["align"])
+            rows, pieces = rows + part.num_rows, pieces + part.num_pieces
+            kept, dropped, empty = kept + part.kept_tokens, dropped + part.dropped_tokens, empty + part.empty_documents
+            if progress is not None:
+                now = min(int(lengths.shape[0]), done + opts["group_docs"])
+                progress(now - done)
+                done = now
+    finally:
+        for f in files.values():
+            if not f.f.closed:
+                f.close()
+    bound = lower_bound_rows(hist, kept, ctx, opts["max_segments"])
+    return {"format": FORMAT, "version": FORMAT_VERSION, "ctx": ctx, **opts, "num_rows": rows, "num_pieces": pieces,
+            "kept_tokens": kept, "dropped_tokens": dropped, "empty_documents": empty, "lower_bound_rows": bound,
+            "efficiency": kept / (rows * ctx) if rows else 0.0,
+            "dtypes": {name: np.dtype(dtypes[name]).name for name in ARRAYS}}
+
+
+class PlanFile:
+    """A plan directory opened for reading: the header at once, the arrays memory-mapped (nothing read until
+    rows are asked for). Used where a :class:`~datatools.kernels.pack.PackPlan` is, through :meth:`rows_plan`."""
+
+    def __init__(self, path: str | os.PathLike):
+        if storage.is_url(path):
+            raise ValueError(f"{display(path)}: a plan is read from a local directory (memory-mapped)")
+        self.path = Path(path)
+        head = self.path / HEADER
+        if not head.is_file():
+            raise ValueError(f"{display(self.path)}: not a plan directory (no {HEADER}; write one with datatools pack)")
+        try:
+            self.header = json.loads(head.read_text())
+        except (ValueError, UnicodeError) as exc:
+            raise ValueError(f"{display(head)}: not valid JSON ({exc})") from None
+        if not isinstance(self.header, dict) or self.header.get("format") != FORMAT:
+            raise ValueError(f"{display(head)}: not a datatools plan header (format {FORMAT!r} expected)")
+        if self.header.get("version") != FORMAT_VERSION:
+            raise ValueError(f"{display(head)}: plan format version {self.header.get('version')!r}; this datatools "
+                             f"reads version {FORMAT_VERSION} (re-pack it with datatools pack)")
+        self.arrays = {name: self._load(name) for name in ARRAYS}
+        h = self.header
+        expect = {"row_starts": h["num_rows"] + 1, "doc": h["num_pieces"], "start": h["num_pieces"],
+                  "length": h["num_pieces"]}
+        for name, n in expect.items():
+            if self.arrays[name].shape != (n,):
+                raise ValueError(f"{display(self.path / (name + '.npy'))}: {self.arrays[name].shape[0]} values, the "
+                                 f"header says {n} (a damaged or mixed plan directory)")
+
+    def _load(self, name: str) -> np.ndarray:
+        path = self.path / f"{name}.npy"
+        try:
+            arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        except FileNotFoundError:
+            raise ValueError(f"{display(path)}: missing from the plan directory") from None
+        except ValueError as exc:
+            raise ValueError(f"{display(path)}: not a valid NumPy file ({exc})") from None
+        if arr.ndim != 1 or arr.dtype.kind != "u":
+            raise ValueError(f"{display(path)}: expected a 1-D unsigned array, got {arr.dtype} {arr.shape}")
+        return arr
+
+    ctx = property(lambda self: int(self.header["ctx"]))
+    align = property(lambda self: int(self.header["align"]))
+    algorithm = property(lambda self: str(self.header["algorithm"]))
+    num_rows = property(lambda self: int(self.header["num_rows"]))
+    num_pieces = property(lambda self: int(self.header["num_pieces"]))
+    efficiency = property(lambda self: float(self.header["efficiency"]))
+    lower_bound_rows = property(lambda self: int(self.header["lower_bound_rows"]))
+    identity = property(lambda self: dict(self.header["data"]))
+
+    @property
+    def max_doc(self) -> int:
+        """An upper bound of the documents the plan refers to: the planned collection's last."""
+        return int(self.header["data"]["documents"]) - 1
+
+    def lengths(self) -> np.ndarray:
+        """Tokens per document of the planned collection (memory-mapped)."""
+        return self._load("lengths")
+
+    def rows_plan(self, rows) -> PackPlan:
+        """Rows ``rows`` as a small :class:`PackPlan` whose row ``i`` is plan row ``rows[i]`` (only their pieces
+        are read)."""
+        a = self.arrays
+        return gather_rows(a["row_starts"], a["doc"], a["start"], a["length"], rows, ctx=self.ctx,
+                           align=self.align, algorithm=self.algorithm)
+
+    def to_plan(self) -> PackPlan:
+        """The whole plan in memory (int64 arrays: 20 bytes a piece)."""
+        p = self.rows_plan(np.arange(self.num_rows))
+        h = self.header
+        return PackPlan(p.ctx, p.align, p.num_rows, p.row_splits, p.doc, p.start, p.length, int(h["dropped_tokens"]),
+                        int(h["empty_documents"]), p.algorithm)
+
+    def check_identity(self, identity: dict, source: str) -> None:
+        """ValueError naming both when ``identity`` (:func:`lengths_identity` of a source) is not the plan's."""
+        mine = self.identity
+        if {k: identity.get(k) for k in mine} != mine:
+            raise ValueError(f"{display(self.path)} was planned for other documents than {source}: the plan's "
+                             f"{_describe(mine)} against the source's {_describe(identity)}; re-pack it from "
+                             f"{source} (datatools pack)")
+
+    def summary(self) -> dict:
+        """The header's figures for reports (``num_rows``, ``lower_bound_rows``, ``efficiency``, ...)."""
+        return {k: v for k, v in self.header.items() if k not in ("format", "dtypes")}
+
+
+def _describe(identity: dict) -> str:
+    return (f"{identity.get('documents')} documents, {identity.get('tokens')} tokens, lengths CRC-32 "
+            f"{identity.get('lengths_crc32')}")
