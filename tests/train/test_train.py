@@ -173,3 +173,13 @@ def test_train_reads_its_config_and_store_from_object_storage(bucket, request, t
     assert main(["train", remote, "--steps", "4", "--json", report]) == 0
     got = [r["loss"] for r in json.loads(storage.read_bytes(report))["records"]]
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_train_on_a_plan_file_takes_the_plans_ctx(tmp_path, store, capsys):
+    """``packing: {plan: DIR}`` without ``ctx``: training (and its tile-size check) uses the plan's ctx."""
+    assert main(["pack", str(store), str(tmp_path / "plan"), "--ctx", "256", "--json", str(tmp_path / "p.json")]) == 0
+    capsys.readouterr()  # the pack command's own table
+    cfg = write_config(tmp_path / "t.yaml", store, f"packing: {{plan: {tmp_path / 'plan'}}}\nbatch_size: 4")
+    assert main(["train", str(cfg), "--steps", "3", "--attention", "blocksparse", "--json", "-"]) == 0
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert summary["steps"] == 3 and summary["shapes"] == [[4, 256]]
