@@ -11,6 +11,7 @@ user of a shared cluster can read what a job wrote when the umask allows it.
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable
@@ -38,11 +39,21 @@ def new_file_mode() -> int:
 def atomic_write_with(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> None:
     """Call ``write(f)`` on a temporary file beside ``path``, fsync it, set umask permissions, rename it to ``path``.
 
+    A ``path`` that exists and is not a regular file (``/dev/null``, ``/dev/stdout``, a FIFO) is written into
+    directly: renaming over it would replace the device node itself (``--json /dev/null`` once did).
+
     On any error (or interrupt) the temporary file is removed and ``path`` is left as it was.
     Every ``OSError`` (the temporary file not creatable, the disk full, the rename refused) names ``path``, the
     file the user asked for, never the temporary name.
     """
     path = Path(path)
+    if _is_special(path):  # /dev/null, /dev/stdout, a FIFO: write into it; a rename would replace the node itself
+        try:
+            with open(path, "wb") as f:
+                write(f)
+        except OSError as exc:
+            raise _naming(exc, path) from None
+        return
     parent = path.parent if str(path.parent) else Path(".")
     try:
         fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -61,6 +72,15 @@ def atomic_write_with(path: str | os.PathLike, write: Callable[[BinaryIO], None]
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _is_special(path: Path) -> bool:
+    """Whether ``path`` exists and is neither a regular file nor a directory (a device, a FIFO, a socket)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
 def _naming(exc: OSError, path: Path) -> OSError:
