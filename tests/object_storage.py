@@ -129,28 +129,36 @@ def gcs_environment(monkeypatch, endpoint: str) -> None:
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", endpoint)
 
 
-@pytest.fixture
-def s3_bucket(s3_server, monkeypatch) -> str:
-    """A fresh, empty bucket on the S3 server, as ``s3://NAME``; the AWS variables set for this test."""
+def new_bucket(scheme: str) -> str:
+    """Create a fresh bucket on the server the environment points at; its URL (``s3://NAME``, ``gs://NAME``)."""
     from datatools.io import storage
 
-    s3_environment(monkeypatch, s3_server.url)
-    url = f"s3://{bucket_name()}"
+    url = f"{scheme}://{bucket_name()}"
     fs, inner = storage.filesystem(url)
     fs.mkdir(inner)
     return url
+
+
+def object_bytes(root) -> dict[str, bytes]:
+    """Every file under a local directory or URL prefix, by its path relative to it, with its bytes."""
+    from datatools.io import storage
+
+    base = (storage.url_of(root) if storage.is_url(root) else str(root)).rstrip("/")
+    return {f[len(base) + 1 :]: storage.read_bytes(f) for f in storage.list_files(root)}
+
+
+@pytest.fixture
+def s3_bucket(s3_server, monkeypatch) -> str:
+    """A fresh, empty bucket on the S3 server, as ``s3://NAME``; the AWS variables set for this test."""
+    s3_environment(monkeypatch, s3_server.url)
+    return new_bucket("s3")
 
 
 @pytest.fixture
 def gcs_bucket(gcs_server, monkeypatch) -> str:
     """A fresh, empty bucket on the GCS emulator, as ``gs://NAME``; ``STORAGE_EMULATOR_HOST`` set for this test."""
-    from datatools.io import storage
-
     gcs_environment(monkeypatch, gcs_server.url)
-    url = f"gs://{bucket_name()}"
-    fs, inner = storage.filesystem(url)
-    fs.mkdir(inner)
-    return url
+    return new_bucket("gs")
 
 
 @dataclass

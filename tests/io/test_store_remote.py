@@ -10,14 +10,10 @@ import pytest
 
 from conftest import random_docs, write_test_store
 from datatools.io import storage
+from object_storage import object_bytes
 from datatools.io.store import TokenStore, read_manifest
 from datatools.io.store_verify import verify_store
 
-
-def object_bytes(root: str | Path) -> dict[str, bytes]:
-    """Every file of a store, by its path relative to the store, with its bytes (local dir or URL prefix)."""
-    base = storage.url_of(root) if storage.is_url(root) else str(root)
-    return {f[len(base) + 1 :]: storage.read_bytes(f) for f in storage.list_files(root)}
 
 
 @pytest.mark.parametrize("bucket", ["s3_bucket", "gcs_bucket"])

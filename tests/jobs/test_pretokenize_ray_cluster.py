@@ -15,16 +15,13 @@ from pathlib import Path
 import pytest
 
 from datatools.io import storage
+from object_storage import object_bytes
 from datatools.jobs.pretokenize import pretokenize
 from ray_cluster import RayCluster
 
 pytestmark = pytest.mark.cluster
 SHARDS = 12
 
-
-def object_bytes(root) -> dict[str, bytes]:
-    base = (storage.url_of(root) if storage.is_url(root) else str(root)).rstrip("/")
-    return {f[len(base) + 1 :]: storage.read_bytes(f) for f in storage.list_files(root)}
 
 
 @pytest.fixture()

@@ -15,13 +15,10 @@ import pytest
 
 from datatools.cli import main
 from datatools.io import storage
+from object_storage import object_bytes
 from datatools.io.store import TokenStore
 from datatools.jobs.pretokenize import pretokenize
 
-
-def object_bytes(root) -> dict[str, bytes]:
-    base = (storage.url_of(root) if storage.is_url(root) else str(root)).rstrip("/")
-    return {f[len(base) + 1 :]: storage.read_bytes(f) for f in storage.list_files(root)}
 
 
 @pytest.fixture()
