@@ -86,7 +86,7 @@ def main() -> int:
     from maxtext.input_pipeline import input_pipeline_interface as interface
     from maxtext.utils import maxtext_utils
 
-    from datatools.analysis.maxtext import maxtext_view, read_maxtext_config
+    from datatools.analysis.maxtext_simulation import maxtext_view, read_maxtext_config
     from datatools.integrations.maxtext import create_data_iterator
 
     lengths, _ = distribution("a", args.docs, seed=0)

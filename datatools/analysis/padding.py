@@ -41,7 +41,7 @@ from datatools.kernels.bucket import optimal_boundaries
 from datatools.kernels.pack import (max_tree_first, max_tree_set, presence_clear, presence_next, presence_set,
                                     serpentine_next, stack_push, worth_dealing)
 from datatools.kernels.tiles import tile_align
-from datatools.kernels.validate import as_lengths, check_int, short_repr
+from datatools.base.checks import as_lengths, check_int, short_repr
 
 STRATEGIES = ("pad", "bucket", "next_fit", "first_fit", "best_fit", "first_fit_decreasing", "best_fit_decreasing",
               "concat_split")

@@ -15,7 +15,7 @@ import math
 import numba
 import numpy as np
 
-from datatools.kernels.validate import check_int
+from datatools.base.checks import check_int
 from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation
 
 

@@ -6,11 +6,11 @@ import time
 
 import click
 
-from datatools.kernels.validate import MAX_BUCKETS, MAX_CTX, MAX_TOKEN_ID, MAX_WINDOW
+from datatools.base.checks import MAX_BUCKETS, MAX_CTX, MAX_TOKEN_ID, MAX_WINDOW
 
 from datatools.analysis.padding import DEFAULT_CTX_CAP, STRATEGIES, analyze
 from datatools.cli.common import emit_json, make_console, tokenizer_options
-from datatools.jobs.progress import count_progress
+from datatools.base.progress import count_progress
 from datatools.io.inputs import open_input, read_lengths
 from datatools.io.numpy_files import BIN_DTYPES
 from datatools.io.paths import display
@@ -51,7 +51,7 @@ def analyze_padding_command(path, column, tokenizer, tokenizer_settings, bos, eo
     t0 = time.perf_counter()
     settings = None
     if maxtext_config is not None or maxtext_set:
-        from datatools.analysis.maxtext import read_maxtext_config
+        from datatools.analysis.maxtext_simulation import read_maxtext_config
 
         settings = read_maxtext_config(maxtext_config, maxtext_set)
         if window is None:
@@ -81,7 +81,7 @@ def analyze_padding_command(path, column, tokenizer, tokenizer_settings, bos, eo
         report = analyze(lengths, contexts=list(contexts) or None, tile=tile, buckets=buckets,
                          max_segments=max_segments, window=window, progress=advance)
     if settings is not None:
-        from datatools.analysis.maxtext import maxtext_report
+        from datatools.analysis.maxtext_simulation import maxtext_report
 
         report["maxtext"] = maxtext_report(lengths, settings, report["recommendation"],
                                            config=display(maxtext_config) if maxtext_config else "defaults")

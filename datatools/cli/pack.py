@@ -14,7 +14,7 @@ import click
 from datatools.cli.common import emit_json, make_console, tokenizer_options
 from datatools.io.numpy_files import BIN_DTYPES
 from datatools.kernels.pack import ALGORITHMS
-from datatools.kernels.validate import MAX_CTX, MAX_TOKEN_ID, OVERFLOW_POLICIES
+from datatools.base.checks import MAX_CTX, MAX_TOKEN_ID, OVERFLOW_POLICIES
 
 
 def _lengths(data, err, **input_options):
@@ -27,7 +27,7 @@ def _lengths(data, err, **input_options):
     if lengths_only_file(data) is not None:
         return lengths_only(data), "lengths"
     from datatools.io.inputs import open_input, read_lengths
-    from datatools.jobs.progress import count_progress
+    from datatools.base.progress import count_progress
 
     inp = open_input(data, **input_options)
     if inp.encoder is not None:
@@ -69,7 +69,7 @@ def pack_command(data, out, ctx, algorithm, max_segments, align, overflow, group
     """Plan DATA into the packed plan directory OUT (rows of --ctx tokens; index only, no token copied)."""
     from datatools.io.paths import display
     from datatools.io.plan_file import GROUP_DOCS, write_plan
-    from datatools.jobs.progress import count_progress
+    from datatools.base.progress import count_progress
 
     if ctx % align:
         raise click.BadParameter(f"--align {align} must divide --ctx {ctx}", param_hint="--align")

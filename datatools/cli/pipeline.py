@@ -7,8 +7,8 @@ from rich.table import Table
 
 from datatools.cli.common import emit_json, make_console
 from datatools.pipeline import load_config
-from datatools.pipeline.build import MAX_WORKERS
-from datatools.jobs.progress import count_progress
+from datatools.pipeline.config import MAX_WORKERS
+from datatools.base.progress import count_progress
 from datatools.pipeline.run import run_pipeline
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from datatools.kernels.validate import MAX_REPORT_RECORDS
+from datatools.base.checks import MAX_REPORT_RECORDS
 from rich.table import Table
 
 from datatools.cli.common import emit_json, make_console

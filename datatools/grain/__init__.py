@@ -39,7 +39,7 @@ from datatools.grain.batch import BatchRowsMapDataset, FormatBatch
 from datatools.grain.bucket_schedule import BucketSchedule
 from datatools.grain.bucketing import BucketBatchIterDataset
 from datatools.grain.chunking import TileChunk, chunk_documents
-from datatools.grain.documents import DocumentsMapDataset
+from datatools.grain.document_dataset import DocumentsMapDataset
 from datatools.grain.host_batches import DocumentOrder, HostBatchesMapDataset, PlannedSchedule
 from datatools.grain.packed_rows import PackedRowsMapDataset
 from datatools.grain.shuffle import BlockShuffleMapDataset, FeistelShuffleMapDataset, ShardMapDataset

@@ -5,7 +5,7 @@ from __future__ import annotations
 import grain
 
 from datatools.kernels.attention_blocks import block_pairs, block_structure, tile_list
-from datatools.kernels.validate import check_int
+from datatools.base.checks import check_int
 
 
 class AttentionBlocks(grain.transforms.Map):

@@ -7,7 +7,7 @@ import math
 import grain
 import numpy as np
 
-from datatools.kernels.validate import check_choice, check_int
+from datatools.base.checks import check_choice, check_int
 from datatools.kernels.batch_layouts import BOUNDARY_TARGETS, FORMATS, POSITIONS, to_format
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from datatools.grain.host_batches import DocumentOrder, empty_rows
 from datatools.kernels.bucket import fill_order_batches
 from datatools.kernels.pack import PackPlan, cut_pieces, materialize_pieces
-from datatools.kernels.validate import OVERFLOW_POLICIES, check_choice
+from datatools.base.checks import OVERFLOW_POLICIES, check_choice
 
 
 class BucketSchedule:

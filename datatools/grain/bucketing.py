@@ -7,7 +7,7 @@ import base64
 import grain
 import numpy as np
 
-from datatools.kernels.validate import OVERFLOW_POLICIES, check_choice, check_int
+from datatools.base.checks import OVERFLOW_POLICIES, check_choice, check_int
 from datatools.grain.document_blocks import document_block
 
 Group = tuple[int, list[tuple[int, np.ndarray]]]  # (bucket, [(start in document, piece tokens), ...])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import grain
 import numpy as np
 
-from datatools.kernels.validate import check_int
+from datatools.base.checks import check_int
 from datatools.grain.document_blocks import document_block
 from datatools.kernels.tiles import chunk
 

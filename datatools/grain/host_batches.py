@@ -33,7 +33,7 @@ import numpy as np
 
 from datatools.grain.batch import read_batch
 from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation
-from datatools.kernels.validate import check_choice, check_int
+from datatools.base.checks import check_choice, check_int
 
 CANONICAL = ("tokens", "segment_ids", "positions", "loss_mask")
 

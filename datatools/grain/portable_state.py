@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import grain
 
-from datatools.kernels.validate import short_repr
+from datatools.base.checks import short_repr
 
 MP_KEYS = {"next_index_in_cycle", "next_index_in_datasets", "iterators_in_use_indices", "iterators_in_use_states",
            "exhausted"}

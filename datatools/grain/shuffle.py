@@ -7,7 +7,7 @@ from typing import Sequence
 import grain
 import numpy as np
 
-from datatools.kernels.validate import check_int
+from datatools.base.checks import check_int
 from datatools.grain.batch import read_batch
 from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation
 

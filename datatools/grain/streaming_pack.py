@@ -5,7 +5,7 @@ from __future__ import annotations
 import grain
 import numpy as np
 
-from datatools.kernels.validate import OVERFLOW_POLICIES, check_choice, check_int
+from datatools.base.checks import OVERFLOW_POLICIES, check_choice, check_int
 from datatools.io.documents import ArrayDocuments
 from datatools.grain.document_blocks import document_block
 from datatools.kernels.pack import ALGORITHMS, materialize, pack_lengths

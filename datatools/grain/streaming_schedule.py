@@ -24,7 +24,7 @@ import numpy as np
 
 from datatools.grain.host_batches import DocumentOrder, empty_rows
 from datatools.kernels.pack import ALGORITHMS, PackPlan, cut_pieces, pack_lengths
-from datatools.kernels.validate import OVERFLOW_POLICIES, check_choice, check_int
+from datatools.base.checks import OVERFLOW_POLICIES, check_choice, check_int
 
 PLANS_KEPT = 8  # window plans cached per process
 

@@ -62,7 +62,7 @@ import sys
 from pathlib import Path
 
 from datatools.io.yaml_files import load_yaml
-from datatools.kernels.validate import MAX_BATCH, MAX_CTX, check_int
+from datatools.base.checks import MAX_BATCH, MAX_CTX, check_int
 from datatools.pipeline import PipelineConfig, build, parse_config
 
 __all__ = ["create_data_iterator", "pipeline_config", "use_datatools", "train", "main"]

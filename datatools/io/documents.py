@@ -30,7 +30,7 @@ import numpy as np
 
 from datatools.io.store import TOKEN_CHUNK, TokenStore
 from datatools.kernels.pack import check_token_ids
-from datatools.kernels.validate import as_lengths
+from datatools.base.checks import as_lengths
 
 DEFAULT_CACHE_BYTES = 512 << 20  # decoded store chunks kept per process
 TABLE_CACHE_BYTES = 256 << 20  # decoded table shards kept per process (a shard is often tens of MB)

@@ -40,7 +40,7 @@ from datatools.io.store import TokenStore, is_token_store
 from datatools.io.tables import (TEXT_COLUMNS, column_batches, detect_column, shard_bytes, shard_columns,
                                  text_values, token_arrays)
 from datatools.io.tokenizer import TextEncoder, open_encoder
-from datatools.kernels.validate import short_repr
+from datatools.base.checks import short_repr
 
 INT32_MAX = np.iinfo(np.int32).max
 LENGTH_ROWS = 4096  # text rows turned into Python strings at a time when only lengths are read

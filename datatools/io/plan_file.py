@@ -36,7 +36,7 @@ from datatools.kernels.pack import ALGORITHMS, PackPlan
 from datatools.kernels.pack_groups import lower_bound_rows, pack_in_groups, size_histogram
 from datatools.kernels.plan_format import (ARRAYS, CHUNK, FORMAT_VERSION, gather_rows, lengths_identity,
                                            piece_dtypes, piece_stats, smallest_uint)
-from datatools.kernels.validate import MAX_CTX, OVERFLOW_POLICIES, check_choice, check_int
+from datatools.base.checks import MAX_CTX, OVERFLOW_POLICIES, check_choice, check_int
 
 HEADER = "plan.json"
 FORMAT = "datatools-plan"

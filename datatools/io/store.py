@@ -54,7 +54,7 @@ import tensorstore as ts
 
 from datatools.io import storage
 from datatools.io.io_errors import as_os_error, status_code
-from datatools.io.paths import display, resolved
+from datatools.io.paths import display
 
 FORMAT = "datatools-token-store"
 VERSION = 2  # 2: per-chunk records in the manifest, crc32c in every chunk, every chunk stored

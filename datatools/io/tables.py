@@ -19,7 +19,7 @@ from datatools.io import jsonl, storage
 from datatools.io.discover import (Shard, arrow_schema, iter_arrow_batches, open_parquet,
                                    parquet_metadata, parquet_names)
 from datatools.io.paths import display, first_line
-from datatools.kernels.validate import short_repr
+from datatools.base.checks import short_repr
 
 TOKEN_COLUMNS = ("input_ids", "tokens", "token_ids")
 TEXT_COLUMNS = ("text",)

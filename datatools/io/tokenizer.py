@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from datatools.io.paths import display, first_line
-from datatools.kernels.validate import short_repr
+from datatools.base.checks import short_repr
 
 SETTINGS = ("off", "keep")
 SPECIAL_NAMES = {

@@ -2,5 +2,4 @@
 
 * :mod:`~datatools.jobs.pretokenize`: text in, a token store out (local process pool or Ray Data)
 * :mod:`~datatools.jobs.demo_data`: the demo data set (stdlib sources, a local tokenizer, a store)
-* :mod:`~datatools.jobs.progress`: the rich progress bars the jobs and commands show
 """

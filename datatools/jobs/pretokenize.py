@@ -47,7 +47,7 @@ from datatools.io.tables import check_column, shard_texts
 from datatools.io.tokenizer import TextEncoder, open_encoder
 from datatools.jobs import object_store_commit
 from datatools.kernels.tiles import chunk
-from datatools.kernels.validate import short_repr
+from datatools.base.checks import short_repr
 
 ENGINES = ("local", "ray")
 DISTRIBUTION = "datatools-llm"
@@ -441,7 +441,7 @@ def _unique_shards(shards) -> tuple[list[Shard], list[str]]:
 
 
 def _tokenize_shards(worker, shards, todo, staging, workers, engine, ray_address, progress) -> None:
-    from datatools.jobs.progress import job_progress
+    from datatools.base.progress import job_progress
 
     with job_progress(len(shards), done=len(shards) - len(todo), enabled=progress) as bar:
         if not todo:

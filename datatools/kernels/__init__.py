@@ -5,5 +5,4 @@
 * :mod:`~datatools.kernels.shuffle`: FeistelPermutation (any n), BlockShuffle (windowed, per epoch, O(1) access)
 * :mod:`~datatools.kernels.tiles`: tile_align, choose_context, fit_resolution, chunk
 * :mod:`~datatools.kernels.batch_layouts`: the canonical batch as MaxText, Levanter, Hugging Face batches
-* :mod:`~datatools.kernels.validate`: argument checks shared by every layer
 """

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from datatools.kernels.validate import check_int
+from datatools.base.checks import check_int
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
 

@@ -58,7 +58,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from datatools.kernels.validate import check_choice, short_repr
+from datatools.base.checks import check_choice, short_repr
 
 FORMATS = ("datatools", "maxtext", "levanter", "hf")
 CANONICAL_KEYS = ("tokens", "segment_ids", "positions", "loss_mask")

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from datatools.kernels.validate import (MAX_BUCKETS, MAX_CTX, OVERFLOW_POLICIES, as_lengths, check_choice, check_id,
+from datatools.base.checks import (MAX_CTX, OVERFLOW_POLICIES, as_lengths, check_choice, check_id,
                                         check_int, short_repr)
 
 ALGORITHMS = (

@@ -50,7 +50,7 @@ import numbers
 import numba
 import numpy as np
 
-from datatools.kernels.validate import MAX_RECORDS, check_int, short_repr
+from datatools.base.checks import MAX_RECORDS, check_int, short_repr
 
 MAX_AUTO_ROUNDS = 36
 _MASK64 = (1 << 64) - 1

@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from datatools.kernels.validate import MAX_CTX, as_lengths, check_id, check_int
+from datatools.base.checks import MAX_CTX, as_lengths, check_id, check_int
 from datatools.kernels.pack import check_token_ids, pack_lengths
 
 

@@ -1,12 +1,13 @@
 """Pipelines: a validated YAML config -> a Grain dataset of batches, and running one to measure it.
 
-* :mod:`~datatools.pipeline.schema`: typed, validated config dataclasses (the machinery)
-* :mod:`~datatools.pipeline.build`: the pipeline config and building its Grain dataset
+* :mod:`~datatools.pipeline.schema`: the validation machinery (typed dataclasses, every problem named at once)
+* :mod:`~datatools.pipeline.config`: the pipeline config (sections, keys, limits) and reading it from YAML
+* :mod:`~datatools.pipeline.build`: building a config's Grain dataset
 * :mod:`~datatools.pipeline.run`: running a pipeline for N batches and measuring it
 """
 
-from datatools.pipeline.build import (PipelineConfig, ShardConfig, SourceConfig, build, build_canonical, load_config,
-                                      open_source, parse_config)
+from datatools.pipeline.build import build, build_canonical, open_source
+from datatools.pipeline.config import PipelineConfig, ShardConfig, SourceConfig, load_config, parse_config
 
 __all__ = ["PipelineConfig", "ShardConfig", "SourceConfig", "build", "build_canonical", "load_config",
            "open_source", "parse_config"]

@@ -18,6 +18,8 @@ import math
 import types
 import typing
 
+from datatools.base.checks import short_repr
+
 
 def field(default=dataclasses.MISSING, *, minimum=None, maximum=None, doc: str = "",
           default_factory=dataclasses.MISSING):
@@ -29,18 +31,12 @@ def field(default=dataclasses.MISSING, *, minimum=None, maximum=None, doc: str =
     return dataclasses.field(default=default, metadata=meta)
 
 
-def _short(value, limit: int = 60) -> str:
-    """The repr of a bad value, cut to a short prefix (a config value can be huge)."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _check_value(value, tp, key: str, meta: dict):
     origin = typing.get_origin(tp)
     if origin is typing.Literal:
         choices = typing.get_args(tp)
         if isinstance(value, bool) or value not in choices:
-            raise ValueError(f"config: {key} must be one of {', '.join(map(repr, choices))}; got {_short(value)}")
+            raise ValueError(f"config: {key} must be one of {', '.join(map(repr, choices))}; got {short_repr(value)}")
         return value
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(tp)
@@ -57,37 +53,37 @@ def _check_value(value, tp, key: str, meta: dict):
         raise last
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
-            raise ValueError(f"config: {key} must be a mapping of options; got {_short(value)}")
+            raise ValueError(f"config: {key} must be a mapping of options; got {short_repr(value)}")
         return from_dict(tp, value, key)
     if origin is list:
         (item,) = typing.get_args(tp)
         if not isinstance(value, list):
-            raise ValueError(f"config: {key} must be a list; got {_short(value)}")
+            raise ValueError(f"config: {key} must be a list; got {short_repr(value)}")
         if len(value) > 4096:
             raise ValueError(f"config: {key} must hold at most 4096 items; got {len(value)}")
         return [_check_value(v, item, f"{key}[{i}]", {"minimum": meta.get("minimum"), "maximum": meta.get("maximum")})
                 for i, v in enumerate(value)]
     if tp is bool:
         if not isinstance(value, bool):
-            raise ValueError(f"config: {key} must be true or false; got {_short(value)}")
+            raise ValueError(f"config: {key} must be true or false; got {short_repr(value)}")
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"config: {key} must be an integer; got {_short(value)}")
+            raise ValueError(f"config: {key} must be an integer; got {short_repr(value)}")
     elif tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"config: {key} must be a number; got {_short(value)}")
+            raise ValueError(f"config: {key} must be a number; got {short_repr(value)}")
         value = float(value)
         if not math.isfinite(value):
             raise ValueError(f"config: {key} must be a finite number; got {value!r}")
     elif tp is str:
         if not isinstance(value, str):
-            raise ValueError(f"config: {key} must be a string; got {_short(value)}")
+            raise ValueError(f"config: {key} must be a string; got {short_repr(value)}")
     minimum, maximum = meta.get("minimum"), meta.get("maximum")
     if minimum is not None and isinstance(value, (int, float)) and value < minimum:
-        raise ValueError(f"config: {key} must be >= {minimum}; got {_short(value)}")
+        raise ValueError(f"config: {key} must be >= {minimum}; got {short_repr(value)}")
     if maximum is not None and isinstance(value, (int, float)) and value > maximum:
-        raise ValueError(f"config: {key} must be <= {maximum:,} (datatools' limit); got {_short(value)}")
+        raise ValueError(f"config: {key} must be <= {maximum:,} (datatools' limit); got {short_repr(value)}")
     return value
 
 
@@ -96,14 +92,14 @@ def from_dict(cls, data: dict | None, where: str = ""):
     problem found (see the module docstring)."""
     data = {} if data is None else data
     if not isinstance(data, dict):
-        raise ValueError(f"config: {where or 'the top level'} must be a mapping; got {_short(data)}")
+        raise ValueError(f"config: {where or 'the top level'} must be a mapping; got {short_repr(data)}")
     hints = typing.get_type_hints(cls, include_extras=True)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     problems: list[str] = []
     unknown = [key for key in data if key not in fields]
     if unknown:
         section = f"in {where}" if where else "at the top level"
-        names = ", ".join(_short(k, 30) for k in unknown[:5]) + (f" (+{len(unknown) - 5} more)" if len(unknown) > 5 else "")
+        names = ", ".join(short_repr(k, 30) for k in unknown[:5]) + (f" (+{len(unknown) - 5} more)" if len(unknown) > 5 else "")
         problems.append(f"unknown key{'s' if len(unknown) > 1 else ''} {names} {section} (allowed: {', '.join(fields)})")
     values = {}
     for name, f in fields.items():

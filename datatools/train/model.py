@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from datatools.kernels.attention_blocks import TILE_KEYS
-from datatools.kernels.validate import MAX_CTX, MAX_VOCAB
+from datatools.base.checks import MAX_CTX, MAX_VOCAB
 from datatools.train.attention import SPARSE_KEYS, blocksparse_attention, dense_attention, fused_attention
 from datatools.pipeline.schema import field
 

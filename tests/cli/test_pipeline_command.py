@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from datatools.cli import main
 from datatools.pipeline import load_config
-from datatools.pipeline.build import MAX_WORKERS
+from datatools.pipeline.config import MAX_WORKERS
 from datatools.pipeline.named_configs import apply_overrides, packaged_configs, resolve_config
 
 

@@ -116,7 +116,7 @@ def function_cases():
                            choose_context, chunk, materialize, pack_lengths, tile_align)
     from datatools.io import ArrayDocuments, open_documents, open_input, read_lengths
     from datatools.pipeline import parse_config
-    from datatools.analysis.maxtext import MaxTextSettings, maxtext_view, read_maxtext_config
+    from datatools.analysis.maxtext_simulation import MaxTextSettings, maxtext_view, read_maxtext_config
     from datatools.integrations.maxtext import pipeline_config
     from datatools.kernels.batch_layouts import to_format
 

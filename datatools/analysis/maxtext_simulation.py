@@ -40,7 +40,7 @@ import numpy as np
 
 import math
 
-from datatools.kernels.validate import MAX_CTX, MAX_WINDOW, as_lengths, short_repr
+from datatools.base.checks import MAX_CTX, MAX_WINDOW, as_lengths, short_repr
 
 PACKING_TYPES = ("first_fit", "best_fit", "concat_then_split")
 # MaxText's attention backends that take segment ids from packed batches; cudnn_flash_te needs the cap.

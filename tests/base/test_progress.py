@@ -9,7 +9,7 @@ import time
 
 from rich.console import Console
 
-from datatools.jobs.progress import count_progress, job_progress
+from datatools.base.progress import count_progress, job_progress
 
 
 def console(terminal: bool) -> tuple[Console, io.StringIO]:

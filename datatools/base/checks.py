@@ -1,6 +1,6 @@
-"""Input checks shared by the kernels.
+"""Documented limits and the argument checks every layer shares.
 
-Every public kernel validates its arguments here so that bad input raises the same
+Every public function validates its arguments here so that bad input raises the same
 ``ValueError``/``TypeError`` wording everywhere, naming the offending value.
 """
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datatools.analysis.maxtext import MaxTextSettings, maxtext_report, maxtext_view, read_maxtext_config
+from datatools.analysis.maxtext_simulation import MaxTextSettings, maxtext_report, maxtext_view, read_maxtext_config
 from datatools.analysis.padding import analyze
 from datatools.kernels.pack import pack_lengths
 
@@ -125,7 +125,7 @@ def test_tokenized_text_gets_bos_and_eos():
 
 
 def test_shuffled_order_is_a_permutation_of_one_hosts_share():
-    from datatools.analysis.maxtext import _order  # noqa: PLC2701 (the module's own helper, tested here)
+    from datatools.analysis.maxtext_simulation import _order  # noqa: PLC2701 (the module's own helper, tested here)
 
     lengths = np.arange(1, 1001)
     shuffled = _order(lengths, MaxTextSettings(enable_data_shuffling=True, data_shuffle_seed=5))

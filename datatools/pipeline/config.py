@@ -1,0 +1,176 @@
+"""The pipeline config: the YAML schema as frozen, typed dataclasses, and reading it.
+
+:class:`PipelineConfig` and its sections (source, shuffle, packing or bucketing, shard) are validated by
+:func:`datatools.pipeline.schema.from_dict` (every key and value checked, every problem named at once);
+:func:`load_config` reads a YAML file or a packaged config by name with ``--set`` overrides. What each key
+means, with its default and limits, is rendered from these dataclasses into ``configs/README.md``. Building a
+Grain dataset from a config is :mod:`datatools.pipeline.build`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+from datatools.base.checks import (MAX_BATCH, MAX_BUCKETS, MAX_CTX, MAX_RECORDS, MAX_TOKEN_ID, MAX_WINDOW,
+                                   OVERFLOW_POLICIES)
+from datatools.kernels.batch_layouts import BOUNDARY_TARGETS, FORMATS, POSITIONS
+from datatools.kernels.pack import ALGORITHMS
+from datatools.pipeline.schema import field, from_dict, load_yaml
+
+
+MAX_WORKERS = 64  # Grain worker processes: each is a fresh interpreter (~1-2 s of CPU to start); 1024 ran past 60 s
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    path: str = field(doc="token store, Parquet / Arrow / JSON Lines file or directory, HF save_to_disk dir, "
+                          "NumPy dir (tokens.npy + lengths.npy/offsets.npy); relative to the working directory")
+    column: str | None = field(None, doc="token (or text) column of a table; detected when unambiguous")
+    tokenizer: str | None = field(None, doc="tokenizers JSON file, for a text column (tokenized as read; "
+                                            "pre-tokenize large data into a token store instead)")
+    tokenizer_settings: Literal["off", "keep"] = field("off",
+                                    doc="off: the file's truncation and padding switched off, no template special "
+                                        "tokens; keep: the file as it is")
+    bos: str | None = field(None, doc="token (name, id or 'auto') put before every text")
+    eos: str | None = field(None, doc="token (name, id or 'auto') put after every text")
+
+
+@dataclass(frozen=True)
+class ShuffleConfig:
+    kind: Literal["none", "full", "block"] = field("full", doc="none: storage order; full: Feistel permutation "
+                                                                   "per epoch; block: windowed block shuffle")
+    io_block_size: int = field(64, minimum=1, maximum=MAX_RECORDS, doc="block shuffle: records per contiguous read")
+    window_blocks: int = field(1024, minimum=1, maximum=MAX_RECORDS, doc="block shuffle: blocks per window")
+
+
+@dataclass(frozen=True)
+class PackingConfig:
+    ctx: int | None = field(None, minimum=1, maximum=MAX_CTX, doc="row length (tokens); required unless plan is "
+                                                                   "given (then the plan's)")
+    plan: str | None = field(None, doc="a plan directory written by datatools pack (relative to the working "
+                                        "directory): rows read from it lazily, memory-mapped; the packing options "
+                                        "are the plan's; refused when planned for other documents than the source")
+    mode: Literal["planned", "streaming"] = field("planned", doc="planned: one plan over every document; "
+                                                                 "streaming: packed a window at a time")
+    algorithm: Literal[ALGORITHMS] | None = field(None,
+                                  doc="default: best_fit_decreasing (over all documents when planned, "
+                                      "within each window when streaming)")
+    max_segments: int | None = field(None, minimum=1, maximum=MAX_CTX, doc="cap on documents per row (cuDNN / TE packed attention)")
+    align: int = field(1, minimum=1, maximum=MAX_CTX, doc="every document starts at a multiple of this (tokens); must divide ctx")
+    overflow: Literal[OVERFLOW_POLICIES] = field("split", doc="documents longer than ctx: split (nothing lost), "
+                                                                 "truncate, drop, error")
+    window: int = field(1024, minimum=1, maximum=MAX_WINDOW, doc="streaming: documents per packing window")
+
+    def check(self, where: str) -> None:
+        if self.ctx is None and self.plan is None:
+            raise ValueError(f"config: {where}.ctx is required (or {where}.plan, a plan written by datatools pack)")
+        if self.plan is not None and self.mode != "planned":
+            raise ValueError(f"config: {where}.plan needs {where}.mode: planned (got {self.mode!r})")
+        if self.ctx is not None and self.ctx % self.align:
+            raise ValueError(f"config: {where}.align={self.align} must divide {where}.ctx={self.ctx}")
+
+    @property
+    def resolved_algorithm(self) -> str:
+        return self.algorithm or "best_fit_decreasing"
+
+
+@dataclass(frozen=True)
+class BucketingConfig:
+    boundaries: list[int] | None = field(None, minimum=1, maximum=MAX_CTX, doc="bucket lengths; default: optimal for the source")
+    num_buckets: int = field(4, minimum=1, maximum=MAX_BUCKETS)
+    tile: int = field(128, minimum=1, maximum=MAX_CTX)
+    max_len: int | None = field(None, minimum=1, maximum=MAX_CTX, doc="longest bucket (tokens); longer documents follow overflow")
+    token_budget: int | None = field(None, minimum=1, maximum=MAX_BATCH * 64, doc="tokens per batch (rows = budget // length)")
+    multiple_of: int = field(1, minimum=1, maximum=MAX_BATCH, doc="round each bucket's rows down to a multiple of this")
+    overflow: Literal[OVERFLOW_POLICIES] = field("split")
+
+
+@dataclass(frozen=True)
+class ShardConfig:
+    index: int = field(0, minimum=0, doc="this host (jax.process_index()); it reads rows [index*B/count, "
+                                         "(index+1)*B/count) of every global batch of B rows")
+    count: int = field(1, minimum=1, maximum=1 << 20, doc="hosts (jax.process_count()); must divide batch_size "
+                                                          "(every bucket's batch size when bucketing)")
+
+    def check(self, where: str) -> None:
+        if self.index >= self.count:
+            raise ValueError(f"config: {where}.index={self.index} must be < {where}.count={self.count}")
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    source: SourceConfig
+    shuffle: ShuffleConfig = field(default_factory=ShuffleConfig)
+    packing: PackingConfig | None = field(None)
+    bucketing: BucketingConfig | None = field(None)
+    batch_size: int = field(32, minimum=1, maximum=MAX_BATCH,
+                            doc="rows per global batch: all hosts together (one host: its batch); each of "
+                                "shard.count hosts gets batch_size / shard.count rows (bucketing: unless "
+                                "token_budget is set)")
+    drop_remainder: bool = field(True, doc="drop each epoch's last, short batch (else pad it with empty rows)")
+    format: Literal[FORMATS] = field("datatools", doc="batch layout: datatools (canonical), maxtext, levanter, hf")
+    boundary_targets: Literal[BOUNDARY_TARGETS] = field(
+        "mask", doc="mask: a document's last token predicts nothing (packed loss == unpacked loss); next_document: "
+                    "it predicts the next document's first token in the row (MaxText's ShiftData)")
+    positions: Literal[POSITIONS] = field(
+        "restart", doc="restart: every document piece counts from 0 (MaxText, Grain, transformers; below ctx); "
+                       "continue: a piece of a split document counts on from its offset")
+    num_epochs: int | None = field(1, minimum=1, maximum=1 << 40, doc="null: repeat forever")
+    workers: int = field(0, minimum=0, maximum=MAX_WORKERS, doc="Grain prefetch processes")
+    shard: Literal["auto"] | ShardConfig = field(
+        default_factory=ShardConfig, doc="this host's share; auto: jax.process_index() of jax.process_count() "
+                                         "(after jax.distributed.initialize)")
+    seed: int = field(0, minimum=0, maximum=(1 << 64) - 1)
+    read_block: int = field(256, minimum=1, maximum=MAX_BATCH,
+                            doc="unused (kept so older configs load): every batch's pieces are read in one call")
+    pad_id: int = field(0, minimum=0, maximum=MAX_TOKEN_ID)
+    attention_block: int | None = field(None, minimum=8, maximum=MAX_CTX,
+                                        doc="add each batch's non-empty attention tiles of this many tokens "
+                                            "(block_q, block_k, block_valid per row; tile_* batch-wide) for "
+                                            "block-sparse attention")
+
+    def check(self, where: str) -> None:
+        if (self.packing is None) == (self.bucketing is None):
+            raise ValueError("config: give exactly one of 'packing' and 'bucketing'")
+        if self.attention_block is not None and self.format != "datatools":
+            raise ValueError(f"config: attention_block lists tiles in the datatools format only; format "
+                             f"{self.format!r} has no place for them (use format: datatools, or drop attention_block)")
+
+    def replace(self, **changes) -> "PipelineConfig":
+        return dataclasses.replace(self, **changes)
+
+
+def parse_config(data: dict, *, source: str | None = None) -> PipelineConfig:
+    """Validate a config mapping; ``source`` overrides ``source.path`` (keeping nothing else of it)."""
+    data = dict(data)
+    if source is not None:
+        data["source"] = {"path": str(source)}
+    return from_dict(PipelineConfig, data)
+
+
+def load_config(path: str | os.PathLike, *, source: str | None = None, overrides: Sequence[str] = ()
+                ) -> PipelineConfig:
+    """Read and validate a YAML pipeline config (extra top-level sections of a training config are ignored).
+
+    Args:
+      path: a YAML file, or the name of a packaged config (``pretrain_block_8192``; see
+        :mod:`datatools.pipeline.named_configs`).
+      source: overrides ``source.path``.
+      overrides: ``KEY=VALUE`` strings (``packing.ctx=2048``) applied before validation.
+    """
+    from datatools.pipeline.named_configs import apply_overrides, resolve_config
+
+    path = resolve_config(path)
+    data = apply_overrides(load_yaml(path), overrides)
+    names = {f.name for f in dataclasses.fields(PipelineConfig)}
+    data = {k: v for k, v in data.items() if k in names or k not in _TRAINING_SECTIONS}
+    try:
+        return parse_config(data, source=source)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+_TRAINING_SECTIONS = ("model", "train")
