@@ -13,6 +13,24 @@ from rich.console import Console
 from rich.table import Table
 
 RESULTS = Path(__file__).resolve().parent / "results"
+LOAD_AT_START = os.getloadavg()  # (1, 5, 15 min) load averages when the benchmark started
+_RUN = {"repeats": None}
+
+
+def machine() -> dict:
+    """What the figures were measured on: host, CPU, cores, Python."""
+    return {"host": platform.node(), "python": platform.python_version(),
+            "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()}
+
+
+def announce(repeats: int, note: str = "") -> None:
+    """Print the machine, the load and the number of repeats before any table (every benchmark does, first), and
+    remember ``repeats`` for :func:`write_json`. ``note`` says what else the reader must know (e.g. one core)."""
+    _RUN["repeats"] = repeats
+    m = machine()
+    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"machine: {m['host']} {m['cpu']}, {m['cores']} cores, Python {m['python']}; load {load} (1/5/15 min); "
+          f"repeats: {repeats}, times are medians{'; ' + note if note else ''}")
 
 
 def median_time(fn, repeats: int = 5) -> tuple[float, object]:
@@ -70,8 +88,8 @@ def print_table(title: str, columns: list[str], rows: list[list], console: Conso
 def write_json(name: str, payload: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    payload = {"machine": {"python": platform.python_version(), "cpu": platform.processor() or platform.machine(),
-                           "cores": os.cpu_count()}, **payload}
+    payload = {"machine": machine(), "load_at_start": LOAD_AT_START, "load_at_end": os.getloadavg(),
+               "repeats": _RUN["repeats"], **payload}
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(payload, indent=2, default=float))
     tmp.replace(path)

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import distribution, fmt_rate, print_table, write_json  # noqa: E402
+from _common import announce, distribution, fmt_rate, print_table, write_json  # noqa: E402
 
 CTX = 1024
 PER_HOST = 32
@@ -75,6 +75,7 @@ def main() -> int:
     parser.add_argument("--docs", type=int, default=50_000)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
+    announce(args.runs)
     try:
         import maxtext  # noqa: F401
     except ImportError:

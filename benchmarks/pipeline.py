@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import distribution, fmt_rate, one_core, print_table, write_json
+from _common import announce, distribution, fmt_rate, one_core, print_table, write_json
 
 one_core()
 
@@ -95,6 +95,7 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=50_000)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    announce(args.repeats, "one core")
 
     lengths, ctx = distribution("a", args.docs)
     assert ctx == CTX

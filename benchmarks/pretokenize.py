@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import fmt_rate, print_table, write_json
+from _common import announce, fmt_rate, print_table, write_json
 
 from datatools.jobs.pretokenize import pretokenize  # noqa: E402
 
@@ -30,8 +30,9 @@ from datatools.jobs.pretokenize import pretokenize  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shards", type=int, default=16)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeats", "--repeat", dest="repeat", type=int, default=3)
     args = parser.parse_args()
+    announce(args.repeat)
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     root = Path(sysconfig.get_paths()["stdlib"])

@@ -14,11 +14,13 @@ Target: >= 100M indices/s for n >= 10^6.
 
 from __future__ import annotations
 
+import argparse
+
 import time
 
 import numpy as np
 
-from _common import fmt_rate, median_time, one_core, print_table, write_json
+from _common import announce, fmt_rate, median_time, one_core, print_table, write_json
 
 one_core()
 
@@ -31,12 +33,19 @@ VECTOR = 10_000_000
 PER_CALL = 100_000
 
 
-def rate(count, fn, repeats=3):
-    secs, _ = median_time(fn, repeats)
+REPEATS = {"n": 3}
+
+
+def rate(count, fn):
+    secs, _ = median_time(fn, REPEATS["n"])
     return count / secs
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    REPEATS["n"] = parser.parse_args().repeats
+    announce(REPEATS["n"], "one core")
     results = []
     FeistelPermutation(10, 0)(np.arange(10)), FeistelPermutation(10, 0)(3)  # compile / load the cache
     BlockShuffle(1000, io_block_size=64, window_blocks=4, seed=0).indices()
@@ -46,12 +55,12 @@ def main() -> None:
         idx = np.arange(m, dtype=np.int64)
         ours = rate(m, lambda: perm(idx))
         k = min(n, PER_CALL)
-        ours_call = rate(k, lambda: [perm(i) for i in range(k)], 1)
+        ours_call = rate(k, lambda: [perm(i) for i in range(k)])
         index_shuffle = grain.experimental.index_shuffle
-        theirs_call = rate(k, lambda: [index_shuffle(i, max_index=n - 1, seed=1234, rounds=4) for i in range(k)], 1)
+        theirs_call = rate(k, lambda: [index_shuffle(i, max_index=n - 1, seed=1234, rounds=4) for i in range(k)])
         ds = grain.MapDataset.range(n).shuffle(seed=1234)
         ds[0]
-        theirs_ds = rate(k, lambda: [ds[i] for i in range(k)], 1)
+        theirs_ds = rate(k, lambda: [ds[i] for i in range(k)])
         bs = BlockShuffle(n, io_block_size=64, window_blocks=1024, seed=1234)
         block = rate(m, lambda: bs.index(idx))
         results.append(dict(n=n, datatools_vectorized=ours, datatools_per_call=ours_call,
