@@ -1,10 +1,11 @@
-# The two commands: `make demo` and `make test`. Both work on a fresh machine with Python 3.11 and make.
+# The two commands: `make install` and `make test` (lint, type check, strict docs build, tests). `make demo` builds
+# demo data and runs the analyzer. All work on a fresh machine with Python 3.11 and make.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench install clean test-clients test-cluster test-clients-levanter bench-peers
+.PHONY: test lint docs demo bench install clean test-clients test-cluster test-clients-levanter bench-peers
 
 $(PY):
 	@test -n "$(PYTHON)" || { echo "make: no python3.11 or python3 found; set PYTHON=..." >&2; exit 2; }
@@ -12,12 +13,22 @@ $(PY):
 	$(PY) -m pip install -q --upgrade pip
 
 $(STAMP): $(PY) pyproject.toml
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[dev,docs]"
 	@touch $(STAMP)
 
 install: $(STAMP)
 
-test: $(STAMP)
+# ruff (lint, then the format check) and mypy, configured in pyproject.toml.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+# The documentation site (mkdocs.yml, docs/): a strict build (a broken link or reference fails it) into site/.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
+
+test: lint docs
 	NUMBA_CACHE_DIR=$(CURDIR)/.numba_cache $(PY) -m pytest -n 2 -m "not slow and not cluster" tests
 
 # The heavy tests make test skips: a two-node Ray cluster (ray start) writing to the S3 server, and the slow
@@ -93,4 +104,4 @@ bench-peers: $(STAMP) $(CLIENTS)/peers/.installed
 	$(PY) benchmarks/pack.py --peers $(CLIENTS)/peers/bin/python
 
 clean:
-	rm -rf $(VENV) .numba_cache .pytest_cache
+	rm -rf $(VENV) .numba_cache .pytest_cache .mypy_cache .ruff_cache site

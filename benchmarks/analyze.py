@@ -73,11 +73,11 @@ def main() -> None:
         rep4 = analyze(got, contexts=None)
         four_ctx = time.perf_counter() - t1 + read_s
         results["store"] = {"read_lengths_s": read_s, "total_one_ctx_s": one_ctx, "total_default_contexts_s": four_ctx,
-                            "default_contexts": rep4["contexts"],
-                            "per_strategy_s": {s["name"]: s["seconds"] for s in rep["strategies"]}}
+                            "default_contexts": rep4.contexts,
+                            "per_strategy_s": {s.name: s.seconds for s in rep.strategies}}
         rows.append([f"{args.docs:,} lengths from a token store, ctx 2048, 8 strategies", f"{one_ctx:.1f} s",
                      "< 30 s", "PASS" if one_ctx < 30 else "FAIL"])
-        rows.append([f"  same, default contexts {rep4['contexts']}", f"{four_ctx:.1f} s", "(info)", ""])
+        rows.append([f"  same, default contexts {rep4.contexts}", f"{four_ctx:.1f} s", "(info)", ""])
         rows.append(["  of which reading the offsets", f"{read_s:.1f} s", "", ""])
         del got
 

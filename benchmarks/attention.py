@@ -37,12 +37,10 @@ import os
 import platform
 import time
 
-import numpy as np
-
-from _common import DISTRIBUTIONS, distribution, print_table, write_json
-
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+import numpy as np
+from _common import DISTRIBUTIONS, distribution, print_table, write_json
 
 from datatools import materialize, pack_lengths  # noqa: E402
 from datatools.kernels.attention_blocks import tile_list  # noqa: E402

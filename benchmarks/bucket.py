@@ -17,11 +17,10 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-
 from _common import DISTRIBUTIONS, announce, distribution, median_time, print_table, write_json
 
 from datatools import bucket_batches, bucket_boundaries, pack_lengths, padding_efficiency  # noqa: E402
-from datatools.kernels.pack import cut_pieces  # noqa: E402
+from datatools.kernels.packing import cut_pieces  # noqa: E402
 
 BATCH = 32
 

@@ -99,8 +99,7 @@ def batch_stats(offsets: np.ndarray, starts: np.ndarray, lengths: np.ndarray, se
 
 def levanter_run(cache_dir: Path, seq_len: int, batch: int, batches: int) -> tuple[float, list[dict], int, int]:
     """Levanter's TokenSeqDataset under BlockShufflingDataset: (seconds, per-batch stats, real tokens, slots)."""
-    from levanter.data.dataset import AsyncDataset
-    from levanter.data.dataset import BlockShufflingDataset
+    from levanter.data.dataset import AsyncDataset, BlockShufflingDataset
     from levanter.data.text.datasets import TokenSeqDataset
     from levanter.store.cache import TreeCache
     from levanter.utils.thread_utils import blocking_wait

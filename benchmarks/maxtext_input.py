@@ -63,7 +63,8 @@ def drain(make_iterator) -> tuple[float, int, int, int]:
             b = next(it)
         except StopIteration:
             break
-        inputs = np.asarray(b["inputs"])  # token ids here are >= 1; MaxText pads with its pad id (-1 for llama2), datatools with 0
+        # token ids here are >= 1; MaxText pads with its pad id (-1 for llama2), datatools with 0
+        inputs = np.asarray(b["inputs"])
         real += int(np.count_nonzero(inputs > 0))
         slots += inputs.size
         batches += 1
@@ -111,11 +112,13 @@ def main() -> int:
     for label, who, packing, kind, cap in cases:
         config = maxtext_config(data, tmp / "out", packing, kind, cap)
         mesh = maxtext_utils.get_mesh_from_config(config)
-        if who == "maxtext":
-            make = lambda: original(config, mesh)[0]  # noqa: E731
-        else:
-            make = lambda: create_data_iterator(config, mesh, pipeline={"packing": {"mode": "planned"},  # noqa: E731
-                                                                         "shuffle": {"kind": "none"}})[0]
+        pipeline = None if who == "maxtext" else {"packing": {"mode": "planned"}, "shuffle": {"kind": "none"}}
+
+        def make(config=config, mesh=mesh, pipeline=pipeline):
+            if pipeline is None:
+                return original(config, mesh)[0]
+            return create_data_iterator(config, mesh, pipeline=pipeline)[0]
+
         timings = [drain(make) for _ in range(args.runs)]
         seconds = float(np.median([t[0] for t in timings]))
         _, batches, real, slots = timings[-1]

@@ -25,16 +25,19 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from _common import announce, distribution, fmt_rate, one_core, print_table, write_json
 
 one_core()
 
 import grain  # noqa: E402
-
+from datatools.grain import (  # noqa: E402
+    BatchRowsMapDataset,
+    DocumentsMapDataset,
+    FeistelShuffleMapDataset,
+    PackedRowsMapDataset,
+    StreamingPackIterDataset,
+)
 from datatools.io.documents import ArrayDocuments  # noqa: E402
-from datatools.grain import (BatchRowsMapDataset, DocumentsMapDataset, FeistelShuffleMapDataset,  # noqa: E402
-                             PackedRowsMapDataset, StreamingPackIterDataset)
 from datatools.io.store import TokenStore, write_store  # noqa: E402
 
 CTX, BATCH, BINS = 1024, 32, 256

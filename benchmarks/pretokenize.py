@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from _common import announce, fmt_rate, print_table, write_json
 
 from datatools.jobs.pretokenize import pretokenize  # noqa: E402
@@ -82,7 +81,8 @@ def main() -> None:
                       f"{r['overhead']:+.1%}"] for r in rows])
         ok = rows[1]["overhead"] <= 0.15
         print(f"  [{'PASS' if ok else 'FAIL'}] job overhead (1 worker) <= 15% of encode_batch")
-        print(f"wrote {write_json('pretokenize', {'documents': len(texts), 'tokens': tokens, 'rows': rows, 'target_met': ok})}")
+        summary = {"documents": len(texts), "tokens": tokens, "rows": rows, "target_met": ok}
+        print(f"wrote {write_json('pretokenize', summary)}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

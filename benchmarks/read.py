@@ -45,12 +45,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
-
 from _common import distribution, print_table, write_json
 
 HERE = Path(__file__).resolve().parent
@@ -136,7 +135,7 @@ def make_docs(target_bytes: int, seed: int = 0) -> list[np.ndarray]:
 def write_jsonl(path: Path, docs) -> None:
     with open(path, "w") as f:
         for i, d in enumerate(docs):
-            f.write('{"id": %d, "%s": [%s]}\n' % (i, COLUMN, ",".join(map(str, d.tolist()))))
+            f.write(f'{{"id": {i}, "{COLUMN}": [{",".join(map(str, d.tolist()))}]}}\n')
 
 
 def write_all(tmp: Path, docs) -> dict[str, Path]:
@@ -205,7 +204,7 @@ def big_jsonl_section(tmp: Path, gb: float) -> dict:
     with open(f, "w") as out:
         while out.tell() < gb * (1 << 30):
             for d in make_docs(32 * MiB, seed=int(rng.integers(1 << 30))):
-                out.write('{"id": %d, "%s": [%s]}\n' % (n_docs, COLUMN, ",".join(map(str, d.tolist()))))
+                out.write(f'{{"id": {n_docs}, "{COLUMN}": [{",".join(map(str, d.tolist()))}]}}\n')
                 n_docs += 1
                 n_tokens += d.size
     tiny = tmp / "tiny.jsonl"
@@ -262,7 +261,8 @@ def pipeline_section(tmp: Path, tokens: int, steps: int) -> dict:
             seed += 1
     res = run_child(["--pipeline", str(f), str(steps)])
     data_mib = written * 4 / MiB
-    print_table(f"A streaming pipeline over a Parquet source of {written:,} tokens (one run, {steps} batches of 32 x 2048)",
+    print_table(f"A streaming pipeline over a Parquet source of {written:,} tokens "
+                f"(one run, {steps} batches of 32 x 2048)",
                 ["source", "tokens as int32 MiB", "file MiB", "startup s", "batches/s", "peak RSS MiB",
                  "RSS / data"],
                 [["parquet", f"{data_mib:,.0f}", f"{size_of(f) / MiB:,.0f}", f"{res['startup_s']:.1f}",
@@ -319,7 +319,8 @@ def s3_server(tmp: Path) -> Iterator[str]:
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"moto_server did not start: {(tmp / 'moto_server.log').read_text()[-2000:]}")
+                    log = (tmp / "moto_server.log").read_text()[-2000:]
+                    raise SystemExit(f"moto_server did not start: {log}") from None
                 time.sleep(0.05)
         yield f"http://127.0.0.1:{port}"
     finally:

@@ -16,16 +16,12 @@ from __future__ import annotations
 
 import argparse
 
-import time
-
 import numpy as np
-
 from _common import announce, fmt_rate, median_time, one_core, print_table, write_json
 
 one_core()
 
 import grain  # noqa: E402
-
 from datatools import BlockShuffle, FeistelPermutation  # noqa: E402
 
 SIZES = [999, 65537, 10**6, 10**9]

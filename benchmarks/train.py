@@ -22,7 +22,6 @@ import argparse
 
 import jax
 import numpy as np
-
 from _common import announce, distribution, fmt_rate, print_table, write_json
 
 from datatools.io.documents import ArrayDocuments  # noqa: E402
@@ -79,7 +78,8 @@ def main() -> None:
     ok = results["packed (BFD, 4x1024)"]["speedup_vs_pad"] >= 3
     print(f"{'PASS' if ok else 'FAIL'}  packed >= 3x pad-to-max useful tokens/s")
     platform = jax.devices()[0].platform
-    print(f"wrote {write_json('train' if platform == 'cpu' else f'train_{platform}', {'platform': platform, 'runs': results, 'target_packed_3x': ok})}")
+    name = "train" if platform == "cpu" else f"train_{platform}"
+    print(f"wrote {write_json(name, {'platform': platform, 'runs': results, 'target_packed_3x': ok})}")
 
 
 if __name__ == "__main__":

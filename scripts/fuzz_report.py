@@ -27,10 +27,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "fuzz")]
 
-from fuzz_cases import ALLOWED, BAD_CONFIGS, BAD_TRAIN_CONFIGS, cli_cases, function_cases, make_world, run_cli  # noqa: E402,E501
-from fuzz_cases import CORRUPT_STORES, LENGTHS_UNAFFECTED, corrupt_store_commands, disk_full_outcome  # noqa: E402
-from fuzz_cases import (file_case_outcome, file_cases, listing_with_sizes, permission_cases,  # noqa: E402
-                        run_as_user)
+from fuzz_cases import (  # noqa: E402,E501  # noqa: E402  # noqa: E402
+    ALLOWED,
+    BAD_CONFIGS,
+    BAD_TRAIN_CONFIGS,
+    CORRUPT_STORES,
+    LENGTHS_UNAFFECTED,
+    cli_cases,
+    corrupt_store_commands,
+    disk_full_outcome,
+    file_case_outcome,
+    file_cases,
+    function_cases,
+    listing_with_sizes,
+    make_world,
+    permission_cases,
+    run_as_user,
+    run_cli,
+)
 
 
 def main() -> int:

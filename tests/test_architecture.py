@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import random_docs, write_test_store
 
 ROOT = Path(__file__).resolve().parents[1] / "datatools"
@@ -66,7 +67,8 @@ def test_no_private_apis():
 
 def test_import_and_help_load_no_heavy_module():
     code = ("import sys, datatools, datatools.cli; from datatools.cli import main; main(['--help']); "
-            "print(sorted(m for m in ('numba', 'grain', 'jax', 'tensorstore', 'pyarrow', 'datasets') if m in sys.modules))")
+            "print(sorted(m for m in ('numba', 'grain', 'jax', 'tensorstore', 'pyarrow', 'datasets')"
+            " if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
     times = subprocess.run([sys.executable, "-X", "importtime", "-c", "import datatools"], capture_output=True,
@@ -79,7 +81,8 @@ HIDE = "import sys\nfor m in ('jax', 'optax', 'ray'):\n    sys.modules[m] = None
 
 
 def run_without_jax(args: list[str]) -> subprocess.CompletedProcess:
-    code = HIDE + f"from datatools.cli import main\nrc = main({args!r})\nassert 'jax' not in sys.modules or sys.modules['jax'] is None\nsys.exit(rc)\n"
+    code = HIDE + (f"from datatools.cli import main\nrc = main({args!r})\n"
+                   "assert 'jax' not in sys.modules or sys.modules['jax'] is None\nsys.exit(rc)\n")
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
 
 

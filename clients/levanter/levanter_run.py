@@ -22,9 +22,8 @@ from pathlib import Path
 import jax.numpy as jnp
 import jax.random as jrandom
 import jmp
-import numpy as np
-
 import levanter
+import numpy as np
 from haliax import Axis
 from levanter.checkpoint import CheckpointerConfig
 from levanter.data.text.examples import GrugLmExample, named_lm_example_from_grug

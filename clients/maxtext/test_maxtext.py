@@ -25,12 +25,11 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import maxtext
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-import maxtext
 
 from datatools.integrations.maxtext import pipeline_config
 from datatools.pipeline import build

@@ -2,7 +2,8 @@
 
 * It is what ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)`` makes of the same pieces.
 * A tiny random ``LlamaForCausalLM`` (CPU, float32) gives every token of a packed ``hf`` batch the log-prob it gets
-  when its piece runs alone, and the batch the loss of its pieces run alone, with sdpa and eager attention: transformers finds the pieces from ``position_ids``
+  when its piece runs alone, and the batch the loss of its pieces run alone, with sdpa and eager attention:
+  transformers finds the pieces from ``position_ids``
   (restarting at 0 in every piece), so no token attends across a document. A document longer than ctx is split
   across rows into pieces, each a sequence of its own (positions restart), so the reference runs each piece alone.
 """

@@ -32,14 +32,14 @@ pipeline on document lengths with the analyzer's kernels.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-import math
-
+from datatools.analysis.padding_result import Recommendation
 from datatools.base.checks import MAX_CTX, MAX_WINDOW, as_lengths, short_repr
 
 PACKING_TYPES = ("first_fit", "best_fit", "concat_then_split")
@@ -235,7 +235,7 @@ def maxtext_view(lengths, settings: MaxTextSettings) -> dict:
             "max_docs_per_row": None if most is None else int(most), "fails": fails, "documents": int(lengths.shape[0])}
 
 
-def maxtext_report(lengths, settings: MaxTextSettings, recommendation: dict, *, config: str) -> dict:
+def maxtext_report(lengths, settings: MaxTextSettings, recommendation: Recommendation, *, config: str) -> dict:
     """The ``maxtext`` section of an analyze-padding report: the settings, :func:`maxtext_view` of the pipeline as
     configured, and the advice: what to set in MaxText (never best_fit with a cap: MaxText applies
     ``max_segments_per_seq`` with first fit only), its padding, and datatools' (``recommendation``)."""
@@ -244,7 +244,7 @@ def maxtext_report(lengths, settings: MaxTextSettings, recommendation: dict, *, 
     if settings.attention in CAPPED_ATTENTION or settings.max_segments_per_seq > 0:
         # a cap the config sets is the attention kernel's limit: keep it; else the recommended one, else the most
         # documents first fit puts in a row (a cap that costs nothing)
-        cap = settings.max_segments_per_seq if settings.max_segments_per_seq > 0 else recommendation.get("max_segments")
+        cap = settings.max_segments_per_seq if settings.max_segments_per_seq > 0 else recommendation.max_segments
         if cap is None:
             cap = maxtext_view(lengths, dataclasses.replace(settings, packing=True, grain_packing_type="first_fit",
                                                             max_segments_per_seq=-1))["max_docs_per_row"]
@@ -265,6 +265,6 @@ def maxtext_report(lengths, settings: MaxTextSettings, recommendation: dict, *, 
                      f"{today['ctx']}: MaxText's packer stops on the first; datatools splits them "
                      f"(datatools.integrations.maxtext.create_data_iterator)")
     advice = {"maxtext_settings": own, "maxtext_efficiency": own_view["efficiency"],
-              "datatools_efficiency": recommendation.get("efficiency"), "notes": notes}
+              "datatools_efficiency": recommendation.efficiency, "notes": notes}
     return {"config": config, "settings": dataclasses.asdict(settings), "per_host_batch": settings.per_host_batch,
             "today": today, "advice": advice}

@@ -29,19 +29,19 @@ costs the same).
 
 from __future__ import annotations
 
-import time
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
-import numba
 import numpy as np
 
 from datatools.analysis.attention_tiles import attention_tile_view
-from datatools.kernels.bucket import optimal_boundaries
-from datatools.kernels.pack import (max_tree_first, max_tree_set, presence_clear, presence_next, presence_set,
-                                    serpentine_next, stack_push, worth_dealing)
-from datatools.kernels.tiles import tile_align
+from datatools.analysis.padding_result import PaddingReport
 from datatools.base.checks import as_lengths, check_int, short_repr
+from datatools.kernels.bucket import optimal_boundaries
+from datatools.kernels.packing.counting import count_rows
+from datatools.kernels.packing.pieces import piece_histogram, piece_sizes
+from datatools.kernels.tiles import tile_align
 
 STRATEGIES = ("pad", "bucket", "next_fit", "first_fit", "best_fit", "first_fit_decreasing", "best_fit_decreasing",
               "concat_split")
@@ -49,344 +49,25 @@ PACKERS = ("next_fit", "first_fit", "best_fit", "first_fit_decreasing", "best_fi
 HISTOGRAM_BINS = 24
 
 
-# --------------------------------------------------------------------------- kernels (row counts only)
+# --------------------------------------------------------------------------- statistics
 
 
-@numba.njit(cache=True, nogil=True)
-def _piece_sizes(lengths, ctx):
-    """Sizes of the pieces that splitting every document at ctx gives (input order), int32."""
-    count = 0
-    for i in range(lengths.shape[0]):
-        count += (lengths[i] + ctx - 1) // ctx
-    out = np.empty(count, np.int32)
-    k = 0
-    for i in range(lengths.shape[0]):
-        rest = lengths[i]
-        while rest > 0:
-            take = min(rest, ctx)
-            out[k] = take
-            k += 1
-            rest -= take
-    return out
+PAD_CHUNK = 1 << 22  # lengths summed at a time by the padding statistics (32 MiB of int64 temporaries)
 
 
-@numba.njit(cache=True, nogil=True)
-def _piece_histogram(lengths, ctx):
-    """counts[c]: pieces of c tokens that splitting every document at ctx gives."""
-    counts = np.zeros(ctx + 1, np.int64)
-    for i in range(lengths.shape[0]):
-        n = lengths[i]
-        counts[ctx] += n // ctx
-        counts[n % ctx] += 1
-    counts[0] = 0
-    return counts
-
-
-@numba.njit(cache=True, nogil=True)
-def _pad_stats(lengths, ctx):
-    """(kept tokens, documents longer than ctx) when every document is truncated to ctx."""
-    kept = 0
-    long_docs = 0
-    for i in range(lengths.shape[0]):
-        n = lengths[i]
-        if n > ctx:
-            kept += ctx
-            long_docs += 1
-        else:
-            kept += n
-    return kept, long_docs
-
-
-@numba.njit(cache=True, nogil=True)
-def _windowed_next_fit(sizes, capacity, max_segments):
-    """(rows, most pieces in a row) of next fit."""
-    rows = 0
-    free = -1
-    segs = 0
-    most = 0
-    for k in range(sizes.shape[0]):
-        s = sizes[k]
-        if free < s or (max_segments > 0 and segs >= max_segments):
-            rows += 1
-            free = capacity
-            segs = 0
-        free -= s
-        segs += 1
-        most = max(most, segs)
-    return rows, most
-
-
-@numba.njit(cache=True, nogil=True)
-def _empty_bins(tree, segs, size, bins, capacity):
-    """Reset the first ``bins`` leaves of a max tree to empty rows (free = capacity) and rebuild it."""
-    for b in range(bins):
-        segs[b] = 0
-        tree[size + b] = capacity
-    for node in range(size - 1, 0, -1):
-        tree[node] = max(tree[2 * node], tree[2 * node + 1])
-
-
-@numba.njit(cache=True, nogil=True)
-def _windowed_first_fit(sizes, capacity, bins, max_segments):
-    """(rows, most pieces in a row) of first fit over ``bins`` open rows, all flushed when none fits."""
-    size = 1
-    while size < bins:
-        size *= 2
-    tree = np.full(2 * size, -1, np.int32)
-    segs = np.zeros(size, np.int32)
-    _empty_bins(tree, segs, size, bins, capacity)
-    opened = 0
-    rows = 0
-    most = 0
-    for k in range(sizes.shape[0]):
-        s = sizes[k]
-        if tree[1] < s:  # every bin open and none fits: emit them all
-            rows += opened
-            opened = 0
-            _empty_bins(tree, segs, size, bins, capacity)
-        node = max_tree_first(tree, size, s)
-        b = node - size
-        if b >= opened:
-            opened = b + 1
-        segs[b] += 1
-        most = max(most, segs[b])
-        v = tree[node] - s
-        if max_segments > 0 and segs[b] >= max_segments:
-            v = -1
-        max_tree_set(tree, node, v)
-    return rows + opened, most
-
-
-@numba.njit(cache=True, nogil=True)
-def _windowed_best_fit(sizes, capacity, bins, max_segments):
-    """(rows, most pieces in a row) of best fit over ``bins`` open rows, all flushed when none fits.
-
-    Open rows sit on per-free-capacity stacks with a presence tree over capacities
-    (as the planned best fit), so a placement costs O(log ctx)."""
-    size = 1
-    while size < capacity + 1:
-        size *= 2
-    tree = np.zeros(2 * size, np.uint8)
-    head = np.full(capacity + 1, -1, np.int32)
-    below = np.full(bins, -1, np.int32)
-    free = np.zeros(bins, np.int32)
-    segs = np.zeros(bins, np.int32)
-    opened = 0
-    rows = 0
-    most = 0
-    for k in range(sizes.shape[0]):
-        s = sizes[k]
-        c = presence_next(tree, size, s)
-        if c < 0:
-            if opened == bins:  # emit every open row
-                rows += opened
-                for b in range(opened):
-                    f = free[b]
-                    if f > 0 and head[f] >= 0:
-                        head[f] = -1
-                        presence_clear(tree, size, f)
-                opened = 0
-            b = opened
-            opened += 1
-            segs[b] = 0
-            c = capacity
-        else:  # take row b off stack c
-            b = head[c]
-            head[c] = below[b]
-            if head[c] < 0:
-                presence_clear(tree, size, c)
-        segs[b] += 1
-        most = max(most, segs[b])
-        f = c - s
-        if max_segments > 0 and segs[b] >= max_segments:
-            f = 0
-        free[b] = f
-        if f > 0:
-            below[b] = head[f]
-            if head[f] < 0:
-                presence_set(tree, size, f)
-            head[f] = b
-    return rows + opened, most
-
-
-@numba.njit(cache=True, nogil=True)
-def _decreasing_runs(counts):
-    """(sizes, counts) of the pieces from a size histogram, largest size first."""
-    k = 0
-    for c in range(counts.shape[0]):
-        if counts[c] > 0:
-            k += 1
-    sizes = np.empty(k, np.int64)
-    runs = np.empty(k, np.int64)
-    j = 0
-    for c in range(counts.shape[0] - 1, 0, -1):
-        if counts[c] > 0:
-            sizes[j] = c
-            runs[j] = counts[c]
-            j += 1
-    return sizes[:j], runs[:j]
-
-
-@numba.njit(cache=True, nogil=True)
-def _first_fit_decreasing_rows(sizes, runs, capacity, max_segments, max_rows):
-    """(rows, most pieces in a row) of first fit decreasing, placing runs of equal pieces in bulk.
-
-    With equal pieces, first fit fills the leftmost row that fits as far as it can
-    before moving right, so a run is placed with one tree query per row it touches:
-    the same rows as placing the pieces one at a time."""
-    size = 1
-    while size < max_rows:
-        size *= 2
-    tree = np.full(2 * size, capacity, np.int32)
-    segs = np.zeros(size, np.int32)
-    rows = 0
-    most = 0
-    for j in range(sizes.shape[0]):
-        s = sizes[j]
-        m = runs[j]
-        while m > 0:
-            node = max_tree_first(tree, size, s)
-            r = node - size
-            if r >= rows:
-                rows = r + 1
-            k = min(m, tree[node] // s)
-            if max_segments > 0:
-                k = min(k, max_segments - segs[r])
-            segs[r] += k
-            most = max(most, segs[r])
-            m -= k
-            v = tree[node] - k * s
-            if max_segments > 0 and segs[r] >= max_segments:
-                v = -1
-            max_tree_set(tree, node, v)
-    return rows, most
-
-
-@numba.njit(cache=True, nogil=True)
-def _best_fit_decreasing_rows(sizes, runs, capacity, max_segments, max_rows):
-    """(rows, most pieces in a row) of best fit decreasing into new rows (see :func:`_best_fit_decreasing_rows_from`)."""
-    return _best_fit_decreasing_rows_from(sizes, runs, capacity, max_segments, max_rows, np.zeros(0, np.int32),
-                                          np.zeros(0, np.int32))
-
-
-@numba.njit(cache=True, nogil=True)
-def _best_fit_decreasing_rows_from(sizes, runs, capacity, max_segments, max_rows, free0, segs0):
-    """(rows, most pieces in a row) of best fit decreasing, placing runs of equal pieces in bulk.
-
-    Rows ``0 .. len(free0) - 1`` exist already (``free0`` free units, ``segs0`` pieces; pushed onto their stacks
-    in row order, as ``kernels.pack._best_fit_from`` does); ``max_rows`` bounds the new ones.
-
-    With equal pieces, the tightest row stays the tightest after each placement, so
-    it takes as many as fit before the next is looked up: the same rows as one at a
-    time. Rows sit on per-free-capacity stacks with a presence tree, as in the
-    planned best fit (``kernels.pack._best_fit_from``). The stack code is a deliberate copy:
-    sharing it through numba helpers made this kernel 2.2x slower (measured).
-    The run-placement lines (take ``k`` pieces, cap, count) mirror
-    :func:`_first_fit_decreasing_rows`; only how the row is found differs."""
-    first = free0.shape[0]
-    size = 1
-    while size < capacity + 1:
-        size *= 2
-    tree = np.zeros(2 * size, np.uint8)
-    head = np.full(capacity + 1, -1, np.int64)
-    below = np.empty(max(first + max_rows, 1), np.int64)
-    segs = np.zeros(max(first + max_rows, 1), np.int32)
-    most = 0
-    for r in range(first):
-        segs[r] = segs0[r]
-        most = max(most, segs[r])
-        f = free0[r]
-        if max_segments > 0 and segs[r] >= max_segments:
-            f = 0
-        if f > 0:
-            stack_push(tree, size, head, below, r, f)
-    rows = first
-    for j in range(sizes.shape[0]):
-        s = sizes[j]
-        m = runs[j]
-        while m > 0:
-            c = presence_next(tree, size, s)
-            if c < 0:
-                r = rows
-                rows += 1
-                c = capacity
-            else:
-                r = head[c]
-                head[c] = below[r]
-                if head[c] < 0:
-                    presence_clear(tree, size, c)
-            k = min(m, c // s)
-            if max_segments > 0:
-                k = min(k, max_segments - segs[r])
-            segs[r] += k
-            most = max(most, segs[r])
-            m -= k
-            f = c - k * s
-            if max_segments > 0 and segs[r] >= max_segments:
-                f = 0
-            if f > 0:
-                below[r] = head[f]
-                if head[f] < 0:
-                    presence_set(tree, size, f)
-                head[f] = r
-    return rows, most
-
-
-@numba.njit(cache=True, nogil=True)
-def _capped_deal_rows(sizes, runs, capacity, max_segments, total):
-    """(rows, most pieces in a row) of ``kernels.pack.capped_decreasing_rows`` from the size histogram: pieces
-    (largest first) dealt to the lower-bound number of rows in serpentine order, the misfits best-fit decreasing
-    into those rows or new ones. Same rows as the packer; memory: two int32 per dealt row."""
-    n = 0
-    for j in range(runs.shape[0]):
-        n += runs[j]
-    rows = max((total + capacity - 1) // capacity, (n + max_segments - 1) // max_segments, 1)
-    free = np.full(rows, capacity, np.int32)
-    segs = np.zeros(rows, np.int32)
-    missed = np.zeros(capacity + 1, np.int64)
-    nmissed = 0
-    r = 0
-    step = 1
-    for j in range(sizes.shape[0]):
-        s = sizes[j]
-        for _ in range(runs[j]):
-            if s <= free[r] and segs[r] < max_segments:
-                free[r] -= s
-                segs[r] += 1
-            else:
-                missed[s] += 1
-                nmissed += 1
-            r, step = serpentine_next(r, step, rows)
-    msizes, mruns = _decreasing_runs(missed)
-    return _best_fit_decreasing_rows_from(msizes, mruns, capacity, max_segments, nmissed, free, segs)
-
-
-@numba.njit(cache=True, nogil=True)
-def _concat_split_rows(lengths, ctx, max_segments):
-    """(rows, most pieces in a row, documents cut across rows) of concatenate-then-split."""
-    rows = 0
-    pos = ctx
-    segs = 0
-    most = 0
-    cut = 0
-    for i in range(lengths.shape[0]):
-        total = lengths[i]
-        done = 0
-        pieces = 0
-        while done < total:
-            if pos >= ctx or (max_segments > 0 and segs >= max_segments):
-                rows += 1
-                pos = 0
-                segs = 0
-            take = min(total - done, ctx - pos)
-            segs += 1
-            most = max(most, segs)
-            pieces += 1
-            done += take
-            pos += take
-        if pieces > 1:
-            cut += 1
-    return rows, most, cut
+def _pad_stats(lengths: np.ndarray, ctx: int) -> tuple[int, int, float]:
+    """(kept tokens, documents longer than ctx, causal in-document query-key pairs) when every document is
+    truncated to ctx; vectorized by chunks of :data:`PAD_CHUNK` documents (bounded temporaries)."""
+    kept = long_docs = 0
+    pairs = 0.0
+    for lo in range(0, lengths.shape[0], PAD_CHUNK):
+        part = lengths[lo:lo + PAD_CHUNK]
+        kept_part = np.minimum(part, ctx)
+        kept += int(kept_part.sum())
+        long_docs += int(np.count_nonzero(part > ctx))
+        kept_f = kept_part.astype(np.float64)
+        pairs += float((kept_f * (kept_f + 1) / 2).sum())
+    return kept, long_docs, pairs
 
 
 # --------------------------------------------------------------------------- strategies
@@ -451,14 +132,9 @@ def streaming_pack_rows(sizes: np.ndarray, ctx: int, algorithm: str, bins: int,
     """(rows, most pieces in a row) of Grain's streaming packer over ``sizes`` (pieces of at most ctx tokens, in
     order) with ``bins`` open rows, all emitted when a piece fits none (``FirstFitPackIterDataset`` /
     ``BestFitPackIterDataset``); ``algorithm`` is ``first_fit``, ``best_fit`` or ``next_fit``."""
-    sizes = np.ascontiguousarray(sizes, dtype=np.int32)
-    seg = max_segments or 0
-    if algorithm == "first_fit":
-        return _windowed_first_fit(sizes, ctx, bins, seg)
-    if algorithm == "best_fit":
-        return _windowed_best_fit(sizes, ctx, bins, seg)
-    if algorithm == "next_fit":
-        return _windowed_next_fit(sizes, ctx, seg)
+    if algorithm in ("first_fit", "best_fit", "next_fit"):
+        c = count_rows(ctx, algorithm, sizes=sizes, max_segments=max_segments, window=bins)
+        return c.rows, c.max_pieces_per_row
     raise ValueError(f"algorithm must be first_fit, best_fit or next_fit; got {short_repr(algorithm)}")
 
 
@@ -494,22 +170,21 @@ class SharedLengthArrays:
 
     def sizes(self, ctx: int) -> np.ndarray:
         """int32 piece sizes at ctx, input order."""
-        return self._get(("sizes", ctx), lambda: _piece_sizes(self.nonempty, ctx))
+        return self._get(("sizes", ctx), lambda: piece_sizes(self.nonempty, ctx))
 
-    def pad_stats(self, ctx: int) -> tuple[int, int]:
-        """(kept tokens, documents longer than ctx) under truncation at ctx."""
+    def pad_stats(self, ctx: int) -> tuple[int, int, float]:
+        """(kept tokens, documents longer than ctx, in-document query-key pairs) under truncation at ctx."""
         return self._get(("pad", ctx), lambda: _pad_stats(self.nonempty, ctx))
 
     def histogram(self, ctx: int) -> np.ndarray:
-        return self._get(("histogram", ctx), lambda: _piece_histogram(self.nonempty, ctx))
+        return self._get(("histogram", ctx), lambda: piece_histogram(self.nonempty, ctx))
 
     def segment_pairs(self, ctx: int, truncate: bool = False) -> float:
         """Causal query-key pairs inside documents (sum of s(s+1)/2 over pieces): what a segment-aware attention
         kernel computes. ``truncate``: one piece of min(length, ctx) per document, else documents split at ctx."""
         def make():
             if truncate:
-                s = np.minimum(self.nonempty, ctx).astype(np.float64)
-                return float((s * (s + 1) / 2).sum())
+                return self.pad_stats(ctx)[2]
             counts = self.histogram(ctx)
             sizes = np.flatnonzero(counts).astype(np.float64)
             return float((counts[counts > 0] * sizes * (sizes + 1) / 2).sum())
@@ -536,40 +211,24 @@ def simulate(prep: SharedLengthArrays | np.ndarray, ctx: int, name: str, *, tile
     t0 = time.perf_counter()
     if not isinstance(prep, SharedLengthArrays):
         prep = SharedLengthArrays(as_lengths(prep))
-    seg = max_segments or 0
     docs, total = prep.docs, prep.total
-    kept, long_docs = prep.pad_stats(ctx)
+    kept, long_docs, _ = prep.pad_stats(ctx)
     if name == "pad":
         out = _entry(name, ctx, docs, docs * ctx, kept, total - kept, docs, docs, long_docs, 0, 1 if docs else 0)
     elif name == "concat_split":
-        rows, most, cut = _concat_split_rows(prep.nonempty, ctx, seg)
-        out = _entry(name, ctx, rows, rows * ctx, total, 0, docs + int(cut), docs, 0, int(cut), most)
+        c = count_rows(ctx, name, lengths=prep.nonempty, max_segments=max_segments)
+        rows, most, cut = c.rows, c.max_pieces_per_row, c.cut_documents
+        out = _entry(name, ctx, rows, rows * ctx, total, 0, docs + cut, docs, 0, cut, most)
     elif name == "bucket":
         bounds, slots, pieces = _bucket(prep, ctx, tile, buckets)
         out = _entry(name, ctx, pieces, slots, total, 0, pieces, docs, 0, long_docs, 1)
         out["boundaries"] = [int(b) for b in bounds]
     elif name in PACKERS:
-        if name == "next_fit":
-            rows, most = _windowed_next_fit(prep.sizes(ctx), ctx, seg)
-        elif name == "first_fit":
-            rows, most = _windowed_first_fit(prep.sizes(ctx), ctx, window, seg)
-        elif name == "best_fit":
-            rows, most = _windowed_best_fit(prep.sizes(ctx), ctx, window, seg)
-        else:
-            counts = prep.histogram(ctx)
-            sizes, runs = _decreasing_runs(counts)
-            pieces = int(counts.sum())
-            # without a segment cap, any-fit packers never leave two rows at most half full,
-            # so rows <= 2 * lower bound + 1; with a cap, up to one row per piece
-            max_rows = pieces if seg else min(pieces, 2 * (-(-total // ctx)) + 1)
-            kernel = _first_fit_decreasing_rows if name == "first_fit_decreasing" else _best_fit_decreasing_rows
-            rows, most = kernel(sizes, runs, ctx, seg, max_rows)
-            if seg and worth_dealing(rows, total, pieces, ctx, seg):  # as kernels.pack.pack_lengths does
-                dealt_rows, dealt_most = _capped_deal_rows(sizes, runs, ctx, seg, total)
-                if dealt_rows < rows:
-                    rows, most = dealt_rows, dealt_most
-        pieces = int(prep.histogram(ctx).sum())
-        out = _entry(name, ctx, rows, rows * ctx, total, 0, pieces, docs, 0, long_docs, most)
+        if name.endswith("_decreasing"):  # order-free: on the histogram of piece sizes
+            c = count_rows(ctx, name, histogram=prep.histogram(ctx), max_segments=max_segments)
+        else:  # streaming, in input order, with ``window`` open rows (next fit keeps one)
+            c = count_rows(ctx, name, sizes=prep.sizes(ctx), max_segments=max_segments, window=window)
+        out = _entry(name, ctx, c.rows, c.rows * ctx, total, 0, c.pieces, docs, 0, long_docs, c.max_pieces_per_row)
     else:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {short_repr(name)}")
     _attention_view(out, prep, ctx, name)
@@ -601,8 +260,9 @@ _COST = {"first_fit_decreasing": 8, "best_fit_decreasing": 7, "best_fit": 6, "fi
 
 
 def analyze(lengths, *, contexts=None, tile: int = 128, buckets: int = 4, max_segments: int | None = None,
-            window: int = 256, strategies=STRATEGIES, threads: int = 2, progress=None) -> dict:
-    """The whole report: length statistics, every strategy at every ctx, and a recommendation.
+            window: int = 256, strategies=STRATEGIES, threads: int = 2, progress=None) -> PaddingReport:
+    """The whole report (a :class:`~datatools.analysis.padding_result.PaddingReport`): length statistics, every
+    strategy at every ctx, and a recommendation.
 
     Args:
       lengths: tokens per document.
@@ -655,7 +315,7 @@ def analyze(lengths, *, contexts=None, tile: int = 128, buckets: int = 4, max_se
         packed = {r["ctx"]: r["rows"] for r in results if r["name"] == packer}
         report["attention_tiles"] = {"packing": packer,
                                      **attention_tile_view({c: prep.histogram(c) for c in packed}, packed)}
-    return report
+    return PaddingReport.from_dict(report)
 
 
 # --------------------------------------------------------------------------- recommendation

@@ -8,6 +8,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from datatools.analysis.padding_result import PaddingReport
 from datatools.io import storage
 
 LABELS = {"pad": "pad to ctx (truncate)", "bucket": "optimal buckets", "next_fit": "next fit",
@@ -21,55 +22,56 @@ def _bar(fraction: float, width: int = 40) -> str:
     return "█" * int(full) + ("▌" if full - int(full) >= 0.5 else "")
 
 
-def render(report: dict, console: Console, *, source: str) -> None:
+def render(report: PaddingReport, console: Console, *, source: str) -> None:
     """Print the distribution, the histogram, the strategies per ctx and the recommendation."""
-    L = report["lengths"]
-    console.print(f"[bold]{source}[/]: {report['num_sequences']:,} documents, {report['num_tokens']:,} tokens"
-                  + (f" ({report['empty']:,} empty)" if report["empty"] else ""))
-    console.print(f"length (tokens): min {L['min']:,}  p50 {L['p50']:,.0f}  mean {L['mean']:,.1f}  "
-                  f"p90 {L['p90']:,.0f}  p99 {L['p99']:,.0f}  max {L['max']:,}")
-    if report.get("contexts_note"):
-        console.print(report["contexts_note"], markup=False, highlight=False)
+    L = report.lengths
+    console.print(f"[bold]{source}[/]: {report.num_sequences:,} documents, {report.num_tokens:,} tokens"
+                  + (f" ({report.empty:,} empty)" if report.empty else ""))
+    console.print(f"length (tokens): min {L.min:,}  p50 {L.p50:,.0f}  mean {L.mean:,.1f}  "
+                  f"p90 {L.p90:,.0f}  p99 {L.p99:,.0f}  max {L.max:,}")
+    if report.contexts_note:
+        console.print(report.contexts_note, markup=False, highlight=False)
     hist = Table(title="length histogram", title_justify="left", box=None, padding=(0, 1))
     hist.add_column("tokens", justify="right")
     hist.add_column("documents", justify="right")
     hist.add_column("")
-    edges, counts = report["histogram"]["edges"], report["histogram"]["counts"]
+    edges, counts = report.histogram.edges, report.histogram.counts
     top = max(max(counts), 1)
     for lo, hi, c in zip(edges[:-1], edges[1:], counts):
         if c:
             hist.add_row(f"{lo:,}-{hi - 1:,}", f"{c:,}", _bar(c / top))
     console.print(hist)
-    for ctx in report["contexts"]:
-        rows = [r for r in report["strategies"] if r["ctx"] == ctx]
+    for ctx in report.contexts:
+        rows = report.at(ctx)
         table = Table(title=f"ctx {ctx:,}", title_justify="left")
         for col in ("strategy", "rows", "efficiency", "dropped tokens", "truncated", "split", "docs/row",
                     "max docs/row", "speed-up bound", "attn dense/doc"):
             table.add_column(col, justify="left" if col == "strategy" else "right")
-        best = max(r["efficiency"] for r in rows)
+        best = max(r.efficiency for r in rows)
         for r in rows:
-            eff = f"{r['efficiency']:.2%}"
-            label = LABELS[r["name"]] + (f" {r['boundaries']}" if r["name"] == "bucket" else "")
-            table.add_row(label, f"{r['rows']:,}", f"[bold]{eff}[/]" if r["efficiency"] == best else eff,
-                          f"{r['dropped_tokens']:,}", f"{r['truncated_fraction']:.1%}", f"{r['split_fraction']:.1%}",
-                          f"{r['docs_per_row']:.2f}", f"{r['max_docs_per_row']:,}",
-                          "-" if r["speedup_bound"] is None else f"{r['speedup_bound']:.2f}x",
-                          "-" if not r.get("attention_saving") else f"{r['attention_saving']:.1f}x")
+            eff = f"{r.efficiency:.2%}"
+            label = LABELS[r.name] + (f" {r.boundaries}" if r.name == "bucket" else "")
+            table.add_row(label, f"{r.rows:,}", f"[bold]{eff}[/]" if r.efficiency == best else eff,
+                          f"{r.dropped_tokens:,}", f"{r.truncated_fraction:.1%}", f"{r.split_fraction:.1%}",
+                          f"{r.docs_per_row:.2f}", f"{r.max_docs_per_row:,}",
+                          "-" if r.speedup_bound is None else f"{r.speedup_bound:.2f}x",
+                          "-" if not r.attention_saving else f"{r.attention_saving:.1f}x")
         console.print(table)
-    rec = report["recommendation"]
-    console.print(f"[bold green]Recommendation:[/] {rec['strategy']} at ctx {rec['ctx']:,}: "
-                  f"{rec['efficiency']:.1%} of the compute on real tokens, "
-                  f"speed-up bound {rec['speedup_bound']:.2f}x over padding. {rec['reason']}.")
+    rec = report.recommendation
+    bound = "-" if rec.speedup_bound is None else f"{rec.speedup_bound:.2f}x"
+    console.print(f"[bold green]Recommendation:[/] {rec.strategy} at ctx {rec.ctx:,}: "
+                  f"{rec.efficiency:.1%} of the compute on real tokens, "
+                  f"speed-up bound {bound} over padding. {rec.reason}.")
     console.print("[bold]datatools pipeline config:[/]")
-    console.print(rec["datatools_config"], markup=False, highlight=False)
-    if rec.get("max_segments_reason"):
-        console.print(f"why {rec['max_segments_reason']}", markup=False, highlight=False)
+    console.print(rec.datatools_config, markup=False, highlight=False)
+    if rec.max_segments_reason:
+        console.print(f"why {rec.max_segments_reason}", markup=False, highlight=False)
     console.print("[bold]MaxText's own packer, closest settings[/] (max_segments_per_seq works with first_fit only):")
-    console.print("\n".join(f"{k}: {v}" for k, v in rec["maxtext"].items()), markup=False, highlight=False)
-    if report.get("attention_tiles"):
-        render_attention_tiles(report["attention_tiles"], console)
-    if report.get("maxtext"):
-        render_maxtext(report["maxtext"], console)
+    console.print("\n".join(f"{k}: {v}" for k, v in rec.maxtext.items()), markup=False, highlight=False)
+    if report.attention_tiles:
+        render_attention_tiles(report.attention_tiles, console)
+    if report.maxtext:
+        render_maxtext(report.maxtext, console)
 
 
 def render_attention_tiles(view: dict, console: Console) -> None:
@@ -106,7 +108,7 @@ def render_maxtext(mt: dict, console: Console) -> None:
         console.print(f"  - {note}", markup=False, highlight=False)
 
 
-def plot(report: dict, path: str | Path, *, source: str) -> str | Path:
+def plot(report: PaddingReport, path: str | Path, *, source: str) -> str | Path:
     """A PNG: the length histogram (log x, with each ctx marked) beside each strategy's efficiency per ctx."""
     import io
 
@@ -116,32 +118,32 @@ def plot(report: dict, path: str | Path, *, source: str) -> str | Path:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [1, 1.3]})
-    edges = np.asarray(report["histogram"]["edges"], float)
-    counts = np.asarray(report["histogram"]["counts"], float)
+    edges = np.asarray(report.histogram.edges, float)
+    counts = np.asarray(report.histogram.counts, float)
     left = np.maximum(edges[:-1], 0.8)
     ax1.bar(left, counts, width=np.diff(edges), align="edge", color="#4c72b0", edgecolor="white")
     ax1.set_xscale("log")
     ax1.set_xlabel("document length (tokens)")
     ax1.set_ylabel("documents")
-    ax1.set_title(f"{report['num_sequences']:,} documents, p50 {report['lengths']['p50']:,.0f}, "
-                  f"p99 {report['lengths']['p99']:,.0f}")
-    for j, ctx in enumerate(report["contexts"]):
+    ax1.set_title(f"{report.num_sequences:,} documents, p50 {report.lengths.p50:,.0f}, "
+                  f"p99 {report.lengths.p99:,.0f}")
+    for j, ctx in enumerate(report.contexts):
         ax1.axvline(ctx, color="#c44e52", linestyle="--", linewidth=1)
         ax1.text(ctx, ax1.get_ylim()[1] * (0.97 - 0.07 * j), f" ctx {ctx}", color="#c44e52", fontsize=8, va="top")
-    names = list(dict.fromkeys(r["name"] for r in report["strategies"]))
-    contexts = report["contexts"]
+    names = list(dict.fromkeys(r.name for r in report.strategies))
+    contexts = report.contexts
     width = 0.8 / max(len(contexts), 1)
     x = np.arange(len(names))
     for j, ctx in enumerate(contexts):
-        eff = [next(r["efficiency"] for r in report["strategies"] if r["ctx"] == ctx and r["name"] == n) for n in names]
+        eff = [next(r.efficiency for r in report.at(ctx) if r.name == n) for n in names]
         ax2.bar(x + j * width, np.asarray(eff) * 100, width=width, label=f"ctx {ctx}")
     ax2.set_xticks(x + width * (len(contexts) - 1) / 2)
     ax2.set_xticklabels([LABELS[n].replace(" (", "\n(") for n in names], rotation=30, ha="right", fontsize=8)
     ax2.set_ylabel("efficiency: real tokens / slots (%)")
     ax2.set_ylim(0, 105)
     ax2.legend(fontsize=8)
-    rec = report["recommendation"]
-    ax2.set_title(f"recommended: {rec['strategy']} at ctx {rec['ctx']} ({rec['efficiency']:.1%})")
+    rec = report.recommendation
+    ax2.set_title(f"recommended: {rec.strategy} at ctx {rec.ctx} ({rec.efficiency:.1%})")
     fig.suptitle(f"datatools analyze-padding: {source}", fontsize=10)
     fig.tight_layout()
     buf = io.BytesIO()

@@ -11,11 +11,13 @@ shuffle and the windowed block shuffle.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numba
 import numpy as np
 
 from datatools.base.checks import check_int
+from datatools.base.reports import Report
 from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation
 
 
@@ -54,7 +56,36 @@ def _block_reads(order, block_size, cache_blocks, batch_size, out):
         out[b] = reads
 
 
-def order_stats(order: np.ndarray, *, group_size: int, batch_size: int, io_block_size: int, window_blocks: int) -> dict:
+@dataclass(frozen=True)
+class OrderStats(Report):
+    """Figures of one order over its whole batches (means per batch; displacement in records)."""
+
+    groups_per_batch: float  # distinct stored groups in a batch
+    groups_per_batch_min: int
+    mean_displacement: float  # |position in the order - record index|, records
+    mean_displacement_fraction: float  # the same over n
+    runs_per_batch: float  # maximal runs of consecutive records (each one contiguous read)
+    block_reads_per_batch: float  # io blocks read with a cache of window_blocks blocks
+
+
+@dataclass(frozen=True)
+class ShuffleReport(Report):
+    """What :func:`shuffle_report` measured; ``datatools shuffle-report`` prints it, ``--json`` is
+    :meth:`to_json`. The parameters, the full shuffle's expected groups per batch and each order's figures."""
+
+    n: int
+    io_block_size: int
+    window_blocks: int
+    group_size: int
+    batch_size: int
+    seed: int
+    epoch: int
+    expected_groups_per_batch: float
+    orders: dict[str, OrderStats]  # "none" (storage order), "full" (Feistel), "block" (block shuffle)
+
+
+def order_stats(order: np.ndarray, *, group_size: int, batch_size: int, io_block_size: int,
+                window_blocks: int) -> OrderStats:
     """Figures for one order: groups per batch, displacement, contiguous runs and block reads per batch."""
     n = order.shape[0]
     num_batches = n // batch_size
@@ -65,18 +96,14 @@ def order_stats(order: np.ndarray, *, group_size: int, batch_size: int, io_block
     reads = np.empty(num_batches, np.int64)
     _block_reads(order, io_block_size, window_blocks, batch_size, reads)
     displacement = np.abs(order - np.arange(n))
-    return {
-        "groups_per_batch": float(distinct.mean()),
-        "groups_per_batch_min": int(distinct.min()),
-        "mean_displacement": float(displacement.mean()),
-        "mean_displacement_fraction": float(displacement.mean() / n),
-        "runs_per_batch": float(runs.mean()),
-        "block_reads_per_batch": float(reads.mean()),
-    }
+    return OrderStats(groups_per_batch=float(distinct.mean()), groups_per_batch_min=int(distinct.min()),
+                      mean_displacement=float(displacement.mean()),
+                      mean_displacement_fraction=float(displacement.mean() / n), runs_per_batch=float(runs.mean()),
+                      block_reads_per_batch=float(reads.mean()))
 
 
 def shuffle_report(n: int, *, io_block_size: int, window_blocks: int, group_size: int, batch_size: int,
-                   seed: int = 0, epoch: int = 0) -> dict:
+                   seed: int = 0, epoch: int = 0) -> ShuffleReport:
     """Compare no shuffle, full Feistel shuffle and block shuffle on [0, n).
 
     Args:
@@ -89,9 +116,8 @@ def shuffle_report(n: int, *, io_block_size: int, window_blocks: int, group_size
       seed, epoch: of both shuffles.
 
     Returns:
-      A JSON-ready dict: the parameters, ``expected_groups_per_batch`` under a full
-      shuffle, and per order (``none``, ``full``, ``block``) the figures of
-      :func:`order_stats`.
+      The :class:`ShuffleReport`: the parameters, ``expected_groups_per_batch`` under a
+      full shuffle, and per order (``none``, ``full``, ``block``) its :class:`OrderStats`.
     """
     n = check_int(n, "n", minimum=1)
     for name, value in (("io_block_size", io_block_size), ("window_blocks", window_blocks),
@@ -104,12 +130,9 @@ def shuffle_report(n: int, *, io_block_size: int, window_blocks: int, group_size
         "full": FeistelPermutation(n, seed, epoch=epoch).indices(),
         "block": BlockShuffle(n, io_block_size=io_block_size, window_blocks=window_blocks, seed=seed).indices(epoch),
     }
-    params = dict(n=n, io_block_size=io_block_size, window_blocks=window_blocks, group_size=group_size,
-                  batch_size=batch_size, seed=seed, epoch=epoch)
-    return {
-        **params,
-        "expected_groups_per_batch": expected_distinct_groups(n, group_size, batch_size),
-        "orders": {name: order_stats(order, group_size=group_size, batch_size=batch_size,
-                                     io_block_size=io_block_size, window_blocks=window_blocks)
-                   for name, order in orders.items()},
-    }
+    return ShuffleReport(
+        n=n, io_block_size=io_block_size, window_blocks=window_blocks, group_size=group_size, batch_size=batch_size,
+        seed=seed, epoch=epoch, expected_groups_per_batch=expected_distinct_groups(n, group_size, batch_size),
+        orders={name: order_stats(order, group_size=group_size, batch_size=batch_size, io_block_size=io_block_size,
+                                  window_blocks=window_blocks)
+                for name, order in orders.items()})

@@ -7,6 +7,7 @@ Every public function validates its arguments here so that bad input raises the 
 from __future__ import annotations
 
 import numbers
+from typing import Any
 
 import numpy as np
 
@@ -92,7 +93,7 @@ def check_id(value, name: str) -> int:
     return check_int(value, name, minimum=0, maximum=MAX_TOKEN_ID)
 
 
-def check_choice(value, name: str, choices) -> str:
+def check_choice(value: Any, name: str, choices) -> Any:
     """Return ``value`` if it is one of ``choices``, else raise ValueError listing them."""
     if isinstance(value, bool) or not isinstance(value, (str, int)) or value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {short_repr(value)}")

@@ -9,13 +9,14 @@ an exit status that says whose move it is:
   of memory, a training run whose loss became non-finite, and any unexpected error
   (named by its class, to report);
 * **130**: interrupted.
+
+The status is chosen by the exception's type alone (:func:`datatools.base.errors.exit_status`).
 ``datatools --help`` and ``--version`` import no subcommand (so no numba, Grain or
 JAX); ``train`` needs the ``jax`` extra and says so in one line when it is missing.
 """
 
 from __future__ import annotations
 
-import errno
 import importlib
 import importlib.util
 import sys
@@ -24,6 +25,16 @@ import warnings
 import click
 
 from datatools import __version__
+from datatools.base.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_ENVIRONMENT,
+    EXIT_INTERRUPTED,
+    DeviceOutOfMemory,
+    RunFailed,
+    UnsupportedVersion,
+    exit_status,
+)
+from datatools.cli.common import PathAccessError, access_checked
 
 # name -> (module, attribute, one-line help shown by --help without importing the module)
 SUBCOMMANDS = {
@@ -34,6 +45,8 @@ SUBCOMMANDS = {
     "pack": ("datatools.cli.pack", "pack_command",
              "Plan any input into an index-only packed plan on disk (bounded memory; pipelines read it lazily)."),
     "pipeline": ("datatools.cli.pipeline", "pipeline_command", "Run a configured Grain pipeline for N batches."),
+    "mix-report": ("datatools.cli.mix_report", "mix_report_command",
+                   "Per batch, each source's share of tokens and documents against a mixture's weights."),
     "shuffle-report": ("datatools.cli.shuffle_report", "shuffle_report_command",
                        "How much a shuffle mixes, and what it costs in reads."),
     "train": ("datatools.cli.train", "train_command", "Train the configured model on its pipeline (jax extra)."),
@@ -57,7 +70,7 @@ class LazyGroup(click.Group):
         need = EXTRA_OF.get(name)
         if need and importlib.util.find_spec(need[0]) is None:
             return _missing_extra(name, short, *need)
-        return getattr(importlib.import_module(module), attr)
+        return access_checked(getattr(importlib.import_module(module), attr))
 
     def format_commands(self, ctx, formatter) -> None:
         with formatter.section("Commands"):
@@ -91,9 +104,6 @@ def _error(message: str) -> None:
     print(f"datatools: error: {line}", file=sys.stderr)
 
 
-BAD_INPUT_ERRNOS = {errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.EINVAL, errno.ELOOP}
-
-
 def _warning(message, category, filename, lineno, file=None, line=None) -> None:
     """A library warning (a link not followed, a slow access pattern) as one line on stderr, like an error."""
     from datatools.io.paths import printable
@@ -101,11 +111,20 @@ def _warning(message, category, filename, lineno, file=None, line=None) -> None:
     print(f"datatools: warning: {' '.join(printable(str(message)).split())}", file=sys.stderr)
 
 
-def _permission_denied(exc: click.ClickException) -> bool:
-    """click's own check of a path option found the file there but not readable (or writable): the environment
-    (permissions), exit 1, like the PermissionError the library would raise."""
-    return isinstance(exc, click.BadParameter) and any(f"is not {what}." in exc.message
-                                                       for what in ("readable", "writable"))
+def _message(exc: Exception) -> str:
+    """The one line that says what went wrong, chosen by the exception's type."""
+    if isinstance(exc, OSError):
+        from datatools.io.paths import display
+
+        where = f"{display(exc.filename)}: " if exc.filename else ""
+        return f"{where}{exc.strerror or exc}"
+    if isinstance(exc, MemoryError) and not isinstance(exc, DeviceOutOfMemory):
+        return "out of memory (a smaller --ctx, --window or input would fit)"
+    if isinstance(exc, RecursionError):
+        return "input nested too deeply"
+    if isinstance(exc, (ValueError, TypeError, OverflowError, RunFailed, UnsupportedVersion, DeviceOutOfMemory)):
+        return str(exc)
+    return f"internal error ({type(exc).__name__}): {exc} (please report it)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,33 +144,11 @@ def _main(argv: list[str] | None) -> int:
         return exc.exit_code
     except (click.exceptions.Abort, KeyboardInterrupt):
         print("datatools: aborted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except click.ClickException as exc:
         _error(exc.format_message())
-        return 1 if _permission_denied(exc) else 2
-    except OSError as exc:
-        from datatools.io.paths import display
-
-        where = f"{display(exc.filename)}: " if exc.filename else ""
-        _error(f"{where}{exc.strerror or exc}")
-        return 2 if exc.errno in BAD_INPUT_ERRNOS else 1
-    except (ValueError, TypeError, OverflowError, UnicodeError) as exc:
-        _error(str(exc))
-        return 2
-    except MemoryError:
-        _error("out of memory (a smaller --ctx, --window or input would fit)")
-        return 1
-    except RecursionError:
-        _error("input nested too deeply")
-        return 2
-    except Exception as exc:  # noqa: BLE001: the last line of defence: one line, never a traceback
-        if type(exc).__name__ == "TrainingDiverged":
-            _error(str(exc))
-            return 1
-        if "RESOURCE_EXHAUSTED" in str(exc):  # XLA could not allocate a program's buffers
-            _error(f"out of memory on the device ({str(exc).split('RESOURCE_EXHAUSTED:')[-1].strip()[:200]}); a "
-                   f"smaller batch_size or ctx would fit")
-            return 1
-        _error(f"internal error ({type(exc).__name__}): {exc} (please report it)")
-        return 1
+        return EXIT_ENVIRONMENT if isinstance(exc, PathAccessError) else EXIT_BAD_INPUT
+    except Exception as exc:  # noqa: BLE001 (one line, never a traceback; the status by type: base/errors.py)
+        _error(_message(exc))
+        return exit_status(exc)
     return result if isinstance(result, int) else 0

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import time
-
 import click
 
-from datatools.base.checks import MAX_BUCKETS, MAX_CTX, MAX_TOKEN_ID, MAX_WINDOW
-
-from datatools.analysis.padding import DEFAULT_CTX_CAP, STRATEGIES, analyze
+from datatools.analysis.padding import DEFAULT_CTX_CAP
+from datatools.analysis.padding_input import analyze_input
+from datatools.analysis.padding_report import plot, render
+from datatools.base.checks import MAX_BATCH, MAX_BUCKETS, MAX_CTX, MAX_TOKEN_ID, MAX_WINDOW
 from datatools.cli.common import emit_json, make_console, tokenizer_options
-from datatools.base.progress import count_progress
-from datatools.io.inputs import open_input, read_lengths
 from datatools.io.numpy_files import BIN_DTYPES
 from datatools.io.paths import display
-from datatools.analysis.padding_report import plot, render
 
 
 @click.command("analyze-padding")
@@ -26,8 +22,10 @@ from datatools.analysis.padding_report import plot, render
               help="Context length to evaluate (repeatable). Default: p90, p99, the power of two at or above p99 "
                    f"and twice it, each rounded up to a multiple of --tile and capped at {DEFAULT_CTX_CAP:,} (equal "
                    "ones merged); the report says which were chosen and why.")
-@click.option("--tile", type=click.IntRange(1, MAX_CTX), default=128, show_default=True, help="Accelerator tile (tokens).")
-@click.option("--buckets", type=click.IntRange(1, MAX_BUCKETS), default=4, show_default=True, help="Buckets for the bucket strategy.")
+@click.option("--tile", type=click.IntRange(1, MAX_CTX), default=128, show_default=True,
+              help="Accelerator tile (tokens).")
+@click.option("--buckets", type=click.IntRange(1, MAX_BUCKETS), default=4, show_default=True,
+              help="Buckets for the bucket strategy.")
 @click.option("--max-segments", type=click.IntRange(1, MAX_CTX), default=None, help="Cap on documents per packed row.")
 @click.option("--window", type=click.IntRange(1, MAX_WINDOW), default=None,
               help="Open rows of the streaming first/best fit (Grain's num_packing_bins). Default: 256, or "
@@ -37,61 +35,31 @@ from datatools.analysis.padding_report import plot, render
 @click.option("--maxtext-set", "maxtext_set", multiple=True, metavar="KEY=VALUE",
               help="Override a MaxText key (repeatable), as MaxText's command line does; also devices_per_host "
                    "(default 1) and process_count.")
-@click.option("--eos-id", type=click.IntRange(0, MAX_TOKEN_ID), default=None, help="Document separator of a flat .bin/.npy token file.")
+@click.option("--eos-id", type=click.IntRange(0, MAX_TOKEN_ID), default=None,
+              help="Document separator of a flat .bin/.npy token file.")
 @click.option("--bin-dtype", type=click.Choice(BIN_DTYPES), default="uint16", show_default=True,
               help="Token dtype of a .bin file.")
+@click.option("--batch-size", "loss_batch_size", type=click.IntRange(1, MAX_BATCH), default=32, show_default=True,
+              help="Rows per batch of the loss-weight distortion view (a per-batch mean's batch, or micro-batch).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="Write the report as JSON to FILE, or '-' for stdout (then nothing else goes to stdout).")
 @click.option("--plot", "plot_out", type=click.Path(dir_okay=False), default=None,
               help="Write a PNG: the length histogram beside each strategy's efficiency.")
-def analyze_padding_command(path, column, tokenizer, tokenizer_settings, bos, eos, contexts, tile, buckets, max_segments,
-                            window, maxtext_config, maxtext_set, eos_id, bin_dtype, json_out, plot_out):
+def analyze_padding_command(path, column, tokenizer, tokenizer_settings, bos, eos, contexts, tile, buckets,
+                            max_segments, window, maxtext_config, maxtext_set, eos_id, bin_dtype, loss_batch_size,
+                            json_out, plot_out):
     """Length distribution of PATH, the padding waste of every strategy, and a recommendation."""
     err = make_console(stderr=True)
-    t0 = time.perf_counter()
-    settings = None
-    if maxtext_config is not None or maxtext_set:
-        from datatools.analysis.maxtext_simulation import read_maxtext_config
-
-        settings = read_maxtext_config(maxtext_config, maxtext_set)
-        if window is None:
-            window = min(settings.per_host_batch, MAX_WINDOW)
-        if contexts:
-            contexts = tuple(sorted(set(contexts) | {settings.max_target_length}))
-        else:
-            contexts = (settings.max_target_length,)
-    window = 256 if window is None else window
-    inp = open_input(path, column=column, tokenizer=tokenizer, tokenizer_settings=tokenizer_settings, bos=bos,
-                     eos=eos, eos_id=eos_id, bin_dtype=bin_dtype)
-    if inp.encoder is not None:
-        err.print(inp.encoder.summary(), markup=False, highlight=False, soft_wrap=True)
-    with count_progress(err, inp.nbytes, "reading lengths", unit="bytes") as advance:
-        seen = [0]
-
-        def read(done: int, nbytes: int) -> None:  # cumulative bytes -> the step since the last call
-            advance(nbytes - seen[0])
-            seen[0] = nbytes
-
-        lengths = read_lengths(inp, progress=read)
-    if lengths.size == 0:
-        raise ValueError(f"{path}: no documents found")
-    read_s = time.perf_counter() - t0
-    n_ctx = len(contexts) if contexts else 4
-    with count_progress(err, n_ctx * len(STRATEGIES), "simulating strategies") as advance:
-        report = analyze(lengths, contexts=list(contexts) or None, tile=tile, buckets=buckets,
-                         max_segments=max_segments, window=window, progress=advance)
-    if settings is not None:
-        from datatools.analysis.maxtext_simulation import maxtext_report
-
-        report["maxtext"] = maxtext_report(lengths, settings, report["recommendation"],
-                                           config=display(maxtext_config) if maxtext_config else "defaults")
-    report["source"] = display(path)
-    report["input"] = inp.describe()
-    report["read_seconds"] = read_s
-    report["input_bytes"] = inp.nbytes
-    report["analyze_seconds"] = time.perf_counter() - t0 - read_s
+    report = analyze_input(path, contexts=contexts, tile=tile, buckets=buckets, max_segments=max_segments,
+                           window=window, maxtext_config=maxtext_config, maxtext_set=maxtext_set, console=err,
+                           column=column, tokenizer=tokenizer, tokenizer_settings=tokenizer_settings, bos=bos,
+                           eos=eos, eos_id=eos_id, bin_dtype=bin_dtype, loss_batch_size=loss_batch_size)
     console = make_console(stderr=json_out == "-")
     render(report, console, source=display(path))
+    if report.loss_distortion is not None:
+        from datatools.analysis.loss_distortion import render_loss_distortion
+
+        render_loss_distortion(report.loss_distortion, console)
     if plot_out:
         plot(report, plot_out, source=display(path))
         console.print(f"plot written to {plot_out}")

@@ -5,6 +5,55 @@ from __future__ import annotations
 import click
 
 
+class PathAccessError(click.BadParameter):
+    """click's check of a path option found the file there but not readable (or writable, executable): the
+    environment (permissions), exit status 1, like the PermissionError the library would raise."""
+
+    exit_code = 1
+
+
+class AccessCheckedPath(click.Path):
+    """``click.Path`` whose refusal of an existing path for its permissions is a :class:`PathAccessError` (typed:
+    the command line maps it to exit 1 without reading click's message)."""
+
+    @classmethod
+    def like(cls, path: click.Path) -> AccessCheckedPath:
+        """The same checks as ``path`` (a ``click.Path``)."""
+        return cls(exists=path.exists, file_okay=path.file_okay, dir_okay=path.dir_okay, writable=path.writable,
+                   readable=path.readable, resolve_path=path.resolve_path, allow_dash=path.allow_dash,
+                   path_type=path.type, executable=path.executable)
+
+    def convert(self, value, param, ctx):
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter as exc:
+            if self._denied(value):
+                raise PathAccessError(exc.message, ctx=ctx, param=param) from None
+            raise
+
+    def _denied(self, value) -> bool:
+        """Whether ``value`` is there, of an accepted kind, and refused only for its permissions."""
+        import os
+        import stat
+
+        try:
+            mode = os.stat(value).st_mode
+        except (OSError, TypeError, ValueError):
+            return False
+        if (not self.file_okay and stat.S_ISREG(mode)) or (not self.dir_okay and stat.S_ISDIR(mode)):
+            return False
+        return any(want and not os.access(value, flag) for want, flag in
+                   ((self.readable, os.R_OK), (self.writable, os.W_OK), (self.executable, os.X_OK)))
+
+
+def access_checked(command: click.Command) -> click.Command:
+    """``command`` with every ``click.Path`` parameter type made an :class:`AccessCheckedPath` (once)."""
+    for param in command.params:
+        if isinstance(param.type, click.Path) and not isinstance(param.type, AccessCheckedPath):
+            param.type = AccessCheckedPath.like(param.type)
+    return command
+
+
 def make_console(stderr: bool = False):
     """A rich console; wide enough for the report tables when the output is not a terminal."""
     from rich.console import Console
@@ -16,15 +65,16 @@ def make_console(stderr: bool = False):
 
 
 def emit_json(json_out: str | None, payload) -> None:
-    """Write ``payload`` as JSON to the file or ``s3://`` / ``gs://`` URL ``json_out`` (atomically), or to stdout
-    when it is ``-``."""
+    """Write ``payload`` (a :class:`~datatools.base.reports.Report`: its ``to_json()``; else any JSON value) as
+    JSON to the file or ``s3://`` / ``gs://`` URL ``json_out`` (atomically), or to stdout when it is ``-``."""
     if not json_out:
         return
     import json
 
+    from datatools.base.reports import Report
     from datatools.io.storage import write_text
 
-    text = json.dumps(payload, indent=2, default=list)
+    text = payload.to_json() if isinstance(payload, Report) else json.dumps(payload, indent=2, default=list)
     if json_out == "-":
         click.echo(text)
     else:

@@ -7,39 +7,12 @@ from its lengths: another ctx or algorithm, no token read). OUT is a plan direct
 
 from __future__ import annotations
 
-import time
-
 import click
 
+from datatools.base.checks import MAX_CTX, MAX_TOKEN_ID, OVERFLOW_POLICIES
 from datatools.cli.common import emit_json, make_console, tokenizer_options
 from datatools.io.numpy_files import BIN_DTYPES
-from datatools.kernels.pack import ALGORITHMS
-from datatools.base.checks import MAX_CTX, MAX_TOKEN_ID, OVERFLOW_POLICIES
-
-
-def _lengths(data, err, **input_options):
-    """(lengths, what they are): memory-mapped from a plan or a lengths-only directory, else read from the input."""
-    from datatools.io.numpy_files import lengths_only, lengths_only_file
-    from datatools.io.plan_file import PlanFile, is_plan
-
-    if is_plan(data):
-        return PlanFile(data).lengths(), "plan"
-    if lengths_only_file(data) is not None:
-        return lengths_only(data), "lengths"
-    from datatools.io.inputs import open_input, read_lengths
-    from datatools.base.progress import count_progress
-
-    inp = open_input(data, **input_options)
-    if inp.encoder is not None:
-        err.print(inp.encoder.summary(), markup=False, highlight=False, soft_wrap=True)
-    with count_progress(err, inp.nbytes, "reading lengths", unit="bytes") as advance:
-        seen = [0]
-
-        def read(done: int, nbytes: int) -> None:
-            advance(nbytes - seen[0])
-            seen[0] = nbytes
-
-        return read_lengths(inp, progress=read), inp.kind
+from datatools.kernels.packing import ALGORITHMS
 
 
 @click.command("pack")
@@ -68,29 +41,17 @@ def pack_command(data, out, ctx, algorithm, max_segments, align, overflow, group
                  tokenizer_settings, bos, eos, eos_id, bin_dtype, json_out):
     """Plan DATA into the packed plan directory OUT (rows of --ctx tokens; index only, no token copied)."""
     from datatools.io.paths import display
-    from datatools.io.plan_file import GROUP_DOCS, write_plan
-    from datatools.base.progress import count_progress
+    from datatools.jobs.pack_plan import pack_plan
 
     if ctx % align:
         raise click.BadParameter(f"--align {align} must divide --ctx {ctx}", param_hint="--align")
-    err = make_console(stderr=True)
-    t0 = time.perf_counter()
-    lengths, kind = _lengths(data, err, column=column, tokenizer=tokenizer, tokenizer_settings=tokenizer_settings,
-                             bos=bos, eos=eos, eos_id=eos_id, bin_dtype=bin_dtype)
-    if lengths.shape[0] == 0:
-        raise ValueError(f"{display(data)}: no documents")
-    read_s = time.perf_counter() - t0
-    with count_progress(err, int(lengths.shape[0]), "packing documents") as advance:
-        header = write_plan(out, lengths, ctx, algorithm=algorithm, max_segments=max_segments, align=align,
-                            overflow=overflow, group_docs=group_docs or GROUP_DOCS, source=display(data),
-                            overwrite=overwrite, progress=advance)
-    report = {k: v for k, v in header.items() if k not in ("format", "version")}
-    report.update(plan=display(out), input_kind=kind, read_seconds=read_s,
-                  pack_seconds=time.perf_counter() - t0 - read_s)
-    over = header["num_rows"] / header["lower_bound_rows"] - 1 if header["lower_bound_rows"] else 0.0
+    report = pack_plan(data, out, ctx, algorithm=algorithm, max_segments=max_segments, align=align,
+                       overflow=overflow, group_docs=group_docs, overwrite=overwrite, console=make_console(stderr=True),
+                       column=column, tokenizer=tokenizer, tokenizer_settings=tokenizer_settings, bos=bos, eos=eos,
+                       eos_id=eos_id, bin_dtype=bin_dtype)
     console = make_console(stderr=json_out == "-")
-    console.print(f"{display(out)}: {header['num_rows']:,} rows of {ctx} tokens ({header['num_pieces']:,} pieces of "
-                  f"{header['data']['documents']:,} documents), efficiency {header['efficiency']:.4%}, "
-                  f"{over:.4%} above the lower bound of {header['lower_bound_rows']:,} rows; "
-                  f"{report['pack_seconds']:.1f} s", markup=False, highlight=False, soft_wrap=True)
+    console.print(f"{display(out)}: {report.num_rows:,} rows of {ctx} tokens ({report.num_pieces:,} pieces of "
+                  f"{report.data['documents']:,} documents), efficiency {report.efficiency:.4%}, "
+                  f"{report.over_lower_bound:.4%} above the lower bound of {report.lower_bound_rows:,} rows; "
+                  f"{report.pack_seconds:.1f} s", markup=False, highlight=False, soft_wrap=True)
     emit_json(json_out, report)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
+from datatools.base.progress import count_progress
 from datatools.cli.common import emit_json, make_console
 from datatools.pipeline import load_config
 from datatools.pipeline.config import MAX_WORKERS
-from datatools.base.progress import count_progress
 from datatools.pipeline.run import run_pipeline
 
 
@@ -35,20 +35,20 @@ def pipeline_command(config, source, overrides, steps, workers, json_out):
     console = make_console(stderr=json_out == "-")
     err = make_console(stderr=True)
     report = run_pipeline(cfg, steps, progress=lambda total: count_progress(err, total, "batches"))
-    table = Table(title=f"{config}: {report['config']['mode']} pipeline on {cfg.source.path}", title_justify="left")
+    table = Table(title=f"{config}: {report.config.mode} pipeline on {cfg.source_label}", title_justify="left")
     table.add_column("measure")
     table.add_column("value", justify="right")
-    plan = report["plan_efficiency"]
-    for name, value in [("documents", f"{report['documents']:,}"), ("batches", f"{report['batches']:,}"),
-                        ("build (plan, open source)", f"{report['build_s']:.2f} s"),
-                        ("first batch", f"{report['startup_s']:.2f} s"),
-                        ("batches/s", f"{report['batches_per_s']:,.1f}"),
-                        ("tokens/s (slots)", f"{report['tokens_per_s']:,.0f}"),
-                        ("real tokens/s", f"{report['real_tokens_per_s']:,.0f}"),
-                        ("efficiency (batches run)", f"{report['efficiency']:.2%}"),
+    plan = report.plan_efficiency
+    for name, value in [("documents", f"{report.documents:,}"), ("batches", f"{report.batches:,}"),
+                        ("build (plan, open source)", f"{report.build_s:.2f} s"),
+                        ("first batch", f"{report.startup_s:.2f} s"),
+                        ("batches/s", f"{report.batches_per_s:,.1f}"),
+                        ("tokens/s (slots)", f"{report.tokens_per_s:,.0f}"),
+                        ("real tokens/s", f"{report.real_tokens_per_s:,.0f}"),
+                        ("efficiency (batches run)", f"{report.efficiency:.2%}"),
                         ("efficiency (whole plan)", "-" if plan is None else f"{plan:.2%}"),
-                        ("distinct shapes", ", ".join(f"{r}x{t}" for r, t in report["shapes"])),
-                        ("format", report["format"]), ("workers", str(cfg.workers))]:
+                        ("distinct shapes", ", ".join(f"{r}x{t}" for r, t in report.shapes)),
+                        ("format", report.format), ("workers", str(report.config.workers))]:
         table.add_row(name, value)
     console.print(table)
     emit_json(json_out, report)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from datatools.base.checks import MAX_CTX
-
 from datatools.cli.common import make_console, tokenizer_options
 from datatools.jobs.pretokenize import DISTRIBUTION, ENGINES, pretokenize, require_engine
 

@@ -7,6 +7,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from datatools.cli.common import emit_json, make_console
+from datatools.train.device_errors import device_errors
 from datatools.train.loop import load_train_config, train
 from datatools.train.model import ATTENTIONS
 
@@ -19,11 +20,15 @@ from datatools.train.model import ATTENTIONS
               help="Override model.attention: dense (masked ctx x ctx), blocksparse (only the tiles packing leaves "
                    "non-empty), fused, splash and pallas_blocksparse (TPU), pallas_gpu and cudnn (GPU). The Pallas "
                    "kernels run interpreted off their device: exact but slow, for correctness checks only.")
+@click.option("--grad-accum-steps", type=click.IntRange(1, 1 << 16), default=None,
+              help="Override train.grad_accum_steps: pipeline batches per optimizer step, the loss divided by the "
+                   "weight sum of all of them.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="Write the summary and per-step records as JSON to FILE, or '-' for stdout.")
-def train_command(config, steps, source, attention, json_out):
+def train_command(config, steps, source, attention, grad_accum_steps, json_out):
     """Train the CONFIG's model on its pipeline: loss, tokens/s, efficiency and MFU per step."""
-    cfg = load_train_config(config, steps=steps, source=source, attention=attention)
+    cfg = load_train_config(config, steps=steps, source=source, attention=attention,
+                            grad_accum_steps=grad_accum_steps)
     console = make_console(stderr=json_out == "-")
     err = make_console(stderr=True)
     console.print(f"model: {cfg.model.num_params():,} parameters ({cfg.model.n_layers} layers, d_model "
@@ -37,13 +42,14 @@ def train_command(config, steps, source, attention, json_out):
                           f"efficiency {rec['efficiency']:6.1%}  MFU {rec['mfu']:6.2%}  HFU {rec['hfu']:6.2%}"
                           + ("  (includes compilation)" if rec["step"] == 1 else ""))
 
-    if err.is_terminal:
-        with Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=err, transient=True) as progress:
-            task = progress.add_task("train", total=cfg.train.steps)
-            result = train(cfg, on_step=lambda r: (log(r), progress.advance(task)))
-    else:
-        result = train(cfg, on_step=log)
+    with device_errors():  # XLA out of memory -> DeviceOutOfMemory (exit 1, one line)
+        if err.is_terminal:
+            with Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          console=err, transient=True) as progress:
+                task = progress.add_task("train", total=cfg.train.steps)
+                result = train(cfg, on_step=lambda r: (log(r), progress.advance(task)))
+        else:
+            result = train(cfg, on_step=log)
     s = result["summary"]
     table = Table(title=f"{config}: {s['steps']} steps (rates exclude the first, compiling, step)",
                   title_justify="left")

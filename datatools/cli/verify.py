@@ -40,7 +40,7 @@ def verify_command(store, json_out):
     console.print(table)
     for note in report.notes:
         console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
-    emit_json(json_out, {k: v for k, v in vars(report).items()})
+    emit_json(json_out, report)
 
 
 class _progress:

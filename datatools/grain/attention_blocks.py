@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import grain
-
-from datatools.kernels.attention_blocks import block_pairs, block_structure, tile_list
 from datatools.base.checks import check_int
+from datatools.kernels.attention_blocks import block_pairs, block_structure, tile_list
 
 
 class AttentionBlocks(grain.transforms.Map):

@@ -9,6 +9,7 @@ import numpy as np
 
 from datatools.base.checks import check_choice, check_int
 from datatools.kernels.batch_layouts import BOUNDARY_TARGETS, FORMATS, POSITIONS, to_format
+from datatools.kernels.loss_weights import LOSS_WEIGHTINGS
 
 
 def read_batch(parent: grain.MapDataset, indices) -> dict:
@@ -75,12 +76,17 @@ class FormatBatch(grain.transforms.Map):
         the next document's first token in the same row, as MaxText does).
       positions: ``restart`` (every piece counts from 0) or ``continue`` (a continuation piece counts on from its
         offset in the document).
+      loss_weighting: ``none``, ``token`` or ``document``: per-token ``loss_weights`` in the layout
+        (:mod:`datatools.kernels.loss_weights`), following the final loss mask.
     """
 
-    def __init__(self, name: str, *, boundary_targets: str = "mask", positions: str = "restart"):
+    def __init__(self, name: str, *, boundary_targets: str = "mask", positions: str = "restart",
+                 loss_weighting: str = "none"):
         self.name = check_choice(name, "format", FORMATS)
         self.boundary_targets = check_choice(boundary_targets, "boundary_targets", BOUNDARY_TARGETS)
         self.positions = check_choice(positions, "positions", POSITIONS)
+        self.loss_weighting = check_choice(loss_weighting, "loss_weighting", LOSS_WEIGHTINGS)
 
     def map(self, element):
-        return to_format(element, self.name, boundary_targets=self.boundary_targets, positions=self.positions)
+        return to_format(element, self.name, boundary_targets=self.boundary_targets, positions=self.positions,
+                         loss_weighting=self.loss_weighting)

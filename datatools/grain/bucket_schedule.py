@@ -20,7 +20,7 @@ import numpy as np
 
 from datatools.grain.host_batches import DocumentOrder, empty_rows
 from datatools.kernels.bucket import fill_order_batches
-from datatools.kernels.pack import PackPlan, cut_pieces, materialize_pieces
+from datatools.kernels.packing import PackPlan, cut_pieces, materialize_pieces
 from datatools.base.checks import OVERFLOW_POLICIES, check_choice
 
 
@@ -54,6 +54,9 @@ class BucketSchedule:
         if overflow == "error":
             cut_pieces(self.lengths, int(self.boundaries[-1]), "error")  # names the first document too long
         self.drop_remainder, self.pad_id = bool(drop_remainder), int(pad_id)
+        self.positions = int(order.n)  # documents read per epoch (a mixture's may differ from the documents held)
+        # A sampled mixture reads other documents each epoch: its batch count is the epoch's own.
+        self._fixed = bool(getattr(order, "same_documents_every_epoch", True))
         self.row_counts = tuple(sorted(set(self.batch_sizes.tolist())))
         self.shapes = [(int(b), int(n)) for b, n in zip(self.batch_sizes, self.boundaries)]
         self._epochs: dict[int, tuple] = {}
@@ -71,18 +74,20 @@ class BucketSchedule:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
-    def epoch_batches(self, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``(doc, start, length, batch_splits, batch_bucket)`` of the epoch: batch b is pieces
-        ``[batch_splits[b], batch_splits[b + 1])``."""
+    def epoch_batches(self, epoch: int) -> tuple[np.ndarray, ...]:
+        """``(doc, start, length, batch_splits, batch_bucket, position)`` of the epoch: batch b is pieces
+        ``[batch_splits[b], batch_splits[b + 1])``; ``position``: each piece's document's place in the epoch's
+        order."""
         with self._lock:
             hit = self._epochs.get(epoch)
         if hit is not None:
             return hit
-        docs = self.order(np.arange(self.lengths.shape[0], dtype=np.int64), epoch)
+        docs = self.order(np.arange(self.positions, dtype=np.int64), epoch)
         position, start, length, _, _ = cut_pieces(self.lengths[docs], int(self.boundaries[-1]), self.overflow)
         bucket = np.searchsorted(self.boundaries, length, side="left")
         items, splits, batch_bucket = fill_order_batches(bucket, self.batch_sizes, drop_remainder=self.drop_remainder)
-        hit = (docs[position[items]], start[items], length[items].astype(np.int64), splits, batch_bucket)
+        hit = (docs[position[items]], start[items], length[items].astype(np.int64), splits, batch_bucket,
+               position[items].astype(np.int64))
         with self._lock:
             if len(self._epochs) > 1:
                 self._epochs.clear()
@@ -90,13 +95,22 @@ class BucketSchedule:
         return hit
 
     def num_batches(self, epoch: int) -> int:
-        return self._batches
+        return self._batches if self._fixed else int(self.epoch_batches(epoch)[3].shape[0]) - 1
+
+    def restart_position(self, epoch: int, j: int) -> int:
+        """The first position of ``epoch``'s document order whose document may change without changing global
+        batches ``0 .. j - 1`` of the epoch: the one after the last document they hold a piece of (batches are
+        ordered by the position that completes them; a mixture's new weights take effect there)."""
+        if j <= 0:
+            return 0
+        *_, splits, _, position = self.epoch_batches(epoch)
+        return int(position[splits[0]:splits[j]].max()) + 1
 
     def batch_rows(self, epoch: int, j: int) -> int:
         return int(self.batch_sizes[self.epoch_batches(epoch)[4][j]])
 
     def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
-        doc, start, length, splits, bucket = self.epoch_batches(epoch)
+        doc, start, length, splits, bucket, _ = self.epoch_batches(epoch)
         width = int(self.boundaries[bucket[j]])
         a = splits[j] + lo
         b = min(splits[j] + hi, splits[j + 1])

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import base64
 
-import grain
 import numpy as np
 
+import grain
 from datatools.base.checks import OVERFLOW_POLICIES, check_choice, check_int
 from datatools.grain.document_blocks import document_block
 
@@ -57,7 +57,7 @@ def padded_batch(pieces: list[tuple[int, np.ndarray]], batch_size: int, length: 
 
 
 class _BucketIterator(grain.DatasetIterator):
-    def __init__(self, parent, ds: "BucketBatchIterDataset"):
+    def __init__(self, parent, ds: BucketBatchIterDataset):
         super().__init__(parent)
         self._ds = ds
         self._buffers: list[list[tuple[int, np.ndarray]]] = [[] for _ in ds.boundaries]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import grain
 import numpy as np
 
+import grain
 from datatools.base.checks import check_int
 from datatools.grain.document_blocks import document_block
 from datatools.kernels.tiles import chunk

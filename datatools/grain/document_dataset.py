@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
-import grain
 import numpy as np
 
+import grain
 from datatools.io.documents import as_document_source
 
 

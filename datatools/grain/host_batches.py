@@ -28,12 +28,12 @@ from __future__ import annotations
 import sys
 import threading
 
-import grain
 import numpy as np
 
+import grain
+from datatools.base.checks import check_choice, check_int
 from datatools.grain.batch import read_batch
 from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation
-from datatools.base.checks import check_choice, check_int
 
 CANONICAL = ("tokens", "segment_ids", "positions", "loss_mask")
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
-import grain
 import numpy as np
 
+import grain
 from datatools.io.documents import as_document_source
-from datatools.kernels.pack import PackPlan, pack_lengths
+from datatools.kernels.packing import PackPlan, pack_lengths
 
 
 class PackedRowsMapDataset(grain.MapDataset):
@@ -57,7 +57,8 @@ class PackedRowsMapDataset(grain.MapDataset):
         return self.plan.num_rows
 
     def __str__(self) -> str:
-        return (f"PackedRowsMapDataset(algorithm={self.plan.algorithm}, ctx={self.plan.ctx}, rows={self.plan.num_rows}, "
+        return (f"PackedRowsMapDataset(algorithm={self.plan.algorithm}, ctx={self.plan.ctx}, "
+                f"rows={self.plan.num_rows}, "
                 f"efficiency={self.plan.efficiency:.4f})")
 
     def get_batch(self, indices: Sequence[int]) -> dict[str, np.ndarray]:

@@ -17,29 +17,30 @@ consumed, the same on every host. Its state then restores on any number of hosts
 one to restore everywhere. The state also records what fixes the global sequence (the
 pipeline's ``identity``: seed, packing, batch size, the data's lengths, ...), and
 restoring it into a pipeline whose identity differs raises ValueError naming what differs.
+
+One kind of difference may be allowed: the ``reweightable`` entries (a mixture's weights). A
+state whose identity differs in those only is handed to the dataset's ``reweight`` function,
+which builds the pipeline that continues from that state with the new values (the batches
+already consumed unchanged) and its identity; the iterator reads from it from then on.
 """
 
 from __future__ import annotations
 
 import grain
-
 from datatools.base.checks import short_repr
+from datatools.grain import grain_state_shim as shim
 
-MP_KEYS = {"next_index_in_cycle", "next_index_in_datasets", "iterators_in_use_indices", "iterators_in_use_states",
-           "exhausted"}
 MARK = "elements_read"  # the portable position: elements read from the prefetched dataset
 
 
 def portable(state):
-    """``state`` with every multi-worker read position replaced by the elements read so far."""
+    """``state`` with every read position (Grain's, per worker: :mod:`~datatools.grain.grain_state_shim`)
+    replaced by the elements read so far."""
     if isinstance(state, dict):
-        if MP_KEYS <= set(state):
-            if state.get("future_states"):
-                raise ValueError("this pipeline state holds pending worker states and cannot be made portable")
-            per_worker = [s["next_index"] for s in state["iterators_in_use_states"]]
-            return {MARK: int(sum(per_worker))}
-        if set(state) == {"next_index"}:
-            return {MARK: int(state["next_index"])}
+        if shim.is_prefetch_state(state):
+            return {MARK: shim.prefetch_position(state)}
+        if shim.is_single_state(state):
+            return {MARK: shim.single_position(state)}
         return {k: portable(v) for k, v in state.items()}
     return state
 
@@ -48,14 +49,9 @@ def localized(state, like):
     """A portable ``state`` in the form of ``like`` (a state of the pipeline being restored)."""
     if isinstance(state, dict) and set(state) == {MARK}:
         k = state[MARK]
-        if isinstance(like, dict) and MP_KEYS <= set(like):
-            workers = len(like["iterators_in_use_states"])
-            return {"next_index_in_cycle": k % workers, "next_index_in_datasets": workers,
-                    "iterators_in_use_indices": list(range(workers)),
-                    "iterators_in_use_states": [{"next_index": k // workers + (1 if i < k % workers else 0)}
-                                                for i in range(workers)],
-                    "exhausted": [0] * workers, "future_states": {}}
-        return {"next_index": k}
+        if shim.is_prefetch_state(like):
+            return shim.prefetch_state(k, shim.prefetch_workers(like))
+        return shim.single_state(k)
     if isinstance(state, dict) and isinstance(like, dict):
         return {k: localized(v, like.get(k)) for k, v in state.items()}
     return state
@@ -117,16 +113,25 @@ def host_state(states: list) -> dict:
     return states[0]
 
 
+def differing_keys(saved: dict | None, current: dict | None) -> set:
+    """The identity keys whose values differ (none when either identity is missing)."""
+    if not saved or not current:
+        return set()
+    return {k for k in set(saved) | set(current) if saved.get(k) != current.get(k)}
+
+
 class _PortableStateIterator(grain.DatasetIterator):
-    def __init__(self, parent, identity):
+    def __init__(self, parent, identity, reweight=None, reweightable=()):
         super().__init__(parent)
         self._identity = identity
+        self._reading = parent  # the iterator read: the parent, or the pipeline a reweighting restore built
+        self._reweight, self._reweightable = reweight, frozenset(reweightable)
 
     def __next__(self):
-        return next(self._parent)
+        return next(self._reading)
 
     def get_state(self):
-        state = {"portable": portable(self._parent.get_state())}
+        state = {"portable": portable(self._reading.get_state())}
         if self._identity:
             state["pipeline"] = dict(self._identity)
         return state
@@ -139,15 +144,34 @@ class _PortableStateIterator(grain.DatasetIterator):
         if unknown:
             raise ValueError(f"not a datatools pipeline state: unknown key(s) {', '.join(unknown)} (expected "
                              f"'portable' and 'pipeline')")
-        check_identity(state.get("pipeline"), self._identity)
-        current = self._parent.get_state()
+        saved = state.get("pipeline")
+        changed = differing_keys(saved, self._identity)
+        if not changed or not changed <= self._reweightable or self._reweight is None:
+            check_identity(saved, self._identity)
+        current = self._reading.get_state()
         check_state(state["portable"], portable(current), "state['portable']")
-        self._parent.set_state(localized(state["portable"], current))
+        if changed and changed <= self._reweightable and self._reweight is not None:
+            position = state["portable"].get(MARK) if isinstance(state["portable"], dict) else None
+            if not isinstance(position, int) or len(state["portable"]) != 1:
+                raise ValueError(f"this state changes {', '.join(sorted(changed))} at a restore, which needs a "
+                                 f"read position alone; got {short_repr(state['portable'])}")
+            dataset, identity = self._reweight(saved, position)
+            reading = dataset.__iter__()
+            self._close(self._reading)
+            self._reading, self._identity = reading, identity
+            current = reading.get_state()
+        self._reading.set_state(localized(state["portable"], current))
 
-    def close(self) -> None:
-        close = getattr(self._parent, "close", None)
+    @staticmethod
+    def _close(it) -> None:
+        close = getattr(it, "close", None)
         if close is not None:
             close()
+
+    def close(self) -> None:
+        if self._reading is not self._parent:
+            self._close(self._reading)
+        self._close(self._parent)
 
 
 class PortableStateIterDataset(grain.IterDataset):
@@ -157,14 +181,19 @@ class PortableStateIterDataset(grain.IterDataset):
       parent: the pipeline's final dataset.
       identity: what fixes the pipeline's element sequence (plain values by name); saved in every state and
         compared on restore.
+      reweight: ``reweight(saved_identity, position) -> (dataset, identity)``: the pipeline that continues a state
+        whose identity differs from this one in ``reweightable`` keys only (see the module docstring).
+      reweightable: the identity keys that may differ at a restore when ``reweight`` is given.
     """
 
-    def __init__(self, parent: grain.IterDataset, identity: dict | None = None):
+    def __init__(self, parent: grain.IterDataset, identity: dict | None = None, *, reweight=None,
+                 reweightable=()):
         super().__init__(parent)
         self.identity = dict(identity) if identity else None
+        self.reweight, self.reweightable = reweight, tuple(reweightable)
 
     def __iter__(self):
-        return _PortableStateIterator(self._parent.__iter__(), self.identity)
+        return _PortableStateIterator(self._parent.__iter__(), self.identity, self.reweight, self.reweightable)
 
     def __str__(self) -> str:
         return "PortableStateIterDataset"

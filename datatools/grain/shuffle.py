@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
-import grain
 import numpy as np
 
+import grain
 from datatools.base.checks import check_int
 from datatools.grain.batch import read_batch
 from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation

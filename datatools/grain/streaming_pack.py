@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import grain
 import numpy as np
 
+import grain
 from datatools.base.checks import OVERFLOW_POLICIES, check_choice, check_int
-from datatools.io.documents import ArrayDocuments
 from datatools.grain.document_blocks import document_block
-from datatools.kernels.pack import ALGORITHMS, materialize, pack_lengths
+from datatools.io.documents import ArrayDocuments
+from datatools.kernels.packing import ALGORITHMS, materialize, pack_lengths
 
 
 class _StreamingPackIterator(grain.DatasetIterator):
-    def __init__(self, parent, ds: "StreamingPackIterDataset"):
+    def __init__(self, parent, ds: StreamingPackIterDataset):
         super().__init__(parent)
         self._ds = ds
         self._window_state = None

@@ -23,7 +23,7 @@ from collections import OrderedDict
 import numpy as np
 
 from datatools.grain.host_batches import DocumentOrder, empty_rows
-from datatools.kernels.pack import ALGORITHMS, PackPlan, cut_pieces, pack_lengths
+from datatools.kernels.packing import ALGORITHMS, PackPlan, cut_pieces, pack_lengths
 from datatools.base.checks import OVERFLOW_POLICIES, check_choice, check_int
 
 PLANS_KEPT = 8  # window plans cached per process
@@ -58,7 +58,8 @@ class StreamingSchedule:
         if overflow == "error":
             cut_pieces(self.lengths, self.ctx, "error")  # names the first document too long, by its global index
         self.seed, self.pad_id = int(seed), int(pad_id)
-        self.num_windows = -(-self.lengths.shape[0] // self.window)
+        self.positions = int(order.n)  # documents read per epoch (a mixture's may differ from the documents held)
+        self.num_windows = -(-self.positions // self.window)
         self.row_counts = (self.batch_size,)
         self.shapes = [(self.batch_size, self.ctx)]
         self._starts: dict[int, np.ndarray] = {}  # epoch -> first row of each window (num_windows + 1)
@@ -73,7 +74,7 @@ class StreamingSchedule:
         self._lock = threading.Lock()
 
     def _window_docs(self, epoch: int, w: int) -> np.ndarray:
-        n = self.lengths.shape[0]
+        n = self.positions
         return self.order(np.arange(w * self.window, min(n, (w + 1) * self.window), dtype=np.int64), epoch)
 
     def window_plan(self, epoch: int, w: int) -> tuple[PackPlan, np.ndarray]:
@@ -117,6 +118,14 @@ class StreamingSchedule:
 
     def batch_rows(self, epoch: int, j: int) -> int:
         return self.batch_size
+
+    def restart_position(self, epoch: int, j: int) -> int:
+        """The first position of ``epoch``'s document order whose document may change without changing global
+        batches ``0 .. j - 1`` of the epoch: the start of the first window none of whose rows they hold (a mixture's
+        new weights take effect there; the rest of a window already begun is read as planned)."""
+        starts = self.window_starts(epoch)
+        w = int(np.searchsorted(starts, j * self.batch_size, side="left"))  # first window starting at or after
+        return min(w * self.window, self.positions)
 
     def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
         starts = self.window_starts(epoch)

@@ -27,8 +27,9 @@ import sys
 import threading
 import weakref
 
-import grain
 import numpy as np
+
+import grain
 
 
 class WorkerStartError(RuntimeError):
@@ -73,7 +74,8 @@ def unguarded_main_line() -> tuple[str, int] | None:
     except (OSError, SyntaxError, ValueError):
         return None
     for node in tree.body:
-        if isinstance(node, ast.If) and _is_main_test(node.test) and node.lineno <= line <= node.end_lineno:
+        last = node.end_lineno or node.lineno
+        if isinstance(node, ast.If) and _is_main_test(node.test) and node.lineno <= line <= last:
             return None
     return path, line
 

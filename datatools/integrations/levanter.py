@@ -27,6 +27,10 @@ from the ``levanter`` batch format (:mod:`datatools.kernels.batch_layouts`):
   MaxText's ``ShiftData``); with datatools' default ``boundary_targets: mask`` no target
   crosses a document, so a packed row's loss is the sum of its documents' own losses.
   ``boundary_targets: next_document`` gives Levanter's behaviour back.
+  With ``loss_weighting: token`` or ``document`` the weight is datatools' ``loss_weights``
+  (float32): Levanter's weighted mean divides by the weight sum of each (micro-)batch, so
+  ``document`` weighting holds per step; with its micro-batching (``per_device_parallelism``
+  below the batch) it averages per-micro-batch means (docs/loss-weighting.md).
 * positions: Levanter's models take none (rotary positions are the row offsets), so the
   ``positions`` option does not reach Levanter; with rotary embeddings attention within
   a segment is the same either way.
@@ -129,7 +133,7 @@ class PipelineDataset(AsyncDataset[GrugLmExample]):
             raise IndexError(f"batch {j} is past the pipeline's last ({len(self._batches)} batches of "
                              f"num_epochs: {self.config.num_epochs}); set num_epochs: null or train fewer steps")
         out = to_format(self._batches[j], "levanter", boundary_targets=self.config.boundary_targets,
-                        positions=self.config.positions)
+                        positions=self.config.positions, loss_weighting=self.config.loss_weighting)
         with self._lock:
             self._kept[j] = out
             while len(self._kept) > BATCHES_KEPT:
@@ -137,12 +141,13 @@ class PipelineDataset(AsyncDataset[GrugLmExample]):
         return out
 
     def rows(self, indices: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """(tokens, loss_mask, segment_ids) of each element, every global batch touched read once."""
+        """(tokens, loss weight, segment_ids) of each element, every global batch touched read once; the loss
+        weight is the ``loss_weighting``'s ``loss_weight`` (float32) when set, else ``loss_mask``."""
         out = []
         for i in indices:
             j, r = divmod(int(i), self.batch_size)
             b = self.batch(j)
-            out.append((b["tokens"][r], b["loss_mask"][r], b["segment_ids"][r]))
+            out.append((b["tokens"][r], b.get("loss_weight", b["loss_mask"])[r], b["segment_ids"][r]))
         return out
 
     async def get_batch(self, indices: Sequence[int]) -> Sequence[GrugLmExample]:

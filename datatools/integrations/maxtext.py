@@ -61,8 +61,8 @@ import os
 import sys
 from pathlib import Path
 
-from datatools.io.yaml_files import load_yaml
 from datatools.base.checks import MAX_BATCH, MAX_CTX, check_int
+from datatools.io.yaml_files import load_yaml
 from datatools.pipeline import PipelineConfig, build, parse_config
 
 __all__ = ["create_data_iterator", "pipeline_config", "use_datatools", "train", "main"]
@@ -263,21 +263,17 @@ def use_datatools(pipeline=None):
     """Within the block, MaxText's trainers get their data from :func:`create_data_iterator` with ``pipeline``.
 
     MaxText has no data-source hook: this replaces the one function its trainers look up,
-    ``input_pipeline_interface.create_data_iterator``, and puts MaxText's back on exit. Use MaxText's
-    ``dataset_type: grain`` so that its checkpoints save the data iterator's state.
+    ``input_pipeline_interface.create_data_iterator``, and puts MaxText's back on exit (the swap and what it
+    assumes of MaxText: :mod:`datatools.integrations.maxtext_shim`). Use MaxText's ``dataset_type: grain`` so
+    that its checkpoints save the data iterator's state.
     """
-    from maxtext.input_pipeline import input_pipeline_interface as interface
-
-    original = interface.create_data_iterator
+    from datatools.integrations.maxtext_shim import maxtext_data_iterator
 
     def datatools_iterator(config, mesh):
         return create_data_iterator(config, mesh, pipeline=pipeline)
 
-    interface.create_data_iterator = datatools_iterator
-    try:
+    with maxtext_data_iterator(datatools_iterator):
         yield
-    finally:
-        interface.create_data_iterator = original
 
 
 def train(argv, pipeline=None) -> None:

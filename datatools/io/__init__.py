@@ -15,8 +15,7 @@ One module per job:
 * :mod:`~datatools.io.inputs`: any input resolved once: lengths streamed, documents on demand.
 """
 
-from datatools.io.documents import (ArrayDocuments, ChunkedDocuments, DocumentSource, StoreDocuments,
-                                    as_document_source)
+from datatools.io.documents import ArrayDocuments, ChunkedDocuments, DocumentSource, StoreDocuments, as_document_source
 from datatools.io.inputs import TokenInput, open_documents, open_input, read_lengths, read_lengths_by_shard
 from datatools.io.store import TokenStore, is_token_store, read_manifest, token_dtype, write_store
 from datatools.io.tokenizer import TextEncoder, load_tokenizer, open_encoder

@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
 
 def current_umask() -> int:
@@ -36,7 +37,7 @@ def new_file_mode() -> int:
     return 0o666 & ~current_umask()
 
 
-def atomic_write_with(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> None:
+def atomic_write_with(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
     """Call ``write(f)`` on a temporary file beside ``path``, fsync it, set umask permissions, rename it to ``path``.
 
     A ``path`` that exists and is not a regular file (``/dev/null``, ``/dev/stdout``, a FIFO) is written into

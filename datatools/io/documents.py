@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Callable, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 import numba
 import numpy as np
 
-from datatools.io.store import TOKEN_CHUNK, TokenStore
-from datatools.kernels.pack import check_token_ids
 from datatools.base.checks import as_lengths
+from datatools.io.store import TOKEN_CHUNK, TokenStore
+from datatools.kernels.packing import check_token_ids
 
 DEFAULT_CACHE_BYTES = 512 << 20  # decoded store chunks kept per process
 TABLE_CACHE_BYTES = 256 << 20  # decoded table shards kept per process (a shard is often tens of MB)
@@ -72,10 +73,10 @@ class PieceReadingSource:
     in_memory = False
 
     def pack_rows(self, plan, rows, pad_id: int = 0, out: dict | None = None) -> dict[str, np.ndarray]:
-        """Rows ``rows`` of ``plan`` (a :class:`~datatools.kernels.pack.PackPlan` over this source) as a canonical
+        """Rows ``rows`` of ``plan`` (a :class:`~datatools.kernels.packing.PackPlan` over this source) as a canonical
         batch: all their pieces read in one call, then filled by a numba kernel (into ``out`` when given: a
-        canonical batch of ``len(rows)`` rows the caller owns, see :func:`~datatools.kernels.pack.materialize`)."""
-        from datatools.kernels.pack import materialize_pieces
+        canonical batch of ``len(rows)`` rows the caller owns, see :func:`~datatools.kernels.packing.materialize`)."""
+        from datatools.kernels.packing import materialize_pieces
 
         return materialize_pieces(plan, self.read_pieces, rows, pad_id=pad_id, out=out)
 
@@ -120,7 +121,7 @@ class ArrayDocuments(PieceReadingSource):
             self.tokens = np.asarray(np.memmap(name, dtype=np.dtype(dtype), mode="r", offset=offset, shape=shape))
 
     @classmethod
-    def from_list(cls, docs) -> "ArrayDocuments":
+    def from_list(cls, docs) -> ArrayDocuments:
         """From a list of 1-D token arrays (tests, small data)."""
         docs = [np.asarray(d, dtype=np.int32).reshape(-1) for d in docs]
         lengths = np.fromiter((d.shape[0] for d in docs), np.int64, count=len(docs))
@@ -140,7 +141,7 @@ class ArrayDocuments(PieceReadingSource):
     def pack_rows(self, plan, rows, pad_id: int = 0, out: dict | None = None) -> dict[str, np.ndarray]:
         """Rows filled straight from the flat tokens (no intermediate gather of the pieces), into ``out`` when
         given."""
-        from datatools.kernels.pack import materialize
+        from datatools.kernels.packing import materialize
 
         return materialize(plan, self.tokens, self.offsets, rows, pad_id=pad_id, check_values=False,  # checked once
                            out=out)

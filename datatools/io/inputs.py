@@ -22,25 +22,40 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 
+from datatools.base.checks import short_repr
 from datatools.io import numpy_files, storage
 from datatools.io.discover import Shard, list_shards
 from datatools.io.documents import ArrayDocuments, ChunkedDocuments, DocumentSource, StoreDocuments
 from datatools.io.levanter_cache import LevanterCache, is_levanter_cache
-from datatools.io.numpy_files import (BIN_DTYPES, check_token_values, flat_array, flat_slices, lengths_only,
-                                      lengths_only_file, numpy_dir, numpy_dir_files)
+from datatools.io.numpy_files import (
+    BIN_DTYPES,
+    check_token_values,
+    flat_array,
+    flat_slices,
+    lengths_only,
+    lengths_only_file,
+    numpy_dir,
+    numpy_dir_files,
+)
 from datatools.io.paths import display
 from datatools.io.store import TokenStore, is_token_store
-from datatools.io.tables import (TEXT_COLUMNS, column_batches, detect_column, shard_bytes, shard_columns,
-                                 text_values, token_arrays)
+from datatools.io.tables import (
+    TEXT_COLUMNS,
+    column_batches,
+    detect_column,
+    shard_bytes,
+    shard_columns,
+    text_values,
+    token_arrays,
+)
 from datatools.io.tokenizer import TextEncoder, open_encoder
-from datatools.base.checks import short_repr
 
 INT32_MAX = np.iinfo(np.int32).max
 LENGTH_ROWS = 4096  # text rows turned into Python strings at a time when only lengths are read

@@ -45,8 +45,8 @@ def as_os_error(exc: BaseException, where: str | os.PathLike | None = None) -> O
     if isinstance(exc, OSError):  # pyarrow's ArrowIOError, a plain OSError: add what is missing
         if exc.errno is not None and exc.filename is not None:
             return exc
-        code = exc.errno or errno.EIO
-        return OSError(code, exc.strerror or _first_line(exc), exc.filename or (str(where) if where else None))
+        filename = exc.filename or (str(where) if where else None)
+        return OSError(exc.errno or errno.EIO, exc.strerror or _first_line(exc), filename)
     text = str(exc)
     m = _OS_CODE.search(text)
     code = int(m.group(1)) if m else STATUS_ERRNO.get(status_code(exc) or "")

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.json as pajson

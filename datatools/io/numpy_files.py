@@ -15,8 +15,8 @@ for the lengths, the tokens when documents are read; prefer a token store there,
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 

@@ -9,13 +9,13 @@ A plan directory (``datatools pack DATA OUT``) holds:
   identity of the documents: ``documents``, ``tokens`` and ``lengths_crc32`` (CRC-32 of the lengths as
   little-endian int64, as pipeline states record it);
 * ``row_starts.npy``, ``doc.npy``, ``start.npy``, ``length.npy``: the pieces, in the compact encoding of
-  :mod:`datatools.kernels.plan_format` (row ``r`` is pieces ``row_starts[r]:row_starts[r + 1]``);
+  :mod:`datatools.kernels.packing.plan_format` (row ``r`` is pieces ``row_starts[r]:row_starts[r + 1]``);
 * ``lengths.npy``: tokens per document (smallest unsigned dtype), so the plan is re-packed (another ctx or
   algorithm) and analysed without the tokens: the directory is also a lengths-only NumPy input.
 
 It is written into a staging directory beside ``OUT`` and renamed into place when complete, so a reader sees
-no plan or a whole one. Memory while writing: one group of documents (:mod:`datatools.kernels.pack_groups`)
-and :data:`~datatools.kernels.plan_format.CHUNK` lengths; the arrays are appended to their files as rows finish.
+no plan or a whole one. Memory while writing: one group of documents (:mod:`datatools.kernels.packing.groups`)
+and :data:`~datatools.kernels.packing.plan_format.CHUNK` lengths; the arrays are appended to their files as rows finish.
 """
 
 from __future__ import annotations
@@ -24,19 +24,27 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
+from datatools.base.checks import MAX_CTX, OVERFLOW_POLICIES, check_choice, check_int
+from datatools.io import storage
 from datatools.io.atomic import atomic_write_text, current_umask, new_file_mode
 from datatools.io.paths import display
-from datatools.io import storage
-from datatools.kernels.pack import ALGORITHMS, PackPlan
-from datatools.kernels.pack_groups import lower_bound_rows, pack_in_groups, size_histogram
-from datatools.kernels.plan_format import (ARRAYS, CHUNK, FORMAT_VERSION, gather_rows, lengths_identity,
-                                           piece_dtypes, piece_stats, smallest_uint)
-from datatools.base.checks import MAX_CTX, OVERFLOW_POLICIES, check_choice, check_int
+from datatools.kernels.packing import ALGORITHMS, PackPlan
+from datatools.kernels.packing.groups import lower_bound_rows, pack_in_groups, size_histogram
+from datatools.kernels.packing.plan_format import (
+    ARRAYS,
+    CHUNK,
+    FORMAT_VERSION,
+    gather_rows,
+    lengths_identity,
+    piece_dtypes,
+    piece_stats,
+    smallest_uint,
+)
 
 HEADER = "plan.json"
 FORMAT = "datatools-plan"
@@ -86,7 +94,7 @@ def write_plan(out: str | os.PathLike, lengths: np.ndarray, ctx: int, *, algorit
     ``out`` and return its header (see the module docstring). ``progress(documents)`` is called as groups finish.
 
     Raises:
-      ValueError: bad options (as :func:`~datatools.kernels.pack.pack_lengths`), ``out`` is a URL, or ``out``
+      ValueError: bad options (as :func:`~datatools.kernels.packing.pack_lengths`), ``out`` is a URL, or ``out``
         exists and ``overwrite`` is false.
       OSError: the directory cannot be written (naming it).
     """
@@ -181,7 +189,7 @@ def _write_arrays(stage: Path, lengths: np.ndarray, ctx: int, dtypes: dict, max_
 
 class PlanFile:
     """A plan directory opened for reading: the header at once, the arrays memory-mapped (nothing read until
-    rows are asked for). Used where a :class:`~datatools.kernels.pack.PackPlan` is, through :meth:`rows_plan`."""
+    rows are asked for). Used where a :class:`~datatools.kernels.packing.PackPlan` is, through :meth:`rows_plan`."""
 
     def __init__(self, path: str | os.PathLike):
         if storage.is_url(path):

@@ -44,6 +44,7 @@ from pathlib import Path, PurePath
 from typing import BinaryIO, Callable, Iterator
 from urllib.parse import urlsplit
 
+from datatools.base.errors import StorageError
 from datatools.io import atomic
 from datatools.io.paths import resolved
 
@@ -58,12 +59,6 @@ for _name in ("gcsfs", "s3fs", "fsspec", "aiobotocore", "botocore"):  # their fa
     logging.getLogger(_name).addHandler(logging.NullHandler())
 
 
-class StorageError(OSError):
-    """Object storage could not be used (endpoint unreachable, bucket missing, credentials missing or refused).
-
-    ``filename`` is the URL; ``errno`` is ECONNREFUSED, ENXIO (no such bucket) or EACCES: never one that the
-    command line counts as bad input, so it exits 1 (the environment) with one line.
-    """
 
 
 # --------------------------------------------------------------------------- URLs

@@ -46,8 +46,8 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import numpy as np
 import tensorstore as ts

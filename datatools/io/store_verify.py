@@ -19,19 +19,21 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
+from datatools.base.reports import Report
 from datatools.io import storage
 from datatools.io.paths import display
 from datatools.io.store import ARRAYS, TokenStore, array_kvstore, check_offsets, read_keys
 
 
 @dataclass
-class VerifyReport:
-    """What :func:`verify_store` checked (sizes in bytes, times in seconds)."""
+class VerifyReport(Report):
+    """What :func:`verify_store` checked (sizes in bytes, times in seconds); ``datatools verify`` prints it and
+    ``--json`` is :meth:`to_json`."""
 
     path: str
     version: int

@@ -10,16 +10,15 @@ string column into Python strings for the tokenizer. Every problem is a
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
 
-from datatools.io import jsonl, storage
-from datatools.io.discover import (Shard, arrow_schema, iter_arrow_batches, open_parquet,
-                                   parquet_metadata, parquet_names)
-from datatools.io.paths import display, first_line
 from datatools.base.checks import short_repr
+from datatools.io import jsonl, storage
+from datatools.io.discover import Shard, arrow_schema, iter_arrow_batches, open_parquet, parquet_metadata, parquet_names
+from datatools.io.paths import display, first_line
 
 TOKEN_COLUMNS = ("input_ids", "tokens", "token_ids")
 TEXT_COLUMNS = ("text",)

@@ -21,13 +21,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
-from datatools.io.paths import display, first_line
 from datatools.base.checks import short_repr
+from datatools.io.paths import display, first_line
 
 SETTINGS = ("off", "keep")
 SPECIAL_NAMES = {
@@ -262,7 +262,8 @@ class TextEncoder:
 
 
 def _padding_text(padding: dict) -> str:
-    """``tokenizers`` reports padding as ``{"length": 128, ...}`` (fixed) or ``{"length": None, ...}`` (batch longest)."""
+    """``tokenizers`` reports padding as ``{"length": 128, ...}`` (fixed) or ``{"length": None, ...}``
+    (batch longest)."""
     return f"to {padding['length']}" if padding.get("length") else "to the longest in a batch"
 
 

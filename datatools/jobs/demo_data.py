@@ -30,7 +30,7 @@ def stdlib_files(limit: int | None = None) -> list[Path]:
 
 def stdlib_documents(limit_files: int | None = None) -> list[str]:
     """Top-level blocks of the standard library's sources (non-empty, UTF-8)."""
-    docs = []
+    docs: list[str] = []
     for path in stdlib_files(limit_files):
         try:
             text = path.read_text(encoding="utf-8")

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from datatools.io import storage
 from datatools.io.store import is_token_store, read_manifest

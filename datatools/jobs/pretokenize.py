@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from datatools.base.checks import short_repr
 from datatools.io import storage
 from datatools.io.atomic import atomic_write_text
 from datatools.io.discover import Shard, list_shards
@@ -47,7 +48,6 @@ from datatools.io.tables import check_column, shard_texts
 from datatools.io.tokenizer import TextEncoder, open_encoder
 from datatools.jobs import object_store_commit
 from datatools.kernels.tiles import chunk
-from datatools.base.checks import short_repr
 
 ENGINES = ("local", "ray")
 DISTRIBUTION = "datatools-llm"

@@ -25,6 +25,11 @@ Two options change what a batch says before it is laid out (:func:`apply_options
     never indexed out of range. With rotary embeddings attention within a piece is
     the same either way. ``continue``: a continuation piece of a document split
     across rows counts on from its offset in the document.
+``loss_weighting``
+    ``none`` (default): no weights, the layouts as they always were. ``token`` or
+    ``document``: the batch also carries float32 ``loss_weights`` per target token and
+    ``loss_weight_sum`` per row (:mod:`datatools.kernels.loss_weights`), computed from
+    the final ``loss_mask``; each layout carries them as noted below.
 
 Formats (:data:`FORMATS`):
 
@@ -35,12 +40,15 @@ Formats (:data:`FORMATS`):
     ``inputs_segmentation``, ``inputs_position`` (tokens, segment ids, positions);
     ``targets`` (the next token, 0 where there is none), ``targets_segmentation``
     (the next token's segment id where it is a target, else 0: MaxText weights the
-    loss by ``targets_segmentation != 0``) and ``targets_position``.
+    loss by ``targets_segmentation != 0``) and ``targets_position``; with weights,
+    ``loss_weights`` (aligned with ``targets``; stock MaxText reads no per-token weight,
+    see ``docs/loss-weighting.md``).
 ``levanter``
     the fields of Levanter's ``LmExample``: ``tokens``, ``loss_mask`` (int32, 1 at
     t where token t + 1 is predicted, as ``LmExample.causal`` makes it) and
     ``segment_ids`` numbered as Levanter's ``SequencePacker`` numbers them: 0, 1, ...
-    per piece of a row and -1 at padding (for ``AttentionMask.with_segment_ids``).
+    per piece of a row and -1 at padding (for ``AttentionMask.with_segment_ids``);
+    with weights, ``loss_weight`` (float32, Levanter's own per-position loss weight).
 ``hf``
     padding-free, as transformers' ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)``
     gives it: the real tokens of the whole batch concatenated into one row:
@@ -50,7 +58,9 @@ Formats (:data:`FORMATS`):
     ``cu_seq_lens_k`` (int32 piece boundaries) and ``max_length_q`` / ``max_length_k``
     (the longest piece, tokens), the flash-attention keyword arguments. With
     ``positions: restart`` transformers also finds the pieces from ``position_ids``
-    (sdpa and eager attention). Its shape changes from batch to batch.
+    (sdpa and eager attention). Its shape changes from batch to batch. With weights,
+    ``loss_weights`` aligned with ``labels`` (the weight of predicting each label) and
+    ``loss_weight_sum`` (the batch's, a scalar): transformers' built-in loss takes neither.
 """
 
 from __future__ import annotations
@@ -59,6 +69,7 @@ import numba
 import numpy as np
 
 from datatools.base.checks import check_choice, short_repr
+from datatools.kernels.loss_weights import LOSS_WEIGHTINGS, SUM_KEY, WEIGHTS_KEY, add_loss_weights
 
 FORMATS = ("datatools", "maxtext", "levanter", "hf")
 CANONICAL_KEYS = ("tokens", "segment_ids", "positions", "loss_mask")
@@ -116,19 +127,25 @@ def next_document_mask(segment_ids: np.ndarray) -> np.ndarray:
     return mask.reshape(np.shape(segment_ids))
 
 
-def apply_options(batch: dict, *, boundary_targets: str = "mask", positions: str = "restart") -> dict:
-    """A canonical batch with ``boundary_targets`` and ``positions`` applied (see the module docstring).
+def apply_options(batch: dict, *, boundary_targets: str = "mask", positions: str = "restart",
+                  loss_weighting: str = "none") -> dict:
+    """A canonical batch with ``boundary_targets``, ``positions`` and ``loss_weighting`` applied (see the module
+    docstring).
 
     The canonical batch the packers make is ``mask`` / ``continue``; anything else is computed here, vectorized
-    over the whole batch.
+    over the whole batch. Weights the batch already carries (the loader's) are kept unless ``next_document``
+    changed the loss mask they follow.
     """
     check_choice(boundary_targets, "boundary_targets", BOUNDARY_TARGETS)
     check_choice(positions, "positions", POSITIONS)
+    check_choice(loss_weighting, "loss_weighting", LOSS_WEIGHTINGS)
     out = dict(batch)  # extra fields (attention tiles) ride along
     if positions == "restart":
         out["positions"] = restart_positions(batch["segment_ids"])
     if boundary_targets == "next_document":
         out["loss_mask"] = next_document_mask(batch["segment_ids"])
+    if loss_weighting != "none" and (WEIGHTS_KEY not in out or boundary_targets == "next_document"):
+        out = add_loss_weights(out, loss_weighting)
     return out
 
 
@@ -147,6 +164,7 @@ def to_maxtext(batch: dict) -> dict:
         "targets": np.where(mask, _shift_left(batch["tokens"]), 0).astype(batch["tokens"].dtype, copy=False),
         "targets_segmentation": np.where(mask, _shift_left(seg), 0).astype(seg.dtype, copy=False),
         "targets_position": batch["positions"],
+        **({WEIGHTS_KEY: batch[WEIGHTS_KEY]} if WEIGHTS_KEY in batch else {}),
     }
 
 
@@ -156,6 +174,7 @@ def to_levanter(batch: dict) -> dict:
         "loss_mask": batch["loss_mask"].astype(np.int32, copy=False),
         # Levanter numbers the segments of a row 0, 1, ... and its padding -1 (SequencePacker)
         "segment_ids": number_pieces(batch["segment_ids"])[1],
+        **({"loss_weight": batch[WEIGHTS_KEY]} if WEIGHTS_KEY in batch else {}),
     }
 
 
@@ -175,6 +194,12 @@ def to_hf(batch: dict) -> dict:
     total = int(real.sum())
     cu = np.append(starts, total).astype(np.int32)
     longest = int(np.diff(cu).max(initial=0))
+    weights = {}
+    if WEIGHTS_KEY in batch:
+        w = np.atleast_2d(batch[WEIGHTS_KEY])
+        label_w = np.zeros_like(w)
+        label_w[:, 1:] = w[:, :-1]  # the weight of predicting token t sits at t - 1
+        weights = {WEIGHTS_KEY: label_w[real][None, :], SUM_KEY: np.float32(w.sum(dtype=np.float32))}
     return {
         "input_ids": tokens[real][None, :].astype(np.int32, copy=False),
         "position_ids": pos[real][None, :].astype(np.int32, copy=False),
@@ -183,15 +208,18 @@ def to_hf(batch: dict) -> dict:
         "cu_seq_lens_k": cu.copy(),
         "max_length_q": longest,
         "max_length_k": longest,
+        **weights,
     }
 
 
 _CONVERTERS = {"datatools": lambda b: b, "maxtext": to_maxtext, "levanter": to_levanter, "hf": to_hf}
 
 
-def to_format(batch: dict, name: str, *, boundary_targets: str = "mask", positions: str = "restart") -> dict:
+def to_format(batch: dict, name: str, *, boundary_targets: str = "mask", positions: str = "restart",
+              loss_weighting: str = "none") -> dict:
     """Convert a canonical batch to the format ``name`` (one of :data:`FORMATS`), with the batch options
-    ``boundary_targets`` (:data:`BOUNDARY_TARGETS`) and ``positions`` (:data:`POSITIONS`) applied first."""
+    ``boundary_targets`` (:data:`BOUNDARY_TARGETS`), ``positions`` (:data:`POSITIONS`) and ``loss_weighting``
+    (:data:`~datatools.kernels.loss_weights.LOSS_WEIGHTINGS`) applied first."""
     try:
         convert = _CONVERTERS[name]
     except (KeyError, TypeError):
@@ -199,4 +227,5 @@ def to_format(batch: dict, name: str, *, boundary_targets: str = "mask", positio
     missing = [k for k in CANONICAL_KEYS if k not in batch]
     if missing:
         raise ValueError(f"not a canonical datatools batch: missing {', '.join(missing)}")
-    return convert(apply_options(batch, boundary_targets=boundary_targets, positions=positions))
+    return convert(apply_options(batch, boundary_targets=boundary_targets, positions=positions,
+                                 loss_weighting=loss_weighting))

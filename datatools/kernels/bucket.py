@@ -22,9 +22,18 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from datatools.base.checks import (MAX_BATCH, MAX_BUCKETS, MAX_CTX, MAX_TOKEN_BUDGET, OVERFLOW_POLICIES, as_lengths, check_choice,
-                                        check_int, short_repr)
-from datatools.kernels.pack import cut_pieces
+from datatools.base.checks import (
+    MAX_BATCH,
+    MAX_BUCKETS,
+    MAX_CTX,
+    MAX_TOKEN_BUDGET,
+    OVERFLOW_POLICIES,
+    as_lengths,
+    check_choice,
+    check_int,
+    short_repr,
+)
+from datatools.kernels.packing import cut_pieces
 
 
 def _prepare(lengths, max_len, overflow):

@@ -469,7 +469,7 @@ class BlockShuffle:
         """The whole order of ``epoch``: int64 array of record indices."""
         return self.index(np.arange(self.length(epoch), dtype=np.int64), epoch)
 
-    def shard(self, index: int, count: int) -> "BlockShuffle":
+    def shard(self, index: int, count: int) -> BlockShuffle:
         """Host ``index`` of ``count`` hosts' share of the order.
 
         Within every window, host h takes the window's io blocks at slots h, h + count,

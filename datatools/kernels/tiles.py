@@ -14,12 +14,12 @@ These helpers pick and produce tile-aligned lengths:
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
 from datatools.base.checks import MAX_CTX, as_lengths, check_id, check_int
-from datatools.kernels.pack import check_token_ids, pack_lengths
+from datatools.kernels.packing import check_token_ids, pack_lengths
 
 
 def tile_align(n, tile: int):
@@ -145,7 +145,8 @@ def chunk(tokens, ctx: int, *, tile: int, stride: int | None = None, bos: int | 
     ctx = check_int(ctx, "ctx", minimum=1)
     tile = check_int(tile, "tile", minimum=1)
     if ctx % tile:
-        raise ValueError(f"ctx={ctx} is not a multiple of tile={tile}; use tile_align(ctx, tile) = {tile_align(ctx, tile)}")
+        raise ValueError(f"ctx={ctx} is not a multiple of tile={tile}; "
+                         f"use tile_align(ctx, tile) = {tile_align(ctx, tile)}")
     stride = ctx if stride is None else check_int(stride, "stride", minimum=1)
     if stride > ctx:
         raise ValueError(f"stride={stride} > ctx={ctx} would skip tokens")
@@ -167,7 +168,7 @@ def chunk(tokens, ctx: int, *, tile: int, stride: int | None = None, bos: int | 
     if n == 0:
         return []
     if stride == ctx:  # consecutive windows; the last one takes what is left
-        starts = range(0, n, ctx)
+        starts: range | list[int] = range(0, n, ctx)
     else:  # overlapping windows, then one that ends exactly at the end
         starts = [*range(0, max(n - ctx, 0), stride), max(n - ctx, 0)]
     return [arr[s : s + ctx] for s in starts]

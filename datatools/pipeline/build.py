@@ -10,6 +10,7 @@ A config (see ``configs/``)::
     format: maxtext                          # datatools | maxtext | levanter | hf
     boundary_targets: mask                   # mask | next_document (MaxText's ShiftData)
     positions: restart                       # restart (every piece from 0) | continue
+    loss_weighting: none                     # none | token | document (loss_weights per target token)
     num_epochs: 1                            # null: repeat forever
     workers: 2                               # Grain prefetch processes (0: in process)
     shard: {index: 0, count: 1}              # this host of count; or `shard: auto` (jax process index/count)
@@ -80,6 +81,8 @@ class CanonicalPipeline:
     plan_efficiency: float | None = None
     identity: dict | None = None  # what fixes the global batch sequence (states restore only into the same)
     batches: grain.MapDataset | None = None  # this host's canonical batches by global batch number (random access)
+    schedule: object = None  # the global batch sequence (grain.host_batches: planned, streaming or bucket schedule)
+    documents_source: object = None  # the document source read (a mixture's: MixedDocuments)
 
 
 def _shuffle_map(ds: grain.MapDataset, cfg: PipelineConfig) -> grain.MapDataset:
@@ -149,8 +152,9 @@ def _warn_if_random_access_thrashes(docs, cfg: PipelineConfig) -> None:
                       f"or use shuffle 'none' with streaming packing", stacklevel=3)
 
 
-def _schedule(cfg: PipelineConfig, docs):
-    """The global batch sequence of the config (:mod:`datatools.grain.host_batches`) and the plan's efficiency."""
+def _schedule(cfg: PipelineConfig, docs, history=None):
+    """The global batch sequence of the config (:mod:`datatools.grain.host_batches`) and the plan's efficiency
+    (``history``: a mixture's weights over time, :mod:`datatools.pipeline.mixture`; default the config's)."""
     from datatools.grain import PackedRowsMapDataset
     from datatools.grain.bucket_schedule import BucketSchedule
     from datatools.grain.host_batches import DocumentOrder, PlannedSchedule
@@ -167,8 +171,13 @@ def _schedule(cfg: PipelineConfig, docs):
             return PlannedSchedule(_shuffle_map(rows, cfg), cfg.batch_size, drop_remainder=cfg.drop_remainder,
                                    ctx=rows.plan.ctx, pad_id=cfg.pad_id), rows.plan.efficiency
         raise ValueError(f"{rows.plan.num_rows} packed rows make no full batch of {cfg.batch_size}")
-    order = DocumentOrder(len(docs), sh.kind, seed=cfg.seed, io_block_size=sh.io_block_size,
-                          window_blocks=sh.window_blocks)
+    if cfg.sources is not None:
+        from datatools.pipeline.mixture import mixture_order
+
+        order = mixture_order(cfg, docs, history)
+    else:
+        order = DocumentOrder(len(docs), sh.kind, seed=cfg.seed, io_block_size=sh.io_block_size,
+                              window_blocks=sh.window_blocks)
     if p is not None:
         return StreamingSchedule(docs, order, ctx=p.ctx, window=p.window, batch_size=cfg.batch_size,
                                  drop_remainder=cfg.drop_remainder, algorithm=p.resolved_algorithm,
@@ -193,7 +202,7 @@ def _plan_file(p: PackingConfig, source: str, docs):
     """The plan directory ``packing.plan``, opened lazily (memory-mapped) and checked against the source: the same
     documents (count, tokens, CRC-32 of the lengths) and, when ``packing.ctx`` is given, the same ctx."""
     from datatools.io.plan_file import PlanFile
-    from datatools.kernels.plan_format import lengths_identity
+    from datatools.kernels.packing.plan_format import lengths_identity
 
     plan = PlanFile(p.plan)
     plan.check_identity(lengths_identity(docs.lengths()), source)
@@ -248,30 +257,66 @@ def _with_attention_tiles(host: grain.MapDataset, cfg: PipelineConfig) -> grain.
     return host.map(AttentionBlocks(cfg.attention_block))
 
 
-def _build_canonical(cfg: PipelineConfig, documents=None) -> CanonicalPipeline:
-    """The pipeline up to canonical batches (``tokens``, ``segment_ids``, ``positions``, ``loss_mask``).
+def _with_loss_weights(host: grain.MapDataset, cfg: PipelineConfig) -> grain.MapDataset:
+    """``host`` with each batch's ``loss_weights`` and ``loss_weight_sum`` added when ``loss_weighting`` is
+    ``token`` or ``document`` (:class:`~datatools.grain.loss_weights.LossWeights`), in the workers, like the
+    tiles; a batch's weights depend on its own rows only."""
+    if cfg.loss_weighting == "none":
+        return host
+    from datatools.grain.loss_weights import LossWeights
 
-    Args:
-      cfg: the validated config (``shard`` resolved).
-      documents: an already opened source (else ``cfg.source`` is opened).
-    """
+    return host.map(LossWeights(cfg.loss_weighting))
+
+
+def open_config_documents(cfg: PipelineConfig, documents=None):
+    """The config's documents: ``cfg.source``, or the mixture of ``cfg.sources`` read as one; ``documents``: an
+    already opened source (a mixture: one per ``sources`` item, or a MixedDocuments)."""
+    if cfg.sources is not None:
+        from datatools.pipeline.mixture import open_mixture
+
+        docs = open_mixture(cfg, documents)
+    else:
+        docs = open_source(cfg.source) if documents is None else documents
+    if len(docs) == 0:
+        where = cfg.source.path if cfg.source is not None else "sources"
+        raise ValueError(f"{where}: the source holds no documents")
+    return docs
+
+
+def _host_batches(cfg: PipelineConfig, docs, history=None):
+    """``(schedule, host dataset, plan efficiency)`` of the config over opened ``docs``."""
     from datatools.grain.host_batches import HostBatchesMapDataset
 
-    docs = open_source(cfg.source) if documents is None else documents
-    if len(docs) == 0:
-        raise ValueError(f"{cfg.source.path}: the source holds no documents")
-    in_memory = bool(getattr(docs, "in_memory", False))
-    _warn_if_random_access_thrashes(docs, cfg)
-    schedule, efficiency = _schedule(cfg, docs)
+    schedule, efficiency = _schedule(cfg, docs, history)
     try:
         host = HostBatchesMapDataset(schedule, index=cfg.shard.index, count=cfg.shard.count,
                                      num_epochs=cfg.num_epochs)
     except ValueError as exc:
         raise ValueError(f"config: batch_size={cfg.batch_size}, shard.count={cfg.shard.count}: {exc}") from None
-    built = CanonicalPipeline(_prefetch(_with_attention_tiles(host, cfg), cfg, in_memory), cfg, len(docs),
-                              host.shapes, efficiency)
+    return schedule, host, efficiency
+
+
+def _build_canonical(cfg: PipelineConfig, documents=None, history=None) -> CanonicalPipeline:
+    """The pipeline up to canonical batches (``tokens``, ``segment_ids``, ``positions``, ``loss_mask``).
+
+    Args:
+      cfg: the validated config (``shard`` resolved).
+      documents: an already opened source (else ``cfg.source`` is opened; ``cfg.sources``: see
+        :func:`open_config_documents`).
+      history: a mixture's weight history (:mod:`datatools.pipeline.mixture`); default the config's weights.
+    """
+    docs = open_config_documents(cfg, documents)
+    in_memory = bool(getattr(docs, "in_memory", False))
+    _warn_if_random_access_thrashes(docs, cfg)
+    schedule, host, efficiency = _host_batches(cfg, docs, history)
+    built = CanonicalPipeline(_prefetch(_with_loss_weights(_with_attention_tiles(host, cfg), cfg), cfg, in_memory),
+                              cfg, len(docs), host.shapes, efficiency)
     built.identity = pipeline_identity(cfg, docs)
-    built.batches = host
+    if cfg.sources is not None:
+        from datatools.pipeline.mixture import mixture_identity
+
+        built.identity.update(mixture_identity(cfg, docs, history))
+    built.batches, built.schedule, built.documents_source = host, schedule, docs
     return built
 
 
@@ -286,8 +331,23 @@ def build_canonical(cfg: PipelineConfig, documents=None) -> CanonicalPipeline:
     """
     from datatools.grain.portable_state import PortableStateIterDataset
 
-    built = _build_canonical(resolve_shard(cfg), documents)
-    built.dataset = PortableStateIterDataset(built.dataset, built.identity)
+    cfg = resolve_shard(cfg)
+    built = _build_canonical(cfg, documents)
+    reweight = None
+    if cfg.sources is not None:
+        from datatools.pipeline.mixture import WEIGHTS_KEY, reweighted_history
+
+        docs = built.documents_source
+
+        def reweight(saved: dict, consumed: int):
+            """The pipeline restored after ``consumed`` batches of a state saved with other weights."""
+            history = reweighted_history(cfg, saved.get(WEIGHTS_KEY), consumed,
+                                         lambda h: _host_batches(cfg, docs, h)[:2])
+            again = _build_canonical(cfg, docs, history)
+            return again.dataset, again.identity
+
+    built.dataset = PortableStateIterDataset(built.dataset, built.identity, reweight=reweight,
+                                             reweightable=("mixture_weights",))
     return built
 
 
@@ -310,4 +370,5 @@ def build(config, *, source: str | None = None, documents=None) -> grain.IterDat
     else:
         raise TypeError(f"config must be a PipelineConfig, a mapping or a YAML path; got {type(config).__name__}")
     built = build_canonical(cfg, documents)
-    return built.dataset.map(FormatBatch(cfg.format, boundary_targets=cfg.boundary_targets, positions=cfg.positions))
+    return built.dataset.map(FormatBatch(cfg.format, boundary_targets=cfg.boundary_targets, positions=cfg.positions,
+                                         loss_weighting=cfg.loss_weighting))

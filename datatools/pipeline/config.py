@@ -17,7 +17,8 @@ from typing import Literal, Sequence
 from datatools.base.checks import (MAX_BATCH, MAX_BUCKETS, MAX_CTX, MAX_RECORDS, MAX_TOKEN_ID, MAX_WINDOW,
                                    OVERFLOW_POLICIES)
 from datatools.kernels.batch_layouts import BOUNDARY_TARGETS, FORMATS, POSITIONS
-from datatools.kernels.pack import ALGORITHMS
+from datatools.kernels.loss_weights import LOSS_WEIGHTINGS
+from datatools.kernels.packing import ALGORITHMS
 from datatools.pipeline.schema import field, from_dict, load_yaml
 
 
@@ -36,6 +37,37 @@ class SourceConfig:
                                         "tokens; keep: the file as it is")
     bos: str | None = field(None, doc="token (name, id or 'auto') put before every text")
     eos: str | None = field(None, doc="token (name, id or 'auto') put after every text")
+
+
+@dataclass(frozen=True)
+class MixtureSourceConfig(SourceConfig):
+    """One source of a mixture (``sources:``): any input, with its own column and tokenizer, and a weight."""
+
+    weight: float = field(1.0, doc="this source's share of the tokens (or documents: mixture.share) drawn; > 0, "
+                                   "normalized to sum 1; may change at a restore (docs/mixtures.md)")
+    name: str | None = field(None, doc="label in reports; default: the path's last part")
+
+    def check(self, where: str) -> None:
+        if not self.weight > 0:
+            raise ValueError(f"config: {where}.weight must be > 0; got {self.weight!r}")
+
+    @property
+    def label(self) -> str:
+        return self.name or os.path.basename(os.path.normpath(self.path)) or self.path
+
+
+@dataclass(frozen=True)
+class MixtureConfig:
+    epoch: Literal["sample", "exhaust"] = field(
+        "sample", doc="sample: an epoch draws epoch_documents documents by weight, each source in its own shuffled "
+                      "order, wrapping into its next epoch (repeating) when it runs out; exhaust: an epoch is every "
+                      "document of every source once, drawn by weight until a source runs out, then the rest by "
+                      "their weights renormalized")
+    epoch_documents: int | None = field(None, minimum=1, maximum=MAX_RECORDS,
+                                        doc="sample: documents drawn per epoch (default: the documents of all sources)")
+    share: Literal["tokens", "documents"] = field(
+        "tokens", doc="what the weights are shares of: tokens (each source drawn at weight / its mean document "
+                      "length, so its share of tokens is its weight) or documents")
 
 
 @dataclass(frozen=True)
@@ -102,7 +134,11 @@ class ShardConfig:
 
 @dataclass(frozen=True)
 class PipelineConfig:
-    source: SourceConfig
+    source: SourceConfig | None = field(None, doc="the documents (or sources: a mixture; exactly one of the two)")
+    sources: list[MixtureSourceConfig] | None = field(
+        None, doc="a mixture: documents drawn from each source by weight before packing (streaming packing or "
+                  "bucketing); each item takes the source keys plus weight and name (docs/mixtures.md)")
+    mixture: MixtureConfig = field(default_factory=MixtureConfig, doc="sources: how an epoch of the mixture ends")
     shuffle: ShuffleConfig = field(default_factory=ShuffleConfig)
     packing: PackingConfig | None = field(None)
     bucketing: BucketingConfig | None = field(None)
@@ -118,6 +154,10 @@ class PipelineConfig:
     positions: Literal[POSITIONS] = field(
         "restart", doc="restart: every document piece counts from 0 (MaxText, Grain, transformers; below ctx); "
                        "continue: a piece of a split document counts on from its offset")
+    loss_weighting: Literal[LOSS_WEIGHTINGS] = field(
+        "none", doc="none: no loss_weights in the batch (as before); token: every target token of the global batch "
+                    "weighs 1; document: every document piece weighs 1 (1/n per target token); the step divides by "
+                    "the global weight sum (docs/loss-weighting.md)")
     num_epochs: int | None = field(1, minimum=1, maximum=1 << 40, doc="null: repeat forever")
     workers: int = field(0, minimum=0, maximum=MAX_WORKERS, doc="Grain prefetch processes")
     shard: Literal["auto"] | ShardConfig = field(
@@ -135,9 +175,31 @@ class PipelineConfig:
     def check(self, where: str) -> None:
         if (self.packing is None) == (self.bucketing is None):
             raise ValueError("config: give exactly one of 'packing' and 'bucketing'")
+        if self.source is None and self.sources is None:
+            raise ValueError("config: missing required key 'source' (or 'sources': a mixture of several)")
+        if self.source is not None and self.sources is not None:
+            raise ValueError("config: give exactly one of 'source' (one input) and 'sources' (a mixture)")
+        if self.sources is not None:
+            if not self.sources:
+                raise ValueError("config: sources must list at least one source")
+            labels = [s.label for s in self.sources]
+            twice = sorted({x for x in labels if labels.count(x) > 1})
+            if twice:
+                raise ValueError(f"config: sources: the label {twice[0]!r} names two sources; give each a name")
+            if self.packing is not None and self.packing.mode == "planned":
+                raise ValueError("config: sources (a mixture) needs packing.mode: streaming or bucketing: planned "
+                                 "packing plans every document at once, before any order, so rows could not mix "
+                                 "sources by weight")
         if self.attention_block is not None and self.format != "datatools":
             raise ValueError(f"config: attention_block lists tiles in the datatools format only; format "
                              f"{self.format!r} has no place for them (use format: datatools, or drop attention_block)")
+
+    @property
+    def source_label(self) -> str:
+        """The source's path, or ``mixture of A, B`` (the sources' labels) for reports and messages."""
+        if self.sources is not None:
+            return "mixture of " + ", ".join(s.label for s in self.sources)
+        return self.source.path
 
     def replace(self, **changes) -> "PipelineConfig":
         return dataclasses.replace(self, **changes)
@@ -147,6 +209,9 @@ def parse_config(data: dict, *, source: str | None = None) -> PipelineConfig:
     """Validate a config mapping; ``source`` overrides ``source.path`` (keeping nothing else of it)."""
     data = dict(data)
     if source is not None:
+        if data.get("sources") is not None:
+            raise ValueError(f"config: --source {source} replaces 'source', and this config mixes 'sources'; "
+                             f"edit their paths (--set does not reach list items) or drop 'sources'")
         data["source"] = {"path": str(source)}
     return from_dict(PipelineConfig, data)
 

@@ -4,23 +4,53 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass
 
 import numpy as np
 
+from datatools.base.reports import Report
 from datatools.kernels.batch_layouts import to_format
 from datatools.pipeline import PipelineConfig, build_canonical
 
 
-def run_pipeline(cfg: PipelineConfig, steps: int, *, progress=None, documents=None) -> dict:
+@dataclass(frozen=True)
+class RunSettings(Report):
+    """What ran: the source, the mode (planned, streaming, bucketing), prefetch workers, format, rows per batch."""
+
+    source: str
+    mode: str
+    workers: int
+    format: str
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class PipelineRunReport(Report):
+    """What :func:`run_pipeline` measured; ``datatools pipeline`` prints it and ``--json`` is :meth:`to_json`.
+
+    Rates are over the batches after the first (the first includes starting workers), 0 where fewer than two
+    batches ran; ``startup_s`` is NaN when none ran. Times in seconds, rates per second.
+    """
+
+    config: RunSettings
+    documents: int  # documents in the source
+    batches: int  # batches run (fewer than asked when the data ended)
+    build_s: float  # config -> dataset (plan, open the source)
+    startup_s: float  # first batch after the build
+    batches_per_s: float
+    tokens_per_s: float  # slots: real tokens + padding
+    real_tokens_per_s: float
+    efficiency: float  # real tokens / slots over the batches seen
+    plan_efficiency: float | None  # planned packing: real / slots over the whole plan; None otherwise
+    shapes: list[list[int]]  # distinct [rows, tokens] batch shapes, sorted
+    format: str
+
+
+def run_pipeline(cfg: PipelineConfig, steps: int, *, progress=None, documents=None) -> PipelineRunReport:
     """Iterate ``steps`` batches (fewer when the data ends) in the config's format and measure them.
 
-    Rates are over the batches after the first (the first includes starting workers).
-
     Returns:
-      A dict: ``batches``, ``batches_per_s``, ``tokens_per_s`` (slots: real + padding),
-      ``real_tokens_per_s``, ``efficiency`` (real / slots over the batches seen),
-      ``plan_efficiency`` (planned packing: over the whole plan), ``shapes`` (distinct
-      [rows, tokens] shapes), ``startup_s``, ``documents``, ``format``.
+      The :class:`PipelineRunReport` (batches, rates, efficiency, shapes, build and startup times).
     """
     t0 = time.perf_counter()
     built = build_canonical(cfg, documents)
@@ -43,8 +73,9 @@ def run_pipeline(cfg: PipelineConfig, steps: int, *, progress=None, documents=No
                 else:
                     real += int(np.count_nonzero(seg))
                     slots += seg.size
-                shapes.add(tuple(int(x) for x in seg.shape))
-                to_format(batch, cfg.format, boundary_targets=cfg.boundary_targets, positions=cfg.positions)  # the conversion the configured pipeline pays (timed, then dropped)
+                shapes.add((int(seg.shape[0]), int(seg.shape[1])))
+                # the conversion the configured pipeline pays (timed, then dropped)
+                to_format(batch, cfg.format, boundary_targets=cfg.boundary_targets, positions=cfg.positions)
                 done += 1
                 if advance:
                     advance()
@@ -54,18 +85,18 @@ def run_pipeline(cfg: PipelineConfig, steps: int, *, progress=None, documents=No
             close()
     end = time.perf_counter()
     span = end - first_at if first_at is not None and done > 1 else float("nan")
-    return {
-        "config": {"source": cfg.source.path, "mode": "bucketing" if cfg.packing is None else cfg.packing.mode,
-                   "workers": cfg.workers, "format": cfg.format, "batch_size": cfg.batch_size},
-        "documents": built.documents,
-        "batches": done,
-        "build_s": build_s,
-        "startup_s": (first_at - t0 - build_s) if first_at is not None else float("nan"),
-        "batches_per_s": (done - 1) / span if done > 1 else 0.0,
-        "tokens_per_s": slots / span if done > 1 else 0.0,
-        "real_tokens_per_s": real / span if done > 1 else 0.0,
-        "efficiency": real / slots if slots else 0.0,
-        "plan_efficiency": built.plan_efficiency,
-        "shapes": sorted([list(s) for s in shapes]),
-        "format": cfg.format,
-    }
+    return PipelineRunReport(
+        config=RunSettings(source=cfg.source_label, mode="bucketing" if cfg.packing is None else cfg.packing.mode,
+                           workers=cfg.workers, format=cfg.format, batch_size=cfg.batch_size),
+        documents=built.documents,
+        batches=done,
+        build_s=build_s,
+        startup_s=(first_at - t0 - build_s) if first_at is not None else float("nan"),
+        batches_per_s=(done - 1) / span if done > 1 else 0.0,
+        tokens_per_s=slots / span if done > 1 else 0.0,
+        real_tokens_per_s=real / span if done > 1 else 0.0,
+        efficiency=real / slots if slots else 0.0,
+        plan_efficiency=built.plan_efficiency,
+        shapes=sorted([list(s) for s in shapes]),
+        format=cfg.format,
+    )

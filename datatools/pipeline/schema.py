@@ -153,6 +153,12 @@ def schema_markdown(cls, where: str = "") -> list[str]:
         section = next((t for t in (tp, *typing.get_args(tp)) if dataclasses.is_dataclass(t)), None)
         minimum = f.metadata.get("minimum")
         doc = f.metadata.get("doc", "")
+        items = next((typing.get_args(t)[0] for t in (tp, *typing.get_args(tp)) if typing.get_origin(t) is list
+                      and dataclasses.is_dataclass(typing.get_args(t)[0])), None)
+        if items is not None:  # a list of sections: its items' keys as key[].name
+            rows.append(f"| `{key}` | list of sections{' (optional)' if f.default is None else ''} | | | {doc} |")
+            rows.extend(schema_markdown(items, f"{key}[]"))
+            continue
         if section is not None:
             rows.append(f"| `{key}` | section{' (optional)' if f.default is None else ''} | | | {doc} |")
             rows.extend(schema_markdown(section, key))

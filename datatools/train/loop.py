@@ -3,7 +3,11 @@
 A training config is a pipeline config (see :mod:`datatools.pipeline.build`) plus::
 
     model: {vocab_size: 4096, d_model: 128, n_layers: 2, n_heads: 4}
-    train: {steps: 50, learning_rate: 3.0e-3, warmup_steps: 10, log_every: 10, seed: 0}
+    train: {steps: 50, learning_rate: 3.0e-3, warmup_steps: 10, log_every: 10, seed: 0, grad_accum_steps: 1}
+
+Each optimizer step takes ``grad_accum_steps`` pipeline batches; its loss is the weighted cross-entropy summed
+over all of them divided by their global weight sum (the pipeline's ``loss_weighting``; token weighting without
+it), see :mod:`datatools.train.step`.
 
 The pipeline is always built in the canonical datatools format (the step's input);
 with several processes it is sharded per host (process index / count) unless the
@@ -20,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from datatools.base.errors import RunFailed
 from datatools.pipeline.schema import field, from_dict, load_yaml
 from datatools.pipeline import PipelineConfig, ShardConfig, build_canonical, parse_config
 from datatools.train.model import ModelConfig, attention_keys
@@ -28,7 +33,7 @@ TILED = ("blocksparse", "pallas_blocksparse", "splash", "pallas_gpu")  # kernels
 from datatools.train.step import OptimizerConfig, Trainer
 
 
-class TrainingDiverged(RuntimeError):
+class TrainingDiverged(RunFailed):
     """The loss became non-finite: the run stops (the CLI exits with status 1) instead of training on NaN."""
 
 
@@ -41,6 +46,9 @@ class TrainSection:
     grad_clip: float = field(1.0, minimum=0.0)
     log_every: int = field(10, minimum=1, maximum=1 << 40)
     seed: int = field(0, minimum=0, maximum=(1 << 32) - 1)
+    grad_accum_steps: int = field(1, minimum=1, maximum=1 << 16,
+                                  doc="micro-batches (pipeline batches) per optimizer step; the loss is divided by "
+                                      "the weight sum of all of them (docs/loss-weighting.md)")
 
     @property
     def optimizer(self) -> OptimizerConfig:
@@ -55,9 +63,9 @@ class TrainConfig:
 
 
 def load_train_config(path: str | os.PathLike, *, steps: int | None = None, source: str | None = None,
-                      attention: str | None = None) -> TrainConfig:
-    """Read and validate a training config (pipeline keys + ``model`` + ``train``); ``steps``, ``source`` and
-    ``attention`` override the file's."""
+                      attention: str | None = None, grad_accum_steps: int | None = None) -> TrainConfig:
+    """Read and validate a training config (pipeline keys + ``model`` + ``train``); ``steps``, ``source``,
+    ``attention`` and ``grad_accum_steps`` override the file's."""
     data = load_yaml(path)
     try:
         model = from_dict(ModelConfig, data.pop("model", None), "model")
@@ -67,6 +75,8 @@ def load_train_config(path: str | os.PathLike, *, steps: int | None = None, sour
         raise ValueError(f"{path}: {exc}") from None
     if steps is not None:
         train = dataclasses.replace(train, steps=steps)
+    if grad_accum_steps is not None:
+        train = dataclasses.replace(train, grad_accum_steps=grad_accum_steps)
     if attention is not None:
         model = dataclasses.replace(model, attention=attention)
     block = model.attention_block
@@ -100,6 +110,17 @@ def _host_sharded(cfg: PipelineConfig) -> PipelineConfig:
     return cfg
 
 
+def _micro_batches(it, count: int) -> list[dict] | None:
+    """The next ``count`` batches of ``it`` (one optimizer step), or None when fewer are left."""
+    out = []
+    for _ in range(count):
+        try:
+            out.append(next(it))
+        except StopIteration:
+            return None
+    return out
+
+
 def train(cfg: TrainConfig, *, on_step=None, documents=None, stop_after_useful_tokens: int | None = None) -> dict:
     """Run ``cfg.train.steps`` steps (fewer if the data ends, or once ``stop_after_useful_tokens`` real tokens
     have been trained on). ``on_step(record)`` is called after each step.
@@ -124,27 +145,31 @@ def train(cfg: TrainConfig, *, on_step=None, documents=None, stop_after_useful_t
     it = iter(built.dataset)
     try:
         for step in range(1, cfg.train.steps + 1):
-            try:
-                batch = next(it)
-            except StopIteration:
+            batches = _micro_batches(it, cfg.train.grad_accum_steps)
+            if batches is None:  # the data ended: a short step would weigh its documents differently
                 break
-            top = int(batch["tokens"].max())
-            if top >= cfg.model.vocab_size:
-                raise ValueError(f"token id {top} >= model.vocab_size {cfg.model.vocab_size}")
-            seg = batch["segment_ids"]
-            useful = int(np.count_nonzero(seg))
-            flops = step_flops(cfg.model, useful, segment_lengths_sq(seg))
-            computed = attention_pairs_computed(cfg.model.attention, batch, cfg.model.attention_block)
-            hw_flops = hardware_flops(cfg.model, seg.size, computed)
+            useful = flops = computed = hw_flops = slots = rows = 0
+            for batch in batches:
+                top = int(batch["tokens"].max())
+                if top >= cfg.model.vocab_size:
+                    raise ValueError(f"token id {top} >= model.vocab_size {cfg.model.vocab_size}")
+                seg = batch["segment_ids"]
+                n = int(np.count_nonzero(seg))
+                useful, slots, rows = useful + n, slots + seg.size, rows + seg.shape[0]
+                flops += step_flops(cfg.model, n, segment_lengths_sq(seg))
+                pairs = attention_pairs_computed(cfg.model.attention, batch, cfg.model.attention_block)
+                computed += pairs
+                hw_flops += hardware_flops(cfg.model, seg.size, pairs)
+            seg = batches[0]["segment_ids"]
             t0 = time.perf_counter()
-            state, metrics = trainer.train_step(state, trainer.put_batch(batch))
+            state, metrics = trainer.accumulate_step(state, [trainer.put_batch(b) for b in batches])
             loss = float(metrics["loss"])  # waits for the step
             if not math.isfinite(loss):
                 raise TrainingDiverged(f"step {step}: the loss became {loss}; training stopped (try a lower "
                                        f"train.learning_rate or a grad_clip)")
             secs = time.perf_counter() - t0
-            rec = {"step": step, "loss": loss, "seconds": secs, "rows": int(seg.shape[0]), "tokens": int(seg.size),
-                   "useful_tokens": useful, "efficiency": useful / seg.size, "tokens_per_s": seg.size / secs,
+            rec = {"step": step, "loss": loss, "seconds": secs, "rows": rows, "tokens": slots,
+                   "useful_tokens": useful, "efficiency": useful / slots, "tokens_per_s": slots / secs,
                    "useful_tokens_per_s": useful / secs, "flops": flops, "mfu": flops / secs / peak,
                    "hardware_flops": hw_flops, "hfu": hw_flops / secs / peak, "attention_pairs_computed": computed,
                    "shape": list(seg.shape)}

@@ -15,11 +15,10 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
-from datatools.kernels.attention_blocks import TILE_KEYS
 from datatools.base.checks import MAX_CTX, MAX_VOCAB
-from datatools.train.attention import SPARSE_KEYS, blocksparse_attention, dense_attention, fused_attention
+from datatools.kernels.attention_blocks import TILE_KEYS
 from datatools.pipeline.schema import field
-
+from datatools.train.attention import SPARSE_KEYS, blocksparse_attention, dense_attention, fused_attention
 
 ATTENTIONS = ("dense", "blocksparse", "fused", "splash", "pallas_blocksparse", "pallas_gpu", "cudnn")
 
@@ -161,16 +160,30 @@ def forward(params: dict, cfg: ModelConfig, tokens, segment_ids, positions, bloc
     return (x @ params["unembed"].astype(dt)).astype(jnp.float32)
 
 
+def token_nll(params: dict, cfg: ModelConfig, batch: dict) -> jax.Array:
+    """Next-token cross-entropy (nats, float32, (B, T)) at every position: position t predicts token t + 1 (the
+    last position predicts a 0; weigh it out with the loss mask)."""
+    blocks = {k: batch[k] for k in attention_keys(cfg.attention)} or None
+    logits = forward(params, cfg, batch["tokens"], batch["segment_ids"], batch["positions"], blocks)
+    targets = jnp.concatenate([batch["tokens"][:, 1:], jnp.zeros_like(batch["tokens"][:, :1])], axis=1)
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    return -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
+
+
 def loss_fn(params: dict, cfg: ModelConfig, batch: dict) -> tuple[jax.Array, jax.Array]:
     """(mean next-token cross-entropy over the loss mask, number of targets).
 
     Position t predicts token t + 1 where ``loss_mask[t]`` is 1, which is never at
     padding nor at a document's last token: no target crosses a document."""
-    blocks = {k: batch[k] for k in attention_keys(cfg.attention)} or None
-    logits = forward(params, cfg, batch["tokens"], batch["segment_ids"], batch["positions"], blocks)
-    targets = jnp.concatenate([batch["tokens"][:, 1:], jnp.zeros_like(batch["tokens"][:, :1])], axis=1)
     weights = batch["loss_mask"].astype(jnp.float32)
-    logp = jax.nn.log_softmax(logits, axis=-1)
-    nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
     count = weights.sum()
-    return (nll * weights).sum() / jnp.maximum(count, 1.0), count
+    return (token_nll(params, cfg, batch) * weights).sum() / jnp.maximum(count, 1.0), count
+
+
+def weighted_loss_sum(params: dict, cfg: ModelConfig, batch: dict) -> tuple[jax.Array, jax.Array]:
+    """(sum of ``loss_weights * cross-entropy``, number of targets): the numerator of the weighted objective,
+    not yet divided (the step divides by the global weight sum). Without ``loss_weights`` the loss mask weighs
+    (``token`` weighting)."""
+    mask = batch["loss_mask"].astype(jnp.float32)
+    weights = batch["loss_weights"].astype(jnp.float32) if "loss_weights" in batch else mask
+    return (token_nll(params, cfg, batch) * weights).sum(), mask.sum()

@@ -1,9 +1,21 @@
-"""The jitted, data-parallel training step.
+"""The jitted, data-parallel training step, with a loss normalized by the global weight sum.
 
 ``train_step(state, batch) -> (state, metrics)`` is compiled once per batch shape,
 donates the old state's buffers, and runs data-parallel over every local device:
 a 1-D mesh ``("data",)``, the batch sharded along its first axis, parameters and
 optimizer state replicated (XLA inserts the gradient all-reduce).
+``accumulate_step(state, batches)`` takes one optimizer step over several micro-batches.
+
+The objective (docs/loss-weighting.md) is ``sum(w * ce) / sum(w)`` over every target of
+the *global* step: all rows, devices, hosts and micro-batches, ``w`` the batch's
+``loss_weights`` (the loader's ``token`` or ``document`` weights; the loss mask without
+them). The denominator is never a per-row, per-device or per-micro-batch mean: each
+micro-batch gives the *unnormalized* gradient of ``sum(w * ce)`` and its weight sum,
+both reduced over the mesh inside the jitted program (``jnp.sum`` over a batch sharded
+on ``data`` is an all-reduce, a psum over devices and hosts, that XLA inserts); the
+gradients and weight sums are added over the micro-batches and divided once, by the
+total, before the optimizer update. So one step gives the same gradients however the
+documents were packed, sharded and split into micro-batches.
 """
 
 from __future__ import annotations
@@ -17,10 +29,12 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from datatools.kernels.batch_layouts import CANONICAL_KEYS
+from datatools.kernels.loss_weights import SUM_KEY, WEIGHTS_KEY
 from datatools.pipeline.schema import field
-from datatools.train.model import TILE_LIST_KEYS, ModelConfig, attention_keys, init_params, loss_fn
+from datatools.train.model import TILE_LIST_KEYS, ModelConfig, attention_keys, init_params, weighted_loss_sum
 
 BATCH_KEYS = CANONICAL_KEYS  # what the step reads from a canonical batch
+WEIGHT_KEYS = (WEIGHTS_KEY, SUM_KEY)  # float32: per-token weights, per-row weight sums (when the loader adds them)
 
 
 @dataclass(frozen=True)
@@ -64,15 +78,61 @@ class Trainer:
         cfg, tx = model, self.tx
         self._traces = 0
 
-        def step(state, batch):
-            self._traces += 1  # runs when jit traces: once per program it compiles (per batch shape)
-            (loss, count), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"], cfg, batch)
+        def sums(params, batch):
+            """(loss sum, weight sum, targets) and the gradient of the loss sum, each reduced over the mesh."""
+            (loss_sum, count), grads = jax.value_and_grad(weighted_loss_sum, has_aux=True)(params, cfg, batch)
+            if SUM_KEY in batch:  # the loader's per-row sums: their global sum is the denominator
+                weight_sum = jnp.sum(batch[SUM_KEY])
+            else:  # no weights from the loader: every target weighs 1
+                weight_sum = count
+            return {"loss_sum": loss_sum, "weight_sum": weight_sum, "targets": count}, grads
+
+        def normalize(totals, grads):
+            """The summed gradient divided once by the global weight sum, and the step's metrics."""
+            denominator = jnp.where(totals["weight_sum"] > 0, totals["weight_sum"], 1.0)
+            grads = jax.tree.map(lambda g: g / denominator, grads)
+            metrics = {"loss": totals["loss_sum"] / denominator, "targets": totals["targets"],
+                       "weight_sum": totals["weight_sum"], "grad_norm": optax.tree.norm(grads)}
+            return grads, metrics
+
+        def update(state, grads, metrics):
             updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
             params = optax.apply_updates(state["params"], updates)
-            metrics = {"loss": loss, "targets": count, "grad_norm": optax.tree.norm(grads)}
             return {"params": params, "opt_state": opt_state, "step": state["step"] + 1}, metrics
 
-        self.train_step = jax.jit(step, donate_argnums=(0,), out_shardings=(self.replicated, self.replicated))
+        def step(state, batch):
+            self._traces += 1  # runs when jit traces: once per program it compiles (per batch shape)
+            return update(state, *normalize(*sums(state["params"], batch)))
+
+        def micro(params, acc, batch):
+            self._traces += 1
+            totals, grads = sums(params, batch)
+            if acc is None:
+                return totals, grads
+            return jax.tree.map(jnp.add, acc, (totals, grads))
+
+        rep = self.replicated
+        self.train_step = jax.jit(step, donate_argnums=(0,), out_shardings=(rep, rep))
+        self._micro = jax.jit(micro, donate_argnums=(1,), out_shardings=rep)
+        self._normalize = jax.jit(lambda acc: normalize(*acc), donate_argnums=(0,), out_shardings=rep)
+        self._update = jax.jit(update, donate_argnums=(0, 1), out_shardings=(rep, rep))
+
+    def gradients(self, params: dict, batches: list[dict]) -> tuple[dict, dict]:
+        """(gradient of the objective, metrics) over micro-batches (each from :meth:`put_batch`; shapes may
+        differ): the gradients of each micro-batch's weighted loss *sum* added up, then divided once by the weight
+        sum of all of them (not a mean of per-micro-batch means)."""
+        if not batches:
+            raise ValueError("a step needs at least one micro-batch")
+        acc = None
+        for batch in batches:
+            acc = self._micro(params, acc, batch)
+        return self._normalize(acc)
+
+    def accumulate_step(self, state: dict, batches: list[dict]) -> tuple[dict, dict]:
+        """One optimizer step over micro-batches (see :meth:`gradients`); one batch is :meth:`train_step`."""
+        if len(batches) == 1:
+            return self.train_step(state, batches[0])
+        return self._update(state, *self.gradients(state["params"], batches))
 
     def init_state(self, seed: int = 0) -> dict:
         params = init_params(self.model, jax.random.PRNGKey(seed))
@@ -87,9 +147,13 @@ class Trainer:
         if rows % len(self.devices):
             raise ValueError(f"batch of {rows} rows does not split over {len(self.devices)} devices")
         keys = BATCH_KEYS + attention_keys(self.model.attention)
-        return {k: jax.make_array_from_process_local_data(  # the batch-wide tile list is not split by rows
-                    self.replicated if k in TILE_LIST_KEYS else self.batch_sharding, np.asarray(batch[k], np.int32))
-                for k in keys}
+        out = {k: jax.make_array_from_process_local_data(  # the batch-wide tile list is not split by rows
+                   self.replicated if k in TILE_LIST_KEYS else self.batch_sharding, np.asarray(batch[k], np.int32))
+               for k in keys}
+        for k in WEIGHT_KEYS:  # split by rows like the tokens; summed over the mesh in the step
+            if k in batch:
+                out[k] = jax.make_array_from_process_local_data(self.batch_sharding, np.asarray(batch[k], np.float32))
+        return out
 
     def compilations(self) -> int:
         """Programs compiled so far for the step (one per distinct batch shape)."""

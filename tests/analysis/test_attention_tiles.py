@@ -57,9 +57,9 @@ def test_the_expected_count_is_close_on_many_documents():
 def test_analyze_reports_the_best_tile_and_ctx():
     lengths = np.random.default_rng(1).lognormal(np.log(300), 1.0, 5000).round().clip(1, 8192).astype(np.int64)
     report = analyze(lengths, contexts=[1024, 2048, 4096, 1000])
-    view = report["attention_tiles"]
+    view = report.attention_tiles
     assert view["packing"] == "best_fit_decreasing"
-    rows = {r["ctx"]: r["rows"] for r in report["strategies"] if r["name"] == "best_fit_decreasing"}
+    rows = {r.ctx: r.rows for r in report.strategies if r.name == "best_fit_decreasing"}
     assert {(e["ctx"], e["block"]) for e in view["entries"]} == {(c, b) for c in (1024, 2048, 4096) for b in (64, 128)}
     for e in view["entries"]:
         assert e["rows"] == rows[e["ctx"]] and e["ideal_ratio"] == e["causal_tiles"] / e["non_empty_tiles"]

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from datatools.analysis.maxtext_simulation import MaxTextSettings, maxtext_report, maxtext_view, read_maxtext_config
 from datatools.analysis.padding import analyze
-from datatools.kernels.pack import pack_lengths
+from datatools.kernels.packing import pack_lengths
 
 lengths_st = st.lists(st.integers(1, 3000), min_size=1, max_size=300)
 
@@ -93,9 +93,9 @@ def test_view_first_fit_matches_the_planned_model_with_one_bin():
        cap=st.sampled_from([-1, 4, 16]), kind=st.sampled_from(["first_fit", "best_fit"]))
 def test_advice_never_pairs_best_fit_with_a_cap(lengths, attention, cap, kind):
     report = analyze(np.asarray(lengths), contexts=[1024], threads=1)
-    rec = report["recommendation"]
-    if rec["maxtext"].get("max_segments_per_seq") is not None:
-        assert rec["maxtext"]["grain_packing_type"] == "first_fit"
+    rec = report.recommendation
+    if rec.maxtext.get("max_segments_per_seq") is not None:
+        assert rec.maxtext["grain_packing_type"] == "first_fit"
     s = read_maxtext_config(None, [f"attention={attention}", f"max_segments_per_seq={cap}",
                                    f"grain_packing_type={kind}", "max_target_length=1024", "per_device_batch_size=8"])
     mt = maxtext_report(np.asarray(lengths), s, rec, config="test")
@@ -110,7 +110,7 @@ def test_advice_never_pairs_best_fit_with_a_cap(lengths, attention, cap, kind):
 
 def test_pretokenized_long_documents_are_reported():
     s = MaxTextSettings(max_target_length=128, tokenize_train_data=False, per_device_batch_size=4)
-    rec = analyze(np.array([50, 300, 90, 129]), contexts=[128], threads=1)["recommendation"]
+    rec = analyze(np.array([50, 300, 90, 129]), contexts=[128], threads=1).recommendation
     mt = maxtext_report(np.array([50, 300, 90, 129]), s, rec, config="test")
     assert mt["today"]["fails"] == 2
     assert any("2 pre-tokenized documents are longer than max_target_length=128" in n for n in mt["advice"]["notes"])

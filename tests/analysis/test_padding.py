@@ -111,30 +111,30 @@ def test_report_shape_speedup_and_recommendation():
     rng = np.random.default_rng(3)
     lengths = np.clip(rng.lognormal(5.2, 0.8, 20000), 1, 4000).astype(int)
     rep = analyze(lengths, contexts=[1024, 2048])
-    assert rep["num_sequences"] == 20000 and rep["num_tokens"] == int(lengths.sum())
-    assert rep["lengths"]["p50"] == pytest.approx(np.percentile(lengths, 50))
-    assert sum(rep["histogram"]["counts"]) == 20000
-    assert {(r["name"], r["ctx"]) for r in rep["strategies"]} == {(n, c) for n in STRATEGIES for c in (1024, 2048)}
-    for r in rep["strategies"]:
-        pad = next(p for p in rep["strategies"] if p["name"] == "pad" and p["ctx"] == r["ctx"])
-        assert r["speedup_bound"] == pytest.approx(r["efficiency"] / pad["efficiency"])
-    rec = rep["recommendation"]
-    assert rec["strategy"] == "best_fit_decreasing" and rec["ctx"] == 2048  # smallest ctx >= p99
-    assert rec["maxtext"]["packing"] is True and rec["maxtext"]["max_target_length"] == 2048
-    assert "grain_packing_type" in rec["maxtext"] and "max_segments_per_seq" in rec["maxtext"]
-    capped = simulate(lengths, 2048, "best_fit_decreasing", max_segments=rec["max_segments"])
-    assert capped["efficiency"] >= rec["efficiency"] - 0.005
+    assert rep.num_sequences == 20000 and rep.num_tokens == int(lengths.sum())
+    assert rep.lengths.p50 == pytest.approx(np.percentile(lengths, 50))
+    assert sum(rep.histogram.counts) == 20000
+    assert {(r.name, r.ctx) for r in rep.strategies} == {(n, c) for n in STRATEGIES for c in (1024, 2048)}
+    for r in rep.strategies:
+        pad = next(p for p in rep.at(r.ctx) if p.name == "pad")
+        assert r.speedup_bound == pytest.approx(r.efficiency / pad.efficiency)
+    rec = rep.recommendation
+    assert rec.strategy == "best_fit_decreasing" and rec.ctx == 2048  # smallest ctx >= p99
+    assert rec.maxtext["packing"] is True and rec.maxtext["max_target_length"] == 2048
+    assert "grain_packing_type" in rec.maxtext and "max_segments_per_seq" in rec.maxtext
+    capped = simulate(lengths, 2048, "best_fit_decreasing", max_segments=rec.max_segments)
+    assert capped["efficiency"] >= rec.efficiency - 0.005
     # the snippet is a valid pipeline config
     import yaml
 
     from datatools.pipeline import parse_config
 
-    parse_config({"source": {"path": "x"}, **yaml.safe_load(rec["datatools_config"])})
+    parse_config({"source": {"path": "x"}, **yaml.safe_load(rec.datatools_config)})
 
 
 def test_padding_is_recommended_when_it_wastes_little():
     rep = analyze(np.full(100, 1000), contexts=[1024])
-    assert rep["recommendation"]["strategy"] == "pad"
+    assert rep.recommendation.strategy == "pad"
 
 
 def test_default_contexts_are_tile_aligned():

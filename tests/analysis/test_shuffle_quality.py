@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from datatools.cli import main
 from datatools.analysis.shuffle_quality import expected_distinct_groups, order_stats, shuffle_report
+from datatools.cli import main
 
 
 @pytest.mark.parametrize("n, m, s", [(1000, 10, 20), (1030, 64, 128), (500, 7, 5)])
@@ -18,26 +18,26 @@ def test_expected_distinct_groups_matches_simulation(n, m, s):
 
 def test_order_stats_on_storage_order():
     stats = order_stats(np.arange(1024), group_size=64, batch_size=128, io_block_size=64, window_blocks=4)
-    assert stats["groups_per_batch"] == 2 and stats["runs_per_batch"] == 1
-    assert stats["block_reads_per_batch"] == 2 and stats["mean_displacement"] == 0
+    assert stats.groups_per_batch == 2 and stats.runs_per_batch == 1
+    assert stats.block_reads_per_batch == 2 and stats.mean_displacement == 0
 
 
 def test_order_stats_runs_and_reads_by_hand():
     order = np.array([0, 1, 5, 6, 2, 3, 4, 7])  # batches of 4: {0,1,5,6} -> 2 runs; {2,3,4,7} -> 2 runs
     stats = order_stats(order, group_size=2, batch_size=4, io_block_size=2, window_blocks=1)
-    assert stats["runs_per_batch"] == 2
+    assert stats.runs_per_batch == 2
     # blocks touched: 0,0,2,3 | 1,1,2,3 with a one-block cache -> reads 3 then 3
-    assert stats["block_reads_per_batch"] == 3
-    assert stats["groups_per_batch"] == 3
+    assert stats.block_reads_per_batch == 3
+    assert stats.groups_per_batch == 3
 
 
 def test_block_shuffle_mixes_like_a_full_shuffle_at_sequential_cost():
     r = shuffle_report(2**18, io_block_size=64, window_blocks=1024, group_size=64, batch_size=128, seed=3)
-    none, full, block = (r["orders"][k] for k in ("none", "full", "block"))
-    assert none["groups_per_batch"] == 2
-    assert full["groups_per_batch"] == pytest.approx(r["expected_groups_per_batch"], rel=0.02)
-    assert block["groups_per_batch"] > 0.9 * r["expected_groups_per_batch"]
-    assert block["block_reads_per_batch"] < 3 < 50 < full["block_reads_per_batch"]
+    none, full, block = (r.orders[k] for k in ("none", "full", "block"))
+    assert none.groups_per_batch == 2
+    assert full.groups_per_batch == pytest.approx(r.expected_groups_per_batch, rel=0.02)
+    assert block.groups_per_batch > 0.9 * r.expected_groups_per_batch
+    assert block.block_reads_per_batch < 3 < 50 < full.block_reads_per_batch
 
 
 def test_cli_json_to_stdout_only(capsys):

@@ -8,7 +8,7 @@ import numpy as np
 
 from datatools.cli import main
 from datatools.io.plan_file import PlanFile
-from datatools.kernels.pack import pack_lengths
+from datatools.kernels.packing import pack_lengths
 
 
 def test_pack_json_and_repack(tmp_path, capsys):

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import random_docs, write_test_store
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conftest import random_docs, write_test_store
 from datatools.cli import main
 from datatools.pipeline import load_config
 from datatools.pipeline.config import MAX_WORKERS

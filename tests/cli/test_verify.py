@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import random_docs, write_test_store
 
+from conftest import random_docs, write_test_store
 from datatools.cli import main
 
 

@@ -51,8 +51,8 @@ def make_world(tmp):
 
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from conftest import random_docs, stdlib_texts, write_test_store
 
+    from conftest import random_docs, stdlib_texts, write_test_store
     from datatools.jobs.demo_data import train_tokenizer
 
     docs = random_docs(300, seed=5, max_len=700)
@@ -112,13 +112,23 @@ def cli_cases(store: str, tmp: str) -> list[list[str]]:
 
 def function_cases():
     """(name, thunk) pairs: every public function with each bad value in each argument."""
-    from datatools import (BlockShuffle, FeistelPermutation, bucket_batch_sizes, bucket_batches, bucket_boundaries,
-                           choose_context, chunk, materialize, pack_lengths, tile_align)
-    from datatools.io import ArrayDocuments, open_documents, open_input, read_lengths
-    from datatools.pipeline import parse_config
+    from datatools import (
+        BlockShuffle,
+        FeistelPermutation,
+        bucket_batch_sizes,
+        bucket_batches,
+        bucket_boundaries,
+        choose_context,
+        chunk,
+        materialize,
+        pack_lengths,
+        tile_align,
+    )
     from datatools.analysis.maxtext_simulation import MaxTextSettings, maxtext_view, read_maxtext_config
     from datatools.integrations.maxtext import pipeline_config
+    from datatools.io import ArrayDocuments, open_documents, open_input, read_lengths
     from datatools.kernels.batch_layouts import to_format
+    from datatools.pipeline import parse_config
 
     lengths = np.array([5, 300, 17, 64, 1000])
     plan = pack_lengths(lengths, 512)

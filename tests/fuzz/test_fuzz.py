@@ -14,8 +14,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fuzz_cases import (ALLOWED, BAD_CONFIGS, BAD_TRAIN_CONFIGS, CLI_VALUES, cli_cases, function_cases,  # noqa: E402
-                        make_world, run_cli)
+from fuzz_cases import (  # noqa: E402
+    ALLOWED,
+    BAD_CONFIGS,
+    BAD_TRAIN_CONFIGS,
+    CLI_VALUES,
+    cli_cases,
+    function_cases,
+    make_world,
+    run_cli,
+)
 
 SECONDS = 30  # generous on a loaded 2-core CI machine; cases take well under a second
 

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
-import grain
 import numpy as np
 import pytest
-from conftest import random_docs, write_test_store
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import grain
+from conftest import random_docs, write_test_store
 from datatools import pack_lengths
+from datatools.grain import (
+    BatchRowsMapDataset,
+    BlockShuffleMapDataset,
+    BucketBatchIterDataset,
+    DocumentsMapDataset,
+    FeistelShuffleMapDataset,
+    FormatBatch,
+    PackedRowsMapDataset,
+    ShardMapDataset,
+    StreamingPackIterDataset,
+    chunk_documents,
+)
 from datatools.io.documents import ArrayDocuments
-from datatools.grain import (BatchRowsMapDataset, BlockShuffleMapDataset, BucketBatchIterDataset,
-                             DocumentsMapDataset, FeistelShuffleMapDataset, FormatBatch, PackedRowsMapDataset,
-                             ShardMapDataset, StreamingPackIterDataset, chunk_documents)
 from datatools.io.store import TokenStore
 
 

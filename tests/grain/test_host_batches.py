@@ -3,16 +3,25 @@ hosts that read only their own rows, and the fill-order bucketing kernel."""
 
 from __future__ import annotations
 
-import grain
 import numpy as np
 import pytest
-from conftest import random_docs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datatools.grain import (BatchRowsMapDataset, BucketBatchIterDataset, BucketSchedule, DocumentOrder,
-                             DocumentsMapDataset, FeistelShuffleMapDataset, HostBatchesMapDataset, PackedRowsMapDataset,
-                             PlannedSchedule, StreamingSchedule)
+import grain
+from conftest import random_docs
+from datatools.grain import (
+    BatchRowsMapDataset,
+    BucketBatchIterDataset,
+    BucketSchedule,
+    DocumentOrder,
+    DocumentsMapDataset,
+    FeistelShuffleMapDataset,
+    HostBatchesMapDataset,
+    PackedRowsMapDataset,
+    PlannedSchedule,
+    StreamingSchedule,
+)
 from datatools.io.documents import ArrayDocuments, PieceReadingSource
 from datatools.kernels.bucket import fill_order_batches
 

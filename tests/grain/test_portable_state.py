@@ -7,8 +7,8 @@ from __future__ import annotations
 import copy
 
 import pytest
-from conftest import random_docs, write_test_store
 
+from conftest import random_docs, write_test_store
 from datatools.pipeline import build, parse_config
 
 MODES = {

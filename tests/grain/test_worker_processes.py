@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import random_docs, write_test_store
 
+from conftest import random_docs, write_test_store
 from datatools.grain.worker_processes import _is_main_test, unguarded_main_line
 
 # 20,000 documents: the pickled pipeline is far over a pipe's 64 KiB, the case that hung for ever
@@ -130,9 +130,8 @@ def test_the_call_site_is_judged_as_spawn_would(tmp_path, monkeypatch, source, s
 
 
 def test_more_workers_than_cpus_can_feed_is_warned_about(monkeypatch):
-    import grain
-
     import datatools.grain.worker_processes as wp
+    import grain
 
     monkeypatch.setattr(wp, "_cpus", lambda: 2)
     ds = grain.MapDataset.range(10).to_iter_dataset()

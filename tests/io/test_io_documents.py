@@ -9,12 +9,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import random_docs, write_test_store
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datatools.io import ArrayDocuments, ChunkedDocuments, DocumentSource, open_documents, open_input
-from datatools.io import discover
+from conftest import random_docs, write_test_store
+from datatools.io import ArrayDocuments, ChunkedDocuments, DocumentSource, discover, open_documents, open_input
 from datatools.pipeline import build
 
 DOCS = random_docs(400, seed=21, max_len=900)

@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import write_test_store
 
+from conftest import write_test_store
 from datatools.cli import main
 from datatools.io import open_documents, open_input, read_lengths, read_lengths_by_shard
 

@@ -15,12 +15,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import random_docs, write_test_store
 
+from conftest import random_docs, write_test_store
 from datatools.cli import main
 from datatools.io import TokenStore
-from datatools.pipeline import build
 from datatools.jobs.pretokenize import pretokenize
+from datatools.pipeline import build
 
 DOCS = random_docs(120, seed=3, max_len=600)
 LENGTHS = [len(d) for d in DOCS]

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorstore as ts
-from conftest import write_test_store
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import datatools.io.store as store_mod
+from conftest import write_test_store
 from datatools.io.atomic import atomic_write_text
 from datatools.io.io_errors import as_os_error
 from datatools.io.store import TokenStore, chunk_records, read_manifest, write_store

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from conftest import stdlib_texts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import datatools.io.tokenizer as tokenizer_module
+from conftest import stdlib_texts
 from datatools.io import open_encoder
 from datatools.io.inputs import open_input, read_lengths
 from datatools.io.tokenizer import split_text

@@ -13,10 +13,10 @@ import json
 import numpy as np
 import pytest
 import tensorstore as ts
-from conftest import random_docs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import random_docs
 from datatools.cli import main
 from datatools.io.inputs import open_documents, open_input, read_lengths
 from datatools.io.levanter_cache import LevanterCache, is_levanter_cache

@@ -9,8 +9,8 @@ import pytest
 
 from datatools.io.inputs import open_documents, open_input, read_lengths
 from datatools.io.plan_file import PlanFile, is_plan, write_plan
-from datatools.kernels.pack import pack_lengths
-from datatools.kernels.plan_format import lengths_identity
+from datatools.kernels.packing import pack_lengths
+from datatools.kernels.packing.plan_format import lengths_identity
 
 
 def _lengths(n=5000, seed=3):

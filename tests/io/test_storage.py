@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from object_storage import closed_port, gcs_environment, s3_environment
 
 from datatools.cli import main
 from datatools.io import storage
+from object_storage import closed_port, gcs_environment, s3_environment
 
 FAIL_WITHIN_S = 30.0
 
@@ -78,8 +78,8 @@ def test_a_missing_object_is_bad_input(storage_root, capfd):
 def test_store_arrays_read_through_the_kvstore_drivers(storage_root, tmp_path):
     """A token store's arrays copied to storage open through ``zarr_spec`` on tensorstore's s3 / gcs driver."""
     import tensorstore as ts
-    from conftest import random_docs, write_test_store
 
+    from conftest import random_docs, write_test_store
     from datatools.io.store import zarr_spec
 
     docs = random_docs(50, seed=2)

@@ -15,12 +15,12 @@ import pyarrow as pa
 import pyarrow.feather as feather
 import pyarrow.parquet as pq
 import pytest
-from conftest import random_docs
 
+from conftest import random_docs
 from datatools.cli import main
+from datatools.io.discover import list_shards
 from datatools.io.inputs import open_documents, open_input, read_lengths
 from datatools.io.tables import shard_texts
-from datatools.io.discover import list_shards
 
 DOCS = random_docs(240, seed=11, max_len=1500)
 LENGTHS = np.array([len(d) for d in DOCS], np.int64)
@@ -138,8 +138,9 @@ def test_documents_read_the_same_everywhere(fmt, storage_root, tmp_path):
 
 
 def _pipeline_config(source: str) -> str:
-    return ("source: {path: %s}\npacking: {ctx: 512}\nshuffle: {kind: block, io_block_size: 8, window_blocks: 4}\n"
-            "batch_size: 4\nseed: 5\ndrop_remainder: false\nworkers: 0\n" % json.dumps(source))
+    return (f"source: {{path: {json.dumps(source)}}}\npacking: {{ctx: 512}}\n"
+            "shuffle: {kind: block, io_block_size: 8, window_blocks: 4}\n"
+            "batch_size: 4\nseed: 5\ndrop_remainder: false\nworkers: 0\n")
 
 
 def _batches(config: str, steps: int) -> list[dict]:

@@ -3,17 +3,14 @@ to the same store on local disk, checked on open and by ``verify`` the same way.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from conftest import random_docs, write_test_store
 from datatools.io import storage
-from object_storage import object_bytes
 from datatools.io.store import TokenStore, read_manifest
 from datatools.io.store_verify import verify_store
-
+from object_storage import object_bytes
 
 
 @pytest.mark.parametrize("bucket", ["s3_bucket", "gcs_bucket"])

@@ -56,7 +56,7 @@ class RayCluster:
             raise RuntimeError(f"ray start {name} failed: {out.stderr[-2000:]}")
         self.nodes[name] = temp
 
-    def start_head(self) -> "RayCluster":
+    def start_head(self) -> RayCluster:
         self._start("head", ["--head", "--port", str(self.port), "--include-dashboard", "false",
                              "--ray-client-server-port", str(free_port()),
                              "--node-manager-port", str(free_port()), "--object-manager-port", str(free_port())])

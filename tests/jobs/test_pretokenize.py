@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from datatools.cli import main
-from datatools.jobs.pretokenize import pretokenize
 from datatools.io.store import TokenStore
+from datatools.jobs.pretokenize import pretokenize
 
 
 def tree_digest(path: Path) -> dict[str, str]:

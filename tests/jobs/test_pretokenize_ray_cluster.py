@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
+from ray_cluster import RayCluster
 
 from datatools.io import storage
-from object_storage import object_bytes
 from datatools.jobs.pretokenize import pretokenize
-from ray_cluster import RayCluster
+from object_storage import object_bytes
 
 pytestmark = pytest.mark.cluster
 SHARDS = 12
@@ -60,12 +60,11 @@ def test_two_node_cluster_with_a_worker_killed_writes_the_local_store(cluster, s
             break
         time.sleep(0.05)
     assert done_at_kill is not None and done_at_kill < SHARDS, "the job ended before the worker could be killed"
-    _, err = job.communicate(timeout=300)
+    job.communicate(timeout=300)
     if job.returncode != 0 or not storage.exists(f"{out}/manifest.json"):  # Ray gave up: run it again
         cluster.add_node("worker2")
         rerun = subprocess.run(args, env=cluster.env, capture_output=True, text=True, timeout=300)
         assert rerun.returncode == 0, rerun.stderr[-2000:]
-        err = rerun.stderr
     assert object_bytes(out) == object_bytes(reference)
     assert not storage.list_files(f"{out}.partial")
     final = subprocess.run(args, env=cluster.env, capture_output=True, text=True, timeout=300)

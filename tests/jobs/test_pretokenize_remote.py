@@ -15,10 +15,9 @@ import pytest
 
 from datatools.cli import main
 from datatools.io import storage
-from object_storage import object_bytes
 from datatools.io.store import TokenStore
 from datatools.jobs.pretokenize import pretokenize
-
+from object_storage import object_bytes
 
 
 @pytest.fixture()

@@ -6,8 +6,15 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datatools.kernels.attention_blocks import (EMPTY, FULL, TILE_KEYS, block_pairs, block_structure, bucket_width,
-                                                tile_list)
+from datatools.kernels.attention_blocks import (
+    EMPTY,
+    FULL,
+    TILE_KEYS,
+    block_pairs,
+    block_structure,
+    bucket_width,
+    tile_list,
+)
 
 
 def segments(rows: list[list[int]], ctx: int) -> np.ndarray:

@@ -195,7 +195,7 @@ WEAK_ROUND_FUNCTIONS = {
 @pytest.mark.parametrize("weak", WEAK_ROUND_FUNCTIONS)
 def test_statistical_tests_reject_weak_round_functions(weak):
     failures = 0
-    for name, n, seeds, counter, df in STAT_TESTS:
+    for _name, n, seeds, counter, df in STAT_TESTS:
         orders = reference_orders(n, range(seeds), WEAK_ROUND_FUNCTIONS[weak])
         failures += chi2(counter(orders)) >= chi2_critical(df)
     assert failures >= 1

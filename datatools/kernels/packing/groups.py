@@ -1,6 +1,6 @@
 """Packing more documents than one plan fits in memory: independent groups, their loose rows carried forward.
 
-:func:`~datatools.kernels.pack.pack_lengths` holds about 50-80 bytes a document while it plans (the pieces,
+:func:`~datatools.kernels.packing.plan.pack_lengths` holds about 50-80 bytes a document while it plans (the pieces,
 the sort, the search trees), so 10^9 documents would need 50+ GB. :func:`pack_in_groups` plans
 ``group_docs`` documents at a time (memory: one group's working set), and takes the pieces of each group's
 under-filled rows (free space of at least ``ctx / CARRY_FREE_DIVISOR`` tokens) into the next group's plan, so the
@@ -14,11 +14,11 @@ sizes), and the max_segments bound: no plan of these pieces can use fewer rows.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
-from datatools.kernels.pack import PackPlan, pack_lengths
+from datatools.kernels.packing.plan import PackPlan, pack_lengths
 
 CARRY_FREE_DIVISOR = 64  # a row with more than ctx / 64 tokens free (3 % at ctx 2048) is carried forward
 CARRY_FRACTION = 4  # at most group_docs / 4 pieces carried into the next group (bounds its memory)

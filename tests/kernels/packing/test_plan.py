@@ -174,12 +174,16 @@ def test_integral_floats_accepted_and_types_checked():
 def test_a_binding_cap_is_dealt_and_never_worse(lengths, ctx, cap, algorithm):
     """Under a cap the decreasing packers also deal pieces over the lower-bound rows and keep the better plan:
     never more rows than the plain decreasing fit, never fewer than either bound, every piece once."""
-    from datatools.kernels import pack
+    from datatools.kernels.packing import planners
 
     arr = np.minimum(np.array(lengths), ctx)  # one piece per document
     plan = pack_lengths(arr, ctx, algorithm=algorithm, max_segments=cap)
-    sizes = np.sort(arr)[::-1].astype(np.int64)
-    plain = (pack._first_fit if algorithm == "first_fit_decreasing" else pack._best_fit)(sizes, ctx, cap)[1]
+    sizes = np.sort(arr)[::-1].astype(np.int32)
+    no = np.zeros(0, np.int32)
+    if algorithm == "first_fit_decreasing":
+        plain = planners.first_fit(sizes, planners.NO_RUNS, ctx, cap, 0, sizes.size, no)[0]
+    else:
+        plain = planners.best_fit(sizes, planners.NO_RUNS, ctx, cap, 0, sizes.size, no, no, no)[0]
     assert plan.num_rows <= plain
     assert plan.num_rows >= max(-(-plan.kept_tokens // ctx), -(-plan.num_pieces // cap))
     assert plan.pieces_per_row.max() <= cap
@@ -202,7 +206,7 @@ def test_a_binding_cap_lands_near_its_bound():
 
 @pytest.mark.parametrize("plan", [None, "plan", {"ctx": 8}, np.zeros(3)])
 def test_materialize_without_a_plan_is_a_type_error_naming_the_value(plan):
-    from datatools.kernels.pack import materialize_pieces
+    from datatools.kernels.packing import materialize_pieces
 
     tokens, offsets = np.arange(8, dtype=np.int32), np.array([0, 5, 8])
     with pytest.raises(TypeError, match="plan"):
@@ -217,7 +221,7 @@ def test_materialize_without_a_plan_is_a_type_error_naming_the_value(plan):
 def test_materialize_refuses_a_negative_token_id_in_the_rows_it_builds(lengths, data, dtype):
     """Property: a negative id anywhere in the documents the rows read is a ValueError naming the id; no batch
     ever holds a negative id."""
-    from datatools.kernels.pack import materialize_pieces
+    from datatools.kernels.packing import materialize_pieces
 
     lengths = np.array(lengths)
     offsets = np.concatenate(([0], np.cumsum(lengths)))
@@ -242,7 +246,7 @@ def test_materialize_refuses_a_negative_token_id_in_the_rows_it_builds(lengths, 
 def test_rows_written_into_out_equal_the_allocated_rows(lengths, ca, data, dtype):
     """Property: building into a preallocated batch full of garbage overwrites every slot: the result is the
     batch materialize allocates, for materialize and materialize_pieces, any dtype, alignment and row order."""
-    from datatools.kernels.pack import materialize_pieces
+    from datatools.kernels.packing import materialize_pieces
 
     ctx, align = ca
     L = np.asarray(lengths, dtype=np.int64)

@@ -1,6 +1,6 @@
 """The compact piece encoding of an index-only packed plan, and rows gathered back out of it.
 
-A plan on disk (:mod:`datatools.io.plan_file`) holds a :class:`~datatools.kernels.pack.PackPlan` as four
+A plan on disk (:mod:`datatools.io.plan_file`) holds a :class:`~datatools.kernels.packing.plan.PackPlan` as four
 1-D arrays, each in the smallest unsigned dtype its values need:
 
 * ``row_starts`` (num_rows + 1,): row ``r`` holds pieces ``[row_starts[r], row_starts[r + 1])``
@@ -20,7 +20,7 @@ import zlib
 
 import numpy as np
 
-from datatools.kernels.pack import PackPlan
+from datatools.kernels.packing.plan import PackPlan
 
 FORMAT_VERSION = 1
 CHUNK = 1 << 24  # values converted at a time by the streaming passes (128 MiB as int64)

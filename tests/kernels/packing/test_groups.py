@@ -6,9 +6,15 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datatools.kernels.pack import ALGORITHMS, pack_lengths
-from datatools.kernels.pack_groups import lower_bound_rows, pack_in_groups, size_histogram
-from datatools.kernels.plan_format import gather_rows, lengths_identity, piece_dtypes, piece_stats, smallest_uint
+from datatools.kernels.packing import ALGORITHMS, pack_lengths
+from datatools.kernels.packing.groups import lower_bound_rows, pack_in_groups, size_histogram
+from datatools.kernels.packing.plan_format import (
+    gather_rows,
+    lengths_identity,
+    piece_dtypes,
+    piece_stats,
+    smallest_uint,
+)
 
 
 def _joined(parts):

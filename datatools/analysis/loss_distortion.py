@@ -1,0 +1,153 @@
+"""How far averaging the loss per packed row or per batch moves each document's weight from the unpacked objective.
+
+Packing puts a varying number of documents in a row, and a varying number of target
+tokens in a batch. A step that *averages* the loss per row, or per (micro-)batch,
+silently reweights documents; this view measures by how much, for a dataset's lengths
+at one ctx, from lengths alone (no tokens read):
+
+``row_mean`` (per-row mean of a packed plan)
+    each row weighs 1 and its targets share it: a document piece with ``n`` of the row's
+    ``T`` targets weighs ``n / T``. Compared with the objective that unpacked rows (one
+    piece per row, padded) give under a per-row mean: every piece weighs 1 -- the
+    ``document`` loss weighting.
+``batch_mean`` (per-batch token mean)
+    the packed rows shuffled into batches of ``batch_size`` rows, each batch weighing 1
+    and its ``T_b`` targets sharing it: a piece weighs ``n / T_b``. Compared with the
+    token mean over the whole data set (every target token weighs the same) -- the
+    ``token`` loss weighting. Averaging micro-batch means under gradient accumulation is
+    this view with the micro-batch as the batch.
+
+A document's *relative weight* is its share of the averaged objective divided by its
+share of the reference objective (1: unchanged; 2: it counts twice what the unpacked
+objective gives it); split documents add up their pieces. Targets are counted as the
+pipeline's ``boundary_targets: mask`` makes them: ``length - 1`` per piece. Documents
+with no target (one token) are left out. Everything is vectorized numpy over the plan's
+pieces (the plan itself is :func:`~datatools.kernels.packing.pack_lengths`), so 10^7
+lengths take seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from datatools.base.checks import as_lengths, check_int
+from datatools.base.reports import Report
+from datatools.kernels.packing import pack_lengths
+
+QUANTILES = (0.01, 0.1, 0.5, 0.9, 0.99)
+DEFAULT_BATCH_SIZE = 32
+
+
+@dataclass(frozen=True)
+class WeightDistortion(Report):
+    """The distribution of documents' relative weight (their share of the objective / their share of the
+    reference objective) under one averaging."""
+
+    averaging: str  # row_mean or batch_mean
+    reference: str  # the loss weighting that gives the unpacked objective: document or token
+    documents: int  # documents with at least one target
+    over_2x: float  # fraction of documents weighted more than twice their unpacked weight
+    under_half: float  # fraction weighted less than half
+    quantiles: dict[str, float]  # p1, p10, p50, p90, p99 of the relative weight
+    min: float
+    max: float
+
+
+@dataclass(frozen=True)
+class LossDistortion(Report):
+    """Both views for one packed plan (``algorithm`` at ``ctx`` tokens, batches of ``batch_size`` rows)."""
+
+    ctx: int
+    algorithm: str
+    batch_size: int
+    rows: int
+    row_mean: WeightDistortion
+    batch_mean: WeightDistortion
+
+
+def _relative(weight: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """Per document: (weight / sum) / (ref / sum); NaN where ``ref`` is 0 (a document with no target)."""
+    out = np.full(weight.shape, np.nan)
+    keep = ref > 0
+    if keep.any():
+        out[keep] = (weight[keep] / weight.sum()) / (ref[keep] / ref.sum())
+    return out
+
+
+def _distribution(averaging: str, reference: str, rel: np.ndarray) -> WeightDistortion:
+    """The summary of relative weights (documents with no target left out)."""
+    rel = rel[~np.isnan(rel)]
+    qs = np.quantile(rel, QUANTILES) if rel.size else np.full(len(QUANTILES), np.nan)
+    return WeightDistortion(averaging, reference, int(rel.size),
+                            float(np.mean(rel > 2.0)) if rel.size else 0.0,
+                            float(np.mean(rel < 0.5)) if rel.size else 0.0,
+                            {f"p{round(q * 100)}": float(v) for q, v in zip(QUANTILES, qs)},
+                            float(rel.min(initial=np.inf)) if rel.size else float("nan"),
+                            float(rel.max(initial=0.0)) if rel.size else float("nan"))
+
+
+def relative_weights(lengths, ctx: int, *, batch_size: int = DEFAULT_BATCH_SIZE,
+                     algorithm: str = "best_fit_decreasing", seed: int = 0) -> tuple[np.ndarray, np.ndarray, int]:
+    """(per-row-mean relative weight, per-batch-mean relative weight, rows of the plan): float64 per document,
+    NaN for a document with no target (module docstring).
+
+    Args:
+      lengths: tokens per document.
+      ctx: row length (tokens); longer documents are split into ctx pieces.
+      batch_size: rows per batch of the per-batch view.
+      algorithm: the packing algorithm of the plan.
+      seed: of the shuffle of rows into batches.
+
+    Raises:
+      ValueError: bad lengths, ctx, batch_size or algorithm (naming the value).
+    """
+    lengths = as_lengths(lengths)
+    batch_size = check_int(batch_size, "batch_size", minimum=1)
+    plan = pack_lengths(lengths, ctx, algorithm=algorithm, overflow="split")
+    docs = lengths.shape[0]
+    targets = np.maximum(plan.length.astype(np.float64) - 1.0, 0.0)  # per piece
+    row_of = np.repeat(np.arange(plan.num_rows, dtype=np.int64), np.diff(plan.row_splits))
+    row_targets = np.bincount(row_of, weights=targets, minlength=plan.num_rows)
+
+    def per_document(values: np.ndarray) -> np.ndarray:
+        return np.bincount(plan.doc, weights=values, minlength=docs)
+
+    piece_row_targets = row_targets[row_of]
+    by_row = np.divide(targets, piece_row_targets, out=np.zeros_like(targets), where=piece_row_targets > 0)
+    row_rel = _relative(per_document(by_row), per_document(targets > 0))
+
+    batch_of_row = np.empty(plan.num_rows, np.int64)
+    batch_of_row[np.random.default_rng(seed).permutation(plan.num_rows)] = (
+        np.arange(plan.num_rows, dtype=np.int64) // batch_size)
+    batch_targets = np.bincount(batch_of_row, weights=row_targets)[batch_of_row][row_of]
+    by_batch = np.divide(targets, batch_targets, out=np.zeros_like(targets), where=batch_targets > 0)
+    return row_rel, _relative(per_document(by_batch), per_document(targets)), int(plan.num_rows)
+
+
+def loss_distortion(lengths, ctx: int, *, batch_size: int = DEFAULT_BATCH_SIZE,
+                    algorithm: str = "best_fit_decreasing", seed: int = 0) -> LossDistortion:
+    """The distribution of :func:`relative_weights` under both averagings (arguments as there)."""
+    row_rel, batch_rel, rows = relative_weights(lengths, ctx, batch_size=batch_size, algorithm=algorithm, seed=seed)
+    return LossDistortion(int(ctx), algorithm, int(batch_size), rows, _distribution("row_mean", "document", row_rel),
+                          _distribution("batch_mean", "token", batch_rel))
+
+
+def render_loss_distortion(view: LossDistortion, console) -> None:
+    """The two views as one rich table: what share of documents a naive mean over- or under-weights."""
+    from rich.table import Table
+
+    table = Table(title=f"loss weight distortion at ctx {view.ctx:,} ({view.algorithm}, batches of "
+                        f"{view.batch_size} rows): documents' weight relative to the unpacked objective",
+                  title_justify="left")
+    for col in ("averaging", "vs unpacked", "documents", "> 2x", "< 0.5x", "p1", "p10", "p50", "p90", "p99",
+                "max"):
+        table.add_column(col, justify="left" if col in ("averaging", "vs unpacked") else "right")
+    for d in (view.row_mean, view.batch_mean):
+        label = {"row_mean": "per-row mean", "batch_mean": "per-batch mean"}[d.averaging]
+        table.add_row(label, f"loss_weighting: {d.reference}", f"{d.documents:,}", f"{d.over_2x:.1%}",
+                      f"{d.under_half:.1%}", *(f"{v:.2f}" for v in d.quantiles.values()), f"{d.max:.2f}")
+    console.print(table)
+    console.print("loss_weighting: token or document (with the step dividing by the global weight sum) keeps "
+                  "every document at 1x; see docs/loss-weighting.md", markup=False, highlight=False)

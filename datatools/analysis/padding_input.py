@@ -1,0 +1,92 @@
+"""The padding analysis of an input on disk (what ``datatools analyze-padding PATH`` runs, as one function).
+
+Opens the input (:func:`~datatools.io.inputs.open_input`), reads its lengths in one streaming pass, runs
+:func:`~datatools.analysis.padding.analyze` and, given a MaxText config, adds what that pipeline wastes today
+(:mod:`~datatools.analysis.maxtext_simulation`). The :class:`~datatools.analysis.padding_result.PaddingReport`
+it returns is the one the command prints and writes with ``--json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from datatools.analysis.padding import STRATEGIES, analyze
+from datatools.analysis.padding_result import PaddingReport
+from datatools.base.checks import MAX_WINDOW
+from datatools.base.progress import count_progress
+from datatools.io.inputs import open_input
+from datatools.io.lengths_progress import read_lengths_shown
+from datatools.io.paths import display
+
+DEFAULT_WINDOW = 256  # open rows of the streaming packers without a MaxText config (Grain's num_packing_bins)
+
+
+def analyze_input(path: str | os.PathLike, *, contexts: Sequence[int] = (), tile: int = 128, buckets: int = 4,
+                  max_segments: int | None = None, window: int | None = None, maxtext_config: str | None = None,
+                  maxtext_set: Sequence[str] = (), console=None, loss_batch_size: int | None = None,
+                  **input_options) -> PaddingReport:
+    """The padding analysis of the input at ``path`` (any input :func:`~datatools.io.inputs.open_input` reads).
+
+    Args:
+      contexts: ctx values to evaluate (tokens); empty: the defaults of :func:`~datatools.analysis.padding.analyze`
+        (with a MaxText config: its ``max_target_length``, added to the given ones).
+      tile, buckets, max_segments: as :func:`~datatools.analysis.padding.analyze`.
+      window: open rows of the streaming packers; None: 256, or MaxText's per-host batch with a MaxText config.
+      maxtext_config: a MaxText YAML config, and ``maxtext_set`` its ``KEY=VALUE`` overrides: also report what
+        that pipeline wastes today and what to set.
+      console: a rich console for progress (reading, simulating); None shows nothing.
+      loss_batch_size: rows per batch of the loss-weight distortion view at the recommended ctx
+        (:mod:`~datatools.analysis.loss_distortion`); None: 32.
+      input_options: ``column``, ``tokenizer``, ``tokenizer_settings``, ``bos``, ``eos``, ``eos_id``,
+        ``bin_dtype`` (see :func:`~datatools.io.inputs.open_input`).
+
+    Raises:
+      ValueError: the input holds no document, or a bad option or MaxText key (naming it).
+    """
+    t0 = time.perf_counter()
+    settings = None
+    contexts = tuple(contexts)
+    if maxtext_config is not None or maxtext_set:
+        from datatools.analysis.maxtext_simulation import read_maxtext_config
+
+        settings = read_maxtext_config(maxtext_config, list(maxtext_set))
+        if window is None:
+            window = min(settings.per_host_batch, MAX_WINDOW)
+        contexts = tuple(sorted(set(contexts) | {settings.max_target_length}))
+    window = DEFAULT_WINDOW if window is None else window
+    inp = open_input(path, **input_options)
+    lengths = read_lengths_shown(inp, console)
+    if lengths.size == 0:
+        raise ValueError(f"{display(path)}: no documents found")
+    read_s = time.perf_counter() - t0
+    jobs = (len(contexts) if contexts else 4) * len(STRATEGIES)
+    run: dict[str, Any] = dict(contexts=list(contexts) or None, tile=tile, buckets=buckets,
+                               max_segments=max_segments, window=window)
+    if console is None:
+        report = analyze(lengths, **run)
+    else:
+        with count_progress(console, jobs, "simulating strategies") as advance:
+            report = analyze(lengths, **run, progress=advance)
+    maxtext = None
+    if settings is not None:
+        from datatools.analysis.maxtext_simulation import maxtext_report
+
+        maxtext = maxtext_report(lengths, settings, report.recommendation,
+                                 config=display(maxtext_config) if maxtext_config else "defaults")
+    from datatools.analysis.loss_distortion import DEFAULT_BATCH_SIZE, loss_distortion
+
+    distort: dict[str, Any] = dict(ctx=report.recommendation.ctx, batch_size=loss_batch_size or DEFAULT_BATCH_SIZE)
+    if console is None:
+        distortion = loss_distortion(lengths, **distort)
+    else:
+        with count_progress(console, 1, "loss weight distortion") as advance:
+            distortion = loss_distortion(lengths, **distort)
+            advance(1)
+    return dataclasses.replace(report, maxtext=maxtext, source=display(path), input=inp.describe(),
+                               loss_distortion=distortion,
+                               read_seconds=read_s, input_bytes=inp.nbytes,
+                               analyze_seconds=time.perf_counter() - t0 - read_s)

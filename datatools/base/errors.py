@@ -1,0 +1,70 @@
+"""The exception types of datatools, and the exit status of the command line for each, by type alone.
+
+Whose move it is decides the status (``datatools`` prints one line ``datatools: error: ...``, never a traceback):
+
+=====  =====================================================================================================
+exit   raised as (``isinstance``, the first row that matches)
+=====  =====================================================================================================
+2      :class:`InputError`, any ``ValueError``/``TypeError``/``OverflowError``/``UnicodeError`` (bad input:
+       the message names the value and the file), ``RecursionError`` (input nested too deeply), an ``OSError``
+       whose errno says the path is wrong (:data:`BAD_INPUT_ERRNOS`: no such file, not a directory, ...)
+1      :class:`RunFailed` (the run stopped on its own figures: a loss that became NaN),
+       :class:`UnsupportedVersion` (an installed package a shim does not know), ``MemoryError``
+       (:class:`DeviceOutOfMemory` included), any other ``OSError`` (permission denied, disk full, read-only,
+       storage unreachable: :class:`StorageError`), and anything unexpected (named by its class, to report)
+130    ``KeyboardInterrupt``
+=====  =====================================================================================================
+
+Library code raises these types and the command maps them in :func:`exit_status`; nothing matches a class
+name or a message text.
+"""
+
+from __future__ import annotations
+
+import errno
+
+EXIT_BAD_INPUT = 2
+EXIT_ENVIRONMENT = 1
+EXIT_INTERRUPTED = 130
+
+# errno values of an OSError that mean the user named a wrong path (bad input), not a broken environment
+BAD_INPUT_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.EINVAL,
+                              errno.ELOOP})
+
+
+class InputError(ValueError):
+    """Bad input (a value, a file's content, an option): the user's move, exit status 2. A ``ValueError``, so
+    code that catches ``ValueError`` keeps working."""
+
+
+class StorageError(OSError):
+    """Object storage could not be used (endpoint unreachable, bucket missing, credentials missing or refused).
+
+    ``filename`` is the URL; ``errno`` is ECONNREFUSED, ENXIO (no such bucket) or EACCES: never one of
+    :data:`BAD_INPUT_ERRNOS`, so it exits 1 (the environment) with one line.
+    """
+
+
+class RunFailed(RuntimeError):
+    """A run stopped on its own figures (not a bug, not bad input): exit status 1 with the message as it is."""
+
+
+class UnsupportedVersion(RuntimeError):
+    """An installed package is not of a version a datatools shim knows (another package's internal state or
+    function changed): exit status 1, the message naming the package, its version and the shim."""
+
+
+class DeviceOutOfMemory(MemoryError):
+    """The accelerator could not hold a program's buffers: exit status 1 with the message (which names what
+    to make smaller)."""
+
+
+def exit_status(exc: BaseException) -> int:
+    """The command line's exit status for ``exc`` (the table of the module docstring), by type alone."""
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    if isinstance(exc, OSError):
+        return EXIT_BAD_INPUT if exc.errno in BAD_INPUT_ERRNOS else EXIT_ENVIRONMENT
+    if isinstance(exc, (ValueError, TypeError, OverflowError, UnicodeError, RecursionError)):
+        return EXIT_BAD_INPUT
+    return EXIT_ENVIRONMENT

@@ -1,0 +1,52 @@
+"""Typed reports: one dataclass -> JSON conversion for every report the commands print.
+
+Each command's report (the padding analysis, a pipeline run, the shuffle report, a packed plan, a store check)
+is a dataclass built in its own layer; the Python API returns it and the command renders it (a rich table, or
+``--json``: :meth:`Report.to_json`). The JSON keys are the dataclass's field names, in order, so the JSON a
+command writes is exactly the object the API returned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import numpy as np
+
+
+def as_json_value(value: Any) -> Any:
+    """``value`` as plain JSON types: dataclasses and mappings -> dict (keys as str), tuples/lists/sets/arrays ->
+    list, numpy scalars -> int/float/bool; anything else as it is (str, int, float, bool, None).
+
+    Raises:
+      TypeError: a value JSON cannot hold (naming its type).
+    """
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: as_json_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): as_json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [as_json_value(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return [as_json_value(v) for v in sorted(value)]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    raise TypeError(f"a report field holds a {type(value).__name__}, which JSON cannot represent")
+
+
+class Report:
+    """Mixin of the report dataclasses: :meth:`as_dict` (JSON types) and :meth:`to_json` (text)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field, recursively, as JSON-ready types (see :func:`as_json_value`)."""
+        return as_json_value(self)
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """The report as JSON text (NaN written as JSON's ``NaN``, as Python's json module does)."""
+        return json.dumps(self.as_dict(), indent=indent)
+

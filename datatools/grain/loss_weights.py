@@ -1,0 +1,25 @@
+"""Each batch's per-token loss weights, computed in the loader (host CPU, Grain), next to the batch they weigh."""
+
+from __future__ import annotations
+
+import grain
+from datatools.base.checks import check_choice
+from datatools.kernels.loss_weights import LOSS_WEIGHTINGS, add_loss_weights
+
+
+class LossWeights(grain.transforms.Map):
+    """Add ``loss_weights`` (float32, (rows, ctx)) and ``loss_weight_sum`` (float32, (rows,)) to a canonical batch
+    (see :mod:`datatools.kernels.loss_weights`).
+
+    A batch's weights depend on its own rows only (a piece is normalized within its row), so each host weighs
+    its rows without seeing the others'; the step divides by the sum over all of them.
+
+    Args:
+      weighting: ``token`` or ``document`` (``none`` leaves batches unchanged).
+    """
+
+    def __init__(self, weighting: str):
+        self.weighting = check_choice(weighting, "loss_weighting", LOSS_WEIGHTINGS)
+
+    def map(self, element):
+        return add_loss_weights(element, self.weighting)

@@ -1,0 +1,160 @@
+"""The order documents are read in when a pipeline mixes several sources: an interleave by weight, per epoch.
+
+:class:`MixtureOrder` stands where a single source's
+:class:`~datatools.grain.host_batches.DocumentOrder` stands, in the streaming and bucketing
+schedules: ``order(positions, epoch)`` gives the (global) document at each position of the
+epoch, from the documents' counts alone, the same on every host, O(1) per position.
+
+* Documents are numbered source after source (source k's document i is ``offsets[k] + i``,
+  :class:`~datatools.io.mixed_documents.MixedDocuments`).
+* Each source keeps its own shuffle (a :class:`DocumentOrder` of its own, seeded by
+  ``(seed, k)``): a block shuffle keeps each source's reads local to its own blocks.
+* Which source each position draws from is the weighted interleave of
+  :mod:`datatools.kernels.mixture` (every prefix holds the weights to within about K documents).
+
+Epochs (``mode``):
+
+* ``sample``: an epoch is ``epoch_documents`` positions (documents drawn, not tokens). Positions count on
+  across epochs, and source k's ``r``-th draw is document ``r mod n_k`` of its own shuffled epoch ``r // n_k``:
+  a small source wraps into its next (reshuffled) epoch and repeats (upsampled), a large one is partly seen.
+  The weights hold in every batch.
+* ``exhaust``: an epoch is every document of every source exactly once (``sum n_k`` positions). Sources draw by
+  weight while all have documents left; when one runs out it leaves the epoch and the others go on with their
+  weights renormalized, until the largest is done -- nothing is dropped and nothing repeats, so the end of an epoch
+  holds the larger sources only (the mixing report shows how far the shares move).
+
+Weight changes (``history``): ``[(position, weights), ...]``, positions counted over all epochs (epoch ``e``'s
+position ``p`` is ``e * n + p``). The weights of an entry hold from its position on: documents already drawn
+stay as they were, and each source's draws continue from where they stood (``exhaust``: still every document
+once per epoch).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from datatools.base.checks import check_choice, check_int
+from datatools.grain.host_batches import DocumentOrder
+from datatools.kernels.mixture import Segment, draw, exhaust_segments, split_ratios
+
+MIX_MODES = ("sample", "exhaust")
+
+
+def source_seed(seed: int, k: int) -> int:
+    """The seed of source k's own shuffle: independent of every other source's (SeedSequence of (seed, k))."""
+    return int(np.random.SeedSequence([int(seed), int(k)]).generate_state(2, np.uint64)[0])
+
+
+class MixtureOrder:
+    """Documents of several sources, interleaved by weight (see the module docstring).
+
+    Args:
+      sizes: documents per source.
+      history: ``[(position, weights), ...]``, the first at position 0; weights one per source, > 0.
+      mode: ``sample`` or ``exhaust``.
+      epoch_documents: positions per epoch when sampling (default: ``sum(sizes)``); ``exhaust`` takes
+        ``sum(sizes)``.
+      shuffle, seed, io_block_size, window_blocks: each source's own order (as :class:`DocumentOrder`).
+    """
+
+    def __init__(self, sizes, history, *, mode: str = "sample", epoch_documents: int | None = None,
+                 shuffle: str = "full", seed: int = 0, io_block_size: int = 64, window_blocks: int = 1024):
+        self.sizes = np.asarray(sizes, np.int64).reshape(-1)
+        self.mode = check_choice(mode, "mixture epoch", MIX_MODES)
+        total = int(self.sizes.sum())
+        if mode == "exhaust" or epoch_documents is None:
+            self.n = check_int(total, "documents of all sources", minimum=1)
+        else:
+            self.n = check_int(epoch_documents, "mixture.epoch_documents", minimum=1)
+        self.history = [(int(p), np.asarray(w, np.float64).reshape(-1)) for p, w in history]
+        if not self.history or self.history[0][0] != 0:
+            raise ValueError("a mixture's weight history must start at position 0")
+        for p, w in self.history:
+            if w.shape != self.sizes.shape or not np.all(np.isfinite(w)) or np.any(w <= 0):
+                raise ValueError(f"mixture weights at position {p} must be {self.sizes.shape[0]} numbers > 0; got "
+                                 f"{w.tolist()}")
+        if mode == "sample" and np.any(self.sizes == 0):
+            raise ValueError(f"source {int(np.flatnonzero(self.sizes == 0)[0])} of the mixture holds no documents")
+        self.offsets = np.concatenate(([0], np.cumsum(self.sizes)))
+        self.seed = int(seed)
+        self.shuffle = {"shuffle": shuffle, "io_block_size": io_block_size, "window_blocks": window_blocks}
+        self.orders = [DocumentOrder(int(n), shuffle, seed=source_seed(seed, k), io_block_size=io_block_size,
+                                     window_blocks=window_blocks) if n else None for k, n in enumerate(self.sizes)]
+        self.same_documents_every_epoch = mode == "exhaust"
+        self._segments: dict[int, list[Segment]] = {}
+        self._lock = threading.Lock()
+        if mode == "sample":
+            self._global = self._sample_segments()
+
+    def __getstate__(self):
+        return {**{k: v for k, v in self.__dict__.items() if k != "_lock"}, "_segments": {}}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def _offset(self, start: int) -> int:
+        """The seeded shift of the interleave of a segment starting at ``start`` (< 2**16)."""
+        return int(np.random.SeedSequence([self.seed, int(start), 0x6D6978]).generate_state(1)[0] & 0xFFFF)
+
+    def _sample_segments(self) -> list[Segment]:
+        out: list[Segment] = []
+        counts = np.zeros_like(self.sizes)
+        for p, w in self.history:
+            if out:
+                counts = out[-1].counts_at(p)
+            out.append(Segment(p, counts, split_ratios(w), self._offset(p)))
+        return out
+
+    def segments(self, epoch: int) -> list[Segment]:
+        """The segments in force in ``epoch`` (``sample``: over all epochs; ``exhaust``: the epoch's, positions
+        within it)."""
+        if self.mode == "sample":
+            return self._global
+        with self._lock:
+            hit = self._segments.get(epoch)
+        if hit is None:
+            first, end = epoch * self.n, (epoch + 1) * self.n
+            in_force = [w for p, w in self.history if p <= first][-1]
+            switches = [(0, in_force)] + [(p - first, w) for p, w in self.history if first < p < end]
+            hit = exhaust_segments(self.sizes, switches, lambda s: self._offset(first + s))
+            with self._lock:
+                if len(self._segments) > 4:
+                    self._segments.clear()
+                self._segments[epoch] = hit
+        return hit
+
+    def draws(self, positions, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(source, rank)`` of positions of ``epoch``: the source each draws from and its draw number there
+        (``sample``: counted over all epochs; ``exhaust``: within the epoch)."""
+        positions = np.asarray(positions, np.int64).reshape(-1)
+        if self.mode == "sample":
+            return draw(self._global, positions + epoch * self.n)
+        return draw(self.segments(epoch), positions)
+
+    def __call__(self, positions, epoch: int) -> np.ndarray:
+        source, rank = self.draws(positions, epoch)
+        out = np.empty(source.shape[0], np.int64)
+        for k in np.unique(source).tolist():  # one vectorized lookup per source and source epoch
+            sel = np.flatnonzero(source == k)
+            n = int(self.sizes[k])
+            if self.mode == "exhaust":
+                out[sel] = self.orders[k](rank[sel], epoch) + self.offsets[k]
+                continue
+            own_epoch, local = np.divmod(rank[sel], n)
+            for e in np.unique(own_epoch).tolist():
+                at = own_epoch == e
+                out[sel[at]] = self.orders[k](local[at], e) + self.offsets[k]
+        return out
+
+    def source_of(self, docs) -> np.ndarray:
+        """int64: the source of each global document id."""
+        return np.searchsorted(self.offsets, np.asarray(docs, np.int64), side="right") - 1
+
+    def with_weights(self, position: int, weights) -> "MixtureOrder":
+        """This order with ``weights`` in force from ``position`` (over all epochs) on; draws before it unchanged."""
+        history = [(p, w) for p, w in self.history if p < position] + [(int(position), weights)]
+        return MixtureOrder(self.sizes, history, mode=self.mode, epoch_documents=self.n, seed=self.seed,
+                            **self.shuffle)

@@ -1,0 +1,98 @@
+"""Per-token loss weights of a packed batch: what each target token counts for in the training objective.
+
+Packing puts a varying number of documents in a row and a varying number of target
+tokens in a batch, so *averaging* the loss per row or per batch silently reweights
+documents. The weights here make the objective independent of how documents were
+packed, sharded and accumulated, provided the step divides the weighted loss sum by the
+*global* weight sum (over rows, devices, hosts and accumulation micro-batches):
+
+``token``
+    every target token weighs 1 (``loss_mask`` as float32): the objective is the mean
+    cross-entropy over every target token of the global batch, as if no document had
+    been packed.
+``document``
+    every document piece weighs 1: the ``n`` target tokens of a piece weigh ``1 / n``
+    each, so a 20-token document counts as much as a 2,000-token one. A document split
+    across rows (longer than ctx) gives one piece per row, each weighing 1 (the loader
+    sees rows, not documents; a piece is the unit it can normalize without reading the
+    other rows).
+
+Weights are float32 of the batch's shape, 0 wherever ``loss_mask`` is 0 (padding, a
+piece's last token under ``boundary_targets: mask``). A piece is a run of one non-zero
+segment id within a row (as :func:`datatools.kernels.batch_layouts.number_pieces` counts
+them); a one-token piece has no target and weighs nothing.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from datatools.base.checks import check_choice, short_repr
+
+LOSS_WEIGHTINGS = ("none", "token", "document")
+WEIGHTS_KEY = "loss_weights"  # float32 (rows, ctx): each target token's weight
+SUM_KEY = "loss_weight_sum"  # float32 (rows,): each row's weight sum (summed over the global batch: the denominator)
+
+
+@numba.njit(cache=True, nogil=True)
+def _document_weights(seg, mask, out, sums):
+    """Per row: each run of one non-zero segment id shares weight 1 over its masked tokens (two passes per run)."""
+    rows, n = seg.shape
+    for r in range(rows):
+        total = 0.0
+        t = 0
+        while t < n:
+            s = seg[r, t]
+            end = t + 1
+            while end < n and seg[r, end] == s:
+                end += 1
+            count = 0
+            if s != 0:
+                for u in range(t, end):
+                    if mask[r, u] != 0:
+                        count += 1
+            w = np.float32(1.0 / count) if count else np.float32(0.0)
+            for u in range(t, end):
+                out[r, u] = w if mask[r, u] != 0 else np.float32(0.0)
+            if count:
+                total += 1.0
+            t = end
+        sums[r] = total
+
+
+def loss_weights(segment_ids: np.ndarray, loss_mask: np.ndarray, weighting: str) -> tuple[np.ndarray, np.ndarray]:
+    """(float32 weights of the batch's shape, float32 weight sum per row) for ``weighting`` ``token`` or
+    ``document`` (see the module docstring); rows are the first axis (a single row of shape (ctx,) gives a scalar
+    sum).
+
+    Raises:
+      ValueError: an unknown weighting (``none`` has no weights), or arrays of different shapes.
+    """
+    check_choice(weighting, "loss_weighting", LOSS_WEIGHTINGS[1:])
+    seg, mask = np.asarray(segment_ids), np.asarray(loss_mask)
+    if seg.shape != mask.shape or seg.ndim not in (1, 2):
+        raise ValueError(f"segment_ids and loss_mask must be arrays of one shape (rows, ctx) or (ctx,); got "
+                         f"{short_repr(seg.shape)} and {short_repr(mask.shape)}")
+    shape = seg.shape
+    seg2, mask2 = np.atleast_2d(seg), np.atleast_2d(mask)
+    if weighting == "token":
+        weights = (mask2 != 0).astype(np.float32)
+        sums = weights.sum(axis=1, dtype=np.float32)
+    else:
+        weights = np.empty(seg2.shape, np.float32)
+        sums = np.empty(seg2.shape[0], np.float32)
+        _document_weights(np.ascontiguousarray(seg2), np.ascontiguousarray(mask2), weights, sums)
+    return weights.reshape(shape), (sums if len(shape) == 2 else sums[0])
+
+
+def add_loss_weights(batch: dict, weighting: str) -> dict:
+    """``batch`` (a canonical batch) with ``loss_weights`` and ``loss_weight_sum`` for ``weighting``; ``none``
+    returns it unchanged. The weights follow the batch's own ``loss_mask`` (compute them after any option that
+    changes it)."""
+    check_choice(weighting, "loss_weighting", LOSS_WEIGHTINGS)
+    if weighting == "none":
+        return batch
+    out = dict(batch)
+    out[WEIGHTS_KEY], out[SUM_KEY] = loss_weights(batch["segment_ids"], batch["loss_mask"], weighting)
+    return out

@@ -1,0 +1,257 @@
+"""Packed rows built from a plan and the documents' tokens: the canonical batch (int32 ``tokens``,
+``segment_ids``, ``positions``, ``loss_mask``), one numba pass writing each output slot once.
+
+:func:`materialize` reads from a flat token array and its offsets; :func:`materialize_pieces` reads only the
+selected rows' pieces through a reader (a token store, a document source). Every piece is checked to lie inside
+the tokens, and the ids written to fit int32 (:func:`check_token_ids` checks a whole array at once).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from datatools.base.checks import check_id, short_repr
+from datatools.kernels.packing.plan import PackPlan
+
+_CANONICAL = ("tokens", "segment_ids", "positions", "loss_mask")
+
+
+def materialize(
+    plan: PackPlan,
+    tokens: np.ndarray,
+    offsets: np.ndarray,
+    rows=None,
+    *,
+    pad_id: int = 0,
+    check_values: bool = True,
+    out: dict[str, np.ndarray] | None = None,
+) -> dict[str, np.ndarray]:
+    """Build packed rows from a flat token array, writing every output slot once.
+
+    One numba pass per row writes its pieces and its padding straight into the four
+    outputs (no prefill, no second pass), so building rows costs about a copy of their
+    bytes (16 bytes per slot). Every piece the rows read is first checked to lie inside
+    ``tokens`` (per piece, in numba), so a plan and arrays that do not match raise before
+    anything is written; the ids written are checked in the same pass (see Raises).
+
+    Args:
+      plan: the plan from :func:`pack_lengths`.
+      tokens: 1-D array of every document's tokens back to back.
+      offsets: int (num_documents + 1,): document i is ``tokens[offsets[i]:offsets[i+1]]``.
+      rows: row ids to build (int array-like); None for all rows.
+      pad_id: token written at padding slots.
+      check_values: check that ids of a dtype wider than int32 fit int32 (on the pieces read only);
+        ``False`` when the caller checked the whole array once. Negative ids are refused either way.
+      out: a canonical batch to write into instead of allocating one (four C-contiguous int32 arrays of
+        shape (len(rows), ctx) under ``tokens``, ``segment_ids``, ``positions``, ``loss_mask``); every slot
+        is overwritten. Use it where the caller owns the buffer (a batch Grain may still hold must not be
+        reused).
+
+    Returns:
+      int32 arrays of shape (len(rows), ctx), the canonical datatools batch (``out`` itself when given):
+      ``tokens``; ``segment_ids`` (1, 2, ... per piece within a row, 0 = padding);
+      ``positions`` (0-based in the document: a continuation piece counts on from
+      its offset); ``loss_mask`` (1 where the next token is in the same piece, so
+      no target crosses a document boundary).
+
+    Raises:
+      TypeError: ``plan`` is not a :class:`PackPlan`, or the tokens are not integers, or ``out`` is not a
+        canonical batch of the right shape.
+      ValueError: a token id the rows hold is outside [0, 2**31 - 1] (a negative id is refused whatever the
+        dtype and ``check_values``), or the plan and arrays do not match.
+    """
+    _check_plan(plan)
+    rows = _check_rows(plan, rows)
+    pad_id = check_id(pad_id, "pad_id")
+    tokens = np.asarray(tokens)
+    offsets = np.asarray(offsets)
+    if tokens.ndim != 1 or tokens.dtype.kind not in "iu":
+        raise TypeError(f"tokens must be a 1-D integer array, got {tokens.dtype} {tokens.shape}")
+    if offsets.ndim != 1 or offsets.shape[0] < 1 or offsets.dtype.kind not in "iu":
+        raise ValueError(f"offsets must be a 1-D integer array of num_documents + 1 values, got {offsets.dtype} "
+                         f"{offsets.shape}")
+    if plan.max_doc >= offsets.shape[0] - 1:
+        raise ValueError(f"plan refers to document {plan.max_doc} but offsets describe {offsets.shape[0] - 1} "
+                         f"documents")
+    offsets = offsets.astype(np.int64, copy=False)
+    batch = _output_batch(out, rows.shape[0], plan.ctx)
+    if rows.shape[0] == 0:
+        return batch
+    _check_piece_bounds(plan, rows, offsets, tokens.shape[0])
+    wide = bool(check_values) and tokens.dtype.itemsize >= 4 and tokens.dtype != np.int32
+    _fill_checked(rows, plan.row_splits, plan.doc, plan.start, plan.length, plan.offset, offsets, tokens, pad_id,
+                  wide, batch, rows)
+    return batch
+
+
+def _check_plan(plan) -> None:
+    if not isinstance(plan, PackPlan):
+        raise TypeError(f"plan must be a PackPlan from pack_lengths(), got {short_repr(plan)}")
+
+
+def _output_batch(out, batch: int, ctx: int) -> dict[str, np.ndarray]:
+    """``out`` checked to be a canonical batch of ``batch`` x ``ctx`` int32 C-contiguous arrays, or four new
+    uninitialized ones (the fill writes every slot)."""
+    if out is None:
+        return {k: np.empty((batch, ctx), np.int32) for k in _CANONICAL}
+    if not isinstance(out, dict) or any(k not in out for k in _CANONICAL):
+        raise TypeError(f"out must be a dict of {', '.join(_CANONICAL)} arrays, got {short_repr(out)}")
+    for k in _CANONICAL:
+        a = out[k]
+        if not isinstance(a, np.ndarray) or a.dtype != np.int32 or a.shape != (batch, ctx) \
+                or not a.flags.c_contiguous or not a.flags.writeable:
+            raise TypeError(f"out[{k!r}] must be a writeable C-contiguous int32 array of shape {(batch, ctx)}, got "
+                            f"{short_repr(a)}")
+    return out
+
+
+def _fill_checked(rows, row_splits, doc, start, length, offset, offsets, tokens, pad_id, wide, batch, row_ids) -> None:
+    """Run the fill; a row holding an id outside [0, 2**31 - 1] is a ValueError naming the id, its row and slot."""
+    err = np.zeros(3, np.int64)
+    if _fill_rows(rows, row_splits, doc, start, length, offset, offsets, tokens, pad_id, wide,
+                  batch["tokens"], batch["segment_ids"], batch["positions"], batch["loss_mask"], err):
+        b, where, value = (int(v) for v in err)
+        if wide:  # the id as the source holds it, before the cast to int32
+            value = int(tokens[where])
+            raise ValueError(f"tokens: token id {value} in row {int(row_ids[b])} is outside [0, 2**31 - 1] "
+                             f"(batches are int32)")
+        raise ValueError(f"tokens: token id {value} at row {int(row_ids[b])}, position {where} (as int32) "
+                         f"is outside [0, 2**31 - 1]; token ids must be non-negative")
+
+
+def _check_rows(plan: PackPlan, rows) -> np.ndarray:
+    """Row ids as int64 (all rows when None); IndexError for one outside the plan, ValueError for non-integers."""
+    if rows is None:
+        return np.arange(plan.num_rows)
+    try:
+        arr = np.asarray(rows).reshape(-1)
+    except (OverflowError, ValueError, TypeError):
+        raise ValueError(f"rows must be integers, got {short_repr(rows)}") from None
+    if arr.size and (arr.dtype.kind not in "iu" or (arr.dtype.kind == "u" and arr.max() > np.iinfo(np.int64).max)):
+        raise ValueError(f"rows must be integers in the int64 range, got {short_repr(rows)}")
+    arr = arr.astype(np.int64, copy=False)
+    if arr.size and (arr.min() < 0 or arr.max() >= plan.num_rows):
+        bad = arr[(arr < 0) | (arr >= plan.num_rows)][0]
+        raise IndexError(f"row {int(bad)} out of range for a plan of {plan.num_rows} rows")
+    return arr
+
+
+def _check_piece_bounds(plan: PackPlan, rows: np.ndarray, offsets: np.ndarray, num_tokens: int) -> None:
+    """Every piece of ``rows`` must lie in ``[0, num_tokens)`` of the flat array (per piece, numba)."""
+    q = _first_bad_piece(rows, plan.row_splits, plan.doc, plan.start, plan.length, offsets, num_tokens)
+    if q >= 0:
+        d = int(plan.doc[q])
+        begin = int(offsets[d] + plan.start[q])
+        end = begin + int(plan.length[q])
+        raise ValueError(f"document {d}: tokens [{begin}, {end}) of the plan are "
+                         f"outside the token array of {num_tokens} (or past the document's offsets); the plan, "
+                         f"tokens and offsets do not match")
+
+
+@numba.njit(cache=True, nogil=True)
+def _first_bad_piece(rows, row_splits, doc, start, length, offsets, num_tokens):
+    """The first piece of ``rows`` not inside both its document and ``[0, num_tokens)``; -1 when all are."""
+    for b in range(rows.shape[0]):
+        r = rows[b]
+        for q in range(row_splits[r], row_splits[r + 1]):
+            begin = offsets[doc[q]] + start[q]
+            end = begin + length[q]
+            if begin < 0 or end > num_tokens or end > offsets[doc[q] + 1]:
+                return q
+    return -1
+
+
+def check_token_ids(tokens: np.ndarray, where: str = "tokens") -> None:
+    """Token ids must be in [0, 2**31 - 1] (batches are int32); vectorized over ``tokens``."""
+    if tokens.size:
+        lo, hi = int(tokens.min()), int(tokens.max())
+        if lo < 0 or hi > np.iinfo(np.int32).max:
+            bad = lo if lo < 0 else hi
+            raise ValueError(f"{where}: token id {bad} outside [0, 2**31 - 1] (batches are int32)")
+
+
+def materialize_pieces(plan: PackPlan, read_pieces, rows=None, *, pad_id: int = 0,
+                       out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Like :func:`materialize`, reading only the pieces of the selected rows through ``read_pieces``.
+
+    Args:
+      plan: the plan from :func:`pack_lengths`.
+      read_pieces: ``read_pieces(doc, start, length) -> tokens``: the given pieces of
+        their documents back to back (one int array); for example
+        :meth:`datatools.io.documents.ArrayDocuments.read_pieces`, or a token store's
+        cached reader. Called once for all selected rows.
+      rows: row ids to build; None for all rows.
+      pad_id: token written at padding slots.
+      out: a canonical batch to write into, as for :func:`materialize`.
+    """
+    _check_plan(plan)
+    rows = _check_rows(plan, rows)
+    pad_id = check_id(pad_id, "pad_id")
+    first, counts = plan.row_splits[rows], np.diff(plan.row_splits)[rows]
+    splits = np.concatenate(([0], np.cumsum(counts)))
+    sel = np.repeat(first - splits[:-1], counts) + np.arange(splits[-1], dtype=np.int64)
+    start, length = plan.start[sel], plan.length[sel]
+    flat = np.asarray(read_pieces(plan.doc[sel], start, length))
+    if flat.ndim != 1 or flat.dtype.kind not in "iu" or flat.shape[0] != int(length.sum()):
+        raise TypeError(f"read_pieces must return the {int(length.sum())} tokens asked for as a 1-D integer array, "
+                        f"got {flat.dtype} {flat.shape}")
+    # Piece j of the selection sits at flat[piece_begin[j]:]; _fill_rows reads offsets[doc] + start.
+    piece_begin = np.concatenate(([0], np.cumsum(length, dtype=np.int64)))
+    fake_offsets = piece_begin[:-1] - start
+    batch = _output_batch(out, rows.shape[0], plan.ctx)
+    if rows.shape[0]:
+        wide = flat.dtype.itemsize >= 4 and flat.dtype != np.int32
+        _fill_checked(np.arange(rows.shape[0], dtype=np.int64), splits, np.arange(sel.shape[0], dtype=np.int64),
+                      start, length, plan.offset[sel], fake_offsets, flat, pad_id, wide, batch, rows)
+    return batch
+
+
+@numba.njit(cache=True, nogil=True)
+def _fill_rows(rows, row_splits, doc, start, length, offset, offsets, tokens, pad_id, wide,
+               out_tokens, segment_ids, positions, loss_mask, err):
+    """Write each selected row of the (batch, ctx) int32 outputs once: its pieces and the padding between and
+    after them (no prefill). Each output is filled by its own slice loop, so each vectorizes.
+
+    ``wide``: check each piece's source ids fit [0, 2**31 - 1] before the cast. Every row's int32 ids are checked
+    non-negative once it is built. On a bad id: ``err`` = (batch row, source index (wide) or slot, id as int32),
+    return True (rows after it are not built).
+    """
+    ctx = out_tokens.shape[1]
+    for b in range(rows.shape[0]):
+        r = rows[b]
+        t_row, s_row, p_row, m_row = out_tokens[b], segment_ids[b], positions[b], loss_mask[b]
+        at = 0
+        for q in range(row_splits[r], row_splits[r + 1]):
+            dst, n = offset[q], length[q]
+            if dst > at:  # alignment gap
+                t_row[at:dst] = pad_id
+                s_row[at:dst] = 0
+                p_row[at:dst] = 0
+                m_row[at:dst] = 0
+            src = offsets[doc[q]] + start[q]
+            piece = tokens[src:src + n]
+            if wide and n > 0 and (piece.min() < 0 or piece.max() > 2147483647):
+                for j in range(n):
+                    if piece[j] < 0 or piece[j] > 2147483647:
+                        err[0], err[1], err[2] = b, src + j, 0
+                        return True
+            t_row[dst:dst + n] = piece
+            s_row[dst:dst + n] = q - row_splits[r] + 1
+            p0 = start[q]
+            for j in range(n):
+                p_row[dst + j] = p0 + j
+            m_row[dst:dst + n] = 1
+            if n > 0:
+                m_row[dst + n - 1] = 0
+            at = dst + n
+        if at < ctx:
+            t_row[at:] = pad_id
+            s_row[at:] = 0
+            p_row[at:] = 0
+            m_row[at:] = 0
+        if t_row.min() < 0:
+            c = int(np.argmin(t_row))
+            err[0], err[1], err[2] = b, c, t_row[c]
+            return True
+    return False

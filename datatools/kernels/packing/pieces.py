@@ -1,0 +1,168 @@
+"""Documents cut into the pieces every packer works on, and the orders and histograms of their sizes.
+
+* :func:`cut_pieces`: an overflow policy at ``ctx`` tokens (split, truncate, drop, error) as
+  ``(doc, start, length)`` pieces; :func:`piece_sizes` / :func:`piece_histogram`: the sizes alone (int32, input
+  order) or how many pieces of each size (``split``), where only rows are counted.
+* :func:`decreasing_order` (a stable counting sort, O(n + capacity)) and :func:`decreasing_runs` (sizes
+  largest first, with how many pieces each): what the ``*_decreasing`` packers place.
+
+Sizes are in tokens here; the planners work in units of ``align`` tokens.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from datatools.base.checks import MAX_CTX, OVERFLOW_POLICIES, as_lengths, check_int
+
+OVERFLOW_CODE = {name: code for code, name in enumerate(OVERFLOW_POLICIES)}
+
+
+@numba.njit(cache=True)
+def _cut_pieces(lengths, ctx, overflow_code):
+    """Cut documents into pieces of at most ctx tokens according to the overflow policy.
+
+    overflow_code: 0 split, 1 truncate, 2 drop (3 error is checked before).
+    Returns (doc, start, length, dropped_tokens, empty_documents).
+    """
+    n = lengths.shape[0]
+    count = 0
+    for i in range(n):
+        L = lengths[i]
+        if L == 0:
+            continue
+        if L <= ctx:
+            count += 1
+        elif overflow_code == 0:
+            count += (L + ctx - 1) // ctx
+        elif overflow_code == 1:
+            count += 1
+    doc = np.empty(count, np.int64)
+    start = np.empty(count, np.int64)
+    length = np.empty(count, np.int32)
+    dropped = 0
+    empty = 0
+    k = 0
+    for i in range(n):
+        L = lengths[i]
+        if L == 0:
+            empty += 1
+            continue
+        if L <= ctx:
+            doc[k] = i
+            start[k] = 0
+            length[k] = L
+            k += 1
+        elif overflow_code == 0:
+            s = 0
+            while s < L:
+                doc[k] = i
+                start[k] = s
+                length[k] = min(ctx, L - s)
+                k += 1
+                s += ctx
+        elif overflow_code == 1:
+            doc[k] = i
+            start[k] = 0
+            length[k] = ctx
+            dropped += L - ctx
+            k += 1
+        else:
+            dropped += L
+    return doc, start, length, dropped, empty
+
+
+def cut_pieces(lengths: np.ndarray, ctx: int, overflow: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+    """Apply an overflow policy at ``ctx`` tokens: the pieces every packer or bucketer works on.
+
+    Args:
+      lengths: int64 tokens per document (validated, e.g. by ``as_lengths``).
+      ctx: the longest piece (tokens).
+      overflow: ``split`` (ctx-sized pieces), ``truncate``, ``drop`` or ``error``.
+
+    Returns:
+      (doc int64, start int64, length int32, dropped_tokens, empty_documents); zero-length
+      documents give no piece.
+    """
+    if overflow == "error" and lengths.size:
+        too_long = np.flatnonzero(lengths > ctx)
+        if too_long.size:
+            i = int(too_long[0])
+            raise ValueError(f"document {i} has length {int(lengths[i])} > {ctx} (overflow='error')")
+    doc, start, length, dropped, empty = _cut_pieces(lengths, ctx, OVERFLOW_CODE.get(overflow, 0))
+    return doc, start, length, int(dropped), int(empty)
+
+
+def piece_sizes(lengths, ctx: int) -> np.ndarray:
+    """int32 sizes (tokens) of the pieces that splitting every document at ``ctx`` gives, in input order."""
+    return _split_sizes(as_lengths(lengths), check_int(ctx, "ctx", minimum=1, maximum=MAX_CTX))
+
+
+def piece_histogram(lengths, ctx: int) -> np.ndarray:
+    """int64 (ctx + 1,): ``counts[c]`` pieces of c tokens that splitting every document at ``ctx`` gives (index 0:
+    none); what :func:`~datatools.kernels.packing.counting.count_rows` takes as ``histogram``."""
+    return _split_histogram(as_lengths(lengths), check_int(ctx, "ctx", minimum=1, maximum=MAX_CTX))
+
+
+@numba.njit(cache=True, nogil=True)
+def _split_sizes(lengths, ctx):
+    count = 0
+    for i in range(lengths.shape[0]):
+        count += (lengths[i] + ctx - 1) // ctx
+    out = np.empty(count, np.int32)
+    k = 0
+    for i in range(lengths.shape[0]):
+        rest = lengths[i]
+        while rest > 0:
+            take = min(rest, ctx)
+            out[k] = take
+            k += 1
+            rest -= take
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _split_histogram(lengths, ctx):
+    counts = np.zeros(ctx + 1, np.int64)
+    for i in range(lengths.shape[0]):
+        n = lengths[i]
+        counts[ctx] += n // ctx
+        counts[n % ctx] += 1
+    counts[0] = 0
+    return counts
+
+
+@numba.njit(cache=True)
+def decreasing_order(units, capacity):
+    """Stable counting sort of piece indices by size, largest first. O(n + capacity)."""
+    counts = np.zeros(capacity + 2, np.int64)
+    for i in range(units.shape[0]):
+        counts[capacity - units[i] + 1] += 1
+    for c in range(1, capacity + 2):
+        counts[c] += counts[c - 1]
+    order = np.empty(units.shape[0], np.int32)
+    for i in range(units.shape[0]):
+        key = capacity - units[i]
+        order[counts[key]] = i
+        counts[key] += 1
+    return order
+
+
+@numba.njit(cache=True, nogil=True)
+def decreasing_runs(counts):
+    """(sizes int32, runs int64): the sizes present in a size histogram (size 0 left out), largest first, and
+    how many pieces each."""
+    k = 0
+    for c in range(1, counts.shape[0]):
+        if counts[c] > 0:
+            k += 1
+    sizes = np.empty(k, np.int32)
+    runs = np.empty(k, np.int64)
+    j = 0
+    for c in range(counts.shape[0] - 1, 0, -1):
+        if counts[c] > 0:
+            sizes[j] = c
+            runs[j] = counts[c]
+            j += 1
+    return sizes, runs

@@ -1,0 +1,290 @@
+"""Sequence packing: the plan of which document pieces share a row (:class:`PackPlan`), made by :func:`pack_lengths`.
+
+Packing puts several documents into one fixed-length row of ``ctx`` tokens so that the accelerator computes on
+tokens rather than padding. :func:`pack_lengths` sees only document lengths (tokens) and returns, for every row,
+the pieces ``(doc, start, length)`` it holds; :func:`~datatools.kernels.packing.materialize.materialize` builds
+the rows' tokens from it. Algorithms (the kernels are in :mod:`~datatools.kernels.packing.planners`):
+
+* ``next_fit``: input order, one open row; O(n).
+* ``first_fit`` / ``first_fit_decreasing``: the lowest-numbered row with room (a max segment tree over the
+  rows' free capacity), O(log n).
+* ``best_fit`` / ``best_fit_decreasing``: the row with the least free capacity that still fits (rows on one
+  stack per free capacity, a presence tree over capacities), O(log ctx).
+* ``concat_split``: concatenate the documents in order and cut every ``ctx`` tokens (no padding, documents cut).
+
+The ``*_decreasing`` variants order pieces by a stable counting sort on size, O(n + ctx), so equal sizes keep
+input order and plans are identical on every machine. ``first_fit`` / ``best_fit`` take a ``window`` of open
+rows (Grain's streaming packers; none: unbounded).
+
+Alignment: with ``align > 1`` every piece starts at a multiple of ``align`` inside its row, so a piece occupies
+``ceil(length / align) * align`` slots. The kernels work in units of ``align`` tokens (row capacity
+``ctx // align``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numba
+import numpy as np
+
+from datatools.base.checks import MAX_CTX, MAX_WINDOW, OVERFLOW_POLICIES, as_lengths, check_choice, check_int
+from datatools.kernels.packing.pieces import cut_pieces, decreasing_order, decreasing_runs
+from datatools.kernels.packing.planners import (
+    NO_ROWS,
+    NO_RUNS,
+    best_fit,
+    capped_decreasing,
+    concat_split,
+    first_fit,
+    next_fit,
+    worth_dealing,
+)
+
+ALGORITHMS = (
+    "next_fit",
+    "first_fit",
+    "best_fit",
+    "first_fit_decreasing",
+    "best_fit_decreasing",
+    "concat_split",
+)
+
+
+
+@dataclass(frozen=True)
+class PackPlan:
+    """Which pieces of which documents go into which row.
+
+    Pieces are stored flat; the pieces of row ``r`` are
+    ``doc[row_splits[r]:row_splits[r + 1]]`` (and likewise ``start``, ``length``),
+    in the order they sit in the row.
+
+    Attributes:
+      ctx: row length (tokens).
+      align: every piece starts at a multiple of this many tokens inside its row.
+      num_rows: number of rows.
+      row_splits: int64 (num_rows + 1,), offsets of each row's pieces.
+      doc: int64 (num_pieces,), index of the piece's document in the input lengths.
+      start: int64 (num_pieces,), offset of the piece inside its document (tokens).
+      length: int32 (num_pieces,), tokens in the piece.
+      dropped_tokens: tokens of the input present in no row (truncate / drop).
+      empty_documents: zero-length documents, skipped.
+      algorithm: the algorithm that made the plan.
+    """
+
+    ctx: int
+    align: int
+    num_rows: int
+    row_splits: np.ndarray
+    doc: np.ndarray
+    start: np.ndarray
+    length: np.ndarray
+    dropped_tokens: int
+    empty_documents: int
+    algorithm: str
+    _offset: np.ndarray | None = field(default=None, repr=False, compare=False)
+    _max_doc: int | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def num_pieces(self) -> int:
+        return int(self.doc.shape[0])
+
+    @property
+    def kept_tokens(self) -> int:
+        """Tokens present in some row."""
+        return int(self.length.sum(dtype=np.int64))
+
+    @property
+    def efficiency(self) -> float:
+        """Kept tokens / (num_rows * ctx); 0.0 for an empty plan."""
+        if self.num_rows == 0:
+            return 0.0
+        return self.kept_tokens / (self.num_rows * self.ctx)
+
+    @property
+    def lower_bound_rows(self) -> int:
+        """ceil(kept tokens / ctx): no packing of these tokens can use fewer rows."""
+        return -(-self.kept_tokens // self.ctx)
+
+    @property
+    def pieces_per_row(self) -> np.ndarray:
+        """int64 (num_rows,): number of pieces (segments) in each row."""
+        return np.diff(self.row_splits)
+
+    @property
+    def max_doc(self) -> int:
+        """The largest document index in the plan (-1 when empty)."""
+        if self._max_doc is None:
+            object.__setattr__(self, "_max_doc", int(self.doc.max()) if self.num_pieces else -1)
+        return self._max_doc
+
+    @property
+    def offset(self) -> np.ndarray:
+        """int64 (num_pieces,): where each piece starts inside its row (tokens)."""
+        if self._offset is None:
+            object.__setattr__(self, "_offset", _piece_offsets(self.length, self.row_splits, self.align))
+        return self._offset
+
+    def row(self, r: int) -> list[tuple[int, int, int]]:
+        """The pieces of row ``r`` as ``(doc, start, length)`` tuples."""
+        if not 0 <= r < self.num_rows:
+            raise IndexError(f"row {r} out of range for a plan of {self.num_rows} rows")
+        a, b = self.row_splits[r], self.row_splits[r + 1]
+        return list(zip(self.doc[a:b].tolist(), self.start[a:b].tolist(), self.length[a:b].tolist()))
+
+    def summary(self) -> dict:
+        """Plain-python figures for reports and JSON."""
+        return {
+            "algorithm": self.algorithm,
+            "ctx": self.ctx,
+            "rows": self.num_rows,
+            "pieces": self.num_pieces,
+            "kept_tokens": self.kept_tokens,
+            "dropped_tokens": self.dropped_tokens,
+            "efficiency": self.efficiency,
+            "lower_bound_rows": self.lower_bound_rows,
+        }
+
+
+def _piece_offsets(length: np.ndarray, row_splits: np.ndarray, align: int) -> np.ndarray:
+    slots = -(-length.astype(np.int64) // align) * align
+    ends = np.cumsum(slots)
+    begins = ends - slots
+    row_begin = np.concatenate(([0], ends))[row_splits[:-1]]
+    return begins - np.repeat(row_begin, np.diff(row_splits))
+
+
+def pack_lengths(
+    lengths,
+    ctx: int,
+    *,
+    algorithm: str = "best_fit_decreasing",
+    max_segments: int | None = None,
+    window: int | None = None,
+    align: int = 1,
+    overflow: str = "split",
+) -> PackPlan:
+    """Plan how to pack documents of the given lengths into rows of ``ctx`` tokens.
+
+    Args:
+      lengths: 1-D integers, tokens per document. Zero-length documents are skipped
+        and counted in ``PackPlan.empty_documents``.
+      ctx: row length (tokens), >= 1.
+      algorithm: one of ``next_fit``, ``first_fit``, ``best_fit`` (input order,
+        unbounded open rows), ``first_fit_decreasing``, ``best_fit_decreasing``
+        (largest pieces first) or ``concat_split`` (concatenate, cut every ctx).
+      max_segments: at most this many pieces in one row (packed attention kernels
+        such as cuDNN / TransformerEngine THD need a fixed cap); None for no cap.
+      align: every piece starts at a multiple of ``align`` tokens in its row; must
+        divide ``ctx``. The gap counts as padding.
+      overflow: what to do with documents longer than ``ctx``: ``split`` into
+        ctx-sized pieces (nothing lost), ``truncate`` to the first ctx tokens,
+        ``drop`` the document, or ``error``. For ``concat_split`` long documents
+        are cut across rows under ``split``.
+      window: ``first_fit`` / ``best_fit`` only: at most this many open rows, all closed when a piece fits none
+        (Grain's ``FirstFitPackIterDataset`` / ``BestFitPackIterDataset`` with ``num_packing_bins=window``);
+        None: every row stays open.
+
+    Returns:
+      A :class:`PackPlan`; the same input gives the identical plan on any machine.
+
+    Raises:
+      ValueError: ctx < 1, negative or non-integer lengths, max_segments < 1,
+        align < 1 or not dividing ctx, an unknown algorithm or overflow policy, or
+        with ``overflow="error"`` a document longer than ctx.
+    """
+    ctx = check_int(ctx, "ctx", minimum=1, maximum=MAX_CTX)
+    align = check_int(align, "align", minimum=1, maximum=MAX_CTX)
+    if ctx % align:
+        raise ValueError(f"align must divide ctx; got align={align}, ctx={ctx}")
+    if max_segments is not None:
+        max_segments = check_int(max_segments, "max_segments", minimum=1, maximum=MAX_CTX)
+    check_choice(algorithm, "algorithm", ALGORITHMS)
+    check_choice(overflow, "overflow", OVERFLOW_POLICIES)
+    lengths = as_lengths(lengths)
+    if overflow == "error":
+        cut_pieces(lengths, ctx, "error")  # raises naming the first document longer than ctx
+    seg_cap = 0 if max_segments is None else max_segments
+
+    if algorithm == "concat_split":
+        return _plan_concat_split(lengths, ctx, align, seg_cap, overflow)
+
+    if window is not None:
+        window = check_int(window, "window", minimum=1, maximum=MAX_WINDOW)
+        if algorithm not in ("first_fit", "best_fit"):
+            raise ValueError(f"window applies to first_fit and best_fit only; got algorithm={algorithm!r}")
+    doc, start, length, dropped, empty = cut_pieces(lengths, ctx, overflow)
+    capacity = ctx // align
+    if length.shape[0] >= 2**31 - 1:
+        raise ValueError(f"{length.shape[0]} pieces exceed the 2**31 - 1 that one plan holds; pack in shards")
+    units = (length + align - 1) // align if align > 1 else length
+    n = units.shape[0]
+    row_of = np.empty(n, np.int32)
+    decreasing = algorithm.endswith("_decreasing")
+    order = decreasing_order(units, capacity) if decreasing else np.zeros(0, np.int32)
+    if decreasing:  # equal sizes in runs, largest first: placed in bulk, the same rows as one at a time
+        sizes, runs = decreasing_runs(np.bincount(units, minlength=capacity + 1))
+    else:
+        sizes, runs = units, NO_RUNS
+    if algorithm == "next_fit":
+        num_rows, _ = next_fit(sizes, capacity, seg_cap, row_of)
+    elif algorithm.startswith("first_fit"):
+        num_rows, _ = first_fit(sizes, runs, capacity, seg_cap, window or 0, n, row_of)
+    else:
+        num_rows, _ = best_fit(sizes, runs, capacity, seg_cap, window or 0, n, NO_ROWS, NO_ROWS, row_of)
+    if decreasing and seg_cap and worth_dealing(num_rows, int(units.sum(dtype=np.int64)), n, capacity, seg_cap):
+        dealt = np.empty(n, np.int32)  # a binding cap: dealing may need fewer rows
+        dealt_rows, _ = capped_decreasing(sizes, runs, capacity, seg_cap, dealt)
+        if dealt_rows < num_rows:
+            row_of, num_rows = dealt, dealt_rows
+    splits, doc, start, length = _assemble(row_of, order, decreasing, num_rows, doc, start, length)
+    return PackPlan(ctx, align, int(num_rows), splits, doc, start, length, dropped, empty, algorithm)
+
+
+@numba.njit(cache=True)
+def _assemble(row_of, order, use_order, num_rows, doc, start, length):
+    """Group pieces by row (stable: placement order inside a row).
+
+    ``row_of[k]`` is the row of the k-th placed piece, ``order[k]`` its index in
+    (doc, start, length). Returns (row_splits, doc, start, length) in row order.
+    """
+    n = row_of.shape[0]
+    splits = np.zeros(num_rows + 1, np.int64)
+    for k in range(n):
+        splits[row_of[k] + 1] += 1
+    for r in range(num_rows):
+        splits[r + 1] += splits[r]
+    cursor = splits[:-1].astype(np.int32)
+    out_doc = np.empty(n, np.int64)
+    out_start = np.empty(n, np.int64)
+    out_length = np.empty(n, np.int32)
+    for k in range(n):
+        p = order[k] if use_order else k
+        r = row_of[k]
+        d = cursor[r]
+        cursor[r] = d + 1
+        out_doc[d] = doc[p]
+        out_start[d] = start[p]
+        out_length[d] = length[p]
+    return splits, out_doc, out_start, out_length
+
+
+def _plan_concat_split(lengths, ctx, align, seg_cap, overflow) -> PackPlan:
+    empty = int(np.count_nonzero(lengths == 0))
+    dropped = 0
+    if overflow in ("truncate", "drop"):
+        excess = np.maximum(lengths - ctx, 0)
+        if overflow == "truncate":
+            dropped = int(excess.sum())
+            lengths = np.minimum(lengths, ctx)
+        else:
+            long = lengths > ctx
+            dropped = int(lengths[long].sum())
+            lengths = np.where(long, 0, lengths)
+    none = np.zeros(0, np.int64)
+    num_pieces, num_rows, _, _ = concat_split(lengths, ctx, align, seg_cap, none, none, NO_ROWS, none, False)
+    doc, start = np.empty(num_pieces, np.int64), np.empty(num_pieces, np.int64)
+    splits, length = np.empty(num_rows + 1, np.int64), np.empty(num_pieces, np.int32)
+    concat_split(lengths, ctx, align, seg_cap, doc, start, length, splits, True)
+    return PackPlan(ctx, align, int(num_rows), splits, doc, start, length, dropped, empty, "concat_split")

@@ -1,0 +1,319 @@
+"""The packers: which row each piece goes to, or only how many rows (one kernel per algorithm, numba).
+
+Every kernel takes piece sizes in units (``align`` tokens; ``capacity`` units a row) and returns
+``(rows, most pieces in one row)``. Given a ``row_of`` array of one int32 per piece it also writes each piece's
+row there (what :func:`~datatools.kernels.packing.plan.pack_lengths` assembles into a plan; with no cap it then
+skips the pieces-per-row bookkeeping and ``most`` is 0); given an empty one it only counts (what
+:mod:`~datatools.kernels.packing.counting` reports, with no per-piece memory). So a plan and a count run the
+same loop.
+
+``sizes`` with ``runs``: ``runs[j]`` pieces of ``sizes[j]`` units in a row of the input (the ``*_decreasing``
+packers get sizes largest first, from a histogram). Equal pieces are placed in bulk: the row first/best fit
+picks for one of them stays the one it picks for the next while it has room (rows to its left never gain room;
+the tightest row stays the tightest), so a run costs one search per row it fills, and the rows are exactly
+those of placing the pieces one at a time. ``runs`` None (:data:`NO_RUNS`): one piece per size, in input
+order.
+
+``window`` (first/best fit): at most this many open rows; when a piece fits none and all are open, every open
+row is closed and a new set starts (Grain's streaming ``FirstFitPackIterDataset`` / ``BestFitPackIterDataset``).
+0: unbounded, every row stays open (``max_rows`` rows are provisioned: the caller's bound on the rows).
+
+``max_segments`` > 0 caps the pieces of a row (0: no cap); a row at the cap is closed.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from datatools.kernels.packing.pieces import decreasing_runs
+from datatools.kernels.packing.trees import (
+    max_tree_first,
+    max_tree_open,
+    max_tree_set,
+    presence_clear,
+    presence_next,
+    presence_set,
+    serpentine_next,
+    stack_push,
+)
+
+NO_RUNS = None  # one piece per size: numba compiles this case on its own, without the run bookkeeping
+NO_ROWS = np.zeros(0, np.int32)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def run_length(runs, j):
+    """Pieces of the ``j``-th size: ``runs[j]``, or 1 without runs (compiled apart: no run bookkeeping there)."""
+    if runs is None:
+        return 1
+    return runs[j]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def take_run(m, room, s, max_segments, segs, r, track, most):
+    """How many of ``m`` equal pieces of ``s`` units row ``r`` takes (``room`` units free; the cap), and the most
+    pieces in one row so far; counted into ``segs[r]`` when ``track``."""
+    k = 1  # an open row has room for one more piece under the cap
+    if m > 1:
+        k = min(m, room // s)
+        if max_segments > 0:
+            k = min(k, max_segments - segs[r])
+    if track:
+        segs[r] += k
+        most = max(most, segs[r])
+    return k, most
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def write_rows(row_of, at, k, row):
+    """Pieces ``at .. at + k - 1`` go to ``row``."""
+    for q in range(at, at + k):
+        row_of[q] = row
+
+
+@numba.njit(cache=True, nogil=True)
+def next_fit(sizes, capacity, max_segments, row_of):
+    """Next fit: one open row, a new one when the piece does not fit it (or the cap is reached). O(n)."""
+    record = row_of.shape[0] > 0
+    rows = 0
+    free = -1
+    segs = 0
+    most = 0
+    for k in range(sizes.shape[0]):
+        s = sizes[k]
+        if free < s or (max_segments > 0 and segs >= max_segments):
+            rows += 1
+            free = capacity
+            segs = 0
+        if record:
+            row_of[k] = rows - 1
+        free -= s
+        segs += 1
+        most = max(most, segs)
+    return rows, most
+
+
+@numba.njit(cache=True, nogil=True)
+def first_fit(sizes, runs, capacity, max_segments, window, max_rows, row_of):
+    """First fit: the lowest-numbered open row with room, found by descending a max segment tree over the rows'
+    free capacity (a closed row holds -1), O(log rows) a placement."""
+    slots = window if window > 0 else max(max_rows, 1)
+    size = 1
+    while size < slots:
+        size *= 2
+    tree = np.empty(2 * size, np.int32)
+    segs = np.empty(size, np.int32)
+    max_tree_open(tree, segs, size, slots, capacity)
+    record = row_of.shape[0] > 0
+    track = max_segments > 0 or not record  # pieces per row: for the cap, or for a count's fullest row
+    base = 0  # rows closed by earlier windows
+    opened = 0
+    most = 0
+    at = 0
+    for j in range(sizes.shape[0]):
+        s = sizes[j]
+        m = run_length(runs, j)
+        while m > 0:
+            if window > 0 and tree[1] < s:  # every open row lacks room: close them all
+                base += opened
+                opened = 0
+                max_tree_open(tree, segs, size, slots, capacity)
+            node = max_tree_first(tree, size, s)
+            b = node - size
+            if b >= opened:
+                opened = b + 1
+            k, most = take_run(m, tree[node], s, max_segments, segs, b, track, most)
+            v = tree[node] - k * s
+            if max_segments > 0 and segs[b] >= max_segments:
+                v = -1
+            max_tree_set(tree, node, v)
+            if record:
+                write_rows(row_of, at, k, base + b)
+            at += k
+            m -= k
+    return base + opened, most
+
+
+@numba.njit(cache=True, nogil=True)
+def best_fit(sizes, runs, capacity, max_segments, window, max_rows, free0, segs0, row_of):
+    """Best fit: the open row with the least free capacity that still fits. Rows sit on one LIFO stack per free
+    capacity; a presence tree over capacities finds the smallest capacity >= the piece in O(log capacity). A
+    row's free capacity is the stack it sits on, so none is stored (but with a window, to close the rows).
+
+    Rows ``0 .. len(free0) - 1`` exist already with ``free0`` free units and ``segs0`` pieces (pushed onto their
+    stacks in row order; unbounded only); new rows are numbered after them.
+    """
+    first = free0.shape[0]
+    slots = window if window > 0 else first + max_rows
+    size = 1
+    while size < capacity + 1:
+        size *= 2
+    tree = np.zeros(2 * size, np.uint8)
+    head = np.full(capacity + 1, -1, np.int32)
+    below = np.empty(max(slots, 1), np.int32)
+    segs = np.zeros(max(slots, 1), np.int32)
+    free = np.zeros(window if window > 0 else 1, np.int32)
+    most = 0
+    for r in range(first):
+        segs[r] = segs0[r]
+        most = max(most, segs[r])
+        f = free0[r]
+        if max_segments > 0 and segs[r] >= max_segments:
+            f = 0
+        if f > 0:
+            stack_push(tree, size, head, below, r, f)
+    record = row_of.shape[0] > 0
+    track = max_segments > 0 or not record  # pieces per row: for the cap, or for a count's fullest row
+    base = 0  # rows closed by earlier windows
+    opened = first
+    at = 0
+    for j in range(sizes.shape[0]):
+        s = sizes[j]
+        m = run_length(runs, j)
+        while m > 0:
+            c = presence_next(tree, size, s)
+            if c < 0:
+                if window > 0 and opened == window:  # every open row lacks room: close them all
+                    base += opened
+                    for b in range(opened):
+                        f = free[b]
+                        if f > 0 and head[f] >= 0:
+                            head[f] = -1
+                            presence_clear(tree, size, f)
+                    opened = 0
+                r = opened
+                opened += 1
+                segs[r] = 0
+                c = capacity
+            else:  # take row r off stack c
+                r = head[c]
+                head[c] = below[r]
+                if head[c] < 0:
+                    presence_clear(tree, size, c)
+            k, most = take_run(m, c, s, max_segments, segs, r, track, most)
+            f = c - k * s
+            if max_segments > 0 and segs[r] >= max_segments:
+                f = 0
+            if window > 0:
+                free[r] = f
+            if f > 0:
+                below[r] = head[f]
+                if head[f] < 0:
+                    presence_set(tree, size, f)
+                head[f] = r
+            if record:
+                write_rows(row_of, at, k, base + r)
+            at += k
+            m -= k
+    return base + opened, most
+
+
+@numba.njit(cache=True, nogil=True)
+def deal_capped(sizes, runs, capacity, max_segments, rows, row_of):
+    """Deal pieces (``sizes`` in decreasing order) to ``rows`` rows in serpentine order (row 0, 1, ..., R-1, then
+    R-1, ..., 0, ...), so every row gets a mix of large and small pieces; a piece that does not fit its row (room
+    or the cap) is missed (row -1 in ``row_of``). Returns (free units per row, pieces per row, histogram of the
+    missed pieces' sizes)."""
+    free = np.full(rows, capacity, np.int32)
+    segs = np.zeros(rows, np.int32)
+    missed = np.zeros(capacity + 1, np.int64)
+    record = row_of.shape[0] > 0
+    r = 0
+    step = 1
+    at = 0
+    for j in range(sizes.shape[0]):
+        s = sizes[j]
+        m = run_length(runs, j)
+        for _ in range(m):
+            if s <= free[r] and segs[r] < max_segments:
+                free[r] -= s
+                segs[r] += 1
+                if record:
+                    row_of[at] = r
+            else:
+                missed[s] += 1
+                if record:
+                    row_of[at] = -1
+            at += 1
+            r, step = serpentine_next(r, step, rows)
+    return free, segs, missed
+
+
+def worth_dealing(rows: int, units: int, pieces: int, capacity: int, max_segments: int) -> bool:
+    """Whether a plain decreasing fit of ``rows`` rows is far enough (over 1%) above the lower bound
+    max(units / capacity, pieces / cap) for dealing (:func:`capped_decreasing`) to be worth its time."""
+    if pieces <= max_segments:
+        return False
+    bound = max(-(-units // capacity), -(-pieces // max_segments))
+    return rows * 100 > bound * 101
+
+
+def capped_decreasing(sizes: np.ndarray, runs: np.ndarray, capacity: int, max_segments: int,
+                      row_of: np.ndarray = NO_ROWS) -> tuple[int, int]:
+    """Placement of pieces (``sizes`` in decreasing order, ``runs`` as the kernels) under a binding cap on pieces
+    per row: (rows, most pieces in one row), and each piece's row in ``row_of`` when it is not empty.
+
+    Decreasing first/best fit fill rows with the largest pieces up to the cap and leave the small ones, a few to
+    a nearly empty row: with a cap of 4 and documents of mean 230 tokens at ctx 1024 that is 25% padding where
+    the bound is 12%. Here the pieces are dealt to R = max(units / capacity, pieces / cap) rows (the lower
+    bound) in serpentine order, and the pieces that did not fit their row are best-fit (largest first) into
+    the dealt rows or new ones. The packers keep whichever of this and plain decreasing fit needs fewer rows.
+    """
+    if runs is not None:
+        pieces, units = int(runs.sum()), int((sizes.astype(np.int64) * runs).sum())
+    else:
+        pieces, units = int(sizes.shape[0]), int(sizes.sum(dtype=np.int64))
+    rows = max(-(-units // capacity), -(-pieces // max_segments), 1)
+    free, segs, missed = deal_capped(sizes, runs, capacity, max_segments, rows, row_of)
+    msizes, mruns = decreasing_runs(missed)
+    nmissed = int(missed.sum())
+    placed = np.empty(nmissed, np.int32) if row_of.shape[0] else NO_ROWS
+    rows, most = best_fit(msizes, mruns, capacity, max_segments, 0, nmissed, free, segs, placed)
+    if row_of.shape[0] and nmissed:
+        row_of[row_of < 0] = placed
+    return int(rows), int(most)
+
+
+@numba.njit(cache=True, nogil=True)
+def concat_split(lengths, ctx, align, max_segments, doc, start, length, splits, fill):
+    """Concatenate documents (tokens) in order and cut every ctx tokens.
+
+    Pieces start at multiples of ``align``; a new row starts when the current one is full or holds
+    ``max_segments`` pieces. Run with fill=False to count, then with fill=True and arrays of the sizes counted
+    to write the plan. Returns (pieces, rows, most pieces in one row, documents cut across rows).
+    """
+    k = 0
+    r = -1
+    pos = ctx  # forces a new row at the first piece
+    segs = 0
+    most = 0
+    cut = 0
+    for i in range(lengths.shape[0]):
+        total = lengths[i]
+        done = 0
+        pieces = 0
+        while done < total:
+            aligned = ((pos + align - 1) // align) * align
+            if aligned >= ctx or (max_segments > 0 and segs >= max_segments):
+                r += 1
+                if fill:
+                    splits[r] = k
+                aligned = 0
+                segs = 0
+            take = min(total - done, ctx - aligned)
+            if fill:
+                doc[k] = i
+                start[k] = done
+                length[k] = take
+            k += 1
+            segs += 1
+            most = max(most, segs)
+            pieces += 1
+            done += take
+            pos = aligned + take
+        if pieces > 1:
+            cut += 1
+    if fill:
+        splits[r + 1] = k
+    return k, r + 1, most, cut

@@ -1,0 +1,107 @@
+"""The mixing report of a config: each batch's share of tokens and documents per source, against the weights.
+
+:func:`mix_report` runs the config's own pipeline (the same global batches, from the first) over
+stand-in documents that have the sources' real lengths and whose every token is its document's
+id: no token is read, yet every slot of every batch names the document (hence the source and the
+stored group) it comes from. The figures are :func:`datatools.analysis.mixing.mixing_stats`'s.
+Costs: one pass over the sources' lengths (as the pipeline's own start), then the batches' plans.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import numpy as np
+
+from datatools.analysis.mixing import MixingReport, mixing_stats
+from datatools.base.checks import check_int
+from datatools.io.documents import PieceReadingSource, check_pieces
+from datatools.pipeline.config import PipelineConfig, ShardConfig
+
+
+class _IdDocuments(PieceReadingSource):
+    """Documents of given lengths whose every token is ``first_id + i + 1`` for document i (no storage)."""
+
+    in_memory = True
+
+    def __init__(self, lengths, first_id: int):
+        self._lengths = np.asarray(lengths, np.int64)
+        self.first_id = int(first_id)
+
+    def __len__(self) -> int:
+        return self._lengths.shape[0]
+
+    def lengths(self) -> np.ndarray:
+        return self._lengths
+
+    def read_pieces(self, doc, start, length) -> np.ndarray:
+        doc, start, length = check_pieces(doc, start, length, self._lengths)
+        return np.repeat(doc + self.first_id + 1, length).astype(np.int32)
+
+
+def _counts(batch: dict, offsets: np.ndarray, group_size: int | None):
+    """(tokens per source, pieces per source, distinct groups per source, distinct groups) of one batch."""
+    k = offsets.shape[0] - 1
+    seg = batch["segment_ids"]
+    real = seg > 0
+    doc = batch["tokens"][real].astype(np.int64) - 1
+    source = np.searchsorted(offsets, doc, side="right") - 1
+    tokens = np.bincount(source, minlength=k)
+    first = real & np.concatenate((np.ones((seg.shape[0], 1), bool), seg[:, 1:] != seg[:, :-1]), axis=1)
+    piece_doc = batch["tokens"][first].astype(np.int64) - 1
+    piece_source = np.searchsorted(offsets, piece_doc, side="right") - 1
+    pieces = np.bincount(piece_source, minlength=k)
+    if group_size is None:
+        return tokens, pieces, None, None
+    group = np.unique(np.stack([piece_source, (piece_doc - offsets[piece_source]) // group_size], axis=1), axis=0)
+    return tokens, pieces, np.bincount(group[:, 0], minlength=k), group.shape[0]
+
+
+def mix_report(cfg: PipelineConfig, *, batches: int = 1000, group_size: int | None = None, name: str = "",
+               documents=None, progress=None) -> MixingReport:
+    """The mixing report of ``cfg`` over its first ``batches`` global batches (fewer when the data ends).
+
+    Args:
+      cfg: a pipeline config (``sources``: a mixture; ``source``: one source, share 1).
+      batches: global batches to look at.
+      group_size: documents per stored group in each source (storage order), for groups per batch; None: none.
+      name: the config's name, for the report.
+      documents: already opened sources (as :func:`~datatools.pipeline.build.build_canonical` takes them).
+      progress: ``progress(total)``: a context manager giving ``advance()``, called after each batch (the CLI's
+        :func:`~datatools.base.progress.count_progress`).
+    """
+    from datatools.io.mixed_documents import MixedDocuments
+    from datatools.pipeline.build import build_canonical, open_config_documents
+
+    batches = check_int(batches, "batches", minimum=1)
+    if group_size is not None:
+        group_size = check_int(group_size, "group_size", minimum=1)
+    docs = open_config_documents(cfg, documents)
+    if cfg.sources is not None:
+        offsets, names = docs.offsets, list(docs.names)
+        weights = [s.weight for s in cfg.sources]
+        stand = MixedDocuments([_IdDocuments(s.lengths(), int(offsets[k])) for k, s in enumerate(docs.sources)],
+                               names=names)
+    else:
+        offsets, names, weights = np.array([0, len(docs)], np.int64), [cfg.source.path], [1.0]
+        stand = _IdDocuments(docs.lengths(), 0)
+    built = build_canonical(cfg.replace(workers=0, shard=ShardConfig(), attention_block=None), stand)
+    host = built.batches
+    count = min(batches, len(host))
+    k = len(names)
+    tokens, pieces = np.zeros((count, k), np.int64), np.zeros((count, k), np.int64)
+    groups = np.zeros((count, k), np.int64) if group_size else None
+    total_groups = np.zeros(count, np.int64)
+    with progress(count) if progress else nullcontext(lambda: None) as advance:
+        for j in range(count):  # one batch at a time: the schedule's own reads, counted by vectorized bincounts
+            t, p, g, n = _counts(host[j], offsets, group_size)
+            tokens[j], pieces[j] = t, p
+            if groups is not None:
+                groups[j], total_groups[j] = g, n
+            advance()
+    mode = "bucketing" if cfg.packing is None else cfg.packing.mode
+    return MixingReport(name, mode, cfg.mixture.epoch if cfg.sources is not None else "-",
+                        cfg.mixture.share if cfg.sources is not None else "tokens", count, group_size,
+                        float(total_groups.mean()) if groups is not None else None,
+                        int(total_groups.min()) if groups is not None else None,
+                        mixing_stats(tokens, pieces, weights, names, source_groups=groups))
