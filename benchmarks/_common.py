@@ -19,8 +19,12 @@ _RUN = {"repeats": None}
 
 def machine() -> dict:
     """What the figures were measured on: host, CPU, cores, Python."""
-    return {"host": platform.node(), "python": platform.python_version(),
-            "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()}
+    return {
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+    }
 
 
 def announce(repeats: int, note: str = "") -> None:
@@ -29,8 +33,10 @@ def announce(repeats: int, note: str = "") -> None:
     _RUN["repeats"] = repeats
     m = machine()
     load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"machine: {m['host']} {m['cpu']}, {m['cores']} cores, Python {m['python']}; load {load} (1/5/15 min); "
-          f"repeats: {repeats}, times are medians{'; ' + note if note else ''}")
+    print(
+        f"machine: {m['host']} {m['cpu']}, {m['cores']} cores, Python {m['python']}; load {load} (1/5/15 min); "
+        f"repeats: {repeats}, times are medians{'; ' + note if note else ''}"
+    )
 
 
 def median_time(fn, repeats: int = 5) -> tuple[float, object]:
@@ -66,7 +72,9 @@ def lognormal_lengths(n: int, *, median: float, mean: float, low: int, high: int
 # The three length distributions every benchmark uses (packing, bucketing, pipeline).
 DISTRIBUTIONS = {
     "a": dict(ctx=1024, median=170, mean=230, low=1, high=1024, label="ctx 1024, lognormal mean~230, <=1024"),
-    "b": dict(ctx=2048, median=400, mean=800, low=1, high=8192, label="ctx 2048, lognormal median 400 mean~800, <=8192"),
+    "b": dict(
+        ctx=2048, median=400, mean=800, low=1, high=8192, label="ctx 2048, lognormal median 400 mean~800, <=8192"
+    ),
     "c": dict(ctx=8192, median=400, mean=800, low=1, high=8192, label="ctx 8192, same lengths as (b)"),
 }
 
@@ -88,8 +96,13 @@ def print_table(title: str, columns: list[str], rows: list[list], console: Conso
 def write_json(name: str, payload: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    payload = {"machine": machine(), "load_at_start": LOAD_AT_START, "load_at_end": os.getloadavg(),
-               "repeats": _RUN["repeats"], **payload}
+    payload = {
+        "machine": machine(),
+        "load_at_start": LOAD_AT_START,
+        "load_at_end": os.getloadavg(),
+        "repeats": _RUN["repeats"],
+        **payload,
+    }
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(payload, indent=2, default=float))
     tmp.replace(path)

@@ -25,7 +25,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import tensorstore as ts
-
 from _common import distribution, print_table, write_json
 
 from datatools.analysis.padding import analyze  # noqa: E402
@@ -37,18 +36,34 @@ def offsets_only_store(path: Path, lengths: np.ndarray) -> None:
     path.mkdir(parents=True)
     offsets = np.concatenate(([0], np.cumsum(lengths)))
     codec = [{"name": "zstd", "configuration": {"level": 3}}]
-    for name, shape, chunk, dtype in (("tokens", int(offsets[-1]), TOKEN_CHUNK, "uint16"),
-                                      ("offsets", offsets.shape[0], OFFSET_CHUNK, "int64")):
-        arr = ts.open(zarr_spec(path / name), create=True, dtype=ts.dtype(dtype), shape=[shape],
-                      chunk_layout=ts.ChunkLayout(chunk_shape=[chunk]), codec=ts.CodecSpec(
-                          {"driver": "zarr3", "codecs": [{"name": "bytes"}, *codec]})).result()
+    for name, shape, chunk, dtype in (
+        ("tokens", int(offsets[-1]), TOKEN_CHUNK, "uint16"),
+        ("offsets", offsets.shape[0], OFFSET_CHUNK, "int64"),
+    ):
+        arr = ts.open(
+            zarr_spec(path / name),
+            create=True,
+            dtype=ts.dtype(dtype),
+            shape=[shape],
+            chunk_layout=ts.ChunkLayout(chunk_shape=[chunk]),
+            codec=ts.CodecSpec({"driver": "zarr3", "codecs": [{"name": "bytes"}, *codec]}),
+        ).result()
         if name == "offsets":
             arr[:].write(offsets).result()
-    (path / "manifest.json").write_text(json.dumps({
-        # version 1: a store without chunk records (its token chunks are never written, so a version-2 store's
-        # open check would refuse it); version 1 is still read, and the lengths path timed here is the same
-        "format": FORMAT, "version": 1, "dtype": "uint16", "vocab_size": 32000,
-        "num_documents": int(lengths.shape[0]), "num_tokens": int(offsets[-1])}))
+    (path / "manifest.json").write_text(
+        json.dumps(
+            {
+                # version 1: a store without chunk records (its token chunks are never written, so a version-2 store's
+                # open check would refuse it); version 1 is still read, and the lengths path timed here is the same
+                "format": FORMAT,
+                "version": 1,
+                "dtype": "uint16",
+                "vocab_size": 32000,
+                "num_documents": int(lengths.shape[0]),
+                "num_tokens": int(offsets[-1]),
+            }
+        )
+    )
 
 
 def main() -> None:
@@ -72,11 +87,21 @@ def main() -> None:
         t1 = time.perf_counter()
         rep4 = analyze(got, contexts=None)
         four_ctx = time.perf_counter() - t1 + read_s
-        results["store"] = {"read_lengths_s": read_s, "total_one_ctx_s": one_ctx, "total_default_contexts_s": four_ctx,
-                            "default_contexts": rep4.contexts,
-                            "per_strategy_s": {s.name: s.seconds for s in rep.strategies}}
-        rows.append([f"{args.docs:,} lengths from a token store, ctx 2048, 8 strategies", f"{one_ctx:.1f} s",
-                     "< 30 s", "PASS" if one_ctx < 30 else "FAIL"])
+        results["store"] = {
+            "read_lengths_s": read_s,
+            "total_one_ctx_s": one_ctx,
+            "total_default_contexts_s": four_ctx,
+            "default_contexts": rep4.contexts,
+            "per_strategy_s": {s.name: s.seconds for s in rep.strategies},
+        }
+        rows.append(
+            [
+                f"{args.docs:,} lengths from a token store, ctx 2048, 8 strategies",
+                f"{one_ctx:.1f} s",
+                "< 30 s",
+                "PASS" if one_ctx < 30 else "FAIL",
+            ]
+        )
         rows.append([f"  same, default contexts {rep4.contexts}", f"{four_ctx:.1f} s", "(info)", ""])
         rows.append(["  of which reading the offsets", f"{read_s:.1f} s", "", ""])
         del got
@@ -99,10 +124,21 @@ def main() -> None:
         assert n.shape[0] == doc_len.shape[0]
         secs, arrow_secs = float(np.median(times)), float(np.median(arrow_times))
         mbps = size / secs / 1e6
-        results["parquet"] = {"bytes": size, "seconds": secs, "mb_per_s": mbps, "pyarrow_read_s": arrow_secs,
-                              "pyarrow_mb_per_s": size / arrow_secs / 1e6}
-        rows.append([f"Parquet token column, {size / 1e6:.0f} MB, {n.shape[0]:,} rows", f"{mbps:.0f} MB/s",
-                     ">= 200 MB/s", "PASS" if mbps >= 200 else "FAIL"])
+        results["parquet"] = {
+            "bytes": size,
+            "seconds": secs,
+            "mb_per_s": mbps,
+            "pyarrow_read_s": arrow_secs,
+            "pyarrow_mb_per_s": size / arrow_secs / 1e6,
+        }
+        rows.append(
+            [
+                f"Parquet token column, {size / 1e6:.0f} MB, {n.shape[0]:,} rows",
+                f"{mbps:.0f} MB/s",
+                ">= 200 MB/s",
+                "PASS" if mbps >= 200 else "FAIL",
+            ]
+        )
         rows.append(["  pyarrow.parquet.read_table alone (peer)", f"{size / arrow_secs / 1e6:.0f} MB/s", "(info)", ""])
     print_table("analyze-padding at scale (2 cores)", ["measure", "result", "target", ""], rows)
     print(f"wrote {write_json('analyze', results)}")

@@ -46,8 +46,12 @@ from datatools import materialize, pack_lengths  # noqa: E402
 from datatools.kernels.attention_blocks import tile_list  # noqa: E402
 from datatools.train.attention import SPARSE_KEYS, blocksparse_attention, dense_attention  # noqa: E402
 
-HEAVY = dict(alpha=1.2, scale=120, high=65536,
-             label="heavy-tailed: Pareto alpha 1.2 from 120 tokens (median ~215, p99 ~5k), <= 65,536")
+HEAVY = dict(
+    alpha=1.2,
+    scale=120,
+    high=65536,
+    label="heavy-tailed: Pareto alpha 1.2 from 120 tokens (median ~215, p99 ~5k), <= 65,536",
+)
 
 
 def lengths_of(name: str, n: int, seed: int) -> np.ndarray:
@@ -65,14 +69,18 @@ def plan_batches(lengths: np.ndarray, ctx: int, rows_per_batch: int, selection: 
     order = np.random.default_rng(seed).permutation(plan.num_rows)
     total = plan.num_rows // rows_per_batch
     if total == 0:
-        raise SystemExit(f"ctx {ctx}: the plan has {plan.num_rows} rows, fewer than one batch of {rows_per_batch}: "
-                         f"raise --docs")
-    chosen = (np.arange(total) if selection == "all" else
-              np.sort(np.random.default_rng(seed + 1).choice(total, min(count, total), replace=False)))
+        raise SystemExit(
+            f"ctx {ctx}: the plan has {plan.num_rows} rows, fewer than one batch of {rows_per_batch}: raise --docs"
+        )
+    chosen = (
+        np.arange(total)
+        if selection == "all"
+        else np.sort(np.random.default_rng(seed + 1).choice(total, min(count, total), replace=False))
+    )
     tokens = np.zeros(int(lengths.sum()), np.int32)
     offsets = np.concatenate(([0], np.cumsum(lengths)))
     for j in chosen:
-        rows = order[j * rows_per_batch:(j + 1) * rows_per_batch]
+        rows = order[j * rows_per_batch : (j + 1) * rows_per_batch]
         yield int(j), total, materialize(plan, tokens, offsets, rows=rows, check_values=False)["segment_ids"]
 
 
@@ -113,20 +121,32 @@ def run_ctx(name: str, ctx: int, args) -> dict:
     heads, dim = args.heads, args.head_dim
     grad = {
         "dense": jax.jit(jax.grad(lambda q, k, v, seg: dense_attention(q, k, v, seg).sum(), argnums=(0, 1, 2))),
-        "sparse": jax.jit(jax.grad(lambda q, k, v, seg, tiles: blocksparse_attention(
-            q, k, v, seg, tiles, args.block).sum(), argnums=(0, 1, 2))),
+        "sparse": jax.jit(
+            jax.grad(
+                lambda q, k, v, seg, tiles: blocksparse_attention(q, k, v, seg, tiles, args.block).sum(),
+                argnums=(0, 1, 2),
+            )
+        ),
     }
     key = jax.random.split(jax.random.PRNGKey(0), 3)
     q, k, v = (jax.random.normal(kk, (rows_per_batch, ctx, heads, dim)) for kk in key)
-    entry = {"rows_per_batch": rows_per_batch, "batches_timed": 0, "non_empty_tiles": 0, "causal_tiles": 0,
-             "listed_tiles": 0, "useful_tokens": 0, "ideal_ratio_by_block": {}}
+    entry = {
+        "rows_per_batch": rows_per_batch,
+        "batches_timed": 0,
+        "non_empty_tiles": 0,
+        "causal_tiles": 0,
+        "listed_tiles": 0,
+        "useful_tokens": 0,
+        "ideal_ratio_by_block": {},
+    }
     times = {"dense": 0.0, "causal": 0.0, "blocksparse": 0.0}
     memory = {"dense": 0, "causal": 0, "blocksparse": 0}
     by_block = {b: [0, 0] for b in (64, 128) if ctx % b == 0}
     causal = device_tiles(tile_list(np.ones((rows_per_batch, ctx), np.int32), args.block))
     dense_ok = None
-    for j, total, seg_np in plan_batches(lengths_of(name, args.docs, args.seed), ctx, rows_per_batch,
-                                         args.rows, args.batches, args.seed):
+    for j, total, seg_np in plan_batches(
+        lengths_of(name, args.docs, args.seed), ctx, rows_per_batch, args.rows, args.batches, args.seed
+    ):
         seg = jnp.asarray(seg_np)
         tiles = tile_list(seg_np, args.block)
         entry["batches_total"] = total
@@ -141,8 +161,10 @@ def run_ctx(name: str, ctx: int, args) -> dict:
             by_block[b][1] += c
         sparse = device_tiles(tiles)
         if dense_ok is None:  # the same shapes for every batch of this ctx: compiled once
-            programs = {"dense": compiled(grad["dense"], q, k, v, seg),
-                        "causal": compiled(grad["sparse"], q, k, v, seg, causal)}
+            programs = {
+                "dense": compiled(grad["dense"], q, k, v, seg),
+                "causal": compiled(grad["sparse"], q, k, v, seg, causal),
+            }
             memory["dense"], memory["causal"] = temp_bytes(programs["dense"]), temp_bytes(programs["causal"])
             dense_ok = memory["dense"] <= args.dense_max_gib * 2**30
         program = compiled(grad["sparse"], q, k, v, seg, sparse)  # one program per padded list length
@@ -169,8 +191,12 @@ def main() -> None:
     parser.add_argument("--distributions", nargs="+", default=["b", "heavy"], choices=[*DISTRIBUTIONS, "heavy"])
     parser.add_argument("--slots", type=int, default=16384, help="tokens per batch at every ctx")
     parser.add_argument("--block", type=int, default=128, choices=[64, 128], help="tile size (tokens)")
-    parser.add_argument("--rows", choices=["random", "all"], default="random",
-                        help="time every batch of the plan, or a seeded random sample of --batches whole batches")
+    parser.add_argument(
+        "--rows",
+        choices=["random", "all"],
+        default="random",
+        help="time every batch of the plan, or a seeded random sample of --batches whole batches",
+    )
     parser.add_argument("--batches", type=int, default=1, help="batches sampled per ctx with --rows random")
     parser.add_argument("--docs", type=int, default=20000, help="documents drawn per distribution")
     parser.add_argument("--repeats", type=int, default=3)
@@ -190,43 +216,96 @@ def main() -> None:
             e = run_ctx(name, ctx, args)
             results[name]["contexts"][str(ctx)] = e
             mib = {impl: f"{e[f'{impl}_temp_bytes'] / 2**20:,.0f}" for impl in ("dense", "causal", "blocksparse")}
-            table.append([f"({name}) {ctx:,}", f"{e['rows_per_batch']} x {e['batches_timed']}/{e['batches_total']}",
-                          f"{e['non_empty_tiles']:,}", f"{e['causal_tiles']:,}", f"{e['ideal_ratio']:.1f}x",
-                          "-" if e["dense_s"] is None else f"{e['dense_s'] * 1e3:,.0f}",
-                          f"{e['causal_s'] * 1e3:,.0f}", f"{e['blocksparse_s'] * 1e3:,.0f}",
-                          f"{e['blocksparse_vs_causal']:.1f}x", f"{e['fraction_of_ideal']:.2f}",
-                          "-" if e["blocksparse_vs_dense"] is None else f"{e['blocksparse_vs_dense']:.1f}x",
-                          mib["dense"], mib["causal"], mib["blocksparse"]])
+            table.append(
+                [
+                    f"({name}) {ctx:,}",
+                    f"{e['rows_per_batch']} x {e['batches_timed']}/{e['batches_total']}",
+                    f"{e['non_empty_tiles']:,}",
+                    f"{e['causal_tiles']:,}",
+                    f"{e['ideal_ratio']:.1f}x",
+                    "-" if e["dense_s"] is None else f"{e['dense_s'] * 1e3:,.0f}",
+                    f"{e['causal_s'] * 1e3:,.0f}",
+                    f"{e['blocksparse_s'] * 1e3:,.0f}",
+                    f"{e['blocksparse_vs_causal']:.1f}x",
+                    f"{e['fraction_of_ideal']:.2f}",
+                    "-" if e["blocksparse_vs_dense"] is None else f"{e['blocksparse_vs_dense']:.1f}x",
+                    mib["dense"],
+                    mib["causal"],
+                    mib["blocksparse"],
+                ]
+            )
     load = os.getloadavg()
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
-    print_table(f"Attention fwd+bwd on packed rows: {args.slots:,} slots per batch, tile {args.block}, "
-                f"{args.heads} heads x {args.head_dim}, float32, CPU ({machine}); row_selection={args.rows}"
-                f"{f' ({args.batches} batches per ctx, seed {args.seed})' if args.rows == 'random' else ''}; "
-                f"median of {args.repeats} per batch, summed; load {load_before[0]:.1f} -> {load[0]:.1f}",
-                ["dist / ctx", "rows x batches", "non-empty tiles", "causal tiles", "ideal ratio", "dense ms",
-                 "causal flash ms", "blocksparse ms", "vs causal", "of ideal", "vs dense", "dense MiB",
-                 "causal MiB", "blocksparse MiB"], table)
+    print_table(
+        f"Attention fwd+bwd on packed rows: {args.slots:,} slots per batch, tile {args.block}, "
+        f"{args.heads} heads x {args.head_dim}, float32, CPU ({machine}); row_selection={args.rows}"
+        f"{f' ({args.batches} batches per ctx, seed {args.seed})' if args.rows == 'random' else ''}; "
+        f"median of {args.repeats} per batch, summed; load {load_before[0]:.1f} -> {load[0]:.1f}",
+        [
+            "dist / ctx",
+            "rows x batches",
+            "non-empty tiles",
+            "causal tiles",
+            "ideal ratio",
+            "dense ms",
+            "causal flash ms",
+            "blocksparse ms",
+            "vs causal",
+            "of ideal",
+            "vs dense",
+            "dense MiB",
+            "causal MiB",
+            "blocksparse MiB",
+        ],
+        table,
+    )
     checks = []
     if "b" in results and "8192" in results["b"]["contexts"]:
         e = results["b"]["contexts"]["8192"]
-        checks.append((e["blocksparse_vs_causal"] >= 0.7 * e["ideal_ratio"],
-                       f"(b) ctx 8192: blocksparse_vs_causal {e['blocksparse_vs_causal']:.1f}x >= 0.7 x ideal "
-                       f"{e['ideal_ratio']:.1f}x = {0.7 * e['ideal_ratio']:.1f}x"))
-    worst = max((e["blocksparse_temp_bytes"] / e["causal_temp_bytes"], f"({n}) {c}")
-                for n, r in results.items() for c, e in r["contexts"].items())
-    checks.append((worst[0] <= 1.0, f"blocksparse memory <= causal flash's at every ctx (largest share "
-                                    f"{worst[0]:.2f}, {worst[1]})"))
+        checks.append(
+            (
+                e["blocksparse_vs_causal"] >= 0.7 * e["ideal_ratio"],
+                f"(b) ctx 8192: blocksparse_vs_causal {e['blocksparse_vs_causal']:.1f}x >= 0.7 x ideal "
+                f"{e['ideal_ratio']:.1f}x = {0.7 * e['ideal_ratio']:.1f}x",
+            )
+        )
+    worst = max(
+        (e["blocksparse_temp_bytes"] / e["causal_temp_bytes"], f"({n}) {c}")
+        for n, r in results.items()
+        for c, e in r["contexts"].items()
+    )
+    checks.append(
+        (
+            worst[0] <= 1.0,
+            f"blocksparse memory <= causal flash's at every ctx (largest share {worst[0]:.2f}, {worst[1]})",
+        )
+    )
     for ok, text in checks:
         print(f"{'PASS' if ok else 'FAIL'}  {text}")
     wall = time.perf_counter() - t_start
-    print(f"machine: {machine}; load (1, 5, 15 min) before {tuple(round(x, 2) for x in load_before)}, after "
-          f"{tuple(round(x, 2) for x in load)}; repeats {args.repeats}; wall {wall:,.0f} s")
-    path = write_json("attention", {
-        "row_selection": args.rows, "batches_per_ctx": args.batches if args.rows == "random" else "all",
-        "seed": args.seed, "docs": args.docs, "block": args.block, "slots": args.slots, "heads": args.heads,
-        "head_dim": args.head_dim, "repeats": args.repeats, "load_before": load_before, "load_after": load,
-        "wall_s": wall, "timed": "attention forward + backward (q, k, v given), CPU, pure JAX",
-        "distributions": results})
+    print(
+        f"machine: {machine}; load (1, 5, 15 min) before {tuple(round(x, 2) for x in load_before)}, after "
+        f"{tuple(round(x, 2) for x in load)}; repeats {args.repeats}; wall {wall:,.0f} s"
+    )
+    path = write_json(
+        "attention",
+        {
+            "row_selection": args.rows,
+            "batches_per_ctx": args.batches if args.rows == "random" else "all",
+            "seed": args.seed,
+            "docs": args.docs,
+            "block": args.block,
+            "slots": args.slots,
+            "heads": args.heads,
+            "head_dim": args.head_dim,
+            "repeats": args.repeats,
+            "load_before": load_before,
+            "load_after": load,
+            "wall_s": wall,
+            "timed": "attention forward + backward (q, k, v given), CPU, pure JAX",
+            "distributions": results,
+        },
+    )
     print(f"wrote {path}")
 
 

@@ -37,25 +37,38 @@ def main() -> None:
         lengths, ctx = distribution(name, args.docs)
         _, _, rows, _, _ = cut_pieces(lengths, ctx, "split")  # split at ctx: the same rows for everyone
         base = padding_efficiency(rows, max_len=ctx, batch_size=BATCH, tile=128)
-        entries = [dict(strategy="pad to max (ctx)", efficiency=base["pad_to_max"]["efficiency"], shapes=1),
-                   dict(strategy="pad to batch max (tile 128)", efficiency=base["pad_to_batch_max"]["efficiency"],
-                        shapes=base["pad_to_batch_max"]["shapes"])]
+        entries = [
+            dict(strategy="pad to max (ctx)", efficiency=base["pad_to_max"]["efficiency"], shapes=1),
+            dict(
+                strategy="pad to batch max (tile 128)",
+                efficiency=base["pad_to_batch_max"]["efficiency"],
+                shapes=base["pad_to_batch_max"]["shapes"],
+            ),
+        ]
         pow2 = [b for b in (2 ** np.arange(4, 20)).tolist() if b < ctx] + [ctx]
         plan = bucket_batches(rows, pow2, BATCH)
-        entries.append(dict(strategy=f"power-of-two boundaries ({len(pow2)})", efficiency=plan.efficiency,
-                            shapes=len(plan.shapes)))
+        entries.append(
+            dict(strategy=f"power-of-two boundaries ({len(pow2)})", efficiency=plan.efficiency, shapes=len(plan.shapes))
+        )
         for k in (2, 4, 8):
             dp_s, b = median_time(lambda: bucket_boundaries(rows, k, tile=128, max_len=ctx), args.repeats)
             plan = bucket_batches(rows, b, BATCH)
-            entries.append(dict(strategy=f"optimal K={k}: {b.tolist()}", efficiency=plan.efficiency,
-                                shapes=len(plan.shapes), dp_seconds=dp_s))
+            entries.append(
+                dict(
+                    strategy=f"optimal K={k}: {b.tolist()}",
+                    efficiency=plan.efficiency,
+                    shapes=len(plan.shapes),
+                    dp_seconds=dp_s,
+                )
+            )
         packed = pack_lengths(rows, ctx)
         entries.append(dict(strategy="packing (best_fit_decreasing)", efficiency=packed.efficiency, shapes=1))
         pad = entries[0]["efficiency"]
-        print_table(f"({name}) {spec['label']}: {args.docs:,} docs, batch {BATCH}",
-                    ["strategy", "efficiency", "distinct shapes", "x compute saved vs pad-to-max"],
-                    [[e["strategy"], f"{e['efficiency']:.2%}", e["shapes"], f"{e['efficiency'] / pad:.2f}x"]
-                     for e in entries])
+        print_table(
+            f"({name}) {spec['label']}: {args.docs:,} docs, batch {BATCH}",
+            ["strategy", "efficiency", "distinct shapes", "x compute saved vs pad-to-max"],
+            [[e["strategy"], f"{e['efficiency']:.2%}", e["shapes"], f"{e['efficiency'] / pad:.2f}x"] for e in entries],
+        )
         out[name] = {"ctx": ctx, "strategies": entries}
     print(f"wrote {write_json('bucket', {'docs': args.docs, 'batch_size': BATCH, 'distributions': out})}")
 

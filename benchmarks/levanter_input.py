@@ -74,8 +74,9 @@ def build_cache(root: Path, limit: int) -> Path:
     with open(root / "docs.jsonl", "w") as f:
         f.writelines(json.dumps({"text": t}) + "\n" for t in texts)
     path = root / "cache" / "train"
-    build_lm_dataset_cache(str(path), UrlDataSource([str(root / "docs.jsonl")]), TextLmDatasetFormat(),
-                           load_tokenizer(str(root / "tok")))
+    build_lm_dataset_cache(
+        str(path), UrlDataSource([str(root / "docs.jsonl")]), TextLmDatasetFormat(), load_tokenizer(str(root / "tok"))
+    )
     return path
 
 
@@ -93,8 +94,12 @@ def batch_stats(offsets: np.ndarray, starts: np.ndarray, lengths: np.ndarray, se
     nb = b1 - b0 + 1
     blocks = np.unique(np.repeat(b1, nb) - (np.repeat(np.cumsum(nb), nb) - np.arange(nb.sum()) - 1))
     whole = (starts == offsets[first]) & (starts + lengths == offsets[first + 1]) & (first == last)
-    return {"documents": int(docs.size), "groups": int(np.unique(docs // GROUP).size), "io_blocks": int(blocks.size),
-            "cut": int((~whole).sum())}
+    return {
+        "documents": int(docs.size),
+        "groups": int(np.unique(docs // GROUP).size),
+        "io_blocks": int(blocks.size),
+        "cut": int((~whole).sum()),
+    }
 
 
 def levanter_run(cache_dir: Path, seq_len: int, batch: int, batches: int) -> tuple[float, list[dict], int, int]:
@@ -130,8 +135,10 @@ def levanter_run(cache_dir: Path, seq_len: int, batch: int, batches: int) -> tup
             slots += seq_len * len(rows)
     seconds = time.perf_counter() - t0
     offsets = _offsets(cache_dir)
-    stats = [batch_stats(offsets, np.asarray(a, np.int64) * seq_len, np.full(len(a), seq_len, np.int64), seq_len)
-             for a in asked[1:]]
+    stats = [
+        batch_stats(offsets, np.asarray(a, np.int64) * seq_len, np.full(len(a), seq_len, np.int64), seq_len)
+        for a in asked[1:]
+    ]
     return seconds, stats, real, slots
 
 
@@ -165,9 +172,15 @@ def datatools_run(cache_dir: Path, seq_len: int, batch: int, batches: int) -> tu
             return docs.read_pieces(doc, start, length)
 
     packing = {"mode": "planned", "ctx": seq_len, "overflow": "split"}
-    cfg = {"source": {"path": str(cache_dir)}, "packing": packing, "batch_size": batch, "num_epochs": None,
-           "shuffle": {"kind": "block", "io_block_size": IO_BLOCK, "window_blocks": WINDOW_BLOCKS}, "seed": 0,
-           "workers": 0}
+    cfg = {
+        "source": {"path": str(cache_dir)},
+        "packing": packing,
+        "batch_size": batch,
+        "num_epochs": None,
+        "shuffle": {"kind": "block", "io_block_size": IO_BLOCK, "window_blocks": WINDOW_BLOCKS},
+        "seed": 0,
+        "workers": 0,
+    }
     it = iter(build(cfg, documents=Recorded()))
     real = slots = 0
     for k in range(batches + 1):  # batch 0 warms up (plans the packing, opens the arrays): not timed
@@ -179,7 +192,7 @@ def datatools_run(cache_dir: Path, seq_len: int, batch: int, batches: int) -> tu
             slots += b["segment_ids"].size
     seconds = time.perf_counter() - t0
     offsets = docs.store.offsets
-    stats = [batch_stats(offsets, offsets[d] + s, n, seq_len) for d, s, n in reads[1:batches + 1]]
+    stats = [batch_stats(offsets, offsets[d] + s, n, seq_len) for d, s, n in reads[1 : batches + 1]]
     return seconds, stats, real, slots
 
 
@@ -195,46 +208,95 @@ def main() -> int:
     try:
         import levanter  # noqa: F401
     except ImportError:
-        print("skipped: needs Levanter; run it with .clients/levanter/bin/python (make test-clients-levanter "
-              "builds it)")
+        print(
+            "skipped: needs Levanter; run it with .clients/levanter/bin/python (make test-clients-levanter builds it)"
+        )
         return 0
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     load_before = os.getloadavg()
     cache_dir = args.cache or build_cache(Path(tempfile.mkdtemp(prefix="levanter-bench-")), args.paragraphs)
     offsets = _offsets(cache_dir)
-    cases = [("Levanter TokenSeqDataset + BlockShufflingDataset", lambda: levanter_run(
-                cache_dir, args.seq_len, args.batch_size, args.batches)),
-             ("datatools BlockShuffle + planned BFD packing", lambda: datatools_run(
-                cache_dir, args.seq_len, args.batch_size, args.batches))]
+    cases = [
+        (
+            "Levanter TokenSeqDataset + BlockShufflingDataset",
+            lambda: levanter_run(cache_dir, args.seq_len, args.batch_size, args.batches),
+        ),
+        (
+            "datatools BlockShuffle + planned BFD packing",
+            lambda: datatools_run(cache_dir, args.seq_len, args.batch_size, args.batches),
+        ),
+    ]
     results = []
     for label, run in cases:
         timings = [run() for _ in range(args.runs)]
         seconds = float(np.median([t[0] for t in timings]))
         _, stats, real, slots = timings[-1]
         med = {k: float(np.median([s[k] for s in stats])) for k in stats[0]}
-        results.append({"pipeline": label, "seconds": seconds, "real_tokens": real, "slots": slots,
-                        "real_tokens_per_s": real / seconds, "padding": 1 - real / slots,
-                        **{f"median_{k}_per_batch": v for k, v in med.items()}})
+        results.append(
+            {
+                "pipeline": label,
+                "seconds": seconds,
+                "real_tokens": real,
+                "slots": slots,
+                "real_tokens_per_s": real / seconds,
+                "padding": 1 - real / slots,
+                **{f"median_{k}_per_batch": v for k, v in med.items()},
+            }
+        )
     load_after = os.getloadavg()
     base = results[0]["real_tokens_per_s"]
-    rows = [[r["pipeline"], f"{r['median_documents_per_batch']:.0f}", f"{r['median_groups_per_batch']:.0f}",
-             f"{r['median_io_blocks_per_batch']:.0f}", f"{r['median_cut_per_batch']:.0f}",
-             fmt_rate(r["real_tokens_per_s"]), f"{r['real_tokens_per_s'] / base:.2f}x", f"{r['padding']:.2%}"]
-            for r in results]
+    rows = [
+        [
+            r["pipeline"],
+            f"{r['median_documents_per_batch']:.0f}",
+            f"{r['median_groups_per_batch']:.0f}",
+            f"{r['median_io_blocks_per_batch']:.0f}",
+            f"{r['median_cut_per_batch']:.0f}",
+            fmt_rate(r["real_tokens_per_s"]),
+            f"{r['real_tokens_per_s'] / base:.2f}x",
+            f"{r['padding']:.2%}",
+        ]
+        for r in results
+    ]
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
-    print(f"machine: {machine}; load average before {load_before[0]:.1f}, after {load_after[0]:.1f}; "
-          f"median of {args.runs} runs")
-    print_table(f"Levanter cache {cache_dir}: {len(offsets) - 1:,} documents, {int(offsets[-1]):,} tokens; "
-                f"io_block_size {IO_BLOCK}, window_blocks {WINDOW_BLOCKS}, {args.batches} batches of "
-                f"{args.batch_size} x {args.seq_len}", ["pipeline", "documents/batch", "groups/batch",
-                                                       "io-block reads/batch", "documents cut/batch",
-                                                       "real tokens/s", "vs Levanter", "padding"], rows)
-    path = write_json("levanter_input", {"cache": str(cache_dir), "documents": len(offsets) - 1,
-                                         "tokens": int(offsets[-1]), "seq_len": args.seq_len,
-                                         "batch_size": args.batch_size, "batches": args.batches,
-                                         "io_block_size": IO_BLOCK, "window_blocks": WINDOW_BLOCKS,
-                                         "group": GROUP, "runs": args.runs, "load_before": load_before,
-                                         "load_after": load_after, "results": results})
+    print(
+        f"machine: {machine}; load average before {load_before[0]:.1f}, after {load_after[0]:.1f}; "
+        f"median of {args.runs} runs"
+    )
+    print_table(
+        f"Levanter cache {cache_dir}: {len(offsets) - 1:,} documents, {int(offsets[-1]):,} tokens; "
+        f"io_block_size {IO_BLOCK}, window_blocks {WINDOW_BLOCKS}, {args.batches} batches of "
+        f"{args.batch_size} x {args.seq_len}",
+        [
+            "pipeline",
+            "documents/batch",
+            "groups/batch",
+            "io-block reads/batch",
+            "documents cut/batch",
+            "real tokens/s",
+            "vs Levanter",
+            "padding",
+        ],
+        rows,
+    )
+    path = write_json(
+        "levanter_input",
+        {
+            "cache": str(cache_dir),
+            "documents": len(offsets) - 1,
+            "tokens": int(offsets[-1]),
+            "seq_len": args.seq_len,
+            "batch_size": args.batch_size,
+            "batches": args.batches,
+            "io_block_size": IO_BLOCK,
+            "window_blocks": WINDOW_BLOCKS,
+            "group": GROUP,
+            "runs": args.runs,
+            "load_before": load_before,
+            "load_after": load_after,
+            "results": results,
+        },
+    )
     print(f"wrote {path}")
     return 0
 

@@ -42,14 +42,31 @@ def maxtext_config(data: Path, out: Path, packing: bool, packing_type: str, cap:
     from maxtext.configs import pyconfig
 
     pkg = Path(maxtext.__file__).parent
-    argv = ["bench", str(pkg / "configs" / "base.yml"), "run_name=bench", f"base_output_directory={out}",
-            "dataset_type=grain", "grain_file_type=parquet", f"grain_train_files={data}",
-            "train_data_columns=['tokens']", "tokenize_train_data=False", f"packing={packing}",
-            f"grain_packing_type={packing_type}", f"max_segments_per_seq={cap}", f"max_target_length={CTX}",
-            f"per_device_batch_size={PER_HOST}", "enable_data_shuffling=False", "grain_worker_count=0",
-            "enable_checkpointing=False", "hardware=cpu", "skip_jax_distributed_system=True",
-            "enable_goodput_recording=False", "monitor_goodput=False", "attention=dot_product",
-            f"tokenizer_path={pkg / 'assets' / 'tokenizers' / 'tokenizer.llama2'}"]
+    argv = [
+        "bench",
+        str(pkg / "configs" / "base.yml"),
+        "run_name=bench",
+        f"base_output_directory={out}",
+        "dataset_type=grain",
+        "grain_file_type=parquet",
+        f"grain_train_files={data}",
+        "train_data_columns=['tokens']",
+        "tokenize_train_data=False",
+        f"packing={packing}",
+        f"grain_packing_type={packing_type}",
+        f"max_segments_per_seq={cap}",
+        f"max_target_length={CTX}",
+        f"per_device_batch_size={PER_HOST}",
+        "enable_data_shuffling=False",
+        "grain_worker_count=0",
+        "enable_checkpointing=False",
+        "hardware=cpu",
+        "skip_jax_distributed_system=True",
+        "enable_goodput_recording=False",
+        "monitor_goodput=False",
+        "attention=dot_product",
+        f"tokenizer_path={pkg / 'assets' / 'tokenizers' / 'tokenizer.llama2'}",
+    ]
     return pyconfig.initialize(argv)
 
 
@@ -124,25 +141,69 @@ def main() -> int:
         _, batches, real, slots = timings[-1]
         predicted = None
         if who == "maxtext":
-            settings = read_maxtext_config(None, [f"max_target_length={CTX}", f"packing={packing}",
-                                                  f"grain_packing_type={kind}", f"max_segments_per_seq={cap}",
-                                                  f"per_device_batch_size={PER_HOST}", "tokenize_train_data=false",
-                                                  "enable_data_shuffling=false"])
+            settings = read_maxtext_config(
+                None,
+                [
+                    f"max_target_length={CTX}",
+                    f"packing={packing}",
+                    f"grain_packing_type={kind}",
+                    f"max_segments_per_seq={cap}",
+                    f"per_device_batch_size={PER_HOST}",
+                    "tokenize_train_data=false",
+                    "enable_data_shuffling=false",
+                ],
+            )
             predicted = maxtext_view(lengths, settings)["padding"]
-        results.append({"pipeline": label, "seconds": seconds, "batches": batches, "real_tokens": real,
-                        "slots": slots, "real_tokens_per_s": real / seconds, "padding": 1 - real / slots,
-                        "analyzer_padding": predicted})
+        results.append(
+            {
+                "pipeline": label,
+                "seconds": seconds,
+                "batches": batches,
+                "real_tokens": real,
+                "slots": slots,
+                "real_tokens_per_s": real / seconds,
+                "padding": 1 - real / slots,
+                "analyzer_padding": predicted,
+            }
+        )
     base = results[0]["real_tokens_per_s"]
     for r in results:
-        rows.append([r["pipeline"], f"{r['seconds']:.2f}", r["batches"], fmt_rate(r["real_tokens_per_s"]),
-                     f"{r['real_tokens_per_s'] / base:.2f}x", f"{r['padding']:.2%}",
-                     "-" if r["analyzer_padding"] is None else f"{r['analyzer_padding']:.2%}"])
-    print_table(f"MaxText input pipelines: {args.docs:,} documents, {int(lengths.sum()):,} tokens, ctx {CTX}, "
-                f"{PER_HOST} rows per host, one epoch, median of {args.runs}",
-                ["pipeline", "seconds", "batches", "real tokens/s", "vs padding", "padding",
-                 "analyze-padding --maxtext-config"], rows)
-    path = write_json("maxtext_input", {"docs": args.docs, "tokens": int(lengths.sum()), "ctx": CTX,
-                                        "per_host_batch": PER_HOST, "runs": args.runs, "results": results})
+        rows.append(
+            [
+                r["pipeline"],
+                f"{r['seconds']:.2f}",
+                r["batches"],
+                fmt_rate(r["real_tokens_per_s"]),
+                f"{r['real_tokens_per_s'] / base:.2f}x",
+                f"{r['padding']:.2%}",
+                "-" if r["analyzer_padding"] is None else f"{r['analyzer_padding']:.2%}",
+            ]
+        )
+    print_table(
+        f"MaxText input pipelines: {args.docs:,} documents, {int(lengths.sum()):,} tokens, ctx {CTX}, "
+        f"{PER_HOST} rows per host, one epoch, median of {args.runs}",
+        [
+            "pipeline",
+            "seconds",
+            "batches",
+            "real tokens/s",
+            "vs padding",
+            "padding",
+            "analyze-padding --maxtext-config",
+        ],
+        rows,
+    )
+    path = write_json(
+        "maxtext_input",
+        {
+            "docs": args.docs,
+            "tokens": int(lengths.sum()),
+            "ctx": CTX,
+            "per_host_batch": PER_HOST,
+            "runs": args.runs,
+            "results": results,
+        },
+    )
     print(f"wrote {path}")
     return 0
 

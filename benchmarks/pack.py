@@ -33,13 +33,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from _common import DISTRIBUTIONS, distribution, fmt_rate, median_time, one_core, print_table, write_json
 
 one_core()
 
 import grain  # noqa: E402
-
 from datatools import materialize, pack_lengths  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -53,8 +51,10 @@ REF = "grain best_fit/256"
 
 
 def machine() -> str:
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores (pinned to one), "
-            f"python {platform.python_version()}")
+    return (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores (pinned to one), "
+        f"python {platform.python_version()}"
+    )
 
 
 def load() -> str:
@@ -86,8 +86,9 @@ def run_peers(python: str, lengths: np.ndarray, ctx: int, repeats: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "lengths.npy"
         np.save(path, lengths)
-        proc = subprocess.run([python, str(HERE / "pack_peers.py"), str(path), str(ctx), str(repeats)],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [python, str(HERE / "pack_peers.py"), str(path), str(ctx), str(repeats)], capture_output=True, text=True
+        )
     if proc.returncode:
         return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -107,27 +108,51 @@ def copy_path(args) -> dict:
         pre = {k: np.empty((batch, ctx), np.int32) for k in ("tokens", "segment_ids", "positions", "loss_mask")}
         starts = [(i * batch) % max(plan.num_rows - batch, 1) for i in range(args.copy_repeats)]
         sel = [np.arange(s, s + batch) for s in starts]
-        k = iter(range(10 ** 9))
+        k = iter(range(10**9))
         materialize(plan, flat, offsets, sel[0], out=pre)  # compile / load the cache
         t_copy, _ = median_time(lambda: np.copyto(dst, src), args.copy_repeats)
-        t_mat, _ = median_time(lambda: materialize(plan, flat, offsets, sel[next(k) % len(sel)], check_values=False,
-                                                   out=pre), args.copy_repeats)
+        t_mat, _ = median_time(
+            lambda: materialize(plan, flat, offsets, sel[next(k) % len(sel)], check_values=False, out=pre),
+            args.copy_repeats,
+        )
         t_new_copy, _ = median_time(lambda: src.copy(), args.copy_repeats)
-        t_new_mat, _ = median_time(lambda: materialize(plan, flat, offsets, sel[next(k) % len(sel)],
-                                                       check_values=False), args.copy_repeats)
-        entry = {"batch_rows": batch, "ctx": ctx, "bytes": nbytes,
-                 "preallocated": {"materialize_bytes_per_s": nbytes / t_mat, "copyto_bytes_per_s": nbytes / t_copy,
-                                  "ratio": t_copy / t_mat},
-                 "allocating": {"materialize_bytes_per_s": nbytes / t_new_mat, "copy_bytes_per_s": nbytes / t_new_copy,
-                                "ratio": t_new_copy / t_new_mat}}
+        t_new_mat, _ = median_time(
+            lambda: materialize(plan, flat, offsets, sel[next(k) % len(sel)], check_values=False), args.copy_repeats
+        )
+        entry = {
+            "batch_rows": batch,
+            "ctx": ctx,
+            "bytes": nbytes,
+            "preallocated": {
+                "materialize_bytes_per_s": nbytes / t_mat,
+                "copyto_bytes_per_s": nbytes / t_copy,
+                "ratio": t_copy / t_mat,
+            },
+            "allocating": {
+                "materialize_bytes_per_s": nbytes / t_new_mat,
+                "copy_bytes_per_s": nbytes / t_new_copy,
+                "ratio": t_new_copy / t_new_mat,
+            },
+        }
         out[str(batch)] = entry
-        for mode, m, c in (("into a preallocated batch (out=) / np.copyto(dst, src)", t_mat, t_copy),
-                           ("fresh batch / src.copy()", t_new_mat, t_new_copy)):
-            table.append([f"{batch} x {ctx} ({nbytes / 1e6:.1f} MB): {mode}", f"{nbytes / m / 1e9:.2f}",
-                          f"{nbytes / c / 1e9:.2f}", f"{c / m:.2f}x"])
-    print_table(f"(b) copy path: materialize output bytes/s against a copy of the same bytes; {machine()}; "
-                f"{load()}; medians of {args.copy_repeats}",
-                ["batch: mode", "materialize GB/s", "copy GB/s", "materialize / copy"], table)
+        for mode, m, c in (
+            ("into a preallocated batch (out=) / np.copyto(dst, src)", t_mat, t_copy),
+            ("fresh batch / src.copy()", t_new_mat, t_new_copy),
+        ):
+            table.append(
+                [
+                    f"{batch} x {ctx} ({nbytes / 1e6:.1f} MB): {mode}",
+                    f"{nbytes / m / 1e9:.2f}",
+                    f"{nbytes / c / 1e9:.2f}",
+                    f"{c / m:.2f}x",
+                ]
+            )
+    print_table(
+        f"(b) copy path: materialize output bytes/s against a copy of the same bytes; {machine()}; "
+        f"{load()}; medians of {args.copy_repeats}",
+        ["batch: mode", "materialize GB/s", "copy GB/s", "materialize / copy"],
+        table,
+    )
     return out
 
 
@@ -139,13 +164,28 @@ def scale(args, results) -> dict:
         for algorithm in ("best_fit_decreasing", "first_fit", "best_fit"):
             secs, plan = median_time(lambda: pack_lengths(lengths, ctx, algorithm=algorithm), max(args.repeats, 5))
             gap = plan.num_rows / plan.lower_bound_rows - 1
-            table.append([f"({name}) {algorithm}", fmt_rate(args.scale_docs / secs), f"{plan.efficiency:.3%}",
-                          plan.num_rows, plan.lower_bound_rows, f"{gap:.3%}"])
-            targets[f"{name}/{algorithm}"] = {"docs_per_s": args.scale_docs / secs, "efficiency": plan.efficiency,
-                                              "rows": plan.num_rows, "lower_bound_rows": plan.lower_bound_rows}
-    print_table(f"plan-only at scale: {args.scale_docs:,} documents, datatools; {machine()}; {load()}; "
-                f"medians of {max(args.repeats, 5)}",
-                ["distribution / algorithm", "docs/s", "efficiency", "rows", "lower bound", "rows over bound"], table)
+            table.append(
+                [
+                    f"({name}) {algorithm}",
+                    fmt_rate(args.scale_docs / secs),
+                    f"{plan.efficiency:.3%}",
+                    plan.num_rows,
+                    plan.lower_bound_rows,
+                    f"{gap:.3%}",
+                ]
+            )
+            targets[f"{name}/{algorithm}"] = {
+                "docs_per_s": args.scale_docs / secs,
+                "efficiency": plan.efficiency,
+                "rows": plan.num_rows,
+                "lower_bound_rows": plan.lower_bound_rows,
+            }
+    print_table(
+        f"plan-only at scale: {args.scale_docs:,} documents, datatools; {machine()}; {load()}; "
+        f"medians of {max(args.repeats, 5)}",
+        ["distribution / algorithm", "docs/s", "efficiency", "rows", "lower bound", "rows over bound"],
+        table,
+    )
     bfd = {n: targets[f"{n}/best_fit_decreasing"] for n in DISTRIBUTIONS}
     checks = {
         "bfd >= 10M docs/s at ctx 2048 (plan-only)": bfd["b"]["docs_per_s"] >= 10e6,
@@ -173,8 +213,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256, help="rows per materialized batch in (a)")
     parser.add_argument("--copy-batches", type=int, nargs="+", default=[256, 1024], help="batch rows in (b)")
     parser.add_argument("--copy-repeats", type=int, default=21, help="repeats in (b)")
-    parser.add_argument("--peers", default=str(HERE.parent / ".clients" / "peers" / "bin" / "python"),
-                        help="python of the peers venv (make bench-peers); skipped with a note when absent")
+    parser.add_argument(
+        "--peers",
+        default=str(HERE.parent / ".clients" / "peers" / "bin" / "python"),
+        help="python of the peers venv (make bench-peers); skipped with a note when absent",
+    )
     parser.add_argument("--scale-docs", type=int, default=1_000_000, help="documents of the plan-only scale table")
     parser.add_argument("--distributions", nargs="+", default=list(DISTRIBUTIONS), choices=list(DISTRIBUTIONS))
     args = parser.parse_args()
@@ -190,31 +233,61 @@ def main() -> None:
     compile_s = time.perf_counter() - t0
     print(f"numba first call (compile, or load from the cache=True cache): {compile_s:.2f} s")
 
-    results = {"docs": args.docs, "repeats": args.repeats, "load_at_start": os.getloadavg(),
-               "compile_or_cache_load_s": compile_s, "rows_built": {}, "plan_only": {}}
+    results = {
+        "docs": args.docs,
+        "repeats": args.repeats,
+        "load_at_start": os.getloadavg(),
+        "compile_or_cache_load_s": compile_s,
+        "rows_built": {},
+        "plan_only": {},
+    }
     for name in args.distributions:
         spec = DISTRIBUTIONS[name]
         lengths, ctx = distribution(name, args.docs)
         total = int(lengths.sum())
         offsets = np.concatenate(([0], np.cumsum(lengths)))
         flat = np.ones(total, dtype=np.int32)
-        docs = [{"tokens": flat[offsets[i]: offsets[i + 1]]} for i in range(len(lengths))]
-        pieces = [{"tokens": d["tokens"][s: s + ctx]} for d in docs for s in range(0, len(d["tokens"]), ctx)]
+        docs = [{"tokens": flat[offsets[i] : offsets[i + 1]]} for i in range(len(lengths))]
+        pieces = [{"tokens": d["tokens"][s : s + ctx]} for d in docs for s in range(0, len(d["tokens"]), ctx)]
         built, planned = [], []
         for label, cls, bins in GRAIN_PACKERS:
-            secs, (rows, real) = median_time(lambda: run_grain(cls, bins, docs if bins is None else pieces, ctx),
-                                             args.repeats)
-            built.append(dict(packer=label, mode="rows-built", seconds=secs, rows=rows, real_tokens=real,
-                              arrays="tokens, tokens_segment_ids, tokens_positions: (ctx,) per row"))
+            secs, (rows, real) = median_time(
+                lambda: run_grain(cls, bins, docs if bins is None else pieces, ctx), args.repeats
+            )
+            built.append(
+                dict(
+                    packer=label,
+                    mode="rows-built",
+                    seconds=secs,
+                    rows=rows,
+                    real_tokens=real,
+                    arrays="tokens, tokens_segment_ids, tokens_positions: (ctx,) per row",
+                )
+            )
         for algorithm in DATATOOLS_ALGORITHMS:
-            secs, plan = median_time(lambda: build_all(lengths, ctx, algorithm, flat, offsets, args.batch),
-                                     args.repeats)
-            built.append(dict(packer=f"datatools {algorithm}", mode="rows-built", seconds=secs, rows=plan.num_rows,
-                              real_tokens=plan.kept_tokens,
-                              arrays=f"tokens, segment_ids, positions, loss_mask: int32 ({args.batch}, ctx) per batch"))
+            secs, plan = median_time(
+                lambda: build_all(lengths, ctx, algorithm, flat, offsets, args.batch), args.repeats
+            )
+            built.append(
+                dict(
+                    packer=f"datatools {algorithm}",
+                    mode="rows-built",
+                    seconds=secs,
+                    rows=plan.num_rows,
+                    real_tokens=plan.kept_tokens,
+                    arrays=f"tokens, segment_ids, positions, loss_mask: int32 ({args.batch}, ctx) per batch",
+                )
+            )
             secs, plan = median_time(lambda: pack_lengths(lengths, ctx, algorithm=algorithm), max(args.repeats, 5))
-            planned.append(dict(packer=f"datatools {algorithm}", mode="plan-only", seconds=secs, rows=plan.num_rows,
-                                real_tokens=plan.kept_tokens))
+            planned.append(
+                dict(
+                    packer=f"datatools {algorithm}",
+                    mode="plan-only",
+                    seconds=secs,
+                    rows=plan.num_rows,
+                    real_tokens=plan.kept_tokens,
+                )
+            )
         if Path(args.peers).exists():
             have_peers = True
             for label, e in run_peers(args.peers, lengths, ctx, args.repeats).items():
@@ -225,22 +298,46 @@ def main() -> None:
         ref = next(e for e in built if e["packer"] == REF)["seconds"]
         obfd = next((e["seconds"] for e in planned if e["packer"] == "olmo-core OBFD"), None)
         for e in built + planned:
-            e.update(docs_per_s=args.docs / e["seconds"], tokens_per_s=total / e["seconds"],
-                     efficiency=e["real_tokens"] / (e["rows"] * ctx))
+            e.update(
+                docs_per_s=args.docs / e["seconds"],
+                tokens_per_s=total / e["seconds"],
+                efficiency=e["real_tokens"] / (e["rows"] * ctx),
+            )
             if e["mode"] == "rows-built":
                 e["x_grain_best_fit_256"] = ref / e["seconds"]
             elif obfd:
                 e["x_olmo_core_obfd"] = obfd / e["seconds"]
         lb = -(-total // ctx)
         head = f"({name}) {spec['label']}: {args.docs:,} docs, {total:,} tokens, lower bound {lb:,} rows"
-        print_table(f"(a) rows-built, {head}; {machine()}; {load()}; medians of {args.repeats}",
-                    ["packer (rows-built)", "tokens/s", "docs/s", "efficiency", "rows", "x grain best_fit/256"],
-                    [[e["packer"], fmt_rate(e["tokens_per_s"]), fmt_rate(e["docs_per_s"]), f"{e['efficiency']:.2%}",
-                      e["rows"], f"{e['x_grain_best_fit_256']:.1f}x"] for e in built])
-        print_table(f"(c) plan-only, {head}; {machine()}; {load()}; medians of {max(args.repeats, 5)}",
-                    ["packer (plan-only)", "docs/s", "efficiency", "rows", "x olmo-core OBFD"],
-                    [[e["packer"], fmt_rate(e["docs_per_s"]), f"{e['efficiency']:.2%}", e["rows"],
-                      f"{e['x_olmo_core_obfd']:.0f}x" if "x_olmo_core_obfd" in e else "-"] for e in planned])
+        print_table(
+            f"(a) rows-built, {head}; {machine()}; {load()}; medians of {args.repeats}",
+            ["packer (rows-built)", "tokens/s", "docs/s", "efficiency", "rows", "x grain best_fit/256"],
+            [
+                [
+                    e["packer"],
+                    fmt_rate(e["tokens_per_s"]),
+                    fmt_rate(e["docs_per_s"]),
+                    f"{e['efficiency']:.2%}",
+                    e["rows"],
+                    f"{e['x_grain_best_fit_256']:.1f}x",
+                ]
+                for e in built
+            ],
+        )
+        print_table(
+            f"(c) plan-only, {head}; {machine()}; {load()}; medians of {max(args.repeats, 5)}",
+            ["packer (plan-only)", "docs/s", "efficiency", "rows", "x olmo-core OBFD"],
+            [
+                [
+                    e["packer"],
+                    fmt_rate(e["docs_per_s"]),
+                    f"{e['efficiency']:.2%}",
+                    e["rows"],
+                    f"{e['x_olmo_core_obfd']:.0f}x" if "x_olmo_core_obfd" in e else "-",
+                ]
+                for e in planned
+            ],
+        )
         results["rows_built"][name] = {"ctx": ctx, "tokens": total, "lower_bound_rows": lb, "packers": built}
         results["plan_only"][name] = {"ctx": ctx, "tokens": total, "lower_bound_rows": lb, "packers": planned}
 

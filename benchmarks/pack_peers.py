@@ -38,16 +38,21 @@ def main() -> None:
 
         ends = np.cumsum(lengths)
         starts = ends - lengths
-        cut = [(s + a, min(s + a + ctx, e)) for s, e in zip(starts.tolist(), ends.tolist())
-               for a in range(0, e - s, ctx)]
+        cut = [
+            (s + a, min(s + a + ctx, e)) for s, e in zip(starts.tolist(), ends.tolist()) for a in range(0, e - s, ctx)
+        ]
         indices = np.array(cut, dtype=np.uint64).reshape(-1, 2)
 
         def obfd():
             return InstancePacker(ctx).pack_documents(indices)
 
         secs, (instances, _, total) = median(obfd, repeats)
-        out["olmo-core OBFD"] = {"seconds": secs, "rows": len(instances), "real_tokens": int(total),
-                                 "mode": "plan-only"}
+        out["olmo-core OBFD"] = {
+            "seconds": secs,
+            "rows": len(instances),
+            "real_tokens": int(total),
+            "mode": "plan-only",
+        }
     except ImportError as e:
         out["olmo-core OBFD"] = {"error": f"{type(e).__name__}: {e}"}
     try:
@@ -57,15 +62,19 @@ def main() -> None:
         datasets.disable_progress_bars()
         offsets = np.concatenate(([0], np.cumsum(lengths)))
         flat = np.ones(int(offsets[-1]), np.int32)
-        ds = datasets.Dataset.from_dict({"input_ids": [flat[offsets[i]:offsets[i + 1]] for i in range(len(lengths))]})
+        ds = datasets.Dataset.from_dict({"input_ids": [flat[offsets[i] : offsets[i + 1]] for i in range(len(lengths))]})
 
         def trl():
             return pack_dataset(ds, ctx, strategy="bfd_split", map_kwargs={"keep_in_memory": True})
 
         secs, packed = median(trl, repeats)
         real = int(sum(sum(x) for x in packed["seq_lengths"]))
-        out["trl pack_dataset bfd_split"] = {"seconds": secs, "rows": len(packed), "real_tokens": real,
-                                             "mode": "rows-built"}
+        out["trl pack_dataset bfd_split"] = {
+            "seconds": secs,
+            "rows": len(packed),
+            "real_tokens": real,
+            "mode": "rows-built",
+        }
     except ImportError as e:
         out["trl pack_dataset bfd_split"] = {"error": f"{type(e).__name__}: {e}"}
     print(json.dumps(out))

@@ -39,18 +39,36 @@ def make_lengths(path: Path, n: int, seed: int = 0) -> None:
 
 
 def run_pack(data: Path, out: Path) -> dict:
-    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "datatools", "pack", str(data), str(out), "--ctx", str(CTX),
-           "--json", "-", "--overwrite"]
+    cmd = [
+        "/usr/bin/time",
+        "-v",
+        sys.executable,
+        "-m",
+        "datatools",
+        "pack",
+        str(data),
+        str(out),
+        "--ctx",
+        str(CTX),
+        "--json",
+        "-",
+        "--overwrite",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TERM": "dumb"})
     if proc.returncode:
         raise SystemExit(f"pack failed ({proc.returncode}): {proc.stderr[-2000:]}")
     report = json.loads(proc.stdout)
     rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr).group(1))
     wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", proc.stderr).group(1)
-    secs = sum(float(x) * 60 ** i for i, x in enumerate(reversed(wall.split(":"))))
-    return {"rows": report["num_rows"], "lower_bound_rows": report["lower_bound_rows"],
-            "efficiency": report["efficiency"], "wall_s": secs, "peak_rss_gb": rss_kb / 2**20,
-            "plan_bytes": sum(f.stat().st_size for f in out.iterdir())}
+    secs = sum(float(x) * 60**i for i, x in enumerate(reversed(wall.split(":"))))
+    return {
+        "rows": report["num_rows"],
+        "lower_bound_rows": report["lower_bound_rows"],
+        "efficiency": report["efficiency"],
+        "wall_s": secs,
+        "peak_rss_gb": rss_kb / 2**20,
+        "plan_bytes": sum(f.stat().st_size for f in out.iterdir()),
+    }
 
 
 def main() -> None:
@@ -60,8 +78,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-    print(f"machine: {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cpus; "
-          f"load before: {os.getloadavg()}; repeats: {args.repeats} (median)")
+    print(
+        f"machine: {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cpus; "
+        f"load before: {os.getloadavg()}; repeats: {args.repeats} (median)"
+    )
     rows = []
     for size in args.sizes:
         n = int(size)
@@ -75,8 +95,10 @@ def main() -> None:
         shutil.rmtree(args.dir / f"plan_{n}", ignore_errors=True)
     print(f"{'documents':>14} {'wall s':>8} {'peak RSS GB':>12} {'rows':>12} {'over bound':>11} {'plan GB':>8}  load")
     for r in rows:
-        print(f"{r['documents']:>14,} {r['wall_s']:>8.1f} {r['peak_rss_gb']:>12.2f} {int(r['rows']):>12,} "
-              f"{r['over_bound']:>11.4%} {r['plan_bytes'] / 2**30:>8.2f}  {tuple(round(x, 2) for x in r['load'])}")
+        print(
+            f"{r['documents']:>14,} {r['wall_s']:>8.1f} {r['peak_rss_gb']:>12.2f} {int(r['rows']):>12,} "
+            f"{r['over_bound']:>11.4%} {r['plan_bytes'] / 2**30:>8.2f}  {tuple(round(x, 2) for x in r['load'])}"
+        )
     if args.json:
         args.json.write_text(json.dumps({"ctx": CTX, "load": os.getloadavg(), "results": rows}, indent=2) + "\n")
 

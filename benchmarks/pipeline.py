@@ -54,6 +54,7 @@ def grain_pipeline(cls, docs):
         ds = grain.MapDataset.source(docs).map(_AsDict()).to_iter_dataset(NO_THREADS)
         ds = cls(ds, length_struct={"tokens": CTX}, num_packing_bins=BINS, shuffle_bins=False)
         return ds.batch(BATCH, drop_remainder=True)
+
     return make, "tokens_segment_ids"
 
 
@@ -63,6 +64,7 @@ def planned_pipeline(docs, shuffle=False):
         if shuffle:
             rows = FeistelShuffleMapDataset(rows, seed=0)
         return BatchRowsMapDataset(rows, BATCH, drop_remainder=True).to_iter_dataset(NO_THREADS)
+
     return make, "segment_ids"
 
 
@@ -71,6 +73,7 @@ def streaming_pipeline(docs, window=1024, read_block=256):
         blocks = BatchRowsMapDataset(DocumentsMapDataset(docs), read_block).to_iter_dataset(NO_THREADS)
         rows = StreamingPackIterDataset(blocks, ctx=CTX, window=window, algorithm="best_fit_decreasing")
         return rows.batch(BATCH, drop_remainder=True)
+
     return make, "segment_ids"
 
 
@@ -89,8 +92,13 @@ def run(make_and_key, repeats):
         result = (real, slots, batches)
     real, slots, batches = result
     secs = float(np.median(times))
-    return {"seconds": secs, "batches": batches, "real_tokens": real, "efficiency": real / slots,
-            "tokens_per_s": real / secs}
+    return {
+        "seconds": secs,
+        "batches": batches,
+        "real_tokens": real,
+        "efficiency": real / slots,
+        "tokens_per_s": real / secs,
+    }
 
 
 def main() -> None:
@@ -103,8 +111,9 @@ def main() -> None:
     lengths, ctx = distribution("a", args.docs)
     assert ctx == CTX
     rng = np.random.default_rng(0)
-    pieces = np.concatenate([np.full(n // CTX, CTX) if n % CTX == 0 else np.append(np.full(n // CTX, CTX), n % CTX)
-                             for n in lengths]).astype(np.int64)
+    pieces = np.concatenate(
+        [np.full(n // CTX, CTX) if n % CTX == 0 else np.append(np.full(n // CTX, CTX), n % CTX) for n in lengths]
+    ).astype(np.int64)
     tokens = rng.integers(2, 32000, int(pieces.sum())).astype(np.int32)
     docs = ArrayDocuments(tokens, np.concatenate(([0], np.cumsum(pieces))))
     print(f"{len(docs):,} documents, {tokens.size:,} tokens (mean {pieces.mean():.0f}), ctx {CTX}, batch {BATCH}")
@@ -114,46 +123,74 @@ def main() -> None:
     run(streaming_pipeline(ArrayDocuments.from_list([np.arange(500)] * 400)), 1)
 
     entries = {
-        "grain FirstFitPack (256 bins)": run(grain_pipeline(grain.experimental.FirstFitPackIterDataset, docs),
-                                             args.repeats),
-        "grain BestFitPack (256 bins)": run(grain_pipeline(grain.experimental.BestFitPackIterDataset, docs),
-                                            args.repeats),
+        "grain FirstFitPack (256 bins)": run(
+            grain_pipeline(grain.experimental.FirstFitPackIterDataset, docs), args.repeats
+        ),
+        "grain BestFitPack (256 bins)": run(
+            grain_pipeline(grain.experimental.BestFitPackIterDataset, docs), args.repeats
+        ),
         "datatools planned (BFD)": run(planned_pipeline(docs), args.repeats),
         "datatools streaming (BFD, window 1024)": run(streaming_pipeline(docs), args.repeats),
         "datatools planned + Feistel shuffle": run(planned_pipeline(docs, shuffle=True), args.repeats),
     }
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "store"
-        write_store(path, [(tokens, pieces)], num_tokens=tokens.size, num_documents=len(docs),
-                    dtype=np.dtype(np.uint16), manifest={"vocab_size": 32000})
+        write_store(
+            path,
+            [(tokens, pieces)],
+            num_tokens=tokens.size,
+            num_documents=len(docs),
+            dtype=np.dtype(np.uint16),
+            manifest={"vocab_size": 32000},
+        )
         store = TokenStore(path)
         entries["datatools planned, token store"] = run(planned_pipeline(store), args.repeats)
         entries["datatools streaming, token store"] = run(streaming_pipeline(store), args.repeats)
 
-    grain_best = max(entries["grain FirstFitPack (256 bins)"]["tokens_per_s"],
-                     entries["grain BestFitPack (256 bins)"]["tokens_per_s"])
-    grain_eff = max(entries["grain FirstFitPack (256 bins)"]["efficiency"],
-                    entries["grain BestFitPack (256 bins)"]["efficiency"])
+    grain_best = max(
+        entries["grain FirstFitPack (256 bins)"]["tokens_per_s"],
+        entries["grain BestFitPack (256 bins)"]["tokens_per_s"],
+    )
+    grain_eff = max(
+        entries["grain FirstFitPack (256 bins)"]["efficiency"], entries["grain BestFitPack (256 bins)"]["efficiency"]
+    )
     rows = []
     for name, e in entries.items():
         e["ratio_to_grain_best"] = e["tokens_per_s"] / grain_best
-        rows.append([name, f"{e['seconds']:.3f}", e["batches"], fmt_rate(e["tokens_per_s"]), f"{e['efficiency']:.2%}",
-                     f"{e['ratio_to_grain_best']:.1f}x"])
-    print_table(f"One epoch, {len(docs):,} documents in memory, ctx {CTX}, batch {BATCH}, one core, median of "
-                f"{args.repeats}", ["pipeline", "seconds", "batches", "real tokens/s", "efficiency", "vs Grain best"],
-                rows)
+        rows.append(
+            [
+                name,
+                f"{e['seconds']:.3f}",
+                e["batches"],
+                fmt_rate(e["tokens_per_s"]),
+                f"{e['efficiency']:.2%}",
+                f"{e['ratio_to_grain_best']:.1f}x",
+            ]
+        )
+    print_table(
+        f"One epoch, {len(docs):,} documents in memory, ctx {CTX}, batch {BATCH}, one core, median of {args.repeats}",
+        ["pipeline", "seconds", "batches", "real tokens/s", "efficiency", "vs Grain best"],
+        rows,
+    )
     targets = {
         "planned >= 10x grain tokens/s": entries["datatools planned (BFD)"]["ratio_to_grain_best"] >= 10,
-        "streaming >= 3x grain tokens/s": entries["datatools streaming (BFD, window 1024)"]["ratio_to_grain_best"]
-        >= 3,
+        "streaming >= 3x grain tokens/s": entries["datatools streaming (BFD, window 1024)"]["ratio_to_grain_best"] >= 3,
         "planned efficiency >= grain": entries["datatools planned (BFD)"]["efficiency"] >= grain_eff,
-        "streaming efficiency >= grain": entries["datatools streaming (BFD, window 1024)"]["efficiency"]
-        >= grain_eff,
+        "streaming efficiency >= grain": entries["datatools streaming (BFD, window 1024)"]["efficiency"] >= grain_eff,
     }
     for name, ok in targets.items():
         print(f"{'PASS' if ok else 'FAIL'}  {name}")
-    path = write_json("pipeline", {"docs": len(docs), "ctx": CTX, "batch": BATCH, "repeats": args.repeats,
-                                   "entries": entries, "targets": targets})
+    path = write_json(
+        "pipeline",
+        {
+            "docs": len(docs),
+            "ctx": CTX,
+            "batch": BATCH,
+            "repeats": args.repeats,
+            "entries": entries,
+            "targets": targets,
+        },
+    )
     print(f"wrote {path}")
 
 

@@ -41,9 +41,15 @@ def main() -> None:
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
-        tok.train_from_iterator(texts[:400], trainers.BpeTrainer(
-            vocab_size=8192, special_tokens=["<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-            show_progress=False))
+        tok.train_from_iterator(
+            texts[:400],
+            trainers.BpeTrainer(
+                vocab_size=8192,
+                special_tokens=["<s>", "</s>"],
+                initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                show_progress=False,
+            ),
+        )
         tok_file = work / "tokenizer.json"
         tok.save(str(tok_file))
         data = work / "in"
@@ -69,16 +75,34 @@ def main() -> None:
                 times.append(time.perf_counter() - t0)
                 assert result.tokens == tokens
                 shutil.rmtree(out)
-            rows.append(dict(what=f"datatools pretokenize, {workers} worker{'s' * (workers > 1)}",
-                             seconds=float(np.median(times)), workers=workers))
+            rows.append(
+                dict(
+                    what=f"datatools pretokenize, {workers} worker{'s' * (workers > 1)}",
+                    seconds=float(np.median(times)),
+                    workers=workers,
+                )
+            )
         base = rows[0]["seconds"]
         for r in rows:
-            r.update(docs_per_s=len(texts) / r["seconds"], tokens_per_s=tokens / r["seconds"],
-                     overhead=r["seconds"] / base - 1)
-        print_table(f"{len(texts):,} documents, {tokens:,} tokens, {args.shards} shards (median of {args.repeat})",
-                    ["", "seconds", "docs/s", "tokens/s", "overhead vs encode_batch"],
-                    [[r["what"], r["seconds"], fmt_rate(r["docs_per_s"]), fmt_rate(r["tokens_per_s"]),
-                      f"{r['overhead']:+.1%}"] for r in rows])
+            r.update(
+                docs_per_s=len(texts) / r["seconds"],
+                tokens_per_s=tokens / r["seconds"],
+                overhead=r["seconds"] / base - 1,
+            )
+        print_table(
+            f"{len(texts):,} documents, {tokens:,} tokens, {args.shards} shards (median of {args.repeat})",
+            ["", "seconds", "docs/s", "tokens/s", "overhead vs encode_batch"],
+            [
+                [
+                    r["what"],
+                    r["seconds"],
+                    fmt_rate(r["docs_per_s"]),
+                    fmt_rate(r["tokens_per_s"]),
+                    f"{r['overhead']:+.1%}",
+                ]
+                for r in rows
+            ],
+        )
         ok = rows[1]["overhead"] <= 0.15
         print(f"  [{'PASS' if ok else 'FAIL'}] job overhead (1 worker) <= 15% of encode_batch")
         summary = {"documents": len(texts), "tokens": tokens, "rows": rows, "target_met": ok}

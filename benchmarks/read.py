@@ -92,10 +92,13 @@ def measure(fmt: str, path: str, who: str) -> dict:
             import pyarrow.json as pj
 
             longest = int(os.environ.get("LONGEST_LINE", 1 << 20))
-            col = pj.read_json(path, read_options=pj.ReadOptions(block_size=max(1 << 20, 2 * longest)),
-                               parse_options=pj.ParseOptions(
-                                   explicit_schema=pa.schema([(COLUMN, pa.list_(pa.int64()))]),
-                                   unexpected_field_behavior="ignore")).column(0)
+            col = pj.read_json(
+                path,
+                read_options=pj.ReadOptions(block_size=max(1 << 20, 2 * longest)),
+                parse_options=pj.ParseOptions(
+                    explicit_schema=pa.schema([(COLUMN, pa.list_(pa.int64()))]), unexpected_field_behavior="ignore"
+                ),
+            ).column(0)
         elif fmt == "arrow":
             col = pa.ipc.open_file(pa.memory_map(path)).read_all().column(COLUMN)
         elif fmt == "hf":
@@ -113,8 +116,12 @@ def measure(fmt: str, path: str, who: str) -> dict:
 
 
 def run_child(args: list[str], env: dict | None = None) -> dict:
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})})
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
     if proc.returncode:
         raise SystemExit(f"child {args} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -153,8 +160,13 @@ def write_all(tmp: Path, docs) -> dict[str, Path]:
     lengths = np.array([d.size for d in docs])
     np.save(tmp / "np" / "tokens.npy", np.concatenate(docs))
     np.save(tmp / "np" / "offsets.npy", np.concatenate(([0], np.cumsum(lengths))))
-    return {"parquet": tmp / "t.parquet", "jsonl": tmp / "t.jsonl", "arrow": tmp / "t.arrow", "hf": tmp / "hf",
-            "numpy": tmp / "np"}
+    return {
+        "parquet": tmp / "t.parquet",
+        "jsonl": tmp / "t.jsonl",
+        "arrow": tmp / "t.arrow",
+        "hf": tmp / "hf",
+        "numpy": tmp / "np",
+    }
 
 
 def size_of(path: Path) -> int:
@@ -182,18 +194,30 @@ def formats_section(tmp: Path, mb: int, runs: int) -> dict:
                 runs_of[who].append(m)
         res = {}
         for who, ms in runs_of.items():
-            res[who] = {"seconds": float(np.median([m["seconds"] for m in ms])),
-                        "rss_mib": float(np.median([m["rss_mib"] for m in ms]))}
+            res[who] = {
+                "seconds": float(np.median([m["seconds"] for m in ms])),
+                "rss_mib": float(np.median([m["rss_mib"] for m in ms])),
+            }
             res[who]["mb_s"] = nbytes / MiB / res[who]["seconds"]
         ratio = res["datatools"]["mb_s"] / res["peer"]["mb_s"]
         target = "PASS" if ratio >= 0.8 else "FAIL"
         out[fmt] = {"bytes": nbytes, **res, "ratio": ratio, "target": target if fmt in ("parquet", "jsonl") else None}
-        rows.append([fmt, f"{nbytes / MiB:,.0f}", f"{res['datatools']['mb_s']:,.0f}", f"{res['peer']['mb_s']:,.0f}",
-                     f"{ratio:.2f}x" + (f" ({target})" if fmt in ("parquet", "jsonl") else ""),
-                     f"{res['datatools']['rss_mib']:,.0f}", f"{res['peer']['rss_mib']:,.0f}"])
-    print_table(f"Lengths of {want_docs:,} documents ({want_tokens:,} tokens), {runs} runs each, median",
-                ["format", "MiB", "datatools MB/s", "plain call MB/s", "ratio", "datatools peak RSS MiB",
-                 "plain peak RSS MiB"], rows)
+        rows.append(
+            [
+                fmt,
+                f"{nbytes / MiB:,.0f}",
+                f"{res['datatools']['mb_s']:,.0f}",
+                f"{res['peer']['mb_s']:,.0f}",
+                f"{ratio:.2f}x" + (f" ({target})" if fmt in ("parquet", "jsonl") else ""),
+                f"{res['datatools']['rss_mib']:,.0f}",
+                f"{res['peer']['rss_mib']:,.0f}",
+            ]
+        )
+    print_table(
+        f"Lengths of {want_docs:,} documents ({want_tokens:,} tokens), {runs} runs each, median",
+        ["format", "MiB", "datatools MB/s", "plain call MB/s", "ratio", "datatools peak RSS MiB", "plain peak RSS MiB"],
+        rows,
+    )
     return {"docs": want_docs, "tokens": want_tokens, "formats": out}
 
 
@@ -216,13 +240,32 @@ def big_jsonl_section(tmp: Path, gb: float) -> dict:
     lengths_mib = n_docs * 8 / MiB
     bound = base["rss_mib"] + 1.5 * lengths_mib + 256
     ok = big["rss_mib"] <= bound
-    print_table("A 1 GB JSON Lines file through `datatools analyze-padding --ctx 2048` (one run)",
-                ["file", "documents", "tokens", "seconds", "MB/s", "peak RSS MiB", "baseline RSS MiB", "bound MiB"],
-                [[f"{size_of(f) / MiB:,.0f} MiB", n_docs, n_tokens, f"{big['seconds']:.1f}",
-                  f"{size_of(f) / MiB / big['seconds']:,.0f}", f"{big['rss_mib']:,.0f}", f"{base['rss_mib']:,.0f}",
-                  f"{bound:,.0f} ({'PASS' if ok else 'FAIL'})"]])
-    return {"bytes": size_of(f), "docs": n_docs, "tokens": n_tokens, "seconds": big["seconds"],
-            "rss_mib": big["rss_mib"], "baseline_rss_mib": base["rss_mib"], "bound_mib": bound, "pass": ok}
+    print_table(
+        "A 1 GB JSON Lines file through `datatools analyze-padding --ctx 2048` (one run)",
+        ["file", "documents", "tokens", "seconds", "MB/s", "peak RSS MiB", "baseline RSS MiB", "bound MiB"],
+        [
+            [
+                f"{size_of(f) / MiB:,.0f} MiB",
+                n_docs,
+                n_tokens,
+                f"{big['seconds']:.1f}",
+                f"{size_of(f) / MiB / big['seconds']:,.0f}",
+                f"{big['rss_mib']:,.0f}",
+                f"{base['rss_mib']:,.0f}",
+                f"{bound:,.0f} ({'PASS' if ok else 'FAIL'})",
+            ]
+        ],
+    )
+    return {
+        "bytes": size_of(f),
+        "docs": n_docs,
+        "tokens": n_tokens,
+        "seconds": big["seconds"],
+        "rss_mib": big["rss_mib"],
+        "baseline_rss_mib": base["rss_mib"],
+        "bound_mib": bound,
+        "pass": ok,
+    }
 
 
 def cli_rss(path: str) -> dict:
@@ -238,8 +281,7 @@ def cli_rss(path: str) -> dict:
         status = main(["analyze-padding", path, "--ctx", "2048", "--json", "-"])
     if status:
         raise SystemExit(f"analyze-padding {path} exited {status}")
-    return {"seconds": time.perf_counter() - t0, "stdout": buf.getvalue(),
-            "rss_mib": peak_rss_mib()}
+    return {"seconds": time.perf_counter() - t0, "stdout": buf.getvalue(), "rss_mib": peak_rss_mib()}
 
 
 def pipeline_section(tmp: Path, tokens: int, steps: int) -> dict:
@@ -255,18 +297,26 @@ def pipeline_section(tmp: Path, tokens: int, steps: int) -> dict:
             rng = np.random.default_rng(seed)
             flat = rng.integers(0, 50000, int(lengths.sum()), dtype=np.int32)
             offsets = pa.array(np.concatenate(([0], np.cumsum(lengths))).astype(np.int32))
-            w.write_table(pa.table({COLUMN: pa.ListArray.from_arrays(offsets, pa.array(flat))}),
-                          row_group_size=16384)
+            w.write_table(pa.table({COLUMN: pa.ListArray.from_arrays(offsets, pa.array(flat))}), row_group_size=16384)
             written += flat.size
             seed += 1
     res = run_child(["--pipeline", str(f), str(steps)])
     data_mib = written * 4 / MiB
-    print_table(f"A streaming pipeline over a Parquet source of {written:,} tokens "
-                f"(one run, {steps} batches of 32 x 2048)",
-                ["source", "tokens as int32 MiB", "file MiB", "startup s", "batches/s", "peak RSS MiB",
-                 "RSS / data"],
-                [["parquet", f"{data_mib:,.0f}", f"{size_of(f) / MiB:,.0f}", f"{res['startup_s']:.1f}",
-                  f"{steps / res['steps_s']:.1f}", f"{res['rss_mib']:,.0f}", f"{res['rss_mib'] / data_mib:.2f}"]])
+    print_table(
+        f"A streaming pipeline over a Parquet source of {written:,} tokens (one run, {steps} batches of 32 x 2048)",
+        ["source", "tokens as int32 MiB", "file MiB", "startup s", "batches/s", "peak RSS MiB", "RSS / data"],
+        [
+            [
+                "parquet",
+                f"{data_mib:,.0f}",
+                f"{size_of(f) / MiB:,.0f}",
+                f"{res['startup_s']:.1f}",
+                f"{steps / res['steps_s']:.1f}",
+                f"{res['rss_mib']:,.0f}",
+                f"{res['rss_mib'] / data_mib:.2f}",
+            ]
+        ],
+    )
     return {"tokens": written, "data_mib": data_mib, "file_mib": size_of(f) / MiB, **res}
 
 
@@ -274,30 +324,58 @@ def run_pipeline(path: str, steps: int) -> dict:
     from datatools.pipeline import build
 
     t0 = time.perf_counter()
-    it = iter(build({"source": {"path": path}, "packing": {"ctx": 2048, "mode": "streaming", "window": 1024},
-                     "shuffle": {"kind": "none"}, "batch_size": 32,
-                     "num_epochs": 1}))
+    it = iter(
+        build(
+            {
+                "source": {"path": path},
+                "packing": {"ctx": 2048, "mode": "streaming", "window": 1024},
+                "shuffle": {"kind": "none"},
+                "batch_size": 32,
+                "num_epochs": 1,
+            }
+        )
+    )
     first = next(it)
     startup = time.perf_counter() - t0
     real = int((first["segment_ids"] > 0).sum())
     t1 = time.perf_counter()
     for _ in range(steps - 1):
         real += int((next(it)["segment_ids"] > 0).sum())
-    return {"startup_s": startup, "steps_s": time.perf_counter() - t1, "real_tokens": real,
-            "rss_mib": peak_rss_mib()}
+    return {"startup_s": startup, "steps_s": time.perf_counter() - t1, "real_tokens": real, "rss_mib": peak_rss_mib()}
 
 
 # --------------------------------------------------------------------------- remote: moto's S3 server on loopback
 
-AWS_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-            "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE")
-S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "eu-west-1",
-          "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}  # nothing of the caller's AWS setup
+AWS_VARS = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_PROFILE",
+)
+S3_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_REGION": "eu-west-1",
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+}  # nothing of the caller's AWS setup
 STORE_READ_DOCS = 4096  # documents per TokenStore.read_range in the tokens pass (~3.3M tokens, ~3 chunks)
-REMOTE_ROWS = (("jsonl", "bytes"), ("parquet", "lengths"), ("jsonl", "lengths"), ("store", "lengths"),
-               ("store", "tokens"))
-PASS_LABELS = {"bytes": "bytes only (storage.open_file)", "lengths": "lengths pass",
-               "tokens": "all tokens (read_range)"}
+REMOTE_ROWS = (
+    ("jsonl", "bytes"),
+    ("parquet", "lengths"),
+    ("jsonl", "lengths"),
+    ("store", "lengths"),
+    ("store", "tokens"),
+)
+PASS_LABELS = {
+    "bytes": "bytes only (storage.open_file)",
+    "lengths": "lengths pass",
+    "tokens": "all tokens (read_range)",
+}
 
 
 @contextmanager
@@ -309,8 +387,13 @@ def s3_server(tmp: Path) -> Iterator[str]:
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if k not in AWS_VARS}
     with open(tmp / "moto_server.log", "wb") as log:
-        proc = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -361,8 +444,13 @@ def measure_remote(what: str, path: str) -> dict:
             flat, _ = store.read_range(start, min(n_docs, start + STORE_READ_DOCS))
             n_tokens += int(flat.size)
             id_sum += int(flat.sum(dtype=np.int64))
-    return {"seconds": time.perf_counter() - t0, "rss_mib": peak_rss_mib(), "docs": n_docs, "tokens": n_tokens,
-            "id_sum": id_sum}
+    return {
+        "seconds": time.perf_counter() - t0,
+        "rss_mib": peak_rss_mib(),
+        "docs": n_docs,
+        "tokens": n_tokens,
+        "id_sum": id_sum,
+    }
 
 
 def machine() -> dict:
@@ -373,8 +461,13 @@ def machine() -> dict:
     except (OSError, StopIteration):
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 30) if hasattr(os, "sysconf") else None
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem, 1) if mem else None,
-            "os": platform.platform(), "python": platform.python_version()}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem, 1) if mem else None,
+        "os": platform.platform(),
+        "python": platform.python_version(),
+    }
 
 
 def remote_section(tmp: Path, mb: int, runs: int) -> dict:
@@ -395,8 +488,14 @@ def remote_section(tmp: Path, mb: int, runs: int) -> dict:
     dtype = token_dtype(50000)
 
     def put_store(where) -> None:
-        write_store(where, [(flat, lengths)], num_tokens=int(flat.size), num_documents=len(docs), dtype=dtype,
-                    manifest={"vocab_size": 50000})
+        write_store(
+            where,
+            [(flat, lengths)],
+            num_tokens=int(flat.size),
+            num_documents=len(docs),
+            dtype=dtype,
+            manifest={"vocab_size": 50000},
+        )
 
     put_store(local["store"])
     mach, saved = machine(), {k: os.environ.get(k) for k in (*AWS_VARS, *S3_ENV)}
@@ -410,11 +509,13 @@ def remote_section(tmp: Path, mb: int, runs: int) -> dict:
             remote = {"parquet": "s3://bench/r.parquet", "jsonl": "s3://bench/r.jsonl", "store": "s3://bench/rstore"}
             t0 = time.perf_counter()
             for fmt in ("parquet", "jsonl"):
-                fs.put_file(str(local[fmt]), remote[fmt][len("s3://"):])
+                fs.put_file(str(local[fmt]), remote[fmt][len("s3://") :])
             put_store(remote["store"])
             upload_s = time.perf_counter() - t0
-            assert storage.read_bytes(remote["store"] + "/manifest.json") == (local["store"] / "manifest.json") \
-                .read_bytes(), "the local and remote stores differ"
+            assert (
+                storage.read_bytes(remote["store"] + "/manifest.json")
+                == (local["store"] / "manifest.json").read_bytes()
+            ), "the local and remote stores differ"
             os.sync()
             time.sleep(2)
             load_before = os.getloadavg()
@@ -435,17 +536,34 @@ def remote_section(tmp: Path, mb: int, runs: int) -> dict:
                 res = {}
                 for where, got in ms.items():
                     sec = float(np.median([m["seconds"] for m in got]))
-                    res[where] = {"seconds": sec, "mb_s": nbytes / MiB / sec,
-                                  "rss_mib": float(np.median([m["rss_mib"] for m in got])),
-                                  "all_seconds": [m["seconds"] for m in got]}
+                    res[where] = {
+                        "seconds": sec,
+                        "mb_s": nbytes / MiB / sec,
+                        "rss_mib": float(np.median([m["rss_mib"] for m in got])),
+                        "all_seconds": [m["seconds"] for m in got],
+                    }
                 ratio = res["remote"]["seconds"] / res["local"]["seconds"]
-                out[f"{fmt} {what}"] = {"format": fmt, "pass": what, "bytes": nbytes, **res,
-                                        "remote_over_local_time": ratio}
-                rows.append([fmt, PASS_LABELS[what],
-                             f"{nbytes / MiB:,.1f}", f"{res['local']['seconds']:.2f}",
-                             f"{res['remote']['seconds']:.2f}",
-                             f"{res['local']['mb_s']:,.0f}", f"{res['remote']['mb_s']:,.0f}", f"{ratio:.2f}x",
-                             f"{res['local']['rss_mib']:,.0f}", f"{res['remote']['rss_mib']:,.0f}"])
+                out[f"{fmt} {what}"] = {
+                    "format": fmt,
+                    "pass": what,
+                    "bytes": nbytes,
+                    **res,
+                    "remote_over_local_time": ratio,
+                }
+                rows.append(
+                    [
+                        fmt,
+                        PASS_LABELS[what],
+                        f"{nbytes / MiB:,.1f}",
+                        f"{res['local']['seconds']:.2f}",
+                        f"{res['remote']['seconds']:.2f}",
+                        f"{res['local']['mb_s']:,.0f}",
+                        f"{res['remote']['mb_s']:,.0f}",
+                        f"{ratio:.2f}x",
+                        f"{res['local']['rss_mib']:,.0f}",
+                        f"{res['remote']['rss_mib']:,.0f}",
+                    ]
+                )
             load_after = os.getloadavg()
         finally:
             for k, v in saved.items():
@@ -453,17 +571,41 @@ def remote_section(tmp: Path, mb: int, runs: int) -> dict:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
-    print(f"machine: {mach['cpu']}, {mach['cores']} cores, {mach['memory_gib']} GiB, {mach['os']}; "
-          f"load average (1/5/15 min) before {', '.join(f'{x:.2f}' for x in load_before)}, "
-          f"after {', '.join(f'{x:.2f}' for x in load_after)}")
-    print_table(f"Local files against s3:// on moto's S3 server on loopback: {len(docs):,} documents "
-                f"({flat.size:,} tokens), {runs} runs each in a fresh process, alternating, median "
-                f"(upload {upload_s:.1f} s)",
-                ["input", "pass", "MiB", "local s", "s3 s", "local MB/s", "s3 MB/s", "s3 / local time",
-                 "local peak RSS MiB", "s3 peak RSS MiB"], rows)
-    return {"docs": len(docs), "tokens": int(flat.size), "runs": runs, "statistic": "median", "machine": mach,
-            "loadavg_before": list(load_before), "loadavg_after": list(load_after), "upload_s": upload_s,
-            "server": "moto_server on 127.0.0.1", "rows": out}
+    print(
+        f"machine: {mach['cpu']}, {mach['cores']} cores, {mach['memory_gib']} GiB, {mach['os']}; "
+        f"load average (1/5/15 min) before {', '.join(f'{x:.2f}' for x in load_before)}, "
+        f"after {', '.join(f'{x:.2f}' for x in load_after)}"
+    )
+    print_table(
+        f"Local files against s3:// on moto's S3 server on loopback: {len(docs):,} documents "
+        f"({flat.size:,} tokens), {runs} runs each in a fresh process, alternating, median "
+        f"(upload {upload_s:.1f} s)",
+        [
+            "input",
+            "pass",
+            "MiB",
+            "local s",
+            "s3 s",
+            "local MB/s",
+            "s3 MB/s",
+            "s3 / local time",
+            "local peak RSS MiB",
+            "s3 peak RSS MiB",
+        ],
+        rows,
+    )
+    return {
+        "docs": len(docs),
+        "tokens": int(flat.size),
+        "runs": runs,
+        "statistic": "median",
+        "machine": mach,
+        "loadavg_before": list(load_before),
+        "loadavg_after": list(load_after),
+        "upload_s": upload_s,
+        "server": "moto_server on 127.0.0.1",
+        "rows": out,
+    }
 
 
 def main() -> None:
@@ -473,11 +615,19 @@ def main() -> None:
     parser.add_argument("--pipeline-tokens", type=int, default=500_000_000)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--remote-mb", type=int, default=200,
-                        help="JSON Lines size of the local-against-S3 comparison (MiB; Parquet and store are ~1/3)")
-    parser.add_argument("--sections", "--only", default=",".join(SECTIONS),
-                        help=f"comma-separated: {', '.join(SECTIONS)} (a partial run updates those keys of "
-                             f"results/read.json and keeps the others)")
+    parser.add_argument(
+        "--remote-mb",
+        type=int,
+        default=200,
+        help="JSON Lines size of the local-against-S3 comparison (MiB; Parquet and store are ~1/3)",
+    )
+    parser.add_argument(
+        "--sections",
+        "--only",
+        default=",".join(SECTIONS),
+        help=f"comma-separated: {', '.join(SECTIONS)} (a partial run updates those keys of "
+        f"results/read.json and keeps the others)",
+    )
     parser.add_argument("--measure", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--measure-remote", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--cli-rss", help=argparse.SUPPRESS)

@@ -59,16 +59,41 @@ def main() -> None:
         theirs_ds = rate(k, lambda: [ds[i] for i in range(k)])
         bs = BlockShuffle(n, io_block_size=64, window_blocks=1024, seed=1234)
         block = rate(m, lambda: bs.index(idx))
-        results.append(dict(n=n, datatools_vectorized=ours, datatools_per_call=ours_call,
-                            grain_index_shuffle_per_call=theirs_call, grain_mapdataset_shuffle=theirs_ds,
-                            datatools_block_shuffle_vectorized=block, ratio_vs_grain_index_shuffle=ours / theirs_call))
-    print_table("indices/s, one core (median of runs)",
-                ["n", "datatools vectorized", "datatools per call", "grain index_shuffle", "grain MapDataset.shuffle",
-                 "datatools BlockShuffle", "ratio vs index_shuffle"],
-                [[f"{r['n']:,}", fmt_rate(r["datatools_vectorized"]), fmt_rate(r["datatools_per_call"]),
-                  fmt_rate(r["grain_index_shuffle_per_call"]), fmt_rate(r["grain_mapdataset_shuffle"]),
-                  fmt_rate(r["datatools_block_shuffle_vectorized"]), f"{r['ratio_vs_grain_index_shuffle']:.0f}x"]
-                 for r in results])
+        results.append(
+            dict(
+                n=n,
+                datatools_vectorized=ours,
+                datatools_per_call=ours_call,
+                grain_index_shuffle_per_call=theirs_call,
+                grain_mapdataset_shuffle=theirs_ds,
+                datatools_block_shuffle_vectorized=block,
+                ratio_vs_grain_index_shuffle=ours / theirs_call,
+            )
+        )
+    print_table(
+        "indices/s, one core (median of runs)",
+        [
+            "n",
+            "datatools vectorized",
+            "datatools per call",
+            "grain index_shuffle",
+            "grain MapDataset.shuffle",
+            "datatools BlockShuffle",
+            "ratio vs index_shuffle",
+        ],
+        [
+            [
+                f"{r['n']:,}",
+                fmt_rate(r["datatools_vectorized"]),
+                fmt_rate(r["datatools_per_call"]),
+                fmt_rate(r["grain_index_shuffle_per_call"]),
+                fmt_rate(r["grain_mapdataset_shuffle"]),
+                fmt_rate(r["datatools_block_shuffle_vectorized"]),
+                f"{r['ratio_vs_grain_index_shuffle']:.0f}x",
+            ]
+            for r in results
+        ],
+    )
     target = all(r["datatools_vectorized"] >= 100e6 for r in results if r["n"] >= 10**6)
     print(f"  [{'PASS' if target else 'FAIL'}] >= 100M indices/s on one core for n >= 10^6")
     print(f"wrote {write_json('shuffle', {'results': results, 'target_100M_per_s': target})}")

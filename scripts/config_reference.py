@@ -1,7 +1,7 @@
 """Write (or check) the key reference in configs/README.md, generated from the config schema.
 
-    python scripts/config_reference.py          # rewrite the section between the markers
-    python scripts/config_reference.py --check  # exit 1 when the README is out of date (a test runs this)
+python scripts/config_reference.py          # rewrite the section between the markers
+python scripts/config_reference.py --check  # exit 1 when the README is out of date (a test runs this)
 """
 
 from __future__ import annotations
@@ -20,10 +20,18 @@ def reference() -> str:
     from datatools.train.loop import TrainSection
     from datatools.train.model import ModelConfig
 
-    lines = ["Pipeline configs (`datatools pipeline`, `datatools.pipeline.build`):", "", *HEADER,
-             *schema_markdown(PipelineConfig), "",
-             "Training configs (`datatools train`): the pipeline keys above, plus:", "", *HEADER,
-             *schema_markdown(ModelConfig, "model"), *schema_markdown(TrainSection, "train")]
+    lines = [
+        "Pipeline configs (`datatools pipeline`, `datatools.pipeline.build`):",
+        "",
+        *HEADER,
+        *schema_markdown(PipelineConfig),
+        "",
+        "Training configs (`datatools train`): the pipeline keys above, plus:",
+        "",
+        *HEADER,
+        *schema_markdown(ModelConfig, "model"),
+        *schema_markdown(TrainSection, "train"),
+    ]
     return "\n".join(lines)
 
 
@@ -37,8 +45,9 @@ def main() -> int:
     new = updated(text)
     if "--check" in sys.argv:
         if new != text:
-            print(f"{README}: the key reference is out of date; run python scripts/config_reference.py",
-                  file=sys.stderr)
+            print(
+                f"{README}: the key reference is out of date; run python scripts/config_reference.py", file=sys.stderr
+            )
             return 1
         return 0
     README.write_text(new)

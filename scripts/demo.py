@@ -27,14 +27,15 @@ def main() -> int:
     t0 = time.perf_counter()
     console.print("[bold]Building the demo data[/] (stdlib sources -> tokenizer -> token store; skipped when present)")
     paths = build_demo(DEMO_DIR)
-    console.print(f"demo data ready in {time.perf_counter() - t0:.1f} s: "
-                  + ", ".join(str(p) for p in paths.values()))
+    console.print(f"demo data ready in {time.perf_counter() - t0:.1f} s: " + ", ".join(str(p) for p in paths.values()))
     console.print("\n[bold]$ datatools analyze-padding demo_data/store --plot demo_data/padding.png[/]")
     status = datatools(["analyze-padding", str(paths["store"]), "--plot", str(DEMO_DIR / "padding.png")])
     if status == 0:
-        console.print("\nNext: [bold]datatools pipeline configs/finetune_packed_1024.yaml --steps 50[/] "
-                      "(configs/README.md lists the others; the command is in .venv/bin: "
-                      "source .venv/bin/activate first)")
+        console.print(
+            "\nNext: [bold]datatools pipeline configs/finetune_packed_1024.yaml --steps 50[/] "
+            "(configs/README.md lists the others; the command is in .venv/bin: "
+            "source .venv/bin/activate first)"
+        )
     return status
 
 

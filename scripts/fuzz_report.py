@@ -54,26 +54,40 @@ def main() -> int:
         store = make_world(tmp)
         for args in cli_cases(str(store), str(tmp)):
             status, out, err = run_cli(args)
-            err = "".join(line for line in err.splitlines(keepends=True)  # warnings come as lines of their own
-                          if not line.startswith("datatools: warning: "))
+            err = "".join(
+                line
+                for line in err.splitlines(keepends=True)  # warnings come as lines of their own
+                if not line.startswith("datatools: warning: ")
+            )
             one_line = err.count("\n") == 1 and "Traceback" not in err
-            kind = "accepted (valid value)" if status == 0 else "clean (exit 2, one line)" if status == 2 and one_line \
+            kind = (
+                "accepted (valid value)"
+                if status == 0
+                else "clean (exit 2, one line)"
+                if status == 2 and one_line
                 else f"exit {status}: {err.split(':')[2].strip() if err.count(':') > 2 else err[:40]}"
+            )
             outcomes[f"CLI: {args[0]}"][kind] += 1
         for text in BAD_CONFIGS + BAD_TRAIN_CONFIGS:
             (tmp / "c.yaml").write_text(text.replace("STORE", str(store)))
             command = "train" if text in BAD_TRAIN_CONFIGS else "pipeline"
             status, _, err = run_cli([command, str(tmp / "c.yaml"), "--steps", "1"])
             clean = status == 2 and err.count("\n") == 1 and "Traceback" not in err
-            outcomes[f"CLI: {command} (malformed config)"]["clean (exit 2, one line)" if clean else f"exit {status}"] += 1
+            outcomes[f"CLI: {command} (malformed config)"][
+                "clean (exit 2, one line)" if clean else f"exit {status}"
+            ] += 1
         for damage in CORRUPT_STORES:  # issue 21: a damaged store is refused, naming it, by every reader
             copy, commands = corrupt_store_commands(store, tmp, damage)
             for args in commands:
                 status, _, err = run_cli(args)
                 clean = status == 2 and err.count("\n") == 1 and "Traceback" not in err and copy in err
-                kind = "clean (exit 2, one line naming the store)" if clean else \
-                    "accepted (lengths from intact offsets)" if status == 0 and args[0] == "analyze-padding" and \
-                    damage in LENGTHS_UNAFFECTED else f"exit {status} on a corrupt store"
+                kind = (
+                    "clean (exit 2, one line naming the store)"
+                    if clean
+                    else "accepted (lengths from intact offsets)"
+                    if status == 0 and args[0] == "analyze-padding" and damage in LENGTHS_UNAFFECTED
+                    else f"exit {status} on a corrupt store"
+                )
                 outcomes[f"CLI: {args[0]} (corrupt store)"][kind] += 1
         for case in file_cases(store, tmp):  # issue 21: symlinks, alias bombs, duplicate keys, NumPy dirs, empty inputs
             before = listing_with_sizes(tmp / "files")
@@ -99,18 +113,27 @@ def main() -> int:
             shutil.rmtree(base, ignore_errors=True)
         how, status, err, left = disk_full_outcome(tmp)
         last = err.splitlines()[-1] if err else ""  # progress lines (off a terminal) may come before it
-        clean = status == 1 and last.startswith("datatools: error:") and "No space left on device" in last and \
-            "Traceback" not in err and not left
-        outcomes[f"CLI: pretokenize (disk full, {how})"]["clean (exit 1, one line)" if clean else
-                                                         f"exit {status}: {err[:60]}"] += 1
+        clean = (
+            status == 1
+            and last.startswith("datatools: error:")
+            and "No space left on device" in last
+            and "Traceback" not in err
+            and not left
+        )
+        outcomes[f"CLI: pretokenize (disk full, {how})"][
+            "clean (exit 1, one line)" if clean else f"exit {status}: {err[:60]}"
+        ] += 1
     for name, thunk in function_cases():
         try:
             thunk()
             kind = "accepted (valid value)"
         except ALLOWED as exc:
-            kind = f"clean ({type(exc).__name__})" if "\n" not in str(exc) and len(str(exc)) < 1000 else \
-                f"{type(exc).__name__} with a long message"
-        except Exception as exc:  # noqa: BLE001: this is what the report counts
+            kind = (
+                f"clean ({type(exc).__name__})"
+                if "\n" not in str(exc) and len(str(exc)) < 1000
+                else f"{type(exc).__name__} with a long message"
+            )
+        except Exception as exc:  # noqa: BLE001 -- this is what the report counts
             kind = f"{type(exc).__name__}"
         outcomes[f"library: {name.split()[0]}"][kind] += 1
 

@@ -36,8 +36,14 @@ def write_test_store(path, docs, vocab_size: int = 1 << 16):
     dtype = token_dtype(vocab_size)
     lengths = np.array([len(d) for d in docs], np.int64)
     flat = np.concatenate([np.asarray(d, dtype) for d in docs]) if docs else np.zeros(0, dtype)
-    write_store(path, [(flat, lengths)], num_tokens=int(lengths.sum()), num_documents=len(docs), dtype=dtype,
-                manifest={"vocab_size": vocab_size})
+    write_store(
+        path,
+        [(flat, lengths)],
+        num_tokens=int(lengths.sum()),
+        num_documents=len(docs),
+        dtype=dtype,
+        manifest={"vocab_size": vocab_size},
+    )
     return path
 
 
@@ -58,8 +64,9 @@ def small_tmpfs(tmp_path):
     mnt = tmp_path / "tmpfs"
     mnt.mkdir()
     try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True,
-                              timeout=20)
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True, timeout=20
+        )
     except (OSError, subprocess.TimeoutExpired):
         done = None
     if done is None or done.returncode != 0:

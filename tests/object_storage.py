@@ -28,10 +28,22 @@ from pathlib import Path
 import pytest
 
 START_TIMEOUT_S = 30.0
-AWS_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-            "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE")
-GCS_VARS = ("STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL", "GOOGLE_AUTH_TOKEN_FOR_TESTING",
-            "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")
+AWS_VARS = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_PROFILE",
+)
+GCS_VARS = (
+    "STORAGE_EMULATOR_HOST",
+    "TENSORSTORE_GCS_HTTP_URL",
+    "GOOGLE_AUTH_TOKEN_FOR_TESTING",
+    "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT",
+)
 
 
 def free_port() -> int:
@@ -55,8 +67,7 @@ class Server:
         for var in AWS_VARS + GCS_VARS:
             env.pop(var, None)
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             try:
@@ -90,8 +101,9 @@ def _bin(name: str) -> str:
 def s3_server(tmp_path_factory):
     """moto's S3 API server (``moto[server]``) on loopback."""
     port = free_port()
-    server = Server("moto_server", [_bin("moto_server"), "-H", "127.0.0.1", "-p", str(port)], port,
-                    tmp_path_factory.mktemp("moto"))
+    server = Server(
+        "moto_server", [_bin("moto_server"), "-H", "127.0.0.1", "-p", str(port)], port, tmp_path_factory.mktemp("moto")
+    )
     yield server
     server.stop()
 
@@ -100,8 +112,12 @@ def s3_server(tmp_path_factory):
 def gcs_server(tmp_path_factory):
     """gcp-storage-emulator (in memory) on loopback."""
     port = free_port()
-    server = Server("gcp-storage-emulator", [_bin("gcp-storage-emulator"), "start", "-H", "127.0.0.1", "--port",
-                                             str(port), "--in-memory", "-q"], port, tmp_path_factory.mktemp("gcs"))
+    server = Server(
+        "gcp-storage-emulator",
+        [_bin("gcp-storage-emulator"), "start", "-H", "127.0.0.1", "--port", str(port), "--in-memory", "-q"],
+        port,
+        tmp_path_factory.mktemp("gcs"),
+    )
     yield server
     server.stop()
 

@@ -66,13 +66,16 @@ def test_no_private_apis():
 
 
 def test_import_and_help_load_no_heavy_module():
-    code = ("import sys, datatools, datatools.cli; from datatools.cli import main; main(['--help']); "
-            "print(sorted(m for m in ('numba', 'grain', 'jax', 'tensorstore', 'pyarrow', 'datasets')"
-            " if m in sys.modules))")
+    code = (
+        "import sys, datatools, datatools.cli; from datatools.cli import main; main(['--help']); "
+        "print(sorted(m for m in ('numba', 'grain', 'jax', 'tensorstore', 'pyarrow', 'datasets')"
+        " if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
-    times = subprocess.run([sys.executable, "-X", "importtime", "-c", "import datatools"], capture_output=True,
-                           text=True, check=True).stderr
+    times = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import datatools"], capture_output=True, text=True, check=True
+    ).stderr
     cumulative_us = max(int(line.split("|")[1]) for line in times.splitlines() if line.rstrip().endswith("datatools"))
     assert cumulative_us < 1_000_000
 
@@ -81,8 +84,10 @@ HIDE = "import sys\nfor m in ('jax', 'optax', 'ray'):\n    sys.modules[m] = None
 
 
 def run_without_jax(args: list[str]) -> subprocess.CompletedProcess:
-    code = HIDE + (f"from datatools.cli import main\nrc = main({args!r})\n"
-                   "assert 'jax' not in sys.modules or sys.modules['jax'] is None\nsys.exit(rc)\n")
+    code = HIDE + (
+        f"from datatools.cli import main\nrc = main({args!r})\n"
+        "assert 'jax' not in sys.modules or sys.modules['jax'] is None\nsys.exit(rc)\n"
+    )
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
 
 

@@ -21,8 +21,11 @@ def test_the_readme_says_where_the_command_is():
 
 def test_readme_snippets_that_start_workers_use_the_main_guard():
     """A snippet iterating a config with workers > 0 at a script's top level hung for 22 minutes."""
-    with_workers = {p.name for p in (ROOT / "datatools" / "configs").glob("*.yaml")
-                    if (yaml.safe_load(p.read_text()) or {}).get("workers", 0) > 0}
+    with_workers = {
+        p.name
+        for p in (ROOT / "datatools" / "configs").glob("*.yaml")
+        if (yaml.safe_load(p.read_text()) or {}).get("workers", 0) > 0
+    }
     assert with_workers  # pretrain_block_8192.yaml starts 2 workers
     checked = 0
     for block in python_blocks(README):

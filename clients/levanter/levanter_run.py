@@ -38,8 +38,16 @@ SEQ, VOCAB = 128, 1024
 
 
 def model_config() -> LlamaConfig:
-    return LlamaConfig(max_seq_len=SEQ, hidden_dim=64, intermediate_dim=128, num_layers=2, num_heads=4,
-                       num_kv_heads=4, gradient_checkpointing=False, scan_layers=False)
+    return LlamaConfig(
+        max_seq_len=SEQ,
+        hidden_dim=64,
+        intermediate_dim=128,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=4,
+        gradient_checkpointing=False,
+        scan_layers=False,
+    )
 
 
 def per_document_gap(model, example) -> tuple[float, int]:
@@ -60,8 +68,9 @@ def per_document_gap(model, example) -> tuple[float, int]:
             seg[:n] = 0
             w = np.zeros(Pos.size, np.float32)
             w[:n] = weight[r, at]
-            g = GrugLmExample.causal(tokens=jnp.asarray(alone_tokens), loss_weight=jnp.asarray(w),
-                                     segment_ids=jnp.asarray(seg))
+            g = GrugLmExample.causal(
+                tokens=jnp.asarray(alone_tokens), loss_weight=jnp.asarray(w), segment_ids=jnp.asarray(seg)
+            )
             alone = named_lm_example_from_grug(g, Pos)
             loss = np.asarray(model.compute_next_token_loss(alone, reduction=None).array, np.float32)[:n]
             worst = max(worst, float(np.abs(loss - packed[r, at]).max()))
@@ -80,10 +89,18 @@ def main() -> None:
     args = ap.parse_args()
 
     trainer_config = TrainerConfig(
-        num_train_steps=args.steps, train_batch_size=args.batch_size, require_accelerator=False, id="dt",
-        tracker=NoopConfig(), mp=jmp.get_policy("f32"), seed=0, log_dir=Path(args.out).parent / "logs",
+        num_train_steps=args.steps,
+        train_batch_size=args.batch_size,
+        require_accelerator=False,
+        id="dt",
+        tracker=NoopConfig(),
+        mp=jmp.get_policy("f32"),
+        seed=0,
+        log_dir=Path(args.out).parent / "logs",
         checkpointer=CheckpointerConfig(base_path=args.checkpoints, save_interval=None, keep=None),
-        log_jaxprs=False, log_xla_hlo=False)
+        log_jaxprs=False,
+        log_xla_hlo=False,
+    )
     levanter.trainer.initialize(trainer_config)
     optimizer = AdamConfig(learning_rate=3e-3, weight_decay=0.0, warmup=0, lr_schedule="constant").build(args.steps)
     data = data_config(args.pipeline, vocab_size=VOCAB)
@@ -98,8 +115,9 @@ def main() -> None:
         data_key, _, model_key, training_key = jrandom.split(jrandom.PRNGKey(0), 4)
         Pos = model_config().max_Pos
         train_set = data.train_set(Pos, trainer_config.batch_schedule, key=data_key)
-        state = trainer.initial_state(training_key,
-                                      model_init=lambda: model_config().build(Axis("vocab", VOCAB), key=model_key))
+        state = trainer.initial_state(
+            training_key, model_init=lambda: model_config().build(Axis("vocab", VOCAB), key=model_key)
+        )
         trainer.add_hook(lambda info: losses.__setitem__(int(info.step), float(info.loss)), every=1)
         start = int(state.step)
         loader = trainer.data_loader(train_set).iter_from_step(start)
@@ -108,16 +126,18 @@ def main() -> None:
             for batch in it:  # the batches as the trainer receives them
                 tokens = np.asarray(batch.tokens.array)
                 weight = np.asarray(batch.loss_weight.array)
-                steps_rows.append([[zlib.crc32(t.astype(np.int32).tobytes()), float(w.sum())]
-                                   for t, w in zip(tokens, weight)])
+                steps_rows.append(
+                    [[zlib.crc32(t.astype(np.int32).tobytes()), float(w.sum())] for t, w in zip(tokens, weight)]
+                )
                 yield batch
 
         if args.per_document:
             first = next(iter(trainer.data_loader(train_set).iter_from_step(start)))
             gap = per_document_gap(state.model, first)
         trainer.train(state, recorded(loader))
-    Path(args.out).write_text(json.dumps({"start": start, "losses": losses, "rows": steps_rows[: args.steps - start],
-                                          "per_document": gap}))
+    Path(args.out).write_text(
+        json.dumps({"start": start, "losses": losses, "rows": steps_rows[: args.steps - start], "per_document": gap})
+    )
 
 
 if __name__ == "__main__":

@@ -65,16 +65,22 @@ def cache(tmp_path_factory, tokenizer_dir):
         for text in stdlib_paragraphs():
             f.write(json.dumps({"text": text}) + "\n")
     path = root / "cache" / "train"
-    built = build_lm_dataset_cache(str(path), UrlDataSource([str(root / "docs.jsonl")]), TextLmDatasetFormat(),
-                                   load_tokenizer(str(tokenizer_dir)))
+    built = build_lm_dataset_cache(
+        str(path), UrlDataSource([str(root / "docs.jsonl")]), TextLmDatasetFormat(), load_tokenizer(str(tokenizer_dir))
+    )
     return path, built
 
 
 def test_analyze_padding_counts_levanters_cache(cache, tmp_path):
     path, built = cache
     report = tmp_path / "report.json"
-    proc = subprocess.run([sys.executable, "-m", "datatools", "analyze-padding", str(path), "--ctx", "1024",
-                           "--json", str(report)], env=ENV, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "datatools", "analyze-padding", str(path), "--ctx", "1024", "--json", str(report)],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = json.loads(report.read_text())
     print("levanter", len(built), built.ledger.field_counts, "datatools", got["num_sequences"], got["num_tokens"])
@@ -88,8 +94,18 @@ def test_analyze_padding_counts_levanters_cache(cache, tmp_path):
 
 
 def run_levanter(pipeline: Path, out: Path, checkpoints: Path, steps: int, per_document: bool = False) -> dict:
-    args = [sys.executable, str(HERE / "levanter_run.py"), "--pipeline", str(pipeline), "--out", str(out),
-            "--checkpoints", str(checkpoints), "--steps", str(steps)] + (["--per-document"] if per_document else [])
+    args = [
+        sys.executable,
+        str(HERE / "levanter_run.py"),
+        "--pipeline",
+        str(pipeline),
+        "--out",
+        str(out),
+        "--checkpoints",
+        str(checkpoints),
+        "--steps",
+        str(steps),
+    ] + (["--per-document"] if per_document else [])
     proc = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(out.read_text())
@@ -98,17 +114,24 @@ def run_levanter(pipeline: Path, out: Path, checkpoints: Path, steps: int, per_d
 def test_trains_per_document_and_resumes_exactly(cache, tmp_path):
     path, _ = cache
     pipeline = tmp_path / "pipeline.yaml"
-    pipeline.write_text(f"source: {{path: {path}}}\npacking: {{mode: planned, ctx: 128, overflow: split}}\n"
-                        f"shuffle: {{kind: block, io_block_size: 64, window_blocks: 16}}\nbatch_size: 8\n"
-                        f"num_epochs: null\nseed: 0\n")
+    pipeline.write_text(
+        f"source: {{path: {path}}}\npacking: {{mode: planned, ctx: 128, overflow: split}}\n"
+        f"shuffle: {{kind: block, io_block_size: 64, window_blocks: 16}}\nbatch_size: 8\n"
+        f"num_epochs: null\nseed: 0\n"
+    )
     first = run_levanter(pipeline, tmp_path / "a.json", tmp_path / "ck", 10, per_document=True)
     loss = [first["losses"][str(s)] for s in range(10)]
     print("loss", [round(x, 3) for x in loss], "per-document gap", first["per_document"])
     assert np.mean(loss[-3:]) < np.mean(loss[:3]) - 0.3
 
     ours = PipelineDataset(pipeline)
-    want = [[[zlib.crc32(t.astype(np.int32).tobytes()), float(m.sum())] for t, m in
-             zip(ours.batch(j)["tokens"], ours.batch(j)["loss_mask"])] for j in range(15)]
+    want = [
+        [
+            [zlib.crc32(t.astype(np.int32).tobytes()), float(m.sum())]
+            for t, m in zip(ours.batch(j)["tokens"], ours.batch(j)["loss_mask"])
+        ]
+        for j in range(15)
+    ]
     # step s trained on the rows of datatools' batch s (Levanter's mixture reorders a block's rows), weighted by
     # datatools' loss mask
     assert [sorted(rows) for rows in first["rows"]] == [sorted(rows) for rows in want[:10]]
@@ -122,8 +145,11 @@ def test_trains_per_document_and_resumes_exactly(cache, tmp_path):
     assert resumed["start"] == 10 and straight["start"] == 0
     assert resumed["rows"] == straight["rows"][10:15]  # the same rows in the same order
     assert [sorted(rows) for rows in resumed["rows"]] == [sorted(rows) for rows in want[10:15]]
-    np.testing.assert_allclose([resumed["losses"][str(s)] for s in range(10, 15)],
-                               [straight["losses"][str(s)] for s in range(10, 15)], rtol=1e-5)
+    np.testing.assert_allclose(
+        [resumed["losses"][str(s)] for s in range(10, 15)],
+        [straight["losses"][str(s)] for s in range(10, 15)],
+        rtol=1e-5,
+    )
 
 
 def test_levanter_applies_tokenizer_json_truncation(tokenizer_dir, tmp_path):

@@ -38,10 +38,21 @@ PKG = Path(maxtext.__file__).parent
 BASE = PKG / "configs" / "base.yml"
 TOKENIZER = PKG / "assets" / "tokenizers" / "tokenizer.llama2"  # MaxText reads its pad id even for tokens
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
-TINY = ["base_emb_dim=64", "base_num_query_heads=4", "base_num_kv_heads=4", "base_mlp_dim=128",
-        "base_num_decoder_layers=2", "head_dim=16", "vocab_size=512", "attention=dot_product", "hardware=cpu",
-        "skip_jax_distributed_system=True", "enable_goodput_recording=False", "monitor_goodput=False",
-        f"tokenizer_path={TOKENIZER}"]
+TINY = [
+    "base_emb_dim=64",
+    "base_num_query_heads=4",
+    "base_num_kv_heads=4",
+    "base_mlp_dim=128",
+    "base_num_decoder_layers=2",
+    "head_dim=16",
+    "vocab_size=512",
+    "attention=dot_product",
+    "hardware=cpu",
+    "skip_jax_distributed_system=True",
+    "enable_goodput_recording=False",
+    "monitor_goodput=False",
+    f"tokenizer_path={TOKENIZER}",
+]
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +65,7 @@ def docs(tmp_path_factory) -> Path:
         i = 0
         while i < len(b):
             n = int(rng.integers(20, 400))
-            out.append(b[i:i + n].tolist())
+            out.append(b[i : i + n].tolist())
             i += n
             if len(out) == 3000:
                 done = True
@@ -66,14 +77,35 @@ def docs(tmp_path_factory) -> Path:
     return path
 
 
-def run_maxtext(out: Path, data: Path, pipeline: Path, steps: int, metrics: Path, ckpt: bool = True,
-                extra: tuple = ()) -> list[dict]:
-    args = [str(BASE), "run_name=t", f"base_output_directory={out}", "dataset_type=grain",
-            f"grain_train_files={data}", f"steps={steps}", f"enable_checkpointing={ckpt}", "checkpoint_period=5",
-            "async_checkpointing=False", "per_device_batch_size=4", "max_target_length=128", "learning_rate=3e-3",
-            "grain_worker_count=0", f"metrics_file={metrics}", "learning_rate_schedule_steps=15", *TINY, *extra]
-    proc = subprocess.run([sys.executable, "-m", "datatools.integrations.maxtext", "--pipeline", str(pipeline), *args],
-                          env=ENV, capture_output=True, text=True, timeout=600)
+def run_maxtext(
+    out: Path, data: Path, pipeline: Path, steps: int, metrics: Path, ckpt: bool = True, extra: tuple = ()
+) -> list[dict]:
+    args = [
+        str(BASE),
+        "run_name=t",
+        f"base_output_directory={out}",
+        "dataset_type=grain",
+        f"grain_train_files={data}",
+        f"steps={steps}",
+        f"enable_checkpointing={ckpt}",
+        "checkpoint_period=5",
+        "async_checkpointing=False",
+        "per_device_batch_size=4",
+        "max_target_length=128",
+        "learning_rate=3e-3",
+        "grain_worker_count=0",
+        f"metrics_file={metrics}",
+        "learning_rate_schedule_steps=15",
+        *TINY,
+        *extra,
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "datatools.integrations.maxtext", "--pipeline", str(pipeline), *args],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads(line) for line in metrics.read_text().splitlines()]
 
@@ -81,9 +113,17 @@ def run_maxtext(out: Path, data: Path, pipeline: Path, steps: int, metrics: Path
 def datatools_counts(data: Path, pipeline: Path, n: int, split: str = "train", batch: int = 4) -> list[int]:
     """Targets (targets_segmentation != 0) per (global) batch of the pipeline the integration builds for these keys,
     built as one host."""
-    keys = {"max_target_length": 128, "global_batch_size_to_load": batch, "grain_train_files": str(data),
-            "grain_eval_files": str(data), "data_shuffle_seed": 0, "max_segments_per_seq": -1,
-            "grain_worker_count": 0, "num_epoch": 1, "enable_data_shuffling": True}
+    keys = {
+        "max_target_length": 128,
+        "global_batch_size_to_load": batch,
+        "grain_train_files": str(data),
+        "grain_eval_files": str(data),
+        "data_shuffle_seed": 0,
+        "max_segments_per_seq": -1,
+        "grain_worker_count": 0,
+        "num_epoch": 1,
+        "enable_data_shuffling": True,
+    }
     it = iter(build(pipeline_config(keys, pipeline, split=split)))
     return [int((next(it)["targets_segmentation"] != 0).sum()) for _ in range(n)]
 
@@ -105,8 +145,9 @@ def test_trains_counts_and_resumes_exactly(docs, tmp_path):
     after = {int(m["step"]): m for m in resumed}
     assert sorted(after) == list(range(10, 15))
     assert [int(after[s]["learning/total_weights"]) for s in range(10, 15)] == counts[10:15]
-    np.testing.assert_allclose([after[s]["learning/loss"] for s in range(10, 15)],
-                               [m["learning/loss"] for m in straight[10:15]], rtol=1e-5)
+    np.testing.assert_allclose(
+        [after[s]["learning/loss"] for s in range(10, 15)], [m["learning/loss"] for m in straight[10:15]], rtol=1e-5
+    )
 
 
 HOST = Path(__file__).with_name("maxtext_host.py")
@@ -118,21 +159,53 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_maxtext_hosts(n: int, out: Path, data: Path, pipeline: Path, steps: int, metrics: str,
-                      extra: tuple = ()) -> list[list[dict]]:
+def run_maxtext_hosts(
+    n: int, out: Path, data: Path, pipeline: Path, steps: int, metrics: str, extra: tuple = ()
+) -> list[list[dict]]:
     """MaxText's pre-training as ``n`` jax.distributed processes on CPU with 2 devices in all (so the mesh and the
     global batch of 2 x per_device_batch_size = 8 rows are the same for any ``n``), grain_worker_count 2.
     Each process's metrics lines (every process logs the global step metrics)."""
-    args = [str(BASE), "run_name=t", f"base_output_directory={out}", "dataset_type=grain",
-            f"grain_train_files={data}", f"steps={steps}", "enable_checkpointing=True", "checkpoint_period=5",
-            "async_checkpointing=False", "per_device_batch_size=4", "max_target_length=128", "learning_rate=3e-3",
-            "grain_worker_count=2", "learning_rate_schedule_steps=15", *TINY, *extra]
+    args = [
+        str(BASE),
+        "run_name=t",
+        f"base_output_directory={out}",
+        "dataset_type=grain",
+        f"grain_train_files={data}",
+        f"steps={steps}",
+        "enable_checkpointing=True",
+        "checkpoint_period=5",
+        "async_checkpointing=False",
+        "per_device_batch_size=4",
+        "max_target_length=128",
+        "learning_rate=3e-3",
+        "grain_worker_count=2",
+        "learning_rate_schedule_steps=15",
+        *TINY,
+        *extra,
+    ]
     coordinator = f"127.0.0.1:{free_port()}"
     env = {**ENV, "XLA_FLAGS": f"--xla_force_host_platform_device_count={2 // n}"}
     files = [out / f"{metrics}{i}.jsonl" for i in range(n)]
-    procs = [subprocess.Popen([sys.executable, str(HOST), coordinator, str(n), str(i), "--pipeline", str(pipeline),
-                               *args, f"metrics_file={files[i]}"], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True) for i in range(n)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(HOST),
+                coordinator,
+                str(n),
+                str(i),
+                "--pipeline",
+                str(pipeline),
+                *args,
+                f"metrics_file={files[i]}",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(n)
+    ]
     errors = [p.communicate(timeout=900)[1] for p in procs]
     for i, p in enumerate(procs):
         assert p.returncode == 0, f"MaxText process {i} of {n} failed:\n{errors[i][-3000:]}"
@@ -160,10 +233,15 @@ def test_two_processes_then_one_from_maxtexts_checkpoint(docs, tmp_path):
     after = {int(m["step"]): m for m in one[0]}
     assert sorted(after) == list(range(11, 15))  # restored step 10: model, optimizer and data position
     assert [int(after[s]["learning/total_weights"]) for s in range(11, 15)] == counts[11:15]
-    print("2 processes, loss", [round(m["learning/loss"], 4) for m in two[0]], "\n1 process from step 10, loss",
-          [round(after[s]["learning/loss"], 4) for s in range(11, 15)])
-    np.testing.assert_allclose([after[s]["learning/loss"] for s in range(11, 15)],
-                               [m["learning/loss"] for m in two[0][11:15]], rtol=1e-4)
+    print(
+        "2 processes, loss",
+        [round(m["learning/loss"], 4) for m in two[0]],
+        "\n1 process from step 10, loss",
+        [round(after[s]["learning/loss"], 4) for s in range(11, 15)],
+    )
+    np.testing.assert_allclose(
+        [after[s]["learning/loss"] for s in range(11, 15)], [m["learning/loss"] for m in two[0][11:15]], rtol=1e-4
+    )
 
 
 def maxtext_own_padding(data: Path, packing_type: str, cap: int, shuffle: bool = False) -> dict:
@@ -173,7 +251,7 @@ import json, numpy as np
 from maxtext.configs import pyconfig
 from maxtext.utils import maxtext_utils
 from maxtext.input_pipeline import input_pipeline_interface as ipi
-argv = ["x", {str(BASE)!r}, "run_name=own", "base_output_directory={data.parent / 'own'}", "dataset_type=grain",
+argv = ["x", {str(BASE)!r}, "run_name=own", "base_output_directory={data.parent / "own"}", "dataset_type=grain",
         "grain_file_type=parquet", "grain_train_files={data}", "train_data_columns=['tokens']",
         "tokenize_train_data=False", "packing=True", "grain_packing_type={packing_type}",
         "max_segments_per_seq={cap}", "max_target_length=512", "per_device_batch_size=8",
@@ -201,11 +279,18 @@ print(json.dumps({{"padding": 1 - real / slots, "rows": slots // 512, "most": mo
 
 def analyzer_view(data: Path, tmp_path: Path, packing_type: str, cap: int, shuffle: bool = False) -> dict:
     cfg = tmp_path / "maxtext.yml"
-    cfg.write_text(f"max_target_length: 512\npacking: true\ngrain_packing_type: {packing_type}\n"
-                   f"max_segments_per_seq: {cap}\nper_device_batch_size: 8\ntokenize_train_data: false\n"
-                   f"enable_data_shuffling: {str(shuffle).lower()}\nattention: cudnn_flash_te\n")
-    proc = subprocess.run([sys.executable, "-m", "datatools", "analyze-padding", str(data), "--maxtext-config",
-                           str(cfg), "--json", "-"], env=ENV, capture_output=True, text=True, timeout=600)
+    cfg.write_text(
+        f"max_target_length: 512\npacking: true\ngrain_packing_type: {packing_type}\n"
+        f"max_segments_per_seq: {cap}\nper_device_batch_size: 8\ntokenize_train_data: false\n"
+        f"enable_data_shuffling: {str(shuffle).lower()}\nattention: cudnn_flash_te\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "datatools", "analyze-padding", str(data), "--maxtext-config", str(cfg), "--json", "-"],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)["maxtext"]
 
@@ -216,8 +301,7 @@ def test_maxtext_config_reproduces_maxtexts_padding(docs, tmp_path, shuffle):
     differ document by document, and agree on the padding."""
     own = maxtext_own_padding(docs, "first_fit", 4, shuffle)
     mt = analyzer_view(docs, tmp_path, "first_fit", 4, shuffle)
-    print(f"MaxText first fit cap 4, shuffle {shuffle}:", own, "analyzer:", mt["today"]["padding"],
-          mt["today"]["rows"])
+    print(f"MaxText first fit cap 4, shuffle {shuffle}:", own, "analyzer:", mt["today"]["padding"], mt["today"]["rows"])
     assert abs(mt["today"]["padding"] - own["padding"]) < 0.005
     assert own["most"] <= 4 and mt["today"]["max_docs_per_row"] <= 4
     assert mt["advice"]["maxtext_settings"]["grain_packing_type"] == "first_fit"
@@ -238,8 +322,15 @@ def test_evaluates_on_the_eval_pipeline(docs, tmp_path):
     one epoch, reset before every evaluation), and its eval total_weights are datatools' count."""
     pipeline = tmp_path / "pipeline.yaml"
     pipeline.write_text("packing: {mode: planned}\n")
-    metrics = run_maxtext(tmp_path / "e", docs, pipeline, 6, tmp_path / "e.jsonl", ckpt=False,
-                          extra=(f"grain_eval_files={docs}", "eval_interval=5", "eval_steps=2"))
+    metrics = run_maxtext(
+        tmp_path / "e",
+        docs,
+        pipeline,
+        6,
+        tmp_path / "e.jsonl",
+        ckpt=False,
+        extra=(f"grain_eval_files={docs}", "eval_interval=5", "eval_steps=2"),
+    )
     evals = [m for m in metrics if "eval/total_loss" in m]  # MaxText's per-evaluation summary line
     assert evals
     assert all(int(m["eval/total_weights"]) == sum(datatools_counts(docs, pipeline, 2, "eval")) for m in evals)

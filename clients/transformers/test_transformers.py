@@ -42,8 +42,7 @@ LENGTHS = [5, 37, 100, 3, 64, 90, 1, 17, 150, 22, 8, 40]  # 100, 90 and 150 are 
 
 def test_hf_format_equals_data_collator_with_flattening():
     _, hf = packed_hf_batch(LENGTHS)
-    collator = DataCollatorWithFlattening(return_flash_attn_kwargs=True, return_position_ids=True,
-                                          return_tensors="np")
+    collator = DataCollatorWithFlattening(return_flash_attn_kwargs=True, return_position_ids=True, return_tensors="np")
     ref = collator([{"input_ids": p.tolist()} for p in pieces_of(hf)])
     for key in ("input_ids", "position_ids", "labels", "cu_seq_lens_q", "cu_seq_lens_k"):
         np.testing.assert_array_equal(np.asarray(ref[key]).reshape(-1), np.asarray(hf[key]).reshape(-1), err_msg=key)
@@ -53,9 +52,16 @@ def test_hf_format_equals_data_collator_with_flattening():
 
 def tiny_llama(attn: str) -> LlamaForCausalLM:
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4 * CTX,
-                      attn_implementation=attn)
+    cfg = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4 * CTX,
+        attn_implementation=attn,
+    )
     return LlamaForCausalLM(cfg).float().eval()
 
 
@@ -91,17 +97,21 @@ def test_packed_logprobs_equal_each_piece_alone(attn, seed):
             continue
         alone = token_logprobs(model, ids[a:b])
         every.append(alone)
-        got = packed[a:b - 1]
+        got = packed[a : b - 1]
         worst = max(worst, float(np.abs(got - alone).max()))
         checked += b - a - 1
         # the labels HF trains on are exactly these predictions
-        np.testing.assert_array_equal(labels[a + 1:b], ids[a + 1:b])
+        np.testing.assert_array_equal(labels[a + 1 : b], ids[a + 1 : b])
         assert labels[a] == IGNORE_INDEX
     assert checked == int((labels != IGNORE_INDEX).sum())
     # the whole batch as a trainer feeds it (every key, flash-attention kwargs included): HF's own loss is the
     # mean loss of the pieces run alone
-    feed = {k: torch.as_tensor(v).long() if k in ("input_ids", "position_ids", "labels") else
-            (torch.as_tensor(v) if isinstance(v, np.ndarray) else v) for k, v in hf.items()}
+    feed = {
+        k: torch.as_tensor(v).long()
+        if k in ("input_ids", "position_ids", "labels")
+        else (torch.as_tensor(v) if isinstance(v, np.ndarray) else v)
+        for k, v in hf.items()
+    }
     with torch.no_grad():
         loss = float(model(**feed, use_cache=False).loss)
     np.testing.assert_allclose(loss, -np.concatenate(every).mean(), rtol=1e-5)

@@ -56,10 +56,16 @@ def tile_counts(counts: np.ndarray, rows: int, ctx: int, block: int) -> dict:
     nb = ctx // block
     causal = rows * nb * (nb + 1) // 2
     non_empty = float((n * expected).sum()) - inside * (block - 1) / block
-    return {"ctx": int(ctx), "block": int(block), "rows": int(rows), "causal_tiles": int(causal),
-            "non_empty_tiles": non_empty, "non_empty_low": float((n * low).sum()) - inside,
-            "non_empty_high": float((n * high).sum()),
-            "ideal_ratio": causal / non_empty if non_empty > 0 else None}
+    return {
+        "ctx": int(ctx),
+        "block": int(block),
+        "rows": int(rows),
+        "causal_tiles": int(causal),
+        "non_empty_tiles": non_empty,
+        "non_empty_low": float((n * low).sum()) - inside,
+        "non_empty_high": float((n * high).sum()),
+        "ideal_ratio": causal / non_empty if non_empty > 0 else None,
+    }
 
 
 def attention_tile_view(histograms: dict[int, np.ndarray], rows: dict[int, int], blocks=BLOCKS) -> dict:
@@ -71,13 +77,20 @@ def attention_tile_view(histograms: dict[int, np.ndarray], rows: dict[int, int],
       rows: per ctx, the packed rows (of the packing the analysis recommends or evaluates).
       blocks: tile sizes (tokens) to consider; one is skipped at a ctx it does not divide.
     """
-    entries = [tile_counts(histograms[ctx], rows[ctx], ctx, block)
-               for ctx in sorted(histograms) for block in blocks if ctx % block == 0 and rows.get(ctx)]
+    entries = [
+        tile_counts(histograms[ctx], rows[ctx], ctx, block)
+        for ctx in sorted(histograms)
+        for block in blocks
+        if ctx % block == 0 and rows.get(ctx)
+    ]
     scored = [e for e in entries if e["ideal_ratio"] is not None]
     best = max(scored, key=lambda e: (e["ideal_ratio"], e["block"])) if scored else None
-    note = ("" if best is None else
-            f"tile {best['block']} at ctx {best['ctx']:,} gives the best ratio: a block-sparse kernel visits "
-            f"{best['non_empty_tiles']:,.0f} tiles where causal flash visits {best['causal_tiles']:,} "
-            f"({best['ideal_ratio']:.1f}x at most); larger ctx always raises the ratio (causal tiles grow with ctx, "
-            f"a document's tiles do not), so pick the ctx for the model and read the tile size off its rows")
+    note = (
+        ""
+        if best is None
+        else f"tile {best['block']} at ctx {best['ctx']:,} gives the best ratio: a block-sparse kernel visits "
+        f"{best['non_empty_tiles']:,.0f} tiles where causal flash visits {best['causal_tiles']:,} "
+        f"({best['ideal_ratio']:.1f}x at most); larger ctx always raises the ratio (causal tiles grow with ctx, "
+        f"a document's tiles do not), so pick the ctx for the model and read the tile size off its rows"
+    )
     return {"entries": entries, "best": best, "note": note}

@@ -80,16 +80,21 @@ def _distribution(averaging: str, reference: str, rel: np.ndarray) -> WeightDist
     """The summary of relative weights (documents with no target left out)."""
     rel = rel[~np.isnan(rel)]
     qs = np.quantile(rel, QUANTILES) if rel.size else np.full(len(QUANTILES), np.nan)
-    return WeightDistortion(averaging, reference, int(rel.size),
-                            float(np.mean(rel > 2.0)) if rel.size else 0.0,
-                            float(np.mean(rel < 0.5)) if rel.size else 0.0,
-                            {f"p{round(q * 100)}": float(v) for q, v in zip(QUANTILES, qs)},
-                            float(rel.min(initial=np.inf)) if rel.size else float("nan"),
-                            float(rel.max(initial=0.0)) if rel.size else float("nan"))
+    return WeightDistortion(
+        averaging,
+        reference,
+        int(rel.size),
+        float(np.mean(rel > 2.0)) if rel.size else 0.0,
+        float(np.mean(rel < 0.5)) if rel.size else 0.0,
+        {f"p{round(q * 100)}": float(v) for q, v in zip(QUANTILES, qs)},
+        float(rel.min(initial=np.inf)) if rel.size else float("nan"),
+        float(rel.max(initial=0.0)) if rel.size else float("nan"),
+    )
 
 
-def relative_weights(lengths, ctx: int, *, batch_size: int = DEFAULT_BATCH_SIZE,
-                     algorithm: str = "best_fit_decreasing", seed: int = 0) -> tuple[np.ndarray, np.ndarray, int]:
+def relative_weights(
+    lengths, ctx: int, *, batch_size: int = DEFAULT_BATCH_SIZE, algorithm: str = "best_fit_decreasing", seed: int = 0
+) -> tuple[np.ndarray, np.ndarray, int]:
     """(per-row-mean relative weight, per-batch-mean relative weight, rows of the plan): float64 per document,
     NaN for a document with no target (module docstring).
 
@@ -120,34 +125,54 @@ def relative_weights(lengths, ctx: int, *, batch_size: int = DEFAULT_BATCH_SIZE,
 
     batch_of_row = np.empty(plan.num_rows, np.int64)
     batch_of_row[np.random.default_rng(seed).permutation(plan.num_rows)] = (
-        np.arange(plan.num_rows, dtype=np.int64) // batch_size)
+        np.arange(plan.num_rows, dtype=np.int64) // batch_size
+    )
     batch_targets = np.bincount(batch_of_row, weights=row_targets)[batch_of_row][row_of]
     by_batch = np.divide(targets, batch_targets, out=np.zeros_like(targets), where=batch_targets > 0)
     return row_rel, _relative(per_document(by_batch), per_document(targets)), int(plan.num_rows)
 
 
-def loss_distortion(lengths, ctx: int, *, batch_size: int = DEFAULT_BATCH_SIZE,
-                    algorithm: str = "best_fit_decreasing", seed: int = 0) -> LossDistortion:
+def loss_distortion(
+    lengths, ctx: int, *, batch_size: int = DEFAULT_BATCH_SIZE, algorithm: str = "best_fit_decreasing", seed: int = 0
+) -> LossDistortion:
     """The distribution of :func:`relative_weights` under both averagings (arguments as there)."""
     row_rel, batch_rel, rows = relative_weights(lengths, ctx, batch_size=batch_size, algorithm=algorithm, seed=seed)
-    return LossDistortion(int(ctx), algorithm, int(batch_size), rows, _distribution("row_mean", "document", row_rel),
-                          _distribution("batch_mean", "token", batch_rel))
+    return LossDistortion(
+        int(ctx),
+        algorithm,
+        int(batch_size),
+        rows,
+        _distribution("row_mean", "document", row_rel),
+        _distribution("batch_mean", "token", batch_rel),
+    )
 
 
 def render_loss_distortion(view: LossDistortion, console) -> None:
     """The two views as one rich table: what share of documents a naive mean over- or under-weights."""
     from rich.table import Table
 
-    table = Table(title=f"loss weight distortion at ctx {view.ctx:,} ({view.algorithm}, batches of "
-                        f"{view.batch_size} rows): documents' weight relative to the unpacked objective",
-                  title_justify="left")
-    for col in ("averaging", "vs unpacked", "documents", "> 2x", "< 0.5x", "p1", "p10", "p50", "p90", "p99",
-                "max"):
+    table = Table(
+        title=f"loss weight distortion at ctx {view.ctx:,} ({view.algorithm}, batches of "
+        f"{view.batch_size} rows): documents' weight relative to the unpacked objective",
+        title_justify="left",
+    )
+    for col in ("averaging", "vs unpacked", "documents", "> 2x", "< 0.5x", "p1", "p10", "p50", "p90", "p99", "max"):
         table.add_column(col, justify="left" if col in ("averaging", "vs unpacked") else "right")
     for d in (view.row_mean, view.batch_mean):
         label = {"row_mean": "per-row mean", "batch_mean": "per-batch mean"}[d.averaging]
-        table.add_row(label, f"loss_weighting: {d.reference}", f"{d.documents:,}", f"{d.over_2x:.1%}",
-                      f"{d.under_half:.1%}", *(f"{v:.2f}" for v in d.quantiles.values()), f"{d.max:.2f}")
+        table.add_row(
+            label,
+            f"loss_weighting: {d.reference}",
+            f"{d.documents:,}",
+            f"{d.over_2x:.1%}",
+            f"{d.under_half:.1%}",
+            *(f"{v:.2f}" for v in d.quantiles.values()),
+            f"{d.max:.2f}",
+        )
     console.print(table)
-    console.print("loss_weighting: token or document (with the step dividing by the global weight sum) keeps "
-                  "every document at 1x; see docs/loss-weighting.md", markup=False, highlight=False)
+    console.print(
+        "loss_weighting: token or document (with the step dividing by the global weight sum) keeps "
+        "every document at 1x; see docs/loss-weighting.md",
+        markup=False,
+        highlight=False,
+    )

@@ -117,8 +117,9 @@ def _coerce(key: str, value, where: str):
             return float(value)
         return str(value)
     except (TypeError, ValueError, OverflowError):
-        raise ValueError(f"{where}: {key} must be a{'n' if kind == 'int' else ''} {kind}; got {short_repr(value)}") \
-            from None
+        raise ValueError(
+            f"{where}: {key} must be a{'n' if kind == 'int' else ''} {kind}; got {short_repr(value)}"
+        ) from None
 
 
 def _load_chain(path: Path, seen: tuple = ()) -> dict:
@@ -154,17 +155,21 @@ def read_maxtext_config(path: str | os.PathLike | None = None, overrides=()) -> 
     values = {k: _coerce(k, v, where) for k, v in data.items() if k in _KEYS and v is not None}
     s = MaxTextSettings(**values)
     if s.grain_packing_type not in PACKING_TYPES:
-        raise ValueError(f"{where}: grain_packing_type must be one of {', '.join(PACKING_TYPES)}; "
-                         f"got {short_repr(s.grain_packing_type)}")
+        raise ValueError(
+            f"{where}: grain_packing_type must be one of {', '.join(PACKING_TYPES)}; "
+            f"got {short_repr(s.grain_packing_type)}"
+        )
     for key, most in (("max_target_length", MAX_CTX), ("devices_per_host", 1 << 20), ("process_count", 1 << 20)):
         if not 1 <= getattr(s, key) <= most:
             raise ValueError(f"{where}: {key} must be in [1, {most:,}]; got {getattr(s, key)}")
     if not (math.isfinite(s.per_device_batch_size) and s.per_device_batch_size > 0):
         raise ValueError(f"{where}: per_device_batch_size must be > 0; got {s.per_device_batch_size}")
     if s.per_device_batch_size * s.devices_per_host > MAX_WINDOW:
-        raise ValueError(f"{where}: the per-host batch (per_device_batch_size x devices_per_host) must be at most "
-                         f"{MAX_WINDOW:,} rows (datatools' limit on open packing bins); got "
-                         f"{s.per_device_batch_size * s.devices_per_host:g}")
+        raise ValueError(
+            f"{where}: the per-host batch (per_device_batch_size x devices_per_host) must be at most "
+            f"{MAX_WINDOW:,} rows (datatools' limit on open packing bins); got "
+            f"{s.per_device_batch_size * s.devices_per_host:g}"
+        )
     return s
 
 
@@ -229,10 +234,21 @@ def maxtext_view(lengths, settings: MaxTextSettings) -> dict:
     rows = int(-(-int(rows) // bins) * bins)  # batch_and_pad fills the last batch with empty rows
     slots = rows * ctx
     efficiency = kept_tokens / slots if slots else 0.0
-    return {"pipeline": f"{name}; documents longer than {ctx} {cut}", "ctx": ctx, "bins": bins,
-            "segment_cap": cap, "packing": s.packing, "grain_packing_type": s.grain_packing_type,
-            "rows": rows, "efficiency": efficiency, "padding": 1.0 - efficiency, "dropped_tokens": int(dropped),
-            "max_docs_per_row": None if most is None else int(most), "fails": fails, "documents": int(lengths.shape[0])}
+    return {
+        "pipeline": f"{name}; documents longer than {ctx} {cut}",
+        "ctx": ctx,
+        "bins": bins,
+        "segment_cap": cap,
+        "packing": s.packing,
+        "grain_packing_type": s.grain_packing_type,
+        "rows": rows,
+        "efficiency": efficiency,
+        "padding": 1.0 - efficiency,
+        "dropped_tokens": int(dropped),
+        "max_docs_per_row": None if most is None else int(most),
+        "fails": fails,
+        "documents": int(lengths.shape[0]),
+    }
 
 
 def maxtext_report(lengths, settings: MaxTextSettings, recommendation: Recommendation, *, config: str) -> dict:
@@ -246,25 +262,49 @@ def maxtext_report(lengths, settings: MaxTextSettings, recommendation: Recommend
         # documents first fit puts in a row (a cap that costs nothing)
         cap = settings.max_segments_per_seq if settings.max_segments_per_seq > 0 else recommendation.max_segments
         if cap is None:
-            cap = maxtext_view(lengths, dataclasses.replace(settings, packing=True, grain_packing_type="first_fit",
-                                                            max_segments_per_seq=-1))["max_docs_per_row"]
+            cap = maxtext_view(
+                lengths,
+                dataclasses.replace(settings, packing=True, grain_packing_type="first_fit", max_segments_per_seq=-1),
+            )["max_docs_per_row"]
         own = {"packing": True, "grain_packing_type": "first_fit", "max_segments_per_seq": cap}
-        why = ("attention: cudnn_flash_te needs max_segments_per_seq, which MaxText applies with first_fit only"
-               if settings.attention in CAPPED_ATTENTION else
-               "a segment cap is set, and MaxText applies it with first_fit only (best_fit ignores it)")
+        why = (
+            "attention: cudnn_flash_te needs max_segments_per_seq, which MaxText applies with first_fit only"
+            if settings.attention in CAPPED_ATTENTION
+            else "a segment cap is set, and MaxText applies it with first_fit only (best_fit ignores it)"
+        )
     else:
         own = {"packing": True, "grain_packing_type": "best_fit"}
         why = "no segment cap needed by the attention: best_fit (MaxText gives it no cap)"
-    own_view = maxtext_view(lengths, dataclasses.replace(settings, packing=True,
-                                                         grain_packing_type=own["grain_packing_type"],
-                                                         max_segments_per_seq=own.get("max_segments_per_seq", -1)))
-    notes = [why, "attention on packed rows needs packing: true (segment ids); dot_product and flash take them, "
-                  "cudnn_flash_te also needs max_segments_per_seq"]
+    own_view = maxtext_view(
+        lengths,
+        dataclasses.replace(
+            settings,
+            packing=True,
+            grain_packing_type=own["grain_packing_type"],
+            max_segments_per_seq=own.get("max_segments_per_seq", -1),
+        ),
+    )
+    notes = [
+        why,
+        "attention on packed rows needs packing: true (segment ids); dot_product and flash take them, "
+        "cudnn_flash_te also needs max_segments_per_seq",
+    ]
     if today["fails"]:
-        notes.append(f"{today['fails']:,} pre-tokenized documents are longer than max_target_length="
-                     f"{today['ctx']}: MaxText's packer stops on the first; datatools splits them "
-                     f"(datatools.integrations.maxtext.create_data_iterator)")
-    advice = {"maxtext_settings": own, "maxtext_efficiency": own_view["efficiency"],
-              "datatools_efficiency": recommendation.efficiency, "notes": notes}
-    return {"config": config, "settings": dataclasses.asdict(settings), "per_host_batch": settings.per_host_batch,
-            "today": today, "advice": advice}
+        notes.append(
+            f"{today['fails']:,} pre-tokenized documents are longer than max_target_length="
+            f"{today['ctx']}: MaxText's packer stops on the first; datatools splits them "
+            f"(datatools.integrations.maxtext.create_data_iterator)"
+        )
+    advice = {
+        "maxtext_settings": own,
+        "maxtext_efficiency": own_view["efficiency"],
+        "datatools_efficiency": recommendation.efficiency,
+        "notes": notes,
+    }
+    return {
+        "config": config,
+        "settings": dataclasses.asdict(settings),
+        "per_host_batch": settings.per_host_batch,
+        "today": today,
+        "advice": advice,
+    }

@@ -55,8 +55,15 @@ def _worst(share: np.ndarray, target: float) -> tuple[float, float]:
     return float(share[i]), float(abs(share[i] - target))
 
 
-def mixing_stats(tokens: np.ndarray, documents: np.ndarray, weights, names, *, groups: np.ndarray | None = None,
-                 source_groups: np.ndarray | None = None) -> list[SourceMixing]:
+def mixing_stats(
+    tokens: np.ndarray,
+    documents: np.ndarray,
+    weights,
+    names,
+    *,
+    groups: np.ndarray | None = None,
+    source_groups: np.ndarray | None = None,
+) -> list[SourceMixing]:
     """Per-source figures over batches.
 
     Args:
@@ -69,8 +76,9 @@ def mixing_stats(tokens: np.ndarray, documents: np.ndarray, weights, names, *, g
     documents = np.asarray(documents, np.int64)
     w = np.asarray(weights, np.float64)
     if tokens.ndim != 2 or tokens.shape != documents.shape or tokens.shape[1] != w.shape[0] or tokens.shape[0] == 0:
-        raise ValueError(f"tokens {tokens.shape} and documents {documents.shape} must be (batches >= 1, "
-                         f"{w.shape[0]} sources)")
+        raise ValueError(
+            f"tokens {tokens.shape} and documents {documents.shape} must be (batches >= 1, {w.shape[0]} sources)"
+        )
     w = w / w.sum()
     tok_share = tokens / np.maximum(tokens.sum(axis=1, keepdims=True), 1)
     doc_share = documents / np.maximum(documents.sum(axis=1, keepdims=True), 1)
@@ -78,7 +86,19 @@ def mixing_stats(tokens: np.ndarray, documents: np.ndarray, weights, names, *, g
     for k, name in enumerate(names):
         tw, tdev = _worst(tok_share[:, k], w[k])
         dw, ddev = _worst(doc_share[:, k], w[k])
-        out.append(SourceMixing(str(name), float(w[k]), int(documents[:, k].sum()), int(tokens[:, k].sum()),
-                                float(tok_share[:, k].mean()), tw, tdev, float(doc_share[:, k].mean()), dw, ddev,
-                                None if source_groups is None else float(np.asarray(source_groups)[:, k].mean())))
+        out.append(
+            SourceMixing(
+                str(name),
+                float(w[k]),
+                int(documents[:, k].sum()),
+                int(tokens[:, k].sum()),
+                float(tok_share[:, k].mean()),
+                tw,
+                tdev,
+                float(doc_share[:, k].mean()),
+                dw,
+                ddev,
+                None if source_groups is None else float(np.asarray(source_groups)[:, k].mean()),
+            )
+        )
     return out

@@ -43,8 +43,16 @@ from datatools.kernels.packing.counting import count_rows
 from datatools.kernels.packing.pieces import piece_histogram, piece_sizes
 from datatools.kernels.tiles import tile_align
 
-STRATEGIES = ("pad", "bucket", "next_fit", "first_fit", "best_fit", "first_fit_decreasing", "best_fit_decreasing",
-              "concat_split")
+STRATEGIES = (
+    "pad",
+    "bucket",
+    "next_fit",
+    "first_fit",
+    "best_fit",
+    "first_fit_decreasing",
+    "best_fit_decreasing",
+    "concat_split",
+)
 PACKERS = ("next_fit", "first_fit", "best_fit", "first_fit_decreasing", "best_fit_decreasing")
 HISTOGRAM_BINS = 24
 
@@ -61,7 +69,7 @@ def _pad_stats(lengths: np.ndarray, ctx: int) -> tuple[int, int, float]:
     kept = long_docs = 0
     pairs = 0.0
     for lo in range(0, lengths.shape[0], PAD_CHUNK):
-        part = lengths[lo:lo + PAD_CHUNK]
+        part = lengths[lo : lo + PAD_CHUNK]
         kept_part = np.minimum(part, ctx)
         kept += int(kept_part.sum())
         long_docs += int(np.count_nonzero(part > ctx))
@@ -88,8 +96,14 @@ def length_stats(lengths: np.ndarray) -> dict:
         "num_sequences": n,
         "num_tokens": total,
         "empty": int(np.count_nonzero(lengths == 0)),
-        "lengths": {"min": int(lengths.min()), "max": int(lengths.max()), "mean": total / n, "p50": p50, "p90": p90,
-                    "p99": p99},
+        "lengths": {
+            "min": int(lengths.min()),
+            "max": int(lengths.max()),
+            "mean": total / n,
+            "p50": p50,
+            "p90": p90,
+            "p99": p99,
+        },
         "histogram": {"edges": edges.tolist(), "counts": counts.tolist()},
     }
 
@@ -106,19 +120,23 @@ def _default_candidates(lengths: np.ndarray) -> list[tuple[str, float]]:
 def default_contexts(lengths: np.ndarray, tile: int, *, cap: int = DEFAULT_CTX_CAP) -> list[int]:
     """Tile-aligned candidates around the distribution: p90, p99, and the powers of two at or above p99 and
     twice that, each rounded up to a multiple of ``tile`` and at most ``cap`` tokens (equal ones merged)."""
-    return sorted({min(tile_align(max(int(np.ceil(x)), 1), tile), tile_align(cap, tile))
-                   for _, x in _default_candidates(lengths)})
+    return sorted(
+        {min(tile_align(max(int(np.ceil(x)), 1), tile), tile_align(cap, tile)) for _, x in _default_candidates(lengths)}
+    )
 
 
-def contexts_note(lengths: np.ndarray, tile: int, contexts: list[int], *, given: bool,
-                  cap: int = DEFAULT_CTX_CAP) -> str:
+def contexts_note(
+    lengths: np.ndarray, tile: int, contexts: list[int], *, given: bool, cap: int = DEFAULT_CTX_CAP
+) -> str:
     """One sentence for the report: which contexts were evaluated and why (the defaults, spelled out)."""
     shown = ", ".join(f"{c:,}" for c in contexts)
     if given:
         return f"contexts evaluated: {shown} (as given with --ctx)"
     parts = ", ".join(f"{name} {x:,.0f}" for name, x in _default_candidates(lengths))
-    note = (f"contexts evaluated: {shown}, the defaults: {parts}, each rounded up to a multiple of the tile "
-            f"({tile}) and capped at {tile_align(cap, tile):,}")
+    note = (
+        f"contexts evaluated: {shown}, the defaults: {parts}, each rounded up to a multiple of the tile "
+        f"({tile}) and capped at {tile_align(cap, tile):,}"
+    )
     if len(contexts) < 4:
         note += f" (equal ones merged: {len(contexts)} left of 4)"
     longest = int(lengths.max())
@@ -127,8 +145,9 @@ def contexts_note(lengths: np.ndarray, tile: int, contexts: list[int], *, given:
     return note + "; --ctx N (repeatable) evaluates others"
 
 
-def streaming_pack_rows(sizes: np.ndarray, ctx: int, algorithm: str, bins: int,
-                        max_segments: int | None = None) -> tuple[int, int]:
+def streaming_pack_rows(
+    sizes: np.ndarray, ctx: int, algorithm: str, bins: int, max_segments: int | None = None
+) -> tuple[int, int]:
     """(rows, most pieces in a row) of Grain's streaming packer over ``sizes`` (pieces of at most ctx tokens, in
     order) with ``bins`` open rows, all emitted when a piece fits none (``FirstFitPackIterDataset`` /
     ``BestFitPackIterDataset``); ``algorithm`` is ``first_fit``, ``best_fit`` or ``next_fit``."""
@@ -139,10 +158,17 @@ def streaming_pack_rows(sizes: np.ndarray, ctx: int, algorithm: str, bins: int,
 
 
 def _entry(name, ctx, rows, slots, kept, dropped, pieces, docs, truncated, split, most):
-    return {"name": name, "ctx": ctx, "rows": int(rows), "efficiency": kept / slots if slots else 0.0,
-            "dropped_tokens": int(dropped), "truncated_fraction": truncated / docs if docs else 0.0,
-            "split_fraction": split / docs if docs else 0.0, "docs_per_row": pieces / rows if rows else 0.0,
-            "max_docs_per_row": int(most)}
+    return {
+        "name": name,
+        "ctx": ctx,
+        "rows": int(rows),
+        "efficiency": kept / slots if slots else 0.0,
+        "dropped_tokens": int(dropped),
+        "truncated_fraction": truncated / docs if docs else 0.0,
+        "split_fraction": split / docs if docs else 0.0,
+        "docs_per_row": pieces / rows if rows else 0.0,
+        "max_docs_per_row": int(most),
+    }
 
 
 class SharedLengthArrays:
@@ -182,12 +208,14 @@ class SharedLengthArrays:
     def segment_pairs(self, ctx: int, truncate: bool = False) -> float:
         """Causal query-key pairs inside documents (sum of s(s+1)/2 over pieces): what a segment-aware attention
         kernel computes. ``truncate``: one piece of min(length, ctx) per document, else documents split at ctx."""
+
         def make():
             if truncate:
                 return self.pad_stats(ctx)[2]
             counts = self.histogram(ctx)
             sizes = np.flatnonzero(counts).astype(np.float64)
             return float((counts[counts > 0] * sizes * (sizes + 1) / 2).sum())
+
         return self._get(("pairs", ctx, truncate), make)
 
 
@@ -203,8 +231,16 @@ def _bucket(prep: SharedLengthArrays, ctx: int, tile: int, buckets: int):
     return bounds, int(slots), int(counts.sum())
 
 
-def simulate(prep: SharedLengthArrays | np.ndarray, ctx: int, name: str, *, tile: int = 128, buckets: int = 4,
-             max_segments: int | None = None, window: int = 256) -> dict:
+def simulate(
+    prep: SharedLengthArrays | np.ndarray,
+    ctx: int,
+    name: str,
+    *,
+    tile: int = 128,
+    buckets: int = 4,
+    max_segments: int | None = None,
+    window: int = 256,
+) -> dict:
     """One strategy at one ctx: rows, efficiency, dropped tokens, truncated and split fractions, documents per row.
 
     ``prep`` is a :class:`SharedLengthArrays` (shared across calls) or validated int64 lengths."""
@@ -255,12 +291,30 @@ def _attention_view(out: dict, prep: SharedLengthArrays, ctx: int, name: str) ->
 
 
 # Longest first, so two threads finish together (measured at 100M documents).
-_COST = {"first_fit_decreasing": 8, "best_fit_decreasing": 7, "best_fit": 6, "first_fit": 5, "next_fit": 2,
-         "concat_split": 1, "bucket": 1, "pad": 1}
+_COST = {
+    "first_fit_decreasing": 8,
+    "best_fit_decreasing": 7,
+    "best_fit": 6,
+    "first_fit": 5,
+    "next_fit": 2,
+    "concat_split": 1,
+    "bucket": 1,
+    "pad": 1,
+}
 
 
-def analyze(lengths, *, contexts=None, tile: int = 128, buckets: int = 4, max_segments: int | None = None,
-            window: int = 256, strategies=STRATEGIES, threads: int = 2, progress=None) -> PaddingReport:
+def analyze(
+    lengths,
+    *,
+    contexts=None,
+    tile: int = 128,
+    buckets: int = 4,
+    max_segments: int | None = None,
+    window: int = 256,
+    strategies=STRATEGIES,
+    threads: int = 2,
+    progress=None,
+) -> PaddingReport:
     """The whole report (a :class:`~datatools.analysis.padding_result.PaddingReport`): length statistics, every
     strategy at every ctx, and a recommendation.
 
@@ -294,8 +348,12 @@ def analyze(lengths, *, contexts=None, tile: int = 128, buckets: int = 4, max_se
     prep = SharedLengthArrays(lengths)
     jobs = sorted(((ctx, name) for ctx in contexts for name in strategies), key=lambda j: -_COST[j[1]] * j[0])
     with ThreadPoolExecutor(max(1, threads)) as pool:
-        futures = {job: pool.submit(simulate, prep, job[0], job[1], tile=tile, buckets=buckets,
-                                    max_segments=max_segments, window=window) for job in jobs}
+        futures = {
+            job: pool.submit(
+                simulate, prep, job[0], job[1], tile=tile, buckets=buckets, max_segments=max_segments, window=window
+            )
+            for job in jobs
+        }
         for f in as_completed(futures.values()):
             f.result()
             if progress:
@@ -305,16 +363,32 @@ def analyze(lengths, *, contexts=None, tile: int = 128, buckets: int = 4, max_se
     for r in results:
         base = baseline.get(r["ctx"])
         r["speedup_bound"] = r["efficiency"] / base if base else None
-    report.update({"contexts": contexts, "contexts_note": contexts_note(lengths, tile, contexts, given=given),
-                   "tile": tile, "buckets": buckets, "window": window,
-                   "max_segments": max_segments, "strategies": results})
+    report.update(
+        {
+            "contexts": contexts,
+            "contexts_note": contexts_note(lengths, tile, contexts, given=given),
+            "tile": tile,
+            "buckets": buckets,
+            "window": window,
+            "max_segments": max_segments,
+            "strategies": results,
+        }
+    )
     report["recommendation"] = recommend(report, prep)
-    packer = next((n for n in ("best_fit_decreasing", report["recommendation"]["strategy"], *strategies)
-                   if n in strategies and n not in ("pad", "bucket", "concat_split")), None)
+    packer = next(
+        (
+            n
+            for n in ("best_fit_decreasing", report["recommendation"]["strategy"], *strategies)
+            if n in strategies and n not in ("pad", "bucket", "concat_split")
+        ),
+        None,
+    )
     if packer:  # the attention view: rows of whole pieces back to back (the packers' rows)
         packed = {r["ctx"]: r["rows"] for r in results if r["name"] == packer}
-        report["attention_tiles"] = {"packing": packer,
-                                     **attention_tile_view({c: prep.histogram(c) for c in packed}, packed)}
+        report["attention_tiles"] = {
+            "packing": packer,
+            **attention_tile_view({c: prep.histogram(c) for c in packed}, packed),
+        }
     return PaddingReport.from_dict(report)
 
 
@@ -347,8 +421,9 @@ def recommend(report: dict, prep: SharedLengthArrays | None = None) -> dict:
     ctx = next((c for c in contexts if c >= p99), contexts[-1])
     at = {r["name"]: r for r in report["strategies"] if r["ctx"] == ctx}
     pad = at.get("pad")
-    packers = [at[n] for n in ("best_fit_decreasing", "first_fit_decreasing", "best_fit", "first_fit", "next_fit")
-               if n in at]
+    packers = [
+        at[n] for n in ("best_fit_decreasing", "first_fit_decreasing", "best_fit", "first_fit", "next_fit") if n in at
+    ]
     if pad and (pad["efficiency"] >= 0.95 or not packers):
         choice = pad
     else:
@@ -365,42 +440,67 @@ def recommend(report: dict, prep: SharedLengthArrays | None = None) -> dict:
         if prep is not None:  # attention kernels want a small fixed cap: the smallest that costs ~nothing
             cap = _segment_cap(prep, ctx, name, choice["efficiency"], report["window"])
         max_segments = cap or most
-        why = ("packed-attention kernels (cuDNN / Transformer Engine flash attention, MaxText's "
-               "max_segments_per_seq) need a fixed cap on documents per row, and a smaller cap costs them less "
-               "memory and time")
+        why = (
+            "packed-attention kernels (cuDNN / Transformer Engine flash attention, MaxText's "
+            "max_segments_per_seq) need a fixed cap on documents per row, and a smaller cap costs them less "
+            "memory and time"
+        )
         if cap is not None:
-            segments_reason = (f"max_segments {cap}: the smallest of {', '.join(map(str, SEGMENT_CAPS))} documents "
-                               f"per row that keeps efficiency within half a point of uncapped packing (whose rows "
-                               f"hold up to {most}); {why}")
+            segments_reason = (
+                f"max_segments {cap}: the smallest of {', '.join(map(str, SEGMENT_CAPS))} documents "
+                f"per row that keeps efficiency within half a point of uncapped packing (whose rows "
+                f"hold up to {most}); {why}"
+            )
         else:
-            segments_reason = (f"max_segments {most}: the most documents an uncapped row holds"
-                               + ("; every smaller cap tried loses over half a point" if prep is not None else "")
-                               + f"; {why}")
+            segments_reason = (
+                f"max_segments {most}: the most documents an uncapped row holds"
+                + ("; every smaller cap tried loses over half a point" if prep is not None else "")
+                + f"; {why}"
+            )
     reasons = []
     if pad:
         reasons.append(f"padding to {ctx} keeps {pad['efficiency']:.1%} of the compute for real tokens")
     if name != "pad":
-        reasons.append(f"{name} packing keeps {choice['efficiency']:.1%} "
-                       f"(speed-up bound {choice['speedup_bound']:.2f}x)")
+        reasons.append(
+            f"{name} packing keeps {choice['efficiency']:.1%} (speed-up bound {choice['speedup_bound']:.2f}x)"
+        )
     bucket = at.get("bucket")
     if bucket and name != "pad":
-        reasons.append(f"without segment-aware attention, {report['buckets']} buckets would keep "
-                       f"{bucket['efficiency']:.1%}")
+        reasons.append(
+            f"without segment-aware attention, {report['buckets']} buckets would keep {bucket['efficiency']:.1%}"
+        )
     if name == "pad":
-        snippet = (f"packing:\n  mode: planned\n  ctx: {ctx}\n  algorithm: best_fit_decreasing\n"
-                   f"# padding already wastes under 5%: packing is optional")
+        snippet = (
+            f"packing:\n  mode: planned\n  ctx: {ctx}\n  algorithm: best_fit_decreasing\n"
+            f"# padding already wastes under 5%: packing is optional"
+        )
         maxtext = {"packing": False, "max_target_length": ctx}
     else:
         mode = "planned" if name.endswith("_decreasing") else "streaming"
-        snippet = (f"packing:\n  mode: {mode}\n  ctx: {ctx}\n  algorithm: {name}\n  max_segments: {max_segments}\n"
-                   f"batch_size: 32\nformat: maxtext")
+        snippet = (
+            f"packing:\n  mode: {mode}\n  ctx: {ctx}\n  algorithm: {name}\n  max_segments: {max_segments}\n"
+            f"batch_size: 32\nformat: maxtext"
+        )
         # MaxText passes max_segments_per_seq to its first-fit packer only (best_fit ignores it): with a cap,
         # which cudnn_flash_te needs, its own packer must be first_fit.
-        maxtext = ({"packing": True, "max_target_length": ctx, "grain_packing_type": "concat_then_split"}
-                   if name == "concat_split" else
-                   {"packing": True, "max_target_length": ctx, "grain_packing_type": "first_fit",
-                    "max_segments_per_seq": max_segments})
-    return {"strategy": name, "ctx": ctx, "efficiency": choice["efficiency"], "speedup_bound": choice["speedup_bound"],
-            "max_segments": max_segments, "max_segments_reason": segments_reason,
-            "reason": "; ".join(reasons), "datatools_config": snippet,
-            "maxtext": maxtext}
+        maxtext = (
+            {"packing": True, "max_target_length": ctx, "grain_packing_type": "concat_then_split"}
+            if name == "concat_split"
+            else {
+                "packing": True,
+                "max_target_length": ctx,
+                "grain_packing_type": "first_fit",
+                "max_segments_per_seq": max_segments,
+            }
+        )
+    return {
+        "strategy": name,
+        "ctx": ctx,
+        "efficiency": choice["efficiency"],
+        "speedup_bound": choice["speedup_bound"],
+        "max_segments": max_segments,
+        "max_segments_reason": segments_reason,
+        "reason": "; ".join(reasons),
+        "datatools_config": snippet,
+        "maxtext": maxtext,
+    }

@@ -25,10 +25,20 @@ from datatools.io.paths import display
 DEFAULT_WINDOW = 256  # open rows of the streaming packers without a MaxText config (Grain's num_packing_bins)
 
 
-def analyze_input(path: str | os.PathLike, *, contexts: Sequence[int] = (), tile: int = 128, buckets: int = 4,
-                  max_segments: int | None = None, window: int | None = None, maxtext_config: str | None = None,
-                  maxtext_set: Sequence[str] = (), console=None, loss_batch_size: int | None = None,
-                  **input_options) -> PaddingReport:
+def analyze_input(
+    path: str | os.PathLike,
+    *,
+    contexts: Sequence[int] = (),
+    tile: int = 128,
+    buckets: int = 4,
+    max_segments: int | None = None,
+    window: int | None = None,
+    maxtext_config: str | None = None,
+    maxtext_set: Sequence[str] = (),
+    console=None,
+    loss_batch_size: int | None = None,
+    **input_options,
+) -> PaddingReport:
     """The padding analysis of the input at ``path`` (any input :func:`~datatools.io.inputs.open_input` reads).
 
     Args:
@@ -64,8 +74,9 @@ def analyze_input(path: str | os.PathLike, *, contexts: Sequence[int] = (), tile
         raise ValueError(f"{display(path)}: no documents found")
     read_s = time.perf_counter() - t0
     jobs = (len(contexts) if contexts else 4) * len(STRATEGIES)
-    run: dict[str, Any] = dict(contexts=list(contexts) or None, tile=tile, buckets=buckets,
-                               max_segments=max_segments, window=window)
+    run: dict[str, Any] = dict(
+        contexts=list(contexts) or None, tile=tile, buckets=buckets, max_segments=max_segments, window=window
+    )
     if console is None:
         report = analyze(lengths, **run)
     else:
@@ -75,8 +86,9 @@ def analyze_input(path: str | os.PathLike, *, contexts: Sequence[int] = (), tile
     if settings is not None:
         from datatools.analysis.maxtext_simulation import maxtext_report
 
-        maxtext = maxtext_report(lengths, settings, report.recommendation,
-                                 config=display(maxtext_config) if maxtext_config else "defaults")
+        maxtext = maxtext_report(
+            lengths, settings, report.recommendation, config=display(maxtext_config) if maxtext_config else "defaults"
+        )
     from datatools.analysis.loss_distortion import DEFAULT_BATCH_SIZE, loss_distortion
 
     distort: dict[str, Any] = dict(ctx=report.recommendation.ctx, batch_size=loss_batch_size or DEFAULT_BATCH_SIZE)
@@ -86,7 +98,13 @@ def analyze_input(path: str | os.PathLike, *, contexts: Sequence[int] = (), tile
         with count_progress(console, 1, "loss weight distortion") as advance:
             distortion = loss_distortion(lengths, **distort)
             advance(1)
-    return dataclasses.replace(report, maxtext=maxtext, source=display(path), input=inp.describe(),
-                               loss_distortion=distortion,
-                               read_seconds=read_s, input_bytes=inp.nbytes,
-                               analyze_seconds=time.perf_counter() - t0 - read_s)
+    return dataclasses.replace(
+        report,
+        maxtext=maxtext,
+        source=display(path),
+        input=inp.describe(),
+        loss_distortion=distortion,
+        read_seconds=read_s,
+        input_bytes=inp.nbytes,
+        analyze_seconds=time.perf_counter() - t0 - read_s,
+    )

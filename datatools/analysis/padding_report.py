@@ -11,10 +11,16 @@ from rich.table import Table
 from datatools.analysis.padding_result import PaddingReport
 from datatools.io import storage
 
-LABELS = {"pad": "pad to ctx (truncate)", "bucket": "optimal buckets", "next_fit": "next fit",
-          "first_fit": "first fit (streaming)", "best_fit": "best fit (streaming)",
-          "first_fit_decreasing": "first fit decreasing", "best_fit_decreasing": "best fit decreasing",
-          "concat_split": "concat then split"}
+LABELS = {
+    "pad": "pad to ctx (truncate)",
+    "bucket": "optimal buckets",
+    "next_fit": "next fit",
+    "first_fit": "first fit (streaming)",
+    "best_fit": "best fit (streaming)",
+    "first_fit_decreasing": "first fit decreasing",
+    "best_fit_decreasing": "best fit decreasing",
+    "concat_split": "concat then split",
+}
 
 
 def _bar(fraction: float, width: int = 40) -> str:
@@ -25,10 +31,14 @@ def _bar(fraction: float, width: int = 40) -> str:
 def render(report: PaddingReport, console: Console, *, source: str) -> None:
     """Print the distribution, the histogram, the strategies per ctx and the recommendation."""
     L = report.lengths
-    console.print(f"[bold]{source}[/]: {report.num_sequences:,} documents, {report.num_tokens:,} tokens"
-                  + (f" ({report.empty:,} empty)" if report.empty else ""))
-    console.print(f"length (tokens): min {L.min:,}  p50 {L.p50:,.0f}  mean {L.mean:,.1f}  "
-                  f"p90 {L.p90:,.0f}  p99 {L.p99:,.0f}  max {L.max:,}")
+    console.print(
+        f"[bold]{source}[/]: {report.num_sequences:,} documents, {report.num_tokens:,} tokens"
+        + (f" ({report.empty:,} empty)" if report.empty else "")
+    )
+    console.print(
+        f"length (tokens): min {L.min:,}  p50 {L.p50:,.0f}  mean {L.mean:,.1f}  "
+        f"p90 {L.p90:,.0f}  p99 {L.p99:,.0f}  max {L.max:,}"
+    )
     if report.contexts_note:
         console.print(report.contexts_note, markup=False, highlight=False)
     hist = Table(title="length histogram", title_justify="left", box=None, padding=(0, 1))
@@ -44,24 +54,43 @@ def render(report: PaddingReport, console: Console, *, source: str) -> None:
     for ctx in report.contexts:
         rows = report.at(ctx)
         table = Table(title=f"ctx {ctx:,}", title_justify="left")
-        for col in ("strategy", "rows", "efficiency", "dropped tokens", "truncated", "split", "docs/row",
-                    "max docs/row", "speed-up bound", "attn dense/doc"):
+        for col in (
+            "strategy",
+            "rows",
+            "efficiency",
+            "dropped tokens",
+            "truncated",
+            "split",
+            "docs/row",
+            "max docs/row",
+            "speed-up bound",
+            "attn dense/doc",
+        ):
             table.add_column(col, justify="left" if col == "strategy" else "right")
         best = max(r.efficiency for r in rows)
         for r in rows:
             eff = f"{r.efficiency:.2%}"
             label = LABELS[r.name] + (f" {r.boundaries}" if r.name == "bucket" else "")
-            table.add_row(label, f"{r.rows:,}", f"[bold]{eff}[/]" if r.efficiency == best else eff,
-                          f"{r.dropped_tokens:,}", f"{r.truncated_fraction:.1%}", f"{r.split_fraction:.1%}",
-                          f"{r.docs_per_row:.2f}", f"{r.max_docs_per_row:,}",
-                          "-" if r.speedup_bound is None else f"{r.speedup_bound:.2f}x",
-                          "-" if not r.attention_saving else f"{r.attention_saving:.1f}x")
+            table.add_row(
+                label,
+                f"{r.rows:,}",
+                f"[bold]{eff}[/]" if r.efficiency == best else eff,
+                f"{r.dropped_tokens:,}",
+                f"{r.truncated_fraction:.1%}",
+                f"{r.split_fraction:.1%}",
+                f"{r.docs_per_row:.2f}",
+                f"{r.max_docs_per_row:,}",
+                "-" if r.speedup_bound is None else f"{r.speedup_bound:.2f}x",
+                "-" if not r.attention_saving else f"{r.attention_saving:.1f}x",
+            )
         console.print(table)
     rec = report.recommendation
     bound = "-" if rec.speedup_bound is None else f"{rec.speedup_bound:.2f}x"
-    console.print(f"[bold green]Recommendation:[/] {rec.strategy} at ctx {rec.ctx:,}: "
-                  f"{rec.efficiency:.1%} of the compute on real tokens, "
-                  f"speed-up bound {bound} over padding. {rec.reason}.")
+    console.print(
+        f"[bold green]Recommendation:[/] {rec.strategy} at ctx {rec.ctx:,}: "
+        f"{rec.efficiency:.1%} of the compute on real tokens, "
+        f"speed-up bound {bound} over padding. {rec.reason}."
+    )
     console.print("[bold]datatools pipeline config:[/]")
     console.print(rec.datatools_config, markup=False, highlight=False)
     if rec.max_segments_reason:
@@ -76,15 +105,23 @@ def render(report: PaddingReport, console: Console, *, source: str) -> None:
 
 def render_attention_tiles(view: dict, console: Console) -> None:
     """Per ctx and tile size: the tiles a block-sparse kernel visits against causal flash's, and the best pair."""
-    table = Table(title=f"attention tiles ({LABELS.get(view['packing'], view['packing'])} rows): block-sparse "
-                        "against causal flash", title_justify="left")
+    table = Table(
+        title=f"attention tiles ({LABELS.get(view['packing'], view['packing'])} rows): block-sparse "
+        "against causal flash",
+        title_justify="left",
+    )
     for col in ("ctx", "tile", "non-empty tiles (expected)", "causal tiles", "ideal ratio"):
         table.add_column(col, justify="right")
     for e in view["entries"]:
         best = e is view["best"] or e == view["best"]
         ratio = "-" if e["ideal_ratio"] is None else f"{e['ideal_ratio']:.1f}x"
-        table.add_row(f"{e['ctx']:,}", str(e["block"]), f"{e['non_empty_tiles']:,.0f}", f"{e['causal_tiles']:,}",
-                      f"[bold]{ratio}[/]" if best else ratio)
+        table.add_row(
+            f"{e['ctx']:,}",
+            str(e["block"]),
+            f"{e['non_empty_tiles']:,.0f}",
+            f"{e['causal_tiles']:,}",
+            f"[bold]{ratio}[/]" if best else ratio,
+        )
     console.print(table)
     if view["note"]:
         console.print(view["note"], markup=False, highlight=False)
@@ -95,15 +132,19 @@ def render_maxtext(mt: dict, console: Console) -> None:
     today, advice = mt["today"], mt["advice"]
     console.print(f"[bold]MaxText today[/] ({mt['config']}): {today['pipeline']}")
     fails = f"; [red]{today['fails']:,} documents stop its packer[/]" if today["fails"] else ""
-    console.print(f"  ctx {today['ctx']:,}, {today['bins']} bins (per-host batch): {today['rows']:,} rows, "
-                  f"[bold]{today['padding']:.1%} padding[/], {today['dropped_tokens']:,} tokens dropped, "
-                  f"up to {today['max_docs_per_row'] or '-'} documents per row{fails}")
+    console.print(
+        f"  ctx {today['ctx']:,}, {today['bins']} bins (per-host batch): {today['rows']:,} rows, "
+        f"[bold]{today['padding']:.1%} padding[/], {today['dropped_tokens']:,} tokens dropped, "
+        f"up to {today['max_docs_per_row'] or '-'} documents per row{fails}"
+    )
     own = ", ".join(f"{k}: {v}" for k, v in advice["maxtext_settings"].items())
     eff = advice["maxtext_efficiency"]
     console.print(f"  set in MaxText: {own}" + (f" -> {1 - eff:.1%} padding" if eff is not None else ""))
     if advice["datatools_efficiency"] is not None:
-        console.print(f"  or feed it from datatools (datatools.integrations.maxtext): "
-                      f"{1 - advice['datatools_efficiency']:.1%} padding")
+        console.print(
+            f"  or feed it from datatools (datatools.integrations.maxtext): "
+            f"{1 - advice['datatools_efficiency']:.1%} padding"
+        )
     for note in advice["notes"]:
         console.print(f"  - {note}", markup=False, highlight=False)
 
@@ -125,8 +166,7 @@ def plot(report: PaddingReport, path: str | Path, *, source: str) -> str | Path:
     ax1.set_xscale("log")
     ax1.set_xlabel("document length (tokens)")
     ax1.set_ylabel("documents")
-    ax1.set_title(f"{report.num_sequences:,} documents, p50 {report.lengths.p50:,.0f}, "
-                  f"p99 {report.lengths.p99:,.0f}")
+    ax1.set_title(f"{report.num_sequences:,} documents, p50 {report.lengths.p50:,.0f}, p99 {report.lengths.p99:,.0f}")
     for j, ctx in enumerate(report.contexts):
         ax1.axvline(ctx, color="#c44e52", linestyle="--", linewidth=1)
         ax1.text(ctx, ax1.get_ylim()[1] * (0.97 - 0.07 * j), f" ctx {ctx}", color="#c44e52", fontsize=8, va="top")

@@ -27,6 +27,7 @@ def expected_distinct_groups(n: int, group_size: int, batch_size: int) -> float:
     Groups hold ``group_size`` consecutive records of [0, n) (the last may be smaller).
     E = sum over groups g of 1 - C(n - m_g, S) / C(n, S).
     """
+
     def log_comb(a: int, b: int) -> float:
         return math.lgamma(a + 1) - math.lgamma(b + 1) - math.lgamma(a - b + 1)
 
@@ -84,8 +85,9 @@ class ShuffleReport(Report):
     orders: dict[str, OrderStats]  # "none" (storage order), "full" (Feistel), "block" (block shuffle)
 
 
-def order_stats(order: np.ndarray, *, group_size: int, batch_size: int, io_block_size: int,
-                window_blocks: int) -> OrderStats:
+def order_stats(
+    order: np.ndarray, *, group_size: int, batch_size: int, io_block_size: int, window_blocks: int
+) -> OrderStats:
     """Figures for one order: groups per batch, displacement, contiguous runs and block reads per batch."""
     n = order.shape[0]
     num_batches = n // batch_size
@@ -96,14 +98,19 @@ def order_stats(order: np.ndarray, *, group_size: int, batch_size: int, io_block
     reads = np.empty(num_batches, np.int64)
     _block_reads(order, io_block_size, window_blocks, batch_size, reads)
     displacement = np.abs(order - np.arange(n))
-    return OrderStats(groups_per_batch=float(distinct.mean()), groups_per_batch_min=int(distinct.min()),
-                      mean_displacement=float(displacement.mean()),
-                      mean_displacement_fraction=float(displacement.mean() / n), runs_per_batch=float(runs.mean()),
-                      block_reads_per_batch=float(reads.mean()))
+    return OrderStats(
+        groups_per_batch=float(distinct.mean()),
+        groups_per_batch_min=int(distinct.min()),
+        mean_displacement=float(displacement.mean()),
+        mean_displacement_fraction=float(displacement.mean() / n),
+        runs_per_batch=float(runs.mean()),
+        block_reads_per_batch=float(reads.mean()),
+    )
 
 
-def shuffle_report(n: int, *, io_block_size: int, window_blocks: int, group_size: int, batch_size: int,
-                   seed: int = 0, epoch: int = 0) -> ShuffleReport:
+def shuffle_report(
+    n: int, *, io_block_size: int, window_blocks: int, group_size: int, batch_size: int, seed: int = 0, epoch: int = 0
+) -> ShuffleReport:
     """Compare no shuffle, full Feistel shuffle and block shuffle on [0, n).
 
     Args:
@@ -120,8 +127,12 @@ def shuffle_report(n: int, *, io_block_size: int, window_blocks: int, group_size
       full shuffle, and per order (``none``, ``full``, ``block``) its :class:`OrderStats`.
     """
     n = check_int(n, "n", minimum=1)
-    for name, value in (("io_block_size", io_block_size), ("window_blocks", window_blocks),
-                        ("group_size", group_size), ("batch_size", batch_size)):
+    for name, value in (
+        ("io_block_size", io_block_size),
+        ("window_blocks", window_blocks),
+        ("group_size", group_size),
+        ("batch_size", batch_size),
+    ):
         check_int(value, name, minimum=1)
     if batch_size > n:
         raise ValueError(f"batch_size={batch_size} exceeds n={n}")
@@ -131,8 +142,22 @@ def shuffle_report(n: int, *, io_block_size: int, window_blocks: int, group_size
         "block": BlockShuffle(n, io_block_size=io_block_size, window_blocks=window_blocks, seed=seed).indices(epoch),
     }
     return ShuffleReport(
-        n=n, io_block_size=io_block_size, window_blocks=window_blocks, group_size=group_size, batch_size=batch_size,
-        seed=seed, epoch=epoch, expected_groups_per_batch=expected_distinct_groups(n, group_size, batch_size),
-        orders={name: order_stats(order, group_size=group_size, batch_size=batch_size, io_block_size=io_block_size,
-                                  window_blocks=window_blocks)
-                for name, order in orders.items()})
+        n=n,
+        io_block_size=io_block_size,
+        window_blocks=window_blocks,
+        group_size=group_size,
+        batch_size=batch_size,
+        seed=seed,
+        epoch=epoch,
+        expected_groups_per_batch=expected_distinct_groups(n, group_size, batch_size),
+        orders={
+            name: order_stats(
+                order,
+                group_size=group_size,
+                batch_size=batch_size,
+                io_block_size=io_block_size,
+                window_blocks=window_blocks,
+            )
+            for name, order in orders.items()
+        },
+    )

@@ -28,8 +28,7 @@ EXIT_ENVIRONMENT = 1
 EXIT_INTERRUPTED = 130
 
 # errno values of an OSError that mean the user named a wrong path (bad input), not a broken environment
-BAD_INPUT_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.EINVAL,
-                              errno.ELOOP})
+BAD_INPUT_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.EINVAL, errno.ELOOP})
 
 
 class InputError(ValueError):

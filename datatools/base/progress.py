@@ -67,8 +67,16 @@ def _plain_lines(console: Console, line: Callable[[], str], interval_s: float) -
 class JobBar:
     """What a job has done so far: shards, documents, tokens and bytes (see :func:`job_progress`)."""
 
-    def __init__(self, progress: Progress | None, task, *, total_shards: int = 0, done_shards: int = 0,
-                 total_bytes: int | None = None, done_bytes: int = 0):
+    def __init__(
+        self,
+        progress: Progress | None,
+        task,
+        *,
+        total_shards: int = 0,
+        done_shards: int = 0,
+        total_bytes: int | None = None,
+        done_bytes: int = 0,
+    ):
         self._progress, self._task = progress, task
         self.docs = self.tokens = 0
         self.shards, self.total_shards = done_shards, total_shards
@@ -91,12 +99,16 @@ class JobBar:
     def status(self, eta: bool = True) -> str:
         """One line: shards, documents, tokens, bytes, their rates and (``eta``) the time left."""
         elapsed = max(time.perf_counter() - self.t0, 1e-9)
-        parts = [f"{self.shards}/{self.total_shards} shards",
-                 f"{self.docs:,} documents ({_rate(self.docs / elapsed)}/s)",
-                 f"{_rate(self.tokens)} tokens ({_rate(self.tokens / elapsed)}/s)"]
+        parts = [
+            f"{self.shards}/{self.total_shards} shards",
+            f"{self.docs:,} documents ({_rate(self.docs / elapsed)}/s)",
+            f"{_rate(self.tokens)} tokens ({_rate(self.tokens / elapsed)}/s)",
+        ]
         if self.total_bytes is not None:
-            parts.append(f"{_bytes(self.nbytes)} of {_bytes(self.total_bytes)} "
-                         f"({_bytes((self.nbytes - self._start_bytes) / elapsed)}/s)")
+            parts.append(
+                f"{_bytes(self.nbytes)} of {_bytes(self.total_bytes)} "
+                f"({_bytes((self.nbytes - self._start_bytes) / elapsed)}/s)"
+            )
         if eta:
             if self.total_bytes is not None:
                 parts.append(_eta(self.nbytes - self._start_bytes, self.total_bytes - self._start_bytes, elapsed))
@@ -107,9 +119,17 @@ class JobBar:
 
 
 @contextmanager
-def job_progress(total_shards: int, *, done: int = 0, enabled: bool = True, description: str = "tokenizing",
-                 total_bytes: int | None = None, done_bytes: int = 0, interval_s: float = PLAIN_INTERVAL_S,
-                 console: Console | None = None):
+def job_progress(
+    total_shards: int,
+    *,
+    done: int = 0,
+    enabled: bool = True,
+    description: str = "tokenizing",
+    total_bytes: int | None = None,
+    done_bytes: int = 0,
+    interval_s: float = PLAIN_INTERVAL_S,
+    console: Console | None = None,
+):
     """Progress of a job over shards; yields a :class:`JobBar` to ``advance(docs, tokens, shards, nbytes)``.
 
     Args:
@@ -121,23 +141,36 @@ def job_progress(total_shards: int, *, done: int = 0, enabled: bool = True, desc
     """
     console = Console(stderr=True) if console is None else console
     if not enabled:
-        yield JobBar(None, None, total_shards=total_shards, done_shards=done, total_bytes=total_bytes,
-                     done_bytes=done_bytes)
+        yield JobBar(
+            None, None, total_shards=total_shards, done_shards=done, total_bytes=total_bytes, done_bytes=done_bytes
+        )
         return
     if not console.is_terminal:  # no live display in logs and pipes: a plain line every interval_s
-        bar = JobBar(None, None, total_shards=total_shards, done_shards=done, total_bytes=total_bytes,
-                     done_bytes=done_bytes)
+        bar = JobBar(
+            None, None, total_shards=total_shards, done_shards=done, total_bytes=total_bytes, done_bytes=done_bytes
+        )
         with _plain_lines(console, lambda: f"{description}: {bar.status()}", interval_s):
             yield bar
         return
-    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
-                        TimeRemainingColumn(), console=console, transient=True)
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    )
     with progress:
         by_bytes = total_bytes is not None
-        task = progress.add_task(description, total=total_bytes if by_bytes else total_shards,
-                                 completed=done_bytes if by_bytes else done, status="")
-        bar = JobBar(progress, task, total_shards=total_shards, done_shards=done, total_bytes=total_bytes,
-                     done_bytes=done_bytes)
+        task = progress.add_task(
+            description,
+            total=total_bytes if by_bytes else total_shards,
+            completed=done_bytes if by_bytes else done,
+            status="",
+        )
+        bar = JobBar(
+            progress, task, total_shards=total_shards, done_shards=done, total_bytes=total_bytes, done_bytes=done_bytes
+        )
         progress.update(task, status=bar.status(eta=False))
         yield bar
 
@@ -180,8 +213,14 @@ def count_progress(console: Console, total: int, what: str, *, unit: str = "", i
         with _plain_lines(console, line, interval_s):
             yield advance
         return
-    with Progress(TextColumn(f"[bold]{what}"), BarColumn(), _CountRate(unit), TimeRemainingColumn(),
-                  console=console, transient=True) as progress:
+    with Progress(
+        TextColumn(f"[bold]{what}"),
+        BarColumn(),
+        _CountRate(unit),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
         task = progress.add_task(what, total=total)
 
         def advance(n: int = 1, *_, **__) -> None:

@@ -49,4 +49,3 @@ class Report:
     def to_json(self, indent: int | None = 2) -> str:
         """The report as JSON text (NaN written as JSON's ``NaN``, as Python's json module does)."""
         return json.dumps(self.as_dict(), indent=indent)
-

@@ -38,20 +38,38 @@ from datatools.cli.common import PathAccessError, access_checked
 
 # name -> (module, attribute, one-line help shown by --help without importing the module)
 SUBCOMMANDS = {
-    "analyze-padding": ("datatools.cli.analyze_padding", "analyze_padding_command",
-                        "Length distribution, the padding waste of every strategy, and a recommendation."),
-    "pretokenize": ("datatools.cli.pretokenize", "pretokenize_command",
-                    "Tokenize text files into a token store (resumable; local pool or Ray)."),
-    "pack": ("datatools.cli.pack", "pack_command",
-             "Plan any input into an index-only packed plan on disk (bounded memory; pipelines read it lazily)."),
+    "analyze-padding": (
+        "datatools.cli.analyze_padding",
+        "analyze_padding_command",
+        "Length distribution, the padding waste of every strategy, and a recommendation.",
+    ),
+    "pretokenize": (
+        "datatools.cli.pretokenize",
+        "pretokenize_command",
+        "Tokenize text files into a token store (resumable; local pool or Ray).",
+    ),
+    "pack": (
+        "datatools.cli.pack",
+        "pack_command",
+        "Plan any input into an index-only packed plan on disk (bounded memory; pipelines read it lazily).",
+    ),
     "pipeline": ("datatools.cli.pipeline", "pipeline_command", "Run a configured Grain pipeline for N batches."),
-    "mix-report": ("datatools.cli.mix_report", "mix_report_command",
-                   "Per batch, each source's share of tokens and documents against a mixture's weights."),
-    "shuffle-report": ("datatools.cli.shuffle_report", "shuffle_report_command",
-                       "How much a shuffle mixes, and what it costs in reads."),
+    "mix-report": (
+        "datatools.cli.mix_report",
+        "mix_report_command",
+        "Per batch, each source's share of tokens and documents against a mixture's weights.",
+    ),
+    "shuffle-report": (
+        "datatools.cli.shuffle_report",
+        "shuffle_report_command",
+        "How much a shuffle mixes, and what it costs in reads.",
+    ),
     "train": ("datatools.cli.train", "train_command", "Train the configured model on its pipeline (jax extra)."),
-    "verify": ("datatools.cli.verify", "verify_command",
-               "Read every chunk of a token store: sizes, checksums, offsets, token range."),
+    "verify": (
+        "datatools.cli.verify",
+        "verify_command",
+        "Read every chunk of a token store: sizes, checksums, offsets, token range.",
+    ),
 }
 EXTRA_OF = {"train": ("jax", "jax")}  # subcommand -> (module it needs, extra that installs it)
 DISTRIBUTION = "datatools-llm"
@@ -83,9 +101,14 @@ def _missing_extra(name: str, short: str, module: str, extra: str) -> click.Comm
     def fail(**_):
         raise click.UsageError(f"'datatools {name}' needs {module}: pip install '{DISTRIBUTION}[{extra}]'")
 
-    return click.Command(name, callback=fail, help=short, add_help_option=False,
-                         context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-                         params=[click.Argument(["args"], nargs=-1, required=False)])
+    return click.Command(
+        name,
+        callback=fail,
+        help=short,
+        add_help_option=False,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+        params=[click.Argument(["args"], nargs=-1, required=False)],
+    )
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

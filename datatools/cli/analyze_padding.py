@@ -18,42 +18,123 @@ from datatools.io.paths import display
 @click.option("--column", default=None, help="Token (list of ints) or text column; detected when unambiguous.")
 @click.option("--tokenizer", type=click.Path(), default=None, help="tokenizers JSON file, for a text column.")
 @tokenizer_options
-@click.option("--ctx", "contexts", type=click.IntRange(1, MAX_CTX), multiple=True,
-              help="Context length to evaluate (repeatable). Default: p90, p99, the power of two at or above p99 "
-                   f"and twice it, each rounded up to a multiple of --tile and capped at {DEFAULT_CTX_CAP:,} (equal "
-                   "ones merged); the report says which were chosen and why.")
-@click.option("--tile", type=click.IntRange(1, MAX_CTX), default=128, show_default=True,
-              help="Accelerator tile (tokens).")
-@click.option("--buckets", type=click.IntRange(1, MAX_BUCKETS), default=4, show_default=True,
-              help="Buckets for the bucket strategy.")
+@click.option(
+    "--ctx",
+    "contexts",
+    type=click.IntRange(1, MAX_CTX),
+    multiple=True,
+    help="Context length to evaluate (repeatable). Default: p90, p99, the power of two at or above p99 "
+    f"and twice it, each rounded up to a multiple of --tile and capped at {DEFAULT_CTX_CAP:,} (equal "
+    "ones merged); the report says which were chosen and why.",
+)
+@click.option(
+    "--tile", type=click.IntRange(1, MAX_CTX), default=128, show_default=True, help="Accelerator tile (tokens)."
+)
+@click.option(
+    "--buckets",
+    type=click.IntRange(1, MAX_BUCKETS),
+    default=4,
+    show_default=True,
+    help="Buckets for the bucket strategy.",
+)
 @click.option("--max-segments", type=click.IntRange(1, MAX_CTX), default=None, help="Cap on documents per packed row.")
-@click.option("--window", type=click.IntRange(1, MAX_WINDOW), default=None,
-              help="Open rows of the streaming first/best fit (Grain's num_packing_bins). Default: 256, or "
-                   "MaxText's per-host batch with --maxtext-config.")
-@click.option("--maxtext-config", type=click.Path(dir_okay=False), default=None,
-              help="A MaxText config (YAML): also report what that pipeline wastes today and what to set.")
-@click.option("--maxtext-set", "maxtext_set", multiple=True, metavar="KEY=VALUE",
-              help="Override a MaxText key (repeatable), as MaxText's command line does; also devices_per_host "
-                   "(default 1) and process_count.")
-@click.option("--eos-id", type=click.IntRange(0, MAX_TOKEN_ID), default=None,
-              help="Document separator of a flat .bin/.npy token file.")
-@click.option("--bin-dtype", type=click.Choice(BIN_DTYPES), default="uint16", show_default=True,
-              help="Token dtype of a .bin file.")
-@click.option("--batch-size", "loss_batch_size", type=click.IntRange(1, MAX_BATCH), default=32, show_default=True,
-              help="Rows per batch of the loss-weight distortion view (a per-batch mean's batch, or micro-batch).")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
-              help="Write the report as JSON to FILE, or '-' for stdout (then nothing else goes to stdout).")
-@click.option("--plot", "plot_out", type=click.Path(dir_okay=False), default=None,
-              help="Write a PNG: the length histogram beside each strategy's efficiency.")
-def analyze_padding_command(path, column, tokenizer, tokenizer_settings, bos, eos, contexts, tile, buckets,
-                            max_segments, window, maxtext_config, maxtext_set, eos_id, bin_dtype, loss_batch_size,
-                            json_out, plot_out):
+@click.option(
+    "--window",
+    type=click.IntRange(1, MAX_WINDOW),
+    default=None,
+    help="Open rows of the streaming first/best fit (Grain's num_packing_bins). Default: 256, or "
+    "MaxText's per-host batch with --maxtext-config.",
+)
+@click.option(
+    "--maxtext-config",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A MaxText config (YAML): also report what that pipeline wastes today and what to set.",
+)
+@click.option(
+    "--maxtext-set",
+    "maxtext_set",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a MaxText key (repeatable), as MaxText's command line does; also devices_per_host "
+    "(default 1) and process_count.",
+)
+@click.option(
+    "--eos-id",
+    type=click.IntRange(0, MAX_TOKEN_ID),
+    default=None,
+    help="Document separator of a flat .bin/.npy token file.",
+)
+@click.option(
+    "--bin-dtype",
+    type=click.Choice(BIN_DTYPES),
+    default="uint16",
+    show_default=True,
+    help="Token dtype of a .bin file.",
+)
+@click.option(
+    "--batch-size",
+    "loss_batch_size",
+    type=click.IntRange(1, MAX_BATCH),
+    default=32,
+    show_default=True,
+    help="Rows per batch of the loss-weight distortion view (a per-batch mean's batch, or micro-batch).",
+)
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    default=None,
+    help="Write the report as JSON to FILE, or '-' for stdout (then nothing else goes to stdout).",
+)
+@click.option(
+    "--plot",
+    "plot_out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write a PNG: the length histogram beside each strategy's efficiency.",
+)
+def analyze_padding_command(
+    path,
+    column,
+    tokenizer,
+    tokenizer_settings,
+    bos,
+    eos,
+    contexts,
+    tile,
+    buckets,
+    max_segments,
+    window,
+    maxtext_config,
+    maxtext_set,
+    eos_id,
+    bin_dtype,
+    loss_batch_size,
+    json_out,
+    plot_out,
+):
     """Length distribution of PATH, the padding waste of every strategy, and a recommendation."""
     err = make_console(stderr=True)
-    report = analyze_input(path, contexts=contexts, tile=tile, buckets=buckets, max_segments=max_segments,
-                           window=window, maxtext_config=maxtext_config, maxtext_set=maxtext_set, console=err,
-                           column=column, tokenizer=tokenizer, tokenizer_settings=tokenizer_settings, bos=bos,
-                           eos=eos, eos_id=eos_id, bin_dtype=bin_dtype, loss_batch_size=loss_batch_size)
+    report = analyze_input(
+        path,
+        contexts=contexts,
+        tile=tile,
+        buckets=buckets,
+        max_segments=max_segments,
+        window=window,
+        maxtext_config=maxtext_config,
+        maxtext_set=maxtext_set,
+        console=err,
+        column=column,
+        tokenizer=tokenizer,
+        tokenizer_settings=tokenizer_settings,
+        bos=bos,
+        eos=eos,
+        eos_id=eos_id,
+        bin_dtype=bin_dtype,
+        loss_batch_size=loss_batch_size,
+    )
     console = make_console(stderr=json_out == "-")
     render(report, console, source=display(path))
     if report.loss_distortion is not None:

@@ -19,9 +19,17 @@ class AccessCheckedPath(click.Path):
     @classmethod
     def like(cls, path: click.Path) -> AccessCheckedPath:
         """The same checks as ``path`` (a ``click.Path``)."""
-        return cls(exists=path.exists, file_okay=path.file_okay, dir_okay=path.dir_okay, writable=path.writable,
-                   readable=path.readable, resolve_path=path.resolve_path, allow_dash=path.allow_dash,
-                   path_type=path.type, executable=path.executable)
+        return cls(
+            exists=path.exists,
+            file_okay=path.file_okay,
+            dir_okay=path.dir_okay,
+            writable=path.writable,
+            readable=path.readable,
+            resolve_path=path.resolve_path,
+            allow_dash=path.allow_dash,
+            path_type=path.type,
+            executable=path.executable,
+        )
 
     def convert(self, value, param, ctx):
         try:
@@ -42,8 +50,10 @@ class AccessCheckedPath(click.Path):
             return False
         if (not self.file_okay and stat.S_ISREG(mode)) or (not self.dir_okay and stat.S_ISDIR(mode)):
             return False
-        return any(want and not os.access(value, flag) for want, flag in
-                   ((self.readable, os.R_OK), (self.writable, os.W_OK), (self.executable, os.X_OK)))
+        return any(
+            want and not os.access(value, flag)
+            for want, flag in ((self.readable, os.R_OK), (self.writable, os.W_OK), (self.executable, os.X_OK))
+        )
 
 
 def access_checked(command: click.Command) -> click.Command:
@@ -84,9 +94,20 @@ def emit_json(json_out: str | None, payload) -> None:
 def tokenizer_options(command):
     """The options that say how text is tokenized: ``--tokenizer-settings``, ``--bos``, ``--eos``."""
     for which, where in (("eos", "after"), ("bos", "before")):
-        command = click.option(f"--{which}", is_flag=False, flag_value="auto", default=None, metavar="[TOKEN]",
-                               help=f"Put this token (name or id) {where} every document; alone (or 'auto'): "
-                                    f"the tokenizer's usual {which.upper()} token.")(command)
-    return click.option("--tokenizer-settings", type=click.Choice(("off", "keep")), default="off", show_default=True,
-                        help="off: the tokenizer file's truncation and padding are switched off and its template "
-                             "adds no special tokens; keep: apply the file as it is.")(command)
+        command = click.option(
+            f"--{which}",
+            is_flag=False,
+            flag_value="auto",
+            default=None,
+            metavar="[TOKEN]",
+            help=f"Put this token (name or id) {where} every document; alone (or 'auto'): "
+            f"the tokenizer's usual {which.upper()} token.",
+        )(command)
+    return click.option(
+        "--tokenizer-settings",
+        type=click.Choice(("off", "keep")),
+        default="off",
+        show_default=True,
+        help="off: the tokenizer file's truncation and padding are switched off and its template "
+        "adds no special tokens; keep: apply the file as it is.",
+    )(command)

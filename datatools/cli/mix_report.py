@@ -11,14 +11,33 @@ from datatools.cli.common import emit_json, make_console
 
 @click.command("mix-report")
 @click.argument("config")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override any config key (repeatable; dotted keys, YAML values), checked like the file.")
-@click.option("--batches", type=click.IntRange(1, 1 << 24), default=1000, show_default=True,
-              help="Global batches to look at, from the first (fewer when the data ends).")
-@click.option("--group-size", type=click.IntRange(1, 1 << 40), default=None,
-              help="Consecutive documents per stored group in each source (material, book): groups per batch.")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
-              help="Write the report as JSON to FILE, or '-' for stdout (then the table goes to stderr).")
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override any config key (repeatable; dotted keys, YAML values), checked like the file.",
+)
+@click.option(
+    "--batches",
+    type=click.IntRange(1, 1 << 24),
+    default=1000,
+    show_default=True,
+    help="Global batches to look at, from the first (fewer when the data ends).",
+)
+@click.option(
+    "--group-size",
+    type=click.IntRange(1, 1 << 40),
+    default=None,
+    help="Consecutive documents per stored group in each source (material, book): groups per batch.",
+)
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    default=None,
+    help="Write the report as JSON to FILE, or '-' for stdout (then the table goes to stderr).",
+)
 def mix_report_command(config, overrides, batches, group_size, json_out):
     """How closely the batches of CONFIG hold its mixture's weights: per source, the mean and the worst batch share
     of tokens and of documents, and groups per batch. No token is read: the batches are the pipeline's own,
@@ -29,22 +48,45 @@ def mix_report_command(config, overrides, batches, group_size, json_out):
 
     cfg = load_config(config, overrides=overrides)
     err = make_console(stderr=True)
-    report = mix_report(cfg, batches=batches, group_size=group_size, name=str(config),
-                        progress=lambda total: count_progress(err, total, "batches"))
+    report = mix_report(
+        cfg,
+        batches=batches,
+        group_size=group_size,
+        name=str(config),
+        progress=lambda total: count_progress(err, total, "batches"),
+    )
     console = make_console(stderr=json_out == "-")
-    table = Table(title=(f"{config}: {report.batches:,} batches ({report.mode}, epoch: {report.epoch}); weights are "
-                         f"shares of {report.share}"), title_justify="left")
-    for col in ("source", "weight", "tokens/batch: mean", "worst (|dev|)", "documents/batch: mean", "worst (|dev|)",
-                *(["groups/batch"] if group_size else [])):
+    table = Table(
+        title=(
+            f"{config}: {report.batches:,} batches ({report.mode}, epoch: {report.epoch}); weights are "
+            f"shares of {report.share}"
+        ),
+        title_justify="left",
+    )
+    for col in (
+        "source",
+        "weight",
+        "tokens/batch: mean",
+        "worst (|dev|)",
+        "documents/batch: mean",
+        "worst (|dev|)",
+        *(["groups/batch"] if group_size else []),
+    ):
         table.add_column(col, justify="left" if col == "source" else "right")
     for s in report.sources:
-        table.add_row(s.name, f"{s.weight:.1%}", f"{s.token_share_mean:.1%}",
-                      f"{s.token_share_worst:.1%} ({s.token_share_worst_deviation:.1%})",
-                      f"{s.document_share_mean:.1%}",
-                      f"{s.document_share_worst:.1%} ({s.document_share_worst_deviation:.1%})",
-                      *([f"{s.groups_per_batch:.1f}"] if group_size else []))
+        table.add_row(
+            s.name,
+            f"{s.weight:.1%}",
+            f"{s.token_share_mean:.1%}",
+            f"{s.token_share_worst:.1%} ({s.token_share_worst_deviation:.1%})",
+            f"{s.document_share_mean:.1%}",
+            f"{s.document_share_worst:.1%} ({s.document_share_worst_deviation:.1%})",
+            *([f"{s.groups_per_batch:.1f}"] if group_size else []),
+        )
     console.print(table)
     if group_size:
-        console.print(f"distinct groups of {group_size} documents per batch, all sources: mean "
-                      f"{report.groups_per_batch:.1f}, fewest {report.groups_per_batch_min}")
+        console.print(
+            f"distinct groups of {group_size} documents per batch, all sources: mean "
+            f"{report.groups_per_batch:.1f}, fewest {report.groups_per_batch_min}"
+        )
     emit_json(json_out, report)

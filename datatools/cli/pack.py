@@ -21,37 +21,102 @@ from datatools.kernels.packing import ALGORITHMS
 @click.option("--ctx", type=click.IntRange(1, MAX_CTX), required=True, help="Row length (tokens).")
 @click.option("--algorithm", type=click.Choice(ALGORITHMS), default="best_fit_decreasing", show_default=True)
 @click.option("--max-segments", type=click.IntRange(1, MAX_CTX), default=None, help="Cap on documents per row.")
-@click.option("--align", type=click.IntRange(1, MAX_CTX), default=1, show_default=True,
-              help="Every document starts at a multiple of this (tokens); must divide --ctx.")
-@click.option("--overflow", type=click.Choice(OVERFLOW_POLICIES), default="split", show_default=True,
-              help="Documents longer than ctx: split (nothing lost), truncate, drop, error.")
-@click.option("--group-docs", type=click.IntRange(1, None), default=None,
-              help="Documents planned at once (memory: about 80 bytes each); default 50,000,000.")
+@click.option(
+    "--align",
+    type=click.IntRange(1, MAX_CTX),
+    default=1,
+    show_default=True,
+    help="Every document starts at a multiple of this (tokens); must divide --ctx.",
+)
+@click.option(
+    "--overflow",
+    type=click.Choice(OVERFLOW_POLICIES),
+    default="split",
+    show_default=True,
+    help="Documents longer than ctx: split (nothing lost), truncate, drop, error.",
+)
+@click.option(
+    "--group-docs",
+    type=click.IntRange(1, None),
+    default=None,
+    help="Documents planned at once (memory: about 80 bytes each); default 50,000,000.",
+)
 @click.option("--overwrite", is_flag=True, help="Replace OUT when it is an existing plan.")
 @click.option("--column", default=None, help="Token (list of ints) or text column; detected when unambiguous.")
 @click.option("--tokenizer", type=click.Path(), default=None, help="tokenizers JSON file, for a text column.")
 @tokenizer_options
-@click.option("--eos-id", type=click.IntRange(0, MAX_TOKEN_ID), default=None,
-              help="Document separator of a flat .bin/.npy token file.")
-@click.option("--bin-dtype", type=click.Choice(BIN_DTYPES), default="uint16", show_default=True,
-              help="Token dtype of a .bin file.")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
-              help="Write the plan's header (num_rows, lower_bound_rows, efficiency, ...) as JSON to FILE, or '-'.")
-def pack_command(data, out, ctx, algorithm, max_segments, align, overflow, group_docs, overwrite, column, tokenizer,
-                 tokenizer_settings, bos, eos, eos_id, bin_dtype, json_out):
+@click.option(
+    "--eos-id",
+    type=click.IntRange(0, MAX_TOKEN_ID),
+    default=None,
+    help="Document separator of a flat .bin/.npy token file.",
+)
+@click.option(
+    "--bin-dtype",
+    type=click.Choice(BIN_DTYPES),
+    default="uint16",
+    show_default=True,
+    help="Token dtype of a .bin file.",
+)
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    default=None,
+    help="Write the plan's header (num_rows, lower_bound_rows, efficiency, ...) as JSON to FILE, or '-'.",
+)
+def pack_command(
+    data,
+    out,
+    ctx,
+    algorithm,
+    max_segments,
+    align,
+    overflow,
+    group_docs,
+    overwrite,
+    column,
+    tokenizer,
+    tokenizer_settings,
+    bos,
+    eos,
+    eos_id,
+    bin_dtype,
+    json_out,
+):
     """Plan DATA into the packed plan directory OUT (rows of --ctx tokens; index only, no token copied)."""
     from datatools.io.paths import display
     from datatools.jobs.pack_plan import pack_plan
 
     if ctx % align:
         raise click.BadParameter(f"--align {align} must divide --ctx {ctx}", param_hint="--align")
-    report = pack_plan(data, out, ctx, algorithm=algorithm, max_segments=max_segments, align=align,
-                       overflow=overflow, group_docs=group_docs, overwrite=overwrite, console=make_console(stderr=True),
-                       column=column, tokenizer=tokenizer, tokenizer_settings=tokenizer_settings, bos=bos, eos=eos,
-                       eos_id=eos_id, bin_dtype=bin_dtype)
+    report = pack_plan(
+        data,
+        out,
+        ctx,
+        algorithm=algorithm,
+        max_segments=max_segments,
+        align=align,
+        overflow=overflow,
+        group_docs=group_docs,
+        overwrite=overwrite,
+        console=make_console(stderr=True),
+        column=column,
+        tokenizer=tokenizer,
+        tokenizer_settings=tokenizer_settings,
+        bos=bos,
+        eos=eos,
+        eos_id=eos_id,
+        bin_dtype=bin_dtype,
+    )
     console = make_console(stderr=json_out == "-")
-    console.print(f"{display(out)}: {report.num_rows:,} rows of {ctx} tokens ({report.num_pieces:,} pieces of "
-                  f"{report.data['documents']:,} documents), efficiency {report.efficiency:.4%}, "
-                  f"{report.over_lower_bound:.4%} above the lower bound of {report.lower_bound_rows:,} rows; "
-                  f"{report.pack_seconds:.1f} s", markup=False, highlight=False, soft_wrap=True)
+    console.print(
+        f"{display(out)}: {report.num_rows:,} rows of {ctx} tokens ({report.num_pieces:,} pieces of "
+        f"{report.data['documents']:,} documents), efficiency {report.efficiency:.4%}, "
+        f"{report.over_lower_bound:.4%} above the lower bound of {report.lower_bound_rows:,} rows; "
+        f"{report.pack_seconds:.1f} s",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
     emit_json(json_out, report)

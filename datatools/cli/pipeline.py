@@ -15,14 +15,28 @@ from datatools.pipeline.run import run_pipeline
 @click.command("pipeline")
 @click.argument("config")
 @click.option("--source", default=None, help="Override the config's source: a token store, Parquet or HF dataset dir.")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override any config key (repeatable; dotted keys reach into sections, values are YAML), "
-                   "e.g. --set packing.ctx=2048 --set shuffle.kind=none. Checked like the file.")
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override any config key (repeatable; dotted keys reach into sections, values are YAML), "
+    "e.g. --set packing.ctx=2048 --set shuffle.kind=none. Checked like the file.",
+)
 @click.option("--steps", type=click.IntRange(1, 1 << 40), required=True, help="Batches to run.")
-@click.option("--workers", type=click.IntRange(0, MAX_WORKERS), default=None,
-              help=f"Override the config's prefetch worker processes (at most {MAX_WORKERS}).")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
-              help="Write the figures as JSON to FILE, or '-' for stdout (then the table goes to stderr).")
+@click.option(
+    "--workers",
+    type=click.IntRange(0, MAX_WORKERS),
+    default=None,
+    help=f"Override the config's prefetch worker processes (at most {MAX_WORKERS}).",
+)
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    default=None,
+    help="Write the figures as JSON to FILE, or '-' for stdout (then the table goes to stderr).",
+)
 def pipeline_command(config, source, overrides, steps, workers, json_out):
     """Run the pipeline of CONFIG for --steps batches: batches/s, tokens/s, efficiency, shapes.
 
@@ -39,16 +53,20 @@ def pipeline_command(config, source, overrides, steps, workers, json_out):
     table.add_column("measure")
     table.add_column("value", justify="right")
     plan = report.plan_efficiency
-    for name, value in [("documents", f"{report.documents:,}"), ("batches", f"{report.batches:,}"),
-                        ("build (plan, open source)", f"{report.build_s:.2f} s"),
-                        ("first batch", f"{report.startup_s:.2f} s"),
-                        ("batches/s", f"{report.batches_per_s:,.1f}"),
-                        ("tokens/s (slots)", f"{report.tokens_per_s:,.0f}"),
-                        ("real tokens/s", f"{report.real_tokens_per_s:,.0f}"),
-                        ("efficiency (batches run)", f"{report.efficiency:.2%}"),
-                        ("efficiency (whole plan)", "-" if plan is None else f"{plan:.2%}"),
-                        ("distinct shapes", ", ".join(f"{r}x{t}" for r, t in report.shapes)),
-                        ("format", report.format), ("workers", str(report.config.workers))]:
+    for name, value in [
+        ("documents", f"{report.documents:,}"),
+        ("batches", f"{report.batches:,}"),
+        ("build (plan, open source)", f"{report.build_s:.2f} s"),
+        ("first batch", f"{report.startup_s:.2f} s"),
+        ("batches/s", f"{report.batches_per_s:,.1f}"),
+        ("tokens/s (slots)", f"{report.tokens_per_s:,.0f}"),
+        ("real tokens/s", f"{report.real_tokens_per_s:,.0f}"),
+        ("efficiency (batches run)", f"{report.efficiency:.2%}"),
+        ("efficiency (whole plan)", "-" if plan is None else f"{plan:.2%}"),
+        ("distinct shapes", ", ".join(f"{r}x{t}" for r, t in report.shapes)),
+        ("format", report.format),
+        ("workers", str(report.config.workers)),
+    ]:
         table.add_row(name, value)
     console.print(table)
     emit_json(json_out, report)

@@ -15,15 +15,29 @@ from datatools.jobs.pretokenize import DISTRIBUTION, ENGINES, pretokenize, requi
 @click.option("--tokenizer", required=True, type=click.Path(path_type=str), help="Hugging Face tokenizers JSON file.")
 @click.option("--column", default="text", show_default=True, help="Text column (Parquet, Arrow, JSONL, HF datasets).")
 @tokenizer_options
-@click.option("--ctx", type=click.IntRange(1, MAX_CTX), default=None, help="Split documents longer than this into windows of ctx tokens.")
-@click.option("--tile", type=click.IntRange(1, MAX_CTX), default=None, help="ctx must be a multiple of this tile (128, 256).")
-@click.option("--workers", type=click.IntRange(1, 1024), default=1, show_default=True, help="Tokenizer processes / Ray tasks.")
+@click.option(
+    "--ctx",
+    type=click.IntRange(1, MAX_CTX),
+    default=None,
+    help="Split documents longer than this into windows of ctx tokens.",
+)
+@click.option(
+    "--tile", type=click.IntRange(1, MAX_CTX), default=None, help="ctx must be a multiple of this tile (128, 256)."
+)
+@click.option(
+    "--workers", type=click.IntRange(1, 1024), default=1, show_default=True, help="Tokenizer processes / Ray tasks."
+)
 @click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True)
 @click.option("--ray-address", default=None, help="Ray cluster address (default: start a local Ray).")
-@click.option("--overwrite", is_flag=True, help="Replace an existing token store made by a different job (only a "
-              "token store, recognized by its manifest, or an empty directory; anything else is refused).")
-def pretokenize_command(inputs, output, tokenizer, column, tokenizer_settings, bos, eos, ctx, tile, workers, engine, ray_address,
-                        overwrite):
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Replace an existing token store made by a different job (only a "
+    "token store, recognized by its manifest, or an empty directory; anything else is refused).",
+)
+def pretokenize_command(
+    inputs, output, tokenizer, column, tokenizer_settings, bos, eos, ctx, tile, workers, engine, ray_address, overwrite
+):
     """Tokenize INPUTS (Parquet, JSONL, .txt, Arrow, HF save_to_disk dirs) into the token store OUTPUT.
 
     Resumable: run the same command again after an interruption and it finishes
@@ -32,15 +46,29 @@ def pretokenize_command(inputs, output, tokenizer, column, tokenizer_settings, b
     try:
         require_engine(engine)  # like `train` without jax: the install line, exit 2, before anything is created
     except ModuleNotFoundError as exc:
-        raise click.UsageError(f"'datatools pretokenize --engine {engine}' needs {exc.name}: "
-                               f"pip install '{DISTRIBUTION}[{exc.name}]'") from None
-    result = pretokenize(list(inputs), output, tokenizer, column=column, bos=bos, eos=eos, ctx=ctx, tile=tile,
-                         tokenizer_settings=tokenizer_settings, workers=workers, engine=engine,
-                         ray_address=ray_address, overwrite=overwrite)
+        raise click.UsageError(
+            f"'datatools pretokenize --engine {engine}' needs {exc.name}: pip install '{DISTRIBUTION}[{exc.name}]'"
+        ) from None
+    result = pretokenize(
+        list(inputs),
+        output,
+        tokenizer,
+        column=column,
+        bos=bos,
+        eos=eos,
+        ctx=ctx,
+        tile=tile,
+        tokenizer_settings=tokenizer_settings,
+        workers=workers,
+        engine=engine,
+        ray_address=ray_address,
+        overwrite=overwrite,
+    )
     err = make_console(stderr=True)
     for key in ("tokenizer", "duplicates", "cleaned"):
         if key in result.extra:
             err.print(result.extra[key], markup=False, highlight=False, soft_wrap=True)
     err.print(
         f"{result.output}: {result.status}: {result.documents:,} documents, {result.tokens:,} tokens "
-        f"from {result.shards} shards ({result.shards_resumed} resumed) in {result.seconds:.1f} s")
+        f"from {result.shards} shards ({result.shards_resumed} resumed) in {result.seconds:.1f} s"
+    )

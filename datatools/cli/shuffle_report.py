@@ -13,35 +13,79 @@ LABELS = {"none": "no shuffle (storage order)", "full": "full Feistel shuffle", 
 
 
 @click.command("shuffle-report")
-@click.option("--n", "n", type=click.IntRange(1, MAX_REPORT_RECORDS), required=True,
-              help="Records in the dataset (the report materializes orders of n records).")
-@click.option("--io-block-size", type=click.IntRange(1, MAX_REPORT_RECORDS), required=True,
-              help="Records per io block (one contiguous read).")
-@click.option("--window-blocks", type=click.IntRange(1, MAX_REPORT_RECORDS), required=True,
-              help="io blocks per shuffle window (the reader's buffer).")
-@click.option("--group-size", type=click.IntRange(1, MAX_REPORT_RECORDS), required=True,
-              help="Consecutive records per stored group (material, source).")
-@click.option("--batch-size", type=click.IntRange(1, MAX_REPORT_RECORDS), required=True,
-              help="Records per batch.")
+@click.option(
+    "--n",
+    "n",
+    type=click.IntRange(1, MAX_REPORT_RECORDS),
+    required=True,
+    help="Records in the dataset (the report materializes orders of n records).",
+)
+@click.option(
+    "--io-block-size",
+    type=click.IntRange(1, MAX_REPORT_RECORDS),
+    required=True,
+    help="Records per io block (one contiguous read).",
+)
+@click.option(
+    "--window-blocks",
+    type=click.IntRange(1, MAX_REPORT_RECORDS),
+    required=True,
+    help="io blocks per shuffle window (the reader's buffer).",
+)
+@click.option(
+    "--group-size",
+    type=click.IntRange(1, MAX_REPORT_RECORDS),
+    required=True,
+    help="Consecutive records per stored group (material, source).",
+)
+@click.option("--batch-size", type=click.IntRange(1, MAX_REPORT_RECORDS), required=True, help="Records per batch.")
 @click.option("--seed", type=click.IntRange(0, (1 << 64) - 1), default=0, show_default=True)
 @click.option("--epoch", type=click.IntRange(0, (1 << 62)), default=0, show_default=True)
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
-              help="Write the figures as JSON to FILE, or '-' for stdout (then the table goes to stderr).")
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    default=None,
+    help="Write the figures as JSON to FILE, or '-' for stdout (then the table goes to stderr).",
+)
 def shuffle_report_command(n, io_block_size, window_blocks, group_size, batch_size, seed, epoch, json_out):
     """Distinct groups per batch against a full shuffle's expectation, displacement, and I/O cost."""
-    report = shuffle_report(n, io_block_size=io_block_size, window_blocks=window_blocks, group_size=group_size,
-                            batch_size=batch_size, seed=seed, epoch=epoch)
+    report = shuffle_report(
+        n,
+        io_block_size=io_block_size,
+        window_blocks=window_blocks,
+        group_size=group_size,
+        batch_size=batch_size,
+        seed=seed,
+        epoch=epoch,
+    )
     console = make_console(stderr=json_out == "-")
-    table = Table(title=(f"n={n:,} records in groups of {group_size}, batch {batch_size}; block shuffle: "
-                         f"io_block_size {io_block_size}, window_blocks {window_blocks}"), title_justify="left")
-    for col in ("order", "groups/batch", "of full shuffle", "mean displacement (records)",
-                "contiguous runs/batch", f"block reads/batch (cache {window_blocks} blocks)"):
+    table = Table(
+        title=(
+            f"n={n:,} records in groups of {group_size}, batch {batch_size}; block shuffle: "
+            f"io_block_size {io_block_size}, window_blocks {window_blocks}"
+        ),
+        title_justify="left",
+    )
+    for col in (
+        "order",
+        "groups/batch",
+        "of full shuffle",
+        "mean displacement (records)",
+        "contiguous runs/batch",
+        f"block reads/batch (cache {window_blocks} blocks)",
+    ):
         table.add_column(col, justify="left" if col == "order" else "right")
     expected = report.expected_groups_per_batch
     for name, s in report.orders.items():
-        table.add_row(LABELS[name], f"{s.groups_per_batch:.1f}", f"{s.groups_per_batch / expected:.1%}",
-                      f"{s.mean_displacement:,.0f} ({s.mean_displacement_fraction:.1%} of n)",
-                      f"{s.runs_per_batch:.1f}", f"{s.block_reads_per_batch:.1f}")
+        table.add_row(
+            LABELS[name],
+            f"{s.groups_per_batch:.1f}",
+            f"{s.groups_per_batch / expected:.1%}",
+            f"{s.mean_displacement:,.0f} ({s.mean_displacement_fraction:.1%} of n)",
+            f"{s.runs_per_batch:.1f}",
+            f"{s.block_reads_per_batch:.1f}",
+        )
     console.print(table)
     console.print(f"expected groups per batch under a full shuffle: {expected:.1f}")
     emit_json(json_out, report)

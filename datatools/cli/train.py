@@ -16,54 +16,79 @@ from datatools.train.model import ATTENTIONS
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--steps", type=click.IntRange(1, 1 << 40), default=None, help="Override train.steps.")
 @click.option("--source", default=None, help="Override the config's source path.")
-@click.option("--attention", type=click.Choice(ATTENTIONS), default=None,
-              help="Override model.attention: dense (masked ctx x ctx), blocksparse (only the tiles packing leaves "
-                   "non-empty), fused, splash and pallas_blocksparse (TPU), pallas_gpu and cudnn (GPU). The Pallas "
-                   "kernels run interpreted off their device: exact but slow, for correctness checks only.")
-@click.option("--grad-accum-steps", type=click.IntRange(1, 1 << 16), default=None,
-              help="Override train.grad_accum_steps: pipeline batches per optimizer step, the loss divided by the "
-                   "weight sum of all of them.")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
-              help="Write the summary and per-step records as JSON to FILE, or '-' for stdout.")
+@click.option(
+    "--attention",
+    type=click.Choice(ATTENTIONS),
+    default=None,
+    help="Override model.attention: dense (masked ctx x ctx), blocksparse (only the tiles packing leaves "
+    "non-empty), fused, splash and pallas_blocksparse (TPU), pallas_gpu and cudnn (GPU). The Pallas "
+    "kernels run interpreted off their device: exact but slow, for correctness checks only.",
+)
+@click.option(
+    "--grad-accum-steps",
+    type=click.IntRange(1, 1 << 16),
+    default=None,
+    help="Override train.grad_accum_steps: pipeline batches per optimizer step, the loss divided by the "
+    "weight sum of all of them.",
+)
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    default=None,
+    help="Write the summary and per-step records as JSON to FILE, or '-' for stdout.",
+)
 def train_command(config, steps, source, attention, grad_accum_steps, json_out):
     """Train the CONFIG's model on its pipeline: loss, tokens/s, efficiency and MFU per step."""
-    cfg = load_train_config(config, steps=steps, source=source, attention=attention,
-                            grad_accum_steps=grad_accum_steps)
+    cfg = load_train_config(config, steps=steps, source=source, attention=attention, grad_accum_steps=grad_accum_steps)
     console = make_console(stderr=json_out == "-")
     err = make_console(stderr=True)
-    console.print(f"model: {cfg.model.num_params():,} parameters ({cfg.model.n_layers} layers, d_model "
-                  f"{cfg.model.d_model}); pipeline: {cfg.pipeline.source.path}")
+    console.print(
+        f"model: {cfg.model.num_params():,} parameters ({cfg.model.n_layers} layers, d_model "
+        f"{cfg.model.d_model}); pipeline: {cfg.pipeline.source.path}"
+    )
     every = cfg.train.log_every
 
     def log(rec):
         if rec["step"] == 1 or rec["step"] % every == 0:
-            console.print(f"step {rec['step']:>5}  loss {rec['loss']:.4f}  {rec['rows']}x{rec['shape'][1]}  "
-                          f"tokens/s {rec['tokens_per_s']:>10,.0f}  useful/s {rec['useful_tokens_per_s']:>10,.0f}  "
-                          f"efficiency {rec['efficiency']:6.1%}  MFU {rec['mfu']:6.2%}  HFU {rec['hfu']:6.2%}"
-                          + ("  (includes compilation)" if rec["step"] == 1 else ""))
+            console.print(
+                f"step {rec['step']:>5}  loss {rec['loss']:.4f}  {rec['rows']}x{rec['shape'][1]}  "
+                f"tokens/s {rec['tokens_per_s']:>10,.0f}  useful/s {rec['useful_tokens_per_s']:>10,.0f}  "
+                f"efficiency {rec['efficiency']:6.1%}  MFU {rec['mfu']:6.2%}  HFU {rec['hfu']:6.2%}"
+                + ("  (includes compilation)" if rec["step"] == 1 else "")
+            )
 
     with device_errors():  # XLA out of memory -> DeviceOutOfMemory (exit 1, one line)
         if err.is_terminal:
-            with Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          console=err, transient=True) as progress:
+            with Progress(
+                TextColumn("[bold]training"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=err,
+                transient=True,
+            ) as progress:
                 task = progress.add_task("train", total=cfg.train.steps)
                 result = train(cfg, on_step=lambda r: (log(r), progress.advance(task)))
         else:
             result = train(cfg, on_step=log)
     s = result["summary"]
-    table = Table(title=f"{config}: {s['steps']} steps (rates exclude the first, compiling, step)",
-                  title_justify="left")
+    table = Table(
+        title=f"{config}: {s['steps']} steps (rates exclude the first, compiling, step)", title_justify="left"
+    )
     table.add_column("measure")
     table.add_column("value", justify="right")
-    for name, value in [("final loss", f"{s['final_loss']:.4f}"), ("tokens/s", f"{s['tokens_per_s']:,.0f}"),
-                        ("useful tokens/s", f"{s['useful_tokens_per_s']:,.0f}"),
-                        ("efficiency", f"{s['efficiency']:.2%}"),
-                        ("MFU (useful FLOPs)", f"{s['mfu']:.2%} of {s['peak_flops'] / 1e12:,.2f} TFLOP/s "
-                                               f"({s['peak_source']})"),
-                        (f"HFU (FLOPs executed, {s['attention']} attention)", f"{s['hfu']:.2%}"),
-                        ("compilations", str(s["compilations"])),
-                        ("shapes", ", ".join(f"{r}x{t}" for r, t in s["shapes"])),
-                        ("first step (compile)", f"{s['first_step_s']:.2f} s")]:
+    for name, value in [
+        ("final loss", f"{s['final_loss']:.4f}"),
+        ("tokens/s", f"{s['tokens_per_s']:,.0f}"),
+        ("useful tokens/s", f"{s['useful_tokens_per_s']:,.0f}"),
+        ("efficiency", f"{s['efficiency']:.2%}"),
+        ("MFU (useful FLOPs)", f"{s['mfu']:.2%} of {s['peak_flops'] / 1e12:,.2f} TFLOP/s ({s['peak_source']})"),
+        (f"HFU (FLOPs executed, {s['attention']} attention)", f"{s['hfu']:.2%}"),
+        ("compilations", str(s["compilations"])),
+        ("shapes", ", ".join(f"{r}x{t}" for r, t in s["shapes"])),
+        ("first step (compile)", f"{s['first_step_s']:.2f} s"),
+    ]:
         table.add_row(name, value)
     console.print(table)
     emit_json(json_out, result)

@@ -16,8 +16,13 @@ from datatools.io.store_verify import verify_store
 
 @click.command("verify")
 @click.argument("store", type=click.Path(path_type=str))
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
-              help="Write the summary as JSON to FILE, or '-' for stdout (then the table goes to stderr).")
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    default=None,
+    help="Write the summary as JSON to FILE, or '-' for stdout (then the table goes to stderr).",
+)
 def verify_command(store, json_out):
     """Check every chunk of the token store STORE against its manifest (sizes, sha256), the offsets
     (0 first, never decreasing, num_tokens last) and the token range (below vocab_size)."""
@@ -29,9 +34,10 @@ def verify_command(store, json_out):
     table.add_column("check")
     table.add_column("result", justify="right")
     if report.checksums:
-        table.add_row("chunks: present, size, sha256",
-                      ", ".join(f"{name} {n:,}" for name, n in report.chunks.items()) +
-                      f" ({report.stored_bytes / 1e6:,.1f} MB)")
+        table.add_row(
+            "chunks: present, size, sha256",
+            ", ".join(f"{name} {n:,}" for name, n in report.chunks.items()) + f" ({report.stored_bytes / 1e6:,.1f} MB)",
+        )
     table.add_row("documents (offsets in order, last = tokens)", f"{report.documents:,}")
     vocab = f"< {report.vocab_size:,}" if report.vocab_size else "not checked"
     top = "none" if report.max_token is None else f"{report.max_token:,}"
@@ -56,8 +62,14 @@ class _progress:
         if self.console.is_terminal:
             from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-            self.progress = Progress(TextColumn("[bold]verifying"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                                     TimeRemainingColumn(), console=self.console, transient=True)
+            self.progress = Progress(
+                TextColumn("[bold]verifying"),
+                BarColumn(),
+                TextColumn("{task.percentage:>3.0f}%"),
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=True,
+            )
             self.progress.__enter__()
         return self.advance
 

@@ -28,5 +28,8 @@ class AttentionBlocks(grain.transforms.Map):
 
     def map(self, element):
         kinds = block_structure(element["segment_ids"], self.block)
-        return {**element, **block_pairs(element["segment_ids"], self.block, kinds=kinds),
-                **tile_list(element["segment_ids"], self.block, kinds=kinds)}
+        return {
+            **element,
+            **block_pairs(element["segment_ids"], self.block, kinds=kinds),
+            **tile_list(element["segment_ids"], self.block, kinds=kinds),
+        }

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
-import grain
 import numpy as np
 
+import grain
 from datatools.base.checks import check_choice, check_int
 from datatools.kernels.batch_layouts import BOUNDARY_TARGETS, FORMATS, POSITIONS, to_format
 from datatools.kernels.loss_weights import LOSS_WEIGHTINGS
@@ -80,13 +80,19 @@ class FormatBatch(grain.transforms.Map):
         (:mod:`datatools.kernels.loss_weights`), following the final loss mask.
     """
 
-    def __init__(self, name: str, *, boundary_targets: str = "mask", positions: str = "restart",
-                 loss_weighting: str = "none"):
+    def __init__(
+        self, name: str, *, boundary_targets: str = "mask", positions: str = "restart", loss_weighting: str = "none"
+    ):
         self.name = check_choice(name, "format", FORMATS)
         self.boundary_targets = check_choice(boundary_targets, "boundary_targets", BOUNDARY_TARGETS)
         self.positions = check_choice(positions, "positions", POSITIONS)
         self.loss_weighting = check_choice(loss_weighting, "loss_weighting", LOSS_WEIGHTINGS)
 
     def map(self, element):
-        return to_format(element, self.name, boundary_targets=self.boundary_targets, positions=self.positions,
-                         loss_weighting=self.loss_weighting)
+        return to_format(
+            element,
+            self.name,
+            boundary_targets=self.boundary_targets,
+            positions=self.positions,
+            loss_weighting=self.loss_weighting,
+        )

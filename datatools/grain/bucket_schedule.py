@@ -18,10 +18,10 @@ import threading
 
 import numpy as np
 
+from datatools.base.checks import OVERFLOW_POLICIES, check_choice
 from datatools.grain.host_batches import DocumentOrder, empty_rows
 from datatools.kernels.bucket import fill_order_batches
 from datatools.kernels.packing import PackPlan, cut_pieces, materialize_pieces
-from datatools.base.checks import OVERFLOW_POLICIES, check_choice
 
 
 class BucketSchedule:
@@ -38,18 +38,30 @@ class BucketSchedule:
       pad_id: token id of padding.
     """
 
-    def __init__(self, docs, order: DocumentOrder, *, boundaries, batch_sizes, overflow: str = "split",
-                 drop_remainder: bool = False, pad_id: int = 0):
+    def __init__(
+        self,
+        docs,
+        order: DocumentOrder,
+        *,
+        boundaries,
+        batch_sizes,
+        overflow: str = "split",
+        drop_remainder: bool = False,
+        pad_id: int = 0,
+    ):
         self.docs, self.order = docs, order
         self.lengths = np.asarray(docs.lengths(), np.int64)
         self.boundaries = np.asarray(boundaries, np.int64).reshape(-1)
         self.batch_sizes = np.asarray(batch_sizes, np.int64).reshape(-1)
         if self.boundaries.size == 0 or np.any(np.diff(self.boundaries) <= 0) or self.boundaries[0] < 1:
-            raise ValueError(f"boundaries must be a non-empty increasing list of lengths; got "
-                             f"{self.boundaries.tolist()}")
+            raise ValueError(
+                f"boundaries must be a non-empty increasing list of lengths; got {self.boundaries.tolist()}"
+            )
         if self.batch_sizes.shape != self.boundaries.shape or self.batch_sizes.min() < 1:
-            raise ValueError(f"{self.batch_sizes.tolist()}: one batch size >= 1 per bucket is needed "
-                             f"({self.boundaries.shape[0]} buckets)")
+            raise ValueError(
+                f"{self.batch_sizes.tolist()}: one batch size >= 1 per bucket is needed "
+                f"({self.boundaries.shape[0]} buckets)"
+            )
         self.overflow = check_choice(overflow, "overflow", OVERFLOW_POLICIES)
         if overflow == "error":
             cut_pieces(self.lengths, int(self.boundaries[-1]), "error")  # names the first document too long
@@ -62,8 +74,9 @@ class BucketSchedule:
         self._epochs: dict[int, tuple] = {}
         self._lock = threading.Lock()
         _, _, piece_len, _, _ = cut_pieces(self.lengths, int(self.boundaries[-1]), self.overflow)
-        counts = np.bincount(np.searchsorted(self.boundaries, piece_len, side="left"),
-                             minlength=self.boundaries.shape[0])  # pieces per bucket: the same every epoch
+        counts = np.bincount(
+            np.searchsorted(self.boundaries, piece_len, side="left"), minlength=self.boundaries.shape[0]
+        )  # pieces per bucket: the same every epoch
         full, rest = np.divmod(counts, self.batch_sizes)
         self._batches = int(full.sum()) + (0 if drop_remainder else int(np.count_nonzero(rest)))
 
@@ -86,8 +99,14 @@ class BucketSchedule:
         position, start, length, _, _ = cut_pieces(self.lengths[docs], int(self.boundaries[-1]), self.overflow)
         bucket = np.searchsorted(self.boundaries, length, side="left")
         items, splits, batch_bucket = fill_order_batches(bucket, self.batch_sizes, drop_remainder=self.drop_remainder)
-        hit = (docs[position[items]], start[items], length[items].astype(np.int64), splits, batch_bucket,
-               position[items].astype(np.int64))
+        hit = (
+            docs[position[items]],
+            start[items],
+            length[items].astype(np.int64),
+            splits,
+            batch_bucket,
+            position[items].astype(np.int64),
+        )
         with self._lock:
             if len(self._epochs) > 1:
                 self._epochs.clear()
@@ -104,7 +123,7 @@ class BucketSchedule:
         if j <= 0:
             return 0
         *_, splits, _, position = self.epoch_batches(epoch)
-        return int(position[splits[0]:splits[j]].max()) + 1
+        return int(position[splits[0] : splits[j]].max()) + 1
 
     def batch_rows(self, epoch: int, j: int) -> int:
         return int(self.batch_sizes[self.epoch_batches(epoch)[4][j]])
@@ -118,8 +137,17 @@ class BucketSchedule:
         if b <= a:
             return out
         # One piece per row: a plan of b - a single-piece rows, built by the packing fill straight into `out`.
-        rows = PackPlan(width, 1, b - a, np.arange(b - a + 1, dtype=np.int64), np.asarray(doc[a:b], np.int64),
-                        np.asarray(start[a:b], np.int64), np.asarray(length[a:b], np.int32), 0, 0, "bucket")
-        materialize_pieces(rows, self.docs.read_pieces, pad_id=self.pad_id,
-                           out={k: v[: b - a] for k, v in out.items()})
+        rows = PackPlan(
+            width,
+            1,
+            b - a,
+            np.arange(b - a + 1, dtype=np.int64),
+            np.asarray(doc[a:b], np.int64),
+            np.asarray(start[a:b], np.int64),
+            np.asarray(length[a:b], np.int32),
+            0,
+            0,
+            "bucket",
+        )
+        materialize_pieces(rows, self.docs.read_pieces, pad_id=self.pad_id, out={k: v[: b - a] for k, v in out.items()})
         return out

@@ -18,8 +18,11 @@ def _encode_groups(groups: list[Group]) -> str:
     head = [len(groups)] + [k for k, _ in groups] + [len(p) for _, p in groups]
     meta = [(start, piece.shape[0]) for _, pieces in groups for start, piece in pieces]
     tokens = [piece for _, pieces in groups for _, piece in pieces]
-    raw = (np.asarray(head, np.int64).tobytes() + np.asarray(meta, np.int64).reshape(-1).tobytes()
-           + (np.concatenate(tokens).astype(np.int32).tobytes() if tokens else b""))
+    raw = (
+        np.asarray(head, np.int64).tobytes()
+        + np.asarray(meta, np.int64).reshape(-1).tobytes()
+        + (np.concatenate(tokens).astype(np.int32).tobytes() if tokens else b"")
+    )
     return base64.b64encode(raw).decode("ascii")
 
 
@@ -102,9 +105,11 @@ class _BucketIterator(grain.DatasetIterator):
         return padded_batch(pieces, ds.batch_sizes[k], int(ds.boundaries[k]), ds.pad_id)
 
     def get_state(self):
-        return {"parent": self._parent.get_state(),
-                "buffers": _encode_groups(list(enumerate(self._buffers)) + self._ready),
-                "flushing": int(self._flushing)}
+        return {
+            "parent": self._parent.get_state(),
+            "buffers": _encode_groups(list(enumerate(self._buffers)) + self._ready),
+            "flushing": int(self._flushing),
+        }
 
     def set_state(self, state):
         self._parent.set_state(state["parent"])
@@ -143,8 +148,17 @@ class BucketBatchIterDataset(grain.IterDataset):
       pad_id: token id written at padding.
     """
 
-    def __init__(self, parent: grain.IterDataset, *, boundaries, batch_sizes, overflow: str = "split",
-                 drop_remainder: bool = False, feature: str = "tokens", pad_id: int = 0):
+    def __init__(
+        self,
+        parent: grain.IterDataset,
+        *,
+        boundaries,
+        batch_sizes,
+        overflow: str = "split",
+        drop_remainder: bool = False,
+        feature: str = "tokens",
+        pad_id: int = 0,
+    ):
         super().__init__(parent)
         bounds = [check_int(b, "boundary", minimum=1) for b in np.asarray(boundaries).reshape(-1).tolist()]
         if not bounds or any(b >= c for b, c in zip(bounds, bounds[1:])):

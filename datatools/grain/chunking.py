@@ -27,8 +27,17 @@ class TileChunk(grain.experimental.FlatMapTransform):
       feature: the dict key of the tokens when elements are dicts.
     """
 
-    def __init__(self, ctx: int, *, tile: int, stride: int | None = None, bos: int | None = None,
-                 eos: int | None = None, max_fan_out: int = 4096, feature: str = "tokens"):
+    def __init__(
+        self,
+        ctx: int,
+        *,
+        tile: int,
+        stride: int | None = None,
+        bos: int | None = None,
+        eos: int | None = None,
+        max_fan_out: int = 4096,
+        feature: str = "tokens",
+    ):
         chunk(np.zeros(0, np.int32), ctx, tile=tile, stride=stride)  # validate the options now
         self.ctx, self.tile, self.stride, self.bos, self.eos = ctx, tile, stride, bos, eos
         self.max_fan_out = check_int(max_fan_out, "max_fan_out", minimum=1)

@@ -22,8 +22,15 @@ from datatools.base.errors import UnsupportedVersion
 
 TESTED_GRAIN = ((0, 2, 10), (0, 2, 18))  # the Grain versions this shim was checked against (inclusive)
 NEXT_INDEX = "next_index"  # a single-process iterator's position: elements read
-MP_KEYS = frozenset({"next_index_in_cycle", "next_index_in_datasets", "iterators_in_use_indices",
-                     "iterators_in_use_states", "exhausted"})  # what marks an mp_prefetch state
+MP_KEYS = frozenset(
+    {
+        "next_index_in_cycle",
+        "next_index_in_datasets",
+        "iterators_in_use_indices",
+        "iterators_in_use_states",
+        "exhausted",
+    }
+)  # what marks an mp_prefetch state
 MP_OPTIONAL = frozenset({"future_states"})  # states in flight; must be empty to read a position
 
 
@@ -37,9 +44,11 @@ def grain_version() -> str:
 
 def _unsupported(what: str) -> UnsupportedVersion:
     lo, hi = (".".join(map(str, v)) for v in TESTED_GRAIN)
-    return UnsupportedVersion(f"Grain {grain_version()}: {what}; datatools reads Grain's iterator states as Grain "
-                              f"{lo} to {hi} writes them (datatools/grain/grain_state_shim.py): install a Grain in "
-                              f"that range, or update the shim")
+    return UnsupportedVersion(
+        f"Grain {grain_version()}: {what}; datatools reads Grain's iterator states as Grain "
+        f"{lo} to {hi} writes them (datatools/grain/grain_state_shim.py): install a Grain in "
+        f"that range, or update the shim"
+    )
 
 
 def is_single_state(state) -> bool:
@@ -88,11 +97,16 @@ def prefetch_state(position: int, workers: int) -> dict:
     the elements ``i, i + W, ...`` below ``position``, and the next element comes from worker ``position % W``."""
     if workers < 1:
         raise _unsupported(f"an mp_prefetch state with {workers} workers")
-    return {"next_index_in_cycle": position % workers, "next_index_in_datasets": workers,
-            "iterators_in_use_indices": list(range(workers)),
-            "iterators_in_use_states": [{NEXT_INDEX: position // workers + (1 if i < position % workers else 0)}
-                                        for i in range(workers)],
-            "exhausted": [0] * workers, "future_states": {}}
+    return {
+        "next_index_in_cycle": position % workers,
+        "next_index_in_datasets": workers,
+        "iterators_in_use_indices": list(range(workers)),
+        "iterators_in_use_states": [
+            {NEXT_INDEX: position // workers + (1 if i < position % workers else 0)} for i in range(workers)
+        ],
+        "exhausted": [0] * workers,
+        "future_states": {},
+    }
 
 
 def single_state(position: int) -> dict:

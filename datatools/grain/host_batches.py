@@ -65,8 +65,11 @@ class DocumentOrder:
         self.n = check_int(n, "documents", minimum=1)
         self.kind = check_choice(kind, "shuffle kind", ("none", "full", "block"))
         self.seed = seed
-        self._block = (BlockShuffle(n, io_block_size=io_block_size, window_blocks=window_blocks, seed=seed)
-                       if kind == "block" else None)
+        self._block = (
+            BlockShuffle(n, io_block_size=io_block_size, window_blocks=window_blocks, seed=seed)
+            if kind == "block"
+            else None
+        )
         self._perms: dict[int, FeistelPermutation] = {}
 
     def __call__(self, positions, epoch: int) -> np.ndarray:
@@ -139,15 +142,19 @@ class HostBatchesMapDataset(grain.MapDataset):
             raise ValueError(f"host index {index} out of range [0, {count})")
         bad = [r for r in schedule.row_counts if r % self._count]
         if bad:
-            raise ValueError(f"a global batch of {bad[0]} rows does not divide over {count} hosts: the batch size "
-                             f"(every bucket's, when bucketing) must be a multiple of the host count")
+            raise ValueError(
+                f"a global batch of {bad[0]} rows does not divide over {count} hosts: the batch size "
+                f"(every bucket's, when bucketing) must be a multiple of the host count"
+            )
         self._schedule = schedule
         self._epochs = None if num_epochs is None else check_int(num_epochs, "num_epochs", minimum=1)
         self._ends = [0]  # cumulative batches at the end of each epoch computed so far
         self._lock = threading.Lock()
         if schedule.num_batches(0) == 0:
-            raise ValueError("the data makes no global batch (fewer rows than one batch; set drop_remainder: false "
-                             "or a smaller batch_size)")
+            raise ValueError(
+                "the data makes no global batch (fewer rows than one batch; set drop_remainder: false "
+                "or a smaller batch_size)"
+            )
 
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if k != "_lock"}

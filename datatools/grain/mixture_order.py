@@ -59,8 +59,18 @@ class MixtureOrder:
       shuffle, seed, io_block_size, window_blocks: each source's own order (as :class:`DocumentOrder`).
     """
 
-    def __init__(self, sizes, history, *, mode: str = "sample", epoch_documents: int | None = None,
-                 shuffle: str = "full", seed: int = 0, io_block_size: int = 64, window_blocks: int = 1024):
+    def __init__(
+        self,
+        sizes,
+        history,
+        *,
+        mode: str = "sample",
+        epoch_documents: int | None = None,
+        shuffle: str = "full",
+        seed: int = 0,
+        io_block_size: int = 64,
+        window_blocks: int = 1024,
+    ):
         self.sizes = np.asarray(sizes, np.int64).reshape(-1)
         self.mode = check_choice(mode, "mixture epoch", MIX_MODES)
         total = int(self.sizes.sum())
@@ -73,15 +83,22 @@ class MixtureOrder:
             raise ValueError("a mixture's weight history must start at position 0")
         for p, w in self.history:
             if w.shape != self.sizes.shape or not np.all(np.isfinite(w)) or np.any(w <= 0):
-                raise ValueError(f"mixture weights at position {p} must be {self.sizes.shape[0]} numbers > 0; got "
-                                 f"{w.tolist()}")
+                raise ValueError(
+                    f"mixture weights at position {p} must be {self.sizes.shape[0]} numbers > 0; got {w.tolist()}"
+                )
         if mode == "sample" and np.any(self.sizes == 0):
             raise ValueError(f"source {int(np.flatnonzero(self.sizes == 0)[0])} of the mixture holds no documents")
         self.offsets = np.concatenate(([0], np.cumsum(self.sizes)))
         self.seed = int(seed)
         self.shuffle = {"shuffle": shuffle, "io_block_size": io_block_size, "window_blocks": window_blocks}
-        self.orders = [DocumentOrder(int(n), shuffle, seed=source_seed(seed, k), io_block_size=io_block_size,
-                                     window_blocks=window_blocks) if n else None for k, n in enumerate(self.sizes)]
+        self.orders = [
+            DocumentOrder(
+                int(n), shuffle, seed=source_seed(seed, k), io_block_size=io_block_size, window_blocks=window_blocks
+            )
+            if n
+            else None
+            for k, n in enumerate(self.sizes)
+        ]
         self.same_documents_every_epoch = mode == "exhaust"
         self._segments: dict[int, list[Segment]] = {}
         self._lock = threading.Lock()
@@ -153,8 +170,7 @@ class MixtureOrder:
         """int64: the source of each global document id."""
         return np.searchsorted(self.offsets, np.asarray(docs, np.int64), side="right") - 1
 
-    def with_weights(self, position: int, weights) -> "MixtureOrder":
+    def with_weights(self, position: int, weights) -> MixtureOrder:
         """This order with ``weights`` in force from ``position`` (over all epochs) on; draws before it unchanged."""
         history = [(p, w) for p, w in self.history if p < position] + [(int(position), weights)]
-        return MixtureOrder(self.sizes, history, mode=self.mode, epoch_documents=self.n, seed=self.seed,
-                            **self.shuffle)
+        return MixtureOrder(self.sizes, history, mode=self.mode, epoch_documents=self.n, seed=self.seed, **self.shuffle)

@@ -35,16 +35,31 @@ class PackedRowsMapDataset(grain.MapDataset):
       pad_id: token id written at padding.
     """
 
-    def __init__(self, source, ctx: int | None = None, *, algorithm: str = "best_fit_decreasing",
-                 max_segments: int | None = None, align: int = 1, overflow: str = "split",
-                 plan: PackPlan | None = None, pad_id: int = 0):
+    def __init__(
+        self,
+        source,
+        ctx: int | None = None,
+        *,
+        algorithm: str = "best_fit_decreasing",
+        max_segments: int | None = None,
+        align: int = 1,
+        overflow: str = "split",
+        plan: PackPlan | None = None,
+        pad_id: int = 0,
+    ):
         super().__init__()
         self._docs = as_document_source(source)
         if plan is None:
             if ctx is None:
                 raise ValueError("PackedRowsMapDataset needs ctx (or a plan)")
-            plan = pack_lengths(self._docs.lengths(), ctx, algorithm=algorithm, max_segments=max_segments,
-                                align=align, overflow=overflow)
+            plan = pack_lengths(
+                self._docs.lengths(),
+                ctx,
+                algorithm=algorithm,
+                max_segments=max_segments,
+                align=align,
+                overflow=overflow,
+            )
         elif plan.max_doc >= len(self._docs):
             raise ValueError(f"plan refers to document {plan.max_doc} but the source has {len(self._docs)}")
         if plan.num_rows == 0:
@@ -57,9 +72,11 @@ class PackedRowsMapDataset(grain.MapDataset):
         return self.plan.num_rows
 
     def __str__(self) -> str:
-        return (f"PackedRowsMapDataset(algorithm={self.plan.algorithm}, ctx={self.plan.ctx}, "
-                f"rows={self.plan.num_rows}, "
-                f"efficiency={self.plan.efficiency:.4f})")
+        return (
+            f"PackedRowsMapDataset(algorithm={self.plan.algorithm}, ctx={self.plan.ctx}, "
+            f"rows={self.plan.num_rows}, "
+            f"efficiency={self.plan.efficiency:.4f})"
+        )
 
     def get_batch(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
         """Rows ``indices`` stacked: int32 arrays of shape (len(indices), ctx), one read for all their pieces."""

@@ -62,11 +62,15 @@ def check_identity(saved: dict | None, current: dict | None) -> None:
     if not saved or not current:
         return  # a state from before identities were recorded, or a pipeline without one
     keys = sorted(set(saved) | set(current))
-    diff = [f"{k}: saved {saved.get(k)!r}, this pipeline {current.get(k)!r}" for k in keys
-            if saved.get(k) != current.get(k)]
+    diff = [
+        f"{k}: saved {saved.get(k)!r}, this pipeline {current.get(k)!r}" for k in keys if saved.get(k) != current.get(k)
+    ]
     if diff:
-        raise ValueError("this state was saved by a pipeline with another config or data and cannot restore here ("
-                         + "; ".join(diff) + ")")
+        raise ValueError(
+            "this state was saved by a pipeline with another config or data and cannot restore here ("
+            + "; ".join(diff)
+            + ")"
+        )
 
 
 def check_state(state, like, where: str) -> None:
@@ -79,8 +83,9 @@ def check_state(state, like, where: str) -> None:
             raise TypeError(f"{where} must be a dict with keys {', '.join(map(repr, like))}; got {short_repr(state)}")
         unknown, missing = sorted(map(repr, set(state) - set(like))), sorted(map(repr, set(like) - set(state)))
         if unknown or missing:
-            problems = ([f"unknown key(s) {', '.join(unknown)}"] if unknown else []) + \
-                ([f"missing key(s) {', '.join(missing)}"] if missing else [])
+            problems = ([f"unknown key(s) {', '.join(unknown)}"] if unknown else []) + (
+                [f"missing key(s) {', '.join(missing)}"] if missing else []
+            )
             raise ValueError(f"{where}: {'; '.join(problems)} (this pipeline's state has {', '.join(map(repr, like))})")
         for k, v in like.items():
             check_state(state[k], v, f"{where}[{k!r}]")
@@ -108,8 +113,10 @@ def host_state(states: list) -> dict:
         raise ValueError("no host states given")
     for h, s in enumerate(states[1:], 1):
         if s != states[0]:
-            raise ValueError(f"host {h}'s state differs from host 0's ({s!r} vs {states[0]!r}): save every host's "
-                             f"state at the same step of the same pipeline")
+            raise ValueError(
+                f"host {h}'s state differs from host 0's ({s!r} vs {states[0]!r}): save every host's "
+                f"state at the same step of the same pipeline"
+            )
     return states[0]
 
 
@@ -138,12 +145,15 @@ class _PortableStateIterator(grain.DatasetIterator):
 
     def set_state(self, state):
         if not isinstance(state, dict) or "portable" not in state:
-            raise ValueError("not a datatools pipeline state (expected the dict get_state() returned, with a "
-                             "'portable' entry)")
+            raise ValueError(
+                "not a datatools pipeline state (expected the dict get_state() returned, with a 'portable' entry)"
+            )
         unknown = sorted(map(repr, set(state) - {"portable", "pipeline"}))
         if unknown:
-            raise ValueError(f"not a datatools pipeline state: unknown key(s) {', '.join(unknown)} (expected "
-                             f"'portable' and 'pipeline')")
+            raise ValueError(
+                f"not a datatools pipeline state: unknown key(s) {', '.join(unknown)} (expected "
+                f"'portable' and 'pipeline')"
+            )
         saved = state.get("pipeline")
         changed = differing_keys(saved, self._identity)
         if not changed or not changed <= self._reweightable or self._reweight is None:
@@ -153,8 +163,10 @@ class _PortableStateIterator(grain.DatasetIterator):
         if changed and changed <= self._reweightable and self._reweight is not None:
             position = state["portable"].get(MARK) if isinstance(state["portable"], dict) else None
             if not isinstance(position, int) or len(state["portable"]) != 1:
-                raise ValueError(f"this state changes {', '.join(sorted(changed))} at a restore, which needs a "
-                                 f"read position alone; got {short_repr(state['portable'])}")
+                raise ValueError(
+                    f"this state changes {', '.join(sorted(changed))} at a restore, which needs a "
+                    f"read position alone; got {short_repr(state['portable'])}"
+                )
             dataset, identity = self._reweight(saved, position)
             reading = dataset.__iter__()
             self._close(self._reading)
@@ -186,8 +198,7 @@ class PortableStateIterDataset(grain.IterDataset):
       reweightable: the identity keys that may differ at a restore when ``reweight`` is given.
     """
 
-    def __init__(self, parent: grain.IterDataset, identity: dict | None = None, *, reweight=None,
-                 reweightable=()):
+    def __init__(self, parent: grain.IterDataset, identity: dict | None = None, *, reweight=None, reweightable=()):
         super().__init__(parent)
         self.identity = dict(identity) if identity else None
         self.reweight, self.reweightable = reweight, tuple(reweightable)

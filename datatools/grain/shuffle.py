@@ -103,8 +103,16 @@ class BlockShuffleMapDataset(_IndexMapDataset):
         partial last block is up to ``io_block_size`` records shorter in some epochs).
     """
 
-    def __init__(self, parent: grain.MapDataset, *, io_block_size: int, window_blocks: int, seed: int,
-                 shard_index: int = 0, shard_count: int = 1):
+    def __init__(
+        self,
+        parent: grain.MapDataset,
+        *,
+        io_block_size: int,
+        window_blocks: int,
+        seed: int,
+        shard_index: int = 0,
+        shard_count: int = 1,
+    ):
         super().__init__(parent)
         shuffle = BlockShuffle(len(parent), io_block_size=io_block_size, window_blocks=window_blocks, seed=seed)
         shard_count = check_int(shard_count, "shard_count", minimum=1)

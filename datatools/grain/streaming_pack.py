@@ -38,8 +38,14 @@ class _StreamingPackIterator(grain.DatasetIterator):
                 self._rows, self._num_rows, self._next_row = None, 0, 0
                 return False
             source = ArrayDocuments(np.concatenate(tokens), np.concatenate(([0], np.cumsum(np.concatenate(lengths)))))
-            plan = pack_lengths(source.lengths(), ds.ctx, algorithm=ds.algorithm, max_segments=ds.max_segments,
-                                align=ds.align, overflow=ds.overflow)
+            plan = pack_lengths(
+                source.lengths(),
+                ds.ctx,
+                algorithm=ds.algorithm,
+                max_segments=ds.max_segments,
+                align=ds.align,
+                overflow=ds.overflow,
+            )
             if plan.num_rows:
                 order = None
                 if ds.shuffle_rows:  # decreasing packers emit long documents first: mix the window's rows
@@ -101,9 +107,21 @@ class StreamingPackIterDataset(grain.IterDataset):
       seed: seed of that order.
     """
 
-    def __init__(self, parent: grain.IterDataset, *, ctx: int, window: int = 1024, algorithm: str = "best_fit_decreasing",
-                 max_segments: int | None = None, align: int = 1, overflow: str = "split", feature: str = "tokens",
-                 pad_id: int = 0, shuffle_rows: bool = True, seed: int = 0):
+    def __init__(
+        self,
+        parent: grain.IterDataset,
+        *,
+        ctx: int,
+        window: int = 1024,
+        algorithm: str = "best_fit_decreasing",
+        max_segments: int | None = None,
+        align: int = 1,
+        overflow: str = "split",
+        feature: str = "tokens",
+        pad_id: int = 0,
+        shuffle_rows: bool = True,
+        seed: int = 0,
+    ):
         super().__init__(parent)
         self.shuffle_rows = bool(shuffle_rows)
         self.seed = check_int(seed, "seed", minimum=0)

@@ -22,9 +22,9 @@ from collections import OrderedDict
 
 import numpy as np
 
+from datatools.base.checks import OVERFLOW_POLICIES, check_choice, check_int
 from datatools.grain.host_batches import DocumentOrder, empty_rows
 from datatools.kernels.packing import ALGORITHMS, PackPlan, cut_pieces, pack_lengths
-from datatools.base.checks import OVERFLOW_POLICIES, check_choice, check_int
 
 PLANS_KEPT = 8  # window plans cached per process
 
@@ -44,17 +44,34 @@ class StreamingSchedule:
       pad_id: token id of padding.
     """
 
-    def __init__(self, docs, order: DocumentOrder, *, ctx: int, window: int, batch_size: int, drop_remainder: bool,
-                 algorithm: str = "best_fit_decreasing", max_segments: int | None = None, align: int = 1,
-                 overflow: str = "split", seed: int = 0, pad_id: int = 0):
+    def __init__(
+        self,
+        docs,
+        order: DocumentOrder,
+        *,
+        ctx: int,
+        window: int,
+        batch_size: int,
+        drop_remainder: bool,
+        algorithm: str = "best_fit_decreasing",
+        max_segments: int | None = None,
+        align: int = 1,
+        overflow: str = "split",
+        seed: int = 0,
+        pad_id: int = 0,
+    ):
         self.docs, self.order = docs, order
         self.lengths = np.asarray(docs.lengths(), np.int64)
         self.ctx = check_int(ctx, "ctx", minimum=1)
         self.window = check_int(window, "window", minimum=1)
         self.batch_size = check_int(batch_size, "batch_size", minimum=1)
         self.drop_remainder = bool(drop_remainder)
-        self.options = {"algorithm": check_choice(algorithm, "algorithm", ALGORITHMS), "max_segments": max_segments,
-                        "align": align, "overflow": check_choice(overflow, "overflow", OVERFLOW_POLICIES)}
+        self.options = {
+            "algorithm": check_choice(algorithm, "algorithm", ALGORITHMS),
+            "max_segments": max_segments,
+            "align": align,
+            "overflow": check_choice(overflow, "overflow", OVERFLOW_POLICIES),
+        }
         if overflow == "error":
             cut_pieces(self.lengths, self.ctx, "error")  # names the first document too long, by its global index
         self.seed, self.pad_id = int(seed), int(pad_id)
@@ -101,9 +118,14 @@ class StreamingSchedule:
         with self._lock:
             starts = self._starts.get(epoch)
         if starts is None:
-            counts = np.fromiter((pack_lengths(self.lengths[self._window_docs(epoch, w)], self.ctx,
-                                               **self.options).num_rows for w in range(self.num_windows)),
-                                 np.int64, count=self.num_windows)
+            counts = np.fromiter(
+                (
+                    pack_lengths(self.lengths[self._window_docs(epoch, w)], self.ctx, **self.options).num_rows
+                    for w in range(self.num_windows)
+                ),
+                np.int64,
+                count=self.num_windows,
+            )
             starts = np.concatenate(([0], np.cumsum(counts)))
             with self._lock:
                 if len(self._starts) > 4:
@@ -137,6 +159,7 @@ class StreamingSchedule:
             a, b = np.searchsorted(window, [w, w + 1])
             plan, order = self.window_plan(epoch, w)
             # Written straight into this batch's rows [a, b) (a fresh batch: Grain may hold the previous one).
-            self.docs.pack_rows(plan, order[rows[a:b] - starts[w]], pad_id=self.pad_id,
-                                out={k: v[a:b] for k, v in out.items()})
+            self.docs.pack_rows(
+                plan, order[rows[a:b] - starts[w]], pad_id=self.pad_id, out={k: v[a:b] for k, v in out.items()}
+            )
         return out

@@ -89,8 +89,9 @@ def check_workers_can_start(workers: int) -> None:
     raise WorkerStartError(
         f"{path}, line {line}: workers={workers} start Grain worker processes, and each re-imports this script "
         f"(multiprocessing 'spawn'); this statement at the script's top level would run again in every worker "
-        f"process, which would die. Put the script's code under `if __name__ == \"__main__\":` "
-        f"(or set workers: 0)")
+        f'process, which would die. Put the script\'s code under `if __name__ == "__main__":` '
+        f"(or set workers: 0)"
+    )
 
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()
@@ -103,7 +104,7 @@ def _close_live_iterators() -> None:
     for it in list(_LIVE):
         try:
             it.close()
-        except Exception:  # noqa: BLE001: exiting; a failed close must not hide the program's own status
+        except Exception:  # noqa: BLE001 -- exiting; a failed close must not hide the program's own status
             pass
     gc.collect()  # the iterators let go of, and their shared-memory elements, freed before the modules go
 
@@ -145,7 +146,8 @@ class _WorkerIterator(grain.DatasetIterator):
             raise WorkerDiedError(
                 f"a Grain worker process died ({str(exc).splitlines()[0]}); exit code -9 is usually the system "
                 f"out of memory (fewer workers or a smaller batch); a script that iterates a pipeline must do it "
-                f"under `if __name__ == \"__main__\":`") from exc
+                f'under `if __name__ == "__main__":`'
+            ) from exc
 
     def get_state(self):
         return self._parent.get_state()
@@ -198,6 +200,9 @@ def prefetch_in_processes(ds: grain.IterDataset, workers: int) -> grain.IterData
     if workers > WORKERS_PER_CPU * cpus:
         import warnings
 
-        warnings.warn(f"workers={workers} on {cpus} CPUs: each worker process takes seconds of CPU to start and "
-                      f"holds its own memory; more than {WORKERS_PER_CPU * cpus} mostly wait", stacklevel=3)
+        warnings.warn(
+            f"workers={workers} on {cpus} CPUs: each worker process takes seconds of CPU to start and "
+            f"holds its own memory; more than {WORKERS_PER_CPU * cpus} mostly wait",
+            stacklevel=3,
+        )
     return WorkerProcessesIterDataset(ds, workers)

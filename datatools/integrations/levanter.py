@@ -46,17 +46,16 @@ import asyncio
 import os
 import threading
 from collections import OrderedDict
-from typing import Sequence
-
-import numpy as np
-
-from datatools.kernels.batch_layouts import to_format
-from datatools.pipeline import PipelineConfig, ShardConfig, build_canonical, load_config, parse_config
+from collections.abc import Sequence
 
 import equinox as eqx  # noqa: E402  (Levanter's own dependencies: this module runs inside Levanter)
 import jax.numpy as jnp  # noqa: E402
+import numpy as np
 from levanter.data.dataset import AsyncDataset  # noqa: E402
 from levanter.data.text.examples import GrugLmExample  # noqa: E402
+
+from datatools.kernels.batch_layouts import to_format
+from datatools.pipeline import PipelineConfig, ShardConfig, build_canonical, load_config, parse_config
 
 __all__ = ["PipelineDataset", "data_config", "example_from_row"]
 
@@ -71,8 +70,9 @@ def _causal(tokens, loss_weight, segment_ids) -> GrugLmExample:
 def example_from_row(tokens: np.ndarray, loss_mask: np.ndarray, segment_ids: np.ndarray) -> GrugLmExample:
     """One row of a ``levanter``-format batch as Levanter's example (``GrugLmExample.causal``: causal and
     same-segment attention, ``loss_mask`` as the loss weight, no loss where the next token is padding)."""
-    return _causal(jnp.asarray(tokens, jnp.int32), jnp.asarray(loss_mask, jnp.float32),
-                   jnp.asarray(segment_ids, jnp.int32))
+    return _causal(
+        jnp.asarray(tokens, jnp.int32), jnp.asarray(loss_mask, jnp.float32), jnp.asarray(segment_ids, jnp.int32)
+    )
 
 
 def _config(pipeline) -> PipelineConfig:
@@ -102,14 +102,17 @@ class PipelineDataset(AsyncDataset[GrugLmExample]):
     def __init__(self, pipeline, *, documents=None):
         cfg = _config(pipeline)
         if cfg.format not in ("datatools", "levanter"):
-            raise ValueError(f"config: format {cfg.format!r} is for another trainer; Levanter reads rows in the "
-                             f"'levanter' layout (leave format out or set it to levanter)")
+            raise ValueError(
+                f"config: format {cfg.format!r} is for another trainer; Levanter reads rows in the "
+                f"'levanter' layout (leave format out or set it to levanter)"
+            )
         self.config = cfg.replace(format="levanter", shard=ShardConfig(index=0, count=1), workers=0)
         built = build_canonical(self.config, documents)
         lengths = {t for _, t in built.shapes}
         if len(lengths) != 1:
-            raise ValueError(f"config: Levanter trains on rows of one length; this pipeline makes rows of "
-                             f"{sorted(lengths)} tokens")
+            raise ValueError(
+                f"config: Levanter trains on rows of one length; this pipeline makes rows of {sorted(lengths)} tokens"
+            )
         self.seq_len = lengths.pop()
         self.batch_size = int(self.config.batch_size)
         self._batches = built.batches
@@ -130,10 +133,17 @@ class PipelineDataset(AsyncDataset[GrugLmExample]):
                 self._kept.move_to_end(j)
                 return hit
         if self.is_finite() and j >= len(self._batches):
-            raise IndexError(f"batch {j} is past the pipeline's last ({len(self._batches)} batches of "
-                             f"num_epochs: {self.config.num_epochs}); set num_epochs: null or train fewer steps")
-        out = to_format(self._batches[j], "levanter", boundary_targets=self.config.boundary_targets,
-                        positions=self.config.positions, loss_weighting=self.config.loss_weighting)
+            raise IndexError(
+                f"batch {j} is past the pipeline's last ({len(self._batches)} batches of "
+                f"num_epochs: {self.config.num_epochs}); set num_epochs: null or train fewer steps"
+            )
+        out = to_format(
+            self._batches[j],
+            "levanter",
+            boundary_targets=self.config.boundary_targets,
+            positions=self.config.positions,
+            loss_weighting=self.config.loss_weighting,
+        )
         with self._lock:
             self._kept[j] = out
             while len(self._kept) > BATCHES_KEPT:
@@ -158,8 +168,7 @@ class PipelineDataset(AsyncDataset[GrugLmExample]):
         return f"PipelineDataset(rows of {self.seq_len} tokens, batch_size={self.batch_size})"
 
 
-def data_config(pipeline, *, vocab_size: int | None = None, tokenizer: str = "passthrough",
-                documents=None, **kwargs):
+def data_config(pipeline, *, vocab_size: int | None = None, tokenizer: str = "passthrough", documents=None, **kwargs):
     """Levanter's ``LmDataConfig`` whose training data is the datatools pipeline (one ``direct`` component).
 
     Levanter's shuffle is off (the pipeline shuffles), and its ``mixture_block_size`` is the pipeline's batch
@@ -172,5 +181,6 @@ def data_config(pipeline, *, vocab_size: int | None = None, tokenizer: str = "pa
     dataset = PipelineDataset(pipeline, documents=documents)
     kwargs.setdefault("mixture_block_size", dataset.batch_size)
     component = DirectDatasetComponent(datasets={"train": dataset})
-    return LmDataConfig(tokenizer=tokenizer, vocab_size=vocab_size, components={"datatools": component},
-                        shuffle=False, **kwargs)
+    return LmDataConfig(
+        tokenizer=tokenizer, vocab_size=vocab_size, components={"datatools": component}, shuffle=False, **kwargs
+    )

@@ -91,8 +91,10 @@ def _expansion(config) -> float:
     if not 0 < value < 1:
         return 1.0
     if abs(round(1 / value) * value - 1) > 1e-6:
-        raise ValueError(f"MaxText expansion_factor_real_data={value!r} below 1 must be 1/k (hosts now / hosts "
-                         f"that saved the checkpoint, e.g. 0.5 for 2 -> 1)")
+        raise ValueError(
+            f"MaxText expansion_factor_real_data={value!r} below 1 must be 1/k (hosts now / hosts "
+            f"that saved the checkpoint, e.g. 0.5 for 2 -> 1)"
+        )
     return float(value)
 
 
@@ -114,13 +116,16 @@ def _agree(data: dict, section: str | None, key: str, value, maxtext_key: str) -
     have = target.get(key)
     if have is not None and have != value:
         where = key if section is None else f"{section}.{key}"
-        raise ValueError(f"datatools pipeline {where}={have!r} contradicts MaxText's {maxtext_key}={value!r}; "
-                         f"drop it from the pipeline config (MaxText's value is used)")
+        raise ValueError(
+            f"datatools pipeline {where}={have!r} contradicts MaxText's {maxtext_key}={value!r}; "
+            f"drop it from the pipeline config (MaxText's value is used)"
+        )
     target[key] = value
 
 
-def pipeline_config(config, pipeline=None, *, process_index: int = 0, process_count: int = 1,
-                    split: str = "train") -> PipelineConfig:
+def pipeline_config(
+    config, pipeline=None, *, process_index: int = 0, process_count: int = 1, split: str = "train"
+) -> PipelineConfig:
     """The datatools pipeline config for a MaxText config (see the module docstring for the key mapping).
 
     Args:
@@ -140,8 +145,11 @@ def pipeline_config(config, pipeline=None, *, process_index: int = 0, process_co
         global_batch = _int_setting(config, "global_batch_size_to_load", **batch_limit)
         files = _setting(config, "grain_train_files", "")
     elif split == "eval":
-        key = "global_batch_size_to_load_eval" if _setting(config, "global_batch_size_to_load_eval") else \
-            "global_batch_size_to_load"
+        key = (
+            "global_batch_size_to_load_eval"
+            if _setting(config, "global_batch_size_to_load_eval")
+            else "global_batch_size_to_load"
+        )
         global_batch = _int_setting(config, key, **batch_limit)
         files = _setting(config, "grain_eval_files", "")
         data = {k: v for k, v in data.items() if k not in ("source", "shuffle", "num_epochs", "batch_size")}
@@ -220,8 +228,10 @@ def _restore_views(iterator, mesh, generate_padding_batch: bool, expansion: floa
     host's file, so the list holds views of ONE pipeline iterator: each restores the same state, and taking the
     steps from them in turn continues the one global batch sequence (MaxText's own pipeline would instead take
     each step from one saved host's shard). Its saves then write the same state into every file."""
-    return [_host_iterator(iterator, mesh, generate_padding_batch)  # iter(iterator) is the iterator itself
-            for _ in range(round(1 / expansion))]
+    return [
+        _host_iterator(iterator, mesh, generate_padding_batch)  # iter(iterator) is the iterator itself
+        for _ in range(round(1 / expansion))
+    ]
 
 
 def create_data_iterator(config, mesh, *, pipeline=None):
@@ -294,8 +304,10 @@ def train(argv, pipeline=None) -> None:
 
 def main(args=None) -> int:
     """``python -m datatools.integrations.maxtext [--pipeline P.yaml] CONFIG.yml [key=value ...]``."""
-    parser = argparse.ArgumentParser(prog="python -m datatools.integrations.maxtext",
-                                     description="Run MaxText's pre-training on a datatools pipeline.")
+    parser = argparse.ArgumentParser(
+        prog="python -m datatools.integrations.maxtext",
+        description="Run MaxText's pre-training on a datatools pipeline.",
+    )
     parser.add_argument("--pipeline", help="datatools pipeline config (YAML) for what MaxText has no key for")
     parser.add_argument("maxtext_args", nargs="+", help="MaxText config file, then key=value overrides")
     ns = parser.parse_args(args)

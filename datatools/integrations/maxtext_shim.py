@@ -30,8 +30,9 @@ def _parameters(function: Callable) -> tuple[str, ...]:
 
 
 @contextmanager
-def swapped_function(module_name: str, name: str, replacement: Callable, parameters: Sequence[str],
-                     *, package: str = "MaxText") -> Iterator[Callable]:
+def swapped_function(
+    module_name: str, name: str, replacement: Callable, parameters: Sequence[str], *, package: str = "MaxText"
+) -> Iterator[Callable]:
     """Within the block, ``module_name.name`` is ``replacement``; the original is put back on exit (an exception
     included) and yielded, so the replacement may call it.
 
@@ -47,13 +48,17 @@ def swapped_function(module_name: str, name: str, replacement: Callable, paramet
     module = importlib.import_module(module_name)
     original = getattr(module, name, None)
     if not callable(original):
-        raise UnsupportedVersion(f"{package}: {module_name} has no function {name} (datatools' shim, "
-                                 f"datatools/integrations/maxtext_shim.py, replaces it to feed the trainer)")
+        raise UnsupportedVersion(
+            f"{package}: {module_name} has no function {name} (datatools' shim, "
+            f"datatools/integrations/maxtext_shim.py, replaces it to feed the trainer)"
+        )
     have = _parameters(original)
     if have != tuple(parameters):
-        raise UnsupportedVersion(f"{package}: {module_name}.{name} takes ({', '.join(have)}), not "
-                                 f"({', '.join(parameters)}) as datatools' shim (datatools/integrations/"
-                                 f"maxtext_shim.py) expects")
+        raise UnsupportedVersion(
+            f"{package}: {module_name}.{name} takes ({', '.join(have)}), not "
+            f"({', '.join(parameters)}) as datatools' shim (datatools/integrations/"
+            f"maxtext_shim.py) expects"
+        )
     setattr(module, name, replacement)
     try:
         yield original

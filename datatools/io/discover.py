@@ -84,8 +84,9 @@ def hf_data_files(path: Path) -> list[Path]:
     except Exception as exc:  # datasets raises many classes (FileNotFoundError, KeyError, JSON errors)
         if isinstance(exc, PermissionError):
             raise
-        raise ValueError(f"{display(path)}: not a readable Hugging Face save_to_disk directory "
-                         f"({first_line(exc)})") from None
+        raise ValueError(
+            f"{display(path)}: not a readable Hugging Face save_to_disk directory ({first_line(exc)})"
+        ) from None
     parts = loaded.values() if isinstance(loaded, datasets.DatasetDict) else [loaded]
     return [Path(f["filename"]) for ds in parts for f in ds.cache_files]
 
@@ -135,13 +136,19 @@ def walk_once(path: Path) -> list[tuple[str, Path]]:
                 outside_files.append(f"{display(f)} -> {display(os.path.realpath(f))}")
             entries.append((kind, f, _identity(f), is_link))
     if skipped_dirs:
-        warnings.warn(f"{display(path)}: links to directories not followed: {'; '.join(skipped_dirs[:3])}"
-                      f"{f' and {len(skipped_dirs) - 3} more' if len(skipped_dirs) > 3 else ''}", LinkWarning,
-                      stacklevel=3)
+        warnings.warn(
+            f"{display(path)}: links to directories not followed: {'; '.join(skipped_dirs[:3])}"
+            f"{f' and {len(skipped_dirs) - 3} more' if len(skipped_dirs) > 3 else ''}",
+            LinkWarning,
+            stacklevel=3,
+        )
     if outside_files:
-        warnings.warn(f"{display(path)}: {len(outside_files)} file(s) read through links leading outside it: "
-                      f"{'; '.join(outside_files[:3])}{' ...' if len(outside_files) > 3 else ''}", LinkWarning,
-                      stacklevel=3)
+        warnings.warn(
+            f"{display(path)}: {len(outside_files)} file(s) read through links leading outside it: "
+            f"{'; '.join(outside_files[:3])}{' ...' if len(outside_files) > 3 else ''}",
+            LinkWarning,
+            stacklevel=3,
+        )
     first: dict[tuple[int, int], int] = {}  # each real file once: at its first non-link name, else its first link
     for i, (_, _, key, is_link) in enumerate(entries):
         if key not in first or (entries[first[key]][3] and not is_link):
@@ -217,9 +224,10 @@ def remote_input_files(url: str | os.PathLike) -> list[tuple[str, str]]:
             raise ValueError(f"{url}: unknown format (expected one of {', '.join(sorted(EXTENSIONS))})")
         return [(kind, url)]
     base = url.rstrip("/") + "/"
-    relative = sorted((f[len(base):] for f in storage.list_files(url)), key=_walk_key)
-    hf_roots = sorted({r.rpartition("/")[0] for r in relative
-                       if r.rpartition("/")[2] in ("state.json", "dataset_dict.json")}, key=len)
+    relative = sorted((f[len(base) :] for f in storage.list_files(url)), key=_walk_key)
+    hf_roots = sorted(
+        {r.rpartition("/")[0] for r in relative if r.rpartition("/")[2] in ("state.json", "dataset_dict.json")}, key=len
+    )
     if "" in hf_roots:
         return [("arrow", f) for f in remote_hf_data_files(url)]
     found: list[tuple[str, str]] = []
@@ -250,8 +258,9 @@ def remote_hf_data_files(url: str) -> list[str]:
         try:
             return json.loads(storage.read_bytes(storage.join(url, name)))
         except (ValueError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{storage.join(url, name)}: not a Hugging Face save_to_disk file "
-                             f"({first_line(exc)})") from None
+            raise ValueError(
+                f"{storage.join(url, name)}: not a Hugging Face save_to_disk file ({first_line(exc)})"
+            ) from None
 
     if storage.is_file(storage.join(url, "dataset_dict.json")):
         splits = load("dataset_dict.json").get("splits")
@@ -287,8 +296,9 @@ def list_shards(path: str | os.PathLike) -> list[Shard]:
             shards.extend(Shard("arrow", (name,), a, b, nbytes) for a, b, nbytes in arrow_parts(name))
         else:
             size = storage.size(name)
-            shards.extend(Shard("jsonl", (name,), a, min(a + PART_BYTES, size))
-                          for a in range(0, max(size, 1), PART_BYTES))
+            shards.extend(
+                Shard("jsonl", (name,), a, min(a + PART_BYTES, size)) for a in range(0, max(size, 1), PART_BYTES)
+            )
     for i in range(0, len(texts), TEXT_FILES_PER_SHARD):
         shards.append(Shard("text", tuple(texts[i : i + TEXT_FILES_PER_SHARD])))
     if not shards:

@@ -143,8 +143,15 @@ class ArrayDocuments(PieceReadingSource):
         given."""
         from datatools.kernels.packing import materialize
 
-        return materialize(plan, self.tokens, self.offsets, rows, pad_id=pad_id, check_values=False,  # checked once
-                           out=out)
+        return materialize(
+            plan,
+            self.tokens,
+            self.offsets,
+            rows,
+            pad_id=pad_id,
+            check_values=False,  # checked once
+            out=out,
+        )
 
     def read_pieces(self, doc, start, length) -> np.ndarray:
         doc, start, length = check_pieces(doc, start, length, self.lengths())
@@ -174,8 +181,13 @@ class StorePieceReader:
         self._lock = threading.Lock()  # Grain reads with many threads: one decodes a chunk, the others wait for it
 
     def __getstate__(self):
-        return {"store": self.store, "cache_bytes": self.cache_bytes, "_cache": OrderedDict(), "_held": 0,
-                "chunk_reads": 0}
+        return {
+            "store": self.store,
+            "cache_bytes": self.cache_bytes,
+            "_cache": OrderedDict(),
+            "_held": 0,
+            "chunk_reads": 0,
+        }
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -241,11 +253,14 @@ class StoreDocuments(PieceReadingSource):
 def check_pieces(doc, start, length, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(doc, start, length)`` as int64 arrays, each piece inside its document (vectorized); IndexError/ValueError
     naming the first piece that is not."""
-    doc, start, length = (as_lengths(np.asarray(x).reshape(-1) if np.ndim(x) else [x], name)
-                          for x, name in ((doc, "doc"), (start, "start"), (length, "length")))
+    doc, start, length = (
+        as_lengths(np.asarray(x).reshape(-1) if np.ndim(x) else [x], name)
+        for x, name in ((doc, "doc"), (start, "start"), (length, "length"))
+    )
     if not doc.shape == start.shape == length.shape:
-        raise ValueError(f"doc, start and length must have one value per piece; got {doc.size}, {start.size}, "
-                         f"{length.size}")
+        raise ValueError(
+            f"doc, start and length must have one value per piece; got {doc.size}, {start.size}, {length.size}"
+        )
     if doc.size:
         if doc.min() < 0 or doc.max() >= lengths.shape[0]:
             bad = doc[(doc < 0) | (doc >= lengths.shape[0])][0]
@@ -253,8 +268,10 @@ def check_pieces(doc, start, length, lengths: np.ndarray) -> tuple[np.ndarray, n
         bad = (start < 0) | (length < 0) | (start + length > lengths[doc])
         if bad.any():
             j = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"piece [{int(start[j])}, {int(start[j] + length[j])}) is outside document "
-                             f"{int(doc[j])} of {int(lengths[doc[j]])} tokens")
+            raise ValueError(
+                f"piece [{int(start[j])}, {int(start[j] + length[j])}) is outside document "
+                f"{int(doc[j])} of {int(lengths[doc[j]])} tokens"
+            )
     return doc, start, length
 
 
@@ -290,8 +307,14 @@ class ChunkedDocuments(PieceReadingSource):
       cache_bytes: decoded shard bytes kept per process.
     """
 
-    def __init__(self, lengths: np.ndarray, shard_docs: np.ndarray, load: Callable, name: str = "",
-                 cache_bytes: int = TABLE_CACHE_BYTES):
+    def __init__(
+        self,
+        lengths: np.ndarray,
+        shard_docs: np.ndarray,
+        load: Callable,
+        name: str = "",
+        cache_bytes: int = TABLE_CACHE_BYTES,
+    ):
         self._lengths = np.asarray(lengths, np.int64)
         self.shard_docs = np.asarray(shard_docs, np.int64)
         if int(self.shard_docs.sum()) != self._lengths.shape[0]:
@@ -304,8 +327,11 @@ class ChunkedDocuments(PieceReadingSource):
         self._lock = threading.Lock()  # Grain reads with many threads: one decodes a shard, the others wait for it
 
     def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k != "_lock"} | {"_cache": OrderedDict(), "_held": 0,
-                                                                           "shard_reads": 0}
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"} | {
+            "_cache": OrderedDict(),
+            "_held": 0,
+            "shard_reads": 0,
+        }
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -388,5 +414,6 @@ def as_document_source(source) -> PieceReadingSource:
         return source
     if isinstance(source, DocumentSource):
         return _ProtocolSource(source)
-    raise TypeError(f"expected a document source (lengths(), read_pieces(), len()) or a TokenStore; "
-                    f"got {type(source).__name__}")
+    raise TypeError(
+        f"expected a document source (lengths(), read_pieces(), len()) or a TokenStore; got {type(source).__name__}"
+    )

@@ -160,9 +160,17 @@ def _concat(parts: list[np.ndarray], dtype) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
 
-def open_input(path: str | os.PathLike, *, column: str | None = None, tokenizer: str | os.PathLike | None = None,
-               tokenizer_settings: str = "off", bos: str | int | None = None, eos: str | int | None = None,
-               eos_id: int | None = None, bin_dtype: str = "uint16") -> TokenInput:
+def open_input(
+    path: str | os.PathLike,
+    *,
+    column: str | None = None,
+    tokenizer: str | os.PathLike | None = None,
+    tokenizer_settings: str = "off",
+    bos: str | int | None = None,
+    eos: str | int | None = None,
+    eos_id: int | None = None,
+    bin_dtype: str = "uint16",
+) -> TokenInput:
     """Resolve ``path`` to a :class:`TokenInput`, checking the column and the tokenizer before any data is read.
 
     Args:
@@ -206,13 +214,20 @@ def open_input(path: str | os.PathLike, *, column: str | None = None, tokenizer:
         raise ValueError(f"{display(path)}: empty directory")
     shards = list_shards(path)
     if any(s.kind == "text" for s in shards):
-        raise ValueError(f"{display(shards[-1].files[0])}: plain text files have no token column; "
-                         f"pre-tokenize them first (datatools pretokenize)")
+        raise ValueError(
+            f"{display(shards[-1].files[0])}: plain text files have no token column; "
+            f"pre-tokenize them first (datatools pretokenize)"
+        )
     where = display(shards[0].files[0])
     columns = shard_columns(shards[0])
     col = detect_column(list(columns), column, where)
-    inp = TokenInput(path, "table", column=col, shards=shards,
-                     nbytes=sum(storage.size(f) for f in dict.fromkeys(x for s in shards for x in s.files)))
+    inp = TokenInput(
+        path,
+        "table",
+        column=col,
+        shards=shards,
+        nbytes=sum(storage.size(f) for f in dict.fromkeys(x for s in shards for x in s.files)),
+    )
     inp.is_text = col in TEXT_COLUMNS or columns[col]
     if inp.is_text:
         if tokenizer is None:
@@ -276,8 +291,9 @@ def _shard_lengths(inp: TokenInput, k: int) -> list[tuple[int, np.ndarray, int]]
     return out + [(k, np.zeros(0, np.int64), shard_bytes(inp.shards[k]))]
 
 
-def read_lengths_by_shard(inp: TokenInput, *, progress: Callable[[int, int], None] | None = None
-                          ) -> tuple[np.ndarray, np.ndarray]:
+def read_lengths_by_shard(
+    inp: TokenInput, *, progress: Callable[[int, int], None] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """int64 tokens per document of the whole input, and documents per shard.
 
     Memory: the lengths it returns, plus at most half as much again while reading
@@ -341,8 +357,10 @@ def _open_documents(inp: TokenInput, progress: Callable[[int, int], None] | None
         tokens, offsets = numpy_dir(inp.path)  # token ids checked there
         return ArrayDocuments(tokens, offsets)
     if inp.kind == "lengths":
-        raise ValueError(f"{display(inp.path)}: holds lengths.npy but no tokens.npy: enough to plan (datatools pack) "
-                         f"and analyse (datatools analyze-padding), not to read documents")
+        raise ValueError(
+            f"{display(inp.path)}: holds lengths.npy but no tokens.npy: enough to plan (datatools pack) "
+            f"and analyse (datatools analyze-padding), not to read documents"
+        )
     if inp.kind == "flat":
         lengths = read_lengths(inp, progress=progress)
         tokens = flat_array(inp.path, inp.bin_dtype)

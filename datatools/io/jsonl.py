@@ -80,13 +80,22 @@ def _parse(block: bytes, schema: pa.Schema) -> pa.Table | Exception:
         return pajson.read_json(
             pa.BufferReader(block),
             read_options=pajson.ReadOptions(use_threads=False, block_size=len(block) + 1),
-            parse_options=pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"))
+            parse_options=pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
+        )
     except pa.ArrowInvalid as exc:
         return exc
 
 
-def read_column_blocks(path: str, column: str, value_type: pa.DataType, start: int = 0, stop: int | None = None,
-                       *, block_bytes: int | None = None, threads: int = PARSE_THREADS) -> Iterator[pa.ChunkedArray]:
+def read_column_blocks(
+    path: str,
+    column: str,
+    value_type: pa.DataType,
+    start: int = 0,
+    stop: int | None = None,
+    *,
+    block_bytes: int | None = None,
+    threads: int = PARSE_THREADS,
+) -> Iterator[pa.ChunkedArray]:
     """The values of ``column`` for the lines starting in bytes ``[start, stop)`` of a JSON Lines file, a block
     at a time, as arrays of ``value_type``.
 
@@ -140,8 +149,7 @@ def _count_newlines(fh, upto: int) -> int:
     return n
 
 
-def _located(path: str, block: bytes, first_line: int, column: str, want_text: bool,
-             exc: BaseException) -> ValueError:
+def _located(path: str, block: bytes, first_line: int, column: str, want_text: bool, exc: BaseException) -> ValueError:
     """A one-line error for the first line of ``block`` that fails, found with the ``json`` module."""
     for k, line in enumerate(block.split(b"\n")):
         if not line.strip():

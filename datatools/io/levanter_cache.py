@@ -104,13 +104,16 @@ def read_ledger(path: str | os.PathLike) -> dict:
     rows = _count(ledger, "total_num_rows", display(where))
     if ledger.get("is_finished") is not True:
         done = ledger.get("finished_shards") or []
-        raise ValueError(f"{display(where)}: the Levanter cache is not finished (is_finished is "
-                         f"{json.dumps(ledger.get('is_finished'))}; {len(done)} shards and {rows} rows written so "
-                         f"far): let Levanter finish building it, then read it")
+        raise ValueError(
+            f"{display(where)}: the Levanter cache is not finished (is_finished is "
+            f"{json.dumps(ledger.get('is_finished'))}; {len(done)} shards and {rows} rows written so "
+            f"far): let Levanter finish building it, then read it"
+        )
     layout = ledger.get("layout", "consolidated")
     if layout not in LAYOUTS:
-        raise ValueError(f"{display(where)}: unknown layout {str(layout)[:40]!r} (this datatools reads "
-                         f"{', '.join(LAYOUTS)})")
+        raise ValueError(
+            f"{display(where)}: unknown layout {str(layout)[:40]!r} (this datatools reads {', '.join(LAYOUTS)})"
+        )
     return ledger
 
 
@@ -138,8 +141,10 @@ class LevanterCache:
         self.offsets = offsets
         expected = (self.ledger.get("field_counts") or {}).get(field)
         if isinstance(expected, int) and expected != self.num_tokens:
-            raise ValueError(f"{display(self.path)}: the ledger counts {expected} {field} tokens, the offsets "
-                             f"{self.num_tokens}: the cache is damaged")
+            raise ValueError(
+                f"{display(self.path)}: the ledger counts {expected} {field} tokens, the offsets "
+                f"{self.num_tokens}: the cache is damaged"
+            )
 
     def _parts(self) -> list[tuple[Path, int]]:
         rows = int(self.ledger["total_num_rows"])
@@ -150,14 +155,18 @@ class LevanterCache:
         for name in self.ledger.get("finished_shards") or []:
             n = shard_rows.get(name) if isinstance(name, str) else None
             if isinstance(n, bool) or not isinstance(n, int) or n < 0 or os.path.isabs(name) or ".." in name.split("/"):
-                raise ValueError(f"{display(storage.join(self.path, LEDGER))}: corrupt (shard "
-                                 f"{str(name)[:60]!r} has no row count "
-                                 f"or is not a relative path)")
+                raise ValueError(
+                    f"{display(storage.join(self.path, LEDGER))}: corrupt (shard "
+                    f"{str(name)[:60]!r} has no row count "
+                    f"or is not a relative path)"
+                )
             parts.append((storage.join(self.path, name, self.field), n))
             total += n
         if total != rows:
-            raise ValueError(f"{display(storage.join(self.path, LEDGER))}: corrupt (its shards hold {total} rows, "
-                             f"total_num_rows says {rows})")
+            raise ValueError(
+                f"{display(storage.join(self.path, LEDGER))}: corrupt (its shards hold {total} rows, "
+                f"total_num_rows says {rows})"
+            )
         return parts
 
     def _open(self, where: Path, name: str):
@@ -169,8 +178,9 @@ class LevanterCache:
                 raise err from None
             if status_code(exc) == "NOT_FOUND":
                 rel = str(array)[len(str(self.path)) :].strip("/")
-                raise ValueError(f"{display(self.path)}: {rel}/ is missing (no {rel}/zarr.json); the Levanter "
-                                 f"cache is incomplete") from None
+                raise ValueError(
+                    f"{display(self.path)}: {rel}/ is missing (no {rel}/zarr.json); the Levanter cache is incomplete"
+                ) from None
             raise ValueError(f"{display(array)}: not a readable zarr v3 array ({str(exc)[:200]})") from None
 
     def _read(self, arr, begin: int, end: int, where: Path) -> np.ndarray:
@@ -180,8 +190,9 @@ class LevanterCache:
             if (err := as_os_error(exc, where)) is not None:
                 raise err from None
             state = "missing" if status_code(exc) == "NOT_FOUND" else "corrupt"
-            raise ValueError(f"{display(where)}: a chunk holding elements [{begin}, {end}) is {state} "
-                             f"({str(exc)[:200]})") from None
+            raise ValueError(
+                f"{display(where)}: a chunk holding elements [{begin}, {end}) is {state} ({str(exc)[:200]})"
+            ) from None
 
     def _read_offsets(self) -> tuple[np.ndarray, np.ndarray]:
         """Global int64 offsets (num_rows + 1, from 0) and the first token of every part; each part's offsets
@@ -198,13 +209,16 @@ class LevanterCache:
             self._check_shards(storage.join(where, "data"), self._data[-1], int(off[-1]) if rows else 0)
             if off.shape[0] != rows + 1 or int(off[0]) != rows:
                 first = int(off[0]) if off.size else None
-                raise ValueError(f"{display(storage.join(where, 'offsets'))}: offsets[0] is {first}, "
-                                 f"the ledger says {rows} rows: the cache is damaged or still being written")
+                raise ValueError(
+                    f"{display(storage.join(where, 'offsets'))}: offsets[0] is {first}, "
+                    f"the ledger says {rows} rows: the cache is damaged or still being written"
+                )
             off[0] = 0
             if (np.diff(off) < 0).any():
                 i = int(np.flatnonzero(np.diff(off) < 0)[0])
-                raise ValueError(f"{display(storage.join(where, 'offsets'))}: offsets decrease at row {i}: the cache "
-                                 f"is damaged")
+                raise ValueError(
+                    f"{display(storage.join(where, 'offsets'))}: offsets decrease at row {i}: the cache is damaged"
+                )
             starts.append(base)
             pieces.append(off[1:] + base)
             base += int(off[-1])
@@ -223,9 +237,11 @@ class LevanterCache:
             raise
         missing = [k for k in need if k not in present]
         if missing:
-            raise ValueError(f"{display(where)}: chunk {missing[0]} is missing"
-                             f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}; the Levanter cache "
-                             f"is incomplete")
+            raise ValueError(
+                f"{display(where)}: chunk {missing[0]} is missing"
+                f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}; the Levanter cache "
+                f"is incomplete"
+            )
 
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if k != "_data"} | {"_data": None}
@@ -268,8 +284,9 @@ class LevanterCache:
             if block.size:
                 low, high = int(block.min()), int(block.max())
                 if low < 0 or high > INT32_MAX:
-                    raise ValueError(f"{display(where)}: token id {low if low < 0 else high} is negative or does "
-                                     f"not fit int32")
+                    raise ValueError(
+                        f"{display(where)}: token id {low if low < 0 else high} is negative or does not fit int32"
+                    )
             out[at : at + block.size] = block
             at += block.size
         return out
@@ -283,8 +300,12 @@ class LevanterCache:
 
     def describe(self) -> dict:
         """What reports record: the layout, documents and tokens (from the ledger and offsets)."""
-        return {"layout": self.ledger.get("layout", "consolidated"), "field": self.field,
-                "documents": len(self), "tokens": self.num_tokens}
+        return {
+            "layout": self.ledger.get("layout", "consolidated"),
+            "field": self.field,
+            "documents": len(self),
+            "tokens": self.num_tokens,
+        }
 
     def __repr__(self) -> str:
         return f"LevanterCache({str(self.path)!r}, documents={len(self)}, tokens={self.num_tokens})"

@@ -9,7 +9,7 @@ from) is :class:`datatools.grain.mixture_order.MixtureOrder`'s; this module only
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -122,8 +122,9 @@ def lengths_only(path: Path) -> np.ndarray:
         for a in range(0, lengths.shape[0], FLAT_SLICE):
             part = np.asarray(lengths[a : a + FLAT_SLICE])
             if part.size and int(part.min()) < 0:
-                raise ValueError(f"{display(index_file)}: negative length {int(part.min())} "
-                                 f"(document {a + int(np.argmin(part))})")
+                raise ValueError(
+                    f"{display(index_file)}: negative length {int(part.min())} (document {a + int(np.argmin(part))})"
+                )
     return lengths
 
 
@@ -145,15 +146,20 @@ def numpy_dir(path: Path) -> tuple[np.ndarray, np.ndarray]:
     if what == "lengths" and storage.is_file(other_file):
         other = _index_offsets(other_file, "offsets")
         if other.shape != offsets.shape:
-            raise ValueError(f"{display(index_file)} and {display(other_file)} disagree: {offsets.size - 1} vs "
-                             f"{other.size - 1} documents; keep one of them")
+            raise ValueError(
+                f"{display(index_file)} and {display(other_file)} disagree: {offsets.size - 1} vs "
+                f"{other.size - 1} documents; keep one of them"
+            )
         if (other != offsets).any():
             doc = int(np.flatnonzero(other != offsets)[0]) - 1
-            raise ValueError(f"{display(index_file)} and {display(other_file)} disagree from document {doc} on "
-                             f"(it ends at token {int(offsets[doc + 1])} vs {int(other[doc + 1])}); keep one of them")
+            raise ValueError(
+                f"{display(index_file)} and {display(other_file)} disagree from document {doc} on "
+                f"(it ends at token {int(offsets[doc + 1])} vs {int(other[doc + 1])}); keep one of them"
+            )
     if int(offsets[-1]) != tokens.shape[0]:
-        raise ValueError(f"{display(index_file)}: {what} cover {int(offsets[-1])} tokens but tokens.npy holds "
-                         f"{tokens.shape[0]}")
+        raise ValueError(
+            f"{display(index_file)}: {what} cover {int(offsets[-1])} tokens but tokens.npy holds {tokens.shape[0]}"
+        )
     if offsets.size == 1:
         raise ValueError(f"{display(path)}: no documents ({display(index_file)} is empty)")
     check_token_range(tokens, display(tokens_file))
@@ -183,8 +189,10 @@ def check_token_range(tokens: np.ndarray, where: str) -> None:
         part = np.asarray(tokens[a : a + FLAT_SLICE])
         check_non_negative(part, where)
         if wide and part.size and int(part.max()) > INT32_MAX:
-            raise ValueError(f"{where}: token id {int(part.max())} (token {a + int(np.argmax(part))}) does not fit "
-                             f"int32 (ids must be in [0, 2**31 - 1])")
+            raise ValueError(
+                f"{where}: token id {int(part.max())} (token {a + int(np.argmax(part))}) does not fit "
+                f"int32 (ids must be in [0, 2**31 - 1])"
+            )
 
 
 def check_token_values(tokens: np.ndarray, where: str) -> None:

@@ -66,8 +66,9 @@ class _NpyAppender:
         self.data_offset = self._header(0)
 
     def _header(self, n: int) -> int:
-        np.lib.format.write_array_header_1_0(self.f, {"descr": np.lib.format.dtype_to_descr(self.dtype),
-                                                     "fortran_order": False, "shape": (n,)})
+        np.lib.format.write_array_header_1_0(
+            self.f, {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": (n,)}
+        )
         return self.f.tell()
 
     def append(self, values: np.ndarray) -> None:
@@ -86,10 +87,20 @@ class _NpyAppender:
         self.f.close()
 
 
-def write_plan(out: str | os.PathLike, lengths: np.ndarray, ctx: int, *, algorithm: str = "best_fit_decreasing",
-               max_segments: int | None = None, align: int = 1, overflow: str = "split", group_docs: int = GROUP_DOCS,
-               source: str = "", overwrite: bool = False,
-               progress: Callable[[int], None] | None = None) -> dict:
+def write_plan(
+    out: str | os.PathLike,
+    lengths: np.ndarray,
+    ctx: int,
+    *,
+    algorithm: str = "best_fit_decreasing",
+    max_segments: int | None = None,
+    align: int = 1,
+    overflow: str = "split",
+    group_docs: int = GROUP_DOCS,
+    source: str = "",
+    overwrite: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> dict:
     """Plan ``lengths`` (tokens per document, any integer dtype, may be memory-mapped) into the plan directory
     ``out`` and return its header (see the module docstring). ``progress(documents)`` is called as groups finish.
 
@@ -129,9 +140,15 @@ def write_plan(out: str | os.PathLike, lengths: np.ndarray, ctx: int, *, algorit
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror or str(exc), str(out)) from None
     try:
-        header = _write_arrays(stage, lengths, ctx, dtypes, max_len, dict(
-            algorithm=algorithm, max_segments=max_segments, align=align, overflow=overflow, group_docs=group_docs),
-            progress)
+        header = _write_arrays(
+            stage,
+            lengths,
+            ctx,
+            dtypes,
+            max_len,
+            dict(algorithm=algorithm, max_segments=max_segments, align=align, overflow=overflow, group_docs=group_docs),
+            progress,
+        )
         header.update(data=identity, source=source)
         atomic_write_text(stage / HEADER, json.dumps(header, indent=2) + "\n")
         os.chmod(stage, 0o777 & ~current_umask())  # mkdtemp makes it 0700, as mkdir would not
@@ -151,8 +168,7 @@ def write_plan(out: str | os.PathLike, lengths: np.ndarray, ctx: int, *, algorit
     return header
 
 
-def _write_arrays(stage: Path, lengths: np.ndarray, ctx: int, dtypes: dict, max_len: int, opts: dict,
-                  progress) -> dict:
+def _write_arrays(stage: Path, lengths: np.ndarray, ctx: int, dtypes: dict, max_len: int, opts: dict, progress) -> dict:
     """The plan's arrays into ``stage``, group by group; the header's figures."""
     files = {name: _NpyAppender(stage / f"{name}.npy", dtypes[name]) for name in ARRAYS}
     lens = _NpyAppender(stage / "lengths.npy", smallest_uint(max_len))
@@ -181,10 +197,20 @@ def _write_arrays(stage: Path, lengths: np.ndarray, ctx: int, dtypes: dict, max_
             if not f.f.closed:
                 f.close()
     bound = lower_bound_rows(hist, kept, ctx, opts["max_segments"])
-    return {"format": FORMAT, "version": FORMAT_VERSION, "ctx": ctx, **opts, "num_rows": rows, "num_pieces": pieces,
-            "kept_tokens": kept, "dropped_tokens": dropped, "empty_documents": empty, "lower_bound_rows": bound,
-            "efficiency": kept / (rows * ctx) if rows else 0.0,
-            "dtypes": {name: np.dtype(dtypes[name]).name for name in ARRAYS}}
+    return {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "ctx": ctx,
+        **opts,
+        "num_rows": rows,
+        "num_pieces": pieces,
+        "kept_tokens": kept,
+        "dropped_tokens": dropped,
+        "empty_documents": empty,
+        "lower_bound_rows": bound,
+        "efficiency": kept / (rows * ctx) if rows else 0.0,
+        "dtypes": {name: np.dtype(dtypes[name]).name for name in ARRAYS},
+    }
 
 
 class PlanFile:
@@ -205,16 +231,24 @@ class PlanFile:
         if not isinstance(self.header, dict) or self.header.get("format") != FORMAT:
             raise ValueError(f"{display(head)}: not a datatools plan header (format {FORMAT!r} expected)")
         if self.header.get("version") != FORMAT_VERSION:
-            raise ValueError(f"{display(head)}: plan format version {self.header.get('version')!r}; this datatools "
-                             f"reads version {FORMAT_VERSION} (re-pack it with datatools pack)")
+            raise ValueError(
+                f"{display(head)}: plan format version {self.header.get('version')!r}; this datatools "
+                f"reads version {FORMAT_VERSION} (re-pack it with datatools pack)"
+            )
         self.arrays = {name: self._load(name) for name in ARRAYS}
         h = self.header
-        expect = {"row_starts": h["num_rows"] + 1, "doc": h["num_pieces"], "start": h["num_pieces"],
-                  "length": h["num_pieces"]}
+        expect = {
+            "row_starts": h["num_rows"] + 1,
+            "doc": h["num_pieces"],
+            "start": h["num_pieces"],
+            "length": h["num_pieces"],
+        }
         for name, n in expect.items():
             if self.arrays[name].shape != (n,):
-                raise ValueError(f"{display(self.path / (name + '.npy'))}: {self.arrays[name].shape[0]} values, the "
-                                 f"header says {n} (a damaged or mixed plan directory)")
+                raise ValueError(
+                    f"{display(self.path / (name + '.npy'))}: {self.arrays[name].shape[0]} values, the "
+                    f"header says {n} (a damaged or mixed plan directory)"
+                )
 
     def _load(self, name: str) -> np.ndarray:
         path = self.path / f"{name}.npy"
@@ -250,23 +284,43 @@ class PlanFile:
         """Rows ``rows`` as a small :class:`PackPlan` whose row ``i`` is plan row ``rows[i]`` (only their pieces
         are read)."""
         a = self.arrays
-        return gather_rows(a["row_starts"], a["doc"], a["start"], a["length"], rows, ctx=self.ctx,
-                           align=self.align, algorithm=self.algorithm)
+        return gather_rows(
+            a["row_starts"],
+            a["doc"],
+            a["start"],
+            a["length"],
+            rows,
+            ctx=self.ctx,
+            align=self.align,
+            algorithm=self.algorithm,
+        )
 
     def to_plan(self) -> PackPlan:
         """The whole plan in memory (int64 arrays: 20 bytes a piece)."""
         p = self.rows_plan(np.arange(self.num_rows))
         h = self.header
-        return PackPlan(p.ctx, p.align, p.num_rows, p.row_splits, p.doc, p.start, p.length, int(h["dropped_tokens"]),
-                        int(h["empty_documents"]), p.algorithm)
+        return PackPlan(
+            p.ctx,
+            p.align,
+            p.num_rows,
+            p.row_splits,
+            p.doc,
+            p.start,
+            p.length,
+            int(h["dropped_tokens"]),
+            int(h["empty_documents"]),
+            p.algorithm,
+        )
 
     def check_identity(self, identity: dict, source: str) -> None:
         """ValueError naming both when ``identity`` (:func:`lengths_identity` of a source) is not the plan's."""
         mine = self.identity
         if {k: identity.get(k) for k in mine} != mine:
-            raise ValueError(f"{display(self.path)} was planned for other documents than {source}: the plan's "
-                             f"{_describe(mine)} against the source's {_describe(identity)}; re-pack it from "
-                             f"{source} (datatools pack)")
+            raise ValueError(
+                f"{display(self.path)} was planned for other documents than {source}: the plan's "
+                f"{_describe(mine)} against the source's {_describe(identity)}; re-pack it from "
+                f"{source} (datatools pack)"
+            )
 
     def summary(self) -> dict:
         """The header's figures for reports (``num_rows``, ``lower_bound_rows``, ``efficiency``, ...)."""
@@ -274,5 +328,7 @@ class PlanFile:
 
 
 def _describe(identity: dict) -> str:
-    return (f"{identity.get('documents')} documents, {identity.get('tokens')} tokens, lengths CRC-32 "
-            f"{identity.get('lengths_crc32')}")
+    return (
+        f"{identity.get('documents')} documents, {identity.get('tokens')} tokens, lengths CRC-32 "
+        f"{identity.get('lengths_crc32')}"
+    )

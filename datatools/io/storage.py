@@ -39,9 +39,10 @@ import io
 import logging
 import os
 import socket
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePath
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO
 from urllib.parse import urlsplit
 
 from datatools.base.errors import StorageError
@@ -57,8 +58,6 @@ EXTRA = "pip install 'datatools-llm[cloud]'"
 
 for _name in ("gcsfs", "s3fs", "fsspec", "aiobotocore", "botocore"):  # their failures reach users as our one line
     logging.getLogger(_name).addHandler(logging.NullHandler())
-
-
 
 
 # --------------------------------------------------------------------------- URLs
@@ -167,11 +166,21 @@ def filesystem(path: str | os.PathLike):
             client["endpoint_url"] = endpoint
         creds = {}
         if os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
-            creds = {"key": os.environ["AWS_ACCESS_KEY_ID"], "secret": os.environ["AWS_SECRET_ACCESS_KEY"],
-                     "token": os.environ.get("AWS_SESSION_TOKEN")}
-        fs = s3fs.S3FileSystem(use_listings_cache=False, client_kwargs=client, **creds, config_kwargs={
-            "connect_timeout": CONNECT_TIMEOUT_S, "read_timeout": READ_TIMEOUT_S,
-            "retries": {"max_attempts": 3, "mode": "standard"}})
+            creds = {
+                "key": os.environ["AWS_ACCESS_KEY_ID"],
+                "secret": os.environ["AWS_SECRET_ACCESS_KEY"],
+                "token": os.environ.get("AWS_SESSION_TOKEN"),
+            }
+        fs = s3fs.S3FileSystem(
+            use_listings_cache=False,
+            client_kwargs=client,
+            **creds,
+            config_kwargs={
+                "connect_timeout": CONNECT_TIMEOUT_S,
+                "read_timeout": READ_TIMEOUT_S,
+                "retries": {"max_attempts": 3, "mode": "standard"},
+            },
+        )
         return fs, inner
     gcsfs = _import("gcsfs", path)
     emulator = os.environ.get("STORAGE_EMULATOR_HOST")
@@ -187,8 +196,9 @@ def _import(module: str, url):
     try:
         return __import__(module)
     except ImportError:
-        raise ValueError(f"{url_of(url)}: reading {url_of(url).split(':')[0]}:// URLs needs {module}: {EXTRA}") \
-            from None
+        raise ValueError(
+            f"{url_of(url)}: reading {url_of(url).split(':')[0]}:// URLs needs {module}: {EXTRA}"
+        ) from None
 
 
 _reachable: set[str] = set()
@@ -203,8 +213,9 @@ def _probe(endpoint: str, url) -> None:
     try:
         socket.create_connection((parts.hostname, port), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as exc:
-        raise StorageError(errno.ECONNREFUSED, f"cannot reach the storage endpoint {endpoint} "
-                                               f"({exc.strerror or exc})", url_of(url)) from None
+        raise StorageError(
+            errno.ECONNREFUSED, f"cannot reach the storage endpoint {endpoint} ({exc.strerror or exc})", url_of(url)
+        ) from None
     _reachable.add(endpoint)
 
 
@@ -216,9 +227,13 @@ def _google_credentials(url):
     try:
         credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/devstorage.read_write"])
     except google.auth.exceptions.GoogleAuthError as exc:
-        raise StorageError(errno.EACCES, f"no Google credentials ({str(exc).splitlines()[0][:160]}); set "
-                                         f"GOOGLE_APPLICATION_CREDENTIALS or run 'gcloud auth application-default "
-                                         f"login'", url_of(url)) from None
+        raise StorageError(
+            errno.EACCES,
+            f"no Google credentials ({str(exc).splitlines()[0][:160]}); set "
+            f"GOOGLE_APPLICATION_CREDENTIALS or run 'gcloud auth application-default "
+            f"login'",
+            url_of(url),
+        ) from None
     return credentials
 
 
@@ -263,7 +278,7 @@ def storage_errors(path: str | os.PathLike) -> Iterator[None]:
         raise
     except FileNotFoundError as exc:
         raise _not_found(path, exc) from None
-    except Exception as exc:  # noqa: BLE001: each library has its own classes; classified by name below
+    except Exception as exc:  # noqa: BLE001 -- each library has its own classes; classified by name below
         mapped = _classify(path, exc)
         if mapped is None:
             raise
@@ -275,17 +290,30 @@ def _classify(path, exc: BaseException) -> OSError | None:
     name = type(exc).__name__
     text = str(exc).splitlines()[0][:200] if str(exc) else name
     if name in ("NoCredentialsError", "PartialCredentialsError", "DefaultCredentialsError", "RefreshError"):
-        how = ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or a profile)" if proto == "s3" else
-               "set GOOGLE_APPLICATION_CREDENTIALS or run 'gcloud auth application-default login'")
+        how = (
+            "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or a profile)"
+            if proto == "s3"
+            else "set GOOGLE_APPLICATION_CREDENTIALS or run 'gcloud auth application-default login'"
+        )
         return StorageError(errno.EACCES, f"no credentials for {endpoint_of(proto)} ({text}); {how}", url)
-    if isinstance(exc, PermissionError) or "Forbidden" in text or "AccessDenied" in text or "InvalidAccessKey" in \
-            text or "SignatureDoesNotMatch" in text:
+    if (
+        isinstance(exc, PermissionError)
+        or "Forbidden" in text
+        or "AccessDenied" in text
+        or "InvalidAccessKey" in text
+        or "SignatureDoesNotMatch" in text
+    ):
         return StorageError(errno.EACCES, f"access denied by {endpoint_of(proto)} ({text})", url)
-    if name in ("EndpointConnectionError", "ConnectTimeoutError", "ConnectionClosedError", "ReadTimeoutError",
-                "ClientConnectorError", "ServerDisconnectedError", "FSTimeoutError") or \
-            isinstance(exc, (ConnectionError, TimeoutError, socket.gaierror)):
-        return StorageError(errno.ECONNREFUSED, f"cannot reach the storage endpoint {endpoint_of(proto)} ({text})",
-                            url)
+    if name in (
+        "EndpointConnectionError",
+        "ConnectTimeoutError",
+        "ConnectionClosedError",
+        "ReadTimeoutError",
+        "ClientConnectorError",
+        "ServerDisconnectedError",
+        "FSTimeoutError",
+    ) or isinstance(exc, (ConnectionError, TimeoutError, socket.gaierror)):
+        return StorageError(errno.ECONNREFUSED, f"cannot reach the storage endpoint {endpoint_of(proto)} ({text})", url)
     if isinstance(exc, OSError):
         return StorageError(exc.errno or errno.EIO, f"{text} ({endpoint_of(proto)})", url)
     return None
@@ -308,7 +336,7 @@ def _bucket_exists(path) -> bool:
         return True
     except FileNotFoundError:
         return False
-    except Exception:  # noqa: BLE001: the bucket may exist and refuse listing: do not call it missing
+    except Exception:  # noqa: BLE001 -- the bucket may exist and refuse listing: do not call it missing
         return True
 
 
@@ -399,12 +427,14 @@ def info(path: str | os.PathLike) -> dict | None:
             got = fs.info(inner)
         except FileNotFoundError:
             if not _bucket_exists(path):
-                raise StorageError(errno.ENXIO, f"no bucket {split_url(path)[1]!r} at "
-                                                f"{endpoint_of(split_url(path)[0])}", url_of(path)) from None
+                raise StorageError(
+                    errno.ENXIO, f"no bucket {split_url(path)[1]!r} at {endpoint_of(split_url(path)[0])}", url_of(path)
+                ) from None
             return None
     kind = "directory" if got.get("type") == "directory" else "file"
-    version = got.get("ETag") or got.get("etag") or got.get("generation") or got.get("LastModified") or \
-        got.get("updated")
+    version = (
+        got.get("ETag") or got.get("etag") or got.get("generation") or got.get("LastModified") or got.get("updated")
+    )
     return {"type": kind, "size": int(got.get("size") or 0), "version": (str(version), int(got.get("size") or 0))}
 
 
@@ -443,7 +473,7 @@ def list_files(path: str | os.PathLike) -> list[str]:
         fs, inner = filesystem(path)
         found = fs.find(inner.rstrip("/") + "/" if split_url(path)[2] else inner)
     prefix = inner.rstrip("/") + "/"
-    return sorted(f"{base}/{k[len(prefix):]}" for k in found if k.startswith(prefix) and not k.endswith("/"))
+    return sorted(f"{base}/{k[len(prefix) :]}" for k in found if k.startswith(prefix) and not k.endswith("/"))
 
 
 # --------------------------------------------------------------------------- writing

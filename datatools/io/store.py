@@ -93,12 +93,25 @@ def array_kvstore(path: str | os.PathLike) -> ts.KvStore:
 
 
 def _create(path: Path, dtype: np.dtype, length: int, chunk: int):
-    codec = ts.CodecSpec({"driver": "zarr3", "codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
-                                                        {"name": "zstd", "configuration": {"level": 3}},
-                                                        {"name": "crc32c"}]})
+    codec = ts.CodecSpec(
+        {
+            "driver": "zarr3",
+            "codecs": [
+                {"name": "bytes", "configuration": {"endian": "little"}},
+                {"name": "zstd", "configuration": {"level": 3}},
+                {"name": "crc32c"},
+            ],
+        }
+    )
     spec = {**zarr_spec(path), "store_data_equal_to_fill_value": True}
-    return ts.open(spec, create=True, dtype=ts.dtype(dtype.name), shape=[length],
-                   chunk_layout=ts.ChunkLayout(chunk_shape=[max(1, min(chunk, max(length, 1)))]), codec=codec).result()
+    return ts.open(
+        spec,
+        create=True,
+        dtype=ts.dtype(dtype.name),
+        shape=[length],
+        chunk_layout=ts.ChunkLayout(chunk_shape=[max(1, min(chunk, max(length, 1)))]),
+        codec=codec,
+    ).result()
 
 
 def _io(exc: Exception, where: Path) -> Exception:
@@ -107,8 +120,15 @@ def _io(exc: Exception, where: Path) -> Exception:
     return as_os_error(exc, where) or exc
 
 
-def write_store(path: str | os.PathLike, shards: Iterable[tuple[np.ndarray, np.ndarray]], *, num_tokens: int,
-                num_documents: int, dtype: np.dtype, manifest: dict) -> None:
+def write_store(
+    path: str | os.PathLike,
+    shards: Iterable[tuple[np.ndarray, np.ndarray]],
+    *,
+    num_tokens: int,
+    num_documents: int,
+    dtype: np.dtype,
+    manifest: dict,
+) -> None:
     """Write a store into the (new, empty) directory ``path`` from (tokens, lengths) shards in order.
 
     ``num_tokens`` / ``num_documents`` are the totals over the shards (known up
@@ -161,8 +181,15 @@ def write_store(path: str | os.PathLike, shards: Iterable[tuple[np.ndarray, np.n
         offsets_array[:].write(offsets).result()
     except ValueError as exc:
         raise _io(exc, storage.join(path, "offsets")) from None
-    manifest = {"format": FORMAT, "version": VERSION, "dtype": np.dtype(dtype).name, "num_documents": num_documents,
-                "num_tokens": num_tokens, **manifest, "chunks": chunk_records(path)}
+    manifest = {
+        "format": FORMAT,
+        "version": VERSION,
+        "dtype": np.dtype(dtype).name,
+        "num_documents": num_documents,
+        "num_tokens": num_tokens,
+        **manifest,
+        "chunks": chunk_records(path),
+    }
     # Written last, in one atomic write (a rename locally, one PUT in object storage): the store's commit point.
     storage.write_text(storage.join(path, "manifest.json"), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
@@ -193,7 +220,7 @@ def array_keys(where: str | os.PathLike) -> set[str]:
     base = (storage.url_of(where) if storage.is_url(where) else os.fspath(where)).rstrip("/") + "/"
     if not storage.is_url(where) and not os.path.isdir(where):
         return set()
-    return {f[len(base):] for f in storage.list_files(where) if f.startswith(base)}
+    return {f[len(base) :] for f in storage.list_files(where) if f.startswith(base)}
 
 
 def _key_order(key: bytes) -> tuple:
@@ -229,16 +256,21 @@ def read_manifest(path: str | os.PathLike) -> dict:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ValueError(f"{display(path)}: manifest.json is not a {FORMAT} manifest")
     if manifest.get("version") not in READABLE_VERSIONS:
-        raise ValueError(f"{display(path)}: token store version {str(manifest.get('version'))[:20]} is not supported "
-                         f"(this datatools reads versions {', '.join(map(str, READABLE_VERSIONS))})")
+        raise ValueError(
+            f"{display(path)}: token store version {str(manifest.get('version'))[:20]} is not supported "
+            f"(this datatools reads versions {', '.join(map(str, READABLE_VERSIONS))})"
+        )
     for key in ("num_documents", "num_tokens"):
         value = manifest.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{display(manifest_file)}: corrupt ({key} must be a non-negative integer, got "
-                             f"{str(value)[:40]!r})")
+            raise ValueError(
+                f"{display(manifest_file)}: corrupt ({key} must be a non-negative integer, got {str(value)[:40]!r})"
+            )
     if manifest.get("dtype") not in ("uint16", "uint32"):
-        raise ValueError(f"{display(manifest_file)}: corrupt (dtype must be uint16 or uint32, got "
-                         f"{str(manifest.get('dtype'))[:40]!r})")
+        raise ValueError(
+            f"{display(manifest_file)}: corrupt (dtype must be uint16 or uint32, got "
+            f"{str(manifest.get('dtype'))[:40]!r})"
+        )
     if manifest["version"] >= 2:
         _check_records(manifest.get("chunks"), path)
     return manifest
@@ -254,10 +286,19 @@ def _check_records(chunks, path: Path) -> None:
         if not isinstance(records, dict) or "zarr.json" not in records:
             raise ValueError(f"{where}: corrupt (no chunk records for {name}/)")
         for key, rec in records.items():
-            if not (isinstance(rec, list) and len(rec) == 2 and isinstance(rec[0], int) and not isinstance(rec[0], bool)
-                    and rec[0] >= 0 and isinstance(rec[1], str) and len(rec[1]) == 64):
-                raise ValueError(f"{where}: corrupt (chunk record of {name}/{str(key)[:40]} is "
-                                 f"{str(rec)[:60]!r}, want [bytes, sha256 hex])")
+            if not (
+                isinstance(rec, list)
+                and len(rec) == 2
+                and isinstance(rec[0], int)
+                and not isinstance(rec[0], bool)
+                and rec[0] >= 0
+                and isinstance(rec[1], str)
+                and len(rec[1]) == 64
+            ):
+                raise ValueError(
+                    f"{where}: corrupt (chunk record of {name}/{str(key)[:40]} is "
+                    f"{str(rec)[:60]!r}, want [bytes, sha256 hex])"
+                )
 
 
 def is_token_store(path: str | os.PathLike) -> bool:
@@ -298,8 +339,7 @@ class TokenStore:
             self.check_present()
 
     def __getstate__(self):
-        return {"path": self.path, "manifest": self.manifest, "_offsets": None, "_tokens": None,
-                "_offsets_array": None}
+        return {"path": self.path, "manifest": self.manifest, "_offsets": None, "_tokens": None, "_offsets_array": None}
 
     @property
     def version(self) -> int:
@@ -316,16 +356,20 @@ class TokenStore:
         """Open ``tokens`` or ``offsets`` with the manifest's dtype and shape asserted, missing chunks refused."""
         spec = {**zarr_spec(storage.join(self.path, name)), "fill_missing_data_reads": False}
         try:
-            return ts.open(spec, open=True, read=True, dtype=ts.dtype(self.dtype_of(name).name),
-                           shape=[self.shape_of(name)]).result()
+            return ts.open(
+                spec, open=True, read=True, dtype=ts.dtype(self.dtype_of(name).name), shape=[self.shape_of(name)]
+            ).result()
         except ValueError as exc:
             if (err := as_os_error(exc, storage.join(self.path, name))) is not None:
                 raise err from None
             if status_code(exc) == "NOT_FOUND":
-                raise ValueError(f"{display(self.path)}: {name}/ is missing (no {name}/zarr.json); the store is "
-                                 f"incomplete") from None
-            raise ValueError(f"{display(self.path)}: {name}/ disagrees with the manifest (which says "
-                             f"{self.dtype_of(name)}[{self.shape_of(name)}]): {_short(exc)}") from None
+                raise ValueError(
+                    f"{display(self.path)}: {name}/ is missing (no {name}/zarr.json); the store is incomplete"
+                ) from None
+            raise ValueError(
+                f"{display(self.path)}: {name}/ disagrees with the manifest (which says "
+                f"{self.dtype_of(name)}[{self.shape_of(name)}]): {_short(exc)}"
+            ) from None
 
     def check_present(self) -> None:
         """Cheap check, no data read: both arrays open with the manifest's dtype and shape, and (version 2) one
@@ -345,17 +389,21 @@ class TokenStore:
                 extra = sorted(set(records) - {"zarr.json", *grid}, key=lambda k: _key_order(k.encode()))
                 lack = [k for k in grid if k not in records]
                 what = f"records {name}/{extra[0]}" if extra else f"has no record of {name}/{lack[0]}"
-                raise ValueError(f"{display(self.path)}: the manifest disagrees with the arrays: it {what} "
-                                 f"({len(grid)} chunks of {chunk} in {name}/)")
+                raise ValueError(
+                    f"{display(self.path)}: the manifest disagrees with the arrays: it {what} "
+                    f"({len(grid)} chunks of {chunk} in {name}/)"
+                )
             try:
                 present = array_keys(storage.join(self.path, name))
             except ValueError as exc:
                 raise _io(exc, storage.join(self.path, name)) from None
             missing = [k for k in ["zarr.json", *grid] if k not in present]
             if missing:
-                raise ValueError(f"{display(self.path)}: chunk {name}/{missing[0]} is missing"
-                                 f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}; the store is "
-                                 f"incomplete: write it again (datatools pretokenize --overwrite)")
+                raise ValueError(
+                    f"{display(self.path)}: chunk {name}/{missing[0]} is missing"
+                    f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}; the store is "
+                    f"incomplete: write it again (datatools pretokenize --overwrite)"
+                )
 
     def _array(self, name: str):
         if name == "tokens":
@@ -373,16 +421,25 @@ class TokenStore:
         try:
             return arr[begin:end].read().result()
         except ValueError as exc:
-            if status_code(exc) not in ("NOT_FOUND", "DATA_LOSS", "INVALID_ARGUMENT", "FAILED_PRECONDITION",
-                                        "OUT_OF_RANGE", "INTERNAL", None):
+            if status_code(exc) not in (
+                "NOT_FOUND",
+                "DATA_LOSS",
+                "INVALID_ARGUMENT",
+                "FAILED_PRECONDITION",
+                "OUT_OF_RANGE",
+                "INTERNAL",
+                None,
+            ):
                 if (err := as_os_error(exc, storage.join(self.path, name))) is not None:
                     raise err from None
             chunk = int(arr.chunk_layout.read_chunk.shape[0])
             m = re.search(r"chunk \{(\d+)\}|/c/(\d+)\b", str(exc))
             k = int(m.group(1) or m.group(2)) if m else begin // chunk
             state = "missing" if status_code(exc) == "NOT_FOUND" else "corrupt"
-            raise ValueError(f"{display(self.path)}: chunk {name}/c/{k} is {state} ({_short(exc)}); "
-                             f"check the store with: datatools verify {display(self.path)}") from None
+            raise ValueError(
+                f"{display(self.path)}: chunk {name}/c/{k} is {state} ({_short(exc)}); "
+                f"check the store with: datatools verify {display(self.path)}"
+            ) from None
 
     @property
     def offsets(self) -> np.ndarray:
@@ -442,16 +499,22 @@ def check_offsets(offsets: np.ndarray, num_tokens: int, path: str | os.PathLike)
     last is ``num_tokens`` (vectorized)."""
     where = display(path)
     if offsets.shape[0] == 0 or offsets[0] != 0:
-        raise ValueError(f"{where}: chunk offsets/c/0 is corrupt (offsets[0] is "
-                         f"{offsets[0] if offsets.shape[0] else 'absent'}, want 0)")
+        raise ValueError(
+            f"{where}: chunk offsets/c/0 is corrupt (offsets[0] is "
+            f"{offsets[0] if offsets.shape[0] else 'absent'}, want 0)"
+        )
     bad = np.flatnonzero(np.diff(offsets) < 0)
     if bad.size:
         i = int(bad[0]) + 1
-        raise ValueError(f"{where}: chunk offsets/c/{i // OFFSET_CHUNK} is corrupt (offsets decrease at document "
-                         f"{i - 1}: {offsets[i - 1]} then {offsets[i]})")
+        raise ValueError(
+            f"{where}: chunk offsets/c/{i // OFFSET_CHUNK} is corrupt (offsets decrease at document "
+            f"{i - 1}: {offsets[i - 1]} then {offsets[i]})"
+        )
     if offsets[-1] != num_tokens:
-        raise ValueError(f"{where}: the manifest disagrees with the arrays (offsets end at {offsets[-1]} tokens, the "
-                         f"manifest says {num_tokens})")
+        raise ValueError(
+            f"{where}: the manifest disagrees with the arrays (offsets end at {offsets[-1]} tokens, the "
+            f"manifest says {num_tokens})"
+        )
 
 
 def _short(exc: BaseException) -> str:

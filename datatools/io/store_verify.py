@@ -69,8 +69,10 @@ def verify_store(path: str | os.PathLike, *, progress: Callable[[int, int], None
         _check_checksums(store, report, progress)
     else:
         report.checksums = False
-        report.notes.append("store version 1: no checksums recorded (re-run `datatools pretokenize ... --overwrite` "
-                            "to record them); sizes and checksums not checked")
+        report.notes.append(
+            "store version 1: no checksums recorded (re-run `datatools pretokenize ... --overwrite` "
+            "to record them); sizes and checksums not checked"
+        )
     offsets = store.read_array("offsets", 0, len(store) + 1)
     check_offsets(offsets, store.num_tokens, store.path)
     step = int(store.tokens.chunk_layout.read_chunk.shape[0])
@@ -81,8 +83,10 @@ def verify_store(path: str | os.PathLike, *, progress: Callable[[int, int], None
             m = int(block.max())
             if vocab is not None and m >= vocab:
                 at = begin + int(np.argmax(block >= vocab))
-                raise ValueError(f"{where}: chunk tokens/c/{begin // step} is corrupt (token {at} is {m}, not below "
-                                 f"the vocabulary size {vocab})")
+                raise ValueError(
+                    f"{where}: chunk tokens/c/{begin // step} is corrupt (token {at} is {m}, not below "
+                    f"the vocabulary size {vocab})"
+                )
             top = max(top, m)
         if progress is not None:
             progress(min(begin + step, store.num_tokens), store.num_tokens)
@@ -108,8 +112,9 @@ def _check_checksums(store: TokenStore, report: VerifyReport, progress) -> None:
             if value is None:
                 raise ValueError(f"{where}: chunk {name}/{key} is missing")
             if len(value) != size:
-                raise ValueError(f"{where}: chunk {name}/{key} is corrupt ({len(value)} bytes, the manifest records "
-                                 f"{size})")
+                raise ValueError(
+                    f"{where}: chunk {name}/{key} is corrupt ({len(value)} bytes, the manifest records {size})"
+                )
             if hashlib.sha256(value).hexdigest() != digest:
                 raise ValueError(f"{where}: chunk {name}/{key} is corrupt (its sha256 differs from the manifest's)")
             done += size

@@ -56,8 +56,9 @@ def detect_column(names: list[str], column: str | None, where: str) -> str:
     if len(found) == 1:
         return found[0]
     if not found:
-        raise ValueError(f"{where}: no token or text column found (columns: {', '.join(names) or 'none'}); "
-                         f"{NAME_THE_COLUMN}")
+        raise ValueError(
+            f"{where}: no token or text column found (columns: {', '.join(names) or 'none'}); {NAME_THE_COLUMN}"
+        )
     raise ValueError(f"{where}: ambiguous column, candidates: {', '.join(found)}; {NAME_THE_COLUMN}")
 
 
@@ -89,8 +90,9 @@ def column_batches(shard: Shard, column: str, text: bool) -> Iterator[pa.Array |
         for batch in iter_arrow_batches(f, shard.part, shard.stop):
             yield batch.column(column)
     elif shard.kind == "jsonl":
-        yield from jsonl.read_column_blocks(f, column, pa.large_string() if text else pa.list_(pa.int64()),
-                                            shard.part, shard.stop)
+        yield from jsonl.read_column_blocks(
+            f, column, pa.large_string() if text else pa.list_(pa.int64()), shard.part, shard.stop
+        )
     else:
         raise ValueError(f"{display(f)}: {shard.kind} shards have no columns")
 

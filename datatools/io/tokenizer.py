@@ -101,8 +101,10 @@ def resolve_special(tok, value: str | int | None, which: str) -> int | None:
         if i is not None:
             return i
     if text == "auto":
-        raise ValueError(f"--{which}: the tokenizer has no {which.upper()} token (looked for {', '.join(names)}); "
-                         f"name it: --{which} TOKEN")
+        raise ValueError(
+            f"--{which}: the tokenizer has no {which.upper()} token (looked for {', '.join(names)}); "
+            f"name it: --{which} TOKEN"
+        )
     raise ValueError(f"--{which} {text[:80]!r}: no such token in the tokenizer")
 
 
@@ -219,7 +221,7 @@ class TextEncoder:
         pieces: list[str] = []
         chars = 0
         for i, text in enumerate(texts):
-            for piece in ([text] if keep else split_text(tok, text)):
+            for piece in [text] if keep else split_text(tok, text):
                 if pieces and (len(pieces) >= LENGTH_BATCH_TEXTS or chars + len(piece) > LENGTH_BATCH_CHARS):
                     np.add.at(out, owners, [len(e) for e in encode(pieces, add_special_tokens=keep)])
                     owners, pieces, chars = [], [], 0
@@ -237,9 +239,15 @@ class TextEncoder:
         def name(i):
             return None if i is None else {"id": i, "token": tok.id_to_token(i)}
 
-        return {"file": self.source, "sha256": self.sha256, "settings": self.settings,
-                "bos": name(self.bos_id), "eos": name(self.eos_id),
-                "switched_off": dict(self.switched_off or {}), "vocab_size": self.vocab_size}
+        return {
+            "file": self.source,
+            "sha256": self.sha256,
+            "settings": self.settings,
+            "bos": name(self.bos_id),
+            "eos": name(self.eos_id),
+            "switched_off": dict(self.switched_off or {}),
+            "vocab_size": self.vocab_size,
+        }
 
     def summary(self) -> str:
         """One line for the terminal: the file, its digest, what was switched off, the special tokens."""
@@ -267,15 +275,23 @@ def _padding_text(padding: dict) -> str:
     return f"to {padding['length']}" if padding.get("length") else "to the longest in a batch"
 
 
-def open_encoder(path: str | os.PathLike, *, settings: str = "off", bos: str | int | None = None,
-                 eos: str | int | None = None) -> TextEncoder:
+def open_encoder(
+    path: str | os.PathLike, *, settings: str = "off", bos: str | int | None = None, eos: str | int | None = None
+) -> TextEncoder:
     """A :class:`TextEncoder` for the tokenizer file at ``path``; BOS/EOS resolved (and checked) here, once."""
     _check_settings(settings)
     data = _read_tokenizer_file(path)
     text = data.decode("utf-8", "replace")
     tok = _tokenizer_from_json(text, display(path))
     switched = _switch_off(tok) if settings == "off" else {}
-    enc = TextEncoder(text, display(path), hashlib.sha256(data).hexdigest(), settings,
-                      resolve_special(tok, bos, "bos"), resolve_special(tok, eos, "eos"), switched)
+    enc = TextEncoder(
+        text,
+        display(path),
+        hashlib.sha256(data).hexdigest(),
+        settings,
+        resolve_special(tok, bos, "bos"),
+        resolve_special(tok, eos, "eos"),
+        switched,
+    )
     enc._tok = tok
     return enc

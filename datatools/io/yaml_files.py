@@ -66,8 +66,10 @@ class _LimitedLoader(yaml.SafeLoader):
                 continue  # merged keys may be overridden; a complex key is PyYAML's to refuse (unhashable)
             key = self.construct_object(key_node)  # a scalar: 1 and 0x1 are the same key
             if key in seen:
-                raise _Refused(f"duplicate key {_short(key)} (line {key_node.start_mark.line + 1}): a key may appear "
-                               f"once per mapping")
+                raise _Refused(
+                    f"duplicate key {_short(key)} (line {key_node.start_mark.line + 1}): a key may appear "
+                    f"once per mapping"
+                )
             seen.add(key)
         return node
 
@@ -98,8 +100,9 @@ def _check_expanded(root: yaml.Node | None) -> None:
             n, d = measure(child)
             size, depth = size + n, max(depth, d)
             if size > MAX_EXPANDED_NODES:
-                raise _Refused(f"expands to more than {MAX_EXPANDED_NODES:,} values through its aliases "
-                               f"(an alias bomb?)")
+                raise _Refused(
+                    f"expands to more than {MAX_EXPANDED_NODES:,} values through its aliases (an alias bomb?)"
+                )
         if depth + 1 > MAX_DEPTH:
             raise _Refused(f"nested deeper than {MAX_DEPTH} levels once its aliases are expanded")
         active.discard(key)

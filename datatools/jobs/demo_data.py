@@ -47,16 +47,21 @@ def train_tokenizer(texts: list[str], path: str | Path, *, vocab_size: int = 409
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<s>", "</s>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(texts, trainer)
     path = Path(path)
     atomic_write_bytes(path, tok.to_str().encode())
     return path
 
 
-def build_demo(root: str | Path = DEMO_DIR, *, limit_files: int | None = None, vocab_size: int = 4096,
-               progress: bool = True) -> dict[str, Path]:
+def build_demo(
+    root: str | Path = DEMO_DIR, *, limit_files: int | None = None, vocab_size: int = 4096, progress: bool = True
+) -> dict[str, Path]:
     """Write ``root/stdlib.parquet`` (text), ``root/tokenizer.json`` and ``root/store`` (tokens, EOS per document).
 
     Steps already done (their output exists) are skipped, so a second run is instant.

@@ -36,7 +36,7 @@ STAGING_FILE = re.compile(r"(job\.json|commit\.json|shards/\d{6}\.npz)")
 
 def _names(prefix: str) -> list[str]:
     base = storage.url_of(prefix).rstrip("/") + "/"
-    return [f[len(base):] for f in storage.list_files(prefix)]
+    return [f[len(base) :] for f in storage.list_files(prefix)]
 
 
 def _read_json(url: str) -> dict:
@@ -58,9 +58,11 @@ def check_replaceable(output: str, staging: str, overwrite: bool) -> None:
     (``STAGING/commit.json`` says so); STAGING only a staging area's files. Nothing is touched here."""
     bad = [n for n in _names(staging) if not STAGING_FILE.fullmatch(n)]
     if bad:
-        raise ValueError(f"{storage.url_of(staging)}: holds objects that are not a pretokenize staging area "
-                         f"({bad[0]}{' ...' if len(bad) > 1 else ''}); nothing was touched: remove them or choose "
-                         f"another OUTPUT")
+        raise ValueError(
+            f"{storage.url_of(staging)}: holds objects that are not a pretokenize staging area "
+            f"({bad[0]}{' ...' if len(bad) > 1 else ''}); nothing was touched: remove them or choose "
+            f"another OUTPUT"
+        )
     if not storage.list_files(output):
         return
     if is_token_store(output):
@@ -70,9 +72,11 @@ def check_replaceable(output: str, staging: str, overwrite: bool) -> None:
         except ValueError:
             pass
     if committing_job(staging) is None:
-        raise ValueError(f"{storage.url_of(output)}: already holds objects and is not a datatools token store (no "
-                         f"readable manifest.json); --overwrite replaces only a token store, so nothing was touched: "
-                         f"remove them or choose another OUTPUT")
+        raise ValueError(
+            f"{storage.url_of(output)}: already holds objects and is not a datatools token store (no "
+            f"readable manifest.json); --overwrite replaces only a token store, so nothing was touched: "
+            f"remove them or choose another OUTPUT"
+        )
 
 
 def prepare_staging(staging: str, job: str, shards: int) -> bool:
@@ -97,8 +101,9 @@ def shards_present(staging: str) -> set[int]:
 def commit(output: str, staging: str, job: str, write: Callable[[str], None]) -> None:
     """Write the store at OUTPUT with ``write(output)`` (arrays, then the manifest last), replacing what is
     there, under the protocol of the module docstring; then delete STAGING."""
-    storage.write_text(storage.join(staging, "commit.json"), json.dumps({"job": job,
-                                                                         "output": storage.url_of(output)}) + "\n")
+    storage.write_text(
+        storage.join(staging, "commit.json"), json.dumps({"job": job, "output": storage.url_of(output)}) + "\n"
+    )
     storage.remove(storage.join(output, "manifest.json"))  # uncommit first: no reader opens a half-replaced store
     storage.remove_tree(output)
     write(output)

@@ -69,9 +69,20 @@ def plan_lengths(data: str | os.PathLike, console=None, **input_options) -> tupl
     return read_lengths_shown(inp, console), inp.kind
 
 
-def pack_plan(data: str | os.PathLike, out: str | os.PathLike, ctx: int, *, algorithm: str = "best_fit_decreasing",
-              max_segments: int | None = None, align: int = 1, overflow: str = "split", group_docs: int | None = None,
-              overwrite: bool = False, console=None, **input_options) -> PackReport:
+def pack_plan(
+    data: str | os.PathLike,
+    out: str | os.PathLike,
+    ctx: int,
+    *,
+    algorithm: str = "best_fit_decreasing",
+    max_segments: int | None = None,
+    align: int = 1,
+    overflow: str = "split",
+    group_docs: int | None = None,
+    overwrite: bool = False,
+    console=None,
+    **input_options,
+) -> PackReport:
     """Plan the documents of ``data`` into the plan directory ``out`` (rows of ``ctx`` tokens, index only).
 
     Args:
@@ -92,13 +103,25 @@ def pack_plan(data: str | os.PathLike, out: str | os.PathLike, ctx: int, *, algo
     if lengths.shape[0] == 0:
         raise ValueError(f"{display(data)}: no documents")
     read_s = time.perf_counter() - t0
-    options: dict[str, Any] = dict(algorithm=algorithm, max_segments=max_segments, align=align, overflow=overflow,
-                   group_docs=group_docs or GROUP_DOCS, source=display(data), overwrite=overwrite)
+    options: dict[str, Any] = dict(
+        algorithm=algorithm,
+        max_segments=max_segments,
+        align=align,
+        overflow=overflow,
+        group_docs=group_docs or GROUP_DOCS,
+        source=display(data),
+        overwrite=overwrite,
+    )
     if console is None:
         header = write_plan(out, lengths, ctx, **options)
     else:
         with count_progress(console, int(lengths.shape[0]), "packing documents") as advance:
             header = write_plan(out, lengths, ctx, **options, progress=advance)
     figures = {k: v for k, v in header.items() if k not in ("format", "version")}
-    return PackReport(**figures, plan=display(out), input_kind=kind, read_seconds=read_s,
-                      pack_seconds=time.perf_counter() - t0 - read_s)
+    return PackReport(
+        **figures,
+        plan=display(out),
+        input_kind=kind,
+        read_seconds=read_s,
+        pack_seconds=time.perf_counter() - t0 - read_s,
+    )

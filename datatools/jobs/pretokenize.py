@@ -190,8 +190,10 @@ def _fingerprint(shards: list[Shard], tokenizer_sha: str, options: JobOptions) -
         st = f.stat()
         sources.append({"path": display(f.resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns})
     parts = [[s.kind, s.part, s.stop] for s in shards]
-    blob = json.dumps({"sources": sources, "parts": parts, "tokenizer": tokenizer_sha, "options": asdict(options),
-                       "v": 2}, sort_keys=True)
+    blob = json.dumps(
+        {"sources": sources, "parts": parts, "tokenizer": tokenizer_sha, "options": asdict(options), "v": 2},
+        sort_keys=True,
+    )
     return hashlib.sha256(blob.encode()).hexdigest(), sources
 
 
@@ -204,10 +206,23 @@ def _check_disk(path: Path) -> None:
         raise OSError(28, f"No space left on device under {path}")
 
 
-def pretokenize(inputs, output, tokenizer: str | os.PathLike, *, column: str = "text",
-                bos: bool | str | int | None = None, eos: bool | str | int | None = None, ctx: int | None = None,
-                tile: int | None = None, tokenizer_settings: str = "off", workers: int = 1, engine: str = "local",
-                ray_address: str | None = None, overwrite: bool = False, progress: bool = True) -> JobResult:
+def pretokenize(
+    inputs,
+    output,
+    tokenizer: str | os.PathLike,
+    *,
+    column: str = "text",
+    bos: bool | str | int | None = None,
+    eos: bool | str | int | None = None,
+    ctx: int | None = None,
+    tile: int | None = None,
+    tokenizer_settings: str = "off",
+    workers: int = 1,
+    engine: str = "local",
+    ray_address: str | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> JobResult:
     """Tokenize text files into a token store at ``output`` (see the module docstring).
 
     Args:
@@ -241,8 +256,10 @@ def pretokenize(inputs, output, tokenizer: str | os.PathLike, *, column: str = "
     given = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     if any(os.fspath(p) == "" for p in given):  # Path("") is ".": it would read the working directory
         raise ValueError("an input path is empty ('')")
-    inputs = [storage.url_of(p) if storage.is_url(p) else Path(p)
-              for p in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)]
+    inputs = [
+        storage.url_of(p) if storage.is_url(p) else Path(p)
+        for p in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)
+    ]
     if not inputs:
         raise ValueError("no inputs given")
     remote = storage.is_url(output)  # object storage: no rename, the manifest is the commit point
@@ -269,8 +286,14 @@ def pretokenize(inputs, output, tokenizer: str | os.PathLike, *, column: str = "
         check_replaceable(output, staging, old, overwrite)  # before any work: what is there is ours to replace
         old_left = old.exists()  # a store an interrupted --overwrite swap moved aside
     encoder = open_encoder(tokenizer, settings=tokenizer_settings, bos=_special(bos), eos=_special(eos))
-    options = JobOptions(column=column, bos_id=encoder.bos_id, eos_id=encoder.eos_id, ctx=ctx, tile=tile,
-                         tokenizer_settings=tokenizer_settings)
+    options = JobOptions(
+        column=column,
+        bos_id=encoder.bos_id,
+        eos_id=encoder.eos_id,
+        ctx=ctx,
+        tile=tile,
+        tokenizer_settings=tokenizer_settings,
+    )
     shards, duplicates = _unique_shards(s for p in inputs for s in list_shards(p))
     for s in {s.files[0]: s for s in shards}.values():
         check_column(s, column)
@@ -279,8 +302,11 @@ def pretokenize(inputs, output, tokenizer: str | os.PathLike, *, column: str = "
     worker = ShardTokenizer(encoder, options)
     extra = {"tokenizer": encoder.summary()}
     if duplicates:
-        extra["duplicates"] = f"{len(duplicates)} input file(s) given more than once, read once: " + \
-            ", ".join(display(f) for f in duplicates[:3]) + (" ..." if len(duplicates) > 3 else "")
+        extra["duplicates"] = (
+            f"{len(duplicates)} input file(s) given more than once, read once: "
+            + ", ".join(display(f) for f in duplicates[:3])
+            + (" ..." if len(duplicates) > 3 else "")
+        )
 
     if is_token_store(output):
         m = read_manifest(output)
@@ -289,19 +315,32 @@ def pretokenize(inputs, output, tokenizer: str | os.PathLike, *, column: str = "
                 storage.remove_tree(staging)
             else:
                 _clean_leftovers(output, extra, [p for p in (staging, old) if p.exists()])
-            return JobResult(display(output), m["num_documents"], m["num_tokens"], len(shards), len(shards),
-                             time.perf_counter() - t0, "already complete", extra)
+            return JobResult(
+                display(output),
+                m["num_documents"],
+                m["num_tokens"],
+                len(shards),
+                len(shards),
+                time.perf_counter() - t0,
+                "already complete",
+                extra,
+            )
         if not overwrite:
-            why = ("a store of this job written by an older datatools (store version "
-                   f"{m.get('version')}, no chunk checksums)" if m.get("job") == job else "a different job")
+            why = (
+                "a store of this job written by an older datatools (store version "
+                f"{m.get('version')}, no chunk checksums)"
+                if m.get("job") == job
+                else "a different job"
+            )
             raise ValueError(f"{display(output)}: already exists ({why}); pass --overwrite to replace it")
     elif not remote and output.exists() and not overwrite:
         raise ValueError(f"{display(output)}: already exists; pass --overwrite to replace it")
 
     if remote:
         if object_store_commit.prepare_staging(staging, job, len(shards)):
-            extra["cleaned"] = f"{display(output)}: removed {display(staging)} left by an interrupted run of a " \
-                               f"different job"
+            extra["cleaned"] = (
+                f"{display(output)}: removed {display(staging)} left by an interrupted run of a different job"
+            )
         present = object_store_commit.shards_present(staging)
         todo = [k for k in range(len(shards)) if k not in present]
     else:
@@ -315,8 +354,9 @@ def pretokenize(inputs, output, tokenizer: str | os.PathLike, *, column: str = "
                 same = False
             if not same:
                 shutil.rmtree(staging)  # datatools' own (check_replaceable): the staging of another job's run
-                extra["cleaned"] = f"{display(output)}: removed {display(staging.name)} left by an interrupted run " \
-                                   f"of a different job"
+                extra["cleaned"] = (
+                    f"{display(output)}: removed {display(staging.name)} left by an interrupted run of a different job"
+                )
         (staging / "shards").mkdir(parents=True, exist_ok=True)
         if not job_file.exists():
             atomic_write_text(job_file, json.dumps({"job": job, "shards": len(shards)}) + "\n")
@@ -329,10 +369,16 @@ def pretokenize(inputs, output, tokenizer: str | os.PathLike, *, column: str = "
     lengths_per_shard = [_read_shard_lengths(_shard_path(staging, k)) for k in range(len(shards))]
     num_docs = int(sum(x.shape[0] for x in lengths_per_shard))
     num_tokens = int(sum(int(x.sum()) for x in lengths_per_shard))
-    manifest = {"vocab_size": vocab_size, "tokenizer_sha256": encoder.sha256,
-                "tokenizer_file": os.path.basename(encoder.source), "tokenizer": encoder.describe(),
-                "options": asdict(options), "sources": [s["path"] for s in sources], "job": job,
-                "shards": len(shards)}
+    manifest = {
+        "vocab_size": vocab_size,
+        "tokenizer_sha256": encoder.sha256,
+        "tokenizer_file": os.path.basename(encoder.source),
+        "tokenizer": encoder.describe(),
+        "options": asdict(options),
+        "sources": [s["path"] for s in sources],
+        "job": job,
+        "shards": len(shards),
+    }
 
     def shards_in_order():
         for k in range(len(shards)):
@@ -340,13 +386,27 @@ def pretokenize(inputs, output, tokenizer: str | os.PathLike, *, column: str = "
             _fault(f"committing-{k}")
 
     def write(where) -> None:
-        write_store(where, shards_in_order(),
-                    num_tokens=num_tokens, num_documents=num_docs, dtype=worker.dtype, manifest=manifest)
+        write_store(
+            where,
+            shards_in_order(),
+            num_tokens=num_tokens,
+            num_documents=num_docs,
+            dtype=worker.dtype,
+            manifest=manifest,
+        )
 
     if remote:
         object_store_commit.commit(output, staging, job, write)
-        return JobResult(display(output), num_docs, num_tokens, len(shards), resumed, time.perf_counter() - t0,
-                         "resumed" if resumed else "written", extra)
+        return JobResult(
+            display(output),
+            num_docs,
+            num_tokens,
+            len(shards),
+            resumed,
+            time.perf_counter() - t0,
+            "resumed" if resumed else "written",
+            extra,
+        )
     store_tmp = staging / "store"
     if store_tmp.exists():
         shutil.rmtree(store_tmp)
@@ -365,8 +425,16 @@ def pretokenize(inputs, output, tokenizer: str | os.PathLike, *, column: str = "
     _clean_leftovers(output, extra, [old] if old_left and old.exists() else [])
     if old.exists():  # the store this run's --overwrite swap moved aside
         shutil.rmtree(old)
-    return JobResult(display(output), num_docs, num_tokens, len(shards), resumed, time.perf_counter() - t0,
-                     "resumed" if resumed else "written", extra)
+    return JobResult(
+        display(output),
+        num_docs,
+        num_tokens,
+        len(shards),
+        resumed,
+        time.perf_counter() - t0,
+        "resumed" if resumed else "written",
+        extra,
+    )
 
 
 def _clean_leftovers(output: Path, extra: dict, removed: list[Path]) -> None:
@@ -375,8 +443,11 @@ def _clean_leftovers(output: Path, extra: dict, removed: list[Path]) -> None:
     for p in removed:
         shutil.rmtree(p)
     if removed:
-        extra["cleaned"] = f"{display(output)}: removed " + " and ".join(display(p.name) for p in removed) + \
-            " left by an interrupted run"
+        extra["cleaned"] = (
+            f"{display(output)}: removed "
+            + " and ".join(display(p.name) for p in removed)
+            + " left by an interrupted run"
+        )
 
 
 def require_engine(engine: str) -> None:
@@ -393,22 +464,30 @@ def check_replaceable(output: Path, staging: Path, old: Path, overwrite: bool) -
     if output.exists() or output.is_symlink():
         if output.is_dir() and not output.is_symlink() and not any(output.iterdir()):
             if not overwrite:
-                raise ValueError(f"{display(output)}: already exists (an empty directory); pass --overwrite to "
-                                 f"write the store in its place")
+                raise ValueError(
+                    f"{display(output)}: already exists (an empty directory); pass --overwrite to "
+                    f"write the store in its place"
+                )
         elif not (output.is_dir() and is_token_store(output) and _manifest_ok(output)):
             what = "a file" if output.is_file() else "a directory" if output.is_dir() else "not a directory"
-            raise ValueError(f"{display(output)}: already exists and is not a datatools token store ({what} "
-                             f"without a token store manifest); --overwrite replaces only a token store, so "
-                             f"nothing was touched: move it away or choose another OUTPUT")
+            raise ValueError(
+                f"{display(output)}: already exists and is not a datatools token store ({what} "
+                f"without a token store manifest); --overwrite replaces only a token store, so "
+                f"nothing was touched: move it away or choose another OUTPUT"
+            )
     if staging.exists() or staging.is_symlink():
         names = {p.name for p in staging.iterdir()} if staging.is_dir() and not staging.is_symlink() else None
         if names is None or not all(n in STAGING_NAMES or n.startswith(".job.json.") for n in names):
-            raise ValueError(f"{display(staging)}: exists and is not a pretokenize staging directory (it holds "
-                             f"other files); nothing was touched: move it away or choose another OUTPUT")
+            raise ValueError(
+                f"{display(staging)}: exists and is not a pretokenize staging directory (it holds "
+                f"other files); nothing was touched: move it away or choose another OUTPUT"
+            )
     if old.exists() or old.is_symlink():
         if not (old.is_dir() and not old.is_symlink() and is_token_store(old) and _manifest_ok(old)):
-            raise ValueError(f"{display(old)}: exists and is not a token store an interrupted --overwrite set "
-                             f"aside; nothing was touched: move it away or choose another OUTPUT")
+            raise ValueError(
+                f"{display(old)}: exists and is not a token store an interrupted --overwrite set "
+                f"aside; nothing was touched: move it away or choose another OUTPUT"
+            )
 
 
 def _manifest_ok(path: Path) -> bool:
@@ -466,24 +545,38 @@ def _run_ray(worker, shards, todo, staging, workers, ray_address, bar) -> None:
 
     started = False
     if not ray.is_initialized():
-        ray.init(address=ray_address, num_cpus=None if ray_address else workers, include_dashboard=False,
-                 log_to_driver=False, configure_logging=False)
+        ray.init(
+            address=ray_address,
+            num_cpus=None if ray_address else workers,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )
         started = True
     try:
         import ray.data
 
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False
-        items = [{"k": k, "kind": shards[k].kind, "files": list(shards[k].files), "part": shards[k].part,
-                  "stop": shards[k].stop} for k in todo]
+        items = [
+            {
+                "k": k,
+                "kind": shards[k].kind,
+                "files": list(shards[k].files),
+                "part": shards[k].part,
+                "stop": shards[k].stop,
+            }
+            for k in todo
+        ]
 
         def tokenize_row(row: dict) -> dict:
             shard = Shard(row["kind"], tuple(row["files"]), int(row["part"]), int(row["stop"]))
             k, docs, toks = _run_shard((worker, shard, int(row["k"]), str(staging)))
             return {"k": k, "docs": docs, "tokens": toks}
 
-        ds = ray.data.from_items(items, override_num_blocks=max(1, len(items))).map(tokenize_row, num_cpus=1,
-                                                                                     concurrency=workers)
+        ds = ray.data.from_items(items, override_num_blocks=max(1, len(items))).map(
+            tokenize_row, num_cpus=1, concurrency=workers
+        )
         for row in ds.iter_rows():
             bar.advance(int(row["docs"]), int(row["tokens"]))
     finally:

@@ -81,8 +81,9 @@ def bucket_width(most: int, *, minimum: int = 16, step: int = 256) -> int:
     return max(int(minimum), 1 << (most - 1).bit_length()) if most <= step else -(-most // step) * step
 
 
-def block_pairs(segment_ids, block: int, *, minimum: int = 16, step: int = 256,
-                kinds: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def block_pairs(
+    segment_ids, block: int, *, minimum: int = 16, step: int = 256, kinds: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
     """The non-empty tiles of every row as a padded list, the form a gather-based kernel takes.
 
     Returns int32 arrays of shape (rows, P), P the most non-empty tiles in any row
@@ -107,8 +108,9 @@ def block_pairs(segment_ids, block: int, *, minimum: int = 16, step: int = 256,
 TILE_KEYS = ("tile_row", "tile_q", "tile_k", "tile_full", "tile_by_k", "tile_count")
 
 
-def tile_list(segment_ids, block: int, *, minimum: int = 16, step: int = 256,
-              kinds: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def tile_list(
+    segment_ids, block: int, *, minimum: int = 16, step: int = 256, kinds: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
     """The batch's non-empty tiles as one list, the scalar-prefetch operands of a Pallas block-sparse kernel.
 
     A kernel's grid runs over this list (one grid step per tile and head), so it

@@ -127,8 +127,9 @@ def next_document_mask(segment_ids: np.ndarray) -> np.ndarray:
     return mask.reshape(np.shape(segment_ids))
 
 
-def apply_options(batch: dict, *, boundary_targets: str = "mask", positions: str = "restart",
-                  loss_weighting: str = "none") -> dict:
+def apply_options(
+    batch: dict, *, boundary_targets: str = "mask", positions: str = "restart", loss_weighting: str = "none"
+) -> dict:
     """A canonical batch with ``boundary_targets``, ``positions`` and ``loss_weighting`` applied (see the module
     docstring).
 
@@ -215,8 +216,9 @@ def to_hf(batch: dict) -> dict:
 _CONVERTERS = {"datatools": lambda b: b, "maxtext": to_maxtext, "levanter": to_levanter, "hf": to_hf}
 
 
-def to_format(batch: dict, name: str, *, boundary_targets: str = "mask", positions: str = "restart",
-              loss_weighting: str = "none") -> dict:
+def to_format(
+    batch: dict, name: str, *, boundary_targets: str = "mask", positions: str = "restart", loss_weighting: str = "none"
+) -> dict:
     """Convert a canonical batch to the format ``name`` (one of :data:`FORMATS`), with the batch options
     ``boundary_targets`` (:data:`BOUNDARY_TARGETS`), ``positions`` (:data:`POSITIONS`) and ``loss_weighting``
     (:data:`~datatools.kernels.loss_weights.LOSS_WEIGHTINGS`) applied first."""
@@ -227,5 +229,6 @@ def to_format(batch: dict, name: str, *, boundary_targets: str = "mask", positio
     missing = [k for k in CANONICAL_KEYS if k not in batch]
     if missing:
         raise ValueError(f"not a canonical datatools batch: missing {', '.join(missing)}")
-    return convert(apply_options(batch, boundary_targets=boundary_targets, positions=positions,
-                                 loss_weighting=loss_weighting))
+    return convert(
+        apply_options(batch, boundary_targets=boundary_targets, positions=positions, loss_weighting=loss_weighting)
+    )

@@ -87,8 +87,9 @@ def optimal_boundaries(cand, counts, num_buckets):
     return out, best[k_best, C - 1]
 
 
-def bucket_boundaries(lengths, num_buckets: int, *, tile: int = 128, max_len: int | None = None,
-                      overflow: str = "split") -> np.ndarray:
+def bucket_boundaries(
+    lengths, num_buckets: int, *, tile: int = 128, max_len: int | None = None, overflow: str = "split"
+) -> np.ndarray:
     """The tile-aligned bucket boundaries that minimise total padding for these lengths.
 
     Each document is padded to the smallest boundary >= its length; the boundaries
@@ -132,8 +133,9 @@ def bucket_boundaries(lengths, num_buckets: int, *, tile: int = 128, max_len: in
     return boundaries
 
 
-def bucket_batch_sizes(boundaries, *, batch_size: int | None = None, token_budget: int | None = None,
-                       multiple_of: int = 1) -> np.ndarray:
+def bucket_batch_sizes(
+    boundaries, *, batch_size: int | None = None, token_budget: int | None = None, multiple_of: int = 1
+) -> np.ndarray:
     """Rows per batch for each bucket: fixed, or ``floor(token_budget / boundary)``.
 
     Args:
@@ -260,8 +262,9 @@ def _batch_by_bucket(bucket_of, batch_sizes, drop_remainder):
     return out[:pos], splits, bucket, kept
 
 
-def bucket_batches(lengths, boundaries, batch_sizes, *, overflow: str = "split",
-                   drop_remainder: bool = False) -> BucketPlan:
+def bucket_batches(
+    lengths, boundaries, batch_sizes, *, overflow: str = "split", drop_remainder: bool = False
+) -> BucketPlan:
     """Assign every document to exactly one batch of its bucket.
 
     Args:
@@ -281,10 +284,14 @@ def bucket_batches(lengths, boundaries, batch_sizes, *, overflow: str = "split",
     if b.size == 0 or b.min() < 1 or np.any(np.diff(b) <= 0):
         raise ValueError(f"boundaries must be positive and strictly ascending, got {short_repr(b.tolist())}")
     if b.size > MAX_BUCKETS or b.max() > MAX_CTX:
-        raise ValueError(f"boundaries: at most {MAX_BUCKETS:,} buckets of at most {MAX_CTX:,} tokens "
-                         f"(datatools' limits), got {short_repr(b.tolist())}")
+        raise ValueError(
+            f"boundaries: at most {MAX_BUCKETS:,} buckets of at most {MAX_CTX:,} tokens "
+            f"(datatools' limits), got {short_repr(b.tolist())}"
+        )
     if np.isscalar(batch_sizes):
-        batch_sizes = np.full(b.size, check_int(batch_sizes, "batch_size", minimum=1, maximum=MAX_BATCH), dtype=np.int64)
+        batch_sizes = np.full(
+            b.size, check_int(batch_sizes, "batch_size", minimum=1, maximum=MAX_BATCH), dtype=np.int64
+        )
     sizes = as_lengths(batch_sizes, "batch_sizes")
     if sizes.shape != b.shape or sizes.min() < 1 or sizes.max() > MAX_BATCH:
         raise ValueError(f"batch_sizes must give one size >= 1 per bucket, got {sizes.tolist()}")
@@ -293,13 +300,22 @@ def bucket_batches(lengths, boundaries, batch_sizes, *, overflow: str = "split",
     bucket_of = np.searchsorted(b, length, side="left").astype(np.int64)
     order, splits, batch_bucket, kept = _batch_by_bucket(bucket_of, sizes, drop_remainder)
     dropped += int(length[~kept].sum())
-    return BucketPlan(boundaries=b, batch_sizes=sizes, batch_splits=splits, batch_bucket=batch_bucket,
-                      doc=doc[order], start=start[order], length=length[order], dropped_tokens=dropped,
-                      dropped_items=int((~kept).sum()))
+    return BucketPlan(
+        boundaries=b,
+        batch_sizes=sizes,
+        batch_splits=splits,
+        batch_bucket=batch_bucket,
+        doc=doc[order],
+        start=start[order],
+        length=length[order],
+        dropped_tokens=dropped,
+        dropped_items=int((~kept).sum()),
+    )
 
 
-def fill_order_batches(bucket_of, batch_sizes, *, drop_remainder: bool = False) -> tuple[np.ndarray, np.ndarray,
-                                                                                          np.ndarray]:
+def fill_order_batches(
+    bucket_of, batch_sizes, *, drop_remainder: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Batches of items in the order a stream fills them: what a bucketer that reads items one by one emits.
 
     Items arrive in order; item i joins bucket ``bucket_of[i]``; a bucket's batch is emitted when its
@@ -315,8 +331,9 @@ def fill_order_batches(bucket_of, batch_sizes, *, drop_remainder: bool = False) 
     bucket_of = np.asarray(bucket_of, np.int64).reshape(-1)
     sizes = as_lengths(batch_sizes, "batch_sizes")
     if bucket_of.size and (bucket_of.min() < 0 or bucket_of.max() >= sizes.shape[0]):
-        raise ValueError(f"bucket_of must lie in [0, {sizes.shape[0]}); got {int(bucket_of.min())}.."
-                         f"{int(bucket_of.max())}")
+        raise ValueError(
+            f"bucket_of must lie in [0, {sizes.shape[0]}); got {int(bucket_of.min())}..{int(bucket_of.max())}"
+        )
     if sizes.size and sizes.min() < 1:
         raise ValueError(f"batch_sizes must be >= 1; got {sizes.tolist()}")
     order = np.argsort(bucket_of, kind="stable")
@@ -334,8 +351,11 @@ def fill_order_batches(bucket_of, batch_sizes, *, drop_remainder: bool = False) 
             rest.append((k, mine[full * s :]))
     last = np.concatenate(full_last) if full_last else np.zeros(0, np.int64)
     emit = np.argsort(last, kind="stable")  # a full batch is emitted when its last item arrives
-    sizes_of = np.concatenate([np.full(f.shape[0], f.shape[1], np.int64) for f in full_items]) if full_items else \
-        np.zeros(0, np.int64)
+    sizes_of = (
+        np.concatenate([np.full(f.shape[0], f.shape[1], np.int64) for f in full_items])
+        if full_items
+        else np.zeros(0, np.int64)
+    )
     flat = [f.reshape(-1) for f in full_items]
     begin = np.concatenate(([0], np.cumsum(sizes_of)))[:-1]
     pieces = np.concatenate(flat) if flat else np.zeros(0, np.int64)
@@ -344,8 +364,12 @@ def fill_order_batches(bucket_of, batch_sizes, *, drop_remainder: bool = False) 
     take = np.repeat(begin[emit], n_emit) + within
     items = [pieces[take]] + [r for _, r in rest]
     lens = np.concatenate((sizes_of[emit], np.asarray([r.shape[0] for _, r in rest], np.int64)))
-    bucket = np.concatenate((np.concatenate(full_bucket)[emit] if full_bucket else np.zeros(0, np.int64),
-                             np.asarray([k for k, _ in rest], np.int64)))
+    bucket = np.concatenate(
+        (
+            np.concatenate(full_bucket)[emit] if full_bucket else np.zeros(0, np.int64),
+            np.asarray([k for k, _ in rest], np.int64),
+        )
+    )
     return np.concatenate(items).astype(np.int64), np.concatenate(([0], np.cumsum(lens))), bucket
 
 
@@ -372,6 +396,9 @@ def padding_efficiency(lengths, *, max_len: int, batch_size: int, tile: int = 1)
     rows = np.full(batches.shape[0], batch_size)
     return {
         "pad_to_max": {"efficiency": real / (kept.size * max_len), "shapes": 1, "dropped_tokens": dropped},
-        "pad_to_batch_max": {"efficiency": real / int((rows * widths).sum()), "shapes": int(np.unique(widths).size),
-                             "dropped_tokens": dropped},
+        "pad_to_batch_max": {
+            "efficiency": real / int((rows * widths).sum()),
+            "shapes": int(np.unique(widths).size),
+            "dropped_tokens": dropped,
+        },
     }

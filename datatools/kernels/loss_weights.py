@@ -72,8 +72,10 @@ def loss_weights(segment_ids: np.ndarray, loss_mask: np.ndarray, weighting: str)
     check_choice(weighting, "loss_weighting", LOSS_WEIGHTINGS[1:])
     seg, mask = np.asarray(segment_ids), np.asarray(loss_mask)
     if seg.shape != mask.shape or seg.ndim not in (1, 2):
-        raise ValueError(f"segment_ids and loss_mask must be arrays of one shape (rows, ctx) or (ctx,); got "
-                         f"{short_repr(seg.shape)} and {short_repr(mask.shape)}")
+        raise ValueError(
+            f"segment_ids and loss_mask must be arrays of one shape (rows, ctx) or (ctx,); got "
+            f"{short_repr(seg.shape)} and {short_repr(mask.shape)}"
+        )
     shape = seg.shape
     seg2, mask2 = np.atleast_2d(seg), np.atleast_2d(mask)
     if weighting == "token":

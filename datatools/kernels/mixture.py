@@ -83,8 +83,10 @@ def draw(segments: list[Segment], positions) -> tuple[np.ndarray, np.ndarray]:
     starts = np.fromiter((s.start for s in segments), np.int64, count=len(segments))
     which = np.searchsorted(starts, positions, side="right") - 1
     if positions.size and (which.min() < 0 or positions.max() >= MAX_POSITION):
-        raise ValueError(f"mixture positions must lie in [{int(starts[0])}, {MAX_POSITION}); got "
-                         f"[{int(positions.min())}, {int(positions.max())}]")
+        raise ValueError(
+            f"mixture positions must lie in [{int(starts[0])}, {MAX_POSITION}); got "
+            f"[{int(positions.min())}, {int(positions.max())}]"
+        )
     source = np.empty(positions.shape[0], np.int64)
     rank = np.empty(positions.shape[0], np.int64)
     for i in np.unique(which).tolist():  # a few segments per call
@@ -133,8 +135,12 @@ def exhaust_segments(sizes, switches: list[tuple[int, np.ndarray]], offset_of) -
         pos = int(start)
         while pos < min(end, total):
             active = counts < sizes
-            seg = Segment(pos, counts.copy(), split_ratios(np.where(active, np.asarray(weights, np.float64), 0.0)),
-                          int(offset_of(pos)))
+            seg = Segment(
+                pos,
+                counts.copy(),
+                split_ratios(np.where(active, np.asarray(weights, np.float64), 0.0)),
+                int(offset_of(pos)),
+            )
             stop = min(end, total)
             done_at = {k: first_position_reaching(seg, k, int(sizes[k]), stop) for k in np.flatnonzero(active)}
             stop = min(done_at.values())

@@ -402,8 +402,17 @@ class BlockShuffle:
     up to the partial block) maps into the blocks of window w.
     """
 
-    def __init__(self, n: int, *, io_block_size: int, window_blocks: int, seed: int, rounds: int | None = None,
-                 _host: int = 0, _count: int = 1):
+    def __init__(
+        self,
+        n: int,
+        *,
+        io_block_size: int,
+        window_blocks: int,
+        seed: int,
+        rounds: int | None = None,
+        _host: int = 0,
+        _count: int = 1,
+    ):
         self.n = check_int(n, "n", minimum=1, maximum=MAX_RECORDS)
         self.io_block_size = check_int(io_block_size, "io_block_size", minimum=1, maximum=MAX_RECORDS)
         self.window_blocks = check_int(window_blocks, "window_blocks", minimum=1, maximum=MAX_RECORDS)
@@ -444,8 +453,10 @@ class BlockShuffle:
 
     def __repr__(self) -> str:
         share = f", share {self.host}/{self.count}" if self.count > 1 else ""
-        return (f"BlockShuffle(n={self.n}, io_block_size={self.io_block_size}, "
-                f"window_blocks={self.window_blocks}, seed={self.seed}{share})")
+        return (
+            f"BlockShuffle(n={self.n}, io_block_size={self.io_block_size}, "
+            f"window_blocks={self.window_blocks}, seed={self.seed}{share})"
+        )
 
     def _keys(self, epoch: int):
         epoch = check_int(epoch, "epoch", minimum=0)
@@ -461,8 +472,19 @@ class BlockShuffle:
         arr, scalar = _as_index_array(i, self.length(epoch))
         flat = np.ascontiguousarray(arr).reshape(-1)
         out = np.empty(flat.shape[0], dtype=np.int64)
-        _block_shuffle(flat, out, self.n, self.io_block_size, self.window_blocks, self.num_blocks,
-                       self.host, self.count, block_keys, base, self.rounds or 0)
+        _block_shuffle(
+            flat,
+            out,
+            self.n,
+            self.io_block_size,
+            self.window_blocks,
+            self.num_blocks,
+            self.host,
+            self.count,
+            block_keys,
+            base,
+            self.rounds or 0,
+        )
         return int(out[0]) if scalar else out.reshape(arr.shape)
 
     def indices(self, epoch: int = 0) -> np.ndarray:
@@ -491,7 +513,16 @@ class BlockShuffle:
         if self.count != 1:
             raise ValueError("shard() of a shard is not supported; shard the full BlockShuffle")
         if count > self.window_blocks:
-            raise ValueError(f"count={count} hosts need window_blocks >= {count} (got {self.window_blocks}) "
-                             "so that every window gives each host whole io blocks")
-        return BlockShuffle(self.n, io_block_size=self.io_block_size, window_blocks=self.window_blocks,
-                            seed=self.seed, rounds=self.rounds, _host=index, _count=count)
+            raise ValueError(
+                f"count={count} hosts need window_blocks >= {count} (got {self.window_blocks}) "
+                "so that every window gives each host whole io blocks"
+            )
+        return BlockShuffle(
+            self.n,
+            io_block_size=self.io_block_size,
+            window_blocks=self.window_blocks,
+            seed=self.seed,
+            rounds=self.rounds,
+            _host=index,
+            _count=count,
+        )

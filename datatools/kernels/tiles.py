@@ -33,8 +33,9 @@ def tile_align(n, tile: int):
     return -(-arr // tile) * tile
 
 
-def choose_context(lengths, *, tile: int, max_ctx: int, min_ctx: int | None = None,
-                   algorithm: str = "best_fit_decreasing") -> list[dict]:
+def choose_context(
+    lengths, *, tile: int, max_ctx: int, min_ctx: int | None = None, algorithm: str = "best_fit_decreasing"
+) -> list[dict]:
     """Rank the tile-aligned contexts in [min_ctx, max_ctx] for this length distribution.
 
     For each candidate ctx: the useful-token fraction under packing (``algorithm``,
@@ -64,21 +65,24 @@ def choose_context(lengths, *, tile: int, max_ctx: int, min_ctx: int | None = No
     for ctx in candidates.tolist():
         plan = pack_lengths(lengths, ctx, algorithm=algorithm)
         padded_rows = int((-(-lengths // ctx)).sum())
-        ranked.append({
-            "ctx": ctx,
-            "tiles": ctx // tile,
-            "packed_efficiency": plan.efficiency,
-            "packed_rows": plan.num_rows,
-            "padded_efficiency": total / (padded_rows * ctx),
-            "relative_activation_memory": ctx / top,
-            "relative_attention_memory": (ctx / top) ** 2,
-        })
+        ranked.append(
+            {
+                "ctx": ctx,
+                "tiles": ctx // tile,
+                "packed_efficiency": plan.efficiency,
+                "packed_rows": plan.num_rows,
+                "padded_efficiency": total / (padded_rows * ctx),
+                "relative_activation_memory": ctx / top,
+                "relative_attention_memory": (ctx / top) ** 2,
+            }
+        )
     ranked.sort(key=lambda r: (-round(r["packed_efficiency"], 6), r["ctx"]))
     return ranked
 
 
-def fit_resolution(length_fn: Callable[[int], int], max_ctx: int, *, tile: int, low: int = 1,
-                   high: int | None = None) -> tuple[int, int]:
+def fit_resolution(
+    length_fn: Callable[[int], int], max_ctx: int, *, tile: int, low: int = 1, high: int | None = None
+) -> tuple[int, int]:
     """The largest resolution P whose sequence fits a tile-aligned context <= max_ctx.
 
     For patch-based tokenizers the sequence length is a non-decreasing function of a
@@ -123,8 +127,9 @@ def fit_resolution(length_fn: Callable[[int], int], max_ctx: int, *, tile: int, 
     return lo, tile_align(int(length_fn(lo)), tile)
 
 
-def chunk(tokens, ctx: int, *, tile: int, stride: int | None = None, bos: int | None = None,
-          eos: int | None = None) -> list[np.ndarray]:
+def chunk(
+    tokens, ctx: int, *, tile: int, stride: int | None = None, bos: int | None = None, eos: int | None = None
+) -> list[np.ndarray]:
     """Cut one document into windows of at most ``ctx`` tokens (ctx a multiple of tile).
 
     ``bos`` is put before the document and ``eos`` after it, once each (not per
@@ -145,8 +150,9 @@ def chunk(tokens, ctx: int, *, tile: int, stride: int | None = None, bos: int | 
     ctx = check_int(ctx, "ctx", minimum=1)
     tile = check_int(tile, "tile", minimum=1)
     if ctx % tile:
-        raise ValueError(f"ctx={ctx} is not a multiple of tile={tile}; "
-                         f"use tile_align(ctx, tile) = {tile_align(ctx, tile)}")
+        raise ValueError(
+            f"ctx={ctx} is not a multiple of tile={tile}; use tile_align(ctx, tile) = {tile_align(ctx, tile)}"
+        )
     stride = ctx if stride is None else check_int(stride, "stride", minimum=1)
     if stride > ctx:
         raise ValueError(f"stride={stride} > ctx={ctx} would skip tokens")

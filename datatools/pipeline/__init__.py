@@ -9,5 +9,13 @@
 from datatools.pipeline.build import build, build_canonical, open_source
 from datatools.pipeline.config import PipelineConfig, ShardConfig, SourceConfig, load_config, parse_config
 
-__all__ = ["PipelineConfig", "ShardConfig", "SourceConfig", "build", "build_canonical", "load_config",
-           "open_source", "parse_config"]
+__all__ = [
+    "PipelineConfig",
+    "ShardConfig",
+    "SourceConfig",
+    "build",
+    "build_canonical",
+    "load_config",
+    "open_source",
+    "parse_config",
+]

@@ -45,14 +45,19 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import datatools.grain  # noqa: F401  (first: it quiets the warning Grain logs when imported without jax)
-import grain
 import numpy as np
 
+import datatools.grain  # noqa: F401  (first: it quiets the warning Grain logs when imported without jax)
+import grain
 from datatools.kernels.bucket import bucket_batch_sizes, bucket_boundaries
-from datatools.pipeline.config import (MAX_WORKERS, BucketingConfig, PackingConfig, PipelineConfig,  # noqa: F401
-                                       ShardConfig, ShuffleConfig, SourceConfig, load_config, parse_config)
-
+from datatools.pipeline.config import (
+    PackingConfig,
+    PipelineConfig,  # noqa: F401
+    ShardConfig,
+    SourceConfig,
+    load_config,
+    parse_config,
+)
 
 # --------------------------------------------------------------------------- building
 
@@ -62,11 +67,18 @@ def open_source(cfg: SourceConfig):
     lengths come from one streaming pass (a store's offsets), documents are read when a batch needs them."""
     from datatools.io.inputs import open_documents, open_input
 
-    inp = open_input(Path(cfg.path), column=cfg.column, tokenizer=cfg.tokenizer,
-                     tokenizer_settings=cfg.tokenizer_settings, bos=cfg.bos, eos=cfg.eos)
+    inp = open_input(
+        Path(cfg.path),
+        column=cfg.column,
+        tokenizer=cfg.tokenizer,
+        tokenizer_settings=cfg.tokenizer_settings,
+        bos=cfg.bos,
+        eos=cfg.eos,
+    )
     if inp.kind not in ("store", "levanter", "numpy", "table"):
-        raise ValueError(f"{cfg.path}: a pipeline source must be a token store, a Levanter cache, a table or a "
-                         f"NumPy directory")
+        raise ValueError(
+            f"{cfg.path}: a pipeline source must be a token store, a Levanter cache, a table or a NumPy directory"
+        )
     return open_documents(inp)
 
 
@@ -90,8 +102,9 @@ def _shuffle_map(ds: grain.MapDataset, cfg: PipelineConfig) -> grain.MapDataset:
     from datatools.grain import BlockShuffleMapDataset, FeistelShuffleMapDataset
 
     if cfg.shuffle.kind == "block":
-        return BlockShuffleMapDataset(ds, io_block_size=cfg.shuffle.io_block_size,
-                                      window_blocks=cfg.shuffle.window_blocks, seed=cfg.seed)
+        return BlockShuffleMapDataset(
+            ds, io_block_size=cfg.shuffle.io_block_size, window_blocks=cfg.shuffle.window_blocks, seed=cfg.seed
+        )
     if cfg.shuffle.kind == "full":
         return FeistelShuffleMapDataset(ds, seed=cfg.seed)
     return ds
@@ -146,10 +159,14 @@ def _warn_if_random_access_thrashes(docs, cfg: PipelineConfig) -> None:
     if random_access and decoded > docs.cache_bytes:
         import warnings
 
-        warnings.warn(f"{cfg.source.path}: {decoded >> 20} MiB of tokens read in random order from a table "
-                      f"(shuffle {cfg.shuffle.kind!r}{', planned packing' if cfg.packing and cfg.packing.mode == 'planned' else ''})"
-                      f" decode a whole shard per read; pre-tokenize it into a token store (datatools pretokenize) "
-                      f"or use shuffle 'none' with streaming packing", stacklevel=3)
+        planned = ", planned packing" if cfg.packing and cfg.packing.mode == "planned" else ""
+        warnings.warn(
+            f"{cfg.source.path}: {decoded >> 20} MiB of tokens read in random order from a table "
+            f"(shuffle {cfg.shuffle.kind!r}{planned})"
+            f" decode a whole shard per read; pre-tokenize it into a token store (datatools pretokenize) "
+            f"or use shuffle 'none' with streaming packing",
+            stacklevel=3,
+        )
 
 
 def _schedule(cfg: PipelineConfig, docs, history=None):
@@ -165,37 +182,72 @@ def _schedule(cfg: PipelineConfig, docs, history=None):
         if p.plan is not None:
             rows = PackedRowsMapDataset(docs, plan=_plan_file(p, cfg.source.path, docs), pad_id=cfg.pad_id)
         else:
-            rows = PackedRowsMapDataset(docs, p.ctx, algorithm=p.resolved_algorithm, max_segments=p.max_segments,
-                                        align=p.align, overflow=p.overflow, pad_id=cfg.pad_id)
+            rows = PackedRowsMapDataset(
+                docs,
+                p.ctx,
+                algorithm=p.resolved_algorithm,
+                max_segments=p.max_segments,
+                align=p.align,
+                overflow=p.overflow,
+                pad_id=cfg.pad_id,
+            )
         if not cfg.drop_remainder or rows.plan.num_rows >= cfg.batch_size:
-            return PlannedSchedule(_shuffle_map(rows, cfg), cfg.batch_size, drop_remainder=cfg.drop_remainder,
-                                   ctx=rows.plan.ctx, pad_id=cfg.pad_id), rows.plan.efficiency
+            return PlannedSchedule(
+                _shuffle_map(rows, cfg),
+                cfg.batch_size,
+                drop_remainder=cfg.drop_remainder,
+                ctx=rows.plan.ctx,
+                pad_id=cfg.pad_id,
+            ), rows.plan.efficiency
         raise ValueError(f"{rows.plan.num_rows} packed rows make no full batch of {cfg.batch_size}")
     if cfg.sources is not None:
         from datatools.pipeline.mixture import mixture_order
 
         order = mixture_order(cfg, docs, history)
     else:
-        order = DocumentOrder(len(docs), sh.kind, seed=cfg.seed, io_block_size=sh.io_block_size,
-                              window_blocks=sh.window_blocks)
+        order = DocumentOrder(
+            len(docs), sh.kind, seed=cfg.seed, io_block_size=sh.io_block_size, window_blocks=sh.window_blocks
+        )
     if p is not None:
-        return StreamingSchedule(docs, order, ctx=p.ctx, window=p.window, batch_size=cfg.batch_size,
-                                 drop_remainder=cfg.drop_remainder, algorithm=p.resolved_algorithm,
-                                 max_segments=p.max_segments, align=p.align, overflow=p.overflow, seed=cfg.seed,
-                                 pad_id=cfg.pad_id), None
+        return StreamingSchedule(
+            docs,
+            order,
+            ctx=p.ctx,
+            window=p.window,
+            batch_size=cfg.batch_size,
+            drop_remainder=cfg.drop_remainder,
+            algorithm=p.resolved_algorithm,
+            max_segments=p.max_segments,
+            align=p.align,
+            overflow=p.overflow,
+            seed=cfg.seed,
+            pad_id=cfg.pad_id,
+        ), None
     b = cfg.bucketing
     lengths = docs.lengths()
     if b.boundaries is not None:
         bounds = np.asarray(sorted(b.boundaries), np.int64)
     else:
-        bounds = bucket_boundaries(lengths, b.num_buckets, tile=b.tile, max_len=b.max_len, overflow="split"
-                                   if b.overflow == "error" else b.overflow)
+        bounds = bucket_boundaries(
+            lengths,
+            b.num_buckets,
+            tile=b.tile,
+            max_len=b.max_len,
+            overflow="split" if b.overflow == "error" else b.overflow,
+        )
     if b.token_budget is not None:
         sizes = bucket_batch_sizes(bounds, token_budget=b.token_budget, multiple_of=b.multiple_of)
     else:
         sizes = bucket_batch_sizes(bounds, batch_size=cfg.batch_size, multiple_of=b.multiple_of)
-    return BucketSchedule(docs, order, boundaries=bounds, batch_sizes=sizes, overflow=b.overflow,
-                          drop_remainder=cfg.drop_remainder, pad_id=cfg.pad_id), None
+    return BucketSchedule(
+        docs,
+        order,
+        boundaries=bounds,
+        batch_sizes=sizes,
+        overflow=b.overflow,
+        drop_remainder=cfg.drop_remainder,
+        pad_id=cfg.pad_id,
+    ), None
 
 
 def _plan_file(p: PackingConfig, source: str, docs):
@@ -207,8 +259,10 @@ def _plan_file(p: PackingConfig, source: str, docs):
     plan = PlanFile(p.plan)
     plan.check_identity(lengths_identity(docs.lengths()), source)
     if p.ctx is not None and p.ctx != plan.ctx:
-        raise ValueError(f"config: packing.ctx={p.ctx} but {p.plan} was planned for ctx {plan.ctx}; drop packing.ctx "
-                         f"or re-pack (datatools pack {p.plan} OUT --ctx {p.ctx})")
+        raise ValueError(
+            f"config: packing.ctx={p.ctx} but {p.plan} was planned for ctx {plan.ctx}; drop packing.ctx "
+            f"or re-pack (datatools pack {p.plan} OUT --ctx {p.ctx})"
+        )
     return plan
 
 
@@ -220,8 +274,10 @@ def resolve_shard(cfg: PipelineConfig) -> PipelineConfig:
     try:
         import jax
     except ImportError:
-        raise ValueError("config: shard: auto takes the host from jax.process_index(), and jax is not installed "
-                         "(pip install 'datatools-llm[jax]'), or give shard: {index, count}") from None
+        raise ValueError(
+            "config: shard: auto takes the host from jax.process_index(), and jax is not installed "
+            "(pip install 'datatools-llm[jax]'), or give shard: {index, count}"
+        ) from None
     return cfg.replace(shard=ShardConfig(index=jax.process_index(), count=jax.process_count()))
 
 
@@ -233,11 +289,18 @@ def pipeline_identity(cfg: PipelineConfig, docs) -> dict:
 
     lengths = np.ascontiguousarray(docs.lengths(), dtype=np.int64)
     section = cfg.packing if cfg.packing is not None else cfg.bucketing
-    return {"documents": int(lengths.shape[0]), "tokens": int(lengths.sum()),
-            "lengths_crc32": zlib.crc32(lengths.tobytes()), "seed": cfg.seed,
-            "shuffle": repr(dataclasses.astuple(cfg.shuffle)), "packing" if cfg.packing else "bucketing":
-            repr(dataclasses.asdict(section)), "batch_size": cfg.batch_size, "drop_remainder": cfg.drop_remainder,
-            "num_epochs": cfg.num_epochs, "pad_id": cfg.pad_id}
+    return {
+        "documents": int(lengths.shape[0]),
+        "tokens": int(lengths.sum()),
+        "lengths_crc32": zlib.crc32(lengths.tobytes()),
+        "seed": cfg.seed,
+        "shuffle": repr(dataclasses.astuple(cfg.shuffle)),
+        "packing" if cfg.packing else "bucketing": repr(dataclasses.asdict(section)),
+        "batch_size": cfg.batch_size,
+        "drop_remainder": cfg.drop_remainder,
+        "num_epochs": cfg.num_epochs,
+        "pad_id": cfg.pad_id,
+    }
 
 
 def _with_attention_tiles(host: grain.MapDataset, cfg: PipelineConfig) -> grain.MapDataset:
@@ -252,8 +315,7 @@ def _with_attention_tiles(host: grain.MapDataset, cfg: PipelineConfig) -> grain.
 
     bad = [t for _, t in host.shapes if t % cfg.attention_block]
     if bad:
-        raise ValueError(f"config: attention_block={cfg.attention_block} must divide every row length "
-                         f"(got {bad[0]})")
+        raise ValueError(f"config: attention_block={cfg.attention_block} must divide every row length (got {bad[0]})")
     return host.map(AttentionBlocks(cfg.attention_block))
 
 
@@ -289,8 +351,7 @@ def _host_batches(cfg: PipelineConfig, docs, history=None):
 
     schedule, efficiency = _schedule(cfg, docs, history)
     try:
-        host = HostBatchesMapDataset(schedule, index=cfg.shard.index, count=cfg.shard.count,
-                                     num_epochs=cfg.num_epochs)
+        host = HostBatchesMapDataset(schedule, index=cfg.shard.index, count=cfg.shard.count, num_epochs=cfg.num_epochs)
     except ValueError as exc:
         raise ValueError(f"config: batch_size={cfg.batch_size}, shard.count={cfg.shard.count}: {exc}") from None
     return schedule, host, efficiency
@@ -309,8 +370,13 @@ def _build_canonical(cfg: PipelineConfig, documents=None, history=None) -> Canon
     in_memory = bool(getattr(docs, "in_memory", False))
     _warn_if_random_access_thrashes(docs, cfg)
     schedule, host, efficiency = _host_batches(cfg, docs, history)
-    built = CanonicalPipeline(_prefetch(_with_loss_weights(_with_attention_tiles(host, cfg), cfg), cfg, in_memory),
-                              cfg, len(docs), host.shapes, efficiency)
+    built = CanonicalPipeline(
+        _prefetch(_with_loss_weights(_with_attention_tiles(host, cfg), cfg), cfg, in_memory),
+        cfg,
+        len(docs),
+        host.shapes,
+        efficiency,
+    )
     built.identity = pipeline_identity(cfg, docs)
     if cfg.sources is not None:
         from datatools.pipeline.mixture import mixture_identity
@@ -341,13 +407,15 @@ def build_canonical(cfg: PipelineConfig, documents=None) -> CanonicalPipeline:
 
         def reweight(saved: dict, consumed: int):
             """The pipeline restored after ``consumed`` batches of a state saved with other weights."""
-            history = reweighted_history(cfg, saved.get(WEIGHTS_KEY), consumed,
-                                         lambda h: _host_batches(cfg, docs, h)[:2])
+            history = reweighted_history(
+                cfg, saved.get(WEIGHTS_KEY), consumed, lambda h: _host_batches(cfg, docs, h)[:2]
+            )
             again = _build_canonical(cfg, docs, history)
             return again.dataset, again.identity
 
-    built.dataset = PortableStateIterDataset(built.dataset, built.identity, reweight=reweight,
-                                             reweightable=("mixture_weights",))
+    built.dataset = PortableStateIterDataset(
+        built.dataset, built.identity, reweight=reweight, reweightable=("mixture_weights",)
+    )
     return built
 
 
@@ -370,5 +438,11 @@ def build(config, *, source: str | None = None, documents=None) -> grain.IterDat
     else:
         raise TypeError(f"config must be a PipelineConfig, a mapping or a YAML path; got {type(config).__name__}")
     built = build_canonical(cfg, documents)
-    return built.dataset.map(FormatBatch(cfg.format, boundary_targets=cfg.boundary_targets, positions=cfg.positions,
-                                         loss_weighting=cfg.loss_weighting))
+    return built.dataset.map(
+        FormatBatch(
+            cfg.format,
+            boundary_targets=cfg.boundary_targets,
+            positions=cfg.positions,
+            loss_weighting=cfg.loss_weighting,
+        )
+    )

@@ -11,30 +11,43 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
-from datatools.base.checks import (MAX_BATCH, MAX_BUCKETS, MAX_CTX, MAX_RECORDS, MAX_TOKEN_ID, MAX_WINDOW,
-                                   OVERFLOW_POLICIES)
+from datatools.base.checks import (
+    MAX_BATCH,
+    MAX_BUCKETS,
+    MAX_CTX,
+    MAX_RECORDS,
+    MAX_TOKEN_ID,
+    MAX_WINDOW,
+    OVERFLOW_POLICIES,
+)
 from datatools.kernels.batch_layouts import BOUNDARY_TARGETS, FORMATS, POSITIONS
 from datatools.kernels.loss_weights import LOSS_WEIGHTINGS
 from datatools.kernels.packing import ALGORITHMS
 from datatools.pipeline.schema import field, from_dict, load_yaml
-
 
 MAX_WORKERS = 64  # Grain worker processes: each is a fresh interpreter (~1-2 s of CPU to start); 1024 ran past 60 s
 
 
 @dataclass(frozen=True)
 class SourceConfig:
-    path: str = field(doc="token store, Parquet / Arrow / JSON Lines file or directory, HF save_to_disk dir, "
-                          "NumPy dir (tokens.npy + lengths.npy/offsets.npy); relative to the working directory")
+    path: str = field(
+        doc="token store, Parquet / Arrow / JSON Lines file or directory, HF save_to_disk dir, "
+        "NumPy dir (tokens.npy + lengths.npy/offsets.npy); relative to the working directory"
+    )
     column: str | None = field(None, doc="token (or text) column of a table; detected when unambiguous")
-    tokenizer: str | None = field(None, doc="tokenizers JSON file, for a text column (tokenized as read; "
-                                            "pre-tokenize large data into a token store instead)")
-    tokenizer_settings: Literal["off", "keep"] = field("off",
-                                    doc="off: the file's truncation and padding switched off, no template special "
-                                        "tokens; keep: the file as it is")
+    tokenizer: str | None = field(
+        None,
+        doc="tokenizers JSON file, for a text column (tokenized as read; "
+        "pre-tokenize large data into a token store instead)",
+    )
+    tokenizer_settings: Literal["off", "keep"] = field(
+        "off",
+        doc="off: the file's truncation and padding switched off, no template special tokens; keep: the file as it is",
+    )
     bos: str | None = field(None, doc="token (name, id or 'auto') put before every text")
     eos: str | None = field(None, doc="token (name, id or 'auto') put after every text")
 
@@ -43,8 +56,11 @@ class SourceConfig:
 class MixtureSourceConfig(SourceConfig):
     """One source of a mixture (``sources:``): any input, with its own column and tokenizer, and a weight."""
 
-    weight: float = field(1.0, doc="this source's share of the tokens (or documents: mixture.share) drawn; > 0, "
-                                   "normalized to sum 1; may change at a restore (docs/mixtures.md)")
+    weight: float = field(
+        1.0,
+        doc="this source's share of the tokens (or documents: mixture.share) drawn; > 0, "
+        "normalized to sum 1; may change at a restore (docs/mixtures.md)",
+    )
     name: str | None = field(None, doc="label in reports; default: the path's last part")
 
     def check(self, where: str) -> None:
@@ -59,41 +75,60 @@ class MixtureSourceConfig(SourceConfig):
 @dataclass(frozen=True)
 class MixtureConfig:
     epoch: Literal["sample", "exhaust"] = field(
-        "sample", doc="sample: an epoch draws epoch_documents documents by weight, each source in its own shuffled "
-                      "order, wrapping into its next epoch (repeating) when it runs out; exhaust: an epoch is every "
-                      "document of every source once, drawn by weight until a source runs out, then the rest by "
-                      "their weights renormalized")
-    epoch_documents: int | None = field(None, minimum=1, maximum=MAX_RECORDS,
-                                        doc="sample: documents drawn per epoch (default: the documents of all sources)")
+        "sample",
+        doc="sample: an epoch draws epoch_documents documents by weight, each source in its own shuffled "
+        "order, wrapping into its next epoch (repeating) when it runs out; exhaust: an epoch is every "
+        "document of every source once, drawn by weight until a source runs out, then the rest by "
+        "their weights renormalized",
+    )
+    epoch_documents: int | None = field(
+        None,
+        minimum=1,
+        maximum=MAX_RECORDS,
+        doc="sample: documents drawn per epoch (default: the documents of all sources)",
+    )
     share: Literal["tokens", "documents"] = field(
-        "tokens", doc="what the weights are shares of: tokens (each source drawn at weight / its mean document "
-                      "length, so its share of tokens is its weight) or documents")
+        "tokens",
+        doc="what the weights are shares of: tokens (each source drawn at weight / its mean document "
+        "length, so its share of tokens is its weight) or documents",
+    )
 
 
 @dataclass(frozen=True)
 class ShuffleConfig:
-    kind: Literal["none", "full", "block"] = field("full", doc="none: storage order; full: Feistel permutation "
-                                                                   "per epoch; block: windowed block shuffle")
+    kind: Literal["none", "full", "block"] = field(
+        "full", doc="none: storage order; full: Feistel permutation per epoch; block: windowed block shuffle"
+    )
     io_block_size: int = field(64, minimum=1, maximum=MAX_RECORDS, doc="block shuffle: records per contiguous read")
     window_blocks: int = field(1024, minimum=1, maximum=MAX_RECORDS, doc="block shuffle: blocks per window")
 
 
 @dataclass(frozen=True)
 class PackingConfig:
-    ctx: int | None = field(None, minimum=1, maximum=MAX_CTX, doc="row length (tokens); required unless plan is "
-                                                                   "given (then the plan's)")
-    plan: str | None = field(None, doc="a plan directory written by datatools pack (relative to the working "
-                                        "directory): rows read from it lazily, memory-mapped; the packing options "
-                                        "are the plan's; refused when planned for other documents than the source")
-    mode: Literal["planned", "streaming"] = field("planned", doc="planned: one plan over every document; "
-                                                                 "streaming: packed a window at a time")
-    algorithm: Literal[ALGORITHMS] | None = field(None,
-                                  doc="default: best_fit_decreasing (over all documents when planned, "
-                                      "within each window when streaming)")
-    max_segments: int | None = field(None, minimum=1, maximum=MAX_CTX, doc="cap on documents per row (cuDNN / TE packed attention)")
-    align: int = field(1, minimum=1, maximum=MAX_CTX, doc="every document starts at a multiple of this (tokens); must divide ctx")
-    overflow: Literal[OVERFLOW_POLICIES] = field("split", doc="documents longer than ctx: split (nothing lost), "
-                                                                 "truncate, drop, error")
+    ctx: int | None = field(
+        None, minimum=1, maximum=MAX_CTX, doc="row length (tokens); required unless plan is given (then the plan's)"
+    )
+    plan: str | None = field(
+        None,
+        doc="a plan directory written by datatools pack (relative to the working "
+        "directory): rows read from it lazily, memory-mapped; the packing options "
+        "are the plan's; refused when planned for other documents than the source",
+    )
+    mode: Literal["planned", "streaming"] = field(
+        "planned", doc="planned: one plan over every document; streaming: packed a window at a time"
+    )
+    algorithm: Literal[ALGORITHMS] | None = field(
+        None, doc="default: best_fit_decreasing (over all documents when planned, within each window when streaming)"
+    )
+    max_segments: int | None = field(
+        None, minimum=1, maximum=MAX_CTX, doc="cap on documents per row (cuDNN / TE packed attention)"
+    )
+    align: int = field(
+        1, minimum=1, maximum=MAX_CTX, doc="every document starts at a multiple of this (tokens); must divide ctx"
+    )
+    overflow: Literal[OVERFLOW_POLICIES] = field(
+        "split", doc="documents longer than ctx: split (nothing lost), truncate, drop, error"
+    )
     window: int = field(1024, minimum=1, maximum=MAX_WINDOW, doc="streaming: documents per packing window")
 
     def check(self, where: str) -> None:
@@ -111,21 +146,35 @@ class PackingConfig:
 
 @dataclass(frozen=True)
 class BucketingConfig:
-    boundaries: list[int] | None = field(None, minimum=1, maximum=MAX_CTX, doc="bucket lengths; default: optimal for the source")
+    boundaries: list[int] | None = field(
+        None, minimum=1, maximum=MAX_CTX, doc="bucket lengths; default: optimal for the source"
+    )
     num_buckets: int = field(4, minimum=1, maximum=MAX_BUCKETS)
     tile: int = field(128, minimum=1, maximum=MAX_CTX)
-    max_len: int | None = field(None, minimum=1, maximum=MAX_CTX, doc="longest bucket (tokens); longer documents follow overflow")
-    token_budget: int | None = field(None, minimum=1, maximum=MAX_BATCH * 64, doc="tokens per batch (rows = budget // length)")
+    max_len: int | None = field(
+        None, minimum=1, maximum=MAX_CTX, doc="longest bucket (tokens); longer documents follow overflow"
+    )
+    token_budget: int | None = field(
+        None, minimum=1, maximum=MAX_BATCH * 64, doc="tokens per batch (rows = budget // length)"
+    )
     multiple_of: int = field(1, minimum=1, maximum=MAX_BATCH, doc="round each bucket's rows down to a multiple of this")
     overflow: Literal[OVERFLOW_POLICIES] = field("split")
 
 
 @dataclass(frozen=True)
 class ShardConfig:
-    index: int = field(0, minimum=0, doc="this host (jax.process_index()); it reads rows [index*B/count, "
-                                         "(index+1)*B/count) of every global batch of B rows")
-    count: int = field(1, minimum=1, maximum=1 << 20, doc="hosts (jax.process_count()); must divide batch_size "
-                                                          "(every bucket's batch size when bucketing)")
+    index: int = field(
+        0,
+        minimum=0,
+        doc="this host (jax.process_index()); it reads rows [index*B/count, "
+        "(index+1)*B/count) of every global batch of B rows",
+    )
+    count: int = field(
+        1,
+        minimum=1,
+        maximum=1 << 20,
+        doc="hosts (jax.process_count()); must divide batch_size (every bucket's batch size when bucketing)",
+    )
 
     def check(self, where: str) -> None:
         if self.index >= self.count:
@@ -136,41 +185,62 @@ class ShardConfig:
 class PipelineConfig:
     source: SourceConfig | None = field(None, doc="the documents (or sources: a mixture; exactly one of the two)")
     sources: list[MixtureSourceConfig] | None = field(
-        None, doc="a mixture: documents drawn from each source by weight before packing (streaming packing or "
-                  "bucketing); each item takes the source keys plus weight and name (docs/mixtures.md)")
+        None,
+        doc="a mixture: documents drawn from each source by weight before packing (streaming packing or "
+        "bucketing); each item takes the source keys plus weight and name (docs/mixtures.md)",
+    )
     mixture: MixtureConfig = field(default_factory=MixtureConfig, doc="sources: how an epoch of the mixture ends")
     shuffle: ShuffleConfig = field(default_factory=ShuffleConfig)
     packing: PackingConfig | None = field(None)
     bucketing: BucketingConfig | None = field(None)
-    batch_size: int = field(32, minimum=1, maximum=MAX_BATCH,
-                            doc="rows per global batch: all hosts together (one host: its batch); each of "
-                                "shard.count hosts gets batch_size / shard.count rows (bucketing: unless "
-                                "token_budget is set)")
+    batch_size: int = field(
+        32,
+        minimum=1,
+        maximum=MAX_BATCH,
+        doc="rows per global batch: all hosts together (one host: its batch); each of "
+        "shard.count hosts gets batch_size / shard.count rows (bucketing: unless "
+        "token_budget is set)",
+    )
     drop_remainder: bool = field(True, doc="drop each epoch's last, short batch (else pad it with empty rows)")
     format: Literal[FORMATS] = field("datatools", doc="batch layout: datatools (canonical), maxtext, levanter, hf")
     boundary_targets: Literal[BOUNDARY_TARGETS] = field(
-        "mask", doc="mask: a document's last token predicts nothing (packed loss == unpacked loss); next_document: "
-                    "it predicts the next document's first token in the row (MaxText's ShiftData)")
+        "mask",
+        doc="mask: a document's last token predicts nothing (packed loss == unpacked loss); next_document: "
+        "it predicts the next document's first token in the row (MaxText's ShiftData)",
+    )
     positions: Literal[POSITIONS] = field(
-        "restart", doc="restart: every document piece counts from 0 (MaxText, Grain, transformers; below ctx); "
-                       "continue: a piece of a split document counts on from its offset")
+        "restart",
+        doc="restart: every document piece counts from 0 (MaxText, Grain, transformers; below ctx); "
+        "continue: a piece of a split document counts on from its offset",
+    )
     loss_weighting: Literal[LOSS_WEIGHTINGS] = field(
-        "none", doc="none: no loss_weights in the batch (as before); token: every target token of the global batch "
-                    "weighs 1; document: every document piece weighs 1 (1/n per target token); the step divides by "
-                    "the global weight sum (docs/loss-weighting.md)")
+        "none",
+        doc="none: no loss_weights in the batch (as before); token: every target token of the global batch "
+        "weighs 1; document: every document piece weighs 1 (1/n per target token); the step divides by "
+        "the global weight sum (docs/loss-weighting.md)",
+    )
     num_epochs: int | None = field(1, minimum=1, maximum=1 << 40, doc="null: repeat forever")
     workers: int = field(0, minimum=0, maximum=MAX_WORKERS, doc="Grain prefetch processes")
     shard: Literal["auto"] | ShardConfig = field(
-        default_factory=ShardConfig, doc="this host's share; auto: jax.process_index() of jax.process_count() "
-                                         "(after jax.distributed.initialize)")
+        default_factory=ShardConfig,
+        doc="this host's share; auto: jax.process_index() of jax.process_count() (after jax.distributed.initialize)",
+    )
     seed: int = field(0, minimum=0, maximum=(1 << 64) - 1)
-    read_block: int = field(256, minimum=1, maximum=MAX_BATCH,
-                            doc="unused (kept so older configs load): every batch's pieces are read in one call")
+    read_block: int = field(
+        256,
+        minimum=1,
+        maximum=MAX_BATCH,
+        doc="unused (kept so older configs load): every batch's pieces are read in one call",
+    )
     pad_id: int = field(0, minimum=0, maximum=MAX_TOKEN_ID)
-    attention_block: int | None = field(None, minimum=8, maximum=MAX_CTX,
-                                        doc="add each batch's non-empty attention tiles of this many tokens "
-                                            "(block_q, block_k, block_valid per row; tile_* batch-wide) for "
-                                            "block-sparse attention")
+    attention_block: int | None = field(
+        None,
+        minimum=8,
+        maximum=MAX_CTX,
+        doc="add each batch's non-empty attention tiles of this many tokens "
+        "(block_q, block_k, block_valid per row; tile_* batch-wide) for "
+        "block-sparse attention",
+    )
 
     def check(self, where: str) -> None:
         if (self.packing is None) == (self.bucketing is None):
@@ -187,12 +257,16 @@ class PipelineConfig:
             if twice:
                 raise ValueError(f"config: sources: the label {twice[0]!r} names two sources; give each a name")
             if self.packing is not None and self.packing.mode == "planned":
-                raise ValueError("config: sources (a mixture) needs packing.mode: streaming or bucketing: planned "
-                                 "packing plans every document at once, before any order, so rows could not mix "
-                                 "sources by weight")
+                raise ValueError(
+                    "config: sources (a mixture) needs packing.mode: streaming or bucketing: planned "
+                    "packing plans every document at once, before any order, so rows could not mix "
+                    "sources by weight"
+                )
         if self.attention_block is not None and self.format != "datatools":
-            raise ValueError(f"config: attention_block lists tiles in the datatools format only; format "
-                             f"{self.format!r} has no place for them (use format: datatools, or drop attention_block)")
+            raise ValueError(
+                f"config: attention_block lists tiles in the datatools format only; format "
+                f"{self.format!r} has no place for them (use format: datatools, or drop attention_block)"
+            )
 
     @property
     def source_label(self) -> str:
@@ -201,7 +275,7 @@ class PipelineConfig:
             return "mixture of " + ", ".join(s.label for s in self.sources)
         return self.source.path
 
-    def replace(self, **changes) -> "PipelineConfig":
+    def replace(self, **changes) -> PipelineConfig:
         return dataclasses.replace(self, **changes)
 
 
@@ -210,14 +284,15 @@ def parse_config(data: dict, *, source: str | None = None) -> PipelineConfig:
     data = dict(data)
     if source is not None:
         if data.get("sources") is not None:
-            raise ValueError(f"config: --source {source} replaces 'source', and this config mixes 'sources'; "
-                             f"edit their paths (--set does not reach list items) or drop 'sources'")
+            raise ValueError(
+                f"config: --source {source} replaces 'source', and this config mixes 'sources'; "
+                f"edit their paths (--set does not reach list items) or drop 'sources'"
+            )
         data["source"] = {"path": str(source)}
     return from_dict(PipelineConfig, data)
 
 
-def load_config(path: str | os.PathLike, *, source: str | None = None, overrides: Sequence[str] = ()
-                ) -> PipelineConfig:
+def load_config(path: str | os.PathLike, *, source: str | None = None, overrides: Sequence[str] = ()) -> PipelineConfig:
     """Read and validate a YAML pipeline config (extra top-level sections of a training config are ignored).
 
     Args:

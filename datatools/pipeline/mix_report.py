@@ -57,8 +57,15 @@ def _counts(batch: dict, offsets: np.ndarray, group_size: int | None):
     return tokens, pieces, np.bincount(group[:, 0], minlength=k), group.shape[0]
 
 
-def mix_report(cfg: PipelineConfig, *, batches: int = 1000, group_size: int | None = None, name: str = "",
-               documents=None, progress=None) -> MixingReport:
+def mix_report(
+    cfg: PipelineConfig,
+    *,
+    batches: int = 1000,
+    group_size: int | None = None,
+    name: str = "",
+    documents=None,
+    progress=None,
+) -> MixingReport:
     """The mixing report of ``cfg`` over its first ``batches`` global batches (fewer when the data ends).
 
     Args:
@@ -80,8 +87,9 @@ def mix_report(cfg: PipelineConfig, *, batches: int = 1000, group_size: int | No
     if cfg.sources is not None:
         offsets, names = docs.offsets, list(docs.names)
         weights = [s.weight for s in cfg.sources]
-        stand = MixedDocuments([_IdDocuments(s.lengths(), int(offsets[k])) for k, s in enumerate(docs.sources)],
-                               names=names)
+        stand = MixedDocuments(
+            [_IdDocuments(s.lengths(), int(offsets[k])) for k, s in enumerate(docs.sources)], names=names
+        )
     else:
         offsets, names, weights = np.array([0, len(docs)], np.int64), [cfg.source.path], [1.0]
         stand = _IdDocuments(docs.lengths(), 0)
@@ -100,8 +108,14 @@ def mix_report(cfg: PipelineConfig, *, batches: int = 1000, group_size: int | No
                 groups[j], total_groups[j] = g, n
             advance()
     mode = "bucketing" if cfg.packing is None else cfg.packing.mode
-    return MixingReport(name, mode, cfg.mixture.epoch if cfg.sources is not None else "-",
-                        cfg.mixture.share if cfg.sources is not None else "tokens", count, group_size,
-                        float(total_groups.mean()) if groups is not None else None,
-                        int(total_groups.min()) if groups is not None else None,
-                        mixing_stats(tokens, pieces, weights, names, source_groups=groups))
+    return MixingReport(
+        name,
+        mode,
+        cfg.mixture.epoch if cfg.sources is not None else "-",
+        cfg.mixture.share if cfg.sources is not None else "tokens",
+        count,
+        group_size,
+        float(total_groups.mean()) if groups is not None else None,
+        int(total_groups.min()) if groups is not None else None,
+        mixing_stats(tokens, pieces, weights, names, source_groups=groups),
+    )

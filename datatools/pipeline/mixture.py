@@ -59,8 +59,10 @@ def draw_rates(cfg: PipelineConfig, docs, weights) -> list[float]:
     tokens = np.array([lengths[a:b].sum() for a, b in zip(docs.offsets[:-1], docs.offsets[1:])], np.float64)
     empty = (tokens == 0) & (docs.sizes > 0)
     if empty.any():
-        raise ValueError(f"{docs.names[int(np.flatnonzero(empty)[0])]}: this source of the mixture holds no tokens; "
-                         f"its weight is a share of the tokens (mixture.share: tokens)")
+        raise ValueError(
+            f"{docs.names[int(np.flatnonzero(empty)[0])]}: this source of the mixture holds no tokens; "
+            f"its weight is a share of the tokens (mixture.share: tokens)"
+        )
     mean = np.divide(tokens, docs.sizes, out=np.ones_like(tokens), where=docs.sizes > 0)
     return (weights / mean).tolist()
 
@@ -71,17 +73,25 @@ def mixture_order(cfg: PipelineConfig, docs, history=None):
 
     sh = cfg.shuffle
     history = [(p, draw_rates(cfg, docs, w)) for p, w in (history or initial_history(cfg))]
-    return MixtureOrder(docs.sizes, history, mode=cfg.mixture.epoch,
-                        epoch_documents=cfg.mixture.epoch_documents, shuffle=sh.kind, seed=cfg.seed,
-                        io_block_size=sh.io_block_size, window_blocks=sh.window_blocks)
+    return MixtureOrder(
+        docs.sizes,
+        history,
+        mode=cfg.mixture.epoch,
+        epoch_documents=cfg.mixture.epoch_documents,
+        shuffle=sh.kind,
+        seed=cfg.seed,
+        io_block_size=sh.io_block_size,
+        window_blocks=sh.window_blocks,
+    )
 
 
 def mixture_identity(cfg: PipelineConfig, docs, history=None) -> dict:
     """The identity entries of a mixture: how its epochs end and each source's documents (a change refuses a
     state), and the weight history (a change is a reweighting, see the module docstring)."""
-    return {"mixture": repr((cfg.mixture.epoch, cfg.mixture.epoch_documents, cfg.mixture.share,
-                             docs.sizes.tolist())),
-            WEIGHTS_KEY: [[int(p), [float(x) for x in w]] for p, w in (history or initial_history(cfg))]}
+    return {
+        "mixture": repr((cfg.mixture.epoch, cfg.mixture.epoch_documents, cfg.mixture.share, docs.sizes.tolist())),
+        WEIGHTS_KEY: [[int(p), [float(x) for x in w]] for p, w in (history or initial_history(cfg))],
+    }
 
 
 def reweighted_history(cfg: PipelineConfig, saved: list, consumed: int, schedule_of) -> list:

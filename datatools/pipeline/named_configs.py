@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Sequence
 
 import yaml
 
@@ -49,8 +49,9 @@ def resolve_config(config: str | os.PathLike) -> str | os.PathLike:
         candidate = _configs_dir().joinpath(f"{name}.yaml")
         if candidate.is_file():
             return Path(str(candidate))
-    raise ValueError(f"{text}: no such config file, and no packaged config of that name (packaged: "
-                     f"{', '.join(packaged_configs())})")
+    raise ValueError(
+        f"{text}: no such config file, and no packaged config of that name (packaged: {', '.join(packaged_configs())})"
+    )
 
 
 def parse_value(key: str, text: str):

@@ -86,8 +86,13 @@ def run_pipeline(cfg: PipelineConfig, steps: int, *, progress=None, documents=No
     end = time.perf_counter()
     span = end - first_at if first_at is not None and done > 1 else float("nan")
     return PipelineRunReport(
-        config=RunSettings(source=cfg.source_label, mode="bucketing" if cfg.packing is None else cfg.packing.mode,
-                           workers=cfg.workers, format=cfg.format, batch_size=cfg.batch_size),
+        config=RunSettings(
+            source=cfg.source_label,
+            mode="bucketing" if cfg.packing is None else cfg.packing.mode,
+            workers=cfg.workers,
+            format=cfg.format,
+            batch_size=cfg.batch_size,
+        ),
         documents=built.documents,
         batches=done,
         build_s=build_s,

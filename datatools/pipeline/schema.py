@@ -21,8 +21,9 @@ import typing
 from datatools.base.checks import short_repr
 
 
-def field(default=dataclasses.MISSING, *, minimum=None, maximum=None, doc: str = "",
-          default_factory=dataclasses.MISSING):
+def field(
+    default=dataclasses.MISSING, *, minimum=None, maximum=None, doc: str = "", default_factory=dataclasses.MISSING
+):
     """A dataclass field with validation metadata: ``minimum`` and ``maximum`` (numbers, list items; the maximum
     is datatools' documented limit) and ``doc`` (the reference)."""
     meta = {"minimum": minimum, "maximum": maximum, "doc": doc}
@@ -61,8 +62,10 @@ def _check_value(value, tp, key: str, meta: dict):
             raise ValueError(f"config: {key} must be a list; got {short_repr(value)}")
         if len(value) > 4096:
             raise ValueError(f"config: {key} must hold at most 4096 items; got {len(value)}")
-        return [_check_value(v, item, f"{key}[{i}]", {"minimum": meta.get("minimum"), "maximum": meta.get("maximum")})
-                for i, v in enumerate(value)]
+        return [
+            _check_value(v, item, f"{key}[{i}]", {"minimum": meta.get("minimum"), "maximum": meta.get("maximum")})
+            for i, v in enumerate(value)
+        ]
     if tp is bool:
         if not isinstance(value, bool):
             raise ValueError(f"config: {key} must be true or false; got {short_repr(value)}")
@@ -99,8 +102,12 @@ def from_dict(cls, data: dict | None, where: str = ""):
     unknown = [key for key in data if key not in fields]
     if unknown:
         section = f"in {where}" if where else "at the top level"
-        names = ", ".join(short_repr(k, 30) for k in unknown[:5]) + (f" (+{len(unknown) - 5} more)" if len(unknown) > 5 else "")
-        problems.append(f"unknown key{'s' if len(unknown) > 1 else ''} {names} {section} (allowed: {', '.join(fields)})")
+        names = ", ".join(short_repr(k, 30) for k in unknown[:5]) + (
+            f" (+{len(unknown) - 5} more)" if len(unknown) > 5 else ""
+        )
+        problems.append(
+            f"unknown key{'s' if len(unknown) > 1 else ''} {names} {section} (allowed: {', '.join(fields)})"
+        )
     values = {}
     for name, f in fields.items():
         key = f"{where}.{name}" if where else name
@@ -153,8 +160,14 @@ def schema_markdown(cls, where: str = "") -> list[str]:
         section = next((t for t in (tp, *typing.get_args(tp)) if dataclasses.is_dataclass(t)), None)
         minimum = f.metadata.get("minimum")
         doc = f.metadata.get("doc", "")
-        items = next((typing.get_args(t)[0] for t in (tp, *typing.get_args(tp)) if typing.get_origin(t) is list
-                      and dataclasses.is_dataclass(typing.get_args(t)[0])), None)
+        items = next(
+            (
+                typing.get_args(t)[0]
+                for t in (tp, *typing.get_args(tp))
+                if typing.get_origin(t) is list and dataclasses.is_dataclass(typing.get_args(t)[0])
+            ),
+            None,
+        )
         if items is not None:  # a list of sections: its items' keys as key[].name
             rows.append(f"| `{key}` | list of sections{' (optional)' if f.default is None else ''} | | | {doc} |")
             rows.extend(schema_markdown(items, f"{key}[]"))
@@ -164,8 +177,9 @@ def schema_markdown(cls, where: str = "") -> list[str]:
             rows.extend(schema_markdown(section, key))
             continue
         maximum = f.metadata.get("maximum")
-        bounds = " and ".join(x for x in ("" if minimum is None else f">= {minimum}",
-                                          "" if maximum is None else f"<= {maximum:,}") if x)
+        bounds = " and ".join(
+            x for x in ("" if minimum is None else f">= {minimum}", "" if maximum is None else f"<= {maximum:,}") if x
+        )
         rows.append(f"| `{key}` | {_type_text(tp)} | {_default_text(f)} | {bounds} | {doc} |")
     return rows
 

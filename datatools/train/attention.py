@@ -32,7 +32,9 @@ def dense_attention(q, k, v, segment_ids):
     """q, k, v: (B, T, H, D); segment_ids: (B, T). Returns (B, T, H, D)."""
     t = segment_ids.shape[1]
     causal = jnp.tril(jnp.ones((t, t), bool))
-    mask = (causal[None] & (segment_ids[:, :, None] == segment_ids[:, None, :]) & (segment_ids > 0)[:, :, None])[:, None]
+    mask = (causal[None] & (segment_ids[:, :, None] == segment_ids[:, None, :]) & (segment_ids > 0)[:, :, None])[
+        :, None
+    ]
     scores = jnp.einsum("bthd,bshd->bhts", q, k).astype(jnp.float32) / math.sqrt(q.shape[-1])
     scores = jnp.where(mask, scores, NEG)
     probs = jax.nn.softmax(scores, axis=-1)
@@ -45,7 +47,9 @@ def fused_attention(q, k, v, segment_ids):
     XLA's otherwise (the CPU tests). Padding queries' outputs are zeroed, as in :func:`dense_attention`."""
     t = segment_ids.shape[1]
     causal = jnp.tril(jnp.ones((t, t), bool))
-    mask = (causal[None] & (segment_ids[:, :, None] == segment_ids[:, None, :]) & (segment_ids > 0)[:, :, None])[:, None]
+    mask = (causal[None] & (segment_ids[:, :, None] == segment_ids[:, None, :]) & (segment_ids > 0)[:, :, None])[
+        :, None
+    ]
     out = jax.nn.dot_product_attention(q, k, v, mask=mask)
     return jnp.where((segment_ids > 0)[:, :, None, None], out, 0).astype(q.dtype)
 
@@ -103,9 +107,12 @@ def blocksparse_attention(q, k, v, segment_ids, tiles: dict, block: int, chunk: 
         r, i, j, live = entries  # (chunk,) each
         iq, ik = r * nb + i, r * nb + j
         sq, sk = seg[iq], seg[ik]
-        mask = ((sq[:, :, None] == sk[:, None, :]) & (sq > 0)[:, :, None]
-                & ((j[:, None] * block + offs)[:, None, :] <= (i[:, None] * block + offs)[:, :, None])
-                & (live > 0)[:, None, None])  # (c, bq, bk)
+        mask = (
+            (sq[:, :, None] == sk[:, None, :])
+            & (sq > 0)[:, :, None]
+            & ((j[:, None] * block + offs)[:, None, :] <= (i[:, None] * block + offs)[:, :, None])
+            & (live > 0)[:, None, None]
+        )  # (c, bq, bk)
         s = jnp.einsum("pqhd,pkhd->phqk", qt[iq], kt[ik]).astype(jnp.float32) * scale
         s = jnp.where(mask[:, None], s, NEG)
         m_new = jax.lax.stop_gradient(m.at[iq].max(s.max(axis=-1)))  # a constant per query: no gradient
@@ -118,8 +125,11 @@ def blocksparse_attention(q, k, v, segment_ids, tiles: dict, block: int, chunk: 
         acc = acc.at[iq].add(acc[iq] * jnp.transpose(grow, (0, 2, 1))[..., None] + o)
         return (m_new, l, acc), None
 
-    init = (jnp.full((b * nb, h, block), NEG, jnp.float32), jnp.zeros((b * nb, h, block), jnp.float32),
-            jnp.zeros((b * nb, block, h, d), jnp.float32))
+    init = (
+        jnp.full((b * nb, h, block), NEG, jnp.float32),
+        jnp.zeros((b * nb, h, block), jnp.float32),
+        jnp.zeros((b * nb, block, h, d), jnp.float32),
+    )
     entries = tuple(x.reshape(steps, chunk) for x in (row, bq, bk, ok))
     (_, l, acc), _ = jax.lax.scan(jax.checkpoint(step), init, entries)
     inv = jnp.where(l > 0, 1.0 / jnp.where(l > 0, l, 1.0), 0.0)  # padding queries: no keys, output 0

@@ -37,16 +37,23 @@ def cudnn_arguments(q, k, v, segment_ids) -> dict:
     t = seg.shape[1]
     real = seg > 0
     lengths = jnp.where(real.any(axis=1), t - jnp.argmax(real[:, ::-1], axis=1), 0).astype(jnp.int32)
-    return {"mask": (seg[:, :, None] == seg[:, None, :])[:, None], "is_causal": True,
-            "query_seq_lengths": lengths, "key_value_seq_lengths": lengths, "scale": 1.0 / math.sqrt(q.shape[-1])}
+    return {
+        "mask": (seg[:, :, None] == seg[:, None, :])[:, None],
+        "is_causal": True,
+        "query_seq_lengths": lengths,
+        "key_value_seq_lengths": lengths,
+        "scale": 1.0 / math.sqrt(q.shape[-1]),
+    }
 
 
 def cudnn_attention(q, k, v, segment_ids):
     """cuDNN flash attention with the segment mask (see the module docstring); a GPU only."""
     platform = jax.devices()[0].platform
     if platform != "gpu":
-        raise ValueError(f"attention: cudnn needs an NVIDIA GPU with cuDNN (this JAX runs on {platform}); use "
-                         "pallas_gpu (interpreted off a GPU), fused, dense or blocksparse")
+        raise ValueError(
+            f"attention: cudnn needs an NVIDIA GPU with cuDNN (this JAX runs on {platform}); use "
+            "pallas_gpu (interpreted off a GPU), fused, dense or blocksparse"
+        )
     out = jax.nn.dot_product_attention(q, k, v, implementation="cudnn", **cudnn_arguments(q, k, v, segment_ids))
     return _zero_padding(out, segment_ids, q.dtype)
 
@@ -66,6 +73,14 @@ def pallas_gpu_attention(q, k, v, segment_ids, block: int = 128):
     if t % b:
         raise ValueError(f"pallas_gpu: attention_block={block} must divide ctx={t}")
     sizes = BlockSizes(block_q=b, block_k=b, block_q_dkv=b, block_kv_dkv=b, block_q_dq=b, block_kv_dq=b)
-    out = mha(q, k, v, segment_ids.astype(jnp.int32), sm_scale=1.0 / math.sqrt(q.shape[-1]), causal=True,
-              block_sizes=sizes, interpret=jax.devices()[0].platform != "gpu")
+    out = mha(
+        q,
+        k,
+        v,
+        segment_ids.astype(jnp.int32),
+        sm_scale=1.0 / math.sqrt(q.shape[-1]),
+        causal=True,
+        block_sizes=sizes,
+        interpret=jax.devices()[0].platform != "gpu",
+    )
     return _zero_padding(out, segment_ids, q.dtype)

@@ -59,8 +59,10 @@ def interpret_params():
 def check_block(block: int, ctx: int) -> None:
     """A TPU-friendly tile: a multiple of 128 tokens that divides ctx."""
     if block % LANES or ctx % block:
-        raise ValueError(f"pallas_blocksparse: attention_block={block} must be a multiple of {LANES} (the TPU lane "
-                         f"width) and divide ctx={ctx}")
+        raise ValueError(
+            f"pallas_blocksparse: attention_block={block} must be a multiple of {LANES} (the TPU lane "
+            f"width) and divide ctx={ctx}"
+        )
 
 
 def _mask(qb, kb, sq, sk, block):
@@ -90,8 +92,26 @@ def _count_step(steps_ref):
     steps_ref[0] += 1
 
 
-def _fwd_kernel(row_ref, qb_ref, kb_ref, flags_ref, q_ref, k_ref, v_ref, sq_ref, sk_ref,
-                o_ref, lse_ref, steps_ref, m_sc, l_sc, acc_sc, *, scale, block):
+def _fwd_kernel(
+    row_ref,
+    qb_ref,
+    kb_ref,
+    flags_ref,
+    q_ref,
+    k_ref,
+    v_ref,
+    sq_ref,
+    sk_ref,
+    o_ref,
+    lse_ref,
+    steps_ref,
+    m_sc,
+    l_sc,
+    acc_sc,
+    *,
+    scale,
+    block,
+):
     i = pl.program_id(1)
     flags = flags_ref[i]
     _count_step(steps_ref)
@@ -139,8 +159,26 @@ def _probs(q, k, qb, kb, sq, sk, lse, full, block, scale):
     return jnp.where(mask, jnp.exp(jnp.where(mask, s, NEG) - lse), 0.0)
 
 
-def _dq_kernel(row_ref, qb_ref, kb_ref, flags_ref, q_ref, k_ref, v_ref, sq_ref, sk_ref, do_ref, lse_ref, delta_ref,
-               dq_ref, steps_ref, dq_sc, *, scale, block):
+def _dq_kernel(
+    row_ref,
+    qb_ref,
+    kb_ref,
+    flags_ref,
+    q_ref,
+    k_ref,
+    v_ref,
+    sq_ref,
+    sk_ref,
+    do_ref,
+    lse_ref,
+    delta_ref,
+    dq_ref,
+    steps_ref,
+    dq_sc,
+    *,
+    scale,
+    block,
+):
     i = pl.program_id(1)
     flags = flags_ref[i]
     _count_step(steps_ref)
@@ -164,8 +202,28 @@ def _dq_kernel(row_ref, qb_ref, kb_ref, flags_ref, q_ref, k_ref, v_ref, sq_ref, 
         dq_ref[...] = dq_sc[...].astype(dq_ref.dtype)
 
 
-def _dkv_kernel(row_ref, qb_ref, kb_ref, flags_ref, q_ref, k_ref, v_ref, sq_ref, sk_ref, do_ref, lse_ref,
-                delta_ref, dk_ref, dv_ref, steps_ref, dk_sc, dv_sc, *, scale, block):
+def _dkv_kernel(
+    row_ref,
+    qb_ref,
+    kb_ref,
+    flags_ref,
+    q_ref,
+    k_ref,
+    v_ref,
+    sq_ref,
+    sk_ref,
+    do_ref,
+    lse_ref,
+    delta_ref,
+    dk_ref,
+    dv_ref,
+    steps_ref,
+    dk_sc,
+    dv_sc,
+    *,
+    scale,
+    block,
+):
     i = pl.program_id(1)
     flags = flags_ref[i]
     _count_step(steps_ref)
@@ -204,6 +262,7 @@ def _dkv_kernel(row_ref, qb_ref, kb_ref, flags_ref, q_ref, k_ref, v_ref, sq_ref,
 def _specs(block: int, d: int):
     """BlockSpecs of the operands, index maps reading the prefetched tile list: (q side, k side, seg q, seg k,
     per-query column)."""
+
     def q_side(h, i, row, qb, kb, flags):
         return row[i], h, qb[i], 0
 
@@ -217,9 +276,13 @@ def _specs(block: int, d: int):
         return row[i], 0, kb[i]
 
     sq = pl.squeezed
-    return (pl.BlockSpec((sq, sq, block, d), q_side), pl.BlockSpec((sq, sq, block, d), k_side),
-            pl.BlockSpec((sq, block, 1), seg_q), pl.BlockSpec((sq, 1, block), seg_k),
-            pl.BlockSpec((sq, sq, block, 1), q_side))
+    return (
+        pl.BlockSpec((sq, sq, block, d), q_side),
+        pl.BlockSpec((sq, sq, block, d), k_side),
+        pl.BlockSpec((sq, block, 1), seg_q),
+        pl.BlockSpec((sq, 1, block), seg_k),
+        pl.BlockSpec((sq, sq, block, 1), q_side),
+    )
 
 
 def _transposed_specs(block: int):
@@ -237,8 +300,11 @@ def _transposed_specs(block: int):
     def q_row(h, i, row, qb, kb, flags):
         return row[i], h, 0, qb[i]
 
-    return (pl.BlockSpec((sq, 1, block), seg_q_row), pl.BlockSpec((sq, block, 1), seg_k_col),
-            pl.BlockSpec((sq, sq, 1, block), q_row))
+    return (
+        pl.BlockSpec((sq, 1, block), seg_q_row),
+        pl.BlockSpec((sq, block, 1), seg_k_col),
+        pl.BlockSpec((sq, sq, 1, block), q_row),
+    )
 
 
 def _steps_spec():
@@ -249,11 +315,16 @@ def _call(kernel, tiles, major, operands, in_specs, out_specs, out_shape, scratc
     """One pass over the list: grid (heads, tiles listed), runs of equal (row, ``major`` block) accumulated."""
     row, qb, kb, full, count = tiles
     flags = _flags(row, qb if major == "q" else kb, full, count)
-    grid_spec = pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=4, grid=(heads, count), in_specs=in_specs,
-                                             out_specs=out_specs, scratch_shapes=scratch)
-    return pl.pallas_call(kernel, grid_spec=grid_spec, out_shape=out_shape, interpret=interpret_params(),
-                          compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
-                          )(row, qb, kb, flags, *operands)
+    grid_spec = pltpu.PrefetchScalarGridSpec(
+        num_scalar_prefetch=4, grid=(heads, count), in_specs=in_specs, out_specs=out_specs, scratch_shapes=scratch
+    )
+    return pl.pallas_call(
+        kernel,
+        grid_spec=grid_spec,
+        out_shape=out_shape,
+        interpret=interpret_params(),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
+    )(row, qb, kb, flags, *operands)
 
 
 def _segments(segment_ids):
@@ -270,11 +341,20 @@ def forward(q, k, v, segment_ids, tiles, block: int):
     sq, sk = _segments(segment_ids)
     kernel = functools.partial(_fwd_kernel, scale=1.0 / math.sqrt(d), block=block)
     out, lse, steps = _call(
-        kernel, tiles, "q", (q, k, v, sq, sk), [qs, ks, ks, sqs, sks], [qs, cols, _steps_spec()],
-        [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, t, 1), jnp.float32),
-         jax.ShapeDtypeStruct((1,), jnp.int32)],
-        [pltpu.VMEM((block, 1), jnp.float32), pltpu.VMEM((block, 1), jnp.float32),
-         pltpu.VMEM((block, d), jnp.float32)], h)
+        kernel,
+        tiles,
+        "q",
+        (q, k, v, sq, sk),
+        [qs, ks, ks, sqs, sks],
+        [qs, cols, _steps_spec()],
+        [
+            jax.ShapeDtypeStruct(q.shape, q.dtype),
+            jax.ShapeDtypeStruct((b, h, t, 1), jnp.float32),
+            jax.ShapeDtypeStruct((1,), jnp.int32),
+        ],
+        [pltpu.VMEM((block, 1), jnp.float32), pltpu.VMEM((block, 1), jnp.float32), pltpu.VMEM((block, d), jnp.float32)],
+        h,
+    )
     real = (segment_ids > 0)[:, None, :, None]  # query blocks of padding only are never visited
     return jnp.where(real, out, 0).astype(q.dtype), jnp.where(real, lse, 0.0), steps[0]
 
@@ -288,20 +368,36 @@ def backward(q, k, v, segment_ids, tiles, by_k, block: int, out, lse, dout):
     delta = jnp.sum(out.astype(jnp.float32) * dout.astype(jnp.float32), axis=-1, keepdims=True)  # (B, H, T, 1)
     operands = (q, k, v, sq, sk, dout, lse, delta)
     in_specs = [qs, ks, ks, sqs, sks, qs, cols, cols]
-    dq, dq_steps = _call(functools.partial(_dq_kernel, scale=scale, block=block), tiles, "q", operands, in_specs,
-                         [qs, _steps_spec()], [jax.ShapeDtypeStruct(q.shape, q.dtype),
-                                               jax.ShapeDtypeStruct((1,), jnp.int32)],
-                         [pltpu.VMEM((block, d), jnp.float32)], h)
+    dq, dq_steps = _call(
+        functools.partial(_dq_kernel, scale=scale, block=block),
+        tiles,
+        "q",
+        operands,
+        in_specs,
+        [qs, _steps_spec()],
+        [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((1,), jnp.int32)],
+        [pltpu.VMEM((block, d), jnp.float32)],
+        h,
+    )
     kmajor = tuple(jnp.take(x, by_k) for x in tiles[:4]) + (tiles[4],)
     sq_row, sk_col, rows = _transposed_specs(block)
     # sk is the (B, 1, T) view of the segment ids (read per query block here), sq the (B, T, 1) one (per key block)
     dkv_operands = (q, k, v, sk, sq, dout, lse.reshape(b, h, 1, t), delta.reshape(b, h, 1, t))
-    dk, dv, dkv_steps = _call(functools.partial(_dkv_kernel, scale=scale, block=block), kmajor, "k", dkv_operands,
-                              [qs, ks, ks, sq_row, sk_col, qs, rows, rows],
-                              [ks, ks, _steps_spec()], [jax.ShapeDtypeStruct(k.shape, k.dtype),
-                                                        jax.ShapeDtypeStruct(v.shape, v.dtype),
-                                                        jax.ShapeDtypeStruct((1,), jnp.int32)],
-                              [pltpu.VMEM((block, d), jnp.float32), pltpu.VMEM((block, d), jnp.float32)], h)
+    dk, dv, dkv_steps = _call(
+        functools.partial(_dkv_kernel, scale=scale, block=block),
+        kmajor,
+        "k",
+        dkv_operands,
+        [qs, ks, ks, sq_row, sk_col, qs, rows, rows],
+        [ks, ks, _steps_spec()],
+        [
+            jax.ShapeDtypeStruct(k.shape, k.dtype),
+            jax.ShapeDtypeStruct(v.shape, v.dtype),
+            jax.ShapeDtypeStruct((1,), jnp.int32),
+        ],
+        [pltpu.VMEM((block, d), jnp.float32), pltpu.VMEM((block, d), jnp.float32)],
+        h,
+    )
     real = (segment_ids > 0)[:, None, :, None]  # blocks no tile touches (padding only) are never written
     dq, dk, dv = (jnp.where(real, x, 0).astype(x.dtype) for x in (dq, dk, dv))
     return dq, dk, dv, dq_steps[0], dkv_steps[0]

@@ -38,8 +38,16 @@ def _kernel(ctx: int, heads: int, block: int):
     from jax.experimental.pallas.ops.tpu import splash_attention as sa
 
     b = min(block, ctx)
-    sizes = sa.BlockSizes(block_q=b, block_kv=b, block_kv_compute=b, block_q_dkv=b, block_kv_dkv=b,
-                          block_kv_dkv_compute=b, block_q_dq=b, block_kv_dq=b)
+    sizes = sa.BlockSizes(
+        block_q=b,
+        block_kv=b,
+        block_kv_compute=b,
+        block_q_dkv=b,
+        block_kv_dkv=b,
+        block_kv_dkv_compute=b,
+        block_q_dq=b,
+        block_kv_dq=b,
+    )
     mask = sa.MultiHeadMask([sa.CausalMask((ctx, ctx)) for _ in range(heads)])
     with jax.ensure_compile_time_eval():  # its tile tables are constants (cached), not values of a trace
         return sa.make_splash_mha_single_device(mask, block_sizes=sizes)

@@ -25,12 +25,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from datatools.base.errors import RunFailed
-from datatools.pipeline.schema import field, from_dict, load_yaml
 from datatools.pipeline import PipelineConfig, ShardConfig, build_canonical, parse_config
+from datatools.pipeline.schema import field, from_dict, load_yaml
 from datatools.train.model import ModelConfig, attention_keys
+from datatools.train.step import OptimizerConfig, Trainer
 
 TILED = ("blocksparse", "pallas_blocksparse", "splash", "pallas_gpu")  # kernels whose tile must divide each row
-from datatools.train.step import OptimizerConfig, Trainer
 
 
 class TrainingDiverged(RunFailed):
@@ -46,9 +46,13 @@ class TrainSection:
     grad_clip: float = field(1.0, minimum=0.0)
     log_every: int = field(10, minimum=1, maximum=1 << 40)
     seed: int = field(0, minimum=0, maximum=(1 << 32) - 1)
-    grad_accum_steps: int = field(1, minimum=1, maximum=1 << 16,
-                                  doc="micro-batches (pipeline batches) per optimizer step; the loss is divided by "
-                                      "the weight sum of all of them (docs/loss-weighting.md)")
+    grad_accum_steps: int = field(
+        1,
+        minimum=1,
+        maximum=1 << 16,
+        doc="micro-batches (pipeline batches) per optimizer step; the loss is divided by "
+        "the weight sum of all of them (docs/loss-weighting.md)",
+    )
 
     @property
     def optimizer(self) -> OptimizerConfig:
@@ -62,8 +66,14 @@ class TrainConfig:
     train: TrainSection
 
 
-def load_train_config(path: str | os.PathLike, *, steps: int | None = None, source: str | None = None,
-                      attention: str | None = None, grad_accum_steps: int | None = None) -> TrainConfig:
+def load_train_config(
+    path: str | os.PathLike,
+    *,
+    steps: int | None = None,
+    source: str | None = None,
+    attention: str | None = None,
+    grad_accum_steps: int | None = None,
+) -> TrainConfig:
     """Read and validate a training config (pipeline keys + ``model`` + ``train``); ``steps``, ``source``,
     ``attention`` and ``grad_accum_steps`` override the file's."""
     data = load_yaml(path)
@@ -81,21 +91,26 @@ def load_train_config(path: str | os.PathLike, *, steps: int | None = None, sour
         model = dataclasses.replace(model, attention=attention)
     block = model.attention_block
     if model.attention == "pallas_blocksparse" and block % 128:
-        raise ValueError(f"{path}: model.attention_block={block} must be a multiple of 128 (the TPU lane width) "
-                         "for attention: pallas_blocksparse")
+        raise ValueError(
+            f"{path}: model.attention_block={block} must be a multiple of 128 (the TPU lane width) "
+            "for attention: pallas_blocksparse"
+        )
     if model.attention in TILED:
         if pipeline.packing and pipeline.packing.ctx is None:  # packing: {plan: DIR}: the plan's own ctx
             from datatools.io.plan_file import PlanFile
 
-            pipeline = pipeline.replace(packing=dataclasses.replace(pipeline.packing,
-                                                                    ctx=PlanFile(pipeline.packing.plan).ctx))
+            pipeline = pipeline.replace(
+                packing=dataclasses.replace(pipeline.packing, ctx=PlanFile(pipeline.packing.plan).ctx)
+            )
         shapes = [pipeline.packing.ctx] if pipeline.packing else list(pipeline.bucketing.boundaries or [])
         if pipeline.bucketing and not pipeline.bucketing.boundaries and pipeline.bucketing.tile % block:
             shapes.append(pipeline.bucketing.tile)
         bad = [s for s in shapes if s % block]
         if bad:
-            raise ValueError(f"{path}: model.attention_block={block} must divide every row length (got {bad[0]}); "
-                             f"choose a block that divides packing.ctx / the bucket tile")
+            raise ValueError(
+                f"{path}: model.attention_block={block} must divide every row length (got {bad[0]}); "
+                f"choose a block that divides packing.ctx / the bucket tile"
+            )
     return TrainConfig(pipeline, model, train)
 
 
@@ -130,8 +145,13 @@ def train(cfg: TrainConfig, *, on_step=None, documents=None, stop_after_useful_t
     ``flops``, ``mfu``. Returns a summary over the steps after the first (which
     includes compilation), the records, the peak used and the compilation count.
     """
-    from datatools.train.mfu import (attention_pairs_computed, device_peak, hardware_flops, segment_lengths_sq,
-                                     step_flops)
+    from datatools.train.mfu import (
+        attention_pairs_computed,
+        device_peak,
+        hardware_flops,
+        segment_lengths_sq,
+        step_flops,
+    )
 
     pipe = _host_sharded(cfg.pipeline).replace(format="datatools")
     if attention_keys(cfg.model.attention):  # the loader lists each batch's tiles
@@ -165,14 +185,28 @@ def train(cfg: TrainConfig, *, on_step=None, documents=None, stop_after_useful_t
             state, metrics = trainer.accumulate_step(state, [trainer.put_batch(b) for b in batches])
             loss = float(metrics["loss"])  # waits for the step
             if not math.isfinite(loss):
-                raise TrainingDiverged(f"step {step}: the loss became {loss}; training stopped (try a lower "
-                                       f"train.learning_rate or a grad_clip)")
+                raise TrainingDiverged(
+                    f"step {step}: the loss became {loss}; training stopped (try a lower "
+                    f"train.learning_rate or a grad_clip)"
+                )
             secs = time.perf_counter() - t0
-            rec = {"step": step, "loss": loss, "seconds": secs, "rows": rows, "tokens": slots,
-                   "useful_tokens": useful, "efficiency": useful / slots, "tokens_per_s": slots / secs,
-                   "useful_tokens_per_s": useful / secs, "flops": flops, "mfu": flops / secs / peak,
-                   "hardware_flops": hw_flops, "hfu": hw_flops / secs / peak, "attention_pairs_computed": computed,
-                   "shape": list(seg.shape)}
+            rec = {
+                "step": step,
+                "loss": loss,
+                "seconds": secs,
+                "rows": rows,
+                "tokens": slots,
+                "useful_tokens": useful,
+                "efficiency": useful / slots,
+                "tokens_per_s": slots / secs,
+                "useful_tokens_per_s": useful / secs,
+                "flops": flops,
+                "mfu": flops / secs / peak,
+                "hardware_flops": hw_flops,
+                "hfu": hw_flops / secs / peak,
+                "attention_pairs_computed": computed,
+                "shape": list(seg.shape),
+            }
             records.append(rec)
             if on_step:
                 on_step(rec)

@@ -35,19 +35,27 @@ class ModelConfig:
     rope_theta: float = field(10000.0, minimum=1.0, maximum=1e12)
     dtype: Literal["float32", "bfloat16"] = field("float32", doc="activations and matmuls")
     attention: Literal[ATTENTIONS] = field(
-        "dense", doc="dense: the whole ctx x ctx matrix, masked; blocksparse: only the tiles packing leaves "
-                     "non-empty (pure JAX); fused: jax.nn.dot_product_attention (XLA); splash: JAX's splash "
-                     "attention (TPU); pallas_blocksparse: our Pallas TPU kernel over the loader's non-empty tiles; "
-                     "pallas_gpu: Pallas GPU flash attention with segment ids; cudnn: cuDNN flash attention (GPU). "
-                     "The Pallas kernels run interpreted (slow, for correctness) off their device")
-    attention_block: int = field(128, minimum=8, maximum=MAX_CTX, doc="tile size (tokens) of the blocksparse and "
-                                                                       "Pallas kernels; must divide ctx "
-                                                                       "(pallas_blocksparse: a multiple of 128)")
+        "dense",
+        doc="dense: the whole ctx x ctx matrix, masked; blocksparse: only the tiles packing leaves "
+        "non-empty (pure JAX); fused: jax.nn.dot_product_attention (XLA); splash: JAX's splash "
+        "attention (TPU); pallas_blocksparse: our Pallas TPU kernel over the loader's non-empty tiles; "
+        "pallas_gpu: Pallas GPU flash attention with segment ids; cudnn: cuDNN flash attention (GPU). "
+        "The Pallas kernels run interpreted (slow, for correctness) off their device",
+    )
+    attention_block: int = field(
+        128,
+        minimum=8,
+        maximum=MAX_CTX,
+        doc="tile size (tokens) of the blocksparse and "
+        "Pallas kernels; must divide ctx "
+        "(pallas_blocksparse: a multiple of 128)",
+    )
 
     def check(self, where: str) -> None:
         if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
-            raise ValueError(f"config: {where}.d_model={self.d_model} must split into {self.n_heads} heads of an "
-                             "even size")
+            raise ValueError(
+                f"config: {where}.d_model={self.d_model} must split into {self.n_heads} heads of an even size"
+            )
 
     @property
     def ff(self) -> int:
@@ -75,16 +83,25 @@ def init_params(cfg: ModelConfig, key: jax.Array) -> dict:
 
     layers = []
     for _ in range(cfg.n_layers):
-        layers.append({
-            "attn_norm": jnp.ones((d,), jnp.float32),
-            "wq": normal((d, d), d ** -0.5), "wk": normal((d, d), d ** -0.5), "wv": normal((d, d), d ** -0.5),
-            "wo": normal((d, d), (2 * cfg.n_layers * d) ** -0.5),
-            "mlp_norm": jnp.ones((d,), jnp.float32),
-            "w_gate": normal((d, f), d ** -0.5), "w_up": normal((d, f), d ** -0.5),
-            "w_down": normal((f, d), (2 * cfg.n_layers * f) ** -0.5),
-        })
-    return {"embed": normal((v, d), 1.0), "layers": layers, "final_norm": jnp.ones((d,), jnp.float32),
-            "unembed": normal((d, v), d ** -0.5)}
+        layers.append(
+            {
+                "attn_norm": jnp.ones((d,), jnp.float32),
+                "wq": normal((d, d), d**-0.5),
+                "wk": normal((d, d), d**-0.5),
+                "wv": normal((d, d), d**-0.5),
+                "wo": normal((d, d), (2 * cfg.n_layers * d) ** -0.5),
+                "mlp_norm": jnp.ones((d,), jnp.float32),
+                "w_gate": normal((d, f), d**-0.5),
+                "w_up": normal((d, f), d**-0.5),
+                "w_down": normal((f, d), (2 * cfg.n_layers * f) ** -0.5),
+            }
+        )
+    return {
+        "embed": normal((v, d), 1.0),
+        "layers": layers,
+        "final_norm": jnp.ones((d,), jnp.float32),
+        "unembed": normal((d, v), d**-0.5),
+    }
 
 
 def _rms_norm(x, scale):

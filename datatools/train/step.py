@@ -46,10 +46,13 @@ class OptimizerConfig:
 
 
 def make_optimizer(cfg: OptimizerConfig, total_steps: int) -> optax.GradientTransformation:
-    schedule = optax.warmup_cosine_decay_schedule(0.0, cfg.learning_rate, max(cfg.warmup_steps, 1),
-                                                  max(total_steps, cfg.warmup_steps + 1))
-    return optax.chain(optax.clip_by_global_norm(cfg.grad_clip) if cfg.grad_clip else optax.identity(),
-                       optax.adamw(schedule, weight_decay=cfg.weight_decay))
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0, cfg.learning_rate, max(cfg.warmup_steps, 1), max(total_steps, cfg.warmup_steps + 1)
+    )
+    return optax.chain(
+        optax.clip_by_global_norm(cfg.grad_clip) if cfg.grad_clip else optax.identity(),
+        optax.adamw(schedule, weight_decay=cfg.weight_decay),
+    )
 
 
 class Trainer:
@@ -66,11 +69,15 @@ class Trainer:
         self.model = model
         self.devices = list(devices or jax.local_devices())
         if model.attention in ("splash", "pallas_blocksparse") and len(self.devices) > 1:
-            raise ValueError(f"attention: {model.attention} runs on one device for now ({len(self.devices)} "
-                             "given): its Pallas kernel is not yet wrapped in shard_map")
+            raise ValueError(
+                f"attention: {model.attention} runs on one device for now ({len(self.devices)} "
+                "given): its Pallas kernel is not yet wrapped in shard_map"
+            )
         if model.attention == "cudnn" and self.devices[0].platform != "gpu":
-            raise ValueError(f"attention: cudnn needs an NVIDIA GPU with cuDNN (the devices are "
-                             f"{self.devices[0].platform}); use pallas_gpu (interpreted off a GPU), fused or dense")
+            raise ValueError(
+                f"attention: cudnn needs an NVIDIA GPU with cuDNN (the devices are "
+                f"{self.devices[0].platform}); use pallas_gpu (interpreted off a GPU), fused or dense"
+            )
         self.mesh = Mesh(np.array(self.devices), ("data",))
         self.replicated = NamedSharding(self.mesh, PartitionSpec())
         self.batch_sharding = NamedSharding(self.mesh, PartitionSpec("data"))
@@ -91,8 +98,12 @@ class Trainer:
             """The summed gradient divided once by the global weight sum, and the step's metrics."""
             denominator = jnp.where(totals["weight_sum"] > 0, totals["weight_sum"], 1.0)
             grads = jax.tree.map(lambda g: g / denominator, grads)
-            metrics = {"loss": totals["loss_sum"] / denominator, "targets": totals["targets"],
-                       "weight_sum": totals["weight_sum"], "grad_norm": optax.tree.norm(grads)}
+            metrics = {
+                "loss": totals["loss_sum"] / denominator,
+                "targets": totals["targets"],
+                "weight_sum": totals["weight_sum"],
+                "grad_norm": optax.tree.norm(grads),
+            }
             return grads, metrics
 
         def update(state, grads, metrics):
@@ -147,9 +158,12 @@ class Trainer:
         if rows % len(self.devices):
             raise ValueError(f"batch of {rows} rows does not split over {len(self.devices)} devices")
         keys = BATCH_KEYS + attention_keys(self.model.attention)
-        out = {k: jax.make_array_from_process_local_data(  # the batch-wide tile list is not split by rows
-                   self.replicated if k in TILE_LIST_KEYS else self.batch_sharding, np.asarray(batch[k], np.int32))
-               for k in keys}
+        out = {
+            k: jax.make_array_from_process_local_data(  # the batch-wide tile list is not split by rows
+                self.replicated if k in TILE_LIST_KEYS else self.batch_sharding, np.asarray(batch[k], np.int32)
+            )
+            for k in keys
+        }
         for k in WEIGHT_KEYS:  # split by rows like the tokens; summed over the mesh in the step
             if k in batch:
                 out[k] = jax.make_array_from_process_local_data(self.batch_sharding, np.asarray(batch[k], np.float32))

@@ -19,29 +19,36 @@ lengths_st = st.lists(st.integers(1, 3000), min_size=1, max_size=300)
 
 
 def test_reads_a_config_its_base_chain_and_overrides(tmp_path):
-    (tmp_path / "base.yml").write_text("max_target_length: 2048\nper_device_batch_size: 12.0\npacking: true\n"
-                                       "grain_packing_type: 'first_fit'\nmax_segments_per_seq: -1\n"
-                                       "unrelated_key: [1, 2]\n")
+    (tmp_path / "base.yml").write_text(
+        "max_target_length: 2048\nper_device_batch_size: 12.0\npacking: true\n"
+        "grain_packing_type: 'first_fit'\nmax_segments_per_seq: -1\n"
+        "unrelated_key: [1, 2]\n"
+    )
     (tmp_path / "run.yml").write_text("base_config: base.yml\nmax_target_length: 1024\n")
-    s = read_maxtext_config(tmp_path / "run.yml", ["per_device_batch_size=2", "devices_per_host=4",
-                                                   "max_segments_per_seq=8", "packing=True"])
+    s = read_maxtext_config(
+        tmp_path / "run.yml",
+        ["per_device_batch_size=2", "devices_per_host=4", "max_segments_per_seq=8", "packing=True"],
+    )
     assert (s.max_target_length, s.per_host_batch, s.segment_cap, s.packing) == (1024, 8, 8, True)
     assert read_maxtext_config(None).per_host_batch == 12  # MaxText's defaults, one device
     best = read_maxtext_config(None, ["grain_packing_type=best_fit", "max_segments_per_seq=4"])
     assert best.segment_cap is None  # MaxText passes the cap to first fit only
 
 
-@pytest.mark.parametrize("bad, match", [
-    (["grain_packing_type=best"], "grain_packing_type must be one of"),
-    (["max_target_length=0"], r"max_target_length must be in \[1, 16,777,216\]"),
-    (["max_target_length=2e9"], r"max_target_length must be in"),
-    (["per_device_batch_size=nan"], "per_device_batch_size must be > 0"),
-    (["per_device_batch_size=4096", "devices_per_host=4096"], "per-host batch"),
-    (["max_target_length=x"], "max_target_length must be an int"),
-    (["per_device_batch_size=-1"], "per_device_batch_size must be > 0"),
-    (["packing"], "key=value"),
-    (["packing=maybe"], "packing must be a bool"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (["grain_packing_type=best"], "grain_packing_type must be one of"),
+        (["max_target_length=0"], r"max_target_length must be in \[1, 16,777,216\]"),
+        (["max_target_length=2e9"], r"max_target_length must be in"),
+        (["per_device_batch_size=nan"], "per_device_batch_size must be > 0"),
+        (["per_device_batch_size=4096", "devices_per_host=4096"], "per-host batch"),
+        (["max_target_length=x"], "max_target_length must be an int"),
+        (["per_device_batch_size=-1"], "per_device_batch_size must be > 0"),
+        (["packing"], "key=value"),
+        (["packing=maybe"], "packing must be a bool"),
+    ],
+)
 def test_bad_settings_are_named(bad, match):
     with pytest.raises(ValueError, match=match):
         read_maxtext_config(None, bad)
@@ -55,13 +62,29 @@ def test_a_base_config_loop_is_an_error(tmp_path):
 
 
 @settings(max_examples=40, deadline=None)
-@given(lengths=lengths_st, ctx=st.sampled_from([256, 512, 1024]), bins=st.integers(1, 16),
-       cap=st.integers(1, 8), kind=st.sampled_from(["first_fit", "best_fit", "concat_then_split"]),
-       packing=st.booleans(), tokenize=st.booleans(), truncate=st.booleans())
+@given(
+    lengths=lengths_st,
+    ctx=st.sampled_from([256, 512, 1024]),
+    bins=st.integers(1, 16),
+    cap=st.integers(1, 8),
+    kind=st.sampled_from(["first_fit", "best_fit", "concat_then_split"]),
+    packing=st.booleans(),
+    tokenize=st.booleans(),
+    truncate=st.booleans(),
+)
 def test_view_conserves_tokens_and_respects_the_cap(lengths, ctx, bins, cap, kind, packing, tokenize, truncate):
-    s = MaxTextSettings(max_target_length=ctx, per_device_batch_size=bins, grain_packing_type=kind, packing=packing,
-                        max_segments_per_seq=cap, tokenize_train_data=tokenize, use_truncation=truncate,
-                        add_bos=False, add_eos=False, enable_data_shuffling=False)
+    s = MaxTextSettings(
+        max_target_length=ctx,
+        per_device_batch_size=bins,
+        grain_packing_type=kind,
+        packing=packing,
+        max_segments_per_seq=cap,
+        tokenize_train_data=tokenize,
+        use_truncation=truncate,
+        add_bos=False,
+        add_eos=False,
+        enable_data_shuffling=False,
+    )
     v = maxtext_view(np.asarray(lengths), s)
     lengths = np.asarray(lengths)
     chunked = tokenize and not truncate
@@ -83,21 +106,34 @@ def test_view_first_fit_matches_the_planned_model_with_one_bin():
     """One open row, no cap: Grain's first fit is next fit, which the planned packer computes too."""
     rng = np.random.default_rng(1)
     lengths = rng.integers(1, 500, 2000)
-    s = MaxTextSettings(max_target_length=512, per_device_batch_size=1, tokenize_train_data=False,
-                        enable_data_shuffling=False)
+    s = MaxTextSettings(
+        max_target_length=512, per_device_batch_size=1, tokenize_train_data=False, enable_data_shuffling=False
+    )
     assert maxtext_view(lengths, s)["rows"] == pack_lengths(lengths, 512, algorithm="next_fit").num_rows
 
 
 @settings(max_examples=25, deadline=None)
-@given(lengths=lengths_st, attention=st.sampled_from(["dot_product", "flash", "cudnn_flash_te"]),
-       cap=st.sampled_from([-1, 4, 16]), kind=st.sampled_from(["first_fit", "best_fit"]))
+@given(
+    lengths=lengths_st,
+    attention=st.sampled_from(["dot_product", "flash", "cudnn_flash_te"]),
+    cap=st.sampled_from([-1, 4, 16]),
+    kind=st.sampled_from(["first_fit", "best_fit"]),
+)
 def test_advice_never_pairs_best_fit_with_a_cap(lengths, attention, cap, kind):
     report = analyze(np.asarray(lengths), contexts=[1024], threads=1)
     rec = report.recommendation
     if rec.maxtext.get("max_segments_per_seq") is not None:
         assert rec.maxtext["grain_packing_type"] == "first_fit"
-    s = read_maxtext_config(None, [f"attention={attention}", f"max_segments_per_seq={cap}",
-                                   f"grain_packing_type={kind}", "max_target_length=1024", "per_device_batch_size=8"])
+    s = read_maxtext_config(
+        None,
+        [
+            f"attention={attention}",
+            f"max_segments_per_seq={cap}",
+            f"grain_packing_type={kind}",
+            "max_target_length=1024",
+            "per_device_batch_size=8",
+        ],
+    )
     mt = maxtext_report(np.asarray(lengths), s, rec, config="test")
     own = mt["advice"]["maxtext_settings"]
     if "max_segments_per_seq" in own or attention == "cudnn_flash_te" or cap > 0:
@@ -117,8 +153,9 @@ def test_pretokenized_long_documents_are_reported():
 
 
 def test_tokenized_text_gets_bos_and_eos():
-    base = MaxTextSettings(max_target_length=64, tokenize_train_data=True, use_truncation=True,
-                           enable_data_shuffling=False)
+    base = MaxTextSettings(
+        max_target_length=64, tokenize_train_data=True, use_truncation=True, enable_data_shuffling=False
+    )
     without = dataclasses.replace(base, add_bos=False, add_eos=False)
     assert maxtext_view([63, 10], base)["dropped_tokens"] == 1  # 63 + 2 > 64
     assert maxtext_view([63, 10], without)["dropped_tokens"] == 0

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import grain
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import grain
 from datatools import pack_lengths
 from datatools.analysis.padding import STRATEGIES, analyze, default_contexts, simulate
 
@@ -71,9 +71,11 @@ def test_streaming_fits_equal_grain():
         ctx, bins = int(rng.integers(64, 400)), int(rng.integers(2, 16))
         pieces = pieces_at(lengths, ctx)
         assert simulate(lengths, ctx, "first_fit", window=bins)["rows"] == grain_rows(
-            pieces, ctx, grain.experimental.FirstFitPackIterDataset, bins)
+            pieces, ctx, grain.experimental.FirstFitPackIterDataset, bins
+        )
         assert simulate(lengths, ctx, "best_fit", window=bins)["rows"] == grain_rows(
-            pieces, ctx, grain.experimental.BestFitPackIterDataset, bins)
+            pieces, ctx, grain.experimental.BestFitPackIterDataset, bins
+        )
 
 
 @settings(max_examples=60, deadline=None)

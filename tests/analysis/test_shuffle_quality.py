@@ -41,8 +41,23 @@ def test_block_shuffle_mixes_like_a_full_shuffle_at_sequential_cost():
 
 
 def test_cli_json_to_stdout_only(capsys):
-    code = main(["shuffle-report", "--n", "8192", "--io-block-size", "64", "--window-blocks", "16",
-                 "--group-size", "64", "--batch-size", "128", "--json", "-"])
+    code = main(
+        [
+            "shuffle-report",
+            "--n",
+            "8192",
+            "--io-block-size",
+            "64",
+            "--window-blocks",
+            "16",
+            "--group-size",
+            "64",
+            "--batch-size",
+            "128",
+            "--json",
+            "-",
+        ]
+    )
     assert code == 0
     out = capsys.readouterr()
     report = json.loads(out.out)
@@ -51,14 +66,34 @@ def test_cli_json_to_stdout_only(capsys):
 
 def test_cli_json_file_and_table(tmp_path, capsys):
     path = tmp_path / "r.json"
-    assert main(["shuffle-report", "--n", "4096", "--io-block-size", "8", "--window-blocks", "8",
-                 "--group-size", "16", "--batch-size", "32", "--json", str(path)]) == 0
+    assert (
+        main(
+            [
+                "shuffle-report",
+                "--n",
+                "4096",
+                "--io-block-size",
+                "8",
+                "--window-blocks",
+                "8",
+                "--group-size",
+                "16",
+                "--batch-size",
+                "32",
+                "--json",
+                str(path),
+            ]
+        )
+        == 0
+    )
     assert json.loads(path.read_text())["n"] == 4096
     assert "full Feistel shuffle" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("args", [["--n", "0"], ["--n", "100", "--batch-size", "1000"], ["--n", "abc"],
-                                  ["--n", "100", "--io-block-size", "0"]])
+@pytest.mark.parametrize(
+    "args",
+    [["--n", "0"], ["--n", "100", "--batch-size", "1000"], ["--n", "abc"], ["--n", "100", "--io-block-size", "0"]],
+)
 def test_cli_bad_input_is_one_line_exit_2(args, capsys):
     base = {"--n": "100", "--io-block-size": "4", "--window-blocks": "4", "--group-size": "4", "--batch-size": "8"}
     for k, v in zip(args[::2], args[1::2]):

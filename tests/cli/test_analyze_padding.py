@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.feather as feather
 import pyarrow.parquet as pq
-from conftest import random_docs, write_test_store
 
+from conftest import random_docs, write_test_store
 from datatools.cli import main
 from datatools.io.inputs import open_input, read_lengths
 
@@ -37,8 +37,9 @@ def write_inputs(tmp_path):
     with pa.OSFile(str(tmp_path / "t.arrow"), "wb") as sink, pa.ipc.new_file(sink, token_table().schema) as w:
         w.write_table(token_table())
     out["arrow"] = (tmp_path / "t.arrow", [])
-    (tmp_path / "t.jsonl").write_text("".join(json.dumps({"token_ids": d.tolist(), "id": i}) + "\n"
-                                              for i, d in enumerate(DOCS)))
+    (tmp_path / "t.jsonl").write_text(
+        "".join(json.dumps({"token_ids": d.tolist(), "id": i}) + "\n" for i, d in enumerate(DOCS))
+    )
     out["jsonl"] = (tmp_path / "t.jsonl", [])
     import datasets
 
@@ -71,8 +72,16 @@ def test_every_input_format(tmp_path, capsys):
         assert rep["num_tokens"] == int(want.sum()), name
         assert rep["lengths"]["max"] == int(want.max()), name
         names = {s["name"] for s in rep["strategies"]}
-        assert names == {"pad", "bucket", "next_fit", "first_fit", "best_fit", "first_fit_decreasing",
-                         "best_fit_decreasing", "concat_split"}
+        assert names == {
+            "pad",
+            "bucket",
+            "next_fit",
+            "first_fit",
+            "best_fit",
+            "first_fit_decreasing",
+            "best_fit_decreasing",
+            "concat_split",
+        }
         for s in rep["strategies"]:
             assert {"name", "ctx", "rows", "efficiency", "dropped_tokens"} <= set(s)
         assert rep["recommendation"]["strategy"]
@@ -141,11 +150,16 @@ def test_errors(tmp_path, capsys, tokenizer_file):
         ([str(tmp_path / "trunc.parquet")], "trunc.parquet: cannot read Parquet"),
         ([str(good), "--column", "ids"], "good.parquet: no column 'ids' (columns: input_ids)"),
         ([str(tmp_path / "amb.parquet")], "amb.parquet: ambiguous column, candidates: input_ids, tokens"),
-        ([str(tmp_path / "float.parquet")], "float.parquet row group 0: column 'input_ids' holds non-integer token ids"),
+        (
+            [str(tmp_path / "float.parquet")],
+            "float.parquet row group 0: column 'input_ids' holds non-integer token ids",
+        ),
         ([str(tmp_path / "neg.parquet")], "neg.parquet row group 0: column 'input_ids': negative token id -4"),
         ([str(tmp_path / "text.parquet")], "text.parquet: column 'text' holds text; pass --tokenizer"),
-        ([str(tmp_path / "text.parquet"), "--tokenizer", str(tmp_path / "bad_tok.json")],
-         "bad_tok.json: not a valid tokenizers JSON file"),
+        (
+            [str(tmp_path / "text.parquet"), "--tokenizer", str(tmp_path / "bad_tok.json")],
+            "bad_tok.json: not a valid tokenizers JSON file",
+        ),
         ([str(tmp_path / "bad.jsonl")], "bad.jsonl:2: invalid JSON Lines"),
         ([str(tmp_path / "odd.bin"), "--eos-id", "0"], "odd.bin: 3 bytes is not a whole number of uint16 tokens"),
         ([str(tmp_path / "odd.bin")], "odd.bin: a flat token file needs --eos-id"),

@@ -21,8 +21,24 @@ def test_pack_json_and_repack(tmp_path, capsys):
     assert report["num_rows"] == whole.num_rows and report["efficiency"] == whole.efficiency
     assert report["lower_bound_rows"] >= whole.lower_bound_rows and report["input_kind"] == "lengths"
     # Re-packed from the plan's own lengths: another ctx and algorithm, no token read.
-    assert main(["pack", str(tmp_path / "a"), str(tmp_path / "b"), "--ctx", "256", "--algorithm", "next_fit",
-                 "--max-segments", "4", "--json", "-"]) == 0
+    assert (
+        main(
+            [
+                "pack",
+                str(tmp_path / "a"),
+                str(tmp_path / "b"),
+                "--ctx",
+                "256",
+                "--algorithm",
+                "next_fit",
+                "--max-segments",
+                "4",
+                "--json",
+                "-",
+            ]
+        )
+        == 0
+    )
     again = json.loads(capsys.readouterr().out)
     ref = pack_lengths(lengths, 256, algorithm="next_fit", max_segments=4)
     assert (again["num_rows"], again["input_kind"], again["ctx"]) == (ref.num_rows, "plan", 256)

@@ -23,8 +23,27 @@ def store(tmp_path_factory):
 
 def test_a_packaged_config_runs_by_name_from_anywhere_with_overrides(tmp_path, monkeypatch, store, capsys):
     monkeypatch.chdir(tmp_path)  # no configs/ here: the name is found in the package
-    assert main(["pipeline", "pretrain_block_8192", "--steps", "2", "--source", str(store), "--set", "workers=0",
-                 "--set", "packing.ctx=512", "--set", "batch_size=3", "--json", "-"]) == 0
+    assert (
+        main(
+            [
+                "pipeline",
+                "pretrain_block_8192",
+                "--steps",
+                "2",
+                "--source",
+                str(store),
+                "--set",
+                "workers=0",
+                "--set",
+                "packing.ctx=512",
+                "--set",
+                "batch_size=3",
+                "--json",
+                "-",
+            ]
+        )
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert report["shapes"] == [[3, 512]] and report["config"]["workers"] == 0
     for spelled in ("pretrain_block_8192.yaml", "configs/pretrain_block_8192.yaml"):
@@ -37,18 +56,21 @@ def test_a_local_file_wins_over_a_packaged_name(tmp_path, monkeypatch, store):
     assert load_config("bucketed").packing.ctx == 64
 
 
-@pytest.mark.parametrize("args, message", [
-    (["nonesuch"], "no packaged config of that name (packaged: bucketed, "),
-    (["finetune_packed_1024", "--set", "packing.ctx=0"], "packing.ctx must be >= 1; got 0"),
-    (["finetune_packed_1024", "--set", "packing.ctxx=64"], "unknown key 'ctxx' in packing"),
-    (["finetune_packed_1024", "--set", "packing.ctx"], "expected KEY=VALUE"),
-    (["finetune_packed_1024", "--set", "batch_size.rows=2"], "batch_size is 16, not a section"),
-    (["finetune_packed_1024", "--set", "seed=[1, [2]]"], "a scalar or a flat list"),
-    (["finetune_packed_1024", "--set", "shuffle={kind: none}"], "a scalar or a flat list"),
-    (["finetune_packed_1024", "--set", "seed=[&a [*a, *a], *a]"], "a scalar or a flat list"),
-    (["finetune_packed_1024", "--workers", str(MAX_WORKERS + 1)], f"0<=x<={MAX_WORKERS}"),
-    (["finetune_packed_1024", "--set", f"workers={MAX_WORKERS + 1}"], f"workers must be <= {MAX_WORKERS}"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["nonesuch"], "no packaged config of that name (packaged: bucketed, "),
+        (["finetune_packed_1024", "--set", "packing.ctx=0"], "packing.ctx must be >= 1; got 0"),
+        (["finetune_packed_1024", "--set", "packing.ctxx=64"], "unknown key 'ctxx' in packing"),
+        (["finetune_packed_1024", "--set", "packing.ctx"], "expected KEY=VALUE"),
+        (["finetune_packed_1024", "--set", "batch_size.rows=2"], "batch_size is 16, not a section"),
+        (["finetune_packed_1024", "--set", "seed=[1, [2]]"], "a scalar or a flat list"),
+        (["finetune_packed_1024", "--set", "shuffle={kind: none}"], "a scalar or a flat list"),
+        (["finetune_packed_1024", "--set", "seed=[&a [*a, *a], *a]"], "a scalar or a flat list"),
+        (["finetune_packed_1024", "--workers", str(MAX_WORKERS + 1)], f"0<=x<={MAX_WORKERS}"),
+        (["finetune_packed_1024", "--set", f"workers={MAX_WORKERS + 1}"], f"workers must be <= {MAX_WORKERS}"),
+    ],
+)
 def test_bad_names_and_overrides_are_named_with_exit_2(args, message, capsys):
     assert main(["pipeline", *args, "--steps", "1"]) == 2
     err = capsys.readouterr().err
@@ -74,12 +96,18 @@ def test_every_packaged_config_resolves_by_name():
 
 
 keys = st.lists(st.sampled_from(["a", "b", "c_1", "packing", "ctx"]), min_size=1, max_size=3).map(".".join)
-scalars = st.one_of(st.integers(-10**12, 10**12), st.booleans(), st.none(),
-                    st.text("abcxyz_-/", min_size=1, max_size=12).filter(lambda s: s not in ("null", "y", "n")))
+scalars = st.one_of(
+    st.integers(-(10**12), 10**12),
+    st.booleans(),
+    st.none(),
+    st.text("abcxyz_-/", min_size=1, max_size=12).filter(lambda s: s not in ("null", "y", "n")),
+)
 
 
-@given(base=st.dictionaries(st.sampled_from(["x", "y_2", "z"]), st.integers(), max_size=3),
-       sets=st.lists(st.tuples(keys, scalars), max_size=5))
+@given(
+    base=st.dictionaries(st.sampled_from(["x", "y_2", "z"]), st.integers(), max_size=3),
+    sets=st.lists(st.tuples(keys, scalars), max_size=5),
+)
 def test_overrides_set_each_path_and_leave_the_rest(base, sets):
     """Applied in order, each KEY=VALUE is found at its dotted path (unless a later one replaced it or a
     section above it); the original mapping is not changed; keys not named keep their values."""
@@ -91,7 +119,7 @@ def test_overrides_set_each_path_and_leave_the_rest(base, sets):
         return
     assert json.dumps(base, sort_keys=True) == before
     for i, (key, value) in enumerate(sets):
-        later = [k for k, _ in sets[i + 1:]]
+        later = [k for k, _ in sets[i + 1 :]]
         if any(k == key or key.startswith(k + ".") or k.startswith(key + ".") for k in later):
             continue
         node = out

@@ -62,8 +62,12 @@ def test_analyze_padding_json_is_the_api_report(monkeypatch, capsys, store, tmp_
     from datatools.cli import analyze_padding
 
     seen = capture(monkeypatch, analyze_padding, "analyze_input")
-    printed, report = run_and_compare(["analyze-padding", str(store), "--ctx", "512", "--maxtext-set",
-                                       "max_target_length=1024"], capsys, seen, PaddingReport)
+    printed, report = run_and_compare(
+        ["analyze-padding", str(store), "--ctx", "512", "--maxtext-set", "max_target_length=1024"],
+        capsys,
+        seen,
+        PaddingReport,
+    )
     assert report.maxtext is not None and report.contexts == [512, 1024]  # the MaxText view is in the API's object
     assert printed["maxtext"]["today"]["ctx"] == 1024 and printed["source"] == str(store)
     assert report.num_sequences == 300 and report.input_bytes > 0
@@ -78,8 +82,13 @@ def test_pipeline_json_is_the_api_report(monkeypatch, capsys, store, tmp_path):
     seen = capture(monkeypatch, pipeline, "run_pipeline")
     printed, report = run_and_compare(["pipeline", str(cfg), "--steps", "1"], capsys, seen, PipelineRunReport)
     assert report.batches == 1 and report.batches_per_s == 0.0  # one batch: no rate yet
-    assert printed["config"] == {"source": str(store), "mode": "planned", "workers": 0, "format": "datatools",
-                                 "batch_size": 4}
+    assert printed["config"] == {
+        "source": str(store),
+        "mode": "planned",
+        "workers": 0,
+        "format": "datatools",
+        "batch_size": 4,
+    }
 
 
 def test_shuffle_report_json_is_the_api_report(monkeypatch, capsys):
@@ -87,8 +96,24 @@ def test_shuffle_report_json_is_the_api_report(monkeypatch, capsys):
     from datatools.cli import shuffle_report
 
     seen = capture(monkeypatch, shuffle_report, "shuffle_report")
-    printed, report = run_and_compare(["shuffle-report", "--n", "2048", "--io-block-size", "16", "--window-blocks",
-                                       "8", "--group-size", "32", "--batch-size", "64"], capsys, seen, ShuffleReport)
+    printed, report = run_and_compare(
+        [
+            "shuffle-report",
+            "--n",
+            "2048",
+            "--io-block-size",
+            "16",
+            "--window-blocks",
+            "8",
+            "--group-size",
+            "32",
+            "--batch-size",
+            "64",
+        ],
+        capsys,
+        seen,
+        ShuffleReport,
+    )
     assert list(printed["orders"]) == ["none", "full", "block"] and report.orders["none"].groups_per_batch == 2
 
 
@@ -98,8 +123,9 @@ def test_pack_json_is_the_api_report(monkeypatch, capsys, tmp_path):
 
     np.save(tmp_path / "lengths.npy", np.random.default_rng(1).integers(1, 700, 500))
     seen = capture(monkeypatch, pack_plan, "pack_plan")  # the command imports it from there when it runs
-    printed, report = run_and_compare(["pack", str(tmp_path), str(tmp_path / "plan"), "--ctx", "512"], capsys, seen,
-                                      PackReport)
+    printed, report = run_and_compare(
+        ["pack", str(tmp_path), str(tmp_path / "plan"), "--ctx", "512"], capsys, seen, PackReport
+    )
     header = json.loads((tmp_path / "plan" / "plan.json").read_text())
     assert {k: v for k, v in header.items() if k not in ("format", "version")}.items() <= printed.items()
     assert report.input_kind == "lengths" and report.num_rows >= report.lower_bound_rows
@@ -129,14 +155,25 @@ class _Outer(Report):
 
 
 @settings(max_examples=50, deadline=None)
-@given(values=st.lists(st.integers(-2**62, 2**62), max_size=8),
-       floats=st.lists(st.floats(allow_nan=False), max_size=8), maybe=st.none() | st.floats(allow_nan=False))
+@given(
+    values=st.lists(st.integers(-(2**62), 2**62), max_size=8),
+    floats=st.lists(st.floats(allow_nan=False), max_size=8),
+    maybe=st.none() | st.floats(allow_nan=False),
+)
 def test_as_dict_gives_plain_json_types_that_round_trip(values, floats, maybe):
-    outer = _Outer(_Inner(tuple(values), np.asarray(floats, np.float64)),
-                   {1: np.int64(len(values)), "f": [np.float32(0.5)]}, np.bool_(True), maybe)
+    outer = _Outer(
+        _Inner(tuple(values), np.asarray(floats, np.float64)),
+        {1: np.int64(len(values)), "f": [np.float32(0.5)]},
+        np.bool_(True),
+        maybe,
+    )
     d = outer.as_dict()
-    assert d == {"inner": {"values": values, "array": floats}, "by_name": {"1": len(values), "f": [0.5]},
-                 "flag": True, "maybe": maybe}
+    assert d == {
+        "inner": {"values": values, "array": floats},
+        "by_name": {"1": len(values), "f": [0.5]},
+        "flag": True,
+        "maybe": maybe,
+    }
     assert json.loads(outer.to_json()) == d
     assert type(d["by_name"]["1"]) is int and type(d["flag"]) is bool
 

@@ -15,8 +15,12 @@ WRONG_TYPES = ["x", "", "x" * 100_000, None, [1, 2], {"a": 1}, True, 3.5]
 BAD_VALUES = EXTREME_INTS + EXTREME_FLOATS + WRONG_TYPES
 CLI_VALUES = [str(v) for v in EXTREME_INTS] + ["nan", "inf", "", "x", "x" * 100_000, "1.5"]
 
-YAML_BOMB = "\n".join([f"{c}: &{c} [" + ",".join([f"*{p}"] * 9) + "]" if p else f"{c}: &{c} [{','.join(['lol'] * 9)}]"
-                       for p, c in zip([None, *"abcdefghi"], "abcdefghij")])
+YAML_BOMB = "\n".join(
+    [
+        f"{c}: &{c} [" + ",".join([f"*{p}"] * 9) + "]" if p else f"{c}: &{c} [{','.join(['lol'] * 9)}]"
+        for p, c in zip([None, *"abcdefghi"], "abcdefghij")
+    ]
+)
 BAD_CONFIGS = [
     YAML_BOMB,
     "source: {path: STORE}\npacking: {ctx: 1099511627776}\n",
@@ -82,16 +86,27 @@ def cli_cases(store: str, tmp: str) -> list[list[str]]:
     cases = []
     for v in CLI_VALUES:
         for opt in ("--ctx", "--tile", "--buckets", "--max-segments", "--window"):
-            cases.append(["analyze-padding", store, opt, v, "--ctx", "256"] if opt != "--ctx" else
-                         ["analyze-padding", store, "--ctx", v])
+            cases.append(
+                ["analyze-padding", store, opt, v, "--ctx", "256"]
+                if opt != "--ctx"
+                else ["analyze-padding", store, "--ctx", v]
+            )
         cases.append(["analyze-padding", f"{tmp}/flat.bin", "--eos-id", v])
-        base = {"--n": "1000", "--io-block-size": "8", "--window-blocks": "4", "--group-size": "8", "--batch-size": "16"}
+        base = {
+            "--n": "1000",
+            "--io-block-size": "8",
+            "--window-blocks": "4",
+            "--group-size": "8",
+            "--batch-size": "16",
+        }
         for opt in (*base, "--seed", "--epoch"):
             args = dict(base, **{opt: v})
             cases.append(["shuffle-report", *[x for kv in args.items() for x in kv]])
         for opt in ("--ctx", "--tile", "--workers"):
-            cases.append(["pretokenize", f"{tmp}/text", f"{tmp}/out-{len(cases)}", "--tokenizer", f"{tmp}/tok.json",
-                          opt, v] + (["--ctx", "256"] if opt == "--tile" else []))
+            cases.append(
+                ["pretokenize", f"{tmp}/text", f"{tmp}/out-{len(cases)}", "--tokenizer", f"{tmp}/tok.json", opt, v]
+                + (["--ctx", "256"] if opt == "--tile" else [])
+            )
         for key in ("max_target_length", "per_device_batch_size", "max_segments_per_seq", "devices_per_host"):
             cases.append(["analyze-padding", store, "--maxtext-set", f"{key}={v}"])
         cases.append(["pipeline", f"{tmp}/good.yaml", "--steps", v])
@@ -155,8 +170,14 @@ def function_cases():
             ("FeistelPermutation seed", lambda v=v: FeistelPermutation(100, seed=v)(0)),
             ("FeistelPermutation index", lambda v=v: FeistelPermutation(100, seed=0)(v)),
             ("BlockShuffle n", lambda v=v: BlockShuffle(v, io_block_size=8, window_blocks=4, seed=0).index(0)),
-            ("BlockShuffle io_block_size", lambda v=v: BlockShuffle(100, io_block_size=v, window_blocks=4, seed=0).index(0)),
-            ("BlockShuffle window_blocks", lambda v=v: BlockShuffle(100, io_block_size=8, window_blocks=v, seed=0).index(0)),
+            (
+                "BlockShuffle io_block_size",
+                lambda v=v: BlockShuffle(100, io_block_size=v, window_blocks=4, seed=0).index(0),
+            ),
+            (
+                "BlockShuffle window_blocks",
+                lambda v=v: BlockShuffle(100, io_block_size=8, window_blocks=v, seed=0).index(0),
+            ),
             ("BlockShuffle index", lambda v=v: BlockShuffle(100, io_block_size=8, window_blocks=4, seed=0).index(v)),
             ("tile_align n", lambda v=v: tile_align(v, 128)),
             ("tile_align tile", lambda v=v: tile_align(100, v)),
@@ -177,20 +198,32 @@ def function_cases():
             ("to_format name", lambda v=v: to_format(batch, v)),
             ("to_format positions", lambda v=v: to_format(batch, "hf", positions=v)),
             ("to_format boundary_targets", lambda v=v: to_format(batch, "maxtext", boundary_targets=v)),
-            ("read_maxtext_config max_target_length",
-             lambda v=v: read_maxtext_config(None, [f"max_target_length={v}"])),
-            ("read_maxtext_config per_device_batch_size",
-             lambda v=v: read_maxtext_config(None, [f"per_device_batch_size={v}"])),
+            (
+                "read_maxtext_config max_target_length",
+                lambda v=v: read_maxtext_config(None, [f"max_target_length={v}"]),
+            ),
+            (
+                "read_maxtext_config per_device_batch_size",
+                lambda v=v: read_maxtext_config(None, [f"per_device_batch_size={v}"]),
+            ),
             ("read_maxtext_config override", lambda v=v: read_maxtext_config(None, [v])),
             ("maxtext_view lengths", lambda v=v: maxtext_view([v], MaxTextSettings())),
-            ("pipeline_config max_target_length",
-             lambda v=v: pipeline_config({"max_target_length": v, "global_batch_size_to_load": 8,
-                                          "grain_train_files": "x"})),
-            ("pipeline_config global_batch_size_to_load",
-             lambda v=v: pipeline_config({"max_target_length": 64, "global_batch_size_to_load": v,
-                                          "grain_train_files": "x"})),
-            ("parse_config batch_size", lambda v=v: parse_config({"source": {"path": "x"}, "packing": {"ctx": 8},
-                                                                  "batch_size": v})),
+            (
+                "pipeline_config max_target_length",
+                lambda v=v: pipeline_config(
+                    {"max_target_length": v, "global_batch_size_to_load": 8, "grain_train_files": "x"}
+                ),
+            ),
+            (
+                "pipeline_config global_batch_size_to_load",
+                lambda v=v: pipeline_config(
+                    {"max_target_length": 64, "global_batch_size_to_load": v, "grain_train_files": "x"}
+                ),
+            ),
+            (
+                "parse_config batch_size",
+                lambda v=v: parse_config({"source": {"path": "x"}, "packing": {"ctx": 8}, "batch_size": v}),
+            ),
         ]
     short = tokens[:10]
     cases += [
@@ -244,7 +277,8 @@ CORRUPT_STORES = {
     "tokens chunk deleted": lambda s: (s / "tokens" / "c" / "0").unlink(),
     "offsets chunk deleted": lambda s: (s / "offsets" / "c" / "0").unlink(),
     "tokens chunk truncated": lambda s: (s / "tokens" / "c" / "0").write_bytes(
-        (s / "tokens" / "c" / "0").read_bytes()[:-100]),
+        (s / "tokens" / "c" / "0").read_bytes()[:-100]
+    ),
     "tokens chunk empty": lambda s: (s / "tokens" / "c" / "0").write_bytes(b""),
     "byte flipped in tokens": lambda s: _flip(s / "tokens" / "c" / "0"),
     "byte flipped in offsets": lambda s: _flip(s / "offsets" / "c" / "0", 0.3),
@@ -274,8 +308,11 @@ def corrupt_store_commands(store, tmp, name: str) -> tuple[str, list[list[str]]]
     CORRUPT_STORES[name](copy)
     config = tmp / f"{copy.name}.yaml"
     config.write_text(f"source: {{path: {copy}}}\npacking: {{ctx: 512}}\nbatch_size: 2\n")
-    return str(copy), [["verify", str(copy)], ["analyze-padding", str(copy), "--ctx", "256"],
-                       ["pipeline", str(config), "--steps", "3", "--workers", "0"]]
+    return str(copy), [
+        ["verify", str(copy)],
+        ["analyze-padding", str(copy), "--ctx", "256"],
+        ["pipeline", str(config), "--steps", "3", "--workers", "0"],
+    ]
 
 
 def disk_full_outcome(tmp) -> tuple[str, int, str, bool]:
@@ -294,8 +331,12 @@ def disk_full_outcome(tmp) -> tuple[str, int, str, bool]:
     mnt = tmp / "disk-full-tmpfs"
     mnt.mkdir(exist_ok=True)
     try:
-        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)],
-                                 capture_output=True, timeout=20).returncode == 0
+        mounted = (
+            subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True, timeout=20
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.TimeoutExpired):
         mounted = False
     out = mnt / "out"
@@ -311,8 +352,9 @@ def disk_full_outcome(tmp) -> tuple[str, int, str, bool]:
     real = store_mod._create
 
     def full(path, dtype, length, chunk):
-        raise ValueError(f'RESOURCE_EXHAUSTED: Error writing local file "{path}/c/0": No space left on device '
-                         f"[os_error_code='28']")
+        raise ValueError(
+            f"RESOURCE_EXHAUSTED: Error writing local file \"{path}/c/0\": No space left on device [os_error_code='28']"
+        )
 
     store_mod._create = full
     try:
@@ -338,8 +380,12 @@ def _jsonl(path, count: int, column: str = "input_ids") -> None:
     import json
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps({column: list(range(2, 3 + i % 9)) if column == "input_ids" else f"t{i}"})
-                            + "\n" for i in range(count)))
+    path.write_text(
+        "".join(
+            json.dumps({column: list(range(2, 3 + i % 9)) if column == "input_ids" else f"t{i}"}) + "\n"
+            for i in range(count)
+        )
+    )
 
 
 def _numpy_dir(d, tokens, **index) -> str:
@@ -370,9 +416,18 @@ def file_cases(store, tmp) -> list[dict]:
     cases: list[dict] = []
 
     def case(name, args, status, names=(), docs=None, seconds=30, absent=(), store=None):
-        cases.append({"name": name, "args": [str(a) for a in args], "status": status, "names": list(names),
-                      "docs": docs, "seconds": seconds, "absent": [str(a) for a in absent],
-                      "store": str(store) if store else None})
+        cases.append(
+            {
+                "name": name,
+                "args": [str(a) for a in args],
+                "status": status,
+                "names": list(names),
+                "docs": docs,
+                "seconds": seconds,
+                "absent": [str(a) for a in absent],
+                "store": str(store) if store else None,
+            }
+        )
 
     def config(name, text):
         path = root / f"{name}.yaml"
@@ -388,23 +443,38 @@ def file_cases(store, tmp) -> list[dict]:
     _jsonl(root / "deep" / "x" / "y" / "a.jsonl", 4)
     os.symlink("../..", root / "deep" / "x" / "y" / "back")
     os.symlink("x", root / "deep" / "again")
-    for name, d, docs in (("symlink to itself", root / "cycle", 25), ("symlink to '..'", root / "up-parent" / "d", 5),
-                          ("symlinks to ancestors and siblings", root / "deep", 4)):
+    for name, d, docs in (
+        ("symlink to itself", root / "cycle", 25),
+        ("symlink to '..'", root / "up-parent" / "d", 5),
+        ("symlinks to ancestors and siblings", root / "deep", 4),
+    ):
         case(f"analyze-padding: {name}", ["analyze-padding", d, "--json", "-"], 0, docs=docs)
-        cfg = config(name.replace(" ", "-").replace("'", ""), f"source: {{path: {d}}}\npacking: {{ctx: 64}}\n"
-                                                             f"batch_size: 1\nshuffle: {{kind: none}}\n")
+        cfg = config(
+            name.replace(" ", "-").replace("'", ""),
+            f"source: {{path: {d}}}\npacking: {{ctx: 64}}\nbatch_size: 1\nshuffle: {{kind: none}}\n",
+        )
         case(f"pipeline: {name}", ["pipeline", cfg, "--steps", "1", "--workers", "0", "--json", "-"], 0, docs=docs)
     _jsonl(root / "text-cycle" / "a.jsonl", 25, column="text")
     os.symlink(".", root / "text-cycle" / "self")
     os.symlink("..", root / "text-cycle" / "up")
     out = root / "out-text-cycle"
-    case("pretokenize: symlinks to itself and to '..'", ["pretokenize", root / "text-cycle", out, "--tokenizer",
-                                                         tmp / "tok.json"], 0, docs=25, store=out)
+    case(
+        "pretokenize: symlinks to itself and to '..'",
+        ["pretokenize", root / "text-cycle", out, "--tokenizer", tmp / "tok.json"],
+        0,
+        docs=25,
+        store=out,
+    )
     # alias bombs under the old alias cap, and duplicate keys
     for levels, width in ((9, 9), (8, 8)):
         cfg = config(f"bomb-{levels}x{width}", alias_bomb(levels, width))
-        case(f"pipeline: alias bomb {levels} levels of {width}", ["pipeline", cfg, "--steps", "1"], 2,
-             names=[cfg.name, "expands"], seconds=5)
+        case(
+            f"pipeline: alias bomb {levels} levels of {width}",
+            ["pipeline", cfg, "--steps", "1"],
+            2,
+            names=[cfg.name, "expands"],
+            seconds=5,
+        )
     cfg = config("duplicate-top", "source: {path: STORE}\npacking: {ctx: 512}\nbatch_size: 2\nbatch_size: 4\n")
     case("pipeline: duplicate top-level key", ["pipeline", cfg, "--steps", "1"], 2, names=[cfg.name, "'batch_size'"])
     cfg = config("duplicate-nested", "source: {path: STORE}\npacking: {ctx: 512, ctx: 1024}\nbatch_size: 2\n")
@@ -419,8 +489,12 @@ def file_cases(store, tmp) -> list[dict]:
         cfg = config(f"np-{label.replace(' ', '-').replace('*', '')}", f"source: {{path: {d}}}\npacking: {{ctx: 64}}\n")
         case(f"pipeline: NumPy {label}", ["pipeline", cfg, "--steps", "1", "--workers", "0"], 2, names=["tokens.npy"])
     d = _numpy_dir(root / "np-disagree", good, lengths=[10, 30], offsets=[0, 15, 40])
-    case("analyze-padding: NumPy lengths.npy and offsets.npy disagree", ["analyze-padding", d], 2,
-         names=["lengths.npy", "offsets.npy"])
+    case(
+        "analyze-padding: NumPy lengths.npy and offsets.npy disagree",
+        ["analyze-padding", d],
+        2,
+        names=["lengths.npy", "offsets.npy"],
+    )
     # inputs of zero documents
     (root / "empty.jsonl").write_bytes(b"")
     (root / "blank.jsonl").write_text("\n \n")
@@ -429,18 +503,35 @@ def file_cases(store, tmp) -> list[dict]:
     (root / "empty-dir" / "a.jsonl").write_bytes(b"")
     np_empty = _numpy_dir(root / "np-empty", np.zeros(0, np.int32), lengths=[])
     empty_store = root / "empty-store"
-    write_store(empty_store, [(np.zeros(0, np.uint16), np.zeros(0, np.int64))], num_tokens=0, num_documents=0,
-                dtype=np.uint16, manifest={"vocab_size": 1 << 16})
-    for path in (root / "empty.jsonl", root / "blank.jsonl", root / "none.parquet", root / "empty-dir", np_empty,
-                 empty_store):
+    write_store(
+        empty_store,
+        [(np.zeros(0, np.uint16), np.zeros(0, np.int64))],
+        num_tokens=0,
+        num_documents=0,
+        dtype=np.uint16,
+        manifest={"vocab_size": 1 << 16},
+    )
+    for path in (
+        root / "empty.jsonl",
+        root / "blank.jsonl",
+        root / "none.parquet",
+        root / "empty-dir",
+        np_empty,
+        empty_store,
+    ):
         label = os.path.basename(path)
         case(f"analyze-padding: no documents ({label})", ["analyze-padding", path], 2, names=[label, "no documents"])
         cfg = config(f"empty-{label}", f"source: {{path: {path}}}\npacking: {{ctx: 64}}\n")
         case(f"pipeline: no documents ({label})", ["pipeline", cfg, "--steps", "1"], 2, names=[label, "no documents"])
         if label.endswith(("jsonl", "parquet", "dir")):
             out = root / f"out-empty-{label}"
-            case(f"pretokenize: no documents ({label})", ["pretokenize", path, out, "--tokenizer", tmp / "tok.json"],
-                 2, names=[label, "no documents"], absent=[out, f"{out}.partial"])
+            case(
+                f"pretokenize: no documents ({label})",
+                ["pretokenize", path, out, "--tokenizer", tmp / "tok.json"],
+                2,
+                names=[label, "no documents"],
+                absent=[out, f"{out}.partial"],
+            )
     return cases
 
 
@@ -471,8 +562,11 @@ def file_case_outcome(case: dict, status: int, out: str, err: str, seconds: floa
         return "left output behind"
     if status:  # one error line, last (progress lines may come first: a slow run off a terminal prints them)
         lines = err.splitlines()
-        if not lines or sum(line.startswith("datatools: error: ") for line in lines) != 1 or \
-                not lines[-1].startswith("datatools: error: "):
+        if (
+            not lines
+            or sum(line.startswith("datatools: error: ") for line in lines) != 1
+            or not lines[-1].startswith("datatools: error: ")
+        ):
             return f"not one error line: {err[-80:]}"
         err = lines[-1]
         missing = [n for n in case["names"] if n not in err]
@@ -532,28 +626,52 @@ def permission_cases(base, tokenizer) -> list[dict]:
     cases = []
 
     def case(name, args, names, absent=()):
-        cases.append({"name": name, "args": [str(a) for a in args], "status": 1, "names": [str(n) for n in names],
-                      "docs": None, "seconds": 60, "absent": [str(a) for a in absent]})
+        cases.append(
+            {
+                "name": name,
+                "args": [str(a) for a in args],
+                "status": 1,
+                "names": [str(n) for n in names],
+                "docs": None,
+                "seconds": 60,
+                "absent": [str(a) for a in absent],
+            }
+        )
 
     case("analyze-padding: unreadable file", ["analyze-padding", base / "data" / "a.jsonl"], ["a.jsonl"])
     case("analyze-padding: unreadable file in a directory", ["analyze-padding", base / "data"], ["a.jsonl"])
     case("analyze-padding: unreadable subdirectory", ["analyze-padding", base / "tree"], ["sub"])
     case("analyze-padding: unreadable tokens.npy", ["analyze-padding", base / "np"], ["tokens.npy"])
-    case("analyze-padding: --json into a directory not writable", ["analyze-padding", base / "readable", "--json",
-                                                                   base / "locked" / "r.json"], ["r.json"],
-         absent=[base / "locked" / "r.json"])
+    case(
+        "analyze-padding: --json into a directory not writable",
+        ["analyze-padding", base / "readable", "--json", base / "locked" / "r.json"],
+        ["r.json"],
+        absent=[base / "locked" / "r.json"],
+    )
     case("pipeline: unreadable config", ["pipeline", base / "secret.yaml", "--steps", "1"], ["secret.yaml"])
-    case("pipeline: unreadable source", ["pipeline", base / "to-secret.yaml", "--steps", "1", "--workers", "0"],
-         ["a.jsonl"])
-    case("pretokenize: unreadable input", ["pretokenize", base / "text", base / "out-1", "--tokenizer",
-                                           base / "tok.json"], ["t.jsonl"], absent=[base / "out-1",
-                                                                                   base / "out-1.partial"])
-    case("pretokenize: unreadable tokenizer", ["pretokenize", base / "text-ok", base / "out-2", "--tokenizer",
-                                               base / "secret-tok.json"], ["secret-tok.json"],
-         absent=[base / "out-2", base / "out-2.partial"])
-    case("pretokenize: output in a directory not writable", ["pretokenize", base / "text-ok", base / "locked" / "out",
-                                                             "--tokenizer", base / "tok.json"], ["out"],
-         absent=[base / "locked" / "out", base / "locked" / "out.partial"])
+    case(
+        "pipeline: unreadable source",
+        ["pipeline", base / "to-secret.yaml", "--steps", "1", "--workers", "0"],
+        ["a.jsonl"],
+    )
+    case(
+        "pretokenize: unreadable input",
+        ["pretokenize", base / "text", base / "out-1", "--tokenizer", base / "tok.json"],
+        ["t.jsonl"],
+        absent=[base / "out-1", base / "out-1.partial"],
+    )
+    case(
+        "pretokenize: unreadable tokenizer",
+        ["pretokenize", base / "text-ok", base / "out-2", "--tokenizer", base / "secret-tok.json"],
+        ["secret-tok.json"],
+        absent=[base / "out-2", base / "out-2.partial"],
+    )
+    case(
+        "pretokenize: output in a directory not writable",
+        ["pretokenize", base / "text-ok", base / "locked" / "out", "--tokenizer", base / "tok.json"],
+        ["out"],
+        absent=[base / "locked" / "out", base / "locked" / "out.partial"],
+    )
     return cases
 
 
@@ -584,29 +702,52 @@ def run_as_user(commands: list[list[str]], home) -> list[tuple[int, str, str, fl
 
     repo = str(Path(__file__).resolve().parents[2])
     site = sysconfig.get_paths()["purelib"]
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "NUMBA_CACHE_DIR": f"{home}/numba",
-           "MPLCONFIGDIR": f"{home}/mpl", "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "NUMBA_CACHE_DIR": f"{home}/numba",
+        "MPLCONFIGDIR": f"{home}/mpl",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
     for d in ("numba", "mpl"):  # caches the user can write
         os.makedirs(f"{home}/{d}", exist_ok=True)
         os.chmod(f"{home}/{d}", 0o777)
     argv = [site, repo, json.dumps(commands)]
     if os.geteuid() != 0:
-        proc = subprocess.run([sys.executable, "-c", _RUNNER, *argv], capture_output=True, text=True, env=env,
-                              timeout=600)
+        proc = subprocess.run(
+            [sys.executable, "-c", _RUNNER, *argv], capture_output=True, text=True, env=env, timeout=600
+        )
     else:
         if shutil.which("setpriv") is None:
             return "no setpriv"
         drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
         version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-        candidates = [sys.executable, os.path.realpath(sys.executable), shutil.which(version) or "",
-                      f"/usr/bin/{version}", f"/usr/local/bin/{version}"]
-        python = next((p for p in candidates if p and subprocess.run(
-            [*drop, p, "-c", "import sys; assert sys.version_info[:2] == " + repr(tuple(sys.version_info[:2]))],
-            capture_output=True, env=env).returncode == 0), None)
+        candidates = [
+            sys.executable,
+            os.path.realpath(sys.executable),
+            shutil.which(version) or "",
+            f"/usr/bin/{version}",
+            f"/usr/local/bin/{version}",
+        ]
+        python = next(
+            (
+                p
+                for p in candidates
+                if p
+                and subprocess.run(
+                    [*drop, p, "-c", "import sys; assert sys.version_info[:2] == " + repr(tuple(sys.version_info[:2]))],
+                    capture_output=True,
+                    env=env,
+                ).returncode
+                == 0
+            ),
+            None,
+        )
         if python is None:
             return f"no {version} the user {NOBODY} can run"
-        proc = subprocess.run([*drop, python, "-c", _RUNNER, *argv], capture_output=True, text=True, env=env,
-                              timeout=600)
+        proc = subprocess.run(
+            [*drop, python, "-c", _RUNNER, *argv], capture_output=True, text=True, env=env, timeout=600
+        )
     if proc.returncode != 0:
         return f"runner failed: {proc.stderr.strip()[-300:]}"
     return [tuple(r) for r in json.loads(proc.stdout.splitlines()[-1])]

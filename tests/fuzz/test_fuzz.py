@@ -65,8 +65,11 @@ def test_cli_extremes(world, index):
     assert left == set(), (left, args[:6])
 
 
-@pytest.mark.parametrize("text", BAD_CONFIGS + BAD_TRAIN_CONFIGS, ids=[f"config{i}" for i in range(len(BAD_CONFIGS) +
-                                                                                                    len(BAD_TRAIN_CONFIGS))])
+@pytest.mark.parametrize(
+    "text",
+    BAD_CONFIGS + BAD_TRAIN_CONFIGS,
+    ids=[f"config{i}" for i in range(len(BAD_CONFIGS) + len(BAD_TRAIN_CONFIGS))],
+)
 def test_malformed_configs(world, tmp_path, text):
     _, store = world
     config = tmp_path / "c.yaml"
@@ -103,9 +106,12 @@ def test_analyze_option_combinations(world, values):
 
 
 @settings(max_examples=60, deadline=None)
-@given(ctx=st.sampled_from([0, -1, 1, 7, 2**24, 2**24 + 1, 2**31, 2**63]),
-       align=st.sampled_from([1, 2, 0, 2**40]), cap=st.sampled_from([None, 1, 0, 2**31]),
-       lengths=st.lists(st.sampled_from([0, 1, 5, 2**20, -1, 2**63]), max_size=6))
+@given(
+    ctx=st.sampled_from([0, -1, 1, 7, 2**24, 2**24 + 1, 2**31, 2**63]),
+    align=st.sampled_from([1, 2, 0, 2**40]),
+    cap=st.sampled_from([None, 1, 0, 2**31]),
+    lengths=st.lists(st.sampled_from([0, 1, 5, 2**20, -1, 2**63]), max_size=6),
+)
 def test_pack_lengths_combinations(ctx, align, cap, lengths):
     from datatools import pack_lengths
 
@@ -177,8 +183,11 @@ def test_permission_cases_exit_1_as_a_non_root_user(world):
         results = run_as_user([c["args"] for c in cases], base)
         if isinstance(results, str):
             pytest.skip(f"cannot run as a non-root user here: {results}")
-        bad = [(c["name"], verdict, err[:200]) for c, (status, out, err, seconds) in zip(cases, results)
-               if not (verdict := file_case_outcome(c, status, out, err, seconds)).startswith("clean")]
+        bad = [
+            (c["name"], verdict, err[:200])
+            for c, (status, out, err, seconds) in zip(cases, results)
+            if not (verdict := file_case_outcome(c, status, out, err, seconds)).startswith("clean")
+        ]
         assert bad == []
     finally:
         for p in [base, *base.rglob("*")]:

@@ -51,8 +51,12 @@ def stack(rows):
 
 
 @settings(max_examples=25, deadline=None)
-@given(n=st.integers(1, 60), ctx=st.integers(8, 300), seed=st.integers(0, 10**6),
-       algorithm=st.sampled_from(["best_fit_decreasing", "first_fit", "next_fit", "concat_split"]))
+@given(
+    n=st.integers(1, 60),
+    ctx=st.integers(8, 300),
+    seed=st.integers(0, 10**6),
+    algorithm=st.sampled_from(["best_fit_decreasing", "first_fit", "next_fit", "concat_split"]),
+)
 def test_planned_rows_conserve_every_token(n, ctx, seed, algorithm):
     docs = random_docs(n, seed=seed, mean_log=3.5, max_len=500)
     ds = PackedRowsMapDataset(ArrayDocuments.from_list(docs), ctx, algorithm=algorithm)
@@ -106,8 +110,9 @@ def test_block_shuffle_shards_are_disjoint_and_cover(n, block, window, count):
     seen = []
     for h in range(count):
         try:
-            ds = BlockShuffleMapDataset(base, io_block_size=block, window_blocks=window, seed=3,
-                                        shard_index=h, shard_count=count)
+            ds = BlockShuffleMapDataset(
+                base, io_block_size=block, window_blocks=window, seed=3, shard_index=h, shard_count=count
+            )
         except ValueError as exc:
             assert "holds no records" in str(exc)
             continue
@@ -160,10 +165,16 @@ def test_streaming_pack_conserves_and_resumes_exactly(block, algorithm):
 
 def test_streaming_pack_equals_planned_within_one_window():
     docs = random_docs(50, seed=5)
-    streamed = stack(list(StreamingPackIterDataset(doc_stream(docs), ctx=512, window=1000,
-                                                   algorithm="best_fit_decreasing", shuffle_rows=False)))
+    streamed = stack(
+        list(
+            StreamingPackIterDataset(
+                doc_stream(docs), ctx=512, window=1000, algorithm="best_fit_decreasing", shuffle_rows=False
+            )
+        )
+    )
     planned = PackedRowsMapDataset(ArrayDocuments.from_list(docs), 512).get_batch(
-        np.arange(pack_lengths([len(d) for d in docs], 512).num_rows))
+        np.arange(pack_lengths([len(d) for d in docs], 512).num_rows)
+    )
     for k in planned:
         np.testing.assert_array_equal(streamed[k], planned[k])
 

@@ -47,8 +47,11 @@ class CountingDocuments(PieceReadingSource):
 
 
 @settings(max_examples=40, deadline=None)
-@given(bucket_of=st.lists(st.integers(0, 3), max_size=200), sizes=st.lists(st.integers(1, 6), min_size=4, max_size=4),
-       drop=st.booleans())
+@given(
+    bucket_of=st.lists(st.integers(0, 3), max_size=200),
+    sizes=st.lists(st.integers(1, 6), min_size=4, max_size=4),
+    drop=st.booleans(),
+)
 def test_fill_order_is_what_a_stream_emits(bucket_of, sizes, drop):
     """Simulated item by item: a bucket's batch is emitted when its last item arrives; remainders last."""
     items, splits, bucket = fill_order_batches(bucket_of, sizes, drop_remainder=drop)
@@ -60,7 +63,7 @@ def test_fill_order_is_what_a_stream_emits(bucket_of, sizes, drop):
             buffers[k] = []
     if not drop:
         expected += [(k, b) for k, b in enumerate(buffers) if b]
-    got = [(int(bucket[b]), items[splits[b]:splits[b + 1]].tolist()) for b in range(bucket.shape[0])]
+    got = [(int(bucket[b]), items[splits[b] : splits[b + 1]].tolist()) for b in range(bucket.shape[0])]
     assert got == expected
 
 
@@ -81,9 +84,11 @@ def test_bucket_schedule_gives_the_streaming_bucketers_batches():
 def schedules(docs, batch):
     order = DocumentOrder(len(docs), "block", seed=2, io_block_size=4, window_blocks=4)
     rows = FeistelShuffleMapDataset(PackedRowsMapDataset(docs, 128), seed=2)
-    return {"planned": PlannedSchedule(rows, batch, drop_remainder=False, ctx=128),
-            "streaming": StreamingSchedule(docs, order, ctx=128, window=30, batch_size=batch, drop_remainder=False),
-            "bucketing": BucketSchedule(docs, order, boundaries=[32, 128], batch_sizes=[batch, batch // 2])}
+    return {
+        "planned": PlannedSchedule(rows, batch, drop_remainder=False, ctx=128),
+        "streaming": StreamingSchedule(docs, order, ctx=128, window=30, batch_size=batch, drop_remainder=False),
+        "bucketing": BucketSchedule(docs, order, boundaries=[32, 128], batch_sizes=[batch, batch // 2]),
+    }
 
 
 @pytest.mark.parametrize("mode", ["planned", "streaming", "bucketing"])
@@ -93,8 +98,10 @@ def test_hosts_read_only_their_own_rows(mode):
     one = CountingDocuments(base)
     whole = list(HostBatchesMapDataset(schedules(one, 8)[mode]).to_iter_dataset(NO_THREADS))
     hosts = [CountingDocuments(base) for _ in range(4)]
-    shares = [list(HostBatchesMapDataset(schedules(h, 8)[mode], index=i, count=4).to_iter_dataset(NO_THREADS))
-              for i, h in enumerate(hosts)]
+    shares = [
+        list(HostBatchesMapDataset(schedules(h, 8)[mode], index=i, count=4).to_iter_dataset(NO_THREADS))
+        for i, h in enumerate(hosts)
+    ]
     assert one.tokens_read == int(base.lengths().sum())  # drop_remainder false: every token, once
     assert sum(h.tokens_read for h in hosts) == one.tokens_read
     assert max(h.tokens_read for h in hosts) < one.tokens_read / 2

@@ -66,8 +66,9 @@ def test_a_missing_key_is_a_value_error_naming_it(store, mode):
 
 
 @pytest.mark.parametrize("mode", list(MODES))
-@pytest.mark.parametrize("value, error", [(2.5, TypeError), (True, TypeError), ("3", TypeError), (None, TypeError),
-                                          (-1, ValueError)])
+@pytest.mark.parametrize(
+    "value, error", [(2.5, TypeError), (True, TypeError), ("3", TypeError), (None, TypeError), (-1, ValueError)]
+)
 def test_a_position_that_is_not_a_count_is_refused(store, mode, value, error):
     cfg, state = saved(store, mode)
     leaves = [("portable", *p) for p in int_leaves(state["portable"])]  # the identity is compared, not counted

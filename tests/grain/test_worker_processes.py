@@ -15,9 +15,11 @@ from conftest import random_docs, write_test_store
 from datatools.grain.worker_processes import _is_main_test, unguarded_main_line
 
 # 20,000 documents: the pickled pipeline is far over a pipe's 64 KiB, the case that hung for ever
-CONFIG = ("{'source': {'path': %r}, 'shuffle': {'kind': 'block', 'io_block_size': 64, 'window_blocks': 64}, "
-          "'packing': {'mode': 'streaming', 'ctx': 512, 'window': 256}, 'batch_size': 4, 'format': 'maxtext', "
-          "'workers': 2}")
+CONFIG = (
+    "{'source': {'path': %r}, 'shuffle': {'kind': 'block', 'io_block_size': 64, 'window_blocks': 64}, "
+    "'packing': {'mode': 'streaming', 'ctx': 512, 'window': 256}, 'batch_size': 4, 'format': 'maxtext', "
+    "'workers': 2}"
+)
 
 
 @pytest.fixture(scope="module")
@@ -30,20 +32,22 @@ def run_script(tmp_path: Path, body: str) -> tuple[subprocess.CompletedProcess, 
     script.write_text(textwrap.dedent(body))
     t0 = time.perf_counter()
     try:
-        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
-                              cwd=tmp_path)
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     except subprocess.TimeoutExpired:
         pytest.fail("the script hung (killed after 60 s)")
     return done, time.perf_counter() - t0
 
 
 def test_an_unguarded_script_fails_within_seconds_naming_the_guard(tmp_path, big_store):
-    done, seconds = run_script(tmp_path, f"""
+    done, seconds = run_script(
+        tmp_path,
+        f"""
         from datatools.pipeline import build
         ds = build({CONFIG % str(big_store)})
         it = iter(ds)
         print(next(it)["inputs"].shape)
-        """)
+        """,
+    )
     assert done.returncode != 0
     assert seconds < 30, seconds
     assert 'if __name__ == "__main__":' in done.stderr
@@ -52,7 +56,9 @@ def test_an_unguarded_script_fails_within_seconds_naming_the_guard(tmp_path, big
 
 
 def test_a_guarded_script_runs_and_exits_with_nothing_on_stderr(tmp_path, big_store):
-    done, _ = run_script(tmp_path, f"""
+    done, _ = run_script(
+        tmp_path,
+        f"""
         from datatools.pipeline import build
 
         if __name__ == "__main__":
@@ -61,15 +67,23 @@ def test_a_guarded_script_runs_and_exits_with_nothing_on_stderr(tmp_path, big_st
             batch = next(it)               # and a batch
             state = it.get_state()
             print(batch["inputs"].shape)
-        """)
+        """,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "(4, 512)"
     assert done.stderr.strip() == ""
 
 
-@pytest.mark.parametrize("test, expected", [('__name__ == "__main__"', True), ("'__main__' == __name__", True),
-                                            ('__name__ != "__main__"', False), ("x == '__main__'", False),
-                                            ("__name__ == '__mp_main__'", False)])
+@pytest.mark.parametrize(
+    "test, expected",
+    [
+        ('__name__ == "__main__"', True),
+        ("'__main__' == __name__", True),
+        ('__name__ != "__main__"', False),
+        ("x == '__main__'", False),
+        ("__name__ == '__mp_main__'", False),
+    ],
+)
 def test_the_main_guard_is_recognized(test, expected):
     import ast
 
@@ -81,7 +95,9 @@ def test_no_check_outside_a_script():
 
 
 def test_a_worker_killed_mid_run_surfaces_within_seconds(tmp_path, big_store):
-    done, seconds = run_script(tmp_path, f"""
+    done, seconds = run_script(
+        tmp_path,
+        f"""
         import multiprocessing, os, signal, time
         from datatools.pipeline import build
 
@@ -98,20 +114,24 @@ def test_a_worker_killed_mid_run_surfaces_within_seconds(tmp_path, big_store):
                 print("finished")
             except RuntimeError as exc:
                 print(type(exc).__name__, round(time.perf_counter() - t0), str(exc)[:300])
-        """)
+        """,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     name, wait, message = done.stdout.split(" ", 2)
     assert name == "WorkerDiedError" and int(wait) < 30, done.stdout
     assert "worker process died" in message and "exit code -9" in message
 
 
-@pytest.mark.parametrize("source, spec_name, unguarded", [
-    ("x = 1\nresult = f()\n", None, True),
-    ("if __name__ == '__main__':\n    result = f()\n", None, False),
-    ("def g():\n    return f()\n\nif '__main__' == __name__:\n    result = g()\n", None, False),
-    ("result = f()\n", "mypkg.__main__", False),  # python -m mypkg: spawn does not run it again
-    ("result = f()\n", "mypkg.script", True),     # python -m mypkg.script: it does
-])
+@pytest.mark.parametrize(
+    "source, spec_name, unguarded",
+    [
+        ("x = 1\nresult = f()\n", None, True),
+        ("if __name__ == '__main__':\n    result = f()\n", None, False),
+        ("def g():\n    return f()\n\nif '__main__' == __name__:\n    result = g()\n", None, False),
+        ("result = f()\n", "mypkg.__main__", False),  # python -m mypkg: spawn does not run it again
+        ("result = f()\n", "mypkg.script", True),  # python -m mypkg.script: it does
+    ],
+)
 def test_the_call_site_is_judged_as_spawn_would(tmp_path, monkeypatch, source, spec_name, unguarded):
     import importlib.machinery
     import types

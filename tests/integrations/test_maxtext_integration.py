@@ -8,8 +8,16 @@ import pytest
 
 from datatools.integrations.maxtext import HostBatchIterator, create_data_iterator, pipeline_config
 
-KEYS = {"max_target_length": 64, "global_batch_size_to_load": 8, "data_shuffle_seed": 3, "max_segments_per_seq": -1,
-        "grain_worker_count": 0, "num_epoch": 1, "enable_data_shuffling": True, "eval_interval": -1}
+KEYS = {
+    "max_target_length": 64,
+    "global_batch_size_to_load": 8,
+    "data_shuffle_seed": 3,
+    "max_segments_per_seq": -1,
+    "grain_worker_count": 0,
+    "num_epoch": 1,
+    "enable_data_shuffling": True,
+    "eval_interval": -1,
+}
 
 
 @pytest.fixture()
@@ -27,8 +35,12 @@ def store(tmp_path):
 
 
 def test_maxtext_keys_become_the_pipeline(store):
-    cfg = pipeline_config({**KEYS, "grain_train_files": str(store), "max_segments_per_seq": 6},
-                          {"shuffle": {"kind": "block", "io_block_size": 8}}, process_index=1, process_count=2)
+    cfg = pipeline_config(
+        {**KEYS, "grain_train_files": str(store), "max_segments_per_seq": 6},
+        {"shuffle": {"kind": "block", "io_block_size": 8}},
+        process_index=1,
+        process_count=2,
+    )
     assert cfg.packing.ctx == 64 and cfg.batch_size == 8 and cfg.packing.max_segments == 6  # global, 4 per host
     assert (cfg.shard.index, cfg.shard.count, cfg.seed, cfg.workers) == (1, 2, 3, 0)
     assert cfg.format == "maxtext" and cfg.positions == "restart" and cfg.boundary_targets == "mask"
@@ -37,12 +49,15 @@ def test_maxtext_keys_become_the_pipeline(store):
     assert off.shuffle.kind == "none"
 
 
-@pytest.mark.parametrize("pipeline, match", [
-    ({"packing": {"ctx": 128}}, "packing.ctx=128 contradicts MaxText's max_target_length=64"),
-    ({"batch_size": 3}, "batch_size=3 contradicts"),
-    ({"format": "hf"}, "format='hf' contradicts"),
-    ({"bucketing": {"num_buckets": 2}}, "use packing, not bucketing"),
-])
+@pytest.mark.parametrize(
+    "pipeline, match",
+    [
+        ({"packing": {"ctx": 128}}, "packing.ctx=128 contradicts MaxText's max_target_length=64"),
+        ({"batch_size": 3}, "batch_size=3 contradicts"),
+        ({"format": "hf"}, "format='hf' contradicts"),
+        ({"bucketing": {"num_buckets": 2}}, "use packing, not bucketing"),
+    ],
+)
 def test_contradictions_are_errors(pipeline, match):
     with pytest.raises(ValueError, match=match):
         pipeline_config({**KEYS, "grain_train_files": "data"}, pipeline)
@@ -53,8 +68,11 @@ def test_contradictions_are_errors(pipeline, match):
 def test_eval_split_needs_eval_files(store):
     with pytest.raises(ValueError, match="grain_eval_files"):
         pipeline_config({**KEYS, "grain_train_files": str(store)}, split="eval")
-    ev = pipeline_config({**KEYS, "grain_train_files": "x", "grain_eval_files": str(store),
-                          "global_batch_size_to_load_eval": 4}, {"source": {"path": "y"}}, split="eval")
+    ev = pipeline_config(
+        {**KEYS, "grain_train_files": "x", "grain_eval_files": str(store), "global_batch_size_to_load_eval": 4},
+        {"source": {"path": "y"}},
+        split="eval",
+    )
     assert ev.source.path == str(store) and ev.shuffle.kind == "none" and ev.batch_size == 4 and ev.num_epochs == 1
 
 
@@ -68,8 +86,14 @@ def test_iterator_gives_global_arrays_and_resumes(store):
     assert isinstance(train, HostBatchIterator)  # MaxText is not installed here: datatools' own wrapper
     it = train
     first = next(it)
-    assert set(first) == {"inputs", "inputs_segmentation", "inputs_position", "targets", "targets_segmentation",
-                          "targets_position"}
+    assert set(first) == {
+        "inputs",
+        "inputs_segmentation",
+        "inputs_position",
+        "targets",
+        "targets_segmentation",
+        "targets_position",
+    }
     assert first["inputs"].shape == (8, 64) and isinstance(first["inputs"], jax.Array)
     assert int(np.asarray(first["inputs_position"]).max()) < 64  # positions restart in every piece
     state = it.local_iterator.get_state()
@@ -94,8 +118,9 @@ def test_fewer_hosts_restore_views_continue_one_sequence(store):
     state = plain.local_iterator.get_state()
     want = [np.asarray(next(plain)["targets"]) for _ in range(5)]
     # MaxText loads expansion x the global batch then (its steps take one saved host's share): 4 of the 8 rows
-    views, _ = create_data_iterator({**keys, "global_batch_size_to_load": 4, "expansion_factor_real_data": 0.5},
-                                    mesh, pipeline={})
+    views, _ = create_data_iterator(
+        {**keys, "global_batch_size_to_load": 4, "expansion_factor_real_data": 0.5}, mesh, pipeline={}
+    )
     assert isinstance(views, list) and len(views) == 2 and views[0].local_iterator is views[1].local_iterator
     for view in views:  # as MaxText's restore: each view from its saved host's file, the same state
         view.local_iterator.set_state(state)

@@ -93,8 +93,11 @@ def test_the_cli_shows_the_warning_in_one_line(tmp_path, capsys):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(links=st.lists(st.tuples(st.sampled_from(["", "x", "x/y", "z"]),
-                                st.sampled_from([".", "..", "../..", "x", "/"])), max_size=6))
+@given(
+    links=st.lists(
+        st.tuples(st.sampled_from(["", "x", "x/y", "z"]), st.sampled_from([".", "..", "../..", "x", "/"])), max_size=6
+    )
+)
 def test_any_links_read_every_real_file_once_and_nothing_outside(tmp_path_factory, links):
     """Property: whatever directory links are added, the files listed are exactly the real files under the root,
     each once."""

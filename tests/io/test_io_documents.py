@@ -33,13 +33,20 @@ def write_formats(tmp_path) -> dict:
     import datasets
 
     datasets.Dataset.from_dict({"input_ids": [d.tolist() for d in DOCS]}).save_to_disk(
-        str(tmp_path / "hf"), max_shard_size="100KB")
+        str(tmp_path / "hf"), max_shard_size="100KB"
+    )
     (tmp_path / "np").mkdir()
     np.save(tmp_path / "np" / "tokens.npy", TRUTH.tokens.astype(np.uint16))
     np.save(tmp_path / "np" / "offsets.npy", TRUTH.offsets)
-    return {"parquet": tmp_path / "t.parquet", "arrow file": tmp_path / "f.arrow", "arrow stream": tmp_path / "s.arrow",
-            "jsonl": tmp_path / "t.jsonl", "hf": tmp_path / "hf", "numpy": tmp_path / "np",
-            "store": write_test_store(tmp_path / "store", DOCS)}
+    return {
+        "parquet": tmp_path / "t.parquet",
+        "arrow file": tmp_path / "f.arrow",
+        "arrow stream": tmp_path / "s.arrow",
+        "jsonl": tmp_path / "t.jsonl",
+        "hf": tmp_path / "hf",
+        "numpy": tmp_path / "np",
+        "store": write_test_store(tmp_path / "store", DOCS),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -95,11 +102,17 @@ def test_bounded_cache_and_pickling(sources):
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(mapped))[7], DOCS[7])
 
 
-@pytest.mark.parametrize("mode", [
-    {"packing": {"ctx": 512}, "shuffle": {"kind": "full"}},
-    {"packing": {"ctx": 512, "mode": "streaming", "window": 64},
-     "shuffle": {"kind": "block", "io_block_size": 8, "window_blocks": 8}, "read_block": 32},
-])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        {"packing": {"ctx": 512}, "shuffle": {"kind": "full"}},
+        {
+            "packing": {"ctx": 512, "mode": "streaming", "window": 64},
+            "shuffle": {"kind": "block", "io_block_size": 8, "window_blocks": 8},
+            "read_block": 32,
+        },
+    ],
+)
 def test_pipelines_over_tables_equal_the_store(formats, mode):
     cfg = {"batch_size": 4, "seed": 3, **mode}
     want = list(build({**cfg, "source": {"path": str(formats["store"])}}))

@@ -30,8 +30,12 @@ def test_a_20_mb_line_is_analyzed_correctly_without_hanging(tmp_path):
     f = tmp_path / "long lines.jsonl"
     write_jsonl(f, docs)
     assert max(len(line) for line in f.read_bytes().split(b"\n")) > 20 << 20
-    proc = subprocess.run([sys.executable, "-m", "datatools", "analyze-padding", str(f), "--ctx", "1024",
-                           "--json", "-"], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "datatools", "analyze-padding", str(f), "--ctx", "1024", "--json", "-"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     rep = json.loads(proc.stdout)
     assert rep["num_sequences"] == 5 and rep["num_tokens"] == sum(len(d) for d in docs)
@@ -42,8 +46,12 @@ def test_a_20_mb_line_is_analyzed_correctly_without_hanging(tmp_path):
 
 
 @settings(max_examples=25, deadline=None)
-@given(lengths=st.lists(st.integers(0, 300), min_size=0, max_size=60), part=st.integers(1, 4000),
-       block=st.integers(1, 3000), blank=st.integers(0, 5))
+@given(
+    lengths=st.lists(st.integers(0, 300), min_size=0, max_size=60),
+    part=st.integers(1, 4000),
+    block=st.integers(1, 3000),
+    blank=st.integers(0, 5),
+)
 def test_any_parts_and_blocks_give_every_line_once(tmp_path_factory, lengths, part, block, blank):
     rng = np.random.default_rng(len(lengths))
     docs = [rng.integers(0, 50000, n) for n in lengths]
@@ -66,15 +74,21 @@ def test_any_parts_and_blocks_give_every_line_once(tmp_path_factory, lengths, pa
         np.testing.assert_array_equal(source[i], docs[i])
 
 
-@pytest.mark.parametrize("body, message", [
-    ('{"input_ids": [1, 2]}\n{"input_ids": [3]}\n{oops\n', "x.jsonl:3: invalid JSON Lines"),
-    ('{"input_ids": [1]}\n\n[1, 2]\n', "x.jsonl:3: invalid JSON Lines (expected an object per line"),
-    ('{"input_ids": [1]}\n{"input_ids": [1.5]}\n', "x.jsonl:2: column 'input_ids' holds non-integer token ids (1.5)"),
-    ('{"input_ids": [1]}\n{"input_ids": "abc"}\n', "x.jsonl:2: column 'input_ids' holds str, not a list"),
-    ('{"input_ids": [1]}\n{"other": 1}\n', "x.jsonl:2: the line has no column 'input_ids'"),
-    ('{"input_ids": [1]}\n{"input_ids": null}\n', "x.jsonl:2: the line has a null column 'input_ids'"),
-    ('{"input_ids": [1, -3]}\n', "column 'input_ids': negative token id -3"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ('{"input_ids": [1, 2]}\n{"input_ids": [3]}\n{oops\n', "x.jsonl:3: invalid JSON Lines"),
+        ('{"input_ids": [1]}\n\n[1, 2]\n', "x.jsonl:3: invalid JSON Lines (expected an object per line"),
+        (
+            '{"input_ids": [1]}\n{"input_ids": [1.5]}\n',
+            "x.jsonl:2: column 'input_ids' holds non-integer token ids (1.5)",
+        ),
+        ('{"input_ids": [1]}\n{"input_ids": "abc"}\n', "x.jsonl:2: column 'input_ids' holds str, not a list"),
+        ('{"input_ids": [1]}\n{"other": 1}\n', "x.jsonl:2: the line has no column 'input_ids'"),
+        ('{"input_ids": [1]}\n{"input_ids": null}\n', "x.jsonl:2: the line has a null column 'input_ids'"),
+        ('{"input_ids": [1, -3]}\n', "column 'input_ids': negative token id -3"),
+    ],
+)
 def test_errors_name_the_line(tmp_path, body, message):
     (tmp_path / "x.jsonl").write_text(body)
     with pytest.raises(ValueError) as err:

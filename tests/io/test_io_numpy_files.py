@@ -28,8 +28,7 @@ def numpy_input(d, tokens, lengths=None, offsets=None):
 def test_an_id_outside_the_int32_range_is_refused_by_every_reader(tmp_path, capsys, bad, index):
     tokens = np.arange(1, 11, dtype=np.int64)
     tokens[7] = bad
-    d = numpy_input(tmp_path / "np", tokens, **({"lengths": [4, 6]} if index == "lengths" else
-                                                 {"offsets": [0, 4, 10]}))
+    d = numpy_input(tmp_path / "np", tokens, **({"lengths": [4, 6]} if index == "lengths" else {"offsets": [0, 4, 10]}))
     for read in (lambda: read_lengths(open_input(d)), lambda: open_documents(open_input(d)), lambda: numpy_dir(d)):
         with pytest.raises(ValueError, match=str(bad)) as err:
             read()

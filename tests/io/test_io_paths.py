@@ -35,8 +35,7 @@ def test_dot_dot_spaces_and_symlinks(tmp_path, capsys, texts, tokenizer_file):
     base = tmp_path / "my data"
     (base / "sub").mkdir(parents=True)
     write_test_store(base / "a store", DOCS)
-    pq.write_table(pa.table({"input_ids": [d.tolist() for d in DOCS]}), base / "docs file.parquet",
-                   row_group_size=40)
+    pq.write_table(pa.table({"input_ids": [d.tolist() for d in DOCS]}), base / "docs file.parquet", row_group_size=40)
     os.symlink(base / "a store", tmp_path / "link to store")
     dotted = base / "sub" / ".." / "a store"
     for path in (dotted, tmp_path / "link to store", base / "sub" / ".." / "docs file.parquet"):
@@ -98,8 +97,21 @@ def test_outputs_follow_the_umask(tmp_path, capsys, texts, tokenizer_file):
     old = os.umask(0o002)
     try:
         pretokenize(tmp_path / "in", tmp_path / "store", tokenizer_file, progress=False)
-        assert main(["analyze-padding", str(tmp_path / "store"), "--ctx", "512", "--json",
-                     str(tmp_path / "r.json"), "--plot", str(tmp_path / "p.png")]) == 0
+        assert (
+            main(
+                [
+                    "analyze-padding",
+                    str(tmp_path / "store"),
+                    "--ctx",
+                    "512",
+                    "--json",
+                    str(tmp_path / "r.json"),
+                    "--plot",
+                    str(tmp_path / "p.png"),
+                ]
+            )
+            == 0
+        )
     finally:
         os.umask(old)
     files = [p for p in (tmp_path / "store").rglob("*") if p.is_file()] + [tmp_path / "r.json", tmp_path / "p.png"]
@@ -133,8 +145,13 @@ def test_unreadable_files_are_named_as_permission_errors(tmp_path):
     (store / "manifest.json").chmod(0)
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
     for path, name in ((d, "b.parquet"), (store, "manifest.json")):
-        proc = subprocess.run([*prefix, sys.executable, "-m", "datatools", "analyze-padding", str(path)],
-                              capture_output=True, text=True, timeout=120, env=env)
+        proc = subprocess.run(
+            [*prefix, sys.executable, "-m", "datatools", "analyze-padding", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
         err = proc.stderr.strip()
         assert proc.returncode == 1 and "\n" not in err and "Traceback" not in err, err
         assert err.endswith(f"{name}: Permission denied") and "no input files" not in err, err

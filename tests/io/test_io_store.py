@@ -159,14 +159,17 @@ def test_offsets_chunk_deleted_is_refused(tmp_path, small_chunks):
 # --------------------------------------------------------------------------- manifest against arrays
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"num_tokens": 1001}, "tokens/ disagrees with the manifest"),
-    ({"num_documents": 11}, "offsets/ disagrees with the manifest"),
-    ({"dtype": "uint32"}, "tokens/ disagrees with the manifest"),
-    ({"chunks": {"checksum": "sha256", "tokens": {}, "offsets": {}}}, "no chunk records for tokens/"),
-    ({"chunks": None}, "no chunk records"),
-    ({"version": 3}, "version 3 is not supported"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"num_tokens": 1001}, "tokens/ disagrees with the manifest"),
+        ({"num_documents": 11}, "offsets/ disagrees with the manifest"),
+        ({"dtype": "uint32"}, "tokens/ disagrees with the manifest"),
+        ({"chunks": {"checksum": "sha256", "tokens": {}, "offsets": {}}}, "no chunk records for tokens/"),
+        ({"chunks": None}, "no chunk records"),
+        ({"version": 3}, "version 3 is not supported"),
+    ],
+)
 def test_a_manifest_that_disagrees_with_the_arrays_is_refused(tmp_path, changes, message):
     path = write_test_store(tmp_path / "s", [list(range(100)) for _ in range(10)])
     manifest_edit(path, **changes)
@@ -212,8 +215,11 @@ def test_tokens_beyond_the_vocabulary_are_refused_by_verify(tmp_path, small_chun
     tokens = TokenStore(path).read_tokens(0, 1000)
     tokens[700] = 1000
     rewrite_array(path, "tokens", tokens)
-    with pytest.raises(ValueError, match=r"chunk tokens/c/10 is corrupt \(token 700 is 1000, not below the "
-                                         r"vocabulary size 1000\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"chunk tokens/c/10 is corrupt \(token 700 is 1000, not below the "
+        r"vocabulary size 1000\)",
+    ):
         verify_store(path)
 
 
@@ -236,16 +242,24 @@ def test_disk_full_while_writing_a_store_is_an_oserror_naming_the_file(small_tmp
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, 1 << 16, 3_000_000).astype(np.uint16)  # 6 MB that zstd cannot shrink: > 2 MiB
     with pytest.raises(OSError) as exc:
-        write_store(small_tmpfs / "s", [(tokens, np.array([tokens.size]))], num_tokens=tokens.size, num_documents=1,
-                    dtype=np.uint16, manifest={})
+        write_store(
+            small_tmpfs / "s",
+            [(tokens, np.array([tokens.size]))],
+            num_tokens=tokens.size,
+            num_documents=1,
+            dtype=np.uint16,
+            manifest={},
+        )
     assert exc.value.errno == errno.ENOSPC and str(small_tmpfs / "s") in exc.value.filename
     assert "tensorstore_spec" not in str(exc.value)
 
 
 def test_tensorstore_and_pyarrow_errors_map_to_oserror():
-    full = ValueError('RESOURCE_EXHAUSTED: Error writing local file "/x/s/tokens/c/1": Failed writing: '
-                      '"/x/s/tokens/c/1.__lock": Failed to write 9 bytes to file 4: No space left on device '
-                      "[os_error_code='28'] [tensorstore_spec='{...}']")
+    full = ValueError(
+        'RESOURCE_EXHAUSTED: Error writing local file "/x/s/tokens/c/1": Failed writing: '
+        '"/x/s/tokens/c/1.__lock": Failed to write 9 bytes to file 4: No space left on device '
+        "[os_error_code='28'] [tensorstore_spec='{...}']"
+    )
     err = as_os_error(full)
     assert (err.errno, err.strerror, err.filename) == (errno.ENOSPC, os.strerror(errno.ENOSPC), "/x/s/tokens/c/1")
     assert as_os_error(full, "/x/s").filename == "/x/s"

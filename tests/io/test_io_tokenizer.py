@@ -32,8 +32,9 @@ def bert_like_tokenizer(tmp_path_factory, documents):
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     tok.train_from_iterator(documents, trainers.WordPieceTrainer(vocab_size=3000, special_tokens=specials))
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
-    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-                                                       special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
     tok.enable_truncation(max_length=128)
     tok.enable_padding(length=128, pad_id=0, pad_token="[PAD]")
     path = tmp_path_factory.mktemp("bert") / "tokenizer.json"
@@ -74,8 +75,21 @@ def test_pretokenize_and_analyze_give_the_plain_lengths(tmp_path, bert_like_toke
     assert set(manifest["tokenizer"]["switched_off"]) == {"truncation", "padding"}
     assert len(manifest["tokenizer"]["sha256"]) == 64
 
-    assert main(["analyze-padding", str(tmp_path / "docs.parquet"), "--tokenizer", str(bert_like_tokenizer),
-                 "--ctx", "2048", "--json", "-"]) == 0
+    assert (
+        main(
+            [
+                "analyze-padding",
+                str(tmp_path / "docs.parquet"),
+                "--tokenizer",
+                str(bert_like_tokenizer),
+                "--ctx",
+                "2048",
+                "--json",
+                "-",
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     rep = json.loads(captured.out)
     assert rep["num_sequences"] == len(documents) and rep["num_tokens"] == int(want.sum())
@@ -91,10 +105,33 @@ def test_special_tokens_only_when_asked(tmp_path, bert_like_tokenizer, documents
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     want = plain_lengths(bert_like_tokenizer, documents)
     pq.write_table(pa.table({"text": documents}), tmp_path / "docs.parquet")
-    assert main(["pretokenize", str(tmp_path / "docs.parquet"), str(tmp_path / "plain"),
-                 "--tokenizer", str(bert_like_tokenizer)]) == 0
-    assert main(["pretokenize", str(tmp_path / "docs.parquet"), str(tmp_path / "special"),
-                 "--tokenizer", str(bert_like_tokenizer), "--bos", "--eos", "[SEP]"]) == 0
+    assert (
+        main(
+            [
+                "pretokenize",
+                str(tmp_path / "docs.parquet"),
+                str(tmp_path / "plain"),
+                "--tokenizer",
+                str(bert_like_tokenizer),
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "pretokenize",
+                str(tmp_path / "docs.parquet"),
+                str(tmp_path / "special"),
+                "--tokenizer",
+                str(bert_like_tokenizer),
+                "--bos",
+                "--eos",
+                "[SEP]",
+            ]
+        )
+        == 0
+    )
     assert "bos [CLS]=" in capsys.readouterr().err
     plain, special = TokenStore(tmp_path / "plain"), TokenStore(tmp_path / "special")
     np.testing.assert_array_equal(plain.lengths(), want)
@@ -103,8 +140,23 @@ def test_special_tokens_only_when_asked(tmp_path, bert_like_tokenizer, documents
         np.testing.assert_array_equal(special[i], np.concatenate(([cls], plain[i], [sep])))
         assert cls not in plain[i] and sep not in plain[i]
 
-    assert main(["analyze-padding", str(tmp_path / "docs.parquet"), "--tokenizer", str(bert_like_tokenizer),
-                 "--bos", str(cls), "--ctx", "2048", "--json", "-"]) == 0
+    assert (
+        main(
+            [
+                "analyze-padding",
+                str(tmp_path / "docs.parquet"),
+                "--tokenizer",
+                str(bert_like_tokenizer),
+                "--bos",
+                str(cls),
+                "--ctx",
+                "2048",
+                "--json",
+                "-",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["num_tokens"] == int((want + 1).sum())
     # the escape hatch applies the file as published
     enc = open_encoder(bert_like_tokenizer, settings="keep")

@@ -86,16 +86,22 @@ def test_a_recursive_alias_is_refused(tmp_path):
 def test_anchors_and_merge_keys_still_work(tmp_path):
     path = tmp_path / "ok.yaml"
     path.write_text("base: &base {ctx: 512, seed: 1}\nrun:\n  <<: *base\n  seed: 2\nagain: *base\n")
-    assert load_yaml(path) == {"base": {"ctx": 512, "seed": 1}, "run": {"ctx": 512, "seed": 2},
-                               "again": {"ctx": 512, "seed": 1}}
+    assert load_yaml(path) == {
+        "base": {"ctx": 512, "seed": 1},
+        "run": {"ctx": 512, "seed": 2},
+        "again": {"ctx": 512, "seed": 1},
+    }
 
 
-@pytest.mark.parametrize("text, key", [
-    ("source: {path: a}\nbatch_size: 8\nbatch_size: 16\n", "batch_size"),
-    ("source: {path: a}\npacking: {ctx: 512, ctx: 1024}\n", "ctx"),
-    ("a:\n  - {x: 1}\n  - {y: 1, y: 2}\n", "y"),
-    ("1: a\n0x1: b\n", "1"),
-])
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ("source: {path: a}\nbatch_size: 8\nbatch_size: 16\n", "batch_size"),
+        ("source: {path: a}\npacking: {ctx: 512, ctx: 1024}\n", "ctx"),
+        ("a:\n  - {x: 1}\n  - {y: 1, y: 2}\n", "y"),
+        ("1: a\n0x1: b\n", "1"),
+    ],
+)
 def test_a_duplicate_key_is_refused_naming_the_key_and_the_file(tmp_path, text, key):
     path = tmp_path / "dup.yaml"
     path.write_text(text)

@@ -27,11 +27,22 @@ INNER, OUTER = 256 * 1024, 256 * 1024 * 512  # levanter.store.jagged_array DEFAU
 
 def _levanter_array(path, dtype) -> ts.TensorStore:
     """An array as ``jagged_array._ts_open_sync`` creates it."""
-    spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(path)},
-            "metadata": {"chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [OUTER]}},
-                         "codecs": [{"name": "sharding_indexed", "configuration": {
-                             "chunk_shape": [INNER],
-                             "codecs": [{"name": "blosc", "configuration": {"cname": "zstd", "clevel": 1}}]}}]}}
+    spec = {
+        "driver": "zarr3",
+        "kvstore": {"driver": "file", "path": str(path)},
+        "metadata": {
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [OUTER]}},
+            "codecs": [
+                {
+                    "name": "sharding_indexed",
+                    "configuration": {
+                        "chunk_shape": [INNER],
+                        "codecs": [{"name": "blosc", "configuration": {"cname": "zstd", "clevel": 1}}],
+                    },
+                }
+            ],
+        },
+    }
     return ts.open(spec, create=True, dtype=np.dtype(dtype).name, shape=[2**54]).result()
 
 
@@ -49,9 +60,16 @@ def write_jagged(path, docs, dtype=np.int64) -> int:
 
 def write_ledger(path, rows: int, tokens: int, *, finished=True, shards=None, layout="consolidated") -> None:
     shards = shards or {"00000_data.jsonl": rows}
-    ledger = {"total_num_rows": rows, "shard_rows": shards, "is_finished": finished,
-              "finished_shards": list(shards) if finished else [], "field_counts": {"input_ids": tokens},
-              "field_counts_by_shard": {}, "layout": layout, "metadata": {"preprocessor_metadata": {}}}
+    ledger = {
+        "total_num_rows": rows,
+        "shard_rows": shards,
+        "is_finished": finished,
+        "finished_shards": list(shards) if finished else [],
+        "field_counts": {"input_ids": tokens},
+        "field_counts_by_shard": {},
+        "layout": layout,
+        "metadata": {"preprocessor_metadata": {}},
+    }
     (path / "shard_ledger.json").write_text(json.dumps(ledger))
 
 
@@ -74,8 +92,12 @@ docs_strategy = st.lists(st.lists(st.integers(1, 2**31 - 1), min_size=0, max_siz
 
 
 @settings(max_examples=25, deadline=None)
-@given(docs=docs_strategy, dtype=st.sampled_from([np.int64, np.int32, np.uint32]), sharded=st.booleans(),
-       cut=st.integers(0, 30))
+@given(
+    docs=docs_strategy,
+    dtype=st.sampled_from([np.int64, np.int32, np.uint32]),
+    sharded=st.booleans(),
+    cut=st.integers(0, 30),
+)
 def test_cache_reads_back_every_document(tmp_path_factory, docs, dtype, sharded, cut):
     docs = [np.asarray(d, np.int64) for d in docs]
     root = tmp_path_factory.mktemp("cache") / "train"
@@ -95,7 +117,7 @@ def test_cache_reads_back_every_document(tmp_path_factory, docs, dtype, sharded,
     lengths = np.array([len(d) for d in docs])
     doc = np.arange(len(docs))[::-1]
     got = source.read_pieces(doc, lengths[doc] // 2, lengths[doc] - lengths[doc] // 2)
-    want = np.concatenate([d[len(d) // 2:] for d in docs[::-1]] + [np.zeros(0, np.int64)])
+    want = np.concatenate([d[len(d) // 2 :] for d in docs[::-1]] + [np.zeros(0, np.int64)])
     np.testing.assert_array_equal(got, want)
     assert got.dtype == np.int32
 
@@ -114,17 +136,25 @@ def test_pipeline_reads_a_cache(tmp_path):
     """``source.path: CACHE`` packs every token of the cache exactly once per epoch."""
     docs = random_docs(300, seed=4, max_len=500)
     cache = write_cache(tmp_path / "cache", docs)
-    cfg = {"source": {"path": str(cache)}, "packing": {"mode": "planned", "ctx": 512}, "batch_size": 4,
-           "shuffle": {"kind": "block", "io_block_size": 8, "window_blocks": 4}, "drop_remainder": False,
-           "format": "datatools"}
+    cfg = {
+        "source": {"path": str(cache)},
+        "packing": {"mode": "planned", "ctx": 512},
+        "batch_size": 4,
+        "shuffle": {"kind": "block", "io_block_size": 8, "window_blocks": 4},
+        "drop_remainder": False,
+        "format": "datatools",
+    }
     got = [t for b in build(cfg) for t in b["tokens"][b["segment_ids"] > 0].tolist()]
     assert sorted(got) == sorted(np.concatenate(docs).tolist())
 
 
 def test_unfinished_cache_is_an_error_naming_it(tmp_path, capsys):
     cache = write_cache(tmp_path / "cache", random_docs(10, seed=5), finished=False)
-    with pytest.raises(ValueError, match=r"shard_ledger.json: the Levanter cache is not finished \(is_finished is "
-                                         r"false"):
+    with pytest.raises(
+        ValueError,
+        match=r"shard_ledger.json: the Levanter cache is not finished \(is_finished is "
+        r"false",
+    ):
         open_input(cache)
     assert main(["analyze-padding", str(cache)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -181,8 +211,10 @@ def test_a_cache_in_object_storage_reads_as_the_local_one(tmp_path, storage_root
     """Marin keeps its caches in buckets: the same cache read from local disk, the S3 server and the GCS emulator
     gives the same documents, counts and analysis."""
     if storage_root.kind == "gs":
-        pytest.skip("gcp-storage-emulator answers only 'bytes=START-END' ranges; Levanter's sharded zarr arrays read "
-                    "their shard index with a suffix range ('bytes=-N'), which real GCS serves")
+        pytest.skip(
+            "gcp-storage-emulator answers only 'bytes=START-END' ranges; Levanter's sharded zarr arrays read "
+            "their shard index with a suffix range ('bytes=-N'), which real GCS serves"
+        )
     docs = random_docs(120, seed=9, max_len=700)
     where = storage_root.upload(write_cache(tmp_path / "cache", docs), "cache")
     assert is_levanter_cache(where)

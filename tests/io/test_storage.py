@@ -63,8 +63,10 @@ def test_listing_stays_under_the_prefix(storage_root, tmp_path):
         (tmp_path / "tree" / name).write_text(name)
     for name in ("d", "dd", "e.txt"):
         storage_root.upload(tmp_path / "tree" / name, name)
-    assert storage.list_files(storage_root.path("d")) == [storage_root.path("d/a.txt"),
-                                                          storage_root.path("d/sub/b.txt")]
+    assert storage.list_files(storage_root.path("d")) == [
+        storage_root.path("d/a.txt"),
+        storage_root.path("d/sub/b.txt"),
+    ]
     assert storage.is_dir(storage_root.path("d")) and not storage.exists(storage_root.path("nothing"))
 
 

@@ -74,9 +74,12 @@ def make_format(name: str, where):
         datasets.Dataset.from_dict({"input_ids": [d.tolist() for d in DOCS]}).save_to_disk(str(path), num_shards=3)
     elif name == "hf_dict":
         path = where / "hf_dict"
-        datasets.DatasetDict({"train": datasets.Dataset.from_dict({"input_ids": [d.tolist() for d in DOCS[:200]]}),
-                              "test": datasets.Dataset.from_dict({"input_ids": [d.tolist() for d in DOCS[200:]]})}
-                             ).save_to_disk(str(path))
+        datasets.DatasetDict(
+            {
+                "train": datasets.Dataset.from_dict({"input_ids": [d.tolist() for d in DOCS[:200]]}),
+                "test": datasets.Dataset.from_dict({"input_ids": [d.tolist() for d in DOCS[200:]]}),
+            }
+        ).save_to_disk(str(path))
     elif name == "numpy":
         path = where / "np"
         path.mkdir()
@@ -138,9 +141,11 @@ def test_documents_read_the_same_everywhere(fmt, storage_root, tmp_path):
 
 
 def _pipeline_config(source: str) -> str:
-    return (f"source: {{path: {json.dumps(source)}}}\npacking: {{ctx: 512}}\n"
-            "shuffle: {kind: block, io_block_size: 8, window_blocks: 4}\n"
-            "batch_size: 4\nseed: 5\ndrop_remainder: false\nworkers: 0\n")
+    return (
+        f"source: {{path: {json.dumps(source)}}}\npacking: {{ctx: 512}}\n"
+        "shuffle: {kind: block, io_block_size: 8, window_blocks: 4}\n"
+        "batch_size: 4\nseed: 5\ndrop_remainder: false\nworkers: 0\n"
+    )
 
 
 def _batches(config: str, steps: int) -> list[dict]:

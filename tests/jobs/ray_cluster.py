@@ -41,15 +41,32 @@ class RayCluster:
         self.address = f"{HOST}:{self.port}"
         # Ray's token authentication, as a real cluster runs it: every node and every driver carries the token
         # (``self.env`` is what a driver of this cluster must run with).
-        self.env = {**os.environ, **(env or {}), "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
-                    "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+        self.env = {
+            **os.environ,
+            **(env or {}),
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": secrets.token_hex(32),
+        }
         self.nodes: dict[str, Path] = {}
 
     def _start(self, name: str, args: list[str]) -> None:
         temp = self.root / name
         temp.mkdir(parents=True, exist_ok=True)
-        cmd = [RAY, "start", "--node-ip-address", HOST, "--num-cpus", "1", "--resources", f'{{"{name}": 1}}',
-               "--temp-dir", str(temp), "--disable-usage-stats", *args]
+        cmd = [
+            RAY,
+            "start",
+            "--node-ip-address",
+            HOST,
+            "--num-cpus",
+            "1",
+            "--resources",
+            f'{{"{name}": 1}}',
+            "--temp-dir",
+            str(temp),
+            "--disable-usage-stats",
+            *args,
+        ]
         env = {**self.env, NODE_MARK: str(temp)}  # inherited by every process of the node: how kill finds them
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
         if out.returncode != 0:
@@ -57,24 +74,49 @@ class RayCluster:
         self.nodes[name] = temp
 
     def start_head(self) -> RayCluster:
-        self._start("head", ["--head", "--port", str(self.port), "--include-dashboard", "false",
-                             "--ray-client-server-port", str(free_port()),
-                             "--node-manager-port", str(free_port()), "--object-manager-port", str(free_port())])
+        self._start(
+            "head",
+            [
+                "--head",
+                "--port",
+                str(self.port),
+                "--include-dashboard",
+                "false",
+                "--ray-client-server-port",
+                str(free_port()),
+                "--node-manager-port",
+                str(free_port()),
+                "--object-manager-port",
+                str(free_port()),
+            ],
+        )
         return self
 
     def add_node(self, name: str) -> None:
-        self._start(name, ["--address", self.address, "--node-manager-port", str(free_port()),
-                           "--object-manager-port", str(free_port())])
+        self._start(
+            name,
+            [
+                "--address",
+                self.address,
+                "--node-manager-port",
+                str(free_port()),
+                "--object-manager-port",
+                str(free_port()),
+            ],
+        )
         self.wait_for_nodes(len(self.nodes))
 
     def wait_for_nodes(self, count: int, timeout: float = 60) -> None:
         """Until ``count`` nodes are alive in the cluster (a node registers a moment after ``ray start``)."""
-        code = ("import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False, configure_logging=False); "
-                "print(sum(n['Alive'] for n in ray.nodes()))")
+        code = (
+            "import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False, configure_logging=False); "
+            "print(sum(n['Alive'] for n in ray.nodes()))"
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            out = subprocess.run([sys.executable, "-c", code, self.address], env=self.env, capture_output=True,
-                                 text=True, timeout=120)
+            out = subprocess.run(
+                [sys.executable, "-c", code, self.address], env=self.env, capture_output=True, text=True, timeout=120
+            )
             if out.returncode == 0 and out.stdout.strip().isdigit() and int(out.stdout.strip()) >= count:
                 return
             time.sleep(1)

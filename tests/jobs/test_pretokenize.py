@@ -21,8 +21,11 @@ from datatools.jobs.pretokenize import pretokenize
 
 def tree_digest(path: Path) -> dict[str, str]:
     """Relative path -> sha256 of every file under path (byte identity of two stores)."""
-    return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(path.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(path.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture()
@@ -165,20 +168,27 @@ def test_errors(tmp_path, jsonl_dir, tokenizer_file, capsys):
     tok = ["--tokenizer", str(tokenizer_file)]
     assert "no such file" in one_line_error(["pretokenize", str(tmp_path / "nope"), str(tmp_path / "o"), *tok], capsys)
     (tmp_path / "bad.parquet").write_bytes(b"PAR1 this is not parquet")
-    assert "cannot read Parquet" in one_line_error(["pretokenize", str(tmp_path / "bad.parquet"), str(tmp_path / "o"), *tok], capsys)
+    assert "cannot read Parquet" in one_line_error(
+        ["pretokenize", str(tmp_path / "bad.parquet"), str(tmp_path / "o"), *tok], capsys
+    )
     err = one_line_error(["pretokenize", str(jsonl_dir), str(tmp_path / "o"), *tok, "--column", "body"], capsys)
     assert "no column 'body'" in err and "text" in err
     (tmp_path / "tok.json").write_text("{not json")
     assert "not a valid tokenizers JSON" in one_line_error(
-        ["pretokenize", str(jsonl_dir), str(tmp_path / "o"), "--tokenizer", str(tmp_path / "tok.json")], capsys)
+        ["pretokenize", str(jsonl_dir), str(tmp_path / "o"), "--tokenizer", str(tmp_path / "tok.json")], capsys
+    )
     (tmp_path / "existing").mkdir()
     assert "already exists" in one_line_error(["pretokenize", str(jsonl_dir), str(tmp_path / "existing"), *tok], capsys)
     assert main(["pretokenize", str(jsonl_dir), str(tmp_path / "existing"), *tok, "--overwrite"]) == 0
     assert len(TokenStore(tmp_path / "existing")) == 40
     capsys.readouterr()
     (tmp_path / "weird.csv").write_text("a,b\n")
-    assert "unknown format" in one_line_error(["pretokenize", str(tmp_path / "weird.csv"), str(tmp_path / "o"), *tok], capsys)
-    assert "multiple of" in one_line_error(["pretokenize", str(jsonl_dir), str(tmp_path / "o"), *tok, "--ctx", "100", "--tile", "64"], capsys)
+    assert "unknown format" in one_line_error(
+        ["pretokenize", str(tmp_path / "weird.csv"), str(tmp_path / "o"), *tok], capsys
+    )
+    assert "multiple of" in one_line_error(
+        ["pretokenize", str(jsonl_dir), str(tmp_path / "o"), *tok, "--ctx", "100", "--tile", "64"], capsys
+    )
     assert not (tmp_path / "o").exists()
 
 
@@ -196,8 +206,9 @@ def test_full_disk_commits_nothing(tmp_path, jsonl_dir, tokenizer_file, capsys, 
 
     monkeypatch.setattr(job, "_write_shard", fill_up)
     out = tmp_path / "o"
-    err = one_line_error(["pretokenize", str(jsonl_dir), str(out), "--tokenizer", str(tokenizer_file)], capsys,
-                         status=1)  # the environment, not the input
+    err = one_line_error(
+        ["pretokenize", str(jsonl_dir), str(out), "--tokenizer", str(tokenizer_file)], capsys, status=1
+    )  # the environment, not the input
     assert "No space left on device" in err and "o.partial" in err  # names the file it could not write
     assert not out.exists()
     assert len(list((tmp_path / "o.partial" / "shards").glob("*.npz"))) == 2  # complete shards only
@@ -220,8 +231,15 @@ def test_token_store_is_a_grain_source(tmp_path, jsonl_dir, tokenizer_file):
 
 def test_the_same_input_twice_is_read_once_and_said(tmp_path, jsonl_dir, tokenizer_file, capsys):
     out = tmp_path / "s"
-    args = ["pretokenize", str(jsonl_dir), str(jsonl_dir / "part-1.jsonl"), str(jsonl_dir / ".." / "in"), str(out),
-            "--tokenizer", str(tokenizer_file)]
+    args = [
+        "pretokenize",
+        str(jsonl_dir),
+        str(jsonl_dir / "part-1.jsonl"),
+        str(jsonl_dir / ".." / "in"),
+        str(out),
+        "--tokenizer",
+        str(tokenizer_file),
+    ]
     assert main(args) == 0
     assert "input file(s) given more than once, read once" in capsys.readouterr().err
     assert len(TokenStore(out)) == 40

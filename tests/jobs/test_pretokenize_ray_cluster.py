@@ -23,7 +23,6 @@ pytestmark = pytest.mark.cluster
 SHARDS = 12
 
 
-
 @pytest.fixture()
 def cluster(tmp_path, s3_bucket):
     """Head (1 CPU) + node ``worker`` (1 CPU), started with the S3 variables of the test in their environment (a
@@ -36,8 +35,9 @@ def cluster(tmp_path, s3_bucket):
         c.stop()
 
 
-def test_two_node_cluster_with_a_worker_killed_writes_the_local_store(cluster, s3_bucket, tmp_path, texts,
-                                                                         tokenizer_file):
+def test_two_node_cluster_with_a_worker_killed_writes_the_local_store(
+    cluster, s3_bucket, tmp_path, texts, tokenizer_file
+):
     many = texts * 6
     per = len(many) // SHARDS
     for i in range(SHARDS):
@@ -47,8 +47,22 @@ def test_two_node_cluster_with_a_worker_killed_writes_the_local_store(cluster, s
     pretokenize(f"{s3_bucket}/in", reference, tokenizer_file, progress=False)
 
     out = f"{s3_bucket}/store"
-    args = [sys.executable, "-m", "datatools", "pretokenize", f"{s3_bucket}/in", out, "--tokenizer",
-            str(tokenizer_file), "--engine", "ray", "--ray-address", cluster.address, "--workers", "2"]
+    args = [
+        sys.executable,
+        "-m",
+        "datatools",
+        "pretokenize",
+        f"{s3_bucket}/in",
+        out,
+        "--tokenizer",
+        str(tokenizer_file),
+        "--engine",
+        "ray",
+        "--ray-address",
+        cluster.address,
+        "--workers",
+        "2",
+    ]
     job = subprocess.Popen(args, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
     done_at_kill = None

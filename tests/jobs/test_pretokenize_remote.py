@@ -49,8 +49,9 @@ def test_store_in_a_bucket_is_byte_identical_to_the_local_one(remote_inputs, tmp
 
 def _cli(args, extra_env=None):
     env = {**os.environ, **(extra_env or {})}
-    return subprocess.run([sys.executable, "-m", "datatools", *args], capture_output=True, text=True, env=env,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "datatools", *args], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 @pytest.mark.parametrize("point", ["after-shard-1", "committing-0", "committing-2"])
@@ -85,8 +86,9 @@ def test_overwrite_in_a_bucket_replaces_only_a_store(s3_bucket, tmp_path, texts,
     assert len(TokenStore(out)) == 4
     foreign = f"{s3_bucket}/precious"
     storage.write_text(f"{foreign}/notes.txt", "mine")
-    status = _cli(["pretokenize", str(tmp_path / "a.jsonl"), foreign, "--tokenizer", str(tokenizer_file),
-                   "--overwrite"])
+    status = _cli(
+        ["pretokenize", str(tmp_path / "a.jsonl"), foreign, "--tokenizer", str(tokenizer_file), "--overwrite"]
+    )
     assert status.returncode == 2
     assert status.stderr.strip().splitlines()[-1].startswith("datatools: error: s3://")
     assert "not a datatools token store" in status.stderr

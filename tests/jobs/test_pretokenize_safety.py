@@ -54,20 +54,24 @@ def test_overwrite_refuses_a_plain_directory_and_touches_nothing(tmp_path, small
 def test_overwrite_refuses_a_regular_file_before_any_work(tmp_path, small_input, tokenizer_file, capsys):
     out = tmp_path / "out"
     out.write_text("not a store")
-    status, err = run(["pretokenize", str(small_input), str(out), "--tokenizer", str(tokenizer_file), "--overwrite"],
-                      capsys)
+    status, err = run(
+        ["pretokenize", str(small_input), str(out), "--tokenizer", str(tokenizer_file), "--overwrite"], capsys
+    )
     assert status == 2 and "a file without a token store manifest" in one_line(err)
     assert out.read_text() == "not a store"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "out"]
 
 
 @pytest.mark.parametrize("leftover", ["out.partial", "out.old"])
-def test_a_user_directory_where_the_job_stages_is_never_removed(tmp_path, small_input, tokenizer_file, capsys,
-                                                                leftover):
+def test_a_user_directory_where_the_job_stages_is_never_removed(
+    tmp_path, small_input, tokenizer_file, capsys, leftover
+):
     (tmp_path / leftover).mkdir()
     (tmp_path / leftover / "notes.txt").write_text("mine")
-    status, err = run(["pretokenize", str(small_input), str(tmp_path / "out"), "--tokenizer", str(tokenizer_file),
-                       "--overwrite"], capsys)
+    status, err = run(
+        ["pretokenize", str(small_input), str(tmp_path / "out"), "--tokenizer", str(tokenizer_file), "--overwrite"],
+        capsys,
+    )
     assert status == 2 and leftover in one_line(err) and "nothing was touched" in err
     assert (tmp_path / leftover / "notes.txt").read_text() == "mine"
     assert not (tmp_path / "out").exists()
@@ -82,26 +86,28 @@ def test_overwrite_replaces_a_token_store(tmp_path, small_input, tokenizer_file,
     (other / "b.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[10:13]))
     status, err = run(["pretokenize", str(other), str(out), "--tokenizer", str(tokenizer_file)], capsys)
     assert status == 2 and "already exists (a different job); pass --overwrite" in err
-    status, err = run(["pretokenize", str(other), str(out), "--tokenizer", str(tokenizer_file), "--overwrite"],
-                      capsys)
+    status, err = run(["pretokenize", str(other), str(out), "--tokenizer", str(tokenizer_file), "--overwrite"], capsys)
     assert status == 0, err
     assert len(TokenStore(out)) == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "other", "out"]
 
 
 def test_a_fresh_run_claims_no_leftovers(tmp_path, small_input, tokenizer_file, capsys):
-    status, err = run(["pretokenize", str(small_input), str(tmp_path / "out"), "--tokenizer", str(tokenizer_file)],
-                      capsys)
+    status, err = run(
+        ["pretokenize", str(small_input), str(tmp_path / "out"), "--tokenizer", str(tokenizer_file)], capsys
+    )
     assert status == 0 and "removed" not in err and "interrupted" not in err, err
     assert "written" in err
 
 
-def test_engine_ray_without_ray_gives_the_install_line_and_creates_nothing(tmp_path, small_input, tokenizer_file,
-                                                                          capsys, monkeypatch):
+def test_engine_ray_without_ray_gives_the_install_line_and_creates_nothing(
+    tmp_path, small_input, tokenizer_file, capsys, monkeypatch
+):
     monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
     out = tmp_path / "out"
-    status, err = run(["pretokenize", str(small_input), str(out), "--tokenizer", str(tokenizer_file),
-                       "--engine", "ray"], capsys)
+    status, err = run(
+        ["pretokenize", str(small_input), str(out), "--tokenizer", str(tokenizer_file), "--engine", "ray"], capsys
+    )
     assert status == 2  # as `train` without jax
     assert "pip install 'datatools-llm[ray]'" in one_line(err) and "internal error" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
@@ -137,8 +143,10 @@ def test_disk_full_while_the_store_is_written_exits_1(tmp_path, small_input, tok
     def full(path, dtype, length, chunk):
         arr = real(path, dtype, length, chunk)
         if path.name == "offsets":
-            raise ValueError(f'RESOURCE_EXHAUSTED: Error writing local file "{path}/c/0": Failed to write 9 bytes '
-                             f"to file 4: No space left on device [os_error_code='28'] [tensorstore_spec='{{}}']")
+            raise ValueError(
+                f'RESOURCE_EXHAUSTED: Error writing local file "{path}/c/0": Failed to write 9 bytes '
+                f"to file 4: No space left on device [os_error_code='28'] [tensorstore_spec='{{}}']"
+            )
         return arr
 
     monkeypatch.setattr(store_mod, "_create", full)

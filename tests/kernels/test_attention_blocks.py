@@ -24,7 +24,7 @@ def segments(rows: list[list[int]], ctx: int) -> np.ndarray:
         at = 0
         for s, n in enumerate(lengths, 1):
             n = min(n, ctx - at)
-            out[r, at:at + n] = s
+            out[r, at : at + n] = s
             at += n
     return out
 

@@ -27,7 +27,9 @@ def brute_force(lengths, k, tile, max_len):
 
 
 @settings(max_examples=80, deadline=None)
-@given(lengths=st.lists(st.integers(1, 64), min_size=1, max_size=40), k=st.integers(1, 4), tile=st.sampled_from([1, 4, 8]))
+@given(
+    lengths=st.lists(st.integers(1, 64), min_size=1, max_size=40), k=st.integers(1, 4), tile=st.sampled_from([1, 4, 8])
+)
 def test_dp_equals_brute_force(lengths, k, tile):
     max_len = -(-max(lengths) // tile) * tile
     b = bucket_boundaries(lengths, k, tile=tile)
@@ -36,9 +38,14 @@ def test_dp_equals_brute_force(lengths, k, tile):
 
 
 @settings(max_examples=50, deadline=None)
-@given(lengths=st.lists(st.integers(0, 500), min_size=1, max_size=200), k=st.integers(1, 5),
-       budget=st.integers(1024, 4096), multiple=st.sampled_from([1, 2, 4]), overflow=st.sampled_from(["split", "truncate", "drop"]),
-       drop_remainder=st.booleans())
+@given(
+    lengths=st.lists(st.integers(0, 500), min_size=1, max_size=200),
+    k=st.integers(1, 5),
+    budget=st.integers(1024, 4096),
+    multiple=st.sampled_from([1, 2, 4]),
+    overflow=st.sampled_from(["split", "truncate", "drop"]),
+    drop_remainder=st.booleans(),
+)
 def test_batches_fit_their_bucket_and_budget(lengths, k, budget, multiple, overflow, drop_remainder):
     lengths = np.array(lengths)
     b = bucket_boundaries(lengths, k, tile=32, max_len=256, overflow=overflow)

@@ -79,13 +79,18 @@ def test_every_layout_carries_the_weights_of_its_targets(fmt):
     targets are (MaxText: targets_segmentation != 0; Levanter: loss_mask; hf: labels != -100)."""
     lengths = np.array([5, 40, 3, 70, 1, 12])
     plan = pack_lengths(lengths, 32)
-    batch = materialize(plan, np.arange(int(lengths.sum()), dtype=np.int32) % 50 + 1,
-                        np.concatenate(([0], np.cumsum(lengths))))
+    batch = materialize(
+        plan, np.arange(int(lengths.sum()), dtype=np.int32) % 50 + 1, np.concatenate(([0], np.cumsum(lengths)))
+    )
     canonical = to_format(batch, "datatools", loss_weighting="document")
     out = to_format(batch, fmt, loss_weighting="document")
     key = {"levanter": "loss_weight"}.get(fmt, "loss_weights")
-    where = {"datatools": lambda o: o["loss_mask"], "maxtext": lambda o: o["targets_segmentation"],
-             "levanter": lambda o: o["loss_mask"], "hf": lambda o: o["labels"] != -100}[fmt](out)
+    where = {
+        "datatools": lambda o: o["loss_mask"],
+        "maxtext": lambda o: o["targets_segmentation"],
+        "levanter": lambda o: o["loss_mask"],
+        "hf": lambda o: o["labels"] != -100,
+    }[fmt](out)
     assert np.all((out[key] != 0) == (where != 0))
     np.testing.assert_allclose(out[key].sum(), canonical["loss_weight_sum"].sum(), rtol=1e-5)
     assert to_format(batch, fmt).keys().isdisjoint({"loss_weights", "loss_weight", "loss_weight_sum"})

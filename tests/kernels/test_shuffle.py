@@ -232,8 +232,13 @@ def windows_of(order, n, block, window):
 
 
 @settings(max_examples=60, deadline=None)
-@given(n=st.integers(1, 3000), block=st.integers(1, 70), window=st.integers(1, 12), seed=st.integers(0, 2**64 - 1),
-       epoch=st.integers(0, 5))
+@given(
+    n=st.integers(1, 3000),
+    block=st.integers(1, 70),
+    window=st.integers(1, 12),
+    seed=st.integers(0, 2**64 - 1),
+    epoch=st.integers(0, 5),
+)
 def test_block_shuffle_is_a_permutation_that_keeps_windows(n, block, window, seed, epoch):
     bs = BlockShuffle(n, io_block_size=block, window_blocks=window, seed=seed)
     order = bs.indices(epoch)
@@ -261,8 +266,14 @@ def test_block_shuffle_mixes_materials():
 
 
 @settings(max_examples=40, deadline=None)
-@given(n=st.integers(1, 2000), block=st.integers(1, 40), window=st.integers(1, 10), count=st.integers(1, 10),
-       seed=st.integers(0, 1000), epoch=st.integers(0, 3))
+@given(
+    n=st.integers(1, 2000),
+    block=st.integers(1, 40),
+    window=st.integers(1, 10),
+    count=st.integers(1, 10),
+    seed=st.integers(0, 1000),
+    epoch=st.integers(0, 3),
+)
 def test_shards_are_disjoint_cover_everything_and_keep_blocks_whole(n, block, window, count, seed, epoch):
     bs = BlockShuffle(n, io_block_size=block, window_blocks=window, seed=seed)
     if count > window:

@@ -27,7 +27,9 @@ def test_fit_resolution_example_from_the_field():
 
 
 @settings(max_examples=60, deadline=None)
-@given(a=st.integers(0, 500), b=st.integers(1, 50), max_ctx=st.integers(1, 20_000), tile=st.sampled_from([1, 64, 128, 256]))
+@given(
+    a=st.integers(0, 500), b=st.integers(1, 50), max_ctx=st.integers(1, 20_000), tile=st.sampled_from([1, 64, 128, 256])
+)
 def test_fit_resolution_is_the_largest(a, b, max_ctx, tile):
     fn = lambda p: a + b * p  # noqa: E731
     if tile_align(fn(1), tile) > max_ctx:
@@ -40,7 +42,13 @@ def test_fit_resolution_is_the_largest(a, b, max_ctx, tile):
 
 
 @settings(max_examples=100, deadline=None)
-@given(n=st.integers(0, 2000), tiles=st.integers(1, 8), tile=st.sampled_from([1, 16, 128]), bos=st.booleans(), eos=st.booleans())
+@given(
+    n=st.integers(0, 2000),
+    tiles=st.integers(1, 8),
+    tile=st.sampled_from([1, 16, 128]),
+    bos=st.booleans(),
+    eos=st.booleans(),
+)
 def test_chunk_loses_and_duplicates_nothing(n, tiles, tile, bos, eos):
     doc = np.arange(10, 10 + n, dtype=np.int32)
     ctx = tiles * tile
@@ -102,8 +110,9 @@ def test_chunk_refuses_special_ids_that_are_not_integers(kwargs):
         chunk(np.arange(10, dtype=np.int32), 4, tile=1, **kwargs)
 
 
-@pytest.mark.parametrize("tokens", [np.arange(10, dtype=np.float64), np.ones(10, bool), np.array(["a", "b"]),
-                                    [0.5, 1.5]])
+@pytest.mark.parametrize(
+    "tokens", [np.arange(10, dtype=np.float64), np.ones(10, bool), np.array(["a", "b"]), [0.5, 1.5]]
+)
 def test_chunk_refuses_tokens_that_are_not_integers(tokens):
     with pytest.raises(TypeError, match="integer"):
         chunk(tokens, 4, tile=1)
@@ -119,8 +128,13 @@ def test_chunk_refuses_a_negative_token_id(n, at, bad):
 
 
 @settings(max_examples=40, deadline=None)
-@given(n=st.integers(0, 300), ctx=st.sampled_from([1, 4, 64]), bos=st.sampled_from([None, 0, 7]),
-       eos=st.sampled_from([None, 1, 2**31 - 1]), dtype=st.sampled_from([np.uint16, np.int32, np.int64, np.uint32]))
+@given(
+    n=st.integers(0, 300),
+    ctx=st.sampled_from([1, 4, 64]),
+    bos=st.sampled_from([None, 0, 7]),
+    eos=st.sampled_from([None, 1, 2**31 - 1]),
+    dtype=st.sampled_from([np.uint16, np.int32, np.int64, np.uint32]),
+)
 def test_chunk_keeps_the_integer_dtype_and_the_ids(n, ctx, bos, eos, dtype):
     tokens = (np.arange(n) % 60000).astype(dtype)
     windows = chunk(tokens, ctx, tile=1, bos=bos, eos=eos)

@@ -38,8 +38,11 @@ def main() -> None:
             batches.append(batch)
             if step + 1 == SAVE_AT:
                 (out / f"{name}_state{pid}.json").write_text(json.dumps(it.get_state()))
-        np.savez(out / f"{name}_host{pid}.npz", **{f"{k}_{j}": v for j, b in enumerate(batches) for k, v in b.items()},
-                 steps=np.asarray(len(batches)))
+        np.savez(
+            out / f"{name}_host{pid}.npz",
+            **{f"{k}_{j}": v for j, b in enumerate(batches) for k, v in b.items()},
+            steps=np.asarray(len(batches)),
+        )
     jax.distributed.shutdown()
 
 

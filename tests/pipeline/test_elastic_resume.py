@@ -28,8 +28,10 @@ BATCH = 12  # divides over 1, 2, 3 and 4 hosts
 def id_documents(lengths) -> ArrayDocuments:
     """Document i is ``len_i`` tokens, all ``i + 1``."""
     lengths = np.asarray(lengths, np.int64)
-    return ArrayDocuments(np.repeat(np.arange(1, lengths.shape[0] + 1, dtype=np.int32), lengths),
-                          np.concatenate(([0], np.cumsum(lengths))))
+    return ArrayDocuments(
+        np.repeat(np.arange(1, lengths.shape[0] + 1, dtype=np.int32), lengths),
+        np.concatenate(([0], np.cumsum(lengths))),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +41,18 @@ def docs():
 
 
 def cfg(mode, shuffle, hosts=1, index=0, **extra):
-    return parse_config({"source": {"path": "ids"}, "batch_size": BATCH, "seed": 9, "drop_remainder": False,
-                         "shuffle": SHUFFLES[shuffle], **MODES[mode], "shard": {"index": index, "count": hosts},
-                         **extra})
+    return parse_config(
+        {
+            "source": {"path": "ids"},
+            "batch_size": BATCH,
+            "seed": 9,
+            "drop_remainder": False,
+            "shuffle": SHUFFLES[shuffle],
+            **MODES[mode],
+            "shard": {"index": index, "count": hosts},
+            **extra,
+        }
+    )
 
 
 def delivered(batches, docs) -> np.ndarray:
@@ -109,8 +120,10 @@ def test_restore_is_deterministic_with_workers_and_epochs(docs, mode, workers):
         [next(it) for it in two]
     state = host_state([it.get_state() for it in two])
     expected = [union(list(rows)) for rows in zip(*[list(it) for it in two])]
-    three = [iter(build_canonical(cfg(mode, "block", 3, h, num_epochs=2, workers=workers * (h == 1)), docs).dataset)
-             for h in range(3)]
+    three = [
+        iter(build_canonical(cfg(mode, "block", 3, h, num_epochs=2, workers=workers * (h == 1)), docs).dataset)
+        for h in range(3)
+    ]
     for it in three:
         it.set_state(state)
     got = [union(list(rows)) for rows in zip(*[list(it) for it in three])]
@@ -120,11 +133,14 @@ def test_restore_is_deterministic_with_workers_and_epochs(docs, mode, workers):
         assert_batches_equal(a, b, f"step {k + step}")
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"seed": 10}, "seed: saved 9, this pipeline 10"),
-    ({"packing": {"ctx": 64}}, "packing: saved"),
-    ({"batch_size": 24}, "batch_size: saved 12, this pipeline 24"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"seed": 10}, "seed: saved 9, this pipeline 10"),
+        ({"packing": {"ctx": 64}}, "packing: saved"),
+        ({"batch_size": 24}, "batch_size: saved 12, this pipeline 24"),
+    ],
+)
 def test_a_state_refuses_another_config(docs, change, message):
     it = iter(build_canonical(cfg("planned", "full"), docs).dataset)
     next(it)
@@ -159,8 +175,13 @@ def test_batch_size_must_divide_over_the_hosts(docs):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(lengths=st.lists(st.integers(0, 200), min_size=1, max_size=120), window=st.integers(1, 50),
-       hosts=st.sampled_from([1, 2, 3]), mode=st.sampled_from(list(MODES)), seed=st.integers(0, 2**32))
+@given(
+    lengths=st.lists(st.integers(0, 200), min_size=1, max_size=120),
+    window=st.integers(1, 50),
+    hosts=st.sampled_from([1, 2, 3]),
+    mode=st.sampled_from(list(MODES)),
+    seed=st.integers(0, 2**32),
+)
 def test_every_mode_delivers_each_token_once_per_epoch(lengths, window, hosts, mode, seed):
     """Any lengths (empty documents included), window and host count: one epoch delivers each token once."""
     docs = id_documents(lengths)
@@ -169,9 +190,18 @@ def test_every_mode_delivers_each_token_once_per_epoch(lengths, window, hosts, m
     section = dict(MODES[mode])
     if mode == "streaming":
         section = {"packing": {**section["packing"], "window": window}}
-    c = parse_config({"source": {"path": "ids"}, "batch_size": 6, "seed": seed, "drop_remainder": False,
-                      **section, "shard": {"index": 0, "count": 1}})
-    per_host = [list(build_canonical(c.replace(shard=ShardConfig(index=h, count=hosts)), docs).dataset)
-                for h in range(hosts)]
+    c = parse_config(
+        {
+            "source": {"path": "ids"},
+            "batch_size": 6,
+            "seed": seed,
+            "drop_remainder": False,
+            **section,
+            "shard": {"index": 0, "count": 1},
+        }
+    )
+    per_host = [
+        list(build_canonical(c.replace(shard=ShardConfig(index=h, count=hosts)), docs).dataset) for h in range(hosts)
+    ]
     assert len({len(p) for p in per_host}) == 1
     assert_exactly_once([b for p in per_host for b in p], docs)

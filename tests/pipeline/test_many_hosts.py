@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from conftest import random_docs
 
 pytest.importorskip("jax")
@@ -25,10 +26,14 @@ SAVE_AT = 3  # many_hosts_worker.SAVE_AT
 KEYS = ("tokens", "segment_ids", "positions", "loss_mask")
 MODES = {
     "planned": {"packing": {"ctx": 256}, "shuffle": {"kind": "full"}},
-    "streaming": {"packing": {"ctx": 256, "mode": "streaming", "window": 64},
-                  "shuffle": {"kind": "block", "io_block_size": 8, "window_blocks": 8}},
-    "bucketing": {"bucketing": {"boundaries": [64, 128, 256]},
-                  "shuffle": {"kind": "block", "io_block_size": 8, "window_blocks": 8}},
+    "streaming": {
+        "packing": {"ctx": 256, "mode": "streaming", "window": 64},
+        "shuffle": {"kind": "block", "io_block_size": 8, "window_blocks": 8},
+    },
+    "bucketing": {
+        "bucketing": {"boundaries": [64, 128, 256]},
+        "shuffle": {"kind": "block", "io_block_size": 8, "window_blocks": 8},
+    },
 }
 
 
@@ -43,9 +48,24 @@ def run_hosts(n: int, configs: dict, out: Path, restore: Path | None = None) -> 
     out.mkdir(parents=True, exist_ok=True)
     coordinator = f"127.0.0.1:{free_port()}"
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    procs = [subprocess.Popen([sys.executable, str(WORKER), coordinator, str(n), str(i), json.dumps(configs),
-                               str(out), *([str(restore)] if restore else [])], env=env, stderr=subprocess.PIPE,
-                              text=True) for i in range(n)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(WORKER),
+                coordinator,
+                str(n),
+                str(i),
+                json.dumps(configs),
+                str(out),
+                *([str(restore)] if restore else []),
+            ],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(n)
+    ]
     errors = [p.communicate(timeout=300)[1] for p in procs]
     for i, p in enumerate(procs):
         assert p.returncode == 0, f"host {i} of {n} failed:\n{errors[i][-3000:]}"
@@ -66,10 +86,13 @@ def runs(tmp_path_factory):
     (root / "docs").mkdir()
     np.save(root / "docs" / "tokens.npy", np.concatenate(docs).astype(np.int32))
     np.save(root / "docs" / "lengths.npy", np.array([len(x) for x in docs], np.int64))
-    configs = {name: {"source": {"path": str(root / "docs")}, "batch_size": 8, "seed": 3, "drop_remainder": False,
-                      **mode} for name, mode in MODES.items()}
-    one = {name: [{k: b[k] for k in KEYS} for b in build_canonical(parse_config(c)).dataset]
-           for name, c in configs.items()}
+    configs = {
+        name: {"source": {"path": str(root / "docs")}, "batch_size": 8, "seed": 3, "drop_remainder": False, **mode}
+        for name, mode in MODES.items()
+    }
+    one = {
+        name: [{k: b[k] for k in KEYS} for b in build_canonical(parse_config(c)).dataset] for name, c in configs.items()
+    }
     four = run_hosts(4, configs, root / "four")
     two = run_hosts(2, configs, root / "two", restore=root / "four")
     return one, four, two, root / "four"
@@ -79,8 +102,9 @@ def assert_union_is(hosts: list[list[dict]], expected: list[dict], first_step: i
     assert {len(h) for h in hosts} == {len(expected)}, [len(h) for h in hosts]
     for j, batch in enumerate(expected):
         for k in KEYS:
-            np.testing.assert_array_equal(np.concatenate([h[j][k] for h in hosts]), batch[k],
-                                          err_msg=f"step {first_step + j}: {k}")
+            np.testing.assert_array_equal(
+                np.concatenate([h[j][k] for h in hosts]), batch[k], err_msg=f"step {first_step + j}: {k}"
+            )
 
 
 @pytest.mark.parametrize("mode", list(MODES))

@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from datatools.cli import main
 from datatools.grain.portable_state import host_state
 from datatools.io.documents import ArrayDocuments
-from datatools.io.mixed_documents import MixedDocuments
 from datatools.pipeline import build_canonical, parse_config
 from datatools.pipeline.build import _build_canonical  # noqa: PLC2701  (the test builds with a given history)
 from datatools.pipeline.mix_report import mix_report
@@ -34,8 +33,12 @@ def id_sources(sizes, seed=0, means=(3.0, 3.8)):
     out, first = [], 0
     for k, n in enumerate(sizes):
         lengths = np.clip(rng.lognormal(means[k % len(means)], 0.8, n), 1, 300).astype(np.int64)
-        out.append(ArrayDocuments(np.repeat(np.arange(first + 1, first + n + 1, dtype=np.int32), lengths),
-                                  np.concatenate(([0], np.cumsum(lengths)))))
+        out.append(
+            ArrayDocuments(
+                np.repeat(np.arange(first + 1, first + n + 1, dtype=np.int32), lengths),
+                np.concatenate(([0], np.cumsum(lengths))),
+            )
+        )
         first += n
     return out
 
@@ -46,10 +49,19 @@ def sources():
 
 
 def cfg(mode="streaming", weights=(3, 1), epoch="sample", hosts=1, index=0, **extra):
-    return parse_config({"sources": [{"path": f"s{k}", "weight": w} for k, w in enumerate(weights)],
-                         "mixture": {"epoch": epoch, **extra.pop("mixture", {})}, **MODES[mode],
-                         "shuffle": {"kind": "block", "io_block_size": 4, "window_blocks": 8}, "batch_size": 8,
-                         "seed": 5, "drop_remainder": False, "shard": {"index": index, "count": hosts}, **extra})
+    return parse_config(
+        {
+            "sources": [{"path": f"s{k}", "weight": w} for k, w in enumerate(weights)],
+            "mixture": {"epoch": epoch, **extra.pop("mixture", {})},
+            **MODES[mode],
+            "shuffle": {"kind": "block", "io_block_size": 4, "window_blocks": 8},
+            "batch_size": 8,
+            "seed": 5,
+            "drop_remainder": False,
+            "shard": {"index": index, "count": hosts},
+            **extra,
+        }
+    )
 
 
 def per_source(batches, sizes) -> tuple[np.ndarray, np.ndarray]:
@@ -95,8 +107,7 @@ def test_token_share_matches_the_weights_over_a_long_run(sources, mode):
 
 
 def test_document_shares_when_the_weights_are_shares_of_documents(sources):
-    run = list(build_canonical(cfg("bucketing", (1, 1), num_epochs=4, mixture={"share": "documents"}),
-                               sources).dataset)
+    run = list(build_canonical(cfg("bucketing", (1, 1), num_epochs=4, mixture={"share": "documents"}), sources).dataset)
     pieces = np.zeros(2, np.int64)
     for b in run:  # one piece per row: a document counted at its first piece (offset 0)
         first = (b["segment_ids"][:, 0] > 0) & (b["positions"][:, 0] == 0)
@@ -130,8 +141,9 @@ def test_exhaust_any_sizes_and_weights(sizes, data):
 def test_resume_is_exact_across_hosts(sources, mode, epoch):
     whole = list(build_canonical(cfg(mode, epoch=epoch, num_epochs=2), sources).dataset)
     k = len(whole) // 2 + 3
-    two = [iter(build_canonical(cfg(mode, epoch=epoch, hosts=2, index=h, num_epochs=2), sources).dataset)
-           for h in range(2)]
+    two = [
+        iter(build_canonical(cfg(mode, epoch=epoch, hosts=2, index=h, num_epochs=2), sources).dataset) for h in range(2)
+    ]
     for _ in range(k):
         [next(it) for it in two]
     state = host_state([it.get_state() for it in two])
@@ -206,17 +218,23 @@ def test_a_state_still_refuses_other_changes(sources):
         iter(build_canonical(cfg(epoch="exhaust"), sources).dataset).set_state(it.get_state())
 
 
-@pytest.mark.parametrize("data, message", [
-    ({"sources": [{"path": "a", "weight": 0}]}, "sources[0].weight must be > 0; got 0.0"),
-    ({"sources": [{"path": "a", "weight": -1.5}]}, "sources[0].weight must be > 0; got -1.5"),
-    ({"sources": [{"path": "a", "weight": "x"}]}, "sources[0].weight must be a number"),
-    ({"sources": []}, "sources must list at least one source"),
-    ({"sources": [{"path": "a"}], "source": {"path": "b"}}, "exactly one of 'source' (one input) and 'sources'"),
-    ({}, "missing required key 'source' (or 'sources'"),
-    ({"sources": [{"path": "a/x"}, {"path": "b/x"}]}, "the label 'x' names two sources"),
-    ({"sources": [{"path": "a", "wieght": 2}]}, "unknown key 'wieght' in sources[0]"),
-    ({"sources": [{"path": "a"}], "mixture": {"epoch": "once"}}, "mixture.epoch must be one of 'sample', 'exhaust'"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"sources": [{"path": "a", "weight": 0}]}, "sources[0].weight must be > 0; got 0.0"),
+        ({"sources": [{"path": "a", "weight": -1.5}]}, "sources[0].weight must be > 0; got -1.5"),
+        ({"sources": [{"path": "a", "weight": "x"}]}, "sources[0].weight must be a number"),
+        ({"sources": []}, "sources must list at least one source"),
+        ({"sources": [{"path": "a"}], "source": {"path": "b"}}, "exactly one of 'source' (one input) and 'sources'"),
+        ({}, "missing required key 'source' (or 'sources'"),
+        ({"sources": [{"path": "a/x"}, {"path": "b/x"}]}, "the label 'x' names two sources"),
+        ({"sources": [{"path": "a", "wieght": 2}]}, "unknown key 'wieght' in sources[0]"),
+        (
+            {"sources": [{"path": "a"}], "mixture": {"epoch": "once"}},
+            "mixture.epoch must be one of 'sample', 'exhaust'",
+        ),
+    ],
+)
 def test_config_errors_name_the_key(data, message):
     with pytest.raises(ValueError) as exc:
         parse_config({"packing": {"ctx": 64, "mode": "streaming"}, **data})
@@ -235,17 +253,29 @@ def test_sources_are_opened_each_with_its_own_settings(tmp_path, tokenizer_file,
     through its own reader (the ids per source are those each would give alone)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from conftest import random_docs, write_test_store
 
+    from conftest import random_docs, write_test_store
     from datatools.pipeline import open_source
     from datatools.pipeline.build import open_config_documents
 
     store = write_test_store(tmp_path / "store", random_docs(50, max_len=200))
     pq.write_table(pa.table({"body": texts[:20]}), tmp_path / "t.parquet")
-    c = parse_config({"sources": [{"path": str(store), "weight": 2},
-                                  {"path": str(tmp_path / "t.parquet"), "column": "body",
-                                   "tokenizer": str(tokenizer_file), "eos": "auto", "name": "text"}],
-                      "packing": {"ctx": 256, "mode": "streaming"}, "batch_size": 2})
+    c = parse_config(
+        {
+            "sources": [
+                {"path": str(store), "weight": 2},
+                {
+                    "path": str(tmp_path / "t.parquet"),
+                    "column": "body",
+                    "tokenizer": str(tokenizer_file),
+                    "eos": "auto",
+                    "name": "text",
+                },
+            ],
+            "packing": {"ctx": 256, "mode": "streaming"},
+            "batch_size": 2,
+        }
+    )
     docs = open_config_documents(c)
     assert docs.names == ["store", "text"] and docs.sizes.tolist() == [50, 20]
     alone = open_source(c.sources[1])
@@ -275,8 +305,10 @@ def test_mix_report_command(tmp_path, capsys):
     a = write_test_store(tmp_path / "a", random_docs(120, seed=1, max_len=300))
     b = write_test_store(tmp_path / "b", random_docs(300, seed=2, max_len=100))
     config = tmp_path / "mix.yaml"
-    config.write_text(f"sources:\n  - {{path: {a}, weight: 0.6}}\n  - {{path: {b}, weight: 0.4}}\n"
-                      f"packing: {{ctx: 256, mode: streaming, window: 64}}\nbatch_size: 4\n")
+    config.write_text(
+        f"sources:\n  - {{path: {a}, weight: 0.6}}\n  - {{path: {b}, weight: 0.4}}\n"
+        f"packing: {{ctx: 256, mode: streaming, window: 64}}\nbatch_size: 4\n"
+    )
     assert main(["mix-report", str(config), "--batches", "20", "--json", "-"]) == 0
     out = capsys.readouterr()
     report = json.loads(out.out)
@@ -299,6 +331,7 @@ def test_the_shipped_mixture_config_runs(tmp_path, monkeypatch, tokenizer_file, 
 
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     from conftest import random_docs, write_test_store
 
     monkeypatch.chdir(tmp_path)

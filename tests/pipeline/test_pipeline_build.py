@@ -8,17 +8,24 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import random_docs, write_test_store
 
+from conftest import random_docs, write_test_store
 from datatools.cli import main
 from datatools.pipeline import build, load_config, parse_config
 
 MODES = {
     "planned": {"packing": {"ctx": 512}, "shuffle": {"kind": "full"}, "format": "maxtext"},
-    "streaming": {"packing": {"ctx": 512, "mode": "streaming", "window": 64},
-                  "shuffle": {"kind": "block", "io_block_size": 8, "window_blocks": 16}, "read_block": 32},
-    "bucketing": {"bucketing": {"num_buckets": 3, "tile": 64, "max_len": 512, "token_budget": 4096},
-                  "shuffle": {"kind": "full"}, "format": "levanter", "read_block": 32},
+    "streaming": {
+        "packing": {"ctx": 512, "mode": "streaming", "window": 64},
+        "shuffle": {"kind": "block", "io_block_size": 8, "window_blocks": 16},
+        "read_block": 32,
+    },
+    "bucketing": {
+        "bucketing": {"num_buckets": 3, "tile": 64, "max_len": 512, "token_budget": 4096},
+        "shuffle": {"kind": "full"},
+        "format": "levanter",
+        "read_block": 32,
+    },
 }
 
 
@@ -105,28 +112,41 @@ def test_epochs_differ_and_cover(store):
 def test_host_shards_are_slices_of_the_global_batch(store, mode):
     """batch_size is global: host h of 2 gets rows [h * B/2, (h + 1) * B/2) of every batch one host builds."""
     whole = list(build(config(store, mode, format="datatools", drop_remainder=False)))
-    hosts = [list(build(config(store, mode, shard={"index": h, "count": 2}, format="datatools",
-                               drop_remainder=False))) for h in range(2)]
+    hosts = [
+        list(build(config(store, mode, shard={"index": h, "count": 2}, format="datatools", drop_remainder=False)))
+        for h in range(2)
+    ]
     assert len(hosts[0]) == len(hosts[1]) == len(whole) > 10
     for j, batch in enumerate(whole):
         for k in batch:
             np.testing.assert_array_equal(np.concatenate([hosts[0][j][k], hosts[1][j][k]]), batch[k], err_msg=k)
 
 
-@pytest.mark.parametrize("data, message", [
-    ({"source": {"path": "x"}, "packing": {"ctx": 8}, "shufle": {}}, "unknown key 'shufle' at the top level"),
-    ({"source": {"path": "x"}, "packing": {"ctx": 8}, "shuffle": {"kind": "blok"}},
-     "shuffle.kind must be one of 'none', 'full', 'block'; got 'blok'"),
-    ({"source": {"path": "x"}, "packing": {"ctx": 0}}, "packing.ctx must be >= 1; got 0"),
-    ({"source": {"path": "x"}, "packing": {"ctx": "big"}}, "packing.ctx must be an integer; got 'big'"),
-    ({"source": {"path": "x"}}, "exactly one of 'packing' and 'bucketing'"),
-    ({"source": {"path": "x"}, "packing": {"ctx": 8}, "bucketing": {}}, "exactly one of"),
-    ({"packing": {"ctx": 8}}, "missing required key 'source'"),
-    ({"source": {"path": "x"}, "packing": {"ctx": 8, "algorithm": "worst_fit"}}, "packing.algorithm must be one of"),
-    ({"source": {"path": "x"}, "packing": {"ctx": 10, "align": 4}}, "packing.align=4 must divide packing.ctx=10"),
-    ({"source": {"path": "x"}, "packing": {"ctx": 8}, "format": "tfds"}, "format must be one of"),
-    ({"source": {"path": "x"}, "packing": {"ctx": 8}, "shard": {"index": 2, "count": 2}}, "shard.index=2 must be <"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"source": {"path": "x"}, "packing": {"ctx": 8}, "shufle": {}}, "unknown key 'shufle' at the top level"),
+        (
+            {"source": {"path": "x"}, "packing": {"ctx": 8}, "shuffle": {"kind": "blok"}},
+            "shuffle.kind must be one of 'none', 'full', 'block'; got 'blok'",
+        ),
+        ({"source": {"path": "x"}, "packing": {"ctx": 0}}, "packing.ctx must be >= 1; got 0"),
+        ({"source": {"path": "x"}, "packing": {"ctx": "big"}}, "packing.ctx must be an integer; got 'big'"),
+        ({"source": {"path": "x"}}, "exactly one of 'packing' and 'bucketing'"),
+        ({"source": {"path": "x"}, "packing": {"ctx": 8}, "bucketing": {}}, "exactly one of"),
+        ({"packing": {"ctx": 8}}, "missing required key 'source'"),
+        (
+            {"source": {"path": "x"}, "packing": {"ctx": 8, "algorithm": "worst_fit"}},
+            "packing.algorithm must be one of",
+        ),
+        ({"source": {"path": "x"}, "packing": {"ctx": 10, "align": 4}}, "packing.align=4 must divide packing.ctx=10"),
+        ({"source": {"path": "x"}, "packing": {"ctx": 8}, "format": "tfds"}, "format must be one of"),
+        (
+            {"source": {"path": "x"}, "packing": {"ctx": 8}, "shard": {"index": 2, "count": 2}},
+            "shard.index=2 must be <",
+        ),
+    ],
+)
 def test_config_validation_names_the_key(data, message):
     with pytest.raises(ValueError) as exc:
         parse_config(data)
@@ -177,8 +197,9 @@ def test_shipped_configs_run_after_the_demo(tmp_path, monkeypatch, capsys):
 
     docs = random_docs(200, seed=3)
     pq.write_table(pa.table({"input_ids": [d.tolist() for d in docs]}), tmp_path / "t.parquet")
-    assert main(["pipeline", str(configs[0]), "--source", str(tmp_path / "t.parquet"), "--steps", "2",
-                 "--json", "-"]) == 0
+    assert (
+        main(["pipeline", str(configs[0]), "--source", str(tmp_path / "t.parquet"), "--steps", "2", "--json", "-"]) == 0
+    )
     assert json.loads(capsys.readouterr().out)["documents"] == 200
     shutil.rmtree(tmp_path / "demo_data")
 

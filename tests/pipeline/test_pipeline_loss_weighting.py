@@ -25,8 +25,10 @@ def piece_sums(batch):
     real = pieces >= 0
     key = (np.arange(pieces.shape[0])[:, None] * 10_000 + pieces)[real]
     _, inverse = np.unique(key, return_inverse=True)
-    return (np.bincount(inverse, weights=batch["loss_weights"][real].astype(np.float64)),
-            np.bincount(inverse, weights=batch["loss_mask"][real]) > 0)
+    return (
+        np.bincount(inverse, weights=batch["loss_weights"][real].astype(np.float64)),
+        np.bincount(inverse, weights=batch["loss_mask"][real]) > 0,
+    )
 
 
 def test_default_adds_no_weights(store):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import random_docs, write_test_store
 
+from conftest import random_docs, write_test_store
 from datatools.cli import main
 from datatools.pipeline import build, parse_config
 
@@ -45,14 +45,17 @@ def test_plan_of_other_documents_is_refused(store, tmp_path, capsys):
     cfg = parse_config({"source": {"path": str(store)}, "batch_size": 4, "packing": {"plan": str(tmp_path / "plan")}})
     with pytest.raises(ValueError, match=r"plan was planned for other documents than .*store.*800 documents"):
         build(cfg)
-    cfg = parse_config({"source": {"path": str(other)}, "batch_size": 4,
-                        "packing": {"plan": str(tmp_path / "plan"), "ctx": 1024}})
+    cfg = parse_config(
+        {"source": {"path": str(other)}, "batch_size": 4, "packing": {"plan": str(tmp_path / "plan"), "ctx": 1024}}
+    )
     with pytest.raises(ValueError, match="planned for ctx 512"):
         build(cfg)
 
 
-@pytest.mark.parametrize("packing, message", [({}, "packing.ctx is required"),
-                                              ({"plan": "p", "mode": "streaming"}, "needs packing.mode: planned")])
+@pytest.mark.parametrize(
+    "packing, message",
+    [({}, "packing.ctx is required"), ({"plan": "p", "mode": "streaming"}, "needs packing.mode: planned")],
+)
 def test_packing_needs_ctx_or_a_planned_plan(packing, message):
     with pytest.raises(ValueError, match=message):
         parse_config({"source": {"path": "x"}, "batch_size": 4, "packing": packing})

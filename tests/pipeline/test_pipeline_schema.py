@@ -13,11 +13,23 @@ from datatools.pipeline import parse_config
 
 def test_every_problem_at_once_with_short_quotes():
     with pytest.raises(ValueError) as err:
-        parse_config({"source": {"path": "x"}, "shuffle": {"kind": "blok"}, "packing": {"ctx": 0, "algorithm": "nope"},
-                      "batch_size": "x" * 10_000, "bogus": 1})
+        parse_config(
+            {
+                "source": {"path": "x"},
+                "shuffle": {"kind": "blok"},
+                "packing": {"ctx": 0, "algorithm": "nope"},
+                "batch_size": "x" * 10_000,
+                "bogus": 1,
+            }
+        )
     msg = str(err.value)
-    for part in ("unknown key 'bogus' at the top level", "shuffle.kind must be one of 'none', 'full', 'block'; got 'blok'",
-                 "packing.ctx must be >= 1; got 0", "packing.algorithm must be one of", "batch_size must be an integer"):
+    for part in (
+        "unknown key 'bogus' at the top level",
+        "shuffle.kind must be one of 'none', 'full', 'block'; got 'blok'",
+        "packing.ctx must be >= 1; got 0",
+        "packing.algorithm must be one of",
+        "batch_size must be an integer",
+    ):
         assert part in msg
     assert len(msg) < 1000 and "\n" not in msg
 

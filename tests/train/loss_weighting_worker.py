@@ -41,13 +41,13 @@ def flat(tree) -> np.ndarray:
 
 def unpacked_pieces(docs: list[np.ndarray]) -> dict[str, np.ndarray]:
     """One piece (a document, or ctx tokens of a longer one) per row, padded to ctx."""
-    pieces = [d[i:i + CTX] for d in docs for i in range(0, len(d), CTX)]
+    pieces = [d[i : i + CTX] for d in docs for i in range(0, len(d), CTX)]
     out = {k: np.zeros((len(pieces), CTX), np.int32) for k in ("tokens", "segment_ids", "positions", "loss_mask")}
     for r, p in enumerate(pieces):
-        out["tokens"][r, :len(p)] = p
-        out["segment_ids"][r, :len(p)] = 1
-        out["positions"][r, :len(p)] = np.arange(len(p))
-        out["loss_mask"][r, :len(p) - 1] = 1
+        out["tokens"][r, : len(p)] = p
+        out["segment_ids"][r, : len(p)] = 1
+        out["positions"][r, : len(p)] = np.arange(len(p))
+        out["loss_mask"][r, : len(p) - 1] = 1
     return out
 
 

@@ -12,8 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datatools import materialize, pack_lengths
-from datatools.kernels.attention_blocks import (EMPTY, FULL, PARTIAL, attention_pairs, block_pairs, block_structure,
-                                                tile_list)
+from datatools.kernels.attention_blocks import (
+    EMPTY,
+    FULL,
+    PARTIAL,
+    attention_pairs,
+    block_pairs,
+    block_structure,
+    tile_list,
+)
 from datatools.train.model import ModelConfig, init_params, loss_fn
 
 CFG = ModelConfig(vocab_size=97, d_model=32, n_layers=2, n_heads=4, dtype="float32", attention_block=16)
@@ -38,8 +45,11 @@ def packed_batch(lengths, ctx, seed=0, rows=None):
 
 
 @settings(max_examples=40, deadline=None)
-@given(lengths=st.lists(st.integers(1, 300), min_size=1, max_size=30), block=st.sampled_from([4, 8, 16, 32]),
-       ctx_blocks=st.integers(1, 8))
+@given(
+    lengths=st.lists(st.integers(1, 300), min_size=1, max_size=30),
+    block=st.sampled_from([4, 8, 16, 32]),
+    ctx_blocks=st.integers(1, 8),
+)
 def test_block_structure_is_exact(lengths, block, ctx_blocks):
     ctx = block * ctx_blocks
     batch, _ = packed_batch(lengths, ctx)
@@ -99,8 +109,12 @@ def test_any_chunking_of_the_tiles_gives_the_dense_result(chunk, listing):
     if listing == "shuffled entries":
         n = int(tiles["tile_count"][0])
         order = np.random.default_rng(chunk).permutation(n)
-        tiles = {**tiles, **{key: np.concatenate([tiles[key][:n][order], tiles[key][n:]])
-                             for key in ("tile_row", "tile_q", "tile_k")}}
+        tiles = {
+            **tiles,
+            **{
+                key: np.concatenate([tiles[key][:n][order], tiles[key][n:]]) for key in ("tile_row", "tile_q", "tile_k")
+            },
+        }
     tiles = {k: jnp.asarray(v) for k, v in tiles.items()}
     q, k, v, w = (jax.random.normal(key, (b, t, 2, 8)) for key in jax.random.split(jax.random.PRNGKey(chunk), 4))
 
@@ -116,8 +130,11 @@ def test_any_chunking_of_the_tiles_gives_the_dense_result(chunk, listing):
 
 
 @settings(max_examples=8, deadline=None)
-@given(lengths=st.lists(st.integers(1, 400), min_size=1, max_size=24), block=st.sampled_from([16, 32]),
-       chunk=st.sampled_from([8, 256]))
+@given(
+    lengths=st.lists(st.integers(1, 400), min_size=1, max_size=24),
+    block=st.sampled_from([16, 32]),
+    chunk=st.sampled_from([8, 256]),
+)
 def test_blocksparse_memory_follows_the_tiles(lengths, block, chunk):
     """XLA's temporary memory for blocksparse's forward + backward is never above the same kernel over every causal
     tile (causal flash), and a batch with fewer tiles never needs more than one with more (same shapes)."""
@@ -148,8 +165,12 @@ def test_blocksparse_memory_never_falls_as_the_list_grows():
     q = jnp.zeros((2, 512, 2, 8))
     temps = []
     for width in (16, 64, 128, 256, 512, 768):
-        tiles = {"tile_row": jnp.zeros(width, jnp.int32), "tile_q": jnp.zeros(width, jnp.int32),
-                 "tile_k": jnp.zeros(width, jnp.int32), "tile_count": jnp.array([width], jnp.int32)}
+        tiles = {
+            "tile_row": jnp.zeros(width, jnp.int32),
+            "tile_q": jnp.zeros(width, jnp.int32),
+            "tile_k": jnp.zeros(width, jnp.int32),
+            "tile_count": jnp.array([width], jnp.int32),
+        }
         grad = jax.jit(jax.grad(lambda q, tiles: blocksparse_attention(q, q, q, seg, tiles, 32).sum()))
         temps.append(grad.lower(q, tiles).compile().memory_analysis().temp_size_in_bytes)
     assert temps == sorted(temps), temps

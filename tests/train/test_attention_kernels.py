@@ -37,7 +37,7 @@ def segment_ids(cases=ROWS) -> np.ndarray:
     for r, lengths in enumerate(cases.values()):
         at = 0
         for s, n in enumerate(lengths, 1):
-            out[r, at:at + n] = s
+            out[r, at : at + n] = s
             at += n
     return out
 
@@ -45,7 +45,8 @@ def segment_ids(cases=ROWS) -> np.ndarray:
 SEG = segment_ids()
 
 
-def inputs(seed=0, rows=len(ROWS)):
+def inputs(seed=0, rows=None):
+    rows = len(ROWS) if rows is None else rows
     keys = jax.random.split(jax.random.PRNGKey(seed), 4)
     q, k, v, w = (jax.random.normal(key, (rows, CTX, HEADS, DIM), jnp.float32) for key in keys)
     return q, k, v, w
@@ -99,8 +100,11 @@ def test_pallas_blocksparse_grid_visits_exactly_the_listed_tiles():
     assert non_empty == int(tiles["tile_count"][0]) < tiles["tile_row"].shape[0]  # the list is padded
     q, k, v, _ = inputs(1, seg.shape[0])
     steps = jax.jit(lambda q, k, v: pallas_blocksparse_steps(q, k, v, jnp.asarray(seg), tiles, BLOCK))(q, k, v)
-    assert {name: int(n) for name, n in steps.items()} == {"forward": HEADS * non_empty, "dq": HEADS * non_empty,
-                                                            "dkv": HEADS * non_empty}
+    assert {name: int(n) for name, n in steps.items()} == {
+        "forward": HEADS * non_empty,
+        "dq": HEADS * non_empty,
+        "dkv": HEADS * non_empty,
+    }
 
 
 def test_splash_equals_dense():
@@ -158,8 +162,7 @@ def model_loss_and_grads(attention, case):
     from datatools import materialize, pack_lengths
     from datatools.train.model import ModelConfig, init_params, loss_fn
 
-    cfg = ModelConfig(vocab_size=97, d_model=32, n_layers=1, n_heads=HEADS, attention=attention,
-                      attention_block=BLOCK)
+    cfg = ModelConfig(vocab_size=97, d_model=32, n_layers=1, n_heads=HEADS, attention=attention, attention_block=BLOCK)
     lengths = np.asarray(MODEL_CASES[case])
     rng = np.random.default_rng(len(case))
     tokens = rng.integers(0, cfg.vocab_size, int(lengths.sum())).astype(np.int32)
@@ -191,18 +194,21 @@ def test_kernels_model_equals_dense(case, attention):
 def store(tmp_path_factory):
     from conftest import random_docs, write_test_store
 
-    return write_test_store(tmp_path_factory.mktemp("kernels") / "store", random_docs(60, seed=5, max_len=400,
-                                                                                      vocab=97))
+    return write_test_store(
+        tmp_path_factory.mktemp("kernels") / "store", random_docs(60, seed=5, max_len=400, vocab=97)
+    )
 
 
 def train_runs(tmp_path, store, capsys, attentions, steps=3):
     from datatools.cli import main
 
     cfg = tmp_path / "p.yaml"
-    cfg.write_text(f"source: {{path: {store}}}\nshuffle: {{kind: full}}\nnum_epochs: null\n"
-                   f"packing: {{ctx: {CTX}}}\nbatch_size: 1\n"
-                   f"model: {{vocab_size: 97, d_model: 32, n_layers: 1, n_heads: {HEADS}, attention_block: {BLOCK}}}\n"
-                   "train: {learning_rate: 1.0e-2, warmup_steps: 1, log_every: 1}\n")
+    cfg.write_text(
+        f"source: {{path: {store}}}\nshuffle: {{kind: full}}\nnum_epochs: null\n"
+        f"packing: {{ctx: {CTX}}}\nbatch_size: 1\n"
+        f"model: {{vocab_size: 97, d_model: 32, n_layers: 1, n_heads: {HEADS}, attention_block: {BLOCK}}}\n"
+        "train: {learning_rate: 1.0e-2, warmup_steps: 1, log_every: 1}\n"
+    )
     runs = {}
     for attention in attentions:
         assert main(["train", str(cfg), "--steps", str(steps), "--attention", attention, "--json", "-"]) == 0
@@ -242,8 +248,10 @@ def test_train_cli_refuses_what_cannot_run_here(tmp_path, store, capsys):
     from datatools.cli import main
 
     cfg = tmp_path / "p.yaml"
-    cfg.write_text(f"source: {{path: {store}}}\npacking: {{ctx: {CTX}}}\nbatch_size: 1\n"
-                   "model: {vocab_size: 97, d_model: 32, n_layers: 1, n_heads: 2, attention_block: 64}\n")
+    cfg.write_text(
+        f"source: {{path: {store}}}\npacking: {{ctx: {CTX}}}\nbatch_size: 1\n"
+        "model: {vocab_size: 97, d_model: 32, n_layers: 1, n_heads: 2, attention_block: 64}\n"
+    )
     assert main(["train", str(cfg), "--attention", "pallas_blocksparse"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "model.attention_block=64 must be a multiple of 128" in err

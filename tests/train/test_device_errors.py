@@ -12,8 +12,9 @@ from datatools.train.device_errors import as_device_error, device_errors  # noqa
 
 
 def test_a_real_xla_allocation_failure_becomes_device_out_of_memory():
-    with pytest.raises(DeviceOutOfMemory, match=r"out of memory on the device \(.*bytes.*\); a smaller batch_size") \
-            as caught:
+    with pytest.raises(
+        DeviceOutOfMemory, match=r"out of memory on the device \(.*bytes.*\); a smaller batch_size"
+    ) as caught:
         with device_errors():
             jax.jit(lambda: jnp.zeros(2**46, jnp.uint8))().block_until_ready()  # 64 TiB: XLA refuses it
     assert isinstance(caught.value.__cause__, jax.errors.JaxRuntimeError) and exit_status(caught.value) == 1

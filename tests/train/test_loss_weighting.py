@@ -19,10 +19,13 @@ ROOT = Path(__file__).resolve().parents[2]
 def gradients(tmp_path_factory):
     """The worker's gradients (a fresh process: two host-platform CPU devices need XLA_FLAGS before jax starts)."""
     out = tmp_path_factory.mktemp("loss_weighting") / "grads.npz"
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
-           "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, str(WORKER), str(out)], env=env, capture_output=True, text=True,
-                          timeout=300)
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        "PYTHONPATH": str(ROOT),
+    }
+    done = subprocess.run([sys.executable, str(WORKER), str(out)], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return dict(np.load(out))
 
@@ -31,8 +34,9 @@ def gradients(tmp_path_factory):
 def test_packed_sharded_accumulated_gradient_equals_unpacked(gradients, weighting):
     np.testing.assert_allclose(gradients[f"packed_{weighting}"], gradients[f"ref_{weighting}"], rtol=1e-5, atol=1e-5)
     # the global denominator: every target (token) or every document piece with a target (document)
-    np.testing.assert_allclose(gradients[f"weight_sum_{weighting}"], gradients[f"ref_weight_sum_{weighting}"],
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        gradients[f"weight_sum_{weighting}"], gradients[f"ref_weight_sum_{weighting}"], rtol=1e-6
+    )
 
 
 def test_micro_batches_are_uneven_and_a_mean_of_means_differs(gradients):
@@ -55,10 +59,12 @@ def test_train_accumulating_micro_batches_follows_one_large_batch(tmp_path, caps
 
     def run(batch_size, accum):
         cfg = tmp_path / f"b{batch_size}.yaml"
-        cfg.write_text(f"source: {{path: {store}}}\nshuffle: {{kind: full}}\npacking: {{ctx: 128}}\n"
-                       f"batch_size: {batch_size}\nloss_weighting: document\n"
-                       "model: {vocab_size: 97, d_model: 16, n_layers: 1, n_heads: 2}\n"
-                       "train: {steps: 3, learning_rate: 1.0e-2, warmup_steps: 1, grad_clip: 0.0}\n")
+        cfg.write_text(
+            f"source: {{path: {store}}}\nshuffle: {{kind: full}}\npacking: {{ctx: 128}}\n"
+            f"batch_size: {batch_size}\nloss_weighting: document\n"
+            "model: {vocab_size: 97, d_model: 16, n_layers: 1, n_heads: 2}\n"
+            "train: {steps: 3, learning_rate: 1.0e-2, warmup_steps: 1, grad_clip: 0.0}\n"
+        )
         assert main(["train", str(cfg), "--grad-accum-steps", str(accum), "--json", "-"]) == 0
         return json.loads(capsys.readouterr().out)["records"]
 

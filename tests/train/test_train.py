@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import random_docs, write_test_store
 
+from conftest import random_docs, write_test_store
 from datatools import materialize, pack_lengths
 from datatools.cli import main
 from datatools.train.mfu import segment_lengths_sq, step_flops
@@ -78,20 +78,24 @@ def test_flops_formula():
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    return write_test_store(tmp_path_factory.mktemp("train") / "store", random_docs(400, seed=3, max_len=700,
-                                                                                    vocab=97))
+    return write_test_store(tmp_path_factory.mktemp("train") / "store", random_docs(400, seed=3, max_len=700, vocab=97))
 
 
 def write_config(path, store, body):
-    path.write_text(f"source: {{path: {store}}}\nshuffle: {{kind: full}}\nnum_epochs: null\n{body}\n"
-                    "model: {vocab_size: 97, d_model: 32, n_layers: 1, n_heads: 2}\n"
-                    "train: {steps: 12, learning_rate: 1.0e-2, warmup_steps: 2, log_every: 4}\n")
+    path.write_text(
+        f"source: {{path: {store}}}\nshuffle: {{kind: full}}\nnum_epochs: null\n{body}\n"
+        "model: {vocab_size: 97, d_model: 32, n_layers: 1, n_heads: 2}\n"
+        "train: {steps: 12, learning_rate: 1.0e-2, warmup_steps: 2, log_every: 4}\n"
+    )
     return path
 
 
 def test_bucketed_training_compiles_once_per_bucket_shape(tmp_path, store, capsys):
-    cfg = write_config(tmp_path / "b.yaml", store,
-                       "bucketing: {num_buckets: 3, tile: 64, max_len: 512, token_budget: 2048}\ndrop_remainder: true")
+    cfg = write_config(
+        tmp_path / "b.yaml",
+        store,
+        "bucketing: {num_buckets: 3, tile: 64, max_len: 512, token_budget: 2048}\ndrop_remainder: true",
+    )
     assert main(["train", str(cfg), "--steps", "25", "--json", "-"]) == 0
     summary = json.loads(capsys.readouterr().out)["summary"]
     assert summary["steps"] == 25
@@ -167,8 +171,9 @@ def test_train_reads_its_config_and_store_from_object_storage(bucket, request, t
     assert main(["train", str(local), "--steps", "4", "--json", "-"]) == 0
     want = [r["loss"] for r in json.loads(capsys.readouterr().out)["records"]]
     remote_store = root.upload(store, "store")
-    remote = root.upload(write_config(tmp_path / "remote.yaml", remote_store, "packing: {ctx: 256}\nbatch_size: 4"),
-                         "train.yaml")
+    remote = root.upload(
+        write_config(tmp_path / "remote.yaml", remote_store, "packing: {ctx: 256}\nbatch_size: 4"), "train.yaml"
+    )
     report = root.path("report.json")
     assert main(["train", remote, "--steps", "4", "--json", report]) == 0
     got = [r["loss"] for r in json.loads(storage.read_bytes(report))["records"]]

@@ -48,8 +48,16 @@ class PackCount:
     cut_documents: int = 0
 
 
-def count_rows(ctx: int, algorithm: str, *, lengths=None, sizes=None, histogram=None,
-               max_segments: int | None = None, window: int | None = None) -> PackCount:
+def count_rows(
+    ctx: int,
+    algorithm: str,
+    *,
+    lengths=None,
+    sizes=None,
+    histogram=None,
+    max_segments: int | None = None,
+    window: int | None = None,
+) -> PackCount:
     """The rows ``pack_lengths(lengths, ctx, algorithm=..., max_segments=..., window=...)`` makes, counted.
 
     Give exactly one of:
@@ -137,8 +145,10 @@ def _checked_sizes(sizes, ctx: int) -> np.ndarray:
 def _checked_histogram(histogram, ctx: int) -> np.ndarray:
     arr = np.asarray(histogram)
     if arr.ndim != 1 or arr.dtype.kind not in "iu" or arr.shape[0] != ctx + 1:
-        raise ValueError(f"histogram must be ctx + 1 = {ctx + 1} integer counts (pieces of each size 0..ctx), "
-                         f"got {short_repr(histogram)}")
+        raise ValueError(
+            f"histogram must be ctx + 1 = {ctx + 1} integer counts (pieces of each size 0..ctx), "
+            f"got {short_repr(histogram)}"
+        )
     if arr.size and int(arr.min()) < 0:
         raise ValueError(f"histogram counts must be >= 0, got {int(arr.min())}")
     return np.ascontiguousarray(arr, dtype=np.int64)

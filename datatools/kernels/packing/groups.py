@@ -24,8 +24,16 @@ CARRY_FREE_DIVISOR = 64  # a row with more than ctx / 64 tokens free (3 % at ctx
 CARRY_FRACTION = 4  # at most group_docs / 4 pieces carried into the next group (bounds its memory)
 
 
-def pack_in_groups(lengths: np.ndarray, ctx: int, *, group_docs: int, algorithm: str = "best_fit_decreasing",
-                   max_segments: int | None = None, align: int = 1, overflow: str = "split") -> Iterator[PackPlan]:
+def pack_in_groups(
+    lengths: np.ndarray,
+    ctx: int,
+    *,
+    group_docs: int,
+    algorithm: str = "best_fit_decreasing",
+    max_segments: int | None = None,
+    align: int = 1,
+    overflow: str = "split",
+) -> Iterator[PackPlan]:
     """The packed plan of ``lengths`` (tokens per document; may be memory-mapped) as a sequence of finished rows.
 
     Each yielded :class:`PackPlan` holds some rows; their ``doc`` are indices into the whole ``lengths``, their
@@ -44,8 +52,7 @@ def pack_in_groups(lengths: np.ndarray, ctx: int, *, group_docs: int, algorithm:
         part = np.asarray(lengths[g0:g1], dtype=np.int64)
         nc = carry_len.shape[0]
         sizes = np.concatenate((carry_len, part)) if nc else part
-        plan = pack_lengths(sizes, ctx, algorithm=algorithm, max_segments=max_segments, align=align,
-                            overflow=overflow)
+        plan = pack_lengths(sizes, ctx, algorithm=algorithm, max_segments=max_segments, align=align, overflow=overflow)
         del sizes, part
         carried = plan.doc < nc
         doc = plan.doc + (g0 - nc)
@@ -56,8 +63,18 @@ def pack_in_groups(lengths: np.ndarray, ctx: int, *, group_docs: int, algorithm:
             start = start.copy()
             start[carried] += carry_start[which]
         if g1 == n or plan.num_rows == 0:
-            yield PackPlan(ctx, align, plan.num_rows, plan.row_splits, doc, start, plan.length,
-                           plan.dropped_tokens, plan.empty_documents, algorithm)
+            yield PackPlan(
+                ctx,
+                align,
+                plan.num_rows,
+                plan.row_splits,
+                doc,
+                start,
+                plan.length,
+                plan.dropped_tokens,
+                plan.empty_documents,
+                algorithm,
+            )
             carry_len = carry_doc = carry_start = np.zeros(0, np.int64)
             continue
         keep = _rows_kept(plan, free_limit, max_carry)
@@ -67,8 +84,18 @@ def pack_in_groups(lengths: np.ndarray, ctx: int, *, group_docs: int, algorithm:
         carry_len = plan.length[~piece_kept].astype(np.int64)
         splits = np.zeros(int(keep.sum()) + 1, np.int64)
         np.cumsum(per_row[keep], out=splits[1:])
-        yield PackPlan(ctx, align, int(keep.sum()), splits, doc[piece_kept], start[piece_kept],
-                       plan.length[piece_kept], plan.dropped_tokens, plan.empty_documents, algorithm)
+        yield PackPlan(
+            ctx,
+            align,
+            int(keep.sum()),
+            splits,
+            doc[piece_kept],
+            start[piece_kept],
+            plan.length[piece_kept],
+            plan.dropped_tokens,
+            plan.empty_documents,
+            algorithm,
+        )
 
 
 def _rows_kept(plan: PackPlan, free_limit: int, max_carry: int) -> np.ndarray:

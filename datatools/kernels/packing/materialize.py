@@ -69,19 +69,33 @@ def materialize(
     if tokens.ndim != 1 or tokens.dtype.kind not in "iu":
         raise TypeError(f"tokens must be a 1-D integer array, got {tokens.dtype} {tokens.shape}")
     if offsets.ndim != 1 or offsets.shape[0] < 1 or offsets.dtype.kind not in "iu":
-        raise ValueError(f"offsets must be a 1-D integer array of num_documents + 1 values, got {offsets.dtype} "
-                         f"{offsets.shape}")
+        raise ValueError(
+            f"offsets must be a 1-D integer array of num_documents + 1 values, got {offsets.dtype} {offsets.shape}"
+        )
     if plan.max_doc >= offsets.shape[0] - 1:
-        raise ValueError(f"plan refers to document {plan.max_doc} but offsets describe {offsets.shape[0] - 1} "
-                         f"documents")
+        raise ValueError(
+            f"plan refers to document {plan.max_doc} but offsets describe {offsets.shape[0] - 1} documents"
+        )
     offsets = offsets.astype(np.int64, copy=False)
     batch = _output_batch(out, rows.shape[0], plan.ctx)
     if rows.shape[0] == 0:
         return batch
     _check_piece_bounds(plan, rows, offsets, tokens.shape[0])
     wide = bool(check_values) and tokens.dtype.itemsize >= 4 and tokens.dtype != np.int32
-    _fill_checked(rows, plan.row_splits, plan.doc, plan.start, plan.length, plan.offset, offsets, tokens, pad_id,
-                  wide, batch, rows)
+    _fill_checked(
+        rows,
+        plan.row_splits,
+        plan.doc,
+        plan.start,
+        plan.length,
+        plan.offset,
+        offsets,
+        tokens,
+        pad_id,
+        wide,
+        batch,
+        rows,
+    )
     return batch
 
 
@@ -99,25 +113,49 @@ def _output_batch(out, batch: int, ctx: int) -> dict[str, np.ndarray]:
         raise TypeError(f"out must be a dict of {', '.join(_CANONICAL)} arrays, got {short_repr(out)}")
     for k in _CANONICAL:
         a = out[k]
-        if not isinstance(a, np.ndarray) or a.dtype != np.int32 or a.shape != (batch, ctx) \
-                or not a.flags.c_contiguous or not a.flags.writeable:
-            raise TypeError(f"out[{k!r}] must be a writeable C-contiguous int32 array of shape {(batch, ctx)}, got "
-                            f"{short_repr(a)}")
+        if (
+            not isinstance(a, np.ndarray)
+            or a.dtype != np.int32
+            or a.shape != (batch, ctx)
+            or not a.flags.c_contiguous
+            or not a.flags.writeable
+        ):
+            raise TypeError(
+                f"out[{k!r}] must be a writeable C-contiguous int32 array of shape {(batch, ctx)}, got {short_repr(a)}"
+            )
     return out
 
 
 def _fill_checked(rows, row_splits, doc, start, length, offset, offsets, tokens, pad_id, wide, batch, row_ids) -> None:
     """Run the fill; a row holding an id outside [0, 2**31 - 1] is a ValueError naming the id, its row and slot."""
     err = np.zeros(3, np.int64)
-    if _fill_rows(rows, row_splits, doc, start, length, offset, offsets, tokens, pad_id, wide,
-                  batch["tokens"], batch["segment_ids"], batch["positions"], batch["loss_mask"], err):
+    if _fill_rows(
+        rows,
+        row_splits,
+        doc,
+        start,
+        length,
+        offset,
+        offsets,
+        tokens,
+        pad_id,
+        wide,
+        batch["tokens"],
+        batch["segment_ids"],
+        batch["positions"],
+        batch["loss_mask"],
+        err,
+    ):
         b, where, value = (int(v) for v in err)
         if wide:  # the id as the source holds it, before the cast to int32
             value = int(tokens[where])
-            raise ValueError(f"tokens: token id {value} in row {int(row_ids[b])} is outside [0, 2**31 - 1] "
-                             f"(batches are int32)")
-        raise ValueError(f"tokens: token id {value} at row {int(row_ids[b])}, position {where} (as int32) "
-                         f"is outside [0, 2**31 - 1]; token ids must be non-negative")
+            raise ValueError(
+                f"tokens: token id {value} in row {int(row_ids[b])} is outside [0, 2**31 - 1] (batches are int32)"
+            )
+        raise ValueError(
+            f"tokens: token id {value} at row {int(row_ids[b])}, position {where} (as int32) "
+            f"is outside [0, 2**31 - 1]; token ids must be non-negative"
+        )
 
 
 def _check_rows(plan: PackPlan, rows) -> np.ndarray:
@@ -144,9 +182,11 @@ def _check_piece_bounds(plan: PackPlan, rows: np.ndarray, offsets: np.ndarray, n
         d = int(plan.doc[q])
         begin = int(offsets[d] + plan.start[q])
         end = begin + int(plan.length[q])
-        raise ValueError(f"document {d}: tokens [{begin}, {end}) of the plan are "
-                         f"outside the token array of {num_tokens} (or past the document's offsets); the plan, "
-                         f"tokens and offsets do not match")
+        raise ValueError(
+            f"document {d}: tokens [{begin}, {end}) of the plan are "
+            f"outside the token array of {num_tokens} (or past the document's offsets); the plan, "
+            f"tokens and offsets do not match"
+        )
 
 
 @numba.njit(cache=True, nogil=True)
@@ -171,8 +211,9 @@ def check_token_ids(tokens: np.ndarray, where: str = "tokens") -> None:
             raise ValueError(f"{where}: token id {bad} outside [0, 2**31 - 1] (batches are int32)")
 
 
-def materialize_pieces(plan: PackPlan, read_pieces, rows=None, *, pad_id: int = 0,
-                       out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+def materialize_pieces(
+    plan: PackPlan, read_pieces, rows=None, *, pad_id: int = 0, out: dict[str, np.ndarray] | None = None
+) -> dict[str, np.ndarray]:
     """Like :func:`materialize`, reading only the pieces of the selected rows through ``read_pieces``.
 
     Args:
@@ -194,22 +235,51 @@ def materialize_pieces(plan: PackPlan, read_pieces, rows=None, *, pad_id: int = 
     start, length = plan.start[sel], plan.length[sel]
     flat = np.asarray(read_pieces(plan.doc[sel], start, length))
     if flat.ndim != 1 or flat.dtype.kind not in "iu" or flat.shape[0] != int(length.sum()):
-        raise TypeError(f"read_pieces must return the {int(length.sum())} tokens asked for as a 1-D integer array, "
-                        f"got {flat.dtype} {flat.shape}")
+        raise TypeError(
+            f"read_pieces must return the {int(length.sum())} tokens asked for as a 1-D integer array, "
+            f"got {flat.dtype} {flat.shape}"
+        )
     # Piece j of the selection sits at flat[piece_begin[j]:]; _fill_rows reads offsets[doc] + start.
     piece_begin = np.concatenate(([0], np.cumsum(length, dtype=np.int64)))
     fake_offsets = piece_begin[:-1] - start
     batch = _output_batch(out, rows.shape[0], plan.ctx)
     if rows.shape[0]:
         wide = flat.dtype.itemsize >= 4 and flat.dtype != np.int32
-        _fill_checked(np.arange(rows.shape[0], dtype=np.int64), splits, np.arange(sel.shape[0], dtype=np.int64),
-                      start, length, plan.offset[sel], fake_offsets, flat, pad_id, wide, batch, rows)
+        _fill_checked(
+            np.arange(rows.shape[0], dtype=np.int64),
+            splits,
+            np.arange(sel.shape[0], dtype=np.int64),
+            start,
+            length,
+            plan.offset[sel],
+            fake_offsets,
+            flat,
+            pad_id,
+            wide,
+            batch,
+            rows,
+        )
     return batch
 
 
 @numba.njit(cache=True, nogil=True)
-def _fill_rows(rows, row_splits, doc, start, length, offset, offsets, tokens, pad_id, wide,
-               out_tokens, segment_ids, positions, loss_mask, err):
+def _fill_rows(
+    rows,
+    row_splits,
+    doc,
+    start,
+    length,
+    offset,
+    offsets,
+    tokens,
+    pad_id,
+    wide,
+    out_tokens,
+    segment_ids,
+    positions,
+    loss_mask,
+    err,
+):
     """Write each selected row of the (batch, ctx) int32 outputs once: its pieces and the padding between and
     after them (no prefill). Each output is filled by its own slice loop, so each vectorizes.
 
@@ -230,18 +300,18 @@ def _fill_rows(rows, row_splits, doc, start, length, offset, offsets, tokens, pa
                 p_row[at:dst] = 0
                 m_row[at:dst] = 0
             src = offsets[doc[q]] + start[q]
-            piece = tokens[src:src + n]
+            piece = tokens[src : src + n]
             if wide and n > 0 and (piece.min() < 0 or piece.max() > 2147483647):
                 for j in range(n):
                     if piece[j] < 0 or piece[j] > 2147483647:
                         err[0], err[1], err[2] = b, src + j, 0
                         return True
-            t_row[dst:dst + n] = piece
-            s_row[dst:dst + n] = q - row_splits[r] + 1
+            t_row[dst : dst + n] = piece
+            s_row[dst : dst + n] = q - row_splits[r] + 1
             p0 = start[q]
             for j in range(n):
                 p_row[dst + j] = p0 + j
-            m_row[dst:dst + n] = 1
+            m_row[dst : dst + n] = 1
             if n > 0:
                 m_row[dst + n - 1] = 0
             at = dst + n

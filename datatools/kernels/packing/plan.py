@@ -51,7 +51,6 @@ ALGORITHMS = (
 )
 
 
-
 @dataclass(frozen=True)
 class PackPlan:
     """Which pieces of which documents go into which row.

@@ -69,13 +69,25 @@ def piece_stats(lengths: np.ndarray, ctx: int, overflow: str) -> tuple[int, int,
 
 def piece_dtypes(num_documents: int, num_pieces: int, max_start: int, ctx: int) -> dict[str, np.dtype]:
     """The dtype of each plan array (see the module docstring)."""
-    return {"row_starts": np.dtype(np.uint32) if num_pieces < 2**32 else np.dtype(np.uint64),
-            "doc": np.dtype(np.uint32) if num_documents <= 2**32 else np.dtype(np.uint64),
-            "start": smallest_uint(max_start), "length": smallest_uint(ctx)}
+    return {
+        "row_starts": np.dtype(np.uint32) if num_pieces < 2**32 else np.dtype(np.uint64),
+        "doc": np.dtype(np.uint32) if num_documents <= 2**32 else np.dtype(np.uint64),
+        "start": smallest_uint(max_start),
+        "length": smallest_uint(ctx),
+    }
 
 
-def gather_rows(row_starts: np.ndarray, doc: np.ndarray, start: np.ndarray, length: np.ndarray, rows,
-                *, ctx: int, align: int, algorithm: str) -> PackPlan:
+def gather_rows(
+    row_starts: np.ndarray,
+    doc: np.ndarray,
+    start: np.ndarray,
+    length: np.ndarray,
+    rows,
+    *,
+    ctx: int,
+    align: int,
+    algorithm: str,
+) -> PackPlan:
     """Rows ``rows`` (any order, repeats allowed) of an encoded plan as a small :class:`PackPlan` whose row ``i`` is
     row ``rows[i]``: only their pieces are read (the arrays may be memory-mapped), widened to int64 / int32."""
     rows = np.asarray(rows, dtype=np.int64).reshape(-1)
@@ -89,5 +101,15 @@ def gather_rows(row_starts: np.ndarray, doc: np.ndarray, start: np.ndarray, leng
     splits = np.zeros(rows.size + 1, np.int64)
     np.cumsum(counts, out=splits[1:])
     idx = np.repeat(a - splits[:-1], counts) + np.arange(splits[-1], dtype=np.int64)
-    return PackPlan(ctx, align, int(rows.size), splits, np.asarray(doc[idx], dtype=np.int64),
-                    np.asarray(start[idx], dtype=np.int64), np.asarray(length[idx], dtype=np.int32), 0, 0, algorithm)
+    return PackPlan(
+        ctx,
+        align,
+        int(rows.size),
+        splits,
+        np.asarray(doc[idx], dtype=np.int64),
+        np.asarray(start[idx], dtype=np.int64),
+        np.asarray(length[idx], dtype=np.int32),
+        0,
+        0,
+        algorithm,
+    )

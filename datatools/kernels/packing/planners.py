@@ -249,8 +249,9 @@ def worth_dealing(rows: int, units: int, pieces: int, capacity: int, max_segment
     return rows * 100 > bound * 101
 
 
-def capped_decreasing(sizes: np.ndarray, runs: np.ndarray, capacity: int, max_segments: int,
-                      row_of: np.ndarray = NO_ROWS) -> tuple[int, int]:
+def capped_decreasing(
+    sizes: np.ndarray, runs: np.ndarray, capacity: int, max_segments: int, row_of: np.ndarray = NO_ROWS
+) -> tuple[int, int]:
     """Placement of pieces (``sizes`` in decreasing order, ``runs`` as the kernels) under a binding cap on pieces
     per row: (rows, most pieces in one row), and each piece's row in ``row_of`` when it is not empty.
 

@@ -18,8 +18,13 @@ def plan_figures(plan):
 
 
 @settings(max_examples=150, deadline=None)
-@given(lengths=lengths_st, ctx=st.integers(1, 300), algorithm=st.sampled_from(ALGORITHMS),
-       cap=st.one_of(st.none(), st.integers(1, 6)), window=st.one_of(st.none(), st.integers(1, 8)))
+@given(
+    lengths=lengths_st,
+    ctx=st.integers(1, 300),
+    algorithm=st.sampled_from(ALGORITHMS),
+    cap=st.one_of(st.none(), st.integers(1, 6)),
+    window=st.one_of(st.none(), st.integers(1, 8)),
+)
 def test_counts_equal_the_plans(lengths, ctx, algorithm, cap, window):
     """Rows, pieces and the fullest row's pieces: the count on lengths equals pack_lengths' plan, for every
     algorithm, cap and (first/best fit) window; on piece sizes and (decreasing) on a histogram too."""
@@ -29,8 +34,9 @@ def test_counts_equal_the_plans(lengths, ctx, algorithm, cap, window):
     count = count_rows(ctx, algorithm, lengths=arr, max_segments=cap, window=window if windowed else None)
     assert (count.rows, count.pieces, count.max_pieces_per_row) == plan_figures(plan)
     if algorithm == "concat_split":
-        docs_in_rows = np.unique(np.stack([plan.doc, np.repeat(np.arange(plan.num_rows), plan.pieces_per_row)]),
-                                 axis=1)[0]
+        docs_in_rows = np.unique(
+            np.stack([plan.doc, np.repeat(np.arange(plan.num_rows), plan.pieces_per_row)]), axis=1
+        )[0]
         assert count.cut_documents == int(np.count_nonzero(np.bincount(docs_in_rows) > 1))
         return
     sizes = piece_sizes(arr, ctx)
@@ -40,8 +46,12 @@ def test_counts_equal_the_plans(lengths, ctx, algorithm, cap, window):
 
 
 @settings(max_examples=60, deadline=None)
-@given(lengths=st.lists(st.integers(1, 300), min_size=1, max_size=150), ctx=st.integers(8, 300),
-       algorithm=st.sampled_from(["first_fit", "best_fit"]), window=st.integers(1, 6))
+@given(
+    lengths=st.lists(st.integers(1, 300), min_size=1, max_size=150),
+    ctx=st.integers(8, 300),
+    algorithm=st.sampled_from(["first_fit", "best_fit"]),
+    window=st.integers(1, 6),
+)
 def test_a_windowed_plan_holds_every_token_once_and_fits_its_rows(lengths, ctx, algorithm, window):
     """A plan with a window of open rows is a plan: every token of every document in one piece, rows <= ctx."""
     arr = np.array(lengths, np.int64)
@@ -62,19 +72,22 @@ def test_a_histogram_counts_what_the_lengths_count_at_scale():
             assert (count.rows, count.pieces, count.max_pieces_per_row) == plan_figures(plan)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(ctx=8, algorithm="best_fit"), "exactly one of lengths, sizes, histogram; got none"),
-    (dict(ctx=8, algorithm="best_fit", lengths=[3], sizes=[3]), "got lengths, sizes"),
-    (dict(ctx=8, algorithm="best_fit", histogram=[0] * 9), "depends on the input order"),
-    (dict(ctx=8, algorithm="concat_split", sizes=[3]), "concat_split counts on lengths"),
-    (dict(ctx=8, algorithm="first_fit", sizes=[3, 9]), "got 9"),
-    (dict(ctx=8, algorithm="first_fit", sizes=[0]), "got 0"),
-    (dict(ctx=8, algorithm="best_fit_decreasing", histogram=[1, 2]), "ctx + 1 = 9"),
-    (dict(ctx=8, algorithm="best_fit_decreasing", histogram=[0, -1] + [0] * 7), "got -1"),
-    (dict(ctx=8, algorithm="worst_fit", lengths=[3]), "worst_fit"),
-    (dict(ctx=0, algorithm="best_fit", lengths=[3]), "ctx"),
-    (dict(ctx=8, algorithm="best_fit", lengths=[3], window=0), "window"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(ctx=8, algorithm="best_fit"), "exactly one of lengths, sizes, histogram; got none"),
+        (dict(ctx=8, algorithm="best_fit", lengths=[3], sizes=[3]), "got lengths, sizes"),
+        (dict(ctx=8, algorithm="best_fit", histogram=[0] * 9), "depends on the input order"),
+        (dict(ctx=8, algorithm="concat_split", sizes=[3]), "concat_split counts on lengths"),
+        (dict(ctx=8, algorithm="first_fit", sizes=[3, 9]), "got 9"),
+        (dict(ctx=8, algorithm="first_fit", sizes=[0]), "got 0"),
+        (dict(ctx=8, algorithm="best_fit_decreasing", histogram=[1, 2]), "ctx + 1 = 9"),
+        (dict(ctx=8, algorithm="best_fit_decreasing", histogram=[0, -1] + [0] * 7), "got -1"),
+        (dict(ctx=8, algorithm="worst_fit", lengths=[3]), "worst_fit"),
+        (dict(ctx=0, algorithm="best_fit", lengths=[3]), "ctx"),
+        (dict(ctx=8, algorithm="best_fit", lengths=[3], window=0), "window"),
+    ],
+)
 def test_bad_input_is_a_value_error_naming_it(kwargs, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("+", r"\+")):
         count_rows(**kwargs)

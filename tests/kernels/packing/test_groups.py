@@ -43,13 +43,19 @@ def _check_valid(lengths, ctx, align, max_segments, splits, doc, start, length):
 
 
 @settings(max_examples=40, deadline=None)
-@given(lengths=st.lists(st.integers(0, 700), min_size=1, max_size=300), ctx=st.sampled_from([64, 128, 256]),
-       group=st.integers(1, 80), algorithm=st.sampled_from(ALGORITHMS), align=st.sampled_from([1, 8]),
-       max_segments=st.sampled_from([None, 3]))
+@given(
+    lengths=st.lists(st.integers(0, 700), min_size=1, max_size=300),
+    ctx=st.sampled_from([64, 128, 256]),
+    group=st.integers(1, 80),
+    algorithm=st.sampled_from(ALGORITHMS),
+    align=st.sampled_from([1, 8]),
+    max_segments=st.sampled_from([None, 3]),
+)
 def test_grouped_plans_keep_every_token_once(lengths, ctx, group, algorithm, align, max_segments):
     lengths = np.asarray(lengths, np.int64)
-    parts = list(pack_in_groups(lengths, ctx, group_docs=group, algorithm=algorithm, align=align,
-                                max_segments=max_segments))
+    parts = list(
+        pack_in_groups(lengths, ctx, group_docs=group, algorithm=algorithm, align=align, max_segments=max_segments)
+    )
     splits, doc, start, length = _joined(parts)
     _check_valid(lengths, ctx, align, max_segments, splits, doc, start, length)
     assert sum(p.empty_documents for p in parts) == int((lengths == 0).sum())
@@ -59,8 +65,11 @@ def test_grouped_plans_keep_every_token_once(lengths, ctx, group, algorithm, ali
 
 
 @settings(max_examples=30, deadline=None)
-@given(lengths=st.lists(st.integers(0, 900), min_size=1, max_size=200), ctx=st.sampled_from([100, 256]),
-       algorithm=st.sampled_from(ALGORITHMS))
+@given(
+    lengths=st.lists(st.integers(0, 900), min_size=1, max_size=200),
+    ctx=st.sampled_from([100, 256]),
+    algorithm=st.sampled_from(ALGORITHMS),
+)
 def test_one_group_is_the_in_memory_plan(lengths, ctx, algorithm):
     lengths = np.asarray(lengths, np.int64)
     (part,) = pack_in_groups(lengths, ctx, group_docs=len(lengths), algorithm=algorithm)
@@ -108,16 +117,23 @@ def test_l2_bound_never_exceeds_the_optimum(sizes):
 
 
 @settings(max_examples=40, deadline=None)
-@given(lengths=st.lists(st.integers(0, 3000), min_size=1, max_size=200), rows=st.lists(st.integers(0, 10**6),
-       max_size=30), ctx=st.sampled_from([64, 512]))
+@given(
+    lengths=st.lists(st.integers(0, 3000), min_size=1, max_size=200),
+    rows=st.lists(st.integers(0, 10**6), max_size=30),
+    ctx=st.sampled_from([64, 512]),
+)
 def test_encoded_rows_read_back(lengths, rows, ctx):
     lengths = np.asarray(lengths, np.int64)
     plan = pack_lengths(lengths, ctx)
     pieces, max_start, _ = piece_stats(lengths, ctx, "split")
     assert pieces == plan.num_pieces and max_start == (int(plan.start.max()) if plan.num_pieces else 0)
     dt = piece_dtypes(len(lengths), pieces, max_start, ctx)
-    enc = (plan.row_splits.astype(dt["row_starts"]), plan.doc.astype(dt["doc"]), plan.start.astype(dt["start"]),
-           plan.length.astype(dt["length"]))
+    enc = (
+        plan.row_splits.astype(dt["row_starts"]),
+        plan.doc.astype(dt["doc"]),
+        plan.start.astype(dt["start"]),
+        plan.length.astype(dt["length"]),
+    )
     if plan.num_rows == 0:
         return
     rows = np.asarray(rows, np.int64) % plan.num_rows
@@ -132,6 +148,9 @@ def test_identity_is_the_crc_of_int64_lengths_whatever_the_dtype():
 
     lengths = np.arange(1000, dtype=np.uint16)
     ident = lengths_identity(lengths)
-    assert ident == {"documents": 1000, "tokens": int(lengths.sum()),
-                     "lengths_crc32": zlib.crc32(lengths.astype(np.int64).tobytes())}
+    assert ident == {
+        "documents": 1000,
+        "tokens": int(lengths.sum()),
+        "lengths_crc32": zlib.crc32(lengths.astype(np.int64).tobytes()),
+    }
     assert smallest_uint(255) == np.uint8 and smallest_uint(256) == np.uint16 and smallest_uint(2**32) == np.uint64

@@ -32,7 +32,11 @@ def check_plan(plan, lengths, ctx, align, max_segments, overflow):
         assert n >= 1
         assert s + n <= kept[d]
         covered[base[d] + s : base[d] + s + n] += 1
-    expected = np.concatenate([np.r_[np.ones(k, np.int64), np.zeros(l - k, np.int64)] for k, l in zip(kept, L)]) if L.size else covered
+    expected = (
+        np.concatenate([np.r_[np.ones(k, np.int64), np.zeros(l - k, np.int64)] for k, l in zip(kept, L)])
+        if L.size
+        else covered
+    )
     np.testing.assert_array_equal(covered, expected)
     assert plan.kept_tokens + plan.dropped_tokens == L.sum()
     assert plan.empty_documents == int((L == 0).sum())
@@ -169,8 +173,12 @@ def test_integral_floats_accepted_and_types_checked():
 
 
 @settings(max_examples=80, deadline=None)
-@given(lengths=st.lists(st.integers(1, 300), min_size=1, max_size=200), ctx=st.integers(16, 400),
-       cap=st.integers(1, 6), algorithm=st.sampled_from(["first_fit_decreasing", "best_fit_decreasing"]))
+@given(
+    lengths=st.lists(st.integers(1, 300), min_size=1, max_size=200),
+    ctx=st.integers(16, 400),
+    cap=st.integers(1, 6),
+    algorithm=st.sampled_from(["first_fit_decreasing", "best_fit_decreasing"]),
+)
 def test_a_binding_cap_is_dealt_and_never_worse(lengths, ctx, cap, algorithm):
     """Under a cap the decreasing packers also deal pieces over the lower-bound rows and keep the better plan:
     never more rows than the plain decreasing fit, never fewer than either bound, every piece once."""
@@ -216,8 +224,11 @@ def test_materialize_without_a_plan_is_a_type_error_naming_the_value(plan):
 
 
 @settings(max_examples=60, deadline=None)
-@given(lengths=st.lists(st.integers(1, 40), min_size=1, max_size=12), data=st.data(),
-       dtype=st.sampled_from([np.int8, np.int16, np.int32, np.int64]))
+@given(
+    lengths=st.lists(st.integers(1, 40), min_size=1, max_size=12),
+    data=st.data(),
+    dtype=st.sampled_from([np.int8, np.int16, np.int32, np.int64]),
+)
 def test_materialize_refuses_a_negative_token_id_in_the_rows_it_builds(lengths, data, dtype):
     """Property: a negative id anywhere in the documents the rows read is a ValueError naming the id; no batch
     ever holds a negative id."""
@@ -233,16 +244,22 @@ def test_materialize_refuses_a_negative_token_id_in_the_rows_it_builds(lengths, 
     with pytest.raises(ValueError, match=str(bad)):
         materialize(plan, tokens, offsets)
     with pytest.raises(ValueError, match=str(bad)):
-        materialize_pieces(plan, lambda d, s, n: np.concatenate([tokens[offsets[i] + a:offsets[i] + a + k]
-                                                                 for i, a, k in zip(d, s, n)]))
+        materialize_pieces(
+            plan,
+            lambda d, s, n: np.concatenate([tokens[offsets[i] + a : offsets[i] + a + k] for i, a, k in zip(d, s, n)]),
+        )
 
 
 # --------------------------------------------------------------------------- issue 27: rows written into `out`
 
 
 @settings(max_examples=40, deadline=None)
-@given(lengths=st.lists(st.integers(min_value=0, max_value=80), max_size=40), ca=ctx_align_st, data=st.data(),
-       dtype=st.sampled_from([np.uint16, np.int32, np.uint32, np.int64]))
+@given(
+    lengths=st.lists(st.integers(min_value=0, max_value=80), max_size=40),
+    ca=ctx_align_st,
+    data=st.data(),
+    dtype=st.sampled_from([np.uint16, np.int32, np.uint32, np.int64]),
+)
 def test_rows_written_into_out_equal_the_allocated_rows(lengths, ca, data, dtype):
     """Property: building into a preallocated batch full of garbage overwrites every slot: the result is the
     batch materialize allocates, for materialize and materialize_pieces, any dtype, alignment and row order."""
@@ -256,10 +273,18 @@ def test_rows_written_into_out_equal_the_allocated_rows(lengths, ca, data, dtype
     rows = data.draw(st.lists(st.integers(0, max(plan.num_rows - 1, 0)), max_size=8)) if plan.num_rows else []
     pad_id = data.draw(st.integers(0, 9))
     want = materialize(plan, tokens, offsets, rows, pad_id=pad_id)
-    for build in (lambda out: materialize(plan, tokens, offsets, rows, pad_id=pad_id, out=out),
-                  lambda out: materialize_pieces(plan, lambda d, s, n: np.concatenate(
-                      [tokens[offsets[i] + a:offsets[i] + a + k] for i, a, k in zip(d, s, n)] + [tokens[:0]]),
-                      rows, pad_id=pad_id, out=out)):
+    for build in (
+        lambda out: materialize(plan, tokens, offsets, rows, pad_id=pad_id, out=out),
+        lambda out: materialize_pieces(
+            plan,
+            lambda d, s, n: np.concatenate(
+                [tokens[offsets[i] + a : offsets[i] + a + k] for i, a, k in zip(d, s, n)] + [tokens[:0]]
+            ),
+            rows,
+            pad_id=pad_id,
+            out=out,
+        ),
+    ):
         out = {k: np.full((len(rows), ctx), -7, np.int32) for k in want}
         got = build(out)
         assert got is out
@@ -267,12 +292,16 @@ def test_rows_written_into_out_equal_the_allocated_rows(lengths, ca, data, dtype
             np.testing.assert_array_equal(got[k], want[k])
 
 
-@pytest.mark.parametrize("out", [
-    "batch", {"tokens": np.zeros((2, 16), np.int32)},
-    {k: np.zeros((2, 16), np.int64) for k in ("tokens", "segment_ids", "positions", "loss_mask")},
-    {k: np.zeros((3, 16), np.int32) for k in ("tokens", "segment_ids", "positions", "loss_mask")},
-    {k: np.zeros((2, 32), np.int32)[:, ::2] for k in ("tokens", "segment_ids", "positions", "loss_mask")},
-])
+@pytest.mark.parametrize(
+    "out",
+    [
+        "batch",
+        {"tokens": np.zeros((2, 16), np.int32)},
+        {k: np.zeros((2, 16), np.int64) for k in ("tokens", "segment_ids", "positions", "loss_mask")},
+        {k: np.zeros((3, 16), np.int32) for k in ("tokens", "segment_ids", "positions", "loss_mask")},
+        {k: np.zeros((2, 32), np.int32)[:, ::2] for k in ("tokens", "segment_ids", "positions", "loss_mask")},
+    ],
+)
 def test_a_wrong_out_batch_is_a_type_error_naming_it(out):
     tokens, offsets = np.arange(1, 21, dtype=np.int32), np.array([0, 5, 20])
     plan = pack_lengths([5, 15], 16)
