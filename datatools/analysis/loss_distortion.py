@@ -23,7 +23,11 @@ objective gives it); split documents add up their pieces. Targets are counted as
 pipeline's ``boundary_targets: mask`` makes them: ``length - 1`` per piece. Documents
 with no target (one token) are left out. Everything is vectorized numpy over the plan's
 pieces (the plan itself is :func:`~datatools.kernels.packing.pack_lengths`), so 10^7
-lengths take seconds.
+lengths take seconds. Over :data:`MAX_DOCUMENTS` documents (the plan would take ~50 bytes a
+document: 50 GB at 10^9) the view is computed on a seeded random sample of whole blocks of
+:data:`BLOCK` consecutive documents (:func:`sample_documents`), as the report says
+(``documents_analyzed``, ``selection``): the distortion is a distribution over documents, which
+a sample of 10^7 estimates to well under a point.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from datatools.kernels.packing import pack_lengths
 
 QUANTILES = (0.01, 0.1, 0.5, 0.9, 0.99)
 DEFAULT_BATCH_SIZE = 32
+MAX_DOCUMENTS = 10_000_000  # documents: over this, the view is computed on a sample of this many
+BLOCK = 65_536  # consecutive documents a block of the sample (whole stretches of the input, in its order)
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,26 @@ class LossDistortion(Report):
     rows: int
     row_mean: WeightDistortion
     batch_mean: WeightDistortion
+    documents_total: int = 0  # documents of the input
+    documents_analyzed: int = 0  # documents the plan was made of (all, or the sample)
+    selection: str = "all"  # how they were chosen: all, or the random blocks (seed)
+
+
+def sample_documents(lengths, limit: int = MAX_DOCUMENTS, *, seed: int = 0, block: int = BLOCK):
+    """(int64 lengths, how chosen): all of ``lengths`` when they are at most ``limit`` documents, else
+    ``limit // block`` blocks of ``block`` consecutive documents (the last block may be shorter) drawn at random
+    without replacement (``seed``), in input order. Reads only the chosen slices (a memory-mapped file stays on
+    disk)."""
+    limit = check_int(limit, "max_documents", minimum=1)
+    block = check_int(block, "block", minimum=1)
+    n = int(np.shape(lengths)[0]) if np.ndim(lengths) == 1 else -1
+    if n <= limit:
+        return as_lengths(lengths), "all"
+    blocks = -(-n // block)
+    take = max(limit // block, 1)
+    chosen = np.sort(np.random.default_rng(seed).choice(blocks, take, replace=False))
+    parts = [as_lengths(np.asarray(lengths[b * block : (b + 1) * block]), f"lengths[{b * block}:]") for b in chosen]
+    return np.concatenate(parts), f"random: {take:,} blocks of {block:,} consecutive documents (seed {seed})"
 
 
 def _relative(weight: np.ndarray, ref: np.ndarray) -> np.ndarray:
@@ -133,10 +159,20 @@ def relative_weights(
 
 
 def loss_distortion(
-    lengths, ctx: int, *, batch_size: int = DEFAULT_BATCH_SIZE, algorithm: str = "best_fit_decreasing", seed: int = 0
+    lengths,
+    ctx: int,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    algorithm: str = "best_fit_decreasing",
+    seed: int = 0,
+    max_documents: int = MAX_DOCUMENTS,
+    block: int = BLOCK,
 ) -> LossDistortion:
-    """The distribution of :func:`relative_weights` under both averagings (arguments as there)."""
-    row_rel, batch_rel, rows = relative_weights(lengths, ctx, batch_size=batch_size, algorithm=algorithm, seed=seed)
+    """The distribution of :func:`relative_weights` under both averagings (arguments as there), on at most
+    ``max_documents`` documents (:func:`sample_documents`, blocks of ``block``, the same ``seed``)."""
+    total = int(np.shape(lengths)[0]) if np.ndim(lengths) == 1 else 0
+    sample, selection = sample_documents(lengths, max_documents, seed=seed, block=block)
+    row_rel, batch_rel, rows = relative_weights(sample, ctx, batch_size=batch_size, algorithm=algorithm, seed=seed)
     return LossDistortion(
         int(ctx),
         algorithm,
@@ -144,6 +180,9 @@ def loss_distortion(
         rows,
         _distribution("row_mean", "document", row_rel),
         _distribution("batch_mean", "token", batch_rel),
+        total or int(sample.shape[0]),
+        int(sample.shape[0]),
+        selection,
     )
 
 
@@ -153,7 +192,12 @@ def render_loss_distortion(view: LossDistortion, console) -> None:
 
     table = Table(
         title=f"loss weight distortion at ctx {view.ctx:,} ({view.algorithm}, batches of "
-        f"{view.batch_size} rows): documents' weight relative to the unpacked objective",
+        f"{view.batch_size} rows): documents' weight relative to the unpacked objective"
+        + (
+            ""
+            if view.selection == "all"
+            else f"; on {view.documents_analyzed:,} of {view.documents_total:,} documents ({view.selection})"
+        ),
         title_justify="left",
     )
     for col in ("averaging", "vs unpacked", "documents", "> 2x", "< 0.5x", "p1", "p10", "p50", "p90", "p99", "max"):

@@ -39,7 +39,7 @@ from datatools.analysis.attention_tiles import attention_tile_view
 from datatools.analysis.padding_result import PaddingReport
 from datatools.base.checks import as_lengths, check_int, short_repr
 from datatools.kernels.bucket import optimal_boundaries
-from datatools.kernels.packing.counting import count_rows
+from datatools.kernels.packing.counting import count_rows, count_rows_chunked
 from datatools.kernels.packing.pieces import piece_histogram, piece_sizes
 from datatools.kernels.tiles import tile_align
 
@@ -61,6 +61,8 @@ HISTOGRAM_BINS = 24
 
 
 PAD_CHUNK = 1 << 22  # lengths summed at a time by the padding statistics (32 MiB of int64 temporaries)
+CHUNK = 1 << 24  # documents: an input longer than this is analyzed a slice at a time (128 MiB of int64 each)
+EXACT_HISTOGRAM_MAX = 1 << 26  # tokens: up to this longest document, chunked statistics count every length
 
 
 def _pad_stats(lengths: np.ndarray, ctx: int) -> tuple[int, int, float]:
@@ -88,9 +90,7 @@ def length_stats(lengths: np.ndarray) -> dict:
         raise ValueError("no documents to analyze")
     total = int(lengths.sum())
     p50, p90, p99 = (float(x) for x in np.percentile(lengths, [50, 90, 99]))
-    hi = max(int(lengths.max()), 1)
-    edges = np.unique(np.concatenate(([0, 1], np.geomspace(1, hi + 1, HISTOGRAM_BINS)))).astype(np.int64)
-    edges = np.unique(np.ceil(edges)).astype(np.int64)
+    edges = _log_edges(int(lengths.max()))
     counts, _ = np.histogram(lengths, bins=edges)
     return {
         "num_sequences": n,
@@ -108,25 +108,86 @@ def length_stats(lengths: np.ndarray) -> dict:
     }
 
 
+def _log_edges(longest: int) -> np.ndarray:
+    edges = np.unique(np.concatenate(([0, 1], np.geomspace(1, max(longest, 1) + 1, HISTOGRAM_BINS)))).astype(np.int64)
+    return np.unique(np.ceil(edges)).astype(np.int64)
+
+
+def chunked_length_stats(chunks) -> dict | None:
+    """:func:`length_stats` of the concatenation of ``chunks`` (int64 tokens per document), holding one chunk at
+    a time: a count of every length (up to :data:`EXACT_HISTOGRAM_MAX` tokens, 8 bytes a length value) gives
+    the percentiles exactly (NumPy's linear interpolation between order statistics) and the log histogram.
+    Returns None when the longest document is over that bound (the caller falls back to whole arrays)."""
+    counts = np.zeros(1, np.int64)
+    n = total = 0
+    for part in chunks:
+        n += int(part.shape[0])
+        if not part.size:
+            continue
+        total += int(part.sum())
+        if int(part.max()) > EXACT_HISTOGRAM_MAX:
+            return None
+        c = np.bincount(part)
+        if c.shape[0] > counts.shape[0]:
+            counts = np.concatenate((counts, np.zeros(c.shape[0] - counts.shape[0], np.int64)))
+        counts[: c.shape[0]] += c
+    if n == 0:
+        raise ValueError("no documents to analyze")
+    cum = np.concatenate(([0], np.cumsum(counts)))  # cum[v]: documents shorter than v tokens
+    present = np.flatnonzero(counts)
+    lo_len, hi_len = int(present[0]), int(present[-1])
+
+    def order_stat(k: int) -> int:  # the k-th smallest length (0-based)
+        return int(np.searchsorted(cum, k, side="right")) - 1
+
+    def percentile(q: float) -> float:
+        h = q / 100 * (n - 1)
+        k = int(np.floor(h))
+        a, b = order_stat(k), order_stat(min(k + 1, n - 1))
+        return float(a + (h - k) * (b - a))
+
+    edges = _log_edges(hi_len)
+    top = cum.shape[0] - 1
+    at = np.minimum(edges, top)
+    binned = cum[at[1:]] - cum[at[:-1]]
+    binned[-1] += cum[min(int(edges[-1]) + 1, top)] - cum[at[-1]]  # the last bin holds its right edge
+    return {
+        "num_sequences": n,
+        "num_tokens": total,
+        "empty": int(counts[0]),
+        "lengths": {
+            "min": lo_len,
+            "max": hi_len,
+            "mean": total / n,
+            "p50": percentile(50),
+            "p90": percentile(90),
+            "p99": percentile(99),
+        },
+        "histogram": {"edges": edges.tolist(), "counts": binned.tolist()},
+    }
+
+
 DEFAULT_CTX_CAP = 32768  # tokens: the default contexts stop here (longer rows: pass --ctx)
 
 
-def _default_candidates(lengths: np.ndarray) -> list[tuple[str, float]]:
-    p90, p99 = np.percentile(lengths, [90, 99])
+def _default_candidates(lengths: np.ndarray | dict) -> list[tuple[str, float]]:
+    """``lengths``: the lengths, or the ``lengths`` statistics of :func:`length_stats` (p90, p99)."""
+    p90, p99 = (lengths["p90"], lengths["p99"]) if isinstance(lengths, dict) else np.percentile(lengths, [90, 99])
     pow2 = 1 << max(int(np.ceil(np.log2(max(p99, 1)))), 0)
     return [("p90", p90), ("p99", p99), ("the power of two at or above p99", pow2), ("twice that", 2 * pow2)]
 
 
-def default_contexts(lengths: np.ndarray, tile: int, *, cap: int = DEFAULT_CTX_CAP) -> list[int]:
+def default_contexts(lengths: np.ndarray | dict, tile: int, *, cap: int = DEFAULT_CTX_CAP) -> list[int]:
     """Tile-aligned candidates around the distribution: p90, p99, and the powers of two at or above p99 and
-    twice that, each rounded up to a multiple of ``tile`` and at most ``cap`` tokens (equal ones merged)."""
+    twice that, each rounded up to a multiple of ``tile`` and at most ``cap`` tokens (equal ones merged).
+    ``lengths``: the lengths, or their statistics (the ``lengths`` of :func:`length_stats`)."""
     return sorted(
         {min(tile_align(max(int(np.ceil(x)), 1), tile), tile_align(cap, tile)) for _, x in _default_candidates(lengths)}
     )
 
 
 def contexts_note(
-    lengths: np.ndarray, tile: int, contexts: list[int], *, given: bool, cap: int = DEFAULT_CTX_CAP
+    lengths: np.ndarray | dict, tile: int, contexts: list[int], *, given: bool, cap: int = DEFAULT_CTX_CAP
 ) -> str:
     """One sentence for the report: which contexts were evaluated and why (the defaults, spelled out)."""
     shown = ", ".join(f"{c:,}" for c in contexts)
@@ -139,7 +200,7 @@ def contexts_note(
     )
     if len(contexts) < 4:
         note += f" (equal ones merged: {len(contexts)} left of 4)"
-    longest = int(lengths.max())
+    longest = int(lengths["max"] if isinstance(lengths, dict) else lengths.max())
     if longest > contexts[-1]:
         note += f"; the longest document ({longest:,} tokens) is over the largest ctx and is split"
     return note + "; --ctx N (repeatable) evaluates others"
@@ -174,14 +235,25 @@ def _entry(name, ctx, rows, slots, kept, dropped, pieces, docs, truncated, split
 class SharedLengthArrays:
     """Arrays shared by the strategies at each ctx, computed once on first use (thread-safe).
 
+    An input of more than ``chunk`` documents is never copied whole: it is read a slice of ``chunk`` documents at
+    a time (:meth:`chunks`, e.g. from a memory-mapped ``lengths.npy``), histograms are added up and the in-order
+    packers carry their state from slice to slice (:func:`~datatools.kernels.packing.count_rows_chunked`).
+
     Args:
-      lengths: validated int64 tokens per document.
+      lengths: validated int64 tokens per document; or, over ``chunk`` documents, any 1-D integer array of
+        them (each slice is validated as it is read).
+      chunk: documents a slice (None: :data:`CHUNK`).
     """
 
-    def __init__(self, lengths: np.ndarray):
-        self.nonempty = lengths[lengths > 0] if (lengths == 0).any() else lengths
-        self.docs = int(self.nonempty.shape[0])
-        self.total = int(self.nonempty.sum())
+    def __init__(self, lengths: np.ndarray, chunk: int | None = None):
+        self._source = lengths
+        self._chunk = check_int(CHUNK if chunk is None else chunk, "chunk", minimum=1)
+        self.chunked = int(lengths.shape[0]) > self._chunk
+        self.nonempty = None if self.chunked else (lengths[lengths > 0] if (lengths == 0).any() else lengths)
+        self.docs = self.total = 0
+        for part in self.chunks():
+            self.docs += int(part.shape[0])
+            self.total += int(part.sum())
         self._cache: dict = {}
         self._locks: dict = {}
         self._guard = threading.Lock()
@@ -194,16 +266,43 @@ class SharedLengthArrays:
                 self._cache[key] = make()
             return self._cache[key]
 
+    def chunks(self):
+        """The non-empty documents' lengths (int64), in order: the whole array, or one slice after another."""
+        if self.nonempty is not None:
+            yield self.nonempty
+            return
+        for lo in range(0, int(self._source.shape[0]), self._chunk):
+            part = as_lengths(np.asarray(self._source[lo : lo + self._chunk]), f"lengths[{lo}:]")
+            yield part[part > 0] if not part.all() else part
+
     def sizes(self, ctx: int) -> np.ndarray:
-        """int32 piece sizes at ctx, input order."""
-        return self._get(("sizes", ctx), lambda: piece_sizes(self.nonempty, ctx))
+        """int32 piece sizes at ctx, input order (whole: 4 bytes a piece)."""
+        return self._get(("sizes", ctx), lambda: np.concatenate([piece_sizes(p, ctx) for p in self.chunks()]))
 
     def pad_stats(self, ctx: int) -> tuple[int, int, float]:
         """(kept tokens, documents longer than ctx, in-document query-key pairs) under truncation at ctx."""
-        return self._get(("pad", ctx), lambda: _pad_stats(self.nonempty, ctx))
+
+        def make():
+            kept = long_docs = 0
+            pairs = 0.0
+            for part in self.chunks():
+                k, d, p = _pad_stats(part, ctx)
+                kept, long_docs, pairs = kept + k, long_docs + d, pairs + p
+            return kept, long_docs, pairs
+
+        return self._get(("pad", ctx), make)
 
     def histogram(self, ctx: int) -> np.ndarray:
-        return self._get(("histogram", ctx), lambda: piece_histogram(self.nonempty, ctx))
+        """int64 (ctx + 1,): pieces of each size at ctx (:func:`piece_histogram`)."""
+        return self._get(("histogram", ctx), lambda: sum(piece_histogram(p, ctx) for p in self.chunks()))
+
+    def count(self, ctx: int, name: str, max_segments: int | None, window: int):
+        """:func:`count_rows` of an in-order packer (``next_fit``, ``first_fit``, ``best_fit``, ``concat_split``)
+        over the documents: on cached piece sizes, or a slice at a time for a chunked input."""
+        if self.chunked or name == "concat_split":
+            win = window if name != "concat_split" else None
+            return count_rows_chunked(ctx, name, self.chunks(), max_segments=max_segments, window=win)
+        return count_rows(ctx, name, sizes=self.sizes(ctx), max_segments=max_segments, window=window)
 
     def segment_pairs(self, ctx: int, truncate: bool = False) -> float:
         """Causal query-key pairs inside documents (sum of s(s+1)/2 over pieces): what a segment-aware attention
@@ -252,7 +351,7 @@ def simulate(
     if name == "pad":
         out = _entry(name, ctx, docs, docs * ctx, kept, total - kept, docs, docs, long_docs, 0, 1 if docs else 0)
     elif name == "concat_split":
-        c = count_rows(ctx, name, lengths=prep.nonempty, max_segments=max_segments)
+        c = prep.count(ctx, name, max_segments, window)
         rows, most, cut = c.rows, c.max_pieces_per_row, c.cut_documents
         out = _entry(name, ctx, rows, rows * ctx, total, 0, docs + cut, docs, 0, cut, most)
     elif name == "bucket":
@@ -263,7 +362,7 @@ def simulate(
         if name.endswith("_decreasing"):  # order-free: on the histogram of piece sizes
             c = count_rows(ctx, name, histogram=prep.histogram(ctx), max_segments=max_segments)
         else:  # streaming, in input order, with ``window`` open rows (next fit keeps one)
-            c = count_rows(ctx, name, sizes=prep.sizes(ctx), max_segments=max_segments, window=window)
+            c = prep.count(ctx, name, max_segments, window)
         out = _entry(name, ctx, c.rows, c.rows * ctx, total, 0, c.pieces, docs, 0, long_docs, c.max_pieces_per_row)
     else:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {short_repr(name)}")
@@ -329,23 +428,32 @@ def analyze(
       threads: strategies run in parallel threads (the kernels release the GIL).
       progress: called with no argument after each strategy finishes.
     """
-    lengths = as_lengths(lengths)
+    big = isinstance(lengths, np.ndarray) and lengths.ndim == 1 and lengths.shape[0] > CHUNK
+    if not big:
+        lengths = as_lengths(lengths)
     tile = check_int(tile, "tile", minimum=1)
     buckets = check_int(buckets, "buckets", minimum=1)
     window = check_int(window, "window", minimum=1)
     if max_segments is not None:
         max_segments = check_int(max_segments, "max_segments", minimum=1)
-    report = length_stats(lengths)
+    prep = SharedLengthArrays(lengths)
+    report = None
+    if big:  # a slice at a time; the exact percentiles from a count of every length
+        report = chunked_length_stats(
+            as_lengths(np.asarray(lengths[lo : lo + CHUNK]), f"lengths[{lo}:]")
+            for lo in range(0, lengths.shape[0], CHUNK)
+        )
+    if report is None:
+        report = length_stats(lengths if not big else as_lengths(lengths))
     if report["num_tokens"] == 0:
         raise ValueError("every document is empty (0 tokens)")
     given = contexts is not None
     if contexts is None:
-        contexts = default_contexts(lengths, tile)
+        contexts = default_contexts(report["lengths"], tile)
     contexts = sorted({check_int(c, "ctx", minimum=1) for c in contexts})
     for name in strategies:
         if name not in STRATEGIES:
             raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {short_repr(name)}")
-    prep = SharedLengthArrays(lengths)
     jobs = sorted(((ctx, name) for ctx in contexts for name in strategies), key=lambda j: -_COST[j[1]] * j[0])
     with ThreadPoolExecutor(max(1, threads)) as pool:
         futures = {
@@ -366,7 +474,7 @@ def analyze(
     report.update(
         {
             "contexts": contexts,
-            "contexts_note": contexts_note(lengths, tile, contexts, given=given),
+            "contexts_note": contexts_note(report["lengths"], tile, contexts, given=given),
             "tile": tile,
             "buckets": buckets,
             "window": window,

@@ -69,7 +69,12 @@ def analyze_input(
         contexts = tuple(sorted(set(contexts) | {settings.max_target_length}))
     window = DEFAULT_WINDOW if window is None else window
     inp = open_input(path, **input_options)
-    lengths = read_lengths_shown(inp, console)
+    if inp.kind == "lengths":  # lengths.npy alone: memory-mapped, read a slice at a time (10^9 lengths not copied)
+        from datatools.io.numpy_files import lengths_only
+
+        lengths = lengths_only(inp.path)
+    else:
+        lengths = read_lengths_shown(inp, console)
     if lengths.size == 0:
         raise ValueError(f"{display(path)}: no documents found")
     read_s = time.perf_counter() - t0

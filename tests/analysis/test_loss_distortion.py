@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datatools.analysis.loss_distortion import loss_distortion, relative_weights
+from datatools.analysis.loss_distortion import loss_distortion, relative_weights, sample_documents
 from datatools.kernels.packing import pack_lengths
 
 lengths_st = st.lists(st.integers(0, 300), min_size=1, max_size=60).map(lambda x: np.array(x, np.int64))
@@ -103,3 +103,33 @@ def test_analyze_padding_prints_the_view_and_writes_it_to_json(tmp_path, capsys)
     want = loss_distortion(np.array([len(d) for d in docs]), 1024, batch_size=4).as_dict()
     assert got == want
     assert main(["analyze-padding", str(store), "--batch-size", "0"]) == 2
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 900), min_size=1, max_size=400),
+    limit=st.integers(1, 200),
+    block=st.integers(1, 40),
+    seed=st.integers(0, 3),
+)
+def test_a_large_input_is_viewed_on_a_sample_of_whole_blocks_and_says_so(lengths, limit, block, seed):
+    """Over max_documents the view is the one of a seeded sample of whole blocks of consecutive documents, in
+    input order, of at most max_documents (at least one block); the report names how many of how many, and
+    how chosen. At or under the limit: every document, selection 'all'."""
+    arr = np.array(lengths, np.int64)
+    view = loss_distortion(arr, 512, batch_size=4, seed=seed, max_documents=limit, block=block)
+    sample, how = sample_documents(arr, limit, seed=seed, block=block)
+    assert (view.documents_total, view.documents_analyzed, view.selection) == (arr.size, sample.size, how)
+    if arr.size <= limit:
+        assert how == "all" and np.array_equal(sample, arr)
+    else:
+        assert how.startswith("random") and f"seed {seed}" in how
+        assert 0 < sample.size <= max(limit, block) and sample.size <= arr.size
+        starts = np.arange(0, arr.size, block)
+        blocks = {tuple(arr[s : s + block]) for s in starts}
+        at = 0
+        while at < sample.size:  # the sample is whole blocks, back to back
+            piece = next(p for p in blocks if tuple(sample[at : at + len(p)]) == p and len(p))
+            at += len(piece)
+    want = loss_distortion(sample, 512, batch_size=4, seed=seed, max_documents=max(sample.size, 1))
+    assert repr((view.row_mean, view.batch_mean, view.rows)) == repr((want.row_mean, want.batch_mean, want.rows))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import grain
@@ -172,3 +172,32 @@ def test_attention_view_matches_the_plan(lengths, ctx):
     kept = np.minimum(lengths, ctx).astype(np.float64)
     assert pad["attention_segment_pairs"] == pytest.approx(float((kept * (kept + 1) / 2).sum()))
     assert pad["attention_dense_pairs"] == pytest.approx(len(lengths) * ctx * (ctx + 1) / 2)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 3000), min_size=2, max_size=300),
+    chunk=st.integers(1, 64),
+    window=st.integers(1, 6),
+)
+def test_an_input_read_a_slice_at_a_time_gives_the_whole_arrays_report(lengths, chunk, window):
+    """Over CHUNK documents analyze() reads slices (a memory-mapped lengths.npy at 10^9): every figure of the
+    report -- statistics, every strategy's rows, the recommendation -- is the one of the whole array."""
+    import datatools.analysis.padding as padding
+
+    arr = np.array(lengths, np.uint32)
+    assume(arr.sum() > 0)
+    run = dict(contexts=[256, 1024], window=window, threads=1)
+    whole = analyze(arr, **run).as_dict()
+    old = padding.CHUNK
+    try:
+        padding.CHUNK = chunk
+        sliced = analyze(arr, **run).as_dict()
+    finally:
+        padding.CHUNK = old
+    for entry in (*whole["strategies"], *sliced["strategies"]):
+        entry.pop("seconds")
+    for key in ("p50", "p90", "p99", "mean"):
+        assert sliced["lengths"][key] == pytest.approx(whole["lengths"][key], rel=1e-12)
+        sliced["lengths"][key] = whole["lengths"][key]
+    assert sliced == whole

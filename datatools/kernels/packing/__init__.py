@@ -19,7 +19,7 @@ Modules, from the bottom up:
 * :mod:`~datatools.kernels.packing.plan_format`: the compact encoding of a plan on disk, :func:`gather_rows`.
 """
 
-from datatools.kernels.packing.counting import PackCount, count_rows
+from datatools.kernels.packing.counting import PackCount, count_rows, count_rows_chunked
 from datatools.kernels.packing.groups import lower_bound_rows, pack_in_groups, size_histogram
 from datatools.kernels.packing.materialize import check_token_ids, materialize, materialize_pieces
 from datatools.kernels.packing.pieces import cut_pieces, piece_histogram, piece_sizes
@@ -32,6 +32,7 @@ __all__ = [
     "PackPlan",
     "check_token_ids",
     "count_rows",
+    "count_rows_chunked",
     "cut_pieces",
     "lengths_identity",
     "lower_bound_rows",

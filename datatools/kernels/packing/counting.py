@@ -9,6 +9,7 @@ placed in bulk). What the padding analyzer (:mod:`datatools.analysis.padding`) r
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,10 +21,17 @@ from datatools.kernels.packing.planners import (
     NO_ROWS,
     NO_RUNS,
     best_fit,
+    best_fit_resume,
+    best_fit_state,
     capped_decreasing,
     concat_split,
+    concat_split_count,
     first_fit,
+    first_fit_resume,
+    first_fit_state,
     next_fit,
+    next_fit_resume,
+    next_fit_state,
     worth_dealing,
 )
 
@@ -111,6 +119,60 @@ def count_rows(
     else:
         rows, most = best_fit(sizes, NO_RUNS, ctx, seg, win, n, NO_ROWS, NO_ROWS, NO_ROWS)
     return PackCount(int(rows), n, int(most))
+
+
+def count_rows_chunked(
+    ctx: int,
+    algorithm: str,
+    chunks: Iterable,
+    *,
+    max_segments: int | None = None,
+    window: int | None = None,
+) -> PackCount:
+    """:func:`count_rows` of the concatenation of ``chunks`` (tokens per document, in order), exactly, holding one
+    chunk at a time: the in-order packers carry their state (open rows, window) from chunk to chunk
+    (``*_resume`` kernels of :mod:`~datatools.kernels.packing.planners`), the decreasing ones add up a histogram.
+    What counts 10^9 documents read a slice at a time from a memory-mapped file.
+
+    ``first_fit`` / ``best_fit`` need a ``window`` here (unbounded, they would provision a row per piece of the
+    whole input). Raises ValueError as :func:`count_rows`, naming a bad chunk's index.
+    """
+    ctx = check_int(ctx, "ctx", minimum=1, maximum=MAX_CTX)
+    check_choice(algorithm, "algorithm", ALGORITHMS)
+    seg = 0 if max_segments is None else check_int(max_segments, "max_segments", minimum=1, maximum=MAX_CTX)
+    win = 0 if window is None else check_int(window, "window", minimum=1, maximum=MAX_WINDOW)
+    if algorithm in ("first_fit", "best_fit") and not win:
+        raise ValueError(f"{algorithm} counted by chunks needs a window (open rows); got None")
+    pieces = 0
+    if algorithm.endswith("_decreasing"):
+        histogram = np.zeros(ctx + 1, np.int64)
+        for i, chunk in enumerate(chunks):
+            histogram += piece_histogram(as_lengths(chunk, f"chunk {i}"), ctx)
+        return _count_decreasing(histogram, ctx, algorithm, seg)
+    if algorithm == "concat_split":
+        cs = np.zeros(6, np.int64)
+        cs[2] = ctx
+        for i, chunk in enumerate(chunks):
+            concat_split_count(as_lengths(chunk, f"chunk {i}"), ctx, seg, cs)
+        return PackCount(int(cs[1]), int(cs[0]), int(cs[4]), int(cs[5]))
+    if algorithm == "next_fit":
+        state = next_fit_state()
+        run = lambda sizes: next_fit_resume(sizes, ctx, seg, state, NO_ROWS)  # noqa: E731
+    elif algorithm == "first_fit":
+        tree, segs, state = first_fit_state(ctx, win, 0)
+        run = lambda sizes: first_fit_resume(sizes, NO_RUNS, ctx, seg, win, tree, segs, state, NO_ROWS)  # noqa: E731
+    else:
+        tree, head, below, segs, free, state = best_fit_state(ctx, win, 0)
+        run = lambda sizes: best_fit_resume(  # noqa: E731
+            sizes, NO_RUNS, ctx, seg, win, tree, head, below, segs, free, state, NO_ROWS
+        )
+    for i, chunk in enumerate(chunks):
+        sizes = piece_sizes(as_lengths(chunk, f"chunk {i}"), ctx)
+        pieces += int(sizes.shape[0])
+        run(sizes)
+    if algorithm == "next_fit":
+        return PackCount(int(state[0]), pieces, int(state[3]))
+    return PackCount(int(state[0] + state[1]), pieces, int(state[2]))
 
 
 def _count_decreasing(histogram: np.ndarray, ctx: int, algorithm: str, seg: int) -> PackCount:

@@ -75,11 +75,28 @@ def write_rows(row_of, at, k, row):
 @numba.njit(cache=True, nogil=True)
 def next_fit(sizes, capacity, max_segments, row_of):
     """Next fit: one open row, a new one when the piece does not fit it (or the cap is reached). O(n)."""
+    state = next_fit_state()
+    next_fit_resume(sizes, capacity, max_segments, state, row_of)
+    return state[0], state[3]
+
+
+@numba.njit(cache=True, nogil=True)
+def next_fit_state():
+    """A fresh next fit: [rows, free units of the open row (-1: none), its pieces, most pieces in a row, at]."""
+    state = np.zeros(5, np.int64)
+    state[1] = -1
+    return state
+
+
+@numba.njit(cache=True, nogil=True)
+def next_fit_resume(sizes, capacity, max_segments, state, row_of):
+    """Place ``sizes`` after the pieces of earlier calls (as :func:`first_fit_resume`); rows ``state[0]``."""
     record = row_of.shape[0] > 0
-    rows = 0
-    free = -1
-    segs = 0
-    most = 0
+    rows = state[0]
+    free = state[1]
+    segs = state[2]
+    most = state[3]
+    at = state[4]
     for k in range(sizes.shape[0]):
         s = sizes[k]
         if free < s or (max_segments > 0 and segs >= max_segments):
@@ -87,17 +104,29 @@ def next_fit(sizes, capacity, max_segments, row_of):
             free = capacity
             segs = 0
         if record:
-            row_of[k] = rows - 1
+            row_of[at + k] = rows - 1
         free -= s
         segs += 1
         most = max(most, segs)
-    return rows, most
+    state[0] = rows
+    state[1] = free
+    state[2] = segs
+    state[3] = most
+    state[4] = at + sizes.shape[0]
 
 
 @numba.njit(cache=True, nogil=True)
 def first_fit(sizes, runs, capacity, max_segments, window, max_rows, row_of):
     """First fit: the lowest-numbered open row with room, found by descending a max segment tree over the rows'
     free capacity (a closed row holds -1), O(log rows) a placement."""
+    tree, segs, state = first_fit_state(capacity, window, max_rows)
+    first_fit_resume(sizes, runs, capacity, max_segments, window, tree, segs, state, row_of)
+    return state[0] + state[1], state[2]
+
+
+@numba.njit(cache=True, nogil=True)
+def first_fit_state(capacity, window, max_rows):
+    """A fresh first fit: (max tree over the rows' free units, pieces per row, [base, opened, most, at])."""
     slots = window if window > 0 else max(max_rows, 1)
     size = 1
     while size < slots:
@@ -105,12 +134,22 @@ def first_fit(sizes, runs, capacity, max_segments, window, max_rows, row_of):
     tree = np.empty(2 * size, np.int32)
     segs = np.empty(size, np.int32)
     max_tree_open(tree, segs, size, slots, capacity)
+    return tree, segs, np.zeros(4, np.int64)
+
+
+@numba.njit(cache=True, nogil=True)
+def first_fit_resume(sizes, runs, capacity, max_segments, window, tree, segs, state, row_of):
+    """Place ``sizes`` into the first fit ``(tree, segs, state)`` left by :func:`first_fit_state` or an earlier
+    call, and leave it there: pieces given in several calls land exactly where one call would put them (what
+    counting 10^9 pieces a chunk at a time needs). Rows so far: ``state[0] + state[1]``; most pieces: ``state[2]``."""
+    size = segs.shape[0]
+    slots = window if window > 0 else size
     record = row_of.shape[0] > 0
     track = max_segments > 0 or not record  # pieces per row: for the cap, or for a count's fullest row
-    base = 0  # rows closed by earlier windows
-    opened = 0
-    most = 0
-    at = 0
+    base = state[0]  # rows closed by earlier windows
+    opened = state[1]
+    most = state[2]
+    at = state[3]
     for j in range(sizes.shape[0]):
         s = sizes[j]
         m = run_length(runs, j)
@@ -132,7 +171,10 @@ def first_fit(sizes, runs, capacity, max_segments, window, max_rows, row_of):
                 write_rows(row_of, at, k, base + b)
             at += k
             m -= k
-    return base + opened, most
+    state[0] = base
+    state[1] = opened
+    state[2] = most
+    state[3] = at
 
 
 @numba.njit(cache=True, nogil=True)
@@ -145,15 +187,8 @@ def best_fit(sizes, runs, capacity, max_segments, window, max_rows, free0, segs0
     stacks in row order; unbounded only); new rows are numbered after them.
     """
     first = free0.shape[0]
-    slots = window if window > 0 else first + max_rows
-    size = 1
-    while size < capacity + 1:
-        size *= 2
-    tree = np.zeros(2 * size, np.uint8)
-    head = np.full(capacity + 1, -1, np.int32)
-    below = np.empty(max(slots, 1), np.int32)
-    segs = np.zeros(max(slots, 1), np.int32)
-    free = np.zeros(window if window > 0 else 1, np.int32)
+    tree, head, below, segs, free, state = best_fit_state(capacity, window, first + max_rows)
+    size = tree.shape[0] // 2
     most = 0
     for r in range(first):
         segs[r] = segs0[r]
@@ -163,11 +198,39 @@ def best_fit(sizes, runs, capacity, max_segments, window, max_rows, free0, segs0
             f = 0
         if f > 0:
             stack_push(tree, size, head, below, r, f)
+    state[1] = first
+    state[2] = most
+    best_fit_resume(sizes, runs, capacity, max_segments, window, tree, head, below, segs, free, state, row_of)
+    return state[0] + state[1], state[2]
+
+
+@numba.njit(cache=True, nogil=True)
+def best_fit_state(capacity, window, max_rows):
+    """A fresh best fit with no row: (presence tree over capacities, stack heads, stack links, pieces per row,
+    free units per row (a window only), [base, opened, most, at]); ``max_rows`` rows provisioned (no window)."""
+    slots = window if window > 0 else max_rows
+    size = 1
+    while size < capacity + 1:
+        size *= 2
+    tree = np.zeros(2 * size, np.uint8)
+    head = np.full(capacity + 1, -1, np.int32)
+    below = np.empty(max(slots, 1), np.int32)
+    segs = np.zeros(max(slots, 1), np.int32)
+    free = np.zeros(window if window > 0 else 1, np.int32)
+    return tree, head, below, segs, free, np.zeros(4, np.int64)
+
+
+@numba.njit(cache=True, nogil=True)
+def best_fit_resume(sizes, runs, capacity, max_segments, window, tree, head, below, segs, free, state, row_of):
+    """Place ``sizes`` into the best fit left by :func:`best_fit_state` or an earlier call, and leave it there
+    (as :func:`first_fit_resume`): rows so far ``state[0] + state[1]``, most pieces in a row ``state[2]``."""
+    size = tree.shape[0] // 2
     record = row_of.shape[0] > 0
     track = max_segments > 0 or not record  # pieces per row: for the cap, or for a count's fullest row
-    base = 0  # rows closed by earlier windows
-    opened = first
-    at = 0
+    base = state[0]  # rows closed by earlier windows
+    opened = state[1]
+    most = state[2]
+    at = state[3]
     for j in range(sizes.shape[0]):
         s = sizes[j]
         m = run_length(runs, j)
@@ -206,7 +269,10 @@ def best_fit(sizes, runs, capacity, max_segments, window, max_rows, free0, segs0
                 write_rows(row_of, at, k, base + r)
             at += k
             m -= k
-    return base + opened, most
+    state[0] = base
+    state[1] = opened
+    state[2] = most
+    state[3] = at
 
 
 @numba.njit(cache=True, nogil=True)
@@ -318,3 +384,40 @@ def concat_split(lengths, ctx, align, max_segments, doc, start, length, splits, 
     if fill:
         splits[r + 1] = k
     return k, r + 1, most, cut
+
+
+@numba.njit(cache=True, nogil=True)
+def concat_split_count(lengths, ctx, max_segments, state):
+    """Count :func:`concat_split` (``align`` 1) over ``lengths`` after the documents of earlier calls, carrying
+    ``state`` = [pieces, rows, tokens in the last row, its pieces, most pieces in a row, documents cut] (all 0
+    at first; the last row's tokens ctx: none open), so several calls give exactly one call's counts."""
+    k = state[0]
+    rows = state[1]
+    pos = state[2]
+    segs = state[3]
+    most = state[4]
+    cut = state[5]
+    for i in range(lengths.shape[0]):
+        total = lengths[i]
+        done = 0
+        pieces = 0
+        while done < total:
+            if pos >= ctx or (max_segments > 0 and segs >= max_segments):
+                rows += 1
+                pos = 0
+                segs = 0
+            take = min(total - done, ctx - pos)
+            k += 1
+            segs += 1
+            most = max(most, segs)
+            pieces += 1
+            done += take
+            pos += take
+        if pieces > 1:
+            cut += 1
+    state[0] = k
+    state[1] = rows
+    state[2] = pos
+    state[3] = segs
+    state[4] = most
+    state[5] = cut

@@ -7,7 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datatools.kernels.packing import ALGORITHMS, count_rows, pack_lengths, piece_histogram, piece_sizes
+from datatools.kernels.packing import (
+    ALGORITHMS,
+    count_rows,
+    count_rows_chunked,
+    pack_lengths,
+    piece_histogram,
+    piece_sizes,
+)
 
 lengths_st = st.lists(st.integers(0, 700), min_size=0, max_size=120)
 
@@ -43,6 +50,31 @@ def test_counts_equal_the_plans(lengths, ctx, algorithm, cap, window):
     assert count == count_rows(ctx, algorithm, sizes=sizes, max_segments=cap, window=window if windowed else None)
     if algorithm.endswith("_decreasing"):
         assert count == count_rows(ctx, algorithm, histogram=piece_histogram(arr, ctx), max_segments=cap)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lengths=lengths_st,
+    cuts=st.lists(st.integers(0, 120), max_size=6),
+    ctx=st.integers(1, 300),
+    algorithm=st.sampled_from(ALGORITHMS),
+    cap=st.one_of(st.none(), st.integers(1, 6)),
+    window=st.integers(1, 8),
+)
+def test_counting_by_chunks_equals_counting_at_once(lengths, cuts, ctx, algorithm, cap, window):
+    """The in-order packers carry their open rows (and window) from chunk to chunk, the decreasing ones add up
+    histograms: split anywhere (empty chunks too), the counts are exactly count_rows' on the whole."""
+    arr = np.array(lengths, np.int64)
+    chunks = np.split(arr, sorted(min(c, arr.size) for c in cuts))
+    windowed = algorithm in ("first_fit", "best_fit")
+    whole = count_rows(ctx, algorithm, lengths=arr, max_segments=cap, window=window if windowed else None)
+    chunked = count_rows_chunked(ctx, algorithm, iter(chunks), max_segments=cap, window=window)
+    assert chunked == whole
+
+
+def test_chunked_first_and_best_fit_need_a_window():
+    with pytest.raises(ValueError, match="needs a window"):
+        count_rows_chunked(64, "best_fit", [np.array([5, 6])])
 
 
 @settings(max_examples=60, deadline=None)
