@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from datatools.cli import main
@@ -47,6 +47,9 @@ def test_kvstore_specs_come_from_the_standard_environment(monkeypatch, tmp_path)
 @given(data=st.binary(max_size=3 << 20), cuts=st.lists(st.integers(0, 3 << 20), min_size=2, max_size=2))
 def test_write_then_read_back_any_bytes(storage_root, data, cuts):
     """Bytes written atomically come back whole, and any range read through the streaming file equals the slice."""
+    # gcp-storage-emulator parses a multipart upload with Python's email parser, which eats a final b"\r" of the
+    # object (server.py _read_data; b"a\r" is stored as b"a"). Real GCS keeps it; the emulator cannot show that.
+    assume(not (storage_root.kind == "gs" and data.endswith(b"\r")))
     path = storage_root.path("blob.bin")
     storage.write_bytes(path, data)
     assert storage.read_bytes(path) == data and storage.size(path) == len(data) and storage.is_file(path)
