@@ -129,6 +129,7 @@ def test_any_chunking_of_the_tiles_gives_the_dense_result(chunk, listing):
         np.testing.assert_allclose(np.asarray(b_), np.asarray(a), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # ~45 s on 2 cores: make test-cluster runs it
 @settings(max_examples=8, deadline=None)
 @given(
     lengths=st.lists(st.integers(1, 400), min_size=1, max_size=24),
@@ -156,6 +157,7 @@ def test_blocksparse_memory_follows_the_tiles(lengths, block, chunk):
     assert temp(sparse) <= temp(causal)
 
 
+@pytest.mark.slow  # ~20 s on 2 cores
 def test_blocksparse_memory_never_falls_as_the_list_grows():
     """XLA's temporary memory is non-decreasing in the padded list length at fixed shapes (no list shorter than
     causal flash's costs more: a one-step scan, which would keep every residual, is never used)."""

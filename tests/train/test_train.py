@@ -56,6 +56,7 @@ def test_packed_row_equals_its_documents_unpacked(seed):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # ~28 s on 2 cores: make test-cluster runs it
 def test_cross_contamination_would_be_caught():
     """Control: the same comparison fails when attention may cross documents (so the test has power)."""
     rng = np.random.default_rng(0)
