@@ -162,6 +162,10 @@ def read_maxtext_config(path: str | os.PathLike | None = None, overrides=()) -> 
     for key, most in (("max_target_length", MAX_CTX), ("devices_per_host", 1 << 20), ("process_count", 1 << 20)):
         if not 1 <= getattr(s, key) <= most:
             raise ValueError(f"{where}: {key} must be in [1, {most:,}]; got {getattr(s, key)}")
+    if s.max_segments_per_seq > MAX_CTX:  # checked here, before any document is read (<= 0: no cap)
+        raise ValueError(
+            f"{where}: max_segments_per_seq must be <= {MAX_CTX:,} (datatools' limit); got {s.max_segments_per_seq}"
+        )
     if not (math.isfinite(s.per_device_batch_size) and s.per_device_batch_size > 0):
         raise ValueError(f"{where}: per_device_batch_size must be > 0; got {s.per_device_batch_size}")
     if s.per_device_batch_size * s.devices_per_host > MAX_WINDOW:
