@@ -7,17 +7,14 @@ import click
 from datatools.analysis.padding import DEFAULT_CTX_CAP
 from datatools.analysis.padding_input import analyze_input
 from datatools.analysis.padding_report import plot, render
-from datatools.base.checks import MAX_BATCH, MAX_BUCKETS, MAX_CTX, MAX_TOKEN_ID, MAX_WINDOW
-from datatools.cli.common import emit_json, make_console, tokenizer_options
-from datatools.io.numpy_files import BIN_DTYPES
+from datatools.base.checks import MAX_BATCH, MAX_BUCKETS, MAX_CTX, MAX_WINDOW
+from datatools.cli.common import emit_json, input_options, make_console
 from datatools.io.paths import display
 
 
 @click.command("analyze-padding")
 @click.argument("path", type=click.Path())
-@click.option("--column", default=None, help="Token (list of ints) or text column; detected when unambiguous.")
-@click.option("--tokenizer", type=click.Path(), default=None, help="tokenizers JSON file, for a text column.")
-@tokenizer_options
+@input_options
 @click.option(
     "--ctx",
     "contexts",
@@ -58,19 +55,6 @@ from datatools.io.paths import display
     metavar="KEY=VALUE",
     help="Override a MaxText key (repeatable), as MaxText's command line does; also devices_per_host "
     "(default 1) and process_count.",
-)
-@click.option(
-    "--eos-id",
-    type=click.IntRange(0, MAX_TOKEN_ID),
-    default=None,
-    help="Document separator of a flat .bin/.npy token file.",
-)
-@click.option(
-    "--bin-dtype",
-    type=click.Choice(BIN_DTYPES),
-    default="uint16",
-    show_default=True,
-    help="Token dtype of a .bin file.",
 )
 @click.option(
     "--batch-size",

@@ -1,4 +1,4 @@
-"""What the subcommands share: consoles, JSON output, the tokenizer options."""
+"""What the subcommands share: consoles, JSON output, the input and tokenizer options."""
 
 from __future__ import annotations
 
@@ -110,4 +110,32 @@ def tokenizer_options(command):
         show_default=True,
         help="off: the tokenizer file's truncation and padding are switched off and its template "
         "adds no special tokens; keep: apply the file as it is.",
+    )(command)
+
+
+def input_options(command):
+    """The options that say how an input is read, shared by the commands that take any input (analyze-padding,
+    pack): ``--column``, ``--tokenizer`` with :func:`tokenizer_options`, ``--eos-id`` and ``--bin-dtype``."""
+    from datatools.base.checks import MAX_TOKEN_ID  # here, not at the top: `datatools --help` imports no numpy
+    from datatools.io.numpy_files import BIN_DTYPES
+
+    command = click.option(
+        "--bin-dtype",
+        type=click.Choice(BIN_DTYPES),
+        default="uint16",
+        show_default=True,
+        help="Token dtype of a .bin file.",
+    )(command)
+    command = click.option(
+        "--eos-id",
+        type=click.IntRange(0, MAX_TOKEN_ID),
+        default=None,
+        help="Document separator of a flat .bin/.npy token file.",
+    )(command)
+    command = tokenizer_options(command)
+    command = click.option(
+        "--tokenizer", type=click.Path(), default=None, help="tokenizers JSON file, for a text column."
+    )(command)
+    return click.option(
+        "--column", default=None, help="Token (list of ints) or text column; detected when unambiguous."
     )(command)

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import click
 
-from datatools.base.checks import MAX_CTX, MAX_TOKEN_ID, OVERFLOW_POLICIES
-from datatools.cli.common import emit_json, make_console, tokenizer_options
-from datatools.io.numpy_files import BIN_DTYPES
+from datatools.base.checks import MAX_CTX, OVERFLOW_POLICIES
+from datatools.cli.common import emit_json, input_options, make_console
 from datatools.kernels.packing import ALGORITHMS
 
 
@@ -42,22 +41,7 @@ from datatools.kernels.packing import ALGORITHMS
     help="Documents planned at once (memory: about 80 bytes each); default 50,000,000.",
 )
 @click.option("--overwrite", is_flag=True, help="Replace OUT when it is an existing plan.")
-@click.option("--column", default=None, help="Token (list of ints) or text column; detected when unambiguous.")
-@click.option("--tokenizer", type=click.Path(), default=None, help="tokenizers JSON file, for a text column.")
-@tokenizer_options
-@click.option(
-    "--eos-id",
-    type=click.IntRange(0, MAX_TOKEN_ID),
-    default=None,
-    help="Document separator of a flat .bin/.npy token file.",
-)
-@click.option(
-    "--bin-dtype",
-    type=click.Choice(BIN_DTYPES),
-    default="uint16",
-    show_default=True,
-    help="Token dtype of a .bin file.",
-)
+@input_options
 @click.option(
     "--json",
     "json_out",
