@@ -114,7 +114,18 @@ def gcs_server(tmp_path_factory):
     port = free_port()
     server = Server(
         "gcp-storage-emulator",
-        [_bin("gcp-storage-emulator"), "start", "-H", "127.0.0.1", "--port", str(port), "--in-memory", "-q"],
+        # tests/gcs_emulator.py: the emulator with generation headers and suffix ranges, as real GCS serves them
+        [
+            sys.executable,
+            str(Path(__file__).with_name("gcs_emulator.py")),
+            "start",
+            "-H",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--in-memory",
+            "-q",
+        ],
         port,
         tmp_path_factory.mktemp("gcs"),
     )

@@ -6,7 +6,9 @@ Layout of a store directory (readable with tensorstore alone)::
       manifest.json   {"format": "datatools-token-store", "version": 2, "dtype", "vocab_size",
                        "num_documents", "num_tokens", "tokenizer_sha256", "sources", "job", "chunks", ...}
       tokens/         zarr v3 array, shape [num_tokens], uint16 when the vocabulary fits, else uint32;
-                      chunks of TOKEN_CHUNK tokens, zstd-compressed, each ending in a crc32c
+                      one object (a shard, ``c/k``) per TOKEN_CHUNK tokens, holding inner chunks of
+                      READ_CHUNK tokens, each zstd-compressed and ending in a crc32c (zarr v3
+                      ``sharding_indexed``), so a ranged read fetches a piece's inner chunks only
       offsets/        zarr v3 array, shape [num_documents + 1], int64: document i is
                       tokens[offsets[i]:offsets[i + 1]]
 
@@ -30,6 +32,11 @@ a deleted ``tokens/c/0`` would train on token 0 without a word. So:
   or corrupt chunk raises ``ValueError`` naming the store and the chunk;
 * :func:`datatools.io.store_verify.verify_store` (``datatools verify``) reads every
   byte: sizes, checksums, offsets monotone, token ids below ``vocab_size``.
+
+Version-2 stores (one zstd chunk of TOKEN_CHUNK tokens per object, no inner chunks) are read as
+they are; a piece read from one costs its whole 2-4 MiB chunk, which is slow from object storage:
+:attr:`TokenStore.read_granularity` tells readers the unit a read really fetches, and
+``datatools verify`` says so. ``pretokenize`` writes version 3.
 
 Version-1 stores (datatools before the records) are still read: their arrays are
 opened with dtype and shape asserted and every read refuses a missing or corrupt
@@ -57,12 +64,14 @@ from datatools.io.io_errors import as_os_error, status_code
 from datatools.io.paths import display
 
 FORMAT = "datatools-token-store"
-VERSION = 2  # 2: per-chunk records in the manifest, crc32c in every chunk, every chunk stored
-READABLE_VERSIONS = (1, 2)
-TOKEN_CHUNK = 1 << 20  # tokens per chunk: 2-4 MiB uncompressed
+VERSION = 3  # 2: per-chunk records in the manifest, crc32c in every chunk; 3: tokens sharded (inner chunks)
+READABLE_VERSIONS = (1, 2, 3)
+TOKEN_CHUNK = 1 << 20  # tokens per stored object (a shard): 2-4 MiB uncompressed
+READ_CHUNK = 1 << 14  # tokens per inner chunk of a shard: the unit a ranged read fetches (32-64 KiB uncompressed)
 OFFSET_CHUNK = 1 << 18  # offsets per chunk
 ARRAYS = ("tokens", "offsets")
 CHECKSUM = "sha256"
+INDEX_CACHE_BYTES = 32 << 20  # tensorstore's cache per open array: shard indices (1 KiB each) and recent chunks
 _READS_IN_FLIGHT = 64  # kvstore reads issued at once when recording or verifying chunks
 
 
@@ -92,26 +101,36 @@ def array_kvstore(path: str | os.PathLike) -> ts.KvStore:
     return ts.KvStore.open(spec).result()
 
 
-def _create(path: Path, dtype: np.dtype, length: int, chunk: int):
-    codec = ts.CodecSpec(
-        {
-            "driver": "zarr3",
-            "codecs": [
-                {"name": "bytes", "configuration": {"endian": "little"}},
-                {"name": "zstd", "configuration": {"level": 3}},
-                {"name": "crc32c"},
-            ],
-        }
-    )
-    spec = {**zarr_spec(path), "store_data_equal_to_fill_value": True}
-    return ts.open(
-        spec,
-        create=True,
-        dtype=ts.dtype(dtype.name),
-        shape=[length],
-        chunk_layout=ts.ChunkLayout(chunk_shape=[max(1, min(chunk, max(length, 1)))]),
-        codec=codec,
-    ).result()
+def _create(path: Path, dtype: np.dtype, length: int, chunk: int, inner: int | None = None):
+    """A new 1-d zarr v3 array of ``length`` elements in stored objects of ``chunk`` elements; with ``inner``,
+    each object is a shard of inner chunks of ``inner`` elements (``sharding_indexed``, index first), each
+    compressed and checksummed on its own so a reader fetches only the inner chunks it needs."""
+    leaf = [
+        {"name": "bytes", "configuration": {"endian": "little"}},
+        {"name": "zstd", "configuration": {"level": 3}},
+        {"name": "crc32c"},
+    ]
+    stored = max(1, min(chunk, max(length, 1)))
+    codecs = leaf
+    if inner is not None and inner < stored:
+        stored = -(-stored // inner) * inner  # a shard holds whole inner chunks
+        codecs = [
+            {
+                "name": "sharding_indexed",
+                "configuration": {
+                    "chunk_shape": [inner],
+                    "codecs": leaf,
+                    "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+                    "index_location": "start",  # a prefix range: some servers (the GCS emulator) refuse suffix ranges
+                },
+            }
+        ]
+    spec = {
+        **zarr_spec(path),
+        "store_data_equal_to_fill_value": True,
+        "metadata": {"codecs": codecs, "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [stored]}}},
+    }
+    return ts.open(spec, create=True, dtype=ts.dtype(dtype.name), shape=[length]).result()
 
 
 def _io(exc: Exception, where: Path) -> Exception:
@@ -145,7 +164,7 @@ def write_store(
     else:
         path.mkdir(parents=True, exist_ok=False)
     try:
-        tokens = _create(storage.join(path, "tokens"), np.dtype(dtype), num_tokens, TOKEN_CHUNK)
+        tokens = _create(storage.join(path, "tokens"), np.dtype(dtype), num_tokens, TOKEN_CHUNK, READ_CHUNK)
     except ValueError as exc:
         raise _io(exc, storage.join(path, "tokens")) from None
     offsets = np.zeros(num_documents + 1, dtype=np.int64)
@@ -154,16 +173,22 @@ def write_store(
     pending_size = 0
     flush_at = TOKEN_CHUNK * 8
 
-    def flush() -> None:
+    def flush(final: bool = False) -> None:
+        """Write the pending tokens up to the last whole stored object (all of them when ``final``): every object
+        is written once, whole, so nothing is read back and rewritten (a round trip per object in a bucket)."""
         nonlocal tok_pos, pending, pending_size
-        if pending_size:
-            block = np.concatenate(pending)
+        if not pending_size:
+            return
+        block = np.concatenate(pending)
+        take = block.size if final else (tok_pos + block.size) // TOKEN_CHUNK * TOKEN_CHUNK - tok_pos
+        if take > 0:
             try:
-                tokens[tok_pos : tok_pos + block.size].write(block).result()
+                tokens[tok_pos : tok_pos + take].write(block[:take]).result()
             except ValueError as exc:
                 raise _io(exc, storage.join(path, "tokens")) from None
-            tok_pos += block.size
-        pending, pending_size = [], 0
+            tok_pos += take
+        rest = block[take:]
+        pending, pending_size = ([rest] if rest.size else []), int(rest.size)
 
     for shard_tokens, shard_lengths in shards:
         n = shard_lengths.shape[0]
@@ -173,7 +198,7 @@ def write_store(
         pending_size += shard_tokens.size
         if pending_size >= flush_at:
             flush()
-    flush()
+    flush(final=True)
     if tok_pos != num_tokens or doc_pos != num_documents:
         raise ValueError(f"shards hold {doc_pos} documents / {tok_pos} tokens, expected {num_documents} / {num_tokens}")
     try:
@@ -354,7 +379,13 @@ class TokenStore:
 
     def open_array(self, name: str):
         """Open ``tokens`` or ``offsets`` with the manifest's dtype and shape asserted, missing chunks refused."""
-        spec = {**zarr_spec(storage.join(self.path, name)), "fill_missing_data_reads": False}
+        spec = {
+            **zarr_spec(storage.join(self.path, name)),
+            "fill_missing_data_reads": False,
+            # A store never changes once committed: cached shard indices are not revalidated (a request each).
+            "recheck_cached_data": "open",
+            "context": {"cache_pool": {"total_bytes_limit": INDEX_CACHE_BYTES}},
+        }
         try:
             return ts.open(
                 spec, open=True, read=True, dtype=ts.dtype(self.dtype_of(name).name), shape=[self.shape_of(name)]
@@ -383,7 +414,7 @@ class TokenStore:
             if self.version < 2:
                 continue
             records = self.manifest["chunks"][name]
-            chunk = int(arr.chunk_layout.read_chunk.shape[0])
+            chunk = int(arr.chunk_layout.write_chunk.shape[0])
             grid = chunk_grid(self.shape_of(name), chunk)
             if set(records) != {"zarr.json", *grid}:
                 extra = sorted(set(records) - {"zarr.json", *grid}, key=lambda k: _key_order(k.encode()))
@@ -432,14 +463,31 @@ class TokenStore:
             ):
                 if (err := as_os_error(exc, storage.join(self.path, name))) is not None:
                     raise err from None
-            chunk = int(arr.chunk_layout.read_chunk.shape[0])
-            m = re.search(r"chunk \{(\d+)\}|/c/(\d+)\b", str(exc))
-            k = int(m.group(1) or m.group(2)) if m else begin // chunk
+            chunk = int(arr.chunk_layout.write_chunk.shape[0])
+            inner = int(arr.chunk_layout.read_chunk.shape[0])
+            key = re.search(r"/c/(\d+)\b", str(exc))  # the stored object (a shard of a sharded array)
+            cell = re.search(r"chunk \{(\d+)\}", str(exc))  # a chunk of the grid (an inner chunk when sharded)
+            if key:
+                k = int(key.group(1))
+            else:
+                k = int(cell.group(1)) * inner // chunk if cell else begin // chunk
             state = "missing" if status_code(exc) == "NOT_FOUND" else "corrupt"
             raise ValueError(
                 f"{display(self.path)}: chunk {name}/c/{k} is {state} ({_short(exc)}); "
                 f"check the store with: datatools verify {display(self.path)}"
             ) from None
+
+    @property
+    def read_granularity(self) -> int:
+        """Tokens a read really fetches at least: the inner chunk of a sharded store (version 3), the whole stored
+        chunk otherwise. Readers cache and prefetch in aligned extents of this many tokens."""
+        return int(self.tokens.chunk_layout.read_chunk.shape[0])
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the tokens are stored in shards of inner chunks (ranged reads fetch a piece's inner chunks)."""
+        layout = self.tokens.chunk_layout
+        return int(layout.read_chunk.shape[0]) < int(layout.write_chunk.shape[0])
 
     @property
     def offsets(self) -> np.ndarray:

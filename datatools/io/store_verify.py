@@ -75,7 +75,7 @@ def verify_store(path: str | os.PathLike, *, progress: Callable[[int, int], None
         )
     offsets = store.read_array("offsets", 0, len(store) + 1)
     check_offsets(offsets, store.num_tokens, store.path)
-    step = int(store.tokens.chunk_layout.read_chunk.shape[0])
+    step = int(store.tokens.chunk_layout.write_chunk.shape[0])  # one stored object (a shard) a read
     top = -1
     for begin in range(0, store.num_tokens, step):
         block = store.read_array("tokens", begin, min(begin + step, store.num_tokens))

@@ -26,8 +26,9 @@ SMALL = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCh
 
 @pytest.fixture()
 def small_chunks(monkeypatch):
-    """Chunks of 64 tokens / 16 offsets, so a small store has many chunks."""
+    """Chunks of 64 tokens (shards of 4 inner chunks of 16) / 16 offsets, so a small store has many chunks."""
     monkeypatch.setattr(store_mod, "TOKEN_CHUNK", 64)
+    monkeypatch.setattr(store_mod, "READ_CHUNK", 16)
     monkeypatch.setattr(store_mod, "OFFSET_CHUNK", 16)
 
 
@@ -61,7 +62,7 @@ def manifest_edit(path: Path, **changes) -> None:
 def test_records_cover_every_stored_key_and_a_whole_store_verifies(tmp_path_factory, small_chunks, docs):
     path = write_test_store(tmp_path_factory.mktemp("s") / "store", docs, vocab_size=1000)
     m = read_manifest(path)
-    assert m["version"] == 2
+    assert m["version"] == store_mod.VERSION
     for name in ("tokens", "offsets"):
         on_disk = {str(p.relative_to(path / name)) for p in (path / name).rglob("*") if p.is_file()}
         assert set(m["chunks"][name]) == on_disk  # every chunk stored (an all-zero one too) and recorded
@@ -144,7 +145,7 @@ def test_a_flipped_byte_is_refused_on_read(tmp_path, small_chunks):
     damage(path, "tokens", "c/2", "flip", 0.5)
     store = TokenStore(path)  # present, so open passes: the read checks the chunk's crc32c
     with pytest.raises(ValueError, match=r"chunk tokens/c/2 is corrupt"):
-        store.read_tokens(130, 140)
+        store.read_tokens(128, 192)  # the whole object: the flipped byte sits in one of its inner chunks
 
 
 def test_offsets_chunk_deleted_is_refused(tmp_path, small_chunks):
@@ -167,7 +168,7 @@ def test_offsets_chunk_deleted_is_refused(tmp_path, small_chunks):
         ({"dtype": "uint32"}, "tokens/ disagrees with the manifest"),
         ({"chunks": {"checksum": "sha256", "tokens": {}, "offsets": {}}}, "no chunk records for tokens/"),
         ({"chunks": None}, "no chunk records"),
-        ({"version": 3}, "version 3 is not supported"),
+        ({"version": 4}, "version 4 is not supported"),
     ],
 )
 def test_a_manifest_that_disagrees_with_the_arrays_is_refused(tmp_path, changes, message):
