@@ -8,7 +8,11 @@ an exit status that says whose move it is:
 * **1**: the environment or the run: permission denied, disk full or read-only, out
   of memory, a training run whose loss became non-finite, and any unexpected error
   (named by its class, to report);
-* **130**: interrupted.
+* **130**: interrupted (Ctrl-C).
+
+A ``BaseException`` that is none of ``KeyboardInterrupt``/``SystemExit`` (a Rust panic in native code surfaces as
+``pyo3_runtime.PanicException``) is one line too, exit status 1; the tokenizer's own panics are made a
+``ValueError`` naming the tokenizer file first (exit 2, :func:`datatools.io.tokenizer.native_call`).
 
 The status is chosen by the exception's type alone (:func:`datatools.base.errors.exit_status`).
 ``datatools --help`` and ``--version`` import no subcommand (so no numba, Grain or
@@ -174,4 +178,9 @@ def _main(argv: list[str] | None) -> int:
     except Exception as exc:  # noqa: BLE001 (one line, never a traceback; the status by type: base/errors.py)
         _error(_message(exc))
         return exit_status(exc)
+    except (SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 (native code: a Rust panic is pyo3's PanicException, no Exception)
+        _error(f"internal error in native code ({type(exc).__name__}): {exc} (please report it)")
+        return EXIT_ENVIRONMENT
     return result if isinstance(result, int) else 0

@@ -18,10 +18,14 @@ which of the file's settings were switched off.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import os
-from collections.abc import Sequence
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,6 +53,65 @@ def _tokenizer_from_json(text: str, where: str):
         return Tokenizer.from_str(text)
     except Exception as exc:  # tokenizers raises a bare Exception for malformed files
         raise ValueError(f"{where}: not a valid tokenizers JSON file ({first_line(exc)})") from None
+
+
+_STDERR_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _native_stderr_held() -> Iterator[None]:
+    """File descriptor 2 held in a temporary file while native tokenizer code runs, then replayed: a Rust panic
+    writes its own report (``thread ... panicked at ...``, a backtrace under ``RUST_BACKTRACE``) straight to the
+    descriptor before Python sees the exception, and the command line must stay one line. What was written
+    without a panic is replayed as it was; when a panic is raised it is dropped (the exception says the same).
+    Only one thread holds the descriptor at a time; another thread's call runs unheld."""
+    if not _STDERR_LOCK.acquire(blocking=False):
+        yield
+        return
+    try:
+        try:
+            sys.stderr.flush()
+            saved = os.dup(2)
+        except (OSError, ValueError, AttributeError):  # no descriptor 2 (an embedded interpreter)
+            yield
+            return
+        with tempfile.TemporaryFile() as held:
+            os.dup2(held.fileno(), 2)
+            panicked = False
+            try:
+                yield
+            except BaseException as exc:
+                panicked = not isinstance(exc, (Exception, KeyboardInterrupt, SystemExit, GeneratorExit))
+                raise
+            finally:
+                with contextlib.suppress(OSError, ValueError, AttributeError):
+                    sys.stderr.flush()
+                os.dup2(saved, 2)
+                os.close(saved)
+                if not panicked:
+                    held.seek(0)
+                    data = held.read(1 << 20)
+                    if data:
+                        os.write(2, data)
+    finally:
+        _STDERR_LOCK.release()
+
+
+def native_call(source: str, fn: Callable, *args, **kwargs):
+    """``fn(*args, **kwargs)``, a call into the Rust tokenizer, with a panic made a ``ValueError`` naming the
+    tokenizer file ``source``: a panic (``pyo3_runtime.PanicException``, a ``BaseException``) comes from what
+    the file asks for (a pre-tokenizer regex that backtracks past Oniguruma's retry limit, ``(a+)+b`` on a run
+    of ``a``), so it is bad input, exit status 2, one line."""
+    try:
+        with _native_stderr_held():
+            return fn(*args, **kwargs)
+    except (Exception, KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 (a Rust panic: pyo3's PanicException derives BaseException)
+        raise ValueError(
+            f"{source}: the tokenizer failed inside its native code ({first_line(exc)}); "
+            "a pre-tokenizer or normalizer pattern of this file cannot be applied to the text"
+        ) from None
 
 
 def _read_tokenizer_file(path: str | os.PathLike) -> bytes:
@@ -114,7 +177,7 @@ PIECE_CHARS = 1 << 18  # a longer text is counted in pieces of about this many c
 CUT_WINDOW = 1 << 12  # characters before a piece's end searched for a pre-token boundary
 
 
-def split_text(tok, text: str, piece: int | None = None) -> list[str]:
+def split_text(tok, text: str, piece: int | None = None, source: str = "tokenizer") -> list[str]:
     """``text`` in pieces of at most ``piece`` characters (default :data:`PIECE_CHARS`), cut where the
     tokenizer's pre-tokenizer starts a pre-token, so the pieces' token counts add up to the text's.
 
@@ -136,7 +199,8 @@ def split_text(tok, text: str, piece: int | None = None) -> list[str]:
         for lo in dict.fromkeys((max(start + 1, hi - CUT_WINDOW), start + 1)):  # the window, then the piece
             window = text[lo:hi]
             if pre is not None:
-                starts = [a for _, (a, _) in pre.pre_tokenize_str(window) if a > 0 and not window[a - 1].isspace()]
+                split = native_call(source, pre.pre_tokenize_str, window)
+                starts = [a for _, (a, _) in split if a > 0 and not window[a - 1].isspace()]
                 found = starts[-1] if starts else -1
             else:
                 found = window.rfind(" ")
@@ -194,7 +258,9 @@ class TextEncoder:
 
     def encode(self, texts: list[str], dtype=np.int64) -> tuple[np.ndarray, np.ndarray]:
         """Tokens of all ``texts`` back to back (``dtype``) and each text's length (int64 tokens)."""
-        encodings = self.tokenizer.encode_batch(texts, add_special_tokens=self.settings == "keep")
+        encodings = native_call(
+            self.source, self.tokenizer.encode_batch, texts, add_special_tokens=self.settings == "keep"
+        )
         ids = [e.ids for e in encodings]
         if self.bos_id is not None or self.eos_id is not None:
             bos = [] if self.bos_id is None else [self.bos_id]
@@ -221,15 +287,17 @@ class TextEncoder:
         pieces: list[str] = []
         chars = 0
         for i, text in enumerate(texts):
-            for piece in [text] if keep else split_text(tok, text):
+            for piece in [text] if keep else split_text(tok, text, source=self.source):
                 if pieces and (len(pieces) >= LENGTH_BATCH_TEXTS or chars + len(piece) > LENGTH_BATCH_CHARS):
-                    np.add.at(out, owners, [len(e) for e in encode(pieces, add_special_tokens=keep)])
+                    counted = native_call(self.source, encode, pieces, add_special_tokens=keep)
+                    np.add.at(out, owners, [len(e) for e in counted])
                     owners, pieces, chars = [], [], 0
                 owners.append(i)
                 pieces.append(piece)
                 chars += len(piece)
         if pieces:
-            np.add.at(out, owners, [len(e) for e in encode(pieces, add_special_tokens=keep)])
+            counted = native_call(self.source, encode, pieces, add_special_tokens=keep)
+            np.add.at(out, owners, [len(e) for e in counted])
         return out + (self.bos_id is not None) + (self.eos_id is not None)
 
     def describe(self) -> dict:
