@@ -36,6 +36,8 @@ from datatools.grain.batch import read_batch
 from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation
 
 CANONICAL = ("tokens", "segment_ids", "positions", "loss_mask")
+READ_AHEAD = 8  # batches whose reads start before they are asked for (the source's byte budget bounds them)
+MAX_STRIDE = 64  # the largest gap between batches one process reads that is taken as its stride
 
 
 def empty_rows(rows: int, length: int, pad_id: int, *, fill_from: int = 0) -> dict[str, np.ndarray]:
@@ -150,6 +152,7 @@ class HostBatchesMapDataset(grain.MapDataset):
         self._epochs = None if num_epochs is None else check_int(num_epochs, "num_epochs", minimum=1)
         self._ends = [0]  # cumulative batches at the end of each epoch computed so far
         self._lock = threading.Lock()
+        self._last, self._step, self._ahead = -1, 1, -1  # read-ahead: last batch asked for, stride, prefetched
         if schedule.num_batches(0) == 0:
             raise ValueError(
                 "the data makes no global batch (fewer rows than one batch; set drop_remainder: false "
@@ -157,7 +160,7 @@ class HostBatchesMapDataset(grain.MapDataset):
             )
 
     def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"} | {"_last": -1, "_step": 1, "_ahead": -1}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -187,13 +190,38 @@ class HostBatchesMapDataset(grain.MapDataset):
             epoch += 1
         return epoch, j - self._ends[epoch]
 
+    def _rows(self, epoch: int, j: int) -> tuple[int, int]:
+        """This host's rows [lo, hi) of global batch ``j`` of ``epoch``."""
+        share = self._schedule.batch_rows(epoch, j) // self._count
+        return self._index * share, (self._index + 1) * share
+
+    def _read_ahead(self, index: int) -> None:
+        """Start the reads of this host's next :data:`READ_AHEAD` batches (after ``index``, in the stride this
+        process reads them: a Grain worker of P reads every P-th batch), nearest first, each batch once; the
+        source bounds the bytes in flight and says whether it took a batch whole."""
+        prefetch = getattr(getattr(self._schedule, "docs", None), "prefetch", None)
+        if prefetch is None or not hasattr(self._schedule, "pieces"):
+            return
+        with self._lock:
+            step = index - self._last if 0 < index - self._last <= MAX_STRIDE else self._step
+            self._last, self._step = index, step
+            ahead = max(self._ahead, index)
+        for k in range(ahead + step, index + READ_AHEAD * step + 1, step):
+            if self._epochs is not None and k >= len(self):
+                break
+            epoch, j = self.locate(k)
+            doc, start, length = self._schedule.pieces(epoch, j, *self._rows(epoch, j))
+            if not prefetch(doc, start, length):
+                break  # over the read-ahead budget: try again at the next batch
+            with self._lock:
+                self._ahead = max(self._ahead, k)
+
     def __getitem__(self, index):
         if isinstance(index, slice):
             return self.slice(index)
         epoch, j = self.locate(int(index))
-        rows = self._schedule.batch_rows(epoch, j)
-        share = rows // self._count
-        return self._schedule.read(epoch, j, self._index * share, (self._index + 1) * share)
+        self._read_ahead(int(index))
+        return self._schedule.read(epoch, j, *self._rows(epoch, j))
 
     def __str__(self) -> str:
         return f"HostBatchesMapDataset(host {self._index} of {self._count}, {type(self._schedule).__name__})"

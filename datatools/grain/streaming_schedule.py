@@ -29,6 +29,40 @@ from datatools.kernels.packing import ALGORITHMS, PackPlan, cut_pieces, pack_len
 PLANS_KEPT = 8  # window plans cached per process
 
 
+def plan_window(
+    lengths: np.ndarray, docs: np.ndarray, ctx: int, options: dict, key: list[int] | None = None
+) -> tuple[PackPlan, np.ndarray]:
+    """The packing window of documents ``docs`` (global ids): its plan, from their lengths (document ids global),
+    and, with a ``key``, its rows' seeded order (position i of the window is row ``order[i]`` of the plan)."""
+    plan = pack_lengths(lengths[docs], ctx, **options)
+    plan = dataclasses.replace(plan, doc=docs[plan.doc], _max_doc=None)
+    order = np.random.default_rng(key).permutation(plan.num_rows) if key is not None else np.zeros(0, np.int64)
+    return plan, order
+
+
+def rows_of(picked: list[tuple[PackPlan, int]], ctx: int) -> PackPlan:
+    """One plan holding the given rows (``(plan, row)`` pairs) in order: the rows of a batch, drawn from
+    several windows, read in one bulk read."""
+    if not picked:
+        return pack_lengths(np.zeros(0, np.int64), ctx)
+    first = [int(p.row_splits[r]) for p, r in picked]
+    end = [int(p.row_splits[r + 1]) for p, r in picked]
+    counts = np.asarray([b - a for a, b in zip(first, end)], np.int64)
+    template = picked[0][0]
+    return PackPlan(
+        ctx=ctx,
+        align=template.align,
+        num_rows=len(picked),
+        row_splits=np.concatenate(([0], np.cumsum(counts))),
+        doc=np.concatenate([p.doc[a:b] for (p, _), a, b in zip(picked, first, end)]),
+        start=np.concatenate([p.start[a:b] for (p, _), a, b in zip(picked, first, end)]),
+        length=np.concatenate([p.length[a:b] for (p, _), a, b in zip(picked, first, end)]),
+        dropped_tokens=0,
+        empty_documents=0,
+        algorithm=template.algorithm,
+    )
+
+
 class StreamingSchedule:
     """Global batches of streaming packing (see the module docstring).
 
@@ -103,10 +137,7 @@ class StreamingSchedule:
             if hit is not None:
                 self._plans.move_to_end(key)
                 return hit
-        docs = self._window_docs(epoch, w)
-        plan = pack_lengths(self.lengths[docs], self.ctx, **self.options)
-        plan = dataclasses.replace(plan, doc=docs[plan.doc], _max_doc=None)
-        rows = np.random.default_rng([self.seed, epoch, w]).permutation(plan.num_rows)
+        plan, rows = plan_window(self.lengths, self._window_docs(epoch, w), self.ctx, self.options, [self.seed, epoch, w])
         with self._lock:
             self._plans[key] = (plan, rows)
             while len(self._plans) > PLANS_KEPT:
@@ -149,17 +180,29 @@ class StreamingSchedule:
         w = int(np.searchsorted(starts, j * self.batch_size, side="left"))  # first window starting at or after
         return min(w * self.window, self.positions)
 
-    def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+    def rows_plan(self, epoch: int, j: int, lo: int, hi: int) -> PackPlan:
+        """Rows [lo, hi) of global batch ``j`` that hold data (a prefix), as one plan."""
         starts = self.window_starts(epoch)
         rows = j * self.batch_size + np.arange(lo, hi, dtype=np.int64)
         rows = rows[rows < starts[-1]]  # a prefix: the rows past the data stay empty
-        out = empty_rows(hi - lo, self.ctx, self.pad_id, fill_from=rows.shape[0])
         window = np.searchsorted(starts, rows, side="right") - 1
+        picked = []
         for w in np.unique(window).tolist():  # a batch spans one or two windows, each a run of its rows
             a, b = np.searchsorted(window, [w, w + 1])
             plan, order = self.window_plan(epoch, w)
-            # Written straight into this batch's rows [a, b) (a fresh batch: Grain may hold the previous one).
+            picked += [(plan, int(r)) for r in order[rows[a:b] - starts[w]]]
+        return rows_of(picked, self.ctx)
+
+    def pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(doc, start, length) of every piece rows [lo, hi) of global batch ``j`` read (for read-ahead)."""
+        plan = self.rows_plan(epoch, j, lo, hi)
+        return plan.doc, plan.start, plan.length
+
+    def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+        plan = self.rows_plan(epoch, j, lo, hi)
+        out = empty_rows(hi - lo, self.ctx, self.pad_id, fill_from=plan.num_rows)
+        if plan.num_rows:  # one bulk read for the whole batch, written straight into its rows (a fresh batch)
             self.docs.pack_rows(
-                plan, order[rows[a:b] - starts[w]], pad_id=self.pad_id, out={k: v[a:b] for k, v in out.items()}
+                plan, np.arange(plan.num_rows), pad_id=self.pad_id, out={k: v[: plan.num_rows] for k, v in out.items()}
             )
         return out

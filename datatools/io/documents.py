@@ -8,9 +8,9 @@ length[j]]`` back to back in one int32 array. Implementations:
 * :class:`ArrayDocuments`: a flat token array (in memory, or a memory-mapped NumPy
   file) plus offsets; pieces gathered by a numba kernel;
 * :class:`StoreDocuments`: a :class:`~datatools.io.store.TokenStore` through
-  :class:`StorePieceReader`: the store's compressed chunks are read whole, once,
-  into a bounded LRU cache, so a row of pieces costs no more than the chunks it
-  touches;
+  :class:`StorePieceReader`: the inner chunks the pieces touch are read concurrently,
+  ahead of need when the pipeline says what comes next (:meth:`StoreDocuments.prefetch`),
+  into a bounded cache, so a row of pieces costs no more than the chunks it touches;
 * :class:`ChunkedDocuments`: a table input (Parquet, Arrow, JSON Lines, HF
   directory) read on demand, one shard (row group, record batches, block of lines)
   at a time, decoded shards kept in a bounded LRU cache.
@@ -22,6 +22,7 @@ sources in worker processes.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
@@ -30,7 +31,8 @@ import numba
 import numpy as np
 
 from datatools.base.checks import as_lengths
-from datatools.io.store import TOKEN_CHUNK, TokenStore
+from datatools.io import read_stats
+from datatools.io.store import TokenStore
 from datatools.kernels.packing import check_token_ids
 
 DEFAULT_CACHE_BYTES = 512 << 20  # decoded store chunks kept per process
@@ -164,65 +166,161 @@ class ArrayDocuments(PieceReadingSource):
 
 
 class StorePieceReader:
-    """Reads pieces of a :class:`TokenStore` through an LRU cache of whole decoded chunks.
+    """Reads pieces of a :class:`TokenStore` in aligned *extents*, many at once, ahead of need, from a bounded cache.
+
+    An extent is :attr:`TokenStore.read_granularity` tokens, aligned: the inner chunk of a sharded store (so a
+    piece of a few KB costs at most one or two inner chunks fetched), the whole stored chunk of an older store.
+    A read of many pieces issues every missing extent at once (tensorstore futures: its own threads do the
+    I/O, concurrently, with no lock held while they run) and waits for them together; :meth:`prefetch` issues
+    the extents of batches still to come and returns at once, within half the byte budget, so the reads of
+    the next batches overlap the work on this one. Extents already read or in flight are never read again
+    while cached; the least recently used finished ones are evicted past ``cache_bytes``.
+
+    Every request, the bytes fetched and delivered, the time waited and each request's latency are counted in
+    :mod:`datatools.io.read_stats`.
 
     Args:
       store: the token store.
-      cache_bytes: decoded chunk bytes kept (per process); the least recently used
-        chunk is evicted first.
+      cache_bytes: decoded extent bytes kept (per process), those in flight included.
     """
 
     def __init__(self, store: TokenStore, cache_bytes: int = DEFAULT_CACHE_BYTES):
         self.store = store
         self.cache_bytes = int(cache_bytes)
-        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._cache: OrderedDict[int, _Extent] = OrderedDict()
         self._held = 0
-        self.chunk_reads = 0
-        self._lock = threading.Lock()  # Grain reads with many threads: one decodes a chunk, the others wait for it
+        self.chunk_reads = 0  # extents fetched by this process
+        self._lock = threading.Lock()  # guards the cache only; no I/O runs under it
+        self._extent: int | None = None
 
     def __getstate__(self):
-        return {
-            "store": self.store,
-            "cache_bytes": self.cache_bytes,
-            "_cache": OrderedDict(),
-            "_held": 0,
-            "chunk_reads": 0,
-        }
+        return {"store": self.store, "cache_bytes": self.cache_bytes}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self._lock = threading.Lock()
+        self._reset()
 
-    def _chunk(self, c: int) -> np.ndarray:
+    def __deepcopy__(self, memo):
+        return StorePieceReader(self.store, self.cache_bytes)
+
+    @property
+    def extent(self) -> int:
+        """Tokens per extent (the store's read granularity)."""
+        if self._extent is None:
+            self._extent = self.store.read_granularity
+        return self._extent
+
+    def _extents_of(self, begin: np.ndarray, length: np.ndarray) -> np.ndarray:
+        """Sorted unique extent numbers the pieces ``[begin, begin + length)`` touch (vectorized)."""
+        keep = length > 0
+        if not keep.any():
+            return np.zeros(0, np.int64)
+        e = self.extent
+        first, last = begin[keep] // e, (begin[keep] + length[keep] - 1) // e
+        counts = last - first + 1
+        steps = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+        return np.unique(np.repeat(first, counts) + steps)
+
+    def _issue(self, ids, prefetch: bool) -> tuple[list[_Extent], int]:
+        """The cache entries of extents ``ids``, reading those missing (call with the lock held); for a prefetch,
+        stop before the cache (in flight included) passes half its budget. Returns (entries, extents issued):
+        fewer entries than ids when a prefetch stopped."""
+        e, n, itemsize = self.extent, self.store.num_tokens, self.store.dtype.itemsize
+        entries, issued = [], 0
+        for c in ids.tolist():
+            entry = self._cache.get(c)
+            if entry is None:
+                if prefetch and self._held >= self.cache_bytes // 2:
+                    break
+                begin, end = c * e, min((c + 1) * e, n)
+                entry = _Extent(self.store, begin, end, prefetch)
+                self._cache[c] = entry
+                self._held += (end - begin) * itemsize
+                self.chunk_reads += 1
+                issued += 1
+            else:
+                self._cache.move_to_end(c)
+            entries.append(entry)
+        return entries, issued
+
+    def _evict(self, keep: set) -> None:
+        """Drop the least recently used finished extents (not in ``keep``) while past the budget."""
+        if self._held <= self.cache_bytes:
+            return
+        for c in list(self._cache):
+            if self._held <= self.cache_bytes:
+                break
+            entry = self._cache[c]
+            if c in keep or not entry.done():
+                continue
+            del self._cache[c]
+            self._held -= entry.nbytes
+
+    def prefetch(self, doc, start, length) -> bool:
+        """Start reading the extents of these pieces (of a batch still to come) without waiting. True when every
+        extent is now cached or in flight; False when the read-ahead half of the budget ran out first."""
+        begin = self.store.offsets[np.asarray(doc, np.int64)] + np.asarray(start, np.int64)
+        ids = self._extents_of(begin, np.asarray(length, np.int64))
         with self._lock:
-            return self._chunk_locked(c)
-
-    def _chunk_locked(self, c: int) -> np.ndarray:
-        arr = self._cache.get(c)
-        if arr is not None:
-            self._cache.move_to_end(c)
-            return arr
-        arr = self.store.read_tokens(c * TOKEN_CHUNK, min((c + 1) * TOKEN_CHUNK, self.store.num_tokens))
-        self.chunk_reads += 1
-        self._cache[c] = arr
-        self._held += arr.nbytes
-        while self._held > self.cache_bytes and len(self._cache) > 1:
-            _, old = self._cache.popitem(last=False)
-            self._held -= old.nbytes
-        return arr
+            entries, _ = self._issue(ids, prefetch=True)
+        return len(entries) == ids.shape[0]
 
     def read_pieces(self, doc, start, length) -> np.ndarray:
         begin = self.store.offsets[np.asarray(doc, np.int64)] + np.asarray(start, np.int64)
         length = np.asarray(length, np.int64)
         out = np.empty(int(length.sum()), np.int32)
-        k = 0
-        for a, n in zip(begin.tolist(), length.tolist()):  # one slice per piece (a few per row), not per token
-            while n:
-                c, off = divmod(a, TOKEN_CHUNK)
-                take = min(n, TOKEN_CHUNK - off)
-                out[k : k + take] = self._chunk(c)[off : off + take]
-                k, a, n = k + take, a + take, n - take
+        ids = self._extents_of(begin, length)
+        if not ids.size:
+            return out
+        with self._lock:
+            entries, _ = self._issue(ids, prefetch=False)
+        t0 = time.perf_counter()
+        arrays = [entry.result() for entry in entries]  # the reads run concurrently; this waits for the last
+        waited = time.perf_counter() - t0
+        buf = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+        # Extent ids[i] sits at buf[i * e:]: a token t of the pieces is at index(t // e) * e + t % e (a piece
+        # crossing extents finds the next one right after, since every extent it touches is in ids).
+        e = self.extent
+        where = np.searchsorted(ids, begin // e) * e + begin % e
+        _gather(buf, where, np.arange(begin.shape[0], dtype=np.int64), np.zeros_like(begin), length, out)
+        with self._lock:
+            self._evict(set(ids.tolist()))
+        read_stats.record(bytes_delivered=int(length.sum()) * self.store.dtype.itemsize, wait_s=waited)
         return out
+
+
+class _Extent:
+    """One extent's read: a tensorstore future until it is done, then its tokens (counted in read_stats)."""
+
+    __slots__ = ("_future", "_value", "_t0", "nbytes", "_store", "_begin")
+
+    def __init__(self, store: TokenStore, begin: int, end: int, prefetch: bool):
+        self._store, self._begin = store, begin
+        self.nbytes = (end - begin) * store.dtype.itemsize
+        self._value: np.ndarray | None = None
+        self._t0 = time.perf_counter()
+        self._future = store.tokens[begin:end].read()
+        self._future.add_done_callback(self._done)
+        read_stats.record(requests=1, bytes_fetched=self.nbytes, prefetched=int(prefetch))
+
+    def _done(self, _future) -> None:
+        read_stats.record(latency_s=time.perf_counter() - self._t0)
+
+    def done(self) -> bool:
+        return self._value is not None or self._future.done()
+
+    def result(self) -> np.ndarray:
+        if self._value is None:
+            try:
+                self._value = self._future.result()
+            except ValueError:  # the store names the chunk: read it again through its checked path
+                end = self._begin + self.nbytes // self._store.dtype.itemsize
+                self._value = self._store.read_tokens(self._begin, end)
+            self._future = None
+        return self._value
 
 
 class StoreDocuments(PieceReadingSource):
@@ -245,6 +343,11 @@ class StoreDocuments(PieceReadingSource):
 
     def read_pieces(self, doc, start, length) -> np.ndarray:
         return self.reader.read_pieces(*check_pieces(doc, start, length, self.lengths()))
+
+    def prefetch(self, doc, start, length) -> bool:
+        """Start reading these pieces (of a batch still to come) without waiting; see
+        :meth:`StorePieceReader.prefetch`."""
+        return self.reader.prefetch(doc, start, length)
 
     def __repr__(self) -> str:
         return f"StoreDocuments({self.store!r})"

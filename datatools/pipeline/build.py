@@ -208,6 +208,26 @@ def _schedule(cfg: PipelineConfig, docs, history=None):
         order = DocumentOrder(
             len(docs), sh.kind, seed=cfg.seed, io_block_size=sh.io_block_size, window_blocks=sh.window_blocks
         )
+    if p is not None and p.read_order == "lanes" and sh.kind == "block" and cfg.sources is None:
+        from datatools.grain.lane_schedule import LaneSchedule
+
+        return LaneSchedule(
+            docs,
+            ctx=p.ctx,
+            window=p.window,
+            batch_size=cfg.batch_size,
+            drop_remainder=cfg.drop_remainder,
+            io_block_size=sh.io_block_size,
+            lane_period=p.lane_period,
+            seed=cfg.seed,
+            pad_id=cfg.pad_id,
+            options={
+                "algorithm": p.resolved_algorithm,
+                "max_segments": p.max_segments,
+                "align": p.align,
+                "overflow": p.overflow,
+            },
+        ), None
     if p is not None:
         return StreamingSchedule(
             docs,

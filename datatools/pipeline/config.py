@@ -130,6 +130,19 @@ class PackingConfig:
         "split", doc="documents longer than ctx: split (nothing lost), truncate, drop, error"
     )
     window: int = field(1024, minimum=1, maximum=MAX_WINDOW, doc="streaming: documents per packing window")
+    read_order: Literal["lanes", "window"] = field(
+        "lanes",
+        doc="streaming with a block shuffle: lanes: each row of the global batch is fed by its own lanes of io "
+        "blocks, so each host reads only its rows' blocks, each once per epoch (for data in a bucket); window: "
+        "the shuffle window's documents in random order (every batch reads from the whole window)",
+    )
+    lane_period: int = field(
+        2,
+        minimum=1,
+        maximum=64,
+        doc="lanes per row; batch j reads lane phase j % lane_period: set it to the Grain workers so that no "
+        "two workers read the same block",
+    )
 
     def check(self, where: str) -> None:
         if self.ctx is None and self.plan is None:

@@ -1,0 +1,231 @@
+"""Streaming packing in *lanes*: a block shuffle whose io blocks each host reads once per epoch, and only its own.
+
+The window order of :mod:`~datatools.grain.streaming_schedule` (a block shuffle's window of
+``window_blocks`` io blocks, its documents in random order, packed a window of documents at a
+time) makes every global batch read from most of the shuffle window: ~1,300 documents from ~740
+io blocks at ctx 8192 and 128 rows, and every host reads from all of them. From local disk that
+is cheap; from a bucket it is ~250x the bytes the batch uses.
+
+Lanes keep the shuffle's randomness at the level of io blocks and make the reads local:
+
+* each epoch the io blocks (``io_block_size`` consecutive documents, one contiguous read) are put
+  in a Feistel order of (seed, epoch) over the whole data set;
+* there are ``L = batch_size * lane_period`` lanes; block ``q`` of that order goes to lane ``q % L``;
+  a lane's documents are its blocks' documents in order, packed ``window`` documents at a time
+  (each window planned from its lengths, its rows put in a seeded order, as streaming packing does);
+  lane ``l``'s windows are cut ``l * window / L`` documents early, so lanes start new windows at
+  different steps and the reads are spread evenly over the epoch;
+* row ``r`` of global batch ``j`` is row ``j // P`` of lane ``r * P + j % P`` (``P = lane_period``).
+
+So the rows a host owns (``[h * B / N, (h + 1) * B / N)``) come from its own lanes only: no two hosts
+read the same block, and a lane's block is read once, when its window begins, and used until the
+window is done. With Grain worker processes, worker ``w`` of ``P`` reads batches ``j % P == w``, the
+lanes of phase ``w`` only (set ``lane_period`` to the worker count; 2 by default).
+
+A global batch mixes ``B`` lanes, each at a different place of the data set, so it holds documents
+from about as many io blocks as the window order gives (the shuffle report measures it); the
+documents of one row come from one lane's window (``window / io_block_size`` blocks).
+
+Lanes hold different numbers of rows. The first ``P * min(rows per lane)`` batches take a row of
+every lane; the rows left over in every lane are then taken lane by lane, ``B`` at a time, for the
+epoch's last few batches (every token exactly once per epoch; the last batch is padded, or dropped
+with ``drop_remainder``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from datatools.base.checks import check_int
+from datatools.grain.host_batches import empty_rows
+from datatools.grain.streaming_schedule import plan_window, rows_of
+from datatools.kernels.packing import PackPlan, cut_pieces
+from datatools.kernels.shuffle import FeistelPermutation
+
+
+@dataclass
+class _Epoch:
+    """One epoch's lanes: blocks, window cuts and rows, all from lengths."""
+
+    lane_blocks: list[np.ndarray]  # per lane: its io blocks in order
+    lane_cum: list[np.ndarray]  # per lane: documents before each of its blocks (len blocks + 1)
+    cuts: list[np.ndarray]  # per lane: window boundaries in the lane's document positions
+    row_starts: list[np.ndarray]  # per lane: the first row of each window (len windows + 1)
+    regular: int  # batches taking one row of every lane
+    tail: np.ndarray  # (lane, row) of each leftover row, in order: the epoch's last batches
+    batches: int
+
+
+class LaneSchedule:
+    """Global batches of streaming packing in lanes (see the module docstring).
+
+    Args:
+      docs: a document source (``lengths()``, ``pack_rows(plan, rows)``, optionally ``prefetch``).
+      ctx, window, batch_size, drop_remainder, seed, pad_id: as :class:`StreamingSchedule`.
+      io_block_size: documents per io block (a contiguous read).
+      lane_period: lanes per row position (P above).
+      options: the packing options of :func:`datatools.pack_lengths` (algorithm, max_segments, align, overflow).
+    """
+
+    def __init__(
+        self,
+        docs,
+        *,
+        ctx: int,
+        window: int,
+        batch_size: int,
+        drop_remainder: bool,
+        io_block_size: int,
+        lane_period: int = 2,
+        seed: int = 0,
+        pad_id: int = 0,
+        options: dict | None = None,
+    ):
+        self.docs = docs
+        self.lengths = np.asarray(docs.lengths(), np.int64)
+        self.ctx = check_int(ctx, "ctx", minimum=1)
+        self.window = check_int(window, "window", minimum=1)
+        self.batch_size = check_int(batch_size, "batch_size", minimum=1)
+        self.io_block_size = check_int(io_block_size, "io_block_size", minimum=1)
+        self.period = check_int(lane_period, "lane_period", minimum=1)
+        self.lanes = self.batch_size * self.period
+        self.drop_remainder = bool(drop_remainder)
+        self.seed, self.pad_id = int(seed), int(pad_id)
+        self.options = dict(options or {})
+        if self.options.get("overflow") == "error":
+            cut_pieces(self.lengths, self.ctx, "error")  # names the first document too long, by its global index
+        self.n = self.lengths.shape[0]
+        self.num_blocks = -(-self.n // self.io_block_size)
+        self.row_counts = (self.batch_size,)
+        self.shapes = [(self.batch_size, self.ctx)]
+        self._epochs: dict[int, _Epoch] = {}
+        self._plans: OrderedDict = OrderedDict()
+        self._plans_kept = 4 * self.lanes + 16
+        self._lock = threading.Lock()
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"} | {"_plans": OrderedDict(), "_epochs": {}}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    # ----------------------------------------------------------------- the lanes of an epoch
+
+    def _lane_docs(self, e: _Epoch, lane: int, a: int, b: int) -> np.ndarray:
+        """Documents at positions [a, b) of ``lane`` (int64)."""
+        pos = np.arange(a, b, dtype=np.int64)
+        i = np.searchsorted(e.lane_cum[lane], pos, side="right") - 1
+        return e.lane_blocks[lane][i] * self.io_block_size + (pos - e.lane_cum[lane][i])
+
+    def _epoch(self, epoch: int) -> _Epoch:
+        with self._lock:
+            hit = self._epochs.get(epoch)
+        if hit is not None:
+            return hit
+        L, S = self.lanes, self.io_block_size
+        order = np.asarray(FeistelPermutation(self.num_blocks, self.seed, epoch=epoch)(np.arange(self.num_blocks)))
+        sizes = np.minimum(S, self.n - order * S)  # the last block may be short
+        lane_blocks, lane_cum, cuts, row_starts = [], [], [], []
+        tail: list[np.ndarray] = []
+        counts = np.zeros(L, np.int64)
+        for lane in range(L):
+            blocks = order[lane::L]
+            cum = np.concatenate(([0], np.cumsum(sizes[lane::L])))
+            lane_blocks.append(blocks)
+            lane_cum.append(cum)
+            n_lane = int(cum[-1])
+            shift = (lane * self.window) // L  # staggered: lanes begin windows at different steps
+            c = np.arange(self.window - shift, n_lane, self.window, dtype=np.int64)
+            c = np.concatenate(([0], c[c > 0], [n_lane])) if n_lane else np.zeros(1, np.int64)
+            cuts.append(c)
+        e = _Epoch(lane_blocks, lane_cum, cuts, [], 0, np.zeros((0, 2), np.int64), 0)
+        for lane in range(L):
+            rows = [
+                plan_window(self.lengths, self._lane_docs(e, lane, int(a), int(b)), self.ctx, self.options)[0].num_rows
+                for a, b in zip(e.cuts[lane][:-1], e.cuts[lane][1:])
+            ]
+            starts = np.concatenate(([0], np.cumsum(np.asarray(rows, np.int64))))
+            row_starts.append(starts)
+            counts[lane] = starts[-1]
+        e.row_starts = row_starts
+        least = int(counts.min()) if L else 0
+        e.regular = self.period * least
+        for lane in range(L):
+            extra = np.arange(least, counts[lane], dtype=np.int64)
+            tail.append(np.stack([np.full(extra.shape[0], lane, np.int64), extra], axis=1))
+        e.tail = np.concatenate(tail) if tail else np.zeros((0, 2), np.int64)
+        full, rest = divmod(e.tail.shape[0], self.batch_size)
+        e.batches = e.regular + full + (1 if rest and not self.drop_remainder else 0)
+        with self._lock:
+            if len(self._epochs) > 2:
+                self._epochs.clear()
+            self._epochs[epoch] = e
+        return e
+
+    def window_plan(self, epoch: int, lane: int, w: int) -> tuple[PackPlan, np.ndarray]:
+        """Window ``w`` of ``lane``: its plan (document ids global) and row order."""
+        key = (epoch, lane, w)
+        with self._lock:
+            hit = self._plans.get(key)
+            if hit is not None:
+                self._plans.move_to_end(key)
+                return hit
+        e = self._epoch(epoch)
+        a, b = int(e.cuts[lane][w]), int(e.cuts[lane][w + 1])
+        plan, rows = plan_window(
+            self.lengths, self._lane_docs(e, lane, a, b), self.ctx, self.options, key=[self.seed, epoch, lane, w]
+        )
+        with self._lock:
+            self._plans[key] = (plan, rows)
+            while len(self._plans) > self._plans_kept:
+                self._plans.popitem(last=False)
+        return plan, rows
+
+    # ----------------------------------------------------------------- the schedule protocol
+
+    def num_batches(self, epoch: int) -> int:
+        return self._epoch(epoch).batches
+
+    def batch_rows(self, epoch: int, j: int) -> int:
+        return self.batch_size
+
+    def restart_position(self, epoch: int, j: int) -> int:
+        raise NotImplementedError("lanes are not used with mixtures (a mixture reads in window order)")
+
+    def _lane_rows(self, epoch: int, j: int, lo: int, hi: int) -> np.ndarray:
+        """(lane, row of the lane) of rows [lo, hi) of global batch ``j`` that hold data (a prefix)."""
+        e = self._epoch(epoch)
+        if j < e.regular:
+            r = np.arange(lo, hi, dtype=np.int64)
+            return np.stack([r * self.period + j % self.period, np.full(r.shape[0], j // self.period)], axis=1)
+        t = (j - e.regular) * self.batch_size
+        return e.tail[t + lo : t + hi]
+
+    def rows_plan(self, epoch: int, j: int, lo: int, hi: int) -> PackPlan:
+        """Rows [lo, hi) of global batch ``j`` that hold data, as one plan (every row's pieces, in order)."""
+        e = self._epoch(epoch)
+        picked = []
+        for lane, k in self._lane_rows(epoch, j, lo, hi).tolist():
+            w = int(np.searchsorted(e.row_starts[lane], k, side="right")) - 1
+            plan, order = self.window_plan(epoch, lane, w)
+            picked.append((plan, int(order[k - e.row_starts[lane][w]])))
+        return rows_of(picked, self.ctx)
+
+    def pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(doc, start, length) of every piece rows [lo, hi) of global batch ``j`` read (for read-ahead)."""
+        plan = self.rows_plan(epoch, j, lo, hi)
+        return plan.doc, plan.start, plan.length
+
+    def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+        plan = self.rows_plan(epoch, j, lo, hi)
+        out = empty_rows(hi - lo, self.ctx, self.pad_id, fill_from=plan.num_rows)
+        if plan.num_rows:
+            self.docs.pack_rows(
+                plan, np.arange(plan.num_rows), pad_id=self.pad_id, out={k: v[: plan.num_rows] for k, v in out.items()}
+            )
+        return out

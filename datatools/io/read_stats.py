@@ -1,0 +1,173 @@
+"""What the readers of a process fetched, and how long reads took: the loader's side of "did the step wait?".
+
+Every read a document source issues to storage (an extent of a token store, see
+:class:`~datatools.io.documents.StorePieceReader`) is counted here: requests, bytes fetched (the decoded
+bytes of what was read; a compressed store moves fewer over the wire), bytes delivered (the tokens of the
+pieces the batches asked for), the latency of each request and the time a batch waited for its reads.
+
+The counters are per process. Grain's worker processes each read their own batches, so a process that has
+been given a folder (:func:`share_in`) writes its counters there (``<pid>.json``, replaced atomically at most
+every :data:`FLUSH_EVERY_S` seconds and at each :func:`flush`), and :func:`collect` adds up every process's
+file: the pipeline's main process reads its workers' counters without any channel of their own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+FLUSH_EVERY_S = 0.5
+LATENCIES_KEPT = 4096  # most recent request latencies kept per process (seconds)
+
+
+@dataclass
+class ReadCounters:
+    """Counters of one process (or the sum of several). Bytes in bytes, times in seconds."""
+
+    requests: int = 0  # reads issued to storage (one per extent: an inner chunk of a sharded store)
+    bytes_fetched: int = 0  # decoded bytes of every extent read
+    bytes_delivered: int = 0  # bytes of the pieces handed to batches
+    prefetched_requests: int = 0  # of ``requests``, issued ahead of need (read-ahead)
+    wait_s: float = 0.0  # time batch builders spent waiting for reads that were not yet done
+    latencies: list[float] = field(default_factory=list)  # the most recent request latencies
+
+    def add(self, other: ReadCounters) -> None:
+        self.requests += other.requests
+        self.bytes_fetched += other.bytes_fetched
+        self.bytes_delivered += other.bytes_delivered
+        self.prefetched_requests += other.prefetched_requests
+        self.wait_s += other.wait_s
+        self.latencies.extend(other.latencies)
+
+    def latency_quantiles(self) -> tuple[float, float]:
+        """(p50, p99) of the request latencies kept, NaN when none."""
+        if not self.latencies:
+            return float("nan"), float("nan")
+        p50, p99 = np.quantile(np.asarray(self.latencies), [0.5, 0.99])
+        return float(p50), float(p99)
+
+    def to_json(self) -> dict:
+        return {k: v for k, v in self.__dict__.items()}
+
+
+class _ProcessStats:
+    """This process's counters, written to ``folder`` when one is set (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.counters = ReadCounters()
+        self.lock = threading.Lock()
+        self.folder: str | None = None
+        self.pid = os.getpid()
+        self._flushed = 0.0
+
+    def record(
+        self,
+        *,
+        requests: int = 0,
+        bytes_fetched: int = 0,
+        bytes_delivered: int = 0,
+        prefetched: int = 0,
+        wait_s: float = 0.0,
+        latency_s: float | None = None,
+    ) -> None:
+        with self.lock:
+            c = self.counters
+            c.requests += requests
+            c.bytes_fetched += bytes_fetched
+            c.bytes_delivered += bytes_delivered
+            c.prefetched_requests += prefetched
+            c.wait_s += wait_s
+            if latency_s is not None:
+                c.latencies.append(latency_s)
+                if len(c.latencies) > 2 * LATENCIES_KEPT:
+                    del c.latencies[:-LATENCIES_KEPT]
+        if self.folder is not None and time.monotonic() - self._flushed > FLUSH_EVERY_S:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write this process's counters to its file in the shared folder (atomically: a rename)."""
+        if self.folder is None:
+            return
+        self._flushed = time.monotonic()
+        with self.lock:
+            data = self.counters.to_json()
+            data["latencies"] = data["latencies"][-LATENCIES_KEPT:]
+        path = os.path.join(self.folder, f"{os.getpid()}.json")
+        tmp = f"{path}.{threading.get_ident()}.tmp"
+        try:
+            with open(tmp, "w") as f:
+                json.dump(data, f)
+            os.replace(tmp, path)
+        except OSError:  # the folder went away (the pipeline ended): counting is best effort, reading is not
+            pass
+
+
+_STATS = _ProcessStats()
+
+
+def record(**kwargs) -> None:
+    """Add to this process's counters (keywords as :meth:`_ProcessStats.record`)."""
+    if _STATS.pid != os.getpid():  # a forked child starts from zero
+        _reset()
+    _STATS.record(**kwargs)
+
+
+def _reset() -> None:
+    global _STATS
+    folder = _STATS.folder
+    _STATS = _ProcessStats()
+    _STATS.folder = folder
+
+
+def share_in(folder: str | os.PathLike | None) -> None:
+    """Write this process's counters to ``folder`` from now on (None: stop)."""
+    _STATS.folder = None if folder is None else os.fspath(folder)
+    _STATS.flush()
+
+
+def flush() -> None:
+    """Write this process's counters now (when a folder is set)."""
+    _STATS.flush()
+
+
+def snapshot() -> ReadCounters:
+    """A copy of this process's counters."""
+    with _STATS.lock:
+        c = _STATS.counters
+        return ReadCounters(
+            c.requests, c.bytes_fetched, c.bytes_delivered, c.prefetched_requests, c.wait_s, list(c.latencies)
+        )
+
+
+def collect(folder: str | os.PathLike | None) -> ReadCounters:
+    """This process's counters plus every other process's file in ``folder`` (their last flush)."""
+    total = snapshot()
+    if folder is None:
+        return total
+    for name in os.listdir(folder):
+        if not name.endswith(".json") or name == f"{os.getpid()}.json":
+            continue
+        try:
+            with open(os.path.join(folder, name)) as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            continue
+        total.add(ReadCounters(**data))
+    return total
+
+
+def subtract(after: ReadCounters, before: ReadCounters) -> ReadCounters:
+    """The counts between two snapshots (latencies: those added since)."""
+    return ReadCounters(
+        after.requests - before.requests,
+        after.bytes_fetched - before.bytes_fetched,
+        after.bytes_delivered - before.bytes_delivered,
+        after.prefetched_requests - before.prefetched_requests,
+        after.wait_s - before.wait_s,
+        after.latencies[len(before.latencies) :] if len(after.latencies) >= len(before.latencies) else after.latencies,
+    )
