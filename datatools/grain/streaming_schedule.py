@@ -137,7 +137,8 @@ class StreamingSchedule:
             if hit is not None:
                 self._plans.move_to_end(key)
                 return hit
-        plan, rows = plan_window(self.lengths, self._window_docs(epoch, w), self.ctx, self.options, [self.seed, epoch, w])
+        docs = self._window_docs(epoch, w)
+        plan, rows = plan_window(self.lengths, docs, self.ctx, self.options, [self.seed, epoch, w])
         with self._lock:
             self._plans[key] = (plan, rows)
             while len(self._plans) > PLANS_KEPT:
