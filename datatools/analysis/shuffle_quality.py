@@ -18,7 +18,7 @@ import numpy as np
 
 from datatools.base.checks import check_int
 from datatools.base.reports import Report
-from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation
+from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation, lane_order
 
 
 def expected_distinct_groups(n: int, group_size: int, batch_size: int) -> float:
@@ -82,7 +82,10 @@ class ShuffleReport(Report):
     seed: int
     epoch: int
     expected_groups_per_batch: float
-    orders: dict[str, OrderStats]  # "none" (storage order), "full" (Feistel), "block" (block shuffle)
+    orders: dict[str, OrderStats]  # "none" (storage order), "full" (Feistel), "block" (block shuffle), "lanes"
+    lanes: int = 256  # lanes of the "lanes" order (batch_size x lane_period of a pipeline)
+    lane_window: int = 1024  # records per lane window
+    lane_cache_blocks: int = 0  # the reader's cache for the "lanes" order: every lane's window and the next block
 
 
 def order_stats(
@@ -109,9 +112,18 @@ def order_stats(
 
 
 def shuffle_report(
-    n: int, *, io_block_size: int, window_blocks: int, group_size: int, batch_size: int, seed: int = 0, epoch: int = 0
+    n: int,
+    *,
+    io_block_size: int,
+    window_blocks: int,
+    group_size: int,
+    batch_size: int,
+    seed: int = 0,
+    epoch: int = 0,
+    lanes: int = 256,
+    lane_window: int = 1024,
 ) -> ShuffleReport:
-    """Compare no shuffle, full Feistel shuffle and block shuffle on [0, n).
+    """Compare no shuffle, full Feistel shuffle, block shuffle and the block shuffle read in lanes on [0, n).
 
     Args:
       n: records.
@@ -120,7 +132,10 @@ def shuffle_report(
         when counting block reads for every order, so all three get the same memory.
       group_size: records per stored group (material, source).
       batch_size: records per batch.
-      seed, epoch: of both shuffles.
+      seed, epoch: of the shuffles.
+      lanes, lane_window: the ``lanes`` order (:func:`~datatools.kernels.shuffle.lane_order`): lanes, and records
+        per lane window. Its block reads are counted with the cache a lane reader holds (every lane's window of
+        blocks and one more), not ``window_blocks``: that is the memory it needs.
 
     Returns:
       The :class:`ShuffleReport`: the parameters, ``expected_groups_per_batch`` under a
@@ -136,10 +151,14 @@ def shuffle_report(
         check_int(value, name, minimum=1)
     if batch_size > n:
         raise ValueError(f"batch_size={batch_size} exceeds n={n}")
+    check_int(lanes, "lanes", minimum=1)
+    check_int(lane_window, "lane_window", minimum=1)
+    lane_cache = lanes * (-(-lane_window // io_block_size) + 2)
     orders = {
         "none": np.arange(n, dtype=np.int64),
         "full": FeistelPermutation(n, seed, epoch=epoch).indices(),
         "block": BlockShuffle(n, io_block_size=io_block_size, window_blocks=window_blocks, seed=seed).indices(epoch),
+        "lanes": lane_order(n, io_block_size=io_block_size, lanes=lanes, window=lane_window, seed=seed, epoch=epoch),
     }
     return ShuffleReport(
         n=n,
@@ -156,8 +175,11 @@ def shuffle_report(
                 group_size=group_size,
                 batch_size=batch_size,
                 io_block_size=io_block_size,
-                window_blocks=window_blocks,
+                window_blocks=lane_cache if name == "lanes" else window_blocks,
             )
             for name, order in orders.items()
         },
+        lanes=lanes,
+        lane_window=lane_window,
+        lane_cache_blocks=lane_cache,
     )

@@ -9,7 +9,12 @@ from datatools.analysis.shuffle_quality import shuffle_report
 from datatools.base.checks import MAX_REPORT_RECORDS
 from datatools.cli.common import emit_json, make_console
 
-LABELS = {"none": "no shuffle (storage order)", "full": "full Feistel shuffle", "block": "block shuffle"}
+LABELS = {
+    "none": "no shuffle (storage order)",
+    "full": "full Feistel shuffle",
+    "block": "block shuffle",
+    "lanes": "block shuffle in lanes",
+}
 
 
 @click.command("shuffle-report")
@@ -39,6 +44,20 @@ LABELS = {"none": "no shuffle (storage order)", "full": "full Feistel shuffle", 
     help="Consecutive records per stored group (material, source).",
 )
 @click.option("--batch-size", type=click.IntRange(1, MAX_REPORT_RECORDS), required=True, help="Records per batch.")
+@click.option(
+    "--lanes",
+    type=click.IntRange(1, 1 << 16),
+    default=256,
+    show_default=True,
+    help="Lanes of the lanes order (a pipeline's batch_size x packing.lane_period).",
+)
+@click.option(
+    "--lane-window",
+    type=click.IntRange(1, MAX_REPORT_RECORDS),
+    default=1024,
+    show_default=True,
+    help="Records per lane window (a pipeline's packing.window).",
+)
 @click.option("--seed", type=click.IntRange(0, (1 << 64) - 1), default=0, show_default=True)
 @click.option("--epoch", type=click.IntRange(0, (1 << 62)), default=0, show_default=True)
 @click.option(
@@ -48,7 +67,9 @@ LABELS = {"none": "no shuffle (storage order)", "full": "full Feistel shuffle", 
     default=None,
     help="Write the figures as JSON to FILE, or '-' for stdout (then the table goes to stderr).",
 )
-def shuffle_report_command(n, io_block_size, window_blocks, group_size, batch_size, seed, epoch, json_out):
+def shuffle_report_command(
+    n, io_block_size, window_blocks, group_size, batch_size, lanes, lane_window, seed, epoch, json_out
+):
     """Distinct groups per batch against a full shuffle's expectation, displacement, and I/O cost."""
     report = shuffle_report(
         n,
@@ -58,6 +79,8 @@ def shuffle_report_command(n, io_block_size, window_blocks, group_size, batch_si
         batch_size=batch_size,
         seed=seed,
         epoch=epoch,
+        lanes=lanes,
+        lane_window=lane_window,
     )
     console = make_console(stderr=json_out == "-")
     table = Table(
@@ -88,4 +111,9 @@ def shuffle_report_command(n, io_block_size, window_blocks, group_size, batch_si
         )
     console.print(table)
     console.print(f"expected groups per batch under a full shuffle: {expected:.1f}")
+    console.print(
+        f"block shuffle in lanes: {report.lanes} lanes of {report.lane_window}-record windows (streaming packing's "
+        f"read order); its block reads are counted with the cache a lane reader holds, "
+        f"{report.lane_cache_blocks:,} blocks (every lane's window and the next block)"
+    )
     emit_json(json_out, report)

@@ -44,7 +44,7 @@ from datatools.base.checks import check_int
 from datatools.grain.host_batches import empty_rows
 from datatools.grain.streaming_schedule import plan_window, rows_of
 from datatools.kernels.packing import PackPlan, cut_pieces
-from datatools.kernels.shuffle import FeistelPermutation
+from datatools.kernels.shuffle import lane_blocks
 
 
 @dataclass
@@ -128,22 +128,20 @@ class LaneSchedule:
         if hit is not None:
             return hit
         L, S = self.lanes, self.io_block_size
-        order = np.asarray(FeistelPermutation(self.num_blocks, self.seed, epoch=epoch)(np.arange(self.num_blocks)))
-        sizes = np.minimum(S, self.n - order * S)  # the last block may be short
-        lane_blocks, lane_cum, cuts, row_starts = [], [], [], []
+        blocks_of = lane_blocks(self.num_blocks, L, seed=self.seed, epoch=epoch)
+        lane_cum, cuts, row_starts = [], [], []
         tail: list[np.ndarray] = []
         counts = np.zeros(L, np.int64)
-        for lane in range(L):
-            blocks = order[lane::L]
-            cum = np.concatenate(([0], np.cumsum(sizes[lane::L])))
-            lane_blocks.append(blocks)
+        for blocks in blocks_of:
+            lane = len(lane_cum)
+            cum = np.concatenate(([0], np.cumsum(np.minimum(S, self.n - blocks * S))))  # the last block may be short
             lane_cum.append(cum)
             n_lane = int(cum[-1])
             shift = (lane * self.window) // L  # staggered: lanes begin windows at different steps
             c = np.arange(self.window - shift, n_lane, self.window, dtype=np.int64)
             c = np.concatenate(([0], c[c > 0], [n_lane])) if n_lane else np.zeros(1, np.int64)
             cuts.append(c)
-        e = _Epoch(lane_blocks, lane_cum, cuts, [], 0, np.zeros((0, 2), np.int64), 0)
+        e = _Epoch(blocks_of, lane_cum, cuts, [], 0, np.zeros((0, 2), np.int64), 0)
         for lane in range(L):
             rows = [
                 plan_window(self.lengths, self._lane_docs(e, lane, int(a), int(b)), self.ctx, self.options)[0].num_rows

@@ -526,3 +526,33 @@ class BlockShuffle:
             _host=index,
             _count=count,
         )
+
+
+def lane_blocks(num_blocks: int, lanes: int, *, seed: int, epoch: int = 0) -> list[np.ndarray]:
+    """The io blocks of each of ``lanes`` lanes in ``epoch``: the blocks in a Feistel order of (seed, epoch), block
+    ``q`` of that order dealt to lane ``q % lanes`` (see :mod:`datatools.grain.lane_schedule`)."""
+    num_blocks = check_int(num_blocks, "num_blocks", minimum=1, maximum=MAX_RECORDS)
+    lanes = check_int(lanes, "lanes", minimum=1)
+    order = np.asarray(FeistelPermutation(num_blocks, seed, epoch=epoch)(np.arange(num_blocks, dtype=np.int64)))
+    return [order[lane::lanes] for lane in range(lanes)]
+
+
+def lane_order(n: int, *, io_block_size: int, lanes: int, window: int, seed: int, epoch: int = 0) -> np.ndarray:
+    """Records [0, n) in the order a reader in lanes takes them, without packing: each lane reads its blocks
+    (:func:`lane_blocks`), a window of ``window`` records at a time in a seeded order, and position ``i`` of the
+    order is taken from lane ``i % lanes`` while every lane has records, then the leftovers lane by lane. The
+    record-level model of what each batch of :class:`~datatools.grain.lane_schedule.LaneSchedule` reads."""
+    n = check_int(n, "n", minimum=1, maximum=MAX_RECORDS)
+    size = check_int(io_block_size, "io_block_size", minimum=1)
+    window = check_int(window, "window", minimum=1)
+    per_lane = []
+    for lane, blocks in enumerate(lane_blocks(-(-n // size), lanes, seed=seed, epoch=epoch)):
+        records = (blocks[:, None] * size + np.arange(size, dtype=np.int64)).reshape(-1)
+        records = records[records < n] if blocks.size else records
+        rng = np.random.default_rng([seed, epoch, lane])
+        for a in range(0, records.shape[0], window):
+            records[a : a + window] = rng.permutation(records[a : a + window])
+        per_lane.append(records)
+    least = min(r.shape[0] for r in per_lane)
+    head = np.stack([r[:least] for r in per_lane], axis=1).reshape(-1)
+    return np.concatenate([head, *(r[least:] for r in per_lane)])

@@ -4,9 +4,12 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from datatools.analysis.shuffle_quality import expected_distinct_groups, order_stats, shuffle_report
 from datatools.cli import main
+from datatools.kernels.shuffle import lane_order
 
 
 @pytest.mark.parametrize("n, m, s", [(1000, 10, 20), (1030, 64, 128), (500, 7, 5)])
@@ -61,7 +64,7 @@ def test_cli_json_to_stdout_only(capsys):
     assert code == 0
     out = capsys.readouterr()
     report = json.loads(out.out)
-    assert set(report["orders"]) == {"none", "full", "block"} and "block shuffle" in out.err
+    assert set(report["orders"]) == {"none", "full", "block", "lanes"} and "block shuffle" in out.err
 
 
 def test_cli_json_file_and_table(tmp_path, capsys):
@@ -102,3 +105,29 @@ def test_cli_bad_input_is_one_line_exit_2(args, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("datatools: error:") and err.count("\n") == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 3000),
+    size=st.integers(1, 70),
+    lanes=st.integers(1, 40),
+    window=st.integers(1, 300),
+    seed=st.integers(0, 2**64 - 1),
+    epoch=st.integers(0, 5),
+)
+def test_lane_order_is_a_permutation(n, size, lanes, window, seed, epoch):
+    order = lane_order(n, io_block_size=size, lanes=lanes, window=window, seed=seed, epoch=epoch)
+    assert np.array_equal(np.sort(order), np.arange(n))
+
+
+def test_lanes_mix_more_groups_than_the_block_shuffle_at_its_block_reads():
+    """The users' shape (io blocks of 64, ~1,300 documents a batch, 256 lanes of 1024-document windows): a batch
+    read in lanes holds documents of more stored groups than the block shuffle's window order, and still reads
+    about as many io blocks per batch as the block shuffle (each once, from a cache of every lane's window)."""
+    r = shuffle_report(625_000, io_block_size=64, window_blocks=1024, group_size=64, batch_size=1300, seed=5, lanes=256)
+    block, lanes = r.orders["block"], r.orders["lanes"]
+    assert lanes.groups_per_batch >= block.groups_per_batch
+    assert lanes.groups_per_batch > 0.8 * r.expected_groups_per_batch
+    assert lanes.block_reads_per_batch <= 1.2 * block.block_reads_per_batch
+    assert r.lane_cache_blocks == 256 * (16 + 2)

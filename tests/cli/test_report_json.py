@@ -114,7 +114,7 @@ def test_shuffle_report_json_is_the_api_report(monkeypatch, capsys):
         seen,
         ShuffleReport,
     )
-    assert list(printed["orders"]) == ["none", "full", "block"] and report.orders["none"].groups_per_batch == 2
+    assert list(printed["orders"]) == ["none", "full", "block", "lanes"] and report.orders["none"].groups_per_batch == 2
 
 
 def test_pack_json_is_the_api_report(monkeypatch, capsys, tmp_path):
