@@ -37,7 +37,15 @@ from datatools.pipeline.run import run_pipeline
     default=None,
     help="Write the figures as JSON to FILE, or '-' for stdout (then the table goes to stderr).",
 )
-def pipeline_command(config, source, overrides, steps, workers, json_out):
+@click.option(
+    "--step-time",
+    "step_s",
+    type=click.FloatRange(0, 3600),
+    default=0.0,
+    show_default=True,
+    help="Simulate a training step of this many seconds after each batch: does the loader keep up with it?",
+)
+def pipeline_command(config, source, overrides, steps, workers, json_out, step_s):
     """Run the pipeline of CONFIG for --steps batches: batches/s, tokens/s, efficiency, shapes.
 
     CONFIG is a YAML file, or the name of a config shipped with datatools (pretrain_block_8192,
@@ -48,7 +56,13 @@ def pipeline_command(config, source, overrides, steps, workers, json_out):
         cfg = cfg.replace(workers=workers)
     console = make_console(stderr=json_out == "-")
     err = make_console(stderr=True)
-    report = run_pipeline(cfg, steps, progress=lambda total: count_progress(err, total, "batches"))
+    report = run_pipeline(
+        cfg,
+        steps,
+        progress=lambda total: count_progress(err, total, "batches"),
+        warn=lambda line: err.print(line, markup=False, highlight=False),
+        step_s=step_s,
+    )
     table = Table(title=f"{config}: {report.config.mode} pipeline on {cfg.source_label}", title_justify="left")
     table.add_column("measure")
     table.add_column("value", justify="right")
@@ -68,5 +82,24 @@ def pipeline_command(config, source, overrides, steps, workers, json_out):
         ("workers", str(report.config.workers)),
     ]:
         table.add_row(name, value)
+    loader = report.loader
+    if loader is not None and loader.steps > 1:
+        table.add_row(
+            "step waited (p50 / p99 / max)",
+            f"{loader.wait_p50_ms:.1f} / {loader.wait_p99_ms:.1f} / {loader.wait_max_ms:.1f} ms",
+        )
+        table.add_row(
+            f"steps waited > {loader.threshold_ms:.0f} ms", f"{loader.steps_waited:,} of {loader.steps - 1:,}"
+        )
+    if loader is not None and loader.requests:
+        table.add_row(
+            "fetched / delivered",
+            f"{loader.bytes_fetched / 1e6:,.1f} / {loader.bytes_delivered / 1e6:,.1f} MB "
+            f"({loader.fetched_per_delivered:.2f}x)",
+        )
+        table.add_row("reads per batch", f"{loader.requests_per_step:,.1f}")
+        table.add_row(
+            "read latency (p50 / p99)", f"{loader.request_latency_p50_ms:.1f} / {loader.request_latency_p99_ms:.1f} ms"
+        )
     console.print(table)
     emit_json(json_out, report)

@@ -33,6 +33,7 @@ import numpy as np
 import grain
 from datatools.base.checks import check_choice, check_int
 from datatools.grain.batch import read_batch
+from datatools.io import read_stats
 from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation
 
 CANONICAL = ("tokens", "segment_ids", "positions", "loss_mask")
@@ -153,6 +154,7 @@ class HostBatchesMapDataset(grain.MapDataset):
         self._ends = [0]  # cumulative batches at the end of each epoch computed so far
         self._lock = threading.Lock()
         self._last, self._step, self._ahead = -1, 1, -1  # read-ahead: last batch asked for, stride, prefetched
+        self.stats_folder: str | None = None  # where a worker process writes its read counters (read_stats)
         if schedule.num_batches(0) == 0:
             raise ValueError(
                 "the data makes no global batch (fewer rows than one batch; set drop_remainder: false "
@@ -219,6 +221,8 @@ class HostBatchesMapDataset(grain.MapDataset):
     def __getitem__(self, index):
         if isinstance(index, slice):
             return self.slice(index)
+        if self.stats_folder is not None and read_stats.shared_folder() != self.stats_folder:
+            read_stats.share_in(self.stats_folder)  # once per process: a Grain worker's counters reach the parent
         epoch, j = self.locate(int(index))
         self._read_ahead(int(index))
         return self._schedule.read(epoch, j, *self._rows(epoch, j))

@@ -130,6 +130,11 @@ def share_in(folder: str | os.PathLike | None) -> None:
     _STATS.flush()
 
 
+def shared_folder() -> str | None:
+    """The folder this process writes its counters to (None: none)."""
+    return _STATS.folder
+
+
 def flush() -> None:
     """Write this process's counters now (when a folder is set)."""
     _STATS.flush()

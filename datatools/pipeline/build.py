@@ -42,6 +42,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
+import tempfile
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,6 +98,7 @@ class CanonicalPipeline:
     batches: grain.MapDataset | None = None  # this host's canonical batches by global batch number (random access)
     schedule: object = None  # the global batch sequence (grain.host_batches: planned, streaming or bucket schedule)
     documents_source: object = None  # the document source read (a mixture's: MixedDocuments)
+    stats_folder: str | None = None  # where worker processes write their read counters (datatools.io.read_stats)
 
 
 def _shuffle_map(ds: grain.MapDataset, cfg: PipelineConfig) -> grain.MapDataset:
@@ -390,6 +394,10 @@ def _build_canonical(cfg: PipelineConfig, documents=None, history=None) -> Canon
     in_memory = bool(getattr(docs, "in_memory", False))
     _warn_if_random_access_thrashes(docs, cfg)
     schedule, host, efficiency = _host_batches(cfg, docs, history)
+    stats_folder = None
+    if cfg.workers and not in_memory:  # each worker process counts its reads into a file there
+        stats_folder = tempfile.mkdtemp(prefix="datatools-reads-")
+        host.stats_folder = stats_folder
     built = CanonicalPipeline(
         _prefetch(_with_loss_weights(_with_attention_tiles(host, cfg), cfg), cfg, in_memory),
         cfg,
@@ -403,6 +411,9 @@ def _build_canonical(cfg: PipelineConfig, documents=None, history=None) -> Canon
 
         built.identity.update(mixture_identity(cfg, docs, history))
     built.batches, built.schedule, built.documents_source = host, schedule, docs
+    if stats_folder is not None:
+        built.stats_folder = stats_folder
+        weakref.finalize(built, shutil.rmtree, stats_folder, True)
     return built
 
 

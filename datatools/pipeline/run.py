@@ -11,6 +11,7 @@ import numpy as np
 from datatools.base.reports import Report
 from datatools.kernels.batch_layouts import to_format
 from datatools.pipeline import PipelineConfig, build_canonical
+from datatools.pipeline.stalls import LoaderReport, StallMeter
 
 
 @dataclass(frozen=True)
@@ -44,10 +45,16 @@ class PipelineRunReport(Report):
     plan_efficiency: float | None  # planned packing: real / slots over the whole plan; None otherwise
     shapes: list[list[int]]  # distinct [rows, tokens] batch shapes, sorted
     format: str
+    loader: LoaderReport | None = None  # what each step waited for its batch, and what the readers fetched
 
 
-def run_pipeline(cfg: PipelineConfig, steps: int, *, progress=None, documents=None) -> PipelineRunReport:
+def run_pipeline(
+    cfg: PipelineConfig, steps: int, *, progress=None, documents=None, warn=None, step_s: float = 0.0
+) -> PipelineRunReport:
     """Iterate ``steps`` batches (fewer when the data ends) in the config's format and measure them.
+
+    ``step_s``: a simulated training step (seconds slept after each batch), to see whether the loader keeps up
+    with a step of that length; ``warn``: called with a line when the step waited for the loader.
 
     Returns:
       The :class:`PipelineRunReport` (batches, rates, efficiency, shapes, build and startup times).
@@ -55,7 +62,7 @@ def run_pipeline(cfg: PipelineConfig, steps: int, *, progress=None, documents=No
     t0 = time.perf_counter()
     built = build_canonical(cfg, documents)
     build_s = time.perf_counter() - t0
-    it = iter(built.dataset)
+    it = StallMeter(iter(built.dataset), stats_folder=built.stats_folder, warn=warn)
     real = slots = done = 0
     shapes: set[tuple[int, int]] = set()
     first_at = None
@@ -79,10 +86,11 @@ def run_pipeline(cfg: PipelineConfig, steps: int, *, progress=None, documents=No
                 done += 1
                 if advance:
                     advance()
+                if step_s:
+                    time.sleep(step_s)
     finally:
-        close = getattr(it, "close", None)
-        if close:
-            close()
+        loader = it.report()
+        it.close()
     end = time.perf_counter()
     span = end - first_at if first_at is not None and done > 1 else float("nan")
     return PipelineRunReport(
@@ -104,4 +112,5 @@ def run_pipeline(cfg: PipelineConfig, steps: int, *, progress=None, documents=No
         plan_efficiency=built.plan_efficiency,
         shapes=sorted([list(s) for s in shapes]),
         format=cfg.format,
+        loader=loader,
     )

@@ -1,0 +1,122 @@
+"""Did the step wait for its batch? The time each ``next()`` of a pipeline took, and what the readers fetched.
+
+Once loading is faster than the step, a loader costs MFU only when the step waits for it. :class:`StallMeter`
+wraps a pipeline's iterator and times every ``next()``: the wait of that step. With the readers' counters
+(:mod:`datatools.io.read_stats`, summed over Grain's worker processes) it makes a :class:`LoaderReport`:
+wait per step (p50, p99, max), the steps that waited more than a threshold, bytes fetched against bytes
+delivered, requests and their latency. While it runs it says, at most every :data:`WARN_EVERY_S` seconds, when
+the loader falls behind (a step waited more than the threshold).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from datatools.base.reports import Report
+from datatools.io import read_stats
+
+WAIT_THRESHOLD_S = 0.010  # a step that waited longer than this counts as stalled
+WARN_EVERY_S = 5.0
+
+
+@dataclass(frozen=True)
+class LoaderReport(Report):
+    """What the step waited for and what the readers fetched. Times in milliseconds, bytes in bytes.
+
+    The first step (start-up: the first batch) is reported on its own (``first_batch_ms``) and left out of the
+    wait quantiles. Byte and request counts are every reader process's, from their last flush."""
+
+    steps: int
+    first_batch_ms: float
+    wait_p50_ms: float
+    wait_p99_ms: float
+    wait_max_ms: float
+    threshold_ms: float
+    steps_waited: int  # steps after the first that waited more than the threshold
+    requests: int
+    bytes_fetched: int
+    bytes_delivered: int
+    fetched_per_delivered: float  # NaN when nothing was delivered through a counting reader
+    requests_per_step: float
+    request_latency_p50_ms: float
+    request_latency_p99_ms: float
+
+
+class StallMeter:
+    """An iterator over ``it`` that times each ``next()``.
+
+    Args:
+      it: the pipeline's iterator.
+      stats_folder: where the pipeline's worker processes write their read counters (None: this process only).
+      threshold_s: a wait longer than this is a stalled step.
+      warn: called with one line when the loader falls behind (at most every :data:`WARN_EVERY_S` seconds).
+    """
+
+    def __init__(
+        self,
+        it: Iterator,
+        *,
+        stats_folder: str | None = None,
+        threshold_s: float = WAIT_THRESHOLD_S,
+        warn: Callable[[str], None] | None = None,
+    ):
+        self._it, self._folder, self.threshold_s, self._warn = it, stats_folder, float(threshold_s), warn
+        self.waits: list[float] = []
+        self._before = read_stats.collect(stats_folder)
+        self._warned_at = time.monotonic()
+        self._stalls_since_warning = 0
+
+    def __iter__(self) -> StallMeter:
+        return self
+
+    def __next__(self):
+        t0 = time.perf_counter()
+        batch = next(self._it)
+        wait = time.perf_counter() - t0
+        self.waits.append(wait)
+        if len(self.waits) > 1 and wait > self.threshold_s:
+            self._stalls_since_warning += 1
+            now = time.monotonic()
+            if self._warn is not None and now - self._warned_at >= WARN_EVERY_S:
+                self._warn(
+                    f"loader: the step waited {wait * 1e3:.0f} ms for batch {len(self.waits) - 1} "
+                    f"({self._stalls_since_warning} steps waited > {self.threshold_s * 1e3:.0f} ms in the last "
+                    f"{now - self._warned_at:.0f} s): reads are behind the step"
+                )
+                self._warned_at, self._stalls_since_warning = now, 0
+        return batch
+
+    def close(self) -> None:
+        close = getattr(self._it, "close", None)
+        if close:
+            close()
+
+    def report(self) -> LoaderReport:
+        read_stats.flush()
+        counts = read_stats.subtract(read_stats.collect(self._folder), self._before)
+        later = np.asarray(self.waits[1:], np.float64) * 1e3
+        p50, p99, top = (float(np.quantile(later, q)) for q in (0.5, 0.99, 1.0)) if later.size else (float("nan"),) * 3
+        lat50, lat99 = counts.latency_quantiles()
+        steps = len(self.waits)
+        return LoaderReport(
+            steps=steps,
+            first_batch_ms=self.waits[0] * 1e3 if self.waits else float("nan"),
+            wait_p50_ms=p50,
+            wait_p99_ms=p99,
+            wait_max_ms=top,
+            threshold_ms=self.threshold_s * 1e3,
+            steps_waited=int((later > self.threshold_s * 1e3).sum()),
+            requests=counts.requests,
+            bytes_fetched=counts.bytes_fetched,
+            bytes_delivered=counts.bytes_delivered,
+            fetched_per_delivered=counts.bytes_fetched / counts.bytes_delivered
+            if counts.bytes_delivered
+            else float("nan"),
+            requests_per_step=counts.requests / steps if steps else float("nan"),
+            request_latency_p50_ms=lat50 * 1e3,
+            request_latency_p99_ms=lat99 * 1e3,
+        )
