@@ -129,7 +129,9 @@ class LaneSchedule:
             return hit
         L, S = self.lanes, self.io_block_size
         blocks_of = lane_blocks(self.num_blocks, L, seed=self.seed, epoch=epoch)
-        lane_cum, cuts, row_starts = [], [], []
+        lane_cum: list[np.ndarray] = []
+        cuts: list[np.ndarray] = []
+        row_starts: list[np.ndarray] = []
         tail: list[np.ndarray] = []
         counts = np.zeros(L, np.int64)
         for blocks in blocks_of:
