@@ -193,6 +193,9 @@ class StorePieceReader:
         self._cache: OrderedDict[int, _Extent] = OrderedDict()
         self._held = 0
         self.chunk_reads = 0  # extents fetched by this process
+        self._ahead_bytes = 0  # bytes of extents read ahead (cached or in flight) that no read has used yet
+        self.peak_ahead_bytes = 0  # the most of them at any time: at most half the budget and one extent
+        self.peak_held_after_read = 0  # most bytes held when a read returned (<= the budget, or that read's extents)
         self._lock = threading.Lock()  # guards the cache only; no I/O runs under it
         self._extent: int | None = None
 
@@ -225,39 +228,49 @@ class StorePieceReader:
         return np.unique(np.repeat(first, counts) + steps)
 
     def _issue(self, ids, prefetch: bool) -> tuple[list[_Extent], int]:
-        """The cache entries of extents ``ids``, reading those missing (call with the lock held); for a prefetch,
-        stop before the cache (in flight included) passes half its budget. Returns (entries, extents issued):
-        fewer entries than ids when a prefetch stopped."""
-        e, n, itemsize = self.extent, self.store.num_tokens, self.store.dtype.itemsize
+        """The cache entries of extents ``ids``, reading those missing (call with the lock held).
+
+        A prefetch stops once the extents read ahead and not yet used reach half the budget (fewer entries than
+        ids then); a read takes every extent it needs. Returns (entries, extents issued)."""
+        e, n = self.extent, self.store.num_tokens
         entries, issued = [], 0
         for c in ids.tolist():
             entry = self._cache.get(c)
             if entry is None:
-                if prefetch and self._held >= self.cache_bytes // 2:
+                if prefetch and self._ahead_bytes >= self.cache_bytes // 2:
                     break
                 begin, end = c * e, min((c + 1) * e, n)
                 entry = _Extent(self.store, begin, end, prefetch)
                 self._cache[c] = entry
-                self._held += (end - begin) * itemsize
+                self._held += entry.nbytes
+                if prefetch:
+                    self._ahead_bytes += entry.nbytes
                 self.chunk_reads += 1
                 issued += 1
             else:
                 self._cache.move_to_end(c)
+                if entry.ahead and not prefetch:  # read ahead, now used
+                    entry.ahead = False
+                    self._ahead_bytes -= entry.nbytes
             entries.append(entry)
         return entries, issued
 
     def _evict(self, keep: set) -> None:
-        """Drop the least recently used finished extents (not in ``keep``) while past the budget."""
-        if self._held <= self.cache_bytes:
-            return
-        for c in list(self._cache):
+        """While past the budget, drop the least recently used finished extents not in ``keep``: those already
+        used first, then those read ahead (call with the lock held)."""
+        for used_only in (True, False):
             if self._held <= self.cache_bytes:
-                break
-            entry = self._cache[c]
-            if c in keep or not entry.done():
-                continue
-            del self._cache[c]
-            self._held -= entry.nbytes
+                return
+            for c in list(self._cache):
+                if self._held <= self.cache_bytes:
+                    return
+                entry = self._cache[c]
+                if c in keep or not entry.done() or (used_only and entry.ahead):
+                    continue
+                del self._cache[c]
+                self._held -= entry.nbytes
+                if entry.ahead:
+                    self._ahead_bytes -= entry.nbytes
 
     def prefetch(self, doc, start, length) -> bool:
         """Start reading the extents of these pieces (of a batch still to come) without waiting. True when every
@@ -266,6 +279,8 @@ class StorePieceReader:
         ids = self._extents_of(begin, np.asarray(length, np.int64))
         with self._lock:
             entries, _ = self._issue(ids, prefetch=True)
+            self.peak_ahead_bytes = max(self.peak_ahead_bytes, self._ahead_bytes)
+            self._evict(set(ids.tolist()))
         return len(entries) == ids.shape[0]
 
     def read_pieces(self, doc, start, length) -> np.ndarray:
@@ -288,17 +303,19 @@ class StorePieceReader:
         _gather(buf, where, np.arange(begin.shape[0], dtype=np.int64), np.zeros_like(begin), length, out)
         with self._lock:
             self._evict(set(ids.tolist()))
+            self.peak_held_after_read = max(self.peak_held_after_read, self._held)
         read_stats.record(bytes_delivered=int(length.sum()) * self.store.dtype.itemsize, wait_s=waited)
         return out
 
 
 class _Extent:
-    """One extent's read: a tensorstore future until it is done, then its tokens (counted in read_stats)."""
+    """One extent's read: a tensorstore future until it is done, then its tokens (counted in read_stats).
+    ``ahead``: read ahead of need and not used by a read yet."""
 
-    __slots__ = ("_future", "_value", "_t0", "nbytes", "_store", "_begin")
+    __slots__ = ("_future", "_value", "_t0", "nbytes", "_store", "_begin", "ahead")
 
     def __init__(self, store: TokenStore, begin: int, end: int, prefetch: bool):
-        self._store, self._begin = store, begin
+        self._store, self._begin, self.ahead = store, begin, prefetch
         self.nbytes = (end - begin) * store.dtype.itemsize
         self._value: np.ndarray | None = None
         self._t0 = time.perf_counter()

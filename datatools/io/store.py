@@ -71,6 +71,7 @@ READ_CHUNK = 1 << 14  # tokens per inner chunk of a shard: the unit a ranged rea
 OFFSET_CHUNK = 1 << 18  # offsets per chunk
 ARRAYS = ("tokens", "offsets")
 CHECKSUM = "sha256"
+REQUESTS_IN_FLIGHT = 64  # concurrent requests per open array to an object store (tensorstore's default: 32)
 INDEX_CACHE_BYTES = 32 << 20  # tensorstore's cache per open array: shard indices (1 KiB each) and recent chunks
 _READS_IN_FLIGHT = 64  # kvstore reads issued at once when recording or verifying chunks
 
@@ -384,7 +385,12 @@ class TokenStore:
             "fill_missing_data_reads": False,
             # A store never changes once committed: cached shard indices are not revalidated (a request each).
             "recheck_cached_data": "open",
-            "context": {"cache_pool": {"total_bytes_limit": INDEX_CACHE_BYTES}},
+            "context": {
+                "cache_pool": {"total_bytes_limit": INDEX_CACHE_BYTES},
+                # Readers issue many small ranged reads at once (inner chunks): let more run concurrently.
+                "s3_request_concurrency": {"limit": REQUESTS_IN_FLIGHT},
+                "gcs_request_concurrency": {"limit": REQUESTS_IN_FLIGHT},
+            },
         }
         try:
             return ts.open(
