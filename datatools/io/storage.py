@@ -26,6 +26,16 @@ GCS endpoint is probed once per process before gcsfs (whose retries, about 34 s 
 a closed port, cannot be set per instance) is used. A missing object in an existing
 bucket is a ``FileNotFoundError`` naming the URL (bad input, as a missing local file).
 
+An endpoint that takes the connection and never answers (a hung proxy) fails too, in at
+most about 20 s: every client has a read timeout of :data:`READ_TIMEOUT_S` between two
+received bytes (botocore's ``read_timeout``, aiohttp's ``sock_read`` for gcsfs, curl's
+low-speed watchdog for tensorstore, which its spec cannot set: the
+``TENSORSTORE_CURL_*`` variables of :data:`TS_CURL_ENV`, set before tensorstore's first
+request), and few enough attempts that they add up to less than 30 s (s3fs's own retry
+loop is off: botocore's 3 attempts retry the same errors). The GCS probe sends one HTTP
+request and waits for the status line, so a silent GCS endpoint fails there, in
+:data:`READ_TIMEOUT_S` (gcsfs's 6 attempts are fixed in its class).
+
 Object stores have no rename and no directories: a directory is a key prefix; one PUT
 is atomic (a reader sees the old object or the new one), so :func:`write_with` buffers
 the bytes and writes them in one PUT. Nothing here ever lists or deletes outside the
@@ -51,9 +61,16 @@ from datatools.io.paths import resolved
 
 SCHEMES = {"s3": "s3", "gs": "gcs", "gcs": "gcs"}  # URL scheme -> fsspec protocol / tensorstore driver
 CONNECT_TIMEOUT_S = 5.0  # a TCP connection to an endpoint; more is a dead or unreachable endpoint
-READ_TIMEOUT_S = 60.0  # one request's answer
+READ_TIMEOUT_S = 4.0  # seconds without a byte of an answer: a silent endpoint (S3 answers in well under 1 s)
+S3_ATTEMPTS = 3  # botocore attempts per request (s3fs asks twice on a timeout: 4 x 4 s + backoff ~ 19 s)
 READ_BLOCK = 8 << 20  # bytes one remote read fetches (fsspec block size)
-TS_RETRIES = {"max_retries": 4, "initial_delay": "250ms", "max_delay": "2s"}  # tensorstore: ~5 s in all, not 300
+# tensorstore: 4 attempts, 1.75 s of delays in all (a closed port fails in ~2 s, a silent endpoint in ~18 s)
+TS_RETRIES = {"max_retries": 3, "initial_delay": "250ms", "max_delay": "2s"}
+TS_CURL_ENV = {  # tensorstore's HTTP client (curl) reads these once, at its first request; a spec cannot set them
+    "TENSORSTORE_CURL_CONNECT_TIMEOUT_SECONDS": str(int(CONNECT_TIMEOUT_S)),
+    "TENSORSTORE_CURL_LOW_SPEED_TIME_SECONDS": str(int(READ_TIMEOUT_S)),  # under 1 byte/s this long: abort
+    "TENSORSTORE_CURL_LOW_SPEED_LIMIT_BYTES": "1",
+}
 EXTRA = "pip install 'datatools-llm[cloud]'"
 
 for _name in ("gcsfs", "s3fs", "fsspec", "aiobotocore", "botocore"):  # their failures reach users as our one line
@@ -121,7 +138,10 @@ def name_of(path: str | os.PathLike) -> str:
 
 
 def _configure_environment() -> None:
-    """Derive what gcsfs and tensorstore need from the standard variable of a GCS emulator."""
+    """Derive what gcsfs and tensorstore need from the standard variable of a GCS emulator, and give
+    tensorstore's HTTP client its timeouts (:data:`TS_CURL_ENV`; a value the user set is kept)."""
+    for name, value in TS_CURL_ENV.items():
+        os.environ.setdefault(name, value)
     emulator = os.environ.get("STORAGE_EMULATOR_HOST")
     if emulator:
         os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")  # gcsfs hung on an emulator without it
@@ -178,17 +198,23 @@ def filesystem(path: str | os.PathLike):
             config_kwargs={
                 "connect_timeout": CONNECT_TIMEOUT_S,
                 "read_timeout": READ_TIMEOUT_S,
-                "retries": {"max_attempts": 3, "mode": "standard"},
+                "retries": {"max_attempts": S3_ATTEMPTS, "mode": "standard"},
             },
         )
+        fs.retries = 1  # s3fs's own loop (5 tries of botocore's 3, with sleeps) off: botocore retries the same
         return fs, inner
     gcsfs = _import("gcsfs", path)
+    import aiohttp
+
     emulator = os.environ.get("STORAGE_EMULATOR_HOST")
     _probe(endpoint_of("gcs"), path)
+    timeout = aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT_S, sock_read=READ_TIMEOUT_S)
     if emulator:
-        fs = gcsfs.GCSFileSystem(token="anon", endpoint_url=_with_scheme(emulator), cache_timeout=0)
+        fs = gcsfs.GCSFileSystem(
+            token="anon", endpoint_url=_with_scheme(emulator), cache_timeout=0, requests_timeout=timeout
+        )
     else:
-        fs = gcsfs.GCSFileSystem(token=_google_credentials(path), cache_timeout=0)
+        fs = gcsfs.GCSFileSystem(token=_google_credentials(path), cache_timeout=0, requests_timeout=timeout)
     return fs, inner
 
 
@@ -205,17 +231,37 @@ _reachable: set[str] = set()
 
 
 def _probe(endpoint: str, url) -> None:
-    """Fail in seconds when ``endpoint`` takes no TCP connection (checked once per endpoint and process)."""
+    """Fail in seconds when ``endpoint`` takes no TCP connection, or takes it and sends no HTTP status line
+    within :data:`READ_TIMEOUT_S` of a ``HEAD /`` (checked once per endpoint and process). Any status is an
+    answer: the probe asks for nothing but a sign of life."""
     if endpoint in _reachable:
         return
+    import http.client
+
     parts = urlsplit(endpoint)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+    https = parts.scheme == "https"
+    port = parts.port or (443 if https else 80)
     try:
         socket.create_connection((parts.hostname, port), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as exc:
         raise StorageError(
             errno.ECONNREFUSED, f"cannot reach the storage endpoint {endpoint} ({exc.strerror or exc})", url_of(url)
         ) from None
+    kind = http.client.HTTPSConnection if https else http.client.HTTPConnection
+    conn = kind(parts.hostname or "", port, timeout=READ_TIMEOUT_S)
+    try:
+        conn.request("HEAD", "/")
+        conn.getresponse().close()
+    except TimeoutError:
+        raise StorageError(
+            errno.ETIMEDOUT,
+            f"the storage endpoint {endpoint} took the connection but sent no answer in {READ_TIMEOUT_S:g} s",
+            url_of(url),
+        ) from None
+    except (OSError, http.client.HTTPException):
+        pass  # it answered, if not with HTTP we understand: the client's own request will say more
+    finally:
+        conn.close()
     _reachable.add(endpoint)
 
 
@@ -242,7 +288,8 @@ def kvstore_spec(path: str | os.PathLike) -> dict:
 
     Local: the ``file`` driver on the resolved path (tensorstore rejects ``..``). S3: the ``s3`` driver with the
     endpoint, region and (when set) environment credentials; GCS: the ``gcs`` driver. Both with bounded retries
-    (:data:`TS_RETRIES`), so an unreachable endpoint fails in seconds."""
+    (:data:`TS_RETRIES`), so an unreachable endpoint fails in seconds; a silent one fails on tensorstore's curl
+    low-speed watchdog (:data:`TS_CURL_ENV`, set here through :func:`_configure_environment`)."""
     if not is_url(path):
         return {"driver": "file", "path": str(resolved(path))}
     proto, bucket, key = split_url(path)
@@ -304,11 +351,18 @@ def _classify(path, exc: BaseException) -> OSError | None:
         or "SignatureDoesNotMatch" in text
     ):
         return StorageError(errno.EACCES, f"access denied by {endpoint_of(proto)} ({text})", url)
+    if name in ("ReadTimeoutError", "ServerTimeoutError", "FSTimeoutError") or (
+        isinstance(exc, TimeoutError) and not isinstance(exc, ConnectionError)
+    ):
+        return StorageError(
+            errno.ETIMEDOUT,
+            f"the storage endpoint {endpoint_of(proto)} sent no answer in {READ_TIMEOUT_S:g} s ({text})",
+            url,
+        )
     if name in (
         "EndpointConnectionError",
         "ConnectTimeoutError",
         "ConnectionClosedError",
-        "ReadTimeoutError",
         "ClientConnectorError",
         "ServerDisconnectedError",
         "FSTimeoutError",
