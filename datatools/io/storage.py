@@ -49,6 +49,7 @@ import io
 import logging
 import os
 import socket
+import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePath
@@ -453,16 +454,34 @@ class _NamedFile(io.RawIOBase):
         super().close()
 
 
-def read_bytes(path: str | os.PathLike, limit: int | None = None) -> bytes:
-    """The whole file (at most ``limit`` bytes when given)."""
+MAX_METADATA_BYTES = 64 << 20  # a manifest, a plan header, a ledger: ~90 bytes a chunk record, 700k records
+
+
+def read_bytes(path: str | os.PathLike, limit: int | None = None, *, max_bytes: int | None = None) -> bytes:
+    """The whole file (its first ``limit`` bytes when given).
+
+    ``max_bytes``: the file must hold at most this many bytes, or ``ValueError`` naming it (no more than
+    ``max_bytes + 1`` bytes are read: memory stays bounded whatever the file is; give
+    :data:`MAX_METADATA_BYTES` for a manifest or a header). A whole read of a device (a link to
+    ``/dev/urandom`` or ``/dev/zero``, which never ends) is refused at once, ``ValueError`` naming the path."""
+    want = limit if limit is not None else (None if max_bytes is None else max_bytes + 1)
     if not is_url(path):
         with open(path, "rb") as f:
-            return f.read() if limit is None else f.read(limit)
-    with storage_errors(path):
-        fs, inner = filesystem(path)
-        if limit is None:
-            return fs.cat_file(inner)
-        return fs.cat_file(inner, start=0, end=limit)
+            mode = os.fstat(f.fileno()).st_mode
+            if limit is None and (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)):
+                from datatools.io.paths import display
+
+                raise ValueError(f"{display(path)}: a device, not a file (a link to one?)")
+            data = f.read() if want is None else f.read(want)
+    else:
+        with storage_errors(path):
+            fs, inner = filesystem(path)
+            data = fs.cat_file(inner) if want is None else fs.cat_file(inner, start=0, end=want)
+    if limit is None and max_bytes is not None and len(data) > max_bytes:
+        from datatools.io.paths import display
+
+        raise ValueError(f"{display(path)}: larger than {max_bytes:,} bytes: not a file of this kind (corrupt?)")
+    return data
 
 
 def info(path: str | os.PathLike) -> dict | None:

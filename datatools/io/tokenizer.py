@@ -256,17 +256,54 @@ class TextEncoder:
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
-    def encode(self, texts: list[str], dtype=np.int64) -> tuple[np.ndarray, np.ndarray]:
-        """Tokens of all ``texts`` back to back (``dtype``) and each text's length (int64 tokens)."""
-        encodings = native_call(
-            self.source, self.tokenizer.encode_batch, texts, add_special_tokens=self.settings == "keep"
-        )
-        ids = [e.ids for e in encodings]
-        if self.bos_id is not None or self.eos_id is not None:
-            bos = [] if self.bos_id is None else [self.bos_id]
-            eos = [] if self.eos_id is None else [self.eos_id]
-            ids = [bos + x + eos for x in ids]
-        return flatten_ids(ids, dtype)
+    def encode(self, texts: Sequence[str], dtype=np.int64) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens of all ``texts`` back to back (``dtype``) and each text's length (int64 tokens).
+
+        Memory is bounded whatever the input, as in :meth:`count_tokens`: texts go to the tokenizer in batches
+        of at most :data:`LENGTH_BATCH_TEXTS` texts and :data:`LENGTH_BATCH_CHARS` characters, each batch's ids
+        become ``dtype`` arrays at once (a Python list holds ~36 bytes a token, ``tokenizers`` ~100 with
+        offsets), and a text over :data:`PIECE_CHARS` characters is tokenized as pieces cut at pre-token
+        boundaries (:func:`split_text`), whose ids are the whole text's ids (a 50 MB line took 269 s and
+        3.16 GB whole). With ``settings="keep"`` a text is tokenized whole (the file's truncation, padding and
+        template apply to the whole text)."""
+        tok = self.tokenizer
+        keep = self.settings == "keep"
+        encode = getattr(tok, "encode_batch_fast", tok.encode_batch)  # no offsets (tokenizers >= 0.21)
+        bos = np.array([] if self.bos_id is None else [self.bos_id], dtype)
+        eos = np.array([] if self.eos_id is None else [self.eos_id], dtype)
+        lengths = np.zeros(len(texts), np.int64)
+        parts: list[np.ndarray] = []
+        items: list = []  # in order: a piece of text (str, its owner) or constant tokens (bos/eos)
+        pieces: list[str] = []
+        chars = 0
+
+        def flush():
+            nonlocal items, pieces, chars
+            encoded = iter(native_call(self.source, encode, pieces, add_special_tokens=keep)) if pieces else None
+            for item in items:
+                if isinstance(item, np.ndarray):
+                    parts.append(item)
+                    continue
+                ids = np.asarray(next(encoded).ids, dtype)  # type: ignore[arg-type]
+                lengths[item[1]] += ids.shape[0]
+                parts.append(ids)
+            items, pieces, chars = [], [], 0
+
+        for i, text in enumerate(texts):
+            if bos.size:
+                items.append(bos)
+            for piece in [text] if keep else split_text(tok, text, source=self.source):
+                if pieces and (len(pieces) >= LENGTH_BATCH_TEXTS or chars + len(piece) > LENGTH_BATCH_CHARS):
+                    flush()
+                items.append((piece, i))
+                pieces.append(piece)
+                chars += len(piece)
+            if eos.size:
+                items.append(eos)
+        flush()
+        lengths += bos.size + eos.size
+        flat = np.concatenate(parts) if parts else np.zeros(0, dtype)
+        return flat.astype(dtype, copy=False), lengths
 
     def count_tokens(self, texts: Sequence[str]) -> np.ndarray:
         """Tokens of each text (int64), BOS/EOS included, without keeping any token: for length analysis.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -51,14 +52,21 @@ def test_pieces_count_what_the_whole_text_counts(data, piece, window, tokenizer_
     for _ in range(n):
         a = data.draw(st.integers(0, len(CORPUS) - 1))
         docs.append(CORPUS[a : a + data.draw(st.integers(0, 3000))])
-    whole = enc.encode(docs)[1]
+    ids = [e.ids + [enc.eos_id] for e in enc.tokenizer.encode_batch(docs, add_special_tokens=False)]  # whole
+    whole = np.array([len(x) for x in ids])
     assert np.array_equal(enc.count_tokens(docs), whole)
+    tokens, lengths = enc.encode(docs)  # pretokenize's path: pieces too (issue 36), the same ids
+    assert np.array_equal(lengths, whole)
+    assert np.array_equal(tokens, np.array([t for x in ids for t in x], np.int64))
     for d in docs:
         parts = split_text(enc.tokenizer, d)
         assert "".join(parts) == d and all(len(p) <= max(piece, 1) for p in parts)
 
 
-def test_analysis_tokenizes_in_bounded_batches_and_a_huge_line_in_pieces(tmp_path, tokenizer_file, monkeypatch):
+@pytest.mark.parametrize("path_kind", ["analysis", "pretokenize"])
+def test_analysis_tokenizes_in_bounded_batches_and_a_huge_line_in_pieces(
+    tmp_path, tokenizer_file, monkeypatch, path_kind
+):
     """read_lengths never hands the tokenizer a text over PIECE_CHARS nor a call over LENGTH_BATCH_CHARS, and
     the counts are exact: a 600 KB line and 3,000 short ones."""
     monkeypatch.setattr(tokenizer_module, "LENGTH_BATCH_CHARS", 1 << 18)
@@ -68,10 +76,16 @@ def test_analysis_tokenizes_in_bounded_batches_and_a_huge_line_in_pieces(tmp_pat
     path = tmp_path / "docs.jsonl"
     path.write_text("".join(json.dumps({"text": t}) + "\n" for t in [short[0], huge, *short[1:]]))
     inp = open_input(path, tokenizer=tokenizer_file)
-    expected = inp.encoder.encode([short[0], huge, *short[1:]])[1]
+    whole = inp.encoder.tokenizer.encode_batch([short[0], huge, *short[1:]], add_special_tokens=False)
+    expected = np.array([len(e.ids) for e in whole])
+    want_ids = np.concatenate([np.array(e.ids, np.int64) for e in whole])
     spy = Spy(inp.encoder.tokenizer)
     inp.encoder._tok = spy
-    lengths = read_lengths(inp)
+    if path_kind == "analysis":
+        lengths = read_lengths(inp)
+    else:  # what pretokenize's ShardTokenizer calls: ids kept, the same bounds (issue 36: a 50 MB line, 3.16 GB)
+        tokens, lengths = inp.encoder.encode([short[0], huge, *short[1:]])
+        assert np.array_equal(tokens, want_ids)
     assert np.array_equal(lengths, expected)
     assert spy.calls, "the tokenizer was never called"
     assert max(c[2] for c in spy.calls) <= 1 << 16  # the longest text given at once
