@@ -31,7 +31,7 @@ import numba
 import numpy as np
 
 from datatools.base.checks import as_lengths
-from datatools.io import read_stats
+from datatools.io import read_stats, storage
 from datatools.io.store import TokenStore
 from datatools.kernels.packing import check_token_ids
 
@@ -166,55 +166,74 @@ class ArrayDocuments(PieceReadingSource):
 
 
 class StorePieceReader:
-    """Reads pieces of a :class:`TokenStore` in aligned *extents*, many at once, ahead of need, from a bounded cache.
+    """Reads pieces of a :class:`TokenStore` in aligned *extents*, many at once, ahead of need, into a fixed slab.
 
     An extent is :attr:`TokenStore.read_granularity` tokens, aligned: the inner chunk of a sharded store (so a
     piece of a few KB costs at most one or two inner chunks fetched), the whole stored chunk of an older store.
-    A read of many pieces issues every missing extent at once (tensorstore futures: its own threads do the
-    I/O, concurrently, with no lock held while they run) and waits for them together; :meth:`prefetch` issues
-    the extents of batches still to come and returns at once, within half the byte budget, so the reads of
-    the next batches overlap the work on this one. Extents already read or in flight are never read again
-    while cached; the least recently used finished ones are evicted past ``cache_bytes``.
+    Extents live in the slots of one preallocated array (the *slab*, ``cache_bytes`` of it), so a batch is
+    gathered from it by one numba call with no copy of the extents; which extent is in which slot, when each
+    slot was last used, and whether it was read ahead are numpy arrays, so a read of ~1,000 extents does no
+    per-extent Python work for the extents already there.
 
-    Every request, the bytes fetched and delivered, the time waited and each request's latency are counted in
-    :mod:`datatools.io.read_stats`.
+    A read issues every missing extent at once (tensorstore futures: its own threads do the I/O, concurrently,
+    no lock held while they run), waits for them together and gathers. :meth:`prefetch` issues the extents of
+    batches still to come and returns at once: the extents read ahead and not yet used are at most half the
+    slots. When no slot is free the least recently used one that no read in progress holds is reused (one
+    already used before one read ahead). A read that needs more slots than there are grows the slab (said in
+    :attr:`grown`). Every request, the bytes fetched and delivered, the time waited and each request's
+    latency are counted in :mod:`datatools.io.read_stats`.
 
     Args:
       store: the token store.
-      cache_bytes: decoded extent bytes kept (per process), those in flight included.
+      cache_bytes: bytes of extents kept (per process): the slab.
     """
 
     def __init__(self, store: TokenStore, cache_bytes: int = DEFAULT_CACHE_BYTES):
         self.store = store
         self.cache_bytes = int(cache_bytes)
-        self._reset()
-
-    def _reset(self) -> None:
-        self._cache: OrderedDict[int, _Extent] = OrderedDict()
-        self._held = 0
-        self.chunk_reads = 0  # extents fetched by this process
-        self._ahead_bytes = 0  # bytes of extents read ahead (cached or in flight) that no read has used yet
-        self.peak_ahead_bytes = 0  # the most of them at any time: at most half the budget and one extent
-        self.peak_held_after_read = 0  # most bytes held when a read returned (<= the budget, or that read's extents)
-        self._lock = threading.Lock()  # guards the cache only; no I/O runs under it
-        self._extent: int | None = None
+        self._ready = False
+        self._lock = threading.Lock()
 
     def __getstate__(self):
         return {"store": self.store, "cache_bytes": self.cache_bytes}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self._reset()
+        self._ready = False
+        self._lock = threading.Lock()
 
     def __deepcopy__(self, memo):
         return StorePieceReader(self.store, self.cache_bytes)
 
+    def _setup(self) -> None:
+        """The slab and its tables, on first use in each process (call with the lock held)."""
+        if self._ready:
+            return
+        e = self.store.read_granularity
+        if not storage.is_url(self.store.path):  # no latency, no bytes over a wire: whole stored objects cost
+            e = self.store.object_tokens  # the least CPU (one file read, not one per inner chunk)
+        self.extent, self.itemsize = e, self.store.dtype.itemsize
+        extents = max(1, -(-self.store.num_tokens // e))
+        slots = int(min(extents, max(1, self.cache_bytes // (e * self.itemsize))))
+        self._slab = np.empty((slots, e), self.store.dtype)
+        self._slot_of = np.full(extents, -1, np.int64)  # extent -> slot (-1: not held)
+        self._extent_in = np.full(slots, -1, np.int64)  # slot -> extent (-1: free)
+        self._last_used = np.zeros(slots, np.int64)  # the read tick that last used each slot
+        self._ahead = np.zeros(slots, bool)  # read ahead and not used by a read yet
+        self._pins = np.zeros(slots, np.int64)  # reads in progress holding each slot
+        self._pending: dict[int, tuple] = {}  # slot -> (future, start time, extent) of reads in flight
+        self._free = list(range(slots - 1, -1, -1))  # slots holding nothing (a stack: the lowest on top)
+        self._tick = 0
+        self.chunk_reads = 0  # extents fetched by this process
+        self.grown = 0  # times a read needed more slots than the slab had
+        self.peak_ahead_bytes = 0  # the most bytes read ahead and not yet used: at most half the slab
+        self._ready = True
+
     @property
-    def extent(self) -> int:
-        """Tokens per extent (the store's read granularity)."""
-        if self._extent is None:
-            self._extent = self.store.read_granularity
-        return self._extent
+    def slots(self) -> int:
+        with self._lock:
+            self._setup()
+            return int(self._slab.shape[0])
 
     def _extents_of(self, begin: np.ndarray, length: np.ndarray) -> np.ndarray:
         """Sorted unique extent numbers the pieces ``[begin, begin + length)`` touch (vectorized)."""
@@ -227,117 +246,149 @@ class StorePieceReader:
         steps = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
         return np.unique(np.repeat(first, counts) + steps)
 
-    def _issue(self, ids, prefetch: bool) -> tuple[list[_Extent], int]:
-        """The cache entries of extents ``ids``, reading those missing (call with the lock held).
-
-        A prefetch stops once the extents read ahead and not yet used reach half the budget (fewer entries than
-        ids then); a read takes every extent it needs. Returns (entries, extents issued)."""
-        e, n = self.extent, self.store.num_tokens
-        entries, issued = [], 0
-        for c in ids.tolist():
-            entry = self._cache.get(c)
-            if entry is None:
-                if prefetch and self._ahead_bytes >= self.cache_bytes // 2:
-                    break
-                begin, end = c * e, min((c + 1) * e, n)
-                entry = _Extent(self.store, begin, end, prefetch)
-                self._cache[c] = entry
-                self._held += entry.nbytes
-                if prefetch:
-                    self._ahead_bytes += entry.nbytes
-                self.chunk_reads += 1
-                issued += 1
-            else:
-                self._cache.move_to_end(c)
-                if entry.ahead and not prefetch:  # read ahead, now used
-                    entry.ahead = False
-                    self._ahead_bytes -= entry.nbytes
-            entries.append(entry)
-        return entries, issued
-
-    def _evict(self, keep: set) -> None:
-        """While past the budget, drop the least recently used finished extents not in ``keep``: those already
-        used first, then those read ahead (call with the lock held)."""
+    def _free_slot(self, prefetch: bool) -> int:
+        """A slot to put a new extent in (lock held): a free one, else the least recently used that no read holds
+        and no read is filling (for a prefetch: not one read ahead either); -1 when there is none."""
+        if self._free:
+            return self._free.pop()
+        movable = self._pins == 0
+        if self._pending:
+            movable[list(self._pending)] = False
         for used_only in (True, False):
-            if self._held <= self.cache_bytes:
-                return
-            for c in list(self._cache):
-                if self._held <= self.cache_bytes:
-                    return
-                entry = self._cache[c]
-                if c in keep or not entry.done() or (used_only and entry.ahead):
-                    continue
-                del self._cache[c]
-                self._held -= entry.nbytes
-                if entry.ahead:
-                    self._ahead_bytes -= entry.nbytes
+            if used_only or not prefetch:
+                candidates = np.flatnonzero(movable & ~self._ahead) if used_only else np.flatnonzero(movable)
+                if candidates.size:
+                    s = int(candidates[np.argmin(self._last_used[candidates])])
+                    self._slot_of[self._extent_in[s]] = -1
+                    self._extent_in[s] = -1
+                    self._ahead[s] = False
+                    return s
+        return -1
+
+    def _grow(self) -> None:
+        """Double the slab (a read needs more extents at once than it holds)."""
+        old = self._slab.shape[0]
+        slab = np.empty((2 * old, self.extent), self._slab.dtype)
+        slab[:old] = self._slab
+        self._slab = slab
+        self._extent_in = np.concatenate([self._extent_in, np.full(old, -1, np.int64)])
+        self._last_used = np.concatenate([self._last_used, np.zeros(old, np.int64)])
+        self._ahead = np.concatenate([self._ahead, np.zeros(old, bool)])
+        self._pins = np.concatenate([self._pins, np.zeros(old, np.int64)])
+        self._free += list(range(2 * old - 1, old - 1, -1))
+        self.grown += 1
+
+    def _issue(self, ids: np.ndarray, prefetch: bool) -> int:
+        """Start reading the extents of ``ids`` not held (lock held); returns how many of ``ids`` are not held
+        when it stops (a prefetch stops at half the slab read ahead, or when no slot can be reused)."""
+        missing = ids[self._slot_of[ids] < 0]
+        if prefetch:
+            room = self._slab.shape[0] // 2 - int(self._ahead.sum())
+            if room < missing.shape[0]:
+                missing = missing[: max(0, room)]
+        e, n = self.extent, self.store.num_tokens
+        for c in missing.tolist():
+            s = self._free_slot(prefetch)
+            if s < 0:
+                if prefetch:
+                    break
+                self._grow()
+                s = self._free_slot(prefetch)
+            begin, end = c * e, min((c + 1) * e, n)
+            future = self.store.read_async(begin, end)
+            self._pending[s] = (future, time.perf_counter(), c)
+            self._slot_of[c], self._extent_in[s], self._ahead[s] = s, c, prefetch
+            self._last_used[s] = self._tick
+            self.chunk_reads += 1
+            read_stats.record(requests=1, bytes_fetched=(end - begin) * self.itemsize, prefetched=int(prefetch))
+        return int((self._slot_of[ids] < 0).sum())
+
+    def _settle(self, slots: np.ndarray) -> float:
+        """Wait for the reads in flight into ``slots`` and copy them into the slab; the seconds waited."""
+        with self._lock:
+            waiting = [(s, self._pending[s]) for s in slots.tolist() if s in self._pending]
+        if not waiting:
+            return 0.0
+        t0 = time.perf_counter()
+        for s, (future, started, c) in waiting:
+            try:
+                value = future.result()
+            except ValueError:  # read it again through the store's checked path: an error names the chunk
+                try:
+                    value = self.store.read_tokens(c * self.extent, min((c + 1) * self.extent, self.store.num_tokens))
+                except BaseException:
+                    with self._lock:
+                        if self._pending.get(s, (None,))[0] is future:
+                            del self._pending[s]
+                            self._slot_of[c], self._extent_in[s] = -1, -1
+                            self._free.append(s)
+                    raise
+            with self._lock:
+                if self._pending.get(s, (None,))[0] is future:
+                    self._slab[s, : value.shape[0]] = value
+                    del self._pending[s]
+                    read_stats.record(latency_s=time.perf_counter() - started)
+        return time.perf_counter() - t0
 
     def prefetch(self, doc, start, length) -> bool:
         """Start reading the extents of these pieces (of a batch still to come) without waiting. True when every
-        extent is now cached or in flight; False when the read-ahead half of the budget ran out first."""
-        begin = self.store.offsets[np.asarray(doc, np.int64)] + np.asarray(start, np.int64)
-        ids = self._extents_of(begin, np.asarray(length, np.int64))
+        extent is now held or in flight; False when the read-ahead half of the slab ran out first."""
         with self._lock:
-            entries, _ = self._issue(ids, prefetch=True)
-            self.peak_ahead_bytes = max(self.peak_ahead_bytes, self._ahead_bytes)
-            self._evict(set(ids.tolist()))
-        return len(entries) == ids.shape[0]
+            self._setup()
+            begin = self.store.offsets[np.asarray(doc, np.int64)] + np.asarray(start, np.int64)
+            ids = self._extents_of(begin, np.asarray(length, np.int64))
+            left = self._issue(ids, prefetch=True)
+            self.peak_ahead_bytes = max(self.peak_ahead_bytes, int(self._ahead.sum()) * self.extent * self.itemsize)
+        return left == 0
 
     def read_pieces(self, doc, start, length) -> np.ndarray:
-        begin = self.store.offsets[np.asarray(doc, np.int64)] + np.asarray(start, np.int64)
         length = np.asarray(length, np.int64)
         out = np.empty(int(length.sum()), np.int32)
-        ids = self._extents_of(begin, length)
-        if not ids.size:
-            return out
         with self._lock:
-            entries, _ = self._issue(ids, prefetch=False)
-        t0 = time.perf_counter()
-        arrays = [entry.result() for entry in entries]  # the reads run concurrently; this waits for the last
-        waited = time.perf_counter() - t0
-        buf = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
-        # Extent ids[i] sits at buf[i * e:]: a token t of the pieces is at index(t // e) * e + t % e (a piece
-        # crossing extents finds the next one right after, since every extent it touches is in ids).
-        e = self.extent
-        where = np.searchsorted(ids, begin // e) * e + begin % e
-        _gather(buf, where, np.arange(begin.shape[0], dtype=np.int64), np.zeros_like(begin), length, out)
-        with self._lock:
-            self._evict(set(ids.tolist()))
-            self.peak_held_after_read = max(self.peak_held_after_read, self._held)
-        read_stats.record(bytes_delivered=int(length.sum()) * self.store.dtype.itemsize, wait_s=waited)
+            self._setup()
+            begin = self.store.offsets[np.asarray(doc, np.int64)] + np.asarray(start, np.int64)
+            ids = self._extents_of(begin, length)
+            if not ids.size:
+                return out
+            self._tick += 1
+            before = self._slot_of[ids]
+            held = before >= 0
+            self._pins[before[held]] += 1  # pinned first: reading the missing ones must not reuse their slots
+            self._issue(ids, prefetch=False)
+            slots = self._slot_of[ids]
+            self._pins[slots[~held]] += 1
+            self._ahead[slots] = False
+            self._last_used[slots] = self._tick
+        try:
+            waited = self._settle(slots)
+            with self._lock:
+                slab, slot_of = self._slab, self._slot_of.copy()
+            _gather_extents(slab.reshape(-1), slot_of, self.extent, begin, length, out)
+        finally:
+            with self._lock:
+                self._pins[slots] = np.maximum(self._pins[slots] - 1, 0)
+        read_stats.record(bytes_delivered=int(length.sum()) * self.itemsize, wait_s=waited)
         return out
 
 
-class _Extent:
-    """One extent's read: a tensorstore future until it is done, then its tokens (counted in read_stats).
-    ``ahead``: read ahead of need and not used by a read yet."""
-
-    __slots__ = ("_future", "_value", "_t0", "nbytes", "_store", "_begin", "ahead")
-
-    def __init__(self, store: TokenStore, begin: int, end: int, prefetch: bool):
-        self._store, self._begin, self.ahead = store, begin, prefetch
-        self.nbytes = (end - begin) * store.dtype.itemsize
-        self._value: np.ndarray | None = None
-        self._t0 = time.perf_counter()
-        self._future = store.tokens[begin:end].read()
-        self._future.add_done_callback(self._done)
-        read_stats.record(requests=1, bytes_fetched=self.nbytes, prefetched=int(prefetch))
-
-    def _done(self, _future) -> None:
-        read_stats.record(latency_s=time.perf_counter() - self._t0)
-
-    def done(self) -> bool:
-        return self._value is not None or self._future.done()
-
-    def result(self) -> np.ndarray:
-        if self._value is None:
-            try:
-                self._value = self._future.result()
-            except ValueError:  # the store names the chunk: read it again through its checked path
-                end = self._begin + self.nbytes // self._store.dtype.itemsize
-                self._value = self._store.read_tokens(self._begin, end)
-            self._future = None
-        return self._value
+@numba.njit(cache=True)
+def _gather_extents(flat, slot_of, extent, begin, length, out):
+    """Copy piece j (tokens ``[begin[j], begin[j] + length[j])`` of the store) into ``out``, back to back, from
+    the slab (flat): token t is at ``slot_of[t // extent] * extent + t % extent``."""
+    k = 0
+    for j in range(begin.shape[0]):
+        t = begin[j]
+        left = length[j]
+        while left > 0:
+            c = t // extent
+            off = t - c * extent
+            take = min(left, extent - off)
+            src = slot_of[c] * extent + off
+            for i in range(take):
+                out[k + i] = flat[src + i]
+            k += take
+            t += take
+            left -= take
 
 
 class StoreDocuments(PieceReadingSource):

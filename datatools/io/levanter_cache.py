@@ -291,6 +291,35 @@ class LevanterCache:
             at += block.size
         return out
 
+    @property
+    def dtype(self) -> np.dtype:
+        """What :meth:`read_tokens` returns: int32."""
+        return np.dtype(np.int32)
+
+    @property
+    def read_granularity(self) -> int:
+        """Tokens a read fetches at least: the inner chunk of Levanter's sharded ``data`` arrays."""
+        return int(self._arrays()[0].chunk_layout.read_chunk.shape[0])
+
+    @property
+    def object_tokens(self) -> int:
+        """Tokens per stored object (a shard file of ``data``)."""
+        return int(self._arrays()[0].chunk_layout.write_chunk.shape[0])
+
+    def read_async(self, begin: int, end: int) -> _PartsRead:
+        """Tokens [begin, end) read in the background, one tensorstore read per part touched: a future whose
+        ``result()`` is int32 (ValueError when a read fails or an id does not fit; :meth:`read_tokens` names it)."""
+        arrays, reads = self._arrays(), []
+        first = int(np.searchsorted(self._part_tokens, begin, side="right")) - 1
+        for k in range(max(first, 0), len(self.parts)):
+            lo, hi = int(self._part_tokens[k]), int(self._part_tokens[k + 1])
+            if lo >= end:
+                break
+            a, b = max(begin, lo), min(end, hi)
+            if a < b:
+                reads.append(arrays[k][a - lo : b - lo].read())
+        return _PartsRead(reads)
+
     def __getitem__(self, i: int) -> np.ndarray:
         n = len(self)
         if not -n <= i < n:
@@ -309,3 +338,20 @@ class LevanterCache:
 
     def __repr__(self) -> str:
         return f"LevanterCache({str(self.path)!r}, documents={len(self)}, tokens={self.num_tokens})"
+
+
+class _PartsRead:
+    """The reads of one token range over a cache's parts, joined: ``done()`` and ``result()`` (int32)."""
+
+    def __init__(self, reads: list):
+        self._reads = reads
+
+    def done(self) -> bool:
+        return all(r.done() for r in self._reads)
+
+    def result(self) -> np.ndarray:
+        blocks = [np.asarray(r.result()) for r in self._reads]
+        out = np.concatenate(blocks) if len(blocks) != 1 else blocks[0]
+        if out.size and (int(out.min()) < 0 or int(out.max()) > INT32_MAX):
+            raise ValueError("a token id is negative or does not fit int32")
+        return out.astype(np.int32, copy=False)

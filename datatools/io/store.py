@@ -490,6 +490,11 @@ class TokenStore:
         return int(self.tokens.chunk_layout.read_chunk.shape[0])
 
     @property
+    def object_tokens(self) -> int:
+        """Tokens per stored object (``tokens/c/k``): a shard of a sharded store, the chunk of an older one."""
+        return int(self.tokens.chunk_layout.write_chunk.shape[0])
+
+    @property
     def sharded(self) -> bool:
         """Whether the tokens are stored in shards of inner chunks (ranged reads fetch a piece's inner chunks)."""
         layout = self.tokens.chunk_layout
@@ -543,6 +548,11 @@ class TokenStore:
     def read_tokens(self, begin: int, end: int) -> np.ndarray:
         """Tokens [begin, end) of the flat array (one read)."""
         return self.read_array("tokens", begin, end)
+
+    def read_async(self, begin: int, end: int):
+        """Tokens [begin, end) read in the background: a future (``done()``, ``result()``); a failed read raises
+        ValueError from ``result()`` (:meth:`read_tokens` says which chunk)."""
+        return self.tokens[begin:end].read()
 
     def __repr__(self) -> str:
         return f"TokenStore({str(self.path)!r}, documents={len(self)}, tokens={self.num_tokens}, dtype={self.dtype})"
