@@ -194,6 +194,10 @@ class LaneSchedule:
     def batch_rows(self, epoch: int, j: int) -> int:
         return self.batch_size
 
+    def regular_batches(self, epoch: int) -> int:
+        """Batches of ``epoch`` that take one row of every lane (the rest take the lanes' leftover rows)."""
+        return self._epoch(epoch).regular
+
     def restart_position(self, epoch: int, j: int) -> int:
         raise NotImplementedError("lanes are not used with mixtures (a mixture reads in window order)")
 
