@@ -13,8 +13,16 @@ A plan directory (``datatools pack DATA OUT``) holds:
 * ``lengths.npy``: tokens per document (smallest unsigned dtype), so the plan is re-packed (another ctx or
   algorithm) and analysed without the tokens: the directory is also a lengths-only NumPy input.
 
-It is written into a staging directory beside ``OUT`` and renamed into place when complete, so a reader sees
-no plan or a whole one. Memory while writing: one group of documents (:mod:`datatools.kernels.packing.groups`)
+``plan.json`` also holds ``digests`` (``crc32:...`` of each array's values) and ``header_sha256`` (the digest of
+the header itself): :class:`PlanFile` checks both when it opens a plan, so an edited value, a lowered length or an
+edited header field is refused (``ValueError`` naming the file, exit status 2) instead of changing the training
+data (:mod:`datatools.kernels.packing.plan_format`).
+
+It is written into a staging directory beside ``OUT`` (``.OUT.XXXXXXXX.tmp``, holding an ``.owner`` file with the
+writer's host and pid) and renamed into place when complete, so a reader sees no plan or a whole one. A ``pack``
+that was killed leaves its staging behind: the next ``pack`` of the same ``OUT`` removes what a dead writer of
+this host left (only directories holding nothing but a plan's own files; :func:`remove_stale_staging`).
+Memory while writing: one group of documents (:mod:`datatools.kernels.packing.groups`)
 and :data:`~datatools.kernels.packing.plan_format.CHUNK` lengths; the arrays are appended to their files as rows finish.
 """
 
@@ -23,7 +31,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import tempfile
+import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,7 +50,11 @@ from datatools.kernels.packing.plan_format import (
     ARRAYS,
     CHUNK,
     FORMAT_VERSION,
+    HEADER_DIGEST,
+    array_digest,
+    crc32_update,
     gather_rows,
+    header_digest,
     lengths_identity,
     piece_dtypes,
     piece_stats,
@@ -49,6 +64,10 @@ from datatools.kernels.packing.plan_format import (
 HEADER = "plan.json"
 FORMAT = "datatools-plan"
 GROUP_DOCS = 50_000_000  # documents planned at once: ~4 GB of working memory (about 80 bytes a document)
+MAX_HEADER_BYTES = 1 << 20  # a plan header is ~1 KB; a larger plan.json is not one (a link to /dev/urandom)
+OWNER = ".owner"  # in a staging directory: {"host": ..., "pid": ...} of the pack writing it
+FILES = frozenset({HEADER, OWNER, "lengths.npy", *(f"{name}.npy" for name in ARRAYS)})
+UNOWNED_STALE_S = 600  # a staging directory with no owner file (killed at its first instant) this old is stale
 
 
 def is_plan(path) -> bool:
@@ -61,9 +80,14 @@ class _NpyAppender:
     leaves room for the length to grow in place)."""
 
     def __init__(self, path: Path, dtype: np.dtype):
-        self.path, self.dtype, self.count = path, np.dtype(dtype), 0
+        self.path, self.dtype, self.count, self.crc = path, np.dtype(dtype), 0, 0
         self.f = open(path, "wb")
         self.data_offset = self._header(0)
+
+    @property
+    def digest(self) -> str:
+        """The values' digest (:func:`~datatools.kernels.packing.plan_format.array_digest`)."""
+        return f"crc32:{self.crc:08x}"
 
     def _header(self, n: int) -> int:
         np.lib.format.write_array_header_1_0(
@@ -72,7 +96,9 @@ class _NpyAppender:
         return self.f.tell()
 
     def append(self, values: np.ndarray) -> None:
-        np.ascontiguousarray(values, dtype=self.dtype).tofile(self.f)
+        values = np.ascontiguousarray(values, dtype=self.dtype)
+        values.tofile(self.f)
+        self.crc = crc32_update(values, self.crc)
         self.count += int(values.shape[0])
 
     def close(self) -> None:
@@ -135,8 +161,16 @@ def write_plan(
             raise ValueError(f"lengths[{i}] = {int(lengths[i])} is negative")
     dtypes = piece_dtypes(identity["documents"], pieces, max_start, ctx)
     parent = out.parent if str(out.parent) else Path(".")
+    removed = remove_stale_staging(out)
+    if removed:
+        warnings.warn(
+            f"{display(out)}: removed {len(removed)} staging director{'y' if len(removed) == 1 else 'ies'} an "
+            f"interrupted pack left ({', '.join(p.name for p in removed)})",
+            stacklevel=2,
+        )
     try:
         stage = Path(tempfile.mkdtemp(dir=parent, prefix=f".{out.name}.", suffix=".tmp"))
+        (stage / OWNER).write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror or str(exc), str(out)) from None
     try:
@@ -150,7 +184,9 @@ def write_plan(
             progress,
         )
         header.update(data=identity, source=source)
+        header[HEADER_DIGEST] = header_digest(header)
         atomic_write_text(stage / HEADER, json.dumps(header, indent=2) + "\n")
+        (stage / OWNER).unlink()
         os.chmod(stage, 0o777 & ~current_umask())  # mkdtemp makes it 0700, as mkdir would not
         if out.exists():  # overwrite asked for and it is a plan: move the old one aside, then remove it
             old = Path(tempfile.mkdtemp(dir=parent, prefix=f".{out.name}.", suffix=".old"))
@@ -166,6 +202,68 @@ def write_plan(
         shutil.rmtree(stage, ignore_errors=True)
         raise
     return header
+
+
+def remove_stale_staging(out: str | os.PathLike) -> list[Path]:
+    """Remove the staging directories (``.OUT.*.tmp``, and ``.OUT.*.old`` of an interrupted replacement) that a
+    killed ``pack`` of ``out`` left beside it; returns those removed.
+
+    Only what is sure to be pack's own and abandoned goes: a directory (not a link) holding nothing but a plan's
+    files (:data:`FILES` and their atomic-write temporaries; an ``.old`` one: a single plan directory), whose
+    ``.owner`` names this host and a process that is gone (one with no owner file: older than
+    :data:`UNOWNED_STALE_S`). A staging directory of a live pack, of another host, or holding anything else is
+    left as it is."""
+    out = Path(out)
+    parent = out.parent if str(out.parent) else Path(".")
+    removed: list[Path] = []
+    try:
+        candidates = [p for p in parent.iterdir() if p.name.startswith(f".{out.name}.")]
+    except OSError:
+        return removed
+    for stage in candidates:
+        if stage.suffix not in (".tmp", ".old") or stage.is_symlink() or not stage.is_dir():
+            continue
+        try:
+            inner = stage / "plan" if stage.suffix == ".old" else stage
+            if stage.suffix == ".old" and [p.name for p in stage.iterdir()] not in ([], ["plan"]):
+                continue
+            if inner.exists() and not all(_own_file(p) for p in inner.iterdir()):
+                continue
+            if not _abandoned(stage):
+                continue
+            shutil.rmtree(stage)
+            removed.append(stage)
+        except OSError:
+            continue
+    return removed
+
+
+def _own_file(p: Path) -> bool:
+    """A plan's file, or an atomic write's temporary of one (``.NAME.XXXXXXXX.tmp``)."""
+    if p.is_symlink() or not p.is_file():
+        return False
+    return p.name in FILES or any(p.name.startswith(f".{f}.") and p.name.endswith(".tmp") for f in FILES)
+
+
+def _abandoned(stage: Path) -> bool:
+    """Whether the pack that made ``stage`` is gone: its owner (host, pid) is this host and no such process runs."""
+    owner = stage / OWNER
+    if not owner.is_file():
+        return time.time() - stage.stat().st_mtime > UNOWNED_STALE_S
+    try:
+        who = json.loads(owner.read_bytes()[:4096])
+        host, pid = who["host"], int(who["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if host != socket.gethostname():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # there, another user's
+        return False
+    return False
 
 
 def _write_arrays(stage: Path, lengths: np.ndarray, ctx: int, dtypes: dict, max_len: int, opts: dict, progress) -> dict:
@@ -197,6 +295,8 @@ def _write_arrays(stage: Path, lengths: np.ndarray, ctx: int, dtypes: dict, max_
             if not f.f.closed:
                 f.close()
     bound = lower_bound_rows(hist, kept, ctx, opts["max_segments"])
+    digests = {f"{name}.npy": files[name].digest for name in ARRAYS}
+    digests["lengths.npy"] = lens.digest
     return {
         "format": FORMAT,
         "version": FORMAT_VERSION,
@@ -210,6 +310,7 @@ def _write_arrays(stage: Path, lengths: np.ndarray, ctx: int, dtypes: dict, max_
         "lower_bound_rows": bound,
         "efficiency": kept / (rows * ctx) if rows else 0.0,
         "dtypes": {name: np.dtype(dtypes[name]).name for name in ARRAYS},
+        "digests": digests,
     }
 
 
@@ -225,16 +326,22 @@ class PlanFile:
         if not head.is_file():
             raise ValueError(f"{display(self.path)}: not a plan directory (no {HEADER}; write one with datatools pack)")
         try:
-            self.header = json.loads(head.read_text())
+            self.header = json.loads(storage.read_bytes(head, max_bytes=MAX_HEADER_BYTES))
         except (ValueError, UnicodeError) as exc:
             raise ValueError(f"{display(head)}: not valid JSON ({exc})") from None
         if not isinstance(self.header, dict) or self.header.get("format") != FORMAT:
             raise ValueError(f"{display(head)}: not a datatools plan header (format {FORMAT!r} expected)")
         if self.header.get("version") != FORMAT_VERSION:
             raise ValueError(
-                f"{display(head)}: plan format version {self.header.get('version')!r}; this datatools "
-                f"reads version {FORMAT_VERSION} (re-pack it with datatools pack)"
+                f"{display(head)}: plan format version {str(self.header.get('version'))[:20]}; this datatools "
+                f"reads version {FORMAT_VERSION} (re-pack it: {self._repack})"
             )
+        if self.header.get(HEADER_DIGEST) != header_digest(self.header):
+            raise ValueError(
+                f"{display(head)}: edited or damaged (its {HEADER_DIGEST} does not match its content); "
+                f"re-pack it: {self._repack}"
+            )
+        self._check_values()
         self.arrays = {name: self._load(name) for name in ARRAYS}
         h = self.header
         expect = {
@@ -249,6 +356,45 @@ class PlanFile:
                     f"{display(self.path / (name + '.npy'))}: {self.arrays[name].shape[0]} values, the "
                     f"header says {n} (a damaged or mixed plan directory)"
                 )
+        for name in ARRAYS:
+            self._verify(name, self.arrays[name])
+
+    @property
+    def _repack(self) -> str:
+        """The command that re-makes this plan, for messages."""
+        source = self.header.get("source") if isinstance(self.header, dict) else None
+        ctx = self.header.get("ctx") if isinstance(self.header, dict) else None
+        src = source if isinstance(source, str) and source else "DATA"
+        return f"datatools pack {src} {display(self.path)} --ctx {ctx if isinstance(ctx, int) else 'CTX'} --overwrite"
+
+    def _check_values(self) -> None:
+        """The header's numbers in range (a consistent header could still be written by hand)."""
+        h, head = self.header, display(self.path / HEADER)
+        try:
+            ctx = check_int(h.get("ctx"), "ctx", minimum=1, maximum=MAX_CTX)
+            check_int(h.get("align"), "align", minimum=1, maximum=ctx)
+            for key in ("num_rows", "num_pieces", "dropped_tokens", "empty_documents", "lower_bound_rows"):
+                check_int(h.get(key), key, minimum=0)
+            if not isinstance(h.get("dtypes"), dict) or not isinstance(h.get("digests"), dict):
+                raise ValueError("no dtypes or digests")
+            if not isinstance(h.get("data"), dict):
+                raise ValueError("no data identity")
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{head}: corrupt ({exc}); re-pack it: {self._repack}") from None
+
+    def _verify(self, name: str, arr: np.ndarray) -> None:
+        """ValueError naming ``NAME.npy`` when its dtype or its values' digest is not the header's."""
+        path = self.path / f"{name}.npy"
+        want = self.header["dtypes"].get(name) if name in ARRAYS else None
+        if want is not None and arr.dtype.name != want:
+            raise ValueError(
+                f"{display(path)}: dtype {arr.dtype.name}, the header says {want}; re-pack it: {self._repack}"
+            )
+        if array_digest(arr) != self.header["digests"].get(f"{name}.npy"):
+            raise ValueError(
+                f"{display(path)}: edited or damaged (its values do not match the digest in {HEADER}); "
+                f"re-pack it: {self._repack}"
+            )
 
     def _load(self, name: str) -> np.ndarray:
         path = self.path / f"{name}.npy"
@@ -277,8 +423,10 @@ class PlanFile:
         return int(self.header["data"]["documents"]) - 1
 
     def lengths(self) -> np.ndarray:
-        """Tokens per document of the planned collection (memory-mapped)."""
-        return self._load("lengths")
+        """Tokens per document of the planned collection (memory-mapped; its digest checked)."""
+        arr = self._load("lengths")
+        self._verify("lengths", arr)
+        return arr
 
     def rows_plan(self, rows) -> PackPlan:
         """Rows ``rows`` as a small :class:`PackPlan` whose row ``i`` is plan row ``rows[i]`` (only their pieces
@@ -324,7 +472,7 @@ class PlanFile:
 
     def summary(self) -> dict:
         """The header's figures for reports (``num_rows``, ``lower_bound_rows``, ``efficiency``, ...)."""
-        return {k: v for k, v in self.header.items() if k not in ("format", "dtypes")}
+        return {k: v for k, v in self.header.items() if k not in ("format", "dtypes", "digests", HEADER_DIGEST)}
 
 
 def _describe(identity: dict) -> str:

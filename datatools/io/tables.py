@@ -72,11 +72,35 @@ def check_column(shard: Shard, column: str) -> None:
     detect_column(names, column, display(shard.files[0]))
 
 
+MAX_TEXT_BYTES = 128 << 20  # one Parquet text value: pyarrow decodes a value with ~3x its size at once
+
+
+def check_parquet_text_sizes(f: str, part: int, column: str, where: str) -> None:
+    """Refuse, from the footer alone (nothing decoded), a row group whose ``column`` holds texts of more than
+    :data:`MAX_TEXT_BYTES` on average: at least one of them is that long, and decoding it would take ~3x its size
+    (a 28 KB file with one 300 MB cell once took 1.4 GB and no answer in 10 minutes)."""
+    meta = parquet_metadata(f)
+    group = meta.row_group(part)
+    rows = max(1, group.num_rows)
+    for j in range(group.num_columns):
+        chunk = group.column(j)
+        if chunk.path_in_schema != column:
+            continue
+        size = int(chunk.total_uncompressed_size)
+        if size // rows > MAX_TEXT_BYTES:
+            raise ValueError(
+                f"{where}: column {column!r} holds {size:,} bytes of text in {group.num_rows} rows (over "
+                f"{MAX_TEXT_BYTES >> 20} MiB a text): split such documents before tokenizing them"
+            )
+
+
 def column_batches(shard: Shard, column: str, text: bool) -> Iterator[pa.Array | pa.ChunkedArray]:
     """``column`` of the shard, a bounded batch at a time (see the module docstring)."""
     f = shard.files[0]
     if shard.kind == "parquet":
         detect_column(parquet_names(f), column, display(f))
+        if text:
+            check_parquet_text_sizes(f, shard.part, column, shard.describe())
         try:
             with open_parquet(f) as pf:
                 col = pf.read_row_group(shard.part, columns=[column]).column(0)

@@ -177,9 +177,9 @@ PIECE_CHARS = 1 << 18  # a longer text is counted in pieces of about this many c
 CUT_WINDOW = 1 << 12  # characters before a piece's end searched for a pre-token boundary
 
 
-def split_text(tok, text: str, piece: int | None = None, source: str = "tokenizer") -> list[str]:
-    """``text`` in pieces of at most ``piece`` characters (default :data:`PIECE_CHARS`), cut where the
-    tokenizer's pre-tokenizer starts a pre-token, so the pieces' token counts add up to the text's.
+def split_text(tok, text: str, piece: int | None = None, source: str = "tokenizer") -> Iterator[str]:
+    """``text`` in pieces of at most ``piece`` characters (default :data:`PIECE_CHARS`), yielded one at a time,
+    cut where the tokenizer's pre-tokenizer starts a pre-token, so the pieces' token counts add up to the text's.
 
     The cut is the start of the last pre-token in the :data:`CUT_WINDOW` characters before the piece's end,
     else in the whole piece (pre-tokenization is a local, left-to-right split, so a boundary found there is
@@ -190,9 +190,10 @@ def split_text(tok, text: str, piece: int | None = None, source: str = "tokenize
     """
     piece = PIECE_CHARS if piece is None else piece
     if len(text) <= piece:
-        return [text]
+        yield text
+        return
     pre = tok.pre_tokenizer
-    out, start = [], 0
+    start = 0
     while len(text) - start > piece:
         hi = start + piece
         cut = hi
@@ -207,10 +208,9 @@ def split_text(tok, text: str, piece: int | None = None, source: str = "tokenize
             if found > 0:
                 cut = lo + found
                 break
-        out.append(text[start:cut])
+        yield text[start:cut]  # one piece at a time: a 300 MB text is not copied whole into pieces
         start = cut
-    out.append(text[start:])
-    return out
+    yield text[start:]
 
 
 @dataclass

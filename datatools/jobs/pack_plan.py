@@ -117,7 +117,7 @@ def pack_plan(
     else:
         with count_progress(console, int(lengths.shape[0]), "packing documents") as advance:
             header = write_plan(out, lengths, ctx, **options, progress=advance)
-    figures = {k: v for k, v in header.items() if k not in ("format", "version")}
+    figures = {k: v for k, v in header.items() if k not in ("format", "version", "digests", "header_sha256")}
     return PackReport(
         **figures,
         plan=display(out),

@@ -59,7 +59,7 @@ def test_pieces_count_what_the_whole_text_counts(data, piece, window, tokenizer_
     assert np.array_equal(lengths, whole)
     assert np.array_equal(tokens, np.array([t for x in ids for t in x], np.int64))
     for d in docs:
-        parts = split_text(enc.tokenizer, d)
+        parts = list(split_text(enc.tokenizer, d))
         assert "".join(parts) == d and all(len(p) <= max(piece, 1) for p in parts)
 
 

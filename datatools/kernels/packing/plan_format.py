@@ -12,19 +12,50 @@ A plan on disk (:mod:`datatools.io.plan_file`) holds a :class:`~datatools.kernel
 
 At ctx 2048 with documents of a few hundred tokens that is 7 bytes a piece plus 4 bytes a row,
 against 20 bytes a piece in memory. This module is pure numpy: no file is read or written here.
+
+Integrity (version 2): the header records a digest of each array's values (:func:`array_digest`, CRC-32 of the
+little-endian bytes, computed as the arrays are written and again when a plan is opened: ~6 GB/s) and a digest
+of itself (:func:`header_digest`, SHA-256 of its canonical JSON without that key), so one edited value, a
+lowered length or an edited header field is refused instead of changing the training data.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import zlib
 
 import numpy as np
 
 from datatools.kernels.packing.plan import PackPlan
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: digests of the header and of every array
 CHUNK = 1 << 24  # values converted at a time by the streaming passes (128 MiB as int64)
 ARRAYS = ("row_starts", "doc", "start", "length")
+HEADER_DIGEST = "header_sha256"  # the header's key holding its own digest
+
+
+def crc32_update(values: np.ndarray, crc: int = 0) -> int:
+    """``crc`` carried over ``values``' little-endian bytes (as a ``.npy`` file holds them)."""
+    arr = np.ascontiguousarray(values)
+    if arr.dtype.byteorder == ">":
+        arr = arr.astype(arr.dtype.newbyteorder("<"))
+    return zlib.crc32(arr.view(np.uint8).reshape(-1).data, crc)
+
+
+def array_digest(values: np.ndarray) -> str:
+    """``crc32:XXXXXXXX`` of a 1-D array's values, :data:`CHUNK` values at a time (a memory-mapped array is
+    read through once, never copied whole)."""
+    crc = 0
+    for a in range(0, values.shape[0], CHUNK):
+        crc = crc32_update(values[a : a + CHUNK], crc)
+    return f"crc32:{crc:08x}"
+
+
+def header_digest(header: dict) -> str:
+    """SHA-256 (hex) of ``header``'s canonical JSON (sorted keys, no spaces) without :data:`HEADER_DIGEST`."""
+    body = {k: v for k, v in header.items() if k != HEADER_DIGEST}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def smallest_uint(max_value: int) -> np.dtype:
