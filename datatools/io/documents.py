@@ -283,7 +283,7 @@ class StorePieceReader:
         when it stops (a prefetch stops at half the slab read ahead, or when no slot can be reused)."""
         missing = ids[self._slot_of[ids] < 0]
         if prefetch:
-            room = self._slab.shape[0] // 2 - int(self._ahead.sum())
+            room = self.cache_bytes // 2 // (self.extent * self.itemsize) - int(self._ahead.sum())
             if room < missing.shape[0]:
                 missing = missing[: max(0, room)]
         e, n = self.extent, self.store.num_tokens

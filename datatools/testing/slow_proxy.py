@@ -1,0 +1,305 @@
+"""A latency- and bandwidth-shaping TCP proxy for object-storage servers on loopback: a far bucket, on one machine.
+
+A test server on loopback (moto's S3 server, a GCS emulator) answers in microseconds at gigabytes per second,
+so a loader that reads one request at a time, or fetches 250x the bytes it uses, looks fine there and stalls
+a TPU against a real bucket. :class:`SlowProxy` sits in front of such a server and makes it behave like one
+far away: every HTTP request waits ``latency_s`` before it is forwarded (a round trip to the bucket's region,
+paid once per request, also on keep-alive connections), and each connection's responses are capped at
+``bandwidth_bps`` (a bucket serves each connection at its own rate). It counts what passes: requests, bytes
+each way, connections, and each request's latency (from its first byte at the proxy to the first byte of its
+answer), so a test can assert how many requests and bytes a read cost.
+
+It parses just enough HTTP/1.1 on the client's side to find where each request starts (the request head,
+then a ``Content-Length`` body or a chunked one); the bytes pass through unchanged. It listens on
+127.0.0.1 only, runs one asyncio loop in a daemon thread, and stops with :meth:`SlowProxy.stop` (or the
+``with`` block, or the process).
+
+    with SlowProxy(moto_port, latency_s=0.03, bandwidth_bps=50e6) as proxy:
+        os.environ["AWS_ENDPOINT_URL"] = proxy.url
+        ...
+        print(proxy.stats().requests, proxy.stats().bytes_down)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import threading
+import time
+from dataclasses import dataclass
+
+READ_SIZE = 64 << 10  # bytes read from a socket at a time
+LATENCIES_KEPT = 100_000
+START_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class ProxyStats:
+    """What passed through the proxy since its start or the last :meth:`SlowProxy.reset_stats`."""
+
+    requests: int  # HTTP requests (request heads seen on client -> server streams)
+    bytes_up: int  # client -> server bytes (heads and bodies)
+    bytes_down: int  # server -> client bytes (what readers fetched, headers included)
+    connections: int  # client connections accepted
+    latencies_s: tuple[float, ...]  # per request: first byte at the proxy -> first byte of its answer (seconds)
+
+    def latency_quantiles(self) -> tuple[float, float]:
+        """(p50, p99) of the request latencies in seconds; NaN when none."""
+        if not self.latencies_s:
+            return float("nan"), float("nan")
+        ordered = sorted(self.latencies_s)
+        pick = lambda q: ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]  # noqa: E731
+        return pick(0.5), pick(0.99)
+
+
+class _RequestParser:
+    """Finds request boundaries in a client -> server HTTP/1.1 byte stream (heads, Content-Length and chunked
+    bodies). :meth:`feed` returns the offsets in the fed data where new requests start."""
+
+    def __init__(self) -> None:
+        self._state = "head"  # head | body | chunk-size | chunk-data | chunk-crlf | trailer
+        self._buf = b""  # the part of a head, chunk-size line or trailer not yet complete
+        self._left = 0  # body or chunk bytes still to come
+
+    def feed(self, data: bytes) -> list[int]:
+        starts, i, n = [], 0, len(data)
+        while i < n:
+            if self._state == "head":
+                if not self._buf:
+                    if data[i : i + 2] == b"\r\n":  # stray CRLF between requests
+                        i += 2
+                        continue
+                    starts.append(i)
+                end = (self._buf + data[i:]).find(b"\r\n\r\n")
+                if end < 0:
+                    self._buf += data[i:]
+                    return starts
+                taken = end + 4 - len(self._buf)
+                head, self._buf = self._buf + data[i : i + taken], b""
+                i += taken
+                self._start_body(head)
+            elif self._state == "body":
+                take = min(self._left, n - i)
+                i += take
+                self._left -= take
+                if not self._left:
+                    self._state = "head"
+            elif self._state in ("chunk-size", "trailer"):
+                end = (self._buf + data[i:]).find(b"\r\n")
+                if end < 0:
+                    self._buf += data[i:]
+                    return starts
+                taken = end + 2 - len(self._buf)
+                line, self._buf = (self._buf + data[i : i + taken])[:-2], b""
+                i += taken
+                if self._state == "trailer":
+                    if not line:
+                        self._state = "head"
+                    continue
+                size = int(line.split(b";")[0].strip() or b"0", 16)
+                if size:
+                    self._state, self._left = "chunk-data", size + 2  # the data and its CRLF
+                else:
+                    self._state = "trailer"
+            else:  # chunk-data
+                take = min(self._left, n - i)
+                i += take
+                self._left -= take
+                if not self._left:
+                    self._state = "chunk-size"
+        return starts
+
+    def _start_body(self, head: bytes) -> None:
+        length, chunked = 0, False
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            if name == b"content-length":
+                length = int(value.strip() or b"0")
+            elif name == b"transfer-encoding" and b"chunked" in value.lower():
+                chunked = True
+        if chunked:
+            self._state = "chunk-size"
+        elif length:
+            self._state, self._left = "body", length
+        else:
+            self._state = "head"
+
+
+class _Counters:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        self.requests = self.bytes_up = self.bytes_down = self.connections = 0
+        self.latencies: collections.deque[float] = collections.deque(maxlen=LATENCIES_KEPT)
+
+
+class SlowProxy:
+    """A TCP proxy on 127.0.0.1 in front of ``upstream_port`` adding latency per request and capping each
+    connection's download rate (see the module docstring).
+
+    Args:
+      upstream_port: the server's port on ``host``.
+      latency_s: seconds each request waits before it is forwarded (settable while running).
+      bandwidth_bps: bytes per second per connection, server -> client; None: no cap (settable while running).
+      host: the server's address (loopback).
+    """
+
+    def __init__(
+        self,
+        upstream_port: int,
+        *,
+        latency_s: float = 0.0,
+        bandwidth_bps: float | None = None,
+        host: str = "127.0.0.1",
+    ):
+        if latency_s < 0:
+            raise ValueError(f"latency_s must be >= 0, got {latency_s}")
+        if bandwidth_bps is not None and bandwidth_bps <= 0:
+            raise ValueError(f"bandwidth_bps must be > 0 or None, got {bandwidth_bps}")
+        self.upstream_port, self.host = int(upstream_port), host
+        self.latency_s, self.bandwidth_bps = float(latency_s), bandwidth_bps
+        self.port = 0
+        self._counters = _Counters()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> SlowProxy:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> SlowProxy:
+        """Listen on a free port of 127.0.0.1 (``port``, ``url``), serving from a daemon thread."""
+        if self._thread is not None:
+            return self
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            try:
+                self._server = loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
+                self.port = self._server.sockets[0].getsockname()[1]
+            except BaseException as exc:  # noqa: BLE001  (reported to start())
+                failure.append(exc)
+                ready.set()
+                return
+            ready.set()
+            try:
+                loop.run_forever()
+            finally:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name=f"SlowProxy->{self.upstream_port}", daemon=True)
+        self._thread.start()
+        if not ready.wait(START_TIMEOUT_S) or failure:
+            raise OSError(f"SlowProxy could not listen on 127.0.0.1: {failure[0] if failure else 'timed out'}")
+        return self
+
+    def stop(self) -> None:
+        """Close the listener and every connection, and end the thread."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+
+        async def shutdown() -> None:
+            if self._server is not None:
+                self._server.close()
+            for task in [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
+                task.cancel()
+
+        with contextlib.suppress(RuntimeError):
+            asyncio.run_coroutine_threadsafe(shutdown(), loop).result(5)
+            loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        self._loop = self._thread = self._server = None
+
+    def stats(self) -> ProxyStats:
+        c = self._counters
+        with c.lock:
+            return ProxyStats(c.requests, c.bytes_up, c.bytes_down, c.connections, tuple(c.latencies))
+
+    def reset_stats(self) -> None:
+        with self._counters.lock:
+            self._counters.reset()
+
+    # ------------------------------------------------------------------ the connections
+
+    async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        c = self._counters
+        with c.lock:
+            c.connections += 1
+        try:
+            server_reader, server_writer = await asyncio.open_connection(self.host, self.upstream_port)
+        except OSError:
+            client_writer.close()
+            return
+        waiting: collections.deque[float] = collections.deque()  # start times of requests not yet answered
+        up = asyncio.ensure_future(self._client_to_server(client_reader, server_writer, waiting))
+        down = asyncio.ensure_future(self._server_to_client(server_reader, client_writer, waiting))
+        try:
+            await asyncio.wait([up, down], return_when=asyncio.FIRST_COMPLETED)
+            if up.done() and not down.done():  # the client finished sending: let the answer come back
+                await asyncio.wait([down], timeout=60)
+        finally:
+            for task in (up, down):
+                task.cancel()
+            for writer in (server_writer, client_writer):
+                with contextlib.suppress(Exception):
+                    writer.close()
+
+    async def _client_to_server(self, reader, writer, waiting: collections.deque) -> None:
+        parser, c = _RequestParser(), self._counters
+        while data := await reader.read(READ_SIZE):
+            now = time.perf_counter()
+            starts = parser.feed(data)
+            at = 0
+            for start in starts:  # each request waits the latency before any of its bytes go on
+                if start > at:
+                    writer.write(data[at:start])
+                waiting.append(now)
+                with c.lock:
+                    c.requests += 1
+                if self.latency_s:
+                    await writer.drain()
+                    await asyncio.sleep(self.latency_s)
+                at = start
+            writer.write(data[at:])
+            await writer.drain()
+            with c.lock:
+                c.bytes_up += len(data)
+        with contextlib.suppress(Exception):
+            writer.write_eof()
+
+    async def _server_to_client(self, reader, writer, waiting: collections.deque) -> None:
+        c = self._counters
+        next_free = time.perf_counter()  # when this connection may send its next byte (the rate cap)
+        while data := await reader.read(READ_SIZE):
+            now = time.perf_counter()
+            if waiting:
+                started = waiting.popleft()
+                with c.lock:
+                    c.latencies.append(now - started)
+            rate = self.bandwidth_bps
+            if rate:
+                next_free = max(next_free, now) + len(data) / rate
+                if next_free - now > 0.001:
+                    await asyncio.sleep(next_free - now)
+            writer.write(data)
+            await writer.drain()
+            with c.lock:
+                c.bytes_down += len(data)
+        with contextlib.suppress(Exception):
+            writer.write_eof()

@@ -1,0 +1,239 @@
+"""Reading a token store from a bucket behind a slow link (issue 31): the sharded layout, lanes, read-ahead, stalls.
+
+Every test here reads from moto's S3 server through :class:`~datatools.testing.slow_proxy.SlowProxy` (a few ms
+per request), so the reads really are concurrent requests with latency, counted at the proxy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import datatools.io.store as store_mod
+from datatools.cli import main
+from datatools.io import read_stats
+from datatools.io.documents import StoreDocuments
+from datatools.io.store import TokenStore, write_store
+from datatools.pipeline import build_canonical
+from datatools.pipeline.build import READ_THREADS
+from datatools.pipeline.config import parse_config
+from datatools.testing.slow_proxy import SlowProxy
+from object_storage import s3_environment
+
+CTX = 512
+
+
+def lengths_of(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.clip(rng.lognormal(np.log(120), 1.0, n), 1, 3 * CTX).astype(np.int64)
+
+
+def write(path, lengths: np.ndarray, seed: int = 1) -> np.ndarray:
+    """A store of documents of ``lengths`` (random ids below 1000) at ``path``; its flat tokens."""
+    tokens = np.random.default_rng(seed).integers(0, 1000, int(lengths.sum()), dtype=np.uint16)
+    write_store(
+        path,
+        [(tokens, lengths)],
+        num_tokens=int(lengths.sum()),
+        num_documents=int(lengths.shape[0]),
+        dtype=np.dtype(np.uint16),
+        manifest={"vocab_size": 1000},
+    )
+    return tokens
+
+
+@pytest.fixture()
+def slow_s3(s3_server, s3_bucket, monkeypatch):
+    """A bucket on moto behind a proxy adding 5 ms per request (no bandwidth cap); the environment points at the
+    proxy. Yields (bucket URL, proxy)."""
+    with SlowProxy(s3_server.port, latency_s=0.005) as proxy:
+        s3_environment(monkeypatch, proxy.url)
+        yield s3_bucket, proxy
+
+
+@pytest.fixture()
+def small_objects(monkeypatch):
+    """Stored objects of 4,096 tokens in inner chunks of 256, so a small store has many of both."""
+    monkeypatch.setattr(store_mod, "TOKEN_CHUNK", 4096)
+    monkeypatch.setattr(store_mod, "READ_CHUNK", 256)
+
+
+def config(url: str, **changes) -> dict:
+    cfg = {
+        "source": {"path": url},
+        "shuffle": {"kind": "block", "io_block_size": 8, "window_blocks": 16},
+        "packing": {"mode": "streaming", "ctx": CTX, "window": 64},
+        "batch_size": 8,
+        "drop_remainder": False,
+        "workers": 0,
+        "format": "datatools",
+        "seed": 3,
+    }
+    for key, value in changes.items():
+        cfg[key] = value
+    return cfg
+
+
+def all_batches(cfg: dict, documents=None) -> list[dict]:
+    built = build_canonical(parse_config(cfg), documents)
+    return [{k: np.asarray(v) for k, v in b.items()} for b in built.dataset]
+
+
+def same(a: list[dict], b: list[dict]) -> bool:
+    return len(a) == len(b) and all(all(np.array_equal(x[k], y[k]) for k in x) for x, y in zip(a, b))
+
+
+def test_batches_from_the_sharded_layout_equal_the_old_layout_and_a_local_store(
+    tmp_path, slow_s3, small_objects, monkeypatch
+):
+    bucket, proxy = slow_s3
+    lengths = lengths_of(600, seed=0)
+    write(tmp_path / "local", lengths)
+    write(f"{bucket}/new", lengths)
+    version, inner = store_mod.VERSION, store_mod.READ_CHUNK
+    monkeypatch.setattr(store_mod, "VERSION", 2)  # the layout before shards: one zstd chunk per object
+    monkeypatch.setattr(store_mod, "READ_CHUNK", 1 << 30)
+    write(f"{bucket}/old", lengths)
+    monkeypatch.setattr(store_mod, "VERSION", version)
+    monkeypatch.setattr(store_mod, "READ_CHUNK", inner)
+    new, old = TokenStore(f"{bucket}/new"), TokenStore(f"{bucket}/old")
+    assert new.version == 3 and new.sharded and new.read_granularity == 256 and new.object_tokens == 4096
+    assert old.version == 2 and not old.sharded and old.read_granularity == 4096
+    for changes in (
+        {},  # block shuffle, streaming packing in lanes
+        {"shard": {"index": 1, "count": 2}},
+        {"shuffle": {"kind": "full"}, "packing": {"mode": "planned", "ctx": CTX}},
+        {"packing": {"mode": "streaming", "ctx": CTX, "window": 64, "read_order": "window"}},
+    ):
+        local = all_batches(config(str(tmp_path / "local"), **changes))
+        proxy.reset_stats()
+        assert same(all_batches(config(f"{bucket}/new", **changes)), local), changes
+        assert proxy.stats().requests > 0  # read through the proxy
+        assert same(all_batches(config(f"{bucket}/old", **changes)), local), changes
+
+
+def test_lanes_give_every_token_once_per_epoch_and_each_host_its_own_blocks(tmp_path):
+    lengths = lengths_of(2000, seed=4)
+    tokens = write(tmp_path / "s", lengths)
+    cfg = config(str(tmp_path / "s"), num_epochs=2, batch_size=8)
+    cfg["packing"]["lane_period"] = 2
+    one = all_batches(cfg)
+    built = build_canonical(parse_config(cfg))
+    per_epoch = built.schedule.num_batches(0)
+    for epoch in range(2):
+        got = np.concatenate(
+            [b["tokens"][b["segment_ids"] > 0] for b in one[epoch * per_epoch : (epoch + 1) * per_epoch]]
+        )
+        assert np.array_equal(np.sort(got), np.sort(tokens.astype(np.int32)))  # every token once per epoch
+    blocks = []
+    for host in range(4):
+        cfg_h = {**cfg, "shard": {"index": host, "count": 4}}
+        mine = all_batches(cfg_h)
+        assert same(
+            [{k: v for k, v in b.items()} for b in mine],
+            [{k: v[2 * host : 2 * host + 2] for k, v in b.items()} for b in one],
+        )
+        schedule = build_canonical(parse_config(cfg_h)).schedule
+        docs = np.concatenate(
+            [schedule.pieces(0, j, 2 * host, 2 * host + 2)[0] for j in range(schedule.regular_batches(0))]
+        )
+        blocks.append(set((docs // 8).tolist()))
+    for a in range(4):
+        for b in range(a + 1, 4):
+            assert not blocks[a] & blocks[b]  # no io block read by two hosts (before the epoch's last batches)
+
+
+def test_read_ahead_stays_within_its_budget(tmp_path, slow_s3, small_objects):
+    bucket, proxy = slow_s3
+    lengths = lengths_of(1500, seed=2)
+    write(tmp_path / "local", lengths)
+    write(f"{bucket}/s", lengths)
+    budget = 40 * 256 * 2  # 40 inner chunks of 256 uint16 tokens
+    docs = StoreDocuments(TokenStore(f"{bucket}/s"), cache_bytes=budget)
+    before = read_stats.snapshot()
+    got = all_batches(config(f"{bucket}/s"), documents=docs)
+    counted = read_stats.subtract(read_stats.snapshot(), before)
+    assert same(got, all_batches(config(str(tmp_path / "local"))))
+    reader = docs.reader
+    assert counted.prefetched_requests > 0  # batches were read ahead
+    assert 0 < reader.peak_ahead_bytes <= budget // 2  # the read-ahead never held more than half the budget
+    assert reader.slots * reader.extent * reader.itemsize <= budget or reader.grown
+    largest_batch = max(
+        reader._extents_of(  # the extents one batch needs at once: the slab grows only past that
+            docs.store.offsets[p[0]] + p[1], p[2]
+        ).shape[0]
+        for p in (build_canonical(parse_config(config(f"{bucket}/s"))).schedule.pieces(0, j, 0, 8) for j in range(3))
+    )
+    # Past the budget only when the batches Grain's reader threads build at once need more slots than it has.
+    assert reader.slots <= max(40, 2 * READ_THREADS * largest_batch)
+    assert counted.bytes_fetched >= counted.bytes_delivered > 0
+
+
+KILLED_CHILD = r"""
+import json, sys, time
+from datatools.pipeline import build_canonical
+from datatools.pipeline.build import READ_THREADS
+from datatools.pipeline.config import parse_config
+built = build_canonical(parse_config(json.loads(sys.argv[1])))
+it = iter(built.dataset)
+for _ in range(3):
+    next(it)
+open(sys.argv[2], "w").write(json.dumps(it.get_state()))
+for _ in range(1000):  # reads ahead, until the parent kills it
+    next(it)
+"""
+
+
+def test_a_kill_during_read_ahead_loses_nothing(tmp_path, slow_s3):
+    bucket, proxy = slow_s3
+    proxy.latency_s = 0.05  # reads are in flight when the kill comes
+    lengths = lengths_of(3000, seed=6)
+    write(f"{bucket}/s", lengths)
+    cfg = config(f"{bucket}/s", num_epochs=None)
+    state = tmp_path / "state.json"
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_CHILD, json.dumps(cfg), str(state)], env={**os.environ}, start_new_session=True
+    )
+    deadline = time.monotonic() + 120
+    while not state.exists() or not state.read_text():
+        assert child.poll() is None and time.monotonic() < deadline, "the child ended before saving its state"
+        time.sleep(0.05)
+    time.sleep(0.3)  # in the middle of reading ahead
+    os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+    built = build_canonical(parse_config(cfg))
+    resumed = iter(built.dataset)
+    resumed.set_state(json.loads(state.read_text()))
+    straight = iter(build_canonical(parse_config(cfg)).dataset)
+    for _ in range(3):
+        next(straight)
+    for _ in range(4):
+        a, b = next(resumed), next(straight)
+        assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert TokenStore(f"{bucket}/s").num_tokens == int(lengths.sum())  # the store is untouched
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_pipeline_reports_its_waits_and_reads(tmp_path, slow_s3, small_objects, workers, capsys):
+    bucket, proxy = slow_s3
+    write(f"{bucket}/s", lengths_of(1500, seed=8))
+    cfg = tmp_path / "p.yaml"
+    cfg.write_text(json.dumps(config(f"{bucket}/s", workers=workers)))
+    out = tmp_path / "r.json"
+    assert main(["pipeline", str(cfg), "--steps", "6", "--json", str(out), "--step-time", "0.05"]) == 0
+    loader = json.loads(out.read_text())["loader"]
+    assert loader["steps"] == 6
+    assert loader["requests"] > 0 and loader["requests_per_step"] > 0
+    assert loader["bytes_fetched"] >= loader["bytes_delivered"] > 0  # workers' counters reach the parent
+    assert loader["fetched_per_delivered"] >= 1
+    assert 0 <= loader["wait_p50_ms"] <= loader["wait_p99_ms"] <= loader["wait_max_ms"]
+    assert 0 <= loader["steps_waited"] <= 5
+    assert loader["request_latency_p50_ms"] >= 0.8 * 5  # every request paid the proxy's 5 ms
+    assert "fetched / delivered" in capsys.readouterr().out
