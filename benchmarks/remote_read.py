@@ -1,0 +1,333 @@
+"""Feeding every step from a bucket: a token store in S3 behind a slow link, read by the users' pipeline.
+
+The users' shape (issue 31): a token store of ``--tokens`` (default 500M) tokens, documents of lognormal length
+(median 400, mean ~800, at most 8192: ``benchmarks/_common`` distribution (c)), random token ids below 50,257
+(uint16: incompressible, as real token ids nearly are), in moto's S3 API server on loopback behind
+:class:`~datatools.testing.slow_proxy.SlowProxy`: ``+0``, ``+30`` and ``+100`` ms per request and 50 MB/s per
+connection. The pipeline: ctx 8192, global batch 128, streaming packing (best fit decreasing, windows of 1024
+documents), block shuffle 64 x 1024 (read in lanes), as 1 host and as host 0 of 4, with 0 and 2 Grain workers;
+and a second row with planned packing and a full shuffle (every document anywhere: what it costs in bytes).
+
+Each row runs in a fresh process (peak RSS of the process and its workers, sampled every 0.1 s):
+
+* **first batch**: seconds from the start (config -> dataset, open the store, read the offsets) to the first
+  batch; and the bytes fetched before it;
+* **batches/s**: ``--batches`` batches after the first, taken as fast as they come;
+* **steps waited**: a second pipeline, ``--steps`` steps of a simulated ``--step-time`` s step each (the
+  consumer sleeps): the steps whose ``next()`` took more than 10 ms (the first step excluded);
+* **fetched / delivered**: bytes through the proxy (the wire, HTTP headers included) over the bytes of the
+  tokens the batches hold; **requests per batch** counted at the proxy;
+* **floor**: the physical floor in the same run: the same number of ranged GETs of the store's inner chunks
+  (the byte ranges a read of the rows' documents needs, from the shard indices), fetched by a plain loop of
+  32 concurrent connections (boto3, one client per thread) through the same proxy: requests per second, and
+  so the batches per second the link allows at the pipeline's requests per batch.
+
+Usage::
+
+    python benchmarks/remote_read.py [--tokens 500000000] [--latencies 0 30 100] [--steps 500] [--batches 40]
+    python benchmarks/remote_read.py --tokens 20000000 --steps 40 --batches 10   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import announce, lognormal_lengths, print_table, write_json  # noqa: E402
+from read import S3_ENV, s3_server  # noqa: E402
+
+MB = 1e6
+VOCAB = 50257
+BANDWIDTH = 50e6  # bytes/s per connection
+BUCKET = "remote-read-bench"
+MODES = {
+    "block, streaming (lanes)": {
+        "shuffle": {"kind": "block", "io_block_size": 64, "window_blocks": 1024},
+        "packing": {"mode": "streaming", "ctx": 8192, "window": 1024},
+    },
+    "full, planned": {
+        "shuffle": {"kind": "full"},
+        "packing": {"mode": "planned", "ctx": 8192},
+    },
+}
+
+
+def build_store(url: str, tokens: int, seed: int = 0) -> dict:
+    """Write the store straight into the bucket (no proxy): documents until ``tokens`` tokens."""
+    from datatools.io.store import token_dtype, write_store
+
+    n = int(tokens / 800 * 1.02)
+    lengths = lognormal_lengths(n, median=400, mean=800, low=1, high=8192, seed=seed)
+    lengths = lengths[: int(np.searchsorted(np.cumsum(lengths), tokens)) + 1]
+    rng = np.random.default_rng(seed + 1)
+
+    def shards():
+        for a in range(0, lengths.shape[0], 50_000):
+            part = lengths[a : a + 50_000]
+            yield rng.integers(0, VOCAB, int(part.sum()), dtype=np.uint16), part
+
+    t0 = time.perf_counter()
+    write_store(
+        url,
+        shards(),
+        num_tokens=int(lengths.sum()),
+        num_documents=int(lengths.shape[0]),
+        dtype=token_dtype(VOCAB),
+        manifest={"vocab_size": VOCAB},
+    )
+    return {"documents": int(lengths.shape[0]), "tokens": int(lengths.sum()), "write_s": time.perf_counter() - t0}
+
+
+def config(url: str, mode: str, hosts: int, workers: int) -> dict:
+    return {
+        "source": {"path": url},
+        **MODES[mode],
+        "batch_size": 128,
+        "drop_remainder": True,
+        "num_epochs": None,
+        "workers": workers,
+        "shard": {"index": 0, "count": hosts},
+        "seed": 0,
+        "format": "datatools",
+    }
+
+
+# --------------------------------------------------------------------------- one row, in a fresh process
+
+
+def rss_sampler(stop: threading.Event, peak: list[int]) -> None:
+    import psutil
+
+    me = psutil.Process()
+    while not stop.wait(0.1):
+        try:
+            total = me.memory_info().rss + sum(c.memory_info().rss for c in me.children(recursive=True))
+        except psutil.Error:
+            continue
+        peak[0] = max(peak[0], total)
+
+
+def child(spec: dict) -> dict:
+    """One pipeline run: first batch, then batches as fast as they come (``batches``), or ``steps`` steps of
+    ``step_s`` seconds; the proxy is asked for its counts by the parent around each phase (via stdout)."""
+    from datatools.pipeline import build_canonical
+    from datatools.pipeline.config import parse_config
+    from datatools.pipeline.stalls import StallMeter
+
+    peak = [0]
+    stop = threading.Event()
+    threading.Thread(target=rss_sampler, args=(stop, peak), daemon=True).start()
+    t0 = time.perf_counter()
+    built = build_canonical(parse_config(spec["config"]))
+    it = StallMeter(iter(built.dataset), stats_folder=built.stats_folder)
+    batch = next(it)
+    first_s = time.perf_counter() - t0
+    delivered = [int(np.count_nonzero(batch["segment_ids"])) * 2]
+    print(json.dumps({"event": "first"}), flush=True)
+    sys.stdin.readline()  # the parent took the proxy's counts
+    t1 = time.perf_counter()
+    n = spec["batches"] if not spec["step_s"] else spec["steps"]
+    for _ in range(n):
+        batch = next(it)
+        delivered.append(int(np.count_nonzero(batch["segment_ids"])) * 2)
+        if spec["step_s"]:
+            time.sleep(spec["step_s"])
+    span = time.perf_counter() - t1
+    report = it.report()
+    it.close()
+    stop.set()
+    return {
+        "first_s": first_s,
+        "batches": n,
+        "batches_per_s": n / span,
+        "delivered_first": delivered[0],
+        "delivered_rest": int(sum(delivered[1:])),
+        "steps_waited": report.steps_waited,
+        "wait_p50_ms": report.wait_p50_ms,
+        "wait_p99_ms": report.wait_p99_ms,
+        "wait_max_ms": report.wait_max_ms,
+        "reader_fetched": report.bytes_fetched,
+        "reader_delivered": report.bytes_delivered,
+        "request_latency_p50_ms": report.request_latency_p50_ms,
+        "request_latency_p99_ms": report.request_latency_p99_ms,
+        "peak_rss_gb": peak[0] / 1e9,
+    }
+
+
+def run_row(spec: dict, proxy) -> dict:
+    """Run ``child(spec)`` in a fresh process, reading the proxy's counts at its first batch and at its end."""
+    env = {**os.environ, **S3_ENV, "AWS_ENDPOINT_URL": proxy.url}
+    proxy.reset_stats()
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None and proc.stdin is not None
+    line = proc.stdout.readline()
+    if not line:
+        proc.wait()
+        raise SystemExit(f"row {spec['label']} failed (exit {proc.returncode})")
+    at_first = proxy.stats()
+    proxy.reset_stats()
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+    out = proc.stdout.read()
+    if proc.wait():
+        raise SystemExit(f"row {spec['label']} failed (exit {proc.returncode})")
+    result = json.loads(out.strip().splitlines()[-1])
+    rest = proxy.stats()
+    result["first_bytes"] = at_first.bytes_down
+    result["first_requests"] = at_first.requests
+    result["fetched"] = rest.bytes_down
+    result["requests"] = rest.requests
+    result["fetched_per_delivered"] = rest.bytes_down / max(1, result["delivered_rest"])
+    result["requests_per_batch"] = rest.requests / max(1, result["batches"])
+    return result
+
+
+# --------------------------------------------------------------------------- the floor
+
+
+def floor(url: str, proxy, requests: int = 2000, concurrency: int = 32, seed: int = 0) -> dict:
+    """``requests`` ranged GETs of randomly chosen inner chunks (their byte ranges from the shard indices), by a
+    plain loop of ``concurrency`` threads with a boto3 client each, through the proxy: requests/s and MB/s."""
+    import boto3
+
+    from datatools.io.store import TokenStore
+
+    store = TokenStore(url)
+    shards = store.manifest["chunks"]["tokens"]
+    keys = sorted((k for k in shards if k.startswith("c/")), key=lambda k: int(k[2:]))
+    prefix = url.split("/", 3)[3].rstrip("/") + "/tokens/"
+    s3 = boto3.client("s3", endpoint_url=proxy.url, **{"region_name": S3_ENV["AWS_REGION"]})
+    inner = store.read_granularity
+    per_shard = -(-(1 << 20) // inner)
+    index_bytes = per_shard * 16 + 4
+    ranges = []
+    rng = np.random.default_rng(seed)
+    for key in rng.choice(keys, size=min(64, len(keys)), replace=False):
+        head = s3.get_object(Bucket=BUCKET, Key=prefix + key, Range=f"bytes=0-{index_bytes - 1}")["Body"].read()
+        table = np.frombuffer(head[: per_shard * 16], "<u8").reshape(-1, 2)
+        ranges += [(prefix + key, int(o), int(o + m - 1)) for o, m in table if m and o != (1 << 64) - 1]
+    picks = [ranges[i] for i in rng.integers(0, len(ranges), requests)]
+    local = threading.local()
+
+    def get(r) -> int:
+        client = getattr(local, "client", None)
+        if client is None:
+            client = local.client = boto3.client("s3", endpoint_url=proxy.url, region_name=S3_ENV["AWS_REGION"])
+        return len(client.get_object(Bucket=BUCKET, Key=r[0], Range=f"bytes={r[1]}-{r[2]}")["Body"].read())
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        got = sum(pool.map(get, picks))
+    span = time.perf_counter() - t0
+    return {"requests_per_s": requests / span, "mb_per_s": got / span / MB, "mean_bytes": got / requests}
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tokens", type=int, default=500_000_000)
+    ap.add_argument("--latencies", type=float, nargs="+", default=[0, 30, 100], help="ms added per request")
+    ap.add_argument("--batches", type=int, default=40, help="batches timed as fast as they come")
+    ap.add_argument("--steps", type=int, default=500, help="simulated steps (host 0 of 4, 2 workers, block)")
+    ap.add_argument("--step-time", type=float, default=0.4)
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))), flush=True)
+        return
+    from datatools.testing.slow_proxy import SlowProxy
+
+    announce(1, "each row once, in a fresh process; the proxy counts every request and byte")
+    os.environ.update(S3_ENV)
+    rows, results = [], []
+    with tempfile.TemporaryDirectory() as tmp, s3_server(Path(tmp)) as endpoint:
+        import boto3
+
+        boto3.client("s3", endpoint_url=endpoint, region_name=S3_ENV["AWS_REGION"]).create_bucket(
+            Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": S3_ENV["AWS_REGION"]}
+        )
+        url = f"s3://{BUCKET}/store"
+        os.environ["AWS_ENDPOINT_URL"] = endpoint
+        made = build_store(url, args.tokens)
+        print(f"store: {made['documents']:,} documents, {made['tokens']:,} tokens, written in {made['write_s']:.0f} s")
+        port = int(endpoint.rsplit(":", 1)[1])
+        with SlowProxy(port, latency_s=0.0, bandwidth_bps=BANDWIDTH) as proxy:
+            os.environ["AWS_ENDPOINT_URL"] = proxy.url
+            for latency in args.latencies:
+                proxy.latency_s = latency / 1e3
+                fl = floor(url, proxy)
+                plan = [
+                    ("block, streaming (lanes)", 1, 0, 0.0),
+                    ("block, streaming (lanes)", 4, 2, 0.0),
+                    ("block, streaming (lanes)", 4, 2, args.step_time),
+                    ("block, streaming (lanes)", 1, 2, 0.0),
+                    ("full, planned", 1, 0, 0.0),
+                ]
+                for mode, hosts, workers, step_s in plan:
+                    spec = {
+                        "label": f"{mode}, {'1 host' if hosts == 1 else 'host 0 of 4'}, workers {workers}",
+                        "config": config(url, mode, hosts, workers),
+                        "batches": args.batches if mode.startswith("block") else max(4, args.batches // 4),
+                        "steps": args.steps,
+                        "step_s": step_s,
+                    }
+                    r = run_row(spec, proxy)
+                    r.update(latency_ms=latency, mode=mode, hosts=hosts, workers=workers, step_s=step_s)
+                    r["floor_batches_per_s"] = fl["requests_per_s"] / max(r["requests_per_batch"], 1e-9)
+                    results.append(r)
+                    rows.append(
+                        [
+                            f"+{latency:.0f} ms",
+                            spec["label"] + (f", {args.steps} steps of {step_s} s" if step_s else ""),
+                            f"{r['first_s']:.1f} s ({r['first_bytes'] / MB:.0f} MB)",
+                            "-" if step_s else f"{r['batches_per_s']:.2f}",
+                            f"{r['steps_waited']} of {r['batches']}" if step_s else "-",
+                            f"{r['fetched_per_delivered']:.2f}",
+                            f"{r['requests_per_batch']:.0f}",
+                            f"{r['peak_rss_gb']:.2f} GB",
+                            f"{fl['requests_per_s']:.0f} req/s; {r['floor_batches_per_s']:.1f} batches/s",
+                        ]
+                    )
+                    print(f"  {rows[-1]}", flush=True)
+                results.append({"latency_ms": latency, "floor": fl})
+    print_table(
+        f"Token store in S3 (moto) behind a proxy at 50 MB/s per connection: {made['tokens'] / 1e6:,.0f}M tokens, "
+        f"ctx 8192, global batch 128",
+        [
+            "latency",
+            "pipeline",
+            "first batch (fetched)",
+            "batches/s",
+            "steps waited > 10 ms",
+            "fetched / delivered",
+            "requests / batch",
+            "peak RSS",
+            "floor: plain concurrent GETs",
+        ],
+        rows,
+    )
+    path = write_json("remote_read", {"store": made, "rows": results, "args": vars(args)})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
