@@ -272,7 +272,7 @@ def read_manifest(path: str | os.PathLike) -> dict:
     path = location(path)
     manifest_file = storage.join(path, "manifest.json")
     try:  # a PermissionError propagates, naming the file; an unreachable object store raises StorageError
-        manifest = json.loads(storage.read_bytes(manifest_file))
+        manifest = json.loads(storage.read_bytes(manifest_file, max_bytes=storage.MAX_METADATA_BYTES))
     except (FileNotFoundError, NotADirectoryError):
         raise ValueError(f"{display(path)}: not a datatools token store (no manifest.json)") from None
     except IsADirectoryError:
