@@ -58,6 +58,9 @@ def train_command(config, steps, source, attention, grad_accum_steps, json_out):
                 + ("  (includes compilation)" if rec["step"] == 1 else "")
             )
 
+    def stall(line: str) -> None:
+        err.print(line, markup=False, highlight=False)
+
     with device_errors():  # XLA out of memory -> DeviceOutOfMemory (exit 1, one line)
         if err.is_terminal:
             with Progress(
@@ -69,9 +72,9 @@ def train_command(config, steps, source, attention, grad_accum_steps, json_out):
                 transient=True,
             ) as progress:
                 task = progress.add_task("train", total=cfg.train.steps)
-                result = train(cfg, on_step=lambda r: (log(r), progress.advance(task)))
+                result = train(cfg, on_step=lambda r: (log(r), progress.advance(task)), on_loader_stall=stall)
         else:
-            result = train(cfg, on_step=log)
+            result = train(cfg, on_step=log, on_loader_stall=stall)
     s = result["summary"]
     table = Table(
         title=f"{config}: {s['steps']} steps (rates exclude the first, compiling, step)", title_justify="left"
@@ -88,6 +91,11 @@ def train_command(config, steps, source, attention, grad_accum_steps, json_out):
         ("compilations", str(s["compilations"])),
         ("shapes", ", ".join(f"{r}x{t}" for r, t in s["shapes"])),
         ("first step (compile)", f"{s['first_step_s']:.2f} s"),
+        (
+            "step waited for data (p50 / p99 / max)",
+            "{wait_p50_ms:.1f} / {wait_p99_ms:.1f} / {wait_max_ms:.1f} ms".format(**s["loader"]),
+        ),
+        (f"steps waited > {s['loader']['threshold_ms']:.0f} ms", str(s["loader"]["steps_waited"])),
     ]:
         table.add_row(name, value)
     console.print(table)

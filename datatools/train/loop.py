@@ -27,6 +27,7 @@ import numpy as np
 from datatools.base.errors import RunFailed
 from datatools.pipeline import PipelineConfig, ShardConfig, build_canonical, parse_config
 from datatools.pipeline.schema import field, from_dict, load_yaml
+from datatools.pipeline.stalls import StallMeter
 from datatools.train.model import ModelConfig, attention_keys
 from datatools.train.step import OptimizerConfig, Trainer
 
@@ -136,9 +137,17 @@ def _micro_batches(it, count: int) -> list[dict] | None:
     return out
 
 
-def train(cfg: TrainConfig, *, on_step=None, documents=None, stop_after_useful_tokens: int | None = None) -> dict:
+def train(
+    cfg: TrainConfig,
+    *,
+    on_step=None,
+    documents=None,
+    stop_after_useful_tokens: int | None = None,
+    on_loader_stall=None,
+) -> dict:
     """Run ``cfg.train.steps`` steps (fewer if the data ends, or once ``stop_after_useful_tokens`` real tokens
-    have been trained on). ``on_step(record)`` is called after each step.
+    have been trained on). ``on_step(record)`` is called after each step; ``on_loader_stall(line)`` when the step
+    waited for the loader (at most every few seconds).
 
     Each record: ``step``, ``loss``, ``seconds``, ``rows``, ``tokens`` (slots),
     ``useful_tokens``, ``efficiency``, ``tokens_per_s``, ``useful_tokens_per_s``,
@@ -162,9 +171,10 @@ def train(cfg: TrainConfig, *, on_step=None, documents=None, stop_after_useful_t
     peak, peak_source = device_peak(trainer.devices)
     records = []
     seen_useful = 0
-    it = iter(built.dataset)
+    it = StallMeter(iter(built.dataset), stats_folder=built.stats_folder, warn=on_loader_stall)
     try:
         for step in range(1, cfg.train.steps + 1):
+            waited = len(it.waits)
             batches = _micro_batches(it, cfg.train.grad_accum_steps)
             if batches is None:  # the data ended: a short step would weigh its documents differently
                 break
@@ -206,6 +216,7 @@ def train(cfg: TrainConfig, *, on_step=None, documents=None, stop_after_useful_t
                 "hfu": hw_flops / secs / peak,
                 "attention_pairs_computed": computed,
                 "shape": list(seg.shape),
+                "loader_wait_s": float(sum(it.waits[waited:])),  # what this step waited for its batches
             }
             records.append(rec)
             if on_step:
@@ -214,9 +225,8 @@ def train(cfg: TrainConfig, *, on_step=None, documents=None, stop_after_useful_t
             if stop_after_useful_tokens and seen_useful >= stop_after_useful_tokens:
                 break
     finally:
-        close = getattr(it, "close", None)
-        if close:
-            close()
+        loader = it.report()
+        it.close()
     steady = records[1:] or records
     secs = sum(r["seconds"] for r in steady)
     summary = {
@@ -239,5 +249,6 @@ def train(cfg: TrainConfig, *, on_step=None, documents=None, stop_after_useful_t
         "peak_source": peak_source,
         "devices": [str(d) for d in trainer.devices],
         "params": cfg.model.num_params(),
+        "loader": loader.as_dict(),  # what each step waited for its batches, what the readers fetched
     }
     return {"summary": summary, "records": records}
