@@ -2,24 +2,28 @@
 
 Locally the job builds the store in ``OUTPUT.partial/store`` and renames it into place.
 An object store has no rename, so the commit point is the store's manifest instead
-(``OUTPUT = s3://bucket/prefix``, ``STAGING = OUTPUT.partial``):
+(``OUTPUT = s3://bucket/prefix``; STAGING = :func:`staging_of`: ``OUTPUT.partial``, beside
+it in the same bucket, or ``OUTPUT/.partial`` for a bucket root, never another bucket):
 
 1. Shards: ``STAGING/shards/NNNNNN.npz``, each written in one PUT (complete or absent),
    and ``STAGING/job.json`` naming the job, as locally.
 2. Commit: ``STAGING/commit.json`` is written first, naming the job and OUTPUT: from
-   then on the objects under ``OUTPUT/`` are this job's to replace. A store already at
-   OUTPUT (``--overwrite``) is uncommitted (its manifest deleted first), every object
-   under ``OUTPUT/`` is deleted, the arrays are written, and ``OUTPUT/manifest.json``
-   last. A reader opens a store only through its manifest, so it sees the old store, no
-   store, or the whole new one, never a part.
-3. STAGING is deleted.
+   then on the store's keys under ``OUTPUT/`` are this job's to replace. A store already at
+   OUTPUT (``--overwrite``) is uncommitted (its manifest deleted first), its keys are
+   deleted (only keys of a store's layout, :data:`STORE_KEY`: ``tokens/...``,
+   ``offsets/...``), the arrays are written, and ``OUTPUT/manifest.json`` last. A reader
+   opens a store only through its manifest, so it sees the old store, no store, or the
+   whole new one, never a part.
+3. STAGING's own files are deleted.
 
 A job killed anywhere and run again skips the shards already there; ``commit.json``
-tells it that objects under OUTPUT without a manifest are its own half-written commit,
+tells it that store keys under OUTPUT without a manifest are its own half-written commit,
 which it deletes and writes again, so the store ends byte-identical to an uninterrupted
-run. Objects it cannot prove are its own are never deleted: a prefix holding anything
-else is refused before any work. Only keys under ``OUTPUT/`` and ``STAGING/`` are ever
-listed or deleted, one key at a time.
+run. Objects it cannot prove are its own are never deleted: OUTPUT holding any key that is
+neither the recognised store's (``manifest.json`` and the keys its manifest's records list)
+nor staging's is refused before any work, untouched, ``--overwrite`` or not; so is a bucket
+root holding anything else. Only keys under ``OUTPUT/`` and STAGING are ever listed or
+deleted, one key at a time.
 """
 
 from __future__ import annotations
@@ -32,6 +36,38 @@ from datatools.io import storage
 from datatools.io.store import is_token_store, read_manifest
 
 STAGING_FILE = re.compile(r"(job\.json|commit\.json|shards/\d{6}\.npz)")
+STAGING_IN_ROOT = ".partial"  # a bucket root's staging prefix (there is no "beside" a bucket)
+STORE_KEY = re.compile(r"manifest\.json|(tokens|offsets)/(zarr\.json|c(/\d+)+)")  # a store's layout (store.py)
+
+
+def staging_of(output: str) -> str:
+    """The staging prefix of a store at ``output``: ``OUTPUT.partial`` beside it, in the same bucket; for a
+    bucket root (nothing is beside it) ``OUTPUT/.partial`` under it. Never another bucket (a bucket root's
+    ``bucket.partial`` was once another bucket)."""
+    _, _, key = storage.split_url(output)
+    return storage.url_of(output).rstrip("/") + ("/" + STAGING_IN_ROOT if not key else ".partial")
+
+
+def store_keys(manifest: dict | None) -> set[str] | None:
+    """The keys (relative to the store) a store's manifest lists: ``manifest.json`` and each array's recorded
+    keys; None for a manifest without records (a version-1 store: its keys are those matching
+    :data:`STORE_KEY`)."""
+    chunks = (manifest or {}).get("chunks")
+    if not isinstance(chunks, dict):
+        return None
+    out = {"manifest.json"}
+    for name in ("tokens", "offsets"):
+        records = chunks.get(name)
+        if isinstance(records, dict):
+            out.update(f"{name}/{k}" for k in records)
+    return out
+
+
+def foreign_keys(names: list[str], manifest: dict | None) -> list[str]:
+    """Of ``names`` (keys or files relative to a store), those that are not the store's own (see
+    :func:`store_keys`; without a manifest, the keys of a store's layout)."""
+    own = store_keys(manifest)
+    return [n for n in names if (n not in own if own is not None else not STORE_KEY.fullmatch(n))]
 
 
 def _names(prefix: str) -> list[str]:
@@ -53,9 +89,12 @@ def committing_job(staging: str) -> str | None:
 
 
 def check_replaceable(output: str, staging: str, overwrite: bool) -> None:
-    """ValueError, before any work, unless every object under ``OUTPUT/`` and ``STAGING/`` is provably
-    datatools' own: OUTPUT a token store (its manifest reads) or the half-written commit of an interrupted job
-    (``STAGING/commit.json`` says so); STAGING only a staging area's files. Nothing is touched here."""
+    """ValueError, before any work, unless every object under ``OUTPUT/`` and STAGING is provably datatools'
+    own: under OUTPUT only the keys of the token store there (its manifest reads: ``manifest.json`` and the keys
+    its records list) or, when ``STAGING/commit.json`` says an interrupted job was committing there, keys of a
+    store's layout; STAGING only a staging area's files. Nothing is touched here."""
+    inner = staging.startswith(storage.url_of(output).rstrip("/") + "/")
+    stage_rel = staging[len(storage.url_of(output).rstrip("/")) + 1 :] + "/" if inner else None
     bad = [n for n in _names(staging) if not STAGING_FILE.fullmatch(n)]
     if bad:
         raise ValueError(
@@ -63,19 +102,28 @@ def check_replaceable(output: str, staging: str, overwrite: bool) -> None:
             f"({bad[0]}{' ...' if len(bad) > 1 else ''}); nothing was touched: remove them or choose "
             f"another OUTPUT"
         )
-    if not storage.list_files(output):
+    names = [n for n in _names(output) if not (stage_rel and n.startswith(stage_rel))]
+    if not names:
         return
+    manifest = None
     if is_token_store(output):
         try:
-            read_manifest(output)
-            return
+            manifest = read_manifest(output)
         except ValueError:
-            pass
-    if committing_job(staging) is None:
+            manifest = None
+    if manifest is None and committing_job(staging) is None:
         raise ValueError(
             f"{storage.url_of(output)}: already holds objects and is not a datatools token store (no "
-            f"readable manifest.json); --overwrite replaces only a token store, so nothing was touched: "
-            f"remove them or choose another OUTPUT"
+            f"readable manifest.json; {names[0]}{' ...' if len(names) > 1 else ''}); --overwrite replaces only "
+            f"a token store, so nothing was touched: remove them or choose another OUTPUT"
+        )
+    foreign = foreign_keys(names, manifest)
+    if foreign:
+        where = "the bucket root" if not storage.split_url(output)[2] else "the store's prefix"
+        raise ValueError(
+            f"{storage.url_of(output)}: {where} holds objects that are not the token store's own "
+            f"({', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}); --overwrite replaces only the "
+            f"store's own objects, so nothing was touched: move them or choose another OUTPUT"
         )
 
 
@@ -86,7 +134,7 @@ def prepare_staging(staging: str, job: str, shards: int) -> bool:
     names = _names(staging)
     removed = False
     if names and _read_json(job_file).get("job") != job:
-        storage.remove_tree(staging)
+        _remove_staging(staging)
         removed = True
     if not storage.exists(job_file):
         storage.write_text(job_file, json.dumps({"job": job, "shards": shards}) + "\n")
@@ -105,6 +153,21 @@ def commit(output: str, staging: str, job: str, write: Callable[[str], None]) ->
         storage.join(staging, "commit.json"), json.dumps({"job": job, "output": storage.url_of(output)}) + "\n"
     )
     storage.remove(storage.join(output, "manifest.json"))  # uncommit first: no reader opens a half-replaced store
-    storage.remove_tree(output)
+    base = storage.url_of(output).rstrip("/")
+    for name in _names(output):  # the store's keys only (check_replaceable: nothing else is there)
+        if STORE_KEY.fullmatch(name):
+            storage.remove(f"{base}/{name}")
     write(output)
-    storage.remove_tree(staging)
+    _remove_staging(staging)
+
+
+def remove_staging(staging: str) -> None:
+    """Delete STAGING's own files (:data:`STAGING_FILE`), one key at a time; anything else there is kept."""
+    _remove_staging(staging)
+
+
+def _remove_staging(staging: str) -> None:
+    base = storage.url_of(staging).rstrip("/")
+    for name in _names(staging):
+        if STAGING_FILE.fullmatch(name):
+            storage.remove(f"{base}/{name}")

@@ -277,7 +277,7 @@ def pretokenize(
         raise ValueError("--tile needs --ctx")
     require_engine(engine)
     if remote:
-        staging, old = output + ".partial", None
+        staging, old = object_store_commit.staging_of(output), None
         object_store_commit.check_replaceable(output, staging, overwrite)  # before any work, as locally
         old_left = False
     else:
@@ -312,7 +312,7 @@ def pretokenize(
         m = read_manifest(output)
         if m.get("job") == job and m.get("version") == VERSION:  # a kill after the rename / the manifest
             if remote:
-                storage.remove_tree(staging)
+                object_store_commit.remove_staging(staging)
             else:
                 _clean_leftovers(output, extra, [p for p in (staging, old) if p.exists()])
             return JobResult(
@@ -475,6 +475,8 @@ def check_replaceable(output: Path, staging: Path, old: Path, overwrite: bool) -
                 f"without a token store manifest); --overwrite replaces only a token store, so "
                 f"nothing was touched: move it away or choose another OUTPUT"
             )
+        else:
+            _check_only_store_files(output)
     if staging.exists() or staging.is_symlink():
         names = {p.name for p in staging.iterdir()} if staging.is_dir() and not staging.is_symlink() else None
         if names is None or not all(n in STAGING_NAMES or n.startswith(".job.json.") for n in names):
@@ -488,6 +490,24 @@ def check_replaceable(output: Path, staging: Path, old: Path, overwrite: bool) -
                 f"{display(old)}: exists and is not a token store an interrupted --overwrite set "
                 f"aside; nothing was touched: move it away or choose another OUTPUT"
             )
+        _check_only_store_files(old)
+
+
+def _check_only_store_files(store: Path) -> None:
+    """ValueError unless every file in the store directory is the store's own (``manifest.json`` and the keys
+    its manifest's records list, :func:`~datatools.jobs.object_store_commit.foreign_keys`): a replacement
+    deletes the directory, so a user's file in it (or beside a copied manifest) must stop it, untouched."""
+    files = []
+    for root, dirs, names in os.walk(store):
+        for name in names + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+            files.append(os.path.relpath(os.path.join(root, name), store).replace(os.sep, "/"))
+    foreign = object_store_commit.foreign_keys(files, read_manifest(store))
+    if foreign:
+        raise ValueError(
+            f"{display(store)}: holds files that are not the token store's own "
+            f"({', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}); --overwrite replaces only the "
+            f"store's own files, so nothing was touched: move them away or choose another OUTPUT"
+        )
 
 
 def _manifest_ok(path: Path) -> bool:

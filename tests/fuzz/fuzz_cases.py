@@ -351,7 +351,7 @@ def disk_full_outcome(tmp) -> tuple[str, int, str, bool]:
 
     real = store_mod._create
 
-    def full(path, dtype, length, chunk):
+    def full(path, dtype, length, chunk, *inner):
         raise ValueError(
             f"RESOURCE_EXHAUSTED: Error writing local file \"{path}/c/0\": No space left on device [os_error_code='28']"
         )

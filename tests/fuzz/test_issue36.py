@@ -54,6 +54,15 @@ def test_a_huge_metadata_file_is_refused_unread(tmp_path):
         storage.read_bytes("/dev/zero")
 
 
+def test_a_huge_manifest_is_refused_by_verify_in_bounded_memory(store):
+    manifest = Path(store) / "manifest.json"
+    with open(manifest, "r+b") as f:
+        f.truncate(8 * GiB)  # sparse: 8 GiB of zeros after the JSON
+    run = run_measured(["verify", store], seconds=120)
+    assert run.status == 2 and run.one_error_line() and "manifest.json" in run.err, run.err[-500:]
+    assert run.seconds < 60 and run.peak_rss < GiB, (run.seconds, run.peak_rss)
+
+
 def test_a_plan_header_linked_to_dev_urandom_fails_fast(tmp_path, store):
     from datatools.cli import main
 

@@ -140,8 +140,8 @@ def test_disk_full_while_the_store_is_written_exits_1(tmp_path, small_input, tok
 
     real = store_mod._create
 
-    def full(path, dtype, length, chunk):
-        arr = real(path, dtype, length, chunk)
+    def full(path, dtype, length, chunk, *inner):  # inner: the v3 store's inner (read) chunk of tokens
+        arr = real(path, dtype, length, chunk, *inner)
         if path.name == "offsets":
             raise ValueError(
                 f'RESOURCE_EXHAUSTED: Error writing local file "{path}/c/0": Failed to write 9 bytes '
