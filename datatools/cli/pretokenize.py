@@ -35,8 +35,27 @@ from datatools.jobs.pretokenize import DISTRIBUTION, ENGINES, pretokenize, requi
     help="Replace an existing token store made by a different job (only a "
     "token store, recognized by its manifest, or an empty directory; anything else is refused).",
 )
+@click.option(
+    "--check",
+    is_flag=True,
+    help="When OUTPUT already holds this job's store, read back every chunk's sha256 before calling it complete "
+    "(without it: the listing and every chunk's size). A damaged store is rebuilt.",
+)
 def pretokenize_command(
-    inputs, output, tokenizer, column, tokenizer_settings, bos, eos, ctx, tile, workers, engine, ray_address, overwrite
+    inputs,
+    output,
+    tokenizer,
+    column,
+    tokenizer_settings,
+    bos,
+    eos,
+    ctx,
+    tile,
+    workers,
+    engine,
+    ray_address,
+    overwrite,
+    check,
 ):
     """Tokenize INPUTS (Parquet, JSONL, .txt, Arrow, HF save_to_disk dirs) into the token store OUTPUT.
 
@@ -63,9 +82,10 @@ def pretokenize_command(
         engine=engine,
         ray_address=ray_address,
         overwrite=overwrite,
+        check=check,
     )
     err = make_console(stderr=True)
-    for key in ("tokenizer", "duplicates", "cleaned"):
+    for key in ("tokenizer", "duplicates", "cleaned", "repaired"):
         if key in result.extra:
             err.print(result.extra[key], markup=False, highlight=False, soft_wrap=True)
     err.print(

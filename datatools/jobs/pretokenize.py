@@ -221,6 +221,7 @@ def pretokenize(
     engine: str = "local",
     ray_address: str | None = None,
     overwrite: bool = False,
+    check: bool = False,
     progress: bool = True,
 ) -> JobResult:
     """Tokenize text files into a token store at ``output`` (see the module docstring).
@@ -242,6 +243,9 @@ def pretokenize(
       engine: ``local`` (process pool) or ``ray`` (Ray Data).
       ray_address: Ray cluster address; None starts a local Ray instance.
       overwrite: replace an existing store made by a different job.
+      check: when a store of this job is already there, read back every key's sha256 (``datatools verify``'s
+        check) before calling it complete; without it, its listing and every key's size are compared with the
+        manifest's records. A damaged store is rebuilt either way (:func:`store_damage`).
       progress: show a rich progress bar on stderr.
 
     Raises:
@@ -310,7 +314,10 @@ def pretokenize(
 
     if is_token_store(output):
         m = read_manifest(output)
-        if m.get("job") == job and m.get("version") == VERSION:  # a kill after the rename / the manifest
+        damage = store_damage(output, check) if m.get("job") == job and m.get("version") == VERSION else None
+        if damage:  # the same job's store, damaged: rebuilt below (the same job writes the same bytes)
+            extra["repaired"] = f"{display(output)}: damaged ({damage}); repaired: rebuilt by this run"
+        elif m.get("job") == job and m.get("version") == VERSION:  # a kill after the rename / the manifest
             if remote:
                 object_store_commit.remove_staging(staging)
             else:
@@ -325,7 +332,7 @@ def pretokenize(
                 "already complete",
                 extra,
             )
-        if not overwrite:
+        if not overwrite and not damage:
             why = (
                 "a store of this job written by an older datatools (store version "
                 f"{m.get('version')}, no chunk checksums)"
@@ -435,6 +442,58 @@ def pretokenize(
         "resumed" if resumed else "written",
         extra,
     )
+
+
+def store_damage(output: str | Path, check: bool = False) -> str | None:
+    """What is wrong with the token store at ``output``, in a few words, or None when it is whole: opened as
+    readers open it (manifest, arrays' dtype and shape, every recorded key listed), every key's size against the
+    manifest's records (one listing), and with ``check`` every key's sha256 (:func:`~datatools.io.store_verify.
+    verify_store`). Nothing is written."""
+    from datatools.io.store import TokenStore
+    from datatools.io.store_verify import verify_store
+
+    try:
+        manifest = read_manifest(output)
+        TokenStore(output)
+    except ValueError as exc:
+        return _short(exc)
+    chunks = manifest.get("chunks")
+    if isinstance(chunks, dict):
+        sizes = _key_sizes(output)
+        for name in ("tokens", "offsets"):
+            for key, record in (chunks.get(name) or {}).items():
+                got = sizes.get(f"{name}/{key}")
+                if got is None:
+                    return f"{name}/{key} is missing"
+                if isinstance(record, list) and record and got != record[0]:
+                    return f"{name}/{key} holds {got} bytes, the manifest records {record[0]}"
+    if check:
+        try:
+            verify_store(output)
+        except ValueError as exc:
+            return _short(exc)
+    return None
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _key_sizes(output: str | Path) -> dict[str, int]:
+    """``{relative key: bytes}`` of every file under a store directory or prefix (one walk; one listing)."""
+    if not storage.is_url(output):
+        out = {}
+        for root, _, names in os.walk(output):
+            for name in names:
+                p = os.path.join(root, name)
+                out[os.path.relpath(p, output).replace(os.sep, "/")] = os.path.getsize(p)
+        return out
+    with storage.storage_errors(output):
+        fs, inner = storage.filesystem(output)
+        found = fs.find(inner.rstrip("/") + "/", detail=True)
+    prefix = inner.rstrip("/") + "/"
+    return {k[len(prefix) :]: int(v.get("size") or 0) for k, v in found.items() if k.startswith(prefix)}
 
 
 def _clean_leftovers(output: Path, extra: dict, removed: list[Path]) -> None:

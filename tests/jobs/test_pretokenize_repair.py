@@ -1,0 +1,108 @@
+"""A rerun of the same pretokenize job on a damaged store repairs it (issue 36, item 1): the store it finds is
+checked (the listing and every key's size against the manifest's records always; every key's sha256 with
+``--check``) and rebuilt when anything is missing or wrong, byte-identical to the intact one. Before, the rerun
+said "already complete" and exited 0 whatever the damage."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from datatools.cli import main
+from datatools.io import storage
+from object_storage import object_bytes
+
+
+def _delete(store, key):
+    storage.remove(storage.join(store, key))
+
+
+def _truncate(store, key):
+    data = storage.read_bytes(storage.join(store, key))
+    storage.write_bytes(storage.join(store, key), data[: len(data) // 2])
+
+
+def _empty(store, key):
+    storage.write_bytes(storage.join(store, key), b"")
+
+
+def _flip(store, key):
+    data = bytearray(storage.read_bytes(storage.join(store, key)))
+    data[len(data) // 2] ^= 0xFF
+    storage.write_bytes(storage.join(store, key), bytes(data))
+
+
+def _edit_manifest(store, _key):
+    path = storage.join(store, "manifest.json")
+    manifest = json.loads(storage.read_bytes(path))
+    manifest["num_documents"] -= 1
+    storage.write_text(path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+DAMAGE = {  # name -> (what it does, the key, whether only --check finds it: same sizes)
+    "tokens chunk deleted": (_delete, "tokens/c/0", False),
+    "tokens chunk truncated": (_truncate, "tokens/c/0", False),
+    "tokens chunk emptied": (_empty, "tokens/c/0", False),
+    "offsets chunk deleted": (_delete, "offsets/c/0", False),
+    "offsets metadata deleted": (_delete, "offsets/zarr.json", False),
+    "tokens metadata truncated": (_truncate, "tokens/zarr.json", False),
+    "manifest disagrees with the arrays": (_edit_manifest, None, False),
+    "byte flipped in a tokens chunk": (_flip, "tokens/c/0", True),
+}
+
+
+@pytest.fixture
+def job(tmp_path, texts, tokenizer_file):
+    path = tmp_path / "docs.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:12]))
+    return ["pretokenize", str(path)], ["--tokenizer", str(tokenizer_file)]
+
+
+def _run(job, out, *extra) -> tuple[int, str]:
+    head, tail = job
+    status = main([*head, str(out), *tail, *extra])
+    return status
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_the_rerun_repairs_a_damaged_local_store(job, tmp_path, damage, capsys):
+    out = tmp_path / "store"
+    assert _run(job, out) == 0
+    intact = object_bytes(out)
+    harm, key, needs_check = DAMAGE[damage]
+    harm(out, key)
+    capsys.readouterr()
+    if needs_check:  # the same sizes: only the checksums tell
+        assert _run(job, out) == 0
+        assert "already complete" in capsys.readouterr().err
+    assert _run(job, out, *(["--check"] if needs_check else [])) == 0
+    err = capsys.readouterr().err
+    assert "repaired" in err and "damaged" in err, err
+    assert object_bytes(out) == intact
+    assert not Path(f"{out}.partial").exists() and not Path(f"{out}.old").exists()
+
+
+@pytest.mark.parametrize("damage", ["tokens chunk deleted", "tokens chunk truncated", "byte flipped in a tokens chunk"])
+def test_the_rerun_repairs_a_damaged_store_in_s3(job, s3_bucket, tmp_path, damage, capsys):
+    out = f"{s3_bucket}/store"
+    reference = tmp_path / "reference"
+    assert _run(job, reference) == 0
+    assert _run(job, out) == 0
+    harm, key, needs_check = DAMAGE[damage]
+    harm(out, key)
+    capsys.readouterr()
+    assert _run(job, out, *(["--check"] if needs_check else [])) == 0
+    assert "repaired" in capsys.readouterr().err
+    assert object_bytes(out) == object_bytes(reference)
+
+
+def test_overwrite_rebuilds_a_damaged_store_of_the_same_job(job, tmp_path, capsys):
+    out = tmp_path / "store"
+    assert _run(job, out) == 0
+    intact = object_bytes(out)
+    os.remove(out / "tokens" / "c" / "0")
+    assert _run(job, out, "--overwrite") == 0
+    assert object_bytes(out) == intact
