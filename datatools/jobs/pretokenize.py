@@ -242,7 +242,8 @@ def pretokenize(
       workers: tokenizer processes (local) or Ray tasks in flight.
       engine: ``local`` (process pool) or ``ray`` (Ray Data).
       ray_address: Ray cluster address; None starts a local Ray instance.
-      overwrite: replace an existing store made by a different job.
+      overwrite: replace an existing store made by a different job; a store of this job is checked as with
+        ``check`` and rebuilt when damaged.
       check: when a store of this job is already there, read back every key's sha256 (``datatools verify``'s
         check) before calling it complete; without it, its listing and every key's size are compared with the
         manifest's records. A damaged store is rebuilt either way (:func:`store_damage`).
@@ -314,10 +315,11 @@ def pretokenize(
 
     if is_token_store(output):
         m = read_manifest(output)
-        damage = store_damage(output, check) if m.get("job") == job and m.get("version") == VERSION else None
+        same = m.get("job") == job and m.get("version") == VERSION
+        damage = store_damage(output, check or overwrite) if same else None  # --overwrite: every sha256 too
         if damage:  # the same job's store, damaged: rebuilt below (the same job writes the same bytes)
             extra["repaired"] = f"{display(output)}: damaged ({damage}); repaired: rebuilt by this run"
-        elif m.get("job") == job and m.get("version") == VERSION:  # a kill after the rename / the manifest
+        elif same:  # a kill after the rename / the manifest
             if remote:
                 object_store_commit.remove_staging(staging)
             else:
