@@ -38,6 +38,7 @@ from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation
 
 CANONICAL = ("tokens", "segment_ids", "positions", "loss_mask")
 READ_AHEAD = 8  # batches whose reads start before they are asked for (the source's byte budget bounds them)
+FIRST_BATCH_ALONE_S = 120.0  # the most other batches wait for a process's first batch (seconds)
 MAX_STRIDE = 64  # the largest gap between batches one process reads that is taken as its stride
 
 
@@ -154,6 +155,8 @@ class HostBatchesMapDataset(grain.MapDataset):
         self._ends = [0]  # cumulative batches at the end of each epoch computed so far
         self._lock = threading.Lock()
         self._last, self._step, self._ahead = -1, 1, -1  # read-ahead: last batch asked for, stride, prefetched
+        self._served = 0  # batches this process has read (the read-ahead deepens with it)
+        self._first: threading.Event | None = None  # set when this process's first batch is read
         self.stats_folder: str | None = None  # where a worker process writes its read counters (read_stats)
         if schedule.num_batches(0) == 0:
             raise ValueError(
@@ -162,7 +165,8 @@ class HostBatchesMapDataset(grain.MapDataset):
             )
 
     def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k != "_lock"} | {"_last": -1, "_step": 1, "_ahead": -1}
+        fresh = {"_last": -1, "_step": 1, "_ahead": -1, "_served": 0, "_first": None}
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"} | fresh
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -198,17 +202,21 @@ class HostBatchesMapDataset(grain.MapDataset):
         return self._index * share, (self._index + 1) * share
 
     def _read_ahead(self, index: int) -> None:
-        """Start the reads of this host's next :data:`READ_AHEAD` batches (after ``index``, in the stride this
-        process reads them: a Grain worker of P reads every P-th batch), nearest first, each batch once; the
-        source bounds the bytes in flight and says whether it took a batch whole."""
+        """Start the reads of batch ``index`` and of this host's next batches (in the stride this process reads
+        them: a Grain worker of P reads every P-th batch), nearest first, each batch once: its own reads go
+        first, then the read-ahead deepens by one batch per batch read, up to :data:`READ_AHEAD` (the first batch
+        does not queue behind eight others). The source bounds the bytes read ahead and says whether it took a
+        batch whole."""
         prefetch = getattr(getattr(self._schedule, "docs", None), "prefetch", None)
         if prefetch is None or not hasattr(self._schedule, "pieces"):
             return
         with self._lock:
             step = index - self._last if 0 < index - self._last <= MAX_STRIDE else self._step
             self._last, self._step = index, step
-            ahead = max(self._ahead, index)
-        for k in range(ahead + step, index + READ_AHEAD * step + 1, step):
+            self._served += 1
+            depth = min(READ_AHEAD, self._served)
+            first = index if self._ahead < index else self._ahead + step
+        for k in range(first, index + depth * step + 1, step):
             if self._epochs is not None and k >= len(self):
                 break
             epoch, j = self.locate(k)
@@ -224,8 +232,19 @@ class HostBatchesMapDataset(grain.MapDataset):
         if self.stats_folder is not None and read_stats.shared_folder() != self.stats_folder:
             read_stats.share_in(self.stats_folder)  # once per process: a Grain worker's counters reach the parent
         epoch, j = self.locate(int(index))
-        self._read_ahead(int(index))
-        return self._schedule.read(epoch, j, *self._rows(epoch, j))
+        with self._lock:
+            leader = self._first is None
+            if leader:
+                self._first = threading.Event()
+            first = self._first
+        if not leader:  # the process's first batch reads alone: it comes before the reads of those after it
+            first.wait(FIRST_BATCH_ALONE_S)
+        try:
+            self._read_ahead(int(index))
+            return self._schedule.read(epoch, j, *self._rows(epoch, j))
+        finally:
+            if leader:
+                first.set()
 
     def __str__(self) -> str:
         return f"HostBatchesMapDataset(host {self._index} of {self._count}, {type(self._schedule).__name__})"

@@ -29,6 +29,7 @@ from typing import Protocol, runtime_checkable
 
 import numba
 import numpy as np
+import tensorstore as ts
 
 from datatools.base.checks import as_lengths
 from datatools.io import read_stats, storage
@@ -287,21 +288,28 @@ class StorePieceReader:
             if room < missing.shape[0]:
                 missing = missing[: max(0, room)]
         e, n = self.extent, self.store.num_tokens
-        for c in missing.tolist():
-            s = self._free_slot(prefetch)
-            if s < 0:
-                if prefetch:
+        with ts.Batch() as batch:  # issued together: adjacent inner chunks of a shard come in one request
+            for c in missing.tolist():
+                if not self._start(c, e, n, prefetch, batch):
                     break
-                self._grow()
-                s = self._free_slot(prefetch)
-            begin, end = c * e, min((c + 1) * e, n)
-            future = self.store.read_async(begin, end)
-            self._pending[s] = (future, time.perf_counter(), c)
-            self._slot_of[c], self._extent_in[s], self._ahead[s] = s, c, prefetch
-            self._last_used[s] = self._tick
-            self.chunk_reads += 1
-            read_stats.record(requests=1, bytes_fetched=(end - begin) * self.itemsize, prefetched=int(prefetch))
         return int((self._slot_of[ids] < 0).sum())
+
+    def _start(self, c: int, e: int, n: int, prefetch: bool, batch: ts.Batch) -> bool:
+        """Start reading extent ``c`` into a slot (lock held); False when a prefetch finds no slot to reuse."""
+        s = self._free_slot(prefetch)
+        if s < 0:
+            if prefetch:
+                return False
+            self._grow()
+            s = self._free_slot(prefetch)
+        begin, end = c * e, min((c + 1) * e, n)
+        future = self.store.read_async(begin, end, batch=batch)
+        self._pending[s] = (future, time.perf_counter(), c)
+        self._slot_of[c], self._extent_in[s], self._ahead[s] = s, c, prefetch
+        self._last_used[s] = self._tick
+        self.chunk_reads += 1
+        read_stats.record(requests=1, bytes_fetched=(end - begin) * self.itemsize, prefetched=int(prefetch))
+        return True
 
     def _settle(self, slots: np.ndarray) -> float:
         """Wait for the reads in flight into ``slots`` and copy them into the slab; the seconds waited."""

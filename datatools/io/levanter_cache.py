@@ -306,9 +306,10 @@ class LevanterCache:
         """Tokens per stored object (a shard file of ``data``)."""
         return int(self._arrays()[0].chunk_layout.write_chunk.shape[0])
 
-    def read_async(self, begin: int, end: int) -> _PartsRead:
-        """Tokens [begin, end) read in the background, one tensorstore read per part touched: a future whose
-        ``result()`` is int32 (ValueError when a read fails or an id does not fit; :meth:`read_tokens` names it)."""
+    def read_async(self, begin: int, end: int, batch: ts.Batch | None = None) -> _PartsRead:
+        """Tokens [begin, end) read in the background, one tensorstore read per part touched (issued with ``batch``
+        when given): a future whose ``result()`` is int32 (ValueError when a read fails or an id does not fit;
+        :meth:`read_tokens` names it)."""
         arrays, reads = self._arrays(), []
         first = int(np.searchsorted(self._part_tokens, begin, side="right")) - 1
         for k in range(max(first, 0), len(self.parts)):
@@ -317,7 +318,7 @@ class LevanterCache:
                 break
             a, b = max(begin, lo), min(end, hi)
             if a < b:
-                reads.append(arrays[k][a - lo : b - lo].read())
+                reads.append(arrays[k][a - lo : b - lo].read(batch=batch))
         return _PartsRead(reads)
 
     def __getitem__(self, i: int) -> np.ndarray:

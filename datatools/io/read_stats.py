@@ -29,7 +29,7 @@ LATENCIES_KEPT = 4096  # most recent request latencies kept per process (seconds
 class ReadCounters:
     """Counters of one process (or the sum of several). Bytes in bytes, times in seconds."""
 
-    requests: int = 0  # reads issued to storage (one per extent: an inner chunk of a sharded store)
+    requests: int = 0  # reads issued to storage, one per extent (an object store may serve adjacent ones at once)
     bytes_fetched: int = 0  # decoded bytes of every extent read
     bytes_delivered: int = 0  # bytes of the pieces handed to batches
     prefetched_requests: int = 0  # of ``requests``, issued ahead of need (read-ahead)

@@ -549,10 +549,12 @@ class TokenStore:
         """Tokens [begin, end) of the flat array (one read)."""
         return self.read_array("tokens", begin, end)
 
-    def read_async(self, begin: int, end: int):
+    def read_async(self, begin: int, end: int, batch: ts.Batch | None = None):
         """Tokens [begin, end) read in the background: a future (``done()``, ``result()``); a failed read raises
-        ValueError from ``result()`` (:meth:`read_tokens` says which chunk)."""
-        return self.tokens[begin:end].read()
+        ValueError from ``result()`` (:meth:`read_tokens` says which chunk). Reads given the same ``batch`` are
+        issued together when it is submitted, and tensorstore fetches adjacent inner chunks of a shard in one
+        ranged request."""
+        return self.tokens[begin:end].read(batch=batch)
 
     def __repr__(self) -> str:
         return f"TokenStore({str(self.path)!r}, documents={len(self)}, tokens={self.num_tokens}, dtype={self.dtype})"
