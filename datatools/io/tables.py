@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-from datatools.base.checks import short_repr
+from datatools.base.checks import MAX_TOKEN_ID, short_repr
 from datatools.io import jsonl, storage
 from datatools.io.discover import Shard, arrow_schema, iter_arrow_batches, open_parquet, parquet_metadata, parquet_names
 from datatools.io.paths import display, first_line
@@ -151,6 +151,13 @@ def token_arrays(col: pa.Array | pa.ChunkedArray, where: str, name: str) -> tupl
         lo = v.min()
         if lo < 0:
             raise ValueError(f"{where}: column {name!r}: negative token id {int(lo)} (token {int(np.argmin(v))})")
+    if v.size and v.dtype.itemsize >= 4:  # ids travel as int32: a larger one is no vocabulary's (2**40 was taken)
+        hi = v.max()
+        if int(hi) > MAX_TOKEN_ID:
+            raise ValueError(
+                f"{where}: column {name!r}: token id {int(hi)} (token {int(np.argmax(v))}) is over datatools' "
+                f"limit of {MAX_TOKEN_ID:,}"
+            )
     return v, (np.concatenate(lengths) if len(lengths) != 1 else lengths[0])
 
 
