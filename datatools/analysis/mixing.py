@@ -79,6 +79,7 @@ def mixing_stats(
         raise ValueError(
             f"tokens {tokens.shape} and documents {documents.shape} must be (batches >= 1, {w.shape[0]} sources)"
         )
+    w = w / w.max()  # scaled into (0, 1] first: a sum of weights near 1e308 is inf (every weight read 0.0)
     w = w / w.sum()
     tok_share = tokens / np.maximum(tokens.sum(axis=1, keepdims=True), 1)
     doc_share = documents / np.maximum(documents.sum(axis=1, keepdims=True), 1)

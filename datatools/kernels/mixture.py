@@ -37,6 +37,7 @@ def split_ratios(weights) -> np.ndarray:
     w = np.asarray(weights, np.float64).reshape(-1)
     if w.size == 0 or not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
         raise ValueError(f"mixture weights must be finite, >= 0 and not all 0; got {w.tolist()}")
+    w = w / w.max()  # in (0, 1]: sums of weights near 1e308 would overflow to inf (and every ratio read 0)
     tail = np.cumsum(w[::-1])[::-1]  # p_k + ... + p_{K-1}
     r = np.divide(w, tail, out=np.zeros_like(w), where=tail > 0)
     return np.minimum(r, 1.0)
