@@ -111,6 +111,13 @@ def check_replaceable(output: str, staging: str, overwrite: bool) -> None:
             manifest = read_manifest(output)
         except ValueError:
             manifest = None
+    if manifest is None and is_token_store(output) and not foreign_keys(names, None):
+        if overwrite:
+            return  # a store whose manifest no longer reads: nothing but a store's keys, replaced by --overwrite
+        raise ValueError(
+            f"{storage.url_of(output)}: a token store whose manifest.json does not read; nothing was touched: "
+            f"pass --overwrite to rebuild it (it holds nothing but a store's objects)"
+        )
     if manifest is None and committing_job(staging) is None:
         raise ValueError(
             f"{storage.url_of(output)}: already holds objects and is not a datatools token store (no "

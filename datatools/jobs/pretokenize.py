@@ -313,7 +313,7 @@ def pretokenize(
             + (" ..." if len(duplicates) > 3 else "")
         )
 
-    if is_token_store(output):
+    if is_token_store(output) and (not overwrite or _manifest_reads(output)):
         m = read_manifest(output)
         same = m.get("job") == job and m.get("version") == VERSION
         damage = store_damage(output, check or overwrite) if same else None  # --overwrite: every sha256 too
@@ -529,6 +529,12 @@ def check_replaceable(output: Path, staging: Path, old: Path, overwrite: bool) -
                     f"{display(output)}: already exists (an empty directory); pass --overwrite to "
                     f"write the store in its place"
                 )
+        elif _layout_only(output) and not _manifest_ok(output):
+            if not overwrite:  # a store whose manifest no longer reads: nothing but a store's files
+                raise ValueError(
+                    f"{display(output)}: a token store whose manifest.json does not read; nothing was touched: "
+                    f"pass --overwrite to rebuild it (it holds nothing but a store's files)"
+                )
         elif not (output.is_dir() and is_token_store(output) and _manifest_ok(output)):
             what = "a file" if output.is_file() else "a directory" if output.is_dir() else "not a directory"
             raise ValueError(
@@ -554,21 +560,44 @@ def check_replaceable(output: Path, staging: Path, old: Path, overwrite: bool) -
         _check_only_store_files(old)
 
 
-def _check_only_store_files(store: Path) -> None:
-    """ValueError unless every file in the store directory is the store's own (``manifest.json`` and the keys
-    its manifest's records list, :func:`~datatools.jobs.object_store_commit.foreign_keys`): a replacement
-    deletes the directory, so a user's file in it (or beside a copied manifest) must stop it, untouched."""
+def _store_files(store: Path) -> list[str]:
+    """Every file (and link) in a store directory, relative, with ``/``."""
     files = []
     for root, dirs, names in os.walk(store):
         for name in names + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
             files.append(os.path.relpath(os.path.join(root, name), store).replace(os.sep, "/"))
-    foreign = object_store_commit.foreign_keys(files, read_manifest(store))
+    return files
+
+
+def _layout_only(store: Path) -> bool:
+    """Whether ``store`` is a directory (not a link) holding a store's ``manifest.json`` and nothing but files of
+    a store's layout (:data:`~datatools.jobs.object_store_commit.STORE_KEY`): a store whose manifest is damaged,
+    which ``--overwrite`` may replace."""
+    if not store.is_dir() or store.is_symlink() or not (store / "manifest.json").is_file():
+        return False
+    return not object_store_commit.foreign_keys(_store_files(store), None)
+
+
+def _check_only_store_files(store: Path) -> None:
+    """ValueError unless every file in the store directory is the store's own (``manifest.json`` and the keys
+    its manifest's records list, :func:`~datatools.jobs.object_store_commit.foreign_keys`): a replacement
+    deletes the directory, so a user's file in it (or beside a copied manifest) must stop it, untouched."""
+    foreign = object_store_commit.foreign_keys(_store_files(store), read_manifest(store))
     if foreign:
         raise ValueError(
             f"{display(store)}: holds files that are not the token store's own "
             f"({', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}); --overwrite replaces only the "
             f"store's own files, so nothing was touched: move them away or choose another OUTPUT"
         )
+
+
+def _manifest_reads(path) -> bool:
+    """Whether the manifest at ``path`` (a directory or a URL) reads (else ``--overwrite`` replaces the store)."""
+    try:
+        read_manifest(path)
+    except ValueError:
+        return False
+    return True
 
 
 def _manifest_ok(path: Path) -> bool:

@@ -109,3 +109,20 @@ def test_overwrite_rebuilds_a_damaged_store_of_the_same_job(job, tmp_path, capsy
     _flip(out, "tokens/c/0")  # the same sizes: --overwrite reads every sha256 of a store of its own job
     assert _run(job, out, "--overwrite") == 0
     assert object_bytes(out) == intact
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_overwrite_replaces_a_store_whose_manifest_is_corrupt(job, tmp_path, where, request, capsys):
+    """The eighth damage: the manifest itself. Nothing proves the job, so the rerun refuses it (naming the
+    manifest) and ``--overwrite`` (the command the refusal names) replaces it: only a store's files are there."""
+    out = tmp_path / "store" if where == "local" else f"{request.getfixturevalue('s3_bucket')}/store"
+    reference = tmp_path / "reference"
+    assert _run(job, reference) == 0
+    assert _run(job, out) == 0
+    storage.write_bytes(storage.join(out, "manifest.json"), b'{"format": "datatools-token-store", "vers')
+    capsys.readouterr()
+    assert _run(job, out) == 2
+    err = capsys.readouterr().err
+    assert "manifest.json does not read" in err and "pass --overwrite to rebuild it" in err, err
+    assert _run(job, out, "--overwrite") == 0
+    assert object_bytes(out) == object_bytes(reference)
