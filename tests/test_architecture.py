@@ -14,7 +14,7 @@ from conftest import random_docs, write_test_store
 
 ROOT = Path(__file__).resolve().parents[1] / "datatools"
 # Lower layers never import higher ones (docs/architecture.md).
-LAYERS = ["base", "kernels", "io", "jobs", "analysis", "grain", "pipeline", "integrations", "train", "cli"]
+LAYERS = ["base", "testing", "kernels", "io", "jobs", "analysis", "grain", "pipeline", "integrations", "train", "cli"]
 
 
 def layer_of(module: str) -> int | None:
