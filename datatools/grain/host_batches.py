@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 
 import numpy as np
 
@@ -39,6 +40,7 @@ from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation
 CANONICAL = ("tokens", "segment_ids", "positions", "loss_mask")
 READ_AHEAD = 8  # batches whose reads start before they are asked for (the source's byte budget bounds them)
 FIRST_BATCH_ALONE_S = 120.0  # the most other batches wait for a process's first batch (seconds)
+FIRST_BATCH_GATHER_S = 0.02  # how long the first calls are gathered to find the lowest batch among them
 MAX_STRIDE = 64  # the largest gap between batches one process reads that is taken as its stride
 
 
@@ -157,6 +159,7 @@ class HostBatchesMapDataset(grain.MapDataset):
         self._last, self._step, self._ahead = -1, 1, -1  # read-ahead: last batch asked for, stride, prefetched
         self._served = 0  # batches this process has read (the read-ahead deepens with it)
         self._first: threading.Event | None = None  # set when this process's first batch is read
+        self._lead, self._lead_started = -1, False  # the first batch to read, and whether its read began
         self.stats_folder: str | None = None  # where a worker process writes its read counters (read_stats)
         if schedule.num_batches(0) == 0:
             raise ValueError(
@@ -165,7 +168,8 @@ class HostBatchesMapDataset(grain.MapDataset):
             )
 
     def __getstate__(self):
-        fresh = {"_last": -1, "_step": 1, "_ahead": -1, "_served": 0, "_first": None}
+        fresh = {"_last": -1, "_step": 1, "_ahead": -1, "_served": 0, "_first": None, "_lead": -1}
+        fresh["_lead_started"] = False
         return {k: v for k, v in self.__dict__.items() if k != "_lock"} | fresh
 
     def __setstate__(self, state):
@@ -232,12 +236,8 @@ class HostBatchesMapDataset(grain.MapDataset):
         if self.stats_folder is not None and read_stats.shared_folder() != self.stats_folder:
             read_stats.share_in(self.stats_folder)  # once per process: a Grain worker's counters reach the parent
         epoch, j = self.locate(int(index))
-        with self._lock:
-            leader = self._first is None
-            if leader:
-                self._first = threading.Event()
-            first = self._first
-        if not leader:  # the process's first batch reads alone: it comes before the reads of those after it
+        leader, first = self._elect_first(int(index))
+        if not leader and not first.is_set():  # the first batch reads alone, before the reads of those after it
             first.wait(FIRST_BATCH_ALONE_S)
         try:
             self._read_ahead(int(index))
@@ -245,6 +245,25 @@ class HostBatchesMapDataset(grain.MapDataset):
         finally:
             if leader:
                 first.set()
+
+    def _elect_first(self, index: int) -> tuple[bool, threading.Event]:
+        """Whether this call reads the process's first batch, alone (and the event set when it is read). Grain's
+        reader threads ask for several batches at once, in no fixed order: the calls of the first
+        :data:`FIRST_BATCH_GATHER_S` seconds are gathered and the lowest batch among them is read first."""
+        with self._lock:
+            if self._first is None:
+                self._first, self._lead, self._lead_started = threading.Event(), index, False
+            elif not self._lead_started:
+                self._lead = min(self._lead, index)
+            first = self._first
+        if first.is_set() or self._lead_started:
+            return False, first
+        time.sleep(FIRST_BATCH_GATHER_S)
+        with self._lock:
+            leader = not self._lead_started and index == self._lead
+            if leader:
+                self._lead_started = True
+        return leader, first
 
     def __str__(self) -> str:
         return f"HostBatchesMapDataset(host {self._index} of {self._count}, {type(self._schedule).__name__})"
