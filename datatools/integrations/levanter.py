@@ -15,6 +15,14 @@ on the rows of datatools' batch ``s``). Batches are read by number (random acces
 restart from a checkpoint at step ``s`` reads from batch ``s`` on: the same batches an
 uninterrupted run reads.
 
+Several hosts: Levanter's loader (``DataLoader``) gives each process the slots of the global batch its devices
+hold on the batch's data axis (``batch`` mapped to the mesh's ``data`` / ``replica`` axes): with ``P`` processes
+of equal devices, process ``p`` holds slots ``[p * B / P, (p + 1) * B / P)`` of each step. Levanter's mixture then
+maps those slots to a permutation of the rows of datatools' batch ``s`` (one block per batch, see
+:func:`data_config`), and :class:`PipelineDataset` reads exactly the rows it is asked for, each run of
+consecutive rows with the schedule's ``read(epoch, j, lo, hi)``: a host reads a ``1 / P`` share of every batch
+and the hosts together read the batch once. ``shard`` in the config is ignored (Levanter decides the shares).
+
 Each row becomes a ``GrugLmExample`` made by Levanter's own ``GrugLmExample.causal``
 from the ``levanter`` batch format (:mod:`datatools.kernels.batch_layouts`):
 
@@ -43,9 +51,6 @@ pipeline already shuffles (full or block, seeded) before it packs.
 from __future__ import annotations
 
 import asyncio
-import os
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 
 import equinox as eqx  # noqa: E402  (Levanter's own dependencies: this module runs inside Levanter)
@@ -54,12 +59,9 @@ import numpy as np
 from levanter.data.dataset import AsyncDataset  # noqa: E402
 from levanter.data.text.examples import GrugLmExample  # noqa: E402
 
-from datatools.kernels.batch_layouts import to_format
-from datatools.pipeline import PipelineConfig, ShardConfig, build_canonical, load_config, parse_config
+from datatools.integrations.levanter_rows import PipelineRows
 
 __all__ = ["PipelineDataset", "data_config", "example_from_row"]
-
-BATCHES_KEPT = 4  # formatted global batches kept: Levanter asks for a batch's rows in a few calls
 
 
 @eqx.filter_jit
@@ -75,16 +77,6 @@ def example_from_row(tokens: np.ndarray, loss_mask: np.ndarray, segment_ids: np.
     )
 
 
-def _config(pipeline) -> PipelineConfig:
-    if isinstance(pipeline, PipelineConfig):
-        return pipeline
-    if isinstance(pipeline, dict):
-        return parse_config(pipeline)
-    if isinstance(pipeline, (str, os.PathLike)):
-        return load_config(pipeline)
-    raise TypeError(f"pipeline must be a PipelineConfig, a mapping or a YAML path; got {type(pipeline).__name__}")
-
-
 class PipelineDataset(AsyncDataset[GrugLmExample]):
     """A datatools pipeline's packed rows as Levanter's ``AsyncDataset`` of ``GrugLmExample``.
 
@@ -94,74 +86,38 @@ class PipelineDataset(AsyncDataset[GrugLmExample]):
         ``datatools`` or ``levanter``; every host reads the rows Levanter asks it for (``shard`` is ignored).
       documents: an already opened document source to use instead of ``source.path``.
 
+    The reading is :class:`~datatools.integrations.levanter_rows.PipelineRows` (``self.source``): each call reads
+    only the rows asked for. A deep copy or an unpickled copy reads through a fresh lock (no lock is copied).
+
     Raises:
       ValueError: a config another trainer's format, or one without rows of one length (bucketing
         with several lengths: Levanter's batches have one ``Pos``).
     """
 
     def __init__(self, pipeline, *, documents=None):
-        cfg = _config(pipeline)
-        if cfg.format not in ("datatools", "levanter"):
-            raise ValueError(
-                f"config: format {cfg.format!r} is for another trainer; Levanter reads rows in the "
-                f"'levanter' layout (leave format out or set it to levanter)"
-            )
-        self.config = cfg.replace(format="levanter", shard=ShardConfig(index=0, count=1), workers=0)
-        built = build_canonical(self.config, documents)
-        lengths = {t for _, t in built.shapes}
-        if len(lengths) != 1:
-            raise ValueError(
-                f"config: Levanter trains on rows of one length; this pipeline makes rows of {sorted(lengths)} tokens"
-            )
-        self.seq_len = lengths.pop()
-        self.batch_size = int(self.config.batch_size)
-        self._batches = built.batches
-        self._kept: OrderedDict[int, dict] = OrderedDict()
-        self._lock = threading.Lock()
+        super().__init__()
+        self.source = PipelineRows(pipeline, documents=documents)
+        self.config = self.source.config
+        self.seq_len = self.source.seq_len
+        self.batch_size = self.source.batch_size
 
     def is_finite(self) -> bool:
-        return self.config.num_epochs is not None
+        return self.source.is_finite()
 
     async def async_len(self) -> int:
-        return len(self._batches) * self.batch_size
+        return len(self.source)
 
     def batch(self, j: int) -> dict[str, np.ndarray]:
-        """Global batch ``j`` in the ``levanter`` layout (``tokens``, ``loss_mask``, ``segment_ids``)."""
-        with self._lock:
-            hit = self._kept.get(j)
-            if hit is not None:
-                self._kept.move_to_end(j)
-                return hit
-        if self.is_finite() and j >= len(self._batches):
-            raise IndexError(
-                f"batch {j} is past the pipeline's last ({len(self._batches)} batches of "
-                f"num_epochs: {self.config.num_epochs}); set num_epochs: null or train fewer steps"
-            )
-        out = to_format(
-            self._batches[j],
-            "levanter",
-            boundary_targets=self.config.boundary_targets,
-            positions=self.config.positions,
-            loss_weighting=self.config.loss_weighting,
-        )
-        with self._lock:
-            self._kept[j] = out
-            while len(self._kept) > BATCHES_KEPT:
-                self._kept.popitem(last=False)
-        return out
+        """Global batch ``j`` in the ``levanter`` layout (``tokens``, ``loss_mask``, ``segment_ids``), all its rows."""
+        return self.source.read(j, 0, self.batch_size)
 
     def rows(self, indices: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """(tokens, loss weight, segment_ids) of each element, every global batch touched read once; the loss
-        weight is the ``loss_weighting``'s ``loss_weight`` (float32) when set, else ``loss_mask``."""
-        out = []
-        for i in indices:
-            j, r = divmod(int(i), self.batch_size)
-            b = self.batch(j)
-            out.append((b["tokens"][r], b.get("loss_weight", b["loss_mask"])[r], b["segment_ids"][r]))
-        return out
+        """(tokens, loss weight, segment_ids) of each element, only the rows asked for read
+        (:meth:`PipelineRows.rows <datatools.integrations.levanter_rows.PipelineRows.rows>`)."""
+        return self.source.rows(indices)
 
     async def get_batch(self, indices: Sequence[int]) -> Sequence[GrugLmExample]:
-        rows = await asyncio.to_thread(self.rows, list(indices))  # reads off Levanter's event loop
+        rows = await asyncio.to_thread(self.source.rows, list(indices))  # reads off Levanter's event loop
         return [example_from_row(*row) for row in rows]
 
     def __repr__(self) -> str:

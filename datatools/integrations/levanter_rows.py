@@ -1,0 +1,152 @@
+"""The rows Levanter asks for, read from a datatools pipeline: the Levanter-free half of
+:mod:`datatools.integrations.levanter` (which needs Levanter installed; this module does not).
+
+Levanter numbers a training run's examples ``0, 1, 2, ...``: element ``i`` here is row ``i % B`` of the
+pipeline's global batch ``i // B`` (``B`` its ``batch_size``). Each Levanter process asks only for the
+elements its devices hold (its share of the data axis), and :meth:`PipelineRows.rows` reads only those rows:
+the elements asked for are grouped by global batch and each run of consecutive rows ``[lo, hi)`` of batch
+``j`` is read with ``schedule.read(epoch, j, lo, hi)``, the same per-host row reading a datatools host does
+(:mod:`datatools.grain.host_batches`). Every host therefore reads the pieces of its own rows and no others;
+over the hosts of a step the rows read are the global batch, each row once.
+
+:class:`PipelineRows` survives ``copy.deepcopy`` and pickling (Levanter's ``train_lm`` deep-copies its config,
+data included, to log it): its lock is made anew, never copied; a deep copy shares the built pipeline (read
+only, and safe to read from several threads) rather than copying the documents it holds.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+
+from datatools.kernels.batch_layouts import to_format
+from datatools.pipeline import PipelineConfig, ShardConfig, build_canonical, load_config, parse_config
+
+__all__ = ["PipelineRows", "runs"]
+
+
+def _config(pipeline) -> PipelineConfig:
+    if isinstance(pipeline, PipelineConfig):
+        return pipeline
+    if isinstance(pipeline, dict):
+        return parse_config(pipeline)
+    if isinstance(pipeline, (str, os.PathLike)):
+        return load_config(pipeline)
+    raise TypeError(f"pipeline must be a PipelineConfig, a mapping or a YAML path; got {type(pipeline).__name__}")
+
+
+def runs(rows: np.ndarray) -> list[tuple[int, int]]:
+    """The runs ``[lo, hi)`` of consecutive values in sorted, distinct ``rows`` (int array), in order."""
+    rows = np.asarray(rows, np.int64)
+    if rows.size == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    starts = np.concatenate(([0], breaks))
+    ends = np.concatenate((breaks, [rows.size]))
+    return [(int(rows[a]), int(rows[b - 1]) + 1) for a, b in zip(starts.tolist(), ends.tolist())]
+
+
+class PipelineRows:
+    """A datatools pipeline's global batches as numbered rows in the ``levanter`` layout, read a few rows at a time.
+
+    Args:
+      pipeline: a :class:`~datatools.pipeline.PipelineConfig`, a mapping or a YAML path (packing or bucketing with
+        one row length, any source, shuffle, seed; ``num_epochs: null`` repeats forever). Its ``format`` must be
+        ``datatools`` or ``levanter``; ``shard`` and ``workers`` are ignored: every process reads the rows it is
+        asked for, in its own threads.
+      documents: an already opened document source to use instead of ``source.path``.
+
+    Raises:
+      ValueError: a config in another trainer's format, or one whose rows have several lengths.
+    """
+
+    def __init__(self, pipeline, *, documents=None):
+        cfg = _config(pipeline)
+        if cfg.format not in ("datatools", "levanter"):
+            raise ValueError(
+                f"config: format {cfg.format!r} is for another trainer; Levanter reads rows in the "
+                f"'levanter' layout (leave format out or set it to levanter)"
+            )
+        self.config = cfg.replace(format="levanter", shard=ShardConfig(index=0, count=1), workers=0)
+        built = build_canonical(self.config, documents)
+        lengths = {t for _, t in built.shapes}
+        if len(lengths) != 1:
+            raise ValueError(
+                f"config: Levanter trains on rows of one length; this pipeline makes rows of {sorted(lengths)} tokens"
+            )
+        self.seq_len = lengths.pop()
+        self.batch_size = int(self.config.batch_size)
+        self._batches = built.batches  # global batch numbers -> (epoch, batch within the epoch), and the count
+        self._schedule = built.schedule  # schedule.read(epoch, j, lo, hi): rows [lo, hi) of global batch j
+        self._lock = threading.Lock()
+        self.reads: list[tuple[int, int, int]] = []  # (global batch, lo, hi) of every run read, in order
+
+    def __getstate__(self) -> dict:
+        """Everything but the lock and the record of reads (the schedule and source pickle their own state)."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "reads")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self.reads = []
+
+    def __deepcopy__(self, memo: dict) -> PipelineRows:
+        """A new reader over the same built pipeline (read only; its own locks guard its caches), with its own lock
+        and record of reads: no copy of the documents or plans, and nothing that cannot be copied."""
+        out = object.__new__(type(self))
+        out.__setstate__(self.__getstate__())
+        memo[id(self)] = out
+        return out
+
+    def is_finite(self) -> bool:
+        return self.config.num_epochs is not None
+
+    def __len__(self) -> int:
+        """Rows over every epoch (``len(batches) * batch_size``; a very large number when repeating forever)."""
+        return len(self._batches) * self.batch_size
+
+    def read(self, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+        """Rows ``[lo, hi)`` of global batch ``j`` in the ``levanter`` layout (``tokens``, ``loss_mask``,
+        ``segment_ids``; ``loss_weight`` float32 with ``loss_weighting``): only their pieces are read."""
+        if self.is_finite() and j >= len(self._batches):
+            raise IndexError(
+                f"batch {j} is past the pipeline's last ({len(self._batches)} batches of "
+                f"num_epochs: {self.config.num_epochs}); set num_epochs: null or train fewer steps"
+            )
+        epoch, k = self._batches.locate(int(j))
+        canonical = self._schedule.read(epoch, k, int(lo), int(hi))
+        with self._lock:
+            self.reads.append((int(j), int(lo), int(hi)))
+        return to_format(
+            canonical,
+            "levanter",
+            boundary_targets=self.config.boundary_targets,
+            positions=self.config.positions,
+            loss_weighting=self.config.loss_weighting,
+        )
+
+    def rows(self, indices: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """(tokens, loss weight, segment_ids) of each element, in the order asked: the elements asked for are
+        grouped by global batch and each run of consecutive rows is read once (:meth:`read`); an element asked
+        for twice is read once. The loss weight is ``loss_weight`` (float32) with ``loss_weighting``, else
+        ``loss_mask``."""
+        index = np.asarray([int(i) for i in indices], np.int64)
+        if index.size and index.min() < 0:
+            raise IndexError(f"element {int(index.min())} is negative")
+        got: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        distinct = np.unique(index)
+        batch_of = distinct // self.batch_size
+        for j in np.unique(batch_of).tolist():
+            row_numbers = distinct[batch_of == j] - j * self.batch_size
+            for lo, hi in runs(row_numbers):
+                b = self.read(j, lo, hi)
+                weight = b.get("loss_weight", b["loss_mask"])
+                for r in range(lo, hi):
+                    got[j * self.batch_size + r] = (b["tokens"][r - lo], weight[r - lo], b["segment_ids"][r - lo])
+        return [got[i] for i in index.tolist()]
+
+    def __repr__(self) -> str:
+        return f"PipelineRows(rows of {self.seq_len} tokens, batch_size={self.batch_size})"
