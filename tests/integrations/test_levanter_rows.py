@@ -87,10 +87,11 @@ def test_any_rows_equal_the_batch_rows(store, extra):
         np.testing.assert_array_equal(s, whole["segment_ids"][r])
 
 
-def delivered(fn) -> int:
+def delivered(fn, *args):
+    """(bytes of tokens the store delivered during ``fn(*args)``, its result)."""
     before = read_stats.snapshot()
-    fn()
-    return read_stats.subtract(read_stats.snapshot(), before).bytes_delivered
+    out = fn(*args)
+    return read_stats.subtract(read_stats.snapshot(), before).bytes_delivered, out
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -100,8 +101,7 @@ def test_four_levanter_hosts_each_read_their_quarter(store, seed, step):
     step's slots to a permutation of the rows of datatools' batch (random here, as its key makes it)."""
     ours = PipelineRows(pipeline(store, "streaming"))
     schedule, (epoch, k) = ours._schedule, ours._batches.locate(step)
-    whole: dict = {}
-    whole_bytes = delivered(lambda: whole.update(ours.read(step, 0, B)))
+    whole_bytes, whole = delivered(ours.read, step, 0, B)
     pieces_of_batch = len(schedule.pieces(epoch, k, 0, B)[0])
 
     perm = np.random.default_rng(seed).permutation(B)  # slot -> row of datatools' batch `step`
@@ -110,8 +110,8 @@ def test_four_levanter_hosts_each_read_their_quarter(store, seed, step):
     for p in range(HOSTS):
         host = copy.deepcopy(ours)  # a host of its own: its own record of reads
         indices = [step * B + int(perm[s]) for s in range(p * share, (p + 1) * share)]
-        got: list = []
-        host_bytes.append(delivered(lambda: got.extend(host.rows(indices))))
+        read, got = delivered(host.rows, indices)
+        host_bytes.append(read)
         # this host read only its own rows, each once ...
         assert all(j == step for j, _, _ in host.reads)
         assert sorted(r for _, lo, hi in host.reads for r in range(lo, hi)) == sorted(i - step * B for i in indices)
