@@ -24,13 +24,18 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import threading
 import time
 from dataclasses import dataclass
 
-READ_SIZE = 64 << 10  # bytes read from a socket at a time
-LATENCIES_KEPT = 100_000
+READ_SIZE = 256 << 10  # bytes read from a socket at a time (256 KiB: ~1 GB/s through the proxy on loopback)
+LATENCIES_KEPT = 100_000  # request latencies kept for the quantiles (the most recent ones)
+DRAIN_TIMEOUT_S = 60.0  # how long an answer may still flow after its client stopped sending
+SLICE_S = 0.01  # a rate-capped connection sends slices of ~10 ms of its rate, each when its time comes
+MIN_SLICE = 4096  # bytes
+MAX_LINE = 64 << 10  # bytes: a request head, chunk-size line or trailer longer than this is not HTTP to us
 START_TIMEOUT_S = 10.0
 
 
@@ -55,26 +60,46 @@ class ProxyStats:
 
 class _RequestParser:
     """Finds request boundaries in a client -> server HTTP/1.1 byte stream (heads, Content-Length and chunked
-    bodies). :meth:`feed` returns the offsets in the fed data where new requests start."""
+    bodies). :meth:`feed` returns the offsets in the fed data where new requests start.
+
+    A stream that is not HTTP/1.1 as we read it (a head over ``MAX_LINE`` bytes without its blank line, a
+    Content-Length or chunk size that is not a number) turns the parser ``opaque``: no more requests are
+    found on it, and it holds no bytes (the proxy still forwards them unchanged)."""
 
     def __init__(self) -> None:
-        self._state = "head"  # head | body | chunk-size | chunk-data | chunk-crlf | trailer
+        self._state = "head"  # head | body | chunk-size | chunk-data | trailer | opaque
         self._buf = b""  # the part of a head, chunk-size line or trailer not yet complete
         self._left = 0  # body or chunk bytes still to come
 
+    @property
+    def opaque(self) -> bool:
+        return self._state == "opaque"
+
     def feed(self, data: bytes) -> list[int]:
-        starts, i, n = [], 0, len(data)
+        starts: list[int] = []
+        try:
+            self._feed(data, starts)
+        except ValueError:  # not HTTP as we know it: stop looking for requests on this stream
+            self._state, self._buf = "opaque", b""
+        return starts
+
+    def _feed(self, data: bytes, starts: list[int]) -> None:
+        i, n = 0, len(data)
         while i < n:
+            if self._state == "opaque":
+                return
             if self._state == "head":
                 if not self._buf:
-                    if data[i : i + 2] == b"\r\n":  # stray CRLF between requests
-                        i += 2
+                    if data[i : i + 1] in (b"\r", b"\n"):  # a stray CRLF between requests
+                        i += 1
                         continue
+                    if not 65 <= data[i] <= 90:  # a request line starts with a method: GET, PUT, HEAD, ...
+                        raise ValueError(f"a request starting with byte {data[i]}")
                     starts.append(i)
                 end = (self._buf + data[i:]).find(b"\r\n\r\n")
                 if end < 0:
-                    self._buf += data[i:]
-                    return starts
+                    self._hold(data[i:])
+                    return
                 taken = end + 4 - len(self._buf)
                 head, self._buf = self._buf + data[i : i + taken], b""
                 i += taken
@@ -88,8 +113,8 @@ class _RequestParser:
             elif self._state in ("chunk-size", "trailer"):
                 end = (self._buf + data[i:]).find(b"\r\n")
                 if end < 0:
-                    self._buf += data[i:]
-                    return starts
+                    self._hold(data[i:])
+                    return
                 taken = end + 2 - len(self._buf)
                 line, self._buf = (self._buf + data[i : i + taken])[:-2], b""
                 i += taken
@@ -97,7 +122,7 @@ class _RequestParser:
                     if not line:
                         self._state = "head"
                     continue
-                size = int(line.split(b";")[0].strip() or b"0", 16)
+                size = int(line.split(b";")[0].strip() or b"0", 16)  # ValueError: not a chunk size
                 if size:
                     self._state, self._left = "chunk-data", size + 2  # the data and its CRLF
                 else:
@@ -108,7 +133,12 @@ class _RequestParser:
                 self._left -= take
                 if not self._left:
                     self._state = "chunk-size"
-        return starts
+
+    def _hold(self, rest: bytes) -> None:
+        """Keep the incomplete line or head ``rest`` for the next feed; too long a one is not HTTP."""
+        self._buf += rest
+        if len(self._buf) > MAX_LINE:
+            raise ValueError(f"an HTTP line or head over {MAX_LINE} bytes")
 
     def _start_body(self, head: bytes) -> None:
         length, chunked = 0, False
@@ -116,7 +146,9 @@ class _RequestParser:
             name, _, value = line.partition(b":")
             name = name.strip().lower()
             if name == b"content-length":
-                length = int(value.strip() or b"0")
+                length = int(value.strip() or b"0")  # ValueError: not a length
+                if length < 0:
+                    raise ValueError(f"Content-Length {length}")
             elif name == b"transfer-encoding" and b"chunked" in value.lower():
                 chunked = True
         if chunked:
@@ -209,7 +241,7 @@ class SlowProxy:
         return self
 
     def stop(self) -> None:
-        """Close the listener and every connection, and end the thread."""
+        """Close the listener and every connection, and end the thread (at most ~10 s; idempotent)."""
         loop, thread = self._loop, self._thread
         if loop is None or thread is None:
             return
@@ -217,89 +249,112 @@ class SlowProxy:
         async def shutdown() -> None:
             if self._server is not None:
                 self._server.close()
-            for task in [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
                 task.cancel()
+            if tasks:
+                await asyncio.wait(tasks, timeout=2)
 
-        with contextlib.suppress(RuntimeError):
+        with contextlib.suppress(RuntimeError, TimeoutError, concurrent.futures.TimeoutError):
             asyncio.run_coroutine_threadsafe(shutdown(), loop).result(5)
+        with contextlib.suppress(RuntimeError):  # the loop is already closed
             loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
         self._loop = self._thread = self._server = None
 
     def stats(self) -> ProxyStats:
+        """A snapshot of the counters (see :class:`ProxyStats`)."""
         c = self._counters
         with c.lock:
             return ProxyStats(c.requests, c.bytes_up, c.bytes_down, c.connections, tuple(c.latencies))
 
     def reset_stats(self) -> None:
+        """Zero the counters (connections already open keep being counted from here on)."""
         with self._counters.lock:
             self._counters.reset()
 
     # ------------------------------------------------------------------ the connections
 
     async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        """One client connection: a connection to the server, and a task for each direction."""
         c = self._counters
         with c.lock:
             c.connections += 1
+        server_writer = None
+        tasks: list[asyncio.Future] = []
         try:
             server_reader, server_writer = await asyncio.open_connection(self.host, self.upstream_port)
-        except OSError:
-            client_writer.close()
-            return
-        waiting: collections.deque[float] = collections.deque()  # start times of requests not yet answered
-        up = asyncio.ensure_future(self._client_to_server(client_reader, server_writer, waiting))
-        down = asyncio.ensure_future(self._server_to_client(server_reader, client_writer, waiting))
-        try:
-            await asyncio.wait([up, down], return_when=asyncio.FIRST_COMPLETED)
+            # start times of the requests forwarded and not yet answered: HTTP/1.1 clients send a request on a
+            # connection once the previous answer is in, so the next bytes from the server answer the oldest
+            waiting: collections.deque[float] = collections.deque()
+            up = asyncio.ensure_future(self._client_to_server(client_reader, server_writer, waiting))
+            down = asyncio.ensure_future(self._server_to_client(server_reader, client_writer, waiting))
+            tasks = [up, down]
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             if up.done() and not down.done():  # the client finished sending: let the answer come back
-                await asyncio.wait([down], timeout=60)
+                await asyncio.wait([down], timeout=DRAIN_TIMEOUT_S)
+        except (OSError, asyncio.CancelledError):  # the server refused, or stop(): close both ends
+            pass
         finally:
-            for task in (up, down):
+            for task in tasks:
                 task.cancel()
             for writer in (server_writer, client_writer):
-                with contextlib.suppress(Exception):
-                    writer.close()
+                if writer is not None:
+                    with contextlib.suppress(Exception):
+                        writer.close()
 
-    async def _client_to_server(self, reader, writer, waiting: collections.deque) -> None:
+    async def _client_to_server(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, waiting: collections.deque
+    ) -> None:
+        """Forward the client's bytes; hold each request ``latency_s`` before its first byte goes on."""
         parser, c = _RequestParser(), self._counters
-        while data := await reader.read(READ_SIZE):
-            now = time.perf_counter()
-            starts = parser.feed(data)
-            at = 0
-            for start in starts:  # each request waits the latency before any of its bytes go on
-                if start > at:
-                    writer.write(data[at:start])
-                waiting.append(now)
+        with contextlib.suppress(OSError):
+            while data := await reader.read(READ_SIZE):
+                now = time.perf_counter()
+                at = 0
+                for start in parser.feed(data):
+                    if start > at:
+                        writer.write(data[at:start])
+                    with c.lock:
+                        c.requests += 1
+                    latency = self.latency_s
+                    if latency > 0:
+                        await writer.drain()
+                        await asyncio.sleep(latency)
+                    waiting.append(now)
+                    at = start
+                writer.write(data[at:])
+                await writer.drain()
                 with c.lock:
-                    c.requests += 1
-                if self.latency_s:
-                    await writer.drain()
-                    await asyncio.sleep(self.latency_s)
-                at = start
-            writer.write(data[at:])
-            await writer.drain()
-            with c.lock:
-                c.bytes_up += len(data)
-        with contextlib.suppress(Exception):
+                    c.bytes_up += len(data)
             writer.write_eof()
 
-    async def _server_to_client(self, reader, writer, waiting: collections.deque) -> None:
+    async def _server_to_client(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, waiting: collections.deque
+    ) -> None:
+        """Forward the server's bytes at no more than ``bandwidth_bps`` (paced in slices of ~10 ms)."""
         c = self._counters
         next_free = time.perf_counter()  # when this connection may send its next byte (the rate cap)
-        while data := await reader.read(READ_SIZE):
-            now = time.perf_counter()
-            if waiting:
-                started = waiting.popleft()
+        with contextlib.suppress(OSError):
+            while data := await reader.read(READ_SIZE):
+                now = time.perf_counter()
+                if waiting:
+                    started = waiting.popleft()
+                    with c.lock:
+                        c.latencies.append(now - started)
+                view, at = memoryview(data), 0
+                while at < len(view):
+                    rate = self.bandwidth_bps
+                    size = len(view) - at if not rate else max(MIN_SLICE, int(rate * SLICE_S))
+                    piece = view[at : at + size]
+                    if rate:
+                        now = time.perf_counter()
+                        if next_free - now > 0.0005:
+                            await asyncio.sleep(next_free - now)
+                        next_free = max(next_free, now) + len(piece) / rate
+                    writer.write(piece)
+                    await writer.drain()
+                    at += len(piece)
                 with c.lock:
-                    c.latencies.append(now - started)
-            rate = self.bandwidth_bps
-            if rate:
-                next_free = max(next_free, now) + len(data) / rate
-                if next_free - now > 0.001:
-                    await asyncio.sleep(next_free - now)
-            writer.write(data)
-            await writer.drain()
-            with c.lock:
-                c.bytes_down += len(data)
-        with contextlib.suppress(Exception):
+                    c.bytes_down += len(data)
             writer.write_eof()
