@@ -10,13 +10,23 @@ Python 3.12 venv, CPU).
   document run alone (float32, 1e-5): attention stays within documents and no target crosses one.
 * A run restarted from Levanter's checkpoint at step 10 trains steps 10-14 on the batches, and to the losses,
   of an uninterrupted run.
+* Levanter's own ``train_lm`` entry point with ``config.data = data_config(...)`` (a local tokenizer directory)
+  trains 20 steps; rerun for 25 it restores its checkpoint and trains steps 20-24 to the losses of an
+  uninterrupted 25-step run (and the first 20 steps of both are equal too). ``train_lm`` logs its configuration
+  (``dataclasses.asdict`` deep-copies the data); ``PipelineDataset`` deep-copies and pickles.
+* 4 JAX processes (``jax.distributed`` on loopback) run Levanter's ``DataLoader``: each process reads only the
+  rows of its devices' slots (a quarter of every batch), the four together the batch, each row once.
 * Levanter applies the truncation saved in a ``tokenizer.json``; datatools' pre-tokenize switches it off.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import os
+import pickle
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -31,7 +41,7 @@ from datatools.io.inputs import open_documents, open_input
 from datatools.jobs.demo_data import train_tokenizer
 
 HERE = Path(__file__).parent
-ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
+ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1"}
 
 
 def stdlib_paragraphs(limit: int = 4000) -> list[str]:
@@ -48,7 +58,8 @@ def stdlib_paragraphs(limit: int = 4000) -> list[str]:
 def tokenizer_dir(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("tok")
     train_tokenizer(stdlib_paragraphs(2000), path / "tokenizer.json", vocab_size=1000)
-    (path / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<s>", "eos_token": "</s>"}))
+    config = {"bos_token": "<s>", "eos_token": "</s>", "tokenizer_class": "PreTrainedTokenizerFast"}
+    (path / "tokenizer_config.json").write_text(json.dumps(config))  # a local tokenizer directory, no Hub
     return path
 
 
@@ -171,3 +182,128 @@ def test_levanter_applies_tokenizer_json_truncation(tokenizer_dir, tmp_path):
     assert len(theirs) < len(full)
     assert int(lengths[0]) == len(full)
     np.testing.assert_array_equal(tokens, full)
+
+
+def write_pipeline(path: Path, cache_path: Path, batch_size: int = 8) -> Path:
+    path.write_text(
+        f"source: {{path: {cache_path}}}\npacking: {{mode: planned, ctx: 128, overflow: split}}\n"
+        f"shuffle: {{kind: block, io_block_size: 64, window_blocks: 16}}\nbatch_size: {batch_size}\n"
+        f"num_epochs: null\nseed: 0\n"
+    )
+    return path
+
+
+def run_train_lm(pipeline: Path, tokenizer: Path, out: Path, checkpoints: Path, steps: int) -> dict:
+    args = [sys.executable, str(HERE / "train_lm_run.py"), "--pipeline", str(pipeline), "--tokenizer", str(tokenizer)]
+    args += ["--out", str(out), "--checkpoints", str(checkpoints), "--steps", str(steps)]
+    proc = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got = json.loads(out.read_text())
+    got["losses"] = {int(k): v for k, v in got["losses"].items()}
+    return got
+
+
+def test_train_lm_entry_point_trains_and_resumes_exactly(cache, tokenizer_dir, tmp_path):
+    pipeline = write_pipeline(tmp_path / "pipeline.yaml", cache[0])
+    first = run_train_lm(pipeline, tokenizer_dir, tmp_path / "a.json", tmp_path / "ck", 20)
+    resumed = run_train_lm(pipeline, tokenizer_dir, tmp_path / "b.json", tmp_path / "ck", 25)  # restores step 20
+    straight = run_train_lm(pipeline, tokenizer_dir, tmp_path / "c.json", tmp_path / "ck2", 25)
+    loss = [first["losses"][s] for s in range(20)]
+    print("train_lm loss", [round(x, 3) for x in loss])
+    print(
+        "resumed",
+        [resumed["losses"][s] for s in range(20, 25)],
+        "straight",
+        [straight["losses"][s] for s in range(20, 25)],
+    )
+    assert sorted(first["losses"]) == list(range(20))
+    assert np.mean(loss[-3:]) < np.mean(loss[:3]) - 0.3
+    assert sorted(resumed["losses"]) == list(range(20, 25))
+    assert sorted(straight["losses"]) == list(range(25))
+    np.testing.assert_allclose(
+        [resumed["losses"][s] for s in range(20, 25)], [straight["losses"][s] for s in range(20, 25)], rtol=1e-5
+    )
+    np.testing.assert_allclose(loss, [straight["losses"][s] for s in range(20)], rtol=1e-5)
+    # the resumed run read from batch 20 on (after the one element the loader reads to learn the shapes)
+    assert resumed["reads"][0][0] == 0 and resumed["reads"][0][2] - resumed["reads"][0][1] == 1
+    assert min(j for j, _, _ in resumed["reads"][1:]) == 20
+
+
+def test_pipeline_dataset_deepcopies_and_pickles(cache, tokenizer_dir, tmp_path):
+    from levanter.main.train_lm import TrainLmConfig
+
+    from datatools.integrations.levanter import data_config
+
+    data = data_config(write_pipeline(tmp_path / "pipeline.yaml", cache[0]), tokenizer=str(tokenizer_dir))
+    dataset = data.components["datatools"].datasets["train"]
+    logged = dataclasses.asdict(TrainLmConfig(data=data))  # what train_lm's configuration logging does
+    copied = logged["data"]["components"]["datatools"]["datasets"]["train"]
+    assert isinstance(copied, PipelineDataset) and copied is not dataset
+    indices = [3, 17, 16, 40, 2]
+    want = dataset.rows(indices)
+    for other in (
+        copied,
+        copy.deepcopy(data).components["datatools"].datasets["train"],
+        pickle.loads(pickle.dumps(dataset)),
+    ):
+        assert other.source._lock is not dataset.source._lock
+        for a, b in zip(other.rows(indices), want):
+            for x, y in zip(a, b):
+                np.testing.assert_array_equal(x, y)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_each_levanter_host_reads_its_share(cache, tmp_path):
+    """4 JAX processes, Levanter's DataLoader in each: a process reads the rows its device's slots map to (Levanter's
+    mixture permutes the slots of a batch), a quarter of the batch, and the four read the batch, each row once."""
+    hosts, batch, steps = 4, 16, 3
+    pipeline = write_pipeline(tmp_path / "pipeline.yaml", cache[0], batch_size=batch)
+    coordinator = f"127.0.0.1:{free_port()}"
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(HERE / "levanter_hosts.py"),
+                "--pipeline",
+                str(pipeline),
+                "--out",
+                str(tmp_path / f"h{p}.json"),
+            ]
+            + ["--coordinator", coordinator, "--process", str(p), "--processes", str(hosts)]
+            + ["--steps", str(steps), "--batch-size", str(batch)],
+            env=ENV,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for p in range(hosts)
+    ]
+    for proc in procs:
+        out, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, out[-4000:]
+    got = [json.loads((tmp_path / f"h{p}.json").read_text()) for p in range(hosts)]
+    ours = PipelineDataset(pipeline)
+    share = batch // hosts
+    for p, g in enumerate(got):
+        assert g["process"] == p and g["processes"] == hosts
+        for step in range(steps):
+            assert g["slots"][str(step)] == list(range(p * share, (p + 1) * share))  # Levanter's data axis
+    print("reads per host", [[(j, lo, hi) for j, lo, hi in g["reads"]] for g in got])
+    print("bytes delivered per host", [g["bytes_delivered"] for g in got])
+    for step in range(steps):
+        rows = [[r for j, lo, hi in g["reads"] if j == step for r in range(lo, hi)] for g in got]
+        assert all(len(r) == share for r in rows)  # each host its quarter ...
+        assert sorted(r for host in rows for r in host) == list(range(batch))  # ... and together the batch, once
+        whole = ours.batch(step)["tokens"]
+        for g, mine in zip(got, rows):  # the rows each host trained on are the rows it read
+            want = sorted(zlib.crc32(whole[r].astype(np.int32).tobytes()) for r in mine)
+            assert sorted(g["crcs"][step]) == want
+    assert all(j < steps for g in got for j, _, _ in g["reads"])
+    delivered = [g["bytes_delivered"] for g in got]
+    if any(delivered):  # the source's own counter: a host's tokens are about a quarter of the steps' tokens
+        assert all(0 < d < sum(delivered) / 2 for d in delivered)
