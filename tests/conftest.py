@@ -77,5 +77,16 @@ def small_tmpfs(tmp_path):
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=20)
 
 
-# S3 and GCS servers on loopback (session), a fresh bucket per test, the same test on local / s3 / gs
-from object_storage import gcs_bucket, gcs_server, s3_bucket, s3_server, storage_root  # noqa: E402,F401
+# S3 and GCS servers on loopback (session) behind latency proxies, a fresh bucket per test, the same test on
+# local / s3 / gs, and a bucket behind a test's own proxy (slow_s3, slow_gcs: latency, rate cap, counters)
+from object_storage import (  # noqa: E402,F401
+    gcs_bucket,
+    gcs_proxy,
+    gcs_server,
+    s3_bucket,
+    s3_proxy,
+    s3_server,
+    slow_gcs,
+    slow_s3,
+    storage_root,
+)

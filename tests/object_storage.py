@@ -8,6 +8,12 @@ variables of its ecosystem, set with ``monkeypatch`` for that test only:
 * S3: ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``;
 * GCS: ``STORAGE_EMULATOR_HOST``.
 
+The tests never talk to a server directly: each server sits behind a
+:class:`~datatools.testing.slow_proxy.SlowProxy` (session-wide, ``REMOTE_LATENCY_S`` per request, no rate cap)
+and the variables point at the proxy, so every remote test reads through a link with latency, on keep-alive
+connections, as from a real bucket. :func:`slow_s3` and :func:`slow_gcs` give a test a bucket behind a proxy
+of its own, whose latency and rate it sets and whose counters it reads.
+
 :func:`storage_root` is parametrized over ``local``, ``s3`` and ``gs``: the same test
 runs against a local directory and both servers, through a :class:`Root` that gives
 the base path/URL and uploads local files or trees to it.
@@ -24,10 +30,15 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
+from datatools.testing.slow_proxy import SlowProxy
+
 START_TIMEOUT_S = 30.0
+REMOTE_LATENCY_S = 0.003  # seconds added to every request of every remote test (the session proxies)
+SLOW_LATENCY_S = 0.005  # seconds per request behind slow_s3 / slow_gcs until the test sets its own
 AWS_VARS = (
     "AWS_ENDPOINT_URL",
     "AWS_ENDPOINT_URL_S3",
@@ -133,6 +144,20 @@ def gcs_server(tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def s3_proxy(s3_server):
+    """The proxy every S3 test goes through: ``REMOTE_LATENCY_S`` per request, no rate cap."""
+    with SlowProxy(s3_server.port, latency_s=REMOTE_LATENCY_S) as proxy:
+        yield proxy
+
+
+@pytest.fixture(scope="session")
+def gcs_proxy(gcs_server):
+    """The proxy every GCS test goes through: ``REMOTE_LATENCY_S`` per request, no rate cap."""
+    with SlowProxy(gcs_server.port, latency_s=REMOTE_LATENCY_S) as proxy:
+        yield proxy
+
+
 def bucket_name() -> str:
     return f"t{uuid.uuid4().hex[:16]}"
 
@@ -175,17 +200,50 @@ def object_bytes(root) -> dict[str, bytes]:
 
 
 @pytest.fixture
-def s3_bucket(s3_server, monkeypatch) -> str:
-    """A fresh, empty bucket on the S3 server, as ``s3://NAME``; the AWS variables set for this test."""
-    s3_environment(monkeypatch, s3_server.url)
+def s3_bucket(s3_proxy, monkeypatch) -> str:
+    """A fresh, empty bucket on the S3 server, as ``s3://NAME``; the AWS variables set for this test (pointing at
+    the session's proxy)."""
+    s3_environment(monkeypatch, s3_proxy.url)
     return new_bucket("s3")
 
 
 @pytest.fixture
-def gcs_bucket(gcs_server, monkeypatch) -> str:
-    """A fresh, empty bucket on the GCS emulator, as ``gs://NAME``; ``STORAGE_EMULATOR_HOST`` set for this test."""
-    gcs_environment(monkeypatch, gcs_server.url)
+def gcs_bucket(gcs_proxy, monkeypatch) -> str:
+    """A fresh, empty bucket on the GCS emulator, as ``gs://NAME``; ``STORAGE_EMULATOR_HOST`` set for this test
+    (pointing at the session's proxy)."""
+    gcs_environment(monkeypatch, gcs_proxy.url)
     return new_bucket("gs")
+
+
+class SlowBucket(NamedTuple):
+    """A fresh bucket behind a proxy of the test's own: ``url`` (``s3://NAME`` or ``gs://NAME``) and ``proxy``
+    (set ``proxy.latency_s`` / ``proxy.bandwidth_bps`` at any time; ``proxy.stats()`` counts this test's
+    requests and bytes only). Unpacks as ``url, proxy = slow_s3``."""
+
+    url: str
+    proxy: SlowProxy
+
+
+@pytest.fixture
+def slow_s3(s3_server, monkeypatch):
+    """A :class:`SlowBucket` on the S3 server behind its own proxy (``SLOW_LATENCY_S`` per request, no rate cap
+    until the test sets them); the AWS variables point at that proxy; its counters start at zero."""
+    with SlowProxy(s3_server.port, latency_s=SLOW_LATENCY_S) as proxy:
+        s3_environment(monkeypatch, proxy.url)
+        url = new_bucket("s3")
+        proxy.reset_stats()
+        yield SlowBucket(url, proxy)
+
+
+@pytest.fixture
+def slow_gcs(gcs_server, monkeypatch):
+    """A :class:`SlowBucket` on the GCS emulator behind its own proxy (as :func:`slow_s3`);
+    ``STORAGE_EMULATOR_HOST`` points at that proxy."""
+    with SlowProxy(gcs_server.port, latency_s=SLOW_LATENCY_S) as proxy:
+        gcs_environment(monkeypatch, proxy.url)
+        url = new_bucket("gs")
+        proxy.reset_stats()
+        yield SlowBucket(url, proxy)
 
 
 @dataclass
