@@ -311,6 +311,8 @@ class SlowProxy:
         with contextlib.suppress(OSError):
             while data := await reader.read(READ_SIZE):
                 now = time.perf_counter()
+                with c.lock:  # counted as they arrive: a snapshot never has fewer than the server got
+                    c.bytes_up += len(data)
                 at = 0
                 for start in parser.feed(data):
                     if start > at:
@@ -325,8 +327,6 @@ class SlowProxy:
                     at = start
                 writer.write(data[at:])
                 await writer.drain()
-                with c.lock:
-                    c.bytes_up += len(data)
             writer.write_eof()
 
     async def _server_to_client(
@@ -352,9 +352,9 @@ class SlowProxy:
                         if next_free - now > 0.0005:
                             await asyncio.sleep(next_free - now)
                         next_free = max(next_free, now) + len(piece) / rate
+                    with c.lock:  # counted before they go: a snapshot never has fewer than the client got
+                        c.bytes_down += len(piece)
                     writer.write(piece)
                     await writer.drain()
                     at += len(piece)
-                with c.lock:
-                    c.bytes_down += len(data)
             writer.write_eof()
