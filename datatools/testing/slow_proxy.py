@@ -10,9 +10,14 @@ each way, connections, and each request's latency (from its first byte at the pr
 answer), so a test can assert how many requests and bytes a read cost.
 
 It parses just enough HTTP/1.1 on the client's side to find where each request starts (the request head,
-then a ``Content-Length`` body or a chunked one); the bytes pass through unchanged. It listens on
-127.0.0.1 only, runs one asyncio loop in a daemon thread, and stops with :meth:`SlowProxy.stop` (or the
-``with`` block, or the process).
+then a ``Content-Length`` body or a chunked one); the bytes pass through unchanged, and a stream that is not
+HTTP/1.1 passes through unparsed (no requests counted on it). A request's latency ends at the first byte the
+server sends after the request went on: exact for HTTP/1.1 clients, which send a connection's next request
+once the previous answer is in (botocore, s3fs/aiohttp, tensorstore, gcsfs; none pipelines). It listens on
+127.0.0.1 only, runs one asyncio loop in a daemon thread (a few tasks per open connection), and stops with
+:meth:`SlowProxy.stop` (or the ``with`` block, or the process). It is not the bottleneck on loopback: about
+1.3 GB/s through it with 32 connections at once (2 cores, one process), against ~50 MB/s that moto's server
+gives for 32 concurrent ranged GETs of a large object, the same with and without the proxy.
 
     with SlowProxy(moto_port, latency_s=0.03, bandwidth_bps=50e6) as proxy:
         os.environ["AWS_ENDPOINT_URL"] = proxy.url
@@ -41,13 +46,22 @@ START_TIMEOUT_S = 10.0
 
 @dataclass(frozen=True)
 class ProxyStats:
-    """What passed through the proxy since its start or the last :meth:`SlowProxy.reset_stats`."""
+    """What passed through the proxy since its start or the last :meth:`SlowProxy.reset_stats`.
 
-    requests: int  # HTTP requests (request heads seen on client -> server streams)
-    bytes_up: int  # client -> server bytes (heads and bodies)
-    bytes_down: int  # server -> client bytes (what readers fetched, headers included)
-    connections: int  # client connections accepted
-    latencies_s: tuple[float, ...]  # per request: first byte at the proxy -> first byte of its answer (seconds)
+    Attributes:
+      requests: HTTP requests (request heads seen on the client -> server streams, keep-alive ones included).
+      bytes_up: client -> server bytes (heads and bodies), counted as they arrive.
+      bytes_down: server -> client bytes (what readers fetched, headers included), counted as they are sent.
+      connections: client connections accepted.
+      latencies_s: seconds per request, from its first byte at the proxy to the first byte of its answer
+        (``latency_s`` included); the most recent ``LATENCIES_KEPT`` (100,000) requests.
+    """
+
+    requests: int
+    bytes_up: int
+    bytes_down: int
+    connections: int
+    latencies_s: tuple[float, ...]
 
     def latency_quantiles(self) -> tuple[float, float]:
         """(p50, p99) of the request latencies in seconds; NaN when none."""
