@@ -14,6 +14,8 @@ Python 3.12 venv, CPU).
   trains 20 steps; rerun for 25 it restores its checkpoint and trains steps 20-24 to the losses of an
   uninterrupted 25-step run (and the first 20 steps of both are equal too). ``train_lm`` logs its configuration
   (``dataclasses.asdict`` deep-copies the data); ``PipelineDataset`` deep-copies and pickles.
+* ``train_lm`` on 2 JAX processes (``jax.distributed`` on loopback, gloo): each process reads half of every batch,
+  the two together the batch, and the losses are the one-process run's.
 * 4 JAX processes (``jax.distributed`` on loopback) run Levanter's ``DataLoader``: each process reads only the
   rows of its devices' slots (a quarter of every batch), the four together the batch, each row once.
 * Levanter applies the truncation saved in a ``tokenizer.json``; datatools' pre-tokenize switches it off.
@@ -198,6 +200,7 @@ def run_train_lm(pipeline: Path, tokenizer: Path, out: Path, checkpoints: Path, 
     args += ["--out", str(out), "--checkpoints", str(checkpoints), "--steps", str(steps)]
     proc = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "Failed to dump config" not in proc.stderr + proc.stdout  # train_lm's YAML dump of its config
     got = json.loads(out.read_text())
     got["losses"] = {int(k): v for k, v in got["losses"].items()}
     return got
@@ -307,3 +310,40 @@ def test_each_levanter_host_reads_its_share(cache, tmp_path):
     delivered = [g["bytes_delivered"] for g in got]
     if any(delivered):  # the source's own counter: a host's tokens are about a quarter of the steps' tokens
         assert all(0 < d < sum(delivered) / 2 for d in delivered)
+
+
+def test_train_lm_on_two_jax_processes(cache, tokenizer_dir, tmp_path):
+    pipeline = write_pipeline(tmp_path / "pipeline.yaml", cache[0])
+    single = run_train_lm(pipeline, tokenizer_dir, tmp_path / "one.json", tmp_path / "ck1", 5)
+    coordinator = f"127.0.0.1:{free_port()}"
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(HERE / "train_lm_run.py"),
+                "--pipeline",
+                str(pipeline),
+                "--tokenizer",
+                str(tokenizer_dir),
+            ]
+            + ["--out", str(tmp_path / f"p{p}.json"), "--checkpoints", str(tmp_path / "ck2"), "--steps", "5"]
+            + ["--coordinator", coordinator, "--process", str(p), "--processes", "2"],
+            env=ENV,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for p in range(2)
+    ]
+    for proc in procs:
+        out, _ = proc.communicate(timeout=900)
+        assert proc.returncode == 0, out[-4000:]
+    got = [json.loads((tmp_path / f"p{p}.json").read_text()) for p in range(2)]
+    assert [g["process"] for g in got] == [0, 1]
+    two = {int(k): v for k, v in got[0]["losses"].items()}  # the tracker logs on process 0
+    print("two processes", [two[s] for s in range(5)], "one", [single["losses"][s] for s in range(5)])
+    np.testing.assert_allclose([two[s] for s in range(5)], [single["losses"][s] for s in range(5)], rtol=1e-4)
+    for j in range(5):  # after the one element each loader reads to learn the shapes
+        rows = [[r for b, lo, hi in g["reads"][1:] if b == j for r in range(lo, hi)] for g in got]
+        assert [len(r) for r in rows] == [4, 4]
+        assert sorted(rows[0] + rows[1]) == list(range(8))

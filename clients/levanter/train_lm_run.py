@@ -17,8 +17,10 @@ import json
 import logging
 from pathlib import Path
 
+import jax
 import jmp
 from levanter.checkpoint import CheckpointerConfig
+from levanter.distributed import DistributedConfig
 from levanter.main import train_lm
 from levanter.models.llama import LlamaConfig
 from levanter.optim.config import AdamConfig
@@ -55,7 +57,16 @@ def main() -> None:
     ap.add_argument("--checkpoints", required=True)
     ap.add_argument("--steps", type=int, required=True)
     ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--coordinator", help="host:port of jax.distributed (several processes, one CPU device each)")
+    ap.add_argument("--process", type=int, default=0)
+    ap.add_argument("--processes", type=int, default=1)
     args = ap.parse_args()
+    distributed = DistributedConfig()
+    if args.coordinator:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")  # the gradients' all-reduce on CPU
+        distributed = DistributedConfig(
+            coordinator_address=args.coordinator, num_processes=args.processes, process_id=args.process
+        )
 
     caught = Losses()
     logging.getLogger("levanter.json_logger").addHandler(caught)
@@ -73,6 +84,7 @@ def main() -> None:
             checkpointer=CheckpointerConfig(base_path=args.checkpoints, save_interval=None, keep=None),
             log_jaxprs=False,
             log_xla_hlo=False,
+            distributed=distributed,
         ),
         model=LlamaConfig(
             max_seq_len=SEQ,
@@ -90,7 +102,8 @@ def main() -> None:
     )
     dataset = config.data.components["datatools"].datasets["train"]
     train_lm.main(config)
-    Path(args.out).write_text(json.dumps({"losses": caught.losses, "reads": dataset.source.reads}))
+    out = {"losses": caught.losses, "reads": dataset.source.reads, "process": jax.process_index()}
+    Path(args.out).write_text(json.dumps(out))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ Element ``i`` is row ``i % B`` of the pipeline's global batch ``i // B`` (``B`` 
 ``batch_size``; give Levanter's ``train_batch_size`` the same value and step ``s`` trains
 on the rows of datatools' batch ``s``). Batches are read by number (random access), so Levanter's
 restart from a checkpoint at step ``s`` reads from batch ``s`` on: the same batches an
-uninterrupted run reads.
+uninterrupted run reads. Levanter's ``train_lm`` logs its configuration first (``dataclasses.asdict``
+deep-copies the dataset; its YAML dump writes the pipeline's config): :class:`PipelineDataset` deep-copies
+and pickles (:mod:`datatools.integrations.levanter_rows`).
 
 Several hosts: Levanter's loader (``DataLoader``) gives each process the slots of the global batch its devices
 hold on the batch's data axis (``batch`` mapped to the mesh's ``data`` / ``replica`` axes): with ``P`` processes
@@ -51,8 +53,10 @@ pipeline already shuffles (full or block, seeded) before it packs.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 
+import draccus  # noqa: E402  (Levanter's configuration library)
 import equinox as eqx  # noqa: E402  (Levanter's own dependencies: this module runs inside Levanter)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np
@@ -122,6 +126,15 @@ class PipelineDataset(AsyncDataset[GrugLmExample]):
 
     def __repr__(self) -> str:
         return f"PipelineDataset(rows of {self.seq_len} tokens, batch_size={self.batch_size})"
+
+
+def _encoded(dataset: PipelineDataset) -> dict:
+    """What Levanter's configuration dump (draccus YAML, logged by ``train_lm``) writes for the dataset: the
+    pipeline's config (else the dump fails: draccus has no encoder for a dataset object)."""
+    return {"datatools_pipeline": dataclasses.asdict(dataset.config)}
+
+
+draccus.encode.register(PipelineDataset, _encoded)
 
 
 def data_config(pipeline, *, vocab_size: int | None = None, tokenizer: str = "passthrough", documents=None, **kwargs):
