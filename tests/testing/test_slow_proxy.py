@@ -367,3 +367,15 @@ def test_slow_s3_fixture_gives_a_bucket_behind_its_own_proxy(slow_s3):
     assert time.perf_counter() - t0 >= 0.04  # 1 MB at 20 MB/s
     stats = proxy.stats()
     assert stats.requests >= 2 and stats.bytes_down >= 1_000_000 and stats.bytes_up >= 1_000_000
+
+
+def test_slow_gcs_fixture_gives_a_bucket_behind_its_own_proxy(slow_gcs):
+    from datatools.io import storage
+    from object_storage import SLOW_LATENCY_S
+
+    url, proxy = slow_gcs
+    storage.write_bytes(f"{url}/x", pattern(200_000))
+    assert storage.read_bytes(f"{url}/x") == pattern(200_000)
+    stats = proxy.stats()
+    assert stats.requests >= 2 and stats.bytes_down >= 200_000 and stats.bytes_up >= 200_000
+    assert min(stats.latencies_s) >= SLOW_LATENCY_S - TIMER_SLACK_S  # every request paid the latency
