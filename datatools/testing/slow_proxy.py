@@ -216,6 +216,7 @@ class SlowProxy:
 
     @property
     def url(self) -> str:
+        """``http://127.0.0.1:PORT``: the endpoint to give clients (AWS_ENDPOINT_URL, STORAGE_EMULATOR_HOST)."""
         return f"http://127.0.0.1:{self.port}"
 
     def __enter__(self) -> SlowProxy:
@@ -239,6 +240,7 @@ class SlowProxy:
                 self.port = self._server.sockets[0].getsockname()[1]
             except BaseException as exc:  # noqa: BLE001  (reported to start())
                 failure.append(exc)
+                loop.close()
                 ready.set()
                 return
             ready.set()
@@ -251,6 +253,7 @@ class SlowProxy:
         self._thread = threading.Thread(target=run, name=f"SlowProxy->{self.upstream_port}", daemon=True)
         self._thread.start()
         if not ready.wait(START_TIMEOUT_S) or failure:
+            self.stop()
             raise OSError(f"SlowProxy could not listen on 127.0.0.1: {failure[0] if failure else 'timed out'}")
         return self
 
@@ -258,6 +261,10 @@ class SlowProxy:
         """Close the listener and every connection, and end the thread (at most ~10 s; idempotent)."""
         loop, thread = self._loop, self._thread
         if loop is None or thread is None:
+            return
+        if loop.is_closed():  # it never started serving
+            thread.join(5)
+            self._loop = self._thread = self._server = None
             return
 
         async def shutdown() -> None:

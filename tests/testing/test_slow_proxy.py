@@ -379,3 +379,16 @@ def test_slow_gcs_fixture_gives_a_bucket_behind_its_own_proxy(slow_gcs):
     stats = proxy.stats()
     assert stats.requests >= 2 and stats.bytes_down >= 200_000 and stats.bytes_up >= 200_000
     assert min(stats.latencies_s) >= SLOW_LATENCY_S - TIMER_SLACK_S  # every request paid the latency
+
+
+def test_a_proxy_that_cannot_listen_says_so(monkeypatch):
+    import asyncio
+
+    async def refuse(*args, **kwargs):
+        raise OSError("no ports left")
+
+    monkeypatch.setattr(asyncio, "start_server", refuse)
+    proxy = SlowProxy(1)
+    with pytest.raises(OSError, match="SlowProxy could not listen on 127.0.0.1: no ports left"):
+        proxy.start()
+    proxy.stop()  # nothing left to stop
