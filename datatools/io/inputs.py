@@ -8,6 +8,9 @@ Inputs (a file or a directory):
 * Parquet, Arrow IPC / Feather, JSON Lines and Hugging Face ``save_to_disk``
   directories, with a list-of-integers token column, or a text column plus a
   tokenizer (:mod:`datatools.io.tokenizer`: truncation and padding off);
+* ArrayRecord files (MaxText's Grain input; :mod:`datatools.io.array_record_files`): one file, a glob or a
+  comma list as MaxText writes ``grain_train_files``, records of ``tf.train.Example`` with a token feature
+  (``inputs``, ...) or a text feature tokenized by the tokenizer;
 * NumPy: a directory with ``tokens.npy`` and ``lengths.npy`` or ``offsets.npy``; or
   one flat token file (``.bin``/``.npy``) cut after every ``eos_id``.
 
@@ -30,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from datatools.base.checks import short_repr
-from datatools.io import numpy_files, storage
+from datatools.io import array_record_files, numpy_files, storage
 from datatools.io.discover import Shard, list_shards
 from datatools.io.documents import ArrayDocuments, ChunkedDocuments, DocumentSource, StoreDocuments
 from datatools.io.levanter_cache import LevanterCache, is_levanter_cache
@@ -86,6 +89,7 @@ class TokenInput:
     eos_id: int | None = None
     bin_dtype: str = "uint16"
     levanter: LevanterCache | None = field(default=None, repr=False)  # opened once: its offsets are read on open
+    files: list[Path] = field(default_factory=list)  # ArrayRecord files, in order (kind ``array_record``)
 
     def __repr__(self) -> str:
         """Short: the path, the kind, the column, shard count and bytes, the tokenizer file (not its JSON)."""
@@ -105,12 +109,18 @@ class TokenInput:
     def num_shards(self) -> int:
         if self.kind == "table":
             return len(self.shards)
+        if self.kind == "array_record":
+            return len(self.files)
         if self.kind == "flat":
             return max(1, -(-int(flat_array(self.path, self.bin_dtype).shape[0]) // numpy_files.FLAT_SLICE))
         return 1
 
     def shard_batches(self, k: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(tokens, lengths) of table shard ``k``, a bounded batch at a time; text is tokenized here."""
+        if self.kind == "array_record":
+            encode = self.encoder.encode if self.is_text and self.encoder is not None else None
+            yield from array_record_files.documents(self.files[k], str(self.column), encode)
+            return
         shard = self.shards[k]
         where = shard.describe()
         for col in column_batches(shard, self.column, self.is_text):
@@ -125,6 +135,10 @@ class TokenInput:
         :data:`LENGTH_ROWS` rows at a time and only the counts are kept (:meth:`TextEncoder.count_tokens`):
         memory holds one batch's strings, never its tokens (a text column once took 3.1-3.7 GB on 62-86 MB
         of Parquet)."""
+        if self.kind == "array_record":
+            count = self.encoder.count_tokens if self.is_text and self.encoder is not None else None
+            yield from array_record_files.lengths(self.files[k], str(self.column), count)
+            return
         shard = self.shards[k]
         where = shard.describe()
         for col in column_batches(shard, self.column, self.is_text):
@@ -139,7 +153,8 @@ class TokenInput:
         tokens, lengths = [], []
         for t, n in self.shard_batches(k):
             if t.size and int(t.max()) > INT32_MAX:
-                raise ValueError(f"{self.shards[k].describe()}: token id {int(t.max())} does not fit int32")
+                where = display(self.files[k]) if self.kind == "array_record" else self.shards[k].describe()
+                raise ValueError(f"{where}: token id {int(t.max())} does not fit int32")
             tokens.append(t.astype(np.int32, copy=False))
             lengths.append(n)
         return _concat(tokens, np.int32), _concat(lengths, np.int64)
@@ -186,6 +201,8 @@ def open_input(
     """
     if isinstance(path, (str, os.PathLike)) and not os.fspath(path):
         raise ValueError("an empty path (name a file or directory; '.' is the current one)")
+    if not storage.is_url(path) and array_record_files.detect(path):
+        return _array_record_input(path, column, tokenizer, tokenizer_settings, bos, eos)
     remote = storage.is_url(path)  # s3:// or gs://: read through datatools.io.storage
     path = storage.url_of(path) if remote else Path(path)
     if not (storage.exists(path) if remote else path.exists()):
@@ -238,6 +255,31 @@ def open_input(
     return inp
 
 
+def _array_record_input(
+    path: str | os.PathLike,
+    column: str | None,
+    tokenizer: str | os.PathLike | None,
+    tokenizer_settings: str,
+    bos: str | int | None,
+    eos: str | int | None,
+) -> TokenInput:
+    """ArrayRecord files (a file, a glob, a comma list): the feature and the tokenizer checked on the first file."""
+    files = array_record_files.expand(path)
+    col, is_text = array_record_files.detect_feature(files[0], column)
+    inp = TokenInput(Path(os.fspath(path)), "array_record", column=col, is_text=is_text, files=files)
+    inp.nbytes = sum(f.stat().st_size for f in files)
+    if is_text:
+        if tokenizer is None:
+            raise ValueError(
+                f"{display(files[0])}: feature {col!r} holds text; pass --tokenizer (tokenizer.json or a "
+                f"SentencePiece .model) to tokenize it"
+            )
+        inp.encoder = open_encoder(tokenizer, settings=tokenizer_settings, bos=bos, eos=eos)
+    elif tokenizer is not None or bos is not None or eos is not None:
+        raise ValueError(f"{display(files[0])}: feature {col!r} holds token ids already; --tokenizer applies to text")
+    return inp
+
+
 def _remote_token_input(url: str, eos_id: int | None, bin_dtype: str) -> TokenInput | None:
     """A token store, Levanter cache, NumPy directory or flat token file in object storage; None for a table (or
     nothing)."""
@@ -278,7 +320,7 @@ def iter_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
     else:
         with ThreadPoolExecutor(1) as pool:
             ahead: deque = deque()
-            for k in range(len(inp.shards)):
+            for k in range(inp.num_shards):
                 ahead.append(pool.submit(_shard_lengths, inp, k))
                 if len(ahead) > 1:
                     yield from ahead.popleft().result()
@@ -288,7 +330,8 @@ def iter_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
 
 def _shard_lengths(inp: TokenInput, k: int) -> list[tuple[int, np.ndarray, int]]:
     out = [(k, lengths, 0) for lengths in inp.shard_lengths(k)]
-    return out + [(k, np.zeros(0, np.int64), shard_bytes(inp.shards[k]))]
+    nbytes = inp.files[k].stat().st_size if inp.kind == "array_record" else shard_bytes(inp.shards[k])
+    return out + [(k, np.zeros(0, np.int64), nbytes)]
 
 
 def read_lengths_by_shard(
