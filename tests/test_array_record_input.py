@@ -65,3 +65,40 @@ def test_missing_feature_lists_what_the_file_has(tmp_path):
 @given(st.dictionaries(st.text(min_size=1, max_size=8), st.lists(st.integers(0, 2**62), max_size=20), max_size=4))
 def test_example_round_trips_through_the_wire_format(features):
     assert array_record_files.parse_example(array_record_files.make_example(features)) == features
+
+
+@pytest.fixture(scope="module")
+def spm_model(tmp_path_factory):
+    """A 200-piece SentencePiece BPE model trained offline on a few hundred lines of this repository's text."""
+    spm = pytest.importorskip("sentencepiece")
+    d = tmp_path_factory.mktemp("spm")
+    lines = [ln for ln in open("README.md", encoding="utf-8").read().splitlines() if ln.strip()]
+    (d / "corpus.txt").write_text("\n".join(lines), encoding="utf-8")
+    spm.SentencePieceTrainer.train(
+        input=str(d / "corpus.txt"), model_prefix=str(d / "tok"), vocab_size=200, model_type="bpe", minloglevel=2
+    )
+    return d / "tok.model", lines
+
+
+def test_text_records_tokenized_by_sentencepiece_count_as_sentencepiece_does(tmp_path, spm_model):
+    import sentencepiece as spm
+
+    model, lines = spm_model
+    texts = lines[:40]
+    array_record_files.write(tmp_path / "t.array_record-00000-of-00002", [{"text": t} for t in texts[:25]])
+    array_record_files.write(tmp_path / "t.array_record-00001-of-00002", [{"text": t} for t in texts[25:]])
+    want = [len(ids) for ids in spm.SentencePieceProcessor(model_file=str(model)).encode(texts)]
+    inp = open_input(str(tmp_path / "t.array_record-*"), tokenizer=str(model))
+    assert (inp.column, inp.is_text) == ("text", True)
+    assert read_lengths(inp).tolist() == want
+    inp = open_input(str(tmp_path / "t.array_record-*"), tokenizer=str(model), eos="auto")
+    assert read_lengths(inp).tolist() == [n + 1 for n in want]
+    doc = np.asarray(open_documents(inp)[3]).tolist()
+    assert doc == spm.SentencePieceProcessor(model_file=str(model)).encode(texts[3]) + [inp.encoder.eos_id]
+
+
+def test_a_file_that_is_not_a_sentencepiece_model_is_one_line(tmp_path):
+    array_record_files.write(tmp_path / "t.array_record", [{"text": "hi"}])
+    (tmp_path / "bad.model").write_bytes(b"\x00not a model")
+    with pytest.raises(ValueError, match=r"bad.model: not a SentencePiece model"):
+        open_input(str(tmp_path / "t.array_record"), tokenizer=str(tmp_path / "bad.model"))

@@ -48,6 +48,7 @@ from datatools.io.numpy_files import (
     numpy_dir_files,
 )
 from datatools.io.paths import display
+from datatools.io.sentencepiece_encoder import SentencePieceEncoder, is_sentencepiece, open_sentencepiece
 from datatools.io.store import TokenStore, is_token_store
 from datatools.io.tables import (
     TEXT_COLUMNS,
@@ -85,7 +86,7 @@ class TokenInput:
     is_text: bool = False
     shards: list[Shard] = field(default_factory=list)
     nbytes: int = 0
-    encoder: TextEncoder | None = None
+    encoder: TextEncoder | SentencePieceEncoder | None = None
     eos_id: int | None = None
     bin_dtype: str = "uint16"
     levanter: LevanterCache | None = field(default=None, repr=False)  # opened once: its offsets are read on open
@@ -249,10 +250,19 @@ def open_input(
     if inp.is_text:
         if tokenizer is None:
             raise ValueError(f"{where}: column {col!r} holds text; pass --tokenizer tokenizer.json to tokenize it")
-        inp.encoder = open_encoder(tokenizer, settings=tokenizer_settings, bos=bos, eos=eos)
+        inp.encoder = _encoder(tokenizer, tokenizer_settings, bos, eos)
     elif tokenizer is not None or bos is not None or eos is not None:
         raise ValueError(f"{where}: column {col!r} holds token ids already; --tokenizer/--bos/--eos apply to text")
     return inp
+
+
+def _encoder(
+    tokenizer: str | os.PathLike, settings: str, bos: str | int | None, eos: str | int | None
+) -> TextEncoder | SentencePieceEncoder:
+    """A ``tokenizer.json`` (Hugging Face tokenizers) or a SentencePiece ``.model`` (MaxText's tokenizer_path)."""
+    if is_sentencepiece(tokenizer):
+        return open_sentencepiece(tokenizer, bos=bos, eos=eos)
+    return open_encoder(tokenizer, settings=settings, bos=bos, eos=eos)
 
 
 def _array_record_input(
@@ -274,7 +284,7 @@ def _array_record_input(
                 f"{display(files[0])}: feature {col!r} holds text; pass --tokenizer (tokenizer.json or a "
                 f"SentencePiece .model) to tokenize it"
             )
-        inp.encoder = open_encoder(tokenizer, settings=tokenizer_settings, bos=bos, eos=eos)
+        inp.encoder = _encoder(tokenizer, tokenizer_settings, bos, eos)
     elif tokenizer is not None or bos is not None or eos is not None:
         raise ValueError(f"{display(files[0])}: feature {col!r} holds token ids already; --tokenizer applies to text")
     return inp
