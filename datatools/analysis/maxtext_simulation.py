@@ -177,6 +177,47 @@ def read_maxtext_config(path: str | os.PathLike | None = None, overrides=()) -> 
     return s
 
 
+@dataclass(frozen=True)
+class MaxTextInputs:
+    """What a MaxText config reads: ``grain_train_files`` (a glob or a comma list, as MaxText takes it), the
+    feature (``train_data_columns``' first) and the tokenizer (``tokenizer_path`` when ``tokenize_train_data``)."""
+
+    files: str
+    column: str | None
+    tokenizer: str | None
+
+
+def _config_data(path: str | os.PathLike | None, overrides=()) -> dict:
+    data = {} if path is None else _load_chain(Path(path))
+    for item in overrides:
+        if isinstance(item, str) and "=" in item:
+            key, value = item.split("=", 1)
+            data[key.strip()] = value.strip()
+    return data
+
+
+def maxtext_inputs(path: str | os.PathLike | None, overrides=()) -> MaxTextInputs:
+    """The files, feature and tokenizer the MaxText config at ``path`` names (its ``base_config`` chain and
+    ``key=value`` overrides followed). A relative ``tokenizer_path`` that does not exist from here is looked
+    up beside the config. A config without ``grain_train_files`` is a ValueError naming the config."""
+    data = _config_data(path, overrides)
+    where = str(path) if path is not None else "maxtext settings"
+    files = data.get("grain_train_files")
+    if not files or not isinstance(files, str):
+        raise ValueError(f"{where}: no grain_train_files to read; name the data as PATH (or set grain_train_files)")
+    cols = data.get("train_data_columns")
+    if isinstance(cols, str):
+        cols = [c.strip(" []'\"") for c in cols.split(",") if c.strip(" []'\"")]
+    column = str(cols[0]) if isinstance(cols, list) and cols else None
+    tokenizer = None
+    if _coerce("tokenize_train_data", data.get("tokenize_train_data", True), where):
+        tok = data.get("tokenizer_path")
+        if isinstance(tok, str) and tok:
+            beside = Path(path).parent / tok if path is not None else None
+            tokenizer = str(beside) if beside is not None and not os.path.exists(tok) and beside.exists() else tok
+    return MaxTextInputs(files, column, tokenizer)
+
+
 def _order(lengths: np.ndarray, s: MaxTextSettings) -> np.ndarray:
     """Documents in the order one host's packer sees them: its share (every process_count-th), shuffled when
     MaxText shuffles (a seeded random order: Grain's own permutation differs, its statistics do not)."""

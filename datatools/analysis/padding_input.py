@@ -26,7 +26,7 @@ DEFAULT_WINDOW = 256  # open rows of the streaming packers without a MaxText con
 
 
 def analyze_input(
-    path: str | os.PathLike,
+    path: str | os.PathLike | None,
     *,
     contexts: Sequence[int] = (),
     tile: int = 128,
@@ -39,7 +39,8 @@ def analyze_input(
     loss_batch_size: int | None = None,
     **input_options,
 ) -> PaddingReport:
-    """The padding analysis of the input at ``path`` (any input :func:`~datatools.io.inputs.open_input` reads).
+    """The padding analysis of the input at ``path`` (any input :func:`~datatools.io.inputs.open_input` reads;
+    None: the ``grain_train_files``, feature and ``tokenizer_path`` that ``maxtext_config`` names).
 
     Args:
       contexts: ctx values to evaluate (tokens); empty: the defaults of :func:`~datatools.analysis.padding.analyze`
@@ -68,6 +69,24 @@ def analyze_input(
             window = min(settings.per_host_batch, MAX_WINDOW)
         contexts = tuple(sorted(set(contexts) | {settings.max_target_length}))
     window = DEFAULT_WINDOW if window is None else window
+    if path is None:  # the files, feature and tokenizer the MaxText config names
+        from datatools.analysis.maxtext_simulation import maxtext_inputs
+
+        if maxtext_config is None:
+            raise ValueError("no input: name the data as PATH, or give --maxtext-config with grain_train_files")
+        named = maxtext_inputs(maxtext_config, list(maxtext_set))
+        path = named.files
+        if input_options.get("column") is None and named.column is not None:
+            input_options["column"] = named.column
+        if input_options.get("tokenizer") is None and named.tokenizer is not None:
+            from datatools.io.inputs import open_input as probe
+
+            try:  # a text feature takes the config's tokenizer; token ids take none
+                probe(path, column=input_options.get("column"))
+            except ValueError as exc:
+                if "holds text" not in str(exc):
+                    raise
+                input_options["tokenizer"] = named.tokenizer
     inp = open_input(path, **input_options)
     if inp.kind == "lengths":  # lengths.npy alone: memory-mapped, read a slice at a time (10^9 lengths not copied)
         from datatools.io.numpy_files import lengths_only

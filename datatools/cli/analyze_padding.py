@@ -13,7 +13,7 @@ from datatools.io.paths import display
 
 
 @click.command("analyze-padding")
-@click.argument("path", type=click.Path())
+@click.argument("path", type=click.Path(), required=False)
 @input_options
 @click.option(
     "--ctx",
@@ -98,7 +98,12 @@ def analyze_padding_command(
     json_out,
     plot_out,
 ):
-    """Length distribution of PATH, the padding waste of every strategy, and a recommendation."""
+    """Length distribution of PATH, the padding waste of every strategy, and a recommendation.
+
+    Without PATH, --maxtext-config names the data: its grain_train_files (a glob or comma list of ArrayRecord
+    or other files), train_data_columns and tokenizer_path (a SentencePiece model or tokenizer.json)."""
+    if path is None and maxtext_config is None:
+        raise click.UsageError("name the data as PATH, or give --maxtext-config whose grain_train_files names it")
     err = make_console(stderr=True)
     report = analyze_input(
         path,
@@ -120,12 +125,12 @@ def analyze_padding_command(
         loss_batch_size=loss_batch_size,
     )
     console = make_console(stderr=json_out == "-")
-    render(report, console, source=display(path))
+    render(report, console, source=report.source or display(path))
     if report.loss_distortion is not None:
         from datatools.analysis.loss_distortion import render_loss_distortion
 
         render_loss_distortion(report.loss_distortion, console)
     if plot_out:
-        plot(report, plot_out, source=display(path))
+        plot(report, plot_out, source=report.source or display(path))
         console.print(f"plot written to {plot_out}")
     emit_json(json_out, report)

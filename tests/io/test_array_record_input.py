@@ -102,3 +102,40 @@ def test_a_file_that_is_not_a_sentencepiece_model_is_one_line(tmp_path):
     (tmp_path / "bad.model").write_bytes(b"\x00not a model")
     with pytest.raises(ValueError, match=r"bad.model: not a SentencePiece model"):
         open_input(str(tmp_path / "t.array_record"), tokenizer=str(tmp_path / "bad.model"))
+
+
+def test_analyze_padding_reads_the_files_and_tokenizer_a_maxtext_config_names(tmp_path, spm_model, capsys):
+    """MaxText's own inputs: grain_train_files a glob of ArrayRecord shards of text, tokenizer_path a
+    SentencePiece model, beside a base.yml; analyze-padding takes nothing else and counts what MaxText would."""
+    import json
+
+    import sentencepiece as spm
+
+    from datatools.cli import main
+
+    model, lines = spm_model
+    texts = lines[:60]
+    for k in range(3):
+        array_record_files.write(tmp_path / f"c4.array_record-{k:05d}-of-00003", [{"text": t} for t in texts[k::3]])
+    config = tmp_path / "base.yml"
+    config.write_text(
+        f"grain_train_files: '{tmp_path}/c4.array_record*'\n"
+        f"tokenizer_path: {model}\ntrain_data_columns: ['text']\nmax_target_length: 128\n"
+        "per_device_batch_size: 4\n",
+        encoding="utf-8",
+    )
+    assert main(["analyze-padding", "--maxtext-config", str(config), "--json", str(tmp_path / "r.json")]) == 0
+    report = json.loads((tmp_path / "r.json").read_text())
+    proc = spm.SentencePieceProcessor(model_file=str(model))
+    order = [t for k in range(3) for t in texts[k::3]]
+    assert report["num_sequences"] == 60
+    assert report["num_tokens"] == sum(len(ids) for ids in proc.encode(order))
+    assert report["input"]["kind"] == "array_record" and report["input"]["tokenizer"]["kind"] == "sentencepiece"
+    assert "maxtext" in report and report["maxtext"]
+
+
+def test_analyze_padding_without_path_or_config_is_a_usage_error(capsys):
+    from datatools.cli import main
+
+    assert main(["analyze-padding"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
