@@ -23,6 +23,7 @@ lengths and one batch, never the data. :func:`open_documents` gives a
 
 from __future__ import annotations
 
+import glob
 import os
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -204,33 +205,35 @@ def open_input(
         raise ValueError("an empty path (name a file or directory; '.' is the current one)")
     if not storage.is_url(path) and array_record_files.detect(path):
         return _array_record_input(path, column, tokenizer, tokenizer_settings, bos, eos)
+    pattern = _local_pattern(path)
     remote = storage.is_url(path)  # s3:// or gs://: read through datatools.io.storage
     path = storage.url_of(path) if remote else Path(path)
-    if not (storage.exists(path) if remote else path.exists()):
+    if not pattern and not (storage.exists(path) if remote else path.exists()):
         raise ValueError(f"{display(path)}: no such file or directory")
     if bin_dtype not in BIN_DTYPES:
         raise ValueError(f"bin dtype must be one of {', '.join(BIN_DTYPES)}; got {short_repr(bin_dtype)}")
     if eos_id is not None and (isinstance(eos_id, bool) or not isinstance(eos_id, int) or eos_id < 0):
         raise ValueError(f"eos id must be a non-negative integer; got {short_repr(eos_id)}")
+    local = not remote and not pattern  # a pattern names tables (or ArrayRecord files, above)
     if remote and (found := _remote_token_input(path, eos_id, bin_dtype)) is not None:
         return found
-    if not remote and path.is_dir() and is_token_store(path):
+    if local and path.is_dir() and is_token_store(path):
         store = TokenStore(path)
         return TokenInput(path, "store", nbytes=8 * (len(store) + 1))
-    if not remote and is_levanter_cache(path):
+    if local and is_levanter_cache(path):
         cache = LevanterCache(path)  # the ledger and the arrays checked here, before any token is read
         return TokenInput(path, "levanter", nbytes=8 * (len(cache) + 1), levanter=cache)
-    if not remote and path.is_dir() and (files := numpy_dir_files(path)):
+    if local and path.is_dir() and (files := numpy_dir_files(path)):
         return TokenInput(path, "numpy", nbytes=sum(f.stat().st_size for f in files[:2]))
-    if not remote and (only := lengths_only_file(path)) is not None:
+    if local and (only := lengths_only_file(path)) is not None:
         return TokenInput(path, "lengths", nbytes=only.stat().st_size)
-    if not remote and path.is_file() and path.suffix.lower() in (".bin", ".npy"):
+    if local and path.is_file() and path.suffix.lower() in (".bin", ".npy"):
         if eos_id is None:
             raise ValueError(f"{display(path)}: a flat token file needs --eos-id to find the document boundaries")
         return TokenInput(path, "flat", nbytes=path.stat().st_size, eos_id=eos_id, bin_dtype=bin_dtype)
-    if not remote and path.is_dir() and not any(p for p in path.iterdir() if not p.name.startswith(".")):
+    if local and path.is_dir() and not any(p for p in path.iterdir() if not p.name.startswith(".")):
         raise ValueError(f"{display(path)}: empty directory")
-    shards = list_shards(path)
+    shards = [s for f in pattern for s in list_shards(f)] if pattern else list_shards(path)
     if any(s.kind == "text" for s in shards):
         raise ValueError(
             f"{display(shards[-1].files[0])}: plain text files have no token column; "
@@ -249,11 +252,23 @@ def open_input(
     inp.is_text = col in TEXT_COLUMNS or columns[col]
     if inp.is_text:
         if tokenizer is None:
-            raise ValueError(f"{where}: column {col!r} holds text; pass --tokenizer tokenizer.json to tokenize it")
+            raise ValueError(
+                f"{where}: column {col!r} holds text; pass --tokenizer (tokenizer.json or a SentencePiece .model) "
+                f"to tokenize it"
+            )
         inp.encoder = _encoder(tokenizer, tokenizer_settings, bos, eos)
     elif tokenizer is not None or bos is not None or eos is not None:
         raise ValueError(f"{where}: column {col!r} holds token ids already; --tokenizer/--bos/--eos apply to text")
     return inp
+
+
+def _local_pattern(path: str | os.PathLike) -> list[Path]:
+    """The files of a local glob or comma list (as MaxText writes ``grain_train_files``), in order; [] for a
+    path that exists as written or is a URL. A pattern that matches nothing is a ValueError naming it."""
+    text = os.fspath(path)
+    if storage.is_url(text) or os.path.exists(text) or not ("," in text or glob.has_magic(text)):
+        return []
+    return array_record_files.expand(text)
 
 
 def _encoder(

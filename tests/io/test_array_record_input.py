@@ -139,3 +139,21 @@ def test_analyze_padding_without_path_or_config_is_a_usage_error(capsys):
 
     assert main(["analyze-padding"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_a_glob_and_a_comma_list_of_parquet_files_read_in_order(tmp_path):
+    """grain_train_files with grain_file_type: parquet: a glob (sorted) or a comma list (as given)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    docs = {k: [[k] * (k + j + 1) for j in range(k + 2)] for k in range(3)}
+    for k, rows in docs.items():
+        pq.write_table(pa.table({"input_ids": rows}), tmp_path / f"train-{k}.parquet")
+    inp = open_input(str(tmp_path / "train-*.parquet"))
+    assert (inp.kind, inp.column) == ("table", "input_ids")
+    assert read_lengths(inp).tolist() == [len(d) for k in range(3) for d in docs[k]]
+    two = ",".join(str(tmp_path / f"train-{k}.parquet") for k in (2, 0))
+    assert read_lengths(open_input(two)).tolist() == [len(d) for k in (2, 0) for d in docs[k]]
+    assert np.asarray(open_documents(open_input(two))[0]).tolist() == docs[2][0]
+    with pytest.raises(ValueError, match=r"nothing matches"):
+        open_input(str(tmp_path / "valid-*.parquet"))
