@@ -302,7 +302,8 @@ def maxtext_report(lengths, settings: MaxTextSettings, recommendation: Recommend
     ``max_segments_per_seq`` with first fit only), its padding, and datatools' (``recommendation``)."""
     lengths = as_lengths(lengths)
     today = maxtext_view(lengths, settings)
-    if settings.attention in CAPPED_ATTENTION or settings.max_segments_per_seq > 0:
+    capped = recommendation.max_segments is not None  # the recommendation's cap: MaxText's first_fit takes it
+    if settings.attention in CAPPED_ATTENTION or settings.max_segments_per_seq > 0 or capped:
         # a cap the config sets is the attention kernel's limit: keep it; else the recommended one, else the most
         # documents first fit puts in a row (a cap that costs nothing)
         cap = settings.max_segments_per_seq if settings.max_segments_per_seq > 0 else recommendation.max_segments
@@ -316,6 +317,8 @@ def maxtext_report(lengths, settings: MaxTextSettings, recommendation: Recommend
             "attention: cudnn_flash_te needs max_segments_per_seq, which MaxText applies with first_fit only"
             if settings.attention in CAPPED_ATTENTION
             else "a segment cap is set, and MaxText applies it with first_fit only (best_fit ignores it)"
+            if settings.max_segments_per_seq > 0
+            else f"the recommendation caps rows at {cap} documents, which MaxText applies with first_fit only"
         )
     else:
         own = {"packing": True, "grain_packing_type": "best_fit"}

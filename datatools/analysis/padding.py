@@ -593,7 +593,7 @@ def recommend(report: dict, prep: SharedLengthArrays | None = None) -> dict:
         # which cudnn_flash_te needs, its own packer must be first_fit.
         maxtext = (
             {"packing": True, "max_target_length": ctx, "grain_packing_type": "concat_then_split"}
-            if name == "concat_split"
+            if name == "concat_split" and max_segments is None
             else {
                 "packing": True,
                 "max_target_length": ctx,
