@@ -72,6 +72,20 @@ from datatools.io.paths import display
     help="Write the report as JSON to FILE, or '-' for stdout (then nothing else goes to stdout).",
 )
 @click.option(
+    "--write-config",
+    "write_config",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the recommendation as a complete pipeline config (source, packing, the trainer's format and "
+    "global batch) that `datatools pipeline FILE` runs as written.",
+)
+@click.option(
+    "--trainer",
+    type=click.Choice(["datatools", "maxtext", "levanter", "hf"]),
+    default=None,
+    help="The trainer of --write-config (its batch format). Default: maxtext with --maxtext-config, else datatools.",
+)
+@click.option(
     "--plot",
     "plot_out",
     type=click.Path(dir_okay=False),
@@ -96,6 +110,8 @@ def analyze_padding_command(
     bin_dtype,
     loss_batch_size,
     json_out,
+    write_config,
+    trainer,
     plot_out,
 ):
     """Length distribution of PATH, the padding waste of every strategy, and a recommendation.
@@ -133,4 +149,30 @@ def analyze_padding_command(
     if plot_out:
         plot(report, plot_out, source=report.source or display(path))
         console.print(f"plot written to {plot_out}")
+    if write_config:
+        _write_config(report, write_config, trainer, path, column, tokenizer, maxtext_config, maxtext_set, console)
     emit_json(json_out, report)
+
+
+def _write_config(report, out, trainer, path, column, tokenizer, maxtext_config, maxtext_set, console) -> None:
+    """The recommendation as a pipeline config the trainer's integration accepts (see
+    :mod:`datatools.analysis.write_config`)."""
+    from datatools.analysis.write_config import pipeline_config, write_pipeline_config
+
+    settings = None
+    if maxtext_config is not None or maxtext_set:
+        from datatools.analysis.maxtext_simulation import read_maxtext_config
+
+        settings = read_maxtext_config(maxtext_config, list(maxtext_set))
+    trainer = trainer or ("maxtext" if settings is not None else "datatools")
+    inp = report.input or {}
+    config = pipeline_config(
+        report,
+        source=str(path) if path is not None else str(report.source),
+        trainer=trainer,
+        column=column or inp.get("column"),
+        tokenizer=tokenizer or (inp.get("tokenizer") or {}).get("file"),
+        maxtext_settings=settings,
+    )
+    write_pipeline_config(out, config)
+    console.print(f"pipeline config for {trainer} written to {out} (run it: datatools pipeline {out})")

@@ -74,7 +74,8 @@ class TokenInput:
       path: the path given.
       kind: ``store``, ``levanter`` (a Levanter cache), ``numpy`` (tokens.npy + lengths/offsets), ``lengths``
         (lengths.npy alone: planning and analysis only),
-        ``flat`` (.bin / .npy split on eos), or ``table`` (Parquet / Arrow / JSON Lines / HF directory).
+        ``flat`` (.bin / .npy split on eos), or ``table`` (Parquet / Arrow / JSON Lines / HF directory, or
+        ArrayRecord files: then ``files`` lists them).
       column: the token or text column (tables only).
       is_text: the column holds text, tokenized by ``encoder``.
       shards: the table shards, in order.
@@ -91,7 +92,7 @@ class TokenInput:
     eos_id: int | None = None
     bin_dtype: str = "uint16"
     levanter: LevanterCache | None = field(default=None, repr=False)  # opened once: its offsets are read on open
-    files: list[Path] = field(default_factory=list)  # ArrayRecord files, in order (kind ``array_record``)
+    files: list[Path] = field(default_factory=list)  # ArrayRecord files, in order (a table of records)
 
     def __repr__(self) -> str:
         """Short: the path, the kind, the column, shard count and bytes, the tokenizer file (not its JSON)."""
@@ -109,17 +110,17 @@ class TokenInput:
 
     @property
     def num_shards(self) -> int:
+        if self.files:
+            return len(self.files)
         if self.kind == "table":
             return len(self.shards)
-        if self.kind == "array_record":
-            return len(self.files)
         if self.kind == "flat":
             return max(1, -(-int(flat_array(self.path, self.bin_dtype).shape[0]) // numpy_files.FLAT_SLICE))
         return 1
 
     def shard_batches(self, k: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(tokens, lengths) of table shard ``k``, a bounded batch at a time; text is tokenized here."""
-        if self.kind == "array_record":
+        if self.files:
             encode = self.encoder.encode if self.is_text and self.encoder is not None else None
             yield from array_record_files.documents(self.files[k], str(self.column), encode)
             return
@@ -137,7 +138,7 @@ class TokenInput:
         :data:`LENGTH_ROWS` rows at a time and only the counts are kept (:meth:`TextEncoder.count_tokens`):
         memory holds one batch's strings, never its tokens (a text column once took 3.1-3.7 GB on 62-86 MB
         of Parquet)."""
-        if self.kind == "array_record":
+        if self.files:
             count = self.encoder.count_tokens if self.is_text and self.encoder is not None else None
             yield from array_record_files.lengths(self.files[k], str(self.column), count)
             return
@@ -155,7 +156,7 @@ class TokenInput:
         tokens, lengths = [], []
         for t, n in self.shard_batches(k):
             if t.size and int(t.max()) > INT32_MAX:
-                where = display(self.files[k]) if self.kind == "array_record" else self.shards[k].describe()
+                where = display(self.files[k]) if self.files else self.shards[k].describe()
                 raise ValueError(f"{where}: token id {int(t.max())} does not fit int32")
             tokens.append(t.astype(np.int32, copy=False))
             lengths.append(n)
@@ -164,6 +165,8 @@ class TokenInput:
     def describe(self) -> dict:
         """What reports record about the input."""
         out = {"path": display(self.path), "kind": self.kind, "bytes": self.nbytes}
+        if self.files:
+            out["format"] = "array_record"
         if self.column:
             out["column"] = self.column
         if self.encoder is not None:
@@ -291,7 +294,7 @@ def _array_record_input(
     """ArrayRecord files (a file, a glob, a comma list): the feature and the tokenizer checked on the first file."""
     files = array_record_files.expand(path)
     col, is_text = array_record_files.detect_feature(files[0], column)
-    inp = TokenInput(Path(os.fspath(path)), "array_record", column=col, is_text=is_text, files=files)
+    inp = TokenInput(Path(os.fspath(path)), "table", column=col, is_text=is_text, files=files)
     inp.nbytes = sum(f.stat().st_size for f in files)
     if is_text:
         if tokenizer is None:
@@ -355,7 +358,7 @@ def iter_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
 
 def _shard_lengths(inp: TokenInput, k: int) -> list[tuple[int, np.ndarray, int]]:
     out = [(k, lengths, 0) for lengths in inp.shard_lengths(k)]
-    nbytes = inp.files[k].stat().st_size if inp.kind == "array_record" else shard_bytes(inp.shards[k])
+    nbytes = inp.files[k].stat().st_size if inp.files else shard_bytes(inp.shards[k])
     return out + [(k, np.zeros(0, np.int64), nbytes)]
 
 

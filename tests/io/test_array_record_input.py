@@ -27,7 +27,8 @@ def _write_shards(tmp_path, docs_per_shard):
 def test_glob_reads_every_record_with_exact_lengths_and_tokens(tmp_path):
     docs = _write_shards(tmp_path, [5, 7, 3])
     inp = open_input(str(tmp_path / "c4.array_record*"))
-    assert (inp.kind, inp.column, inp.is_text, inp.num_shards) == ("array_record", "inputs", False, 3)
+    assert (inp.kind, inp.column, inp.is_text, inp.num_shards) == ("table", "inputs", False, 3)
+    assert inp.describe()["format"] == "array_record"
     lengths = read_lengths(inp)
     assert lengths.tolist() == [len(d) for d in docs]
     assert int(lengths.sum()) == sum(len(d) for d in docs)
@@ -130,7 +131,7 @@ def test_analyze_padding_reads_the_files_and_tokenizer_a_maxtext_config_names(tm
     order = [t for k in range(3) for t in texts[k::3]]
     assert report["num_sequences"] == 60
     assert report["num_tokens"] == sum(len(ids) for ids in proc.encode(order))
-    assert report["input"]["kind"] == "array_record" and report["input"]["tokenizer"]["kind"] == "sentencepiece"
+    assert report["input"]["format"] == "array_record" and report["input"]["tokenizer"]["kind"] == "sentencepiece"
     assert "maxtext" in report and report["maxtext"]
 
 

@@ -1,0 +1,79 @@
+"""The analyzer's recommendation as a complete pipeline config: what ``analyze-padding --write-config`` writes.
+
+The config is one ``datatools pipeline PATH`` runs as written and the integration of the trainer it names
+accepts: the ``source`` the analysis read (its column and tokenizer), the recommended packing, the trainer's
+``format``, and the global ``batch_size`` taken from the trainer's config (MaxText: ``per_device_batch_size`` x
+devices per host x processes, as MaxText's ``global_batch_size_to_load``; its ``max_target_length`` and
+``max_segments_per_seq`` as the packing's ``ctx`` and ``max_segments``, which the integration checks agree).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from datatools.analysis.padding_result import PaddingReport
+
+TRAINERS = ("datatools", "maxtext", "levanter", "hf")
+PLANNED = ("best_fit_decreasing", "first_fit_decreasing")
+STREAMING = ("first_fit", "best_fit", "next_fit")
+DEFAULT_BATCH = 32  # rows per global batch when no trainer config says
+
+
+def pipeline_config(
+    report: PaddingReport,
+    *,
+    source: str,
+    trainer: str = "datatools",
+    column: str | None = None,
+    tokenizer: str | None = None,
+    maxtext_settings=None,
+    batch_size: int | None = None,
+) -> dict[str, Any]:
+    """A pipeline config mapping for ``report``'s recommendation.
+
+    Args:
+      source: the input the analysis read (a path, glob or comma list).
+      trainer: ``datatools``, ``maxtext``, ``levanter`` or ``hf``: the batch ``format``.
+      column, tokenizer: the source's column and tokenizer file, when the analysis was given them.
+      maxtext_settings: the :class:`~datatools.analysis.maxtext_simulation.MaxTextSettings` read from the
+        MaxText config: ctx, segment cap and global batch come from it.
+      batch_size: the global batch (rows) for other trainers; None: :data:`DEFAULT_BATCH`.
+    """
+    if trainer not in TRAINERS:
+        raise ValueError(f"trainer must be one of {', '.join(TRAINERS)}; got {trainer!r}")
+    rec = report.recommendation
+    ctx, cap = rec.ctx, rec.max_segments
+    if trainer == "maxtext" and maxtext_settings is not None:
+        s = maxtext_settings
+        ctx = int(s.max_target_length)
+        if s.max_segments_per_seq > 0:
+            cap = int(s.max_segments_per_seq)
+        batch_size = max(1, int(s.per_device_batch_size * s.devices_per_host * s.process_count))
+    algorithm = rec.strategy if rec.strategy in PLANNED + STREAMING else "best_fit_decreasing"
+    mode = "planned" if algorithm in PLANNED else "streaming"
+    src: dict[str, Any] = {"path": source}
+    if column is not None:
+        src["column"] = column
+    if tokenizer is not None:
+        src["tokenizer"] = os.fspath(tokenizer)
+    return {
+        "source": src,
+        "shuffle": {"kind": "full" if mode == "planned" else "none"},
+        "packing": {"mode": mode, "ctx": ctx, "algorithm": algorithm, "max_segments": cap},
+        "batch_size": int(batch_size or DEFAULT_BATCH),
+        "drop_remainder": True,
+        "format": trainer,
+        "num_epochs": 1,
+        "seed": 0,
+    }
+
+
+def write_pipeline_config(path: str | os.PathLike, config: dict[str, Any]) -> None:
+    """Write ``config`` as YAML to ``path``, with a header saying where it came from."""
+    import yaml
+
+    text = "# written by datatools analyze-padding --write-config: run it with `datatools pipeline PATH`\n"
+    text += yaml.safe_dump(config, sort_keys=False)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
