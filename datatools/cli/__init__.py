@@ -103,7 +103,9 @@ def _missing_extra(name: str, short: str, module: str, extra: str) -> click.Comm
     """A stand-in that answers any use, --help included, with one line naming the extra to install."""
 
     def fail(**_):
-        raise click.UsageError(f"'datatools {name}' needs {module}: pip install '{DISTRIBUTION}[{extra}]'")
+        from datatools.base.install import install_command
+
+        raise click.UsageError(f"'datatools {name}' needs {module}: {install_command(extra)}")
 
     return click.Command(
         name,

@@ -5,8 +5,9 @@ from __future__ import annotations
 import click
 
 from datatools.base.checks import MAX_CTX
+from datatools.base.install import install_command
 from datatools.cli.common import make_console, tokenizer_options
-from datatools.jobs.pretokenize import DISTRIBUTION, ENGINES, pretokenize, require_engine
+from datatools.jobs.pretokenize import ENGINES, pretokenize, require_engine
 
 
 @click.command("pretokenize")
@@ -66,7 +67,7 @@ def pretokenize_command(
         require_engine(engine)  # like `train` without jax: the install line, exit 2, before anything is created
     except ModuleNotFoundError as exc:
         raise click.UsageError(
-            f"'datatools pretokenize --engine {engine}' needs {exc.name}: pip install '{DISTRIBUTION}[{exc.name}]'"
+            f"'datatools pretokenize --engine {engine}' needs {exc.name}: {install_command(str(exc.name))}"
         ) from None
     result = pretokenize(
         list(inputs),
