@@ -41,8 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from datatools.base.checks import check_int
-from datatools.grain.host_batches import empty_rows
-from datatools.grain.streaming_schedule import plan_window, rows_of
+from datatools.grain.streaming_schedule import RowsPlanSchedule, plan_window, rows_of
 from datatools.kernels.packing import PackPlan, cut_pieces
 from datatools.kernels.shuffle import lane_blocks
 
@@ -60,7 +59,7 @@ class _Epoch:
     batches: int
 
 
-class LaneSchedule:
+class LaneSchedule(RowsPlanSchedule):
     """Global batches of streaming packing in lanes (see the module docstring).
 
     Args:
@@ -219,17 +218,3 @@ class LaneSchedule:
             plan, order = self.window_plan(epoch, lane, w)
             picked.append((plan, int(order[k - e.row_starts[lane][w]])))
         return rows_of(picked, self.ctx)
-
-    def pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(doc, start, length) of every piece rows [lo, hi) of global batch ``j`` read (for read-ahead)."""
-        plan = self.rows_plan(epoch, j, lo, hi)
-        return plan.doc, plan.start, plan.length
-
-    def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
-        plan = self.rows_plan(epoch, j, lo, hi)
-        out = empty_rows(hi - lo, self.ctx, self.pad_id, fill_from=plan.num_rows)
-        if plan.num_rows:
-            self.docs.pack_rows(
-                plan, np.arange(plan.num_rows), pad_id=self.pad_id, out={k: v[: plan.num_rows] for k, v in out.items()}
-            )
-        return out

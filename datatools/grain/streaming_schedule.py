@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import OrderedDict
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +64,33 @@ def rows_of(picked: list[tuple[PackPlan, int]], ctx: int) -> PackPlan:
     )
 
 
-class StreamingSchedule:
+class RowsPlanSchedule:
+    """What the streaming schedules share: given ``rows_plan(epoch, j, lo, hi)`` (rows [lo, hi) of global batch
+    ``j`` that hold data, as one plan), the pieces they read and the rows themselves, in one bulk read."""
+
+    docs: Any  # a document source with pack_rows
+    ctx: int
+    pad_id: int
+
+    def rows_plan(self, epoch: int, j: int, lo: int, hi: int) -> PackPlan:
+        raise NotImplementedError
+
+    def pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(doc, start, length) of every piece rows [lo, hi) of global batch ``j`` read (for read-ahead)."""
+        plan = self.rows_plan(epoch, j, lo, hi)
+        return plan.doc, plan.start, plan.length
+
+    def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+        plan = self.rows_plan(epoch, j, lo, hi)
+        out = empty_rows(hi - lo, self.ctx, self.pad_id, fill_from=plan.num_rows)
+        if plan.num_rows:  # one bulk read for the whole batch, written straight into its rows (a fresh batch)
+            self.docs.pack_rows(
+                plan, np.arange(plan.num_rows), pad_id=self.pad_id, out={k: v[: plan.num_rows] for k, v in out.items()}
+            )
+        return out
+
+
+class StreamingSchedule(RowsPlanSchedule):
     """Global batches of streaming packing (see the module docstring).
 
     Args:
@@ -193,17 +220,3 @@ class StreamingSchedule:
             plan, order = self.window_plan(epoch, w)
             picked += [(plan, int(r)) for r in order[rows[a:b] - starts[w]]]
         return rows_of(picked, self.ctx)
-
-    def pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(doc, start, length) of every piece rows [lo, hi) of global batch ``j`` read (for read-ahead)."""
-        plan = self.rows_plan(epoch, j, lo, hi)
-        return plan.doc, plan.start, plan.length
-
-    def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
-        plan = self.rows_plan(epoch, j, lo, hi)
-        out = empty_rows(hi - lo, self.ctx, self.pad_id, fill_from=plan.num_rows)
-        if plan.num_rows:  # one bulk read for the whole batch, written straight into its rows (a fresh batch)
-            self.docs.pack_rows(
-                plan, np.arange(plan.num_rows), pad_id=self.pad_id, out={k: v[: plan.num_rows] for k, v in out.items()}
-            )
-        return out

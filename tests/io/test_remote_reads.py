@@ -24,8 +24,6 @@ from datatools.io.store import TokenStore, write_store
 from datatools.pipeline import build_canonical
 from datatools.pipeline.build import READ_THREADS
 from datatools.pipeline.config import parse_config
-from datatools.testing.slow_proxy import SlowProxy
-from object_storage import s3_environment
 
 CTX = 512
 
@@ -47,15 +45,6 @@ def write(path, lengths: np.ndarray, seed: int = 1) -> np.ndarray:
         manifest={"vocab_size": 1000},
     )
     return tokens
-
-
-@pytest.fixture()
-def slow_s3(s3_server, s3_bucket, monkeypatch):
-    """A bucket on moto behind a proxy adding 5 ms per request (no bandwidth cap); the environment points at the
-    proxy. Yields (bucket URL, proxy)."""
-    with SlowProxy(s3_server.port, latency_s=0.005) as proxy:
-        s3_environment(monkeypatch, proxy.url)
-        yield s3_bucket, proxy
 
 
 @pytest.fixture()
