@@ -196,7 +196,7 @@ def open_input(
     Args:
       path: a file or directory (see the module docstring).
       column: the token or text column of a table; detected when exactly one of
-        ``input_ids``, ``tokens``, ``token_ids``, ``text`` is present.
+        ``input_ids``, ``tokens``, ``token_ids``, ``inputs`` (MaxText's name), ``text`` is present.
       tokenizer: a Hugging Face ``tokenizer.json``, for a text column.
       tokenizer_settings: ``off`` (default: no truncation, padding or template
         special tokens) or ``keep`` (the file's settings as they are).

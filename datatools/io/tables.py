@@ -20,7 +20,7 @@ from datatools.io import jsonl, storage
 from datatools.io.discover import Shard, arrow_schema, iter_arrow_batches, open_parquet, parquet_metadata, parquet_names
 from datatools.io.paths import display, first_line
 
-TOKEN_COLUMNS = ("input_ids", "tokens", "token_ids")
+TOKEN_COLUMNS = ("input_ids", "tokens", "token_ids", "inputs")  # inputs: MaxText's name for its token column
 TEXT_COLUMNS = ("text",)
 COLUMN_CANDIDATES = TOKEN_COLUMNS + TEXT_COLUMNS
 

@@ -82,3 +82,23 @@ def test_an_input_with_one_empty_file_among_others_is_read(tmp_path):
     (tmp_path / "d" / "a.jsonl").write_bytes(b"")
     (tmp_path / "d" / "b.jsonl").write_text(json.dumps({"input_ids": [1, 2, 3]}) + "\n")
     assert read_lengths(open_input(tmp_path / "d")).tolist() == [3]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_a_single_token_column_named_inputs_is_detected(tmp_path, fmt):
+    """MaxText names its token column ``inputs``: a table whose only candidate column is that one is read from it
+    without --column, every document's length exact."""
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(0, 1000, int(n)).tolist() for n in rng.integers(1, 50, 37)]
+    table = pa.table({"inputs": docs, "id": list(range(len(docs)))})
+    path = tmp_path / f"data.{fmt}"
+    if fmt == "parquet":
+        pq.write_table(table, path)
+    else:
+        path.write_text("".join(json.dumps(r) + "\n" for r in table.to_pylist()))
+    inp = open_input(path)
+    np.testing.assert_array_equal(read_lengths(inp), [len(d) for d in docs])
+    both = tmp_path / "both.parquet"
+    pq.write_table(pa.table({"inputs": docs, "input_ids": docs}), both)
+    with pytest.raises(ValueError, match="ambiguous column, candidates: input_ids, inputs"):
+        read_lengths(open_input(both))
