@@ -74,6 +74,7 @@ CHECKSUM = "sha256"
 REQUESTS_IN_FLIGHT = 64  # concurrent requests per open array to an object store (tensorstore's default: 32)
 INDEX_CACHE_BYTES = 32 << 20  # tensorstore's cache per open array: shard indices (1 KiB each) and recent chunks
 _READS_IN_FLIGHT = 64  # kvstore reads issued at once when recording or verifying chunks
+ROOT_STAGING = ".partial"  # a store at a bucket root stages its job under ROOT/.partial/ (never another bucket)
 
 
 def location(path: str | os.PathLike) -> str | Path:
@@ -160,8 +161,15 @@ def write_store(
     """
     path = location(path)
     if storage.is_url(path):  # no directories in object storage: the prefix must hold nothing yet
-        if storage.list_files(path):
-            raise ValueError(f"{display(path)}: already holds objects; a store is written under an empty prefix")
+        # a bucket root's job stages under ROOT/.partial/ (there is no "beside" a bucket): those keys are not held
+        root = not storage.split_url(path)[2]
+        staging = storage.url_of(storage.join(path, ROOT_STAGING)).rstrip("/") + "/" if root else None
+        held = [f for f in storage.list_files(path) if not (staging and storage.url_of(f).startswith(staging))]
+        if held:
+            raise ValueError(
+                f"{display(path)}: already holds objects ({display(held[0])}); a store is written under an empty "
+                f"prefix (or beside its own staging, {ROOT_STAGING}/)"
+            )
     else:
         path.mkdir(parents=True, exist_ok=False)
     try:

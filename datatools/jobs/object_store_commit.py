@@ -33,10 +33,10 @@ import re
 from collections.abc import Callable
 
 from datatools.io import storage
-from datatools.io.store import is_token_store, read_manifest
+from datatools.io.store import ROOT_STAGING, is_token_store, read_manifest
 
 STAGING_FILE = re.compile(r"(job\.json|commit\.json|shards/\d{6}\.npz)")
-STAGING_IN_ROOT = ".partial"  # a bucket root's staging prefix (there is no "beside" a bucket)
+STAGING_IN_ROOT = ROOT_STAGING  # a bucket root's staging prefix (there is no "beside" a bucket); write_store skips it
 STORE_KEY = re.compile(r"manifest\.json|(tokens|offsets)/(zarr\.json|c(/\d+)+)")  # a store's layout (store.py)
 
 

@@ -50,3 +50,16 @@ def test_remote_store_refuses_a_prefix_that_holds_objects(s3_bucket):
     assert storage.read_bytes(url + "/precious.txt") == b"keep me"
     with pytest.raises(ValueError, match="not a datatools token store"):
         read_manifest(url)
+
+
+def test_a_bucket_root_store_is_written_beside_only_its_own_staging(s3_bucket):
+    """At a bucket root the job stages under ``.partial/`` (object_store_commit): those keys do not stop the
+    write and are left as they are; any other key does, and so does ``.partial/`` under a prefix."""
+    storage.write_text(f"{s3_bucket}/.partial/job.json", "{}")
+    docs = random_docs(20, seed=2)
+    write_test_store(s3_bucket, docs)
+    assert len(TokenStore(s3_bucket)) == len(docs)
+    assert storage.read_bytes(f"{s3_bucket}/.partial/job.json") == b"{}"
+    storage.write_text(f"{s3_bucket}/p/.partial/job.json", "{}")
+    with pytest.raises(ValueError, match=r"already holds objects \(s3://.*/p/\.partial/job\.json\)"):
+        write_test_store(f"{s3_bucket}/p", docs)

@@ -109,11 +109,6 @@ def test_local_overwrite_keeps_files_beside_a_copied_manifest(tmp_path, docs_fil
     assert (fake / "thesis.tex").read_text() == "years of work"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="write_store (io/store.py, the lead's) refuses a prefix holding any object, BUCKET/.partial included: "
-    "it must ignore the staging prefix object_store_commit.STAGING_IN_ROOT for a bucket root",
-)
 def test_a_store_at_a_bucket_root_is_written_and_replaced_in_that_bucket(s3_bucket, docs_file, tokenizer_file, texts):
     """The staging of a bucket root is ``BUCKET/.partial`` (no other bucket), gone after the commit."""
     pretokenize(docs_file, s3_bucket, tokenizer_file, progress=False)
