@@ -143,7 +143,7 @@ def exhaust_segments(sizes, switches: list[tuple[int, np.ndarray]], offset_of) -
                 int(offset_of(pos)),
             )
             stop = min(end, total)
-            done_at = {k: first_position_reaching(seg, k, int(sizes[k]), stop) for k in np.flatnonzero(active)}
+            done_at = {k: first_position_reaching(seg, int(k), int(sizes[k]), stop) for k in np.flatnonzero(active)}
             stop = min(done_at.values())
             out.append(seg)
             counts = seg.counts_at(stop)

@@ -114,16 +114,20 @@ class PackPlan:
     @property
     def max_doc(self) -> int:
         """The largest document index in the plan (-1 when empty)."""
-        if self._max_doc is None:
-            object.__setattr__(self, "_max_doc", int(self.doc.max()) if self.num_pieces else -1)
-        return self._max_doc
+        max_doc = self._max_doc
+        if max_doc is None:
+            max_doc = int(self.doc.max()) if self.num_pieces else -1
+            object.__setattr__(self, "_max_doc", max_doc)
+        return max_doc
 
     @property
     def offset(self) -> np.ndarray:
         """int64 (num_pieces,): where each piece starts inside its row (tokens)."""
-        if self._offset is None:
-            object.__setattr__(self, "_offset", _piece_offsets(self.length, self.row_splits, self.align))
-        return self._offset
+        offset = self._offset
+        if offset is None:
+            offset = _piece_offsets(self.length, self.row_splits, self.align)
+            object.__setattr__(self, "_offset", offset)
+        return offset
 
     def row(self, r: int) -> list[tuple[int, int, int]]:
         """The pieces of row ``r`` as ``(doc, start, length)`` tuples."""
