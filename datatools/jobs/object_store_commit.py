@@ -35,7 +35,7 @@ from collections.abc import Callable
 from datatools.io import storage
 from datatools.io.store import ROOT_STAGING, is_token_store, read_manifest
 
-STAGING_FILE = re.compile(r"(job\.json|commit\.json|shards/\d{6}\.npz)")
+STAGING_FILE = re.compile(r"(job\.json|commit\.json|shards/\d{6}(\.piece-\d{6})?\.npz)")  # shards, their pieces
 STAGING_IN_ROOT = ROOT_STAGING  # a bucket root's staging prefix (there is no "beside" a bucket); write_store skips it
 STORE_KEY = re.compile(r"manifest\.json|(tokens|offsets)/(zarr\.json|c(/\d+)+)")  # a store's layout (store.py)
 
@@ -151,6 +151,30 @@ def prepare_staging(staging: str, job: str, shards: int) -> bool:
 def shards_present(staging: str) -> set[int]:
     """The shard numbers already written under ``STAGING/shards/`` (one listing)."""
     return {int(n[7:13]) for n in _names(staging) if re.fullmatch(r"shards/\d{6}\.npz", n)}
+
+
+def pieces_present(staging: str) -> dict[int, int]:
+    """Per shard number, how many of its pieces (``STAGING/shards/NNNNNN.piece-PPPPPP.npz``) are written, counted
+    from piece 0 without a gap (one listing; a piece after a gap is not counted, and is written again)."""
+    return count_pieces(_names(staging))
+
+
+def count_pieces(names) -> dict[int, int]:
+    """Per shard number, the number of consecutive pieces from 0 among ``names`` (``shards/NNNNNN.piece-PPPPPP
+    .npz``, relative to the staging area; other names are ignored)."""
+    found: dict[int, set[int]] = {}
+    for n in names:
+        m = re.fullmatch(r"shards/(\d{6})\.piece-(\d{6})\.npz", n)
+        if m:
+            found.setdefault(int(m[1]), set()).add(int(m[2]))
+    out = {}
+    for k, have in found.items():
+        count = 0
+        while count in have:
+            count += 1
+        if count:
+            out[k] = count
+    return out
 
 
 def commit(output: str, staging: str, job: str, write: Callable[[str], None]) -> None:

@@ -31,8 +31,9 @@ import json
 import os
 import shutil
 import signal
+import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -50,6 +51,9 @@ from datatools.jobs import object_store_commit
 from datatools.kernels.tiles import chunk
 
 ENGINES = ("local", "ray")
+PIECE_TOKENS = 1 << 20  # a shard's tokens are committed in pieces of about this many tokens ...
+PIECE_SECONDS = 10.0  # ... or this many seconds of work, whichever comes first: what a kill may lose, per worker
+ENCODE_CHARS = 1 << 22  # characters of text per tokenizer call (and progress report) within a shard
 DISTRIBUTION = "datatools-llm"
 STAGING_NAMES = {"job.json", "shards", "store"}  # what a staging directory of this job holds
 
@@ -76,6 +80,7 @@ class JobResult:
     seconds: float
     status: str  # "written", "resumed", "already complete"
     extra: dict = field(default_factory=dict)
+    documents_resumed: int = 0  # documents of unfinished shards an interrupted run had committed in pieces
 
 
 # --------------------------------------------------------------------------- fault injection (tests)
@@ -99,18 +104,35 @@ class ShardTokenizer:
         self.options = options
         self.dtype = token_dtype(encoder.vocab_size)
 
+    def batches(self, shard: Shard, skip: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray, int, int]]:
+        """``(tokens, lengths, documents, characters)`` of successive runs of the shard's documents, the first
+        ``skip`` documents left out (already committed in pieces), at most :data:`ENCODE_CHARS` characters of text
+        a run (one document may be longer): progress and the pieces move within a shard. Every document's tokens
+        are its own, so the runs' concatenation is the whole shard's tokens whatever the runs."""
+        o = self.options
+        for texts in shard_texts(shard, o.column):
+            if skip:
+                drop = min(skip, len(texts))
+                texts, skip = texts[drop:], skip - drop
+            start = 0
+            while start < len(texts):
+                stop, chars = start, 0
+                while stop < len(texts) and (stop == start or chars + len(texts[stop]) <= ENCODE_CHARS):
+                    chars += len(texts[stop])
+                    stop += 1
+                t, n = self.encoder.encode(texts[start:stop], self.dtype)
+                if o.ctx:
+                    t, n = _chunk_all(t, n, o.ctx, o.tile or 1)
+                yield t, n, stop - start, chars
+                start = stop
+
     def __call__(self, shard: Shard) -> tuple[np.ndarray, np.ndarray]:
         tokens, lengths = [], []
-        for texts in shard_texts(shard, self.options.column):
-            t, n = self.encoder.encode(texts, self.dtype)
+        for t, n, _, _ in self.batches(shard):
             tokens.append(t)
             lengths.append(n)
         flat = np.concatenate(tokens) if tokens else np.zeros(0, self.dtype)
-        lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
-        o = self.options
-        if o.ctx:
-            flat, lengths = _chunk_all(flat, lengths, o.ctx, o.tile or 1)
-        return flat, lengths
+        return flat, np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
 
 
 def _chunk_all(flat: np.ndarray, lengths: np.ndarray, ctx: int, tile: int) -> tuple[np.ndarray, np.ndarray]:
@@ -151,29 +173,100 @@ def _read_shard_lengths(path: str | Path) -> np.ndarray:
         return z["lengths"]
 
 
-def _run_shard(args) -> tuple[int, int, int]:
-    """Worker body (both engines): tokenize shard k, commit its file. Returns (k, docs, tokens)."""
-    worker, shard, k, staging = args
-    tokens, lengths = worker(shard)
-    path = _shard_path(staging, k)
+def _piece_path(staging: str | Path, k: int, piece: int) -> str | Path:
+    """``STAGING/shards/NNNNNN.piece-PPPPPP.npz``: piece ``piece`` of shard ``k`` (a run of its documents)."""
+    return storage.join(staging, "shards", f"{k:06d}.piece-{piece:06d}.npz")
+
+
+def _pieces_present(staging: str | Path) -> dict[int, int]:
+    """Per shard, how many of its pieces an interrupted run committed (consecutive from piece 0)."""
+    if storage.is_url(staging):
+        return object_store_commit.pieces_present(str(staging))
+    folder = Path(staging) / "shards"
+    return object_store_commit.count_pieces(f"shards/{n}" for n in os.listdir(folder)) if folder.is_dir() else {}
+
+
+def _write_piece(path: str | Path, tokens: np.ndarray, lengths: np.ndarray, documents: int) -> None:
+    """A piece: a run of a shard's documents (their tokens and lengths) and how many documents it holds (with
+    ``ctx`` a document may give several lengths); complete or absent, as a shard file."""
+    storage.write_with(path, lambda f: np.savez(f, tokens=tokens, lengths=lengths, documents=np.int64(documents)))
+
+
+def _naming(path: str | Path, write, *args) -> None:
+    """``write(path, *args)``, an OSError naming ``path`` (a full disk names the file it could not write)."""
     try:
-        _write_shard(path, tokens, lengths)
+        write(path, *args)
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
-    return k, int(lengths.shape[0]), int(tokens.size)
+
+
+def _run_shard(args, report=None) -> tuple[int, int, int, int]:
+    """Worker body (both engines): tokenize shard k and commit its file. Returns (k, docs, tokens, documents
+    resumed from pieces).
+
+    The shard's documents are committed in pieces as they are tokenized (each of :data:`PIECE_TOKENS` tokens or
+    :data:`PIECE_SECONDS` seconds of work, whichever comes first; ``pieces``: how many an interrupted run left,
+    their documents are skipped), so a kill loses at most one piece of work per worker. When the shard is done its
+    pieces are joined into the shard file and deleted: the shard file is the same whatever the pieces.
+    ``report(k, documents, tokens, characters)`` is called after each run of documents (progress)."""
+    worker, shard, k, staging = args[:4]
+    pieces = args[4] if len(args) > 4 else 0
+    skip = 0
+    for p in range(pieces):
+        with _open_shard(_piece_path(staging, k, p)) as z:
+            skip += int(z["documents"])
+    tokens: list[np.ndarray] = []
+    lengths: list[np.ndarray] = []
+    docs = held = 0
+    last = time.monotonic()
+    for t, n, d, chars in worker.batches(shard, skip):
+        tokens.append(t)
+        lengths.append(n)
+        docs += d
+        held += int(t.size)
+        if report is not None:
+            report(k, d, int(t.size), chars)
+        if held >= PIECE_TOKENS or time.monotonic() - last >= PIECE_SECONDS:
+            path = _piece_path(staging, k, pieces)
+            _naming(path, _write_piece, _joined(tokens, worker.dtype), _joined(lengths, np.int64), docs)
+            _fault(f"after-piece-{k}-{pieces}")
+            pieces += 1
+            tokens, lengths, docs, held, last = [], [], 0, 0, time.monotonic()
+    if pieces:  # the committed pieces first, then what is held
+        before = [_read_shard(_piece_path(staging, k, p)) for p in range(pieces)]
+        tokens = [b[0] for b in before] + tokens
+        lengths = [b[1] for b in before] + lengths
+    flat, lens = _joined(tokens, worker.dtype), _joined(lengths, np.int64)
+    _naming(_shard_path(staging, k), _write_shard, flat, lens)
+    for p in range(pieces):
+        storage.remove(_piece_path(staging, k, p))
+    return k, int(lens.shape[0]), int(flat.size), skip
+
+
+def _joined(parts: list[np.ndarray], dtype) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
 
 _WORKER: ShardTokenizer | None = None
+_REPORTS = None  # a multiprocessing queue of (k, documents, tokens, characters), in pool workers
 
 
-def _init_pool(worker: ShardTokenizer) -> None:
-    global _WORKER
-    _WORKER = worker
+def _init_pool(worker: ShardTokenizer, reports) -> None:
+    """A pool worker's start: Ctrl-C is the parent's to handle (it terminates the pool), never a worker's
+    traceback."""
+    global _WORKER, _REPORTS
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _WORKER, _REPORTS = worker, reports
 
 
-def _run_in_pool(args) -> tuple[int, int, int]:
-    shard, k, staging = args
-    return _run_shard((_WORKER, shard, k, staging))
+def _run_in_pool(args) -> tuple[int, int, int, int]:
+    shard, k, staging, pieces = args
+    reports = _REPORTS
+    return _run_shard((_WORKER, shard, k, staging, pieces), None if reports is None else _put(reports))
+
+
+def _put(reports):
+    return lambda *item: reports.put(item)
 
 
 # --------------------------------------------------------------------------- the job
@@ -371,7 +464,8 @@ def pretokenize(
             atomic_write_text(job_file, json.dumps({"job": job, "shards": len(shards)}) + "\n")
         todo = [k for k in range(len(shards)) if not _shard_path(staging, k).exists()]
     resumed = len(shards) - len(todo)
-    _tokenize_shards(worker, shards, todo, staging, workers, engine, ray_address, progress)
+    pieces = _pieces_present(staging) if todo else {}
+    docs_resumed = _tokenize_shards(worker, shards, todo, pieces, staging, workers, engine, ray_address, progress)
 
     # Commit: every shard is written. Locally: build the store in staging, then rename it into place; in object
     # storage: write it in place, the manifest last (object_store_commit).
@@ -413,8 +507,9 @@ def pretokenize(
             len(shards),
             resumed,
             time.perf_counter() - t0,
-            "resumed" if resumed else "written",
+            "resumed" if resumed or docs_resumed else "written",
             extra,
+            docs_resumed,
         )
     store_tmp = staging / "store"
     if store_tmp.exists():
@@ -441,8 +536,9 @@ def pretokenize(
         len(shards),
         resumed,
         time.perf_counter() - t0,
-        "resumed" if resumed else "written",
+        "resumed" if resumed or docs_resumed else "written",
         extra,
+        docs_resumed,
     )
 
 
@@ -629,28 +725,96 @@ def _unique_shards(shards) -> tuple[list[Shard], list[str]]:
     return out, dups
 
 
-def _tokenize_shards(worker, shards, todo, staging, workers, engine, ray_address, progress) -> None:
+def _tokenize_shards(worker, shards, todo, pieces, staging, workers, engine, ray_address, progress) -> int:
+    """Tokenize the shards ``todo`` (``pieces``: shard -> pieces an interrupted run committed), with progress within
+    shards; returns the documents resumed from pieces. Ctrl-C stops the workers at once (see :func:`_pool_shards`)."""
     from datatools.base.progress import job_progress
+    from datatools.io.tables import shard_bytes
 
-    with job_progress(len(shards), done=len(shards) - len(todo), enabled=progress) as bar:
+    sizes = {k: shard_bytes(shards[k]) for k in todo}  # known from listings and footers: nothing read
+    done = len(shards) - len(todo)
+    with job_progress(len(shards), done=done, enabled=progress, total_bytes=sum(sizes.values())) as bar:
         if not todo:
-            return
+            return 0
+        counted = dict.fromkeys(todo, 0)  # bytes counted so far per shard: text characters, capped by its size
+
+        def report(k: int, docs: int, tokens: int, chars: int) -> None:
+            add = max(0, min(chars, sizes[k] - counted[k]))
+            counted[k] += add
+            bar.advance(docs, tokens, shards=0, nbytes=add)
+
+        def finished(k: int, docs: int = 0, tokens: int = 0) -> None:
+            bar.advance(docs, tokens, shards=1, nbytes=sizes[k] - counted[k])
+            counted[k] = sizes[k]
+            _fault(f"after-shard-{k}")
+
         if engine == "ray":
-            _run_ray(worker, shards, todo, staging, workers, ray_address, bar)
-        elif workers == 1:
+            return _run_ray(worker, shards, todo, pieces, staging, workers, ray_address, finished)
+        if workers == 1:
+            resumed = 0
             for k in todo:
-                _, docs, toks = _run_shard((worker, shards[k], k, str(staging)))
-                bar.advance(docs, toks)
-                _fault(f"after-shard-{k}")
-        else:
-            with ProcessPoolExecutor(workers, initializer=_init_pool, initargs=(worker,)) as pool:
-                for k, docs, toks in pool.map(_run_in_pool, [(shards[k], k, str(staging)) for k in todo]):
-                    bar.advance(docs, toks)
-                    _fault(f"after-shard-{k}")
+                _, _, _, skipped = _run_shard((worker, shards[k], k, str(staging), pieces.get(k, 0)), report)
+                resumed += skipped
+                finished(k)
+            return resumed
+        tasks = [(shards[k], k, str(staging), pieces.get(k, 0)) for k in todo]
+        return _pool_shards(worker, tasks, workers, report, finished)
 
 
-def _run_ray(worker, shards, todo, staging, workers, ray_address, bar) -> None:
-    """Ray Data: one row per shard; each task tokenizes its shard and commits its file."""
+def _pool_shards(worker, tasks, workers, report, finished) -> int:
+    """The shards ``tasks`` on a pool of ``workers`` processes; returns the documents resumed from pieces.
+
+    Workers report each run of documents through a queue, drained by a thread into ``report``; ``finished(k)`` is
+    called as each shard's file is committed, in order. Ctrl-C (SIGINT to the whole process group, as a terminal
+    sends it) is ignored by the workers (no worker traceback) and stops the parent, which terminates the pool at
+    once (a worker's unfinished piece is lost, its committed pieces stay) and lets the interrupt go on."""
+    import multiprocessing as mp
+    import queue as queue_module
+
+    ctx = mp.get_context()
+    reports = ctx.Queue()
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None  # workers start ignoring it
+    try:
+        pool = ctx.Pool(workers, initializer=_init_pool, initargs=(worker, reports))
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
+    stop = threading.Event()
+
+    def drain() -> None:
+        while not stop.is_set():
+            try:
+                item = reports.get(timeout=0.1)
+            except queue_module.Empty:
+                continue
+            except (EOFError, OSError, ValueError):  # the queue went with the pool
+                return
+            report(*item)
+
+    thread = threading.Thread(target=drain, name="datatools-pretokenize-progress", daemon=True)
+    thread.start()
+    resumed = 0
+    try:
+        for k, _, _, skipped in pool.imap(_run_in_pool, tasks):
+            resumed += skipped
+            finished(k)
+        pool.close()
+    except BaseException:
+        pool.terminate()  # SIGTERM: a worker stops where it is, quietly
+        raise
+    finally:
+        pool.join()
+        stop.set()
+        thread.join()
+        reports.close()
+        reports.cancel_join_thread()
+    return resumed
+
+
+def _run_ray(worker, shards, todo, pieces, staging, workers, ray_address, finished) -> int:
+    """Ray Data: one row per shard; each task tokenizes its shard and commits its file (its pieces as it goes);
+    ``finished(k)`` as each shard is done. Returns the documents resumed from pieces."""
     import ray
 
     started = False
@@ -675,20 +839,24 @@ def _run_ray(worker, shards, todo, staging, workers, ray_address, bar) -> None:
                 "files": list(shards[k].files),
                 "part": shards[k].part,
                 "stop": shards[k].stop,
+                "pieces": pieces.get(k, 0),
             }
             for k in todo
         ]
 
         def tokenize_row(row: dict) -> dict:
             shard = Shard(row["kind"], tuple(row["files"]), int(row["part"]), int(row["stop"]))
-            k, docs, toks = _run_shard((worker, shard, int(row["k"]), str(staging)))
-            return {"k": k, "docs": docs, "tokens": toks}
+            k, docs, toks, skipped = _run_shard((worker, shard, int(row["k"]), str(staging), int(row["pieces"])))
+            return {"k": k, "docs": docs, "tokens": toks, "resumed": skipped}
 
         ds = ray.data.from_items(items, override_num_blocks=max(1, len(items))).map(
             tokenize_row, num_cpus=1, concurrency=workers
         )
+        resumed = 0
         for row in ds.iter_rows():
-            bar.advance(int(row["docs"]), int(row["tokens"]))
+            resumed += int(row["resumed"])
+            finished(int(row["k"]), int(row["docs"]), int(row["tokens"]))
+        return resumed
     finally:
         if started:
             ray.shutdown()
