@@ -28,6 +28,9 @@ of rows ``[h * R / N, (h + 1) * R / N)`` of each global batch of ``R`` rows only
   order (:mod:`datatools.grain.streaming_schedule`).
 * ``bucketing``: the shuffle permutes documents per epoch; a bucket's batch is complete
   when its last piece arrives (:mod:`datatools.grain.bucket_schedule`).
+* ``curriculum``: every document cut into pieces of K lengths, every batch of one length and
+  ``tokens_per_batch`` slots, the lengths drawn by a schedule over the epoch
+  (:mod:`datatools.grain.curriculum_schedule`; ``batch_size`` and ``drop_remainder`` do not apply).
 
 Each element (a host's batch, with its attention tiles when ``attention_block`` is set) is
 built whole by one worker, so the same config and seed give the same batches for any number
@@ -68,7 +71,15 @@ from datatools.pipeline.config import (
 def open_source(cfg: SourceConfig):
     """The documents of the configured source, read on demand (a document source of :mod:`datatools.io`):
     lengths come from one streaming pass (a store's offsets), documents are read when a batch needs them."""
-    from datatools.io.inputs import open_documents, open_input
+    from datatools.io.inputs import open_documents
+
+    return open_documents(open_source_input(cfg))
+
+
+def open_source_input(cfg: SourceConfig):
+    """The configured source resolved (:class:`~datatools.io.inputs.TokenInput`: its kind, column, tokenizer),
+    no document read yet; ValueError for a kind a pipeline cannot read."""
+    from datatools.io.inputs import open_input
 
     inp = open_input(
         Path(cfg.path),
@@ -82,7 +93,7 @@ def open_source(cfg: SourceConfig):
         raise ValueError(
             f"{cfg.path}: a pipeline source must be a token store, a Levanter cache, a table or a NumPy directory"
         )
-    return open_documents(inp)
+    return inp
 
 
 @dataclass
@@ -182,6 +193,21 @@ def _schedule(cfg: PipelineConfig, docs, history=None):
     from datatools.grain.streaming_schedule import StreamingSchedule
 
     p, sh = cfg.packing, cfg.shuffle
+    if cfg.curriculum is not None:
+        from datatools.grain.curriculum_schedule import CurriculumSchedule
+
+        c = cfg.curriculum
+        return CurriculumSchedule(
+            docs,
+            lengths=c.lengths,
+            tokens_per_batch=c.tokens_per_batch,
+            schedule=c.schedule,
+            odds=c.odds,
+            cycles=c.cycles,
+            shuffle=sh.kind != "none",
+            seed=cfg.seed,
+            pad_id=cfg.pad_id,
+        ), None
     if p is not None and p.mode == "planned":
         if p.plan is not None:
             rows = PackedRowsMapDataset(docs, plan=_plan_file(p, cfg.source.path, docs), pad_id=cfg.pad_id)
@@ -312,14 +338,15 @@ def pipeline_identity(cfg: PipelineConfig, docs) -> dict:
     import zlib
 
     lengths = np.ascontiguousarray(docs.lengths(), dtype=np.int64)
-    section = cfg.packing if cfg.packing is not None else cfg.bucketing
+    name = "packing" if cfg.packing else "curriculum" if cfg.curriculum else "bucketing"
+    section = getattr(cfg, name)
     return {
         "documents": int(lengths.shape[0]),
         "tokens": int(lengths.sum()),
         "lengths_crc32": zlib.crc32(lengths.tobytes()),
         "seed": cfg.seed,
         "shuffle": repr(dataclasses.astuple(cfg.shuffle)),
-        "packing" if cfg.packing else "bucketing": repr(dataclasses.asdict(section)),
+        name: repr(dataclasses.asdict(section)),
         "batch_size": cfg.batch_size,
         "drop_remainder": cfg.drop_remainder,
         "num_epochs": cfg.num_epochs,

@@ -17,6 +17,8 @@ there on use the new weights, and the state saved afterwards carries the whole h
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from datatools.pipeline.config import PipelineConfig
 
 WEIGHTS_KEY = "mixture_weights"  # the identity entry that may differ at a restore
@@ -26,11 +28,15 @@ def open_mixture(cfg: PipelineConfig, documents=None):
     """The configured sources as one :class:`MixedDocuments` (``documents``: already opened ones, a
     MixedDocuments or a list with one source per ``sources`` item)."""
     from datatools.io.mixed_documents import MixedDocuments
-    from datatools.pipeline.build import open_source
 
     labels = [s.label for s in cfg.sources]
     if documents is None:
-        documents = [open_source(s) for s in cfg.sources]
+        from datatools.io.inputs import open_documents
+        from datatools.pipeline.build import open_source_input
+
+        inputs = [open_source_input(s) for s in cfg.sources]
+        check_tokenizers(labels, [tokenizer_identity(i) for i in inputs])
+        documents = [open_documents(i) for i in inputs]
     if not isinstance(documents, MixedDocuments):
         documents = MixedDocuments(list(documents), names=labels)
     if len(documents.sizes) != len(cfg.sources):
@@ -39,6 +45,54 @@ def open_mixture(cfg: PipelineConfig, documents=None):
         if n == 0 and cfg.mixture.epoch == "sample":
             raise ValueError(f"{label}: this source of the mixture holds no documents")
     return documents
+
+
+def tokenizer_identity(inp) -> dict | None:
+    """What tokenized a source (:class:`~datatools.io.inputs.TokenInput`): ``{"file", "sha256", "vocab_size"}``
+    from a token store's manifest (recorded by ``pretokenize``) or from the tokenizer a text column is read
+    with; None when nothing says (token columns, NumPy files, Levanter caches: ids of an unnamed tokenizer)."""
+    if inp.kind == "store":
+        from datatools.io.store import read_manifest
+
+        m = read_manifest(inp.path)
+        if not m.get("tokenizer_sha256"):
+            return None
+        return {"file": m.get("tokenizer_file"), "sha256": m["tokenizer_sha256"], "vocab_size": m.get("vocab_size")}
+    enc = getattr(inp, "encoder", None)
+    if inp.kind == "table" and getattr(inp, "is_text", False) and enc is not None:
+        return {"file": Path(str(enc.source)).name, "sha256": enc.sha256, "vocab_size": enc.vocab_size}
+    return None
+
+
+def check_tokenizers(labels: list[str], identities: list[dict | None]) -> None:
+    """Sources of one mixture must speak one vocabulary: the same token id must mean the same token in every
+    batch. Sources tokenized with vocabularies of different sizes are refused (ValueError naming both); the same
+    size from different tokenizer files (a re-saved or edited tokenizer.json, or a different tokenizer that happens
+    to have as many tokens) is a UserWarning saying so. Sources whose tokenizer is not recorded are not compared."""
+    known = [(label, t) for label, t in zip(labels, identities) if t is not None]
+    if not known:
+        return
+    (first, a), rest = known[0], known[1:]
+
+    def name(t: dict) -> str:
+        return f"{t['file'] or 'a tokenizer'} (sha256 {str(t['sha256'])[:12]}, vocab_size {t['vocab_size']})"
+
+    for label, b in rest:
+        if b["sha256"] == a["sha256"]:
+            continue
+        if a["vocab_size"] != b["vocab_size"]:
+            raise ValueError(
+                f"config: sources {first!r} and {label!r} were tokenized by different tokenizers ({name(a)} and "
+                f"{name(b)}): the same token id means different tokens; pretokenize them with one tokenizer"
+            )
+        import warnings
+
+        warnings.warn(
+            f"config: sources {first!r} and {label!r} were tokenized by different tokenizer files ({name(a)} and "
+            f"{name(b)}) of the same vocabulary size: mixed as they are; if their tokens differ, pretokenize them "
+            f"with one tokenizer",
+            stacklevel=3,
+        )
 
 
 def initial_history(cfg: PipelineConfig) -> list:
