@@ -1,0 +1,286 @@
+"""Dataset decomposition and a length curriculum: every document cut into pieces of K lengths, batches of one length.
+
+Dataset decomposition (Pouransari et al., NeurIPS 2024, arXiv 2405.13226) trains on sequences that each hold
+tokens of one document only, in a few lengths ``sizes[0] < ... < sizes[K-1]`` (tokens, tile-aligned):
+
+* :func:`decompose`: a document of ``n`` tokens gives pieces of the largest size that fits, again and again
+  (the paper's binary decomposition when the sizes are powers of two), and a last piece of fewer than
+  ``sizes[0]`` tokens (the *remainder*) when the sizes do not fill it. No piece crosses a document, and the
+  pieces of a document tile it exactly: every token is in one piece.
+* :func:`curriculum_rows`: the rows of each length. A piece of ``sizes[k]`` tokens, ``k > 0``, is one row of that
+  length (no padding, no segment boundary); the rows of a length come in batches of ``rows_per_batch[k]`` rows
+  (the same tokens per batch for every length), and the pieces that would leave a last, short batch of a length
+  are cut again into the smaller lengths (chosen by the seed), so only the shortest length has a short batch.
+  Pieces of ``sizes[0]`` tokens are rows too; the remainders are packed (best fit decreasing, segment ids) into
+  rows of ``sizes[0]`` tokens: the only rows with more than one document and the only padding besides the
+  shortest length's last batch.
+* :func:`curriculum_order`: the length of every batch of an epoch. Each step draws a length ``k`` with
+  probability proportional to ``odds[k] * batches of length k not yet drawn`` (the paper's sampling, without
+  replacement: every batch is drawn once per epoch); ``odds`` may change with the fraction of the epoch done
+  (stages), and the epoch may run as several cycles, each with its share of every length.
+
+Memory: the pieces (20 bytes each; about 1 + log2(n / sizes[0]) per document of n tokens) and, per epoch, one
+byte per batch. Time: O(pieces) for the decomposition, O(batches x K) for the order (numba).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from datatools.base.checks import as_lengths
+from datatools.kernels.packing import PackPlan, pack_lengths
+
+GROW_P2 = "grow_p2"
+MIX = "mix"
+
+
+def check_sizes(sizes) -> np.ndarray:
+    """``sizes`` as an increasing int64 array of lengths >= 1 (tokens); ValueError naming the list otherwise."""
+    arr = np.asarray(sizes)
+    if arr.ndim != 1 or arr.size == 0 or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"lengths must be a non-empty list of integers; got {np.asarray(sizes).tolist()!r}")
+    arr = arr.astype(np.int64)
+    if arr[0] < 1 or np.any(np.diff(arr) <= 0):
+        raise ValueError(f"lengths must be increasing and >= 1; got {arr.tolist()}")
+    return arr
+
+
+@numba.njit(cache=True)
+def _count_pieces(lengths, sizes):
+    total = 0
+    for i in range(lengths.shape[0]):
+        left = lengths[i]
+        k = sizes.shape[0] - 1
+        while left >= sizes[0]:
+            while sizes[k] > left:
+                k -= 1
+            left -= sizes[k]
+            total += 1
+        if left > 0:
+            total += 1
+    return total
+
+
+@numba.njit(cache=True)
+def _fill_pieces(lengths, sizes, doc, start, length, size):
+    j = 0
+    for i in range(lengths.shape[0]):
+        left = lengths[i]
+        at = 0
+        k = sizes.shape[0] - 1
+        while left >= sizes[0]:
+            while sizes[k] > left:
+                k -= 1
+            doc[j], start[j], length[j], size[j] = i, at, sizes[k], k
+            at += sizes[k]
+            left -= sizes[k]
+            j += 1
+        if left > 0:
+            doc[j], start[j], length[j], size[j] = i, at, left, -1
+            j += 1
+
+
+@dataclass(frozen=True)
+class Pieces:
+    """Pieces of documents: piece ``j`` is tokens ``[start[j], start[j] + length[j])`` of document ``doc[j]``;
+    ``size[j]`` is the index of its length in the sizes (``-1``: a remainder, shorter than the smallest)."""
+
+    doc: np.ndarray  # int64
+    start: np.ndarray  # int64
+    length: np.ndarray  # int32
+    size: np.ndarray  # int8
+
+
+def decompose(lengths, sizes) -> Pieces:
+    """Every document of ``lengths`` (tokens) cut into pieces of the ``sizes`` (increasing, tokens): the largest
+    size that fits, again and again, then a remainder shorter than ``sizes[0]`` (see the module docstring).
+    Pieces come in document order, and within a document in token order."""
+    lengths = as_lengths(lengths)
+    sizes = check_sizes(sizes)
+    if sizes.shape[0] > 127:
+        raise ValueError(f"at most 127 lengths; got {sizes.shape[0]}")
+    n = _count_pieces(lengths, sizes)
+    doc = np.empty(n, np.int64)
+    start = np.empty(n, np.int64)
+    length = np.empty(n, np.int32)
+    size = np.empty(n, np.int8)
+    _fill_pieces(lengths, sizes, doc, start, length, size)
+    return Pieces(doc, start, length, size)
+
+
+@dataclass(frozen=True)
+class CurriculumRows:
+    """The rows of every length of a decomposed data set (:func:`curriculum_rows`).
+
+    Attributes:
+      sizes: the lengths (tokens), increasing.
+      rows_per_batch: rows of a global batch of each length (``tokens_per_batch // sizes[k]``).
+      plans: one :class:`~datatools.kernels.packing.PackPlan` per length, ``ctx = sizes[k]``: its rows in a fixed
+        order (one piece a row for every length but the shortest; the shortest's packed rows come last).
+      packed_rows: rows of the shortest length that hold remainders (packed, segment ids).
+    """
+
+    sizes: np.ndarray
+    rows_per_batch: np.ndarray
+    plans: tuple[PackPlan, ...]
+    packed_rows: int
+
+    @property
+    def batches(self) -> np.ndarray:
+        """int64 (K,): global batches of each length per epoch (the shortest's last one may be short)."""
+        rows = np.asarray([p.num_rows for p in self.plans], np.int64)
+        return -(-rows // self.rows_per_batch)
+
+    @property
+    def tokens(self) -> int:
+        return int(sum(p.kept_tokens for p in self.plans))
+
+    @property
+    def slots(self) -> int:
+        """Token slots of every batch of an epoch (``batches x tokens_per_batch``): tokens plus padding."""
+        return int((self.batches * self.rows_per_batch * self.sizes).sum())
+
+
+def _single_rows(ctx: int, doc, start, length) -> PackPlan:
+    n = int(doc.shape[0])
+    return PackPlan(
+        ctx, 1, n, np.arange(n + 1, dtype=np.int64), doc, start, length.astype(np.int32), 0, 0, "decomposition"
+    )
+
+
+def curriculum_rows(lengths, sizes, tokens_per_batch: int, *, seed: int = 0) -> CurriculumRows:
+    """The rows of each length for documents of ``lengths`` (see the module docstring).
+
+    Args:
+      lengths: tokens per document.
+      sizes: the K lengths (tokens), increasing; each must divide ``tokens_per_batch``.
+      tokens_per_batch: token slots of every global batch (rows = tokens_per_batch / length).
+      seed: which pieces of a length are cut again into smaller lengths (those that would leave a short batch).
+    """
+    sizes = check_sizes(sizes)
+    tokens_per_batch = int(tokens_per_batch)
+    bad = [int(s) for s in sizes if tokens_per_batch % int(s)]
+    if tokens_per_batch < 1 or bad:
+        raise ValueError(
+            f"tokens_per_batch={tokens_per_batch} must be a positive multiple of every length (not of {bad[:1]})"
+        )
+    rows_per_batch = tokens_per_batch // sizes
+    p = decompose(lengths, sizes)
+    doc, start, length, size = p.doc, p.start, p.length, p.size.astype(np.int64)
+    rng = np.random.default_rng([int(seed), 0x5EED])
+    for k in range(sizes.shape[0] - 1, 0, -1):  # longest first: its leftovers may fill the smaller lengths
+        mine = np.flatnonzero(size == k)
+        extra = int(mine.shape[0] % rows_per_batch[k])
+        if not extra:
+            continue
+        cut = np.sort(rng.choice(mine, size=extra, replace=False))
+        again = decompose(length[cut], sizes[:k])  # pieces of the pieces, in the smaller lengths
+        keep = np.ones(doc.shape[0], bool)
+        keep[cut] = False
+        doc = np.concatenate([doc[keep], doc[cut][again.doc]])
+        start = np.concatenate([start[keep], start[cut][again.doc] + again.start])
+        length = np.concatenate([length[keep], again.length])
+        size = np.concatenate([size[keep], again.size.astype(np.int64)])
+    plans = []
+    for k in range(1, sizes.shape[0]):
+        mine = np.flatnonzero(size == k)
+        plans.append(_single_rows(int(sizes[k]), doc[mine], start[mine], length[mine]))
+    whole = np.flatnonzero(size == 0)
+    rest = np.flatnonzero(size < 0)
+    packed = pack_lengths(length[rest].astype(np.int64), int(sizes[0]), algorithm="best_fit_decreasing")
+    first = _single_rows(int(sizes[0]), doc[whole], start[whole], length[whole])
+    shortest = PackPlan(
+        int(sizes[0]),
+        1,
+        first.num_rows + packed.num_rows,
+        np.concatenate([first.row_splits, first.row_splits[-1] + packed.row_splits[1:]]),
+        np.concatenate([doc[whole], doc[rest][packed.doc]]),
+        np.concatenate([start[whole], start[rest][packed.doc] + packed.start]),
+        np.concatenate([length[whole], packed.length]).astype(np.int32),
+        0,
+        0,
+        "decomposition",
+    )
+    return CurriculumRows(sizes, rows_per_batch.astype(np.int64), (shortest, *plans), int(packed.num_rows))
+
+
+@numba.njit(cache=True)
+def _draw(left, odds, until, uniforms, out, first, steps, total):
+    """Steps ``first .. first + steps - 1`` (of ``total``) of the order: each draws a length with probability
+    proportional to odds[stage, k] * left[k] (left: batches not yet drawn, updated); the stage is the first whose
+    ``until`` exceeds the fraction of the epoch done. When no length with odds > 0 has batches left, the odds
+    are taken as 1 (the epoch still draws every batch)."""
+    K = left.shape[0]
+    w = np.empty(K, np.float64)
+    for t in range(first, first + steps):
+        frac = t / total
+        s = 0
+        while s < until.shape[0] - 1 and frac >= until[s]:
+            s += 1
+        tot = 0.0
+        for k in range(K):
+            w[k] = odds[s, k] * left[k]
+            tot += w[k]
+        if tot <= 0.0:
+            for k in range(K):
+                w[k] = float(left[k])
+                tot += w[k]
+        x = uniforms[t] * tot
+        pick = K - 1
+        acc = 0.0
+        for k in range(K):
+            acc += w[k]
+            if x < acc and left[k] > 0:
+                pick = k
+                break
+        while left[pick] == 0:  # rounding at the top end: the last length with batches left
+            pick -= 1
+        out[t] = pick
+        left[pick] -= 1
+
+
+def grow_p2_odds(k: int) -> np.ndarray:
+    """The paper's Grow-P2 odds for K lengths, shortest first: ``2**(K-1), ..., 2, 1`` (short batches are drawn
+    early, the long ones are what is left late in the epoch)."""
+    return 2.0 ** np.arange(k - 1, -1, -1, dtype=np.float64)
+
+
+def curriculum_order(batches, odds, until, *, seed: int, epoch: int, cycles: int = 1) -> np.ndarray:
+    """The length index (int8) of each global batch of an epoch (see the module docstring).
+
+    Args:
+      batches: (K,) batches of each length in the epoch; every one is drawn exactly once.
+      odds: (S, K) sampling odds per stage (>= 0; each stage with some odds > 0).
+      until: (S,) increasing fractions of the epoch (or cycle) where each stage ends; the last stage runs on to
+        the end whatever its value.
+      seed, epoch: the draws (the same seed and epoch give the same order).
+      cycles: the epoch runs as this many cycles, each with ``1 / cycles`` of every length's batches (spread as
+        evenly as integers allow) and the whole schedule (the paper's cyclic curricula).
+    """
+    batches = np.asarray(batches, np.int64).reshape(-1)
+    odds = np.atleast_2d(np.asarray(odds, np.float64))
+    until = np.asarray(until, np.float64).reshape(-1)
+    if odds.shape != (until.shape[0], batches.shape[0]):
+        raise ValueError(f"odds must be (stages, lengths) = ({until.shape[0]}, {batches.shape[0]}); got {odds.shape}")
+    if not np.all(np.isfinite(odds)) or odds.min() < 0 or np.any(odds.max(axis=1) <= 0):
+        raise ValueError(f"odds must be finite, >= 0, and some > 0 in each stage; got {odds.tolist()}")
+    if batches.min() < 0:
+        raise ValueError(f"batches per length must be >= 0; got {batches.tolist()}")
+    cycles = max(1, min(int(cycles), max(int(batches.sum()), 1)))
+    total = int(batches.sum())
+    out = np.empty(total, np.int8)
+    uniforms = np.random.default_rng([int(seed), int(epoch), 0xC0FFEE]).random(total)
+    # cycle c gets batches[k] * (c + 1) // cycles - batches[k] * c // cycles batches of length k
+    at = 0
+    for c in range(cycles):
+        share = batches * (c + 1) // cycles - batches * c // cycles
+        steps = int(share.sum())
+        if steps:
+            part = np.empty(steps, np.int8)
+            _draw(share.copy(), odds, until, uniforms[at : at + steps], part, 0, steps, steps)
+            out[at : at + steps] = part
+        at += steps
+    return out
