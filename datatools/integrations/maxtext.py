@@ -57,11 +57,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import sys
 from pathlib import Path
 
 from datatools.base.checks import MAX_BATCH, MAX_CTX, check_int
+from datatools.integrations.maxtext_shim import TESTED_MAXTEXT
 from datatools.io.yaml_files import load_yaml
 from datatools.pipeline import PipelineConfig, build, parse_config
 
@@ -314,6 +316,16 @@ def main(args=None) -> int:
     if ns.pipeline is not None and not Path(ns.pipeline).is_file():
         print(f"{ns.pipeline}: pipeline config not found", file=sys.stderr)
         return 2
+    if not Path(ns.maxtext_args[0]).is_file():
+        print(f"{ns.maxtext_args[0]}: MaxText config file not found", file=sys.stderr)
+        return 2
+    if importlib.util.find_spec("maxtext") is None:  # the environment, not the input: exit 1, one line
+        print(
+            f"python -m datatools.integrations.maxtext: MaxText is not installed in {sys.executable}: "
+            f"pip install 'maxtext[tpu]=={TESTED_MAXTEXT}' (make test-clients installs it in .clients/maxtext)",
+            file=sys.stderr,
+        )
+        return 1
     try:
         train(ns.maxtext_args, pipeline=ns.pipeline)
     except (ValueError, TypeError) as exc:

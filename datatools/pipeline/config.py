@@ -292,16 +292,21 @@ class PipelineConfig:
         return dataclasses.replace(self, **changes)
 
 
+def with_source(data: dict, source: str | os.PathLike) -> dict:
+    """``data`` with its ``source`` section replaced by ``{path: source}``: the config's column, tokenizer and
+    special tokens belong to its own source, not to this one (``--set source.column=...`` applied after this
+    sets them for the new one)."""
+    if data.get("sources") is not None:
+        raise ValueError(
+            f"config: --source {source} replaces 'source', and this config mixes 'sources'; "
+            f"edit their paths (--set does not reach list items) or drop 'sources'"
+        )
+    return {**data, "source": {"path": str(source)}}
+
+
 def parse_config(data: dict, *, source: str | None = None) -> PipelineConfig:
     """Validate a config mapping; ``source`` overrides ``source.path`` (keeping nothing else of it)."""
-    data = dict(data)
-    if source is not None:
-        if data.get("sources") is not None:
-            raise ValueError(
-                f"config: --source {source} replaces 'source', and this config mixes 'sources'; "
-                f"edit their paths (--set does not reach list items) or drop 'sources'"
-            )
-        data["source"] = {"path": str(source)}
+    data = dict(data) if source is None else with_source(data, source)
     return from_dict(PipelineConfig, data)
 
 
@@ -311,17 +316,24 @@ def load_config(path: str | os.PathLike, *, source: str | None = None, overrides
     Args:
       path: a YAML file, or the name of a packaged config (``pretrain_block_8192``; see
         :mod:`datatools.pipeline.named_configs`).
-      source: overrides ``source.path``.
-      overrides: ``KEY=VALUE`` strings (``packing.ctx=2048``) applied before validation.
+      source: replaces the ``source`` section by ``{path: source}``.
+      overrides: ``KEY=VALUE`` strings (``packing.ctx=2048``) applied after ``source`` (so
+        ``source.column=text`` sets the new source's column), before validation.
     """
     from datatools.pipeline.named_configs import apply_overrides, resolve_config
 
     path = resolve_config(path)
-    data = apply_overrides(load_yaml(path), overrides)
+    data = load_yaml(path)
+    try:
+        if source is not None:  # before the overrides, so --set source.column=... applies to the new source
+            data = with_source(data, source)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    data = apply_overrides(data, overrides)
     names = {f.name for f in dataclasses.fields(PipelineConfig)}
     data = {k: v for k, v in data.items() if k in names or k not in _TRAINING_SECTIONS}
     try:
-        return parse_config(data, source=source)
+        return parse_config(data)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
 

@@ -128,3 +128,25 @@ def test_overrides_set_each_path_and_leave_the_rest(base, sets):
         assert node == value
     touched = {k.split(".")[0] for k, _ in sets}
     assert {k: v for k, v in out.items() if k not in touched} == {k: v for k, v in base.items() if k not in touched}
+
+
+def test_source_keeps_the_set_keys_of_the_new_source(tmp_path, tokenizer_file, texts):
+    """Issue 35: ``--source`` replaced the whole section after ``--set`` ran, so ``--set source.column`` was dropped
+    and the error then said to set ``source.column``. Now the new source gets every ``--set source.*`` key, and
+    nothing of the config's own source (its column names another file's column)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = tmp_path / "docs.parquet"
+    pq.write_table(pa.table({"body": texts[:20]}), table)
+    config = tmp_path / "c.yaml"
+    config.write_text("source: {path: elsewhere/, column: input_ids}\npacking: {ctx: 256}\nbatch_size: 2\n")
+    sets = ["source.column=body", f"source.tokenizer={tokenizer_file}"]
+    cfg = load_config(config, source=str(table), overrides=sets)
+    assert (cfg.source.path, cfg.source.column, str(cfg.source.tokenizer)) == (str(table), "body", str(tokenizer_file))
+    assert load_config(config, source=str(table)).source.column != "input_ids"  # the old source's column is gone
+    out = tmp_path / "report.json"
+    args = ["pipeline", str(config), "--steps", "2", "--source", str(table), "--json", str(out)]
+    assert main(args + [a for s in sets for a in ("--set", s)]) == 0
+    report = json.loads(out.read_text())
+    assert report["documents"] == 20 and report["batches"] == 2  # the table's rows, tokenized by the set tokenizer
