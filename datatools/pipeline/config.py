@@ -175,6 +175,88 @@ class BucketingConfig:
 
 
 @dataclass(frozen=True)
+class CurriculumStage:
+    """One stage of a curriculum schedule: the odds in force until a fraction of the epoch."""
+
+    until: float = field(
+        minimum=0.0, maximum=1.0, doc="the fraction of the epoch (of each cycle) where these odds stop applying"
+    )
+    odds: list[float] = field(
+        minimum=0.0,
+        maximum=1e12,
+        doc="sampling odds, one per length: a step draws length k with probability proportional to "
+        "odds[k] x its batches not yet drawn",
+    )
+
+
+@dataclass(frozen=True)
+class CurriculumConfig:
+    """Dataset decomposition with a length curriculum (docs/curriculum.md): every document cut into pieces of the
+    ``lengths``, every batch of one length and ``tokens_per_batch`` slots, the lengths drawn by the schedule."""
+
+    lengths: list[int] = field(
+        minimum=1,
+        maximum=MAX_CTX,
+        doc="the K row lengths (tokens), increasing, multiples of tile; a batch is one length, one compiled program each",
+    )
+    tokens_per_batch: int = field(
+        minimum=1,
+        maximum=MAX_BATCH,
+        doc="token slots of every GLOBAL batch: tokens_per_batch / length rows (a multiple of every length)",
+    )
+    schedule: list[CurriculumStage] | Literal["mix", "grow_p2"] = field(
+        "grow_p2",
+        doc="grow_p2: the paper's odds 2^(K-1) .. 2, 1 (short first, long later); mix: the fixed odds; or a list "
+        "of {until: fraction of the epoch, odds: [one per length]}, in increasing until",
+    )
+    odds: list[float] | None = field(
+        None, minimum=0.0, maximum=1e12, doc="mix: the fixed odds, one per length (default 1 each: a uniform mix)"
+    )
+    cycles: int = field(
+        1,
+        minimum=1,
+        maximum=1 << 20,
+        doc="the epoch runs as this many cycles, each with 1/cycles of every length's batches and the whole schedule",
+    )
+    tile: int = field(128, minimum=1, maximum=MAX_CTX, doc="every length must be a multiple of this (tokens)")
+
+    def check(self, where: str) -> None:
+        k = len(self.lengths)
+        if not 1 <= k <= MAX_BUCKETS:
+            raise ValueError(f"config: {where}.lengths must list 1 to {MAX_BUCKETS} lengths; got {k}")
+        if any(b <= a for a, b in zip(self.lengths, self.lengths[1:])):
+            raise ValueError(f"config: {where}.lengths must be increasing; got {self.lengths}")
+        bad = [n for n in self.lengths if n % self.tile]
+        if bad:
+            raise ValueError(f"config: {where}.lengths must be multiples of {where}.tile={self.tile}; got {bad[0]}")
+        bad = [n for n in self.lengths if self.tokens_per_batch % n]
+        if bad:
+            raise ValueError(
+                f"config: {where}.tokens_per_batch={self.tokens_per_batch} must be a multiple of every length "
+                f"(rows = tokens_per_batch / length); {bad[0]} does not divide it"
+            )
+        if self.odds is not None:
+            if self.schedule != "mix":
+                raise ValueError(f"config: {where}.odds is for schedule: mix (a list schedule gives odds per stage)")
+            _check_odds(self.odds, k, f"{where}.odds")
+        if isinstance(self.schedule, list):
+            if not self.schedule:
+                raise ValueError(f"config: {where}.schedule must list at least one stage")
+            untils = [s.until for s in self.schedule]
+            if any(b <= a for a, b in zip(untils, untils[1:])):
+                raise ValueError(f"config: {where}.schedule: until must increase from stage to stage; got {untils}")
+            for i, stage in enumerate(self.schedule):
+                _check_odds(stage.odds, k, f"{where}.schedule[{i}].odds")
+
+
+def _check_odds(odds: list[float], k: int, key: str) -> None:
+    if len(odds) != k:
+        raise ValueError(f"config: {key} must give one odds per length ({k}); got {len(odds)}: {odds}")
+    if not any(o > 0 for o in odds):
+        raise ValueError(f"config: {key} must have some odds > 0; got {odds}")
+
+
+@dataclass(frozen=True)
 class ShardConfig:
     index: int = field(
         0,
@@ -206,6 +288,11 @@ class PipelineConfig:
     shuffle: ShuffleConfig = field(default_factory=ShuffleConfig)
     packing: PackingConfig | None = field(None)
     bucketing: BucketingConfig | None = field(None)
+    curriculum: CurriculumConfig | None = field(
+        None,
+        doc="dataset decomposition with a length curriculum instead of packing or bucketing: batches of one of K "
+        "lengths, the odds moving over the epoch (docs/curriculum.md)",
+    )
     batch_size: int = field(
         32,
         minimum=1,
@@ -256,8 +343,16 @@ class PipelineConfig:
     )
 
     def check(self, where: str) -> None:
-        if (self.packing is None) == (self.bucketing is None):
-            raise ValueError("config: give exactly one of 'packing' and 'bucketing'")
+        given = [s for s in ("packing", "bucketing", "curriculum") if getattr(self, s) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "config: give exactly one of 'packing' and 'bucketing' (or 'curriculum')"
+                + (f"; got {', '.join(given)}" if given else "")
+            )
+        if self.curriculum is not None and self.sources is not None:
+            raise ValueError(
+                "config: curriculum reads one source (source:); a mixture (sources:) is not yet decomposed by weight"
+            )
         if self.source is None and self.sources is None:
             raise ValueError("config: missing required key 'source' (or 'sources': a mixture of several)")
         if self.source is not None and self.sources is not None:

@@ -1,0 +1,166 @@
+"""A length curriculum as a global schedule: dataset decomposition, every batch of one of K lengths.
+
+Every document is cut into pieces of the configured lengths and the remainders packed into rows of the
+shortest (:func:`datatools.kernels.curriculum.curriculum_rows`, once, from the lengths alone); each epoch,
+the rows of every length are put in a seeded order (a Feistel permutation per length and epoch, O(1) per row)
+and the length of each global batch is drawn by the schedule (:func:`~datatools.kernels.curriculum.curriculum_order`:
+odds x batches left, moving over the epoch). Global batch ``j`` of length ``k`` is the next
+``tokens_per_batch / lengths[k]`` rows of that length: every piece is read once per epoch.
+
+The schedule position is the global batch number: the fraction of the epoch done is ``j / num_batches``, so a
+state (the batches consumed) restores on any number of hosts and workers into the same point of the
+curriculum (:class:`~datatools.grain.host_batches.HostBatchesMapDataset`).
+
+Memory: the pieces (about 20 bytes each, a few per document) and one byte per batch of the epochs in use.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from datatools.grain.host_batches import empty_rows
+from datatools.kernels.curriculum import GROW_P2, CurriculumRows, curriculum_order, curriculum_rows, grow_p2_odds
+from datatools.kernels.packing import PackPlan
+from datatools.kernels.packing.plan_format import gather_rows
+from datatools.kernels.shuffle import FeistelPermutation
+
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def schedule_odds(schedule, k: int, odds=None) -> tuple[np.ndarray, np.ndarray]:
+    """``(odds (S, K), until (S,))`` of a schedule: ``grow_p2``, ``mix`` (``odds``, default all 1) or a list of
+    stages (objects or mappings with ``until`` and ``odds``)."""
+    if schedule == GROW_P2:
+        return grow_p2_odds(k)[None, :], np.ones(1)
+    if schedule == "mix":
+        o = np.ones(k) if odds is None else np.asarray(odds, np.float64)
+        return o[None, :], np.ones(1)
+    if isinstance(schedule, str):
+        raise ValueError(f"schedule must be 'mix', 'grow_p2' or a list of stages; got {schedule!r}")
+    stages = [(s["until"], s["odds"]) if isinstance(s, dict) else (s.until, s.odds) for s in schedule]
+    return np.asarray([o for _, o in stages], np.float64), np.asarray([u for u, _ in stages], np.float64)
+
+
+class CurriculumSchedule:
+    """Global batches of a length curriculum (see the module docstring).
+
+    Args:
+      docs: a document source (``lengths()``, ``pack_rows(plan, rows)``).
+      lengths: the K row lengths (tokens), increasing.
+      tokens_per_batch: token slots of every global batch (rows = tokens_per_batch / length).
+      schedule: ``grow_p2``, ``mix`` or a list of stages ``{until, odds}``.
+      odds: ``mix``: the fixed odds (default 1 each).
+      cycles: cycles per epoch, each running the whole schedule.
+      shuffle: put each length's rows in a seeded order per epoch (else their fixed order).
+      seed: the decomposition's choices, the rows' order and the draws.
+      pad_id: token id of padding.
+    """
+
+    def __init__(
+        self,
+        docs,
+        *,
+        lengths,
+        tokens_per_batch: int,
+        schedule="grow_p2",
+        odds=None,
+        cycles: int = 1,
+        shuffle: bool = True,
+        seed: int = 0,
+        pad_id: int = 0,
+    ):
+        self.docs = docs
+        self.rows: CurriculumRows = curriculum_rows(docs.lengths(), lengths, tokens_per_batch, seed=seed)
+        self.sizes = self.rows.sizes
+        self.odds, self.until = schedule_odds(schedule, self.sizes.shape[0], odds)
+        self.cycles, self.shuffle, self.seed, self.pad_id = int(cycles), bool(shuffle), int(seed), int(pad_id)
+        self.batches_per_length = self.rows.batches
+        self._batches = int(self.batches_per_length.sum())
+        self.row_counts = tuple(sorted(set(self.rows.rows_per_batch.tolist())))
+        self.shapes = [(int(r), int(n)) for r, n in zip(self.rows.rows_per_batch, self.sizes)]
+        self._epochs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._perms: dict[tuple[int, int], FeistelPermutation] = {}
+        self._lock = threading.Lock()
+
+    def __getstate__(self):
+        return {**{k: v for k, v in self.__dict__.items() if k != "_lock"}, "_epochs": {}, "_perms": {}}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def epoch_order(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(length index, ordinal)`` of every global batch of the epoch: batch j is the ``ordinal[j]``-th batch
+        of length ``lengths[index[j]]`` in the epoch."""
+        with self._lock:
+            hit = self._epochs.get(epoch)
+        if hit is not None:
+            return hit
+        index = curriculum_order(
+            self.batches_per_length, self.odds, self.until, seed=self.seed, epoch=epoch, cycles=self.cycles
+        )
+        ordinal = np.empty(index.shape[0], np.int64)
+        for k in range(self.sizes.shape[0]):
+            at = np.flatnonzero(index == k)
+            ordinal[at] = np.arange(at.shape[0])
+        hit = (index, ordinal)
+        with self._lock:
+            if len(self._epochs) > 1:
+                self._epochs.clear()
+            self._epochs[epoch] = hit
+        return hit
+
+    def num_batches(self, epoch: int) -> int:
+        return self._batches
+
+    def length_of(self, epoch: int, j: int) -> int:
+        """Row length (tokens) of global batch ``j`` of ``epoch``."""
+        return int(self.sizes[self.epoch_order(epoch)[0][j]])
+
+    def batch_rows(self, epoch: int, j: int) -> int:
+        return int(self.rows.rows_per_batch[self.epoch_order(epoch)[0][j]])
+
+    def restart_position(self, epoch: int, j: int) -> int:
+        raise NotImplementedError("a curriculum reads one source: no mixture weights change at a restore")
+
+    def _row_ids(self, epoch: int, j: int, lo: int, hi: int) -> tuple[int, np.ndarray]:
+        """(length index, the rows of that length's plan) that rows [lo, hi) of global batch ``j`` hold; rows
+        past the length's last row (the shortest length's last batch) are left out: they are padding."""
+        index, ordinal = self.epoch_order(epoch)
+        k = int(index[j])
+        plan = self.rows.plans[k]
+        rows = int(ordinal[j]) * int(self.rows.rows_per_batch[k]) + np.arange(lo, hi, dtype=np.int64)
+        rows = rows[rows < plan.num_rows]
+        if self.shuffle and rows.size:
+            key = (k, epoch)
+            with self._lock:
+                perm = self._perms.get(key)
+                if perm is None:
+                    if len(self._perms) > 4 * self.sizes.shape[0]:
+                        self._perms.clear()
+                    seed = (self.seed + _GOLDEN * (k + 1)) % (1 << 64)
+                    perm = self._perms[key] = FeistelPermutation(plan.num_rows, seed, epoch=epoch)
+            rows = np.asarray(perm(rows), np.int64)
+        return k, rows
+
+    def rows_plan(self, epoch: int, j: int, lo: int, hi: int) -> PackPlan:
+        """Rows [lo, hi) of global batch ``j`` that hold data, as one plan of that batch's length."""
+        k, rows = self._row_ids(epoch, j, lo, hi)
+        p = self.rows.plans[k]
+        return gather_rows(p.row_splits, p.doc, p.start, p.length, rows, ctx=p.ctx, align=1, algorithm=p.algorithm)
+
+    def pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(doc, start, length) of every piece rows [lo, hi) of global batch ``j`` read (for read-ahead)."""
+        plan = self.rows_plan(epoch, j, lo, hi)
+        return plan.doc, plan.start, plan.length
+
+    def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+        k, rows = self._row_ids(epoch, j, lo, hi)
+        out = empty_rows(hi - lo, int(self.sizes[k]), self.pad_id, fill_from=rows.shape[0])
+        if rows.size:  # one bulk read for the whole batch, written straight into its rows
+            self.docs.pack_rows(
+                self.rows.plans[k], rows, pad_id=self.pad_id, out={key: v[: rows.shape[0]] for key, v in out.items()}
+            )
+        return out
