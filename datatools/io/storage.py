@@ -53,10 +53,11 @@ import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePath
-from typing import BinaryIO
+from typing import BinaryIO, cast
 from urllib.parse import urlsplit
 
 from datatools.base.errors import StorageError
+from datatools.base.install import install_command
 from datatools.io import atomic
 from datatools.io.paths import resolved
 
@@ -72,7 +73,6 @@ TS_CURL_ENV = {  # tensorstore's HTTP client (curl) reads these once, at its fir
     "TENSORSTORE_CURL_LOW_SPEED_TIME_SECONDS": str(int(READ_TIMEOUT_S)),  # under 1 byte/s this long: abort
     "TENSORSTORE_CURL_LOW_SPEED_LIMIT_BYTES": "1",
 }
-EXTRA = "pip install 'datatools-llm[cloud]'"
 
 for _name in ("gcsfs", "s3fs", "fsspec", "aiobotocore", "botocore"):  # their failures reach users as our one line
     logging.getLogger(_name).addHandler(logging.NullHandler())
@@ -224,7 +224,7 @@ def _import(module: str, url):
         return __import__(module)
     except ImportError:
         raise ValueError(
-            f"{url_of(url)}: reading {url_of(url).split(':')[0]}:// URLs needs {module}: {EXTRA}"
+            f"{url_of(url)}: reading {url_of(url).split(':')[0]}:// URLs needs {module}: {install_command('cloud')}"
         ) from None
 
 
@@ -297,7 +297,12 @@ def kvstore_spec(path: str | os.PathLike) -> dict:
     _configure_environment()
     prefix = f"{key}/" if key else ""
     if proto == "s3":
-        spec = {"driver": "s3", "bucket": bucket, "path": prefix, "s3_request_retries": dict(TS_RETRIES)}
+        spec: dict[str, object] = {
+            "driver": "s3",
+            "bucket": bucket,
+            "path": prefix,
+            "s3_request_retries": dict(TS_RETRIES),
+        }
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         if endpoint:
             spec["endpoint"] = endpoint
@@ -406,7 +411,9 @@ def open_file(path: str | os.PathLike, *, block_size: int = READ_BLOCK) -> Binar
     with storage_errors(path):
         fs, inner = filesystem(path)
         f = fs.open(inner, "rb", block_size=block_size, cache_type="readahead")
-    return _NamedFile(f, url_of(path))
+    # typeshed declares BinaryIO only on the concrete buffered classes, never on RawIOBase subclasses: the file has
+    # every method a BinaryIO reader calls (read, readinto, readline, seek, tell, close, name).
+    return cast(BinaryIO, _NamedFile(f, url_of(path)))
 
 
 class _NamedFile(io.RawIOBase):
@@ -426,7 +433,7 @@ class _NamedFile(io.RawIOBase):
         with storage_errors(self.name):
             return self._f.read(size)
 
-    def readline(self, size: int = -1) -> bytes:
+    def readline(self, size: int | None = -1) -> bytes:
         with storage_errors(self.name):
             return self._f.readline() if size is None or size < 0 else super().readline(size)
 
@@ -540,7 +547,7 @@ def list_files(path: str | os.PathLike) -> list[str]:
 
     For a URL only keys under ``path/`` are listed (never the rest of the bucket)."""
     if not is_url(path):
-        return sorted(str(Path(root) / f) for root, _, files in os.walk(path) for f in files)
+        return sorted(str(Path(root) / f) for root, _, files in os.walk(Path(path)) for f in files)
     base = url_of(path).rstrip("/")
     with storage_errors(path):
         fs, inner = filesystem(path)
@@ -552,7 +559,7 @@ def list_files(path: str | os.PathLike) -> list[str]:
 # --------------------------------------------------------------------------- writing
 
 
-def write_with(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> None:
+def write_with(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
     """Write ``path`` so no reader sees it half-written: locally through a temporary file and a rename
     (:func:`~datatools.io.atomic.atomic_write_with`); to object storage by one PUT of the whole bytes (an
     object store's PUT is atomic; on failure the old object, if any, is left as it was)."""
@@ -597,7 +604,7 @@ def remove_tree(path: str | os.PathLike) -> int:
     if not is_url(path):
         import shutil
 
-        count = sum(len(files) for _, _, files in os.walk(path))
+        count = sum(len(files) for _, _, files in os.walk(Path(path)))
         if os.path.isdir(path):
             shutil.rmtree(path)
         return count
