@@ -76,11 +76,21 @@ SUBCOMMANDS = {
     ),
 }
 EXTRA_OF = {"train": ("jax", "jax")}  # subcommand -> (module it needs, extra that installs it)
-DISTRIBUTION = "datatools-llm"
+
+
+class Interrupted(BaseException):
+    """Ctrl-C while a subcommand ran: carried past click, which would print an empty line for a
+    ``KeyboardInterrupt``; :func:`main` prints one line and returns 130."""
 
 
 class LazyGroup(click.Group):
     """A group whose subcommands are imported when one is run (or its own --help is asked for)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise Interrupted from None
 
     def list_commands(self, ctx) -> list[str]:
         return sorted(SUBCOMMANDS)
@@ -171,8 +181,8 @@ def _main(argv: list[str] | None) -> int:
         result = cli.main(args=argv, prog_name="datatools", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except (click.exceptions.Abort, KeyboardInterrupt):
-        print("datatools: aborted", file=sys.stderr)
+    except (click.exceptions.Abort, KeyboardInterrupt, Interrupted):
+        print("datatools: aborted (Ctrl-C)", file=sys.stderr)
         return EXIT_INTERRUPTED
     except click.ClickException as exc:
         _error(exc.format_message())
