@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
@@ -70,10 +71,24 @@ def _gather(tokens, offsets, doc, start, length, out):
         k += length[j]
 
 
-class PieceReadingSource:
-    """Base of the document sources: packed rows built from :meth:`read_pieces` (one bulk read per batch)."""
+class PieceReadingSource(ABC):
+    """Base of the document sources: packed rows built from :meth:`read_pieces` (one bulk read per batch).
+
+    A subclass gives the :class:`DocumentSource` methods: ``len``, :meth:`lengths` and :meth:`read_pieces`."""
 
     in_memory = False
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """Number of documents."""
+
+    @abstractmethod
+    def lengths(self) -> np.ndarray:
+        """int64 (num_documents,): every document's length in tokens."""
+
+    @abstractmethod
+    def read_pieces(self, doc, start, length) -> np.ndarray:
+        """The tokens of pieces ``(doc[j], start[j], length[j])`` back to back (one bulk read)."""
 
     def pack_rows(self, plan, rows, pad_id: int = 0, out: dict | None = None) -> dict[str, np.ndarray]:
         """Rows ``rows`` of ``plan`` (a :class:`~datatools.kernels.packing.PackPlan` over this source) as a canonical
