@@ -88,7 +88,11 @@ def train_command(config, steps, source, attention, grad_accum_steps, json_out):
         ("efficiency", f"{s['efficiency']:.2%}"),
         ("MFU (useful FLOPs)", f"{s['mfu']:.2%} of {s['peak_flops'] / 1e12:,.2f} TFLOP/s ({s['peak_source']})"),
         (f"HFU (FLOPs executed, {s['attention']} attention)", f"{s['hfu']:.2%}"),
-        ("compilations", str(s["compilations"])),
+        (
+            "compilations",
+            str(s["compilations"])
+            + ("" if s["compile_budget"] is None else f" (one per length: {s['compile_budget']})"),
+        ),
         ("shapes", ", ".join(f"{r}x{t}" for r, t in s["shapes"])),
         ("first step (compile)", f"{s['first_step_s']:.2f} s"),
         (
@@ -99,4 +103,24 @@ def train_command(config, steps, source, attention, grad_accum_steps, json_out):
     ]:
         table.add_row(name, value)
     console.print(table)
+    if len(s["per_length"]) > 1 or s["compile_budget"] is not None:
+        console.print(per_length_table(s["per_length"]))
     emit_json(json_out, result)
+
+
+def per_length_table(rows: list[dict]) -> Table:
+    """Steps, time, attention FLOPs and MFU per row length (a curriculum's or the buckets')."""
+    table = Table(title="per length (the first step of each compiles: out of its rate and MFU)", title_justify="left")
+    for name in ("length", "steps", "compile s", "tokens/s", "attention GFLOP (in-document)", "executed", "MFU"):
+        table.add_column(name, justify="right")
+    for d in rows:
+        table.add_row(
+            str(d["length"]),
+            str(d["steps"]),
+            f"{d['compile_s']:.2f}",
+            f"{d['tokens_per_s']:,.0f}",
+            f"{d['attention_flops'] / 1e9:,.2f}",
+            f"{d['attention_flops_executed'] / 1e9:,.2f}",
+            f"{d['mfu']:.2%}",
+        )
+    return table

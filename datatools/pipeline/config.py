@@ -197,7 +197,8 @@ class CurriculumConfig:
     lengths: list[int] = field(
         minimum=1,
         maximum=MAX_CTX,
-        doc="the K row lengths (tokens), increasing, multiples of tile; a batch is one length, one compiled program each",
+        doc="the K row lengths (tokens), increasing, multiples of tile; a batch is one length, one compiled "
+        "program each",
     )
     tokens_per_batch: int = field(
         minimum=1,

@@ -32,6 +32,11 @@ from datatools.train.model import ModelConfig, attention_keys
 from datatools.train.step import OptimizerConfig, Trainer
 
 TILED = ("blocksparse", "pallas_blocksparse", "splash", "pallas_gpu")  # kernels whose tile must divide each row
+VARIABLE_WIDTH = ("blocksparse", "pallas_blocksparse")  # kernels whose inputs' shape changes with the batch's tiles
+
+
+class CompileBudgetExceeded(RunFailed):
+    """A curriculum run compiled more step programs than it has lengths (exit status 1)."""
 
 
 class TrainingDiverged(RunFailed):
@@ -103,7 +108,10 @@ def load_train_config(
             pipeline = pipeline.replace(
                 packing=dataclasses.replace(pipeline.packing, ctx=PlanFile(pipeline.packing.plan).ctx)
             )
-        shapes = [pipeline.packing.ctx] if pipeline.packing else list(pipeline.bucketing.boundaries or [])
+        if pipeline.curriculum:
+            shapes = list(pipeline.curriculum.lengths)
+        else:
+            shapes = [pipeline.packing.ctx] if pipeline.packing else list(pipeline.bucketing.boundaries or [])
         if pipeline.bucketing and not pipeline.bucketing.boundaries and pipeline.bucketing.tile % block:
             shapes.append(pipeline.bucketing.tile)
         bad = [s for s in shapes if s % block]
@@ -112,6 +120,12 @@ def load_train_config(
                 f"{path}: model.attention_block={block} must divide every row length (got {bad[0]}); "
                 f"choose a block that divides packing.ctx / the bucket tile"
             )
+    if pipeline.curriculum and model.attention in VARIABLE_WIDTH:
+        raise ValueError(
+            f"{path}: attention: {model.attention} pads each batch's tile list to its own width, one compiled "
+            f"program per width: a curriculum compiles one program per length "
+            f"({len(pipeline.curriculum.lengths)}); use dense, fused, splash, pallas_gpu or cudnn"
+        )
     return TrainConfig(pipeline, model, train)
 
 
@@ -171,6 +185,14 @@ def train(
     peak, peak_source = device_peak(trainer.devices)
     records = []
     seen_useful = 0
+    budget = len(built.shapes) if pipe.curriculum is not None else None  # one program per length, no more
+    if budget is not None:
+        bad = [(r, t) for r, t in built.shapes if r % len(trainer.devices)]
+        if bad:
+            raise ValueError(
+                f"curriculum: length {bad[0][1]} gives {bad[0][0]} rows per host, which do not split over "
+                f"{len(trainer.devices)} devices (raise tokens_per_batch)"
+            )
     it = StallMeter(iter(built.dataset), stats_folder=built.stats_folder, warn=on_loader_stall)
     try:
         for step in range(1, cfg.train.steps + 1):
@@ -178,7 +200,7 @@ def train(
             batches = _micro_batches(it, cfg.train.grad_accum_steps)
             if batches is None:  # the data ended: a short step would weigh its documents differently
                 break
-            useful = flops = computed = hw_flops = slots = rows = 0
+            useful = flops = computed = hw_flops = slots = rows = attn = 0
             for batch in batches:
                 top = int(batch["tokens"].max())
                 if top >= cfg.model.vocab_size:
@@ -186,7 +208,9 @@ def train(
                 seg = batch["segment_ids"]
                 n = int(np.count_nonzero(seg))
                 useful, slots, rows = useful + n, slots + seg.size, rows + seg.shape[0]
-                flops += step_flops(cfg.model, n, segment_lengths_sq(seg))
+                pair_sum = segment_lengths_sq(seg)
+                flops += step_flops(cfg.model, n, pair_sum)
+                attn += step_flops(cfg.model, 0, pair_sum)  # the attention term alone: in-document pairs
                 pairs = attention_pairs_computed(cfg.model.attention, batch, cfg.model.attention_block)
                 computed += pairs
                 hw_flops += hardware_flops(cfg.model, seg.size, pairs)
@@ -200,6 +224,11 @@ def train(
                     f"train.learning_rate or a grad_clip)"
                 )
             secs = time.perf_counter() - t0
+            if budget is not None and trainer.compilations() > budget:
+                raise CompileBudgetExceeded(
+                    f"step {step}: {trainer.compilations()} step programs compiled for a curriculum of {budget} "
+                    f"lengths ({', '.join(f'{r}x{t}' for r, t in built.shapes)}); batch shape {list(seg.shape)}"
+                )
             rec = {
                 "step": step,
                 "loss": loss,
@@ -215,6 +244,8 @@ def train(
                 "hardware_flops": hw_flops,
                 "hfu": hw_flops / secs / peak,
                 "attention_pairs_computed": computed,
+                "attention_flops": attn,
+                "attention_flops_executed": 12.0 * cfg.model.n_layers * cfg.model.d_model * computed,
                 "shape": list(seg.shape),
                 "loader_wait_s": float(sum(it.waits[waited:])),  # what this step waited for its batches
             }
@@ -250,5 +281,35 @@ def train(
         "devices": [str(d) for d in trainer.devices],
         "params": cfg.model.num_params(),
         "loader": loader.as_dict(),  # what each step waited for its batches, what the readers fetched
+        "compile_budget": budget,
+        "per_length": per_length(records, peak),
     }
     return {"summary": summary, "records": records}
+
+
+def per_length(records: list[dict], peak: float) -> list[dict]:
+    """Per row length (tokens) of the steps: steps, seconds, tokens, attention FLOPs (in-document pairs, and as
+    the kernel executes them) and MFU. The first step of each length compiles its program: it is counted in
+    ``steps``, ``tokens`` and the attention FLOPs, left out of ``seconds``, ``flops``, ``tokens_per_s`` and MFU
+    (its time is ``compile_s``)."""
+    out: dict[int, dict] = {}
+    for r in records:
+        length = int(r["shape"][1])
+        d = out.get(length)
+        if d is None:
+            d = out[length] = {"length": length, "steps": 0, "compile_s": r["seconds"], "seconds": 0.0, "flops": 0.0}
+            d |= {"tokens": 0, "useful_tokens": 0, "attention_flops": 0.0, "attention_flops_executed": 0.0}
+            d["timed_tokens"] = 0
+        else:
+            d["seconds"] += r["seconds"]
+            d["flops"] += r["flops"]
+            d["timed_tokens"] += r["tokens"]
+        d["steps"] += 1
+        d["tokens"] += r["tokens"]
+        d["useful_tokens"] += r["useful_tokens"]
+        d["attention_flops"] += r["attention_flops"]
+        d["attention_flops_executed"] += r["attention_flops_executed"]
+    for d in out.values():
+        d["mfu"] = d["flops"] / d["seconds"] / peak if d["seconds"] else float("nan")
+        d["tokens_per_s"] = d["timed_tokens"] / d["seconds"] if d["seconds"] else float("nan")
+    return [out[k] for k in sorted(out)]

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from datatools.grain.portable_state import host_state
-from datatools.pipeline import build_canonical, parse_config
 from datatools.io.documents import ArrayDocuments
+from datatools.pipeline import build_canonical, parse_config
 
 LENGTHS = [32, 64, 128, 256]
 TPB = 1024  # rows: 32, 16, 8, 4 (all divide over 1, 2 and 4 hosts)

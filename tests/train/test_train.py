@@ -189,3 +189,36 @@ def test_train_on_a_plan_file_takes_the_plans_ctx(tmp_path, store, capsys):
     assert main(["train", str(cfg), "--steps", "3", "--attention", "blocksparse", "--json", "-"]) == 0
     summary = json.loads(capsys.readouterr().out)["summary"]
     assert summary["steps"] == 3 and summary["shapes"] == [[4, 256]]
+
+
+def test_curriculum_run_compiles_exactly_one_program_per_length(tmp_path, store, capsys, monkeypatch):
+    """A K-length curriculum run trains on all K lengths with exactly K compiled step programs, reports attention
+    FLOPs and MFU per length; a program over the budget stops the run (exit 1); a variable-width kernel is refused."""
+    body = "curriculum: {lengths: [64, 128, 256], tokens_per_batch: 1024, tile: 64, schedule: mix}\nseed: 1"
+    cfg = write_config(tmp_path / "c.yaml", store, body)
+    assert main(["train", str(cfg), "--steps", "24", "--json", "-"]) == 0
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert sorted(tuple(s) for s in summary["shapes"]) == [(4, 256), (8, 128), (16, 64)]  # every length ran
+    assert summary["compilations"] == summary["compile_budget"] == 3
+    per = {d["length"]: d for d in summary["per_length"]}
+    assert sorted(per) == [64, 128, 256] and sum(d["steps"] for d in per.values()) == 24
+    for d in per.values():
+        assert d["tokens"] == d["steps"] * 1024
+        assert 0 < d["attention_flops"] <= d["attention_flops_executed"]  # in-document pairs <= dense pairs
+    # per token, a longer length holds longer pieces: more attention work per token
+    per_token = [per[n]["attention_flops"] / per[n]["useful_tokens"] for n in (64, 128, 256)]
+    assert per_token == sorted(per_token)
+
+    from datatools.train import step
+
+    real = step.Trainer.compilations
+    # a jax that retraced the step once per length more (e.g. a weak-typed input changing): over the budget
+    monkeypatch.setattr(step.Trainer, "compilations", lambda self: real(self) + 3)
+    assert main(["train", str(cfg), "--steps", "3"]) == 1
+    assert "step programs compiled for a curriculum of 3 lengths" in capsys.readouterr().err
+    monkeypatch.undo()
+    sparse = tmp_path / "s.yaml"
+    sparse_model = "n_heads: 2, attention: blocksparse, attention_block: 64}"
+    sparse.write_text(cfg.read_text().replace("n_heads: 2}", sparse_model))
+    assert main(["train", str(sparse)]) == 2
+    assert "a curriculum compiles one program per length (3)" in capsys.readouterr().err
