@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint docs demo bench install clean test-clients test-cluster test-clients-levanter bench-peers
+.PHONY: test lint docs demo bench install wheel clean test-clients test-cluster test-clients-levanter bench-peers
 
 $(PY):
 	@test -n "$(PYTHON)" || { echo "make: no python3.11 or python3 found; set PYTHON=..." >&2; exit 2; }
@@ -17,6 +17,13 @@ $(STAMP): $(PY) pyproject.toml
 	@touch $(STAMP)
 
 install: $(STAMP)
+
+# A wheel for machines without this checkout: dist/datatools_llm-VERSION-py3-none-any.whl, installed with
+# pip install 'dist/datatools_llm-VERSION-py3-none-any.whl[jax]' (extras as usual). pip fetches the build backend
+# (setuptools >= 77) from the package index; build/ is cleared first so a module deleted here is not packaged.
+wheel: $(PY)
+	rm -rf build dist
+	$(PY) -m pip wheel --no-deps -q -w dist .
 
 # ruff (lint, then the format check) and mypy, configured in pyproject.toml.
 lint: $(STAMP)
@@ -104,4 +111,4 @@ bench-peers: $(STAMP) $(CLIENTS)/peers/.installed
 	$(PY) benchmarks/pack.py --peers $(CLIENTS)/peers/bin/python
 
 clean:
-	rm -rf $(VENV) .numba_cache .pytest_cache .mypy_cache .ruff_cache site
+	rm -rf $(VENV) .numba_cache .pytest_cache .mypy_cache .ruff_cache site build dist

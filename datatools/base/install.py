@@ -2,16 +2,20 @@
 
 ``datatools-llm`` is not on the package index yet, so ``pip install 'datatools-llm[jax]'`` fails. When datatools
 runs from a checkout (its ``pyproject.toml`` beside the package: ``make install`` or ``pip install -e``), the
-command names that checkout: ``pip install '/path/to/checkout[jax]'``, which works. Otherwise (a built wheel)
-it says to install the extra from the checkout or wheel it came from, and gives the index name as the one to use
-once the package is published.
+command names that checkout: ``pip install '/path/to/checkout[jax]'``, which works. Installed from a built wheel
+(``make wheel``, ``pip install .``), it names the extra's own requirements, read from the installed metadata
+(``pip install 'jax>=0.4.30' 'optax>=0.2'``): that works wherever the wheel came from. The index name is kept for
+when the package is published, and said as such.
 """
 
 from __future__ import annotations
 
+import re
+from importlib import metadata
 from pathlib import Path
 
-DISTRIBUTION = "datatools-llm"  # the package index name, reserved for when it is published
+DISTRIBUTION = "datatools-llm"  # the package index name, reserved for when it is published (not there yet)
+EXTRAS = ("jax", "ray", "cloud")  # the extras a missing-module message may name (pyproject.toml)
 
 
 def checkout() -> Path | None:
@@ -26,12 +30,32 @@ def checkout() -> Path | None:
     return None
 
 
+def extra_requirements(extra: str) -> list[str]:
+    """The requirements ``extra`` adds (``['jax>=0.4.30', 'optax>=0.2']``), from the installed distribution's
+    metadata; [] when datatools is not installed as a distribution (imported from a bare folder)."""
+    try:
+        requires = metadata.requires(DISTRIBUTION) or []
+    except metadata.PackageNotFoundError:
+        return []
+    marker = re.compile(r"""\s*;\s*extra\s*==\s*["']""" + re.escape(extra) + r"""["']\s*$""")
+    return [marker.sub("", r) for r in requires if marker.search(r)]
+
+
 def install_command(extra: str) -> str:
-    """A command that installs ``extra`` (``jax``, ``ray``, ``cloud``) for this datatools."""
+    """A command that installs ``extra`` (``jax``, ``ray``, ``cloud``) for this datatools.
+
+    Raises:
+      ValueError: ``extra`` is not one of :data:`EXTRAS`.
+    """
+    if extra not in EXTRAS:
+        raise ValueError(f"extra must be one of {', '.join(EXTRAS)}; got {extra!r}")
     root = checkout()
     if root is not None:
         return f"pip install '{root}[{extra}]'"
+    requirements = extra_requirements(extra)
+    if requirements:
+        return "pip install " + " ".join(f"'{r}'" for r in requirements)
     return (
         f"pip install '/path/to/datatools-checkout[{extra}]' (or the wheel of `make wheel` with [{extra}]; "
-        f"'{DISTRIBUTION}[{extra}]' once it is on the package index)"
+        f"'{DISTRIBUTION}[{extra}]' once it is published on the package index)"
     )

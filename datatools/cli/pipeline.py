@@ -14,7 +14,12 @@ from datatools.pipeline.run import run_pipeline
 
 @click.command("pipeline")
 @click.argument("config")
-@click.option("--source", default=None, help="Override the config's source: a token store, Parquet or HF dataset dir.")
+@click.option(
+    "--source",
+    default=None,
+    help="Replace the config's source by this input (any format); --set source.column=... and the other "
+    "source.* keys apply to it.",
+)
 @click.option(
     "--set",
     "overrides",

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from datatools.base.checks import short_repr
+from datatools.base.install import install_command
 from datatools.io import storage
 from datatools.io.atomic import atomic_write_text
 from datatools.io.discover import Shard, list_shards
@@ -54,7 +55,6 @@ ENGINES = ("local", "ray")
 PIECE_TOKENS = 1 << 20  # a shard's tokens are committed in pieces of about this many tokens ...
 PIECE_SECONDS = 10.0  # ... or this many seconds of work, whichever comes first: what a kill may lose, per worker
 ENCODE_CHARS = 1 << 22  # characters of text per tokenizer call (and progress report) within a shard
-DISTRIBUTION = "datatools-llm"
 STAGING_NAMES = {"job.json", "shards", "store"}  # what a staging directory of this job holds
 
 
@@ -610,7 +610,7 @@ def _clean_leftovers(output: Path, extra: dict, removed: list[Path]) -> None:
 def require_engine(engine: str) -> None:
     """ModuleNotFoundError with the install line when ``engine`` needs a package that is not installed."""
     if engine == "ray" and importlib.util.find_spec("ray") is None:
-        raise ModuleNotFoundError(f"--engine ray needs ray: pip install '{DISTRIBUTION}[ray]'", name="ray")
+        raise ModuleNotFoundError(f"--engine ray needs ray: {install_command('ray')}", name="ray")
 
 
 def check_replaceable(output: Path, staging: Path, old: Path, overwrite: bool) -> None:

@@ -324,9 +324,11 @@ def resolve_shard(cfg: PipelineConfig) -> PipelineConfig:
     try:
         import jax
     except ImportError:
+        from datatools.base.install import install_command
+
         raise ValueError(
             "config: shard: auto takes the host from jax.process_index(), and jax is not installed "
-            "(pip install 'datatools-llm[jax]'), or give shard: {index, count}"
+            f"({install_command('jax')}), or give shard: {{index, count}}"
         ) from None
     return cfg.replace(shard=ShardConfig(index=jax.process_index(), count=jax.process_count()))
 
