@@ -8,6 +8,7 @@ import numpy as np
 
 import grain
 from datatools.io.documents import as_document_source
+from datatools.io.plan_file import PlanFile
 from datatools.kernels.packing import PackPlan, pack_lengths
 
 
@@ -44,7 +45,7 @@ class PackedRowsMapDataset(grain.MapDataset):
         max_segments: int | None = None,
         align: int = 1,
         overflow: str = "split",
-        plan: PackPlan | None = None,
+        plan: PackPlan | PlanFile | None = None,
         pad_id: int = 0,
     ):
         super().__init__()
@@ -64,8 +65,7 @@ class PackedRowsMapDataset(grain.MapDataset):
             raise ValueError(f"plan refers to document {plan.max_doc} but the source has {len(self._docs)}")
         if plan.num_rows == 0:
             raise ValueError("no rows to pack: the source holds no tokens")
-        self.plan = plan
-        self._lazy = hasattr(plan, "rows_plan")  # a plan file: its rows gathered per batch, memory-mapped
+        self.plan = plan  # a plan file: its rows gathered per batch, memory-mapped
         self._pad_id = int(pad_id)
 
     def __len__(self) -> int:
@@ -81,7 +81,7 @@ class PackedRowsMapDataset(grain.MapDataset):
     def get_batch(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
         """Rows ``indices`` stacked: int32 arrays of shape (len(indices), ctx), one read for all their pieces."""
         rows = np.asarray(indices, dtype=np.int64) % self.plan.num_rows
-        if self._lazy:
+        if isinstance(self.plan, PlanFile):
             return self._docs.pack_rows(self.plan.rows_plan(rows), None, pad_id=self._pad_id)
         return self._docs.pack_rows(self.plan, rows, pad_id=self._pad_id)
 
