@@ -155,8 +155,11 @@ def test_more_workers_than_cpus_can_feed_is_warned_about(monkeypatch):
 
     monkeypatch.setattr(wp, "_cpus", lambda: 2)
     ds = grain.MapDataset.range(10).to_iter_dataset()
-    with pytest.warns(UserWarning, match="workers=9 on 2 CPUs"):
-        wp.prefetch_in_processes(ds, 9)  # building starts nothing: no process is spawned here
+    with pytest.warns(UserWarning, match=r"workers=9 on 2 CPUs: capped at 8 .*measured on 2 cores"):
+        capped = wp.prefetch_in_processes(ds, 9)  # building starts nothing: no process is spawned here
+    assert capped.workers == 8
+    with pytest.warns(UserWarning, match=r"workers=64 on 2 CPUs: capped at 8"):
+        assert wp.prefetch_in_processes(ds, 64).workers == 8  # the documented maximum: 579 s for 2 steps before
     import warnings
 
     with warnings.catch_warnings():
