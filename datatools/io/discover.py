@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import os
 import warnings
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,8 +169,9 @@ def _identity(f: Path) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def list_input_files(path: str | os.PathLike) -> list[tuple[str, Path]]:
-    """(kind, file) pairs under ``path``, sorted by path; HF dataset directories expand to their Arrow files.
+def list_input_files(path: str | os.PathLike) -> Sequence[tuple[str, str | Path]]:
+    """(kind, file) pairs under ``path``, sorted by path; HF dataset directories expand to their Arrow files (a
+    ``Path`` each for a local ``path``, a URL each for an object-store prefix).
 
     Hidden files are skipped. An unreadable directory raises its ``PermissionError``.
 

@@ -91,7 +91,7 @@ def flat_slices(path: Path, bin_dtype: str, eos_id: int) -> Iterator[tuple[np.nd
         begin = stop
 
 
-def numpy_dir_files(path: Path) -> tuple[Path, Path, str] | None:
+def numpy_dir_files(path: str | Path) -> tuple[str | Path, str | Path, str] | None:
     """(tokens.npy, lengths.npy or offsets.npy, which) of a NumPy directory, None when it is not one."""
     tokens = storage.join(path, "tokens.npy")
     if not storage.is_file(tokens):
@@ -136,7 +136,10 @@ def numpy_dir(path: Path) -> tuple[np.ndarray, np.ndarray]:
     token id is in [0, 2**31 - 1] (a vectorized pass over the tokens, :data:`FLAT_SLICE` at a time), as the
     other formats check theirs; and the directory holds at least one document.
     """
-    tokens_file, index_file, what = numpy_dir_files(path)
+    files = numpy_dir_files(path)
+    if files is None:
+        raise ValueError(f"{display(path)}: not a NumPy directory (no tokens.npy)")
+    tokens_file, index_file, what = files
     tokens = _load(tokens_file, mmap=True)
     if tokens.ndim != 1:
         raise ValueError(f"{display(tokens_file)}: expected a flat 1-D token array, got shape {tokens.shape}")
