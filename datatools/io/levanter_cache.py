@@ -146,12 +146,13 @@ class LevanterCache:
                 f"{self.num_tokens}: the cache is damaged"
             )
 
-    def _parts(self) -> list[tuple[Path, int]]:
+    def _parts(self) -> list[tuple[str | Path, int]]:
         rows = int(self.ledger["total_num_rows"])
         if self.ledger.get("layout", "consolidated") == "consolidated":
             return [(storage.join(self.path, self.field), rows)]
         shard_rows = self.ledger.get("shard_rows") or {}
-        parts, total = [], 0
+        parts: list[tuple[str | Path, int]] = []
+        total = 0
         for name in self.ledger.get("finished_shards") or []:
             n = shard_rows.get(name) if isinstance(name, str) else None
             if isinstance(n, bool) or not isinstance(n, int) or n < 0 or os.path.isabs(name) or ".." in name.split("/"):
@@ -169,7 +170,7 @@ class LevanterCache:
             )
         return parts
 
-    def _open(self, where: Path, name: str):
+    def _open(self, where: str | Path, name: str):
         array = storage.join(where, name)
         try:
             return ts.open(array_spec(array), open=True, read=True).result()
@@ -183,7 +184,7 @@ class LevanterCache:
                 ) from None
             raise ValueError(f"{display(array)}: not a readable zarr v3 array ({str(exc)[:200]})") from None
 
-    def _read(self, arr, begin: int, end: int, where: Path) -> np.ndarray:
+    def _read(self, arr, begin: int, end: int, where: str | Path) -> np.ndarray:
         try:
             return arr[begin:end].read().result()
         except ValueError as exc:
@@ -225,7 +226,7 @@ class LevanterCache:
         starts.append(base)
         return np.concatenate(pieces), np.asarray(starts, np.int64)
 
-    def _check_shards(self, where: Path, arr, tokens: int) -> None:
+    def _check_shards(self, where: str | Path, arr, tokens: int) -> None:
         """Every outer chunk (shard file) holding one of the first ``tokens`` elements is there."""
         outer = int(arr.chunk_layout.write_chunk.shape[0])
         need = [f"c/{i}" for i in range(-(-tokens // outer))]
