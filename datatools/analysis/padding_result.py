@@ -90,6 +90,7 @@ class PaddingReport(Report):
     attention_tiles: dict[str, Any] | None = None  # block-sparse against causal tiles (analysis.attention_tiles)
     maxtext: dict[str, Any] | None = None  # a MaxText config's pipeline today and what to set (maxtext_simulation)
     loss_distortion: Any | None = None  # documents' loss weight under a per-row / per-batch mean (loss_distortion)
+    curriculum: Any | None = None  # a length curriculum against fixed-ctx packing (analysis.curriculum)
     source: str | None = None  # the input as displayed
     input: dict[str, Any] | None = None  # what the input is (kind, column, tokenizer, bytes)
     read_seconds: float | None = None

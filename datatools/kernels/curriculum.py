@@ -7,13 +7,13 @@ tokens of one document only, in a few lengths ``sizes[0] < ... < sizes[K-1]`` (t
   (the paper's binary decomposition when the sizes are powers of two), and a last piece of fewer than
   ``sizes[0]`` tokens (the *remainder*) when the sizes do not fill it. No piece crosses a document, and the
   pieces of a document tile it exactly: every token is in one piece.
-* :func:`curriculum_rows`: the rows of each length. A piece of ``sizes[k]`` tokens, ``k > 0``, is one row of that
-  length (no padding, no segment boundary); the rows of a length come in batches of ``rows_per_batch[k]`` rows
-  (the same tokens per batch for every length), and the pieces that would leave a last, short batch of a length
-  are cut again into the smaller lengths (chosen by the seed), so only the shortest length has a short batch.
-  Pieces of ``sizes[0]`` tokens are rows too; the remainders are packed (best fit decreasing, segment ids) into
-  rows of ``sizes[0]`` tokens: the only rows with more than one document and the only padding besides the
-  shortest length's last batch.
+* :func:`curriculum_rows`: the rows of each length. A piece of ``sizes[k]`` tokens is one row of that length
+  (no padding, no segment boundary). The remainders are packed (best fit decreasing, segment ids: no attention
+  across documents) into rows of the shortest length whose packing pads under 1% of the data's tokens (the
+  shortest when it does, as in the paper; a longer one when it would not): the only rows with
+  more than one document. The rows of a length come in batches of ``rows_per_batch[k]`` rows (the same tokens
+  per batch for every length); the rows that would leave a last, short batch of a length are cut again into
+  the smaller lengths (chosen by the seed), so only the shortest length has a short batch.
 * :func:`curriculum_order`: the length of every batch of an epoch. Each step draws a length ``k`` with
   probability proportional to ``odds[k] * batches of length k not yet drawn`` (the paper's sampling, without
   replacement: every batch is drawn once per epoch); ``odds`` may change with the fraction of the epoch done
@@ -119,14 +119,17 @@ class CurriculumRows:
       sizes: the lengths (tokens), increasing.
       rows_per_batch: rows of a global batch of each length (``tokens_per_batch // sizes[k]``).
       plans: one :class:`~datatools.kernels.packing.PackPlan` per length, ``ctx = sizes[k]``: its rows in a fixed
-        order (one piece a row for every length but the shortest; the shortest's packed rows come last).
-      packed_rows: rows of the shortest length that hold remainders (packed, segment ids).
+        order (rows of one piece first; packed rows of remainders come after them).
+      packed_rows: rows that hold remainders (packed, segment ids).
+      pack_length: the length (tokens) the remainders were packed into (see :func:`pack_length_index`); the
+        few cut again to complete a length's batches are packed into the shortest.
     """
 
     sizes: np.ndarray
     rows_per_batch: np.ndarray
     plans: tuple[PackPlan, ...]
     packed_rows: int
+    pack_length: int
 
     @property
     def batches(self) -> np.ndarray:
@@ -151,14 +154,74 @@ def _single_rows(ctx: int, doc, start, length) -> PackPlan:
     )
 
 
-def curriculum_rows(lengths, sizes, tokens_per_batch: int, *, seed: int = 0) -> CurriculumRows:
+PACK_PADDING = 0.01  # the most padding the remainders' rows may have when the length they go to is chosen
+
+
+def _concat_rows(ctx: int, parts: list[PackPlan]) -> PackPlan:
+    """One plan of ``ctx``-token rows: the rows of ``parts``, in order."""
+    splits = [np.zeros(1, np.int64)]
+    at = 0
+    for p in parts:
+        splits.append(at + p.row_splits[1:])
+        at += p.num_pieces
+    return PackPlan(
+        ctx,
+        1,
+        sum(p.num_rows for p in parts),
+        np.concatenate(splits),
+        np.concatenate([p.doc for p in parts]).astype(np.int64),
+        np.concatenate([p.start for p in parts]).astype(np.int64),
+        np.concatenate([p.length for p in parts]).astype(np.int32),
+        0,
+        0,
+        "decomposition",
+    )
+
+
+def _packed(ctx: int, doc, start, length) -> PackPlan:
+    """Remainders (doc, start, length) packed into rows of ``ctx`` tokens (best fit decreasing, segment ids)."""
+    plan = pack_lengths(np.asarray(length, np.int64), ctx, algorithm="best_fit_decreasing")
+    return PackPlan(
+        ctx, 1, plan.num_rows, plan.row_splits, doc[plan.doc], start[plan.doc] + plan.start, plan.length, 0, 0, "pack"
+    )
+
+
+def pack_length_index(remainders, sizes, pack_length: int | None = None, *, tokens: int | None = None) -> int:
+    """Which length the remainders are packed into: ``pack_length`` (one of the sizes), or the smallest size whose
+    best-fit-decreasing packing of them pads under :data:`PACK_PADDING` of all ``tokens`` slots (default: of the
+    remainders' own; else the size padding least). Longer rows pack short pieces tighter; shorter rows cost less
+    attention over a causal kernel's tiles."""
+    sizes = check_sizes(sizes)
+    if pack_length is not None:
+        hit = np.flatnonzero(sizes == int(pack_length))
+        if not hit.size:
+            raise ValueError(f"pack_length={pack_length} must be one of the lengths {sizes.tolist()}")
+        return int(hit[0])
+    rem = np.asarray(remainders, np.int64)
+    if rem.size == 0:
+        return 0
+    total = int(rem.sum()) if tokens is None else int(tokens)
+    waste = []
+    for k, n in enumerate(sizes.tolist()):
+        plan = pack_lengths(rem, int(n), algorithm="best_fit_decreasing")
+        pad = plan.num_rows * int(n) - plan.kept_tokens
+        if pad < PACK_PADDING * (total + pad):
+            return k
+        waste.append(pad)
+    return int(np.argmin(waste))
+
+
+def curriculum_rows(
+    lengths, sizes, tokens_per_batch: int, *, seed: int = 0, pack_length: int | None = None
+) -> CurriculumRows:
     """The rows of each length for documents of ``lengths`` (see the module docstring).
 
     Args:
       lengths: tokens per document.
       sizes: the K lengths (tokens), increasing; each must divide ``tokens_per_batch``.
       tokens_per_batch: token slots of every global batch (rows = tokens_per_batch / length).
-      seed: which pieces of a length are cut again into smaller lengths (those that would leave a short batch).
+      seed: which rows of a length are cut again into smaller lengths (those that would leave a short batch).
+      pack_length: the length whose rows the remainders are packed into (default: :func:`pack_length_index`).
     """
     sizes = check_sizes(sizes)
     tokens_per_batch = int(tokens_per_batch)
@@ -169,42 +232,65 @@ def curriculum_rows(lengths, sizes, tokens_per_batch: int, *, seed: int = 0) -> 
         )
     rows_per_batch = tokens_per_batch // sizes
     p = decompose(lengths, sizes)
-    doc, start, length, size = p.doc, p.start, p.length, p.size.astype(np.int64)
+    rest = p.size < 0
+    into = pack_length_index(p.length[rest], sizes, pack_length, tokens=int(p.length.sum(dtype=np.int64)))
+    plans: list[PackPlan] = []
+    for k in range(sizes.shape[0]):
+        mine = np.flatnonzero(p.size == k)
+        parts = [_single_rows(int(sizes[k]), p.doc[mine], p.start[mine], p.length[mine])]
+        if k == into and k > 0:
+            parts.append(_packed(int(sizes[k]), p.doc[rest], p.start[rest], p.length[rest]))
+        plans.append(_concat_rows(int(sizes[k]), parts))
+    tail = [(p.doc[rest], p.start[rest], p.length[rest])] if into == 0 else []
     rng = np.random.default_rng([int(seed), 0x5EED])
     for k in range(sizes.shape[0] - 1, 0, -1):  # longest first: its leftovers may fill the smaller lengths
-        mine = np.flatnonzero(size == k)
-        extra = int(mine.shape[0] % rows_per_batch[k])
+        plan = plans[k]
+        extra = int(plan.num_rows % rows_per_batch[k])
         if not extra:
             continue
-        cut = np.sort(rng.choice(mine, size=extra, replace=False))
-        again = decompose(length[cut], sizes[:k])  # pieces of the pieces, in the smaller lengths
-        keep = np.ones(doc.shape[0], bool)
-        keep[cut] = False
-        doc = np.concatenate([doc[keep], doc[cut][again.doc]])
-        start = np.concatenate([start[keep], start[cut][again.doc] + again.start])
-        length = np.concatenate([length[keep], again.length])
-        size = np.concatenate([size[keep], again.size.astype(np.int64)])
-    plans = []
-    for k in range(1, sizes.shape[0]):
-        mine = np.flatnonzero(size == k)
-        plans.append(_single_rows(int(sizes[k]), doc[mine], start[mine], length[mine]))
-    whole = np.flatnonzero(size == 0)
-    rest = np.flatnonzero(size < 0)
-    packed = pack_lengths(length[rest].astype(np.int64), int(sizes[0]), algorithm="best_fit_decreasing")
-    first = _single_rows(int(sizes[0]), doc[whole], start[whole], length[whole])
-    shortest = PackPlan(
-        int(sizes[0]),
+        cut = np.zeros(plan.num_rows, bool)
+        cut[rng.choice(plan.num_rows, size=extra, replace=False)] = True
+        pieces = np.repeat(cut, np.diff(plan.row_splits))  # the pieces of the rows cut again
+        keep = np.flatnonzero(~cut)
+        plans[k] = gather_plan(plan, keep)
+        doc, start, length = plan.doc[pieces], plan.start[pieces], plan.length[pieces]
+        again = decompose(length, sizes[:k])  # pieces of the pieces, in the smaller lengths (or remainders)
+        for q in range(k):
+            mine = np.flatnonzero(again.size == q)
+            src = again.doc[mine]
+            add = _single_rows(int(sizes[q]), doc[src], start[src] + again.start[mine], again.length[mine])
+            plans[q] = _concat_rows(int(sizes[q]), [plans[q], add])
+        left = np.flatnonzero(again.size < 0)
+        tail.append((doc[again.doc[left]], start[again.doc[left]] + again.start[left], again.length[left]))
+    packed = 0
+    if tail:
+        doc, start, length = (np.concatenate(x) for x in zip(*tail))
+        rows = _packed(int(sizes[0]), doc.astype(np.int64), start.astype(np.int64), length)
+        plans[0] = _concat_rows(int(sizes[0]), [plans[0], rows])
+        packed += rows.num_rows
+    if into > 0:
+        packed += int(np.count_nonzero(np.diff(plans[into].row_splits) > 1))
+    return CurriculumRows(sizes, rows_per_batch.astype(np.int64), tuple(plans), packed, int(sizes[into]))
+
+
+def gather_plan(plan: PackPlan, rows: np.ndarray) -> PackPlan:
+    """Rows ``rows`` of ``plan``, in that order, as a plan of their own."""
+    rows = np.asarray(rows, np.int64)
+    first, end = plan.row_splits[rows], plan.row_splits[rows + 1]
+    counts = end - first
+    idx = np.repeat(first - np.concatenate(([0], np.cumsum(counts)[:-1])), counts) + np.arange(int(counts.sum()))
+    return PackPlan(
+        plan.ctx,
         1,
-        first.num_rows + packed.num_rows,
-        np.concatenate([first.row_splits, first.row_splits[-1] + packed.row_splits[1:]]),
-        np.concatenate([doc[whole], doc[rest][packed.doc]]),
-        np.concatenate([start[whole], start[rest][packed.doc] + packed.start]),
-        np.concatenate([length[whole], packed.length]).astype(np.int32),
+        int(rows.shape[0]),
+        np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
+        plan.doc[idx],
+        plan.start[idx],
+        plan.length[idx],
         0,
         0,
-        "decomposition",
+        plan.algorithm,
     )
-    return CurriculumRows(sizes, rows_per_batch.astype(np.int64), (shortest, *plans), int(packed.num_rows))
 
 
 @numba.njit(cache=True)
@@ -284,3 +370,44 @@ def curriculum_order(batches, odds, until, *, seed: int, epoch: int, cycles: int
             out[at : at + steps] = part
         at += steps
     return out
+
+
+@numba.njit(cache=True)
+def _row_work(row_splits, length, block, ctx, out):
+    """Per plan: out[0] in-document causal pairs (sum s(s+1)/2), out[1] tiles holding in-document work (exact:
+    a piece spanning n query blocks from its first covers n(n+1)/2 tiles; pieces meeting inside a block share
+    its diagonal tile), out[2] causal tiles of every row (nb(nb+1)/2, nb = ctx / block)."""
+    nb = ctx // block
+    for r in range(row_splits.shape[0] - 1):
+        at = 0
+        last = -1  # the last block a piece of this row reached
+        for j in range(row_splits[r], row_splits[r + 1]):
+            s = np.int64(length[j])
+            out[0] += s * (s + 1) // 2
+            b0 = at // block
+            b1 = (at + s - 1) // block
+            n = b1 - b0 + 1
+            out[1] += n * (n + 1) // 2
+            if b0 == last:
+                out[1] -= 1  # the diagonal tile of the block both pieces touch, counted once
+            last = b1
+            at += s
+        out[2] += nb * (nb + 1) // 2
+
+
+def attention_work(plan: PackPlan, block: int) -> dict[str, int]:
+    """Attention work of a plan's rows (pieces back to back from each row's start, ``align`` 1), exact counts:
+
+    * ``pairs``: causal query-key pairs inside documents (``sum s(s+1)/2`` over pieces): what a segment-aware
+      kernel needs;
+    * ``document_tiles``: ``block`` x ``block`` tiles holding such pairs: what a block-sparse kernel visits;
+    * ``causal_tiles``: tiles on and under the diagonal of every row: what splash, cuDNN and flash visit
+      with a causal mask alone.
+    """
+    if plan.ctx % block:
+        raise ValueError(f"block={block} must divide the plan's ctx={plan.ctx}")
+    if plan.align != 1:
+        raise ValueError(f"attention_work counts plans of align 1; got align={plan.align}")
+    out = np.zeros(3, np.int64)
+    _row_work(plan.row_splits, plan.length, int(block), int(plan.ctx), out)
+    return {"pairs": int(out[0]), "document_tiles": int(out[1]), "causal_tiles": int(out[2])}

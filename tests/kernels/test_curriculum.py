@@ -88,8 +88,13 @@ def test_rows_hold_every_token_once(lengths, sizes, scale, seed):
         assert p.ctx == sizes[k]
         fill = np.add.reduceat(p.length, p.row_splits[:-1]) if p.num_pieces else np.zeros(0)
         assert np.all(fill <= sizes[k])  # no row over its length
-        if k > 0:  # one whole piece a row, and only whole batches
-            assert np.all(p.length == sizes[k]) and np.all(np.diff(p.row_splits) == 1)
+        single = np.diff(p.row_splits) == 1
+        whole = single & (np.add.reduceat(p.length, p.row_splits[:-1]) == sizes[k] if p.num_pieces else single)
+        pieces_of_packed = np.repeat(~whole, np.diff(p.row_splits))
+        assert np.all(p.length[pieces_of_packed] < sizes[0])  # a row is one whole piece, or packed remainders
+        if sizes[k] != r.pack_length and k > 0:
+            assert whole.all()
+        if k > 0:  # only whole batches
             assert p.num_rows % r.rows_per_batch[k] == 0
     np.testing.assert_array_equal(r.rows_per_batch, tpb // np.asarray(sizes))
 
@@ -103,6 +108,12 @@ def test_rows_are_seeded_and_padding_small():
         np.testing.assert_array_equal(pa.doc, pb.doc)
         np.testing.assert_array_equal(pa.start, pb.start)
     assert 1 - a.tokens / a.slots < 0.01  # padding under 1% of slots
+    assert a.pack_length == 256  # these remainders pack tightly into the shortest rows, as in the paper
+    heavy = np.minimum(np.round(200 * (rng.pareto(1.1, 20000) + 1)).astype(np.int64), 8192)
+    c = curriculum_rows(heavy, [1024, 2048, 4096, 8192], 65536, seed=0)
+    assert 1 - c.tokens / c.slots < 0.01 and c.pack_length > 1024  # pieces of 200..1023: longer rows pack them
+    shortest = curriculum_rows(heavy, [1024, 2048, 4096, 8192], 65536, seed=0, pack_length=1024)
+    assert 1 - shortest.tokens / shortest.slots > 0.01  # what packing them into the shortest would pad
     with pytest.raises(ValueError, match="tokens_per_batch=1000 must be a positive multiple of every length"):
         curriculum_rows(lengths, [256, 512], 1000)
     with pytest.raises(ValueError, match="increasing"):
@@ -146,3 +157,30 @@ def test_stages_follow_the_fraction_of_the_epoch():
     np.testing.assert_array_equal(order[30:], 1)  # the first stage ran out of short: the long ones fill it
     with pytest.raises(ValueError, match="some > 0"):
         curriculum_order([3, 3], np.zeros((1, 2)), [1.0], seed=0, epoch=0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(lengths=st.lists(st.integers(1, 200), min_size=1, max_size=60), block=st.sampled_from([4, 8, 16]))
+def test_attention_work_counts_match_the_rows(lengths, block):
+    """The counts from piece lengths equal those of the rows built: pairs and tiles with in-document work."""
+    from datatools.kernels.attention_blocks import block_structure
+    from datatools.kernels.curriculum import attention_work
+    from datatools.kernels.packing import pack_lengths
+
+    ctx = 64
+    plan = pack_lengths(np.asarray(lengths), ctx, algorithm="best_fit_decreasing")
+    seg = np.zeros((plan.num_rows, ctx), np.int32)
+    for r in range(plan.num_rows):
+        at = 0
+        for i, (_, _, n) in enumerate(plan.row(r)):
+            seg[r, at : at + n] = i + 1
+            at += n
+    pairs = 0
+    for row in seg:
+        counts = np.bincount(row[row > 0])
+        pairs += int((counts * (counts + 1) // 2).sum())
+    work = attention_work(plan, block)
+    assert work["pairs"] == pairs
+    assert work["document_tiles"] == int(np.count_nonzero(block_structure(seg, block)))
+    nb = ctx // block
+    assert work["causal_tiles"] == plan.num_rows * nb * (nb + 1) // 2

@@ -1,0 +1,203 @@
+"""What a length curriculum saves against fixed-ctx packing, counted from the documents' lengths alone.
+
+For one data set (its lengths, tokens) this counts, exactly, over one epoch:
+
+* **fixed ctx**: the documents packed into rows of ``ctx`` tokens (best fit decreasing, longer documents
+  split), as a causal kernel without segment information computes them (splash, cuDNN, flash: every tile on
+  and under the diagonal of every row), and as a block-sparse kernel does (only tiles holding in-document pairs);
+* **curriculum**: the batches of dataset decomposition (:func:`datatools.kernels.curriculum.curriculum_rows`),
+  every row of every batch computed over all its causal tiles (the same plain causal kernel; a row of one
+  document has little else), empty rows of the last batch included;
+
+and the padding (slots holding no token) of each. Attention work is reported as query-key pairs and as training
+FLOPs per layer and ``d_model`` unit (``12 x pairs``: QK^T and AV, 2 FLOPs a multiply-add, forward + backward),
+so a model's attention FLOPs are these times ``n_layers x d_model``.
+
+Per schedule, the share of the epoch's attention work done by 25, 50 and 75% of its steps: the totals of an epoch
+are the same for every schedule (the same batches, in another order); a grow schedule does the cheap short
+batches first, which is what a run stopped early, or a learning-rate schedule, sees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from datatools.base.reports import Report
+from datatools.kernels.curriculum import attention_work, curriculum_order, curriculum_rows
+from datatools.kernels.packing import pack_lengths
+
+FLOPS_PER_PAIR = 12  # training FLOPs per query-key pair, per layer and d_model unit (QK^T + AV, fwd + bwd)
+MARKS = (0.25, 0.5, 0.75)  # fractions of the epoch's steps where each schedule's cumulative work is shown
+
+
+@dataclass(frozen=True)
+class ScheduleWork(Report):
+    """One schedule: its share of the epoch's (causal-tile) attention work done by each mark."""
+
+    schedule: str
+    done_at: dict[str, float]  # "25%" -> share of the epoch's attention work done by then
+
+
+@dataclass(frozen=True)
+class CurriculumSavings(Report):
+    """A curriculum against fixed-ctx packing of the same tokens (see the module docstring)."""
+
+    lengths: list[int]  # the curriculum's row lengths (tokens)
+    tokens_per_batch: int
+    ctx: int  # the fixed-ctx packing compared (default: the longest length)
+    block: int  # attention tile (tokens)
+    tokens: int
+    batches: list[int]  # per length, one epoch
+    curriculum_slots: int
+    curriculum_pairs: int  # in-document causal pairs
+    curriculum_causal_pairs: int  # every causal tile of every row of every batch, x block^2
+    fixed_rows: int
+    fixed_slots: int
+    fixed_pairs: int  # in-document causal pairs (segment-aware ideal)
+    fixed_causal_pairs: int  # every causal tile of every row (splash, cuDNN, flash by default)
+    fixed_document_tile_pairs: int  # tiles holding in-document pairs only (block-sparse), x block^2
+    schedules: list[ScheduleWork]
+
+    @property
+    def vs_causal(self) -> float:
+        """Fixed ctx over every causal tile / the curriculum's batches: times fewer attention FLOPs."""
+        return self.fixed_causal_pairs / max(self.curriculum_causal_pairs, 1)
+
+    @property
+    def vs_block_sparse(self) -> float:
+        """Fixed ctx with in-document tiles only (block-sparse) / the curriculum's batches."""
+        return self.fixed_document_tile_pairs / max(self.curriculum_causal_pairs, 1)
+
+    @property
+    def curriculum_padding(self) -> float:
+        return 1 - self.tokens / max(self.curriculum_slots, 1)
+
+    @property
+    def fixed_padding(self) -> float:
+        return 1 - self.tokens / max(self.fixed_slots, 1)
+
+    def figures(self) -> dict[str, float]:
+        """The ratios and paddings (what the benchmark and the table print)."""
+        return {
+            "vs_causal": self.vs_causal,
+            "vs_block_sparse": self.vs_block_sparse,
+            "curriculum_padding": self.curriculum_padding,
+            "fixed_padding": self.fixed_padding,
+        }
+
+
+def _schedule_odds(schedule: str, k: int) -> np.ndarray:
+    from datatools.kernels.curriculum import grow_p2_odds
+
+    if schedule == "grow_p2":
+        return grow_p2_odds(k)[None, :]
+    if schedule == "mix":
+        return np.ones((1, k))
+    raise ValueError(f"schedule must be 'grow_p2' or 'mix'; got {schedule!r}")
+
+
+def curriculum_savings(
+    lengths,
+    sizes,
+    tokens_per_batch: int,
+    *,
+    ctx: int | None = None,
+    block: int = 128,
+    schedules=("grow_p2", "mix"),
+    seed: int = 0,
+) -> CurriculumSavings:
+    """Count a curriculum's attention work and padding against fixed-ctx packing (see the module docstring).
+
+    Args:
+      lengths: tokens per document.
+      sizes: the curriculum's lengths (tokens, increasing, multiples of ``block``).
+      tokens_per_batch: token slots of every batch (a multiple of every length).
+      ctx: the fixed context compared (tokens; default the longest length), a multiple of ``block``.
+      block: attention tile (tokens).
+      schedules: ``grow_p2`` and / or ``mix`` (their cumulative work over the epoch).
+      seed: the decomposition's and the order's seed.
+    """
+    sizes = [int(s) for s in sizes]
+    ctx = int(ctx or sizes[-1])
+    bad = [s for s in [*sizes, ctx] if s % block]
+    if bad:
+        raise ValueError(f"block={block} must divide every length and ctx; {bad[0]} is not a multiple")
+    rows = curriculum_rows(lengths, sizes, tokens_per_batch, seed=seed)
+    batches = rows.batches
+    per_row = []  # causal pairs of one row of each length
+    pairs = 0
+    for k, plan in enumerate(rows.plans):
+        work = attention_work(plan, block)
+        pairs += work["pairs"]
+        nb = sizes[k] // block
+        per_row.append(nb * (nb + 1) // 2 * block * block)
+    per_batch = np.asarray(per_row, np.int64) * rows.rows_per_batch  # every row of a batch, empty ones too
+    causal = int((per_batch * batches).sum())
+    fixed = pack_lengths(np.asarray(lengths, np.int64), ctx, algorithm="best_fit_decreasing", overflow="split")
+    fw = attention_work(fixed, block)
+    marks = []
+    for name in schedules:
+        order = curriculum_order(batches, _schedule_odds(name, len(sizes)), [1.0], seed=seed, epoch=0)
+        done = np.cumsum(per_batch[order.astype(np.int64)])
+        marks.append(
+            ScheduleWork(
+                name, {f"{m:.0%}": float(done[max(int(m * done.shape[0]) - 1, 0)] / max(causal, 1)) for m in MARKS}
+            )
+        )
+    return CurriculumSavings(
+        lengths=sizes,
+        tokens_per_batch=int(tokens_per_batch),
+        ctx=ctx,
+        block=int(block),
+        tokens=rows.tokens,
+        batches=[int(b) for b in batches],
+        curriculum_slots=rows.slots,
+        curriculum_pairs=int(pairs),
+        curriculum_causal_pairs=causal,
+        fixed_rows=int(fixed.num_rows),
+        fixed_slots=int(fixed.num_rows) * ctx,
+        fixed_pairs=fw["pairs"],
+        fixed_causal_pairs=fw["causal_tiles"] * block * block,
+        fixed_document_tile_pairs=fw["document_tiles"] * block * block,
+        schedules=marks,
+    )
+
+
+def render_curriculum_savings(view: CurriculumSavings, console) -> None:
+    """The comparison as two rich tables: attention work and padding, then each schedule's work over the epoch."""
+    from rich.table import Table
+
+    lengths = ", ".join(f"{n:,}" for n in view.lengths)
+    table = Table(
+        title=f"length curriculum [{lengths}] ({view.tokens_per_batch:,} tokens a batch) against fixed ctx "
+        f"{view.ctx:,}, one epoch, tile {view.block}: attention FLOPs per layer and d_model (12 x pairs)",
+        title_justify="left",
+    )
+    for col in ("packing", "attention computed", "attention FLOPs", "vs curriculum", "padding"):
+        table.add_column(col, justify="left" if col in ("packing", "attention computed") else "right")
+    cur = view.curriculum_causal_pairs
+    for name, what, pairs, padding in (
+        (f"fixed ctx {view.ctx:,}", "every causal tile (splash, cuDNN, flash)", view.fixed_causal_pairs, None),
+        (f"fixed ctx {view.ctx:,}", "in-document tiles (block-sparse)", view.fixed_document_tile_pairs, None),
+        (f"fixed ctx {view.ctx:,}", "in-document pairs (ideal)", view.fixed_pairs, view.fixed_padding),
+        ("curriculum", "every causal tile of every row", cur, None),
+        ("curriculum", "in-document pairs (ideal)", view.curriculum_pairs, view.curriculum_padding),
+    ):
+        table.add_row(
+            name,
+            what,
+            f"{FLOPS_PER_PAIR * pairs:.3g}",
+            f"{pairs / max(cur, 1):.2f}x",
+            "" if padding is None else f"{padding:.2%}",
+        )
+    console.print(table)
+    marks = Table(title="share of the epoch's attention FLOPs done by each point of the epoch", title_justify="left")
+    marks.add_column("schedule")
+    for m in MARKS:
+        marks.add_column(f"{m:.0%} of steps", justify="right")
+    for s in view.schedules:
+        marks.add_row(s.schedule, *(f"{v:.1%}" for v in s.done_at.values()))
+    marks.add_row(f"fixed ctx {view.ctx:,}", *(f"{m:.1%}" for m in MARKS))
+    console.print(marks)
