@@ -29,6 +29,7 @@ deleted, one key at a time.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 
@@ -75,7 +76,7 @@ def _names(prefix: str) -> list[str]:
     return [f[len(base) :] for f in storage.list_files(prefix)]
 
 
-def _read_json(url: str) -> dict:
+def _read_json(url: str | os.PathLike) -> dict:
     try:
         value = json.loads(storage.read_bytes(url))
     except (FileNotFoundError, ValueError):
