@@ -1,23 +1,32 @@
-"""Packing, like for like: rows-built against rows-built, plan-only against plan-only, and the copy path.
+"""Packing, like for like on real text: every side cuts, packs and batches the same documents inside its clock.
 
-One run, the same documents for everyone, on the length distributions of benchmarks/_common.py:
+(a) **rows built** from documents to batches, per corpus (benchmarks/corpora.py: real text, real token ids) and
+    ctx. Every side starts from the same documents in its native form and stops at batches of ``--batch`` rows:
 
-(a) **rows-built** tokens/s: datatools (``pack_lengths`` + ``materialize`` of every row, in batches of
-    ``--batch`` rows, a fresh batch each: the four int32 (batch, ctx) arrays ``tokens``, ``segment_ids``,
-    ``positions``, ``loss_mask``) against Grain's packing iterators in this process (per row: ``tokens``,
-    ``tokens_segment_ids``, ``tokens_positions``, each (ctx,)) and, when ``.clients/peers`` exists
-    (``make bench-peers``), TRL's ``pack_dataset(strategy="bfd_split")`` (packed unpadded ``input_ids`` and
-    ``seq_lengths`` per row, in Arrow). Grain's first/best fit refuse documents longer than ctx, so they get the
-    pieces datatools' overflow="split" makes, cut before the clock starts.
-(b) **copy path**: ``materialize`` output bytes/s (16 bytes per slot) against ``np.copyto`` of the same number of
-    bytes, same sizes, same run: into a preallocated batch (``out=``) against ``np.copyto`` into a preallocated
-    array, and allocating a fresh batch against ``ndarray.copy()``.
-(c) **plan-only** documents/s: datatools' planners against OLMo-core's OBFD (``InstancePacker``, from the peers
-    venv when there).
+    * ``datatools bfd``: ``pack_lengths`` (best fit decreasing; documents longer than ctx split inside it), then
+      ``materialize`` of each batch (a fresh batch each): int32 (batch, ctx) ``tokens``, ``segment_ids``,
+      ``positions``, ``loss_mask``.
+    * ``grain first_fit/256``, ``grain best_fit/256``: a list of the documents' token arrays, cut into pieces of
+      at most ctx tokens (Grain's packers refuse longer ones) inside the clock, ``MapDataset.source`` ->
+      ``FirstFitPackIterDataset`` / ``BestFitPackIterDataset`` (256 bins) -> ``.batch(batch)``: ``tokens``,
+      ``tokens_segment_ids``, ``tokens_positions`` (batch, ctx). Grain writes no loss mask (a trainer derives
+      it from the segment ids); that is the one thing it leaves out.
 
-Every table prints the machine, the load (``os.getloadavg()``) and the repeats; times are medians.
+    Each side runs in its own process (``--side``; the parent starts them), pinned to one core, with an untimed
+    warm-up on the first 500 documents (numba's cache loaded, Grain's code paths run), then one timed run:
+    CPU seconds (``time.process_time``: every thread of the process) and wall seconds, rows used, the peak
+    resident memory of the run (``ru_maxrss`` less the resident memory before it). Sides are interleaved in
+    ``--rounds`` rounds, each round in a rotated order; the tables give medians. Ratios are per CPU-second.
+(b) **copy path**: ``materialize`` into a caller's batch (``out=``) against ``np.copyto`` of the same output bytes
+    (16 per slot), at 32 x 1024 and 256 x 8192, same run: *warm* (the same rows again: the source in the caches,
+    like the copy's) and *cold* (rows taken in turn through the plan; the copy's source in turn through a buffer
+    as large as the tokens).
+(c) **plan-only** documents/s of datatools' planners at ``--scale-docs`` synthetic documents (the lengths of
+    benchmarks/_common.py), against the lower bound on rows.
 
-    python benchmarks/pack.py [--docs 100000] [--repeats 3] [--peers .clients/peers/bin/python]
+Every table prints the machine, the load and the rounds.
+
+    python benchmarks/pack.py [--corpus man stdlib docstrings] [--rounds 3] [--max-docs 6000]
 """
 
 from __future__ import annotations
@@ -25,145 +34,243 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
+import resource
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from _common import DISTRIBUTIONS, distribution, fmt_rate, median_time, one_core, print_table, write_json
+from _common import DISTRIBUTIONS, announce, distribution, fmt_rate, median_time, one_core, print_table, write_json
 
 one_core()
 
-import grain  # noqa: E402
-from datatools import materialize, pack_lengths  # noqa: E402
-
 HERE = Path(__file__).resolve().parent
-GRAIN_PACKERS = [
-    ("grain first_fit/256", grain.experimental.FirstFitPackIterDataset, 256),
-    ("grain best_fit/256", grain.experimental.BestFitPackIterDataset, 256),
-    ("grain concat_then_split", grain.experimental.ConcatThenSplitIterDataset, None),
-]
-DATATOOLS_ALGORITHMS = ("best_fit_decreasing", "best_fit", "first_fit", "concat_split")
+SIDES = ("datatools bfd", "grain first_fit/256", "grain best_fit/256")
 REF = "grain best_fit/256"
+CTXS = {"man": (1024, 2048, 8192), "stdlib": (1024, 2048, 8192), "docstrings": (1024,)}
+WARMUP_DOCS = 500
 
 
-def machine() -> str:
-    return (
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores (pinned to one), "
-        f"python {platform.python_version()}"
-    )
+def rss_kb() -> int:
+    """Resident memory of this process now (KiB), from /proc/self/statm."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
 
 
-def load() -> str:
-    return "load " + " / ".join(f"{x:.2f}" for x in os.getloadavg()) + " (1/5/15 min)"
+def datatools_side(tokens: np.ndarray, lengths: np.ndarray, ctx: int, batch: int) -> tuple[int, int]:
+    """Plan (BFD, long documents split), then build every batch: (rows, real tokens)."""
+    from datatools import materialize, pack_lengths
+
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    plan = pack_lengths(lengths, ctx)
+    real = 0
+    for lo in range(0, plan.num_rows, batch):
+        b = materialize(plan, tokens, offsets, np.arange(lo, min(lo + batch, plan.num_rows)), check_values=False)
+        real += int(np.count_nonzero(b["segment_ids"]))
+    return plan.num_rows, real
 
 
-def run_grain(cls, bins, docs, ctx):
-    source = grain.MapDataset.source(docs).to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
-    if bins is None:
-        packed = cls(source, length_struct={"tokens": ctx})
-    else:
-        packed = cls(source, length_struct={"tokens": ctx}, num_packing_bins=bins, shuffle_bins=False)
+def grain_side(cls, tokens: np.ndarray, lengths: np.ndarray, ctx: int, batch: int) -> tuple[int, int]:
+    """Cut to ctx, pack with Grain's packer (256 bins), batch: (rows, real tokens)."""
+    import grain
+
+    offsets = np.concatenate(([0], np.cumsum(lengths))).tolist()
+    pieces = [
+        {"tokens": tokens[s : min(s + ctx, e)]} for b, e in zip(offsets[:-1], offsets[1:]) for s in range(b, e, ctx)
+    ]
+    ds = grain.MapDataset.source(pieces).to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
+    ds = cls(ds, length_struct={"tokens": ctx}, num_packing_bins=256, shuffle_bins=False).batch(batch)
     rows = real = 0
-    for ex in packed:
-        rows += 1
-        real += int(np.count_nonzero(ex["tokens_segment_ids"]))
+    for b in ds:
+        seg = b["tokens_segment_ids"]
+        rows += seg.shape[0]
+        real += int(np.count_nonzero(seg))
     return rows, real
 
 
-def build_all(lengths, ctx, algorithm, flat, offsets, batch):
-    """Plan, then build every row a batch at a time (a fresh batch each, as a pipeline hands them out)."""
-    plan = pack_lengths(lengths, ctx, algorithm=algorithm)
-    for lo in range(0, plan.num_rows, batch):
-        materialize(plan, flat, offsets, np.arange(lo, min(lo + batch, plan.num_rows)), check_values=False)
-    return plan
+def run_side(side: str, corpus: str, ctx: int, batch: int, max_docs: int | None) -> dict:
+    """One side, in this process: load the corpus, warm up untimed, time one run."""
+    from corpora import load
+
+    tokens, lengths = load(corpus)
+    if max_docs:
+        lengths = lengths[:max_docs]
+        tokens = tokens[: int(lengths.sum())]
+    if side == "datatools bfd":
+
+        def fn(t, n):
+            return datatools_side(t, n, ctx, batch)
+    else:
+        import grain
+
+        cls = {
+            "grain first_fit/256": grain.experimental.FirstFitPackIterDataset,
+            "grain best_fit/256": grain.experimental.BestFitPackIterDataset,
+        }[side]
+
+        def fn(t, n):
+            return grain_side(cls, t, n, ctx, batch)
+
+    w = lengths[:WARMUP_DOCS]
+    fn(tokens[: int(w.sum())], w)
+    before = rss_kb()
+    c0, t0 = time.process_time(), time.perf_counter()
+    rows, real = fn(tokens, lengths)
+    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"cpu_s": cpu, "wall_s": wall, "rows": rows, "real_tokens": real, "peak_mib": max(peak - before, 0) / 1024}
 
 
-def run_peers(python: str, lengths: np.ndarray, ctx: int, repeats: int) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "lengths.npy"
-        np.save(path, lengths)
-        proc = subprocess.run(
-            [python, str(HERE / "pack_peers.py"), str(path), str(ctx), str(repeats)], capture_output=True, text=True
-        )
-    if proc.returncode:
-        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def rows_built(args) -> dict:
+    """(a): every (corpus, ctx), sides interleaved in rotated rounds, each in its own process."""
+    from corpora import describe, load
+
+    out = {}
+    for corpus in args.corpus:
+        _, lengths = load(corpus)
+        if args.max_docs:
+            lengths = lengths[: args.max_docs]
+        total = int(lengths.sum())
+        print(describe(corpus, lengths))
+        for ctx in CTXS[corpus]:
+            runs: dict[str, list[dict]] = {s: [] for s in SIDES}
+            loads = []
+            for r in range(args.rounds):
+                order = SIDES[r % len(SIDES) :] + SIDES[: r % len(SIDES)]
+                for side in order:
+                    loads.append(os.getloadavg()[0])
+                    cmd = [sys.executable, __file__, "--side", side, "--corpus", corpus, "--ctx", str(ctx)]
+                    cmd += ["--batch", str(args.batch), "--max-docs", str(args.max_docs or 0)]
+                    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+                    if proc.returncode:
+                        raise SystemExit(f"{side} on {corpus} ctx {ctx} failed: {proc.stderr.strip()[-2000:]}")
+                    runs[side].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            lb = -(-total // ctx)
+            entries = {}
+            for side, rs in runs.items():
+                med = {k: float(np.median([x[k] for x in rs])) for k in ("cpu_s", "wall_s", "peak_mib")}
+                entries[side] = {**med, "rows": rs[0]["rows"], "real_tokens": rs[0]["real_tokens"], "runs": rs}
+            ref = entries[REF]
+            table = []
+            for side, e in entries.items():
+                e["tokens_per_cpu_s"] = e["real_tokens"] / e["cpu_s"]
+                e["x_ref_cpu"] = ref["cpu_s"] / e["cpu_s"]
+                e["x_ref_wall"] = ref["wall_s"] / e["wall_s"]
+                e["rows_over_bound"] = e["rows"] / lb - 1
+                table.append(
+                    [
+                        side,
+                        fmt_rate(e["tokens_per_cpu_s"]),
+                        f"{e['cpu_s']:.3f}",
+                        f"{e['wall_s']:.3f}",
+                        f"{e['x_ref_cpu']:.1f}x",
+                        f"{e['x_ref_wall']:.1f}x",
+                        e["rows"],
+                        f"{e['rows_over_bound']:.2%}",
+                        f"{e['peak_mib']:.0f}",
+                    ]
+                )
+            print_table(
+                f"(a) rows built, {corpus} at ctx {ctx}: {lengths.size:,} documents, {total:,} tokens, lower bound "
+                f"{lb:,} rows; batches of {args.batch}; load {min(loads):.2f}-{max(loads):.2f}; medians of "
+                f"{args.rounds} interleaved rounds",
+                [
+                    "side",
+                    "real tokens / CPU s",
+                    "CPU s",
+                    "wall s",
+                    f"x {REF} (CPU)",
+                    "(wall)",
+                    "rows",
+                    "rows over bound",
+                    "peak MiB",
+                ],
+                table,
+            )
+            out[f"{corpus}/{ctx}"] = {
+                "corpus": corpus,
+                "ctx": ctx,
+                "documents": int(lengths.size),
+                "tokens": total,
+                "lower_bound_rows": lb,
+                "load_1min": [min(loads), max(loads)],
+                "sides": entries,
+            }
+    return out
 
 
 def copy_path(args) -> dict:
-    """(b): materialize against np.copyto of the same bytes, on distribution (b)'s plan."""
-    lengths, ctx = distribution("b", args.docs)
+    """(b): materialize into ``out=`` against np.copyto of the same output bytes, warm and cold, same run."""
+    from corpora import load
+
+    from datatools import materialize, pack_lengths
+
+    tokens, lengths = load("man")
     offsets = np.concatenate(([0], np.cumsum(lengths)))
-    flat = (np.arange(offsets[-1]) % 50_000).astype(np.int32)
-    plan = pack_lengths(lengths, ctx)
     table, out = [], {}
-    for batch in args.copy_batches:
+    for batch, ctx in ((32, 1024), (256, 8192)):
+        plan = pack_lengths(lengths, ctx)
         nbytes = batch * ctx * 16
         src = np.ones((4, batch, ctx), np.int32)
         dst = np.empty_like(src)
+        big = np.ones(max(tokens.size, 4 * src.size), np.int32)  # the cold copy's source: as large as the tokens
+        spans = max((big.size - src.size) // src.size, 1)
         pre = {k: np.empty((batch, ctx), np.int32) for k in ("tokens", "segment_ids", "positions", "loss_mask")}
-        starts = [(i * batch) % max(plan.num_rows - batch, 1) for i in range(args.copy_repeats)]
-        sel = [np.arange(s, s + batch) for s in starts]
+        starts = np.arange(0, plan.num_rows - batch, batch)
         k = iter(range(10**9))
-        materialize(plan, flat, offsets, sel[0], out=pre)  # compile / load the cache
-        t_copy, _ = median_time(lambda: np.copyto(dst, src), args.copy_repeats)
-        t_mat, _ = median_time(
-            lambda: materialize(plan, flat, offsets, sel[next(k) % len(sel)], check_values=False, out=pre),
-            args.copy_repeats,
-        )
-        t_new_copy, _ = median_time(lambda: src.copy(), args.copy_repeats)
-        t_new_mat, _ = median_time(
-            lambda: materialize(plan, flat, offsets, sel[next(k) % len(sel)], check_values=False), args.copy_repeats
-        )
-        entry = {
-            "batch_rows": batch,
-            "ctx": ctx,
-            "bytes": nbytes,
-            "preallocated": {
-                "materialize_bytes_per_s": nbytes / t_mat,
-                "copyto_bytes_per_s": nbytes / t_copy,
-                "ratio": t_copy / t_mat,
-            },
-            "allocating": {
-                "materialize_bytes_per_s": nbytes / t_new_mat,
-                "copy_bytes_per_s": nbytes / t_new_copy,
-                "ratio": t_new_copy / t_new_mat,
-            },
-        }
-        out[str(batch)] = entry
-        for mode, m, c in (
-            ("into a preallocated batch (out=) / np.copyto(dst, src)", t_mat, t_copy),
-            ("fresh batch / src.copy()", t_new_mat, t_new_copy),
-        ):
+        warm_rows = np.arange(starts[len(starts) // 2], starts[len(starts) // 2] + batch)
+        materialize(plan, tokens, offsets, warm_rows, out=pre)  # load numba's cache
+        rounds: dict[str, list[float]] = {"copy warm": [], "mat warm": [], "copy cold": [], "mat cold": []}
+        for _ in range(args.copy_repeats):
+            t0 = time.perf_counter()
+            np.copyto(dst, src)
+            t1 = time.perf_counter()
+            materialize(plan, tokens, offsets, warm_rows, check_values=False, out=pre)
+            t2 = time.perf_counter()
+            i = next(k)
+            s = (i % spans) * src.size
+            np.copyto(dst.reshape(-1), big[s : s + src.size])
+            t3 = time.perf_counter()
+            lo = starts[(i * 7919) % len(starts)]
+            materialize(plan, tokens, offsets, np.arange(lo, lo + batch), check_values=False, out=pre)
+            t4 = time.perf_counter()
+            for key, dt in zip(rounds, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+                rounds[key].append(dt)
+        med = {key: float(np.median(v)) for key, v in rounds.items()}
+        entry = {"batch_rows": batch, "ctx": ctx, "bytes": nbytes, "seconds": med}
+        for mode in ("warm", "cold"):
+            m, c = med[f"mat {mode}"], med[f"copy {mode}"]
+            entry[f"{mode}_ratio"] = c / m
             table.append(
                 [
-                    f"{batch} x {ctx} ({nbytes / 1e6:.1f} MB): {mode}",
+                    f"{batch} x {ctx} ({nbytes / 1e6:.1f} MB), {mode}",
+                    f"{m * 1e6:.1f}",
+                    f"{c * 1e6:.1f}",
                     f"{nbytes / m / 1e9:.2f}",
                     f"{nbytes / c / 1e9:.2f}",
                     f"{c / m:.2f}x",
                 ]
             )
+        out[f"{batch}x{ctx}"] = entry
     print_table(
-        f"(b) copy path: materialize output bytes/s against a copy of the same bytes; {machine()}; "
-        f"{load()}; medians of {args.copy_repeats}",
-        ["batch: mode", "materialize GB/s", "copy GB/s", "materialize / copy"],
+        f"(b) copy path (man): materialize(out=) against np.copyto of the same output bytes; load "
+        f"{os.getloadavg()[0]:.2f}; medians of {args.copy_repeats}, interleaved",
+        ["batch, source", "materialize us", "copyto us", "materialize GB/s", "copy GB/s", "materialize / copy"],
         table,
     )
     return out
 
 
-def scale(args, results) -> dict:
-    """Plan-only at ``--scale-docs`` documents, datatools alone, and the planner's targets."""
+def scale(args) -> dict:
+    """(c): plan-only at ``--scale-docs`` synthetic documents, datatools alone, against the lower bound."""
+    from datatools import pack_lengths
+
     targets, table = {}, []
     for name in DISTRIBUTIONS:
         lengths, ctx = distribution(name, args.scale_docs, seed=1)
         for algorithm in ("best_fit_decreasing", "first_fit", "best_fit"):
-            secs, plan = median_time(lambda: pack_lengths(lengths, ctx, algorithm=algorithm), max(args.repeats, 5))
-            gap = plan.num_rows / plan.lower_bound_rows - 1
+            secs, plan = median_time(lambda: pack_lengths(lengths, ctx, algorithm=algorithm), 5)
             table.append(
                 [
                     f"({name}) {algorithm}",
@@ -171,7 +278,7 @@ def scale(args, results) -> dict:
                     f"{plan.efficiency:.3%}",
                     plan.num_rows,
                     plan.lower_bound_rows,
-                    f"{gap:.3%}",
+                    f"{plan.num_rows / plan.lower_bound_rows - 1:.3%}",
                 ]
             )
             targets[f"{name}/{algorithm}"] = {
@@ -181,171 +288,41 @@ def scale(args, results) -> dict:
                 "lower_bound_rows": plan.lower_bound_rows,
             }
     print_table(
-        f"plan-only at scale: {args.scale_docs:,} documents, datatools; {machine()}; {load()}; "
-        f"medians of {max(args.repeats, 5)}",
+        f"(c) plan-only, synthetic lengths: {args.scale_docs:,} documents; load {os.getloadavg()[0]:.2f}; medians of 5",
         ["distribution / algorithm", "docs/s", "efficiency", "rows", "lower bound", "rows over bound"],
         table,
     )
-    bfd = {n: targets[f"{n}/best_fit_decreasing"] for n in DISTRIBUTIONS}
-    checks = {
-        "bfd >= 10M docs/s at ctx 2048 (plan-only)": bfd["b"]["docs_per_s"] >= 10e6,
-        "bfd rows within 0.5% of bound on (b)": bfd["b"]["rows"] <= 1.005 * bfd["b"]["lower_bound_rows"],
-        "bfd rows within 0.5% of bound on (c)": bfd["c"]["rows"] <= 1.005 * bfd["c"]["lower_bound_rows"],
-        "bfd efficiency >= 99.5% on (a)": bfd["a"]["efficiency"] >= 0.995,
-    }
-    for name, d in results["rows_built"].items():
-        dt = next(e for e in d["packers"] if e["packer"] == "datatools best_fit_decreasing")
-        checks[f"({name}) rows-built datatools bfd >= 20x grain best_fit/256"] = dt["x_grain_best_fit_256"] >= 20
-        trl = next((e for e in d["packers"] if e["packer"].startswith("trl")), None)
-        if trl:
-            checks[f"({name}) rows-built datatools bfd >= 5x trl pack_dataset"] = trl["seconds"] / dt["seconds"] >= 5
-    for batch, e in results["copy_path"].items():
-        checks[f"materialize into out= >= 0.5x np.copyto, {batch} rows"] = e["preallocated"]["ratio"] >= 0.5
-    for k, v in checks.items():
-        print(f"  [{'PASS' if v else 'FAIL'}] {k}")
-    return {"scale_docs": args.scale_docs, "scale": targets, "targets": checks}
+    return targets
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--docs", type=int, default=100_000, help="documents per distribution")
-    parser.add_argument("--repeats", type=int, default=3, help="repeats of every timed packer (median)")
-    parser.add_argument("--batch", type=int, default=256, help="rows per materialized batch in (a)")
-    parser.add_argument("--copy-batches", type=int, nargs="+", default=[256, 1024], help="batch rows in (b)")
-    parser.add_argument("--copy-repeats", type=int, default=21, help="repeats in (b)")
-    parser.add_argument(
-        "--peers",
-        default=str(HERE.parent / ".clients" / "peers" / "bin" / "python"),
-        help="python of the peers venv (make bench-peers); skipped with a note when absent",
-    )
-    parser.add_argument("--scale-docs", type=int, default=1_000_000, help="documents of the plan-only scale table")
-    parser.add_argument("--distributions", nargs="+", default=list(DISTRIBUTIONS), choices=list(DISTRIBUTIONS))
+    parser.add_argument("--corpus", nargs="+", default=["man", "stdlib", "docstrings"], choices=list(CTXS))
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians)")
+    parser.add_argument("--batch", type=int, default=256, help="rows per batch")
+    parser.add_argument("--max-docs", type=int, default=6000, help="the first N documents of each corpus (0: all)")
+    parser.add_argument("--copy-repeats", type=int, default=51, help="repeats in (b)")
+    parser.add_argument("--scale-docs", type=int, default=1_000_000, help="documents of the plan-only table (c)")
+    parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # a child: one side, one JSON line
+    parser.add_argument("--ctx", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    print(f"machine: {machine()}; {load()}; repeats {args.repeats} (medians)")
-    have_peers = Path(args.peers).exists()
-    if not have_peers:
-        print(f"peers: {args.peers} not found (make bench-peers): TRL and OLMo-core rows are left out")
-
-    t0 = time.perf_counter()
-    for algorithm in DATATOOLS_ALGORITHMS:
-        pack_lengths(np.array([3, 900, 5000, 7]), 2048, algorithm=algorithm)
-    materialize(pack_lengths([3, 5], 16), np.ones(8, np.int32), np.array([0, 3, 8]))
-    compile_s = time.perf_counter() - t0
-    print(f"numba first call (compile, or load from the cache=True cache): {compile_s:.2f} s")
-
-    results = {
-        "docs": args.docs,
-        "repeats": args.repeats,
-        "load_at_start": os.getloadavg(),
-        "compile_or_cache_load_s": compile_s,
-        "rows_built": {},
-        "plan_only": {},
-    }
-    for name in args.distributions:
-        spec = DISTRIBUTIONS[name]
-        lengths, ctx = distribution(name, args.docs)
-        total = int(lengths.sum())
-        offsets = np.concatenate(([0], np.cumsum(lengths)))
-        flat = np.ones(total, dtype=np.int32)
-        docs = [{"tokens": flat[offsets[i] : offsets[i + 1]]} for i in range(len(lengths))]
-        pieces = [{"tokens": d["tokens"][s : s + ctx]} for d in docs for s in range(0, len(d["tokens"]), ctx)]
-        built, planned = [], []
-        for label, cls, bins in GRAIN_PACKERS:
-            secs, (rows, real) = median_time(
-                lambda: run_grain(cls, bins, docs if bins is None else pieces, ctx), args.repeats
-            )
-            built.append(
-                dict(
-                    packer=label,
-                    mode="rows-built",
-                    seconds=secs,
-                    rows=rows,
-                    real_tokens=real,
-                    arrays="tokens, tokens_segment_ids, tokens_positions: (ctx,) per row",
-                )
-            )
-        for algorithm in DATATOOLS_ALGORITHMS:
-            secs, plan = median_time(
-                lambda: build_all(lengths, ctx, algorithm, flat, offsets, args.batch), args.repeats
-            )
-            built.append(
-                dict(
-                    packer=f"datatools {algorithm}",
-                    mode="rows-built",
-                    seconds=secs,
-                    rows=plan.num_rows,
-                    real_tokens=plan.kept_tokens,
-                    arrays=f"tokens, segment_ids, positions, loss_mask: int32 ({args.batch}, ctx) per batch",
-                )
-            )
-            secs, plan = median_time(lambda: pack_lengths(lengths, ctx, algorithm=algorithm), max(args.repeats, 5))
-            planned.append(
-                dict(
-                    packer=f"datatools {algorithm}",
-                    mode="plan-only",
-                    seconds=secs,
-                    rows=plan.num_rows,
-                    real_tokens=plan.kept_tokens,
-                )
-            )
-        if Path(args.peers).exists():
-            have_peers = True
-            for label, e in run_peers(args.peers, lengths, ctx, args.repeats).items():
-                if "error" in e:
-                    print(f"peer {label}: {e['error']}")
-                    continue
-                (planned if e["mode"] == "plan-only" else built).append(dict(packer=label, **e))
-        ref = next(e for e in built if e["packer"] == REF)["seconds"]
-        obfd = next((e["seconds"] for e in planned if e["packer"] == "olmo-core OBFD"), None)
-        for e in built + planned:
-            e.update(
-                docs_per_s=args.docs / e["seconds"],
-                tokens_per_s=total / e["seconds"],
-                efficiency=e["real_tokens"] / (e["rows"] * ctx),
-            )
-            if e["mode"] == "rows-built":
-                e["x_grain_best_fit_256"] = ref / e["seconds"]
-            elif obfd:
-                e["x_olmo_core_obfd"] = obfd / e["seconds"]
-        lb = -(-total // ctx)
-        head = f"({name}) {spec['label']}: {args.docs:,} docs, {total:,} tokens, lower bound {lb:,} rows"
-        print_table(
-            f"(a) rows-built, {head}; {machine()}; {load()}; medians of {args.repeats}",
-            ["packer (rows-built)", "tokens/s", "docs/s", "efficiency", "rows", "x grain best_fit/256"],
-            [
-                [
-                    e["packer"],
-                    fmt_rate(e["tokens_per_s"]),
-                    fmt_rate(e["docs_per_s"]),
-                    f"{e['efficiency']:.2%}",
-                    e["rows"],
-                    f"{e['x_grain_best_fit_256']:.1f}x",
-                ]
-                for e in built
-            ],
-        )
-        print_table(
-            f"(c) plan-only, {head}; {machine()}; {load()}; medians of {max(args.repeats, 5)}",
-            ["packer (plan-only)", "docs/s", "efficiency", "rows", "x olmo-core OBFD"],
-            [
-                [
-                    e["packer"],
-                    fmt_rate(e["docs_per_s"]),
-                    f"{e['efficiency']:.2%}",
-                    e["rows"],
-                    f"{e['x_olmo_core_obfd']:.0f}x" if "x_olmo_core_obfd" in e else "-",
-                ]
-                for e in planned
-            ],
-        )
-        results["rows_built"][name] = {"ctx": ctx, "tokens": total, "lower_bound_rows": lb, "packers": built}
-        results["plan_only"][name] = {"ctx": ctx, "tokens": total, "lower_bound_rows": lb, "packers": planned}
-
+    if args.side:
+        print(json.dumps(run_side(args.side, args.corpus[0], args.ctx, args.batch, args.max_docs or None)))
+        return
+    announce(args.rounds, "every side pinned to one core, in its own process; ratios per CPU-second")
+    results = {"rounds": args.rounds, "batch": args.batch, "max_docs": args.max_docs}
+    results["rows_built"] = rows_built(args)
     results["copy_path"] = copy_path(args)
-    results.update(scale(args, results))
-    results["load_at_end"] = os.getloadavg()
-    results["peers"] = args.peers if have_peers else None
-    print(f"load at the end: {load()}")
+    results["scale_docs"] = args.scale_docs
+    results["plan_only"] = scale(args)
+    checks = {
+        f"materialize(out=) >= 0.5x np.copyto, {k}, {mode}": e[f"{mode}_ratio"] >= 0.5
+        for k, e in results["copy_path"].items()
+        for mode in ("warm", "cold")
+    }
+    for k, v in checks.items():
+        print(f"  [{'PASS' if v else 'FAIL'}] {k}")
+    results["targets"] = checks
     print(f"wrote {write_json('pack', results)}")
 
 
