@@ -28,8 +28,20 @@ a deleted ``tokens/c/0`` would train on token 0 without a word. So:
 * on open (:class:`TokenStore`) the arrays are opened with the manifest's dtype and
   shape asserted, and one kvstore listing per array checks every recorded chunk is
   there and the records cover the whole chunk grid (no data read);
+* the listing on open also compares every key's size with its record: a chunk of another
+  size (truncated, replaced, another store's) is refused before any read;
+* a crc32c proves a chunk intact, not that it is *this* chunk: one swapped with another,
+  copied from another store or rewritten through tensorstore passes it. So the manifest also
+  records ``digests`` (xxh3_64, ~20 GB/s) of every key and, for the sharded tokens, of each
+  shard's index, and every stored object a reader touches is checked against them the first
+  time a process reads it (:meth:`TokenStore.check_objects`): locally its whole bytes (whole
+  objects are read there anyway), in a bucket (ranged reads of inner chunks) its shard index
+  (a few hundred bytes: the sizes and places of all its inner chunks), one small read per
+  shard. Stores written before the digests are checked against their sha256 records locally;
 * arrays are read with ``fill_missing_data_reads`` off: a read that meets a missing
   or corrupt chunk raises ``ValueError`` naming the store and the chunk;
+* every such error ends with the command that repairs it (:func:`repair_command`: the
+  ``pretokenize`` job the manifest records, with ``--overwrite``);
 * :func:`datatools.io.store_verify.verify_store` (``datatools verify``) reads every
   byte: sizes, checksums, offsets monotone, token ids below ``vocab_size``.
 
@@ -53,11 +65,14 @@ import hashlib
 import json
 import os
 import re
+import shlex
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
 import tensorstore as ts
+import xxhash
 
 from datatools.io import storage
 from datatools.io.io_errors import as_os_error, status_code
@@ -74,6 +89,8 @@ CHECKSUM = "sha256"
 REQUESTS_IN_FLIGHT = 64  # concurrent requests per open array to an object store (tensorstore's default: 32)
 INDEX_CACHE_BYTES = 32 << 20  # tensorstore's cache per open array: shard indices (1 KiB each) and recent chunks
 _READS_IN_FLIGHT = 64  # kvstore reads issued at once when recording or verifying chunks
+FAST_DIGEST = "xxh3_64"  # the per-object digest readers check (~20 GB/s; sha256, ~1.7 GB/s, stays for verify)
+INDEX_ENTRY_BYTES = 16  # a shard index entry (zarr v3 sharding_indexed): offset and size, uint64 each
 ROOT_STAGING = ".partial"  # a store at a bucket root stages its job under ROOT/.partial/ (never another bucket)
 
 
@@ -222,8 +239,8 @@ def write_store(
         "num_documents": num_documents,
         "num_tokens": num_tokens,
         **manifest,
-        "chunks": chunk_records(path),
     }
+    manifest["chunks"], manifest["digests"] = record_chunks(path)
     # Written last, in one atomic write (a rename locally, one PUT in object storage): the store's commit point.
     storage.write_text(storage.join(path, "manifest.json"), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
@@ -231,20 +248,74 @@ def write_store(
 def chunk_records(path: str | os.PathLike) -> dict:
     """``{"checksum": "sha256", "tokens": {key: [bytes, hex]}, "offsets": {...}}`` of every key the two arrays
     hold now (read back through their kvstores; keys in a fixed order so the manifest is deterministic)."""
+    return record_chunks(path)[0]
+
+
+def record_chunks(path: str | os.PathLike) -> tuple[dict, dict]:
+    """The manifest's ``chunks`` (:func:`chunk_records`) and ``digests``: ``{"algorithm": "xxh3_64", "tokens":
+    {key: hex}, "offsets": {...}, "tokens_index": {key: hex}}``, a fast digest of every key's bytes and, for a
+    sharded array, of each shard's index (its first bytes: what a ranged reader fetches first), from one read of
+    every key. Readers check each object they read against them (:meth:`TokenStore.check_objects`)."""
     path = location(path)
-    out: dict = {"checksum": CHECKSUM}
+    records_out: dict = {"checksum": CHECKSUM}
+    digests: dict = {"algorithm": FAST_DIGEST}
     for name in ARRAYS:
         where = storage.join(path, name)
         try:
+            index = _index_bytes(ts.open(zarr_spec(where), open=True).result())
             kv = array_kvstore(where)
             keys = sorted((k.encode() for k in array_keys(where)), key=_key_order)
-            records = {}
+            records, fast, heads = {}, {}, {}
             for key, value in read_keys(kv, keys):
                 records[key] = [len(value), hashlib.sha256(value).hexdigest()]
+                fast[key] = xxhash.xxh3_64_hexdigest(value)
+                if index and key != "zarr.json":
+                    heads[key] = xxhash.xxh3_64_hexdigest(value[:index])
         except ValueError as exc:
             raise _io(exc, where) from None
-        out[name] = records
-    return out
+        records_out[name] = records
+        digests[name] = fast
+        if index:
+            digests[f"{name}_index"] = heads
+    return records_out, digests
+
+
+def _index_bytes(arr) -> int:
+    """Bytes of a shard's index at the start of each stored object of a sharded array (entries and their crc32c);
+    0 when the array is not sharded."""
+    stored, inner = int(arr.chunk_layout.write_chunk.shape[0]), int(arr.chunk_layout.read_chunk.shape[0])
+    return INDEX_ENTRY_BYTES * (stored // inner) + 4 if inner < stored else 0
+
+
+def repair_command(path: str | os.PathLike, manifest: dict | None = None) -> str:
+    """The command that rebuilds a damaged store: the ``datatools pretokenize`` job its manifest records, with
+    ``--overwrite`` (a store of the same job is then checked key by key and rebuilt byte-identical; a store whose
+    manifest does not read, holding nothing but a store's files, is replaced). Without the job's record the
+    command's inputs and tokenizer are placeholders: the command that wrote it, with ``--overwrite``."""
+    where = shlex.quote(str(display(path)))
+    m = manifest or {}
+    sources, tok, opts = m.get("sources"), m.get("tokenizer"), m.get("options")
+    if not (isinstance(sources, list) and sources and isinstance(tok, dict) and isinstance(tok.get("file"), str)):
+        return f"datatools pretokenize INPUTS... {where} --tokenizer TOKENIZER --overwrite (the job that wrote it)"
+    shown = [shlex.quote(str(x)) for x in sources[:3]] + (["..."] if len(sources) > 3 else [])
+    parts = ["datatools pretokenize", *shown, where, "--tokenizer", shlex.quote(tok["file"])]
+    o = opts if isinstance(opts, dict) else {}
+    if o.get("column", "text") != "text":
+        parts += ["--column", shlex.quote(str(o["column"]))]
+    if o.get("tokenizer_settings", "off") != "off":
+        parts += ["--tokenizer-settings", shlex.quote(str(o["tokenizer_settings"]))]
+    for flag in ("bos", "eos"):
+        if isinstance(o.get(f"{flag}_id"), int):
+            parts += [f"--{flag}", str(o[f"{flag}_id"])]
+    for flag in ("ctx", "tile"):
+        if isinstance(o.get(flag), int):
+            parts += [f"--{flag}", str(o[flag])]
+    return " ".join([*parts, "--overwrite"])
+
+
+def _damaged(path, manifest: dict | None, text: str) -> ValueError:
+    """A store error that says how to repair: ``text``, then :func:`repair_command`."""
+    return ValueError(f"{text}; repair: {repair_command(path, manifest)}")
 
 
 def array_keys(where: str | os.PathLike) -> set[str]:
@@ -255,6 +326,25 @@ def array_keys(where: str | os.PathLike) -> set[str]:
     if not storage.is_url(where) and not os.path.isdir(where):
         return set()
     return {f[len(base) :] for f in storage.list_files(where) if f.startswith(base)}
+
+
+def array_key_sizes(where: str | os.PathLike) -> dict[str, int]:
+    """``{key: bytes}`` of every key stored under one array (one listing with sizes, as :func:`array_keys`)."""
+    if not storage.is_url(where):
+        base = os.fspath(where)
+        if not os.path.isdir(base):
+            return {}
+        out = {}
+        for root, _, names in os.walk(base):
+            for n in names:
+                f = os.path.join(root, n)
+                out[os.path.relpath(f, base).replace(os.sep, "/")] = os.path.getsize(f)
+        return out
+    with storage.storage_errors(where):
+        fs, inner = storage.filesystem(where)
+        found = fs.find(inner.rstrip("/") + "/", detail=True)
+    prefix = inner.rstrip("/") + "/"
+    return {k[len(prefix) :]: int(v.get("size") or 0) for k, v in found.items() if k.startswith(prefix)}
 
 
 def _key_order(key: bytes) -> tuple:
@@ -284,9 +374,9 @@ def read_manifest(path: str | os.PathLike) -> dict:
     except (FileNotFoundError, NotADirectoryError):
         raise ValueError(f"{display(path)}: not a datatools token store (no manifest.json)") from None
     except IsADirectoryError:
-        raise ValueError(f"{display(manifest_file)}: corrupt (a directory, not a file)") from None
+        raise _damaged(path, None, f"{display(manifest_file)}: corrupt (a directory, not a file)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{display(manifest_file)}: corrupt ({exc})") from None
+        raise _damaged(path, None, f"{display(manifest_file)}: corrupt ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ValueError(f"{display(path)}: manifest.json is not a {FORMAT} manifest")
     if manifest.get("version") not in READABLE_VERSIONS:
@@ -297,13 +387,17 @@ def read_manifest(path: str | os.PathLike) -> dict:
     for key in ("num_documents", "num_tokens"):
         value = manifest.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(
-                f"{display(manifest_file)}: corrupt ({key} must be a non-negative integer, got {str(value)[:40]!r})"
+            raise _damaged(
+                path,
+                None,
+                f"{display(manifest_file)}: corrupt ({key} must be a non-negative integer, got {str(value)[:40]!r})",
             )
     if manifest.get("dtype") not in ("uint16", "uint32"):
-        raise ValueError(
+        raise _damaged(
+            path,
+            None,
             f"{display(manifest_file)}: corrupt (dtype must be uint16 or uint32, got "
-            f"{str(manifest.get('dtype'))[:40]!r})"
+            f"{str(manifest.get('dtype'))[:40]!r})",
         )
     if manifest["version"] >= 2:
         _check_records(manifest.get("chunks"), path)
@@ -314,11 +408,11 @@ def _check_records(chunks, path: Path) -> None:
     """The manifest's ``chunks`` is ``{"checksum": "sha256", "tokens": {key: [bytes, hex]}, "offsets": {...}}``."""
     where = display(storage.join(path, "manifest.json"))
     if not isinstance(chunks, dict) or chunks.get("checksum") != CHECKSUM:
-        raise ValueError(f"{where}: corrupt (no chunk records, or not {CHECKSUM})")
+        raise _damaged(path, None, f"{where}: corrupt (no chunk records, or not {CHECKSUM})")
     for name in ARRAYS:
         records = chunks.get(name)
         if not isinstance(records, dict) or "zarr.json" not in records:
-            raise ValueError(f"{where}: corrupt (no chunk records for {name}/)")
+            raise _damaged(path, None, f"{where}: corrupt (no chunk records for {name}/)")
         for key, rec in records.items():
             if not (
                 isinstance(rec, list)
@@ -329,9 +423,11 @@ def _check_records(chunks, path: Path) -> None:
                 and isinstance(rec[1], str)
                 and len(rec[1]) == 64
             ):
-                raise ValueError(
+                raise _damaged(
+                    path,
+                    None,
                     f"{where}: corrupt (chunk record of {name}/{str(key)[:40]} is "
-                    f"{str(rec)[:60]!r}, want [bytes, sha256 hex])"
+                    f"{str(rec)[:60]!r}, want [bytes, sha256 hex])",
                 )
 
 
@@ -369,11 +465,22 @@ class TokenStore:
         self._offsets: np.ndarray | None = None
         self._tokens = None
         self._offsets_array = None
+        self._checked: set[str] = set()  # stored objects this process has checked against the manifest
+        self._checking: dict[str, tuple] = {}  # key -> (future of its bytes, what they are) being checked
+        self._check_lock = threading.Lock()
         if check:
             self.check_present()
 
     def __getstate__(self):
         return {"path": self.path, "manifest": self.manifest, "_offsets": None, "_tokens": None, "_offsets_array": None}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._checked, self._checking, self._check_lock = set(), {}, threading.Lock()
+
+    def damaged(self, text: str) -> ValueError:
+        """A ValueError for damage found in this store: ``text`` and the command that repairs it."""
+        return _damaged(self.path, self.manifest, text)
 
     @property
     def version(self) -> int:
@@ -408,10 +515,10 @@ class TokenStore:
             if (err := as_os_error(exc, storage.join(self.path, name))) is not None:
                 raise err from None
             if status_code(exc) == "NOT_FOUND":
-                raise ValueError(
+                raise self.damaged(
                     f"{display(self.path)}: {name}/ is missing (no {name}/zarr.json); the store is incomplete"
                 ) from None
-            raise ValueError(
+            raise self.damaged(
                 f"{display(self.path)}: {name}/ disagrees with the manifest (which says "
                 f"{self.dtype_of(name)}[{self.shape_of(name)}]): {_short(exc)}"
             ) from None
@@ -434,21 +541,26 @@ class TokenStore:
                 extra = sorted(set(records) - {"zarr.json", *grid}, key=lambda k: _key_order(k.encode()))
                 lack = [k for k in grid if k not in records]
                 what = f"records {name}/{extra[0]}" if extra else f"has no record of {name}/{lack[0]}"
-                raise ValueError(
+                raise self.damaged(
                     f"{display(self.path)}: the manifest disagrees with the arrays: it {what} "
                     f"({len(grid)} chunks of {chunk} in {name}/)"
                 )
             try:
-                present = array_keys(storage.join(self.path, name))
+                present = array_key_sizes(storage.join(self.path, name))
             except ValueError as exc:
                 raise _io(exc, storage.join(self.path, name)) from None
             missing = [k for k in ["zarr.json", *grid] if k not in present]
             if missing:
-                raise ValueError(
+                raise self.damaged(
                     f"{display(self.path)}: chunk {name}/{missing[0]} is missing"
-                    f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}; the store is "
-                    f"incomplete: write it again (datatools pretokenize --overwrite)"
+                    f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}; the store is incomplete"
                 )
+            for key in ["zarr.json", *grid]:  # a chunk of another size is another chunk (swapped, replaced, foreign)
+                if present[key] != records[key][0]:
+                    raise self.damaged(
+                        f"{display(self.path)}: chunk {name}/{key} is corrupt ({present[key]} bytes, the manifest "
+                        f"records {records[key][0]}: damaged, or another chunk: replaced, swapped, from another store)"
+                    )
 
     def _array(self, name: str):
         if name == "tokens":
@@ -463,6 +575,8 @@ class TokenStore:
         """Elements [begin, end) of ``tokens`` or ``offsets``; ValueError naming the store and the chunk when a
         chunk is missing or corrupt, OSError when the storage fails."""
         arr = self._array(name)
+        if end > begin:
+            self.check_objects(name, begin, end)
         try:
             return arr[begin:end].read().result()
         except ValueError as exc:
@@ -486,10 +600,7 @@ class TokenStore:
             else:
                 k = int(cell.group(1)) * inner // chunk if cell else begin // chunk
             state = "missing" if status_code(exc) == "NOT_FOUND" else "corrupt"
-            raise ValueError(
-                f"{display(self.path)}: chunk {name}/c/{k} is {state} ({_short(exc)}); "
-                f"check the store with: datatools verify {display(self.path)}"
-            ) from None
+            raise self.damaged(f"{display(self.path)}: chunk {name}/c/{k} is {state} ({_short(exc)})") from None
 
     @property
     def read_granularity(self) -> int:
@@ -513,7 +624,10 @@ class TokenStore:
         """int64 (num_documents + 1,) token offsets: checked to start at 0, never decrease, end at num_tokens."""
         if self._offsets is None:
             offsets = self.read_array("offsets", 0, len(self) + 1)
-            check_offsets(offsets, self.num_tokens, self.path)
+            try:
+                check_offsets(offsets, self.num_tokens, self.path)
+            except ValueError as exc:
+                raise self.damaged(str(exc)) from None
             self._offsets = offsets
         return self._offsets
 
@@ -561,11 +675,112 @@ class TokenStore:
         """Tokens [begin, end) read in the background: a future (``done()``, ``result()``); a failed read raises
         ValueError from ``result()`` (:meth:`read_tokens` says which chunk). Reads given the same ``batch`` are
         issued together when it is submitted, and tensorstore fetches adjacent inner chunks of a shard in one
-        ranged request."""
-        return self.tokens[begin:end].read(batch=batch)
+        ranged request. Each stored object the range touches is checked against the manifest the first time
+        this process reads it (:meth:`check_objects`, issued in the same ``batch``): ``result()`` raises ValueError
+        naming a swapped, replaced or foreign chunk."""
+        checks = self.check_objects("tokens", begin, end, batch=batch, wait=False) if end > begin else []
+        read = self.tokens[begin:end].read(batch=batch)
+        return _CheckedRead(read, checks, self) if checks else read
+
+    def check_objects(self, name: str, begin: int, end: int, batch: ts.Batch | None = None, wait: bool = True):
+        """Check the stored objects of array ``name`` holding elements [begin, end) against the manifest, once per
+        object per process: locally (whole objects are read anyway) every byte against the recorded fast digest
+        (``digests``; sha256 for a store written before them); in object storage, where a reader fetches inner
+        chunks by range, each shard's index (the sizes and places of all its inner chunks: another shard's index
+        differs) against its recorded digest, one small ranged read per shard. With ``wait`` the check is done on
+        return (ValueError naming the chunk); else the pending checks are returned for :meth:`confirm`."""
+        if self.version < 2:
+            return []
+        arr = self._array(name)
+        per = int(arr.chunk_layout.write_chunk.shape[0])
+        pending = []
+        with self._check_lock:
+            for k in range(begin // per, (end - 1) // per + 1):
+                key = f"c/{k}"
+                if f"{name}/{key}" in self._checked:
+                    continue
+                if f"{name}/{key}" not in self._checking:
+                    self._checking[f"{name}/{key}"] = self._start_check(name, key, arr, batch)
+                pending.append((name, key, self._checking[f"{name}/{key}"]))
+        if wait:
+            self.confirm(pending)
+            return []
+        return pending
+
+    def _start_check(self, name: str, key: str, arr, batch: ts.Batch | None) -> tuple:
+        """(future of the bytes to check, which digest they are checked against) for one stored object."""
+        digests = self.manifest.get("digests") if isinstance(self.manifest.get("digests"), dict) else {}
+        fast = digests.get("algorithm") == FAST_DIGEST
+        kv = self._kvstore(name)
+        index = _index_bytes(arr)
+        if storage.is_url(self.path) and index:  # ranged reads: the shard's index only
+            heads = digests.get(f"{name}_index") if fast else None
+            if not isinstance(heads, dict):
+                return (None, ("none", None))  # a store written before the digests: its sizes were checked on open
+            return (kv.read(key, batch=batch, byte_range=slice(0, index)), ("index", heads.get(key)))
+        if fast and isinstance(digests.get(name), dict):
+            return (kv.read(key, batch=batch), ("xxh3", digests[name].get(key)))
+        return (kv.read(key, batch=batch), ("sha256", self.manifest["chunks"][name].get(key, [0, None])[1]))
+
+    def _kvstore(self, name: str) -> ts.KvStore:
+        """Array ``name``'s kvstore, opened once per process (for the object checks)."""
+        kvs = self.__dict__.setdefault("_kvs", {})
+        if name not in kvs:
+            kvs[name] = array_kvstore(storage.join(self.path, name))
+        return kvs[name]
+
+    def confirm(self, pending) -> None:
+        """Wait for pending object checks (:meth:`check_objects`) and compare; ValueError naming the first object
+        that is not the one the manifest records (missing, replaced, swapped, from another store)."""
+        for name, key, (future, (kind, want)) in pending:
+            if future is None:
+                with self._check_lock:
+                    self._checked.add(f"{name}/{key}")
+                    self._checking.pop(f"{name}/{key}", None)
+                continue
+            try:
+                got = future.result()
+            except ValueError as exc:
+                if (err := as_os_error(exc, storage.join(self.path, name, key))) is not None:
+                    raise err from None
+                raise self.damaged(f"{display(self.path)}: chunk {name}/{key} is unreadable ({_short(exc)})") from None
+            value = bytes(got.value) if got.state == "value" else None
+            ok = value is not None and want is not None
+            if ok and kind == "sha256":
+                ok = hashlib.sha256(value).hexdigest() == want
+            elif ok:
+                ok = xxhash.xxh3_64_hexdigest(value) == want
+            with self._check_lock:
+                if ok:
+                    self._checked.add(f"{name}/{key}")
+                self._checking.pop(f"{name}/{key}", None)
+            if not ok:
+                part = "shard index" if kind == "index" else "bytes"
+                what = (
+                    "is missing"
+                    if value is None
+                    else f"is corrupt (its {part} differ from the manifest's record: damaged, or another chunk: "
+                    f"replaced, swapped, from another store)"
+                )
+                raise self.damaged(f"{display(self.path)}: chunk {name}/{key} {what}")
 
     def __repr__(self) -> str:
         return f"TokenStore({str(self.path)!r}, documents={len(self)}, tokens={self.num_tokens}, dtype={self.dtype})"
+
+
+class _CheckedRead:
+    """A read whose result is handed over once the stored objects it touched are checked (:meth:`TokenStore.
+    check_objects`): ``done()`` and ``result()`` as the tensorstore future it wraps."""
+
+    def __init__(self, read, checks: list, store: TokenStore):
+        self.read, self.checks, self.store = read, checks, store
+
+    def done(self) -> bool:
+        return self.read.done() and all(f is None or f.done() for _, _, (f, _) in self.checks)
+
+    def result(self):
+        self.store.confirm(self.checks)
+        return self.read.result()
 
 
 def check_offsets(offsets: np.ndarray, num_tokens: int, path: str | os.PathLike) -> None:

@@ -74,7 +74,10 @@ def verify_store(path: str | os.PathLike, *, progress: Callable[[int, int], None
             "to record them); sizes and checksums not checked"
         )
     offsets = store.read_array("offsets", 0, len(store) + 1)
-    check_offsets(offsets, store.num_tokens, store.path)
+    try:
+        check_offsets(offsets, store.num_tokens, store.path)
+    except ValueError as exc:
+        raise store.damaged(str(exc)) from None
     step = int(store.tokens.chunk_layout.write_chunk.shape[0])  # one stored object (a shard) a read
     top = -1
     for begin in range(0, store.num_tokens, step):
@@ -83,7 +86,7 @@ def verify_store(path: str | os.PathLike, *, progress: Callable[[int, int], None
             m = int(block.max())
             if vocab is not None and m >= vocab:
                 at = begin + int(np.argmax(block >= vocab))
-                raise ValueError(
+                raise store.damaged(
                     f"{where}: chunk tokens/c/{begin // step} is corrupt (token {at} is {m}, not below "
                     f"the vocabulary size {vocab})"
                 )
@@ -110,13 +113,13 @@ def _check_checksums(store: TokenStore, report: VerifyReport, progress) -> None:
         for key, value in read_keys(kv, [k.encode() for k in keys]):
             size, digest = records[key]
             if value is None:
-                raise ValueError(f"{where}: chunk {name}/{key} is missing")
+                raise store.damaged(f"{where}: chunk {name}/{key} is missing")
             if len(value) != size:
-                raise ValueError(
+                raise store.damaged(
                     f"{where}: chunk {name}/{key} is corrupt ({len(value)} bytes, the manifest records {size})"
                 )
             if hashlib.sha256(value).hexdigest() != digest:
-                raise ValueError(f"{where}: chunk {name}/{key} is corrupt (its sha256 differs from the manifest's)")
+                raise store.damaged(f"{where}: chunk {name}/{key} is corrupt (its sha256 differs from the manifest's)")
             done += size
             if progress is not None:
                 progress(done, total)

@@ -264,13 +264,14 @@ def _offsets_out_of_order(store) -> None:
     """Offsets swapped at one document with the chunk records rewritten to match: only the content checks see it."""
     import tensorstore as ts
 
-    from datatools.io.store import chunk_records, zarr_spec
+    from datatools.io.store import record_chunks, zarr_spec
 
     arr = ts.open(zarr_spec(store / "offsets"), open=True).result()
     off = arr.read().result()
     off[10], off[11] = off[11], off[10]
     arr[:].write(off).result()
-    _edit_manifest(store, chunks=chunk_records(store))
+    chunks, digests = record_chunks(store)
+    _edit_manifest(store, chunks=chunks, digests=digests)
 
 
 CORRUPT_STORES = {
