@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sysconfig
 from pathlib import Path
 
@@ -17,6 +18,15 @@ def stdlib_texts(count: int = 40) -> list[str]:
 @pytest.fixture(scope="session")
 def texts() -> list[str]:
     return stdlib_texts()
+
+
+PROGRESS_LINE = re.compile(r"(?!datatools: ).*\belapsed \d+:\d\d:\d\d\)?")  # base/progress.py's plain lines
+
+
+def without_progress(err: str) -> str:
+    """``err`` without the progress lines a command prints off a terminal once it has run a quarter second (what
+    it is doing, bars; each ends with its elapsed time): what is left is what the command said."""
+    return "".join(line for line in err.splitlines(keepends=True) if not PROGRESS_LINE.fullmatch(line.rstrip("\n")))
 
 
 @pytest.fixture(scope="session")

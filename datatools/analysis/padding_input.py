@@ -17,7 +17,7 @@ from typing import Any
 from datatools.analysis.padding import STRATEGIES, analyze
 from datatools.analysis.padding_result import PaddingReport
 from datatools.base.checks import MAX_WINDOW
-from datatools.base.progress import count_progress
+from datatools.base.progress import count_progress, doing
 from datatools.io.inputs import open_input
 from datatools.io.lengths_progress import read_lengths_shown
 from datatools.io.paths import display
@@ -37,8 +37,6 @@ def analyze_input(
     maxtext_set: Sequence[str] = (),
     console=None,
     loss_batch_size: int | None = None,
-    curriculum: Sequence[int] = (),
-    tokens_per_batch: int | None = None,
     **input_options,
 ) -> PaddingReport:
     """The padding analysis of the input at ``path`` (any input :func:`~datatools.io.inputs.open_input` reads;
@@ -54,9 +52,6 @@ def analyze_input(
       console: a rich console for progress (reading, simulating); None shows nothing.
       loss_batch_size: rows per batch of the loss-weight distortion view at the recommended ctx
         (:mod:`~datatools.analysis.loss_distortion`); None: 32.
-      curriculum: a length curriculum's lengths (tokens): also count what it saves against fixed-ctx packing at
-        the longest (:mod:`~datatools.analysis.curriculum`), with ``tokens_per_batch`` slots a batch (default 8
-        rows of the longest length).
       input_options: ``column``, ``tokenizer``, ``tokenizer_settings``, ``bos``, ``eos``, ``eos_id``,
         ``bin_dtype`` (see :func:`~datatools.io.inputs.open_input`).
 
@@ -66,6 +61,7 @@ def analyze_input(
     t0 = time.perf_counter()
     settings = None
     contexts = tuple(contexts)
+    doing("reading the MaxText config" if maxtext_config else "opening the input")
     if maxtext_config is not None or maxtext_set:
         from datatools.analysis.maxtext_simulation import read_maxtext_config
 
@@ -115,6 +111,7 @@ def analyze_input(
     if settings is not None:
         from datatools.analysis.maxtext_simulation import maxtext_report
 
+        doing(f"simulating MaxText's own pipeline on {lengths.size:,} documents")
         maxtext = maxtext_report(
             lengths, settings, report.recommendation, config=display(maxtext_config) if maxtext_config else "defaults"
         )
@@ -127,17 +124,8 @@ def analyze_input(
         with count_progress(console, 1, "loss weight distortion") as advance:
             distortion = loss_distortion(lengths, **distort)
             advance(1)
-    savings = None
-    if curriculum:
-        from datatools.analysis.curriculum import curriculum_savings
-
-        lengths_k = sorted(int(n) for n in curriculum)
-        savings = curriculum_savings(
-            lengths, lengths_k, tokens_per_batch or 8 * lengths_k[-1], block=tile, schedules=("grow_p2", "mix")
-        )
     return dataclasses.replace(
         report,
-        curriculum=savings,
         maxtext=maxtext,
         source=display(path),
         input=inp.describe(),

@@ -1,10 +1,21 @@
-"""Progress of the long-running jobs, on stderr: a rich bar on a terminal, a plain line every few seconds elsewhere.
+"""Progress on stderr, from a command's first second: a rich display on a terminal, plain lines elsewhere.
 
-A bar counts what moves: documents, tokens and bytes with their rates and an ETA (by bytes
-when the total is known, else by shards), not only shards (a job of 3 shards sat at 0/3 for
-minutes). Off a terminal (a log file, a pipe, CI) no live display is drawn; instead one plain
-line is printed every :data:`PLAIN_INTERVAL_S` seconds while the job runs, so a log shows
-it is alive and how far it is. A job shorter than the interval prints nothing.
+Two kinds of display, one at a time:
+
+* **What a command is doing** (:func:`activity`, fed by :func:`doing`): one live line saying the step under way
+  (listing the input, reading a store's offsets, planning, waiting for the first batch) and for how long, so no
+  command shows a blank screen while it works (``datatools pipeline`` once showed nothing for 2.4 minutes). The CLI
+  runs every subcommand inside one; library code only calls :func:`doing`, which does nothing without one.
+* **Bars** (:func:`job_progress`, :func:`count_progress`): counts that move: documents, tokens and bytes with their
+  rates and an ETA (by bytes when the total is known, else by shards), not only shards (a job of 3 shards sat at
+  0/3 for minutes). A bar pauses the activity line while it is shown (:func:`paused`).
+
+The ETA is the work left at the rate measured over all the work done so far (never a rate of the last moments),
+and never below the time since the count last moved (:func:`eta_seconds`): a bar once said "ETA 1 s" for 40 s.
+
+Off a terminal (a log file, a pipe, CI) no live display is drawn; instead a plain line is printed once a step or a
+bar has lasted :data:`FIRST_LINE_S` seconds, then every :data:`PLAIN_INTERVAL_S` seconds while it runs, so a log
+shows it is alive and how far it is. Work shorter than :data:`FIRST_LINE_S` prints nothing.
 """
 
 from __future__ import annotations
@@ -13,12 +24,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn
 from rich.text import Text
 
 PLAIN_INTERVAL_S = 5.0  # seconds between plain lines when stderr is not a terminal
+FIRST_LINE_S = 0.25  # seconds a step or a bar runs before its first line (terminal or not): quick work prints nothing
 
 
 def _rate(x: float) -> str:
@@ -40,20 +53,52 @@ def _clock(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
-def _eta(done: float, total: float | None, elapsed: float) -> str:
+def eta_seconds(done: float, total: float | None, elapsed: float, still: float = 0.0) -> float | None:
+    """Seconds left: the ``total - done`` units left at the rate of all the work done so far (``done`` units in
+    ``elapsed`` seconds), and never below ``still``, the seconds since the count last moved (the work in flight has
+    taken that long without finishing: an ETA below it has already proved wrong); at least 1 s while work is left.
+    None when nothing is done yet (no rate to go by)."""
     if not total or done <= 0 or elapsed <= 0:
-        return "ETA -"
-    return f"ETA {_clock(max(total - done, 0) * elapsed / done)}"
+        return None
+    left = max(total - done, 0)
+    if left == 0:
+        return 0.0
+    return max(left * elapsed / done, still, 1.0)
+
+
+def _eta(done: float, total: float | None, elapsed: float, still: float = 0.0) -> str:
+    seconds = eta_seconds(done, total, elapsed, still)
+    return "ETA -" if seconds is None else f"ETA {_clock(seconds)}"
+
+
+class _EtaColumn(ProgressColumn):
+    """The time left of a rich task by :func:`eta_seconds` (rich's own column goes by the rate of the last
+    seconds and stays put while nothing moves: it showed "1 s" for 40 s)."""
+
+    def __init__(self):
+        super().__init__()
+        self._moved: dict = {}  # task id -> (completed, when it last changed)
+
+    def render(self, task) -> Text:
+        now = time.perf_counter()
+        last = self._moved.get(task.id)
+        if last is None or last[0] != task.completed:
+            last = self._moved[task.id] = (task.completed, now)
+        seconds = eta_seconds(task.completed, task.total, task.elapsed or 0.0, now - last[1])
+        return Text("ETA -" if seconds is None else f"ETA {_clock(seconds)}", style="progress.remaining")
 
 
 @contextmanager
 def _plain_lines(console: Console, line: Callable[[], str], interval_s: float) -> Iterator[None]:
-    """Print ``line()`` on ``console`` every ``interval_s`` seconds, from a daemon thread, until the block ends."""
+    """Print ``line()`` on ``console`` once the block has run ``min(FIRST_LINE_S, interval_s)`` seconds, then every
+    ``interval_s`` seconds, from a daemon thread, until the block ends."""
     stop = threading.Event()
 
     def tick():
-        while not stop.wait(interval_s):
+        wait = min(FIRST_LINE_S, interval_s)
+        while not stop.wait(wait):
             console.print(line(), markup=False, highlight=False, soft_wrap=True)
+            wait = interval_s
 
     thread = threading.Thread(target=tick, name="datatools-progress", daemon=True)
     thread.start()
@@ -82,7 +127,7 @@ class JobBar:
         self.shards, self.total_shards = done_shards, total_shards
         self.nbytes, self.total_bytes = done_bytes, total_bytes
         self._start_shards, self._start_bytes = done_shards, done_bytes
-        self.t0 = time.perf_counter()
+        self.t0 = self.moved = time.perf_counter()  # start, last advance
         self._lock = threading.Lock()
 
     def advance(self, docs: int, tokens: int, shards: int = 1, nbytes: int = 0) -> None:
@@ -92,13 +137,15 @@ class JobBar:
             self.tokens += tokens
             self.shards += shards
             self.nbytes += nbytes
+            self.moved = time.perf_counter()
         if self._progress is not None:
             by_bytes = self.total_bytes is not None
             self._progress.update(self._task, advance=nbytes if by_bytes else shards, status=self.status(eta=False))
 
     def status(self, eta: bool = True) -> str:
         """One line: shards, documents, tokens, bytes, their rates and (``eta``) the time left."""
-        elapsed = max(time.perf_counter() - self.t0, 1e-9)
+        now = time.perf_counter()
+        elapsed, still = max(now - self.t0, 1e-9), now - self.moved
         parts = [
             f"{self.shards}/{self.total_shards} shards",
             f"{self.docs:,} documents ({_rate(self.docs / elapsed)}/s)",
@@ -111,11 +158,133 @@ class JobBar:
             )
         if eta:
             if self.total_bytes is not None:
-                parts.append(_eta(self.nbytes - self._start_bytes, self.total_bytes - self._start_bytes, elapsed))
+                done, total = self.nbytes - self._start_bytes, self.total_bytes - self._start_bytes
             else:
-                parts.append(_eta(self.shards - self._start_shards, self.total_shards - self._start_shards, elapsed))
+                done, total = self.shards - self._start_shards, self.total_shards - self._start_shards
+            parts.append(_eta(done, total, elapsed, still))
             parts.append(f"elapsed {_clock(elapsed)}")
         return ", ".join(parts)
+
+
+class _Activity:
+    """The one live line of a running command (see :func:`activity`): what it is doing, for how long."""
+
+    def __init__(self, console: Console, label: str, interval_s: float):
+        self.console, self.label, self.interval_s = console, label, interval_s
+        self.what: str | None = "starting"
+        self.t0 = self.since = self.printed_at = time.perf_counter()
+        self.step = 0  # one more at each doing(): a step's first plain line is printed once
+        self.printed_step = -1
+        self.paused = 0
+        self.live: Any = None  # a rich Live while the line is drawn on a terminal
+        self.lock = threading.RLock()
+
+    def line(self) -> str:
+        return f"{self.label}: {self.what} (elapsed {_clock(time.perf_counter() - self.t0)})"
+
+    def __rich__(self):
+        from rich.spinner import Spinner
+
+        if not hasattr(self, "_spinner"):
+            self._spinner = Spinner("dots", style="progress.spinner")
+        self._spinner.update(text=Text(self.line(), no_wrap=True, overflow="ellipsis"))
+        return self._spinner
+
+    def set(self, what: str | None) -> None:
+        with self.lock:
+            self.what, self.since = what, time.perf_counter()
+            self.step += 1
+            if what is None:
+                self._stop_live()
+
+    def _stop_live(self) -> None:
+        if self.live is not None:
+            live, self.live = self.live, None
+            live.stop()
+
+    def tick(self) -> None:
+        """Called a few times a second: start the live line, or print a plain line, when due."""
+        with self.lock:
+            if self.paused or self.what is None:
+                return
+            now = time.perf_counter()
+            if self.console.is_terminal:
+                if self.live is None and now - self.t0 >= FIRST_LINE_S:
+                    from rich.live import Live
+
+                    self.live = Live(self, console=self.console, refresh_per_second=8, transient=True)
+                    self.live.start()
+                return
+            first = self.printed_step != self.step and now - self.since >= FIRST_LINE_S
+            if first or now - self.printed_at >= self.interval_s:
+                self.console.print(self.line(), markup=False, highlight=False, soft_wrap=True)
+                self.printed_step, self.printed_at = self.step, now
+
+    @contextmanager
+    def pause(self) -> Iterator[None]:
+        with self.lock:
+            self.paused += 1
+            self._stop_live()
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.paused -= 1
+                self.since = self.printed_at = time.perf_counter()
+
+
+_ACTIVE: _Activity | None = None
+
+
+@contextmanager
+def activity(label: str, *, console: Console | None = None, interval_s: float = PLAIN_INTERVAL_S) -> Iterator[None]:
+    """One live line on ``console`` (default stderr) while the block runs: ``label: what (elapsed h:mm:ss)``, where
+    ``what`` is the latest :func:`doing` (``starting`` until the first). On a terminal a transient spinner line from
+    :data:`FIRST_LINE_S` on; elsewhere a plain line when a step has lasted :data:`FIRST_LINE_S` and every
+    ``interval_s`` seconds. Bars pause it (:func:`paused`). The CLI runs every subcommand in one; nested calls
+    keep the outer one."""
+    global _ACTIVE
+    if _ACTIVE is not None:
+        yield
+        return
+    act = _Activity(Console(stderr=True) if console is None else console, label, interval_s)
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(0.1):
+            act.tick()
+
+    _ACTIVE = act
+    thread = threading.Thread(target=run, name="datatools-activity", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        with act.lock:
+            act._stop_live()
+        _ACTIVE = None
+
+
+def doing(what: str | None) -> None:
+    """Say what the running command is doing now (a few words: ``listing s3://bucket/data``, ``reading the offsets
+    of 1,204 shards``, ``planning 3,000,000 documents``, ``waiting for the first batch``); None: nothing to show
+    (before printing a result). Nothing happens outside an :func:`activity`."""
+    act = _ACTIVE
+    if act is not None:
+        act.set(what)
+
+
+@contextmanager
+def paused() -> Iterator[None]:
+    """The activity line stands aside while the block runs (a bar of its own is shown instead)."""
+    act = _ACTIVE
+    if act is None:
+        yield
+        return
+    with act.pause():
+        yield
 
 
 @contextmanager
@@ -139,6 +308,15 @@ def job_progress(
       interval_s: seconds between plain lines off a terminal.
       console: where to draw (default: a rich console on stderr).
     """
+    with paused():
+        with _job_progress(
+            total_shards, done, enabled, description, total_bytes, done_bytes, interval_s, console
+        ) as bar:
+            yield bar
+
+
+@contextmanager
+def _job_progress(total_shards, done, enabled, description, total_bytes, done_bytes, interval_s, console):
     console = Console(stderr=True) if console is None else console
     if not enabled:
         yield JobBar(
@@ -156,7 +334,7 @@ def job_progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         TextColumn("{task.fields[status]}"),
-        TimeRemainingColumn(),
+        _EtaColumn(),
         console=console,
         transient=True,
     )
@@ -194,21 +372,29 @@ class _CountRate(ProgressColumn):
 def count_progress(console: Console, total: int, what: str, *, unit: str = "", interval_s: float = PLAIN_INTERVAL_S):
     """Progress of ``total`` steps (``unit="bytes"``: bytes) on ``console``, with the rate and the ETA; yields
     ``advance(n=1)``. A transient bar on a terminal, a plain line every ``interval_s`` seconds elsewhere."""
+    with paused(), _count_progress(console, total, what, unit, interval_s) as advance:
+        yield advance
+
+
+@contextmanager
+def _count_progress(console: Console, total: int, what: str, unit: str, interval_s: float):
     if not console.is_terminal:
-        state = {"done": 0}
+        state = {"done": 0, "moved": time.perf_counter()}
         t0 = time.perf_counter()
 
         def line() -> str:
-            elapsed = time.perf_counter() - t0
+            now = time.perf_counter()
+            elapsed = now - t0
             done = state["done"]
             if unit == "bytes":
                 counts = f"{_bytes(done)} of {_bytes(total)} ({_bytes(done / max(elapsed, 1e-9))}/s)"
             else:
                 counts = f"{done:,}/{total:,}{' ' + unit if unit else ''} ({_rate(done / max(elapsed, 1e-9))}/s)"
-            return f"{what}: {counts}, {_eta(done, total, elapsed)}, elapsed {_clock(elapsed)}"
+            return f"{what}: {counts}, {_eta(done, total, elapsed, now - state['moved'])}, elapsed {_clock(elapsed)}"
 
         def advance(n: int = 1, *_, **__) -> None:
             state["done"] += n
+            state["moved"] = time.perf_counter()
 
         with _plain_lines(console, line, interval_s):
             yield advance
@@ -217,7 +403,7 @@ def count_progress(console: Console, total: int, what: str, *, unit: str = "", i
         TextColumn(f"[bold]{what}"),
         BarColumn(),
         _CountRate(unit),
-        TimeRemainingColumn(),
+        _EtaColumn(),
         console=console,
         transient=True,
     ) as progress:

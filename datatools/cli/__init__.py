@@ -176,9 +176,22 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
 
 
+def _subcommand(argv: list[str] | None) -> str | None:
+    """The subcommand named on the command line (its first word that is not an option), if it is one."""
+    words = [a for a in (sys.argv[1:] if argv is None else argv) if not str(a).startswith("-")]
+    return words[0] if words and words[0] in SUBCOMMANDS else None
+
+
 def _main(argv: list[str] | None) -> int:
     try:
-        result = cli.main(args=argv, prog_name="datatools", standalone_mode=False)
+        name = _subcommand(argv)
+        if name is None:  # --help, --version, a usage error: nothing to wait for
+            result = cli.main(args=argv, prog_name="datatools", standalone_mode=False)
+        else:  # a live line from the first second: what the subcommand is doing (base/progress.py)
+            from datatools.base.progress import activity
+
+            with activity(f"datatools {name}"):
+                result = cli.main(args=argv, prog_name="datatools", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except (click.exceptions.Abort, KeyboardInterrupt, Interrupted):

@@ -8,7 +8,7 @@ from datatools.analysis.padding import DEFAULT_CTX_CAP
 from datatools.analysis.padding_input import analyze_input
 from datatools.analysis.padding_report import plot, render
 from datatools.base.checks import MAX_BATCH, MAX_BUCKETS, MAX_CTX, MAX_WINDOW
-from datatools.cli.common import emit_json, input_options, make_console
+from datatools.cli.common import emit_json, input_options, make_console, result_console
 from datatools.io.paths import display
 
 
@@ -65,20 +65,6 @@ from datatools.io.paths import display
     help="Rows per batch of the loss-weight distortion view (a per-batch mean's batch, or micro-batch).",
 )
 @click.option(
-    "--curriculum",
-    "curriculum",
-    default=None,
-    metavar="L1,L2,...",
-    help="A length curriculum's lengths (tokens, multiples of --tile), e.g. 1024,2048,4096,8192: also count its "
-    "attention FLOPs and padding against fixed-ctx packing at the longest, per schedule (docs/curriculum.md).",
-)
-@click.option(
-    "--tokens-per-batch",
-    type=click.IntRange(1, MAX_BATCH),
-    default=None,
-    help="--curriculum: token slots of every batch (a multiple of every length). Default: 8 rows of the longest.",
-)
-@click.option(
     "--json",
     "json_out",
     type=click.Path(dir_okay=False, allow_dash=True),
@@ -123,8 +109,6 @@ def analyze_padding_command(
     eos_id,
     bin_dtype,
     loss_batch_size,
-    curriculum,
-    tokens_per_batch,
     json_out,
     write_config,
     trainer,
@@ -155,40 +139,19 @@ def analyze_padding_command(
         eos_id=eos_id,
         bin_dtype=bin_dtype,
         loss_batch_size=loss_batch_size,
-        curriculum=_lengths_list(curriculum),
-        tokens_per_batch=tokens_per_batch,
     )
-    console = make_console(stderr=json_out == "-")
+    console = result_console(stderr=json_out == "-")
     render(report, console, source=report.source or display(path))
     if report.loss_distortion is not None:
         from datatools.analysis.loss_distortion import render_loss_distortion
 
         render_loss_distortion(report.loss_distortion, console)
-    if report.curriculum is not None:
-        from datatools.analysis.curriculum import render_curriculum_savings
-
-        render_curriculum_savings(report.curriculum, console)
     if plot_out:
         plot(report, plot_out, source=report.source or display(path))
         console.print(f"plot written to {plot_out}")
     if write_config:
         _write_config(report, write_config, trainer, path, column, tokenizer, maxtext_config, maxtext_set, console)
     emit_json(json_out, report)
-
-
-def _lengths_list(text: str | None) -> tuple[int, ...]:
-    """``--curriculum 1024,2048`` as lengths; a bad list is a usage error naming it."""
-    if not text:
-        return ()
-    try:
-        values = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r} is not a comma list of lengths (tokens)", param_hint="--curriculum"
-        ) from None
-    if not values or min(values) < 1 or max(values) > MAX_CTX:
-        raise click.BadParameter(f"{text!r}: lengths must be 1 to {MAX_CTX:,} tokens", param_hint="--curriculum")
-    return values
 
 
 def _write_config(report, out, trainer, path, column, tokenizer, maxtext_config, maxtext_set, console) -> None:

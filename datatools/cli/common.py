@@ -74,6 +74,15 @@ def make_console(stderr: bool = False):
     return console
 
 
+def result_console(stderr: bool = False):
+    """The console a command prints its result on (:func:`make_console`), the live line of what it was doing
+    cleared first (:func:`datatools.base.progress.doing`): the result never interleaves with a progress line."""
+    from datatools.base.progress import doing
+
+    doing(None)
+    return make_console(stderr=stderr)
+
+
 def emit_json(json_out: str | None, payload) -> None:
     """Write ``payload`` (a :class:`~datatools.base.reports.Report`: its ``to_json()``; else any JSON value) as
     JSON to the file or ``s3://`` / ``gs://`` URL ``json_out`` (atomically), or to stdout when it is ``-``."""

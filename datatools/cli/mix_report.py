@@ -6,7 +6,7 @@ import click
 from rich.table import Table
 
 from datatools.base.progress import count_progress
-from datatools.cli.common import emit_json, make_console
+from datatools.cli.common import emit_json, make_console, result_console
 
 
 @click.command("mix-report")
@@ -55,7 +55,7 @@ def mix_report_command(config, overrides, batches, group_size, json_out):
         name=str(config),
         progress=lambda total: count_progress(err, total, "batches"),
     )
-    console = make_console(stderr=json_out == "-")
+    console = result_console(stderr=json_out == "-")
     table = Table(
         title=(
             f"{config}: {report.batches:,} batches ({report.mode}, epoch: {report.epoch}); weights are "

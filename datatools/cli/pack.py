@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from datatools.base.checks import MAX_CTX, OVERFLOW_POLICIES
-from datatools.cli.common import emit_json, input_options, make_console
+from datatools.cli.common import emit_json, input_options, make_console, result_console
 from datatools.kernels.packing import ALGORITHMS
 
 
@@ -93,7 +93,7 @@ def pack_command(
         eos_id=eos_id,
         bin_dtype=bin_dtype,
     )
-    console = make_console(stderr=json_out == "-")
+    console = result_console(stderr=json_out == "-")
     console.print(
         f"{display(out)}: {report.num_rows:,} rows of {ctx} tokens ({report.num_pieces:,} pieces of "
         f"{report.data['documents']:,} documents), efficiency {report.efficiency:.4%}, "

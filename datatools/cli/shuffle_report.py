@@ -7,7 +7,8 @@ from rich.table import Table
 
 from datatools.analysis.shuffle_quality import shuffle_report
 from datatools.base.checks import MAX_REPORT_RECORDS
-from datatools.cli.common import emit_json, make_console
+from datatools.base.progress import doing
+from datatools.cli.common import emit_json, result_console
 
 LABELS = {
     "none": "no shuffle (storage order)",
@@ -71,6 +72,7 @@ def shuffle_report_command(
     n, io_block_size, window_blocks, group_size, batch_size, lanes, lane_window, seed, epoch, json_out
 ):
     """Distinct groups per batch against a full shuffle's expectation, displacement, and I/O cost."""
+    doing(f"measuring the shuffles of {n:,} records")
     report = shuffle_report(
         n,
         io_block_size=io_block_size,
@@ -82,7 +84,7 @@ def shuffle_report_command(
         lanes=lanes,
         lane_window=lane_window,
     )
-    console = make_console(stderr=json_out == "-")
+    console = result_console(stderr=json_out == "-")
     table = Table(
         title=(
             f"n={n:,} records in groups of {group_size}, batch {batch_size}; block shuffle: "

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from datatools.base.progress import count_progress, doing
 from datatools.cli.common import emit_json, make_console
 from datatools.train.device_errors import device_errors
 from datatools.train.loop import load_train_config, train
@@ -61,20 +63,18 @@ def train_command(config, steps, source, attention, grad_accum_steps, json_out):
     def stall(line: str) -> None:
         err.print(line, markup=False, highlight=False)
 
-    with device_errors():  # XLA out of memory -> DeviceOutOfMemory (exit 1, one line)
-        if err.is_terminal:
-            with Progress(
-                TextColumn("[bold]training"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=err,
-                transient=True,
-            ) as progress:
-                task = progress.add_task("train", total=cfg.train.steps)
-                result = train(cfg, on_step=lambda r: (log(r), progress.advance(task)), on_loader_stall=stall)
-        else:
-            result = train(cfg, on_step=log, on_loader_stall=stall)
+    doing("building the pipeline, compiling the first step")
+    with device_errors(), ExitStack() as bars:  # XLA out of memory -> DeviceOutOfMemory (exit 1, one line)
+        advance: list = []  # the bar, from the first (compiled) step on
+
+        def on_step(rec) -> None:
+            log(rec)
+            if not advance:
+                advance.append(bars.enter_context(count_progress(err, cfg.train.steps, "training steps")))
+            advance[0]()
+
+        result = train(cfg, on_step=on_step, on_loader_stall=stall)
+    doing(None)
     s = result["summary"]
     table = Table(
         title=f"{config}: {s['steps']} steps (rates exclude the first, compiling, step)", title_justify="left"

@@ -7,10 +7,13 @@ exit 2 with one line naming the store and the first bad chunk otherwise.
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+
 import click
 from rich.table import Table
 
-from datatools.cli.common import emit_json, make_console
+from datatools.base.progress import count_progress
+from datatools.cli.common import emit_json, make_console, result_console
 from datatools.io.store_verify import verify_store
 
 
@@ -29,7 +32,7 @@ def verify_command(store, json_out):
     err = make_console(stderr=True)
     with _progress(err) as advance:
         report = verify_store(store, progress=advance)
-    console = make_console(stderr=json_out == "-")
+    console = result_console(stderr=json_out == "-")
     table = Table(title=f"{report.path}: whole (store version {report.version})", title_justify="left")
     table.add_column("check")
     table.add_column("result", justify="right")
@@ -50,40 +53,32 @@ def verify_command(store, json_out):
 
 
 class _progress:
-    """A transient bar (terminals only) fed by verify_store's ``progress(done, total)``; nothing off a terminal."""
+    """verify_store's ``progress(done, total)`` shown by :func:`~datatools.base.progress.count_progress` (a bar
+    on a terminal, plain lines elsewhere): one bar per phase, the chunks' bytes checked, then the tokens decoded."""
+
+    PHASES = (("checking chunks (sha256)", "bytes"), ("checking tokens", "tokens"))
 
     def __init__(self, console):
         self.console = console
-        self.progress = None
-        self.task = None
+        self.stack = ExitStack()
+        self.phase = -1
         self.total = None
+        self.done = 0
+        self.step = None
 
     def __enter__(self):
-        if self.console.is_terminal:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self.progress = Progress(
-                TextColumn("[bold]verifying"),
-                BarColumn(),
-                TextColumn("{task.percentage:>3.0f}%"),
-                TimeRemainingColumn(),
-                console=self.console,
-                transient=True,
-            )
-            self.progress.__enter__()
         return self.advance
 
     def advance(self, done: int, total: int) -> None:
-        if self.progress is None:
-            return
-        if self.task is None or total != self.total:  # a new phase: checksums (bytes), then tokens
-            if self.task is not None:
-                self.progress.remove_task(self.task)
-            self.task = self.progress.add_task("verify", total=max(total, 1))
-            self.total = total
-        self.progress.update(self.task, completed=done)
+        if self.step is None or total != self.total or done < self.done:  # a new phase: checksums, then tokens
+            self.stack.close()
+            self.phase = min(self.phase + 1, len(self.PHASES) - 1)
+            what, unit = self.PHASES[self.phase]
+            self.step = self.stack.enter_context(count_progress(self.console, max(total, 1), what, unit=unit))
+            self.total, self.done = total, 0
+        self.step(done - self.done)
+        self.done = done
 
     def __exit__(self, *exc):
-        if self.progress is not None:
-            self.progress.__exit__(*exc)
+        self.stack.close()
         return False

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from datatools.base.checks import short_repr
+from datatools.base.progress import doing
 from datatools.io import array_record_files, numpy_files, storage
 from datatools.io.discover import Shard, list_shards
 from datatools.io.documents import ArrayDocuments, ChunkedDocuments, DocumentSource, StoreDocuments
@@ -211,6 +212,7 @@ def open_input(
     pattern = _local_pattern(path)
     remote = storage.is_url(path)  # s3:// or gs://: read through datatools.io.storage
     path = storage.url_of(path) if remote else Path(path)
+    doing(f"listing {display(path)}")
     if not pattern and not (storage.exists(path) if remote else path.exists()):
         raise ValueError(f"{display(path)}: no such file or directory")
     if bin_dtype not in BIN_DTYPES:
@@ -376,7 +378,10 @@ def read_lengths_by_shard(
     parts: list[np.ndarray] = []
     docs_in: dict[int, int] = {}
     done_bytes = 0
+    shards = inp.num_shards
     for k, lengths, nbytes in iter_lengths(inp):
+        if k not in docs_in:  # what the command is doing, when no bar shows it (base/progress.py)
+            doing(f"reading the lengths of {display(inp.path)}: shard {k + 1:,} of {shards:,}")
         docs_in[k] = docs_in.get(k, 0) + lengths.size
         if lengths.size:
             parts.append(lengths.astype(np.int32) if int(lengths.max()) <= INT32_MAX else lengths)
@@ -420,6 +425,7 @@ def open_documents(inp: TokenInput, *, progress: Callable[[int, int], None] | No
 
 
 def _open_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) -> DocumentSource:
+    doing(f"reading the {'offsets' if inp.kind in ('store', 'levanter') else 'lengths'} of {display(inp.path)}")
     if inp.kind == "store":
         return StoreDocuments(TokenStore(inp.path))
     if inp.kind == "levanter":  # read like a store: offsets once, token chunks through the bounded cache

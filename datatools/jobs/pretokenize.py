@@ -41,6 +41,7 @@ import numpy as np
 
 from datatools.base.checks import short_repr
 from datatools.base.install import install_command
+from datatools.base.progress import doing
 from datatools.io import storage
 from datatools.io.atomic import atomic_write_text
 from datatools.io.discover import Shard, list_shards
@@ -383,6 +384,7 @@ def pretokenize(
         old = output.with_name(output.name + ".old")
         check_replaceable(output, staging, old, overwrite)  # before any work: what is there is ours to replace
         old_left = old.exists()  # a store an interrupted --overwrite swap moved aside
+    doing(f"reading the tokenizer {display(tokenizer)}")
     encoder = open_encoder(tokenizer, settings=tokenizer_settings, bos=_special(bos), eos=_special(eos))
     options = JobOptions(
         column=column,
@@ -392,7 +394,9 @@ def pretokenize(
         tile=tile,
         tokenizer_settings=tokenizer_settings,
     )
+    doing(f"listing {display(inputs[0])}" + (f" and {len(inputs) - 1} more inputs" if len(inputs) > 1 else ""))
     shards, duplicates = _unique_shards(s for p in inputs for s in list_shards(p))
+    doing(f"checking the column of {len(shards):,} shards")
     for s in {s.files[0]: s for s in shards}.values():
         check_column(s, column)
     job, sources = _fingerprint(shards, encoder.sha256, options)
@@ -485,6 +489,7 @@ def pretokenize(
 
     def shards_in_order():
         for k in range(len(shards)):
+            doing(f"writing the token store: shard {k + 1:,} of {len(shards):,}")
             yield _read_shard(_shard_path(staging, k))
             _fault(f"committing-{k}")
 

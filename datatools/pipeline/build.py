@@ -419,9 +419,12 @@ def _build_canonical(cfg: PipelineConfig, documents=None, history=None) -> Canon
         :func:`open_config_documents`).
       history: a mixture's weight history (:mod:`datatools.pipeline.mixture`); default the config's weights.
     """
+    from datatools.base.progress import doing
+
     docs = open_config_documents(cfg, documents)
     in_memory = bool(getattr(docs, "in_memory", False))
     _warn_if_random_access_thrashes(docs, cfg)
+    doing(f"planning the batches of {len(docs):,} documents")
     schedule, host, efficiency = _host_batches(cfg, docs, history)
     stats_folder = None
     if cfg.workers and not in_memory:  # each worker process counts its reads into a file there

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 import numpy as np
 
+from datatools.base.progress import doing
 from datatools.base.reports import Report
 from datatools.kernels.batch_layouts import to_format
 from datatools.pipeline import PipelineConfig, build_canonical
@@ -16,7 +17,8 @@ from datatools.pipeline.stalls import LoaderReport, StallMeter
 
 @dataclass(frozen=True)
 class RunSettings(Report):
-    """What ran: the source, the mode (planned, streaming, bucketing), prefetch workers, format, rows per batch."""
+    """What ran: the source, the mode (planned, streaming, bucketing, curriculum), prefetch workers, format, rows
+    per batch."""
 
     source: str
     mode: str
@@ -66,9 +68,11 @@ def run_pipeline(
     real = slots = done = 0
     shapes: set[tuple[int, int]] = set()
     first_at = None
-    bar = progress(steps) if progress else nullcontext(lambda: None)
-    try:
-        with bar as advance:
+    workers = f", {cfg.workers} worker processes starting" if cfg.workers else ""
+    doing(f"waiting for the first batch{workers}")
+    with ExitStack() as stack:  # the bar from the first batch on: until then the live line says what is awaited
+        try:
+            advance = None
             for _ in range(steps):
                 try:
                     batch = next(it)
@@ -77,6 +81,7 @@ def run_pipeline(
                 seg = batch["segment_ids"]
                 if first_at is None:
                     first_at = time.perf_counter()
+                    advance = stack.enter_context(progress(steps)) if progress else None
                 else:
                     real += int(np.count_nonzero(seg))
                     slots += seg.size
@@ -88,15 +93,16 @@ def run_pipeline(
                     advance()
                 if step_s:
                     time.sleep(step_s)
-    finally:
-        loader = it.report()
-        it.close()
+        finally:
+            loader = it.report()
+            it.close()
+    doing(None)
     end = time.perf_counter()
     span = end - first_at if first_at is not None and done > 1 else float("nan")
     return PipelineRunReport(
         config=RunSettings(
             source=cfg.source_label,
-            mode="bucketing" if cfg.packing is None else cfg.packing.mode,
+            mode="curriculum" if cfg.curriculum else "bucketing" if cfg.packing is None else cfg.packing.mode,
             workers=cfg.workers,
             format=cfg.format,
             batch_size=cfg.batch_size,
