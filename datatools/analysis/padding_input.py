@@ -37,6 +37,8 @@ def analyze_input(
     maxtext_set: Sequence[str] = (),
     console=None,
     loss_batch_size: int | None = None,
+    curriculum: Sequence[int] = (),
+    tokens_per_batch: int | None = None,
     **input_options,
 ) -> PaddingReport:
     """The padding analysis of the input at ``path`` (any input :func:`~datatools.io.inputs.open_input` reads;
@@ -52,6 +54,9 @@ def analyze_input(
       console: a rich console for progress (reading, simulating); None shows nothing.
       loss_batch_size: rows per batch of the loss-weight distortion view at the recommended ctx
         (:mod:`~datatools.analysis.loss_distortion`); None: 32.
+      curriculum: a length curriculum's lengths (tokens): also count what it saves against fixed-ctx packing at
+        the longest (:mod:`~datatools.analysis.curriculum`), with ``tokens_per_batch`` slots a batch (default 8
+        rows of the longest length).
       input_options: ``column``, ``tokenizer``, ``tokenizer_settings``, ``bos``, ``eos``, ``eos_id``,
         ``bin_dtype`` (see :func:`~datatools.io.inputs.open_input`).
 
@@ -124,8 +129,17 @@ def analyze_input(
         with count_progress(console, 1, "loss weight distortion") as advance:
             distortion = loss_distortion(lengths, **distort)
             advance(1)
+    savings = None
+    if curriculum:
+        from datatools.analysis.curriculum import curriculum_savings
+
+        lengths_k = sorted(int(n) for n in curriculum)
+        savings = curriculum_savings(
+            lengths, lengths_k, tokens_per_batch or 8 * lengths_k[-1], block=tile, schedules=("grow_p2", "mix")
+        )
     return dataclasses.replace(
         report,
+        curriculum=savings,
         maxtext=maxtext,
         source=display(path),
         input=inp.describe(),

@@ -65,6 +65,20 @@ from datatools.io.paths import display
     help="Rows per batch of the loss-weight distortion view (a per-batch mean's batch, or micro-batch).",
 )
 @click.option(
+    "--curriculum",
+    "curriculum",
+    default=None,
+    metavar="L1,L2,...",
+    help="A length curriculum's lengths (tokens, multiples of --tile), e.g. 1024,2048,4096,8192: also count its "
+    "attention FLOPs and padding against fixed-ctx packing at the longest, per schedule (docs/curriculum.md).",
+)
+@click.option(
+    "--tokens-per-batch",
+    type=click.IntRange(1, MAX_BATCH),
+    default=None,
+    help="--curriculum: token slots of every batch (a multiple of every length). Default: 8 rows of the longest.",
+)
+@click.option(
     "--json",
     "json_out",
     type=click.Path(dir_okay=False, allow_dash=True),
@@ -109,6 +123,8 @@ def analyze_padding_command(
     eos_id,
     bin_dtype,
     loss_batch_size,
+    curriculum,
+    tokens_per_batch,
     json_out,
     write_config,
     trainer,
@@ -139,6 +155,8 @@ def analyze_padding_command(
         eos_id=eos_id,
         bin_dtype=bin_dtype,
         loss_batch_size=loss_batch_size,
+        curriculum=_lengths_list(curriculum),
+        tokens_per_batch=tokens_per_batch,
     )
     console = result_console(stderr=json_out == "-")
     render(report, console, source=report.source or display(path))
@@ -146,12 +164,31 @@ def analyze_padding_command(
         from datatools.analysis.loss_distortion import render_loss_distortion
 
         render_loss_distortion(report.loss_distortion, console)
+    if report.curriculum is not None:
+        from datatools.analysis.curriculum import render_curriculum_savings
+
+        render_curriculum_savings(report.curriculum, console)
     if plot_out:
         plot(report, plot_out, source=report.source or display(path))
         console.print(f"plot written to {plot_out}")
     if write_config:
         _write_config(report, write_config, trainer, path, column, tokenizer, maxtext_config, maxtext_set, console)
     emit_json(json_out, report)
+
+
+def _lengths_list(text: str | None) -> tuple[int, ...]:
+    """``--curriculum 1024,2048`` as lengths; a bad list is a usage error naming it."""
+    if not text:
+        return ()
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is not a comma list of lengths (tokens)", param_hint="--curriculum"
+        ) from None
+    if not values or min(values) < 1 or max(values) > MAX_CTX:
+        raise click.BadParameter(f"{text!r}: lengths must be 1 to {MAX_CTX:,} tokens", param_hint="--curriculum")
+    return values
 
 
 def _write_config(report, out, trainer, path, column, tokenizer, maxtext_config, maxtext_set, console) -> None:
