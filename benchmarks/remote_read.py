@@ -89,6 +89,75 @@ def build_store(url: str, tokens: int, seed: int = 0) -> dict:
     return {"documents": int(lengths.shape[0]), "tokens": int(lengths.sum()), "write_s": time.perf_counter() - t0}
 
 
+LEVANTER_INNER, LEVANTER_OUTER = 256 * 1024, 256 * 1024 * 512  # levanter.store.jagged_array's chunking
+
+
+def _levanter_array(url: str, dtype) -> object:
+    """One array of a Levanter cache as ``levanter.store.jagged_array._ts_open_sync`` creates it: zarr v3, shape
+    2^54, outer chunks of 128 Mi elements sharded into inner chunks of 256 Ki, blosc-zstd level 1."""
+    import tensorstore as ts
+
+    from datatools.io.storage import kvstore_spec
+
+    spec = {
+        "driver": "zarr3",
+        "kvstore": kvstore_spec(url),
+        "metadata": {
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [LEVANTER_OUTER]}},
+            "codecs": [
+                {
+                    "name": "sharding_indexed",
+                    "configuration": {
+                        "chunk_shape": [LEVANTER_INNER],
+                        "codecs": [{"name": "blosc", "configuration": {"cname": "zstd", "clevel": 1}}],
+                    },
+                }
+            ],
+        },
+    }
+    return ts.open(spec, create=True, dtype=np.dtype(dtype).name, shape=[2**54]).result()
+
+
+def build_levanter_cache(url: str, tokens: int, seed: int = 0) -> dict:
+    """The same documents as :func:`build_store` (same lengths, same ids) as a finished Levanter cache in the
+    bucket: ``input_ids/{offsets,data}`` (int32 tokens, ``offsets[0]`` the row count) and ``shard_ledger.json``,
+    written in Levanter's layout without Levanter (as ``tests/io/test_levanter_cache.py`` does), one outer
+    chunk (128 Mi tokens) at a time."""
+    from datatools.io import storage
+
+    n = int(tokens / 700)
+    lengths = lognormal_lengths(n, median=400, mean=800, low=1, high=8192, seed=seed)
+    lengths = lengths[: int(np.searchsorted(np.cumsum(lengths), tokens)) + 1]
+    rng = np.random.default_rng(seed + 1)
+    t0 = time.perf_counter()
+    data = _levanter_array(url.rstrip("/") + "/input_ids/data", np.int32)
+    total = int(lengths.sum())
+    ids = np.concatenate(
+        [
+            rng.integers(0, VOCAB, int(lengths[a : a + 50_000].sum()), dtype=np.uint16)
+            for a in range(0, lengths.shape[0], 50_000)
+        ]
+    )  # the same ids as build_store draws, shard by shard
+    for a in range(0, total, LEVANTER_OUTER):
+        b = min(total, a + LEVANTER_OUTER)
+        data[a:b].write(ids[a:b].astype(np.int32)).result()
+    del ids
+    offsets = np.concatenate(([lengths.shape[0]], np.cumsum(lengths))).astype(np.int64)
+    _levanter_array(url.rstrip("/") + "/input_ids/offsets", np.int64)[: offsets.size].write(offsets).result()
+    ledger = {
+        "total_num_rows": int(lengths.shape[0]),
+        "shard_rows": {"00000_data.jsonl": int(lengths.shape[0])},
+        "is_finished": True,
+        "finished_shards": ["00000_data.jsonl"],
+        "field_counts": {"input_ids": total},
+        "field_counts_by_shard": {},
+        "layout": "consolidated",
+        "metadata": {"preprocessor_metadata": {}},
+    }
+    storage.write_text(storage.join(url, "shard_ledger.json"), json.dumps(ledger))
+    return {"documents": int(lengths.shape[0]), "tokens": total, "write_s": time.perf_counter() - t0}
+
+
 def config(url: str, mode: str, hosts: int, workers: int) -> dict:
     return {
         "source": {"path": url},
@@ -164,6 +233,7 @@ def child(spec: dict) -> dict:
         "request_latency_p50_ms": report.request_latency_p50_ms,
         "request_latency_p99_ms": report.request_latency_p99_ms,
         "peak_rss_gb": peak[0] / 1e9,
+        "waited": [[i, round(w * 1e3, 1)] for i, w in enumerate(it.waits) if i and w > it.threshold_s],
     }
 
 
@@ -205,26 +275,42 @@ def run_row(spec: dict, proxy) -> dict:
 
 
 def floor(url: str, proxy, requests: int = 2000, concurrency: int = 32, seed: int = 0) -> dict:
-    """``requests`` ranged GETs of randomly chosen inner chunks (their byte ranges from the shard indices), by a
-    plain loop of ``concurrency`` threads with a boto3 client each, through the proxy: requests/s and MB/s."""
-    import boto3
-
+    """The floor for our token store: ranged GETs of its inner chunks (:func:`plain_gets`)."""
     from datatools.io.store import TokenStore
 
     store = TokenStore(url)
     shards = store.manifest["chunks"]["tokens"]
     keys = sorted((k for k in shards if k.startswith("c/")), key=lambda k: int(k[2:]))
     prefix = url.split("/", 3)[3].rstrip("/") + "/tokens/"
-    s3 = boto3.client("s3", endpoint_url=proxy.url, **{"region_name": S3_ENV["AWS_REGION"]})
-    inner = store.read_granularity
-    per_shard = -(-(1 << 20) // inner)
+    per_shard = -(-(1 << 20) // store.read_granularity)
+    return plain_gets([prefix + k for k in keys], per_shard, "start", proxy, requests, concurrency, seed)
+
+
+def floor_levanter(url: str, proxy, requests: int = 2000, concurrency: int = 32, seed: int = 0) -> dict:
+    """The floor for a Levanter cache: ranged GETs of its data array's inner chunks (index at the shard's end)."""
+    import boto3
+
+    prefix = url.split("/", 3)[3].rstrip("/") + "/input_ids/data/c/"
+    s3 = boto3.client("s3", endpoint_url=proxy.url, region_name=S3_ENV["AWS_REGION"])
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])]
+    return plain_gets(keys, LEVANTER_OUTER // LEVANTER_INNER, "end", proxy, requests, concurrency, seed)
+
+
+def plain_gets(keys, per_shard: int, index_at: str, proxy, requests: int, concurrency: int, seed: int) -> dict:
+    """``requests`` ranged GETs of randomly chosen inner chunks of the shards ``keys`` (their byte ranges from
+    the shard indices, ``per_shard`` entries at the shard's ``index_at``), by a plain loop of ``concurrency``
+    threads with a boto3 client each, through the proxy: requests/s and MB/s."""
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=proxy.url, region_name=S3_ENV["AWS_REGION"])
     index_bytes = per_shard * 16 + 4
+    span_of = f"bytes=0-{index_bytes - 1}" if index_at == "start" else f"bytes=-{index_bytes}"
     ranges = []
     rng = np.random.default_rng(seed)
     for key in rng.choice(keys, size=min(64, len(keys)), replace=False):
-        head = s3.get_object(Bucket=BUCKET, Key=prefix + key, Range=f"bytes=0-{index_bytes - 1}")["Body"].read()
+        head = s3.get_object(Bucket=BUCKET, Key=key, Range=span_of)["Body"].read()
         table = np.frombuffer(head[: per_shard * 16], "<u8").reshape(-1, 2)
-        ranges += [(prefix + key, int(o), int(o + m - 1)) for o, m in table if m and o != (1 << 64) - 1]
+        ranges += [(key, int(o), int(o + m - 1)) for o, m in table if m and o != (1 << 64) - 1]
     picks = [ranges[i] for i in rng.integers(0, len(ranges), requests)]
     local = threading.local()
 
@@ -252,6 +338,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=500, help="simulated steps (host 0 of 4, 2 workers, block)")
     ap.add_argument("--step-time", type=float, default=0.4)
     ap.add_argument("--only", type=int, nargs="*", default=None, help="rows of each latency to run (0-4)")
+    ap.add_argument(
+        "--layout",
+        choices=("datatools", "levanter"),
+        default="datatools",
+        help="what is in the bucket: our token store, or the same documents as a Levanter cache (JSON: "
+        "remote_read_levanter)",
+    )
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -268,16 +361,16 @@ def main() -> None:
         boto3.client("s3", endpoint_url=endpoint, region_name=S3_ENV["AWS_REGION"]).create_bucket(
             Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": S3_ENV["AWS_REGION"]}
         )
-        url = f"s3://{BUCKET}/store"
+        url = f"s3://{BUCKET}/{'store' if args.layout == 'datatools' else 'levanter'}"
         os.environ["AWS_ENDPOINT_URL"] = endpoint
-        made = build_store(url, args.tokens)
+        made = (build_store if args.layout == "datatools" else build_levanter_cache)(url, args.tokens)
         print(f"store: {made['documents']:,} documents, {made['tokens']:,} tokens, written in {made['write_s']:.0f} s")
         port = int(endpoint.rsplit(":", 1)[1])
         with SlowProxy(port, latency_s=0.0, bandwidth_bps=BANDWIDTH) as proxy:
             os.environ["AWS_ENDPOINT_URL"] = proxy.url
             for latency in args.latencies:
                 proxy.latency_s = latency / 1e3
-                fl = floor(url, proxy)
+                fl = floor(url, proxy) if args.layout == "datatools" else floor_levanter(url, proxy)
                 plan = [
                     ("block, streaming (lanes)", 1, 0, 0.0),
                     ("block, streaming (lanes)", 4, 2, 0.0),
@@ -315,8 +408,8 @@ def main() -> None:
                     print(f"  {rows[-1]} build {r['build_s']:.1f} s", flush=True)
                 results.append({"latency_ms": latency, "floor": fl})
     print_table(
-        f"Token store in S3 (moto) behind a proxy at 50 MB/s per connection: {made['tokens'] / 1e6:,.0f}M tokens, "
-        f"ctx 8192, global batch 128",
+        f"{'Token store' if args.layout == 'datatools' else 'Levanter cache'} in S3 (moto) behind a proxy at "
+        f"50 MB/s per connection: {made['tokens'] / 1e6:,.0f}M tokens, ctx 8192, global batch 128",
         [
             "latency",
             "pipeline",
@@ -330,7 +423,10 @@ def main() -> None:
         ],
         rows,
     )
-    path = write_json("remote_read", {"store": made, "rows": results, "args": vars(args)})
+    path = write_json(
+        "remote_read" if args.layout == "datatools" else "remote_read_levanter",
+        {"store": made, "rows": results, "args": vars(args)},
+    )
     print(f"wrote {path}")
 
 

@@ -25,6 +25,7 @@ epochs.
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 import time
@@ -42,6 +43,8 @@ READ_AHEAD = 8  # batches whose reads start before they are asked for (the sourc
 FIRST_BATCH_ALONE_S = 120.0  # the most other batches wait for a process's first batch (seconds)
 FIRST_BATCH_GATHER_S = 0.02  # how long the first calls are gathered to find the lowest batch among them
 MAX_STRIDE = 64  # the largest gap between batches one process reads that is taken as its stride
+BATCHES_IN_FLIGHT = 2  # a batch's reads wait while this many lower batches of the process are being read
+TURN_WAIT_S = 60.0  # the most a batch waits for its turn (seconds)
 
 
 def empty_rows(rows: int, length: int, pad_id: int, *, fill_from: int = 0) -> dict[str, np.ndarray]:
@@ -138,10 +141,14 @@ class HostBatchesMapDataset(grain.MapDataset):
       schedule: the global batches (see the module docstring).
       index, count: this host and the number of hosts; every batch height must divide by ``count``.
       num_epochs: epochs to run; None: repeat forever.
+      stride: the gap between the batches one process reads, as expected (Grain worker ``w`` of ``P`` reads
+        batches ``w, w + P, ...``: pass ``P``); read-ahead follows it from the first batch, and corrects it to
+        the gcd of the gaps it sees.
     """
 
-    def __init__(self, schedule, *, index: int = 0, count: int = 1, num_epochs: int | None = 1):
+    def __init__(self, schedule, *, index: int = 0, count: int = 1, num_epochs: int | None = 1, stride: int = 1):
         super().__init__()
+        self._stride = check_int(stride, "stride", minimum=1)
         self._count = check_int(count, "host count", minimum=1)
         self._index = check_int(index, "host index", minimum=0)
         if self._index >= self._count:
@@ -156,10 +163,12 @@ class HostBatchesMapDataset(grain.MapDataset):
         self._epochs = None if num_epochs is None else check_int(num_epochs, "num_epochs", minimum=1)
         self._ends = [0]  # cumulative batches at the end of each epoch computed so far
         self._lock = threading.Lock()
-        self._last, self._step, self._ahead = -1, 1, -1  # read-ahead: last batch asked for, stride, prefetched
+        self._last, self._step, self._ahead = -1, self._stride, -1  # read-ahead: last batch asked for, stride, prefetched
         self._served = 0  # batches this process has read (the read-ahead deepens with it)
         self._first: threading.Event | None = None  # set when this process's first batch is read
         self._lead, self._lead_started = -1, False  # the first batch to read, and whether its read began
+        self._turn = threading.Condition()  # batches being read (or waiting to be) in this process, by index
+        self._active: set[int] = set()
         self.stats_folder: str | None = None  # where a worker process writes its read counters (read_stats)
         if schedule.num_batches(0) == 0:
             raise ValueError(
@@ -168,13 +177,14 @@ class HostBatchesMapDataset(grain.MapDataset):
             )
 
     def __getstate__(self):
-        fresh = {"_last": -1, "_step": 1, "_ahead": -1, "_served": 0, "_first": None, "_lead": -1}
-        fresh["_lead_started"] = False
-        return {k: v for k, v in self.__dict__.items() if k != "_lock"} | fresh
+        fresh = {"_last": -1, "_step": self._stride, "_ahead": -1, "_served": 0, "_first": None, "_lead": -1}
+        fresh["_lead_started"], fresh["_active"] = False, set()
+        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_turn")} | fresh
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._turn = threading.Condition()
 
     @property
     def shapes(self) -> list[tuple[int, int]]:
@@ -208,18 +218,22 @@ class HostBatchesMapDataset(grain.MapDataset):
     def _read_ahead(self, index: int) -> None:
         """Start the reads of batch ``index`` and of this host's next batches (in the stride this process reads
         them: a Grain worker of P reads every P-th batch), nearest first, each batch once: its own reads go
-        first, then the read-ahead deepens by one batch per batch read, up to :data:`READ_AHEAD` (the first batch
-        does not queue behind eight others). The source bounds the bytes read ahead and says whether it took a
+        first, then those of the next ``n`` batches, ``n`` the batches read so far up to :data:`READ_AHEAD` (the
+        first batch is read with one more, and does not queue behind eight others). The source bounds the bytes read ahead and says whether it took a
         batch whole."""
         prefetch = getattr(getattr(self._schedule, "docs", None), "prefetch", None)
         if prefetch is None or not hasattr(self._schedule, "pieces"):
             return
         with self._lock:
-            step = index - self._last if 0 < index - self._last <= MAX_STRIDE else self._step
-            self._last, self._step = index, step
+            gap = abs(index - self._last)
+            if self._last >= 0 and 0 < gap <= MAX_STRIDE:  # the stride: the gcd of the gaps seen (calls come in
+                self._step = math.gcd(self._step, gap)  # any order) and of the one expected
+            self._last = index
             self._served += 1
+            step = self._step
             depth = min(READ_AHEAD, self._served)
-            first = index if self._ahead < index else self._ahead + step
+            aligned = self._ahead >= index and (self._ahead - index) % step == 0
+            first = self._ahead + step if aligned else index
         for k in range(first, index + depth * step + 1, step):
             if self._epochs is not None and k >= len(self):
                 break
@@ -239,12 +253,32 @@ class HostBatchesMapDataset(grain.MapDataset):
         leader, first = self._elect_first(int(index))
         if not leader and not first.is_set():  # the first batch reads alone, before the reads of those after it
             first.wait(FIRST_BATCH_ALONE_S)
+        self._wait_turn(int(index))
         try:
             self._read_ahead(int(index))
             return self._schedule.read(epoch, j, *self._rows(epoch, j))
         finally:
             if leader:
                 first.set()
+            with self._turn:
+                self._active.discard(int(index))
+                self._turn.notify_all()
+
+    def _wait_turn(self, index: int) -> None:
+        """Wait while :data:`BATCHES_IN_FLIGHT` lower batches of this process are being read or wait to be.
+
+        Grain's reader threads ask for several batches at once; read all together, the reads of the batch the
+        step needs next queue behind those of later batches (a sharded store's reads come in two rounds: the
+        shard index, then the chunks, and the second round joins the back of the queue). In index order, the
+        next batch's reads go first; read-ahead (:meth:`_read_ahead`) still fetches the later batches."""
+        with self._turn:
+            self._active.add(index)
+            deadline = time.monotonic() + TURN_WAIT_S
+            while sum(1 for i in self._active if i < index) >= BATCHES_IN_FLIGHT:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._turn.wait(left)
 
     def _elect_first(self, index: int) -> tuple[bool, threading.Event]:
         """Whether this call reads the process's first batch, alone (and the event set when it is read). Grain's

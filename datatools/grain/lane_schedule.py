@@ -13,8 +13,9 @@ Lanes keep the shuffle's randomness at the level of io blocks and make the reads
 * there are ``L = batch_size * lane_period`` lanes; block ``q`` of that order goes to lane ``q % L``;
   a lane's documents are its blocks' documents in order, packed ``window`` documents at a time
   (each window planned from its lengths, its rows put in a seeded order, as streaming packing does);
-  lane ``l``'s windows are cut ``l * window / L`` documents early, so lanes start new windows at
-  different steps and the reads are spread evenly over the epoch;
+  lane ``l``'s windows are cut ``((l * g) % L) * window / L`` documents early (``g`` coprime to ``L``, near
+  ``L / golden ratio``), so lanes start new windows at different steps, the reads are spread evenly over the
+  epoch, and every host's lanes have staggers spread over the whole window;
 * row ``r`` of global batch ``j`` is row ``j // P`` of lane ``r * P + j % P`` (``P = lane_period``).
 
 So the rows a host owns (``[h * B / N, (h + 1) * B / N)``) come from its own lanes only: no two hosts
@@ -34,6 +35,7 @@ with ``drop_remainder``).
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -44,6 +46,16 @@ from datatools.base.checks import check_int
 from datatools.grain.streaming_schedule import RowsPlanSchedule, plan_window, rows_of
 from datatools.kernels.packing import PackPlan, cut_pieces
 from datatools.kernels.shuffle import lane_blocks
+
+
+def _spread(lanes: int) -> int:
+    """A multiplier coprime to ``lanes`` near ``lanes / golden ratio``: lane ``l``'s window stagger is
+    ``(l * spread) % lanes`` of ``lanes`` parts of a window, so any run of consecutive lanes (one host's rows, a
+    worker's phase) has staggers spread over the whole window, not bunched at one end (a low-discrepancy order)."""
+    g = max(1, round(lanes * 0.6180339887))
+    while math.gcd(g, lanes) != 1:
+        g += 1
+    return g
 
 
 @dataclass
@@ -133,12 +145,13 @@ class LaneSchedule(RowsPlanSchedule):
         row_starts: list[np.ndarray] = []
         tail: list[np.ndarray] = []
         counts = np.zeros(L, np.int64)
+        spread = _spread(L)
         for blocks in blocks_of:
             lane = len(lane_cum)
             cum = np.concatenate(([0], np.cumsum(np.minimum(S, self.n - blocks * S))))  # the last block may be short
             lane_cum.append(cum)
             n_lane = int(cum[-1])
-            shift = (lane * self.window) // L  # staggered: lanes begin windows at different steps
+            shift = ((lane * spread) % L * self.window) // L  # staggered: lanes begin windows at different steps
             c = np.arange(self.window - shift, n_lane, self.window, dtype=np.int64)
             c = np.concatenate(([0], c[c > 0], [n_lane])) if n_lane else np.zeros(1, np.int64)
             cuts.append(c)

@@ -404,7 +404,13 @@ def _host_batches(cfg: PipelineConfig, docs, history=None):
 
     schedule, efficiency = _schedule(cfg, docs, history)
     try:
-        host = HostBatchesMapDataset(schedule, index=cfg.shard.index, count=cfg.shard.count, num_epochs=cfg.num_epochs)
+        host = HostBatchesMapDataset(
+            schedule,
+            index=cfg.shard.index,
+            count=cfg.shard.count,
+            num_epochs=cfg.num_epochs,
+            stride=max(1, cfg.workers),  # Grain worker w of P reads batches w, w + P, ...
+        )
     except ValueError as exc:
         raise ValueError(f"config: batch_size={cfg.batch_size}, shard.count={cfg.shard.count}: {exc}") from None
     return schedule, host, efficiency
