@@ -173,6 +173,11 @@ def pipeline_config(
         data["source"] = {"path": str(files)}
     if data.get("bucketing") is not None:
         raise ValueError("MaxText trains on fixed (batch, max_target_length) shapes: use packing, not bucketing")
+    if data.get("curriculum") is not None:
+        raise ValueError(
+            "MaxText trains on one (batch, max_target_length) shape per run: a curriculum's batches of several "
+            "lengths need a trainer that takes a sequence length per step (datatools train; docs/curriculum.md)"
+        )
     data.setdefault("packing", {})
     _agree(data, "packing", "ctx", ctx, "max_target_length")
     _agree(data, None, "batch_size", global_batch, "global_batch_size_to_load")  # global, as MaxText's

@@ -56,6 +56,10 @@ def test_maxtext_keys_become_the_pipeline(store):
         ({"batch_size": 3}, "batch_size=3 contradicts"),
         ({"format": "hf"}, "format='hf' contradicts"),
         ({"bucketing": {"num_buckets": 2}}, "use packing, not bucketing"),
+        (
+            {"curriculum": {"lengths": [32, 64], "tokens_per_batch": 128, "tile": 32}},
+            "one \\(batch, max_target_length\\) shape per run: a curriculum's batches of several lengths",
+        ),
     ],
 )
 def test_contradictions_are_errors(pipeline, match):
