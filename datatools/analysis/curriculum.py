@@ -50,6 +50,7 @@ class CurriculumSavings(Report):
     block: int  # attention tile (tokens)
     tokens: int
     batches: list[int]  # per length, one epoch
+    pack_length: int  # the length whose rows hold the packed remainders (tokens)
     curriculum_slots: int
     curriculum_pairs: int  # in-document causal pairs
     curriculum_causal_pairs: int  # every causal tile of every row of every batch, x block^2
@@ -153,6 +154,7 @@ def curriculum_savings(
         block=int(block),
         tokens=rows.tokens,
         batches=[int(b) for b in batches],
+        pack_length=rows.pack_length,
         curriculum_slots=rows.slots,
         curriculum_pairs=int(pairs),
         curriculum_causal_pairs=causal,

@@ -129,3 +129,15 @@ def test_four_levanter_hosts_each_read_their_quarter(store, seed, step):
     assert whole_bytes > 0
     assert sum(host_bytes) == whole_bytes
     assert all(0 < b < whole_bytes / 2 for b in host_bytes)
+
+
+def test_a_curriculum_is_refused_naming_its_lengths(store):
+    """Levanter's DataLoader fixes every batch's shape from one exemplar: a curriculum's lengths are refused."""
+    config = {
+        "source": {"path": str(store)},
+        "curriculum": {"lengths": [64, 128], "tokens_per_batch": 1024, "tile": 64},
+    }
+    with pytest.raises(
+        ValueError, match=r"Levanter trains on rows of one length; this pipeline makes rows of \[64, 128\]"
+    ):
+        PipelineRows(config)
