@@ -14,10 +14,14 @@ run as a non-root user (uid 65534 via setpriv when run as root), must give exit 
 Issue 36's cases (tests/fuzz/issue36_cases.py), each in a child process with its time and peak memory measured:
 a tokenizer whose regex panics in Rust, an S3 endpoint that accepts and never answers (<= 30 s), a manifest that
 is a link to /dev/urandom or 8 GiB long, a 300 MB Parquet cell (< 1 GiB), a 50 MB line through pretokenize
-(< 1 GiB), edited plan files (exit 2 naming the file), a user's file in a store under --overwrite (kept), and
-the rerun of the same job on a damaged store (repaired byte-identical).
+(< 1 GiB), edited plan files (exit 2 naming the file), a user's file in a store under --overwrite (kept), the
+rerun of the same job on a damaged store (repaired byte-identical), 9 kinds of damage each repaired by the very
+command its error names, a chunk swapped / from another store / rewritten through tensorstore (pipeline: exit 2
+naming it), --overwrite at an S3 bucket root holding other objects (refused, every object kept) and a store at a
+bucket root replaced within it (a moto server), stores of two tokenizers mixed (refused), token ids of 2^40
+(refused), weights near 1e308 (their ratios) and --workers 64 (capped, with the reason).
 
-    python scripts/fuzz_report.py [--skip-issue36]
+    python scripts/fuzz_report.py [--skip-issue36 | --only-issue36]
 """
 
 from __future__ import annotations
@@ -55,9 +59,13 @@ from issue36_cases import issue36_cases  # noqa: E402
 
 def main() -> int:
     outcomes: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    only36 = "--only-issue36" in sys.argv
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         store = make_world(tmp)
+        if only36:
+            _issue36(outcomes, tmp, store)
+            return _table(outcomes)
         for args in cli_cases(str(store), str(tmp)):
             status, out, err = run_cli(args)
             err = "".join(
@@ -130,16 +138,7 @@ def main() -> int:
             "clean (exit 1, one line)" if clean else f"exit {status}: {err[:60]}"
         ] += 1
         if "--skip-issue36" not in sys.argv:
-            from conftest import stdlib_texts
-
-            for where, run in issue36_cases(tmp, store, tmp / "tok.json", stdlib_texts(2)):
-                t0 = time.perf_counter()
-                try:
-                    kind = run()
-                except Exception as exc:  # noqa: BLE001 -- a case that cannot be set up is reported, not hidden
-                    kind = f"case failed to run ({type(exc).__name__}: {str(exc)[:60]})"
-                outcomes[f"issue 36: {where}"][kind] += 1
-                print(f"{where}: {kind} ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+            _issue36(outcomes, tmp, store)
     for name, thunk in function_cases():
         try:
             thunk()
@@ -154,6 +153,25 @@ def main() -> int:
             kind = f"{type(exc).__name__}"
         outcomes[f"library: {name.split()[0]}"][kind] += 1
 
+    return _table(outcomes)
+
+
+def _issue36(outcomes: dict[str, collections.Counter], tmp: Path, store: Path) -> None:
+    """Issue 36's cases (tests/fuzz/issue36_cases.py), each in measured child processes, into ``outcomes``."""
+    from conftest import stdlib_texts
+
+    for where, run in issue36_cases(tmp, store, tmp / "tok.json", stdlib_texts(2)):
+        t0 = time.perf_counter()
+        try:
+            kind = run()
+        except Exception as exc:  # noqa: BLE001 -- a case that cannot be set up is reported, not hidden
+            kind = f"case failed to run ({type(exc).__name__}: {str(exc)[:60]})"
+        outcomes[f"issue 36: {where}"][kind] += 1
+        print(f"{where}: {kind} ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+
+
+def _table(outcomes: dict[str, collections.Counter]) -> int:
+    """Print the table of outcomes by where they were tried; 1 when any is not clean."""
     print("| where | tried | outcomes |")
     print("|---|---:|---|")
     total = collections.Counter()

@@ -252,3 +252,291 @@ def issue36_cases(tmp: Path, store: Path, tokenizer: Path, texts: list[str]) -> 
 
     for harm_name in ("chunk deleted", "chunk truncated", "byte flipped"):
         yield f"rerun on a damaged store ({harm_name})", lambda h=harm_name: repair(h)
+
+    # item 1: every store error names a command that repairs; that very command is run
+    yield from repair_named_cases(root, t)
+
+    # item 3: reads that verify what they read
+    yield from read_integrity_cases(root)
+
+    # item 2: a bucket root (a real S3 server: moto)
+    yield from bucket_root_cases(root, t)
+
+    # item 8: tokenizers of a mixture, token ids over 2^31, weights near 1e308, --workers 64
+    yield from smaller_cases(root, store, tokenizer, texts)
+
+
+def _repair_line(err: str, inputs: Path, tokenizer: Path) -> list[str] | None:
+    """The command after ``repair:`` in the error line as ``datatools`` arguments (placeholders of a store whose
+    manifest does not read filled with the job's input and tokenizer), or None when the line names none."""
+    import shlex
+
+    lines = [x for x in err.splitlines() if x.startswith("datatools: error:")]
+    if not lines or "; repair: datatools pretokenize " not in lines[-1]:
+        return None
+    command = lines[-1].split("; repair: ", 1)[1].split(" (the job that wrote it)")[0]
+    command = command.replace("INPUTS...", shlex.quote(str(inputs))).replace("TOKENIZER", shlex.quote(str(tokenizer)))
+    return shlex.split(command)[1:]
+
+
+def repair_named_cases(root: Path, t: list) -> Iterator[tuple[str, Callable[[], str]]]:
+    """Each of 9 kinds of damage: ``verify`` refuses it (exit 2, one line ending in a repair command); the command
+    it names, run as written, rebuilds the store byte-identical and ``verify`` then passes."""
+
+    def files(out: Path) -> dict:
+        return {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+    def flip(f: Path) -> None:
+        data = bytearray(f.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        f.write_bytes(bytes(data))
+
+    def edit(f: Path) -> None:
+        m = json.loads(f.read_text())
+        m["num_documents"] -= 1
+        f.write_text(json.dumps(m))
+
+    harms: dict[str, Callable[[Path], None]] = {
+        "tokens chunk deleted": lambda s: (s / "tokens" / "c" / "0").unlink(),
+        "tokens chunk truncated": lambda s: (s / "tokens" / "c" / "0").write_bytes(b"\x00" * 10),
+        "tokens chunk emptied": lambda s: (s / "tokens" / "c" / "0").write_bytes(b""),
+        "byte flipped in a tokens chunk": lambda s: flip(s / "tokens" / "c" / "0"),
+        "offsets chunk deleted": lambda s: (s / "offsets" / "c" / "0").unlink(),
+        "offsets metadata deleted": lambda s: (s / "offsets" / "zarr.json").unlink(),
+        "tokens metadata truncated": lambda s: (s / "tokens" / "zarr.json").write_bytes(b'{"zarr'),
+        "manifest disagrees with the arrays": lambda s: edit(s / "manifest.json"),
+        "manifest no longer JSON": lambda s: (s / "manifest.json").write_bytes(b'{"format": "datatools-tok'),
+    }
+
+    def case(name: str) -> str:
+        out = root / f"named-{name.replace(' ', '-')}"
+        inputs = root / "one.jsonl"
+        first = run_measured(["pretokenize", inputs, out, *t], seconds=120)
+        if first.status != 0:
+            return f"first run failed: {first.err[-80:]}"
+        intact = files(out)
+        harms[name](out)
+        refused = run_measured(["verify", out], seconds=120)
+        verdict = _verdict(refused, 2, [str(out)])
+        if not verdict.startswith("clean"):
+            return f"verify: {verdict}"
+        args = _repair_line(refused.err, inputs, t[1])
+        if args is None:
+            return "the error names no repair command"
+        repaired = run_measured(args, seconds=120)
+        if repaired.status != 0:
+            return f"the named command failed: exit {repaired.status}: {repaired.err[-80:]}"
+        if files(out) != intact:
+            return "silently wrong (the named command did not repair)"
+        again = run_measured(["verify", out], seconds=120)
+        return "clean (exit 2 naming the repair; repaired byte-identical)" if again.status == 0 else "still damaged"
+
+    for name in harms:
+        yield f"the command a store error names repairs it ({name})", lambda n=name: case(n)
+
+
+def _shards_store(path: Path, values: list[int]) -> None:
+    """A store of ``len(values)`` stored objects (shards), shard k all ``values[k]``: the same compressed sizes."""
+    from datatools.io.store import TOKEN_CHUNK, write_store
+
+    flat = np.repeat(np.asarray(values, np.uint16), TOKEN_CHUNK)
+    lengths = np.full(len(values) * 8, TOKEN_CHUNK // 8, np.int64)
+    write_store(
+        path, [(flat, lengths)], num_tokens=flat.size, num_documents=lengths.size, dtype=np.uint16,
+        manifest={"vocab_size": 1000},
+    )  # fmt: skip
+
+
+def read_integrity_cases(root: Path) -> Iterator[tuple[str, Callable[[], str]]]:
+    """A chunk swapped with another of the same size, one from another store, one rewritten through tensorstore:
+    ``pipeline`` refuses each (exit 2, one line naming the chunk), never trains on it."""
+
+    def pipeline(store: Path, chunk: str) -> str:
+        cfg = root / f"{store.name}.yaml"
+        cfg.write_text(
+            f"source: {{path: {store}}}\npacking: {{ctx: 4096, mode: streaming}}\nbatch_size: 64\n"
+            "shuffle: {kind: none}\n"
+        )
+        run = run_measured(["pipeline", cfg, "--steps", "40", "--workers", "0"], seconds=180)
+        if run.status == 0:
+            return "silently wrong (read as data)"
+        return _verdict(run, 2, [chunk], seconds=180)
+
+    def swapped() -> str:
+        s = root / "swapped"
+        _shards_store(s, [3, 4, 5])
+        a, b = s / "tokens" / "c" / "0", s / "tokens" / "c" / "1"
+        da, db = a.read_bytes(), b.read_bytes()
+        a.write_bytes(db)
+        b.write_bytes(da)
+        return pipeline(s, "tokens/c/0")
+
+    def foreign() -> str:
+        s, o = root / "foreign", root / "foreign-other"
+        _shards_store(s, [3, 4, 5])
+        _shards_store(o, [3, 9, 5])
+        shutil.copyfile(o / "tokens" / "c" / "1", s / "tokens" / "c" / "1")
+        return pipeline(s, "tokens/c/1")
+
+    def rewritten() -> str:
+        import tensorstore as ts
+
+        from datatools.io.store import TOKEN_CHUNK, zarr_spec
+
+        s = root / "rewritten"
+        _shards_store(s, [3, 4, 5])
+        arr = ts.open(zarr_spec(s / "tokens"), open=True).result()
+        arr[TOKEN_CHUNK : 2 * TOKEN_CHUNK].write(np.full(TOKEN_CHUNK, 8, np.uint16)).result()
+        return pipeline(s, "tokens/c/1")
+
+    yield "a chunk swapped with another of the same size: pipeline", swapped
+    yield "a chunk of another store: pipeline", foreign
+    yield "a chunk rewritten through tensorstore: pipeline", rewritten
+
+
+@contextmanager
+def _moto(root: Path) -> Iterator[str]:
+    """A moto S3 server on loopback for the cases' children; its URL."""
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = open(root / "moto.log", "wb")  # noqa: SIM115 -- closed below
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"moto_server did not start: {(root / 'moto.log').read_text()[-200:]}") from None
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+
+
+def bucket_root_cases(root: Path, t: list) -> Iterator[tuple[str, Callable[[], str]]]:
+    """``--overwrite`` of a store at a bucket root holding other objects: refused, every object kept, no other
+    bucket touched; a store at an otherwise empty bucket root: written, then replaced, within that bucket."""
+    import boto3
+
+    def client(endpoint: str):
+        return boto3.client(
+            "s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
+            region_name="eu-west-1",
+        )  # fmt: skip
+
+    def objects(c, bucket: str) -> dict:
+        keys = [o["Key"] for o in c.list_objects_v2(Bucket=bucket).get("Contents", [])]
+        return {k: c.get_object(Bucket=bucket, Key=k)["Body"].read() for k in keys}
+
+    def refused() -> str:
+        with _moto(root) as endpoint:
+            c, env = client(endpoint), _s3_env(endpoint)
+            c.create_bucket(Bucket="root-refused", CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
+            first = run_measured(["pretokenize", root / "one.jsonl", "s3://root-refused", *t], seconds=120, env=env)
+            if first.status != 0:
+                return f"first run failed: {first.err[-80:]}"
+            c.put_object(Bucket="root-refused", Key="unrelated/data.txt", Body=b"someone else's")
+            before = objects(c, "root-refused")
+            run = run_measured(
+                ["pretokenize", root / "aaa.jsonl", "s3://root-refused", *t, "--overwrite"], seconds=120, env=env
+            )
+            verdict = _verdict(run, 2, ["unrelated/data.txt"])
+            if objects(c, "root-refused") != before:
+                return "destructive (objects changed or deleted)"
+            if [x["Name"] for x in c.list_buckets()["Buckets"]] != ["root-refused"]:
+                return "another bucket was used"
+            return verdict
+
+    def replaced() -> str:
+        with _moto(root) as endpoint:
+            c, env = client(endpoint), _s3_env(endpoint)
+            c.create_bucket(Bucket="root-replaced", CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
+            for inputs, extra in ((root / "one.jsonl", []), (root / "aaa.jsonl", ["--overwrite"])):
+                run = run_measured(["pretokenize", inputs, "s3://root-replaced", *t, *extra], seconds=120, env=env)
+                if run.status != 0:
+                    return f"exit {run.status}: {run.err.strip()[-100:]}"
+            keys = set(objects(c, "root-replaced"))
+            if any(k.startswith(".partial") for k in keys) or [x["Name"] for x in c.list_buckets()["Buckets"]] != [
+                "root-replaced"
+            ]:
+                return "staging left or another bucket used"
+            ok = run_measured(["verify", "s3://root-replaced"], seconds=120, env=env)
+            return "clean (exit 0, written and replaced in its bucket)" if ok.status == 0 else "store unreadable"
+
+    yield "--overwrite at a bucket root holding other objects (S3)", refused
+    yield "a store at a bucket root written and replaced in that bucket (S3)", replaced
+
+
+def smaller_cases(
+    root: Path, store: Path, tokenizer: Path, texts: list[str]
+) -> Iterator[tuple[str, Callable[[], str]]]:
+    """Stores of two tokenizers mixed, token ids of 2^40, weights near 1e308, ``--workers 64``."""
+
+    def mixed_tokenizers() -> str:
+        from datatools.jobs.demo_data import train_tokenizer
+
+        other = train_tokenizer(texts[:1], root / "other-tok.json", vocab_size=280)
+        a, b = root / "mix-a", root / "mix-b"
+        for out, tok in ((a, tokenizer), (b, other)):
+            if not out.exists():
+                run = run_measured(["pretokenize", root / "one.jsonl", out, "--tokenizer", tok], seconds=120)
+                if run.status != 0:
+                    return f"pretokenize failed: {run.err[-80:]}"
+        cfg = root / "mix.yaml"
+        cfg.write_text(
+            f"sources:\n  - {{path: {a}, weight: 1}}\n  - {{path: {b}, weight: 1}}\n"
+            "packing: {ctx: 256, mode: streaming}\nbatch_size: 2\n"
+        )
+        run = run_measured(["pipeline", cfg, "--steps", "1", "--workers", "0"], seconds=120)
+        return "silently wrong (mixed)" if run.status == 0 else _verdict(run, 2, ["mix-a", "mix-b"], seconds=120)
+
+    def huge_ids() -> str:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = root / "ids.parquet"
+        pq.write_table(pa.table({"input_ids": [[1, 2, 1 << 40], [3, 4]]}), path)
+        run = run_measured(["analyze-padding", path, "--ctx", "64"], seconds=120)
+        return "silently wrong (accepted)" if run.status == 0 else _verdict(run, 2, ["ids.parquet"], seconds=120)
+
+    def huge_weights() -> str:
+        cfg = root / "weights.yaml"
+        cfg.write_text(
+            f"sources:\n  - {{path: {store}, weight: 1.0e+308, name: a}}\n  - {{path: {store}, weight: 5.0e+307, "
+            "name: b}\npacking: {ctx: 512, mode: streaming}\nbatch_size: 4\n"
+        )
+        run = run_measured(["mix-report", cfg, "--batches", "5", "--json", "-"], seconds=120)
+        if run.status != 0:
+            return _verdict(run, 0)
+        weights = [s["weight"] for s in json.loads(run.out)["sources"]]
+        ok = abs(weights[0] - 2 / 3) < 1e-9 and abs(weights[1] - 1 / 3) < 1e-9
+        return "clean (exit 0, weights 2/3 and 1/3)" if ok else f"silently wrong (weights {weights})"
+
+    def many_workers() -> str:
+        cfg = root / "workers.yaml"
+        cfg.write_text(f"source: {{path: {store}}}\npacking: {{ctx: 512, mode: streaming}}\nbatch_size: 2\n")
+        run = run_measured(["pipeline", cfg, "--steps", "2", "--workers", "64"], seconds=300, max_rss=8 << 30)
+        verdict = _verdict(run, 0, seconds=240, rss=8 << 30)
+        if verdict.startswith("clean") and "capped at" not in run.err:
+            return "no word of the cap"
+        return verdict.replace("clean (exit 0", "clean (exit 0, capped with its reason")
+
+    yield "stores of two tokenizers mixed: pipeline", mixed_tokenizers
+    yield "token id 2^40 in a token column: analyze-padding", huge_ids
+    yield "weights near 1e308: mix-report", huge_weights
+    yield "--workers 64: pipeline", many_workers
