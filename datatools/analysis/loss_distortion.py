@@ -188,31 +188,34 @@ def loss_distortion(
 
 def render_loss_distortion(view: LossDistortion, console) -> None:
     """The two views as one rich table: what share of documents a naive mean over- or under-weights."""
-    from rich.table import Table
+    from datatools.base.tables import fitted_table
 
-    table = Table(
-        title=f"loss weight distortion at ctx {view.ctx:,} ({view.algorithm}, batches of "
+    title = (
+        f"loss weight distortion at ctx {view.ctx:,} ({view.algorithm}, batches of "
         f"{view.batch_size} rows): documents' weight relative to the unpacked objective"
         + (
             ""
             if view.selection == "all"
             else f"; on {view.documents_analyzed:,} of {view.documents_total:,} documents ({view.selection})"
-        ),
-        title_justify="left",
+        )
     )
-    for col in ("averaging", "vs unpacked", "documents", "> 2x", "< 0.5x", "p1", "p10", "p50", "p90", "p99", "max"):
-        table.add_column(col, justify="left" if col in ("averaging", "vs unpacked") else "right")
+    columns = ("averaging (vs unpacked)", "documents", "> 2x", "< 0.5x", "p1", "p10", "p50", "p90", "p99", "max")
+    rows = []
     for d in (view.row_mean, view.batch_mean):
         label = {"row_mean": "per-row mean", "batch_mean": "per-batch mean"}[d.averaging]
-        table.add_row(
-            label,
-            f"loss_weighting: {d.reference}",
-            f"{d.documents:,}",
-            f"{d.over_2x:.1%}",
-            f"{d.under_half:.1%}",
-            *(f"{v:.2f}" for v in d.quantiles.values()),
-            f"{d.max:.2f}",
+        rows.append(
+            [
+                f"{label} (vs loss_weighting: {d.reference})",
+                f"{d.documents:,}",
+                f"{d.over_2x:.1%}",
+                f"{d.under_half:.1%}",
+                *(f"{v:.2f}" for v in d.quantiles.values()),
+                f"{d.max:.2f}",
+            ]
         )
+    # on a narrow console the outer quantiles go first, then the documents (base/tables.py)
+    drop_first = ("p1", "p99", "p10", "p90", "documents")
+    table, _ = fitted_table(title, columns, rows, console.width, drop_first=drop_first)
     console.print(table)
     console.print(
         "loss_weighting: token or document (with the step dividing by the global weight sum) keeps "

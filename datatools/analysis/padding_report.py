@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from datatools.analysis.padding_result import PaddingReport
+from datatools.base.tables import fitted_table
 from datatools.io import storage
 
 LABELS = {
@@ -21,6 +22,22 @@ LABELS = {
     "best_fit_decreasing": "best fit decreasing",
     "concat_split": "concat then split",
 }
+
+
+STRATEGY_COLUMNS = (
+    "strategy",
+    "rows",
+    "efficiency",
+    "dropped tokens",
+    "truncated",
+    "split",
+    "docs/row",
+    "max docs/row",
+    "speed-up bound",
+    "attn dense/doc",
+)
+# left out first on a narrow console (base/tables.py): rows, efficiency and the speed-up bound stay longest
+DROP_FIRST = ("attn dense/doc", "max docs/row", "docs/row", "truncated", "split", "dropped tokens", "speed-up bound")
 
 
 def _bar(fraction: float, width: int = 40) -> str:
@@ -53,36 +70,26 @@ def render(report: PaddingReport, console: Console, *, source: str) -> None:
     console.print(hist)
     for ctx in report.contexts:
         rows = report.at(ctx)
-        table = Table(title=f"ctx {ctx:,}", title_justify="left")
-        for col in (
-            "strategy",
-            "rows",
-            "efficiency",
-            "dropped tokens",
-            "truncated",
-            "split",
-            "docs/row",
-            "max docs/row",
-            "speed-up bound",
-            "attn dense/doc",
-        ):
-            table.add_column(col, justify="left" if col == "strategy" else "right")
         best = max(r.efficiency for r in rows)
+        cells = []
         for r in rows:
             eff = f"{r.efficiency:.2%}"
             label = LABELS[r.name] + (f" {r.boundaries}" if r.name == "bucket" else "")
-            table.add_row(
-                label,
-                f"{r.rows:,}",
-                f"[bold]{eff}[/]" if r.efficiency == best else eff,
-                f"{r.dropped_tokens:,}",
-                f"{r.truncated_fraction:.1%}",
-                f"{r.split_fraction:.1%}",
-                f"{r.docs_per_row:.2f}",
-                f"{r.max_docs_per_row:,}",
-                "-" if r.speedup_bound is None else f"{r.speedup_bound:.2f}x",
-                "-" if not r.attention_saving else f"{r.attention_saving:.1f}x",
+            cells.append(
+                [
+                    label,
+                    f"{r.rows:,}",
+                    f"[bold]{eff}[/]" if r.efficiency == best else eff,
+                    f"{r.dropped_tokens:,}",
+                    f"{r.truncated_fraction:.1%}",
+                    f"{r.split_fraction:.1%}",
+                    f"{r.docs_per_row:.2f}",
+                    f"{r.max_docs_per_row:,}",
+                    "-" if r.speedup_bound is None else f"{r.speedup_bound:.2f}x",
+                    "-" if not r.attention_saving else f"{r.attention_saving:.1f}x",
+                ]
             )
+        table, _ = fitted_table(f"ctx {ctx:,}", STRATEGY_COLUMNS, cells, console.width, drop_first=DROP_FIRST)
         console.print(table)
     rec = report.recommendation
     bound = "-" if rec.speedup_bound is None else f"{rec.speedup_bound:.2f}x"

@@ -178,7 +178,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _subcommand(argv: list[str] | None) -> str | None:
     """The subcommand named on the command line (its first word that is not an option), if it is one."""
-    words = [a for a in (sys.argv[1:] if argv is None else argv) if not str(a).startswith("-")]
+    args = [str(a) for a in (sys.argv[1:] if argv is None else argv)]
+    if "--help" in args or "-h" in args:  # help is printed at once: no live line
+        return None
+    words = [a for a in args if not a.startswith("-")]
     return words[0] if words and words[0] in SUBCOMMANDS else None
 
 

@@ -92,11 +92,7 @@ def pretokenize_command(
     err.print(
         f"{result.output}: {result.status}: {result.documents:,} documents, {result.tokens:,} tokens "
         f"from {result.shards} shards ({result.shards_resumed} resumed"
-        + (
-            f", {result.documents_resumed:,} documents of unfinished shards resumed"
-            if result.documents_resumed
-            else ""
-        )
+        + (f", {result.documents_resumed:,} documents of unfinished shards resumed" if result.documents_resumed else "")
         + f") in {result.seconds:.1f} s",
         soft_wrap=True,
     )

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import click
-from rich.table import Table
 
 from datatools.analysis.shuffle_quality import shuffle_report
 from datatools.base.checks import MAX_REPORT_RECORDS
 from datatools.base.progress import doing
+from datatools.base.tables import fitted_table
 from datatools.cli.common import emit_json, result_console
 
 LABELS = {
@@ -85,32 +85,32 @@ def shuffle_report_command(
         lane_window=lane_window,
     )
     console = result_console(stderr=json_out == "-")
-    table = Table(
-        title=(
-            f"n={n:,} records in groups of {group_size}, batch {batch_size}; block shuffle: "
-            f"io_block_size {io_block_size}, window_blocks {window_blocks}"
-        ),
-        title_justify="left",
+    title = (
+        f"n={n:,} records in groups of {group_size}, batch {batch_size}; block shuffle: "
+        f"io_block_size {io_block_size}, window_blocks {window_blocks}"
     )
-    for col in (
+    columns = (
         "order",
         "groups/batch",
         "of full shuffle",
         "mean displacement (records)",
         "contiguous runs/batch",
         f"block reads/batch (cache {window_blocks} blocks)",
-    ):
-        table.add_column(col, justify="left" if col == "order" else "right")
+    )
     expected = report.expected_groups_per_batch
-    for name, s in report.orders.items():
-        table.add_row(
+    rows = [
+        [
             LABELS[name],
             f"{s.groups_per_batch:.1f}",
             f"{s.groups_per_batch / expected:.1%}",
             f"{s.mean_displacement:,.0f} ({s.mean_displacement_fraction:.1%} of n)",
             f"{s.runs_per_batch:.1f}",
             f"{s.block_reads_per_batch:.1f}",
-        )
+        ]
+        for name, s in report.orders.items()
+    ]
+    # on a narrow console (base/tables.py): the runs first, then the displacement; groups and reads stay
+    table, _ = fitted_table(title, columns, rows, console.width, drop_first=columns[4:2:-1])
     console.print(table)
     console.print(f"expected groups per batch under a full shuffle: {expected:.1f}")
     console.print(
