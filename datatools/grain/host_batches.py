@@ -26,6 +26,7 @@ epochs.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import threading
 import time
@@ -41,10 +42,20 @@ from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation
 CANONICAL = ("tokens", "segment_ids", "positions", "loss_mask")
 READ_AHEAD = 8  # batches whose reads start before they are asked for (the source's byte budget bounds them)
 FIRST_BATCH_ALONE_S = 120.0  # the most other batches wait for a process's first batch (seconds)
+FIRST_AFTER_OTHERS_S = 30.0  # the most a worker's first batch waits for other workers' first batches (seconds)
 FIRST_BATCH_GATHER_S = 0.02  # how long the first calls are gathered to find the lowest batch among them
 MAX_STRIDE = 64  # the largest gap between batches one process reads that is taken as its stride
-BATCHES_IN_FLIGHT = 2  # a batch's reads wait while this many lower batches of the process are being read
+BATCHES_IN_FLIGHT = 2  # batches a process reads at once (a batch waits while lower ones fill the rest)
 TURN_WAIT_S = 60.0  # the most a batch waits for its turn (seconds)
+
+
+def _touch(path: str) -> None:
+    """Create the empty file ``path`` (a signal between processes; an error is ignored: it only costs order)."""
+    try:
+        with open(path, "a"):
+            pass
+    except OSError:
+        pass
 
 
 def empty_rows(rows: int, length: int, pad_id: int, *, fill_from: int = 0) -> dict[str, np.ndarray]:
@@ -163,7 +174,7 @@ class HostBatchesMapDataset(grain.MapDataset):
         self._epochs = None if num_epochs is None else check_int(num_epochs, "num_epochs", minimum=1)
         self._ends = [0]  # cumulative batches at the end of each epoch computed so far
         self._lock = threading.Lock()
-        self._last, self._step, self._ahead = -1, self._stride, -1  # read-ahead: last batch asked for, stride, prefetched
+        self._last, self._step, self._ahead = -1, self._stride, -1  # read-ahead: last batch, stride, prefetched
         self._served = 0  # batches this process has read (the read-ahead deepens with it)
         self._first: threading.Event | None = None  # set when this process's first batch is read
         self._lead, self._lead_started = -1, False  # the first batch to read, and whether its read began
@@ -218,9 +229,9 @@ class HostBatchesMapDataset(grain.MapDataset):
     def _read_ahead(self, index: int) -> None:
         """Start the reads of batch ``index`` and of this host's next batches (in the stride this process reads
         them: a Grain worker of P reads every P-th batch), nearest first, each batch once: its own reads go
-        first, then those of the next ``n`` batches, ``n`` the batches read so far up to :data:`READ_AHEAD` (the
-        first batch is read with one more, and does not queue behind eight others). The source bounds the bytes read ahead and says whether it took a
-        batch whole."""
+        first, then those of the next ``n`` batches, ``n`` the batches read before it, up to :data:`READ_AHEAD`
+        (the first batch does not queue behind eight others). The source bounds the bytes read ahead and says
+        whether it took a batch whole."""
         prefetch = getattr(getattr(self._schedule, "docs", None), "prefetch", None)
         if prefetch is None or not hasattr(self._schedule, "pieces"):
             return
@@ -231,7 +242,7 @@ class HostBatchesMapDataset(grain.MapDataset):
             self._last = index
             self._served += 1
             step = self._step
-            depth = min(READ_AHEAD, self._served)
+            depth = min(READ_AHEAD, self._served - 1)  # the first batch alone, then one more per batch read
             aligned = self._ahead >= index and (self._ahead - index) % step == 0
             first = self._ahead + step if aligned else index
         for k in range(first, index + depth * step + 1, step):
@@ -250,31 +261,63 @@ class HostBatchesMapDataset(grain.MapDataset):
         if self.stats_folder is not None and read_stats.shared_folder() != self.stats_folder:
             read_stats.share_in(self.stats_folder)  # once per process: a Grain worker's counters reach the parent
         epoch, j = self.locate(int(index))
-        leader, first = self._elect_first(int(index))
-        if not leader and not first.is_set():  # the first batch reads alone, before the reads of those after it
-            first.wait(FIRST_BATCH_ALONE_S)
-        self._wait_turn(int(index))
+        index = int(index)
+        with self._turn:  # known from the start: a batch asked for later, but higher, waits for it (_wait_turn)
+            self._active.add(index)
+        leader = False
+        first: threading.Event | None = None
         try:
-            self._read_ahead(int(index))
+            leader, first = self._elect_first(index)
+            if not leader and not first.is_set():  # the first batch reads alone, before the reads of those after it
+                first.wait(FIRST_BATCH_ALONE_S)
+            if leader and self.stats_folder is not None:
+                self._after_lower_workers(index)
+            self._wait_turn(index)
+            self._read_ahead(index)
             return self._schedule.read(epoch, j, *self._rows(epoch, j))
         finally:
-            if leader:
+            if leader and first is not None:
                 first.set()
+                if self.stats_folder is not None:
+                    _touch(os.path.join(self.stats_folder, f"first-done-{index}"))
             with self._turn:
-                self._active.discard(int(index))
+                self._active.discard(index)
                 self._turn.notify_all()
 
+    def _after_lower_workers(self, index: int) -> None:
+        """A Grain worker's first batch waits for the first batches of the workers that read lower ones (each says
+        so with a file in the shared :attr:`stats_folder`): the step needs batch ``i`` before batch ``i + 1``,
+        and the workers' first reads, all at once, would share the link and all arrive late. A worker waits
+        only for those that began first and recently (a worker that died in its first read is not waited for),
+        for at most :data:`FIRST_AFTER_OTHERS_S`."""
+        folder = str(self.stats_folder)
+        _touch(os.path.join(folder, f"first-began-{index}"))
+        start = time.time()
+        while time.time() - start < FIRST_AFTER_OTHERS_S:
+            try:
+                names = os.listdir(folder)
+                began = {
+                    int(n[12:])
+                    for n in names
+                    if n.startswith("first-began-") and start - os.path.getmtime(os.path.join(folder, n)) < 60
+                }
+            except (OSError, ValueError):
+                return
+            done = {int(n[11:]) for n in names if n.startswith("first-done-") and n[11:].isdigit()}
+            if not any(k < index and k not in done for k in began):
+                return
+            time.sleep(FIRST_BATCH_GATHER_S)
+
     def _wait_turn(self, index: int) -> None:
-        """Wait while :data:`BATCHES_IN_FLIGHT` lower batches of this process are being read or wait to be.
+        """Wait while ``BATCHES_IN_FLIGHT - 1`` lower batches of this process are being read or wait to be.
 
         Grain's reader threads ask for several batches at once; read all together, the reads of the batch the
         step needs next queue behind those of later batches (a sharded store's reads come in two rounds: the
         shard index, then the chunks, and the second round joins the back of the queue). In index order, the
         next batch's reads go first; read-ahead (:meth:`_read_ahead`) still fetches the later batches."""
         with self._turn:
-            self._active.add(index)
             deadline = time.monotonic() + TURN_WAIT_S
-            while sum(1 for i in self._active if i < index) >= BATCHES_IN_FLIGHT:
+            while sum(1 for i in self._active if i < index) >= BATCHES_IN_FLIGHT - 1:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break

@@ -1,0 +1,154 @@
+"""The order a process reads its batches in: the next batch first, read-ahead in the process's own stride.
+
+A fake schedule records when each batch's read begins and ends and which batches were read ahead, so the
+rules of :class:`~datatools.grain.host_batches.HostBatchesMapDataset` are checked without any I/O:
+
+* the first batch is read alone, and a Grain worker's first batch waits for lower workers' first batches;
+* at most :data:`~datatools.grain.host_batches.BATCHES_IN_FLIGHT` lower batches are read beside a batch, so
+  reads begin in index order when Grain's threads ask for many at once;
+* read-ahead follows the stride the process reads (every P-th batch for worker w of P), from the start.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from datatools.grain import host_batches
+from datatools.grain.host_batches import BATCHES_IN_FLIGHT, HostBatchesMapDataset
+
+
+class _Docs:
+    def __init__(self):
+        self.prefetched: list[int] = []
+
+    def prefetch(self, doc, start, length) -> bool:
+        self.prefetched.append(int(doc[0]))
+        return True
+
+
+class _Schedule:
+    """Batches of one row; ``read`` sleeps ``read_s`` and records (batch, begin, end, reads in flight)."""
+
+    row_counts = (1,)
+    shapes = [(1, 4)]
+
+    def __init__(self, batches: int = 64, read_s: float = 0.02):
+        self.batches, self.read_s, self.docs = batches, read_s, _Docs()
+        self.log: list[tuple[int, float, float, int]] = []
+        self._lock = threading.Lock()
+        self._in_flight = 0
+
+    def num_batches(self, epoch: int) -> int:
+        return self.batches
+
+    def batch_rows(self, epoch: int, j: int) -> int:
+        return 1
+
+    def pieces(self, epoch: int, j: int, lo: int, hi: int):
+        return np.array([j]), np.array([0]), np.array([1])
+
+    def read(self, epoch: int, j: int, lo: int, hi: int):
+        with self._lock:
+            self._in_flight += 1
+            flying = self._in_flight
+        begin = time.perf_counter()
+        time.sleep(self.read_s)
+        with self._lock:
+            self._in_flight -= 1
+            self.log.append((j, begin, time.perf_counter(), flying))
+        return {"tokens": np.full((1, 4), j, np.int32)}
+
+
+def _ask_at_once(ds: HostBatchesMapDataset, indices: list[int]) -> None:
+    """Ask for ``indices`` from as many threads at once (as Grain's reader threads do)."""
+    barrier = threading.Barrier(len(indices))
+
+    def ask(i: int) -> None:
+        barrier.wait()
+        ds[i]
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in indices]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.permutations(list(range(8))))
+def test_batches_asked_for_at_once_begin_in_index_order(order):
+    schedule = _Schedule()
+    ds = HostBatchesMapDataset(schedule, num_epochs=1)
+    gather, host_batches.FIRST_BATCH_GATHER_S = host_batches.FIRST_BATCH_GATHER_S, 0.3  # wide: a loaded machine
+    try:
+        _ask_at_once(ds, list(order))
+    finally:
+        host_batches.FIRST_BATCH_GATHER_S = gather
+    log = sorted(schedule.log, key=lambda r: r[1])
+    assert sorted(r[0] for r in log) == list(range(8))  # every batch once
+    assert log[0][0] == 0  # the lowest first, alone
+    assert log[0][3] == 1
+    assert max(r[3] for r in log) <= BATCHES_IN_FLIGHT
+    # a batch began only when fewer than BATCHES_IN_FLIGHT - 1 lower batches were still unread
+    for j, begin, _, _ in log:
+        lower_open = [r for r in log if r[0] < j and r[2] > begin + 1e-3]
+        assert len(lower_open) <= BATCHES_IN_FLIGHT - 1, (j, lower_open)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(1, 4), st.integers(0, 3))
+def test_read_ahead_follows_the_workers_stride_from_the_first_batch(workers, worker):
+    worker %= workers
+    schedule = _Schedule(read_s=0.0)
+    ds = HostBatchesMapDataset(schedule, num_epochs=1, stride=workers)
+    mine = list(range(worker, schedule.batches, workers))[:6]
+    for i in mine:
+        ds[i]
+    assert schedule.docs.prefetched, "nothing was read ahead"
+    assert all(k % workers == worker for k in schedule.docs.prefetched), schedule.docs.prefetched
+    assert schedule.docs.prefetched[0] == mine[0]  # the first batch's own reads first, no other batch with them
+    assert mine[1] not in schedule.docs.prefetched[:1]
+
+
+def test_a_wrong_stride_is_corrected_by_the_gaps_seen():
+    schedule = _Schedule(read_s=0.0)
+    ds = HostBatchesMapDataset(schedule, num_epochs=1, stride=4)
+    for i in range(5):  # one process reading every batch: stride 1, not 4
+        ds[i]
+    assert set(range(1, 5)) <= set(schedule.docs.prefetched)
+
+
+def test_a_workers_first_batch_waits_for_lower_workers_first_batches(tmp_path, monkeypatch):
+    monkeypatch.setattr(host_batches.read_stats, "share_in", lambda folder: None)
+    schedule = _Schedule(read_s=0.0)
+    ds = HostBatchesMapDataset(schedule, num_epochs=1, stride=2)
+    ds.stats_folder = str(tmp_path)
+    (tmp_path / "first-began-0").touch()  # worker 0 is reading batch 0
+    got: list[float] = []
+    t = threading.Thread(target=lambda: (ds[1], got.append(time.perf_counter())))
+    t.start()
+    time.sleep(0.3)
+    assert not got, "worker 1 read its first batch while worker 0's was being read"
+    released = time.perf_counter()
+    (tmp_path / "first-done-0").touch()
+    t.join(5)
+    assert got and got[0] >= released
+    assert (tmp_path / "first-began-1").exists() and (tmp_path / "first-done-1").exists()
+
+
+def test_a_stale_first_batch_of_another_worker_is_not_waited_for(tmp_path, monkeypatch):
+    monkeypatch.setattr(host_batches.read_stats, "share_in", lambda folder: None)
+    stale = tmp_path / "first-began-0"  # a worker that died in its first read, minutes ago
+    stale.touch()
+    os.utime(stale, (time.time() - 600, time.time() - 600))
+    ds = HostBatchesMapDataset(_Schedule(read_s=0.0), num_epochs=1, stride=2)
+    ds.stats_folder = str(tmp_path)
+    t0 = time.perf_counter()
+    ds[1]
+    assert time.perf_counter() - t0 < 2.0
