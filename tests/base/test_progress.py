@@ -6,10 +6,21 @@ from __future__ import annotations
 import io
 import re
 import time
+from types import SimpleNamespace
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rich.console import Console
 
-from datatools.base.progress import count_progress, job_progress
+from datatools.base.progress import (
+    FIRST_LINE_S,
+    _EtaColumn,
+    activity,
+    count_progress,
+    doing,
+    eta_seconds,
+    job_progress,
+)
 
 
 def console(terminal: bool) -> tuple[Console, io.StringIO]:
@@ -68,3 +79,83 @@ def test_count_progress_off_a_terminal_counts_bytes_with_eta():
         time.sleep(0.2)
     line = out.getvalue().splitlines()[-1]
     assert line.startswith("reading lengths: 500.0 kB of 2.0 MB (") and "ETA " in line
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.floats(0, 1e9),
+    st.floats(0, 1e9),
+    st.floats(0, 1e6),
+    st.floats(0, 1e6),
+)
+def test_the_eta_is_the_measured_rate_never_below_the_time_since_the_count_moved(done, total, elapsed, still):
+    """ETA = what is left at the rate of all the work done so far, floored by the time since the count last moved
+    (work in flight that long is not about to finish) and by 1 s while anything is left."""
+    eta = eta_seconds(done, total, elapsed, still)
+    if done <= 0 or not total or elapsed <= 0:
+        assert eta is None  # no rate yet: "ETA -", never a guess
+        return
+    left = max(total - done, 0)
+    if left == 0:
+        assert eta == 0
+        return
+    assert eta >= still and eta >= 1.0
+    assert eta == max(left * elapsed / done, still, 1.0)
+
+
+def eta_of(line: str) -> int:
+    h, m, s = map(int, re.search(r"ETA (\d+):(\d\d):(\d\d)", line).groups())
+    return 3600 * h + 60 * m + s
+
+
+def test_a_stalled_job_never_shows_an_eta_below_the_time_it_has_been_stalled():
+    """The bug: 2 small shards done in 2 s, then 40 s on the next with nothing counted: 'ETA 1 s' for 40 s."""
+    con, _ = console(False)
+    with job_progress(6, console=con, interval_s=60) as bar:
+        bar.t0 -= 42.0  # started 42 s ago
+        bar.advance(10, 100, shards=2)
+        bar.moved -= 40.0  # ... and the count last moved 40 s ago
+        assert eta_of(bar.status()) >= 40
+        bar.advance(10, 100, shards=1)  # the count moves: the rate of all the work done so far
+        assert abs(eta_of(bar.status()) - 3 * 42 / 3) <= 1
+
+
+def test_on_a_terminal_the_eta_grows_while_nothing_moves():
+    column = _EtaColumn()
+    task = SimpleNamespace(id=1, completed=2.0, total=6.0, elapsed=2.0)
+    first = eta_of(column.render(task).plain)  # 4 left at 1 a second
+    assert first == 4
+    column._moved[1] = (2.0, column._moved[1][1] - 30.0)  # as if last moved 30 s ago
+    task.elapsed = 32.0
+    assert eta_of(column.render(task).plain) >= 64  # 4 left at 2 in 32 s; never below the 30 s stalled
+
+
+def test_a_command_says_what_it_is_doing_within_a_quarter_second_and_bars_take_over():
+    """Off a terminal: the step's first line once it has lasted FIRST_LINE_S, a line per step that lasts, none
+    while a bar is shown, none after doing(None)."""
+    con, out = console(False)
+    with activity("datatools x", console=con, interval_s=60):
+        doing("listing s3://bucket/data")
+        time.sleep(FIRST_LINE_S + 0.3)
+        first = out.getvalue().splitlines()
+        assert first and first[0].startswith("datatools x: listing s3://bucket/data (elapsed 0:00:0")
+        with count_progress(con, 10, "batches", interval_s=60) as advance:
+            advance(3)
+            time.sleep(FIRST_LINE_S + 0.3)
+        lines = out.getvalue().splitlines()
+        assert lines[1].startswith("batches: 3/10") and len(lines) == 2  # the bar's line, not the activity's
+        doing("planning 3,000 documents")
+        time.sleep(FIRST_LINE_S + 0.3)
+        assert out.getvalue().splitlines()[2].startswith("datatools x: planning 3,000 documents (elapsed")
+        doing(None)
+        time.sleep(FIRST_LINE_S + 0.3)
+    assert len(out.getvalue().splitlines()) == 3
+    doing("outside any activity")  # nothing to update: no error, nothing printed
+    assert len(out.getvalue().splitlines()) == 3
+
+
+def test_quick_work_prints_nothing():
+    con, out = console(False)
+    with activity("datatools x", console=con):
+        doing("listing")
+    assert out.getvalue() == ""
