@@ -1,11 +1,17 @@
-"""What a newcomer reads and runs: the README and the Makefile say what they must (issue 21, defects 8 and 10)."""
+"""What a newcomer reads and runs: the README and the Makefile say what they must (issue 21, defects 8 and 10), and
+every code block of the README and the docs pages runs as printed (issue 35; tests/docs_blocks.py says how)."""
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from pathlib import Path
 
+import pytest
 import yaml
+
+import docs_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -74,3 +80,210 @@ def test_the_readme_grain_snippet_runs():
     real = batch["inputs_segmentation"] > 0
     assert 0 < real.sum() <= min(lengths.sum(), 32 * 1024)
     assert len(scope["rows"]) * 1024 >= lengths.sum()  # every token has a slot in some row
+
+
+# Every code block of the README and of the docs pages runs as printed (tests/docs_blocks.py says how each kind
+# runs): one test per page, its blocks in order in one working directory with the demo data.
+
+SLOW_PAGES = [p for p in docs_blocks.PAGES if any(b.slow for b in docs_blocks.blocks(p))]
+
+
+@pytest.fixture(scope="session")
+def demo_data(tmp_path_factory) -> Path:
+    """The demo data, built once a session by scripts/demo.py (what `make demo` runs; ~10 s), copied per page."""
+    work = tmp_path_factory.mktemp("demo")
+    docs_blocks.run([sys.executable, str(ROOT / "scripts" / "demo.py")], work, docs_blocks.environment(work), "demo")
+    return work / "demo_data"
+
+
+def bucket_setup(request, work: Path) -> dict[str, str]:
+    """The test's S3 server and GCS emulator as the pages' loopback endpoints, each with ``my-bucket`` holding
+    ``data/`` (the demo store, and ``train.parquet``: 2,000 of its documents as a token column), ``raw/`` (Parquet
+    text: 2,000 documents) and ``configs/pipeline.yaml``."""
+    import pyarrow.parquet as pq
+
+    from datatools.io import storage
+    from object_storage import gcs_environment, s3_environment
+
+    monkeypatch = request.getfixturevalue("monkeypatch")
+    s3, gcs = request.getfixturevalue("s3_proxy"), request.getfixturevalue("gcs_proxy")
+    import pyarrow as pa
+
+    from datatools.io.store import TokenStore
+
+    raw, table = work / "raw.parquet", work / "tokens.parquet"
+    pq.write_table(pq.read_table(work / "demo_data" / "stdlib.parquet").slice(0, 2000), raw)
+    store = TokenStore(str(work / "demo_data" / "store"))
+    pq.write_table(pa.table({"input_ids": [store[i].tolist() for i in range(2000)]}), table)
+    config = work / "pipeline.yaml"
+    for scheme, setenv, proxy in (("s3", s3_environment, s3), ("gs", gcs_environment, gcs)):
+        setenv(monkeypatch, proxy.url)
+        fs, inner = storage.filesystem(f"{scheme}://my-bucket")
+        if not fs.exists(inner):
+            fs.mkdir(inner)
+        store = work / "demo_data" / "store"
+        for f in sorted(p for p in store.rglob("*") if p.is_file()):
+            fs.pipe_file(f"my-bucket/data/{f.relative_to(store).as_posix()}", f.read_bytes())
+        fs.pipe_file("my-bucket/raw/part-0.parquet", raw.read_bytes())
+        fs.pipe_file("my-bucket/data/train.parquet", table.read_bytes())  # a token column, as a user's own
+        config.write_text(f"source: {{path: {scheme}://my-bucket/data/}}\npacking: {{ctx: 1024}}\nbatch_size: 8\n")
+        fs.pipe_file("my-bucket/configs/pipeline.yaml", config.read_bytes())
+    s3_environment(monkeypatch, s3.url)  # both sets of variables, as a reader with both clouds has
+    os.environ["STORAGE_EMULATOR_HOST"] = gcs.url
+    return {"http://127.0.0.1:9000": s3.url, "http://127.0.0.1:9023": gcs.url}
+
+
+def run_page(page: Path, work: Path, request, slow: bool) -> list[str]:
+    """Run the page's blocks in order (the slow ones only when ``slow``); what was done with each."""
+    done = []
+    docs_blocks.prepare(work)
+    env = docs_blocks.environment(work)
+    for block in docs_blocks.blocks(page):
+        if block.slow and not slow:
+            done.append(f"{block.where}: slow (pytest -m slow runs it)")
+            continue
+        kind = block.kind
+        if kind == "illustrative":
+            assert block.lang == "", f"{block.where}: a {block.lang} block is code: run it, or mark what it needs"
+        elif kind == "run" and block.lang == "bash":
+            docs_blocks.run_bash(block, work, env)
+        elif kind == "run" and block.lang == "python":
+            docs_blocks.run_python(block, work, env)
+        elif kind == "run" and block.lang == "yaml":
+            docs_blocks.check_yaml(block)
+        elif kind == "run":
+            raise AssertionError(f"{block.where}: a block without a language: mark it output or illustrative")
+        elif kind == "synopsis" or kind == "cluster":
+            docs_blocks.check_synopsis(block, work, env)
+        elif kind == "output":
+            docs_blocks.check_output(block, work, env)
+        elif kind == "make":
+            docs_blocks.check_make(block, work, env)
+        elif kind == "client":
+            docs_blocks.check_client(block)
+        elif kind == "service":
+            endpoints = bucket_setup(request, work)
+            text = block.text
+            for local, server in endpoints.items():
+                text = text.replace(local, server)
+            docs_blocks.run_bash(block, work, docs_blocks.environment(work), text)
+        done.append(f"{block.where}: {kind}")
+    return done
+
+
+@pytest.mark.parametrize("page", docs_blocks.PAGES, ids=lambda p: p.name)
+def test_every_block_of_the_page_runs_as_printed(page, demo_data, tmp_path, monkeypatch, request):
+    monkeypatch.setenv("DATATOOLS_DOCS_DEMO", str(demo_data))
+    done = run_page(page, tmp_path / "work", request, slow=False)
+    print("\n".join(done))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", SLOW_PAGES, ids=lambda p: p.name)
+def test_the_slow_blocks_run_as_printed(page, demo_data, tmp_path, monkeypatch, request):
+    monkeypatch.setenv("DATATOOLS_DOCS_DEMO", str(demo_data))
+    done = run_page(page, tmp_path / "work", request, slow=True)
+    print("\n".join(done))
+
+
+def test_every_block_is_run_or_marked():
+    """No page has a block the runner does not know how to check (an unknown marker fails in blocks())."""
+    found = [b for p in docs_blocks.PAGES for b in docs_blocks.blocks(p)]
+    assert len(found) >= 30
+    unmarked_plain = [b.where for b in found if b.lang == "" and b.kind == "run"]
+    assert unmarked_plain == []
+
+
+def test_the_pages_numbers_match_the_demo(demo_data, tmp_path):
+    """The figures the pages' prose gives for the demo data are what `make demo` makes (mixtures.md said 48 long
+    documents where the demo store has 24): the long documents of the mixture page and the loss distortion of the
+    loss-weighting page, from the demo store and its analyze-padding report."""
+    import json
+
+    import numpy as np
+
+    from datatools.io.store import TokenStore
+
+    lengths = np.asarray(TokenStore(str(demo_data / "store")).lengths())
+    long = lengths > 8192
+    mixtures = " ".join((ROOT / "docs" / "mixtures.md").read_text().split())
+    assert (
+        f"The demo store has {long.sum()} documents longer than 8192 tokens "
+        f"({long @ lengths / lengths.sum():.0%} of its tokens; the longest is {lengths.max():,} tokens), and the "
+        f"Parquet source holds the same {long.sum()} as text: {2 * long.sum()} in the mixture."
+    ) in mixtures
+
+    report = tmp_path / "padding.json"
+    docs_blocks.run(
+        ["datatools", "analyze-padding", str(demo_data / "store"), "--json", str(report)],
+        tmp_path,
+        docs_blocks.environment(tmp_path),
+        "analyze-padding",
+    )
+    d = json.loads(report.read_text())["loss_distortion"]
+    row, batch = d["row_mean"], d["batch_mean"]
+    weighting = " ".join((ROOT / "docs" / "loss-weighting.md").read_text().split())
+    assert (
+        f"On the demo data ({row['documents']:,} documents, ctx {d['ctx']}) a per-row mean weights "
+        f"{row['under_half']:.0%} of documents under half and {row['over_2x']:.0%} over twice their unpacked weight "
+        f"(p1 {row['quantiles']['p1']:.2f}x, p99 {row['quantiles']['p99']:.1f}x)"
+    ) in weighting
+    assert batch["max"] <= 1.10 and batch["min"] >= 1 / 1.10  # "a per-batch mean ... stays within 1.10x"
+
+
+def hooks():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mkdocs_hooks", ROOT / "scripts" / "mkdocs_hooks.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_roles_render_as_code_linked_to_their_objects():
+    """The API page showed ~80 raw ``:func:``/``:class:`` tags: each is now a code span, linked when the page
+    documents the object, and a role the hook cannot render fails the build."""
+    render = hooks().render_roles
+    page = (
+        '<h2 id="datatools.kernels.packing.pack_lengths">pack_lengths</h2>'
+        "<p>see :func:<code>pack_lengths</code>, :class:<code>~datatools.x.PackPlan</code> and "
+        ":mod:<code>datatools.io</code></p>"
+    )
+    out = render(page)
+    assert '<a href="#datatools.kernels.packing.pack_lengths"><code>pack_lengths</code></a>' in out
+    assert "<code>PackPlan</code>" in out and "<code>datatools.io</code>" in out and ":func:" not in out
+    with pytest.raises(ValueError, match="a raw role is left"):
+        render("<p>:func:`pack_lengths`</p>")
+
+
+def test_the_site_holds_the_key_reference_the_api_without_roles_and_a_heading_per_trainer(tmp_path):
+    """`make docs` (mkdocs build --strict, with scripts/mkdocs_hooks.py): the config key reference is a page of the
+    site with every key of the schema, no page shows a raw Sphinx role, the trainers page has one heading per
+    trainer."""
+    pytest.importorskip("mkdocs")
+    import subprocess
+
+    site = tmp_path / "site"
+    proc = subprocess.run(
+        [str(docs_blocks.BIN / "mkdocs"), "build", "--strict", "--quiet", "--site-dir", str(site)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+    assert {"Config key reference": "config-keys.md"} in nav
+    keys = (site / "config-keys" / "index.html").read_text()
+    reference = hooks().config_reference()
+    schema_keys = re.findall(r"^\| `([^`]+)` \|", reference, flags=re.M)
+    assert len(schema_keys) > 50
+    assert [k for k in schema_keys if f"<code>{k}</code>" not in keys] == []
+    for page in site.rglob("*.html"):
+        assert not re.search(r":(func|class|meth|mod|attr|exc|data|obj):", page.read_text()), page
+    trainers = (site / "trainers" / "index.html").read_text()
+    headings = re.findall(r'<h2 id="([^"]+)"', trainers)
+    for trainer in ("maxtext", "hugging-face-transformers-trl", "levanter-marin", "your-own-jax-loop-datatools-train"):
+        assert trainer in headings, headings
