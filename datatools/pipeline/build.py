@@ -133,7 +133,12 @@ def _absl_flags_parsed() -> None:
         flags.FLAGS.mark_as_parsed()
 
 
-def _read_options(in_memory: bool) -> grain.ReadOptions:
+READ_THREADS = 4  # reader threads for sources that do I/O
+TABLE_READ_THREADS = 1  # for a table (Parquet, Arrow, JSON Lines) read a shard at a time: it decodes under one lock
+READ_BUFFER = 16  # elements (batches or document blocks) read ahead
+
+
+def _read_options(in_memory: bool, threads: int = READ_THREADS) -> grain.ReadOptions:
     """How Grain reads elements, which here are whole host batches (one bulk read each).
 
     In memory: no reader threads (the hand-off costs more than the read). Sources that do I/O (a store, a
@@ -143,16 +148,14 @@ def _read_options(in_memory: bool) -> grain.ReadOptions:
     """
     if in_memory:
         return grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
-    return grain.ReadOptions(num_threads=READ_THREADS, prefetch_buffer_size=READ_BUFFER)
+    return grain.ReadOptions(num_threads=threads, prefetch_buffer_size=READ_BUFFER)
 
 
-READ_THREADS = 4  # reader threads for sources that do I/O
-READ_BUFFER = 16  # elements (batches or document blocks) read ahead
-
-
-def _prefetch(ds: grain.MapDataset, cfg: PipelineConfig, in_memory: bool) -> grain.IterDataset:
+def _prefetch(
+    ds: grain.MapDataset, cfg: PipelineConfig, in_memory: bool, threads: int = READ_THREADS
+) -> grain.IterDataset:
     """The host's batches (epochs already laid out by :class:`HostBatchesMapDataset`) read ahead, in workers."""
-    it = ds.to_iter_dataset(_read_options(in_memory))
+    it = ds.to_iter_dataset(_read_options(in_memory, threads))
     if cfg.workers:
         from datatools.grain.worker_processes import prefetch_in_processes
 
@@ -426,9 +429,13 @@ def _build_canonical(cfg: PipelineConfig, documents=None, history=None) -> Canon
       history: a mixture's weight history (:mod:`datatools.pipeline.mixture`); default the config's weights.
     """
     from datatools.base.progress import doing
+    from datatools.io.documents import ChunkedDocuments
 
     docs = open_config_documents(cfg, documents)
     in_memory = bool(getattr(docs, "in_memory", False))
+    # A table decodes one shard at a time under its lock: more reader threads only wait for it, and each batch
+    # handed between them costs a switch (on a busy core, 0.98 against 0.82 CPU s an epoch of 40M tokens).
+    threads = TABLE_READ_THREADS if isinstance(docs, ChunkedDocuments) else READ_THREADS
     _warn_if_random_access_thrashes(docs, cfg)
     doing(f"planning the batches of {len(docs):,} documents")
     schedule, host, efficiency = _host_batches(cfg, docs, history)
@@ -437,7 +444,7 @@ def _build_canonical(cfg: PipelineConfig, documents=None, history=None) -> Canon
         stats_folder = tempfile.mkdtemp(prefix="datatools-reads-")
         host.stats_folder = stats_folder
     built = CanonicalPipeline(
-        _prefetch(_with_loss_weights(_with_attention_tiles(host, cfg), cfg), cfg, in_memory),
+        _prefetch(_with_loss_weights(_with_attention_tiles(host, cfg), cfg), cfg, in_memory, threads),
         cfg,
         len(docs),
         host.shapes,
