@@ -11,6 +11,10 @@
       ``FirstFitPackIterDataset`` / ``BestFitPackIterDataset`` (256 bins) -> ``.batch(batch)``: ``tokens``,
       ``tokens_segment_ids``, ``tokens_positions`` (batch, ctx). Grain writes no loss mask (a trainer derives
       it from the segment ids); that is the one thing it leaves out.
+    * ``trl pack_dataset bfd_split``, when ``--peers`` names a Python with TRL (``make bench-peers``):
+      ``pack_dataset(strategy="bfd_split")`` on a ``datasets.Dataset`` of the documents' ``input_ids`` (made
+      before the clock), then per batch the collator's step TRL leaves to the trainer: rows padded to ctx with
+      segment ids and positions from ``seq_lengths`` (benchmarks/pack_peers.py ``--rows``).
 
     Each side runs in its own process (``--side``; the parent starts them), pinned to one core, with an untimed
     warm-up on the first 500 documents (numba's cache loaded, Grain's code paths run), then one timed run:
@@ -26,7 +30,7 @@
 
 Every table prints the machine, the load and the rounds.
 
-    python benchmarks/pack.py [--corpus man stdlib docstrings] [--rounds 3] [--max-docs 6000]
+    python benchmarks/pack.py [--corpus man stdlib docstrings] [--rounds 3] [--max-docs 0] [--peers PYTHON]
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ one_core()
 
 HERE = Path(__file__).resolve().parent
 SIDES = ("datatools bfd", "grain first_fit/256", "grain best_fit/256")
+TRL = "trl pack_dataset bfd_split"
 REF = "grain best_fit/256"
 CTXS = {"man": (1024, 2048, 8192), "stdlib": (1024, 2048, 8192), "docstrings": (1024,)}
 WARMUP_DOCS = 500
@@ -124,24 +129,31 @@ def run_side(side: str, corpus: str, ctx: int, batch: int, max_docs: int | None)
 
 def rows_built(args) -> dict:
     """(a): every (corpus, ctx), sides interleaved in rotated rounds, each in its own process."""
-    from corpora import describe, load
+    from corpora import CORPORA, describe, load
 
     out = {}
+    if not Path(args.peers).exists():
+        print(f"peers: {args.peers} not found (make bench-peers): the TRL side is left out")
     for corpus in args.corpus:
         _, lengths = load(corpus)
         if args.max_docs:
             lengths = lengths[: args.max_docs]
         total = int(lengths.sum())
         print(describe(corpus, lengths))
+        sides = SIDES + ((TRL,) if Path(args.peers).exists() else ())
         for ctx in CTXS[corpus]:
-            runs: dict[str, list[dict]] = {s: [] for s in SIDES}
+            runs: dict[str, list[dict]] = {s: [] for s in sides}
             loads = []
             for r in range(args.rounds):
-                order = SIDES[r % len(SIDES) :] + SIDES[: r % len(SIDES)]
+                order = sides[r % len(sides) :] + sides[: r % len(sides)]
                 for side in order:
                     loads.append(os.getloadavg()[0])
-                    cmd = [sys.executable, __file__, "--side", side, "--corpus", corpus, "--ctx", str(ctx)]
-                    cmd += ["--batch", str(args.batch), "--max-docs", str(args.max_docs or 0)]
+                    if side == TRL:
+                        cmd = [args.peers, str(HERE / "pack_peers.py"), "--rows", str(CORPORA / f"{corpus}.npz")]
+                        cmd += [str(ctx), str(args.batch), str(args.max_docs or 0)]
+                    else:
+                        cmd = [sys.executable, __file__, "--side", side, "--corpus", corpus, "--ctx", str(ctx)]
+                        cmd += ["--batch", str(args.batch), "--max-docs", str(args.max_docs or 0)]
                     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
                     if proc.returncode:
                         raise SystemExit(f"{side} on {corpus} ctx {ctx} failed: {proc.stderr.strip()[-2000:]}")
@@ -300,9 +312,14 @@ def main() -> None:
     parser.add_argument("--corpus", nargs="+", default=["man", "stdlib", "docstrings"], choices=list(CTXS))
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians)")
     parser.add_argument("--batch", type=int, default=256, help="rows per batch")
-    parser.add_argument("--max-docs", type=int, default=6000, help="the first N documents of each corpus (0: all)")
+    parser.add_argument("--max-docs", type=int, default=0, help="the first N documents of each corpus (0: all)")
     parser.add_argument("--copy-repeats", type=int, default=51, help="repeats in (b)")
     parser.add_argument("--scale-docs", type=int, default=1_000_000, help="documents of the plan-only table (c)")
+    parser.add_argument(
+        "--peers",
+        default=str(HERE.parent / ".clients" / "peers" / "bin" / "python"),
+        help="python of the peers venv with TRL (make bench-peers); its side is left out, with a note, when absent",
+    )
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # a child: one side, one JSON line
     parser.add_argument("--ctx", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
