@@ -129,7 +129,7 @@ def bucket_setup(request, work: Path) -> dict[str, str]:
         config.write_text(f"source: {{path: {scheme}://my-bucket/data/}}\npacking: {{ctx: 1024}}\nbatch_size: 8\n")
         fs.pipe_file("my-bucket/configs/pipeline.yaml", config.read_bytes())
     s3_environment(monkeypatch, s3.url)  # both sets of variables, as a reader with both clouds has
-    os.environ["STORAGE_EMULATOR_HOST"] = gcs.url
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs.url)
     return {"http://127.0.0.1:9000": s3.url, "http://127.0.0.1:9023": gcs.url}
 
 
