@@ -56,6 +56,8 @@ class CurriculumSchedule:
       shuffle: put each length's rows in a seeded order per epoch (else their fixed order).
       seed: the decomposition's choices, the rows' order and the draws.
       pad_id: token id of padding.
+      pack_length: the length whose rows hold the packed remainders (default: chosen, see
+        :func:`~datatools.kernels.curriculum.pack_length_index`).
     """
 
     def __init__(
@@ -70,9 +72,12 @@ class CurriculumSchedule:
         shuffle: bool = True,
         seed: int = 0,
         pad_id: int = 0,
+        pack_length: int | None = None,
     ):
         self.docs = docs
-        self.rows: CurriculumRows = curriculum_rows(docs.lengths(), lengths, tokens_per_batch, seed=seed)
+        self.rows: CurriculumRows = curriculum_rows(
+            docs.lengths(), lengths, tokens_per_batch, seed=seed, pack_length=pack_length
+        )
         self.sizes = self.rows.sizes
         self.odds, self.until = schedule_odds(schedule, self.sizes.shape[0], odds)
         self.cycles, self.shuffle, self.seed, self.pad_id = int(cycles), bool(shuffle), int(seed), int(pad_id)

@@ -210,6 +210,7 @@ def _schedule(cfg: PipelineConfig, docs, history=None):
             shuffle=sh.kind != "none",
             seed=cfg.seed,
             pad_id=cfg.pad_id,
+            pack_length=c.pack_length,
         ), None
     if p is not None and p.mode == "planned":
         if p.plan is not None:

@@ -220,6 +220,13 @@ class CurriculumConfig:
         doc="the epoch runs as this many cycles, each with 1/cycles of every length's batches and the whole schedule",
     )
     tile: int = field(128, minimum=1, maximum=MAX_CTX, doc="every length must be a multiple of this (tokens)")
+    pack_length: int | None = field(
+        None,
+        minimum=1,
+        maximum=MAX_CTX,
+        doc="the length whose rows the documents' remainders (shorter than the shortest length) are packed into; "
+        "default: the shortest whose packing pads under 1% of the tokens (the paper: the shortest)",
+    )
 
     def check(self, where: str) -> None:
         k = len(self.lengths)
@@ -235,6 +242,10 @@ class CurriculumConfig:
             raise ValueError(
                 f"config: {where}.tokens_per_batch={self.tokens_per_batch} must be a multiple of every length "
                 f"(rows = tokens_per_batch / length); {bad[0]} does not divide it"
+            )
+        if self.pack_length is not None and self.pack_length not in self.lengths:
+            raise ValueError(
+                f"config: {where}.pack_length={self.pack_length} must be one of {where}.lengths {self.lengths}"
             )
         if self.odds is not None:
             if self.schedule != "mix":

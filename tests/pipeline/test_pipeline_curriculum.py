@@ -164,6 +164,41 @@ def test_bad_curriculum_named(section, message):
         parse_config({"source": {"path": "x"}, "curriculum": section})
 
 
+@pytest.mark.parametrize("pack", [32, 64])
+def test_pack_length_puts_the_remainders_in_rows_of_that_length(docs, pack):
+    """pack_length: the remainders share rows of that length (segment ids); a row of any other length but the
+    shortest (which also takes the few pieces cut again to complete the batches) is one document's piece."""
+    batches = list(build_canonical(_with(pack_length=pack), docs).dataset)
+    shared = set()
+    for b in batches:
+        width = b["tokens"].shape[1]
+        several = (b["segment_ids"].max(axis=1) > 1).any()
+        if several:
+            shared.add(width)
+        if width not in (pack, LENGTHS[0]):
+            assert not several
+    assert pack in shared
+    assert tokens_hash(ranges(batches)) == data_hash(docs)
+    with pytest.raises(ValueError, match=r"curriculum.pack_length=48 must be one of curriculum.lengths \[32, 64\]"):
+        parse_config(
+            {
+                "source": {"path": "x"},
+                "curriculum": {"lengths": [32, 64], "tokens_per_batch": 128, "tile": 16, "pack_length": 48},
+            }
+        )
+
+
+def _with(**curriculum):
+    base = cfg()
+    return parse_config(
+        {
+            "source": {"path": "ids"},
+            "curriculum": {"lengths": LENGTHS, "tokens_per_batch": TPB, "tile": 32, **curriculum},
+            "seed": base.seed,
+        }
+    )
+
+
 def test_curriculum_is_one_of_packing_and_bucketing():
     with pytest.raises(
         ValueError, match="exactly one of 'packing' and 'bucketing' \\(or 'curriculum'\\); got packing, curriculum"
