@@ -66,11 +66,14 @@ CONNECT_TIMEOUT_S = 5.0  # a TCP connection to an endpoint; more is a dead or un
 READ_TIMEOUT_S = 4.0  # seconds without a byte of an answer: a silent endpoint (S3 answers in well under 1 s)
 S3_ATTEMPTS = 3  # botocore attempts per request (s3fs asks twice on a timeout: 4 x 4 s + backoff ~ 19 s)
 READ_BLOCK = 8 << 20  # bytes one remote read fetches (fsspec block size)
-# tensorstore: 4 attempts, 1.75 s of delays in all (a closed port fails in ~2 s, a silent endpoint in ~18 s)
+# tensorstore: 4 attempts, 1.75 s of delays in all (a closed port fails in ~2 s, a silent endpoint in ~26 s)
 TS_RETRIES = {"max_retries": 3, "initial_delay": "250ms", "max_delay": "2s"}
+TS_LOW_SPEED_S = 6.0  # tensorstore (curl): seconds under 1 byte/s before a request is aborted (and retried)
 TS_CURL_ENV = {  # tensorstore's HTTP client (curl) reads these once, at its first request; a spec cannot set them
     "TENSORSTORE_CURL_CONNECT_TIMEOUT_SECONDS": str(int(CONNECT_TIMEOUT_S)),
-    "TENSORSTORE_CURL_LOW_SPEED_TIME_SECONDS": str(int(READ_TIMEOUT_S)),  # under 1 byte/s this long: abort
+    # under 1 byte/s this long: abort. Longer than botocore's: a busy server may hold a ranged read's first byte
+    # behind the other 63 in flight for seconds; 4 attempts of 6 s still fail a silent endpoint in < 30 s
+    "TENSORSTORE_CURL_LOW_SPEED_TIME_SECONDS": str(int(TS_LOW_SPEED_S)),
     "TENSORSTORE_CURL_LOW_SPEED_LIMIT_BYTES": "1",
 }
 
