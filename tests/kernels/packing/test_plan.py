@@ -317,3 +317,33 @@ def test_ids_past_int32_are_refused_on_the_rows_built(dtype):
     plan = pack_lengths([5, 15], 16)
     with pytest.raises(ValueError, match=str(2**31 + 3)):
         materialize(plan, tokens, offsets)
+
+
+# --------------------------------------------------------------------------- issue 34: row ids checked in numba
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(st.integers(min_value=1, max_value=60), min_size=1, max_size=30),
+    data=st.data(),
+    dtype=st.sampled_from([np.int32, np.uint8]),  # at most 30 rows: every id fits
+)
+def test_row_ids_as_an_int64_array_are_checked_like_any_other(lengths, data, dtype):
+    """Property: rows given as an int64 array (the fast path, checked in numba) build the batch the same rows give
+    as a list or another dtype, and one id outside the plan is an IndexError naming it, whatever its place."""
+    L = np.asarray(lengths, dtype=np.int64)
+    offsets = np.concatenate(([0], np.cumsum(L)))
+    tokens = (np.arange(offsets[-1]) % 1000).astype(np.int32)
+    plan = pack_lengths(L, 64)
+    rows = data.draw(st.lists(st.integers(0, plan.num_rows - 1), min_size=1, max_size=8))
+    fast = materialize(plan, tokens, offsets, np.asarray(rows, np.int64))
+    for other in (
+        materialize(plan, tokens, offsets, np.asarray(rows).astype(dtype)),
+        materialize(plan, tokens, offsets, rows),
+    ):
+        for k in fast:
+            np.testing.assert_array_equal(fast[k], other[k])
+    bad = data.draw(st.sampled_from([-1, plan.num_rows, plan.num_rows + 7, -(2**40)]))
+    where = data.draw(st.integers(0, len(rows)))
+    with pytest.raises(IndexError, match=rf"row {bad} out of range"):
+        materialize(plan, tokens, offsets, np.asarray(rows[:where] + [bad] + rows[where:], np.int64))
