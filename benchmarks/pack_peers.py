@@ -93,6 +93,9 @@ def rows_main(npz: str, ctx: int, batch: int, max_docs: int) -> None:
 
 
 def main() -> None:
+    if len(sys.argv) < 2:  # `make bench` runs every script: this one is run by pack.py, with its arguments
+        print("pack_peers.py: run by benchmarks/pack.py in the peers venv (make bench-peers); nothing to do alone")
+        return
     if sys.argv[1] == "--rows":
         rows_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
         return
