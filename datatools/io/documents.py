@@ -38,6 +38,7 @@ from datatools.io.store import TokenStore
 from datatools.kernels.packing import check_token_ids
 
 DEFAULT_CACHE_BYTES = 512 << 20  # decoded store chunks kept per process
+MIN_REMOTE_SLOTS = 1024  # extents a remote reader holds at least (a Levanter cache's 1 MiB inner chunks: 1 GiB)
 TABLE_CACHE_BYTES = 256 << 20  # decoded table shards kept per process (a shard is often tens of MB)
 
 
@@ -201,12 +202,13 @@ class StorePieceReader:
 
     Args:
       store: the token store.
-      cache_bytes: bytes of extents kept (per process): the slab.
+      cache_bytes: bytes of extents kept (per process): the slab. None: :data:`DEFAULT_CACHE_BYTES`, and from a
+        bucket at least :data:`MIN_REMOTE_SLOTS` extents (1 GiB of a Levanter cache's 1 MiB inner chunks).
     """
 
-    def __init__(self, store: TokenStore, cache_bytes: int = DEFAULT_CACHE_BYTES):
+    def __init__(self, store: TokenStore, cache_bytes: int | None = None):
         self.store = store
-        self.cache_bytes = int(cache_bytes)
+        self.cache_bytes = cache_bytes  # None: DEFAULT_CACHE_BYTES, and remotely at least MIN_REMOTE_SLOTS extents
         self._ready = False
         self._lock = threading.Lock()
 
@@ -226,11 +228,16 @@ class StorePieceReader:
         if self._ready:
             return
         e = self.store.read_granularity
-        if not storage.is_url(self.store.path):  # no latency, no bytes over a wire: whole stored objects cost
+        remote = storage.is_url(self.store.path)
+        if not remote:  # no latency, no bytes over a wire: whole stored objects cost
             e = self.store.object_tokens  # the least CPU (one file read, not one per inner chunk)
         self.extent, self.itemsize = e, self.store.dtype.itemsize
         extents = max(1, -(-self.store.num_tokens // e))
-        slots = int(min(extents, max(1, self.cache_bytes // (e * self.itemsize))))
+        slots = max(1, (self.cache_bytes or DEFAULT_CACHE_BYTES) // (e * self.itemsize))
+        if remote and self.cache_bytes is None:  # coarse inner chunks (a Levanter cache's, 1 MiB) hold the lane
+            slots = max(slots, MIN_REMOTE_SLOTS)  # windows of fewer lanes: hold enough of them
+        slots = int(min(extents, slots))
+        self.held_bytes = slots * e * self.itemsize  # the slab; the read-ahead budget is half of it
         self._slab = np.empty((slots, e), self.store.dtype)
         self._slot_of = np.full(extents, -1, np.int64)  # extent -> slot (-1: not held)
         self._extent_in = np.full(slots, -1, np.int64)  # slot -> extent (-1: free)
@@ -299,7 +306,7 @@ class StorePieceReader:
         when it stops (a prefetch stops at half the slab read ahead, or when no slot can be reused)."""
         missing = ids[self._slot_of[ids] < 0]
         if prefetch:
-            room = self.cache_bytes // 2 // (self.extent * self.itemsize) - int(self._ahead.sum())
+            room = self.held_bytes // 2 // (self.extent * self.itemsize) - int(self._ahead.sum())
             if room < missing.shape[0]:
                 missing = missing[: max(0, room)]
         e, n = self.extent, self.store.num_tokens
@@ -417,7 +424,7 @@ def _gather_extents(flat, slot_of, extent, begin, length, out):
 class StoreDocuments(PieceReadingSource):
     """A :class:`TokenStore` as a document source, pieces read through a cached :class:`StorePieceReader`."""
 
-    def __init__(self, store: TokenStore, cache_bytes: int = DEFAULT_CACHE_BYTES):
+    def __init__(self, store: TokenStore, cache_bytes: int | None = None):
         self.store = store
         self.reader = StorePieceReader(store, cache_bytes)
 
