@@ -32,6 +32,7 @@ once per epoch).
 from __future__ import annotations
 
 import threading
+from typing import TypedDict
 
 import numpy as np
 
@@ -40,6 +41,15 @@ from datatools.grain.host_batches import DocumentOrder
 from datatools.kernels.mixture import Segment, draw, exhaust_segments, split_ratios
 
 MIX_MODES = ("sample", "exhaust")
+
+
+class ShuffleOptions(TypedDict):
+    """How each source's own :class:`DocumentOrder` shuffles: its mode, and its I/O block and window (documents,
+    blocks), kept so a reweighted order (:meth:`MixtureOrder.with_weights`) shuffles the same."""
+
+    shuffle: str
+    io_block_size: int
+    window_blocks: int
 
 
 def source_seed(seed: int, k: int) -> int:
@@ -90,7 +100,11 @@ class MixtureOrder:
             raise ValueError(f"source {int(np.flatnonzero(self.sizes == 0)[0])} of the mixture holds no documents")
         self.offsets = np.concatenate(([0], np.cumsum(self.sizes)))
         self.seed = int(seed)
-        self.shuffle = {"shuffle": shuffle, "io_block_size": io_block_size, "window_blocks": window_blocks}
+        self.shuffle: ShuffleOptions = {
+            "shuffle": shuffle,
+            "io_block_size": io_block_size,
+            "window_blocks": window_blocks,
+        }
         self.orders = [
             DocumentOrder(
                 int(n), shuffle, seed=source_seed(seed, k), io_block_size=io_block_size, window_blocks=window_blocks
