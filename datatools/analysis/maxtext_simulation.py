@@ -312,7 +312,7 @@ def maxtext_report(lengths, settings: MaxTextSettings, recommendation: Recommend
                 lengths,
                 dataclasses.replace(settings, packing=True, grain_packing_type="first_fit", max_segments_per_seq=-1),
             )["max_docs_per_row"]
-        own = {"packing": True, "grain_packing_type": "first_fit", "max_segments_per_seq": cap}
+        own_type, own_cap = "first_fit", cap
         why = (
             "attention: cudnn_flash_te needs max_segments_per_seq, which MaxText applies with first_fit only"
             if settings.attention in CAPPED_ATTENTION
@@ -321,15 +321,18 @@ def maxtext_report(lengths, settings: MaxTextSettings, recommendation: Recommend
             else f"the recommendation caps rows at {cap} documents, which MaxText applies with first_fit only"
         )
     else:
-        own = {"packing": True, "grain_packing_type": "best_fit"}
+        own_type, own_cap = "best_fit", None
         why = "no segment cap needed by the attention: best_fit (MaxText gives it no cap)"
+    own: dict[str, object] = {"packing": True, "grain_packing_type": own_type}  # what to set in MaxText
+    if own_cap is not None:
+        own["max_segments_per_seq"] = own_cap
     own_view = maxtext_view(
         lengths,
         dataclasses.replace(
             settings,
             packing=True,
-            grain_packing_type=own["grain_packing_type"],
-            max_segments_per_seq=own.get("max_segments_per_seq", -1),
+            grain_packing_type=own_type,
+            max_segments_per_seq=-1 if own_cap is None else own_cap,
         ),
     )
     notes = [
