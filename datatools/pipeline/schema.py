@@ -43,7 +43,7 @@ def _check_value(value, tp, key: str, meta: dict):
         options = typing.get_args(tp)
         if value is None and type(None) in options:
             return None
-        last = None
+        last: ValueError | None = None
         for option in options:
             if option is type(None):
                 continue
@@ -51,7 +51,7 @@ def _check_value(value, tp, key: str, meta: dict):
                 return _check_value(value, option, key, meta)
             except ValueError as exc:
                 last = exc
-        raise last
+        raise last or ValueError(f"config: {key} takes no value; got {short_repr(value)}")  # a union of None alone
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ValueError(f"config: {key} must be a mapping of options; got {short_repr(value)}")
