@@ -10,8 +10,9 @@ random ids below 50,257) are written by each version's own ``write_store`` (the 
 layout, today's code version 3) to local disk. The pipeline: the users' shape (ctx 8192, global batch 128,
 streaming packing, block shuffle 64 x 1024), as 1 host with 0 workers and as host 0 of 4 with 2 workers; each
 version reads in its default order (the baseline: the window order; today: lanes). Each run is a fresh process;
-an untimed warm-up run of each first (numba compiles into its cache); versions alternate, ``--repeats`` rounds, medians: seconds to the first batch (config to batch: open, offsets,
-first plan and read) and batches/s over ``--batches`` batches after it, taken as fast as they come.
+an untimed warm-up run of each first (numba compiles into its cache); versions alternate, ``--repeats`` rounds,
+medians: seconds to the first batch (config to batch: open, offsets, first plan and read) and batches/s over
+``--batches`` batches after it, taken as fast as they come.
 
 Usage::
 
