@@ -13,7 +13,7 @@ import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 from datatools.base.checks import (
     MAX_BATCH,
@@ -27,7 +27,7 @@ from datatools.base.checks import (
 from datatools.kernels.batch_layouts import BOUNDARY_TARGETS, FORMATS, POSITIONS
 from datatools.kernels.loss_weights import LOSS_WEIGHTINGS
 from datatools.kernels.packing import ALGORITHMS
-from datatools.pipeline.schema import field, from_dict, load_yaml
+from datatools.pipeline.schema import OneOf, field, from_dict, load_yaml
 
 MAX_WORKERS = 64  # Grain worker processes: each is a fresh interpreter (~1-2 s of CPU to start); 1024 ran past 60 s
 
@@ -117,7 +117,7 @@ class PackingConfig:
     mode: Literal["planned", "streaming"] = field(
         "planned", doc="planned: one plan over every document; streaming: packed a window at a time"
     )
-    algorithm: Literal[ALGORITHMS] | None = field(
+    algorithm: Annotated[str, OneOf(ALGORITHMS)] | None = field(
         None, doc="default: best_fit_decreasing (over all documents when planned, within each window when streaming)"
     )
     max_segments: int | None = field(
@@ -126,7 +126,7 @@ class PackingConfig:
     align: int = field(
         1, minimum=1, maximum=MAX_CTX, doc="every document starts at a multiple of this (tokens); must divide ctx"
     )
-    overflow: Literal[OVERFLOW_POLICIES] = field(
+    overflow: Annotated[str, OneOf(OVERFLOW_POLICIES)] = field(
         "split", doc="documents longer than ctx: split (nothing lost), truncate, drop, error"
     )
     window: int = field(1024, minimum=1, maximum=MAX_WINDOW, doc="streaming: documents per packing window")
@@ -171,7 +171,7 @@ class BucketingConfig:
         None, minimum=1, maximum=MAX_BATCH * 64, doc="tokens per batch (rows = budget // length)"
     )
     multiple_of: int = field(1, minimum=1, maximum=MAX_BATCH, doc="round each bucket's rows down to a multiple of this")
-    overflow: Literal[OVERFLOW_POLICIES] = field("split")
+    overflow: Annotated[str, OneOf(OVERFLOW_POLICIES)] = field("split")
 
 
 @dataclass(frozen=True)
@@ -314,18 +314,20 @@ class PipelineConfig:
         "token_budget is set)",
     )
     drop_remainder: bool = field(True, doc="drop each epoch's last, short batch (else pad it with empty rows)")
-    format: Literal[FORMATS] = field("datatools", doc="batch layout: datatools (canonical), maxtext, levanter, hf")
-    boundary_targets: Literal[BOUNDARY_TARGETS] = field(
+    format: Annotated[str, OneOf(FORMATS)] = field(
+        "datatools", doc="batch layout: datatools (canonical), maxtext, levanter, hf"
+    )
+    boundary_targets: Annotated[str, OneOf(BOUNDARY_TARGETS)] = field(
         "mask",
         doc="mask: a document's last token predicts nothing (packed loss == unpacked loss); next_document: "
         "it predicts the next document's first token in the row (MaxText's ShiftData)",
     )
-    positions: Literal[POSITIONS] = field(
+    positions: Annotated[str, OneOf(POSITIONS)] = field(
         "restart",
         doc="restart: every document piece counts from 0 (MaxText, Grain, transformers; below ctx); "
         "continue: a piece of a split document counts on from its offset",
     )
-    loss_weighting: Literal[LOSS_WEIGHTINGS] = field(
+    loss_weighting: Annotated[str, OneOf(LOSS_WEIGHTINGS)] = field(
         "none",
         doc="none: no loss_weights in the batch (as before); token: every target token of the global batch "
         "weighs 1; document: every document piece weighs 1 (1/n per target token); the step divides by "
@@ -393,7 +395,21 @@ class PipelineConfig:
         """The source's path, or ``mixture of A, B`` (the sources' labels) for reports and messages."""
         if self.sources is not None:
             return "mixture of " + ", ".join(s.label for s in self.sources)
-        return self.source.path
+        return self.one_source.path
+
+    @property
+    def one_source(self) -> SourceConfig:
+        """``source`` of a config that reads one input; ValueError for a mixture (``sources``)."""
+        if self.source is None:
+            raise ValueError("config: this reads one source (source:), and the config mixes sources (sources:)")
+        return self.source
+
+    @property
+    def mixture_sources(self) -> list[MixtureSourceConfig]:
+        """``sources`` of a mixture; ValueError for a config of one source (``source``)."""
+        if self.sources is None:
+            raise ValueError("config: this reads a mixture (sources:), and the config names one source (source:)")
+        return self.sources
 
     def replace(self, **changes) -> PipelineConfig:
         return dataclasses.replace(self, **changes)

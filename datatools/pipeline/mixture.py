@@ -29,18 +29,19 @@ def open_mixture(cfg: PipelineConfig, documents=None):
     MixedDocuments or a list with one source per ``sources`` item)."""
     from datatools.io.mixed_documents import MixedDocuments
 
-    labels = [s.label for s in cfg.sources]
+    sources = cfg.mixture_sources
+    labels = [s.label for s in sources]
     if documents is None:
         from datatools.io.inputs import open_documents
         from datatools.pipeline.build import open_source_input
 
-        inputs = [open_source_input(s) for s in cfg.sources]
+        inputs = [open_source_input(s) for s in sources]
         check_tokenizers(labels, [tokenizer_identity(i) for i in inputs])
         documents = [open_documents(i) for i in inputs]
     if not isinstance(documents, MixedDocuments):
         documents = MixedDocuments(list(documents), names=labels)
-    if len(documents.sizes) != len(cfg.sources):
-        raise ValueError(f"config: sources lists {len(cfg.sources)} sources; {len(documents.sizes)} were given")
+    if len(documents.sizes) != len(sources):
+        raise ValueError(f"config: sources lists {len(sources)} sources; {len(documents.sizes)} were given")
     for label, n in zip(labels, documents.sizes.tolist()):
         if n == 0 and cfg.mixture.epoch == "sample":
             raise ValueError(f"{label}: this source of the mixture holds no documents")
@@ -97,7 +98,7 @@ def check_tokenizers(labels: list[str], identities: list[dict | None]) -> None:
 
 def initial_history(cfg: PipelineConfig) -> list:
     """``[[0, weights]]``: the config's weights from the first document on."""
-    return [[0, [float(s.weight) for s in cfg.sources]]]
+    return [[0, [float(s.weight) for s in cfg.mixture_sources]]]
 
 
 def draw_rates(cfg: PipelineConfig, docs, weights) -> list[float]:

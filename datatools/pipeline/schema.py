@@ -1,8 +1,9 @@
 """Validated configs: YAML (``yaml.safe_load``) into frozen, typed dataclasses.
 
 Each config section is a dataclass whose type hints are the schema: ``int``,
-``float`` (finite), ``bool``, ``str``, ``Literal[...]`` for a choice, ``X | None``,
-``list[X]`` and nested sections; :func:`field` adds a ``minimum`` and a ``doc``.
+``float`` (finite), ``bool``, ``str``, ``Literal[...]`` for a choice (``Annotated[str, OneOf(CHOICES)]`` for a
+choice among a tuple the checks use), ``X | None``, ``list[X]`` and nested sections; :func:`field` adds a
+``minimum`` and a ``doc``.
 :func:`from_dict` checks every key and value and raises one ``ValueError`` that
 lists every problem at once, each naming the key path, the bad value and what is
 allowed, e.g. ``config: shuffle.kind must be one of 'none', 'full', 'block'; got
@@ -32,7 +33,30 @@ def field(
     return dataclasses.field(default=default, metadata=meta)
 
 
+class OneOf:
+    """The allowed values of a ``str`` key, read from the tuple the code's own checks use:
+    ``Annotated[str, OneOf(ALGORITHMS)]`` is checked and documented as ``Literal[ALGORITHMS]`` would be (a type
+    checker cannot read a ``Literal`` of a tuple, and writing the names twice would let them drift). Not a
+    dataclass: the schema reads dataclasses as config sections."""
+
+    def __init__(self, choices: tuple[str, ...]):
+        self.choices = tuple(choices)
+
+    def __repr__(self) -> str:
+        return f"OneOf({self.choices!r})"
+
+
+def _choice_type(tp):
+    """``tp`` with ``Annotated[str, OneOf(CHOICES)]`` read as ``Literal[CHOICES]``."""
+    if typing.get_origin(tp) is typing.Annotated:
+        base, *extras = typing.get_args(tp)
+        one_of = next((e for e in extras if isinstance(e, OneOf)), None)
+        return base if one_of is None else typing.Literal[one_of.choices]
+    return tp
+
+
 def _check_value(value, tp, key: str, meta: dict):
+    tp = _choice_type(tp)
     origin = typing.get_origin(tp)
     if origin is typing.Literal:
         choices = typing.get_args(tp)
@@ -129,6 +153,7 @@ def from_dict(cls, data: dict | None, where: str = ""):
 
 
 def _type_text(tp) -> str:
+    tp = _choice_type(tp)
     origin = typing.get_origin(tp)
     if origin is typing.Literal:
         return " / ".join(map(str, typing.get_args(tp)))

@@ -10,14 +10,14 @@ so a document packed at offset 700 is computed exactly as if it were alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 import jax
 import jax.numpy as jnp
 
 from datatools.base.checks import MAX_CTX, MAX_VOCAB
 from datatools.kernels.attention_blocks import TILE_KEYS
-from datatools.pipeline.schema import field
+from datatools.pipeline.schema import OneOf, field
 from datatools.train.attention import SPARSE_KEYS, blocksparse_attention, dense_attention, fused_attention
 
 ATTENTIONS = ("dense", "blocksparse", "fused", "splash", "pallas_blocksparse", "pallas_gpu", "cudnn")
@@ -34,7 +34,7 @@ class ModelConfig:
     d_ff: int | None = field(None, minimum=1, maximum=1 << 18, doc="default 4 * d_model")
     rope_theta: float = field(10000.0, minimum=1.0, maximum=1e12)
     dtype: Literal["float32", "bfloat16"] = field("float32", doc="activations and matmuls")
-    attention: Literal[ATTENTIONS] = field(
+    attention: Annotated[str, OneOf(ATTENTIONS)] = field(
         "dense",
         doc="dense: the whole ctx x ctx matrix, masked; blocksparse: only the tiles packing leaves "
         "non-empty (pure JAX); fused: jax.nn.dot_product_attention (XLA); splash: JAX's splash "
@@ -132,11 +132,11 @@ def attention_keys(attention: str) -> tuple[str, ...]:
 def attend(cfg: ModelConfig, q, k, v, segment_ids, blocks: dict | None):
     """Segment-aware causal attention of (B, T, H, D) q, k, v by ``cfg.attention`` (all compute one function)."""
     name = cfg.attention
-    if attention_keys(name) and blocks is None:
-        raise ValueError(f"attention: {name} needs the batch's {' / '.join(attention_keys(name))}")
-    if name == "blocksparse":
-        return blocksparse_attention(q, k, v, segment_ids, blocks, cfg.attention_block)
-    if name == "pallas_blocksparse":
+    if attention_keys(name):  # blocksparse, pallas_blocksparse: the loader's tile lists
+        if blocks is None:
+            raise ValueError(f"attention: {name} needs the batch's {' / '.join(attention_keys(name))}")
+        if name == "blocksparse":
+            return blocksparse_attention(q, k, v, segment_ids, blocks, cfg.attention_block)
         from datatools.train.attention_pallas import pallas_blocksparse_attention
 
         return pallas_blocksparse_attention(q, k, v, segment_ids, blocks, cfg.attention_block)
