@@ -104,11 +104,11 @@ class CanonicalPipeline:
     config: PipelineConfig
     documents: int
     shapes: list[tuple[int, int]]
+    batches: grain.MapDataset  # this host's canonical batches by global batch number (random access)
+    schedule: object  # the global batch sequence (grain.host_batches: planned, streaming or bucket schedule)
+    documents_source: object  # the document source read (a mixture's: MixedDocuments)
     plan_efficiency: float | None = None
     identity: dict | None = None  # what fixes the global batch sequence (states restore only into the same)
-    batches: grain.MapDataset | None = None  # this host's canonical batches by global batch number (random access)
-    schedule: object = None  # the global batch sequence (grain.host_batches: planned, streaming or bucket schedule)
-    documents_source: object = None  # the document source read (a mixture's: MixedDocuments)
     stats_folder: str | None = None  # where worker processes write their read counters (datatools.io.read_stats)
 
 
@@ -179,7 +179,7 @@ def _warn_if_random_access_thrashes(docs, cfg: PipelineConfig) -> None:
 
         planned = ", planned packing" if cfg.packing and cfg.packing.mode == "planned" else ""
         warnings.warn(
-            f"{cfg.source.path}: {decoded >> 20} MiB of tokens read in random order from a table "
+            f"{cfg.one_source.path}: {decoded >> 20} MiB of tokens read in random order from a table "
             f"(shuffle {cfg.shuffle.kind!r}{planned})"
             f" decode a whole shard per read; pre-tokenize it into a token store (datatools pretokenize) "
             f"or use shuffle 'none' with streaming packing",
@@ -214,7 +214,8 @@ def _schedule(cfg: PipelineConfig, docs, history=None):
         ), None
     if p is not None and p.mode == "planned":
         if p.plan is not None:
-            rows = PackedRowsMapDataset(docs, plan=_plan_file(p, cfg.source.path, docs), pad_id=cfg.pad_id)
+            plan = _plan_file(p, p.plan, cfg.one_source.path, docs)
+            rows = PackedRowsMapDataset(docs, plan=plan, pad_id=cfg.pad_id)
         else:
             rows = PackedRowsMapDataset(
                 docs,
@@ -247,7 +248,7 @@ def _schedule(cfg: PipelineConfig, docs, history=None):
 
         return LaneSchedule(
             docs,
-            ctx=p.ctx,
+            ctx=_ctx(p),
             window=p.window,
             batch_size=cfg.batch_size,
             drop_remainder=cfg.drop_remainder,
@@ -266,7 +267,7 @@ def _schedule(cfg: PipelineConfig, docs, history=None):
         return StreamingSchedule(
             docs,
             order,
-            ctx=p.ctx,
+            ctx=_ctx(p),
             window=p.window,
             batch_size=cfg.batch_size,
             drop_remainder=cfg.drop_remainder,
@@ -278,6 +279,8 @@ def _schedule(cfg: PipelineConfig, docs, history=None):
             pad_id=cfg.pad_id,
         ), None
     b = cfg.bucketing
+    if b is None:  # check() asks for exactly one of packing, bucketing and curriculum
+        raise ValueError("config: give exactly one of 'packing' and 'bucketing' (or 'curriculum')")
     lengths = docs.lengths()
     if b.boundaries is not None:
         bounds = np.asarray(sorted(b.boundaries), np.int64)
@@ -304,13 +307,20 @@ def _schedule(cfg: PipelineConfig, docs, history=None):
     ), None
 
 
-def _plan_file(p: PackingConfig, source: str, docs):
-    """The plan directory ``packing.plan``, opened lazily (memory-mapped) and checked against the source: the same
-    documents (count, tokens, CRC-32 of the lengths) and, when ``packing.ctx`` is given, the same ctx."""
+def _ctx(p: PackingConfig) -> int:
+    """``packing.ctx``, which every mode but planned packing from a plan directory needs."""
+    if p.ctx is None:
+        raise ValueError("config: packing.ctx is required (packing.plan is read by mode: planned only)")
+    return p.ctx
+
+
+def _plan_file(p: PackingConfig, path: str, source: str, docs):
+    """The plan directory ``path`` (``packing.plan``), opened lazily (memory-mapped) and checked against the source:
+    the same documents (count, tokens, CRC-32 of the lengths) and, when ``packing.ctx`` is given, the same ctx."""
     from datatools.io.plan_file import PlanFile
     from datatools.kernels.packing.plan_format import lengths_identity
 
-    plan = PlanFile(p.plan)
+    plan = PlanFile(path)
     plan.check_identity(lengths_identity(docs.lengths()), source)
     if p.ctx is not None and p.ctx != plan.ctx:
         raise ValueError(
@@ -395,7 +405,7 @@ def open_config_documents(cfg: PipelineConfig, documents=None):
 
         docs = open_mixture(cfg, documents)
     else:
-        docs = open_source(cfg.source) if documents is None else documents
+        docs = open_source(cfg.one_source) if documents is None else documents
     if len(docs) == 0:
         where = cfg.source.path if cfg.source is not None else "sources"
         raise ValueError(f"{where}: the source holds no documents")
@@ -407,11 +417,14 @@ def _host_batches(cfg: PipelineConfig, docs, history=None):
     from datatools.grain.host_batches import HostBatchesMapDataset
 
     schedule, efficiency = _schedule(cfg, docs, history)
+    shard = cfg.shard
+    if not isinstance(shard, ShardConfig):
+        raise ValueError("config: shard: auto is this process's place, resolved first (resolve_shard)")
     try:
         host = HostBatchesMapDataset(
             schedule,
-            index=cfg.shard.index,
-            count=cfg.shard.count,
+            index=shard.index,
+            count=shard.count,
             num_epochs=cfg.num_epochs,
             stride=max(1, cfg.workers),  # Grain worker w of P reads batches w, w + P, ...
         )
@@ -449,6 +462,9 @@ def _build_canonical(cfg: PipelineConfig, documents=None, history=None) -> Canon
         cfg,
         len(docs),
         host.shapes,
+        host,
+        schedule,
+        docs,
         efficiency,
     )
     built.identity = pipeline_identity(cfg, docs)
@@ -456,7 +472,6 @@ def _build_canonical(cfg: PipelineConfig, documents=None, history=None) -> Canon
         from datatools.pipeline.mixture import mixture_identity
 
         built.identity.update(mixture_identity(cfg, docs, history))
-    built.batches, built.schedule, built.documents_source = host, schedule, docs
     if stats_folder is not None:
         built.stats_folder = stats_folder
         weakref.finalize(built, shutil.rmtree, stats_folder, True)

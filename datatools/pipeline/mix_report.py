@@ -87,11 +87,11 @@ def mix_report(
     if cfg.sources is not None:
         offsets, names = docs.offsets, list(docs.names)
         weights = [s.weight for s in cfg.sources]
-        stand = MixedDocuments(
+        stand: PieceReadingSource = MixedDocuments(
             [_IdDocuments(s.lengths(), int(offsets[k])) for k, s in enumerate(docs.sources)], names=names
         )
     else:
-        offsets, names, weights = np.array([0, len(docs)], np.int64), [cfg.source.path], [1.0]
+        offsets, names, weights = np.array([0, len(docs)], np.int64), [cfg.one_source.path], [1.0]
         stand = _IdDocuments(docs.lengths(), 0)
     built = build_canonical(cfg.replace(workers=0, shard=ShardConfig(), attention_block=None), stand)
     host = built.batches

@@ -149,7 +149,7 @@ def mixture_identity(cfg: PipelineConfig, docs, history=None) -> dict:
     }
 
 
-def reweighted_history(cfg: PipelineConfig, saved: list, consumed: int, schedule_of) -> list:
+def reweighted_history(cfg: PipelineConfig, saved: object, consumed: int, schedule_of) -> list:
     """The weight history of a pipeline restored after ``consumed`` global batches from a state whose history was
     ``saved``, with ``cfg``'s weights: ``saved`` itself when the weights are those in force, else ``saved`` up to
     the restore point plus ``[point, new weights]``.
@@ -159,17 +159,19 @@ def reweighted_history(cfg: PipelineConfig, saved: list, consumed: int, schedule
         pipeline has with a history (the restore point is found in the one that made the consumed batches).
     """
     try:
-        saved = [[int(p), [float(x) for x in w]] for p, w in saved]
+        if not isinstance(saved, (list, tuple)):  # the state's value as read: anything
+            raise TypeError
+        history: list[list] = [[int(p), [float(x) for x in w]] for p, w in saved]  # [position, weights]
     except (TypeError, ValueError):
         raise ValueError(f"state: {WEIGHTS_KEY} must be a list of [position, [weights]]; got {saved!r:.200}") from None
     weights = initial_history(cfg)[0][1]
-    if not saved or saved[0][0] != 0 or any(len(w) != len(weights) for _, w in saved):
-        raise ValueError(f"state: {WEIGHTS_KEY} {saved!r:.200} does not fit a mixture of {len(weights)} sources")
-    if saved[-1][1] == weights:
-        return saved
-    schedule, host = schedule_of(saved)
+    if not history or history[0][0] != 0 or any(len(w) != len(weights) for _, w in history):
+        raise ValueError(f"state: {WEIGHTS_KEY} {history!r:.200} does not fit a mixture of {len(weights)} sources")
+    if history[-1][1] == weights:
+        return history
+    schedule, host = schedule_of(history)
     if cfg.num_epochs is not None and consumed >= len(host):
-        return saved  # the run is over: nothing is drawn any more
+        return history  # the run is over: nothing is drawn any more
     epoch, j = host.locate(consumed)
     point = epoch * schedule.order.n + schedule.restart_position(epoch, j)
-    return [e for e in saved if e[0] < point] + [[point, weights]]
+    return [e for e in history if e[0] < point] + [[point, weights]]
