@@ -120,7 +120,7 @@ def array_kvstore(path: str | os.PathLike) -> ts.KvStore:
     return ts.KvStore.open(spec).result()
 
 
-def _create(path: Path, dtype: np.dtype, length: int, chunk: int, inner: int | None = None):
+def _create(path: str | Path, dtype: np.dtype, length: int, chunk: int, inner: int | None = None):
     """A new 1-d zarr v3 array of ``length`` elements in stored objects of ``chunk`` elements; with ``inner``,
     each object is a shard of inner chunks of ``inner`` elements (``sharding_indexed``, index first), each
     compressed and checksummed on its own so a reader fetches only the inner chunks it needs."""
@@ -152,7 +152,7 @@ def _create(path: Path, dtype: np.dtype, length: int, chunk: int, inner: int | N
     return ts.open(spec, create=True, dtype=ts.dtype(dtype.name), shape=[length]).result()
 
 
-def _io(exc: Exception, where: Path) -> Exception:
+def _io(exc: Exception, where: str | Path) -> Exception:
     """A tensorstore failure while writing ``where``: an ``OSError`` naming it when it is the environment (disk
     full, permission), else the error as it is."""
     return as_os_error(exc, where) or exc
@@ -188,7 +188,7 @@ def write_store(
                 f"prefix (or beside its own staging, {ROOT_STAGING}/)"
             )
     else:
-        path.mkdir(parents=True, exist_ok=False)
+        Path(path).mkdir(parents=True, exist_ok=False)
     try:
         tokens = _create(storage.join(path, "tokens"), np.dtype(dtype), num_tokens, TOKEN_CHUNK, READ_CHUNK)
     except ValueError as exc:
@@ -267,6 +267,8 @@ def record_chunks(path: str | os.PathLike) -> tuple[dict, dict]:
             keys = sorted((k.encode() for k in array_keys(where)), key=_key_order)
             records, fast, heads = {}, {}, {}
             for key, value in read_keys(kv, keys):
+                if value is None:  # listed a moment ago
+                    raise ValueError(f"{display(storage.join(where, key))}: removed while the store was recorded")
                 records[key] = [len(value), hashlib.sha256(value).hexdigest()]
                 fast[key] = xxhash.xxh3_64_hexdigest(value)
                 if index and key != "zarr.json":
@@ -404,7 +406,7 @@ def read_manifest(path: str | os.PathLike) -> dict:
     return manifest
 
 
-def _check_records(chunks, path: Path) -> None:
+def _check_records(chunks, path: str | Path) -> None:
     """The manifest's ``chunks`` is ``{"checksum": "sha256", "tokens": {key: [bytes, hex]}, "offsets": {...}}``."""
     where = display(storage.join(path, "manifest.json"))
     if not isinstance(chunks, dict) or chunks.get("checksum") != CHECKSUM:
@@ -437,7 +439,7 @@ def is_token_store(path: str | os.PathLike) -> bool:
     path = location(path)
     if storage.is_url(path):
         return storage.is_file(storage.join(path, "manifest.json"))
-    return (path / "manifest.json").is_file() and (path / "offsets").is_dir()
+    return (Path(path) / "manifest.json").is_file() and (Path(path) / "offsets").is_dir()
 
 
 def chunk_grid(length: int, chunk: int) -> list[str]:
@@ -709,7 +711,8 @@ class TokenStore:
 
     def _start_check(self, name: str, key: str, arr, batch: ts.Batch | None) -> tuple:
         """(future of the bytes to check, which digest they are checked against) for one stored object."""
-        digests = self.manifest.get("digests") if isinstance(self.manifest.get("digests"), dict) else {}
+        recorded = self.manifest.get("digests")
+        digests = recorded if isinstance(recorded, dict) else {}
         fast = digests.get("algorithm") == FAST_DIGEST
         kv = self._kvstore(name)
         index = _index_bytes(arr)
@@ -745,10 +748,11 @@ class TokenStore:
                     raise err from None
                 raise self.damaged(f"{display(self.path)}: chunk {name}/{key} is unreadable ({_short(exc)})") from None
             value = bytes(got.value) if got.state == "value" else None
-            ok = value is not None and want is not None
-            if ok and kind == "sha256":
+            if value is None or want is None:
+                ok = False
+            elif kind == "sha256":
                 ok = hashlib.sha256(value).hexdigest() == want
-            elif ok:
+            else:
                 ok = xxhash.xxh3_64_hexdigest(value) == want
             with self._check_lock:
                 if ok:
