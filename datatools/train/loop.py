@@ -102,18 +102,21 @@ def load_train_config(
             "for attention: pallas_blocksparse"
         )
     if model.attention in TILED:
-        if pipeline.packing and pipeline.packing.ctx is None:  # packing: {plan: DIR}: the plan's own ctx
+        packing, bucketing = pipeline.packing, pipeline.bucketing
+        if packing and packing.ctx is None and packing.plan is not None:  # packing: {plan: DIR}: the plan's own ctx
             from datatools.io.plan_file import PlanFile
 
-            pipeline = pipeline.replace(
-                packing=dataclasses.replace(pipeline.packing, ctx=PlanFile(pipeline.packing.plan).ctx)
-            )
+            packing = dataclasses.replace(packing, ctx=PlanFile(packing.plan).ctx)
+            pipeline = pipeline.replace(packing=packing)
+        shapes: list[int] = []
         if pipeline.curriculum:
             shapes = list(pipeline.curriculum.lengths)
-        else:
-            shapes = [pipeline.packing.ctx] if pipeline.packing else list(pipeline.bucketing.boundaries or [])
-        if pipeline.bucketing and not pipeline.bucketing.boundaries and pipeline.bucketing.tile % block:
-            shapes.append(pipeline.bucketing.tile)
+        elif packing and packing.ctx is not None:
+            shapes = [packing.ctx]
+        elif bucketing:
+            shapes = list(bucketing.boundaries or [])
+        if bucketing and not bucketing.boundaries and bucketing.tile % block:
+            shapes.append(bucketing.tile)
         bad = [s for s in shapes if s % block]
         if bad:
             raise ValueError(
@@ -183,7 +186,7 @@ def train(
     trainer = Trainer(cfg.model, cfg.train.optimizer, cfg.train.steps)
     state = trainer.init_state(cfg.train.seed)
     peak, peak_source = device_peak(trainer.devices)
-    records = []
+    records: list[dict] = []  # one per step (see the docstring)
     seen_useful = 0
     budget = len(built.shapes) if pipe.curriculum is not None else None  # one program per length, no more
     if budget is not None:
@@ -200,7 +203,8 @@ def train(
             batches = _micro_batches(it, cfg.train.grad_accum_steps)
             if batches is None:  # the data ended: a short step would weigh its documents differently
                 break
-            useful = flops = computed = hw_flops = slots = rows = attn = 0
+            useful = computed = slots = rows = 0  # tokens, attention pairs, token slots, rows of the step
+            flops = hw_flops = attn = 0.0  # model FLOPs, FLOPs as executed, the attention term alone
             for batch in batches:
                 top = int(batch["tokens"].max())
                 if top >= cfg.model.vocab_size:
