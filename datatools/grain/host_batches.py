@@ -14,9 +14,8 @@ Every host computes the same *global* sequence of batches from document lengths 
   :mod:`datatools.grain.portable_state`): a checkpoint taken on ``N`` hosts restores on
   ``M`` hosts and the global sequence continues unchanged (elastic resume).
 
-A *schedule* says what the global batches are (:class:`PlannedSchedule` here;
-:class:`~datatools.grain.streaming_schedule.StreamingSchedule`,
-:class:`~datatools.grain.bucket_schedule.BucketSchedule`): ``num_batches(epoch)``,
+A *schedule* says what the global batches are (:class:`PlannedSchedule` here; the protocol
+:class:`~datatools.grain.schedule.Schedule` and its implementations): ``num_batches(epoch)``,
 ``batch_rows(epoch, j)``, ``row_counts`` (every batch height it can give) and
 ``read(epoch, j, lo, hi)``: rows ``[lo, hi)`` of global batch ``j``, a canonical batch of
 ``hi - lo`` rows (rows past the data are empty: ``segment_ids`` 0). Batches do not cross
@@ -36,6 +35,7 @@ import numpy as np
 import grain
 from datatools.base.checks import check_choice, check_int
 from datatools.grain.batch import read_batch
+from datatools.grain.schedule import ReadAheadSchedule, Schedule
 from datatools.io import read_stats
 from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation
 
@@ -157,7 +157,9 @@ class HostBatchesMapDataset(grain.MapDataset):
         the gcd of the gaps it sees.
     """
 
-    def __init__(self, schedule, *, index: int = 0, count: int = 1, num_epochs: int | None = 1, stride: int = 1):
+    def __init__(
+        self, schedule: Schedule, *, index: int = 0, count: int = 1, num_epochs: int | None = 1, stride: int = 1
+    ):
         super().__init__()
         self._stride = check_int(stride, "stride", minimum=1)
         self._count = check_int(count, "host count", minimum=1)
@@ -232,8 +234,9 @@ class HostBatchesMapDataset(grain.MapDataset):
         first, then those of the next ``n`` batches, ``n`` the batches read before it, up to :data:`READ_AHEAD`
         (the first batch does not queue behind eight others). The source bounds the bytes read ahead and says
         whether it took a batch whole."""
-        prefetch = getattr(getattr(self._schedule, "docs", None), "prefetch", None)
-        if prefetch is None or not hasattr(self._schedule, "pieces"):
+        schedule = self._schedule
+        prefetch = getattr(getattr(schedule, "docs", None), "prefetch", None)
+        if prefetch is None or not isinstance(schedule, ReadAheadSchedule):
             return
         with self._lock:
             gap = abs(index - self._last)
@@ -249,7 +252,7 @@ class HostBatchesMapDataset(grain.MapDataset):
             if self._epochs is not None and k >= len(self):
                 break
             epoch, j = self.locate(k)
-            doc, start, length = self._schedule.pieces(epoch, j, *self._rows(epoch, j))
+            doc, start, length = schedule.pieces(epoch, j, *self._rows(epoch, j))
             if not prefetch(doc, start, length):
                 break  # over the read-ahead budget: try again at the next batch
             with self._lock:

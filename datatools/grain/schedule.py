@@ -1,0 +1,93 @@
+"""The schedule protocol: what every global batch sequence gives the host that reads its share.
+
+A *schedule* computes, from document lengths alone, one global sequence of batches per epoch, the same on
+every host; :class:`~datatools.grain.host_batches.HostBatchesMapDataset` reads one host's rows of each. One
+module per schedule:
+
+===========================  ===============================================================================
+``packing.mode: planned``    :class:`~datatools.grain.host_batches.PlannedSchedule` (shuffled packed rows)
+``packing.mode: streaming``  :class:`~datatools.grain.streaming_schedule.StreamingSchedule` (windows of
+                             shuffled documents, each planned by ``plan_window``)
+``read_order: lanes``        :class:`~datatools.grain.lane_schedule.LaneSchedule` (the same windows, per lane)
+``bucketing``                :class:`~datatools.grain.bucket_schedule.BucketSchedule` (``fill_order_batches``)
+``curriculum``               :class:`~datatools.grain.curriculum_schedule.CurriculumSchedule` (K lengths)
+===========================  ===============================================================================
+
+The pipeline chooses one from the config in a table (:data:`datatools.pipeline.schedules.SCHEDULES`).
+Batches do not cross epochs; batch ``j`` of an epoch has ``batch_rows(epoch, j)`` rows, every one of which
+divides by the host count (``row_counts`` lists them all).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+
+class Schedule(Protocol):
+    """A global batch sequence (what every schedule gives)."""
+
+    @property
+    def shapes(self) -> list[tuple[int, int]]:
+        """The (rows, tokens) shape of every batch the schedule may give (one XLA program each)."""
+        ...
+
+    @property
+    def row_counts(self) -> tuple[int, ...]:
+        """Every batch height (rows) it may give: each must divide by the host count."""
+        ...
+
+    def num_batches(self, epoch: int) -> int:
+        """Global batches of ``epoch``."""
+        ...
+
+    def batch_rows(self, epoch: int, j: int) -> int:
+        """Rows of global batch ``j`` of ``epoch``."""
+        ...
+
+    def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+        """Rows ``[lo, hi)`` of global batch ``j`` of ``epoch``: a canonical batch of ``hi - lo`` rows (rows past
+        the data are empty: ``segment_ids`` 0)."""
+        ...
+
+
+@runtime_checkable
+class ReadAheadSchedule(Schedule, Protocol):
+    """A schedule whose reads can start before a batch is asked for: the host passes ``pieces`` to
+    ``docs.prefetch`` when its document source has one (a store read from a bucket)."""
+
+    @property
+    def docs(self) -> Any:
+        """The document source read (:class:`~datatools.io.documents.DocumentSource`)."""
+        ...
+
+    def pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(doc, start, length)`` of every piece rows ``[lo, hi)`` of global batch ``j`` read."""
+        ...
+
+
+class DocumentOrderLike(Protocol):
+    """The documents' order per epoch (``DocumentOrder``, or a mixture's ``MixtureOrder``)."""
+
+    @property
+    def n(self) -> int:
+        """Documents read per epoch."""
+        ...
+
+    def __call__(self, positions: Any, epoch: int) -> np.ndarray: ...
+
+
+class RestartableSchedule(Schedule, Protocol):
+    """A schedule over a document order whose later documents may change at a restore (a mixture's new
+    weights): the batches before ``restart_position`` do not depend on the documents from there on."""
+
+    @property
+    def order(self) -> DocumentOrderLike:
+        """The documents' order per epoch."""
+        ...
+
+    def restart_position(self, epoch: int, j: int) -> int:
+        """The first position of ``epoch``'s document order whose document may change without changing global
+        batches ``0 .. j - 1`` of the epoch."""
+        ...
