@@ -34,6 +34,7 @@ import tensorstore as ts
 
 from datatools.base.checks import as_lengths
 from datatools.io import read_stats, storage
+from datatools.io.levanter_cache import LevanterCache
 from datatools.io.store import TokenStore
 from datatools.kernels.packing import check_token_ids
 
@@ -201,12 +202,12 @@ class StorePieceReader:
     latency are counted in :mod:`datatools.io.read_stats`.
 
     Args:
-      store: the token store.
+      store: the token store (or a Levanter cache, read the same way).
       cache_bytes: bytes of extents kept (per process): the slab. None: :data:`DEFAULT_CACHE_BYTES`, and from a
         bucket at least :data:`MIN_REMOTE_SLOTS` extents (1 GiB of a Levanter cache's 1 MiB inner chunks).
     """
 
-    def __init__(self, store: TokenStore, cache_bytes: int | None = None):
+    def __init__(self, store: TokenStore | LevanterCache, cache_bytes: int | None = None):
         self.store = store
         self.cache_bytes = cache_bytes  # None: DEFAULT_CACHE_BYTES, and remotely at least MIN_REMOTE_SLOTS extents
         self._ready = False
@@ -422,9 +423,10 @@ def _gather_extents(flat, slot_of, extent, begin, length, out):
 
 
 class StoreDocuments(PieceReadingSource):
-    """A :class:`TokenStore` as a document source, pieces read through a cached :class:`StorePieceReader`."""
+    """A :class:`TokenStore` (or a Levanter cache) as a document source, pieces read through a cached
+    :class:`StorePieceReader`."""
 
-    def __init__(self, store: TokenStore, cache_bytes: int | None = None):
+    def __init__(self, store: TokenStore | LevanterCache, cache_bytes: int | None = None):
         self.store = store
         self.reader = StorePieceReader(store, cache_bytes)
 

@@ -72,7 +72,7 @@ class TokenInput:
     """A resolved input: what it is and how to read it. Picklable (worker processes re-read shards).
 
     Attributes:
-      path: the path given.
+      path: the path given: a ``Path``, or the URL of an input in object storage.
       kind: ``store``, ``levanter`` (a Levanter cache), ``numpy`` (tokens.npy + lengths/offsets), ``lengths``
         (lengths.npy alone: planning and analysis only),
         ``flat`` (.bin / .npy split on eos), or ``table`` (Parquet / Arrow / JSON Lines / HF directory, or
@@ -83,7 +83,7 @@ class TokenInput:
       nbytes: bytes of input (for progress and throughput).
     """
 
-    path: Path
+    path: str | Path
     kind: str
     column: str | None = None
     is_text: bool = False
@@ -110,6 +110,34 @@ class TokenInput:
         return f"TokenInput({', '.join(parts)})"
 
     @property
+    def table_column(self) -> str:
+        """The token or text column (tables)."""
+        if self.column is None:
+            raise ValueError(f"{display(self.path)}: a {self.kind} input has no column")
+        return self.column
+
+    @property
+    def text_encoder(self) -> TextEncoder | SentencePieceEncoder:
+        """The tokenizer of a text column."""
+        if self.encoder is None:
+            raise ValueError(f"{display(self.path)}: column {self.column!r} holds text and no tokenizer was given")
+        return self.encoder
+
+    @property
+    def levanter_cache(self) -> LevanterCache:
+        """The Levanter cache, opened once (kind ``levanter``)."""
+        if self.levanter is None:
+            raise ValueError(f"{display(self.path)}: a {self.kind} input, not an opened Levanter cache")
+        return self.levanter
+
+    @property
+    def flat_eos_id(self) -> int:
+        """The separator of a flat token file (kind ``flat``)."""
+        if self.eos_id is None:
+            raise ValueError(f"{display(self.path)}: a flat token file needs --eos-id to find the document boundaries")
+        return self.eos_id
+
+    @property
     def num_shards(self) -> int:
         if self.files:
             return len(self.files)
@@ -125,13 +153,13 @@ class TokenInput:
             encode = self.encoder.encode if self.is_text and self.encoder is not None else None
             yield from array_record_files.documents(self.files[k], str(self.column), encode)
             return
-        shard = self.shards[k]
+        shard, column = self.shards[k], self.table_column
         where = shard.describe()
-        for col in column_batches(shard, self.column, self.is_text):
+        for col in column_batches(shard, column, self.is_text):
             if self.is_text:
-                tokens, lengths = self.encoder.encode(text_values(col, where, self.column))
+                tokens, lengths = self.text_encoder.encode(text_values(col, where, column))
             else:
-                tokens, lengths = token_arrays(col, where, self.column)
+                tokens, lengths = token_arrays(col, where, column)
             yield tokens, lengths
 
     def shard_lengths(self, k: int) -> Iterator[np.ndarray]:
@@ -143,14 +171,14 @@ class TokenInput:
             count = self.encoder.count_tokens if self.is_text and self.encoder is not None else None
             yield from array_record_files.lengths(self.files[k], str(self.column), count)
             return
-        shard = self.shards[k]
+        shard, column = self.shards[k], self.table_column
         where = shard.describe()
-        for col in column_batches(shard, self.column, self.is_text):
+        for col in column_batches(shard, column, self.is_text):
             if not self.is_text:
-                yield token_arrays(col, where, self.column)[1]
+                yield token_arrays(col, where, column)[1]
                 continue
             for a in range(0, len(col), LENGTH_ROWS):
-                yield self.encoder.count_tokens(text_values(col.slice(a, LENGTH_ROWS), where, self.column))
+                yield self.text_encoder.count_tokens(text_values(col.slice(a, LENGTH_ROWS), where, column))
 
     def shard_tokens(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(int32 tokens, int64 lengths) of table shard ``k`` whole (for :class:`ChunkedDocuments`)."""
@@ -213,31 +241,31 @@ def open_input(
     remote = storage.is_url(path)  # s3:// or gs://: read through datatools.io.storage
     path = storage.url_of(path) if remote else Path(path)
     doing(f"listing {display(path)}")
-    if not pattern and not (storage.exists(path) if remote else path.exists()):
+    if not pattern and not (storage.exists(path) if remote else Path(path).exists()):
         raise ValueError(f"{display(path)}: no such file or directory")
     if bin_dtype not in BIN_DTYPES:
         raise ValueError(f"bin dtype must be one of {', '.join(BIN_DTYPES)}; got {short_repr(bin_dtype)}")
     if eos_id is not None and (isinstance(eos_id, bool) or not isinstance(eos_id, int) or eos_id < 0):
         raise ValueError(f"eos id must be a non-negative integer; got {short_repr(eos_id)}")
-    local = not remote and not pattern  # a pattern names tables (or ArrayRecord files, above)
-    if remote and (found := _remote_token_input(path, eos_id, bin_dtype)) is not None:
+    local = None if remote or pattern else Path(path)  # one local file or directory (a pattern names tables)
+    if remote and (found := _remote_token_input(str(path), eos_id, bin_dtype)) is not None:
         return found
-    if local and path.is_dir() and is_token_store(path):
-        store = TokenStore(path)
-        return TokenInput(path, "store", nbytes=8 * (len(store) + 1))
-    if local and is_levanter_cache(path):
-        cache = LevanterCache(path)  # the ledger and the arrays checked here, before any token is read
-        return TokenInput(path, "levanter", nbytes=8 * (len(cache) + 1), levanter=cache)
-    if local and path.is_dir() and (files := numpy_dir_files(path)):
-        return TokenInput(path, "numpy", nbytes=sum(f.stat().st_size for f in files[:2]))
-    if local and (only := lengths_only_file(path)) is not None:
-        return TokenInput(path, "lengths", nbytes=only.stat().st_size)
-    if local and path.is_file() and path.suffix.lower() in (".bin", ".npy"):
+    if local and local.is_dir() and is_token_store(local):
+        store = TokenStore(local)
+        return TokenInput(local, "store", nbytes=8 * (len(store) + 1))
+    if local and is_levanter_cache(local):
+        cache = LevanterCache(local)  # the ledger and the arrays checked here, before any token is read
+        return TokenInput(local, "levanter", nbytes=8 * (len(cache) + 1), levanter=cache)
+    if local and local.is_dir() and (files := numpy_dir_files(local)):
+        return TokenInput(local, "numpy", nbytes=sum(Path(f).stat().st_size for f in files[:2]))
+    if local and (only := lengths_only_file(local)) is not None:
+        return TokenInput(local, "lengths", nbytes=only.stat().st_size)
+    if local and local.is_file() and local.suffix.lower() in (".bin", ".npy"):
         if eos_id is None:
-            raise ValueError(f"{display(path)}: a flat token file needs --eos-id to find the document boundaries")
-        return TokenInput(path, "flat", nbytes=path.stat().st_size, eos_id=eos_id, bin_dtype=bin_dtype)
-    if local and path.is_dir() and not any(p for p in path.iterdir() if not p.name.startswith(".")):
-        raise ValueError(f"{display(path)}: empty directory")
+            raise ValueError(f"{display(local)}: a flat token file needs --eos-id to find the document boundaries")
+        return TokenInput(local, "flat", nbytes=local.stat().st_size, eos_id=eos_id, bin_dtype=bin_dtype)
+    if local and local.is_dir() and not any(p for p in local.iterdir() if not p.name.startswith(".")):
+        raise ValueError(f"{display(local)}: empty directory")
     shards = [s for f in pattern for s in list_shards(f)] if pattern else list_shards(path)
     if any(s.kind == "text" for s in shards):
         raise ValueError(
@@ -335,7 +363,7 @@ def iter_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
     if inp.kind == "store":
         yield 0, TokenStore(inp.path).lengths(), inp.nbytes
     elif inp.kind == "levanter":
-        yield 0, inp.levanter.lengths(), inp.nbytes
+        yield 0, inp.levanter_cache.lengths(), inp.nbytes
     elif inp.kind == "numpy":
         _, offsets = numpy_dir(inp.path)  # the token ids are checked there too: in [0, 2**31 - 1]
         yield 0, np.diff(offsets), inp.nbytes
@@ -345,7 +373,7 @@ def iter_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
             end = a + numpy_files.FLAT_SLICE >= lengths.shape[0]
             yield 0, np.asarray(lengths[a : a + numpy_files.FLAT_SLICE], dtype=np.int64), inp.nbytes if end else 0
     elif inp.kind == "flat":
-        for k, (lengths, nbytes) in enumerate(flat_slices(inp.path, inp.bin_dtype, inp.eos_id)):
+        for k, (lengths, nbytes) in enumerate(flat_slices(inp.path, inp.bin_dtype, inp.flat_eos_id)):
             yield k, lengths, nbytes
     else:
         with ThreadPoolExecutor(1) as pool:
@@ -429,7 +457,7 @@ def _open_documents(inp: TokenInput, progress: Callable[[int, int], None] | None
     if inp.kind == "store":
         return StoreDocuments(TokenStore(inp.path))
     if inp.kind == "levanter":  # read like a store: offsets once, token chunks through the bounded cache
-        return StoreDocuments(inp.levanter)
+        return StoreDocuments(inp.levanter_cache)
     if inp.kind == "numpy":
         tokens, offsets = numpy_dir(inp.path)  # token ids checked there
         return ArrayDocuments(tokens, offsets)

@@ -52,7 +52,7 @@ def _load(path: Path | str, mmap: bool) -> np.ndarray:
         raise ValueError(f"{display(path)}: not a valid NumPy file ({exc})") from None
 
 
-def flat_array(path: Path, bin_dtype: str) -> np.ndarray:
+def flat_array(path: str | Path, bin_dtype: str) -> np.ndarray:
     """The flat token file memory-mapped (no token read yet; a URL: read into memory)."""
     if Path(storage.name_of(path)).suffix.lower() == ".npy":
         arr = _load(path, mmap=True)
@@ -73,7 +73,7 @@ def flat_array(path: Path, bin_dtype: str) -> np.ndarray:
     return arr
 
 
-def flat_slices(path: Path, bin_dtype: str, eos_id: int) -> Iterator[tuple[np.ndarray, int]]:
+def flat_slices(path: str | Path, bin_dtype: str, eos_id: int) -> Iterator[tuple[np.ndarray, int]]:
     """``(lengths, bytes)`` slice by slice: the documents that end in each slice; a document ends after its eos
     (the unterminated tail is one too) and may start in an earlier slice."""
     flat = flat_array(path, bin_dtype)
@@ -102,7 +102,7 @@ def numpy_dir_files(path: str | Path) -> tuple[str | Path, str | Path, str] | No
     raise ValueError(f"{display(path)}: has tokens.npy but neither lengths.npy nor offsets.npy")
 
 
-def lengths_only_file(path: Path) -> Path | None:
+def lengths_only_file(path: str | Path) -> Path | None:
     """``lengths.npy`` of a local directory that holds it without ``tokens.npy`` (a lengths-only input, for
     planning and analysis: ``datatools pack``, ``analyze-padding``), None otherwise."""
     if storage.is_url(path) or not Path(path).is_dir() or (Path(path) / "tokens.npy").exists():
@@ -111,7 +111,7 @@ def lengths_only_file(path: Path) -> Path | None:
     return found if found.is_file() else None
 
 
-def lengths_only(path: Path) -> np.ndarray:
+def lengths_only(path: str | Path) -> np.ndarray:
     """The lengths of a lengths-only directory, memory-mapped (10^9 lengths are not copied), checked: a 1-D
     integer array of non-negative values (a vectorized pass, :data:`FLAT_SLICE` at a time)."""
     index_file = Path(path) / "lengths.npy"
@@ -128,7 +128,7 @@ def lengths_only(path: Path) -> np.ndarray:
     return lengths
 
 
-def numpy_dir(path: Path) -> tuple[np.ndarray, np.ndarray]:
+def numpy_dir(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     """(memory-mapped tokens, int64 offsets) of a NumPy directory, checked against each other.
 
     Checked here, before any use: the index is non-negative and monotone and covers every token; when both
