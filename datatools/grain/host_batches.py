@@ -96,7 +96,7 @@ class DocumentOrder:
         positions = np.asarray(positions, np.int64)
         if self.kind == "none":
             return positions.copy()
-        if self.kind == "block":
+        if self._block is not None:  # kind block
             return np.asarray(self._block.index(positions, epoch), np.int64)
         perm = self._perms.get(epoch)
         if perm is None:
