@@ -30,6 +30,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn
 from rich.text import Text
 
+from datatools.base import interrupts
+
 PLAIN_INTERVAL_S = 5.0  # seconds between plain lines when stderr is not a terminal
 FIRST_LINE_S = 0.25  # seconds a step or a bar runs before its first line (terminal or not): quick work prints nothing
 
@@ -271,6 +273,7 @@ def doing(what: str | None) -> None:
     """Say what the running command is doing now (a few words: ``listing s3://bucket/data``, ``reading the offsets
     of 1,204 shards``, ``planning 3,000,000 documents``, ``waiting for the first batch``); None: nothing to show
     (before printing a result). Nothing happens outside an :func:`activity`."""
+    interrupts.check()  # a Ctrl-C whose KeyboardInterrupt was not raised where it came (base/interrupts.py)
     act = _ACTIVE
     if act is not None:
         act.set(what)

@@ -10,6 +10,10 @@ workers is never reached: a 22-minute hang was seen. :func:`prefetch_in_processe
 the call site before a worker is started and raises :class:`WorkerStartError` naming the
 script and line (the check reads the script's source: no worker is started to find out).
 
+Ctrl-C is the parent's alone: the workers start with SIGINT ignored (see :class:`_WorkerIterator`), so a
+terminal's Ctrl-C, sent to the whole process group, stops the parent with one line and no worker prints a
+traceback (each once printed one, mid-import); the parent then closes its iterators, which stop the workers.
+
 At interpreter exit, iterators that still hold workers are closed by an ``atexit`` hook,
 before the modules are torn down, and elements are handed over in the caller's own memory (not
 the workers' shared memory); left to garbage collection after Grain's modules are gone, its
@@ -23,13 +27,19 @@ import atexit
 import gc
 import inspect
 import os
+import queue
+import signal
 import sys
 import threading
+import time
 import weakref
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 
 import numpy as np
 
 import grain
+from datatools.base import interrupts
 
 
 class WorkerStartError(RuntimeError):
@@ -132,14 +142,161 @@ def _own_memory(element):
     return element
 
 
+def _leave_on_sigint(*_worker) -> None:
+    """A worker's start (Grain's ``worker_init_fn(index, count)``): from now on a Ctrl-C ends the worker quietly
+    (SystemExit: multiprocessing prints nothing, Grain's loop does not catch it), so the parent's close finds it
+    gone instead of waiting for it to notice the stop (Grain waits up to 25 s)."""
+    signal.signal(signal.SIGINT, _exit_quietly)
+
+
+def _exit_quietly(signum, frame) -> None:
+    raise SystemExit(1)  # not 0: Grain takes a worker that ended with 0 for a live one and waits on it for ever
+
+
+def _child_pids() -> set[int]:
+    """This process's child processes (Linux: /proc, at once after a fork; elsewhere multiprocessing's own)."""
+    try:
+        pids: set[int] = set()
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as f:
+                pids.update(int(p) for p in f.read().split())
+        return pids
+    except OSError:
+        import multiprocessing
+
+        return {p.pid for p in multiprocessing.active_children() if p.pid is not None}
+
+
+def _workers_started(before: set[int]) -> set[int]:
+    """Child processes started since ``before``, multiprocessing's resource tracker aside."""
+    out = set()
+    for pid in _child_pids() - before:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"resource_tracker" in f.read():
+                    continue
+        except OSError:
+            pass
+        out.add(pid)
+    return out
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` is there and not a zombie (Linux /proc; elsewhere: there)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return False
+        return True
+
+
+def _stop_starting(pids: set[int], grace_s: float = 0.5) -> None:
+    """Closed before the first element (Ctrl-C): the workers that had started leave on the Ctrl-C by themselves
+    (:func:`_leave_on_sigint`); one still importing would notice Grain's stop only once started, and Grain waits
+    up to 25 s for it, so what is still running after ``grace_s`` is killed (it holds nothing yet)."""
+    until = time.monotonic() + grace_s
+    while any(_running(p) for p in pids) and time.monotonic() < until:
+        time.sleep(0.01)
+    for pid in pids:
+        if _running(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def _wait(future):
+    """``future.result()``, waking every few milliseconds: a signal that another thread received runs its
+    handler (Ctrl-C: KeyboardInterrupt) only when this thread runs again, and a wait without a timeout once kept
+    a Ctrl-C pending until the next batch came."""
+    while True:
+        try:
+            return future.result(timeout=0.05)
+        except FutureTimeout:
+            interrupts.check()
+            continue
+
+
+class _Driver:
+    """One daemon thread that runs the calls given to :meth:`submit`, in order (a daemon: a call stuck in Grain
+    never holds up the interpreter's exit, as a ThreadPoolExecutor's thread would)."""
+
+    def __init__(self):
+        self._calls: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="datatools-grain", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            call = self._calls.get()
+            if call is None:
+                return
+            future, fn, args = call
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args))
+                except BaseException as exc:  # noqa: BLE001 -- handed to the waiting thread
+                    future.set_exception(exc)
+
+    def submit(self, fn, *args) -> Future:
+        future: Future = Future()
+        self._calls.put((future, fn, args))
+        return future
+
+    def stop(self) -> None:
+        self._calls.put(None)
+
+
+SPAWN_WINDOW_S = 5.0  # at most this long the parent ignores Ctrl-C while its workers are being started
+
+
 class _WorkerIterator(grain.DatasetIterator):
-    def __init__(self, parent):
-        super().__init__(parent)
+    """Grain's iterator driven from a thread of its own, so the calling thread stays interruptible, and whose
+    workers never see a Ctrl-C: a terminal sends SIGINT to the whole process group, and a worker that got it
+    printed a traceback mid-import. A spawned process inherits an ignored SIGINT (nothing else about it), so while
+    Grain starts its workers (the first element) the parent ignores SIGINT, only until they are forked (watched
+    in /proc: milliseconds); once started, a worker leaves quietly on a Ctrl-C (:func:`_leave_on_sigint`), and
+    the parent's Ctrl-C stops it with one line, closing its iterators (workers still starting are killed: they
+    hold nothing yet)."""
+
+    def __init__(self, dataset: grain.IterDataset, workers: int):
+        self._driver = _Driver()
+        super().__init__(self._driver.submit(dataset.__iter__).result())
+        self._workers, self._started = workers, False
+        self._starting: set[int] = set()  # workers started, no element yet: still importing, deaf to a stop
         _register(self)
+
+    def _call(self, fn, *args):
+        return _wait(self._driver.submit(fn, *args))
+
+    def _first(self):
+        """The first element, Grain's workers started with SIGINT ignored (see the class docstring)."""
+        if threading.current_thread() is not threading.main_thread():
+            return self._call(next, self._parent)
+        before = _child_pids()
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            pending = self._driver.submit(next, self._parent)
+            until = time.monotonic() + SPAWN_WINDOW_S
+            while not pending.done() and len(_workers_started(before)) < self._workers and time.monotonic() < until:
+                time.sleep(0.002)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            self._starting = _workers_started(before)
+        interrupts.check()  # a Ctrl-C just before the window, whose KeyboardInterrupt a library swallowed
+        element = _wait(pending)
+        self._starting = set()
+        return element
 
     def __next__(self):
         try:
-            return _own_memory(next(self._parent))
+            if not self._started:
+                self._started = True
+                return _own_memory(self._first())
+            return _own_memory(self._call(next, self._parent))
         except RuntimeError as exc:
             if "terminated unexpectedly" not in str(exc):  # Grain's message for a worker found dead
                 raise
@@ -150,16 +307,18 @@ class _WorkerIterator(grain.DatasetIterator):
             ) from exc
 
     def get_state(self):
-        return self._parent.get_state()
+        return self._call(self._parent.get_state)
 
     def set_state(self, state):
-        self._parent.set_state(state)
+        self._call(self._parent.set_state, state)
 
     def close(self) -> None:
         """Stop the workers, then let go of the iterators below: they are freed now, while Grain's modules exist
         (an iterator of Grain's that outlives them prints a traceback when it is freed, even closed)."""
+        _stop_starting(self._starting)
         super().close()
         self._parents = ()
+        self._driver.stop()
 
 
 class WorkerProcessesIterDataset(grain.IterDataset):
@@ -169,12 +328,13 @@ class WorkerProcessesIterDataset(grain.IterDataset):
     def __init__(self, parent: grain.IterDataset, workers: int):
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers must be an integer >= 1; got {workers!r}")
-        super().__init__(parent.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers)))
+        options = grain.MultiprocessingOptions(num_workers=workers)
+        super().__init__(parent.mp_prefetch(options, worker_init_fn=_leave_on_sigint))
         self.workers = workers
 
     def __iter__(self):
         check_workers_can_start(self.workers)
-        return _WorkerIterator(self._parent.__iter__())
+        return _WorkerIterator(self._parent, self.workers)
 
     def __str__(self) -> str:
         return f"WorkerProcessesIterDataset(workers={self.workers})"

@@ -776,6 +776,8 @@ def _pool_shards(worker, tasks, workers, report, finished) -> int:
     import multiprocessing as mp
     import queue as queue_module
 
+    from datatools.base import interrupts
+
     ctx = mp.get_context()
     reports = ctx.Queue()
     main = threading.current_thread() is threading.main_thread()
@@ -801,7 +803,15 @@ def _pool_shards(worker, tasks, workers, report, finished) -> int:
     thread.start()
     resumed = 0
     try:
-        for k, _, _, skipped in pool.imap(_run_in_pool, tasks):
+        results = pool.imap(_run_in_pool, tasks)
+        while True:
+            try:  # a timeout: a Ctrl-C another thread received is acted on here at once, not at the next shard
+                k, _, _, skipped = results.next(timeout=0.05)
+            except mp.TimeoutError:
+                interrupts.check()
+                continue
+            except StopIteration:
+                break
             resumed += skipped
             finished(k)
         pool.close()
