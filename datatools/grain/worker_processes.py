@@ -315,7 +315,9 @@ class _WorkerIterator(grain.DatasetIterator):
     def close(self) -> None:
         """Stop the workers, then let go of the iterators below: they are freed now, while Grain's modules exist
         (an iterator of Grain's that outlives them prints a traceback when it is freed, even closed)."""
-        _stop_starting(self._starting)
+        if self._starting:  # only after a Ctrl-C before the first element (never at exit: module globals go)
+            _stop_starting(self._starting)
+            self._starting = set()
         super().close()
         self._parents = ()
         self._driver.stop()
