@@ -84,6 +84,20 @@ class JobResult:
     documents_resumed: int = 0  # documents of unfinished shards an interrupted run had committed in pieces
 
 
+@dataclass(frozen=True)
+class _LocalPlaces:
+    """A local job's directories: the store, its staging (``OUTPUT.partial``) and where an ``--overwrite`` swap
+    moves the old store (``OUTPUT.old``), all beside the resolved output."""
+
+    output: Path
+    staging: Path
+    old: Path
+
+    @classmethod
+    def of(cls, output: Path) -> _LocalPlaces:
+        return cls(output, output.with_name(output.name + ".partial"), output.with_name(output.name + ".old"))
+
+
 # --------------------------------------------------------------------------- fault injection (tests)
 
 
@@ -375,15 +389,16 @@ def pretokenize(
     elif tile is not None:
         raise ValueError("--tile needs --ctx")
     require_engine(engine)
-    if remote:
-        staging, old = object_store_commit.staging_of(output), None
+    local = None if remote else _LocalPlaces.of(Path(output))  # None: object storage
+    staging: str | Path
+    if local is None:
+        staging = object_store_commit.staging_of(output)
         object_store_commit.check_replaceable(output, staging, overwrite)  # before any work, as locally
         old_left = False
     else:
-        staging = output.with_name(output.name + ".partial")
-        old = output.with_name(output.name + ".old")
-        check_replaceable(output, staging, old, overwrite)  # before any work: what is there is ours to replace
-        old_left = old.exists()  # a store an interrupted --overwrite swap moved aside
+        staging = local.staging
+        check_replaceable(local.output, staging, local.old, overwrite)  # before any work: what is there is ours
+        old_left = local.old.exists()  # a store an interrupted --overwrite swap moved aside
     doing(f"reading the tokenizer {display(tokenizer)}")
     encoder = open_encoder(tokenizer, settings=tokenizer_settings, bos=_special(bos), eos=_special(eos))
     options = JobOptions(
@@ -417,10 +432,10 @@ def pretokenize(
         if damage:  # the same job's store, damaged: rebuilt below (the same job writes the same bytes)
             extra["repaired"] = f"{display(output)}: damaged ({damage}); repaired: rebuilt by this run"
         elif same:  # a kill after the rename / the manifest
-            if remote:
-                object_store_commit.remove_staging(staging)
+            if local is None:
+                object_store_commit.remove_staging(str(staging))
             else:
-                _clean_leftovers(output, extra, [p for p in (staging, old) if p.exists()])
+                _clean_leftovers(local.output, extra, [p for p in (local.staging, local.old) if p.exists()])
             return JobResult(
                 display(output),
                 m["num_documents"],
@@ -439,34 +454,35 @@ def pretokenize(
                 else "a different job"
             )
             raise ValueError(f"{display(output)}: already exists ({why}); pass --overwrite to replace it")
-    elif not remote and output.exists() and not overwrite:
+    elif local is not None and local.output.exists() and not overwrite:
         raise ValueError(f"{display(output)}: already exists; pass --overwrite to replace it")
 
-    if remote:
-        if object_store_commit.prepare_staging(staging, job, len(shards)):
+    if local is None:
+        if object_store_commit.prepare_staging(str(staging), job, len(shards)):
             extra["cleaned"] = (
                 f"{display(output)}: removed {display(staging)} left by an interrupted run of a different job"
             )
-        present = object_store_commit.shards_present(staging)
+        present = object_store_commit.shards_present(str(staging))
         todo = [k for k in range(len(shards)) if k not in present]
     else:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        _check_disk(output.parent)
-        job_file = staging / "job.json"
-        if staging.exists():
+        local.output.parent.mkdir(parents=True, exist_ok=True)
+        _check_disk(local.output.parent)
+        job_file = local.staging / "job.json"
+        if local.staging.exists():
             try:
                 same = json.loads(job_file.read_text()).get("job") == job
             except (OSError, ValueError):
                 same = False
             if not same:
-                shutil.rmtree(staging)  # datatools' own (check_replaceable): the staging of another job's run
+                shutil.rmtree(local.staging)  # datatools' own (check_replaceable): the staging of another job's run
                 extra["cleaned"] = (
-                    f"{display(output)}: removed {display(staging.name)} left by an interrupted run of a different job"
+                    f"{display(output)}: removed {display(local.staging.name)} left by an interrupted run of a "
+                    f"different job"
                 )
-        (staging / "shards").mkdir(parents=True, exist_ok=True)
+        (local.staging / "shards").mkdir(parents=True, exist_ok=True)
         if not job_file.exists():
             atomic_write_text(job_file, json.dumps({"job": job, "shards": len(shards)}) + "\n")
-        todo = [k for k in range(len(shards)) if not _shard_path(staging, k).exists()]
+        todo = [k for k in range(len(shards)) if not os.path.exists(_shard_path(local.staging, k))]
     resumed = len(shards) - len(todo)
     pieces = _pieces_present(staging) if todo else {}
     docs_resumed = _tokenize_shards(worker, shards, todo, pieces, staging, workers, engine, ray_address, progress)
@@ -503,8 +519,8 @@ def pretokenize(
             manifest=manifest,
         )
 
-    if remote:
-        object_store_commit.commit(output, staging, job, write)
+    if local is None:
+        object_store_commit.commit(output, str(staging), job, write)
         return JobResult(
             display(output),
             num_docs,
@@ -516,22 +532,22 @@ def pretokenize(
             extra,
             docs_resumed,
         )
-    store_tmp = staging / "store"
+    store_tmp, old = local.staging / "store", local.old
     if store_tmp.exists():
         shutil.rmtree(store_tmp)
     write(store_tmp)
     _fault("before-rename")
-    if output.exists():  # overwrite: move the old store aside, put the new one in, then delete the old
+    if local.output.exists():  # overwrite: move the old store aside, put the new one in, then delete the old
         if old.exists():
             shutil.rmtree(old)
-        os.replace(output, old)
+        os.replace(local.output, old)
         _fault("during-swap")
-        os.replace(store_tmp, output)
+        os.replace(store_tmp, local.output)
     else:
-        os.replace(store_tmp, output)
+        os.replace(store_tmp, local.output)
     _fault("after-rename")
-    shutil.rmtree(staging)  # this run's own staging: removed without a word
-    _clean_leftovers(output, extra, [old] if old_left and old.exists() else [])
+    shutil.rmtree(local.staging)  # this run's own staging: removed without a word
+    _clean_leftovers(local.output, extra, [old] if old_left and old.exists() else [])
     if old.exists():  # the store this run's --overwrite swap moved aside
         shutil.rmtree(old)
     return JobResult(
