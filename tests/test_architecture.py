@@ -54,6 +54,31 @@ def test_imports_point_down_the_layers():
     assert wrong == []
 
 
+def test_no_import_circles():
+    """No module reaches itself through its imports (function-level ones too): each layer's modules form a tree of
+    imports, so every import can sit at the top of its file. ``from package import module`` is an import of the
+    module."""
+    found = dict(modules())
+    graph = {}
+    for name, tree in found.items():
+        edges = set()
+        for target, names in imports(tree):
+            subs = {f"{target}.{n}" for n in names if f"{target}.{n}" in found}
+            edges |= subs if names and len(subs) == len(names) else subs | {target}
+        graph[name] = {t for t in edges if t in found and t != name}
+
+    def reached(start: str) -> set[str]:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            m = todo.pop()
+            if m not in seen:
+                seen.add(m)
+                todo += graph[m]
+        return seen
+
+    assert sorted(m for m in graph if m in reached(m)) == []
+
+
 def test_no_private_apis():
     found = []
     for name, tree in modules():

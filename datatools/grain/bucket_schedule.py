@@ -19,7 +19,8 @@ import threading
 import numpy as np
 
 from datatools.base.checks import OVERFLOW_POLICIES, check_choice
-from datatools.grain.host_batches import DocumentOrder, empty_rows
+from datatools.grain.host_batches import empty_rows
+from datatools.grain.schedule import DocumentOrderLike
 from datatools.kernels.bucket import fill_order_batches
 from datatools.kernels.packing import PackPlan, cut_pieces, materialize_pieces
 
@@ -41,7 +42,7 @@ class BucketSchedule:
     def __init__(
         self,
         docs,
-        order: DocumentOrder,
+        order: DocumentOrderLike,
         *,
         boundaries,
         batch_sizes,

@@ -78,6 +78,7 @@ class DocumentOrderLike(Protocol):
     def __call__(self, positions: Any, epoch: int) -> np.ndarray: ...
 
 
+@runtime_checkable
 class RestartableSchedule(Schedule, Protocol):
     """A schedule over a document order whose later documents may change at a restore (a mixture's new
     weights): the batches before ``restart_position`` do not depend on the documents from there on."""

@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from datatools.base.checks import OVERFLOW_POLICIES, check_choice, check_int
-from datatools.grain.host_batches import DocumentOrder, empty_rows
+from datatools.grain.host_batches import empty_rows
+from datatools.grain.schedule import DocumentOrderLike
 from datatools.kernels.packing import ALGORITHMS, PackPlan, cut_pieces, pack_lengths
 
 PLANS_KEPT = 8  # window plans cached per process
@@ -108,7 +109,7 @@ class StreamingSchedule(RowsPlanSchedule):
     def __init__(
         self,
         docs,
-        order: DocumentOrder,
+        order: DocumentOrderLike,
         *,
         ctx: int,
         window: int,

@@ -2,12 +2,15 @@
 
 * :mod:`~datatools.pipeline.schema`: the validation machinery (typed dataclasses, every problem named at once)
 * :mod:`~datatools.pipeline.config`: the pipeline config (sections, keys, limits) and reading it from YAML
+* :mod:`~datatools.pipeline.sources`: opening a config's documents (one source, or a mixture's)
+* :mod:`~datatools.pipeline.schedules`: the config's global batch sequence, its mode's schedule from one table
 * :mod:`~datatools.pipeline.build`: building a config's Grain dataset
 * :mod:`~datatools.pipeline.run`: running a pipeline for N batches and measuring it
 """
 
-from datatools.pipeline.build import build, build_canonical, open_source
+from datatools.pipeline.build import build, build_canonical
 from datatools.pipeline.config import PipelineConfig, ShardConfig, SourceConfig, load_config, parse_config
+from datatools.pipeline.sources import open_source
 
 __all__ = [
     "PipelineConfig",

@@ -47,53 +47,30 @@ import dataclasses
 import os
 import shutil
 import tempfile
+import warnings
 import weakref
+import zlib
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
+from absl import flags
 
 import datatools.grain  # noqa: F401  (first: it quiets the warning Grain logs when imported without jax)
 import grain
-from datatools.kernels.bucket import bucket_batch_sizes, bucket_boundaries
-from datatools.pipeline.config import (
-    PackingConfig,
-    PipelineConfig,  # noqa: F401
-    ShardConfig,
-    SourceConfig,
-    load_config,
-    parse_config,
-)
-
-# --------------------------------------------------------------------------- building
-
-
-def open_source(cfg: SourceConfig):
-    """The documents of the configured source, read on demand (a document source of :mod:`datatools.io`):
-    lengths come from one streaming pass (a store's offsets), documents are read when a batch needs them."""
-    from datatools.io.inputs import open_documents
-
-    return open_documents(open_source_input(cfg))
-
-
-def open_source_input(cfg: SourceConfig):
-    """The configured source resolved (:class:`~datatools.io.inputs.TokenInput`: its kind, column, tokenizer),
-    no document read yet; ValueError for a kind a pipeline cannot read."""
-    from datatools.io.inputs import open_input
-
-    inp = open_input(
-        Path(cfg.path),
-        column=cfg.column,
-        tokenizer=cfg.tokenizer,
-        tokenizer_settings=cfg.tokenizer_settings,
-        bos=cfg.bos,
-        eos=cfg.eos,
-    )
-    if inp.kind not in ("store", "levanter", "numpy", "table"):
-        raise ValueError(
-            f"{cfg.path}: a pipeline source must be a token store, a Levanter cache, a table or a NumPy directory"
-        )
-    return inp
+from datatools.base.install import install_command
+from datatools.base.progress import doing
+from datatools.grain.attention_blocks import AttentionBlocks
+from datatools.grain.batch import FormatBatch
+from datatools.grain.host_batches import HostBatchesMapDataset
+from datatools.grain.loss_weights import LossWeights
+from datatools.grain.portable_state import PortableStateIterDataset
+from datatools.grain.schedule import Schedule
+from datatools.grain.worker_processes import prefetch_in_processes
+from datatools.io.documents import ChunkedDocuments
+from datatools.pipeline.config import PipelineConfig, ShardConfig, SourceConfig, load_config, parse_config
+from datatools.pipeline.mixture import WEIGHTS_KEY, mixture_identity, reweighted_history
+from datatools.pipeline.schedules import build_schedule
+from datatools.pipeline.sources import open_config_documents
 
 
 @dataclass
@@ -105,30 +82,15 @@ class CanonicalPipeline:
     documents: int
     shapes: list[tuple[int, int]]
     batches: grain.MapDataset  # this host's canonical batches by global batch number (random access)
-    schedule: object  # the global batch sequence (grain.host_batches: planned, streaming or bucket schedule)
+    schedule: Schedule  # the global batch sequence (grain/schedule.py; the config's mode: pipeline/schedules.py)
     documents_source: object  # the document source read (a mixture's: MixedDocuments)
     plan_efficiency: float | None = None
     identity: dict | None = None  # what fixes the global batch sequence (states restore only into the same)
     stats_folder: str | None = None  # where worker processes write their read counters (datatools.io.read_stats)
 
 
-def _shuffle_map(ds: grain.MapDataset, cfg: PipelineConfig) -> grain.MapDataset:
-    """``ds`` (packed rows) shuffled per epoch as the config says: the global order, the same on every host."""
-    from datatools.grain import BlockShuffleMapDataset, FeistelShuffleMapDataset
-
-    if cfg.shuffle.kind == "block":
-        return BlockShuffleMapDataset(
-            ds, io_block_size=cfg.shuffle.io_block_size, window_blocks=cfg.shuffle.window_blocks, seed=cfg.seed
-        )
-    if cfg.shuffle.kind == "full":
-        return FeistelShuffleMapDataset(ds, seed=cfg.seed)
-    return ds
-
-
 def _absl_flags_parsed() -> None:
     """Grain's worker processes read absl flags; outside an absl app they are never parsed: use the defaults."""
-    from absl import flags
-
     if not flags.FLAGS.is_parsed():
         flags.FLAGS.mark_as_parsed()
 
@@ -157,8 +119,6 @@ def _prefetch(
     """The host's batches (epochs already laid out by :class:`HostBatchesMapDataset`) read ahead, in workers."""
     it = ds.to_iter_dataset(_read_options(in_memory, threads))
     if cfg.workers:
-        from datatools.grain.worker_processes import prefetch_in_processes
-
         _absl_flags_parsed()
         it = prefetch_in_processes(it, cfg.workers)  # fails at once from an unguarded script; quiet at exit
     return it
@@ -168,15 +128,11 @@ def _warn_if_random_access_thrashes(docs, cfg: PipelineConfig) -> None:
     """A table source is decoded a shard (a Parquet row group: often tens of MB) at a time. Planned packing and
     shuffles read documents from everywhere, so when the shards do not fit the cache each read decodes a shard:
     say so once, with the fix (a token store is chunked for random access)."""
-    from datatools.io.documents import ChunkedDocuments
-
     if not isinstance(docs, ChunkedDocuments):
         return
     random_access = cfg.shuffle.kind != "none" or (cfg.packing is not None and cfg.packing.mode == "planned")
     decoded = 4 * int(docs.lengths().sum())
     if random_access and decoded > docs.cache_bytes:
-        import warnings
-
         planned = ", planned packing" if cfg.packing and cfg.packing.mode == "planned" else ""
         warnings.warn(
             f"{cfg.one_source.path}: {decoded >> 20} MiB of tokens read in random order from a table "
@@ -187,159 +143,14 @@ def _warn_if_random_access_thrashes(docs, cfg: PipelineConfig) -> None:
         )
 
 
-def _schedule(cfg: PipelineConfig, docs, history=None):
-    """The global batch sequence of the config (:mod:`datatools.grain.host_batches`) and the plan's efficiency
-    (``history``: a mixture's weights over time, :mod:`datatools.pipeline.mixture`; default the config's)."""
-    from datatools.grain import PackedRowsMapDataset
-    from datatools.grain.bucket_schedule import BucketSchedule
-    from datatools.grain.host_batches import DocumentOrder, PlannedSchedule
-    from datatools.grain.streaming_schedule import StreamingSchedule
-
-    p, sh = cfg.packing, cfg.shuffle
-    if cfg.curriculum is not None:
-        from datatools.grain.curriculum_schedule import CurriculumSchedule
-
-        c = cfg.curriculum
-        return CurriculumSchedule(
-            docs,
-            lengths=c.lengths,
-            tokens_per_batch=c.tokens_per_batch,
-            schedule=c.schedule,
-            odds=c.odds,
-            cycles=c.cycles,
-            shuffle=sh.kind != "none",
-            seed=cfg.seed,
-            pad_id=cfg.pad_id,
-            pack_length=c.pack_length,
-        ), None
-    if p is not None and p.mode == "planned":
-        if p.plan is not None:
-            plan = _plan_file(p, p.plan, cfg.one_source.path, docs)
-            rows = PackedRowsMapDataset(docs, plan=plan, pad_id=cfg.pad_id)
-        else:
-            rows = PackedRowsMapDataset(
-                docs,
-                p.ctx,
-                algorithm=p.resolved_algorithm,
-                max_segments=p.max_segments,
-                align=p.align,
-                overflow=p.overflow,
-                pad_id=cfg.pad_id,
-            )
-        if not cfg.drop_remainder or rows.plan.num_rows >= cfg.batch_size:
-            return PlannedSchedule(
-                _shuffle_map(rows, cfg),
-                cfg.batch_size,
-                drop_remainder=cfg.drop_remainder,
-                ctx=rows.plan.ctx,
-                pad_id=cfg.pad_id,
-            ), rows.plan.efficiency
-        raise ValueError(f"{rows.plan.num_rows} packed rows make no full batch of {cfg.batch_size}")
-    if cfg.sources is not None:
-        from datatools.pipeline.mixture import mixture_order
-
-        order = mixture_order(cfg, docs, history)
-    else:
-        order = DocumentOrder(
-            len(docs), sh.kind, seed=cfg.seed, io_block_size=sh.io_block_size, window_blocks=sh.window_blocks
-        )
-    if p is not None and p.read_order == "lanes" and sh.kind == "block" and cfg.sources is None:
-        from datatools.grain.lane_schedule import LaneSchedule
-
-        return LaneSchedule(
-            docs,
-            ctx=_ctx(p),
-            window=p.window,
-            batch_size=cfg.batch_size,
-            drop_remainder=cfg.drop_remainder,
-            io_block_size=sh.io_block_size,
-            lane_period=p.lane_period,
-            seed=cfg.seed,
-            pad_id=cfg.pad_id,
-            options={
-                "algorithm": p.resolved_algorithm,
-                "max_segments": p.max_segments,
-                "align": p.align,
-                "overflow": p.overflow,
-            },
-        ), None
-    if p is not None:
-        return StreamingSchedule(
-            docs,
-            order,
-            ctx=_ctx(p),
-            window=p.window,
-            batch_size=cfg.batch_size,
-            drop_remainder=cfg.drop_remainder,
-            algorithm=p.resolved_algorithm,
-            max_segments=p.max_segments,
-            align=p.align,
-            overflow=p.overflow,
-            seed=cfg.seed,
-            pad_id=cfg.pad_id,
-        ), None
-    b = cfg.bucketing
-    if b is None:  # check() asks for exactly one of packing, bucketing and curriculum
-        raise ValueError("config: give exactly one of 'packing' and 'bucketing' (or 'curriculum')")
-    lengths = docs.lengths()
-    if b.boundaries is not None:
-        bounds = np.asarray(sorted(b.boundaries), np.int64)
-    else:
-        bounds = bucket_boundaries(
-            lengths,
-            b.num_buckets,
-            tile=b.tile,
-            max_len=b.max_len,
-            overflow="split" if b.overflow == "error" else b.overflow,
-        )
-    if b.token_budget is not None:
-        sizes = bucket_batch_sizes(bounds, token_budget=b.token_budget, multiple_of=b.multiple_of)
-    else:
-        sizes = bucket_batch_sizes(bounds, batch_size=cfg.batch_size, multiple_of=b.multiple_of)
-    return BucketSchedule(
-        docs,
-        order,
-        boundaries=bounds,
-        batch_sizes=sizes,
-        overflow=b.overflow,
-        drop_remainder=cfg.drop_remainder,
-        pad_id=cfg.pad_id,
-    ), None
-
-
-def _ctx(p: PackingConfig) -> int:
-    """``packing.ctx``, which every mode but planned packing from a plan directory needs."""
-    if p.ctx is None:
-        raise ValueError("config: packing.ctx is required (packing.plan is read by mode: planned only)")
-    return p.ctx
-
-
-def _plan_file(p: PackingConfig, path: str, source: str, docs):
-    """The plan directory ``path`` (``packing.plan``), opened lazily (memory-mapped) and checked against the source:
-    the same documents (count, tokens, CRC-32 of the lengths) and, when ``packing.ctx`` is given, the same ctx."""
-    from datatools.io.plan_file import PlanFile
-    from datatools.kernels.packing.plan_format import lengths_identity
-
-    plan = PlanFile(path)
-    plan.check_identity(lengths_identity(docs.lengths()), source)
-    if p.ctx is not None and p.ctx != plan.ctx:
-        raise ValueError(
-            f"config: packing.ctx={p.ctx} but {p.plan} was planned for ctx {plan.ctx}; drop packing.ctx "
-            f"or re-pack (datatools pack {p.plan} OUT --ctx {p.ctx})"
-        )
-    return plan
-
-
 def resolve_shard(cfg: PipelineConfig) -> PipelineConfig:
     """``shard: auto`` as this process's ``{index: jax.process_index(), count: jax.process_count()}`` (call
     ``jax.distributed.initialize`` first when there are several processes); any other config unchanged."""
     if cfg.shard != "auto":
         return cfg
     try:
-        import jax
+        import jax  # the jax extra: optional
     except ImportError:
-        from datatools.base.install import install_command
-
         raise ValueError(
             "config: shard: auto takes the host from jax.process_index(), and jax is not installed "
             f"({install_command('jax')}), or give shard: {{index, count}}"
@@ -351,8 +162,6 @@ def pipeline_identity(cfg: PipelineConfig, docs) -> dict:
     """What fixes the global batch sequence, saved in every state and compared on restore: the data (documents,
     tokens, a CRC-32 of the lengths), the seed, shuffle, packing or bucketing, global batch size and epochs.
     Not the host count, the workers or the batch format: those may change between a save and a restore."""
-    import zlib
-
     lengths = np.ascontiguousarray(docs.lengths(), dtype=np.int64)
     name = "packing" if cfg.packing else "curriculum" if cfg.curriculum else "bucketing"
     section = getattr(cfg, name)
@@ -378,8 +187,6 @@ def _with_attention_tiles(host: grain.MapDataset, cfg: PipelineConfig) -> grain.
     gives the same ones, and the read position stays the only state."""
     if cfg.attention_block is None:
         return host
-    from datatools.grain.attention_blocks import AttentionBlocks
-
     bad = [t for _, t in host.shapes if t % cfg.attention_block]
     if bad:
         raise ValueError(f"config: attention_block={cfg.attention_block} must divide every row length (got {bad[0]})")
@@ -392,31 +199,12 @@ def _with_loss_weights(host: grain.MapDataset, cfg: PipelineConfig) -> grain.Map
     tiles; a batch's weights depend on its own rows only."""
     if cfg.loss_weighting == "none":
         return host
-    from datatools.grain.loss_weights import LossWeights
-
     return host.map(LossWeights(cfg.loss_weighting))
 
 
-def open_config_documents(cfg: PipelineConfig, documents=None):
-    """The config's documents: ``cfg.source``, or the mixture of ``cfg.sources`` read as one; ``documents``: an
-    already opened source (a mixture: one per ``sources`` item, or a MixedDocuments)."""
-    if cfg.sources is not None:
-        from datatools.pipeline.mixture import open_mixture
-
-        docs = open_mixture(cfg, documents)
-    else:
-        docs = open_source(cfg.one_source) if documents is None else documents
-    if len(docs) == 0:
-        where = cfg.source.path if cfg.source is not None else "sources"
-        raise ValueError(f"{where}: the source holds no documents")
-    return docs
-
-
-def _host_batches(cfg: PipelineConfig, docs, history=None):
+def _host_batches(cfg: PipelineConfig, docs, history=None) -> tuple[Schedule, HostBatchesMapDataset, float | None]:
     """``(schedule, host dataset, plan efficiency)`` of the config over opened ``docs``."""
-    from datatools.grain.host_batches import HostBatchesMapDataset
-
-    schedule, efficiency = _schedule(cfg, docs, history)
+    schedule, efficiency = build_schedule(cfg, docs, history)
     shard = cfg.shard
     if not isinstance(shard, ShardConfig):
         raise ValueError("config: shard: auto is this process's place, resolved first (resolve_shard)")
@@ -442,9 +230,6 @@ def _build_canonical(cfg: PipelineConfig, documents=None, history=None) -> Canon
         :func:`open_config_documents`).
       history: a mixture's weight history (:mod:`datatools.pipeline.mixture`); default the config's weights.
     """
-    from datatools.base.progress import doing
-    from datatools.io.documents import ChunkedDocuments
-
     docs = open_config_documents(cfg, documents)
     in_memory = bool(getattr(docs, "in_memory", False))
     # A table decodes one shard at a time under its lock: more reader threads only wait for it, and each batch
@@ -469,8 +254,6 @@ def _build_canonical(cfg: PipelineConfig, documents=None, history=None) -> Canon
     )
     built.identity = pipeline_identity(cfg, docs)
     if cfg.sources is not None:
-        from datatools.pipeline.mixture import mixture_identity
-
         built.identity.update(mixture_identity(cfg, docs, history))
     if stats_folder is not None:
         built.stats_folder = stats_folder
@@ -487,14 +270,10 @@ def build_canonical(cfg: PipelineConfig, documents=None) -> CanonicalPipeline:
       cfg: the validated config (``shard: auto`` is resolved here, from jax).
       documents: an already opened source (else ``cfg.source`` is opened).
     """
-    from datatools.grain.portable_state import PortableStateIterDataset
-
     cfg = resolve_shard(cfg)
     built = _build_canonical(cfg, documents)
     reweight = None
     if cfg.sources is not None:
-        from datatools.pipeline.mixture import WEIGHTS_KEY, reweighted_history
-
         docs = built.documents_source
 
         def reweight(saved: dict, consumed: int):
@@ -519,8 +298,6 @@ def build(config, *, source: str | None = None, documents=None) -> grain.IterDat
       source: overrides ``source.path``.
       documents: an already opened source (ArrayDocuments or TokenStore) to use instead.
     """
-    from datatools.grain import FormatBatch
-
     if isinstance(config, (str, os.PathLike)):
         cfg = load_config(config, source=source)
     elif isinstance(config, dict):

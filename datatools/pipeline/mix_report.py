@@ -16,7 +16,10 @@ import numpy as np
 from datatools.analysis.mixing import MixingReport, mixing_stats
 from datatools.base.checks import check_int
 from datatools.io.documents import PieceReadingSource, check_pieces
+from datatools.io.mixed_documents import MixedDocuments
+from datatools.pipeline.build import build_canonical
 from datatools.pipeline.config import PipelineConfig, ShardConfig
+from datatools.pipeline.sources import open_config_documents
 
 
 class _IdDocuments(PieceReadingSource):
@@ -77,9 +80,6 @@ def mix_report(
       progress: ``progress(total)``: a context manager giving ``advance()``, called after each batch (the CLI's
         :func:`~datatools.base.progress.count_progress`).
     """
-    from datatools.io.mixed_documents import MixedDocuments
-    from datatools.pipeline.build import build_canonical, open_config_documents
-
     batches = check_int(batches, "batches", minimum=1)
     if group_size is not None:
         group_size = check_int(group_size, "group_size", minimum=1)

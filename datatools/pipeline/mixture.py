@@ -1,10 +1,9 @@
-"""A config's ``sources:`` (a mixture) in the pipeline: opening them, their order, identity and weight changes.
+"""A config's ``sources:`` (a mixture) in the pipeline: their order, identity and weight changes.
 
-The sources are opened one by one (each with its own column, tokenizer and special tokens,
-:func:`datatools.pipeline.build.open_source`) and read as one
-:class:`~datatools.io.mixed_documents.MixedDocuments`; the streaming and bucketing schedules
-read them in a :class:`~datatools.grain.mixture_order.MixtureOrder` instead of one source's
-shuffle, so the global batch sequence is still computed from lengths alone and the state is
+The sources are opened one by one (each with its own column, tokenizer and special tokens) and read as one
+:class:`~datatools.io.mixed_documents.MixedDocuments` (:func:`datatools.pipeline.sources.open_mixture`); the
+streaming and bucketing schedules read them in a :class:`~datatools.grain.mixture_order.MixtureOrder` instead
+of one source's shuffle, so the global batch sequence is still computed from lengths alone and the state is
 still the global batches consumed (any worker or host count).
 
 Weights are the one part of a config that may change at a restore. The weights in force are
@@ -17,83 +16,16 @@ there on use the new weights, and the state saved afterwards carries the whole h
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
 
+import numpy as np
+
+from datatools.grain.host_batches import HostBatchesMapDataset
+from datatools.grain.mixture_order import MixtureOrder
+from datatools.grain.schedule import RestartableSchedule, Schedule
 from datatools.pipeline.config import PipelineConfig
 
 WEIGHTS_KEY = "mixture_weights"  # the identity entry that may differ at a restore
-
-
-def open_mixture(cfg: PipelineConfig, documents=None):
-    """The configured sources as one :class:`MixedDocuments` (``documents``: already opened ones, a
-    MixedDocuments or a list with one source per ``sources`` item)."""
-    from datatools.io.mixed_documents import MixedDocuments
-
-    sources = cfg.mixture_sources
-    labels = [s.label for s in sources]
-    if documents is None:
-        from datatools.io.inputs import open_documents
-        from datatools.pipeline.build import open_source_input
-
-        inputs = [open_source_input(s) for s in sources]
-        check_tokenizers(labels, [tokenizer_identity(i) for i in inputs])
-        documents = [open_documents(i) for i in inputs]
-    if not isinstance(documents, MixedDocuments):
-        documents = MixedDocuments(list(documents), names=labels)
-    if len(documents.sizes) != len(sources):
-        raise ValueError(f"config: sources lists {len(sources)} sources; {len(documents.sizes)} were given")
-    for label, n in zip(labels, documents.sizes.tolist()):
-        if n == 0 and cfg.mixture.epoch == "sample":
-            raise ValueError(f"{label}: this source of the mixture holds no documents")
-    return documents
-
-
-def tokenizer_identity(inp) -> dict | None:
-    """What tokenized a source (:class:`~datatools.io.inputs.TokenInput`): ``{"file", "sha256", "vocab_size"}``
-    from a token store's manifest (recorded by ``pretokenize``) or from the tokenizer a text column is read
-    with; None when nothing says (token columns, NumPy files, Levanter caches: ids of an unnamed tokenizer)."""
-    if inp.kind == "store":
-        from datatools.io.store import read_manifest
-
-        m = read_manifest(inp.path)
-        if not m.get("tokenizer_sha256"):
-            return None
-        return {"file": m.get("tokenizer_file"), "sha256": m["tokenizer_sha256"], "vocab_size": m.get("vocab_size")}
-    enc = getattr(inp, "encoder", None)
-    if inp.kind == "table" and getattr(inp, "is_text", False) and enc is not None:
-        return {"file": Path(str(enc.source)).name, "sha256": enc.sha256, "vocab_size": enc.vocab_size}
-    return None
-
-
-def check_tokenizers(labels: list[str], identities: list[dict | None]) -> None:
-    """Sources of one mixture must speak one vocabulary: the same token id must mean the same token in every
-    batch. Sources tokenized with vocabularies of different sizes are refused (ValueError naming both); the same
-    size from different tokenizer files (a re-saved or edited tokenizer.json, or a different tokenizer that happens
-    to have as many tokens) is a UserWarning saying so. Sources whose tokenizer is not recorded are not compared."""
-    known = [(label, t) for label, t in zip(labels, identities) if t is not None]
-    if not known:
-        return
-    (first, a), rest = known[0], known[1:]
-
-    def name(t: dict) -> str:
-        return f"{t['file'] or 'a tokenizer'} (sha256 {str(t['sha256'])[:12]}, vocab_size {t['vocab_size']})"
-
-    for label, b in rest:
-        if b["sha256"] == a["sha256"]:
-            continue
-        if a["vocab_size"] != b["vocab_size"]:
-            raise ValueError(
-                f"config: sources {first!r} and {label!r} were tokenized by different tokenizers ({name(a)} and "
-                f"{name(b)}): the same token id means different tokens; pretokenize them with one tokenizer"
-            )
-        import warnings
-
-        warnings.warn(
-            f"config: sources {first!r} and {label!r} were tokenized by different tokenizer files ({name(a)} and "
-            f"{name(b)}) of the same vocabulary size: mixed as they are; if their tokens differ, pretokenize them "
-            f"with one tokenizer",
-            stacklevel=3,
-        )
 
 
 def initial_history(cfg: PipelineConfig) -> list:
@@ -105,8 +37,6 @@ def draw_rates(cfg: PipelineConfig, docs, weights) -> list[float]:
     """The documents' draw rates that give ``weights``: the weights themselves (``share: documents``), or each
     weight over its source's mean document length (``share: tokens``: a source's expected share of the tokens drawn
     is then its weight)."""
-    import numpy as np
-
     weights = np.asarray(weights, np.float64)
     if cfg.mixture.share == "documents":
         return weights.tolist()
@@ -122,10 +52,8 @@ def draw_rates(cfg: PipelineConfig, docs, weights) -> list[float]:
     return (weights / mean).tolist()
 
 
-def mixture_order(cfg: PipelineConfig, docs, history=None):
+def mixture_order(cfg: PipelineConfig, docs, history=None) -> MixtureOrder:
     """The :class:`MixtureOrder` of the config over ``docs`` (a MixedDocuments), with ``history``'s weights."""
-    from datatools.grain.mixture_order import MixtureOrder
-
     sh = cfg.shuffle
     history = [(p, draw_rates(cfg, docs, w)) for p, w in (history or initial_history(cfg))]
     return MixtureOrder(
@@ -149,7 +77,12 @@ def mixture_identity(cfg: PipelineConfig, docs, history=None) -> dict:
     }
 
 
-def reweighted_history(cfg: PipelineConfig, saved: object, consumed: int, schedule_of) -> list:
+def reweighted_history(
+    cfg: PipelineConfig,
+    saved: object,
+    consumed: int,
+    schedule_of: Callable[[list], tuple[Schedule, HostBatchesMapDataset]],
+) -> list:
     """The weight history of a pipeline restored after ``consumed`` global batches from a state whose history was
     ``saved``, with ``cfg``'s weights: ``saved`` itself when the weights are those in force, else ``saved`` up to
     the restore point plus ``[point, new weights]``.
@@ -172,6 +105,8 @@ def reweighted_history(cfg: PipelineConfig, saved: object, consumed: int, schedu
     schedule, host = schedule_of(history)
     if cfg.num_epochs is not None and consumed >= len(host):
         return history  # the run is over: nothing is drawn any more
+    if not isinstance(schedule, RestartableSchedule):  # the config gives a mixture streaming packing or bucketing
+        raise TypeError(f"{type(schedule).__name__} has no restart position: a mixture's weights cannot change")
     epoch, j = host.locate(consumed)
     point = epoch * schedule.order.n + schedule.restart_position(epoch, j)
     return [e for e in history if e[0] < point] + [[point, weights]]

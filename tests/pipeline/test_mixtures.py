@@ -256,7 +256,7 @@ def test_sources_are_opened_each_with_its_own_settings(tmp_path, tokenizer_file,
 
     from conftest import random_docs, write_test_store
     from datatools.pipeline import open_source
-    from datatools.pipeline.build import open_config_documents
+    from datatools.pipeline.sources import open_config_documents
 
     store = write_test_store(tmp_path / "store", random_docs(50, max_len=200))
     pq.write_table(pa.table({"body": texts[:20]}), tmp_path / "t.parquet")

@@ -1,0 +1,235 @@
+"""A config's global batch sequence: the schedule of its mode, chosen from one table (:data:`SCHEDULES`).
+
+:func:`schedule_mode` names the mode a config asks for, and :data:`SCHEDULES` maps it to a small constructor
+that reads the config's section and builds the schedule (:class:`~datatools.grain.schedule.Schedule`):
+
+==============  ==============================================================================================
+``planned``     ``packing.mode: planned``: one plan (or ``packing.plan``'s) over every document; rows shuffled
+``streaming``   ``packing.mode: streaming``: windows of the shuffled (or mixed) documents, each planned
+``lanes``       ``packing.read_order: lanes`` with a block shuffle and one source: each row's own io blocks
+``bucketing``   ``bucketing``: fixed shapes, a bucket's batch complete when its last piece arrives
+``curriculum``  ``curriculum``: every batch of one of K lengths, drawn by a length schedule
+==============  ==============================================================================================
+
+A new mode is one schedule module in :mod:`datatools.grain`, one constructor here and one row of the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+import grain
+from datatools.grain.bucket_schedule import BucketSchedule
+from datatools.grain.curriculum_schedule import CurriculumSchedule
+from datatools.grain.host_batches import DocumentOrder, PlannedSchedule
+from datatools.grain.lane_schedule import LaneSchedule
+from datatools.grain.mixture_order import MixtureOrder
+from datatools.grain.packed_rows import PackedRowsMapDataset
+from datatools.grain.schedule import Schedule
+from datatools.grain.shuffle import BlockShuffleMapDataset, FeistelShuffleMapDataset
+from datatools.grain.streaming_schedule import StreamingSchedule
+from datatools.io.plan_file import PlanFile
+from datatools.kernels.bucket import bucket_batch_sizes, bucket_boundaries
+from datatools.kernels.packing.plan_format import lengths_identity
+from datatools.pipeline.config import PackingConfig, PipelineConfig
+from datatools.pipeline.mixture import mixture_order
+
+# A constructor: (config, documents, a mixture's weight history or None) -> (schedule, planned packing's efficiency)
+Constructor = Callable[[PipelineConfig, object, list | None], tuple[Schedule, float | None]]
+
+
+def schedule_mode(cfg: PipelineConfig) -> str:
+    """The key of :data:`SCHEDULES` the config asks for (the schema asks for exactly one of packing, bucketing
+    and curriculum)."""
+    p = cfg.packing
+    if cfg.curriculum is not None:
+        return "curriculum"
+    if p is not None and p.mode == "planned":
+        return "planned"
+    if p is not None and p.read_order == "lanes" and cfg.shuffle.kind == "block" and cfg.sources is None:
+        return "lanes"  # lanes deal one source's io blocks; a mixture reads in window order
+    if p is not None:
+        return "streaming"
+    if cfg.bucketing is not None:
+        return "bucketing"
+    raise ValueError("config: give exactly one of 'packing' and 'bucketing' (or 'curriculum')")
+
+
+def build_schedule(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Schedule, float | None]:
+    """The global batch sequence of the config over ``docs`` and planned packing's efficiency (else None);
+    ``history``: a mixture's weights over time (:mod:`datatools.pipeline.mixture`), default the config's."""
+    return SCHEDULES[schedule_mode(cfg)](cfg, docs, history)
+
+
+def _packing(cfg: PipelineConfig) -> PackingConfig:
+    if cfg.packing is None:  # schedule_mode chose a packing mode from this section
+        raise ValueError("config: packing is required")
+    return cfg.packing
+
+
+def _ctx(p: PackingConfig) -> int:
+    """``packing.ctx``, which every mode but planned packing from a plan directory needs."""
+    if p.ctx is None:
+        raise ValueError("config: packing.ctx is required (packing.plan is read by mode: planned only)")
+    return p.ctx
+
+
+def _order(cfg: PipelineConfig, docs, history: list | None) -> DocumentOrder | MixtureOrder:
+    """The documents' order per epoch: a mixture's, or the config's shuffle of one source."""
+    if cfg.sources is not None:
+        return mixture_order(cfg, docs, history)
+    sh = cfg.shuffle
+    return DocumentOrder(
+        len(docs), sh.kind, seed=cfg.seed, io_block_size=sh.io_block_size, window_blocks=sh.window_blocks
+    )
+
+
+def _shuffle_map(ds: grain.MapDataset, cfg: PipelineConfig) -> grain.MapDataset:
+    """``ds`` (packed rows) shuffled per epoch as the config says: the global order, the same on every host."""
+    if cfg.shuffle.kind == "block":
+        return BlockShuffleMapDataset(
+            ds, io_block_size=cfg.shuffle.io_block_size, window_blocks=cfg.shuffle.window_blocks, seed=cfg.seed
+        )
+    if cfg.shuffle.kind == "full":
+        return FeistelShuffleMapDataset(ds, seed=cfg.seed)
+    return ds
+
+
+def _plan_file(p: PackingConfig, path: str, source: str, docs) -> PlanFile:
+    """The plan directory ``path`` (``packing.plan``), opened lazily (memory-mapped) and checked against the source:
+    the same documents (count, tokens, CRC-32 of the lengths) and, when ``packing.ctx`` is given, the same ctx."""
+    plan = PlanFile(path)
+    plan.check_identity(lengths_identity(docs.lengths()), source)
+    if p.ctx is not None and p.ctx != plan.ctx:
+        raise ValueError(
+            f"config: packing.ctx={p.ctx} but {p.plan} was planned for ctx {plan.ctx}; drop packing.ctx "
+            f"or re-pack (datatools pack {p.plan} OUT --ctx {p.ctx})"
+        )
+    return plan
+
+
+def planned(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Schedule, float | None]:
+    """``packing.mode: planned``: one plan over every document (or the plan directory ``packing.plan``), its rows
+    shuffled per epoch; global batch j is rows ``[j * B, (j + 1) * B)``."""
+    p = _packing(cfg)
+    if p.plan is not None:
+        plan = _plan_file(p, p.plan, cfg.one_source.path, docs)
+        rows = PackedRowsMapDataset(docs, plan=plan, pad_id=cfg.pad_id)
+    else:
+        rows = PackedRowsMapDataset(
+            docs,
+            p.ctx,
+            algorithm=p.resolved_algorithm,
+            max_segments=p.max_segments,
+            align=p.align,
+            overflow=p.overflow,
+            pad_id=cfg.pad_id,
+        )
+    if cfg.drop_remainder and rows.plan.num_rows < cfg.batch_size:
+        raise ValueError(f"{rows.plan.num_rows} packed rows make no full batch of {cfg.batch_size}")
+    schedule = PlannedSchedule(
+        _shuffle_map(rows, cfg), cfg.batch_size, drop_remainder=cfg.drop_remainder, ctx=rows.plan.ctx, pad_id=cfg.pad_id
+    )
+    return schedule, rows.plan.efficiency
+
+
+def streaming(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Schedule, float | None]:
+    """``packing.mode: streaming``: each window of ``packing.window`` documents of the epoch's order planned from
+    its lengths (:class:`~datatools.grain.streaming_schedule.StreamingSchedule`)."""
+    p = _packing(cfg)
+    return StreamingSchedule(
+        docs,
+        _order(cfg, docs, history),
+        ctx=_ctx(p),
+        window=p.window,
+        batch_size=cfg.batch_size,
+        drop_remainder=cfg.drop_remainder,
+        algorithm=p.resolved_algorithm,
+        max_segments=p.max_segments,
+        align=p.align,
+        overflow=p.overflow,
+        seed=cfg.seed,
+        pad_id=cfg.pad_id,
+    ), None
+
+
+def lanes(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Schedule, float | None]:
+    """``packing.read_order: lanes``: streaming packing whose rows each read their own lane of io blocks
+    (:class:`~datatools.grain.lane_schedule.LaneSchedule`)."""
+    p, sh = _packing(cfg), cfg.shuffle
+    return LaneSchedule(
+        docs,
+        ctx=_ctx(p),
+        window=p.window,
+        batch_size=cfg.batch_size,
+        drop_remainder=cfg.drop_remainder,
+        io_block_size=sh.io_block_size,
+        lane_period=p.lane_period,
+        seed=cfg.seed,
+        pad_id=cfg.pad_id,
+        options={
+            "algorithm": p.resolved_algorithm,
+            "max_segments": p.max_segments,
+            "align": p.align,
+            "overflow": p.overflow,
+        },
+    ), None
+
+
+def bucketing(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Schedule, float | None]:
+    """``bucketing``: boundaries (given, or the least padding for these lengths) and batch sizes (the batch or a
+    token budget), pieces filled into their bucket's batches in the epoch's order
+    (:class:`~datatools.grain.bucket_schedule.BucketSchedule`)."""
+    b = cfg.bucketing
+    if b is None:  # schedule_mode chose this mode from the section
+        raise ValueError("config: bucketing is required")
+    order = _order(cfg, docs, history)
+    if b.boundaries is not None:
+        bounds = np.asarray(sorted(b.boundaries), np.int64)
+    else:
+        overflow = "split" if b.overflow == "error" else b.overflow
+        bounds = bucket_boundaries(docs.lengths(), b.num_buckets, tile=b.tile, max_len=b.max_len, overflow=overflow)
+    if b.token_budget is not None:
+        sizes = bucket_batch_sizes(bounds, token_budget=b.token_budget, multiple_of=b.multiple_of)
+    else:
+        sizes = bucket_batch_sizes(bounds, batch_size=cfg.batch_size, multiple_of=b.multiple_of)
+    return BucketSchedule(
+        docs,
+        order,
+        boundaries=bounds,
+        batch_sizes=sizes,
+        overflow=b.overflow,
+        drop_remainder=cfg.drop_remainder,
+        pad_id=cfg.pad_id,
+    ), None
+
+
+def curriculum(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Schedule, float | None]:
+    """``curriculum``: pieces of K lengths, every batch of one length, drawn by the length schedule
+    (:class:`~datatools.grain.curriculum_schedule.CurriculumSchedule`)."""
+    c = cfg.curriculum
+    if c is None:  # schedule_mode chose this mode from the section
+        raise ValueError("config: curriculum is required")
+    return CurriculumSchedule(
+        docs,
+        lengths=c.lengths,
+        tokens_per_batch=c.tokens_per_batch,
+        schedule=c.schedule,
+        odds=c.odds,
+        cycles=c.cycles,
+        shuffle=cfg.shuffle.kind != "none",
+        seed=cfg.seed,
+        pad_id=cfg.pad_id,
+        pack_length=c.pack_length,
+    ), None
+
+
+SCHEDULES: dict[str, Constructor] = {
+    "planned": planned,
+    "streaming": streaming,
+    "lanes": lanes,
+    "bucketing": bucketing,
+    "curriculum": curriculum,
+}

@@ -1,0 +1,121 @@
+"""A config's documents opened: one ``source``, or the mixture of ``sources`` read as one.
+
+Each source is resolved once (:func:`datatools.io.inputs.open_input`: its kind, column, tokenizer and
+special tokens) and read on demand (:func:`datatools.io.inputs.open_documents`: lengths from one streaming
+pass, a store's offsets; tokens when a batch needs them). A mixture's sources must speak one vocabulary
+(:func:`check_tokenizers`) and are read as one
+:class:`~datatools.io.mixed_documents.MixedDocuments`; their order and weights are
+:mod:`datatools.pipeline.mixture`'s.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+from datatools.io.documents import DocumentSource
+from datatools.io.inputs import TokenInput, open_documents, open_input
+from datatools.io.mixed_documents import MixedDocuments
+from datatools.io.store import read_manifest
+from datatools.pipeline.config import PipelineConfig, SourceConfig
+
+
+def open_source(cfg: SourceConfig) -> DocumentSource:
+    """The documents of the configured source, read on demand (a document source of :mod:`datatools.io`):
+    lengths come from one streaming pass (a store's offsets), documents are read when a batch needs them."""
+    return open_documents(open_source_input(cfg))
+
+
+def open_source_input(cfg: SourceConfig) -> TokenInput:
+    """The configured source resolved (:class:`~datatools.io.inputs.TokenInput`: its kind, column, tokenizer),
+    no document read yet; ValueError for a kind a pipeline cannot read."""
+    inp = open_input(
+        Path(cfg.path),
+        column=cfg.column,
+        tokenizer=cfg.tokenizer,
+        tokenizer_settings=cfg.tokenizer_settings,
+        bos=cfg.bos,
+        eos=cfg.eos,
+    )
+    if inp.kind not in ("store", "levanter", "numpy", "table"):
+        raise ValueError(
+            f"{cfg.path}: a pipeline source must be a token store, a Levanter cache, a table or a NumPy directory"
+        )
+    return inp
+
+
+def open_config_documents(cfg: PipelineConfig, documents=None):
+    """The config's documents: ``cfg.source``, or the mixture of ``cfg.sources`` read as one; ``documents``: an
+    already opened source (a mixture: one per ``sources`` item, or a MixedDocuments)."""
+    docs: DocumentSource | MixedDocuments
+    if cfg.sources is not None:
+        docs = open_mixture(cfg, documents)
+    else:
+        docs = open_source(cfg.one_source) if documents is None else documents
+    if len(docs) == 0:
+        where = cfg.source.path if cfg.source is not None else "sources"
+        raise ValueError(f"{where}: the source holds no documents")
+    return docs
+
+
+def open_mixture(cfg: PipelineConfig, documents=None) -> MixedDocuments:
+    """The configured sources as one :class:`MixedDocuments` (``documents``: already opened ones, a
+    MixedDocuments or a list with one source per ``sources`` item)."""
+    sources = cfg.mixture_sources
+    labels = [s.label for s in sources]
+    if documents is None:
+        inputs = [open_source_input(s) for s in sources]
+        check_tokenizers(labels, [tokenizer_identity(i) for i in inputs])
+        documents = [open_documents(i) for i in inputs]
+    if not isinstance(documents, MixedDocuments):
+        documents = MixedDocuments(list(documents), names=labels)
+    if len(documents.sizes) != len(sources):
+        raise ValueError(f"config: sources lists {len(sources)} sources; {len(documents.sizes)} were given")
+    for label, n in zip(labels, documents.sizes.tolist()):
+        if n == 0 and cfg.mixture.epoch == "sample":
+            raise ValueError(f"{label}: this source of the mixture holds no documents")
+    return documents
+
+
+def tokenizer_identity(inp) -> dict | None:
+    """What tokenized a source (:class:`~datatools.io.inputs.TokenInput`): ``{"file", "sha256", "vocab_size"}``
+    from a token store's manifest (recorded by ``pretokenize``) or from the tokenizer a text column is read
+    with; None when nothing says (token columns, NumPy files, Levanter caches: ids of an unnamed tokenizer)."""
+    if inp.kind == "store":
+        m = read_manifest(inp.path)
+        if not m.get("tokenizer_sha256"):
+            return None
+        return {"file": m.get("tokenizer_file"), "sha256": m["tokenizer_sha256"], "vocab_size": m.get("vocab_size")}
+    enc = getattr(inp, "encoder", None)
+    if inp.kind == "table" and getattr(inp, "is_text", False) and enc is not None:
+        return {"file": Path(str(enc.source)).name, "sha256": enc.sha256, "vocab_size": enc.vocab_size}
+    return None
+
+
+def check_tokenizers(labels: list[str], identities: list[dict | None]) -> None:
+    """Sources of one mixture must speak one vocabulary: the same token id must mean the same token in every
+    batch. Sources tokenized with vocabularies of different sizes are refused (ValueError naming both); the same
+    size from different tokenizer files (a re-saved or edited tokenizer.json, or a different tokenizer that happens
+    to have as many tokens) is a UserWarning saying so. Sources whose tokenizer is not recorded are not compared."""
+    known = [(label, t) for label, t in zip(labels, identities) if t is not None]
+    if not known:
+        return
+    (first, a), rest = known[0], known[1:]
+
+    def name(t: dict) -> str:
+        return f"{t['file'] or 'a tokenizer'} (sha256 {str(t['sha256'])[:12]}, vocab_size {t['vocab_size']})"
+
+    for label, b in rest:
+        if b["sha256"] == a["sha256"]:
+            continue
+        if a["vocab_size"] != b["vocab_size"]:
+            raise ValueError(
+                f"config: sources {first!r} and {label!r} were tokenized by different tokenizers ({name(a)} and "
+                f"{name(b)}): the same token id means different tokens; pretokenize them with one tokenizer"
+            )
+        warnings.warn(
+            f"config: sources {first!r} and {label!r} were tokenized by different tokenizer files ({name(a)} and "
+            f"{name(b)}) of the same vocabulary size: mixed as they are; if their tokens differ, pretokenize them "
+            f"with one tokenizer",
+            stacklevel=3,
+        )
