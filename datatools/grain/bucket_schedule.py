@@ -25,6 +25,20 @@ from datatools.kernels.bucket import fill_order_batches
 from datatools.kernels.packing import PackPlan, cut_pieces, materialize_pieces
 
 
+def bucket_rows(read_pieces, doc, start, length, *, rows: int, width: int, pad_id: int = 0) -> dict[str, np.ndarray]:
+    """A bucket's batch: ``rows`` rows of ``width`` tokens, row i holding piece i (``doc``, ``start``, ``length``:
+    int64 arrays, tokens read through ``read_pieces(doc, start, length)`` in one call), rows past the pieces
+    empty (``segment_ids`` 0). What the schedule and the Grain transform both build."""
+    n = int(doc.shape[0])
+    out = empty_rows(rows, width, pad_id, fill_from=n)
+    if n:  # one piece per row: a plan of n single-piece rows, built by the packing fill straight into `out`
+        plan = PackPlan(
+            width, 1, n, np.arange(n + 1, dtype=np.int64), doc, start, length.astype(np.int32), 0, 0, "bucket"
+        )
+        materialize_pieces(plan, read_pieces, pad_id=pad_id, out={k: v[:n] for k, v in out.items()})
+    return out
+
+
 class BucketSchedule:
     """Global batches of length bucketing (see the module docstring).
 
@@ -131,24 +145,14 @@ class BucketSchedule:
 
     def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
         doc, start, length, splits, bucket, _ = self.epoch_batches(epoch)
-        width = int(self.boundaries[bucket[j]])
         a = splits[j] + lo
-        b = min(splits[j] + hi, splits[j + 1])
-        out = empty_rows(hi - lo, width, self.pad_id, fill_from=max(b - a, 0))
-        if b <= a:
-            return out
-        # One piece per row: a plan of b - a single-piece rows, built by the packing fill straight into `out`.
-        rows = PackPlan(
-            width,
-            1,
-            b - a,
-            np.arange(b - a + 1, dtype=np.int64),
+        b = max(min(splits[j] + hi, splits[j + 1]), a)
+        return bucket_rows(
+            self.docs.read_pieces,
             np.asarray(doc[a:b], np.int64),
             np.asarray(start[a:b], np.int64),
-            np.asarray(length[a:b], np.int32),
-            0,
-            0,
-            "bucket",
+            np.asarray(length[a:b], np.int64),
+            rows=hi - lo,
+            width=int(self.boundaries[bucket[j]]),
+            pad_id=self.pad_id,
         )
-        materialize_pieces(rows, self.docs.read_pieces, pad_id=self.pad_id, out={k: v[: b - a] for k, v in out.items()})
-        return out

@@ -1,4 +1,7 @@
-"""Bucketing: an ``IterDataset`` that yields fixed-shape padded batches, one shape per bucket."""
+"""Bucketing as a Grain transform: an ``IterDataset`` that yields fixed-shape padded batches, one shape per bucket,
+with the bucket filler and batch builder of the pipeline's bucket schedule
+(:func:`~datatools.kernels.bucket.fill_order_batches`, :func:`~datatools.grain.bucket_schedule.bucket_rows`): one
+implementation of bucketing."""
 
 from __future__ import annotations
 
@@ -8,9 +11,13 @@ import numpy as np
 
 import grain
 from datatools.base.checks import OVERFLOW_POLICIES, check_choice, check_int
+from datatools.grain.bucket_schedule import bucket_rows
 from datatools.grain.document_blocks import document_block
+from datatools.kernels.bucket import fill_order_batches
+from datatools.kernels.packing import cut_pieces
 
-Group = tuple[int, list[tuple[int, np.ndarray]]]  # (bucket, [(start in document, piece tokens), ...])
+Piece = tuple[int, np.ndarray]  # (start in its document, the piece's tokens)
+Group = tuple[int, list[Piece]]  # (bucket, pieces)
 
 
 def _encode_groups(groups: list[Group]) -> str:
@@ -45,40 +52,42 @@ def _decode_groups(text: str) -> list[Group]:
     return groups
 
 
-def padded_batch(pieces: list[tuple[int, np.ndarray]], batch_size: int, length: int, pad_id: int = 0) -> dict:
-    """A canonical batch of shape (batch_size, length): one piece per row, rows past the pieces empty."""
-    out = {"tokens": np.full((batch_size, length), pad_id, np.int32)}
-    for key in ("segment_ids", "positions", "loss_mask"):
-        out[key] = np.zeros((batch_size, length), np.int32)
-    for r, (start, piece) in enumerate(pieces):
-        n = piece.shape[0]
-        out["tokens"][r, :n] = piece
-        out["segment_ids"][r, :n] = 1
-        out["positions"][r, :n] = np.arange(start, start + n, dtype=np.int32)
-        out["loss_mask"][r, : n - 1] = 1
-    return out
-
-
 class _BucketIterator(grain.DatasetIterator):
     def __init__(self, parent, ds: BucketBatchIterDataset):
         super().__init__(parent)
         self._ds = ds
-        self._buffers: list[list[tuple[int, np.ndarray]]] = [[] for _ in ds.boundaries]
+        self._buffers: list[list[Piece]] = [[] for _ in ds.boundaries]
         self._ready: list[Group] = []  # full batches not yet yielded (a split document can fill two)
         self._flushing = False
 
-    def _pieces(self, tokens: np.ndarray):
-        ds, longest = self._ds, self._ds.boundaries[-1]
-        n = tokens.shape[0]
-        if n <= longest:
-            return [(0, tokens)] if n else []
-        if ds.overflow == "split":
-            return [(s, tokens[s : s + longest]) for s in range(0, n, longest)]
-        if ds.overflow == "truncate":
-            return [(0, tokens[:longest])]
-        if ds.overflow == "drop":
-            return []
-        raise ValueError(f"document of length {n} > the largest bucket {longest} (overflow='error')")
+    def _add(self, flat: np.ndarray, lengths: np.ndarray) -> None:
+        """Cut an element's documents at the longest bucket and fill the buckets' batches with the pieces, in
+        arrival order after the buffered ones (:func:`fill_order_batches`); full batches become ready."""
+        ds, longest = self._ds, int(self._ds.boundaries[-1])
+        if ds.overflow == "error" and lengths.size and int(lengths.max()) > longest:
+            raise ValueError(
+                f"document of length {int(lengths.max())} > the largest bucket {longest} (overflow='error')"
+            )
+        doc, start, length, _, _ = cut_pieces(lengths, longest, ds.overflow)
+        at = np.concatenate(([0], np.cumsum(lengths)))[doc] + start
+        new = [(int(s), np.asarray(flat[a : a + n], np.int32)) for s, a, n in zip(start, at, length.tolist())]
+        bucket = np.searchsorted(ds.boundaries, length, side="left")
+        held = np.asarray([len(b) for b in self._buffers], np.int64)
+        if not (held + np.bincount(bucket, minlength=held.shape[0]) >= ds.sizes).any():  # no batch completes
+            for k, piece in zip(bucket.tolist(), new):
+                self._buffers[k].append(piece)
+            return
+        pieces = [p for b in self._buffers for p in b] + new  # the buffered pieces arrived first
+        items, splits, batch_bucket = fill_order_batches(
+            np.concatenate((np.repeat(np.arange(held.shape[0]), held), bucket)), ds.sizes
+        )
+        self._buffers = [[] for _ in ds.boundaries]
+        for b, k in enumerate(batch_bucket.tolist()):
+            group = [pieces[i] for i in items[splits[b] : splits[b + 1]].tolist()]
+            if len(group) == ds.batch_sizes[k]:
+                self._ready.append((k, group))
+            else:  # a bucket's remainder (after its full batches): it waits for more pieces
+                self._buffers[k] = group
 
     def __next__(self):
         ds = self._ds
@@ -92,17 +101,20 @@ class _BucketIterator(grain.DatasetIterator):
                     self._ready.extend((k, b) for k, b in enumerate(self._buffers) if b)
                 self._buffers = [[] for _ in ds.boundaries]
                 break
-            for tokens in np.split(flat, np.cumsum(lengths)[:-1]) if lengths.shape[0] > 1 else [flat]:
-                for start, piece in self._pieces(tokens):
-                    k = int(np.searchsorted(ds.boundaries, piece.shape[0]))
-                    self._buffers[k].append((start, np.asarray(piece, np.int32)))
-                    if len(self._buffers[k]) == ds.batch_sizes[k]:
-                        self._ready.append((k, self._buffers[k]))
-                        self._buffers[k] = []
+            self._add(flat, lengths)
         if not self._ready:
             raise StopIteration
         k, pieces = self._ready.pop(0)
-        return padded_batch(pieces, ds.batch_sizes[k], int(ds.boundaries[k]), ds.pad_id)
+        n = len(pieces)
+        return bucket_rows(
+            lambda doc, start, length: np.concatenate([pieces[i][1] for i in doc.tolist()]),
+            np.arange(n, dtype=np.int64),
+            np.asarray([s for s, _ in pieces], np.int64),
+            np.asarray([p.shape[0] for _, p in pieces], np.int64),
+            rows=ds.batch_sizes[k],
+            width=int(ds.boundaries[k]),
+            pad_id=ds.pad_id,
+        )
 
     def get_state(self):
         return {
@@ -125,7 +137,9 @@ class BucketBatchIterDataset(grain.IterDataset):
 
     Bucket k holds pieces of length <= ``boundaries[k]`` (and more than the previous
     boundary); when it has ``batch_sizes[k]`` pieces it yields a canonical batch of
-    shape (batch_sizes[k], boundaries[k]). So the whole run uses at most
+    shape (batch_sizes[k], boundaries[k]): the batches of the pipeline's
+    :class:`~datatools.grain.bucket_schedule.BucketSchedule` over the same document
+    order, batch for batch (one filler). So the whole run uses at most
     ``len(boundaries)`` shapes: one XLA program each. Choose boundaries with
     :func:`datatools.bucket_boundaries` and sizes with
     :func:`datatools.bucket_batch_sizes` (a fixed batch or a token budget).
@@ -170,6 +184,7 @@ class BucketBatchIterDataset(grain.IterDataset):
             raise ValueError(f"{len(sizes)} batch sizes for {len(bounds)} buckets")
         self.boundaries = np.asarray(bounds, np.int64)
         self.batch_sizes = sizes
+        self.sizes = np.asarray(sizes, np.int64)
         self.overflow = check_choice(overflow, "overflow", OVERFLOW_POLICIES)
         self.drop_remainder = bool(drop_remainder)
         self.feature = feature

@@ -1,4 +1,6 @@
-"""Streaming packing: an ``IterDataset`` that packs documents of unknown length within a window."""
+"""Streaming packing as a Grain transform: an ``IterDataset`` that packs documents of unknown length a window at a
+time, with the window planner of the pipeline's streaming schedule
+(:func:`~datatools.grain.streaming_schedule.plan_window`): one implementation of streaming packing."""
 
 from __future__ import annotations
 
@@ -7,14 +9,16 @@ import numpy as np
 import grain
 from datatools.base.checks import OVERFLOW_POLICIES, check_choice, check_int
 from datatools.grain.document_blocks import document_block
+from datatools.grain.streaming_schedule import plan_window
 from datatools.io.documents import ArrayDocuments
-from datatools.kernels.packing import ALGORITHMS, materialize, pack_lengths
+from datatools.kernels.packing import ALGORITHMS
 
 
 class _StreamingPackIterator(grain.DatasetIterator):
     def __init__(self, parent, ds: StreamingPackIterDataset):
         super().__init__(parent)
         self._ds = ds
+        self._window = 0  # windows begun: the number of the next one (its rows' order is seeded by it)
         self._window_state = None
         self._rows: dict[str, np.ndarray] | None = None
         self._num_rows = 0
@@ -37,21 +41,13 @@ class _StreamingPackIterator(grain.DatasetIterator):
             if not count:
                 self._rows, self._num_rows, self._next_row = None, 0, 0
                 return False
+            w, self._window = self._window, self._window + 1
             source = ArrayDocuments(np.concatenate(tokens), np.concatenate(([0], np.cumsum(np.concatenate(lengths)))))
-            plan = pack_lengths(
-                source.lengths(),
-                ds.ctx,
-                algorithm=ds.algorithm,
-                max_segments=ds.max_segments,
-                align=ds.align,
-                overflow=ds.overflow,
-            )
+            key = [ds.seed, 0, w] if ds.shuffle_rows else None  # as epoch 0 of StreamingSchedule
+            plan, order = plan_window(source.lengths(), np.arange(count, dtype=np.int64), ds.ctx, ds.options, key)
             if plan.num_rows:
-                order = None
-                if ds.shuffle_rows:  # decreasing packers emit long documents first: mix the window's rows
-                    key = [ds.seed, len(source), int(source.offsets[-1]), plan.num_rows]
-                    order = np.random.default_rng(key).permutation(plan.num_rows)
-                self._rows = materialize(plan, source.tokens, source.offsets, order, pad_id=ds.pad_id)
+                rows = order if ds.shuffle_rows else np.arange(plan.num_rows)
+                self._rows = source.pack_rows(plan, rows, pad_id=ds.pad_id)
                 self._num_rows, self._next_row = plan.num_rows, 0
                 return True
 
@@ -65,12 +61,13 @@ class _StreamingPackIterator(grain.DatasetIterator):
 
     def get_state(self):
         if self._rows is not None and self._next_row < self._num_rows:
-            return {"parent": self._window_state, "rows_emitted": self._next_row}
-        return {"parent": self._parent.get_state(), "rows_emitted": 0}
+            return {"parent": self._window_state, "rows_emitted": self._next_row, "window": self._window - 1}
+        return {"parent": self._parent.get_state(), "rows_emitted": 0, "window": self._window}
 
     def set_state(self, state):
         self._parent.set_state(state["parent"])
         self._rows, self._num_rows, self._next_row = None, 0, 0
+        self._window = int(state["window"])
         if state["rows_emitted"]:
             self._fill_window()  # re-read the window (deterministic), skip the rows already emitted
             self._next_row = state["rows_emitted"]
@@ -83,12 +80,15 @@ class StreamingPackIterDataset(grain.IterDataset):
     chunked documents). The iterator reads ``window`` documents, plans them with the
     datatools packer (``best_fit_decreasing`` by default: best fit, largest pieces
     first, within the window; any of :data:`datatools.ALGORITHMS`) and emits the
-    window's rows in a shuffled order (seeded by ``seed`` and the window), then reads
-    the next window. Memory: one window.
+    window's rows in a shuffled order (seeded by ``seed`` and the window's number), then
+    reads the next window. Memory: one window. The rows are those of the pipeline's
+    :class:`~datatools.grain.streaming_schedule.StreamingSchedule` (epoch 0, the same
+    document order, window and seed): both plan with ``plan_window``.
 
     Checkpoints are exact and small: the state is the parent's state at the start of
-    the current window plus the number of rows already emitted from it; restoring
-    re-reads that window, re-plans it (packing is deterministic) and skips those rows.
+    the current window, the window's number and the number of rows already emitted from
+    it; restoring re-reads that window, re-plans it (packing is deterministic) and skips
+    those rows.
 
     Elements are canonical rows: int32 arrays of shape (ctx,) ``tokens``,
     ``segment_ids``, ``positions``, ``loss_mask``.
@@ -127,12 +127,18 @@ class StreamingPackIterDataset(grain.IterDataset):
         self.seed = check_int(seed, "seed", minimum=0)
         self.ctx = check_int(ctx, "ctx", minimum=1)
         self.window = check_int(window, "window", minimum=1)
-        self.algorithm = check_choice(algorithm, "algorithm", ALGORITHMS)
-        self.max_segments = None if max_segments is None else check_int(max_segments, "max_segments", minimum=1)
         self.align = check_int(align, "align", minimum=1)
         if self.ctx % self.align:
             raise ValueError(f"align must divide ctx; got align={align}, ctx={ctx}")
+        self.algorithm = check_choice(algorithm, "algorithm", ALGORITHMS)
+        self.max_segments = None if max_segments is None else check_int(max_segments, "max_segments", minimum=1)
         self.overflow = check_choice(overflow, "overflow", OVERFLOW_POLICIES)
+        self.options = {  # what plan_window passes to pack_lengths
+            "algorithm": self.algorithm,
+            "max_segments": self.max_segments,
+            "align": self.align,
+            "overflow": self.overflow,
+        }
         self.feature = feature
         self.pad_id = int(pad_id)
 

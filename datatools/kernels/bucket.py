@@ -10,8 +10,10 @@ of the accelerator's tile so kernels run unpadded.
   exactly, by dynamic programming over the tile-aligned lengths that occur.
 * :func:`bucket_batch_sizes` gives each bucket a fixed batch size, or one from a
   token budget (``floor(budget / boundary)``, rounded down to a multiple).
-* :func:`bucket_batches` assigns every document (or its pieces) to a batch; a
-  batch is padded to (batch size, boundary), a fixed shape per bucket.
+* :func:`fill_order_batches` is the bucket filler: the batches a stream of pieces fills,
+  in the order it completes them (what the pipeline's bucket schedule and the Grain
+  transform both use); :func:`bucket_batches` is its batches grouped by bucket, every
+  document (or its pieces) in one batch, padded to (batch size, boundary).
 * :func:`padding_efficiency` compares pad-to-max, pad-to-batch-max and buckets.
 """
 
@@ -211,57 +213,6 @@ class BucketPlan:
         return [(int(self.batch_sizes[k]), int(self.boundaries[k])) for k in used]
 
 
-@numba.njit(cache=True)
-def _batch_by_bucket(bucket_of, batch_sizes, drop_remainder):
-    """Stable counting sort by bucket, then cut each bucket into batches.
-
-    Returns (order, batch_splits, batch_bucket, kept): items order[batch_splits[i]:
-    batch_splits[i+1]] form batch i; with drop_remainder the partial last batch of a
-    bucket is left out (kept[item] = False).
-    """
-    K = batch_sizes.shape[0]
-    n = bucket_of.shape[0]
-    counts = np.zeros(K + 1, np.int64)
-    for i in range(n):
-        counts[bucket_of[i] + 1] += 1
-    starts = np.cumsum(counts)
-    cursor = starts[:-1].copy()
-    order = np.empty(n, np.int64)
-    for i in range(n):
-        k = bucket_of[i]
-        order[cursor[k]] = i
-        cursor[k] += 1
-    num_batches = 0
-    for k in range(K):
-        c = counts[k + 1]
-        num_batches += c // batch_sizes[k] if drop_remainder else (c + batch_sizes[k] - 1) // batch_sizes[k]
-    splits = np.empty(num_batches + 1, np.int64)
-    bucket = np.empty(num_batches, np.int64)
-    kept = np.ones(n, np.bool_)
-    out = np.empty(n, np.int64)
-    b = 0
-    pos = 0
-    for k in range(K):
-        lo = starts[k]
-        hi = starts[k + 1]
-        s = lo
-        while s < hi:
-            e = min(s + batch_sizes[k], hi)
-            if e - s < batch_sizes[k] and drop_remainder:
-                for q in range(s, e):
-                    kept[order[q]] = False
-                break
-            splits[b] = pos
-            bucket[b] = k
-            for q in range(s, e):
-                out[pos] = order[q]
-                pos += 1
-            b += 1
-            s = e
-    splits[num_batches] = pos
-    return out[:pos], splits, bucket, kept
-
-
 def bucket_batches(
     lengths, boundaries, batch_sizes, *, overflow: str = "split", drop_remainder: bool = False
 ) -> BucketPlan:
@@ -298,7 +249,9 @@ def bucket_batches(
     check_choice(overflow, "overflow", OVERFLOW_POLICIES)
     length, doc, start, dropped = _prepare(lengths, int(b[-1]), overflow)
     bucket_of = np.searchsorted(b, length, side="left").astype(np.int64)
-    order, splits, batch_bucket, kept = _batch_by_bucket(bucket_of, sizes, drop_remainder)
+    order, splits, batch_bucket = fill_order_batches(bucket_of, sizes, drop_remainder=drop_remainder, by_bucket=True)
+    kept = np.zeros(length.shape[0], np.bool_)
+    kept[order] = True
     dropped += int(length[~kept].sum())
     return BucketPlan(
         boundaries=b,
@@ -314,15 +267,16 @@ def bucket_batches(
 
 
 def fill_order_batches(
-    bucket_of, batch_sizes, *, drop_remainder: bool = False
+    bucket_of, batch_sizes, *, drop_remainder: bool = False, by_bucket: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Batches of items in the order a stream fills them: what a bucketer that reads items one by one emits.
+    """The bucket filler: batches of items in the order a stream fills them (what a bucketer reading items one by
+    one emits).
 
     Items arrive in order; item i joins bucket ``bucket_of[i]``; a bucket's batch is emitted when its
     ``batch_sizes[k]``-th item arrives. At the end, each bucket's partial batch follows in bucket order (or
-    is left out with ``drop_remainder``). Vectorized: a stable sort by bucket, then the full batches ordered
-    by the position of their last item. Unlike :func:`bucket_batches` (all of bucket 0, then bucket 1, ...)
-    the buckets interleave as the data does.
+    is left out with ``drop_remainder``). Vectorized: a stable sort by bucket (a radix sort), then the full
+    batches ordered by the position of their last item. With ``by_bucket`` the same batches come all of bucket
+    0 first, then bucket 1, ... (:func:`bucket_batches`); otherwise the buckets interleave as the data does.
 
     Returns:
       ``(items, batch_splits, batch_bucket)``: batch b holds items ``items[batch_splits[b]:batch_splits[b + 1]]``
@@ -330,47 +284,28 @@ def fill_order_batches(
     """
     bucket_of = np.asarray(bucket_of, np.int64).reshape(-1)
     sizes = as_lengths(batch_sizes, "batch_sizes")
-    if bucket_of.size and (bucket_of.min() < 0 or bucket_of.max() >= sizes.shape[0]):
-        raise ValueError(
-            f"bucket_of must lie in [0, {sizes.shape[0]}); got {int(bucket_of.min())}..{int(bucket_of.max())}"
-        )
+    k = sizes.shape[0]
+    if bucket_of.size and (bucket_of.min() < 0 or bucket_of.max() >= k):
+        raise ValueError(f"bucket_of must lie in [0, {k}); got {int(bucket_of.min())}..{int(bucket_of.max())}")
     if sizes.size and sizes.min() < 1:
         raise ValueError(f"batch_sizes must be >= 1; got {sizes.tolist()}")
-    order = np.argsort(bucket_of, kind="stable")
-    counts = np.bincount(bucket_of, minlength=sizes.shape[0])
+    order = np.argsort(bucket_of.astype(np.uint16) if k <= 1 << 16 else bucket_of, kind="stable")
+    counts = np.bincount(bucket_of, minlength=k)
     starts = np.concatenate(([0], np.cumsum(counts)))
-    full_items, full_last, full_bucket, rest = [], [], [], []
-    for k in range(sizes.shape[0]):
-        s, c = int(sizes[k]), int(counts[k])
-        mine = order[starts[k] : starts[k + 1]]
-        full = c // s
-        full_items.append(mine[: full * s].reshape(full, s))
-        full_last.append(mine[s - 1 : full * s : s])
-        full_bucket.append(np.full(full, k, np.int64))
-        if c % s and not drop_remainder:
-            rest.append((k, mine[full * s :]))
-    last = np.concatenate(full_last) if full_last else np.zeros(0, np.int64)
-    emit = np.argsort(last, kind="stable")  # a full batch is emitted when its last item arrives
-    sizes_of = (
-        np.concatenate([np.full(f.shape[0], f.shape[1], np.int64) for f in full_items])
-        if full_items
-        else np.zeros(0, np.int64)
-    )
-    flat = [f.reshape(-1) for f in full_items]
-    begin = np.concatenate(([0], np.cumsum(sizes_of)))[:-1]
-    pieces = np.concatenate(flat) if flat else np.zeros(0, np.int64)
-    n_emit = sizes_of[emit]
-    within = np.arange(int(n_emit.sum())) - np.repeat(np.concatenate(([0], np.cumsum(n_emit)))[:-1], n_emit)
-    take = np.repeat(begin[emit], n_emit) + within
-    items = [pieces[take]] + [r for _, r in rest]
-    lens = np.concatenate((sizes_of[emit], np.asarray([r.shape[0] for _, r in rest], np.int64)))
-    bucket = np.concatenate(
-        (
-            np.concatenate(full_bucket)[emit] if full_bucket else np.zeros(0, np.int64),
-            np.asarray([k for k, _ in rest], np.int64),
-        )
-    )
-    return np.concatenate(items).astype(np.int64), np.concatenate(([0], np.cumsum(lens))), bucket
+    full = counts // sizes
+    rest = np.zeros_like(counts) if drop_remainder else counts % sizes
+    per_bucket = full + (rest > 0)  # batches of each bucket: its full ones, then its partial one
+    bucket = np.repeat(np.arange(k, dtype=np.int64), per_bucket)
+    within = np.arange(bucket.shape[0], dtype=np.int64) - np.repeat(np.cumsum(per_bucket) - per_bucket, per_bucket)
+    first = starts[bucket] + within * sizes[bucket]  # each batch's first item, as a rank in `order`
+    length = np.where(within < full[bucket], sizes[bucket], rest[bucket])
+    if not by_bucket:  # a full batch is emitted when its last item arrives; the partial ones after all, by bucket
+        last = np.where(within < full[bucket], order[first + length - 1], bucket_of.shape[0] + bucket)
+        emit = np.argsort(last, kind="stable")
+        bucket, first, length = bucket[emit], first[emit], length[emit]
+    splits = np.concatenate(([0], np.cumsum(length))).astype(np.int64)
+    take = np.repeat(first - splits[:-1], length) + np.arange(int(splits[-1]), dtype=np.int64)
+    return order[take].astype(np.int64), splits, bucket
 
 
 def padding_efficiency(lengths, *, max_len: int, batch_size: int, tile: int = 1) -> dict:

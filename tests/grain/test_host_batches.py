@@ -20,6 +20,7 @@ from datatools.grain import (
     HostBatchesMapDataset,
     PackedRowsMapDataset,
     PlannedSchedule,
+    StreamingPackIterDataset,
     StreamingSchedule,
 )
 from datatools.io.documents import ArrayDocuments, PieceReadingSource
@@ -79,6 +80,41 @@ def test_bucket_schedule_gives_the_streaming_bucketers_batches():
     for a, b in zip(planned, streamed):
         for k in b:
             np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+@pytest.mark.parametrize("algorithm", ["best_fit_decreasing", "first_fit"])
+@pytest.mark.parametrize("shuffle_rows", [True, False])
+def test_streaming_schedule_gives_the_streaming_packers_rows(algorithm, shuffle_rows):
+    """With the same document order, the schedule's rows (epoch 0, one row per batch) are StreamingPackIterDataset's,
+    row for row: both plan each window with plan_window and order its rows by (seed, epoch 0, window)."""
+    docs = ArrayDocuments.from_list(random_docs(260, seed=6, mean_log=4.2, max_len=700))
+    stream = FeistelShuffleMapDataset(DocumentsMapDataset(docs), seed=3).to_iter_dataset(NO_THREADS)
+    packer = StreamingPackIterDataset(
+        stream, ctx=256, window=40, algorithm=algorithm, seed=7, shuffle_rows=shuffle_rows
+    )
+    streamed = list(packer)
+    schedule = StreamingSchedule(
+        docs,
+        DocumentOrder(len(docs), "full", seed=3),
+        ctx=256,
+        window=40,
+        batch_size=1,
+        drop_remainder=False,
+        algorithm=algorithm,
+        seed=7,
+    )
+    planned = list(HostBatchesMapDataset(schedule).to_iter_dataset(NO_THREADS))
+    assert len(planned) == len(streamed) > 40
+    if shuffle_rows:
+        for a, b in zip(planned, streamed):
+            for k in b:
+                np.testing.assert_array_equal(a[k][0], b[k], err_msg=k)
+    else:  # the plan's own order within each window: the same rows, windows in the same order
+        starts = schedule.window_starts(0)
+        for w in range(starts.shape[0] - 1):
+            window = slice(int(starts[w]), int(starts[w + 1]))
+            got = sorted(tuple(r["tokens"].tolist()) for r in streamed[window])
+            assert got == sorted(tuple(b["tokens"][0].tolist()) for b in planned[window])
 
 
 def schedules(docs, batch):
