@@ -335,7 +335,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", type=int, default=500_000_000)
     ap.add_argument("--latencies", type=float, nargs="+", default=[0, 30, 100], help="ms added per request")
-    ap.add_argument("--batches", type=int, default=40, help="batches timed as fast as they come")
+    ap.add_argument("--batches", type=int, default=150, help="batches timed as fast as they come")
     ap.add_argument("--steps", type=int, default=500, help="simulated steps (host 0 of 4, 2 workers, block)")
     ap.add_argument("--step-time", type=float, default=0.4)
     ap.add_argument("--only", type=int, nargs="*", default=None, help="rows of each latency to run (0-4)")
