@@ -1,21 +1,10 @@
 """The schedule protocol: what every global batch sequence gives the host that reads its share.
 
-A *schedule* computes, from document lengths alone, one global sequence of batches per epoch, the same on
-every host; :class:`~datatools.grain.host_batches.HostBatchesMapDataset` reads one host's rows of each. One
-module per schedule:
-
-===========================  ===============================================================================
-``packing.mode: planned``    :class:`~datatools.grain.host_batches.PlannedSchedule` (shuffled packed rows)
-``packing.mode: streaming``  :class:`~datatools.grain.streaming_schedule.StreamingSchedule` (windows of
-                             shuffled documents, each planned by ``plan_window``)
-``read_order: lanes``        :class:`~datatools.grain.lane_schedule.LaneSchedule` (the same windows, per lane)
-``bucketing``                :class:`~datatools.grain.bucket_schedule.BucketSchedule` (``fill_order_batches``)
-``curriculum``               :class:`~datatools.grain.curriculum_schedule.CurriculumSchedule` (K lengths)
-===========================  ===============================================================================
-
-The pipeline chooses one from the config in a table (:data:`datatools.pipeline.schedules.SCHEDULES`).
-Batches do not cross epochs; batch ``j`` of an epoch has ``batch_rows(epoch, j)`` rows, every one of which
-divides by the host count (``row_counts`` lists them all).
+A *schedule* computes, from document lengths alone, one global sequence of batches per epoch, the same on every
+host; :class:`~datatools.grain.host_batches.HostBatchesMapDataset` reads one host's rows of each. One module per
+schedule (planned in ``host_batches``, ``streaming_schedule``, ``lane_schedule``, ``bucket_schedule``,
+``curriculum_schedule``); the pipeline picks one by config mode from a table (``pipeline/schedules.py``).
+Batches do not cross epochs.
 """
 
 from __future__ import annotations

@@ -34,8 +34,10 @@ PLANS_KEPT = 8  # window plans cached per process
 def plan_window(
     lengths: np.ndarray, docs: np.ndarray, ctx: int, options: dict, key: list[int] | None = None
 ) -> tuple[PackPlan, np.ndarray]:
-    """The packing window of documents ``docs`` (global ids): its plan, from their lengths (document ids global),
-    and, with a ``key``, its rows' seeded order (position i of the window is row ``order[i]`` of the plan)."""
+    """The window planner of streaming packing (the one every streaming packer uses: this schedule, lanes, the
+    Grain transform): the packing window of documents ``docs`` (global ids), its plan from their lengths
+    (``options``: :func:`~datatools.kernels.packing.pack_lengths`'s; document ids global) and, with a ``key``,
+    its rows' seeded order (position i of the window is row ``order[i]`` of the plan)."""
     plan = pack_lengths(lengths[docs], ctx, **options)
     plan = dataclasses.replace(plan, doc=docs[plan.doc], _max_doc=None)
     order = np.random.default_rng(key).permutation(plan.num_rows) if key is not None else np.zeros(0, np.int64)
@@ -180,7 +182,7 @@ class StreamingSchedule(RowsPlanSchedule):
         if starts is None:
             counts = np.fromiter(
                 (
-                    pack_lengths(self.lengths[self._window_docs(epoch, w)], self.ctx, **self.options).num_rows
+                    plan_window(self.lengths, self._window_docs(epoch, w), self.ctx, self.options)[0].num_rows
                     for w in range(self.num_windows)
                 ),
                 np.int64,

@@ -1,17 +1,9 @@
 """A config's global batch sequence: the schedule of its mode, chosen from one table (:data:`SCHEDULES`).
 
-:func:`schedule_mode` names the mode a config asks for, and :data:`SCHEDULES` maps it to a small constructor
-that reads the config's section and builds the schedule (:class:`~datatools.grain.schedule.Schedule`):
-
-==============  ==============================================================================================
-``planned``     ``packing.mode: planned``: one plan (or ``packing.plan``'s) over every document; rows shuffled
-``streaming``   ``packing.mode: streaming``: windows of the shuffled (or mixed) documents, each planned
-``lanes``       ``packing.read_order: lanes`` with a block shuffle and one source: each row's own io blocks
-``bucketing``   ``bucketing``: fixed shapes, a bucket's batch complete when its last piece arrives
-``curriculum``  ``curriculum``: every batch of one of K lengths, drawn by a length schedule
-==============  ==============================================================================================
-
-A new mode is one schedule module in :mod:`datatools.grain`, one constructor here and one row of the table.
+:func:`schedule_mode` names the mode a config asks for (``planned``, ``streaming``, ``lanes``, ``bucketing``,
+``curriculum``); :data:`SCHEDULES` maps it to a small constructor that reads the config's section and builds the
+schedule (:class:`~datatools.grain.schedule.Schedule`). A new mode is one schedule module in
+:mod:`datatools.grain`, one constructor here and one row of the table.
 """
 
 from __future__ import annotations
