@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import re
 import sysconfig
 from pathlib import Path
 
 import pytest
+
+from datatools.base.progress import PLAIN_LINE
 
 
 def stdlib_texts(count: int = 40) -> list[str]:
@@ -20,7 +21,7 @@ def texts() -> list[str]:
     return stdlib_texts()
 
 
-PROGRESS_LINE = re.compile(r"(?!datatools: ).*\belapsed \d+:\d\d:\d\d\)?")  # base/progress.py's plain lines
+PROGRESS_LINE = PLAIN_LINE  # base/progress.py's plain lines
 
 
 def without_progress(err: str) -> str:

@@ -20,6 +20,7 @@ shows it is alive and how far it is. Work shorter than :data:`FIRST_LINE_S` prin
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,6 +35,8 @@ from datatools.base import interrupts
 
 PLAIN_INTERVAL_S = 5.0  # seconds between plain lines when stderr is not a terminal
 FIRST_LINE_S = 0.25  # seconds a step or a bar runs before its first line (terminal or not): quick work prints nothing
+PLAIN_LINE = re.compile(r"(?!datatools: ).*\belapsed \d+:\d\d:\d\d\)?")  # this module's plain lines (for callers'
+# checks of what a command said: an error is the one line that is not progress)
 
 
 def _rate(x: float) -> str:

@@ -73,12 +73,14 @@ def make_world(tmp):
 
 def run_cli(args: list[str]) -> tuple[int, str, str]:
     """``datatools ARGS`` in this process: (status, stdout, stderr)."""
+    from datatools.base.progress import PLAIN_LINE
     from datatools.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         status = main(args)
-    return status, out.getvalue(), err.getvalue()
+    said = "".join(line for line in err.getvalue().splitlines(keepends=True) if not PLAIN_LINE.fullmatch(line.rstrip()))
+    return status, out.getvalue(), said  # what the command said: progress lines (off a terminal) left out
 
 
 def cli_cases(store: str, tmp: str) -> list[list[str]]:
