@@ -86,7 +86,8 @@ $(CLIENTS)/levanter/.installed: pyproject.toml
 	$(CLIENTS)/levanter/bin/pip install -q .
 	@touch $@
 
-test-clients-levanter: $(CLIENTS)/levanter/.installed
+# $(STAMP): the S3 server of clients/levanter/test_levanter_page.py is the dev venv's moto_server.
+test-clients-levanter: $(CLIENTS)/levanter/.installed $(STAMP)
 	$(CLIENTS)/levanter/bin/pip install -q --no-deps --force-reinstall .
 	cd clients && JAX_PLATFORMS=cpu ../$(CLIENTS)/levanter/bin/python -m pytest -s -rA -p no:cacheprovider levanter
 

@@ -21,8 +21,10 @@ An HTML comment on the line before a block says when it runs otherwise (it does 
     store), ``raw/`` (Parquet text) and ``configs/pipeline.yaml``.
 ``<!-- test: client NAME -->``
     runs inside a trainer (MaxText, transformers, Levanter), whose client suite (``clients/NAME``, ``make
-    test-clients``) runs the same calls in that trainer's venv: here it must compile and every ``datatools`` name
-    it imports must exist.
+    test-clients``) runs the same calls in that trainer's venv: here a Python block must compile and every
+    ``datatools`` name it imports must exist; a bash block must parse (``bash -n``) and every option of its
+    ``datatools`` commands must be in their ``--help`` (docs/levanter.md's blocks run as printed in
+    ``clients/levanter/test_levanter_page.py``).
 ``<!-- test: cluster -->``
     starts processes on other machines (``ray start``): its ``datatools`` commands' options are checked as a
     synopsis; ``make test-cluster`` runs the job on a real two-node cluster.
@@ -215,12 +217,19 @@ def module_names(module: str) -> set[str]:
     return names
 
 
-def check_client(block: Block) -> None:
-    """It compiles and every ``datatools`` name it imports exists (the trainer's client suite runs the calls)."""
+def check_client(block: Block, work: Path | None = None, env: dict[str, str] | None = None) -> None:
+    """It compiles and every ``datatools`` name it imports exists (the trainer's client suite runs the calls); a
+    bash block parses and its ``datatools`` options exist (in ``work`` with ``env``)."""
     import importlib.util
 
     (client,) = block.args
     assert (ROOT / "clients" / client).is_dir(), f"{block.where}: no client suite clients/{client}"
+    if block.lang == "bash":
+        assert work is not None and env is not None, f"{block.where}: a bash client block is checked in a directory"
+        run(["bash", "-n", "-c", block.text], work, env, block.where)
+        if any(line.split()[:1] == ["datatools"] for line in logical_lines(block.text)):
+            check_synopsis(block, work, env)
+        return
     imports = re.findall(r"^\s*from (datatools[\w.]*) import ([\w, ]+)$", block.text, flags=re.M)
     assert imports, f"{block.where}: a client block that imports nothing of datatools"
     for module, names in imports:

@@ -160,7 +160,7 @@ def run_page(page: Path, work: Path, request, slow: bool) -> list[str]:
         elif kind == "make":
             docs_blocks.check_make(block, work, env)
         elif kind == "client":
-            docs_blocks.check_client(block)
+            docs_blocks.check_client(block, work, env)
         elif kind == "service":
             endpoints = bucket_setup(request, work)
             text = block.text
@@ -192,6 +192,34 @@ def test_every_block_is_run_or_marked():
     assert len(found) >= 30
     unmarked_plain = [b.where for b in found if b.lang == "" and b.kind == "run"]
     assert unmarked_plain == []
+
+
+def test_a_bash_client_block_is_checked_here_and_run_by_its_client_suite(tmp_path):
+    """docs/levanter.md's commands run in Levanter's client suite (clients/levanter/test_levanter_page.py, which takes
+    every block from the page); here each must parse and name only options its datatools command has."""
+    env = docs_blocks.environment(tmp_path)
+
+    def block(text: str) -> docs_blocks.Block:
+        return docs_blocks.Block(ROOT / "docs" / "levanter.md", 1, "bash", text, "client", ["levanter"])
+
+    docs_blocks.check_client(
+        block("datatools analyze-padding s3://b/c --ctx 1024\nfor i in 0 1; do echo $i & done\n"), tmp_path, env
+    )
+    docs_blocks.check_client(block("for i in 0 1; do python train.py --process-id $i & done\nwait\n"), tmp_path, env)
+    with pytest.raises(AssertionError, match="has no --ctxx"):
+        docs_blocks.check_client(block("datatools analyze-padding s3://b/c --ctxx 1024\n"), tmp_path, env)
+    with pytest.raises(AssertionError, match="exit 2"):
+        docs_blocks.check_client(block("for i in 0 1; do echo $i\n"), tmp_path, env)  # no done
+    page = [b for b in docs_blocks.blocks(ROOT / "docs" / "levanter.md") if b.kind != "illustrative"]
+    assert [(b.lang, b.kind) for b in page] == [
+        ("bash", "client"),
+        ("yaml", "run"),
+        ("bash", "client"),
+        ("python", "client"),
+        ("bash", "client"),
+    ]
+    suite = (ROOT / "clients" / "levanter" / "test_levanter_page.py").read_text()
+    assert "docs_blocks.blocks(PAGE)" in suite and 'PAGE = ROOT / "docs" / "levanter.md"' in suite
 
 
 def test_the_pages_numbers_match_the_demo(demo_data, tmp_path):
