@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from conftest import without_progress
 from datatools.cli import main
 from datatools.io import storage
 from object_storage import closed_port, gcs_environment, s3_environment
@@ -103,7 +104,7 @@ def _fails_fast(args, url, capfd) -> str:
     t0 = time.monotonic()
     status = main(args)
     elapsed = time.monotonic() - t0
-    err = capfd.readouterr().err.strip().splitlines()
+    err = without_progress(capfd.readouterr().err).strip().splitlines()  # progress lines come first
     assert status == 1, err
     assert elapsed < FAIL_WITHIN_S, elapsed
     assert len(err) == 1 and err[0].startswith("datatools: error: ") and url in err[0], err
