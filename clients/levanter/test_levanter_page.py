@@ -8,7 +8,8 @@ saved as ``levanter.yaml``, the check commands, the Python block saved as ``trai
 4-process command (its coordinator port replaced by a free one). Checked: the analyzer counts the cache's
 documents; each of the 4 processes trains every step and logs the same loss as the others (one global batch);
 each read a quarter of every batch's rows (after the one element Levanter's loader reads at start), and the four
-together every row once.
+together every row once. Then the page's resume: the same command with 2 more steps restores the 4 hosts' checkpoint
+and trains only the 2 new steps, reading from that step's batch on (each host its quarter).
 """
 
 from __future__ import annotations
@@ -80,10 +81,10 @@ def test_the_levanter_page_runs_as_printed(cache, s3_server, tmp_path, monkeypat
     assert all(b.kind == "client" and b.args == ["levanter"] for b in blocks if b.lang != "yaml")
     analyze, config, check, script, launch = blocks
 
-    def bash(block, text: str | None = None, timeout: int = 900) -> str:
+    def bash(block, text: str | None = None, timeout: int = 900, cwd: Path | None = None) -> str:
         proc = subprocess.run(
             ["bash", "-c", "set -euo pipefail\n" + (text or block.text)],
-            cwd=work,
+            cwd=cwd or work,
             env=env,
             capture_output=True,
             text=True,
@@ -103,24 +104,33 @@ def test_the_levanter_page_runs_as_printed(cache, s3_server, tmp_path, monkeypat
     (work / "train_levanter.py").write_text(script.text)
 
     assert COORDINATOR in launch.text
-    out = bash(launch, launch.text.replace(COORDINATOR, f"127.0.0.1:{free_port()}"), timeout=1500)
     steps = int(re.search(r"--steps (\d+)", launch.text).group(1))
     hosts = int(re.search(r"--num-processes (\d+)", launch.text).group(1))
     batch = int(re.search(r"^batch_size: (\d+)$", config.text, flags=re.M).group(1))
-    losses: dict[int, dict[int, float]] = {}
-    # the 4 processes share one pipe: a line may start after another's output
-    for p, s, loss in re.findall(r"process (\d+) step (\d+) loss ([-+\d.eE]+|nan|inf)", out):
-        losses.setdefault(int(p), {})[int(s)] = float(loss)
-    done = {int(p): int(n) for p, n in re.findall(rf"process (\d+) of {hosts} read (\d+) rows", out)}
-    reads = {p: json.loads((work / f"reads-{p}.json").read_text()) for p in range(hosts)}
-    print("losses by process", losses)
-    print("rows read by process", done, "batches", [len({j for j, _, _ in r}) for r in reads.values()])
-    print("first reads by process", {p: r[:4] for p, r in reads.items()})
-    assert sorted(done) == list(range(hosts)), out[-6000:]  # every process ran to its end
-    assert all(done[p] == sum(hi - lo for _, lo, hi in reads[p]) for p in range(hosts))
+
+    def run_hosts(cwd: Path, steps_now: int) -> tuple[dict[int, dict[int, float]], dict[int, list]]:
+        """The page's launch command (a free port; ``--steps`` as given) in ``cwd``: each process's losses by step
+        (as it printed them) and the runs of rows it read (its ``--reads`` file)."""
+        text = launch.text.replace(COORDINATOR, f"127.0.0.1:{free_port()}")
+        text = text.replace(f"--steps {steps}", f"--steps {steps_now}")
+        out = bash(launch, text, timeout=1500, cwd=cwd)
+        losses: dict[int, dict[int, float]] = {}
+        # the 4 processes share one pipe: a line may start after another's output
+        for p, s, loss in re.findall(r"process (\d+) step (\d+) loss ([-+\d.eE]+|nan|inf)", out):
+            losses.setdefault(int(p), {})[int(s)] = float(loss)
+        done = {int(p): int(n) for p, n in re.findall(rf"process (\d+) of {hosts} read (\d+) rows", out)}
+        reads = {p: json.loads((cwd / f"reads-{p}.json").read_text()) for p in range(hosts)}
+        print("losses by process", losses)
+        print("rows read by process", done, "batches", [len({j for j, _, _ in r}) for r in reads.values()])
+        print("first reads by process", {p: r[:4] for p, r in reads.items()})
+        assert sorted(done) == list(range(hosts)), out[-6000:]  # every process ran to its end
+        assert all(done[p] == sum(hi - lo for _, lo, hi in reads[p]) for p in range(hosts))
+        assert sorted(losses) == list(range(hosts)), out[-6000:]
+        return losses, reads
+
+    losses, reads = run_hosts(work, steps)
 
     # every process trained every step, and all log the same loss: one global batch, one model
-    assert sorted(losses) == list(range(hosts)), out[-6000:]
     for p in range(hosts):
         assert sorted(losses[p]) == list(range(steps))
         assert all(math.isfinite(x) for x in losses[p].values())
@@ -139,3 +149,19 @@ def test_the_levanter_page_runs_as_printed(cache, s3_server, tmp_path, monkeypat
     for j in {b for p in range(hosts) for b, _, _ in runs[p]}:  # batches the loader read ahead: still only shares
         rows = [[i for b, lo, hi in runs[p] if b == j for i in range(lo, hi)] for p in range(hosts)]
         assert all(len(x) <= share for x in rows) and len({i for x in rows for i in x}) == sum(map(len, rows)), j
+
+    # resuming, as the page says: the same command run again (here with 2 more steps) restores the 4 hosts'
+    # checkpoint of the first run's end, trains only the new steps, and reads from that step's batch on, each host its
+    # share. (Its losses are not an uninterrupted run's: the learning-rate schedule spans --steps, so a rerun with
+    # more steps changes it; a rerun after a stop keeps --steps.)
+    more = steps + 2
+    resumed, resumed_reads = run_hosts(work, more)
+    for p in range(hosts):
+        assert sorted(resumed[p]) == list(range(steps, more))  # restored at step `steps`, not trained again
+        assert resumed[p] == resumed[0] and all(math.isfinite(x) for x in resumed[p].values())
+        assert resumed_reads[p][0] == reads[p][0]  # the element read at start, then batch `steps` on
+        assert min(b for b, _, _ in resumed_reads[p][1:]) == steps
+    for j in range(steps, more):
+        rows = [[i for b, lo, hi in resumed_reads[p][1:] if b == j for i in range(lo, hi)] for p in range(hosts)]
+        assert [len(x) for x in rows] == [share] * hosts, (j, rows)
+        assert sorted(i for x in rows for i in x) == list(range(batch))
