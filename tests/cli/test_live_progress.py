@@ -84,6 +84,7 @@ def first_line(args: list[str], *, env: dict | None = None) -> tuple[float, str,
     return first_at, line.decode().rstrip("\n"), time.monotonic() - t0, status, (line + rest).decode()
 
 
+@pytest.mark.slow  # a wall-clock bound: on a loaded 2-core CI machine a process may not run for seconds
 @pytest.mark.parametrize(
     "name", ["pretokenize", "analyze-padding", "pack", "pipeline", "verify", "mix-report", "shuffle-report", "train"]
 )
