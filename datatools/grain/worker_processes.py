@@ -227,7 +227,8 @@ class _Driver:
 
     def __init__(self):
         self._calls: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=self._run, name="datatools-grain", daemon=True).start()
+        self._thread = threading.Thread(target=self._run, name="datatools-grain", daemon=True)
+        self._thread.start()
 
     def _run(self) -> None:
         while True:
@@ -240,14 +241,21 @@ class _Driver:
                     future.set_result(fn(*args))
                 except BaseException as exc:  # noqa: BLE001 -- handed to the waiting thread
                     future.set_exception(exc)
+            # nothing of the call stays referenced from this thread: Grain's iterators, freed here at exit, would
+            # run multiprocessing's finalizers on a daemon thread that the interpreter stops midway (a semaphore
+            # unlinked, its tracker never told: "leaked semaphore objects" printed at exit)
+            del call, future, fn, args
 
     def submit(self, fn, *args) -> Future:
         future: Future = Future()
         self._calls.put((future, fn, args))
         return future
 
-    def stop(self) -> None:
+    def stop(self, join_s: float = 5.0) -> None:
+        """End the thread after the calls given so far, waiting up to ``join_s`` seconds for it (not from itself)."""
         self._calls.put(None)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(join_s)
 
 
 SPAWN_WINDOW_S = 5.0  # at most this long the parent ignores Ctrl-C while its workers are being started
@@ -263,7 +271,7 @@ class _WorkerIterator(grain.DatasetIterator):
     hold nothing yet)."""
 
     def __init__(self, dataset: grain.IterDataset, workers: int):
-        self._driver = _Driver()
+        self._driver, self._closed = _Driver(), False
         super().__init__(self._driver.submit(dataset.__iter__).result())
         self._workers, self._started = workers, False
         self._starting: set[int] = set()  # workers started, no element yet: still importing, deaf to a stop
@@ -314,7 +322,11 @@ class _WorkerIterator(grain.DatasetIterator):
 
     def close(self) -> None:
         """Stop the workers, then let go of the iterators below: they are freed now, while Grain's modules exist
-        (an iterator of Grain's that outlives them prints a traceback when it is freed, even closed)."""
+        (an iterator of Grain's that outlives them prints a traceback when it is freed, even closed). A second
+        close (Grain's ``__del__`` at exit, after the atexit hook closed it) does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         if self._starting:  # only after a Ctrl-C before the first element (never at exit: module globals go)
             _stop_starting(self._starting)
             self._starting = set()
