@@ -14,13 +14,11 @@ packing plan), for the epoch in use.
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
 from datatools.base.checks import OVERFLOW_POLICIES, check_choice
 from datatools.grain.host_batches import empty_rows
-from datatools.grain.schedule import DocumentOrderLike
+from datatools.grain.schedule import DocumentOrderLike, EpochCache
 from datatools.kernels.bucket import fill_order_batches
 from datatools.kernels.packing import PackPlan, cut_pieces, materialize_pieces
 
@@ -86,8 +84,7 @@ class BucketSchedule:
         self._fixed = bool(getattr(order, "same_documents_every_epoch", True))
         self.row_counts = tuple(sorted(set(self.batch_sizes.tolist())))
         self.shapes = [(int(b), int(n)) for b, n in zip(self.batch_sizes, self.boundaries)]
-        self._epochs: dict[int, tuple] = {}
-        self._lock = threading.Lock()
+        self._epochs = EpochCache(keep=2)
         _, _, piece_len, _, _ = cut_pieces(self.lengths, int(self.boundaries[-1]), self.overflow)
         counts = np.bincount(
             np.searchsorted(self.boundaries, piece_len, side="left"), minlength=self.boundaries.shape[0]
@@ -95,21 +92,13 @@ class BucketSchedule:
         full, rest = np.divmod(counts, self.batch_sizes)
         self._batches = int(full.sum()) + (0 if drop_remainder else int(np.count_nonzero(rest)))
 
-    def __getstate__(self):
-        return {**{k: v for k, v in self.__dict__.items() if k != "_lock"}, "_epochs": {}}
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
     def epoch_batches(self, epoch: int) -> tuple[np.ndarray, ...]:
         """``(doc, start, length, batch_splits, batch_bucket, position)`` of the epoch: batch b is pieces
         ``[batch_splits[b], batch_splits[b + 1])``; ``position``: each piece's document's place in the epoch's
         order."""
-        with self._lock:
-            hit = self._epochs.get(epoch)
-        if hit is not None:
-            return hit
+        return self._epochs.get(epoch, self._epoch_batches)
+
+    def _epoch_batches(self, epoch: int) -> tuple[np.ndarray, ...]:
         docs = self.order(np.arange(self.positions, dtype=np.int64), epoch)
         position, start, length, _, _ = cut_pieces(self.lengths[docs], int(self.boundaries[-1]), self.overflow)
         bucket = np.searchsorted(self.boundaries, length, side="left")
@@ -122,10 +111,6 @@ class BucketSchedule:
             batch_bucket,
             position[items].astype(np.int64),
         )
-        with self._lock:
-            if len(self._epochs) > 1:
-                self._epochs.clear()
-            self._epochs[epoch] = hit
         return hit
 
     def num_batches(self, epoch: int) -> int:

@@ -21,6 +21,8 @@ import threading
 import numpy as np
 
 from datatools.grain.host_batches import empty_rows
+from datatools.grain.schedule import EpochCache
+from datatools.grain.streaming_schedule import RowsPlanSchedule
 from datatools.kernels.curriculum import GROW_P2, CurriculumRows, curriculum_order, curriculum_rows, grow_p2_odds
 from datatools.kernels.packing import PackPlan
 from datatools.kernels.packing.plan_format import gather_rows
@@ -43,7 +45,7 @@ def schedule_odds(schedule, k: int, odds=None) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray([o for _, o in stages], np.float64), np.asarray([u for u, _ in stages], np.float64)
 
 
-class CurriculumSchedule:
+class CurriculumSchedule(RowsPlanSchedule):
     """Global batches of a length curriculum (see the module docstring).
 
     Args:
@@ -85,12 +87,12 @@ class CurriculumSchedule:
         self._batches = int(self.batches_per_length.sum())
         self.row_counts = tuple(sorted(set(self.rows.rows_per_batch.tolist())))
         self.shapes = [(int(r), int(n)) for r, n in zip(self.rows.rows_per_batch, self.sizes)]
-        self._epochs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._epochs = EpochCache(keep=2)
         self._perms: dict[tuple[int, int], FeistelPermutation] = {}
         self._lock = threading.Lock()
 
     def __getstate__(self):
-        return {**{k: v for k, v in self.__dict__.items() if k != "_lock"}, "_epochs": {}, "_perms": {}}
+        return {**{k: v for k, v in self.__dict__.items() if k != "_lock"}, "_perms": {}}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -99,10 +101,9 @@ class CurriculumSchedule:
     def epoch_order(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         """``(length index, ordinal)`` of every global batch of the epoch: batch j is the ``ordinal[j]``-th batch
         of length ``lengths[index[j]]`` in the epoch."""
-        with self._lock:
-            hit = self._epochs.get(epoch)
-        if hit is not None:
-            return hit
+        return self._epochs.get(epoch, self._epoch_order)
+
+    def _epoch_order(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         index = curriculum_order(
             self.batches_per_length, self.odds, self.until, seed=self.seed, epoch=epoch, cycles=self.cycles
         )
@@ -110,25 +111,13 @@ class CurriculumSchedule:
         for k in range(self.sizes.shape[0]):
             at = np.flatnonzero(index == k)
             ordinal[at] = np.arange(at.shape[0])
-        hit = (index, ordinal)
-        with self._lock:
-            if len(self._epochs) > 1:
-                self._epochs.clear()
-            self._epochs[epoch] = hit
-        return hit
+        return index, ordinal
 
     def num_batches(self, epoch: int) -> int:
         return self._batches
 
-    def length_of(self, epoch: int, j: int) -> int:
-        """Row length (tokens) of global batch ``j`` of ``epoch``."""
-        return int(self.sizes[self.epoch_order(epoch)[0][j]])
-
     def batch_rows(self, epoch: int, j: int) -> int:
         return int(self.rows.rows_per_batch[self.epoch_order(epoch)[0][j]])
-
-    def restart_position(self, epoch: int, j: int) -> int:
-        raise NotImplementedError("a curriculum reads one source: no mixture weights change at a restore")
 
     def _row_ids(self, epoch: int, j: int, lo: int, hi: int) -> tuple[int, np.ndarray]:
         """(length index, the rows of that length's plan) that rows [lo, hi) of global batch ``j`` hold; rows
@@ -155,11 +144,6 @@ class CurriculumSchedule:
         k, rows = self._row_ids(epoch, j, lo, hi)
         p = self.rows.plans[k]
         return gather_rows(p.row_splits, p.doc, p.start, p.length, rows, ctx=p.ctx, align=1, algorithm=p.algorithm)
-
-    def pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(doc, start, length) of every piece rows [lo, hi) of global batch ``j`` read (for read-ahead)."""
-        plan = self.rows_plan(epoch, j, lo, hi)
-        return plan.doc, plan.start, plan.length
 
     def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
         k, rows = self._row_ids(epoch, j, lo, hi)

@@ -182,7 +182,7 @@ class HostBatchesMapDataset(grain.MapDataset):
         self._ends = [0]  # cumulative batches at the end of each epoch computed so far
         self._lock = threading.Lock()
         self._last, self._step, self._ahead = -1, self._stride, -1  # read-ahead: last batch, stride, prefetched
-        self._served = 0  # batches this process has read (the read-ahead deepens with it)
+        self._served = 0  # batches this process has been asked for (the first reads alone)
         self._first: threading.Event | None = None  # set when this process's first batch is read
         self._lead, self._lead_started = -1, False  # the first batch to read, and whether its read began
         self._turn = threading.Condition()  # batches being read (or waiting to be) in this process, by index
@@ -233,24 +233,29 @@ class HostBatchesMapDataset(grain.MapDataset):
         share = self._schedule.batch_rows(epoch, j) // self._count
         return self._index * share, (self._index + 1) * share
 
-    def _read_ahead(self, index: int) -> None:
-        """Start the reads of batch ``index`` and of this host's next batches (in the stride this process reads
-        them: a Grain worker of P reads every P-th batch), nearest first, each batch once: its own reads go
-        first, then those of the next ``n`` batches, ``n`` the batches read before it, up to :data:`READ_AHEAD`
-        (the first batch does not queue behind eight others). The source bounds the bytes read ahead and says
-        whether it took a batch whole."""
+    def _read_ahead(self, index: int, *, after_first: bool = False) -> None:
+        """Start the reads of batch ``index`` and of this host's next :data:`READ_AHEAD` batches (in the stride
+        this process reads them: a Grain worker of P reads every P-th batch), nearest first, each batch once:
+        its own reads go first, then those of the batches after it. The process's first batch reads alone (it
+        does not queue behind eight others); once it is read (``after_first``: ``index`` is that batch), the
+        reads of the next ones start at once, before they are asked for (the step after the first would
+        otherwise wait for its batch's cold reads). The source bounds the bytes read ahead and says whether it
+        took a batch whole."""
         schedule = self._ahead_of
         if schedule is None:
             return
         prefetch = schedule.docs.prefetch
         with self._lock:
-            gap = abs(index - self._last)
-            if self._last >= 0 and 0 < gap <= MAX_STRIDE:  # the stride: the gcd of the gaps seen (calls come in
-                self._step = math.gcd(self._step, gap)  # any order) and of the one expected
-            self._last = index
-            self._served += 1
+            if not after_first:
+                gap = abs(index - self._last)
+                if self._last >= 0 and 0 < gap <= MAX_STRIDE:  # the stride: the gcd of the gaps seen (calls come
+                    step = math.gcd(self._step, gap)  # in any order) and of the one expected
+                    if step != self._step:  # corrected: what was read ahead skipped batches; start again here
+                        self._step, self._ahead = step, -1
+                self._last = index
+                self._served += 1
             step = self._step
-            depth = min(READ_AHEAD, self._served - 1)  # the first batch alone, then one more per batch read
+            depth = READ_AHEAD if after_first or self._served > 1 else 0
             aligned = self._ahead >= index and (self._ahead - index) % step == 0
             first = self._ahead + step if aligned else index
         for k in range(first, index + depth * step + 1, step):
@@ -282,7 +287,10 @@ class HostBatchesMapDataset(grain.MapDataset):
                 self._after_lower_workers(index)
             self._wait_turn(index)
             self._read_ahead(index)
-            return self._schedule.read(epoch, j, *self._rows(epoch, j))
+            batch = self._schedule.read(epoch, j, *self._rows(epoch, j))
+            if leader:
+                self._read_ahead(index, after_first=True)
+            return batch
         finally:
             if leader and first is not None:
                 first.set()

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from datatools.base.checks import check_int
+from datatools.grain.schedule import EpochCache
 from datatools.grain.streaming_schedule import RowsPlanSchedule, plan_window, rows_of
 from datatools.kernels.packing import PackPlan, cut_pieces
 from datatools.kernels.shuffle import lane_blocks
@@ -113,13 +114,13 @@ class LaneSchedule(RowsPlanSchedule):
         self.num_blocks = -(-self.n // self.io_block_size)
         self.row_counts = (self.batch_size,)
         self.shapes = [(self.batch_size, self.ctx)]
-        self._epochs: dict[int, _Epoch] = {}
+        self._epochs = EpochCache(keep=3)
         self._plans: OrderedDict = OrderedDict()
         self._plans_kept = 4 * self.lanes + 16
         self._lock = threading.Lock()
 
     def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k != "_lock"} | {"_plans": OrderedDict(), "_epochs": {}}
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"} | {"_plans": OrderedDict()}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -134,10 +135,9 @@ class LaneSchedule(RowsPlanSchedule):
         return e.lane_blocks[lane][i] * self.io_block_size + (pos - e.lane_cum[lane][i])
 
     def _epoch(self, epoch: int) -> _Epoch:
-        with self._lock:
-            hit = self._epochs.get(epoch)
-        if hit is not None:
-            return hit
+        return self._epochs.get(epoch, self._plan_epoch)
+
+    def _plan_epoch(self, epoch: int) -> _Epoch:
         L, S = self.lanes, self.io_block_size
         blocks_of = lane_blocks(self.num_blocks, L, seed=self.seed, epoch=epoch)
         lane_cum: list[np.ndarray] = []
@@ -173,10 +173,6 @@ class LaneSchedule(RowsPlanSchedule):
         e.tail = np.concatenate(tail) if tail else np.zeros((0, 2), np.int64)
         full, rest = divmod(e.tail.shape[0], self.batch_size)
         e.batches = e.regular + full + (1 if rest and not self.drop_remainder else 0)
-        with self._lock:
-            if len(self._epochs) > 2:
-                self._epochs.clear()
-            self._epochs[epoch] = e
         return e
 
     def window_plan(self, epoch: int, lane: int, w: int) -> tuple[PackPlan, np.ndarray]:
@@ -209,9 +205,6 @@ class LaneSchedule(RowsPlanSchedule):
     def regular_batches(self, epoch: int) -> int:
         """Batches of ``epoch`` that take one row of every lane (the rest take the lanes' leftover rows)."""
         return self._epoch(epoch).regular
-
-    def restart_position(self, epoch: int, j: int) -> int:
-        raise NotImplementedError("lanes are not used with mixtures (a mixture reads in window order)")
 
     def _lane_rows(self, epoch: int, j: int, lo: int, hi: int) -> np.ndarray:
         """(lane, row of the lane) of rows [lo, hi) of global batch ``j`` that hold data (a prefix)."""

@@ -9,9 +9,13 @@ Batches do not cross epochs.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
+
+T = TypeVar("T")
 
 
 class Schedule(Protocol):
@@ -81,3 +85,34 @@ class RestartableSchedule(Schedule, Protocol):
         """The first position of ``epoch``'s document order whose document may change without changing global
         batches ``0 .. j - 1`` of the epoch."""
         ...
+
+
+class EpochCache:
+    """What a schedule computes once per epoch (its batch order), kept for the ``keep`` latest epochs asked for.
+
+    Thread-safe: the value is computed outside the lock (two threads may compute the same epoch once each; both
+    results are equal, one is kept). Pickled empty: a Grain worker computes its own."""
+
+    def __init__(self, keep: int):
+        self.keep = int(keep)
+        self._hits: dict[int, Any] = {}
+        self._lock = threading.Lock()
+
+    def get(self, epoch: int, compute: Callable[[int], T]) -> T:
+        """``compute(epoch)``, once while ``epoch`` is among the ``keep`` latest."""
+        with self._lock:
+            hit = self._hits.get(epoch)
+        if hit is not None:
+            return hit
+        hit = compute(epoch)
+        with self._lock:
+            if len(self._hits) >= self.keep:
+                self._hits.clear()
+            self._hits[epoch] = hit
+        return hit
+
+    def __getstate__(self):
+        return {"keep": self.keep}
+
+    def __setstate__(self, state):
+        self.__init__(state["keep"])

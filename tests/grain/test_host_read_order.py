@@ -6,7 +6,8 @@ rules of :class:`~datatools.grain.host_batches.HostBatchesMapDataset` are checke
 * the first batch is read alone, and a Grain worker's first batch waits for lower workers' first batches;
 * at most :data:`~datatools.grain.host_batches.BATCHES_IN_FLIGHT` lower batches are read beside a batch, so
   reads begin in index order when Grain's threads ask for many at once;
-* read-ahead follows the stride the process reads (every P-th batch for worker w of P), from the start.
+* read-ahead follows the stride the process reads (every P-th batch for worker w of P), from the start;
+* once the first batch is read, the reads of the next ones begin before they are asked for.
 """
 
 from __future__ import annotations
@@ -152,3 +153,11 @@ def test_a_stale_first_batch_of_another_worker_is_not_waited_for(tmp_path, monke
     t0 = time.perf_counter()
     ds[1]
     assert time.perf_counter() - t0 < 2.0
+
+
+def test_once_the_first_batch_is_read_the_next_batches_reads_start_unasked():
+    schedule = _Schedule(read_s=0.0)
+    ds = HostBatchesMapDataset(schedule, num_epochs=1, stride=2)
+    ds[0]  # worker 0 of 2: its first batch, read alone, then the reads of its next batches begin
+    assert schedule.docs.prefetched[0] == 0
+    assert schedule.docs.prefetched[1:] == list(range(2, 2 + 2 * host_batches.READ_AHEAD, 2))
