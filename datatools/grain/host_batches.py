@@ -45,6 +45,8 @@ FIRST_BATCH_ALONE_S = 120.0  # the most other batches wait for a process's first
 FIRST_AFTER_OTHERS_S = 30.0  # the most a worker's first batch waits for other workers' first batches (seconds)
 FIRST_BATCH_GATHER_S = 0.02  # how long the first calls are gathered to find the lowest batch among them
 MAX_STRIDE = 64  # the largest gap between batches one process reads that is taken as its stride
+WARM_BATCHES = 1  # a process's next batches read before its first is handed over (the first steps do not wait)
+WARM_S = 5.0  # the most the warm-up holds the first batch back (seconds)
 BATCHES_IN_FLIGHT = 2  # batches a process reads at once (a batch waits while lower ones fill the rest)
 TURN_WAIT_S = 60.0  # the most a batch waits for its turn (seconds)
 
@@ -187,6 +189,7 @@ class HostBatchesMapDataset(grain.MapDataset):
         self._lead, self._lead_started = -1, False  # the first batch to read, and whether its read began
         self._turn = threading.Condition()  # batches being read (or waiting to be) in this process, by index
         self._active: set[int] = set()
+        self._warm: dict[int, dict[str, np.ndarray]] = {}  # batches read while the first was held back, by index
         self.stats_folder: str | None = None  # where a worker process writes its read counters (read_stats)
         if schedule.num_batches(0) == 0:
             raise ValueError(
@@ -196,7 +199,7 @@ class HostBatchesMapDataset(grain.MapDataset):
 
     def __getstate__(self):
         fresh = {"_last": -1, "_step": self._stride, "_ahead": -1, "_served": 0, "_first": None, "_lead": -1}
-        fresh["_lead_started"], fresh["_active"] = False, set()
+        fresh["_lead_started"], fresh["_active"], fresh["_warm"] = False, set(), {}
         return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_turn")} | fresh
 
     def __setstate__(self, state):
@@ -283,6 +286,11 @@ class HostBatchesMapDataset(grain.MapDataset):
             leader, first = self._elect_first(index)
             if not leader and not first.is_set():  # the first batch reads alone, before the reads of those after it
                 first.wait(FIRST_BATCH_ALONE_S)
+            with self._lock:
+                warm = self._warm.pop(index, None)
+            if warm is not None:
+                self._read_ahead(index)
+                return warm
             if leader and self.stats_folder is not None:
                 self._after_lower_workers(index)
             self._wait_turn(index)
@@ -290,15 +298,40 @@ class HostBatchesMapDataset(grain.MapDataset):
             batch = self._schedule.read(epoch, j, *self._rows(epoch, j))
             if leader:
                 self._read_ahead(index, after_first=True)
+                self._first_read(index)
+                self._warm_up(index)
             return batch
         finally:
             if leader and first is not None:
                 first.set()
-                if self.stats_folder is not None:
-                    _touch(os.path.join(self.stats_folder, f"first-done-{index}"))
+                self._first_read(index)
             with self._turn:
                 self._active.discard(index)
                 self._turn.notify_all()
+
+    def _first_read(self, index: int) -> None:
+        """Tell the other Grain workers that this process's first batch is read (:meth:`_after_lower_workers`)."""
+        if self.stats_folder is not None:
+            _touch(os.path.join(self.stats_folder, f"first-done-{index}"))
+
+    def _warm_up(self, index: int) -> None:
+        """Read this process's next :data:`WARM_BATCHES` batches (in its stride) before its first batch ``index``
+        is handed over, for at most :data:`WARM_S` seconds: their reads began with the read-ahead, and a step
+        asks for the next batch within a step time of the first, when a cold read from a bucket (new shard
+        indices, new chunks: ~1.5-2 s at +100 ms) is not done yet. The first batch comes that much later;
+        every step after it finds its batch read (issue 31: 0 of 500 steps waiting). Only with read-ahead (a
+        source that prefetches): a local read is fast."""
+        if self._ahead_of is None:
+            return
+        until = time.monotonic() + WARM_S
+        for n in range(1, WARM_BATCHES + 1):
+            k = index + n * self._step
+            if time.monotonic() > until or (self._epochs is not None and k >= len(self)):
+                return
+            epoch, j = self.locate(k)
+            batch = self._schedule.read(epoch, j, *self._rows(epoch, j))
+            with self._lock:
+                self._warm[k] = batch
 
     def _after_lower_workers(self, index: int) -> None:
         """A Grain worker's first batch waits for the first batches of the workers that read lower ones (each says

@@ -161,3 +161,16 @@ def test_once_the_first_batch_is_read_the_next_batches_reads_start_unasked():
     ds[0]  # worker 0 of 2: its first batch, read alone, then the reads of its next batches begin
     assert schedule.docs.prefetched[0] == 0
     assert schedule.docs.prefetched[1:] == list(range(2, 2 + 2 * host_batches.READ_AHEAD, 2))
+
+
+def test_the_first_batch_is_handed_over_with_the_next_one_read():
+    schedule = _Schedule(read_s=0.0)
+    ds = HostBatchesMapDataset(schedule, num_epochs=1, stride=2)
+    first = ds[0]
+    assert [r[0] for r in schedule.log] == [0, 2]  # worker 0 of 2: batch 2 read before batch 0 came back
+    assert int(first["tokens"][0, 0]) == 0
+    again = ds[2]  # the batch read early, handed over without a second read
+    assert int(again["tokens"][0, 0]) == 2
+    assert [r[0] for r in schedule.log] == [0, 2]
+    ds[4]
+    assert [r[0] for r in schedule.log] == [0, 2, 4]
