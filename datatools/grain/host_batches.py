@@ -25,10 +25,10 @@ epochs.
 from __future__ import annotations
 
 import math
-import os
 import sys
 import threading
 import time
+from concurrent.futures import Future, wait
 
 import numpy as np
 
@@ -42,22 +42,11 @@ from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation
 CANONICAL = ("tokens", "segment_ids", "positions", "loss_mask")
 READ_AHEAD = 8  # batches whose reads start before they are asked for (the source's byte budget bounds them)
 FIRST_BATCH_ALONE_S = 120.0  # the most other batches wait for a process's first batch (seconds)
-FIRST_AFTER_OTHERS_S = 30.0  # the most a worker's first batch waits for other workers' first batches (seconds)
 FIRST_BATCH_GATHER_S = 0.02  # how long the first calls are gathered to find the lowest batch among them
 MAX_STRIDE = 64  # the largest gap between batches one process reads that is taken as its stride
-WARM_BATCHES = 1  # a process's next batches read before its first is handed over (the first steps do not wait)
-WARM_S = 5.0  # the most the warm-up holds the first batch back (seconds)
+WARM_S = 3.0  # the most a process's first batch is held back while its next batch is read (seconds)
 BATCHES_IN_FLIGHT = 2  # batches a process reads at once (a batch waits while lower ones fill the rest)
 TURN_WAIT_S = 60.0  # the most a batch waits for its turn (seconds)
-
-
-def _touch(path: str) -> None:
-    """Create the empty file ``path`` (a signal between processes; an error is ignored: it only costs order)."""
-    try:
-        with open(path, "a"):
-            pass
-    except OSError:
-        pass
 
 
 def empty_rows(rows: int, length: int, pad_id: int, *, fill_from: int = 0) -> dict[str, np.ndarray]:
@@ -189,7 +178,7 @@ class HostBatchesMapDataset(grain.MapDataset):
         self._lead, self._lead_started = -1, False  # the first batch to read, and whether its read began
         self._turn = threading.Condition()  # batches being read (or waiting to be) in this process, by index
         self._active: set[int] = set()
-        self._warm: dict[int, dict[str, np.ndarray]] = {}  # batches read while the first was held back, by index
+        self._warm: dict[int, Future] = {}  # the batch read while the first is held back (its index: its read)
         self.stats_folder: str | None = None  # where a worker process writes its read counters (read_stats)
         if schedule.num_batches(0) == 0:
             raise ValueError(
@@ -288,74 +277,47 @@ class HostBatchesMapDataset(grain.MapDataset):
                 first.wait(FIRST_BATCH_ALONE_S)
             with self._lock:
                 warm = self._warm.pop(index, None)
-            if warm is not None:
+            if warm is not None:  # read (or being read) during the warm-up: once
                 self._read_ahead(index)
-                return warm
-            if leader and self.stats_folder is not None:
-                self._after_lower_workers(index)
+                return warm.result()
             self._wait_turn(index)
             self._read_ahead(index)
             batch = self._schedule.read(epoch, j, *self._rows(epoch, j))
             if leader:
                 self._read_ahead(index, after_first=True)
-                self._first_read(index)
                 self._warm_up(index)
             return batch
         finally:
             if leader and first is not None:
                 first.set()
-                self._first_read(index)
             with self._turn:
                 self._active.discard(index)
                 self._turn.notify_all()
 
-    def _first_read(self, index: int) -> None:
-        """Tell the other Grain workers that this process's first batch is read (:meth:`_after_lower_workers`)."""
-        if self.stats_folder is not None:
-            _touch(os.path.join(self.stats_folder, f"first-done-{index}"))
-
     def _warm_up(self, index: int) -> None:
-        """Read this process's next :data:`WARM_BATCHES` batches (in its stride) before its first batch ``index``
-        is handed over, for at most :data:`WARM_S` seconds: their reads began with the read-ahead, and a step
-        asks for the next batch within a step time of the first, when a cold read from a bucket (new shard
-        indices, new chunks: ~1.5-2 s at +100 ms) is not done yet. The first batch comes that much later;
-        every step after it finds its batch read (issue 31: 0 of 500 steps waiting). Only with read-ahead (a
-        source that prefetches): a local read is fast."""
-        if self._ahead_of is None:
+        """Read this process's next batch (in its stride) while its first batch ``index`` is held back, for at
+        most :data:`WARM_S` seconds: its reads began with the read-ahead, and a step asks for the next batch
+        within a step time of the first, when a cold read from a bucket (new shard indices, new chunks: ~1.5-2 s
+        at +100 ms) is not done. The first batch comes up to :data:`WARM_S` later, and the steps after it find
+        their batches read (issue 31: 0 of 500 steps waiting). A read not done by then goes on in its thread and
+        is handed over when that batch is asked for. Only with read-ahead (a source that prefetches): a local
+        read is fast."""
+        k = index + self._step
+        if self._ahead_of is None or (self._epochs is not None and k >= len(self)):
             return
-        until = time.monotonic() + WARM_S
-        for n in range(1, WARM_BATCHES + 1):
-            k = index + n * self._step
-            if time.monotonic() > until or (self._epochs is not None and k >= len(self)):
-                return
-            epoch, j = self.locate(k)
-            batch = self._schedule.read(epoch, j, *self._rows(epoch, j))
-            with self._lock:
-                self._warm[k] = batch
+        epoch, j = self.locate(k)
+        future: Future = Future()
+        with self._lock:
+            self._warm[k] = future
 
-    def _after_lower_workers(self, index: int) -> None:
-        """A Grain worker's first batch waits for the first batches of the workers that read lower ones (each says
-        so with a file in the shared :attr:`stats_folder`): the step needs batch ``i`` before batch ``i + 1``,
-        and the workers' first reads, all at once, would share the link and all arrive late. A worker waits
-        only for those that began first and recently (a worker that died in its first read is not waited for),
-        for at most :data:`FIRST_AFTER_OTHERS_S`."""
-        folder = str(self.stats_folder)
-        _touch(os.path.join(folder, f"first-began-{index}"))
-        start = time.time()
-        while time.time() - start < FIRST_AFTER_OTHERS_S:
+        def read() -> None:
             try:
-                names = os.listdir(folder)
-                began = {
-                    int(n[12:])
-                    for n in names
-                    if n.startswith("first-began-") and start - os.path.getmtime(os.path.join(folder, n)) < 60
-                }
-            except (OSError, ValueError):
-                return
-            done = {int(n[11:]) for n in names if n.startswith("first-done-") and n[11:].isdigit()}
-            if not any(k < index and k not in done for k in began):
-                return
-            time.sleep(FIRST_BATCH_GATHER_S)
+                future.set_result(self._schedule.read(epoch, j, *self._rows(epoch, j)))
+            except BaseException as exc:  # noqa: BLE001 -- raised where batch k is asked for
+                future.set_exception(exc)
+
+        threading.Thread(target=read, name="datatools-warm-up", daemon=True).start()
+        wait([future], timeout=WARM_S)
 
     def _wait_turn(self, index: int) -> None:
         """Wait while ``BATCHES_IN_FLIGHT - 1`` lower batches of this process are being read or wait to be.

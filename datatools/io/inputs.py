@@ -93,6 +93,7 @@ class TokenInput:
     eos_id: int | None = None
     bin_dtype: str = "uint16"
     levanter: LevanterCache | None = field(default=None, repr=False)  # opened once: its offsets are read on open
+    store: TokenStore | None = field(default=None, repr=False)  # opened once (in a bucket: ~10 requests)
     files: list[Path] = field(default_factory=list)  # ArrayRecord files, in order (a table of records)
 
     def __repr__(self) -> str:
@@ -122,6 +123,15 @@ class TokenInput:
         if self.encoder is None:
             raise ValueError(f"{display(self.path)}: column {self.column!r} holds text and no tokenizer was given")
         return self.encoder
+
+    @property
+    def token_store(self) -> TokenStore:
+        """The token store (kind ``store``), opened once: by :func:`open_input`, or here."""
+        if self.kind != "store":
+            raise ValueError(f"{display(self.path)}: a {self.kind} input, not a token store")
+        if self.store is None:
+            self.store = TokenStore(self.path)
+        return self.store
 
     @property
     def levanter_cache(self) -> LevanterCache:
@@ -252,7 +262,7 @@ def open_input(
         return found
     if local and local.is_dir() and is_token_store(local):
         store = TokenStore(local)
-        return TokenInput(local, "store", nbytes=8 * (len(store) + 1))
+        return TokenInput(local, "store", nbytes=8 * (len(store) + 1), store=store)
     if local and is_levanter_cache(local):
         cache = LevanterCache(local)  # the ledger and the arrays checked here, before any token is read
         return TokenInput(local, "levanter", nbytes=8 * (len(cache) + 1), levanter=cache)
@@ -343,7 +353,7 @@ def _remote_token_input(url: str, eos_id: int | None, bin_dtype: str) -> TokenIn
     nothing)."""
     if storage.is_file(storage.join(url, "manifest.json")):
         store = TokenStore(url)
-        return TokenInput(url, "store", nbytes=8 * (len(store) + 1))
+        return TokenInput(url, "store", nbytes=8 * (len(store) + 1), store=store)
     if is_levanter_cache(url):  # a Levanter cache in a bucket (Marin keeps them in gs://)
         cache = LevanterCache(url)
         return TokenInput(url, "levanter", nbytes=8 * (len(cache) + 1), levanter=cache)
@@ -361,7 +371,7 @@ def iter_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
     A store and a NumPy directory give their lengths from their offsets alone; tables are decoded one shard
     ahead, in a thread."""
     if inp.kind == "store":
-        yield 0, TokenStore(inp.path).lengths(), inp.nbytes
+        yield 0, inp.token_store.lengths(), inp.nbytes
     elif inp.kind == "levanter":
         yield 0, inp.levanter_cache.lengths(), inp.nbytes
     elif inp.kind == "numpy":
@@ -455,7 +465,7 @@ def open_documents(inp: TokenInput, *, progress: Callable[[int, int], None] | No
 def _open_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) -> DocumentSource:
     doing(f"reading the {'offsets' if inp.kind in ('store', 'levanter') else 'lengths'} of {display(inp.path)}")
     if inp.kind == "store":
-        return StoreDocuments(TokenStore(inp.path))
+        return StoreDocuments(inp.token_store)
     if inp.kind == "levanter":  # read like a store: offsets once, token chunks through the bounded cache
         return StoreDocuments(inp.levanter_cache)
     if inp.kind == "numpy":

@@ -3,7 +3,7 @@
 A fake schedule records when each batch's read begins and ends and which batches were read ahead, so the
 rules of :class:`~datatools.grain.host_batches.HostBatchesMapDataset` are checked without any I/O:
 
-* the first batch is read alone, and a Grain worker's first batch waits for lower workers' first batches;
+* the first batch is read alone;
 * at most :data:`~datatools.grain.host_batches.BATCHES_IN_FLIGHT` lower batches are read beside a batch, so
   reads begin in index order when Grain's threads ask for many at once;
 * read-ahead follows the stride the process reads (every P-th batch for worker w of P), from the start;
@@ -12,7 +12,6 @@ rules of :class:`~datatools.grain.host_batches.HostBatchesMapDataset` are checke
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
@@ -125,36 +124,6 @@ def test_a_wrong_stride_is_corrected_by_the_gaps_seen():
     assert set(range(1, 5)) <= set(schedule.docs.prefetched)
 
 
-def test_a_workers_first_batch_waits_for_lower_workers_first_batches(tmp_path, monkeypatch):
-    monkeypatch.setattr(host_batches.read_stats, "share_in", lambda folder: None)
-    schedule = _Schedule(read_s=0.0)
-    ds = HostBatchesMapDataset(schedule, num_epochs=1, stride=2)
-    ds.stats_folder = str(tmp_path)
-    (tmp_path / "first-began-0").touch()  # worker 0 is reading batch 0
-    got: list[float] = []
-    t = threading.Thread(target=lambda: (ds[1], got.append(time.perf_counter())))
-    t.start()
-    time.sleep(0.3)
-    assert not got, "worker 1 read its first batch while worker 0's was being read"
-    released = time.perf_counter()
-    (tmp_path / "first-done-0").touch()
-    t.join(5)
-    assert got and got[0] >= released
-    assert (tmp_path / "first-began-1").exists() and (tmp_path / "first-done-1").exists()
-
-
-def test_a_stale_first_batch_of_another_worker_is_not_waited_for(tmp_path, monkeypatch):
-    monkeypatch.setattr(host_batches.read_stats, "share_in", lambda folder: None)
-    stale = tmp_path / "first-began-0"  # a worker that died in its first read, minutes ago
-    stale.touch()
-    os.utime(stale, (time.time() - 600, time.time() - 600))
-    ds = HostBatchesMapDataset(_Schedule(read_s=0.0), num_epochs=1, stride=2)
-    ds.stats_folder = str(tmp_path)
-    t0 = time.perf_counter()
-    ds[1]
-    assert time.perf_counter() - t0 < 2.0
-
-
 def test_once_the_first_batch_is_read_the_next_batches_reads_start_unasked():
     schedule = _Schedule(read_s=0.0)
     ds = HostBatchesMapDataset(schedule, num_epochs=1, stride=2)
@@ -174,3 +143,14 @@ def test_the_first_batch_is_handed_over_with_the_next_one_read():
     assert [r[0] for r in schedule.log] == [0, 2]
     ds[4]
     assert [r[0] for r in schedule.log] == [0, 2, 4]
+
+
+def test_a_slow_warm_up_holds_the_first_batch_back_at_most_warm_s(monkeypatch):
+    monkeypatch.setattr(host_batches, "WARM_S", 0.05)
+    schedule = _Schedule(read_s=0.4)
+    ds = HostBatchesMapDataset(schedule, num_epochs=1, stride=1)
+    t0 = time.perf_counter()
+    ds[0]
+    assert time.perf_counter() - t0 < 0.4 + 0.3  # its own read, and at most WARM_S (plus slack) for batch 1
+    assert int(ds[1]["tokens"][0, 0]) == 1  # the warm-up's read, waited for where it is asked
+    assert sorted(r[0] for r in schedule.log) == [0, 1]  # read once
