@@ -25,6 +25,7 @@ epochs.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import threading
 import time
@@ -47,6 +48,15 @@ MAX_STRIDE = 64  # the largest gap between batches one process reads that is tak
 WARM_S = 3.0  # the most a process's first batch is held back while its next batch is read (seconds)
 BATCHES_IN_FLIGHT = 2  # batches a process reads at once (a batch waits while lower ones fill the rest)
 TURN_WAIT_S = 60.0  # the most a batch waits for its turn (seconds)
+
+
+def _touch(path: str) -> None:
+    """Create the empty file ``path`` (a signal between processes; an error is ignored: it only costs a wait)."""
+    try:
+        with open(path, "a"):
+            pass
+    except OSError:
+        pass
 
 
 def empty_rows(rows: int, length: int, pad_id: int, *, fill_from: int = 0) -> dict[str, np.ndarray]:
@@ -300,8 +310,10 @@ class HostBatchesMapDataset(grain.MapDataset):
         within a step time of the first, when a cold read from a bucket (new shard indices, new chunks: ~1.5-2 s
         at +100 ms) is not done. The first batch comes up to :data:`WARM_S` later, and the steps after it find
         their batches read (issue 31: 0 of 500 steps waiting). A read not done by then goes on in its thread and
-        is handed over when that batch is asked for. Only with read-ahead (a source that prefetches): a local
-        read is fast."""
+        is handed over when that batch is asked for. In a Grain worker of P, the host's next P - 1 batches are the
+        other workers': each says when its batches are read (a file ``warm-J`` in the shared
+        :attr:`stats_folder`), and the first batch also waits for those, within the same :data:`WARM_S` (the step
+        after the first takes the next worker's first batch). Only with read-ahead (a source that prefetches)."""
         k = index + self._step
         if self._ahead_of is None or (self._epochs is not None and k >= len(self)):
             return
@@ -316,8 +328,17 @@ class HostBatchesMapDataset(grain.MapDataset):
             except BaseException as exc:  # noqa: BLE001 -- raised where batch k is asked for
                 future.set_exception(exc)
 
+        until = time.monotonic() + WARM_S
+        folder = self.stats_folder if self._step > 1 else None  # Grain workers: the next batches are others'
+        if folder is not None:
+            _touch(os.path.join(folder, f"warm-{index}"))
+            future.add_done_callback(lambda _: _touch(os.path.join(folder, f"warm-{k}")))
         threading.Thread(target=read, name="datatools-warm-up", daemon=True).start()
         wait([future], timeout=WARM_S)
+        if folder is not None:  # the step after this one takes another worker's batch: wait for it too
+            others = [os.path.join(folder, f"warm-{i}") for i in range(index + 1, k)]
+            while time.monotonic() < until and not all(os.path.exists(f) for f in others):
+                time.sleep(0.01)
 
     def _wait_turn(self, index: int) -> None:
         """Wait while ``BATCHES_IN_FLIGHT - 1`` lower batches of this process are being read or wait to be.

@@ -154,3 +154,21 @@ def test_a_slow_warm_up_holds_the_first_batch_back_at_most_warm_s(monkeypatch):
     assert time.perf_counter() - t0 < 0.4 + 0.3  # its own read, and at most WARM_S (plus slack) for batch 1
     assert int(ds[1]["tokens"][0, 0]) == 1  # the warm-up's read, waited for where it is asked
     assert sorted(r[0] for r in schedule.log) == [0, 1]  # read once
+
+
+def test_a_workers_first_batch_waits_for_the_next_workers_batch_within_warm_s(tmp_path, monkeypatch):
+    monkeypatch.setattr(host_batches.read_stats, "share_in", lambda folder: None)
+    ds = HostBatchesMapDataset(_Schedule(read_s=0.0), num_epochs=1, stride=2)  # worker 0 of 2
+    ds.stats_folder = str(tmp_path)
+    threading.Timer(0.3, lambda: (tmp_path / "warm-1").touch()).start()  # worker 1: batch 1 read at 0.3 s
+    t0 = time.perf_counter()
+    ds[0]
+    assert 0.3 <= time.perf_counter() - t0 < host_batches.WARM_S  # held back until batch 1 was read, no longer
+    assert (tmp_path / "warm-0").exists() and (tmp_path / "warm-2").exists()  # its own batches, said read
+    monkeypatch.setattr(host_batches, "WARM_S", 0.2)
+    late = HostBatchesMapDataset(_Schedule(read_s=0.0), num_epochs=1, stride=2)
+    late.stats_folder = str(tmp_path / "none")  # no other worker says anything: at most WARM_S
+    (tmp_path / "none").mkdir()
+    t0 = time.perf_counter()
+    late[0]
+    assert time.perf_counter() - t0 < 0.2 + 0.3
