@@ -311,9 +311,10 @@ class HostBatchesMapDataset(grain.MapDataset):
         at +100 ms) is not done. The first batch comes up to :data:`WARM_S` later, and the steps after it find
         their batches read (issue 31: 0 of 500 steps waiting). A read not done by then goes on in its thread and
         is handed over when that batch is asked for. In a Grain worker of P, the host's next P - 1 batches are the
-        other workers': each says when its batches are read (a file ``warm-J`` in the shared
-        :attr:`stats_folder`), and the first batch also waits for those, within the same :data:`WARM_S` (the step
-        after the first takes the next worker's first batch). Only with read-ahead (a source that prefetches)."""
+        other workers': each says when its batches are ready (a file ``warm-J`` in the shared
+        :attr:`stats_folder`: a warm batch once read, a first batch once handed over), and the first batch also
+        waits for those, within the same :data:`WARM_S` (the step after the first takes the next worker's first
+        batch, which that worker holds back during its own warm-up). Only with read-ahead (a source that prefetches)."""
         k = index + self._step
         if self._ahead_of is None or (self._epochs is not None and k >= len(self)):
             return
@@ -330,8 +331,7 @@ class HostBatchesMapDataset(grain.MapDataset):
 
         until = time.monotonic() + WARM_S
         folder = self.stats_folder if self._step > 1 else None  # Grain workers: the next batches are others'
-        if folder is not None:
-            _touch(os.path.join(folder, f"warm-{index}"))
+        if folder is not None:  # batch k: ready once read
             future.add_done_callback(lambda _: _touch(os.path.join(folder, f"warm-{k}")))
         threading.Thread(target=read, name="datatools-warm-up", daemon=True).start()
         wait([future], timeout=WARM_S)
@@ -339,6 +339,7 @@ class HostBatchesMapDataset(grain.MapDataset):
             others = [os.path.join(folder, f"warm-{i}") for i in range(index + 1, k)]
             while time.monotonic() < until and not all(os.path.exists(f) for f in others):
                 time.sleep(0.01)
+            _touch(os.path.join(folder, f"warm-{index}"))  # this first batch: ready once handed over (now)
 
     def _wait_turn(self, index: int) -> None:
         """Wait while ``BATCHES_IN_FLIGHT - 1`` lower batches of this process are being read or wait to be.
