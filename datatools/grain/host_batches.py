@@ -174,10 +174,10 @@ class HostBatchesMapDataset(grain.MapDataset):
                 f"(every bucket's, when bucketing) must be a multiple of the host count"
             )
         self._schedule = schedule
-        # read ahead when the schedule says what a batch reads and its source can prefetch: checked once, not per
-        # batch (a protocol check costs ~10 us, a visible share of a fast source's CPU time per batch)
+        # read ahead when the schedule says what a batch reads and its source reads ahead (a bucket): checked once,
+        # not per batch (a protocol check costs ~10 us, a visible share of a fast source's CPU time per batch)
         self._ahead_of: ReadAheadSchedule | None = None
-        if isinstance(schedule, ReadAheadSchedule) and getattr(schedule.docs, "prefetch", None) is not None:
+        if isinstance(schedule, ReadAheadSchedule) and getattr(schedule.docs, "reads_ahead", False):
             self._ahead_of = schedule
         self._epochs = None if num_epochs is None else check_int(num_epochs, "num_epochs", minimum=1)
         self._ends = [0]  # cumulative batches at the end of each epoch computed so far

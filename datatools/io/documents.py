@@ -444,6 +444,13 @@ class StoreDocuments(PieceReadingSource):
     def read_pieces(self, doc, start, length) -> np.ndarray:
         return self.reader.read_pieces(*check_pieces(doc, start, length, self.lengths()))
 
+    @property
+    def reads_ahead(self) -> bool:
+        """Whether reading ahead pays: a store in object storage (a round trip per read). On local disk a read is
+        a file read of microseconds: planning batches twice to start them early and holding the first batch back
+        only cost CPU and start-up time (local reads: 1.5-3x the time to the first batch with them)."""
+        return storage.is_url(self.store.path)
+
     def prefetch(self, doc, start, length) -> bool:
         """Start reading these pieces (of a batch still to come) without waiting; see
         :meth:`StorePieceReader.prefetch`."""

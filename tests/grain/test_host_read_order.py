@@ -24,6 +24,8 @@ from datatools.grain.host_batches import BATCHES_IN_FLIGHT, HostBatchesMapDatase
 
 
 class _Docs:
+    reads_ahead = True  # as a store in a bucket
+
     def __init__(self):
         self.prefetched: list[int] = []
 
