@@ -39,21 +39,13 @@ from datatools.analysis.attention_tiles import attention_tile_view
 from datatools.analysis.padding_result import PaddingReport
 from datatools.base.checks import as_lengths, check_int, short_repr
 from datatools.kernels.bucket import optimal_boundaries
+from datatools.kernels.packing.algorithms import ALGORITHMS, BY_NAME, TABLE
 from datatools.kernels.packing.counting import count_rows, count_rows_chunked
 from datatools.kernels.packing.pieces import piece_histogram, piece_sizes
 from datatools.kernels.tiles import tile_align
 
-STRATEGIES = (
-    "pad",
-    "bucket",
-    "next_fit",
-    "first_fit",
-    "best_fit",
-    "first_fit_decreasing",
-    "best_fit_decreasing",
-    "concat_split",
-)
-PACKERS = ("next_fit", "first_fit", "best_fit", "first_fit_decreasing", "best_fit_decreasing")
+STRATEGIES = ("pad", "bucket", *ALGORITHMS)
+PACKERS = tuple(a.name for a in TABLE if not a.cuts_documents)  # whole pieces into rows
 HISTOGRAM_BINS = 24
 
 
@@ -212,7 +204,7 @@ def streaming_pack_rows(
     """(rows, most pieces in a row) of Grain's streaming packer over ``sizes`` (pieces of at most ctx tokens, in
     order) with ``bins`` open rows, all emitted when a piece fits none (``FirstFitPackIterDataset`` /
     ``BestFitPackIterDataset``); ``algorithm`` is ``first_fit``, ``best_fit`` or ``next_fit``."""
-    if algorithm in ("first_fit", "best_fit", "next_fit"):
+    if algorithm in PACKERS and not BY_NAME[algorithm].decreasing:
         c = count_rows(ctx, algorithm, sizes=sizes, max_segments=max_segments, window=bins)
         return c.rows, c.max_pieces_per_row
     raise ValueError(f"algorithm must be first_fit, best_fit or next_fit; got {short_repr(algorithm)}")
@@ -299,8 +291,8 @@ class SharedLengthArrays:
     def count(self, ctx: int, name: str, max_segments: int | None, window: int):
         """:func:`count_rows` of an in-order packer (``next_fit``, ``first_fit``, ``best_fit``, ``concat_split``)
         over the documents: on cached piece sizes, or a slice at a time for a chunked input."""
-        if self.chunked or name == "concat_split":
-            win = window if name != "concat_split" else None
+        if self.chunked or BY_NAME[name].cuts_documents:
+            win = None if BY_NAME[name].cuts_documents else window
             return count_rows_chunked(ctx, name, self.chunks(), max_segments=max_segments, window=win)
         return count_rows(ctx, name, sizes=self.sizes(ctx), max_segments=max_segments, window=window)
 
@@ -350,7 +342,7 @@ def simulate(
     kept, long_docs, _ = prep.pad_stats(ctx)
     if name == "pad":
         out = _entry(name, ctx, docs, docs * ctx, kept, total - kept, docs, docs, long_docs, 0, 1 if docs else 0)
-    elif name == "concat_split":
+    elif name in BY_NAME and BY_NAME[name].cuts_documents:
         c = prep.count(ctx, name, max_segments, window)
         rows, most, cut = c.rows, c.max_pieces_per_row, c.cut_documents
         out = _entry(name, ctx, rows, rows * ctx, total, 0, docs + cut, docs, 0, cut, most)
@@ -359,7 +351,7 @@ def simulate(
         out = _entry(name, ctx, pieces, slots, total, 0, pieces, docs, 0, long_docs, 1)
         out["boundaries"] = [int(b) for b in bounds]
     elif name in PACKERS:
-        if name.endswith("_decreasing"):  # order-free: on the histogram of piece sizes
+        if BY_NAME[name].decreasing:  # order-free: on the histogram of piece sizes
             c = count_rows(ctx, name, histogram=prep.histogram(ctx), max_segments=max_segments)
         else:  # streaming, in input order, with ``window`` open rows (next fit keeps one)
             c = prep.count(ctx, name, max_segments, window)
@@ -390,16 +382,7 @@ def _attention_view(out: dict, prep: SharedLengthArrays, ctx: int, name: str) ->
 
 
 # Longest first, so two threads finish together (measured at 100M documents).
-_COST = {
-    "first_fit_decreasing": 8,
-    "best_fit_decreasing": 7,
-    "best_fit": 6,
-    "first_fit": 5,
-    "next_fit": 2,
-    "concat_split": 1,
-    "bucket": 1,
-    "pad": 1,
-}
+_COST = {"bucket": 1, "pad": 1, **{a.name: a.cost for a in TABLE}}
 
 
 def analyze(
@@ -487,7 +470,7 @@ def analyze(
         (
             n
             for n in ("best_fit_decreasing", report["recommendation"]["strategy"], *strategies)
-            if n in strategies and n not in ("pad", "bucket", "concat_split")
+            if n in strategies and n in PACKERS
         ),
         None,
     )
@@ -529,9 +512,7 @@ def recommend(report: dict, prep: SharedLengthArrays | None = None) -> dict:
     ctx = next((c for c in contexts if c >= p99), contexts[-1])
     at = {r["name"]: r for r in report["strategies"] if r["ctx"] == ctx}
     pad = at.get("pad")
-    packers = [
-        at[n] for n in ("best_fit_decreasing", "first_fit_decreasing", "best_fit", "first_fit", "next_fit") if n in at
-    ]
+    packers = [at[n] for n in reversed(PACKERS) if n in at]  # ties: the later row of the table
     if pad and (pad["efficiency"] >= 0.95 or not packers):
         choice = pad
     else:
@@ -584,7 +565,7 @@ def recommend(report: dict, prep: SharedLengthArrays | None = None) -> dict:
         )
         maxtext = {"packing": False, "max_target_length": ctx}
     else:
-        mode = "planned" if name.endswith("_decreasing") else "streaming"
+        mode = BY_NAME[name].mode
         snippet = (
             f"packing:\n  mode: {mode}\n  ctx: {ctx}\n  algorithm: {name}\n  max_segments: {max_segments}\n"
             f"batch_size: 32\nformat: maxtext"
@@ -593,7 +574,7 @@ def recommend(report: dict, prep: SharedLengthArrays | None = None) -> dict:
         # which cudnn_flash_te needs, its own packer must be first_fit.
         maxtext = (
             {"packing": True, "max_target_length": ctx, "grain_packing_type": "concat_then_split"}
-            if name == "concat_split" and max_segments is None
+            if BY_NAME[name].cuts_documents and max_segments is None
             else {
                 "packing": True,
                 "max_target_length": ctx,

@@ -11,17 +11,9 @@ from rich.table import Table
 from datatools.analysis.padding_result import PaddingReport
 from datatools.base.tables import fitted_table
 from datatools.io import storage
+from datatools.kernels.packing.algorithms import TABLE
 
-LABELS = {
-    "pad": "pad to ctx (truncate)",
-    "bucket": "optimal buckets",
-    "next_fit": "next fit",
-    "first_fit": "first fit (streaming)",
-    "best_fit": "best fit (streaming)",
-    "first_fit_decreasing": "first fit decreasing",
-    "best_fit_decreasing": "best fit decreasing",
-    "concat_split": "concat then split",
-}
+LABELS = {"pad": "pad to ctx (truncate)", "bucket": "optimal buckets", **{a.name: a.label for a in TABLE}}
 
 
 STRATEGY_COLUMNS = (

@@ -13,10 +13,9 @@ import os
 from typing import Any
 
 from datatools.analysis.padding_result import PaddingReport
+from datatools.kernels.packing.algorithms import BY_NAME
 
 TRAINERS = ("datatools", "maxtext", "levanter", "hf")
-PLANNED = ("best_fit_decreasing", "first_fit_decreasing")
-STREAMING = ("first_fit", "best_fit", "next_fit")
 DEFAULT_BATCH = 32  # rows per global batch when no trainer config says
 
 
@@ -50,8 +49,10 @@ def pipeline_config(
         if s.max_segments_per_seq > 0:
             cap = int(s.max_segments_per_seq)
         batch_size = max(1, int(s.per_device_batch_size * s.devices_per_host * s.process_count))
-    algorithm = rec.strategy if rec.strategy in PLANNED + STREAMING else "best_fit_decreasing"
-    mode = "planned" if algorithm in PLANNED else "streaming"
+    packer = BY_NAME.get(rec.strategy)
+    if packer is None or packer.cuts_documents:
+        packer = BY_NAME["best_fit_decreasing"]
+    algorithm, mode = packer.name, packer.mode
     src: dict[str, Any] = {"path": source}
     if column is not None:
         src["column"] = column

@@ -14,28 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from datatools.base.checks import MAX_CTX, MAX_WINDOW, as_lengths, check_choice, check_int, short_repr
+from datatools.base.checks import as_lengths, short_repr
+from datatools.kernels.packing.algorithms import Algorithm, PackOptions
 from datatools.kernels.packing.pieces import decreasing_runs, piece_histogram, piece_sizes
-from datatools.kernels.packing.plan import ALGORITHMS
-from datatools.kernels.packing.planners import (
-    NO_ROWS,
-    NO_RUNS,
-    best_fit,
-    best_fit_resume,
-    best_fit_state,
-    capped_decreasing,
-    concat_split,
-    concat_split_count,
-    first_fit,
-    first_fit_resume,
-    first_fit_state,
-    next_fit,
-    next_fit_resume,
-    next_fit_state,
-    worth_dealing,
-)
-
-IN_ORDER = ("next_fit", "first_fit", "best_fit", "concat_split")  # need the input order, not a histogram
+from datatools.kernels.packing.planners import NO_ROWS, NO_RUNS, capped_decreasing, worth_dealing
 
 
 @dataclass(frozen=True)
@@ -85,39 +67,31 @@ def count_rows(
       ValueError: a bad ctx, algorithm, cap or window, not exactly one input, or an input that is not what it
         should be (named).
     """
-    ctx = check_int(ctx, "ctx", minimum=1, maximum=MAX_CTX)
-    check_choice(algorithm, "algorithm", ALGORITHMS)
-    seg = 0 if max_segments is None else check_int(max_segments, "max_segments", minimum=1, maximum=MAX_CTX)
-    win = 0 if window is None else check_int(window, "window", minimum=1, maximum=MAX_WINDOW)
+    o = PackOptions(ctx, algorithm, max_segments, window=window)
+    algo, ctx, seg = o.packer, o.ctx, o.seg
     given = [name for name, v in (("lengths", lengths), ("sizes", sizes), ("histogram", histogram)) if v is not None]
     if len(given) != 1:
         raise ValueError(f"give exactly one of lengths, sizes, histogram; got {', '.join(given) or 'none'}")
-    if algorithm == "concat_split":
+    if algo.cuts_documents:
         if lengths is None:
-            raise ValueError("concat_split counts on lengths (documents in order), not on pieces")
-        lengths = as_lengths(lengths)
-        none = np.zeros(0, np.int64)
-        pieces, rows, most, cut = concat_split(lengths, ctx, 1, seg, none, none, NO_ROWS, none, False)
-        return PackCount(int(rows), int(pieces), int(most), int(cut))
+            raise ValueError(f"{algorithm} counts on lengths (documents in order), not on pieces")
+        assert algo.count_chunks is not None
+        return PackCount(*algo.count_chunks([as_lengths(lengths)], ctx, seg, 0))
     if histogram is not None:
-        if algorithm in IN_ORDER:
+        if not algo.decreasing:
             raise ValueError(f"{algorithm} depends on the input order: count it on lengths or sizes, not a histogram")
-        return _count_decreasing(_checked_histogram(histogram, ctx), ctx, algorithm, seg)
+        return _count_decreasing(_checked_histogram(histogram, ctx), ctx, algo, seg)
     if lengths is not None:
         lengths = as_lengths(lengths)
-        if algorithm.endswith("_decreasing"):
-            return _count_decreasing(piece_histogram(lengths, ctx), ctx, algorithm, seg)
+        if algo.decreasing:
+            return _count_decreasing(piece_histogram(lengths, ctx), ctx, algo, seg)
         sizes = piece_sizes(lengths, ctx)
     sizes = _checked_sizes(sizes, ctx)
-    if algorithm.endswith("_decreasing"):
-        return _count_decreasing(np.bincount(sizes, minlength=ctx + 1).astype(np.int64), ctx, algorithm, seg)
+    if algo.decreasing:
+        return _count_decreasing(np.bincount(sizes, minlength=ctx + 1).astype(np.int64), ctx, algo, seg)
     n = int(sizes.shape[0])
-    if algorithm == "next_fit":
-        rows, most = next_fit(sizes, ctx, seg, NO_ROWS)
-    elif algorithm == "first_fit":
-        rows, most = first_fit(sizes, NO_RUNS, ctx, seg, win, n, NO_ROWS)
-    else:
-        rows, most = best_fit(sizes, NO_RUNS, ctx, seg, win, n, NO_ROWS, NO_ROWS, NO_ROWS)
+    assert algo.place is not None
+    rows, most = algo.place(sizes, NO_RUNS, ctx, seg, o.win, n, NO_ROWS)
     return PackCount(int(rows), n, int(most))
 
 
@@ -137,45 +111,19 @@ def count_rows_chunked(
     ``first_fit`` / ``best_fit`` need a ``window`` here (unbounded, they would provision a row per piece of the
     whole input). Raises ValueError as :func:`count_rows`, naming a bad chunk's index.
     """
-    ctx = check_int(ctx, "ctx", minimum=1, maximum=MAX_CTX)
-    check_choice(algorithm, "algorithm", ALGORITHMS)
-    seg = 0 if max_segments is None else check_int(max_segments, "max_segments", minimum=1, maximum=MAX_CTX)
-    win = 0 if window is None else check_int(window, "window", minimum=1, maximum=MAX_WINDOW)
-    if algorithm in ("first_fit", "best_fit") and not win:
+    o = PackOptions(ctx, algorithm, max_segments, window=window)
+    algo, ctx, seg = o.packer, o.ctx, o.seg
+    if algo.windowed and not o.win:
         raise ValueError(f"{algorithm} counted by chunks needs a window (open rows); got None")
-    pieces = 0
-    if algorithm.endswith("_decreasing"):
-        histogram = np.zeros(ctx + 1, np.int64)
-        for i, chunk in enumerate(chunks):
-            histogram += piece_histogram(as_lengths(chunk, f"chunk {i}"), ctx)
-        return _count_decreasing(histogram, ctx, algorithm, seg)
-    if algorithm == "concat_split":
-        cs = np.zeros(6, np.int64)
-        cs[2] = ctx
-        for i, chunk in enumerate(chunks):
-            concat_split_count(as_lengths(chunk, f"chunk {i}"), ctx, seg, cs)
-        return PackCount(int(cs[1]), int(cs[0]), int(cs[4]), int(cs[5]))
-    if algorithm == "next_fit":
-        state = next_fit_state()
-        run = lambda sizes: next_fit_resume(sizes, ctx, seg, state, NO_ROWS)  # noqa: E731
-    elif algorithm == "first_fit":
-        tree, segs, state = first_fit_state(ctx, win, 0)
-        run = lambda sizes: first_fit_resume(sizes, NO_RUNS, ctx, seg, win, tree, segs, state, NO_ROWS)  # noqa: E731
-    else:
-        tree, head, below, segs, free, state = best_fit_state(ctx, win, 0)
-        run = lambda sizes: best_fit_resume(  # noqa: E731
-            sizes, NO_RUNS, ctx, seg, win, tree, head, below, segs, free, state, NO_ROWS
-        )
-    for i, chunk in enumerate(chunks):
-        sizes = piece_sizes(as_lengths(chunk, f"chunk {i}"), ctx)
-        pieces += int(sizes.shape[0])
-        run(sizes)
-    if algorithm == "next_fit":
-        return PackCount(int(state[0]), pieces, int(state[3]))
-    return PackCount(int(state[0] + state[1]), pieces, int(state[2]))
+    lengths = (as_lengths(chunk, f"chunk {i}") for i, chunk in enumerate(chunks))
+    if algo.decreasing:
+        histogram = sum((piece_histogram(x, ctx) for x in lengths), np.zeros(ctx + 1, np.int64))
+        return _count_decreasing(histogram, ctx, algo, seg)
+    assert algo.count_chunks is not None
+    return PackCount(*algo.count_chunks(lengths, ctx, seg, o.win))
 
 
-def _count_decreasing(histogram: np.ndarray, ctx: int, algorithm: str, seg: int) -> PackCount:
+def _count_decreasing(histogram: np.ndarray, ctx: int, algo: Algorithm, seg: int) -> PackCount:
     """First/best fit decreasing (and the capped dealing, when it wins) from a size histogram."""
     sizes, runs = decreasing_runs(histogram)
     pieces = int(runs.sum())
@@ -183,10 +131,8 @@ def _count_decreasing(histogram: np.ndarray, ctx: int, algorithm: str, seg: int)
     # without a cap, any-fit packers never leave two rows at most half full, so rows <= 2 * lower bound + 1;
     # with a cap, up to one row per piece
     max_rows = pieces if seg else min(pieces, 2 * -(-units // ctx) + 1)
-    if algorithm == "first_fit_decreasing":
-        rows, most = first_fit(sizes, runs, ctx, seg, 0, max_rows, NO_ROWS)
-    else:
-        rows, most = best_fit(sizes, runs, ctx, seg, 0, max_rows, NO_ROWS, NO_ROWS, NO_ROWS)
+    assert algo.place is not None
+    rows, most = algo.place(sizes, runs, ctx, seg, 0, max_rows, NO_ROWS)
     if seg and worth_dealing(int(rows), units, pieces, ctx, seg):
         dealt_rows, dealt_most = capped_decreasing(sizes, runs, ctx, seg)
         if dealt_rows < rows:

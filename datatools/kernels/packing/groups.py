@@ -18,7 +18,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from datatools.kernels.packing.plan import PackPlan, pack_lengths
+from datatools.kernels.packing.algorithms import PackOptions
+from datatools.kernels.packing.plan import PackPlan, pack
 
 CARRY_FREE_DIVISOR = 64  # a row with more than ctx / 64 tokens free (3 % at ctx 2048) is carried forward
 CARRY_FRACTION = 4  # at most group_docs / 4 pieces carried into the next group (bounds its memory)
@@ -43,6 +44,8 @@ def pack_in_groups(
     n = int(lengths.shape[0])
     if group_docs < 1:
         raise ValueError(f"group_docs must be >= 1, got {group_docs}")
+    options = PackOptions(ctx, algorithm, max_segments, align, overflow)
+    ctx, align = options.ctx, options.align
     carry_doc = carry_start = np.zeros(0, np.int64)
     carry_len = np.zeros(0, np.int64)
     free_limit = max(1, ctx // CARRY_FREE_DIVISOR)
@@ -52,7 +55,7 @@ def pack_in_groups(
         part = np.asarray(lengths[g0:g1], dtype=np.int64)
         nc = carry_len.shape[0]
         sizes = np.concatenate((carry_len, part)) if nc else part
-        plan = pack_lengths(sizes, ctx, algorithm=algorithm, max_segments=max_segments, align=align, overflow=overflow)
+        plan = pack(sizes, options)
         del sizes, part
         carried = plan.doc < nc
         doc = plan.doc + (g0 - nc)

@@ -3,7 +3,8 @@
 Packing puts several documents into one fixed-length row of ``ctx`` tokens so that the accelerator computes on
 tokens rather than padding. :func:`pack_lengths` sees only document lengths (tokens) and returns, for every row,
 the pieces ``(doc, start, length)`` it holds; :func:`~datatools.kernels.packing.materialize.materialize` builds
-the rows' tokens from it. Algorithms (the kernels are in :mod:`~datatools.kernels.packing.planners`):
+the rows' tokens from it. Algorithms (the kernels are in :mod:`~datatools.kernels.packing.planners`, their traits in
+the table of :mod:`~datatools.kernels.packing.algorithms`):
 
 * ``next_fit``: input order, one open row; O(n).
 * ``first_fit`` / ``first_fit_decreasing``: the lowest-numbered row with room (a max segment tree over the
@@ -28,26 +29,17 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from datatools.base.checks import MAX_CTX, MAX_WINDOW, OVERFLOW_POLICIES, as_lengths, check_choice, check_int
+from datatools.base.checks import as_lengths
+from datatools.kernels.packing.algorithms import TABLE, PackOptions
 from datatools.kernels.packing.pieces import cut_pieces, decreasing_order, decreasing_runs
 from datatools.kernels.packing.planners import (
+    NO_PIECES,
     NO_ROWS,
     NO_RUNS,
-    best_fit,
     capped_decreasing,
     concat_split,
-    first_fit,
-    next_fit,
+    concat_split_state,
     worth_dealing,
-)
-
-ALGORITHMS = (
-    "next_fit",
-    "first_fit",
-    "best_fit",
-    "first_fit_decreasing",
-    "best_fit_decreasing",
-    "concat_split",
 )
 
 
@@ -197,52 +189,42 @@ def pack_lengths(
         align < 1 or not dividing ctx, an unknown algorithm or overflow policy, or
         with ``overflow="error"`` a document longer than ctx.
     """
-    ctx = check_int(ctx, "ctx", minimum=1, maximum=MAX_CTX)
-    align = check_int(align, "align", minimum=1, maximum=MAX_CTX)
-    if ctx % align:
-        raise ValueError(f"align must divide ctx; got align={align}, ctx={ctx}")
-    if max_segments is not None:
-        max_segments = check_int(max_segments, "max_segments", minimum=1, maximum=MAX_CTX)
-    check_choice(algorithm, "algorithm", ALGORITHMS)
-    check_choice(overflow, "overflow", OVERFLOW_POLICIES)
+    return pack(lengths, PackOptions(ctx, algorithm, max_segments, align, overflow, window))
+
+
+def pack(lengths, options: PackOptions) -> PackPlan:
+    """:func:`pack_lengths` with its options already validated (:class:`PackOptions`)."""
+    o, algo = options, options.packer
+    ctx, align, seg_cap = o.ctx, o.align, o.seg
     lengths = as_lengths(lengths)
-    if overflow == "error":
+    if o.overflow == "error":
         cut_pieces(lengths, ctx, "error")  # raises naming the first document longer than ctx
-    seg_cap = 0 if max_segments is None else max_segments
-
-    if algorithm == "concat_split":
-        return _plan_concat_split(lengths, ctx, align, seg_cap, overflow)
-
-    if window is not None:
-        window = check_int(window, "window", minimum=1, maximum=MAX_WINDOW)
-        if algorithm not in ("first_fit", "best_fit"):
-            raise ValueError(f"window applies to first_fit and best_fit only; got algorithm={algorithm!r}")
-    doc, start, length, dropped, empty = cut_pieces(lengths, ctx, overflow)
+    if algo.place is None:  # concat_split: it cuts the documents, not pieces
+        return _plan_concat_split(lengths, ctx, align, seg_cap, o.overflow)
+    if o.window is not None and not algo.windowed:
+        windowed = " and ".join(a.name for a in TABLE if a.windowed)
+        raise ValueError(f"window applies to {windowed} only; got algorithm={o.algorithm!r}")
+    doc, start, length, dropped, empty = cut_pieces(lengths, ctx, o.overflow)
     capacity = ctx // align
     if length.shape[0] >= 2**31 - 1:
         raise ValueError(f"{length.shape[0]} pieces exceed the 2**31 - 1 that one plan holds; pack in shards")
     units = (length + align - 1) // align if align > 1 else length
     n = units.shape[0]
     row_of = np.empty(n, np.int32)
-    decreasing = algorithm.endswith("_decreasing")
+    decreasing = algo.decreasing
     order = decreasing_order(units, capacity) if decreasing else np.zeros(0, np.int32)
     if decreasing:  # equal sizes in runs, largest first: placed in bulk, the same rows as one at a time
         sizes, runs = decreasing_runs(np.bincount(units, minlength=capacity + 1))
     else:
         sizes, runs = units, NO_RUNS
-    if algorithm == "next_fit":
-        num_rows, _ = next_fit(sizes, capacity, seg_cap, row_of)
-    elif algorithm.startswith("first_fit"):
-        num_rows, _ = first_fit(sizes, runs, capacity, seg_cap, window or 0, n, row_of)
-    else:
-        num_rows, _ = best_fit(sizes, runs, capacity, seg_cap, window or 0, n, NO_ROWS, NO_ROWS, row_of)
+    num_rows, _ = algo.place(sizes, runs, capacity, seg_cap, o.win, n, row_of)
     if decreasing and seg_cap and worth_dealing(num_rows, int(units.sum(dtype=np.int64)), n, capacity, seg_cap):
         dealt = np.empty(n, np.int32)  # a binding cap: dealing may need fewer rows
         dealt_rows, _ = capped_decreasing(sizes, runs, capacity, seg_cap, dealt)
         if dealt_rows < num_rows:
             row_of, num_rows = dealt, dealt_rows
     splits, doc, start, length = _assemble(row_of, order, decreasing, num_rows, doc, start, length)
-    return PackPlan(ctx, align, int(num_rows), splits, doc, start, length, dropped, empty, algorithm)
+    return PackPlan(ctx, align, int(num_rows), splits, doc, start, length, dropped, empty, o.algorithm)
 
 
 @numba.njit(cache=True)
@@ -285,9 +267,10 @@ def _plan_concat_split(lengths, ctx, align, seg_cap, overflow) -> PackPlan:
             long = lengths > ctx
             dropped = int(lengths[long].sum())
             lengths = np.where(long, 0, lengths)
-    none = np.zeros(0, np.int64)
-    num_pieces, num_rows, _, _ = concat_split(lengths, ctx, align, seg_cap, none, none, NO_ROWS, none, False)
+    state = concat_split_state(ctx)
+    concat_split(lengths, ctx, align, seg_cap, state, NO_PIECES, NO_PIECES, NO_ROWS, NO_PIECES, False)
+    num_pieces, num_rows = int(state[0]), int(state[1])
     doc, start = np.empty(num_pieces, np.int64), np.empty(num_pieces, np.int64)
     splits, length = np.empty(num_rows + 1, np.int64), np.empty(num_pieces, np.int32)
-    concat_split(lengths, ctx, align, seg_cap, doc, start, length, splits, True)
+    concat_split(lengths, ctx, align, seg_cap, concat_split_state(ctx), doc, start, length, splits, True)
     return PackPlan(ctx, align, int(num_rows), splits, doc, start, length, dropped, empty, "concat_split")

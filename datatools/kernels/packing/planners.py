@@ -40,6 +40,7 @@ from datatools.kernels.packing.trees import (
 
 NO_RUNS = None  # one piece per size: numba compiles this case on its own, without the run bookkeeping
 NO_ROWS = np.zeros(0, np.int32)
+NO_PIECES = np.zeros(0, np.int64)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -342,20 +343,29 @@ def capped_decreasing(
     return int(rows), int(most)
 
 
+def concat_split_state(ctx: int) -> np.ndarray:
+    """A fresh :func:`concat_split`: [pieces, rows, end of the last row's tokens (ctx: no row open), its pieces,
+    most pieces in a row, documents cut]."""
+    state = np.zeros(6, np.int64)
+    state[2] = ctx
+    return state
+
+
 @numba.njit(cache=True, nogil=True)
-def concat_split(lengths, ctx, align, max_segments, doc, start, length, splits, fill):
-    """Concatenate documents (tokens) in order and cut every ctx tokens.
+def concat_split(lengths, ctx, align, max_segments, state, doc, start, length, splits, fill):
+    """Concatenate documents (tokens) in order and cut every ctx tokens, after the documents of earlier calls
+    (``state``, from :func:`concat_split_state`, carried: several calls give exactly one call's counts).
 
     Pieces start at multiples of ``align``; a new row starts when the current one is full or holds
-    ``max_segments`` pieces. Run with fill=False to count, then with fill=True and arrays of the sizes counted
-    to write the plan. Returns (pieces, rows, most pieces in one row, documents cut across rows).
+    ``max_segments`` pieces. Run with fill=False to count, then with fill=True, a fresh state and arrays of the
+    sizes counted to write the plan (``splits[r]``: row r's first piece).
     """
-    k = 0
-    r = -1
-    pos = ctx  # forces a new row at the first piece
-    segs = 0
-    most = 0
-    cut = 0
+    k = state[0]
+    rows = state[1]
+    pos = state[2]
+    segs = state[3]
+    most = state[4]
+    cut = state[5]
     for i in range(lengths.shape[0]):
         total = lengths[i]
         done = 0
@@ -363,9 +373,9 @@ def concat_split(lengths, ctx, align, max_segments, doc, start, length, splits, 
         while done < total:
             aligned = ((pos + align - 1) // align) * align
             if aligned >= ctx or (max_segments > 0 and segs >= max_segments):
-                r += 1
                 if fill:
-                    splits[r] = k
+                    splits[rows] = k
+                rows += 1
                 aligned = 0
                 segs = 0
             take = min(total - done, ctx - aligned)
@@ -382,39 +392,7 @@ def concat_split(lengths, ctx, align, max_segments, doc, start, length, splits, 
         if pieces > 1:
             cut += 1
     if fill:
-        splits[r + 1] = k
-    return k, r + 1, most, cut
-
-
-@numba.njit(cache=True, nogil=True)
-def concat_split_count(lengths, ctx, max_segments, state):
-    """Count :func:`concat_split` (``align`` 1) over ``lengths`` after the documents of earlier calls, carrying
-    ``state`` = [pieces, rows, tokens in the last row, its pieces, most pieces in a row, documents cut] (all 0
-    at first; the last row's tokens ctx: none open), so several calls give exactly one call's counts."""
-    k = state[0]
-    rows = state[1]
-    pos = state[2]
-    segs = state[3]
-    most = state[4]
-    cut = state[5]
-    for i in range(lengths.shape[0]):
-        total = lengths[i]
-        done = 0
-        pieces = 0
-        while done < total:
-            if pos >= ctx or (max_segments > 0 and segs >= max_segments):
-                rows += 1
-                pos = 0
-                segs = 0
-            take = min(total - done, ctx - pos)
-            k += 1
-            segs += 1
-            most = max(most, segs)
-            pieces += 1
-            done += take
-            pos += take
-        if pieces > 1:
-            cut += 1
+        splits[rows] = k
     state[0] = k
     state[1] = rows
     state[2] = pos
