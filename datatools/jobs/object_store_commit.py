@@ -34,6 +34,7 @@ import re
 from collections.abc import Callable
 
 from datatools.io import storage
+from datatools.io.paths import display
 from datatools.io.store import ROOT_STAGING, is_token_store, read_manifest
 
 STAGING_FILE = re.compile(r"(job\.json|commit\.json|shards/\d{6}(\.piece-\d{6})?\.npz)")  # shards, their pieces
@@ -89,75 +90,95 @@ def committing_job(staging: str) -> str | None:
     return _read_json(storage.join(staging, "commit.json")).get("job")
 
 
-def check_replaceable(output: str, staging: str, overwrite: bool) -> None:
-    """ValueError, before any work, unless every object under ``OUTPUT/`` and STAGING is provably datatools'
-    own: under OUTPUT only the keys of the token store there (its manifest reads: ``manifest.json`` and the keys
-    its records list) or, when ``STAGING/commit.json`` says an interrupted job was committing there, keys of a
-    store's layout; STAGING only a staging area's files. Nothing is touched here."""
-    inner = staging.startswith(storage.url_of(output).rstrip("/") + "/")
-    stage_rel = staging[len(storage.url_of(output).rstrip("/")) + 1 :] + "/" if inner else None
-    bad = [n for n in _names(staging) if not STAGING_FILE.fullmatch(n)]
-    if bad:
-        raise ValueError(
-            f"{storage.url_of(staging)}: holds objects that are not a pretokenize staging area "
-            f"({bad[0]}{' ...' if len(bad) > 1 else ''}); nothing was touched: remove them or choose "
-            f"another OUTPUT"
-        )
-    names = [n for n in _names(output) if not (stage_rel and n.startswith(stage_rel))]
-    if not names:
-        return
-    manifest = None
-    if is_token_store(output):
-        try:
-            manifest = read_manifest(output)
-        except ValueError:
-            manifest = None
-    if manifest is None and is_token_store(output) and not foreign_keys(names, None):
-        if overwrite:
-            return  # a store whose manifest no longer reads: nothing but a store's keys, replaced by --overwrite
-        raise ValueError(
-            f"{storage.url_of(output)}: a token store whose manifest.json does not read; nothing was touched: "
-            f"pass --overwrite to rebuild it (it holds nothing but a store's objects)"
-        )
-    if manifest is None and committing_job(staging) is None:
-        raise ValueError(
-            f"{storage.url_of(output)}: already holds objects and is not a datatools token store (no "
-            f"readable manifest.json; {names[0]}{' ...' if len(names) > 1 else ''}); --overwrite replaces only "
-            f"a token store, so nothing was touched: remove them or choose another OUTPUT"
-        )
-    foreign = foreign_keys(names, manifest)
-    if foreign:
-        where = "the bucket root" if not storage.split_url(output)[2] else "the store's prefix"
-        raise ValueError(
-            f"{storage.url_of(output)}: {where} holds objects that are not the token store's own "
-            f"({', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}); --overwrite replaces only the "
-            f"store's own objects, so nothing was touched: move them or choose another OUTPUT"
-        )
+class ObjectStoreStaging:
+    """The :class:`~datatools.jobs.staging.Staging` of a store in object storage (the module docstring):
+    ``output`` a URL, ``staging`` :func:`staging_of` it."""
 
+    def __init__(self, output: str):
+        self.output = output
+        self.staging = staging_of(output)
 
-def prepare_staging(staging: str, job: str, shards: int) -> bool:
-    """Make STAGING this job's: keep it when its ``job.json`` names ``job``, else delete what another job left
-    (checked to be a staging area by :func:`check_replaceable`). Returns whether another job's files went."""
-    job_file = storage.join(staging, "job.json")
-    names = _names(staging)
-    removed = False
-    if names and _read_json(job_file).get("job") != job:
+    def check_replaceable(self, overwrite: bool) -> None:
+        """ValueError, before any work, unless every object under ``OUTPUT/`` and STAGING is provably datatools'
+        own: under OUTPUT only the keys of the token store there (its manifest reads: ``manifest.json`` and the
+        keys its records list) or, when ``STAGING/commit.json`` says an interrupted job was committing there,
+        keys of a store's layout; STAGING only a staging area's files. Nothing is touched here."""
+        output, staging = self.output, self.staging
+        inner = staging.startswith(storage.url_of(output).rstrip("/") + "/")
+        stage_rel = staging[len(storage.url_of(output).rstrip("/")) + 1 :] + "/" if inner else None
+        bad = [n for n in _names(staging) if not STAGING_FILE.fullmatch(n)]
+        if bad:
+            raise ValueError(
+                f"{storage.url_of(staging)}: holds objects that are not a pretokenize staging area "
+                f"({bad[0]}{' ...' if len(bad) > 1 else ''}); nothing was touched: remove them or choose "
+                f"another OUTPUT"
+            )
+        names = [n for n in _names(output) if not (stage_rel and n.startswith(stage_rel))]
+        if not names:
+            return
+        manifest = None
+        if is_token_store(output):
+            try:
+                manifest = read_manifest(output)
+            except ValueError:
+                manifest = None
+        if manifest is None and is_token_store(output) and not foreign_keys(names, None):
+            if overwrite:
+                return  # a store whose manifest no longer reads: nothing but a store's keys, replaced by --overwrite
+            raise ValueError(
+                f"{storage.url_of(output)}: a token store whose manifest.json does not read; nothing was touched: "
+                f"pass --overwrite to rebuild it (it holds nothing but a store's objects)"
+            )
+        if manifest is None and committing_job(staging) is None:
+            raise ValueError(
+                f"{storage.url_of(output)}: already holds objects and is not a datatools token store (no "
+                f"readable manifest.json; {names[0]}{' ...' if len(names) > 1 else ''}); --overwrite replaces "
+                f"only a token store, so nothing was touched: remove them or choose another OUTPUT"
+            )
+        foreign = foreign_keys(names, manifest)
+        if foreign:
+            where = "the bucket root" if not storage.split_url(output)[2] else "the store's prefix"
+            raise ValueError(
+                f"{storage.url_of(output)}: {where} holds objects that are not the token store's own "
+                f"({', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}); --overwrite replaces only the "
+                f"store's own objects, so nothing was touched: move them or choose another OUTPUT"
+            )
+
+    def clean(self, extra: dict) -> None:
+        """Delete STAGING's own files (the store is complete); anything else there is kept."""
+        _remove_staging(self.staging)
+
+    def prepare(self, job: str, shards: int, extra: dict) -> None:
+        """Make STAGING this job's: keep it when its ``job.json`` names ``job``, else delete what another job
+        left (checked to be a staging area by :meth:`check_replaceable`) and say so in ``extra``."""
+        job_file = storage.join(self.staging, "job.json")
+        if _names(self.staging) and _read_json(job_file).get("job") != job:
+            _remove_staging(self.staging)
+            extra["cleaned"] = (
+                f"{display(self.output)}: removed {display(self.staging)} left by an interrupted run of a different job"
+            )
+        if not storage.exists(job_file):
+            storage.write_text(job_file, json.dumps({"job": job, "shards": shards}) + "\n")
+
+    def present(self) -> tuple[set[int], dict[int, int]]:
+        """The shard numbers written under ``STAGING/shards/``, and the pieces of the others (one listing)."""
+        names = _names(self.staging)
+        return {int(n[7:13]) for n in names if re.fullmatch(r"shards/\d{6}\.npz", n)}, count_pieces(names)
+
+    def commit(self, job: str, write: Callable[[str], None], extra: dict) -> None:
+        """Write the store at OUTPUT with ``write(output)`` (arrays, then the manifest last), replacing what is
+        there, under the protocol of the module docstring; then delete STAGING."""
+        output, staging = self.output, self.staging
+        storage.write_text(
+            storage.join(staging, "commit.json"), json.dumps({"job": job, "output": storage.url_of(output)}) + "\n"
+        )
+        storage.remove(storage.join(output, "manifest.json"))  # uncommit first: no reader sees a half-replaced store
+        base = storage.url_of(output).rstrip("/")
+        for name in _names(output):  # the store's keys only (check_replaceable: nothing else is there)
+            if STORE_KEY.fullmatch(name):
+                storage.remove(f"{base}/{name}")
+        write(output)
         _remove_staging(staging)
-        removed = True
-    if not storage.exists(job_file):
-        storage.write_text(job_file, json.dumps({"job": job, "shards": shards}) + "\n")
-    return removed
-
-
-def shards_present(staging: str) -> set[int]:
-    """The shard numbers already written under ``STAGING/shards/`` (one listing)."""
-    return {int(n[7:13]) for n in _names(staging) if re.fullmatch(r"shards/\d{6}\.npz", n)}
-
-
-def pieces_present(staging: str) -> dict[int, int]:
-    """Per shard number, how many of its pieces (``STAGING/shards/NNNNNN.piece-PPPPPP.npz``) are written, counted
-    from piece 0 without a gap (one listing; a piece after a gap is not counted, and is written again)."""
-    return count_pieces(_names(staging))
 
 
 def count_pieces(names) -> dict[int, int]:
@@ -178,27 +199,8 @@ def count_pieces(names) -> dict[int, int]:
     return out
 
 
-def commit(output: str, staging: str, job: str, write: Callable[[str], None]) -> None:
-    """Write the store at OUTPUT with ``write(output)`` (arrays, then the manifest last), replacing what is
-    there, under the protocol of the module docstring; then delete STAGING."""
-    storage.write_text(
-        storage.join(staging, "commit.json"), json.dumps({"job": job, "output": storage.url_of(output)}) + "\n"
-    )
-    storage.remove(storage.join(output, "manifest.json"))  # uncommit first: no reader opens a half-replaced store
-    base = storage.url_of(output).rstrip("/")
-    for name in _names(output):  # the store's keys only (check_replaceable: nothing else is there)
-        if STORE_KEY.fullmatch(name):
-            storage.remove(f"{base}/{name}")
-    write(output)
-    _remove_staging(staging)
-
-
-def remove_staging(staging: str) -> None:
-    """Delete STAGING's own files (:data:`STAGING_FILE`), one key at a time; anything else there is kept."""
-    _remove_staging(staging)
-
-
 def _remove_staging(staging: str) -> None:
+    """Delete STAGING's own files (:data:`STAGING_FILE`), one key at a time; anything else there is kept."""
     base = storage.url_of(staging).rstrip("/")
     for name in _names(staging):
         if STAGING_FILE.fullmatch(name):

@@ -19,7 +19,9 @@ and share the commit step, so their stores are identical too.
 OUTPUT and the inputs may be ``s3://`` / ``gs://`` URLs. Object storage has no rename:
 there the staging area is the prefix ``OUTPUT.partial/``, each shard is one PUT, and the
 store is written in place with its manifest last as the commit point
-(:mod:`datatools.jobs.object_store_commit`); the same kill-anywhere guarantee holds.
+(:mod:`datatools.jobs.object_store_commit`); the same kill-anywhere guarantee holds. The job picks one of the
+two once (:func:`~datatools.jobs.staging.open_staging`) and runs the same steps on either
+(:class:`~datatools.jobs.staging.Staging`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ import importlib.util
 import io
 import json
 import os
-import shutil
 import signal
 import threading
 import time
@@ -43,20 +44,18 @@ from datatools.base.checks import short_repr
 from datatools.base.install import install_command
 from datatools.base.progress import doing
 from datatools.io import storage
-from datatools.io.atomic import atomic_write_text
 from datatools.io.discover import Shard, list_shards
-from datatools.io.paths import display, resolved
+from datatools.io.paths import display
 from datatools.io.store import VERSION, is_token_store, read_manifest, token_dtype, write_store
 from datatools.io.tables import check_column, shard_texts
 from datatools.io.tokenizer import TextEncoder, open_encoder
-from datatools.jobs import object_store_commit
+from datatools.jobs.staging import fault, manifest_reads, open_staging
 from datatools.kernels.tiles import chunk
 
 ENGINES = ("local", "ray")
 PIECE_TOKENS = 1 << 20  # a shard's tokens are committed in pieces of about this many tokens ...
 PIECE_SECONDS = 10.0  # ... or this many seconds of work, whichever comes first: what a kill may lose, per worker
 ENCODE_CHARS = 1 << 22  # characters of text per tokenizer call (and progress report) within a shard
-STAGING_NAMES = {"job.json", "shards", "store"}  # what a staging directory of this job holds
 
 
 @dataclass(frozen=True)
@@ -82,30 +81,6 @@ class JobResult:
     status: str  # "written", "resumed", "already complete"
     extra: dict = field(default_factory=dict)
     documents_resumed: int = 0  # documents of unfinished shards an interrupted run had committed in pieces
-
-
-@dataclass(frozen=True)
-class _LocalPlaces:
-    """A local job's directories: the store, its staging (``OUTPUT.partial``) and where an ``--overwrite`` swap
-    moves the old store (``OUTPUT.old``), all beside the resolved output."""
-
-    output: Path
-    staging: Path
-    old: Path
-
-    @classmethod
-    def of(cls, output: Path) -> _LocalPlaces:
-        return cls(output, output.with_name(output.name + ".partial"), output.with_name(output.name + ".old"))
-
-
-# --------------------------------------------------------------------------- fault injection (tests)
-
-
-def _fault(point: str) -> None:
-    """Kill this process with SIGKILL when DATATOOLS_FAULT names this point (crash tests)."""
-    want = os.environ.get("DATATOOLS_FAULT")
-    if want and want == point:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 # --------------------------------------------------------------------------- tokenizing one shard
@@ -193,14 +168,6 @@ def _piece_path(staging: str | Path, k: int, piece: int) -> str | Path:
     return storage.join(staging, "shards", f"{k:06d}.piece-{piece:06d}.npz")
 
 
-def _pieces_present(staging: str | Path) -> dict[int, int]:
-    """Per shard, how many of its pieces an interrupted run committed (consecutive from piece 0)."""
-    if storage.is_url(staging):
-        return object_store_commit.pieces_present(str(staging))
-    folder = Path(staging) / "shards"
-    return object_store_commit.count_pieces(f"shards/{n}" for n in os.listdir(folder)) if folder.is_dir() else {}
-
-
 def _write_piece(path: str | Path, tokens: np.ndarray, lengths: np.ndarray, documents: int) -> None:
     """A piece: a run of a shard's documents (their tokens and lengths) and how many documents it holds (with
     ``ctx`` a document may give several lengths); complete or absent, as a shard file."""
@@ -244,7 +211,7 @@ def _run_shard(args, report=None) -> tuple[int, int, int, int]:
         if held >= PIECE_TOKENS or time.monotonic() - last >= PIECE_SECONDS:
             path = _piece_path(staging, k, pieces)
             _naming(path, _write_piece, _joined(tokens, worker.dtype), _joined(lengths, np.int64), docs)
-            _fault(f"after-piece-{k}-{pieces}")
+            fault(f"after-piece-{k}-{pieces}")
             pieces += 1
             tokens, lengths, docs, held, last = [], [], 0, 0, time.monotonic()
     if pieces:  # the committed pieces first, then what is held
@@ -303,15 +270,6 @@ def _fingerprint(shards: list[Shard], tokenizer_sha: str, options: JobOptions) -
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest(), sources
-
-
-def _check_disk(path: Path) -> None:
-    try:
-        free = shutil.disk_usage(path).free
-    except OSError:
-        return
-    if free < 1 << 20:
-        raise OSError(28, f"No space left on device under {path}")
 
 
 def pretokenize(
@@ -375,9 +333,8 @@ def pretokenize(
     ]
     if not inputs:
         raise ValueError("no inputs given")
-    remote = storage.is_url(output)  # object storage: no rename, the manifest is the commit point
-    # local: '..' and symlinks resolved, so the staging directory sits beside the real output
-    output = storage.url_of(output) if remote else resolved(output)
+    stage = open_staging(output)  # local, or object storage: no rename there, the manifest is the commit point
+    output = stage.output
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {short_repr(engine)}")
     if workers < 1:
@@ -389,16 +346,7 @@ def pretokenize(
     elif tile is not None:
         raise ValueError("--tile needs --ctx")
     require_engine(engine)
-    local = None if remote else _LocalPlaces.of(Path(output))  # None: object storage
-    staging: str | Path
-    if local is None:
-        staging = object_store_commit.staging_of(output)
-        object_store_commit.check_replaceable(output, staging, overwrite)  # before any work, as locally
-        old_left = False
-    else:
-        staging = local.staging
-        check_replaceable(local.output, staging, local.old, overwrite)  # before any work: what is there is ours
-        old_left = local.old.exists()  # a store an interrupted --overwrite swap moved aside
+    stage.check_replaceable(overwrite)  # before any work: what is there is ours
     doing(f"reading the tokenizer {display(tokenizer)}")
     encoder = open_encoder(tokenizer, settings=tokenizer_settings, bos=_special(bos), eos=_special(eos))
     options = JobOptions(
@@ -425,17 +373,14 @@ def pretokenize(
             + (" ..." if len(duplicates) > 3 else "")
         )
 
-    if is_token_store(output) and (not overwrite or _manifest_reads(output)):
+    if is_token_store(output) and (not overwrite or manifest_reads(output)):
         m = read_manifest(output)
         same = m.get("job") == job and m.get("version") == VERSION
         damage = store_damage(output, check or overwrite) if same else None  # --overwrite: every sha256 too
         if damage:  # the same job's store, damaged: rebuilt below (the same job writes the same bytes)
             extra["repaired"] = f"{display(output)}: damaged ({damage}); repaired: rebuilt by this run"
         elif same:  # a kill after the rename / the manifest
-            if local is None:
-                object_store_commit.remove_staging(str(staging))
-            else:
-                _clean_leftovers(local.output, extra, [p for p in (local.staging, local.old) if p.exists()])
+            stage.clean(extra)
             return JobResult(
                 display(output),
                 m["num_documents"],
@@ -454,41 +399,16 @@ def pretokenize(
                 else "a different job"
             )
             raise ValueError(f"{display(output)}: already exists ({why}); pass --overwrite to replace it")
-    elif local is not None and local.output.exists() and not overwrite:
-        raise ValueError(f"{display(output)}: already exists; pass --overwrite to replace it")
 
-    if local is None:
-        if object_store_commit.prepare_staging(str(staging), job, len(shards)):
-            extra["cleaned"] = (
-                f"{display(output)}: removed {display(staging)} left by an interrupted run of a different job"
-            )
-        present = object_store_commit.shards_present(str(staging))
-        todo = [k for k in range(len(shards)) if k not in present]
-    else:
-        local.output.parent.mkdir(parents=True, exist_ok=True)
-        _check_disk(local.output.parent)
-        job_file = local.staging / "job.json"
-        if local.staging.exists():
-            try:
-                same = json.loads(job_file.read_text()).get("job") == job
-            except (OSError, ValueError):
-                same = False
-            if not same:
-                shutil.rmtree(local.staging)  # datatools' own (check_replaceable): the staging of another job's run
-                extra["cleaned"] = (
-                    f"{display(output)}: removed {display(local.staging.name)} left by an interrupted run of a "
-                    f"different job"
-                )
-        (local.staging / "shards").mkdir(parents=True, exist_ok=True)
-        if not job_file.exists():
-            atomic_write_text(job_file, json.dumps({"job": job, "shards": len(shards)}) + "\n")
-        todo = [k for k in range(len(shards)) if not os.path.exists(_shard_path(local.staging, k))]
+    stage.prepare(job, len(shards), extra)
+    present, pieces = stage.present()
+    todo = [k for k in range(len(shards)) if k not in present]
     resumed = len(shards) - len(todo)
-    pieces = _pieces_present(staging) if todo else {}
+    staging = stage.staging
     docs_resumed = _tokenize_shards(worker, shards, todo, pieces, staging, workers, engine, ray_address, progress)
 
     # Commit: every shard is written. Locally: build the store in staging, then rename it into place; in object
-    # storage: write it in place, the manifest last (object_store_commit).
+    # storage: write it in place, the manifest last (staging.py).
     lengths_per_shard = [_read_shard_lengths(_shard_path(staging, k)) for k in range(len(shards))]
     num_docs = int(sum(x.shape[0] for x in lengths_per_shard))
     num_tokens = int(sum(int(x.sum()) for x in lengths_per_shard))
@@ -507,7 +427,7 @@ def pretokenize(
         for k in range(len(shards)):
             doing(f"writing the token store: shard {k + 1:,} of {len(shards):,}")
             yield _read_shard(_shard_path(staging, k))
-            _fault(f"committing-{k}")
+            fault(f"committing-{k}")
 
     def write(where) -> None:
         write_store(
@@ -519,37 +439,7 @@ def pretokenize(
             manifest=manifest,
         )
 
-    if local is None:
-        object_store_commit.commit(output, str(staging), job, write)
-        return JobResult(
-            display(output),
-            num_docs,
-            num_tokens,
-            len(shards),
-            resumed,
-            time.perf_counter() - t0,
-            "resumed" if resumed or docs_resumed else "written",
-            extra,
-            docs_resumed,
-        )
-    store_tmp, old = local.staging / "store", local.old
-    if store_tmp.exists():
-        shutil.rmtree(store_tmp)
-    write(store_tmp)
-    _fault("before-rename")
-    if local.output.exists():  # overwrite: move the old store aside, put the new one in, then delete the old
-        if old.exists():
-            shutil.rmtree(old)
-        os.replace(local.output, old)
-        _fault("during-swap")
-        os.replace(store_tmp, local.output)
-    else:
-        os.replace(store_tmp, local.output)
-    _fault("after-rename")
-    shutil.rmtree(local.staging)  # this run's own staging: removed without a word
-    _clean_leftovers(local.output, extra, [old] if old_left and old.exists() else [])
-    if old.exists():  # the store this run's --overwrite swap moved aside
-        shutil.rmtree(old)
+    stage.commit(job, write, extra)
     return JobResult(
         display(output),
         num_docs,
@@ -615,114 +505,10 @@ def _key_sizes(output: str | Path) -> dict[str, int]:
     return {k[len(prefix) :]: int(v.get("size") or 0) for k, v in found.items() if k.startswith(prefix)}
 
 
-def _clean_leftovers(output: Path, extra: dict, removed: list[Path]) -> None:
-    """Remove what an earlier, interrupted run left and this one no longer needs (its staging directory, the
-    store an ``--overwrite`` swap moved aside; both checked to be datatools' own before any work) and say so."""
-    for p in removed:
-        shutil.rmtree(p)
-    if removed:
-        extra["cleaned"] = (
-            f"{display(output)}: removed "
-            + " and ".join(display(p.name) for p in removed)
-            + " left by an interrupted run"
-        )
-
-
 def require_engine(engine: str) -> None:
     """ModuleNotFoundError with the install line when ``engine`` needs a package that is not installed."""
     if engine == "ray" and importlib.util.find_spec("ray") is None:
         raise ModuleNotFoundError(f"--engine ray needs ray: {install_command('ray')}", name="ray")
-
-
-def check_replaceable(output: Path, staging: Path, old: Path, overwrite: bool) -> None:
-    """ValueError, before anything is read or written, when a path the job would write holds something that is
-    not datatools' own: OUTPUT must be absent, a token store (recognized by its manifest) or, with
-    ``overwrite``, an empty directory; OUTPUT.partial a staging directory of this job; OUTPUT.old a store.
-    Nothing else is ever replaced or removed, ``overwrite`` or not."""
-    if output.exists() or output.is_symlink():
-        if output.is_dir() and not output.is_symlink() and not any(output.iterdir()):
-            if not overwrite:
-                raise ValueError(
-                    f"{display(output)}: already exists (an empty directory); pass --overwrite to "
-                    f"write the store in its place"
-                )
-        elif _layout_only(output) and not _manifest_ok(output):
-            if not overwrite:  # a store whose manifest no longer reads: nothing but a store's files
-                raise ValueError(
-                    f"{display(output)}: a token store whose manifest.json does not read; nothing was touched: "
-                    f"pass --overwrite to rebuild it (it holds nothing but a store's files)"
-                )
-        elif not (output.is_dir() and is_token_store(output) and _manifest_ok(output)):
-            what = "a file" if output.is_file() else "a directory" if output.is_dir() else "not a directory"
-            raise ValueError(
-                f"{display(output)}: already exists and is not a datatools token store ({what} "
-                f"without a token store manifest); --overwrite replaces only a token store, so "
-                f"nothing was touched: move it away or choose another OUTPUT"
-            )
-        else:
-            _check_only_store_files(output)
-    if staging.exists() or staging.is_symlink():
-        names = {p.name for p in staging.iterdir()} if staging.is_dir() and not staging.is_symlink() else None
-        if names is None or not all(n in STAGING_NAMES or n.startswith(".job.json.") for n in names):
-            raise ValueError(
-                f"{display(staging)}: exists and is not a pretokenize staging directory (it holds "
-                f"other files); nothing was touched: move it away or choose another OUTPUT"
-            )
-    if old.exists() or old.is_symlink():
-        if not (old.is_dir() and not old.is_symlink() and is_token_store(old) and _manifest_ok(old)):
-            raise ValueError(
-                f"{display(old)}: exists and is not a token store an interrupted --overwrite set "
-                f"aside; nothing was touched: move it away or choose another OUTPUT"
-            )
-        _check_only_store_files(old)
-
-
-def _store_files(store: Path) -> list[str]:
-    """Every file (and link) in a store directory, relative, with ``/``."""
-    files = []
-    for root, dirs, names in os.walk(store):
-        for name in names + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
-            files.append(os.path.relpath(os.path.join(root, name), store).replace(os.sep, "/"))
-    return files
-
-
-def _layout_only(store: Path) -> bool:
-    """Whether ``store`` is a directory (not a link) holding a store's ``manifest.json`` and nothing but files of
-    a store's layout (:data:`~datatools.jobs.object_store_commit.STORE_KEY`): a store whose manifest is damaged,
-    which ``--overwrite`` may replace."""
-    if not store.is_dir() or store.is_symlink() or not (store / "manifest.json").is_file():
-        return False
-    return not object_store_commit.foreign_keys(_store_files(store), None)
-
-
-def _check_only_store_files(store: Path) -> None:
-    """ValueError unless every file in the store directory is the store's own (``manifest.json`` and the keys
-    its manifest's records list, :func:`~datatools.jobs.object_store_commit.foreign_keys`): a replacement
-    deletes the directory, so a user's file in it (or beside a copied manifest) must stop it, untouched."""
-    foreign = object_store_commit.foreign_keys(_store_files(store), read_manifest(store))
-    if foreign:
-        raise ValueError(
-            f"{display(store)}: holds files that are not the token store's own "
-            f"({', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}); --overwrite replaces only the "
-            f"store's own files, so nothing was touched: move them away or choose another OUTPUT"
-        )
-
-
-def _manifest_reads(path) -> bool:
-    """Whether the manifest at ``path`` (a directory or a URL) reads (else ``--overwrite`` replaces the store)."""
-    try:
-        read_manifest(path)
-    except ValueError:
-        return False
-    return True
-
-
-def _manifest_ok(path: Path) -> bool:
-    try:
-        read_manifest(path)
-    except ValueError:
-        return False
-    return True
 
 
 def _special(value: bool | str | int | None) -> str | int | None:
@@ -767,7 +553,7 @@ def _tokenize_shards(worker, shards, todo, pieces, staging, workers, engine, ray
         def finished(k: int, docs: int = 0, tokens: int = 0) -> None:
             bar.advance(docs, tokens, shards=1, nbytes=sizes[k] - counted[k])
             counted[k] = sizes[k]
-            _fault(f"after-shard-{k}")
+            fault(f"after-shard-{k}")
 
         if engine == "ray":
             return _run_ray(worker, shards, todo, pieces, staging, workers, ray_address, finished)

@@ -1,0 +1,242 @@
+"""Where a pre-tokenize job stages its shards and how it commits its store: one protocol (:class:`Staging`), two
+implementations, chosen once by :func:`open_staging`.
+
+* :class:`LocalStaging` (a local OUTPUT): shards in the directory ``OUTPUT.partial``; the store is written into
+  ``OUTPUT.partial/store`` and renamed to ``OUTPUT`` in one step (an ``--overwrite`` moves the old store aside to
+  ``OUTPUT.old`` first, and deletes it after).
+* :class:`~datatools.jobs.object_store_commit.ObjectStoreStaging` (``s3://`` / ``gs://``): shards under the
+  prefix ``OUTPUT.partial/``; no rename there, so the store is written in place with its manifest last.
+
+The steps, in the order a job takes them: :meth:`Staging.check_replaceable` (before any work: everything the job
+would replace is datatools' own), :meth:`Staging.clean` (the store is already complete: remove what an
+interrupted run left), :meth:`Staging.prepare` (the staging area is this job's), :meth:`Staging.present` (the
+shards and pieces an interrupted run wrote), :meth:`Staging.commit` (the store put in place). Each keeps the
+job kill-safe: killed anywhere and run again, it ends with the store an uninterrupted run writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from datatools.io import storage
+from datatools.io.atomic import atomic_write_text
+from datatools.io.paths import display, resolved
+from datatools.io.store import is_token_store, read_manifest
+from datatools.jobs import object_store_commit
+
+STAGING_NAMES = {"job.json", "shards", "store"}  # what a staging directory of this job holds
+SHARD_FILE = re.compile(r"shards/(\d{6})\.npz")
+
+
+class Staging(Protocol):
+    """A job's staging area and commit protocol (see the module docstring)."""
+
+    @property
+    def output(self) -> str | Path:
+        """The store: a resolved local path, or a URL."""
+        ...
+
+    @property
+    def staging(self) -> str | Path:
+        """Where shards are written: ``shards/NNNNNN.npz``, ``shards/NNNNNN.piece-PPPPPP.npz``."""
+        ...
+
+    def check_replaceable(self, overwrite: bool) -> None:
+        """ValueError, before any work, unless all the job would replace or remove is datatools' own."""
+
+    def clean(self, extra: dict) -> None:
+        """The store is complete already: remove what an interrupted run left (saying so in ``extra``)."""
+
+    def prepare(self, job: str, shards: int, extra: dict) -> None:
+        """Make the staging area ``job``'s: keep it when it is, else remove another job's (saying so in ``extra``)."""
+
+    def present(self) -> tuple[set[int], dict[int, int]]:
+        """The shards written (numbers), and per unfinished shard the pieces written (consecutive from 0)."""
+        ...
+
+    def commit(self, job: str, write: Callable[[str | Path], None], extra: dict) -> None:
+        """Put the store ``write(where)`` writes in place of OUTPUT, then remove the staging area."""
+
+
+def open_staging(output: str | os.PathLike) -> Staging:
+    """The staging of a store at ``output``: in object storage for a URL, else beside the resolved path ('..' and
+    symlinks resolved, so the staging directory sits beside the real output)."""
+    if storage.is_url(output):
+        return object_store_commit.ObjectStoreStaging(storage.url_of(output))
+    return LocalStaging(resolved(output))
+
+
+def fault(point: str) -> None:
+    """Kill this process with SIGKILL when DATATOOLS_FAULT names this point (crash tests)."""
+    want = os.environ.get("DATATOOLS_FAULT")
+    if want and want == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def manifest_reads(path) -> bool:
+    """Whether the manifest at ``path`` (a directory or a URL) reads (else ``--overwrite`` replaces the store)."""
+    try:
+        read_manifest(path)
+    except ValueError:
+        return False
+    return True
+
+
+class LocalStaging:
+    """A local job's directories: the store, its staging (``OUTPUT.partial``) and where an ``--overwrite`` swap
+    moves the old store (``OUTPUT.old``), all beside the resolved output."""
+
+    def __init__(self, output: Path):
+        self.output = output
+        self.staging = output.with_name(output.name + ".partial")
+        self.old = output.with_name(output.name + ".old")
+        self.old_left = False  # a store an interrupted --overwrite swap moved aside, found before any work
+
+    def check_replaceable(self, overwrite: bool) -> None:
+        """ValueError, before anything is read or written, when a path the job would write holds something that
+        is not datatools' own: OUTPUT must be absent, a token store (recognized by its manifest) or, with
+        ``overwrite``, an empty directory; OUTPUT.partial a staging directory of this job; OUTPUT.old a store.
+        Nothing else is ever replaced or removed, ``overwrite`` or not."""
+        output, staging, old = self.output, self.staging, self.old
+        if output.exists() or output.is_symlink():
+            if output.is_dir() and not output.is_symlink() and not any(output.iterdir()):
+                if not overwrite:
+                    raise ValueError(
+                        f"{display(output)}: already exists (an empty directory); pass --overwrite to "
+                        f"write the store in its place"
+                    )
+            elif _layout_only(output) and not manifest_reads(output):
+                if not overwrite:  # a store whose manifest no longer reads: nothing but a store's files
+                    raise ValueError(
+                        f"{display(output)}: a token store whose manifest.json does not read; nothing was "
+                        f"touched: pass --overwrite to rebuild it (it holds nothing but a store's files)"
+                    )
+            elif not (output.is_dir() and is_token_store(output) and manifest_reads(output)):
+                what = "a file" if output.is_file() else "a directory" if output.is_dir() else "not a directory"
+                raise ValueError(
+                    f"{display(output)}: already exists and is not a datatools token store ({what} "
+                    f"without a token store manifest); --overwrite replaces only a token store, so "
+                    f"nothing was touched: move it away or choose another OUTPUT"
+                )
+            else:
+                _check_only_store_files(output)
+        if staging.exists() or staging.is_symlink():
+            names = {p.name for p in staging.iterdir()} if staging.is_dir() and not staging.is_symlink() else None
+            if names is None or not all(n in STAGING_NAMES or n.startswith(".job.json.") for n in names):
+                raise ValueError(
+                    f"{display(staging)}: exists and is not a pretokenize staging directory (it holds "
+                    f"other files); nothing was touched: move it away or choose another OUTPUT"
+                )
+        if old.exists() or old.is_symlink():
+            if not (old.is_dir() and not old.is_symlink() and is_token_store(old) and manifest_reads(old)):
+                raise ValueError(
+                    f"{display(old)}: exists and is not a token store an interrupted --overwrite set "
+                    f"aside; nothing was touched: move it away or choose another OUTPUT"
+                )
+            _check_only_store_files(old)
+        self.old_left = old.exists()
+
+    def clean(self, extra: dict) -> None:
+        _clean_leftovers(self.output, extra, [p for p in (self.staging, self.old) if p.exists()])
+
+    def prepare(self, job: str, shards: int, extra: dict) -> None:
+        self.output.parent.mkdir(parents=True, exist_ok=True)
+        _check_disk(self.output.parent)
+        job_file = self.staging / "job.json"
+        if self.staging.exists():
+            try:
+                same = json.loads(job_file.read_text()).get("job") == job
+            except (OSError, ValueError):
+                same = False
+            if not same:
+                shutil.rmtree(self.staging)  # datatools' own (check_replaceable): another job's run's staging
+                extra["cleaned"] = (
+                    f"{display(self.output)}: removed {display(self.staging.name)} left by an interrupted run "
+                    f"of a different job"
+                )
+        (self.staging / "shards").mkdir(parents=True, exist_ok=True)
+        if not job_file.exists():
+            atomic_write_text(job_file, json.dumps({"job": job, "shards": shards}) + "\n")
+
+    def present(self) -> tuple[set[int], dict[int, int]]:
+        names = [f"shards/{n}" for n in os.listdir(self.staging / "shards")]
+        shards = {int(m[1]) for m in map(SHARD_FILE.fullmatch, names) if m}
+        return shards, object_store_commit.count_pieces(names)
+
+    def commit(self, job: str, write: Callable[[str | Path], None], extra: dict) -> None:
+        store_tmp, old = self.staging / "store", self.old
+        if store_tmp.exists():
+            shutil.rmtree(store_tmp)
+        write(store_tmp)
+        fault("before-rename")
+        if self.output.exists():  # overwrite: move the old store aside, put the new one in, then delete the old
+            if old.exists():
+                shutil.rmtree(old)
+            os.replace(self.output, old)
+            fault("during-swap")
+        os.replace(store_tmp, self.output)
+        fault("after-rename")
+        shutil.rmtree(self.staging)  # this run's own staging: removed without a word
+        _clean_leftovers(self.output, extra, [old] if self.old_left and old.exists() else [])
+        if old.exists():  # the store this run's --overwrite swap moved aside
+            shutil.rmtree(old)
+
+
+def _check_disk(path: Path) -> None:
+    try:
+        free = shutil.disk_usage(path).free
+    except OSError:
+        return
+    if free < 1 << 20:
+        raise OSError(28, f"No space left on device under {path}")
+
+
+def _clean_leftovers(output: Path, extra: dict, removed: list[Path]) -> None:
+    """Remove what an earlier, interrupted run left and this one no longer needs (its staging directory, the
+    store an ``--overwrite`` swap moved aside; both checked to be datatools' own before any work) and say so."""
+    for p in removed:
+        shutil.rmtree(p)
+    if removed:
+        extra["cleaned"] = (
+            f"{display(output)}: removed "
+            + " and ".join(display(p.name) for p in removed)
+            + " left by an interrupted run"
+        )
+
+
+def _store_files(store: Path) -> list[str]:
+    """Every file (and link) in a store directory, relative, with ``/``."""
+    files = []
+    for root, dirs, names in os.walk(store):
+        for name in names + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+            files.append(os.path.relpath(os.path.join(root, name), store).replace(os.sep, "/"))
+    return files
+
+
+def _layout_only(store: Path) -> bool:
+    """Whether ``store`` is a directory (not a link) holding a store's ``manifest.json`` and nothing but files of
+    a store's layout (:data:`~datatools.jobs.object_store_commit.STORE_KEY`): a store whose manifest is damaged,
+    which ``--overwrite`` may replace."""
+    if not store.is_dir() or store.is_symlink() or not (store / "manifest.json").is_file():
+        return False
+    return not object_store_commit.foreign_keys(_store_files(store), None)
+
+
+def _check_only_store_files(store: Path) -> None:
+    """ValueError unless every file in the store directory is the store's own (``manifest.json`` and the keys
+    its manifest's records list, :func:`~datatools.jobs.object_store_commit.foreign_keys`): a replacement
+    deletes the directory, so a user's file in it (or beside a copied manifest) must stop it, untouched."""
+    foreign = object_store_commit.foreign_keys(_store_files(store), read_manifest(store))
+    if foreign:
+        raise ValueError(
+            f"{display(store)}: holds files that are not the token store's own "
+            f"({', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}); --overwrite replaces only the "
+            f"store's own files, so nothing was touched: move them away or choose another OUTPUT"
+        )
