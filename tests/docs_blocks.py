@@ -7,6 +7,10 @@ one page run in order in one working directory that holds what the Quickstart ma
 a user's own files: ``data/`` (Parquet text), ``tokenizer.json``. So a block that writes ``store/`` is read by the
 next block that reads it, as a reader following the page would.
 
+A block whose first line names a file (``# hf_pipeline.yaml``, or a script's docstring ``train_hf.py: ...``)
+is that file of the page: it is saved in the working directory under that name, where a later block reads or runs
+it (a client suite runs such a script only through that block); a YAML block is also checked against the schema.
+
 An HTML comment on the line before a block says when it runs otherwise (it does not show on GitHub or the site):
 
 ``<!-- test: synopsis -->``
@@ -21,10 +25,10 @@ An HTML comment on the line before a block says when it runs otherwise (it does 
     store), ``raw/`` (Parquet text) and ``configs/pipeline.yaml``.
 ``<!-- test: client NAME -->``
     runs inside a trainer (MaxText, transformers, Levanter), whose client suite (``clients/NAME``, ``make
-    test-clients``) runs the same calls in that trainer's venv: here a Python block must compile and every
-    ``datatools`` name it imports must exist; a bash block must parse (``bash -n``) and every option of its
-    ``datatools`` commands must be in their ``--help`` (docs/levanter.md's blocks run as printed in
-    ``clients/levanter/test_levanter_page.py``).
+    test-clients``) runs the block as printed in that trainer's venv (:func:`run_client_blocks`; docs/levanter.md
+    in ``clients/levanter/test_levanter_page.py``, docs/trainers.md in ``clients/*/test_*trainers_page.py``):
+    here a Python block must compile and every ``datatools`` name it imports must exist; a bash block must parse
+    (``bash -n``) and every option of its ``datatools`` commands must be in their ``--help``.
 ``<!-- test: cluster -->``
     starts processes on other machines (``ray start``): its ``datatools`` commands' options are checked as a
     synopsis; ``make test-cluster`` runs the job on a real two-node cluster.
@@ -51,6 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 KINDS = ("run", "synopsis", "output", "service", "client", "cluster", "make", "illustrative")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", flags=re.S | re.M)
+SAVED_AS = re.compile(r'^(?:# |"""|\'\'\')([\w.-]+\.(?:yaml|yml|py))(?::|$)', flags=re.M)
 MARKER = re.compile(r"<!-- test: ([^>]*?) -->\n$")
 NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?%?")
 BIN = Path(sys.executable).parent  # the venv's bin: python, datatools
@@ -92,6 +97,21 @@ def blocks(page: Path) -> list[Block]:
             raise ValueError(f"{block.where}: unknown test kind {block.kind!r}; one of {', '.join(KINDS)}")
         out.append(block)
     return out
+
+
+def file_name(block: Block) -> str | None:
+    """The file the block is, when its first line names one (``# NAME.yaml``, a docstring ``NAME.py: ...``)."""
+    m = SAVED_AS.match(block.text)
+    return m.group(1) if m else None
+
+
+def save(block: Block, work: Path) -> Path | None:
+    """Write a block that names its file into ``work`` under that name (as a reader saves it); its path."""
+    name = file_name(block)
+    if name is None:
+        return None
+    (work / name).write_text(block.text, encoding="utf-8")
+    return work / name
 
 
 def environment(work: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -190,6 +210,8 @@ def check_yaml(block: Block) -> None:
     base = {"source": {"path": "demo_data/store"}, "packing": {"ctx": 1024}}
     if "sources" in data:
         base.pop("source")
+    if isinstance(data.get("packing"), dict) and not {"ctx", "plan"} & set(data["packing"]):
+        data["packing"] = {**base["packing"], **data["packing"]}  # a trainer's key gives ctx (MaxText's)
     model, train = data.pop("model", None), data.pop("train", None)
     parse_config({**base, **data})
     from_dict(ModelConfig, model, "model")
@@ -241,6 +263,29 @@ def check_client(block: Block, work: Path | None = None, env: dict[str, str] | N
     compile(block.text, block.where, "exec")
 
 
+def run_client_blocks(page: Path, client: str, work: Path, env: dict[str, str]) -> list[tuple[Block, str]]:
+    """A client suite's run of ``page`` as printed: every block that names its file is saved in ``work`` (the
+    page's configs and scripts), then the blocks marked ``client CLIENT`` run in order (bash as a script, Python
+    as ``python block.py``; a script that names its file is only saved: a later block runs it). Each with what it
+    printed."""
+    done = []
+    for block in blocks(page):
+        save(block, work)
+    for block in blocks(page):
+        if block.kind != "client" or block.args != [client]:
+            continue
+        if block.lang == "bash":
+            done.append((block, run_bash(block, work, env)))
+        elif block.lang == "python" and file_name(block) is None:
+            done.append((block, run_python(block, work, env)))
+        elif block.lang == "python":
+            done.append((block, ""))
+        else:
+            raise AssertionError(f"{block.where}: a {block.lang!r} block marked client {client}")
+    assert done, f"{page.name}: no block marked client {client}"
+    return done
+
+
 def check_make(block: Block, work: Path, env: dict[str, str]) -> None:
     run_bash(block, work, env)
 
@@ -250,8 +295,8 @@ def prepare(work: Path) -> None:
     and the names the pages give a user's files (``data/`` holding Parquet text, ``tokenizer.json``)."""
     work.mkdir(parents=True, exist_ok=True)
     (work / "configs").symlink_to(ROOT / "datatools" / "configs", target_is_directory=True)
-    demo = Path(os.environ.get("DATATOOLS_DOCS_DEMO", ""))
-    if demo.is_dir():  # a session's demo data, built once (tests/test_newcomer_docs.py)
+    demo = os.environ.get("DATATOOLS_DOCS_DEMO", "")
+    if demo and Path(demo).is_dir():  # a session's demo data, built once (tests/test_newcomer_docs.py)
         shutil.copytree(demo, work / "demo_data", symlinks=True)
     else:
         run([sys.executable, str(ROOT / "scripts" / "demo.py")], work, environment(work), "scripts/demo.py")

@@ -143,6 +143,7 @@ def run_page(page: Path, work: Path, request, slow: bool) -> list[str]:
             done.append(f"{block.where}: slow (pytest -m slow runs it)")
             continue
         kind = block.kind
+        docs_blocks.save(block, work)  # a block that names its file (a config, a script): later blocks read it
         if kind == "illustrative":
             assert block.lang == "", f"{block.where}: a {block.lang} block is code: run it, or mark what it needs"
         elif kind == "run" and block.lang == "bash":
@@ -220,6 +221,40 @@ def test_a_bash_client_block_is_checked_here_and_run_by_its_client_suite(tmp_pat
     ]
     suite = (ROOT / "clients" / "levanter" / "test_levanter_page.py").read_text()
     assert "docs_blocks.blocks(PAGE)" in suite and 'PAGE = ROOT / "docs" / "levanter.md"' in suite
+
+
+def test_every_client_block_is_run_from_its_page_by_its_client_suite():
+    """Issue 35: a block marked ``client NAME`` is run as printed by that client's suite, which takes the blocks from
+    the page itself (``docs_blocks.blocks(PAGE)`` or ``docs_blocks.run_client_blocks(PAGE, NAME, ...)``), never from
+    a copy: for every page with such blocks, a ``clients/NAME/test_*.py`` names the page and takes them."""
+    marked: dict[tuple[str, str], list[str]] = {}
+    for page in docs_blocks.PAGES:
+        for b in docs_blocks.blocks(page):
+            if b.kind == "client":
+                marked.setdefault((page.name, b.args[0]), []).append(b.where)
+    assert ("levanter.md", "levanter") in marked
+    assert ("trainers.md", "maxtext") in marked and ("trainers.md", "transformers") in marked
+    for (page, client), where in sorted(marked.items()):
+        suites = [f.read_text() for f in sorted((ROOT / "clients" / client).glob("test_*.py"))]
+        names_page = [s for s in suites if f'PAGE = ROOT / "docs" / "{page}"' in s]
+        takes = [
+            s
+            for s in names_page
+            if "docs_blocks.blocks(PAGE)" in s or f'docs_blocks.run_client_blocks(PAGE, "{client}"' in s
+        ]
+        assert takes, f"{where}: no clients/{client}/test_*.py takes {page}'s blocks from the page"
+    # docs/trainers.md: each trainer's script and its check command, run by that trainer's suite
+    trainers = [b for b in docs_blocks.blocks(ROOT / "docs" / "trainers.md") if b.kind == "client"]
+    assert [(b.args[0], b.lang, docs_blocks.file_name(b)) for b in trainers] == [
+        ("maxtext", "python", "train_maxtext.py"),
+        ("maxtext", "bash", None),
+        ("transformers", "python", "train_hf.py"),
+        ("transformers", "bash", None),
+    ]
+    for b in trainers:
+        if b.lang == "bash":  # the check command runs the script the page saved just before it
+            (script,) = [s for s in trainers if s.args == b.args and s.lang == "python"]
+            assert f"python {docs_blocks.file_name(script)} " in b.text, b.where
 
 
 def test_the_pages_numbers_match_the_demo(demo_data, tmp_path):

@@ -12,10 +12,11 @@ duration of a ``with`` block, and :func:`train` runs MaxText's pre-training entr
 point with it::
 
     from datatools.integrations import maxtext
-    maxtext.train(["base.yml", "dataset_type=grain", "grain_train_files=data/store", "steps=1000"],
-                  pipeline="configs/maxtext_pipeline.yaml")
+    maxtext.train(["src/maxtext/configs/base.yml", "dataset_type=grain", "grain_train_files=demo_data/store",
+                   "steps=1000"], pipeline="maxtext_pipeline.yaml")
 
-or from a shell: ``python -m datatools.integrations.maxtext --pipeline P.yaml base.yml key=value ...``.
+or from a shell: ``python -m datatools.integrations.maxtext --pipeline P.yaml src/maxtext/configs/base.yml
+key=value ...`` (docs/trainers.md runs it as printed in MaxText's client suite).
 
 MaxText keys and the datatools keys they set (:func:`pipeline_config`):
 
@@ -293,18 +294,35 @@ def use_datatools(pipeline=None):
         yield
 
 
+def _config_file(path: str) -> str | None:
+    """MaxText's config file: a path, or the name MaxText's own commands give it (``src/maxtext/configs/base.yml``,
+    which MaxText resolves to its installed package's configs when that path is not here); None when neither."""
+    if Path(path).is_file():
+        return path
+    try:
+        from maxtext.configs.pyconfig import resolve_config_path
+    except ImportError:
+        return None
+    resolved = resolve_config_path(path)
+    return resolved if Path(resolved).is_file() else None
+
+
 def train(argv, pipeline=None) -> None:
     """Run MaxText's pre-training (``maxtext.trainers.pre_train.train.main``) on a datatools pipeline.
 
     Args:
-      argv: MaxText's command line without the program name: a config file then ``key=value`` overrides.
+      argv: MaxText's command line without the program name: a config file (a path, or MaxText's own
+        ``src/maxtext/configs/base.yml``, found in the installed package) then ``key=value`` overrides (a key
+        given twice: the last value).
       pipeline: a datatools pipeline config (YAML path or mapping).
     """
     from maxtext.trainers.pre_train import train as maxtext_train
 
     argv = [str(a) for a in argv]
-    if not argv or not Path(argv[0]).is_file():
+    config = _config_file(argv[0]) if argv else None
+    if config is None:
         raise ValueError(f"the first argument must be a MaxText config file; got {argv[:1]}")
+    argv[0] = config
     with use_datatools(pipeline):
         maxtext_train.main(["maxtext"] + argv)
 
@@ -321,10 +339,11 @@ def main(args=None) -> int:
     if ns.pipeline is not None and not Path(ns.pipeline).is_file():
         print(f"{ns.pipeline}: pipeline config not found", file=sys.stderr)
         return 2
-    if not Path(ns.maxtext_args[0]).is_file():
+    installed = importlib.util.find_spec("maxtext") is not None
+    if not Path(ns.maxtext_args[0]).is_file() and not (installed and _config_file(ns.maxtext_args[0])):
         print(f"{ns.maxtext_args[0]}: MaxText config file not found", file=sys.stderr)
         return 2
-    if importlib.util.find_spec("maxtext") is None:  # the environment, not the input: exit 1, one line
+    if not installed:  # the environment, not the input: exit 1, one line
         print(
             f"python -m datatools.integrations.maxtext: MaxText is not installed in {sys.executable}: "
             f"pip install 'maxtext[tpu]=={TESTED_MAXTEXT}' (make test-clients installs it in .clients/maxtext)",
