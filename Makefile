@@ -51,7 +51,9 @@ bench: $(STAMP)
 
 # The real clients, each in its own venv under .clients/ (4.8 GB; about 3 minutes to install here the first time):
 # MaxText 0.2.5 (Python 3.12, CPU jax) and transformers 5.23.0 with torch 2.13.0 (CPU). Not part of `make test`
-# (with the install it would double CI's time); run it before changing a batch format or an integration.
+# (with the install it would double CI's time); run it before changing a batch format or an integration. The pages'
+# blocks marked `client NAME` run there as printed: docs/levanter.md (clients/levanter/test_levanter_page.py),
+# docs/trainers.md's MaxText and transformers sections (clients/*/test_*_trainers_page.py).
 CLIENTS := .clients
 MAXTEXT_VERSION := 0.2.5
 TRANSFORMERS_VERSION := 5.23.0
