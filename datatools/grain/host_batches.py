@@ -38,6 +38,7 @@ from datatools.base.checks import check_choice, check_int
 from datatools.grain.batch import read_batch
 from datatools.grain.schedule import ReadAheadSchedule, Schedule
 from datatools.io import read_stats
+from datatools.kernels.packing.materialize import new_batch
 from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation
 
 CANONICAL = ("tokens", "segment_ids", "positions", "loss_mask")
@@ -62,7 +63,7 @@ def _touch(path: str) -> None:
 def empty_rows(rows: int, length: int, pad_id: int, *, fill_from: int = 0) -> dict[str, np.ndarray]:
     """A canonical batch of ``rows`` rows of ``length`` tokens; rows from ``fill_from`` on are empty (padding:
     ``segment_ids`` 0), the rows before it are left unwritten for the caller to fill (no write twice)."""
-    out = {key: np.empty((rows, length), np.int32) for key in CANONICAL}
+    out = new_batch(rows, length)  # memory used again once nobody holds it (faulting in fresh pages costs more)
     out["tokens"][fill_from:] = pad_id
     for key in CANONICAL[1:]:
         out[key][fill_from:] = 0

@@ -25,7 +25,8 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Protocol, runtime_checkable
 
 import numba
@@ -372,37 +373,53 @@ class StorePieceReader:
             self.peak_ahead_bytes = max(self.peak_ahead_bytes, int(self._ahead.sum()) * self.extent * self.itemsize)
         return left == 0
 
-    def read_pieces(self, doc, start, length) -> np.ndarray:
+    @contextmanager
+    def holding(self, doc, start, length) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Hold the extents of these pieces in the slab while the block runs: read those not held (all at once),
+        wait for them, and give ``(slab, slot_of)``: token t of the store is ``slab[slot_of[t // extent], t %
+        extent]``. The slots are pinned (no read reuses them) until the block ends; the bytes delivered and the
+        time waited are counted."""
         length = np.asarray(length, np.int64)
-        out = np.empty(int(length.sum()), np.int32)
         with self._lock:
             self._setup()
             begin = self.store.offsets[np.asarray(doc, np.int64)] + np.asarray(start, np.int64)
             ids = self._extents_of(begin, length)
             if not ids.size:
-                return out
-            self._tick += 1
-            before = self._slot_of[ids]
-            held = before >= 0
-            self._pins[before[held]] += 1  # pinned first: reading the missing ones must not reuse their slots
-            self._issue(ids, prefetch=False)
-            slots = self._slot_of[ids]
-            self._pins[slots[~held]] += 1
-            self._ahead[slots] = False
-            self._last_used[slots] = self._tick
+                slab, slot_of = self._slab, self._slot_of.copy()
+            else:
+                self._tick += 1
+                before = self._slot_of[ids]
+                held = before >= 0
+                self._pins[before[held]] += 1  # pinned first: reading the missing ones must not reuse their slots
+                self._issue(ids, prefetch=False)
+                slots = self._slot_of[ids]
+                self._pins[slots[~held]] += 1
+                self._ahead[slots] = False
+                self._last_used[slots] = self._tick
+        if not ids.size:
+            yield slab, slot_of
+            return
         try:
             waited = self._settle(slots)
             with self._lock:
                 slab, slot_of = self._slab, self._slot_of.copy()
-            _gather_extents(slab.reshape(-1), slot_of, self.extent, begin, length, out)
+            yield slab, slot_of
         finally:
             with self._lock:
                 self._pins[slots] = np.maximum(self._pins[slots] - 1, 0)
         read_stats.record(bytes_delivered=int(length.sum()) * self.itemsize, wait_s=waited)
+
+    def read_pieces(self, doc, start, length) -> np.ndarray:
+        length = np.asarray(length, np.int64)
+        out = np.empty(int(length.sum()), np.int32)
+        with self.holding(doc, start, length) as (slab, slot_of):
+            if out.size:
+                begin = self.store.offsets[np.asarray(doc, np.int64)] + np.asarray(start, np.int64)
+                _gather_extents(slab.reshape(-1), slot_of, self.extent, begin, length, out)
         return out
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _gather_extents(flat, slot_of, extent, begin, length, out):
     """Copy piece j (tokens ``[begin[j], begin[j] + length[j])`` of the store) into ``out``, back to back, from
     the slab (flat): token t is at ``slot_of[t // extent] * extent + t % extent``."""
@@ -443,6 +460,25 @@ class StoreDocuments(PieceReadingSource):
 
     def read_pieces(self, doc, start, length) -> np.ndarray:
         return self.reader.read_pieces(*check_pieces(doc, start, length, self.lengths()))
+
+    def pack_rows(self, plan, rows, pad_id: int = 0, out: dict | None = None) -> dict[str, np.ndarray]:
+        """Rows filled straight from the reader's slab of extents (no gather of their pieces first: one copy of
+        each token), every extent they touch held while the rows are filled."""
+        from datatools.kernels.packing import materialize
+        from datatools.kernels.packing.materialize import check_plan_rows, pieces_of_rows
+
+        rows = check_plan_rows(plan, rows)
+        sel, _ = pieces_of_rows(plan, rows)
+        with self.reader.holding(plan.doc[sel], plan.start[sel], plan.length[sel]) as (slab, slot_of):
+            return materialize(
+                plan,
+                slab.reshape(-1),
+                self.store.offsets,
+                rows,
+                pad_id=pad_id,
+                out=out,
+                extents=(slot_of, self.reader.extent),
+            )
 
     @property
     def reads_ahead(self) -> bool:

@@ -133,3 +133,32 @@ def test_a_local_store_is_not_read_ahead(tmp_path):
 
     docs = StoreDocuments(TokenStore(write_test_store(tmp_path / "s", random_docs(50, mean_log=3.0, max_len=40))))
     assert docs.reads_ahead is False
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    extent=st.sampled_from([64, 256, 1000, 1 << 20]),
+    slots=st.integers(1, 6),
+    ctx=st.sampled_from([128, 512, 2048]),
+    seed=st.integers(0, 2**16),
+)
+def test_rows_filled_from_the_slab_equal_rows_from_the_documents(formats, extent, slots, ctx, seed):
+    """A store's rows are filled straight from its reader's slab of extents (one copy): equal to rows built from
+    the flat tokens, for pieces crossing extents, and with a slab too small to hold a batch (it grows)."""
+    from unittest import mock
+
+    from datatools import pack_lengths
+    from datatools.io.documents import StoreDocuments
+    from datatools.io.store import TokenStore
+
+    store = TokenStore(str(formats["store"]))
+    with mock.patch.object(TokenStore, "object_tokens", property(lambda self: extent)):
+        src = StoreDocuments(store, cache_bytes=slots * extent * store.dtype.itemsize)
+        plan = pack_lengths(TRUTH.lengths(), ctx, algorithm="first_fit", overflow="split")
+        rng = np.random.default_rng(seed)
+        for _ in range(3):
+            rows = rng.choice(plan.num_rows, size=min(plan.num_rows, int(rng.integers(1, 9))), replace=False)
+            got, want = src.pack_rows(plan, rows), TRUTH.pack_rows(plan, rows)
+            for key in want:
+                np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+        assert src.reader.extent == extent

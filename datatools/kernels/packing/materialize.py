@@ -8,6 +8,9 @@ the tokens, and the ids written to fit int32 (:func:`check_token_ids` checks a w
 
 from __future__ import annotations
 
+import sys
+import threading
+
 import numba
 import numpy as np
 
@@ -15,6 +18,7 @@ from datatools.base.checks import check_id, short_repr
 from datatools.kernels.packing.plan import PackPlan
 
 _CANONICAL = ("tokens", "segment_ids", "positions", "loss_mask")
+_WHOLE, _WHOLE_EXTENT = np.zeros(1, np.int64), 1 << 62  # a flat token array: one extent, in slot 0
 
 
 def materialize(
@@ -26,6 +30,7 @@ def materialize(
     pad_id: int = 0,
     check_values: bool = True,
     out: dict[str, np.ndarray] | None = None,
+    extents: tuple[np.ndarray, int] | None = None,
 ) -> dict[str, np.ndarray]:
     """Build packed rows from a flat token array, writing every output slot once.
 
@@ -47,6 +52,10 @@ def materialize(
         shape (len(rows), ctx) under ``tokens``, ``segment_ids``, ``positions``, ``loss_mask``); every slot
         is overwritten. Use it where the caller owns the buffer (a batch Grain may still hold must not be
         reused).
+      extents: ``(slot_of, extent)`` when ``tokens`` is a slab of extents rather than the flat array itself (a
+        store reader's cache, :class:`~datatools.io.documents.StorePieceReader`): token t of the flat array is
+        ``tokens[slot_of[t // extent] * extent + t % extent]``; every extent the rows touch must be held. The
+        rows are then filled straight from the slab, with no gather of their pieces first.
 
     Returns:
       int32 arrays of shape (len(rows), ctx), the canonical datatools batch (``out`` itself when given):
@@ -81,7 +90,8 @@ def materialize(
     batch = _output_batch(out, rows.shape[0], plan.ctx)
     if rows.shape[0] == 0:
         return batch
-    _check_piece_bounds(plan, rows, offsets, tokens.shape[0])
+    slot_of, extent = (_WHOLE, _WHOLE_EXTENT) if extents is None else extents
+    _check_piece_bounds(plan, rows, offsets, tokens.shape[0] if extents is None else int(offsets[-1]))
     wide = bool(check_values) and tokens.dtype.itemsize >= 4 and tokens.dtype != np.int32
     _fill_checked(
         rows,
@@ -96,8 +106,61 @@ def materialize(
         wide,
         batch,
         rows,
+        slot_of,
+        extent,
     )
     return batch
+
+
+def check_plan_rows(plan: PackPlan, rows) -> np.ndarray:
+    """``rows`` of ``plan`` as checked int64 row ids (all rows when None); TypeError for a plan that is not a
+    :class:`PackPlan`, IndexError for a row outside it."""
+    _check_plan(plan)
+    return _check_rows(plan, rows)
+
+
+class _BatchPool:
+    """Memory for new canonical batches, used again once nobody holds it.
+
+    A fresh 16 MiB batch (128 x 8192 x 4 outputs x 4 bytes) costs more to fault in page by page than to fill:
+    1.5-3x the fill (issue 31: local reads). A batch is four views of one (4, rows, ctx) array; that array goes
+    back to work when only the pool refers to it (CPython's reference count: the caller's dict, any of its
+    arrays, and any view or buffer taken from them all hold it), so memory a caller still holds is never
+    written. The pool grows to the batches alive at once (Grain's read-ahead buffer holds 16), up to
+    :attr:`KEPT_BYTES` per process; beyond that a batch is new memory, freed as usual."""
+
+    KEPT_BYTES = 512 << 20
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: dict[tuple[int, int], list[np.ndarray]] = {}
+        self._bytes = 0
+
+    def batch(self, rows: int, ctx: int) -> dict[str, np.ndarray]:
+        with self._lock:
+            kept = self._kept.setdefault((rows, ctx), [])
+            free = next((a for a in kept if sys.getrefcount(a) <= 3), None)  # the list, ``a`` and the call
+            if free is None:
+                free = np.empty((len(_CANONICAL), rows, ctx), np.int32)
+                if self._bytes + free.nbytes <= self.KEPT_BYTES:
+                    kept.append(free)
+                    self._bytes += free.nbytes
+            return dict(zip(_CANONICAL, free))
+
+    def __getstate__(self):
+        return {}
+
+    def __setstate__(self, state):
+        self.__init__()
+
+
+_POOL = _BatchPool()
+
+
+def new_batch(rows: int, ctx: int) -> dict[str, np.ndarray]:
+    """Four uninitialized C-contiguous int32 arrays of shape (rows, ctx) under the canonical keys, from memory no
+    caller holds any more where there is some (see :class:`_BatchPool`)."""
+    return _POOL.batch(rows, ctx)
 
 
 def _check_plan(plan) -> None:
@@ -109,7 +172,7 @@ def _output_batch(out, batch: int, ctx: int) -> dict[str, np.ndarray]:
     """``out`` checked to be a canonical batch of ``batch`` x ``ctx`` int32 C-contiguous arrays, or four new
     uninitialized ones (the fill writes every slot)."""
     if out is None:
-        return {k: np.empty((batch, ctx), np.int32) for k in _CANONICAL}
+        return new_batch(batch, ctx)
     if not isinstance(out, dict) or any(k not in out for k in _CANONICAL):
         raise TypeError(f"out must be a dict of {', '.join(_CANONICAL)} arrays, got {short_repr(out)}")
     for k in _CANONICAL:
@@ -127,7 +190,22 @@ def _output_batch(out, batch: int, ctx: int) -> dict[str, np.ndarray]:
     return out
 
 
-def _fill_checked(rows, row_splits, doc, start, length, offset, offsets, tokens, pad_id, wide, batch, row_ids) -> None:
+def _fill_checked(
+    rows,
+    row_splits,
+    doc,
+    start,
+    length,
+    offset,
+    offsets,
+    tokens,
+    pad_id,
+    wide,
+    batch,
+    row_ids,
+    slot_of=_WHOLE,
+    extent=_WHOLE_EXTENT,
+) -> None:
     """Run the fill; a row holding an id outside [0, 2**31 - 1] is a ValueError naming the id, its row and slot."""
     err = np.zeros(3, np.int64)
     if _fill_rows(
@@ -139,6 +217,8 @@ def _fill_checked(rows, row_splits, doc, start, length, offset, offsets, tokens,
         offset,
         offsets,
         tokens,
+        slot_of,
+        extent,
         pad_id,
         wide,
         batch["tokens"],
@@ -228,6 +308,14 @@ def check_token_ids(tokens: np.ndarray, where: str = "tokens") -> None:
             raise ValueError(f"{where}: token id {bad} outside [0, 2**31 - 1] (batches are int32)")
 
 
+def pieces_of_rows(plan: PackPlan, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The pieces of ``rows`` (checked int64 row ids) in order: their indices into the plan's piece arrays, and
+    where each row's begin among them (``len(rows) + 1`` values), vectorized."""
+    first, counts = plan.row_splits[rows], np.diff(plan.row_splits)[rows]
+    splits = np.concatenate(([0], np.cumsum(counts)))
+    return np.repeat(first - splits[:-1], counts) + np.arange(splits[-1], dtype=np.int64), splits
+
+
 def materialize_pieces(
     plan: PackPlan, read_pieces, rows=None, *, pad_id: int = 0, out: dict[str, np.ndarray] | None = None
 ) -> dict[str, np.ndarray]:
@@ -246,9 +334,7 @@ def materialize_pieces(
     _check_plan(plan)
     rows = _check_rows(plan, rows)
     pad_id = check_id(pad_id, "pad_id")
-    first, counts = plan.row_splits[rows], np.diff(plan.row_splits)[rows]
-    splits = np.concatenate(([0], np.cumsum(counts)))
-    sel = np.repeat(first - splits[:-1], counts) + np.arange(splits[-1], dtype=np.int64)
+    sel, splits = pieces_of_rows(plan, rows)
     start, length = plan.start[sel], plan.length[sel]
     flat = np.asarray(read_pieces(plan.doc[sel], start, length))
     if flat.ndim != 1 or flat.dtype.kind not in "iu" or flat.shape[0] != int(length.sum()):
@@ -289,6 +375,8 @@ def _fill_rows(
     offset,
     offsets,
     tokens,
+    slot_of,
+    extent,
     pad_id,
     wide,
     out_tokens,
@@ -299,6 +387,9 @@ def _fill_rows(
 ):
     """Write each selected row of the (batch, ctx) int32 outputs once: its pieces and the padding between and
     after them (no prefill). Each output is filled by its own slice loop, so each vectorizes.
+
+    Token t of the flat array ``offsets`` indexes is ``tokens[slot_of[t // extent] * extent + t % extent]``
+    (a flat array: ``slot_of = [0]`` and an extent past its end); a piece is copied one extent at a time.
 
     ``wide``: check each piece's source ids fit [0, 2**31 - 1] before the cast. Every piece's int32 ids are checked
     non-negative as they are written (``pad_id`` is checked by the caller). On a bad id: ``err`` = (batch row,
@@ -316,26 +407,32 @@ def _fill_rows(
                 s_row[at:dst] = 0
                 p_row[at:dst] = 0
                 m_row[at:dst] = 0
-            src = offsets[doc[q]] + start[q]
-            piece = tokens[src : src + n]
-            if wide and n > 0 and (piece.min() < 0 or piece.max() > 2147483647):
-                for j in range(n):
-                    if piece[j] < 0 or piece[j] > 2147483647:
-                        err[0], err[1], err[2] = b, src + j, 0
-                        return True
-            # An explicit loop over 1-D views, not ``t_row[dst:dst + n] = piece``: numba's slice assignment
-            # copies the source first when the two may overlap (2.4x slower at 32 x 1024). The minimum of the
-            # int32 ids written is taken in the same loop (no second pass over the row).
-            t_piece = t_row[dst : dst + n]
-            least = np.int32(0)
-            for j in range(n):
-                t_piece[j] = piece[j]
-                least = min(least, t_piece[j])
-            if least < 0:
-                for j in range(n):
-                    if t_piece[j] < 0:
-                        err[0], err[1], err[2] = b, dst + j, t_piece[j]
-                        return True
+            t, w, left = offsets[doc[q]] + start[q], dst, n
+            while left > 0:  # one span per extent the piece crosses (one for a flat array)
+                c = t // extent
+                off = t - c * extent
+                take = min(left, extent - off)
+                src = slot_of[c] * extent + off
+                piece = tokens[src : src + take]
+                if wide and (piece.min() < 0 or piece.max() > 2147483647):
+                    for j in range(take):
+                        if piece[j] < 0 or piece[j] > 2147483647:
+                            err[0], err[1], err[2] = b, src + j, 0
+                            return True
+                # An explicit loop over 1-D views, not ``t_row[w:w + take] = piece``: numba's slice assignment
+                # copies the source first when the two may overlap (2.4x slower at 32 x 1024). The minimum of the
+                # int32 ids written is taken in the same loop (no second pass over the row).
+                t_piece = t_row[w : w + take]
+                least = np.int32(0)
+                for j in range(take):
+                    t_piece[j] = piece[j]
+                    least = min(least, t_piece[j])
+                if least < 0:
+                    for j in range(take):
+                        if t_piece[j] < 0:
+                            err[0], err[1], err[2] = b, w + j, t_piece[j]
+                            return True
+                t, w, left = t + take, w + take, left - take
             s_row[dst : dst + n] = q - row_splits[r] + 1
             p0 = np.int32(start[q])  # int32 arithmetic on a slice view: vectorizes (4x the int64 loop)
             p_piece = p_row[dst : dst + n]
