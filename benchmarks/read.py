@@ -379,16 +379,24 @@ PASS_LABELS = {
 
 
 @contextmanager
-def s3_server(tmp: Path) -> Iterator[str]:
+def s3_server(tmp: Path, ranged_reads: bool = False) -> Iterator[str]:
     """moto's S3 API server (``moto[server]``, from this venv) on a free 127.0.0.1 port; yields its URL, then stops
-    it (terminate, then kill after 10 s)."""
+    it (terminate, then kill after 10 s). ``ranged_reads``: a ranged GET reads only its range (moto reads the whole
+    object; see ``benchmarks/_moto_ranged.py``)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if k not in AWS_VARS}
     with open(tmp / "moto_server.log", "wb") as log:
         proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+            [
+                *(
+                    [sys.executable, str(Path(__file__).resolve().parent / "_moto_ranged.py")]
+                    if ranged_reads
+                    else [str(Path(sys.executable).parent / "moto_server")]
+                ),
+                *("-H", "127.0.0.1", "-p", str(port)),
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,

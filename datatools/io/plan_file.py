@@ -45,6 +45,7 @@ from datatools.io import storage
 from datatools.io.atomic import atomic_write_text, current_umask, new_file_mode
 from datatools.io.paths import display
 from datatools.kernels.packing import ALGORITHMS, PackPlan
+from datatools.kernels.packing.algorithms import BY_NAME
 from datatools.kernels.packing.groups import lower_bound_rows, pack_in_groups, size_histogram
 from datatools.kernels.packing.plan_format import (
     ARRAYS,
@@ -152,7 +153,7 @@ def write_plan(
         raise ValueError(f"lengths must be a 1-D integer array, got {lengths.dtype} {lengths.shape}")
     identity = lengths_identity(lengths)  # one streaming pass (also the largest length below)
     pieces, max_start, max_len = piece_stats(lengths, ctx, overflow)
-    if algorithm == "concat_split":  # documents are cut across rows: starts up to the longest document
+    if BY_NAME[algorithm].cuts_documents:  # documents are cut across rows: starts up to the longest document
         pieces, max_start = identity["documents"] + identity["tokens"] // ctx + 1, max(max_len - 1, 0)
     for a in range(0, lengths.shape[0], CHUNK):
         part = lengths[a : a + CHUNK]

@@ -8,12 +8,10 @@ the tokens, and the ids written to fit int32 (:func:`check_token_ids` checks a w
 
 from __future__ import annotations
 
-import sys
-import threading
-
 import numba
 import numpy as np
 
+from datatools.base import array_pool
 from datatools.base.checks import check_id, short_repr
 from datatools.kernels.packing.plan import PackPlan
 
@@ -119,48 +117,11 @@ def check_plan_rows(plan: PackPlan, rows) -> np.ndarray:
     return _check_rows(plan, rows)
 
 
-class _BatchPool:
-    """Memory for new canonical batches, used again once nobody holds it.
-
-    A fresh 16 MiB batch (128 x 8192 x 4 outputs x 4 bytes) costs more to fault in page by page than to fill:
-    1.5-3x the fill (issue 31: local reads). A batch is four views of one (4, rows, ctx) array; that array goes
-    back to work when only the pool refers to it (CPython's reference count: the caller's dict, any of its
-    arrays, and any view or buffer taken from them all hold it), so memory a caller still holds is never
-    written. The pool grows to the batches alive at once (Grain's read-ahead buffer holds 16), up to
-    :attr:`KEPT_BYTES` per process; beyond that a batch is new memory, freed as usual."""
-
-    KEPT_BYTES = 512 << 20
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._kept: dict[tuple[int, int], list[np.ndarray]] = {}
-        self._bytes = 0
-
-    def batch(self, rows: int, ctx: int) -> dict[str, np.ndarray]:
-        with self._lock:
-            kept = self._kept.setdefault((rows, ctx), [])
-            free = next((a for a in kept if sys.getrefcount(a) <= 3), None)  # the list, ``a`` and the call
-            if free is None:
-                free = np.empty((len(_CANONICAL), rows, ctx), np.int32)
-                if self._bytes + free.nbytes <= self.KEPT_BYTES:
-                    kept.append(free)
-                    self._bytes += free.nbytes
-            return dict(zip(_CANONICAL, free))
-
-    def __getstate__(self):
-        return {}
-
-    def __setstate__(self, state):
-        self.__init__()
-
-
-_POOL = _BatchPool()
-
-
 def new_batch(rows: int, ctx: int) -> dict[str, np.ndarray]:
-    """Four uninitialized C-contiguous int32 arrays of shape (rows, ctx) under the canonical keys, from memory no
-    caller holds any more where there is some (see :class:`_BatchPool`)."""
-    return _POOL.batch(rows, ctx)
+    """Four uninitialized C-contiguous int32 arrays of shape (rows, ctx) under the canonical keys: views of one
+    array from :mod:`datatools.base.array_pool` (memory nobody holds any more, used again: faulting in a fresh
+    16 MiB batch costs more than filling it), reused once no caller holds any of the four."""
+    return dict(zip(_CANONICAL, array_pool.empty((len(_CANONICAL), rows, ctx), np.int32)))
 
 
 def _check_plan(plan) -> None:

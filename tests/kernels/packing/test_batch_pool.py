@@ -1,5 +1,6 @@
-"""New batches reuse memory nobody holds any more (faulting in fresh pages cost more than the fill, issue 31), and
-never memory a caller still holds: a batch, one of its arrays, a view or a buffer of it."""
+"""New batches (and the copies of batches out of Grain workers' shared memory) reuse memory nobody holds any more
+(faulting in fresh pages cost more than the fill, issue 31), and never memory a caller still holds: a batch, one
+of its arrays, a view or a buffer of it (datatools/base/array_pool.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datatools import pack_lengths
+from datatools.base import array_pool
 from datatools.kernels.packing import materialize
 from datatools.kernels.packing.materialize import new_batch
 
@@ -68,3 +70,18 @@ def test_memory_nobody_holds_is_used_again_and_batches_are_canonical():
     assert address(new_batch(4, 256)) != where  # one array of the batch is still held
     del tokens
     assert address(new_batch(4, 256)) == where
+
+
+def test_a_copy_is_a_plain_array_in_memory_nobody_holds():
+    source = np.arange(24, dtype=np.int64).reshape(4, 6)[:, ::2]  # not contiguous
+    first = array_pool.copy(source)
+    assert type(first) is np.ndarray and first.flags.c_contiguous and first.dtype == source.dtype
+    np.testing.assert_array_equal(first, source)
+    kept = first.__array_interface__["data"][0]
+    second = array_pool.copy(source + 1)
+    assert second.__array_interface__["data"][0] != kept  # ``first`` is held
+    np.testing.assert_array_equal(first, source)
+    del first
+    third = array_pool.copy(source + 2)
+    assert third.__array_interface__["data"][0] == kept
+    np.testing.assert_array_equal(second, source + 1)
