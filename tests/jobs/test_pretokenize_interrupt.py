@@ -108,10 +108,10 @@ def test_ctrl_c_stops_the_workers_within_2_s_and_a_rerun_resumes_within_a_shard(
     assert tree_digest(out) == tree_digest(reference)
 
 
-PIPELINE_STOP_S = 6.0  # measured 0.04-1.7 s on an idle machine, 2.2-5.1 s beside other tests: not yet the 2 s
+PIPELINE_STOP_S = 2.0  # the issue's bound: 0.9-1.3 s measured alone on an idle machine (2.2-5.1 s beside other tests)
 
 
-@pytest.mark.slow  # seconds of Grain workers starting, and its timing is not yet within the issue's 2 s
+@pytest.mark.slow  # a wall-clock bound (2 s) that holds on a quiet machine, not beside other tests
 @pytest.mark.parametrize("when", ["starting its workers", "running"])
 def test_ctrl_c_stops_a_pipeline_with_grain_workers(tmp_path, when):
     """``datatools pipeline`` with 2 Grain worker processes: Ctrl-C (to the whole process group) while the workers
