@@ -37,7 +37,8 @@ from datatools.base.checks import as_lengths
 from datatools.io import read_stats, storage
 from datatools.io.levanter_cache import LevanterCache
 from datatools.io.store import TokenStore
-from datatools.kernels.packing import check_token_ids
+from datatools.kernels.packing import check_token_ids, materialize
+from datatools.kernels.packing.materialize import check_plan_rows, pieces_of_rows
 
 DEFAULT_CACHE_BYTES = 512 << 20  # decoded store chunks kept per process
 MIN_REMOTE_SLOTS = 1024  # extents a remote reader holds at least (a Levanter cache's 1 MiB inner chunks: 1 GiB)
@@ -362,43 +363,38 @@ class StorePieceReader:
                     read_stats.record(latency_s=time.perf_counter() - started)
         return time.perf_counter() - t0
 
+    def _begin(self, doc, start) -> np.ndarray:
+        """The store positions (tokens) where pieces ``(doc, start)`` begin, int64."""
+        return self.store.offsets[np.asarray(doc, np.int64)] + np.asarray(start, np.int64)
+
     def prefetch(self, doc, start, length) -> bool:
         """Start reading the extents of these pieces (of a batch still to come) without waiting. True when every
         extent is now held or in flight; False when the read-ahead half of the slab ran out first."""
         with self._lock:
             self._setup()
-            begin = self.store.offsets[np.asarray(doc, np.int64)] + np.asarray(start, np.int64)
-            ids = self._extents_of(begin, np.asarray(length, np.int64))
+            ids = self._extents_of(self._begin(doc, start), np.asarray(length, np.int64))
             left = self._issue(ids, prefetch=True)
             self.peak_ahead_bytes = max(self.peak_ahead_bytes, int(self._ahead.sum()) * self.extent * self.itemsize)
         return left == 0
 
     @contextmanager
-    def holding(self, doc, start, length) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Hold the extents of these pieces in the slab while the block runs: read those not held (all at once),
-        wait for them, and give ``(slab, slot_of)``: token t of the store is ``slab[slot_of[t // extent], t %
-        extent]``. The slots are pinned (no read reuses them) until the block ends; the bytes delivered and the
-        time waited are counted."""
-        length = np.asarray(length, np.int64)
+    def holding(self, begin: np.ndarray, length: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Hold the extents of the pieces ``[begin, begin + length)`` (store positions, int64) in the slab while
+        the block runs: read those not held (all at once), wait for them, and give ``(slab, slot_of)``: token t
+        of the store is ``slab[slot_of[t // extent], t % extent]``. The slots are pinned (no read reuses them)
+        until the block ends; the bytes delivered and the time waited are counted."""
         with self._lock:
             self._setup()
-            begin = self.store.offsets[np.asarray(doc, np.int64)] + np.asarray(start, np.int64)
             ids = self._extents_of(begin, length)
-            if not ids.size:
-                slab, slot_of = self._slab, self._slot_of.copy()
-            else:
-                self._tick += 1
-                before = self._slot_of[ids]
-                held = before >= 0
-                self._pins[before[held]] += 1  # pinned first: reading the missing ones must not reuse their slots
-                self._issue(ids, prefetch=False)
-                slots = self._slot_of[ids]
-                self._pins[slots[~held]] += 1
-                self._ahead[slots] = False
-                self._last_used[slots] = self._tick
-        if not ids.size:
-            yield slab, slot_of
-            return
+            self._tick += 1
+            before = self._slot_of[ids]
+            held = before >= 0
+            self._pins[before[held]] += 1  # pinned first: reading the missing ones must not reuse their slots
+            self._issue(ids, prefetch=False)
+            slots = self._slot_of[ids]
+            self._pins[slots[~held]] += 1
+            self._ahead[slots] = False
+            self._last_used[slots] = self._tick
         try:
             waited = self._settle(slots)
             with self._lock:
@@ -410,12 +406,10 @@ class StorePieceReader:
         read_stats.record(bytes_delivered=int(length.sum()) * self.itemsize, wait_s=waited)
 
     def read_pieces(self, doc, start, length) -> np.ndarray:
-        length = np.asarray(length, np.int64)
+        begin, length = self._begin(doc, start), np.asarray(length, np.int64)
         out = np.empty(int(length.sum()), np.int32)
-        with self.holding(doc, start, length) as (slab, slot_of):
-            if out.size:
-                begin = self.store.offsets[np.asarray(doc, np.int64)] + np.asarray(start, np.int64)
-                _gather_extents(slab.reshape(-1), slot_of, self.extent, begin, length, out)
+        with self.holding(begin, length) as (slab, slot_of):
+            _gather_extents(slab.reshape(-1), slot_of, self.extent, begin, length, out)
         return out
 
 
@@ -464,12 +458,10 @@ class StoreDocuments(PieceReadingSource):
     def pack_rows(self, plan, rows, pad_id: int = 0, out: dict | None = None) -> dict[str, np.ndarray]:
         """Rows filled straight from the reader's slab of extents (no gather of their pieces first: one copy of
         each token), every extent they touch held while the rows are filled."""
-        from datatools.kernels.packing import materialize
-        from datatools.kernels.packing.materialize import check_plan_rows, pieces_of_rows
-
         rows = check_plan_rows(plan, rows)
         sel, _ = pieces_of_rows(plan, rows)
-        with self.reader.holding(plan.doc[sel], plan.start[sel], plan.length[sel]) as (slab, slot_of):
+        begin = self.store.offsets[plan.doc[sel]] + plan.start[sel]
+        with self.reader.holding(begin, plan.length[sel].astype(np.int64)) as (slab, slot_of):
             return materialize(
                 plan,
                 slab.reshape(-1),

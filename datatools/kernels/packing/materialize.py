@@ -69,8 +69,7 @@ def materialize(
       ValueError: a token id the rows hold is outside [0, 2**31 - 1] (a negative id is refused whatever the
         dtype and ``check_values``), or the plan and arrays do not match.
     """
-    _check_plan(plan)
-    rows = _check_rows(plan, rows)
+    rows = check_plan_rows(plan, rows)
     pad_id = check_id(pad_id, "pad_id")
     tokens = np.asarray(tokens)
     offsets = np.asarray(offsets)
@@ -292,8 +291,7 @@ def materialize_pieces(
       pad_id: token written at padding slots.
       out: a canonical batch to write into, as for :func:`materialize`.
     """
-    _check_plan(plan)
-    rows = _check_rows(plan, rows)
+    rows = check_plan_rows(plan, rows)
     pad_id = check_id(pad_id, "pad_id")
     sel, splits = pieces_of_rows(plan, rows)
     start, length = plan.start[sel], plan.length[sel]
