@@ -89,8 +89,7 @@ class _EtaColumn(ProgressColumn):
         last = self._moved.get(task.id)
         if last is None or last[0] != task.completed:
             last = self._moved[task.id] = (task.completed, now)
-        seconds = eta_seconds(task.completed, task.total, task.elapsed or 0.0, now - last[1])
-        return Text("ETA -" if seconds is None else f"ETA {_clock(seconds)}", style="progress.remaining")
+        return Text(_eta(task.completed, task.total, task.elapsed or 0.0, now - last[1]), style="progress.remaining")
 
 
 @contextmanager
@@ -314,49 +313,33 @@ def job_progress(
       interval_s: seconds between plain lines off a terminal.
       console: where to draw (default: a rich console on stderr).
     """
-    with paused():
-        with _job_progress(
-            total_shards, done, enabled, description, total_bytes, done_bytes, interval_s, console
-        ) as bar:
-            yield bar
-
-
-@contextmanager
-def _job_progress(total_shards, done, enabled, description, total_bytes, done_bytes, interval_s, console):
     console = Console(stderr=True) if console is None else console
-    if not enabled:
-        yield JobBar(
-            None, None, total_shards=total_shards, done_shards=done, total_bytes=total_bytes, done_bytes=done_bytes
-        )
-        return
-    if not console.is_terminal:  # no live display in logs and pipes: a plain line every interval_s
-        bar = JobBar(
-            None, None, total_shards=total_shards, done_shards=done, total_bytes=total_bytes, done_bytes=done_bytes
-        )
-        with _plain_lines(console, lambda: f"{description}: {bar.status()}", interval_s):
-            yield bar
-        return
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        TextColumn("{task.fields[status]}"),
-        _EtaColumn(),
-        console=console,
-        transient=True,
+    bar = JobBar(
+        None, None, total_shards=total_shards, done_shards=done, total_bytes=total_bytes, done_bytes=done_bytes
     )
-    with progress:
-        by_bytes = total_bytes is not None
-        task = progress.add_task(
-            description,
-            total=total_bytes if by_bytes else total_shards,
-            completed=done_bytes if by_bytes else done,
-            status="",
-        )
-        bar = JobBar(
-            progress, task, total_shards=total_shards, done_shards=done, total_bytes=total_bytes, done_bytes=done_bytes
-        )
-        progress.update(task, status=bar.status(eta=False))
-        yield bar
+    with paused():
+        if not enabled:
+            yield bar
+        elif not console.is_terminal:  # no live display in logs and pipes: a plain line every interval_s
+            with _plain_lines(console, lambda: f"{description}: {bar.status()}", interval_s):
+                yield bar
+        else:
+            columns = (TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"))
+            with Progress(*columns, _EtaColumn(), console=console, transient=True) as progress:
+                by_bytes = total_bytes is not None
+                total, completed = (total_bytes, done_bytes) if by_bytes else (total_shards, done)
+                bar._progress = progress
+                bar._task = progress.add_task(description, total=total, completed=completed, status="")
+                progress.update(bar._task, status=bar.status(eta=False))
+                yield bar
+
+
+def _counts(done: float, total: float, unit: str, elapsed: float) -> str:
+    """``done/total unit`` (``unit="bytes"``: ``1.2 MB of 3.4 MB``) and the rate over ``elapsed`` seconds."""
+    rate = done / max(elapsed, 1e-9)
+    if unit == "bytes":
+        return f"{_bytes(done)} of {_bytes(total)} ({_bytes(rate)}/s)"
+    return f"{int(done):,}/{int(total):,}{' ' + unit if unit else ''} ({_rate(rate)}/s)"
 
 
 class _CountRate(ProgressColumn):
@@ -367,55 +350,34 @@ class _CountRate(ProgressColumn):
         self.unit = unit
 
     def render(self, task) -> Text:
-        elapsed = max(task.elapsed or 0.0, 1e-9)
-        if self.unit == "bytes":
-            return Text(f"{_bytes(task.completed)} of {_bytes(task.total or 0)} ({_bytes(task.completed / elapsed)}/s)")
-        unit = f" {self.unit}" if self.unit else ""
-        return Text(f"{int(task.completed):,}/{int(task.total or 0):,}{unit} ({_rate(task.completed / elapsed)}/s)")
+        return Text(_counts(task.completed, task.total or 0, self.unit, task.elapsed or 0.0))
 
 
 @contextmanager
 def count_progress(console: Console, total: int, what: str, *, unit: str = "", interval_s: float = PLAIN_INTERVAL_S):
     """Progress of ``total`` steps (``unit="bytes"``: bytes) on ``console``, with the rate and the ETA; yields
     ``advance(n=1)``. A transient bar on a terminal, a plain line every ``interval_s`` seconds elsewhere."""
-    with paused(), _count_progress(console, total, what, unit, interval_s) as advance:
-        yield advance
+    with paused():
+        if not console.is_terminal:
+            t0 = time.perf_counter()
+            state = {"done": 0, "moved": t0}
 
+            def line() -> str:
+                now = time.perf_counter()
+                elapsed, done = now - t0, state["done"]
+                counts = _counts(done, total, unit, elapsed)
+                return (
+                    f"{what}: {counts}, {_eta(done, total, elapsed, now - state['moved'])}, elapsed {_clock(elapsed)}"
+                )
 
-@contextmanager
-def _count_progress(console: Console, total: int, what: str, unit: str, interval_s: float):
-    if not console.is_terminal:
-        state = {"done": 0, "moved": time.perf_counter()}
-        t0 = time.perf_counter()
+            def advance(n: int = 1, *_, **__) -> None:
+                state["done"] += n
+                state["moved"] = time.perf_counter()
 
-        def line() -> str:
-            now = time.perf_counter()
-            elapsed = now - t0
-            done = state["done"]
-            if unit == "bytes":
-                counts = f"{_bytes(done)} of {_bytes(total)} ({_bytes(done / max(elapsed, 1e-9))}/s)"
-            else:
-                counts = f"{done:,}/{total:,}{' ' + unit if unit else ''} ({_rate(done / max(elapsed, 1e-9))}/s)"
-            return f"{what}: {counts}, {_eta(done, total, elapsed, now - state['moved'])}, elapsed {_clock(elapsed)}"
-
-        def advance(n: int = 1, *_, **__) -> None:
-            state["done"] += n
-            state["moved"] = time.perf_counter()
-
-        with _plain_lines(console, line, interval_s):
-            yield advance
-        return
-    with Progress(
-        TextColumn(f"[bold]{what}"),
-        BarColumn(),
-        _CountRate(unit),
-        _EtaColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
-        task = progress.add_task(what, total=total)
-
-        def advance(n: int = 1, *_, **__) -> None:
-            progress.advance(task, n)
-
-        yield advance
+            with _plain_lines(console, line, interval_s):
+                yield advance
+            return
+        columns = (TextColumn(f"[bold]{what}"), BarColumn(), _CountRate(unit), _EtaColumn())
+        with Progress(*columns, console=console, transient=True) as progress:
+            task = progress.add_task(what, total=total)
+            yield lambda n=1, *_, **__: progress.advance(task, n)

@@ -147,15 +147,3 @@ def tile_list(
     out["tile_by_k"] = by_k
     out["tile_count"] = np.array([n], np.int32)
     return out
-
-
-def attention_pairs(segment_ids) -> tuple[int, int]:
-    """(in-document causal query-key pairs, dense causal pairs) of a batch: sum of s(s+1)/2 over its pieces and
-    rows x ctx(ctx+1)/2 (what a dense causal kernel computes)."""
-    seg = np.asarray(segment_ids)
-    rows, ctx = seg.shape
-    useful = 0
-    for r in range(rows):
-        _, sizes = np.unique(seg[r][seg[r] > 0], return_counts=True)
-        useful += int((sizes.astype(np.int64) * (sizes + 1) // 2).sum())
-    return useful, rows * ctx * (ctx + 1) // 2

@@ -34,7 +34,6 @@ from datatools.base.checks import as_lengths
 from datatools.kernels.packing import PackPlan, pack_lengths
 
 GROW_P2 = "grow_p2"
-MIX = "mix"
 
 
 def check_sizes(sizes) -> np.ndarray:

@@ -24,10 +24,11 @@ from datatools.base.checks import (
     MAX_WINDOW,
     OVERFLOW_POLICIES,
 )
+from datatools.io.yaml_files import load_yaml
 from datatools.kernels.batch_layouts import BOUNDARY_TARGETS, FORMATS, POSITIONS
 from datatools.kernels.loss_weights import LOSS_WEIGHTINGS
 from datatools.kernels.packing import ALGORITHMS
-from datatools.pipeline.schema import OneOf, field, from_dict, load_yaml
+from datatools.pipeline.schema import OneOf, field, from_dict
 
 MAX_WORKERS = 64  # Grain worker processes: each is a fresh interpreter (~1-2 s of CPU to start); 1024 ran past 60 s
 

@@ -209,9 +209,4 @@ def schema_markdown(cls, where: str = "") -> list[str]:
     return rows
 
 
-def to_dict(obj) -> dict:
-    """A config dataclass back to plain data (for JSON reports and YAML snippets)."""
-    return dataclasses.asdict(obj)
-
-
-from datatools.io.yaml_files import MAX_CONFIG_BYTES, MAX_DEPTH, MAX_EXPANDED_NODES, load_yaml  # noqa: E402,F401 (re-exported)
+from datatools.io.yaml_files import load_yaml  # noqa: E402,F401 (re-exported)

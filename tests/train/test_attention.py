@@ -16,12 +16,24 @@ from datatools.kernels.attention_blocks import (
     EMPTY,
     FULL,
     PARTIAL,
-    attention_pairs,
     block_pairs,
     block_structure,
     tile_list,
 )
 from datatools.train.model import ModelConfig, init_params, loss_fn
+
+
+def attention_pairs(segment_ids) -> tuple[int, int]:
+    """(in-document causal query-key pairs, dense causal pairs) of a batch: sum of s(s+1)/2 over its pieces and
+    rows x ctx(ctx+1)/2 (what a dense causal kernel computes)."""
+    seg = np.asarray(segment_ids)
+    rows, ctx = seg.shape
+    useful = 0
+    for r in range(rows):
+        _, sizes = np.unique(seg[r][seg[r] > 0], return_counts=True)
+        useful += int((sizes.astype(np.int64) * (sizes + 1) // 2).sum())
+    return useful, rows * ctx * (ctx + 1) // 2
+
 
 CFG = ModelConfig(vocab_size=97, d_model=32, n_layers=2, n_heads=4, dtype="float32", attention_block=16)
 
