@@ -100,6 +100,29 @@ def emit_json(json_out: str | None, payload) -> None:
         write_text(json_out, text + "\n")
 
 
+def json_option(what: str = "the report", then: str = " (then the table goes to stderr)"):
+    """``--json FILE``: ``what`` as JSON to FILE, or to stdout with ``-`` (:func:`emit_json`)."""
+    return click.option(
+        "--json",
+        "json_out",
+        type=click.Path(dir_okay=False, allow_dash=True),
+        default=None,
+        help=f"Write {what} as JSON to FILE, or '-' for stdout{then}.",
+    )
+
+
+def overrides_option(command):
+    """``--set KEY=VALUE`` (repeatable): config overrides, checked like the file."""
+    return click.option(
+        "--set",
+        "overrides",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Override any config key (repeatable; dotted keys reach into sections, values are YAML), "
+        "e.g. --set packing.ctx=2048 --set shuffle.kind=none. Checked like the file.",
+    )(command)
+
+
 def tokenizer_options(command):
     """The options that say how text is tokenized: ``--tokenizer-settings``, ``--bos``, ``--eos``."""
     for which, where in (("eos", "after"), ("bos", "before")):

@@ -6,18 +6,12 @@ import click
 from rich.table import Table
 
 from datatools.base.progress import count_progress
-from datatools.cli.common import emit_json, make_console, result_console
+from datatools.cli.common import emit_json, json_option, make_console, overrides_option, result_console
 
 
 @click.command("mix-report")
 @click.argument("config")
-@click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override any config key (repeatable; dotted keys, YAML values), checked like the file.",
-)
+@overrides_option
 @click.option(
     "--batches",
     type=click.IntRange(1, 1 << 24),
@@ -31,13 +25,7 @@ from datatools.cli.common import emit_json, make_console, result_console
     default=None,
     help="Consecutive documents per stored group in each source (material, book): groups per batch.",
 )
-@click.option(
-    "--json",
-    "json_out",
-    type=click.Path(dir_okay=False, allow_dash=True),
-    default=None,
-    help="Write the report as JSON to FILE, or '-' for stdout (then the table goes to stderr).",
-)
+@json_option()
 def mix_report_command(config, overrides, batches, group_size, json_out):
     """How closely the batches of CONFIG hold its mixture's weights: per source, the mean and the worst batch share
     of tokens and of documents, and groups per batch. No token is read: the batches are the pipeline's own,

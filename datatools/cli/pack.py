@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from datatools.base.checks import MAX_CTX, OVERFLOW_POLICIES
-from datatools.cli.common import emit_json, input_options, make_console, result_console
+from datatools.cli.common import emit_json, input_options, json_option, make_console, result_console
 from datatools.kernels.packing import ALGORITHMS
 
 
@@ -42,13 +42,7 @@ from datatools.kernels.packing import ALGORITHMS
 )
 @click.option("--overwrite", is_flag=True, help="Replace OUT when it is an existing plan.")
 @input_options
-@click.option(
-    "--json",
-    "json_out",
-    type=click.Path(dir_okay=False, allow_dash=True),
-    default=None,
-    help="Write the plan's header (num_rows, lower_bound_rows, efficiency, ...) as JSON to FILE, or '-'.",
-)
+@json_option("the plan's header (num_rows, lower_bound_rows, efficiency, ...)", then="")
 def pack_command(
     data,
     out,

@@ -6,7 +6,7 @@ import click
 from rich.table import Table
 
 from datatools.base.progress import count_progress
-from datatools.cli.common import emit_json, make_console
+from datatools.cli.common import emit_json, json_option, make_console, overrides_option
 from datatools.pipeline import load_config
 from datatools.pipeline.config import MAX_WORKERS
 from datatools.pipeline.run import run_pipeline
@@ -20,14 +20,7 @@ from datatools.pipeline.run import run_pipeline
     help="Replace the config's source by this input (any format); --set source.column=... and the other "
     "source.* keys apply to it.",
 )
-@click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override any config key (repeatable; dotted keys reach into sections, values are YAML), "
-    "e.g. --set packing.ctx=2048 --set shuffle.kind=none. Checked like the file.",
-)
+@overrides_option
 @click.option("--steps", type=click.IntRange(1, 1 << 40), required=True, help="Batches to run.")
 @click.option(
     "--workers",
@@ -35,13 +28,7 @@ from datatools.pipeline.run import run_pipeline
     default=None,
     help=f"Override the config's prefetch worker processes (at most {MAX_WORKERS}).",
 )
-@click.option(
-    "--json",
-    "json_out",
-    type=click.Path(dir_okay=False, allow_dash=True),
-    default=None,
-    help="Write the figures as JSON to FILE, or '-' for stdout (then the table goes to stderr).",
-)
+@json_option("the figures")
 @click.option(
     "--step-time",
     "step_s",

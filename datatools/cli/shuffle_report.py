@@ -8,7 +8,7 @@ from datatools.analysis.shuffle_quality import shuffle_report
 from datatools.base.checks import MAX_REPORT_RECORDS
 from datatools.base.progress import doing
 from datatools.base.tables import fitted_table
-from datatools.cli.common import emit_json, result_console
+from datatools.cli.common import emit_json, json_option, result_console
 
 LABELS = {
     "none": "no shuffle (storage order)",
@@ -61,13 +61,7 @@ LABELS = {
 )
 @click.option("--seed", type=click.IntRange(0, (1 << 64) - 1), default=0, show_default=True)
 @click.option("--epoch", type=click.IntRange(0, (1 << 62)), default=0, show_default=True)
-@click.option(
-    "--json",
-    "json_out",
-    type=click.Path(dir_okay=False, allow_dash=True),
-    default=None,
-    help="Write the figures as JSON to FILE, or '-' for stdout (then the table goes to stderr).",
-)
+@json_option("the figures")
 def shuffle_report_command(
     n, io_block_size, window_blocks, group_size, batch_size, lanes, lane_window, seed, epoch, json_out
 ):

@@ -13,19 +13,13 @@ import click
 from rich.table import Table
 
 from datatools.base.progress import count_progress
-from datatools.cli.common import emit_json, make_console, result_console
+from datatools.cli.common import emit_json, json_option, make_console, result_console
 from datatools.io.store_verify import verify_store
 
 
 @click.command("verify")
 @click.argument("store", type=click.Path(path_type=str))
-@click.option(
-    "--json",
-    "json_out",
-    type=click.Path(dir_okay=False, allow_dash=True),
-    default=None,
-    help="Write the summary as JSON to FILE, or '-' for stdout (then the table goes to stderr).",
-)
+@json_option("the summary")
 def verify_command(store, json_out):
     """Check every chunk of the token store STORE against its manifest (sizes, sha256), the offsets
     (0 first, never decreasing, num_tokens last) and the token range (below vocab_size)."""
