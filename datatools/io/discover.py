@@ -75,21 +75,29 @@ def is_hf_dataset_dir(path: Path) -> bool:
     return path.is_dir() and ((path / "state.json").is_file() or (path / "dataset_dict.json").is_file())
 
 
-def hf_data_files(path: Path) -> list[Path]:
-    """The Arrow files of a ``save_to_disk`` directory, in row order (every split of a DatasetDict, in its
-    order), as ``datasets.load_from_disk`` finds them."""
-    import datasets
+def hf_data_files(path: str | os.PathLike) -> list[str | Path]:
+    """The Arrow files of a ``save_to_disk`` directory (local or in object storage), in row order, from its
+    ``dataset_dict.json`` (splits in order) and each split's ``state.json`` (``_data_files`` in order), as
+    ``datasets.load_from_disk`` reads them (which would copy a bucket's directory to local disk first)."""
+    import json
 
-    try:
-        loaded = datasets.load_from_disk(str(path))
-    except Exception as exc:  # datasets raises many classes (FileNotFoundError, KeyError, JSON errors)
-        if isinstance(exc, PermissionError):
-            raise
-        raise ValueError(
-            f"{display(path)}: not a readable Hugging Face save_to_disk directory ({first_line(exc)})"
-        ) from None
-    parts = loaded.values() if isinstance(loaded, datasets.DatasetDict) else [loaded]
-    return [Path(f["filename"]) for ds in parts for f in ds.cache_files]
+    def load(name: str):
+        try:
+            return json.loads(storage.read_bytes(storage.join(path, name), max_bytes=storage.MAX_METADATA_BYTES))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(
+                f"{display(storage.join(path, name))}: not a Hugging Face save_to_disk file ({first_line(exc)})"
+            ) from None
+
+    if storage.is_file(storage.join(path, "dataset_dict.json")):
+        splits = load("dataset_dict.json").get("splits")
+        if not isinstance(splits, list) or not all(isinstance(x, str) for x in splits):
+            raise ValueError(f"{display(storage.join(path, 'dataset_dict.json'))}: no list of splits")
+        return [f for split in splits for f in hf_data_files(storage.join(path, split))]
+    files = load("state.json").get("_data_files")
+    if not isinstance(files, list) or not all(isinstance(x, dict) and "filename" in x for x in files):
+        raise ValueError(f"{display(storage.join(path, 'state.json'))}: no _data_files list")
+    return [storage.join(path, x["filename"]) for x in files]
 
 
 # --------------------------------------------------------------------------- discovery
@@ -124,7 +132,7 @@ def walk_once(path: Path) -> list[tuple[str, Path]]:
             where = "inside it, read anyway" if _inside(target, root_real) else "outside it"
             skipped_dirs.append(f"{display(link)} -> {display(target)} ({where})")
         if root_path != path and is_hf_dataset_dir(root_path):
-            entries.extend(("arrow", f, _identity(f), False) for f in hf_data_files(root_path))
+            entries.extend(("arrow", Path(f), _identity(Path(f)), False) for f in hf_data_files(root_path))
             dirs.clear()
             continue
         for name in sorted(files):
@@ -184,25 +192,26 @@ def list_input_files(path: str | os.PathLike) -> Sequence[tuple[str, str | Path]
     made of links to files elsewhere; when such links lead outside ``path`` one :class:`LinkWarning` names them.
     A broken link with an input extension is a ``ValueError`` naming it.
 
-    A URL (``s3://``, ``gs://``) lists the objects under its prefix (:func:`remote_input_files`).
+    A URL (``s3://``, ``gs://``) lists the objects under its prefix (:func:`_prefix_files`).
     """
-    if storage.is_url(path):
-        return remote_input_files(path)
     if isinstance(path, (str, os.PathLike)) and not os.fspath(path):
         raise ValueError("an empty path (name a file or directory; '.' is the current one)")
-    path = Path(path)
-    if not path.exists():
-        raise ValueError(f"{display(path)}: no such file or directory")
-    if path.is_file():
-        kind = EXTENSIONS.get(path.suffix.lower())
+    loc = storage.location(path)
+    got = loc.info()
+    if got is None:
+        raise ValueError(f"{loc.display}: no such file or directory")
+    if got["type"] == "file":
+        kind = EXTENSIONS.get(Path(loc.name).suffix.lower())
         if kind is None:
-            raise ValueError(f"{display(path)}: unknown format (expected one of {', '.join(sorted(EXTENSIONS))})")
-        return [(kind, path)]
-    if is_hf_dataset_dir(path):
-        return [("arrow", f) for f in hf_data_files(path)]
-    found = walk_once(path)
+            raise ValueError(f"{loc.display}: unknown format (expected one of {', '.join(sorted(EXTENSIONS))})")
+        return [(kind, loc.path)]
+    if loc.has_directories:  # links: each real file once, never a tree reached through a link
+        root = loc.local_path
+        found = [("arrow", f) for f in hf_data_files(root)] if is_hf_dataset_dir(root) else walk_once(root)
+    else:
+        found = _prefix_files(loc.text)
     if not found:
-        raise ValueError(f"{display(path)}: no input files ({', '.join(sorted(EXTENSIONS))}) found")
+        raise ValueError(f"{loc.display}: no input files ({', '.join(sorted(EXTENSIONS))}) found")
     return found
 
 
@@ -212,67 +221,30 @@ def _walk_key(relative: str) -> tuple:
     return tuple((1, d) for d in dirs) + ((0, name),)
 
 
-def remote_input_files(url: str | os.PathLike) -> list[tuple[str, str]]:
-    """(kind, URL) pairs of the input objects under ``url`` (an object, or a key prefix read as a directory), in
-    the order :func:`list_input_files` gives a local copy of the same tree; Hugging Face ``save_to_disk``
-    directories expand to their Arrow files."""
-    url = storage.url_of(url)
-    got = storage.info(url)
-    if got is None:
-        raise ValueError(f"{url}: no such file or directory")
-    if got["type"] == "file":
-        kind = EXTENSIONS.get(Path(storage.name_of(url)).suffix.lower())
-        if kind is None:
-            raise ValueError(f"{url}: unknown format (expected one of {', '.join(sorted(EXTENSIONS))})")
-        return [(kind, url)]
+def _prefix_files(url: str) -> list[tuple[str, str | Path]]:
+    """(kind, URL) pairs of the input objects under the key prefix ``url``, in the order :func:`walk_once` gives
+    a local copy of the same tree; Hugging Face ``save_to_disk`` directories expand to their Arrow files."""
     base = url.rstrip("/") + "/"
     relative = sorted((f[len(base) :] for f in storage.list_files(url)), key=_walk_key)
     hf_roots = sorted(
         {r.rpartition("/")[0] for r in relative if r.rpartition("/")[2] in ("state.json", "dataset_dict.json")}, key=len
     )
     if "" in hf_roots:
-        return [("arrow", f) for f in remote_hf_data_files(url)]
-    found: list[tuple[str, str]] = []
+        return [("arrow", f) for f in hf_data_files(url)]
+    found: list[tuple[str, str | Path]] = []
     expanded: set[str] = set()
     for r in relative:
         root = next((h for h in hf_roots if r.startswith(h + "/")), None)  # the outermost HF directory holding r
         if root is not None:
             if root not in expanded:
                 expanded.add(root)
-                found.extend(("arrow", f) for f in remote_hf_data_files(base + root))
+                found.extend(("arrow", f) for f in hf_data_files(base + root))
             continue
         name = r.rpartition("/")[2]
         kind = EXTENSIONS.get(Path(name).suffix.lower())
         if kind and not name.startswith(".") and not any(p.startswith(".") for p in r.split("/")[:-1]):
             found.append((kind, base + r))
-    if not found:
-        raise ValueError(f"{url}: no input files ({', '.join(sorted(EXTENSIONS))}) found")
     return found
-
-
-def remote_hf_data_files(url: str) -> list[str]:
-    """The Arrow files of a ``save_to_disk`` directory in object storage, in row order, from its
-    ``dataset_dict.json`` (splits in order) and each split's ``state.json`` (``_data_files`` in order), as
-    ``datasets.load_from_disk`` reads them (which would copy the whole directory to local disk first)."""
-    import json
-
-    def load(name: str):
-        try:
-            return json.loads(storage.read_bytes(storage.join(url, name)))
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ValueError(
-                f"{storage.join(url, name)}: not a Hugging Face save_to_disk file ({first_line(exc)})"
-            ) from None
-
-    if storage.is_file(storage.join(url, "dataset_dict.json")):
-        splits = load("dataset_dict.json").get("splits")
-        if not isinstance(splits, list) or not all(isinstance(x, str) for x in splits):
-            raise ValueError(f"{storage.join(url, 'dataset_dict.json')}: no list of splits")
-        return [f for split in splits for f in remote_hf_data_files(str(storage.join(url, split)))]
-    files = load("state.json").get("_data_files")
-    if not isinstance(files, list) or not all(isinstance(x, dict) and "filename" in x for x in files):
-        raise ValueError(f"{storage.join(url, 'state.json')}: no _data_files list")
-    return [str(storage.join(url, x["filename"])) for x in files]
 
 
 def list_shards(path: str | os.PathLike) -> list[Shard]:
@@ -330,13 +302,10 @@ def _has_documents(kind: str, f: str) -> bool:
 
 def parquet_metadata(f: str) -> pq.FileMetaData:
     """The Parquet footer, parsed once per file version (keyed by mtime and size; an object's ETag and size)."""
-    if storage.is_url(f):
-        got = storage.info(f)
-        if got is None:
-            raise FileNotFoundError(2, "no such file", f)
-        return _parquet_metadata_at(f, *got["version"])
-    st = os.stat(f)
-    return _parquet_metadata_at(f, st.st_mtime_ns, st.st_size)
+    got = storage.info(f)
+    if got is None:
+        raise FileNotFoundError(2, "no such file", f)
+    return _parquet_metadata_at(f, *got["version"])
 
 
 @functools.lru_cache(maxsize=256)
@@ -363,26 +332,15 @@ def parquet_names(f: str) -> list[str]:
 
 
 def open_arrow(f: str):
-    """A reader over an Arrow IPC file or stream, memory-mapped (a URL: read through a file object, a batch's
-    bytes when it is read): ``(reader, is_file_format)``."""
-    if storage.is_url(f):
-        return _open_remote_arrow(f)
-    try:
-        buf = map_file(f)
-        try:
-            return ipc.open_file(buf), True
-        except pa.ArrowInvalid:
-            return ipc.open_stream(buf), False
-    except pa.ArrowException as exc:
-        raise ValueError(f"{display(f)}: cannot read Arrow IPC ({first_line(exc)})") from None
-
-
-def _open_remote_arrow(f: str):
+    """A reader over an Arrow IPC file or stream, memory-mapped (an object: read through a file object, a
+    batch's bytes when it is read): ``(reader, is_file_format)``."""
+    loc = storage.location(f)
+    source = (lambda: map_file(f)) if loc.can_memory_map else loc.open
     try:
         try:
-            return ipc.open_file(storage.open_file(f)), True
+            return ipc.open_file(source()), True
         except pa.ArrowInvalid:
-            return ipc.open_stream(storage.open_file(f)), False
+            return ipc.open_stream(source()), False
     except pa.ArrowException as exc:
         raise ValueError(f"{display(f)}: cannot read Arrow IPC ({first_line(exc)})") from None
 
@@ -411,7 +369,7 @@ def iter_arrow_batches(f: str, start: int = 0, stop: int | None = None):
 def arrow_parts(f: str) -> list[tuple[int, int, int]]:
     """Consecutive record-batch ranges ``(first, stop, bytes)`` of about :data:`PART_BYTES` each (at least one
     batch each). An object in storage of at most that size is one part, counted without reading its batches."""
-    if storage.is_url(f):
+    if storage.location(f).reads_are_requests:
         reader, is_file = open_arrow(f)
         if is_file and storage.size(f) <= PART_BYTES:
             return [(0, reader.num_record_batches, storage.size(f))]

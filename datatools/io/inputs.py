@@ -245,71 +245,41 @@ def open_input(
     """
     if isinstance(path, (str, os.PathLike)) and not os.fspath(path):
         raise ValueError("an empty path (name a file or directory; '.' is the current one)")
-    if not storage.is_url(path) and array_record_files.detect(path):
-        return _array_record_input(path, column, tokenizer, tokenizer_settings, bos, eos)
-    pattern = _local_pattern(path)
-    remote = storage.is_url(path)  # s3:// or gs://: read through datatools.io.storage
-    path = storage.url_of(path) if remote else Path(path)
-    doing(f"listing {display(path)}")
-    if not pattern and not (storage.exists(path) if remote else Path(path).exists()):
-        raise ValueError(f"{display(path)}: no such file or directory")
+    opts = InputOptions(column, tokenizer, tokenizer_settings, bos, eos, eos_id, bin_dtype)
+    loc = storage.location(path)
+    if loc.has_directories and array_record_files.detect(path):  # files, globs, comma lists: local names
+        return _array_record_input(path, opts)
+    doing(f"listing {loc.display}")
+    if not _local_pattern(path) and not loc.exists():
+        raise ValueError(f"{loc.display}: no such file or directory")
     if bin_dtype not in BIN_DTYPES:
         raise ValueError(f"bin dtype must be one of {', '.join(BIN_DTYPES)}; got {short_repr(bin_dtype)}")
     if eos_id is not None and (isinstance(eos_id, bool) or not isinstance(eos_id, int) or eos_id < 0):
         raise ValueError(f"eos id must be a non-negative integer; got {short_repr(eos_id)}")
-    local = None if remote or pattern else Path(path)  # one local file or directory (a pattern names tables)
-    if remote and (found := _remote_token_input(str(path), eos_id, bin_dtype)) is not None:
-        return found
-    if local and local.is_dir() and is_token_store(local):
-        store = TokenStore(local)
-        return TokenInput(local, "store", nbytes=8 * (len(store) + 1), store=store)
-    if local and is_levanter_cache(local):
-        cache = LevanterCache(local)  # the ledger and the arrays checked here, before any token is read
-        return TokenInput(local, "levanter", nbytes=8 * (len(cache) + 1), levanter=cache)
-    if local and local.is_dir() and (files := numpy_dir_files(local)):
-        return TokenInput(local, "numpy", nbytes=sum(Path(f).stat().st_size for f in files[:2]))
-    if local and (only := lengths_only_file(local)) is not None:
-        return TokenInput(local, "lengths", nbytes=only.stat().st_size)
-    if local and local.is_file() and local.suffix.lower() in (".bin", ".npy"):
-        if eos_id is None:
-            raise ValueError(f"{display(local)}: a flat token file needs --eos-id to find the document boundaries")
-        return TokenInput(local, "flat", nbytes=local.stat().st_size, eos_id=eos_id, bin_dtype=bin_dtype)
-    if local and local.is_dir() and not any(p for p in local.iterdir() if not p.name.startswith(".")):
-        raise ValueError(f"{display(local)}: empty directory")
-    shards = [s for f in pattern for s in list_shards(f)] if pattern else list_shards(path)
-    if any(s.kind == "text" for s in shards):
-        raise ValueError(
-            f"{display(shards[-1].files[0])}: plain text files have no token column; "
-            f"pre-tokenize them first (datatools pretokenize)"
-        )
-    where = display(shards[0].files[0])
-    columns = shard_columns(shards[0])
-    col = detect_column(list(columns), column, where)
-    inp = TokenInput(
-        path,
-        "table",
-        column=col,
-        shards=shards,
-        nbytes=sum(storage.size(f) for f in dict.fromkeys(x for s in shards for x in s.files)),
-    )
-    inp.is_text = col in TEXT_COLUMNS or columns[col]
-    if inp.is_text:
-        if tokenizer is None:
-            raise ValueError(
-                f"{where}: column {col!r} holds text; pass --tokenizer (tokenizer.json or a SentencePiece .model) "
-                f"to tokenize it"
-            )
-        inp.encoder = _encoder(tokenizer, tokenizer_settings, bos, eos)
-    elif tokenizer is not None or bos is not None or eos is not None:
-        raise ValueError(f"{where}: column {col!r} holds token ids already; --tokenizer/--bos/--eos apply to text")
-    return inp
+    for fmt in FORMATS:
+        if (found := fmt.detect(loc, opts)) is not None:
+            return found
+    raise AssertionError("the table format takes any input")  # pragma: no cover
+
+
+@dataclass(frozen=True)
+class InputOptions:
+    """What :func:`open_input` was told about an input (a format's ``detect`` uses what applies to it)."""
+
+    column: str | None = None
+    tokenizer: str | os.PathLike | None = None
+    tokenizer_settings: str = "off"
+    bos: str | int | None = None
+    eos: str | int | None = None
+    eos_id: int | None = None
+    bin_dtype: str = "uint16"
 
 
 def _local_pattern(path: str | os.PathLike) -> list[Path]:
     """The files of a local glob or comma list (as MaxText writes ``grain_train_files``), in order; [] for a
     path that exists as written or is a URL. A pattern that matches nothing is a ValueError naming it."""
     text = os.fspath(path)
-    if storage.is_url(text) or os.path.exists(text) or not ("," in text or glob.has_magic(text)):
+    if not storage.location(text).has_directories or os.path.exists(text) or not ("," in text or glob.has_magic(text)):
         return []
     return array_record_files.expand(text)
 
@@ -323,77 +293,179 @@ def _encoder(
     return open_encoder(tokenizer, settings=settings, bos=bos, eos=eos)
 
 
-def _array_record_input(
-    path: str | os.PathLike,
-    column: str | None,
-    tokenizer: str | os.PathLike | None,
-    tokenizer_settings: str,
-    bos: str | int | None,
-    eos: str | int | None,
-) -> TokenInput:
-    """ArrayRecord files (a file, a glob, a comma list): the feature and the tokenizer checked on the first file."""
-    files = array_record_files.expand(path)
-    col, is_text = array_record_files.detect_feature(files[0], column)
-    inp = TokenInput(Path(os.fspath(path)), "table", column=col, is_text=is_text, files=files)
-    inp.nbytes = sum(f.stat().st_size for f in files)
-    if is_text:
-        if tokenizer is None:
+def _tokenized(inp: TokenInput, opts: InputOptions, where: str, what: str) -> TokenInput:
+    """``inp`` with its tokenizer: a text column needs one, a token column refuses one."""
+    if inp.is_text:
+        if opts.tokenizer is None:
             raise ValueError(
-                f"{display(files[0])}: feature {col!r} holds text; pass --tokenizer (tokenizer.json or a "
-                f"SentencePiece .model) to tokenize it"
+                f"{where}: {what} {inp.column!r} holds text; pass --tokenizer (tokenizer.json or a SentencePiece "
+                f".model) to tokenize it"
             )
-        inp.encoder = _encoder(tokenizer, tokenizer_settings, bos, eos)
-    elif tokenizer is not None or bos is not None or eos is not None:
-        raise ValueError(f"{display(files[0])}: feature {col!r} holds token ids already; --tokenizer applies to text")
+        inp.encoder = _encoder(opts.tokenizer, opts.tokenizer_settings, opts.bos, opts.eos)
+    elif opts.tokenizer is not None or opts.bos is not None or opts.eos is not None:
+        applies = "--tokenizer/--bos/--eos apply" if what == "column" else "--tokenizer applies"
+        raise ValueError(f"{where}: {what} {inp.column!r} holds token ids already; {applies} to text")
     return inp
 
 
-def _remote_token_input(url: str, eos_id: int | None, bin_dtype: str) -> TokenInput | None:
-    """A token store, Levanter cache, NumPy directory or flat token file in object storage; None for a table (or
-    nothing)."""
-    if storage.is_file(storage.join(url, "manifest.json")):
-        store = TokenStore(url)
-        return TokenInput(url, "store", nbytes=8 * (len(store) + 1), store=store)
-    if is_levanter_cache(url):  # a Levanter cache in a bucket (Marin keeps them in gs://)
-        cache = LevanterCache(url)
-        return TokenInput(url, "levanter", nbytes=8 * (len(cache) + 1), levanter=cache)
-    if storage.is_dir(url) and (files := numpy_dir_files(url)):
-        return TokenInput(url, "numpy", nbytes=sum(storage.size(f) for f in files[:2]))
-    if Path(storage.name_of(url)).suffix.lower() in (".bin", ".npy") and storage.is_file(url):
-        if eos_id is None:
-            raise ValueError(f"{url}: a flat token file needs --eos-id to find the document boundaries")
-        return TokenInput(url, "flat", nbytes=storage.size(url), eos_id=eos_id, bin_dtype=bin_dtype)
-    return None
+def _array_record_input(path: str | os.PathLike, opts: InputOptions) -> TokenInput:
+    """ArrayRecord files (a file, a glob, a comma list): the feature and the tokenizer checked on the first file."""
+    files = array_record_files.expand(path)
+    col, is_text = array_record_files.detect_feature(files[0], opts.column)
+    inp = TokenInput(Path(os.fspath(path)), "table", column=col, is_text=is_text, files=files)
+    inp.nbytes = sum(f.stat().st_size for f in files)
+    return _tokenized(inp, opts, display(files[0]), "feature")
+
+
+# --------------------------------------------------------------------------- the formats: detect, lengths, documents
+
+
+def _detect_store(loc: storage.Location, opts: InputOptions) -> TokenInput | None:
+    if not is_token_store(loc):
+        return None
+    store = TokenStore(loc.path)
+    return TokenInput(loc.path, "store", nbytes=8 * (len(store) + 1), store=store)
+
+
+def _detect_levanter(loc: storage.Location, opts: InputOptions) -> TokenInput | None:
+    if not is_levanter_cache(loc):  # Marin keeps them in gs://
+        return None
+    cache = LevanterCache(loc.path)  # the ledger and the arrays checked here, before any token is read
+    return TokenInput(loc.path, "levanter", nbytes=8 * (len(cache) + 1), levanter=cache)
+
+
+def _detect_numpy(loc: storage.Location, opts: InputOptions) -> TokenInput | None:
+    if not (loc.is_dir() and (files := numpy_dir_files(loc.path))):
+        return None
+    return TokenInput(loc.path, "numpy", nbytes=sum(storage.size(f) for f in files[:2]))
+
+
+def _detect_lengths(loc: storage.Location, opts: InputOptions) -> TokenInput | None:
+    only = lengths_only_file(loc.path)
+    return None if only is None else TokenInput(loc.path, "lengths", nbytes=storage.size(only))
+
+
+def _detect_flat(loc: storage.Location, opts: InputOptions) -> TokenInput | None:
+    if Path(loc.name).suffix.lower() not in (".bin", ".npy") or not loc.is_file():
+        return None
+    if opts.eos_id is None:
+        raise ValueError(f"{loc.display}: a flat token file needs --eos-id to find the document boundaries")
+    return TokenInput(loc.path, "flat", nbytes=loc.size(), eos_id=opts.eos_id, bin_dtype=opts.bin_dtype)
+
+
+def _detect_table(loc: storage.Location, opts: InputOptions) -> TokenInput:
+    """Parquet, Arrow, JSON Lines files, a directory of them, a glob or comma list of them: the column checked on
+    the first shard (every input that is no other format is read as a table, or refused naming why)."""
+    pattern = _local_pattern(loc)
+    if not pattern and loc.has_directories and loc.is_dir():
+        if not any(p for p in loc.local_path.iterdir() if not p.name.startswith(".")):
+            raise ValueError(f"{loc.display}: empty directory")
+    shards = [s for f in pattern for s in list_shards(f)] if pattern else list_shards(loc.path)
+    if any(s.kind == "text" for s in shards):
+        raise ValueError(
+            f"{display(shards[-1].files[0])}: plain text files have no token column; "
+            f"pre-tokenize them first (datatools pretokenize)"
+        )
+    where = display(shards[0].files[0])
+    columns = shard_columns(shards[0])
+    col = detect_column(list(columns), opts.column, where)
+    nbytes = sum(storage.size(f) for f in dict.fromkeys(x for s in shards for x in s.files))
+    inp = TokenInput(loc.path, "table", column=col, shards=shards, nbytes=nbytes)
+    inp.is_text = col in TEXT_COLUMNS or columns[col]
+    return _tokenized(inp, opts, where, "column")
+
+
+def _store_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
+    yield 0, inp.token_store.lengths(), inp.nbytes
+
+
+def _levanter_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
+    yield 0, inp.levanter_cache.lengths(), inp.nbytes
+
+
+def _numpy_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
+    _, offsets = numpy_dir(inp.path)  # the token ids are checked there too: in [0, 2**31 - 1]
+    yield 0, np.diff(offsets), inp.nbytes
+
+
+def _lengths_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
+    lengths = lengths_only(inp.path)  # memory-mapped, streamed a slice at a time
+    for a in range(0, lengths.shape[0], numpy_files.FLAT_SLICE):
+        end = a + numpy_files.FLAT_SLICE >= lengths.shape[0]
+        yield 0, np.asarray(lengths[a : a + numpy_files.FLAT_SLICE], dtype=np.int64), inp.nbytes if end else 0
+
+
+def _flat_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
+    for k, (lengths, nbytes) in enumerate(flat_slices(inp.path, inp.bin_dtype, inp.flat_eos_id)):
+        yield k, lengths, nbytes
+
+
+def _table_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
+    with ThreadPoolExecutor(1) as pool:  # decoded one shard ahead, in a thread
+        ahead: deque = deque()
+        for k in range(inp.num_shards):
+            ahead.append(pool.submit(_shard_lengths, inp, k))
+            if len(ahead) > 1:
+                yield from ahead.popleft().result()
+        while ahead:
+            yield from ahead.popleft().result()
+
+
+def _numpy_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) -> DocumentSource:
+    tokens, offsets = numpy_dir(inp.path)  # token ids checked there
+    return ArrayDocuments(tokens, offsets)
+
+
+def _no_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) -> DocumentSource:
+    raise ValueError(
+        f"{display(inp.path)}: holds lengths.npy but no tokens.npy: enough to plan (datatools pack) "
+        f"and analyse (datatools analyze-padding), not to read documents"
+    )
+
+
+def _flat_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) -> DocumentSource:
+    lengths = read_lengths(inp, progress=progress)
+    tokens = flat_array(inp.path, inp.bin_dtype)
+    _check_int32(tokens, display(inp.path))
+    return ArrayDocuments(tokens, np.concatenate(([0], np.cumsum(lengths))))
+
+
+def _table_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) -> DocumentSource:
+    lengths, shard_docs = read_lengths_by_shard(inp, progress=progress)
+    return ChunkedDocuments(lengths, shard_docs, inp.shard_tokens, name=display(inp.path))
+
+
+@dataclass(frozen=True)
+class Format:
+    """One input format: how it is recognised (``detect``: a :class:`TokenInput`, or None when the place is not
+    one), how its lengths stream (``lengths``: ``(shard, lengths, bytes)``) and its documents are read
+    (``documents``); ``offsets``: its lengths come from stored offsets (no token read); ``pipeline``: a pipeline
+    config may name it as a source."""
+
+    kind: str
+    detect: Callable[[storage.Location, InputOptions], TokenInput | None]
+    lengths: Callable[[TokenInput], Iterator[tuple[int, np.ndarray, int]]]
+    documents: Callable[[TokenInput, Callable[[int, int], None] | None], DocumentSource]
+    offsets: bool = False
+    pipeline: bool = True
+
+
+FORMATS = (  # in the order they are tried: the table format last, it takes what no other claims
+    Format("store", _detect_store, _store_lengths, lambda inp, _: StoreDocuments(inp.token_store), offsets=True),
+    Format("levanter", _detect_levanter, _levanter_lengths, lambda inp, _: StoreDocuments(inp.levanter_cache), True),
+    Format("numpy", _detect_numpy, _numpy_lengths, _numpy_documents),
+    Format("lengths", _detect_lengths, _lengths_lengths, _no_documents, pipeline=False),
+    Format("flat", _detect_flat, _flat_lengths, _flat_documents, pipeline=False),
+    Format("table", _detect_table, _table_lengths, _table_documents),
+)
+FORMAT = {f.kind: f for f in FORMATS}  # TokenInput.kind -> its format
 
 
 def iter_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
     """Yield ``(shard, lengths, bytes)`` a bounded batch at a time; ``bytes`` is counted at a shard's last batch.
     A store and a NumPy directory give their lengths from their offsets alone; tables are decoded one shard
     ahead, in a thread."""
-    if inp.kind == "store":
-        yield 0, inp.token_store.lengths(), inp.nbytes
-    elif inp.kind == "levanter":
-        yield 0, inp.levanter_cache.lengths(), inp.nbytes
-    elif inp.kind == "numpy":
-        _, offsets = numpy_dir(inp.path)  # the token ids are checked there too: in [0, 2**31 - 1]
-        yield 0, np.diff(offsets), inp.nbytes
-    elif inp.kind == "lengths":  # memory-mapped, streamed a slice at a time
-        lengths = lengths_only(inp.path)
-        for a in range(0, lengths.shape[0], numpy_files.FLAT_SLICE):
-            end = a + numpy_files.FLAT_SLICE >= lengths.shape[0]
-            yield 0, np.asarray(lengths[a : a + numpy_files.FLAT_SLICE], dtype=np.int64), inp.nbytes if end else 0
-    elif inp.kind == "flat":
-        for k, (lengths, nbytes) in enumerate(flat_slices(inp.path, inp.bin_dtype, inp.flat_eos_id)):
-            yield k, lengths, nbytes
-    else:
-        with ThreadPoolExecutor(1) as pool:
-            ahead: deque = deque()
-            for k in range(inp.num_shards):
-                ahead.append(pool.submit(_shard_lengths, inp, k))
-                if len(ahead) > 1:
-                    yield from ahead.popleft().result()
-            while ahead:
-                yield from ahead.popleft().result()
+    return FORMAT[inp.kind].lengths(inp)
 
 
 def _shard_lengths(inp: TokenInput, k: int) -> list[tuple[int, np.ndarray, int]]:
@@ -463,26 +535,9 @@ def open_documents(inp: TokenInput, *, progress: Callable[[int, int], None] | No
 
 
 def _open_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) -> DocumentSource:
-    doing(f"reading the {'offsets' if inp.kind in ('store', 'levanter') else 'lengths'} of {display(inp.path)}")
-    if inp.kind == "store":
-        return StoreDocuments(inp.token_store)
-    if inp.kind == "levanter":  # read like a store: offsets once, token chunks through the bounded cache
-        return StoreDocuments(inp.levanter_cache)
-    if inp.kind == "numpy":
-        tokens, offsets = numpy_dir(inp.path)  # token ids checked there
-        return ArrayDocuments(tokens, offsets)
-    if inp.kind == "lengths":
-        raise ValueError(
-            f"{display(inp.path)}: holds lengths.npy but no tokens.npy: enough to plan (datatools pack) "
-            f"and analyse (datatools analyze-padding), not to read documents"
-        )
-    if inp.kind == "flat":
-        lengths = read_lengths(inp, progress=progress)
-        tokens = flat_array(inp.path, inp.bin_dtype)
-        _check_int32(tokens, display(inp.path))
-        return ArrayDocuments(tokens, np.concatenate(([0], np.cumsum(lengths))))
-    lengths, shard_docs = read_lengths_by_shard(inp, progress=progress)
-    return ChunkedDocuments(lengths, shard_docs, inp.shard_tokens, name=display(inp.path))
+    fmt = FORMAT[inp.kind]
+    doing(f"reading the {'offsets' if fmt.offsets else 'lengths'} of {display(inp.path)}")
+    return fmt.documents(inp, progress)
 
 
 def _check_int32(tokens: np.ndarray, where: str) -> None:

@@ -41,13 +41,11 @@ def check_non_negative(values: np.ndarray, where: str) -> None:
 
 
 def _load(path: Path | str, mmap: bool) -> np.ndarray:
-    if storage.is_url(path):
-        try:
-            return np.load(io.BytesIO(storage.read_bytes(path)), allow_pickle=False)
-        except ValueError as exc:
-            raise ValueError(f"{display(path)}: not a valid NumPy file ({exc})") from None
-    try:  # numpy opens files with Python's open(): any file name works, a PermissionError names the file
-        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    loc = storage.location(path)
+    try:  # numpy opens local files with Python's open(): any file name works, a PermissionError names the file
+        if loc.can_memory_map:
+            return np.load(loc.local_path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        return np.load(io.BytesIO(loc.read_bytes()), allow_pickle=False)
     except ValueError as exc:
         raise ValueError(f"{display(path)}: not a valid NumPy file ({exc})") from None
 
@@ -63,10 +61,11 @@ def flat_array(path: str | Path, bin_dtype: str) -> np.ndarray:
             raise ValueError(f"{display(path)}: {size} bytes is not a whole number of {bin_dtype} tokens (truncated?)")
         if not size:
             return np.zeros(0, bin_dtype)
-        if storage.is_url(path):
-            arr = np.frombuffer(storage.read_bytes(path), dtype=bin_dtype)
+        loc = storage.location(path)
+        if loc.can_memory_map:
+            arr = np.memmap(loc.local_path, dtype=bin_dtype, mode="r")
         else:
-            arr = np.memmap(path, dtype=bin_dtype, mode="r")
+            arr = np.frombuffer(loc.read_bytes(), dtype=bin_dtype)
     if arr.ndim != 1:
         raise ValueError(f"{display(path)}: expected a flat 1-D token array, got shape {arr.shape}")
     check_token_dtype(arr.dtype, display(path))
@@ -105,7 +104,7 @@ def numpy_dir_files(path: str | Path) -> tuple[str | Path, str | Path, str] | No
 def lengths_only_file(path: str | Path) -> Path | None:
     """``lengths.npy`` of a local directory that holds it without ``tokens.npy`` (a lengths-only input, for
     planning and analysis: ``datatools pack``, ``analyze-padding``), None otherwise."""
-    if storage.is_url(path) or not Path(path).is_dir() or (Path(path) / "tokens.npy").exists():
+    if not storage.location(path).can_memory_map or not Path(path).is_dir() or (Path(path) / "tokens.npy").exists():
         return None
     found = Path(path) / "lengths.npy"
     return found if found.is_file() else None

@@ -73,7 +73,7 @@ UNOWNED_STALE_S = 600  # a staging directory with no owner file (killed at its f
 
 def is_plan(path) -> bool:
     """Whether ``path`` is a plan directory (holds ``plan.json``)."""
-    return not storage.is_url(path) and (Path(path) / HEADER).is_file()
+    return storage.location(path).can_memory_map and (Path(path) / HEADER).is_file()
 
 
 class _NpyAppender:
@@ -141,7 +141,7 @@ def write_plan(
     group_docs = check_int(group_docs, "group_docs", minimum=1)
     check_choice(algorithm, "algorithm", ALGORITHMS)
     check_choice(overflow, "overflow", OVERFLOW_POLICIES)
-    if storage.is_url(out):
+    if not storage.location(out).can_memory_map:
         raise ValueError(f"{display(out)}: a plan is written to a local directory (it is memory-mapped when read)")
     out = Path(out)
     if out.exists() and not overwrite:
@@ -320,7 +320,7 @@ class PlanFile:
     rows are asked for). Used where a :class:`~datatools.kernels.packing.PackPlan` is, through :meth:`rows_plan`."""
 
     def __init__(self, path: str | os.PathLike):
-        if storage.is_url(path):
+        if not storage.location(path).can_memory_map:
             raise ValueError(f"{display(path)}: a plan is read from a local directory (memory-mapped)")
         self.path = Path(path)
         head = self.path / HEADER

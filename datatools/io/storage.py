@@ -52,6 +52,7 @@ import socket
 import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import BinaryIO, cast
 from urllib.parse import urlsplit
@@ -136,6 +137,142 @@ def join(base: str | os.PathLike, *names: str) -> str | Path:
 def name_of(path: str | os.PathLike) -> str:
     """The last component (the file name) of a path or URL."""
     return url_of(path).rstrip("/").rsplit("/", 1)[-1] if is_url(path) else Path(path).name
+
+
+def location(path: str | os.PathLike) -> Location:
+    """``path`` (a local path or an ``s3://`` / ``gs://`` URL) parsed once: see :class:`Location`."""
+    if isinstance(path, Location):
+        return path
+    parts = _split(path)
+    if parts is None:
+        return Location(os.fspath(path), "file")
+    return Location(url_of(path), parts[0])
+
+
+@dataclass(frozen=True)
+class Location:
+    """A file or directory, local or in object storage, parsed once (:func:`location`). Every operation behaves
+    the same on both; what differs is said by what the place can do (:attr:`can_memory_map`,
+    :attr:`has_directories`, :attr:`reads_are_requests`), never by "is it a URL". ``os.fspath`` gives
+    :attr:`text`, so every function of this module takes a location too.
+
+    Attributes:
+      text: the canonical text: ``s3://bucket/key`` / ``gs://bucket/key``, or the local path as given.
+      protocol: ``file``, ``s3`` or ``gcs``.
+    """
+
+    text: str
+    protocol: str = "file"
+
+    def __fspath__(self) -> str:
+        return self.text
+
+    def __str__(self) -> str:
+        return self.text
+
+    @property
+    def can_memory_map(self) -> bool:
+        """A local file: memory-mapped, not read into memory."""
+        return self.protocol == "file"
+
+    @property
+    def has_directories(self) -> bool:
+        """A file system: real directories, links and an atomic rename (object storage has key prefixes, no
+        rename: a store is committed by writing its manifest last)."""
+        return self.protocol == "file"
+
+    @property
+    def renames_atomically(self) -> bool:
+        """One rename puts a finished directory in place (a local file system; object storage has none)."""
+        return self.protocol == "file"
+
+    @property
+    def reads_are_requests(self) -> bool:
+        """Every read is a round trip over the network: reading ahead and ranged reads pay off."""
+        return self.protocol != "file"
+
+    @property
+    def path(self) -> str | Path:
+        """What libraries and messages take: a ``Path`` for a local place, the URL text for an object."""
+        return Path(self.text) if self.protocol == "file" else self.text
+
+    @property
+    def local_path(self) -> Path:
+        """The local file (for memory-mapping: see :attr:`can_memory_map`); ValueError for an object."""
+        if self.protocol != "file":
+            raise ValueError(f"{self.text}: an object in storage, not a local file")
+        return Path(self.text)
+
+    @property
+    def name(self) -> str:
+        return name_of(self.text) if self.protocol != "file" else Path(self.text).name
+
+    @property
+    def display(self) -> str:
+        from datatools.io.paths import display
+
+        return display(self.text)
+
+    @property
+    def identity(self) -> str:
+        """One text for one file however it was named: the real path (links resolved), or the URL."""
+        return os.path.realpath(self.text) if self.protocol == "file" else self.text
+
+    def stamp(self) -> dict:
+        """What identifies this file's content version (a job's fingerprint): its path and bytes, and its mtime
+        (local) or its ETag / generation (an object)."""
+        if self.protocol == "file":
+            from datatools.io.paths import display
+
+            st = os.stat(self.text)
+            return {"path": display(resolved(self.text)), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+        got = info(self) or {"size": 0, "version": None}
+        return {"path": self.text, "bytes": got["size"], "version": got["version"]}
+
+    def join(self, *names: str) -> Location:
+        return location(join(self, *names))
+
+    def open(self, *, block_size: int = READ_BLOCK) -> BinaryIO:
+        return open_file(self, block_size=block_size)
+
+    def read_bytes(self, limit: int | None = None, *, max_bytes: int | None = None) -> bytes:
+        return read_bytes(self, limit, max_bytes=max_bytes)
+
+    def info(self) -> dict | None:
+        return info(self)
+
+    def exists(self) -> bool:
+        return info(self) is not None
+
+    def is_file(self) -> bool:
+        return is_file(self)
+
+    def is_dir(self) -> bool:
+        return is_dir(self)
+
+    def size(self) -> int:
+        return size(self)
+
+    def list(self) -> list[str]:
+        return list_files(self)
+
+    def file_sizes(self) -> dict[str, int]:
+        return file_sizes(self)
+
+    def write_with(self, write: Callable[[BinaryIO], object]) -> None:
+        write_with(self, write)
+
+    def write_bytes(self, data: bytes) -> None:
+        write_bytes(self, data)
+
+    def write_text(self, text: str) -> None:
+        write_text(self, text)
+
+    def remove(self) -> None:
+        remove(self)
+
+    def kvstore_spec(self) -> dict:
+        return kvstore_spec(self)
 
 
 # --------------------------------------------------------------------------- environment and filesystems
@@ -557,6 +694,24 @@ def list_files(path: str | os.PathLike) -> list[str]:
         found = fs.find(inner.rstrip("/") + "/" if split_url(path)[2] else inner)
     prefix = inner.rstrip("/") + "/"
     return sorted(f"{base}/{k[len(prefix) :]}" for k in found if k.startswith(prefix) and not k.endswith("/"))
+
+
+def file_sizes(path: str | os.PathLike) -> dict[str, int]:
+    """``{relative key: bytes}`` of every file under the directory (URL: key prefix) ``path``: one walk, or one
+    listing with sizes; empty when nothing is there."""
+    if not is_url(path):
+        base = os.fspath(path)
+        out = {}
+        for root, _, names in os.walk(base):
+            for n in names:
+                f = os.path.join(root, n)
+                out[os.path.relpath(f, base).replace(os.sep, "/")] = os.path.getsize(f)
+        return out
+    with storage_errors(path):
+        fs, inner = filesystem(path)
+        found = fs.find(inner.rstrip("/") + "/", detail=True)
+    prefix = inner.rstrip("/") + "/"
+    return {k[len(prefix) :]: int(v.get("size") or 0) for k, v in found.items() if k.startswith(prefix)}
 
 
 # --------------------------------------------------------------------------- writing

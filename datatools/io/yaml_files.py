@@ -16,7 +16,6 @@ keys brought in by a merge (``<<: *defaults``) may be overridden, as YAML intend
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import yaml
 
@@ -117,7 +116,7 @@ def load_yaml(path: str | os.PathLike) -> dict:
     the file otherwise. ``path`` may be an ``s3://`` / ``gs://`` URL (read through :mod:`datatools.io.storage`)."""
     from datatools.io import storage
 
-    path = storage.url_of(path) if storage.is_url(path) else Path(path)
+    path = storage.location(path).path
     if not storage.is_file(path):
         raise ValueError(f"{path}: config file not found")
     try:

@@ -150,7 +150,7 @@ def _write_shard(path: str | Path, tokens: np.ndarray, lengths: np.ndarray) -> N
 
 
 def _open_shard(path: str | Path):
-    return np.load(path if not storage.is_url(path) else io.BytesIO(storage.read_bytes(path)), allow_pickle=False)
+    return np.load(io.BytesIO(storage.read_bytes(path)), allow_pickle=False)  # one read (in a bucket: one GET)
 
 
 def _read_shard(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
@@ -255,15 +255,8 @@ def _put(reports):
 
 
 def _fingerprint(shards: list[Shard], tokenizer_sha: str, options: JobOptions) -> tuple[str, list[dict]]:
-    sources = []
-    for name in dict.fromkeys(f for s in shards for f in s.files):  # input files, in shard order
-        if storage.is_url(name):  # an object's version: its ETag / generation and size
-            got = storage.info(name) or {"size": 0, "version": None}
-            sources.append({"path": storage.url_of(name), "bytes": got["size"], "version": got["version"]})
-            continue
-        f = Path(name)
-        st = f.stat()
-        sources.append({"path": display(f.resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns})
+    # input files in shard order, each with its version: mtime and size, or an object's ETag / generation and size
+    sources = [storage.location(f).stamp() for f in dict.fromkeys(f for s in shards for f in s.files)]
     parts = [[s.kind, s.part, s.stop] for s in shards]
     blob = json.dumps(
         {"sources": sources, "parts": parts, "tokenizer": tokenizer_sha, "options": asdict(options), "v": 2},
@@ -327,10 +320,7 @@ def pretokenize(
     given = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     if any(os.fspath(p) == "" for p in given):  # Path("") is ".": it would read the working directory
         raise ValueError("an input path is empty ('')")
-    inputs = [
-        storage.url_of(p) if storage.is_url(p) else Path(p)
-        for p in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)
-    ]
+    inputs = [storage.location(p).path for p in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)]
     if not inputs:
         raise ValueError("no inputs given")
     stage = open_staging(output)  # local, or object storage: no rename there, the manifest is the commit point
@@ -468,7 +458,7 @@ def store_damage(output: str | Path, check: bool = False) -> str | None:
         return _short(exc)
     chunks = manifest.get("chunks")
     if isinstance(chunks, dict):
-        sizes = _key_sizes(output)
+        sizes = storage.file_sizes(output)  # one walk, or one listing
         for name in ("tokens", "offsets"):
             for key, record in (chunks.get(name) or {}).items():
                 got = sizes.get(f"{name}/{key}")
@@ -489,22 +479,6 @@ def _short(exc: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def _key_sizes(output: str | Path) -> dict[str, int]:
-    """``{relative key: bytes}`` of every file under a store directory or prefix (one walk; one listing)."""
-    if not storage.is_url(output):
-        out = {}
-        for root, _, names in os.walk(output):
-            for name in names:
-                p = os.path.join(root, name)
-                out[os.path.relpath(p, output).replace(os.sep, "/")] = os.path.getsize(p)
-        return out
-    with storage.storage_errors(output):
-        fs, inner = storage.filesystem(output)
-        found = fs.find(inner.rstrip("/") + "/", detail=True)
-    prefix = inner.rstrip("/") + "/"
-    return {k[len(prefix) :]: int(v.get("size") or 0) for k, v in found.items() if k.startswith(prefix)}
-
-
 def require_engine(engine: str) -> None:
     """ModuleNotFoundError with the install line when ``engine`` needs a package that is not installed."""
     if engine == "ray" and importlib.util.find_spec("ray") is None:
@@ -523,7 +497,7 @@ def _unique_shards(shards) -> tuple[list[Shard], list[str]]:
     seen: set = set()
     out, dups = [], []
     for s in shards:
-        key = (s.kind, tuple(f if storage.is_url(f) else os.path.realpath(f) for f in s.files), s.part, s.stop)
+        key = (s.kind, tuple(storage.location(f).identity for f in s.files), s.part, s.stop)
         if key not in seen:
             seen.add(key)
             out.append(s)

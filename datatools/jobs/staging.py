@@ -68,9 +68,10 @@ class Staging(Protocol):
 def open_staging(output: str | os.PathLike) -> Staging:
     """The staging of a store at ``output``: in object storage for a URL, else beside the resolved path ('..' and
     symlinks resolved, so the staging directory sits beside the real output)."""
-    if storage.is_url(output):
-        return object_store_commit.ObjectStoreStaging(storage.url_of(output))
-    return LocalStaging(resolved(output))
+    loc = storage.location(output)
+    if loc.renames_atomically:
+        return LocalStaging(resolved(output))
+    return object_store_commit.ObjectStoreStaging(loc.text)
 
 
 def fault(point: str) -> None:
