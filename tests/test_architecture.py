@@ -90,6 +90,26 @@ def test_no_private_apis():
     assert found == []
 
 
+STORAGE_LAYER = ("datatools.io.storage", "datatools.io.atomic", "datatools.io.paths")
+
+
+def test_only_the_storage_layer_asks_for_a_url():
+    """No module outside the storage layer asks whether a path is a URL (``is_url``, ``"://" in``): it asks its
+    location what the place can do (``storage.location(path).can_memory_map``, ``.has_directories``, ...) or calls
+    a storage function that does the right thing for both."""
+    found = []
+    for name, tree in modules():
+        if name in STORAGE_LAYER:
+            continue
+        for node in ast.walk(tree):
+            func = node.func if isinstance(node, ast.Call) else None
+            if getattr(func, "id", None) == "is_url" or getattr(func, "attr", None) == "is_url":
+                found.append(f"{name}:{node.lineno}: is_url")
+            if isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant) and node.left.value == "://":
+                found.append(f"{name}:{node.lineno}: '://' in")
+    assert found == []
+
+
 def test_import_and_help_load_no_heavy_module():
     code = (
         "import sys, datatools, datatools.cli; from datatools.cli import main; main(['--help']); "

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from datatools.io import storage
 from datatools.io.paths import first_line
 
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -41,7 +42,7 @@ def resolve_config(config: str | os.PathLike) -> str | os.PathLike:
       ValueError: neither a file nor a packaged config; the message lists the packaged names.
     """
     text = os.fspath(config)
-    if "://" in text or os.path.exists(text):
+    if not storage.location(text).has_directories or os.path.exists(text):  # a URL names no packaged config
         return config
     name = text.removeprefix("configs/").removeprefix("configs" + os.sep)
     name = name[: -len(".yaml")] if name.endswith(".yaml") else name[: -len(".yml")] if name.endswith(".yml") else name

@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 
 from datatools.io.documents import DocumentSource
-from datatools.io.inputs import TokenInput, open_documents, open_input
+from datatools.io.inputs import FORMAT, TokenInput, open_documents, open_input
 from datatools.io.mixed_documents import MixedDocuments
 from datatools.io.store import read_manifest
 from datatools.pipeline.config import PipelineConfig, SourceConfig
@@ -37,7 +37,7 @@ def open_source_input(cfg: SourceConfig) -> TokenInput:
         bos=cfg.bos,
         eos=cfg.eos,
     )
-    if inp.kind not in ("store", "levanter", "numpy", "table"):
+    if not FORMAT[inp.kind].pipeline:
         raise ValueError(
             f"{cfg.path}: a pipeline source must be a token store, a Levanter cache, a table or a NumPy directory"
         )
