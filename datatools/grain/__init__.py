@@ -42,7 +42,7 @@ from datatools.grain.chunking import TileChunk, chunk_documents
 from datatools.grain.document_dataset import DocumentsMapDataset
 from datatools.grain.host_batches import DocumentOrder, HostBatchesMapDataset, PlannedSchedule
 from datatools.grain.packed_rows import PackedRowsMapDataset
-from datatools.grain.shuffle import BlockShuffleMapDataset, FeistelShuffleMapDataset, ShardMapDataset
+from datatools.grain.shuffle import BlockShuffleMapDataset, FeistelShuffleMapDataset
 from datatools.grain.streaming_pack import StreamingPackIterDataset
 from datatools.grain.streaming_schedule import StreamingSchedule
 
@@ -59,7 +59,6 @@ __all__ = [
     "HostBatchesMapDataset",
     "PackedRowsMapDataset",
     "PlannedSchedule",
-    "ShardMapDataset",
     "StreamingPackIterDataset",
     "StreamingSchedule",
     "TileChunk",

@@ -19,7 +19,7 @@ import numpy as np
 from datatools.base.checks import OVERFLOW_POLICIES, check_choice
 from datatools.grain.host_batches import empty_rows
 from datatools.grain.schedule import DocumentOrderLike, EpochCache
-from datatools.kernels.bucket import fill_order_batches
+from datatools.kernels.bucket import check_buckets, fill_order_batches
 from datatools.kernels.packing import PackPlan, cut_pieces, materialize_pieces
 
 
@@ -30,9 +30,7 @@ def bucket_rows(read_pieces, doc, start, length, *, rows: int, width: int, pad_i
     n = int(doc.shape[0])
     out = empty_rows(rows, width, pad_id, fill_from=n)
     if n:  # one piece per row: a plan of n single-piece rows, built by the packing fill straight into `out`
-        plan = PackPlan(
-            width, 1, n, np.arange(n + 1, dtype=np.int64), doc, start, length.astype(np.int32), 0, 0, "bucket"
-        )
+        plan = PackPlan.one_piece_rows(width, doc, start, length, "bucket")
         materialize_pieces(plan, read_pieces, pad_id=pad_id, out={k: v[:n] for k, v in out.items()})
     return out
 
@@ -64,17 +62,7 @@ class BucketSchedule:
     ):
         self.docs, self.order = docs, order
         self.lengths = np.asarray(docs.lengths(), np.int64)
-        self.boundaries = np.asarray(boundaries, np.int64).reshape(-1)
-        self.batch_sizes = np.asarray(batch_sizes, np.int64).reshape(-1)
-        if self.boundaries.size == 0 or np.any(np.diff(self.boundaries) <= 0) or self.boundaries[0] < 1:
-            raise ValueError(
-                f"boundaries must be a non-empty increasing list of lengths; got {self.boundaries.tolist()}"
-            )
-        if self.batch_sizes.shape != self.boundaries.shape or self.batch_sizes.min() < 1:
-            raise ValueError(
-                f"{self.batch_sizes.tolist()}: one batch size >= 1 per bucket is needed "
-                f"({self.boundaries.shape[0]} buckets)"
-            )
+        self.boundaries, self.batch_sizes = check_buckets(boundaries, batch_sizes)
         self.overflow = check_choice(overflow, "overflow", OVERFLOW_POLICIES)
         if overflow == "error":
             cut_pieces(self.lengths, int(self.boundaries[-1]), "error")  # names the first document too long

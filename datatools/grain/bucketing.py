@@ -10,10 +10,10 @@ import base64
 import numpy as np
 
 import grain
-from datatools.base.checks import OVERFLOW_POLICIES, check_choice, check_int
+from datatools.base.checks import OVERFLOW_POLICIES, check_choice
 from datatools.grain.bucket_schedule import bucket_rows
 from datatools.grain.document_blocks import document_block
-from datatools.kernels.bucket import fill_order_batches
+from datatools.kernels.bucket import check_buckets, fill_order_batches
 from datatools.kernels.packing import cut_pieces
 
 Piece = tuple[int, np.ndarray]  # (start in its document, the piece's tokens)
@@ -174,17 +174,8 @@ class BucketBatchIterDataset(grain.IterDataset):
         pad_id: int = 0,
     ):
         super().__init__(parent)
-        bounds = [check_int(b, "boundary", minimum=1) for b in np.asarray(boundaries).reshape(-1).tolist()]
-        if not bounds or any(b >= c for b, c in zip(bounds, bounds[1:])):
-            raise ValueError(f"boundaries must be a non-empty increasing list of lengths; got {list(boundaries)}")
-        if isinstance(batch_sizes, (int, np.integer)):
-            batch_sizes = [batch_sizes] * len(bounds)
-        sizes = [check_int(b, "batch size", minimum=1) for b in list(batch_sizes)]
-        if len(sizes) != len(bounds):
-            raise ValueError(f"{len(sizes)} batch sizes for {len(bounds)} buckets")
-        self.boundaries = np.asarray(bounds, np.int64)
-        self.batch_sizes = sizes
-        self.sizes = np.asarray(sizes, np.int64)
+        self.boundaries, self.sizes = check_buckets(boundaries, batch_sizes)
+        self.batch_sizes = self.sizes.tolist()
         self.overflow = check_choice(overflow, "overflow", OVERFLOW_POLICIES)
         self.drop_remainder = bool(drop_remainder)
         self.feature = feature

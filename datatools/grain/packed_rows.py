@@ -53,14 +53,8 @@ class PackedRowsMapDataset(grain.MapDataset):
         if plan is None:
             if ctx is None:
                 raise ValueError("PackedRowsMapDataset needs ctx (or a plan)")
-            plan = pack_lengths(
-                self._docs.lengths(),
-                ctx,
-                algorithm=algorithm,
-                max_segments=max_segments,
-                align=align,
-                overflow=overflow,
-            )
+            options: dict = {"algorithm": algorithm, "max_segments": max_segments, "align": align, "overflow": overflow}
+            plan = pack_lengths(self._docs.lengths(), ctx, **options)
         elif plan.max_doc >= len(self._docs):
             raise ValueError(f"plan refers to document {plan.max_doc} but the source has {len(self._docs)}")
         if plan.num_rows == 0:
@@ -72,11 +66,9 @@ class PackedRowsMapDataset(grain.MapDataset):
         return self.plan.num_rows
 
     def __str__(self) -> str:
-        return (
-            f"PackedRowsMapDataset(algorithm={self.plan.algorithm}, ctx={self.plan.ctx}, "
-            f"rows={self.plan.num_rows}, "
-            f"efficiency={self.plan.efficiency:.4f})"
-        )
+        p = self.plan
+        rows = f"rows={p.num_rows}, efficiency={p.efficiency:.4f}"
+        return f"PackedRowsMapDataset(algorithm={p.algorithm}, ctx={p.ctx}, {rows})"
 
     def get_batch(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
         """Rows ``indices`` stacked: int32 arrays of shape (len(indices), ctx), one read for all their pieces."""

@@ -134,31 +134,3 @@ class BlockShuffleMapDataset(_IndexMapDataset):
 
     def __str__(self) -> str:
         return f"BlockShuffleMapDataset({self._shuffle!r})"
-
-
-class ShardMapDataset(_IndexMapDataset):
-    """Host ``index`` of ``count``: elements index, index + count, ...; every host gets ``len(parent) // count``.
-
-    Equal lengths keep hosts in lock step (the last ``len(parent) % count`` elements
-    of each epoch are left out). Epoch-aware like the shuffles, and it keeps the
-    parent's whole-batch path (``get_batch``).
-    """
-
-    def __init__(self, parent: grain.MapDataset, *, index: int, count: int):
-        super().__init__(parent)
-        self._count = check_int(count, "shard count", minimum=1)
-        self._index = check_int(index, "shard index", minimum=0)
-        if self._index >= self._count:
-            raise ValueError(f"shard index {index} out of range [0, {count})")
-        self._len = len(parent) // self._count
-        if self._len < 1:
-            raise ValueError(f"{len(parent)} elements cannot be shared by {count} hosts")
-
-    def __len__(self) -> int:
-        return self._len
-
-    def _permute(self, positions, epoch):
-        return positions * self._count + self._index
-
-    def __str__(self) -> str:
-        return f"ShardMapDataset(index={self._index}, count={self._count})"

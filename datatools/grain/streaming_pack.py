@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 
 import grain
-from datatools.base.checks import OVERFLOW_POLICIES, check_choice, check_int
+from datatools.base.checks import check_int
 from datatools.grain.document_blocks import document_block
 from datatools.grain.streaming_schedule import plan_window
 from datatools.io.documents import ArrayDocuments
-from datatools.kernels.packing import ALGORITHMS
+from datatools.kernels.packing import PackOptions
 
 
 class _StreamingPackIterator(grain.DatasetIterator):
@@ -125,20 +125,10 @@ class StreamingPackIterDataset(grain.IterDataset):
         super().__init__(parent)
         self.shuffle_rows = bool(shuffle_rows)
         self.seed = check_int(seed, "seed", minimum=0)
-        self.ctx = check_int(ctx, "ctx", minimum=1)
+        opts = PackOptions(ctx, algorithm, max_segments, align, overflow)  # validated there
+        self.ctx, self.algorithm = opts.ctx, opts.algorithm
         self.window = check_int(window, "window", minimum=1)
-        self.align = check_int(align, "align", minimum=1)
-        if self.ctx % self.align:
-            raise ValueError(f"align must divide ctx; got align={align}, ctx={ctx}")
-        self.algorithm = check_choice(algorithm, "algorithm", ALGORITHMS)
-        self.max_segments = None if max_segments is None else check_int(max_segments, "max_segments", minimum=1)
-        self.overflow = check_choice(overflow, "overflow", OVERFLOW_POLICIES)
-        self.options = {  # what plan_window passes to pack_lengths
-            "algorithm": self.algorithm,
-            "max_segments": self.max_segments,
-            "align": self.align,
-            "overflow": self.overflow,
-        }
+        self.options = opts.keywords  # what plan_window passes to pack_lengths
         self.feature = feature
         self.pad_id = int(pad_id)
 

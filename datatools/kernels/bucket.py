@@ -38,17 +38,6 @@ from datatools.base.checks import (
 from datatools.kernels.packing import cut_pieces
 
 
-def _prepare(lengths, max_len, overflow):
-    """Apply the overflow policy at max_len: (item lengths, item doc, item start, dropped tokens)."""
-    doc, start, length, dropped, _ = cut_pieces(lengths, max_len, overflow)
-    return length, doc, start, dropped
-
-
-def _default_max_len(lengths: np.ndarray, tile: int) -> int:
-    longest = int(lengths.max()) if lengths.size else 0
-    return max(tile, -(-longest // tile) * tile)
-
-
 @numba.njit(cache=True)
 def optimal_boundaries(cand, counts, num_buckets):
     """Exact DP: choose <= num_buckets of the candidate lengths, the last one mandatory.
@@ -118,12 +107,12 @@ def bucket_boundaries(
     if lengths.size == 0:
         raise ValueError("lengths is empty: no documents to bucket")
     if max_len is None:
-        max_len = _default_max_len(lengths, tile)
+        max_len = max(tile, -(-int(lengths.max()) // tile) * tile)
     else:
         max_len = check_int(max_len, "max_len", minimum=1, maximum=MAX_CTX)
         if max_len % tile:
             raise ValueError(f"max_len={max_len} is not a multiple of tile={tile}")
-    items, _, _, _ = _prepare(lengths, max_len, overflow)
+    _, _, items, _, _ = cut_pieces(lengths, max_len, overflow)
     need = -(-items // tile)  # tiles each item needs
     need = need[need > 0]
     occupied = np.unique(need)
@@ -167,6 +156,31 @@ def bucket_batch_sizes(
         worst = int(b[np.argmin(sizes)])
         raise ValueError(f"token_budget={token_budget} fits fewer than {multiple_of} rows of length {worst}")
     return sizes
+
+
+def check_buckets(boundaries, batch_sizes) -> tuple[np.ndarray, np.ndarray]:
+    """Bucket boundaries (tokens: positive, strictly increasing, at most :data:`MAX_BUCKETS` of at most
+    :data:`MAX_CTX`) and the rows per batch of each bucket (one int for all, or one per bucket, each in
+    [1, :data:`MAX_BATCH`]) as int64 arrays; ValueError naming the bad value (every bucketer checks here)."""
+    b = as_lengths(np.asarray(boundaries).reshape(-1), "boundaries")
+    if b.size == 0 or b.min() < 1 or np.any(np.diff(b) <= 0):
+        raise ValueError(
+            f"boundaries must be positive, non-empty and increasing (ascending), got {short_repr(b.tolist())}"
+        )
+    if b.size > MAX_BUCKETS or b.max() > MAX_CTX:
+        raise ValueError(
+            f"boundaries: at most {MAX_BUCKETS:,} buckets of at most {MAX_CTX:,} tokens "
+            f"(datatools' limits), got {short_repr(b.tolist())}"
+        )
+    if np.isscalar(batch_sizes):
+        batch_sizes = [check_int(batch_sizes, "batch_size", minimum=1, maximum=MAX_BATCH)] * b.size
+    sizes = as_lengths(np.asarray(batch_sizes).reshape(-1), "batch_sizes")
+    if sizes.shape != b.shape or sizes.min() < 1 or sizes.max() > MAX_BATCH:
+        raise ValueError(
+            f"{sizes.size} batch sizes for {b.size} buckets: one size in [1, {MAX_BATCH:,}] per bucket is needed, "
+            f"got {short_repr(sizes.tolist())}"
+        )
+    return b, sizes
 
 
 @dataclass(frozen=True)
@@ -231,23 +245,9 @@ def bucket_batches(
       A :class:`BucketPlan`. Zero-length documents are left out.
     """
     lengths = as_lengths(lengths)
-    b = as_lengths(boundaries, "boundaries")
-    if b.size == 0 or b.min() < 1 or np.any(np.diff(b) <= 0):
-        raise ValueError(f"boundaries must be positive and strictly ascending, got {short_repr(b.tolist())}")
-    if b.size > MAX_BUCKETS or b.max() > MAX_CTX:
-        raise ValueError(
-            f"boundaries: at most {MAX_BUCKETS:,} buckets of at most {MAX_CTX:,} tokens "
-            f"(datatools' limits), got {short_repr(b.tolist())}"
-        )
-    if np.isscalar(batch_sizes):
-        batch_sizes = np.full(
-            b.size, check_int(batch_sizes, "batch_size", minimum=1, maximum=MAX_BATCH), dtype=np.int64
-        )
-    sizes = as_lengths(batch_sizes, "batch_sizes")
-    if sizes.shape != b.shape or sizes.min() < 1 or sizes.max() > MAX_BATCH:
-        raise ValueError(f"batch_sizes must give one size >= 1 per bucket, got {sizes.tolist()}")
+    b, sizes = check_buckets(boundaries, batch_sizes)
     check_choice(overflow, "overflow", OVERFLOW_POLICIES)
-    length, doc, start, dropped = _prepare(lengths, int(b[-1]), overflow)
+    doc, start, length, dropped, _ = cut_pieces(lengths, int(b[-1]), overflow)
     bucket_of = np.searchsorted(b, length, side="left").astype(np.int64)
     order, splits, batch_bucket = fill_order_batches(bucket_of, sizes, drop_remainder=drop_remainder, by_bucket=True)
     kept = np.zeros(length.shape[0], np.bool_)

@@ -32,8 +32,10 @@ import numpy as np
 
 from datatools.base.checks import as_lengths
 from datatools.kernels.packing import PackPlan, pack_lengths
+from datatools.kernels.packing.plan_format import gather_rows
 
 GROW_P2 = "grow_p2"
+_ALGORITHM = "decomposition"  # the plans' algorithm name
 
 
 def check_sizes(sizes) -> np.ndarray:
@@ -146,13 +148,6 @@ class CurriculumRows:
         return int((self.batches * self.rows_per_batch * self.sizes).sum())
 
 
-def _single_rows(ctx: int, doc, start, length) -> PackPlan:
-    n = int(doc.shape[0])
-    return PackPlan(
-        ctx, 1, n, np.arange(n + 1, dtype=np.int64), doc, start, length.astype(np.int32), 0, 0, "decomposition"
-    )
-
-
 PACK_PADDING = 0.01  # the most padding the remainders' rows may have when the length they go to is chosen
 
 
@@ -173,7 +168,7 @@ def _concat_rows(ctx: int, parts: list[PackPlan]) -> PackPlan:
         np.concatenate([p.length for p in parts]).astype(np.int32),
         0,
         0,
-        "decomposition",
+        _ALGORITHM,
     )
 
 
@@ -236,7 +231,7 @@ def curriculum_rows(
     plans: list[PackPlan] = []
     for k in range(sizes.shape[0]):
         mine = np.flatnonzero(p.size == k)
-        parts = [_single_rows(int(sizes[k]), p.doc[mine], p.start[mine], p.length[mine])]
+        parts = [PackPlan.one_piece_rows(int(sizes[k]), p.doc[mine], p.start[mine], p.length[mine], _ALGORITHM)]
         if k == into and k > 0:
             parts.append(_packed(int(sizes[k]), p.doc[rest], p.start[rest], p.length[rest]))
         plans.append(_concat_rows(int(sizes[k]), parts))
@@ -251,13 +246,17 @@ def curriculum_rows(
         cut[rng.choice(plan.num_rows, size=extra, replace=False)] = True
         pieces = np.repeat(cut, np.diff(plan.row_splits))  # the pieces of the rows cut again
         keep = np.flatnonzero(~cut)
-        plans[k] = gather_plan(plan, keep)
+        plans[k] = gather_rows(
+            plan.row_splits, plan.doc, plan.start, plan.length, keep, ctx=plan.ctx, align=1, algorithm=plan.algorithm
+        )
         doc, start, length = plan.doc[pieces], plan.start[pieces], plan.length[pieces]
         again = decompose(length, sizes[:k])  # pieces of the pieces, in the smaller lengths (or remainders)
         for q in range(k):
             mine = np.flatnonzero(again.size == q)
             src = again.doc[mine]
-            add = _single_rows(int(sizes[q]), doc[src], start[src] + again.start[mine], again.length[mine])
+            add = PackPlan.one_piece_rows(
+                int(sizes[q]), doc[src], start[src] + again.start[mine], again.length[mine], _ALGORITHM
+            )
             plans[q] = _concat_rows(int(sizes[q]), [plans[q], add])
         left = np.flatnonzero(again.size < 0)
         tail.append((doc[again.doc[left]], start[again.doc[left]] + again.start[left], again.length[left]))
@@ -270,26 +269,6 @@ def curriculum_rows(
     if into > 0:
         packed += int(np.count_nonzero(np.diff(plans[into].row_splits) > 1))
     return CurriculumRows(sizes, rows_per_batch.astype(np.int64), tuple(plans), packed, int(sizes[into]))
-
-
-def gather_plan(plan: PackPlan, rows: np.ndarray) -> PackPlan:
-    """Rows ``rows`` of ``plan``, in that order, as a plan of their own."""
-    rows = np.asarray(rows, np.int64)
-    first, end = plan.row_splits[rows], plan.row_splits[rows + 1]
-    counts = end - first
-    idx = np.repeat(first - np.concatenate(([0], np.cumsum(counts)[:-1])), counts) + np.arange(int(counts.sum()))
-    return PackPlan(
-        plan.ctx,
-        1,
-        int(rows.shape[0]),
-        np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
-        plan.doc[idx],
-        plan.start[idx],
-        plan.length[idx],
-        0,
-        0,
-        plan.algorithm,
-    )
 
 
 @numba.njit(cache=True)

@@ -110,15 +110,7 @@ def planned(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Sch
         plan = _plan_file(p, p.plan, cfg.one_source.path, docs)
         rows = PackedRowsMapDataset(docs, plan=plan, pad_id=cfg.pad_id)
     else:
-        rows = PackedRowsMapDataset(
-            docs,
-            p.ctx,
-            algorithm=p.resolved_algorithm,
-            max_segments=p.max_segments,
-            align=p.align,
-            overflow=p.overflow,
-            pad_id=cfg.pad_id,
-        )
+        rows = PackedRowsMapDataset(docs, p.ctx, **p.options, pad_id=cfg.pad_id)
     if cfg.drop_remainder and rows.plan.num_rows < cfg.batch_size:
         raise ValueError(f"{rows.plan.num_rows} packed rows make no full batch of {cfg.batch_size}")
     schedule = PlannedSchedule(
@@ -138,10 +130,7 @@ def streaming(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[S
         window=p.window,
         batch_size=cfg.batch_size,
         drop_remainder=cfg.drop_remainder,
-        algorithm=p.resolved_algorithm,
-        max_segments=p.max_segments,
-        align=p.align,
-        overflow=p.overflow,
+        **p.options,
         seed=cfg.seed,
         pad_id=cfg.pad_id,
     ), None
@@ -161,12 +150,7 @@ def lanes(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Sched
         lane_period=p.lane_period,
         seed=cfg.seed,
         pad_id=cfg.pad_id,
-        options={
-            "algorithm": p.resolved_algorithm,
-            "max_segments": p.max_segments,
-            "align": p.align,
-            "overflow": p.overflow,
-        },
+        options=p.options,
     ), None
 
 

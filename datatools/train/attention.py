@@ -28,13 +28,22 @@ NEG = -1e30
 SPARSE_KEYS = ("tile_row", "tile_q", "tile_k", "tile_count")  # what blocksparse reads of a tile list
 
 
-def dense_attention(q, k, v, segment_ids):
-    """q, k, v: (B, T, H, D); segment_ids: (B, T). Returns (B, T, H, D)."""
+def _mask(segment_ids):
+    """(B, 1, T, T) bool: query t sees key s when s <= t, both in one segment, the query not padding."""
     t = segment_ids.shape[1]
     causal = jnp.tril(jnp.ones((t, t), bool))
-    mask = (causal[None] & (segment_ids[:, :, None] == segment_ids[:, None, :]) & (segment_ids > 0)[:, :, None])[
-        :, None
-    ]
+    same = segment_ids[:, :, None] == segment_ids[:, None, :]
+    return (causal[None] & same & (segment_ids > 0)[:, :, None])[:, None]
+
+
+def zero_padding(out, segment_ids, dtype):
+    """``out`` (B, T, H, D) with every padding query's output 0 (what every implementation returns), as ``dtype``."""
+    return jnp.where((segment_ids > 0)[:, :, None, None], out, 0).astype(dtype)
+
+
+def dense_attention(q, k, v, segment_ids):
+    """q, k, v: (B, T, H, D); segment_ids: (B, T). Returns (B, T, H, D)."""
+    mask = _mask(segment_ids)
     scores = jnp.einsum("bthd,bshd->bhts", q, k).astype(jnp.float32) / math.sqrt(q.shape[-1])
     scores = jnp.where(mask, scores, NEG)
     probs = jax.nn.softmax(scores, axis=-1)
@@ -45,13 +54,8 @@ def dense_attention(q, k, v, segment_ids):
 def fused_attention(q, k, v, segment_ids):
     """``jax.nn.dot_product_attention`` with the segment mask: cuDNN's fused kernel where JAX can use it (a GPU),
     XLA's otherwise (the CPU tests). Padding queries' outputs are zeroed, as in :func:`dense_attention`."""
-    t = segment_ids.shape[1]
-    causal = jnp.tril(jnp.ones((t, t), bool))
-    mask = (causal[None] & (segment_ids[:, :, None] == segment_ids[:, None, :]) & (segment_ids > 0)[:, :, None])[
-        :, None
-    ]
-    out = jax.nn.dot_product_attention(q, k, v, mask=mask)
-    return jnp.where((segment_ids > 0)[:, :, None, None], out, 0).astype(q.dtype)
+    out = jax.nn.dot_product_attention(q, k, v, mask=_mask(segment_ids))
+    return zero_padding(out, segment_ids, q.dtype)
 
 
 def blocksparse_attention(q, k, v, segment_ids, tiles: dict, block: int, chunk: int = 256):

@@ -25,9 +25,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-
-def _zero_padding(out, segment_ids, dtype):
-    return jnp.where((segment_ids > 0)[:, :, None, None], out, 0).astype(dtype)
+from datatools.train.attention import zero_padding
 
 
 def cudnn_arguments(q, k, v, segment_ids) -> dict:
@@ -55,7 +53,7 @@ def cudnn_attention(q, k, v, segment_ids):
             "pallas_gpu (interpreted off a GPU), fused, dense or blocksparse"
         )
     out = jax.nn.dot_product_attention(q, k, v, implementation="cudnn", **cudnn_arguments(q, k, v, segment_ids))
-    return _zero_padding(out, segment_ids, q.dtype)
+    return zero_padding(out, segment_ids, q.dtype)
 
 
 def pallas_gpu_attention(q, k, v, segment_ids, block: int = 128):
@@ -83,4 +81,4 @@ def pallas_gpu_attention(q, k, v, segment_ids, block: int = 128):
         block_sizes=sizes,
         interpret=jax.devices()[0].platform != "gpu",
     )
-    return _zero_padding(out, segment_ids, q.dtype)
+    return zero_padding(out, segment_ids, q.dtype)

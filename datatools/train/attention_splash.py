@@ -23,6 +23,8 @@ import math
 import jax
 import jax.numpy as jnp
 
+from datatools.train.attention import zero_padding
+
 
 def tpu_interpret():
     """A context under which Pallas TPU kernels run in TPU interpret mode, off a TPU (a no-op on one)."""
@@ -103,4 +105,4 @@ def splash_attention(q, k, v, segment_ids, block: int = 128):
     scale = 1.0 / math.sqrt(q.shape[-1])  # splash does not scale the scores: scale the queries
     qt, kt, vt = (jnp.swapaxes(x, 1, 2) for x in ((q * scale).astype(q.dtype), k, v))  # (B, H, T, D)
     out = jnp.swapaxes(_splash(qt, kt, vt, segment_ids.astype(jnp.int32), block), 1, 2)
-    return jnp.where((segment_ids > 0)[:, :, None, None], out, 0).astype(q.dtype)
+    return zero_padding(out, segment_ids, q.dtype)

@@ -18,7 +18,6 @@ from datatools.grain import (
     FeistelShuffleMapDataset,
     FormatBatch,
     PackedRowsMapDataset,
-    ShardMapDataset,
     StreamingPackIterDataset,
     chunk_documents,
 )
@@ -119,16 +118,6 @@ def test_block_shuffle_shards_are_disjoint_and_cover(n, block, window, count):
         seen += [ds[i] for i in range(len(ds))]
     assert len(seen) == len(set(seen))
     assert n - len(seen) < block * count  # each share gives up at most the partial block's deficit
-
-
-def test_shard_map_dataset_gives_equal_disjoint_shares():
-    base = grain.MapDataset.range(103)
-    shares = [ShardMapDataset(base, index=i, count=4) for i in range(4)]
-    assert {len(s) for s in shares} == {25}
-    got = [s[i] for s in shares for i in range(25)]
-    assert len(set(got)) == 100
-    with pytest.raises(ValueError, match="out of range"):
-        ShardMapDataset(base, index=4, count=4)
 
 
 def test_batch_rows_builds_whole_batches():

@@ -163,3 +163,9 @@ class PackOptions:
     @property
     def win(self) -> int:
         return self.window or 0
+
+    @property
+    def keywords(self) -> dict:
+        """These options as :func:`~datatools.kernels.packing.plan.pack_lengths`' keywords (all but ctx)."""
+        names = ("algorithm", "max_segments", "align", "overflow", "window")
+        return {name: getattr(self, name) for name in names}

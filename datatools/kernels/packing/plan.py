@@ -77,6 +77,13 @@ class PackPlan:
     _offset: np.ndarray | None = field(default=None, repr=False, compare=False)
     _max_doc: int | None = field(default=None, repr=False, compare=False)
 
+    @classmethod
+    def one_piece_rows(cls, ctx: int, doc, start, length, algorithm: str) -> PackPlan:
+        """A plan whose row i holds piece i alone (``doc``, ``start``, ``length``: int64 arrays; rows of ``ctx``
+        tokens): a bucket's batch, a curriculum's whole pieces."""
+        n = int(doc.shape[0])
+        return cls(ctx, 1, n, np.arange(n + 1, dtype=np.int64), doc, start, length.astype(np.int32), 0, 0, algorithm)
+
     @property
     def num_pieces(self) -> int:
         return int(self.doc.shape[0])
