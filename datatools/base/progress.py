@@ -93,24 +93,34 @@ class _EtaColumn(ProgressColumn):
 
 
 @contextmanager
-def _plain_lines(console: Console, line: Callable[[], str], interval_s: float) -> Iterator[None]:
-    """Print ``line()`` on ``console`` once the block has run ``min(FIRST_LINE_S, interval_s)`` seconds, then every
-    ``interval_s`` seconds, from a daemon thread, until the block ends."""
+def _every(first_s: float, interval_s: float, call: Callable[[], None], name: str) -> Iterator[None]:
+    """``call()`` from a daemon thread once the block has run ``first_s`` seconds, then every ``interval_s``
+    seconds, until the block ends."""
     stop = threading.Event()
 
     def tick():
-        wait = min(FIRST_LINE_S, interval_s)
+        wait = first_s
         while not stop.wait(wait):
-            console.print(line(), markup=False, highlight=False, soft_wrap=True)
+            call()
             wait = interval_s
 
-    thread = threading.Thread(target=tick, name="datatools-progress", daemon=True)
+    thread = threading.Thread(target=tick, name=name, daemon=True)
     thread.start()
     try:
         yield
     finally:
         stop.set()
         thread.join()
+
+
+def _plain_lines(console: Console, line: Callable[[], str], interval_s: float):
+    """Print ``line()`` on ``console`` once the block has run ``min(FIRST_LINE_S, interval_s)`` seconds, then every
+    ``interval_s`` seconds, until the block ends."""
+
+    def say() -> None:
+        console.print(line(), markup=False, highlight=False, soft_wrap=True)
+
+    return _every(min(FIRST_LINE_S, interval_s), interval_s, say, "datatools-progress")
 
 
 class JobBar:
@@ -252,20 +262,11 @@ def activity(label: str, *, console: Console | None = None, interval_s: float = 
         yield
         return
     act = _Activity(Console(stderr=True) if console is None else console, label, interval_s)
-    stop = threading.Event()
-
-    def run() -> None:
-        while not stop.wait(0.1):
-            act.tick()
-
     _ACTIVE = act
-    thread = threading.Thread(target=run, name="datatools-activity", daemon=True)
-    thread.start()
     try:
-        yield
+        with _every(0.1, 0.1, act.tick, "datatools-activity"):
+            yield
     finally:
-        stop.set()
-        thread.join()
         with act.lock:
             act._stop_live()
         _ACTIVE = None

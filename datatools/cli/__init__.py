@@ -133,21 +133,20 @@ def cli() -> None:
     """datatools: no compute wasted on padding, near-random shuffling at near-sequential I/O."""
 
 
-def _error(message: str) -> None:
-    """One line on stderr, printable whatever bytes a file name held."""
+def _error(message: str, kind: str = "error") -> None:
+    """One line on stderr (an error, or a library warning: a link not followed, a slow access pattern), printable
+    whatever bytes a file name held."""
     from datatools.io.paths import printable
 
-    line = " ".join(printable(message).split())
+    line = " ".join(printable(str(message)).split())
     if len(line) > 2000:
         line = line[:1997] + "..."
-    print(f"datatools: error: {line}", file=sys.stderr)
+    print(f"datatools: {kind}: {line}", file=sys.stderr)
 
 
-def _warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """A library warning (a link not followed, a slow access pattern) as one line on stderr, like an error."""
-    from datatools.io.paths import printable
-
-    print(f"datatools: warning: {' '.join(printable(str(message)).split())}", file=sys.stderr)
+def _warning(message, *_, **__) -> None:
+    """``warnings.showwarning``: a warning as one line, like an error."""
+    _error(message, "warning")
 
 
 def _message(exc: Exception) -> str:

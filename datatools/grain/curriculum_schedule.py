@@ -21,7 +21,7 @@ import threading
 import numpy as np
 
 from datatools.grain.host_batches import empty_rows
-from datatools.grain.schedule import EpochCache
+from datatools.grain.schedule import EpochCache, ProcessCaches
 from datatools.grain.streaming_schedule import RowsPlanSchedule
 from datatools.kernels.curriculum import GROW_P2, CurriculumRows, curriculum_order, curriculum_rows, grow_p2_odds
 from datatools.kernels.packing import PackPlan
@@ -45,7 +45,7 @@ def schedule_odds(schedule, k: int, odds=None) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray([o for _, o in stages], np.float64), np.asarray([u for u, _ in stages], np.float64)
 
 
-class CurriculumSchedule(RowsPlanSchedule):
+class CurriculumSchedule(RowsPlanSchedule, ProcessCaches):
     """Global batches of a length curriculum (see the module docstring).
 
     Args:
@@ -61,6 +61,8 @@ class CurriculumSchedule(RowsPlanSchedule):
       pack_length: the length whose rows hold the packed remainders (default: chosen, see
         :func:`~datatools.kernels.curriculum.pack_length_index`).
     """
+
+    _CACHES = ("_perms",)  # rebuilt in each process
 
     def __init__(
         self,
@@ -89,13 +91,6 @@ class CurriculumSchedule(RowsPlanSchedule):
         self.shapes = [(int(r), int(n)) for r, n in zip(self.rows.rows_per_batch, self.sizes)]
         self._epochs = EpochCache(keep=2)
         self._perms: dict[tuple[int, int], FeistelPermutation] = {}
-        self._lock = threading.Lock()
-
-    def __getstate__(self):
-        return {**{k: v for k, v in self.__dict__.items() if k != "_lock"}, "_perms": {}}
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
         self._lock = threading.Lock()
 
     def epoch_order(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:

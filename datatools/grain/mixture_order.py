@@ -32,24 +32,15 @@ once per epoch).
 from __future__ import annotations
 
 import threading
-from typing import TypedDict
 
 import numpy as np
 
 from datatools.base.checks import check_choice, check_int
 from datatools.grain.host_batches import DocumentOrder
+from datatools.grain.schedule import ProcessCaches
 from datatools.kernels.mixture import Segment, draw, exhaust_segments, split_ratios
 
 MIX_MODES = ("sample", "exhaust")
-
-
-class ShuffleOptions(TypedDict):
-    """How each source's own :class:`DocumentOrder` shuffles: its mode, and its I/O block and window (documents,
-    blocks), kept so a reweighted order (:meth:`MixtureOrder.with_weights`) shuffles the same."""
-
-    shuffle: str
-    io_block_size: int
-    window_blocks: int
 
 
 def source_seed(seed: int, k: int) -> int:
@@ -57,7 +48,7 @@ def source_seed(seed: int, k: int) -> int:
     return int(np.random.SeedSequence([int(seed), int(k)]).generate_state(2, np.uint64)[0])
 
 
-class MixtureOrder:
+class MixtureOrder(ProcessCaches):
     """Documents of several sources, interleaved by weight (see the module docstring).
 
     Args:
@@ -68,6 +59,8 @@ class MixtureOrder:
         ``sum(sizes)``.
       shuffle, seed, io_block_size, window_blocks: each source's own order (as :class:`DocumentOrder`).
     """
+
+    _CACHES = ("_segments",)  # rebuilt in each process
 
     def __init__(
         self,
@@ -100,11 +93,6 @@ class MixtureOrder:
             raise ValueError(f"source {int(np.flatnonzero(self.sizes == 0)[0])} of the mixture holds no documents")
         self.offsets = np.concatenate(([0], np.cumsum(self.sizes)))
         self.seed = int(seed)
-        self.shuffle: ShuffleOptions = {
-            "shuffle": shuffle,
-            "io_block_size": io_block_size,
-            "window_blocks": window_blocks,
-        }
         self.orders = [
             DocumentOrder(
                 int(n), shuffle, seed=source_seed(seed, k), io_block_size=io_block_size, window_blocks=window_blocks
@@ -118,13 +106,6 @@ class MixtureOrder:
         self._lock = threading.Lock()
         if mode == "sample":
             self._global = self._sample_segments()
-
-    def __getstate__(self):
-        return {**{k: v for k, v in self.__dict__.items() if k != "_lock"}, "_segments": {}}
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     def _offset(self, start: int) -> int:
         """The seeded shift of the interleave of a segment starting at ``start`` (< 2**16)."""
@@ -183,8 +164,3 @@ class MixtureOrder:
     def source_of(self, docs) -> np.ndarray:
         """int64: the source of each global document id."""
         return np.searchsorted(self.offsets, np.asarray(docs, np.int64), side="right") - 1
-
-    def with_weights(self, position: int, weights) -> MixtureOrder:
-        """This order with ``weights`` in force from ``position`` (over all epochs) on; draws before it unchanged."""
-        history = [(p, w) for p, w in self.history if p < position] + [(int(position), weights)]
-        return MixtureOrder(self.sizes, history, mode=self.mode, epoch_documents=self.n, seed=self.seed, **self.shuffle)

@@ -57,19 +57,21 @@ def localized(state, like):
     return state
 
 
+def differing_keys(saved: dict | None, current: dict | None) -> set:
+    """The identity keys whose values differ (none when either identity is missing)."""
+    if not saved or not current:
+        return set()
+    return {k for k in set(saved) | set(current) if saved.get(k) != current.get(k)}
+
+
 def check_identity(saved: dict | None, current: dict | None) -> None:
     """ValueError naming every key whose value differs between a saved state's pipeline identity and this one's."""
-    if not saved or not current:
-        return  # a state from before identities were recorded, or a pipeline without one
-    keys = sorted(set(saved) | set(current))
-    diff = [
-        f"{k}: saved {saved.get(k)!r}, this pipeline {current.get(k)!r}" for k in keys if saved.get(k) != current.get(k)
-    ]
-    if diff:
+    keys = sorted(differing_keys(saved, current))
+    if keys:
+        old, new = saved or {}, current or {}
+        diff = "; ".join(f"{k}: saved {old.get(k)!r}, this pipeline {new.get(k)!r}" for k in keys)
         raise ValueError(
-            "this state was saved by a pipeline with another config or data and cannot restore here ("
-            + "; ".join(diff)
-            + ")"
+            f"this state was saved by a pipeline with another config or data and cannot restore here ({diff})"
         )
 
 
@@ -118,13 +120,6 @@ def host_state(states: list) -> dict:
                 f"state at the same step of the same pipeline"
             )
     return states[0]
-
-
-def differing_keys(saved: dict | None, current: dict | None) -> set:
-    """The identity keys whose values differ (none when either identity is missing)."""
-    if not saved or not current:
-        return set()
-    return {k for k in set(saved) | set(current) if saved.get(k) != current.get(k)}
 
 
 class _PortableStateIterator(grain.DatasetIterator):

@@ -91,10 +91,12 @@ class EpochCache:
     """What a schedule computes once per epoch (its batch order), kept for the ``keep`` latest epochs asked for.
 
     Thread-safe: the value is computed outside the lock (two threads may compute the same epoch once each; both
-    results are equal, one is kept). Pickled empty: a Grain worker computes its own."""
+    results are equal, one is kept). Pickled empty (a Grain worker computes its own), or with what it holds when
+    ``carried`` (an epoch small enough to send that costs seconds to compute: a worker's first batch waits for
+    it)."""
 
-    def __init__(self, keep: int):
-        self.keep = int(keep)
+    def __init__(self, keep: int, *, carried: bool = False):
+        self.keep, self.carried = int(keep), bool(carried)
         self._hits: dict[int, Any] = {}
         self._lock = threading.Lock()
 
@@ -112,7 +114,24 @@ class EpochCache:
         return hit
 
     def __getstate__(self):
-        return {"keep": self.keep}
+        with self._lock:
+            return {"keep": self.keep, "carried": self.carried, "hits": dict(self._hits) if self.carried else {}}
 
     def __setstate__(self, state):
-        self.__init__(state["keep"])
+        self.__init__(state["keep"], carried=state.get("carried", False))
+        self._hits.update(state.get("hits", {}))
+
+
+class ProcessCaches:
+    """A mixin: pickled (to Grain's worker processes) without its lock ``_lock`` and with its caches, the
+    attributes named in ``_CACHES``, empty; each process makes its own lock and fills its own caches."""
+
+    _CACHES: tuple[str, ...] = ()
+
+    def __getstate__(self):
+        state = {k: v for k, v in self.__dict__.items() if k != "_lock"}
+        return state | {k: type(state[k])() for k in self._CACHES}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()

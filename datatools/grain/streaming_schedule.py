@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from datatools.base.checks import OVERFLOW_POLICIES, check_choice, check_int
+from datatools.base.checks import check_int
 from datatools.grain.host_batches import empty_rows
-from datatools.grain.schedule import DocumentOrderLike
-from datatools.kernels.packing import ALGORITHMS, PackPlan, cut_pieces, pack_lengths
+from datatools.grain.schedule import DocumentOrderLike, ProcessCaches
+from datatools.kernels.packing import PackOptions, PackPlan, cut_pieces, pack_lengths
 
 PLANS_KEPT = 8  # window plans cached per process
 
@@ -93,7 +93,7 @@ class RowsPlanSchedule:
         return out
 
 
-class StreamingSchedule(RowsPlanSchedule):
+class StreamingSchedule(RowsPlanSchedule, ProcessCaches):
     """Global batches of streaming packing (see the module docstring).
 
     Args:
@@ -107,6 +107,8 @@ class StreamingSchedule(RowsPlanSchedule):
       seed: seed of each window's row order.
       pad_id: token id of padding.
     """
+
+    _CACHES = ("_plans",)  # rebuilt in each process
 
     def __init__(
         self,
@@ -126,16 +128,11 @@ class StreamingSchedule(RowsPlanSchedule):
     ):
         self.docs, self.order = docs, order
         self.lengths = np.asarray(docs.lengths(), np.int64)
-        self.ctx = check_int(ctx, "ctx", minimum=1)
+        opts = PackOptions(ctx, algorithm, max_segments, align, overflow)  # validated there
+        self.ctx, self.options = opts.ctx, opts.keywords  # the options plan_window passes to pack_lengths
         self.window = check_int(window, "window", minimum=1)
         self.batch_size = check_int(batch_size, "batch_size", minimum=1)
         self.drop_remainder = bool(drop_remainder)
-        self.options = {
-            "algorithm": check_choice(algorithm, "algorithm", ALGORITHMS),
-            "max_segments": max_segments,
-            "align": align,
-            "overflow": check_choice(overflow, "overflow", OVERFLOW_POLICIES),
-        }
         if overflow == "error":
             cut_pieces(self.lengths, self.ctx, "error")  # names the first document too long, by its global index
         self.seed, self.pad_id = int(seed), int(pad_id)
@@ -145,13 +142,6 @@ class StreamingSchedule(RowsPlanSchedule):
         self.shapes = [(self.batch_size, self.ctx)]
         self._starts: dict[int, np.ndarray] = {}  # epoch -> first row of each window (num_windows + 1)
         self._plans: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()
-
-    def __getstate__(self):
-        return {**{k: v for k, v in self.__dict__.items() if k != "_lock"}, "_plans": OrderedDict()}
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
         self._lock = threading.Lock()
 
     def _window_docs(self, epoch: int, w: int) -> np.ndarray:

@@ -16,26 +16,16 @@ only, and safe to read from several threads) rather than copying the documents i
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Sequence
 
 import numpy as np
 
 from datatools.kernels.batch_layouts import to_format
-from datatools.pipeline import PipelineConfig, ShardConfig, build_canonical, load_config, parse_config
+from datatools.pipeline import ShardConfig, build_canonical
+from datatools.pipeline.config import as_config
 
 __all__ = ["PipelineRows", "runs"]
-
-
-def _config(pipeline) -> PipelineConfig:
-    if isinstance(pipeline, PipelineConfig):
-        return pipeline
-    if isinstance(pipeline, dict):
-        return parse_config(pipeline)
-    if isinstance(pipeline, (str, os.PathLike)):
-        return load_config(pipeline)
-    raise TypeError(f"pipeline must be a PipelineConfig, a mapping or a YAML path; got {type(pipeline).__name__}")
 
 
 def runs(rows: np.ndarray) -> list[tuple[int, int]]:
@@ -64,7 +54,7 @@ class PipelineRows:
     """
 
     def __init__(self, pipeline, *, documents=None):
-        cfg = _config(pipeline)
+        cfg = as_config(pipeline)
         if cfg.format not in ("datatools", "levanter"):
             raise ValueError(
                 f"config: format {cfg.format!r} is for another trainer; Levanter reads rows in the "

@@ -114,11 +114,6 @@ def number_pieces(segment_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return positions.reshape(shape), pieces.reshape(shape)
 
 
-def restart_positions(segment_ids: np.ndarray) -> np.ndarray:
-    """Positions counting from 0 at the start of every piece of a row; 0 at padding (int32, same shape)."""
-    return number_pieces(segment_ids)[0]
-
-
 def next_document_mask(segment_ids: np.ndarray) -> np.ndarray:
     """The loss mask of ``boundary_targets: next_document``: 1 at t where tokens t and t + 1 are both real."""
     seg = np.atleast_2d(segment_ids)
@@ -142,7 +137,7 @@ def apply_options(
     check_choice(loss_weighting, "loss_weighting", LOSS_WEIGHTINGS)
     out = dict(batch)  # extra fields (attention tiles) ride along
     if positions == "restart":
-        out["positions"] = restart_positions(batch["segment_ids"])
+        out["positions"] = number_pieces(batch["segment_ids"])[0]  # from 0 in every piece
     if boundary_targets == "next_document":
         out["loss_mask"] = next_document_mask(batch["segment_ids"])
     if loss_weighting != "none" and (WEIGHTS_KEY not in out or boundary_targets == "next_document"):

@@ -44,7 +44,6 @@ refuses a pipeline with another config or data.
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 import tempfile
 import warnings
@@ -67,7 +66,7 @@ from datatools.grain.portable_state import PortableStateIterDataset
 from datatools.grain.schedule import Schedule
 from datatools.grain.worker_processes import prefetch_in_processes
 from datatools.io.documents import ChunkedDocuments
-from datatools.pipeline.config import PipelineConfig, ShardConfig, SourceConfig, load_config, parse_config
+from datatools.pipeline.config import PipelineConfig, ShardConfig, as_config
 from datatools.pipeline.mixture import WEIGHTS_KEY, mixture_identity, reweighted_history
 from datatools.pipeline.schedules import build_schedule
 from datatools.pipeline.sources import open_config_documents
@@ -100,24 +99,18 @@ TABLE_READ_THREADS = 1  # for a table (Parquet, Arrow, JSON Lines) read a shard 
 READ_BUFFER = 16  # elements (batches or document blocks) read ahead
 
 
-def _read_options(in_memory: bool, threads: int = READ_THREADS) -> grain.ReadOptions:
-    """How Grain reads elements, which here are whole host batches (one bulk read each).
-
-    In memory: no reader threads (the hand-off costs more than the read). Sources that do I/O (a store, a
-    table read on demand, a memory-mapped file): a few threads and a short buffer. Each element is already
-    a bulk read, so Grain's default (16 threads, 500 elements: 500 batches of 32 x 2048 are 0.5 GB) would
-    only hold memory.
-    """
-    if in_memory:
-        return grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
-    return grain.ReadOptions(num_threads=threads, prefetch_buffer_size=READ_BUFFER)
-
-
 def _prefetch(
     ds: grain.MapDataset, cfg: PipelineConfig, in_memory: bool, threads: int = READ_THREADS
 ) -> grain.IterDataset:
-    """The host's batches (epochs already laid out by :class:`HostBatchesMapDataset`) read ahead, in workers."""
-    it = ds.to_iter_dataset(_read_options(in_memory, threads))
+    """The host's batches (epochs already laid out by :class:`HostBatchesMapDataset`) read ahead, in workers.
+
+    Each element is a whole host batch (one bulk read). In memory: no reader threads (the hand-off costs more
+    than the read). Sources that do I/O (a store, a table read on demand, a memory-mapped file): a few threads
+    and a short buffer; Grain's default (16 threads, 500 elements: 500 batches of 32 x 2048 are 0.5 GB) would
+    only hold memory.
+    """
+    threads, buffer = (0, 0) if in_memory else (threads, READ_BUFFER)
+    it = ds.to_iter_dataset(grain.ReadOptions(num_threads=threads, prefetch_buffer_size=buffer))
     if cfg.workers:
         _absl_flags_parsed()
         it = prefetch_in_processes(it, cfg.workers)  # fails at once from an unguarded script; quiet at exit
@@ -298,14 +291,7 @@ def build(config, *, source: str | None = None, documents=None) -> grain.IterDat
       source: overrides ``source.path``.
       documents: an already opened source (ArrayDocuments or TokenStore) to use instead.
     """
-    if isinstance(config, (str, os.PathLike)):
-        cfg = load_config(config, source=source)
-    elif isinstance(config, dict):
-        cfg = parse_config(config, source=source)
-    elif isinstance(config, PipelineConfig):
-        cfg = config if source is None else config.replace(source=SourceConfig(path=str(source)))
-    else:
-        raise TypeError(f"config must be a PipelineConfig, a mapping or a YAML path; got {type(config).__name__}")
+    cfg = as_config(config, source=source)
     built = build_canonical(cfg, documents)
     return built.dataset.map(
         FormatBatch(

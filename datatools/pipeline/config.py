@@ -154,8 +154,10 @@ class PackingConfig:
             raise ValueError(f"config: {where}.align={self.align} must divide {where}.ctx={self.ctx}")
 
     @property
-    def resolved_algorithm(self) -> str:
-        return self.algorithm or "best_fit_decreasing"
+    def options(self) -> dict:
+        """The packing options of :func:`datatools.pack_lengths` (algorithm, max_segments, align, overflow)."""
+        algorithm, segments = self.algorithm or "best_fit_decreasing", self.max_segments
+        return {"algorithm": algorithm, "max_segments": segments, "align": self.align, "overflow": self.overflow}
 
 
 @dataclass(frozen=True)
@@ -463,3 +465,15 @@ def load_config(path: str | os.PathLike, *, source: str | None = None, overrides
 
 
 _TRAINING_SECTIONS = ("model", "train")
+
+
+def as_config(config, *, source: str | None = None) -> PipelineConfig:
+    """``config`` as a validated :class:`PipelineConfig`: one already, a mapping (validated here) or a YAML path;
+    ``source`` replaces ``source.path``."""
+    if isinstance(config, (str, os.PathLike)):
+        return load_config(config, source=source)
+    if isinstance(config, dict):
+        return parse_config(config, source=source)
+    if isinstance(config, PipelineConfig):
+        return config if source is None else config.replace(source=SourceConfig(path=str(source)))
+    raise TypeError(f"config must be a PipelineConfig, a mapping or a YAML path; got {type(config).__name__}")

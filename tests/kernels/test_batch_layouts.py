@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datatools import materialize, pack_lengths
-from datatools.kernels.batch_layouts import FORMATS, IGNORE_INDEX, restart_positions, to_format
+from datatools.kernels.batch_layouts import FORMATS, IGNORE_INDEX, number_pieces, to_format
 
 
 def packed_batch(lengths, ctx, seed=0):
@@ -117,7 +117,7 @@ def test_positions_restart_or_continue(lengths, ctx):
             np.testing.assert_array_equal(row_pos[where], np.arange(where.size))
             np.testing.assert_array_equal(row_cont[where] - row_cont[where[0]], np.arange(where.size))
         assert (row_pos[row_seg == 0] == 0).all()
-    np.testing.assert_array_equal(restart_positions(b["segment_ids"][0]), pos[0])
+    np.testing.assert_array_equal(number_pieces(b["segment_ids"][0])[0], pos[0])
 
 
 @settings(max_examples=60, deadline=None)
