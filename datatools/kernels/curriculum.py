@@ -121,7 +121,6 @@ class CurriculumRows:
       rows_per_batch: rows of a global batch of each length (``tokens_per_batch // sizes[k]``).
       plans: one :class:`~datatools.kernels.packing.PackPlan` per length, ``ctx = sizes[k]``: its rows in a fixed
         order (rows of one piece first; packed rows of remainders come after them).
-      packed_rows: rows that hold remainders (packed, segment ids).
       pack_length: the length (tokens) the remainders were packed into (see :func:`pack_length_index`); the
         few cut again to complete a length's batches are packed into the shortest.
     """
@@ -129,7 +128,6 @@ class CurriculumRows:
     sizes: np.ndarray
     rows_per_batch: np.ndarray
     plans: tuple[PackPlan, ...]
-    packed_rows: int
     pack_length: int
 
     @property
@@ -260,15 +258,11 @@ def curriculum_rows(
             plans[q] = _concat_rows(int(sizes[q]), [plans[q], add])
         left = np.flatnonzero(again.size < 0)
         tail.append((doc[again.doc[left]], start[again.doc[left]] + again.start[left], again.length[left]))
-    packed = 0
     if tail:
         doc, start, length = (np.concatenate(x) for x in zip(*tail))
         rows = _packed(int(sizes[0]), doc.astype(np.int64), start.astype(np.int64), length)
         plans[0] = _concat_rows(int(sizes[0]), [plans[0], rows])
-        packed += rows.num_rows
-    if into > 0:
-        packed += int(np.count_nonzero(np.diff(plans[into].row_splits) > 1))
-    return CurriculumRows(sizes, rows_per_batch.astype(np.int64), tuple(plans), packed, int(sizes[into]))
+    return CurriculumRows(sizes, rows_per_batch.astype(np.int64), tuple(plans), int(sizes[into]))
 
 
 @numba.njit(cache=True)
