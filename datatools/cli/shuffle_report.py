@@ -18,33 +18,17 @@ LABELS = {
 }
 
 
+def _records(name: str, text: str, **kwargs):
+    """An option counting records (1 to MAX_REPORT_RECORDS)."""
+    return click.option(name, type=click.IntRange(1, MAX_REPORT_RECORDS), help=text, **kwargs)
+
+
 @click.command("shuffle-report")
-@click.option(
-    "--n",
-    "n",
-    type=click.IntRange(1, MAX_REPORT_RECORDS),
-    required=True,
-    help="Records in the dataset (the report materializes orders of n records).",
-)
-@click.option(
-    "--io-block-size",
-    type=click.IntRange(1, MAX_REPORT_RECORDS),
-    required=True,
-    help="Records per io block (one contiguous read).",
-)
-@click.option(
-    "--window-blocks",
-    type=click.IntRange(1, MAX_REPORT_RECORDS),
-    required=True,
-    help="io blocks per shuffle window (the reader's buffer).",
-)
-@click.option(
-    "--group-size",
-    type=click.IntRange(1, MAX_REPORT_RECORDS),
-    required=True,
-    help="Consecutive records per stored group (material, source).",
-)
-@click.option("--batch-size", type=click.IntRange(1, MAX_REPORT_RECORDS), required=True, help="Records per batch.")
+@_records("--n", "Records in the dataset (the report materializes orders of n records).", required=True)
+@_records("--io-block-size", "Records per io block (one contiguous read).", required=True)
+@_records("--window-blocks", "io blocks per shuffle window (the reader's buffer).", required=True)
+@_records("--group-size", "Consecutive records per stored group (material, source).", required=True)
+@_records("--batch-size", "Records per batch.", required=True)
 @click.option(
     "--lanes",
     type=click.IntRange(1, 1 << 16),
@@ -52,13 +36,7 @@ LABELS = {
     show_default=True,
     help="Lanes of the lanes order (a pipeline's batch_size x packing.lane_period).",
 )
-@click.option(
-    "--lane-window",
-    type=click.IntRange(1, MAX_REPORT_RECORDS),
-    default=1024,
-    show_default=True,
-    help="Records per lane window (a pipeline's packing.window).",
-)
+@_records("--lane-window", "Records per lane window (a pipeline's packing.window).", default=1024, show_default=True)
 @click.option("--seed", type=click.IntRange(0, (1 << 64) - 1), default=0, show_default=True)
 @click.option("--epoch", type=click.IntRange(0, (1 << 62)), default=0, show_default=True)
 @json_option("the figures")
