@@ -114,7 +114,7 @@ class LaneSchedule(RowsPlanSchedule):
         self.num_blocks = -(-self.n // self.io_block_size)
         self.row_counts = (self.batch_size,)
         self.shapes = [(self.batch_size, self.ctx)]
-        self._epochs = EpochCache(keep=3)
+        self._epochs = EpochCache(keep=3, carried=True)  # O(io blocks) to send; 1-3 s to plan in each worker
         self._plans: OrderedDict = OrderedDict()
         self._plans_kept = 4 * self.lanes + 16
         self._lock = threading.Lock()

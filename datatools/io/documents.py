@@ -21,11 +21,13 @@ sources in worker processes.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Protocol, runtime_checkable
 
@@ -42,6 +44,7 @@ from datatools.kernels.packing.materialize import check_plan_rows, pieces_of_row
 
 DEFAULT_CACHE_BYTES = 512 << 20  # decoded store chunks kept per process
 MIN_REMOTE_SLOTS = 1024  # extents a remote reader holds at least (a Levanter cache's 1 MiB inner chunks: 1 GiB)
+MAX_IN_FLIGHT = 64  # extent reads a reader has issued and not yet received (per process); the rest wait, in order
 TABLE_CACHE_BYTES = 256 << 20  # decoded table shards kept per process (a shard is often tens of MB)
 
 
@@ -195,13 +198,17 @@ class StorePieceReader:
     slot was last used, and whether it was read ahead are numpy arrays, so a read of ~1,000 extents does no
     per-extent Python work for the extents already there.
 
-    A read issues every missing extent at once (tensorstore futures: its own threads do the I/O, concurrently,
-    no lock held while they run), waits for them together and gathers. :meth:`prefetch` issues the extents of
-    batches still to come and returns at once: the extents read ahead and not yet used are at most half the
-    slots. When no slot is free the least recently used one that no read in progress holds is reused (one
-    already used before one read ahead). A read that needs more slots than there are grows the slab (said in
-    :attr:`grown`). Every request, the bytes fetched and delivered, the time waited and each request's
-    latency are counted in :mod:`datatools.io.read_stats`.
+    Missing extents are read in the order they are needed: a queue of slots, at most :data:`MAX_IN_FLIGHT`
+    reads issued and not yet received (tensorstore futures: its own threads do the I/O, concurrently, no lock
+    held while they run; each read's completion copies it into its slot and issues the next one queued). A read
+    that a batch waits for goes to the head of the queue, with those of its extents queued by read-ahead; the
+    extents of batches still to come (:meth:`prefetch`, which returns at once) join its tail, at most half the
+    slots read ahead and not yet used. With every extent of every batch issued at once, a far store served them
+    in no useful order, and the next batch waited for the reads of the eight after it (issue 31: the steps
+    after the first waited up to 8 s at +100 ms). When no slot is free the least recently used one that no read
+    in progress holds is reused (one already used before one read ahead). A read that needs more slots than there
+    are grows the slab (said in :attr:`grown`). Every request, the bytes fetched and delivered, the time waited
+    and each request's latency are counted in :mod:`datatools.io.read_stats`.
 
     Args:
       store: the token store (or a Levanter cache, read the same way).
@@ -213,7 +220,7 @@ class StorePieceReader:
         self.store = store
         self.cache_bytes = cache_bytes  # None: DEFAULT_CACHE_BYTES, and remotely at least MIN_REMOTE_SLOTS extents
         self._ready = False
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: a read that completes at once calls back in the issuing thread
 
     def __getstate__(self):
         return {"store": self.store, "cache_bytes": self.cache_bytes}
@@ -221,7 +228,7 @@ class StorePieceReader:
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._ready = False
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
     def __deepcopy__(self, memo):
         return StorePieceReader(self.store, self.cache_bytes)
@@ -247,7 +254,11 @@ class StorePieceReader:
         self._last_used = np.zeros(slots, np.int64)  # the read tick that last used each slot
         self._ahead = np.zeros(slots, bool)  # read ahead and not used by a read yet
         self._pins = np.zeros(slots, np.int64)  # reads in progress holding each slot
-        self._pending: dict[int, tuple] = {}  # slot -> (future, start time, extent) of reads in flight
+        self._pending: dict[int, tuple[Future, int]] = {}  # slot -> (done once in the slab, extent): queued, in flight
+        self._queue: deque[int] = deque()  # slots whose reads wait to be issued, in the order they are needed
+        self._queued = np.zeros(slots, bool)
+        self._in_flight = 0  # reads issued and not yet received
+        self._pumping = False
         self._free = list(range(slots - 1, -1, -1))  # slots holding nothing (a stack: the lowest on top)
         self._tick = 0
         self.chunk_reads = 0  # extents fetched by this process
@@ -301,66 +312,117 @@ class StorePieceReader:
         self._last_used = np.concatenate([self._last_used, np.zeros(old, np.int64)])
         self._ahead = np.concatenate([self._ahead, np.zeros(old, bool)])
         self._pins = np.concatenate([self._pins, np.zeros(old, np.int64)])
+        self._queued = np.concatenate([self._queued, np.zeros(old, bool)])
         self._free += list(range(2 * old - 1, old - 1, -1))
         self.grown += 1
 
     def _issue(self, ids: np.ndarray, prefetch: bool) -> int:
-        """Start reading the extents of ``ids`` not held (lock held); returns how many of ``ids`` are not held
-        when it stops (a prefetch stops at half the slab read ahead, or when no slot can be reused)."""
+        """Queue the reads of the extents of ``ids`` not held (lock held) and issue what the queue allows; returns
+        how many of ``ids`` are not held when it stops (a prefetch stops at half the slab read ahead, or when no
+        slot can be reused). A prefetch joins the tail of the queue; a read (not ``prefetch``) goes to its head,
+        with those of its extents that read-ahead queued before."""
         missing = ids[self._slot_of[ids] < 0]
         if prefetch:
             room = self.held_bytes // 2 // (self.extent * self.itemsize) - int(self._ahead.sum())
             if room < missing.shape[0]:
                 missing = missing[: max(0, room)]
-        e, n = self.extent, self.store.num_tokens
-        with ts.Batch() as batch:  # issued together: adjacent inner chunks of a shard come in one request
-            for c in missing.tolist():
-                if not self._start(c, e, n, prefetch, batch):
-                    break
+        new = []
+        for c in missing.tolist():
+            s = self._reserve(c, prefetch)
+            if s < 0:
+                break
+            new.append(s)
+        if prefetch:
+            self._queue.extend(new)
+        else:
+            slots = self._slot_of[ids]
+            waiting = slots[(slots >= 0) & self._queued[slots]].tolist()  # queued by read-ahead: needed now
+            head = set(waiting)
+            self._queue = deque(waiting + new + [s for s in self._queue if s not in head])
+        self._queued[new] = True
+        self._pump()
         return int((self._slot_of[ids] < 0).sum())
 
-    def _start(self, c: int, e: int, n: int, prefetch: bool, batch: ts.Batch) -> bool:
-        """Start reading extent ``c`` into a slot (lock held); False when a prefetch finds no slot to reuse."""
+    def _reserve(self, c: int, prefetch: bool) -> int:
+        """A slot for extent ``c``, its read queued (lock held); -1 when a prefetch finds no slot to reuse."""
         s = self._free_slot(prefetch)
         if s < 0:
             if prefetch:
-                return False
+                return -1
             self._grow()
             s = self._free_slot(prefetch)
-        begin, end = c * e, min((c + 1) * e, n)
-        future = self.store.read_async(begin, end, batch=batch)
-        self._pending[s] = (future, time.perf_counter(), c)
+        self._pending[s] = (Future(), c)
         self._slot_of[c], self._extent_in[s], self._ahead[s] = s, c, prefetch
         self._last_used[s] = self._tick
         self.chunk_reads += 1
-        read_stats.record(requests=1, bytes_fetched=(end - begin) * self.itemsize, prefetched=int(prefetch))
-        return True
+        end = min((c + 1) * self.extent, self.store.num_tokens)
+        read_stats.record(requests=1, bytes_fetched=(end - c * self.extent) * self.itemsize, prefetched=int(prefetch))
+        return s
+
+    def _pump(self) -> None:
+        """Issue queued reads, in order, while fewer than :data:`MAX_IN_FLIGHT` are in flight (lock held). Reads
+        issued together share one ``ts.Batch``: adjacent inner chunks of a shard come in one request."""
+        if self._pumping:  # a read that completed at once, called back from inside this loop
+            return
+        self._pumping = True
+        try:
+            while self._queue and self._in_flight < MAX_IN_FLIGHT:
+                with ts.Batch() as batch:
+                    while self._queue and self._in_flight < MAX_IN_FLIGHT:
+                        s = self._queue.popleft()
+                        self._queued[s] = False
+                        done, c = self._pending[s]
+                        begin, end = c * self.extent, min((c + 1) * self.extent, self.store.num_tokens)
+                        read = self.store.read_async(begin, end, batch=batch)
+                        self._in_flight += 1
+                        _when_done(read, functools.partial(self._received, read, s, done, time.perf_counter()))
+        finally:
+            self._pumping = False
+
+    def _received(self, read, s: int, done: Future, issued: float) -> None:
+        """A read into slot ``s`` completed: its tokens into the slab, the next queued read issued, then ``done``
+        (on a tensorstore thread). A failed read stays pending: :meth:`_settle` reads it again, naming the chunk."""
+        error: BaseException | None = None
+        try:
+            value = read.result()
+        except BaseException as exc:  # noqa: BLE001 -- handed to whoever waits for this extent
+            error = exc
+        with self._lock:
+            self._in_flight -= 1
+            if error is None and self._pending.get(s, (None,))[0] is done:
+                self._slab[s, : value.shape[0]] = value
+                del self._pending[s]
+            self._pump()
+        read_stats.record(latency_s=time.perf_counter() - issued)
+        if error is None:
+            done.set_result(None)
+        else:
+            done.set_exception(error)
 
     def _settle(self, slots: np.ndarray) -> float:
-        """Wait for the reads in flight into ``slots`` and copy them into the slab; the seconds waited."""
+        """Wait until the extents in ``slots`` are in the slab; the seconds waited."""
         with self._lock:
             waiting = [(s, self._pending[s]) for s in slots.tolist() if s in self._pending]
         if not waiting:
             return 0.0
         t0 = time.perf_counter()
-        for s, (future, started, c) in waiting:
+        for s, (done, c) in waiting:
             try:
-                value = future.result()
+                done.result()
             except ValueError:  # read it again through the store's checked path: an error names the chunk
                 try:
                     value = self.store.read_tokens(c * self.extent, min((c + 1) * self.extent, self.store.num_tokens))
                 except BaseException:
                     with self._lock:
-                        if self._pending.get(s, (None,))[0] is future:
+                        if self._pending.get(s, (None,))[0] is done:
                             del self._pending[s]
                             self._slot_of[c], self._extent_in[s] = -1, -1
                             self._free.append(s)
                     raise
-            with self._lock:
-                if self._pending.get(s, (None,))[0] is future:
-                    self._slab[s, : value.shape[0]] = value
-                    del self._pending[s]
-                    read_stats.record(latency_s=time.perf_counter() - started)
+                with self._lock:
+                    if self._pending.get(s, (None,))[0] is done:
+                        self._slab[s, : value.shape[0]] = value
+                        del self._pending[s]
         return time.perf_counter() - t0
 
     def _begin(self, doc, start) -> np.ndarray:
@@ -411,6 +473,11 @@ class StorePieceReader:
         with self.holding(begin, length) as (slab, slot_of):
             _gather_extents(slab.reshape(-1), slot_of, self.extent, begin, length, out)
         return out
+
+
+def _when_done(read, then: Callable[[], None]) -> None:
+    """Call ``then()`` once ``read`` (a tensorstore future, or a store's read joining several) is done."""
+    read.add_done_callback(lambda _: then())
 
 
 @numba.njit(cache=True, nogil=True)

@@ -49,8 +49,8 @@ from datatools.io import storage
 from datatools.io.io_errors import as_os_error, status_code
 from datatools.io.paths import display
 from datatools.io.storage import kvstore_spec
+from datatools.io.store import after_all, location
 from datatools.io.store import array_keys as store_array_keys
-from datatools.io.store import location
 
 LEDGER = "shard_ledger.json"
 FIELD = "input_ids"  # the token field of Levanter's text caches
@@ -350,6 +350,10 @@ class _PartsRead:
 
     def done(self) -> bool:
         return all(r.done() for r in self._reads)
+
+    def add_done_callback(self, callback) -> None:
+        """Call ``callback(self)`` once every part's read is done."""
+        after_all(self._reads, lambda: callback(self))
 
     def result(self) -> np.ndarray:
         blocks = [np.asarray(r.result()) for r in self._reads]

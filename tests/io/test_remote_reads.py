@@ -226,3 +226,21 @@ def test_the_pipeline_reports_its_waits_and_reads(tmp_path, slow_s3, small_objec
     assert 0 <= loader["steps_waited"] <= 5
     assert loader["request_latency_p50_ms"] >= 0.8 * 5  # every request paid the proxy's 5 ms
     assert "fetched / delivered" in capsys.readouterr().out
+
+
+def test_a_store_sent_to_a_worker_carries_its_offsets(slow_s3, small_objects):
+    """A Grain worker gets the store pickled: the offsets the parent read come with it (from a bucket, reading them
+    again made every worker's first batch wait ~1 s at +100 ms); the token arrays are opened again there."""
+    import pickle
+
+    bucket, proxy = slow_s3
+    lengths = lengths_of(300, seed=4)
+    tokens = write(f"{bucket}/s", lengths)
+    store = TokenStore(f"{bucket}/s")
+    offsets = store.offsets
+    proxy.reset_stats()
+    sent = pickle.loads(pickle.dumps(store))
+    np.testing.assert_array_equal(sent.offsets, offsets)
+    assert proxy.stats().requests == 0  # nothing read again
+    np.testing.assert_array_equal(sent.read_tokens(10, 500), tokens[10:500])
+    assert pickle.loads(pickle.dumps(TokenStore(f"{bucket}/s")))._offsets is None  # not read: not sent

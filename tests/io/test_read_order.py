@@ -1,0 +1,124 @@
+"""The store reader issues reads in the order they are needed: a bounded number in flight, a batch's own reads
+ahead of read-ahead (issue 31: with everything issued at once, the next batch waited for the eight after it)."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import numpy as np
+import pytest
+import tensorstore as ts
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from datatools.io import documents
+from datatools.io.documents import StorePieceReader
+
+EXTENT = 16  # tokens per extent of the fake store
+
+
+class FakeRemoteStore:
+    """A store in a bucket whose reads complete only when the test says so (tensorstore promises), in any order;
+    token t is ``t % 1000``."""
+
+    def __init__(self, extents: int):
+        self.path = "s3://bucket/store"
+        self.read_granularity = self.object_tokens = EXTENT
+        self.dtype = np.dtype(np.uint16)
+        self.num_tokens = extents * EXTENT
+        self.offsets = np.arange(0, self.num_tokens + 1, EXTENT, dtype=np.int64)  # one document per extent
+        self.issued: list[int] = []  # extents, in the order their reads were issued
+        self.promises: dict[int, ts.Promise] = {}
+        self.lock = threading.Lock()
+
+    def read_async(self, begin: int, end: int, batch=None):
+        promise, future = ts.Promise.new()
+        with self.lock:
+            self.issued.append(begin // EXTENT)
+            self.promises[begin // EXTENT] = promise
+        return future
+
+    def complete(self, extent: int) -> None:
+        with self.lock:
+            promise = self.promises.pop(extent)
+        promise.set_result(np.arange(extent * EXTENT, (extent + 1) * EXTENT, dtype=np.int64) % 1000)
+
+    def in_flight(self) -> list[int]:
+        with self.lock:
+            return sorted(self.promises)
+
+
+def _wait_for(condition, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)
+
+
+def test_a_batch_read_goes_before_the_read_ahead_queued_before_it(monkeypatch):
+    monkeypatch.setattr(documents, "MAX_IN_FLIGHT", 4)
+    store = FakeRemoteStore(extents=64)
+    reader = StorePieceReader(store, cache_bytes=64 * EXTENT * 2 * 4)
+    ahead = np.arange(0, 20)
+    assert reader.prefetch(ahead, np.zeros(20, np.int64), np.full(20, EXTENT))  # 20 queued: 4 issued
+    assert store.issued == [0, 1, 2, 3]
+    needed = np.array([40, 41, 42, 10, 11])  # three new extents, two that read-ahead queued (not yet issued)
+    got: list[np.ndarray] = []
+    t = threading.Thread(target=lambda: got.append(reader.read_pieces(needed, np.zeros(5), np.full(5, EXTENT))))
+    t.start()
+    for _ in range(5):  # complete the oldest read in flight: the next issued is the batch's, in its order
+        _wait_for(lambda: len(store.in_flight()) == 4)
+        store.complete(store.in_flight()[0])
+    _wait_for(lambda: len(store.issued) == 9)
+    assert store.issued[4:9] == [10, 11, 40, 41, 42]  # queued by read-ahead first (in need order), then the new
+    while t.is_alive():
+        if store.in_flight():
+            store.complete(store.in_flight()[0])
+        time.sleep(0.001)
+    want = np.concatenate([np.arange(d * EXTENT, (d + 1) * EXTENT) % 1000 for d in needed])
+    np.testing.assert_array_equal(got[0], want)
+    assert len(store.in_flight()) <= 4
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 47), min_size=1, max_size=12), min_size=1, max_size=6),
+    st.integers(1, 6),
+    st.integers(0, 2**32 - 1),
+)
+def test_reads_complete_in_any_order_and_give_the_tokens(batches, cap, seed):
+    """Read-ahead of some batches, then their reads, with reads completed in a random order by another thread:
+    every batch gets its tokens, never more than ``cap`` reads are in flight, and every read is issued once per
+    time its extent is not held."""
+    mp = pytest.MonkeyPatch()
+    mp.setattr(documents, "MAX_IN_FLIGHT", cap)
+    store = FakeRemoteStore(extents=48)
+    reader = StorePieceReader(store, cache_bytes=48 * EXTENT * 2)  # every extent fits: each is read once
+    stop = threading.Event()
+    most = [0]
+    rnd = random.Random(seed)  # the server thread's own (hypothesis's random belongs to the test's thread)
+
+    def server() -> None:
+        while not stop.is_set():
+            flight = store.in_flight()
+            most[0] = max(most[0], len(flight))
+            if flight:
+                store.complete(rnd.choice(flight))
+            else:
+                time.sleep(0.0005)
+
+    threading.Thread(target=server, daemon=True).start()
+    try:
+        for docs in batches[1:]:
+            reader.prefetch(np.asarray(docs), np.zeros(len(docs), np.int64), np.full(len(docs), EXTENT))
+        for docs in batches:
+            got = reader.read_pieces(np.asarray(docs), np.zeros(len(docs), np.int64), np.full(len(docs), EXTENT))
+            want = np.concatenate([np.arange(d * EXTENT, (d + 1) * EXTENT) % 1000 for d in docs])
+            np.testing.assert_array_equal(got, want)
+    finally:
+        stop.set()
+        mp.undo()
+    assert most[0] <= cap
+    assert sorted(store.issued) == sorted(set(store.issued))  # every extent read once (the slab holds them all)
