@@ -110,13 +110,7 @@ class PipelineRows:
         canonical = self._schedule.read(epoch, k, int(lo), int(hi))
         with self._lock:
             self.reads.append((int(j), int(lo), int(hi)))
-        return to_format(
-            canonical,
-            "levanter",
-            boundary_targets=self.config.boundary_targets,
-            positions=self.config.positions,
-            loss_weighting=self.config.loss_weighting,
-        )
+        return to_format(canonical, "levanter", **self.config.batch_options)
 
     def rows(self, indices: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """(tokens, loss weight, segment_ids) of each element, in the order asked: the elements asked for are

@@ -292,12 +292,4 @@ def build(config, *, source: str | None = None, documents=None) -> grain.IterDat
       documents: an already opened source (ArrayDocuments or TokenStore) to use instead.
     """
     cfg = as_config(config, source=source)
-    built = build_canonical(cfg, documents)
-    return built.dataset.map(
-        FormatBatch(
-            cfg.format,
-            boundary_targets=cfg.boundary_targets,
-            positions=cfg.positions,
-            loss_weighting=cfg.loss_weighting,
-        )
-    )
+    return build_canonical(cfg, documents).dataset.map(FormatBatch(cfg.format, **cfg.batch_options))

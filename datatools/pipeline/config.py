@@ -414,6 +414,13 @@ class PipelineConfig:
             raise ValueError("config: this reads a mixture (sources:), and the config names one source (source:)")
         return self.sources
 
+    @property
+    def batch_options(self) -> dict:
+        """``boundary_targets``, ``positions`` and ``loss_weighting``: the keywords of
+        :func:`~datatools.kernels.batch_layouts.to_format` (and :class:`~datatools.grain.batch.FormatBatch`)."""
+        names = ("boundary_targets", "positions", "loss_weighting")
+        return {name: getattr(self, name) for name in names}
+
     def replace(self, **changes) -> PipelineConfig:
         return dataclasses.replace(self, **changes)
 
