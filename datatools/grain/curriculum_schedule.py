@@ -20,7 +20,6 @@ import threading
 
 import numpy as np
 
-from datatools.grain.host_batches import empty_rows
 from datatools.grain.schedule import EpochCache, ProcessCaches
 from datatools.grain.streaming_schedule import RowsPlanSchedule
 from datatools.kernels.curriculum import GROW_P2, CurriculumRows, curriculum_order, curriculum_rows, grow_p2_odds
@@ -139,12 +138,3 @@ class CurriculumSchedule(RowsPlanSchedule, ProcessCaches):
         k, rows = self._row_ids(epoch, j, lo, hi)
         p = self.rows.plans[k]
         return gather_rows(p.row_splits, p.doc, p.start, p.length, rows, ctx=p.ctx, align=1, algorithm=p.algorithm)
-
-    def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
-        k, rows = self._row_ids(epoch, j, lo, hi)
-        out = empty_rows(hi - lo, int(self.sizes[k]), self.pad_id, fill_from=rows.shape[0])
-        if rows.size:  # one bulk read for the whole batch, written straight into its rows
-            self.docs.pack_rows(
-                self.rows.plans[k], rows, pad_id=self.pad_id, out={key: v[: rows.shape[0]] for key, v in out.items()}
-            )
-        return out

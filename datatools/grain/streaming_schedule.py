@@ -84,8 +84,8 @@ class RowsPlanSchedule:
         return plan.doc, plan.start, plan.length
 
     def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
-        plan = self.rows_plan(epoch, j, lo, hi)
-        out = empty_rows(hi - lo, self.ctx, self.pad_id, fill_from=plan.num_rows)
+        plan = self.rows_plan(epoch, j, lo, hi)  # its ctx: the batch's row length
+        out = empty_rows(hi - lo, plan.ctx, self.pad_id, fill_from=plan.num_rows)
         if plan.num_rows:  # one bulk read for the whole batch, written straight into its rows (a fresh batch)
             self.docs.pack_rows(
                 plan, np.arange(plan.num_rows), pad_id=self.pad_id, out={k: v[: plan.num_rows] for k, v in out.items()}
