@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 import tensorstore as ts
 from _common import distribution, print_table, write_json
 
-from datatools.analysis.padding import analyze  # noqa: E402
+from datatools.analysis.padding import PaddingOptions, analyze  # noqa: E402
 from datatools.io.inputs import open_input, read_lengths  # noqa: E402
 from datatools.io.store import FORMAT, OFFSET_CHUNK, TOKEN_CHUNK, zarr_spec  # noqa: E402
 
@@ -78,14 +78,14 @@ def main() -> None:
         lengths, _ = distribution("b", args.docs)
         offsets_only_store(tmp / "store", lengths)
         del lengths
-        analyze(np.array([5, 900, 3000]), contexts=[2048])  # load the numba cache before timing
+        analyze(np.array([5, 900, 3000]), PaddingOptions(contexts=(2048,)))  # load the numba cache before timing
         t0 = time.perf_counter()
         got = read_lengths(open_input(tmp / "store"))
         read_s = time.perf_counter() - t0
-        rep = analyze(got, contexts=[2048])
+        rep = analyze(got, PaddingOptions(contexts=(2048,)))
         one_ctx = time.perf_counter() - t0
         t1 = time.perf_counter()
-        rep4 = analyze(got, contexts=None)
+        rep4 = analyze(got)
         four_ctx = time.perf_counter() - t1 + read_s
         results["store"] = {
             "read_lengths_s": read_s,

@@ -153,7 +153,7 @@ def main() -> int:
                     "enable_data_shuffling=false",
                 ],
             )
-            predicted = maxtext_view(lengths, settings)["padding"]
+            predicted = maxtext_view(lengths, settings).padding
         results.append(
             {
                 "pipeline": label,

@@ -20,9 +20,38 @@ and worst offset (tested against exact counts of packed rows).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from datatools.base.reports import Report
+
 BLOCKS = (64, 128)
+
+
+@dataclass(frozen=True)
+class TileCount(Report):
+    """Tiles of ``rows`` packed rows of ``ctx`` tokens at tile size ``block``: the non-empty ones (expected, with
+    bounds) a block-sparse kernel visits, the causal ones flash visits, and their ratio."""
+
+    ctx: int
+    block: int
+    rows: int
+    causal_tiles: int
+    non_empty_tiles: float
+    non_empty_low: float
+    non_empty_high: float
+    ideal_ratio: float | None  # causal / non-empty tiles
+
+
+@dataclass(frozen=True)
+class AttentionTiles(Report):
+    """The attention view of an analysis: per ctx and tile size, and the pair with the best ratio."""
+
+    packing: str  # the packing whose rows are counted
+    entries: list[TileCount]
+    best: TileCount | None
+    note: str
 
 
 def _triangle(n: np.ndarray) -> np.ndarray:
@@ -39,7 +68,7 @@ def piece_tiles(sizes: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray, 
     return low, expected, np.where(r > 0, high, low)
 
 
-def tile_counts(counts: np.ndarray, rows: int, ctx: int, block: int) -> dict:
+def tile_counts(counts: np.ndarray, rows: int, ctx: int, block: int) -> TileCount:
     """Non-empty tiles (expected, with its bounds) and causal tiles of ``rows`` packed rows of ``ctx`` tokens.
 
     Args:
@@ -56,23 +85,26 @@ def tile_counts(counts: np.ndarray, rows: int, ctx: int, block: int) -> dict:
     nb = ctx // block
     causal = rows * nb * (nb + 1) // 2
     non_empty = float((n * expected).sum()) - inside * (block - 1) / block
-    return {
-        "ctx": int(ctx),
-        "block": int(block),
-        "rows": int(rows),
-        "causal_tiles": int(causal),
-        "non_empty_tiles": non_empty,
-        "non_empty_low": float((n * low).sum()) - inside,
-        "non_empty_high": float((n * high).sum()),
-        "ideal_ratio": causal / non_empty if non_empty > 0 else None,
-    }
+    return TileCount(
+        int(ctx),
+        int(block),
+        int(rows),
+        int(causal),
+        non_empty,
+        float((n * low).sum()) - inside,
+        float((n * high).sum()),
+        causal / non_empty if non_empty > 0 else None,
+    )
 
 
-def attention_tile_view(histograms: dict[int, np.ndarray], rows: dict[int, int], blocks=BLOCKS) -> dict:
+def attention_tile_view(
+    packing: str, histograms: dict[int, np.ndarray], rows: dict[int, int], blocks=BLOCKS
+) -> AttentionTiles:
     """The attention view of an analysis: per ctx and tile size, non-empty against causal tiles, and the pair with
     the best ratio.
 
     Args:
+      packing: the packing whose rows are counted (a strategy of the analysis).
       histograms: per ctx, pieces per size (documents split at ctx).
       rows: per ctx, the packed rows (of the packing the analysis recommends or evaluates).
       blocks: tile sizes (tokens) to consider; one is skipped at a ctx it does not divide.
@@ -83,14 +115,14 @@ def attention_tile_view(histograms: dict[int, np.ndarray], rows: dict[int, int],
         for block in blocks
         if ctx % block == 0 and rows.get(ctx)
     ]
-    scored = [e for e in entries if e["ideal_ratio"] is not None]
-    best = max(scored, key=lambda e: (e["ideal_ratio"], e["block"])) if scored else None
+    scored = [(e.ideal_ratio, e.block, e) for e in entries if e.ideal_ratio is not None]
+    best = max(scored, key=lambda t: t[:2])[2] if scored else None
     note = (
         ""
         if best is None
-        else f"tile {best['block']} at ctx {best['ctx']:,} gives the best ratio: a block-sparse kernel visits "
-        f"{best['non_empty_tiles']:,.0f} tiles where causal flash visits {best['causal_tiles']:,} "
-        f"({best['ideal_ratio']:.1f}x at most); larger ctx always raises the ratio (causal tiles grow with ctx, "
+        else f"tile {best.block} at ctx {best.ctx:,} gives the best ratio: a block-sparse kernel visits "
+        f"{best.non_empty_tiles:,.0f} tiles where causal flash visits {best.causal_tiles:,} "
+        f"({best.ideal_ratio:.1f}x at most); larger ctx always raises the ratio (causal tiles grow with ctx, "
         f"a document's tiles do not), so pick the ctx for the model and read the tile size off its rows"
     )
-    return {"entries": entries, "best": best, "note": note}
+    return AttentionTiles(packing, entries, best, note)

@@ -39,8 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from datatools.analysis.padding_result import Recommendation
 from datatools.base.checks import MAX_CTX, MAX_WINDOW, as_lengths, short_repr
+from datatools.base.reports import Report
 
 PACKING_TYPES = ("first_fit", "best_fit", "concat_then_split")
 # MaxText's attention backends that take segment ids from packed batches; cudnn_flash_te needs the cap.
@@ -137,6 +137,17 @@ def _load_chain(path: Path, seen: tuple = ()) -> dict:
     return data
 
 
+def _config_data(path: str | os.PathLike | None, overrides=()) -> dict:
+    """The config at ``path`` (its ``base_config`` chain followed; None: empty) with the ``key=value`` overrides."""
+    data = {} if path is None else _load_chain(Path(path))
+    for item in overrides:
+        if not isinstance(item, str) or "=" not in item:
+            raise ValueError(f"maxtext setting must be key=value; got {short_repr(item)}")
+        key, value = item.split("=", 1)
+        data[key.strip()] = value.strip()
+    return data
+
+
 def read_maxtext_config(path: str | os.PathLike | None = None, overrides=()) -> MaxTextSettings:
     """The packing-relevant settings of a MaxText config.
 
@@ -145,13 +156,8 @@ def read_maxtext_config(path: str | os.PathLike | None = None, overrides=()) -> 
       overrides: ``key=value`` strings (MaxText's command-line form); also ``devices_per_host`` and
         ``process_count``, which MaxText takes from jax.
     """
-    data = {} if path is None else _load_chain(Path(path))
+    data = _config_data(path, overrides)
     where = str(path) if path is not None else "maxtext settings"
-    for item in overrides:
-        if not isinstance(item, str) or "=" not in item:
-            raise ValueError(f"maxtext setting must be key=value; got {short_repr(item)}")
-        key, value = item.split("=", 1)
-        data[key.strip()] = value.strip()
     values = {k: _coerce(k, v, where) for k, v in data.items() if k in _KEYS and v is not None}
     s = MaxTextSettings(**values)
     if s.grain_packing_type not in PACKING_TYPES:
@@ -185,15 +191,6 @@ class MaxTextInputs:
     files: str
     column: str | None
     tokenizer: str | None
-
-
-def _config_data(path: str | os.PathLike | None, overrides=()) -> dict:
-    data = {} if path is None else _load_chain(Path(path))
-    for item in overrides:
-        if isinstance(item, str) and "=" in item:
-            key, value = item.split("=", 1)
-            data[key.strip()] = value.strip()
-    return data
 
 
 def maxtext_inputs(path: str | os.PathLike | None, overrides=()) -> MaxTextInputs:
@@ -230,16 +227,49 @@ def _order(lengths: np.ndarray, s: MaxTextSettings) -> np.ndarray:
     return lengths
 
 
-def maxtext_view(lengths, settings: MaxTextSettings) -> dict:
-    """Simulate the configured MaxText pipeline on one host: its rows, padding and dropped tokens.
+@dataclass(frozen=True)
+class MaxTextView(Report):
+    """One host of a configured MaxText pipeline, simulated (:func:`maxtext_view`)."""
 
-    Returns a dict: ``pipeline`` (a one-line description), ``ctx``, ``bins`` (the packer's open rows: the
-    per-host batch), ``segment_cap``, ``rows`` (packed rows, the last batch padded with empty rows as
-    ``batch_and_pad`` does), ``efficiency`` (real tokens / slots), ``padding`` (1 - efficiency),
-    ``dropped_tokens`` (cut by truncation), ``max_docs_per_row`` and ``fails`` (how many documents stop
-    MaxText's packer: pre-tokenized, packed and longer than the context; 0 otherwise).
-    """
-    from datatools.analysis.padding import SharedLengthArrays, streaming_pack_rows
+    pipeline: str  # a one-line description
+    ctx: int
+    bins: int  # the packer's open rows: the per-host batch
+    segment_cap: int | None
+    packing: bool
+    grain_packing_type: str
+    rows: int  # packed rows, the last batch padded with empty rows as ``batch_and_pad`` does
+    efficiency: float  # real tokens / slots
+    padding: float  # 1 - efficiency
+    dropped_tokens: int  # cut by truncation
+    max_docs_per_row: int | None
+    fails: int  # documents that stop MaxText's packer: pre-tokenized, packed and longer than the context
+    documents: int
+
+
+@dataclass(frozen=True)
+class MaxTextAdvice(Report):
+    """What to set in MaxText, its efficiency, and datatools' (the recommendation's)."""
+
+    maxtext_settings: dict[str, bool | str | int]
+    maxtext_efficiency: float
+    datatools_efficiency: float
+    notes: list[str]
+
+
+@dataclass(frozen=True)
+class MaxTextReport(Report):
+    """The ``maxtext`` section of an analyze-padding report (:func:`maxtext_report`)."""
+
+    config: str
+    settings: MaxTextSettings
+    per_host_batch: int
+    today: MaxTextView
+    advice: MaxTextAdvice
+
+
+def maxtext_view(lengths, settings: MaxTextSettings) -> MaxTextView:
+    """Simulate the configured MaxText pipeline on one host: its rows, padding and dropped tokens."""
+    from datatools.kernels.packing import count_rows, piece_sizes
 
     s = settings
     ctx = s.max_target_length
@@ -252,8 +282,7 @@ def maxtext_view(lengths, settings: MaxTextSettings) -> dict:
     fails = 0
     if s.tokenize_train_data and not s.use_truncation:
         cut = "chunked at the context"
-        prep = SharedLengthArrays(lengths)
-        sizes = prep.sizes(ctx)  # pieces of ctx, in order
+        sizes = piece_sizes(lengths, ctx)  # pieces of ctx, in order
         dropped = 0
     else:
         cut = "cut at the context"
@@ -268,10 +297,12 @@ def maxtext_view(lengths, settings: MaxTextSettings) -> dict:
     if not s.packing:
         rows, most, name = int(sizes.shape[0]), 1, "no packing (one document per row)"
     elif s.grain_packing_type == "first_fit":
-        rows, most = streaming_pack_rows(sizes, ctx, "first_fit", bins, cap)
+        c = count_rows(ctx, "first_fit", sizes=sizes, max_segments=cap, window=bins)
+        rows, most = c.rows, c.max_pieces_per_row
         name = f"Grain first fit, {bins} bins" + (f", at most {cap} documents per row" if cap else ", no cap")
     elif s.grain_packing_type == "best_fit":
-        rows, most = streaming_pack_rows(sizes, ctx, "best_fit", bins, None)
+        c = count_rows(ctx, "best_fit", sizes=sizes, window=bins)
+        rows, most = c.rows, c.max_pieces_per_row
         name = f"Grain best fit, {bins} bins, no cap (MaxText passes max_segments_per_seq to first fit only)"
     else:
         rows, most = -(-kept_tokens // ctx), None
@@ -279,39 +310,42 @@ def maxtext_view(lengths, settings: MaxTextSettings) -> dict:
     rows = int(-(-int(rows) // bins) * bins)  # batch_and_pad fills the last batch with empty rows
     slots = rows * ctx
     efficiency = kept_tokens / slots if slots else 0.0
-    return {
-        "pipeline": f"{name}; documents longer than {ctx} {cut}",
-        "ctx": ctx,
-        "bins": bins,
-        "segment_cap": cap,
-        "packing": s.packing,
-        "grain_packing_type": s.grain_packing_type,
-        "rows": rows,
-        "efficiency": efficiency,
-        "padding": 1.0 - efficiency,
-        "dropped_tokens": int(dropped),
-        "max_docs_per_row": None if most is None else int(most),
-        "fails": fails,
-        "documents": int(lengths.shape[0]),
-    }
+    return MaxTextView(
+        f"{name}; documents longer than {ctx} {cut}",
+        ctx,
+        bins,
+        cap,
+        s.packing,
+        s.grain_packing_type,
+        rows,
+        efficiency,
+        1.0 - efficiency,
+        int(dropped),
+        None if most is None else int(most),
+        fails,
+        int(lengths.shape[0]),
+    )
 
 
-def maxtext_report(lengths, settings: MaxTextSettings, recommendation: Recommendation, *, config: str) -> dict:
+def maxtext_report(
+    lengths, settings: MaxTextSettings, *, datatools_cap: int | None, datatools_efficiency: float, config: str
+) -> MaxTextReport:
     """The ``maxtext`` section of an analyze-padding report: the settings, :func:`maxtext_view` of the pipeline as
     configured, and the advice: what to set in MaxText (never best_fit with a cap: MaxText applies
-    ``max_segments_per_seq`` with first fit only), its padding, and datatools' (``recommendation``)."""
+    ``max_segments_per_seq`` with first fit only), its padding, and datatools' (the recommendation's segment cap
+    ``datatools_cap`` and efficiency)."""
     lengths = as_lengths(lengths)
     today = maxtext_view(lengths, settings)
-    capped = recommendation.max_segments is not None  # the recommendation's cap: MaxText's first_fit takes it
+    capped = datatools_cap is not None  # the recommendation's cap: MaxText's first_fit takes it
     if settings.attention in CAPPED_ATTENTION or settings.max_segments_per_seq > 0 or capped:
         # a cap the config sets is the attention kernel's limit: keep it; else the recommended one, else the most
         # documents first fit puts in a row (a cap that costs nothing)
-        cap = settings.max_segments_per_seq if settings.max_segments_per_seq > 0 else recommendation.max_segments
+        cap = settings.max_segments_per_seq if settings.max_segments_per_seq > 0 else datatools_cap
         if cap is None:
             cap = maxtext_view(
                 lengths,
                 dataclasses.replace(settings, packing=True, grain_packing_type="first_fit", max_segments_per_seq=-1),
-            )["max_docs_per_row"]
+            ).max_docs_per_row
         own_type, own_cap = "first_fit", cap
         why = (
             "attention: cudnn_flash_te needs max_segments_per_seq, which MaxText applies with first_fit only"
@@ -323,7 +357,7 @@ def maxtext_report(lengths, settings: MaxTextSettings, recommendation: Recommend
     else:
         own_type, own_cap = "best_fit", None
         why = "no segment cap needed by the attention: best_fit (MaxText gives it no cap)"
-    own: dict[str, object] = {"packing": True, "grain_packing_type": own_type}  # what to set in MaxText
+    own: dict[str, bool | str | int] = {"packing": True, "grain_packing_type": own_type}  # what to set in MaxText
     if own_cap is not None:
         own["max_segments_per_seq"] = own_cap
     own_view = maxtext_view(
@@ -340,22 +374,11 @@ def maxtext_report(lengths, settings: MaxTextSettings, recommendation: Recommend
         "attention on packed rows needs packing: true (segment ids); dot_product and flash take them, "
         "cudnn_flash_te also needs max_segments_per_seq",
     ]
-    if today["fails"]:
+    if today.fails:
         notes.append(
-            f"{today['fails']:,} pre-tokenized documents are longer than max_target_length="
-            f"{today['ctx']}: MaxText's packer stops on the first; datatools splits them "
+            f"{today.fails:,} pre-tokenized documents are longer than max_target_length="
+            f"{today.ctx}: MaxText's packer stops on the first; datatools splits them "
             f"(datatools.integrations.maxtext.create_data_iterator)"
         )
-    advice = {
-        "maxtext_settings": own,
-        "maxtext_efficiency": own_view["efficiency"],
-        "datatools_efficiency": recommendation.efficiency,
-        "notes": notes,
-    }
-    return {
-        "config": config,
-        "settings": dataclasses.asdict(settings),
-        "per_host_batch": settings.per_host_batch,
-        "today": today,
-        "advice": advice,
-    }
+    advice = MaxTextAdvice(own, own_view.efficiency, datatools_efficiency, notes)
+    return MaxTextReport(config, settings, settings.per_host_batch, today, advice)

@@ -29,14 +29,16 @@ costs the same).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 
 import numpy as np
 
 from datatools.analysis.attention_tiles import attention_tile_view
-from datatools.analysis.padding_result import PaddingReport
+from datatools.analysis.padding_result import Histogram, LengthStats, PaddingReport, Recommendation, StrategyResult
 from datatools.base.checks import as_lengths, check_int, short_repr
 from datatools.kernels.bucket import optimal_boundaries
 from datatools.kernels.packing.algorithms import ALGORITHMS, BY_NAME, TABLE
@@ -47,6 +49,53 @@ from datatools.kernels.tiles import tile_align
 STRATEGIES = ("pad", "bucket", *ALGORITHMS)
 PACKERS = tuple(a.name for a in TABLE if not a.cuts_documents)  # whole pieces into rows
 HISTOGRAM_BINS = 24
+
+
+@dataclass(frozen=True)
+class PaddingOptions:
+    """The analyzer's options, validated once here (tokens).
+
+    Args:
+      contexts: the ctx values to evaluate (sorted, equal ones merged); None: :func:`default_contexts`.
+      tile: the accelerator's tile: bucket lengths and default contexts are multiples of it.
+      buckets: K for the bucket strategy.
+      max_segments: cap on documents per packed row (None: no cap).
+      window: open rows of the streaming first/best fit (Grain's num_packing_bins).
+      strategies: the strategies to run (of :data:`STRATEGIES`).
+      threads: strategies run in parallel threads (the kernels release the GIL).
+    """
+
+    contexts: tuple[int, ...] | None = None
+    tile: int = 128
+    buckets: int = 4
+    max_segments: int | None = None
+    window: int = 256
+    strategies: tuple[str, ...] = STRATEGIES
+    threads: int = 2
+
+    def __post_init__(self) -> None:
+        checked = {key: check_int(getattr(self, key), key, minimum=1) for key in ("tile", "buckets", "window")}
+        if self.max_segments is not None:
+            checked["max_segments"] = check_int(self.max_segments, "max_segments", minimum=1)
+        for key, value in checked.items():
+            object.__setattr__(self, key, value)
+        if self.contexts is not None:
+            object.__setattr__(self, "contexts", tuple(sorted({check_int(c, "ctx", minimum=1) for c in self.contexts})))
+        for name in self.strategies:
+            if name not in STRATEGIES:
+                raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {short_repr(name)}")
+        object.__setattr__(self, "strategies", tuple(self.strategies))
+
+
+@dataclass(frozen=True)
+class LengthSummary:
+    """What :func:`length_stats` counts: documents, tokens, empty documents, statistics and histogram."""
+
+    num_sequences: int
+    num_tokens: int
+    empty: int
+    lengths: LengthStats
+    histogram: Histogram
 
 
 # --------------------------------------------------------------------------- statistics
@@ -75,7 +124,7 @@ def _pad_stats(lengths: np.ndarray, ctx: int) -> tuple[int, int, float]:
 # --------------------------------------------------------------------------- strategies
 
 
-def length_stats(lengths: np.ndarray) -> dict:
+def length_stats(lengths: np.ndarray) -> LengthSummary:
     """Documents, tokens, min / max / mean and p50 / p90 / p99 (tokens), and a log-spaced histogram."""
     n = int(lengths.shape[0])
     if n == 0:
@@ -84,20 +133,13 @@ def length_stats(lengths: np.ndarray) -> dict:
     p50, p90, p99 = (float(x) for x in np.percentile(lengths, [50, 90, 99]))
     edges = _log_edges(int(lengths.max()))
     counts, _ = np.histogram(lengths, bins=edges)
-    return {
-        "num_sequences": n,
-        "num_tokens": total,
-        "empty": int(np.count_nonzero(lengths == 0)),
-        "lengths": {
-            "min": int(lengths.min()),
-            "max": int(lengths.max()),
-            "mean": total / n,
-            "p50": p50,
-            "p90": p90,
-            "p99": p99,
-        },
-        "histogram": {"edges": edges.tolist(), "counts": counts.tolist()},
-    }
+    return LengthSummary(
+        n,
+        total,
+        int(np.count_nonzero(lengths == 0)),
+        LengthStats(int(lengths.min()), int(lengths.max()), total / n, p50, p90, p99),
+        Histogram(edges.tolist(), counts.tolist()),
+    )
 
 
 def _log_edges(longest: int) -> np.ndarray:
@@ -105,7 +147,7 @@ def _log_edges(longest: int) -> np.ndarray:
     return np.unique(np.ceil(edges)).astype(np.int64)
 
 
-def chunked_length_stats(chunks) -> dict | None:
+def chunked_length_stats(chunks) -> LengthSummary | None:
     """:func:`length_stats` of the concatenation of ``chunks`` (int64 tokens per document), holding one chunk at
     a time: a count of every length (up to :data:`EXACT_HISTOGRAM_MAX` tokens, 8 bytes a length value) gives
     the percentiles exactly (NumPy's linear interpolation between order statistics) and the log histogram.
@@ -143,43 +185,36 @@ def chunked_length_stats(chunks) -> dict | None:
     at = np.minimum(edges, top)
     binned = cum[at[1:]] - cum[at[:-1]]
     binned[-1] += cum[min(int(edges[-1]) + 1, top)] - cum[at[-1]]  # the last bin holds its right edge
-    return {
-        "num_sequences": n,
-        "num_tokens": total,
-        "empty": int(counts[0]),
-        "lengths": {
-            "min": lo_len,
-            "max": hi_len,
-            "mean": total / n,
-            "p50": percentile(50),
-            "p90": percentile(90),
-            "p99": percentile(99),
-        },
-        "histogram": {"edges": edges.tolist(), "counts": binned.tolist()},
-    }
+    return LengthSummary(
+        n,
+        total,
+        int(counts[0]),
+        LengthStats(lo_len, hi_len, total / n, percentile(50), percentile(90), percentile(99)),
+        Histogram(edges.tolist(), binned.tolist()),
+    )
 
 
 DEFAULT_CTX_CAP = 32768  # tokens: the default contexts stop here (longer rows: pass --ctx)
 
 
-def _default_candidates(lengths: np.ndarray | dict) -> list[tuple[str, float]]:
-    """``lengths``: the lengths, or the ``lengths`` statistics of :func:`length_stats` (p90, p99)."""
-    p90, p99 = (lengths["p90"], lengths["p99"]) if isinstance(lengths, dict) else np.percentile(lengths, [90, 99])
+def _default_candidates(lengths: np.ndarray | LengthStats) -> list[tuple[str, float]]:
+    """``lengths``: the lengths, or their statistics (p90, p99)."""
+    p90, p99 = (lengths.p90, lengths.p99) if isinstance(lengths, LengthStats) else np.percentile(lengths, [90, 99])
     pow2 = 1 << max(int(np.ceil(np.log2(max(p99, 1)))), 0)
     return [("p90", p90), ("p99", p99), ("the power of two at or above p99", pow2), ("twice that", 2 * pow2)]
 
 
-def default_contexts(lengths: np.ndarray | dict, tile: int, *, cap: int = DEFAULT_CTX_CAP) -> list[int]:
+def default_contexts(lengths: np.ndarray | LengthStats, tile: int, *, cap: int = DEFAULT_CTX_CAP) -> list[int]:
     """Tile-aligned candidates around the distribution: p90, p99, and the powers of two at or above p99 and
     twice that, each rounded up to a multiple of ``tile`` and at most ``cap`` tokens (equal ones merged).
-    ``lengths``: the lengths, or their statistics (the ``lengths`` of :func:`length_stats`)."""
+    ``lengths``: the lengths, or their statistics."""
     return sorted(
         {min(tile_align(max(int(np.ceil(x)), 1), tile), tile_align(cap, tile)) for _, x in _default_candidates(lengths)}
     )
 
 
 def contexts_note(
-    lengths: np.ndarray | dict, tile: int, contexts: list[int], *, given: bool, cap: int = DEFAULT_CTX_CAP
+    lengths: np.ndarray | LengthStats, tile: int, contexts: list[int], *, given: bool, cap: int = DEFAULT_CTX_CAP
 ) -> str:
     """One sentence for the report: which contexts were evaluated and why (the defaults, spelled out)."""
     shown = ", ".join(f"{c:,}" for c in contexts)
@@ -192,36 +227,10 @@ def contexts_note(
     )
     if len(contexts) < 4:
         note += f" (equal ones merged: {len(contexts)} left of 4)"
-    longest = int(lengths["max"] if isinstance(lengths, dict) else lengths.max())
+    longest = int(lengths.max if isinstance(lengths, LengthStats) else lengths.max())
     if longest > contexts[-1]:
         note += f"; the longest document ({longest:,} tokens) is over the largest ctx and is split"
     return note + "; --ctx N (repeatable) evaluates others"
-
-
-def streaming_pack_rows(
-    sizes: np.ndarray, ctx: int, algorithm: str, bins: int, max_segments: int | None = None
-) -> tuple[int, int]:
-    """(rows, most pieces in a row) of Grain's streaming packer over ``sizes`` (pieces of at most ctx tokens, in
-    order) with ``bins`` open rows, all emitted when a piece fits none (``FirstFitPackIterDataset`` /
-    ``BestFitPackIterDataset``); ``algorithm`` is ``first_fit``, ``best_fit`` or ``next_fit``."""
-    if algorithm in PACKERS and not BY_NAME[algorithm].decreasing:
-        c = count_rows(ctx, algorithm, sizes=sizes, max_segments=max_segments, window=bins)
-        return c.rows, c.max_pieces_per_row
-    raise ValueError(f"algorithm must be first_fit, best_fit or next_fit; got {short_repr(algorithm)}")
-
-
-def _entry(name, ctx, rows, slots, kept, dropped, pieces, docs, truncated, split, most):
-    return {
-        "name": name,
-        "ctx": ctx,
-        "rows": int(rows),
-        "efficiency": kept / slots if slots else 0.0,
-        "dropped_tokens": int(dropped),
-        "truncated_fraction": truncated / docs if docs else 0.0,
-        "split_fraction": split / docs if docs else 0.0,
-        "docs_per_row": pieces / rows if rows else 0.0,
-        "max_docs_per_row": int(most),
-    }
 
 
 class SharedLengthArrays:
@@ -323,16 +332,10 @@ def _bucket(prep: SharedLengthArrays, ctx: int, tile: int, buckets: int):
 
 
 def simulate(
-    prep: SharedLengthArrays | np.ndarray,
-    ctx: int,
-    name: str,
-    *,
-    tile: int = 128,
-    buckets: int = 4,
-    max_segments: int | None = None,
-    window: int = 256,
-) -> dict:
-    """One strategy at one ctx: rows, efficiency, dropped tokens, truncated and split fractions, documents per row.
+    prep: SharedLengthArrays | np.ndarray, ctx: int, name: str, options: PaddingOptions = PaddingOptions()
+) -> StrategyResult:
+    """One strategy at one ctx: rows, efficiency, dropped tokens, truncated and split fractions, documents per row,
+    and what attention costs (:func:`attention_pairs`); ``options``: its tile, buckets, max_segments and window.
 
     ``prep`` is a :class:`SharedLengthArrays` (shared across calls) or validated int64 lengths."""
     t0 = time.perf_counter()
@@ -340,147 +343,130 @@ def simulate(
         prep = SharedLengthArrays(as_lengths(prep))
     docs, total = prep.docs, prep.total
     kept, long_docs, _ = prep.pad_stats(ctx)
+    boundaries = None
+    # rows, slots, tokens kept, pieces, documents truncated, documents split, most pieces in a row
     if name == "pad":
-        out = _entry(name, ctx, docs, docs * ctx, kept, total - kept, docs, docs, long_docs, 0, 1 if docs else 0)
-    elif name in BY_NAME and BY_NAME[name].cuts_documents:
-        c = prep.count(ctx, name, max_segments, window)
-        rows, most, cut = c.rows, c.max_pieces_per_row, c.cut_documents
-        out = _entry(name, ctx, rows, rows * ctx, total, 0, docs + cut, docs, 0, cut, most)
+        rows, slots, used, pieces, truncated, split, most = docs, docs * ctx, kept, docs, long_docs, 0, min(docs, 1)
     elif name == "bucket":
-        bounds, slots, pieces = _bucket(prep, ctx, tile, buckets)
-        out = _entry(name, ctx, pieces, slots, total, 0, pieces, docs, 0, long_docs, 1)
-        out["boundaries"] = [int(b) for b in bounds]
-    elif name in PACKERS:
+        bounds, slots, pieces = _bucket(prep, ctx, options.tile, options.buckets)
+        boundaries = [int(b) for b in bounds]
+        rows, used, truncated, split, most = pieces, total, 0, long_docs, 1
+    elif name in BY_NAME:
         if BY_NAME[name].decreasing:  # order-free: on the histogram of piece sizes
-            c = count_rows(ctx, name, histogram=prep.histogram(ctx), max_segments=max_segments)
-        else:  # streaming, in input order, with ``window`` open rows (next fit keeps one)
-            c = prep.count(ctx, name, max_segments, window)
-        out = _entry(name, ctx, c.rows, c.rows * ctx, total, 0, c.pieces, docs, 0, long_docs, c.max_pieces_per_row)
+            c = count_rows(ctx, name, histogram=prep.histogram(ctx), max_segments=options.max_segments)
+        else:  # in input order, with ``window`` open rows (next fit keeps one)
+            c = prep.count(ctx, name, options.max_segments, options.window)
+        rows, slots, used, truncated, most = c.rows, c.rows * ctx, total, 0, c.max_pieces_per_row
+        # concat_split cuts documents at row ends; the packers split the longer than ctx into pieces
+        pieces, split = (
+            (docs + c.cut_documents, c.cut_documents) if BY_NAME[name].cuts_documents else (c.pieces, long_docs)
+        )
     else:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {short_repr(name)}")
-    _attention_view(out, prep, ctx, name)
-    out["seconds"] = time.perf_counter() - t0
-    return out
+    dense, segment = attention_pairs(prep, ctx, name, rows, boundaries)
+    return StrategyResult(
+        name,
+        ctx,
+        int(rows),
+        used / slots if slots else 0.0,
+        int(total - used),
+        truncated / docs if docs else 0.0,
+        split / docs if docs else 0.0,
+        pieces / rows if rows else 0.0,
+        int(most),
+        dense,
+        segment,
+        dense / segment if segment else None,
+        time.perf_counter() - t0,
+        boundaries=boundaries,
+    )
 
 
-def _attention_view(out: dict, prep: SharedLengthArrays, ctx: int, name: str) -> None:
-    """What attention costs under this strategy: query-key pairs a dense causal kernel computes over every row
-    (padding included) against the in-document pairs a segment-aware kernel computes (sum of s^2/2 over pieces).
-    For concat_split the in-document figure is an upper bound (it cuts documents at row ends, into smaller pieces)."""
+def attention_pairs(
+    prep: SharedLengthArrays, ctx: int, name: str, rows: int, boundaries: list[int] | None
+) -> tuple[float, float]:
+    """What attention costs under a strategy: (query-key pairs a dense causal kernel computes over every row,
+    padding included; the in-document pairs a segment-aware kernel computes, sum of s^2/2 over pieces). For
+    concat_split the in-document figure is an upper bound (it cuts documents at row ends, into smaller pieces)."""
     segment = prep.segment_pairs(ctx, truncate=name == "pad")
-    if name == "bucket":
-        counts = prep.histogram(ctx)
-        sizes = np.flatnonzero(counts)
-        bounds = np.asarray(out["boundaries"], np.int64)
-        padded = bounds[np.minimum(np.searchsorted(bounds, sizes), bounds.size - 1)].astype(np.float64)
-        dense = float((counts[sizes] * padded * (padded + 1) / 2).sum())
-    else:
-        dense = out["rows"] * ctx * (ctx + 1) / 2
-    out["attention_dense_pairs"] = dense
-    out["attention_segment_pairs"] = segment
-    out["attention_saving"] = dense / segment if segment else None
+    if boundaries is None:
+        return rows * ctx * (ctx + 1) / 2, segment
+    counts = prep.histogram(ctx)
+    sizes = np.flatnonzero(counts)
+    bounds = np.asarray(boundaries, np.int64)
+    padded = bounds[np.minimum(np.searchsorted(bounds, sizes), bounds.size - 1)].astype(np.float64)
+    return float((counts[sizes] * padded * (padded + 1) / 2).sum()), segment
 
 
 # Longest first, so two threads finish together (measured at 100M documents).
 _COST = {"bucket": 1, "pad": 1, **{a.name: a.cost for a in TABLE}}
 
 
-def analyze(
-    lengths,
-    *,
-    contexts=None,
-    tile: int = 128,
-    buckets: int = 4,
-    max_segments: int | None = None,
-    window: int = 256,
-    strategies=STRATEGIES,
-    threads: int = 2,
-    progress=None,
-) -> PaddingReport:
+def analyze(lengths, options: PaddingOptions = PaddingOptions(), *, progress=None) -> PaddingReport:
     """The whole report (a :class:`~datatools.analysis.padding_result.PaddingReport`): length statistics, every
-    strategy at every ctx, and a recommendation.
+    strategy at every ctx (``options``), and a recommendation.
 
     Args:
       lengths: tokens per document.
-      contexts: the ctx values to evaluate; None picks :func:`default_contexts`.
-      tile: the accelerator's tile (tokens): bucket lengths and default contexts are
-        multiples of it.
-      buckets: K for the bucket strategy.
-      max_segments: cap on documents per packed row (None: no cap).
-      window: open rows of the streaming first/best fit (Grain's num_packing_bins).
-      threads: strategies run in parallel threads (the kernels release the GIL).
+      options: the contexts, tile, buckets, segment cap, window, strategies and threads (:class:`PaddingOptions`).
       progress: called with no argument after each strategy finishes.
     """
     big = isinstance(lengths, np.ndarray) and lengths.ndim == 1 and lengths.shape[0] > CHUNK
     if not big:
         lengths = as_lengths(lengths)
-    tile = check_int(tile, "tile", minimum=1)
-    buckets = check_int(buckets, "buckets", minimum=1)
-    window = check_int(window, "window", minimum=1)
-    if max_segments is not None:
-        max_segments = check_int(max_segments, "max_segments", minimum=1)
     prep = SharedLengthArrays(lengths)
-    report = None
+    stats = None
     if big:  # a slice at a time; the exact percentiles from a count of every length
-        report = chunked_length_stats(
+        stats = chunked_length_stats(
             as_lengths(np.asarray(lengths[lo : lo + CHUNK]), f"lengths[{lo}:]")
             for lo in range(0, lengths.shape[0], CHUNK)
         )
-    if report is None:
-        report = length_stats(lengths if not big else as_lengths(lengths))
-    if report["num_tokens"] == 0:
+    if stats is None:
+        stats = length_stats(lengths if not big else as_lengths(lengths))
+    if stats.num_tokens == 0:
         raise ValueError("every document is empty (0 tokens)")
-    given = contexts is not None
-    if contexts is None:
-        contexts = default_contexts(report["lengths"], tile)
-    contexts = sorted({check_int(c, "ctx", minimum=1) for c in contexts})
-    for name in strategies:
-        if name not in STRATEGIES:
-            raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {short_repr(name)}")
+    given = options.contexts is not None
+    if options.contexts is None:
+        options = dataclasses.replace(options, contexts=tuple(default_contexts(stats.lengths, options.tile)))
+    contexts, strategies = list(options.contexts or ()), options.strategies
     jobs = sorted(((ctx, name) for ctx in contexts for name in strategies), key=lambda j: -_COST[j[1]] * j[0])
-    with ThreadPoolExecutor(max(1, threads)) as pool:
-        futures = {
-            job: pool.submit(
-                simulate, prep, job[0], job[1], tile=tile, buckets=buckets, max_segments=max_segments, window=window
-            )
-            for job in jobs
-        }
+    with ThreadPoolExecutor(max(1, options.threads)) as pool:
+        futures = {job: pool.submit(simulate, prep, job[0], job[1], options) for job in jobs}
         for f in as_completed(futures.values()):
             f.result()
             if progress:
                 progress()
     results = [futures[(ctx, name)].result() for ctx in contexts for name in strategies]
-    baseline = {r["ctx"]: r["efficiency"] for r in results if r["name"] == "pad"}
-    for r in results:
-        base = baseline.get(r["ctx"])
-        r["speedup_bound"] = r["efficiency"] / base if base else None
-    report.update(
-        {
-            "contexts": contexts,
-            "contexts_note": contexts_note(report["lengths"], tile, contexts, given=given),
-            "tile": tile,
-            "buckets": buckets,
-            "window": window,
-            "max_segments": max_segments,
-            "strategies": results,
-        }
-    )
-    report["recommendation"] = recommend(report, prep)
+    baseline = {r.ctx: r.efficiency for r in results if r.name == "pad"}
+    results = [
+        dataclasses.replace(r, speedup_bound=r.efficiency / baseline[r.ctx] if baseline.get(r.ctx) else None)
+        for r in results
+    ]
+    recommendation = recommend(results, stats.lengths.p99, options, prep)
     packer = next(
-        (
-            n
-            for n in ("best_fit_decreasing", report["recommendation"]["strategy"], *strategies)
-            if n in strategies and n in PACKERS
-        ),
+        (n for n in ("best_fit_decreasing", recommendation.strategy, *strategies) if n in strategies and n in PACKERS),
         None,
     )
+    tiles = None
     if packer:  # the attention view: rows of whole pieces back to back (the packers' rows)
-        packed = {r["ctx"]: r["rows"] for r in results if r["name"] == packer}
-        report["attention_tiles"] = {
-            "packing": packer,
-            **attention_tile_view({c: prep.histogram(c) for c in packed}, packed),
-        }
-    return PaddingReport.from_dict(report)
+        packed = {r.ctx: r.rows for r in results if r.name == packer}
+        tiles = attention_tile_view(packer, {c: prep.histogram(c) for c in packed}, packed)
+    return PaddingReport(
+        stats.num_sequences,
+        stats.num_tokens,
+        stats.empty,
+        stats.lengths,
+        stats.histogram,
+        contexts,
+        contexts_note(stats.lengths, options.tile, contexts, given=given),
+        options.tile,
+        options.buckets,
+        options.window,
+        options.max_segments,
+        results,
+        recommendation,
+        tiles,
+    )
 
 
 # --------------------------------------------------------------------------- recommendation
@@ -488,46 +474,49 @@ def analyze(
 SEGMENT_CAPS = (4, 8, 16, 32, 64, 128, 256)
 
 
-def _segment_cap(prep: SharedLengthArrays, ctx: int, name: str, efficiency: float, window: int) -> int | None:
+def _segment_cap(
+    prep: SharedLengthArrays, ctx: int, name: str, efficiency: float, options: PaddingOptions
+) -> int | None:
     """The smallest cap on documents per row that costs under half a point of efficiency (None: no cap does)."""
     for cap in SEGMENT_CAPS:
-        capped = simulate(prep, ctx, name, max_segments=cap, window=window)
-        if capped["efficiency"] >= efficiency - 0.005:
+        if simulate(prep, ctx, name, dataclasses.replace(options, max_segments=cap)).efficiency >= efficiency - 0.005:
             return cap
     return None
 
 
-def recommend(report: dict, prep: SharedLengthArrays | None = None) -> dict:
-    """Pick a ctx and a strategy, with a datatools pipeline snippet and the MaxText settings.
+def recommend(
+    results: list[StrategyResult], p99: float, options: PaddingOptions, prep: SharedLengthArrays | None = None
+) -> Recommendation:
+    """Pick a ctx and a strategy from ``results`` (every strategy at every ctx of ``options``), with a datatools
+    pipeline snippet and the MaxText settings.
 
-    ctx: the smallest evaluated ctx at or above the p99 length (few documents split),
+    ctx: the smallest evaluated ctx at or above the ``p99`` length (few documents split),
     else the largest. Strategy: padding when it already wastes under 5%; otherwise
     the most efficient packer that keeps documents whole (ties: best_fit_decreasing),
     and concat_split only when it beats that by more than one point. max_segments
     (MaxText's ``max_segments_per_seq``): the given cap, else the smallest of
     :data:`SEGMENT_CAPS` that loses under half a point of efficiency (needs ``prep``).
     """
-    p99 = report["lengths"]["p99"]
-    contexts = report["contexts"]
+    contexts = options.contexts or sorted({r.ctx for r in results})
     ctx = next((c for c in contexts if c >= p99), contexts[-1])
-    at = {r["name"]: r for r in report["strategies"] if r["ctx"] == ctx}
+    at = {r.name: r for r in results if r.ctx == ctx}
     pad = at.get("pad")
     packers = [at[n] for n in reversed(PACKERS) if n in at]  # ties: the later row of the table
-    if pad and (pad["efficiency"] >= 0.95 or not packers):
+    if pad and (pad.efficiency >= 0.95 or not packers):
         choice = pad
     else:
-        choice = max(packers, key=lambda r: r["efficiency"] + (1e-9 if r["name"] == "best_fit_decreasing" else 0))
+        choice = max(packers, key=lambda r: r.efficiency + (1e-9 if r.name == "best_fit_decreasing" else 0))
         cs = at.get("concat_split")
-        if cs and cs["efficiency"] > choice["efficiency"] + 0.01:
+        if cs and cs.efficiency > choice.efficiency + 0.01:
             choice = cs
-    name = choice["name"]
-    max_segments = report.get("max_segments")
+    name = choice.name
+    max_segments = options.max_segments
     segments_reason = f"max_segments {max_segments}: as given (--max-segments)" if max_segments else ""
     if max_segments is None and name != "pad":
-        most = int(choice["max_docs_per_row"])
+        most = choice.max_docs_per_row
         cap = None
         if prep is not None:  # attention kernels want a small fixed cap: the smallest that costs ~nothing
-            cap = _segment_cap(prep, ctx, name, choice["efficiency"], report["window"])
+            cap = _segment_cap(prep, ctx, name, choice.efficiency, options)
         max_segments = cap or most
         why = (
             "packed-attention kernels (cuDNN / Transformer Engine flash attention, MaxText's "
@@ -548,16 +537,13 @@ def recommend(report: dict, prep: SharedLengthArrays | None = None) -> dict:
             )
     reasons = []
     if pad:
-        reasons.append(f"padding to {ctx} keeps {pad['efficiency']:.1%} of the compute for real tokens")
+        reasons.append(f"padding to {ctx} keeps {pad.efficiency:.1%} of the compute for real tokens")
     if name != "pad":
-        reasons.append(
-            f"{name} packing keeps {choice['efficiency']:.1%} (speed-up bound {choice['speedup_bound']:.2f}x)"
-        )
+        reasons.append(f"{name} packing keeps {choice.efficiency:.1%} (speed-up bound {choice.speedup_bound:.2f}x)")
     bucket = at.get("bucket")
     if bucket and name != "pad":
-        reasons.append(
-            f"without segment-aware attention, {report['buckets']} buckets would keep {bucket['efficiency']:.1%}"
-        )
+        reasons.append(f"without segment-aware attention, {options.buckets} buckets would keep {bucket.efficiency:.1%}")
+    maxtext: dict[str, int | bool | str | None]
     if name == "pad":
         snippet = (
             f"packing:\n  mode: planned\n  ctx: {ctx}\n  algorithm: best_fit_decreasing\n"
@@ -582,14 +568,14 @@ def recommend(report: dict, prep: SharedLengthArrays | None = None) -> dict:
                 "max_segments_per_seq": max_segments,
             }
         )
-    return {
-        "strategy": name,
-        "ctx": ctx,
-        "efficiency": choice["efficiency"],
-        "speedup_bound": choice["speedup_bound"],
-        "max_segments": max_segments,
-        "max_segments_reason": segments_reason,
-        "reason": "; ".join(reasons),
-        "datatools_config": snippet,
-        "maxtext": maxtext,
-    }
+    return Recommendation(
+        name,
+        ctx,
+        choice.efficiency,
+        choice.speedup_bound,
+        max_segments,
+        segments_reason,
+        "; ".join(reasons),
+        snippet,
+        maxtext,
+    )

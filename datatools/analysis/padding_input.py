@@ -12,9 +12,9 @@ import dataclasses
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
+from contextlib import nullcontext
 
-from datatools.analysis.padding import STRATEGIES, analyze
+from datatools.analysis.padding import STRATEGIES, PaddingOptions, analyze
 from datatools.analysis.padding_result import PaddingReport
 from datatools.base.checks import MAX_WINDOW
 from datatools.base.progress import count_progress, doing
@@ -23,6 +23,11 @@ from datatools.io.lengths_progress import read_lengths_shown
 from datatools.io.paths import display
 
 DEFAULT_WINDOW = 256  # open rows of the streaming packers without a MaxText config (Grain's num_packing_bins)
+
+
+def _counted(console, total: int, what: str):
+    """:func:`count_progress` on ``console``; None: an ``advance`` that shows nothing."""
+    return nullcontext(lambda n=1: None) if console is None else count_progress(console, total, what)
 
 
 def analyze_input(
@@ -74,7 +79,9 @@ def analyze_input(
         if window is None:
             window = min(settings.per_host_batch, MAX_WINDOW)
         contexts = tuple(sorted(set(contexts) | {settings.max_target_length}))
-    window = DEFAULT_WINDOW if window is None else window
+    options = PaddingOptions(
+        tuple(contexts) or None, tile, buckets, max_segments, DEFAULT_WINDOW if window is None else window
+    )
     if path is None:  # the files, feature and tokenizer the MaxText config names
         from datatools.analysis.maxtext_simulation import maxtext_inputs
 
@@ -103,32 +110,29 @@ def analyze_input(
     if lengths.size == 0:
         raise ValueError(f"{display(path)}: no documents found")
     read_s = time.perf_counter() - t0
-    jobs = (len(contexts) if contexts else 4) * len(STRATEGIES)
-    run: dict[str, Any] = dict(
-        contexts=list(contexts) or None, tile=tile, buckets=buckets, max_segments=max_segments, window=window
-    )
-    if console is None:
-        report = analyze(lengths, **run)
-    else:
-        with count_progress(console, jobs, "simulating strategies") as advance:
-            report = analyze(lengths, **run, progress=advance)
+    jobs = (len(options.contexts) if options.contexts else 4) * len(STRATEGIES)
+    with _counted(console, jobs, "simulating strategies") as advance:
+        report = analyze(lengths, options, progress=advance)
     maxtext = None
     if settings is not None:
         from datatools.analysis.maxtext_simulation import maxtext_report
 
         doing(f"simulating MaxText's own pipeline on {lengths.size:,} documents")
+        rec = report.recommendation
         maxtext = maxtext_report(
-            lengths, settings, report.recommendation, config=display(maxtext_config) if maxtext_config else "defaults"
+            lengths,
+            settings,
+            datatools_cap=rec.max_segments,
+            datatools_efficiency=rec.efficiency,
+            config=display(maxtext_config) if maxtext_config else "defaults",
         )
     from datatools.analysis.loss_distortion import DEFAULT_BATCH_SIZE, loss_distortion
 
-    distort: dict[str, Any] = dict(ctx=report.recommendation.ctx, batch_size=loss_batch_size or DEFAULT_BATCH_SIZE)
-    if console is None:
-        distortion = loss_distortion(lengths, **distort)
-    else:
-        with count_progress(console, 1, "loss weight distortion") as advance:
-            distortion = loss_distortion(lengths, **distort)
-            advance(1)
+    with _counted(console, 1, "loss weight distortion") as advance:
+        distortion = loss_distortion(
+            lengths, report.recommendation.ctx, batch_size=loss_batch_size or DEFAULT_BATCH_SIZE
+        )
+        advance(1)
     savings = None
     if curriculum:
         from datatools.analysis.curriculum import curriculum_savings

@@ -1,4 +1,6 @@
-"""Rendering of the padding analysis: rich tables on the terminal and a PNG plot."""
+"""The padding analysis on the terminal (rich tables: the distribution, the strategies, the recommendation, and the
+attention-tile, MaxText, loss-distortion and curriculum views) and as a PNG plot. Every view of a
+:class:`~datatools.analysis.padding_result.PaddingReport` is rendered here, and nowhere else."""
 
 from __future__ import annotations
 
@@ -8,6 +10,10 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from datatools.analysis.attention_tiles import AttentionTiles
+from datatools.analysis.curriculum import FLOPS_PER_PAIR, MARKS, CurriculumSavings
+from datatools.analysis.loss_distortion import LossDistortion
+from datatools.analysis.maxtext_simulation import MaxTextReport
 from datatools.analysis.padding_result import PaddingReport
 from datatools.base.tables import fitted_table
 from datatools.io import storage
@@ -38,7 +44,8 @@ def _bar(fraction: float, width: int = 40) -> str:
 
 
 def render(report: PaddingReport, console: Console, *, source: str) -> None:
-    """Print the distribution, the histogram, the strategies per ctx and the recommendation."""
+    """Print the distribution, the histogram, the strategies per ctx, the recommendation and every view the report
+    holds (attention tiles, MaxText, loss distortion, curriculum)."""
     L = report.lengths
     console.print(
         f"[bold]{source}[/]: {report.num_sequences:,} documents, {report.num_tokens:,} tokens"
@@ -100,52 +107,124 @@ def render(report: PaddingReport, console: Console, *, source: str) -> None:
         render_attention_tiles(report.attention_tiles, console)
     if report.maxtext:
         render_maxtext(report.maxtext, console)
+    if report.loss_distortion is not None:
+        render_loss_distortion(report.loss_distortion, console)
+    if report.curriculum is not None:
+        render_curriculum_savings(report.curriculum, console)
 
 
-def render_attention_tiles(view: dict, console: Console) -> None:
+def render_attention_tiles(view: AttentionTiles, console: Console) -> None:
     """Per ctx and tile size: the tiles a block-sparse kernel visits against causal flash's, and the best pair."""
     table = Table(
-        title=f"attention tiles ({LABELS.get(view['packing'], view['packing'])} rows): block-sparse "
-        "against causal flash",
+        title=f"attention tiles ({LABELS.get(view.packing, view.packing)} rows): block-sparse against causal flash",
         title_justify="left",
     )
     for col in ("ctx", "tile", "non-empty tiles (expected)", "causal tiles", "ideal ratio"):
         table.add_column(col, justify="right")
-    for e in view["entries"]:
-        best = e is view["best"] or e == view["best"]
-        ratio = "-" if e["ideal_ratio"] is None else f"{e['ideal_ratio']:.1f}x"
+    for e in view.entries:
+        ratio = "-" if e.ideal_ratio is None else f"{e.ideal_ratio:.1f}x"
         table.add_row(
-            f"{e['ctx']:,}",
-            str(e["block"]),
-            f"{e['non_empty_tiles']:,.0f}",
-            f"{e['causal_tiles']:,}",
-            f"[bold]{ratio}[/]" if best else ratio,
+            f"{e.ctx:,}",
+            str(e.block),
+            f"{e.non_empty_tiles:,.0f}",
+            f"{e.causal_tiles:,}",
+            f"[bold]{ratio}[/]" if e == view.best else ratio,
         )
     console.print(table)
-    if view["note"]:
-        console.print(view["note"], markup=False, highlight=False)
+    if view.note:
+        console.print(view.note, markup=False, highlight=False)
 
 
-def render_maxtext(mt: dict, console: Console) -> None:
+def render_maxtext(mt: MaxTextReport, console: Console) -> None:
     """The configured MaxText pipeline: what it wastes today, and what to set."""
-    today, advice = mt["today"], mt["advice"]
-    console.print(f"[bold]MaxText today[/] ({mt['config']}): {today['pipeline']}")
-    fails = f"; [red]{today['fails']:,} documents stop its packer[/]" if today["fails"] else ""
+    today, advice = mt.today, mt.advice
+    console.print(f"[bold]MaxText today[/] ({mt.config}): {today.pipeline}")
+    fails = f"; [red]{today.fails:,} documents stop its packer[/]" if today.fails else ""
     console.print(
-        f"  ctx {today['ctx']:,}, {today['bins']} bins (per-host batch): {today['rows']:,} rows, "
-        f"[bold]{today['padding']:.1%} padding[/], {today['dropped_tokens']:,} tokens dropped, "
-        f"up to {today['max_docs_per_row'] or '-'} documents per row{fails}"
+        f"  ctx {today.ctx:,}, {today.bins} bins (per-host batch): {today.rows:,} rows, "
+        f"[bold]{today.padding:.1%} padding[/], {today.dropped_tokens:,} tokens dropped, "
+        f"up to {today.max_docs_per_row or '-'} documents per row{fails}"
     )
-    own = ", ".join(f"{k}: {v}" for k, v in advice["maxtext_settings"].items())
-    eff = advice["maxtext_efficiency"]
-    console.print(f"  set in MaxText: {own}" + (f" -> {1 - eff:.1%} padding" if eff is not None else ""))
-    if advice["datatools_efficiency"] is not None:
-        console.print(
-            f"  or feed it from datatools (datatools.integrations.maxtext): "
-            f"{1 - advice['datatools_efficiency']:.1%} padding"
-        )
-    for note in advice["notes"]:
+    own = ", ".join(f"{k}: {v}" for k, v in advice.maxtext_settings.items())
+    console.print(f"  set in MaxText: {own} -> {1 - advice.maxtext_efficiency:.1%} padding")
+    console.print(
+        f"  or feed it from datatools (datatools.integrations.maxtext): {1 - advice.datatools_efficiency:.1%} padding"
+    )
+    for note in advice.notes:
         console.print(f"  - {note}", markup=False, highlight=False)
+
+
+def render_loss_distortion(view: LossDistortion, console: Console) -> None:
+    """The two views as one rich table: what share of documents a naive mean over- or under-weights."""
+    title = (
+        f"loss weight distortion at ctx {view.ctx:,} ({view.algorithm}, batches of "
+        f"{view.batch_size} rows): documents' weight relative to the unpacked objective"
+        + (
+            ""
+            if view.selection == "all"
+            else f"; on {view.documents_analyzed:,} of {view.documents_total:,} documents ({view.selection})"
+        )
+    )
+    columns = ("averaging (vs unpacked)", "documents", "> 2x", "< 0.5x", "p1", "p10", "p50", "p90", "p99", "max")
+    rows = []
+    for d in (view.row_mean, view.batch_mean):
+        label = {"row_mean": "per-row mean", "batch_mean": "per-batch mean"}[d.averaging]
+        rows.append(
+            [
+                f"{label} (vs loss_weighting: {d.reference})",
+                f"{d.documents:,}",
+                f"{d.over_2x:.1%}",
+                f"{d.under_half:.1%}",
+                *(f"{v:.2f}" for v in d.quantiles.values()),
+                f"{d.max:.2f}",
+            ]
+        )
+    # on a narrow console the outer quantiles go first, then the documents (base/tables.py)
+    drop_first = ("p1", "p99", "p10", "p90", "documents")
+    table, _ = fitted_table(title, columns, rows, console.width, drop_first=drop_first)
+    console.print(table)
+    console.print(
+        "loss_weighting: token or document (with the step dividing by the global weight sum) keeps "
+        "every document at 1x; see docs/loss-weighting.md",
+        markup=False,
+        highlight=False,
+    )
+
+
+def render_curriculum_savings(view: CurriculumSavings, console: Console) -> None:
+    """The comparison as two rich tables: attention work and padding, then each schedule's work over the epoch."""
+    lengths = ", ".join(f"{n:,}" for n in view.lengths)
+    table = Table(
+        title=f"length curriculum [{lengths}] ({view.tokens_per_batch:,} tokens a batch) against fixed ctx "
+        f"{view.ctx:,}, one epoch, tile {view.block}: attention FLOPs per layer and d_model (12 x pairs)",
+        title_justify="left",
+    )
+    for col in ("packing", "attention computed", "attention FLOPs", "vs curriculum", "padding"):
+        table.add_column(col, justify="left" if col in ("packing", "attention computed") else "right")
+    cur = view.curriculum_causal_pairs
+    for name, what, pairs, padding in (
+        (f"fixed ctx {view.ctx:,}", "every causal tile (splash, cuDNN, flash)", view.fixed_causal_pairs, None),
+        (f"fixed ctx {view.ctx:,}", "in-document tiles (block-sparse)", view.fixed_document_tile_pairs, None),
+        (f"fixed ctx {view.ctx:,}", "in-document pairs (ideal)", view.fixed_pairs, view.fixed_padding),
+        ("curriculum", "every causal tile of every row", cur, None),
+        ("curriculum", "in-document pairs (ideal)", view.curriculum_pairs, view.curriculum_padding),
+    ):
+        table.add_row(
+            name,
+            what,
+            f"{FLOPS_PER_PAIR * pairs:.3g}",
+            f"{pairs / max(cur, 1):.2f}x",
+            "" if padding is None else f"{padding:.2%}",
+        )
+    console.print(table)
+    marks = Table(title="share of the epoch's attention FLOPs done by each point of the epoch", title_justify="left")
+    marks.add_column("schedule")
+    for m in MARKS:
+        marks.add_column(f"{m:.0%} of steps", justify="right")
+    for s in view.schedules:
+        marks.add_row(s.schedule, *(f"{v:.1%}" for v in s.done_at.values()))
+    marks.add_row(f"fixed ctx {view.ctx:,}", *(f"{m:.1%}" for m in MARKS))
+    console.print(marks)
 
 
 def plot(report: PaddingReport, path: str | Path, *, source: str) -> str | Path:
@@ -189,4 +268,4 @@ def plot(report: PaddingReport, path: str | Path, *, source: str) -> str | Path:
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
     storage.write_bytes(path, buf.getvalue())  # atomic: a local rename, or one PUT to s3:// / gs://
-    return storage.url_of(path) if storage.is_url(path) else Path(path)
+    return storage.location(path).path

@@ -7,9 +7,13 @@ Lengths and sizes in tokens, times in seconds; fractions of documents or of slot
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
+from datatools.analysis.attention_tiles import AttentionTiles
+from datatools.analysis.curriculum import CurriculumSavings
+from datatools.analysis.loss_distortion import LossDistortion
+from datatools.analysis.maxtext_simulation import MaxTextReport
 from datatools.base.reports import Report
 
 
@@ -66,7 +70,7 @@ class Recommendation(Report):
     max_segments_reason: str
     reason: str
     datatools_config: str  # YAML: the packing section of a pipeline config
-    maxtext: dict[str, Any]  # MaxText keys -> values
+    maxtext: dict[str, int | bool | str | None]  # MaxText keys -> values
 
 
 @dataclass(frozen=True)
@@ -87,29 +91,15 @@ class PaddingReport(Report):
     max_segments: int | None
     strategies: list[StrategyResult]  # every strategy at every ctx
     recommendation: Recommendation
-    attention_tiles: dict[str, Any] | None = None  # block-sparse against causal tiles (analysis.attention_tiles)
-    maxtext: dict[str, Any] | None = None  # a MaxText config's pipeline today and what to set (maxtext_simulation)
-    loss_distortion: Any | None = None  # documents' loss weight under a per-row / per-batch mean (loss_distortion)
-    curriculum: Any | None = None  # a length curriculum against fixed-ctx packing (analysis.curriculum)
+    attention_tiles: AttentionTiles | None = None  # block-sparse against causal tiles (analysis.attention_tiles)
+    maxtext: MaxTextReport | None = None  # a MaxText config's pipeline today and what to set (maxtext_simulation)
+    loss_distortion: LossDistortion | None = None  # documents' loss weight under a per-row / per-batch mean
+    curriculum: CurriculumSavings | None = None  # a length curriculum against fixed-ctx packing (analysis.curriculum)
     source: str | None = None  # the input as displayed
     input: dict[str, Any] | None = None  # what the input is (kind, column, tokenizer, bytes)
     read_seconds: float | None = None
     input_bytes: int | None = None
     analyze_seconds: float | None = None
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PaddingReport:
-        """The report from the dict the analysis assembles (the JSON keys), nested parts typed."""
-        known = {f.name for f in fields(cls)}
-        extra = sorted(set(data) - known)
-        if extra:
-            raise TypeError(f"padding report: unknown keys {', '.join(extra)}")
-        parts = dict(data)
-        parts["lengths"] = LengthStats(**data["lengths"])
-        parts["histogram"] = Histogram(**data["histogram"])
-        parts["strategies"] = [StrategyResult(**r) for r in data["strategies"]]
-        parts["recommendation"] = Recommendation(**data["recommendation"])
-        return cls(**parts)
 
     def at(self, ctx: int) -> list[StrategyResult]:
         """The strategies evaluated at ``ctx``, in the order they were run."""

@@ -160,14 +160,6 @@ def analyze_padding_command(
     )
     console = result_console(stderr=json_out == "-")
     render(report, console, source=report.source or display(path))
-    if report.loss_distortion is not None:
-        from datatools.analysis.loss_distortion import render_loss_distortion
-
-        render_loss_distortion(report.loss_distortion, console)
-    if report.curriculum is not None:
-        from datatools.analysis.curriculum import render_curriculum_savings
-
-        render_curriculum_savings(report.curriculum, console)
     if plot_out:
         plot(report, plot_out, source=report.source or display(path))
         console.print(f"plot written to {plot_out}")

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datatools import materialize, pack_lengths
-from datatools.analysis.attention_tiles import attention_tile_view, piece_tiles, tile_counts
-from datatools.analysis.padding import analyze
+from datatools.analysis.attention_tiles import AttentionTiles, attention_tile_view, piece_tiles, tile_counts
+from datatools.analysis.padding import PaddingOptions, analyze
 from datatools.kernels.attention_blocks import EMPTY, block_structure
 
 
@@ -41,28 +41,28 @@ def test_exact_tiles_of_packed_rows_lie_within_the_bounds(lengths, ctx_blocks):
     counts, rows, exact = packed(lengths, ctx)
     for block, n in exact.items():
         view = tile_counts(counts, rows, ctx, block)
-        assert view["non_empty_low"] <= n <= view["non_empty_high"]
-        assert view["non_empty_low"] <= view["non_empty_tiles"] <= view["non_empty_high"]
+        assert view.non_empty_low <= n <= view.non_empty_high
+        assert view.non_empty_low <= view.non_empty_tiles <= view.non_empty_high
         nb = ctx // block
-        assert view["causal_tiles"] == rows * nb * (nb + 1) // 2 >= n
+        assert view.causal_tiles == rows * nb * (nb + 1) // 2 >= n
 
 
 def test_the_expected_count_is_close_on_many_documents():
     lengths = np.random.default_rng(0).lognormal(np.log(100), 1.0, 3000).round().clip(1, 1024).astype(np.int64)
     counts, rows, exact = packed(lengths, 1024)
     for block, n in exact.items():
-        assert abs(tile_counts(counts, rows, 1024, block)["non_empty_tiles"] / n - 1) < 0.05
+        assert abs(tile_counts(counts, rows, 1024, block).non_empty_tiles / n - 1) < 0.05
 
 
 def test_analyze_reports_the_best_tile_and_ctx():
     lengths = np.random.default_rng(1).lognormal(np.log(300), 1.0, 5000).round().clip(1, 8192).astype(np.int64)
-    report = analyze(lengths, contexts=[1024, 2048, 4096, 1000])
+    report = analyze(lengths, PaddingOptions(contexts=(1024, 2048, 4096, 1000)))
     view = report.attention_tiles
-    assert view["packing"] == "best_fit_decreasing"
+    assert view is not None and view.packing == "best_fit_decreasing"
     rows = {r.ctx: r.rows for r in report.strategies if r.name == "best_fit_decreasing"}
-    assert {(e["ctx"], e["block"]) for e in view["entries"]} == {(c, b) for c in (1024, 2048, 4096) for b in (64, 128)}
-    for e in view["entries"]:
-        assert e["rows"] == rows[e["ctx"]] and e["ideal_ratio"] == e["causal_tiles"] / e["non_empty_tiles"]
-    assert view["best"]["ideal_ratio"] == max(e["ideal_ratio"] for e in view["entries"])
-    assert f"tile {view['best']['block']} at ctx {view['best']['ctx']:,}" in view["note"]
-    assert attention_tile_view({}, {}) == {"entries": [], "best": None, "note": ""}
+    assert {(e.ctx, e.block) for e in view.entries} == {(c, b) for c in (1024, 2048, 4096) for b in (64, 128)}
+    for e in view.entries:
+        assert e.rows == rows[e.ctx] and e.ideal_ratio == e.causal_tiles / e.non_empty_tiles
+    assert view.best is not None and view.best.ideal_ratio == max(e.ideal_ratio for e in view.entries)
+    assert f"tile {view.best.block} at ctx {view.best.ctx:,}" in view.note
+    assert attention_tile_view("pad", {}, {}) == AttentionTiles("pad", [], None, "")

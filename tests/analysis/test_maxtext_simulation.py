@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datatools.analysis.maxtext_simulation import MaxTextSettings, maxtext_report, maxtext_view, read_maxtext_config
-from datatools.analysis.padding import analyze
+from datatools.analysis.padding import PaddingOptions, analyze
 from datatools.kernels.packing import pack_lengths
 
 lengths_st = st.lists(st.integers(1, 3000), min_size=1, max_size=300)
@@ -89,17 +89,17 @@ def test_view_conserves_tokens_and_respects_the_cap(lengths, ctx, bins, cap, kin
     lengths = np.asarray(lengths)
     chunked = tokenize and not truncate
     kept = lengths.sum() if chunked else np.minimum(lengths, ctx).sum()
-    assert v["dropped_tokens"] == lengths.sum() - kept
-    assert v["rows"] % bins == 0 and v["rows"] * ctx >= kept
-    assert v["efficiency"] == pytest.approx(kept / (v["rows"] * ctx))
-    assert v["fails"] == (int((lengths > ctx).sum()) if packing and not tokenize else 0)
+    assert v.dropped_tokens == lengths.sum() - kept
+    assert v.rows % bins == 0 and v.rows * ctx >= kept
+    assert v.efficiency == pytest.approx(kept / (v.rows * ctx))
+    assert v.fails == (int((lengths > ctx).sum()) if packing and not tokenize else 0)
     if packing and kind == "first_fit":
-        assert v["segment_cap"] == cap and v["max_docs_per_row"] <= cap
+        assert v.segment_cap == cap and v.max_docs_per_row <= cap
     if packing and kind == "best_fit":
-        assert v["segment_cap"] is None
+        assert v.segment_cap is None
     if not packing:
         pieces = sum(-(-n // ctx) for n in lengths) if chunked else len(lengths)
-        assert v["rows"] == -(-pieces // bins) * bins
+        assert v.rows == -(-pieces // bins) * bins
 
 
 def test_view_first_fit_matches_the_planned_model_with_one_bin():
@@ -109,7 +109,7 @@ def test_view_first_fit_matches_the_planned_model_with_one_bin():
     s = MaxTextSettings(
         max_target_length=512, per_device_batch_size=1, tokenize_train_data=False, enable_data_shuffling=False
     )
-    assert maxtext_view(lengths, s)["rows"] == pack_lengths(lengths, 512, algorithm="next_fit").num_rows
+    assert maxtext_view(lengths, s).rows == pack_lengths(lengths, 512, algorithm="next_fit").num_rows
 
 
 @settings(max_examples=25, deadline=None)
@@ -120,7 +120,7 @@ def test_view_first_fit_matches_the_planned_model_with_one_bin():
     kind=st.sampled_from(["first_fit", "best_fit"]),
 )
 def test_advice_never_pairs_best_fit_with_a_cap(lengths, attention, cap, kind):
-    report = analyze(np.asarray(lengths), contexts=[1024], threads=1)
+    report = analyze(np.asarray(lengths), PaddingOptions(contexts=(1024,), threads=1))
     rec = report.recommendation
     if rec.maxtext.get("max_segments_per_seq") is not None:
         assert rec.maxtext["grain_packing_type"] == "first_fit"
@@ -134,22 +134,25 @@ def test_advice_never_pairs_best_fit_with_a_cap(lengths, attention, cap, kind):
             "per_device_batch_size=8",
         ],
     )
-    mt = maxtext_report(np.asarray(lengths), s, rec, config="test")
-    own = mt["advice"]["maxtext_settings"]
+    mt = maxtext_report(
+        np.asarray(lengths), s, datatools_cap=rec.max_segments, datatools_efficiency=rec.efficiency, config="test"
+    )
+    own = mt.advice.maxtext_settings
     if "max_segments_per_seq" in own or attention == "cudnn_flash_te" or cap > 0:
         assert own["grain_packing_type"] == "first_fit" and own.get("max_segments_per_seq")
     else:
         assert own == {"packing": True, "grain_packing_type": "best_fit"}
-    assert any("packing: true" in n for n in mt["advice"]["notes"])
-    assert mt["per_host_batch"] == 8 and mt["today"]["bins"] == 8
+    assert any("packing: true" in n for n in mt.advice.notes)
+    assert mt.per_host_batch == 8 and mt.today.bins == 8
 
 
 def test_pretokenized_long_documents_are_reported():
     s = MaxTextSettings(max_target_length=128, tokenize_train_data=False, per_device_batch_size=4)
-    rec = analyze(np.array([50, 300, 90, 129]), contexts=[128], threads=1).recommendation
-    mt = maxtext_report(np.array([50, 300, 90, 129]), s, rec, config="test")
-    assert mt["today"]["fails"] == 2
-    assert any("2 pre-tokenized documents are longer than max_target_length=128" in n for n in mt["advice"]["notes"])
+    rec = analyze(np.array([50, 300, 90, 129]), PaddingOptions(contexts=(128,), threads=1)).recommendation
+    lengths = np.array([50, 300, 90, 129])
+    mt = maxtext_report(lengths, s, datatools_cap=rec.max_segments, datatools_efficiency=rec.efficiency, config="test")
+    assert mt.today.fails == 2
+    assert any("2 pre-tokenized documents are longer than max_target_length=128" in n for n in mt.advice.notes)
 
 
 def test_tokenized_text_gets_bos_and_eos():
@@ -157,8 +160,8 @@ def test_tokenized_text_gets_bos_and_eos():
         max_target_length=64, tokenize_train_data=True, use_truncation=True, enable_data_shuffling=False
     )
     without = dataclasses.replace(base, add_bos=False, add_eos=False)
-    assert maxtext_view([63, 10], base)["dropped_tokens"] == 1  # 63 + 2 > 64
-    assert maxtext_view([63, 10], without)["dropped_tokens"] == 0
+    assert maxtext_view([63, 10], base).dropped_tokens == 1  # 63 + 2 > 64
+    assert maxtext_view([63, 10], without).dropped_tokens == 0
 
 
 def test_shuffled_order_is_a_permutation_of_one_hosts_share():
@@ -172,4 +175,4 @@ def test_shuffled_order_is_a_permutation_of_one_hosts_share():
     sorted_lengths = np.sort(np.random.default_rng(0).integers(1, 500, 5000))
     on = MaxTextSettings(max_target_length=512, per_device_batch_size=8, tokenize_train_data=False)
     off = dataclasses.replace(on, enable_data_shuffling=False)
-    assert maxtext_view(sorted_lengths, on)["rows"] < maxtext_view(sorted_lengths, off)["rows"]
+    assert maxtext_view(sorted_lengths, on).rows < maxtext_view(sorted_lengths, off).rows

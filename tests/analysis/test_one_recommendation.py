@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datatools.analysis.maxtext_simulation import maxtext_report, read_maxtext_config
-from datatools.analysis.padding import analyze
+from datatools.analysis.padding import PaddingOptions, analyze
 
 
 @settings(max_examples=25, deadline=None)
@@ -19,11 +19,15 @@ from datatools.analysis.padding import analyze
 )
 def test_a_capped_recommendation_is_first_fit_in_every_maxtext_setting(lengths, ctx, cap, attention):
     lengths = np.asarray(lengths, np.int64)
-    rec = analyze(lengths, contexts=[ctx], max_segments=cap).recommendation
+    rec = analyze(lengths, PaddingOptions(contexts=(ctx,), max_segments=cap)).recommendation
     mt = maxtext_report(
-        lengths, read_maxtext_config(None, [f"max_target_length={ctx}", f"attention={attention}"]), rec, config="t"
+        lengths,
+        read_maxtext_config(None, [f"max_target_length={ctx}", f"attention={attention}"]),
+        datatools_cap=rec.max_segments,
+        datatools_efficiency=rec.efficiency,
+        config="t",
     )
-    own = mt["advice"]["maxtext_settings"]
+    own = mt.advice.maxtext_settings
     if rec.max_segments is not None:
         assert rec.maxtext.get("grain_packing_type", "first_fit") == "first_fit" or not rec.maxtext["packing"]
         if rec.maxtext.get("packing"):

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import grain
 from datatools import pack_lengths
-from datatools.analysis.padding import STRATEGIES, analyze, default_contexts, simulate
+from datatools.analysis.padding import STRATEGIES, PaddingOptions, analyze, default_contexts, simulate
 
 
 def pieces_at(lengths, ctx):
@@ -61,7 +61,8 @@ lengths_st = st.lists(st.integers(0, 300), min_size=1, max_size=60).filter(lambd
 def test_streaming_fits_equal_brute_force(lengths, ctx, bins):
     pieces = pieces_at(lengths, ctx)
     for name, best in (("first_fit", False), ("best_fit", True)):
-        assert simulate(np.array(lengths), ctx, name, window=bins)["rows"] == brute_windowed(pieces, ctx, bins, best)
+        got = simulate(np.array(lengths), ctx, name, PaddingOptions(window=bins))
+        assert got.rows == brute_windowed(pieces, ctx, bins, best)
 
 
 def test_streaming_fits_equal_grain():
@@ -70,10 +71,10 @@ def test_streaming_fits_equal_grain():
         lengths = rng.integers(0, 500, int(rng.integers(50, 300)))
         ctx, bins = int(rng.integers(64, 400)), int(rng.integers(2, 16))
         pieces = pieces_at(lengths, ctx)
-        assert simulate(lengths, ctx, "first_fit", window=bins)["rows"] == grain_rows(
+        assert simulate(lengths, ctx, "first_fit", PaddingOptions(window=bins)).rows == grain_rows(
             pieces, ctx, grain.experimental.FirstFitPackIterDataset, bins
         )
-        assert simulate(lengths, ctx, "best_fit", window=bins)["rows"] == grain_rows(
+        assert simulate(lengths, ctx, "best_fit", PaddingOptions(window=bins)).rows == grain_rows(
             pieces, ctx, grain.experimental.BestFitPackIterDataset, bins
         )
 
@@ -84,11 +85,11 @@ def test_planned_strategies_equal_the_packer(lengths, ctx, cap):
     arr = np.array(lengths)
     for name in ("first_fit_decreasing", "best_fit_decreasing", "next_fit", "concat_split"):
         plan = pack_lengths(arr, ctx, algorithm=name, max_segments=cap)
-        r = simulate(arr, ctx, name, max_segments=cap)
-        assert r["rows"] == plan.num_rows
-        assert r["max_docs_per_row"] == int(plan.pieces_per_row.max())
-        assert r["efficiency"] == pytest.approx(plan.efficiency)
-        assert r["dropped_tokens"] == 0
+        r = simulate(arr, ctx, name, PaddingOptions(max_segments=cap))
+        assert r.rows == plan.num_rows
+        assert r.max_docs_per_row == int(plan.pieces_per_row.max())
+        assert r.efficiency == pytest.approx(plan.efficiency)
+        assert r.dropped_tokens == 0
 
 
 @settings(max_examples=40, deadline=None)
@@ -98,21 +99,21 @@ def test_pad_and_bucket_equal_brute_force(lengths, ctx, tile, k):
     nonempty = [n for n in lengths if n]
     pad = simulate(arr, ctx, "pad")
     kept = sum(min(n, ctx) for n in nonempty)
-    assert pad["rows"] == len(nonempty)
-    assert pad["efficiency"] == pytest.approx(kept / (len(nonempty) * ctx))
-    assert pad["dropped_tokens"] == sum(nonempty) - kept
-    assert pad["truncated_fraction"] == pytest.approx(sum(n > ctx for n in nonempty) / len(nonempty))
-    bucket = simulate(arr, ctx, "bucket", tile=tile, buckets=k)
+    assert pad.rows == len(nonempty)
+    assert pad.efficiency == pytest.approx(kept / (len(nonempty) * ctx))
+    assert pad.dropped_tokens == sum(nonempty) - kept
+    assert pad.truncated_fraction == pytest.approx(sum(n > ctx for n in nonempty) / len(nonempty))
+    bucket = simulate(arr, ctx, "bucket", PaddingOptions(tile=tile, buckets=k))
     pieces = pieces_at(nonempty, ctx)
-    assert bucket["rows"] == len(pieces)
-    assert bucket["efficiency"] == pytest.approx(sum(pieces) / brute_buckets(pieces, ctx, tile, k))
-    assert len(bucket["boundaries"]) <= k and bucket["boundaries"][-1] == ctx
+    assert bucket.rows == len(pieces)
+    assert bucket.efficiency == pytest.approx(sum(pieces) / brute_buckets(pieces, ctx, tile, k))
+    assert bucket.boundaries is not None and len(bucket.boundaries) <= k and bucket.boundaries[-1] == ctx
 
 
 def test_report_shape_speedup_and_recommendation():
     rng = np.random.default_rng(3)
     lengths = np.clip(rng.lognormal(5.2, 0.8, 20000), 1, 4000).astype(int)
-    rep = analyze(lengths, contexts=[1024, 2048])
+    rep = analyze(lengths, PaddingOptions(contexts=(1024, 2048)))
     assert rep.num_sequences == 20000 and rep.num_tokens == int(lengths.sum())
     assert rep.lengths.p50 == pytest.approx(np.percentile(lengths, 50))
     assert sum(rep.histogram.counts) == 20000
@@ -124,8 +125,8 @@ def test_report_shape_speedup_and_recommendation():
     assert rec.strategy == "best_fit_decreasing" and rec.ctx == 2048  # smallest ctx >= p99
     assert rec.maxtext["packing"] is True and rec.maxtext["max_target_length"] == 2048
     assert "grain_packing_type" in rec.maxtext and "max_segments_per_seq" in rec.maxtext
-    capped = simulate(lengths, 2048, "best_fit_decreasing", max_segments=rec.max_segments)
-    assert capped["efficiency"] >= rec.efficiency - 0.005
+    capped = simulate(lengths, 2048, "best_fit_decreasing", PaddingOptions(max_segments=rec.max_segments))
+    assert capped.efficiency >= rec.efficiency - 0.005
     # the snippet is a valid pipeline config
     import yaml
 
@@ -135,7 +136,7 @@ def test_report_shape_speedup_and_recommendation():
 
 
 def test_padding_is_recommended_when_it_wastes_little():
-    rep = analyze(np.full(100, 1000), contexts=[1024])
+    rep = analyze(np.full(100, 1000), PaddingOptions(contexts=(1024,)))
     assert rep.recommendation.strategy == "pad"
 
 
@@ -147,7 +148,7 @@ def test_default_contexts_are_tile_aligned():
 
 def test_bad_arguments():
     with pytest.raises(ValueError, match="ctx must be >= 1"):
-        analyze([1, 2], contexts=[0])
+        analyze([1, 2], PaddingOptions(contexts=(0,)))
     with pytest.raises(ValueError, match="every document is empty"):
         analyze([0, 0])
     with pytest.raises(ValueError, match=r"lengths\[1\] = -1 is negative"):
@@ -166,12 +167,12 @@ def test_attention_view_matches_the_plan(lengths, ctx):
     plan = pack_lengths(lengths, ctx, algorithm="best_fit_decreasing")
     pieces = plan.length.astype(np.float64)
     got = simulate(lengths, ctx, "best_fit_decreasing")
-    assert got["attention_segment_pairs"] == pytest.approx(float((pieces * (pieces + 1) / 2).sum()))
-    assert got["attention_dense_pairs"] == pytest.approx(plan.num_rows * ctx * (ctx + 1) / 2)
+    assert got.attention_segment_pairs == pytest.approx(float((pieces * (pieces + 1) / 2).sum()))
+    assert got.attention_dense_pairs == pytest.approx(plan.num_rows * ctx * (ctx + 1) / 2)
     pad = simulate(lengths, ctx, "pad")
     kept = np.minimum(lengths, ctx).astype(np.float64)
-    assert pad["attention_segment_pairs"] == pytest.approx(float((kept * (kept + 1) / 2).sum()))
-    assert pad["attention_dense_pairs"] == pytest.approx(len(lengths) * ctx * (ctx + 1) / 2)
+    assert pad.attention_segment_pairs == pytest.approx(float((kept * (kept + 1) / 2).sum()))
+    assert pad.attention_dense_pairs == pytest.approx(len(lengths) * ctx * (ctx + 1) / 2)
 
 
 @settings(max_examples=25, deadline=None)
@@ -187,12 +188,12 @@ def test_an_input_read_a_slice_at_a_time_gives_the_whole_arrays_report(lengths, 
 
     arr = np.array(lengths, np.uint32)
     assume(arr.sum() > 0)
-    run = dict(contexts=[256, 1024], window=window, threads=1)
-    whole = analyze(arr, **run).as_dict()
+    options = PaddingOptions(contexts=(256, 1024), window=window, threads=1)
+    whole = analyze(arr, options).as_dict()
     old = padding.CHUNK
     try:
         padding.CHUNK = chunk
-        sliced = analyze(arr, **run).as_dict()
+        sliced = analyze(arr, options).as_dict()
     finally:
         padding.CHUNK = old
     for entry in (*whole["strategies"], *sliced["strategies"]):

@@ -205,14 +205,14 @@ def test_the_report_says_which_contexts_were_chosen_and_why(tmp_path, capsys):
     --ctx help describes what the code does."""
     from click.testing import CliRunner
 
-    from datatools.analysis.padding import DEFAULT_CTX_CAP, analyze, default_contexts
+    from datatools.analysis.padding import DEFAULT_CTX_CAP, PaddingOptions, analyze, default_contexts
     from datatools.cli.analyze_padding import analyze_padding_command
 
     long = np.full(50, 100_000)  # every document over the cap: the four defaults merge into one
     assert default_contexts(long, 128) == [DEFAULT_CTX_CAP]
-    note = analyze(long, strategies=("pad",)).contexts_note
+    note = analyze(long, PaddingOptions(strategies=("pad",))).contexts_note
     assert "capped at 32,768" in note and "1 left of 4" in note and "longest document (100,000 tokens)" in note
-    given = analyze(LENGTHS, contexts=[512, 1024], strategies=("pad",)).contexts_note
+    given = analyze(LENGTHS, PaddingOptions(contexts=(512, 1024), strategies=("pad",))).contexts_note
     assert given == "contexts evaluated: 512, 1,024 (as given with --ctx)"
 
     help_text = " ".join(CliRunner().invoke(analyze_padding_command, ["--help"]).output.split())
