@@ -84,39 +84,30 @@ class MaxTextSettings:
 
 
 _KEYS = {f.name: f for f in dataclasses.fields(MaxTextSettings)}
+_BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
 def _coerce(key: str, value, where: str):
     kind = _KEYS[key].type
     try:
         if kind == "bool":
-            if isinstance(value, str):
-                if value.lower() in ("true", "1", "yes"):
-                    return True
-                if value.lower() in ("false", "0", "no"):
-                    return False
-                raise ValueError
-            return bool(value)
+            return _BOOLS[value.lower()] if isinstance(value, str) else bool(value)
         if kind == "int":
-            if isinstance(value, bool):
-                raise ValueError
             if isinstance(value, str):
                 value = value.replace("_", "")
                 try:
                     return int(value)
                 except ValueError:
                     value = float(value)
-            if isinstance(value, float):
-                if not math.isfinite(value) or value != int(value):
-                    raise ValueError
+            if isinstance(value, float) and math.isfinite(value) and value == int(value):
                 return int(value)
-            if isinstance(value, int):
+            if isinstance(value, int) and not isinstance(value, bool):
                 return value
             raise ValueError
         if kind == "float":
             return float(value)
         return str(value)
-    except (TypeError, ValueError, OverflowError):
+    except (TypeError, ValueError, OverflowError, KeyError):
         raise ValueError(
             f"{where}: {key} must be a{'n' if kind == 'int' else ''} {kind}; got {short_repr(value)}"
         ) from None
