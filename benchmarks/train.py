@@ -77,7 +77,7 @@ def main() -> None:
         )
         cfg = TrainConfig(pipe, model, TrainSection(steps=100_000, warmup_steps=5, log_every=10**9))
         runs = [
-            train(cfg, documents=docs, stop_after_useful_tokens=args.useful_tokens)["summary"]
+            train(cfg, documents=docs, stop_after_useful_tokens=args.useful_tokens).summary.as_dict()
             for _ in range(args.repeats)
         ]
         runs.sort(key=lambda s: s["useful_tokens_per_s"])

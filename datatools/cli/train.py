@@ -10,7 +10,7 @@ from rich.table import Table
 from datatools.base.progress import count_progress, doing
 from datatools.cli.common import emit_json, make_console
 from datatools.train.device_errors import device_errors
-from datatools.train.loop import load_train_config, train
+from datatools.train.loop import LengthRate, StepRecord, load_train_config, train
 from datatools.train.model import ATTENTIONS
 
 
@@ -51,13 +51,13 @@ def train_command(config, steps, source, attention, grad_accum_steps, json_out):
     )
     every = cfg.train.log_every
 
-    def log(rec):
-        if rec["step"] == 1 or rec["step"] % every == 0:
+    def log(rec: StepRecord) -> None:
+        if rec.step == 1 or rec.step % every == 0:
             console.print(
-                f"step {rec['step']:>5}  loss {rec['loss']:.4f}  {rec['rows']}x{rec['shape'][1]}  "
-                f"tokens/s {rec['tokens_per_s']:>10,.0f}  useful/s {rec['useful_tokens_per_s']:>10,.0f}  "
-                f"efficiency {rec['efficiency']:6.1%}  MFU {rec['mfu']:6.2%}  HFU {rec['hfu']:6.2%}"
-                + ("  (includes compilation)" if rec["step"] == 1 else "")
+                f"step {rec.step:>5}  loss {rec.loss:.4f}  {rec.rows}x{rec.shape[1]}  "
+                f"tokens/s {rec.tokens_per_s:>10,.0f}  useful/s {rec.useful_tokens_per_s:>10,.0f}  "
+                f"efficiency {rec.efficiency:6.1%}  MFU {rec.mfu:6.2%}  HFU {rec.hfu:6.2%}"
+                + ("  (includes compilation)" if rec.step == 1 else "")
             )
 
     def stall(line: str) -> None:
@@ -67,7 +67,7 @@ def train_command(config, steps, source, attention, grad_accum_steps, json_out):
     with device_errors(), ExitStack() as bars:  # XLA out of memory -> DeviceOutOfMemory (exit 1, one line)
         advance: list = []  # the bar, from the first (compiled) step on
 
-        def on_step(rec) -> None:
+        def on_step(rec: StepRecord) -> None:
             log(rec)
             if not advance:
                 advance.append(bars.enter_context(count_progress(err, cfg.train.steps, "training steps")))
@@ -75,52 +75,49 @@ def train_command(config, steps, source, attention, grad_accum_steps, json_out):
 
         result = train(cfg, on_step=on_step, on_loader_stall=stall)
     doing(None)
-    s = result["summary"]
-    table = Table(
-        title=f"{config}: {s['steps']} steps (rates exclude the first, compiling, step)", title_justify="left"
-    )
+    s, loader = result.summary, result.summary.loader
+    table = Table(title=f"{config}: {s.steps} steps (rates exclude the first, compiling, step)", title_justify="left")
     table.add_column("measure")
     table.add_column("value", justify="right")
     for name, value in [
-        ("final loss", f"{s['final_loss']:.4f}"),
-        ("tokens/s", f"{s['tokens_per_s']:,.0f}"),
-        ("useful tokens/s", f"{s['useful_tokens_per_s']:,.0f}"),
-        ("efficiency", f"{s['efficiency']:.2%}"),
-        ("MFU (useful FLOPs)", f"{s['mfu']:.2%} of {s['peak_flops'] / 1e12:,.2f} TFLOP/s ({s['peak_source']})"),
-        (f"HFU (FLOPs executed, {s['attention']} attention)", f"{s['hfu']:.2%}"),
+        ("final loss", f"{s.final_loss:.4f}"),
+        ("tokens/s", f"{s.tokens_per_s:,.0f}"),
+        ("useful tokens/s", f"{s.useful_tokens_per_s:,.0f}"),
+        ("efficiency", f"{s.efficiency:.2%}"),
+        ("MFU (useful FLOPs)", f"{s.mfu:.2%} of {s.peak_flops / 1e12:,.2f} TFLOP/s ({s.peak_source})"),
+        (f"HFU (FLOPs executed, {s.attention} attention)", f"{s.hfu:.2%}"),
         (
             "compilations",
-            str(s["compilations"])
-            + ("" if s["compile_budget"] is None else f" (one per length: {s['compile_budget']})"),
+            str(s.compilations) + ("" if s.compile_budget is None else f" (one per length: {s.compile_budget})"),
         ),
-        ("shapes", ", ".join(f"{r}x{t}" for r, t in s["shapes"])),
-        ("first step (compile)", f"{s['first_step_s']:.2f} s"),
+        ("shapes", ", ".join(f"{r}x{t}" for r, t in s.shapes)),
+        ("first step (compile)", f"{s.first_step_s:.2f} s"),
         (
             "step waited for data (p50 / p99 / max)",
-            "{wait_p50_ms:.1f} / {wait_p99_ms:.1f} / {wait_max_ms:.1f} ms".format(**s["loader"]),
+            f"{loader.wait_p50_ms:.1f} / {loader.wait_p99_ms:.1f} / {loader.wait_max_ms:.1f} ms",
         ),
-        (f"steps waited > {s['loader']['threshold_ms']:.0f} ms", str(s["loader"]["steps_waited"])),
+        (f"steps waited > {loader.threshold_ms:.0f} ms", str(loader.steps_waited)),
     ]:
         table.add_row(name, value)
     console.print(table)
-    if len(s["per_length"]) > 1 or s["compile_budget"] is not None:
-        console.print(per_length_table(s["per_length"]))
+    if len(s.per_length) > 1 or s.compile_budget is not None:
+        console.print(per_length_table(s.per_length))
     emit_json(json_out, result)
 
 
-def per_length_table(rows: list[dict]) -> Table:
+def per_length_table(rows: list[LengthRate]) -> Table:
     """Steps, time, attention FLOPs and MFU per row length (a curriculum's or the buckets')."""
     table = Table(title="per length (the first step of each compiles: out of its rate and MFU)", title_justify="left")
     for name in ("length", "steps", "compile s", "tokens/s", "attention GFLOP (in-document)", "executed", "MFU"):
         table.add_column(name, justify="right")
     for d in rows:
         table.add_row(
-            str(d["length"]),
-            str(d["steps"]),
-            f"{d['compile_s']:.2f}",
-            f"{d['tokens_per_s']:,.0f}",
-            f"{d['attention_flops'] / 1e9:,.2f}",
-            f"{d['attention_flops_executed'] / 1e9:,.2f}",
-            f"{d['mfu']:.2%}",
+            str(d.length),
+            str(d.steps),
+            f"{d.compile_s:.2f}",
+            f"{d.tokens_per_s:,.0f}",
+            f"{d.attention_flops / 1e9:,.2f}",
+            f"{d.attention_flops_executed / 1e9:,.2f}",
+            f"{d.mfu:.2%}",
         )
     return table

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from datatools.base.errors import RunFailed
+from datatools.base.reports import Report
 from datatools.pipeline import PipelineConfig, ShardConfig, build_canonical, parse_config
 from datatools.pipeline.schema import field, from_dict, load_yaml
-from datatools.pipeline.stalls import StallMeter
+from datatools.pipeline.stalls import LoaderReport, StallMeter
 from datatools.train.model import ModelConfig, attention_keys
 from datatools.train.step import OptimizerConfig, Trainer
 
@@ -132,6 +133,86 @@ def load_train_config(
     return TrainConfig(pipeline, model, train)
 
 
+@dataclass(frozen=True)
+class StepRecord(Report):
+    """One optimizer step: tokens are slots (padding included), useful tokens real ones; FLOPs of the step."""
+
+    step: int
+    loss: float
+    seconds: float
+    rows: int
+    tokens: int
+    useful_tokens: int
+    efficiency: float  # useful tokens / slots
+    tokens_per_s: float
+    useful_tokens_per_s: float
+    flops: float  # model FLOPs on the useful tokens
+    mfu: float
+    hardware_flops: float  # FLOPs as executed: every slot, the pairs the attention kernel computes
+    hfu: float
+    attention_pairs_computed: int
+    attention_flops: float  # the attention term alone: in-document pairs
+    attention_flops_executed: float
+    shape: list[int]  # the first micro-batch's [rows, length]
+    loader_wait_s: float  # what this step waited for its batches
+
+
+@dataclass(frozen=True)
+class LengthRate(Report):
+    """The steps of one row length: the first compiles its program, so it is counted in ``steps``, ``tokens`` and
+    the attention FLOPs, left out of ``seconds``, ``flops``, ``timed_tokens``, ``tokens_per_s`` and ``mfu``."""
+
+    length: int
+    steps: int
+    compile_s: float  # the first step's time
+    seconds: float
+    flops: float
+    tokens: int
+    useful_tokens: int
+    attention_flops: float
+    attention_flops_executed: float
+    timed_tokens: int
+    mfu: float
+    tokens_per_s: float
+
+
+@dataclass(frozen=True)
+class TrainSummary(Report):
+    """A run over the steps after the first (which compiles): rates, efficiency, MFU / HFU; and the whole run's
+    steps, wall time, loss, compilations and shapes."""
+
+    steps: int
+    first_step_s: float
+    wall_s: float
+    total_useful_tokens: int
+    seconds: float
+    useful_tokens: int
+    tokens_per_s: float
+    useful_tokens_per_s: float
+    efficiency: float
+    mfu: float
+    hfu: float
+    attention: str
+    final_loss: float
+    compilations: int
+    shapes: list[tuple[int, ...]]
+    peak_flops: float
+    peak_source: str
+    devices: list[str]
+    params: int
+    loader: LoaderReport  # what each step waited for its batches, what the readers fetched
+    compile_budget: int | None  # a curriculum's lengths: one program each, no more
+    per_length: list[LengthRate]
+
+
+@dataclass(frozen=True)
+class TrainReport(Report):
+    """What :func:`train` returns and ``datatools train --json`` writes."""
+
+    summary: TrainSummary
+    records: list[StepRecord]
+
+
 def _host_sharded(cfg: PipelineConfig) -> PipelineConfig:
     import jax
 
@@ -161,16 +242,11 @@ def train(
     documents=None,
     stop_after_useful_tokens: int | None = None,
     on_loader_stall=None,
-) -> dict:
+) -> TrainReport:
     """Run ``cfg.train.steps`` steps (fewer if the data ends, or once ``stop_after_useful_tokens`` real tokens
-    have been trained on). ``on_step(record)`` is called after each step; ``on_loader_stall(line)`` when the step
-    waited for the loader (at most every few seconds).
-
-    Each record: ``step``, ``loss``, ``seconds``, ``rows``, ``tokens`` (slots),
-    ``useful_tokens``, ``efficiency``, ``tokens_per_s``, ``useful_tokens_per_s``,
-    ``flops``, ``mfu``. Returns a summary over the steps after the first (which
-    includes compilation), the records, the peak used and the compilation count.
-    """
+    have been trained on). ``on_step(record)`` is called after each step with its :class:`StepRecord`;
+    ``on_loader_stall(line)`` when the step waited for the loader (at most every few seconds). Returns the
+    records and a summary over the steps after the first (which includes compilation)."""
     from datatools.train.mfu import (
         attention_pairs_computed,
         device_peak,
@@ -186,7 +262,7 @@ def train(
     trainer = Trainer(cfg.model, cfg.train.optimizer, cfg.train.steps)
     state = trainer.init_state(cfg.train.seed)
     peak, peak_source = device_peak(trainer.devices)
-    records: list[dict] = []  # one per step (see the docstring)
+    records: list[StepRecord] = []
     seen_useful = 0
     budget = len(built.shapes) if pipe.curriculum is not None else None  # one program per length, no more
     if budget is not None:
@@ -233,26 +309,26 @@ def train(
                     f"step {step}: {trainer.compilations()} step programs compiled for a curriculum of {budget} "
                     f"lengths ({', '.join(f'{r}x{t}' for r, t in built.shapes)}); batch shape {list(seg.shape)}"
                 )
-            rec = {
-                "step": step,
-                "loss": loss,
-                "seconds": secs,
-                "rows": rows,
-                "tokens": slots,
-                "useful_tokens": useful,
-                "efficiency": useful / slots,
-                "tokens_per_s": slots / secs,
-                "useful_tokens_per_s": useful / secs,
-                "flops": flops,
-                "mfu": flops / secs / peak,
-                "hardware_flops": hw_flops,
-                "hfu": hw_flops / secs / peak,
-                "attention_pairs_computed": computed,
-                "attention_flops": attn,
-                "attention_flops_executed": 12.0 * cfg.model.n_layers * cfg.model.d_model * computed,
-                "shape": list(seg.shape),
-                "loader_wait_s": float(sum(it.waits[waited:])),  # what this step waited for its batches
-            }
+            rec = StepRecord(
+                step,
+                loss,
+                secs,
+                rows,
+                slots,
+                useful,
+                useful / slots,
+                slots / secs,
+                useful / secs,
+                flops,
+                flops / secs / peak,
+                hw_flops,
+                hw_flops / secs / peak,
+                computed,
+                attn,
+                12.0 * cfg.model.n_layers * cfg.model.d_model * computed,
+                list(seg.shape),
+                float(sum(it.waits[waited:])),
+            )
             records.append(rec)
             if on_step:
                 on_step(rec)
@@ -263,57 +339,58 @@ def train(
         loader = it.report()
         it.close()
     steady = records[1:] or records
-    secs = sum(r["seconds"] for r in steady)
-    summary = {
-        "steps": len(records),
-        "first_step_s": records[0]["seconds"] if records else float("nan"),
-        "wall_s": sum(r["seconds"] for r in records),
-        "total_useful_tokens": seen_useful,
-        "seconds": secs,
-        "useful_tokens": sum(r["useful_tokens"] for r in steady),
-        "tokens_per_s": sum(r["tokens"] for r in steady) / secs if secs else 0.0,
-        "useful_tokens_per_s": sum(r["useful_tokens"] for r in steady) / secs if secs else 0.0,
-        "efficiency": sum(r["useful_tokens"] for r in steady) / max(sum(r["tokens"] for r in steady), 1),
-        "mfu": sum(r["flops"] for r in steady) / secs / peak if secs else 0.0,
-        "hfu": sum(r["hardware_flops"] for r in steady) / secs / peak if secs else 0.0,
-        "attention": cfg.model.attention,
-        "final_loss": records[-1]["loss"] if records else float("nan"),
-        "compilations": trainer.compilations(),
-        "shapes": sorted({tuple(r["shape"]) for r in records}),
-        "peak_flops": peak,
-        "peak_source": peak_source,
-        "devices": [str(d) for d in trainer.devices],
-        "params": cfg.model.num_params(),
-        "loader": loader.as_dict(),  # what each step waited for its batches, what the readers fetched
-        "compile_budget": budget,
-        "per_length": per_length(records, peak),
-    }
-    return {"summary": summary, "records": records}
+    secs = sum(r.seconds for r in steady)
+    summary = TrainSummary(
+        steps=len(records),
+        first_step_s=records[0].seconds if records else float("nan"),
+        wall_s=sum(r.seconds for r in records),
+        total_useful_tokens=seen_useful,
+        seconds=secs,
+        useful_tokens=sum(r.useful_tokens for r in steady),
+        tokens_per_s=sum(r.tokens for r in steady) / secs if secs else 0.0,
+        useful_tokens_per_s=sum(r.useful_tokens for r in steady) / secs if secs else 0.0,
+        efficiency=sum(r.useful_tokens for r in steady) / max(sum(r.tokens for r in steady), 1),
+        mfu=sum(r.flops for r in steady) / secs / peak if secs else 0.0,
+        hfu=sum(r.hardware_flops for r in steady) / secs / peak if secs else 0.0,
+        attention=cfg.model.attention,
+        final_loss=records[-1].loss if records else float("nan"),
+        compilations=trainer.compilations(),
+        shapes=sorted({tuple(r.shape) for r in records}),
+        peak_flops=peak,
+        peak_source=peak_source,
+        devices=[str(d) for d in trainer.devices],
+        params=cfg.model.num_params(),
+        loader=loader,
+        compile_budget=budget,
+        per_length=per_length(records, peak),
+    )
+    return TrainReport(summary, records)
 
 
-def per_length(records: list[dict], peak: float) -> list[dict]:
-    """Per row length (tokens) of the steps: steps, seconds, tokens, attention FLOPs (in-document pairs, and as
-    the kernel executes them) and MFU. The first step of each length compiles its program: it is counted in
-    ``steps``, ``tokens`` and the attention FLOPs, left out of ``seconds``, ``flops``, ``tokens_per_s`` and MFU
-    (its time is ``compile_s``)."""
-    out: dict[int, dict] = {}
-    for r in records:
-        length = int(r["shape"][1])
-        d = out.get(length)
-        if d is None:
-            d = out[length] = {"length": length, "steps": 0, "compile_s": r["seconds"], "seconds": 0.0, "flops": 0.0}
-            d |= {"tokens": 0, "useful_tokens": 0, "attention_flops": 0.0, "attention_flops_executed": 0.0}
-            d["timed_tokens"] = 0
-        else:
-            d["seconds"] += r["seconds"]
-            d["flops"] += r["flops"]
-            d["timed_tokens"] += r["tokens"]
-        d["steps"] += 1
-        d["tokens"] += r["tokens"]
-        d["useful_tokens"] += r["useful_tokens"]
-        d["attention_flops"] += r["attention_flops"]
-        d["attention_flops_executed"] += r["attention_flops_executed"]
-    for d in out.values():
-        d["mfu"] = d["flops"] / d["seconds"] / peak if d["seconds"] else float("nan")
-        d["tokens_per_s"] = d["timed_tokens"] / d["seconds"] if d["seconds"] else float("nan")
-    return [out[k] for k in sorted(out)]
+def per_length(records: list[StepRecord], peak: float) -> list[LengthRate]:
+    """Per row length (tokens) of the steps (:class:`LengthRate`): steps, seconds, tokens, attention FLOPs
+    (in-document pairs, and as the kernel executes them) and MFU."""
+    out = []
+    for length in sorted({r.shape[1] for r in records}):
+        steps = [r for r in records if r.shape[1] == length]
+        timed = steps[1:]  # the first compiles
+        seconds = sum((r.seconds for r in timed), 0.0)
+        flops = sum((r.flops for r in timed), 0.0)
+        timed_tokens = sum(r.tokens for r in timed)
+        out.append(
+            LengthRate(
+                length,
+                len(steps),
+                steps[0].seconds,
+                seconds,
+                flops,
+                sum(r.tokens for r in steps),
+                sum(r.useful_tokens for r in steps),
+                sum((r.attention_flops for r in steps), 0.0),
+                sum((r.attention_flops_executed for r in steps), 0.0),
+                timed_tokens,
+                flops / seconds / peak if seconds else float("nan"),
+                timed_tokens / seconds if seconds else float("nan"),
+            )
+        )
+    return out
