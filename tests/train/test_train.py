@@ -120,6 +120,20 @@ def test_train_cli_packed_learns_and_reports(tmp_path, store, capsys):
     assert "model.d_model=32 must split into 3 heads" in capsys.readouterr().err
 
 
+def test_train_returns_the_typed_report_that_json_writes(tmp_path, store, capsys, monkeypatch):
+    from datatools.cli import train as train_command
+    from datatools.train.loop import StepRecord, TrainReport
+
+    seen, real = [], train_command.train
+    monkeypatch.setattr(train_command, "train", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
+    cfg = write_config(tmp_path / "p.yaml", store, "packing: {ctx: 256}\nbatch_size: 4")
+    assert main(["train", str(cfg), "--steps", "2", "--json", "-"]) == 0
+    (report,) = seen
+    assert isinstance(report, TrainReport) and [type(r) for r in report.records] == [StepRecord, StepRecord]
+    assert capsys.readouterr().out == report.to_json() + "\n"  # --json is the report returned, as it is
+    assert report.summary.steps == 2 and report.summary.shapes == [(4, 256)]
+
+
 def test_a_non_finite_loss_stops_training_with_status_1(tmp_path, store, capsys, monkeypatch):
     from datatools.train import loop
 
