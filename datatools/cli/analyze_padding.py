@@ -164,7 +164,7 @@ def analyze_padding_command(
         plot(report, plot_out, source=report.source or display(path))
         console.print(f"plot written to {plot_out}")
     if write_config:
-        _write_config(report, write_config, trainer, path, column, tokenizer, maxtext_config, maxtext_set, console)
+        _write_config(report, write_config, trainer, path, column, tokenizer, console)
     emit_json(json_out, report)
 
 
@@ -183,16 +183,12 @@ def _lengths_list(text: str | None) -> tuple[int, ...]:
     return values
 
 
-def _write_config(report, out, trainer, path, column, tokenizer, maxtext_config, maxtext_set, console) -> None:
+def _write_config(report, out, trainer, path, column, tokenizer, console) -> None:
     """The recommendation as a pipeline config the trainer's integration accepts (see
-    :mod:`datatools.analysis.write_config`)."""
+    :mod:`datatools.analysis.write_config`); with a MaxText config, the settings the report read from it."""
     from datatools.analysis.write_config import pipeline_config, write_pipeline_config
 
-    settings = None
-    if maxtext_config is not None or maxtext_set:
-        from datatools.analysis.maxtext_simulation import read_maxtext_config
-
-        settings = read_maxtext_config(maxtext_config, list(maxtext_set))
+    settings = report.maxtext.settings if report.maxtext is not None else None
     trainer = trainer or ("maxtext" if settings is not None else "datatools")
     inp = report.input or {}
     config = pipeline_config(
