@@ -61,10 +61,8 @@ INT32_MAX = np.iinfo(np.int32).max
 def is_levanter_cache(path: str | os.PathLike) -> bool:
     """Whether ``path`` is laid out as a Levanter cache (a directory with ``shard_ledger.json``). Its content is
     checked when it is opened, so a cache with a bad ledger or missing arrays is reported as such, not skipped."""
-    if storage.is_url(path):
-        return storage.is_file(storage.join(path, LEDGER))
-    path = Path(path)
-    return path.is_dir() and (path / LEDGER).is_file()
+    loc = storage.location(path)  # object storage has no directories: the ledger alone says it
+    return (not loc.has_directories or loc.is_dir()) and loc.join(LEDGER).is_file()
 
 
 def array_spec(path: str | os.PathLike) -> dict:

@@ -211,7 +211,7 @@ class Location:
     def display(self) -> str:
         from datatools.io.paths import display
 
-        return display(self.text)
+        return display(self.path)
 
     @property
     def identity(self) -> str:

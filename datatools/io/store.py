@@ -99,7 +99,7 @@ ROOT_STAGING = ".partial"  # a store at a bucket root stages its job under ROOT/
 
 def location(path: str | os.PathLike) -> str | Path:
     """A store's location as kept: the canonical URL text for object storage, a ``Path`` for a local directory."""
-    return storage.url_of(path) if storage.is_url(path) else Path(path)
+    return storage.location(path).path
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -180,7 +180,7 @@ def write_store(
       ValueError: the shards do not hold the totals given.
     """
     path = location(path)
-    if storage.is_url(path):  # no directories in object storage: the prefix must hold nothing yet
+    if not storage.location(path).has_directories:  # object storage: the prefix must hold nothing yet
         # a bucket root's job stages under ROOT/.partial/ (there is no "beside" a bucket): those keys are not held
         root = not storage.split_url(path)[2]
         staging = storage.url_of(storage.join(path, ROOT_STAGING)).rstrip("/") + "/" if root else None
@@ -327,29 +327,7 @@ def array_keys(where: str | os.PathLike) -> set[str]:
     """The keys (``zarr.json``, ``c/0``, ...) stored under one array, from one listing of its directory or prefix
     (through :mod:`datatools.io.storage`: tensorstore's own listing crashed on a GCS emulator that ignores
     prefixes, and fsspec lists only under the prefix)."""
-    base = (storage.url_of(where) if storage.is_url(where) else os.fspath(where)).rstrip("/") + "/"
-    if not storage.is_url(where) and not os.path.isdir(where):
-        return set()
-    return {f[len(base) :] for f in storage.list_files(where) if f.startswith(base)}
-
-
-def array_key_sizes(where: str | os.PathLike) -> dict[str, int]:
-    """``{key: bytes}`` of every key stored under one array (one listing with sizes, as :func:`array_keys`)."""
-    if not storage.is_url(where):
-        base = os.fspath(where)
-        if not os.path.isdir(base):
-            return {}
-        out = {}
-        for root, _, names in os.walk(base):
-            for n in names:
-                f = os.path.join(root, n)
-                out[os.path.relpath(f, base).replace(os.sep, "/")] = os.path.getsize(f)
-        return out
-    with storage.storage_errors(where):
-        fs, inner = storage.filesystem(where)
-        found = fs.find(inner.rstrip("/") + "/", detail=True)
-    prefix = inner.rstrip("/") + "/"
-    return {k[len(prefix) :]: int(v.get("size") or 0) for k, v in found.items() if k.startswith(prefix)}
+    return set(storage.file_sizes(where))
 
 
 def _key_order(key: bytes) -> tuple:
@@ -439,10 +417,8 @@ def _check_records(chunks, path: str | Path) -> None:
 def is_token_store(path: str | os.PathLike) -> bool:
     """Whether ``path`` is laid out as a token store (a manifest beside ``offsets/``). Its content is checked
     when it is opened, so a store with a corrupt or unreadable manifest is reported as such, not skipped."""
-    path = location(path)
-    if storage.is_url(path):
-        return storage.is_file(storage.join(path, "manifest.json"))
-    return (Path(path) / "manifest.json").is_file() and (Path(path) / "offsets").is_dir()
+    loc = storage.location(path)  # object storage has no directories: the manifest alone says it
+    return loc.join("manifest.json").is_file() and (not loc.has_directories or loc.join("offsets").is_dir())
 
 
 def chunk_grid(length: int, chunk: int) -> list[str]:
@@ -553,7 +529,7 @@ class TokenStore:
                     f"({len(grid)} chunks of {chunk} in {name}/)"
                 )
             try:
-                present = array_key_sizes(storage.join(self.path, name))
+                present = storage.file_sizes(storage.join(self.path, name))
             except ValueError as exc:
                 raise _io(exc, storage.join(self.path, name)) from None
             missing = [k for k in ["zarr.json", *grid] if k not in present]
@@ -721,7 +697,7 @@ class TokenStore:
         fast = digests.get("algorithm") == FAST_DIGEST
         kv = self._kvstore(name)
         index = _index_bytes(arr)
-        if storage.is_url(self.path) and index:  # ranged reads: the shard's index only
+        if storage.location(self.path).reads_are_requests and index:  # ranged reads: the shard's index only
             heads = digests.get(f"{name}_index") if fast else None
             if not isinstance(heads, dict):
                 return (None, ("none", None))  # a store written before the digests: its sizes were checked on open

@@ -1,0 +1,225 @@
+"""The input formats: ONE table (:data:`FORMATS`), one row per format, tried in order by
+:func:`datatools.io.inputs.open_input`. A row names how the format is recognised (``detect``: a
+:class:`~datatools.io.token_input.TokenInput`, or None when the place is not one: every detector takes a local
+path and a URL alike, through :func:`datatools.io.storage.location`), how its lengths stream (``lengths``) and
+how its documents are read (``documents``). The readers themselves are the format modules (:mod:`store`,
+:mod:`levanter_cache`, :mod:`numpy_files`, :mod:`array_record_files`, :mod:`discover` and :mod:`tables` for
+Parquet, Arrow and JSON Lines); what is here joins each to the table. A new format is its module (with its three
+functions) and one row here."""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from datatools.io import array_record_files, numpy_files, storage
+from datatools.io.discover import list_shards
+from datatools.io.documents import ArrayDocuments, ChunkedDocuments, DocumentSource, StoreDocuments
+from datatools.io.levanter_cache import LevanterCache, is_levanter_cache
+from datatools.io.numpy_files import (
+    flat_array,
+    flat_slices,
+    lengths_only,
+    lengths_only_file,
+    numpy_dir,
+    numpy_dir_files,
+)
+from datatools.io.paths import display
+from datatools.io.sentencepiece_encoder import SentencePieceEncoder, is_sentencepiece, open_sentencepiece
+from datatools.io.store import TokenStore, is_token_store
+from datatools.io.tables import TEXT_COLUMNS, detect_column, shard_columns
+from datatools.io.token_input import InputOptions, TokenInput, check_int32, lengths_by_shard, shard_length_pieces
+from datatools.io.tokenizer import TextEncoder, open_encoder
+
+
+def local_pattern(path: str | os.PathLike) -> list[Path]:
+    """The files of a local glob or comma list (as MaxText writes ``grain_train_files``), in order; [] for a
+    path that exists as written or is a URL. A pattern that matches nothing is a ValueError naming it."""
+    text = os.fspath(path)
+    if not storage.location(text).has_directories or os.path.exists(text) or not ("," in text or glob.has_magic(text)):
+        return []
+    return array_record_files.expand(text)
+
+
+def _encoder(
+    tokenizer: str | os.PathLike, settings: str, bos: str | int | None, eos: str | int | None
+) -> TextEncoder | SentencePieceEncoder:
+    """A ``tokenizer.json`` (Hugging Face tokenizers) or a SentencePiece ``.model`` (MaxText's tokenizer_path)."""
+    if is_sentencepiece(tokenizer):
+        return open_sentencepiece(tokenizer, bos=bos, eos=eos)
+    return open_encoder(tokenizer, settings=settings, bos=bos, eos=eos)
+
+
+def _tokenized(inp: TokenInput, opts: InputOptions, where: str, what: str) -> TokenInput:
+    """``inp`` with its tokenizer: a text column needs one, a token column refuses one."""
+    if inp.is_text:
+        if opts.tokenizer is None:
+            raise ValueError(
+                f"{where}: {what} {inp.column!r} holds text; pass --tokenizer (tokenizer.json or a SentencePiece "
+                f".model) to tokenize it"
+            )
+        inp.encoder = _encoder(opts.tokenizer, opts.tokenizer_settings, opts.bos, opts.eos)
+    elif opts.tokenizer is not None or opts.bos is not None or opts.eos is not None:
+        applies = "--tokenizer/--bos/--eos apply" if what == "column" else "--tokenizer applies"
+        raise ValueError(f"{where}: {what} {inp.column!r} holds token ids already; {applies} to text")
+    return inp
+
+
+def array_record_input(path: str | os.PathLike, opts: InputOptions) -> TokenInput:
+    """ArrayRecord files (a file, a glob, a comma list): the feature and the tokenizer checked on the first file."""
+    files = array_record_files.expand(path)
+    col, is_text = array_record_files.detect_feature(files[0], opts.column)
+    inp = TokenInput(Path(os.fspath(path)), "table", column=col, is_text=is_text, files=files)
+    inp.nbytes = sum(f.stat().st_size for f in files)
+    return _tokenized(inp, opts, display(files[0]), "feature")
+
+
+# --------------------------------------------------------------------------- the formats: detect, lengths, documents
+
+
+def _detect_store(loc: storage.Location, opts: InputOptions) -> TokenInput | None:
+    if not is_token_store(loc):
+        return None
+    store = TokenStore(loc.path)
+    return TokenInput(loc.path, "store", nbytes=8 * (len(store) + 1), store=store)
+
+
+def _detect_levanter(loc: storage.Location, opts: InputOptions) -> TokenInput | None:
+    if not is_levanter_cache(loc):  # Marin keeps them in gs://
+        return None
+    cache = LevanterCache(loc.path)  # the ledger and the arrays checked here, before any token is read
+    return TokenInput(loc.path, "levanter", nbytes=8 * (len(cache) + 1), levanter=cache)
+
+
+def _detect_numpy(loc: storage.Location, opts: InputOptions) -> TokenInput | None:
+    if not (loc.is_dir() and (files := numpy_dir_files(loc.path))):
+        return None
+    return TokenInput(loc.path, "numpy", nbytes=sum(storage.size(f) for f in files[:2]))
+
+
+def _detect_lengths(loc: storage.Location, opts: InputOptions) -> TokenInput | None:
+    only = lengths_only_file(loc.path)
+    return None if only is None else TokenInput(loc.path, "lengths", nbytes=storage.size(only))
+
+
+def _detect_flat(loc: storage.Location, opts: InputOptions) -> TokenInput | None:
+    if Path(loc.name).suffix.lower() not in (".bin", ".npy") or not loc.is_file():
+        return None
+    if opts.eos_id is None:
+        raise ValueError(f"{loc.display}: a flat token file needs --eos-id to find the document boundaries")
+    return TokenInput(loc.path, "flat", nbytes=loc.size(), eos_id=opts.eos_id, bin_dtype=opts.bin_dtype)
+
+
+def _detect_table(loc: storage.Location, opts: InputOptions) -> TokenInput:
+    """Parquet, Arrow, JSON Lines files, a directory of them, a glob or comma list of them: the column checked on
+    the first shard (every input that is no other format is read as a table, or refused naming why)."""
+    pattern = local_pattern(loc)
+    if not pattern and loc.has_directories and loc.is_dir():
+        if not any(p for p in loc.local_path.iterdir() if not p.name.startswith(".")):
+            raise ValueError(f"{loc.display}: empty directory")
+    shards = [s for f in pattern for s in list_shards(f)] if pattern else list_shards(loc.path)
+    if any(s.kind == "text" for s in shards):
+        raise ValueError(
+            f"{display(shards[-1].files[0])}: plain text files have no token column; "
+            f"pre-tokenize them first (datatools pretokenize)"
+        )
+    where = display(shards[0].files[0])
+    columns = shard_columns(shards[0])
+    col = detect_column(list(columns), opts.column, where)
+    nbytes = sum(storage.size(f) for f in dict.fromkeys(x for s in shards for x in s.files))
+    inp = TokenInput(loc.path, "table", column=col, shards=shards, nbytes=nbytes)
+    inp.is_text = col in TEXT_COLUMNS or columns[col]
+    return _tokenized(inp, opts, where, "column")
+
+
+def _store_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
+    yield 0, inp.token_store.lengths(), inp.nbytes
+
+
+def _levanter_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
+    yield 0, inp.levanter_cache.lengths(), inp.nbytes
+
+
+def _numpy_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
+    _, offsets = numpy_dir(inp.path)  # the token ids are checked there too: in [0, 2**31 - 1]
+    yield 0, np.diff(offsets), inp.nbytes
+
+
+def _lengths_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
+    lengths = lengths_only(inp.path)  # memory-mapped, streamed a slice at a time
+    for a in range(0, lengths.shape[0], numpy_files.FLAT_SLICE):
+        end = a + numpy_files.FLAT_SLICE >= lengths.shape[0]
+        yield 0, np.asarray(lengths[a : a + numpy_files.FLAT_SLICE], dtype=np.int64), inp.nbytes if end else 0
+
+
+def _flat_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
+    for k, (lengths, nbytes) in enumerate(flat_slices(inp.path, inp.bin_dtype, inp.flat_eos_id)):
+        yield k, lengths, nbytes
+
+
+def _table_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
+    with ThreadPoolExecutor(1) as pool:  # decoded one shard ahead, in a thread
+        ahead: deque = deque()
+        for k in range(inp.num_shards):
+            ahead.append(pool.submit(shard_length_pieces, inp, k))
+            if len(ahead) > 1:
+                yield from ahead.popleft().result()
+        while ahead:
+            yield from ahead.popleft().result()
+
+
+def _numpy_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) -> DocumentSource:
+    tokens, offsets = numpy_dir(inp.path)  # token ids checked there
+    return ArrayDocuments(tokens, offsets)
+
+
+def _no_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) -> DocumentSource:
+    raise ValueError(
+        f"{display(inp.path)}: holds lengths.npy but no tokens.npy: enough to plan (datatools pack) "
+        f"and analyse (datatools analyze-padding), not to read documents"
+    )
+
+
+def _flat_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) -> DocumentSource:
+    lengths = lengths_by_shard(inp, _flat_lengths(inp), progress)[0]
+    tokens = flat_array(inp.path, inp.bin_dtype)
+    check_int32(tokens, display(inp.path))
+    return ArrayDocuments(tokens, np.concatenate(([0], np.cumsum(lengths))))
+
+
+def _table_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) -> DocumentSource:
+    lengths, shard_docs = lengths_by_shard(inp, _table_lengths(inp), progress)
+    return ChunkedDocuments(lengths, shard_docs, inp.shard_tokens, name=display(inp.path))
+
+
+@dataclass(frozen=True)
+class Format:
+    """One input format: how it is recognised (``detect``: a :class:`TokenInput`, or None when the place is not
+    one), how its lengths stream (``lengths``: ``(shard, lengths, bytes)``) and its documents are read
+    (``documents``); ``offsets``: its lengths come from stored offsets (no token read); ``pipeline``: a pipeline
+    config may name it as a source."""
+
+    kind: str
+    detect: Callable[[storage.Location, InputOptions], TokenInput | None]
+    lengths: Callable[[TokenInput], Iterator[tuple[int, np.ndarray, int]]]
+    documents: Callable[[TokenInput, Callable[[int, int], None] | None], DocumentSource]
+    offsets: bool = False
+    pipeline: bool = True
+
+
+FORMATS = (  # in the order they are tried: the table format last, it takes what no other claims
+    Format("store", _detect_store, _store_lengths, lambda inp, _: StoreDocuments(inp.token_store), offsets=True),
+    Format("levanter", _detect_levanter, _levanter_lengths, lambda inp, _: StoreDocuments(inp.levanter_cache), True),
+    Format("numpy", _detect_numpy, _numpy_lengths, _numpy_documents),
+    Format("lengths", _detect_lengths, _lengths_lengths, _no_documents, pipeline=False),
+    Format("flat", _detect_flat, _flat_lengths, _flat_documents, pipeline=False),
+    Format("table", _detect_table, _table_lengths, _table_documents),
+)
+FORMAT = {f.kind: f for f in FORMATS}  # TokenInput.kind -> its format
