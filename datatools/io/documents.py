@@ -238,7 +238,7 @@ class StorePieceReader:
         if self._ready:
             return
         e = self.store.read_granularity
-        remote = storage.is_url(self.store.path)
+        remote = storage.location(self.store.path).reads_are_requests
         if not remote:  # no latency, no bytes over a wire: whole stored objects cost
             e = self.store.object_tokens  # the least CPU (one file read, not one per inner chunk)
         self.extent, self.itemsize = e, self.store.dtype.itemsize
@@ -544,7 +544,7 @@ class StoreDocuments(PieceReadingSource):
         """Whether reading ahead pays: a store in object storage (a round trip per read). On local disk a read is
         a file read of microseconds: planning batches twice to start them early and holding the first batch back
         only cost CPU and start-up time (local reads: 1.5-3x the time to the first batch with them)."""
-        return storage.is_url(self.store.path)
+        return storage.location(self.store.path).reads_are_requests
 
     def prefetch(self, doc, start, length) -> bool:
         """Start reading these pieces (of a batch still to come) without waiting; see
