@@ -46,7 +46,8 @@ READ_AHEAD = 8  # batches whose reads start before they are asked for (the sourc
 FIRST_BATCH_ALONE_S = 120.0  # the most other batches wait for a process's first batch (seconds)
 FIRST_BATCH_GATHER_S = 0.02  # how long the first calls are gathered to find the lowest batch among them
 MAX_STRIDE = 64  # the largest gap between batches one process reads that is taken as its stride
-WARM_S = 3.0  # the most a process's first batch is held back while its next batch is read (seconds)
+WARM_S = 3.0  # the most a process's first batch is held back while its next batches are read (seconds)
+WARM_BATCHES = 2  # batches after its first that a process reads before handing the first over (within WARM_S)
 BATCHES_IN_FLIGHT = 2  # batches a process reads at once (a batch waits while lower ones fill the rest)
 TURN_WAIT_S = 60.0  # the most a batch waits for its turn (seconds)
 
@@ -265,7 +266,8 @@ class HostBatchesMapDataset(grain.MapDataset):
             if self._epochs is not None and k >= len(self):
                 break
             epoch, j = self.locate(k)
-            doc, start, length = schedule.pieces(epoch, j, *self._rows(epoch, j))
+            near = k <= index + step  # this batch and the next: their own pieces; further: what reads cheapest
+            doc, start, length = (schedule.pieces if near else schedule.ahead_pieces)(epoch, j, *self._rows(epoch, j))
             if not prefetch(doc, start, length):
                 break  # over the read-ahead budget: try again at the next batch
             with self._lock:
@@ -306,19 +308,38 @@ class HostBatchesMapDataset(grain.MapDataset):
                 self._turn.notify_all()
 
     def _warm_up(self, index: int) -> None:
-        """Read this process's next batch (in its stride) while its first batch ``index`` is held back, for at
-        most :data:`WARM_S` seconds: its reads began with the read-ahead, and a step asks for the next batch
-        within a step time of the first, when a cold read from a bucket (new shard indices, new chunks: ~1.5-2 s
-        at +100 ms) is not done. The first batch comes up to :data:`WARM_S` later, and the steps after it find
-        their batches read (issue 31: 0 of 500 steps waiting). A read not done by then goes on in its thread and
-        is handed over when that batch is asked for. In a Grain worker of P, the host's next P - 1 batches are the
-        other workers': each says when its batches are ready (a file ``warm-J`` in the shared
-        :attr:`stats_folder`: a warm batch once read, a first batch once handed over), and the first batch also
-        waits for those, within the same :data:`WARM_S` (the step after the first takes the next worker's first
-        batch, which that worker holds back during its own warm-up). Only with read-ahead (a source that prefetches)."""
-        k = index + self._step
-        if self._ahead_of is None or (self._epochs is not None and k >= len(self)):
+        """Read this process's next :data:`WARM_BATCHES` batches (in its stride) while its first batch ``index``
+        is held back, for at most :data:`WARM_S` seconds: their reads began with the read-ahead, and a step asks
+        for the next batch within a step time of the first, when a cold read from a bucket (new shard indices, new
+        chunks: ~1-1.5 s a batch at +100 ms while the lanes' first windows are read) is not done. The first batch
+        comes up to :data:`WARM_S` later, and the steps after it find their batches read (issue 31: 0 of 500 steps
+        waiting; with one batch read ahead, the fourth step still waited ~0.35 s). A read not done by then goes on
+        in its thread and is handed over when that batch is asked for. In a Grain worker of P, the host's next
+        P - 1 batches are the other workers': each says when its batches are ready (a file ``warm-J`` in the
+        shared :attr:`stats_folder`: a warm batch once read, a first batch once handed over), and the first batch
+        also waits for those, within the same :data:`WARM_S` (the step after the first takes the next worker's
+        first batch, which that worker holds back during its own warm-up). Only with read-ahead (a source that
+        prefetches)."""
+        if self._ahead_of is None:
             return
+        until = time.monotonic() + WARM_S
+        folder = self.stats_folder if self._step > 1 else None  # Grain workers: the next batches are others'
+        futures = []
+        for n in range(1, WARM_BATCHES + 1):
+            k = index + n * self._step
+            if self._epochs is not None and k >= len(self):
+                break
+            futures.append(self._warm_read(k, folder))
+        wait(futures, timeout=WARM_S)
+        if folder is not None:  # the step after this one takes another worker's batch: wait for it too
+            others = [os.path.join(folder, f"warm-{i}") for i in range(index + 1, index + self._step)]
+            while time.monotonic() < until and not all(os.path.exists(f) for f in others):
+                time.sleep(0.01)
+            _touch(os.path.join(folder, f"warm-{index}"))  # this first batch: ready once handed over (now)
+
+    def _warm_read(self, k: int, folder: str | None) -> Future:
+        """Read batch ``k`` in a thread of its own, to be handed over when it is asked for (:meth:`_warm_up`); in
+        a Grain worker, the file ``warm-K`` in ``folder`` says when it is read."""
         epoch, j = self.locate(k)
         future: Future = Future()
         with self._lock:
@@ -330,17 +351,10 @@ class HostBatchesMapDataset(grain.MapDataset):
             except BaseException as exc:  # noqa: BLE001 -- raised where batch k is asked for
                 future.set_exception(exc)
 
-        until = time.monotonic() + WARM_S
-        folder = self.stats_folder if self._step > 1 else None  # Grain workers: the next batches are others'
-        if folder is not None:  # batch k: ready once read
+        if folder is not None:
             future.add_done_callback(lambda _: _touch(os.path.join(folder, f"warm-{k}")))
         threading.Thread(target=read, name="datatools-warm-up", daemon=True).start()
-        wait([future], timeout=WARM_S)
-        if folder is not None:  # the step after this one takes another worker's batch: wait for it too
-            others = [os.path.join(folder, f"warm-{i}") for i in range(index + 1, k)]
-            while time.monotonic() < until and not all(os.path.exists(f) for f in others):
-                time.sleep(0.01)
-            _touch(os.path.join(folder, f"warm-{index}"))  # this first batch: ready once handed over (now)
+        return future
 
     def _wait_turn(self, index: int) -> None:
         """Wait while ``BATCHES_IN_FLIGHT - 1`` lower batches of this process are being read or wait to be.

@@ -59,6 +59,11 @@ class ReadAheadSchedule(Schedule, Protocol):
         """``(doc, start, length)`` of every piece rows ``[lo, hi)`` of global batch ``j`` read."""
         ...
 
+    def ahead_pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """What to read ahead for rows ``[lo, hi)`` of batch ``j`` when it is further off than the next batch:
+        ``pieces``, or more when reading more at once costs fewer requests (a lane's whole window)."""
+        ...
+
 
 class DocumentOrderLike(Protocol):
     """The documents' order per epoch (``DocumentOrder``, or a mixture's ``MixtureOrder``)."""

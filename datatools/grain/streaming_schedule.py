@@ -83,6 +83,10 @@ class RowsPlanSchedule:
         plan = self.rows_plan(epoch, j, lo, hi)
         return plan.doc, plan.start, plan.length
 
+    def ahead_pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """What to read ahead for a batch further off than the next: its pieces (see :class:`LaneSchedule`)."""
+        return self.pieces(epoch, j, lo, hi)
+
     def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
         plan = self.rows_plan(epoch, j, lo, hi)  # its ctx: the batch's row length
         out = empty_rows(hi - lo, plan.ctx, self.pad_id, fill_from=plan.num_rows)

@@ -45,6 +45,7 @@ from datatools.kernels.packing.materialize import check_plan_rows, pieces_of_row
 DEFAULT_CACHE_BYTES = 512 << 20  # decoded store chunks kept per process
 MIN_REMOTE_SLOTS = 1024  # extents a remote reader holds at least (a Levanter cache's 1 MiB inner chunks: 1 GiB)
 MAX_IN_FLIGHT = 64  # extent reads a reader has issued and not yet received (per process); the rest wait, in order
+AHEAD_GROUP = 16  # read-ahead is issued this many reads at a time (adjacent inner chunks: one request), not singly
 TABLE_CACHE_BYTES = 256 << 20  # decoded table shards kept per process (a shard is often tens of MB)
 
 
@@ -319,8 +320,8 @@ class StorePieceReader:
     def _issue(self, ids: np.ndarray, prefetch: bool) -> int:
         """Queue the reads of the extents of ``ids`` not held (lock held) and issue what the queue allows; returns
         how many of ``ids`` are not held when it stops (a prefetch stops at half the slab read ahead, or when no
-        slot can be reused). A prefetch joins the tail of the queue; a read (not ``prefetch``) goes to its head,
-        with those of its extents that read-ahead queued before."""
+        slot can be reused). A prefetch joins the tail of the queue; a read (not ``prefetch``) goes before every
+        read-ahead (after the reads needed before it), with those of its extents that read-ahead queued before."""
         missing = ids[self._slot_of[ids] < 0]
         if prefetch:
             room = self.held_bytes // 2 // (self.extent * self.itemsize) - int(self._ahead.sum())
@@ -336,9 +337,12 @@ class StorePieceReader:
             self._queue.extend(new)
         else:
             slots = self._slot_of[ids]
-            waiting = slots[(slots >= 0) & self._queued[slots]].tolist()  # queued by read-ahead: needed now
-            head = set(waiting)
-            self._queue = deque(waiting + new + [s for s in self._queue if s not in head])
+            waiting = slots[(slots >= 0) & self._queued[slots] & self._ahead[slots]].tolist()  # read-ahead's
+            queue = list(self._queue)
+            at = next((i for i, q in enumerate(queue) if self._ahead[q]), len(queue))  # after earlier needed reads
+            self._ahead[slots[slots >= 0]] = False  # needed now: no longer read-ahead (issued without waiting)
+            moved = set(waiting)
+            self._queue = deque(queue[:at] + waiting + new + [q for q in queue[at:] if q not in moved])
         self._queued[new] = True
         self._pump()
         return int((self._slot_of[ids] < 0).sum())
@@ -361,9 +365,13 @@ class StorePieceReader:
 
     def _pump(self) -> None:
         """Issue queued reads, in order, while fewer than :data:`MAX_IN_FLIGHT` are in flight (lock held). Reads
-        issued together share one ``ts.Batch``: adjacent inner chunks of a shard come in one request."""
+        issued together share one ``ts.Batch``: adjacent inner chunks of a shard come in one request; so read-ahead
+        is issued :data:`AHEAD_GROUP` at a time, a read that someone waits for at once."""
         if self._pumping:  # a read that completed at once, called back from inside this loop
             return
+        room = MAX_IN_FLIGHT - self._in_flight
+        if self._queue and self._ahead[self._queue[0]] and self._in_flight and room < min(AHEAD_GROUP, MAX_IN_FLIGHT):
+            return  # read-ahead waits for room for a group (issued singly, no two adjacent chunks would coalesce)
         self._pumping = True
         try:
             while self._queue and self._in_flight < MAX_IN_FLIGHT:

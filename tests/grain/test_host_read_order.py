@@ -55,6 +55,8 @@ class _Schedule:
     def pieces(self, epoch: int, j: int, lo: int, hi: int):
         return np.array([j]), np.array([0]), np.array([1])
 
+    ahead_pieces = pieces
+
     def read(self, epoch: int, j: int, lo: int, hi: int):
         with self._lock:
             self._in_flight += 1
@@ -134,17 +136,19 @@ def test_once_the_first_batch_is_read_the_next_batches_reads_start_unasked():
     assert schedule.docs.prefetched[1:] == list(range(2, 2 + 2 * host_batches.READ_AHEAD, 2))
 
 
-def test_the_first_batch_is_handed_over_with_the_next_one_read():
+def test_the_first_batch_is_handed_over_with_the_next_ones_read():
     schedule = _Schedule(read_s=0.0)
     ds = HostBatchesMapDataset(schedule, num_epochs=1, stride=2)
     first = ds[0]
-    assert [r[0] for r in schedule.log] == [0, 2]  # worker 0 of 2: batch 2 read before batch 0 came back
+    warm = [2 * n for n in range(1, host_batches.WARM_BATCHES + 1)]  # worker 0 of 2: its next batches
+    assert schedule.log[0][0] == 0 and sorted(r[0] for r in schedule.log[1:]) == warm  # read before 0 came back
     assert int(first["tokens"][0, 0]) == 0
-    again = ds[2]  # the batch read early, handed over without a second read
-    assert int(again["tokens"][0, 0]) == 2
-    assert [r[0] for r in schedule.log] == [0, 2]
-    ds[4]
-    assert [r[0] for r in schedule.log] == [0, 2, 4]
+    for k in warm:  # the batches read early, handed over without a second read
+        assert int(ds[k]["tokens"][0, 0]) == k
+    assert len(schedule.log) == 1 + len(warm)
+    after = 2 * (host_batches.WARM_BATCHES + 1)
+    ds[after]
+    assert [r[0] for r in schedule.log[1 + len(warm) :]] == [after]
 
 
 def test_a_slow_warm_up_holds_the_first_batch_back_at_most_warm_s(monkeypatch):

@@ -109,16 +109,24 @@ def test_reads_complete_in_any_order_and_give_the_tokens(batches, cap, seed):
             else:
                 time.sleep(0.0005)
 
-    threading.Thread(target=server, daemon=True).start()
-    try:
+    def read_all() -> None:
         for docs in batches[1:]:
             reader.prefetch(np.asarray(docs), np.zeros(len(docs), np.int64), np.full(len(docs), EXTENT))
         for docs in batches:
-            got = reader.read_pieces(np.asarray(docs), np.zeros(len(docs), np.int64), np.full(len(docs), EXTENT))
-            want = np.concatenate([np.arange(d * EXTENT, (d + 1) * EXTENT) % 1000 for d in docs])
-            np.testing.assert_array_equal(got, want)
+            got.append(reader.read_pieces(np.asarray(docs), np.zeros(len(docs), np.int64), np.full(len(docs), EXTENT)))
+
+    got: list[np.ndarray] = []
+    threading.Thread(target=server, daemon=True).start()
+    reading = threading.Thread(target=read_all, daemon=True)
+    try:
+        reading.start()
+        reading.join(30)
+        assert not reading.is_alive(), "the reads never completed (a read queued and never issued)"
     finally:
         stop.set()
         mp.undo()
+    for docs, tokens in zip(batches, got, strict=True):
+        want = np.concatenate([np.arange(d * EXTENT, (d + 1) * EXTENT) % 1000 for d in docs])
+        np.testing.assert_array_equal(tokens, want)
     assert most[0] <= cap
     assert sorted(store.issued) == sorted(set(store.issued))  # every extent read once (the slab holds them all)
