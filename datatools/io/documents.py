@@ -45,7 +45,8 @@ from datatools.kernels.packing.materialize import check_plan_rows, pieces_of_row
 DEFAULT_CACHE_BYTES = 512 << 20  # decoded store chunks kept per process
 MIN_REMOTE_SLOTS = 1024  # extents a remote reader holds at least (a Levanter cache's 1 MiB inner chunks: 1 GiB)
 MAX_IN_FLIGHT = 64  # extent reads a reader has issued and not yet received (per process); the rest wait, in order
-AHEAD_GROUP = 16  # read-ahead is issued this many reads at a time (adjacent inner chunks: one request), not singly
+NEIGHBOURS = 3  # queued read-ahead this close (extents) to a needed one goes with it: the same ranged request
+MAX_RUN = 32  # consecutive extents of one stored object read as one (one ranged request: 1 MiB of a v3 store)
 TABLE_CACHE_BYTES = 256 << 20  # decoded table shards kept per process (a shard is often tens of MB)
 
 
@@ -321,7 +322,9 @@ class StorePieceReader:
         """Queue the reads of the extents of ``ids`` not held (lock held) and issue what the queue allows; returns
         how many of ``ids`` are not held when it stops (a prefetch stops at half the slab read ahead, or when no
         slot can be reused). A prefetch joins the tail of the queue; a read (not ``prefetch``) goes before every
-        read-ahead (after the reads needed before it), with those of its extents that read-ahead queued before."""
+        read-ahead (after the reads needed before it), with those of its extents that read-ahead queued before and
+        the queued read-ahead within :data:`NEIGHBOURS` extents of them (the rest of their io blocks: the same
+        ranged requests, which would otherwise each be a request of their own later)."""
         missing = ids[self._slot_of[ids] < 0]
         if prefetch:
             room = self.held_bytes // 2 // (self.extent * self.itemsize) - int(self._ahead.sum())
@@ -336,13 +339,19 @@ class StorePieceReader:
         if prefetch:
             self._queue.extend(new)
         else:
-            slots = self._slot_of[ids]
-            waiting = slots[(slots >= 0) & self._queued[slots] & self._ahead[slots]].tolist()  # read-ahead's
+            near = (ids[:, None] + np.arange(-NEIGHBOURS, NEIGHBOURS + 1)[None, :]).ravel()
+            near = np.unique(near[(near >= 0) & (near < self._slot_of.shape[0])])  # sorted: runs stay together
+            slots = self._slot_of[near]
+            slots = slots[slots >= 0]
+            waiting = slots[self._queued[slots] & self._ahead[slots]]  # queued by read-ahead: needed, or beside
             queue = list(self._queue)
             at = next((i for i, q in enumerate(queue) if self._ahead[q]), len(queue))  # after earlier needed reads
-            self._ahead[slots[slots >= 0]] = False  # needed now: no longer read-ahead (issued without waiting)
-            moved = set(waiting)
-            self._queue = deque(queue[:at] + waiting + new + [q for q in queue[at:] if q not in moved])
+            held = self._slot_of[ids]
+            self._ahead[held[held >= 0]] = False  # needed now: no longer read-ahead (issued without waiting)
+            self._ahead[waiting] = False
+            moved = set(waiting.tolist())
+            head = sorted(moved.union(new), key=lambda q: self._extent_in[q])  # in store order: one read a run
+            self._queue = deque(queue[:at] + head + [q for q in queue[at:] if q not in moved])
         self._queued[new] = True
         self._pump()
         return int((self._slot_of[ids] < 0).sum())
@@ -360,52 +369,64 @@ class StorePieceReader:
         self._last_used[s] = self._tick
         self.chunk_reads += 1
         end = min((c + 1) * self.extent, self.store.num_tokens)
-        read_stats.record(requests=1, bytes_fetched=(end - c * self.extent) * self.itemsize, prefetched=int(prefetch))
+        read_stats.record(bytes_fetched=(end - c * self.extent) * self.itemsize)
         return s
 
     def _pump(self) -> None:
-        """Issue queued reads, in order, while fewer than :data:`MAX_IN_FLIGHT` are in flight (lock held). Reads
-        issued together share one ``ts.Batch``: adjacent inner chunks of a shard come in one request; so read-ahead
-        is issued :data:`AHEAD_GROUP` at a time, a read that someone waits for at once."""
+        """Issue queued reads, in order, while fewer than :data:`MAX_IN_FLIGHT` are in flight (lock held). Queued
+        extents that follow each other in one stored object are one read (a run, at most :data:`MAX_RUN`: one
+        ranged request); the reads issued together share one ``ts.Batch``."""
         if self._pumping:  # a read that completed at once, called back from inside this loop
             return
-        room = MAX_IN_FLIGHT - self._in_flight
-        if self._queue and self._ahead[self._queue[0]] and self._in_flight and room < min(AHEAD_GROUP, MAX_IN_FLIGHT):
-            return  # read-ahead waits for room for a group (issued singly, no two adjacent chunks would coalesce)
         self._pumping = True
+        per_object = max(1, self.store.object_tokens // self.extent)
         try:
             while self._queue and self._in_flight < MAX_IN_FLIGHT:
                 with ts.Batch() as batch:
                     while self._queue and self._in_flight < MAX_IN_FLIGHT:
-                        s = self._queue.popleft()
-                        self._queued[s] = False
-                        done, c = self._pending[s]
-                        begin, end = c * self.extent, min((c + 1) * self.extent, self.store.num_tokens)
+                        run = [self._queue.popleft()]
+                        first = self._pending[run[0]][1]
+                        while (
+                            self._queue
+                            and len(run) < MAX_RUN
+                            and self._pending[self._queue[0]][1] == first + len(run)
+                            and (first + len(run)) // per_object == first // per_object
+                        ):
+                            run.append(self._queue.popleft())
+                        self._queued[run] = False
+                        begin, end = first * self.extent, min((first + len(run)) * self.extent, self.store.num_tokens)
                         read = self.store.read_async(begin, end, batch=batch)
                         self._in_flight += 1
-                        _when_done(read, functools.partial(self._received, read, s, done, time.perf_counter()))
+                        read_stats.record(requests=1, prefetched=int(self._ahead[run].any()))
+                        _when_done(read, functools.partial(self._received, read, run, time.perf_counter()))
         finally:
             self._pumping = False
 
-    def _received(self, read, s: int, done: Future, issued: float) -> None:
-        """A read into slot ``s`` completed: its tokens into the slab, the next queued read issued, then ``done``
-        (on a tensorstore thread). A failed read stays pending: :meth:`_settle` reads it again, naming the chunk."""
+    def _received(self, read, run: list[int], issued: float) -> None:
+        """A read into the slots of ``run`` (consecutive extents) completed: its tokens into the slab, the next
+        queued read issued, then each slot's future done (on a tensorstore thread). A failed read stays pending:
+        :meth:`_settle` reads each extent again, naming the chunk."""
         error: BaseException | None = None
         try:
             value = read.result()
-        except BaseException as exc:  # noqa: BLE001 -- handed to whoever waits for this extent
+        except BaseException as exc:  # noqa: BLE001 -- handed to whoever waits for these extents
             error = exc
+        e = self.extent
         with self._lock:
             self._in_flight -= 1
-            if error is None and self._pending.get(s, (None,))[0] is done:
-                self._slab[s, : value.shape[0]] = value
-                del self._pending[s]
+            dones = [self._pending[s][0] for s in run]
+            if error is None:
+                for i, s in enumerate(run):
+                    part = value[i * e : (i + 1) * e]
+                    self._slab[s, : part.shape[0]] = part
+                    del self._pending[s]
             self._pump()
         read_stats.record(latency_s=time.perf_counter() - issued)
-        if error is None:
-            done.set_result(None)
-        else:
-            done.set_exception(error)
+        for done in dones:
+            if error is None:
+                done.set_result(None)
+            else:
+                done.set_exception(error)
 
     def _settle(self, slots: np.ndarray) -> float:
         """Wait until the extents in ``slots`` are in the slab; the seconds waited."""

@@ -21,31 +21,37 @@ EXTENT = 16  # tokens per extent of the fake store
 
 class FakeRemoteStore:
     """A store in a bucket whose reads complete only when the test says so (tensorstore promises), in any order;
-    token t is ``t % 1000``."""
+    token t is ``t % 1000``; ``object_extents`` extents to a stored object (a read never crosses one)."""
 
-    def __init__(self, extents: int):
+    def __init__(self, extents: int, object_extents: int = 1):
         self.path = "s3://bucket/store"
-        self.read_granularity = self.object_tokens = EXTENT
+        self.read_granularity = EXTENT
+        self.object_tokens = EXTENT * object_extents
         self.dtype = np.dtype(np.uint16)
         self.num_tokens = extents * EXTENT
         self.offsets = np.arange(0, self.num_tokens + 1, EXTENT, dtype=np.int64)  # one document per extent
         self.issued: list[int] = []  # extents, in the order their reads were issued
-        self.promises: dict[int, ts.Promise] = {}
+        self.reads: list[tuple[int, int]] = []  # (first extent, extents) of each read issued
+        self.promises: dict[int, tuple[ts.Promise, int, int]] = {}  # first extent -> (promise, begin, end)
         self.lock = threading.Lock()
 
     def read_async(self, begin: int, end: int, batch=None):
+        assert begin % EXTENT == 0 and begin // self.object_tokens == (end - 1) // self.object_tokens
         promise, future = ts.Promise.new()
         with self.lock:
-            self.issued.append(begin // EXTENT)
-            self.promises[begin // EXTENT] = promise
+            self.issued.extend(range(begin // EXTENT, -(-end // EXTENT)))
+            self.reads.append((begin // EXTENT, -(-end // EXTENT) - begin // EXTENT))
+            self.promises[begin // EXTENT] = (promise, begin, end)
         return future
 
     def complete(self, extent: int) -> None:
+        """Complete the read in flight that begins at ``extent``."""
         with self.lock:
-            promise = self.promises.pop(extent)
-        promise.set_result(np.arange(extent * EXTENT, (extent + 1) * EXTENT, dtype=np.int64) % 1000)
+            promise, begin, end = self.promises.pop(extent)
+        promise.set_result(np.arange(begin, end, dtype=np.int64) % 1000)
 
     def in_flight(self) -> list[int]:
+        """The first extent of every read in flight."""
         with self.lock:
             return sorted(self.promises)
 
@@ -68,11 +74,13 @@ def test_a_batch_read_goes_before_the_read_ahead_queued_before_it(monkeypatch):
     got: list[np.ndarray] = []
     t = threading.Thread(target=lambda: got.append(reader.read_pieces(needed, np.zeros(5), np.full(5, EXTENT))))
     t.start()
-    for _ in range(5):  # complete the oldest read in flight: the next issued is the batch's, in its order
+    for _ in range(5 + 2 * documents.NEIGHBOURS):  # complete the oldest read in flight: the batch's go next
         _wait_for(lambda: len(store.in_flight()) == 4)
         store.complete(store.in_flight()[0])
-    _wait_for(lambda: len(store.issued) == 9)
-    assert store.issued[4:9] == [10, 11, 40, 41, 42]  # queued by read-ahead first (in need order), then the new
+    near = list(range(10 - documents.NEIGHBOURS, 12 + documents.NEIGHBOURS))  # queued: needed, and beside them
+    want = near + [40, 41, 42]  # before any other read-ahead, in the store's order (runs of one object together)
+    _wait_for(lambda: len(store.issued) >= 4 + len(want))
+    assert store.issued[4 : 4 + len(want)] == want
     while t.is_alive():
         if store.in_flight():
             store.complete(store.in_flight()[0])
@@ -80,6 +88,23 @@ def test_a_batch_read_goes_before_the_read_ahead_queued_before_it(monkeypatch):
     want = np.concatenate([np.arange(d * EXTENT, (d + 1) * EXTENT) % 1000 for d in needed])
     np.testing.assert_array_equal(got[0], want)
     assert len(store.in_flight()) <= 4
+
+
+def test_consecutive_extents_of_one_object_are_one_read(monkeypatch):
+    monkeypatch.setattr(documents, "MAX_IN_FLIGHT", 3)
+    store = FakeRemoteStore(extents=64, object_extents=4)
+    reader = StorePieceReader(store, cache_bytes=64 * EXTENT * 2 * 4)
+    ahead = np.array([1, 2, 3, 4, 5, 9, 20])  # objects of 4 extents: runs [1-3], [4-5], [9], [20]
+    assert reader.prefetch(ahead, np.zeros(7, np.int64), np.full(7, EXTENT))
+    assert store.reads == [(1, 3), (4, 2), (9, 1)]  # three reads in flight (the cap), the fourth queued
+    store.complete(4)
+    _wait_for(lambda: len(store.reads) == 4)
+    assert store.reads[3] == (20, 1)
+    for first in (1, 9, 20):
+        store.complete(first)
+    got = reader.read_pieces(ahead, np.zeros(7, np.int64), np.full(7, EXTENT))  # all held: no read
+    np.testing.assert_array_equal(got, np.concatenate([np.arange(d * EXTENT, (d + 1) * EXTENT) % 1000 for d in ahead]))
+    assert len(store.reads) == 4
 
 
 @settings(max_examples=25, deadline=None)
@@ -94,7 +119,7 @@ def test_reads_complete_in_any_order_and_give_the_tokens(batches, cap, seed):
     time its extent is not held."""
     mp = pytest.MonkeyPatch()
     mp.setattr(documents, "MAX_IN_FLIGHT", cap)
-    store = FakeRemoteStore(extents=48)
+    store = FakeRemoteStore(extents=48, object_extents=1 + seed % 4)
     reader = StorePieceReader(store, cache_bytes=48 * EXTENT * 2)  # every extent fits: each is read once
     stop = threading.Event()
     most = [0]
