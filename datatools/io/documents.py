@@ -398,11 +398,12 @@ class StorePieceReader:
                         read = self.store.read_async(begin, end, batch=batch)
                         self._in_flight += 1
                         read_stats.record(requests=1, prefetched=int(self._ahead[run].any()))
-                        _when_done(read, functools.partial(self._received, read, run, time.perf_counter()))
+                        # on the thread that completes it (a tensorstore future, or a store's read joining several)
+                        read.add_done_callback(functools.partial(self._received, run=run, issued=time.perf_counter()))
         finally:
             self._pumping = False
 
-    def _received(self, read, run: list[int], issued: float) -> None:
+    def _received(self, read, *, run: list[int], issued: float) -> None:
         """A read into the slots of ``run`` (consecutive extents) completed: its tokens into the slab, the next
         queued read issued, then each slot's future done (on a tensorstore thread). A failed read stays pending:
         :meth:`_settle` reads each extent again, naming the chunk."""
@@ -502,11 +503,6 @@ class StorePieceReader:
         with self.holding(begin, length) as (slab, slot_of):
             _gather_extents(slab.reshape(-1), slot_of, self.extent, begin, length, out)
         return out
-
-
-def _when_done(read, then: Callable[[], None]) -> None:
-    """Call ``then()`` once ``read`` (a tensorstore future, or a store's read joining several) is done."""
-    read.add_done_callback(lambda _: then())
 
 
 @numba.njit(cache=True, nogil=True)
