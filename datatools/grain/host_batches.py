@@ -40,6 +40,7 @@ from datatools.grain.schedule import ReadAheadSchedule, Schedule
 from datatools.io import read_stats
 from datatools.kernels.packing.materialize import new_batch
 from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation
+from datatools.kernels.warm import warm_in_background
 
 CANONICAL = ("tokens", "segment_ids", "positions", "loss_mask")
 READ_AHEAD = 8  # batches whose reads start before they are asked for (the source's byte budget bounds them)
@@ -207,6 +208,8 @@ class HostBatchesMapDataset(grain.MapDataset):
         self.__dict__.update(state)
         self._lock = threading.Lock()
         self._turn = threading.Condition()
+        if self._ahead_of is not None:  # a Grain worker: numba starts while its first reads are issued and fetched
+            warm_in_background()
 
     @property
     def shapes(self) -> list[tuple[int, int]]:

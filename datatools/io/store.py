@@ -68,6 +68,7 @@ import re
 import shlex
 import threading
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -478,6 +479,11 @@ class TokenStore:
 
     def open_array(self, name: str):
         """Open ``tokens`` or ``offsets`` with the manifest's dtype and shape asserted, missing chunks refused."""
+        return self._opened(name, self._opening(name))
+
+    def _opening(self, name: str) -> ts.Future:
+        """The open of array ``name`` under way (:meth:`open_array`): both arrays open at once, each its own
+        requests (``zarr.json``; in a bucket ~0.3 s at +100 ms a request)."""
         spec = {
             **zarr_spec(storage.join(self.path, name)),
             "fill_missing_data_reads": False,
@@ -490,10 +496,14 @@ class TokenStore:
                 "gcs_request_concurrency": {"limit": REQUESTS_IN_FLIGHT},
             },
         }
+        return ts.open(
+            spec, open=True, read=True, dtype=ts.dtype(self.dtype_of(name).name), shape=[self.shape_of(name)]
+        )
+
+    def _opened(self, name: str, opening: ts.Future):
+        """The array :meth:`_opening` opens; ValueError naming the store when it is missing or disagrees."""
         try:
-            return ts.open(
-                spec, open=True, read=True, dtype=ts.dtype(self.dtype_of(name).name), shape=[self.shape_of(name)]
-            ).result()
+            return opening.result()
         except ValueError as exc:
             if (err := as_os_error(exc, storage.join(self.path, name))) is not None:
                 raise err from None
@@ -509,8 +519,14 @@ class TokenStore:
     def check_present(self) -> None:
         """Cheap check, no data read: both arrays open with the manifest's dtype and shape, and (version 2) one
         kvstore listing per array finds every recorded key, the records covering the array's whole chunk grid."""
+        opening = {name: self._opening(name) for name in ARRAYS}
+        listing = None
+        if self.version >= 2:  # both arrays' listings at once too (s3fs: each ~0.1-0.2 s of requests in a bucket)
+            pool = ThreadPoolExecutor(len(ARRAYS), thread_name_prefix="datatools-store-listing")
+            listing = {name: pool.submit(storage.file_sizes, storage.join(self.path, name)) for name in ARRAYS}
+            pool.shutdown(wait=False)
         for name in ARRAYS:
-            arr = self.open_array(name)
+            arr = self._opened(name, opening[name])
             if name == "tokens":
                 self._tokens = arr
             else:
@@ -528,8 +544,9 @@ class TokenStore:
                     f"{display(self.path)}: the manifest disagrees with the arrays: it {what} "
                     f"({len(grid)} chunks of {chunk} in {name}/)"
                 )
+            assert listing is not None
             try:
-                present = storage.file_sizes(storage.join(self.path, name))
+                present = listing[name].result()
             except ValueError as exc:
                 raise _io(exc, storage.join(self.path, name)) from None
             missing = [k for k in ["zarr.json", *grid] if k not in present]

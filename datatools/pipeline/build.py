@@ -66,6 +66,7 @@ from datatools.grain.portable_state import PortableStateIterDataset
 from datatools.grain.schedule import Schedule
 from datatools.grain.worker_processes import prefetch_in_processes
 from datatools.io.documents import ChunkedDocuments
+from datatools.kernels.warm import warm_in_background
 from datatools.pipeline.config import PipelineConfig, ShardConfig, as_config
 from datatools.pipeline.mixture import WEIGHTS_KEY, mixture_identity, reweighted_history
 from datatools.pipeline.schedules import build_schedule
@@ -223,6 +224,7 @@ def _build_canonical(cfg: PipelineConfig, documents=None, history=None) -> Canon
         :func:`open_config_documents`).
       history: a mixture's weight history (:mod:`datatools.pipeline.mixture`); default the config's weights.
     """
+    warm_in_background()  # numba's start-up (0.4-1.1 s) while the source opens (from a bucket: ~2 s of requests)
     docs = open_config_documents(cfg, documents)
     in_memory = bool(getattr(docs, "in_memory", False))
     # A table decodes one shard at a time under its lock: more reader threads only wait for it, and each batch

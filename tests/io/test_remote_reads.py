@@ -244,3 +244,36 @@ def test_a_store_sent_to_a_worker_carries_its_offsets(slow_s3, small_objects):
     assert proxy.stats().requests == 0  # nothing read again
     np.testing.assert_array_equal(sent.read_tokens(10, 500), tokens[10:500])
     assert pickle.loads(pickle.dumps(TokenStore(f"{bucket}/s")))._offsets is None  # not read: not sent
+
+
+def test_a_lane_schedule_sent_to_a_worker_carries_its_lanes_first_window_plans():
+    """Planning an epoch plans every lane's windows; the first window of each lane is kept and sent with the
+    schedule to a Grain worker, whose first batch then issues its reads at once (no numba start-up and window
+    plans first: ~0.6 s at the start of every worker). What it carries is what it would plan itself."""
+    import pickle
+
+    from datatools.grain.lane_schedule import LaneSchedule
+    from datatools.io.documents import ArrayDocuments
+
+    lengths = lengths_of(3000, seed=6)
+    docs = ArrayDocuments(np.zeros(int(lengths.sum()), np.int32), np.concatenate(([0], np.cumsum(lengths))))
+
+    def schedule() -> LaneSchedule:
+        return LaneSchedule(
+            docs, ctx=CTX, window=64, batch_size=8, drop_remainder=False, io_block_size=8, lane_period=2, seed=3
+        )
+
+    parent = schedule()
+    parent.num_batches(0)  # plans epoch 0, as the parent's build does
+    worker = pickle.loads(pickle.dumps(parent))
+    assert sorted(worker._plans) == [(0, lane, 0) for lane in range(parent.lanes)]
+    fresh = schedule()
+    for lane in range(parent.lanes):
+        got_plan, got_order = worker._plans[(0, lane, 0)]
+        want_plan, want_order = fresh.window_plan(0, lane, 0)
+        np.testing.assert_array_equal(got_order, want_order)
+        for field in ("doc", "start", "length", "row_splits"):
+            np.testing.assert_array_equal(getattr(got_plan, field), getattr(want_plan, field))
+    for j in range(4):
+        for a, b in zip(worker.pieces(0, j, 0, 8), fresh.pieces(0, j, 0, 8)):
+            np.testing.assert_array_equal(a, b)
