@@ -232,10 +232,13 @@ class LaneSchedule(RowsPlanSchedule):
     def ahead_pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every document of the windows that rows [lo, hi) of batch ``j`` draw from, whole (for read-ahead): a
         window is read once, its io blocks whole (adjacent inner chunks of a shard in one request), and its rows
-        are taken over the next ~``2 * window`` batches. Read by the pieces of each batch, a window's inner chunks
+        are taken over the next ~``2 * window`` batches; the epoch's last batches (the lanes' leftover rows) read
+        their own pieces. Read by the pieces of each batch, a window's inner chunks
         came one request each over its first ~10 rows: at +100 ms, 104 requests a batch over the first 40
         batches of host 0 of 4, more than the far store served (issue 31)."""
         e = self._epoch(epoch)
+        if j >= e.regular:  # the epoch's last batches: a few leftover rows of many windows, most of other hosts' lanes
+            return self.pieces(epoch, j, lo, hi)  # their pieces (whole windows: ~4x the bytes the tail uses)
         windows = {
             (lane, int(np.searchsorted(e.row_starts[lane], k, side="right")) - 1)
             for lane, k in self._lane_rows(epoch, j, lo, hi).tolist()

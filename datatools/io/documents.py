@@ -261,6 +261,7 @@ class StorePieceReader:
         self._queued = np.zeros(slots, bool)
         self._in_flight = 0  # reads issued and not yet received
         self._pumping = False
+        self._issued: list[tuple] = []  # (read, callback) issued under the lock, their callbacks added after it
         self._free = list(range(slots - 1, -1, -1))  # slots holding nothing (a stack: the lowest on top)
         self._tick = 0
         self.chunk_reads = 0  # extents fetched by this process
@@ -398,10 +399,21 @@ class StorePieceReader:
                         read = self.store.read_async(begin, end, batch=batch)
                         self._in_flight += 1
                         read_stats.record(requests=1, prefetched=int(self._ahead[run].any()))
-                        # on the thread that completes it (a tensorstore future, or a store's read joining several)
-                        read.add_done_callback(functools.partial(self._received, run=run, issued=time.perf_counter()))
+                        self._issued.append(
+                            (read, functools.partial(self._received, run=run, issued=time.perf_counter()))
+                        )
         finally:
             self._pumping = False
+
+    def _call_back(self) -> None:
+        """Add the completion callbacks of the reads just issued (:meth:`_pump`), with the lock *not* held: a
+        tensorstore future runs its callbacks on the thread that completes it, under that future's own lock, and
+        a check of a shard index is one future many reads wait on; added under our lock, while a callback on that
+        future waited for our lock, both waited for ever (seen once in ~5 runs of the remote tests)."""
+        with self._lock:
+            issued, self._issued = self._issued, []
+        for read, callback in issued:  # on the thread that completes it (or here, at once, when it is done)
+            read.add_done_callback(callback)
 
     def _received(self, read, *, run: list[int], issued: float) -> None:
         """A read into the slots of ``run`` (consecutive extents) completed: its tokens into the slab, the next
@@ -422,6 +434,7 @@ class StorePieceReader:
                     self._slab[s, : part.shape[0]] = part
                     del self._pending[s]
             self._pump()
+        self._call_back()
         read_stats.record(latency_s=time.perf_counter() - issued)
         for done in dones:
             if error is None:
@@ -467,6 +480,7 @@ class StorePieceReader:
             ids = self._extents_of(self._begin(doc, start), np.asarray(length, np.int64))
             left = self._issue(ids, prefetch=True)
             self.peak_ahead_bytes = max(self.peak_ahead_bytes, int(self._ahead.sum()) * self.extent * self.itemsize)
+        self._call_back()
         return left == 0
 
     @contextmanager
@@ -487,6 +501,7 @@ class StorePieceReader:
             self._pins[slots[~held]] += 1
             self._ahead[slots] = False
             self._last_used[slots] = self._tick
+        self._call_back()
         try:
             waited = self._settle(slots)
             with self._lock:

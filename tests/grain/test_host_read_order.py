@@ -168,8 +168,8 @@ def test_a_workers_first_batch_waits_for_the_next_workers_batch_within_warm_s(tm
     monkeypatch.setattr(host_batches.read_stats, "share_in", lambda folder: None)
     ds = HostBatchesMapDataset(_Schedule(read_s=0.0), num_epochs=1, stride=2)  # worker 0 of 2
     ds.stats_folder = str(tmp_path)
+    t0 = time.perf_counter()  # before the timer starts: the touch is at least 0.3 s after it
     threading.Timer(0.3, lambda: (tmp_path / "warm-1").touch()).start()  # worker 1: batch 1 read at 0.3 s
-    t0 = time.perf_counter()
     ds[0]
     assert 0.3 <= time.perf_counter() - t0 < host_batches.WARM_S  # held back until batch 1 was read, no longer
     assert (tmp_path / "warm-0").exists() and (tmp_path / "warm-2").exists()  # its own batches, said read

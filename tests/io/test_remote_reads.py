@@ -277,3 +277,30 @@ def test_a_lane_schedule_sent_to_a_worker_carries_its_lanes_first_window_plans()
     for j in range(4):
         for a, b in zip(worker.pieces(0, j, 0, 8), fresh.pieces(0, j, 0, 8)):
             np.testing.assert_array_equal(a, b)
+
+
+def test_lanes_read_ahead_whole_windows_only_for_the_rows_of_their_own_lanes():
+    """Before the epoch's last batches a batch's rows come one from each of its lanes, and reading ahead a lane's
+    whole window (its io blocks once, in one request each) serves the next ~2 * window batches; the last batches
+    take the lanes' leftover rows, a few from each window of lanes other hosts read: ahead, only their pieces (whole
+    windows there read ~4x the bytes the epoch's tail used, and steps waited for them, issue 31)."""
+    from datatools.grain.lane_schedule import LaneSchedule
+    from datatools.io.documents import ArrayDocuments
+
+    lengths = lengths_of(3000, seed=7)
+    docs = ArrayDocuments(np.zeros(int(lengths.sum()), np.int32), np.concatenate(([0], np.cumsum(lengths))))
+    schedule = LaneSchedule(
+        docs, ctx=CTX, window=64, batch_size=8, drop_remainder=False, io_block_size=8, lane_period=2, seed=5
+    )
+    regular, batches = schedule.regular_batches(0), schedule.num_batches(0)
+    assert 0 < regular < batches  # the schedule has a tail
+    for j in range(batches):
+        for lo, hi in ((0, 4), (4, 8)):  # host 0 and host 1 of 2
+            doc, start, length = schedule.pieces(0, j, lo, hi)
+            ahead = schedule.ahead_pieces(0, j, lo, hi)
+            if j >= regular:
+                for a, b in zip(ahead, (doc, start, length)):
+                    np.testing.assert_array_equal(a, b)
+            else:  # whole documents of the rows' windows: every piece inside one of them
+                assert set(doc.tolist()) <= set(ahead[0].tolist())
+                np.testing.assert_array_equal(ahead[2], lengths[ahead[0]])
