@@ -7,4 +7,5 @@
 * :mod:`~datatools.kernels.shuffle`: FeistelPermutation (any n), BlockShuffle (windowed, per epoch, O(1) access)
 * :mod:`~datatools.kernels.tiles`: tile_align, choose_context, fit_resolution, chunk
 * :mod:`~datatools.kernels.batch_layouts`: the canonical batch as MaxText, Levanter, Hugging Face batches
+* :mod:`~datatools.kernels.warm`: numba's start-up in a thread, while a process waits on I/O
 """
