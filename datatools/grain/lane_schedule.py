@@ -159,7 +159,7 @@ class LaneSchedule(RowsPlanSchedule):
             c = np.concatenate(([0], c[c > 0], [n_lane])) if n_lane else np.zeros(1, np.int64)
             cuts.append(c)
         e = _Epoch(blocks_of, lane_cum, cuts, [], 0, np.zeros((0, 2), np.int64), 0)
-        firsts = []  # each lane's first window, kept (its rows are the epoch's first batches')
+        firsts: list = []  # each lane's first window, kept (its rows are the epoch's first batches')
         for lane in range(L):
             rows = []
             for w, (a, b) in enumerate(zip(e.cuts[lane][:-1], e.cuts[lane][1:])):
@@ -174,11 +174,7 @@ class LaneSchedule(RowsPlanSchedule):
             row_starts.append(starts)
             counts[lane] = starts[-1]
         e.row_starts = row_starts
-        with self._lock:
-            for window, planned in firsts:
-                self._plans[window] = planned
-            while len(self._plans) > self._plans_kept:
-                self._plans.popitem(last=False)
+        self._keep(firsts)
         least = int(counts.min()) if L else 0
         e.regular = self.period * least
         for lane in range(L):
@@ -202,11 +198,16 @@ class LaneSchedule(RowsPlanSchedule):
         plan, rows = plan_window(
             self.lengths, self._lane_docs(e, lane, a, b), self.ctx, self.options, key=[self.seed, epoch, lane, w]
         )
+        self._keep([(key, (plan, rows))])
+        return plan, rows
+
+    def _keep(self, planned: list[tuple[tuple[int, int, int], tuple[PackPlan, np.ndarray]]]) -> None:
+        """Cache window plans ``((epoch, lane, window), (plan, row order))``, the oldest dropped past the limit."""
         with self._lock:
-            self._plans[key] = (plan, rows)
+            for window, value in planned:
+                self._plans[window] = value
             while len(self._plans) > self._plans_kept:
                 self._plans.popitem(last=False)
-        return plan, rows
 
     # ----------------------------------------------------------------- the schedule protocol
 

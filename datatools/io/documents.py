@@ -261,7 +261,9 @@ class StorePieceReader:
         self._queued = np.zeros(slots, bool)
         self._in_flight = 0  # reads issued and not yet received
         self._pumping = False
-        self._issued: list[tuple] = []  # (read, callback) issued under the lock, their callbacks added after it
+        self._issued: list[
+            tuple
+        ] = []  # (read, callback) issued under the lock, their callbacks added after it (_issuing)
         self._free = list(range(slots - 1, -1, -1))  # slots holding nothing (a stack: the lowest on top)
         self._tick = 0
         self.chunk_reads = 0  # extents fetched by this process
@@ -405,15 +407,21 @@ class StorePieceReader:
         finally:
             self._pumping = False
 
-    def _call_back(self) -> None:
-        """Add the completion callbacks of the reads just issued (:meth:`_pump`), with the lock *not* held: a
-        tensorstore future runs its callbacks on the thread that completes it, under that future's own lock, and
-        a check of a shard index is one future many reads wait on; added under our lock, while a callback on that
-        future waited for our lock, both waited for ever (seen once in ~5 runs of the remote tests)."""
-        with self._lock:
-            issued, self._issued = self._issued, []
-        for read, callback in issued:  # on the thread that completes it (or here, at once, when it is done)
-            read.add_done_callback(callback)
+    @contextmanager
+    def _issuing(self) -> Iterator[None]:
+        """The reader's lock, for a block that may issue reads (:meth:`_pump`); their completion callbacks are added
+        once it is released: a tensorstore future runs its callbacks on the thread that completes it, under that
+        future's own lock, and a check of a shard index is one future many reads wait on; added under our lock,
+        while a callback on that future waited for our lock, both waited for ever (once in ~5 runs of the remote
+        tests)."""
+        try:
+            with self._lock:
+                yield
+        finally:  # reads issued before an error in the block still need their callbacks (or stay in flight)
+            with self._lock:
+                issued, self._issued = self._issued, []
+            for read, callback in issued:  # on the thread that completes it (or here, at once, when it is done)
+                read.add_done_callback(callback)
 
     def _received(self, read, *, run: list[int], issued: float) -> None:
         """A read into the slots of ``run`` (consecutive extents) completed: its tokens into the slab, the next
@@ -425,7 +433,7 @@ class StorePieceReader:
         except BaseException as exc:  # noqa: BLE001 -- handed to whoever waits for these extents
             error = exc
         e = self.extent
-        with self._lock:
+        with self._issuing():
             self._in_flight -= 1
             dones = [self._pending[s][0] for s in run]
             if error is None:
@@ -434,7 +442,6 @@ class StorePieceReader:
                     self._slab[s, : part.shape[0]] = part
                     del self._pending[s]
             self._pump()
-        self._call_back()
         read_stats.record(latency_s=time.perf_counter() - issued)
         for done in dones:
             if error is None:
@@ -475,12 +482,11 @@ class StorePieceReader:
     def prefetch(self, doc, start, length) -> bool:
         """Start reading the extents of these pieces (of a batch still to come) without waiting. True when every
         extent is now held or in flight; False when the read-ahead half of the slab ran out first."""
-        with self._lock:
+        with self._issuing():
             self._setup()
             ids = self._extents_of(self._begin(doc, start), np.asarray(length, np.int64))
             left = self._issue(ids, prefetch=True)
             self.peak_ahead_bytes = max(self.peak_ahead_bytes, int(self._ahead.sum()) * self.extent * self.itemsize)
-        self._call_back()
         return left == 0
 
     @contextmanager
@@ -489,7 +495,7 @@ class StorePieceReader:
         the block runs: read those not held (all at once), wait for them, and give ``(slab, slot_of)``: token t
         of the store is ``slab[slot_of[t // extent], t % extent]``. The slots are pinned (no read reuses them)
         until the block ends; the bytes delivered and the time waited are counted."""
-        with self._lock:
+        with self._issuing():
             self._setup()
             ids = self._extents_of(begin, length)
             self._tick += 1
@@ -501,7 +507,6 @@ class StorePieceReader:
             self._pins[slots[~held]] += 1
             self._ahead[slots] = False
             self._last_used[slots] = self._tick
-        self._call_back()
         try:
             waited = self._settle(slots)
             with self._lock:

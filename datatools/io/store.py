@@ -520,11 +520,10 @@ class TokenStore:
         """Cheap check, no data read: both arrays open with the manifest's dtype and shape, and (version 2) one
         kvstore listing per array finds every recorded key, the records covering the array's whole chunk grid."""
         opening = {name: self._opening(name) for name in ARRAYS}
-        listing = None
+        listing = {}
         if self.version >= 2:  # both arrays' listings at once too (s3fs: each ~0.1-0.2 s of requests in a bucket)
-            pool = ThreadPoolExecutor(len(ARRAYS), thread_name_prefix="datatools-store-listing")
-            listing = {name: pool.submit(storage.file_sizes, storage.join(self.path, name)) for name in ARRAYS}
-            pool.shutdown(wait=False)
+            with ThreadPoolExecutor(len(ARRAYS), thread_name_prefix="datatools-store-listing") as pool:
+                listing = {name: pool.submit(storage.file_sizes, storage.join(self.path, name)) for name in ARRAYS}
         for name in ARRAYS:
             arr = self._opened(name, opening[name])
             if name == "tokens":
@@ -544,7 +543,6 @@ class TokenStore:
                     f"{display(self.path)}: the manifest disagrees with the arrays: it {what} "
                     f"({len(grid)} chunks of {chunk} in {name}/)"
                 )
-            assert listing is not None
             try:
                 present = listing[name].result()
             except ValueError as exc:
