@@ -459,8 +459,10 @@ class StorePieceReader:
         for s, (done, c) in waiting:
             try:
                 done.result()
-            except ValueError:  # read it again through the store's checked path: an error names the chunk
-                try:
+            except (ValueError, OSError) as exc:  # read it again through the store's checked path: the error names
+                try:  # the chunk (a ranged read's error names it already: the checked path would not refuse more)
+                    if getattr(self.store, "ranged_reads", False):
+                        raise exc
                     value = self.store.read_tokens(c * self.extent, min((c + 1) * self.extent, self.store.num_tokens))
                 except BaseException:
                     with self._lock:

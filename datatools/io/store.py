@@ -11,6 +11,9 @@ Layout of a store directory (readable with tensorstore alone)::
                       ``sharding_indexed``), so a ranged read fetches a piece's inner chunks only
       offsets/        zarr v3 array, shape [num_documents + 1], int64: document i is
                       tokens[offsets[i]:offsets[i + 1]]
+      shard_index.bin every tokens shard's index and chunk crc32cs (24 bytes an inner chunk), in the
+                      manifest: a reader in a bucket reads it once, then fetches inner chunks
+                      by ranged GETs with no per-shard index request (:mod:`shard_reads`)
 
 Documents are back to back, so a contiguous range of documents is one contiguous
 read. :class:`TokenStore` reads it; :func:`write_store` writes one into a fresh
@@ -75,7 +78,7 @@ import numpy as np
 import tensorstore as ts
 import xxhash
 
-from datatools.io import storage
+from datatools.io import shard_reads, storage
 from datatools.io.io_errors import as_os_error, status_code
 from datatools.io.paths import display
 
@@ -244,9 +247,25 @@ def write_store(
         "num_tokens": num_tokens,
         **manifest,
     }
-    manifest["chunks"], manifest["digests"] = record_chunks(path)
+    manifest.update(record_contents(path))
     # Written last, in one atomic write (a rename locally, one PUT in object storage): the store's commit point.
     storage.write_text(storage.join(path, "manifest.json"), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+def record_contents(path: str | os.PathLike) -> dict:
+    """Record what the store's arrays hold, for its manifest: ``chunks`` and ``digests`` (:func:`record_chunks`)
+    and, for sharded tokens, ``shard_index`` (``{"bytes", "sha256", "xxh3_64"}`` of ``shard_index.bin``, which is
+    written here: every shard's index in one object, read once by a reader in a bucket, :mod:`shard_reads`)."""
+    chunks, digests, index = record_chunks(path)
+    fields: dict = {"chunks": chunks, "digests": digests}
+    if index is not None:
+        storage.write_bytes(storage.join(location(path), shard_reads.INDEX_KEY), index)
+        fields["shard_index"] = {
+            "bytes": len(index),
+            "sha256": hashlib.sha256(index).hexdigest(),
+            FAST_DIGEST: xxhash.xxh3_64_hexdigest(index),
+        }
+    return fields
 
 
 def chunk_records(path: str | os.PathLike) -> dict:
@@ -255,14 +274,17 @@ def chunk_records(path: str | os.PathLike) -> dict:
     return record_chunks(path)[0]
 
 
-def record_chunks(path: str | os.PathLike) -> tuple[dict, dict]:
+def record_chunks(path: str | os.PathLike) -> tuple[dict, dict, bytes | None]:
     """The manifest's ``chunks`` (:func:`chunk_records`) and ``digests``: ``{"algorithm": "xxh3_64", "tokens":
     {key: hex}, "offsets": {...}, "tokens_index": {key: hex}}``, a fast digest of every key's bytes and, for a
     sharded array, of each shard's index (its first bytes: what a ranged reader fetches first), from one read of
-    every key. Readers check each object they read against them (:meth:`TokenStore.check_objects`)."""
+    every key. Readers check each object they read against them (:meth:`TokenStore.check_objects`). Third: the
+    content of ``shard_index.bin`` (every tokens shard's index entries, in shard order; :mod:`shard_reads`), None
+    when the tokens are not sharded."""
     path = location(path)
     records_out: dict = {"checksum": CHECKSUM}
     digests: dict = {"algorithm": FAST_DIGEST}
+    table: list[bytes] | None = None
     for name in ARRAYS:
         where = storage.join(path, name)
         try:
@@ -277,13 +299,16 @@ def record_chunks(path: str | os.PathLike) -> tuple[dict, dict]:
                 fast[key] = xxhash.xxh3_64_hexdigest(value)
                 if index and key != "zarr.json":
                     heads[key] = xxhash.xxh3_64_hexdigest(value[:index])
+                    if name == "tokens":  # keys in chunk order: c/0, c/1, ...
+                        table = table if table is not None else []
+                        table.append(shard_reads.entries_of(value, (index - 4) // INDEX_ENTRY_BYTES))
         except ValueError as exc:
             raise _io(exc, where) from None
         records_out[name] = records
         digests[name] = fast
         if index:
             digests[f"{name}_index"] = heads
-    return records_out, digests
+    return records_out, digests, (b"".join(table) if table is not None else None)
 
 
 def _index_bytes(arr) -> int:
@@ -450,17 +475,58 @@ class TokenStore:
         self._checked: set[str] = set()  # stored objects this process has checked against the manifest
         self._checking: dict[str, tuple] = {}  # key -> (future of its bytes, what they are) being checked
         self._check_lock = threading.Lock()
+        self._shard_table: np.ndarray | None = None  # shard_index.bin, read by ranged readers (shard_reads)
+        self._shard_table_read: ts.Future | None = None
         if check:
             self.check_present()
 
     def __getstate__(self):
         offsets = self._offsets if self._offsets is not None and self._offsets.nbytes <= CARRIED_OFFSETS_BYTES else None
-        unopened = {"_tokens": None, "_offsets_array": None}  # tensorstore handles: opened again where used
-        return {"path": self.path, "manifest": self.manifest, "_offsets": offsets} | unopened
+        table = self.shard_table() if self._shard_table_read is not None else self._shard_table  # read: carried
+        unopened = {"_tokens": None, "_offsets_array": None, "_shard_table_read": None}  # opened again where used
+        return {"path": self.path, "manifest": self.manifest, "_offsets": offsets, "_shard_table": table} | unopened
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._checked, self._checking, self._check_lock = set(), {}, threading.Lock()
+
+    @property
+    def ranged_reads(self) -> bool:
+        """Whether reads fetch inner chunks by ranged GETs with the shard indices read up front
+        (:mod:`~datatools.io.shard_reads`): a sharded store with ``shard_index.bin``, in object storage."""
+        return isinstance(self.manifest.get("shard_index"), dict) and storage.location(self.path).reads_are_requests
+
+    def _start_shard_table(self) -> None:
+        """Start reading ``shard_index.bin`` (with the offsets, or on open) when reads will use it; no wait."""
+        if self.ranged_reads and self._shard_table is None and self._shard_table_read is None:
+            kv = ts.KvStore.open(storage.kvstore_spec(self.path)).result()  # the store's prefix (a bucket's: "KEY/")
+            self._shard_table_read = kv.read(shard_reads.INDEX_KEY)
+
+    def shard_table(self) -> np.ndarray:
+        """Every tokens shard's index, (shards, inner chunks per shard, 2) uint64 ``(offset, nbytes)``, read once
+        from ``shard_index.bin`` and checked against the manifest; ValueError naming the store when it is missing
+        or is not the one recorded."""
+        if self._shard_table is None:
+            self._start_shard_table()
+            if self._shard_table_read is None:
+                raise ValueError(f"{display(self.path)}: reads of this store do not use a shard index")
+            record = self.manifest["shard_index"]
+            got = self._shard_table_read.result()
+            data = bytes(got.value) if got.state == "value" else None
+            self._shard_table_read = None
+            where = f"{display(self.path)}: {shard_reads.INDEX_KEY}"
+            if data is None:
+                raise self.damaged(f"{where} is missing; the store is incomplete")
+            if len(data) != record.get("bytes") or xxhash.xxh3_64_hexdigest(data) != record.get(FAST_DIGEST):
+                raise self.damaged(f"{where} is corrupt (its bytes differ from the manifest's record)")
+            per_shard = self.object_tokens // self.read_granularity
+            try:
+                self._shard_table = shard_reads.index_table(
+                    data, len(chunk_grid(self.num_tokens, self.object_tokens)), per_shard
+                )
+            except ValueError as exc:
+                raise self.damaged(f"{where} is corrupt ({exc})") from None
+        return self._shard_table
 
     def damaged(self, text: str) -> ValueError:
         """A ValueError for damage found in this store: ``text`` and the command that repairs it."""
@@ -520,6 +586,7 @@ class TokenStore:
         """Cheap check, no data read: both arrays open with the manifest's dtype and shape, and (version 2) one
         kvstore listing per array finds every recorded key, the records covering the array's whole chunk grid."""
         opening = {name: self._opening(name) for name in ARRAYS}
+        self._start_shard_table()
         listing = {}
         if self.version >= 2:  # both arrays' listings at once too (s3fs: each ~0.1-0.2 s of requests in a bucket)
             with ThreadPoolExecutor(len(ARRAYS), thread_name_prefix="datatools-store-listing") as pool:
@@ -571,7 +638,10 @@ class TokenStore:
 
     def read_array(self, name: str, begin: int, end: int) -> np.ndarray:
         """Elements [begin, end) of ``tokens`` or ``offsets``; ValueError naming the store and the chunk when a
-        chunk is missing or corrupt, OSError when the storage fails."""
+        chunk is missing or corrupt, OSError when the storage fails. Tokens in a bucket with a shard index are
+        fetched by ranged GETs of their inner chunks (:meth:`read_async`), checked as the index records them."""
+        if name == "tokens" and end > begin and self.ranged_reads:
+            return self.read_async(begin, end).result()
         arr = self._array(name)
         if end > begin:
             self.check_objects(name, begin, end)
@@ -621,6 +691,7 @@ class TokenStore:
     def offsets(self) -> np.ndarray:
         """int64 (num_documents + 1,) token offsets: checked to start at 0, never decrease, end at num_tokens."""
         if self._offsets is None:
+            self._start_shard_table()  # read with the offsets (carried to workers with them)
             offsets = self.read_array("offsets", 0, len(self) + 1)
             try:
                 check_offsets(offsets, self.num_tokens, self.path)
@@ -676,9 +747,29 @@ class TokenStore:
         ranged request. Each stored object the range touches is checked against the manifest the first time
         this process reads it (:meth:`check_objects`, issued in the same ``batch``): ``result()`` raises ValueError
         naming a swapped, replaced or foreign chunk."""
+        if self.ranged_reads and end > begin:  # every shard's index known: one ranged GET per run of inner chunks
+            return shard_reads.read(
+                self._kvstore("tokens"),
+                self.shard_table(),
+                begin,
+                end,
+                inner=self.read_granularity,
+                dtype=self.dtype,
+                batch=batch,
+                damaged=lambda text: self.damaged(f"{display(self.path)}: {text}"),
+                failed=self._read_failed,
+            )
         checks = self.check_objects("tokens", begin, end, batch=batch, wait=False) if end > begin else []
         read = self.tokens[begin:end].read(batch=batch)
         return _CheckedRead(read, checks, self) if checks else read
+
+    def _read_failed(self, exc: BaseException, key: str) -> BaseException:
+        """The error of a failed read of tokens object ``key``: an OSError naming it when the storage failed,
+        else a ValueError naming the chunk (with the repair command)."""
+        where = storage.join(self.path, "tokens", key)
+        return as_os_error(exc, where) or self.damaged(
+            f"{display(self.path)}: chunk tokens/{key} is unreadable ({_short(exc)})"
+        )
 
     def check_objects(self, name: str, begin: int, end: int, batch: ts.Batch | None = None, wait: bool = True):
         """Check the stored objects of array ``name`` holding elements [begin, end) against the manifest, once per

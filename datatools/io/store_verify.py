@@ -8,7 +8,9 @@ exactly what its job wrote:
    the manifest records them (version 2; a version-1 store has no records);
 2. the offsets: decoded (each chunk's crc32c checked by tensorstore), offsets[0] == 0,
    never decreasing, the last equal to the manifest's ``num_tokens``;
-3. the tokens, a chunk at a time: decoded, every id below the manifest's ``vocab_size``.
+3. the tokens, a chunk at a time: decoded, every id below the manifest's ``vocab_size``;
+4. ``shard_index.bin`` (when the manifest records one): its recorded size and sha256, and each
+   shard's entries equal to that shard's own index (readers in a bucket fetch inner chunks by it).
 
 Memory: one batch of raw chunks (64 chunks, a few MiB each) and the offsets array.
 The first problem raises ``ValueError`` naming the store and the chunk.
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from datatools.base.reports import Report
-from datatools.io import storage
+from datatools.io import shard_reads, storage
 from datatools.io.paths import display
 from datatools.io.store import ARRAYS, TokenStore, array_kvstore, check_offsets, read_keys
 
@@ -106,6 +108,9 @@ def _check_checksums(store: TokenStore, report: VerifyReport, progress) -> None:
     chunks = store.manifest["chunks"]
     total = sum(rec[0] for name in ARRAYS for rec in chunks[name].values())
     done = 0
+    indexed = isinstance(store.manifest.get("shard_index"), dict)
+    per_shard = store.object_tokens // store.read_granularity
+    heads: dict[int, bytes] = {}  # tokens shard -> its own index entries (indexed stores)
     for name in ARRAYS:
         records = chunks[name]
         kv = array_kvstore(storage.join(store.path, name))
@@ -120,8 +125,31 @@ def _check_checksums(store: TokenStore, report: VerifyReport, progress) -> None:
                 )
             if hashlib.sha256(value).hexdigest() != digest:
                 raise store.damaged(f"{where}: chunk {name}/{key} is corrupt (its sha256 differs from the manifest's)")
+            if indexed and name == "tokens" and key != "zarr.json":
+                heads[int(key.split("/")[-1])] = shard_reads.entries_of(value, per_shard)
             done += size
             if progress is not None:
                 progress(done, total)
         report.chunks[name] = len(records)
     report.stored_bytes = total
+    if indexed:
+        _check_shard_index(store, [heads[k] for k in sorted(heads)])
+
+
+def _check_shard_index(store: TokenStore, heads: list[bytes]) -> None:
+    """``shard_index.bin`` (what readers in a bucket fetch inner chunks by) is the recorded one and holds each
+    shard's own index (``heads``, in shard order)."""
+    where = f"{display(store.path)}: {shard_reads.INDEX_KEY}"
+    record = store.manifest["shard_index"]
+    try:
+        data = storage.read_bytes(storage.join(store.path, shard_reads.INDEX_KEY))
+    except FileNotFoundError:
+        raise store.damaged(f"{where} is missing") from None
+    if len(data) != record.get("bytes") or hashlib.sha256(data).hexdigest() != record.get("sha256"):
+        raise store.damaged(f"{where} is corrupt (its bytes differ from the manifest's record)")
+    size = len(heads[0]) if heads else 0
+    for k, head in enumerate(heads):
+        if data[k * size : (k + 1) * size] != head:
+            raise store.damaged(f"{where} is corrupt (it disagrees with tokens/c/{k}: its index or chunks)")
+    if len(data) != size * len(heads):
+        raise store.damaged(f"{where} is corrupt ({len(data)} bytes for {len(heads)} shards of {size})")

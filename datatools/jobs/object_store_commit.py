@@ -33,13 +33,13 @@ import os
 import re
 from collections.abc import Callable
 
-from datatools.io import storage
+from datatools.io import shard_reads, storage
 from datatools.io.paths import display
 from datatools.io.store import ROOT_STAGING, is_token_store, read_manifest
 
 STAGING_FILE = re.compile(r"(job\.json|commit\.json|shards/\d{6}(\.piece-\d{6})?\.npz)")  # shards, their pieces
 STAGING_IN_ROOT = ROOT_STAGING  # a bucket root's staging prefix (there is no "beside" a bucket); write_store skips it
-STORE_KEY = re.compile(r"manifest\.json|(tokens|offsets)/(zarr\.json|c(/\d+)+)")  # a store's layout (store.py)
+STORE_KEY = re.compile(r"manifest\.json|shard_index\.bin|(tokens|offsets)/(zarr\.json|c(/\d+)+)")  # store.py's layout
 
 
 def staging_of(output: str) -> str:
@@ -57,7 +57,7 @@ def store_keys(manifest: dict | None) -> set[str] | None:
     chunks = (manifest or {}).get("chunks")
     if not isinstance(chunks, dict):
         return None
-    out = {"manifest.json"}
+    out = {"manifest.json"} | ({shard_reads.INDEX_KEY} if "shard_index" in (manifest or {}) else set())
     for name in ("tokens", "offsets"):
         records = chunks.get(name)
         if isinstance(records, dict):

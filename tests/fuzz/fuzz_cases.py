@@ -266,14 +266,13 @@ def _offsets_out_of_order(store) -> None:
     """Offsets swapped at one document with the chunk records rewritten to match: only the content checks see it."""
     import tensorstore as ts
 
-    from datatools.io.store import record_chunks, zarr_spec
+    from datatools.io.store import record_contents, zarr_spec
 
     arr = ts.open(zarr_spec(store / "offsets"), open=True).result()
     off = arr.read().result()
     off[10], off[11] = off[11], off[10]
     arr[:].write(off).result()
-    chunks, digests = record_chunks(store)
-    _edit_manifest(store, chunks=chunks, digests=digests)
+    _edit_manifest(store, **record_contents(store))
 
 
 CORRUPT_STORES = {

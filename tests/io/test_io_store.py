@@ -192,8 +192,7 @@ def rewrite_array(path: Path, name: str, values: np.ndarray) -> None:
     whose content is wrong: what only the content checks can catch)."""
     arr = ts.open(store_mod.zarr_spec(path / name), open=True).result()
     arr[:].write(values).result()
-    chunks, digests = store_mod.record_chunks(path)
-    manifest_edit(path, chunks=chunks, digests=digests)
+    manifest_edit(path, **store_mod.record_contents(path))
 
 
 def test_offsets_out_of_order_are_refused(tmp_path, small_chunks):

@@ -21,6 +21,7 @@ from datatools.cli import main
 from datatools.io import storage
 from datatools.io.documents import StoreDocuments
 from datatools.io.store import TokenStore, read_manifest, write_store, zarr_spec
+from datatools.io.store_verify import verify_store
 
 SHARD = 64  # tokens per stored object under the small_chunks fixture (shards of 4 inner chunks of 16)
 
@@ -170,8 +171,50 @@ def test_a_swapped_shard_in_a_bucket_is_refused(s3_bucket, small_chunks):
     i, j = 0, 1
     _swap(url, f"c/{i}", f"c/{j}")
     docs = StoreDocuments(TokenStore(url))  # opens: the sizes are right
-    with pytest.raises(ValueError, match=rf"chunk tokens/c/{i} is corrupt \(its shard index differ"):
+    with pytest.raises(ValueError, match=rf"chunk tokens/c/{i} is corrupt \(inner chunk 0 is not the one"):
         docs.read_pieces(np.array([2 * i]), np.array([0]), np.array([8]))
+
+
+@pytest.mark.parametrize("bucket", ["s3_bucket", "gcs_bucket"])
+def test_swapped_shards_of_one_layout_in_a_bucket_are_refused(bucket, request, small_chunks):
+    """Shards of constant tokens have the same inner chunk sizes, so the same index: a swap is invisible to sizes
+    and to each shard's index digest (what a reader in a bucket checked before). ``shard_index.bin`` records each
+    inner chunk's crc32c too, so every way of reading either shard refuses it; the others read as they are."""
+    url = f"{request.getfixturevalue(bucket)}/s"
+    flat = _store(url, [3, 4, 5])
+    assert TokenStore(url).ranged_reads
+    heads = [storage.read_bytes(f"{url}/tokens/c/{k}")[: 4 * 16] for k in range(3)]
+    assert heads[0] == heads[1]  # the same index
+    _swap(url, "c/0", "c/1")
+    _refused(url, 0)
+    _refused(url, 1)
+    np.testing.assert_array_equal(TokenStore(url).read_tokens(2 * SHARD, 3 * SHARD), flat[2 * SHARD :])
+
+
+def test_a_missing_or_foreign_shard_index_in_a_bucket_is_refused_naming_it(s3_bucket, small_chunks):
+    url = f"{s3_bucket}/s"
+    _store(url, [3, 4, 5])
+    _store(f"{s3_bucket}/t", [6, 7, 8])
+    storage.write_bytes(f"{url}/shard_index.bin", storage.read_bytes(f"{s3_bucket}/t/shard_index.bin"))
+    with pytest.raises(ValueError, match=r"/s: shard_index.bin is corrupt \(its bytes differ from the manifest"):
+        TokenStore(url).read_tokens(0, 5)
+    storage.remove(f"{url}/shard_index.bin")
+    with pytest.raises(ValueError, match=r"/s: shard_index.bin is missing; the store is incomplete"):
+        StoreDocuments(TokenStore(url)).read_pieces(np.array([0]), np.array([0]), np.array([4]))
+
+
+def test_verify_refuses_a_shard_index_that_disagrees_with_the_shards(tmp_path, small_chunks):
+    """Shards rewritten and re-recorded, the old ``shard_index.bin`` kept with its record: every recorded digest
+    agrees, only the index disagrees with the shards (a reader in a bucket would fetch the wrong bytes)."""
+    _store(tmp_path / "a", [3, 4, 5], random=True)
+    arr = ts.open(zarr_spec(tmp_path / "a" / "tokens"), open=True).result()
+    arr[SHARD : 2 * SHARD].write(np.arange(SHARD, dtype=np.uint16)).result()
+    path = Path(tmp_path / "a" / "manifest.json")
+    m = json.loads(path.read_text())
+    m["chunks"], m["digests"], _ = store_mod.record_chunks(tmp_path / "a")
+    path.write_text(json.dumps(m))
+    with pytest.raises(ValueError, match=r"shard_index.bin is corrupt \(it disagrees with tokens/c/1"):
+        verify_store(tmp_path / "a")
 
 
 def test_an_intact_store_reads_every_object_checked_once(tmp_path, small_chunks):

@@ -246,6 +246,28 @@ def test_a_store_sent_to_a_worker_carries_its_offsets(slow_s3, small_objects):
     assert pickle.loads(pickle.dumps(TokenStore(f"{bucket}/s")))._offsets is None  # not read: not sent
 
 
+def test_a_store_in_a_bucket_reads_each_run_of_inner_chunks_with_one_request(slow_s3, small_objects):
+    """Every shard's index comes from ``shard_index.bin``, read with the offsets and sent to workers with them: a
+    read of inner chunks in a shard never read before is one ranged GET (tensorstore fetched the shard's index
+    first: a round trip more, in every process)."""
+    import pickle
+
+    bucket, proxy = slow_s3
+    lengths = lengths_of(600, seed=5)
+    tokens = write(f"{bucket}/s", lengths)
+    store = TokenStore(f"{bucket}/s")
+    assert store.ranged_reads and store.offsets.shape[0] == 601
+    sent = pickle.loads(pickle.dumps(store))
+    assert sent._shard_table is not None  # noqa: SLF001 -- read with the offsets, carried
+    np.testing.assert_array_equal(sent.read_tokens(0, 100), tokens[:100])  # opens the array (its zarr.json)
+    proxy.reset_stats()
+    for k in range(1, 4):  # shards never read: inner chunks 2-5 of shard k, back to back
+        begin = k * 4096 + 2 * 256 + 17
+        np.testing.assert_array_equal(sent.read_tokens(begin, begin + 3 * 256), tokens[begin : begin + 3 * 256])
+        assert proxy.stats().requests == k
+    assert proxy.stats().bytes_down < 3 * 4 * 2 * 256 * 2  # four inner chunks of each, not whole shards
+
+
 def test_a_lane_schedule_sent_to_a_worker_carries_its_lanes_first_window_plans():
     """Planning an epoch plans every lane's windows; the first window of each lane is kept and sent with the
     schedule to a Grain worker, whose first batch then issues its reads at once (no numba start-up and window
