@@ -210,6 +210,8 @@ def child(spec: dict) -> dict:
     delivered = [int(np.count_nonzero(batch["segment_ids"])) * 2]
     print(json.dumps({"event": "first"}), flush=True)
     sys.stdin.readline()  # the parent took the proxy's counts
+    if spec["step_s"]:
+        time.sleep(spec["step_s"])  # the first batch's own step (before, the second batch was asked for at once)
     t1 = time.perf_counter()
     n = spec["batches"] if not spec["step_s"] else spec["steps"]
     for _ in range(n):

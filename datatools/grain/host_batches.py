@@ -300,6 +300,8 @@ class HostBatchesMapDataset(grain.MapDataset):
             self._read_ahead(index)
             batch = self._schedule.read(epoch, j, *self._rows(epoch, j))
             if leader:
+                if self.stats_folder is not None and self._step > 1:
+                    _touch(os.path.join(self.stats_folder, f"read-{index}"))  # this first batch: read
                 self._read_ahead(index, after_first=True)
                 self._warm_up(index)
             return batch
@@ -313,16 +315,20 @@ class HostBatchesMapDataset(grain.MapDataset):
     def _warm_up(self, index: int) -> None:
         """Read this process's next :data:`WARM_BATCHES` batches (in its stride) while its first batch ``index``
         is held back, for at most :data:`WARM_S` seconds: their reads began with the read-ahead, and a step asks
-        for the next batch within a step time of the first, when a cold read from a bucket (new shard indices, new
-        chunks: ~1-1.5 s a batch at +100 ms while the lanes' first windows are read) is not done. The first batch
-        comes up to :data:`WARM_S` later, and the steps after it find their batches read (issue 31: 0 of 500 steps
-        waiting; with one batch read ahead, the fourth step still waited ~0.35 s). A read not done by then goes on
-        in its thread and is handed over when that batch is asked for. In a Grain worker of P, the host's next
-        P - 1 batches are the other workers': each says when its batches are ready (a file ``warm-J`` in the
-        shared :attr:`stats_folder`: a warm batch once read, a first batch once handed over), and the first batch
-        also waits for those, within the same :data:`WARM_S` (the step after the first takes the next worker's
-        first batch, which that worker holds back during its own warm-up). Only with read-ahead (a source that
-        prefetches)."""
+        for the next batch within a step time of the first, when a cold read from a bucket (new chunks: ~1-1.5 s
+        a batch at +100 ms while the lanes' first windows are read) is not done. The first batch comes up to
+        :data:`WARM_S` later, and the steps after it find their batches read (issue 31: 0 of 500 steps waiting;
+        with one batch read ahead, the fourth step still waited ~0.35 s). A read not done by then goes on in its
+        thread and is handed over when that batch is asked for. Only with read-ahead (a source that prefetches).
+
+        In a Grain worker of P, the host's batches go round the workers, and the workers say what they have done
+        in files in the shared :attr:`stats_folder`: ``read-J`` once batch J is read (a first batch, or one read
+        during a warm-up), ``given-J`` once the first batch J is handed over. A first batch also waits (within the
+        same :data:`WARM_S`) until the next P - 1 batches, other workers', are read (the step after the first takes
+        the next worker's first batch). And a worker whose first batch comes after another worker's (batch
+        ``index - 1``) stops its warm-up once that one is handed over: the step after it needs this batch within
+        a step time, and its own next batches are P steps further (a worker that started late otherwise held its
+        first batch until its warm-up ended, and the step after the first waited ~1.3 s at +100 ms)."""
         if self._ahead_of is None:
             return
         until = time.monotonic() + WARM_S
@@ -333,16 +339,22 @@ class HostBatchesMapDataset(grain.MapDataset):
             if self._epochs is not None and k >= len(self):
                 break
             futures.append(self._warm_read(k, folder))
-        wait(futures, timeout=WARM_S)
-        if folder is not None:  # the step after this one takes another worker's batch: wait for it too
-            others = [os.path.join(folder, f"warm-{i}") for i in range(index + 1, index + self._step)]
-            while time.monotonic() < until and not all(os.path.exists(f) for f in others):
+        before = os.path.join(folder, f"given-{index - 1}") if folder is not None and index > 0 else None
+
+        def needed() -> bool:  # the batch before this one is with the parent: this one is asked for next
+            return before is not None and os.path.exists(before)
+
+        while time.monotonic() < until and not all(f.done() for f in futures) and not needed():
+            wait(futures, timeout=0.01)
+        if folder is not None:  # the step after this one takes another worker's batch: wait until it is read
+            others = [os.path.join(folder, f"read-{i}") for i in range(index + 1, index + self._step)]
+            while time.monotonic() < until and not all(os.path.exists(f) for f in others) and not needed():
                 time.sleep(0.01)
-            _touch(os.path.join(folder, f"warm-{index}"))  # this first batch: ready once handed over (now)
+            _touch(os.path.join(folder, f"given-{index}"))  # this first batch: handed over (now)
 
     def _warm_read(self, k: int, folder: str | None) -> Future:
         """Read batch ``k`` in a thread of its own, to be handed over when it is asked for (:meth:`_warm_up`); in
-        a Grain worker, the file ``warm-K`` in ``folder`` says when it is read."""
+        a Grain worker, the file ``read-K`` in ``folder`` says when it is read."""
         epoch, j = self.locate(k)
         future: Future = Future()
         with self._lock:
@@ -355,7 +367,7 @@ class HostBatchesMapDataset(grain.MapDataset):
                 future.set_exception(exc)
 
         if folder is not None:
-            future.add_done_callback(lambda _: _touch(os.path.join(folder, f"warm-{k}")))
+            future.add_done_callback(lambda _: _touch(os.path.join(folder, f"read-{k}")))
         threading.Thread(target=read, name="datatools-warm-up", daemon=True).start()
         return future
 

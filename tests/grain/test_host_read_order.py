@@ -42,6 +42,7 @@ class _Schedule:
 
     def __init__(self, batches: int = 64, read_s: float = 0.02):
         self.batches, self.read_s, self.docs = batches, read_s, _Docs()
+        self.fast: set[int] = set()  # batches read at once
         self.log: list[tuple[int, float, float, int]] = []
         self._lock = threading.Lock()
         self._in_flight = 0
@@ -62,7 +63,7 @@ class _Schedule:
             self._in_flight += 1
             flying = self._in_flight
         begin = time.perf_counter()
-        time.sleep(self.read_s)
+        time.sleep(0.0 if j in self.fast else self.read_s)
         with self._lock:
             self._in_flight -= 1
             self.log.append((j, begin, time.perf_counter(), flying))
@@ -169,10 +170,11 @@ def test_a_workers_first_batch_waits_for_the_next_workers_batch_within_warm_s(tm
     ds = HostBatchesMapDataset(_Schedule(read_s=0.0), num_epochs=1, stride=2)  # worker 0 of 2
     ds.stats_folder = str(tmp_path)
     t0 = time.perf_counter()  # before the timer starts: the touch is at least 0.3 s after it
-    threading.Timer(0.3, lambda: (tmp_path / "warm-1").touch()).start()  # worker 1: batch 1 read at 0.3 s
+    threading.Timer(0.3, lambda: (tmp_path / "read-1").touch()).start()  # worker 1: batch 1 read at 0.3 s
     ds[0]
     assert 0.3 <= time.perf_counter() - t0 < host_batches.WARM_S  # held back until batch 1 was read, no longer
-    assert (tmp_path / "warm-0").exists() and (tmp_path / "warm-2").exists()  # its own batches, said read
+    assert (tmp_path / "read-0").exists() and (tmp_path / "read-2").exists()  # its own batches, said read
+    assert (tmp_path / "given-0").exists()  # and its first, said handed over
     monkeypatch.setattr(host_batches, "WARM_S", 0.2)
     late = HostBatchesMapDataset(_Schedule(read_s=0.0), num_epochs=1, stride=2)
     late.stats_folder = str(tmp_path / "none")  # no other worker says anything: at most WARM_S
@@ -180,3 +182,21 @@ def test_a_workers_first_batch_waits_for_the_next_workers_batch_within_warm_s(tm
     t0 = time.perf_counter()
     late[0]
     assert time.perf_counter() - t0 < 0.2 + 0.3
+
+
+def test_a_later_workers_first_batch_goes_once_the_batch_before_it_is_handed_over(tmp_path, monkeypatch):
+    """Worker 1 of 2: its first batch (1) reads at once, its warm-up's (3, 5) take 2 s. Worker 0 hands batch 0
+    over at 0.3 s: the step after it asks for batch 1, so worker 1 hands it over then, not after its warm-up
+    (nor after worker 0's batch 2 is read); the warm-up's reads go on and are handed over when asked for."""
+    monkeypatch.setattr(host_batches.read_stats, "share_in", lambda folder: None)
+    schedule = _Schedule(read_s=2.0)
+    schedule.fast = {1}
+    ds = HostBatchesMapDataset(schedule, num_epochs=1, stride=2)
+    ds.stats_folder = str(tmp_path)
+    t0 = time.perf_counter()
+    threading.Timer(0.3, lambda: (tmp_path / "given-0").touch()).start()
+    assert int(ds[1]["tokens"][0, 0]) == 1
+    assert 0.3 <= time.perf_counter() - t0 < 1.5
+    assert (tmp_path / "read-1").exists() and (tmp_path / "given-1").exists()
+    assert int(ds[3]["tokens"][0, 0]) == 3  # the warm-up's read, handed over: not read again
+    assert [r[0] for r in schedule.log].count(3) == 1
