@@ -86,7 +86,7 @@ def pretokenize_command(
         check=check,
     )
     err = make_console(stderr=True)
-    for key in ("tokenizer", "duplicates", "cleaned", "repaired"):
+    for key in ("tokenizer", "duplicates", "cleaned", "repaired", "indexed"):
         if key in result.extra:
             err.print(result.extra[key], markup=False, highlight=False, soft_wrap=True)
     err.print(

@@ -28,7 +28,9 @@ import gc
 import inspect
 import os
 import queue
+import re
 import signal
+import stat
 import sys
 import threading
 import time
@@ -198,16 +200,55 @@ def _running(pid: int) -> bool:
 def _stop_starting(pids: set[int], grace_s: float = 0.5) -> None:
     """Closed before the first element (Ctrl-C): the workers that had started leave on the Ctrl-C by themselves
     (:func:`_leave_on_sigint`); one still importing would notice Grain's stop only once started, and Grain waits
-    up to 25 s for it, so what is still running after ``grace_s`` is killed (it holds nothing yet)."""
+    up to 25 s for it, so what is still running after ``grace_s`` is killed (it holds nothing yet). The pipe the
+    parent may still be writing a killed worker's pickled pipeline into is drained (:func:`_spawn_pipe`)."""
     until = time.monotonic() + grace_s
     while any(_running(p) for p in pids) and time.monotonic() < until:
         time.sleep(0.01)
     for pid in pids:
         if _running(pid):
+            pipe = _spawn_pipe(pid)
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+            if pipe is not None:
+                threading.Thread(target=_drain, args=(pipe,), name="datatools-spawn-drain", daemon=True).start()
+
+
+def _spawn_pipe(pid: int) -> int | None:
+    """Our own descriptor of the pipe that multiprocessing's spawn writes worker ``pid``'s pickled pipeline into
+    (Linux; None elsewhere, or once that write is done). Spawn keeps the worker's read end open in the parent
+    until the write returns, so a worker killed before it has read everything never breaks the pipe: past the
+    pipe's 64 KiB the write blocked for ever, Grain's thread with it, and a Ctrl-C while the workers started
+    took 5.6 s and printed Grain's traceback at exit (a pipeline carrying its lanes' first window plans is more
+    than 64 KiB). Drained here (:func:`_drain`), the write ends as if the worker had read it."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            found = re.search(rb"pipe_handle=(\d+)", f.read())
+        if found is None:
+            return None
+        fd = int(found[1])  # the same number in both processes (spawn passes the descriptor as it is)
+        pipe = os.stat(f"/proc/{pid}/fd/{fd}").st_ino  # the worker's read end: the pipe itself
+        mine = os.dup(fd)
+    except OSError:
+        return None
+    st = os.fstat(mine)
+    if stat.S_ISFIFO(st.st_mode) and st.st_ino == pipe:
+        return mine
+    os.close(mine)  # the write was done and the number reused: not that pipe
+    return None
+
+
+def _drain(fd: int) -> None:
+    """Read ``fd`` until its writer closes it (the spawn's write has returned), then close it."""
+    try:
+        while os.read(fd, 1 << 16):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _wait(future):

@@ -257,15 +257,38 @@ def record_contents(path: str | os.PathLike) -> dict:
     and, for sharded tokens, ``shard_index`` (``{"bytes", "sha256", "xxh3_64"}`` of ``shard_index.bin``, which is
     written here: every shard's index in one object, read once by a reader in a bucket, :mod:`shard_reads`)."""
     chunks, digests, index = record_chunks(path)
-    fields: dict = {"chunks": chunks, "digests": digests}
-    if index is not None:
-        storage.write_bytes(storage.join(location(path), shard_reads.INDEX_KEY), index)
-        fields["shard_index"] = {
-            "bytes": len(index),
-            "sha256": hashlib.sha256(index).hexdigest(),
-            FAST_DIGEST: xxhash.xxh3_64_hexdigest(index),
-        }
-    return fields
+    return {"chunks": chunks, "digests": digests} | (_write_shard_index(path, index) if index is not None else {})
+
+
+def _write_shard_index(path: str | os.PathLike, index: bytes) -> dict:
+    """Write ``shard_index.bin``; the manifest's record of it (``{"shard_index": {...}}``)."""
+    storage.write_bytes(storage.join(location(path), shard_reads.INDEX_KEY), index)
+    record = {"bytes": len(index), "sha256": hashlib.sha256(index).hexdigest()}
+    return {"shard_index": record | {FAST_DIGEST: xxhash.xxh3_64_hexdigest(index)}}
+
+
+def lacks_shard_index(manifest: dict) -> bool:
+    """Whether a store is sharded (version 3) but was written before ``shard_index.bin``: read from a bucket
+    through tensorstore, one request for each shard's index first in every process (:func:`add_shard_index`)."""
+    return (
+        int(manifest.get("version", 0)) >= 3
+        and "shard_index" not in manifest
+        and "tokens_index" in (manifest.get("digests") or {})
+    )
+
+
+def add_shard_index(path: str | os.PathLike) -> None:
+    """Give a store written before ``shard_index.bin`` its index: every key read once (as :func:`record_contents`
+    does), the records checked to be the manifest's (ValueError naming the store otherwise: nothing written),
+    ``shard_index.bin`` written, then the manifest with its record (one atomic write: a reader sees the old store
+    or the new one, and the new one is byte-identical to a fresh run of the same job)."""
+    path = location(path)
+    manifest = read_manifest(path)
+    chunks, digests, index = record_chunks(path)
+    if chunks != manifest.get("chunks") or digests != manifest.get("digests") or index is None:
+        raise _damaged(path, manifest, f"{display(path)}: its chunks differ from the manifest's records")
+    manifest.update(_write_shard_index(path, index))
+    storage.write_text(storage.join(path, "manifest.json"), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
 def chunk_records(path: str | os.PathLike) -> dict:

@@ -29,7 +29,7 @@ import numpy as np
 from datatools.base.reports import Report
 from datatools.io import shard_reads, storage
 from datatools.io.paths import display
-from datatools.io.store import ARRAYS, TokenStore, array_kvstore, check_offsets, read_keys
+from datatools.io.store import ARRAYS, TokenStore, array_kvstore, check_offsets, lacks_shard_index, read_keys
 
 
 @dataclass
@@ -74,6 +74,16 @@ def verify_store(path: str | os.PathLike, *, progress: Callable[[int, int], None
         report.notes.append(
             "store version 1: no checksums recorded (re-run `datatools pretokenize ... --overwrite` "
             "to record them); sizes and checksums not checked"
+        )
+    if store.version < 3:
+        report.notes.append(
+            f"tokens not sharded (store version {store.version}): a read from a bucket fetches a whole stored chunk "
+            f"(2-4 MiB); `datatools pretokenize ... --overwrite` writes version 3"
+        )
+    elif lacks_shard_index(store.manifest):
+        report.notes.append(
+            f"written before {shard_reads.INDEX_KEY}: a reader in a bucket requests each shard's index first, in "
+            f"every process; `datatools pretokenize ... --overwrite` (the same job) adds it, rewriting no token"
         )
     offsets = store.read_array("offsets", 0, len(store) + 1)
     try:

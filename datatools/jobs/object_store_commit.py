@@ -57,7 +57,7 @@ def store_keys(manifest: dict | None) -> set[str] | None:
     chunks = (manifest or {}).get("chunks")
     if not isinstance(chunks, dict):
         return None
-    out = {"manifest.json"} | ({shard_reads.INDEX_KEY} if "shard_index" in (manifest or {}) else set())
+    out = {"manifest.json", shard_reads.INDEX_KEY}  # the index: also before its record (a kill while it is added)
     for name in ("tokens", "offsets"):
         records = chunks.get(name)
         if isinstance(records, dict):

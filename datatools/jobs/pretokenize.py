@@ -46,7 +46,16 @@ from datatools.base.progress import doing
 from datatools.io import storage
 from datatools.io.discover import Shard, list_shards
 from datatools.io.paths import display
-from datatools.io.store import VERSION, is_token_store, read_manifest, token_dtype, write_store
+from datatools.io.shard_reads import INDEX_KEY
+from datatools.io.store import (
+    VERSION,
+    add_shard_index,
+    is_token_store,
+    lacks_shard_index,
+    read_manifest,
+    token_dtype,
+    write_store,
+)
 from datatools.io.tables import check_column, shard_texts
 from datatools.io.tokenizer import TextEncoder, open_encoder
 from datatools.jobs.staging import fault, manifest_reads, open_staging
@@ -370,6 +379,16 @@ def pretokenize(
         if damage:  # the same job's store, damaged: rebuilt below (the same job writes the same bytes)
             extra["repaired"] = f"{display(output)}: damaged ({damage}); repaired: rebuilt by this run"
         elif same:  # a kill after the rename / the manifest
+            if lacks_shard_index(m):  # written before shard_index.bin: added with --overwrite (tokens kept)
+                if overwrite:
+                    add_shard_index(output)
+                    extra["indexed"] = f"{display(output)}: {INDEX_KEY} added (every shard's index in one object)"
+                else:
+                    extra["indexed"] = (
+                        f"{display(output)}: written before {INDEX_KEY}; run again with --overwrite to add it "
+                        f"(reads every chunk once, rewrites no token; a reader in a bucket needs it to skip a "
+                        f"request per shard)"
+                    )
             stage.clean(extra)
             return JobResult(
                 display(output),

@@ -166,3 +166,35 @@ def test_more_workers_than_cpus_can_feed_is_warned_about(monkeypatch):
         warnings.simplefilter("error")
         assert wp.prefetch_in_processes(ds, 0) is ds
         wp.prefetch_in_processes(ds, 8)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_worker_killed_while_its_pipeline_is_written_to_it_does_not_block_the_writer():
+    """multiprocessing's spawn writes the pickled pipeline into a pipe whose read end the parent keeps open until the
+    write returns: past 64 KiB, a worker killed before reading it (a Ctrl-C while workers start) blocked the write
+    for ever. A stand-in worker that never reads its pipe: once stopped, the pipe is drained and the write ends."""
+    import os
+    import threading
+
+    from datatools.grain.worker_processes import _running, _stop_starting
+
+    read_end, write_end = os.pipe()
+    worker = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", f"pipe_handle={read_end}"], pass_fds=(read_end,)
+    )
+    written = threading.Event()
+
+    def write() -> None:
+        with open(write_end, "wb") as f:  # closes the write end once written (as spawn's _launch does)
+            f.write(b"x" * (1 << 20))
+        written.set()
+
+    threading.Thread(target=write, daemon=True).start()
+    time.sleep(0.3)
+    assert not written.is_set()  # blocked: nobody reads
+    t0 = time.perf_counter()
+    _stop_starting({worker.pid}, grace_s=0.1)
+    assert written.wait(5.0) and time.perf_counter() - t0 < 2.0
+    worker.wait(5)
+    assert not _running(worker.pid)
+    os.close(read_end)

@@ -244,3 +244,30 @@ def test_the_same_input_twice_is_read_once_and_said(tmp_path, jsonl_dir, tokeniz
     assert main(args) == 0
     assert "input file(s) given more than once, read once" in capsys.readouterr().err
     assert len(TokenStore(out)) == 40
+
+
+def test_a_store_written_before_its_shard_index_gets_it_from_a_rerun_with_overwrite(
+    tmp_path, jsonl_dir, tokenizer_file, monkeypatch
+):
+    """A sharded store from before ``shard_index.bin``: a plain rerun of its job says how to add it and changes
+    nothing; with ``--overwrite`` the index is added without tokenizing again, and the store is byte-identical to
+    a fresh run of the job."""
+    import datatools.io.store as store_mod
+
+    monkeypatch.setattr(store_mod, "READ_CHUNK", 16)  # small inner chunks: a small store is sharded
+    reference = tmp_path / "reference"
+    pretokenize(jsonl_dir, reference, tokenizer_file, progress=False)
+    assert (reference / "shard_index.bin").is_file()
+    old = tmp_path / "old"
+    pretokenize(jsonl_dir, old, tokenizer_file, progress=False)
+    (old / "shard_index.bin").unlink()
+    manifest = json.loads((old / "manifest.json").read_text())
+    del manifest["shard_index"]
+    (old / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    before = tree_digest(old)
+    plain = pretokenize(jsonl_dir, old, tokenizer_file, progress=False)
+    assert plain.status == "already complete" and "run again with --overwrite to add it" in plain.extra["indexed"]
+    assert tree_digest(old) == before
+    added = pretokenize(jsonl_dir, old, tokenizer_file, progress=False, overwrite=True)
+    assert added.status == "already complete" and "shard_index.bin added" in added.extra["indexed"]
+    assert tree_digest(old) == tree_digest(reference)
