@@ -45,6 +45,7 @@ from datatools.kernels.packing.materialize import check_plan_rows, pieces_of_row
 DEFAULT_CACHE_BYTES = 512 << 20  # decoded store chunks kept per process
 MIN_REMOTE_SLOTS = 1024  # extents a remote reader holds at least (a Levanter cache's 1 MiB inner chunks: 1 GiB)
 MAX_IN_FLIGHT = 64  # extent reads a reader has issued and not yet received (per process); the rest wait, in order
+MAX_AHEAD_IN_FLIGHT = 32  # of them, reads for batches still to come: the rest of the flight is the next batch's
 NEIGHBOURS = 3  # queued read-ahead this close (extents) to a needed one goes with it: the same ranged request
 MAX_RUN = 32  # consecutive extents of one stored object read as one (one ranged request: 1 MiB of a v3 store)
 TABLE_CACHE_BYTES = 256 << 20  # decoded table shards kept per process (a shard is often tens of MB)
@@ -260,6 +261,7 @@ class StorePieceReader:
         self._queue: deque[int] = deque()  # slots whose reads wait to be issued, in the order they are needed
         self._queued = np.zeros(slots, bool)
         self._in_flight = 0  # reads issued and not yet received
+        self._ahead_in_flight = 0  # of them, read-ahead (issued for a batch still to come)
         self._pumping = False
         self._issued: list[
             tuple
@@ -376,7 +378,7 @@ class StorePieceReader:
         return s
 
     def _pump(self) -> None:
-        """Issue queued reads, in order, while fewer than :data:`MAX_IN_FLIGHT` are in flight (lock held). Queued
+        """Issue queued reads, in order, while :meth:`_can_issue` says the flight has room (lock held). Queued
         extents that follow each other in one stored object are one read (a run, at most :data:`MAX_RUN`: one
         ranged request); the reads issued together share one ``ts.Batch``."""
         if self._pumping:  # a read that completed at once, called back from inside this loop
@@ -384,9 +386,9 @@ class StorePieceReader:
         self._pumping = True
         per_object = max(1, self.store.object_tokens // self.extent)
         try:
-            while self._queue and self._in_flight < MAX_IN_FLIGHT:
+            while self._can_issue():
                 with ts.Batch() as batch:
-                    while self._queue and self._in_flight < MAX_IN_FLIGHT:
+                    while self._can_issue():
                         run = [self._queue.popleft()]
                         first = self._pending[run[0]][1]
                         while (
@@ -399,13 +401,25 @@ class StorePieceReader:
                         self._queued[run] = False
                         begin, end = first * self.extent, min((first + len(run)) * self.extent, self.store.num_tokens)
                         read = self.store.read_async(begin, end, batch=batch)
+                        ahead = bool(self._ahead[run].all())
                         self._in_flight += 1
+                        self._ahead_in_flight += ahead
                         read_stats.record(requests=1, prefetched=int(self._ahead[run].any()))
                         self._issued.append(
-                            (read, functools.partial(self._received, run=run, issued=time.perf_counter()))
+                            (read, functools.partial(self._received, run=run, ahead=ahead, issued=time.perf_counter()))
                         )
         finally:
             self._pumping = False
+
+    def _can_issue(self) -> bool:
+        """Whether the head of the queue may be issued now (lock held): fewer than :data:`MAX_IN_FLIGHT` reads in
+        flight and, for a read-ahead, fewer than :data:`MAX_AHEAD_IN_FLIGHT` read-ahead ones. A server serves what it
+        was sent in about the order it came: with the whole flight taken by read-ahead at start-up (every lane
+        begins a window), a read the next batch waits for queued behind ~128 of them at moto's ~170 GETs/s (two
+        workers), and a step waited ~1.2 s at +100 ms; the rest of the flight stays free for it."""
+        if not self._queue or self._in_flight >= MAX_IN_FLIGHT:
+            return False
+        return not self._ahead[self._queue[0]] or self._ahead_in_flight < MAX_AHEAD_IN_FLIGHT
 
     @contextmanager
     def _issuing(self) -> Iterator[None]:
@@ -423,7 +437,7 @@ class StorePieceReader:
             for read, callback in issued:  # on the thread that completes it (or here, at once, when it is done)
                 read.add_done_callback(callback)
 
-    def _received(self, read, *, run: list[int], issued: float) -> None:
+    def _received(self, read, *, run: list[int], ahead: bool, issued: float) -> None:
         """A read into the slots of ``run`` (consecutive extents) completed: its tokens into the slab, the next
         queued read issued, then each slot's future done (on a tensorstore thread). A failed read stays pending:
         :meth:`_settle` reads each extent again, naming the chunk."""
@@ -435,6 +449,7 @@ class StorePieceReader:
         e = self.extent
         with self._issuing():
             self._in_flight -= 1
+            self._ahead_in_flight -= ahead
             dones = [self._pending[s][0] for s in run]
             if error is None:
                 for i, s in enumerate(run):

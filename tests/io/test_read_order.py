@@ -90,6 +90,32 @@ def test_a_batch_read_goes_before_the_read_ahead_queued_before_it(monkeypatch):
     assert len(store.in_flight()) <= 4
 
 
+def test_read_ahead_leaves_the_rest_of_the_flight_to_the_next_batch(monkeypatch):
+    """Read-ahead takes at most MAX_AHEAD_IN_FLIGHT of the MAX_IN_FLIGHT requests: a batch's reads are issued at
+    once, not behind a full flight of read-ahead that a server serves first."""
+    monkeypatch.setattr(documents, "MAX_IN_FLIGHT", 6)
+    monkeypatch.setattr(documents, "MAX_AHEAD_IN_FLIGHT", 2)
+    store = FakeRemoteStore(extents=64)
+    reader = StorePieceReader(store, cache_bytes=64 * EXTENT * 2 * 4)
+    assert reader.prefetch(np.arange(0, 20), np.zeros(20, np.int64), np.full(20, EXTENT))
+    assert store.issued == [0, 1]  # 20 queued, 2 in flight
+    needed = np.array([40, 50, 60])
+    got: list[np.ndarray] = []
+    t = threading.Thread(target=lambda: got.append(reader.read_pieces(needed, np.zeros(3), np.full(3, EXTENT))))
+    t.start()
+    _wait_for(lambda: len(store.issued) == 5)
+    assert store.issued[2:] == [40, 50, 60]  # at once, beside the read-ahead in flight
+    for extent in (40, 50, 60):
+        store.complete(extent)
+    t.join(10)
+    np.testing.assert_array_equal(
+        got[0], np.concatenate([np.arange(d * EXTENT, (d + 1) * EXTENT) % 1000 for d in needed])
+    )
+    store.complete(0)  # a read-ahead done: the next one goes, still two at most
+    _wait_for(lambda: len(store.issued) == 6)
+    assert store.issued[5] == 2 and store.in_flight() == [1, 2]
+
+
 def test_consecutive_extents_of_one_object_are_one_read(monkeypatch):
     monkeypatch.setattr(documents, "MAX_IN_FLIGHT", 3)
     store = FakeRemoteStore(extents=64, object_extents=4)
