@@ -46,6 +46,7 @@ from datatools.base.checks import check_int
 from datatools.grain.schedule import EpochCache
 from datatools.grain.streaming_schedule import RowsPlanSchedule, plan_window, rows_of
 from datatools.kernels.packing import PackPlan, cut_pieces
+from datatools.kernels.packing.counting import count_rows
 from datatools.kernels.shuffle import lane_blocks
 
 
@@ -160,13 +161,25 @@ class LaneSchedule(RowsPlanSchedule):
             cuts.append(c)
         e = _Epoch(blocks_of, lane_cum, cuts, [], 0, np.zeros((0, 2), np.int64), 0)
         firsts: list = []  # each lane's first window, kept (its rows are the epoch's first batches')
+        countable = self.options.get("align", 1) == 1 and self.options.get("overflow", "split") == "split"
+        algorithm = self.options.get("algorithm", "best_fit_decreasing")
         for lane in range(L):
             rows = []
             for w, (a, b) in enumerate(zip(e.cuts[lane][:-1], e.cuts[lane][1:])):
+                docs = self._lane_docs(e, lane, int(a), int(b))
+                if w and countable:  # only its row count: counted by the packer's kernel, no plan made (~2x)
+                    rows.append(
+                        count_rows(
+                            self.ctx,
+                            algorithm,
+                            lengths=self.lengths[docs],
+                            max_segments=self.options.get("max_segments"),
+                            window=self.options.get("window"),
+                        ).rows
+                    )
+                    continue
                 seeded = [self.seed, epoch, lane, w] if w == 0 else None
-                plan, order = plan_window(
-                    self.lengths, self._lane_docs(e, lane, int(a), int(b)), self.ctx, self.options, seeded
-                )
+                plan, order = plan_window(self.lengths, docs, self.ctx, self.options, seeded)
                 rows.append(plan.num_rows)
                 if w == 0:
                     firsts.append(((epoch, lane, 0), (plan, order)))

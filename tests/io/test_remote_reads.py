@@ -15,6 +15,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import datatools.io.store as store_mod
 from datatools.cli import main
@@ -326,3 +328,34 @@ def test_lanes_read_ahead_whole_windows_only_for_the_rows_of_their_own_lanes():
             else:  # whole documents of the rows' windows: every piece inside one of them
                 assert set(doc.tolist()) <= set(ahead[0].tolist())
                 np.testing.assert_array_equal(ahead[2], lengths[ahead[0]])
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    algorithm=st.sampled_from(["best_fit_decreasing", "first_fit_decreasing", "next_fit", "best_fit", "concat_split"]),
+    max_segments=st.sampled_from([None, 3]),
+)
+def test_lane_row_counts_counted_equal_the_windows_plans(seed, algorithm, max_segments):
+    """An epoch's lane plan counts the rows of every window after each lane's first with the packer's counting
+    kernel (no plan made): the row counts are those of the windows' plans, row for row."""
+    from datatools.grain.lane_schedule import LaneSchedule
+    from datatools.grain.streaming_schedule import plan_window
+    from datatools.io.documents import ArrayDocuments
+
+    if algorithm == "concat_split" and max_segments is not None:
+        max_segments = None
+    lengths = lengths_of(1500, seed=seed)
+    docs = ArrayDocuments(np.zeros(int(lengths.sum()), np.int32), np.concatenate(([0], np.cumsum(lengths))))
+    options = {"algorithm": algorithm, "max_segments": max_segments}
+    schedule = LaneSchedule(
+        docs, ctx=CTX, window=64, batch_size=4, drop_remainder=False, io_block_size=8, seed=seed, options=options
+    )
+    e = schedule._epoch(0)  # noqa: SLF001 -- the lane plan itself
+    for lane in range(schedule.lanes):
+        cuts = e.cuts[lane]
+        planned = [
+            plan_window(schedule.lengths, schedule._lane_docs(e, lane, int(a), int(b)), CTX, options)[0].num_rows
+            for a, b in zip(cuts[:-1], cuts[1:])
+        ]
+        np.testing.assert_array_equal(np.diff(e.row_starts[lane]), planned)
