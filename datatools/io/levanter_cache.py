@@ -48,9 +48,10 @@ import tensorstore as ts
 from datatools.io import storage
 from datatools.io.io_errors import as_os_error, status_code
 from datatools.io.paths import display
+from datatools.io.shard_reads import after_all
 from datatools.io.storage import kvstore_spec
-from datatools.io.store import after_all, location
 from datatools.io.store import array_keys as store_array_keys
+from datatools.io.store import location
 
 LEDGER = "shard_ledger.json"
 FIELD = "input_ids"  # the token field of Levanter's text caches

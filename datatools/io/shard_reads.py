@@ -145,9 +145,26 @@ class RangedRead:
     def add_done_callback(self, callback: Callable[[RangedRead], None]) -> None:
         """Call ``callback(self)`` once every ranged GET is done (on the thread that completes the last; at once
         when all are done)."""
-        from datatools.io.store import after_all
-
         after_all(self._parts, lambda: callback(self))
+
+
+def after_all(futures: list, then) -> None:
+    """Call ``then()`` once every future of ``futures`` (tensorstore futures) is done, on the thread that completes
+    the last (at once when all are done already)."""
+    left = [len(futures)]
+    lock = threading.Lock()
+
+    def one_done(_) -> None:
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            then()
+
+    if not futures:
+        then()
+    for f in futures:
+        f.add_done_callback(one_done)
 
 
 def read(

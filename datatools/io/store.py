@@ -81,6 +81,7 @@ import xxhash
 from datatools.io import shard_reads, storage
 from datatools.io.io_errors import as_os_error, status_code
 from datatools.io.paths import display
+from datatools.io.shard_reads import after_all
 
 FORMAT = "datatools-token-store"
 # offsets read once are sent with a store to Grain workers up to this size (bytes): from a bucket, a worker's first
@@ -901,25 +902,6 @@ class _CheckedRead:
     def add_done_callback(self, callback) -> None:
         """Call ``callback(self)`` once the read and its checks are done (on the thread that completes the last)."""
         after_all([self.read, *(f for _, _, (f, _) in self.checks if f is not None)], lambda: callback(self))
-
-
-def after_all(futures: list, then) -> None:
-    """Call ``then()`` once every future of ``futures`` (tensorstore futures) is done, on the thread that completes
-    the last (at once when all are done already)."""
-    left = [len(futures)]
-    lock = threading.Lock()
-
-    def one_done(_) -> None:
-        with lock:
-            left[0] -= 1
-            last = left[0] == 0
-        if last:
-            then()
-
-    if not futures:
-        then()
-    for f in futures:
-        f.add_done_callback(one_done)
 
 
 def check_offsets(offsets: np.ndarray, num_tokens: int, path: str | os.PathLike) -> None:
