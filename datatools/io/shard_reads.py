@@ -32,6 +32,7 @@ import pyarrow as pa
 import tensorstore as ts
 
 INDEX_KEY = "shard_index.bin"  # every shard's index entries, back to back (under the store's root)
+INDEX_ENTRY_BYTES = 16  # a shard's own index entry (zarr v3 sharding_indexed): offset and size, uint64 each
 ENTRY_BYTES = 24  # one inner chunk's entry: offset and size in the shard, its crc32c; uint64 little-endian each
 MISSING = np.uint64(2**64 - 1)  # an inner chunk not stored (zarr v3: offset and size both all ones): fill value 0
 
@@ -46,7 +47,7 @@ def entries_of(shard: bytes, per_shard: int) -> bytes:
     Raises:
       ValueError: the object is shorter than its index or a chunk it lists, or the index fails its crc32c.
     """
-    size = per_shard * 16
+    size = per_shard * INDEX_ENTRY_BYTES
     if len(shard) < size + 4:
         raise ValueError(f"shard shorter ({len(shard)} bytes) than its index ({size + 4} bytes)")
     if google_crc32c.value(shard[:size]) != int.from_bytes(shard[size : size + 4], "little"):

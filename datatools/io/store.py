@@ -81,7 +81,7 @@ import xxhash
 from datatools.io import shard_reads, storage
 from datatools.io.io_errors import as_os_error, status_code
 from datatools.io.paths import display
-from datatools.io.shard_reads import after_all
+from datatools.io.shard_reads import INDEX_ENTRY_BYTES, after_all
 
 FORMAT = "datatools-token-store"
 # offsets read once are sent with a store to Grain workers up to this size (bytes): from a bucket, a worker's first
@@ -98,7 +98,6 @@ REQUESTS_IN_FLIGHT = 64  # concurrent requests per open array to an object store
 INDEX_CACHE_BYTES = 32 << 20  # tensorstore's cache per open array: shard indices (1 KiB each) and recent chunks
 _READS_IN_FLIGHT = 64  # kvstore reads issued at once when recording or verifying chunks
 FAST_DIGEST = "xxh3_64"  # the per-object digest readers check (~20 GB/s; sha256, ~1.7 GB/s, stays for verify)
-INDEX_ENTRY_BYTES = 16  # a shard index entry (zarr v3 sharding_indexed): offset and size, uint64 each
 ROOT_STAGING = ".partial"  # a store at a bucket root stages its job under ROOT/.partial/ (never another bucket)
 
 
