@@ -46,7 +46,7 @@ from datatools.base.checks import check_int
 from datatools.grain.schedule import EpochCache
 from datatools.grain.streaming_schedule import RowsPlanSchedule, plan_window, rows_of
 from datatools.kernels.packing import PackPlan, cut_pieces
-from datatools.kernels.packing.counting import count_rows
+from datatools.kernels.packing.counting import count_windows
 from datatools.kernels.shuffle import lane_blocks
 
 
@@ -121,8 +121,13 @@ class LaneSchedule(RowsPlanSchedule):
         self._lock = threading.Lock()
 
     def __getstate__(self):
-        # the lanes' first windows, planned with the epoch (:meth:`_plan_epoch`), go along: a worker's first batch
-        # then issues its reads at once, not after numba's start-up and 32 window plans (~0.6 s)
+        # the lanes' first windows of the epochs held go along, planned here once (~0.1 s for 256 lanes): a worker's
+        # first batch then issues its reads at once, not after numba's start-up and 32 window plans (~0.6 s)
+        for epoch in self._epochs.held():
+            e = self._epoch(epoch)
+            for lane in range(self.lanes):
+                if e.cuts[lane].shape[0] > 1:
+                    self.window_plan(epoch, lane, 0)
         first = [(k, v) for k, v in self._plans.items() if k[2] == 0][-self.lanes :]
         return {k: v for k, v in self.__dict__.items() if k != "_lock"} | {"_plans": OrderedDict(first)}
 
@@ -160,34 +165,15 @@ class LaneSchedule(RowsPlanSchedule):
             c = np.concatenate(([0], c[c > 0], [n_lane])) if n_lane else np.zeros(1, np.int64)
             cuts.append(c)
         e = _Epoch(blocks_of, lane_cum, cuts, [], 0, np.zeros((0, 2), np.int64), 0)
-        firsts: list = []  # each lane's first window, kept (its rows are the epoch's first batches')
-        countable = self.options.get("align", 1) == 1 and self.options.get("overflow", "split") == "split"
-        algorithm = self.options.get("algorithm", "best_fit_decreasing")
+        windows = self._window_rows(e, epoch)
+        at = 0
         for lane in range(L):
-            rows = []
-            for w, (a, b) in enumerate(zip(e.cuts[lane][:-1], e.cuts[lane][1:])):
-                docs = self._lane_docs(e, lane, int(a), int(b))
-                if w and countable:  # only its row count: counted by the packer's kernel, no plan made (~2x)
-                    rows.append(
-                        count_rows(
-                            self.ctx,
-                            algorithm,
-                            lengths=self.lengths[docs],
-                            max_segments=self.options.get("max_segments"),
-                            window=self.options.get("window"),
-                        ).rows
-                    )
-                    continue
-                seeded = [self.seed, epoch, lane, w] if w == 0 else None
-                plan, order = plan_window(self.lengths, docs, self.ctx, self.options, seeded)
-                rows.append(plan.num_rows)
-                if w == 0:
-                    firsts.append(((epoch, lane, 0), (plan, order)))
-            starts = np.concatenate(([0], np.cumsum(np.asarray(rows, np.int64))))
+            rows = windows[at : at + e.cuts[lane].shape[0] - 1]
+            at += rows.shape[0]
+            starts = np.concatenate(([0], np.cumsum(rows)))
             row_starts.append(starts)
             counts[lane] = starts[-1]
         e.row_starts = row_starts
-        self._keep(firsts)
         least = int(counts.min()) if L else 0
         e.regular = self.period * least
         for lane in range(L):
@@ -197,6 +183,32 @@ class LaneSchedule(RowsPlanSchedule):
         full, rest = divmod(e.tail.shape[0], self.batch_size)
         e.batches = e.regular + full + (1 if rest and not self.drop_remainder else 0)
         return e
+
+    def _window_rows(self, e: _Epoch, epoch: int) -> np.ndarray:
+        """Rows of every window of every lane, lane by lane (int64). Counted from the lengths in one kernel call, no
+        plan made: a window is planned when its rows are read (:meth:`window_plan`); for 32 GB of tokens an epoch
+        has ~10^4 windows, ~0.3 ms of Python each when planned one by one. Options the counting kernels do not
+        cover (``align`` > 1, ``overflow`` other than ``split``) plan every window, the lanes' first kept."""
+        S, o = self.io_block_size, self.options
+        order = np.concatenate(e.lane_blocks) if e.lane_blocks else np.zeros(0, np.int64)
+        docs = (order[:, None] * S + np.arange(S, dtype=np.int64)).reshape(-1)
+        docs = docs[docs < self.n]  # lane by lane, each lane's documents in its order (the last block may be short)
+        offsets = np.concatenate(([0], np.cumsum([int(c[-1]) for c in e.cuts])))  # each lane's first document
+        bounds = np.concatenate([off + c[:-1] for off, c in zip(offsets, e.cuts)] + [offsets[-1:]])
+        if o.get("align", 1) == 1 and o.get("overflow", "split") == "split":
+            algorithm = o.get("algorithm", "best_fit_decreasing")
+            lengths = self.lengths[docs]
+            return count_windows(
+                lengths, bounds, self.ctx, algorithm, max_segments=o.get("max_segments"), window=o.get("window")
+            )
+        rows = []
+        for lane, c in enumerate(e.cuts):
+            for w, (a, b) in enumerate(zip(offsets[lane] + c[:-1], offsets[lane] + c[1:])):
+                plan, row_order = plan_window(self.lengths, docs[a:b], self.ctx, o, [self.seed, epoch, lane, w])
+                rows.append(plan.num_rows)
+                if w == 0:
+                    self._keep([((epoch, lane, 0), (plan, row_order))])
+        return np.asarray(rows, np.int64)
 
     def window_plan(self, epoch: int, lane: int, w: int) -> tuple[PackPlan, np.ndarray]:
         """Window ``w`` of ``lane``: its plan (document ids global) and row order."""

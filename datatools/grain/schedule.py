@@ -118,6 +118,11 @@ class EpochCache:
             self._hits[epoch] = hit
         return hit
 
+    def held(self) -> list[int]:
+        """The epochs held now."""
+        with self._lock:
+            return sorted(self._hits)
+
     def __getstate__(self):
         with self._lock:
             return {"keep": self.keep, "carried": self.carried, "hits": dict(self._hits) if self.carried else {}}

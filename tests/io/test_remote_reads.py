@@ -271,9 +271,10 @@ def test_a_store_in_a_bucket_reads_each_run_of_inner_chunks_with_one_request(slo
 
 
 def test_a_lane_schedule_sent_to_a_worker_carries_its_lanes_first_window_plans():
-    """Planning an epoch plans every lane's windows; the first window of each lane is kept and sent with the
-    schedule to a Grain worker, whose first batch then issues its reads at once (no numba start-up and window
-    plans first: ~0.6 s at the start of every worker). What it carries is what it would plan itself."""
+    """Planning an epoch counts every lane's windows' rows (no plan made); sent to a Grain worker, the schedule
+    plans each lane's first window once and carries it, and the worker's first batch then issues its reads at once
+    (no numba start-up and window plans first: ~0.6 s at the start of every worker). What it carries is what it
+    would plan itself."""
     import pickle
 
     from datatools.grain.lane_schedule import LaneSchedule
@@ -335,10 +336,12 @@ def test_lanes_read_ahead_whole_windows_only_for_the_rows_of_their_own_lanes():
     seed=st.integers(0, 2**16),
     algorithm=st.sampled_from(["best_fit_decreasing", "first_fit_decreasing", "next_fit", "best_fit", "concat_split"]),
     max_segments=st.sampled_from([None, 3]),
+    align=st.sampled_from([1, 1, 64]),
 )
-def test_lane_row_counts_counted_equal_the_windows_plans(seed, algorithm, max_segments):
-    """An epoch's lane plan counts the rows of every window after each lane's first with the packer's counting
-    kernel (no plan made): the row counts are those of the windows' plans, row for row."""
+def test_lane_row_counts_counted_equal_the_windows_plans(seed, algorithm, max_segments, align):
+    """An epoch's lane plan counts the rows of every window with the packer's counting kernel, all windows in one
+    call (no plan made; options the counting kernels do not cover, align > 1, are planned): the row counts are
+    those of the windows' plans, row for row."""
     from datatools.grain.lane_schedule import LaneSchedule
     from datatools.grain.streaming_schedule import plan_window
     from datatools.io.documents import ArrayDocuments
@@ -347,7 +350,7 @@ def test_lane_row_counts_counted_equal_the_windows_plans(seed, algorithm, max_se
         max_segments = None
     lengths = lengths_of(1500, seed=seed)
     docs = ArrayDocuments(np.zeros(int(lengths.sum()), np.int32), np.concatenate(([0], np.cumsum(lengths))))
-    options = {"algorithm": algorithm, "max_segments": max_segments}
+    options = {"algorithm": algorithm, "max_segments": max_segments, "align": align}
     schedule = LaneSchedule(
         docs, ctx=CTX, window=64, batch_size=4, drop_remainder=False, io_block_size=8, seed=seed, options=options
     )

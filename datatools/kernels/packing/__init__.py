@@ -22,7 +22,7 @@ Modules, from the bottom up:
 """
 
 from datatools.kernels.packing.algorithms import ALGORITHMS, TABLE, Algorithm, PackOptions
-from datatools.kernels.packing.counting import PackCount, count_rows, count_rows_chunked
+from datatools.kernels.packing.counting import PackCount, count_rows, count_rows_chunked, count_windows
 from datatools.kernels.packing.groups import lower_bound_rows, pack_in_groups, size_histogram
 from datatools.kernels.packing.materialize import check_token_ids, materialize, materialize_pieces
 from datatools.kernels.packing.pieces import cut_pieces, piece_histogram, piece_sizes
@@ -39,6 +39,7 @@ __all__ = [
     "check_token_ids",
     "count_rows",
     "count_rows_chunked",
+    "count_windows",
     "cut_pieces",
     "lengths_identity",
     "lower_bound_rows",

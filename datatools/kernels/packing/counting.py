@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from datatools.base.checks import as_lengths, short_repr
 from datatools.kernels.packing.algorithms import Algorithm, PackOptions
 from datatools.kernels.packing.pieces import decreasing_runs, piece_histogram, piece_sizes
-from datatools.kernels.packing.planners import NO_ROWS, NO_RUNS, capped_decreasing, worth_dealing
+from datatools.kernels.packing.planners import NO_ROWS, NO_RUNS, best_fit, capped_rows, first_fit, worth_dealing
 
 
 @dataclass(frozen=True)
@@ -125,19 +126,67 @@ def count_rows_chunked(
 
 def _count_decreasing(histogram: np.ndarray, ctx: int, algo: Algorithm, seg: int) -> PackCount:
     """First/best fit decreasing (and the capped dealing, when it wins) from a size histogram."""
+    rows, pieces, most = _count_histogram(histogram, ctx, seg, algo.place is not first_fit)
+    return PackCount(int(rows), int(pieces), int(most))
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_histogram(histogram, ctx, seg, best):
+    """(rows, pieces, most pieces in a row) of best (else first) fit decreasing of a size histogram, and of the
+    capped dealing when it needs fewer rows."""
     sizes, runs = decreasing_runs(histogram)
-    pieces = int(runs.sum())
-    units = int((sizes.astype(np.int64) * runs).sum())
+    pieces = runs.sum()
+    units = (sizes.astype(np.int64) * runs).sum()
     # without a cap, any-fit packers never leave two rows at most half full, so rows <= 2 * lower bound + 1;
     # with a cap, up to one row per piece
     max_rows = pieces if seg else min(pieces, 2 * -(-units // ctx) + 1)
-    assert algo.place is not None
-    rows, most = algo.place(sizes, runs, ctx, seg, 0, max_rows, NO_ROWS)
-    if seg and worth_dealing(int(rows), units, pieces, ctx, seg):
-        dealt_rows, dealt_most = capped_decreasing(sizes, runs, ctx, seg)
+    none = np.zeros(0, np.int32)
+    if best:
+        rows, most = best_fit(sizes, runs, ctx, seg, 0, max_rows, none, none, none)
+    else:
+        rows, most = first_fit(sizes, runs, ctx, seg, 0, max_rows, none)
+    if seg and worth_dealing(rows, units, pieces, ctx, seg):
+        dealt_rows, dealt_most = capped_rows(sizes, runs, ctx, seg, pieces, units, none)
         if dealt_rows < rows:
             rows, most = dealt_rows, dealt_most
-    return PackCount(int(rows), pieces, int(most))
+    return rows, pieces, most
+
+
+def count_windows(
+    lengths, bounds, ctx: int, algorithm: str, *, max_segments: int | None = None, window: int | None = None
+) -> np.ndarray:
+    """int64 rows of each window ``part = lengths[bounds[w]:bounds[w + 1]]`` packed on its own: ``count_rows(ctx,
+    algorithm, lengths=part, max_segments=..., window=...).rows`` of every window, for the decreasing packers in
+    one kernel call (a streaming schedule's epoch: ~10^4 windows of ~10^3 documents for 32 GB of tokens, where a
+    call a window costs ~0.3 ms of Python). ``bounds``: non-decreasing offsets into ``lengths``, 0 to its end."""
+    o = PackOptions(ctx, algorithm, max_segments, window=window)
+    lengths = as_lengths(lengths)
+    bounds = np.asarray(bounds, np.int64)
+    if bounds.ndim != 1 or bounds.shape[0] < 1 or bounds[0] != 0 or bounds[-1] != lengths.shape[0]:
+        raise ValueError(f"bounds must run from 0 to {lengths.shape[0]} (the lengths), got {short_repr(bounds)}")
+    if np.any(np.diff(bounds) < 0):
+        raise ValueError(f"bounds must not decrease, got {short_repr(bounds)}")
+    rows = np.zeros(bounds.shape[0] - 1, np.int64)
+    if not o.packer.decreasing:
+        for w in range(rows.shape[0]):
+            part = lengths[bounds[w] : bounds[w + 1]]
+            rows[w] = count_rows(ctx, algorithm, lengths=part, max_segments=max_segments, window=window).rows
+        return rows
+    _count_windows(lengths, bounds, o.ctx, o.seg, o.packer.place is not first_fit, rows)
+    return rows
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_windows(lengths, bounds, ctx, seg, best, rows):
+    histogram = np.zeros(ctx + 1, np.int64)
+    for w in range(rows.shape[0]):
+        histogram[:] = 0
+        for i in range(bounds[w], bounds[w + 1]):
+            n = lengths[i]
+            histogram[ctx] += n // ctx
+            histogram[n % ctx] += 1
+        histogram[0] = 0
+        rows[w] = _count_histogram(histogram, ctx, seg, best)[0]
 
 
 def _checked_sizes(sizes, ctx: int) -> np.ndarray:

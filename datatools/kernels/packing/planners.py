@@ -307,7 +307,8 @@ def deal_capped(sizes, runs, capacity, max_segments, rows, row_of):
     return free, segs, missed
 
 
-def worth_dealing(rows: int, units: int, pieces: int, capacity: int, max_segments: int) -> bool:
+@numba.njit(cache=True, nogil=True)
+def worth_dealing(rows, units, pieces, capacity, max_segments):
     """Whether a plain decreasing fit of ``rows`` rows is far enough (over 1%) above the lower bound
     max(units / capacity, pieces / cap) for dealing (:func:`capped_decreasing`) to be worth its time."""
     if pieces <= max_segments:
@@ -332,15 +333,27 @@ def capped_decreasing(
         pieces, units = int(runs.sum()), int((sizes.astype(np.int64) * runs).sum())
     else:
         pieces, units = int(sizes.shape[0]), int(sizes.sum(dtype=np.int64))
+    rows, most = capped_rows(sizes, runs, capacity, max_segments, pieces, units, row_of)
+    return int(rows), int(most)
+
+
+@numba.njit(cache=True, nogil=True)
+def capped_rows(sizes, runs, capacity, max_segments, pieces, units, row_of):
+    """:func:`capped_decreasing` of ``pieces`` pieces of ``units`` units in all (the kernel, callable from
+    other kernels)."""
     rows = max(-(-units // capacity), -(-pieces // max_segments), 1)
     free, segs, missed = deal_capped(sizes, runs, capacity, max_segments, rows, row_of)
     msizes, mruns = decreasing_runs(missed)
-    nmissed = int(missed.sum())
-    placed = np.empty(nmissed, np.int32) if row_of.shape[0] else NO_ROWS
+    nmissed = missed.sum()
+    placed = np.empty(nmissed if row_of.shape[0] else 0, np.int32)
     rows, most = best_fit(msizes, mruns, capacity, max_segments, 0, nmissed, free, segs, placed)
-    if row_of.shape[0] and nmissed:
-        row_of[row_of < 0] = placed
-    return int(rows), int(most)
+    if row_of.shape[0] and nmissed:  # the missed pieces, in order, to the rows best fit gave them
+        k = 0
+        for i in range(row_of.shape[0]):
+            if row_of[i] < 0:
+                row_of[i] = placed[k]
+                k += 1
+    return rows, most
 
 
 def concat_split_state(ctx: int) -> np.ndarray:

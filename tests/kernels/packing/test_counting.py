@@ -11,6 +11,7 @@ from datatools.kernels.packing import (
     ALGORITHMS,
     count_rows,
     count_rows_chunked,
+    count_windows,
     pack_lengths,
     piece_histogram,
     piece_sizes,
@@ -128,3 +129,31 @@ def test_bad_input_is_a_value_error_naming_it(kwargs, message):
 def test_a_window_on_a_packer_without_one_is_refused():
     with pytest.raises(ValueError, match="window applies to first_fit and best_fit only"):
         pack_lengths([3, 4], 8, algorithm="best_fit_decreasing", window=2)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    lengths=lengths_st,
+    cuts=st.lists(st.integers(0, 120), max_size=8),
+    ctx=st.integers(1, 300),
+    algorithm=st.sampled_from(ALGORITHMS),
+    cap=st.one_of(st.none(), st.integers(1, 6)),
+    window=st.one_of(st.none(), st.integers(1, 8)),
+)
+def test_window_counts_equal_each_windows_plan(lengths, cuts, ctx, algorithm, cap, window):
+    """count_windows (one kernel call for the decreasing packers): each window's rows are those of its own plan,
+    for every algorithm, cap and window, empty windows included."""
+    arr = np.array(lengths, np.int64)
+    bounds = np.array(sorted({0, arr.shape[0], *(min(c, arr.shape[0]) for c in cuts)}) or [0], np.int64)
+    if algorithm == "concat_split":
+        cap = None
+    windowed = algorithm in ("first_fit", "best_fit")
+    win = window if windowed else None
+    rows = count_windows(arr, bounds, ctx, algorithm, max_segments=cap, window=win)
+    want = [
+        pack_lengths(arr[a:b], ctx, algorithm=algorithm, max_segments=cap, window=win).num_rows
+        for a, b in zip(bounds[:-1], bounds[1:])
+    ]
+    np.testing.assert_array_equal(rows, want)
+    with pytest.raises(ValueError, match="bounds must run from 0"):
+        count_windows(arr, bounds[:-1] if bounds.shape[0] > 1 else [1], ctx, algorithm)
