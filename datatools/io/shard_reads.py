@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import BinaryIO
 
 import google_crc32c
 import numpy as np
@@ -60,6 +61,28 @@ def entries_of(shard: bytes, per_shard: int) -> bytes:
                 raise ValueError(f"inner chunk {j} lies outside the shard")
             table[j, 2] = int.from_bytes(shard[offset + nbytes - 4 : offset + nbytes], "little")
     return table.tobytes()
+
+
+def mismatch(shard: BinaryIO, entries: np.ndarray) -> str | None:
+    """Why the shard object open as ``shard`` (a binary file at its start) is not the one ``entries`` records (its
+    rows of ``shard_index.bin``: per inner chunk offset, size, crc32c), or None when it is. Reads the shard's own
+    index and the crc32c each stored inner chunk ends with, ~1.6 KiB of a 2 MiB shard: a reader through
+    tensorstore checks each chunk's bytes against that crc32c as it decodes them, so every byte it returns is the
+    one the index object (checked against the manifest) records."""
+    per = entries.shape[0]
+    head = shard.read(per * INDEX_ENTRY_BYTES)
+    if len(head) < per * INDEX_ENTRY_BYTES:
+        return f"is shorter ({len(head)} bytes) than its index"
+    if not np.array_equal(np.frombuffer(head, "<u8").reshape(per, 2), entries[:, :2]):
+        return "has another index than shard_index.bin records (replaced, swapped, from another store)"
+    for j, (offset, nbytes, crc) in enumerate(entries.tolist()):
+        if offset == int(MISSING):
+            continue
+        shard.seek(offset + nbytes - 4)
+        stored = shard.read(4)
+        if len(stored) < 4 or int.from_bytes(stored, "little") != crc:
+            return f"inner chunk {j} is not the one the shard index records: replaced, swapped, from another store"
+    return None
 
 
 def index_table(data: bytes, shards: int, per_shard: int) -> np.ndarray:

@@ -1,6 +1,7 @@
 """Reads that verify what they read (issue 36, item 3): every stored object a reader touches is checked against
-the manifest the first time a process reads it (its size on open, one listing; locally every byte against the
-recorded xxh3 digest; in a bucket, where inner chunks are fetched by range, each shard's index against its digest).
+the manifest the first time a process reads it (its size on open, one listing; locally each shard's index and the
+crc32c each inner chunk ends with against shard_index.bin, or without it every byte against the recorded xxh3
+digest; in a bucket, where inner chunks are fetched by range, against shard_index.bin as they are decoded).
 A chunk swapped with another, taken from another store or rewritten through tensorstore is refused naming it,
 never read as data. Before, only the crc32c inside each chunk was checked, which such a chunk passes."""
 
@@ -229,7 +230,24 @@ def test_a_store_before_the_digests_is_checked_by_its_sha256(tmp_path, small_chu
     _store(tmp_path / "a", [3, 4, 5])
     path = Path(tmp_path / "a" / "manifest.json")
     m = json.loads(path.read_text())
-    del m["digests"]
+    del m["digests"], m["shard_index"]  # a store from before the digests had no shard_index.bin either
     path.write_text(json.dumps(m))
     _swap(tmp_path / "a", "c/0", "c/1")
     _refused(tmp_path / "a", 0)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(at=st.integers(0, 10**6), bit=st.integers(0, 7))
+def test_a_local_shard_with_any_byte_flipped_is_refused_naming_it(tmp_path_factory, small_chunks, at, bit):
+    """Locally a shard is checked by its index and the crc32c each inner chunk ends with (shard_index.bin, a few
+    bytes a chunk), and tensorstore checks each chunk it decodes against that crc32c: a flipped bit anywhere in
+    the shard, index, data or crc, is refused naming the shard, never read as tokens."""
+    path = tmp_path_factory.mktemp("flip") / "s"
+    flat = _store(path, [3, 4, 5], random=True)
+    shard = path / "tokens" / "c" / "1"
+    data = bytearray(shard.read_bytes())
+    data[at % len(data)] ^= 1 << bit
+    shard.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"chunk tokens/c/1 is (corrupt|unreadable) .*repair: datatools pretokenize"):
+        TokenStore(path).read_tokens(SHARD, 2 * SHARD)
+    np.testing.assert_array_equal(TokenStore(path).read_tokens(0, SHARD), flat[:SHARD])
