@@ -189,10 +189,8 @@ class LaneSchedule(RowsPlanSchedule):
         plan made: a window is planned when its rows are read (:meth:`window_plan`); for 32 GB of tokens an epoch
         has ~10^4 windows, ~0.3 ms of Python each when planned one by one. Options the counting kernels do not
         cover (``align`` > 1, ``overflow`` other than ``split``) plan every window, the lanes' first kept."""
-        S, o = self.io_block_size, self.options
-        order = np.concatenate(e.lane_blocks) if e.lane_blocks else np.zeros(0, np.int64)
-        docs = (order[:, None] * S + np.arange(S, dtype=np.int64)).reshape(-1)
-        docs = docs[docs < self.n]  # lane by lane, each lane's documents in its order (the last block may be short)
+        o = self.options
+        docs = np.concatenate([self._lane_docs(e, lane, 0, int(c[-1])) for lane, c in enumerate(e.cuts)])
         offsets = np.concatenate(([0], np.cumsum([int(c[-1]) for c in e.cuts])))  # each lane's first document
         bounds = np.concatenate([off + c[:-1] for off, c in zip(offsets, e.cuts)] + [offsets[-1:]])
         if o.get("align", 1) == 1 and o.get("overflow", "split") == "split":

@@ -17,7 +17,7 @@ import numpy as np
 
 from datatools.base.checks import as_lengths, short_repr
 from datatools.kernels.packing.algorithms import Algorithm, PackOptions
-from datatools.kernels.packing.pieces import decreasing_runs, piece_histogram, piece_sizes
+from datatools.kernels.packing.pieces import decreasing_runs, piece_histogram, piece_sizes, split_histogram
 from datatools.kernels.packing.planners import NO_ROWS, NO_RUNS, best_fit, capped_rows, first_fit, worth_dealing
 
 
@@ -178,15 +178,8 @@ def count_windows(
 
 @numba.njit(cache=True, nogil=True)
 def _count_windows(lengths, bounds, ctx, seg, best, rows):
-    histogram = np.zeros(ctx + 1, np.int64)
     for w in range(rows.shape[0]):
-        histogram[:] = 0
-        for i in range(bounds[w], bounds[w + 1]):
-            n = lengths[i]
-            histogram[ctx] += n // ctx
-            histogram[n % ctx] += 1
-        histogram[0] = 0
-        rows[w] = _count_histogram(histogram, ctx, seg, best)[0]
+        rows[w] = _count_histogram(split_histogram(lengths[bounds[w] : bounds[w + 1]], ctx), ctx, seg, best)[0]
 
 
 def _checked_sizes(sizes, ctx: int) -> np.ndarray:

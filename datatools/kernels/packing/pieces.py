@@ -102,7 +102,7 @@ def piece_sizes(lengths, ctx: int) -> np.ndarray:
 def piece_histogram(lengths, ctx: int) -> np.ndarray:
     """int64 (ctx + 1,): ``counts[c]`` pieces of c tokens that splitting every document at ``ctx`` gives (index 0:
     none); what :func:`~datatools.kernels.packing.counting.count_rows` takes as ``histogram``."""
-    return _split_histogram(as_lengths(lengths), check_int(ctx, "ctx", minimum=1, maximum=MAX_CTX))
+    return split_histogram(as_lengths(lengths), check_int(ctx, "ctx", minimum=1, maximum=MAX_CTX))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -123,7 +123,8 @@ def _split_sizes(lengths, ctx):
 
 
 @numba.njit(cache=True, nogil=True)
-def _split_histogram(lengths, ctx):
+def split_histogram(lengths, ctx):
+    """:func:`piece_histogram` without the checks (the kernel, callable from other kernels)."""
     counts = np.zeros(ctx + 1, np.int64)
     for i in range(lengths.shape[0]):
         n = lengths[i]
