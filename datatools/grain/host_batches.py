@@ -177,6 +177,9 @@ class HostBatchesMapDataset(grain.MapDataset):
                 f"(every bucket's, when bucketing) must be a multiple of the host count"
             )
         self._schedule = schedule
+        carry_host = getattr(schedule, "carry_host", None)  # a schedule that sends only this host's first plans
+        if carry_host is not None:
+            carry_host(self._index, self._count)
         # read ahead when the schedule says what a batch reads and its source reads ahead (a bucket): checked once,
         # not per batch (a protocol check costs ~10 us, a visible share of a fast source's CPU time per batch)
         self._ahead_of: ReadAheadSchedule | None = None

@@ -270,7 +270,7 @@ def test_a_store_in_a_bucket_reads_each_run_of_inner_chunks_with_one_request(slo
     assert proxy.stats().bytes_down < 3 * 4 * 2 * 256 * 2  # four inner chunks of each, not whole shards
 
 
-def test_a_lane_schedule_sent_to_a_worker_carries_its_lanes_first_window_plans():
+def test_a_lane_schedule_sent_to_a_worker_carries_its_hosts_lanes_first_window_plans():
     """Planning an epoch counts every lane's windows' rows (no plan made); sent to a Grain worker, the schedule
     plans each lane's first window once and carries it, and the worker's first batch then issues its reads at once
     (no numba start-up and window plans first: ~0.6 s at the start of every worker). What it carries is what it
@@ -302,6 +302,20 @@ def test_a_lane_schedule_sent_to_a_worker_carries_its_lanes_first_window_plans()
     for j in range(4):
         for a, b in zip(worker.pieces(0, j, 0, 8), fresh.pieces(0, j, 0, 8)):
             np.testing.assert_array_equal(a, b)
+
+    # a host's dataset says which host reads it: only its lanes' plans go (host 1 of 4: rows 2-3, lanes 4-7), and
+    # a second host's dataset over the same schedule widens them; the batches are the same as a fresh schedule's
+    from datatools.grain.host_batches import HostBatchesMapDataset
+
+    host = schedule()
+    HostBatchesMapDataset(host, index=1, count=4)
+    sent = pickle.loads(pickle.dumps(host))
+    assert sorted(sent._plans) == [(0, lane, 0) for lane in range(4, 8)]
+    for j in range(4):
+        for a, b in zip(sent.pieces(0, j, 2, 4), fresh.pieces(0, j, 2, 4)):
+            np.testing.assert_array_equal(a, b)
+    HostBatchesMapDataset(host, index=3, count=4)
+    assert sorted(pickle.loads(pickle.dumps(host))._plans) == [(0, lane, 0) for lane in range(4, 16)]
 
 
 def test_lanes_read_ahead_whole_windows_only_for_the_rows_of_their_own_lanes():

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -69,60 +70,65 @@ def _env(endpoint: str, scheme: str = "s3") -> dict:
     return env
 
 
-def _fails_in_bound(args: list[str], url: str, endpoint: str, scheme: str = "s3") -> str:
-    t0 = time.monotonic()
+def _start(args: list[str], endpoint: str, scheme: str = "s3", python: bool = False) -> tuple[subprocess.Popen, float]:
+    """``datatools ARGS`` (``python ARGS`` with ``python``) started against ``endpoint``, and when (a test waits for
+    several at once: each waits ~20 s on the silence, idle)."""
+    proc = subprocess.Popen(
+        [sys.executable, *([] if python else ["-m", "datatools"]), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(endpoint, scheme),
+    )
+    return proc, time.monotonic()
+
+
+def _finish(started: tuple[subprocess.Popen, float], limit_s: float, what: str) -> tuple[str, str, float]:
+    """stdout, stderr and seconds of the process of ``started``; the test fails if it runs past ``limit_s``."""
+    proc, t0 = started
     try:
-        out = subprocess.run(
-            [sys.executable, "-m", "datatools", *args],
-            capture_output=True,
-            text=True,
-            env=_env(endpoint, scheme),
-            timeout=BOUND_S * 3,
-        )
+        stdout, stderr = proc.communicate(timeout=max(1.0, limit_s - (time.monotonic() - t0)))
     except subprocess.TimeoutExpired:
-        pytest.fail(f"datatools {' '.join(args)} still silent after {BOUND_S * 3:.0f} s")
-    elapsed = time.monotonic() - t0
-    said = without_progress(out.stderr).splitlines()  # what the command said: its progress lines left out
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"{what} still silent after {limit_s:.0f} s")
+    return stdout, stderr, time.monotonic() - t0
+
+
+def _failed_in_bound(started: tuple[subprocess.Popen, float], args: list[str], url: str) -> str:
+    """The one line the command of ``started`` failed with, checked: exit 1 within the bound, naming ``url``."""
+    proc = started[0]
+    _, stderr, elapsed = _finish(started, BOUND_S * 3, f"datatools {' '.join(args)}")
+    said = without_progress(stderr).splitlines()  # what the command said: its progress lines left out
     lines = [line for line in said if not line.startswith("datatools: warning: ")]
-    assert out.returncode == 1, out.stderr[-2000:]
+    assert proc.returncode == 1, stderr[-2000:]
     assert elapsed <= BOUND_S, (elapsed, args)
-    assert len(lines) == 1 and lines[0].startswith("datatools: error: ") and url in lines[0], out.stderr[-2000:]
-    assert "Traceback" not in out.stderr
+    assert len(lines) == 1 and lines[0].startswith("datatools: error: ") and url in lines[0], stderr[-2000:]
+    assert "Traceback" not in stderr
     return lines[0]
 
 
-@pytest.mark.parametrize(
-    "command",
-    [
-        "analyze-padding",
-        pytest.param("pretokenize-in", marks=pytest.mark.slow),  # ~20 s each: make test runs one of the four
-        pytest.param("pretokenize-out", marks=pytest.mark.slow),
-        pytest.param("verify", marks=pytest.mark.slow),
-    ],
-)
-def test_a_silent_s3_endpoint_fails_within_30_s(silent_endpoint, tokenizer_file, tmp_path, command):
+S3_COMMANDS = {  # command: (the URL it names, its arguments; the tokenizer is added to all but verify)
+    "analyze-padding": ("s3://bucket/docs.jsonl", ["analyze-padding", "s3://bucket/docs.jsonl"]),
+    "pretokenize-in": ("s3://bucket/docs.jsonl", ["pretokenize", "s3://bucket/docs.jsonl", "{tmp}/store"]),
+    "pretokenize-out": ("s3://bucket/store", ["pretokenize", "{tmp}/docs.jsonl", "s3://bucket/store"]),
+    "verify": ("s3://bucket/store", ["verify", "s3://bucket/store"]),
+}
+
+
+def _start_s3(command: str, endpoint: str, tokenizer_file: Path, tmp_path: Path) -> tuple:
+    """``command`` of :data:`S3_COMMANDS` started against ``endpoint``: (its URL, its arguments, started)."""
     (tmp_path / "docs.jsonl").write_text(json.dumps({"text": "hello world"}) + "\n")
-    url = {
-        "analyze-padding": "s3://bucket/docs.jsonl",
-        "pretokenize-in": "s3://bucket/docs.jsonl",
-        "pretokenize-out": "s3://bucket/store",
-        "verify": "s3://bucket/store",
-    }[command]
-    args = {
-        "analyze-padding": ["analyze-padding", url, "--tokenizer", str(tokenizer_file)],
-        "pretokenize-in": ["pretokenize", url, str(tmp_path / "store"), "--tokenizer", str(tokenizer_file)],
-        "pretokenize-out": ["pretokenize", str(tmp_path / "docs.jsonl"), url, "--tokenizer", str(tokenizer_file)],
-        "verify": ["verify", url],
-    }[command]
-    line = _fails_in_bound(args, url, silent_endpoint)
-    assert silent_endpoint in line or "timed out" in line or "cannot reach" in line, line
+    url, template = S3_COMMANDS[command]
+    args = [a.replace("{tmp}", str(tmp_path)) for a in template]
+    if command != "verify":
+        args += ["--tokenizer", str(tokenizer_file)]
+    return url, args, _start(args, endpoint)
 
 
-def test_a_silent_gcs_endpoint_fails_at_the_probe(silent_endpoint):
-    """gcsfs's 6 attempts are fixed in its class: the once-per-process probe's HEAD finds the silence first."""
-    url = "gs://bucket/docs.jsonl"
-    line = _fails_in_bound(["analyze-padding", url], url, silent_endpoint, "gs")
-    assert "sent no answer" in line and silent_endpoint in line, line
+def _check_s3(url: str, args: list[str], started: tuple, endpoint: str) -> None:
+    line = _failed_in_bound(started, args, url)
+    assert endpoint in line or "timed out" in line or "cannot reach" in line, line
 
 
 _TENSORSTORE_READ = """
@@ -142,16 +148,28 @@ else:
 """
 
 
-def test_a_silent_endpoint_fails_tensorstore_reads_within_30_s(silent_endpoint):
-    """The store arrays are read by tensorstore's own HTTP client (curl): its spec has no timeout, so the
-    low-speed watchdog and the connect timeout come from its environment variables, set by storage."""
-    t0 = time.monotonic()
-    out = subprocess.run(
-        [sys.executable, "-c", _TENSORSTORE_READ, "s3://bucket/store/tokens"],
-        capture_output=True,
-        text=True,
-        env=_env(silent_endpoint),
-        timeout=BOUND_S * 4,
-    )
-    assert time.monotonic() - t0 <= BOUND_S + 5, (out.stdout, out.stderr[-1000:])  # + interpreter start
-    assert "OSError" in out.stdout and "s3://bucket/store/tokens" in out.stdout, (out.stdout, out.stderr[-1000:])
+def test_a_silent_endpoint_fails_within_30_s_through_every_client(silent_endpoint, tokenizer_file, tmp_path):
+    """Each client against the silent endpoint, all started at once (each waits ~20 s, idle):
+
+    * ``analyze-padding s3://...``: fsspec (s3fs) reading a file;
+    * ``analyze-padding gs://...``: gcsfs's 6 attempts are fixed in its class, so the once-per-process probe's
+      HEAD finds the silence first;
+    * the store arrays are read by tensorstore's own HTTP client (curl): its spec has no timeout, so the
+      low-speed watchdog and the connect timeout come from its environment variables, set by storage."""
+    store_url, gcs_url = "s3://bucket/store/tokens", "gs://bucket/docs.jsonl"
+    read = _start(["-c", _TENSORSTORE_READ, store_url], silent_endpoint, python=True)
+    s3 = _start_s3("analyze-padding", silent_endpoint, tokenizer_file, tmp_path)
+    gcs = _start(["analyze-padding", gcs_url], silent_endpoint, "gs")
+
+    _check_s3(*s3, silent_endpoint)
+    line = _failed_in_bound(gcs, ["analyze-padding", gcs_url], gcs_url)
+    assert "sent no answer" in line and silent_endpoint in line, line
+    stdout, stderr, elapsed = _finish(read, BOUND_S * 4, f"tensorstore's read of {store_url}")
+    assert elapsed <= BOUND_S + 5, (stdout, stderr[-1000:])  # + interpreter start
+    assert "OSError" in stdout and store_url in stdout, (stdout, stderr[-1000:])
+
+
+@pytest.mark.slow  # ~20 s each, idle: make test runs analyze-padding's (above)
+@pytest.mark.parametrize("command", ["pretokenize-in", "pretokenize-out", "verify"])
+def test_a_silent_s3_endpoint_fails_within_30_s(silent_endpoint, tokenizer_file, tmp_path, command):
+    _check_s3(*_start_s3(command, silent_endpoint, tokenizer_file, tmp_path), silent_endpoint)

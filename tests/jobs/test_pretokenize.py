@@ -97,14 +97,21 @@ def test_bos_eos_and_tile_aligned_chunks(tmp_path, jsonl_dir, tokenizer_file, te
     np.testing.assert_array_equal(flat_b, expected)
 
 
-def test_two_workers_and_ray_give_identical_stores(tmp_path, jsonl_dir, tokenizer_file):
+def test_two_workers_give_the_store_of_one(tmp_path, jsonl_dir, tokenizer_file):
     one = tmp_path / "one"
     pretokenize(jsonl_dir, one, tokenizer_file, progress=False)
     two = tmp_path / "two"
     pretokenize(jsonl_dir, two, tokenizer_file, workers=2, progress=False)
+    assert tree_digest(one) == tree_digest(two)
+
+
+@pytest.mark.slow  # starts a Ray runtime (15-25 s on 2 cores); make test-cluster runs it with the two-node cluster's
+def test_ray_gives_the_store_of_one_worker(tmp_path, jsonl_dir, tokenizer_file):
+    one = tmp_path / "one"
+    pretokenize(jsonl_dir, one, tokenizer_file, progress=False)
     ray_out = tmp_path / "ray"
     pretokenize(jsonl_dir, ray_out, tokenizer_file, workers=2, engine="ray", progress=False)
-    assert tree_digest(one) == tree_digest(two) == tree_digest(ray_out)
+    assert tree_digest(one) == tree_digest(ray_out)
 
 
 def _run_cli(args, env_extra=None):
