@@ -90,9 +90,9 @@ def test_blocksparse_equals_dense_loss_and_gradients(case, attention):
     sparse_batch = {**batch, **tile_list(batch["segment_ids"], CFG.attention_block)}
     params = init_params(CFG, jax.random.PRNGKey(3))
 
-    def run(cfg, b):
+    def run(cfg, b):  # compiled: one program per attention (op by op, a case took up to ~15 s)
         b = {k: jnp.asarray(v) for k, v in b.items()}
-        return jax.value_and_grad(loss_fn, has_aux=True)(params, cfg, b)
+        return jax.jit(lambda p, b: jax.value_and_grad(loss_fn, has_aux=True)(p, cfg, b))(params, b)
 
     (ld, cd), gd = run(CFG, batch)
     (ls, cs), gs = run(sparse_cfg, sparse_batch)
