@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from datatools.base.errors import RunFailed
+from datatools.base.progress import doing
 from datatools.base.reports import Report
 from datatools.pipeline import PipelineConfig, ShardConfig, build_canonical, parse_config
 from datatools.pipeline.schema import field, from_dict, load_yaml
@@ -276,6 +277,8 @@ def train(
     try:
         for step in range(1, cfg.train.steps + 1):
             waited = len(it.waits)
+            if step == 1:  # what a user waits for before the first step's line (planning said its own before)
+                doing("waiting for the first batch")
             batches = _micro_batches(it, cfg.train.grad_accum_steps)
             if batches is None:  # the data ended: a short step would weigh its documents differently
                 break
@@ -296,8 +299,12 @@ def train(
                 hw_flops += hardware_flops(cfg.model, seg.size, pairs)
             seg = batches[0]["segment_ids"]
             t0 = time.perf_counter()
+            if step == 1:
+                doing(f"compiling the step for {seg.shape[0]}x{seg.shape[1]} batches, running it")
             state, metrics = trainer.accumulate_step(state, [trainer.put_batch(b) for b in batches])
             loss = float(metrics["loss"])  # waits for the step
+            if step == 1:
+                doing(None)  # the steps' own lines and bar from here
             if not math.isfinite(loss):
                 raise TrainingDiverged(
                     f"step {step}: the loss became {loss}; training stopped (try a lower "

@@ -126,7 +126,9 @@ class Trainer:
         self.train_step = jax.jit(step, donate_argnums=(0,), out_shardings=(rep, rep))
         self._micro = jax.jit(micro, donate_argnums=(1,), out_shardings=rep)
         self._normalize = jax.jit(lambda acc: normalize(*acc), donate_argnums=(0,), out_shardings=rep)
-        self._update = jax.jit(update, donate_argnums=(0, 1), out_shardings=(rep, rep))
+        # the old state only: its buffers become the new state's; the gradients' have no output to go to (donated,
+        # XLA warned "Some donated buffers were not usable" at every accumulated step)
+        self._update = jax.jit(update, donate_argnums=(0,), out_shardings=(rep, rep))
 
     def gradients(self, params: dict, batches: list[dict]) -> tuple[dict, dict]:
         """(gradient of the objective, metrics) over micro-batches (each from :meth:`put_batch`; shapes may
