@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint docs demo bench install wheel clean test-clients test-cluster test-clients-levanter bench-peers
+.PHONY: test lint docs demo bench install wheel clean warm-kernels test-clients test-cluster test-clients-levanter bench-peers
 
 $(PY):
 	@test -n "$(PYTHON)" || { echo "make: no python3.11 or python3 found; set PYTHON=..." >&2; exit 2; }
@@ -35,7 +35,13 @@ lint: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
 
-test: lint docs
+# The numba kernels compiled into .numba_cache on a small workload (~30 s on one core): the suite's processes then
+# load them instead of each compiling them on first use. make test runs it beside lint and docs (make -j2).
+warm-kernels: $(STAMP)
+	NUMBA_CACHE_DIR=$(CURDIR)/.numba_cache $(PY) scripts/warm_kernels.py
+
+test: $(STAMP)
+	$(MAKE) -j2 --no-print-directory warm-kernels lint docs
 	NUMBA_CACHE_DIR=$(CURDIR)/.numba_cache $(PY) -m pytest -n 2 -m "not slow and not cluster" tests
 
 # The heavy tests make test skips: a two-node Ray cluster (ray start) writing to the S3 server, and the slow
