@@ -21,13 +21,11 @@ from pathlib import Path
 import numpy as np
 
 
-def _try(what: str, fn) -> bool:
+def _try(what: str, fn) -> None:
     try:
         fn()
-        return True
     except Exception:  # noqa: BLE001 -- a cache warm-up: the tests report what is wrong, where it is called
         print(f"warm_kernels: {what} failed:\n{traceback.format_exc(limit=3)}", file=sys.stderr)
-        return False
 
 
 def _packing(lengths: np.ndarray) -> None:
@@ -92,13 +90,11 @@ def main() -> int:
             dtype=np.dtype(np.uint16),
             manifest={"vocab_size": 1000},
         )
-        done = [
-            _try("packing", lambda: _packing(lengths)),
-            _try("pipelines", lambda: _pipelines(store)),
-            _try("analysis", lambda: _analysis(lengths)),
-            _try("shuffle report", _shuffle_report),
-        ]
-    return 0 if all(done) else 0  # a warm-up never fails make test: the tests say what is wrong
+        _try("packing", lambda: _packing(lengths))
+        _try("pipelines", lambda: _pipelines(store))
+        _try("analysis", lambda: _analysis(lengths))
+        _try("shuffle report", _shuffle_report)
+    return 0  # a warm-up never fails make test: the tests say what is wrong
 
 
 if __name__ == "__main__":
