@@ -43,6 +43,7 @@ from datatools.kernels.packing import check_token_ids, materialize
 from datatools.kernels.packing.materialize import check_plan_rows, pieces_of_rows
 
 DEFAULT_CACHE_BYTES = 512 << 20  # decoded store chunks kept per process
+LOCAL_EXTENT_TOKENS = 1 << 17  # a local read's extent (tokens; at least an inner chunk, at most a stored object)
 MIN_REMOTE_SLOTS = 1024  # extents a remote reader holds at least (a Levanter cache's 1 MiB inner chunks: 1 GiB)
 MAX_IN_FLIGHT = 64  # extent reads a reader has issued and not yet received (per process); the rest wait, in order
 MAX_AHEAD_IN_FLIGHT = 32  # of them, reads for batches still to come: the rest of the flight is the next batch's
@@ -242,8 +243,8 @@ class StorePieceReader:
             return
         e = self.store.read_granularity
         remote = storage.location(self.store.path).reads_are_requests
-        if not remote:  # no latency, no bytes over a wire: whole stored objects cost
-            e = self.store.object_tokens  # the least CPU (one file read, not one per inner chunk)
+        if not remote:  # no latency, no bytes over a wire: fewer, larger reads cost less CPU; not whole objects
+            e = min(self.store.object_tokens, max(e, LOCAL_EXTENT_TOKENS // e * e))  # (a first batch reads less)
         self.extent, self.itemsize = e, self.store.dtype.itemsize
         extents = max(1, -(-self.store.num_tokens // e))
         slots = max(1, (self.cache_bytes or DEFAULT_CACHE_BYTES) // (e * self.itemsize))

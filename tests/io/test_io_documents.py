@@ -135,6 +135,30 @@ def test_a_local_store_is_not_read_ahead(tmp_path):
     assert docs.reads_ahead is False
 
 
+def test_a_local_store_is_read_in_extents_of_a_few_inner_chunks(formats):
+    """Locally the reader's extent is LOCAL_EXTENT_TOKENS rounded to whole inner chunks (at least one, at most a
+    stored object): a first batch no longer reads the whole 2^20-token object of every piece it touches."""
+    from unittest import mock
+
+    from datatools.io import documents
+    from datatools.io.store import TokenStore
+
+    store = TokenStore(str(formats["store"]))
+    inner = store.read_granularity
+    for objects, local, want in [
+        (64 * inner, 8 * inner, 8 * inner),
+        (64 * inner, inner // 2, inner),
+        (4 * inner, 8 * inner, 4 * inner),
+        (64 * inner, 8 * inner + 1, 8 * inner),
+    ]:
+        with (
+            mock.patch.object(TokenStore, "object_tokens", property(lambda self, n=objects: n)),
+            mock.patch.object(documents, "LOCAL_EXTENT_TOKENS", local),
+        ):
+            reader = documents.StorePieceReader(store)
+            assert reader.slots > 0 and reader.extent == want, (objects, local)
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     extent=st.sampled_from([64, 256, 1000, 1 << 20]),
@@ -152,7 +176,10 @@ def test_rows_filled_from_the_slab_equal_rows_from_the_documents(formats, extent
     from datatools.io.store import TokenStore
 
     store = TokenStore(str(formats["store"]))
-    with mock.patch.object(TokenStore, "object_tokens", property(lambda self: extent)):
+    with (
+        mock.patch.object(TokenStore, "object_tokens", property(lambda self: extent)),
+        mock.patch("datatools.io.documents.LOCAL_EXTENT_TOKENS", 1 << 40),  # the extent: a whole object
+    ):
         src = StoreDocuments(store, cache_bytes=slots * extent * store.dtype.itemsize)
         plan = pack_lengths(TRUTH.lengths(), ctx, algorithm="first_fit", overflow="split")
         rng = np.random.default_rng(seed)
