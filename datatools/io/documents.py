@@ -43,7 +43,7 @@ from datatools.kernels.packing import check_token_ids, materialize
 from datatools.kernels.packing.materialize import check_plan_rows, pieces_of_rows
 
 DEFAULT_CACHE_BYTES = 512 << 20  # decoded store chunks kept per process
-LOCAL_EXTENT_TOKENS = 1 << 17  # a local read's extent (tokens; at least an inner chunk, at most a stored object)
+LOCAL_EXTENT_TOKENS = 1 << 18  # a local read's extent (tokens; at least an inner chunk, at most a stored object)
 MIN_REMOTE_SLOTS = 1024  # extents a remote reader holds at least (a Levanter cache's 1 MiB inner chunks: 1 GiB)
 MAX_IN_FLIGHT = 64  # extent reads a reader has issued and not yet received (per process); the rest wait, in order
 MAX_AHEAD_IN_FLIGHT = 32  # of them, reads for batches still to come: the rest of the flight is the next batch's
