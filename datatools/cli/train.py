@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 
 from datatools.base.progress import count_progress, doing
-from datatools.cli.common import emit_json, make_console
+from datatools.cli.common import emit_json, json_option, make_console
 from datatools.train.device_errors import device_errors
 from datatools.train.loop import LengthRate, StepRecord, load_train_config, train
 from datatools.train.model import ATTENTIONS
@@ -33,13 +33,7 @@ from datatools.train.model import ATTENTIONS
     help="Override train.grad_accum_steps: pipeline batches per optimizer step, the loss divided by the "
     "weight sum of all of them.",
 )
-@click.option(
-    "--json",
-    "json_out",
-    type=click.Path(dir_okay=False, allow_dash=True),
-    default=None,
-    help="Write the summary and per-step records as JSON to FILE, or '-' for stdout.",
-)
+@json_option("the summary and per-step records", then="")
 def train_command(config, steps, source, attention, grad_accum_steps, json_out):
     """Train the CONFIG's model on its pipeline: loss, tokens/s, efficiency and MFU per step."""
     cfg = load_train_config(config, steps=steps, source=source, attention=attention, grad_accum_steps=grad_accum_steps)
