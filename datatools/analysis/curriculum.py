@@ -87,15 +87,10 @@ def curriculum_savings(
     schedules=("grow_p2", "mix"),
     seed: int = 0,
 ) -> CurriculumSavings:
-    """Count a curriculum's attention work and padding against fixed-ctx packing at its longest length.
-
-    Args:
-      lengths: tokens per document.
-      sizes: the curriculum's lengths (tokens, increasing, multiples of ``block``, the attention tile).
-      tokens_per_batch: token slots of every batch (a multiple of every length).
-      schedules: ``grow_p2`` and / or ``mix`` (their cumulative work over the epoch).
-      seed: the decomposition's and the order's seed.
-    """
+    """Count the attention work and padding of a curriculum of ``sizes`` (tokens, increasing, multiples of ``block``,
+    the attention tile) with ``tokens_per_batch`` slots a batch (a multiple of every size) against fixed-ctx packing
+    at its longest size, for ``lengths`` (tokens per document); the cumulative work of ``schedules`` (``grow_p2``,
+    ``mix``) over the epoch; ``seed``: the decomposition's and the order's."""
     sizes = [int(s) for s in sizes]
     ctx = sizes[-1]
     bad = [s for s in sizes if s % block]

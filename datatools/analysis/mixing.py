@@ -55,14 +55,9 @@ def mixing_stats(
     *,
     source_groups: np.ndarray | None = None,
 ) -> list[SourceMixing]:
-    """Per-source figures over batches.
-
-    Args:
-      tokens, documents: int64 (batches, sources): real tokens and document pieces of each source per batch.
-      weights: one weight per source (> 0; normalized here).
-      names: one label per source.
-      source_groups: optional int64 (batches, sources): distinct groups of each source per batch.
-    """
+    """Per-source figures over batches from ``tokens`` and ``documents``, int64 (batches, sources): real tokens and
+    document pieces of each source per batch; ``weights`` (> 0, normalized here) and ``names``, one per source;
+    ``source_groups``: optional int64 (batches, sources), distinct groups of each source per batch."""
     tokens = np.asarray(tokens, np.int64)
     documents = np.asarray(documents, np.int64)
     w = np.asarray(weights, np.float64)

@@ -34,16 +34,10 @@ HISTOGRAM_BINS = 24
 
 @dataclass(frozen=True)
 class PaddingOptions:
-    """The analyzer's options, validated once here (tokens).
-
-    Args:
-      contexts: the ctx values to evaluate (sorted, equal ones merged); None: :func:`default_contexts`.
-      tile: the accelerator's tile: bucket lengths and default contexts are multiples of it.
-      buckets: K for the bucket strategy.
-      max_segments: cap on documents per packed row (None: no cap).
-      window: open rows of the streaming first/best fit (Grain's num_packing_bins).
-      strategies: the strategies to run (of :data:`STRATEGIES`).
-    """
+    """The analyzer's options (tokens), validated once here: the ``contexts`` to evaluate (sorted, equal ones merged;
+    None: :func:`default_contexts`), the accelerator's ``tile`` (bucket lengths and default contexts are multiples of
+    it), K ``buckets``, ``max_segments`` per packed row (None: no cap), the ``window`` of open rows of the streaming
+    first/best fit (Grain's num_packing_bins) and the ``strategies`` to run (of :data:`STRATEGIES`)."""
 
     contexts: tuple[int, ...] | None = None
     tile: int = 128

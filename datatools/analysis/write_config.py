@@ -22,16 +22,10 @@ def pipeline_config(
     tokenizer: str | None = None,
     maxtext_settings=None,
 ) -> dict[str, Any]:
-    """A pipeline config mapping for ``report``'s recommendation.
-
-    Args:
-      source: the input the analysis read (a path, glob or comma list).
-      trainer: ``datatools``, ``maxtext``, ``levanter`` or ``hf``: the batch ``format``.
-      column, tokenizer: the source's column and tokenizer file, when the analysis was given them.
-      maxtext_settings: the :class:`~datatools.analysis.maxtext_simulation.MaxTextSettings` read from the
-        MaxText config: ctx, segment cap and global batch (MaxText's ``global_batch_size_to_load``) come from it;
-        else the batch is :data:`DEFAULT_BATCH` rows.
-    """
+    """A pipeline config mapping for ``report``'s recommendation: ``source`` (the path, glob or comma list the
+    analysis read, with its ``column`` and ``tokenizer`` file when given), the ``trainer``'s batch ``format`` (of
+    :data:`TRAINERS`), and with ``maxtext_settings`` (a :class:`~datatools.analysis.maxtext_simulation.MaxTextSettings`)
+    its ctx, segment cap and global batch (``global_batch_size_to_load``; else :data:`DEFAULT_BATCH` rows)."""
     if trainer not in TRAINERS:
         raise ValueError(f"trainer must be one of {', '.join(TRAINERS)}; got {trainer!r}")
     rec = report.recommendation
