@@ -208,13 +208,17 @@ class SharedLengthArrays:
                 self._cache[key] = make()
             return self._cache[key]
 
+    def slices(self):
+        """Every document's length (int64), a slice of :data:`CHUNK` documents at a time, validated as read."""
+        for lo in range(0, int(self._source.shape[0]), self._chunk):
+            yield as_lengths(np.asarray(self._source[lo : lo + self._chunk]), f"lengths[{lo}:]")
+
     def chunks(self):
         """The non-empty documents' lengths (int64), in order: the whole array, or one slice after another."""
         if self.nonempty is not None:
             yield self.nonempty
             return
-        for lo in range(0, int(self._source.shape[0]), self._chunk):
-            part = as_lengths(np.asarray(self._source[lo : lo + self._chunk]), f"lengths[{lo}:]")
+        for part in self.slices():
             yield part[part > 0] if not part.all() else part
 
     def sizes(self, ctx: int) -> np.ndarray:
@@ -357,12 +361,8 @@ def analyze(lengths, options: PaddingOptions = PaddingOptions(), *, progress=Non
     if not big:
         lengths = as_lengths(lengths)
     prep = SharedLengthArrays(lengths)
-    stats = None
-    if big:  # a slice at a time; the exact percentiles from a count of every length
-        stats = chunked_length_stats(
-            as_lengths(np.asarray(lengths[lo : lo + CHUNK]), f"lengths[{lo}:]")
-            for lo in range(0, lengths.shape[0], CHUNK)
-        )
+    # a big input a slice at a time: the exact percentiles from a count of every length
+    stats = chunked_length_stats(prep.slices()) if big else None
     if stats is None:
         stats = length_stats(lengths if not big else as_lengths(lengths))
     if stats.num_tokens == 0:

@@ -54,9 +54,6 @@ def train_command(config, steps, source, attention, grad_accum_steps, json_out):
                 + ("  (includes compilation)" if rec.step == 1 else "")
             )
 
-    def stall(line: str) -> None:
-        err.print(line, markup=False, highlight=False)
-
     doing("building the pipeline, compiling the first step")
     with device_errors(), ExitStack() as bars:  # XLA out of memory -> DeviceOutOfMemory (exit 1, one line)
         advance: list = []  # the bar, from the first (compiled) step on
@@ -67,7 +64,9 @@ def train_command(config, steps, source, attention, grad_accum_steps, json_out):
                 advance.append(bars.enter_context(count_progress(err, cfg.train.steps, "training steps")))
             advance[0]()
 
-        result = train(cfg, on_step=on_step, on_loader_stall=stall)
+        result = train(
+            cfg, on_step=on_step, on_loader_stall=lambda line: err.print(line, markup=False, highlight=False)
+        )
     doing(None)
     s, loader = result.summary, result.summary.loader
     table = Table(title=f"{config}: {s.steps} steps (rates exclude the first, compiling, step)", title_justify="left")
