@@ -37,7 +37,8 @@ class PaddingOptions:
     """The analyzer's options (tokens), validated once here: the ``contexts`` to evaluate (sorted, equal ones merged;
     None: :func:`default_contexts`), the accelerator's ``tile`` (bucket lengths and default contexts are multiples of
     it), K ``buckets``, ``max_segments`` per packed row (None: no cap), the ``window`` of open rows of the streaming
-    first/best fit (Grain's num_packing_bins) and the ``strategies`` to run (of :data:`STRATEGIES`)."""
+    first/best fit (Grain's num_packing_bins), the ``strategies`` to run (of :data:`STRATEGIES`) and the ``threads``
+    running them in parallel (the kernels release the GIL)."""
 
     contexts: tuple[int, ...] | None = None
     tile: int = 128
@@ -45,6 +46,7 @@ class PaddingOptions:
     max_segments: int | None = None
     window: int = 256
     strategies: tuple[str, ...] = STRATEGIES
+    threads: int = 2
 
     def __post_init__(self) -> None:
         checked = {key: check_int(getattr(self, key), key, minimum=1) for key in ("tile", "buckets", "window")}
@@ -372,7 +374,7 @@ def analyze(lengths, options: PaddingOptions = PaddingOptions(), *, progress=Non
         options = dataclasses.replace(options, contexts=tuple(default_contexts(stats.lengths, options.tile)))
     contexts, strategies = list(options.contexts or ()), options.strategies
     jobs = sorted(((ctx, name) for ctx in contexts for name in strategies), key=lambda j: -_COST[j[1]] * j[0])
-    with ThreadPoolExecutor(2) as pool:  # the kernels release the GIL
+    with ThreadPoolExecutor(max(1, options.threads)) as pool:
         futures = {job: pool.submit(simulate, prep, job[0], job[1], options) for job in jobs}
         for f in as_completed(futures.values()):
             f.result()
