@@ -84,7 +84,10 @@ def counted(n: int, seed: int) -> list[dict]:
                     "curriculum_every_causal_tile": FLOPS_PER_PAIR * s.curriculum_causal_pairs,
                     "curriculum_in_document_pairs": FLOPS_PER_PAIR * s.curriculum_pairs,
                 },
-                **s.figures(),
+                "vs_causal": s.vs_causal,
+                "vs_block_sparse": s.vs_block_sparse,
+                "curriculum_padding": s.curriculum_padding,
+                "fixed_padding": s.fixed_padding,
                 "grow_p2_work_done": s.schedules[0].done_at,
                 "mix_work_done": s.schedules[1].done_at,
             }

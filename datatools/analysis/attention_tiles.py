@@ -1,21 +1,11 @@
 """Which attention tile size and ctx give a segment-aware kernel the most to skip, for the user's lengths.
 
-A block-sparse kernel (``attention: blocksparse`` / ``pallas_blocksparse``) visits the
-(query block, key block) tiles of ``block`` x ``block`` tokens that hold in-document
-work; a causal flash kernel without segment information (splash, cuDNN, flash) visits
-every tile on and under the diagonal, rows x nb(nb + 1) / 2 with nb = ctx / block. Their
-ratio (``ideal_ratio``, causal tiles / non-empty tiles) is the most a block-sparse kernel
-can gain in attention; the benchmark (``benchmarks/attention.py``) measures how much of
-it the kernel reaches.
-
-The non-empty tiles are counted from the piece sizes alone (no rows are built): a piece
-of s tokens starting at offset o within its row spans n = floor((o mod block + s - 1) /
-block) + 1 query blocks and covers n(n + 1) / 2 tiles; with the offsets uniform modulo
-``block`` that is ((block - r) T(a + 1) + r T(a + 2)) / block for s - 1 = a block + r,
-T(n) = n(n + 1) / 2. Two neighbouring pieces share the diagonal tile of the block holding
-their boundary unless it falls on a block edge (probability (block - 1) / block, once per
-boundary inside a row). The estimate lies between the counts for every piece at its best
-and worst offset (tested against exact counts of packed rows).
+A block-sparse kernel visits the ``block`` x ``block`` tiles holding in-document work; causal flash (splash, cuDNN)
+visits rows x nb(nb + 1) / 2 tiles, nb = ctx / block. Their ratio (``ideal_ratio``) bounds what block-sparse
+attention gains (``benchmarks/attention.py`` measures it). Non-empty tiles are counted from piece sizes alone: a
+piece of s = a block + r + 1 tokens at an offset uniform modulo ``block`` covers ((block - r) T(a + 1) + r T(a + 2))
+/ block tiles, T(n) = n(n + 1) / 2, and neighbours share a diagonal tile unless their boundary falls on a block
+edge; the estimate lies between every piece's best and worst offset (tested against exact counts).
 """
 
 from __future__ import annotations
@@ -69,14 +59,8 @@ def piece_tiles(sizes: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray, 
 
 
 def tile_counts(counts: np.ndarray, rows: int, ctx: int, block: int) -> TileCount:
-    """Non-empty tiles (expected, with its bounds) and causal tiles of ``rows`` packed rows of ``ctx`` tokens.
-
-    Args:
-      counts: pieces per size, ``counts[s]`` pieces of s tokens (sizes at most ctx).
-      rows: packed rows holding them.
-      ctx: row length (tokens), a multiple of ``block``.
-      block: tile size (tokens).
-    """
+    """Non-empty tiles (expected, with its bounds) and causal tiles of ``rows`` packed rows of ``ctx`` tokens (a
+    multiple of ``block``, the tile size) holding ``counts[s]`` pieces of s tokens."""
     counts = np.asarray(counts)
     sizes = np.flatnonzero(counts)
     n = counts[sizes].astype(np.float64)
@@ -100,15 +84,8 @@ def tile_counts(counts: np.ndarray, rows: int, ctx: int, block: int) -> TileCoun
 def attention_tile_view(
     packing: str, histograms: dict[int, np.ndarray], rows: dict[int, int], blocks=BLOCKS
 ) -> AttentionTiles:
-    """The attention view of an analysis: per ctx and tile size, non-empty against causal tiles, and the pair with
-    the best ratio.
-
-    Args:
-      packing: the packing whose rows are counted (a strategy of the analysis).
-      histograms: per ctx, pieces per size (documents split at ctx).
-      rows: per ctx, the packed rows (of the packing the analysis recommends or evaluates).
-      blocks: tile sizes (tokens) to consider; one is skipped at a ctx it does not divide.
-    """
+    """The attention view of an analysis: per ctx (``histograms``: pieces per size; ``rows``: packed rows of
+    ``packing``) and tile size of ``blocks`` dividing it, non-empty against causal tiles, and the best pair."""
     entries = [
         tile_counts(histograms[ctx], rows[ctx], ctx, block)
         for ctx in sorted(histograms)

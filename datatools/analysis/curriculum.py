@@ -1,21 +1,11 @@
-"""What a length curriculum saves against fixed-ctx packing, counted from the documents' lengths alone.
+"""What a length curriculum saves against fixed-ctx packing, counted exactly from the documents' lengths over an epoch.
 
-For one data set (its lengths, tokens) this counts, exactly, over one epoch:
-
-* **fixed ctx**: the documents packed into rows of ``ctx`` tokens (best fit decreasing, longer documents
-  split), as a causal kernel without segment information computes them (splash, cuDNN, flash: every tile on
-  and under the diagonal of every row), and as a block-sparse kernel does (only tiles holding in-document pairs);
-* **curriculum**: the batches of dataset decomposition (:func:`datatools.kernels.curriculum.curriculum_rows`),
-  every row of every batch computed over all its causal tiles (the same plain causal kernel; a row of one
-  document has little else), empty rows of the last batch included;
-
-and the padding (slots holding no token) of each. Attention work is reported as query-key pairs and as training
-FLOPs per layer and ``d_model`` unit (``12 x pairs``: QK^T and AV, 2 FLOPs a multiply-add, forward + backward),
-so a model's attention FLOPs are these times ``n_layers x d_model``.
-
-Per schedule, the share of the epoch's attention work done by 25, 50 and 75% of its steps: the totals of an epoch
-are the same for every schedule (the same batches, in another order); a grow schedule does the cheap short
-batches first, which is what a run stopped early, or a learning-rate schedule, sees.
+Fixed ctx: best fit decreasing into rows of ``ctx`` (longer documents split), computed by a causal kernel (every tile
+on and under the diagonal) or a block-sparse one (in-document tiles only). Curriculum: the batches of dataset
+decomposition (:func:`datatools.kernels.curriculum.curriculum_rows`), every causal tile of every row, empty rows
+included. Attention work is in query-key pairs and in training FLOPs per layer and ``d_model`` (12 x pairs); per
+schedule, the share of the epoch's work done by 25, 50 and 75% of its steps (a grow schedule does short batches
+first: what a run stopped early sees).
 """
 
 from __future__ import annotations
@@ -25,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from datatools.base.reports import Report
-from datatools.kernels.curriculum import attention_work, curriculum_order, curriculum_rows
+from datatools.kernels.curriculum import attention_work, curriculum_order, curriculum_rows, grow_p2_odds
 from datatools.kernels.packing import pack_lengths
 
 FLOPS_PER_PAIR = 12  # training FLOPs per query-key pair, per layer and d_model unit (QK^T + AV, fwd + bwd)
@@ -46,7 +36,7 @@ class CurriculumSavings(Report):
 
     lengths: list[int]  # the curriculum's row lengths (tokens)
     tokens_per_batch: int
-    ctx: int  # the fixed-ctx packing compared (default: the longest length)
+    ctx: int  # the fixed-ctx packing compared: the longest length
     block: int  # attention tile (tokens)
     tokens: int
     batches: list[int]  # per length, one epoch
@@ -79,19 +69,8 @@ class CurriculumSavings(Report):
     def fixed_padding(self) -> float:
         return 1 - self.tokens / max(self.fixed_slots, 1)
 
-    def figures(self) -> dict[str, float]:
-        """The ratios and paddings (what the benchmark and the table print)."""
-        return {
-            "vs_causal": self.vs_causal,
-            "vs_block_sparse": self.vs_block_sparse,
-            "curriculum_padding": self.curriculum_padding,
-            "fixed_padding": self.fixed_padding,
-        }
-
 
 def _schedule_odds(schedule: str, k: int) -> np.ndarray:
-    from datatools.kernels.curriculum import grow_p2_odds
-
     if schedule == "grow_p2":
         return grow_p2_odds(k)[None, :]
     if schedule == "mix":
@@ -104,25 +83,17 @@ def curriculum_savings(
     sizes,
     tokens_per_batch: int,
     *,
-    ctx: int | None = None,
     block: int = 128,
     schedules=("grow_p2", "mix"),
     seed: int = 0,
 ) -> CurriculumSavings:
-    """Count a curriculum's attention work and padding against fixed-ctx packing (see the module docstring).
-
-    Args:
-      lengths: tokens per document.
-      sizes: the curriculum's lengths (tokens, increasing, multiples of ``block``).
-      tokens_per_batch: token slots of every batch (a multiple of every length).
-      ctx: the fixed context compared (tokens; default the longest length), a multiple of ``block``.
-      block: attention tile (tokens).
-      schedules: ``grow_p2`` and / or ``mix`` (their cumulative work over the epoch).
-      seed: the decomposition's and the order's seed.
-    """
+    """Count the attention work and padding of a curriculum of ``sizes`` (tokens, increasing, multiples of ``block``,
+    the attention tile) with ``tokens_per_batch`` slots a batch (a multiple of every size) against fixed-ctx packing
+    at its longest size, for ``lengths`` (tokens per document); the cumulative work of ``schedules`` (``grow_p2``,
+    ``mix``) over the epoch; ``seed``: the decomposition's and the order's."""
     sizes = [int(s) for s in sizes]
-    ctx = int(ctx or sizes[-1])
-    bad = [s for s in [*sizes, ctx] if s % block]
+    ctx = sizes[-1]
+    bad = [s for s in sizes if s % block]
     if bad:
         raise ValueError(f"block={block} must divide every length and ctx; {bad[0]} is not a multiple")
     rows = curriculum_rows(lengths, sizes, tokens_per_batch, seed=seed)

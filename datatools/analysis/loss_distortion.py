@@ -1,33 +1,12 @@
 """How far averaging the loss per packed row or per batch moves each document's weight from the unpacked objective.
 
-Packing puts a varying number of documents in a row, and a varying number of target
-tokens in a batch. A step that *averages* the loss per row, or per (micro-)batch,
-silently reweights documents; this view measures by how much, for a dataset's lengths
-at one ctx, from lengths alone (no tokens read):
-
-``row_mean`` (per-row mean of a packed plan)
-    each row weighs 1 and its targets share it: a document piece with ``n`` of the row's
-    ``T`` targets weighs ``n / T``. Compared with the objective that unpacked rows (one
-    piece per row, padded) give under a per-row mean: every piece weighs 1 -- the
-    ``document`` loss weighting.
-``batch_mean`` (per-batch token mean)
-    the packed rows shuffled into batches of ``batch_size`` rows, each batch weighing 1
-    and its ``T_b`` targets sharing it: a piece weighs ``n / T_b``. Compared with the
-    token mean over the whole data set (every target token weighs the same) -- the
-    ``token`` loss weighting. Averaging micro-batch means under gradient accumulation is
-    this view with the micro-batch as the batch.
-
-A document's *relative weight* is its share of the averaged objective divided by its
-share of the reference objective (1: unchanged; 2: it counts twice what the unpacked
-objective gives it); split documents add up their pieces. Targets are counted as the
-pipeline's ``boundary_targets: mask`` makes them: ``length - 1`` per piece. Documents
-with no target (one token) are left out. Everything is vectorized numpy over the plan's
-pieces (the plan itself is :func:`~datatools.kernels.packing.pack_lengths`), so 10^7
-lengths take seconds. Over :data:`MAX_DOCUMENTS` documents (the plan would take ~50 bytes a
-document: 50 GB at 10^9) the view is computed on a seeded random sample of whole blocks of
-:data:`BLOCK` consecutive documents (:func:`sample_documents`), as the report says
-(``documents_analyzed``, ``selection``): the distortion is a distribution over documents, which
-a sample of 10^7 estimates to well under a point.
+``row_mean``: each row weighs 1, a piece with ``n`` of its row's ``T`` targets weighs ``n / T``; against unpacked
+rows under a per-row mean (every piece weighs 1: the ``document`` loss weighting). ``batch_mean``: the packed rows
+shuffled into batches of ``batch_size`` rows, a piece weighs ``n / T_b``; against the token mean over the data set
+(the ``token`` loss weighting; micro-batches under gradient accumulation are this view). A document's relative
+weight is its share of the averaged objective over its share of the reference (split documents add their pieces);
+a piece has ``length - 1`` targets (``boundary_targets: mask``); documents with no target are left out. Over
+:data:`MAX_DOCUMENTS` documents (~50 bytes a document for the plan) a seeded sample of whole blocks is used.
 """
 
 from __future__ import annotations
@@ -77,10 +56,9 @@ class LossDistortion(Report):
 
 
 def sample_documents(lengths, limit: int = MAX_DOCUMENTS, *, seed: int = 0, block: int = BLOCK):
-    """(int64 lengths, how chosen): all of ``lengths`` when they are at most ``limit`` documents, else
-    ``limit // block`` blocks of ``block`` consecutive documents (the last block may be shorter) drawn at random
-    without replacement (``seed``), in input order. Reads only the chosen slices (a memory-mapped file stays on
-    disk)."""
+    """(int64 lengths, how chosen): all of ``lengths`` when at most ``limit`` documents, else ``limit // block``
+    random blocks of ``block`` consecutive documents (``seed``; the last may be shorter), in input order. Reads only
+    the chosen slices (a memory-mapped file stays on disk)."""
     limit = check_int(limit, "max_documents", minimum=1)
     block = check_int(block, "block", minimum=1)
     n = int(np.shape(lengths)[0]) if np.ndim(lengths) == 1 else -1
@@ -121,15 +99,9 @@ def _distribution(averaging: str, reference: str, rel: np.ndarray) -> WeightDist
 def relative_weights(
     lengths, ctx: int, *, batch_size: int = DEFAULT_BATCH_SIZE, algorithm: str = "best_fit_decreasing", seed: int = 0
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """(per-row-mean relative weight, per-batch-mean relative weight, rows of the plan): float64 per document,
-    NaN for a document with no target (module docstring).
-
-    Args:
-      lengths: tokens per document.
-      ctx: row length (tokens); longer documents are split into ctx pieces.
-      batch_size: rows per batch of the per-batch view.
-      algorithm: the packing algorithm of the plan.
-      seed: of the shuffle of rows into batches.
+    """(per-row-mean relative weight, per-batch-mean relative weight, rows of the plan): float64 per document, NaN
+    for a document with no target, for ``lengths`` packed by ``algorithm`` into rows of ``ctx`` tokens (longer
+    documents split) and the rows shuffled (``seed``) into batches of ``batch_size``.
 
     Raises:
       ValueError: bad lengths, ctx, batch_size or algorithm (naming the value).

@@ -1,32 +1,11 @@
-"""What a MaxText input pipeline wastes today, read from its own config, and what to set instead.
+"""What a MaxText input pipeline wastes today, read from its own config (without importing MaxText), and what to set.
 
-MaxText's Grain pipeline (``maxtext/input_pipeline/data_processing_utils.py``,
-``format_and_batch``) does, per host:
-
-* ``packing: false``: one document per row, padded or cut to ``max_target_length``;
-* ``packing: true``: Grain's streaming packer with ``num_packing_bins`` equal to the
-  per-host batch (``global_batch_size_to_load // process_count``, that is
-  ``per_device_batch_size`` x the host's devices), not 256:
-
-  * ``grain_packing_type: first_fit``: ``FirstFitPackIterDataset`` with
-    ``max_sequences_per_bin = max_segments_per_seq`` (when > 0);
-  * ``best_fit``: ``BestFitPackIterDataset``, which MaxText gives **no** segment cap,
-    so a row can hold any number of documents (unsafe for ``cudnn_flash_te``, whose
-    kernel needs the cap);
-  * ``concat_then_split``: every document concatenated and cut at the context;
-
-  then ``batch_and_pad`` pads the last batch with empty rows.
-
-Documents longer than ``max_target_length``: when MaxText tokenizes the text
-(``tokenize_train_data``), ``use_truncation: true`` cuts them and ``false`` chunks
-them into pieces of the context; pre-tokenized data is passed to the packer as is,
-and Grain's packers stop with ``Could not add element to empty packed batch`` on the
-first one (``packing: false`` cuts it).
-
-:func:`read_maxtext_config` reads a MaxText YAML config (its ``base_config`` chain and
-``key=value`` overrides, as MaxText's command line takes them) into
-:class:`MaxTextSettings` without importing MaxText; :func:`maxtext_view` simulates that
-pipeline on document lengths with the analyzer's kernels.
+MaxText's Grain pipeline (``data_processing_utils.format_and_batch``), per host: ``packing: false`` pads or cuts one
+document per row to ``max_target_length``; ``packing: true`` runs Grain's streaming packer with ``num_packing_bins``
+= the per-host batch: ``first_fit`` (capped by ``max_segments_per_seq`` when > 0), ``best_fit`` (never capped:
+unsafe for ``cudnn_flash_te``) or ``concat_then_split``; ``batch_and_pad`` pads the last batch with empty rows.
+Longer documents: tokenized text is cut (``use_truncation``) or chunked; pre-tokenized ones stop Grain's packers
+(``Could not add element to empty packed batch``).
 """
 
 from __future__ import annotations
@@ -128,15 +107,16 @@ def _load_chain(path: Path, seen: tuple = ()) -> dict:
     return data
 
 
-def _config_data(path: str | os.PathLike | None, overrides=()) -> dict:
-    """The config at ``path`` (its ``base_config`` chain followed; None: empty) with the ``key=value`` overrides."""
+def _config_data(path: str | os.PathLike | None, overrides=()) -> tuple[dict, str]:
+    """The config at ``path`` (its ``base_config`` chain followed; None: empty) with the ``key=value`` overrides,
+    and how errors name it."""
     data = {} if path is None else _load_chain(Path(path))
     for item in overrides:
         if not isinstance(item, str) or "=" not in item:
             raise ValueError(f"maxtext setting must be key=value; got {short_repr(item)}")
         key, value = item.split("=", 1)
         data[key.strip()] = value.strip()
-    return data
+    return data, str(path) if path is not None else "maxtext settings"
 
 
 def read_maxtext_config(path: str | os.PathLike | None = None, overrides=()) -> MaxTextSettings:
@@ -147,8 +127,7 @@ def read_maxtext_config(path: str | os.PathLike | None = None, overrides=()) -> 
       overrides: ``key=value`` strings (MaxText's command-line form); also ``devices_per_host`` and
         ``process_count``, which MaxText takes from jax.
     """
-    data = _config_data(path, overrides)
-    where = str(path) if path is not None else "maxtext settings"
+    data, where = _config_data(path, overrides)
     values = {k: _coerce(k, v, where) for k, v in data.items() if k in _KEYS and v is not None}
     s = MaxTextSettings(**values)
     if s.grain_packing_type not in PACKING_TYPES:
@@ -188,8 +167,7 @@ def maxtext_inputs(path: str | os.PathLike | None, overrides=()) -> MaxTextInput
     """The files, feature and tokenizer the MaxText config at ``path`` names (its ``base_config`` chain and
     ``key=value`` overrides followed). A relative ``tokenizer_path`` that does not exist from here is looked
     up beside the config. A config without ``grain_train_files`` is a ValueError naming the config."""
-    data = _config_data(path, overrides)
-    where = str(path) if path is not None else "maxtext settings"
+    data, where = _config_data(path, overrides)
     files = data.get("grain_train_files")
     if not files or not isinstance(files, str):
         raise ValueError(f"{where}: no grain_train_files to read; name the data as PATH (or set grain_train_files)")
@@ -321,10 +299,9 @@ def maxtext_view(lengths, settings: MaxTextSettings) -> MaxTextView:
 def maxtext_report(
     lengths, settings: MaxTextSettings, *, datatools_cap: int | None, datatools_efficiency: float, config: str
 ) -> MaxTextReport:
-    """The ``maxtext`` section of an analyze-padding report: the settings, :func:`maxtext_view` of the pipeline as
-    configured, and the advice: what to set in MaxText (never best_fit with a cap: MaxText applies
-    ``max_segments_per_seq`` with first fit only), its padding, and datatools' (the recommendation's segment cap
-    ``datatools_cap`` and efficiency)."""
+    """The ``maxtext`` section of an analyze-padding report: :func:`maxtext_view` of the pipeline as configured, and
+    what to set in MaxText (first fit whenever a cap is needed: MaxText caps nothing else) against datatools'
+    recommendation (its segment cap ``datatools_cap`` and efficiency)."""
     lengths = as_lengths(lengths)
     today = maxtext_view(lengths, settings)
     capped = datatools_cap is not None  # the recommendation's cap: MaxText's first_fit takes it

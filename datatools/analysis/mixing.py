@@ -1,13 +1,5 @@
-"""Does each batch hold what a mixture's weights promise? Per-source shares of batches, against the weights.
-
-Given, for each batch looked at, the tokens and the documents (document pieces: a split
-document counts once per piece) it holds from each source, :func:`mixing_stats` gives per
-source the mean share of a batch's tokens and of its documents and the worst deviation of a
-batch's share from the source's weight (weights normalized to sum 1), and, for sources stored
-in groups of consecutive records (a material, a book: see
-:mod:`datatools.analysis.shuffle_quality`), the distinct groups per batch. The figures are
-fractions (0..1) and counts per batch; the counting is vectorized numpy over the batches.
-"""
+"""Does each batch hold what a mixture's weights promise? Per source, the mean and the worst batch share of tokens
+and of documents (pieces: a split document counts once per piece) against its weight, and groups per batch."""
 
 from __future__ import annotations
 
@@ -61,17 +53,11 @@ def mixing_stats(
     weights,
     names,
     *,
-    groups: np.ndarray | None = None,
     source_groups: np.ndarray | None = None,
 ) -> list[SourceMixing]:
-    """Per-source figures over batches.
-
-    Args:
-      tokens, documents: int64 (batches, sources): real tokens and document pieces of each source per batch.
-      weights: one weight per source (> 0; normalized here).
-      names: one label per source.
-      source_groups: optional int64 (batches, sources): distinct groups of each source per batch.
-    """
+    """Per-source figures over batches from ``tokens`` and ``documents``, int64 (batches, sources): real tokens and
+    document pieces of each source per batch; ``weights`` (> 0, normalized here) and ``names``, one per source;
+    ``source_groups``: optional int64 (batches, sources), distinct groups of each source per batch."""
     tokens = np.asarray(tokens, np.int64)
     documents = np.asarray(documents, np.int64)
     w = np.asarray(weights, np.float64)

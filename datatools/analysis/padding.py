@@ -1,30 +1,11 @@
-"""Padding analysis: the length distribution, the waste of every strategy, and a recommendation.
+"""Padding analysis: the length distribution, the waste of every strategy (:data:`STRATEGIES`) at each ctx, and a
+recommendation, from document lengths alone (100M documents fit in memory and run in seconds).
 
-Works on document lengths alone (tokens per document), so 100M documents fit in
-memory and every strategy runs in seconds. Strategies (:data:`STRATEGIES`), each at
-a context length ``ctx``:
-
-``pad``
-    one document per row, padded to ctx, longer ones truncated (the baseline).
-``bucket``
-    optimal tile-aligned length buckets (K of them, exact DP), each piece padded to
-    its bucket's length; documents longer than ctx are split into ctx pieces.
-``next_fit``, ``first_fit``, ``best_fit``
-    streaming packers in input order with ``window`` open rows, as Grain's
-    FirstFit/BestFit packers do: when a piece fits no open row and all ``window``
-    rows are open, every open row is emitted and a new set starts (next fit keeps
-    one row open).
-``first_fit_decreasing``, ``best_fit_decreasing``
-    planned packing over all documents, largest pieces first (datatools' planned
-    pipeline).
-``concat_split``
-    concatenate everything and cut every ctx tokens (documents split across rows).
-
-The packers split documents longer than ctx into ctx-sized pieces (nothing lost).
-Definitions: efficiency = real tokens / slots (rows x ctx, or the bucket lengths);
-dropped tokens = tokens in no row; speed-up bound = efficiency / efficiency of
-``pad`` at the same ctx (the most that removing padding can give, when every slot
-costs the same).
+``pad`` pads (or truncates) one document per row; ``bucket`` pads pieces to K optimal tile-aligned lengths (exact
+DP); ``next_fit``, ``first_fit``, ``best_fit`` pack in input order with ``window`` open rows, as Grain's packers do
+(all emitted when a piece fits none); the ``*_decreasing`` packers plan over all documents, largest first;
+``concat_split`` cuts the concatenation every ctx tokens. Packers split documents longer than ctx into pieces.
+Efficiency = real tokens / slots; speed-up bound = efficiency / ``pad``'s at the same ctx.
 """
 
 from __future__ import annotations
@@ -53,17 +34,11 @@ HISTOGRAM_BINS = 24
 
 @dataclass(frozen=True)
 class PaddingOptions:
-    """The analyzer's options, validated once here (tokens).
-
-    Args:
-      contexts: the ctx values to evaluate (sorted, equal ones merged); None: :func:`default_contexts`.
-      tile: the accelerator's tile: bucket lengths and default contexts are multiples of it.
-      buckets: K for the bucket strategy.
-      max_segments: cap on documents per packed row (None: no cap).
-      window: open rows of the streaming first/best fit (Grain's num_packing_bins).
-      strategies: the strategies to run (of :data:`STRATEGIES`).
-      threads: strategies run in parallel threads (the kernels release the GIL).
-    """
+    """The analyzer's options (tokens), validated once here: the ``contexts`` to evaluate (sorted, equal ones merged;
+    None: :func:`default_contexts`), the accelerator's ``tile`` (bucket lengths and default contexts are multiples of
+    it), K ``buckets``, ``max_segments`` per packed row (None: no cap), the ``window`` of open rows of the streaming
+    first/best fit (Grain's num_packing_bins), the ``strategies`` to run (of :data:`STRATEGIES`) and the ``threads``
+    running them in parallel (the kernels release the GIL)."""
 
     contexts: tuple[int, ...] | None = None
     tile: int = 128
@@ -98,30 +73,9 @@ class LengthSummary:
     histogram: Histogram
 
 
-# --------------------------------------------------------------------------- statistics
-
-
 PAD_CHUNK = 1 << 22  # lengths summed at a time by the padding statistics (32 MiB of int64 temporaries)
 CHUNK = 1 << 24  # documents: an input longer than this is analyzed a slice at a time (128 MiB of int64 each)
 EXACT_HISTOGRAM_MAX = 1 << 26  # tokens: up to this longest document, chunked statistics count every length
-
-
-def _pad_stats(lengths: np.ndarray, ctx: int) -> tuple[int, int, float]:
-    """(kept tokens, documents longer than ctx, causal in-document query-key pairs) when every document is
-    truncated to ctx; vectorized by chunks of :data:`PAD_CHUNK` documents (bounded temporaries)."""
-    kept = long_docs = 0
-    pairs = 0.0
-    for lo in range(0, lengths.shape[0], PAD_CHUNK):
-        part = lengths[lo : lo + PAD_CHUNK]
-        kept_part = np.minimum(part, ctx)
-        kept += int(kept_part.sum())
-        long_docs += int(np.count_nonzero(part > ctx))
-        kept_f = kept_part.astype(np.float64)
-        pairs += float((kept_f * (kept_f + 1) / 2).sum())
-    return kept, long_docs, pairs
-
-
-# --------------------------------------------------------------------------- strategies
 
 
 def length_stats(lengths: np.ndarray) -> LengthSummary:
@@ -198,24 +152,19 @@ DEFAULT_CTX_CAP = 32768  # tokens: the default contexts stop here (longer rows: 
 
 
 def _default_candidates(lengths: np.ndarray | LengthStats) -> list[tuple[str, float]]:
-    """``lengths``: the lengths, or their statistics (p90, p99)."""
     p90, p99 = (lengths.p90, lengths.p99) if isinstance(lengths, LengthStats) else np.percentile(lengths, [90, 99])
     pow2 = 1 << max(int(np.ceil(np.log2(max(p99, 1)))), 0)
     return [("p90", p90), ("p99", p99), ("the power of two at or above p99", pow2), ("twice that", 2 * pow2)]
 
 
-def default_contexts(lengths: np.ndarray | LengthStats, tile: int, *, cap: int = DEFAULT_CTX_CAP) -> list[int]:
-    """Tile-aligned candidates around the distribution: p90, p99, and the powers of two at or above p99 and
-    twice that, each rounded up to a multiple of ``tile`` and at most ``cap`` tokens (equal ones merged).
-    ``lengths``: the lengths, or their statistics."""
-    return sorted(
-        {min(tile_align(max(int(np.ceil(x)), 1), tile), tile_align(cap, tile)) for _, x in _default_candidates(lengths)}
-    )
+def default_contexts(lengths: np.ndarray | LengthStats, tile: int) -> list[int]:
+    """p90, p99, the power of two at or above p99 and twice that (of the lengths or their statistics), each rounded
+    up to a multiple of ``tile`` and at most :data:`DEFAULT_CTX_CAP` tokens (equal ones merged)."""
+    cap = tile_align(DEFAULT_CTX_CAP, tile)
+    return sorted({min(tile_align(max(int(np.ceil(x)), 1), tile), cap) for _, x in _default_candidates(lengths)})
 
 
-def contexts_note(
-    lengths: np.ndarray | LengthStats, tile: int, contexts: list[int], *, given: bool, cap: int = DEFAULT_CTX_CAP
-) -> str:
+def contexts_note(lengths: LengthStats, tile: int, contexts: list[int], *, given: bool) -> str:
     """One sentence for the report: which contexts were evaluated and why (the defaults, spelled out)."""
     shown = ", ".join(f"{c:,}" for c in contexts)
     if given:
@@ -223,32 +172,26 @@ def contexts_note(
     parts = ", ".join(f"{name} {x:,.0f}" for name, x in _default_candidates(lengths))
     note = (
         f"contexts evaluated: {shown}, the defaults: {parts}, each rounded up to a multiple of the tile "
-        f"({tile}) and capped at {tile_align(cap, tile):,}"
+        f"({tile}) and capped at {tile_align(DEFAULT_CTX_CAP, tile):,}"
     )
     if len(contexts) < 4:
         note += f" (equal ones merged: {len(contexts)} left of 4)"
-    longest = int(lengths.max if isinstance(lengths, LengthStats) else lengths.max())
-    if longest > contexts[-1]:
-        note += f"; the longest document ({longest:,} tokens) is over the largest ctx and is split"
+    if lengths.max > contexts[-1]:
+        note += f"; the longest document ({lengths.max:,} tokens) is over the largest ctx and is split"
     return note + "; --ctx N (repeatable) evaluates others"
 
 
 class SharedLengthArrays:
     """Arrays shared by the strategies at each ctx, computed once on first use (thread-safe).
 
-    An input of more than ``chunk`` documents is never copied whole: it is read a slice of ``chunk`` documents at
-    a time (:meth:`chunks`, e.g. from a memory-mapped ``lengths.npy``), histograms are added up and the in-order
-    packers carry their state from slice to slice (:func:`~datatools.kernels.packing.count_rows_chunked`).
-
-    Args:
-      lengths: validated int64 tokens per document; or, over ``chunk`` documents, any 1-D integer array of
-        them (each slice is validated as it is read).
-      chunk: documents a slice (None: :data:`CHUNK`).
+    ``lengths``: validated int64 tokens per document; or, over :data:`CHUNK` documents, any 1-D integer array of
+    them (e.g. a memory-mapped ``lengths.npy``), never copied whole: read and validated a slice at a time, the
+    in-order packers carrying their state from slice to slice (:func:`~datatools.kernels.packing.count_rows_chunked`).
     """
 
-    def __init__(self, lengths: np.ndarray, chunk: int | None = None):
+    def __init__(self, lengths: np.ndarray):
         self._source = lengths
-        self._chunk = check_int(CHUNK if chunk is None else chunk, "chunk", minimum=1)
+        self._chunk = CHUNK
         self.chunked = int(lengths.shape[0]) > self._chunk
         self.nonempty = None if self.chunked else (lengths[lengths > 0] if (lengths == 0).any() else lengths)
         self.docs = self.total = 0
@@ -267,13 +210,17 @@ class SharedLengthArrays:
                 self._cache[key] = make()
             return self._cache[key]
 
+    def slices(self):
+        """Every document's length (int64), a slice of :data:`CHUNK` documents at a time, validated as read."""
+        for lo in range(0, int(self._source.shape[0]), self._chunk):
+            yield as_lengths(np.asarray(self._source[lo : lo + self._chunk]), f"lengths[{lo}:]")
+
     def chunks(self):
         """The non-empty documents' lengths (int64), in order: the whole array, or one slice after another."""
         if self.nonempty is not None:
             yield self.nonempty
             return
-        for lo in range(0, int(self._source.shape[0]), self._chunk):
-            part = as_lengths(np.asarray(self._source[lo : lo + self._chunk]), f"lengths[{lo}:]")
+        for part in self.slices():
             yield part[part > 0] if not part.all() else part
 
     def sizes(self, ctx: int) -> np.ndarray:
@@ -281,14 +228,22 @@ class SharedLengthArrays:
         return self._get(("sizes", ctx), lambda: np.concatenate([piece_sizes(p, ctx) for p in self.chunks()]))
 
     def pad_stats(self, ctx: int) -> tuple[int, int, float]:
-        """(kept tokens, documents longer than ctx, in-document query-key pairs) under truncation at ctx."""
+        """(kept tokens, documents longer than ctx, causal in-document query-key pairs) under truncation at ctx;
+        vectorized by slices of :data:`PAD_CHUNK` documents (bounded temporaries)."""
 
         def make():
             kept = long_docs = 0
             pairs = 0.0
-            for part in self.chunks():
-                k, d, p = _pad_stats(part, ctx)
-                kept, long_docs, pairs = kept + k, long_docs + d, pairs + p
+            for chunk in self.chunks():
+                chunk_pairs = 0.0  # summed per slice, then per chunk (the figures' float order)
+                for lo in range(0, chunk.shape[0], PAD_CHUNK):
+                    part = chunk[lo : lo + PAD_CHUNK]
+                    kept_part = np.minimum(part, ctx)
+                    kept += int(kept_part.sum())
+                    long_docs += int(np.count_nonzero(part > ctx))
+                    kept_f = kept_part.astype(np.float64)
+                    chunk_pairs += float((kept_f * (kept_f + 1) / 2).sum())
+                pairs += chunk_pairs
             return kept, long_docs, pairs
 
         return self._get(("pad", ctx), make)
@@ -305,18 +260,16 @@ class SharedLengthArrays:
             return count_rows_chunked(ctx, name, self.chunks(), max_segments=max_segments, window=win)
         return count_rows(ctx, name, sizes=self.sizes(ctx), max_segments=max_segments, window=window)
 
-    def segment_pairs(self, ctx: int, truncate: bool = False) -> float:
-        """Causal query-key pairs inside documents (sum of s(s+1)/2 over pieces): what a segment-aware attention
-        kernel computes. ``truncate``: one piece of min(length, ctx) per document, else documents split at ctx."""
+    def segment_pairs(self, ctx: int) -> float:
+        """Causal query-key pairs inside the pieces of documents split at ctx (sum of s(s+1)/2): what a
+        segment-aware attention kernel computes."""
 
         def make():
-            if truncate:
-                return self.pad_stats(ctx)[2]
             counts = self.histogram(ctx)
             sizes = np.flatnonzero(counts).astype(np.float64)
             return float((counts[counts > 0] * sizes * (sizes + 1) / 2).sum())
 
-        return self._get(("pairs", ctx, truncate), make)
+        return self._get(("pairs", ctx), make)
 
 
 def _bucket(prep: SharedLengthArrays, ctx: int, tile: int, buckets: int):
@@ -388,7 +341,7 @@ def attention_pairs(
     """What attention costs under a strategy: (query-key pairs a dense causal kernel computes over every row,
     padding included; the in-document pairs a segment-aware kernel computes, sum of s^2/2 over pieces). For
     concat_split the in-document figure is an upper bound (it cuts documents at row ends, into smaller pieces)."""
-    segment = prep.segment_pairs(ctx, truncate=name == "pad")
+    segment = prep.pad_stats(ctx)[2] if name == "pad" else prep.segment_pairs(ctx)
     if boundaries is None:
         return rows * ctx * (ctx + 1) / 2, segment
     counts = prep.histogram(ctx)
@@ -403,24 +356,15 @@ _COST = {"bucket": 1, "pad": 1, **{a.name: a.cost for a in TABLE}}
 
 
 def analyze(lengths, options: PaddingOptions = PaddingOptions(), *, progress=None) -> PaddingReport:
-    """The whole report (a :class:`~datatools.analysis.padding_result.PaddingReport`): length statistics, every
-    strategy at every ctx (``options``), and a recommendation.
-
-    Args:
-      lengths: tokens per document.
-      options: the contexts, tile, buckets, segment cap, window, strategies and threads (:class:`PaddingOptions`).
-      progress: called with no argument after each strategy finishes.
-    """
+    """The :class:`~datatools.analysis.padding_result.PaddingReport` of ``lengths`` (tokens per document): length
+    statistics, every strategy at every ctx of ``options``, and a recommendation. ``progress()`` is called after
+    each strategy finishes."""
     big = isinstance(lengths, np.ndarray) and lengths.ndim == 1 and lengths.shape[0] > CHUNK
     if not big:
         lengths = as_lengths(lengths)
     prep = SharedLengthArrays(lengths)
-    stats = None
-    if big:  # a slice at a time; the exact percentiles from a count of every length
-        stats = chunked_length_stats(
-            as_lengths(np.asarray(lengths[lo : lo + CHUNK]), f"lengths[{lo}:]")
-            for lo in range(0, lengths.shape[0], CHUNK)
-        )
+    # a big input a slice at a time: the exact percentiles from a count of every length
+    stats = chunked_length_stats(prep.slices()) if big else None
     if stats is None:
         stats = length_stats(lengths if not big else as_lengths(lengths))
     if stats.num_tokens == 0:
@@ -469,8 +413,6 @@ def analyze(lengths, options: PaddingOptions = PaddingOptions(), *, progress=Non
     )
 
 
-# --------------------------------------------------------------------------- recommendation
-
 SEGMENT_CAPS = (4, 8, 16, 32, 64, 128, 256)
 
 
@@ -485,17 +427,14 @@ def _segment_cap(
 
 
 def recommend(
-    results: list[StrategyResult], p99: float, options: PaddingOptions, prep: SharedLengthArrays | None = None
+    results: list[StrategyResult], p99: float, options: PaddingOptions, prep: SharedLengthArrays
 ) -> Recommendation:
-    """Pick a ctx and a strategy from ``results`` (every strategy at every ctx of ``options``), with a datatools
-    pipeline snippet and the MaxText settings.
+    """Pick a ctx and a strategy from ``results``, with a datatools pipeline snippet and the MaxText settings.
 
-    ctx: the smallest evaluated ctx at or above the ``p99`` length (few documents split),
-    else the largest. Strategy: padding when it already wastes under 5%; otherwise
-    the most efficient packer that keeps documents whole (ties: best_fit_decreasing),
-    and concat_split only when it beats that by more than one point. max_segments
-    (MaxText's ``max_segments_per_seq``): the given cap, else the smallest of
-    :data:`SEGMENT_CAPS` that loses under half a point of efficiency (needs ``prep``).
+    ctx: the smallest evaluated ctx at or above the ``p99`` length, else the largest. Strategy: padding when it
+    wastes under 5%; else the most efficient packer that keeps documents whole (ties: best_fit_decreasing), or
+    concat_split when it beats that by over one point. max_segments: the given cap, else the smallest of
+    :data:`SEGMENT_CAPS` that loses under half a point of efficiency.
     """
     contexts = options.contexts or sorted({r.ctx for r in results})
     ctx = next((c for c in contexts if c >= p99), contexts[-1])
@@ -514,9 +453,7 @@ def recommend(
     segments_reason = f"max_segments {max_segments}: as given (--max-segments)" if max_segments else ""
     if max_segments is None and name != "pad":
         most = choice.max_docs_per_row
-        cap = None
-        if prep is not None:  # attention kernels want a small fixed cap: the smallest that costs ~nothing
-            cap = _segment_cap(prep, ctx, name, choice.efficiency, options)
+        cap = _segment_cap(prep, ctx, name, choice.efficiency, options)  # attention kernels want a small cap
         max_segments = cap or most
         why = (
             "packed-attention kernels (cuDNN / Transformer Engine flash attention, MaxText's "
@@ -531,9 +468,8 @@ def recommend(
             )
         else:
             segments_reason = (
-                f"max_segments {most}: the most documents an uncapped row holds"
-                + ("; every smaller cap tried loses over half a point" if prep is not None else "")
-                + f"; {why}"
+                f"max_segments {most}: the most documents an uncapped row holds; every smaller cap tried loses "
+                f"over half a point; {why}"
             )
     reasons = []
     if pad:
@@ -556,18 +492,13 @@ def recommend(
             f"packing:\n  mode: {mode}\n  ctx: {ctx}\n  algorithm: {name}\n  max_segments: {max_segments}\n"
             f"batch_size: 32\nformat: maxtext"
         )
-        # MaxText passes max_segments_per_seq to its first-fit packer only (best_fit ignores it): with a cap,
-        # which cudnn_flash_te needs, its own packer must be first_fit.
-        maxtext = (
-            {"packing": True, "max_target_length": ctx, "grain_packing_type": "concat_then_split"}
-            if BY_NAME[name].cuts_documents and max_segments is None
-            else {
-                "packing": True,
-                "max_target_length": ctx,
-                "grain_packing_type": "first_fit",
-                "max_segments_per_seq": max_segments,
-            }
-        )
+        # MaxText passes max_segments_per_seq (always set here) to its first-fit packer only: best_fit ignores it
+        maxtext = {
+            "packing": True,
+            "max_target_length": ctx,
+            "grain_packing_type": "first_fit",
+            "max_segments_per_seq": max_segments,
+        }
     return Recommendation(
         name,
         ctx,

@@ -1,10 +1,4 @@
-"""The padding analysis of an input on disk (what ``datatools analyze-padding PATH`` runs, as one function).
-
-Opens the input (:func:`~datatools.io.inputs.open_input`), reads its lengths in one streaming pass, runs
-:func:`~datatools.analysis.padding.analyze` and, given a MaxText config, adds what that pipeline wastes today
-(:mod:`~datatools.analysis.maxtext_simulation`). The :class:`~datatools.analysis.padding_result.PaddingReport`
-it returns is the one the command prints and writes with ``--json``.
-"""
+"""The padding analysis of an input on disk: what ``datatools analyze-padding PATH`` runs, as one function."""
 
 from __future__ import annotations
 
@@ -14,6 +8,9 @@ import time
 from collections.abc import Sequence
 from contextlib import nullcontext
 
+from datatools.analysis.curriculum import curriculum_savings
+from datatools.analysis.loss_distortion import DEFAULT_BATCH_SIZE, loss_distortion
+from datatools.analysis.maxtext_simulation import maxtext_inputs, maxtext_report, read_maxtext_config
 from datatools.analysis.padding import STRATEGIES, PaddingOptions, analyze
 from datatools.analysis.padding_result import PaddingReport
 from datatools.base.checks import MAX_WINDOW
@@ -46,24 +43,19 @@ def analyze_input(
     tokens_per_batch: int | None = None,
     **input_options,
 ) -> PaddingReport:
-    """The padding analysis of the input at ``path`` (any input :func:`~datatools.io.inputs.open_input` reads;
-    None: the ``grain_train_files``, feature and ``tokenizer_path`` that ``maxtext_config`` names).
+    """The padding analysis of the input at ``path`` (any input :func:`~datatools.io.inputs.open_input` reads, with
+    ``input_options``; None: the ``grain_train_files``, feature and ``tokenizer_path`` ``maxtext_config`` names).
 
     Args:
-      contexts: ctx values to evaluate (tokens); empty: the defaults of :func:`~datatools.analysis.padding.analyze`
-        (with a MaxText config: its ``max_target_length``, added to the given ones).
-      tile, buckets, max_segments: as :func:`~datatools.analysis.padding.analyze`.
+      contexts: ctx values (tokens); empty: the defaults. A MaxText config's ``max_target_length`` is added.
+      tile, buckets, max_segments: as :class:`~datatools.analysis.padding.PaddingOptions`.
       window: open rows of the streaming packers; None: 256, or MaxText's per-host batch with a MaxText config.
-      maxtext_config: a MaxText YAML config, and ``maxtext_set`` its ``KEY=VALUE`` overrides: also report what
-        that pipeline wastes today and what to set.
-      console: a rich console for progress (reading, simulating); None shows nothing.
-      loss_batch_size: rows per batch of the loss-weight distortion view at the recommended ctx
-        (:mod:`~datatools.analysis.loss_distortion`); None: 32.
-      curriculum: a length curriculum's lengths (tokens): also count what it saves against fixed-ctx packing at
-        the longest (:mod:`~datatools.analysis.curriculum`), with ``tokens_per_batch`` slots a batch (default 8
-        rows of the longest length).
-      input_options: ``column``, ``tokenizer``, ``tokenizer_settings``, ``bos``, ``eos``, ``eos_id``,
-        ``bin_dtype`` (see :func:`~datatools.io.inputs.open_input`).
+      maxtext_config, maxtext_set: a MaxText YAML config and its ``KEY=VALUE`` overrides: also report what that
+        pipeline wastes today and what to set.
+      console: a rich console for progress; None shows nothing.
+      loss_batch_size: rows per batch of the loss-weight distortion view; None: 32.
+      curriculum, tokens_per_batch: a length curriculum's lengths (tokens) and slots a batch (default 8 rows of the
+        longest): also count what it saves against fixed-ctx packing at the longest.
 
     Raises:
       ValueError: the input holds no document, or a bad option or MaxText key (naming it).
@@ -73,18 +65,14 @@ def analyze_input(
     contexts = tuple(contexts)
     doing("reading the MaxText config" if maxtext_config else "opening the input")
     if maxtext_config is not None or maxtext_set:
-        from datatools.analysis.maxtext_simulation import read_maxtext_config
-
         settings = read_maxtext_config(maxtext_config, list(maxtext_set))
         if window is None:
             window = min(settings.per_host_batch, MAX_WINDOW)
         contexts = tuple(sorted(set(contexts) | {settings.max_target_length}))
     options = PaddingOptions(
-        tuple(contexts) or None, tile, buckets, max_segments, DEFAULT_WINDOW if window is None else window
+        contexts or None, tile, buckets, max_segments, DEFAULT_WINDOW if window is None else window
     )
     if path is None:  # the files, feature and tokenizer the MaxText config names
-        from datatools.analysis.maxtext_simulation import maxtext_inputs
-
         if maxtext_config is None:
             raise ValueError("no input: name the data as PATH, or give --maxtext-config with grain_train_files")
         named = maxtext_inputs(maxtext_config, list(maxtext_set))
@@ -92,10 +80,8 @@ def analyze_input(
         if input_options.get("column") is None and named.column is not None:
             input_options["column"] = named.column
         if input_options.get("tokenizer") is None and named.tokenizer is not None:
-            from datatools.io.inputs import open_input as probe
-
             try:  # a text feature takes the config's tokenizer; token ids take none
-                probe(path, column=input_options.get("column"))
+                open_input(path, column=input_options.get("column"))
             except ValueError as exc:
                 if "holds text" not in str(exc):
                     raise
@@ -115,8 +101,6 @@ def analyze_input(
         report = analyze(lengths, options, progress=advance)
     maxtext = None
     if settings is not None:
-        from datatools.analysis.maxtext_simulation import maxtext_report
-
         doing(f"simulating MaxText's own pipeline on {lengths.size:,} documents")
         rec = report.recommendation
         maxtext = maxtext_report(
@@ -126,8 +110,6 @@ def analyze_input(
             datatools_efficiency=rec.efficiency,
             config=display(maxtext_config) if maxtext_config else "defaults",
         )
-    from datatools.analysis.loss_distortion import DEFAULT_BATCH_SIZE, loss_distortion
-
     with _counted(console, 1, "loss weight distortion") as advance:
         distortion = loss_distortion(
             lengths, report.recommendation.ctx, batch_size=loss_batch_size or DEFAULT_BATCH_SIZE
@@ -135,8 +117,6 @@ def analyze_input(
         advance(1)
     savings = None
     if curriculum:
-        from datatools.analysis.curriculum import curriculum_savings
-
         lengths_k = sorted(int(n) for n in curriculum)
         savings = curriculum_savings(
             lengths, lengths_k, tokens_per_batch or 8 * lengths_k[-1], block=tile, schedules=("grow_p2", "mix")

@@ -1,6 +1,5 @@
-"""The padding analysis on the terminal (rich tables: the distribution, the strategies, the recommendation, and the
-attention-tile, MaxText, loss-distortion and curriculum views) and as a PNG plot. Every view of a
-:class:`~datatools.analysis.padding_result.PaddingReport` is rendered here, and nowhere else."""
+"""The one renderer of a :class:`~datatools.analysis.padding_result.PaddingReport`: every view as rich tables on the
+terminal, and a PNG plot."""
 
 from __future__ import annotations
 
@@ -20,7 +19,6 @@ from datatools.io import storage
 from datatools.kernels.packing.algorithms import TABLE
 
 LABELS = {"pad": "pad to ctx (truncate)", "bucket": "optimal buckets", **{a.name: a.label for a in TABLE}}
-
 
 STRATEGY_COLUMNS = (
     "strategy",

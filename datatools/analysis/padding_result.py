@@ -1,9 +1,5 @@
-"""The typed result of the padding analysis: what :func:`~datatools.analysis.padding.analyze` returns, what
-:func:`~datatools.analysis.padding_input.analyze_input` adds (the input, the MaxText view, the times) and what
-``datatools analyze-padding`` prints; ``--json`` is :meth:`PaddingReport.to_json`.
-
-Lengths and sizes in tokens, times in seconds; fractions of documents or of slots in [0, 1].
-"""
+"""The typed result of the padding analysis (``analyze-padding --json`` is :meth:`PaddingReport.to_json`).
+Lengths and sizes in tokens, times in seconds; fractions of documents or of slots in [0, 1]."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""How well does an order mix stored groups, and what does it cost in reads?
-
-Training data is often stored in groups of consecutive records that share a
-source (64 records per material, one book, one crawl shard). A batch of S
-consecutive positions of the order should draw from as many groups as a full
-shuffle would, while the loader should still read long contiguous runs. This
-module measures both for three orders: storage order (no shuffle), a full Feistel
-shuffle and the windowed block shuffle.
+"""How well an order mixes stored groups (consecutive records of one source: a material, a book) into batches, and
+what it costs in contiguous reads: storage order, a full Feistel shuffle, the block shuffle and its lanes order.
 """
 
 from __future__ import annotations
@@ -22,11 +16,8 @@ from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation, lane_ord
 
 
 def expected_distinct_groups(n: int, group_size: int, batch_size: int) -> float:
-    """Expected distinct groups in a batch of ``batch_size`` records drawn without replacement.
-
-    Groups hold ``group_size`` consecutive records of [0, n) (the last may be smaller).
-    E = sum over groups g of 1 - C(n - m_g, S) / C(n, S).
-    """
+    """Expected distinct groups of ``group_size`` consecutive records of [0, n) (the last may be smaller) in a batch
+    of S = ``batch_size`` records drawn without replacement: sum over groups g of 1 - C(n - m_g, S) / C(n, S)."""
 
     def log_comb(a: int, b: int) -> float:
         return math.lgamma(a + 1) - math.lgamma(b + 1) - math.lgamma(a - b + 1)
@@ -71,8 +62,8 @@ class OrderStats(Report):
 
 @dataclass(frozen=True)
 class ShuffleReport(Report):
-    """What :func:`shuffle_report` measured; ``datatools shuffle-report`` prints it, ``--json`` is
-    :meth:`to_json`. The parameters, the full shuffle's expected groups per batch and each order's figures."""
+    """What :func:`shuffle_report` measured (``datatools shuffle-report`` prints it): the parameters, the full
+    shuffle's expected groups per batch and each order's figures."""
 
     n: int
     io_block_size: int
@@ -128,18 +119,14 @@ def shuffle_report(
     Args:
       n: records.
       io_block_size: records per io block (one contiguous read) of the block shuffle.
-      window_blocks: io blocks per shuffle window; also the reader's cache (blocks)
-        when counting block reads for every order, so all three get the same memory.
+      window_blocks: io blocks per shuffle window; also the reader's cache (blocks) when counting block reads, so
+        every order gets the same memory, but ``lanes``: the cache a lane reader holds (every lane's window of
+        blocks and one more).
       group_size: records per stored group (material, source).
       batch_size: records per batch.
       seed, epoch: of the shuffles.
-      lanes, lane_window: the ``lanes`` order (:func:`~datatools.kernels.shuffle.lane_order`): lanes, and records
-        per lane window. Its block reads are counted with the cache a lane reader holds (every lane's window of
-        blocks and one more), not ``window_blocks``: that is the memory it needs.
-
-    Returns:
-      The :class:`ShuffleReport`: the parameters, ``expected_groups_per_batch`` under a
-      full shuffle, and per order (``none``, ``full``, ``block``) its :class:`OrderStats`.
+      lanes, lane_window: lanes and records per lane window of the ``lanes`` order
+        (:func:`~datatools.kernels.shuffle.lane_order`).
     """
     n = check_int(n, "n", minimum=1)
     for name, value in (

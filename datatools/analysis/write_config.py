@@ -1,11 +1,5 @@
-"""The analyzer's recommendation as a complete pipeline config: what ``analyze-padding --write-config`` writes.
-
-The config is one ``datatools pipeline PATH`` runs as written and the integration of the trainer it names
-accepts: the ``source`` the analysis read (its column and tokenizer), the recommended packing, the trainer's
-``format``, and the global ``batch_size`` taken from the trainer's config (MaxText: ``per_device_batch_size`` x
-devices per host x processes, as MaxText's ``global_batch_size_to_load``; its ``max_target_length`` and
-``max_segments_per_seq`` as the packing's ``ctx`` and ``max_segments``, which the integration checks agree).
-"""
+"""The analyzer's recommendation as a complete pipeline config (``analyze-padding --write-config``): one that
+``datatools pipeline PATH`` runs as written and the named trainer's integration accepts."""
 
 from __future__ import annotations
 
@@ -27,22 +21,15 @@ def pipeline_config(
     column: str | None = None,
     tokenizer: str | None = None,
     maxtext_settings=None,
-    batch_size: int | None = None,
 ) -> dict[str, Any]:
-    """A pipeline config mapping for ``report``'s recommendation.
-
-    Args:
-      source: the input the analysis read (a path, glob or comma list).
-      trainer: ``datatools``, ``maxtext``, ``levanter`` or ``hf``: the batch ``format``.
-      column, tokenizer: the source's column and tokenizer file, when the analysis was given them.
-      maxtext_settings: the :class:`~datatools.analysis.maxtext_simulation.MaxTextSettings` read from the
-        MaxText config: ctx, segment cap and global batch come from it.
-      batch_size: the global batch (rows) for other trainers; None: :data:`DEFAULT_BATCH`.
-    """
+    """A pipeline config mapping for ``report``'s recommendation: ``source`` (the path, glob or comma list the
+    analysis read, with its ``column`` and ``tokenizer`` file when given), the ``trainer``'s batch ``format`` (of
+    :data:`TRAINERS`), and with ``maxtext_settings`` (a :class:`~datatools.analysis.maxtext_simulation.MaxTextSettings`)
+    its ctx, segment cap and global batch (``global_batch_size_to_load``; else :data:`DEFAULT_BATCH` rows)."""
     if trainer not in TRAINERS:
         raise ValueError(f"trainer must be one of {', '.join(TRAINERS)}; got {trainer!r}")
     rec = report.recommendation
-    ctx, cap = rec.ctx, rec.max_segments
+    ctx, cap, batch_size = rec.ctx, rec.max_segments, DEFAULT_BATCH
     if trainer == "maxtext" and maxtext_settings is not None:
         s = maxtext_settings
         ctx = int(s.max_target_length)
@@ -62,7 +49,7 @@ def pipeline_config(
         "source": src,
         "shuffle": {"kind": "full" if mode == "planned" else "none"},
         "packing": {"mode": mode, "ctx": ctx, "algorithm": algorithm, "max_segments": cap},
-        "batch_size": int(batch_size or DEFAULT_BATCH),
+        "batch_size": batch_size,
         "drop_remainder": True,
         "format": trainer,
         "num_epochs": 1,

@@ -1,22 +1,11 @@
-"""The ``datatools`` command line (click), one module per subcommand, each imported only when it runs.
+"""The ``datatools`` command line (click), one module per subcommand, each imported only when it runs (``--help`` and
+``--version`` import no numba, Grain or JAX).
 
-Every error is one line on stderr (``datatools: error: ...``), never a traceback, and
-an exit status that says whose move it is:
-
-* **2**: bad input or usage: click's usage errors, ``ValueError``/``TypeError``
-  (library code names the file and the value), a missing file or directory;
-* **1**: the environment or the run: permission denied, disk full or read-only, out
-  of memory, a training run whose loss became non-finite, and any unexpected error
-  (named by its class, to report);
-* **130**: interrupted (Ctrl-C).
-
-A ``BaseException`` that is none of ``KeyboardInterrupt``/``SystemExit`` (a Rust panic in native code surfaces as
-``pyo3_runtime.PanicException``) is one line too, exit status 1; the tokenizer's own panics are made a
-``ValueError`` naming the tokenizer file first (exit 2, :func:`datatools.io.tokenizer.native_call`).
-
-The status is chosen by the exception's type alone (:func:`datatools.base.errors.exit_status`).
-``datatools --help`` and ``--version`` import no subcommand (so no numba, Grain or
-JAX); ``train`` needs the ``jax`` extra and says so in one line when it is missing.
+Every error is one line on stderr (``datatools: error: ...``), never a traceback, with a status chosen by the
+exception's type alone (:func:`datatools.base.errors.exit_status`): **2** bad input or usage (click's usage errors,
+``ValueError``/``TypeError``, a missing file); **1** the environment or the run (permission denied, disk full, out of
+memory, a diverged training run, any unexpected error, a native ``BaseException`` such as pyo3's ``PanicException``);
+**130** interrupted (Ctrl-C).
 """
 
 from __future__ import annotations

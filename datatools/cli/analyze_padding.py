@@ -7,8 +7,9 @@ import click
 from datatools.analysis.padding import DEFAULT_CTX_CAP
 from datatools.analysis.padding_input import analyze_input
 from datatools.analysis.padding_report import plot, render
+from datatools.analysis.write_config import TRAINERS, pipeline_config, write_pipeline_config
 from datatools.base.checks import MAX_BATCH, MAX_BUCKETS, MAX_CTX, MAX_WINDOW
-from datatools.cli.common import emit_json, input_options, make_console, result_console
+from datatools.cli.common import emit_json, input_options, json_option, make_console, result_console
 from datatools.io.paths import display
 
 
@@ -78,13 +79,7 @@ from datatools.io.paths import display
     default=None,
     help="--curriculum: token slots of every batch (a multiple of every length). Default: 8 rows of the longest.",
 )
-@click.option(
-    "--json",
-    "json_out",
-    type=click.Path(dir_okay=False, allow_dash=True),
-    default=None,
-    help="Write the report as JSON to FILE, or '-' for stdout (then nothing else goes to stdout).",
-)
+@json_option(then=" (then nothing else goes to stdout)")
 @click.option(
     "--write-config",
     "write_config",
@@ -95,7 +90,7 @@ from datatools.io.paths import display
 )
 @click.option(
     "--trainer",
-    type=click.Choice(["datatools", "maxtext", "levanter", "hf"]),
+    type=click.Choice(TRAINERS),
     default=None,
     help="The trainer of --write-config (its batch format). Default: maxtext with --maxtext-config, else datatools.",
 )
@@ -184,10 +179,8 @@ def _lengths_list(text: str | None) -> tuple[int, ...]:
 
 
 def _write_config(report, out, trainer, path, column, tokenizer, console) -> None:
-    """The recommendation as a pipeline config the trainer's integration accepts (see
-    :mod:`datatools.analysis.write_config`); with a MaxText config, the settings the report read from it."""
-    from datatools.analysis.write_config import pipeline_config, write_pipeline_config
-
+    """The recommendation as a pipeline config the trainer's integration accepts; with a MaxText config, the
+    settings the report read from it."""
     settings = report.maxtext.settings if report.maxtext is not None else None
     trainer = trainer or ("maxtext" if settings is not None else "datatools")
     inp = report.input or {}

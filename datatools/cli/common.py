@@ -18,18 +18,10 @@ class AccessCheckedPath(click.Path):
 
     @classmethod
     def like(cls, path: click.Path) -> AccessCheckedPath:
-        """The same checks as ``path`` (a ``click.Path``)."""
-        return cls(
-            exists=path.exists,
-            file_okay=path.file_okay,
-            dir_okay=path.dir_okay,
-            writable=path.writable,
-            readable=path.readable,
-            resolve_path=path.resolve_path,
-            allow_dash=path.allow_dash,
-            path_type=path.type,
-            executable=path.executable,
-        )
+        """The same checks as ``path`` (a ``click.Path``): a copy of its settings."""
+        checked = cls.__new__(cls)
+        checked.__dict__.update(vars(path))
+        return checked
 
     def convert(self, value, param, ctx):
         try:
@@ -84,16 +76,13 @@ def result_console(stderr: bool = False):
 
 
 def emit_json(json_out: str | None, payload) -> None:
-    """Write ``payload`` (a :class:`~datatools.base.reports.Report`: its ``to_json()``; else any JSON value) as
-    JSON to the file or ``s3://`` / ``gs://`` URL ``json_out`` (atomically), or to stdout when it is ``-``."""
+    """Write ``payload.to_json()`` (a :class:`~datatools.base.reports.Report`) to the file or ``s3://`` / ``gs://`` URL
+    ``json_out`` (atomically), or to stdout when it is ``-``."""
     if not json_out:
         return
-    import json
-
-    from datatools.base.reports import Report
     from datatools.io.storage import write_text
 
-    text = payload.to_json() if isinstance(payload, Report) else json.dumps(payload, indent=2, default=list)
+    text = payload.to_json()
     if json_out == "-":
         click.echo(text)
     else:

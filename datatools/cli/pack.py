@@ -1,9 +1,5 @@
-"""``datatools pack DATA OUT --ctx N``: an index-only packed plan on disk, planned in bounded memory.
-
-DATA is any input ``open_input`` reads, a directory holding ``lengths.npy`` alone, or a plan directory (re-packed
-from its lengths: another ctx or algorithm, no token read). OUT is a plan directory
-(:mod:`datatools.io.plan_file`), which pipelines read with ``packing: {plan: OUT}``.
-"""
+"""``datatools pack DATA OUT --ctx N``: an index-only packed plan directory (:mod:`datatools.io.plan_file`), planned
+in bounded memory, which pipelines read with ``packing: {plan: OUT}``."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 
 from datatools.base.progress import count_progress, doing
-from datatools.cli.common import emit_json, make_console
+from datatools.cli.common import emit_json, json_option, make_console
 from datatools.train.device_errors import device_errors
 from datatools.train.loop import LengthRate, StepRecord, load_train_config, train
 from datatools.train.model import ATTENTIONS
@@ -33,13 +33,7 @@ from datatools.train.model import ATTENTIONS
     help="Override train.grad_accum_steps: pipeline batches per optimizer step, the loss divided by the "
     "weight sum of all of them.",
 )
-@click.option(
-    "--json",
-    "json_out",
-    type=click.Path(dir_okay=False, allow_dash=True),
-    default=None,
-    help="Write the summary and per-step records as JSON to FILE, or '-' for stdout.",
-)
+@json_option("the summary and per-step records", then="")
 def train_command(config, steps, source, attention, grad_accum_steps, json_out):
     """Train the CONFIG's model on its pipeline: loss, tokens/s, efficiency and MFU per step."""
     cfg = load_train_config(config, steps=steps, source=source, attention=attention, grad_accum_steps=grad_accum_steps)
@@ -60,9 +54,6 @@ def train_command(config, steps, source, attention, grad_accum_steps, json_out):
                 + ("  (includes compilation)" if rec.step == 1 else "")
             )
 
-    def stall(line: str) -> None:
-        err.print(line, markup=False, highlight=False)
-
     doing("building the pipeline, compiling the first step")
     with device_errors(), ExitStack() as bars:  # XLA out of memory -> DeviceOutOfMemory (exit 1, one line)
         advance: list = []  # the bar, from the first (compiled) step on
@@ -73,7 +64,9 @@ def train_command(config, steps, source, attention, grad_accum_steps, json_out):
                 advance.append(bars.enter_context(count_progress(err, cfg.train.steps, "training steps")))
             advance[0]()
 
-        result = train(cfg, on_step=on_step, on_loader_stall=stall)
+        result = train(
+            cfg, on_step=on_step, on_loader_stall=lambda line: err.print(line, markup=False, highlight=False)
+        )
     doing(None)
     s, loader = result.summary, result.summary.loader
     table = Table(title=f"{config}: {s.steps} steps (rates exclude the first, compiling, step)", title_justify="left")

@@ -1,9 +1,5 @@
-"""``datatools verify STORE``: read every byte of a token store and say whether it is whole.
-
-Exit 0 with a short summary when every chunk is present with its recorded size and
-sha256, the offsets are in order and every token id is below the vocabulary size;
-exit 2 with one line naming the store and the first bad chunk otherwise.
-"""
+"""``datatools verify STORE``: read every byte of a token store; exit 0 with a summary when it is whole, else exit 2
+with one line naming the store and the first bad chunk."""
 
 from __future__ import annotations
 
