@@ -1,15 +1,11 @@
 """A length curriculum as a global schedule: dataset decomposition, every batch of one of K lengths.
 
-Every document is cut into pieces of the configured lengths and the remainders packed into rows of the
-shortest (:func:`datatools.kernels.curriculum.curriculum_rows`, once, from the lengths alone); each epoch,
-the rows of every length are put in a seeded order (a Feistel permutation per length and epoch, O(1) per row)
-and the length of each global batch is drawn by the schedule (:func:`~datatools.kernels.curriculum.curriculum_order`:
-odds x batches left, moving over the epoch). Global batch ``j`` of length ``k`` is the next
-``tokens_per_batch / lengths[k]`` rows of that length: every piece is read once per epoch.
-
-The schedule position is the global batch number: the fraction of the epoch done is ``j / num_batches``, so a
-state (the batches consumed) restores on any number of hosts and workers into the same point of the
-curriculum (:class:`~datatools.grain.host_batches.HostBatchesMapDataset`).
+Every document is cut into pieces of the configured lengths and the remainders packed into rows
+(:func:`datatools.kernels.curriculum.curriculum_rows`, once, from the lengths); each epoch the rows of every
+length are put in a seeded order (a Feistel permutation per length and epoch) and the length of each global
+batch is drawn by the schedule (:func:`~datatools.kernels.curriculum.curriculum_order`). Global batch ``j`` of
+length ``k`` is the next ``tokens_per_batch / lengths[k]`` rows of that length: every piece is read once per
+epoch, and the position (global batches consumed) restores on any number of hosts and workers.
 
 Memory: the pieces (about 20 bytes each, a few per document) and one byte per batch of the epochs in use.
 """
@@ -57,7 +53,7 @@ class CurriculumSchedule(RowsPlanSchedule, ProcessCaches):
       shuffle: put each length's rows in a seeded order per epoch (else their fixed order).
       seed: the decomposition's choices, the rows' order and the draws.
       pad_id: token id of padding.
-      pack_length: the length whose rows hold the packed remainders (default: chosen, see
+      pack_length: the length whose rows hold the packed remainders (default:
         :func:`~datatools.kernels.curriculum.pack_length_index`).
     """
 
@@ -114,8 +110,8 @@ class CurriculumSchedule(RowsPlanSchedule, ProcessCaches):
         return int(self.rows.rows_per_batch[self.epoch_order(epoch)[0][j]])
 
     def _row_ids(self, epoch: int, j: int, lo: int, hi: int) -> tuple[int, np.ndarray]:
-        """(length index, the rows of that length's plan) that rows [lo, hi) of global batch ``j`` hold; rows
-        past the length's last row (the shortest length's last batch) are left out: they are padding."""
+        """(length index, the rows of that length's plan) that rows [lo, hi) of global batch ``j`` hold; rows past
+        the length's last row are padding, left out."""
         index, ordinal = self.epoch_order(epoch)
         k = int(index[j])
         plan = self.rows.plans[k]
