@@ -1,20 +1,11 @@
 """Streaming packing in *lanes*: a block shuffle whose io blocks each host reads once per epoch, and only its own.
 
-In window order (:mod:`~datatools.grain.streaming_schedule`) every global batch reads from most of the shuffle
-window (~1,300 documents from ~740 io blocks at ctx 8192 and 128 rows), on every host: from a bucket, ~250x the
-bytes the batch uses. Lanes keep the randomness at the level of io blocks and make the reads local:
-
-* each epoch the io blocks are put in a Feistel order of (seed, epoch); block ``q`` goes to lane ``q % L``,
-  ``L = batch_size * lane_period``;
-* a lane's documents are packed ``window`` at a time, as streaming packing does; lane ``l``'s windows are cut
-  ``((l * g) % L) * window / L`` documents early (``g`` coprime to ``L``, near ``L / golden ratio``), so lanes
-  start windows at different steps and the reads spread over the epoch;
-* row ``r`` of global batch ``j`` is row ``j // P`` of lane ``r * P + j % P`` (``P = lane_period``).
-
-So a host's rows come from its own lanes only, and a lane's block is read once. Grain worker ``w`` of ``P``
-reads the lanes of phase ``w`` only (set ``lane_period`` to the worker count). The first
-``P * min(rows per lane)`` batches take a row of every lane; the leftover rows are then taken lane by lane,
-``B`` at a time, for the epoch's last batches (every token once per epoch).
+In window order every batch reads from most of the shuffle window, on every host (from a bucket, ~250x the bytes
+it uses). Here each epoch's io blocks, in a Feistel order of (seed, epoch), are dealt to ``L = batch_size *
+lane_period`` lanes (block ``q`` to lane ``q % L``), each packed ``window`` documents at a time, its windows cut
+early by a stagger (:func:`_spread`) so that lanes start windows at different steps; row ``r`` of global batch
+``j`` is row ``j // P`` of lane ``r * P + j % P`` (``P = lane_period``). The first ``P * min(rows per lane)``
+batches take a row of every lane, the leftover rows then lane by lane, ``B`` at a time (docs/pipelines.md).
 """
 
 from __future__ import annotations
@@ -182,32 +173,17 @@ class LaneSchedule(RowsPlanSchedule, ProcessCaches):
                 plan, row_order = plan_window(self.lengths, docs[a:b], self.ctx, o, [self.seed, epoch, lane, w])
                 rows.append(plan.num_rows)
                 if w == 0:
-                    self._keep([((epoch, lane, 0), (plan, row_order))])
+                    self._keep((epoch, lane, 0), (plan, row_order))
         return np.asarray(rows, np.int64)
 
     def window_plan(self, epoch: int, lane: int, w: int) -> tuple[PackPlan, np.ndarray]:
         """Window ``w`` of ``lane``: its plan (document ids global) and row order."""
-        key = (epoch, lane, w)
-        with self._lock:
-            hit = self._plans.get(key)
-            if hit is not None:
-                self._plans.move_to_end(key)
-                return hit
-        e = self._epoch(epoch)
-        a, b = int(e.cuts[lane][w]), int(e.cuts[lane][w + 1])
-        plan, rows = plan_window(
-            self.lengths, self._lane_docs(e, lane, a, b), self.ctx, self.options, key=[self.seed, epoch, lane, w]
-        )
-        self._keep([(key, (plan, rows))])
-        return plan, rows
+        return self._cached_plan((epoch, lane, w), lambda: self._plan_window(epoch, lane, w))
 
-    def _keep(self, planned: list[tuple[tuple[int, int, int], tuple[PackPlan, np.ndarray]]]) -> None:
-        """Cache window plans ``((epoch, lane, window), (plan, row order))``, the oldest dropped past the limit."""
-        with self._lock:
-            for window, value in planned:
-                self._plans[window] = value
-            while len(self._plans) > self._plans_kept:
-                self._plans.popitem(last=False)
+    def _plan_window(self, epoch: int, lane: int, w: int) -> tuple[PackPlan, np.ndarray]:
+        e = self._epoch(epoch)
+        docs = self._lane_docs(e, lane, int(e.cuts[lane][w]), int(e.cuts[lane][w + 1]))
+        return plan_window(self.lengths, docs, self.ctx, self.options, key=[self.seed, epoch, lane, w])
 
     def num_batches(self, epoch: int) -> int:
         return self._epoch(epoch).batches

@@ -1,20 +1,12 @@
 """The order documents are read in when a pipeline mixes several sources: an interleave by weight, per epoch.
 
-:class:`MixtureOrder` stands where one source's :class:`~datatools.grain.host_batches.DocumentOrder` stands:
-``order(positions, epoch)`` gives the global document at each position, from the documents' counts alone, O(1)
-per position. Source k's document i is ``offsets[k] + i``; each source keeps its own shuffle, seeded by
-``(seed, k)``; which source a position draws from is the weighted interleave of :mod:`datatools.kernels.mixture`
-(every prefix holds the weights to within about K documents).
-
-Epochs (``mode``):
-
-* ``sample``: an epoch is ``epoch_documents`` positions. Source k's ``r``-th draw (counted over all epochs) is
-  document ``r mod n_k`` of its own epoch ``r // n_k``: a small source repeats, a large one is partly seen.
-* ``exhaust``: an epoch is every document of every source once; when a source runs out the others go on with
-  their weights renormalized, so the end of an epoch holds the larger sources only.
-
-Weight changes (``history``): ``[(position, weights), ...]``, positions counted over all epochs (``e * n + p``).
-An entry's weights hold from its position on; each source's draws continue from where they stood.
+:class:`MixtureOrder` stands where one source's :class:`~datatools.grain.host_batches.DocumentOrder` stands,
+computed from the documents' counts alone. Source k's document i is ``offsets[k] + i``, each source keeps its
+own shuffle, and positions draw from sources by the weighted interleave of :mod:`datatools.kernels.mixture`.
+Epochs (``mode``, docs/mixtures.md): ``sample`` (``epoch_documents`` draws; source k's ``r``-th draw over all
+epochs is document ``r mod n_k`` of its own epoch ``r // n_k``) or ``exhaust`` (every document once, the
+others renormalized when a source runs out). ``history``: ``[(position, weights), ...]``, positions counted
+over all epochs (``e * n + p``), each entry's weights holding from its position on.
 """
 
 from __future__ import annotations

@@ -21,9 +21,6 @@ class _IndexMapDataset(grain.MapDataset):
         if len(parent) < 1:
             raise ValueError("cannot shuffle an empty dataset")
 
-    def _length(self, epoch: int) -> int:
-        return len(self._parent)
-
     def _permute(self, positions: np.ndarray, epoch: int) -> np.ndarray:
         raise NotImplementedError
 

@@ -65,6 +65,9 @@ class RowsPlanSchedule:
     docs: Any  # a document source with pack_rows
     ctx: int
     pad_id: int
+    _plans: OrderedDict  # window plans by key, least recently used first
+    _plans_kept: int
+    _lock: threading.Lock
 
     def rows_plan(self, epoch: int, j: int, lo: int, hi: int) -> PackPlan:
         raise NotImplementedError
@@ -76,6 +79,24 @@ class RowsPlanSchedule:
 
     def ahead_pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return self.pieces(epoch, j, lo, hi)
+
+    def _cached_plan(self, key: tuple, plan) -> tuple[PackPlan, np.ndarray]:
+        """The window plan of ``key``: cached, or ``plan()`` (and kept)."""
+        with self._lock:
+            hit = self._plans.get(key)
+            if hit is not None:
+                self._plans.move_to_end(key)
+                return hit
+        value = plan()
+        self._keep(key, value)
+        return value
+
+    def _keep(self, key: tuple, value: tuple[PackPlan, np.ndarray]) -> None:
+        """Cache a window's ``(plan, row order)``, the oldest dropped past the limit."""
+        with self._lock:
+            self._plans[key] = value
+            while len(self._plans) > self._plans_kept:
+                self._plans.popitem(last=False)
 
     def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
         plan = self.rows_plan(epoch, j, lo, hi)
@@ -134,7 +155,7 @@ class StreamingSchedule(RowsPlanSchedule, ProcessCaches):
         self.row_counts = (self.batch_size,)
         self.shapes = [(self.batch_size, self.ctx)]
         self._starts = EpochCache(keep=5, carried=True)  # epoch -> first row of each window
-        self._plans: OrderedDict = OrderedDict()
+        self._plans, self._plans_kept = OrderedDict(), PLANS_KEPT
         self._lock = threading.Lock()
 
     def _window_docs(self, epoch: int, w: int) -> np.ndarray:
@@ -143,19 +164,11 @@ class StreamingSchedule(RowsPlanSchedule, ProcessCaches):
 
     def window_plan(self, epoch: int, w: int) -> tuple[PackPlan, np.ndarray]:
         """Window ``w``'s plan and row order (as :func:`plan_window`)."""
-        key = (epoch, w)
-        with self._lock:
-            hit = self._plans.get(key)
-            if hit is not None:
-                self._plans.move_to_end(key)
-                return hit
-        docs = self._window_docs(epoch, w)
-        plan, rows = plan_window(self.lengths, docs, self.ctx, self.options, [self.seed, epoch, w])
-        with self._lock:
-            self._plans[key] = (plan, rows)
-            while len(self._plans) > PLANS_KEPT:
-                self._plans.popitem(last=False)
-        return plan, rows
+
+        def plan() -> tuple[PackPlan, np.ndarray]:
+            return plan_window(self.lengths, self._window_docs(epoch, w), self.ctx, self.options, [self.seed, epoch, w])
+
+        return self._cached_plan((epoch, w), plan)
 
     def window_starts(self, epoch: int) -> np.ndarray:
         """int64 (num_windows + 1,): the first row of each window in the epoch's rows (the last: all rows)."""
