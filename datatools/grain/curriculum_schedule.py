@@ -12,11 +12,9 @@ Memory: the pieces (about 20 bytes each, a few per document) and one byte per ba
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
-from datatools.grain.schedule import EpochCache, ProcessCaches
+from datatools.grain.schedule import EpochCache
 from datatools.grain.streaming_schedule import RowsPlanSchedule
 from datatools.kernels.curriculum import GROW_P2, CurriculumRows, curriculum_order, curriculum_rows, grow_p2_odds
 from datatools.kernels.packing import PackPlan
@@ -40,7 +38,7 @@ def schedule_odds(schedule, k: int, odds=None) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray([o for _, o in stages], np.float64), np.asarray([u for u, _ in stages], np.float64)
 
 
-class CurriculumSchedule(RowsPlanSchedule, ProcessCaches):
+class CurriculumSchedule(RowsPlanSchedule):
     """Global batches of a length curriculum (see the module docstring).
 
     Args:
@@ -56,8 +54,6 @@ class CurriculumSchedule(RowsPlanSchedule, ProcessCaches):
       pack_length: the length whose rows hold the packed remainders (default:
         :func:`~datatools.kernels.curriculum.pack_length_index`).
     """
-
-    _CACHES = ("_perms",)  # rebuilt in each process
 
     def __init__(
         self,
@@ -85,8 +81,7 @@ class CurriculumSchedule(RowsPlanSchedule, ProcessCaches):
         self.row_counts = tuple(sorted(set(self.rows.rows_per_batch.tolist())))
         self.shapes = [(int(r), int(n)) for r, n in zip(self.rows.rows_per_batch, self.sizes)]
         self._epochs = EpochCache(keep=2)
-        self._perms: dict[tuple[int, int], FeistelPermutation] = {}
-        self._lock = threading.Lock()
+        self._perms = EpochCache(keep=4 * self.sizes.shape[0] + 1)  # (length, epoch) -> its rows' permutation
 
     def epoch_order(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         """``(length index, ordinal)`` of every global batch of the epoch: batch j is the ``ordinal[j]``-th batch
@@ -118,14 +113,8 @@ class CurriculumSchedule(RowsPlanSchedule, ProcessCaches):
         rows = int(ordinal[j]) * int(self.rows.rows_per_batch[k]) + np.arange(lo, hi, dtype=np.int64)
         rows = rows[rows < plan.num_rows]
         if self.shuffle and rows.size:
-            key = (k, epoch)
-            with self._lock:
-                perm = self._perms.get(key)
-                if perm is None:
-                    if len(self._perms) > 4 * self.sizes.shape[0]:
-                        self._perms.clear()
-                    seed = (self.seed + _GOLDEN * (k + 1)) % (1 << 64)
-                    perm = self._perms[key] = FeistelPermutation(plan.num_rows, seed, epoch=epoch)
+            seed = (self.seed + _GOLDEN * (k + 1)) % (1 << 64)
+            perm = self._perms.get((k, epoch), lambda _: FeistelPermutation(plan.num_rows, seed, epoch=epoch))
             rows = np.asarray(perm(rows), np.int64)
         return k, rows
 

@@ -10,6 +10,7 @@ the prefetch workers (:mod:`datatools.grain.portable_state`): a checkpoint taken
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -24,11 +25,11 @@ from datatools.base.checks import check_choice, check_int
 from datatools.grain.batch import read_batch
 from datatools.grain.schedule import EpochCache, ReadAheadSchedule, Schedule
 from datatools.io import read_stats
+from datatools.kernels.batch_layouts import CANONICAL_KEYS
 from datatools.kernels.packing.materialize import new_batch
 from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation
 from datatools.kernels.warm import warm_in_background
 
-CANONICAL = ("tokens", "segment_ids", "positions", "loss_mask")
 READ_AHEAD = 8  # batches whose reads start before they are asked for (the source's byte budget bounds them)
 FIRST_BATCH_ALONE_S = 120.0  # the most other batches wait for a process's first batch (seconds)
 FIRST_BATCH_GATHER_S = 0.02  # how long the first calls are gathered to find the lowest batch among them
@@ -41,11 +42,8 @@ TURN_WAIT_S = 60.0  # the most a batch waits for its turn (seconds)
 
 def _touch(path: str) -> None:
     """Create the empty file ``path``, a signal between processes (an error only costs a wait)."""
-    try:
-        with open(path, "a"):
-            pass
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        open(path, "a").close()
 
 
 def empty_rows(rows: int, length: int, pad_id: int, *, fill_from: int = 0) -> dict[str, np.ndarray]:
@@ -53,7 +51,7 @@ def empty_rows(rows: int, length: int, pad_id: int, *, fill_from: int = 0) -> di
     ``segment_ids`` 0), the rows before it are left for the caller to fill."""
     out = new_batch(rows, length)
     out["tokens"][fill_from:] = pad_id
-    for key in CANONICAL[1:]:
+    for key in CANONICAL_KEYS[1:]:
         out[key][fill_from:] = 0
     return out
 
@@ -119,7 +117,7 @@ class PlannedSchedule:
         out = empty_rows(hi - lo, self.ctx, self.pad_id)
         if valid.any():
             batch = read_batch(self.rows, index[valid] + epoch * self.n)
-            for key in CANONICAL:
+            for key in CANONICAL_KEYS:
                 out[key][valid] = batch[key]
         return out
 

@@ -98,10 +98,10 @@ class EpochCache:
 
     def __init__(self, keep: int, *, carried: bool = False):
         self.keep, self.carried = int(keep), bool(carried)
-        self._hits: dict[int, Any] = {}
+        self._hits: dict[Any, Any] = {}
         self._lock = threading.Lock()
 
-    def get(self, epoch: int, compute: Callable[[int], T]) -> T:
+    def get(self, epoch: Any, compute: Callable[[Any], T]) -> T:
         """``compute(epoch)``, cached."""
         with self._lock:
             hit = self._hits.get(epoch)
@@ -114,7 +114,7 @@ class EpochCache:
             self._hits[epoch] = hit
         return hit
 
-    def held(self) -> list[int]:
+    def held(self) -> list:
         """The epochs held now."""
         with self._lock:
             return sorted(self._hits)
