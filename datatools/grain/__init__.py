@@ -1,22 +1,10 @@
-"""Grain transforms: everything in datatools as ``grain.MapDataset`` / ``grain.IterDataset`` stages.
+"""Grain transforms: datatools as ``grain.MapDataset`` / ``grain.IterDataset`` stages.
 
-* :class:`PackedRowsMapDataset`: planned packing of a random-access source (random
-  access to packed rows: global shuffle, sharding, checkpoints for free);
-* :class:`DocumentsMapDataset`: documents of a source, readable a block at a time;
-* :class:`StreamingPackIterDataset`: packing within a window of a document stream;
-* :class:`FeistelShuffleMapDataset`, :class:`BlockShuffleMapDataset`: epoch-aware
-  random-access shuffles;
-* :class:`BucketBatchIterDataset`: fixed-shape padded batches per length bucket;
-* :class:`TileChunk` / :func:`chunk_documents`: tile-aligned chunking;
-* :class:`BatchRowsMapDataset`: whole batches of packed rows in one call;
-* :class:`FormatBatch`: canonical batches to ``maxtext``, ``levanter`` or ``hf``;
-* :class:`HostBatchesMapDataset`: one host's rows of a global batch sequence
-  (:class:`PlannedSchedule`, :class:`StreamingSchedule`, :class:`BucketSchedule`, computed
-  from document lengths alone): what the pipeline builds, for any number of hosts, with
-  checkpoints that restore on any number of hosts.
-
-Every stage emits the canonical datatools row or batch (``tokens``, ``segment_ids``,
-``positions``, ``loss_mask``; see :mod:`datatools.kernels.batch_layouts`).
+Packing (:class:`PackedRowsMapDataset`, :class:`StreamingPackIterDataset`), shuffles
+(:class:`FeistelShuffleMapDataset`, :class:`BlockShuffleMapDataset`), bucketing (:class:`BucketBatchIterDataset`),
+chunking (:class:`TileChunk`), batching and formats (:class:`BatchRowsMapDataset`, :class:`FormatBatch`), and
+one host's rows of a global batch sequence (:class:`HostBatchesMapDataset` over a schedule: what the pipeline
+builds). Every stage emits canonical rows or batches (:mod:`datatools.kernels.batch_layouts`).
 """
 
 import logging as _logging
@@ -25,8 +13,7 @@ from absl import logging as _absl_logging  # noqa: F401  (creates absl's logger,
 
 
 class _NoJaxProfilerWarning(_logging.Filter):
-    """Grain tries ``from jax import profiler`` when imported and logs a warning when jax is absent; a base
-    install (no jax extra) would print it on every command. Only that one message is dropped."""
+    """Drop the warning Grain logs when imported without jax (a base install would print it on every command)."""
 
     def filter(self, record: _logging.LogRecord) -> bool:
         return not str(record.msg).startswith("Failed to load jax profiler")

@@ -8,16 +8,10 @@ from datatools.kernels.attention_blocks import block_pairs, block_structure, til
 
 
 class AttentionBlocks(grain.transforms.Map):
-    """Add the (query, key) tiles of ``block`` tokens that hold work (see :mod:`datatools.kernels.attention_blocks`)
-    to a canonical batch, in the two layouts the block-sparse kernels take:
-
-    * ``block_q``, ``block_k``, ``block_valid`` (int32, (rows, P)): per row, for the gather-based JAX kernel
-      (``attention: blocksparse``);
-    * ``tile_row``, ``tile_q``, ``tile_k``, ``tile_full``, ``tile_by_k`` (int32, (P,)) and ``tile_count`` (int32,
-      (1,)): one batch-wide list, the scalar-prefetch operands of the Pallas kernel (``attention:
-      pallas_blocksparse``).
-
-    ``segment_ids`` (splash's ``SegmentIds``) stays in the batch as it is.
+    """Add the (query, key) tiles of ``block`` tokens that hold work (:mod:`datatools.kernels.attention_blocks`) to
+    a canonical batch: ``block_q``, ``block_k``, ``block_valid`` (int32, (rows, P)) per row for the JAX kernel, and
+    ``tile_row``, ``tile_q``, ``tile_k``, ``tile_full``, ``tile_by_k`` (int32, (P,)) and ``tile_count`` (int32,
+    (1,)) batch-wide for the Pallas kernel.
 
     Args:
       block: tile size (tokens); must divide the batch's row length.

@@ -13,8 +13,8 @@ from datatools.kernels.loss_weights import LOSS_WEIGHTINGS
 
 
 def read_batch(parent: grain.MapDataset, indices) -> dict:
-    """Parent elements at ``indices`` stacked into one batch: through ``parent.get_batch`` when it builds whole
-    batches (one read, one fill), else element by element and stacked leaf by leaf."""
+    """Parent elements at ``indices`` stacked into one batch: ``parent.get_batch`` when it has one, else element
+    by element."""
     if hasattr(parent, "get_batch"):
         return parent.get_batch(indices)
     return stack_elements([parent[int(i)] for i in np.asarray(indices).tolist()])
@@ -33,11 +33,8 @@ def stack_elements(elements: list):
 class BatchRowsMapDataset(grain.MapDataset):
     """Batches of ``batch_size`` consecutive elements, built in one call when the parent can.
 
-    Like ``MapDataset.batch``, but when the parent has ``get_batch(indices)`` (packed
-    rows, and the datatools shuffles over them) the whole batch is built at once: one
-    read of all its pieces and one numba fill, instead of a row at a time and a stack.
-    Each batch is built whole by one worker, so the batches do not depend on the
-    number of prefetch workers. Batches do not cross epochs.
+    Like ``MapDataset.batch``, but a parent with ``get_batch(indices)`` (packed rows, and the shuffles over them)
+    builds the whole batch at once: one read and one numba fill. Batches do not cross epochs.
 
     Args:
       parent: the row dataset.

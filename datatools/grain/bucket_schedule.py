@@ -1,15 +1,10 @@
 """Bucketing as a global schedule: each epoch's batches computed from the shuffled documents' lengths.
 
-The epoch's documents, in the shuffled order, are cut at the longest bucket (the
-overflow policy), each piece goes to the bucket of its length, and a bucket's batch is
-complete when its last piece arrives (:func:`datatools.kernels.bucket.fill_order_batches`:
-the batches a streaming bucketer emits, in the same order); each bucket's partial batch
-comes at the end of the epoch, padded with empty rows, or is dropped. Every host
-computes the same batches from lengths only and reads the tokens of its own rows
-(:class:`~datatools.grain.host_batches.HostBatchesMapDataset`).
-
-Memory: the epoch's pieces in batch order (about 24 bytes a document; as a planned
-packing plan), for the epoch in use.
+The epoch's documents are cut at the longest bucket (the overflow policy), each piece goes to the bucket of
+its length, and a bucket's batch is complete when its last piece arrives
+(:func:`datatools.kernels.bucket.fill_order_batches`, as the streaming bucketer); each bucket's partial batch
+comes at the end of the epoch, padded with empty rows, or is dropped. Memory: the epoch's pieces in batch
+order (about 24 bytes a document).
 """
 
 from __future__ import annotations
@@ -24,15 +19,21 @@ from datatools.kernels.packing import PackPlan, cut_pieces, materialize_pieces
 
 
 def bucket_rows(read_pieces, doc, start, length, *, rows: int, width: int, pad_id: int = 0) -> dict[str, np.ndarray]:
-    """A bucket's batch: ``rows`` rows of ``width`` tokens, row i holding piece i (``doc``, ``start``, ``length``:
-    int64 arrays, tokens read through ``read_pieces(doc, start, length)`` in one call), rows past the pieces
-    empty (``segment_ids`` 0). What the schedule and the Grain transform both build."""
+    """A bucket's batch: ``rows`` rows of ``width`` tokens, row i holding piece i (int64 ``doc``, ``start``,
+    ``length``, read through ``read_pieces`` in one call), rows past the pieces empty. The schedule and the
+    Grain transform both build it."""
     n = int(doc.shape[0])
     out = empty_rows(rows, width, pad_id, fill_from=n)
-    if n:  # one piece per row: a plan of n single-piece rows, built by the packing fill straight into `out`
+    if n:
         plan = PackPlan.one_piece_rows(width, doc, start, length, "bucket")
         materialize_pieces(plan, read_pieces, pad_id=pad_id, out={k: v[:n] for k, v in out.items()})
     return out
+
+
+def bucket_pieces(lengths: np.ndarray, boundaries: np.ndarray, overflow: str) -> tuple[np.ndarray, ...]:
+    """``(doc, start, length, bucket)`` of the pieces of documents of ``lengths`` cut at the longest bucket."""
+    doc, start, length, _, _ = cut_pieces(lengths, int(boundaries[-1]), overflow)
+    return doc, start, length, np.searchsorted(boundaries, length)
 
 
 class BucketSchedule:
@@ -64,8 +65,6 @@ class BucketSchedule:
         self.lengths = np.asarray(docs.lengths(), np.int64)
         self.boundaries, self.batch_sizes = check_buckets(boundaries, batch_sizes)
         self.overflow = check_choice(overflow, "overflow", OVERFLOW_POLICIES)
-        if overflow == "error":
-            cut_pieces(self.lengths, int(self.boundaries[-1]), "error")  # names the first document too long
         self.drop_remainder, self.pad_id = bool(drop_remainder), int(pad_id)
         self.positions = int(order.n)  # documents read per epoch (a mixture's may differ from the documents held)
         # A sampled mixture reads other documents each epoch: its batch count is the epoch's own.
@@ -73,10 +72,8 @@ class BucketSchedule:
         self.row_counts = tuple(sorted(set(self.batch_sizes.tolist())))
         self.shapes = [(int(b), int(n)) for b, n in zip(self.batch_sizes, self.boundaries)]
         self._epochs = EpochCache(keep=2)
-        _, _, piece_len, _, _ = cut_pieces(self.lengths, int(self.boundaries[-1]), self.overflow)
-        counts = np.bincount(
-            np.searchsorted(self.boundaries, piece_len, side="left"), minlength=self.boundaries.shape[0]
-        )  # pieces per bucket: the same every epoch
+        bucket = bucket_pieces(self.lengths, self.boundaries, self.overflow)[3]  # names a document too long
+        counts = np.bincount(bucket, minlength=self.boundaries.shape[0])  # pieces per bucket: the same every epoch
         full, rest = np.divmod(counts, self.batch_sizes)
         self._batches = int(full.sum()) + (0 if drop_remainder else int(np.count_nonzero(rest)))
 
@@ -88,10 +85,9 @@ class BucketSchedule:
 
     def _epoch_batches(self, epoch: int) -> tuple[np.ndarray, ...]:
         docs = self.order(np.arange(self.positions, dtype=np.int64), epoch)
-        position, start, length, _, _ = cut_pieces(self.lengths[docs], int(self.boundaries[-1]), self.overflow)
-        bucket = np.searchsorted(self.boundaries, length, side="left")
+        position, start, length, bucket = bucket_pieces(self.lengths[docs], self.boundaries, self.overflow)
         items, splits, batch_bucket = fill_order_batches(bucket, self.batch_sizes, drop_remainder=self.drop_remainder)
-        hit = (
+        return (
             docs[position[items]],
             start[items],
             length[items].astype(np.int64),
@@ -99,15 +95,13 @@ class BucketSchedule:
             batch_bucket,
             position[items].astype(np.int64),
         )
-        return hit
 
     def num_batches(self, epoch: int) -> int:
         return self._batches if self._fixed else int(self.epoch_batches(epoch)[3].shape[0]) - 1
 
     def restart_position(self, epoch: int, j: int) -> int:
-        """The first position of ``epoch``'s document order whose document may change without changing global
-        batches ``0 .. j - 1`` of the epoch: the one after the last document they hold a piece of (batches are
-        ordered by the position that completes them; a mixture's new weights take effect there)."""
+        """See :class:`~datatools.grain.schedule.RestartableSchedule`: the position after the last document
+        batches ``0 .. j - 1`` hold a piece of."""
         if j <= 0:
             return 0
         *_, splits, _, position = self.epoch_batches(epoch)

@@ -1,7 +1,5 @@
-"""Bucketing as a Grain transform: an ``IterDataset`` that yields fixed-shape padded batches, one shape per bucket,
-with the bucket filler and batch builder of the pipeline's bucket schedule
-(:func:`~datatools.kernels.bucket.fill_order_batches`, :func:`~datatools.grain.bucket_schedule.bucket_rows`): one
-implementation of bucketing."""
+"""Bucketing as a Grain ``IterDataset``: an adapter over the bucket schedule's filler and batch builder
+(:func:`~datatools.kernels.bucket.fill_order_batches`, :func:`~datatools.grain.bucket_schedule.bucket_rows`)."""
 
 from __future__ import annotations
 
@@ -11,10 +9,9 @@ import numpy as np
 
 import grain
 from datatools.base.checks import OVERFLOW_POLICIES, check_choice
-from datatools.grain.bucket_schedule import bucket_rows
+from datatools.grain.bucket_schedule import bucket_pieces, bucket_rows
 from datatools.grain.document_blocks import document_block
 from datatools.kernels.bucket import check_buckets, fill_order_batches
-from datatools.kernels.packing import cut_pieces
 
 Piece = tuple[int, np.ndarray]  # (start in its document, the piece's tokens)
 Group = tuple[int, list[Piece]]  # (bucket, pieces)
@@ -61,17 +58,16 @@ class _BucketIterator(grain.DatasetIterator):
         self._flushing = False
 
     def _add(self, flat: np.ndarray, lengths: np.ndarray) -> None:
-        """Cut an element's documents at the longest bucket and fill the buckets' batches with the pieces, in
-        arrival order after the buffered ones (:func:`fill_order_batches`); full batches become ready."""
+        """Cut an element's documents at the longest bucket and fill the buckets' batches with the pieces, after
+        the buffered ones (:func:`fill_order_batches`); full batches become ready."""
         ds, longest = self._ds, int(self._ds.boundaries[-1])
         if ds.overflow == "error" and lengths.size and int(lengths.max()) > longest:
             raise ValueError(
                 f"document of length {int(lengths.max())} > the largest bucket {longest} (overflow='error')"
             )
-        doc, start, length, _, _ = cut_pieces(lengths, longest, ds.overflow)
+        doc, start, length, bucket = bucket_pieces(lengths, ds.boundaries, ds.overflow)
         at = np.concatenate(([0], np.cumsum(lengths)))[doc] + start
         new = [(int(s), np.asarray(flat[a : a + n], np.int32)) for s, a, n in zip(start, at, length.tolist())]
-        bucket = np.searchsorted(ds.boundaries, length, side="left")
         held = np.asarray([len(b) for b in self._buffers], np.int64)
         if not (held + np.bincount(bucket, minlength=held.shape[0]) >= ds.sizes).any():  # no batch completes
             for k, piece in zip(bucket.tolist(), new):
@@ -96,7 +92,6 @@ class _BucketIterator(grain.DatasetIterator):
                 flat, lengths = document_block(next(self._parent), ds.feature)
             except StopIteration:
                 self._flushing = True
-                # The parent is exhausted: each bucket's remainder becomes a batch of the full shape.
                 if not ds.drop_remainder:
                     self._ready.extend((k, b) for k, b in enumerate(self._buffers) if b)
                 self._buffers = [[] for _ in ds.boundaries]
@@ -135,28 +130,19 @@ class _BucketIterator(grain.DatasetIterator):
 class BucketBatchIterDataset(grain.IterDataset):
     """Group documents by length into buckets and yield fixed-shape padded batches.
 
-    Bucket k holds pieces of length <= ``boundaries[k]`` (and more than the previous
-    boundary); when it has ``batch_sizes[k]`` pieces it yields a canonical batch of
-    shape (batch_sizes[k], boundaries[k]): the batches of the pipeline's
-    :class:`~datatools.grain.bucket_schedule.BucketSchedule` over the same document
-    order, batch for batch (one filler). So the whole run uses at most
-    ``len(boundaries)`` shapes: one XLA program each. Choose boundaries with
-    :func:`datatools.bucket_boundaries` and sizes with
-    :func:`datatools.bucket_batch_sizes` (a fixed batch or a token budget).
-
-    The buffer is bounded: at most ``sum(batch_sizes) - len(boundaries)`` pieces wait.
-    When the parent ends, each bucket's remainder is yielded padded to the full batch
-    shape with empty rows (``segment_ids`` 0), or dropped with ``drop_remainder``.
-    Checkpoints are exact: the state holds the parent's state and the buffered pieces
-    (base64, bounded as above).
+    Bucket k holds pieces of length in ``(boundaries[k - 1], boundaries[k]]``; with ``batch_sizes[k]`` pieces it
+    yields a canonical batch of shape (batch_sizes[k], boundaries[k]), the batches of
+    :class:`~datatools.grain.bucket_schedule.BucketSchedule` over the same order: at most ``len(boundaries)``
+    shapes (see :func:`datatools.bucket_boundaries`, :func:`datatools.bucket_batch_sizes`). At most
+    ``sum(batch_sizes) - len(boundaries)`` pieces wait; at the end each bucket's remainder is padded with empty
+    rows, or dropped with ``drop_remainder``. The state holds the parent's state and the buffered pieces (base64).
 
     Args:
-      parent: an IterDataset of documents: 1-D token arrays, dicts with ``feature``,
-        or document blocks (see :class:`DocumentsMapDataset`).
+      parent: an IterDataset of documents: 1-D token arrays, dicts with ``feature``, or document blocks.
       boundaries: increasing bucket lengths (tokens).
       batch_sizes: rows per batch, one per bucket, or one int for all.
-      overflow: documents longer than the last boundary are ``split`` into pieces of
-        that length (positions count on), ``truncate``d, ``drop``ped, or an ``error``.
+      overflow: documents longer than the last boundary: ``split`` (positions count on), ``truncate``, ``drop``,
+        ``error``.
       drop_remainder: drop the partial batches at the end instead of padding them.
       feature: the dict key of the tokens when elements are dicts.
       pad_id: token id written at padding.

@@ -13,17 +13,14 @@ from datatools.kernels.tiles import chunk
 class TileChunk(grain.experimental.FlatMapTransform):
     """Cut each document into windows of at most ``ctx`` tokens, ``ctx`` a multiple of ``tile``.
 
-    See :func:`datatools.chunk`: consecutive windows by default (nothing lost or
-    duplicated), or overlapping ones with ``stride``; ``bos``/``eos`` added once per
-    document. Use it with ``grain.experimental.FlatMapIterDataset(ds, TileChunk(...))``
-    or :func:`chunk_documents`.
+    See :func:`datatools.chunk` (consecutive or, with ``stride``, overlapping windows). Use it with
+    ``grain.experimental.FlatMapIterDataset(ds, TileChunk(...))`` or :func:`chunk_documents`.
 
     Args:
       ctx: longest window (tokens), a multiple of ``tile``.
       tile: the accelerator's tile (tokens), e.g. 128 or 256.
       stride, bos, eos: as :func:`datatools.chunk`.
-      max_fan_out: the most windows one document may give (Grain's limit for
-        flat maps).
+      max_fan_out: the most windows one document may give (Grain's limit for flat maps).
       feature: the dict key of the tokens when elements are dicts.
     """
 

@@ -1,26 +1,20 @@
 """A length curriculum as a global schedule: dataset decomposition, every batch of one of K lengths.
 
-Every document is cut into pieces of the configured lengths and the remainders packed into rows of the
-shortest (:func:`datatools.kernels.curriculum.curriculum_rows`, once, from the lengths alone); each epoch,
-the rows of every length are put in a seeded order (a Feistel permutation per length and epoch, O(1) per row)
-and the length of each global batch is drawn by the schedule (:func:`~datatools.kernels.curriculum.curriculum_order`:
-odds x batches left, moving over the epoch). Global batch ``j`` of length ``k`` is the next
-``tokens_per_batch / lengths[k]`` rows of that length: every piece is read once per epoch.
-
-The schedule position is the global batch number: the fraction of the epoch done is ``j / num_batches``, so a
-state (the batches consumed) restores on any number of hosts and workers into the same point of the
-curriculum (:class:`~datatools.grain.host_batches.HostBatchesMapDataset`).
+Every document is cut into pieces of the configured lengths and the remainders packed into rows
+(:func:`datatools.kernels.curriculum.curriculum_rows`, once, from the lengths); each epoch the rows of every
+length are put in a seeded order (a Feistel permutation per length and epoch) and the length of each global
+batch is drawn by the schedule (:func:`~datatools.kernels.curriculum.curriculum_order`). Global batch ``j`` of
+length ``k`` is the next ``tokens_per_batch / lengths[k]`` rows of that length: every piece is read once per
+epoch, and the position (global batches consumed) restores on any number of hosts and workers.
 
 Memory: the pieces (about 20 bytes each, a few per document) and one byte per batch of the epochs in use.
 """
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
-from datatools.grain.schedule import EpochCache, ProcessCaches
+from datatools.grain.schedule import EpochCache
 from datatools.grain.streaming_schedule import RowsPlanSchedule
 from datatools.kernels.curriculum import GROW_P2, CurriculumRows, curriculum_order, curriculum_rows, grow_p2_odds
 from datatools.kernels.packing import PackPlan
@@ -44,7 +38,7 @@ def schedule_odds(schedule, k: int, odds=None) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray([o for _, o in stages], np.float64), np.asarray([u for u, _ in stages], np.float64)
 
 
-class CurriculumSchedule(RowsPlanSchedule, ProcessCaches):
+class CurriculumSchedule(RowsPlanSchedule):
     """Global batches of a length curriculum (see the module docstring).
 
     Args:
@@ -57,11 +51,9 @@ class CurriculumSchedule(RowsPlanSchedule, ProcessCaches):
       shuffle: put each length's rows in a seeded order per epoch (else their fixed order).
       seed: the decomposition's choices, the rows' order and the draws.
       pad_id: token id of padding.
-      pack_length: the length whose rows hold the packed remainders (default: chosen, see
+      pack_length: the length whose rows hold the packed remainders (default:
         :func:`~datatools.kernels.curriculum.pack_length_index`).
     """
-
-    _CACHES = ("_perms",)  # rebuilt in each process
 
     def __init__(
         self,
@@ -89,8 +81,7 @@ class CurriculumSchedule(RowsPlanSchedule, ProcessCaches):
         self.row_counts = tuple(sorted(set(self.rows.rows_per_batch.tolist())))
         self.shapes = [(int(r), int(n)) for r, n in zip(self.rows.rows_per_batch, self.sizes)]
         self._epochs = EpochCache(keep=2)
-        self._perms: dict[tuple[int, int], FeistelPermutation] = {}
-        self._lock = threading.Lock()
+        self._perms = EpochCache(keep=4 * self.sizes.shape[0] + 1)  # (length, epoch) -> its rows' permutation
 
     def epoch_order(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         """``(length index, ordinal)`` of every global batch of the epoch: batch j is the ``ordinal[j]``-th batch
@@ -114,22 +105,16 @@ class CurriculumSchedule(RowsPlanSchedule, ProcessCaches):
         return int(self.rows.rows_per_batch[self.epoch_order(epoch)[0][j]])
 
     def _row_ids(self, epoch: int, j: int, lo: int, hi: int) -> tuple[int, np.ndarray]:
-        """(length index, the rows of that length's plan) that rows [lo, hi) of global batch ``j`` hold; rows
-        past the length's last row (the shortest length's last batch) are left out: they are padding."""
+        """(length index, the rows of that length's plan) that rows [lo, hi) of global batch ``j`` hold; rows past
+        the length's last row are padding, left out."""
         index, ordinal = self.epoch_order(epoch)
         k = int(index[j])
         plan = self.rows.plans[k]
         rows = int(ordinal[j]) * int(self.rows.rows_per_batch[k]) + np.arange(lo, hi, dtype=np.int64)
         rows = rows[rows < plan.num_rows]
         if self.shuffle and rows.size:
-            key = (k, epoch)
-            with self._lock:
-                perm = self._perms.get(key)
-                if perm is None:
-                    if len(self._perms) > 4 * self.sizes.shape[0]:
-                        self._perms.clear()
-                    seed = (self.seed + _GOLDEN * (k + 1)) % (1 << 64)
-                    perm = self._perms[key] = FeistelPermutation(plan.num_rows, seed, epoch=epoch)
+            seed = (self.seed + _GOLDEN * (k + 1)) % (1 << 64)
+            perm = self._perms.get((k, epoch), lambda _: FeistelPermutation(plan.num_rows, seed, epoch=epoch))
             rows = np.asarray(perm(rows), np.int64)
         return k, rows
 

@@ -13,15 +13,11 @@ from datatools.io.documents import as_document_source
 class DocumentsMapDataset(grain.MapDataset):
     """Element i is document i's tokens (a 1-D array); :meth:`get_batch` reads many in one call.
 
-    ``BatchRowsMapDataset(shuffled(DocumentsMapDataset(src)), 256)`` gives *document
-    blocks*: 256 documents fetched with one vectorized permutation and one gather (a
-    contiguous range of a token store when unshuffled). The streaming packer and the
-    bucketer take such blocks, so Grain's per-element overhead is paid per block, not
-    per document.
+    ``BatchRowsMapDataset(shuffled(DocumentsMapDataset(src)), 256)`` gives *document blocks* of 256 documents
+    read in one gather, which the streaming packer and the bucketer take (Grain's overhead paid per block).
 
     Args:
-      source: ArrayDocuments, a TokenStore, or any document source (see
-        :mod:`datatools.io.documents`).
+      source: any document source (see :mod:`datatools.io.documents`).
     """
 
     def __init__(self, source):

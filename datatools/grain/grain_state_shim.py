@@ -1,17 +1,14 @@
 """Shim: the read position inside Grain's iterator states (the one place datatools reads Grain's state keys).
 
-Grain keeps no public description of an iterator's state; datatools needs one number from it, the elements read,
-to restore a state with another number of prefetch workers (:mod:`datatools.grain.portable_state`). What this
-module assumes, checked against Grain 0.2.10 to 0.2.18 (:data:`TESTED_GRAIN`):
+What this module assumes, checked against Grain 0.2.10 to 0.2.18 (:data:`TESTED_GRAIN`):
 
 * a single-process iterator over a map dataset saves ``{"next_index": k}``: ``k`` elements read;
 * ``mp_prefetch`` with ``W`` workers saves :data:`MP_KEYS` (and ``future_states``): worker ``i`` reads elements
-  ``i, i + W, ...``, its position is ``iterators_in_use_states[i]["next_index"]``, so the elements read are the
-  sum of those positions, and the next element comes from worker ``next_index_in_cycle``.
+  ``i, i + W, ...``, its position is ``iterators_in_use_states[i]["next_index"]``, and the next element comes
+  from worker ``next_index_in_cycle``.
 
-Every state read or written here is checked against that form; a state of another form (another Grain version)
-is a :class:`~datatools.base.errors.UnsupportedVersion` error naming the installed Grain and what differs, never
-a wrong position. ``tests/grain/test_grain_state_shim.py`` round-trips a real Grain iterator's state through it.
+A state of another form is an :class:`~datatools.base.errors.UnsupportedVersion` error naming the installed
+Grain, never a wrong position.
 """
 
 from __future__ import annotations
@@ -93,8 +90,7 @@ def prefetch_workers(state: dict) -> int:
 
 
 def prefetch_state(position: int, workers: int) -> dict:
-    """The ``mp_prefetch`` state of ``workers`` workers that has read ``position`` elements: worker ``i`` has read
-    the elements ``i, i + W, ...`` below ``position``, and the next element comes from worker ``position % W``."""
+    """The ``mp_prefetch`` state of ``workers`` workers that has read ``position`` elements."""
     if workers < 1:
         raise _unsupported(f"an mp_prefetch state with {workers} workers")
     return {

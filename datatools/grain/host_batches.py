@@ -1,29 +1,16 @@
 """One host's share of a global batch sequence, as a ``grain.MapDataset`` (many hosts, elastic resume).
 
-Every host computes the same *global* sequence of batches from document lengths alone
-(a store's offsets; no tokens are read), and then reads only the tokens of its own rows:
-
-* host ``h`` of ``N`` takes rows ``[h * R / N, (h + 1) * R / N)`` of every global batch
-  of ``R`` rows (``R`` = ``batch_size`` when packing, the bucket's batch size when
-  bucketing), so ``R`` must divide by ``N``;
-* element ``j`` of every host's dataset is its slice of global batch ``j``: the hosts
-  stay in lock step and the union of their rows at step ``j`` is exactly the batch one
-  host builds with ``N = 1``;
-* an iterator's position is ``j``, the global batches consumed, which does not depend
-  on ``N`` (nor on the number of prefetch workers, see
-  :mod:`datatools.grain.portable_state`): a checkpoint taken on ``N`` hosts restores on
-  ``M`` hosts and the global sequence continues unchanged (elastic resume).
-
-A *schedule* says what the global batches are (:class:`PlannedSchedule` here; the protocol
-:class:`~datatools.grain.schedule.Schedule` and its implementations): ``num_batches(epoch)``,
-``batch_rows(epoch, j)``, ``row_counts`` (every batch height it can give) and
-``read(epoch, j, lo, hi)``: rows ``[lo, hi)`` of global batch ``j``, a canonical batch of
-``hi - lo`` rows (rows past the data are empty: ``segment_ids`` 0). Batches do not cross
-epochs.
+Every host computes the same global batches from document lengths alone (a *schedule*, see
+:mod:`datatools.grain.schedule`) and reads only the tokens of its own rows: host ``h`` of ``N`` takes rows
+``[h * R / N, (h + 1) * R / N)`` of every global batch of ``R`` rows (so ``R`` must divide by ``N``), and
+element ``j`` is its slice of global batch ``j``. An iterator's position is ``j``, independent of ``N`` and of
+the prefetch workers (:mod:`datatools.grain.portable_state`): a checkpoint taken on ``N`` hosts restores on
+``M`` hosts (elastic resume).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -36,13 +23,13 @@ import numpy as np
 import grain
 from datatools.base.checks import check_choice, check_int
 from datatools.grain.batch import read_batch
-from datatools.grain.schedule import ReadAheadSchedule, Schedule
+from datatools.grain.schedule import EpochCache, ReadAheadSchedule, Schedule
 from datatools.io import read_stats
+from datatools.kernels.batch_layouts import CANONICAL_KEYS
 from datatools.kernels.packing.materialize import new_batch
 from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation
 from datatools.kernels.warm import warm_in_background
 
-CANONICAL = ("tokens", "segment_ids", "positions", "loss_mask")
 READ_AHEAD = 8  # batches whose reads start before they are asked for (the source's byte budget bounds them)
 FIRST_BATCH_ALONE_S = 120.0  # the most other batches wait for a process's first batch (seconds)
 FIRST_BATCH_GATHER_S = 0.02  # how long the first calls are gathered to find the lowest batch among them
@@ -54,36 +41,25 @@ TURN_WAIT_S = 60.0  # the most a batch waits for its turn (seconds)
 
 
 def _touch(path: str) -> None:
-    """Create the empty file ``path`` (a signal between processes; an error is ignored: it only costs a wait)."""
-    try:
-        with open(path, "a"):
-            pass
-    except OSError:
-        pass
+    """Create the empty file ``path``, a signal between processes (an error only costs a wait)."""
+    with contextlib.suppress(OSError):
+        open(path, "a").close()
 
 
 def empty_rows(rows: int, length: int, pad_id: int, *, fill_from: int = 0) -> dict[str, np.ndarray]:
     """A canonical batch of ``rows`` rows of ``length`` tokens; rows from ``fill_from`` on are empty (padding:
-    ``segment_ids`` 0), the rows before it are left unwritten for the caller to fill (no write twice)."""
-    out = new_batch(rows, length)  # memory used again once nobody holds it (faulting in fresh pages costs more)
+    ``segment_ids`` 0), the rows before it are left for the caller to fill."""
+    out = new_batch(rows, length)
     out["tokens"][fill_from:] = pad_id
-    for key in CANONICAL[1:]:
+    for key in CANONICAL_KEYS[1:]:
         out[key][fill_from:] = 0
     return out
 
 
-def place_rows(out: dict, at: np.ndarray, batch: dict) -> None:
-    """Write the rows of ``batch`` into rows ``at`` of ``out`` (both canonical batches)."""
-    for key in CANONICAL:
-        out[key][at] = batch[key]
-
-
 class DocumentOrder:
     """The order documents are read in, per epoch: ``none`` (storage order), ``full`` (a Feistel permutation of
-    (seed, epoch)) or ``block`` (a windowed block shuffle): the same orders as the pipeline's shuffles.
-
-    ``order(positions, epoch)`` gives the document at each position (int64 array), in O(1) per position.
-    """
+    (seed, epoch)) or ``block`` (a windowed block shuffle). ``order(positions, epoch)``: the document at each
+    position (int64), O(1) per position."""
 
     def __init__(self, n: int, kind: str, *, seed: int, io_block_size: int = 64, window_blocks: int = 1024):
         self.n = check_int(n, "documents", minimum=1)
@@ -94,7 +70,7 @@ class DocumentOrder:
             if kind == "block"
             else None
         )
-        self._perms: dict[int, FeistelPermutation] = {}
+        self._perms = EpochCache(keep=5)
 
     def __call__(self, positions, epoch: int) -> np.ndarray:
         positions = np.asarray(positions, np.int64)
@@ -102,11 +78,7 @@ class DocumentOrder:
             return positions.copy()
         if self._block is not None:  # kind block
             return np.asarray(self._block.index(positions, epoch), np.int64)
-        perm = self._perms.get(epoch)
-        if perm is None:
-            if len(self._perms) > 4:
-                self._perms.clear()
-            perm = self._perms[epoch] = FeistelPermutation(self.n, self.seed, epoch=epoch)
+        perm = self._perms.get(epoch, lambda e: FeistelPermutation(self.n, self.seed, epoch=e))
         return np.asarray(perm(positions), np.int64)
 
 
@@ -114,8 +86,7 @@ class PlannedSchedule:
     """Global batches of ``batch_size`` consecutive rows of a (shuffled) row dataset, per epoch.
 
     Args:
-      rows: a MapDataset of canonical rows (planned packed rows, shuffled per epoch: index ``e * len + i``
-        is row i of epoch e); read a batch at a time through its ``get_batch`` when it has one.
+      rows: a MapDataset of canonical rows (index ``e * len + i`` is row i of epoch e).
       batch_size: rows per global batch.
       drop_remainder: leave out each epoch's last, short batch (else it is padded with empty rows).
       ctx: row length (tokens).
@@ -145,7 +116,9 @@ class PlannedSchedule:
             return read_batch(self.rows, index + epoch * self.n)
         out = empty_rows(hi - lo, self.ctx, self.pad_id)
         if valid.any():
-            place_rows(out, np.flatnonzero(valid), read_batch(self.rows, index[valid] + epoch * self.n))
+            batch = read_batch(self.rows, index[valid] + epoch * self.n)
+            for key in CANONICAL_KEYS:
+                out[key][valid] = batch[key]
         return out
 
 
@@ -153,12 +126,11 @@ class HostBatchesMapDataset(grain.MapDataset):
     """Element ``j``: host ``index`` of ``count``'s rows of global batch ``j`` of ``schedule``, over the epochs.
 
     Args:
-      schedule: the global batches (see the module docstring).
+      schedule: the global batches (:class:`~datatools.grain.schedule.Schedule`).
       index, count: this host and the number of hosts; every batch height must divide by ``count``.
       num_epochs: epochs to run; None: repeat forever.
-      stride: the gap between the batches one process reads, as expected (Grain worker ``w`` of ``P`` reads
-        batches ``w, w + P, ...``: pass ``P``); read-ahead follows it from the first batch, and corrects it to
-        the gcd of the gaps it sees.
+      stride: the expected gap between the batches one process reads (Grain worker ``w`` of ``P`` reads
+        ``w, w + P, ...``: pass ``P``); read-ahead corrects it to the gcd of the gaps it sees.
     """
 
     def __init__(
@@ -180,8 +152,7 @@ class HostBatchesMapDataset(grain.MapDataset):
         carry_host = getattr(schedule, "carry_host", None)  # a schedule that sends only this host's first plans
         if carry_host is not None:
             carry_host(self._index, self._count)
-        # read ahead when the schedule says what a batch reads and its source reads ahead (a bucket): checked once,
-        # not per batch (a protocol check costs ~10 us, a visible share of a fast source's CPU time per batch)
+        # read ahead when the schedule says what a batch reads and its source reads ahead: checked once (~10 us)
         self._ahead_of: ReadAheadSchedule | None = None
         if isinstance(schedule, ReadAheadSchedule) and getattr(schedule.docs, "reads_ahead", False):
             self._ahead_of = schedule
@@ -244,13 +215,9 @@ class HostBatchesMapDataset(grain.MapDataset):
         return self._index * share, (self._index + 1) * share
 
     def _read_ahead(self, index: int, *, after_first: bool = False) -> None:
-        """Start the reads of batch ``index`` and of this host's next :data:`READ_AHEAD` batches (in the stride
-        this process reads them: a Grain worker of P reads every P-th batch), nearest first, each batch once:
-        its own reads go first, then those of the batches after it. The process's first batch reads alone (it
-        does not queue behind eight others); once it is read (``after_first``: ``index`` is that batch), the
-        reads of the next ones start at once, before they are asked for (the step after the first would
-        otherwise wait for its batch's cold reads). The source bounds the bytes read ahead and says whether it
-        took a batch whole."""
+        """Start the reads of batch ``index`` and of this process's next :data:`READ_AHEAD` batches (in its
+        stride), nearest first, each once. The first batch reads alone; once it is read (``after_first``), the
+        next ones' reads start at once. The source bounds the bytes read ahead and says whether it took a batch."""
         schedule = self._ahead_of
         if schedule is None:
             return
@@ -316,22 +283,15 @@ class HostBatchesMapDataset(grain.MapDataset):
                 self._turn.notify_all()
 
     def _warm_up(self, index: int) -> None:
-        """Read this process's next :data:`WARM_BATCHES` batches (in its stride) while its first batch ``index``
-        is held back, for at most :data:`WARM_S` seconds: their reads began with the read-ahead, and a step asks
-        for the next batch within a step time of the first, when a cold read from a bucket (new chunks: ~1-1.5 s
-        a batch at +100 ms while the lanes' first windows are read) is not done. The first batch comes up to
-        :data:`WARM_S` later, and the steps after it find their batches read (issue 31: 0 of 500 steps waiting;
-        with one batch read ahead, the fourth step still waited ~0.35 s). A read not done by then goes on in its
-        thread and is handed over when that batch is asked for. Only with read-ahead (a source that prefetches).
+        """Hold the first batch ``index`` back (at most :data:`WARM_S` seconds) while this process reads its next
+        :data:`WARM_BATCHES` batches, so the steps after it find their batches read (a cold read from a bucket is
+        ~1-1.5 s a batch at +100 ms; issue 31: 0 of 500 steps waiting, against ~0.35 s with one batch ahead). A
+        read not done by then is handed over when its batch is asked for. Only with read-ahead.
 
-        In a Grain worker of P, the host's batches go round the workers, and the workers say what they have done
-        in files in the shared :attr:`stats_folder`: ``read-J`` once batch J is read (a first batch, or one read
-        during a warm-up), ``given-J`` once the first batch J is handed over. A first batch also waits (within the
-        same :data:`WARM_S`) until the next P - 1 batches, other workers', are read (the step after the first takes
-        the next worker's first batch). And a worker whose first batch comes after another worker's (batch
-        ``index - 1``) stops its warm-up once that one is handed over: the step after it needs this batch within
-        a step time, and its own next batches are P steps further (a worker that started late otherwise held its
-        first batch until its warm-up ended, and the step after the first waited ~1.3 s at +100 ms)."""
+        Grain workers signal through files in the shared :attr:`stats_folder`: ``read-J`` once batch J is read,
+        ``given-J`` once first batch J is handed over. A first batch also waits for the next P - 1 batches (other
+        workers') to be read, and a warm-up stops once batch ``index - 1`` is handed over (this batch is then
+        needed within a step; a late worker otherwise held the step after the first ~1.3 s at +100 ms)."""
         if self._ahead_of is None:
             return
         until = time.monotonic() + WARM_S
@@ -356,8 +316,8 @@ class HostBatchesMapDataset(grain.MapDataset):
             _touch(os.path.join(folder, f"given-{index}"))  # this first batch: handed over (now)
 
     def _warm_read(self, k: int, folder: str | None) -> Future:
-        """Read batch ``k`` in a thread of its own, to be handed over when it is asked for (:meth:`_warm_up`); in
-        a Grain worker, the file ``read-K`` in ``folder`` says when it is read."""
+        """Read batch ``k`` in a thread of its own, to be handed over when asked for; ``read-K`` in ``folder`` says
+        when it is read."""
         epoch, j = self.locate(k)
         future: Future = Future()
         with self._lock:
@@ -375,12 +335,9 @@ class HostBatchesMapDataset(grain.MapDataset):
         return future
 
     def _wait_turn(self, index: int) -> None:
-        """Wait while ``BATCHES_IN_FLIGHT - 1`` lower batches of this process are being read or wait to be.
-
-        Grain's reader threads ask for several batches at once; read all together, the reads of the batch the
-        step needs next queue behind those of later batches (a sharded store's reads come in two rounds: the
-        shard index, then the chunks, and the second round joins the back of the queue). In index order, the
-        next batch's reads go first; read-ahead (:meth:`_read_ahead`) still fetches the later batches."""
+        """Wait while ``BATCHES_IN_FLIGHT - 1`` lower batches of this process are being read or wait to be: Grain's
+        reader threads ask for several batches at once, and the next batch's reads must not queue behind later
+        ones' (a sharded store's second round of reads joins the back of the queue)."""
         with self._turn:
             deadline = time.monotonic() + TURN_WAIT_S
             while sum(1 for i in self._active if i < index) >= BATCHES_IN_FLIGHT - 1:
@@ -390,9 +347,8 @@ class HostBatchesMapDataset(grain.MapDataset):
                 self._turn.wait(left)
 
     def _elect_first(self, index: int) -> tuple[bool, threading.Event]:
-        """Whether this call reads the process's first batch, alone (and the event set when it is read). Grain's
-        reader threads ask for several batches at once, in no fixed order: the calls of the first
-        :data:`FIRST_BATCH_GATHER_S` seconds are gathered and the lowest batch among them is read first."""
+        """Whether this call reads the process's first batch, alone (and the event set when it is read): the lowest
+        batch asked for in the first :data:`FIRST_BATCH_GATHER_S` seconds (Grain's threads ask in no fixed order)."""
         with self._lock:
             if self._first is None:
                 self._first, self._lead, self._lead_started = threading.Event(), index, False

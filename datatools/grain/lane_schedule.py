@@ -1,36 +1,11 @@
 """Streaming packing in *lanes*: a block shuffle whose io blocks each host reads once per epoch, and only its own.
 
-The window order of :mod:`~datatools.grain.streaming_schedule` (a block shuffle's window of
-``window_blocks`` io blocks, its documents in random order, packed a window of documents at a
-time) makes every global batch read from most of the shuffle window: ~1,300 documents from ~740
-io blocks at ctx 8192 and 128 rows, and every host reads from all of them. From local disk that
-is cheap; from a bucket it is ~250x the bytes the batch uses.
-
-Lanes keep the shuffle's randomness at the level of io blocks and make the reads local:
-
-* each epoch the io blocks (``io_block_size`` consecutive documents, one contiguous read) are put
-  in a Feistel order of (seed, epoch) over the whole data set;
-* there are ``L = batch_size * lane_period`` lanes; block ``q`` of that order goes to lane ``q % L``;
-  a lane's documents are its blocks' documents in order, packed ``window`` documents at a time
-  (each window planned from its lengths, its rows put in a seeded order, as streaming packing does);
-  lane ``l``'s windows are cut ``((l * g) % L) * window / L`` documents early (``g`` coprime to ``L``, near
-  ``L / golden ratio``), so lanes start new windows at different steps, the reads are spread evenly over the
-  epoch, and every host's lanes have staggers spread over the whole window;
-* row ``r`` of global batch ``j`` is row ``j // P`` of lane ``r * P + j % P`` (``P = lane_period``).
-
-So the rows a host owns (``[h * B / N, (h + 1) * B / N)``) come from its own lanes only: no two hosts
-read the same block, and a lane's block is read once, when its window begins, and used until the
-window is done. With Grain worker processes, worker ``w`` of ``P`` reads batches ``j % P == w``, the
-lanes of phase ``w`` only (set ``lane_period`` to the worker count; 2 by default).
-
-A global batch mixes ``B`` lanes, each at a different place of the data set, so it holds documents
-from about as many io blocks as the window order gives (the shuffle report measures it); the
-documents of one row come from one lane's window (``window / io_block_size`` blocks).
-
-Lanes hold different numbers of rows. The first ``P * min(rows per lane)`` batches take a row of
-every lane; the rows left over in every lane are then taken lane by lane, ``B`` at a time, for the
-epoch's last few batches (every token exactly once per epoch; the last batch is padded, or dropped
-with ``drop_remainder``).
+In window order every batch reads from most of the shuffle window, on every host (from a bucket, ~250x the bytes
+it uses). Here each epoch's io blocks, in a Feistel order of (seed, epoch), are dealt to ``L = batch_size *
+lane_period`` lanes (block ``q`` to lane ``q % L``), each packed ``window`` documents at a time, its windows cut
+early by a stagger (:func:`_spread`) so that lanes start windows at different steps; row ``r`` of global batch
+``j`` is row ``j // P`` of lane ``r * P + j % P`` (``P = lane_period``). The first ``P * min(rows per lane)``
+batches take a row of every lane, the leftover rows then lane by lane, ``B`` at a time (docs/pipelines.md).
 """
 
 from __future__ import annotations
@@ -43,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from datatools.base.checks import check_int
-from datatools.grain.schedule import EpochCache
+from datatools.grain.schedule import EpochCache, ProcessCaches
 from datatools.grain.streaming_schedule import RowsPlanSchedule, plan_window, rows_of
 from datatools.kernels.packing import PackPlan, cut_pieces
 from datatools.kernels.packing.counting import count_windows
@@ -52,8 +27,7 @@ from datatools.kernels.shuffle import lane_blocks
 
 def _spread(lanes: int) -> int:
     """A multiplier coprime to ``lanes`` near ``lanes / golden ratio``: lane ``l``'s window stagger is
-    ``(l * spread) % lanes`` of ``lanes`` parts of a window, so any run of consecutive lanes (one host's rows, a
-    worker's phase) has staggers spread over the whole window, not bunched at one end (a low-discrepancy order)."""
+    ``(l * spread) % lanes`` parts of a window, so any run of consecutive lanes has staggers spread evenly."""
     g = max(1, round(lanes * 0.6180339887))
     while math.gcd(g, lanes) != 1:
         g += 1
@@ -73,7 +47,7 @@ class _Epoch:
     batches: int
 
 
-class LaneSchedule(RowsPlanSchedule):
+class LaneSchedule(RowsPlanSchedule, ProcessCaches):
     """Global batches of streaming packing in lanes (see the module docstring).
 
     Args:
@@ -122,10 +96,8 @@ class LaneSchedule(RowsPlanSchedule):
         self._lock = threading.Lock()
 
     def carry_host(self, index: int, count: int) -> None:
-        """Host ``index`` of ``count`` reads this schedule: a pickle (to its Grain workers) carries the first window
-        plans of that host's lanes only (rows ``[index * B / count, (index + 1) * B / count)``, lanes ``row * P +
-        phase``): 64 of 256 lanes for host 0 of 4 at batch 128 (a 100M-token store: the host's dataset pickles to
-        2.8 MB, was 4.4 MB). Host datasets made over one schedule for several hosts widen the lanes carried."""
+        """Host ``index`` of ``count`` reads this schedule: a pickle carries the first window plans of its lanes only
+        (host 0 of 4 of a 100M-token store pickles to 2.8 MB, 4.4 MB with all 256 lanes). Several hosts widen it."""
         share = self.batch_size // count
         lanes = range(index * share * self.period, (index + 1) * share * self.period)
         with self._lock:
@@ -135,8 +107,7 @@ class LaneSchedule(RowsPlanSchedule):
                 self._carried = range(min(self._carried.start, lanes.start), max(self._carried.stop, lanes.stop))
 
     def __getstate__(self):
-        # the carried lanes' first windows of the epochs held go along, planned here once (~0.1 s for 256 lanes): a
-        # worker's first batch then issues its reads at once, not after numba's start-up and 32 window plans (~0.6 s)
+        # the carried lanes' first windows go along (~0.1 s for 256 lanes, against ~0.6 s in a worker's first batch)
         lanes = self._carried or range(self.lanes)
         for epoch in self._epochs.held():
             e = self._epoch(epoch)
@@ -145,12 +116,6 @@ class LaneSchedule(RowsPlanSchedule):
                     self.window_plan(epoch, lane, 0)
         first = [(k, v) for k, v in self._plans.items() if k[2] == 0 and k[1] in lanes][-len(lanes) :]
         return {k: v for k, v in self.__dict__.items() if k != "_lock"} | {"_plans": OrderedDict(first)}
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
-    # ----------------------------------------------------------------- the lanes of an epoch
 
     def _lane_docs(self, e: _Epoch, lane: int, a: int, b: int) -> np.ndarray:
         """Documents at positions [a, b) of ``lane`` (int64)."""
@@ -166,12 +131,8 @@ class LaneSchedule(RowsPlanSchedule):
         blocks_of = lane_blocks(self.num_blocks, L, seed=self.seed, epoch=epoch)
         lane_cum: list[np.ndarray] = []
         cuts: list[np.ndarray] = []
-        row_starts: list[np.ndarray] = []
-        tail: list[np.ndarray] = []
-        counts = np.zeros(L, np.int64)
         spread = _spread(L)
-        for blocks in blocks_of:
-            lane = len(lane_cum)
+        for lane, blocks in enumerate(blocks_of):
             cum = np.concatenate(([0], np.cumsum(np.minimum(S, self.n - blocks * S))))  # the last block may be short
             lane_cum.append(cum)
             n_lane = int(cum[-1])
@@ -180,30 +141,22 @@ class LaneSchedule(RowsPlanSchedule):
             c = np.concatenate(([0], c[c > 0], [n_lane])) if n_lane else np.zeros(1, np.int64)
             cuts.append(c)
         e = _Epoch(blocks_of, lane_cum, cuts, [], 0, np.zeros((0, 2), np.int64), 0)
-        windows = self._window_rows(e, epoch)
-        at = 0
-        for lane in range(L):
-            rows = windows[at : at + e.cuts[lane].shape[0] - 1]
-            at += rows.shape[0]
-            starts = np.concatenate(([0], np.cumsum(rows)))
-            row_starts.append(starts)
-            counts[lane] = starts[-1]
-        e.row_starts = row_starts
-        least = int(counts.min()) if L else 0
+        per_lane = np.split(self._window_rows(e, epoch), np.cumsum([c.shape[0] - 1 for c in cuts])[:-1])
+        e.row_starts = [np.concatenate(([0], np.cumsum(rows))) for rows in per_lane]
+        counts = [int(starts[-1]) for starts in e.row_starts]
+        least = min(counts)
         e.regular = self.period * least
-        for lane in range(L):
-            extra = np.arange(least, counts[lane], dtype=np.int64)
-            tail.append(np.stack([np.full(extra.shape[0], lane, np.int64), extra], axis=1))
-        e.tail = np.concatenate(tail) if tail else np.zeros((0, 2), np.int64)
+        e.tail = np.concatenate(
+            [np.stack([np.full(n - least, lane), np.arange(least, n)], axis=1) for lane, n in enumerate(counts)]
+        ).astype(np.int64)
         full, rest = divmod(e.tail.shape[0], self.batch_size)
         e.batches = e.regular + full + (1 if rest and not self.drop_remainder else 0)
         return e
 
     def _window_rows(self, e: _Epoch, epoch: int) -> np.ndarray:
-        """Rows of every window of every lane, lane by lane (int64). Counted from the lengths in one kernel call, no
-        plan made: a window is planned when its rows are read (:meth:`window_plan`); for 32 GB of tokens an epoch
-        has ~10^4 windows, ~0.3 ms of Python each when planned one by one. Options the counting kernels do not
-        cover (``align`` > 1, ``overflow`` other than ``split``) plan every window, the lanes' first kept."""
+        """Rows of every window of every lane, lane by lane (int64), counted in one kernel call (~10^4 windows an
+        epoch for 32 GB, ~0.3 ms each if planned one by one). Options the counting kernels do not cover (``align``
+        > 1, ``overflow`` other than ``split``) plan every window, the lanes' first kept."""
         o = self.options
         docs = np.concatenate([self._lane_docs(e, lane, 0, int(c[-1])) for lane, c in enumerate(e.cuts)])
         offsets = np.concatenate(([0], np.cumsum([int(c[-1]) for c in e.cuts])))  # each lane's first document
@@ -220,34 +173,17 @@ class LaneSchedule(RowsPlanSchedule):
                 plan, row_order = plan_window(self.lengths, docs[a:b], self.ctx, o, [self.seed, epoch, lane, w])
                 rows.append(plan.num_rows)
                 if w == 0:
-                    self._keep([((epoch, lane, 0), (plan, row_order))])
+                    self._keep((epoch, lane, 0), (plan, row_order))
         return np.asarray(rows, np.int64)
 
     def window_plan(self, epoch: int, lane: int, w: int) -> tuple[PackPlan, np.ndarray]:
         """Window ``w`` of ``lane``: its plan (document ids global) and row order."""
-        key = (epoch, lane, w)
-        with self._lock:
-            hit = self._plans.get(key)
-            if hit is not None:
-                self._plans.move_to_end(key)
-                return hit
+        return self._cached_plan((epoch, lane, w), lambda: self._plan_window(epoch, lane, w))
+
+    def _plan_window(self, epoch: int, lane: int, w: int) -> tuple[PackPlan, np.ndarray]:
         e = self._epoch(epoch)
-        a, b = int(e.cuts[lane][w]), int(e.cuts[lane][w + 1])
-        plan, rows = plan_window(
-            self.lengths, self._lane_docs(e, lane, a, b), self.ctx, self.options, key=[self.seed, epoch, lane, w]
-        )
-        self._keep([(key, (plan, rows))])
-        return plan, rows
-
-    def _keep(self, planned: list[tuple[tuple[int, int, int], tuple[PackPlan, np.ndarray]]]) -> None:
-        """Cache window plans ``((epoch, lane, window), (plan, row order))``, the oldest dropped past the limit."""
-        with self._lock:
-            for window, value in planned:
-                self._plans[window] = value
-            while len(self._plans) > self._plans_kept:
-                self._plans.popitem(last=False)
-
-    # ----------------------------------------------------------------- the schedule protocol
+        docs = self._lane_docs(e, lane, int(e.cuts[lane][w]), int(e.cuts[lane][w + 1]))
+        return plan_window(self.lengths, docs, self.ctx, self.options, key=[self.seed, epoch, lane, w])
 
     def num_batches(self, epoch: int) -> int:
         return self._epoch(epoch).batches
@@ -270,14 +206,11 @@ class LaneSchedule(RowsPlanSchedule):
 
     def ahead_pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every document of the windows that rows [lo, hi) of batch ``j`` draw from, whole (for read-ahead): a
-        window is read once, its io blocks whole (adjacent inner chunks of a shard in one request), and its rows
-        are taken over the next ~``2 * window`` batches; the epoch's last batches (the lanes' leftover rows) read
-        their own pieces. Read by the pieces of each batch, a window's inner chunks
-        came one request each over its first ~10 rows: at +100 ms, 104 requests a batch over the first 40
-        batches of host 0 of 4, more than the far store served (issue 31)."""
+        window's io blocks read in few requests (read by pieces: 104 requests a batch at +100 ms, issue 31); the
+        epoch's last batches (leftover rows) read their own pieces."""
         e = self._epoch(epoch)
-        if j >= e.regular:  # the epoch's last batches: a few leftover rows of many windows, most of other hosts' lanes
-            return self.pieces(epoch, j, lo, hi)  # their pieces (whole windows: ~4x the bytes the tail uses)
+        if j >= e.regular:  # whole windows would be ~4x the bytes the tail uses
+            return self.pieces(epoch, j, lo, hi)
         windows = {
             (lane, int(np.searchsorted(e.row_starts[lane], k, side="right")) - 1)
             for lane, k in self._lane_rows(epoch, j, lo, hi).tolist()

@@ -9,10 +9,7 @@ from datatools.kernels.loss_weights import LOSS_WEIGHTINGS, add_loss_weights
 
 class LossWeights(grain.transforms.Map):
     """Add ``loss_weights`` (float32, (rows, ctx)) and ``loss_weight_sum`` (float32, (rows,)) to a canonical batch
-    (see :mod:`datatools.kernels.loss_weights`).
-
-    A batch's weights depend on its own rows only (a piece is normalized within its row), so each host weighs
-    its rows without seeing the others'; the step divides by the sum over all of them.
+    (:mod:`datatools.kernels.loss_weights`); a batch's weights depend on its own rows only.
 
     Args:
       weighting: ``token`` or ``document`` (``none`` leaves batches unchanged).

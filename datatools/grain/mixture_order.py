@@ -1,54 +1,32 @@
 """The order documents are read in when a pipeline mixes several sources: an interleave by weight, per epoch.
 
-:class:`MixtureOrder` stands where a single source's
-:class:`~datatools.grain.host_batches.DocumentOrder` stands, in the streaming and bucketing
-schedules: ``order(positions, epoch)`` gives the (global) document at each position of the
-epoch, from the documents' counts alone, the same on every host, O(1) per position.
-
-* Documents are numbered source after source (source k's document i is ``offsets[k] + i``,
-  :class:`~datatools.io.mixed_documents.MixedDocuments`).
-* Each source keeps its own shuffle (a :class:`DocumentOrder` of its own, seeded by
-  ``(seed, k)``): a block shuffle keeps each source's reads local to its own blocks.
-* Which source each position draws from is the weighted interleave of
-  :mod:`datatools.kernels.mixture` (every prefix holds the weights to within about K documents).
-
-Epochs (``mode``):
-
-* ``sample``: an epoch is ``epoch_documents`` positions (documents drawn, not tokens). Positions count on
-  across epochs, and source k's ``r``-th draw is document ``r mod n_k`` of its own shuffled epoch ``r // n_k``:
-  a small source wraps into its next (reshuffled) epoch and repeats (upsampled), a large one is partly seen.
-  The weights hold in every batch.
-* ``exhaust``: an epoch is every document of every source exactly once (``sum n_k`` positions). Sources draw by
-  weight while all have documents left; when one runs out it leaves the epoch and the others go on with their
-  weights renormalized, until the largest is done -- nothing is dropped and nothing repeats, so the end of an epoch
-  holds the larger sources only (the mixing report shows how far the shares move).
-
-Weight changes (``history``): ``[(position, weights), ...]``, positions counted over all epochs (epoch ``e``'s
-position ``p`` is ``e * n + p``). The weights of an entry hold from its position on: documents already drawn
-stay as they were, and each source's draws continue from where they stood (``exhaust``: still every document
-once per epoch).
+:class:`MixtureOrder` stands where one source's :class:`~datatools.grain.host_batches.DocumentOrder` stands,
+computed from the documents' counts alone. Source k's document i is ``offsets[k] + i``, each source keeps its
+own shuffle, and positions draw from sources by the weighted interleave of :mod:`datatools.kernels.mixture`.
+Epochs (``mode``, docs/mixtures.md): ``sample`` (``epoch_documents`` draws; source k's ``r``-th draw over all
+epochs is document ``r mod n_k`` of its own epoch ``r // n_k``) or ``exhaust`` (every document once, the
+others renormalized when a source runs out). ``history``: ``[(position, weights), ...]``, positions counted
+over all epochs (``e * n + p``), each entry's weights holding from its position on.
 """
 
 from __future__ import annotations
-
-import threading
 
 import numpy as np
 
 from datatools.base.checks import check_choice, check_int
 from datatools.grain.host_batches import DocumentOrder
-from datatools.grain.schedule import ProcessCaches
+from datatools.grain.schedule import EpochCache
 from datatools.kernels.mixture import Segment, draw, exhaust_segments, split_ratios
 
 MIX_MODES = ("sample", "exhaust")
 
 
 def source_seed(seed: int, k: int) -> int:
-    """The seed of source k's own shuffle: independent of every other source's (SeedSequence of (seed, k))."""
+    """The seed of source k's own shuffle (SeedSequence of (seed, k))."""
     return int(np.random.SeedSequence([int(seed), int(k)]).generate_state(2, np.uint64)[0])
 
 
-class MixtureOrder(ProcessCaches):
+class MixtureOrder:
     """Documents of several sources, interleaved by weight (see the module docstring).
 
     Args:
@@ -59,8 +37,6 @@ class MixtureOrder(ProcessCaches):
         ``sum(sizes)``.
       shuffle, seed, io_block_size, window_blocks: each source's own order (as :class:`DocumentOrder`).
     """
-
-    _CACHES = ("_segments",)  # rebuilt in each process
 
     def __init__(
         self,
@@ -102,8 +78,7 @@ class MixtureOrder(ProcessCaches):
             for k, n in enumerate(self.sizes)
         ]
         self.same_documents_every_epoch = mode == "exhaust"
-        self._segments: dict[int, list[Segment]] = {}
-        self._lock = threading.Lock()
+        self._segments = EpochCache(keep=5)
         if mode == "sample":
             self._global = self._sample_segments()
 
@@ -123,20 +98,13 @@ class MixtureOrder(ProcessCaches):
     def segments(self, epoch: int) -> list[Segment]:
         """The segments in force in ``epoch`` (``sample``: over all epochs; ``exhaust``: the epoch's, positions
         within it)."""
-        if self.mode == "sample":
-            return self._global
-        with self._lock:
-            hit = self._segments.get(epoch)
-        if hit is None:
-            first, end = epoch * self.n, (epoch + 1) * self.n
-            in_force = [w for p, w in self.history if p <= first][-1]
-            switches = [(0, in_force)] + [(p - first, w) for p, w in self.history if first < p < end]
-            hit = exhaust_segments(self.sizes, switches, lambda s: self._offset(first + s))
-            with self._lock:
-                if len(self._segments) > 4:
-                    self._segments.clear()
-                self._segments[epoch] = hit
-        return hit
+        return self._global if self.mode == "sample" else self._segments.get(epoch, self._exhaust_segments)
+
+    def _exhaust_segments(self, epoch: int) -> list[Segment]:
+        first, end = epoch * self.n, (epoch + 1) * self.n
+        in_force = [w for p, w in self.history if p <= first][-1]
+        switches = [(0, in_force)] + [(p - first, w) for p, w in self.history if first < p < end]
+        return exhaust_segments(self.sizes, switches, lambda s: self._offset(first + s))
 
     def draws(self, positions, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         """``(source, rank)`` of positions of ``epoch``: the source each draws from and its draw number there

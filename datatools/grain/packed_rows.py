@@ -13,17 +13,11 @@ from datatools.kernels.packing import PackPlan, pack_lengths
 
 
 class PackedRowsMapDataset(grain.MapDataset):
-    """Packed rows, planned once over every document's length, with random access.
+    """Packed rows, planned once over every document's length (``source.lengths()`` alone), with random access.
 
-    The plan (best_fit_decreasing by default) is computed when the dataset is built,
-    from ``source.lengths()`` alone (a token store reads only its offsets). Row ``i``
-    is then built on demand: its pieces are read in one call to the source (an
-    in-memory gather, or whole cached chunks of a token store), so global shuffling of
-    rows, per-host sharding (``ds[index::count]``) and checkpointing come from Grain.
-    Indices past ``len(ds)`` wrap (epoch ``index // len(ds)``).
-
-    Elements are canonical rows: int32 arrays of shape (ctx,) ``tokens``,
-    ``segment_ids``, ``positions``, ``loss_mask`` (see :mod:`datatools.kernels.batch_layouts`).
+    Row ``i`` is built on demand, its pieces read in one call to the source, so shuffling, sharding and
+    checkpoints come from Grain. Indices past ``len(ds)`` wrap. Elements are canonical rows: int32 arrays of
+    shape (ctx,) (see :mod:`datatools.kernels.batch_layouts`).
 
     Args:
       source: :class:`~datatools.io.documents.ArrayDocuments`, a
@@ -31,8 +25,8 @@ class PackedRowsMapDataset(grain.MapDataset):
         ``lengths()`` and ``read_pieces(doc, start, length)``.
       ctx: row length (tokens).
       algorithm, max_segments, align, overflow: as :func:`datatools.pack_lengths`.
-      plan: a precomputed plan over ``source`` (then the packing options are ignored): a ``PackPlan``, or a
-        plan on disk (:class:`~datatools.io.plan_file.PlanFile`), of which each batch reads only its rows' pieces.
+      plan: a precomputed ``PackPlan`` over ``source``, or a plan on disk
+        (:class:`~datatools.io.plan_file.PlanFile`); then the packing options are ignored.
       pad_id: token id written at padding.
     """
 
@@ -59,7 +53,7 @@ class PackedRowsMapDataset(grain.MapDataset):
             raise ValueError(f"plan refers to document {plan.max_doc} but the source has {len(self._docs)}")
         if plan.num_rows == 0:
             raise ValueError("no rows to pack: the source holds no tokens")
-        self.plan = plan  # a plan file: its rows gathered per batch, memory-mapped
+        self.plan = plan
         self._pad_id = int(pad_id)
 
     def __len__(self) -> int:

@@ -1,27 +1,13 @@
-"""Checkpoints that restore with any number of prefetch workers.
+"""Checkpoints that restore with any number of prefetch workers, and on any number of hosts.
 
-Grain's ``mp_prefetch`` iterator saves one read position per worker (worker ``i``
-reads elements ``i, i + W, i + 2W, ...``), so a state saved with 2 workers cannot
-be restored into a pipeline with 0 or 4 (``KeyError: 'next_index'``). The position
-is really one number: the elements consumed so far, the sum of the workers'
-positions. :class:`PortableStateIterDataset` wraps a pipeline's final dataset and
-writes every prefetch state in that portable form ``{"next_index": k}`` (which is
-also what the single-process iterator saves); restoring converts it back into the
-current pipeline's form, for any worker count. Only the read position is rewritten;
-the rest of the state (a streaming packer's window, a bucketer's buffer) is kept.
-
-Many hosts: a pipeline built as one host's share of a global batch sequence
-(:mod:`datatools.grain.host_batches`) has a position that is the global batches
-consumed, the same on every host. Its state then restores on any number of hosts
-(elastic resume); :func:`host_state` checks that the hosts' states agree and gives the
-one to restore everywhere. The state also records what fixes the global sequence (the
-pipeline's ``identity``: seed, packing, batch size, the data's lengths, ...), and
-restoring it into a pipeline whose identity differs raises ValueError naming what differs.
-
-One kind of difference may be allowed: the ``reweightable`` entries (a mixture's weights). A
-state whose identity differs in those only is handed to the dataset's ``reweight`` function,
-which builds the pipeline that continues from that state with the new values (the batches
-already consumed unchanged) and its identity; the iterator reads from it from then on.
+Grain's ``mp_prefetch`` saves one read position per worker, so a state saved with 2 workers cannot be restored
+with 0 or 4 (``KeyError: 'next_index'``). :class:`PortableStateIterDataset` saves every prefetch position as the
+elements read (``{"elements_read": k}``) and converts it back into the current pipeline's form on restore; the
+rest of the state (a streaming packer's window, a bucketer's buffer) is kept. A pipeline of host batches
+(:mod:`datatools.grain.host_batches`) counts global batches, so its state restores on any number of hosts
+(:func:`host_state`). The state records the pipeline's ``identity`` (seed, packing, batch size, the data's
+lengths, ...): restoring into another raises ValueError naming what differs, unless only ``reweightable``
+entries (a mixture's weights) differ: then ``reweight`` builds the pipeline that continues from that state.
 """
 
 from __future__ import annotations
@@ -77,9 +63,8 @@ def check_identity(saved: dict | None, current: dict | None) -> None:
 
 def check_state(state, like, where: str) -> None:
     """``state`` must have the form of ``like`` (the portable state this pipeline saves): the same keys at every
-    level, a count (an int >= 0, not a bool) where ``like`` holds one, a string where it holds one. A TypeError or
-    ValueError naming the entry otherwise, before anything is restored (Grain would raise a KeyError, or take a
-    position of 2.5 or True)."""
+    level, a count (an int >= 0, not a bool) or a string where ``like`` holds one; else a TypeError or ValueError
+    naming the entry."""
     if isinstance(like, dict):
         if not isinstance(state, dict):
             raise TypeError(f"{where} must be a dict with keys {', '.join(map(repr, like))}; got {short_repr(state)}")
@@ -107,8 +92,7 @@ def host_state(states: list) -> dict:
     """The state to restore on every host (any host count) from the states all hosts saved at the same step.
 
     Raises:
-      ValueError: the list is empty, or two hosts' states differ (they were not saved at the same step, or come
-        from different pipelines), naming the first host that differs.
+      ValueError: the list is empty, or a host's state differs from host 0's (naming it).
     """
     states = list(states)
     if not states:

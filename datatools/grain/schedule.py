@@ -1,10 +1,8 @@
 """The schedule protocol: what every global batch sequence gives the host that reads its share.
 
 A *schedule* computes, from document lengths alone, one global sequence of batches per epoch, the same on every
-host; :class:`~datatools.grain.host_batches.HostBatchesMapDataset` reads one host's rows of each. One module per
-schedule (planned in ``host_batches``, ``streaming_schedule``, ``lane_schedule``, ``bucket_schedule``,
-``curriculum_schedule``); the pipeline picks one by config mode from a table (``pipeline/schedules.py``).
-Batches do not cross epochs.
+host; :class:`~datatools.grain.host_batches.HostBatchesMapDataset` reads one host's rows of each. The pipeline
+picks one by config mode (``pipeline/schedules.py``). Batches do not cross epochs.
 """
 
 from __future__ import annotations
@@ -47,8 +45,8 @@ class Schedule(Protocol):
 
 @runtime_checkable
 class ReadAheadSchedule(Schedule, Protocol):
-    """A schedule whose reads can start before a batch is asked for: the host passes ``pieces`` to
-    ``docs.prefetch`` when its document source has one (a store read from a bucket)."""
+    """A schedule whose reads can start before a batch is asked for (the host passes ``pieces`` to
+    ``docs.prefetch``)."""
 
     @property
     def docs(self) -> Any:
@@ -60,8 +58,8 @@ class ReadAheadSchedule(Schedule, Protocol):
         ...
 
     def ahead_pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """What to read ahead for rows ``[lo, hi)`` of batch ``j`` when it is further off than the next batch:
-        ``pieces``, or more when reading more at once costs fewer requests (a lane's whole window)."""
+        """What to read ahead for rows ``[lo, hi)`` of a batch further off than the next: ``pieces``, or more
+        when that costs fewer requests (a lane's whole window)."""
         ...
 
 
@@ -79,7 +77,7 @@ class DocumentOrderLike(Protocol):
 @runtime_checkable
 class RestartableSchedule(Schedule, Protocol):
     """A schedule over a document order whose later documents may change at a restore (a mixture's new
-    weights): the batches before ``restart_position`` do not depend on the documents from there on."""
+    weights)."""
 
     @property
     def order(self) -> DocumentOrderLike:
@@ -93,20 +91,18 @@ class RestartableSchedule(Schedule, Protocol):
 
 
 class EpochCache:
-    """What a schedule computes once per epoch (its batch order), kept for the ``keep`` latest epochs asked for.
+    """What is computed once per epoch (or other key), up to ``keep`` of them; all dropped when full.
 
-    Thread-safe: the value is computed outside the lock (two threads may compute the same epoch once each; both
-    results are equal, one is kept). Pickled empty (a Grain worker computes its own), or with what it holds when
-    ``carried`` (an epoch small enough to send that costs seconds to compute: a worker's first batch waits for
-    it)."""
+    Thread-safe (the value is computed outside the lock). Pickled empty, or with what it holds when ``carried``
+    (small values that cost seconds to compute in a worker)."""
 
     def __init__(self, keep: int, *, carried: bool = False):
         self.keep, self.carried = int(keep), bool(carried)
-        self._hits: dict[int, Any] = {}
+        self._hits: dict[Any, Any] = {}
         self._lock = threading.Lock()
 
-    def get(self, epoch: int, compute: Callable[[int], T]) -> T:
-        """``compute(epoch)``, once while ``epoch`` is among the ``keep`` latest."""
+    def get(self, epoch: Any, compute: Callable[[Any], T]) -> T:
+        """``compute(epoch)``, cached."""
         with self._lock:
             hit = self._hits.get(epoch)
         if hit is not None:
@@ -118,7 +114,7 @@ class EpochCache:
             self._hits[epoch] = hit
         return hit
 
-    def held(self) -> list[int]:
+    def held(self) -> list:
         """The epochs held now."""
         with self._lock:
             return sorted(self._hits)
@@ -133,8 +129,7 @@ class EpochCache:
 
 
 class ProcessCaches:
-    """A mixin: pickled (to Grain's worker processes) without its lock ``_lock`` and with its caches, the
-    attributes named in ``_CACHES``, empty; each process makes its own lock and fills its own caches."""
+    """A mixin: pickled without its ``_lock`` and with the caches named in ``_CACHES`` empty."""
 
     _CACHES: tuple[str, ...] = ()
 

@@ -9,6 +9,7 @@ import numpy as np
 import grain
 from datatools.base.checks import check_int
 from datatools.grain.batch import read_batch
+from datatools.grain.schedule import EpochCache
 from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation
 
 
@@ -19,9 +20,6 @@ class _IndexMapDataset(grain.MapDataset):
         super().__init__(parent)
         if len(parent) < 1:
             raise ValueError("cannot shuffle an empty dataset")
-
-    def _length(self, epoch: int) -> int:
-        return len(self._parent)
 
     def _permute(self, positions: np.ndarray, epoch: int) -> np.ndarray:
         raise NotImplementedError
@@ -64,16 +62,11 @@ class FeistelShuffleMapDataset(_IndexMapDataset):
     def __init__(self, parent: grain.MapDataset, *, seed: int):
         super().__init__(parent)
         self._seed = seed
-        self._perms: dict[int, FeistelPermutation] = {}
+        self._perms = EpochCache(keep=5)
         self._perm(0)  # validates the seed now
 
     def _perm(self, epoch: int) -> FeistelPermutation:
-        perm = self._perms.get(epoch)
-        if perm is None:
-            if len(self._perms) > 4:
-                self._perms.clear()
-            perm = self._perms[epoch] = FeistelPermutation(len(self._parent), self._seed, epoch=epoch)
-        return perm
+        return self._perms.get(epoch, lambda e: FeistelPermutation(len(self._parent), self._seed, epoch=e))
 
     def __len__(self) -> int:
         return len(self._parent)
@@ -86,21 +79,16 @@ class FeistelShuffleMapDataset(_IndexMapDataset):
 
 
 class BlockShuffleMapDataset(_IndexMapDataset):
-    """Windowed block shuffle per epoch (:class:`datatools.BlockShuffle`), optionally one host's share.
-
-    Records are read in io blocks of ``io_block_size`` consecutive parent elements;
-    each window of ``window_blocks`` blocks is permuted at block level and the records
-    of the window interleaved, so a reader with a window-sized buffer reads
-    sequentially while batches mix many blocks.
+    """Windowed block shuffle per epoch (:class:`datatools.BlockShuffle`), optionally one host's share: each
+    window of ``window_blocks`` io blocks is permuted at block level and its records interleaved.
 
     Args:
       parent: the dataset to shuffle (documents in storage order).
       io_block_size: records per contiguous read.
       window_blocks: blocks per shuffle window.
       seed: 64-bit seed; epoch e uses (seed, e).
-      shard_index, shard_count: this host's share (whole blocks of every window);
-        its length is the shortest the share has in any epoch (a share holding the
-        partial last block is up to ``io_block_size`` records shorter in some epochs).
+      shard_index, shard_count: this host's share (whole blocks of every window); its length is the shortest
+        the share has in any epoch.
     """
 
     def __init__(

@@ -1,6 +1,5 @@
-"""Streaming packing as a Grain transform: an ``IterDataset`` that packs documents of unknown length a window at a
-time, with the window planner of the pipeline's streaming schedule
-(:func:`~datatools.grain.streaming_schedule.plan_window`): one implementation of streaming packing."""
+"""Streaming packing as a Grain ``IterDataset``: a thin adapter over the streaming schedule's window planner
+(:func:`~datatools.grain.streaming_schedule.plan_window`)."""
 
 from __future__ import annotations
 
@@ -76,30 +75,17 @@ class _StreamingPackIterator(grain.DatasetIterator):
 class StreamingPackIterDataset(grain.IterDataset):
     """Pack a stream of documents into rows of ``ctx`` tokens, a window of documents at a time.
 
-    For sources whose lengths are not known ahead (Parquet streams, filtered or
-    chunked documents). The iterator reads ``window`` documents, plans them with the
-    datatools packer (``best_fit_decreasing`` by default: best fit, largest pieces
-    first, within the window; any of :data:`datatools.ALGORITHMS`) and emits the
-    window's rows in a shuffled order (seeded by ``seed`` and the window's number), then
-    reads the next window. Memory: one window. The rows are those of the pipeline's
-    :class:`~datatools.grain.streaming_schedule.StreamingSchedule` (epoch 0, the same
-    document order, window and seed): both plan with ``plan_window``.
-
-    Checkpoints are exact and small: the state is the parent's state at the start of
-    the current window, the window's number and the number of rows already emitted from
-    it; restoring re-reads that window, re-plans it (packing is deterministic) and skips
-    those rows.
-
-    Elements are canonical rows: int32 arrays of shape (ctx,) ``tokens``,
-    ``segment_ids``, ``positions``, ``loss_mask``.
+    For sources whose lengths are not known ahead. Each window of ``window`` documents is planned with
+    ``plan_window`` (the rows of :class:`~datatools.grain.streaming_schedule.StreamingSchedule`'s epoch 0 over
+    the same order) and its rows emitted in a seeded order. Memory: one window. The state is the parent's
+    state at the window's start, its number and the rows emitted; restoring re-plans the window and skips them.
+    Elements are canonical rows: int32 arrays of shape (ctx,).
 
     Args:
-      parent: an IterDataset of documents: 1-D token arrays, dicts holding one under
-        ``feature``, or document blocks (dicts of ``tokens`` back to back and
-        ``lengths``, see :class:`DocumentsMapDataset`).
+      parent: an IterDataset of documents: 1-D token arrays, dicts holding one under ``feature``, or document
+        blocks (see :class:`DocumentsMapDataset`).
       ctx: row length (tokens).
-      window: documents per packing window (more: fuller rows, more memory); a
-        window holds whole elements, so with blocks it is rounded up to a block.
+      window: documents per packing window (rounded up to whole blocks).
       algorithm, max_segments, align, overflow: as :func:`datatools.pack_lengths`.
       feature: the dict key of the tokens when elements are dicts.
       pad_id: token id written at padding.

@@ -1,17 +1,10 @@
 """Streaming packing as a global schedule: windows of shuffled documents packed from their lengths alone.
 
-The epoch's documents, in the shuffled order, are cut into windows of ``window``
-documents; each window is planned (``pack_lengths`` over its documents' lengths) and
-its rows put in a seeded order (``seed``, epoch, window). The epoch's rows are the
-windows' rows back to back, and global batch ``j`` is rows ``[j * B, (j + 1) * B)``.
-Every host computes the same rows from lengths only and reads the tokens of its own
-rows (:class:`~datatools.grain.host_batches.HostBatchesMapDataset`).
-
-Memory: the rows per window of the epochs in use (one int64 per window) and the plans
-of the last few windows read (one window's plan each) -- no window's tokens are held
-beyond the batch being built. Counting an epoch's rows plans every window once, in each
-process that reads the epoch (numba; measured 2.7 s (full shuffle) to 3.6 s (block) per million
-documents at window 1024, ctx 8192, on a 2-core machine under a load of 12).
+The epoch's documents, in order, are cut into windows of ``window`` documents; each is planned
+(``pack_lengths``) and its rows put in a seeded order (seed, epoch, window). Global batch ``j`` is rows
+``[j * B, (j + 1) * B)`` of the windows' rows back to back. Memory: one int64 per window and the last few
+windows' plans. Counting an epoch's rows plans every window once per process (2.7-3.6 s per million documents
+at window 1024, ctx 8192, on a loaded 2-core machine).
 """
 
 from __future__ import annotations
@@ -25,7 +18,7 @@ import numpy as np
 
 from datatools.base.checks import check_int
 from datatools.grain.host_batches import empty_rows
-from datatools.grain.schedule import DocumentOrderLike, ProcessCaches
+from datatools.grain.schedule import DocumentOrderLike, EpochCache, ProcessCaches
 from datatools.kernels.packing import PackOptions, PackPlan, cut_pieces, pack_lengths
 
 PLANS_KEPT = 8  # window plans cached per process
@@ -34,10 +27,9 @@ PLANS_KEPT = 8  # window plans cached per process
 def plan_window(
     lengths: np.ndarray, docs: np.ndarray, ctx: int, options: dict, key: list[int] | None = None
 ) -> tuple[PackPlan, np.ndarray]:
-    """The window planner of streaming packing (the one every streaming packer uses: this schedule, lanes, the
-    Grain transform): the packing window of documents ``docs`` (global ids), its plan from their lengths
-    (``options``: :func:`~datatools.kernels.packing.pack_lengths`'s; document ids global) and, with a ``key``,
-    its rows' seeded order (position i of the window is row ``order[i]`` of the plan)."""
+    """The window planner of every streaming packer (this schedule, lanes, the Grain transform): the plan of
+    documents ``docs`` (global ids; ``options``: :func:`~datatools.kernels.packing.pack_lengths`'s) and, with a
+    ``key``, its rows' seeded order (position i of the window is row ``order[i]`` of the plan)."""
     plan = pack_lengths(lengths[docs], ctx, **options)
     plan = dataclasses.replace(plan, doc=docs[plan.doc], _max_doc=None)
     order = np.random.default_rng(key).permutation(plan.num_rows) if key is not None else np.zeros(0, np.int64)
@@ -45,8 +37,7 @@ def plan_window(
 
 
 def rows_of(picked: list[tuple[PackPlan, int]], ctx: int) -> PackPlan:
-    """One plan holding the given rows (``(plan, row)`` pairs) in order: the rows of a batch, drawn from
-    several windows, read in one bulk read."""
+    """One plan holding the given ``(plan, row)`` rows in order (a batch drawn from several windows)."""
     if not picked:
         return pack_lengths(np.zeros(0, np.int64), ctx)
     first = [int(p.row_splits[r]) for p, r in picked]
@@ -68,12 +59,15 @@ def rows_of(picked: list[tuple[PackPlan, int]], ctx: int) -> PackPlan:
 
 
 class RowsPlanSchedule:
-    """What the streaming schedules share: given ``rows_plan(epoch, j, lo, hi)`` (rows [lo, hi) of global batch
-    ``j`` that hold data, as one plan), the pieces they read and the rows themselves, in one bulk read."""
+    """What the streaming schedules share: given ``rows_plan(epoch, j, lo, hi)`` (the rows of batch ``j`` that
+    hold data, as one plan), the pieces they read and the rows themselves, in one bulk read."""
 
     docs: Any  # a document source with pack_rows
     ctx: int
     pad_id: int
+    _plans: OrderedDict  # window plans by key, least recently used first
+    _plans_kept: int
+    _lock: threading.Lock
 
     def rows_plan(self, epoch: int, j: int, lo: int, hi: int) -> PackPlan:
         raise NotImplementedError
@@ -84,13 +78,30 @@ class RowsPlanSchedule:
         return plan.doc, plan.start, plan.length
 
     def ahead_pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """What to read ahead for a batch further off than the next: its pieces (see :class:`LaneSchedule`)."""
         return self.pieces(epoch, j, lo, hi)
 
+    def _cached_plan(self, key: tuple, plan) -> tuple[PackPlan, np.ndarray]:
+        """The window plan of ``key``: cached, or ``plan()`` (and kept)."""
+        with self._lock:
+            hit = self._plans.get(key)
+            if hit is not None:
+                self._plans.move_to_end(key)
+                return hit
+        value = plan()
+        self._keep(key, value)
+        return value
+
+    def _keep(self, key: tuple, value: tuple[PackPlan, np.ndarray]) -> None:
+        """Cache a window's ``(plan, row order)``, the oldest dropped past the limit."""
+        with self._lock:
+            self._plans[key] = value
+            while len(self._plans) > self._plans_kept:
+                self._plans.popitem(last=False)
+
     def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
-        plan = self.rows_plan(epoch, j, lo, hi)  # its ctx: the batch's row length
+        plan = self.rows_plan(epoch, j, lo, hi)
         out = empty_rows(hi - lo, plan.ctx, self.pad_id, fill_from=plan.num_rows)
-        if plan.num_rows:  # one bulk read for the whole batch, written straight into its rows (a fresh batch)
+        if plan.num_rows:
             self.docs.pack_rows(
                 plan, np.arange(plan.num_rows), pad_id=self.pad_id, out={k: v[: plan.num_rows] for k, v in out.items()}
             )
@@ -108,8 +119,7 @@ class StreamingSchedule(RowsPlanSchedule, ProcessCaches):
       batch_size: rows per global batch.
       drop_remainder: leave out each epoch's last, short batch (else padded with empty rows).
       algorithm, max_segments, align, overflow: as :func:`datatools.pack_lengths`.
-      seed: seed of each window's row order.
-      pad_id: token id of padding.
+      seed, pad_id: seed of each window's row order; token id of padding.
     """
 
     _CACHES = ("_plans",)  # rebuilt in each process
@@ -133,7 +143,7 @@ class StreamingSchedule(RowsPlanSchedule, ProcessCaches):
         self.docs, self.order = docs, order
         self.lengths = np.asarray(docs.lengths(), np.int64)
         opts = PackOptions(ctx, algorithm, max_segments, align, overflow)  # validated there
-        self.ctx, self.options = opts.ctx, opts.keywords  # the options plan_window passes to pack_lengths
+        self.ctx, self.options = opts.ctx, opts.keywords
         self.window = check_int(window, "window", minimum=1)
         self.batch_size = check_int(batch_size, "batch_size", minimum=1)
         self.drop_remainder = bool(drop_remainder)
@@ -144,8 +154,8 @@ class StreamingSchedule(RowsPlanSchedule, ProcessCaches):
         self.num_windows = -(-self.positions // self.window)
         self.row_counts = (self.batch_size,)
         self.shapes = [(self.batch_size, self.ctx)]
-        self._starts: dict[int, np.ndarray] = {}  # epoch -> first row of each window (num_windows + 1)
-        self._plans: OrderedDict = OrderedDict()
+        self._starts = EpochCache(keep=5, carried=True)  # epoch -> first row of each window
+        self._plans, self._plans_kept = OrderedDict(), PLANS_KEPT
         self._lock = threading.Lock()
 
     def _window_docs(self, epoch: int, w: int) -> np.ndarray:
@@ -153,41 +163,27 @@ class StreamingSchedule(RowsPlanSchedule, ProcessCaches):
         return self.order(np.arange(w * self.window, min(n, (w + 1) * self.window), dtype=np.int64), epoch)
 
     def window_plan(self, epoch: int, w: int) -> tuple[PackPlan, np.ndarray]:
-        """Window ``w``'s plan (document ids global) and its row order: position i of the window is row
-        ``order[i]`` of the plan."""
-        key = (epoch, w)
-        with self._lock:
-            hit = self._plans.get(key)
-            if hit is not None:
-                self._plans.move_to_end(key)
-                return hit
-        docs = self._window_docs(epoch, w)
-        plan, rows = plan_window(self.lengths, docs, self.ctx, self.options, [self.seed, epoch, w])
-        with self._lock:
-            self._plans[key] = (plan, rows)
-            while len(self._plans) > PLANS_KEPT:
-                self._plans.popitem(last=False)
-        return plan, rows
+        """Window ``w``'s plan and row order (as :func:`plan_window`)."""
+
+        def plan() -> tuple[PackPlan, np.ndarray]:
+            return plan_window(self.lengths, self._window_docs(epoch, w), self.ctx, self.options, [self.seed, epoch, w])
+
+        return self._cached_plan((epoch, w), plan)
 
     def window_starts(self, epoch: int) -> np.ndarray:
         """int64 (num_windows + 1,): the first row of each window in the epoch's rows (the last: all rows)."""
-        with self._lock:
-            starts = self._starts.get(epoch)
-        if starts is None:
-            counts = np.fromiter(
-                (
-                    plan_window(self.lengths, self._window_docs(epoch, w), self.ctx, self.options)[0].num_rows
-                    for w in range(self.num_windows)
-                ),
-                np.int64,
-                count=self.num_windows,
-            )
-            starts = np.concatenate(([0], np.cumsum(counts)))
-            with self._lock:
-                if len(self._starts) > 4:
-                    self._starts.clear()
-                self._starts[epoch] = starts
-        return starts
+        return self._starts.get(epoch, self._window_starts)
+
+    def _window_starts(self, epoch: int) -> np.ndarray:
+        counts = np.fromiter(
+            (
+                plan_window(self.lengths, self._window_docs(epoch, w), self.ctx, self.options)[0].num_rows
+                for w in range(self.num_windows)
+            ),
+            np.int64,
+            count=self.num_windows,
+        )
+        return np.concatenate(([0], np.cumsum(counts)))
 
     def num_batches(self, epoch: int) -> int:
         rows = int(self.window_starts(epoch)[-1])
@@ -198,9 +194,8 @@ class StreamingSchedule(RowsPlanSchedule, ProcessCaches):
         return self.batch_size
 
     def restart_position(self, epoch: int, j: int) -> int:
-        """The first position of ``epoch``'s document order whose document may change without changing global
-        batches ``0 .. j - 1`` of the epoch: the start of the first window none of whose rows they hold (a mixture's
-        new weights take effect there; the rest of a window already begun is read as planned)."""
+        """See :class:`~datatools.grain.schedule.RestartableSchedule`: the start of the first window none of whose
+        rows batches ``0 .. j - 1`` hold."""
         starts = self.window_starts(epoch)
         w = int(np.searchsorted(starts, j * self.batch_size, side="left"))  # first window starting at or after
         return min(w * self.window, self.positions)

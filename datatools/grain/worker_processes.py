@@ -1,23 +1,12 @@
 """Grain's worker processes, started so that a script that cannot host them fails at once, and an exit is quiet.
 
-Grain's ``mp_prefetch`` starts its workers with multiprocessing's ``spawn``: each worker is a
-fresh interpreter that re-imports the main script. A script that iterates a pipeline at its
-top level, outside ``if __name__ == "__main__":``, runs that code again in every worker, and
-the worker dies while it starts. When the pickled pipeline is larger than a pipe's buffer
-(64 KiB: any real source), the parent is then blocked for ever writing it to the dead worker
-(CPython keeps the pipe's read end open until the write ends), so Grain's own check for dead
-workers is never reached: a 22-minute hang was seen. :func:`prefetch_in_processes` checks
-the call site before a worker is started and raises :class:`WorkerStartError` naming the
-script and line (the check reads the script's source: no worker is started to find out).
-
-Ctrl-C is the parent's alone: the workers start with SIGINT ignored (see :class:`_WorkerIterator`), so a
-terminal's Ctrl-C, sent to the whole process group, stops the parent with one line and no worker prints a
-traceback (each once printed one, mid-import); the parent then closes its iterators, which stop the workers.
-
-At interpreter exit, iterators that still hold workers are closed by an ``atexit`` hook,
-before the modules are torn down, and elements are handed over in the caller's own memory (not
-the workers' shared memory); left to garbage collection after Grain's modules are gone, its
-cleanup printed about ten tracebacks at every exit.
+Grain's ``mp_prefetch`` spawns its workers, which re-import the main script: a script that iterates a pipeline
+outside ``if __name__ == "__main__":`` kills every worker as it starts, and with a pickled pipeline over a
+pipe's 64 KiB the parent then blocks for ever writing to it (a 22-minute hang was seen).
+:func:`prefetch_in_processes` reads the script's source first and raises :class:`WorkerStartError` naming the
+line. Ctrl-C is the parent's alone (see :class:`_WorkerIterator`). At exit, iterators still holding workers are
+closed by an ``atexit`` hook before the modules are torn down, and elements are handed over in the caller's own
+memory (left to garbage collection, Grain's cleanup printed about ten tracebacks).
 """
 
 from __future__ import annotations
@@ -64,10 +53,9 @@ def _is_main_test(test: ast.expr) -> bool:
 
 
 def unguarded_main_line() -> tuple[str, int] | None:
-    """``(script, line)`` when the current call comes from a top-level statement of the main script that
-    ``spawn`` runs again in every worker (outside ``if __name__ == "__main__":``); else None (an interactive
-    session, ``python -c``, ``python -m package``, a guarded statement, a thread, or a script whose source
-    cannot be read)."""
+    """``(script, line)`` when the current call comes from an unguarded top-level statement of the main script,
+    which ``spawn`` runs again in every worker; else None (interactive, ``-c``, ``-m``, guarded, a thread, or an
+    unreadable source)."""
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     if not path or not os.path.isfile(path):
@@ -132,11 +120,9 @@ def _register(it) -> None:
 
 
 def _own_memory(element):
-    """The element with its arrays copied out of the workers' shared memory (Grain hands them over as
-    ``np.ndarray`` subclasses mapping a shared segment). A batch the caller keeps until exit would otherwise be
-    freed after Grain's modules, with a traceback each, and leave its segment in /dev/shm. One copy per batch,
-    into memory from :mod:`datatools.base.array_pool` (fresh memory cost 3-4x the copy to fault in: 80% of the
-    parent's time at 120 batches/s)."""
+    """The element with its arrays copied out of the workers' shared memory (``np.ndarray`` subclasses; kept
+    until exit they were freed after Grain's modules, with a traceback each), into :mod:`datatools.base.array_pool`
+    memory (fresh pages cost 3-4x the copy to fault in)."""
     if isinstance(element, dict):
         return {k: _own_memory(v) for k, v in element.items()}
     if type(element) in (list, tuple):
@@ -147,9 +133,8 @@ def _own_memory(element):
 
 
 def _leave_on_sigint(*_worker) -> None:
-    """A worker's start (Grain's ``worker_init_fn(index, count)``): from now on a Ctrl-C ends the worker quietly
-    (SystemExit: multiprocessing prints nothing, Grain's loop does not catch it), so the parent's close finds it
-    gone instead of waiting for it to notice the stop (Grain waits up to 25 s)."""
+    """Grain's ``worker_init_fn``: from now on a Ctrl-C ends the worker quietly (SystemExit), so the parent's close
+    finds it gone instead of waiting up to 25 s for it."""
     signal.signal(signal.SIGINT, _exit_quietly)
 
 
@@ -199,10 +184,8 @@ def _running(pid: int) -> bool:
 
 
 def _stop_starting(pids: set[int], grace_s: float = 0.5) -> None:
-    """Closed before the first element (Ctrl-C): the workers that had started leave on the Ctrl-C by themselves
-    (:func:`_leave_on_sigint`); one still importing would notice Grain's stop only once started, and Grain waits
-    up to 25 s for it, so what is still running after ``grace_s`` is killed (it holds nothing yet). The pipe the
-    parent may still be writing a killed worker's pickled pipeline into is drained (:func:`_spawn_pipe`)."""
+    """Closed before the first element (Ctrl-C): workers still running after ``grace_s`` (still importing, deaf to
+    Grain's stop) are killed, and the pipe the parent may still be writing their pipeline into is drained."""
     until = time.monotonic() + grace_s
     while any(_running(p) for p in pids) and time.monotonic() < until:
         time.sleep(0.01)
@@ -218,12 +201,9 @@ def _stop_starting(pids: set[int], grace_s: float = 0.5) -> None:
 
 
 def _spawn_pipe(pid: int) -> int | None:
-    """Our own descriptor of the pipe that multiprocessing's spawn writes worker ``pid``'s pickled pipeline into
-    (Linux; None elsewhere, or once that write is done). Spawn keeps the worker's read end open in the parent
-    until the write returns, so a worker killed before it has read everything never breaks the pipe: past the
-    pipe's 64 KiB the write blocked for ever, Grain's thread with it, and a Ctrl-C while the workers started
-    took 5.6 s and printed Grain's traceback at exit (a pipeline carrying its lanes' first window plans is more
-    than 64 KiB). Drained here (:func:`_drain`), the write ends as if the worker had read it."""
+    """Our own descriptor of the pipe spawn writes worker ``pid``'s pickled pipeline into (Linux; None elsewhere,
+    or once that write is done). Spawn keeps the read end open in the parent, so for a killed worker the write
+    past 64 KiB blocked for ever (a Ctrl-C while workers started took 5.6 s); drained, it ends."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             found = re.search(rb"pipe_handle=(\d+)", f.read())
@@ -253,9 +233,7 @@ def _drain(fd: int) -> None:
 
 
 def _wait(future):
-    """``future.result()``, waking every few milliseconds: a signal that another thread received runs its
-    handler (Ctrl-C: KeyboardInterrupt) only when this thread runs again, and a wait without a timeout once kept
-    a Ctrl-C pending until the next batch came."""
+    """``future.result()``, waking every 50 ms so that a Ctrl-C is raised here (not at the next batch)."""
     while True:
         try:
             return future.result(timeout=0.05)
@@ -266,7 +244,7 @@ def _wait(future):
 
 class _Driver:
     """One daemon thread that runs the calls given to :meth:`submit`, in order (a daemon: a call stuck in Grain
-    never holds up the interpreter's exit, as a ThreadPoolExecutor's thread would)."""
+    never holds up the interpreter's exit)."""
 
     def __init__(self):
         self._calls: queue.SimpleQueue = queue.SimpleQueue()
@@ -284,9 +262,8 @@ class _Driver:
                     future.set_result(fn(*args))
                 except BaseException as exc:  # noqa: BLE001 -- handed to the waiting thread
                     future.set_exception(exc)
-            # nothing of the call stays referenced from this thread: Grain's iterators, freed here at exit, would
-            # run multiprocessing's finalizers on a daemon thread that the interpreter stops midway (a semaphore
-            # unlinked, its tracker never told: "leaked semaphore objects" printed at exit)
+            # nothing stays referenced from this thread: Grain's iterators freed here at exit printed "leaked
+            # semaphore objects"
             del call, future, fn, args
 
     def submit(self, fn, *args) -> Future:
@@ -307,12 +284,9 @@ SPAWN_WINDOW_S = 5.0  # at most this long the parent ignores Ctrl-C while its wo
 
 class _WorkerIterator(grain.DatasetIterator):
     """Grain's iterator driven from a thread of its own, so the calling thread stays interruptible, and whose
-    workers never see a Ctrl-C: a terminal sends SIGINT to the whole process group, and a worker that got it
-    printed a traceback mid-import. A spawned process inherits an ignored SIGINT (nothing else about it), so while
-    Grain starts its workers (the first element) the parent ignores SIGINT, only until they are forked (watched
-    in /proc: milliseconds); once started, a worker leaves quietly on a Ctrl-C (:func:`_leave_on_sigint`), and
-    the parent's Ctrl-C stops it with one line, closing its iterators (workers still starting are killed: they
-    hold nothing yet)."""
+    workers never see a Ctrl-C (a worker that got the terminal's SIGINT printed a traceback mid-import): the
+    parent ignores SIGINT while the workers are forked (a spawned process inherits that), and a started worker
+    leaves quietly on a Ctrl-C (:func:`_leave_on_sigint`)."""
 
     def __init__(self, dataset: grain.IterDataset, workers: int):
         self._driver, self._closed = _Driver(), False
@@ -351,10 +325,8 @@ class _WorkerIterator(grain.DatasetIterator):
         return _own_memory(element), self._parent.get_state()
 
     def __next__(self):
-        """The element fetched while the caller's step ran (the driver takes it from the workers' shared memory
-        and copies it out, ~2 ms for a 128 x 8192 batch on the caller's thread before), then the next one asked
-        for: a step whose batch is ready waits microseconds, and the work it no longer does cannot be stretched
-        past the stall threshold by a busy CPU. Grain's own thread prefetch keeps the state the same way."""
+        """The element the driver fetched and copied out while the caller's step ran (~2 ms for a 128 x 8192 batch,
+        no longer on the caller's thread); then the next one is asked for."""
         try:
             if not self._started:
                 self._started = True
@@ -395,9 +367,8 @@ class _WorkerIterator(grain.DatasetIterator):
             self._state = self._call(self._parent.get_state)
 
     def close(self) -> None:
-        """Stop the workers, then let go of the iterators below: they are freed now, while Grain's modules exist
-        (an iterator of Grain's that outlives them prints a traceback when it is freed, even closed). A second
-        close (Grain's ``__del__`` at exit, after the atexit hook closed it) does nothing."""
+        """Stop the workers, then let go of the iterators below while Grain's modules exist (freed later, they print
+        a traceback). A second close does nothing."""
         if self._closed:
             return
         self._closed = True
@@ -414,7 +385,7 @@ class _WorkerIterator(grain.DatasetIterator):
 
 class WorkerProcessesIterDataset(grain.IterDataset):
     """The parent read ahead in ``workers`` Grain processes (``mp_prefetch``), with the checks of the module
-    docstring. Elements and states are the parent's ``mp_prefetch`` ones, unchanged."""
+    docstring; elements and states unchanged."""
 
     def __init__(self, parent: grain.IterDataset, workers: int):
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -445,10 +416,9 @@ def _cpus() -> int:
 
 
 def worker_cap(workers: int) -> tuple[int, str | None]:
-    """The workers to start for ``workers`` asked, and the line that says why when fewer: at most
-    :data:`WORKERS_PER_CPU` per CPU this process may run on. Each worker is an interpreter that takes seconds of
-    CPU to start and holds its own memory, so beyond that they only compete (measured: :data:`MEASURED_2_STEPS_S`;
-    64 workers on 2 cores took 579 s for 2 steps). The batches do not depend on the worker count."""
+    """The workers to start for ``workers`` asked (at most :data:`WORKERS_PER_CPU` per CPU this process may run
+    on: beyond that they only compete, see :data:`MEASURED_2_STEPS_S`; 64 on 2 cores took 579 s for 2 steps), and
+    the line that says why when fewer."""
     cpus = _cpus()
     cap = WORKERS_PER_CPU * cpus
     if workers <= cap:

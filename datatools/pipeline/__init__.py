@@ -1,11 +1,6 @@
-"""Pipelines: a validated YAML config -> a Grain dataset of batches, and running one to measure it.
-
-* :mod:`~datatools.pipeline.schema`: the validation machinery (typed dataclasses, every problem named at once)
-* :mod:`~datatools.pipeline.config`: the pipeline config (sections, keys, limits) and reading it from YAML
-* :mod:`~datatools.pipeline.sources`: opening a config's documents (one source, or a mixture's)
-* :mod:`~datatools.pipeline.schedules`: the config's global batch sequence, its mode's schedule from one table
-* :mod:`~datatools.pipeline.build`: building a config's Grain dataset
-* :mod:`~datatools.pipeline.run`: running a pipeline for N batches and measuring it
+"""Pipelines: a validated YAML config (:mod:`~datatools.pipeline.config`) -> a Grain dataset of batches
+(:mod:`~datatools.pipeline.build`, over the schedule of its mode: :mod:`~datatools.pipeline.schedules`), and
+running one to measure it (:mod:`~datatools.pipeline.run`).
 """
 
 from datatools.pipeline.build import build, build_canonical

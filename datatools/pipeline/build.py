@@ -1,44 +1,8 @@
-"""YAML config -> validated :class:`PipelineConfig` -> Grain dataset of batches.
+"""YAML config -> validated :class:`PipelineConfig` -> Grain dataset of batches (see docs/pipelines.md).
 
-A config (see ``configs/``)::
-
-    source: {path: demo_data/store}          # token store, Parquet, Arrow, JSONL, HF dir, NumPy dir
-    shuffle: {kind: block, io_block_size: 64, window_blocks: 1024}   # none | full | block
-    packing: {mode: streaming, ctx: 8192, window: 1024}
-    # or   bucketing: {num_buckets: 4, tile: 128, max_len: 2048, token_budget: 65536}
-    batch_size: 32                           # the GLOBAL batch: rows of all hosts together per step
-    format: maxtext                          # datatools | maxtext | levanter | hf
-    boundary_targets: mask                   # mask | next_document (MaxText's ShiftData)
-    positions: restart                       # restart (every piece from 0) | continue
-    loss_weighting: none                     # none | token | document (loss_weights per target token)
-    num_epochs: 1                            # null: repeat forever
-    workers: 2                               # Grain prefetch processes (0: in process)
-    shard: {index: 0, count: 1}              # this host of count; or `shard: auto` (jax process index/count)
-    seed: 0
-
-Every mode is one *global* sequence of batches computed from the documents' lengths
-alone (a store's offsets), the same on every host; host ``h`` of ``N`` reads the tokens
-of rows ``[h * R / N, (h + 1) * R / N)`` of each global batch of ``R`` rows only
-(:mod:`datatools.grain.host_batches`), so ``R`` must divide by ``N``:
-
-* ``packing.mode: planned``: one plan over every document; the shuffle (full or block)
-  permutes packed rows per epoch; global batch j is rows ``[j * B, (j + 1) * B)``.
-* ``packing.mode: streaming``: the shuffle permutes documents per epoch; each window of
-  ``packing.window`` documents is planned from its lengths and its rows put in a seeded
-  order (:mod:`datatools.grain.streaming_schedule`).
-* ``bucketing``: the shuffle permutes documents per epoch; a bucket's batch is complete
-  when its last piece arrives (:mod:`datatools.grain.bucket_schedule`).
-* ``curriculum``: every document cut into pieces of K lengths, every batch of one length and
-  ``tokens_per_batch`` slots, the lengths drawn by a schedule over the epoch
-  (:mod:`datatools.grain.curriculum_schedule`; ``batch_size`` and ``drop_remainder`` do not apply).
-
-Each element (a host's batch, with its attention tiles when ``attention_block`` is set) is
-built whole by one worker, so the same config and seed give the same batches for any number
-of workers and hosts. Batches do not cross epochs;
-with ``drop_remainder: false`` an epoch's last batch is padded with empty rows to the
-full shape. The iterator's state is the number of global batches consumed: it resumes
-exactly, with any number of workers and any number of hosts (elastic resume), and
-refuses a pipeline with another config or data.
+Every mode (:mod:`datatools.pipeline.schedules`) is one global batch sequence computed from the documents'
+lengths alone; each host reads its rows (:mod:`datatools.grain.host_batches`), so the batches and the iterator's
+state (global batches consumed) do not depend on the number of workers or hosts.
 """
 
 from __future__ import annotations
@@ -90,7 +54,7 @@ class CanonicalPipeline:
 
 
 def _absl_flags_parsed() -> None:
-    """Grain's worker processes read absl flags; outside an absl app they are never parsed: use the defaults."""
+    """Grain's worker processes read absl flags, never parsed outside an absl app: use the defaults."""
     if not flags.FLAGS.is_parsed():
         flags.FLAGS.mark_as_parsed()
 
@@ -103,25 +67,19 @@ READ_BUFFER = 16  # elements (batches or document blocks) read ahead
 def _prefetch(
     ds: grain.MapDataset, cfg: PipelineConfig, in_memory: bool, threads: int = READ_THREADS
 ) -> grain.IterDataset:
-    """The host's batches (epochs already laid out by :class:`HostBatchesMapDataset`) read ahead, in workers.
-
-    Each element is a whole host batch (one bulk read). In memory: no reader threads (the hand-off costs more
-    than the read). Sources that do I/O (a store, a table read on demand, a memory-mapped file): a few threads
-    and a short buffer; Grain's default (16 threads, 500 elements: 500 batches of 32 x 2048 are 0.5 GB) would
-    only hold memory.
-    """
+    """The host's batches read ahead, in workers: no reader threads in memory (the hand-off costs more than the
+    read), else a few threads and a short buffer (Grain's default of 500 elements would only hold memory)."""
     threads, buffer = (0, 0) if in_memory else (threads, READ_BUFFER)
     it = ds.to_iter_dataset(grain.ReadOptions(num_threads=threads, prefetch_buffer_size=buffer))
     if cfg.workers:
         _absl_flags_parsed()
-        it = prefetch_in_processes(it, cfg.workers)  # fails at once from an unguarded script; quiet at exit
+        it = prefetch_in_processes(it, cfg.workers)
     return it
 
 
 def _warn_if_random_access_thrashes(docs, cfg: PipelineConfig) -> None:
-    """A table source is decoded a shard (a Parquet row group: often tens of MB) at a time. Planned packing and
-    shuffles read documents from everywhere, so when the shards do not fit the cache each read decodes a shard:
-    say so once, with the fix (a token store is chunked for random access)."""
+    """Warn when a table source (decoded a shard at a time) is read in random order and does not fit the cache:
+    each read then decodes a shard."""
     if not isinstance(docs, ChunkedDocuments):
         return
     random_access = cfg.shuffle.kind != "none" or (cfg.packing is not None and cfg.packing.mode == "planned")
@@ -153,9 +111,8 @@ def resolve_shard(cfg: PipelineConfig) -> PipelineConfig:
 
 
 def pipeline_identity(cfg: PipelineConfig, docs) -> dict:
-    """What fixes the global batch sequence, saved in every state and compared on restore: the data (documents,
-    tokens, a CRC-32 of the lengths), the seed, shuffle, packing or bucketing, global batch size and epochs.
-    Not the host count, the workers or the batch format: those may change between a save and a restore."""
+    """What fixes the global batch sequence, saved in every state and compared on restore (not the host count,
+    the workers or the batch format, which may change)."""
     lengths = np.ascontiguousarray(docs.lengths(), dtype=np.int64)
     name = "packing" if cfg.packing else "curriculum" if cfg.curriculum else "bucketing"
     section = getattr(cfg, name)
@@ -174,11 +131,8 @@ def pipeline_identity(cfg: PipelineConfig, docs) -> dict:
 
 
 def _with_attention_tiles(host: grain.MapDataset, cfg: PipelineConfig) -> grain.MapDataset:
-    """``host`` (whole host batches) with each batch's attention tiles added when ``attention_block`` is set
-    (:class:`~datatools.grain.attention_blocks.AttentionBlocks`). A map on the batch dataset, before the prefetch:
-    with ``workers > 0`` the tiles are computed in Grain's worker processes, next to the batch they describe,
-    not in the training process; a batch and its tiles depend on its global number only, so any worker count
-    gives the same ones, and the read position stays the only state."""
+    """``host`` with each batch's attention tiles added when ``attention_block`` is set (a map before the
+    prefetch: computed in the worker processes)."""
     if cfg.attention_block is None:
         return host
     bad = [t for _, t in host.shapes if t % cfg.attention_block]
@@ -188,9 +142,8 @@ def _with_attention_tiles(host: grain.MapDataset, cfg: PipelineConfig) -> grain.
 
 
 def _with_loss_weights(host: grain.MapDataset, cfg: PipelineConfig) -> grain.MapDataset:
-    """``host`` with each batch's ``loss_weights`` and ``loss_weight_sum`` added when ``loss_weighting`` is
-    ``token`` or ``document`` (:class:`~datatools.grain.loss_weights.LossWeights`), in the workers, like the
-    tiles; a batch's weights depend on its own rows only."""
+    """``host`` with each batch's ``loss_weights`` and ``loss_weight_sum`` added unless ``loss_weighting`` is
+    ``none`` (in the workers, like the tiles)."""
     if cfg.loss_weighting == "none":
         return host
     return host.map(LossWeights(cfg.loss_weighting))
@@ -216,19 +169,12 @@ def _host_batches(cfg: PipelineConfig, docs, history=None) -> tuple[Schedule, Ho
 
 
 def _build_canonical(cfg: PipelineConfig, documents=None, history=None) -> CanonicalPipeline:
-    """The pipeline up to canonical batches (``tokens``, ``segment_ids``, ``positions``, ``loss_mask``).
-
-    Args:
-      cfg: the validated config (``shard`` resolved).
-      documents: an already opened source (else ``cfg.source`` is opened; ``cfg.sources``: see
-        :func:`open_config_documents`).
-      history: a mixture's weight history (:mod:`datatools.pipeline.mixture`); default the config's weights.
-    """
+    """:func:`build_canonical` of a config whose ``shard`` is resolved, without the portable state;
+    ``history``: a mixture's weight history (default the config's weights)."""
     warm_in_background()  # numba's start-up (0.4-1.1 s) while the source opens (from a bucket: ~2 s of requests)
     docs = open_config_documents(cfg, documents)
     in_memory = bool(getattr(docs, "in_memory", False))
-    # A table decodes one shard at a time under its lock: more reader threads only wait for it, and each batch
-    # handed between them costs a switch (on a busy core, 0.98 against 0.82 CPU s an epoch of 40M tokens).
+    # a table decodes under one lock: more threads only wait (0.98 against 0.82 CPU s an epoch of 40M tokens)
     threads = TABLE_READ_THREADS if isinstance(docs, ChunkedDocuments) else READ_THREADS
     _warn_if_random_access_thrashes(docs, cfg)
     doing(f"planning the batches of {len(docs):,} documents")
@@ -237,6 +183,9 @@ def _build_canonical(cfg: PipelineConfig, documents=None, history=None) -> Canon
     if cfg.workers and not in_memory:  # each worker process counts its reads into a file there
         stats_folder = tempfile.mkdtemp(prefix="datatools-reads-")
         host.stats_folder = stats_folder
+    identity = pipeline_identity(cfg, docs)
+    if cfg.sources is not None:
+        identity.update(mixture_identity(cfg, docs, history))
     built = CanonicalPipeline(
         _prefetch(_with_loss_weights(_with_attention_tiles(host, cfg), cfg), cfg, in_memory, threads),
         cfg,
@@ -246,12 +195,10 @@ def _build_canonical(cfg: PipelineConfig, documents=None, history=None) -> Canon
         schedule,
         docs,
         efficiency,
+        identity,
+        stats_folder,
     )
-    built.identity = pipeline_identity(cfg, docs)
-    if cfg.sources is not None:
-        built.identity.update(mixture_identity(cfg, docs, history))
     if stats_folder is not None:
-        built.stats_folder = stats_folder
         weakref.finalize(built, shutil.rmtree, stats_folder, True)
     return built
 
@@ -280,7 +227,7 @@ def build_canonical(cfg: PipelineConfig, documents=None) -> CanonicalPipeline:
             return again.dataset, again.identity
 
     built.dataset = PortableStateIterDataset(
-        built.dataset, built.identity, reweight=reweight, reweightable=("mixture_weights",)
+        built.dataset, built.identity, reweight=reweight, reweightable=(WEIGHTS_KEY,)
     )
     return built
 

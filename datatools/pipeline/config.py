@@ -1,10 +1,6 @@
-"""The pipeline config: the YAML schema as frozen, typed dataclasses, and reading it.
-
-:class:`PipelineConfig` and its sections (source, shuffle, packing or bucketing, shard) are validated by
-:func:`datatools.pipeline.schema.from_dict` (every key and value checked, every problem named at once);
-:func:`load_config` reads a YAML file or a packaged config by name with ``--set`` overrides. What each key
-means, with its default and limits, is rendered from these dataclasses into ``configs/README.md``. Building a
-Grain dataset from a config is :mod:`datatools.pipeline.build`.
+"""The pipeline config: the YAML schema as frozen, typed dataclasses (validated by
+:func:`datatools.pipeline.schema.from_dict`, rendered into ``configs/README.md``), and reading it
+(:func:`load_config`).
 """
 
 from __future__ import annotations
@@ -426,9 +422,8 @@ class PipelineConfig:
 
 
 def with_source(data: dict, source: str | os.PathLike) -> dict:
-    """``data`` with its ``source`` section replaced by ``{path: source}``: the config's column, tokenizer and
-    special tokens belong to its own source, not to this one (``--set source.column=...`` applied after this
-    sets them for the new one)."""
+    """``data`` with its ``source`` section replaced by ``{path: source}`` (the old source's column and tokenizer
+    dropped)."""
     if data.get("sources") is not None:
         raise ValueError(
             f"config: --source {source} replaces 'source', and this config mixes 'sources'; "

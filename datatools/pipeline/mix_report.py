@@ -1,10 +1,7 @@
 """The mixing report of a config: each batch's share of tokens and documents per source, against the weights.
 
-:func:`mix_report` runs the config's own pipeline (the same global batches, from the first) over
-stand-in documents that have the sources' real lengths and whose every token is its document's
-id: no token is read, yet every slot of every batch names the document (hence the source and the
-stored group) it comes from. The figures are :func:`datatools.analysis.mixing.mixing_stats`'s.
-Costs: one pass over the sources' lengths (as the pipeline's own start), then the batches' plans.
+:func:`mix_report` runs the config's own pipeline over stand-in documents with the sources' real lengths whose
+every token is its document's id: no token is read, yet every slot names its document (hence source and group).
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """A config's ``sources:`` (a mixture) in the pipeline: their order, identity and weight changes.
 
-The sources are opened one by one (each with its own column, tokenizer and special tokens) and read as one
-:class:`~datatools.io.mixed_documents.MixedDocuments` (:func:`datatools.pipeline.sources.open_mixture`); the
-streaming and bucketing schedules read them in a :class:`~datatools.grain.mixture_order.MixtureOrder` instead
-of one source's shuffle, so the global batch sequence is still computed from lengths alone and the state is
-still the global batches consumed (any worker or host count).
-
-Weights are the one part of a config that may change at a restore. The weights in force are
-recorded in the pipeline's identity as a history ``[[position, [w0, w1, ...]], ...]``
-(``position``: documents drawn over all epochs); restoring a state into a config with other
-weights adds an entry at the first position the consumed batches do not depend on
-(:func:`reweighted_history`): every batch before the restore point is unchanged, the draws from
-there on use the new weights, and the state saved afterwards carries the whole history.
+The streaming and bucketing schedules read a mixture in a :class:`~datatools.grain.mixture_order.MixtureOrder`.
+Weights are the one part of a config that may change at a restore: the identity records them as a history
+``[[position, [w0, w1, ...]], ...]`` (documents drawn over all epochs), and restoring into other weights adds an
+entry at the first position the consumed batches do not depend on (:func:`reweighted_history`).
 """
 
 from __future__ import annotations
@@ -34,9 +26,8 @@ def initial_history(cfg: PipelineConfig) -> list:
 
 
 def draw_rates(cfg: PipelineConfig, docs, weights) -> list[float]:
-    """The documents' draw rates that give ``weights``: the weights themselves (``share: documents``), or each
-    weight over its source's mean document length (``share: tokens``: a source's expected share of the tokens drawn
-    is then its weight)."""
+    """The documents' draw rates that give ``weights``: the weights (``share: documents``), or each over its
+    source's mean document length (``share: tokens``)."""
     weights = np.asarray(weights, np.float64)
     if cfg.mixture.share == "documents":
         return weights.tolist()
@@ -70,7 +61,7 @@ def mixture_order(cfg: PipelineConfig, docs, history=None) -> MixtureOrder:
 
 def mixture_identity(cfg: PipelineConfig, docs, history=None) -> dict:
     """The identity entries of a mixture: how its epochs end and each source's documents (a change refuses a
-    state), and the weight history (a change is a reweighting, see the module docstring)."""
+    state), and the weight history (a change is a reweighting)."""
     return {
         "mixture": repr((cfg.mixture.epoch, cfg.mixture.epoch_documents, cfg.mixture.share, docs.sizes.tolist())),
         WEIGHTS_KEY: [[int(p), [float(x) for x in w]] for p, w in (history or initial_history(cfg))],
@@ -84,13 +75,8 @@ def reweighted_history(
     schedule_of: Callable[[list], tuple[Schedule, HostBatchesMapDataset]],
 ) -> list:
     """The weight history of a pipeline restored after ``consumed`` global batches from a state whose history was
-    ``saved``, with ``cfg``'s weights: ``saved`` itself when the weights are those in force, else ``saved`` up to
-    the restore point plus ``[point, new weights]``.
-
-    Args:
-      schedule_of: ``schedule_of(history) -> (schedule, host)``: the global schedule and host dataset the
-        pipeline has with a history (the restore point is found in the one that made the consumed batches).
-    """
+    ``saved``, with ``cfg``'s weights: ``saved`` when they are those in force, else ``saved`` up to the restore
+    point plus ``[point, new weights]``. ``schedule_of(history) -> (schedule, host)`` builds the pipeline's."""
     try:
         if not isinstance(saved, (list, tuple)):  # the state's value as read: anything
             raise TypeError

@@ -1,12 +1,8 @@
 """Configs by name and ``--set key=value`` overrides, so the shipped configs work after ``pip install``.
 
-The configs in ``datatools/configs/`` are package data: :func:`resolve_config` finds one by its
-name (``pretrain_block_8192``, with or without ``.yaml``, or as ``configs/NAME.yaml`` as the
-README writes it) when no such file exists in the working directory; a file always wins.
-:func:`apply_overrides` changes any key of the loaded YAML, as MaxText's ``key=value``
-arguments do: dotted keys reach into sections (``packing.ctx=2048``), values are YAML
-scalars (``true``, ``null``, ``2048``, ``'007'``) or a flat list (``[1024, 2048]``), and the
-result is validated by the same schema as the file, so a bad key or value is named.
+:func:`resolve_config` finds a packaged config (``datatools/configs/``) by name (``pretrain_block_8192``, with
+or without ``.yaml`` or ``configs/``) when no such file exists; a file always wins. :func:`apply_overrides` sets
+dotted keys (``packing.ctx=2048``) to YAML scalars or flat lists, validated with the file.
 """
 
 from __future__ import annotations

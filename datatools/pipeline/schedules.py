@@ -1,9 +1,6 @@
-"""A config's global batch sequence: the schedule of its mode, chosen from one table (:data:`SCHEDULES`).
-
-:func:`schedule_mode` names the mode a config asks for (``planned``, ``streaming``, ``lanes``, ``bucketing``,
-``curriculum``); :data:`SCHEDULES` maps it to a small constructor that reads the config's section and builds the
-schedule (:class:`~datatools.grain.schedule.Schedule`). A new mode is one schedule module in
-:mod:`datatools.grain`, one constructor here and one row of the table.
+"""A config's global batch sequence: the schedule of its mode (:func:`schedule_mode`), built by its constructor
+in one table (:data:`SCHEDULES`). A new mode is one schedule module in :mod:`datatools.grain`, one constructor
+here and one row of the table.
 """
 
 from __future__ import annotations
@@ -33,25 +30,22 @@ Constructor = Callable[[PipelineConfig, object, list | None], tuple[Schedule, fl
 
 
 def schedule_mode(cfg: PipelineConfig) -> str:
-    """The key of :data:`SCHEDULES` the config asks for (the schema asks for exactly one of packing, bucketing
-    and curriculum)."""
+    """The key of :data:`SCHEDULES` the config asks for."""
     p = cfg.packing
     if cfg.curriculum is not None:
         return "curriculum"
-    if p is not None and p.mode == "planned":
+    if p is None:
+        return "bucketing"  # the schema asks for exactly one section
+    if p.mode == "planned":
         return "planned"
-    if p is not None and p.read_order == "lanes" and cfg.shuffle.kind == "block" and cfg.sources is None:
+    if p.read_order == "lanes" and cfg.shuffle.kind == "block" and cfg.sources is None:
         return "lanes"  # lanes deal one source's io blocks; a mixture reads in window order
-    if p is not None:
-        return "streaming"
-    if cfg.bucketing is not None:
-        return "bucketing"
-    raise ValueError("config: give exactly one of 'packing' and 'bucketing' (or 'curriculum')")
+    return "streaming"
 
 
 def build_schedule(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Schedule, float | None]:
     """The global batch sequence of the config over ``docs`` and planned packing's efficiency (else None);
-    ``history``: a mixture's weights over time (:mod:`datatools.pipeline.mixture`), default the config's."""
+    ``history``: a mixture's weights over time, default the config's."""
     return SCHEDULES[schedule_mode(cfg)](cfg, docs, history)
 
 
@@ -90,8 +84,8 @@ def _shuffle_map(ds: grain.MapDataset, cfg: PipelineConfig) -> grain.MapDataset:
 
 
 def _plan_file(p: PackingConfig, path: str, source: str, docs) -> PlanFile:
-    """The plan directory ``path`` (``packing.plan``), opened lazily (memory-mapped) and checked against the source:
-    the same documents (count, tokens, CRC-32 of the lengths) and, when ``packing.ctx`` is given, the same ctx."""
+    """The plan directory ``path`` (``packing.plan``), memory-mapped, checked against the source's documents and
+    ``packing.ctx``."""
     plan = PlanFile(path)
     plan.check_identity(lengths_identity(docs.lengths()), source)
     if p.ctx is not None and p.ctx != plan.ctx:
@@ -103,8 +97,8 @@ def _plan_file(p: PackingConfig, path: str, source: str, docs) -> PlanFile:
 
 
 def planned(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Schedule, float | None]:
-    """``packing.mode: planned``: one plan over every document (or the plan directory ``packing.plan``), its rows
-    shuffled per epoch; global batch j is rows ``[j * B, (j + 1) * B)``."""
+    """``packing.mode: planned``: one plan over every document (or ``packing.plan``), its rows shuffled per epoch;
+    global batch j is rows ``[j * B, (j + 1) * B)``."""
     p = _packing(cfg)
     if p.plan is not None:
         plan = _plan_file(p, p.plan, cfg.one_source.path, docs)
@@ -120,8 +114,7 @@ def planned(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Sch
 
 
 def streaming(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Schedule, float | None]:
-    """``packing.mode: streaming``: each window of ``packing.window`` documents of the epoch's order planned from
-    its lengths (:class:`~datatools.grain.streaming_schedule.StreamingSchedule`)."""
+    """``packing.mode: streaming``: :class:`~datatools.grain.streaming_schedule.StreamingSchedule`."""
     p = _packing(cfg)
     return StreamingSchedule(
         docs,
@@ -137,8 +130,7 @@ def streaming(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[S
 
 
 def lanes(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Schedule, float | None]:
-    """``packing.read_order: lanes``: streaming packing whose rows each read their own lane of io blocks
-    (:class:`~datatools.grain.lane_schedule.LaneSchedule`)."""
+    """``packing.read_order: lanes``: :class:`~datatools.grain.lane_schedule.LaneSchedule`."""
     p, sh = _packing(cfg), cfg.shuffle
     return LaneSchedule(
         docs,
@@ -155,9 +147,8 @@ def lanes(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Sched
 
 
 def bucketing(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Schedule, float | None]:
-    """``bucketing``: boundaries (given, or the least padding for these lengths) and batch sizes (the batch or a
-    token budget), pieces filled into their bucket's batches in the epoch's order
-    (:class:`~datatools.grain.bucket_schedule.BucketSchedule`)."""
+    """``bucketing``: :class:`~datatools.grain.bucket_schedule.BucketSchedule` over the given boundaries (or those
+    of least padding), with batch sizes from the batch or a token budget."""
     b = cfg.bucketing
     if b is None:  # schedule_mode chose this mode from the section
         raise ValueError("config: bucketing is required")
@@ -167,10 +158,8 @@ def bucketing(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[S
     else:
         overflow = "split" if b.overflow == "error" else b.overflow
         bounds = bucket_boundaries(docs.lengths(), b.num_buckets, tile=b.tile, max_len=b.max_len, overflow=overflow)
-    if b.token_budget is not None:
-        sizes = bucket_batch_sizes(bounds, token_budget=b.token_budget, multiple_of=b.multiple_of)
-    else:
-        sizes = bucket_batch_sizes(bounds, batch_size=cfg.batch_size, multiple_of=b.multiple_of)
+    batch_size = cfg.batch_size if b.token_budget is None else None
+    sizes = bucket_batch_sizes(bounds, batch_size=batch_size, token_budget=b.token_budget, multiple_of=b.multiple_of)
     return BucketSchedule(
         docs,
         order,
@@ -183,8 +172,7 @@ def bucketing(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[S
 
 
 def curriculum(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Schedule, float | None]:
-    """``curriculum``: pieces of K lengths, every batch of one length, drawn by the length schedule
-    (:class:`~datatools.grain.curriculum_schedule.CurriculumSchedule`)."""
+    """``curriculum``: :class:`~datatools.grain.curriculum_schedule.CurriculumSchedule`."""
     c = cfg.curriculum
     if c is None:  # schedule_mode chose this mode from the section
         raise ValueError("config: curriculum is required")

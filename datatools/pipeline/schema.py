@@ -1,15 +1,9 @@
 """Validated configs: YAML (``yaml.safe_load``) into frozen, typed dataclasses.
 
-Each config section is a dataclass whose type hints are the schema: ``int``,
-``float`` (finite), ``bool``, ``str``, ``Literal[...]`` for a choice (``Annotated[str, OneOf(CHOICES)]`` for a
-choice among a tuple the checks use), ``X | None``, ``list[X]`` and nested sections; :func:`field` adds a
-``minimum`` and a ``doc``.
-:func:`from_dict` checks every key and value and raises one ``ValueError`` that
-lists every problem at once, each naming the key path, the bad value and what is
-allowed, e.g. ``config: shuffle.kind must be one of 'none', 'full', 'block'; got
-'blok'; packing.ctx must be >= 1; got 0``. :func:`schema_markdown` renders the
-same schema (types, defaults, choices, docs) as the key reference in
-``configs/README.md``.
+Each config section is a dataclass whose type hints are the schema (``int``, finite ``float``, ``bool``,
+``str``, ``Literal[...]`` or ``Annotated[str, OneOf(CHOICES)]``, ``X | None``, ``list[X]``, nested sections);
+:func:`field` adds limits and a ``doc``. :func:`from_dict` raises one ``ValueError`` listing every problem, each
+naming the key path, the bad value and what is allowed; :func:`schema_markdown` renders the key reference.
 """
 
 from __future__ import annotations
@@ -34,10 +28,8 @@ def field(
 
 
 class OneOf:
-    """The allowed values of a ``str`` key, read from the tuple the code's own checks use:
-    ``Annotated[str, OneOf(ALGORITHMS)]`` is checked and documented as ``Literal[ALGORITHMS]`` would be (a type
-    checker cannot read a ``Literal`` of a tuple, and writing the names twice would let them drift). Not a
-    dataclass: the schema reads dataclasses as config sections."""
+    """The allowed values of a ``str`` key, from the tuple the code's own checks use: ``Annotated[str,
+    OneOf(ALGORITHMS)]`` is checked and documented as ``Literal[ALGORITHMS]`` (which a type checker cannot read)."""
 
     def __init__(self, choices: tuple[str, ...]):
         self.choices = tuple(choices)
@@ -193,13 +185,10 @@ def schema_markdown(cls, where: str = "") -> list[str]:
             ),
             None,
         )
-        if items is not None:  # a list of sections: its items' keys as key[].name
-            rows.append(f"| `{key}` | list of sections{' (optional)' if f.default is None else ''} | | | {doc} |")
-            rows.extend(schema_markdown(items, f"{key}[]"))
-            continue
-        if section is not None:
-            rows.append(f"| `{key}` | section{' (optional)' if f.default is None else ''} | | | {doc} |")
-            rows.extend(schema_markdown(section, key))
+        if items is not None or section is not None:  # a list of sections: its items' keys as key[].name
+            kind = "list of sections" if items is not None else "section"
+            rows.append(f"| `{key}` | {kind}{' (optional)' if f.default is None else ''} | | | {doc} |")
+            rows.extend(schema_markdown(items, f"{key}[]") if items is not None else schema_markdown(section, key))
             continue
         maximum = f.metadata.get("maximum")
         bounds = " and ".join(

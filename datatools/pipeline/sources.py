@@ -1,12 +1,5 @@
-"""A config's documents opened: one ``source``, or the mixture of ``sources`` read as one.
-
-Each source is resolved once (:func:`datatools.io.inputs.open_input`: its kind, column, tokenizer and
-special tokens) and read on demand (:func:`datatools.io.inputs.open_documents`: lengths from one streaming
-pass, a store's offsets; tokens when a batch needs them). A mixture's sources must speak one vocabulary
-(:func:`check_tokenizers`) and are read as one
-:class:`~datatools.io.mixed_documents.MixedDocuments`; their order and weights are
-:mod:`datatools.pipeline.mixture`'s.
-"""
+"""A config's documents opened: one ``source``, or the mixture of ``sources`` read as one
+:class:`~datatools.io.mixed_documents.MixedDocuments` (one vocabulary: :func:`check_tokenizers`)."""
 
 from __future__ import annotations
 
@@ -21,8 +14,7 @@ from datatools.pipeline.config import PipelineConfig, SourceConfig
 
 
 def open_source(cfg: SourceConfig) -> DocumentSource:
-    """The documents of the configured source, read on demand (a document source of :mod:`datatools.io`):
-    lengths come from one streaming pass (a store's offsets), documents are read when a batch needs them."""
+    """The documents of the configured source (a document source of :mod:`datatools.io`), read on demand."""
     return open_documents(open_source_input(cfg))
 
 
@@ -79,8 +71,7 @@ def open_mixture(cfg: PipelineConfig, documents=None) -> MixedDocuments:
 
 def tokenizer_identity(inp) -> dict | None:
     """What tokenized a source (:class:`~datatools.io.inputs.TokenInput`): ``{"file", "sha256", "vocab_size"}``
-    from a token store's manifest (recorded by ``pretokenize``) or from the tokenizer a text column is read
-    with; None when nothing says (token columns, NumPy files, Levanter caches: ids of an unnamed tokenizer)."""
+    from a token store's manifest or a text column's tokenizer; None when nothing says."""
     if inp.kind == "store":
         m = read_manifest(inp.path)
         if not m.get("tokenizer_sha256"):
@@ -93,10 +84,9 @@ def tokenizer_identity(inp) -> dict | None:
 
 
 def check_tokenizers(labels: list[str], identities: list[dict | None]) -> None:
-    """Sources of one mixture must speak one vocabulary: the same token id must mean the same token in every
-    batch. Sources tokenized with vocabularies of different sizes are refused (ValueError naming both); the same
-    size from different tokenizer files (a re-saved or edited tokenizer.json, or a different tokenizer that happens
-    to have as many tokens) is a UserWarning saying so. Sources whose tokenizer is not recorded are not compared."""
+    """Sources of one mixture must speak one vocabulary: vocabularies of different sizes are a ValueError naming
+    both, different tokenizer files of the same size a UserWarning; sources whose tokenizer is not recorded are
+    not compared."""
     known = [(label, t) for label, t in zip(labels, identities) if t is not None]
     if not known:
         return

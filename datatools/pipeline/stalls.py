@@ -1,11 +1,6 @@
-"""Did the step wait for its batch? The time each ``next()`` of a pipeline took, and what the readers fetched.
-
-Once loading is faster than the step, a loader costs MFU only when the step waits for it. :class:`StallMeter`
-wraps a pipeline's iterator and times every ``next()``: the wait of that step. With the readers' counters
-(:mod:`datatools.io.read_stats`, summed over Grain's worker processes) it makes a :class:`LoaderReport`:
-wait per step (p50, p99, max), the steps that waited more than a threshold, bytes fetched against bytes
-delivered, requests and their latency. While it runs it says, at most every :data:`WARN_EVERY_S` seconds, when
-the loader falls behind (a step waited more than the threshold).
+"""Did the step wait for its batch? :class:`StallMeter` times every ``next()`` of a pipeline and, with the
+readers' counters (:mod:`datatools.io.read_stats`), makes a :class:`LoaderReport`; it warns, at most every
+:data:`WARN_EVERY_S` seconds, when the loader falls behind.
 """
 
 from __future__ import annotations
@@ -25,10 +20,8 @@ WARN_EVERY_S = 5.0
 
 @dataclass(frozen=True)
 class LoaderReport(Report):
-    """What the step waited for and what the readers fetched. Times in milliseconds, bytes in bytes.
-
-    The first step (start-up: the first batch) is reported on its own (``first_batch_ms``) and left out of the
-    wait quantiles. Byte and request counts are every reader process's, from their last flush."""
+    """What the step waited for and what the readers fetched (every reader process). Times in milliseconds; the
+    first step is ``first_batch_ms``, left out of the wait quantiles."""
 
     steps: int
     first_batch_ms: float
