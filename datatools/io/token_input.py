@@ -33,9 +33,8 @@ class TokenInput:
     Attributes:
       path: the path given: a ``Path``, or the URL of an input in object storage.
       kind: ``store``, ``levanter`` (a Levanter cache), ``numpy`` (tokens.npy + lengths/offsets), ``lengths``
-        (lengths.npy alone: planning and analysis only),
-        ``flat`` (.bin / .npy split on eos), or ``table`` (Parquet / Arrow / JSON Lines / HF directory, or
-        ArrayRecord files: then ``files`` lists them).
+        (lengths.npy alone: planning and analysis only), ``flat`` (.bin / .npy split on eos), or ``table``
+        (Parquet / Arrow / JSON Lines / HF directory, or ArrayRecord files: then ``files`` lists them).
       column: the token or text column (tables only).
       is_text: the column holds text, tokenized by ``encoder``.
       shards: the table shards, in order.
@@ -132,10 +131,8 @@ class TokenInput:
             yield tokens, lengths
 
     def shard_lengths(self, k: int) -> Iterator[np.ndarray]:
-        """int64 tokens per document of table shard ``k``, a bounded batch at a time. Text is tokenized
-        :data:`LENGTH_ROWS` rows at a time and only the counts are kept (:meth:`TextEncoder.count_tokens`):
-        memory holds one batch's strings, never its tokens (a text column once took 3.1-3.7 GB on 62-86 MB
-        of Parquet)."""
+        """int64 tokens per document of table shard ``k``, a bounded batch at a time; text is counted
+        :data:`LENGTH_ROWS` rows at a time, never held as tokens (a text column once took 3.1-3.7 GB on 62-86 MB)."""
         if self.files:
             count = self.encoder.count_tokens if self.is_text and self.encoder is not None else None
             yield from array_record_files.lengths(self.files[k], str(self.column), count)
