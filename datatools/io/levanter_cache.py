@@ -27,7 +27,7 @@ from datatools.io import storage
 from datatools.io.io_errors import as_os_error, status_code
 from datatools.io.paths import display
 from datatools.io.shard_reads import after_all
-from datatools.io.store import array_keys, location, zarr_spec
+from datatools.io.store import array_keys, is_count, location, zarr_spec
 
 LEDGER = "shard_ledger.json"
 FIELD = "input_ids"  # the token field of Levanter's text caches
@@ -43,7 +43,7 @@ def is_levanter_cache(path: str | os.PathLike) -> bool:
 
 def _count(ledger: dict, key: str, where: str) -> int:
     value = ledger.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if not is_count(value):
         raise ValueError(f"{where}: corrupt ({key} must be a non-negative integer, got {str(value)[:40]!r})")
     return value
 
@@ -113,7 +113,7 @@ class LevanterCache:
         total = 0
         for name in self.ledger.get("finished_shards") or []:
             n = shard_rows.get(name) if isinstance(name, str) else None
-            if isinstance(n, bool) or not isinstance(n, int) or n < 0 or os.path.isabs(name) or ".." in name.split("/"):
+            if not is_count(n) or os.path.isabs(name) or ".." in name.split("/"):
                 raise ValueError(
                     f"{display(storage.join(self.path, LEDGER))}: corrupt (shard "
                     f"{str(name)[:60]!r} has no row count "
@@ -192,9 +192,7 @@ class LevanterCache:
         try:
             present = array_keys(where)
         except ValueError as exc:
-            if (err := as_os_error(exc, where)) is not None:
-                raise err from None
-            raise
+            raise as_os_error(exc, where) or exc from None
         missing = [k for k in need if k not in present]
         if missing:
             raise ValueError(

@@ -324,18 +324,27 @@ def read_keys(kv: ts.KvStore, keys: list) -> Iterator[tuple[str, bytes | None]]:
             yield (k.decode() if isinstance(k, bytes) else k), (bytes(r.value) if r.state == "value" else None)
 
 
+def is_count(value) -> bool:
+    """Whether ``value`` (read from JSON) is a non-negative integer, not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def read_manifest(path: str | os.PathLike) -> dict:
     """The store's manifest; ValueError naming the path when it is missing, corrupt or not a token store."""
     path = location(path)
     manifest_file = storage.join(path, "manifest.json")
+
+    def corrupt(why: str) -> ValueError:
+        return _damaged(path, None, f"{display(manifest_file)}: corrupt ({why})")
+
     try:  # a PermissionError propagates, naming the file; an unreachable object store raises StorageError
         manifest = json.loads(storage.read_bytes(manifest_file, max_bytes=storage.MAX_METADATA_BYTES))
     except (FileNotFoundError, NotADirectoryError):
         raise ValueError(f"{display(path)}: not a datatools token store (no manifest.json)") from None
     except IsADirectoryError:
-        raise _damaged(path, None, f"{display(manifest_file)}: corrupt (a directory, not a file)") from None
+        raise corrupt("a directory, not a file") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise _damaged(path, None, f"{display(manifest_file)}: corrupt ({exc})") from None
+        raise corrupt(str(exc)) from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ValueError(f"{display(path)}: manifest.json is not a {FORMAT} manifest")
     if manifest.get("version") not in READABLE_VERSIONS:
@@ -344,50 +353,23 @@ def read_manifest(path: str | os.PathLike) -> dict:
             f"(this datatools reads versions {', '.join(map(str, READABLE_VERSIONS))})"
         )
     for key in ("num_documents", "num_tokens"):
-        value = manifest.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise _damaged(
-                path,
-                None,
-                f"{display(manifest_file)}: corrupt ({key} must be a non-negative integer, got {str(value)[:40]!r})",
-            )
+        if not is_count(value := manifest.get(key)):
+            raise corrupt(f"{key} must be a non-negative integer, got {str(value)[:40]!r}")
     if manifest.get("dtype") not in ("uint16", "uint32"):
-        raise _damaged(
-            path,
-            None,
-            f"{display(manifest_file)}: corrupt (dtype must be uint16 or uint32, got "
-            f"{str(manifest.get('dtype'))[:40]!r})",
-        )
-    if manifest["version"] >= 2:
-        _check_records(manifest.get("chunks"), path)
-    return manifest
-
-
-def _check_records(chunks, path: str | Path) -> None:
-    """The manifest's ``chunks`` is ``{"checksum": "sha256", "tokens": {key: [bytes, hex]}, "offsets": {...}}``."""
-    where = display(storage.join(path, "manifest.json"))
+        raise corrupt(f"dtype must be uint16 or uint32, got {str(manifest.get('dtype'))[:40]!r}")
+    if manifest["version"] < 2:
+        return manifest
+    chunks = manifest.get("chunks")  # {"checksum": "sha256", "tokens": {key: [bytes, hex]}, "offsets": {...}}
     if not isinstance(chunks, dict) or chunks.get("checksum") != CHECKSUM:
-        raise _damaged(path, None, f"{where}: corrupt (no chunk records, or not {CHECKSUM})")
+        raise corrupt(f"no chunk records, or not {CHECKSUM}")
     for name in ARRAYS:
         records = chunks.get(name)
         if not isinstance(records, dict) or "zarr.json" not in records:
-            raise _damaged(path, None, f"{where}: corrupt (no chunk records for {name}/)")
+            raise corrupt(f"no chunk records for {name}/")
         for key, rec in records.items():
-            if not (
-                isinstance(rec, list)
-                and len(rec) == 2
-                and isinstance(rec[0], int)
-                and not isinstance(rec[0], bool)
-                and rec[0] >= 0
-                and isinstance(rec[1], str)
-                and len(rec[1]) == 64
-            ):
-                raise _damaged(
-                    path,
-                    None,
-                    f"{where}: corrupt (chunk record of {name}/{str(key)[:40]} is "
-                    f"{str(rec)[:60]!r}, want [bytes, sha256 hex])",
-                )
+            ok = isinstance(rec, list) and len(rec) == 2 and is_count(rec[0]) and isinstance(rec[1], str)
+            if not (ok and len(rec[1]) == 64):
+                raise corrupt(f"chunk record of {name}/{str(key)[:40]} is {str(rec)[:60]!r}, want [bytes, sha256 hex]")
 
 
 def is_token_store(path: str | os.PathLike) -> bool:
@@ -653,8 +635,7 @@ class TokenStore:
         if not -n <= i < n:
             raise IndexError(f"document {i} out of range for a store of {n} documents")
         i %= n
-        a, b = self.offsets[i], self.offsets[i + 1]
-        return self.read_array("tokens", int(a), int(b))
+        return self.read_array("tokens", int(self.offsets[i]), int(self.offsets[i + 1]))
 
     def read_range(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
         """Documents [start, stop) in one contiguous read: (flat tokens, offsets relative to them)."""
