@@ -288,8 +288,7 @@ class StorePieceReader:
         missing = ids[self._slot_of[ids] < 0]
         if prefetch:
             room = self.held_bytes // 2 // (self.extent * self.itemsize) - int(self._ahead.sum())
-            if room < missing.shape[0]:
-                missing = missing[: max(0, room)]
+            missing = missing[: max(0, room)]
         new = []
         for c in missing.tolist():
             s = self._reserve(c, prefetch)

@@ -25,6 +25,7 @@ import tensorstore as ts
 
 from datatools.io import storage
 from datatools.io.io_errors import as_os_error, status_code
+from datatools.io.numpy_files import INT32_MAX
 from datatools.io.paths import display
 from datatools.io.shard_reads import after_all
 from datatools.io.store import array_keys, is_count, location, zarr_spec
@@ -32,7 +33,6 @@ from datatools.io.store import array_keys, is_count, location, zarr_spec
 LEDGER = "shard_ledger.json"
 FIELD = "input_ids"  # the token field of Levanter's text caches
 LAYOUTS = ("consolidated", "sharded")
-INT32_MAX = np.iinfo(np.int32).max
 
 
 def is_levanter_cache(path: str | os.PathLike) -> bool:
@@ -95,8 +95,7 @@ class LevanterCache:
         self.ledger = read_ledger(self.path)
         self.parts = self._parts()  # (directory of the field's arrays, rows) in row order
         self._data: list | None = None
-        offsets, self._part_tokens = self._read_offsets()
-        self.offsets = offsets
+        self.offsets, self._part_tokens = self._read_offsets()
         expected = (self.ledger.get("field_counts") or {}).get(field)
         if isinstance(expected, int) and expected != self.num_tokens:
             raise ValueError(

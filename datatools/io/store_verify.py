@@ -17,7 +17,7 @@ import numpy as np
 from datatools.base.reports import Report
 from datatools.io import shard_reads, storage
 from datatools.io.paths import display
-from datatools.io.store import ARRAYS, TokenStore, array_kvstore, check_offsets, lacks_shard_index, read_keys
+from datatools.io.store import ARRAYS, TokenStore, array_kvstore, check_offsets, is_count, lacks_shard_index, read_keys
 
 
 @dataclass
@@ -52,7 +52,7 @@ def verify_store(path: str | os.PathLike, *, progress: Callable[[int, int], None
     store = TokenStore(path)
     where = display(store.path)
     vocab = store.manifest.get("vocab_size")
-    vocab = vocab if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0 else None
+    vocab = vocab if is_count(vocab) and vocab > 0 else None
     report = VerifyReport(where, store.version, len(store), store.num_tokens, store.dtype.name, vocab, None)
     if store.version >= 2:
         _check_checksums(store, report, progress)

@@ -15,14 +15,13 @@ from datatools.base.progress import doing
 from datatools.io import array_record_files, numpy_files
 from datatools.io.discover import Shard
 from datatools.io.levanter_cache import LevanterCache
-from datatools.io.numpy_files import check_token_values, flat_array
+from datatools.io.numpy_files import INT32_MAX, check_token_values, flat_array
 from datatools.io.paths import display
 from datatools.io.sentencepiece_encoder import SentencePieceEncoder
 from datatools.io.store import TokenStore
 from datatools.io.tables import column_batches, shard_bytes, text_values, token_arrays
 from datatools.io.tokenizer import TextEncoder
 
-INT32_MAX = np.iinfo(np.int32).max
 LENGTH_ROWS = 4096  # text rows turned into Python strings at a time when only lengths are read
 
 
