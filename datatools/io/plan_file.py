@@ -335,8 +335,7 @@ class PlanFile:
     @property
     def _repack(self) -> str:
         """The command that re-makes this plan, for messages."""
-        source = self.header.get("source") if isinstance(self.header, dict) else None
-        ctx = self.header.get("ctx") if isinstance(self.header, dict) else None
+        source, ctx = self.header.get("source"), self.header.get("ctx")  # a dict: checked before any message
         src = source if isinstance(source, str) and source else "DATA"
         return f"datatools pack {src} {display(self.path)} --ctx {ctx if isinstance(ctx, int) else 'CTX'} --overwrite"
 
