@@ -27,7 +27,7 @@ from datatools.io import storage
 from datatools.io.io_errors import as_os_error, status_code
 from datatools.io.numpy_files import INT32_MAX
 from datatools.io.paths import display
-from datatools.io.shard_reads import after_all
+from datatools.io.shard_reads import JoinedRead
 from datatools.io.store import array_keys, is_count, location, zarr_spec
 
 LEDGER = "shard_ledger.json"
@@ -256,11 +256,11 @@ class LevanterCache:
         """Tokens per stored object (a shard file of ``data``)."""
         return int(self._arrays()[0].chunk_layout.write_chunk.shape[0])
 
-    def read_async(self, begin: int, end: int, batch: ts.Batch | None = None) -> _PartsRead:
+    def read_async(self, begin: int, end: int, batch: ts.Batch | None = None) -> JoinedRead:
         """Tokens [begin, end) read in the background, one read per part touched (in ``batch``): a future whose
         ``result()`` is int32 (ValueError when a read fails or an id does not fit)."""
         arrays = self._arrays()
-        return _PartsRead([arrays[k][a:b].read(batch=batch) for k, a, b in self._spans(begin, end)])
+        return JoinedRead([arrays[k][a:b].read(batch=batch) for k, a, b in self._spans(begin, end)], _joined_int32)
 
     def _spans(self, begin: int, end: int) -> list[tuple[int, int, int]]:
         """``(part, first, stop)``: the tokens [begin, end) of the field as a range within each part touched."""
@@ -294,22 +294,10 @@ class LevanterCache:
         return f"LevanterCache({str(self.path)!r}, documents={len(self)}, tokens={self.num_tokens})"
 
 
-class _PartsRead:
-    """The reads of one token range over a cache's parts, joined: ``done()`` and ``result()`` (int32)."""
-
-    def __init__(self, reads: list):
-        self._reads = reads
-
-    def done(self) -> bool:
-        return all(r.done() for r in self._reads)
-
-    def add_done_callback(self, callback) -> None:
-        """Call ``callback(self)`` once every part's read is done."""
-        after_all(self._reads, lambda: callback(self))
-
-    def result(self) -> np.ndarray:
-        blocks = [np.asarray(r.result()) for r in self._reads]
-        out = np.concatenate(blocks) if len(blocks) != 1 else blocks[0]
-        if out.size and (int(out.min()) < 0 or int(out.max()) > INT32_MAX):
-            raise ValueError("a token id is negative or does not fit int32")
-        return out.astype(np.int32, copy=False)
+def _joined_int32(reads: list) -> np.ndarray:
+    """The reads of one token range over a cache's parts, joined, as int32 (ValueError when an id does not fit)."""
+    blocks = [np.asarray(r.result()) for r in reads]
+    out = np.concatenate(blocks) if len(blocks) != 1 else blocks[0]
+    if out.size and (int(out.min()) < 0 or int(out.max()) > INT32_MAX):
+        raise ValueError("a token id is negative or does not fit int32")
+    return out.astype(np.int32, copy=False)

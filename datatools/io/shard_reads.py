@@ -113,12 +113,13 @@ def decode(chunk: bytes, crc: int, tokens: int, dtype: np.dtype) -> np.ndarray:
     return np.frombuffer(raw, dtype.newbyteorder("<"))
 
 
-class RangedRead:
-    """Tokens of a sharded store fetched by ranged GETs (:func:`read`): a future like tensorstore's (``done()``,
-    ``result()``, ``add_done_callback``), decoded once by the first ``result()``."""
+class JoinedRead:
+    """A read made of several tensorstore futures ``parts`` (ranged GETs, a read and its checks, a cache's parts): a
+    future like tensorstore's (``done()``, ``result()``, ``add_done_callback``) whose ``result()`` is
+    ``assemble(parts)``, computed once by the first call (its error raised again to every caller)."""
 
     def __init__(self, parts: list, assemble: Callable[[list], np.ndarray]):
-        self._parts = parts  # tensorstore futures of the runs' bytes
+        self._parts = parts
         self._assemble = assemble
         self._value: np.ndarray | None = None
         self._error: BaseException | None = None
@@ -139,8 +140,8 @@ class RangedRead:
             assert self._value is not None
             return self._value
 
-    def add_done_callback(self, callback: Callable[[RangedRead], None]) -> None:
-        """Call ``callback(self)`` once every ranged GET is done (:func:`after_all`)."""
+    def add_done_callback(self, callback: Callable[[JoinedRead], None]) -> None:
+        """Call ``callback(self)`` once every part is done (:func:`after_all`)."""
         after_all(self._parts, lambda: callback(self))
 
 
@@ -173,7 +174,7 @@ def read(
     batch: ts.Batch | None = None,
     damaged: Callable[[str], ValueError],
     failed: Callable[[BaseException, str], BaseException],
-) -> RangedRead:
+) -> JoinedRead:
     """Tokens ``[begin, end)`` of the sharded array in ``kv`` with shard indices ``table`` (:func:`index_table`,
     inner chunks of ``inner`` tokens), one ranged GET per run (:func:`byte_runs`) issued now (in ``batch``).
     ``damaged(text)`` makes the error of a missing or bad chunk, ``failed(exc, key)`` that of a failed GET."""
@@ -208,4 +209,4 @@ def read(
                     raise damaged(f"chunk tokens/c/{shard} is corrupt (inner chunk {i} {exc})") from None
         return out[begin - first * inner : end - first * inner]
 
-    return RangedRead(parts, assemble)
+    return JoinedRead(parts, assemble)

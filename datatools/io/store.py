@@ -35,7 +35,7 @@ import xxhash
 from datatools.io import shard_reads, storage
 from datatools.io.io_errors import as_os_error, status_code
 from datatools.io.paths import display
-from datatools.io.shard_reads import INDEX_ENTRY_BYTES, after_all
+from datatools.io.shard_reads import INDEX_ENTRY_BYTES, JoinedRead
 
 FORMAT = "datatools-token-store"
 # offsets up to this size (bytes) are pickled with a store to Grain workers (from a bucket, re-reading 5 MB took ~1 s)
@@ -666,7 +666,14 @@ class TokenStore:
             )
         checks = self.check_objects("tokens", begin, end, batch=batch, wait=False) if end > begin else []
         read = self.tokens[begin:end].read(batch=batch)
-        return _CheckedRead(read, checks, self) if checks else read
+        if not checks:
+            return read
+
+        def checked(_: list) -> np.ndarray:  # handed over once the objects the read touched are checked
+            self.confirm(checks)
+            return read.result()
+
+        return JoinedRead([read, *(f for _, _, (f, _) in checks if f is not None)], checked)
 
     def _read_failed(self, exc: BaseException, key: str) -> BaseException:
         """The error of a failed read of tokens object ``key``: OSError when the storage failed, else ValueError."""
@@ -777,24 +784,6 @@ class TokenStore:
 
     def __repr__(self) -> str:
         return f"TokenStore({str(self.path)!r}, documents={len(self)}, tokens={self.num_tokens}, dtype={self.dtype})"
-
-
-class _CheckedRead:
-    """A read whose result is handed over once the objects it touched are checked (:meth:`TokenStore.confirm`)."""
-
-    def __init__(self, read, checks: list, store: TokenStore):
-        self.read, self.checks, self.store = read, checks, store
-
-    def done(self) -> bool:
-        return self.read.done() and all(f is None or f.done() for _, _, (f, _) in self.checks)
-
-    def result(self):
-        self.store.confirm(self.checks)
-        return self.read.result()
-
-    def add_done_callback(self, callback) -> None:
-        """Call ``callback(self)`` once the read and its checks are done (on the thread that completes the last)."""
-        after_all([self.read, *(f for _, _, (f, _) in self.checks if f is not None)], lambda: callback(self))
 
 
 def check_offsets(offsets: np.ndarray, num_tokens: int, path: str | os.PathLike) -> None:
