@@ -9,11 +9,12 @@ last; the pre-tokenize job renames a complete store into place.
 
 tensorstore reads a missing chunk as 0, so a store checks itself: every chunk is stored and carries a crc32c; the
 manifest records each key's ``[bytes, sha256]`` (a pure function of the content) and xxh3_64 ``digests`` of every
-key and shard index; on open one listing per array checks every recorded key is there with its recorded size;
-every object a reader touches is checked against the digests once per process (:meth:`TokenStore.check_objects`);
-reads refuse missing or corrupt chunks (``ValueError`` naming the chunk and ending with :func:`repair_command`);
-:func:`datatools.io.store_verify.verify_store` reads every byte. Version-2 stores (no inner chunks: a read fetches
-2-4 MiB) and version-1 stores (no records: nothing checked on open) are still read.
+key and shard index (a crc32c proves a chunk intact, not that it is this store's chunk); on open one listing per
+array checks every recorded key is there with its recorded size; every object a reader touches is checked against
+the digests once per process (:meth:`TokenStore.check_objects`); reads refuse missing or corrupt chunks
+(``ValueError`` naming the chunk and ending with :func:`repair_command`); :func:`store_verify.verify_store` reads
+every byte. Version-2 stores (no inner chunks: a read fetches 2-4 MiB) and version-1 stores (no records: nothing
+checked on open) are still read.
 """
 
 from __future__ import annotations
