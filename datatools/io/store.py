@@ -371,6 +371,7 @@ def read_manifest(path: str | os.PathLike) -> dict:
             ok = isinstance(rec, list) and len(rec) == 2 and is_count(rec[0]) and isinstance(rec[1], str)
             if not (ok and len(rec[1]) == 64):
                 raise corrupt(f"chunk record of {name}/{str(key)[:40]} is {str(rec)[:60]!r}, want [bytes, sha256 hex]")
+    return manifest
 
 
 def is_token_store(path: str | os.PathLike) -> bool:
