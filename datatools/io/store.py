@@ -28,6 +28,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeGuard
 
 import numpy as np
 import tensorstore as ts
@@ -325,7 +326,7 @@ def read_keys(kv: ts.KvStore, keys: list) -> Iterator[tuple[str, bytes | None]]:
             yield (k.decode() if isinstance(k, bytes) else k), (bytes(r.value) if r.state == "value" else None)
 
 
-def is_count(value) -> bool:
+def is_count(value: object) -> TypeGuard[int]:
     """Whether ``value`` (read from JSON) is a non-negative integer, not a bool."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
