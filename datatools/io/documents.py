@@ -1,22 +1,11 @@
 """Random-access document collections that packed rows are read from.
 
-A *document source* (:class:`DocumentSource`) has ``len()``, ``source[i]`` (the
-tokens of document i), ``lengths()`` (int64 tokens per document, cheap) and
-``read_pieces(doc, start, length)``: the pieces ``tokens(doc[j])[start[j]:start[j] +
-length[j]]`` back to back in one int32 array. Implementations:
-
-* :class:`ArrayDocuments`: a flat token array (in memory, or a memory-mapped NumPy
-  file) plus offsets; pieces gathered by a numba kernel;
-* :class:`StoreDocuments`: a :class:`~datatools.io.store.TokenStore` through
-  :class:`StorePieceReader`: the inner chunks the pieces touch are read concurrently,
-  ahead of need when the pipeline says what comes next (:meth:`StoreDocuments.prefetch`),
-  into a bounded cache, so a row of pieces costs no more than the chunks it touches;
-* :class:`ChunkedDocuments`: a table input (Parquet, Arrow, JSON Lines, HF
-  directory) read on demand, one shard (row group, record batches, block of lines)
-  at a time, decoded shards kept in a bounded LRU cache.
-
-All are picklable (caches start empty in each process), so they serve as Grain data
-sources in worker processes.
+A *document source* (:class:`DocumentSource`) has ``len()``, ``source[i]``, ``lengths()`` (int64 tokens per
+document) and ``read_pieces(doc, start, length)``: the pieces ``tokens(doc[j])[start[j]:start[j] + length[j]]`` back
+to back as int32. :class:`ArrayDocuments` reads a flat (maybe memory-mapped) array; :class:`StoreDocuments` a token
+store through :class:`StorePieceReader` (the chunks the pieces touch, read concurrently and ahead of need into a
+bounded slab); :class:`ChunkedDocuments` a table input one shard at a time (decoded shards in a bounded LRU cache).
+All are picklable (caches start empty in each process), so they serve as Grain data sources in worker processes.
 """
 
 from __future__ import annotations
@@ -39,7 +28,7 @@ from datatools.base.checks import as_lengths
 from datatools.io import read_stats, storage
 from datatools.io.levanter_cache import LevanterCache
 from datatools.io.store import TokenStore
-from datatools.kernels.packing import check_token_ids, materialize
+from datatools.kernels.packing import check_token_ids, materialize, materialize_pieces
 from datatools.kernels.packing.materialize import check_plan_rows, pieces_of_rows
 
 DEFAULT_CACHE_BYTES = 512 << 20  # decoded store chunks kept per process
@@ -71,21 +60,9 @@ class DocumentSource(Protocol):
         ...
 
 
-@numba.njit(cache=True)
-def _gather(tokens, offsets, doc, start, length, out):
-    """Copy each piece from the flat token array into ``out``, back to back."""
-    k = 0
-    for j in range(doc.shape[0]):
-        src = offsets[doc[j]] + start[j]
-        for t in range(length[j]):
-            out[k + t] = tokens[src + t]
-        k += length[j]
-
-
 class PieceReadingSource(ABC):
-    """Base of the document sources: packed rows built from :meth:`read_pieces` (one bulk read per batch).
-
-    A subclass gives the :class:`DocumentSource` methods: ``len``, :meth:`lengths` and :meth:`read_pieces`."""
+    """Base of the document sources (a subclass gives ``len``, :meth:`lengths`, :meth:`read_pieces`): packed rows
+    built from one bulk :meth:`read_pieces` per batch."""
 
     in_memory = False
 
@@ -103,10 +80,7 @@ class PieceReadingSource(ABC):
 
     def pack_rows(self, plan, rows, pad_id: int = 0, out: dict | None = None) -> dict[str, np.ndarray]:
         """Rows ``rows`` of ``plan`` (a :class:`~datatools.kernels.packing.PackPlan` over this source) as a canonical
-        batch: all their pieces read in one call, then filled by a numba kernel (into ``out`` when given: a
-        canonical batch of ``len(rows)`` rows the caller owns, see :func:`~datatools.kernels.packing.materialize`)."""
-        from datatools.kernels.packing import materialize_pieces
-
+        batch (into ``out`` when given, see :func:`~datatools.kernels.packing.materialize`): pieces read in one call."""
         return materialize_pieces(plan, self.read_pieces, rows, pad_id=pad_id, out=out)
 
 
@@ -161,7 +135,7 @@ class ArrayDocuments(PieceReadingSource):
         return self.offsets.shape[0] - 1
 
     def __getitem__(self, i: int) -> np.ndarray:
-        i = _check_index(i, len(self))
+        i = check_index(i, len(self))
         return self.tokens[self.offsets[i] : self.offsets[i + 1]]
 
     def lengths(self) -> np.ndarray:
@@ -170,8 +144,6 @@ class ArrayDocuments(PieceReadingSource):
     def pack_rows(self, plan, rows, pad_id: int = 0, out: dict | None = None) -> dict[str, np.ndarray]:
         """Rows filled straight from the flat tokens (no intermediate gather of the pieces), into ``out`` when
         given."""
-        from datatools.kernels.packing import materialize
-
         return materialize(
             plan,
             self.tokens,
@@ -185,7 +157,7 @@ class ArrayDocuments(PieceReadingSource):
     def read_pieces(self, doc, start, length) -> np.ndarray:
         doc, start, length = check_pieces(doc, start, length, self.lengths())
         out = np.empty(int(length.sum()), np.int32)
-        _gather(self.tokens, self.offsets, doc, start, length, out)
+        _gather_at(self.tokens, self.offsets, doc, start, length, np.cumsum(length) - length, out)
         return out
 
     def __repr__(self) -> str:
@@ -195,29 +167,21 @@ class ArrayDocuments(PieceReadingSource):
 class StorePieceReader:
     """Reads pieces of a :class:`TokenStore` in aligned *extents*, many at once, ahead of need, into a fixed slab.
 
-    An extent is :attr:`TokenStore.read_granularity` tokens, aligned: the inner chunk of a sharded store (so a
-    piece of a few KB costs at most one or two inner chunks fetched), the whole stored chunk of an older store.
-    Extents live in the slots of one preallocated array (the *slab*, ``cache_bytes`` of it), so a batch is
-    gathered from it by one numba call with no copy of the extents; which extent is in which slot, when each
-    slot was last used, and whether it was read ahead are numpy arrays, so a read of ~1,000 extents does no
-    per-extent Python work for the extents already there.
+    An extent is :attr:`TokenStore.read_granularity` tokens (locally up to :data:`LOCAL_EXTENT_TOKENS`). Extents live
+    in the slots of one preallocated array (the *slab*), gathered from by one numba call; which extent is in which
+    slot, when each was last used and whether it was read ahead are numpy arrays (no per-extent Python work).
 
-    Missing extents are read in the order they are needed: a queue of slots, at most :data:`MAX_IN_FLIGHT`
-    reads issued and not yet received (tensorstore futures: its own threads do the I/O, concurrently, no lock
-    held while they run; each read's completion copies it into its slot and issues the next one queued). A read
-    that a batch waits for goes to the head of the queue, with those of its extents queued by read-ahead; the
-    extents of batches still to come (:meth:`prefetch`, which returns at once) join its tail, at most half the
-    slots read ahead and not yet used. With every extent of every batch issued at once, a far store served them
-    in no useful order, and the next batch waited for the reads of the eight after it (issue 31: the steps
-    after the first waited up to 8 s at +100 ms). When no slot is free the least recently used one that no read
-    in progress holds is reused (one already used before one read ahead). A read that needs more slots than there
-    are grows the slab (said in :attr:`grown`). Every request, the bytes fetched and delivered, the time waited
-    and each request's latency are counted in :mod:`datatools.io.read_stats`.
+    Missing extents are queued in the order they are needed, at most :data:`MAX_IN_FLIGHT` reads in flight
+    (tensorstore futures; each completion fills its slots and issues the next queued). A read a batch waits for
+    goes before every read-ahead; read-ahead (:meth:`prefetch`) joins the tail, at most half the slab (issued all at
+    once, a far store served them in no useful order: steps waited up to 8 s at +100 ms, issue 31). A full slab
+    reuses the least recently used slot no read holds (a used one before one read ahead); a read that needs more
+    slots grows the slab (:attr:`grown`). Requests, bytes, waits and latencies go to :mod:`datatools.io.read_stats`.
 
     Args:
       store: the token store (or a Levanter cache, read the same way).
-      cache_bytes: bytes of extents kept (per process): the slab. None: :data:`DEFAULT_CACHE_BYTES`, and from a
-        bucket at least :data:`MIN_REMOTE_SLOTS` extents (1 GiB of a Levanter cache's 1 MiB inner chunks).
+      cache_bytes: bytes of the slab per process. None: :data:`DEFAULT_CACHE_BYTES`, and from a bucket at least
+        :data:`MIN_REMOTE_SLOTS` extents.
     """
 
     def __init__(self, store: TokenStore | LevanterCache, cache_bytes: int | None = None):
@@ -264,12 +228,9 @@ class StorePieceReader:
         self._in_flight = 0  # reads issued and not yet received
         self._ahead_in_flight = 0  # of them, read-ahead (issued for a batch still to come)
         self._pumping = False
-        self._issued: list[
-            tuple
-        ] = []  # (read, callback) issued under the lock, their callbacks added after it (_issuing)
+        self._issued: list[tuple] = []  # (read, callback) issued under the lock, callbacks added after it (_issuing)
         self._free = list(range(slots - 1, -1, -1))  # slots holding nothing (a stack: the lowest on top)
         self._tick = 0
-        self.chunk_reads = 0  # extents fetched by this process
         self.grown = 0  # times a read needed more slots than the slab had
         self.peak_ahead_bytes = 0  # the most bytes read ahead and not yet used: at most half the slab
         self._ready = True
@@ -299,43 +260,35 @@ class StorePieceReader:
         movable = self._pins == 0
         if self._pending:
             movable[list(self._pending)] = False
-        for used_only in (True, False):
-            if used_only or not prefetch:
-                candidates = np.flatnonzero(movable & ~self._ahead) if used_only else np.flatnonzero(movable)
-                if candidates.size:
-                    s = int(candidates[np.argmin(self._last_used[candidates])])
-                    self._slot_of[self._extent_in[s]] = -1
-                    self._extent_in[s] = -1
-                    self._ahead[s] = False
-                    return s
+        for mask in (movable & ~self._ahead,) if prefetch else (movable & ~self._ahead, movable):
+            candidates = np.flatnonzero(mask)
+            if candidates.size:
+                s = int(candidates[np.argmin(self._last_used[candidates])])
+                self._slot_of[self._extent_in[s]] = -1
+                self._extent_in[s] = -1
+                self._ahead[s] = False
+                return s
         return -1
 
     def _grow(self) -> None:
         """Double the slab (a read needs more extents at once than it holds)."""
         old = self._slab.shape[0]
-        slab = np.empty((2 * old, self.extent), self._slab.dtype)
-        slab[:old] = self._slab
-        self._slab = slab
+        self._slab = np.concatenate([self._slab, np.empty_like(self._slab)])
         self._extent_in = np.concatenate([self._extent_in, np.full(old, -1, np.int64)])
-        self._last_used = np.concatenate([self._last_used, np.zeros(old, np.int64)])
-        self._ahead = np.concatenate([self._ahead, np.zeros(old, bool)])
-        self._pins = np.concatenate([self._pins, np.zeros(old, np.int64)])
-        self._queued = np.concatenate([self._queued, np.zeros(old, bool)])
+        for name in ("_last_used", "_ahead", "_pins", "_queued"):  # zeros / False for the new slots
+            setattr(self, name, np.concatenate([getattr(self, name), np.zeros_like(getattr(self, name))]))
         self._free += list(range(2 * old - 1, old - 1, -1))
         self.grown += 1
 
     def _issue(self, ids: np.ndarray, prefetch: bool) -> int:
-        """Queue the reads of the extents of ``ids`` not held (lock held) and issue what the queue allows; returns
-        how many of ``ids`` are not held when it stops (a prefetch stops at half the slab read ahead, or when no
-        slot can be reused). A prefetch joins the tail of the queue; a read (not ``prefetch``) goes before every
-        read-ahead (after the reads needed before it), with those of its extents that read-ahead queued before and
-        the queued read-ahead within :data:`NEIGHBOURS` extents of them (the rest of their io blocks: the same
-        ranged requests, which would otherwise each be a request of their own later)."""
+        """Queue the reads of the extents of ``ids`` not held (lock held), issue what the queue allows; how many of
+        ``ids`` are not held when it stops (a prefetch stops at half the slab read ahead, or when no slot is free).
+        A prefetch joins the tail; a needed read goes before every read-ahead, with the queued read-ahead of its
+        extents and within :data:`NEIGHBOURS` of them (the same ranged requests)."""
         missing = ids[self._slot_of[ids] < 0]
         if prefetch:
             room = self.held_bytes // 2 // (self.extent * self.itemsize) - int(self._ahead.sum())
-            if room < missing.shape[0]:
-                missing = missing[: max(0, room)]
+            missing = missing[: max(0, room)]
         new = []
         for c in missing.tolist():
             s = self._reserve(c, prefetch)
@@ -373,15 +326,13 @@ class StorePieceReader:
         self._pending[s] = (Future(), c)
         self._slot_of[c], self._extent_in[s], self._ahead[s] = s, c, prefetch
         self._last_used[s] = self._tick
-        self.chunk_reads += 1
         end = min((c + 1) * self.extent, self.store.num_tokens)
         read_stats.record(bytes_fetched=(end - c * self.extent) * self.itemsize)
         return s
 
     def _pump(self) -> None:
-        """Issue queued reads, in order, while :meth:`_can_issue` says the flight has room (lock held). Queued
-        extents that follow each other in one stored object are one read (a run, at most :data:`MAX_RUN`: one
-        ranged request); the reads issued together share one ``ts.Batch``."""
+        """Issue queued reads in order while :meth:`_can_issue` (lock held), in one ``ts.Batch``: consecutive
+        extents of one stored object are one read (at most :data:`MAX_RUN`: one ranged request)."""
         if self._pumping:  # a read that completed at once, called back from inside this loop
             return
         self._pumping = True
@@ -413,22 +364,17 @@ class StorePieceReader:
             self._pumping = False
 
     def _can_issue(self) -> bool:
-        """Whether the head of the queue may be issued now (lock held): fewer than :data:`MAX_IN_FLIGHT` reads in
-        flight and, for a read-ahead, fewer than :data:`MAX_AHEAD_IN_FLIGHT` read-ahead ones. A server serves what it
-        was sent in about the order it came: with the whole flight taken by read-ahead at start-up (every lane
-        begins a window), a read the next batch waits for queued behind ~128 of them at moto's ~170 GETs/s (two
-        workers), and a step waited ~1.2 s at +100 ms; the rest of the flight stays free for it."""
+        """Whether the head of the queue may be issued (lock held): fewer than :data:`MAX_IN_FLIGHT` reads in flight
+        and, for a read-ahead, fewer than :data:`MAX_AHEAD_IN_FLIGHT` (with the whole flight read-ahead at start-up,
+        a needed read queued behind ~128 of them and a step waited ~1.2 s at +100 ms)."""
         if not self._queue or self._in_flight >= MAX_IN_FLIGHT:
             return False
         return not self._ahead[self._queue[0]] or self._ahead_in_flight < MAX_AHEAD_IN_FLIGHT
 
     @contextmanager
     def _issuing(self) -> Iterator[None]:
-        """The reader's lock, for a block that may issue reads (:meth:`_pump`); their completion callbacks are added
-        once it is released: a tensorstore future runs its callbacks on the thread that completes it, under that
-        future's own lock, and a check of a shard index is one future many reads wait on; added under our lock,
-        while a callback on that future waited for our lock, both waited for ever (once in ~5 runs of the remote
-        tests)."""
+        """The reader's lock for a block that may issue reads; their callbacks are added once it is released (a
+        tensorstore future runs callbacks under its own lock: added under ours, the two locks deadlocked)."""
         try:
             with self._lock:
                 yield
@@ -439,9 +385,8 @@ class StorePieceReader:
                 read.add_done_callback(callback)
 
     def _received(self, read, *, run: list[int], ahead: bool, issued: float) -> None:
-        """A read into the slots of ``run`` (consecutive extents) completed: its tokens into the slab, the next
-        queued read issued, then each slot's future done (on a tensorstore thread). A failed read stays pending:
-        :meth:`_settle` reads each extent again, naming the chunk."""
+        """A read into the slots of ``run`` completed (on a tensorstore thread): tokens into the slab, the next read
+        issued, each slot's future done. A failed read stays pending: :meth:`_settle` reads it again."""
         error: BaseException | None = None
         try:
             value = read.result()
@@ -498,8 +443,8 @@ class StorePieceReader:
         return self.store.offsets[np.asarray(doc, np.int64)] + np.asarray(start, np.int64)
 
     def prefetch(self, doc, start, length) -> bool:
-        """Start reading the extents of these pieces (of a batch still to come) without waiting. True when every
-        extent is now held or in flight; False when the read-ahead half of the slab ran out first."""
+        """Start reading these pieces (of a batch still to come) without waiting. True when every extent is now
+        held or in flight; False when the read-ahead half of the slab ran out first."""
         with self._issuing():
             self._setup()
             ids = self._extents_of(self._begin(doc, start), np.asarray(length, np.int64))
@@ -509,10 +454,8 @@ class StorePieceReader:
 
     @contextmanager
     def holding(self, begin: np.ndarray, length: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Hold the extents of the pieces ``[begin, begin + length)`` (store positions, int64) in the slab while
-        the block runs: read those not held (all at once), wait for them, and give ``(slab, slot_of)``: token t
-        of the store is ``slab[slot_of[t // extent], t % extent]``. The slots are pinned (no read reuses them)
-        until the block ends; the bytes delivered and the time waited are counted."""
+        """Hold the extents of the pieces ``[begin, begin + length)`` (store positions) in the slab, pinned, while
+        the block runs; gives ``(slab, slot_of)``: token t is ``slab[slot_of[t // extent], t % extent]``."""
         with self._issuing():
             self._setup()
             ids = self._extents_of(begin, length)
@@ -545,8 +488,8 @@ class StorePieceReader:
 
 @numba.njit(cache=True, nogil=True)
 def _gather_extents(flat, slot_of, extent, begin, length, out):
-    """Copy piece j (tokens ``[begin[j], begin[j] + length[j])`` of the store) into ``out``, back to back, from
-    the slab (flat): token t is at ``slot_of[t // extent] * extent + t % extent``."""
+    """Copy piece j (store tokens ``[begin[j], begin[j] + length[j])``) from the flat slab into ``out``, back to
+    back: token t is at ``slot_of[t // extent] * extent + t % extent``."""
     k = 0
     for j in range(begin.shape[0]):
         t = begin[j]
@@ -575,7 +518,7 @@ class StoreDocuments(PieceReadingSource):
         return len(self.store)
 
     def __getitem__(self, i: int) -> np.ndarray:
-        i = _check_index(i, len(self.store))
+        i = check_index(i, len(self.store))
         off = self.store.offsets
         return self.reader.read_pieces([i], [0], [off[i + 1] - off[i]])
 
@@ -586,8 +529,7 @@ class StoreDocuments(PieceReadingSource):
         return self.reader.read_pieces(*check_pieces(doc, start, length, self.lengths()))
 
     def pack_rows(self, plan, rows, pad_id: int = 0, out: dict | None = None) -> dict[str, np.ndarray]:
-        """Rows filled straight from the reader's slab of extents (no gather of their pieces first: one copy of
-        each token), every extent they touch held while the rows are filled."""
+        """Rows filled straight from the reader's slab (one copy of each token), their extents held meanwhile."""
         rows = check_plan_rows(plan, rows)
         sel, _ = pieces_of_rows(plan, rows)
         begin = self.store.offsets[plan.doc[sel]] + plan.start[sel]
@@ -604,14 +546,11 @@ class StoreDocuments(PieceReadingSource):
 
     @property
     def reads_ahead(self) -> bool:
-        """Whether reading ahead pays: a store in object storage (a round trip per read). On local disk a read is
-        a file read of microseconds: planning batches twice to start them early and holding the first batch back
-        only cost CPU and start-up time (local reads: 1.5-3x the time to the first batch with them)."""
+        """Whether reading ahead pays: a store in object storage (locally it made the first batch 1.5-3x later)."""
         return storage.location(self.store.path).reads_are_requests
 
     def prefetch(self, doc, start, length) -> bool:
-        """Start reading these pieces (of a batch still to come) without waiting; see
-        :meth:`StorePieceReader.prefetch`."""
+        """Start reading these pieces without waiting (:meth:`StorePieceReader.prefetch`)."""
         return self.reader.prefetch(doc, start, length)
 
     def __repr__(self) -> str:
@@ -619,8 +558,7 @@ class StoreDocuments(PieceReadingSource):
 
 
 def check_pieces(doc, start, length, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(doc, start, length)`` as int64 arrays, each piece inside its document (vectorized); IndexError/ValueError
-    naming the first piece that is not."""
+    """``(doc, start, length)`` as int64 arrays, checked inside their documents (IndexError/ValueError naming one)."""
     doc, start, length = (
         as_lengths(np.asarray(x).reshape(-1) if np.ndim(x) else [x], name)
         for x, name in ((doc, "doc"), (start, "start"), (length, "length"))
@@ -643,7 +581,8 @@ def check_pieces(doc, start, length, lengths: np.ndarray) -> tuple[np.ndarray, n
     return doc, start, length
 
 
-def _check_index(i: int, n: int) -> int:
+def check_index(i: int, n: int) -> int:
+    """Document ``i`` of ``n`` as an index from 0 (negative counts from the end); IndexError when out of range."""
     if not -n <= i < n:
         raise IndexError(f"document {i} out of range for {n} documents")
     return i % n
@@ -662,11 +601,8 @@ def _gather_at(tokens, offsets, doc, start, length, dst, out):
 class ChunkedDocuments(PieceReadingSource):
     """Documents of an input read shard by shard on demand (Parquet row groups, Arrow batches, JSON Lines blocks).
 
-    Memory holds the lengths, and at most ``cache_bytes`` of decoded shards (least
-    recently used evicted first; one shard is always kept). Reading documents in
-    storage order, or block-shuffled, decodes each shard about once; a full shuffle
-    of documents over many shards decodes a shard per read: pre-tokenize such data
-    into a token store (chunked for random access) instead.
+    Memory holds the lengths and at most ``cache_bytes`` of decoded shards (LRU; one always kept). A full shuffle
+    over many shards decodes a shard per read: pre-tokenize such data into a token store instead.
 
     Args:
       lengths: int64 tokens per document, every shard's documents in order.
@@ -713,28 +649,25 @@ class ChunkedDocuments(PieceReadingSource):
 
     def _shard(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         with self._lock:
-            return self._shard_locked(k)
-
-    def _shard_locked(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        hit = self._cache.get(k)
-        if hit is not None:
-            self._cache.move_to_end(k)
-            return hit
-        tokens, lengths = self.load(k)
-        first, n = int(self.first_doc[k]), int(self.shard_docs[k])
-        if lengths.shape[0] != n or not np.array_equal(lengths, self._lengths[first : first + n]):
-            raise ValueError(f"{self.name}: shard {k} changed since its lengths were read")
-        entry = (np.asarray(tokens, np.int32), np.concatenate(([0], np.cumsum(lengths))))
-        self.shard_reads += 1
-        self._cache[k] = entry
-        self._held += entry[0].nbytes
-        while self._held > self.cache_bytes and len(self._cache) > 1:
-            _, old = self._cache.popitem(last=False)
-            self._held -= old[0].nbytes
-        return entry
+            hit = self._cache.get(k)
+            if hit is not None:
+                self._cache.move_to_end(k)
+                return hit
+            tokens, lengths = self.load(k)
+            first, n = int(self.first_doc[k]), int(self.shard_docs[k])
+            if lengths.shape[0] != n or not np.array_equal(lengths, self._lengths[first : first + n]):
+                raise ValueError(f"{self.name}: shard {k} changed since its lengths were read")
+            entry = (np.asarray(tokens, np.int32), np.concatenate(([0], np.cumsum(lengths))))
+            self.shard_reads += 1
+            self._cache[k] = entry
+            self._held += entry[0].nbytes
+            while self._held > self.cache_bytes and len(self._cache) > 1:
+                _, old = self._cache.popitem(last=False)
+                self._held -= old[0].nbytes
+            return entry
 
     def __getitem__(self, i: int) -> np.ndarray:
-        i = _check_index(i, len(self))
+        i = check_index(i, len(self))
         return self.read_pieces([i], [0], [self._lengths[i]])
 
     def read_pieces(self, doc, start, length) -> np.ndarray:
@@ -763,7 +696,7 @@ class _ProtocolSource(PieceReadingSource):
         return len(self.source)
 
     def __getitem__(self, i: int) -> np.ndarray:
-        i = _check_index(i, len(self))
+        i = check_index(i, len(self))
         return self.read_pieces([i], [0], [self.lengths()[i]])
 
     def lengths(self) -> np.ndarray:

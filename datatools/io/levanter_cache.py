@@ -1,39 +1,17 @@
 """A Levanter (Marin) token cache read as it is: no conversion, no Levanter install needed.
 
-Levanter's cache builder (``levanter.store.cache``, marin-levanter 0.2.227) writes a
-directory laid out as::
+Levanter's cache (``levanter.store.cache``, marin-levanter 0.2.227): ``shard_ledger.json`` (``total_num_rows``,
+``is_finished``, ``finished_shards``, ``shard_rows``, ``field_counts``, ``layout``: ``consolidated`` | ``sharded``);
+``input_ids/offsets/`` (zarr v3 int64: element 0 the row count, element i the end of row i - 1 in ``data``) and
+``input_ids/data/`` (every row's tokens back to back, int32 for text; 256 Ki-element chunks in 128 Mi shards). A
+``sharded`` ledger keeps the rows in ``CACHE/<finished_shards[k]>/input_ids/...``, in ledger order.
+:class:`LevanterCache` reads one field with the :class:`~datatools.io.store.TokenStore` interface the document
+sources use; memory holds the offsets.
 
-    CACHE/
-      shard_ledger.json    {"total_num_rows", "shard_rows", "is_finished", "finished_shards",
-                            "field_counts": {"input_ids": tokens}, "layout": "consolidated" | "sharded", ...}
-      input_ids/offsets/   zarr v3, int64, shape [2**54] (grows as rows are appended): element 0 holds
-                           the row count, element i (i >= 1) the end of row i - 1 in ``data``
-      input_ids/data/      zarr v3, the tokens of every row back to back (Levanter's exemplar dtype,
-                           int32 for text caches); chunks of 256 Ki elements inside shards of 128 Mi,
-                           blosc-zstd compressed
-
-so row i is ``data[offsets[i]:offsets[i + 1]]`` with ``offsets[0]`` taken as 0 (what
-``JaggedArrayStore`` does). A ``sharded`` ledger (``consolidate_shard_cache_ledgers``)
-keeps the rows in per-shard directories ``CACHE/<finished_shards[k]>/input_ids/...``
-instead, in ledger order. A cache is found by its layout (:func:`is_levanter_cache`:
-a ``shard_ledger.json``), not by a flag.
-
-:class:`LevanterCache` reads one field (``input_ids``) of such a cache with the
-interface of :class:`~datatools.io.store.TokenStore` that the document sources use
-(``len()``, ``offsets``, ``lengths()``, ``num_tokens``, ``read_tokens``), so
-:class:`~datatools.io.documents.StoreDocuments` reads it through its bounded chunk
-cache: memory holds the offsets (8 bytes per document, read once) and at most the
-reader's cache of token chunks. Tokens are read by range, through tensorstore.
-
-Checked on open (ValueError naming the cache and what is wrong): the ledger parses and
-says ``is_finished`` (Levanter itself refuses an unfinished cache); the field's
-``offsets`` and ``data`` arrays exist; ``offsets[0]`` equals the ledger's row count;
-offsets never decrease; the tokens add up to the ledger's ``field_counts``; one listing
-of ``data`` finds every shard file the tokens need (tensorstore reads a missing one as
-zeros; Levanter does not store an inner chunk equal to the fill value, so a missing
-*inner* chunk is legitimately zeros and is read as such; a whole shard of 128 Mi
-token-0 ids is refused as missing, a price paid for never reading a lost file as zeros).
-Reads refuse token ids that do not fit int32 (datatools' batch dtype) or are negative.
+Checked on open (ValueError naming the cache and what): the ledger parses and is finished; the arrays exist;
+``offsets[0]`` is the row count, offsets never decrease, the tokens add up to ``field_counts``; one listing finds
+every shard file the tokens need (tensorstore reads a missing one as zeros; a missing *inner* chunk is legitimately
+zeros: Levanter does not store fill-value chunks). Reads refuse token ids that are negative or do not fit int32.
 """
 
 from __future__ import annotations
@@ -47,50 +25,32 @@ import tensorstore as ts
 
 from datatools.io import storage
 from datatools.io.io_errors import as_os_error, status_code
+from datatools.io.numpy_files import INT32_MAX
 from datatools.io.paths import display
-from datatools.io.shard_reads import after_all
-from datatools.io.storage import kvstore_spec
-from datatools.io.store import array_keys as store_array_keys
-from datatools.io.store import location
+from datatools.io.shard_reads import JoinedRead
+from datatools.io.store import array_keys, is_count, location, zarr_spec
 
 LEDGER = "shard_ledger.json"
 FIELD = "input_ids"  # the token field of Levanter's text caches
 LAYOUTS = ("consolidated", "sharded")
-INT32_MAX = np.iinfo(np.int32).max
 
 
 def is_levanter_cache(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is laid out as a Levanter cache (a directory with ``shard_ledger.json``). Its content is
-    checked when it is opened, so a cache with a bad ledger or missing arrays is reported as such, not skipped."""
+    """Whether ``path`` is laid out as a Levanter cache (holds ``shard_ledger.json``); content is checked on open."""
     loc = storage.location(path)  # object storage has no directories: the ledger alone says it
     return (not loc.has_directories or loc.is_dir()) and loc.join(LEDGER).is_file()
 
 
-def array_spec(path: str | os.PathLike) -> dict:
-    """The tensorstore spec of one of the cache's zarr v3 arrays (the one place a kvstore is chosen: local files,
-    or an object store's through :func:`datatools.io.storage.kvstore_spec`)."""
-    return {"driver": "zarr3", "kvstore": kvstore_spec(path)}
-
-
-def array_keys(path: str | os.PathLike) -> set[str]:
-    """The keys an array holds (``zarr.json``, ``c/0``, ...): one listing of its directory or key prefix, no
-    data read (the token store's listing: :func:`datatools.io.store.array_keys`)."""
-    return store_array_keys(path)
-
-
 def _count(ledger: dict, key: str, where: str) -> int:
     value = ledger.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if not is_count(value):
         raise ValueError(f"{where}: corrupt ({key} must be a non-negative integer, got {str(value)[:40]!r})")
     return value
 
 
 def read_ledger(path: str | os.PathLike) -> dict:
-    """The cache's ledger, checked: it parses, names a known layout, and says the cache is finished.
-
-    Raises:
-      ValueError: no ledger, a corrupt one, or an unfinished cache (naming the ledger and what is missing).
-    """
+    """The cache's ledger, checked: it parses, names a known layout, and says the cache is finished (else
+    ValueError naming the ledger and what is wrong)."""
     where = storage.join(location(path), LEDGER)
     try:  # a PermissionError propagates, naming the file; an unreachable object store raises StorageError
         ledger = json.loads(storage.read_bytes(where))
@@ -118,7 +78,6 @@ def read_ledger(path: str | os.PathLike) -> dict:
 
 class LevanterCache:
     """Random access to one field of a finished Levanter cache, as the document sources read a token store.
-
     Picklable (tensorstore handles reopen lazily in each worker process).
 
     Args:
@@ -136,8 +95,7 @@ class LevanterCache:
         self.ledger = read_ledger(self.path)
         self.parts = self._parts()  # (directory of the field's arrays, rows) in row order
         self._data: list | None = None
-        offsets, self._part_tokens = self._read_offsets()
-        self.offsets = offsets
+        self.offsets, self._part_tokens = self._read_offsets()
         expected = (self.ledger.get("field_counts") or {}).get(field)
         if isinstance(expected, int) and expected != self.num_tokens:
             raise ValueError(
@@ -154,7 +112,7 @@ class LevanterCache:
         total = 0
         for name in self.ledger.get("finished_shards") or []:
             n = shard_rows.get(name) if isinstance(name, str) else None
-            if isinstance(n, bool) or not isinstance(n, int) or n < 0 or os.path.isabs(name) or ".." in name.split("/"):
+            if not is_count(n) or os.path.isabs(name) or ".." in name.split("/"):
                 raise ValueError(
                     f"{display(storage.join(self.path, LEDGER))}: corrupt (shard "
                     f"{str(name)[:60]!r} has no row count "
@@ -172,7 +130,7 @@ class LevanterCache:
     def _open(self, where: str | Path, name: str):
         array = storage.join(where, name)
         try:
-            return ts.open(array_spec(array), open=True, read=True).result()
+            return ts.open(zarr_spec(array), open=True, read=True).result()
         except ValueError as exc:
             if (err := as_os_error(exc, array)) is not None:
                 raise err from None
@@ -195,8 +153,8 @@ class LevanterCache:
             ) from None
 
     def _read_offsets(self) -> tuple[np.ndarray, np.ndarray]:
-        """Global int64 offsets (num_rows + 1, from 0) and the first token of every part; each part's offsets
-        are read once, in one read, and checked against the ledger."""
+        """Global int64 offsets (num_rows + 1, from 0) and the first token of every part, checked against the
+        ledger (one read of each part's offsets)."""
         pieces, starts, base = [np.zeros(1, np.int64)], [], 0
         self._data = []
         for where, rows in self.parts:
@@ -214,10 +172,11 @@ class LevanterCache:
                     f"the ledger says {rows} rows: the cache is damaged or still being written"
                 )
             off[0] = 0
-            if (np.diff(off) < 0).any():
-                i = int(np.flatnonzero(np.diff(off) < 0)[0])
+            bad = np.flatnonzero(np.diff(off) < 0)
+            if bad.size:
                 raise ValueError(
-                    f"{display(storage.join(where, 'offsets'))}: offsets decrease at row {i}: the cache is damaged"
+                    f"{display(storage.join(where, 'offsets'))}: offsets decrease at row {int(bad[0])}: the cache is "
+                    "damaged"
                 )
             starts.append(base)
             pieces.append(off[1:] + base)
@@ -232,9 +191,7 @@ class LevanterCache:
         try:
             present = array_keys(where)
         except ValueError as exc:
-            if (err := as_os_error(exc, where)) is not None:
-                raise err from None
-            raise
+            raise as_os_error(exc, where) or exc from None
         missing = [k for k in need if k not in present]
         if missing:
             raise ValueError(
@@ -271,16 +228,9 @@ class LevanterCache:
         if not 0 <= begin <= end <= self.num_tokens:
             raise IndexError(f"tokens [{begin}, {end}) out of range for {self.num_tokens} tokens")
         arrays, out, at = self._arrays(), np.empty(end - begin, np.int32), 0
-        first = int(np.searchsorted(self._part_tokens, begin, side="right")) - 1
-        for k in range(max(first, 0), len(self.parts)):
-            lo, hi = int(self._part_tokens[k]), int(self._part_tokens[k + 1])
-            if lo >= end:
-                break
-            a, b = max(begin, lo), min(end, hi)
-            if a >= b:
-                continue
+        for k, a, b in self._spans(begin, end):
             where = storage.join(self.parts[k][0], "data")
-            block = self._read(arrays[k], a - lo, b - lo, where)
+            block = self._read(arrays[k], a, b, where)
             if block.size:
                 low, high = int(block.min()), int(block.max())
                 if low < 0 or high > INT32_MAX:
@@ -306,20 +256,23 @@ class LevanterCache:
         """Tokens per stored object (a shard file of ``data``)."""
         return int(self._arrays()[0].chunk_layout.write_chunk.shape[0])
 
-    def read_async(self, begin: int, end: int, batch: ts.Batch | None = None) -> _PartsRead:
-        """Tokens [begin, end) read in the background, one tensorstore read per part touched (issued with ``batch``
-        when given): a future whose ``result()`` is int32 (ValueError when a read fails or an id does not fit;
-        :meth:`read_tokens` names it)."""
-        arrays, reads = self._arrays(), []
+    def read_async(self, begin: int, end: int, batch: ts.Batch | None = None) -> JoinedRead:
+        """Tokens [begin, end) read in the background, one read per part touched (in ``batch``): a future whose
+        ``result()`` is int32 (ValueError when a read fails or an id does not fit)."""
+        arrays = self._arrays()
+        return JoinedRead([arrays[k][a:b].read(batch=batch) for k, a, b in self._spans(begin, end)], _joined_int32)
+
+    def _spans(self, begin: int, end: int) -> list[tuple[int, int, int]]:
+        """``(part, first, stop)``: the tokens [begin, end) of the field as a range within each part touched."""
+        spans = []
         first = int(np.searchsorted(self._part_tokens, begin, side="right")) - 1
         for k in range(max(first, 0), len(self.parts)):
             lo, hi = int(self._part_tokens[k]), int(self._part_tokens[k + 1])
             if lo >= end:
                 break
-            a, b = max(begin, lo), min(end, hi)
-            if a < b:
-                reads.append(arrays[k][a - lo : b - lo].read(batch=batch))
-        return _PartsRead(reads)
+            if max(begin, lo) < min(end, hi):
+                spans.append((k, max(begin, lo) - lo, min(end, hi) - lo))
+        return spans
 
     def __getitem__(self, i: int) -> np.ndarray:
         n = len(self)
@@ -341,22 +294,10 @@ class LevanterCache:
         return f"LevanterCache({str(self.path)!r}, documents={len(self)}, tokens={self.num_tokens})"
 
 
-class _PartsRead:
-    """The reads of one token range over a cache's parts, joined: ``done()`` and ``result()`` (int32)."""
-
-    def __init__(self, reads: list):
-        self._reads = reads
-
-    def done(self) -> bool:
-        return all(r.done() for r in self._reads)
-
-    def add_done_callback(self, callback) -> None:
-        """Call ``callback(self)`` once every part's read is done."""
-        after_all(self._reads, lambda: callback(self))
-
-    def result(self) -> np.ndarray:
-        blocks = [np.asarray(r.result()) for r in self._reads]
-        out = np.concatenate(blocks) if len(blocks) != 1 else blocks[0]
-        if out.size and (int(out.min()) < 0 or int(out.max()) > INT32_MAX):
-            raise ValueError("a token id is negative or does not fit int32")
-        return out.astype(np.int32, copy=False)
+def _joined_int32(reads: list) -> np.ndarray:
+    """The reads of one token range over a cache's parts, joined, as int32 (ValueError when an id does not fit)."""
+    blocks = [np.asarray(r.result()) for r in reads]
+    out = np.concatenate(blocks) if len(blocks) != 1 else blocks[0]
+    if out.size and (int(out.min()) < 0 or int(out.max()) > INT32_MAX):
+        raise ValueError("a token id is negative or does not fit int32")
+    return out.astype(np.int32, copy=False)

@@ -1,10 +1,6 @@
-"""Several document sources read as one: the documents of a mixture, numbered source after source.
-
-Source k's document i is document ``offsets[k] + i`` of :class:`MixedDocuments`; its lengths are
-the sources' lengths back to back, and a read of pieces from several sources makes one bulk read
-per source touched (each source keeps its own reader, cache and format: a token store, a table
-tokenized as read, a NumPy directory). The mixture's order (which source each position draws
-from) is :class:`datatools.grain.mixture_order.MixtureOrder`'s; this module only reads.
+"""Several document sources read as one: source k's document i is document ``offsets[k] + i``; a read of pieces
+makes one bulk read per source touched (each keeps its own reader and cache). The mixture's order is
+:class:`datatools.grain.mixture_order.MixtureOrder`'s; this module only reads.
 """
 
 from __future__ import annotations
@@ -13,7 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from datatools.io.documents import PieceReadingSource, as_document_source, check_pieces
+from datatools.io.documents import PieceReadingSource, as_document_source, check_index, check_pieces
 
 
 class MixedDocuments(PieceReadingSource):
@@ -47,10 +43,7 @@ class MixedDocuments(PieceReadingSource):
         return np.searchsorted(self.offsets, np.asarray(doc, np.int64), side="right") - 1
 
     def __getitem__(self, i: int) -> np.ndarray:
-        n = len(self)
-        if not -n <= i < n:
-            raise IndexError(f"document {i} out of range for {n} documents")
-        i %= n
+        i = check_index(i, len(self))
         return self.read_pieces([i], [0], [self._lengths[i]])
 
     def read_pieces(self, doc, start, length) -> np.ndarray:
@@ -64,8 +57,7 @@ class MixedDocuments(PieceReadingSource):
         for k in np.unique(source).tolist():  # one bulk read per source touched, pieces scattered back in order
             sel = np.flatnonzero(source == k)
             flat = self.sources[k].read_pieces(doc[sel] - self.offsets[k], start[sel], length[sel])
-            within = np.concatenate(([0], np.cumsum(length[sel])))
-            # Piece j of this read goes to out[dst[sel[j]]:...]: one index array for all its tokens.
+            within = np.concatenate(([0], np.cumsum(length[sel])))  # piece j goes to out[dst[sel[j]]:...]
             rep = np.repeat(dst[sel] - within[:-1], length[sel])
             out[rep + np.arange(flat.shape[0])] = flat
         return out

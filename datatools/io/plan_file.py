@@ -1,33 +1,19 @@
 """Index-only packed plans on disk: written atomically in bounded memory, read lazily (memory-mapped).
 
-A plan directory (``datatools pack DATA OUT``) holds:
+A plan directory (``datatools pack DATA OUT``) holds ``plan.json`` (the options, figures such as ``num_rows``,
+``lower_bound_rows`` and ``efficiency``, the arrays' ``dtypes`` and ``digests``, the ``source``, the documents'
+identity ``data`` and ``header_sha256``), the pieces ``row_starts.npy``, ``doc.npy``, ``start.npy``, ``length.npy``
+(:mod:`datatools.kernels.packing.plan_format`) and ``lengths.npy`` (so the directory is also a lengths-only input).
+:class:`PlanFile` checks the digests on open: an edited plan is refused (``ValueError`` naming the file).
 
-* ``plan.json``: ``format`` (``datatools-plan``), ``version``, ``ctx``, ``align``, ``algorithm``,
-  ``max_segments``, ``overflow``, ``group_docs``, ``num_rows``, ``num_pieces``, ``kept_tokens``,
-  ``dropped_tokens``, ``empty_documents``, ``lower_bound_rows`` (max(L1, L2)), ``efficiency`` (kept tokens /
-  (rows * ctx)), ``dtypes`` (of each array), ``source`` (the input it was planned from) and ``data``, the
-  identity of the documents: ``documents``, ``tokens`` and ``lengths_crc32`` (CRC-32 of the lengths as
-  little-endian int64, as pipeline states record it);
-* ``row_starts.npy``, ``doc.npy``, ``start.npy``, ``length.npy``: the pieces, in the compact encoding of
-  :mod:`datatools.kernels.packing.plan_format` (row ``r`` is pieces ``row_starts[r]:row_starts[r + 1]``);
-* ``lengths.npy``: tokens per document (smallest unsigned dtype), so the plan is re-packed (another ctx or
-  algorithm) and analysed without the tokens: the directory is also a lengths-only NumPy input.
-
-``plan.json`` also holds ``digests`` (``crc32:...`` of each array's values) and ``header_sha256`` (the digest of
-the header itself): :class:`PlanFile` checks both when it opens a plan, so an edited value, a lowered length or an
-edited header field is refused (``ValueError`` naming the file, exit status 2) instead of changing the training
-data (:mod:`datatools.kernels.packing.plan_format`).
-
-It is written into a staging directory beside ``OUT`` (``.OUT.XXXXXXXX.tmp``, holding an ``.owner`` file with the
-writer's host and pid) and renamed into place when complete, so a reader sees no plan or a whole one. A ``pack``
-that was killed leaves its staging behind: the next ``pack`` of the same ``OUT`` removes what a dead writer of
-this host left (only directories holding nothing but a plan's own files; :func:`remove_stale_staging`).
-Memory while writing: one group of documents (:mod:`datatools.kernels.packing.groups`)
-and :data:`~datatools.kernels.packing.plan_format.CHUNK` lengths; the arrays are appended to their files as rows finish.
+It is written into a staging directory beside ``OUT`` (``.OUT.XXXXXXXX.tmp``, with an ``.owner`` file naming the
+writer's host and pid) and renamed into place; the next ``pack`` of ``OUT`` removes what a dead writer of this
+host left (:func:`remove_stale_staging`). Memory while writing: one group of documents and ``CHUNK`` lengths.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -77,8 +63,7 @@ def is_plan(path) -> bool:
 
 
 class _NpyAppender:
-    """A 1-D ``.npy`` file written in pieces: the header is rewritten with the final length when closed (NumPy
-    leaves room for the length to grow in place)."""
+    """A 1-D ``.npy`` file written in pieces, its header rewritten with the final length when closed."""
 
     def __init__(self, path: Path, dtype: np.dtype):
         self.path, self.dtype, self.count, self.crc = path, np.dtype(dtype), 0, 0
@@ -128,8 +113,8 @@ def write_plan(
     overwrite: bool = False,
     progress: Callable[[int], None] | None = None,
 ) -> dict:
-    """Plan ``lengths`` (tokens per document, any integer dtype, may be memory-mapped) into the plan directory
-    ``out`` and return its header (see the module docstring). ``progress(documents)`` is called as groups finish.
+    """Plan ``lengths`` (tokens per document, any integer dtype) into the plan directory ``out``; its header.
+    ``progress(documents)`` is called as groups finish.
 
     Raises:
       ValueError: bad options (as :func:`~datatools.kernels.packing.pack_lengths`), ``out`` is a URL, or ``out``
@@ -161,7 +146,6 @@ def write_plan(
             i = a + int(np.argmin(part))
             raise ValueError(f"lengths[{i}] = {int(lengths[i])} is negative")
     dtypes = piece_dtypes(identity["documents"], pieces, max_start, ctx)
-    parent = out.parent if str(out.parent) else Path(".")
     removed = remove_stale_staging(out)
     if removed:
         warnings.warn(
@@ -170,7 +154,7 @@ def write_plan(
             stacklevel=2,
         )
     try:
-        stage = Path(tempfile.mkdtemp(dir=parent, prefix=f".{out.name}.", suffix=".tmp"))
+        stage = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
         (stage / OWNER).write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror or str(exc), str(out)) from None
@@ -190,7 +174,7 @@ def write_plan(
         (stage / OWNER).unlink()
         os.chmod(stage, 0o777 & ~current_umask())  # mkdtemp makes it 0700, as mkdir would not
         if out.exists():  # overwrite asked for and it is a plan: move the old one aside, then remove it
-            old = Path(tempfile.mkdtemp(dir=parent, prefix=f".{out.name}.", suffix=".old"))
+            old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".old"))
             os.replace(out, old / "plan")
             os.replace(stage, out)
             shutil.rmtree(old, ignore_errors=True)
@@ -206,19 +190,13 @@ def write_plan(
 
 
 def remove_stale_staging(out: str | os.PathLike) -> list[Path]:
-    """Remove the staging directories (``.OUT.*.tmp``, and ``.OUT.*.old`` of an interrupted replacement) that a
-    killed ``pack`` of ``out`` left beside it; returns those removed.
-
-    Only what is sure to be pack's own and abandoned goes: a directory (not a link) holding nothing but a plan's
-    files (:data:`FILES` and their atomic-write temporaries; an ``.old`` one: a single plan directory), whose
-    ``.owner`` names this host and a process that is gone (one with no owner file: older than
-    :data:`UNOWNED_STALE_S`). A staging directory of a live pack, of another host, or holding anything else is
-    left as it is."""
+    """Remove the staging directories (``.OUT.*.tmp``, ``.OUT.*.old``) a killed ``pack`` of ``out`` left; those
+    removed. Only a directory (not a link) holding nothing but a plan's files whose ``.owner`` names this host and a
+    process that is gone (with no owner file: older than :data:`UNOWNED_STALE_S`) goes."""
     out = Path(out)
-    parent = out.parent if str(out.parent) else Path(".")
     removed: list[Path] = []
     try:
-        candidates = [p for p in parent.iterdir() if p.name.startswith(f".{out.name}.")]
+        candidates = [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")]
     except OSError:
         return removed
     for stage in candidates:
@@ -316,8 +294,7 @@ def _write_arrays(stage: Path, lengths: np.ndarray, ctx: int, dtypes: dict, max_
 
 
 class PlanFile:
-    """A plan directory opened for reading: the header at once, the arrays memory-mapped (nothing read until
-    rows are asked for). Used where a :class:`~datatools.kernels.packing.PackPlan` is, through :meth:`rows_plan`."""
+    """A plan directory opened for reading: the header checked, the arrays memory-mapped (read by :meth:`rows_plan`)."""
 
     def __init__(self, path: str | os.PathLike):
         if not storage.location(path).can_memory_map:
@@ -344,13 +321,8 @@ class PlanFile:
             )
         self._check_values()
         self.arrays = {name: self._load(name) for name in ARRAYS}
-        h = self.header
-        expect = {
-            "row_starts": h["num_rows"] + 1,
-            "doc": h["num_pieces"],
-            "start": h["num_pieces"],
-            "length": h["num_pieces"],
-        }
+        pieces = self.header["num_pieces"]
+        expect = {"row_starts": self.header["num_rows"] + 1, "doc": pieces, "start": pieces, "length": pieces}
         for name, n in expect.items():
             if self.arrays[name].shape != (n,):
                 raise ValueError(
@@ -363,8 +335,7 @@ class PlanFile:
     @property
     def _repack(self) -> str:
         """The command that re-makes this plan, for messages."""
-        source = self.header.get("source") if isinstance(self.header, dict) else None
-        ctx = self.header.get("ctx") if isinstance(self.header, dict) else None
+        source, ctx = self.header.get("source"), self.header.get("ctx")  # a dict: checked before any message
         src = source if isinstance(source, str) and source else "DATA"
         return f"datatools pack {src} {display(self.path)} --ctx {ctx if isinstance(ctx, int) else 'CTX'} --overwrite"
 
@@ -446,19 +417,11 @@ class PlanFile:
 
     def to_plan(self) -> PackPlan:
         """The whole plan in memory (int64 arrays: 20 bytes a piece)."""
-        p = self.rows_plan(np.arange(self.num_rows))
         h = self.header
-        return PackPlan(
-            p.ctx,
-            p.align,
-            p.num_rows,
-            p.row_splits,
-            p.doc,
-            p.start,
-            p.length,
-            int(h["dropped_tokens"]),
-            int(h["empty_documents"]),
-            p.algorithm,
+        return dataclasses.replace(
+            self.rows_plan(np.arange(self.num_rows)),
+            dropped_tokens=int(h["dropped_tokens"]),
+            empty_documents=int(h["empty_documents"]),
         )
 
     def check_identity(self, identity: dict, source: str) -> None:

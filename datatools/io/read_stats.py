@@ -1,18 +1,14 @@
 """What the readers of a process fetched, and how long reads took: the loader's side of "did the step wait?".
 
-Every read a document source issues to storage (an extent of a token store, see
-:class:`~datatools.io.documents.StorePieceReader`) is counted here: requests, bytes fetched (the decoded
-bytes of what was read; a compressed store moves fewer over the wire), bytes delivered (the tokens of the
-pieces the batches asked for), the latency of each request and the time a batch waited for its reads.
-
-The counters are per process. Grain's worker processes each read their own batches, so a process that has
-been given a folder (:func:`share_in`) writes its counters there (``<pid>.json``, replaced atomically at most
-every :data:`FLUSH_EVERY_S` seconds and at each :func:`flush`), and :func:`collect` adds up every process's
-file: the pipeline's main process reads its workers' counters without any channel of their own.
+Every read a document source issues to storage (:class:`~datatools.io.documents.StorePieceReader`) is counted here,
+per process. A process given a folder (:func:`share_in`) writes its counters there (``<pid>.json``, replaced
+atomically at most every :data:`FLUSH_EVERY_S` seconds and at each :func:`flush`); :func:`collect` adds up every
+process's file, so the pipeline's main process reads its Grain workers' counters.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -37,12 +33,8 @@ class ReadCounters:
     latencies: list[float] = field(default_factory=list)  # the most recent request latencies
 
     def add(self, other: ReadCounters) -> None:
-        self.requests += other.requests
-        self.bytes_fetched += other.bytes_fetched
-        self.bytes_delivered += other.bytes_delivered
-        self.prefetched_requests += other.prefetched_requests
-        self.wait_s += other.wait_s
-        self.latencies.extend(other.latencies)
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))  # latencies: lists, joined
 
     def latency_quantiles(self) -> tuple[float, float]:
         """(p50, p99) of the request latencies kept, NaN when none."""
@@ -52,7 +44,7 @@ class ReadCounters:
         return float(p50), float(p99)
 
     def to_json(self) -> dict:
-        return {k: v for k, v in self.__dict__.items()}
+        return dict(self.__dict__)
 
 
 class _ProcessStats:
@@ -112,16 +104,11 @@ _STATS = _ProcessStats()
 
 def record(**kwargs) -> None:
     """Add to this process's counters (keywords as :meth:`_ProcessStats.record`)."""
-    if _STATS.pid != os.getpid():  # a forked child starts from zero
-        _reset()
-    _STATS.record(**kwargs)
-
-
-def _reset() -> None:
     global _STATS
-    folder = _STATS.folder
-    _STATS = _ProcessStats()
-    _STATS.folder = folder
+    if _STATS.pid != os.getpid():  # a forked child starts from zero
+        folder, _STATS = _STATS.folder, _ProcessStats()
+        _STATS.folder = folder
+    _STATS.record(**kwargs)
 
 
 def share_in(folder: str | os.PathLike | None) -> None:
@@ -143,10 +130,7 @@ def flush() -> None:
 def snapshot() -> ReadCounters:
     """A copy of this process's counters."""
     with _STATS.lock:
-        c = _STATS.counters
-        return ReadCounters(
-            c.requests, c.bytes_fetched, c.bytes_delivered, c.prefetched_requests, c.wait_s, list(c.latencies)
-        )
+        return dataclasses.replace(_STATS.counters, latencies=list(_STATS.counters.latencies))
 
 
 def collect(folder: str | os.PathLike | None) -> ReadCounters:

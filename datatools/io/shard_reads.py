@@ -1,24 +1,12 @@
 """Ranged reads of a sharded token store's inner chunks, every shard's index known before the first read.
 
-A version-3 store keeps its tokens in shards (``tokens/c/k``, zarr v3 ``sharding_indexed``, index first): inner
-chunks of ``READ_CHUNK`` tokens, each ``bytes`` (little-endian) then zstd then a crc32c of the compressed bytes,
-and at the start of the shard an index of ``(offset, nbytes)`` uint64 pairs, one per inner chunk, then its own
-crc32c. Read through tensorstore, every process fetches a shard's index before any of its inner chunks: from a
-bucket, one more round trip ahead of the first read of each shard, in each process (a Grain worker re-read the
-~130 indices of its first batches, ~20% of its start-up requests at +100 ms a request, issue 31).
-
-So a store written now also holds all its shards' indices in one object, ``shard_index.bin`` (:data:`INDEX_KEY`:
-per inner chunk its offset, size and crc32c, shard 0's then shard 1's ...: 24 bytes an inner chunk, 1.5 KiB per
-shard of 2^20 tokens; 24 MiB for the 32 GB of tokens of our users), recorded in the manifest with its size and
-digests. A reader in a bucket reads it once with the offsets (and carries it to its workers) and then fetches each
-run of adjacent inner chunks with one ranged GET, decoded here: crc32c checked (google-crc32c), zstd decompressed
-(pyarrow), tokens as stored.
-
-A chunk's crc32c proves it intact, not that it is this store's chunk: so the index object also records each
-inner chunk's crc32c, and a chunk that ends in another is refused. A swapped, replaced or foreign shard is
-refused even when its inner chunks have the same sizes (tensorstore's check of each shard's index digest,
-:meth:`~datatools.io.store.TokenStore.check_objects`, cannot tell such shards apart); ``datatools verify``
-checks the index object against every shard's own index and chunks.
+A version-3 store's tokens are shards (``tokens/c/k``, zarr v3 ``sharding_indexed``, index first) of inner chunks
+(zstd, then a crc32c). Through tensorstore, each process fetched a shard's index before its chunks: from a bucket a
+round trip more per shard (~20% of a Grain worker's start-up requests, issue 31). So a store also holds every
+shard's index in one object, ``shard_index.bin`` (:data:`INDEX_KEY`: per inner chunk its offset, size and crc32c,
+24 bytes; recorded in the manifest), read once; each run of adjacent inner chunks is then one ranged GET, decoded
+here (crc32c checked, zstd decompressed). A chunk ending in another crc32c than the index records is refused
+(swapped, replaced, foreign); ``datatools verify`` checks the index object against every shard.
 """
 
 from __future__ import annotations
@@ -41,13 +29,9 @@ _ZSTD = pa.Codec("zstd")
 
 
 def entries_of(shard: bytes, per_shard: int) -> bytes:
-    """The entries of one shard object (its whole bytes) for ``shard_index.bin``: per inner chunk its offset and
-    size in the shard (the shard's own index) and the crc32c it ends with (0 for a chunk not stored), uint64
-    little-endian each: ``per_shard * 24`` bytes.
-
-    Raises:
-      ValueError: the object is shorter than its index or a chunk it lists, or the index fails its crc32c.
-    """
+    """The entries of one shard object (its whole bytes) for ``shard_index.bin``: per inner chunk its offset, size
+    and the crc32c it ends with (0 for a chunk not stored), uint64 little-endian each. ValueError when the object
+    is shorter than its index or a chunk it lists, or the index fails its crc32c."""
     size = per_shard * INDEX_ENTRY_BYTES
     if len(shard) < size + 4:
         raise ValueError(f"shard shorter ({len(shard)} bytes) than its index ({size + 4} bytes)")
@@ -64,11 +48,9 @@ def entries_of(shard: bytes, per_shard: int) -> bytes:
 
 
 def mismatch(shard: BinaryIO, entries: np.ndarray) -> str | None:
-    """Why the shard object open as ``shard`` (a binary file at its start) is not the one ``entries`` records (its
-    rows of ``shard_index.bin``: per inner chunk offset, size, crc32c), or None when it is. Reads the shard's own
-    index and the crc32c each stored inner chunk ends with, ~1.6 KiB of a 2 MiB shard: a reader through
-    tensorstore checks each chunk's bytes against that crc32c as it decodes them, so every byte it returns is the
-    one the index object (checked against the manifest) records."""
+    """Why the shard open as ``shard`` (a binary file) is not the one its ``shard_index.bin`` rows ``entries``
+    record, or None. Reads its own index and each inner chunk's crc32c, ~1.6 KiB of 2 MiB (tensorstore checks the
+    chunks' bytes against those crc32cs as it decodes them)."""
     per = entries.shape[0]
     head = shard.read(per * INDEX_ENTRY_BYTES)
     if len(head) < per * INDEX_ENTRY_BYTES:
@@ -86,11 +68,8 @@ def mismatch(shard: BinaryIO, entries: np.ndarray) -> str | None:
 
 
 def index_table(data: bytes, shards: int, per_shard: int) -> np.ndarray:
-    """The bytes of ``shard_index.bin`` as a (shards, per_shard, 3) uint64 array of ``(offset, nbytes, crc32c)``.
-
-    Raises:
-      ValueError: the bytes are not that many entries.
-    """
+    """``shard_index.bin``'s bytes as a (shards, per_shard, 3) uint64 array of ``(offset, nbytes, crc32c)``;
+    ValueError when they are not that many entries."""
     want = shards * per_shard * ENTRY_BYTES
     if len(data) != want:
         raise ValueError(f"{len(data)} bytes, want {want} ({shards} shards of {per_shard} inner chunks)")
@@ -98,9 +77,8 @@ def index_table(data: bytes, shards: int, per_shard: int) -> np.ndarray:
 
 
 def byte_runs(entries: np.ndarray) -> list[tuple[int, int, int]]:
-    """``(first, count, start)`` for each run of stored inner chunks lying back to back in the shard (one ranged
-    GET each): chunks ``first .. first + count - 1`` of ``entries`` (an (n, 2) slice of a shard's index), whose
-    bytes start at ``start``. Chunks not stored are in no run."""
+    """``(first, count, start)`` for each run of stored inner chunks of ``entries`` (rows of a shard's index) lying
+    back to back in the shard (one ranged GET each), its bytes starting at ``start``."""
     runs: list[tuple[int, int, int]] = []
     end = -1
     for j, (offset, nbytes, _) in enumerate(entries.tolist()):
@@ -117,12 +95,8 @@ def byte_runs(entries: np.ndarray) -> list[tuple[int, int, int]]:
 
 
 def decode(chunk: bytes, crc: int, tokens: int, dtype: np.dtype) -> np.ndarray:
-    """One stored inner chunk (zstd frame, then its crc32c) as ``tokens`` tokens of ``dtype``.
-
-    Raises:
-      ValueError: the chunk ends in a crc32c other than ``crc`` (the one ``shard_index.bin`` records: another
-        chunk, swapped, replaced), its bytes fail it, or they do not decompress to ``tokens`` tokens.
-    """
+    """One stored inner chunk (zstd frame, then its crc32c) as ``tokens`` tokens of ``dtype``. ValueError when it
+    ends in a crc32c other than ``crc`` (the index's), its bytes fail it, or they do not decompress to that size."""
     frame = chunk[:-4]
     stored = int.from_bytes(chunk[-4:], "little") if len(chunk) >= 4 else -1
     if stored != crc:
@@ -139,13 +113,13 @@ def decode(chunk: bytes, crc: int, tokens: int, dtype: np.dtype) -> np.ndarray:
     return np.frombuffer(raw, dtype.newbyteorder("<"))
 
 
-class RangedRead:
-    """Tokens ``[begin, end)`` of a sharded store fetched by ranged GETs of their inner chunks (:func:`read`): a
-    future, like tensorstore's (``done()``, ``result()``, ``add_done_callback``). Decoded once, by the first
-    ``result()`` (a reader's completion callback, on a tensorstore thread), no lock held elsewhere."""
+class JoinedRead:
+    """A read made of several tensorstore futures ``parts`` (ranged GETs, a read and its checks, a cache's parts): a
+    future like tensorstore's (``done()``, ``result()``, ``add_done_callback``) whose ``result()`` is
+    ``assemble(parts)``, computed once by the first call (its error raised again to every caller)."""
 
     def __init__(self, parts: list, assemble: Callable[[list], np.ndarray]):
-        self._parts = parts  # tensorstore futures of the runs' bytes
+        self._parts = parts
         self._assemble = assemble
         self._value: np.ndarray | None = None
         self._error: BaseException | None = None
@@ -166,15 +140,13 @@ class RangedRead:
             assert self._value is not None
             return self._value
 
-    def add_done_callback(self, callback: Callable[[RangedRead], None]) -> None:
-        """Call ``callback(self)`` once every ranged GET is done (on the thread that completes the last; at once
-        when all are done)."""
+    def add_done_callback(self, callback: Callable[[JoinedRead], None]) -> None:
+        """Call ``callback(self)`` once every part is done (:func:`after_all`)."""
         after_all(self._parts, lambda: callback(self))
 
 
 def after_all(futures: list, then) -> None:
-    """Call ``then()`` once every future of ``futures`` (tensorstore futures) is done, on the thread that completes
-    the last (at once when all are done already)."""
+    """Call ``then()`` once every one of ``futures`` (tensorstore's) is done, on the thread that completes the last."""
     left = [len(futures)]
     lock = threading.Lock()
 
@@ -202,20 +174,17 @@ def read(
     batch: ts.Batch | None = None,
     damaged: Callable[[str], ValueError],
     failed: Callable[[BaseException, str], BaseException],
-) -> RangedRead:
-    """Tokens ``[begin, end)`` of the sharded array whose kvstore is ``kv`` and shard indices ``table``
-    (:func:`index_table`; inner chunks of ``inner`` tokens), one ranged GET per run of adjacent inner chunks
-    (:func:`byte_runs`), issued now (in ``batch`` when given). ``damaged(text)`` makes the error of a chunk that
-    is missing or fails its checks (``text`` names it); ``failed(exc, key)`` the error of a GET of ``key`` that
-    failed (the storage's)."""
+) -> JoinedRead:
+    """Tokens ``[begin, end)`` of the sharded array in ``kv`` with shard indices ``table`` (:func:`index_table`,
+    inner chunks of ``inner`` tokens), one ranged GET per run (:func:`byte_runs`) issued now (in ``batch``).
+    ``damaged(text)`` makes the error of a missing or bad chunk, ``failed(exc, key)`` that of a failed GET."""
     per_shard = table.shape[1]
     first, last = begin // inner, (end - 1) // inner  # inner chunks, over the whole array
     plan = []  # (shard, chunk in shard, count, start) per ranged GET
     for shard in range(first // per_shard, last // per_shard + 1):
         lo = max(first, shard * per_shard) - shard * per_shard
         hi = min(last, shard * per_shard + per_shard - 1) - shard * per_shard
-        for j, count, start in byte_runs(table[shard, lo : hi + 1]):
-            plan.append((shard, lo + j, count, start))
+        plan += [(shard, lo + j, count, start) for j, count, start in byte_runs(table[shard, lo : hi + 1])]
     parts = []
     for shard, j, count, start in plan:
         stop = int(table[shard, j + count - 1, 0] + table[shard, j + count - 1, 1])
@@ -240,4 +209,4 @@ def read(
                     raise damaged(f"chunk tokens/c/{shard} is corrupt (inner chunk {i} {exc})") from None
         return out[begin - first * inner : end - first * inner]
 
-    return RangedRead(parts, assemble)
+    return JoinedRead(parts, assemble)

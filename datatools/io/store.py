@@ -1,65 +1,20 @@
-"""The token store: tokenized documents on disk, on tensorstore (zarr v3), that knows its own content.
+"""The token store: tokenized documents on tensorstore (zarr v3) that knows its own content.
 
-Layout of a store directory (readable with tensorstore alone)::
+Layout: ``manifest.json`` (format, version, dtype, counts, tokenizer, sources, job, chunk records, digests);
+``tokens/`` (zarr v3, uint16 when the vocabulary fits else uint32; one shard object ``c/k`` per TOKEN_CHUNK tokens
+holding zstd + crc32c inner chunks of READ_CHUNK tokens); ``offsets/`` (int64, num_documents + 1: document i is
+``tokens[offsets[i]:offsets[i + 1]]``); ``shard_index.bin`` (every shard's index and chunk crc32cs, 24 bytes an inner
+chunk, so a reader in a bucket fetches inner chunks by ranged GETs: :mod:`shard_reads`). The manifest is written
+last; the pre-tokenize job renames a complete store into place.
 
-    STORE/
-      manifest.json   {"format": "datatools-token-store", "version": 2, "dtype", "vocab_size",
-                       "num_documents", "num_tokens", "tokenizer_sha256", "sources", "job", "chunks", ...}
-      tokens/         zarr v3 array, shape [num_tokens], uint16 when the vocabulary fits, else uint32;
-                      one object (a shard, ``c/k``) per TOKEN_CHUNK tokens, holding inner chunks of
-                      READ_CHUNK tokens, each zstd-compressed and ending in a crc32c (zarr v3
-                      ``sharding_indexed``), so a ranged read fetches a piece's inner chunks only
-      offsets/        zarr v3 array, shape [num_documents + 1], int64: document i is
-                      tokens[offsets[i]:offsets[i + 1]]
-      shard_index.bin every tokens shard's index and chunk crc32cs (24 bytes an inner chunk), in the
-                      manifest: a reader in a bucket reads it once, then fetches inner chunks
-                      by ranged GETs with no per-shard index request (:mod:`shard_reads`)
-
-Documents are back to back, so a contiguous range of documents is one contiguous
-read. :class:`TokenStore` reads it; :func:`write_store` writes one into a fresh
-directory (the pre-tokenize job renames it into place when complete, so a reader
-never sees a half-written store).
-
-Why a store checks itself: tensorstore reads a missing chunk as the fill value (0), so
-a deleted ``tokens/c/0`` would train on token 0 without a word. So:
-
-* every chunk is stored (``store_data_equal_to_fill_value``, even an all-zero one) and
-  carries a crc32c (the zarr v3 ``crc32c`` codec), checked by tensorstore on every read;
-* the manifest's ``chunks`` records each stored key of both arrays (``zarr.json``
-  included) as ``[bytes, sha256 hex]``; the records are a pure function of the
-  content, so a killed and re-run job still writes a byte-identical store;
-* on open (:class:`TokenStore`) the arrays are opened with the manifest's dtype and
-  shape asserted, and one kvstore listing per array checks every recorded chunk is
-  there and the records cover the whole chunk grid (no data read);
-* the listing on open also compares every key's size with its record: a chunk of another
-  size (truncated, replaced, another store's) is refused before any read;
-* a crc32c proves a chunk intact, not that it is *this* chunk: one swapped with another,
-  copied from another store or rewritten through tensorstore passes it. So the manifest also
-  records ``digests`` (xxh3_64, ~20 GB/s) of every key and, for the sharded tokens, of each
-  shard's index, and every stored object a reader touches is checked against them the first
-  time a process reads it (:meth:`TokenStore.check_objects`): locally its whole bytes (whole
-  objects are read there anyway), in a bucket (ranged reads of inner chunks) its shard index
-  (a few hundred bytes: the sizes and places of all its inner chunks), one small read per
-  shard. Stores written before the digests are checked against their sha256 records locally;
-* arrays are read with ``fill_missing_data_reads`` off: a read that meets a missing
-  or corrupt chunk raises ``ValueError`` naming the store and the chunk;
-* every such error ends with the command that repairs it (:func:`repair_command`: the
-  ``pretokenize`` job the manifest records, with ``--overwrite``);
-* :func:`datatools.io.store_verify.verify_store` (``datatools verify``) reads every
-  byte: sizes, checksums, offsets monotone, token ids below ``vocab_size``.
-
-Version-2 stores (one zstd chunk of TOKEN_CHUNK tokens per object, no inner chunks) are read as
-they are; a piece read from one costs its whole 2-4 MiB chunk, which is slow from object storage:
-:attr:`TokenStore.read_granularity` tells readers the unit a read really fetches, and
-``datatools verify`` says so. ``pretokenize`` writes version 3.
-
-Version-1 stores (datatools before the records) are still read: their arrays are
-opened with dtype and shape asserted and every read refuses a missing or corrupt
-chunk, but nothing is checked on open and ``datatools verify`` can check everything
-except checksums (it says so; re-run ``pretokenize --overwrite`` to record them).
-
-Only the tensorstore kvstore API (``open``, ``list``, ``read``) is used to look at
-chunks, so the same checks work on any kvstore the arrays' spec names.
+tensorstore reads a missing chunk as 0, so a store checks itself: every chunk is stored and carries a crc32c; the
+manifest records each key's ``[bytes, sha256]`` (a pure function of the content) and xxh3_64 ``digests`` of every
+key and shard index (a crc32c proves a chunk intact, not that it is this store's chunk); on open one listing per
+array checks every recorded key is there with its recorded size; every object a reader touches is checked against
+the digests once per process (:meth:`TokenStore.check_objects`); reads refuse missing or corrupt chunks
+(``ValueError`` naming the chunk and ending with :func:`repair_command`); :func:`store_verify.verify_store` reads
+every byte. Version-2 stores (no inner chunks: a read fetches 2-4 MiB) and version-1 stores (no records: nothing
+checked on open) are still read.
 """
 
 from __future__ import annotations
@@ -73,6 +28,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeGuard
 
 import numpy as np
 import tensorstore as ts
@@ -81,11 +37,10 @@ import xxhash
 from datatools.io import shard_reads, storage
 from datatools.io.io_errors import as_os_error, status_code
 from datatools.io.paths import display
-from datatools.io.shard_reads import INDEX_ENTRY_BYTES, after_all
+from datatools.io.shard_reads import INDEX_ENTRY_BYTES, JoinedRead
 
 FORMAT = "datatools-token-store"
-# offsets read once are sent with a store to Grain workers up to this size (bytes): from a bucket, a worker's first
-# batch would wait for reading them again (5 MB for 640k documents: ~1 s at +100 ms); larger ones are read again
+# offsets up to this size (bytes) are pickled with a store to Grain workers (from a bucket, re-reading 5 MB took ~1 s)
 CARRIED_OFFSETS_BYTES = 256 << 20
 VERSION = 3  # 2: per-chunk records in the manifest, crc32c in every chunk; 3: tokens sharded (inner chunks)
 READABLE_VERSIONS = (1, 2, 3)
@@ -99,6 +54,8 @@ INDEX_CACHE_BYTES = 32 << 20  # tensorstore's cache per open array: shard indice
 _READS_IN_FLIGHT = 64  # kvstore reads issued at once when recording or verifying chunks
 FAST_DIGEST = "xxh3_64"  # the per-object digest readers check (~20 GB/s; sha256, ~1.7 GB/s, stays for verify)
 ROOT_STAGING = ".partial"  # a store at a bucket root stages its job under ROOT/.partial/ (never another bucket)
+# tensorstore status codes of a bad chunk (not an environment failure) when reading
+_DATA_ERRORS = ("NOT_FOUND", "DATA_LOSS", "INVALID_ARGUMENT", "FAILED_PRECONDITION", "OUT_OF_RANGE", "INTERNAL", None)
 
 
 def location(path: str | os.PathLike) -> str | Path:
@@ -112,11 +69,8 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 
 def zarr_spec(path: str | os.PathLike) -> dict:
-    """The tensorstore spec of one of the store's arrays: a local path resolved (tensorstore rejects ``..``), an
-    ``s3://`` / ``gs://`` URL on tensorstore's s3 / gcs driver (:func:`datatools.io.storage.kvstore_spec`)."""
-    from datatools.io.storage import kvstore_spec
-
-    return {"driver": "zarr3", "kvstore": kvstore_spec(path)}
+    """The tensorstore spec of a zarr v3 array at ``path`` (local or a bucket: :func:`storage.kvstore_spec`)."""
+    return {"driver": "zarr3", "kvstore": storage.kvstore_spec(path)}
 
 
 def array_kvstore(path: str | os.PathLike) -> ts.KvStore:
@@ -128,9 +82,8 @@ def array_kvstore(path: str | os.PathLike) -> ts.KvStore:
 
 
 def _create(path: str | Path, dtype: np.dtype, length: int, chunk: int, inner: int | None = None):
-    """A new 1-d zarr v3 array of ``length`` elements in stored objects of ``chunk`` elements; with ``inner``,
-    each object is a shard of inner chunks of ``inner`` elements (``sharding_indexed``, index first), each
-    compressed and checksummed on its own so a reader fetches only the inner chunks it needs."""
+    """A new 1-d zarr v3 array of ``length`` elements in stored objects of ``chunk`` elements; with ``inner``, each
+    object is a shard (``sharding_indexed``, index first) of separately compressed and checksummed inner chunks."""
     leaf = [
         {"name": "bytes", "configuration": {"endian": "little"}},
         {"name": "zstd", "configuration": {"level": 3}},
@@ -159,12 +112,6 @@ def _create(path: str | Path, dtype: np.dtype, length: int, chunk: int, inner: i
     return ts.open(spec, create=True, dtype=ts.dtype(dtype.name), shape=[length]).result()
 
 
-def _io(exc: Exception, where: str | Path) -> Exception:
-    """A tensorstore failure while writing ``where``: an ``OSError`` naming it when it is the environment (disk
-    full, permission), else the error as it is."""
-    return as_os_error(exc, where) or exc
-
-
 def write_store(
     path: str | os.PathLike,
     shards: Iterable[tuple[np.ndarray, np.ndarray]],
@@ -174,18 +121,15 @@ def write_store(
     dtype: np.dtype,
     manifest: dict,
 ) -> None:
-    """Write a store into the (new, empty) directory ``path`` from (tokens, lengths) shards in order.
-
-    ``num_tokens`` / ``num_documents`` are the totals over the shards (known up
-    front from the shards' lengths). The manifest, with the chunk records, is written last.
+    """Write a store into the (new, empty) directory ``path`` from (tokens, lengths) shards in order; the totals
+    are known up front. The manifest, with the chunk records, is written last.
 
     Raises:
       OSError: the disk is full, a permission is refused (naming the file being written).
       ValueError: the shards do not hold the totals given.
     """
     path = location(path)
-    if not storage.location(path).has_directories:  # object storage: the prefix must hold nothing yet
-        # a bucket root's job stages under ROOT/.partial/ (there is no "beside" a bucket): those keys are not held
+    if not storage.location(path).has_directories:  # object storage: the prefix must hold nothing but its staging
         root = not storage.split_url(path)[2]
         staging = storage.url_of(storage.join(path, ROOT_STAGING)).rstrip("/") + "/" if root else None
         held = [f for f in storage.list_files(path) if not (staging and storage.url_of(f).startswith(staging))]
@@ -199,16 +143,14 @@ def write_store(
     try:
         tokens = _create(storage.join(path, "tokens"), np.dtype(dtype), num_tokens, TOKEN_CHUNK, READ_CHUNK)
     except ValueError as exc:
-        raise _io(exc, storage.join(path, "tokens")) from None
+        raise as_os_error(exc, storage.join(path, "tokens")) or exc from None
     offsets = np.zeros(num_documents + 1, dtype=np.int64)
     tok_pos = doc_pos = 0
     pending: list[np.ndarray] = []
     pending_size = 0
-    flush_at = TOKEN_CHUNK * 8
 
     def flush(final: bool = False) -> None:
-        """Write the pending tokens up to the last whole stored object (all of them when ``final``): every object
-        is written once, whole, so nothing is read back and rewritten (a round trip per object in a bucket)."""
+        """Write the pending tokens up to the last whole stored object (all when ``final``): each object once."""
         nonlocal tok_pos, pending, pending_size
         if not pending_size:
             return
@@ -218,7 +160,7 @@ def write_store(
             try:
                 tokens[tok_pos : tok_pos + take].write(block[:take]).result()
             except ValueError as exc:
-                raise _io(exc, storage.join(path, "tokens")) from None
+                raise as_os_error(exc, storage.join(path, "tokens")) or exc from None
             tok_pos += take
         rest = block[take:]
         pending, pending_size = ([rest] if rest.size else []), int(rest.size)
@@ -229,7 +171,7 @@ def write_store(
         doc_pos += n
         pending.append(np.asarray(shard_tokens, dtype=dtype))
         pending_size += shard_tokens.size
-        if pending_size >= flush_at:
+        if pending_size >= TOKEN_CHUNK * 8:
             flush()
     flush(final=True)
     if tok_pos != num_tokens or doc_pos != num_documents:
@@ -238,7 +180,7 @@ def write_store(
         offsets_array = _create(storage.join(path, "offsets"), np.dtype(np.int64), num_documents + 1, OFFSET_CHUNK)
         offsets_array[:].write(offsets).result()
     except ValueError as exc:
-        raise _io(exc, storage.join(path, "offsets")) from None
+        raise as_os_error(exc, storage.join(path, "offsets")) or exc from None
     manifest = {
         "format": FORMAT,
         "version": VERSION,
@@ -253,9 +195,8 @@ def write_store(
 
 
 def record_contents(path: str | os.PathLike) -> dict:
-    """Record what the store's arrays hold, for its manifest: ``chunks`` and ``digests`` (:func:`record_chunks`)
-    and, for sharded tokens, ``shard_index`` (``{"bytes", "sha256", "xxh3_64"}`` of ``shard_index.bin``, which is
-    written here: every shard's index in one object, read once by a reader in a bucket, :mod:`shard_reads`)."""
+    """The manifest's ``chunks`` and ``digests`` (:func:`record_chunks`) and, for sharded tokens, ``shard_index``
+    (``{"bytes", "sha256", "xxh3_64"}`` of ``shard_index.bin``, which is written here)."""
     chunks, digests, index = record_chunks(path)
     return {"chunks": chunks, "digests": digests} | (_write_shard_index(path, index) if index is not None else {})
 
@@ -268,8 +209,7 @@ def _write_shard_index(path: str | os.PathLike, index: bytes) -> dict:
 
 
 def lacks_shard_index(manifest: dict) -> bool:
-    """Whether a store is sharded (version 3) but was written before ``shard_index.bin``: read from a bucket
-    through tensorstore, one request for each shard's index first in every process (:func:`add_shard_index`)."""
+    """Whether a sharded (version 3) store was written before ``shard_index.bin`` (:func:`add_shard_index`)."""
     return (
         int(manifest.get("version", 0)) >= 3
         and "shard_index" not in manifest
@@ -278,10 +218,9 @@ def lacks_shard_index(manifest: dict) -> bool:
 
 
 def add_shard_index(path: str | os.PathLike) -> None:
-    """Give a store written before ``shard_index.bin`` its index: every key read once (as :func:`record_contents`
-    does), the records checked to be the manifest's (ValueError naming the store otherwise: nothing written),
-    ``shard_index.bin`` written, then the manifest with its record (one atomic write: a reader sees the old store
-    or the new one, and the new one is byte-identical to a fresh run of the same job)."""
+    """Give a store written before ``shard_index.bin`` its index, then the manifest its record (one atomic write;
+    byte-identical to a fresh run of the job). ValueError naming the store, nothing written, when its chunks
+    differ from the manifest's records."""
     path = location(path)
     manifest = read_manifest(path)
     chunks, digests, index = record_chunks(path)
@@ -292,22 +231,18 @@ def add_shard_index(path: str | os.PathLike) -> None:
 
 
 def chunk_records(path: str | os.PathLike) -> dict:
-    """``{"checksum": "sha256", "tokens": {key: [bytes, hex]}, "offsets": {...}}`` of every key the two arrays
-    hold now (read back through their kvstores; keys in a fixed order so the manifest is deterministic)."""
+    """``{"checksum": "sha256", "tokens": {key: [bytes, hex]}, "offsets": {...}}`` of every key the arrays hold."""
     return record_chunks(path)[0]
 
 
 def record_chunks(path: str | os.PathLike) -> tuple[dict, dict, bytes | None]:
-    """The manifest's ``chunks`` (:func:`chunk_records`) and ``digests``: ``{"algorithm": "xxh3_64", "tokens":
-    {key: hex}, "offsets": {...}, "tokens_index": {key: hex}}``, a fast digest of every key's bytes and, for a
-    sharded array, of each shard's index (its first bytes: what a ranged reader fetches first), from one read of
-    every key. Readers check each object they read against them (:meth:`TokenStore.check_objects`). Third: the
-    content of ``shard_index.bin`` (every tokens shard's index entries, in shard order; :mod:`shard_reads`), None
-    when the tokens are not sharded."""
+    """From one read of every key (in a fixed order): the manifest's ``chunks`` (:func:`chunk_records`), its
+    ``digests`` (``{"algorithm": "xxh3_64", "tokens": {key: hex}, "offsets": {...}, "tokens_index": {key: hex}}``:
+    every key's bytes and each shard's index) and the content of ``shard_index.bin`` (None when not sharded)."""
     path = location(path)
     records_out: dict = {"checksum": CHECKSUM}
     digests: dict = {"algorithm": FAST_DIGEST}
-    table: list[bytes] | None = None
+    table: list[bytes] = []
     for name in ARRAYS:
         where = storage.join(path, name)
         try:
@@ -323,29 +258,25 @@ def record_chunks(path: str | os.PathLike) -> tuple[dict, dict, bytes | None]:
                 if index and key != "zarr.json":
                     heads[key] = xxhash.xxh3_64_hexdigest(value[:index])
                     if name == "tokens":  # keys in chunk order: c/0, c/1, ...
-                        table = table if table is not None else []
                         table.append(shard_reads.entries_of(value, (index - 4) // INDEX_ENTRY_BYTES))
         except ValueError as exc:
-            raise _io(exc, where) from None
+            raise as_os_error(exc, where) or exc from None
         records_out[name] = records
         digests[name] = fast
         if index:
             digests[f"{name}_index"] = heads
-    return records_out, digests, (b"".join(table) if table is not None else None)
+    return records_out, digests, (b"".join(table) if table else None)
 
 
 def _index_bytes(arr) -> int:
-    """Bytes of a shard's index at the start of each stored object of a sharded array (entries and their crc32c);
-    0 when the array is not sharded."""
+    """Bytes of the shard index (entries and crc32c) starting each object of a sharded array; 0 if not sharded."""
     stored, inner = int(arr.chunk_layout.write_chunk.shape[0]), int(arr.chunk_layout.read_chunk.shape[0])
     return INDEX_ENTRY_BYTES * (stored // inner) + 4 if inner < stored else 0
 
 
 def repair_command(path: str | os.PathLike, manifest: dict | None = None) -> str:
     """The command that rebuilds a damaged store: the ``datatools pretokenize`` job its manifest records, with
-    ``--overwrite`` (a store of the same job is then checked key by key and rebuilt byte-identical; a store whose
-    manifest does not read, holding nothing but a store's files, is replaced). Without the job's record the
-    command's inputs and tokenizer are placeholders: the command that wrote it, with ``--overwrite``."""
+    ``--overwrite`` (placeholders for inputs and tokenizer when the manifest does not record the job)."""
     where = shlex.quote(str(display(path)))
     m = manifest or {}
     sources, tok, opts = m.get("sources"), m.get("tokenizer"), m.get("options")
@@ -373,9 +304,8 @@ def _damaged(path, manifest: dict | None, text: str) -> ValueError:
 
 
 def array_keys(where: str | os.PathLike) -> set[str]:
-    """The keys (``zarr.json``, ``c/0``, ...) stored under one array, from one listing of its directory or prefix
-    (through :mod:`datatools.io.storage`: tensorstore's own listing crashed on a GCS emulator that ignores
-    prefixes, and fsspec lists only under the prefix)."""
+    """The keys (``zarr.json``, ``c/0``, ...) stored under one array, from one listing (:mod:`storage`: tensorstore's
+    own crashed on a GCS emulator that ignores prefixes)."""
     return set(storage.file_sizes(where))
 
 
@@ -387,8 +317,7 @@ def _key_order(key: bytes) -> tuple:
 
 
 def read_keys(kv: ts.KvStore, keys: list) -> Iterator[tuple[str, bytes | None]]:
-    """(key, value) of each kvstore key, ``_READS_IN_FLIGHT`` reads in flight at a time; a missing key's value is
-    None (callers compare against the records)."""
+    """(key, value) of each kvstore key, ``_READS_IN_FLIGHT`` reads at a time; None for a missing key."""
     for i in range(0, len(keys), _READS_IN_FLIGHT):
         batch = keys[i : i + _READS_IN_FLIGHT]
         futures = [kv.read(k) for k in batch]
@@ -397,18 +326,27 @@ def read_keys(kv: ts.KvStore, keys: list) -> Iterator[tuple[str, bytes | None]]:
             yield (k.decode() if isinstance(k, bytes) else k), (bytes(r.value) if r.state == "value" else None)
 
 
+def is_count(value: object) -> TypeGuard[int]:
+    """Whether ``value`` (read from JSON) is a non-negative integer, not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def read_manifest(path: str | os.PathLike) -> dict:
     """The store's manifest; ValueError naming the path when it is missing, corrupt or not a token store."""
     path = location(path)
     manifest_file = storage.join(path, "manifest.json")
+
+    def corrupt(why: str) -> ValueError:
+        return _damaged(path, None, f"{display(manifest_file)}: corrupt ({why})")
+
     try:  # a PermissionError propagates, naming the file; an unreachable object store raises StorageError
         manifest = json.loads(storage.read_bytes(manifest_file, max_bytes=storage.MAX_METADATA_BYTES))
     except (FileNotFoundError, NotADirectoryError):
         raise ValueError(f"{display(path)}: not a datatools token store (no manifest.json)") from None
     except IsADirectoryError:
-        raise _damaged(path, None, f"{display(manifest_file)}: corrupt (a directory, not a file)") from None
+        raise corrupt("a directory, not a file") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise _damaged(path, None, f"{display(manifest_file)}: corrupt ({exc})") from None
+        raise corrupt(str(exc)) from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ValueError(f"{display(path)}: manifest.json is not a {FORMAT} manifest")
     if manifest.get("version") not in READABLE_VERSIONS:
@@ -417,55 +355,28 @@ def read_manifest(path: str | os.PathLike) -> dict:
             f"(this datatools reads versions {', '.join(map(str, READABLE_VERSIONS))})"
         )
     for key in ("num_documents", "num_tokens"):
-        value = manifest.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise _damaged(
-                path,
-                None,
-                f"{display(manifest_file)}: corrupt ({key} must be a non-negative integer, got {str(value)[:40]!r})",
-            )
+        if not is_count(value := manifest.get(key)):
+            raise corrupt(f"{key} must be a non-negative integer, got {str(value)[:40]!r}")
     if manifest.get("dtype") not in ("uint16", "uint32"):
-        raise _damaged(
-            path,
-            None,
-            f"{display(manifest_file)}: corrupt (dtype must be uint16 or uint32, got "
-            f"{str(manifest.get('dtype'))[:40]!r})",
-        )
-    if manifest["version"] >= 2:
-        _check_records(manifest.get("chunks"), path)
-    return manifest
-
-
-def _check_records(chunks, path: str | Path) -> None:
-    """The manifest's ``chunks`` is ``{"checksum": "sha256", "tokens": {key: [bytes, hex]}, "offsets": {...}}``."""
-    where = display(storage.join(path, "manifest.json"))
+        raise corrupt(f"dtype must be uint16 or uint32, got {str(manifest.get('dtype'))[:40]!r}")
+    if manifest["version"] < 2:
+        return manifest
+    chunks = manifest.get("chunks")  # {"checksum": "sha256", "tokens": {key: [bytes, hex]}, "offsets": {...}}
     if not isinstance(chunks, dict) or chunks.get("checksum") != CHECKSUM:
-        raise _damaged(path, None, f"{where}: corrupt (no chunk records, or not {CHECKSUM})")
+        raise corrupt(f"no chunk records, or not {CHECKSUM}")
     for name in ARRAYS:
         records = chunks.get(name)
         if not isinstance(records, dict) or "zarr.json" not in records:
-            raise _damaged(path, None, f"{where}: corrupt (no chunk records for {name}/)")
+            raise corrupt(f"no chunk records for {name}/")
         for key, rec in records.items():
-            if not (
-                isinstance(rec, list)
-                and len(rec) == 2
-                and isinstance(rec[0], int)
-                and not isinstance(rec[0], bool)
-                and rec[0] >= 0
-                and isinstance(rec[1], str)
-                and len(rec[1]) == 64
-            ):
-                raise _damaged(
-                    path,
-                    None,
-                    f"{where}: corrupt (chunk record of {name}/{str(key)[:40]} is "
-                    f"{str(rec)[:60]!r}, want [bytes, sha256 hex])",
-                )
+            ok = isinstance(rec, list) and len(rec) == 2 and is_count(rec[0]) and isinstance(rec[1], str)
+            if not (ok and len(rec[1]) == 64):
+                raise corrupt(f"chunk record of {name}/{str(key)[:40]} is {str(rec)[:60]!r}, want [bytes, sha256 hex]")
+    return manifest
 
 
 def is_token_store(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is laid out as a token store (a manifest beside ``offsets/``). Its content is checked
-    when it is opened, so a store with a corrupt or unreadable manifest is reported as such, not skipped."""
+    """Whether ``path`` is laid out as a token store (a manifest beside ``offsets/``); content is checked on open."""
     loc = storage.location(path)  # object storage has no directories: the manifest alone says it
     return loc.join("manifest.json").is_file() and (not loc.has_directories or loc.join("offsets").is_dir())
 
@@ -478,10 +389,8 @@ def chunk_grid(length: int, chunk: int) -> list[str]:
 class TokenStore:
     """Random access to a token store; a Grain random-access data source.
 
-    ``len(store)`` documents; ``store[i]`` the tokens of document i (a numpy array
-    of the store's dtype); :meth:`read_range` a contiguous range in one read;
-    :meth:`lengths` from the offsets alone, without touching the tokens. Picklable
-    (the tensorstore handles reopen lazily in each worker process). Opening checks the
+    ``len(store)`` documents; ``store[i]`` the tokens of document i (the store's dtype); :meth:`read_range` a
+    contiguous range in one read. Picklable (tensorstore handles reopen lazily in each worker). Opening checks the
     store as the module docstring says (``check=False`` skips the kvstore listing).
 
     Raises (on open):
@@ -493,8 +402,7 @@ class TokenStore:
         self.path = location(path)
         self.manifest = read_manifest(self.path)
         self._offsets: np.ndarray | None = None
-        self._tokens = None
-        self._offsets_array = None
+        self._arrays: dict = {}  # name -> its opened tensorstore array
         self._checked: set[str] = set()  # stored objects this process has checked against the manifest
         self._checking: dict[str, tuple] = {}  # key -> (future of its bytes, what they are) being checked
         self._check_lock = threading.Lock()
@@ -506,7 +414,7 @@ class TokenStore:
     def __getstate__(self):
         offsets = self._offsets if self._offsets is not None and self._offsets.nbytes <= CARRIED_OFFSETS_BYTES else None
         table = self.shard_table() if self._shard_table_read is not None else self._shard_table  # read: carried
-        unopened = {"_tokens": None, "_offsets_array": None, "_shard_table_read": None}  # opened again where used
+        unopened = {"_arrays": {}, "_shard_table_read": None}  # opened again where used
         return {"path": self.path, "manifest": self.manifest, "_offsets": offsets, "_shard_table": table} | unopened
 
     def __setstate__(self, state):
@@ -515,8 +423,7 @@ class TokenStore:
 
     @property
     def ranged_reads(self) -> bool:
-        """Whether reads fetch inner chunks by ranged GETs with the shard indices read up front
-        (:mod:`~datatools.io.shard_reads`): a sharded store with ``shard_index.bin``, in object storage."""
+        """Whether reads fetch inner chunks by ranged GETs (:mod:`shard_reads`): ``shard_index.bin``, in a bucket."""
         return isinstance(self.manifest.get("shard_index"), dict) and storage.location(self.path).reads_are_requests
 
     def _start_shard_table(self) -> None:
@@ -526,9 +433,8 @@ class TokenStore:
             self._shard_table_read = kv.read(shard_reads.INDEX_KEY)
 
     def shard_table(self) -> np.ndarray:
-        """Every tokens shard's index, (shards, inner chunks per shard, 3) uint64 ``(offset, nbytes, crc32c)``, read
-        once from ``shard_index.bin`` (in a bucket started with the offsets; locally read here) and checked against
-        the manifest; ValueError naming the store when it is missing or is not the one recorded."""
+        """``shard_index.bin`` as (shards, inner chunks per shard, 3) uint64 ``(offset, nbytes, crc32c)``, read once
+        and checked against the manifest; ValueError naming the store when it is missing or not the one recorded."""
         if self._shard_table is None:
             self._start_shard_table()
             record = self.manifest.get("shard_index")
@@ -548,7 +454,7 @@ class TokenStore:
                 raise self.damaged(f"{where} is missing; the store is incomplete")
             if len(data) != record.get("bytes") or xxhash.xxh3_64_hexdigest(data) != record.get(FAST_DIGEST):
                 raise self.damaged(f"{where} is corrupt (its bytes differ from the manifest's record)")
-            layout = self.tokens.chunk_layout  # the array's own (a test may stand another extent in object_tokens)
+            layout = self.tokens.chunk_layout  # not object_tokens: a test may patch it
             shard, inner = int(layout.write_chunk.shape[0]), int(layout.read_chunk.shape[0])
             try:
                 self._shard_table = shard_reads.index_table(
@@ -573,13 +479,8 @@ class TokenStore:
     def dtype_of(self, name: str) -> np.dtype:
         return self.dtype if name == "tokens" else np.dtype(np.int64)
 
-    def open_array(self, name: str):
-        """Open ``tokens`` or ``offsets`` with the manifest's dtype and shape asserted, missing chunks refused."""
-        return self._opened(name, self._opening(name))
-
     def _opening(self, name: str) -> ts.Future:
-        """The open of array ``name`` under way (:meth:`open_array`): both arrays open at once, each its own
-        requests (``zarr.json``; in a bucket ~0.3 s at +100 ms a request)."""
+        """Start opening ``tokens`` or ``offsets``, the manifest's dtype and shape asserted, missing chunks refused."""
         spec = {
             **zarr_spec(storage.join(self.path, name)),
             "fill_missing_data_reads": False,
@@ -613,8 +514,8 @@ class TokenStore:
             ) from None
 
     def check_present(self) -> None:
-        """Cheap check, no data read: both arrays open with the manifest's dtype and shape, and (version 2) one
-        kvstore listing per array finds every recorded key, the records covering the array's whole chunk grid."""
+        """No data read: both arrays open with the manifest's dtype and shape, and (version 2+) one listing per array
+        finds every recorded key with its recorded size, the records covering the whole chunk grid."""
         opening = {name: self._opening(name) for name in ARRAYS}
         self._start_shard_table()
         listing = {}
@@ -622,11 +523,7 @@ class TokenStore:
             with ThreadPoolExecutor(len(ARRAYS), thread_name_prefix="datatools-store-listing") as pool:
                 listing = {name: pool.submit(storage.file_sizes, storage.join(self.path, name)) for name in ARRAYS}
         for name in ARRAYS:
-            arr = self._opened(name, opening[name])
-            if name == "tokens":
-                self._tokens = arr
-            else:
-                self._offsets_array = arr
+            arr = self._arrays[name] = self._opened(name, opening[name])
             if self.version < 2:
                 continue
             records = self.manifest["chunks"][name]
@@ -643,7 +540,7 @@ class TokenStore:
             try:
                 present = listing[name].result()
             except ValueError as exc:
-                raise _io(exc, storage.join(self.path, name)) from None
+                raise as_os_error(exc, storage.join(self.path, name)) or exc from None
             missing = [k for k in ["zarr.json", *grid] if k not in present]
             if missing:
                 raise self.damaged(
@@ -658,18 +555,13 @@ class TokenStore:
                     )
 
     def _array(self, name: str):
-        if name == "tokens":
-            if self._tokens is None:
-                self._tokens = self.open_array("tokens")
-            return self._tokens
-        if self._offsets_array is None:
-            self._offsets_array = self.open_array("offsets")
-        return self._offsets_array
+        if name not in self._arrays:
+            self._arrays[name] = self._opened(name, self._opening(name))
+        return self._arrays[name]
 
     def read_array(self, name: str, begin: int, end: int) -> np.ndarray:
         """Elements [begin, end) of ``tokens`` or ``offsets``; ValueError naming the store and the chunk when a
-        chunk is missing or corrupt, OSError when the storage fails. Tokens in a bucket with a shard index are
-        fetched by ranged GETs of their inner chunks (:meth:`read_async`), checked as the index records them."""
+        chunk is missing or corrupt, OSError when the storage fails."""
         if name == "tokens" and end > begin and self.ranged_reads:
             return self.read_async(begin, end).result()
         arr = self._array(name)
@@ -678,15 +570,7 @@ class TokenStore:
         try:
             return arr[begin:end].read().result()
         except ValueError as exc:
-            if status_code(exc) not in (
-                "NOT_FOUND",
-                "DATA_LOSS",
-                "INVALID_ARGUMENT",
-                "FAILED_PRECONDITION",
-                "OUT_OF_RANGE",
-                "INTERNAL",
-                None,
-            ):
+            if status_code(exc) not in _DATA_ERRORS:
                 if (err := as_os_error(exc, storage.join(self.path, name))) is not None:
                     raise err from None
             chunk = int(arr.chunk_layout.write_chunk.shape[0])
@@ -702,8 +586,7 @@ class TokenStore:
 
     @property
     def read_granularity(self) -> int:
-        """Tokens a read really fetches at least: the inner chunk of a sharded store (version 3), the whole stored
-        chunk otherwise. Readers cache and prefetch in aligned extents of this many tokens."""
+        """Tokens a read fetches at least: the inner chunk of a sharded store, else the whole stored chunk."""
         return int(self.tokens.chunk_layout.read_chunk.shape[0])
 
     @property
@@ -755,8 +638,7 @@ class TokenStore:
         if not -n <= i < n:
             raise IndexError(f"document {i} out of range for a store of {n} documents")
         i %= n
-        a, b = self.offsets[i], self.offsets[i + 1]
-        return self.read_array("tokens", int(a), int(b))
+        return self.read_array("tokens", int(self.offsets[i]), int(self.offsets[i + 1]))
 
     def read_range(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
         """Documents [start, stop) in one contiguous read: (flat tokens, offsets relative to them)."""
@@ -771,12 +653,8 @@ class TokenStore:
         return self.read_array("tokens", begin, end)
 
     def read_async(self, begin: int, end: int, batch: ts.Batch | None = None):
-        """Tokens [begin, end) read in the background: a future (``done()``, ``result()``); a failed read raises
-        ValueError from ``result()`` (:meth:`read_tokens` says which chunk). Reads given the same ``batch`` are
-        issued together when it is submitted, and tensorstore fetches adjacent inner chunks of a shard in one
-        ranged request. Each stored object the range touches is checked against the manifest the first time
-        this process reads it (:meth:`check_objects`, issued in the same ``batch``): ``result()`` raises ValueError
-        naming a swapped, replaced or foreign chunk."""
+        """Tokens [begin, end) read in the background (issued with ``batch``): a future whose ``result()`` raises
+        ValueError for a failed read or an object that fails :meth:`check_objects` (issued in the same batch)."""
         if self.ranged_reads and end > begin:  # every shard's index known: one ranged GET per run of inner chunks
             return shard_reads.read(
                 self._kvstore("tokens"),
@@ -791,11 +669,17 @@ class TokenStore:
             )
         checks = self.check_objects("tokens", begin, end, batch=batch, wait=False) if end > begin else []
         read = self.tokens[begin:end].read(batch=batch)
-        return _CheckedRead(read, checks, self) if checks else read
+        if not checks:
+            return read
+
+        def checked(_: list) -> np.ndarray:  # handed over once the objects the read touched are checked
+            self.confirm(checks)
+            return read.result()
+
+        return JoinedRead([read, *(f for _, _, (f, _) in checks if f is not None)], checked)
 
     def _read_failed(self, exc: BaseException, key: str) -> BaseException:
-        """The error of a failed read of tokens object ``key``: an OSError naming it when the storage failed,
-        else a ValueError naming the chunk (with the repair command)."""
+        """The error of a failed read of tokens object ``key``: OSError when the storage failed, else ValueError."""
         where = storage.join(self.path, "tokens", key)
         return as_os_error(exc, where) or self.damaged(
             f"{display(self.path)}: chunk tokens/{key} is unreadable ({_short(exc)})"
@@ -803,14 +687,10 @@ class TokenStore:
 
     def check_objects(self, name: str, begin: int, end: int, batch: ts.Batch | None = None, wait: bool = True):
         """Check the stored objects of array ``name`` holding elements [begin, end) against the manifest, once per
-        object per process. A local store with ``shard_index.bin``: each tokens shard's own index and the crc32c
-        each inner chunk ends with against that object's entries (tensorstore checks every chunk it decodes against
-        its crc32c, so every byte read is the one recorded), ~1.6 KiB read a shard; else locally every byte against
-        the recorded fast digest (``digests``; sha256 for a store written before them); in object storage, where a
-        reader fetches inner chunks by range, each shard's index (the sizes and places of all its inner chunks:
-        another shard's index differs) against its recorded digest, one small ranged read per shard. With ``wait``
-        the check is done on return (ValueError naming the chunk); else the pending checks are returned for
-        :meth:`confirm`."""
+        object per process: locally with ``shard_index.bin`` each shard's index and inner-chunk crc32cs against its
+        entries (~1.6 KiB read), else every byte against ``digests`` (sha256 for older stores); in a bucket each
+        shard's index against its recorded digest. With ``wait`` done on return (ValueError naming the chunk),
+        else the pending checks are returned for :meth:`confirm`."""
         if self.version < 2:
             return []
         arr = self._array(name)
@@ -818,12 +698,11 @@ class TokenStore:
         pending = []
         with self._check_lock:
             for k in range(begin // per, (end - 1) // per + 1):
-                key = f"c/{k}"
-                if f"{name}/{key}" in self._checked:
-                    continue
-                if f"{name}/{key}" not in self._checking:
-                    self._checking[f"{name}/{key}"] = self._start_check(name, key, arr, batch)
-                pending.append((name, key, self._checking[f"{name}/{key}"]))
+                key, item = f"c/{k}", f"{name}/c/{k}"
+                if item not in self._checked:
+                    if item not in self._checking:
+                        self._checking[item] = self._start_check(name, key, arr, batch)
+                    pending.append((name, key, self._checking[item]))
         if wait:
             self.confirm(pending)
             return []
@@ -848,9 +727,8 @@ class TokenStore:
         return (kv.read(key, batch=batch), ("sha256", self.manifest["chunks"][name].get(key, [0, None])[1]))
 
     def _shard_mismatch(self, key: str) -> str | ValueError | None:
-        """Why local tokens shard ``key`` (``c/K``) is not the one ``shard_index.bin`` records, or None when it is
-        (:func:`~datatools.io.shard_reads.mismatch`: its index and each inner chunk's crc32c, ~1.6 KiB read where
-        a digest of the whole object read 2 MiB: ~0.6 s of a Grain worker's first batch on 2 cores)."""
+        """Why local tokens shard ``key`` is not the one ``shard_index.bin`` records, or None
+        (:func:`shard_reads.mismatch`: ~1.6 KiB read where a whole-object digest read 2 MiB, ~0.6 s a worker)."""
         try:
             entries = self.shard_table()[int(key.rsplit("/", 1)[1])]
         except ValueError as exc:  # shard_index.bin missing or not the one recorded: raised where the read waits
@@ -862,9 +740,8 @@ class TokenStore:
             return "is missing"
 
     def _kvstore(self, name: str) -> ts.KvStore:
-        """Array ``name``'s kvstore, once per process (for the object checks): the array's own, so a check of a
-        shard's index and the array's read of that index, issued in one ``ts.Batch``, are one request (with a
-        kvstore of its own, each shard cost three requests the first time: 120 against 80 for 40 shards)."""
+        """Array ``name``'s own kvstore, once per process: a check of a shard's index and the array's read of it,
+        in one ``ts.Batch``, are then one request."""
         kvs = self.__dict__.setdefault("_kvs", {})
         if name not in kvs:
             kvs[name] = self._array(name).kvstore
@@ -874,35 +751,30 @@ class TokenStore:
         """Wait for pending object checks (:meth:`check_objects`) and compare; ValueError naming the first object
         that is not the one the manifest records (missing, replaced, swapped, from another store)."""
         for name, key, (future, (kind, want)) in pending:
+            item, where = f"{name}/{key}", f"{display(self.path)}: chunk {name}/{key}"
             if kind == "entries" and want is not None:
                 with self._check_lock:
-                    self._checking.pop(f"{name}/{key}", None)
+                    self._checking.pop(item, None)
                 if isinstance(want, ValueError):
                     raise want
-                what = want if want == "is missing" else f"is corrupt ({want})"
-                raise self.damaged(f"{display(self.path)}: chunk {name}/{key} {what}")
-            if future is None:
-                with self._check_lock:
-                    self._checked.add(f"{name}/{key}")
-                    self._checking.pop(f"{name}/{key}", None)
-                continue
-            try:
-                got = future.result()
-            except ValueError as exc:
-                if (err := as_os_error(exc, storage.join(self.path, name, key))) is not None:
-                    raise err from None
-                raise self.damaged(f"{display(self.path)}: chunk {name}/{key} is unreadable ({_short(exc)})") from None
-            value = bytes(got.value) if got.state == "value" else None
-            if value is None or want is None:
-                ok = False
-            elif kind == "sha256":
-                ok = hashlib.sha256(value).hexdigest() == want
-            else:
-                ok = xxhash.xxh3_64_hexdigest(value) == want
+                raise self.damaged(f"{where} {want if want == 'is missing' else f'is corrupt ({want})'}")
+            ok = future is None  # the entries matched, or no digests to compare
+            value: bytes | None = b""
+            if future is not None:
+                try:
+                    got = future.result()
+                except ValueError as exc:
+                    if (err := as_os_error(exc, storage.join(self.path, name, key))) is not None:
+                        raise err from None
+                    raise self.damaged(f"{where} is unreadable ({_short(exc)})") from None
+                value = bytes(got.value) if got.state == "value" else None
+                if value is not None and want is not None:
+                    digest = hashlib.sha256(value).hexdigest() if kind == "sha256" else xxhash.xxh3_64_hexdigest(value)
+                    ok = digest == want
             with self._check_lock:
                 if ok:
-                    self._checked.add(f"{name}/{key}")
-                self._checking.pop(f"{name}/{key}", None)
+                    self._checked.add(item)
+                self._checking.pop(item, None)
             if not ok:
                 part = "shard index" if kind == "index" else "bytes"
                 what = (
@@ -911,34 +783,14 @@ class TokenStore:
                     else f"is corrupt (its {part} differ from the manifest's record: damaged, or another chunk: "
                     f"replaced, swapped, from another store)"
                 )
-                raise self.damaged(f"{display(self.path)}: chunk {name}/{key} {what}")
+                raise self.damaged(f"{where} {what}")
 
     def __repr__(self) -> str:
         return f"TokenStore({str(self.path)!r}, documents={len(self)}, tokens={self.num_tokens}, dtype={self.dtype})"
 
 
-class _CheckedRead:
-    """A read whose result is handed over once the stored objects it touched are checked (:meth:`TokenStore.
-    check_objects`): ``done()`` and ``result()`` as the tensorstore future it wraps."""
-
-    def __init__(self, read, checks: list, store: TokenStore):
-        self.read, self.checks, self.store = read, checks, store
-
-    def done(self) -> bool:
-        return self.read.done() and all(f is None or f.done() for _, _, (f, _) in self.checks)
-
-    def result(self):
-        self.store.confirm(self.checks)
-        return self.read.result()
-
-    def add_done_callback(self, callback) -> None:
-        """Call ``callback(self)`` once the read and its checks are done (on the thread that completes the last)."""
-        after_all([self.read, *(f for _, _, (f, _) in self.checks if f is not None)], lambda: callback(self))
-
-
 def check_offsets(offsets: np.ndarray, num_tokens: int, path: str | os.PathLike) -> None:
-    """ValueError naming the store and the offsets chunk unless offsets[0] == 0, they never decrease and the
-    last is ``num_tokens`` (vectorized)."""
+    """ValueError naming the store and the chunk unless offsets start at 0, never decrease, end at ``num_tokens``."""
     where = display(path)
     if offsets.shape[0] == 0 or offsets[0] != 0:
         raise ValueError(

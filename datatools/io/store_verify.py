@@ -1,19 +1,7 @@
-"""Full check of a token store: every byte read once (``datatools verify``).
-
-What :class:`~datatools.io.store.TokenStore` checks on open is cheap (keys listed, no
-data read). :func:`verify_store` reads everything, so a store that passes it holds
-exactly what its job wrote:
-
-1. every recorded key of both arrays: present, its size in bytes and its sha256 as
-   the manifest records them (version 2; a version-1 store has no records);
-2. the offsets: decoded (each chunk's crc32c checked by tensorstore), offsets[0] == 0,
-   never decreasing, the last equal to the manifest's ``num_tokens``;
-3. the tokens, a chunk at a time: decoded, every id below the manifest's ``vocab_size``;
-4. ``shard_index.bin`` (when the manifest records one): its recorded size and sha256, and each
-   shard's entries equal to that shard's own index (readers in a bucket fetch inner chunks by it).
-
-Memory: one batch of raw chunks (64 chunks, a few MiB each) and the offsets array.
-The first problem raises ``ValueError`` naming the store and the chunk.
+"""Full check of a token store, every byte read once (``datatools verify``): every recorded key present with its
+recorded size and sha256; the offsets decoded and in order; every token below ``vocab_size``; ``shard_index.bin``
+as recorded and equal to each shard's own index. The first problem raises ``ValueError`` naming the chunk.
+Memory: one batch of raw chunks and the offsets.
 """
 
 from __future__ import annotations
@@ -29,7 +17,7 @@ import numpy as np
 from datatools.base.reports import Report
 from datatools.io import shard_reads, storage
 from datatools.io.paths import display
-from datatools.io.store import ARRAYS, TokenStore, array_kvstore, check_offsets, lacks_shard_index, read_keys
+from datatools.io.store import ARRAYS, TokenStore, array_kvstore, check_offsets, is_count, lacks_shard_index, read_keys
 
 
 @dataclass
@@ -53,8 +41,7 @@ class VerifyReport(Report):
 
 def verify_store(path: str | os.PathLike, *, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
     """Check every byte of the store at ``path`` (see the module docstring); the report when it is whole.
-
-    ``progress(done, total)`` is called in stored bytes read (checksums) and then in tokens decoded.
+    ``progress(done, total)`` is called in stored bytes read (checksums), then in tokens decoded.
 
     Raises:
       ValueError: not a store, or the first chunk that is missing, of the wrong size, with the wrong checksum,
@@ -65,7 +52,7 @@ def verify_store(path: str | os.PathLike, *, progress: Callable[[int, int], None
     store = TokenStore(path)
     where = display(store.path)
     vocab = store.manifest.get("vocab_size")
-    vocab = vocab if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0 else None
+    vocab = vocab if is_count(vocab) and vocab > 0 else None
     report = VerifyReport(where, store.version, len(store), store.num_tokens, store.dtype.name, vocab, None)
     if store.version >= 2:
         _check_checksums(store, report, progress)
@@ -147,8 +134,7 @@ def _check_checksums(store: TokenStore, report: VerifyReport, progress) -> None:
 
 
 def _check_shard_index(store: TokenStore, heads: list[bytes]) -> None:
-    """``shard_index.bin`` (what readers in a bucket fetch inner chunks by) is the recorded one and holds each
-    shard's own index (``heads``, in shard order)."""
+    """``shard_index.bin`` is the recorded one and holds each shard's own index (``heads``, in shard order)."""
     where = f"{display(store.path)}: {shard_reads.INDEX_KEY}"
     record = store.manifest["shard_index"]
     try:

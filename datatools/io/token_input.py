@@ -15,14 +15,13 @@ from datatools.base.progress import doing
 from datatools.io import array_record_files, numpy_files
 from datatools.io.discover import Shard
 from datatools.io.levanter_cache import LevanterCache
-from datatools.io.numpy_files import check_token_values, flat_array
+from datatools.io.numpy_files import INT32_MAX, check_token_values, flat_array
 from datatools.io.paths import display
 from datatools.io.sentencepiece_encoder import SentencePieceEncoder
 from datatools.io.store import TokenStore
 from datatools.io.tables import column_batches, shard_bytes, text_values, token_arrays
 from datatools.io.tokenizer import TextEncoder
 
-INT32_MAX = np.iinfo(np.int32).max
 LENGTH_ROWS = 4096  # text rows turned into Python strings at a time when only lengths are read
 
 
@@ -33,9 +32,8 @@ class TokenInput:
     Attributes:
       path: the path given: a ``Path``, or the URL of an input in object storage.
       kind: ``store``, ``levanter`` (a Levanter cache), ``numpy`` (tokens.npy + lengths/offsets), ``lengths``
-        (lengths.npy alone: planning and analysis only),
-        ``flat`` (.bin / .npy split on eos), or ``table`` (Parquet / Arrow / JSON Lines / HF directory, or
-        ArrayRecord files: then ``files`` lists them).
+        (lengths.npy alone: planning and analysis only), ``flat`` (.bin / .npy split on eos), or ``table``
+        (Parquet / Arrow / JSON Lines / HF directory, or ArrayRecord files: then ``files`` lists them).
       column: the token or text column (tables only).
       is_text: the column holds text, tokenized by ``encoder``.
       shards: the table shards, in order.
@@ -132,10 +130,8 @@ class TokenInput:
             yield tokens, lengths
 
     def shard_lengths(self, k: int) -> Iterator[np.ndarray]:
-        """int64 tokens per document of table shard ``k``, a bounded batch at a time. Text is tokenized
-        :data:`LENGTH_ROWS` rows at a time and only the counts are kept (:meth:`TextEncoder.count_tokens`):
-        memory holds one batch's strings, never its tokens (a text column once took 3.1-3.7 GB on 62-86 MB
-        of Parquet)."""
+        """int64 tokens per document of table shard ``k``, a bounded batch at a time; text is counted
+        :data:`LENGTH_ROWS` rows at a time, never held as tokens (a text column once took 3.1-3.7 GB on 62-86 MB)."""
         if self.files:
             count = self.encoder.count_tokens if self.is_text and self.encoder is not None else None
             yield from array_record_files.lengths(self.files[k], str(self.column), count)
