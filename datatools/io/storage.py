@@ -65,8 +65,8 @@ def is_url(path: str | os.PathLike) -> bool:
 
 
 def _split(path) -> tuple[str, str, str] | None:
-    text = os.fspath(path) if not isinstance(path, bytes) else None
-    if not isinstance(text, str):
+    text = os.fspath(path)
+    if not isinstance(text, str):  # bytes
         return None
     scheme, sep, rest = text.partition(":/")
     if not sep or scheme.lower() not in SCHEMES:
