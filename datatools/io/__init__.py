@@ -1,18 +1,8 @@
 """The input layer: every supported input streamed with bounded memory, tokenized as asked, read on demand.
 
-One module per job:
-
-* :mod:`~datatools.io.paths`: paths as users type them (``..``, symlinks, non-UTF-8
-  names) and printable names for messages;
-* :mod:`~datatools.io.atomic`: atomic writes with umask permissions;
-* :mod:`~datatools.io.discover`: input files under a path, cut into shards;
-* :mod:`~datatools.io.jsonl`: streaming JSON Lines (lines of any length);
-* :mod:`~datatools.io.tables`: a column of a Parquet / Arrow / JSON Lines shard, batch by batch;
-* :mod:`~datatools.io.numpy_files`: NumPy directories and flat token files;
-* :mod:`~datatools.io.tokenizer`: tokenizer files without their truncation/padding surprises;
-* :mod:`~datatools.io.store`: the token store (tensorstore, zarr v3);
-* :mod:`~datatools.io.documents`: document sources (in memory, store, chunked tables);
-* :mod:`~datatools.io.inputs`: any input resolved once: lengths streamed, documents on demand.
+Floors (docs/architecture.md): storage (:mod:`~datatools.io.storage`, :mod:`~datatools.io.atomic`,
+:mod:`~datatools.io.paths`), the formats (:mod:`~datatools.io.formats` and one module per format), and
+:mod:`~datatools.io.inputs`: any input resolved once, lengths streamed, documents on demand.
 """
 
 from datatools.io.documents import ArrayDocuments, ChunkedDocuments, DocumentSource, StoreDocuments, as_document_source

@@ -1,17 +1,7 @@
-"""ArrayRecord files (MaxText's default Grain input), read as they are: ``detect``, ``expand``, ``lengths``,
-``documents``.
-
-MaxText writes ``grain_train_files`` as a glob (``/data/c4-train.array_record*``) or a comma list of them; every
-record is a serialized ``tf.train.Example``. A record's feature is either a list of token ids (``int64_list``:
-read as is) or a text (``bytes_list``: tokenized by the input's tokenizer). The ``Example`` wire format is parsed
-here (a few dozen lines of protobuf varints), so reading needs ``array_record`` and no TensorFlow.
-
-One module per format, each with the same functions, so it drops into a table of formats:
-
-* :func:`detect` -- does a path (or pattern) name ArrayRecord files;
-* :func:`expand` -- the files of a path, glob or comma list, sorted per pattern, each checked;
-* :func:`records` -- the raw records of a file, a bounded batch at a time;
-* :func:`lengths` / :func:`documents` -- tokens per record and the token arrays of a file.
+"""ArrayRecord files (MaxText's default Grain input), read as they are. MaxText writes ``grain_train_files`` as a
+glob or a comma list; every record is a serialized ``tf.train.Example`` whose feature is token ids (``int64_list``)
+or a text (``bytes_list``, tokenized by the input's tokenizer). The ``Example`` wire format is parsed here, so
+reading needs ``array_record`` and no TensorFlow.
 """
 
 from __future__ import annotations
@@ -63,15 +53,6 @@ def expand(path: str | os.PathLike) -> list[Path]:
     if not files:
         raise ValueError(f"{os.fspath(path)}: no files")
     return files
-
-
-def num_records(f: str | os.PathLike) -> int:
-    """Records in one file (read from its footer, no record decoded)."""
-    reader = _module().ArrayRecordReader(os.fspath(f))
-    try:
-        return int(reader.num_records())
-    finally:
-        reader.close()
 
 
 def records(f: str | os.PathLike) -> Iterator[list[bytes]]:
@@ -246,11 +227,8 @@ def detect_feature(f: str | os.PathLike, feature: str | None) -> tuple[str, bool
     )
 
 
-def documents(
-    f: str | os.PathLike, feature: str, encode: Callable[[list[str]], tuple[np.ndarray, np.ndarray]] | None = None
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(tokens int64, lengths int64) of file ``f``, a batch of records at a time. Text is tokenized by
-    ``encode`` (a list of strings -> tokens back to back, tokens per string)."""
+def _values(f: str | os.PathLike, feature: str, name_bad_records: bool) -> Iterator[list]:
+    """The values of ``feature`` in each record of file ``f``, a batch of records at a time."""
     where = os.fspath(f)
     for batch in records(f):
         values = []
@@ -258,20 +236,34 @@ def documents(
             try:
                 ex = parse_example(rec)
             except ValueError as exc:
+                if not name_bad_records:
+                    raise
                 raise ValueError(f"{where}: a record is not a tf.train.Example ({exc})") from None
             if feature not in ex:
                 raise ValueError(f"{where}: a record has no feature {feature!r}")
             values.append(ex[feature])
+        yield values
+
+
+def _texts(values: list) -> list[str]:
+    return [b"".join(v).decode("utf-8", "replace") for v in values]
+
+
+def documents(
+    f: str | os.PathLike, feature: str, encode: Callable[[list[str]], tuple[np.ndarray, np.ndarray]] | None = None
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(tokens int64, lengths int64) of file ``f``, a batch of records at a time. Text is tokenized by
+    ``encode`` (a list of strings -> tokens back to back, tokens per string)."""
+    for values in _values(f, feature, name_bad_records=True):
         if encode is not None:
-            texts = [b"".join(v).decode("utf-8", "replace") for v in values]  # type: ignore[arg-type]
-            tokens, lengths = encode(texts)
+            tokens, lengths = encode(_texts(values))
             yield np.asarray(tokens, np.int64), np.asarray(lengths, np.int64)
             continue
         lengths = np.fromiter((len(v) for v in values), np.int64, len(values))
         flat = [x for v in values for x in v]
         tokens = np.asarray(flat, np.int64) if flat else np.zeros(0, np.int64)
         if tokens.size and int(tokens.min()) < 0:
-            raise ValueError(f"{where}: feature {feature!r} holds a negative token id {int(tokens.min())}")
+            raise ValueError(f"{os.fspath(f)}: feature {feature!r} holds a negative token id {int(tokens.min())}")
         yield tokens, lengths
 
 
@@ -279,15 +271,8 @@ def lengths(
     f: str | os.PathLike, feature: str, count: Callable[[list[str]], np.ndarray] | None = None
 ) -> Iterator[np.ndarray]:
     """int64 tokens per record of file ``f``, a batch at a time (text counted by ``count``)."""
-    where = os.fspath(f)
-    for batch in records(f):
-        values = []
-        for rec in batch:
-            ex = parse_example(rec)
-            if feature not in ex:
-                raise ValueError(f"{where}: a record has no feature {feature!r}")
-            values.append(ex[feature])
+    for values in _values(f, feature, name_bad_records=False):
         if count is not None:
-            yield np.asarray(count([b"".join(v).decode("utf-8", "replace") for v in values]), np.int64)  # type: ignore[arg-type]
+            yield np.asarray(count(_texts(values)), np.int64)
         else:
             yield np.fromiter((len(v) for v in values), np.int64, len(values))

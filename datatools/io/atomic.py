@@ -1,11 +1,6 @@
-"""Writing files that are never seen half-written, with the permissions the user's umask asks for.
-
-Every output of datatools (store manifests, shard files, JSON reports, PNG plots,
-Parquet) is written to a temporary file beside its destination, flushed to disk and
-renamed into place, so a reader sees the old file or the new one, never a part.
-``tempfile.mkstemp`` creates its file with mode 0600 whatever the umask; the file is
-given ``0666 & ~umask`` before the rename, as ``open()`` would have done, so another
-user of a shared cluster can read what a job wrote when the umask allows it.
+"""Writing files that are never seen half-written (a temporary file beside the destination, flushed and renamed
+into place), with the permissions the user's umask asks for (``0666 & ~umask``, as ``open()`` gives, not
+``mkstemp``'s 0600: another user of a shared cluster can read what a job wrote).
 """
 
 from __future__ import annotations
@@ -40,15 +35,12 @@ def new_file_mode() -> int:
 def atomic_write_with(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
     """Call ``write(f)`` on a temporary file beside ``path``, fsync it, set umask permissions, rename it to ``path``.
 
-    A ``path`` that exists and is not a regular file (``/dev/null``, ``/dev/stdout``, a FIFO) is written into
-    directly: renaming over it would replace the device node itself (``--json /dev/null`` once did).
-
-    On any error (or interrupt) the temporary file is removed and ``path`` is left as it was.
-    Every ``OSError`` (the temporary file not creatable, the disk full, the rename refused) names ``path``, the
-    file the user asked for, never the temporary name.
+    A ``path`` that exists and is not a regular file (``/dev/null``, a FIFO) is written into directly (a rename
+    would replace the node itself). On any error the temporary file is removed and ``path`` left as it was; every
+    ``OSError`` names ``path``, never the temporary name.
     """
     path = Path(path)
-    if _is_special(path):  # /dev/null, /dev/stdout, a FIFO: write into it; a rename would replace the node itself
+    if _is_special(path):
         try:
             with open(path, "wb") as f:
                 write(f)

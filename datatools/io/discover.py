@@ -1,18 +1,8 @@
-"""Finding the input files under a path and cutting them into shards.
-
-A *shard* is the unit of work of the jobs (and of resumption) and of the chunked
-document sources; each holds a bounded amount of data:
-
-* Parquet: one row group;
-* Arrow IPC files and streams (``.arrow``, ``.feather``, the data files of a Hugging
-  Face ``save_to_disk`` directory): consecutive record batches, about
-  :data:`PART_BYTES` at most;
-* JSON Lines: the lines that *start* inside a byte range of :data:`PART_BYTES`
-  (no scan needed to cut a file; a line belongs to the range it starts in);
-* plain text (``.txt``): one document per file, :data:`TEXT_FILES_PER_SHARD` files.
-
-Every problem is a ``ValueError`` naming the file, or the ``OSError`` itself (a
-permission error stays a permission error, with its file name).
+"""Finding the input files under a path and cutting them into shards, the unit of work (and of resumption):
+a Parquet row group; Arrow IPC record batches of about :data:`PART_BYTES` (``.arrow``, ``.feather``, Hugging Face
+``save_to_disk`` directories); the JSON Lines lines that *start* in a byte range of :data:`PART_BYTES`;
+:data:`TEXT_FILES_PER_SHARD` plain ``.txt`` files (one document each). Every problem is a ``ValueError`` naming
+the file, or the ``OSError`` itself.
 """
 
 from __future__ import annotations
@@ -178,21 +168,15 @@ def _identity(f: Path) -> tuple[int, int]:
 
 
 def list_input_files(path: str | os.PathLike) -> Sequence[tuple[str, str | Path]]:
-    """(kind, file) pairs under ``path``, sorted by path; HF dataset directories expand to their Arrow files (a
-    ``Path`` each for a local ``path``, a URL each for an object-store prefix).
+    """(kind, file) pairs under ``path`` (a ``Path`` each, or a URL each under an object-store prefix), sorted by
+    path; HF dataset directories expand to their Arrow files; hidden files skipped; an unreadable directory raises
+    its ``PermissionError``.
 
-    Hidden files are skipped. An unreadable directory raises its ``PermissionError``.
-
-    Symbolic links (see :func:`walk_once`): every real directory and file under ``path`` is read once (by device
-    and inode), so a link cannot multiply the data (``ln -s . d/self``) nor reach outside ``path`` through a
-    directory (``ln -s .. d/up``). Links to directories are not followed: one whose target is inside ``path``
-    names a directory that is read anyway, one whose target is outside is skipped; both with a
-    :class:`LinkWarning`. A link to a file is read once (a file reached twice is read at its first, non-link
-    name): a single file cannot multiply data or reach a tree, and stores such as the Hugging Face hub cache are
-    made of links to files elsewhere; when such links lead outside ``path`` one :class:`LinkWarning` names them.
-    A broken link with an input extension is a ``ValueError`` naming it.
-
-    A URL (``s3://``, ``gs://``) lists the objects under its prefix (:func:`_prefix_files`).
+    Links: every real file is read once (by device and inode, at its first non-link name), so a link cannot
+    multiply the data nor reach a tree outside ``path``. Links to directories are not followed (one inside
+    ``path`` names a directory read anyway), with a :class:`LinkWarning`; links to files are read (the Hugging
+    Face hub cache is made of them), with one :class:`LinkWarning` for those leading outside ``path``. A broken
+    link with an input extension is a ``ValueError`` naming it.
     """
     if isinstance(path, (str, os.PathLike)) and not os.fspath(path):
         raise ValueError("an empty path (name a file or directory; '.' is the current one)")

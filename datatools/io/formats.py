@@ -1,11 +1,7 @@
-"""The input formats: ONE table (:data:`FORMATS`), one row per format, tried in order by
-:func:`datatools.io.inputs.open_input`. A row names how the format is recognised (``detect``: a
-:class:`~datatools.io.token_input.TokenInput`, or None when the place is not one: every detector takes a local
-path and a URL alike, through :func:`datatools.io.storage.location`), how its lengths stream (``lengths``) and
-how its documents are read (``documents``). The readers themselves are the format modules (:mod:`store`,
-:mod:`levanter_cache`, :mod:`numpy_files`, :mod:`array_record_files`, :mod:`discover` and :mod:`tables` for
-Parquet, Arrow and JSON Lines); what is here joins each to the table. A new format is its module (with its three
-functions) and one row here."""
+"""The input formats: ONE table (:data:`FORMATS`), one :class:`Format` row per format, tried in order by
+:func:`datatools.io.inputs.open_input`. The readers are the format modules (:mod:`store`, :mod:`levanter_cache`,
+:mod:`numpy_files`, :mod:`array_record_files`, :mod:`discover` and :mod:`tables`); a new format is its module and
+one row here."""
 
 from __future__ import annotations
 
@@ -201,10 +197,10 @@ def _table_documents(inp: TokenInput, progress: Callable[[int, int], None] | Non
 
 @dataclass(frozen=True)
 class Format:
-    """One input format: how it is recognised (``detect``: a :class:`TokenInput`, or None when the place is not
-    one), how its lengths stream (``lengths``: ``(shard, lengths, bytes)``) and its documents are read
-    (``documents``); ``offsets``: its lengths come from stored offsets (no token read); ``pipeline``: a pipeline
-    config may name it as a source."""
+    """One input format: how it is recognised (``detect``: a :class:`TokenInput`, or None when the place, local or
+    a URL, is not one), how its lengths stream (``lengths``: ``(shard, lengths, bytes)``) and its documents are
+    read (``documents``); ``offsets``: its lengths come from stored offsets (no token read); ``pipeline``: a
+    pipeline config may name it as a source."""
 
     kind: str
     detect: Callable[[storage.Location, InputOptions], TokenInput | None]

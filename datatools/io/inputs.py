@@ -1,24 +1,8 @@
-"""Any supported input, resolved once: what it is, how to stream its lengths, how to read its documents.
-
-Inputs (a file or a directory):
-
-* the token store of the pre-tokenize job (lengths from its offsets, no token read);
-* a Levanter (Marin) token cache, found by its ``shard_ledger.json``
-  (:mod:`datatools.io.levanter_cache`: its ``input_ids``, lengths from its offsets);
-* Parquet, Arrow IPC / Feather, JSON Lines and Hugging Face ``save_to_disk``
-  directories, with a list-of-integers token column, or a text column plus a
-  tokenizer (:mod:`datatools.io.tokenizer`: truncation and padding off);
-* ArrayRecord files (MaxText's Grain input; :mod:`datatools.io.array_record_files`): one file, a glob or a
-  comma list as MaxText writes ``grain_train_files``, records of ``tf.train.Example`` with a token feature
-  (``inputs``, ...) or a text feature tokenized by the tokenizer;
-* NumPy: a directory with ``tokens.npy`` and ``lengths.npy`` or ``offsets.npy``; or
-  one flat token file (``.bin``/``.npy``) cut after every ``eos_id``.
-
-:func:`open_input` checks the path, the column and the tokenizer before any data is
-read. :func:`read_lengths` streams the input shard by shard (a Parquet row group,
-Arrow batches, a block of JSON lines, a slice of a flat file): memory holds the
-lengths and one batch, never the data. :func:`open_documents` gives a
-:class:`~datatools.io.documents.DocumentSource` that reads documents on demand.
+"""Any supported input, resolved once (:func:`open_input`: the path, the column and the tokenizer checked before
+any data is read): a token store, a Levanter cache, Parquet / Arrow / JSON Lines / Hugging Face ``save_to_disk``
+tables (a token column, or a text column and a tokenizer), ArrayRecord files (a file, glob or comma list), NumPy
+directories and flat token files (the formats: :mod:`datatools.io.formats`). :func:`read_lengths` streams an
+input shard by shard (memory: the lengths and one batch); :func:`open_documents` reads documents on demand.
 """
 
 from __future__ import annotations
@@ -123,13 +107,9 @@ def open_documents(inp: TokenInput, *, progress: Callable[[int, int], None] | No
     memory-mapped, tables shard by shard (:class:`ChunkedDocuments`, after one streaming pass for the lengths).
     An input of no document is a ValueError naming it; ``inp`` that is not a :class:`TokenInput` a TypeError."""
     _check_input(inp)
-    source = _open_documents(inp, progress)
+    fmt = FORMAT[inp.kind]
+    doing(f"reading the {'offsets' if fmt.offsets else 'lengths'} of {display(inp.path)}")
+    source = fmt.documents(inp, progress)
     if len(source) == 0:
         raise ValueError(f"{display(inp.path)}: no documents (an empty input)")
     return source
-
-
-def _open_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) -> DocumentSource:
-    fmt = FORMAT[inp.kind]
-    doing(f"reading the {'offsets' if fmt.offsets else 'lengths'} of {display(inp.path)}")
-    return fmt.documents(inp, progress)

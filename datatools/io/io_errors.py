@@ -1,13 +1,9 @@
 """tensorstore's and pyarrow's I/O failures as the ``OSError`` they are, naming the file they were about.
 
-tensorstore reports every failure as a ``ValueError`` whose text starts with an absl
-status code (``RESOURCE_EXHAUSTED: Error writing local file ".../c/1": ... No space
-left on device [os_error_code='28']``); pyarrow raises ``ArrowIOError`` (an ``OSError``)
-often without ``errno`` or ``filename``. A full disk, a permission refused or a network
-store that went away is the environment, not bad input: :func:`as_os_error` turns such
-an error into ``OSError(errno, strerror, filename)`` so the command line's ``OSError``
-path prints one line naming the file and exits 1. Anything else (a corrupt chunk, a
-metadata mismatch) is left for the caller to report as bad data.
+tensorstore reports every failure as a ``ValueError`` starting with an absl status code, pyarrow's
+``ArrowIOError`` often lacks ``errno`` and ``filename``. A full disk, a refused permission or a store gone away is
+the environment, not bad input: :func:`as_os_error` makes it ``OSError(errno, strerror, filename)`` (one line,
+exit 1); anything else (a corrupt chunk) is left to the caller as bad data.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Streaming JSON Lines: lines of any length, bounded memory, parsed by pyarrow.
 
-``pyarrow.json.read_json`` on a whole file deadlocks (threaded) or fails with
-"straddling object" (single-threaded) as soon as one line is longer than its block
-size, and it holds the whole table. Here a byte range of the file is read in blocks
-of whole lines (:func:`line_blocks`): a block ends at the last newline it holds, and
-grows past :data:`BLOCK_BYTES` only as far as one longer line needs. Each block is
-parsed by pyarrow alone with a block size that covers it, against an explicit
-schema of the one column wanted (other fields are skipped, not materialized), and
-blocks are parsed two at a time in threads (pyarrow releases the GIL).
-
-A parse error is located to its line with the standard ``json`` module, so the
-message names the file, the line number and what is wrong.
+``pyarrow.json.read_json`` on a whole file fails once a line is longer than its block size, and holds the whole
+table. Here a byte range is read in blocks of whole lines (:func:`line_blocks`, past :data:`BLOCK_BYTES` only as
+far as one longer line needs), each parsed by pyarrow against a schema of the one column wanted, two at a time in
+threads. A parse error is located with the ``json`` module: the message names the file, line and problem.
 """
 
 from __future__ import annotations
@@ -31,13 +24,8 @@ PARSE_THREADS = 2
 MAX_BLOCK_BYTES = (1 << 31) - 2  # pyarrow's block_size is an int32
 
 
-def line_range(fh, start: int, stop: int, size: int) -> tuple[int, int]:
-    """The bytes ``[a, b)`` of the lines that start inside ``[start, stop)``: ``a`` is the first line start at or
-    after ``start``, ``b`` the first at or after ``stop`` (or the end of the file)."""
-    return _next_line_start(fh, start, size), _next_line_start(fh, stop, size)
-
-
 def _next_line_start(fh, pos: int, size: int) -> int:
+    """The first line start at or after byte ``pos`` (or the end of the file)."""
     if pos <= 0:
         return 0
     if pos >= size:
@@ -92,9 +80,6 @@ def read_column_blocks(
     value_type: pa.DataType,
     start: int = 0,
     stop: int | None = None,
-    *,
-    block_bytes: int | None = None,
-    threads: int = PARSE_THREADS,
 ) -> Iterator[pa.ChunkedArray]:
     """The values of ``column`` for the lines starting in bytes ``[start, stop)`` of a JSON Lines file, a block
     at a time, as arrays of ``value_type``.
@@ -107,12 +92,13 @@ def read_column_blocks(
     want_text = pa.types.is_string(value_type) or pa.types.is_large_string(value_type)
     with storage.open_file(path) as fh:  # a URL: ranged reads with read-ahead, as a local file
         size = storage.size(path)
-        a, b = line_range(fh, start, size if stop is None else stop, size)
-        with ThreadPoolExecutor(max(1, threads)) as pool:
+        # the lines that start inside [start, stop)
+        a, b = _next_line_start(fh, start, size), _next_line_start(fh, size if stop is None else stop, size)
+        with ThreadPoolExecutor(PARSE_THREADS) as pool:
             pending: deque = deque()
-            blocks = line_blocks(fh, a, b, block_bytes or BLOCK_BYTES)
+            blocks = line_blocks(fh, a, b, BLOCK_BYTES)
             while True:
-                while len(pending) < max(1, threads):
+                while len(pending) < PARSE_THREADS:
                     nxt = next(blocks, None)
                     if nxt is None:
                         break
@@ -134,18 +120,11 @@ def read_column_blocks(
 
 def _count_lines(path: str, upto: int) -> int:
     """Newlines in the file's first ``upto`` bytes (the line number of an error, counted only when one occurs)."""
-    with storage.open_file(path) as fh:
-        return _count_newlines(fh, upto)
-
-
-def _count_newlines(fh, upto: int) -> int:
     n, pos = 0, 0
-    while pos < upto:
-        data = fh.read(min(1 << 24, upto - pos))
-        if not data:
-            break
-        n += data.count(b"\n")
-        pos += len(data)
+    with storage.open_file(path) as fh:
+        while pos < upto and (data := fh.read(min(1 << 24, upto - pos))):
+            n += data.count(b"\n")
+            pos += len(data)
     return n
 
 

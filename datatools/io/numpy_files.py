@@ -1,15 +1,7 @@
-"""NumPy token inputs: a directory with ``tokens.npy`` + ``lengths.npy``/``offsets.npy``, or one flat token file.
-
-A directory may also hold ``lengths.npy`` alone (no tokens): enough to plan and analyse packing, not to read
-documents.
-
-A flat file (``.bin`` of uint16/uint32, nanoGPT style, or a 1-D ``.npy``) holds
-documents back to back, each ending with ``eos_id``. It is memory-mapped and read in
-slices of :data:`FLAT_SLICE` tokens; a document may straddle slices. Files are never
-unpickled (``allow_pickle=False``).
-
-In object storage (a URL) the files are read whole into memory (no memory map of an object): the index file
-for the lengths, the tokens when documents are read; prefer a token store there, read chunk by chunk.
+"""NumPy token inputs: a directory with ``tokens.npy`` + ``lengths.npy``/``offsets.npy`` (or ``lengths.npy``
+alone: enough to plan and analyse, not to read documents), or one flat token file (``.bin`` of uint16/uint32,
+nanoGPT style, or a 1-D ``.npy``) of documents each ending with ``eos_id``, memory-mapped and read in slices of
+:data:`FLAT_SLICE` tokens. Never unpickled. A URL's files are read whole into memory (prefer a token store there).
 """
 
 from __future__ import annotations
@@ -128,13 +120,9 @@ def lengths_only(path: str | Path) -> np.ndarray:
 
 
 def numpy_dir(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    """(memory-mapped tokens, int64 offsets) of a NumPy directory, checked against each other.
-
-    Checked here, before any use: the index is non-negative and monotone and covers every token; when both
-    ``lengths.npy`` and ``offsets.npy`` are present they must agree (a ValueError naming both otherwise); every
-    token id is in [0, 2**31 - 1] (a vectorized pass over the tokens, :data:`FLAT_SLICE` at a time), as the
-    other formats check theirs; and the directory holds at least one document.
-    """
+    """(memory-mapped tokens, int64 offsets) of a NumPy directory, checked before any use: the index non-negative,
+    monotone and covering every token, ``lengths.npy`` and ``offsets.npy`` agreeing when both are there, every id
+    in [0, 2**31 - 1] (:data:`FLAT_SLICE` at a time), at least one document; a ValueError otherwise."""
     files = numpy_dir_files(path)
     if files is None:
         raise ValueError(f"{display(path)}: not a NumPy directory (no tokens.npy)")

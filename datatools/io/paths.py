@@ -1,14 +1,7 @@
-"""Paths as users type them: relative with ``..``, spaces, symlinks, names that are not UTF-8.
-
-Python keeps a file name that is not valid UTF-8 as a ``str`` with surrogate escapes
-(PEP 383). Such a string works with ``open()`` and ``os`` calls but not with
-libraries that encode paths as UTF-8 (pyarrow, tensorstore) nor when printed. So:
-
-* files are opened by Python and handed to pyarrow as file objects or buffers;
-* :func:`resolved` gives the absolute, symlink-free path that tensorstore needs
-  (it rejects unresolved ``..``);
-* :func:`display` and :func:`printable` turn a path or a message into text that can
-  always be printed, with undecodable bytes shown as ``\\xNN``.
+"""Paths as users type them: relative with ``..``, spaces, symlinks, names that are not UTF-8 (kept by Python as
+surrogate escapes, PEP 383, which pyarrow and tensorstore cannot encode): files are opened by Python and handed to
+libraries as file objects or buffers; :func:`resolved` gives tensorstore its absolute path; :func:`display` and
+:func:`printable` give text that always prints (undecodable bytes as ``\\xNN``).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""SentencePiece tokenizers (MaxText's usual ``tokenizer_path``), with the interface of
-:class:`~datatools.io.tokenizer.TextEncoder`: ``encode``, ``count_tokens``, ``describe``, ``summary``.
-
-A ``.model`` file is read by the ``sentencepiece`` package itself, so its token ids are the ones MaxText's
-tokenizer gives (no conversion to another library's format). As with a ``tokenizer.json``, nothing is added
-to a text unless asked: ``bos``/``eos`` (``"auto"``: the model's own ``<s>``/``</s>``, or a piece or an id)
-put one token before / after every document.
+"""SentencePiece tokenizers (MaxText's usual ``tokenizer_path``), with :class:`~datatools.io.tokenizer.TextEncoder`'s
+interface, read by the ``sentencepiece`` package itself (the ids MaxText gets). Nothing is added to a text unless
+asked: ``bos``/``eos`` (``"auto"``: the model's ``<s>``/``</s>``, a piece or an id).
 """
 
 from __future__ import annotations
@@ -17,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from datatools.io.paths import display
+from datatools.io.tokenizer import read_tokenizer_file
 
 SUFFIXES = (".model", ".spm")
 
@@ -138,8 +135,4 @@ def open_sentencepiece(
     path: str | os.PathLike, *, bos: str | int | None = None, eos: str | int | None = None
 ) -> SentencePieceEncoder:
     """A :class:`SentencePieceEncoder` for the model file at ``path`` (a ValueError names a missing file)."""
-    if not os.path.isfile(path):
-        raise ValueError(f"{display(path)}: tokenizer file not found")
-    with open(path, "rb") as f:
-        data = f.read()
-    return SentencePieceEncoder(data, display(path), bos, eos)
+    return SentencePieceEncoder(read_tokenizer_file(path), display(path), bos, eos)

@@ -1,45 +1,16 @@
 """Object storage (``s3://``, ``gs://``) and local paths behind one small API: the one module that knows URL schemes.
 
-Files are read and written through fsspec (``s3fs``, ``gcsfs``; the ``cloud`` extra),
-token-store arrays through tensorstore's own ``s3``/``gcs`` kvstore drivers
-(:func:`kvstore_spec`). Local paths keep going through Python's ``open`` (any file
-name works) and :mod:`datatools.io.atomic`.
+Files go through fsspec (``s3fs``, ``gcsfs``; the ``cloud`` extra), token-store arrays through tensorstore's
+``s3``/``gcs`` kvstore drivers (:func:`kvstore_spec`), local paths through Python's ``open`` and
+:mod:`datatools.io.atomic`. Credentials and endpoints come only from each ecosystem's standard environment
+(``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID`` ..., ``AWS_REGION``; Google application default credentials or
+``STORAGE_EMULATOR_HOST``), never from our flags.
 
-Credentials and endpoints come only from each ecosystem's standard environment, never
-from our flags or files:
-
-* S3: ``AWS_ENDPOINT_URL`` (an S3-compatible server), ``AWS_ACCESS_KEY_ID`` /
-  ``AWS_SECRET_ACCESS_KEY`` (/ ``AWS_SESSION_TOKEN``) or botocore's usual chain
-  (profile, instance role), ``AWS_REGION`` / ``AWS_DEFAULT_REGION``. tensorstore's
-  ``s3`` driver ignores ``AWS_ENDPOINT_URL``: the endpoint is put in its spec here.
-* GCS: Google application default credentials (``GOOGLE_APPLICATION_CREDENTIALS``,
-  ``gcloud auth application-default login``, a VM's service account), or
-  ``STORAGE_EMULATOR_HOST`` for an emulator (no credentials then). tensorstore's ``gcs``
-  driver reads ``TENSORSTORE_GCS_HTTP_URL``: it is set from ``STORAGE_EMULATOR_HOST``.
-
-Failing fast: an unreachable endpoint, a missing bucket and missing credentials each
-raise :class:`StorageError` (an ``OSError`` whose ``filename`` is the URL and whose
-errno is not a bad-input one, so the command line prints one line and exits 1) within
-seconds, not after minutes of retries: botocore gets a 5 s connect timeout and 3
-attempts, tensorstore's retries are bounded in its spec (:data:`TS_RETRIES`), and the
-GCS endpoint is probed once per process before gcsfs (whose retries, about 34 s against
-a closed port, cannot be set per instance) is used. A missing object in an existing
-bucket is a ``FileNotFoundError`` naming the URL (bad input, as a missing local file).
-
-An endpoint that takes the connection and never answers (a hung proxy) fails too, in at
-most about 20 s: every client has a read timeout of :data:`READ_TIMEOUT_S` between two
-received bytes (botocore's ``read_timeout``, aiohttp's ``sock_read`` for gcsfs, curl's
-low-speed watchdog for tensorstore, which its spec cannot set: the
-``TENSORSTORE_CURL_*`` variables of :data:`TS_CURL_ENV`, set before tensorstore's first
-request), and few enough attempts that they add up to less than 30 s (s3fs's own retry
-loop is off: botocore's 3 attempts retry the same errors). The GCS probe sends one HTTP
-request and waits for the status line, so a silent GCS endpoint fails there, in
-:data:`READ_TIMEOUT_S` (gcsfs's 6 attempts are fixed in its class).
-
-Object stores have no rename and no directories: a directory is a key prefix; one PUT
-is atomic (a reader sees the old object or the new one), so :func:`write_with` buffers
-the bytes and writes them in one PUT. Nothing here ever lists or deletes outside the
-prefix it is given.
+Failing fast: an unreachable or silent endpoint, a missing bucket and missing credentials each raise
+:class:`StorageError` (an ``OSError`` naming the URL, exit 1) in under 30 s: bounded connect and read timeouts
+(:data:`READ_TIMEOUT_S`) and attempts for every client, and a GCS probe once per process (gcsfs's own retries
+cannot be set). A missing object in an existing bucket is a ``FileNotFoundError`` naming the URL. One PUT is
+atomic, so :func:`write_with` writes an object in one PUT; nothing here lists or deletes outside its prefix.
 """
 
 from __future__ import annotations
@@ -60,7 +31,7 @@ from urllib.parse import urlsplit
 from datatools.base.errors import StorageError
 from datatools.base.install import install_command
 from datatools.io import atomic
-from datatools.io.paths import resolved
+from datatools.io.paths import display, resolved
 
 SCHEMES = {"s3": "s3", "gs": "gcs", "gcs": "gcs"}  # URL scheme -> fsspec protocol / tensorstore driver
 CONNECT_TIMEOUT_S = 5.0  # a TCP connection to an endpoint; more is a dead or unreachable endpoint
@@ -94,8 +65,8 @@ def is_url(path: str | os.PathLike) -> bool:
 
 
 def _split(path) -> tuple[str, str, str] | None:
-    text = os.fspath(path) if not isinstance(path, bytes) else None
-    if not isinstance(text, str):
+    text = os.fspath(path)
+    if not isinstance(text, str):  # bytes
         return None
     scheme, sep, rest = text.partition(":/")
     if not sep or scheme.lower() not in SCHEMES:
@@ -209,8 +180,6 @@ class Location:
 
     @property
     def display(self) -> str:
-        from datatools.io.paths import display
-
         return display(self.path)
 
     @property
@@ -222,8 +191,6 @@ class Location:
         """What identifies this file's content version (a job's fingerprint): its path and bytes, and its mtime
         (local) or its ETag / generation (an object)."""
         if self.protocol == "file":
-            from datatools.io.paths import display
-
             st = os.stat(self.text)
             return {"path": display(resolved(self.text)), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
         got = info(self) or {"size": 0, "version": None}
@@ -298,10 +265,14 @@ def _region() -> str | None:
     return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
 
 
+def _s3_endpoint() -> str | None:
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+
+
 def endpoint_of(protocol: str) -> str:
     """The endpoint requests go to, for messages and probes."""
     if protocol == "s3":
-        return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "AWS S3"
+        return _s3_endpoint() or "AWS S3"
     emulator = os.environ.get("STORAGE_EMULATOR_HOST")
     return _with_scheme(emulator) if emulator else "https://storage.googleapis.com"
 
@@ -322,8 +293,7 @@ def filesystem(path: str | os.PathLike):
     if proto == "s3":
         s3fs = _import("s3fs", path)
         client = {"region_name": _region()} if _region() else {}
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        if endpoint:
+        if endpoint := _s3_endpoint():
             client["endpoint_url"] = endpoint
         creds = {}
         if os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
@@ -417,8 +387,7 @@ def _google_credentials(url):
         raise StorageError(
             errno.EACCES,
             f"no Google credentials ({str(exc).splitlines()[0][:160]}); set "
-            f"GOOGLE_APPLICATION_CREDENTIALS or run 'gcloud auth application-default "
-            f"login'",
+            "GOOGLE_APPLICATION_CREDENTIALS or run 'gcloud auth application-default login'",
             url_of(url),
         ) from None
     return credentials
@@ -443,8 +412,7 @@ def kvstore_spec(path: str | os.PathLike) -> dict:
             "path": prefix,
             "s3_request_retries": dict(TS_RETRIES),
         }
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        if endpoint:
+        if endpoint := _s3_endpoint():
             spec["endpoint"] = endpoint
         if _region():
             spec["aws_region"] = _region()
@@ -469,8 +437,8 @@ def storage_errors(path: str | os.PathLike) -> Iterator[None]:
         yield
     except StorageError:
         raise
-    except FileNotFoundError as exc:
-        raise _not_found(path, exc) from None
+    except FileNotFoundError:
+        raise _not_found(path) from None
     except Exception as exc:  # noqa: BLE001 -- each library has its own classes; classified by name below
         mapped = _classify(path, exc)
         if mapped is None:
@@ -519,25 +487,22 @@ def _classify(path, exc: BaseException) -> OSError | None:
     return None
 
 
-def _not_found(path, exc: BaseException) -> OSError:
+def _not_found(path) -> OSError:
     """A missing bucket (StorageError, exit 1) or a missing object (FileNotFoundError, bad input)."""
-    url = url_of(path)
-    proto, bucket, _ = split_url(path)
-    if not _bucket_exists(path):
-        return StorageError(errno.ENXIO, f"no bucket {bucket!r} at {endpoint_of(proto)}", url)
-    return FileNotFoundError(errno.ENOENT, "no such file or directory", url)
+    return _no_bucket(path) or FileNotFoundError(errno.ENOENT, "no such file or directory", url_of(path))
 
 
-def _bucket_exists(path) -> bool:
+def _no_bucket(path) -> StorageError | None:
+    """The StorageError of a missing bucket, None when the bucket exists (or refuses listing: not called missing)."""
     proto, bucket, _ = split_url(path)
     fs, _ = filesystem(f"{'s3' if proto == 's3' else 'gs'}://{bucket}")
     try:
         fs.info(bucket)
-        return True
+        return None
     except FileNotFoundError:
-        return False
+        return StorageError(errno.ENXIO, f"no bucket {bucket!r} at {endpoint_of(proto)}", url_of(path))
     except Exception:  # noqa: BLE001 -- the bucket may exist and refuse listing: do not call it missing
-        return True
+        return None
 
 
 # --------------------------------------------------------------------------- reading
@@ -616,8 +581,6 @@ def read_bytes(path: str | os.PathLike, limit: int | None = None, *, max_bytes: 
         with open(path, "rb") as f:
             mode = os.fstat(f.fileno()).st_mode
             if limit is None and (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)):
-                from datatools.io.paths import display
-
                 raise ValueError(f"{display(path)}: a device, not a file (a link to one?)")
             data = f.read() if want is None else f.read(want)
     else:
@@ -625,8 +588,6 @@ def read_bytes(path: str | os.PathLike, limit: int | None = None, *, max_bytes: 
             fs, inner = filesystem(path)
             data = fs.cat_file(inner) if want is None else fs.cat_file(inner, start=0, end=want)
     if limit is None and max_bytes is not None and len(data) > max_bytes:
-        from datatools.io.paths import display
-
         raise ValueError(f"{display(path)}: larger than {max_bytes:,} bytes: not a file of this kind (corrupt?)")
     return data
 
@@ -646,10 +607,8 @@ def info(path: str | os.PathLike) -> dict | None:
         try:
             got = fs.info(inner)
         except FileNotFoundError:
-            if not _bucket_exists(path):
-                raise StorageError(
-                    errno.ENXIO, f"no bucket {split_url(path)[1]!r} at {endpoint_of(split_url(path)[0])}", url_of(path)
-                ) from None
+            if missing := _no_bucket(path):
+                raise missing from None
             return None
     kind = "directory" if got.get("type") == "directory" else "file"
     version = (

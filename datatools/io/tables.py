@@ -1,10 +1,5 @@
-"""One column of a table shard (Parquet, Arrow IPC, JSON Lines), a bounded batch at a time.
-
-:func:`column_batches` yields the shard's column as Arrow arrays: one Parquet row
-group (that column only), one Arrow record batch (zero-copy from the mapping), one
-JSON Lines block. :func:`token_arrays` turns a list-of-integers column into flat
-token ids and lengths (vectorized, from the list offsets), :func:`text_values` a
-string column into Python strings for the tokenizer. Every problem is a
+"""One column of a table shard (Parquet, Arrow IPC, JSON Lines), a bounded batch at a time (:func:`column_batches`),
+as flat token ids and lengths (:func:`token_arrays`) or strings (:func:`text_values`). Every problem is a
 ``ValueError`` naming the file (and row group or line).
 """
 
@@ -18,6 +13,7 @@ import pyarrow as pa
 from datatools.base.checks import MAX_TOKEN_ID, short_repr
 from datatools.io import jsonl, storage
 from datatools.io.discover import Shard, arrow_schema, iter_arrow_batches, open_parquet, parquet_metadata, parquet_names
+from datatools.io.numpy_files import check_non_negative
 from datatools.io.paths import display, first_line
 
 TOKEN_COLUMNS = ("input_ids", "tokens", "token_ids", "inputs")  # inputs: MaxText's name for its token column
@@ -147,10 +143,7 @@ def token_arrays(col: pa.Array | pa.ChunkedArray, where: str, name: str) -> tupl
             raise ValueError(f"{where}: column {name!r} has null token ids")
         values.append(flat.to_numpy(zero_copy_only=False).astype(vt.to_pandas_dtype(), copy=False))
     v = np.concatenate(values) if len(values) != 1 else values[0]
-    if v.size and v.dtype.kind == "i":
-        lo = v.min()
-        if lo < 0:
-            raise ValueError(f"{where}: column {name!r}: negative token id {int(lo)} (token {int(np.argmin(v))})")
+    check_non_negative(v, f"{where}: column {name!r}")
     if v.size and v.dtype.itemsize >= 4:  # ids travel as int32: a larger one is no vocabulary's (2**40 was taken)
         hi = v.max()
         if int(hi) > MAX_TOKEN_ID:

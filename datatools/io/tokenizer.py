@@ -1,26 +1,17 @@
 """Tokenizing exactly what the user asked for.
 
-A ``tokenizer.json`` as published often carries settings meant for a classifier:
-BERT-family files ship ``"truncation": {"max_length": 128}`` and
-``"padding": {"strategy": {"Fixed": 128}}``, and a post-processor that wraps every
-text in ``[CLS] ... [SEP]``. Applied as is, every document comes out exactly 128
-tokens long. So by default (``settings="off"``) truncation and padding are switched
-off and the post-processor's special tokens are not added; BOS/EOS tokens are added
-only when asked for (``bos``/``eos``: a token name, an id, or ``"auto"`` to look up
-the usual names). ``settings="keep"`` applies the file as it is (truncation, padding
-and its special tokens) for those who want exactly that.
-
-:class:`TextEncoder` is picklable (it carries the tokenizer's JSON text), so it runs
-in worker processes and Ray tasks; :meth:`TextEncoder.describe` is what reports and
-store manifests record: the file, its sha256, the settings, the special tokens, and
-which of the file's settings were switched off.
+A published ``tokenizer.json`` often carries a classifier's settings (BERT: truncation and padding to 128, a
+``[CLS] ... [SEP]`` post-processor), which would make every document 128 tokens. So by default
+(``settings="off"``) truncation, padding and the post-processor's special tokens are off, and BOS/EOS are added
+only when asked (a token name, an id, or ``"auto"``); ``settings="keep"`` applies the file as it is.
+:class:`TextEncoder` is picklable (it carries the JSON text) and :meth:`TextEncoder.describe` is what reports and
+manifests record.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import itertools
 import os
 import sys
 import tempfile
@@ -40,12 +31,6 @@ SPECIAL_NAMES = {
 }
 
 
-def flatten_ids(ids: list[list[int]], dtype) -> tuple[np.ndarray, np.ndarray]:
-    """Token id lists back to back as one ``dtype`` array, and each list's length (int64 tokens)."""
-    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-    return np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=int(lengths.sum())), lengths
-
-
 def _tokenizer_from_json(text: str, where: str):
     from tokenizers import Tokenizer
 
@@ -60,11 +45,9 @@ _STDERR_LOCK = threading.Lock()
 
 @contextlib.contextmanager
 def _native_stderr_held() -> Iterator[None]:
-    """File descriptor 2 held in a temporary file while native tokenizer code runs, then replayed: a Rust panic
-    writes its own report (``thread ... panicked at ...``, a backtrace under ``RUST_BACKTRACE``) straight to the
-    descriptor before Python sees the exception, and the command line must stay one line. What was written
-    without a panic is replayed as it was; when a panic is raised it is dropped (the exception says the same).
-    Only one thread holds the descriptor at a time; another thread's call runs unheld."""
+    """File descriptor 2 held in a temporary file while native tokenizer code runs: a Rust panic writes its report
+    straight to it, and the command line must stay one line. Replayed afterwards unless a panic was raised; one
+    thread holds it at a time (another thread's call runs unheld)."""
     if not _STDERR_LOCK.acquire(blocking=False):
         yield
         return
@@ -98,10 +81,9 @@ def _native_stderr_held() -> Iterator[None]:
 
 
 def native_call(source: str, fn: Callable, *args, **kwargs):
-    """``fn(*args, **kwargs)``, a call into the Rust tokenizer, with a panic made a ``ValueError`` naming the
-    tokenizer file ``source``: a panic (``pyo3_runtime.PanicException``, a ``BaseException``) comes from what
-    the file asks for (a pre-tokenizer regex that backtracks past Oniguruma's retry limit, ``(a+)+b`` on a run
-    of ``a``), so it is bad input, exit status 2, one line."""
+    """``fn(*args, **kwargs)``, a call into the Rust tokenizer, with a panic (``pyo3_runtime.PanicException``, a
+    ``BaseException``: e.g. a pre-tokenizer regex past Oniguruma's retry limit) made a ``ValueError`` naming the
+    tokenizer file ``source`` (bad input, exit status 2)."""
     try:
         with _native_stderr_held():
             return fn(*args, **kwargs)
@@ -114,10 +96,11 @@ def native_call(source: str, fn: Callable, *args, **kwargs):
         ) from None
 
 
-def _read_tokenizer_file(path: str | os.PathLike) -> bytes:
+def read_tokenizer_file(path: str | os.PathLike) -> bytes:
+    """The bytes of a tokenizer file (a ValueError names a missing one; opened by Python: any file name works)."""
     if not os.path.isfile(path):
         raise ValueError(f"{display(path)}: tokenizer file not found")
-    with open(path, "rb") as f:  # opened by Python: any file name works; PermissionError names the file
+    with open(path, "rb") as f:
         return f.read()
 
 
@@ -135,16 +118,7 @@ def load_tokenizer(path: str | os.PathLike, settings: str = "off"):
     Raises:
       ValueError: the file is missing or not a tokenizers JSON file, or ``settings`` is unknown.
     """
-    _check_settings(settings)
-    tok = _tokenizer_from_json(_read_tokenizer_file(path).decode("utf-8", "replace"), display(path))
-    if settings == "off":
-        _switch_off(tok)
-    return tok
-
-
-def _check_settings(settings: str) -> None:
-    if settings not in SETTINGS:
-        raise ValueError(f"tokenizer settings must be one of {', '.join(SETTINGS)}; got {short_repr(settings)}")
+    return open_encoder(path, settings=settings).tokenizer
 
 
 def resolve_special(tok, value: str | int | None, which: str) -> int | None:
@@ -179,14 +153,12 @@ CUT_WINDOW = 1 << 12  # characters before a piece's end searched for a pre-token
 
 def split_text(tok, text: str, piece: int | None = None, source: str = "tokenizer") -> Iterator[str]:
     """``text`` in pieces of at most ``piece`` characters (default :data:`PIECE_CHARS`), yielded one at a time,
-    cut where the tokenizer's pre-tokenizer starts a pre-token, so the pieces' token counts add up to the text's.
+    cut where the pre-tokenizer starts a pre-token, so the pieces' token counts add up to the text's.
 
-    The cut is the start of the last pre-token in the :data:`CUT_WINDOW` characters before the piece's end,
-    else in the whole piece (pre-tokenization is a local, left-to-right split, so a boundary found there is
-    one in the whole text), and never right after whitespace: GPT-2's pattern splits a whitespace run by
-    what follows it (``\\s+(?!\\S)``), so a piece must not end in one. Without a pre-tokenizer the cut is
-    before the last space. A piece with no boundary at all (a single pre-token of ``piece`` characters) is
-    cut where it ends, which can change the count by a token or two at that cut.
+    The cut is the last pre-token start in the :data:`CUT_WINDOW` characters before the piece's end, else in the
+    whole piece, never right after whitespace (GPT-2 splits a whitespace run by what follows it); without a
+    pre-tokenizer, before the last space. A piece with no boundary is cut where it ends (the count may then
+    differ by a token or two).
     """
     piece = PIECE_CHARS if piece is None else piece
     if len(text) <= piece:
@@ -256,85 +228,59 @@ class TextEncoder:
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
-    def encode(self, texts: Sequence[str], dtype=np.int64) -> tuple[np.ndarray, np.ndarray]:
-        """Tokens of all ``texts`` back to back (``dtype``) and each text's length (int64 tokens).
-
-        Memory is bounded whatever the input, as in :meth:`count_tokens`: texts go to the tokenizer in batches
-        of at most :data:`LENGTH_BATCH_TEXTS` texts and :data:`LENGTH_BATCH_CHARS` characters, each batch's ids
-        become ``dtype`` arrays at once (a Python list holds ~36 bytes a token, ``tokenizers`` ~100 with
-        offsets), and a text over :data:`PIECE_CHARS` characters is tokenized as pieces cut at pre-token
-        boundaries (:func:`split_text`), whose ids are the whole text's ids (a 50 MB line took 269 s and
-        3.16 GB whole). With ``settings="keep"`` a text is tokenized whole (the file's truncation, padding and
-        template apply to the whole text)."""
+    def _encoded(self, texts: Sequence[str]) -> Iterator[tuple[list[int], list]]:
+        """``(owners, encodings)`` per tokenizer call, in order: texts go in batches of at most
+        :data:`LENGTH_BATCH_TEXTS` texts and :data:`LENGTH_BATCH_CHARS` characters, so memory is bounded whatever
+        the input (``tokenizers`` holds ~100 bytes a token for a batch). A text over :data:`PIECE_CHARS`
+        characters goes as pieces cut at pre-token boundaries (:func:`split_text`; the model never merges across
+        one, so the pieces' ids are the whole text's; a 50 MB line whole took 337 s and 3.1 GB). With
+        ``settings="keep"`` a text goes whole (the file's truncation, padding and template apply to it)."""
         tok = self.tokenizer
         keep = self.settings == "keep"
         encode = getattr(tok, "encode_batch_fast", tok.encode_batch)  # no offsets (tokenizers >= 0.21)
-        bos = np.array([] if self.bos_id is None else [self.bos_id], dtype)
-        eos = np.array([] if self.eos_id is None else [self.eos_id], dtype)
-        lengths = np.zeros(len(texts), np.int64)
-        parts: list[np.ndarray] = []
-        items: list = []  # in order: a piece of text (str, its owner) or constant tokens (bos/eos)
-        pieces: list[str] = []
-        chars = 0
-
-        def flush():
-            nonlocal items, pieces, chars
-            encoded = iter(native_call(self.source, encode, pieces, add_special_tokens=keep)) if pieces else None
-            for item in items:
-                if isinstance(item, np.ndarray):
-                    parts.append(item)
-                    continue
-                ids = np.asarray(next(encoded).ids, dtype)  # type: ignore[arg-type]
-                lengths[item[1]] += ids.shape[0]
-                parts.append(ids)
-            items, pieces, chars = [], [], 0
-
-        for i, text in enumerate(texts):
-            if bos.size:
-                items.append(bos)
-            for piece in [text] if keep else split_text(tok, text, source=self.source):
-                if pieces and (len(pieces) >= LENGTH_BATCH_TEXTS or chars + len(piece) > LENGTH_BATCH_CHARS):
-                    flush()
-                items.append((piece, i))
-                pieces.append(piece)
-                chars += len(piece)
-            if eos.size:
-                items.append(eos)
-        flush()
-        lengths += bos.size + eos.size
-        flat = np.concatenate(parts) if parts else np.zeros(0, dtype)
-        return flat.astype(dtype, copy=False), lengths
-
-    def count_tokens(self, texts: Sequence[str]) -> np.ndarray:
-        """Tokens of each text (int64), BOS/EOS included, without keeping any token: for length analysis.
-
-        Memory is bounded whatever the input: texts go to the tokenizer in batches of at most
-        :data:`LENGTH_BATCH_TEXTS` texts and :data:`LENGTH_BATCH_CHARS` characters, and only the counts are
-        kept (``tokenizers`` holds ids, offsets and token strings, ~100 bytes a token, for a whole batch).
-        A text over :data:`PIECE_CHARS` characters (a 50 MB line took 337 s and 3.1 GB whole) is counted as
-        pieces cut at pre-token boundaries (:func:`split_text`): the tokenizer's model never merges across a
-        pre-token boundary, so the sum is the whole text's count; linear time, and the pieces run in parallel.
-        With ``settings="keep"`` a text is counted whole, so the file's truncation, padding and template apply.
-        """
-        tok = self.tokenizer
-        keep = self.settings == "keep"
-        encode = getattr(tok, "encode_batch_fast", tok.encode_batch)  # no offsets (tokenizers >= 0.21)
-        out = np.zeros(len(texts), np.int64)
         owners: list[int] = []
         pieces: list[str] = []
         chars = 0
         for i, text in enumerate(texts):
             for piece in [text] if keep else split_text(tok, text, source=self.source):
                 if pieces and (len(pieces) >= LENGTH_BATCH_TEXTS or chars + len(piece) > LENGTH_BATCH_CHARS):
-                    counted = native_call(self.source, encode, pieces, add_special_tokens=keep)
-                    np.add.at(out, owners, [len(e) for e in counted])
+                    yield owners, native_call(self.source, encode, pieces, add_special_tokens=keep)
                     owners, pieces, chars = [], [], 0
                 owners.append(i)
                 pieces.append(piece)
                 chars += len(piece)
         if pieces:
-            counted = native_call(self.source, encode, pieces, add_special_tokens=keep)
-            np.add.at(out, owners, [len(e) for e in counted])
+            yield owners, native_call(self.source, encode, pieces, add_special_tokens=keep)
+
+    def encode(self, texts: Sequence[str], dtype=np.int64) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens of all ``texts`` back to back (``dtype``) and each text's length (int64 tokens), BOS/EOS
+        included; tokenized in bounded batches and pieces (see :meth:`_encoded`), each batch's ids made ``dtype``
+        arrays at once."""
+        bos = np.array([] if self.bos_id is None else [self.bos_id], dtype)
+        eos = np.array([] if self.eos_id is None else [self.eos_id], dtype)
+        lengths = np.zeros(len(texts), np.int64)
+        parts: list[np.ndarray] = []
+        last = -1  # the text whose pieces came last: every text has at least one piece
+        for owners, encoded in self._encoded(texts):
+            for i, e in zip(owners, encoded):
+                if i != last:
+                    parts.extend((eos, bos) if last >= 0 else (bos,))
+                    last = i
+                ids = np.asarray(e.ids, dtype)
+                lengths[i] += ids.shape[0]
+                parts.append(ids)
+        if last >= 0:
+            parts.append(eos)
+        lengths += bos.size + eos.size
+        flat = np.concatenate(parts) if parts else np.zeros(0, dtype)
+        return flat.astype(dtype, copy=False), lengths
+
+    def count_tokens(self, texts: Sequence[str]) -> np.ndarray:
+        """Tokens of each text (int64), BOS/EOS included, without keeping any token: for length analysis (bounded
+        batches and pieces, see :meth:`_encoded`)."""
+        out = np.zeros(len(texts), np.int64)
+        for owners, encoded in self._encoded(texts):
+            np.add.at(out, owners, [len(e) for e in encoded])
         return out + (self.bos_id is not None) + (self.eos_id is not None)
 
     def describe(self) -> dict:
@@ -384,8 +330,9 @@ def open_encoder(
     path: str | os.PathLike, *, settings: str = "off", bos: str | int | None = None, eos: str | int | None = None
 ) -> TextEncoder:
     """A :class:`TextEncoder` for the tokenizer file at ``path``; BOS/EOS resolved (and checked) here, once."""
-    _check_settings(settings)
-    data = _read_tokenizer_file(path)
+    if settings not in SETTINGS:
+        raise ValueError(f"tokenizer settings must be one of {', '.join(SETTINGS)}; got {short_repr(settings)}")
+    data = read_tokenizer_file(path)
     text = data.decode("utf-8", "replace")
     tok = _tokenizer_from_json(text, display(path))
     switched = _switch_off(tok) if settings == "off" else {}

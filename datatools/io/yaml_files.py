@@ -1,16 +1,10 @@
 """YAML config files read safely: ``yaml.SafeLoader`` with limits on size, expanded size and nesting, and no
 duplicate keys.
 
-An alias (``*name``) costs a few bytes but stands for a whole copy of its anchor, so
-a few hundred bytes of nested aliases expand into billions of values (the "billion
-laughs" bomb: 9 levels of 9 aliases is 72 aliases and 387 million values). Counting
-aliases does not bound that; the loader counts the *expanded* size instead: every
-node (mapping, list, key, value) as often as aliases repeat it, computed once per
-distinct node after the document is composed (memoized, so the check costs
-O(distinct nodes) however big the expansion) and refused past
-:data:`MAX_EXPANDED_NODES` before anything is constructed. A key written twice in one
-mapping is refused too (YAML says keys are unique; PyYAML silently keeps the last);
-keys brought in by a merge (``<<: *defaults``) may be overridden, as YAML intends.
+A few hundred bytes of nested aliases can expand into billions of values (the "billion laughs" bomb), so the
+loader counts each node as often as aliases repeat it (memoized: O(distinct nodes)) and refuses past
+:data:`MAX_EXPANDED_NODES` before anything is constructed. A key written twice in one mapping is refused (PyYAML
+would keep the last); keys brought in by a merge (``<<: *defaults``) may be overridden.
 """
 
 from __future__ import annotations
@@ -19,11 +13,7 @@ import os
 
 import yaml
 
-
-def _short(value, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
+from datatools.base.checks import short_repr
 
 MAX_CONFIG_BYTES = 1 << 20  # a config file is a page of YAML, not a data set
 MAX_EXPANDED_NODES = 100_000  # nodes once aliases are expanded: 100x a long config, 1/3870 of a 9x9 alias bomb
@@ -66,7 +56,7 @@ class _LimitedLoader(yaml.SafeLoader):
             key = self.construct_object(key_node)  # a scalar: 1 and 0x1 are the same key
             if key in seen:
                 raise _Refused(
-                    f"duplicate key {_short(key)} (line {key_node.start_mark.line + 1}): a key may appear "
+                    f"duplicate key {short_repr(key)} (line {key_node.start_mark.line + 1}): a key may appear "
                     f"once per mapping"
                 )
             seen.add(key)
@@ -128,7 +118,7 @@ def load_yaml(path: str | os.PathLike) -> dict:
         raise ValueError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"{path}: invalid YAML ({_short(first, 120)})") from None
+        raise ValueError(f"{path}: invalid YAML ({short_repr(first, 120)})") from None
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not UTF-8 text ({exc.reason})") from None
     except RecursionError:

@@ -1,23 +1,12 @@
 """A latency- and bandwidth-shaping TCP proxy for object-storage servers on loopback: a far bucket, on one machine.
 
-A test server on loopback (moto's S3 server, a GCS emulator) answers in microseconds at gigabytes per second,
-so a loader that reads one request at a time, or fetches 250x the bytes it uses, looks fine there and stalls
-a TPU against a real bucket. :class:`SlowProxy` sits in front of such a server and makes it behave like one
-far away: every HTTP request waits ``latency_s`` before it is forwarded (a round trip to the bucket's region,
-paid once per request, also on keep-alive connections), and each connection's responses are capped at
-``bandwidth_bps`` (a bucket serves each connection at its own rate). It counts what passes: requests, bytes
-each way, connections, and each request's latency (from its first byte at the proxy to the first byte of its
-answer), so a test can assert how many requests and bytes a read cost.
-
-It parses just enough HTTP/1.1 on the client's side to find where each request starts (the request head,
-then a ``Content-Length`` body or a chunked one); the bytes pass through unchanged, and a stream that is not
-HTTP/1.1 passes through unparsed (no requests counted on it). A request's latency ends at the first byte the
-server sends after the request went on: exact for HTTP/1.1 clients, which send a connection's next request
-once the previous answer is in (botocore, s3fs/aiohttp, tensorstore, gcsfs; none pipelines). It listens on
-127.0.0.1 only, runs one asyncio loop in a daemon thread (a few tasks per open connection), and stops with
-:meth:`SlowProxy.stop` (or the ``with`` block, or the process). It is not the bottleneck on loopback: about
-1.3 GB/s through it with 32 connections at once (2 cores, one process), against ~50 MB/s that moto's server
-gives for 32 concurrent ranged GETs of a large object, the same with and without the proxy.
+A loopback server (moto's S3 server, a GCS emulator) answers in microseconds, so a loader that reads one request
+at a time looks fine there and stalls a TPU against a real bucket. :class:`SlowProxy` delays every HTTP request
+by ``latency_s`` (keep-alive ones too), caps each connection's responses at ``bandwidth_bps``, and counts
+requests, bytes each way, connections and each request's latency (first byte in to first byte of the answer;
+exact for HTTP/1.1 clients, none of which pipelines). It parses just enough HTTP/1.1 to find where requests start;
+bytes pass unchanged, a stream that is not HTTP/1.1 passes unparsed. It listens on 127.0.0.1 only, in one asyncio
+loop on a daemon thread, and is not the bottleneck (~1.3 GB/s with 32 connections on 2 cores).
 
     with SlowProxy(moto_port, latency_s=0.03, bandwidth_bps=50e6) as proxy:
         os.environ["AWS_ENDPOINT_URL"] = proxy.url
@@ -118,13 +107,13 @@ class _RequestParser:
                 head, self._buf = self._buf + data[i : i + taken], b""
                 i += taken
                 self._start_body(head)
-            elif self._state == "body":
+            elif self._state in ("body", "chunk-data"):
                 take = min(self._left, n - i)
                 i += take
                 self._left -= take
                 if not self._left:
-                    self._state = "head"
-            elif self._state in ("chunk-size", "trailer"):
+                    self._state = "head" if self._state == "body" else "chunk-size"
+            else:  # chunk-size or trailer
                 end = (self._buf + data[i:]).find(b"\r\n")
                 if end < 0:
                     self._hold(data[i:])
@@ -141,12 +130,6 @@ class _RequestParser:
                     self._state, self._left = "chunk-data", size + 2  # the data and its CRLF
                 else:
                     self._state = "trailer"
-            else:  # chunk-data
-                take = min(self._left, n - i)
-                i += take
-                self._left -= take
-                if not self._left:
-                    self._state = "chunk-size"
 
     def _hold(self, rest: bytes) -> None:
         """Keep the incomplete line or head ``rest`` for the next feed; too long a one is not HTTP."""
