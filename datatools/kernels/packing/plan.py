@@ -12,7 +12,8 @@ kernels work in units of ``align`` tokens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 
 import numba
 import numpy as np
@@ -56,8 +57,6 @@ class PackPlan:
     dropped_tokens: int
     empty_documents: int
     algorithm: str
-    _offset: np.ndarray | None = field(default=None, repr=False, compare=False)
-    _max_doc: int | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def one_piece_rows(cls, ctx: int, doc, start, length, algorithm: str) -> PackPlan:
@@ -92,23 +91,18 @@ class PackPlan:
         """int64 (num_rows,): number of pieces (segments) in each row."""
         return np.diff(self.row_splits)
 
-    @property
+    @cached_property
     def max_doc(self) -> int:
         """The largest document index in the plan (-1 when empty)."""
-        max_doc = self._max_doc
-        if max_doc is None:
-            max_doc = int(self.doc.max()) if self.num_pieces else -1
-            object.__setattr__(self, "_max_doc", max_doc)
-        return max_doc
+        return int(self.doc.max()) if self.num_pieces else -1
 
-    @property
+    @cached_property
     def offset(self) -> np.ndarray:
         """int64 (num_pieces,): where each piece starts inside its row (tokens)."""
-        offset = self._offset
-        if offset is None:
-            offset = _piece_offsets(self.length, self.row_splits, self.align)
-            object.__setattr__(self, "_offset", offset)
-        return offset
+        slots = -(-self.length.astype(np.int64) // self.align) * self.align
+        ends = np.cumsum(slots)
+        row_begin = np.concatenate(([0], ends))[self.row_splits[:-1]]
+        return ends - slots - np.repeat(row_begin, np.diff(self.row_splits))
 
     def row(self, r: int) -> list[tuple[int, int, int]]:
         """The pieces of row ``r`` as ``(doc, start, length)`` tuples."""
@@ -116,14 +110,6 @@ class PackPlan:
             raise IndexError(f"row {r} out of range for a plan of {self.num_rows} rows")
         a, b = self.row_splits[r], self.row_splits[r + 1]
         return list(zip(self.doc[a:b].tolist(), self.start[a:b].tolist(), self.length[a:b].tolist()))
-
-
-def _piece_offsets(length: np.ndarray, row_splits: np.ndarray, align: int) -> np.ndarray:
-    slots = -(-length.astype(np.int64) // align) * align
-    ends = np.cumsum(slots)
-    begins = ends - slots
-    row_begin = np.concatenate(([0], ends))[row_splits[:-1]]
-    return begins - np.repeat(row_begin, np.diff(row_splits))
 
 
 def pack_lengths(
