@@ -40,7 +40,7 @@ def check_sizes(sizes) -> np.ndarray:
 
 
 @numba.njit(cache=True)
-def _cut(lengths, sizes, doc, start, length, size, fill):
+def _cut(fill, lengths, sizes, doc, start, length, size):
     """How many pieces :func:`decompose` cuts, written to (doc, start, length, size) when ``fill``."""
     j = 0
     for i in range(lengths.shape[0]):
@@ -84,9 +84,9 @@ def decompose(lengths, sizes) -> Pieces:
     sizes = check_sizes(sizes)
     if sizes.shape[0] > 127:
         raise ValueError(f"at most 127 lengths; got {sizes.shape[0]}")
-    n = _cut(lengths, sizes, *(np.empty(0, t) for t in _PIECE_DTYPES), False)
+    n = _cut(False, lengths, sizes, *(np.empty(0, t) for t in _PIECE_DTYPES))
     pieces = Pieces(*(np.empty(n, t) for t in _PIECE_DTYPES))
-    _cut(lengths, sizes, pieces.doc, pieces.start, pieces.length, pieces.size, True)
+    _cut(True, lengths, sizes, pieces.doc, pieces.start, pieces.length, pieces.size)
     return pieces
 
 

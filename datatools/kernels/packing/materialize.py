@@ -142,7 +142,8 @@ def _fill_checked(batch, row_ids, *args) -> None:
     """``_fill_rows(*args, <batch's four arrays>, err)``; a row holding an id outside [0, 2**31 - 1] is a ValueError
     naming the id, its row and slot."""
     err = np.zeros(3, np.int64)
-    if not _fill_rows(*args, batch["tokens"], batch["segment_ids"], batch["positions"], batch["loss_mask"], err):
+    outputs = (*(batch[k] for k in _CANONICAL), err)
+    if not _fill_rows(*args, *outputs):
         return
     b, where, value = (int(v) for v in err)
     tokens, wide = args[7], args[11]
