@@ -31,7 +31,7 @@ def plan_window(
     documents ``docs`` (global ids; ``options``: :func:`~datatools.kernels.packing.pack_lengths`'s) and, with a
     ``key``, its rows' seeded order (position i of the window is row ``order[i]`` of the plan)."""
     plan = pack_lengths(lengths[docs], ctx, **options)
-    plan = dataclasses.replace(plan, doc=docs[plan.doc], _max_doc=None)
+    plan = dataclasses.replace(plan, doc=docs[plan.doc])
     order = np.random.default_rng(key).permutation(plan.num_rows) if key is not None else np.zeros(0, np.int64)
     return plan, order
 

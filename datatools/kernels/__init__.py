@@ -1,8 +1,6 @@
 """Kernels: numpy/numba in and out, no Grain, no JAX, no I/O.
 
-* :mod:`~datatools.kernels.packing`: the packing engine: pack_lengths -> PackPlan (6 algorithms, windowed or
-  not, caps, alignment, overflow), count_rows (the same packers counting rows, on lengths or a size histogram),
-  materialize (segment ids, positions, loss mask), pack_in_groups, the on-disk plan encoding
+* :mod:`~datatools.kernels.packing`: plans, row counts, materialize, pack_in_groups, the on-disk plan encoding
 * :mod:`~datatools.kernels.bucket`: optimal tile-aligned bucket boundaries, token-budget batches
 * :mod:`~datatools.kernels.shuffle`: FeistelPermutation (any n), BlockShuffle (windowed, per epoch, O(1) access)
 * :mod:`~datatools.kernels.tiles`: tile_align, choose_context, fit_resolution, chunk

@@ -1,16 +1,9 @@
-"""Which blocks of a packed row's attention matrix hold any work: the block structure a segment-aware kernel skips by.
+"""Which ``block`` x ``block`` tiles of a packed row's attention matrix hold work, for a segment-aware kernel.
 
-In a packed row, query t may attend to key s only when s <= t and both belong to the
-same document piece (segment ids equal and non-zero). Cut the (ctx x ctx) matrix into
-tiles of ``block`` x ``block``: a tile is **empty** when no (query, key) pair in it may
-attend, **full** when every pair may (the query block lies wholly after the key block,
-inside one piece that covers both), and **partial** otherwise (the diagonal, a piece
-boundary, padding). With documents of a few hundred tokens at ctx 8192, more than 90%
-of the tiles are empty; a dense kernel computes them all and masks them away.
-
-Segments are contiguous in a packed row (a piece occupies consecutive slots), so a
-query's allowed keys are the interval ``[start of its piece, itself]``: the union over a
-query block is a few intervals, marked per run of one segment, in O(ctx) per row.
+Query t may attend to key s when s <= t and both are in one piece (equal non-zero segment ids). A tile is
+**empty** when no pair in it may attend, **full** when every pair may, **partial** otherwise (diagonal, piece
+boundary, padding); with documents of a few hundred tokens at ctx 8192, over 90% are empty. Pieces are
+contiguous, so a query's keys are ``[start of its piece, itself]``: O(ctx) per row.
 """
 
 from __future__ import annotations
@@ -81,20 +74,14 @@ def bucket_width(most: int, *, minimum: int = 16, step: int = 256) -> int:
     return max(int(minimum), 1 << (most - 1).bit_length()) if most <= step else -(-most // step) * step
 
 
-def block_pairs(
-    segment_ids, block: int, *, minimum: int = 16, step: int = 256, kinds: np.ndarray | None = None
-) -> dict[str, np.ndarray]:
-    """The non-empty tiles of every row as a padded list, the form a gather-based kernel takes.
-
-    Returns int32 arrays of shape (rows, P), P the most non-empty tiles in any row
-    rounded by :func:`bucket_width`: ``block_q``, ``block_k`` (tile coordinates) and
-    ``block_valid`` (0 for the padding entries, which point at tile (0, 0)).
-    ``kinds``: :func:`block_structure`'s result, when the caller already has it.
-    """
+def block_pairs(segment_ids, block: int, *, kinds: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The non-empty tiles of every row as a padded list (a gather-based kernel's form): int32 (rows, P), P the most
+    in any row by :func:`bucket_width`: ``block_q``, ``block_k`` (tile coordinates), ``block_valid`` (0 for padding
+    entries, at tile (0, 0)). ``kinds``: :func:`block_structure`'s result, when the caller has it."""
     kinds = block_structure(segment_ids, block) if kinds is None else kinds
     rows, nb, _ = kinds.shape
     counts = (kinds != EMPTY).reshape(rows, -1).sum(axis=1)
-    width = bucket_width(int(counts.max(initial=0)), minimum=minimum, step=step)
+    width = bucket_width(int(counts.max(initial=0)))
     q = np.zeros((rows, width), np.int32)
     k = np.zeros((rows, width), np.int32)
     valid = np.zeros((rows, width), np.int32)
@@ -108,33 +95,21 @@ def block_pairs(
 TILE_KEYS = ("tile_row", "tile_q", "tile_k", "tile_full", "tile_by_k", "tile_count")
 
 
-def tile_list(
-    segment_ids, block: int, *, minimum: int = 16, step: int = 256, kinds: np.ndarray | None = None
-) -> dict[str, np.ndarray]:
-    """The batch's non-empty tiles as one list, the scalar-prefetch operands of a Pallas block-sparse kernel.
+def tile_list(segment_ids, block: int, *, kinds: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The batch's non-empty tiles as one list, the scalar-prefetch operands of a Pallas block-sparse kernel (one
+    grid step per tile and head, one program per padded length).
 
-    A kernel's grid runs over this list (one grid step per tile and head), so it
-    visits no empty tile and compiles one program per padded length. Entries are
-    sorted by (row, query block, key block): a query block's tiles are consecutive, so
-    the forward and dq passes keep one running softmax in fast memory per run.
-
-    Returns int32 arrays (``TILE_KEYS``):
-
-    * ``tile_row``, ``tile_q``, ``tile_k`` (P,): the row and the (query, key) block
-      coordinates (in units of ``block`` tokens) of each tile;
-    * ``tile_full`` (P,): 1 where every (query, key) pair of the tile may attend (the
-      kernel skips the mask), 0 where it is partial;
-    * ``tile_by_k`` (P,): the entries' order sorted by (row, key block, query block),
-      the order of the dk/dv pass (a key block's tiles consecutive);
-    * ``tile_count`` (1,): how many entries are real; P is :func:`bucket_width` of it.
-      Padding entries repeat the last real tile (a kernel that did run over them
-      would fetch no new block) and ``tile_by_k`` maps them to themselves.
+    Returns int32 arrays (``TILE_KEYS``), sorted by (row, query block, key block) so a query block's tiles are
+    consecutive: ``tile_row``, ``tile_q``, ``tile_k`` (P,): the row and block coordinates (units of ``block``
+    tokens); ``tile_full`` (P,): 1 where the tile is full (no mask needed); ``tile_by_k`` (P,): the order sorted by
+    (row, key block, query block), for the dk/dv pass; ``tile_count`` (1,): real entries (P is :func:`bucket_width`
+    of it). Padding entries repeat the last real tile and ``tile_by_k`` maps them to themselves.
     """
     kinds = block_structure(segment_ids, block) if kinds is None else kinds
     row, q, k = (x.astype(np.int32) for x in np.nonzero(kinds))  # C order: sorted by (row, q, k)
     full = (kinds[row, q, k] == FULL).astype(np.int32)
     n = row.shape[0]
-    width = bucket_width(n, minimum=minimum, step=step)
+    width = bucket_width(n)
     out = {}
     for name, values in (("tile_row", row), ("tile_q", q), ("tile_k", k), ("tile_full", full)):
         arr = np.zeros(width, np.int32)

@@ -1,66 +1,21 @@
 """Batch formats: the canonical datatools batch seen as MaxText, Levanter or Hugging Face expect it.
 
-The canonical batch (every packer and bucketer in datatools produces it) holds int32
-arrays of shape (batch, ctx), or (ctx,) for one row:
+The canonical batch holds int32 (batch, ctx) arrays (or (ctx,)): ``tokens``; ``segment_ids`` (1, 2, ... per piece
+within a row, 0 at padding); ``positions`` (0-based within each document); ``loss_mask`` (1 where token t + 1 is in
+the same piece: no target crosses a document). :func:`apply_options` first applies ``boundary_targets`` (``mask``;
+``next_document``: a document's last token also predicts the next one's first, as MaxText's ``ShiftData``),
+``positions`` (``restart`` from 0 in every piece, as MaxText, Grain and transformers expect; ``continue``) and
+``loss_weighting`` (:mod:`datatools.kernels.loss_weights`). See ``docs/trainers.md``. Formats (:data:`FORMATS`):
 
-* ``tokens``;
-* ``segment_ids``: 1, 2, ... per document piece within a row, 0 at padding;
-* ``positions``: 0-based within each document (a continuation piece counts on);
-* ``loss_mask``: 1 where token t's next token t + 1 is in the same piece. It is 0 at
-  padding and at each piece's last token, so no target crosses a document.
-
-Two options change what a batch says before it is laid out (:func:`apply_options`):
-
-``boundary_targets``
-    ``mask`` (default): a document's last token predicts nothing, so the loss of a
-    packed row is the sum of its documents' own losses (packed loss == unpacked
-    loss). ``next_document``: as MaxText's ``ShiftData`` does, the last token of a
-    document also predicts the first token of the document after it in the same row
-    (a prediction made without seeing that document: noise, but what a MaxText run
-    has always trained on).
-``positions``
-    ``restart`` (default): every piece counts from 0, as MaxText's chunking and
-    Grain's packers do and as transformers needs to find the boundaries of a
-    padding-free batch; positions stay below ctx, so a learned position table is
-    never indexed out of range. With rotary embeddings attention within a piece is
-    the same either way. ``continue``: a continuation piece of a document split
-    across rows counts on from its offset in the document.
-``loss_weighting``
-    ``none`` (default): no weights, the layouts as they always were. ``token`` or
-    ``document``: the batch also carries float32 ``loss_weights`` per target token and
-    ``loss_weight_sum`` per row (:mod:`datatools.kernels.loss_weights`), computed from
-    the final ``loss_mask``; each layout carries them as noted below.
-
-Formats (:data:`FORMATS`):
-
-``datatools``
-    the canonical batch (with any extra fields, such as attention tiles).
-``maxtext``
-    what MaxText's Grain pipeline feeds its train step: ``inputs``,
-    ``inputs_segmentation``, ``inputs_position`` (tokens, segment ids, positions);
-    ``targets`` (the next token, 0 where there is none), ``targets_segmentation``
-    (the next token's segment id where it is a target, else 0: MaxText weights the
-    loss by ``targets_segmentation != 0``) and ``targets_position``; with weights,
-    ``loss_weights`` (aligned with ``targets``; stock MaxText reads no per-token weight,
-    see ``docs/loss-weighting.md``).
-``levanter``
-    the fields of Levanter's ``LmExample``: ``tokens``, ``loss_mask`` (int32, 1 at
-    t where token t + 1 is predicted, as ``LmExample.causal`` makes it) and
-    ``segment_ids`` numbered as Levanter's ``SequencePacker`` numbers them: 0, 1, ...
-    per piece of a row and -1 at padding (for ``AttentionMask.with_segment_ids``);
-    with weights, ``loss_weight`` (float32, Levanter's own per-position loss weight).
-``hf``
-    padding-free, as transformers' ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)``
-    gives it: the real tokens of the whole batch concatenated into one row:
-    ``input_ids``, ``position_ids`` and ``labels`` (shape (1, real tokens); ``labels``
-    is -100 where the token is not predicted, e.g. at every piece's first token,
-    because Hugging Face models shift labels themselves), plus ``cu_seq_lens_q`` /
-    ``cu_seq_lens_k`` (int32 piece boundaries) and ``max_length_q`` / ``max_length_k``
-    (the longest piece, tokens), the flash-attention keyword arguments. With
-    ``positions: restart`` transformers also finds the pieces from ``position_ids``
-    (sdpa and eager attention). Its shape changes from batch to batch. With weights,
-    ``loss_weights`` aligned with ``labels`` (the weight of predicting each label) and
-    ``loss_weight_sum`` (the batch's, a scalar): transformers' built-in loss takes neither.
+* ``datatools``: the canonical batch (with any extra fields, such as attention tiles).
+* ``maxtext``: ``inputs``, ``inputs_segmentation``, ``inputs_position``, ``targets`` (the next token, 0 where none),
+  ``targets_segmentation`` (its segment id where it is a target, else 0: MaxText's loss weight),
+  ``targets_position``; weights as ``loss_weights`` aligned with ``targets``.
+* ``levanter``: ``LmExample``'s ``tokens``, ``loss_mask`` and ``segment_ids`` 0, 1, ... per piece of a row, -1 at
+  padding (as ``SequencePacker``); weights as ``loss_weight``.
+* ``hf``: padding-free, as ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)``: the batch's real tokens
+  in one row (``input_ids``, ``position_ids``, ``labels`` -100 where not predicted), ``cu_seq_lens_q/k`` and
+  ``max_length_q/k``; weights as ``loss_weights`` aligned with ``labels`` and a scalar ``loss_weight_sum``.
 """
 
 from __future__ import annotations
@@ -114,32 +69,21 @@ def number_pieces(segment_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return positions.reshape(shape), pieces.reshape(shape)
 
 
-def next_document_mask(segment_ids: np.ndarray) -> np.ndarray:
-    """The loss mask of ``boundary_targets: next_document``: 1 at t where tokens t and t + 1 are both real."""
-    seg = np.atleast_2d(segment_ids)
-    mask = np.zeros(seg.shape, dtype=np.int32)
-    mask[:, :-1] = (seg[:, :-1] != 0) & (seg[:, 1:] != 0)
-    return mask.reshape(np.shape(segment_ids))
-
-
 def apply_options(
     batch: dict, *, boundary_targets: str = "mask", positions: str = "restart", loss_weighting: str = "none"
 ) -> dict:
-    """A canonical batch with ``boundary_targets``, ``positions`` and ``loss_weighting`` applied (see the module
-    docstring).
-
-    The canonical batch the packers make is ``mask`` / ``continue``; anything else is computed here, vectorized
-    over the whole batch. Weights the batch already carries (the loader's) are kept unless ``next_document``
-    changed the loss mask they follow.
-    """
+    """A canonical batch (the packers make ``mask`` / ``continue``) with ``boundary_targets``, ``positions`` and
+    ``loss_weighting`` applied (see the module docstring). Weights the batch already carries (the loader's) are
+    kept unless ``next_document`` changed the loss mask they follow."""
     check_choice(boundary_targets, "boundary_targets", BOUNDARY_TARGETS)
     check_choice(positions, "positions", POSITIONS)
     check_choice(loss_weighting, "loss_weighting", LOSS_WEIGHTINGS)
     out = dict(batch)  # extra fields (attention tiles) ride along
     if positions == "restart":
-        out["positions"] = number_pieces(batch["segment_ids"])[0]  # from 0 in every piece
+        out["positions"] = number_pieces(batch["segment_ids"])[0]
     if boundary_targets == "next_document":
-        out["loss_mask"] = next_document_mask(batch["segment_ids"])
+        seg = np.asarray(batch["segment_ids"])  # 1 at t where tokens t and t + 1 are both real
+        out["loss_mask"] = ((seg != 0) & (_shift_left(seg) != 0)).astype(np.int32)
     if loss_weighting != "none" and (WEIGHTS_KEY not in out or boundary_targets == "next_document"):
         out = add_loss_weights(out, loss_weighting)
     return out

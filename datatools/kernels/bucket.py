@@ -1,20 +1,11 @@
-"""Length bucketing: few tile-aligned shapes, minimum padding, token-budget batches.
+"""Length bucketing, where rows cannot be packed: each document padded only to its bucket's tile-aligned boundary,
+few buckets (2-8: XLA compiles one program per shape), token-budget batches.
 
-When rows cannot be packed (a model or attention kernel without segment ids,
-evaluation that wants one document per row), the next best thing is to pad each
-document only up to its bucket's boundary. XLA compiles one program per distinct
-shape, so the number of buckets stays small (2-8), and every boundary is a multiple
-of the accelerator's tile so kernels run unpadded.
-
-* :func:`bucket_boundaries` picks the K boundaries that minimise total padding,
-  exactly, by dynamic programming over the tile-aligned lengths that occur.
-* :func:`bucket_batch_sizes` gives each bucket a fixed batch size, or one from a
-  token budget (``floor(budget / boundary)``, rounded down to a multiple).
-* :func:`fill_order_batches` is the bucket filler: the batches a stream of pieces fills,
-  in the order it completes them (what the pipeline's bucket schedule and the Grain
-  transform both use); :func:`bucket_batches` is its batches grouped by bucket, every
-  document (or its pieces) in one batch, padded to (batch size, boundary).
-* :func:`padding_efficiency` compares pad-to-max, pad-to-batch-max and buckets.
+* :func:`bucket_boundaries`: the K boundaries that minimise total padding, exactly (dynamic programming).
+* :func:`bucket_batch_sizes`: a fixed batch size per bucket, or ``floor(budget / boundary)`` rounded to a multiple.
+* :func:`fill_order_batches`: the batches a stream of pieces fills, in the order it completes them (the pipeline's
+  bucket schedule and the Grain transform); :func:`bucket_batches`: its batches grouped by bucket.
+* :func:`padding_efficiency`: pad-to-max and pad-to-batch-max, to compare.
 """
 
 from __future__ import annotations
@@ -40,12 +31,9 @@ from datatools.kernels.packing import cut_pieces
 
 @numba.njit(cache=True)
 def optimal_boundaries(cand, counts, num_buckets):
-    """Exact DP: choose <= num_buckets of the candidate lengths, the last one mandatory.
-
-    cand: ascending candidate boundaries (tokens); counts[j]: items whose smallest
-    fitting candidate is cand[j]. A bucket ending at cand[j] and starting after
-    cand[i] costs cand[j] * (items in (i, j]). O(K * C^2) for C candidates.
-    """
+    """Exact DP: choose <= num_buckets of the ascending candidate boundaries ``cand`` (tokens), the last one
+    mandatory; ``counts[j]`` items fit ``cand[j]`` first. A bucket (cand[i], cand[j]] costs cand[j] * its items.
+    O(K * C^2) for C candidates."""
     C = cand.shape[0]
     prefix = np.zeros(C + 1, np.int64)
     for j in range(C):
@@ -81,24 +69,19 @@ def optimal_boundaries(cand, counts, num_buckets):
 def bucket_boundaries(
     lengths, num_buckets: int, *, tile: int = 128, max_len: int | None = None, overflow: str = "split"
 ) -> np.ndarray:
-    """The tile-aligned bucket boundaries that minimise total padding for these lengths.
-
-    Each document is padded to the smallest boundary >= its length; the boundaries
-    are chosen to minimise the padded slots, exactly (dynamic programming over the
-    tile-aligned lengths that occur).
+    """The tile-aligned bucket boundaries that minimise the padded slots (each document padded to the smallest
+    boundary >= its length), exactly: dynamic programming over the tile-aligned lengths that occur.
 
     Args:
       lengths: tokens per document (1-D integers).
       num_buckets: at most this many boundaries (distinct shapes), >= 1.
       tile: every boundary is a multiple of this (tokens), >= 1.
-      max_len: the largest boundary; default the longest document rounded up to
-        ``tile``. Must be a multiple of ``tile``.
-      overflow: documents longer than ``max_len``: ``split`` into max_len pieces,
-        ``truncate``, ``drop`` or ``error``.
+      max_len: the largest boundary, a multiple of ``tile``; default the longest document rounded up to ``tile``.
+      overflow: documents longer than ``max_len``: ``split`` into max_len pieces, ``truncate``, ``drop`` or ``error``.
 
     Returns:
-      int64 ascending boundaries (tokens); the last equals ``max_len``. Fewer than
-      ``num_buckets`` when fewer tile-aligned lengths occur.
+      int64 ascending boundaries (tokens), the last ``max_len``; fewer than ``num_buckets`` when fewer tile-aligned
+      lengths occur.
     """
     num_buckets = check_int(num_buckets, "num_buckets", minimum=1, maximum=MAX_BUCKETS)
     tile = check_int(tile, "tile", minimum=1, maximum=MAX_CTX)
@@ -118,8 +101,7 @@ def bucket_boundaries(
     occupied = np.unique(need)
     top = max_len // tile
     cand_tiles = occupied if occupied.size and occupied[-1] == top else np.append(occupied, top)
-    counts = np.zeros(cand_tiles.size, np.int64)
-    counts[: occupied.size] = np.bincount(np.searchsorted(cand_tiles, need), minlength=occupied.size)[: occupied.size]
+    counts = np.bincount(np.searchsorted(cand_tiles, need), minlength=cand_tiles.size)
     boundaries, _ = optimal_boundaries(cand_tiles.astype(np.int64) * tile, counts, num_buckets)
     return boundaries
 
@@ -132,14 +114,11 @@ def bucket_batch_sizes(
     Args:
       boundaries: bucket boundaries (tokens), ascending.
       batch_size: the same number of rows for every bucket.
-      token_budget: tokens per batch (rows x boundary <= budget); exactly one of
-        ``batch_size`` and ``token_budget``.
-      multiple_of: round each batch size down to a multiple of this (the device
-        count, so that every batch shards evenly).
+      token_budget: tokens per batch (rows x boundary <= budget); exactly one of ``batch_size`` and ``token_budget``.
+      multiple_of: round each batch size down to a multiple of this (the device count: every batch shards evenly).
 
     Raises:
-      ValueError: neither or both given, or a budget too small for one multiple of
-        rows of the largest bucket.
+      ValueError: neither or both given, or a budget too small for one multiple of rows of the largest bucket.
     """
     b = as_lengths(boundaries, "boundaries")
     multiple_of = check_int(multiple_of, "multiple_of", minimum=1, maximum=MAX_BATCH)
@@ -185,11 +164,9 @@ def check_buckets(boundaries, batch_sizes) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass(frozen=True)
 class BucketPlan:
-    """Batches of documents (or pieces of them), one bucket shape per batch.
-
-    The items of batch ``i`` are ``doc/start/length[batch_splits[i]:batch_splits[i+1]]``;
-    the batch is padded to ``(batch_sizes[batch_bucket[i]], boundaries[batch_bucket[i]])``.
-    """
+    """Batches of documents (or pieces), one bucket shape per batch: batch ``i`` holds items
+    ``doc/start/length[batch_splits[i]:batch_splits[i+1]]``, padded to ``(batch_sizes[k], boundaries[k])``,
+    ``k = batch_bucket[i]``."""
 
     boundaries: np.ndarray
     batch_sizes: np.ndarray
@@ -236,10 +213,10 @@ def bucket_batches(
       lengths: tokens per document.
       boundaries: ascending bucket boundaries (tokens), e.g. from :func:`bucket_boundaries`.
       batch_sizes: rows per batch for each bucket (:func:`bucket_batch_sizes`), or an int.
-      overflow: documents longer than the last boundary: ``split`` into pieces of
-        that length, ``truncate``, ``drop`` (counted) or ``error``.
-      drop_remainder: leave out each bucket's last partial batch (its tokens are
-        counted in ``dropped_tokens``); otherwise it is padded to full size.
+      overflow: documents longer than the last boundary: ``split`` into pieces of that length, ``truncate``,
+        ``drop`` (counted) or ``error``.
+      drop_remainder: leave out each bucket's last partial batch (its tokens counted in ``dropped_tokens``);
+        otherwise it is padded to full size.
 
     Returns:
       A :class:`BucketPlan`. Zero-length documents are left out.
@@ -269,14 +246,11 @@ def bucket_batches(
 def fill_order_batches(
     bucket_of, batch_sizes, *, drop_remainder: bool = False, by_bucket: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The bucket filler: batches of items in the order a stream fills them (what a bucketer reading items one by
-    one emits).
-
-    Items arrive in order; item i joins bucket ``bucket_of[i]``; a bucket's batch is emitted when its
-    ``batch_sizes[k]``-th item arrives. At the end, each bucket's partial batch follows in bucket order (or
-    is left out with ``drop_remainder``). Vectorized: a stable sort by bucket (a radix sort), then the full
-    batches ordered by the position of their last item. With ``by_bucket`` the same batches come all of bucket
-    0 first, then bucket 1, ... (:func:`bucket_batches`); otherwise the buckets interleave as the data does.
+    """The bucket filler: batches of items in the order a stream fills them. Item i joins bucket ``bucket_of[i]``;
+    a bucket's batch is emitted when its ``batch_sizes[k]``-th item arrives; at the end each bucket's partial batch
+    follows in bucket order (or is left out with ``drop_remainder``). With ``by_bucket`` the same batches come
+    bucket by bucket (:func:`bucket_batches`). Vectorized: a stable sort by bucket, the full batches ordered by
+    their last item.
 
     Returns:
       ``(items, batch_splits, batch_bucket)``: batch b holds items ``items[batch_splits[b]:batch_splits[b + 1]]``
@@ -309,13 +283,9 @@ def fill_order_batches(
 
 
 def padding_efficiency(lengths, *, max_len: int, batch_size: int, tile: int = 1) -> dict:
-    """Useful-token fraction of the two padding baselines, on documents truncated to max_len.
-
-    Returns ``pad_to_max`` (every row max_len long: one shape) and
-    ``pad_to_batch_max`` (consecutive batches of ``batch_size`` documents padded to
-    their longest, rounded up to ``tile``: as many shapes as distinct maxima), each
-    with ``efficiency``, ``shapes`` and ``dropped_tokens``.
-    """
+    """Useful-token fraction of the two padding baselines on documents truncated to max_len: ``pad_to_max`` (every
+    row max_len long) and ``pad_to_batch_max`` (consecutive batches of ``batch_size`` documents padded to their
+    longest, rounded up to ``tile``), each with ``efficiency``, ``shapes`` and ``dropped_tokens``."""
     lengths = as_lengths(lengths)
     max_len = check_int(max_len, "max_len", minimum=1, maximum=MAX_CTX)
     batch_size = check_int(batch_size, "batch_size", minimum=1)

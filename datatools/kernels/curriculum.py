@@ -1,26 +1,16 @@
-"""Dataset decomposition and a length curriculum: every document cut into pieces of K lengths, batches of one length.
+"""Dataset decomposition and a length curriculum (Pouransari et al., NeurIPS 2024, arXiv 2405.13226; see
+``docs/curriculum.md``): every document cut into pieces of K lengths ``sizes[0] < ... < sizes[K-1]`` (tokens), every
+batch of one length.
 
-Dataset decomposition (Pouransari et al., NeurIPS 2024, arXiv 2405.13226) trains on sequences that each hold
-tokens of one document only, in a few lengths ``sizes[0] < ... < sizes[K-1]`` (tokens, tile-aligned):
+* :func:`decompose`: pieces of the largest size that fits, again and again, then a remainder shorter than
+  ``sizes[0]``; a document's pieces tile it exactly.
+* :func:`curriculum_rows`: one row per piece of a size; the remainders packed (best fit decreasing, segment ids)
+  into the shortest length padding under 1% (:func:`pack_length_index`). Rows that would leave a short last batch
+  of a length are cut again into smaller lengths (seeded), so only the shortest has a short batch.
+* :func:`curriculum_order`: each step draws a length with probability proportional to ``odds[k] * its batches not
+  yet drawn`` (every batch once per epoch), by stage, in one or several cycles.
 
-* :func:`decompose`: a document of ``n`` tokens gives pieces of the largest size that fits, again and again
-  (the paper's binary decomposition when the sizes are powers of two), and a last piece of fewer than
-  ``sizes[0]`` tokens (the *remainder*) when the sizes do not fill it. No piece crosses a document, and the
-  pieces of a document tile it exactly: every token is in one piece.
-* :func:`curriculum_rows`: the rows of each length. A piece of ``sizes[k]`` tokens is one row of that length
-  (no padding, no segment boundary). The remainders are packed (best fit decreasing, segment ids: no attention
-  across documents) into rows of the shortest length whose packing pads under 1% of the data's tokens (the
-  shortest when it does, as in the paper; a longer one when it would not): the only rows with
-  more than one document. The rows of a length come in batches of ``rows_per_batch[k]`` rows (the same tokens
-  per batch for every length); the rows that would leave a last, short batch of a length are cut again into
-  the smaller lengths (chosen by the seed), so only the shortest length has a short batch.
-* :func:`curriculum_order`: the length of every batch of an epoch. Each step draws a length ``k`` with
-  probability proportional to ``odds[k] * batches of length k not yet drawn`` (the paper's sampling, without
-  replacement: every batch is drawn once per epoch); ``odds`` may change with the fraction of the epoch done
-  (stages), and the epoch may run as several cycles, each with its share of every length.
-
-Memory: the pieces (20 bytes each; about 1 + log2(n / sizes[0]) per document of n tokens) and, per epoch, one
-byte per batch. Time: O(pieces) for the decomposition, O(batches x K) for the order (numba).
+Memory: 20 bytes a piece, one byte a batch per epoch. Time: O(pieces), O(batches x K) for the order (numba).
 """
 
 from __future__ import annotations
@@ -50,23 +40,8 @@ def check_sizes(sizes) -> np.ndarray:
 
 
 @numba.njit(cache=True)
-def _count_pieces(lengths, sizes):
-    total = 0
-    for i in range(lengths.shape[0]):
-        left = lengths[i]
-        k = sizes.shape[0] - 1
-        while left >= sizes[0]:
-            while sizes[k] > left:
-                k -= 1
-            left -= sizes[k]
-            total += 1
-        if left > 0:
-            total += 1
-    return total
-
-
-@numba.njit(cache=True)
-def _fill_pieces(lengths, sizes, doc, start, length, size):
+def _cut(fill, lengths, sizes, doc, start, length, size):
+    """How many pieces :func:`decompose` cuts, written to (doc, start, length, size) when ``fill``."""
     j = 0
     for i in range(lengths.shape[0]):
         left = lengths[i]
@@ -75,13 +50,16 @@ def _fill_pieces(lengths, sizes, doc, start, length, size):
         while left >= sizes[0]:
             while sizes[k] > left:
                 k -= 1
-            doc[j], start[j], length[j], size[j] = i, at, sizes[k], k
+            if fill:
+                doc[j], start[j], length[j], size[j] = i, at, sizes[k], k
             at += sizes[k]
             left -= sizes[k]
             j += 1
         if left > 0:
-            doc[j], start[j], length[j], size[j] = i, at, left, -1
+            if fill:
+                doc[j], start[j], length[j], size[j] = i, at, left, -1
             j += 1
+    return j
 
 
 @dataclass(frozen=True)
@@ -95,6 +73,9 @@ class Pieces:
     size: np.ndarray  # int8
 
 
+_PIECE_DTYPES = (np.int64, np.int64, np.int32, np.int8)
+
+
 def decompose(lengths, sizes) -> Pieces:
     """Every document of ``lengths`` (tokens) cut into pieces of the ``sizes`` (increasing, tokens): the largest
     size that fits, again and again, then a remainder shorter than ``sizes[0]`` (see the module docstring).
@@ -103,27 +84,18 @@ def decompose(lengths, sizes) -> Pieces:
     sizes = check_sizes(sizes)
     if sizes.shape[0] > 127:
         raise ValueError(f"at most 127 lengths; got {sizes.shape[0]}")
-    n = _count_pieces(lengths, sizes)
-    doc = np.empty(n, np.int64)
-    start = np.empty(n, np.int64)
-    length = np.empty(n, np.int32)
-    size = np.empty(n, np.int8)
-    _fill_pieces(lengths, sizes, doc, start, length, size)
-    return Pieces(doc, start, length, size)
+    n = _cut(False, lengths, sizes, *(np.empty(0, t) for t in _PIECE_DTYPES))
+    pieces = Pieces(*(np.empty(n, t) for t in _PIECE_DTYPES))
+    _cut(True, lengths, sizes, pieces.doc, pieces.start, pieces.length, pieces.size)
+    return pieces
 
 
 @dataclass(frozen=True)
 class CurriculumRows:
-    """The rows of every length of a decomposed data set (:func:`curriculum_rows`).
-
-    Attributes:
-      sizes: the lengths (tokens), increasing.
-      rows_per_batch: rows of a global batch of each length (``tokens_per_batch // sizes[k]``).
-      plans: one :class:`~datatools.kernels.packing.PackPlan` per length, ``ctx = sizes[k]``: its rows in a fixed
-        order (rows of one piece first; packed rows of remainders come after them).
-      pack_length: the length (tokens) the remainders were packed into (see :func:`pack_length_index`); the
-        few cut again to complete a length's batches are packed into the shortest.
-    """
+    """The rows of every length of a decomposed data set (:func:`curriculum_rows`): ``sizes`` (tokens, increasing),
+    ``rows_per_batch`` (``tokens_per_batch // sizes[k]``), ``plans`` (one :class:`~datatools.kernels.packing.PackPlan`
+    per length, ``ctx = sizes[k]``: rows of one piece first, packed rows of remainders after them) and
+    ``pack_length`` (tokens: where the remainders were packed; those cut again go to the shortest)."""
 
     sizes: np.ndarray
     rows_per_batch: np.ndarray
@@ -178,12 +150,10 @@ def _packed(ctx: int, doc, start, length) -> PackPlan:
     )
 
 
-def pack_length_index(remainders, sizes, pack_length: int | None = None, *, tokens: int | None = None) -> int:
-    """Which length the remainders are packed into: ``pack_length`` (one of the sizes), or the smallest size whose
-    best-fit-decreasing packing of them pads under :data:`PACK_PADDING` of all ``tokens`` slots (default: of the
-    remainders' own; else the size padding least). Longer rows pack short pieces tighter; shorter rows cost less
-    attention over a causal kernel's tiles."""
-    sizes = check_sizes(sizes)
+def pack_length_index(remainders, sizes: np.ndarray, pack_length: int | None, *, tokens: int) -> int:
+    """Which length the remainders are packed into: ``pack_length`` (one of the ``sizes``, checked), or the smallest
+    size whose best-fit-decreasing packing of them pads under :data:`PACK_PADDING` of all ``tokens`` slots (else the
+    size padding least). Longer rows pack short pieces tighter; shorter rows cost less attention."""
     if pack_length is not None:
         hit = np.flatnonzero(sizes == int(pack_length))
         if not hit.size:
@@ -192,7 +162,7 @@ def pack_length_index(remainders, sizes, pack_length: int | None = None, *, toke
     rem = np.asarray(remainders, np.int64)
     if rem.size == 0:
         return 0
-    total = int(rem.sum()) if tokens is None else int(tokens)
+    total = int(tokens)
     waste = []
     for k, n in enumerate(sizes.tolist()):
         plan = pack_lengths(rem, int(n), algorithm="best_fit_decreasing")
@@ -266,15 +236,15 @@ def curriculum_rows(
 
 
 @numba.njit(cache=True)
-def _draw(left, odds, until, uniforms, out, first, steps, total):
-    """Steps ``first .. first + steps - 1`` (of ``total``) of the order: each draws a length with probability
-    proportional to odds[stage, k] * left[k] (left: batches not yet drawn, updated); the stage is the first whose
-    ``until`` exceeds the fraction of the epoch done. When no length with odds > 0 has batches left, the odds
-    are taken as 1 (the epoch still draws every batch)."""
+def _draw(left, odds, until, uniforms, out):
+    """Each step t of ``out`` draws a length with probability proportional to odds[stage, k] * left[k] (left:
+    batches not yet drawn, updated); the stage is the first whose ``until`` exceeds t / len(out). When no length
+    with odds > 0 has batches left, the odds are taken as 1 (every batch is still drawn)."""
     K = left.shape[0]
     w = np.empty(K, np.float64)
-    for t in range(first, first + steps):
-        frac = t / total
+    steps = out.shape[0]
+    for t in range(steps):
+        frac = t / steps
         s = 0
         while s < until.shape[0] - 1 and frac >= until[s]:
             s += 1
@@ -312,11 +282,10 @@ def curriculum_order(batches, odds, until, *, seed: int, epoch: int, cycles: int
     Args:
       batches: (K,) batches of each length in the epoch; every one is drawn exactly once.
       odds: (S, K) sampling odds per stage (>= 0; each stage with some odds > 0).
-      until: (S,) increasing fractions of the epoch (or cycle) where each stage ends; the last stage runs on to
-        the end whatever its value.
+      until: (S,) increasing fractions of the epoch (or cycle) where each stage ends (the last runs to the end).
       seed, epoch: the draws (the same seed and epoch give the same order).
-      cycles: the epoch runs as this many cycles, each with ``1 / cycles`` of every length's batches (spread as
-        evenly as integers allow) and the whole schedule (the paper's cyclic curricula).
+      cycles: the epoch runs as this many cycles, each with ``1 / cycles`` of every length's batches and the whole
+        schedule (the paper's cyclic curricula).
     """
     batches = np.asarray(batches, np.int64).reshape(-1)
     odds = np.atleast_2d(np.asarray(odds, np.float64))
@@ -337,9 +306,7 @@ def curriculum_order(batches, odds, until, *, seed: int, epoch: int, cycles: int
         share = batches * (c + 1) // cycles - batches * c // cycles
         steps = int(share.sum())
         if steps:
-            part = np.empty(steps, np.int8)
-            _draw(share.copy(), odds, until, uniforms[at : at + steps], part, 0, steps, steps)
-            out[at : at + steps] = part
+            _draw(share, odds, until, uniforms[at : at + steps], out[at : at + steps])
         at += steps
     return out
 
@@ -368,14 +335,9 @@ def _row_work(row_splits, length, block, ctx, out):
 
 
 def attention_work(plan: PackPlan, block: int) -> dict[str, int]:
-    """Attention work of a plan's rows (pieces back to back from each row's start, ``align`` 1), exact counts:
-
-    * ``pairs``: causal query-key pairs inside documents (``sum s(s+1)/2`` over pieces): what a segment-aware
-      kernel needs;
-    * ``document_tiles``: ``block`` x ``block`` tiles holding such pairs: what a block-sparse kernel visits;
-    * ``causal_tiles``: tiles on and under the diagonal of every row: what splash, cuDNN and flash visit
-      with a causal mask alone.
-    """
+    """Exact attention work of a plan's rows (``align`` 1): ``pairs`` (causal query-key pairs inside documents, what
+    a segment-aware kernel needs), ``document_tiles`` (``block`` x ``block`` tiles holding such pairs, what a
+    block-sparse kernel visits) and ``causal_tiles`` (tiles on and under the diagonal: splash, cuDNN, flash)."""
     if plan.ctx % block:
         raise ValueError(f"block={block} must divide the plan's ctx={plan.ctx}")
     if plan.align != 1:

@@ -1,26 +1,13 @@
-"""Per-token loss weights of a packed batch: what each target token counts for in the training objective.
+"""Per-token loss weights of a packed batch, so the objective does not depend on how documents were packed.
 
-Packing puts a varying number of documents in a row and a varying number of target
-tokens in a batch, so *averaging* the loss per row or per batch silently reweights
-documents. The weights here make the objective independent of how documents were
-packed, sharded and accumulated, provided the step divides the weighted loss sum by the
-*global* weight sum (over rows, devices, hosts and accumulation micro-batches):
+Divide the weighted loss sum by the *global* weight sum (rows, devices, hosts, accumulation micro-batches):
 
-``token``
-    every target token weighs 1 (``loss_mask`` as float32): the objective is the mean
-    cross-entropy over every target token of the global batch, as if no document had
-    been packed.
-``document``
-    every document piece weighs 1: the ``n`` target tokens of a piece weigh ``1 / n``
-    each, so a 20-token document counts as much as a 2,000-token one. A document split
-    across rows (longer than ctx) gives one piece per row, each weighing 1 (the loader
-    sees rows, not documents; a piece is the unit it can normalize without reading the
-    other rows).
+* ``token``: every target token weighs 1 (``loss_mask`` as float32): the mean over every target token.
+* ``document``: every document piece (a run of one non-zero segment id within a row, as
+  :func:`datatools.kernels.batch_layouts.number_pieces` counts them) weighs 1: its ``n`` target tokens ``1 / n``
+  each. A document split across rows gives one piece per row, each weighing 1; a one-token piece weighs nothing.
 
-Weights are float32 of the batch's shape, 0 wherever ``loss_mask`` is 0 (padding, a
-piece's last token under ``boundary_targets: mask``). A piece is a run of one non-zero
-segment id within a row (as :func:`datatools.kernels.batch_layouts.number_pieces` counts
-them); a one-token piece has no target and weighs nothing.
+Weights are float32 of the batch's shape, 0 wherever ``loss_mask`` is 0.
 """
 
 from __future__ import annotations

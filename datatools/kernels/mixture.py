@@ -1,25 +1,12 @@
 """Which source each position of a mixture draws from: a deterministic interleave by weight, O(1) per position.
 
-A mixture of K sources with weights ``p`` (normalized to sum 1) is a sequence of
-positions 0, 1, 2, ...; each position draws the next document of one source. The
-interleave is a *quota* function: ``Q_k(h)``, the draws from source k among the first
-``h`` positions, is
-
-* ``Q_0(h) = round(r_0 * h)`` with ``r_0 = p_0``; of the rest ``R_1(h) = h - Q_0(h)``,
-  ``Q_1(h) = round(r_1 * R_1(h))`` with ``r_1 = p_1 / (p_1 + ... + p_{K-1})``, and so
-  on; the last source takes what remains (a chain of two-way splits).
-
-Each ``Q_k`` is non-decreasing in ``h`` and moves by at most 1 per position (rounding two values less than 1 apart
-differs by at most 1), and ``sum_k Q_k(h) = h``: position ``h`` draws from the one source whose quota grows between
-``h`` and ``h + 1``, and that draw is the source's ``Q_k(h)``-th. Every prefix of the sequence holds each source's
-share to within ``K / 2`` draws (``|Q_k(h) - p_k h| <= (k + 1) / 2``), so every batch holds the weights as closely
-as whole documents allow -- like Grain's ``MapDataset.mix``, which also interleaves by weight without randomness.
-A seeded ``offset`` shifts the sequence (``Q(h + offset) - Q(offset)``) so different seeds interleave differently.
-
-A *segment* is a run of positions with fixed weights, starting at ``start`` with the sources' draw counts
-``counts`` there: weights that change (at a restore, or when an ``exhaust`` source runs out) start a new segment.
-Everything here is vectorized numpy over positions (no Python per position); floats are float64, exact for
-positions below 2**50.
+With weights ``p`` (sum 1) over K sources, ``Q_k(h)`` (draws from source k among the first ``h`` positions) is a
+chain of two-way splits: ``Q_0(h) = round(p_0 h)``, ``Q_1(h) = round(r_1 (h - Q_0(h)))`` with ``r_1 = p_1 / (p_1 +
+... + p_{K-1})``, ..., the last taking what remains. Each ``Q_k`` moves by at most 1 per position and they sum to
+``h``: position ``h`` draws from the one source whose quota grows, its ``Q_k(h)``-th draw. Every prefix holds each
+share to within ``K / 2`` draws (like Grain's ``MapDataset.mix``, without randomness); a seeded ``offset`` shifts
+the sequence. A *segment* is a run of positions with fixed weights from ``start`` with draw counts ``counts``
+(weights change at a restore, or when an ``exhaust`` source runs out). Vectorized numpy, float64: exact below 2**50.
 """
 
 from __future__ import annotations
@@ -117,16 +104,10 @@ def first_position_reaching(seg: Segment, source: int, count: int, limit: int) -
 
 
 def exhaust_segments(sizes, switches: list[tuple[int, np.ndarray]], offset_of) -> list[Segment]:
-    """The segments of one ``exhaust`` epoch: every source drawn exactly ``sizes[k]`` times in
-    ``sum(sizes)`` positions. Sources draw by weight while they all have documents left; when one runs out it
-    leaves the mixture and the others go on with their weights renormalized, until the last is done.
-
-    Args:
-      sizes: int64 (K,): documents per source.
-      switches: ``[(position, weights), ...]`` sorted, the first at 0: the weights in force from each position
-        on (a weight change at a restore adds one).
-      offset_of: ``offset_of(start) -> int``: the seeded shift of a segment starting at ``start``.
-    """
+    """The segments of one ``exhaust`` epoch: every source drawn exactly ``sizes[k]`` (int64 (K,)) times in
+    ``sum(sizes)`` positions; a source that runs out leaves, the others' weights renormalized. ``switches``:
+    ``[(position, weights), ...]`` sorted, the first at 0 (a weight change at a restore adds one); ``offset_of(start)
+    -> int``: the seeded shift of a segment starting at ``start``."""
     sizes = np.asarray(sizes, np.int64)
     total = int(sizes.sum())
     counts = np.zeros_like(sizes)

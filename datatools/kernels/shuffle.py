@@ -1,46 +1,17 @@
 """Keyed pseudorandom permutations: a Feistel bijection on [0, n) and a windowed block shuffle.
 
-Feistel permutation
--------------------
-:class:`FeistelPermutation` maps [0, n) onto itself, for every n >= 1, with O(1)
-memory and O(1) expected time per index, forward and inverse.
+:class:`FeistelPermutation` maps [0, n) onto itself for every n >= 1, O(1) memory and O(1) expected time per index,
+forward and inverse. An alternating (unbalanced) Feistel network permutes [0, 2^b), b the smallest bit count >= 2
+with 2^b >= n; an index landing at or past n goes through again (*cycle walking*: at most 2 passes on average).
+Even rounds xor the high ``ceil(b/2)`` bits with F(key_r, low), odd rounds the low bits with F(key_r, high); F(k,
+x) = lowbias32((x + k) mod 2**32). Halves are at most 31 bits (n <= 2**62). Keys come from splitmix64 of (seed,
+epoch, tag): every (seed, epoch) gives an independent permutation. Arrays run round by round over chunks of 1024
+indices (loops that vectorize), the walkers compacted and sent round again.
 
-* Domain. The network permutes [0, 2^b) where b is the smallest bit count with
-  2^b >= n (at least 2 bits), so 2^b < 2n for every n >= 3. Indices that land at or
-  beyond n are fed through the network again (*cycle walking*) until they land
-  inside [0, n); since at least half the domain is inside, an index needs on average
-  at most 2 network evaluations. n = 1 is the identity.
-* Network. An *alternating* (unbalanced) Feistel network: the b-bit value is split
-  into a high part of ``ceil(b/2)`` bits and a low part of ``floor(b/2)`` bits.
-  Even rounds xor the high part with F(key_r, low); odd rounds xor the low part
-  with F(key_r, high). Each round is its own inverse given the other part, so the
-  inverse runs the rounds backwards. Odd b just means unequal parts; no minimum
-  width is imposed. Rounds: 8 for domains of 9 bits or more (Luby-Rackoff needs 4
-  for a pseudorandom permutation), more for tiny domains whose halves carry only a
-  few bits each (:func:`default_rounds`).
-* Round function. F(k, x) = mix32((x + k) mod 2**32), where mix32 is the
-  "lowbias32" integer hash (xor-shift 16, multiply 0x7feb352d, xor-shift 15,
-  multiply 0x846ca68b, xor-shift 16): every input bit affects every output bit with
-  near-ideal avalanche. The low bits of the result are taken. Halves are at most
-  31 bits (n <= 2**62), so 32-bit arithmetic suffices and vectorizes everywhere.
-* Keys. A 64-bit base key = mix64(seed ^ mix64(epoch + golden ratio) ^ mix64(tag)),
-  with mix64 the splitmix64 finalizer; round key r = the high 32 bits of
-  mix64(base + (r + 1) * golden ratio). Every (seed, epoch) gives an independent
-  permutation.
-
-Arrays are evaluated round by round over chunks of 1024 indices (branch-free inner
-loops that the compiler vectorizes); the values that fell outside [0, n) are
-compacted and go round again, vectorized as well.
-
-Block shuffle
--------------
-:class:`BlockShuffle` has the semantics of Levanter's
-``BlockShuffleConfig(io_block_size, window_blocks, perm_type="feistel")``: [0, n)
-is cut into contiguous io blocks of ``io_block_size`` records (the last may be
-partial); the blocks are permuted; consecutive permuted blocks form windows of
-``window_blocks`` blocks; the records inside each window are permuted. A loader
-then reads whole blocks (sequential I/O) into a buffer of one window and serves
-them in random order. ``index(i, epoch)`` is O(1).
+:class:`BlockShuffle` has the semantics of Levanter's ``BlockShuffleConfig(io_block_size, window_blocks,
+perm_type="feistel")``: [0, n) cut into io blocks of ``io_block_size`` records (the last may be partial), the blocks
+permuted, consecutive permuted blocks form windows of ``window_blocks`` blocks, the records in each window permuted:
+a loader reads whole blocks into a one-window buffer. ``index(i, epoch)`` is O(1).
 """
 
 from __future__ import annotations
@@ -91,18 +62,9 @@ def _domain_bits(n: int) -> int:
 
 
 def default_rounds(n: int) -> int:
-    """Rounds used when none are given: 8 for domains of 9+ bits, more for tiny ones.
-
-    Each round re-randomizes one half; with halves of 1-4 bits a round carries little
-    entropy, and 8 rounds leave measurable bias on the orderings of n = 5 (a
-    chi-squared test over its 120 orderings rejects them). ``max(8, 2 * ceil(36 / b))``
-    rounds for a b-bit domain pass it: 24 rounds for n <= 8, 8 from n > 256 on.
-    """
-    bits = _domain_bits(n)
-    return max(8, 2 * -(-36 // bits))
-
-
-# --------------------------------------------------------------------------- numba core
+    """Rounds used when none are given: ``max(8, 2 * ceil(36 / b))`` for a b-bit domain (24 for n <= 8, 8 from
+    n > 256 on): with halves of 1-4 bits, 8 rounds leave bias a chi-squared test over n = 5's 120 orderings finds."""
+    return max(8, 2 * -(-36 // _domain_bits(n)))
 
 
 @numba.njit(cache=True, inline="always")
@@ -180,12 +142,8 @@ _CHUNK = 1024
 
 @numba.njit(cache=True)
 def _permute_array(idx, n, keys, inverse, out):
-    """Permute many indices, chunk by chunk, round-major (the inner loops vectorize).
-
-    After each pass over a chunk, the values still outside [0, n) are compacted to
-    the front of the chunk's buffers and go through the network again, so cycle
-    walking is vectorized too.
-    """
+    """Permute many indices, chunk by chunk, round-major (the inner loops vectorize); after each pass the values
+    still outside [0, n) are compacted to the front of the chunk's buffers and go through again."""
     if n == 1:
         out[:] = 0
         return
@@ -225,9 +183,6 @@ def _permute_array(idx, n, keys, inverse, out):
             m = outside
 
 
-# --------------------------------------------------------------------------- permutation
-
-
 def _as_index_array(index, n: int) -> tuple[np.ndarray, bool]:
     """Validate indices into [0, n); return (int64 array, is_scalar)."""
     if isinstance(index, bool) or isinstance(index, np.bool_):
@@ -255,21 +210,17 @@ class FeistelPermutation:
       n: domain size, >= 1 (records, blocks, ...). Up to 2**62.
       seed: 64-bit seed, in [0, 2**64).
       epoch: every epoch gives a fresh, independent permutation.
-      rounds: Feistel rounds, an even number >= 4; None for :func:`default_rounds`
-        (8 once n > 256).
+      rounds: Feistel rounds, an even number >= 4; None for :func:`default_rounds` (8 once n > 256).
 
-    ``perm(i)`` for an int returns an int; for an integer array returns an int64
-    array of the same shape. ``perm.inverse(j)`` undoes it.
+    ``perm(i)`` of an int is an int, of an integer array an int64 array of its shape; ``perm.inverse(j)`` undoes it.
     """
 
-    def __init__(self, n: int, seed: int, *, epoch: int = 0, rounds: int | None = None, _tag: int = 0):
+    def __init__(self, n: int, seed: int, *, epoch: int = 0, rounds: int | None = None):
         self.n = check_int(n, "n", minimum=1, maximum=MAX_RECORDS)
-        if self.n > 1 << 62:
-            raise ValueError(f"n must be <= 2**62, got {self.n}")
         self.seed = _check_seed(seed)
         self.epoch = check_int(epoch, "epoch", minimum=0)
         self.rounds = _check_rounds(rounds, self.n)
-        self._keys = _round_keys(np.uint64(_base_key(self.seed, self.epoch, _tag)), self.rounds)
+        self._keys = _round_keys(np.uint64(_base_key(self.seed, self.epoch)), self.rounds)
 
     @property
     def domain_bits(self) -> int:
@@ -302,9 +253,6 @@ class FeistelPermutation:
     def indices(self) -> np.ndarray:
         """The whole permutation as an int64 array of length n."""
         return self(np.arange(self.n, dtype=np.int64))
-
-
-# --------------------------------------------------------------------------- block shuffle
 
 
 @numba.njit(cache=True)
@@ -393,13 +341,12 @@ class BlockShuffle:
       io_block_size: records per contiguous io block (one read), >= 1.
       window_blocks: io blocks per shuffle window (the reader's buffer), >= 1.
       seed: 64-bit seed.
-      rounds: Feistel rounds for both permutations; None picks
-        :func:`default_rounds` for each domain (blocks, and each window's records).
+      rounds: Feistel rounds for both permutations; None picks :func:`default_rounds` for each domain (blocks,
+        and each window's records).
 
-    ``index(i, epoch)`` gives the record read at position i of epoch ``epoch`` in
-    O(1); ``indices(epoch)`` the whole order; ``shard(index, count)`` one host's
-    share. Every position i in window w (``i // (io_block_size * window_blocks)``,
-    up to the partial block) maps into the blocks of window w.
+    ``index(i, epoch)``: the record at position i of ``epoch``, O(1); ``indices(epoch)``: the whole order;
+    ``shard(index, count)``: one host's share. Position i in window w (``i // (io_block_size * window_blocks)``, up
+    to the partial block) maps into the blocks of window w.
     """
 
     def __init__(
@@ -492,19 +439,14 @@ class BlockShuffle:
         return self.index(np.arange(self.length(epoch), dtype=np.int64), epoch)
 
     def shard(self, index: int, count: int) -> BlockShuffle:
-        """Host ``index`` of ``count`` hosts' share of the order.
-
-        Within every window, host h takes the window's io blocks at slots h, h + count,
-        h + 2*count, ... (whole blocks, so each host still reads sequentially) and
-        permutes their records. Shares are disjoint and together cover [0, n); a
-        global step of G records takes G / count consecutive positions from each
-        share. Shares differ in length by at most one window's worth of blocks
-        (evenly when ``window_blocks`` and the block count divide by ``count``); for
-        lock-step training, run min(len(share)) positions per epoch.
+        """Host ``index`` of ``count`` hosts' share of the order: in every window, host h takes the io blocks at slots
+        h, h + count, ... (whole blocks: sequential reads) and permutes their records. Shares are disjoint, cover
+        [0, n), and differ in length by at most one window's blocks; lock-step training runs min(len(share))
+        positions per epoch.
 
         Raises:
-          ValueError: count < 1, index outside [0, count), or count > window_blocks
-            (a window must give every host at least one block).
+          ValueError: count < 1, index outside [0, count), or count > window_blocks (each host needs a block a
+            window).
         """
         count = check_int(count, "count", minimum=1)
         index = check_int(index, "index", minimum=0)

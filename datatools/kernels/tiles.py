@@ -1,15 +1,9 @@
-"""Tile-aligned contexts: lengths the accelerator's kernels run without padding.
+"""Tile-aligned contexts: lengths the accelerator's kernels run without padding (tiles of 128 on TPU MXUs and most GPU
+kernels, 256 for some TPU attention blocks: 4600 tokens are padded to 4608 inside the kernel anyway).
 
-Matrix units work on tiles (128 on TPU MXUs and most GPU kernels, 256 for some
-TPU attention block sizes). A context of 4608 = 18 x 256 runs unpadded; 4600 is
-padded to 4608 inside the kernel anyway, so the 8 tokens are computed for nothing.
-These helpers pick and produce tile-aligned lengths:
-
-* :func:`tile_align` rounds up to a multiple of the tile.
-* :func:`choose_context` ranks tile-aligned contexts for a length distribution.
-* :func:`fit_resolution` finds the largest resolution parameter of a patch-based
-  tokenizer whose sequence fits a tile-aligned context.
-* :func:`chunk` cuts a long document into tile-aligned windows, losing nothing.
+:func:`tile_align` rounds up to a tile; :func:`choose_context` ranks tile-aligned contexts for a length
+distribution; :func:`fit_resolution` finds the largest resolution of a patch-based tokenizer whose sequence fits;
+:func:`chunk` cuts a long document into tile-aligned windows, losing nothing.
 """
 
 from __future__ import annotations
@@ -36,18 +30,14 @@ def tile_align(n, tile: int):
 def choose_context(
     lengths, *, tile: int, max_ctx: int, min_ctx: int | None = None, algorithm: str = "best_fit_decreasing"
 ) -> list[dict]:
-    """Rank the tile-aligned contexts in [min_ctx, max_ctx] for this length distribution.
-
-    For each candidate ctx: the useful-token fraction under packing (``algorithm``,
-    long documents split, nothing lost) and under padding (one document per row,
-    long documents split into ctx-sized rows), and the activation memory of a batch
-    relative to the largest candidate at the same batch size (linear terms scale
-    with ctx, attention scores with ctx^2).
+    """Rank the tile-aligned contexts in [min_ctx, max_ctx] for this length distribution: for each, the useful-token
+    fraction packed (``algorithm``, long documents split) and padded (one document per row, long ones split), and a
+    batch's activation memory relative to the largest candidate (linear terms scale with ctx, attention with ctx^2).
 
     Returns:
-      A list of dicts (``ctx``, ``tiles``, ``packed_efficiency``, ``padded_efficiency``,
-      ``packed_rows``, ``relative_activation_memory``, ``relative_attention_memory``),
-      best first: highest packed efficiency, then the smaller ctx.
+      Dicts (``ctx``, ``tiles``, ``packed_efficiency``, ``padded_efficiency``, ``packed_rows``,
+      ``relative_activation_memory``, ``relative_attention_memory``), best first: highest packed efficiency, then
+      the smaller ctx.
     """
     tile = check_int(tile, "tile", minimum=1, maximum=MAX_CTX)
     max_ctx = check_int(max_ctx, "max_ctx", minimum=1, maximum=MAX_CTX)
@@ -83,13 +73,9 @@ def choose_context(
 def fit_resolution(
     length_fn: Callable[[int], int], max_ctx: int, *, tile: int, low: int = 1, high: int | None = None
 ) -> tuple[int, int]:
-    """The largest resolution P whose sequence fits a tile-aligned context <= max_ctx.
-
-    For patch-based tokenizers the sequence length is a non-decreasing function of a
-    resolution parameter (length = preamble + f(P)). Returns ``(P, ctx)`` with
-    ``ctx = tile_align(length_fn(P), tile) <= max_ctx``, found by binary search.
-    For example ``length_fn = lambda p: 108 + 20 * p * p`` with max_ctx 4608 and tile
-    256 gives (15, 4608): 4608 = 18 x 256.
+    """The largest resolution P whose sequence (``length_fn(P)``, non-decreasing, as a patch-based tokenizer's) fits a
+    tile-aligned context <= max_ctx: ``(P, ctx = tile_align(length_fn(P), tile))``, by binary search. For example
+    ``lambda p: 108 + 20 * p * p`` with max_ctx 4608 and tile 256 gives (15, 4608).
 
     Raises:
       ValueError: not even ``length_fn(low)`` fits, or ``length_fn`` decreases.
@@ -130,22 +116,16 @@ def fit_resolution(
 def chunk(
     tokens, ctx: int, *, tile: int, stride: int | None = None, bos: int | None = None, eos: int | None = None
 ) -> list[np.ndarray]:
-    """Cut one document into windows of at most ``ctx`` tokens (ctx a multiple of tile).
+    """Cut one document into windows of at most ``ctx`` tokens (ctx a multiple of tile), every one but the last
+    exactly ``ctx``.
 
-    ``bos`` is put before the document and ``eos`` after it, once each (not per
-    window). With ``stride=None`` windows are consecutive: concatenated they give back
-    the document exactly, nothing lost or duplicated. With ``stride < ctx`` windows
-    start every ``stride`` tokens and overlap by ``ctx - stride`` (context for
-    evaluation); the last window ends at the document's end. Every window but the
-    last is exactly ``ctx`` long.
-
-    Token ids (and ``bos``/``eos``) must be integers in [0, 2**31 - 1]: float or bool
-    tokens are a TypeError, a negative or too large id a ValueError naming it (checked
-    vectorized, O(len(tokens))).
+    ``bos`` / ``eos`` go before / after the document, once each. With ``stride=None`` windows are consecutive:
+    concatenated they give back the document exactly. With ``stride < ctx`` they start every ``stride`` tokens and
+    overlap (context for evaluation); the last ends at the document's end. Token ids (and ``bos``/``eos``) must be
+    integers in [0, 2**31 - 1]: float or bool tokens are a TypeError, a bad id a ValueError naming it.
 
     Returns:
-      A list of 1-D arrays (views where possible) of the document's dtype (widened when
-      ``bos``/``eos`` do not fit it).
+      1-D arrays (views where possible) of the document's dtype (widened when ``bos``/``eos`` do not fit it).
     """
     ctx = check_int(ctx, "ctx", minimum=1)
     tile = check_int(tile, "tile", minimum=1)
@@ -164,12 +144,11 @@ def chunk(
     if arr.dtype.kind not in "iu":  # floats, bools, strings: not token ids (bool is kind "b")
         raise TypeError(f"tokens must be integer token ids, got dtype {arr.dtype}")
     check_token_ids(arr)  # ids in [0, 2**31 - 1]: a negative id is refused, never emitted
-    if bos is not None or eos is not None:
-        special = [i for i in (bos, eos) if i is not None]
+    special = [i for i in (bos, eos) if i is not None]
+    if special:
         dtype = np.promote_types(arr.dtype, np.min_scalar_type(max(special)))  # the document's, or wider to fit
-        parts = ([np.array([bos], dtype)] if bos is not None else []) + [arr]
-        parts += [np.array([eos], dtype)] if eos is not None else []
-        arr = np.concatenate(parts)
+        head, tail = ([] if i is None else [i] for i in (bos, eos))
+        arr = np.concatenate([np.array(head, dtype), arr, np.array(tail, dtype)])
     n = arr.shape[0]
     if n == 0:
         return []

@@ -1,12 +1,9 @@
 """Numba's start-up, paid in a thread while the process waits on I/O.
 
-The first numba kernel a process calls costs 0.4-1.1 s on a 2-core machine (numba builds its type
-registries and LLVM before the first kernel can load from the cache); every later kernel loads in
-milliseconds. A pipeline's process reaches its first kernel only after I/O: the parent opens the source
-(from a bucket at +100 ms a request: the manifest, the arrays, their listings, the offsets, ~2 s), a Grain
-worker receives its pipeline and issues its first reads. :func:`warm_in_background` starts numba in a
-daemon thread at that moment, so the I/O and numba's start-up overlap (numba's compiler lock makes a kernel
-called meanwhile wait for the warm-up, never load twice).
+The first numba kernel a process calls costs 0.4-1.1 s on a 2-core machine (type registries, LLVM; every later
+kernel loads from the cache in milliseconds), and a pipeline's process reaches it only after I/O (opening a source
+from a bucket: ~2 s). :func:`warm_in_background` overlaps the two (numba's compiler lock makes a kernel called
+meanwhile wait for the warm-up, never load twice).
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
-"""The packing engine: plans (which document pieces share a row), the rows built from them, and row counts.
-
-Public API (import from here)::
+"""The packing engine: plans (which document pieces share a row), the rows built from them, and row counts::
 
     from datatools.kernels.packing import pack_lengths, PackPlan, materialize, count_rows
 
-Modules, from the bottom up:
-
-* :mod:`~datatools.kernels.packing.trees`: the search trees (max segment tree, presence tree, row stacks).
-* :mod:`~datatools.kernels.packing.pieces`: overflow policies (:func:`cut_pieces`), piece sizes and
-  histograms, the decreasing order.
-* :mod:`~datatools.kernels.packing.algorithms`: the table of algorithms (:data:`TABLE`: kernel and traits of
-  each) and :class:`PackOptions` (one packing's options, validated once).
-* :mod:`~datatools.kernels.packing.planners`: the packers (next, first, best fit, windowed or not, in bulk on
-  runs of equal pieces; the capped dealing; concat-split), each writing rows or only counting them.
-* :mod:`~datatools.kernels.packing.plan`: :func:`pack_lengths` -> :class:`PackPlan`.
-* :mod:`~datatools.kernels.packing.counting`: :func:`count_rows` -> :class:`PackCount` (the same kernels, no
-  plan: what the padding analyzer reports).
-* :mod:`~datatools.kernels.packing.materialize`: :func:`materialize`, :func:`materialize_pieces`.
-* :mod:`~datatools.kernels.packing.groups`: :func:`pack_in_groups` (bounded memory), :func:`lower_bound_rows`.
-* :mod:`~datatools.kernels.packing.plan_format`: the compact encoding of a plan on disk, :func:`gather_rows`.
+Modules, from the bottom up: ``trees`` (search trees), ``pieces`` (overflow policies, piece sizes, decreasing
+order), ``algorithms`` (:data:`TABLE`, :class:`PackOptions`), ``planners`` (the packer kernels, planning or
+counting), ``plan`` (:func:`pack_lengths`), ``counting`` (:func:`count_rows`), ``materialize``, ``groups``
+(:func:`pack_in_groups`, :func:`lower_bound_rows`), ``plan_format`` (the on-disk encoding, ``gather_rows``).
 """
 
 from datatools.kernels.packing.algorithms import ALGORITHMS, TABLE, Algorithm, PackOptions

@@ -1,9 +1,7 @@
-"""The packing algorithms, in one table (:data:`TABLE`), and the options of one packing (:class:`PackOptions`).
-
-Planning (:mod:`~datatools.kernels.packing.plan`), counting (:mod:`~datatools.kernels.packing.counting`), the
-padding analyzer, the config schema and the CLI read an algorithm's traits here, never from its name. A new
-packer is one kernel in :mod:`~datatools.kernels.packing.planners` (with the uniform signature of
-:data:`Algorithm.place`) and one row of :data:`TABLE`.
+"""The packing algorithms in one table (:data:`TABLE`: kernel and traits of each) and one packing's options
+(:class:`PackOptions`). Planning, counting, the padding analyzer, the config schema and the CLI read an algorithm's
+traits here, never from its name: a new packer is one kernel in :mod:`~datatools.kernels.packing.planners` and one
+row of :data:`TABLE`.
 """
 
 from __future__ import annotations
@@ -77,15 +75,13 @@ class Algorithm:
     Attributes:
       name: the name configs, the CLI and plans use.
       place: ``place(sizes, runs, capacity, max_segments, window, max_rows, row_of) -> (rows, most pieces in a
-        row)``: the planners kernel on piece sizes in units (``runs``, ``window``, ``max_rows``, ``row_of`` as
-        in :mod:`~datatools.kernels.packing.planners`); None for ``concat_split``, which works on documents.
+        row)`` on piece sizes in units (as in :mod:`~datatools.kernels.packing.planners`); None for
+        ``concat_split``, which works on documents.
       count_chunks: ``count_chunks(lengths chunks, ctx, max_segments, window) -> (rows, pieces, most pieces in
-        a row, documents cut)``: the kernel counting, its state carried from chunk to chunk (the packers in
-        input order; None for the decreasing ones, counted on a histogram).
-      decreasing: pieces placed largest first (the order of the input does not matter: planned over all
-        documents, counted on a histogram of piece sizes).
+        a row, documents cut)``, its state carried from chunk to chunk; None for the decreasing packers.
+      decreasing: pieces placed largest first (input order does not matter: counted on a size histogram).
       windowed: takes a ``window`` of open rows (Grain's streaming packers).
-      cuts_documents: documents are concatenated and cut at row ends (not whole pieces into rows).
+      cuts_documents: documents are concatenated and cut at row ends.
       cost: the padding analyzer's relative time per ctx (longest first, so threads finish together).
       label: the name in the analyzer's tables.
     """
@@ -117,17 +113,10 @@ BY_NAME = {a.name: a for a in TABLE}
 ALGORITHMS = tuple(BY_NAME)
 
 
-def algorithm(name: str) -> Algorithm:
-    """The table's row for ``name``; ValueError naming the choices for another."""
-    return BY_NAME[check_choice(name, "algorithm", ALGORITHMS)]
-
-
 @dataclass(frozen=True)
 class PackOptions:
-    """One packing's options, validated once, here (see :func:`~datatools.kernels.packing.plan.pack_lengths`).
-
-    ``max_segments`` and ``window`` None: no cap, unbounded open rows. ``seg`` and ``win`` are the kernels'
-    spelling of them (0: none)."""
+    """One packing's options (:func:`~datatools.kernels.packing.plan.pack_lengths`), validated once, here. ``seg``
+    and ``win`` are the kernels' spelling of ``max_segments`` and ``window`` (0: none)."""
 
     ctx: int
     algorithm: str = "best_fit_decreasing"

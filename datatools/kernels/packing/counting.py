@@ -1,10 +1,8 @@
 """How many rows a packing takes, without making the plan: the same kernels as :func:`pack_lengths`, counting.
 
-:func:`count_rows` runs a packer of :mod:`~datatools.kernels.packing.planners` with no per-piece output, so it
-gives exactly ``pack_lengths(...)``'s ``num_rows``, ``num_pieces`` and largest ``pieces_per_row`` (with
-``overflow="split"``, ``align=1``) in the packer's working memory alone: on piece sizes (input order: 4 bytes a
-piece), or for the order-free ``*_decreasing`` packers on a histogram of the sizes (O(ctx) input, equal pieces
-placed in bulk). What the padding analyzer (:mod:`datatools.analysis.padding`) reports for every strategy.
+:func:`count_rows` gives exactly ``pack_lengths(...)``'s ``num_rows``, ``num_pieces`` and largest ``pieces_per_row``
+(``overflow="split"``, ``align=1``) in the packer's working memory alone: on piece sizes (4 bytes a piece), or for
+the ``*_decreasing`` packers on a size histogram (O(ctx)). What the padding analyzer reports.
 """
 
 from __future__ import annotations
@@ -18,20 +16,14 @@ import numpy as np
 from datatools.base.checks import as_lengths, short_repr
 from datatools.kernels.packing.algorithms import Algorithm, PackOptions
 from datatools.kernels.packing.pieces import decreasing_runs, piece_histogram, piece_sizes, split_histogram
-from datatools.kernels.packing.planners import NO_ROWS, NO_RUNS, best_fit, capped_rows, first_fit, worth_dealing
+from datatools.kernels.packing.planners import NO_ROWS, NO_RUNS, best_fit, capped_decreasing, first_fit, worth_dealing
 
 
 @dataclass(frozen=True)
 class PackCount:
-    """What packing some documents comes to, as :func:`pack_lengths`' plan would hold it.
-
-    Attributes:
-      rows: rows of ``ctx`` tokens (``PackPlan.num_rows``).
-      pieces: pieces placed (``PackPlan.num_pieces``: documents, and the ctx-sized parts of longer ones).
-      max_pieces_per_row: the most pieces one row holds (``PackPlan.pieces_per_row.max()``; 0 when empty).
-      cut_documents: ``concat_split`` only: documents cut across rows (0 for the other packers, which cut only
-        documents longer than ctx).
-    """
+    """What packing some documents comes to, as :func:`pack_lengths`' plan would hold it: ``rows``
+    (``num_rows``), ``pieces`` (``num_pieces``), ``max_pieces_per_row`` (0 when empty) and ``cut_documents``
+    (``concat_split`` only: documents cut across rows; 0 for the other packers)."""
 
     rows: int
     pieces: int
@@ -51,22 +43,18 @@ def count_rows(
 ) -> PackCount:
     """The rows ``pack_lengths(lengths, ctx, algorithm=..., max_segments=..., window=...)`` makes, counted.
 
-    Give exactly one of:
-      lengths: tokens per document (documents longer than ctx are split into ctx-sized pieces).
-      sizes: int32 piece sizes in input order, each in [1, ctx] (:func:`piece_sizes` of the lengths): computed
-        once, shared by several counts.
-      histogram: int (ctx + 1,): ``histogram[s]`` pieces of ``s`` tokens (:func:`piece_histogram`; index 0 is
-        ignored). Only for ``first_fit_decreasing`` / ``best_fit_decreasing``, which do not depend on the order.
-
     Args:
       ctx: row length (tokens).
       algorithm: one of :data:`ALGORITHMS` (``concat_split`` takes ``lengths`` only).
+      lengths: tokens per document (longer than ctx: split into ctx-sized pieces); or
+      sizes: int32 piece sizes in input order, each in [1, ctx] (:func:`piece_sizes`, shared by several counts); or
+      histogram: int (ctx + 1,) pieces of each size (:func:`piece_histogram`; index 0 ignored), for the
+        ``*_decreasing`` packers only. Exactly one of the three.
       max_segments: at most this many pieces in one row; None for no cap.
       window: ``first_fit`` / ``best_fit``: open rows, as :func:`pack_lengths` (ignored by the others).
 
     Raises:
-      ValueError: a bad ctx, algorithm, cap or window, not exactly one input, or an input that is not what it
-        should be (named).
+      ValueError: a bad ctx, algorithm, cap or window, not exactly one input, or a bad input (named).
     """
     o = PackOptions(ctx, algorithm, max_segments, window=window)
     algo, ctx, seg = o.packer, o.ctx, o.seg
@@ -105,9 +93,8 @@ def count_rows_chunked(
     window: int | None = None,
 ) -> PackCount:
     """:func:`count_rows` of the concatenation of ``chunks`` (tokens per document, in order), exactly, holding one
-    chunk at a time: the in-order packers carry their state (open rows, window) from chunk to chunk
-    (``*_resume`` kernels of :mod:`~datatools.kernels.packing.planners`), the decreasing ones add up a histogram.
-    What counts 10^9 documents read a slice at a time from a memory-mapped file.
+    chunk at a time (10^9 documents from a memory-mapped file): the in-order packers carry their state from chunk to
+    chunk, the decreasing ones add up a histogram.
 
     ``first_fit`` / ``best_fit`` need a ``window`` here (unbounded, they would provision a row per piece of the
     whole input). Raises ValueError as :func:`count_rows`, naming a bad chunk's index.
@@ -146,7 +133,7 @@ def _count_histogram(histogram, ctx, seg, best):
     else:
         rows, most = first_fit(sizes, runs, ctx, seg, 0, max_rows, none)
     if seg and worth_dealing(rows, units, pieces, ctx, seg):
-        dealt_rows, dealt_most = capped_rows(sizes, runs, ctx, seg, pieces, units, none)
+        dealt_rows, dealt_most = capped_decreasing(sizes, runs, ctx, seg, pieces, units, none)
         if dealt_rows < rows:
             rows, most = dealt_rows, dealt_most
     return rows, pieces, most
@@ -155,10 +142,9 @@ def _count_histogram(histogram, ctx, seg, best):
 def count_windows(
     lengths, bounds, ctx: int, algorithm: str, *, max_segments: int | None = None, window: int | None = None
 ) -> np.ndarray:
-    """int64 rows of each window ``part = lengths[bounds[w]:bounds[w + 1]]`` packed on its own: ``count_rows(ctx,
-    algorithm, lengths=part, max_segments=..., window=...).rows`` of every window, for the decreasing packers in
-    one kernel call (a streaming schedule's epoch: ~10^4 windows of ~10^3 documents for 32 GB of tokens, where a
-    call a window costs ~0.3 ms of Python). ``bounds``: non-decreasing offsets into ``lengths``, 0 to its end."""
+    """int64 ``count_rows(ctx, algorithm, lengths=lengths[bounds[w]:bounds[w + 1]], ...).rows`` of every window
+    ``w`` (``bounds``: non-decreasing offsets, 0 to the end); for the decreasing packers in one kernel call (an
+    epoch's ~10^4 windows, where a call a window costs ~0.3 ms of Python)."""
     o = PackOptions(ctx, algorithm, max_segments, window=window)
     lengths = as_lengths(lengths)
     bounds = np.asarray(bounds, np.int64)

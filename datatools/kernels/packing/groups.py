@@ -1,15 +1,10 @@
-"""Packing more documents than one plan fits in memory: independent groups, their loose rows carried forward.
+"""Packing more documents than one plan fits in memory, and the lower bound of rows any packing needs.
 
-:func:`~datatools.kernels.packing.plan.pack_lengths` holds about 50-80 bytes a document while it plans (the pieces,
-the sort, the search trees), so 10^9 documents would need 50+ GB. :func:`pack_in_groups` plans
-``group_docs`` documents at a time (memory: one group's working set), and takes the pieces of each group's
-under-filled rows (free space of at least ``ctx / CARRY_FREE_DIVISOR`` tokens) into the next group's plan, so the
-half-empty rows at the end of a greedy plan are filled with the next group's documents instead of staying
-in the output. Only the last group's loose rows remain: the plan is within a few rows of the single plan.
-One group (``len(lengths) <= group_docs``) gives exactly :func:`pack_lengths`' plan.
-
-:func:`lower_bound_rows` is max(L1, L2) (Martello & Toth's L2 for bin packing, from a histogram of the piece
-sizes), and the max_segments bound: no plan of these pieces can use fewer rows.
+:func:`pack_in_groups` plans ``group_docs`` documents at a time (:func:`pack_lengths` holds 50-80 bytes a document:
+10^9 documents would need 50+ GB) and carries the pieces of each group's under-filled rows (at least ``ctx /
+CARRY_FREE_DIVISOR`` tokens free) into the next group's plan, so only the last group's loose rows remain: within a
+few rows of the single plan, and exactly it for one group. :func:`lower_bound_rows`: max(L1, Martello & Toth's
+L2, the max_segments bound).
 """
 
 from __future__ import annotations
@@ -35,12 +30,9 @@ def pack_in_groups(
     align: int = 1,
     overflow: str = "split",
 ) -> Iterator[PackPlan]:
-    """The packed plan of ``lengths`` (tokens per document; may be memory-mapped) as a sequence of finished rows.
-
-    Each yielded :class:`PackPlan` holds some rows; their ``doc`` are indices into the whole ``lengths``, their
-    ``dropped_tokens`` and ``empty_documents`` count the group's. Concatenated, they are one plan: every token
-    of every document (under ``overflow``) is in exactly one piece. Options as :func:`pack_lengths`.
-    """
+    """The packed plan of ``lengths`` (tokens per document; may be memory-mapped) as :class:`PackPlan` s of finished
+    rows, concatenated one plan (every token under ``overflow`` in exactly one piece): ``doc`` index the whole
+    ``lengths``, ``dropped_tokens`` and ``empty_documents`` count the group's. Options as :func:`pack_lengths`."""
     n = int(lengths.shape[0])
     if group_docs < 1:
         raise ValueError(f"group_docs must be >= 1, got {group_docs}")
@@ -65,22 +57,10 @@ def pack_in_groups(
             doc[carried] = carry_doc[which]
             start = start.copy()
             start[carried] += carry_start[which]
-        if g1 == n or plan.num_rows == 0:
-            yield PackPlan(
-                ctx,
-                align,
-                plan.num_rows,
-                plan.row_splits,
-                doc,
-                start,
-                plan.length,
-                plan.dropped_tokens,
-                plan.empty_documents,
-                algorithm,
-            )
-            carry_len = carry_doc = carry_start = np.zeros(0, np.int64)
-            continue
-        keep = _rows_kept(plan, free_limit, max_carry)
+        if g1 == n or plan.num_rows == 0:  # every row is finished
+            keep = np.ones(plan.num_rows, bool)
+        else:
+            keep = _rows_kept(plan, free_limit, max_carry)
         per_row = np.diff(plan.row_splits)
         piece_kept = np.repeat(keep, per_row)
         carry_doc, carry_start = doc[~piece_kept], start[~piece_kept]

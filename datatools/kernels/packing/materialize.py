@@ -14,6 +14,7 @@ import numpy as np
 from datatools.base import array_pool
 from datatools.base.checks import check_id, short_repr
 from datatools.kernels.packing.plan import PackPlan
+from datatools.kernels.packing.plan_format import row_pieces
 
 _CANONICAL = ("tokens", "segment_ids", "positions", "loss_mask")
 _WHOLE, _WHOLE_EXTENT = np.zeros(1, np.int64), 1 << 62  # a flat token array: one extent, in slot 0
@@ -30,13 +31,9 @@ def materialize(
     out: dict[str, np.ndarray] | None = None,
     extents: tuple[np.ndarray, int] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Build packed rows from a flat token array, writing every output slot once.
-
-    One numba pass per row writes its pieces and its padding straight into the four
-    outputs (no prefill, no second pass), so building rows costs about a copy of their
-    bytes (16 bytes per slot). Every piece the rows read is first checked to lie inside
-    ``tokens`` (per piece, in numba), so a plan and arrays that do not match raise before
-    anything is written; the ids written are checked in the same pass (see Raises).
+    """Build packed rows from a flat token array: one numba pass per row writes every output slot once (about a
+    copy of their 16 bytes a slot). Every piece is first checked to lie inside ``tokens``, so a plan and arrays that
+    do not match raise before anything is written; the ids written are checked in the same pass.
 
     Args:
       plan: the plan from :func:`pack_lengths`.
@@ -46,21 +43,16 @@ def materialize(
       pad_id: token written at padding slots.
       check_values: check that ids of a dtype wider than int32 fit int32 (on the pieces read only);
         ``False`` when the caller checked the whole array once. Negative ids are refused either way.
-      out: a canonical batch to write into instead of allocating one (four C-contiguous int32 arrays of
-        shape (len(rows), ctx) under ``tokens``, ``segment_ids``, ``positions``, ``loss_mask``); every slot
-        is overwritten. Use it where the caller owns the buffer (a batch Grain may still hold must not be
-        reused).
-      extents: ``(slot_of, extent)`` when ``tokens`` is a slab of extents rather than the flat array itself (a
-        store reader's cache, :class:`~datatools.io.documents.StorePieceReader`): token t of the flat array is
-        ``tokens[slot_of[t // extent] * extent + t % extent]``; every extent the rows touch must be held. The
-        rows are then filled straight from the slab, with no gather of their pieces first.
+      out: a canonical batch to write into (four writeable C-contiguous int32 (len(rows), ctx) arrays), every
+        slot overwritten; only where the caller owns the buffer (not a batch Grain may still hold).
+      extents: ``(slot_of, extent)`` when ``tokens`` is a slab of extents (a store reader's cache,
+        :class:`~datatools.io.documents.StorePieceReader`): token t of the flat array is
+        ``tokens[slot_of[t // extent] * extent + t % extent]``; every extent the rows touch must be held.
 
     Returns:
-      int32 arrays of shape (len(rows), ctx), the canonical datatools batch (``out`` itself when given):
-      ``tokens``; ``segment_ids`` (1, 2, ... per piece within a row, 0 = padding);
-      ``positions`` (0-based in the document: a continuation piece counts on from
-      its offset); ``loss_mask`` (1 where the next token is in the same piece, so
-      no target crosses a document boundary).
+      The canonical batch (``out`` itself when given), int32 (len(rows), ctx): ``tokens``; ``segment_ids`` (1, 2,
+      ... per piece within a row, 0 = padding); ``positions`` (0-based in the document: a continuation piece counts
+      on); ``loss_mask`` (1 where the next token is in the same piece).
 
     Raises:
       TypeError: ``plan`` is not a :class:`PackPlan`, or the tokens are not integers, or ``out`` is not a
@@ -90,42 +82,38 @@ def materialize(
     slot_of, extent = (_WHOLE, _WHOLE_EXTENT) if extents is None else extents
     _check_piece_bounds(plan, rows, offsets, tokens.shape[0] if extents is None else int(offsets[-1]))
     wide = bool(check_values) and tokens.dtype.itemsize >= 4 and tokens.dtype != np.int32
-    _fill_checked(
-        rows,
-        plan.row_splits,
-        plan.doc,
-        plan.start,
-        plan.length,
-        plan.offset,
-        offsets,
-        tokens,
-        pad_id,
-        wide,
-        batch,
-        rows,
-        slot_of,
-        extent,
-    )
+    fill = (rows, plan.row_splits, plan.doc, plan.start, plan.length, plan.offset, offsets, tokens, slot_of, extent)
+    _fill_checked(batch, rows, *fill, pad_id, wide)
     return batch
 
 
 def check_plan_rows(plan: PackPlan, rows) -> np.ndarray:
     """``rows`` of ``plan`` as checked int64 row ids (all rows when None); TypeError for a plan that is not a
-    :class:`PackPlan`, IndexError for a row outside it."""
-    _check_plan(plan)
-    return _check_rows(plan, rows)
+    :class:`PackPlan`, ValueError for non-integers, IndexError for a row outside it."""
+    if not isinstance(plan, PackPlan):
+        raise TypeError(f"plan must be a PackPlan from pack_lengths(), got {short_repr(plan)}")
+    if rows is None:
+        return np.arange(plan.num_rows)
+    if type(rows) is np.ndarray and rows.dtype == np.int64 and rows.ndim == 1:
+        arr = rows  # the common case, without the conversions below (a few microseconds a batch)
+    else:
+        try:
+            arr = np.asarray(rows).reshape(-1)
+        except (OverflowError, ValueError, TypeError):
+            raise ValueError(f"rows must be integers, got {short_repr(rows)}") from None
+        if arr.size and (arr.dtype.kind not in "iu" or (arr.dtype.kind == "u" and arr.max() > np.iinfo(np.int64).max)):
+            raise ValueError(f"rows must be integers in the int64 range, got {short_repr(rows)}")
+        arr = arr.astype(np.int64, copy=False)
+    bad = _first_row_outside(arr, plan.num_rows)  # one numba pass: numpy's min and max cost 2 us a batch
+    if bad >= 0:
+        raise IndexError(f"row {int(arr[bad])} out of range for a plan of {plan.num_rows} rows")
+    return arr
 
 
 def new_batch(rows: int, ctx: int) -> dict[str, np.ndarray]:
-    """Four uninitialized C-contiguous int32 arrays of shape (rows, ctx) under the canonical keys: views of one
-    array from :mod:`datatools.base.array_pool` (memory nobody holds any more, used again: faulting in a fresh
-    16 MiB batch costs more than filling it), reused once no caller holds any of the four."""
+    """Four uninitialized C-contiguous int32 (rows, ctx) arrays under the canonical keys: views of one array from
+    :mod:`datatools.base.array_pool` (faulting in a fresh 16 MiB batch costs more than filling it)."""
     return dict(zip(_CANONICAL, array_pool.empty((len(_CANONICAL), rows, ctx), np.int32)))
-
-
-def _check_plan(plan) -> None:
-    if not isinstance(plan, PackPlan):
-        raise TypeError(f"plan must be a PackPlan from pack_lengths(), got {short_repr(plan)}")
 
 
 def _output_batch(out, batch: int, ctx: int) -> dict[str, np.ndarray]:
@@ -150,67 +138,24 @@ def _output_batch(out, batch: int, ctx: int) -> dict[str, np.ndarray]:
     return out
 
 
-def _fill_checked(
-    rows,
-    row_splits,
-    doc,
-    start,
-    length,
-    offset,
-    offsets,
-    tokens,
-    pad_id,
-    wide,
-    batch,
-    row_ids,
-    slot_of=_WHOLE,
-    extent=_WHOLE_EXTENT,
-) -> None:
-    """Run the fill; a row holding an id outside [0, 2**31 - 1] is a ValueError naming the id, its row and slot."""
+def _fill_checked(batch, row_ids, *args) -> None:
+    """``_fill_rows(*args, <batch's four arrays>, err)``; a row holding an id outside [0, 2**31 - 1] is a ValueError
+    naming the id, its row and slot."""
     err = np.zeros(3, np.int64)
-    if _fill_rows(
-        rows,
-        row_splits,
-        doc,
-        start,
-        length,
-        offset,
-        offsets,
-        tokens,
-        slot_of,
-        extent,
-        pad_id,
-        wide,
-        batch["tokens"],
-        batch["segment_ids"],
-        batch["positions"],
-        batch["loss_mask"],
-        err,
-    ):
-        b, where, value = (int(v) for v in err)
-        if wide:  # the id as the source holds it, before the cast to int32
-            value = int(tokens[where])
-            raise ValueError(
-                f"tokens: token id {value} in row {int(row_ids[b])} is outside [0, 2**31 - 1] (batches are int32)"
-            )
+    outputs = (*(batch[k] for k in _CANONICAL), err)
+    if not _fill_rows(*args, *outputs):
+        return
+    b, where, value = (int(v) for v in err)
+    tokens, wide = args[7], args[11]
+    if wide:  # the id as the source holds it, before the cast to int32
+        value = int(tokens[where])
         raise ValueError(
-            f"tokens: token id {value} at row {int(row_ids[b])}, position {where} (as int32) "
-            f"is outside [0, 2**31 - 1]; token ids must be non-negative"
+            f"tokens: token id {value} in row {int(row_ids[b])} is outside [0, 2**31 - 1] (batches are int32)"
         )
-
-
-def _check_rows(plan: PackPlan, rows) -> np.ndarray:
-    """Row ids as int64 (all rows when None); IndexError for one outside the plan, ValueError for non-integers."""
-    if rows is None:
-        return np.arange(plan.num_rows)
-    if type(rows) is np.ndarray and rows.dtype == np.int64 and rows.ndim == 1:
-        arr = rows  # the common case, without the conversions below (a few microseconds a batch)
-    else:
-        arr = _as_row_array(rows)
-    bad = _first_row_outside(arr, plan.num_rows)  # one numba pass: numpy's min and max cost 2 us a batch
-    if bad >= 0:
-        raise IndexError(f"row {int(arr[bad])} out of range for a plan of {plan.num_rows} rows")
-    return arr
+    raise ValueError(
+        f"tokens: token id {value} at row {int(row_ids[b])}, position {where} (as int32) "
+        f"is outside [0, 2**31 - 1]; token ids must be non-negative"
+    )
 
 
 @numba.njit(cache=True, nogil=True)
@@ -220,16 +165,6 @@ def _first_row_outside(rows, num_rows):
         if rows[b] < 0 or rows[b] >= num_rows:
             return b
     return -1
-
-
-def _as_row_array(rows) -> np.ndarray:
-    try:
-        arr = np.asarray(rows).reshape(-1)
-    except (OverflowError, ValueError, TypeError):
-        raise ValueError(f"rows must be integers, got {short_repr(rows)}") from None
-    if arr.size and (arr.dtype.kind not in "iu" or (arr.dtype.kind == "u" and arr.max() > np.iinfo(np.int64).max)):
-        raise ValueError(f"rows must be integers in the int64 range, got {short_repr(rows)}")
-    return arr.astype(np.int64, copy=False)
 
 
 def _check_piece_bounds(plan: PackPlan, rows: np.ndarray, offsets: np.ndarray, num_tokens: int) -> None:
@@ -259,21 +194,18 @@ def _first_bad_piece(rows, row_splits, doc, start, length, offsets, num_tokens):
     return -1
 
 
-def check_token_ids(tokens: np.ndarray, where: str = "tokens") -> None:
+def check_token_ids(tokens: np.ndarray) -> None:
     """Token ids must be in [0, 2**31 - 1] (batches are int32); vectorized over ``tokens``."""
     if tokens.size:
         lo, hi = int(tokens.min()), int(tokens.max())
         if lo < 0 or hi > np.iinfo(np.int32).max:
             bad = lo if lo < 0 else hi
-            raise ValueError(f"{where}: token id {bad} outside [0, 2**31 - 1] (batches are int32)")
+            raise ValueError(f"tokens: token id {bad} outside [0, 2**31 - 1] (batches are int32)")
 
 
 def pieces_of_rows(plan: PackPlan, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The pieces of ``rows`` (checked int64 row ids) in order: their indices into the plan's piece arrays, and
-    where each row's begin among them (``len(rows) + 1`` values), vectorized."""
-    first, counts = plan.row_splits[rows], np.diff(plan.row_splits)[rows]
-    splits = np.concatenate(([0], np.cumsum(counts)))
-    return np.repeat(first - splits[:-1], counts) + np.arange(splits[-1], dtype=np.int64), splits
+    """:func:`~datatools.kernels.packing.plan_format.row_pieces` of ``plan``'s rows ``rows`` (checked int64 ids)."""
+    return row_pieces(plan.row_splits, rows)
 
 
 def materialize_pieces(
@@ -283,10 +215,8 @@ def materialize_pieces(
 
     Args:
       plan: the plan from :func:`pack_lengths`.
-      read_pieces: ``read_pieces(doc, start, length) -> tokens``: the given pieces of
-        their documents back to back (one int array); for example
-        :meth:`datatools.io.documents.ArrayDocuments.read_pieces`, or a token store's
-        cached reader. Called once for all selected rows.
+      read_pieces: ``read_pieces(doc, start, length) -> tokens``: the given pieces back to back (one int array),
+        e.g. :meth:`datatools.io.documents.ArrayDocuments.read_pieces`; called once for all selected rows.
       rows: row ids to build; None for all rows.
       pad_id: token written at padding slots.
       out: a canonical batch to write into, as for :func:`materialize`.
@@ -307,20 +237,9 @@ def materialize_pieces(
     batch = _output_batch(out, rows.shape[0], plan.ctx)
     if rows.shape[0]:
         wide = flat.dtype.itemsize >= 4 and flat.dtype != np.int32
-        _fill_checked(
-            np.arange(rows.shape[0], dtype=np.int64),
-            splits,
-            np.arange(sel.shape[0], dtype=np.int64),
-            start,
-            length,
-            plan.offset[sel],
-            fake_offsets,
-            flat,
-            pad_id,
-            wide,
-            batch,
-            rows,
-        )
+        local_rows, pieces = np.arange(rows.shape[0], dtype=np.int64), np.arange(sel.shape[0], dtype=np.int64)
+        fill = (local_rows, splits, pieces, start, length, plan.offset[sel], fake_offsets, flat, _WHOLE, _WHOLE_EXTENT)
+        _fill_checked(batch, rows, *fill, pad_id, wide)
     return batch
 
 
@@ -344,15 +263,13 @@ def _fill_rows(
     loss_mask,
     err,
 ):
-    """Write each selected row of the (batch, ctx) int32 outputs once: its pieces and the padding between and
-    after them (no prefill). Each output is filled by its own slice loop, so each vectorizes.
+    """Write each selected row of the (batch, ctx) int32 outputs once: its pieces and the padding (no prefill), each
+    output by its own slice loop, so each vectorizes. Token t of the flat array ``offsets`` indexes is
+    ``tokens[slot_of[t // extent] * extent + t % extent]`` (a flat array: ``slot_of = [0]``, an extent past its end).
 
-    Token t of the flat array ``offsets`` indexes is ``tokens[slot_of[t // extent] * extent + t % extent]``
-    (a flat array: ``slot_of = [0]`` and an extent past its end); a piece is copied one extent at a time.
-
-    ``wide``: check each piece's source ids fit [0, 2**31 - 1] before the cast. Every piece's int32 ids are checked
-    non-negative as they are written (``pad_id`` is checked by the caller). On a bad id: ``err`` = (batch row,
-    source index (wide) or slot, id as int32), return True (rows after it are not built).
+    ``wide``: check each piece's source ids fit [0, 2**31 - 1] before the cast; the int32 ids are checked
+    non-negative as written (``pad_id`` by the caller). On a bad id: ``err`` = (batch row, source index (wide) or
+    slot, id as int32), return True (rows after it are not built).
     """
     ctx = out_tokens.shape[1]
     for b in range(rows.shape[0]):

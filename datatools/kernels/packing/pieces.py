@@ -1,12 +1,8 @@
-"""Documents cut into the pieces every packer works on, and the orders and histograms of their sizes.
+"""Documents cut into the pieces every packer works on (tokens), and the orders and histograms of their sizes.
 
-* :func:`cut_pieces`: an overflow policy at ``ctx`` tokens (split, truncate, drop, error) as
-  ``(doc, start, length)`` pieces; :func:`piece_sizes` / :func:`piece_histogram`: the sizes alone (int32, input
-  order) or how many pieces of each size (``split``), where only rows are counted.
-* :func:`decreasing_order` (a stable counting sort, O(n + capacity)) and :func:`decreasing_runs` (sizes
-  largest first, with how many pieces each): what the ``*_decreasing`` packers place.
-
-Sizes are in tokens here; the planners work in units of ``align`` tokens.
+:func:`cut_pieces` applies an overflow policy at ``ctx``; :func:`piece_sizes` / :func:`piece_histogram` give the
+sizes alone under ``split``, where only rows are counted; :func:`decreasing_order` (a stable counting sort) and
+:func:`decreasing_runs` give what the ``*_decreasing`` packers place.
 """
 
 from __future__ import annotations
@@ -21,11 +17,8 @@ OVERFLOW_CODE = {name: code for code, name in enumerate(OVERFLOW_POLICIES)}
 
 @numba.njit(cache=True)
 def _cut_pieces(lengths, ctx, overflow_code):
-    """Cut documents into pieces of at most ctx tokens according to the overflow policy.
-
-    overflow_code: 0 split, 1 truncate, 2 drop (3 error is checked before).
-    Returns (doc, start, length, dropped_tokens, empty_documents).
-    """
+    """(doc, start, length, dropped_tokens, empty_documents) of pieces of at most ctx tokens; overflow_code: 0
+    split, 1 truncate, 2 drop (3 error is checked before)."""
     n = lengths.shape[0]
     count = 0
     for i in range(n):
@@ -74,16 +67,10 @@ def _cut_pieces(lengths, ctx, overflow_code):
 
 
 def cut_pieces(lengths: np.ndarray, ctx: int, overflow: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
-    """Apply an overflow policy at ``ctx`` tokens: the pieces every packer or bucketer works on.
+    """The pieces every packer or bucketer works on: ``lengths`` (validated int64 tokens per document) under the
+    overflow policy ``split`` (ctx-sized pieces), ``truncate``, ``drop`` or ``error`` at ``ctx`` tokens.
 
-    Args:
-      lengths: int64 tokens per document (validated, e.g. by ``as_lengths``).
-      ctx: the longest piece (tokens).
-      overflow: ``split`` (ctx-sized pieces), ``truncate``, ``drop`` or ``error``.
-
-    Returns:
-      (doc int64, start int64, length int32, dropped_tokens, empty_documents); zero-length
-      documents give no piece.
+    Returns (doc int64, start int64, length int32, dropped_tokens, empty_documents); an empty document gives no piece.
     """
     if overflow == "error" and lengths.size:
         too_long = np.flatnonzero(lengths > ctx)

@@ -1,30 +1,19 @@
-"""Sequence packing: the plan of which document pieces share a row (:class:`PackPlan`), made by :func:`pack_lengths`.
+"""Sequence packing: :func:`pack_lengths` plans which document pieces share a row of ``ctx`` tokens (:class:`PackPlan`).
 
-Packing puts several documents into one fixed-length row of ``ctx`` tokens so that the accelerator computes on
-tokens rather than padding. :func:`pack_lengths` sees only document lengths (tokens) and returns, for every row,
-the pieces ``(doc, start, length)`` it holds; :func:`~datatools.kernels.packing.materialize.materialize` builds
-the rows' tokens from it. Algorithms (the kernels are in :mod:`~datatools.kernels.packing.planners`, their traits in
-the table of :mod:`~datatools.kernels.packing.algorithms`):
-
-* ``next_fit``: input order, one open row; O(n).
-* ``first_fit`` / ``first_fit_decreasing``: the lowest-numbered row with room (a max segment tree over the
-  rows' free capacity), O(log n).
-* ``best_fit`` / ``best_fit_decreasing``: the row with the least free capacity that still fits (rows on one
-  stack per free capacity, a presence tree over capacities), O(log ctx).
-* ``concat_split``: concatenate the documents in order and cut every ``ctx`` tokens (no padding, documents cut).
-
-The ``*_decreasing`` variants order pieces by a stable counting sort on size, O(n + ctx), so equal sizes keep
-input order and plans are identical on every machine. ``first_fit`` / ``best_fit`` take a ``window`` of open
-rows (Grain's streaming packers; none: unbounded).
-
-Alignment: with ``align > 1`` every piece starts at a multiple of ``align`` inside its row, so a piece occupies
-``ceil(length / align) * align`` slots. The kernels work in units of ``align`` tokens (row capacity
-``ctx // align``).
+It sees only document lengths (tokens); :func:`~datatools.kernels.packing.materialize.materialize` builds the
+rows' tokens. The kernels are in :mod:`~datatools.kernels.packing.planners`, their traits in
+:mod:`~datatools.kernels.packing.algorithms`: ``next_fit`` (one open row, O(n)); ``first_fit`` /
+``first_fit_decreasing`` (the lowest row with room, a max segment tree, O(log n)); ``best_fit`` /
+``best_fit_decreasing`` (the tightest row that fits, a presence tree over capacities, O(log ctx));
+``concat_split`` (concatenate, cut every ctx). ``*_decreasing`` order pieces by a stable counting sort, so plans
+are identical on every machine. With ``align > 1`` every piece starts at a multiple of ``align`` in its row: the
+kernels work in units of ``align`` tokens.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 
 import numba
 import numpy as np
@@ -45,22 +34,16 @@ from datatools.kernels.packing.planners import (
 
 @dataclass(frozen=True)
 class PackPlan:
-    """Which pieces of which documents go into which row.
-
-    Pieces are stored flat; the pieces of row ``r`` are
-    ``doc[row_splits[r]:row_splits[r + 1]]`` (and likewise ``start``, ``length``),
-    in the order they sit in the row.
+    """Which pieces of which documents go into which row: row ``r`` holds pieces
+    ``doc[row_splits[r]:row_splits[r + 1]]`` (likewise ``start``, ``length``), in row order.
 
     Attributes:
-      ctx: row length (tokens).
-      align: every piece starts at a multiple of this many tokens inside its row.
-      num_rows: number of rows.
-      row_splits: int64 (num_rows + 1,), offsets of each row's pieces.
-      doc: int64 (num_pieces,), index of the piece's document in the input lengths.
-      start: int64 (num_pieces,), offset of the piece inside its document (tokens).
+      ctx: row length (tokens); align: every piece starts at a multiple of this many tokens in its row.
+      num_rows: rows; row_splits: int64 (num_rows + 1,), offsets of each row's pieces.
+      doc: int64 (num_pieces,), the piece's document (index into the input lengths).
+      start: int64 (num_pieces,), where the piece starts inside its document (tokens).
       length: int32 (num_pieces,), tokens in the piece.
-      dropped_tokens: tokens of the input present in no row (truncate / drop).
-      empty_documents: zero-length documents, skipped.
+      dropped_tokens: tokens of the input in no row (truncate / drop); empty_documents: zero-length, skipped.
       algorithm: the algorithm that made the plan.
     """
 
@@ -74,8 +57,6 @@ class PackPlan:
     dropped_tokens: int
     empty_documents: int
     algorithm: str
-    _offset: np.ndarray | None = field(default=None, repr=False, compare=False)
-    _max_doc: int | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def one_piece_rows(cls, ctx: int, doc, start, length, algorithm: str) -> PackPlan:
@@ -110,23 +91,18 @@ class PackPlan:
         """int64 (num_rows,): number of pieces (segments) in each row."""
         return np.diff(self.row_splits)
 
-    @property
+    @cached_property
     def max_doc(self) -> int:
         """The largest document index in the plan (-1 when empty)."""
-        max_doc = self._max_doc
-        if max_doc is None:
-            max_doc = int(self.doc.max()) if self.num_pieces else -1
-            object.__setattr__(self, "_max_doc", max_doc)
-        return max_doc
+        return int(self.doc.max()) if self.num_pieces else -1
 
-    @property
+    @cached_property
     def offset(self) -> np.ndarray:
         """int64 (num_pieces,): where each piece starts inside its row (tokens)."""
-        offset = self._offset
-        if offset is None:
-            offset = _piece_offsets(self.length, self.row_splits, self.align)
-            object.__setattr__(self, "_offset", offset)
-        return offset
+        slots = -(-self.length.astype(np.int64) // self.align) * self.align
+        ends = np.cumsum(slots)
+        row_begin = np.concatenate(([0], ends))[self.row_splits[:-1]]
+        return ends - slots - np.repeat(row_begin, np.diff(self.row_splits))
 
     def row(self, r: int) -> list[tuple[int, int, int]]:
         """The pieces of row ``r`` as ``(doc, start, length)`` tuples."""
@@ -134,27 +110,6 @@ class PackPlan:
             raise IndexError(f"row {r} out of range for a plan of {self.num_rows} rows")
         a, b = self.row_splits[r], self.row_splits[r + 1]
         return list(zip(self.doc[a:b].tolist(), self.start[a:b].tolist(), self.length[a:b].tolist()))
-
-    def summary(self) -> dict:
-        """Plain-python figures for reports and JSON."""
-        return {
-            "algorithm": self.algorithm,
-            "ctx": self.ctx,
-            "rows": self.num_rows,
-            "pieces": self.num_pieces,
-            "kept_tokens": self.kept_tokens,
-            "dropped_tokens": self.dropped_tokens,
-            "efficiency": self.efficiency,
-            "lower_bound_rows": self.lower_bound_rows,
-        }
-
-
-def _piece_offsets(length: np.ndarray, row_splits: np.ndarray, align: int) -> np.ndarray:
-    slots = -(-length.astype(np.int64) // align) * align
-    ends = np.cumsum(slots)
-    begins = ends - slots
-    row_begin = np.concatenate(([0], ends))[row_splits[:-1]]
-    return begins - np.repeat(row_begin, np.diff(row_splits))
 
 
 def pack_lengths(
@@ -170,20 +125,17 @@ def pack_lengths(
     """Plan how to pack documents of the given lengths into rows of ``ctx`` tokens.
 
     Args:
-      lengths: 1-D integers, tokens per document. Zero-length documents are skipped
-        and counted in ``PackPlan.empty_documents``.
+      lengths: 1-D integers, tokens per document. Zero-length documents are skipped and counted in
+        ``PackPlan.empty_documents``.
       ctx: row length (tokens), >= 1.
-      algorithm: one of ``next_fit``, ``first_fit``, ``best_fit`` (input order,
-        unbounded open rows), ``first_fit_decreasing``, ``best_fit_decreasing``
-        (largest pieces first) or ``concat_split`` (concatenate, cut every ctx).
-      max_segments: at most this many pieces in one row (packed attention kernels
-        such as cuDNN / TransformerEngine THD need a fixed cap); None for no cap.
-      align: every piece starts at a multiple of ``align`` tokens in its row; must
-        divide ``ctx``. The gap counts as padding.
-      overflow: what to do with documents longer than ``ctx``: ``split`` into
-        ctx-sized pieces (nothing lost), ``truncate`` to the first ctx tokens,
-        ``drop`` the document, or ``error``. For ``concat_split`` long documents
-        are cut across rows under ``split``.
+      algorithm: ``next_fit``, ``first_fit``, ``best_fit`` (input order, unbounded open rows),
+        ``first_fit_decreasing``, ``best_fit_decreasing`` (largest pieces first) or ``concat_split``.
+      max_segments: at most this many pieces in one row (cuDNN / TransformerEngine THD need a fixed cap); None for
+        no cap.
+      align: every piece starts at a multiple of ``align`` tokens in its row; must divide ``ctx``. The gap counts
+        as padding.
+      overflow: documents longer than ``ctx``: ``split`` into ctx-sized pieces (nothing lost), ``truncate`` to the
+        first ctx tokens, ``drop``, or ``error``. ``concat_split`` cuts them across rows under ``split``.
       window: ``first_fit`` / ``best_fit`` only: at most this many open rows, all closed when a piece fits none
         (Grain's ``FirstFitPackIterDataset`` / ``BestFitPackIterDataset`` with ``num_packing_bins=window``);
         None: every row stays open.
@@ -192,9 +144,8 @@ def pack_lengths(
       A :class:`PackPlan`; the same input gives the identical plan on any machine.
 
     Raises:
-      ValueError: ctx < 1, negative or non-integer lengths, max_segments < 1,
-        align < 1 or not dividing ctx, an unknown algorithm or overflow policy, or
-        with ``overflow="error"`` a document longer than ctx.
+      ValueError: ctx < 1, negative or non-integer lengths, max_segments < 1, align < 1 or not dividing ctx, an
+        unknown algorithm or overflow policy, or with ``overflow="error"`` a document longer than ctx.
     """
     return pack(lengths, PackOptions(ctx, algorithm, max_segments, align, overflow, window))
 
@@ -225,9 +176,10 @@ def pack(lengths, options: PackOptions) -> PackPlan:
     else:
         sizes, runs = units, NO_RUNS
     num_rows, _ = algo.place(sizes, runs, capacity, seg_cap, o.win, n, row_of)
-    if decreasing and seg_cap and worth_dealing(num_rows, int(units.sum(dtype=np.int64)), n, capacity, seg_cap):
+    total = int(units.sum(dtype=np.int64))
+    if decreasing and seg_cap and worth_dealing(num_rows, total, n, capacity, seg_cap):
         dealt = np.empty(n, np.int32)  # a binding cap: dealing may need fewer rows
-        dealt_rows, _ = capped_decreasing(sizes, runs, capacity, seg_cap, dealt)
+        dealt_rows, _ = capped_decreasing(sizes, runs, capacity, seg_cap, n, total, dealt)
         if dealt_rows < num_rows:
             row_of, num_rows = dealt, dealt_rows
     splits, doc, start, length = _assemble(row_of, order, decreasing, num_rows, doc, start, length)
@@ -236,11 +188,8 @@ def pack(lengths, options: PackOptions) -> PackPlan:
 
 @numba.njit(cache=True)
 def _assemble(row_of, order, use_order, num_rows, doc, start, length):
-    """Group pieces by row (stable: placement order inside a row).
-
-    ``row_of[k]`` is the row of the k-th placed piece, ``order[k]`` its index in
-    (doc, start, length). Returns (row_splits, doc, start, length) in row order.
-    """
+    """(row_splits, doc, start, length) grouped by row, stably: ``row_of[k]`` is the row of the k-th placed piece,
+    ``order[k]`` its index in (doc, start, length)."""
     n = row_of.shape[0]
     splits = np.zeros(num_rows + 1, np.int64)
     for k in range(n):
@@ -265,15 +214,13 @@ def _assemble(row_of, order, use_order, num_rows, doc, start, length):
 def _plan_concat_split(lengths, ctx, align, seg_cap, overflow) -> PackPlan:
     empty = int(np.count_nonzero(lengths == 0))
     dropped = 0
-    if overflow in ("truncate", "drop"):
-        excess = np.maximum(lengths - ctx, 0)
-        if overflow == "truncate":
-            dropped = int(excess.sum())
-            lengths = np.minimum(lengths, ctx)
-        else:
-            long = lengths > ctx
-            dropped = int(lengths[long].sum())
-            lengths = np.where(long, 0, lengths)
+    if overflow == "truncate":
+        dropped = int(np.maximum(lengths - ctx, 0).sum())
+        lengths = np.minimum(lengths, ctx)
+    elif overflow == "drop":
+        long = lengths > ctx
+        dropped = int(lengths[long].sum())
+        lengths = np.where(long, 0, lengths)
     state = concat_split_state(ctx)
     concat_split(lengths, ctx, align, seg_cap, state, NO_PIECES, NO_PIECES, NO_ROWS, NO_PIECES, False)
     num_pieces, num_rows = int(state[0]), int(state[1])

@@ -1,22 +1,13 @@
-"""The compact piece encoding of an index-only packed plan, and rows gathered back out of it.
+"""The compact encoding of an index-only plan on disk (:mod:`datatools.io.plan_file` reads and writes it; pure numpy
+here), and rows gathered back out of it. Four 1-D arrays, each in the smallest unsigned dtype its values need:
 
-A plan on disk (:mod:`datatools.io.plan_file`) holds a :class:`~datatools.kernels.packing.plan.PackPlan` as four
-1-D arrays, each in the smallest unsigned dtype its values need:
+* ``row_starts`` (num_rows + 1,): row ``r`` holds pieces ``[row_starts[r], row_starts[r + 1])``;
+* ``doc``, ``start`` (tokens into the document), ``length`` (tokens) (num_pieces,) each.
 
-* ``row_starts`` (num_rows + 1,): row ``r`` holds pieces ``[row_starts[r], row_starts[r + 1])``
-  (uint32 below 2**32 pieces, else uint64);
-* ``doc`` (num_pieces,): the piece's document (uint32 below 2**32 documents, else uint64);
-* ``start`` (num_pieces,): where the piece starts inside its document (tokens; uint8 when no
-  document is cut, as with every document <= ctx);
-* ``length`` (num_pieces,): tokens in the piece (uint16 for ctx <= 65,535).
-
-At ctx 2048 with documents of a few hundred tokens that is 7 bytes a piece plus 4 bytes a row,
-against 20 bytes a piece in memory. This module is pure numpy: no file is read or written here.
-
-Integrity (version 2): the header records a digest of each array's values (:func:`array_digest`, CRC-32 of the
-little-endian bytes, computed as the arrays are written and again when a plan is opened: ~6 GB/s) and a digest
-of itself (:func:`header_digest`, SHA-256 of its canonical JSON without that key), so one edited value, a
-lowered length or an edited header field is refused instead of changing the training data.
+At ctx 2048 with documents of a few hundred tokens: 7 bytes a piece plus 4 a row, against 20 a piece in memory.
+Integrity (version 2): the header holds a CRC-32 of each array's little-endian bytes (:func:`array_digest`, ~6
+GB/s, checked again on open) and a SHA-256 of itself (:func:`header_digest`), so an edited value or header field
+is refused instead of changing the training data.
 """
 
 from __future__ import annotations
@@ -108,6 +99,15 @@ def piece_dtypes(num_documents: int, num_pieces: int, max_start: int, ctx: int) 
     }
 
 
+def row_pieces(row_starts: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The pieces of ``rows`` (checked int64 row ids; ``row_starts`` may be memory-mapped) in order: their indices
+    into the piece arrays, and where each row's begin among them (``len(rows) + 1`` int64 values), vectorized."""
+    first = np.asarray(row_starts[rows], dtype=np.int64)
+    counts = np.asarray(row_starts[rows + 1], dtype=np.int64) - first
+    splits = np.concatenate(([0], np.cumsum(counts)))
+    return np.repeat(first - splits[:-1], counts) + np.arange(splits[-1], dtype=np.int64), splits
+
+
 def gather_rows(
     row_starts: np.ndarray,
     doc: np.ndarray,
@@ -126,12 +126,7 @@ def gather_rows(
     if rows.size and (rows.min() < 0 or rows.max() >= num_rows):
         bad = rows[(rows < 0) | (rows >= num_rows)][0]
         raise IndexError(f"row {int(bad)} out of range for a plan of {num_rows} rows")
-    a = np.asarray(row_starts[rows], dtype=np.int64)
-    b = np.asarray(row_starts[rows + 1], dtype=np.int64)
-    counts = b - a
-    splits = np.zeros(rows.size + 1, np.int64)
-    np.cumsum(counts, out=splits[1:])
-    idx = np.repeat(a - splits[:-1], counts) + np.arange(splits[-1], dtype=np.int64)
+    idx, splits = row_pieces(row_starts, rows)
     return PackPlan(
         ctx,
         align,

@@ -1,23 +1,15 @@
-"""The packers: which row each piece goes to, or only how many rows (one kernel per algorithm, numba).
+"""The packers (numba): which row each piece goes to, or only how many rows, in the same loop.
 
-Every kernel takes piece sizes in units (``align`` tokens; ``capacity`` units a row) and returns
-``(rows, most pieces in one row)``. Given a ``row_of`` array of one int32 per piece it also writes each piece's
-row there (what :func:`~datatools.kernels.packing.plan.pack_lengths` assembles into a plan; with no cap it then
-skips the pieces-per-row bookkeeping and ``most`` is 0); given an empty one it only counts (what
-:mod:`~datatools.kernels.packing.counting` reports, with no per-piece memory). So a plan and a count run the
-same loop.
+Every kernel takes piece sizes in units (``align`` tokens; ``capacity`` units a row) and returns ``(rows, most
+pieces in one row)``. Given a ``row_of`` of one int32 per piece it writes each piece's row there (a plan; with no cap
+``most`` is then 0); given an empty one it only counts (no per-piece memory).
 
-``sizes`` with ``runs``: ``runs[j]`` pieces of ``sizes[j]`` units in a row of the input (the ``*_decreasing``
-packers get sizes largest first, from a histogram). Equal pieces are placed in bulk: the row first/best fit
-picks for one of them stays the one it picks for the next while it has room (rows to its left never gain room;
-the tightest row stays the tightest), so a run costs one search per row it fills, and the rows are exactly
-those of placing the pieces one at a time. ``runs`` None (:data:`NO_RUNS`): one piece per size, in input
-order.
+``runs[j]`` pieces of ``sizes[j]`` units come in a row of the input (the ``*_decreasing`` packers get sizes largest
+first, from a histogram): equal pieces are placed in bulk, one search per row filled, in exactly the rows one at a
+time would give. ``runs`` None (:data:`NO_RUNS`): one piece per size, in input order.
 
-``window`` (first/best fit): at most this many open rows; when a piece fits none and all are open, every open
-row is closed and a new set starts (Grain's streaming ``FirstFitPackIterDataset`` / ``BestFitPackIterDataset``).
-0: unbounded, every row stays open (``max_rows`` rows are provisioned: the caller's bound on the rows).
-
+``window`` (first/best fit): at most this many open rows, all closed when a piece fits none (Grain's
+``FirstFitPackIterDataset`` / ``BestFitPackIterDataset``); 0: unbounded (``max_rows`` rows provisioned).
 ``max_segments`` > 0 caps the pieces of a row (0: no cap); a row at the cap is closed.
 """
 
@@ -45,7 +37,7 @@ NO_PIECES = np.zeros(0, np.int64)
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def run_length(runs, j):
-    """Pieces of the ``j``-th size: ``runs[j]``, or 1 without runs (compiled apart: no run bookkeeping there)."""
+    """Pieces of the ``j``-th size: ``runs[j]``, or 1 without runs."""
     if runs is None:
         return 1
     return runs[j]
@@ -181,12 +173,9 @@ def first_fit_resume(sizes, runs, capacity, max_segments, window, tree, segs, st
 @numba.njit(cache=True, nogil=True)
 def best_fit(sizes, runs, capacity, max_segments, window, max_rows, free0, segs0, row_of):
     """Best fit: the open row with the least free capacity that still fits. Rows sit on one LIFO stack per free
-    capacity; a presence tree over capacities finds the smallest capacity >= the piece in O(log capacity). A
-    row's free capacity is the stack it sits on, so none is stored (but with a window, to close the rows).
-
-    Rows ``0 .. len(free0) - 1`` exist already with ``free0`` free units and ``segs0`` pieces (pushed onto their
-    stacks in row order; unbounded only); new rows are numbered after them.
-    """
+    capacity (their free capacity, stored only with a window); a presence tree over capacities finds the smallest
+    >= the piece in O(log capacity). Rows ``0 .. len(free0) - 1`` exist already with ``free0`` free units and
+    ``segs0`` pieces (unbounded only); new rows are numbered after them."""
     first = free0.shape[0]
     tree, head, below, segs, free, state = best_fit_state(capacity, window, first + max_rows)
     size = tree.shape[0] // 2
@@ -317,30 +306,16 @@ def worth_dealing(rows, units, pieces, capacity, max_segments):
     return rows * 100 > bound * 101
 
 
-def capped_decreasing(
-    sizes: np.ndarray, runs: np.ndarray, capacity: int, max_segments: int, row_of: np.ndarray = NO_ROWS
-) -> tuple[int, int]:
-    """Placement of pieces (``sizes`` in decreasing order, ``runs`` as the kernels) under a binding cap on pieces
-    per row: (rows, most pieces in one row), and each piece's row in ``row_of`` when it is not empty.
-
-    Decreasing first/best fit fill rows with the largest pieces up to the cap and leave the small ones, a few to
-    a nearly empty row: with a cap of 4 and documents of mean 230 tokens at ctx 1024 that is 25% padding where
-    the bound is 12%. Here the pieces are dealt to R = max(units / capacity, pieces / cap) rows (the lower
-    bound) in serpentine order, and the pieces that did not fit their row are best-fit (largest first) into
-    the dealt rows or new ones. The packers keep whichever of this and plain decreasing fit needs fewer rows.
-    """
-    if runs is not None:
-        pieces, units = int(runs.sum()), int((sizes.astype(np.int64) * runs).sum())
-    else:
-        pieces, units = int(sizes.shape[0]), int(sizes.sum(dtype=np.int64))
-    rows, most = capped_rows(sizes, runs, capacity, max_segments, pieces, units, row_of)
-    return int(rows), int(most)
-
-
 @numba.njit(cache=True, nogil=True)
-def capped_rows(sizes, runs, capacity, max_segments, pieces, units, row_of):
-    """:func:`capped_decreasing` of ``pieces`` pieces of ``units`` units in all (the kernel, callable from
-    other kernels)."""
+def capped_decreasing(sizes, runs, capacity, max_segments, pieces, units, row_of):
+    """Placement of ``pieces`` pieces of ``units`` units in all (``sizes`` decreasing, ``runs`` as the kernels) under
+    a binding cap on pieces per row: (rows, most pieces in one row), each piece's row in ``row_of`` when not empty.
+
+    Decreasing fit under a cap leaves the small pieces a few to a nearly empty row (cap 4, mean 230 tokens, ctx
+    1024: 25% padding against a 12% bound). Here pieces are dealt to R = max(units / capacity, pieces / cap) rows
+    in serpentine order, and those that did not fit are best-fit (largest first) into the dealt rows or new
+    ones. The packers keep whichever of this and plain decreasing fit needs fewer rows.
+    """
     rows = max(-(-units // capacity), -(-pieces // max_segments), 1)
     free, segs, missed = deal_capped(sizes, runs, capacity, max_segments, rows, row_of)
     msizes, mruns = decreasing_runs(missed)

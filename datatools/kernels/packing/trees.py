@@ -1,13 +1,7 @@
-"""The search trees the packers find a row with: O(log rows) first fit, O(log ctx) best fit.
-
-* A **max segment tree** over rows' free capacity (units; a closed row holds -1): the leftmost row with room
-  for a piece is one descent from the root (:func:`max_tree_first`), a placement one climb (:func:`max_tree_set`).
-* A **presence tree** over free-capacity values (leaf ``c`` is 1 while some row has ``c`` units free): the
-  smallest capacity >= a piece (:func:`presence_next`) is the tightest row best fit wants. The rows themselves
-  sit on one LIFO stack per capacity (``head[c]``, ``below[r]``; :func:`stack_push`).
-* :func:`serpentine_next`: the order in which the capped dealing visits rows.
-
-Trees are flat arrays with the root at 1 and leaf ``i`` at ``size + i`` (``size`` a power of two).
+"""The search trees the packers find a row with, as flat arrays (root at 1, leaf ``i`` at ``size + i``, ``size`` a
+power of two): a max segment tree over rows' free capacity (units; a closed row holds -1) for O(log rows) first
+fit, and a presence tree over free-capacity values (leaf ``c`` is 1 while some row has ``c`` free) for O(log ctx)
+best fit, its rows on one LIFO stack per capacity (``head[c]``, ``below[r]``).
 """
 
 from __future__ import annotations
@@ -92,9 +86,8 @@ def presence_next(tree, size, c):
 
 @numba.njit(cache=True, nogil=True)
 def stack_push(tree, size, head, below, r, f):
-    """Put row ``r`` on the stack of rows with ``f`` free units (f > 0), marking ``f`` present in the tree. For
-    the cold path (rows that exist before placing starts); the best-fit loop keeps an inline copy, which
-    measured faster."""
+    """Put row ``r`` on the stack of rows with ``f`` free units (f > 0), marking ``f`` present. The cold path: the
+    best-fit loop keeps an inline copy, which measured faster."""
     below[r] = head[f]
     if head[f] < 0:
         presence_set(tree, size, f)
