@@ -1,21 +1,13 @@
 """Progress on stderr, from a command's first second: a rich display on a terminal, plain lines elsewhere.
 
-Two kinds of display, one at a time:
+* :func:`activity`, fed by :func:`doing`: one live line saying the step under way and for how long (the CLI runs
+  every subcommand in one; ``datatools pipeline`` once showed nothing for 2.4 minutes).
+* Bars (:func:`job_progress`, :func:`count_progress`): documents, tokens and bytes with rates and an ETA; a bar
+  pauses the activity line (:func:`paused`).
 
-* **What a command is doing** (:func:`activity`, fed by :func:`doing`): one live line saying the step under way
-  (listing the input, reading a store's offsets, planning, waiting for the first batch) and for how long, so no
-  command shows a blank screen while it works (``datatools pipeline`` once showed nothing for 2.4 minutes). The CLI
-  runs every subcommand inside one; library code only calls :func:`doing`, which does nothing without one.
-* **Bars** (:func:`job_progress`, :func:`count_progress`): counts that move: documents, tokens and bytes with their
-  rates and an ETA (by bytes when the total is known, else by shards), not only shards (a job of 3 shards sat at
-  0/3 for minutes). A bar pauses the activity line while it is shown (:func:`paused`).
-
-The ETA is the work left at the rate measured over all the work done so far (never a rate of the last moments),
-and never below the time since the count last moved (:func:`eta_seconds`): a bar once said "ETA 1 s" for 40 s.
-
-Off a terminal (a log file, a pipe, CI) no live display is drawn; instead a plain line is printed once a step or a
-bar has lasted :data:`FIRST_LINE_S` seconds, then every :data:`PLAIN_INTERVAL_S` seconds while it runs, so a log
-shows it is alive and how far it is. Work shorter than :data:`FIRST_LINE_S` prints nothing.
+The ETA goes by the rate over all the work so far, never below the time since the count last moved
+(:func:`eta_seconds`: a bar once said "ETA 1 s" for 40 s). Off a terminal a plain line is printed once work has
+lasted :data:`FIRST_LINE_S`, then every :data:`PLAIN_INTERVAL_S`; shorter work prints nothing.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """The rows Levanter asks for, read from a datatools pipeline: the Levanter-free half of
-:mod:`datatools.integrations.levanter` (which needs Levanter installed; this module does not).
+:mod:`datatools.integrations.levanter`.
 
-Levanter numbers a training run's examples ``0, 1, 2, ...``: element ``i`` here is row ``i % B`` of the
-pipeline's global batch ``i // B`` (``B`` its ``batch_size``). Each Levanter process asks only for the
-elements its devices hold (its share of the data axis), and :meth:`PipelineRows.rows` reads only those rows:
-the elements asked for are grouped by global batch and each run of consecutive rows ``[lo, hi)`` of batch
-``j`` is read with ``schedule.read(epoch, j, lo, hi)``, the same per-host row reading a datatools host does
-(:mod:`datatools.grain.host_batches`). Every host therefore reads the pieces of its own rows and no others;
-over the hosts of a step the rows read are the global batch, each row once.
-
-:class:`PipelineRows` survives ``copy.deepcopy`` and pickling (Levanter's ``train_lm`` deep-copies its config,
-data included, to log it): its lock is made anew, never copied; a deep copy shares the built pipeline (read
-only, and safe to read from several threads) rather than copying the documents it holds.
+Element ``i`` is row ``i % B`` of global batch ``i // B``. :meth:`PipelineRows.rows` groups the elements asked for
+by batch and reads each run of consecutive rows ``[lo, hi)`` with ``schedule.read(epoch, j, lo, hi)``, so each
+host reads only its own rows. :class:`PipelineRows` survives ``copy.deepcopy`` and pickling (Levanter deep-copies
+its config to log it): its lock is made anew and a deep copy shares the built pipeline.
 """
 
 from __future__ import annotations

@@ -1,24 +1,15 @@
 """MaxText fed by a datatools pipeline, configured with MaxText's own keys.
 
-MaxText builds its data iterators in one function,
-``maxtext.input_pipeline.input_pipeline_interface.create_data_iterator(config, mesh)``,
-which its trainers look up when training starts; it has no hook for an outside data
-source. :func:`create_data_iterator` has the same signature and returns the same
-thing, ``(train_iterator, eval_iterator)``, each a MaxText
-``MultiHostDataLoadIterator`` over a datatools pipeline in the ``maxtext`` format, so
-MaxText's train step, its ``total_weights`` and its Grain checkpointing
-(``dataset_type: grain``) work unchanged. :func:`use_datatools` installs it for the
-duration of a ``with`` block, and :func:`train` runs MaxText's pre-training entry
-point with it::
+:func:`create_data_iterator` has the signature and result of MaxText's
+``input_pipeline_interface.create_data_iterator(config, mesh)`` (``MultiHostDataLoadIterator`` objects over a
+pipeline in the ``maxtext`` format, so its train step, ``total_weights`` and Grain checkpointing work unchanged);
+:func:`use_datatools` installs it for a ``with`` block and :func:`train` runs MaxText's pre-training with it::
 
     from datatools.integrations import maxtext
     maxtext.train(["src/maxtext/configs/base.yml", "dataset_type=grain", "grain_train_files=demo_data/store",
                    "steps=1000"], pipeline="maxtext_pipeline.yaml")
 
-or from a shell: ``python -m datatools.integrations.maxtext --pipeline P.yaml src/maxtext/configs/base.yml
-key=value ...`` (docs/trainers.md runs it as printed in MaxText's client suite).
-
-MaxText keys and the datatools keys they set (:func:`pipeline_config`):
+or ``python -m datatools.integrations.maxtext --pipeline P.yaml CONFIG.yml key=value ...`` (docs/trainers.md).
 
 =============================================  ==========================================
 MaxText                                        datatools pipeline
@@ -35,23 +26,10 @@ MaxText                                        datatools pipeline
 jax process index / count                      ``shard.index`` / ``shard.count``
 =============================================  ==========================================
 
-Everything else (packing mode and algorithm, shuffle kind and blocks,
-``boundary_targets``, ``positions``, ``pad_id``) comes from the datatools pipeline
-config, whose defaults are planned best-fit-decreasing packing, a full Feistel
-shuffle, ``boundary_targets: mask`` and ``positions: restart``. A datatools key that
-contradicts the MaxText one (another ctx, batch size or cap) is an error, not a
-silent choice. ``packing: false`` in MaxText does not turn packing off here: packed
-rows with segment ids are what datatools is for, and every MaxText attention takes
-them.
-
-Many hosts: each of MaxText's processes builds only its rows of every global batch,
-and its Grain checkpoint file (``iter/process_{i}-of-{n}.json``) holds the global
-position, the same on every host. A restart on the same number of hosts restores as
-usual. A restart on fewer hosts uses MaxText's own key for it,
-``expansion_factor_real_data`` = (hosts now) / (hosts before) (0.5 for 2 -> 1): the
-global batch sequence continues exactly (MaxText's own pipeline would feed one saved
-host's shard per step instead, and loads a batch shrunk by that factor; datatools
-builds the whole global batch the step trains on, ``global_batch_size_to_load`` / factor).
+Everything else comes from the datatools config; a datatools key that contradicts MaxText's is an error.
+MaxText's ``packing: false`` does not turn packing off. Every host's checkpoint holds the global position; a
+restart on fewer hosts sets ``expansion_factor_real_data`` = (hosts now) / (hosts before) and continues the
+global batch sequence exactly (:func:`_restore_views`).
 """
 
 from __future__ import annotations

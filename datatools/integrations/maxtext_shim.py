@@ -1,12 +1,8 @@
-"""Shim: the one function of MaxText that datatools replaces, and how (for the duration of a ``with`` block).
+"""Shim: the one MaxText function datatools replaces for a ``with`` block (MaxText has no data-source hook).
 
-MaxText has no data-source hook; its trainers look up one function when they build their data,
-``maxtext.input_pipeline.input_pipeline_interface.create_data_iterator(config, mesh)`` (:data:`MAXTEXT_FACTORY`),
-and :func:`datatools.integrations.maxtext.use_datatools` puts datatools' in its place. What this module assumes of
-MaxText (:data:`TESTED_MAXTEXT`, the version ``make test-clients`` installs and tests): that module path, that
-function name, and its parameters ``(config, mesh)``. Each is checked when the swap is made; a MaxText that
-differs is a :class:`~datatools.base.errors.UnsupportedVersion` error naming what differs, not a trainer that
-silently reads its own data.
+What it assumes of MaxText (:data:`TESTED_MAXTEXT`, the version ``make test-clients`` tests): the module path,
+name and parameters ``(config, mesh)`` of :data:`MAXTEXT_FACTORY`, each checked at the swap; a MaxText that
+differs raises :class:`~datatools.base.errors.UnsupportedVersion` naming what differs.
 """
 
 from __future__ import annotations

@@ -1,29 +1,12 @@
 """Committing a pre-tokenize job's store to object storage (``s3://``, ``gs://``), where there is no rename.
 
-Locally the job builds the store in ``OUTPUT.partial/store`` and renames it into place.
-An object store has no rename, so the commit point is the store's manifest instead
-(``OUTPUT = s3://bucket/prefix``; STAGING = :func:`staging_of`: ``OUTPUT.partial``, beside
-it in the same bucket, or ``OUTPUT/.partial`` for a bucket root, never another bucket):
-
-1. Shards: ``STAGING/shards/NNNNNN.npz``, each written in one PUT (complete or absent),
-   and ``STAGING/job.json`` naming the job, as locally.
-2. Commit: ``STAGING/commit.json`` is written first, naming the job and OUTPUT: from
-   then on the store's keys under ``OUTPUT/`` are this job's to replace. A store already at
-   OUTPUT (``--overwrite``) is uncommitted (its manifest deleted first), its keys are
-   deleted (only keys of a store's layout, :data:`STORE_KEY`: ``tokens/...``,
-   ``offsets/...``), the arrays are written, and ``OUTPUT/manifest.json`` last. A reader
-   opens a store only through its manifest, so it sees the old store, no store, or the
-   whole new one, never a part.
-3. STAGING's own files are deleted.
-
-A job killed anywhere and run again skips the shards already there; ``commit.json``
-tells it that store keys under OUTPUT without a manifest are its own half-written commit,
-which it deletes and writes again, so the store ends byte-identical to an uninterrupted
-run. Objects it cannot prove are its own are never deleted: OUTPUT holding any key that is
-neither the recognised store's (``manifest.json`` and the keys its manifest's records list)
-nor staging's is refused before any work, untouched, ``--overwrite`` or not; so is a bucket
-root holding anything else. Only keys under ``OUTPUT/`` and STAGING are ever listed or
-deleted, one key at a time.
+STAGING (:func:`staging_of`) is ``OUTPUT.partial`` beside OUTPUT in the same bucket (``OUTPUT/.partial`` for a
+bucket root). Shards are one PUT each under ``STAGING/shards/``. The commit writes ``STAGING/commit.json`` (the
+store keys under OUTPUT are now this job's), deletes an old store's manifest then its keys (only keys of
+:data:`STORE_KEY`), writes the arrays and ``OUTPUT/manifest.json`` last, then deletes STAGING's files. A reader
+opens a store through its manifest, so it sees the old store, none, or the whole new one; a job killed anywhere
+and run again ends byte-identical. Objects not provably datatools' own are never deleted: the job refuses them
+before any work, ``--overwrite`` or not.
 """
 
 from __future__ import annotations

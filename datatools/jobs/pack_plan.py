@@ -1,9 +1,7 @@
-"""Plan any input into an index-only packed plan on disk (what ``datatools pack DATA OUT`` runs, as one function).
+"""Plan any input into an index-only packed plan on disk (``datatools pack DATA OUT`` as one function).
 
 DATA is any input :func:`~datatools.io.inputs.open_input` reads, a directory holding ``lengths.npy`` alone, or a
-plan directory (re-packed from its lengths: another ctx or algorithm, no token read). The plan is written by
-:func:`~datatools.io.plan_file.write_plan`; the :class:`PackReport` returned is its header plus where the lengths
-came from and the times, the report the command prints and writes with ``--json``.
+plan directory (re-packed from its lengths, no token read).
 """
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
 """Where a pre-tokenize job stages its shards and how it commits its store: one protocol (:class:`Staging`), two
-implementations, chosen once by :func:`open_staging`.
+implementations chosen by :func:`open_staging`.
 
-* :class:`LocalStaging` (a local OUTPUT): shards in the directory ``OUTPUT.partial``; the store is written into
-  ``OUTPUT.partial/store`` and renamed to ``OUTPUT`` in one step (an ``--overwrite`` moves the old store aside to
-  ``OUTPUT.old`` first, and deletes it after).
-* :class:`~datatools.jobs.object_store_commit.ObjectStoreStaging` (``s3://`` / ``gs://``): shards under the
-  prefix ``OUTPUT.partial/``; no rename there, so the store is written in place with its manifest last.
+* :class:`LocalStaging`: shards in ``OUTPUT.partial``; the store is written to ``OUTPUT.partial/store`` and renamed
+  to ``OUTPUT`` (an ``--overwrite`` moves the old store to ``OUTPUT.old`` first, and deletes it after).
+* :class:`~datatools.jobs.object_store_commit.ObjectStoreStaging` (``s3://`` / ``gs://``): no rename, so the store
+  is written in place with its manifest last.
 
-The steps, in the order a job takes them: :meth:`Staging.check_replaceable` (before any work: everything the job
-would replace is datatools' own), :meth:`Staging.clean` (the store is already complete: remove what an
-interrupted run left), :meth:`Staging.prepare` (the staging area is this job's), :meth:`Staging.present` (the
-shards and pieces an interrupted run wrote), :meth:`Staging.commit` (the store put in place). Each keeps the
-job kill-safe: killed anywhere and run again, it ends with the store an uninterrupted run writes.
+A job calls check_replaceable, then clean (store already complete) or prepare, present and commit; killed anywhere
+and run again, it ends with the store an uninterrupted run writes.
 """
 
 from __future__ import annotations

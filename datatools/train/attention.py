@@ -1,20 +1,10 @@
-"""Attention implementations for packed rows: ``dense`` (the reference) and ``blocksparse`` (segment-aware).
+"""Attention for packed rows: ``dense`` (the reference), ``fused`` and ``blocksparse``.
 
-Both compute the same function: query t attends to key s only when s <= t, both are
-in the same segment, and neither is padding; a padding query's output is 0.
-
-* ``dense`` forms the whole (T x T) score matrix per head and masks it: memory and
-  FLOPs grow with ctx^2 whatever the documents.
-* ``blocksparse`` takes the batch-wide list of non-empty (row, query block, key block)
-  tiles that the pipeline computed on the host
-  (:func:`datatools.kernels.attention_blocks.tile_list`), gathers those tiles a chunk at
-  a time and combines each query block's tiles with a running softmax (flash-attention
-  style, in a rematerialized ``lax.scan``). Pure JAX with static shapes: it runs
-  everywhere; its FLOPs and memory grow with the batch's tiles that hold work (about
-  ctx x document length), not with ctx^2 (dense) or ctx^2 / 2 (causal flash).
-
-The accelerator kernels computing the same function are in ``attention_splash`` (TPU),
-``attention_pallas`` (``pallas_blocksparse``, TPU) and ``attention_gpu`` (``pallas_gpu``, ``cudnn``).
+All compute one function: query t attends to key s when s <= t, both are in the same segment and neither is
+padding; a padding query's output is 0. ``dense`` masks the whole (T x T) score matrix (ctx^2 whatever the
+documents); ``blocksparse`` visits only the batch's non-empty tiles (the loader's tile list) with a running
+softmax in a rematerialized ``lax.scan``: pure JAX, cost about ctx x document length. The accelerator kernels are
+in ``attention_splash``, ``attention_pallas`` and ``attention_gpu``.
 """
 
 from __future__ import annotations

@@ -1,37 +1,14 @@
 """``pallas_blocksparse``: a Pallas TPU attention kernel whose grid runs over the loader's non-empty tiles only.
 
-The loader lists the batch's non-empty (query block, key block) tiles once, on the
-host (:func:`datatools.kernels.attention_blocks.tile_list`): row, query block, key
-block, full/partial, sorted by (row, query block, key block), plus the order by key
-block and the count of real entries. Those arrays are the kernel's scalar-prefetch
-operands (``PrefetchScalarGridSpec``): they sit in SMEM and the BlockSpec index maps
-read them, so grid step ``i`` fetches exactly tile ``i``'s query, key and value blocks.
-The grid is (heads, tiles listed) with the tile count a dynamic grid bound: a row
-filled by short documents runs about ctx x document length / block^2 steps, not
-ctx^2 / block^2 as a dense or a statically masked kernel (splash) does.
-
-* forward: a flash-style running softmax (running maximum, sum of exponentials and
-  weighted values in VMEM scratch), initialised at a query block's first tile and
-  written out at its last (the tiles of a query block are consecutive in the list);
-  it also writes the log-sum-exp per query for the backward pass;
-* backward (``jax.custom_vjp``): two Pallas passes over the same list, dq over the
-  tiles in (row, query block) order and dk/dv over them in (row, key block) order,
-  each accumulating in VMEM scratch, recomputing the probabilities from the
-  log-sum-exp (no ctx x ctx residual is stored);
-* full tiles skip the mask (every pair attends); partial ones build it from the
-  positions and segment ids of the two blocks;
-* every pass counts its grid steps into an SMEM output (``steps``): what the kernel
-  executed, asserted equal to the tile count by the tests and used for HFU. (The count
-  is exact in interpret mode and on one-core chips; where megacore splits the parallel
-  heads axis, each core counts its own share.)
-
-Block sizes are a multiple of 128 tokens (the TPU lane width). Off a TPU the kernels
-run in TPU interpret mode (``pltpu.InterpretParams``): exact, for correctness tests
-only, and slow (about 40 ms of CPU a grid step).
-
-Query t attends to key s when s <= t, both are in the same segment and t is not
-padding; a padding query's output (and gradient) is 0, as in
-:func:`datatools.train.attention.dense_attention`.
+The loader's tile list (:func:`datatools.kernels.attention_blocks.tile_list`: row, query block, key block, full,
+the order by key block, the count) is the scalar-prefetch operand whose index maps fetch tile ``i`` at grid step
+``i``; the grid is (heads, tiles listed), so a row of short documents runs about ctx x document length / block^2
+steps, not ctx^2 / block^2. Forward: a flash-style running softmax in VMEM, also writing the log-sum-exp; backward
+(``jax.custom_vjp``): a dq pass in (row, query block) order and a dk/dv pass in (row, key block) order, recomputing
+probabilities from the log-sum-exp. Full tiles skip the mask. Every pass counts its grid steps (``steps``, for
+HFU; where megacore splits the heads axis each core counts its share). Blocks are multiples of 128 tokens; off a
+TPU the kernels run in TPU interpret mode (exact, about 40 ms of CPU a grid step). A padding query's output and
+gradient are 0, as in :func:`datatools.train.attention.dense_attention`.
 """
 
 from __future__ import annotations

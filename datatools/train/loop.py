@@ -1,17 +1,12 @@
 """Training from a YAML config: the Grain pipeline feeds the jitted step; per-step tokens/s, efficiency, MFU.
 
-A training config is a pipeline config (see :mod:`datatools.pipeline.build`) plus::
+A training config is a pipeline config (:mod:`datatools.pipeline.build`) plus::
 
     model: {vocab_size: 4096, d_model: 128, n_layers: 2, n_heads: 4}
     train: {steps: 50, learning_rate: 3.0e-3, warmup_steps: 10, log_every: 10, seed: 0, grad_accum_steps: 1}
 
-Each optimizer step takes ``grad_accum_steps`` pipeline batches; its loss is the weighted cross-entropy summed
-over all of them divided by their global weight sum (the pipeline's ``loss_weighting``; token weighting without
-it), see :mod:`datatools.train.step`.
-
-The pipeline is always built in the canonical datatools format (the step's input);
-with several processes it is sharded per host (process index / count) unless the
-config's ``shard`` says otherwise.
+Each optimizer step takes ``grad_accum_steps`` pipeline batches (:mod:`datatools.train.step`). The pipeline is
+built in the canonical format, sharded per host unless the config's ``shard`` says otherwise.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
-"""FLOP accounting and MFU.
-
-Model FLOPs of a training step, counted on useful tokens only (padding is not
-useful work), forward + backward = 3 x forward:
+"""FLOP accounting and MFU, counted on useful (non-padding) tokens, forward + backward = 3 x forward::
 
     flops = 6 * N * T_useful  +  6 * L * d_model * sum over document pieces s * (s + 1)
 
-* ``N``: parameters in the matmuls (attention and MLP weights, the output
-  projection; not the embedding lookup);
-* ``T_useful``: real (non-padding) tokens in the batch;
-* the second term is attention: per layer and piece of s tokens, causal QK^T
-  and AV each compute s(s+1)/2 query-key pairs of d_model multiply-adds
-  (2 * d_model FLOPs), so 2 * d_model * s(s+1) forward FLOPs, times 3 for
-  training. Only pairs inside a document count, so packing does not inflate it
-  and padding does not count.
-
-MFU = flops / step seconds / peak FLOP/s of the devices used. Peaks (dense bf16,
-per chip) are in :data:`PEAK_FLOPS`; on a CPU the peak is measured (a float32
-matmul) by :func:`measured_cpu_peak`.
+``N``: matmul parameters (not the embedding lookup); the second term is causal attention within each document
+piece of s tokens (QK^T and AV, s(s+1)/2 pairs of 2 * d_model FLOPs each, times 3). MFU = flops / step seconds /
+peak FLOP/s: :data:`PEAK_FLOPS` (dense bf16, per chip), or a measured float32 matmul on a CPU.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""A small decoder-only transformer in JAX: pre-norm (RMSNorm), RoPE, segment-aware causal attention.
-
-Parameters are a plain pytree (dict of arrays), so the model needs nothing beyond
-jax. Attention lets token t see token s only when s <= t, both are in the same
-segment, and neither is padding (segment 0): packed documents never see each
-other. RoPE rotates by the per-segment ``positions`` (0 at each document's start),
-so a document packed at offset 700 is computed exactly as if it were alone.
+"""A small decoder-only transformer in JAX (a pytree of arrays): pre-norm (RMSNorm), RoPE, segment-aware causal
+attention. Packed documents never see each other, and RoPE rotates by the per-segment ``positions``, so a
+document packed at offset 700 is computed exactly as if it were alone.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
-"""The jitted, data-parallel training step, with a loss normalized by the global weight sum.
+"""The jitted, data-parallel training step (a 1-D ``("data",)`` mesh over the local devices, the batch sharded on
+its first axis, parameters replicated), with a loss normalized by the global weight sum.
 
-``train_step(state, batch) -> (state, metrics)`` is compiled once per batch shape,
-donates the old state's buffers, and runs data-parallel over every local device:
-a 1-D mesh ``("data",)``, the batch sharded along its first axis, parameters and
-optimizer state replicated (XLA inserts the gradient all-reduce).
-``accumulate_step(state, batches)`` takes one optimizer step over several micro-batches.
-
-The objective (docs/loss-weighting.md) is ``sum(w * ce) / sum(w)`` over every target of
-the *global* step: all rows, devices, hosts and micro-batches, ``w`` the batch's
-``loss_weights`` (the loader's ``token`` or ``document`` weights; the loss mask without
-them). The denominator is never a per-row, per-device or per-micro-batch mean: each
-micro-batch gives the *unnormalized* gradient of ``sum(w * ce)`` and its weight sum,
-both reduced over the mesh inside the jitted program (``jnp.sum`` over a batch sharded
-on ``data`` is an all-reduce, a psum over devices and hosts, that XLA inserts); the
-gradients and weight sums are added over the micro-batches and divided once, by the
-total, before the optimizer update. So one step gives the same gradients however the
-documents were packed, sharded and split into micro-batches.
+The objective (docs/loss-weighting.md) is ``sum(w * ce) / sum(w)`` over every target of the global step (all
+rows, devices, hosts and micro-batches; ``w`` the batch's ``loss_weights``, else the loss mask). Each micro-batch
+gives the gradient of ``sum(w * ce)`` and its weight sum, reduced over the mesh; they are added over the
+micro-batches and divided once, so a step's gradients do not depend on packing, sharding or micro-batching.
 """
 
 from __future__ import annotations
