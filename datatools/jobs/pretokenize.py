@@ -1,27 +1,9 @@
-"""The pre-tokenize job: text in, a token store out; on a local process pool or on Ray Data.
+"""The pre-tokenize job: text in, a token store out, on a local process pool or on Ray Data.
 
-How it stays resumable and atomic:
-
-1. The input is cut into shards (:mod:`datatools.io.discover`). The job's identity (its
-   *fingerprint*) hashes the input files (path, size, mtime), the tokenizer file and
-   the options.
-2. Work happens in a staging directory beside the output, ``OUTPUT.partial``. Each
-   shard is tokenized and written there as ``shards/NNNNNN.npz`` (tokens and lengths)
-   through a temporary file and a rename, so a shard file is complete or absent.
-3. When every shard is there, the store is written into ``OUTPUT.partial/store``
-   and renamed to ``OUTPUT`` in one step. A reader sees no store or a whole one.
-
-A job killed at any point (SIGKILL included) and started again skips the shards
-already committed, rewrites the store from scratch, and ends with a store
-byte-identical to an uninterrupted run. Both engines write the same shard files
-and share the commit step, so their stores are identical too.
-
-OUTPUT and the inputs may be ``s3://`` / ``gs://`` URLs. Object storage has no rename:
-there the staging area is the prefix ``OUTPUT.partial/``, each shard is one PUT, and the
-store is written in place with its manifest last as the commit point
-(:mod:`datatools.jobs.object_store_commit`); the same kill-anywhere guarantee holds. The job picks one of the
-two once (:func:`~datatools.jobs.staging.open_staging`) and runs the same steps on either
-(:class:`~datatools.jobs.staging.Staging`).
+The job's identity hashes the input files (path, size, mtime), the tokenizer and the options. Each shard is
+tokenized into ``OUTPUT.partial/shards/NNNNNN.npz`` (complete or absent); when all are there the store is
+committed (:mod:`datatools.jobs.staging`). Killed anywhere (SIGKILL included) and run again, the job skips the
+shards already written and ends with a store byte-identical to an uninterrupted run, on either engine.
 """
 
 from __future__ import annotations
@@ -105,9 +87,8 @@ class ShardTokenizer:
 
     def batches(self, shard: Shard, skip: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray, int, int]]:
         """``(tokens, lengths, documents, characters)`` of successive runs of the shard's documents, the first
-        ``skip`` documents left out (already committed in pieces), at most :data:`ENCODE_CHARS` characters of text
-        a run (one document may be longer): progress and the pieces move within a shard. Every document's tokens
-        are its own, so the runs' concatenation is the whole shard's tokens whatever the runs."""
+        ``skip`` left out (committed in pieces), at most :data:`ENCODE_CHARS` characters a run (one document may be
+        longer). The runs' concatenation is the whole shard's tokens whatever the runs."""
         o = self.options
         for texts in shard_texts(shard, o.column):
             if skip:
@@ -125,14 +106,6 @@ class ShardTokenizer:
                 yield t, n, stop - start, chars
                 start = stop
 
-    def __call__(self, shard: Shard) -> tuple[np.ndarray, np.ndarray]:
-        tokens, lengths = [], []
-        for t, n, _, _ in self.batches(shard):
-            tokens.append(t)
-            lengths.append(n)
-        flat = np.concatenate(tokens) if tokens else np.zeros(0, self.dtype)
-        return flat, np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
-
 
 def _chunk_all(flat: np.ndarray, lengths: np.ndarray, ctx: int, tile: int) -> tuple[np.ndarray, np.ndarray]:
     """Split documents longer than ctx into tile-aligned windows (tiles.chunk); tokens unchanged."""
@@ -148,9 +121,10 @@ def _chunk_all(flat: np.ndarray, lengths: np.ndarray, ctx: int, tile: int) -> tu
     return flat, np.asarray(out, dtype=np.int64)
 
 
-def _shard_path(staging: str | Path, k: int) -> str | Path:
-    """``STAGING/shards/NNNNNN.npz``: a local path, or a URL when the output is in object storage."""
-    return storage.join(staging, "shards", f"{k:06d}.npz")
+def _shard_path(staging: str | Path, k: int, piece: int | None = None) -> str | Path:
+    """``STAGING/shards/NNNNNN.npz``, or its piece ``NNNNNN.piece-PPPPPP.npz`` (a run of its documents): a local
+    path, or a URL when the output is in object storage."""
+    return storage.join(staging, "shards", f"{k:06d}.npz" if piece is None else f"{k:06d}.piece-{piece:06d}.npz")
 
 
 def _write_shard(path: str | Path, tokens: np.ndarray, lengths: np.ndarray) -> None:
@@ -158,23 +132,10 @@ def _write_shard(path: str | Path, tokens: np.ndarray, lengths: np.ndarray) -> N
     storage.write_with(path, lambda f: np.savez(f, tokens=tokens, lengths=lengths))
 
 
-def _open_shard(path: str | Path):
-    return np.load(io.BytesIO(storage.read_bytes(path)), allow_pickle=False)  # one read (in a bucket: one GET)
-
-
-def _read_shard(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    with _open_shard(path) as z:
-        return z["tokens"], z["lengths"]
-
-
-def _read_shard_lengths(path: str | Path) -> np.ndarray:
-    with _open_shard(path) as z:
-        return z["lengths"]
-
-
-def _piece_path(staging: str | Path, k: int, piece: int) -> str | Path:
-    """``STAGING/shards/NNNNNN.piece-PPPPPP.npz``: piece ``piece`` of shard ``k`` (a run of its documents)."""
-    return storage.join(staging, "shards", f"{k:06d}.piece-{piece:06d}.npz")
+def _read(path: str | Path, *keys: str) -> tuple[np.ndarray, ...]:
+    """The arrays ``keys`` of a shard or piece file, in one read (in a bucket: one GET)."""
+    with np.load(io.BytesIO(storage.read_bytes(path)), allow_pickle=False) as z:
+        return tuple(z[key] for key in keys)
 
 
 def _write_piece(path: str | Path, tokens: np.ndarray, lengths: np.ndarray, documents: int) -> None:
@@ -191,21 +152,14 @@ def _naming(path: str | Path, write, *args) -> None:
         raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
 
 
-def _run_shard(args, report=None) -> tuple[int, int, int, int]:
-    """Worker body (both engines): tokenize shard k and commit its file. Returns (k, docs, tokens, documents
-    resumed from pieces).
-
-    The shard's documents are committed in pieces as they are tokenized (each of :data:`PIECE_TOKENS` tokens or
-    :data:`PIECE_SECONDS` seconds of work, whichever comes first; ``pieces``: how many an interrupted run left,
-    their documents are skipped), so a kill loses at most one piece of work per worker. When the shard is done its
-    pieces are joined into the shard file and deleted: the shard file is the same whatever the pieces.
-    ``report(k, documents, tokens, characters)`` is called after each run of documents (progress)."""
-    worker, shard, k, staging = args[:4]
-    pieces = args[4] if len(args) > 4 else 0
+def _run_shard(worker, shard, k, staging, pieces, report=None) -> tuple[int, int, int, int]:
+    """Worker body (both engines): tokenize shard k and commit its file; returns (k, docs, tokens, documents
+    resumed from pieces). Documents are committed in pieces as they are tokenized (:data:`PIECE_TOKENS` /
+    :data:`PIECE_SECONDS`; the ``pieces`` an interrupted run left are skipped), then joined into the shard file,
+    the same whatever the pieces. ``report(k, documents, tokens, characters)`` after each run (progress)."""
     skip = 0
     for p in range(pieces):
-        with _open_shard(_piece_path(staging, k, p)) as z:
-            skip += int(z["documents"])
+        skip += int(_read(_shard_path(staging, k, p), "documents")[0])
     tokens: list[np.ndarray] = []
     lengths: list[np.ndarray] = []
     docs = held = 0
@@ -218,19 +172,19 @@ def _run_shard(args, report=None) -> tuple[int, int, int, int]:
         if report is not None:
             report(k, d, int(t.size), chars)
         if held >= PIECE_TOKENS or time.monotonic() - last >= PIECE_SECONDS:
-            path = _piece_path(staging, k, pieces)
+            path = _shard_path(staging, k, pieces)
             _naming(path, _write_piece, _joined(tokens, worker.dtype), _joined(lengths, np.int64), docs)
             fault(f"after-piece-{k}-{pieces}")
             pieces += 1
             tokens, lengths, docs, held, last = [], [], 0, 0, time.monotonic()
     if pieces:  # the committed pieces first, then what is held
-        before = [_read_shard(_piece_path(staging, k, p)) for p in range(pieces)]
+        before = [_read(_shard_path(staging, k, p), "tokens", "lengths") for p in range(pieces)]
         tokens = [b[0] for b in before] + tokens
         lengths = [b[1] for b in before] + lengths
     flat, lens = _joined(tokens, worker.dtype), _joined(lengths, np.int64)
     _naming(_shard_path(staging, k), _write_shard, flat, lens)
     for p in range(pieces):
-        storage.remove(_piece_path(staging, k, p))
+        storage.remove(_shard_path(staging, k, p))
     return k, int(lens.shape[0]), int(flat.size), skip
 
 
@@ -251,13 +205,8 @@ def _init_pool(worker: ShardTokenizer, reports) -> None:
 
 
 def _run_in_pool(args) -> tuple[int, int, int, int]:
-    shard, k, staging, pieces = args
     reports = _REPORTS
-    return _run_shard((_WORKER, shard, k, staging, pieces), None if reports is None else _put(reports))
-
-
-def _put(reports):
-    return lambda *item: reports.put(item)
+    return _run_shard(_WORKER, *args, None if reports is None else lambda *item: reports.put(item))
 
 
 # --------------------------------------------------------------------------- the job
@@ -329,7 +278,7 @@ def pretokenize(
     given = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     if any(os.fspath(p) == "" for p in given):  # Path("") is ".": it would read the working directory
         raise ValueError("an input path is empty ('')")
-    inputs = [storage.location(p).path for p in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)]
+    inputs = [storage.location(p).path for p in given]
     if not inputs:
         raise ValueError("no inputs given")
     stage = open_staging(output)  # local, or object storage: no rename there, the manifest is the commit point
@@ -418,7 +367,7 @@ def pretokenize(
 
     # Commit: every shard is written. Locally: build the store in staging, then rename it into place; in object
     # storage: write it in place, the manifest last (staging.py).
-    lengths_per_shard = [_read_shard_lengths(_shard_path(staging, k)) for k in range(len(shards))]
+    lengths_per_shard = [_read(_shard_path(staging, k), "lengths")[0] for k in range(len(shards))]
     num_docs = int(sum(x.shape[0] for x in lengths_per_shard))
     num_tokens = int(sum(int(x.sum()) for x in lengths_per_shard))
     manifest = {
@@ -435,7 +384,7 @@ def pretokenize(
     def shards_in_order():
         for k in range(len(shards)):
             doing(f"writing the token store: shard {k + 1:,} of {len(shards):,}")
-            yield _read_shard(_shard_path(staging, k))
+            yield _read(_shard_path(staging, k), "tokens", "lengths")
             fault(f"committing-{k}")
 
     def write(where) -> None:
@@ -553,7 +502,7 @@ def _tokenize_shards(worker, shards, todo, pieces, staging, workers, engine, ray
         if workers == 1:
             resumed = 0
             for k in todo:
-                _, _, _, skipped = _run_shard((worker, shards[k], k, str(staging), pieces.get(k, 0)), report)
+                _, _, _, skipped = _run_shard(worker, shards[k], k, str(staging), pieces.get(k, 0), report)
                 resumed += skipped
                 finished(k)
             return resumed
@@ -656,7 +605,7 @@ def _run_ray(worker, shards, todo, pieces, staging, workers, ray_address, finish
 
         def tokenize_row(row: dict) -> dict:
             shard = Shard(row["kind"], tuple(row["files"]), int(row["part"]), int(row["stop"]))
-            k, docs, toks, skipped = _run_shard((worker, shard, int(row["k"]), str(staging), int(row["pieces"])))
+            k, docs, toks, skipped = _run_shard(worker, shard, int(row["k"]), str(staging), int(row["pieces"]))
             return {"k": k, "docs": docs, "tokens": toks, "resumed": skipped}
 
         ds = ray.data.from_items(items, override_num_blocks=max(1, len(items))).map(
