@@ -81,14 +81,14 @@ def pack_plan(
     console=None,
     **input_options,
 ) -> PackReport:
-    """Plan the documents of ``data`` into the plan directory ``out`` (rows of ``ctx`` tokens, index only).
+    """Plan the documents of ``data`` into the plan directory ``out`` (rows of ``ctx`` tokens, index only); the
+    report is the plan's header, where the lengths came from and the times.
 
     Args:
       algorithm, max_segments, align, overflow, group_docs, overwrite: as :func:`~datatools.io.plan_file.write_plan`
         (``group_docs`` None: its default).
-      console: a rich console for progress (reading, packing); None shows nothing.
-      input_options: how to read an input (``column``, ``tokenizer``, ...; see
-        :func:`~datatools.io.inputs.open_input`).
+      console: a rich console for progress; None shows nothing.
+      input_options: how to read an input (:func:`~datatools.io.inputs.open_input`).
 
     Raises:
       ValueError: no documents, bad options, ``out`` exists (without ``overwrite``) or is not a plan.

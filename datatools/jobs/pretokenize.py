@@ -74,9 +74,6 @@ class JobResult:
     documents_resumed: int = 0  # documents of unfinished shards an interrupted run had committed in pieces
 
 
-# --------------------------------------------------------------------------- tokenizing one shard
-
-
 class ShardTokenizer:
     """Tokenizes one shard into (tokens, lengths), a bounded batch of texts at a time; picklable."""
 
@@ -197,8 +194,7 @@ _REPORTS = None  # a multiprocessing queue of (k, documents, tokens, characters)
 
 
 def _init_pool(worker: ShardTokenizer, reports) -> None:
-    """A pool worker's start: Ctrl-C is the parent's to handle (it terminates the pool), never a worker's
-    traceback."""
+    """A pool worker's start: Ctrl-C is the parent's to handle, never a worker's traceback."""
     global _WORKER, _REPORTS
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _WORKER, _REPORTS = worker, reports
@@ -207,9 +203,6 @@ def _init_pool(worker: ShardTokenizer, reports) -> None:
 def _run_in_pool(args) -> tuple[int, int, int, int]:
     reports = _REPORTS
     return _run_shard(_WORKER, *args, None if reports is None else lambda *item: reports.put(item))
-
-
-# --------------------------------------------------------------------------- the job
 
 
 def _fingerprint(shards: list[Shard], tokenizer_sha: str, options: JobOptions) -> tuple[str, list[dict]]:
@@ -244,33 +237,25 @@ def pretokenize(
     """Tokenize text files into a token store at ``output`` (see the module docstring).
 
     Args:
-      inputs: a path or list of paths: Parquet, JSON Lines, ``.txt`` files, Arrow
-        IPC, Hugging Face ``save_to_disk`` directories, or directories of these.
-      output: the store directory to create.
+      inputs: a path or list of paths: Parquet, JSON Lines, ``.txt``, Arrow IPC, Hugging Face ``save_to_disk``
+        directories, or directories of these.
       tokenizer: a Hugging Face ``tokenizers`` JSON file.
-      column: the text column (Parquet, Arrow, JSON Lines, HF datasets).
-      bos, eos: put a BOS / EOS token before / after every document: a token name,
-        an id, ``"auto"`` (or True: the usual names looked up), or None (none).
-      tokenizer_settings: ``off`` (default): the tokenizer file's truncation and
-        padding are switched off and its template adds no special tokens; ``keep``:
-        the file is applied as it is.
-      ctx, tile: with ctx, split documents longer than ctx tokens into tile-aligned
-        windows of ctx (tiles.chunk; nothing lost). ctx must be a multiple of tile.
-      workers: tokenizer processes (local) or Ray tasks in flight.
-      engine: ``local`` (process pool) or ``ray`` (Ray Data).
-      ray_address: Ray cluster address; None starts a local Ray instance.
-      overwrite: replace an existing store made by a different job; a store of this job is checked as with
-        ``check`` and rebuilt when damaged.
-      check: when a store of this job is already there, read back every key's sha256 (``datatools verify``'s
-        check) before calling it complete; without it, its listing and every key's size are compared with the
-        manifest's records. A damaged store is rebuilt either way (:func:`store_damage`).
-      progress: show a rich progress bar on stderr.
+      column: the text column.
+      bos, eos: a token before / after every document: a token name, an id, ``"auto"`` (or True: the usual names
+        looked up), or None.
+      tokenizer_settings: ``off``: the file's truncation, padding and template's special tokens switched off;
+        ``keep``: the file as it is.
+      ctx, tile: with ctx, documents longer than ctx split into tile-aligned windows (ctx a multiple of tile).
+      workers: tokenizer processes (local) or Ray tasks in flight; ``engine``: ``local`` or ``ray`` (Ray Data);
+        ``ray_address``: None starts a local Ray instance.
+      overwrite: replace a store of a different job; a store of this job is checked as with ``check``.
+      check: a store of this job already there has every key's sha256 read back, else its listing and key sizes
+        compared with the manifest; a damaged store is rebuilt either way (:func:`store_damage`).
+      progress: a progress bar on stderr.
 
     Raises:
-      ValueError: unreadable input, missing column, bad tokenizer, an existing
-        output of another job without ``overwrite``, an existing OUTPUT (or
-        OUTPUT.partial / OUTPUT.old) that is not datatools' own (never replaced,
-        even with ``overwrite``), bad options.
+      ValueError: unreadable input, missing column, bad tokenizer or options, an output of another job without
+        ``overwrite``, an OUTPUT (or OUTPUT.partial / OUTPUT.old) that is not datatools' own (never replaced).
       ModuleNotFoundError: ``engine="ray"`` without Ray installed (before anything is created).
       OSError: the disk is full (nothing incomplete is committed).
     """
@@ -365,8 +350,6 @@ def pretokenize(
     staging = stage.staging
     docs_resumed = _tokenize_shards(worker, shards, todo, pieces, staging, workers, engine, ray_address, progress)
 
-    # Commit: every shard is written. Locally: build the store in staging, then rename it into place; in object
-    # storage: write it in place, the manifest last (staging.py).
     lengths_per_shard = [_read(_shard_path(staging, k), "lengths")[0] for k in range(len(shards))]
     num_docs = int(sum(x.shape[0] for x in lengths_per_shard))
     num_tokens = int(sum(int(x.sum()) for x in lengths_per_shard))
@@ -413,9 +396,8 @@ def pretokenize(
 
 def store_damage(output: str | Path, check: bool = False) -> str | None:
     """What is wrong with the token store at ``output``, in a few words, or None when it is whole: opened as
-    readers open it (manifest, arrays' dtype and shape, every recorded key listed), every key's size against the
-    manifest's records (one listing), and with ``check`` every key's sha256 (:func:`~datatools.io.store_verify.
-    verify_store`). Nothing is written."""
+    readers open it, every key's size against the manifest's records (one listing), and with ``check`` every key's
+    sha256 (:func:`~datatools.io.store_verify.verify_store`). Nothing is written."""
     from datatools.io.store import TokenStore
     from datatools.io.store_verify import verify_store
 
@@ -475,8 +457,8 @@ def _unique_shards(shards) -> tuple[list[Shard], list[str]]:
 
 
 def _tokenize_shards(worker, shards, todo, pieces, staging, workers, engine, ray_address, progress) -> int:
-    """Tokenize the shards ``todo`` (``pieces``: shard -> pieces an interrupted run committed), with progress within
-    shards; returns the documents resumed from pieces. Ctrl-C stops the workers at once (see :func:`_pool_shards`)."""
+    """Tokenize the shards ``todo`` (``pieces``: shard -> pieces an interrupted run committed), with progress;
+    returns the documents resumed from pieces."""
     from datatools.base.progress import job_progress
     from datatools.io.tables import shard_bytes
 
@@ -513,10 +495,9 @@ def _tokenize_shards(worker, shards, todo, pieces, staging, workers, engine, ray
 def _pool_shards(worker, tasks, workers, report, finished) -> int:
     """The shards ``tasks`` on a pool of ``workers`` processes; returns the documents resumed from pieces.
 
-    Workers report each run of documents through a queue, drained by a thread into ``report``; ``finished(k)`` is
-    called as each shard's file is committed, in order. Ctrl-C (SIGINT to the whole process group, as a terminal
-    sends it) is ignored by the workers (no worker traceback) and stops the parent, which terminates the pool at
-    once (a worker's unfinished piece is lost, its committed pieces stay) and lets the interrupt go on."""
+    Workers report progress through a queue drained by a thread into ``report``; ``finished(k)`` as each shard is
+    committed, in order. Ctrl-C is ignored by the workers and stops the parent, which terminates the pool at once
+    (a worker's unfinished piece is lost, its committed pieces stay)."""
     import multiprocessing as mp
     import queue as queue_module
 
@@ -572,8 +553,7 @@ def _pool_shards(worker, tasks, workers, report, finished) -> int:
 
 
 def _run_ray(worker, shards, todo, pieces, staging, workers, ray_address, finished) -> int:
-    """Ray Data: one row per shard; each task tokenizes its shard and commits its file (its pieces as it goes);
-    ``finished(k)`` as each shard is done. Returns the documents resumed from pieces."""
+    """Ray Data, one row per shard; ``finished(k)`` as each shard is done. Returns the documents resumed."""
     import ray
 
     started = False
