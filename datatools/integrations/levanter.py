@@ -47,21 +47,8 @@ def example_from_row(tokens: np.ndarray, loss_mask: np.ndarray, segment_ids: np.
 
 
 class PipelineDataset(AsyncDataset[GrugLmExample]):
-    """A datatools pipeline's packed rows as Levanter's ``AsyncDataset`` of ``GrugLmExample``.
-
-    Args:
-      pipeline: a :class:`~datatools.pipeline.PipelineConfig`, a mapping or a YAML path (packing or
-        bucketing, any source, shuffle, seed; ``num_epochs: null`` repeats forever). Its ``format`` must be
-        ``datatools`` or ``levanter``; every host reads the rows Levanter asks it for (``shard`` is ignored).
-      documents: an already opened document source to use instead of ``source.path``.
-
-    The reading is :class:`~datatools.integrations.levanter_rows.PipelineRows` (``self.source``): each call reads
-    only the rows asked for. A deep copy or an unpickled copy reads through a fresh lock (no lock is copied).
-
-    Raises:
-      ValueError: a config another trainer's format, or one without rows of one length (bucketing
-        with several lengths: Levanter's batches have one ``Pos``).
-    """
+    """A datatools pipeline's packed rows as Levanter's ``AsyncDataset`` of ``GrugLmExample``, read by
+    :class:`~datatools.integrations.levanter_rows.PipelineRows` (``self.source``; its arguments and errors)."""
 
     def __init__(self, pipeline, *, documents=None):
         super().__init__()
@@ -105,11 +92,10 @@ draccus.encode.register(PipelineDataset, _encoded)
 def data_config(pipeline, *, vocab_size: int | None = None, tokenizer: str = "passthrough", documents=None, **kwargs):
     """Levanter's ``LmDataConfig`` whose training data is the datatools pipeline (one ``direct`` component).
 
-    Levanter's shuffle is off (the pipeline shuffles), and its ``mixture_block_size`` is the pipeline's batch
-    size: Levanter's mixture permutes the slots of each block even for one source, so with blocks of one batch
-    its step ``s`` holds exactly the rows of datatools' batch ``s`` (in another order). ``tokenizer`` is what
-    Levanter reports and evaluates with (``passthrough`` needs ``vocab_size``); further keyword arguments go to
-    ``LmDataConfig``."""
+    Levanter's shuffle is off (the pipeline shuffles); ``mixture_block_size`` is the pipeline's batch size, so
+    Levanter's step ``s`` holds exactly the rows of datatools' batch ``s`` (its mixture permutes each block's
+    slots). ``tokenizer`` is what Levanter reports with (``passthrough`` needs ``vocab_size``); further keyword
+    arguments go to ``LmDataConfig``."""
     from levanter.data.text.datasets import DirectDatasetComponent, LmDataConfig
 
     dataset = PipelineDataset(pipeline, documents=documents)

@@ -107,17 +107,10 @@ def _agree(data: dict, section: str | None, key: str, value, maxtext_key: str) -
 def pipeline_config(
     config, pipeline=None, *, process_index: int = 0, process_count: int = 1, split: str = "train"
 ) -> PipelineConfig:
-    """The datatools pipeline config for a MaxText config (see the module docstring for the key mapping).
-
-    Args:
-      config: MaxText's config (``pyconfig.HyperParameters``) or a mapping of its keys.
-      pipeline: a datatools pipeline config (YAML path or mapping) for what MaxText has no key for; its
-        ``source`` may be left out when ``grain_train_files`` names the data.
-      process_index, process_count: this host and the number of hosts (``jax.process_index()`` /
-        ``jax.process_count()``).
-      split: ``train`` or ``eval`` (eval: ``grain_eval_files``, ``global_batch_size_to_load_eval``, no shuffle,
-        one epoch).
-    """
+    """The datatools pipeline config for a MaxText config (``pyconfig.HyperParameters`` or a mapping; the key
+    mapping: the module docstring) and a datatools ``pipeline`` (YAML path or mapping; its ``source`` may be left
+    out when ``grain_train_files`` names the data), for this host of ``process_count``. ``split``: ``train`` or
+    ``eval`` (``grain_eval_files``, ``global_batch_size_to_load_eval``, no shuffle, one epoch)."""
     data = _pipeline_mapping(pipeline)
     ctx = _int_setting(config, "max_target_length", minimum=1, maximum=MAX_CTX)
     process_count = check_int(process_count, "process_count", minimum=1)
@@ -207,13 +200,10 @@ def _host_iterator(dataset, mesh, generate_padding_batch: bool):
 
 
 def _restore_views(iterator, mesh, generate_padding_batch: bool, expansion: float) -> list:
-    """MaxText's way to restart on fewer hosts than saved the checkpoint: ``expansion_factor_real_data`` set to
-    (hosts now) / (hosts before), e.g. 0.5 for 2 -> 1. Its Grain restore then wants a list of 1/expansion
-    iterators on each host, restores them from the saved hosts' files (``process_{i}-of-{n}.json``) and its
-    training loop takes the steps from them in turn. A datatools state is the global position, the same in every
-    host's file, so the list holds views of ONE pipeline iterator: each restores the same state, and taking the
-    steps from them in turn continues the one global batch sequence (MaxText's own pipeline would instead take
-    each step from one saved host's shard). Its saves then write the same state into every file."""
+    """A restart on fewer hosts (``expansion_factor_real_data`` = hosts now / hosts before): MaxText wants
+    1/expansion iterators per host, restored from the saved hosts' files and taken in turn. A datatools state is
+    the global position, the same in every file, so they are views of ONE pipeline iterator: taken in turn, they
+    continue the one global batch sequence."""
     return [
         _host_iterator(iterator, mesh, generate_padding_batch)  # iter(iterator) is the iterator itself
         for _ in range(round(1 / expansion))
@@ -221,19 +211,12 @@ def _restore_views(iterator, mesh, generate_padding_batch: bool, expansion: floa
 
 
 def create_data_iterator(config, mesh, *, pipeline=None):
-    """MaxText's ``create_data_iterator(config, mesh)`` over a datatools pipeline.
+    """MaxText's ``create_data_iterator(config, mesh)`` over a datatools pipeline (YAML path or mapping; default
+    the ``DATATOOLS_PIPELINE`` environment variable, else datatools' defaults).
 
-    Args:
-      config: MaxText's config.
-      mesh: MaxText's device mesh.
-      pipeline: a datatools pipeline config (YAML path or mapping); default: the ``DATATOOLS_PIPELINE``
-        environment variable, else datatools' defaults.
-
-    Returns:
-      ``(train_iterator, eval_iterator)``: MaxText ``MultiHostDataLoadIterator`` objects (datatools'
-      :class:`HostBatchIterator` where MaxText is not installed); ``eval_iterator`` is None unless
-      ``eval_interval > 0``. With ``0 < expansion_factor_real_data < 1`` (a restart on fewer hosts) the train
-      iterator is MaxText's list form, views of one pipeline iterator (see :func:`_restore_views`).
+    Returns ``(train_iterator, eval_iterator)``: MaxText ``MultiHostDataLoadIterator`` objects (datatools'
+    :class:`HostBatchIterator` where MaxText is not installed); ``eval_iterator`` is None unless ``eval_interval >
+    0``; a restart on fewer hosts gets MaxText's list form (:func:`_restore_views`).
     """
     import jax
 
@@ -256,13 +239,9 @@ def create_data_iterator(config, mesh, *, pipeline=None):
 
 @contextlib.contextmanager
 def use_datatools(pipeline=None):
-    """Within the block, MaxText's trainers get their data from :func:`create_data_iterator` with ``pipeline``.
-
-    MaxText has no data-source hook: this replaces the one function its trainers look up,
-    ``input_pipeline_interface.create_data_iterator``, and puts MaxText's back on exit (the swap and what it
-    assumes of MaxText: :mod:`datatools.integrations.maxtext_shim`). Use MaxText's ``dataset_type: grain`` so
-    that its checkpoints save the data iterator's state.
-    """
+    """Within the block, MaxText's trainers get their data from :func:`create_data_iterator` with ``pipeline``
+    (:mod:`datatools.integrations.maxtext_shim`). Use MaxText's ``dataset_type: grain`` so that its checkpoints
+    save the data iterator's state."""
     from datatools.integrations.maxtext_shim import maxtext_data_iterator
 
     def datatools_iterator(config, mesh):
@@ -286,14 +265,9 @@ def _config_file(path: str) -> str | None:
 
 
 def train(argv, pipeline=None) -> None:
-    """Run MaxText's pre-training (``maxtext.trainers.pre_train.train.main``) on a datatools pipeline.
-
-    Args:
-      argv: MaxText's command line without the program name: a config file (a path, or MaxText's own
-        ``src/maxtext/configs/base.yml``, found in the installed package) then ``key=value`` overrides (a key
-        given twice: the last value).
-      pipeline: a datatools pipeline config (YAML path or mapping).
-    """
+    """Run MaxText's pre-training (``maxtext.trainers.pre_train.train.main``) on a datatools pipeline (YAML path
+    or mapping). ``argv``: MaxText's command line without the program name: a config file (a path, or MaxText's
+    own ``src/maxtext/configs/base.yml``) then ``key=value`` overrides (a key given twice: the last value)."""
     from maxtext.trainers.pre_train import train as maxtext_train
 
     argv = [str(a) for a in argv]

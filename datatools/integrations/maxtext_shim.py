@@ -27,31 +27,25 @@ def _parameters(function: Callable) -> tuple[str, ...]:
 
 @contextmanager
 def swapped_function(
-    module_name: str, name: str, replacement: Callable, parameters: Sequence[str], *, package: str = "MaxText"
+    module_name: str, name: str, replacement: Callable, parameters: Sequence[str]
 ) -> Iterator[Callable]:
     """Within the block, ``module_name.name`` is ``replacement``; the original is put back on exit (an exception
     included) and yielded, so the replacement may call it.
 
-    Args:
-      module_name, name: the function replaced (imported here).
-      replacement: called instead, with the same arguments.
-      parameters: the original's parameter names, as the shim expects them.
-      package: the package named in errors.
-
     Raises:
-      UnsupportedVersion: the module has no such function, or its parameters differ from ``parameters``.
+      UnsupportedVersion: the module has no such function, or its parameter names are not ``parameters``.
     """
     module = importlib.import_module(module_name)
     original = getattr(module, name, None)
     if not callable(original):
         raise UnsupportedVersion(
-            f"{package}: {module_name} has no function {name} (datatools' shim, "
+            f"MaxText: {module_name} has no function {name} (datatools' shim, "
             f"datatools/integrations/maxtext_shim.py, replaces it to feed the trainer)"
         )
     have = _parameters(original)
     if have != tuple(parameters):
         raise UnsupportedVersion(
-            f"{package}: {module_name}.{name} takes ({', '.join(have)}), not "
+            f"MaxText: {module_name}.{name} takes ({', '.join(have)}), not "
             f"({', '.join(parameters)}) as datatools' shim (datatools/integrations/"
             f"maxtext_shim.py) expects"
         )

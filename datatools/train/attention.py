@@ -51,25 +51,16 @@ def fused_attention(q, k, v, segment_ids):
 def blocksparse_attention(q, k, v, segment_ids, tiles: dict, block: int, chunk: int = 256):
     """The same function as :func:`dense_attention`, computed on the listed tiles only.
 
-    ``tiles`` is the batch-wide tile list of the loader
-    (:func:`datatools.kernels.attention_blocks.tile_list`): one (row, query block, key
-    block) entry per non-empty tile of the whole batch, padded to a bucket length, so
-    a batch's cost follows its own tiles (not its busiest row times the row count).
-    The entries are processed ``chunk`` at a time in a ``lax.scan`` with a running
-    softmax per (row, query block): the largest score so far, the sum of exponentials
-    and the weighted values, rescaled when the maximum grows. Each step updates only
-    the (row, query block) slots its tiles touch (a scatter; a slot met twice in one
-    chunk is rescaled once) and is rematerialized in the backward pass: memory holds
-    one chunk of tiles, the running output, and one saved carry per step (steps =
-    padded entries / chunk, so it too follows the tiles). Fed the list of every causal
-    tile it is a causal flash kernel without segment information (the benchmark's
-    baseline); the entries may come in any order.
+    ``tiles`` is the loader's batch-wide tile list (:func:`datatools.kernels.attention_blocks.tile_list`: one
+    entry per non-empty (row, query block, key block), in any order, padded to a bucket length), processed
+    ``chunk`` entries a step of a rematerialized ``lax.scan`` with a running softmax per (row, query block): memory
+    and cost follow the batch's tiles. Fed every causal tile, it is a causal flash kernel (the benchmark's baseline).
 
     Args:
       q, k, v: (B, T, H, D); T a multiple of ``block``.
       segment_ids: (B, T).
       tiles: int arrays ``tile_row``, ``tile_q``, ``tile_k`` (P,) and ``tile_count`` (1,) (entries past it are
-        padding and contribute nothing); other keys are ignored.
+        padding); other keys are ignored.
       block: tile size (tokens).
       chunk: tiles per scan step (at most half the list: a one-step scan would keep all its residuals for the
         backward pass, more memory than two steps of a longer list).

@@ -47,13 +47,8 @@ def cudnn_attention(q, k, v, segment_ids):
 
 
 def pallas_gpu_attention(q, k, v, segment_ids, block: int = 128):
-    """Pallas GPU flash attention with segment ids and causal masking (interpreted on the CPU off a GPU).
-
-    Args:
-      q, k, v: (B, T, H, D); T a multiple of ``block`` (or below it).
-      segment_ids: (B, T) int, 0 for padding.
-      block: query and key tile size (tokens) of the forward and backward kernels.
-    """
+    """Pallas GPU flash attention with segment ids (0: padding) and causal masking (interpreted off a GPU); q, k, v
+    (B, T, H, D), T a multiple of ``block`` (the kernels' tile size in tokens) or below it."""
     from jax.experimental.pallas.ops.gpu.attention import BlockSizes, mha
 
     t = q.shape[1]

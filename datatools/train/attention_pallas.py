@@ -237,28 +237,15 @@ def _dkv_kernel(
 
 
 def _specs(block: int, d: int):
-    """BlockSpecs of the operands, index maps reading the prefetched tile list: (q side, k side, seg q, seg k,
-    per-query column)."""
-
-    def q_side(h, i, row, qb, kb, flags):
-        return row[i], h, qb[i], 0
-
-    def k_side(h, i, row, qb, kb, flags):
-        return row[i], h, kb[i], 0
-
-    def seg_q(h, i, row, qb, kb, flags):
-        return row[i], qb[i], 0
-
-    def seg_k(h, i, row, qb, kb, flags):
-        return row[i], 0, kb[i]
-
+    """BlockSpecs of the operands, index maps (grid step h, i; the prefetched row, qb, kb, flags) reading the tile
+    list: (q side, k side, seg q, seg k, per-query column)."""
     sq = pl.squeezed
     return (
-        pl.BlockSpec((sq, sq, block, d), q_side),
-        pl.BlockSpec((sq, sq, block, d), k_side),
-        pl.BlockSpec((sq, block, 1), seg_q),
-        pl.BlockSpec((sq, 1, block), seg_k),
-        pl.BlockSpec((sq, sq, block, 1), q_side),
+        pl.BlockSpec((sq, sq, block, d), lambda h, i, row, qb, kb, flags: (row[i], h, qb[i], 0)),
+        pl.BlockSpec((sq, sq, block, d), lambda h, i, row, qb, kb, flags: (row[i], h, kb[i], 0)),
+        pl.BlockSpec((sq, block, 1), lambda h, i, row, qb, kb, flags: (row[i], qb[i], 0)),
+        pl.BlockSpec((sq, 1, block), lambda h, i, row, qb, kb, flags: (row[i], 0, kb[i])),
+        pl.BlockSpec((sq, sq, block, 1), lambda h, i, row, qb, kb, flags: (row[i], h, qb[i], 0)),
     )
 
 
@@ -267,20 +254,10 @@ def _transposed_specs(block: int):
     segment ids per query as a row (1, block) of the (B, 1, T) array, per key as a column (block, 1) of the
     (B, T, 1) array, and the per-query log-sum-exp and delta as rows of (B, H, 1, T) arrays."""
     sq = pl.squeezed
-
-    def seg_q_row(h, i, row, qb, kb, flags):
-        return row[i], 0, qb[i]
-
-    def seg_k_col(h, i, row, qb, kb, flags):
-        return row[i], kb[i], 0
-
-    def q_row(h, i, row, qb, kb, flags):
-        return row[i], h, 0, qb[i]
-
     return (
-        pl.BlockSpec((sq, 1, block), seg_q_row),
-        pl.BlockSpec((sq, block, 1), seg_k_col),
-        pl.BlockSpec((sq, sq, 1, block), q_row),
+        pl.BlockSpec((sq, 1, block), lambda h, i, row, qb, kb, flags: (row[i], 0, qb[i])),
+        pl.BlockSpec((sq, block, 1), lambda h, i, row, qb, kb, flags: (row[i], kb[i], 0)),
+        pl.BlockSpec((sq, sq, 1, block), lambda h, i, row, qb, kb, flags: (row[i], h, 0, qb[i])),
     )
 
 
@@ -310,9 +287,8 @@ def _segments(segment_ids):
 
 
 def forward(q, k, v, segment_ids, tiles, block: int):
-    """(out (B, H, T, D), log-sum-exp (B, H, T, 1) float32, grid steps run) of the forward kernel.
-
-    q, k, v: (B, H, T, D); tiles: (row, q block, k block, full, count) int32 arrays, q-major."""
+    """(out (B, H, T, D), log-sum-exp (B, H, T, 1) float32, grid steps run) of the forward kernel; q, k, v:
+    (B, H, T, D); tiles: (row, q block, k block, full, count) int32 arrays, q-major."""
     b, h, t, d = q.shape
     qs, ks, sqs, sks, cols = _specs(block, d)
     sq, sk = _segments(segment_ids)
@@ -408,16 +384,9 @@ def _unpack(tiles: dict):
 
 
 def pallas_blocksparse_attention(q, k, v, segment_ids, tiles: dict, block: int):
-    """The same function as :func:`datatools.train.attention.dense_attention`, computed by the Pallas kernels on
-    the listed tiles only (differentiable: the backward pass is the two Pallas passes).
-
-    Args:
-      q, k, v: (B, T, H, D).
-      segment_ids: (B, T).
-      tiles: the batch's tile list (:data:`~datatools.kernels.attention_blocks.TILE_KEYS`, from
-        :func:`~datatools.kernels.attention_blocks.tile_list` with the same ``block``).
-      block: tile size (tokens), a multiple of 128 dividing T.
-    """
+    """The same function as :func:`datatools.train.attention.dense_attention` on q, k, v (B, T, H, D), computed
+    (and differentiated) by the Pallas kernels on the batch's tile list only (``tiles``: from
+    :func:`~datatools.kernels.attention_blocks.tile_list` with the same ``block``, a multiple of 128 dividing T)."""
     check_block(block, q.shape[1])
     prefetch, by_k = _unpack(tiles)
     qt, kt, vt = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))  # (B, H, T, D): a tile is (block, D) in VMEM

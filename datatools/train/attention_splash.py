@@ -84,13 +84,8 @@ _splash.defvjp(_splash_fwd, _splash_bwd)
 
 
 def splash_attention(q, k, v, segment_ids, block: int = 128):
-    """The same function as :func:`datatools.train.attention.dense_attention`, by splash attention.
-
-    Args:
-      q, k, v: (B, T, H, D); T a multiple of ``block`` (or below it).
-      segment_ids: (B, T) int, 0 for padding (a padding query's output is 0).
-      block: splash's tile size (tokens) for the forward and both backward kernels; 128 suits every TPU.
-    """
+    """The same function as :func:`datatools.train.attention.dense_attention`, by splash attention; q, k, v
+    (B, T, H, D), T a multiple of ``block`` (splash's tile size in tokens, 128 suits every TPU) or below it."""
     t = q.shape[1]
     if t % min(block, t):
         raise ValueError(f"splash: attention_block={block} must divide ctx={t}")

@@ -42,8 +42,7 @@ class ModelConfig:
         128,
         minimum=8,
         maximum=MAX_CTX,
-        doc="tile size (tokens) of the blocksparse and "
-        "Pallas kernels; must divide ctx "
+        doc="tile size (tokens) of the blocksparse and Pallas kernels; must divide ctx "
         "(pallas_blocksparse: a multiple of 128)",
     )
 
@@ -116,13 +115,12 @@ def _rope(x, positions, theta):
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
-BLOCK_KEYS = SPARSE_KEYS  # what blocksparse attention reads from a batch: the batch-wide tile list
 TILE_LIST_KEYS = TILE_KEYS  # what pallas_blocksparse reads: the batch-wide tile list (scalar-prefetch operands)
 
 
 def attention_keys(attention: str) -> tuple[str, ...]:
     """The batch fields an attention implementation reads besides the canonical ones (the loader's tile lists)."""
-    return {"blocksparse": BLOCK_KEYS, "pallas_blocksparse": TILE_LIST_KEYS}.get(attention, ())
+    return {"blocksparse": SPARSE_KEYS, "pallas_blocksparse": TILE_LIST_KEYS}.get(attention, ())
 
 
 def attend(cfg: ModelConfig, q, k, v, segment_ids, blocks: dict | None):
@@ -184,10 +182,8 @@ def token_nll(params: dict, cfg: ModelConfig, batch: dict) -> jax.Array:
 
 
 def loss_fn(params: dict, cfg: ModelConfig, batch: dict) -> tuple[jax.Array, jax.Array]:
-    """(mean next-token cross-entropy over the loss mask, number of targets).
-
-    Position t predicts token t + 1 where ``loss_mask[t]`` is 1, which is never at
-    padding nor at a document's last token: no target crosses a document."""
+    """(mean next-token cross-entropy over the loss mask, number of targets); the mask is 0 at padding and at a
+    document's last token: no target crosses a document."""
     weights = batch["loss_mask"].astype(jnp.float32)
     count = weights.sum()
     return (token_nll(params, cfg, batch) * weights).sum() / jnp.maximum(count, 1.0), count
