@@ -31,18 +31,15 @@ PLAIN_LINE = re.compile(r"(?!datatools: ).*\belapsed \d+:\d\d:\d\d\)?")  # this 
 # checks of what a command said: an error is the one line that is not progress)
 
 
-def _rate(x: float) -> str:
-    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+def _rate(x: float, unit: str = "", space: str = "") -> str:
+    for prefix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if x >= scale:
-            return f"{x / scale:.1f}{unit}"
-    return f"{x:.0f}"
+            return f"{x / scale:.1f}{space}{prefix}{unit}"
+    return f"{x:.0f}{space}{unit}"
 
 
 def _bytes(n: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n:.0f} B"
+    return _rate(n, "B", " ")
 
 
 def _clock(seconds: float) -> str:

@@ -296,7 +296,6 @@ def pretokenize(
     for s in {s.files[0]: s for s in shards}.values():
         check_column(s, column)
     job, sources = _fingerprint(shards, encoder.sha256, options)
-    vocab_size = encoder.vocab_size
     worker = ShardTokenizer(encoder, options)
     extra = {"tokenizer": encoder.summary()}
     if duplicates:
@@ -354,7 +353,7 @@ def pretokenize(
     num_docs = int(sum(x.shape[0] for x in lengths_per_shard))
     num_tokens = int(sum(int(x.sum()) for x in lengths_per_shard))
     manifest = {
-        "vocab_size": vocab_size,
+        "vocab_size": encoder.vocab_size,
         "tokenizer_sha256": encoder.sha256,
         "tokenizer_file": os.path.basename(encoder.source),
         "tokenizer": encoder.describe(),

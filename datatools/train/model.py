@@ -76,21 +76,20 @@ def init_params(cfg: ModelConfig, key: jax.Array) -> dict:
     def normal(shape, scale):
         return jax.random.normal(next(keys), shape, jnp.float32) * scale
 
-    layers = []
-    for _ in range(cfg.n_layers):
-        layers.append(
-            {
-                "attn_norm": jnp.ones((d,), jnp.float32),
-                "wq": normal((d, d), d**-0.5),
-                "wk": normal((d, d), d**-0.5),
-                "wv": normal((d, d), d**-0.5),
-                "wo": normal((d, d), (2 * cfg.n_layers * d) ** -0.5),
-                "mlp_norm": jnp.ones((d,), jnp.float32),
-                "w_gate": normal((d, f), d**-0.5),
-                "w_up": normal((d, f), d**-0.5),
-                "w_down": normal((f, d), (2 * cfg.n_layers * f) ** -0.5),
-            }
-        )
+    layers = [
+        {
+            "attn_norm": jnp.ones((d,), jnp.float32),
+            "wq": normal((d, d), d**-0.5),
+            "wk": normal((d, d), d**-0.5),
+            "wv": normal((d, d), d**-0.5),
+            "wo": normal((d, d), (2 * cfg.n_layers * d) ** -0.5),
+            "mlp_norm": jnp.ones((d,), jnp.float32),
+            "w_gate": normal((d, f), d**-0.5),
+            "w_up": normal((d, f), d**-0.5),
+            "w_down": normal((f, d), (2 * cfg.n_layers * f) ** -0.5),
+        }
+        for _ in range(cfg.n_layers)
+    ]
     return {
         "embed": normal((v, d), 1.0),
         "layers": layers,
