@@ -12,7 +12,9 @@ Levanter's ``train_batch_size``), read by number, so a restart at step ``s`` rea
 reads only the rows its devices hold (:mod:`datatools.integrations.levanter_rows`; ``shard`` is ignored). Rows
 are the ``levanter`` batch format (:mod:`datatools.kernels.batch_layouts`) made into ``GrugLmExample.causal``:
 segment ids renumbered to Levanter's, ``loss_mask`` (or ``loss_weights``) as the loss weight, int32 tokens, no
-positions (docs/levanter.md, docs/loss-weighting.md). Levanter's shuffle is off: the pipeline shuffles.
+positions (docs/levanter.md, docs/loss-weighting.md). With ``boundary_targets: mask`` no target crosses a document,
+unlike Levanter's own packing (``next_document`` gives its behaviour back). Levanter's shuffle is off: the pipeline
+shuffles.
 """
 
 from __future__ import annotations
