@@ -115,7 +115,7 @@ class JobBar:
 
     def __init__(self, total_shards: int, done_shards: int, total_bytes: int | None, done_bytes: int):
         self._progress: Progress | None = None
-        self._task = None
+        self._task: Any = None
         self.docs = self.tokens = 0
         self.shards, self.total_shards = done_shards, total_shards
         self.nbytes, self.total_bytes = done_bytes, total_bytes

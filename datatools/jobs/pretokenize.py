@@ -201,8 +201,9 @@ def _init_pool(worker: ShardTokenizer, reports) -> None:
 
 
 def _run_in_pool(args) -> tuple[int, int, int, int]:
+    shard, k, staging, pieces = args
     reports = _REPORTS
-    return _run_shard(_WORKER, *args, None if reports is None else lambda *item: reports.put(item))
+    return _run_shard(_WORKER, shard, k, staging, pieces, None if reports is None else lambda *item: reports.put(item))
 
 
 def _fingerprint(shards: list[Shard], tokenizer_sha: str, options: JobOptions) -> tuple[str, list[dict]]:
