@@ -1,13 +1,7 @@
-"""Memory for new arrays, used again once nobody holds it.
+"""Memory for new arrays, used again once nobody holds it (CPython's reference count says when).
 
-A pipeline makes a batch of the same shape every step and hands it on; a fresh 16 MiB batch (128 x 8192 x 4
-outputs x 4 bytes) costs more to fault in page by page than to fill (1.5-3x the fill, issue 31: local reads),
-and so does the copy of a batch out of a Grain worker's shared memory. :func:`empty` gives an array whose memory
-goes back to work once only the pool refers to it. CPython's reference count says when: the caller's array, any
-view of it, any buffer taken from it (a ``memoryview``, an array a library made without copying) all hold a
-reference to it, so memory anybody still holds is never written. The pool grows to the arrays of a shape alive
-at once (Grain's read-ahead buffer holds 16 batches), up to :data:`KEPT_BYTES` per process; beyond that an array
-is new memory, freed as usual.
+A fresh 16 MiB batch costs 1.5-3x its fill to fault in (issue 31), and so does a copy out of a Grain worker's
+shared memory. The pool keeps the arrays of a shape alive at once, up to :data:`KEPT_BYTES` per process.
 """
 
 from __future__ import annotations

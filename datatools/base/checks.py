@@ -1,7 +1,5 @@
-"""Documented limits and the argument checks every layer shares.
-
-Every public function validates its arguments here so that bad input raises the same
-``ValueError``/``TypeError`` wording everywhere, naming the offending value.
+"""Documented limits and the argument checks every layer shares: bad input raises the same ``ValueError`` /
+``TypeError`` wording everywhere, naming the offending value.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
-"""The exception types of datatools, and the exit status of the command line for each, by type alone.
+"""The exception types of datatools, and the command line's exit status for each by type alone (:func:`exit_status`;
+``datatools`` prints one line ``datatools: error: ...``, never a traceback), the first that matches:
 
-Whose move it is decides the status (``datatools`` prints one line ``datatools: error: ...``, never a traceback):
-
-=====  =====================================================================================================
-exit   raised as (``isinstance``, the first row that matches)
-=====  =====================================================================================================
-2      :class:`InputError`, any ``ValueError``/``TypeError``/``OverflowError``/``UnicodeError`` (bad input:
-       the message names the value and the file), ``RecursionError`` (input nested too deeply), an ``OSError``
-       whose errno says the path is wrong (:data:`BAD_INPUT_ERRNOS`: no such file, not a directory, ...)
-1      :class:`RunFailed` (the run stopped on its own figures: a loss that became NaN),
-       :class:`UnsupportedVersion` (an installed package a shim does not know), ``MemoryError``
-       (:class:`DeviceOutOfMemory` included), any other ``OSError`` (permission denied, disk full, read-only,
-       storage unreachable: :class:`StorageError`), and anything unexpected (named by its class, to report)
-130    ``KeyboardInterrupt``
-=====  =====================================================================================================
-
-Library code raises these types and the command maps them in :func:`exit_status`; nothing matches a class
-name or a message text.
+* 2 (bad input): :class:`InputError`, any ``ValueError``/``TypeError``/``OverflowError``/``UnicodeError``,
+  ``RecursionError``, an ``OSError`` whose errno says the path is wrong (:data:`BAD_INPUT_ERRNOS`);
+* 1: :class:`RunFailed`, :class:`UnsupportedVersion`, ``MemoryError`` (:class:`DeviceOutOfMemory` included), any
+  other ``OSError`` (permission, disk full, :class:`StorageError`), anything unexpected;
+* 130: ``KeyboardInterrupt``.
 """
 
 from __future__ import annotations

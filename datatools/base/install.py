@@ -1,11 +1,6 @@
-"""The install command a missing-extra message names: one that works from where datatools was installed.
-
-``datatools-llm`` is not on the package index yet, so ``pip install 'datatools-llm[jax]'`` fails. When datatools
-runs from a checkout (its ``pyproject.toml`` beside the package: ``make install`` or ``pip install -e``), the
-command names that checkout: ``pip install '/path/to/checkout[jax]'``, which works. Installed from a built wheel
-(``make wheel``, ``pip install .``), it names the extra's own requirements, read from the installed metadata
-(``pip install 'jax>=0.4.30' 'optax>=0.2'``): that works wherever the wheel came from. The index name is kept for
-when the package is published, and said as such.
+"""The install command a missing-extra message names, one that works from where datatools was installed:
+``pip install '/path/to/checkout[jax]'`` from a checkout, else the extra's requirements from the installed
+metadata. ``datatools-llm`` is not on the package index yet.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Ctrl-C that is never lost: the command line's SIGINT handler records the request before it raises.
 
-Python runs a signal handler in the main thread at whatever bytecode comes next, and some places mishandle what
-it raises: a KeyboardInterrupt raised inside a garbage-collection callback (JAX installs one) is printed as
-"Exception ignored" and dropped (the command went on as if no Ctrl-C had come), and one raised in code run by
-``exec()`` (a dataclass being defined while a module imports) makes the interpreter end by SIGINT (status -2)
-whatever the command returned. With :func:`install` the request is kept in :data:`REQUESTED` and, in those two
-places, not raised there: :func:`check`, called by every step of the live line (:func:`datatools.base.progress.
-doing`) and every few milliseconds by the loops that wait for workers, raises it.
+A KeyboardInterrupt raised in a garbage-collection callback (JAX installs one) is printed and dropped, and one
+raised in code run by ``exec()`` makes the interpreter exit by SIGINT; there :func:`install`'s handler only sets
+:data:`REQUESTED`, and :func:`check` (called by :func:`datatools.base.progress.doing` and the loops that wait for
+workers) raises it.
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """Progress on stderr, from a command's first second: a rich display on a terminal, plain lines elsewhere.
 
-Two kinds of display, one at a time:
+* :func:`activity`, fed by :func:`doing`: one live line saying the step under way and for how long (the CLI runs
+  every subcommand in one; ``datatools pipeline`` once showed nothing for 2.4 minutes).
+* Bars (:func:`job_progress`, :func:`count_progress`): documents, tokens and bytes with rates and an ETA; a bar
+  pauses the activity line (:func:`paused`).
 
-* **What a command is doing** (:func:`activity`, fed by :func:`doing`): one live line saying the step under way
-  (listing the input, reading a store's offsets, planning, waiting for the first batch) and for how long, so no
-  command shows a blank screen while it works (``datatools pipeline`` once showed nothing for 2.4 minutes). The CLI
-  runs every subcommand inside one; library code only calls :func:`doing`, which does nothing without one.
-* **Bars** (:func:`job_progress`, :func:`count_progress`): counts that move: documents, tokens and bytes with their
-  rates and an ETA (by bytes when the total is known, else by shards), not only shards (a job of 3 shards sat at
-  0/3 for minutes). A bar pauses the activity line while it is shown (:func:`paused`).
-
-The ETA is the work left at the rate measured over all the work done so far (never a rate of the last moments),
-and never below the time since the count last moved (:func:`eta_seconds`): a bar once said "ETA 1 s" for 40 s.
-
-Off a terminal (a log file, a pipe, CI) no live display is drawn; instead a plain line is printed once a step or a
-bar has lasted :data:`FIRST_LINE_S` seconds, then every :data:`PLAIN_INTERVAL_S` seconds while it runs, so a log
-shows it is alive and how far it is. Work shorter than :data:`FIRST_LINE_S` prints nothing.
+The ETA goes by the rate over all the work so far, never below the time since the count last moved
+(:func:`eta_seconds`: a bar once said "ETA 1 s" for 40 s). Off a terminal a plain line is printed once work has
+lasted :data:`FIRST_LINE_S`, then every :data:`PLAIN_INTERVAL_S`; shorter work prints nothing.
 """
 
 from __future__ import annotations
@@ -39,18 +31,15 @@ PLAIN_LINE = re.compile(r"(?!datatools: ).*\belapsed \d+:\d\d:\d\d\)?")  # this 
 # checks of what a command said: an error is the one line that is not progress)
 
 
-def _rate(x: float) -> str:
-    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+def _rate(x: float, unit: str = "", space: str = "") -> str:
+    for prefix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if x >= scale:
-            return f"{x / scale:.1f}{unit}"
-    return f"{x:.0f}"
+            return f"{x / scale:.1f}{space}{prefix}{unit}"
+    return f"{x:.0f}{space}{unit}"
 
 
 def _bytes(n: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n:.0f} B"
+    return _rate(n, "B", " ")
 
 
 def _clock(seconds: float) -> str:
@@ -59,10 +48,9 @@ def _clock(seconds: float) -> str:
 
 
 def eta_seconds(done: float, total: float | None, elapsed: float, still: float = 0.0) -> float | None:
-    """Seconds left: the ``total - done`` units left at the rate of all the work done so far (``done`` units in
-    ``elapsed`` seconds), and never below ``still``, the seconds since the count last moved (the work in flight has
-    taken that long without finishing: an ETA below it has already proved wrong); at least 1 s while work is left.
-    None when nothing is done yet (no rate to go by)."""
+    """Seconds left: the ``total - done`` units left at the rate of all the work so far (``done`` units in
+    ``elapsed`` seconds), never below ``still`` (seconds since the count last moved: a lower ETA has already proved
+    wrong), at least 1 s while work is left; None when nothing is done yet."""
     if not total or done <= 0 or elapsed <= 0:
         return None
     left = max(total - done, 0)
@@ -77,8 +65,7 @@ def _eta(done: float, total: float | None, elapsed: float, still: float = 0.0) -
 
 
 class _EtaColumn(ProgressColumn):
-    """The time left of a rich task by :func:`eta_seconds` (rich's own column goes by the rate of the last
-    seconds and stays put while nothing moves: it showed "1 s" for 40 s)."""
+    """The time left of a rich task by :func:`eta_seconds` (rich's own column showed "1 s" for 40 s)."""
 
     def __init__(self):
         super().__init__()
@@ -126,17 +113,9 @@ def _plain_lines(console: Console, line: Callable[[], str], interval_s: float):
 class JobBar:
     """What a job has done so far: shards, documents, tokens and bytes (see :func:`job_progress`)."""
 
-    def __init__(
-        self,
-        progress: Progress | None,
-        task,
-        *,
-        total_shards: int = 0,
-        done_shards: int = 0,
-        total_bytes: int | None = None,
-        done_bytes: int = 0,
-    ):
-        self._progress, self._task = progress, task
+    def __init__(self, total_shards: int, done_shards: int, total_bytes: int | None, done_bytes: int):
+        self._progress: Progress | None = None
+        self._task: Any = None
         self.docs = self.tokens = 0
         self.shards, self.total_shards = done_shards, total_shards
         self.nbytes, self.total_bytes = done_bytes, total_bytes
@@ -252,11 +231,9 @@ _ACTIVE: _Activity | None = None
 
 @contextmanager
 def activity(label: str, *, console: Console | None = None, interval_s: float = PLAIN_INTERVAL_S) -> Iterator[None]:
-    """One live line on ``console`` (default stderr) while the block runs: ``label: what (elapsed h:mm:ss)``, where
-    ``what`` is the latest :func:`doing` (``starting`` until the first). On a terminal a transient spinner line from
-    :data:`FIRST_LINE_S` on; elsewhere a plain line when a step has lasted :data:`FIRST_LINE_S` and every
-    ``interval_s`` seconds. Bars pause it (:func:`paused`). The CLI runs every subcommand in one; nested calls
-    keep the outer one."""
+    """One live line on ``console`` (default stderr) while the block runs: ``label: what (elapsed h:mm:ss)``,
+    ``what`` the latest :func:`doing` (``starting`` until the first): a spinner on a terminal, else a plain line
+    when a step has lasted :data:`FIRST_LINE_S` and every ``interval_s`` seconds. Nested calls keep the outer one."""
     global _ACTIVE
     if _ACTIVE is not None:
         yield
@@ -273,9 +250,8 @@ def activity(label: str, *, console: Console | None = None, interval_s: float = 
 
 
 def doing(what: str | None) -> None:
-    """Say what the running command is doing now (a few words: ``listing s3://bucket/data``, ``reading the offsets
-    of 1,204 shards``, ``planning 3,000,000 documents``, ``waiting for the first batch``); None: nothing to show
-    (before printing a result). Nothing happens outside an :func:`activity`."""
+    """Say what the running command is doing now, in a few words (``listing s3://bucket/data``); None: nothing to
+    show (before printing a result). Nothing happens outside an :func:`activity`."""
     interrupts.check()  # a Ctrl-C whose KeyboardInterrupt was not raised where it came (base/interrupts.py)
     act = _ACTIVE
     if act is not None:
@@ -305,19 +281,11 @@ def job_progress(
     interval_s: float = PLAIN_INTERVAL_S,
     console: Console | None = None,
 ):
-    """Progress of a job over shards; yields a :class:`JobBar` to ``advance(docs, tokens, shards, nbytes)``.
-
-    Args:
-      total_shards: shards of the whole job; ``done``: those already done (a resumed job).
-      enabled: False: count, show nothing.
-      total_bytes: input bytes of the job (then the bar and the ETA go by bytes); ``done_bytes``: already done.
-      interval_s: seconds between plain lines off a terminal.
-      console: where to draw (default: a rich console on stderr).
-    """
+    """Progress of a job over ``total_shards`` (``done`` of them already, a resumed job); yields a :class:`JobBar`.
+    With ``total_bytes`` (``done_bytes`` done) the bar and the ETA go by bytes; ``enabled`` False counts and shows
+    nothing; ``interval_s``: seconds between plain lines off a terminal; ``console`` default: stderr."""
     console = Console(stderr=True) if console is None else console
-    bar = JobBar(
-        None, None, total_shards=total_shards, done_shards=done, total_bytes=total_bytes, done_bytes=done_bytes
-    )
+    bar = JobBar(total_shards, done, total_bytes, done_bytes)
     with paused():
         if not enabled:
             yield bar

@@ -1,9 +1,5 @@
-"""Typed reports: one dataclass -> JSON conversion for every report the commands print.
-
-Each command's report (the padding analysis, a pipeline run, the shuffle report, a packed plan, a store check)
-is a dataclass built in its own layer; the Python API returns it and the command renders it (a rich table, or
-``--json``: :meth:`Report.to_json`). The JSON keys are the dataclass's field names, in order, so the JSON a
-command writes is exactly the object the API returned.
+"""Typed reports: each command's report is a dataclass; its JSON (``--json``, :meth:`Report.to_json`) has the
+dataclass's field names as keys, in order.
 """
 
 from __future__ import annotations

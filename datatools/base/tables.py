@@ -1,10 +1,7 @@
 """Report tables that fit the console: whole values, columns left out (least important first) when too narrow.
 
-rich shrinks a table wider than the console by cutting its cells (``68.5…``): on an 80-column terminal the
-analyzer's table once showed no efficiency whole. :func:`fitted_table` instead keeps every value it shows whole:
-it measures each column (its widest value; a header may wrap at its spaces; the first column, a label, may wrap
-too), and while the table is wider than the console it leaves out the column the caller ranks least important,
-saying in the caption which ones went. Every value is in the command's ``--json`` output whatever the width.
+rich shrinks a too-wide table by cutting its cells (``68.5…``); :func:`fitted_table` instead leaves out the column
+the caller ranks least important, saying which in the caption (every value is in ``--json``).
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """The rows Levanter asks for, read from a datatools pipeline: the Levanter-free half of
-:mod:`datatools.integrations.levanter` (which needs Levanter installed; this module does not).
+:mod:`datatools.integrations.levanter`.
 
-Levanter numbers a training run's examples ``0, 1, 2, ...``: element ``i`` here is row ``i % B`` of the
-pipeline's global batch ``i // B`` (``B`` its ``batch_size``). Each Levanter process asks only for the
-elements its devices hold (its share of the data axis), and :meth:`PipelineRows.rows` reads only those rows:
-the elements asked for are grouped by global batch and each run of consecutive rows ``[lo, hi)`` of batch
-``j`` is read with ``schedule.read(epoch, j, lo, hi)``, the same per-host row reading a datatools host does
-(:mod:`datatools.grain.host_batches`). Every host therefore reads the pieces of its own rows and no others;
-over the hosts of a step the rows read are the global batch, each row once.
-
-:class:`PipelineRows` survives ``copy.deepcopy`` and pickling (Levanter's ``train_lm`` deep-copies its config,
-data included, to log it): its lock is made anew, never copied; a deep copy shares the built pipeline (read
-only, and safe to read from several threads) rather than copying the documents it holds.
+Element ``i`` is row ``i % B`` of global batch ``i // B``. :meth:`PipelineRows.rows` groups the elements asked for
+by batch and reads each run of consecutive rows ``[lo, hi)`` with ``schedule.read(epoch, j, lo, hi)``, so each
+host reads only its own rows. :class:`PipelineRows` survives ``copy.deepcopy`` and pickling (Levanter deep-copies
+its config to log it): its lock is made anew and a deep copy shares the built pipeline.
 """
 
 from __future__ import annotations
@@ -40,14 +33,11 @@ def runs(rows: np.ndarray) -> list[tuple[int, int]]:
 
 
 class PipelineRows:
-    """A datatools pipeline's global batches as numbered rows in the ``levanter`` layout, read a few rows at a time.
+    """A datatools pipeline's global batches as numbered rows in the ``levanter`` layout, read a few at a time.
 
-    Args:
-      pipeline: a :class:`~datatools.pipeline.PipelineConfig`, a mapping or a YAML path (packing or bucketing with
-        one row length, any source, shuffle, seed; ``num_epochs: null`` repeats forever). Its ``format`` must be
-        ``datatools`` or ``levanter``; ``shard`` and ``workers`` are ignored: every process reads the rows it is
-        asked for, in its own threads.
-      documents: an already opened document source to use instead of ``source.path``.
+    ``pipeline``: a :class:`~datatools.pipeline.PipelineConfig`, a mapping or a YAML path (rows of one length;
+    ``num_epochs: null`` repeats forever; ``format`` ``datatools`` or ``levanter``; ``shard`` and ``workers``
+    ignored); ``documents``: an opened document source to use instead of ``source.path``.
 
     Raises:
       ValueError: a config in another trainer's format, or one whose rows have several lengths.
@@ -84,8 +74,7 @@ class PipelineRows:
         self.reads = []
 
     def __deepcopy__(self, memo: dict) -> PipelineRows:
-        """A new reader over the same built pipeline (read only; its own locks guard its caches), with its own lock
-        and record of reads: no copy of the documents or plans, and nothing that cannot be copied."""
+        """A new reader over the same built pipeline (read only), with its own lock and record of reads."""
         out = object.__new__(type(self))
         out.__setstate__(self.__getstate__())
         memo[id(self)] = out
@@ -113,10 +102,9 @@ class PipelineRows:
         return to_format(canonical, "levanter", **self.config.batch_options)
 
     def rows(self, indices: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """(tokens, loss weight, segment_ids) of each element, in the order asked: the elements asked for are
-        grouped by global batch and each run of consecutive rows is read once (:meth:`read`); an element asked
-        for twice is read once. The loss weight is ``loss_weight`` (float32) with ``loss_weighting``, else
-        ``loss_mask``."""
+        """(tokens, loss weight, segment_ids) of each element, in the order asked, each run of consecutive rows of
+        a batch read once (:meth:`read`). The loss weight is ``loss_weight`` (float32) with ``loss_weighting``,
+        else ``loss_mask``."""
         index = np.asarray([int(i) for i in indices], np.int64)
         if index.size and index.min() < 0:
             raise IndexError(f"element {int(index.min())} is negative")

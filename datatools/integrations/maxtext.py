@@ -1,24 +1,15 @@
 """MaxText fed by a datatools pipeline, configured with MaxText's own keys.
 
-MaxText builds its data iterators in one function,
-``maxtext.input_pipeline.input_pipeline_interface.create_data_iterator(config, mesh)``,
-which its trainers look up when training starts; it has no hook for an outside data
-source. :func:`create_data_iterator` has the same signature and returns the same
-thing, ``(train_iterator, eval_iterator)``, each a MaxText
-``MultiHostDataLoadIterator`` over a datatools pipeline in the ``maxtext`` format, so
-MaxText's train step, its ``total_weights`` and its Grain checkpointing
-(``dataset_type: grain``) work unchanged. :func:`use_datatools` installs it for the
-duration of a ``with`` block, and :func:`train` runs MaxText's pre-training entry
-point with it::
+:func:`create_data_iterator` has the signature and result of MaxText's
+``input_pipeline_interface.create_data_iterator(config, mesh)`` (``MultiHostDataLoadIterator`` objects over a
+pipeline in the ``maxtext`` format, so its train step, ``total_weights`` and Grain checkpointing work unchanged);
+:func:`use_datatools` installs it for a ``with`` block and :func:`train` runs MaxText's pre-training with it::
 
     from datatools.integrations import maxtext
     maxtext.train(["src/maxtext/configs/base.yml", "dataset_type=grain", "grain_train_files=demo_data/store",
                    "steps=1000"], pipeline="maxtext_pipeline.yaml")
 
-or from a shell: ``python -m datatools.integrations.maxtext --pipeline P.yaml src/maxtext/configs/base.yml
-key=value ...`` (docs/trainers.md runs it as printed in MaxText's client suite).
-
-MaxText keys and the datatools keys they set (:func:`pipeline_config`):
+or ``python -m datatools.integrations.maxtext --pipeline P.yaml CONFIG.yml key=value ...`` (docs/trainers.md).
 
 =============================================  ==========================================
 MaxText                                        datatools pipeline
@@ -35,23 +26,10 @@ MaxText                                        datatools pipeline
 jax process index / count                      ``shard.index`` / ``shard.count``
 =============================================  ==========================================
 
-Everything else (packing mode and algorithm, shuffle kind and blocks,
-``boundary_targets``, ``positions``, ``pad_id``) comes from the datatools pipeline
-config, whose defaults are planned best-fit-decreasing packing, a full Feistel
-shuffle, ``boundary_targets: mask`` and ``positions: restart``. A datatools key that
-contradicts the MaxText one (another ctx, batch size or cap) is an error, not a
-silent choice. ``packing: false`` in MaxText does not turn packing off here: packed
-rows with segment ids are what datatools is for, and every MaxText attention takes
-them.
-
-Many hosts: each of MaxText's processes builds only its rows of every global batch,
-and its Grain checkpoint file (``iter/process_{i}-of-{n}.json``) holds the global
-position, the same on every host. A restart on the same number of hosts restores as
-usual. A restart on fewer hosts uses MaxText's own key for it,
-``expansion_factor_real_data`` = (hosts now) / (hosts before) (0.5 for 2 -> 1): the
-global batch sequence continues exactly (MaxText's own pipeline would feed one saved
-host's shard per step instead, and loads a batch shrunk by that factor; datatools
-builds the whole global batch the step trains on, ``global_batch_size_to_load`` / factor).
+Everything else comes from the datatools config; a datatools key that contradicts MaxText's is an error.
+MaxText's ``packing: false`` does not turn packing off. Every host's checkpoint holds the global position; a
+restart on fewer hosts sets ``expansion_factor_real_data`` = (hosts now) / (hosts before) and continues the
+global batch sequence exactly (:func:`_restore_views`).
 """
 
 from __future__ import annotations
@@ -129,17 +107,10 @@ def _agree(data: dict, section: str | None, key: str, value, maxtext_key: str) -
 def pipeline_config(
     config, pipeline=None, *, process_index: int = 0, process_count: int = 1, split: str = "train"
 ) -> PipelineConfig:
-    """The datatools pipeline config for a MaxText config (see the module docstring for the key mapping).
-
-    Args:
-      config: MaxText's config (``pyconfig.HyperParameters``) or a mapping of its keys.
-      pipeline: a datatools pipeline config (YAML path or mapping) for what MaxText has no key for; its
-        ``source`` may be left out when ``grain_train_files`` names the data.
-      process_index, process_count: this host and the number of hosts (``jax.process_index()`` /
-        ``jax.process_count()``).
-      split: ``train`` or ``eval`` (eval: ``grain_eval_files``, ``global_batch_size_to_load_eval``, no shuffle,
-        one epoch).
-    """
+    """The datatools pipeline config for a MaxText config (``pyconfig.HyperParameters`` or a mapping; the key
+    mapping: the module docstring) and a datatools ``pipeline`` (YAML path or mapping; its ``source`` may be left
+    out when ``grain_train_files`` names the data), for this host of ``process_count``. ``split``: ``train`` or
+    ``eval`` (``grain_eval_files``, ``global_batch_size_to_load_eval``, no shuffle, one epoch)."""
     data = _pipeline_mapping(pipeline)
     ctx = _int_setting(config, "max_target_length", minimum=1, maximum=MAX_CTX)
     process_count = check_int(process_count, "process_count", minimum=1)
@@ -229,13 +200,10 @@ def _host_iterator(dataset, mesh, generate_padding_batch: bool):
 
 
 def _restore_views(iterator, mesh, generate_padding_batch: bool, expansion: float) -> list:
-    """MaxText's way to restart on fewer hosts than saved the checkpoint: ``expansion_factor_real_data`` set to
-    (hosts now) / (hosts before), e.g. 0.5 for 2 -> 1. Its Grain restore then wants a list of 1/expansion
-    iterators on each host, restores them from the saved hosts' files (``process_{i}-of-{n}.json``) and its
-    training loop takes the steps from them in turn. A datatools state is the global position, the same in every
-    host's file, so the list holds views of ONE pipeline iterator: each restores the same state, and taking the
-    steps from them in turn continues the one global batch sequence (MaxText's own pipeline would instead take
-    each step from one saved host's shard). Its saves then write the same state into every file."""
+    """A restart on fewer hosts (``expansion_factor_real_data`` = hosts now / hosts before): MaxText wants
+    1/expansion iterators per host, restored from the saved hosts' files and taken in turn. A datatools state is
+    the global position, the same in every file, so they are views of ONE pipeline iterator: taken in turn, they
+    continue the one global batch sequence."""
     return [
         _host_iterator(iterator, mesh, generate_padding_batch)  # iter(iterator) is the iterator itself
         for _ in range(round(1 / expansion))
@@ -243,19 +211,12 @@ def _restore_views(iterator, mesh, generate_padding_batch: bool, expansion: floa
 
 
 def create_data_iterator(config, mesh, *, pipeline=None):
-    """MaxText's ``create_data_iterator(config, mesh)`` over a datatools pipeline.
+    """MaxText's ``create_data_iterator(config, mesh)`` over a datatools pipeline (YAML path or mapping; default
+    the ``DATATOOLS_PIPELINE`` environment variable, else datatools' defaults).
 
-    Args:
-      config: MaxText's config.
-      mesh: MaxText's device mesh.
-      pipeline: a datatools pipeline config (YAML path or mapping); default: the ``DATATOOLS_PIPELINE``
-        environment variable, else datatools' defaults.
-
-    Returns:
-      ``(train_iterator, eval_iterator)``: MaxText ``MultiHostDataLoadIterator`` objects (datatools'
-      :class:`HostBatchIterator` where MaxText is not installed); ``eval_iterator`` is None unless
-      ``eval_interval > 0``. With ``0 < expansion_factor_real_data < 1`` (a restart on fewer hosts) the train
-      iterator is MaxText's list form, views of one pipeline iterator (see :func:`_restore_views`).
+    Returns ``(train_iterator, eval_iterator)``: MaxText ``MultiHostDataLoadIterator`` objects (datatools'
+    :class:`HostBatchIterator` where MaxText is not installed); ``eval_iterator`` is None unless ``eval_interval >
+    0``; a restart on fewer hosts gets MaxText's list form (:func:`_restore_views`).
     """
     import jax
 
@@ -278,13 +239,9 @@ def create_data_iterator(config, mesh, *, pipeline=None):
 
 @contextlib.contextmanager
 def use_datatools(pipeline=None):
-    """Within the block, MaxText's trainers get their data from :func:`create_data_iterator` with ``pipeline``.
-
-    MaxText has no data-source hook: this replaces the one function its trainers look up,
-    ``input_pipeline_interface.create_data_iterator``, and puts MaxText's back on exit (the swap and what it
-    assumes of MaxText: :mod:`datatools.integrations.maxtext_shim`). Use MaxText's ``dataset_type: grain`` so
-    that its checkpoints save the data iterator's state.
-    """
+    """Within the block, MaxText's trainers get their data from :func:`create_data_iterator` with ``pipeline``
+    (:mod:`datatools.integrations.maxtext_shim`). Use MaxText's ``dataset_type: grain`` so that its checkpoints
+    save the data iterator's state."""
     from datatools.integrations.maxtext_shim import maxtext_data_iterator
 
     def datatools_iterator(config, mesh):
@@ -308,14 +265,9 @@ def _config_file(path: str) -> str | None:
 
 
 def train(argv, pipeline=None) -> None:
-    """Run MaxText's pre-training (``maxtext.trainers.pre_train.train.main``) on a datatools pipeline.
-
-    Args:
-      argv: MaxText's command line without the program name: a config file (a path, or MaxText's own
-        ``src/maxtext/configs/base.yml``, found in the installed package) then ``key=value`` overrides (a key
-        given twice: the last value).
-      pipeline: a datatools pipeline config (YAML path or mapping).
-    """
+    """Run MaxText's pre-training (``maxtext.trainers.pre_train.train.main``) on a datatools pipeline (YAML path
+    or mapping). ``argv``: MaxText's command line without the program name: a config file (a path, or MaxText's
+    own ``src/maxtext/configs/base.yml``) then ``key=value`` overrides (a key given twice: the last value)."""
     from maxtext.trainers.pre_train import train as maxtext_train
 
     argv = [str(a) for a in argv]

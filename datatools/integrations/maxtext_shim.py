@@ -1,12 +1,8 @@
-"""Shim: the one function of MaxText that datatools replaces, and how (for the duration of a ``with`` block).
+"""Shim: the one MaxText function datatools replaces for a ``with`` block (MaxText has no data-source hook).
 
-MaxText has no data-source hook; its trainers look up one function when they build their data,
-``maxtext.input_pipeline.input_pipeline_interface.create_data_iterator(config, mesh)`` (:data:`MAXTEXT_FACTORY`),
-and :func:`datatools.integrations.maxtext.use_datatools` puts datatools' in its place. What this module assumes of
-MaxText (:data:`TESTED_MAXTEXT`, the version ``make test-clients`` installs and tests): that module path, that
-function name, and its parameters ``(config, mesh)``. Each is checked when the swap is made; a MaxText that
-differs is a :class:`~datatools.base.errors.UnsupportedVersion` error naming what differs, not a trainer that
-silently reads its own data.
+What it assumes of MaxText (:data:`TESTED_MAXTEXT`, the version ``make test-clients`` tests): the module path,
+name and parameters ``(config, mesh)`` of :data:`MAXTEXT_FACTORY`, each checked at the swap; a MaxText that
+differs raises :class:`~datatools.base.errors.UnsupportedVersion` naming what differs.
 """
 
 from __future__ import annotations
@@ -31,31 +27,25 @@ def _parameters(function: Callable) -> tuple[str, ...]:
 
 @contextmanager
 def swapped_function(
-    module_name: str, name: str, replacement: Callable, parameters: Sequence[str], *, package: str = "MaxText"
+    module_name: str, name: str, replacement: Callable, parameters: Sequence[str]
 ) -> Iterator[Callable]:
     """Within the block, ``module_name.name`` is ``replacement``; the original is put back on exit (an exception
     included) and yielded, so the replacement may call it.
 
-    Args:
-      module_name, name: the function replaced (imported here).
-      replacement: called instead, with the same arguments.
-      parameters: the original's parameter names, as the shim expects them.
-      package: the package named in errors.
-
     Raises:
-      UnsupportedVersion: the module has no such function, or its parameters differ from ``parameters``.
+      UnsupportedVersion: the module has no such function, or its parameter names are not ``parameters``.
     """
     module = importlib.import_module(module_name)
     original = getattr(module, name, None)
     if not callable(original):
         raise UnsupportedVersion(
-            f"{package}: {module_name} has no function {name} (datatools' shim, "
+            f"MaxText: {module_name} has no function {name} (datatools' shim, "
             f"datatools/integrations/maxtext_shim.py, replaces it to feed the trainer)"
         )
     have = _parameters(original)
     if have != tuple(parameters):
         raise UnsupportedVersion(
-            f"{package}: {module_name}.{name} takes ({', '.join(have)}), not "
+            f"MaxText: {module_name}.{name} takes ({', '.join(have)}), not "
             f"({', '.join(parameters)}) as datatools' shim (datatools/integrations/"
             f"maxtext_shim.py) expects"
         )

@@ -1,10 +1,6 @@
-"""The embedded demo dataset: Python standard library sources, a tokenizer trained on them, a token store.
-
-Every machine with Python has these files, so ``make demo`` and the shipped configs
-need no download. Documents are the top-level blocks of each ``.py`` file (split
-before each top-level ``def``/``class``/decorator), which gives the short, skewed
-lengths of fine-tuning data (about 24k documents, mean 165 tokens, median 65, with the
-demo tokenizer).
+"""The demo dataset: Python standard library sources (on every machine: no download), a tokenizer trained on them,
+a token store. Documents are the top-level blocks of each ``.py`` file: about 24k documents, mean 165 tokens,
+median 65 with the demo tokenizer (the skewed lengths of fine-tuning data).
 """
 
 from __future__ import annotations

@@ -1,29 +1,12 @@
 """Committing a pre-tokenize job's store to object storage (``s3://``, ``gs://``), where there is no rename.
 
-Locally the job builds the store in ``OUTPUT.partial/store`` and renames it into place.
-An object store has no rename, so the commit point is the store's manifest instead
-(``OUTPUT = s3://bucket/prefix``; STAGING = :func:`staging_of`: ``OUTPUT.partial``, beside
-it in the same bucket, or ``OUTPUT/.partial`` for a bucket root, never another bucket):
-
-1. Shards: ``STAGING/shards/NNNNNN.npz``, each written in one PUT (complete or absent),
-   and ``STAGING/job.json`` naming the job, as locally.
-2. Commit: ``STAGING/commit.json`` is written first, naming the job and OUTPUT: from
-   then on the store's keys under ``OUTPUT/`` are this job's to replace. A store already at
-   OUTPUT (``--overwrite``) is uncommitted (its manifest deleted first), its keys are
-   deleted (only keys of a store's layout, :data:`STORE_KEY`: ``tokens/...``,
-   ``offsets/...``), the arrays are written, and ``OUTPUT/manifest.json`` last. A reader
-   opens a store only through its manifest, so it sees the old store, no store, or the
-   whole new one, never a part.
-3. STAGING's own files are deleted.
-
-A job killed anywhere and run again skips the shards already there; ``commit.json``
-tells it that store keys under OUTPUT without a manifest are its own half-written commit,
-which it deletes and writes again, so the store ends byte-identical to an uninterrupted
-run. Objects it cannot prove are its own are never deleted: OUTPUT holding any key that is
-neither the recognised store's (``manifest.json`` and the keys its manifest's records list)
-nor staging's is refused before any work, untouched, ``--overwrite`` or not; so is a bucket
-root holding anything else. Only keys under ``OUTPUT/`` and STAGING are ever listed or
-deleted, one key at a time.
+STAGING (:func:`staging_of`) is ``OUTPUT.partial`` beside OUTPUT in the same bucket (``OUTPUT/.partial`` for a
+bucket root). Shards are one PUT each under ``STAGING/shards/``. The commit writes ``STAGING/commit.json`` (the
+store keys under OUTPUT are now this job's), deletes an old store's manifest then its keys (only keys of
+:data:`STORE_KEY`), writes the arrays and ``OUTPUT/manifest.json`` last, then deletes STAGING's files. A reader
+opens a store through its manifest, so it sees the old store, none, or the whole new one; a job killed anywhere
+and run again ends byte-identical. Objects not provably datatools' own are never deleted: the job refuses them
+before any work, ``--overwrite`` or not.
 """
 
 from __future__ import annotations
@@ -38,22 +21,21 @@ from datatools.io.paths import display
 from datatools.io.store import ROOT_STAGING, is_token_store, read_manifest
 
 STAGING_FILE = re.compile(r"(job\.json|commit\.json|shards/\d{6}(\.piece-\d{6})?\.npz)")  # shards, their pieces
+SHARD_FILE = re.compile(r"shards/(\d{6})(?:\.piece-(\d{6}))?\.npz")
 STAGING_IN_ROOT = ROOT_STAGING  # a bucket root's staging prefix (there is no "beside" a bucket); write_store skips it
 STORE_KEY = re.compile(r"manifest\.json|shard_index\.bin|(tokens|offsets)/(zarr\.json|c(/\d+)+)")  # store.py's layout
 
 
 def staging_of(output: str) -> str:
     """The staging prefix of a store at ``output``: ``OUTPUT.partial`` beside it, in the same bucket; for a
-    bucket root (nothing is beside it) ``OUTPUT/.partial`` under it. Never another bucket (a bucket root's
-    ``bucket.partial`` was once another bucket)."""
+    bucket root ``OUTPUT/.partial`` under it (``bucket.partial`` would be another bucket)."""
     _, _, key = storage.split_url(output)
     return storage.url_of(output).rstrip("/") + ("/" + STAGING_IN_ROOT if not key else ".partial")
 
 
 def store_keys(manifest: dict | None) -> set[str] | None:
-    """The keys (relative to the store) a store's manifest lists: ``manifest.json`` and each array's recorded
-    keys; None for a manifest without records (a version-1 store: its keys are those matching
-    :data:`STORE_KEY`)."""
+    """The keys (relative to the store) a store's manifest lists, ``manifest.json`` included; None for a manifest
+    without records (a version-1 store: its keys are those matching :data:`STORE_KEY`)."""
     chunks = (manifest or {}).get("chunks")
     if not isinstance(chunks, dict):
         return None
@@ -91,8 +73,7 @@ def committing_job(staging: str) -> str | None:
 
 
 class ObjectStoreStaging:
-    """The :class:`~datatools.jobs.staging.Staging` of a store in object storage (the module docstring):
-    ``output`` a URL, ``staging`` :func:`staging_of` it."""
+    """The :class:`~datatools.jobs.staging.Staging` of a store in object storage (the module docstring)."""
 
     def __init__(self, output: str):
         self.output = output
@@ -100,9 +81,8 @@ class ObjectStoreStaging:
 
     def check_replaceable(self, overwrite: bool) -> None:
         """ValueError, before any work, unless every object under ``OUTPUT/`` and STAGING is provably datatools'
-        own: under OUTPUT only the keys of the token store there (its manifest reads: ``manifest.json`` and the
-        keys its records list) or, when ``STAGING/commit.json`` says an interrupted job was committing there,
-        keys of a store's layout; STAGING only a staging area's files. Nothing is touched here."""
+        own: under OUTPUT the keys of the token store there (or, when ``STAGING/commit.json`` says a job was
+        committing, keys of a store's layout); in STAGING a staging area's files. Nothing is touched."""
         output, staging = self.output, self.staging
         inner = staging.startswith(storage.url_of(output).rstrip("/") + "/")
         stage_rel = staging[len(storage.url_of(output).rstrip("/")) + 1 :] + "/" if inner else None
@@ -116,13 +96,13 @@ class ObjectStoreStaging:
         names = [n for n in _names(output) if not (stage_rel and n.startswith(stage_rel))]
         if not names:
             return
-        manifest = None
-        if is_token_store(output):
+        manifest, store = None, is_token_store(output)
+        if store:
             try:
                 manifest = read_manifest(output)
             except ValueError:
-                manifest = None
-        if manifest is None and is_token_store(output) and not foreign_keys(names, None):
+                pass
+        if manifest is None and store and not foreign_keys(names, None):
             if overwrite:
                 return  # a store whose manifest no longer reads: nothing but a store's keys, replaced by --overwrite
             raise ValueError(
@@ -149,8 +129,8 @@ class ObjectStoreStaging:
         _remove_staging(self.staging)
 
     def prepare(self, job: str, shards: int, extra: dict) -> None:
-        """Make STAGING this job's: keep it when its ``job.json`` names ``job``, else delete what another job
-        left (checked to be a staging area by :meth:`check_replaceable`) and say so in ``extra``."""
+        """Make STAGING this job's: keep it when its ``job.json`` names ``job``, else delete what another job left
+        and say so in ``extra``."""
         job_file = storage.join(self.staging, "job.json")
         if _names(self.staging) and _read_json(job_file).get("job") != job:
             _remove_staging(self.staging)
@@ -162,12 +142,11 @@ class ObjectStoreStaging:
 
     def present(self) -> tuple[set[int], dict[int, int]]:
         """The shard numbers written under ``STAGING/shards/``, and the pieces of the others (one listing)."""
-        names = _names(self.staging)
-        return {int(n[7:13]) for n in names if re.fullmatch(r"shards/\d{6}\.npz", n)}, count_pieces(names)
+        return written(_names(self.staging))
 
     def commit(self, job: str, write: Callable[[str], None], extra: dict) -> None:
-        """Write the store at OUTPUT with ``write(output)`` (arrays, then the manifest last), replacing what is
-        there, under the protocol of the module docstring; then delete STAGING."""
+        """Write the store at OUTPUT with ``write(output)`` (the manifest last), replacing what is there (the
+        module docstring); then delete STAGING."""
         output, staging = self.output, self.staging
         storage.write_text(
             storage.join(staging, "commit.json"), json.dumps({"job": job, "output": storage.url_of(output)}) + "\n"
@@ -181,22 +160,24 @@ class ObjectStoreStaging:
         _remove_staging(staging)
 
 
-def count_pieces(names) -> dict[int, int]:
-    """Per shard number, the number of consecutive pieces from 0 among ``names`` (``shards/NNNNNN.piece-PPPPPP
-    .npz``, relative to the staging area; other names are ignored)."""
+def written(names) -> tuple[set[int], dict[int, int]]:
+    """Of ``names`` (relative to a staging area; others ignored), the shard numbers written
+    (``shards/NNNNNN.npz``) and per shard the number of consecutive pieces from 0 (``NNNNNN.piece-PPPPPP.npz``)."""
+    shards: set[int] = set()
     found: dict[int, set[int]] = {}
-    for n in names:
-        m = re.fullmatch(r"shards/(\d{6})\.piece-(\d{6})\.npz", n)
-        if m:
+    for m in map(SHARD_FILE.fullmatch, names):
+        if m and m[2] is None:
+            shards.add(int(m[1]))
+        elif m:
             found.setdefault(int(m[1]), set()).add(int(m[2]))
-    out = {}
+    pieces = {}
     for k, have in found.items():
         count = 0
         while count in have:
             count += 1
         if count:
-            out[k] = count
-    return out
+            pieces[k] = count
+    return shards, pieces
 
 
 def _remove_staging(staging: str) -> None:

@@ -1,9 +1,7 @@
-"""Plan any input into an index-only packed plan on disk (what ``datatools pack DATA OUT`` runs, as one function).
+"""Plan any input into an index-only packed plan on disk (``datatools pack DATA OUT`` as one function).
 
 DATA is any input :func:`~datatools.io.inputs.open_input` reads, a directory holding ``lengths.npy`` alone, or a
-plan directory (re-packed from its lengths: another ctx or algorithm, no token read). The plan is written by
-:func:`~datatools.io.plan_file.write_plan`; the :class:`PackReport` returned is its header plus where the lengths
-came from and the times, the report the command prints and writes with ``--json``.
+plan directory (re-packed from its lengths, no token read).
 """
 
 from __future__ import annotations
@@ -83,14 +81,14 @@ def pack_plan(
     console=None,
     **input_options,
 ) -> PackReport:
-    """Plan the documents of ``data`` into the plan directory ``out`` (rows of ``ctx`` tokens, index only).
+    """Plan the documents of ``data`` into the plan directory ``out`` (rows of ``ctx`` tokens, index only); the
+    report is the plan's header, where the lengths came from and the times.
 
     Args:
       algorithm, max_segments, align, overflow, group_docs, overwrite: as :func:`~datatools.io.plan_file.write_plan`
         (``group_docs`` None: its default).
-      console: a rich console for progress (reading, packing); None shows nothing.
-      input_options: how to read an input (``column``, ``tokenizer``, ...; see
-        :func:`~datatools.io.inputs.open_input`).
+      console: a rich console for progress; None shows nothing.
+      input_options: how to read an input (:func:`~datatools.io.inputs.open_input`).
 
     Raises:
       ValueError: no documents, bad options, ``out`` exists (without ``overwrite``) or is not a plan.

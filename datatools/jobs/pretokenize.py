@@ -1,27 +1,9 @@
-"""The pre-tokenize job: text in, a token store out; on a local process pool or on Ray Data.
+"""The pre-tokenize job: text in, a token store out, on a local process pool or on Ray Data.
 
-How it stays resumable and atomic:
-
-1. The input is cut into shards (:mod:`datatools.io.discover`). The job's identity (its
-   *fingerprint*) hashes the input files (path, size, mtime), the tokenizer file and
-   the options.
-2. Work happens in a staging directory beside the output, ``OUTPUT.partial``. Each
-   shard is tokenized and written there as ``shards/NNNNNN.npz`` (tokens and lengths)
-   through a temporary file and a rename, so a shard file is complete or absent.
-3. When every shard is there, the store is written into ``OUTPUT.partial/store``
-   and renamed to ``OUTPUT`` in one step. A reader sees no store or a whole one.
-
-A job killed at any point (SIGKILL included) and started again skips the shards
-already committed, rewrites the store from scratch, and ends with a store
-byte-identical to an uninterrupted run. Both engines write the same shard files
-and share the commit step, so their stores are identical too.
-
-OUTPUT and the inputs may be ``s3://`` / ``gs://`` URLs. Object storage has no rename:
-there the staging area is the prefix ``OUTPUT.partial/``, each shard is one PUT, and the
-store is written in place with its manifest last as the commit point
-(:mod:`datatools.jobs.object_store_commit`); the same kill-anywhere guarantee holds. The job picks one of the
-two once (:func:`~datatools.jobs.staging.open_staging`) and runs the same steps on either
-(:class:`~datatools.jobs.staging.Staging`).
+The job's identity hashes the input files (path, size, mtime), the tokenizer and the options. Each shard is
+tokenized into ``OUTPUT.partial/shards/NNNNNN.npz`` (complete or absent); when all are there the store is
+committed (:mod:`datatools.jobs.staging`). Killed anywhere (SIGKILL included) and run again, the job skips the
+shards already written and ends with a store byte-identical to an uninterrupted run, on either engine.
 """
 
 from __future__ import annotations
@@ -92,9 +74,6 @@ class JobResult:
     documents_resumed: int = 0  # documents of unfinished shards an interrupted run had committed in pieces
 
 
-# --------------------------------------------------------------------------- tokenizing one shard
-
-
 class ShardTokenizer:
     """Tokenizes one shard into (tokens, lengths), a bounded batch of texts at a time; picklable."""
 
@@ -105,9 +84,8 @@ class ShardTokenizer:
 
     def batches(self, shard: Shard, skip: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray, int, int]]:
         """``(tokens, lengths, documents, characters)`` of successive runs of the shard's documents, the first
-        ``skip`` documents left out (already committed in pieces), at most :data:`ENCODE_CHARS` characters of text
-        a run (one document may be longer): progress and the pieces move within a shard. Every document's tokens
-        are its own, so the runs' concatenation is the whole shard's tokens whatever the runs."""
+        ``skip`` left out (committed in pieces), at most :data:`ENCODE_CHARS` characters a run (one document may be
+        longer). The runs' concatenation is the whole shard's tokens whatever the runs."""
         o = self.options
         for texts in shard_texts(shard, o.column):
             if skip:
@@ -125,14 +103,6 @@ class ShardTokenizer:
                 yield t, n, stop - start, chars
                 start = stop
 
-    def __call__(self, shard: Shard) -> tuple[np.ndarray, np.ndarray]:
-        tokens, lengths = [], []
-        for t, n, _, _ in self.batches(shard):
-            tokens.append(t)
-            lengths.append(n)
-        flat = np.concatenate(tokens) if tokens else np.zeros(0, self.dtype)
-        return flat, np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
-
 
 def _chunk_all(flat: np.ndarray, lengths: np.ndarray, ctx: int, tile: int) -> tuple[np.ndarray, np.ndarray]:
     """Split documents longer than ctx into tile-aligned windows (tiles.chunk); tokens unchanged."""
@@ -148,9 +118,10 @@ def _chunk_all(flat: np.ndarray, lengths: np.ndarray, ctx: int, tile: int) -> tu
     return flat, np.asarray(out, dtype=np.int64)
 
 
-def _shard_path(staging: str | Path, k: int) -> str | Path:
-    """``STAGING/shards/NNNNNN.npz``: a local path, or a URL when the output is in object storage."""
-    return storage.join(staging, "shards", f"{k:06d}.npz")
+def _shard_path(staging: str | Path, k: int, piece: int | None = None) -> str | Path:
+    """``STAGING/shards/NNNNNN.npz``, or its piece ``NNNNNN.piece-PPPPPP.npz`` (a run of its documents): a local
+    path, or a URL when the output is in object storage."""
+    return storage.join(staging, "shards", f"{k:06d}.npz" if piece is None else f"{k:06d}.piece-{piece:06d}.npz")
 
 
 def _write_shard(path: str | Path, tokens: np.ndarray, lengths: np.ndarray) -> None:
@@ -158,23 +129,10 @@ def _write_shard(path: str | Path, tokens: np.ndarray, lengths: np.ndarray) -> N
     storage.write_with(path, lambda f: np.savez(f, tokens=tokens, lengths=lengths))
 
 
-def _open_shard(path: str | Path):
-    return np.load(io.BytesIO(storage.read_bytes(path)), allow_pickle=False)  # one read (in a bucket: one GET)
-
-
-def _read_shard(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    with _open_shard(path) as z:
-        return z["tokens"], z["lengths"]
-
-
-def _read_shard_lengths(path: str | Path) -> np.ndarray:
-    with _open_shard(path) as z:
-        return z["lengths"]
-
-
-def _piece_path(staging: str | Path, k: int, piece: int) -> str | Path:
-    """``STAGING/shards/NNNNNN.piece-PPPPPP.npz``: piece ``piece`` of shard ``k`` (a run of its documents)."""
-    return storage.join(staging, "shards", f"{k:06d}.piece-{piece:06d}.npz")
+def _read(path: str | Path, *keys: str) -> tuple[np.ndarray, ...]:
+    """The arrays ``keys`` of a shard or piece file, in one read (in a bucket: one GET)."""
+    with np.load(io.BytesIO(storage.read_bytes(path)), allow_pickle=False) as z:
+        return tuple(z[key] for key in keys)
 
 
 def _write_piece(path: str | Path, tokens: np.ndarray, lengths: np.ndarray, documents: int) -> None:
@@ -191,21 +149,14 @@ def _naming(path: str | Path, write, *args) -> None:
         raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
 
 
-def _run_shard(args, report=None) -> tuple[int, int, int, int]:
-    """Worker body (both engines): tokenize shard k and commit its file. Returns (k, docs, tokens, documents
-    resumed from pieces).
-
-    The shard's documents are committed in pieces as they are tokenized (each of :data:`PIECE_TOKENS` tokens or
-    :data:`PIECE_SECONDS` seconds of work, whichever comes first; ``pieces``: how many an interrupted run left,
-    their documents are skipped), so a kill loses at most one piece of work per worker. When the shard is done its
-    pieces are joined into the shard file and deleted: the shard file is the same whatever the pieces.
-    ``report(k, documents, tokens, characters)`` is called after each run of documents (progress)."""
-    worker, shard, k, staging = args[:4]
-    pieces = args[4] if len(args) > 4 else 0
+def _run_shard(worker, shard, k, staging, pieces, report=None) -> tuple[int, int, int, int]:
+    """Worker body (both engines): tokenize shard k and commit its file; returns (k, docs, tokens, documents
+    resumed from pieces). Documents are committed in pieces as they are tokenized (:data:`PIECE_TOKENS` /
+    :data:`PIECE_SECONDS`; the ``pieces`` an interrupted run left are skipped), then joined into the shard file,
+    the same whatever the pieces. ``report(k, documents, tokens, characters)`` after each run (progress)."""
     skip = 0
     for p in range(pieces):
-        with _open_shard(_piece_path(staging, k, p)) as z:
-            skip += int(z["documents"])
+        skip += int(_read(_shard_path(staging, k, p), "documents")[0])
     tokens: list[np.ndarray] = []
     lengths: list[np.ndarray] = []
     docs = held = 0
@@ -218,19 +169,19 @@ def _run_shard(args, report=None) -> tuple[int, int, int, int]:
         if report is not None:
             report(k, d, int(t.size), chars)
         if held >= PIECE_TOKENS or time.monotonic() - last >= PIECE_SECONDS:
-            path = _piece_path(staging, k, pieces)
+            path = _shard_path(staging, k, pieces)
             _naming(path, _write_piece, _joined(tokens, worker.dtype), _joined(lengths, np.int64), docs)
             fault(f"after-piece-{k}-{pieces}")
             pieces += 1
             tokens, lengths, docs, held, last = [], [], 0, 0, time.monotonic()
     if pieces:  # the committed pieces first, then what is held
-        before = [_read_shard(_piece_path(staging, k, p)) for p in range(pieces)]
+        before = [_read(_shard_path(staging, k, p), "tokens", "lengths") for p in range(pieces)]
         tokens = [b[0] for b in before] + tokens
         lengths = [b[1] for b in before] + lengths
     flat, lens = _joined(tokens, worker.dtype), _joined(lengths, np.int64)
     _naming(_shard_path(staging, k), _write_shard, flat, lens)
     for p in range(pieces):
-        storage.remove(_piece_path(staging, k, p))
+        storage.remove(_shard_path(staging, k, p))
     return k, int(lens.shape[0]), int(flat.size), skip
 
 
@@ -243,8 +194,7 @@ _REPORTS = None  # a multiprocessing queue of (k, documents, tokens, characters)
 
 
 def _init_pool(worker: ShardTokenizer, reports) -> None:
-    """A pool worker's start: Ctrl-C is the parent's to handle (it terminates the pool), never a worker's
-    traceback."""
+    """A pool worker's start: Ctrl-C is the parent's to handle, never a worker's traceback."""
     global _WORKER, _REPORTS
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _WORKER, _REPORTS = worker, reports
@@ -253,14 +203,7 @@ def _init_pool(worker: ShardTokenizer, reports) -> None:
 def _run_in_pool(args) -> tuple[int, int, int, int]:
     shard, k, staging, pieces = args
     reports = _REPORTS
-    return _run_shard((_WORKER, shard, k, staging, pieces), None if reports is None else _put(reports))
-
-
-def _put(reports):
-    return lambda *item: reports.put(item)
-
-
-# --------------------------------------------------------------------------- the job
+    return _run_shard(_WORKER, shard, k, staging, pieces, None if reports is None else lambda *item: reports.put(item))
 
 
 def _fingerprint(shards: list[Shard], tokenizer_sha: str, options: JobOptions) -> tuple[str, list[dict]]:
@@ -295,33 +238,25 @@ def pretokenize(
     """Tokenize text files into a token store at ``output`` (see the module docstring).
 
     Args:
-      inputs: a path or list of paths: Parquet, JSON Lines, ``.txt`` files, Arrow
-        IPC, Hugging Face ``save_to_disk`` directories, or directories of these.
-      output: the store directory to create.
+      inputs: a path or list of paths: Parquet, JSON Lines, ``.txt``, Arrow IPC, Hugging Face ``save_to_disk``
+        directories, or directories of these.
       tokenizer: a Hugging Face ``tokenizers`` JSON file.
-      column: the text column (Parquet, Arrow, JSON Lines, HF datasets).
-      bos, eos: put a BOS / EOS token before / after every document: a token name,
-        an id, ``"auto"`` (or True: the usual names looked up), or None (none).
-      tokenizer_settings: ``off`` (default): the tokenizer file's truncation and
-        padding are switched off and its template adds no special tokens; ``keep``:
-        the file is applied as it is.
-      ctx, tile: with ctx, split documents longer than ctx tokens into tile-aligned
-        windows of ctx (tiles.chunk; nothing lost). ctx must be a multiple of tile.
-      workers: tokenizer processes (local) or Ray tasks in flight.
-      engine: ``local`` (process pool) or ``ray`` (Ray Data).
-      ray_address: Ray cluster address; None starts a local Ray instance.
-      overwrite: replace an existing store made by a different job; a store of this job is checked as with
-        ``check`` and rebuilt when damaged.
-      check: when a store of this job is already there, read back every key's sha256 (``datatools verify``'s
-        check) before calling it complete; without it, its listing and every key's size are compared with the
-        manifest's records. A damaged store is rebuilt either way (:func:`store_damage`).
-      progress: show a rich progress bar on stderr.
+      column: the text column.
+      bos, eos: a token before / after every document: a token name, an id, ``"auto"`` (or True: the usual names
+        looked up), or None.
+      tokenizer_settings: ``off``: the file's truncation, padding and template's special tokens switched off;
+        ``keep``: the file as it is.
+      ctx, tile: with ctx, documents longer than ctx split into tile-aligned windows (ctx a multiple of tile).
+      workers: tokenizer processes (local) or Ray tasks in flight; ``engine``: ``local`` or ``ray`` (Ray Data);
+        ``ray_address``: None starts a local Ray instance.
+      overwrite: replace a store of a different job; a store of this job is checked as with ``check``.
+      check: a store of this job already there has every key's sha256 read back, else its listing and key sizes
+        compared with the manifest; a damaged store is rebuilt either way (:func:`store_damage`).
+      progress: a progress bar on stderr.
 
     Raises:
-      ValueError: unreadable input, missing column, bad tokenizer, an existing
-        output of another job without ``overwrite``, an existing OUTPUT (or
-        OUTPUT.partial / OUTPUT.old) that is not datatools' own (never replaced,
-        even with ``overwrite``), bad options.
+      ValueError: unreadable input, missing column, bad tokenizer or options, an output of another job without
+        ``overwrite``, an OUTPUT (or OUTPUT.partial / OUTPUT.old) that is not datatools' own (never replaced).
       ModuleNotFoundError: ``engine="ray"`` without Ray installed (before anything is created).
       OSError: the disk is full (nothing incomplete is committed).
     """
@@ -329,7 +264,7 @@ def pretokenize(
     given = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     if any(os.fspath(p) == "" for p in given):  # Path("") is ".": it would read the working directory
         raise ValueError("an input path is empty ('')")
-    inputs = [storage.location(p).path for p in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)]
+    inputs = [storage.location(p).path for p in given]
     if not inputs:
         raise ValueError("no inputs given")
     stage = open_staging(output)  # local, or object storage: no rename there, the manifest is the commit point
@@ -362,7 +297,6 @@ def pretokenize(
     for s in {s.files[0]: s for s in shards}.values():
         check_column(s, column)
     job, sources = _fingerprint(shards, encoder.sha256, options)
-    vocab_size = encoder.vocab_size
     worker = ShardTokenizer(encoder, options)
     extra = {"tokenizer": encoder.summary()}
     if duplicates:
@@ -416,13 +350,11 @@ def pretokenize(
     staging = stage.staging
     docs_resumed = _tokenize_shards(worker, shards, todo, pieces, staging, workers, engine, ray_address, progress)
 
-    # Commit: every shard is written. Locally: build the store in staging, then rename it into place; in object
-    # storage: write it in place, the manifest last (staging.py).
-    lengths_per_shard = [_read_shard_lengths(_shard_path(staging, k)) for k in range(len(shards))]
+    lengths_per_shard = [_read(_shard_path(staging, k), "lengths")[0] for k in range(len(shards))]
     num_docs = int(sum(x.shape[0] for x in lengths_per_shard))
     num_tokens = int(sum(int(x.sum()) for x in lengths_per_shard))
     manifest = {
-        "vocab_size": vocab_size,
+        "vocab_size": encoder.vocab_size,
         "tokenizer_sha256": encoder.sha256,
         "tokenizer_file": os.path.basename(encoder.source),
         "tokenizer": encoder.describe(),
@@ -435,7 +367,7 @@ def pretokenize(
     def shards_in_order():
         for k in range(len(shards)):
             doing(f"writing the token store: shard {k + 1:,} of {len(shards):,}")
-            yield _read_shard(_shard_path(staging, k))
+            yield _read(_shard_path(staging, k), "tokens", "lengths")
             fault(f"committing-{k}")
 
     def write(where) -> None:
@@ -464,9 +396,8 @@ def pretokenize(
 
 def store_damage(output: str | Path, check: bool = False) -> str | None:
     """What is wrong with the token store at ``output``, in a few words, or None when it is whole: opened as
-    readers open it (manifest, arrays' dtype and shape, every recorded key listed), every key's size against the
-    manifest's records (one listing), and with ``check`` every key's sha256 (:func:`~datatools.io.store_verify.
-    verify_store`). Nothing is written."""
+    readers open it, every key's size against the manifest's records (one listing), and with ``check`` every key's
+    sha256 (:func:`~datatools.io.store_verify.verify_store`). Nothing is written."""
     from datatools.io.store import TokenStore
     from datatools.io.store_verify import verify_store
 
@@ -526,8 +457,8 @@ def _unique_shards(shards) -> tuple[list[Shard], list[str]]:
 
 
 def _tokenize_shards(worker, shards, todo, pieces, staging, workers, engine, ray_address, progress) -> int:
-    """Tokenize the shards ``todo`` (``pieces``: shard -> pieces an interrupted run committed), with progress within
-    shards; returns the documents resumed from pieces. Ctrl-C stops the workers at once (see :func:`_pool_shards`)."""
+    """Tokenize the shards ``todo`` (``pieces``: shard -> pieces an interrupted run committed), with progress;
+    returns the documents resumed from pieces."""
     from datatools.base.progress import job_progress
     from datatools.io.tables import shard_bytes
 
@@ -553,7 +484,7 @@ def _tokenize_shards(worker, shards, todo, pieces, staging, workers, engine, ray
         if workers == 1:
             resumed = 0
             for k in todo:
-                _, _, _, skipped = _run_shard((worker, shards[k], k, str(staging), pieces.get(k, 0)), report)
+                _, _, _, skipped = _run_shard(worker, shards[k], k, str(staging), pieces.get(k, 0), report)
                 resumed += skipped
                 finished(k)
             return resumed
@@ -564,10 +495,9 @@ def _tokenize_shards(worker, shards, todo, pieces, staging, workers, engine, ray
 def _pool_shards(worker, tasks, workers, report, finished) -> int:
     """The shards ``tasks`` on a pool of ``workers`` processes; returns the documents resumed from pieces.
 
-    Workers report each run of documents through a queue, drained by a thread into ``report``; ``finished(k)`` is
-    called as each shard's file is committed, in order. Ctrl-C (SIGINT to the whole process group, as a terminal
-    sends it) is ignored by the workers (no worker traceback) and stops the parent, which terminates the pool at
-    once (a worker's unfinished piece is lost, its committed pieces stay) and lets the interrupt go on."""
+    Workers report progress through a queue drained by a thread into ``report``; ``finished(k)`` as each shard is
+    committed, in order. Ctrl-C is ignored by the workers and stops the parent, which terminates the pool at once
+    (a worker's unfinished piece is lost, its committed pieces stay)."""
     import multiprocessing as mp
     import queue as queue_module
 
@@ -623,8 +553,7 @@ def _pool_shards(worker, tasks, workers, report, finished) -> int:
 
 
 def _run_ray(worker, shards, todo, pieces, staging, workers, ray_address, finished) -> int:
-    """Ray Data: one row per shard; each task tokenizes its shard and commits its file (its pieces as it goes);
-    ``finished(k)`` as each shard is done. Returns the documents resumed from pieces."""
+    """Ray Data, one row per shard; ``finished(k)`` as each shard is done. Returns the documents resumed."""
     import ray
 
     started = False
@@ -656,7 +585,7 @@ def _run_ray(worker, shards, todo, pieces, staging, workers, ray_address, finish
 
         def tokenize_row(row: dict) -> dict:
             shard = Shard(row["kind"], tuple(row["files"]), int(row["part"]), int(row["stop"]))
-            k, docs, toks, skipped = _run_shard((worker, shard, int(row["k"]), str(staging), int(row["pieces"])))
+            k, docs, toks, skipped = _run_shard(worker, shard, int(row["k"]), str(staging), int(row["pieces"]))
             return {"k": k, "docs": docs, "tokens": toks, "resumed": skipped}
 
         ds = ray.data.from_items(items, override_num_blocks=max(1, len(items))).map(

@@ -1,24 +1,19 @@
 """Where a pre-tokenize job stages its shards and how it commits its store: one protocol (:class:`Staging`), two
-implementations, chosen once by :func:`open_staging`.
+implementations chosen by :func:`open_staging`.
 
-* :class:`LocalStaging` (a local OUTPUT): shards in the directory ``OUTPUT.partial``; the store is written into
-  ``OUTPUT.partial/store`` and renamed to ``OUTPUT`` in one step (an ``--overwrite`` moves the old store aside to
-  ``OUTPUT.old`` first, and deletes it after).
-* :class:`~datatools.jobs.object_store_commit.ObjectStoreStaging` (``s3://`` / ``gs://``): shards under the
-  prefix ``OUTPUT.partial/``; no rename there, so the store is written in place with its manifest last.
+* :class:`LocalStaging`: shards in ``OUTPUT.partial``; the store is written to ``OUTPUT.partial/store`` and renamed
+  to ``OUTPUT`` (an ``--overwrite`` moves the old store to ``OUTPUT.old`` first, and deletes it after).
+* :class:`~datatools.jobs.object_store_commit.ObjectStoreStaging` (``s3://`` / ``gs://``): no rename, so the store
+  is written in place with its manifest last.
 
-The steps, in the order a job takes them: :meth:`Staging.check_replaceable` (before any work: everything the job
-would replace is datatools' own), :meth:`Staging.clean` (the store is already complete: remove what an
-interrupted run left), :meth:`Staging.prepare` (the staging area is this job's), :meth:`Staging.present` (the
-shards and pieces an interrupted run wrote), :meth:`Staging.commit` (the store put in place). Each keeps the
-job kill-safe: killed anywhere and run again, it ends with the store an uninterrupted run writes.
+A job calls check_replaceable, then clean (store already complete) or prepare, present and commit; killed anywhere
+and run again, it ends with the store an uninterrupted run writes.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 from collections.abc import Callable
@@ -32,7 +27,6 @@ from datatools.io.store import is_token_store, read_manifest
 from datatools.jobs import object_store_commit
 
 STAGING_NAMES = {"job.json", "shards", "store"}  # what a staging directory of this job holds
-SHARD_FILE = re.compile(r"shards/(\d{6})\.npz")
 
 
 class Staging(Protocol):
@@ -66,8 +60,7 @@ class Staging(Protocol):
 
 
 def open_staging(output: str | os.PathLike) -> Staging:
-    """The staging of a store at ``output``: in object storage for a URL, else beside the resolved path ('..' and
-    symlinks resolved, so the staging directory sits beside the real output)."""
+    """The staging of a store at ``output``: in object storage for a URL, else beside the resolved path."""
     loc = storage.location(output)
     if loc.renames_atomically:
         return LocalStaging(resolved(output))
@@ -91,8 +84,8 @@ def manifest_reads(path) -> bool:
 
 
 class LocalStaging:
-    """A local job's directories: the store, its staging (``OUTPUT.partial``) and where an ``--overwrite`` swap
-    moves the old store (``OUTPUT.old``), all beside the resolved output."""
+    """A local job's store, its staging (``OUTPUT.partial``) and where an ``--overwrite`` swap moves the old store
+    (``OUTPUT.old``), all beside the resolved output."""
 
     def __init__(self, output: Path):
         self.output = output
@@ -101,10 +94,9 @@ class LocalStaging:
         self.old_left = False  # a store an interrupted --overwrite swap moved aside, found before any work
 
     def check_replaceable(self, overwrite: bool) -> None:
-        """ValueError, before anything is read or written, when a path the job would write holds something that
-        is not datatools' own: OUTPUT must be absent, a token store (recognized by its manifest) or, with
-        ``overwrite``, an empty directory; OUTPUT.partial a staging directory of this job; OUTPUT.old a store.
-        Nothing else is ever replaced or removed, ``overwrite`` or not."""
+        """ValueError, before any work, when a path the job would write holds what is not datatools' own: OUTPUT
+        must be absent, a token store or (``overwrite``) an empty directory; OUTPUT.partial a staging directory;
+        OUTPUT.old a store."""
         output, staging, old = self.output, self.staging, self.old
         if output.exists() or output.is_symlink():
             if output.is_dir() and not output.is_symlink() and not any(output.iterdir()):
@@ -167,9 +159,7 @@ class LocalStaging:
             atomic_write_text(job_file, json.dumps({"job": job, "shards": shards}) + "\n")
 
     def present(self) -> tuple[set[int], dict[int, int]]:
-        names = [f"shards/{n}" for n in os.listdir(self.staging / "shards")]
-        shards = {int(m[1]) for m in map(SHARD_FILE.fullmatch, names) if m}
-        return shards, object_store_commit.count_pieces(names)
+        return object_store_commit.written([f"shards/{n}" for n in os.listdir(self.staging / "shards")])
 
     def commit(self, job: str, write: Callable[[str | Path], None], extra: dict) -> None:
         store_tmp, old = self.staging / "store", self.old
@@ -200,8 +190,7 @@ def _check_disk(path: Path) -> None:
 
 
 def _clean_leftovers(output: Path, extra: dict, removed: list[Path]) -> None:
-    """Remove what an earlier, interrupted run left and this one no longer needs (its staging directory, the
-    store an ``--overwrite`` swap moved aside; both checked to be datatools' own before any work) and say so."""
+    """Remove what an interrupted run left (checked to be datatools' own before any work) and say so."""
     for p in removed:
         shutil.rmtree(p)
     if removed:
@@ -222,18 +211,16 @@ def _store_files(store: Path) -> list[str]:
 
 
 def _layout_only(store: Path) -> bool:
-    """Whether ``store`` is a directory (not a link) holding a store's ``manifest.json`` and nothing but files of
-    a store's layout (:data:`~datatools.jobs.object_store_commit.STORE_KEY`): a store whose manifest is damaged,
-    which ``--overwrite`` may replace."""
+    """Whether ``store`` is a directory (not a link) holding ``manifest.json`` and nothing but files of a store's
+    layout (:data:`~datatools.jobs.object_store_commit.STORE_KEY`): a damaged store ``--overwrite`` may replace."""
     if not store.is_dir() or store.is_symlink() or not (store / "manifest.json").is_file():
         return False
     return not object_store_commit.foreign_keys(_store_files(store), None)
 
 
 def _check_only_store_files(store: Path) -> None:
-    """ValueError unless every file in the store directory is the store's own (``manifest.json`` and the keys
-    its manifest's records list, :func:`~datatools.jobs.object_store_commit.foreign_keys`): a replacement
-    deletes the directory, so a user's file in it (or beside a copied manifest) must stop it, untouched."""
+    """ValueError unless every file in the store directory is the store's own
+    (:func:`~datatools.jobs.object_store_commit.foreign_keys`): a replacement deletes the directory."""
     foreign = object_store_commit.foreign_keys(_store_files(store), read_manifest(store))
     if foreign:
         raise ValueError(

@@ -1,20 +1,10 @@
-"""Attention implementations for packed rows: ``dense`` (the reference) and ``blocksparse`` (segment-aware).
+"""Attention for packed rows: ``dense`` (the reference), ``fused`` and ``blocksparse``.
 
-Both compute the same function: query t attends to key s only when s <= t, both are
-in the same segment, and neither is padding; a padding query's output is 0.
-
-* ``dense`` forms the whole (T x T) score matrix per head and masks it: memory and
-  FLOPs grow with ctx^2 whatever the documents.
-* ``blocksparse`` takes the batch-wide list of non-empty (row, query block, key block)
-  tiles that the pipeline computed on the host
-  (:func:`datatools.kernels.attention_blocks.tile_list`), gathers those tiles a chunk at
-  a time and combines each query block's tiles with a running softmax (flash-attention
-  style, in a rematerialized ``lax.scan``). Pure JAX with static shapes: it runs
-  everywhere; its FLOPs and memory grow with the batch's tiles that hold work (about
-  ctx x document length), not with ctx^2 (dense) or ctx^2 / 2 (causal flash).
-
-The accelerator kernels computing the same function are in ``attention_splash`` (TPU),
-``attention_pallas`` (``pallas_blocksparse``, TPU) and ``attention_gpu`` (``pallas_gpu``, ``cudnn``).
+All compute one function: query t attends to key s when s <= t, both are in the same segment and neither is
+padding; a padding query's output is 0. ``dense`` masks the whole (T x T) score matrix (ctx^2 whatever the
+documents); ``blocksparse`` visits only the batch's non-empty tiles (the loader's tile list) with a running
+softmax in a rematerialized ``lax.scan``: pure JAX, cost about ctx x document length. The accelerator kernels are
+in ``attention_splash``, ``attention_pallas`` and ``attention_gpu``.
 """
 
 from __future__ import annotations
@@ -61,25 +51,16 @@ def fused_attention(q, k, v, segment_ids):
 def blocksparse_attention(q, k, v, segment_ids, tiles: dict, block: int, chunk: int = 256):
     """The same function as :func:`dense_attention`, computed on the listed tiles only.
 
-    ``tiles`` is the batch-wide tile list of the loader
-    (:func:`datatools.kernels.attention_blocks.tile_list`): one (row, query block, key
-    block) entry per non-empty tile of the whole batch, padded to a bucket length, so
-    a batch's cost follows its own tiles (not its busiest row times the row count).
-    The entries are processed ``chunk`` at a time in a ``lax.scan`` with a running
-    softmax per (row, query block): the largest score so far, the sum of exponentials
-    and the weighted values, rescaled when the maximum grows. Each step updates only
-    the (row, query block) slots its tiles touch (a scatter; a slot met twice in one
-    chunk is rescaled once) and is rematerialized in the backward pass: memory holds
-    one chunk of tiles, the running output, and one saved carry per step (steps =
-    padded entries / chunk, so it too follows the tiles). Fed the list of every causal
-    tile it is a causal flash kernel without segment information (the benchmark's
-    baseline); the entries may come in any order.
+    ``tiles`` is the loader's batch-wide tile list (:func:`datatools.kernels.attention_blocks.tile_list`: one
+    entry per non-empty (row, query block, key block), in any order, padded to a bucket length), processed
+    ``chunk`` entries a step of a rematerialized ``lax.scan`` with a running softmax per (row, query block): memory
+    and cost follow the batch's tiles. Fed every causal tile, it is a causal flash kernel (the benchmark's baseline).
 
     Args:
       q, k, v: (B, T, H, D); T a multiple of ``block``.
       segment_ids: (B, T).
       tiles: int arrays ``tile_row``, ``tile_q``, ``tile_k`` (P,) and ``tile_count`` (1,) (entries past it are
-        padding and contribute nothing); other keys are ignored.
+        padding); other keys are ignored.
       block: tile size (tokens).
       chunk: tiles per scan step (at most half the list: a one-step scan would keep all its residuals for the
         backward pass, more memory than two steps of a longer list).

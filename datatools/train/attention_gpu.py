@@ -1,19 +1,9 @@
 """Attention for NVIDIA GPUs on packed rows: ``cudnn`` and ``pallas_gpu``.
 
-* ``cudnn``: cuDNN's fused flash attention through the public
-  ``jax.nn.dot_product_attention(implementation="cudnn")``, given the segment
-  information that API accepts: ``is_causal`` (cuDNN skips the tiles above the
-  diagonal), the per-row real lengths (``query_seq_lengths`` /
-  ``key_value_seq_lengths``: padding at a row's end is skipped) and the
-  same-segment mask (cuDNN adds it as a bias). It computes the causal half of every
-  row: rows x ctx(ctx + 1) / 2 pairs. It needs a GPU with cuDNN; elsewhere it raises
-  (:func:`cudnn_arguments` is what it would pass, checked on the CPU with XLA's
-  implementation).
-* ``pallas_gpu``: JAX's Pallas GPU flash attention (``jax.experimental.pallas.ops.gpu.attention.mha``)
-  with our ``segment_ids`` and causal masking, forward and backward in Pallas
-  (Triton on a GPU). It skips the tiles above the diagonal, not the
-  cross-document ones. Off a GPU it runs with ``interpret=True`` on the CPU: exact,
-  for correctness tests only, and slow.
+* ``cudnn``: ``jax.nn.dot_product_attention(implementation="cudnn")`` with ``is_causal``, each row's real length
+  and the same-segment mask: the causal half of every row, rows x ctx(ctx + 1) / 2 pairs; a GPU only.
+* ``pallas_gpu``: JAX's Pallas GPU flash attention (``mha``) with segment ids, causal: it skips the tiles above the
+  diagonal, not cross-document ones. Off a GPU it runs interpreted (exact, slow: for tests).
 
 A padding query's output is 0, as in :func:`datatools.train.attention.dense_attention`.
 """
@@ -57,13 +47,8 @@ def cudnn_attention(q, k, v, segment_ids):
 
 
 def pallas_gpu_attention(q, k, v, segment_ids, block: int = 128):
-    """Pallas GPU flash attention with segment ids and causal masking (interpreted on the CPU off a GPU).
-
-    Args:
-      q, k, v: (B, T, H, D); T a multiple of ``block`` (or below it).
-      segment_ids: (B, T) int, 0 for padding.
-      block: query and key tile size (tokens) of the forward and backward kernels.
-    """
+    """Pallas GPU flash attention with segment ids (0: padding) and causal masking (interpreted off a GPU); q, k, v
+    (B, T, H, D), T a multiple of ``block`` (the kernels' tile size in tokens) or below it."""
     from jax.experimental.pallas.ops.gpu.attention import BlockSizes, mha
 
     t = q.shape[1]

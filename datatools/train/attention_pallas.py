@@ -1,37 +1,14 @@
 """``pallas_blocksparse``: a Pallas TPU attention kernel whose grid runs over the loader's non-empty tiles only.
 
-The loader lists the batch's non-empty (query block, key block) tiles once, on the
-host (:func:`datatools.kernels.attention_blocks.tile_list`): row, query block, key
-block, full/partial, sorted by (row, query block, key block), plus the order by key
-block and the count of real entries. Those arrays are the kernel's scalar-prefetch
-operands (``PrefetchScalarGridSpec``): they sit in SMEM and the BlockSpec index maps
-read them, so grid step ``i`` fetches exactly tile ``i``'s query, key and value blocks.
-The grid is (heads, tiles listed) with the tile count a dynamic grid bound: a row
-filled by short documents runs about ctx x document length / block^2 steps, not
-ctx^2 / block^2 as a dense or a statically masked kernel (splash) does.
-
-* forward: a flash-style running softmax (running maximum, sum of exponentials and
-  weighted values in VMEM scratch), initialised at a query block's first tile and
-  written out at its last (the tiles of a query block are consecutive in the list);
-  it also writes the log-sum-exp per query for the backward pass;
-* backward (``jax.custom_vjp``): two Pallas passes over the same list, dq over the
-  tiles in (row, query block) order and dk/dv over them in (row, key block) order,
-  each accumulating in VMEM scratch, recomputing the probabilities from the
-  log-sum-exp (no ctx x ctx residual is stored);
-* full tiles skip the mask (every pair attends); partial ones build it from the
-  positions and segment ids of the two blocks;
-* every pass counts its grid steps into an SMEM output (``steps``): what the kernel
-  executed, asserted equal to the tile count by the tests and used for HFU. (The count
-  is exact in interpret mode and on one-core chips; where megacore splits the parallel
-  heads axis, each core counts its own share.)
-
-Block sizes are a multiple of 128 tokens (the TPU lane width). Off a TPU the kernels
-run in TPU interpret mode (``pltpu.InterpretParams``): exact, for correctness tests
-only, and slow (about 40 ms of CPU a grid step).
-
-Query t attends to key s when s <= t, both are in the same segment and t is not
-padding; a padding query's output (and gradient) is 0, as in
-:func:`datatools.train.attention.dense_attention`.
+The loader's tile list (:func:`datatools.kernels.attention_blocks.tile_list`: row, query block, key block, full,
+the order by key block, the count) is the scalar-prefetch operand whose index maps fetch tile ``i`` at grid step
+``i``; the grid is (heads, tiles listed), so a row of short documents runs about ctx x document length / block^2
+steps, not ctx^2 / block^2. Forward: a flash-style running softmax in VMEM, also writing the log-sum-exp; backward
+(``jax.custom_vjp``): a dq pass in (row, query block) order and a dk/dv pass in (row, key block) order, recomputing
+probabilities from the log-sum-exp. Full tiles skip the mask. Every pass counts its grid steps (``steps``, for
+HFU; where megacore splits the heads axis each core counts its share). Blocks are multiples of 128 tokens; off a
+TPU the kernels run in TPU interpret mode (exact, about 40 ms of CPU a grid step). A padding query's output and
+gradient are 0, as in :func:`datatools.train.attention.dense_attention`.
 """
 
 from __future__ import annotations
@@ -260,28 +237,15 @@ def _dkv_kernel(
 
 
 def _specs(block: int, d: int):
-    """BlockSpecs of the operands, index maps reading the prefetched tile list: (q side, k side, seg q, seg k,
-    per-query column)."""
-
-    def q_side(h, i, row, qb, kb, flags):
-        return row[i], h, qb[i], 0
-
-    def k_side(h, i, row, qb, kb, flags):
-        return row[i], h, kb[i], 0
-
-    def seg_q(h, i, row, qb, kb, flags):
-        return row[i], qb[i], 0
-
-    def seg_k(h, i, row, qb, kb, flags):
-        return row[i], 0, kb[i]
-
+    """BlockSpecs of the operands, index maps (grid step h, i; the prefetched row, qb, kb, flags) reading the tile
+    list: (q side, k side, seg q, seg k, per-query column)."""
     sq = pl.squeezed
     return (
-        pl.BlockSpec((sq, sq, block, d), q_side),
-        pl.BlockSpec((sq, sq, block, d), k_side),
-        pl.BlockSpec((sq, block, 1), seg_q),
-        pl.BlockSpec((sq, 1, block), seg_k),
-        pl.BlockSpec((sq, sq, block, 1), q_side),
+        pl.BlockSpec((sq, sq, block, d), lambda h, i, row, qb, kb, flags: (row[i], h, qb[i], 0)),
+        pl.BlockSpec((sq, sq, block, d), lambda h, i, row, qb, kb, flags: (row[i], h, kb[i], 0)),
+        pl.BlockSpec((sq, block, 1), lambda h, i, row, qb, kb, flags: (row[i], qb[i], 0)),
+        pl.BlockSpec((sq, 1, block), lambda h, i, row, qb, kb, flags: (row[i], 0, kb[i])),
+        pl.BlockSpec((sq, sq, block, 1), lambda h, i, row, qb, kb, flags: (row[i], h, qb[i], 0)),
     )
 
 
@@ -290,20 +254,10 @@ def _transposed_specs(block: int):
     segment ids per query as a row (1, block) of the (B, 1, T) array, per key as a column (block, 1) of the
     (B, T, 1) array, and the per-query log-sum-exp and delta as rows of (B, H, 1, T) arrays."""
     sq = pl.squeezed
-
-    def seg_q_row(h, i, row, qb, kb, flags):
-        return row[i], 0, qb[i]
-
-    def seg_k_col(h, i, row, qb, kb, flags):
-        return row[i], kb[i], 0
-
-    def q_row(h, i, row, qb, kb, flags):
-        return row[i], h, 0, qb[i]
-
     return (
-        pl.BlockSpec((sq, 1, block), seg_q_row),
-        pl.BlockSpec((sq, block, 1), seg_k_col),
-        pl.BlockSpec((sq, sq, 1, block), q_row),
+        pl.BlockSpec((sq, 1, block), lambda h, i, row, qb, kb, flags: (row[i], 0, qb[i])),
+        pl.BlockSpec((sq, block, 1), lambda h, i, row, qb, kb, flags: (row[i], kb[i], 0)),
+        pl.BlockSpec((sq, sq, 1, block), lambda h, i, row, qb, kb, flags: (row[i], h, 0, qb[i])),
     )
 
 
@@ -333,9 +287,8 @@ def _segments(segment_ids):
 
 
 def forward(q, k, v, segment_ids, tiles, block: int):
-    """(out (B, H, T, D), log-sum-exp (B, H, T, 1) float32, grid steps run) of the forward kernel.
-
-    q, k, v: (B, H, T, D); tiles: (row, q block, k block, full, count) int32 arrays, q-major."""
+    """(out (B, H, T, D), log-sum-exp (B, H, T, 1) float32, grid steps run) of the forward kernel; q, k, v:
+    (B, H, T, D); tiles: (row, q block, k block, full, count) int32 arrays, q-major."""
     b, h, t, d = q.shape
     qs, ks, sqs, sks, cols = _specs(block, d)
     sq, sk = _segments(segment_ids)
@@ -431,16 +384,9 @@ def _unpack(tiles: dict):
 
 
 def pallas_blocksparse_attention(q, k, v, segment_ids, tiles: dict, block: int):
-    """The same function as :func:`datatools.train.attention.dense_attention`, computed by the Pallas kernels on
-    the listed tiles only (differentiable: the backward pass is the two Pallas passes).
-
-    Args:
-      q, k, v: (B, T, H, D).
-      segment_ids: (B, T).
-      tiles: the batch's tile list (:data:`~datatools.kernels.attention_blocks.TILE_KEYS`, from
-        :func:`~datatools.kernels.attention_blocks.tile_list` with the same ``block``).
-      block: tile size (tokens), a multiple of 128 dividing T.
-    """
+    """The same function as :func:`datatools.train.attention.dense_attention` on q, k, v (B, T, H, D), computed
+    (and differentiated) by the Pallas kernels on the batch's tile list only (``tiles``: from
+    :func:`~datatools.kernels.attention_blocks.tile_list` with the same ``block``, a multiple of 128 dividing T)."""
     check_block(block, q.shape[1])
     prefetch, by_k = _unpack(tiles)
     qt, kt, vt = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))  # (B, H, T, D): a tile is (block, D) in VMEM

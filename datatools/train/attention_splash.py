@@ -1,17 +1,9 @@
-"""``splash``: JAX's splash attention (``jax.experimental.pallas.ops.tpu.splash_attention``) on packed rows.
+"""``splash``: JAX's splash attention (TPU) on packed rows, as MaxText and Levanter use it.
 
-The way MaxText and Levanter use it on TPU: a causal mask per head and our
-``segment_ids`` as splash's ``SegmentIds`` (query and key ids alike), so documents
-packed in a row never see each other. Splash skips the tiles its *static* mask
-(causal) leaves empty, but visits every tile under the diagonal whatever the
-documents: rows x nb(nb + 1) / 2 tiles of ``block`` x ``block`` (nb = ctx / block),
-where ``pallas_blocksparse`` visits only the tiles the loader lists.
-
-Off a TPU the kernels run in TPU interpret mode (``pltpu.force_tpu_interpret_mode``)
-on the CPU: exact, for correctness tests only, and slow (a forward pass over 512
-tokens takes about 0.3 s). The mode is entered both when the forward pass is traced and
-when its backward pass is (a custom VJP around splash's own), since the Pallas calls
-must be built inside it.
+A causal mask per head and our ``segment_ids`` as splash's ``SegmentIds``: it visits every tile under the diagonal
+whatever the documents (rows x nb(nb + 1) / 2 tiles, nb = ctx / block). Off a TPU it runs in TPU interpret mode
+(exact, slow: a forward pass over 512 tokens takes about 0.3 s), entered when the forward and the backward passes
+are traced (a custom VJP), since the Pallas calls must be built inside it.
 """
 
 from __future__ import annotations
@@ -92,13 +84,8 @@ _splash.defvjp(_splash_fwd, _splash_bwd)
 
 
 def splash_attention(q, k, v, segment_ids, block: int = 128):
-    """The same function as :func:`datatools.train.attention.dense_attention`, by splash attention.
-
-    Args:
-      q, k, v: (B, T, H, D); T a multiple of ``block`` (or below it).
-      segment_ids: (B, T) int, 0 for padding (a padding query's output is 0).
-      block: splash's tile size (tokens) for the forward and both backward kernels; 128 suits every TPU.
-    """
+    """The same function as :func:`datatools.train.attention.dense_attention`, by splash attention; q, k, v
+    (B, T, H, D), T a multiple of ``block`` (splash's tile size in tokens, 128 suits every TPU) or below it."""
     t = q.shape[1]
     if t % min(block, t):
         raise ValueError(f"splash: attention_block={block} must divide ctx={t}")

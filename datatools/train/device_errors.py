@@ -1,9 +1,5 @@
-"""XLA's runtime errors as datatools' types: an accelerator out of memory becomes :class:`DeviceOutOfMemory`.
-
-XLA reports every runtime failure as one ``jax.errors.JaxRuntimeError`` whose message starts with a status code
-(``RESOURCE_EXHAUSTED: Out of memory while trying to allocate ...``); the status code is only in the text, so it
-is read here, next to JAX, once, and the command line maps the resulting type (exit status 1) without reading
-messages.
+"""XLA's out-of-memory error as :class:`DeviceOutOfMemory`. XLA raises one ``JaxRuntimeError`` type whose message
+starts with the status code (``RESOURCE_EXHAUSTED: ...``); it is read here once, so the command line maps types.
 """
 
 from __future__ import annotations

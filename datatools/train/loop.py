@@ -1,22 +1,18 @@
 """Training from a YAML config: the Grain pipeline feeds the jitted step; per-step tokens/s, efficiency, MFU.
 
-A training config is a pipeline config (see :mod:`datatools.pipeline.build`) plus::
+A training config is a pipeline config (:mod:`datatools.pipeline.build`) plus::
 
     model: {vocab_size: 4096, d_model: 128, n_layers: 2, n_heads: 4}
     train: {steps: 50, learning_rate: 3.0e-3, warmup_steps: 10, log_every: 10, seed: 0, grad_accum_steps: 1}
 
-Each optimizer step takes ``grad_accum_steps`` pipeline batches; its loss is the weighted cross-entropy summed
-over all of them divided by their global weight sum (the pipeline's ``loss_weighting``; token weighting without
-it), see :mod:`datatools.train.step`.
-
-The pipeline is always built in the canonical datatools format (the step's input);
-with several processes it is sharded per host (process index / count) unless the
-config's ``shard`` says otherwise.
+Each optimizer step takes ``grad_accum_steps`` pipeline batches (:mod:`datatools.train.step`). The pipeline is
+built in the canonical format, sharded per host unless the config's ``shard`` says otherwise.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import os
 import time
@@ -225,17 +221,6 @@ def _host_sharded(cfg: PipelineConfig) -> PipelineConfig:
     return cfg
 
 
-def _micro_batches(it, count: int) -> list[dict] | None:
-    """The next ``count`` batches of ``it`` (one optimizer step), or None when fewer are left."""
-    out = []
-    for _ in range(count):
-        try:
-            out.append(next(it))
-        except StopIteration:
-            return None
-    return out
-
-
 def train(
     cfg: TrainConfig,
     *,
@@ -279,8 +264,8 @@ def train(
             waited = len(it.waits)
             if step == 1:  # what a user waits for before the first step's line (planning said its own before)
                 doing("waiting for the first batch")
-            batches = _micro_batches(it, cfg.train.grad_accum_steps)
-            if batches is None:  # the data ended: a short step would weigh its documents differently
+            batches = list(itertools.islice(it, cfg.train.grad_accum_steps))  # one optimizer step
+            if len(batches) < cfg.train.grad_accum_steps:  # the data ended: a short step would weigh differently
                 break
             useful = computed = slots = rows = 0  # tokens, attention pairs, token slots, rows of the step
             flops = hw_flops = attn = 0.0  # model FLOPs, FLOPs as executed, the attention term alone
@@ -332,7 +317,7 @@ def train(
                 hw_flops / secs / peak,
                 computed,
                 attn,
-                12.0 * cfg.model.n_layers * cfg.model.d_model * computed,
+                hardware_flops(cfg.model, 0, computed),
                 list(seg.shape),
                 float(sum(it.waits[waited:])),
             )

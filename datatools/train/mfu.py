@@ -1,22 +1,10 @@
-"""FLOP accounting and MFU.
-
-Model FLOPs of a training step, counted on useful tokens only (padding is not
-useful work), forward + backward = 3 x forward:
+"""FLOP accounting and MFU, counted on useful (non-padding) tokens, forward + backward = 3 x forward::
 
     flops = 6 * N * T_useful  +  6 * L * d_model * sum over document pieces s * (s + 1)
 
-* ``N``: parameters in the matmuls (attention and MLP weights, the output
-  projection; not the embedding lookup);
-* ``T_useful``: real (non-padding) tokens in the batch;
-* the second term is attention: per layer and piece of s tokens, causal QK^T
-  and AV each compute s(s+1)/2 query-key pairs of d_model multiply-adds
-  (2 * d_model FLOPs), so 2 * d_model * s(s+1) forward FLOPs, times 3 for
-  training. Only pairs inside a document count, so packing does not inflate it
-  and padding does not count.
-
-MFU = flops / step seconds / peak FLOP/s of the devices used. Peaks (dense bf16,
-per chip) are in :data:`PEAK_FLOPS`; on a CPU the peak is measured (a float32
-matmul) by :func:`measured_cpu_peak`.
+``N``: matmul parameters (not the embedding lookup); the second term is causal attention within each document
+piece of s tokens (QK^T and AV, s(s+1)/2 pairs of 2 * d_model FLOPs each, times 3). MFU = flops / step seconds /
+peak FLOP/s: :data:`PEAK_FLOPS` (dense bf16, per chip), or a measured float32 matmul on a CPU.
 """
 
 from __future__ import annotations
@@ -29,8 +17,7 @@ import numpy as np
 
 from datatools.train.model import ModelConfig
 
-# Dense bf16 peak FLOP/s per chip, from the vendors' data sheets.
-PEAK_FLOPS = {
+PEAK_FLOPS = {  # dense bf16 FLOP/s per chip, from the vendors' data sheets
     "A100": 312e12,
     "H100": 989e12,  # SXM
     "H200": 989e12,
@@ -56,24 +43,15 @@ def step_flops(cfg: ModelConfig, useful_tokens: int, pair_sum: int) -> float:
 
 
 def hardware_flops(cfg: ModelConfig, slots: int, computed_pairs: int) -> float:
-    """FLOPs the device actually executes in one training step: the matmuls over every slot (padding included)
-    and attention over the query-key pairs the kernel computes (:func:`attention_pairs_computed`), 12 * L *
-    d_model FLOPs a pair (QK^T and AV, forward + backward).
-    Against :func:`step_flops` (useful work only) it shows what a segment-aware kernel saves."""
+    """FLOPs the device executes in one training step: the matmuls over every slot (padding included) and the
+    query-key pairs the kernel computes (:func:`attention_pairs_computed`), 12 * L * d_model FLOPs a pair."""
     return 6.0 * cfg.num_params() * slots + 12.0 * cfg.n_layers * cfg.d_model * computed_pairs
 
 
 def attention_pairs_computed(attention: str, batch: dict, block: int) -> int:
-    """Query-key pairs (per head) that ``attention`` computes for a canonical batch: the tiles it visits x their
-    size, the count :func:`hardware_flops` takes.
-
-    * ``dense``, ``fused``: every pair, rows x ctx^2;
-    * ``blocksparse``, ``pallas_blocksparse``: the listed tiles (``tile_count``; the Pallas kernels count their
-      grid steps per head and the tests hold them equal) x block^2;
-    * ``splash``, ``pallas_gpu``: the tiles on and under the diagonal, rows x nb(nb + 1) / 2 x block^2 (a
-      static causal mask: they visit cross-document tiles too);
-    * ``cudnn``: the causal half, rows x ctx(ctx + 1) / 2.
-    """
+    """Query-key pairs (per head) that ``attention`` computes for a canonical batch: dense and fused every pair;
+    the block-sparse kernels the listed tiles x block^2; splash and pallas_gpu the tiles on and under the diagonal
+    (cross-document ones too); cudnn the causal half."""
     rows, ctx = np.shape(batch["segment_ids"])
     if attention in ("blocksparse", "pallas_blocksparse"):
         return int(np.asarray(batch["tile_count"]).sum()) * block * block

@@ -1,10 +1,6 @@
-"""A small decoder-only transformer in JAX: pre-norm (RMSNorm), RoPE, segment-aware causal attention.
-
-Parameters are a plain pytree (dict of arrays), so the model needs nothing beyond
-jax. Attention lets token t see token s only when s <= t, both are in the same
-segment, and neither is padding (segment 0): packed documents never see each
-other. RoPE rotates by the per-segment ``positions`` (0 at each document's start),
-so a document packed at offset 700 is computed exactly as if it were alone.
+"""A small decoder-only transformer in JAX (a pytree of arrays): pre-norm (RMSNorm), RoPE, segment-aware causal
+attention. Packed documents never see each other, and RoPE rotates by the per-segment ``positions``, so a
+document packed at offset 700 is computed exactly as if it were alone.
 """
 
 from __future__ import annotations
@@ -46,8 +42,7 @@ class ModelConfig:
         128,
         minimum=8,
         maximum=MAX_CTX,
-        doc="tile size (tokens) of the blocksparse and "
-        "Pallas kernels; must divide ctx "
+        doc="tile size (tokens) of the blocksparse and Pallas kernels; must divide ctx "
         "(pallas_blocksparse: a multiple of 128)",
     )
 
@@ -81,21 +76,20 @@ def init_params(cfg: ModelConfig, key: jax.Array) -> dict:
     def normal(shape, scale):
         return jax.random.normal(next(keys), shape, jnp.float32) * scale
 
-    layers = []
-    for _ in range(cfg.n_layers):
-        layers.append(
-            {
-                "attn_norm": jnp.ones((d,), jnp.float32),
-                "wq": normal((d, d), d**-0.5),
-                "wk": normal((d, d), d**-0.5),
-                "wv": normal((d, d), d**-0.5),
-                "wo": normal((d, d), (2 * cfg.n_layers * d) ** -0.5),
-                "mlp_norm": jnp.ones((d,), jnp.float32),
-                "w_gate": normal((d, f), d**-0.5),
-                "w_up": normal((d, f), d**-0.5),
-                "w_down": normal((f, d), (2 * cfg.n_layers * f) ** -0.5),
-            }
-        )
+    layers = [
+        {
+            "attn_norm": jnp.ones((d,), jnp.float32),
+            "wq": normal((d, d), d**-0.5),
+            "wk": normal((d, d), d**-0.5),
+            "wv": normal((d, d), d**-0.5),
+            "wo": normal((d, d), (2 * cfg.n_layers * d) ** -0.5),
+            "mlp_norm": jnp.ones((d,), jnp.float32),
+            "w_gate": normal((d, f), d**-0.5),
+            "w_up": normal((d, f), d**-0.5),
+            "w_down": normal((f, d), (2 * cfg.n_layers * f) ** -0.5),
+        }
+        for _ in range(cfg.n_layers)
+    ]
     return {
         "embed": normal((v, d), 1.0),
         "layers": layers,
@@ -120,13 +114,12 @@ def _rope(x, positions, theta):
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
-BLOCK_KEYS = SPARSE_KEYS  # what blocksparse attention reads from a batch: the batch-wide tile list
 TILE_LIST_KEYS = TILE_KEYS  # what pallas_blocksparse reads: the batch-wide tile list (scalar-prefetch operands)
 
 
 def attention_keys(attention: str) -> tuple[str, ...]:
     """The batch fields an attention implementation reads besides the canonical ones (the loader's tile lists)."""
-    return {"blocksparse": BLOCK_KEYS, "pallas_blocksparse": TILE_LIST_KEYS}.get(attention, ())
+    return {"blocksparse": SPARSE_KEYS, "pallas_blocksparse": TILE_LIST_KEYS}.get(attention, ())
 
 
 def attend(cfg: ModelConfig, q, k, v, segment_ids, blocks: dict | None):
@@ -188,10 +181,8 @@ def token_nll(params: dict, cfg: ModelConfig, batch: dict) -> jax.Array:
 
 
 def loss_fn(params: dict, cfg: ModelConfig, batch: dict) -> tuple[jax.Array, jax.Array]:
-    """(mean next-token cross-entropy over the loss mask, number of targets).
-
-    Position t predicts token t + 1 where ``loss_mask[t]`` is 1, which is never at
-    padding nor at a document's last token: no target crosses a document."""
+    """(mean next-token cross-entropy over the loss mask, number of targets); the mask is 0 at padding and at a
+    document's last token: no target crosses a document."""
     weights = batch["loss_mask"].astype(jnp.float32)
     count = weights.sum()
     return (token_nll(params, cfg, batch) * weights).sum() / jnp.maximum(count, 1.0), count

@@ -1,21 +1,10 @@
-"""The jitted, data-parallel training step, with a loss normalized by the global weight sum.
+"""The jitted, data-parallel training step (a 1-D ``("data",)`` mesh over the local devices, the batch sharded on
+its first axis, parameters replicated), with a loss normalized by the global weight sum.
 
-``train_step(state, batch) -> (state, metrics)`` is compiled once per batch shape,
-donates the old state's buffers, and runs data-parallel over every local device:
-a 1-D mesh ``("data",)``, the batch sharded along its first axis, parameters and
-optimizer state replicated (XLA inserts the gradient all-reduce).
-``accumulate_step(state, batches)`` takes one optimizer step over several micro-batches.
-
-The objective (docs/loss-weighting.md) is ``sum(w * ce) / sum(w)`` over every target of
-the *global* step: all rows, devices, hosts and micro-batches, ``w`` the batch's
-``loss_weights`` (the loader's ``token`` or ``document`` weights; the loss mask without
-them). The denominator is never a per-row, per-device or per-micro-batch mean: each
-micro-batch gives the *unnormalized* gradient of ``sum(w * ce)`` and its weight sum,
-both reduced over the mesh inside the jitted program (``jnp.sum`` over a batch sharded
-on ``data`` is an all-reduce, a psum over devices and hosts, that XLA inserts); the
-gradients and weight sums are added over the micro-batches and divided once, by the
-total, before the optimizer update. So one step gives the same gradients however the
-documents were packed, sharded and split into micro-batches.
+The objective (docs/loss-weighting.md) is ``sum(w * ce) / sum(w)`` over every target of the global step (all
+rows, devices, hosts and micro-batches; ``w`` the batch's ``loss_weights``, else the loss mask). Each micro-batch
+gives the gradient of ``sum(w * ce)`` and its weight sum, reduced over the mesh; they are added over the
+micro-batches and divided once, so a step's gradients do not depend on packing, sharding or micro-batching.
 """
 
 from __future__ import annotations
@@ -56,14 +45,8 @@ def make_optimizer(cfg: OptimizerConfig, total_steps: int) -> optax.GradientTran
 
 
 class Trainer:
-    """Holds the mesh, the shardings, the optimizer and the jitted step.
-
-    Args:
-      model: the model config.
-      optimizer: the optimizer config.
-      total_steps: for the learning-rate schedule.
-      devices: the devices of the data-parallel mesh (default: all local devices).
-    """
+    """The mesh (over ``devices``, default all local ones), the shardings, the optimizer (its schedule over
+    ``total_steps``) and the jitted steps."""
 
     def __init__(self, model: ModelConfig, optimizer: OptimizerConfig, total_steps: int, devices=None):
         self.model = model
@@ -86,7 +69,6 @@ class Trainer:
         self._traces = 0
 
         def sums(params, batch):
-            """(loss sum, weight sum, targets) and the gradient of the loss sum, each reduced over the mesh."""
             (loss_sum, count), grads = jax.value_and_grad(weighted_loss_sum, has_aux=True)(params, cfg, batch)
             if SUM_KEY in batch:  # the loader's per-row sums: their global sum is the denominator
                 weight_sum = jnp.sum(batch[SUM_KEY])
@@ -95,7 +77,6 @@ class Trainer:
             return {"loss_sum": loss_sum, "weight_sum": weight_sum, "targets": count}, grads
 
         def normalize(totals, grads):
-            """The summed gradient divided once by the global weight sum, and the step's metrics."""
             denominator = jnp.where(totals["weight_sum"] > 0, totals["weight_sum"], 1.0)
             grads = jax.tree.map(lambda g: g / denominator, grads)
             metrics = {
@@ -126,14 +107,12 @@ class Trainer:
         self.train_step = jax.jit(step, donate_argnums=(0,), out_shardings=(rep, rep))
         self._micro = jax.jit(micro, donate_argnums=(1,), out_shardings=rep)
         self._normalize = jax.jit(lambda acc: normalize(*acc), donate_argnums=(0,), out_shardings=rep)
-        # the old state only: its buffers become the new state's; the gradients' have no output to go to (donated,
-        # XLA warned "Some donated buffers were not usable" at every accumulated step)
+        # the old state only is donated: the gradients' buffers have no output to go to (XLA warned at every step)
         self._update = jax.jit(update, donate_argnums=(0,), out_shardings=(rep, rep))
 
     def gradients(self, params: dict, batches: list[dict]) -> tuple[dict, dict]:
-        """(gradient of the objective, metrics) over micro-batches (each from :meth:`put_batch`; shapes may
-        differ): the gradients of each micro-batch's weighted loss *sum* added up, then divided once by the weight
-        sum of all of them (not a mean of per-micro-batch means)."""
+        """(gradient of the objective, metrics) over micro-batches (from :meth:`put_batch`; shapes may differ):
+        the gradients of their weighted loss sums added, then divided once by their total weight sum."""
         if not batches:
             raise ValueError("a step needs at least one micro-batch")
         acc = None
@@ -153,9 +132,8 @@ class Trainer:
         return jax.device_put(state, self.replicated)
 
     def put_batch(self, batch: dict) -> dict:
-        """A host batch (this process's rows) as a global array sharded over the mesh's data axis.
-
-        The rows must divide evenly over the local devices."""
+        """A host batch (this process's rows, dividing evenly over the local devices) as global arrays sharded
+        over the mesh's data axis."""
         rows = batch["tokens"].shape[0]
         if rows % len(self.devices):
             raise ValueError(f"batch of {rows} rows does not split over {len(self.devices)} devices")
