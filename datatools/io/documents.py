@@ -27,6 +27,7 @@ import tensorstore as ts
 from datatools.base.checks import as_lengths
 from datatools.io import read_stats, storage
 from datatools.io.levanter_cache import LevanterCache
+from datatools.io.shard_reads import JoinedRead
 from datatools.io.store import TokenStore
 from datatools.kernels.packing import check_token_ids, materialize, materialize_pieces
 from datatools.kernels.packing.materialize import check_plan_rows, pieces_of_rows
@@ -351,17 +352,34 @@ class StorePieceReader:
                         ):
                             run.append(self._queue.popleft())
                         self._queued[run] = False
-                        begin, end = first * self.extent, min((first + len(run)) * self.extent, self.store.num_tokens)
-                        read = self.store.read_async(begin, end, batch=batch)
+                        read, target = self._read_run(first, run, batch)
                         ahead = bool(self._ahead[run].all())
                         self._in_flight += 1
                         self._ahead_in_flight += ahead
                         read_stats.record(requests=1, prefetched=int(self._ahead[run].any()))
                         self._issued.append(
-                            (read, functools.partial(self._received, run=run, ahead=ahead, issued=time.perf_counter()))
+                            (
+                                read,
+                                functools.partial(
+                                    self._received, run=run, ahead=ahead, issued=time.perf_counter(), target=target
+                                ),
+                            )
                         )
         finally:
             self._pumping = False
+
+    def _read_run(self, first: int, run: list[int], batch: ts.Batch):
+        """``(read, target)``: the read of extents ``first, first + 1, ...`` into slots ``run``; a token store's
+        decodes straight into the slab's slots (``target``: the slab they land in), another's result is copied."""
+        e, n = self.extent, self.store.num_tokens
+        if not isinstance(self.store, TokenStore):
+            return self.store.read_async(first * e, min((first + len(run)) * e, n), batch=batch), None
+        target = self._slab
+        parts = []
+        for c, s in enumerate(run, first):
+            end = min((c + 1) * e, n)
+            parts.append(self.store.read_async(c * e, end, batch=batch, out=target[s, : end - c * e]))
+        return (parts[0] if len(parts) == 1 else JoinedRead(parts, functools.partial(_results, target))), target
 
     def _can_issue(self) -> bool:
         """Whether the head of the queue may be issued (lock held): fewer than :data:`MAX_IN_FLIGHT` reads in flight
@@ -384,9 +402,10 @@ class StorePieceReader:
             for read, callback in issued:  # on the thread that completes it (or here, at once, when it is done)
                 read.add_done_callback(callback)
 
-    def _received(self, read, *, run: list[int], ahead: bool, issued: float) -> None:
-        """A read into the slots of ``run`` completed (on a tensorstore thread): tokens into the slab, the next read
-        issued, each slot's future done. A failed read stays pending: :meth:`_settle` reads it again."""
+    def _received(self, read, *, run: list[int], ahead: bool, issued: float, target: np.ndarray | None) -> None:
+        """A read into the slots of ``run`` completed (on a tensorstore thread): tokens into the slab (already there
+        when it decoded into ``target``: copied only if the slab grew meanwhile), the next read issued, each slot's
+        future done. A failed read stays pending: :meth:`_settle` reads it again."""
         error: BaseException | None = None
         try:
             value = read.result()
@@ -398,9 +417,13 @@ class StorePieceReader:
             self._ahead_in_flight -= ahead
             dones = [self._pending[s][0] for s in run]
             if error is None:
-                for i, s in enumerate(run):
-                    part = value[i * e : (i + 1) * e]
-                    self._slab[s, : part.shape[0]] = part
+                if target is None:
+                    for i, s in enumerate(run):
+                        part = value[i * e : (i + 1) * e]
+                        self._slab[s, : part.shape[0]] = part
+                elif target is not self._slab:
+                    self._slab[run] = target[run]
+                for s in run:
                     del self._pending[s]
             self._pump()
         read_stats.record(latency_s=time.perf_counter() - issued)
@@ -484,6 +507,13 @@ class StorePieceReader:
         with self.holding(begin, length) as (slab, slot_of):
             _gather_extents(slab.reshape(-1), slot_of, self.extent, begin, length, out)
         return out
+
+
+def _results(value: np.ndarray, parts: list) -> np.ndarray:
+    """``value`` once every read of ``parts`` succeeded (the first error raised)."""
+    for part in parts:
+        part.result()
+    return value
 
 
 @numba.njit(cache=True, nogil=True)

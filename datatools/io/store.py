@@ -268,6 +268,12 @@ def record_chunks(path: str | os.PathLike) -> tuple[dict, dict, bytes | None]:
     return records_out, digests, (b"".join(table) if table else None)
 
 
+def _copied(value: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``out`` holding ``value`` (a ranged read's result, copied where the caller wants it)."""
+    out[...] = value
+    return out
+
+
 def _index_bytes(arr) -> int:
     """Bytes of the shard index (entries and crc32c) starting each object of a sharded array; 0 if not sharded."""
     stored, inner = int(arr.chunk_layout.write_chunk.shape[0]), int(arr.chunk_layout.read_chunk.shape[0])
@@ -652,11 +658,13 @@ class TokenStore:
         """Tokens [begin, end) of the flat array (one read)."""
         return self.read_array("tokens", begin, end)
 
-    def read_async(self, begin: int, end: int, batch: ts.Batch | None = None):
+    def read_async(self, begin: int, end: int, batch: ts.Batch | None = None, out: np.ndarray | None = None):
         """Tokens [begin, end) read in the background (issued with ``batch``): a future whose ``result()`` raises
-        ValueError for a failed read or an object that fails :meth:`check_objects` (issued in the same batch)."""
+        ValueError for a failed read or an object that fails :meth:`check_objects` (issued in the same batch).
+        ``out``: a writeable array of ``end - begin`` tokens of the store's dtype that a local read decodes into
+        (no copy; ``result()`` is ``out``); a ranged read copies into it."""
         if self.ranged_reads and end > begin:  # every shard's index known: one ranged GET per run of inner chunks
-            return shard_reads.read(
+            ranged = shard_reads.read(
                 self._kvstore("tokens"),
                 self.shard_table(),
                 begin,
@@ -667,14 +675,21 @@ class TokenStore:
                 damaged=lambda text: self.damaged(f"{display(self.path)}: {text}"),
                 failed=self._read_failed,
             )
+            if out is None:
+                return ranged
+            return JoinedRead([ranged], lambda parts: _copied(parts[0].result(), out))
         checks = self.check_objects("tokens", begin, end, batch=batch, wait=False) if end > begin else []
-        read = self.tokens[begin:end].read(batch=batch)
-        if not checks:
+        if out is None:
+            read = self.tokens[begin:end].read(batch=batch)
+        else:
+            read = ts.array(out, copy=False, write=True).write(self.tokens[begin:end], batch=batch).commit
+        if not checks and out is None:
             return read
 
         def checked(_: list) -> np.ndarray:  # handed over once the objects the read touched are checked
             self.confirm(checks)
-            return read.result()
+            value = read.result()
+            return value if out is None else out
 
         return JoinedRead([read, *(f for _, _, (f, _) in checks if f is not None)], checked)
 
