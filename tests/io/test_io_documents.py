@@ -189,3 +189,36 @@ def test_rows_filled_from_the_slab_equal_rows_from_the_documents(formats, extent
             for key in want:
                 np.testing.assert_array_equal(got[key], want[key], err_msg=key)
         assert src.reader.extent == extent
+
+
+def test_reads_in_flight_when_the_slab_grows_are_not_lost(formats):
+    """Extents decode straight into the reader's slab: one still in flight when a read needing more slots grows the
+    slab lands in the old array and is copied over. Read-ahead of half the slab, then a read of every document at
+    once (the slab grows): every piece equals the documents, those read ahead too."""
+    from unittest import mock
+
+    from datatools.io import documents
+    from datatools.io.store import TokenStore
+
+    store = TokenStore(str(formats["store"]))
+    lengths = TRUTH.lengths()
+    docs = np.arange(lengths.size)
+    grown = 0
+    with (
+        mock.patch.object(TokenStore, "object_tokens", property(lambda self: 64)),
+        mock.patch.object(documents, "LOCAL_EXTENT_TOKENS", 1 << 40),  # the extent: a whole object, 64 tokens
+    ):
+        for seed in range(10):
+            reader = documents.StorePieceReader(store, cache_bytes=8 * 64 * store.dtype.itemsize)
+            ahead = np.random.default_rng(seed).permutation(docs)[:40]
+            reader.prefetch(ahead, np.zeros_like(ahead), lengths[ahead])
+            zeros = np.zeros_like(docs)
+            np.testing.assert_array_equal(
+                reader.read_pieces(docs, zeros, lengths), TRUTH.read_pieces(docs, zeros, lengths)
+            )
+            np.testing.assert_array_equal(
+                reader.read_pieces(ahead, zeros[:40], lengths[ahead]),
+                TRUTH.read_pieces(ahead, zeros[:40], lengths[ahead]),
+            )
+            grown += reader.grown
+    assert grown >= 10
