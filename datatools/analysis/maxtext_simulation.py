@@ -120,13 +120,8 @@ def _config_data(path: str | os.PathLike | None, overrides=()) -> tuple[dict, st
 
 
 def read_maxtext_config(path: str | os.PathLike | None = None, overrides=()) -> MaxTextSettings:
-    """The packing-relevant settings of a MaxText config.
-
-    Args:
-      path: a MaxText YAML config (``base_config`` files are followed, relative to it); None: MaxText's defaults.
-      overrides: ``key=value`` strings (MaxText's command-line form); also ``devices_per_host`` and
-        ``process_count``, which MaxText takes from jax.
-    """
+    """The packing-relevant settings of the MaxText YAML config at ``path`` (its ``base_config`` chain followed;
+    None: MaxText's defaults), with ``key=value`` ``overrides`` (also ``devices_per_host`` and ``process_count``)."""
     data, where = _config_data(path, overrides)
     values = {k: _coerce(k, v, where) for k, v in data.items() if k in _KEYS and v is not None}
     s = MaxTextSettings(**values)
@@ -164,9 +159,8 @@ class MaxTextInputs:
 
 
 def maxtext_inputs(path: str | os.PathLike | None, overrides=()) -> MaxTextInputs:
-    """The files, feature and tokenizer the MaxText config at ``path`` names (its ``base_config`` chain and
-    ``key=value`` overrides followed). A relative ``tokenizer_path`` that does not exist from here is looked
-    up beside the config. A config without ``grain_train_files`` is a ValueError naming the config."""
+    """The files, feature and tokenizer the MaxText config at ``path`` (with ``overrides``) names; a relative
+    ``tokenizer_path`` missing from here is looked up beside the config. No ``grain_train_files``: ValueError."""
     data, where = _config_data(path, overrides)
     files = data.get("grain_train_files")
     if not files or not isinstance(files, str):
@@ -300,8 +294,7 @@ def maxtext_report(
     lengths, settings: MaxTextSettings, *, datatools_cap: int | None, datatools_efficiency: float, config: str
 ) -> MaxTextReport:
     """The ``maxtext`` section of an analyze-padding report: :func:`maxtext_view` of the pipeline as configured, and
-    what to set in MaxText (first fit whenever a cap is needed: MaxText caps nothing else) against datatools'
-    recommendation (its segment cap ``datatools_cap`` and efficiency)."""
+    what to set in MaxText (first fit whenever a cap is needed) against datatools' recommendation."""
     lengths = as_lengths(lengths)
     today = maxtext_view(lengths, settings)
     capped = datatools_cap is not None  # the recommendation's cap: MaxText's first_fit takes it
