@@ -297,16 +297,18 @@ def maxtext_report(
     what to set in MaxText (first fit whenever a cap is needed) against datatools' recommendation."""
     lengths = as_lengths(lengths)
     today = maxtext_view(lengths, settings)
+
+    def packed(kind: str, cap: int | None) -> MaxTextView:  # the configured pipeline with this packer and cap
+        replaced = dataclasses.replace(settings, packing=True, grain_packing_type=kind, max_segments_per_seq=cap or -1)
+        return maxtext_view(lengths, replaced)
+
     capped = datatools_cap is not None  # the recommendation's cap: MaxText's first_fit takes it
     if settings.attention in CAPPED_ATTENTION or settings.max_segments_per_seq > 0 or capped:
         # a cap the config sets is the attention kernel's limit: keep it; else the recommended one, else the most
         # documents first fit puts in a row (a cap that costs nothing)
         cap = settings.max_segments_per_seq if settings.max_segments_per_seq > 0 else datatools_cap
         if cap is None:
-            cap = maxtext_view(
-                lengths,
-                dataclasses.replace(settings, packing=True, grain_packing_type="first_fit", max_segments_per_seq=-1),
-            ).max_docs_per_row
+            cap = packed("first_fit", None).max_docs_per_row
         own_type, own_cap = "first_fit", cap
         why = (
             "attention: cudnn_flash_te needs max_segments_per_seq, which MaxText applies with first_fit only"
@@ -321,15 +323,7 @@ def maxtext_report(
     own: dict[str, bool | str | int] = {"packing": True, "grain_packing_type": own_type}  # what to set in MaxText
     if own_cap is not None:
         own["max_segments_per_seq"] = own_cap
-    own_view = maxtext_view(
-        lengths,
-        dataclasses.replace(
-            settings,
-            packing=True,
-            grain_packing_type=own_type,
-            max_segments_per_seq=-1 if own_cap is None else own_cap,
-        ),
-    )
+    own_view = packed(own_type, own_cap)
     notes = [
         why,
         "attention on packed rows needs packing: true (segment ids); dot_product and flash take them, "

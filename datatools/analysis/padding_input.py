@@ -19,8 +19,6 @@ from datatools.io.inputs import open_input
 from datatools.io.lengths_progress import read_lengths_shown
 from datatools.io.paths import display
 
-DEFAULT_WINDOW = 256  # open rows of the streaming packers without a MaxText config (Grain's num_packing_bins)
-
 
 def _counted(console, total: int, what: str):
     """:func:`count_progress` on ``console``; None: shows nothing."""
@@ -67,9 +65,8 @@ def analyze_input(
         if window is None:
             window = min(settings.per_host_batch, MAX_WINDOW)
         contexts = tuple(sorted(set(contexts) | {settings.max_target_length}))
-    options = PaddingOptions(
-        contexts or None, tile, buckets, max_segments, DEFAULT_WINDOW if window is None else window
-    )
+    window = PaddingOptions.window if window is None else window  # Grain's num_packing_bins without a MaxText config
+    options = PaddingOptions(contexts or None, tile, buckets, max_segments, window)
     if path is None:  # the files, feature and tokenizer the MaxText config names
         if maxtext_config is None:
             raise ValueError("no input: name the data as PATH, or give --maxtext-config with grain_train_files")
