@@ -48,11 +48,9 @@ class PaddingOptions:
     threads: int = 2
 
     def __post_init__(self) -> None:
-        checked = {key: check_int(getattr(self, key), key, minimum=1) for key in ("tile", "buckets", "window")}
-        if self.max_segments is not None:
-            checked["max_segments"] = check_int(self.max_segments, "max_segments", minimum=1)
-        for key, value in checked.items():
-            object.__setattr__(self, key, value)
+        for key in ("tile", "buckets", "window", "max_segments"):
+            if key != "max_segments" or self.max_segments is not None:  # None: no cap
+                object.__setattr__(self, key, check_int(getattr(self, key), key, minimum=1))
         if self.contexts is not None:
             object.__setattr__(self, "contexts", tuple(sorted({check_int(c, "ctx", minimum=1) for c in self.contexts})))
         for name in self.strategies:
