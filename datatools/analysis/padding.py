@@ -99,8 +99,8 @@ def _log_edges(longest: int) -> np.ndarray:
 
 def chunked_length_stats(chunks) -> LengthSummary | None:
     """:func:`length_stats` of the concatenation of ``chunks`` (int64 tokens per document), one chunk at a time: a
-    count of every length (8 bytes a value) gives NumPy's percentiles exactly and the histogram. None when a
-    document is over :data:`EXACT_HISTOGRAM_MAX` tokens (the caller falls back to the whole array)."""
+    count of every length (8 bytes a value) gives NumPy's linear-interpolation percentiles and the histogram.
+    None if a document is over :data:`EXACT_HISTOGRAM_MAX` tokens (the caller falls back to the whole array)."""
     counts = np.zeros(1, np.int64)
     n = total = 0
     for part in chunks:
