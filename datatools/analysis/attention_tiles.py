@@ -21,8 +21,8 @@ BLOCKS = (64, 128)
 
 @dataclass(frozen=True)
 class TileCount(Report):
-    """Tiles of ``rows`` packed rows of ``ctx`` tokens at tile size ``block``: the non-empty ones (expected, with
-    bounds) a block-sparse kernel visits, the causal ones flash visits, and their ratio."""
+    """Tiles of ``rows`` packed rows of ``ctx`` tokens at tile size ``block``: non-empty (expected, with bounds),
+    causal, and their ratio."""
 
     ctx: int
     block: int
@@ -59,8 +59,8 @@ def piece_tiles(sizes: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray, 
 
 
 def tile_counts(counts: np.ndarray, rows: int, ctx: int, block: int) -> TileCount:
-    """Non-empty tiles (expected, with its bounds) and causal tiles of ``rows`` packed rows of ``ctx`` tokens (a
-    multiple of ``block``, the tile size) holding ``counts[s]`` pieces of s tokens."""
+    """The :class:`TileCount` of ``rows`` rows of ``ctx`` tokens (a multiple of ``block``) holding ``counts[s]``
+    pieces of s tokens."""
     counts = np.asarray(counts)
     sizes = np.flatnonzero(counts)
     n = counts[sizes].astype(np.float64)
@@ -84,8 +84,8 @@ def tile_counts(counts: np.ndarray, rows: int, ctx: int, block: int) -> TileCoun
 def attention_tile_view(
     packing: str, histograms: dict[int, np.ndarray], rows: dict[int, int], blocks=BLOCKS
 ) -> AttentionTiles:
-    """The attention view of an analysis: per ctx (``histograms``: pieces per size; ``rows``: packed rows of
-    ``packing``) and tile size of ``blocks`` dividing it, non-empty against causal tiles, and the best pair."""
+    """Per ctx (``histograms``: pieces per size; ``rows``: rows of ``packing``) and tile size of ``blocks`` dividing
+    it, non-empty against causal tiles, and the best pair."""
     entries = [
         tile_counts(histograms[ctx], rows[ctx], ctx, block)
         for ctx in sorted(histograms)

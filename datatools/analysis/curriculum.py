@@ -1,11 +1,9 @@
 """What a length curriculum saves against fixed-ctx packing, counted exactly from the documents' lengths over an epoch.
 
-Fixed ctx: best fit decreasing into rows of ``ctx`` (longer documents split), computed by a causal kernel (every tile
-on and under the diagonal) or a block-sparse one (in-document tiles only). Curriculum: the batches of dataset
-decomposition (:func:`datatools.kernels.curriculum.curriculum_rows`), every causal tile of every row, empty rows
-included. Attention work is in query-key pairs and in training FLOPs per layer and ``d_model`` (12 x pairs); per
-schedule, the share of the epoch's work done by 25, 50 and 75% of its steps (a grow schedule does short batches
-first: what a run stopped early sees).
+Fixed ctx: best fit decreasing into rows of ``ctx``, run by a causal kernel (every tile on and under the diagonal) or
+a block-sparse one (in-document tiles). Curriculum: the batches of :func:`datatools.kernels.curriculum.curriculum_rows`,
+every causal tile of every row. Work in query-key pairs and FLOPs per layer and ``d_model`` (12 x pairs); per
+schedule, the share done by 25, 50 and 75% of its steps (what a run stopped early sees).
 """
 
 from __future__ import annotations
@@ -87,10 +85,9 @@ def curriculum_savings(
     schedules=("grow_p2", "mix"),
     seed: int = 0,
 ) -> CurriculumSavings:
-    """Count the attention work and padding of a curriculum of ``sizes`` (tokens, increasing, multiples of ``block``,
-    the attention tile) with ``tokens_per_batch`` slots a batch (a multiple of every size) against fixed-ctx packing
-    at its longest size, for ``lengths`` (tokens per document); the cumulative work of ``schedules`` (``grow_p2``,
-    ``mix``) over the epoch; ``seed``: the decomposition's and the order's."""
+    """The attention work and padding of a curriculum of ``sizes`` (tokens, increasing, multiples of the tile
+    ``block``) with ``tokens_per_batch`` slots a batch against fixed-ctx packing at its longest, for ``lengths``;
+    the cumulative work of ``schedules`` (``grow_p2``, ``mix``) over the epoch; ``seed``: decomposition and order."""
     sizes = [int(s) for s in sizes]
     ctx = sizes[-1]
     bad = [s for s in sizes if s % block]

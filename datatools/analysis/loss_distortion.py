@@ -1,12 +1,10 @@
 """How far averaging the loss per packed row or per batch moves each document's weight from the unpacked objective.
 
-``row_mean``: each row weighs 1, a piece with ``n`` of its row's ``T`` targets weighs ``n / T``; against unpacked
-rows under a per-row mean (every piece weighs 1: the ``document`` loss weighting). ``batch_mean``: the packed rows
-shuffled into batches of ``batch_size`` rows, a piece weighs ``n / T_b``; against the token mean over the data set
-(the ``token`` loss weighting; micro-batches under gradient accumulation are this view). A document's relative
-weight is its share of the averaged objective over its share of the reference (split documents add their pieces);
-a piece has ``length - 1`` targets (``boundary_targets: mask``); documents with no target are left out. Over
-:data:`MAX_DOCUMENTS` documents (~50 bytes a document for the plan) a seeded sample of whole blocks is used.
+``row_mean``: each row weighs 1, a piece with ``n`` of its row's ``T`` targets ``n / T``, against unpacked rows under
+a per-row mean (the ``document`` loss weighting). ``batch_mean``: rows shuffled into batches of ``batch_size``, a
+piece weighs ``n / T_b``, against the token mean (the ``token`` weighting; also micro-batches). A piece has
+``length - 1`` targets; a document's relative weight (its pieces added) is its share of the objective over its share
+of the reference; documents with no target are left out. Over :data:`MAX_DOCUMENTS` documents, a seeded sample.
 """
 
 from __future__ import annotations
@@ -27,8 +25,7 @@ BLOCK = 65_536  # consecutive documents a block of the sample (whole stretches o
 
 @dataclass(frozen=True)
 class WeightDistortion(Report):
-    """The distribution of documents' relative weight (their share of the objective / their share of the
-    reference objective) under one averaging."""
+    """The distribution of documents' relative weight under one averaging."""
 
     averaging: str  # row_mean or batch_mean
     reference: str  # the loss weighting that gives the unpacked objective: document or token
@@ -56,9 +53,8 @@ class LossDistortion(Report):
 
 
 def sample_documents(lengths, limit: int = MAX_DOCUMENTS, *, seed: int = 0, block: int = BLOCK):
-    """(int64 lengths, how chosen): all of ``lengths`` when at most ``limit`` documents, else ``limit // block``
-    random blocks of ``block`` consecutive documents (``seed``; the last may be shorter), in input order. Reads only
-    the chosen slices (a memory-mapped file stays on disk)."""
+    """(int64 lengths, how chosen): all of ``lengths`` up to ``limit`` documents, else ``limit // block`` random
+    blocks of ``block`` consecutive documents (``seed``), in input order, reading only those slices."""
     limit = check_int(limit, "max_documents", minimum=1)
     block = check_int(block, "block", minimum=1)
     n = int(np.shape(lengths)[0]) if np.ndim(lengths) == 1 else -1
@@ -72,7 +68,7 @@ def sample_documents(lengths, limit: int = MAX_DOCUMENTS, *, seed: int = 0, bloc
 
 
 def _relative(weight: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    """Per document: (weight / sum) / (ref / sum); NaN where ``ref`` is 0 (a document with no target)."""
+    """Per document: (weight / sum) / (ref / sum); NaN where ``ref`` is 0."""
     out = np.full(weight.shape, np.nan)
     keep = ref > 0
     if keep.any():
@@ -99,13 +95,9 @@ def _distribution(averaging: str, reference: str, rel: np.ndarray) -> WeightDist
 def relative_weights(
     lengths, ctx: int, *, batch_size: int = DEFAULT_BATCH_SIZE, algorithm: str = "best_fit_decreasing", seed: int = 0
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """(per-row-mean relative weight, per-batch-mean relative weight, rows of the plan): float64 per document, NaN
-    for a document with no target, for ``lengths`` packed by ``algorithm`` into rows of ``ctx`` tokens (longer
-    documents split) and the rows shuffled (``seed``) into batches of ``batch_size``.
-
-    Raises:
-      ValueError: bad lengths, ctx, batch_size or algorithm (naming the value).
-    """
+    """(per-row-mean, per-batch-mean relative weight: float64 per document, NaN without a target; rows of the plan)
+    for ``lengths`` packed by ``algorithm`` into rows of ``ctx`` tokens, the rows shuffled (``seed``) into batches
+    of ``batch_size``. Bad lengths, ctx, batch_size or algorithm: ValueError naming the value."""
     lengths = as_lengths(lengths)
     batch_size = check_int(batch_size, "batch_size", minimum=1)
     plan = pack_lengths(lengths, ctx, algorithm=algorithm, overflow="split")
@@ -140,8 +132,8 @@ def loss_distortion(
     max_documents: int = MAX_DOCUMENTS,
     block: int = BLOCK,
 ) -> LossDistortion:
-    """The distribution of :func:`relative_weights` under both averagings (arguments as there), on at most
-    ``max_documents`` documents (:func:`sample_documents`, blocks of ``block``, the same ``seed``)."""
+    """:func:`relative_weights`' distribution under both averagings, on at most ``max_documents`` documents
+    (:func:`sample_documents`)."""
     total = int(np.shape(lengths)[0]) if np.ndim(lengths) == 1 else 0
     sample, selection = sample_documents(lengths, max_documents, seed=seed, block=block)
     row_rel, batch_rel, rows = relative_weights(sample, ctx, batch_size=batch_size, algorithm=algorithm, seed=seed)

@@ -120,13 +120,8 @@ def _config_data(path: str | os.PathLike | None, overrides=()) -> tuple[dict, st
 
 
 def read_maxtext_config(path: str | os.PathLike | None = None, overrides=()) -> MaxTextSettings:
-    """The packing-relevant settings of a MaxText config.
-
-    Args:
-      path: a MaxText YAML config (``base_config`` files are followed, relative to it); None: MaxText's defaults.
-      overrides: ``key=value`` strings (MaxText's command-line form); also ``devices_per_host`` and
-        ``process_count``, which MaxText takes from jax.
-    """
+    """The packing-relevant settings of the MaxText YAML config at ``path`` (its ``base_config`` chain followed;
+    None: MaxText's defaults), with ``key=value`` ``overrides`` (also ``devices_per_host`` and ``process_count``)."""
     data, where = _config_data(path, overrides)
     values = {k: _coerce(k, v, where) for k, v in data.items() if k in _KEYS and v is not None}
     s = MaxTextSettings(**values)
@@ -164,9 +159,8 @@ class MaxTextInputs:
 
 
 def maxtext_inputs(path: str | os.PathLike | None, overrides=()) -> MaxTextInputs:
-    """The files, feature and tokenizer the MaxText config at ``path`` names (its ``base_config`` chain and
-    ``key=value`` overrides followed). A relative ``tokenizer_path`` that does not exist from here is looked
-    up beside the config. A config without ``grain_train_files`` is a ValueError naming the config."""
+    """The files, feature and tokenizer the MaxText config at ``path`` (with ``overrides``) names; a relative
+    ``tokenizer_path`` missing from here is looked up beside the config. No ``grain_train_files``: ValueError."""
     data, where = _config_data(path, overrides)
     files = data.get("grain_train_files")
     if not files or not isinstance(files, str):
@@ -300,20 +294,21 @@ def maxtext_report(
     lengths, settings: MaxTextSettings, *, datatools_cap: int | None, datatools_efficiency: float, config: str
 ) -> MaxTextReport:
     """The ``maxtext`` section of an analyze-padding report: :func:`maxtext_view` of the pipeline as configured, and
-    what to set in MaxText (first fit whenever a cap is needed: MaxText caps nothing else) against datatools'
-    recommendation (its segment cap ``datatools_cap`` and efficiency)."""
+    what to set in MaxText (first fit whenever a cap is needed) against datatools' recommendation."""
     lengths = as_lengths(lengths)
     today = maxtext_view(lengths, settings)
+
+    def packed(kind: str, cap: int | None) -> MaxTextView:  # the configured pipeline with this packer and cap
+        replaced = dataclasses.replace(settings, packing=True, grain_packing_type=kind, max_segments_per_seq=cap or -1)
+        return maxtext_view(lengths, replaced)
+
     capped = datatools_cap is not None  # the recommendation's cap: MaxText's first_fit takes it
     if settings.attention in CAPPED_ATTENTION or settings.max_segments_per_seq > 0 or capped:
         # a cap the config sets is the attention kernel's limit: keep it; else the recommended one, else the most
         # documents first fit puts in a row (a cap that costs nothing)
         cap = settings.max_segments_per_seq if settings.max_segments_per_seq > 0 else datatools_cap
         if cap is None:
-            cap = maxtext_view(
-                lengths,
-                dataclasses.replace(settings, packing=True, grain_packing_type="first_fit", max_segments_per_seq=-1),
-            ).max_docs_per_row
+            cap = packed("first_fit", None).max_docs_per_row
         own_type, own_cap = "first_fit", cap
         why = (
             "attention: cudnn_flash_te needs max_segments_per_seq, which MaxText applies with first_fit only"
@@ -328,15 +323,7 @@ def maxtext_report(
     own: dict[str, bool | str | int] = {"packing": True, "grain_packing_type": own_type}  # what to set in MaxText
     if own_cap is not None:
         own["max_segments_per_seq"] = own_cap
-    own_view = maxtext_view(
-        lengths,
-        dataclasses.replace(
-            settings,
-            packing=True,
-            grain_packing_type=own_type,
-            max_segments_per_seq=-1 if own_cap is None else own_cap,
-        ),
-    )
+    own_view = packed(own_type, own_cap)
     notes = [
         why,
         "attention on packed rows needs packing: true (segment ids); dot_product and flash take them, "

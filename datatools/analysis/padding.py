@@ -34,11 +34,10 @@ HISTOGRAM_BINS = 24
 
 @dataclass(frozen=True)
 class PaddingOptions:
-    """The analyzer's options (tokens), validated once here: the ``contexts`` to evaluate (sorted, equal ones merged;
-    None: :func:`default_contexts`), the accelerator's ``tile`` (bucket lengths and default contexts are multiples of
-    it), K ``buckets``, ``max_segments`` per packed row (None: no cap), the ``window`` of open rows of the streaming
-    first/best fit (Grain's num_packing_bins), the ``strategies`` to run (of :data:`STRATEGIES`) and the ``threads``
-    running them in parallel (the kernels release the GIL)."""
+    """The analyzer's options (tokens), validated here: ``contexts`` (sorted, merged; None: :func:`default_contexts`),
+    the accelerator ``tile`` (bucket lengths and default contexts are multiples of it), K ``buckets``,
+    ``max_segments`` per row (None: no cap), ``window`` open rows of the streaming packers (Grain's
+    num_packing_bins), the ``strategies`` to run and the ``threads`` running them (the kernels release the GIL)."""
 
     contexts: tuple[int, ...] | None = None
     tile: int = 128
@@ -49,11 +48,9 @@ class PaddingOptions:
     threads: int = 2
 
     def __post_init__(self) -> None:
-        checked = {key: check_int(getattr(self, key), key, minimum=1) for key in ("tile", "buckets", "window")}
-        if self.max_segments is not None:
-            checked["max_segments"] = check_int(self.max_segments, "max_segments", minimum=1)
-        for key, value in checked.items():
-            object.__setattr__(self, key, value)
+        for key in ("tile", "buckets", "window", "max_segments"):
+            if key != "max_segments" or self.max_segments is not None:  # None: no cap
+                object.__setattr__(self, key, check_int(getattr(self, key), key, minimum=1))
         if self.contexts is not None:
             object.__setattr__(self, "contexts", tuple(sorted({check_int(c, "ctx", minimum=1) for c in self.contexts})))
         for name in self.strategies:
@@ -97,15 +94,13 @@ def length_stats(lengths: np.ndarray) -> LengthSummary:
 
 
 def _log_edges(longest: int) -> np.ndarray:
-    edges = np.unique(np.concatenate(([0, 1], np.geomspace(1, max(longest, 1) + 1, HISTOGRAM_BINS)))).astype(np.int64)
-    return np.unique(np.ceil(edges)).astype(np.int64)
+    return np.unique(np.concatenate(([0, 1], np.geomspace(1, max(longest, 1) + 1, HISTOGRAM_BINS))).astype(np.int64))
 
 
 def chunked_length_stats(chunks) -> LengthSummary | None:
-    """:func:`length_stats` of the concatenation of ``chunks`` (int64 tokens per document), holding one chunk at
-    a time: a count of every length (up to :data:`EXACT_HISTOGRAM_MAX` tokens, 8 bytes a length value) gives
-    the percentiles exactly (NumPy's linear interpolation between order statistics) and the log histogram.
-    Returns None when the longest document is over that bound (the caller falls back to whole arrays)."""
+    """:func:`length_stats` of the concatenation of ``chunks`` (int64 tokens per document), one chunk at a time: a
+    count of every length (8 bytes a value) gives NumPy's linear-interpolation percentiles and the histogram.
+    None if a document is over :data:`EXACT_HISTOGRAM_MAX` tokens (the caller falls back to the whole array)."""
     counts = np.zeros(1, np.int64)
     n = total = 0
     for part in chunks:
@@ -184,15 +179,12 @@ def contexts_note(lengths: LengthStats, tile: int, contexts: list[int], *, given
 class SharedLengthArrays:
     """Arrays shared by the strategies at each ctx, computed once on first use (thread-safe).
 
-    ``lengths``: validated int64 tokens per document; or, over :data:`CHUNK` documents, any 1-D integer array of
-    them (e.g. a memory-mapped ``lengths.npy``), never copied whole: read and validated a slice at a time, the
-    in-order packers carrying their state from slice to slice (:func:`~datatools.kernels.packing.count_rows_chunked`).
-    """
+    ``lengths``: validated int64 tokens per document; or, over :data:`CHUNK` documents, any 1-D integer array (e.g. a
+    memory-mapped ``lengths.npy``), read and validated a slice at a time, never copied whole."""
 
     def __init__(self, lengths: np.ndarray):
         self._source = lengths
-        self._chunk = CHUNK
-        self.chunked = int(lengths.shape[0]) > self._chunk
+        self.chunked = int(lengths.shape[0]) > CHUNK
         self.nonempty = None if self.chunked else (lengths[lengths > 0] if (lengths == 0).any() else lengths)
         self.docs = self.total = 0
         for part in self.chunks():
@@ -212,8 +204,8 @@ class SharedLengthArrays:
 
     def slices(self):
         """Every document's length (int64), a slice of :data:`CHUNK` documents at a time, validated as read."""
-        for lo in range(0, int(self._source.shape[0]), self._chunk):
-            yield as_lengths(np.asarray(self._source[lo : lo + self._chunk]), f"lengths[{lo}:]")
+        for lo in range(0, int(self._source.shape[0]), CHUNK):
+            yield as_lengths(np.asarray(self._source[lo : lo + CHUNK]), f"lengths[{lo}:]")
 
     def chunks(self):
         """The non-empty documents' lengths (int64), in order: the whole array, or one slice after another."""
@@ -228,8 +220,7 @@ class SharedLengthArrays:
         return self._get(("sizes", ctx), lambda: np.concatenate([piece_sizes(p, ctx) for p in self.chunks()]))
 
     def pad_stats(self, ctx: int) -> tuple[int, int, float]:
-        """(kept tokens, documents longer than ctx, causal in-document query-key pairs) under truncation at ctx;
-        vectorized by slices of :data:`PAD_CHUNK` documents (bounded temporaries)."""
+        """(kept tokens, documents longer than ctx, causal in-document query-key pairs) under truncation at ctx."""
 
         def make():
             kept = long_docs = 0
@@ -253,16 +244,14 @@ class SharedLengthArrays:
         return self._get(("histogram", ctx), lambda: sum(piece_histogram(p, ctx) for p in self.chunks()))
 
     def count(self, ctx: int, name: str, max_segments: int | None, window: int):
-        """:func:`count_rows` of an in-order packer (``next_fit``, ``first_fit``, ``best_fit``, ``concat_split``)
-        over the documents: on cached piece sizes, or a slice at a time for a chunked input."""
+        """:func:`count_rows` of an in-order packer: on cached piece sizes, or a slice at a time when chunked."""
         if self.chunked or BY_NAME[name].cuts_documents:
             win = None if BY_NAME[name].cuts_documents else window
             return count_rows_chunked(ctx, name, self.chunks(), max_segments=max_segments, window=win)
         return count_rows(ctx, name, sizes=self.sizes(ctx), max_segments=max_segments, window=window)
 
     def segment_pairs(self, ctx: int) -> float:
-        """Causal query-key pairs inside the pieces of documents split at ctx (sum of s(s+1)/2): what a
-        segment-aware attention kernel computes."""
+        """Causal query-key pairs inside the pieces at ctx (sum of s(s+1)/2): a segment-aware kernel's work."""
 
         def make():
             counts = self.histogram(ctx)
@@ -287,10 +276,8 @@ def _bucket(prep: SharedLengthArrays, ctx: int, tile: int, buckets: int):
 def simulate(
     prep: SharedLengthArrays | np.ndarray, ctx: int, name: str, options: PaddingOptions = PaddingOptions()
 ) -> StrategyResult:
-    """One strategy at one ctx: rows, efficiency, dropped tokens, truncated and split fractions, documents per row,
-    and what attention costs (:func:`attention_pairs`); ``options``: its tile, buckets, max_segments and window.
-
-    ``prep`` is a :class:`SharedLengthArrays` (shared across calls) or validated int64 lengths."""
+    """One strategy at one ctx (:class:`StrategyResult`); ``prep``: a :class:`SharedLengthArrays` (shared across
+    calls) or lengths."""
     t0 = time.perf_counter()
     if not isinstance(prep, SharedLengthArrays):
         prep = SharedLengthArrays(as_lengths(prep))
@@ -338,9 +325,8 @@ def simulate(
 def attention_pairs(
     prep: SharedLengthArrays, ctx: int, name: str, rows: int, boundaries: list[int] | None
 ) -> tuple[float, float]:
-    """What attention costs under a strategy: (query-key pairs a dense causal kernel computes over every row,
-    padding included; the in-document pairs a segment-aware kernel computes, sum of s^2/2 over pieces). For
-    concat_split the in-document figure is an upper bound (it cuts documents at row ends, into smaller pieces)."""
+    """(query-key pairs a dense causal kernel computes over every row, padding included; the in-document pairs a
+    segment-aware kernel computes). For concat_split the second is an upper bound (it cuts documents further)."""
     segment = prep.pad_stats(ctx)[2] if name == "pad" else prep.segment_pairs(ctx)
     if boundaries is None:
         return rows * ctx * (ctx + 1) / 2, segment
@@ -356,17 +342,15 @@ _COST = {"bucket": 1, "pad": 1, **{a.name: a.cost for a in TABLE}}
 
 
 def analyze(lengths, options: PaddingOptions = PaddingOptions(), *, progress=None) -> PaddingReport:
-    """The :class:`~datatools.analysis.padding_result.PaddingReport` of ``lengths`` (tokens per document): length
-    statistics, every strategy at every ctx of ``options``, and a recommendation. ``progress()`` is called after
-    each strategy finishes."""
+    """The :class:`PaddingReport` of ``lengths`` (tokens per document): statistics, every strategy at every ctx, and
+    a recommendation. ``progress()`` is called after each strategy."""
     big = isinstance(lengths, np.ndarray) and lengths.ndim == 1 and lengths.shape[0] > CHUNK
     if not big:
         lengths = as_lengths(lengths)
     prep = SharedLengthArrays(lengths)
-    # a big input a slice at a time: the exact percentiles from a count of every length
-    stats = chunked_length_stats(prep.slices()) if big else None
-    if stats is None:
-        stats = length_stats(lengths if not big else as_lengths(lengths))
+    stats = (chunked_length_stats(prep.slices()) if big else None) or length_stats(
+        as_lengths(lengths) if big else lengths
+    )
     if stats.num_tokens == 0:
         raise ValueError("every document is empty (0 tokens)")
     given = options.contexts is not None
@@ -431,11 +415,9 @@ def recommend(
 ) -> Recommendation:
     """Pick a ctx and a strategy from ``results``, with a datatools pipeline snippet and the MaxText settings.
 
-    ctx: the smallest evaluated ctx at or above the ``p99`` length, else the largest. Strategy: padding when it
-    wastes under 5%; else the most efficient packer that keeps documents whole (ties: best_fit_decreasing), or
-    concat_split when it beats that by over one point. max_segments: the given cap, else the smallest of
-    :data:`SEGMENT_CAPS` that loses under half a point of efficiency.
-    """
+    ctx: the smallest evaluated at or above ``p99``, else the largest. Strategy: padding when it wastes under 5%;
+    else the most efficient whole-document packer (ties: best_fit_decreasing), or concat_split when over one point
+    better. max_segments: the given cap, else the smallest of :data:`SEGMENT_CAPS` losing under half a point."""
     contexts = options.contexts or sorted({r.ctx for r in results})
     ctx = next((c for c in contexts if c >= p99), contexts[-1])
     at = {r.name: r for r in results if r.ctx == ctx}

@@ -19,11 +19,9 @@ from datatools.io.inputs import open_input
 from datatools.io.lengths_progress import read_lengths_shown
 from datatools.io.paths import display
 
-DEFAULT_WINDOW = 256  # open rows of the streaming packers without a MaxText config (Grain's num_packing_bins)
-
 
 def _counted(console, total: int, what: str):
-    """:func:`count_progress` on ``console``; None: an ``advance`` that shows nothing."""
+    """:func:`count_progress` on ``console``; None: shows nothing."""
     return nullcontext(lambda n=1: None) if console is None else count_progress(console, total, what)
 
 
@@ -43,19 +41,17 @@ def analyze_input(
     tokens_per_batch: int | None = None,
     **input_options,
 ) -> PaddingReport:
-    """The padding analysis of the input at ``path`` (any input :func:`~datatools.io.inputs.open_input` reads, with
-    ``input_options``; None: the ``grain_train_files``, feature and ``tokenizer_path`` ``maxtext_config`` names).
+    """The padding analysis of the input at ``path`` (read by :func:`~datatools.io.inputs.open_input` with
+    ``input_options``; None: the files, feature and tokenizer ``maxtext_config`` names).
 
     Args:
       contexts: ctx values (tokens); empty: the defaults. A MaxText config's ``max_target_length`` is added.
-      tile, buckets, max_segments: as :class:`~datatools.analysis.padding.PaddingOptions`.
-      window: open rows of the streaming packers; None: 256, or MaxText's per-host batch with a MaxText config.
-      maxtext_config, maxtext_set: a MaxText YAML config and its ``KEY=VALUE`` overrides: also report what that
-        pipeline wastes today and what to set.
+      tile, buckets, max_segments, window: as :class:`~datatools.analysis.padding.PaddingOptions`; ``window`` None:
+        256, or MaxText's per-host batch.
+      maxtext_config, maxtext_set: a MaxText YAML config and ``KEY=VALUE`` overrides: also what it wastes today.
       console: a rich console for progress; None shows nothing.
       loss_batch_size: rows per batch of the loss-weight distortion view; None: 32.
-      curriculum, tokens_per_batch: a length curriculum's lengths (tokens) and slots a batch (default 8 rows of the
-        longest): also count what it saves against fixed-ctx packing at the longest.
+      curriculum, tokens_per_batch: a length curriculum (tokens) and slots a batch (None: 8 rows of the longest).
 
     Raises:
       ValueError: the input holds no document, or a bad option or MaxText key (naming it).
@@ -69,9 +65,8 @@ def analyze_input(
         if window is None:
             window = min(settings.per_host_batch, MAX_WINDOW)
         contexts = tuple(sorted(set(contexts) | {settings.max_target_length}))
-    options = PaddingOptions(
-        contexts or None, tile, buckets, max_segments, DEFAULT_WINDOW if window is None else window
-    )
+    window = PaddingOptions.window if window is None else window  # Grain's num_packing_bins without a MaxText config
+    options = PaddingOptions(contexts or None, tile, buckets, max_segments, window)
     if path is None:  # the files, feature and tokenizer the MaxText config names
         if maxtext_config is None:
             raise ValueError("no input: name the data as PATH, or give --maxtext-config with grain_train_files")

@@ -62,8 +62,8 @@ class OrderStats(Report):
 
 @dataclass(frozen=True)
 class ShuffleReport(Report):
-    """What :func:`shuffle_report` measured (``datatools shuffle-report`` prints it): the parameters, the full
-    shuffle's expected groups per batch and each order's figures."""
+    """What :func:`shuffle_report` measured: the parameters, a full shuffle's expected groups per batch and each
+    order's figures."""
 
     n: int
     io_block_size: int
@@ -114,20 +114,11 @@ def shuffle_report(
     lanes: int = 256,
     lane_window: int = 1024,
 ) -> ShuffleReport:
-    """Compare no shuffle, full Feistel shuffle, block shuffle and the block shuffle read in lanes on [0, n).
-
-    Args:
-      n: records.
-      io_block_size: records per io block (one contiguous read) of the block shuffle.
-      window_blocks: io blocks per shuffle window; also the reader's cache (blocks) when counting block reads, so
-        every order gets the same memory, but ``lanes``: the cache a lane reader holds (every lane's window of
-        blocks and one more).
-      group_size: records per stored group (material, source).
-      batch_size: records per batch.
-      seed, epoch: of the shuffles.
-      lanes, lane_window: lanes and records per lane window of the ``lanes`` order
-        (:func:`~datatools.kernels.shuffle.lane_order`).
-    """
+    """Compare no shuffle, full Feistel shuffle, block shuffle and the block shuffle read in lanes on [0, n)
+    records: ``io_block_size`` records a contiguous read, ``window_blocks`` io blocks a shuffle window (and the
+    reader's cache when counting reads; ``lanes``: every lane's window of blocks and one more), ``group_size``
+    records a stored group, ``batch_size`` records a batch, ``lanes`` x ``lane_window`` records of the lanes order
+    (:func:`~datatools.kernels.shuffle.lane_order`)."""
     n = check_int(n, "n", minimum=1)
     for name, value in (
         ("io_block_size", io_block_size),

@@ -1,11 +1,9 @@
-"""The ``datatools`` command line (click), one module per subcommand, each imported only when it runs (``--help`` and
-``--version`` import no numba, Grain or JAX).
+"""The ``datatools`` command line (click): one module per subcommand, imported only when it runs (``--help`` imports
+no numba, Grain or JAX).
 
-Every error is one line on stderr (``datatools: error: ...``), never a traceback, with a status chosen by the
-exception's type alone (:func:`datatools.base.errors.exit_status`): **2** bad input or usage (click's usage errors,
-``ValueError``/``TypeError``, a missing file); **1** the environment or the run (permission denied, disk full, out of
-memory, a diverged training run, any unexpected error, a native ``BaseException`` such as pyo3's ``PanicException``);
-**130** interrupted (Ctrl-C).
+Every error is one line on stderr (``datatools: error: ...``), never a traceback; the status follows the exception's
+type (:func:`datatools.base.errors.exit_status`): **2** bad input or usage (a missing file too); **1** the environment
+or the run (permissions, disk full, out of memory, a diverged run, an unexpected or native error); **130** Ctrl-C.
 """
 
 from __future__ import annotations
@@ -68,8 +66,7 @@ EXTRA_OF = {"train": ("jax", "jax")}  # subcommand -> (module it needs, extra th
 
 
 class Interrupted(BaseException):
-    """Ctrl-C while a subcommand ran: carried past click, which would print an empty line for a
-    ``KeyboardInterrupt``; :func:`main` prints one line and returns 130."""
+    """Ctrl-C while a subcommand ran, carried past click (which prints an empty line for a KeyboardInterrupt)."""
 
 
 class LazyGroup(click.Group):
@@ -123,19 +120,13 @@ def cli() -> None:
 
 
 def _error(message: str, kind: str = "error") -> None:
-    """One line on stderr (an error, or a library warning: a link not followed, a slow access pattern), printable
-    whatever bytes a file name held."""
+    """One printable line on stderr: an error, or a library warning."""
     from datatools.io.paths import printable
 
     line = " ".join(printable(str(message)).split())
     if len(line) > 2000:
         line = line[:1997] + "..."
     print(f"datatools: {kind}: {line}", file=sys.stderr)
-
-
-def _warning(message, *_, **__) -> None:
-    """``warnings.showwarning``: a warning as one line, like an error."""
-    _error(message, "warning")
 
 
 def _message(exc: Exception) -> str:
@@ -157,7 +148,7 @@ def _message(exc: Exception) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status (see the module docstring)."""
     with warnings.catch_warnings():
-        warnings.showwarning = _warning
+        warnings.showwarning = lambda message, *_, **__: _error(message, "warning")  # one line, like an error
         # datatools' own warnings (a link not followed, a slow access pattern) are part of the answer: shown even
         # under -W ignore / PYTHONWARNINGS=ignore; other packages' warnings keep the filters the user set
         warnings.filterwarnings("default", category=UserWarning, module=r"datatools(\.|$)")
@@ -168,9 +159,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _exit_now(status: int) -> None:
-    """End the process after a Ctrl-C as soon as its cleanup has run (output flushed, the exit hooks: workers
-    stopped, multiprocessing's resources released), without the interpreter's teardown, whose garbage collection
-    took seconds with JAX and Grain loaded (a Ctrl-C took 3.5 s to end a pipeline)."""
+    """End the process after a Ctrl-C once output is flushed and the exit hooks ran, skipping the interpreter's
+    teardown (its garbage collection took 3.5 s with JAX and Grain loaded)."""
     import atexit
     import os
 

@@ -101,65 +101,21 @@ from datatools.io.paths import display
     default=None,
     help="Write a PNG: the length histogram beside each strategy's efficiency.",
 )
-def analyze_padding_command(
-    path,
-    column,
-    tokenizer,
-    tokenizer_settings,
-    bos,
-    eos,
-    contexts,
-    tile,
-    buckets,
-    max_segments,
-    window,
-    maxtext_config,
-    maxtext_set,
-    eos_id,
-    bin_dtype,
-    loss_batch_size,
-    curriculum,
-    tokens_per_batch,
-    json_out,
-    write_config,
-    trainer,
-    plot_out,
-):
+def analyze_padding_command(path, curriculum, json_out, write_config, trainer, plot_out, **options):
     """Length distribution of PATH, the padding waste of every strategy, and a recommendation.
 
     Without PATH, --maxtext-config names the data: its grain_train_files (a glob or comma list of ArrayRecord
     or other files), train_data_columns and tokenizer_path (a SentencePiece model or tokenizer.json)."""
-    if path is None and maxtext_config is None:
+    if path is None and options["maxtext_config"] is None:
         raise click.UsageError("name the data as PATH, or give --maxtext-config whose grain_train_files names it")
-    err = make_console(stderr=True)
-    report = analyze_input(
-        path,
-        contexts=contexts,
-        tile=tile,
-        buckets=buckets,
-        max_segments=max_segments,
-        window=window,
-        maxtext_config=maxtext_config,
-        maxtext_set=maxtext_set,
-        console=err,
-        column=column,
-        tokenizer=tokenizer,
-        tokenizer_settings=tokenizer_settings,
-        bos=bos,
-        eos=eos,
-        eos_id=eos_id,
-        bin_dtype=bin_dtype,
-        loss_batch_size=loss_batch_size,
-        curriculum=_lengths_list(curriculum),
-        tokens_per_batch=tokens_per_batch,
-    )
+    report = analyze_input(path, console=make_console(stderr=True), curriculum=_lengths_list(curriculum), **options)
     console = result_console(stderr=json_out == "-")
     render(report, console, source=report.source or display(path))
     if plot_out:
         plot(report, plot_out, source=report.source or display(path))
         console.print(f"plot written to {plot_out}")
     if write_config:
-        _write_config(report, write_config, trainer, path, column, tokenizer, console)
+        _write_config(report, write_config, trainer, path, options["column"], options["tokenizer"], console)
     emit_json(json_out, report)
 
 

@@ -6,22 +6,13 @@ import click
 
 
 class PathAccessError(click.BadParameter):
-    """click's check of a path option found the file there but not readable (or writable, executable): the
-    environment (permissions), exit status 1, like the PermissionError the library would raise."""
+    """A path option's file is there but refused for its permissions: the environment, exit status 1."""
 
     exit_code = 1
 
 
 class AccessCheckedPath(click.Path):
-    """``click.Path`` whose refusal of an existing path for its permissions is a :class:`PathAccessError` (typed:
-    the command line maps it to exit 1 without reading click's message)."""
-
-    @classmethod
-    def like(cls, path: click.Path) -> AccessCheckedPath:
-        """The same checks as ``path`` (a ``click.Path``): a copy of its settings."""
-        checked = cls.__new__(cls)
-        checked.__dict__.update(vars(path))
-        return checked
+    """``click.Path`` whose refusal of an existing path for its permissions is a :class:`PathAccessError`."""
 
     def convert(self, value, param, ctx):
         try:
@@ -52,7 +43,9 @@ def access_checked(command: click.Command) -> click.Command:
     """``command`` with every ``click.Path`` parameter type made an :class:`AccessCheckedPath` (once)."""
     for param in command.params:
         if isinstance(param.type, click.Path) and not isinstance(param.type, AccessCheckedPath):
-            param.type = AccessCheckedPath.like(param.type)
+            checked = AccessCheckedPath.__new__(AccessCheckedPath)
+            checked.__dict__.update(vars(param.type))  # the same settings
+            param.type = checked
     return command
 
 
@@ -67,8 +60,7 @@ def make_console(stderr: bool = False):
 
 
 def result_console(stderr: bool = False):
-    """The console a command prints its result on (:func:`make_console`), the live line of what it was doing
-    cleared first (:func:`datatools.base.progress.doing`): the result never interleaves with a progress line."""
+    """:func:`make_console` for a command's result, the live progress line cleared first (no interleaving)."""
     from datatools.base.progress import doing
 
     doing(None)
@@ -76,8 +68,8 @@ def result_console(stderr: bool = False):
 
 
 def emit_json(json_out: str | None, payload) -> None:
-    """Write ``payload.to_json()`` (a :class:`~datatools.base.reports.Report`) to the file or ``s3://`` / ``gs://`` URL
-    ``json_out`` (atomically), or to stdout when it is ``-``."""
+    """Write ``payload.to_json()`` to the file or ``s3://`` / ``gs://`` URL ``json_out`` (atomically), or stdout
+    for ``-``."""
     if not json_out:
         return
     from datatools.io.storage import write_text
@@ -135,8 +127,8 @@ def tokenizer_options(command):
 
 
 def input_options(command):
-    """The options that say how an input is read, shared by the commands that take any input (analyze-padding,
-    pack): ``--column``, ``--tokenizer`` with :func:`tokenizer_options`, ``--eos-id`` and ``--bin-dtype``."""
+    """How an input is read (analyze-padding, pack): ``--column``, ``--tokenizer`` with :func:`tokenizer_options`,
+    ``--eos-id`` and ``--bin-dtype``."""
     from datatools.base.checks import MAX_TOKEN_ID  # here, not at the top: `datatools --help` imports no numpy
     from datatools.io.numpy_files import BIN_DTYPES
 

@@ -39,50 +39,14 @@ from datatools.kernels.packing import ALGORITHMS
 @click.option("--overwrite", is_flag=True, help="Replace OUT when it is an existing plan.")
 @input_options
 @json_option("the plan's header (num_rows, lower_bound_rows, efficiency, ...)", then="")
-def pack_command(
-    data,
-    out,
-    ctx,
-    algorithm,
-    max_segments,
-    align,
-    overflow,
-    group_docs,
-    overwrite,
-    column,
-    tokenizer,
-    tokenizer_settings,
-    bos,
-    eos,
-    eos_id,
-    bin_dtype,
-    json_out,
-):
+def pack_command(data, out, ctx, align, json_out, **options):
     """Plan DATA into the packed plan directory OUT (rows of --ctx tokens; index only, no token copied)."""
     from datatools.io.paths import display
     from datatools.jobs.pack_plan import pack_plan
 
     if ctx % align:
         raise click.BadParameter(f"--align {align} must divide --ctx {ctx}", param_hint="--align")
-    report = pack_plan(
-        data,
-        out,
-        ctx,
-        algorithm=algorithm,
-        max_segments=max_segments,
-        align=align,
-        overflow=overflow,
-        group_docs=group_docs,
-        overwrite=overwrite,
-        console=make_console(stderr=True),
-        column=column,
-        tokenizer=tokenizer,
-        tokenizer_settings=tokenizer_settings,
-        bos=bos,
-        eos=eos,
-        eos_id=eos_id,
-        bin_dtype=bin_dtype,
-    )
+    report = pack_plan(data, out, ctx, align=align, console=make_console(stderr=True), **options)
     console = result_console(stderr=json_out == "-")
     console.print(
         f"{display(out)}: {report.num_rows:,} rows of {ctx} tokens ({report.num_pieces:,} pieces of "

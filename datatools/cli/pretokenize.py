@@ -42,22 +42,7 @@ from datatools.jobs.pretokenize import ENGINES, pretokenize, require_engine
     help="When OUTPUT already holds this job's store, read back every chunk's sha256 before calling it complete "
     "(without it: the listing and every chunk's size). A damaged store is rebuilt.",
 )
-def pretokenize_command(
-    inputs,
-    output,
-    tokenizer,
-    column,
-    tokenizer_settings,
-    bos,
-    eos,
-    ctx,
-    tile,
-    workers,
-    engine,
-    ray_address,
-    overwrite,
-    check,
-):
+def pretokenize_command(inputs, engine, **options):
     """Tokenize INPUTS (Parquet, JSONL, .txt, Arrow, HF save_to_disk dirs) into the token store OUTPUT.
 
     Resumable: run the same command again after an interruption and it finishes
@@ -69,22 +54,7 @@ def pretokenize_command(
         raise click.UsageError(
             f"'datatools pretokenize --engine {engine}' needs {exc.name}: {install_command(str(exc.name))}"
         ) from None
-    result = pretokenize(
-        list(inputs),
-        output,
-        tokenizer,
-        column=column,
-        bos=bos,
-        eos=eos,
-        ctx=ctx,
-        tile=tile,
-        tokenizer_settings=tokenizer_settings,
-        workers=workers,
-        engine=engine,
-        ray_address=ray_address,
-        overwrite=overwrite,
-        check=check,
-    )
+    result = pretokenize(list(inputs), engine=engine, **options)
     err = make_console(stderr=True)
     for key in ("tokenizer", "duplicates", "cleaned", "repaired", "indexed"):
         if key in result.extra:

@@ -3,7 +3,7 @@ with one line naming the store and the first bad chunk."""
 
 from __future__ import annotations
 
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 
 import click
 from rich.table import Table
@@ -42,33 +42,24 @@ def verify_command(store, json_out):
     emit_json(json_out, report)
 
 
-class _progress:
-    """verify_store's ``progress(done, total)`` shown by :func:`~datatools.base.progress.count_progress` (a bar
-    on a terminal, plain lines elsewhere): one bar per phase, the chunks' bytes checked, then the tokens decoded."""
+PHASES = (("checking chunks (sha256)", "bytes"), ("checking tokens", "tokens"))
 
-    PHASES = (("checking chunks (sha256)", "bytes"), ("checking tokens", "tokens"))
 
-    def __init__(self, console):
-        self.console = console
-        self.stack = ExitStack()
-        self.phase = -1
-        self.total = None
-        self.done = 0
-        self.step = None
+@contextmanager
+def _progress(console):
+    """verify_store's ``progress(done, total)`` as one :func:`~datatools.base.progress.count_progress` bar per
+    phase: the chunks' bytes checked, then the tokens decoded."""
+    phases = iter(PHASES)
+    state: dict = {"step": None, "total": None, "done": 0}
+    with ExitStack() as stack:
 
-    def __enter__(self):
-        return self.advance
+        def advance(done: int, total: int) -> None:
+            if state["step"] is None or total != state["total"] or done < state["done"]:  # a new phase
+                stack.close()
+                what, unit = next(phases, PHASES[-1])
+                step = stack.enter_context(count_progress(console, max(total, 1), what, unit=unit))
+                state.update(step=step, total=total, done=0)
+            state["step"](done - state["done"])
+            state["done"] = done
 
-    def advance(self, done: int, total: int) -> None:
-        if self.step is None or total != self.total or done < self.done:  # a new phase: checksums, then tokens
-            self.stack.close()
-            self.phase = min(self.phase + 1, len(self.PHASES) - 1)
-            what, unit = self.PHASES[self.phase]
-            self.step = self.stack.enter_context(count_progress(self.console, max(total, 1), what, unit=unit))
-            self.total, self.done = total, 0
-        self.step(done - self.done)
-        self.done = done
-
-    def __exit__(self, *exc):
-        self.stack.close()
-        return False
+        yield advance
