@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import random_docs, write_test_store
+from conftest import random_docs, without_progress, write_test_store
 from datatools.cli import main
 
 
@@ -16,7 +16,9 @@ def store(tmp_path):
 
 
 def one_line(capsys) -> str:
-    err = capsys.readouterr().err
+    """The one error line a command printed, its progress lines left out (under load a command's start runs past
+    0.25 s and prints one first)."""
+    err = without_progress(capsys.readouterr().err)
     assert err.startswith("datatools: error:") and err.count("\n") == 1, err
     return err
 
