@@ -329,8 +329,9 @@ def _block_shuffle(idx, out, n, B, K, num_blocks, host, count, block_keys, base_
 class BlockShuffle:
     """Windowed block shuffle of ``n`` records: near-random order at near-sequential I/O. [0, n) is cut into io
     blocks of ``io_block_size`` records (one read; the last may be partial), the blocks permuted, each window of
-    ``window_blocks`` consecutive permuted blocks (the reader's buffer) has its records permuted. ``rounds``: for
-    both permutations, None for :func:`default_rounds` of each domain. ``index(i, epoch)`` is O(1)."""
+    ``window_blocks`` consecutive permuted blocks (the reader's buffer) has its records permuted, keyed by the 64-bit
+    ``seed`` and the epoch. ``rounds``: for both permutations, None for :func:`default_rounds` of each domain.
+    ``index(i, epoch)`` is O(1)."""
 
     def __init__(
         self,
