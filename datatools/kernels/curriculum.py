@@ -118,26 +118,14 @@ def _concat_rows(ctx: int, parts: list[PackPlan]) -> PackPlan:
     for p in parts:
         splits.append(at + p.row_splits[1:])
         at += p.num_pieces
-    return PackPlan(
-        ctx,
-        1,
-        sum(p.num_rows for p in parts),
-        np.concatenate(splits),
-        np.concatenate([p.doc for p in parts]).astype(np.int64),
-        np.concatenate([p.start for p in parts]).astype(np.int64),
-        np.concatenate([p.length for p in parts]).astype(np.int32),
-        0,
-        0,
-        _ALGORITHM,
-    )
+    pieces = (np.concatenate([getattr(p, f) for p in parts]) for f in ("doc", "start", "length"))
+    return PackPlan.of_rows(ctx, 1, np.concatenate(splits), *pieces, _ALGORITHM)
 
 
 def _packed(ctx: int, doc, start, length) -> PackPlan:
     """Remainders (doc, start, length) packed into rows of ``ctx`` tokens (best fit decreasing)."""
     plan = pack_lengths(np.asarray(length, np.int64), ctx, algorithm="best_fit_decreasing")
-    return PackPlan(
-        ctx, 1, plan.num_rows, plan.row_splits, doc[plan.doc], start[plan.doc] + plan.start, plan.length, 0, 0, "pack"
-    )
+    return PackPlan.of_rows(ctx, 1, plan.row_splits, doc[plan.doc], start[plan.doc] + plan.start, plan.length, "pack")
 
 
 def pack_length_index(remainders, sizes: np.ndarray, pack_length: int | None, *, tokens: int) -> int:

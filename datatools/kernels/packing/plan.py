@@ -50,10 +50,15 @@ class PackPlan:
     algorithm: str
 
     @classmethod
+    def of_rows(cls, ctx: int, align: int, row_splits, doc, start, length, algorithm: str) -> PackPlan:
+        """The plan of the rows ``row_splits`` delimits, ``doc`` and ``start`` as int64, ``length`` as int32."""
+        doc, start, length = np.asarray(doc, np.int64), np.asarray(start, np.int64), np.asarray(length, np.int32)
+        return cls(ctx, align, row_splits.shape[0] - 1, row_splits, doc, start, length, 0, 0, algorithm)
+
+    @classmethod
     def one_piece_rows(cls, ctx: int, doc, start, length, algorithm: str) -> PackPlan:
         """A plan whose row i of ``ctx`` tokens holds piece i (``doc``, ``start``, ``length``: int64 arrays) alone."""
-        n = int(doc.shape[0])
-        return cls(ctx, 1, n, np.arange(n + 1, dtype=np.int64), doc, start, length.astype(np.int32), 0, 0, algorithm)
+        return cls.of_rows(ctx, 1, np.arange(doc.shape[0] + 1, dtype=np.int64), doc, start, length, algorithm)
 
     @property
     def num_pieces(self) -> int:

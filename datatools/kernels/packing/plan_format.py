@@ -120,15 +120,4 @@ def gather_rows(
         bad = rows[(rows < 0) | (rows >= num_rows)][0]
         raise IndexError(f"row {int(bad)} out of range for a plan of {num_rows} rows")
     idx, splits = row_pieces(row_starts, rows)
-    return PackPlan(
-        ctx,
-        align,
-        int(rows.size),
-        splits,
-        np.asarray(doc[idx], dtype=np.int64),
-        np.asarray(start[idx], dtype=np.int64),
-        np.asarray(length[idx], dtype=np.int32),
-        0,
-        0,
-        algorithm,
-    )
+    return PackPlan.of_rows(ctx, align, splits, doc[idx], start[idx], length[idx], algorithm)
