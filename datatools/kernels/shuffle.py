@@ -29,9 +29,7 @@ def _mix64_py(z: int) -> int:
 
 
 def _check_seed(seed) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"seed must be an integer, got {short_repr(seed)}")
-    seed = int(seed)
+    seed = check_int(seed, "seed")
     if not 0 <= seed <= _MASK64:
         raise ValueError(f"seed must be in [0, 2**64), got {seed}")
     return seed
@@ -178,7 +176,7 @@ def _permute_array(idx, n, keys, inverse, out):
 
 def _as_index_array(index, n: int) -> tuple[np.ndarray, bool]:
     """Validate indices into [0, n); return (int64 array, is_scalar)."""
-    if isinstance(index, bool) or isinstance(index, np.bool_):
+    if isinstance(index, (bool, np.bool_)):
         raise TypeError(f"index must be an integer, got {short_repr(index)}")
     if isinstance(index, numbers.Integral):
         i = int(index)
