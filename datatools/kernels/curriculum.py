@@ -118,8 +118,8 @@ def _concat_rows(ctx: int, parts: list[PackPlan]) -> PackPlan:
     for p in parts:
         splits.append(at + p.row_splits[1:])
         at += p.num_pieces
-    pieces = (np.concatenate([getattr(p, f) for p in parts]) for f in ("doc", "start", "length"))
-    return PackPlan.of_rows(ctx, 1, np.concatenate(splits), *pieces, _ALGORITHM)
+    doc, start, length = (np.concatenate([getattr(p, f) for p in parts]) for f in ("doc", "start", "length"))
+    return PackPlan.of_rows(ctx, 1, np.concatenate(splits), doc, start, length, _ALGORITHM)
 
 
 def _packed(ctx: int, doc, start, length) -> PackPlan:
