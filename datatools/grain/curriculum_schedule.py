@@ -19,9 +19,7 @@ from datatools.grain.streaming_schedule import RowsPlanSchedule
 from datatools.kernels.curriculum import GROW_P2, CurriculumRows, curriculum_order, curriculum_rows, grow_p2_odds
 from datatools.kernels.packing import PackPlan
 from datatools.kernels.packing.plan_format import gather_rows
-from datatools.kernels.shuffle import FeistelPermutation
-
-_GOLDEN = 0x9E3779B97F4A7C15
+from datatools.kernels.shuffle import GOLDEN, FeistelPermutation
 
 
 def schedule_odds(schedule, k: int, odds=None) -> tuple[np.ndarray, np.ndarray]:
@@ -113,7 +111,7 @@ class CurriculumSchedule(RowsPlanSchedule):
         rows = int(ordinal[j]) * int(self.rows.rows_per_batch[k]) + np.arange(lo, hi, dtype=np.int64)
         rows = rows[rows < plan.num_rows]
         if self.shuffle and rows.size:
-            seed = (self.seed + _GOLDEN * (k + 1)) % (1 << 64)
+            seed = (self.seed + GOLDEN * (k + 1)) % (1 << 64)
             perm = self._perms.get((k, epoch), lambda _: FeistelPermutation(plan.num_rows, seed, epoch=epoch))
             rows = np.asarray(perm(rows), np.int64)
         return k, rows

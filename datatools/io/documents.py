@@ -30,7 +30,8 @@ from datatools.io.levanter_cache import LevanterCache
 from datatools.io.shard_reads import JoinedRead
 from datatools.io.store import TokenStore
 from datatools.kernels.packing import check_token_ids, materialize, materialize_pieces
-from datatools.kernels.packing.materialize import check_plan_rows, pieces_of_rows
+from datatools.kernels.packing.materialize import check_plan_rows
+from datatools.kernels.packing.plan_format import row_pieces
 
 DEFAULT_CACHE_BYTES = 512 << 20  # decoded store chunks kept per process
 LOCAL_EXTENT_TOKENS = 1 << 18  # a local read's extent (tokens; at least an inner chunk, at most a stored object)
@@ -561,7 +562,7 @@ class StoreDocuments(PieceReadingSource):
     def pack_rows(self, plan, rows, pad_id: int = 0, out: dict | None = None) -> dict[str, np.ndarray]:
         """Rows filled straight from the reader's slab (one copy of each token), their extents held meanwhile."""
         rows = check_plan_rows(plan, rows)
-        sel, _ = pieces_of_rows(plan, rows)
+        sel, _ = row_pieces(plan.row_splits, rows)
         begin = self.store.offsets[plan.doc[sel]] + plan.start[sel]
         with self.reader.holding(begin, plan.length[sel].astype(np.int64)) as (slab, slot_of):
             return materialize(

@@ -1,9 +1,6 @@
-"""Which ``block`` x ``block`` tiles of a packed row's attention matrix hold work, for a segment-aware kernel.
-
-Query t may attend to key s when s <= t and both are in one piece (equal non-zero segment ids). A tile is
-**empty** when no pair in it may attend, **full** when every pair may, **partial** otherwise (diagonal, piece
-boundary, padding); with documents of a few hundred tokens at ctx 8192, over 90% are empty. Pieces are
-contiguous, so a query's keys are ``[start of its piece, itself]``: O(ctx) per row.
+"""Which ``block`` x ``block`` tiles of a packed row's attention matrix hold work, for a segment-aware kernel: query t
+attends to key s <= t of its piece; a tile is empty (no such pair; over 90% with documents of a few hundred tokens at
+ctx 8192), full (every pair) or partial. O(ctx) per row.
 """
 
 from __future__ import annotations
@@ -47,12 +44,8 @@ def _row_blocks(seg, block, out):
 
 
 def block_structure(segment_ids, block: int) -> np.ndarray:
-    """int8 (rows, ctx // block, ctx // block): EMPTY (0), PARTIAL (1) or FULL (2) for each (query, key) tile.
-
-    Args:
-      segment_ids: (rows, ctx) integers, 1, 2, ... per piece, 0 for padding (a canonical batch's field).
-      block: tile size (tokens); must divide ctx.
-    """
+    """int8 (rows, ctx // block, ctx // block): EMPTY (0), PARTIAL (1) or FULL (2) for each (query, key) tile of
+    ``segment_ids`` (rows, ctx; 0 at padding); ``block`` (tokens) must divide ctx."""
     seg = np.asarray(segment_ids)
     if seg.ndim != 2 or seg.dtype.kind not in "iu":
         raise ValueError(f"segment_ids must be a (rows, ctx) integer array, got {seg.dtype} {seg.shape}")
@@ -67,9 +60,8 @@ def block_structure(segment_ids, block: int) -> np.ndarray:
 
 
 def bucket_width(most: int, *, minimum: int = 16, step: int = 256) -> int:
-    """A padded list length for ``most`` entries: a power of two below ``step`` (at least ``minimum``), a multiple
-    of ``step`` above it, so that a training run compiles a few programs, not one per batch, and pads at most
-    ``step`` entries."""
+    """A padded list length for ``most`` entries: a power of two up to ``step`` (at least ``minimum``), a multiple
+    of ``step`` above it (a few compiled programs, not one per batch)."""
     most = max(1, int(most))
     return max(int(minimum), 1 << (most - 1).bit_length()) if most <= step else -(-most // step) * step
 
@@ -96,15 +88,11 @@ TILE_KEYS = ("tile_row", "tile_q", "tile_k", "tile_full", "tile_by_k", "tile_cou
 
 
 def tile_list(segment_ids, block: int, *, kinds: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """The batch's non-empty tiles as one list, the scalar-prefetch operands of a Pallas block-sparse kernel (one
-    grid step per tile and head, one program per padded length).
-
-    Returns int32 arrays (``TILE_KEYS``), sorted by (row, query block, key block) so a query block's tiles are
-    consecutive: ``tile_row``, ``tile_q``, ``tile_k`` (P,): the row and block coordinates (units of ``block``
-    tokens); ``tile_full`` (P,): 1 where the tile is full (no mask needed); ``tile_by_k`` (P,): the order sorted by
-    (row, key block, query block), for the dk/dv pass; ``tile_count`` (1,): real entries (P is :func:`bucket_width`
-    of it). Padding entries repeat the last real tile and ``tile_by_k`` maps them to themselves.
-    """
+    """The batch's non-empty tiles as one list, the scalar-prefetch operands of a Pallas block-sparse kernel: int32
+    (P,) ``tile_row``, ``tile_q``, ``tile_k`` (sorted by row, query block, key block), ``tile_full`` (1: no mask
+    needed), ``tile_by_k`` (the order by row, key block, query block: the dk/dv pass) and ``tile_count`` (1,): real
+    entries, P their :func:`bucket_width`; padding entries repeat the last tile, ``tile_by_k`` maps them to
+    themselves."""
     kinds = block_structure(segment_ids, block) if kinds is None else kinds
     row, q, k = (x.astype(np.int32) for x in np.nonzero(kinds))  # C order: sorted by (row, q, k)
     full = (kinds[row, q, k] == FULL).astype(np.int32)

@@ -1,21 +1,17 @@
-"""Batch formats: the canonical datatools batch seen as MaxText, Levanter or Hugging Face expect it.
+"""Batch formats: the canonical datatools batch as MaxText, Levanter or Hugging Face expect it (``docs/trainers.md``).
 
-The canonical batch holds int32 (batch, ctx) arrays (or (ctx,)): ``tokens``; ``segment_ids`` (1, 2, ... per piece
-within a row, 0 at padding); ``positions`` (0-based within each document); ``loss_mask`` (1 where token t + 1 is in
-the same piece: no target crosses a document). :func:`apply_options` first applies ``boundary_targets`` (``mask``;
-``next_document``: a document's last token also predicts the next one's first, as MaxText's ``ShiftData``),
-``positions`` (``restart`` from 0 in every piece, as MaxText, Grain and transformers expect; ``continue``) and
-``loss_weighting`` (:mod:`datatools.kernels.loss_weights`). See ``docs/trainers.md``. Formats (:data:`FORMATS`):
+The canonical batch: int32 (batch, ctx) (or (ctx,)) ``tokens``, ``segment_ids`` (1, 2, ... per piece of a row, 0 at
+padding), ``positions`` and ``loss_mask`` (1 where token t + 1 is in the same piece). Formats (:data:`FORMATS`):
 
 * ``datatools``: the canonical batch (with any extra fields, such as attention tiles).
 * ``maxtext``: ``inputs``, ``inputs_segmentation``, ``inputs_position``, ``targets`` (the next token, 0 where none),
-  ``targets_segmentation`` (its segment id where it is a target, else 0: MaxText's loss weight),
-  ``targets_position``; weights as ``loss_weights`` aligned with ``targets``.
+  ``targets_segmentation`` (the target's segment id, else 0: MaxText's loss weight), ``targets_position``.
 * ``levanter``: ``LmExample``'s ``tokens``, ``loss_mask`` and ``segment_ids`` 0, 1, ... per piece of a row, -1 at
-  padding (as ``SequencePacker``); weights as ``loss_weight``.
-* ``hf``: padding-free, as ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)``: the batch's real tokens
-  in one row (``input_ids``, ``position_ids``, ``labels`` -100 where not predicted), ``cu_seq_lens_q/k`` and
-  ``max_length_q/k``; weights as ``loss_weights`` aligned with ``labels`` and a scalar ``loss_weight_sum``.
+  padding (as ``SequencePacker``).
+* ``hf``: as ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)``: the real tokens in one row
+  (``input_ids``, ``position_ids``, ``labels`` -100 where not predicted), ``cu_seq_lens_q/k``, ``max_length_q/k``.
+
+Loss weights ride along aligned with the targets (``loss_weight`` for Levanter, plus ``loss_weight_sum`` for hf).
 """
 
 from __future__ import annotations
@@ -35,8 +31,7 @@ IGNORE_INDEX = -100
 
 @numba.njit(cache=True, nogil=True)
 def _number_pieces(seg, positions, pieces):
-    """One pass per row: ``positions`` from 0 in every piece (0 at padding) and ``pieces`` 0, 1, ... per piece of
-    the row (-1 at padding). A piece starts where the segment id changes (padding ends one)."""
+    """:func:`number_pieces` into ``positions`` and ``pieces``, one pass per row."""
     rows, n = seg.shape
     for r in range(rows):
         prev = 0
@@ -72,9 +67,11 @@ def number_pieces(segment_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def apply_options(
     batch: dict, *, boundary_targets: str = "mask", positions: str = "restart", loss_weighting: str = "none"
 ) -> dict:
-    """A canonical batch (the packers make ``mask`` / ``continue``) with ``boundary_targets``, ``positions`` and
-    ``loss_weighting`` applied (see the module docstring). Weights the batch already carries (the loader's) are
-    kept unless ``next_document`` changed the loss mask they follow."""
+    """A canonical batch (the packers make ``mask`` / ``continue``) with ``boundary_targets`` (``next_document``: a
+    document's last token also predicts the next one's first, as MaxText's ``ShiftData``), ``positions``
+    (``restart`` from 0 in every piece, as MaxText, Grain and transformers expect) and ``loss_weighting``
+    (:mod:`~datatools.kernels.loss_weights`) applied; weights the batch carries are kept unless ``next_document``
+    changed the loss mask."""
     check_choice(boundary_targets, "boundary_targets", BOUNDARY_TARGETS)
     check_choice(positions, "positions", POSITIONS)
     check_choice(loss_weighting, "loss_weighting", LOSS_WEIGHTINGS)
@@ -82,7 +79,7 @@ def apply_options(
     if positions == "restart":
         out["positions"] = number_pieces(batch["segment_ids"])[0]
     if boundary_targets == "next_document":
-        seg = np.asarray(batch["segment_ids"])  # 1 at t where tokens t and t + 1 are both real
+        seg = np.asarray(batch["segment_ids"])
         out["loss_mask"] = ((seg != 0) & (_shift_left(seg) != 0)).astype(np.int32)
     if loss_weighting != "none" and (WEIGHTS_KEY not in out or boundary_targets == "next_document"):
         out = add_loss_weights(out, loss_weighting)

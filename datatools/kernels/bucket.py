@@ -1,11 +1,5 @@
 """Length bucketing, where rows cannot be packed: each document padded only to its bucket's tile-aligned boundary,
-few buckets (2-8: XLA compiles one program per shape), token-budget batches.
-
-* :func:`bucket_boundaries`: the K boundaries that minimise total padding, exactly (dynamic programming).
-* :func:`bucket_batch_sizes`: a fixed batch size per bucket, or ``floor(budget / boundary)`` rounded to a multiple.
-* :func:`fill_order_batches`: the batches a stream of pieces fills, in the order it completes them (the pipeline's
-  bucket schedule and the Grain transform); :func:`bucket_batches`: its batches grouped by bucket.
-* :func:`padding_efficiency`: pad-to-max and pad-to-batch-max, to compare.
+few buckets (2-8: XLA compiles one program per shape), token-budget batches; pad-to-max baselines to compare.
 """
 
 from __future__ import annotations
@@ -31,9 +25,8 @@ from datatools.kernels.packing import cut_pieces
 
 @numba.njit(cache=True)
 def optimal_boundaries(cand, counts, num_buckets):
-    """Exact DP: choose <= num_buckets of the ascending candidate boundaries ``cand`` (tokens), the last one
-    mandatory; ``counts[j]`` items fit ``cand[j]`` first. A bucket (cand[i], cand[j]] costs cand[j] * its items.
-    O(K * C^2) for C candidates."""
+    """Exact DP: <= num_buckets of the ascending candidate boundaries ``cand`` (tokens), the last mandatory;
+    ``counts[j]`` items fit ``cand[j]`` first; a bucket (cand[i], cand[j]] costs cand[j] * its items. O(K * C^2)."""
     C = cand.shape[0]
     prefix = np.zeros(C + 1, np.int64)
     for j in range(C):
@@ -53,7 +46,6 @@ def optimal_boundaries(cand, counts, num_buckets):
                     if v < best[k, j]:
                         best[k, j] = v
                         back[k, j] = i
-    # Fewer buckets never beats more (a boundary can always be added), but allow it.
     k_best = 1
     for k in range(1, K + 1):
         if best[k, C - 1] < best[k_best, C - 1]:
@@ -69,20 +61,10 @@ def optimal_boundaries(cand, counts, num_buckets):
 def bucket_boundaries(
     lengths, num_buckets: int, *, tile: int = 128, max_len: int | None = None, overflow: str = "split"
 ) -> np.ndarray:
-    """The tile-aligned bucket boundaries that minimise the padded slots (each document padded to the smallest
-    boundary >= its length), exactly: dynamic programming over the tile-aligned lengths that occur.
-
-    Args:
-      lengths: tokens per document (1-D integers).
-      num_buckets: at most this many boundaries (distinct shapes), >= 1.
-      tile: every boundary is a multiple of this (tokens), >= 1.
-      max_len: the largest boundary, a multiple of ``tile``; default the longest document rounded up to ``tile``.
-      overflow: documents longer than ``max_len``: ``split`` into max_len pieces, ``truncate``, ``drop`` or ``error``.
-
-    Returns:
-      int64 ascending boundaries (tokens), the last ``max_len``; fewer than ``num_buckets`` when fewer tile-aligned
-      lengths occur.
-    """
+    """At most ``num_buckets`` ascending int64 boundaries (tokens, multiples of ``tile``) minimising the padded slots
+    of documents of ``lengths`` (each padded to the smallest boundary >= its length), exactly. The last is
+    ``max_len`` (default: the longest document rounded up to ``tile``); longer documents: ``overflow`` (``split``
+    into max_len pieces, ``truncate``, ``drop`` or ``error``)."""
     num_buckets = check_int(num_buckets, "num_buckets", minimum=1, maximum=MAX_BUCKETS)
     tile = check_int(tile, "tile", minimum=1, maximum=MAX_CTX)
     check_choice(overflow, "overflow", OVERFLOW_POLICIES)
@@ -109,17 +91,9 @@ def bucket_boundaries(
 def bucket_batch_sizes(
     boundaries, *, batch_size: int | None = None, token_budget: int | None = None, multiple_of: int = 1
 ) -> np.ndarray:
-    """Rows per batch for each bucket: fixed, or ``floor(token_budget / boundary)``.
-
-    Args:
-      boundaries: bucket boundaries (tokens), ascending.
-      batch_size: the same number of rows for every bucket.
-      token_budget: tokens per batch (rows x boundary <= budget); exactly one of ``batch_size`` and ``token_budget``.
-      multiple_of: round each batch size down to a multiple of this (the device count: every batch shards evenly).
-
-    Raises:
-      ValueError: neither or both given, or a budget too small for one multiple of rows of the largest bucket.
-    """
+    """Rows per batch for each of the ``boundaries`` (tokens): ``batch_size`` for all, or ``floor(token_budget /
+    boundary)`` rounded down to a multiple of ``multiple_of`` (the device count). ValueError unless exactly one of
+    the two is given, or for a budget too small for ``multiple_of`` rows of the largest bucket."""
     b = as_lengths(boundaries, "boundaries")
     multiple_of = check_int(multiple_of, "multiple_of", minimum=1, maximum=MAX_BATCH)
     if (batch_size is None) == (token_budget is None):
@@ -138,9 +112,9 @@ def bucket_batch_sizes(
 
 
 def check_buckets(boundaries, batch_sizes) -> tuple[np.ndarray, np.ndarray]:
-    """Bucket boundaries (tokens: positive, strictly increasing, at most :data:`MAX_BUCKETS` of at most
-    :data:`MAX_CTX`) and the rows per batch of each bucket (one int for all, or one per bucket, each in
-    [1, :data:`MAX_BATCH`]) as int64 arrays; ValueError naming the bad value (every bucketer checks here)."""
+    """Bucket boundaries (tokens: positive, increasing, at most :data:`MAX_BUCKETS` of at most :data:`MAX_CTX`) and
+    rows per batch (one int, or one per bucket, in [1, :data:`MAX_BATCH`]) as int64 arrays; ValueError naming the bad
+    value."""
     b = as_lengths(np.asarray(boundaries).reshape(-1), "boundaries")
     if b.size == 0 or b.min() < 1 or np.any(np.diff(b) <= 0):
         raise ValueError(
@@ -207,20 +181,10 @@ class BucketPlan:
 def bucket_batches(
     lengths, boundaries, batch_sizes, *, overflow: str = "split", drop_remainder: bool = False
 ) -> BucketPlan:
-    """Assign every document to exactly one batch of its bucket.
-
-    Args:
-      lengths: tokens per document.
-      boundaries: ascending bucket boundaries (tokens), e.g. from :func:`bucket_boundaries`.
-      batch_sizes: rows per batch for each bucket (:func:`bucket_batch_sizes`), or an int.
-      overflow: documents longer than the last boundary: ``split`` into pieces of that length, ``truncate``,
-        ``drop`` (counted) or ``error``.
-      drop_remainder: leave out each bucket's last partial batch (its tokens counted in ``dropped_tokens``);
-        otherwise it is padded to full size.
-
-    Returns:
-      A :class:`BucketPlan`. Zero-length documents are left out.
-    """
+    """Every document of ``lengths`` (zero-length ones left out) in exactly one batch of its bucket
+    (``boundaries``, tokens; ``batch_sizes`` per bucket or an int), batches grouped by bucket. Documents longer than
+    the last boundary: ``overflow`` as in :func:`bucket_boundaries` (dropped tokens counted). ``drop_remainder``
+    leaves out each bucket's partial batch (counted in ``dropped_tokens``) instead of padding it."""
     lengths = as_lengths(lengths)
     b, sizes = check_buckets(boundaries, batch_sizes)
     check_choice(overflow, "overflow", OVERFLOW_POLICIES)
@@ -246,16 +210,10 @@ def bucket_batches(
 def fill_order_batches(
     bucket_of, batch_sizes, *, drop_remainder: bool = False, by_bucket: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The bucket filler: batches of items in the order a stream fills them. Item i joins bucket ``bucket_of[i]``;
-    a bucket's batch is emitted when its ``batch_sizes[k]``-th item arrives; at the end each bucket's partial batch
-    follows in bucket order (or is left out with ``drop_remainder``). With ``by_bucket`` the same batches come
-    bucket by bucket (:func:`bucket_batches`). Vectorized: a stable sort by bucket, the full batches ordered by
-    their last item.
-
-    Returns:
-      ``(items, batch_splits, batch_bucket)``: batch b holds items ``items[batch_splits[b]:batch_splits[b + 1]]``
-      (in arrival order) of bucket ``batch_bucket[b]``.
-    """
+    """Batches of items in the order a stream fills them: item i joins bucket ``bucket_of[i]``, a batch is emitted
+    when its ``batch_sizes[k]``-th item arrives, then each bucket's partial batch in bucket order (or none with
+    ``drop_remainder``); ``by_bucket``: the same batches bucket by bucket. Returns ``(items, batch_splits,
+    batch_bucket)``: batch b holds ``items[batch_splits[b]:batch_splits[b + 1]]``, of bucket ``batch_bucket[b]``."""
     bucket_of = np.asarray(bucket_of, np.int64).reshape(-1)
     sizes = as_lengths(batch_sizes, "batch_sizes")
     k = sizes.shape[0]
@@ -283,9 +241,8 @@ def fill_order_batches(
 
 
 def padding_efficiency(lengths, *, max_len: int, batch_size: int, tile: int = 1) -> dict:
-    """Useful-token fraction of the two padding baselines on documents truncated to max_len: ``pad_to_max`` (every
-    row max_len long) and ``pad_to_batch_max`` (consecutive batches of ``batch_size`` documents padded to their
-    longest, rounded up to ``tile``), each with ``efficiency``, ``shapes`` and ``dropped_tokens``."""
+    """``efficiency``, ``shapes`` and ``dropped_tokens`` of two baselines on documents truncated to max_len:
+    ``pad_to_max`` and ``pad_to_batch_max`` (batches of ``batch_size`` padded to their longest, rounded to ``tile``)."""
     lengths = as_lengths(lengths)
     max_len = check_int(max_len, "max_len", minimum=1, maximum=MAX_CTX)
     batch_size = check_int(batch_size, "batch_size", minimum=1)

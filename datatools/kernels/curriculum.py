@@ -1,16 +1,7 @@
 """Dataset decomposition and a length curriculum (Pouransari et al., NeurIPS 2024, arXiv 2405.13226; see
-``docs/curriculum.md``): every document cut into pieces of K lengths ``sizes[0] < ... < sizes[K-1]`` (tokens), every
-batch of one length.
-
-* :func:`decompose`: pieces of the largest size that fits, again and again, then a remainder shorter than
-  ``sizes[0]``; a document's pieces tile it exactly.
-* :func:`curriculum_rows`: one row per piece of a size; the remainders packed (best fit decreasing, segment ids)
-  into the shortest length padding under 1% (:func:`pack_length_index`). Rows that would leave a short last batch
-  of a length are cut again into smaller lengths (seeded), so only the shortest has a short batch.
-* :func:`curriculum_order`: each step draws a length with probability proportional to ``odds[k] * its batches not
-  yet drawn`` (every batch once per epoch), by stage, in one or several cycles.
-
-Memory: 20 bytes a piece, one byte a batch per epoch. Time: O(pieces), O(batches x K) for the order (numba).
+``docs/curriculum.md``): documents cut into pieces of K lengths ``sizes[0] < ... < sizes[K-1]`` (tokens)
+(:func:`decompose`), one row a piece (:func:`curriculum_rows`), every batch of one length, the lengths drawn by a
+staged schedule (:func:`curriculum_order`). Memory: 20 bytes a piece, one byte a batch per epoch.
 """
 
 from __future__ import annotations
@@ -78,8 +69,8 @@ _PIECE_DTYPES = (np.int64, np.int64, np.int32, np.int8)
 
 def decompose(lengths, sizes) -> Pieces:
     """Every document of ``lengths`` (tokens) cut into pieces of the ``sizes`` (increasing, tokens): the largest
-    size that fits, again and again, then a remainder shorter than ``sizes[0]`` (see the module docstring).
-    Pieces come in document order, and within a document in token order."""
+    size that fits, again and again, then a remainder shorter than ``sizes[0]``; the pieces tile each document, in
+    document order, then token order."""
     lengths = as_lengths(lengths)
     sizes = check_sizes(sizes)
     if sizes.shape[0] > 127:
@@ -92,10 +83,9 @@ def decompose(lengths, sizes) -> Pieces:
 
 @dataclass(frozen=True)
 class CurriculumRows:
-    """The rows of every length of a decomposed data set (:func:`curriculum_rows`): ``sizes`` (tokens, increasing),
-    ``rows_per_batch`` (``tokens_per_batch // sizes[k]``), ``plans`` (one :class:`~datatools.kernels.packing.PackPlan`
-    per length, ``ctx = sizes[k]``: rows of one piece first, packed rows of remainders after them) and
-    ``pack_length`` (tokens: where the remainders were packed; those cut again go to the shortest)."""
+    """The rows of every length (:func:`curriculum_rows`): ``sizes`` (tokens, increasing), ``rows_per_batch``
+    (``tokens_per_batch // sizes[k]``), ``plans`` (a :class:`~datatools.kernels.packing.PackPlan` per length, ``ctx =
+    sizes[k]``: one-piece rows, then packed remainders) and ``pack_length`` (tokens: where remainders were packed)."""
 
     sizes: np.ndarray
     rows_per_batch: np.ndarray
@@ -128,32 +118,20 @@ def _concat_rows(ctx: int, parts: list[PackPlan]) -> PackPlan:
     for p in parts:
         splits.append(at + p.row_splits[1:])
         at += p.num_pieces
-    return PackPlan(
-        ctx,
-        1,
-        sum(p.num_rows for p in parts),
-        np.concatenate(splits),
-        np.concatenate([p.doc for p in parts]).astype(np.int64),
-        np.concatenate([p.start for p in parts]).astype(np.int64),
-        np.concatenate([p.length for p in parts]).astype(np.int32),
-        0,
-        0,
-        _ALGORITHM,
-    )
+    doc, start, length = (np.concatenate([getattr(p, f) for p in parts]) for f in ("doc", "start", "length"))
+    return PackPlan.of_rows(ctx, 1, np.concatenate(splits), doc, start, length, _ALGORITHM)
 
 
 def _packed(ctx: int, doc, start, length) -> PackPlan:
-    """Remainders (doc, start, length) packed into rows of ``ctx`` tokens (best fit decreasing, segment ids)."""
+    """Remainders (doc, start, length) packed into rows of ``ctx`` tokens (best fit decreasing)."""
     plan = pack_lengths(np.asarray(length, np.int64), ctx, algorithm="best_fit_decreasing")
-    return PackPlan(
-        ctx, 1, plan.num_rows, plan.row_splits, doc[plan.doc], start[plan.doc] + plan.start, plan.length, 0, 0, "pack"
-    )
+    return PackPlan.of_rows(ctx, 1, plan.row_splits, doc[plan.doc], start[plan.doc] + plan.start, plan.length, "pack")
 
 
 def pack_length_index(remainders, sizes: np.ndarray, pack_length: int | None, *, tokens: int) -> int:
     """Which length the remainders are packed into: ``pack_length`` (one of the ``sizes``, checked), or the smallest
     size whose best-fit-decreasing packing of them pads under :data:`PACK_PADDING` of all ``tokens`` slots (else the
-    size padding least). Longer rows pack short pieces tighter; shorter rows cost less attention."""
+    size padding least): longer rows pack tighter, shorter rows cost less attention."""
     if pack_length is not None:
         hit = np.flatnonzero(sizes == int(pack_length))
         if not hit.size:
@@ -176,15 +154,10 @@ def pack_length_index(remainders, sizes: np.ndarray, pack_length: int | None, *,
 def curriculum_rows(
     lengths, sizes, tokens_per_batch: int, *, seed: int = 0, pack_length: int | None = None
 ) -> CurriculumRows:
-    """The rows of each length for documents of ``lengths`` (see the module docstring).
-
-    Args:
-      lengths: tokens per document.
-      sizes: the K lengths (tokens), increasing; each must divide ``tokens_per_batch``.
-      tokens_per_batch: token slots of every global batch (rows = tokens_per_batch / length).
-      seed: which rows of a length are cut again into smaller lengths (those that would leave a short batch).
-      pack_length: the length whose rows the remainders are packed into (default: :func:`pack_length_index`).
-    """
+    """One row per piece of each of the ``sizes`` (tokens, increasing, each dividing ``tokens_per_batch``, the token
+    slots of a global batch) for documents of ``lengths``; the remainders packed into ``pack_length`` (default
+    :func:`pack_length_index`). The rows that would leave a short last batch of a length are cut again into smaller
+    lengths (which: by ``seed``), so only the shortest length has a short batch."""
     sizes = check_sizes(sizes)
     tokens_per_batch = int(tokens_per_batch)
     bad = [int(s) for s in sizes if tokens_per_batch % int(s)]
@@ -237,9 +210,8 @@ def curriculum_rows(
 
 @numba.njit(cache=True)
 def _draw(left, odds, until, uniforms, out):
-    """Each step t of ``out`` draws a length with probability proportional to odds[stage, k] * left[k] (left:
-    batches not yet drawn, updated); the stage is the first whose ``until`` exceeds t / len(out). When no length
-    with odds > 0 has batches left, the odds are taken as 1 (every batch is still drawn)."""
+    """Each step t of ``out`` draws a length with probability proportional to odds[stage, k] * left[k] (batches not
+    yet drawn), the stage the first whose ``until`` exceeds t / len(out); odds 1 once no length with odds is left."""
     K = left.shape[0]
     w = np.empty(K, np.float64)
     steps = out.shape[0]
@@ -271,22 +243,15 @@ def _draw(left, odds, until, uniforms, out):
 
 
 def grow_p2_odds(k: int) -> np.ndarray:
-    """The paper's Grow-P2 odds for K lengths, shortest first: ``2**(K-1), ..., 2, 1`` (short batches are drawn
-    early, the long ones are what is left late in the epoch)."""
+    """The paper's Grow-P2 odds for K lengths, shortest first: ``2**(K-1), ..., 2, 1``."""
     return 2.0 ** np.arange(k - 1, -1, -1, dtype=np.float64)
 
 
 def curriculum_order(batches, odds, until, *, seed: int, epoch: int, cycles: int = 1) -> np.ndarray:
-    """The length index (int8) of each global batch of an epoch (see the module docstring).
-
-    Args:
-      batches: (K,) batches of each length in the epoch; every one is drawn exactly once.
-      odds: (S, K) sampling odds per stage (>= 0; each stage with some odds > 0).
-      until: (S,) increasing fractions of the epoch (or cycle) where each stage ends (the last runs to the end).
-      seed, epoch: the draws (the same seed and epoch give the same order).
-      cycles: the epoch runs as this many cycles, each with ``1 / cycles`` of every length's batches and the whole
-        schedule (the paper's cyclic curricula).
-    """
+    """The length index (int8) of each global batch of an epoch: every one of ``batches[k]`` batches of length k
+    drawn once, each step with probability proportional to ``odds[stage, k]`` (S, K; >= 0, some > 0 a stage) times
+    the batches of k not yet drawn; stage s ends at fraction ``until[s]`` of the epoch. With ``cycles`` the epoch
+    runs the whole schedule that many times, each on ``1 / cycles`` of the batches. Deterministic in (seed, epoch)."""
     batches = np.asarray(batches, np.int64).reshape(-1)
     odds = np.atleast_2d(np.asarray(odds, np.float64))
     until = np.asarray(until, np.float64).reshape(-1)
@@ -296,11 +261,10 @@ def curriculum_order(batches, odds, until, *, seed: int, epoch: int, cycles: int
         raise ValueError(f"odds must be finite, >= 0, and some > 0 in each stage; got {odds.tolist()}")
     if batches.min() < 0:
         raise ValueError(f"batches per length must be >= 0; got {batches.tolist()}")
-    cycles = max(1, min(int(cycles), max(int(batches.sum()), 1)))
     total = int(batches.sum())
+    cycles = max(1, min(int(cycles), total))
     out = np.empty(total, np.int8)
     uniforms = np.random.default_rng([int(seed), int(epoch), 0xC0FFEE]).random(total)
-    # cycle c gets batches[k] * (c + 1) // cycles - batches[k] * c // cycles batches of length k
     at = 0
     for c in range(cycles):
         share = batches * (c + 1) // cycles - batches * c // cycles
@@ -313,9 +277,8 @@ def curriculum_order(batches, odds, until, *, seed: int, epoch: int, cycles: int
 
 @numba.njit(cache=True)
 def _row_work(row_splits, length, block, ctx, out):
-    """Per plan: out[0] in-document causal pairs (sum s(s+1)/2), out[1] tiles holding in-document work (exact:
-    a piece spanning n query blocks from its first covers n(n+1)/2 tiles; pieces meeting inside a block share
-    its diagonal tile), out[2] causal tiles of every row (nb(nb+1)/2, nb = ctx / block)."""
+    """Adds to out[0] in-document causal pairs, out[1] tiles holding them (a piece spanning n blocks covers
+    n(n+1)/2; pieces meeting in a block share its diagonal tile), out[2] causal tiles of every row."""
     nb = ctx // block
     for r in range(row_splits.shape[0] - 1):
         at = 0

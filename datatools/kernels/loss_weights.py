@@ -1,13 +1,7 @@
-"""Per-token loss weights of a packed batch, so the objective does not depend on how documents were packed.
-
-Divide the weighted loss sum by the *global* weight sum (rows, devices, hosts, accumulation micro-batches):
-
-* ``token``: every target token weighs 1 (``loss_mask`` as float32): the mean over every target token.
-* ``document``: every document piece (a run of one non-zero segment id within a row, as
-  :func:`datatools.kernels.batch_layouts.number_pieces` counts them) weighs 1: its ``n`` target tokens ``1 / n``
-  each. A document split across rows gives one piece per row, each weighing 1; a one-token piece weighs nothing.
-
-Weights are float32 of the batch's shape, 0 wherever ``loss_mask`` is 0.
+"""Per-token loss weights of a packed batch (float32, 0 where ``loss_mask`` is 0), so the objective does not depend on
+how documents were packed; divide the weighted loss sum by the *global* weight sum. ``token``: every target token
+weighs 1. ``document``: every piece (a run of one non-zero segment id in a row; a document split across rows is one
+a row) weighs 1, its ``n`` target tokens ``1 / n`` each; a one-token piece weighs nothing.
 """
 
 from __future__ import annotations
@@ -49,13 +43,8 @@ def _document_weights(seg, mask, out, sums):
 
 
 def loss_weights(segment_ids: np.ndarray, loss_mask: np.ndarray, weighting: str) -> tuple[np.ndarray, np.ndarray]:
-    """(float32 weights of the batch's shape, float32 weight sum per row) for ``weighting`` ``token`` or
-    ``document`` (see the module docstring); rows are the first axis (a single row of shape (ctx,) gives a scalar
-    sum).
-
-    Raises:
-      ValueError: an unknown weighting (``none`` has no weights), or arrays of different shapes.
-    """
+    """(float32 weights of the batch's shape, float32 weight sum per row; a scalar for one (ctx,) row) for
+    ``weighting`` ``token`` or ``document``. ValueError for another weighting or arrays of different shapes."""
     check_choice(weighting, "loss_weighting", LOSS_WEIGHTINGS[1:])
     seg, mask = np.asarray(segment_ids), np.asarray(loss_mask)
     if seg.shape != mask.shape or seg.ndim not in (1, 2):
@@ -76,9 +65,8 @@ def loss_weights(segment_ids: np.ndarray, loss_mask: np.ndarray, weighting: str)
 
 
 def add_loss_weights(batch: dict, weighting: str) -> dict:
-    """``batch`` (a canonical batch) with ``loss_weights`` and ``loss_weight_sum`` for ``weighting``; ``none``
-    returns it unchanged. The weights follow the batch's own ``loss_mask`` (compute them after any option that
-    changes it)."""
+    """A canonical batch with ``loss_weights`` and ``loss_weight_sum`` for ``weighting`` (``none``: unchanged),
+    following its ``loss_mask`` (compute them after any option that changes it)."""
     check_choice(weighting, "loss_weighting", LOSS_WEIGHTINGS)
     if weighting == "none":
         return batch

@@ -1,12 +1,10 @@
 """Which source each position of a mixture draws from: a deterministic interleave by weight, O(1) per position.
 
-With weights ``p`` (sum 1) over K sources, ``Q_k(h)`` (draws from source k among the first ``h`` positions) is a
-chain of two-way splits: ``Q_0(h) = round(p_0 h)``, ``Q_1(h) = round(r_1 (h - Q_0(h)))`` with ``r_1 = p_1 / (p_1 +
-... + p_{K-1})``, ..., the last taking what remains. Each ``Q_k`` moves by at most 1 per position and they sum to
-``h``: position ``h`` draws from the one source whose quota grows, its ``Q_k(h)``-th draw. Every prefix holds each
-share to within ``K / 2`` draws (like Grain's ``MapDataset.mix``, without randomness); a seeded ``offset`` shifts
-the sequence. A *segment* is a run of positions with fixed weights from ``start`` with draw counts ``counts``
-(weights change at a restore, or when an ``exhaust`` source runs out). Vectorized numpy, float64: exact below 2**50.
+Draws from source k among the first ``h`` positions, ``Q_k(h)``, are a chain of two-way splits: ``Q_0(h) = round(p_0
+h)``, ``Q_1(h) = round(r_1 (h - Q_0(h)))`` with ``r_1 = p_1 / (p_1 + ... + p_{K-1})``, ..., the last taking the rest.
+They sum to ``h`` and each moves by at most 1 a position: position ``h`` draws from the source whose quota grows.
+Every prefix holds each share to within ``K / 2`` draws (Grain's ``MapDataset.mix`` without randomness). Float64:
+exact below 2**50.
 """
 
 from __future__ import annotations
@@ -46,7 +44,8 @@ def quotas(ratios: np.ndarray, h) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Segment:
-    """Positions ``[start, next segment's start)`` drawn with ``weights`` from ``counts`` draws per source."""
+    """Positions ``[start, next segment's start)`` with fixed weights (they change at a restore, or when an
+    ``exhaust`` source runs out), from ``counts`` draws per source."""
 
     start: int  # first position (int)
     counts: np.ndarray  # int64 (K,): each source's draws before ``start``
@@ -89,8 +88,8 @@ def draw(segments: list[Segment], positions) -> tuple[np.ndarray, np.ndarray]:
 
 
 def first_position_reaching(seg: Segment, source: int, count: int, limit: int) -> int:
-    """The smallest position ``p`` in ``[seg.start, limit]`` where ``source`` has ``count`` draws (``limit`` when it
-    has fewer there): bisection over the monotone quota, about 50 vector steps."""
+    """The smallest position in ``[seg.start, limit]`` where ``source`` has ``count`` draws (else ``limit``), by
+    bisection."""
     lo, hi = seg.start, limit
     if seg.counts_at(hi)[source] < count:
         return limit
@@ -104,29 +103,21 @@ def first_position_reaching(seg: Segment, source: int, count: int, limit: int) -
 
 
 def exhaust_segments(sizes, switches: list[tuple[int, np.ndarray]], offset_of) -> list[Segment]:
-    """The segments of one ``exhaust`` epoch: every source drawn exactly ``sizes[k]`` (int64 (K,)) times in
-    ``sum(sizes)`` positions; a source that runs out leaves, the others' weights renormalized. ``switches``:
-    ``[(position, weights), ...]`` sorted, the first at 0 (a weight change at a restore adds one); ``offset_of(start)
-    -> int``: the seeded shift of a segment starting at ``start``."""
+    """The segments of one ``exhaust`` epoch: every source drawn exactly ``sizes[k]`` times, a source that runs out
+    leaving (the others' weights renormalized). ``switches``: sorted ``[(position, weights), ...]``, the first at 0;
+    ``offset_of(start) -> int``: the seeded shift of a segment starting at ``start``."""
     sizes = np.asarray(sizes, np.int64)
     total = int(sizes.sum())
     counts = np.zeros_like(sizes)
     out: list[Segment] = []
     for i, (start, weights) in enumerate(switches):
-        end = switches[i + 1][0] if i + 1 < len(switches) else total
+        end = min(switches[i + 1][0] if i + 1 < len(switches) else total, total)
         pos = int(start)
-        while pos < min(end, total):
+        while pos < end:
             active = counts < sizes
-            seg = Segment(
-                pos,
-                counts.copy(),
-                split_ratios(np.where(active, np.asarray(weights, np.float64), 0.0)),
-                int(offset_of(pos)),
-            )
-            stop = min(end, total)
-            done_at = {k: first_position_reaching(seg, int(k), int(sizes[k]), stop) for k in np.flatnonzero(active)}
-            stop = min(done_at.values())
+            ratios = split_ratios(np.where(active, np.asarray(weights, np.float64), 0.0))
+            seg = Segment(pos, counts.copy(), ratios, int(offset_of(pos)))
+            pos = min(first_position_reaching(seg, int(k), int(sizes[k]), end) for k in np.flatnonzero(active))
             out.append(seg)
-            counts = seg.counts_at(stop)
-            pos = stop
+            counts = seg.counts_at(pos)
     return out

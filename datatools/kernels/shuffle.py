@@ -1,17 +1,10 @@
 """Keyed pseudorandom permutations: a Feistel bijection on [0, n) and a windowed block shuffle.
 
-:class:`FeistelPermutation` maps [0, n) onto itself for every n >= 1, O(1) memory and O(1) expected time per index,
-forward and inverse. An alternating (unbalanced) Feistel network permutes [0, 2^b), b the smallest bit count >= 2
-with 2^b >= n; an index landing at or past n goes through again (*cycle walking*: at most 2 passes on average).
-Even rounds xor the high ``ceil(b/2)`` bits with F(key_r, low), odd rounds the low bits with F(key_r, high); F(k,
-x) = lowbias32((x + k) mod 2**32). Halves are at most 31 bits (n <= 2**62). Keys come from splitmix64 of (seed,
-epoch, tag): every (seed, epoch) gives an independent permutation. Arrays run round by round over chunks of 1024
-indices (loops that vectorize), the walkers compacted and sent round again.
-
-:class:`BlockShuffle` has the semantics of Levanter's ``BlockShuffleConfig(io_block_size, window_blocks,
-perm_type="feistel")``: [0, n) cut into io blocks of ``io_block_size`` records (the last may be partial), the blocks
-permuted, consecutive permuted blocks form windows of ``window_blocks`` blocks, the records in each window permuted:
-a loader reads whole blocks into a one-window buffer. ``index(i, epoch)`` is O(1).
+:class:`FeistelPermutation`: an alternating Feistel network on [0, 2^b) (b >= 2 the smallest with 2^b >= n), an index
+landing at or past n sent through again (cycle walking: under 2 passes on average); O(1) memory and expected time per
+index, forward and inverse. F(k, x) = lowbias32((x + k) mod 2**32), halves of at most 31 bits (n <= 2**62), keys from
+splitmix64 of (seed, epoch, tag). :class:`BlockShuffle`: Levanter's ``BlockShuffleConfig(io_block_size,
+window_blocks, perm_type="feistel")``: io blocks permuted, then the records of each window of blocks.
 """
 
 from __future__ import annotations
@@ -25,7 +18,7 @@ from datatools.base.checks import MAX_RECORDS, check_int, short_repr
 
 MAX_AUTO_ROUNDS = 36
 _MASK64 = (1 << 64) - 1
-_GOLDEN = 0x9E3779B97F4A7C15
+GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: splitmix64's increment
 
 
 def _mix64_py(z: int) -> int:
@@ -36,9 +29,7 @@ def _mix64_py(z: int) -> int:
 
 
 def _check_seed(seed) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"seed must be an integer, got {short_repr(seed)}")
-    seed = int(seed)
+    seed = check_int(seed, "seed")
     if not 0 <= seed <= _MASK64:
         raise ValueError(f"seed must be in [0, 2**64), got {seed}")
     return seed
@@ -54,7 +45,7 @@ def _check_rounds(rounds, n: int) -> int:
 
 
 def _base_key(seed: int, epoch: int, tag: int = 0) -> int:
-    return _mix64_py(seed ^ _mix64_py(epoch + _GOLDEN) ^ _mix64_py(tag * 0xD1B54A32D192ED03 + 1))
+    return _mix64_py(seed ^ _mix64_py(epoch + GOLDEN) ^ _mix64_py(tag * 0xD1B54A32D192ED03 + 1))
 
 
 def _domain_bits(n: int) -> int:
@@ -62,8 +53,8 @@ def _domain_bits(n: int) -> int:
 
 
 def default_rounds(n: int) -> int:
-    """Rounds used when none are given: ``max(8, 2 * ceil(36 / b))`` for a b-bit domain (24 for n <= 8, 8 from
-    n > 256 on): with halves of 1-4 bits, 8 rounds leave bias a chi-squared test over n = 5's 120 orderings finds."""
+    """``max(8, 2 * ceil(36 / b))`` rounds for a b-bit domain (8 from n > 256 on): with halves of 1-4 bits, 8
+    rounds leave bias a chi-squared test over n = 5's 120 orderings finds."""
     return max(8, 2 * -(-36 // _domain_bits(n)))
 
 
@@ -142,8 +133,8 @@ _CHUNK = 1024
 
 @numba.njit(cache=True)
 def _permute_array(idx, n, keys, inverse, out):
-    """Permute many indices, chunk by chunk, round-major (the inner loops vectorize); after each pass the values
-    still outside [0, n) are compacted to the front of the chunk's buffers and go through again."""
+    """Permute many indices, chunk by chunk, round-major (the inner loops vectorize); values still outside [0, n)
+    are compacted and go through again."""
     if n == 1:
         out[:] = 0
         return
@@ -185,7 +176,7 @@ def _permute_array(idx, n, keys, inverse, out):
 
 def _as_index_array(index, n: int) -> tuple[np.ndarray, bool]:
     """Validate indices into [0, n); return (int64 array, is_scalar)."""
-    if isinstance(index, bool) or isinstance(index, np.bool_):
+    if isinstance(index, (bool, np.bool_)):
         raise TypeError(f"index must be an integer, got {short_repr(index)}")
     if isinstance(index, numbers.Integral):
         i = int(index)
@@ -204,16 +195,9 @@ def _as_index_array(index, n: int) -> tuple[np.ndarray, bool]:
 
 
 class FeistelPermutation:
-    """A keyed pseudorandom bijection on [0, n), per (seed, epoch).
-
-    Args:
-      n: domain size, >= 1 (records, blocks, ...). Up to 2**62.
-      seed: 64-bit seed, in [0, 2**64).
-      epoch: every epoch gives a fresh, independent permutation.
-      rounds: Feistel rounds, an even number >= 4; None for :func:`default_rounds` (8 once n > 256).
-
-    ``perm(i)`` of an int is an int, of an integer array an int64 array of its shape; ``perm.inverse(j)`` undoes it.
-    """
+    """A keyed pseudorandom bijection on [0, n) (1 <= n <= 2**62) per 64-bit ``seed`` and ``epoch``; ``rounds``: an
+    even number >= 4, None for :func:`default_rounds`. ``perm(i)`` of an int is an int, of an integer array an int64
+    array of its shape; ``perm.inverse(j)`` undoes it."""
 
     def __init__(self, n: int, seed: int, *, epoch: int = 0, rounds: int | None = None):
         self.n = check_int(n, "n", minimum=1, maximum=MAX_RECORDS)
@@ -264,6 +248,16 @@ def _auto_rounds(n):
     return max(8, 2 * ((36 + bits - 1) // bits))
 
 
+@numba.njit(cache=True, inline="always")
+def _share_blocks(num_blocks, K, host, count):
+    """(windows, the host's blocks in a full window, in the last window)."""
+    W = (num_blocks + K - 1) // K
+    n_last_window = num_blocks - (W - 1) * K
+    m_full = (K - host + count - 1) // count if host < K else 0
+    m_last = (n_last_window - host + count - 1) // count if host < n_last_window else 0
+    return W, m_full, m_last
+
+
 @numba.njit(cache=True)
 def _share_start(w, W, m_full, m_last, B, deficit, owns_partial, w_partial):
     """First local position of window w in one host's share (w in [0, W])."""
@@ -280,12 +274,9 @@ def _share_start(w, W, m_full, m_last, B, deficit, owns_partial, w_partial):
 @numba.njit(cache=True)
 def _block_shuffle(idx, out, n, B, K, num_blocks, host, count, block_keys, base_key, rounds):
     """Map local positions of host ``host``'s share to record indices (see BlockShuffle)."""
-    W = (num_blocks + K - 1) // K
+    W, m_full, m_last = _share_blocks(num_blocks, K, host, count)
     last = n - (num_blocks - 1) * B  # records in the last block
     deficit = B - last
-    n_last_window = num_blocks - (W - 1) * K
-    m_full = (K - host + count - 1) // count if host < K else 0
-    m_last = (n_last_window - host + count - 1) // count if host < n_last_window else 0
     # Where did the partial (last) block land, and is it in this host's share?
     q = _permute_one(num_blocks - 1, num_blocks, block_keys, True)
     w_partial = q // K
@@ -334,20 +325,11 @@ def _block_shuffle(idx, out, n, B, K, num_blocks, host, count, block_keys, base_
 
 
 class BlockShuffle:
-    """Windowed block shuffle of [0, n): near-random order at near-sequential I/O.
-
-    Args:
-      n: number of records, >= 1.
-      io_block_size: records per contiguous io block (one read), >= 1.
-      window_blocks: io blocks per shuffle window (the reader's buffer), >= 1.
-      seed: 64-bit seed.
-      rounds: Feistel rounds for both permutations; None picks :func:`default_rounds` for each domain (blocks,
-        and each window's records).
-
-    ``index(i, epoch)``: the record at position i of ``epoch``, O(1); ``indices(epoch)``: the whole order;
-    ``shard(index, count)``: one host's share. Position i in window w (``i // (io_block_size * window_blocks)``, up
-    to the partial block) maps into the blocks of window w.
-    """
+    """Windowed block shuffle of ``n`` records: near-random order at near-sequential I/O. [0, n) is cut into io
+    blocks of ``io_block_size`` records (one read; the last may be partial), the blocks permuted, each window of
+    ``window_blocks`` consecutive permuted blocks (the reader's buffer) has its records permuted, keyed by the 64-bit
+    ``seed`` and the epoch. ``rounds``: for both permutations, None for :func:`default_rounds` of each domain.
+    ``index(i, epoch)`` is O(1)."""
 
     def __init__(
         self,
@@ -374,12 +356,8 @@ class BlockShuffle:
         """Records in this share, before removing the partial block's deficit."""
         if self.count == 1:
             return self.n
-        B, K, nb, h, c = self.io_block_size, self.window_blocks, self.num_blocks, self.host, self.count
-        windows = -(-nb // K)
-        in_last_window = nb - (windows - 1) * K
-        m_full = -(-(K - h) // c) if h < K else 0
-        m_last = -(-(in_last_window - h) // c) if h < in_last_window else 0
-        return ((windows - 1) * m_full + m_last) * B
+        windows, m_full, m_last = _share_blocks(self.num_blocks, self.window_blocks, self.host, self.count)
+        return int(((windows - 1) * m_full + m_last) * self.io_block_size)
 
     def __len__(self) -> int:
         """Records in this (share of the) order; for a share, in epoch 0."""
@@ -439,15 +417,10 @@ class BlockShuffle:
         return self.index(np.arange(self.length(epoch), dtype=np.int64), epoch)
 
     def shard(self, index: int, count: int) -> BlockShuffle:
-        """Host ``index`` of ``count`` hosts' share of the order: in every window, host h takes the io blocks at slots
-        h, h + count, ... (whole blocks: sequential reads) and permutes their records. Shares are disjoint, cover
-        [0, n), and differ in length by at most one window's blocks; lock-step training runs min(len(share))
-        positions per epoch.
-
-        Raises:
-          ValueError: count < 1, index outside [0, count), or count > window_blocks (each host needs a block a
-            window).
-        """
+        """Host ``index`` of ``count`` hosts' share: in every window host h takes the io blocks at slots h, h + count,
+        ... and permutes their records. Shares are disjoint, cover [0, n) and differ in length by at most one window's
+        blocks. ValueError for count < 1, index outside [0, count), or count > window_blocks (each host needs a block
+        a window)."""
         count = check_int(count, "count", minimum=1)
         index = check_int(index, "index", minimum=0)
         if index >= count:
@@ -475,15 +448,15 @@ def lane_blocks(num_blocks: int, lanes: int, *, seed: int, epoch: int = 0) -> li
     ``q`` of that order dealt to lane ``q % lanes`` (see :mod:`datatools.grain.lane_schedule`)."""
     num_blocks = check_int(num_blocks, "num_blocks", minimum=1, maximum=MAX_RECORDS)
     lanes = check_int(lanes, "lanes", minimum=1)
-    order = np.asarray(FeistelPermutation(num_blocks, seed, epoch=epoch)(np.arange(num_blocks, dtype=np.int64)))
+    order = FeistelPermutation(num_blocks, seed, epoch=epoch).indices()
     return [order[lane::lanes] for lane in range(lanes)]
 
 
 def lane_order(n: int, *, io_block_size: int, lanes: int, window: int, seed: int, epoch: int = 0) -> np.ndarray:
-    """Records [0, n) in the order a reader in lanes takes them, without packing: each lane reads its blocks
-    (:func:`lane_blocks`), a window of ``window`` records at a time in a seeded order, and position ``i`` of the
-    order is taken from lane ``i % lanes`` while every lane has records, then the leftovers lane by lane. The
-    record-level model of what each batch of :class:`~datatools.grain.lane_schedule.LaneSchedule` reads."""
+    """Records [0, n) in the order a reader in lanes takes them, without packing (the record-level model of
+    :class:`~datatools.grain.lane_schedule.LaneSchedule`): each lane reads its blocks (:func:`lane_blocks`) a seeded
+    window of ``window`` records at a time; position ``i`` comes from lane ``i % lanes`` while every lane has records,
+    then the leftovers lane by lane."""
     n = check_int(n, "n", minimum=1, maximum=MAX_RECORDS)
     size = check_int(io_block_size, "io_block_size", minimum=1)
     window = check_int(window, "window", minimum=1)

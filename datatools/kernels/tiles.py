@@ -1,9 +1,5 @@
 """Tile-aligned contexts: lengths the accelerator's kernels run without padding (tiles of 128 on TPU MXUs and most GPU
 kernels, 256 for some TPU attention blocks: 4600 tokens are padded to 4608 inside the kernel anyway).
-
-:func:`tile_align` rounds up to a tile; :func:`choose_context` ranks tile-aligned contexts for a length
-distribution; :func:`fit_resolution` finds the largest resolution of a patch-based tokenizer whose sequence fits;
-:func:`chunk` cuts a long document into tile-aligned windows, losing nothing.
 """
 
 from __future__ import annotations
@@ -30,15 +26,11 @@ def tile_align(n, tile: int):
 def choose_context(
     lengths, *, tile: int, max_ctx: int, min_ctx: int | None = None, algorithm: str = "best_fit_decreasing"
 ) -> list[dict]:
-    """Rank the tile-aligned contexts in [min_ctx, max_ctx] for this length distribution: for each, the useful-token
-    fraction packed (``algorithm``, long documents split) and padded (one document per row, long ones split), and a
-    batch's activation memory relative to the largest candidate (linear terms scale with ctx, attention with ctx^2).
-
-    Returns:
-      Dicts (``ctx``, ``tiles``, ``packed_efficiency``, ``padded_efficiency``, ``packed_rows``,
-      ``relative_activation_memory``, ``relative_attention_memory``), best first: highest packed efficiency, then
-      the smaller ctx.
-    """
+    """The tile-aligned contexts in [min_ctx, max_ctx] for this length distribution, best first (highest packed
+    efficiency, then the smaller ctx): dicts of ``ctx``, ``tiles``, the useful-token fraction packed
+    (``packed_efficiency``, ``packed_rows``; ``algorithm``) and padded (``padded_efficiency``: one document a row,
+    long ones split), and ``relative_activation_memory`` / ``relative_attention_memory`` (ctx, ctx^2 against the
+    largest candidate)."""
     tile = check_int(tile, "tile", minimum=1, maximum=MAX_CTX)
     max_ctx = check_int(max_ctx, "max_ctx", minimum=1, maximum=MAX_CTX)
     min_ctx = tile if min_ctx is None else check_int(min_ctx, "min_ctx", minimum=1)
@@ -74,20 +66,15 @@ def fit_resolution(
     length_fn: Callable[[int], int], max_ctx: int, *, tile: int, low: int = 1, high: int | None = None
 ) -> tuple[int, int]:
     """The largest resolution P whose sequence (``length_fn(P)``, non-decreasing, as a patch-based tokenizer's) fits a
-    tile-aligned context <= max_ctx: ``(P, ctx = tile_align(length_fn(P), tile))``, by binary search. For example
-    ``lambda p: 108 + 20 * p * p`` with max_ctx 4608 and tile 256 gives (15, 4608).
-
-    Raises:
-      ValueError: not even ``length_fn(low)`` fits, or ``length_fn`` decreases.
-    """
+    tile-aligned context <= max_ctx: ``(P, tile_align(length_fn(P), tile))``, by binary search (``lambda p: 108 + 20
+    * p * p``, max_ctx 4608, tile 256: (15, 4608)). ValueError when not even ``length_fn(low)`` fits, or when every
+    resolution does."""
     max_ctx = check_int(max_ctx, "max_ctx", minimum=1)
     tile = check_int(tile, "tile", minimum=1)
     low = check_int(low, "low")
 
     def fits(p: int) -> bool:
-        n = length_fn(p)
-        n = check_int(n if not isinstance(n, np.integer) else int(n), "length_fn(P)", minimum=0)
-        return tile_align(n, tile) <= max_ctx
+        return tile_align(check_int(length_fn(p), "length_fn(P)", minimum=0), tile) <= max_ctx
 
     if not fits(low):
         raise ValueError(f"length_fn({low}) = {length_fn(low)} does not fit max_ctx={max_ctx} (tile {tile})")
@@ -116,17 +103,11 @@ def fit_resolution(
 def chunk(
     tokens, ctx: int, *, tile: int, stride: int | None = None, bos: int | None = None, eos: int | None = None
 ) -> list[np.ndarray]:
-    """Cut one document into windows of at most ``ctx`` tokens (ctx a multiple of tile), every one but the last
-    exactly ``ctx``.
-
-    ``bos`` / ``eos`` go before / after the document, once each. With ``stride=None`` windows are consecutive:
-    concatenated they give back the document exactly. With ``stride < ctx`` they start every ``stride`` tokens and
-    overlap (context for evaluation); the last ends at the document's end. Token ids (and ``bos``/``eos``) must be
-    integers in [0, 2**31 - 1]: float or bool tokens are a TypeError, a bad id a ValueError naming it.
-
-    Returns:
-      1-D arrays (views where possible) of the document's dtype (widened when ``bos``/``eos`` do not fit it).
-    """
+    """One document (with ``bos`` / ``eos`` around it) cut into 1-D windows of at most ``ctx`` tokens (a multiple of
+    tile; all but the last exactly ``ctx``; views where possible, of the document's dtype or wider to fit bos/eos).
+    ``stride=None``: consecutive windows, together the document exactly; ``stride < ctx``: overlapping windows every
+    ``stride`` tokens, the last ending at the end. Token ids must be integers in [0, 2**31 - 1]: float or bool
+    tokens are a TypeError, a bad id a ValueError naming it."""
     ctx = check_int(ctx, "ctx", minimum=1)
     tile = check_int(tile, "tile", minimum=1)
     if ctx % tile:
@@ -141,18 +122,18 @@ def chunk(
     arr = np.asarray(tokens)
     if arr.ndim != 1:
         raise ValueError(f"tokens must be 1-D, got shape {arr.shape}")
-    if arr.dtype.kind not in "iu":  # floats, bools, strings: not token ids (bool is kind "b")
+    if arr.dtype.kind not in "iu":
         raise TypeError(f"tokens must be integer token ids, got dtype {arr.dtype}")
-    check_token_ids(arr)  # ids in [0, 2**31 - 1]: a negative id is refused, never emitted
+    check_token_ids(arr)
     special = [i for i in (bos, eos) if i is not None]
     if special:
-        dtype = np.promote_types(arr.dtype, np.min_scalar_type(max(special)))  # the document's, or wider to fit
+        dtype = np.promote_types(arr.dtype, np.min_scalar_type(max(special)))
         head, tail = ([] if i is None else [i] for i in (bos, eos))
         arr = np.concatenate([np.array(head, dtype), arr, np.array(tail, dtype)])
     n = arr.shape[0]
     if n == 0:
         return []
-    if stride == ctx:  # consecutive windows; the last one takes what is left
+    if stride == ctx:
         starts: range | list[int] = range(0, n, ctx)
     else:  # overlapping windows, then one that ends exactly at the end
         starts = [*range(0, max(n - ctx, 0), stride), max(n - ctx, 0)]

@@ -1,9 +1,6 @@
-"""Numba's start-up, paid in a thread while the process waits on I/O.
-
-The first numba kernel a process calls costs 0.4-1.1 s on a 2-core machine (type registries, LLVM; every later
-kernel loads from the cache in milliseconds), and a pipeline's process reaches it only after I/O (opening a source
-from a bucket: ~2 s). :func:`warm_in_background` overlaps the two (numba's compiler lock makes a kernel called
-meanwhile wait for the warm-up, never load twice).
+"""Numba's start-up (0.4-1.1 s for a process's first kernel on 2 cores; later ones load from the cache in ms), paid in
+a thread while the process waits on I/O (opening a source from a bucket: ~2 s). Numba's compiler lock makes a kernel
+called meanwhile wait for the warm-up, never load twice.
 """
 
 from __future__ import annotations

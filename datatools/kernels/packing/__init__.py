@@ -1,11 +1,6 @@
 """The packing engine: plans (which document pieces share a row), the rows built from them, and row counts::
 
-    from datatools.kernels.packing import pack_lengths, PackPlan, materialize, count_rows
-
-Modules, from the bottom up: ``trees`` (search trees), ``pieces`` (overflow policies, piece sizes, decreasing
-order), ``algorithms`` (:data:`TABLE`, :class:`PackOptions`), ``planners`` (the packer kernels, planning or
-counting), ``plan`` (:func:`pack_lengths`), ``counting`` (:func:`count_rows`), ``materialize``, ``groups``
-(:func:`pack_in_groups`, :func:`lower_bound_rows`), ``plan_format`` (the on-disk encoding, ``gather_rows``).
+from datatools.kernels.packing import pack_lengths, PackPlan, materialize, count_rows
 """
 
 from datatools.kernels.packing.algorithms import ALGORITHMS, TABLE, Algorithm, PackOptions

@@ -1,7 +1,5 @@
-"""The packing algorithms in one table (:data:`TABLE`: kernel and traits of each) and one packing's options
-(:class:`PackOptions`). Planning, counting, the padding analyzer, the config schema and the CLI read an algorithm's
-traits here, never from its name: a new packer is one kernel in :mod:`~datatools.kernels.packing.planners` and one
-row of :data:`TABLE`.
+"""The packing algorithms in one table (:data:`TABLE`: kernel and traits of each; every caller reads the traits here,
+never from a name) and one packing's options (:class:`PackOptions`).
 """
 
 from __future__ import annotations
@@ -73,17 +71,12 @@ class Algorithm:
     """One packing algorithm: its kernel and what the callers need to know of it.
 
     Attributes:
-      name: the name configs, the CLI and plans use.
       place: ``place(sizes, runs, capacity, max_segments, window, max_rows, row_of) -> (rows, most pieces in a
-        row)`` on piece sizes in units (as in :mod:`~datatools.kernels.packing.planners`); None for
-        ``concat_split``, which works on documents.
-      count_chunks: ``count_chunks(lengths chunks, ctx, max_segments, window) -> (rows, pieces, most pieces in
-        a row, documents cut)``, its state carried from chunk to chunk; None for the decreasing packers.
-      decreasing: pieces placed largest first (input order does not matter: counted on a size histogram).
-      windowed: takes a ``window`` of open rows (Grain's streaming packers).
-      cuts_documents: documents are concatenated and cut at row ends.
-      cost: the padding analyzer's relative time per ctx (longest first, so threads finish together).
-      label: the name in the analyzer's tables.
+        row)`` (:mod:`~datatools.kernels.packing.planners`); None for ``concat_split``, which cuts documents.
+      count_chunks: ``count_chunks(chunks of lengths, ctx, max_segments, window) -> (rows, pieces, most pieces in
+        a row, documents cut)``; None for the decreasing packers (pieces largest first, counted on a histogram).
+      windowed: takes a ``window`` of open rows; cuts_documents: documents concatenated and cut at row ends.
+      cost: the padding analyzer's relative time per ctx; label: the name in its tables.
     """
 
     name: str

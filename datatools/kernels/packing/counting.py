@@ -1,8 +1,5 @@
-"""How many rows a packing takes, without making the plan: the same kernels as :func:`pack_lengths`, counting.
-
-:func:`count_rows` gives exactly ``pack_lengths(...)``'s ``num_rows``, ``num_pieces`` and largest ``pieces_per_row``
-(``overflow="split"``, ``align=1``) in the packer's working memory alone: on piece sizes (4 bytes a piece), or for
-the ``*_decreasing`` packers on a size histogram (O(ctx)). What the padding analyzer reports.
+"""How many rows a packing takes, without making the plan: the same kernels as :func:`pack_lengths`, counting, in
+the packer's working memory alone (4 bytes a piece, or O(ctx) on a size histogram for the decreasing packers).
 """
 
 from __future__ import annotations
@@ -41,17 +38,14 @@ def count_rows(
     max_segments: int | None = None,
     window: int | None = None,
 ) -> PackCount:
-    """The rows ``pack_lengths(lengths, ctx, algorithm=..., max_segments=..., window=...)`` makes, counted.
+    """Exactly the ``num_rows``, ``num_pieces`` and largest ``pieces_per_row`` of ``pack_lengths(lengths, ctx,
+    algorithm=..., max_segments=..., window=...)`` (``overflow="split"``, ``align=1``), counted.
 
     Args:
-      ctx: row length (tokens).
-      algorithm: one of :data:`ALGORITHMS` (``concat_split`` takes ``lengths`` only).
-      lengths: tokens per document (longer than ctx: split into ctx-sized pieces); or
+      lengths: tokens per document; or
       sizes: int32 piece sizes in input order, each in [1, ctx] (:func:`piece_sizes`, shared by several counts); or
-      histogram: int (ctx + 1,) pieces of each size (:func:`piece_histogram`; index 0 ignored), for the
-        ``*_decreasing`` packers only. Exactly one of the three.
-      max_segments: at most this many pieces in one row; None for no cap.
-      window: ``first_fit`` / ``best_fit``: open rows, as :func:`pack_lengths` (ignored by the others).
+      histogram: int (ctx + 1,) pieces of each size (:func:`piece_histogram`), for the decreasing packers only.
+        Exactly one of the three (``concat_split`` takes ``lengths`` only).
 
     Raises:
       ValueError: a bad ctx, algorithm, cap or window, not exactly one input, or a bad input (named).
@@ -92,13 +86,9 @@ def count_rows_chunked(
     max_segments: int | None = None,
     window: int | None = None,
 ) -> PackCount:
-    """:func:`count_rows` of the concatenation of ``chunks`` (tokens per document, in order), exactly, holding one
-    chunk at a time (10^9 documents from a memory-mapped file): the in-order packers carry their state from chunk to
-    chunk, the decreasing ones add up a histogram.
-
-    ``first_fit`` / ``best_fit`` need a ``window`` here (unbounded, they would provision a row per piece of the
-    whole input). Raises ValueError as :func:`count_rows`, naming a bad chunk's index.
-    """
+    """:func:`count_rows` of the concatenation of ``chunks`` (tokens per document), exactly, holding one chunk at a
+    time (state carried from chunk to chunk, or a histogram summed). ``first_fit`` / ``best_fit`` need a ``window``
+    here (unbounded, they would provision a row per piece). ValueError as :func:`count_rows`, naming the chunk."""
     o = PackOptions(ctx, algorithm, max_segments, window=window)
     algo, ctx, seg = o.packer, o.ctx, o.seg
     if algo.windowed and not o.win:
@@ -112,14 +102,14 @@ def count_rows_chunked(
 
 
 def _count_decreasing(histogram: np.ndarray, ctx: int, algo: Algorithm, seg: int) -> PackCount:
-    """First/best fit decreasing (and the capped dealing, when it wins) from a size histogram."""
+    """First/best fit decreasing from a size histogram."""
     rows, pieces, most = _count_histogram(histogram, ctx, seg, algo.place is not first_fit)
     return PackCount(int(rows), int(pieces), int(most))
 
 
 @numba.njit(cache=True, nogil=True)
 def _count_histogram(histogram, ctx, seg, best):
-    """(rows, pieces, most pieces in a row) of best (else first) fit decreasing of a size histogram, and of the
+    """(rows, pieces, most pieces in a row) of best (else first) fit decreasing of a size histogram, or of the
     capped dealing when it needs fewer rows."""
     sizes, runs = decreasing_runs(histogram)
     pieces = runs.sum()
@@ -143,8 +133,8 @@ def count_windows(
     lengths, bounds, ctx: int, algorithm: str, *, max_segments: int | None = None, window: int | None = None
 ) -> np.ndarray:
     """int64 ``count_rows(ctx, algorithm, lengths=lengths[bounds[w]:bounds[w + 1]], ...).rows`` of every window
-    ``w`` (``bounds``: non-decreasing offsets, 0 to the end); for the decreasing packers in one kernel call (an
-    epoch's ~10^4 windows, where a call a window costs ~0.3 ms of Python)."""
+    ``w`` (``bounds``: non-decreasing, 0 to the end); the decreasing packers in one kernel call (~0.3 ms a window
+    saved)."""
     o = PackOptions(ctx, algorithm, max_segments, window=window)
     lengths = as_lengths(lengths)
     bounds = np.asarray(bounds, np.int64)

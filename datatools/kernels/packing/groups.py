@@ -1,10 +1,5 @@
-"""Packing more documents than one plan fits in memory, and the lower bound of rows any packing needs.
-
-:func:`pack_in_groups` plans ``group_docs`` documents at a time (:func:`pack_lengths` holds 50-80 bytes a document:
-10^9 documents would need 50+ GB) and carries the pieces of each group's under-filled rows (at least ``ctx /
-CARRY_FREE_DIVISOR`` tokens free) into the next group's plan, so only the last group's loose rows remain: within a
-few rows of the single plan, and exactly it for one group. :func:`lower_bound_rows`: max(L1, Martello & Toth's
-L2, the max_segments bound).
+"""Packing more documents than one plan fits in memory (:func:`pack_lengths` holds 50-80 bytes a document), and the
+lower bound of rows any packing needs.
 """
 
 from __future__ import annotations
@@ -31,8 +26,9 @@ def pack_in_groups(
     overflow: str = "split",
 ) -> Iterator[PackPlan]:
     """The packed plan of ``lengths`` (tokens per document; may be memory-mapped) as :class:`PackPlan` s of finished
-    rows, concatenated one plan (every token under ``overflow`` in exactly one piece): ``doc`` index the whole
-    ``lengths``, ``dropped_tokens`` and ``empty_documents`` count the group's. Options as :func:`pack_lengths`."""
+    rows, planned ``group_docs`` documents at a time, the pieces of each group's under-filled rows carried into the
+    next (within a few rows of the single plan; exactly it for one group). ``doc`` index the whole ``lengths``;
+    ``dropped_tokens`` and ``empty_documents`` count the group's. Options as :func:`pack_lengths`."""
     n = int(lengths.shape[0])
     if group_docs < 1:
         raise ValueError(f"group_docs must be >= 1, got {group_docs}")
@@ -102,13 +98,10 @@ def size_histogram(length: np.ndarray, ctx: int, align: int) -> np.ndarray:
 
 
 def lower_bound_rows(histogram: np.ndarray, kept_tokens: int, ctx: int, max_segments: int | None = None) -> int:
-    """max(L1, L2, ceil(pieces / max_segments)): rows no packing of these pieces can go below.
-
-    ``histogram[s]`` pieces take ``s`` units (capacity ``C = len(histogram) - 1`` units). L1 is
-    ceil(kept_tokens / ctx). L2 (Martello & Toth 1990) is, over every k in [0, C/2]: the pieces above C - k
-    (one row each), those in (C/2, C - k] (one row each, with their free space), and the room the pieces in
-    [k, C/2] need beyond that free space; computed for every k at once from cumulative sums, O(C).
-    """
+    """max(L1, L2, ceil(pieces / max_segments)): rows no packing of these pieces can go below. ``histogram[s]``
+    pieces take ``s`` units (capacity ``C = len(histogram) - 1``); L1 = ceil(kept_tokens / ctx); L2 (Martello &
+    Toth 1990), for every k in [0, C/2] at once, O(C): the pieces above C - k and those in (C/2, C - k] (a row
+    each), plus the room the pieces in [k, C/2] need beyond those rows' free space."""
     hist = np.asarray(histogram, np.int64)
     cap = hist.shape[0] - 1
     l1 = -(-int(kept_tokens) // ctx)

@@ -1,9 +1,6 @@
-"""Packed rows built from a plan and the documents' tokens: the canonical batch (int32 ``tokens``,
-``segment_ids``, ``positions``, ``loss_mask``), one numba pass writing each output slot once.
-
-:func:`materialize` reads from a flat token array and its offsets; :func:`materialize_pieces` reads only the
-selected rows' pieces through a reader (a token store, a document source). Every piece is checked to lie inside
-the tokens, and the ids written to fit int32 (:func:`check_token_ids` checks a whole array at once).
+"""Packed rows built from a plan and the documents' tokens: the canonical batch (int32 ``tokens``, ``segment_ids``,
+``positions``, ``loss_mask``), one numba pass writing each output slot once, every piece checked to lie inside the
+tokens and every id written to fit int32.
 """
 
 from __future__ import annotations
@@ -31,35 +28,30 @@ def materialize(
     out: dict[str, np.ndarray] | None = None,
     extents: tuple[np.ndarray, int] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Build packed rows from a flat token array: one numba pass per row writes every output slot once (about a
-    copy of their 16 bytes a slot). Every piece is first checked to lie inside ``tokens``, so a plan and arrays that
-    do not match raise before anything is written; the ids written are checked in the same pass.
+    """Build packed rows from a flat token array, one numba pass writing every output slot once (every piece is
+    checked to lie inside ``tokens`` before anything is written).
 
     Args:
       plan: the plan from :func:`pack_lengths`.
       tokens: 1-D array of every document's tokens back to back.
       offsets: int (num_documents + 1,): document i is ``tokens[offsets[i]:offsets[i+1]]``.
-      rows: row ids to build (int array-like); None for all rows.
+      rows: row ids to build; None for all rows.
       pad_id: token written at padding slots.
-      check_values: check that ids of a dtype wider than int32 fit int32 (on the pieces read only);
-        ``False`` when the caller checked the whole array once. Negative ids are refused either way.
-      out: a canonical batch to write into (four writeable C-contiguous int32 (len(rows), ctx) arrays), every
-        slot overwritten; only where the caller owns the buffer (not a batch Grain may still hold).
-      extents: ``(slot_of, extent)`` when ``tokens`` is a slab of extents (a store reader's cache,
-        :class:`~datatools.io.documents.StorePieceReader`): token t of the flat array is
+      check_values: check that ids of a dtype wider than int32 fit int32 (``False`` when the caller checked the
+        whole array); negative ids are refused either way.
+      out: a canonical batch to write into (four writeable C-contiguous int32 (len(rows), ctx) arrays), where the
+        caller owns the buffer (not a batch Grain may still hold).
+      extents: ``(slot_of, extent)`` when ``tokens`` is a slab of extents (a store reader's cache): token t is
         ``tokens[slot_of[t // extent] * extent + t % extent]``; every extent the rows touch must be held.
 
     Returns:
       The canonical batch (``out`` itself when given), int32 (len(rows), ctx): ``tokens``; ``segment_ids`` (1, 2,
-      ... per piece within a row, 0 = padding); ``positions`` (0-based in the document: a continuation piece counts
-      on); ``loss_mask`` (1 where the next token is in the same piece).
+      ... per piece of a row, 0 at padding); ``positions`` (in the document: a continuation piece counts on);
+      ``loss_mask`` (1 where the next token is in the same piece).
 
     Raises:
-      TypeError: ``plan`` is not a :class:`PackPlan`, or the tokens are not integers, or ``out`` is not a
-        canonical batch of the right shape.
-      IndexError: a row id outside the plan.
-      ValueError: a token id the rows hold is outside [0, 2**31 - 1] (a negative id is refused whatever the
-        dtype and ``check_values``), or the plan and arrays do not match.
+      TypeError: not a :class:`PackPlan`, non-integer tokens, or a bad ``out``. IndexError: a row outside the plan.
+      ValueError: a token id outside [0, 2**31 - 1], or a plan and arrays that do not match.
     """
     rows = check_plan_rows(plan, rows)
     pad_id = check_id(pad_id, "pad_id")
@@ -88,14 +80,14 @@ def materialize(
 
 
 def check_plan_rows(plan: PackPlan, rows) -> np.ndarray:
-    """``rows`` of ``plan`` as checked int64 row ids (all rows when None); TypeError for a plan that is not a
+    """``rows`` of ``plan`` as checked int64 row ids (all when None): TypeError for a plan that is not a
     :class:`PackPlan`, ValueError for non-integers, IndexError for a row outside it."""
     if not isinstance(plan, PackPlan):
         raise TypeError(f"plan must be a PackPlan from pack_lengths(), got {short_repr(plan)}")
     if rows is None:
         return np.arange(plan.num_rows)
     if type(rows) is np.ndarray and rows.dtype == np.int64 and rows.ndim == 1:
-        arr = rows  # the common case, without the conversions below (a few microseconds a batch)
+        arr = rows  # the common case, without the conversions (a few microseconds a batch)
     else:
         try:
             arr = np.asarray(rows).reshape(-1)
@@ -111,14 +103,13 @@ def check_plan_rows(plan: PackPlan, rows) -> np.ndarray:
 
 
 def new_batch(rows: int, ctx: int) -> dict[str, np.ndarray]:
-    """Four uninitialized C-contiguous int32 (rows, ctx) arrays under the canonical keys: views of one array from
-    :mod:`datatools.base.array_pool` (faulting in a fresh 16 MiB batch costs more than filling it)."""
+    """Four uninitialized C-contiguous int32 (rows, ctx) arrays under the canonical keys, views of one pooled array
+    (faulting in a fresh 16 MiB batch costs more than filling it)."""
     return dict(zip(_CANONICAL, array_pool.empty((len(_CANONICAL), rows, ctx), np.int32)))
 
 
 def _output_batch(out, batch: int, ctx: int) -> dict[str, np.ndarray]:
-    """``out`` checked to be a canonical batch of ``batch`` x ``ctx`` int32 C-contiguous arrays, or four new
-    uninitialized ones (the fill writes every slot)."""
+    """``out`` checked to be a canonical batch of ``batch`` x ``ctx`` int32 arrays, or a :func:`new_batch`."""
     if out is None:
         return new_batch(batch, ctx)
     if not isinstance(out, dict) or any(k not in out for k in _CANONICAL):
@@ -139,8 +130,7 @@ def _output_batch(out, batch: int, ctx: int) -> dict[str, np.ndarray]:
 
 
 def _fill_checked(batch, row_ids, *args) -> None:
-    """``_fill_rows(*args, <batch's four arrays>, err)``; a row holding an id outside [0, 2**31 - 1] is a ValueError
-    naming the id, its row and slot."""
+    """``_fill_rows(*args, <batch's four arrays>, err)``; an id outside [0, 2**31 - 1] is a ValueError naming it."""
     err = np.zeros(3, np.int64)
     outputs = (*(batch[k] for k in _CANONICAL), err)
     if not _fill_rows(*args, *outputs):
@@ -168,7 +158,7 @@ def _first_row_outside(rows, num_rows):
 
 
 def _check_piece_bounds(plan: PackPlan, rows: np.ndarray, offsets: np.ndarray, num_tokens: int) -> None:
-    """Every piece of ``rows`` must lie in ``[0, num_tokens)`` of the flat array (per piece, numba)."""
+    """Every piece of ``rows`` must lie in ``[0, num_tokens)`` of the flat array."""
     q = _first_bad_piece(rows, plan.row_splits, plan.doc, plan.start, plan.length, offsets, num_tokens)
     if q >= 0:
         d = int(plan.doc[q])
@@ -203,27 +193,15 @@ def check_token_ids(tokens: np.ndarray) -> None:
             raise ValueError(f"tokens: token id {bad} outside [0, 2**31 - 1] (batches are int32)")
 
 
-def pieces_of_rows(plan: PackPlan, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`~datatools.kernels.packing.plan_format.row_pieces` of ``plan``'s rows ``rows`` (checked int64 ids)."""
-    return row_pieces(plan.row_splits, rows)
-
-
 def materialize_pieces(
     plan: PackPlan, read_pieces, rows=None, *, pad_id: int = 0, out: dict[str, np.ndarray] | None = None
 ) -> dict[str, np.ndarray]:
-    """Like :func:`materialize`, reading only the pieces of the selected rows through ``read_pieces``.
-
-    Args:
-      plan: the plan from :func:`pack_lengths`.
-      read_pieces: ``read_pieces(doc, start, length) -> tokens``: the given pieces back to back (one int array),
-        e.g. :meth:`datatools.io.documents.ArrayDocuments.read_pieces`; called once for all selected rows.
-      rows: row ids to build; None for all rows.
-      pad_id: token written at padding slots.
-      out: a canonical batch to write into, as for :func:`materialize`.
-    """
+    """Like :func:`materialize`, reading only the selected rows' pieces, once, through ``read_pieces(doc, start,
+    length) -> tokens`` (the pieces back to back, one integer array; e.g.
+    :meth:`datatools.io.documents.ArrayDocuments.read_pieces`)."""
     rows = check_plan_rows(plan, rows)
     pad_id = check_id(pad_id, "pad_id")
-    sel, splits = pieces_of_rows(plan, rows)
+    sel, splits = row_pieces(plan.row_splits, rows)
     start, length = plan.start[sel], plan.length[sel]
     flat = np.asarray(read_pieces(plan.doc[sel], start, length))
     if flat.ndim != 1 or flat.dtype.kind not in "iu" or flat.shape[0] != int(length.sum()):
@@ -263,14 +241,10 @@ def _fill_rows(
     loss_mask,
     err,
 ):
-    """Write each selected row of the (batch, ctx) int32 outputs once: its pieces and the padding (no prefill), each
-    output by its own slice loop, so each vectorizes. Token t of the flat array ``offsets`` indexes is
-    ``tokens[slot_of[t // extent] * extent + t % extent]`` (a flat array: ``slot_of = [0]``, an extent past its end).
-
-    ``wide``: check each piece's source ids fit [0, 2**31 - 1] before the cast; the int32 ids are checked
-    non-negative as written (``pad_id`` by the caller). On a bad id: ``err`` = (batch row, source index (wide) or
-    slot, id as int32), return True (rows after it are not built).
-    """
+    """Write each selected row of the (batch, ctx) int32 outputs once, each output by its own slice loop (so each
+    vectorizes); tokens read through extents as in :func:`materialize` (a flat array: ``slot_of = [0]``). ``wide``:
+    source ids checked to fit int32 before the cast; the ids written are checked non-negative. On a bad id: ``err`` =
+    (batch row, source index (wide) or slot, id as int32) and True (later rows not built)."""
     ctx = out_tokens.shape[1]
     for b in range(rows.shape[0]):
         r = rows[b]
@@ -295,9 +269,8 @@ def _fill_rows(
                         if piece[j] < 0 or piece[j] > 2147483647:
                             err[0], err[1], err[2] = b, src + j, 0
                             return True
-                # An explicit loop over 1-D views, not ``t_row[w:w + take] = piece``: numba's slice assignment
-                # copies the source first when the two may overlap (2.4x slower at 32 x 1024). The minimum of the
-                # int32 ids written is taken in the same loop (no second pass over the row).
+                # A loop, not ``t_row[w:w + take] = piece``: numba's slice assignment copies the source first when
+                # the two may overlap (2.4x slower at 32 x 1024); the minimum is taken in the same loop.
                 t_piece = t_row[w : w + take]
                 least = np.int32(0)
                 for j in range(take):

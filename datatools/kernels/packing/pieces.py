@@ -1,9 +1,4 @@
-"""Documents cut into the pieces every packer works on (tokens), and the orders and histograms of their sizes.
-
-:func:`cut_pieces` applies an overflow policy at ``ctx``; :func:`piece_sizes` / :func:`piece_histogram` give the
-sizes alone under ``split``, where only rows are counted; :func:`decreasing_order` (a stable counting sort) and
-:func:`decreasing_runs` give what the ``*_decreasing`` packers place.
-"""
+"""Documents cut into the pieces every packer works on (tokens), and the orders and histograms of their sizes."""
 
 from __future__ import annotations
 
@@ -67,11 +62,8 @@ def _cut_pieces(lengths, ctx, overflow_code):
 
 
 def cut_pieces(lengths: np.ndarray, ctx: int, overflow: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
-    """The pieces every packer or bucketer works on: ``lengths`` (validated int64 tokens per document) under the
-    overflow policy ``split`` (ctx-sized pieces), ``truncate``, ``drop`` or ``error`` at ``ctx`` tokens.
-
-    Returns (doc int64, start int64, length int32, dropped_tokens, empty_documents); an empty document gives no piece.
-    """
+    """(doc int64, start int64, length int32, dropped_tokens, empty_documents): the pieces of ``lengths`` (validated
+    int64 tokens per document; an empty one gives none) under the overflow policy at ``ctx`` tokens."""
     if overflow == "error" and lengths.size:
         too_long = np.flatnonzero(lengths > ctx)
         if too_long.size:
@@ -88,7 +80,7 @@ def piece_sizes(lengths, ctx: int) -> np.ndarray:
 
 def piece_histogram(lengths, ctx: int) -> np.ndarray:
     """int64 (ctx + 1,): ``counts[c]`` pieces of c tokens that splitting every document at ``ctx`` gives (index 0:
-    none); what :func:`~datatools.kernels.packing.counting.count_rows` takes as ``histogram``."""
+    none), :func:`~datatools.kernels.packing.counting.count_rows`' ``histogram``."""
     return split_histogram(as_lengths(lengths), check_int(ctx, "ctx", minimum=1, maximum=MAX_CTX))
 
 
@@ -139,8 +131,7 @@ def decreasing_order(units, capacity):
 
 @numba.njit(cache=True, nogil=True)
 def decreasing_runs(counts):
-    """(sizes int32, runs int64): the sizes present in a size histogram (size 0 left out), largest first, and
-    how many pieces each."""
+    """(sizes int32, runs int64): the sizes in a size histogram (not 0), largest first, and their counts."""
     k = 0
     for c in range(1, counts.shape[0]):
         if counts[c] > 0:

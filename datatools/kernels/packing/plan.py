@@ -1,13 +1,5 @@
-"""Sequence packing: :func:`pack_lengths` plans which document pieces share a row of ``ctx`` tokens (:class:`PackPlan`).
-
-It sees only document lengths (tokens); :func:`~datatools.kernels.packing.materialize.materialize` builds the
-rows' tokens. The kernels are in :mod:`~datatools.kernels.packing.planners`, their traits in
-:mod:`~datatools.kernels.packing.algorithms`: ``next_fit`` (one open row, O(n)); ``first_fit`` /
-``first_fit_decreasing`` (the lowest row with room, a max segment tree, O(log n)); ``best_fit`` /
-``best_fit_decreasing`` (the tightest row that fits, a presence tree over capacities, O(log ctx));
-``concat_split`` (concatenate, cut every ctx). ``*_decreasing`` order pieces by a stable counting sort, so plans
-are identical on every machine. With ``align > 1`` every piece starts at a multiple of ``align`` in its row: the
-kernels work in units of ``align`` tokens.
+"""Sequence packing: :func:`pack_lengths` plans which document pieces share a row of ``ctx`` tokens (:class:`PackPlan`),
+from document lengths alone (:func:`~datatools.kernels.packing.materialize.materialize` builds the rows' tokens).
 """
 
 from __future__ import annotations
@@ -40,9 +32,8 @@ class PackPlan:
     Attributes:
       ctx: row length (tokens); align: every piece starts at a multiple of this many tokens in its row.
       num_rows: rows; row_splits: int64 (num_rows + 1,), offsets of each row's pieces.
-      doc: int64 (num_pieces,), the piece's document (index into the input lengths).
-      start: int64 (num_pieces,), where the piece starts inside its document (tokens).
-      length: int32 (num_pieces,), tokens in the piece.
+      doc, start, length: int64, int64, int32 (num_pieces,): the piece's document (index into the input lengths),
+        where it starts inside it and its tokens.
       dropped_tokens: tokens of the input in no row (truncate / drop); empty_documents: zero-length, skipped.
       algorithm: the algorithm that made the plan.
     """
@@ -59,11 +50,15 @@ class PackPlan:
     algorithm: str
 
     @classmethod
+    def of_rows(cls, ctx: int, align: int, row_splits, doc, start, length, algorithm: str) -> PackPlan:
+        """The plan of the rows ``row_splits`` delimits, ``doc`` and ``start`` as int64, ``length`` as int32."""
+        doc, start, length = np.asarray(doc, np.int64), np.asarray(start, np.int64), np.asarray(length, np.int32)
+        return cls(ctx, align, row_splits.shape[0] - 1, row_splits, doc, start, length, 0, 0, algorithm)
+
+    @classmethod
     def one_piece_rows(cls, ctx: int, doc, start, length, algorithm: str) -> PackPlan:
-        """A plan whose row i holds piece i alone (``doc``, ``start``, ``length``: int64 arrays; rows of ``ctx``
-        tokens): a bucket's batch, a curriculum's whole pieces."""
-        n = int(doc.shape[0])
-        return cls(ctx, 1, n, np.arange(n + 1, dtype=np.int64), doc, start, length.astype(np.int32), 0, 0, algorithm)
+        """A plan whose row i of ``ctx`` tokens holds piece i (``doc``, ``start``, ``length``: int64 arrays) alone."""
+        return cls.of_rows(ctx, 1, np.arange(doc.shape[0] + 1, dtype=np.int64), doc, start, length, algorithm)
 
     @property
     def num_pieces(self) -> int:
@@ -122,30 +117,23 @@ def pack_lengths(
     align: int = 1,
     overflow: str = "split",
 ) -> PackPlan:
-    """Plan how to pack documents of the given lengths into rows of ``ctx`` tokens.
+    """Plan how to pack documents of the given lengths into rows of ``ctx`` tokens; the same input gives the
+    identical :class:`PackPlan` on any machine.
 
     Args:
-      lengths: 1-D integers, tokens per document. Zero-length documents are skipped and counted in
-        ``PackPlan.empty_documents``.
+      lengths: 1-D integers, tokens per document (zero-length ones skipped, counted in ``empty_documents``).
       ctx: row length (tokens), >= 1.
-      algorithm: ``next_fit``, ``first_fit``, ``best_fit`` (input order, unbounded open rows),
-        ``first_fit_decreasing``, ``best_fit_decreasing`` (largest pieces first) or ``concat_split``.
-      max_segments: at most this many pieces in one row (cuDNN / TransformerEngine THD need a fixed cap); None for
-        no cap.
-      align: every piece starts at a multiple of ``align`` tokens in its row; must divide ``ctx``. The gap counts
-        as padding.
-      overflow: documents longer than ``ctx``: ``split`` into ctx-sized pieces (nothing lost), ``truncate`` to the
-        first ctx tokens, ``drop``, or ``error``. ``concat_split`` cuts them across rows under ``split``.
+      algorithm: ``next_fit`` (one open row), ``first_fit`` (the lowest row with room), ``best_fit`` (the tightest),
+        ``first_fit_decreasing``, ``best_fit_decreasing`` (largest pieces first) or ``concat_split`` (concatenate,
+        cut every ctx).
+      max_segments: at most this many pieces in one row (cuDNN / TransformerEngine THD need a cap); None: no cap.
+      align: every piece starts at a multiple of ``align`` tokens in its row (the gap is padding); divides ``ctx``.
+      overflow: documents longer than ``ctx``: ``split`` into ctx-sized pieces, ``truncate``, ``drop`` or ``error``.
       window: ``first_fit`` / ``best_fit`` only: at most this many open rows, all closed when a piece fits none
-        (Grain's ``FirstFitPackIterDataset`` / ``BestFitPackIterDataset`` with ``num_packing_bins=window``);
-        None: every row stays open.
-
-    Returns:
-      A :class:`PackPlan`; the same input gives the identical plan on any machine.
+        (Grain's ``FirstFitPackIterDataset`` / ``BestFitPackIterDataset``, ``num_packing_bins=window``).
 
     Raises:
-      ValueError: ctx < 1, negative or non-integer lengths, max_segments < 1, align < 1 or not dividing ctx, an
-        unknown algorithm or overflow policy, or with ``overflow="error"`` a document longer than ctx.
+      ValueError: a bad option or length, or with ``overflow="error"`` a document longer than ctx.
     """
     return pack(lengths, PackOptions(ctx, algorithm, max_segments, align, overflow, window))
 
@@ -157,7 +145,7 @@ def pack(lengths, options: PackOptions) -> PackPlan:
     lengths = as_lengths(lengths)
     if o.overflow == "error":
         cut_pieces(lengths, ctx, "error")  # raises naming the first document longer than ctx
-    if algo.place is None:  # concat_split: it cuts the documents, not pieces
+    if algo.place is None:  # concat_split cuts documents, not pieces
         return _plan_concat_split(lengths, ctx, align, seg_cap, o.overflow)
     if o.window is not None and not algo.windowed:
         windowed = " and ".join(a.name for a in TABLE if a.windowed)
@@ -189,7 +177,7 @@ def pack(lengths, options: PackOptions) -> PackPlan:
 @numba.njit(cache=True)
 def _assemble(row_of, order, use_order, num_rows, doc, start, length):
     """(row_splits, doc, start, length) grouped by row, stably: ``row_of[k]`` is the row of the k-th placed piece,
-    ``order[k]`` its index in (doc, start, length)."""
+    ``order[k]`` (when ``use_order``) its index in (doc, start, length)."""
     n = row_of.shape[0]
     splits = np.zeros(num_rows + 1, np.int64)
     for k in range(n):

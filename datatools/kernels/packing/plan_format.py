@@ -1,13 +1,8 @@
-"""The compact encoding of an index-only plan on disk (:mod:`datatools.io.plan_file` reads and writes it; pure numpy
-here), and rows gathered back out of it. Four 1-D arrays, each in the smallest unsigned dtype its values need:
-
-* ``row_starts`` (num_rows + 1,): row ``r`` holds pieces ``[row_starts[r], row_starts[r + 1])``;
-* ``doc``, ``start`` (tokens into the document), ``length`` (tokens) (num_pieces,) each.
-
-At ctx 2048 with documents of a few hundred tokens: 7 bytes a piece plus 4 a row, against 20 a piece in memory.
-Integrity (version 2): the header holds a CRC-32 of each array's little-endian bytes (:func:`array_digest`, ~6
-GB/s, checked again on open) and a SHA-256 of itself (:func:`header_digest`), so an edited value or header field
-is refused instead of changing the training data.
+"""The compact encoding of a plan on disk (:mod:`datatools.io.plan_file` reads and writes it), and rows gathered back
+out of it: ``row_starts`` (num_rows + 1,; row ``r`` holds pieces ``[row_starts[r], row_starts[r + 1])``), ``doc``,
+``start`` and ``length`` (tokens), each in the smallest unsigned dtype its values need (ctx 2048, documents of a few
+hundred tokens: 7 bytes a piece plus 4 a row, against 20 a piece in memory). The header holds a CRC-32 of each array
+(:func:`array_digest`, ~6 GB/s) and a SHA-256 of itself (:func:`header_digest`): an edited file is refused.
 """
 
 from __future__ import annotations
@@ -35,8 +30,7 @@ def crc32_update(values: np.ndarray, crc: int = 0) -> int:
 
 
 def array_digest(values: np.ndarray) -> str:
-    """``crc32:XXXXXXXX`` of a 1-D array's values, :data:`CHUNK` values at a time (a memory-mapped array is
-    read through once, never copied whole)."""
+    """``crc32:XXXXXXXX`` of a 1-D array's values, :data:`CHUNK` values at a time (never copied whole)."""
     crc = 0
     for a in range(0, values.shape[0], CHUNK):
         crc = crc32_update(values[a : a + CHUNK], crc)
@@ -59,8 +53,7 @@ def smallest_uint(max_value: int) -> np.dtype:
 
 def lengths_identity(lengths: np.ndarray) -> dict:
     """What names a document collection: ``documents``, ``tokens`` and ``lengths_crc32`` (CRC-32 of the lengths as
-    little-endian int64, the figure pipeline states record), computed :data:`CHUNK` lengths at a time so a
-    memory-mapped array of 10^9 lengths is never copied whole."""
+    little-endian int64), :data:`CHUNK` lengths at a time (never copied whole)."""
     crc, tokens = 0, 0
     for a in range(0, lengths.shape[0], CHUNK):
         part = np.ascontiguousarray(lengths[a : a + CHUNK], dtype="<i8")
@@ -71,7 +64,7 @@ def lengths_identity(lengths: np.ndarray) -> dict:
 
 def piece_stats(lengths: np.ndarray, ctx: int, overflow: str) -> tuple[int, int, int]:
     """(pieces, largest piece start, largest length) the plan of ``lengths`` will hold under ``overflow`` (not
-    ``concat_split``), a chunk at a time: what the piece arrays are sized and typed from before packing."""
+    ``concat_split``), a chunk at a time: what the piece arrays are sized and typed from."""
     pieces, max_start, max_len = 0, 0, 0
     for a in range(0, lengths.shape[0], CHUNK):
         part = np.asarray(lengths[a : a + CHUNK], dtype=np.int64)
@@ -101,7 +94,7 @@ def piece_dtypes(num_documents: int, num_pieces: int, max_start: int, ctx: int) 
 
 def row_pieces(row_starts: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The pieces of ``rows`` (checked int64 row ids; ``row_starts`` may be memory-mapped) in order: their indices
-    into the piece arrays, and where each row's begin among them (``len(rows) + 1`` int64 values), vectorized."""
+    into the piece arrays, and where each row's begin among them (``len(rows) + 1`` int64 values)."""
     first = np.asarray(row_starts[rows], dtype=np.int64)
     counts = np.asarray(row_starts[rows + 1], dtype=np.int64) - first
     splits = np.concatenate(([0], np.cumsum(counts)))
@@ -127,15 +120,4 @@ def gather_rows(
         bad = rows[(rows < 0) | (rows >= num_rows)][0]
         raise IndexError(f"row {int(bad)} out of range for a plan of {num_rows} rows")
     idx, splits = row_pieces(row_starts, rows)
-    return PackPlan(
-        ctx,
-        align,
-        int(rows.size),
-        splits,
-        np.asarray(doc[idx], dtype=np.int64),
-        np.asarray(start[idx], dtype=np.int64),
-        np.asarray(length[idx], dtype=np.int32),
-        0,
-        0,
-        algorithm,
-    )
+    return PackPlan.of_rows(ctx, align, splits, doc[idx], start[idx], length[idx], algorithm)

@@ -1,16 +1,11 @@
 """The packers (numba): which row each piece goes to, or only how many rows, in the same loop.
 
 Every kernel takes piece sizes in units (``align`` tokens; ``capacity`` units a row) and returns ``(rows, most
-pieces in one row)``. Given a ``row_of`` of one int32 per piece it writes each piece's row there (a plan; with no cap
-``most`` is then 0); given an empty one it only counts (no per-piece memory).
-
-``runs[j]`` pieces of ``sizes[j]`` units come in a row of the input (the ``*_decreasing`` packers get sizes largest
-first, from a histogram): equal pieces are placed in bulk, one search per row filled, in exactly the rows one at a
-time would give. ``runs`` None (:data:`NO_RUNS`): one piece per size, in input order.
-
-``window`` (first/best fit): at most this many open rows, all closed when a piece fits none (Grain's
-``FirstFitPackIterDataset`` / ``BestFitPackIterDataset``); 0: unbounded (``max_rows`` rows provisioned).
-``max_segments`` > 0 caps the pieces of a row (0: no cap); a row at the cap is closed.
+pieces in one row)``, writing each piece's row into ``row_of`` (one int32 a piece; with no cap ``most`` is then 0)
+or, given an empty one, only counting. ``runs[j]`` pieces of ``sizes[j]`` units come in a row (the decreasing
+packers' sizes, largest first, from a histogram): placed in bulk, in exactly the rows one at a time would give;
+``runs`` None (:data:`NO_RUNS`): one piece a size. ``window`` > 0: at most this many open rows, all closed when a
+piece fits none (0: unbounded, ``max_rows`` provisioned). ``max_segments`` > 0 caps a row's pieces.
 """
 
 from __future__ import annotations
@@ -133,8 +128,8 @@ def first_fit_state(capacity, window, max_rows):
 @numba.njit(cache=True, nogil=True)
 def first_fit_resume(sizes, runs, capacity, max_segments, window, tree, segs, state, row_of):
     """Place ``sizes`` into the first fit ``(tree, segs, state)`` left by :func:`first_fit_state` or an earlier
-    call, and leave it there: pieces given in several calls land exactly where one call would put them (what
-    counting 10^9 pieces a chunk at a time needs). Rows so far: ``state[0] + state[1]``; most pieces: ``state[2]``."""
+    call (pieces given in several calls land where one call would put them). Rows so far: ``state[0] +
+    state[1]``; most pieces: ``state[2]``."""
     size = segs.shape[0]
     slots = window if window > 0 else size
     record = row_of.shape[0] > 0
@@ -172,10 +167,9 @@ def first_fit_resume(sizes, runs, capacity, max_segments, window, tree, segs, st
 
 @numba.njit(cache=True, nogil=True)
 def best_fit(sizes, runs, capacity, max_segments, window, max_rows, free0, segs0, row_of):
-    """Best fit: the open row with the least free capacity that still fits. Rows sit on one LIFO stack per free
-    capacity (their free capacity, stored only with a window); a presence tree over capacities finds the smallest
-    >= the piece in O(log capacity). Rows ``0 .. len(free0) - 1`` exist already with ``free0`` free units and
-    ``segs0`` pieces (unbounded only); new rows are numbered after them."""
+    """Best fit: the open row with the least free capacity that still fits, from one LIFO stack of rows per free
+    capacity and a presence tree over capacities (O(log capacity)). Rows ``0 .. len(free0) - 1`` exist already with
+    ``free0`` free units and ``segs0`` pieces (unbounded only)."""
     first = free0.shape[0]
     tree, head, below, segs, free, state = best_fit_state(capacity, window, first + max_rows)
     size = tree.shape[0] // 2
@@ -212,8 +206,8 @@ def best_fit_state(capacity, window, max_rows):
 
 @numba.njit(cache=True, nogil=True)
 def best_fit_resume(sizes, runs, capacity, max_segments, window, tree, head, below, segs, free, state, row_of):
-    """Place ``sizes`` into the best fit left by :func:`best_fit_state` or an earlier call, and leave it there
-    (as :func:`first_fit_resume`): rows so far ``state[0] + state[1]``, most pieces in a row ``state[2]``."""
+    """Place ``sizes`` into the best fit left by :func:`best_fit_state` or an earlier call, as
+    :func:`first_fit_resume`."""
     size = tree.shape[0] // 2
     record = row_of.shape[0] > 0
     track = max_segments > 0 or not record  # pieces per row: for the cap, or for a count's fullest row
@@ -267,10 +261,9 @@ def best_fit_resume(sizes, runs, capacity, max_segments, window, tree, head, bel
 
 @numba.njit(cache=True, nogil=True)
 def deal_capped(sizes, runs, capacity, max_segments, rows, row_of):
-    """Deal pieces (``sizes`` in decreasing order) to ``rows`` rows in serpentine order (row 0, 1, ..., R-1, then
-    R-1, ..., 0, ...), so every row gets a mix of large and small pieces; a piece that does not fit its row (room
-    or the cap) is missed (row -1 in ``row_of``). Returns (free units per row, pieces per row, histogram of the
-    missed pieces' sizes)."""
+    """Deal pieces (``sizes`` decreasing) to ``rows`` rows in serpentine order, so every row gets large and small
+    pieces; a piece that does not fit its row is missed (row -1). Returns (free units per row, pieces per row,
+    histogram of the missed pieces' sizes)."""
     free = np.full(rows, capacity, np.int32)
     segs = np.zeros(rows, np.int32)
     missed = np.zeros(capacity + 1, np.int64)
@@ -298,8 +291,8 @@ def deal_capped(sizes, runs, capacity, max_segments, rows, row_of):
 
 @numba.njit(cache=True, nogil=True)
 def worth_dealing(rows, units, pieces, capacity, max_segments):
-    """Whether a plain decreasing fit of ``rows`` rows is far enough (over 1%) above the lower bound
-    max(units / capacity, pieces / cap) for dealing (:func:`capped_decreasing`) to be worth its time."""
+    """Whether ``rows`` of a plain decreasing fit are over 1% above the bound max(units / capacity, pieces / cap):
+    then :func:`capped_decreasing` is worth its time."""
     if pieces <= max_segments:
         return False
     bound = max(-(-units // capacity), -(-pieces // max_segments))
@@ -308,14 +301,10 @@ def worth_dealing(rows, units, pieces, capacity, max_segments):
 
 @numba.njit(cache=True, nogil=True)
 def capped_decreasing(sizes, runs, capacity, max_segments, pieces, units, row_of):
-    """Placement of ``pieces`` pieces of ``units`` units in all (``sizes`` decreasing, ``runs`` as the kernels) under
-    a binding cap on pieces per row: (rows, most pieces in one row), each piece's row in ``row_of`` when not empty.
-
-    Decreasing fit under a cap leaves the small pieces a few to a nearly empty row (cap 4, mean 230 tokens, ctx
-    1024: 25% padding against a 12% bound). Here pieces are dealt to R = max(units / capacity, pieces / cap) rows
-    in serpentine order, and those that did not fit are best-fit (largest first) into the dealt rows or new
-    ones. The packers keep whichever of this and plain decreasing fit needs fewer rows.
-    """
+    """Placement of ``pieces`` pieces of ``units`` units (``sizes`` decreasing) under a binding cap on pieces per
+    row, as the kernels: dealt to max(units / capacity, pieces / cap) rows (:func:`deal_capped`), the misses then
+    best-fit. Decreasing fit under a cap leaves the small pieces a few to a nearly empty row (cap 4, mean 230
+    tokens, ctx 1024: 25% padding against a 12% bound); the packers keep whichever needs fewer rows."""
     rows = max(-(-units // capacity), -(-pieces // max_segments), 1)
     free, segs, missed = deal_capped(sizes, runs, capacity, max_segments, rows, row_of)
     msizes, mruns = decreasing_runs(missed)
@@ -341,13 +330,9 @@ def concat_split_state(ctx: int) -> np.ndarray:
 
 @numba.njit(cache=True, nogil=True)
 def concat_split(lengths, ctx, align, max_segments, state, doc, start, length, splits, fill):
-    """Concatenate documents (tokens) in order and cut every ctx tokens, after the documents of earlier calls
-    (``state``, from :func:`concat_split_state`, carried: several calls give exactly one call's counts).
-
-    Pieces start at multiples of ``align``; a new row starts when the current one is full or holds
-    ``max_segments`` pieces. Run with fill=False to count, then with fill=True, a fresh state and arrays of the
-    sizes counted to write the plan (``splits[r]``: row r's first piece).
-    """
+    """Concatenate documents (tokens) in order and cut every ctx tokens, after those of earlier calls (``state``
+    from :func:`concat_split_state`); pieces start at multiples of ``align``, a row holds at most ``max_segments``.
+    Run with fill=False to count, then with fill=True, a fresh state and arrays of the counted sizes."""
     k = state[0]
     rows = state[1]
     pos = state[2]
