@@ -202,11 +202,8 @@ class LevanterCache:
         return np.diff(self.offsets)
 
     def read_tokens(self, begin: int, end: int) -> np.ndarray:
-        """Tokens [begin, end) of the field, every row back to back, as int32 (one read per part touched).
-
-        Raises:
-          ValueError: a chunk is missing or corrupt, or a token id is negative or does not fit int32.
-        """
+        """Tokens [begin, end) of the field, rows back to back, as int32 (one read per part touched); ValueError
+        when a chunk is missing or corrupt, or an id is negative or does not fit int32."""
         if not 0 <= begin <= end <= self.num_tokens:
             raise IndexError(f"tokens [{begin}, {end}) out of range for {self.num_tokens} tokens")
         arrays, out, at = self._arrays(), np.empty(end - begin, np.int32), 0
