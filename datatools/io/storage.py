@@ -303,13 +303,10 @@ def filesystem(path: str | os.PathLike):
     emulator = os.environ.get("STORAGE_EMULATOR_HOST")
     _probe(endpoint_of("gcs"), path)
     timeout = aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT_S, sock_read=READ_TIMEOUT_S)
-    if emulator:
-        fs = gcsfs.GCSFileSystem(
-            token="anon", endpoint_url=_with_scheme(emulator), cache_timeout=0, requests_timeout=timeout
-        )
-    else:
-        fs = gcsfs.GCSFileSystem(token=_google_credentials(path), cache_timeout=0, requests_timeout=timeout)
-    return fs, inner
+    auth = (
+        {"token": "anon", "endpoint_url": _with_scheme(emulator)} if emulator else {"token": _google_credentials(path)}
+    )
+    return gcsfs.GCSFileSystem(**auth, cache_timeout=0, requests_timeout=timeout), inner
 
 
 def _import(module: str, url):
