@@ -1,6 +1,5 @@
-"""Writing files that are never seen half-written (a temporary file beside the destination, flushed and renamed
-into place), with the permissions the user's umask asks for (``0666 & ~umask``, as ``open()`` gives, not
-``mkstemp``'s 0600: another user of a shared cluster can read what a job wrote).
+"""Files never seen half-written (a temporary file renamed into place), with the permissions the umask asks for
+(``0666 & ~umask`` as ``open()`` gives, not ``mkstemp``'s 0600: other users of a shared cluster can read them).
 """
 
 from __future__ import annotations
@@ -34,11 +33,8 @@ def new_file_mode() -> int:
 
 def atomic_write_with(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
     """Call ``write(f)`` on a temporary file beside ``path``, fsync it, set umask permissions, rename it to ``path``.
-
-    A ``path`` that exists and is not a regular file (``/dev/null``, a FIFO) is written into directly (a rename
-    would replace the node itself). On any error the temporary file is removed and ``path`` left as it was; every
-    ``OSError`` names ``path``, never the temporary name.
-    """
+    A special file (``/dev/null``, a FIFO) is written directly. On an error ``path`` is left as it was and every
+    ``OSError`` names ``path``, never the temporary name."""
     path = Path(path)
     if _is_special(path):
         try:

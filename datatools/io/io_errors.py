@@ -1,9 +1,8 @@
 """tensorstore's and pyarrow's I/O failures as the ``OSError`` they are, naming the file they were about.
 
-tensorstore reports every failure as a ``ValueError`` starting with an absl status code, pyarrow's
-``ArrowIOError`` often lacks ``errno`` and ``filename``. A full disk, a refused permission or a store gone away is
-the environment, not bad input: :func:`as_os_error` makes it ``OSError(errno, strerror, filename)`` (one line,
-exit 1); anything else (a corrupt chunk) is left to the caller as bad data.
+tensorstore reports every failure as a ``ValueError`` starting with an absl status code; pyarrow's ``ArrowIOError``
+often lacks ``errno`` and ``filename``. A full disk, a refused permission or a store gone away is the environment
+(:func:`as_os_error`: one line, exit 1); anything else (a corrupt chunk) is left to the caller as bad data.
 """
 
 from __future__ import annotations
@@ -11,6 +10,8 @@ from __future__ import annotations
 import errno
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 # absl status code -> errno, for the codes that mean "the environment", when the message holds no os_error_code
 STATUS_ERRNO = {
@@ -33,16 +34,12 @@ def status_code(exc: BaseException) -> str | None:
 
 def as_os_error(exc: BaseException, where: str | os.PathLike | None = None) -> OSError | None:
     """``exc`` as an ``OSError`` naming ``where`` (or the file tensorstore named) when it is an environment
-    failure (disk full, permission, I/O, an unreachable store); None when it is something else.
-
-    The errno is the operating system's when the message carries one (``os_error_code``), else the one
-    that the status code means (``RESOURCE_EXHAUSTED`` -> ``ENOSPC``).
-    """
+    failure, else None. The errno is the one the message carries (``os_error_code``), else the status code's."""
     if isinstance(exc, OSError):  # pyarrow's ArrowIOError, a plain OSError: add what is missing
         if exc.errno is not None and exc.filename is not None:
             return exc
         filename = exc.filename or (str(where) if where else None)
-        return OSError(exc.errno or errno.EIO, exc.strerror or _first_line(exc), filename)
+        return OSError(exc.errno or errno.EIO, exc.strerror or short_message(exc), filename)
     text = str(exc)
     m = _OS_CODE.search(text)
     code = int(m.group(1)) if m else STATUS_ERRNO.get(status_code(exc) or "")
@@ -50,11 +47,19 @@ def as_os_error(exc: BaseException, where: str | os.PathLike | None = None) -> O
         return None
     f = _FILE.search(text)
     name = str(where) if where is not None else (f.group(1) if f else None)
-    strerror = os.strerror(code) if m or code != errno.EIO else _first_line(exc)
+    strerror = os.strerror(code) if m or code != errno.EIO else short_message(exc)
     return OSError(code, strerror, name)
 
 
-def _first_line(exc: BaseException) -> str:
+@contextmanager
+def os_errors(where: str | os.PathLike) -> Iterator[None]:
+    """Raise a tensorstore ``ValueError`` that is an environment failure as :func:`as_os_error` of it."""
+    try:
+        yield
+    except ValueError as exc:
+        raise as_os_error(exc, where) or exc from None
+
+
+def short_message(exc: BaseException) -> str:
     """The message without tensorstore's spec dump (``[tensorstore_spec=...]``), at most 200 characters."""
-    text = str(exc).split(" [tensorstore_spec=")[0].splitlines()[0] if str(exc) else type(exc).__name__
-    return text[:200]
+    return str(exc).split(" [tensorstore_spec=")[0].splitlines()[0][:200] if str(exc) else type(exc).__name__

@@ -1,17 +1,11 @@
-"""A Levanter (Marin) token cache read as it is: no conversion, no Levanter install needed.
+"""A Levanter (Marin) token cache read as it is, with the :class:`~datatools.io.store.TokenStore` interface.
 
-Levanter's cache (``levanter.store.cache``, marin-levanter 0.2.227): ``shard_ledger.json`` (``total_num_rows``,
-``is_finished``, ``finished_shards``, ``shard_rows``, ``field_counts``, ``layout``: ``consolidated`` | ``sharded``);
-``input_ids/offsets/`` (zarr v3 int64: element 0 the row count, element i the end of row i - 1 in ``data``) and
-``input_ids/data/`` (every row's tokens back to back, int32 for text; 256 Ki-element chunks in 128 Mi shards). A
-``sharded`` ledger keeps the rows in ``CACHE/<finished_shards[k]>/input_ids/...``, in ledger order.
-:class:`LevanterCache` reads one field with the :class:`~datatools.io.store.TokenStore` interface the document
-sources use; memory holds the offsets.
-
-Checked on open (ValueError naming the cache and what): the ledger parses and is finished; the arrays exist;
-``offsets[0]`` is the row count, offsets never decrease, the tokens add up to ``field_counts``; one listing finds
-every shard file the tokens need (tensorstore reads a missing one as zeros; a missing *inner* chunk is legitimately
-zeros: Levanter does not store fill-value chunks). Reads refuse token ids that are negative or do not fit int32.
+Levanter's layout (marin-levanter 0.2.227): ``shard_ledger.json``; ``input_ids/offsets/`` (zarr v3 int64: element 0
+the row count, element i the end of row i - 1) and ``input_ids/data/`` (the rows' tokens back to back); a
+``sharded`` ledger keeps them in ``CACHE/<finished_shards[k]>/input_ids/...``. Checked on open (ValueError naming
+the cache and what): a finished ledger, the arrays, offsets against the ledger, and every shard file the tokens need
+(tensorstore reads a missing one as zeros; a missing inner chunk is zeros in Levanter too). Reads refuse ids that
+are negative or do not fit int32.
 """
 
 from __future__ import annotations
@@ -24,7 +18,7 @@ import numpy as np
 import tensorstore as ts
 
 from datatools.io import storage
-from datatools.io.io_errors import as_os_error, status_code
+from datatools.io.io_errors import as_os_error, os_errors, status_code
 from datatools.io.numpy_files import INT32_MAX
 from datatools.io.paths import display
 from datatools.io.shard_reads import JoinedRead
@@ -41,16 +35,8 @@ def is_levanter_cache(path: str | os.PathLike) -> bool:
     return (not loc.has_directories or loc.is_dir()) and loc.join(LEDGER).is_file()
 
 
-def _count(ledger: dict, key: str, where: str) -> int:
-    value = ledger.get(key)
-    if not is_count(value):
-        raise ValueError(f"{where}: corrupt ({key} must be a non-negative integer, got {str(value)[:40]!r})")
-    return value
-
-
 def read_ledger(path: str | os.PathLike) -> dict:
-    """The cache's ledger, checked: it parses, names a known layout, and says the cache is finished (else
-    ValueError naming the ledger and what is wrong)."""
+    """The cache's ledger, checked: it parses, is finished, names a known layout (else ValueError naming it)."""
     where = storage.join(location(path), LEDGER)
     try:  # a PermissionError propagates, naming the file; an unreachable object store raises StorageError
         ledger = json.loads(storage.read_bytes(where))
@@ -60,7 +46,11 @@ def read_ledger(path: str | os.PathLike) -> dict:
         raise ValueError(f"{display(where)}: corrupt ({exc})") from None
     if not isinstance(ledger, dict):
         raise ValueError(f"{display(where)}: corrupt (not a JSON object)")
-    rows = _count(ledger, "total_num_rows", display(where))
+    rows = ledger.get("total_num_rows")
+    if not is_count(rows):
+        raise ValueError(
+            f"{display(where)}: corrupt (total_num_rows must be a non-negative integer, got {str(rows)[:40]!r})"
+        )
     if ledger.get("is_finished") is not True:
         done = ledger.get("finished_shards") or []
         raise ValueError(
@@ -77,12 +67,8 @@ def read_ledger(path: str | os.PathLike) -> dict:
 
 
 class LevanterCache:
-    """Random access to one field of a finished Levanter cache, as the document sources read a token store.
-    Picklable (tensorstore handles reopen lazily in each worker process).
-
-    Args:
-      path: the cache directory (the one holding ``shard_ledger.json``, e.g. ``.../train``).
-      field: the jagged array to read (``input_ids``).
+    """Random access to one field (``input_ids``) of the finished Levanter cache at ``path`` (the directory holding
+    ``shard_ledger.json``), as the document sources read a token store. Picklable.
 
     Raises (on open):
       ValueError: not a finished Levanter cache, the field's arrays missing, or offsets that disagree with
@@ -114,8 +100,7 @@ class LevanterCache:
             n = shard_rows.get(name) if isinstance(name, str) else None
             if not is_count(n) or os.path.isabs(name) or ".." in name.split("/"):
                 raise ValueError(
-                    f"{display(storage.join(self.path, LEDGER))}: corrupt (shard "
-                    f"{str(name)[:60]!r} has no row count "
+                    f"{display(storage.join(self.path, LEDGER))}: corrupt (shard {str(name)[:60]!r} has no row count "
                     f"or is not a relative path)"
                 )
             parts.append((storage.join(self.path, name, self.field), n))
@@ -188,16 +173,13 @@ class LevanterCache:
         """Every outer chunk (shard file) holding one of the first ``tokens`` elements is there."""
         outer = int(arr.chunk_layout.write_chunk.shape[0])
         need = [f"c/{i}" for i in range(-(-tokens // outer))]
-        try:
+        with os_errors(where):
             present = array_keys(where)
-        except ValueError as exc:
-            raise as_os_error(exc, where) or exc from None
         missing = [k for k in need if k not in present]
         if missing:
             raise ValueError(
                 f"{display(where)}: chunk {missing[0]} is missing"
-                f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}; the Levanter cache "
-                f"is incomplete"
+                f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}; the Levanter cache is incomplete"
             )
 
     def __getstate__(self):
@@ -220,11 +202,8 @@ class LevanterCache:
         return np.diff(self.offsets)
 
     def read_tokens(self, begin: int, end: int) -> np.ndarray:
-        """Tokens [begin, end) of the field, every row back to back, as int32 (one read per part touched).
-
-        Raises:
-          ValueError: a chunk is missing or corrupt, or a token id is negative or does not fit int32.
-        """
+        """Tokens [begin, end) of the field, rows back to back, as int32 (one read per part touched); ValueError
+        when a chunk is missing or corrupt, or an id is negative or does not fit int32."""
         if not 0 <= begin <= end <= self.num_tokens:
             raise IndexError(f"tokens [{begin}, {end}) out of range for {self.num_tokens} tokens")
         arrays, out, at = self._arrays(), np.empty(end - begin, np.int32), 0
@@ -280,15 +259,6 @@ class LevanterCache:
             raise IndexError(f"document {i} out of range for a cache of {n} documents")
         i %= n
         return self.read_tokens(int(self.offsets[i]), int(self.offsets[i + 1]))
-
-    def describe(self) -> dict:
-        """What reports record: the layout, documents and tokens (from the ledger and offsets)."""
-        return {
-            "layout": self.ledger.get("layout", "consolidated"),
-            "field": self.field,
-            "documents": len(self),
-            "tokens": self.num_tokens,
-        }
 
     def __repr__(self) -> str:
         return f"LevanterCache({str(self.path)!r}, documents={len(self)}, tokens={self.num_tokens})"

@@ -1,14 +1,10 @@
 """Index-only packed plans on disk: written atomically in bounded memory, read lazily (memory-mapped).
 
-A plan directory (``datatools pack DATA OUT``) holds ``plan.json`` (the options, figures such as ``num_rows``,
-``lower_bound_rows`` and ``efficiency``, the arrays' ``dtypes`` and ``digests``, the ``source``, the documents'
-identity ``data`` and ``header_sha256``), the pieces ``row_starts.npy``, ``doc.npy``, ``start.npy``, ``length.npy``
-(:mod:`datatools.kernels.packing.plan_format`) and ``lengths.npy`` (so the directory is also a lengths-only input).
-:class:`PlanFile` checks the digests on open: an edited plan is refused (``ValueError`` naming the file).
-
-It is written into a staging directory beside ``OUT`` (``.OUT.XXXXXXXX.tmp``, with an ``.owner`` file naming the
-writer's host and pid) and renamed into place; the next ``pack`` of ``OUT`` removes what a dead writer of this
-host left (:func:`remove_stale_staging`). Memory while writing: one group of documents and ``CHUNK`` lengths.
+A plan directory (``datatools pack DATA OUT``) holds ``plan.json`` (options, figures, the arrays' dtypes and
+digests, the documents' identity), the pieces (:mod:`datatools.kernels.packing.plan_format`) and ``lengths.npy``
+(so it is also a lengths-only input). :class:`PlanFile` refuses an edited plan (``ValueError`` naming the file).
+It is written in a staging directory beside ``OUT`` (``.OUT.XXXXXXXX.tmp``, its ``.owner`` naming host and pid) and
+renamed into place; the next ``pack`` removes what a dead writer on this host left (:func:`remove_stale_staging`).
 """
 
 from __future__ import annotations
@@ -114,7 +110,7 @@ def write_plan(
     progress: Callable[[int], None] | None = None,
 ) -> dict:
     """Plan ``lengths`` (tokens per document, any integer dtype) into the plan directory ``out``; its header.
-    ``progress(documents)`` is called as groups finish.
+    Memory: one group of documents and ``CHUNK`` lengths. ``progress(documents)`` is called as groups finish.
 
     Raises:
       ValueError: bad options (as :func:`~datatools.kernels.packing.pack_lengths`), ``out`` is a URL, or ``out``
@@ -190,9 +186,9 @@ def write_plan(
 
 
 def remove_stale_staging(out: str | os.PathLike) -> list[Path]:
-    """Remove the staging directories (``.OUT.*.tmp``, ``.OUT.*.old``) a killed ``pack`` of ``out`` left; those
-    removed. Only a directory (not a link) holding nothing but a plan's files whose ``.owner`` names this host and a
-    process that is gone (with no owner file: older than :data:`UNOWNED_STALE_S`) goes."""
+    """Remove (and return) the staging directories (``.OUT.*.tmp``, ``.OUT.*.old``) a killed ``pack`` of ``out``
+    left: only a directory holding nothing but a plan's files whose ``.owner`` names this host and a process that
+    is gone (with no owner file: older than :data:`UNOWNED_STALE_S`)."""
     out = Path(out)
     removed: list[Path] = []
     try:
@@ -433,10 +429,6 @@ class PlanFile:
                 f"{_describe(mine)} against the source's {_describe(identity)}; re-pack it from "
                 f"{source} (datatools pack)"
             )
-
-    def summary(self) -> dict:
-        """The header's figures for reports (``num_rows``, ``lower_bound_rows``, ``efficiency``, ...)."""
-        return {k: v for k, v in self.header.items() if k not in ("format", "dtypes", "digests", HEADER_DIGEST)}
 
 
 def _describe(identity: dict) -> str:

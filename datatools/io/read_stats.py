@@ -1,9 +1,8 @@
 """What the readers of a process fetched, and how long reads took: the loader's side of "did the step wait?".
 
-Every read a document source issues to storage (:class:`~datatools.io.documents.StorePieceReader`) is counted here,
-per process. A process given a folder (:func:`share_in`) writes its counters there (``<pid>.json``, replaced
-atomically at most every :data:`FLUSH_EVERY_S` seconds and at each :func:`flush`); :func:`collect` adds up every
-process's file, so the pipeline's main process reads its Grain workers' counters.
+Every read a document source issues to storage is counted here, per process. A process given a folder
+(:func:`share_in`) writes its counters there (``<pid>.json``, replaced at most every :data:`FLUSH_EVERY_S` seconds
+and at each :func:`flush`); :func:`collect` adds up every process's file (the main process reads its workers').
 """
 
 from __future__ import annotations
@@ -152,11 +151,6 @@ def collect(folder: str | os.PathLike | None) -> ReadCounters:
 
 def subtract(after: ReadCounters, before: ReadCounters) -> ReadCounters:
     """The counts between two snapshots (latencies: those added since)."""
-    return ReadCounters(
-        after.requests - before.requests,
-        after.bytes_fetched - before.bytes_fetched,
-        after.bytes_delivered - before.bytes_delivered,
-        after.prefetched_requests - before.prefetched_requests,
-        after.wait_s - before.wait_s,
-        after.latencies[len(before.latencies) :] if len(after.latencies) >= len(before.latencies) else after.latencies,
-    )
+    names = [f.name for f in dataclasses.fields(ReadCounters) if f.name != "latencies"]
+    since = len(before.latencies) if len(after.latencies) >= len(before.latencies) else 0
+    return ReadCounters(**{k: getattr(after, k) - getattr(before, k) for k in names}, latencies=after.latencies[since:])

@@ -1,12 +1,9 @@
 """Ranged reads of a sharded token store's inner chunks, every shard's index known before the first read.
 
-A version-3 store's tokens are shards (``tokens/c/k``, zarr v3 ``sharding_indexed``, index first) of inner chunks
-(zstd, then a crc32c). Through tensorstore, each process fetched a shard's index before its chunks: from a bucket a
-round trip more per shard (~20% of a Grain worker's start-up requests, issue 31). So a store also holds every
-shard's index in one object, ``shard_index.bin`` (:data:`INDEX_KEY`: per inner chunk its offset, size and crc32c,
-24 bytes; recorded in the manifest), read once; each run of adjacent inner chunks is then one ranged GET, decoded
-here (crc32c checked, zstd decompressed). A chunk ending in another crc32c than the index records is refused
-(swapped, replaced, foreign); ``datatools verify`` checks the index object against every shard.
+Through tensorstore each process fetched a shard's index before its chunks: from a bucket a round trip more per
+shard (~20% of a Grain worker's start-up requests, issue 31). So a store holds every shard's index in one object,
+``shard_index.bin`` (per inner chunk its offset, size and crc32c), read once; each run of adjacent inner chunks is
+one ranged GET, decoded here. A chunk ending in another crc32c than the index records is refused.
 """
 
 from __future__ import annotations
@@ -29,9 +26,9 @@ _ZSTD = pa.Codec("zstd")
 
 
 def entries_of(shard: bytes, per_shard: int) -> bytes:
-    """The entries of one shard object (its whole bytes) for ``shard_index.bin``: per inner chunk its offset, size
-    and the crc32c it ends with (0 for a chunk not stored), uint64 little-endian each. ValueError when the object
-    is shorter than its index or a chunk it lists, or the index fails its crc32c."""
+    """One shard object's (its whole bytes) entries for ``shard_index.bin``: per inner chunk its offset, size and
+    final crc32c (0 for a chunk not stored). ValueError when the object is shorter than its index or a chunk it
+    lists, or the index fails its crc32c."""
     size = per_shard * INDEX_ENTRY_BYTES
     if len(shard) < size + 4:
         raise ValueError(f"shard shorter ({len(shard)} bytes) than its index ({size + 4} bytes)")
@@ -48,9 +45,9 @@ def entries_of(shard: bytes, per_shard: int) -> bytes:
 
 
 def mismatch(shard: BinaryIO, entries: np.ndarray) -> str | None:
-    """Why the shard open as ``shard`` (a binary file) is not the one its ``shard_index.bin`` rows ``entries``
-    record, or None. Reads its own index and each inner chunk's crc32c, ~1.6 KiB of 2 MiB (tensorstore checks the
-    chunks' bytes against those crc32cs as it decodes them)."""
+    """Why the shard open as binary file ``shard`` is not the one its ``shard_index.bin`` rows ``entries`` record, or
+    None. Reads its index and each inner chunk's crc32c (~1.6 KiB of 2 MiB; tensorstore checks the bytes against
+    those as it decodes)."""
     per = entries.shape[0]
     head = shard.read(per * INDEX_ENTRY_BYTES)
     if len(head) < per * INDEX_ENTRY_BYTES:
@@ -77,8 +74,8 @@ def index_table(data: bytes, shards: int, per_shard: int) -> np.ndarray:
 
 
 def byte_runs(entries: np.ndarray) -> list[tuple[int, int, int]]:
-    """``(first, count, start)`` for each run of stored inner chunks of ``entries`` (rows of a shard's index) lying
-    back to back in the shard (one ranged GET each), its bytes starting at ``start``."""
+    """``(first, count, start byte)`` of each run of stored inner chunks of ``entries`` (a shard's index rows) lying
+    back to back in the shard (one ranged GET each)."""
     runs: list[tuple[int, int, int]] = []
     end = -1
     for j, (offset, nbytes, _) in enumerate(entries.tolist()):
@@ -95,8 +92,8 @@ def byte_runs(entries: np.ndarray) -> list[tuple[int, int, int]]:
 
 
 def decode(chunk: bytes, crc: int, tokens: int, dtype: np.dtype) -> np.ndarray:
-    """One stored inner chunk (zstd frame, then its crc32c) as ``tokens`` tokens of ``dtype``. ValueError when it
-    ends in a crc32c other than ``crc`` (the index's), its bytes fail it, or they do not decompress to that size."""
+    """One stored inner chunk (zstd frame, then its crc32c) as ``tokens`` tokens of ``dtype``. ValueError when its
+    crc32c is not ``crc`` (the index's) or fails, or it does not decompress to that size."""
     frame = chunk[:-4]
     stored = int.from_bytes(chunk[-4:], "little") if len(chunk) >= 4 else -1
     if stored != crc:
@@ -114,9 +111,8 @@ def decode(chunk: bytes, crc: int, tokens: int, dtype: np.dtype) -> np.ndarray:
 
 
 class JoinedRead:
-    """A read made of several tensorstore futures ``parts`` (ranged GETs, a read and its checks, a cache's parts): a
-    future like tensorstore's (``done()``, ``result()``, ``add_done_callback``) whose ``result()`` is
-    ``assemble(parts)``, computed once by the first call (its error raised again to every caller)."""
+    """A future made of several tensorstore futures ``parts``, like theirs (``done()``, ``result()``,
+    ``add_done_callback``): ``result()`` is ``assemble(parts)``, computed once (its error raised to every caller)."""
 
     def __init__(self, parts: list, assemble: Callable[[list], np.ndarray]):
         self._parts = parts
@@ -141,26 +137,21 @@ class JoinedRead:
             return self._value
 
     def add_done_callback(self, callback: Callable[[JoinedRead], None]) -> None:
-        """Call ``callback(self)`` once every part is done (:func:`after_all`)."""
-        after_all(self._parts, lambda: callback(self))
+        """Call ``callback(self)`` once every part is done, on the thread that completes the last."""
+        left = [len(self._parts)]
+        lock = threading.Lock()
 
+        def one_done(_) -> None:
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                callback(self)
 
-def after_all(futures: list, then) -> None:
-    """Call ``then()`` once every one of ``futures`` (tensorstore's) is done, on the thread that completes the last."""
-    left = [len(futures)]
-    lock = threading.Lock()
-
-    def one_done(_) -> None:
-        with lock:
-            left[0] -= 1
-            last = left[0] == 0
-        if last:
-            then()
-
-    if not futures:
-        then()
-    for f in futures:
-        f.add_done_callback(one_done)
+        if not self._parts:
+            callback(self)
+        for f in self._parts:
+            f.add_done_callback(one_done)
 
 
 def read(
@@ -175,9 +166,9 @@ def read(
     damaged: Callable[[str], ValueError],
     failed: Callable[[BaseException, str], BaseException],
 ) -> JoinedRead:
-    """Tokens ``[begin, end)`` of the sharded array in ``kv`` with shard indices ``table`` (:func:`index_table`,
-    inner chunks of ``inner`` tokens), one ranged GET per run (:func:`byte_runs`) issued now (in ``batch``).
-    ``damaged(text)`` makes the error of a missing or bad chunk, ``failed(exc, key)`` that of a failed GET."""
+    """Tokens ``[begin, end)`` of the sharded array in ``kv`` (shard indices ``table``, inner chunks of ``inner``
+    tokens), one ranged GET per :func:`byte_runs` run, issued now (in ``batch``). ``damaged(text)`` makes the error
+    of a missing or bad chunk, ``failed(exc, key)`` that of a failed GET."""
     per_shard = table.shape[1]
     first, last = begin // inner, (end - 1) // inner  # inner chunks, over the whole array
     plan = []  # (shard, chunk in shard, count, start) per ranged GET

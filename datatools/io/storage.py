@@ -1,16 +1,10 @@
 """Object storage (``s3://``, ``gs://``) and local paths behind one small API: the one module that knows URL schemes.
 
-Files go through fsspec (``s3fs``, ``gcsfs``; the ``cloud`` extra), token-store arrays through tensorstore's
-``s3``/``gcs`` kvstore drivers (:func:`kvstore_spec`), local paths through Python's ``open`` and
-:mod:`datatools.io.atomic`. Credentials and endpoints come only from each ecosystem's standard environment
-(``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID`` ..., ``AWS_REGION``; Google application default credentials or
-``STORAGE_EMULATOR_HOST``), never from our flags.
-
-Failing fast: an unreachable or silent endpoint, a missing bucket and missing credentials each raise
-:class:`StorageError` (an ``OSError`` naming the URL, exit 1) in under 30 s: bounded connect and read timeouts
-(:data:`READ_TIMEOUT_S`) and attempts for every client, and a GCS probe once per process (gcsfs's own retries
-cannot be set). A missing object in an existing bucket is a ``FileNotFoundError`` naming the URL. One PUT is
-atomic, so :func:`write_with` writes an object in one PUT; nothing here lists or deletes outside its prefix.
+Files go through fsspec (``s3fs``, ``gcsfs``: the ``cloud`` extra), arrays through tensorstore's kvstore drivers,
+local paths through ``open`` and :mod:`atomic`; credentials and endpoints only from each ecosystem's standard
+environment. An unreachable or silent endpoint, a missing bucket or missing credentials raise :class:`StorageError`
+(naming the URL, exit 1) in under 30 s; a missing object is a ``FileNotFoundError``. An object is written in one
+(atomic) PUT; nothing here lists or deletes outside its prefix.
 """
 
 from __future__ import annotations
@@ -57,10 +51,7 @@ for _name in ("gcsfs", "s3fs", "fsspec", "aiobotocore", "botocore"):  # their fa
 
 
 def is_url(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is an object-storage URL (``s3://bucket/key``, ``gs://bucket/key``).
-
-    A ``pathlib`` path made from a URL (``Path("s3://b/k")`` is ``s3:/b/k``) counts too, so that code joining
-    paths with ``/`` keeps working on URLs."""
+    """Whether ``path`` is an ``s3://`` or ``gs://`` URL (also as a ``Path``: ``Path("s3://b/k")`` is ``s3:/b/k``)."""
     return _split(path) is not None
 
 
@@ -122,13 +113,11 @@ def location(path: str | os.PathLike) -> Location:
 
 @dataclass(frozen=True)
 class Location:
-    """A file or directory, local or in object storage, parsed once (:func:`location`). Every operation behaves
-    the same on both; what differs is said by what the place can do (:attr:`can_memory_map`,
-    :attr:`has_directories`, :attr:`reads_are_requests`), never by "is it a URL". ``os.fspath`` gives
-    :attr:`text`, so every function of this module takes a location too.
+    """A file or directory, local or in object storage, parsed once (:func:`location`). What differs between the
+    two is said by what the place can do (:attr:`can_memory_map`, ...), never by "is it a URL".
 
     Attributes:
-      text: the canonical text: ``s3://bucket/key`` / ``gs://bucket/key``, or the local path as given.
+      text: the canonical text (``s3://bucket/key``, ``gs://bucket/key``), or the local path as given.
       protocol: ``file``, ``s3`` or ``gcs``.
     """
 
@@ -148,8 +137,7 @@ class Location:
 
     @property
     def has_directories(self) -> bool:
-        """A file system: real directories, links and an atomic rename (object storage has key prefixes, no
-        rename: a store is committed by writing its manifest last)."""
+        """A file system: real directories and links (object storage has key prefixes)."""
         return self.protocol == "file"
 
     @property
@@ -188,8 +176,7 @@ class Location:
         return os.path.realpath(self.text) if self.protocol == "file" else self.text
 
     def stamp(self) -> dict:
-        """What identifies this file's content version (a job's fingerprint): its path and bytes, and its mtime
-        (local) or its ETag / generation (an object)."""
+        """This file's content version (a job's fingerprint): path, bytes, and mtime or ETag / generation."""
         if self.protocol == "file":
             st = os.stat(self.text)
             return {"path": display(resolved(self.text)), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
@@ -246,8 +233,7 @@ class Location:
 
 
 def _configure_environment() -> None:
-    """Derive what gcsfs and tensorstore need from the standard variable of a GCS emulator, and give
-    tensorstore's HTTP client its timeouts (:data:`TS_CURL_ENV`; a value the user set is kept)."""
+    """Set tensorstore's HTTP timeouts (:data:`TS_CURL_ENV`) and what a GCS emulator needs, keeping user values."""
     for name, value in TS_CURL_ENV.items():
         os.environ.setdefault(name, value)
     emulator = os.environ.get("STORAGE_EMULATOR_HOST")
@@ -278,11 +264,8 @@ def endpoint_of(protocol: str) -> str:
 
 
 def filesystem(path: str | os.PathLike):
-    """``(fsspec filesystem, path inside it)`` for a URL (s3fs / gcsfs) or a local path (fsspec's local one).
-
-    The filesystem is built from the current environment (endpoint, region, credentials are part of fsspec's
-    instance cache key, so a changed environment gives a new instance). Listing caches are off: data written by
-    another process is seen at once."""
+    """``(fsspec filesystem, path inside it)`` for a URL or a local path, from the current environment (part of
+    fsspec's instance cache key); listing caches off, so another process's writes are seen at once."""
     import fsspec
 
     if not is_url(path):
@@ -320,13 +303,10 @@ def filesystem(path: str | os.PathLike):
     emulator = os.environ.get("STORAGE_EMULATOR_HOST")
     _probe(endpoint_of("gcs"), path)
     timeout = aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT_S, sock_read=READ_TIMEOUT_S)
-    if emulator:
-        fs = gcsfs.GCSFileSystem(
-            token="anon", endpoint_url=_with_scheme(emulator), cache_timeout=0, requests_timeout=timeout
-        )
-    else:
-        fs = gcsfs.GCSFileSystem(token=_google_credentials(path), cache_timeout=0, requests_timeout=timeout)
-    return fs, inner
+    auth = (
+        {"token": "anon", "endpoint_url": _with_scheme(emulator)} if emulator else {"token": _google_credentials(path)}
+    )
+    return gcsfs.GCSFileSystem(**auth, cache_timeout=0, requests_timeout=timeout), inner
 
 
 def _import(module: str, url):
@@ -342,9 +322,8 @@ _reachable: set[str] = set()
 
 
 def _probe(endpoint: str, url) -> None:
-    """Fail in seconds when ``endpoint`` takes no TCP connection, or takes it and sends no HTTP status line
-    within :data:`READ_TIMEOUT_S` of a ``HEAD /`` (checked once per endpoint and process). Any status is an
-    answer: the probe asks for nothing but a sign of life."""
+    """Fail in seconds when ``endpoint`` takes no TCP connection, or sends no HTTP status line (any status) within
+    :data:`READ_TIMEOUT_S` of a ``HEAD /``; once per endpoint and process."""
     if endpoint in _reachable:
         return
     import http.client
@@ -394,12 +373,8 @@ def _google_credentials(url):
 
 
 def kvstore_spec(path: str | os.PathLike) -> dict:
-    """The tensorstore kvstore spec of a directory (a key prefix) or a local path.
-
-    Local: the ``file`` driver on the resolved path (tensorstore rejects ``..``). S3: the ``s3`` driver with the
-    endpoint, region and (when set) environment credentials; GCS: the ``gcs`` driver. Both with bounded retries
-    (:data:`TS_RETRIES`), so an unreachable endpoint fails in seconds; a silent one fails on tensorstore's curl
-    low-speed watchdog (:data:`TS_CURL_ENV`, set here through :func:`_configure_environment`)."""
+    """The tensorstore kvstore spec of a directory (a key prefix) or a local path (resolved: tensorstore rejects
+    ``..``). Remote: bounded retries (:data:`TS_RETRIES`) and curl timeouts (:data:`TS_CURL_ENV`), failing fast."""
     if not is_url(path):
         return {"driver": "file", "path": str(resolved(path))}
     proto, bucket, key = split_url(path)
@@ -427,9 +402,8 @@ def kvstore_spec(path: str | os.PathLike) -> dict:
 
 @contextmanager
 def storage_errors(path: str | os.PathLike) -> Iterator[None]:
-    """Turn a remote library's failure into :class:`StorageError` / ``FileNotFoundError`` naming the URL.
-
-    Local paths pass through untouched (their ``OSError`` already names the file)."""
+    """Turn a remote library's failure into :class:`StorageError` / ``FileNotFoundError`` naming the URL (local
+    paths pass through: their ``OSError`` names the file)."""
     if not is_url(path):
         yield
         return
@@ -438,7 +412,8 @@ def storage_errors(path: str | os.PathLike) -> Iterator[None]:
     except StorageError:
         raise
     except FileNotFoundError:
-        raise _not_found(path) from None
+        # a missing bucket is a StorageError (exit 1), a missing object a FileNotFoundError (bad input)
+        raise _no_bucket(path) or FileNotFoundError(errno.ENOENT, "no such file or directory", url_of(path)) from None
     except Exception as exc:  # noqa: BLE001 -- each library has its own classes; classified by name below
         mapped = _classify(path, exc)
         if mapped is None:
@@ -487,11 +462,6 @@ def _classify(path, exc: BaseException) -> OSError | None:
     return None
 
 
-def _not_found(path) -> OSError:
-    """A missing bucket (StorageError, exit 1) or a missing object (FileNotFoundError, bad input)."""
-    return _no_bucket(path) or FileNotFoundError(errno.ENOENT, "no such file or directory", url_of(path))
-
-
 def _no_bucket(path) -> StorageError | None:
     """The StorageError of a missing bucket, None when the bucket exists (or refuses listing: not called missing)."""
     proto, bucket, _ = split_url(path)
@@ -509,8 +479,8 @@ def _no_bucket(path) -> StorageError | None:
 
 
 def open_file(path: str | os.PathLike, *, block_size: int = READ_BLOCK) -> BinaryIO:
-    """A binary file object for reading: Python's ``open`` for a local path; for a URL an fsspec file that
-    fetches ``block_size`` bytes per request with read-ahead (memory: a couple of blocks, whatever the size)."""
+    """A binary file for reading: ``open`` for a local path; for a URL an fsspec file fetching ``block_size`` bytes
+    a request with read-ahead (a couple of blocks in memory)."""
     if not is_url(path):
         return open(path, "rb")
     with storage_errors(path):
@@ -570,12 +540,9 @@ MAX_METADATA_BYTES = 64 << 20  # a manifest, a plan header, a ledger: ~90 bytes 
 
 
 def read_bytes(path: str | os.PathLike, limit: int | None = None, *, max_bytes: int | None = None) -> bytes:
-    """The whole file (its first ``limit`` bytes when given).
-
-    ``max_bytes``: the file must hold at most this many bytes, or ``ValueError`` naming it (no more than
-    ``max_bytes + 1`` bytes are read: memory stays bounded whatever the file is; give
-    :data:`MAX_METADATA_BYTES` for a manifest or a header). A whole read of a device (a link to
-    ``/dev/urandom`` or ``/dev/zero``, which never ends) is refused at once, ``ValueError`` naming the path."""
+    """The whole file (its first ``limit`` bytes when given). ValueError naming it when it holds more than
+    ``max_bytes`` (at most ``max_bytes + 1`` read), or is a device (a link to ``/dev/zero``: a whole read never
+    ends)."""
     want = limit if limit is not None else (None if max_bytes is None else max_bytes + 1)
     if not is_url(path):
         with open(path, "rb") as f:
@@ -593,8 +560,8 @@ def read_bytes(path: str | os.PathLike, limit: int | None = None, *, max_bytes: 
 
 
 def info(path: str | os.PathLike) -> dict | None:
-    """``{"type": "file" | "directory", "size": bytes, "version": ...}`` of a path or URL, None when nothing is
-    there. A URL is a directory when objects exist under it as a prefix."""
+    """``{"type": "file" | "directory", "size": bytes, "version": ...}``, None when nothing is there (a URL is a
+    directory when objects exist under it)."""
     if not is_url(path):
         try:
             st = os.stat(path)
@@ -642,9 +609,8 @@ def size(path: str | os.PathLike) -> int:
 
 
 def list_files(path: str | os.PathLike) -> list[str]:
-    """Every file under the directory (URL: key prefix) ``path``, recursively, sorted, as paths/URLs.
-
-    For a URL only keys under ``path/`` are listed (never the rest of the bucket)."""
+    """Every file under the directory (URL: key prefix ``path/``, never the rest of the bucket) ``path``,
+    recursively, sorted, as paths/URLs."""
     if not is_url(path):
         return sorted(str(Path(root) / f) for root, _, files in os.walk(Path(path)) for f in files)
     base = url_of(path).rstrip("/")
@@ -656,8 +622,7 @@ def list_files(path: str | os.PathLike) -> list[str]:
 
 
 def file_sizes(path: str | os.PathLike) -> dict[str, int]:
-    """``{relative key: bytes}`` of every file under the directory (URL: key prefix) ``path``: one walk, or one
-    listing with sizes; empty when nothing is there."""
+    """``{relative key: bytes}`` of every file under the directory (URL: key prefix) ``path``, from one listing."""
     if not is_url(path):
         base = os.fspath(path)
         out = {}
@@ -677,9 +642,8 @@ def file_sizes(path: str | os.PathLike) -> dict[str, int]:
 
 
 def write_with(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
-    """Write ``path`` so no reader sees it half-written: locally through a temporary file and a rename
-    (:func:`~datatools.io.atomic.atomic_write_with`); to object storage by one PUT of the whole bytes (an
-    object store's PUT is atomic; on failure the old object, if any, is left as it was)."""
+    """Write ``path`` so no reader sees it half-written: locally a temporary file and a rename
+    (:func:`~datatools.io.atomic.atomic_write_with`), remotely one (atomic) PUT of the whole bytes."""
     if not is_url(path):
         atomic.atomic_write_with(path, write)
         return
@@ -714,10 +678,9 @@ def remove(path: str | os.PathLike) -> None:
 
 
 def remove_tree(path: str | os.PathLike) -> int:
-    """Delete every file under the directory (URL: key prefix ``path/``) ``path``; returns how many.
-
-    For a URL only the keys :func:`list_files` finds under ``path/`` are deleted, one by one: never a bucket-wide
-    or prefix-wide delete request (an emulator that ignores prefixes would delete the whole bucket)."""
+    """Delete every file under the directory (URL: key prefix) ``path``; returns how many. Remotely the keys
+    :func:`list_files` finds, one by one: never a prefix-wide delete (an emulator ignoring prefixes would empty the
+    bucket)."""
     if not is_url(path):
         import shutil
 

@@ -1,20 +1,12 @@
 """The token store: tokenized documents on tensorstore (zarr v3) that knows its own content.
 
-Layout: ``manifest.json`` (format, version, dtype, counts, tokenizer, sources, job, chunk records, digests);
-``tokens/`` (zarr v3, uint16 when the vocabulary fits else uint32; one shard object ``c/k`` per TOKEN_CHUNK tokens
-holding zstd + crc32c inner chunks of READ_CHUNK tokens); ``offsets/`` (int64, num_documents + 1: document i is
-``tokens[offsets[i]:offsets[i + 1]]``); ``shard_index.bin`` (every shard's index and chunk crc32cs, 24 bytes an inner
-chunk, so a reader in a bucket fetches inner chunks by ranged GETs: :mod:`shard_reads`). The manifest is written
-last; the pre-tokenize job renames a complete store into place.
-
-tensorstore reads a missing chunk as 0, so a store checks itself: every chunk is stored and carries a crc32c; the
-manifest records each key's ``[bytes, sha256]`` (a pure function of the content) and xxh3_64 ``digests`` of every
-key and shard index (a crc32c proves a chunk intact, not that it is this store's chunk); on open one listing per
-array checks every recorded key is there with its recorded size; every object a reader touches is checked against
-the digests once per process (:meth:`TokenStore.check_objects`); reads refuse missing or corrupt chunks
-(``ValueError`` naming the chunk and ending with :func:`repair_command`); :func:`store_verify.verify_store` reads
-every byte. Version-2 stores (no inner chunks: a read fetches 2-4 MiB) and version-1 stores (no records: nothing
-checked on open) are still read.
+Layout: ``manifest.json`` (written last: dtype, counts, job, each key's ``[bytes, sha256]``, xxh3_64 digests);
+``tokens/`` (uint16 or uint32; each object ``c/k`` a shard of TOKEN_CHUNK tokens in zstd + crc32c inner chunks of
+READ_CHUNK); ``offsets/`` (int64, num_documents + 1); ``shard_index.bin`` (every shard's index: :mod:`shard_reads`).
+tensorstore reads a missing chunk as 0, so on open every recorded key is listed with its size, each object a reader
+touches is checked against the digests once per process, and a bad chunk is a ``ValueError`` naming it and ending
+with :func:`repair_command`; :func:`store_verify.verify_store` reads every byte. Versions 1 (no records) and 2
+(unsharded) are still read.
 """
 
 from __future__ import annotations
@@ -35,7 +27,7 @@ import tensorstore as ts
 import xxhash
 
 from datatools.io import shard_reads, storage
-from datatools.io.io_errors import as_os_error, status_code
+from datatools.io.io_errors import as_os_error, os_errors, short_message, status_code
 from datatools.io.paths import display
 from datatools.io.shard_reads import INDEX_ENTRY_BYTES, JoinedRead
 
@@ -75,9 +67,9 @@ def zarr_spec(path: str | os.PathLike) -> dict:
 
 def array_kvstore(path: str | os.PathLike) -> ts.KvStore:
     """The kvstore holding one array's keys (``zarr.json``, ``c/0``, ...), from the array's own spec."""
-    spec = dict(zarr_spec(path)["kvstore"])
-    if spec.get("path") and not str(spec["path"]).endswith("/"):
-        spec["path"] = str(spec["path"]) + "/"
+    spec = storage.kvstore_spec(path)
+    if spec["path"] and not spec["path"].endswith("/"):
+        spec["path"] += "/"
     return ts.KvStore.open(spec).result()
 
 
@@ -89,7 +81,7 @@ def _create(path: str | Path, dtype: np.dtype, length: int, chunk: int, inner: i
         {"name": "zstd", "configuration": {"level": 3}},
         {"name": "crc32c"},
     ]
-    stored = max(1, min(chunk, max(length, 1)))
+    stored = min(chunk, max(length, 1))
     codecs = leaf
     if inner is not None and inner < stored:
         stored = -(-stored // inner) * inner  # a shard holds whole inner chunks
@@ -140,10 +132,8 @@ def write_store(
             )
     else:
         Path(path).mkdir(parents=True, exist_ok=False)
-    try:
+    with os_errors(storage.join(path, "tokens")):
         tokens = _create(storage.join(path, "tokens"), np.dtype(dtype), num_tokens, TOKEN_CHUNK, READ_CHUNK)
-    except ValueError as exc:
-        raise as_os_error(exc, storage.join(path, "tokens")) or exc from None
     offsets = np.zeros(num_documents + 1, dtype=np.int64)
     tok_pos = doc_pos = 0
     pending: list[np.ndarray] = []
@@ -157,10 +147,8 @@ def write_store(
         block = np.concatenate(pending)
         take = block.size if final else (tok_pos + block.size) // TOKEN_CHUNK * TOKEN_CHUNK - tok_pos
         if take > 0:
-            try:
+            with os_errors(storage.join(path, "tokens")):
                 tokens[tok_pos : tok_pos + take].write(block[:take]).result()
-            except ValueError as exc:
-                raise as_os_error(exc, storage.join(path, "tokens")) or exc from None
             tok_pos += take
         rest = block[take:]
         pending, pending_size = ([rest] if rest.size else []), int(rest.size)
@@ -176,11 +164,9 @@ def write_store(
     flush(final=True)
     if tok_pos != num_tokens or doc_pos != num_documents:
         raise ValueError(f"shards hold {doc_pos} documents / {tok_pos} tokens, expected {num_documents} / {num_tokens}")
-    try:
+    with os_errors(storage.join(path, "offsets")):
         offsets_array = _create(storage.join(path, "offsets"), np.dtype(np.int64), num_documents + 1, OFFSET_CHUNK)
         offsets_array[:].write(offsets).result()
-    except ValueError as exc:
-        raise as_os_error(exc, storage.join(path, "offsets")) or exc from None
     manifest = {
         "format": FORMAT,
         "version": VERSION,
@@ -195,8 +181,7 @@ def write_store(
 
 
 def record_contents(path: str | os.PathLike) -> dict:
-    """The manifest's ``chunks`` and ``digests`` (:func:`record_chunks`) and, for sharded tokens, ``shard_index``
-    (``{"bytes", "sha256", "xxh3_64"}`` of ``shard_index.bin``, which is written here)."""
+    """The manifest's ``chunks``, ``digests`` and (sharded tokens) ``shard_index`` record; writes the index."""
     chunks, digests, index = record_chunks(path)
     return {"chunks": chunks, "digests": digests} | (_write_shard_index(path, index) if index is not None else {})
 
@@ -218,9 +203,8 @@ def lacks_shard_index(manifest: dict) -> bool:
 
 
 def add_shard_index(path: str | os.PathLike) -> None:
-    """Give a store written before ``shard_index.bin`` its index, then the manifest its record (one atomic write;
-    byte-identical to a fresh run of the job). ValueError naming the store, nothing written, when its chunks
-    differ from the manifest's records."""
+    """Give a store written before ``shard_index.bin`` its index and record (as a fresh run of the job would).
+    ValueError naming the store, nothing written, when its chunks differ from the manifest's records."""
     path = location(path)
     manifest = read_manifest(path)
     chunks, digests, index = record_chunks(path)
@@ -236,21 +220,18 @@ def chunk_records(path: str | os.PathLike) -> dict:
 
 
 def record_chunks(path: str | os.PathLike) -> tuple[dict, dict, bytes | None]:
-    """From one read of every key (in a fixed order): the manifest's ``chunks`` (:func:`chunk_records`), its
-    ``digests`` (``{"algorithm": "xxh3_64", "tokens": {key: hex}, "offsets": {...}, "tokens_index": {key: hex}}``:
-    every key's bytes and each shard's index) and the content of ``shard_index.bin`` (None when not sharded)."""
+    """From one read of every key: the manifest's ``chunks`` (:func:`chunk_records`), its ``digests`` (xxh3_64 of
+    every key and, as ``tokens_index``, of each shard's index) and ``shard_index.bin`` (None when not sharded)."""
     path = location(path)
     records_out: dict = {"checksum": CHECKSUM}
     digests: dict = {"algorithm": FAST_DIGEST}
     table: list[bytes] = []
     for name in ARRAYS:
         where = storage.join(path, name)
-        try:
+        with os_errors(where):
             index = _index_bytes(ts.open(zarr_spec(where), open=True).result())
-            kv = array_kvstore(where)
-            keys = sorted((k.encode() for k in array_keys(where)), key=_key_order)
             records, fast, heads = {}, {}, {}
-            for key, value in read_keys(kv, keys):
+            for key, value in read_keys(array_kvstore(where), sorted(array_keys(where), key=_key_order)):
                 if value is None:  # listed a moment ago
                     raise ValueError(f"{display(storage.join(where, key))}: removed while the store was recorded")
                 records[key] = [len(value), hashlib.sha256(value).hexdigest()]
@@ -259,8 +240,6 @@ def record_chunks(path: str | os.PathLike) -> tuple[dict, dict, bytes | None]:
                     heads[key] = xxhash.xxh3_64_hexdigest(value[:index])
                     if name == "tokens":  # keys in chunk order: c/0, c/1, ...
                         table.append(shard_reads.entries_of(value, (index - 4) // INDEX_ENTRY_BYTES))
-        except ValueError as exc:
-            raise as_os_error(exc, where) or exc from None
         records_out[name] = records
         digests[name] = fast
         if index:
@@ -281,8 +260,7 @@ def _index_bytes(arr) -> int:
 
 
 def repair_command(path: str | os.PathLike, manifest: dict | None = None) -> str:
-    """The command that rebuilds a damaged store: the ``datatools pretokenize`` job its manifest records, with
-    ``--overwrite`` (placeholders for inputs and tokenizer when the manifest does not record the job)."""
+    """The ``datatools pretokenize ... --overwrite`` job the manifest records (placeholders when it records none)."""
     where = shlex.quote(str(display(path)))
     m = manifest or {}
     sources, tok, opts = m.get("sources"), m.get("tokenizer"), m.get("options")
@@ -295,12 +273,9 @@ def repair_command(path: str | os.PathLike, manifest: dict | None = None) -> str
         parts += ["--column", shlex.quote(str(o["column"]))]
     if o.get("tokenizer_settings", "off") != "off":
         parts += ["--tokenizer-settings", shlex.quote(str(o["tokenizer_settings"]))]
-    for flag in ("bos", "eos"):
-        if isinstance(o.get(f"{flag}_id"), int):
-            parts += [f"--{flag}", str(o[f"{flag}_id"])]
-    for flag in ("ctx", "tile"):
-        if isinstance(o.get(flag), int):
-            parts += [f"--{flag}", str(o[flag])]
+    for key, flag in (("bos_id", "--bos"), ("eos_id", "--eos"), ("ctx", "--ctx"), ("tile", "--tile")):
+        if isinstance(o.get(key), int):
+            parts += [flag, str(o[key])]
     return " ".join([*parts, "--overwrite"])
 
 
@@ -310,26 +285,24 @@ def _damaged(path, manifest: dict | None, text: str) -> ValueError:
 
 
 def array_keys(where: str | os.PathLike) -> set[str]:
-    """The keys (``zarr.json``, ``c/0``, ...) stored under one array, from one listing (:mod:`storage`: tensorstore's
-    own crashed on a GCS emulator that ignores prefixes)."""
+    """The keys (``zarr.json``, ``c/0``, ...) under one array, from one listing (not tensorstore's: it crashed on a
+    GCS emulator that ignores prefixes)."""
     return set(storage.file_sizes(where))
 
 
-def _key_order(key: bytes) -> tuple:
+def _key_order(key: str) -> tuple:
     """``zarr.json`` first, then chunks by number (``c/2`` before ``c/10``)."""
-    k = key.decode("utf-8", "replace")
-    m = re.fullmatch(r"c/(\d+)", k)
-    return (1, int(m.group(1)), k) if m else (0, 0, k)
+    m = re.fullmatch(r"c/(\d+)", key)
+    return (1, int(m.group(1)), key) if m else (0, 0, key)
 
 
-def read_keys(kv: ts.KvStore, keys: list) -> Iterator[tuple[str, bytes | None]]:
+def read_keys(kv: ts.KvStore, keys: list[str]) -> Iterator[tuple[str, bytes | None]]:
     """(key, value) of each kvstore key, ``_READS_IN_FLIGHT`` reads at a time; None for a missing key."""
     for i in range(0, len(keys), _READS_IN_FLIGHT):
         batch = keys[i : i + _READS_IN_FLIGHT]
-        futures = [kv.read(k) for k in batch]
-        for k, f in zip(batch, futures):
+        for k, f in zip(batch, [kv.read(k) for k in batch]):
             r = f.result()
-            yield (k.decode() if isinstance(k, bytes) else k), (bytes(r.value) if r.state == "value" else None)
+            yield k, (bytes(r.value) if r.state == "value" else None)
 
 
 def is_count(value: object) -> TypeGuard[int]:
@@ -389,19 +362,16 @@ def is_token_store(path: str | os.PathLike) -> bool:
 
 def chunk_grid(length: int, chunk: int) -> list[str]:
     """The chunk keys (``c/0`` ...) of a 1-d zarr v3 array of ``length`` elements in chunks of ``chunk``."""
-    return [f"c/{i}" for i in range(-(-length // chunk) if length else 0)]
+    return [f"c/{i}" for i in range(-(-length // chunk))]
 
 
 class TokenStore:
-    """Random access to a token store; a Grain random-access data source.
-
-    ``len(store)`` documents; ``store[i]`` the tokens of document i (the store's dtype); :meth:`read_range` a
-    contiguous range in one read. Picklable (tensorstore handles reopen lazily in each worker). Opening checks the
-    store as the module docstring says (``check=False`` skips the kvstore listing).
+    """Random access to a token store (a Grain data source): ``store[i]`` is document i's tokens. Picklable
+    (tensorstore handles reopen lazily in each worker). ``check=False`` skips the listing on open.
 
     Raises (on open):
-      ValueError: not a store, a corrupt manifest, a recorded chunk missing, arrays
-        whose dtype or shape disagree with the manifest (naming the store and what).
+      ValueError: not a store, a corrupt manifest, a recorded chunk missing, arrays whose dtype or shape disagree
+        with the manifest (naming the store and what).
     """
 
     def __init__(self, path: str | os.PathLike, *, check: bool = True):
@@ -516,12 +486,12 @@ class TokenStore:
                 ) from None
             raise self.damaged(
                 f"{display(self.path)}: {name}/ disagrees with the manifest (which says "
-                f"{self.dtype_of(name)}[{self.shape_of(name)}]): {_short(exc)}"
+                f"{self.dtype_of(name)}[{self.shape_of(name)}]): {short_message(exc)}"
             ) from None
 
     def check_present(self) -> None:
-        """No data read: both arrays open with the manifest's dtype and shape, and (version 2+) one listing per array
-        finds every recorded key with its recorded size, the records covering the whole chunk grid."""
+        """No data read: both arrays open with the manifest's dtype and shape; (version 2+) one listing per array
+        finds every key of the chunk grid with its recorded size."""
         opening = {name: self._opening(name) for name in ARRAYS}
         self._start_shard_table()
         listing = {}
@@ -536,17 +506,15 @@ class TokenStore:
             chunk = int(arr.chunk_layout.write_chunk.shape[0])
             grid = chunk_grid(self.shape_of(name), chunk)
             if set(records) != {"zarr.json", *grid}:
-                extra = sorted(set(records) - {"zarr.json", *grid}, key=lambda k: _key_order(k.encode()))
+                extra = sorted(set(records) - {"zarr.json", *grid}, key=_key_order)
                 lack = [k for k in grid if k not in records]
                 what = f"records {name}/{extra[0]}" if extra else f"has no record of {name}/{lack[0]}"
                 raise self.damaged(
                     f"{display(self.path)}: the manifest disagrees with the arrays: it {what} "
                     f"({len(grid)} chunks of {chunk} in {name}/)"
                 )
-            try:
+            with os_errors(storage.join(self.path, name)):
                 present = listing[name].result()
-            except ValueError as exc:
-                raise as_os_error(exc, storage.join(self.path, name)) or exc from None
             missing = [k for k in ["zarr.json", *grid] if k not in present]
             if missing:
                 raise self.damaged(
@@ -588,7 +556,7 @@ class TokenStore:
             else:
                 k = int(cell.group(1)) * inner // chunk if cell else begin // chunk
             state = "missing" if status_code(exc) == "NOT_FOUND" else "corrupt"
-            raise self.damaged(f"{display(self.path)}: chunk {name}/c/{k} is {state} ({_short(exc)})") from None
+            raise self.damaged(f"{display(self.path)}: chunk {name}/c/{k} is {state} ({short_message(exc)})") from None
 
     @property
     def read_granularity(self) -> int:
@@ -697,15 +665,14 @@ class TokenStore:
         """The error of a failed read of tokens object ``key``: OSError when the storage failed, else ValueError."""
         where = storage.join(self.path, "tokens", key)
         return as_os_error(exc, where) or self.damaged(
-            f"{display(self.path)}: chunk tokens/{key} is unreadable ({_short(exc)})"
+            f"{display(self.path)}: chunk tokens/{key} is unreadable ({short_message(exc)})"
         )
 
     def check_objects(self, name: str, begin: int, end: int, batch: ts.Batch | None = None, wait: bool = True):
-        """Check the stored objects of array ``name`` holding elements [begin, end) against the manifest, once per
-        object per process: locally with ``shard_index.bin`` each shard's index and inner-chunk crc32cs against its
-        entries (~1.6 KiB read), else every byte against ``digests`` (sha256 for older stores); in a bucket each
-        shard's index against its recorded digest. With ``wait`` done on return (ValueError naming the chunk),
-        else the pending checks are returned for :meth:`confirm`."""
+        """Check the objects of array ``name`` holding elements [begin, end) against the manifest, once per object
+        per process (locally: a shard's index and crc32cs against ``shard_index.bin``, else every byte; in a bucket:
+        each shard's index). With ``wait``, done on return (ValueError naming the chunk), else the pending checks
+        are returned for :meth:`confirm`."""
         if self.version < 2:
             return []
         arr = self._array(name)
@@ -755,16 +722,15 @@ class TokenStore:
             return "is missing"
 
     def _kvstore(self, name: str) -> ts.KvStore:
-        """Array ``name``'s own kvstore, once per process: a check of a shard's index and the array's read of it,
-        in one ``ts.Batch``, are then one request."""
+        """Array ``name``'s own kvstore, once per process (a check and a read in one ``ts.Batch``: one request)."""
         kvs = self.__dict__.setdefault("_kvs", {})
         if name not in kvs:
             kvs[name] = self._array(name).kvstore
         return kvs[name]
 
     def confirm(self, pending) -> None:
-        """Wait for pending object checks (:meth:`check_objects`) and compare; ValueError naming the first object
-        that is not the one the manifest records (missing, replaced, swapped, from another store)."""
+        """Wait for pending :meth:`check_objects` checks; ValueError naming the first object that is not the one the
+        manifest records."""
         for name, key, (future, (kind, want)) in pending:
             item, where = f"{name}/{key}", f"{display(self.path)}: chunk {name}/{key}"
             if kind == "entries" and want is not None:
@@ -781,7 +747,7 @@ class TokenStore:
                 except ValueError as exc:
                     if (err := as_os_error(exc, storage.join(self.path, name, key))) is not None:
                         raise err from None
-                    raise self.damaged(f"{where} is unreadable ({_short(exc)})") from None
+                    raise self.damaged(f"{where} is unreadable ({short_message(exc)})") from None
                 value = bytes(got.value) if got.state == "value" else None
                 if value is not None and want is not None:
                     digest = hashlib.sha256(value).hexdigest() if kind == "sha256" else xxhash.xxh3_64_hexdigest(value)
@@ -824,8 +790,3 @@ def check_offsets(offsets: np.ndarray, num_tokens: int, path: str | os.PathLike)
             f"{where}: the manifest disagrees with the arrays (offsets end at {offsets[-1]} tokens, the "
             f"manifest says {num_tokens})"
         )
-
-
-def _short(exc: BaseException) -> str:
-    """tensorstore's message without its spec dump, at most 200 characters."""
-    return str(exc).split(" [tensorstore_spec=")[0].splitlines()[0][:200] if str(exc) else type(exc).__name__

@@ -17,7 +17,7 @@ import numpy as np
 from datatools.base.reports import Report
 from datatools.io import shard_reads, storage
 from datatools.io.paths import display
-from datatools.io.store import ARRAYS, TokenStore, array_kvstore, check_offsets, is_count, lacks_shard_index, read_keys
+from datatools.io.store import ARRAYS, TokenStore, array_kvstore, is_count, lacks_shard_index, read_keys
 
 
 @dataclass
@@ -72,11 +72,7 @@ def verify_store(path: str | os.PathLike, *, progress: Callable[[int, int], None
             f"written before {shard_reads.INDEX_KEY}: a reader in a bucket requests each shard's index first, in "
             f"every process; `datatools pretokenize ... --overwrite` (the same job) adds it, rewriting no token"
         )
-    offsets = store.read_array("offsets", 0, len(store) + 1)
-    try:
-        check_offsets(offsets, store.num_tokens, store.path)
-    except ValueError as exc:
-        raise store.damaged(str(exc)) from None
+    _ = store.offsets  # read and checked: from 0, in order, ending at num_tokens
     step = int(store.tokens.chunk_layout.write_chunk.shape[0])  # one stored object (a shard) a read
     top = -1
     for begin in range(0, store.num_tokens, step):
@@ -111,8 +107,7 @@ def _check_checksums(store: TokenStore, report: VerifyReport, progress) -> None:
     for name in ARRAYS:
         records = chunks[name]
         kv = array_kvstore(storage.join(store.path, name))
-        keys = sorted(records)
-        for key, value in read_keys(kv, [k.encode() for k in keys]):
+        for key, value in read_keys(kv, sorted(records)):
             size, digest = records[key]
             if value is None:
                 raise store.damaged(f"{where}: chunk {name}/{key} is missing")
