@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from datatools.base.checks import MAX_TOKEN_ID, short_repr
 from datatools.io import jsonl, storage
-from datatools.io.discover import Shard, arrow_schema, iter_arrow_batches, open_parquet, parquet_metadata, parquet_names
+from datatools.io.discover import Shard, iter_arrow_batches, open_arrow, open_parquet, parquet_metadata
 from datatools.io.numpy_files import check_non_negative
 from datatools.io.paths import display, first_line
 
@@ -31,7 +31,7 @@ def shard_columns(shard: Shard) -> dict[str, bool]:
     if shard.kind == "parquet":
         schema = parquet_metadata(f).schema.to_arrow_schema()
     elif shard.kind == "arrow":
-        schema = arrow_schema(f)
+        schema = open_arrow(f)[0].schema
     elif shard.kind == "jsonl":
         return {k: isinstance(v, str) for k, v in jsonl.first_row(f).items()}
     else:
@@ -72,9 +72,8 @@ MAX_TEXT_BYTES = 128 << 20  # one Parquet text value: pyarrow decodes a value wi
 
 
 def check_parquet_text_sizes(f: str, part: int, column: str, where: str) -> None:
-    """Refuse, from the footer alone (nothing decoded), a row group whose ``column`` holds texts of more than
-    :data:`MAX_TEXT_BYTES` on average: at least one of them is that long, and decoding it would take ~3x its size
-    (a 28 KB file with one 300 MB cell once took 1.4 GB and no answer in 10 minutes)."""
+    """Refuse, from the footer alone, a row group whose ``column`` holds texts of over :data:`MAX_TEXT_BYTES` on
+    average (decoding one would take ~3x its size: a 28 KB file with one 300 MB cell took 1.4 GB and 10+ min)."""
     meta = parquet_metadata(f)
     group = meta.row_group(part)
     rows = max(1, group.num_rows)
@@ -93,8 +92,9 @@ def check_parquet_text_sizes(f: str, part: int, column: str, where: str) -> None
 def column_batches(shard: Shard, column: str, text: bool) -> Iterator[pa.Array | pa.ChunkedArray]:
     """``column`` of the shard, a bounded batch at a time (see the module docstring)."""
     f = shard.files[0]
+    if shard.kind in ("parquet", "arrow"):
+        detect_column(list(shard_columns(shard)), column, display(f))
     if shard.kind == "parquet":
-        detect_column(parquet_names(f), column, display(f))
         if text:
             check_parquet_text_sizes(f, shard.part, column, shard.describe())
         try:
@@ -106,7 +106,6 @@ def column_batches(shard: Shard, column: str, text: bool) -> Iterator[pa.Array |
             raise ValueError(f"{shard.describe()}: cannot read Parquet ({first_line(exc)})") from None
         yield col
     elif shard.kind == "arrow":
-        detect_column(arrow_schema(f).names, column, display(f))
         for batch in iter_arrow_batches(f, shard.part, shard.stop):
             yield batch.column(column)
     elif shard.kind == "jsonl":
