@@ -183,9 +183,3 @@ def check_token_range(tokens: np.ndarray, where: str) -> None:
                 f"{where}: token id {int(part.max())} (token {a + int(np.argmax(part))}) does not fit "
                 f"int32 (ids must be in [0, 2**31 - 1])"
             )
-
-
-def check_token_values(tokens: np.ndarray, where: str) -> None:
-    """Negative ids refused, a slice at a time (the array may be memory-mapped)."""
-    for a in range(0, tokens.shape[0], FLAT_SLICE):
-        check_non_negative(np.asarray(tokens[a : a + FLAT_SLICE]), where)
