@@ -1,9 +1,7 @@
-"""Streaming JSON Lines: lines of any length, bounded memory, parsed by pyarrow.
-
-``pyarrow.json.read_json`` on a whole file fails once a line is longer than its block size, and holds the whole
-table. Here a byte range is read in blocks of whole lines (:func:`line_blocks`, past :data:`BLOCK_BYTES` only as
-far as one longer line needs), each parsed by pyarrow against a schema of the one column wanted, two at a time in
-threads. A parse error is located with the ``json`` module: the message names the file, line and problem.
+"""Streaming JSON Lines: lines of any length, bounded memory (``pyarrow.json.read_json`` on a whole file holds the
+table and fails on a line over its block size). A byte range is read in blocks of whole lines (:func:`line_blocks`),
+each parsed by pyarrow for the one column wanted, two at a time in threads; a parse error is located with the
+``json`` module, naming the file, line and problem.
 """
 
 from __future__ import annotations
@@ -82,17 +80,12 @@ def read_column_blocks(
     stop: int | None = None,
 ) -> Iterator[pa.ChunkedArray]:
     """The values of ``column`` for the lines starting in bytes ``[start, stop)`` of a JSON Lines file, a block
-    at a time, as arrays of ``value_type``.
-
-    Raises:
-      ValueError: naming the file and line: invalid JSON, a line that is not an
-        object, a missing column or a value of another type.
-    """
+    at a time, as arrays of ``value_type``; a ValueError naming the file and line for invalid JSON, a line that is
+    not an object, a missing column or a value of another type."""
     schema = pa.schema([(column, value_type)])
     want_text = pa.types.is_string(value_type) or pa.types.is_large_string(value_type)
     with storage.open_file(path) as fh:  # a URL: ranged reads with read-ahead, as a local file
         size = storage.size(path)
-        # the lines that start inside [start, stop)
         a, b = _next_line_start(fh, start, size), _next_line_start(fh, size if stop is None else stop, size)
         with ThreadPoolExecutor(PARSE_THREADS) as pool:
             pending: deque = deque()
