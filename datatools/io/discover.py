@@ -8,6 +8,7 @@ the file, or the ``OSError`` itself.
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import warnings
 from collections.abc import Sequence
@@ -323,14 +324,9 @@ def iter_arrow_batches(f: str, start: int = 0, stop: int | None = None):
     reader, is_file = open_arrow(f)
     try:
         if is_file:
-            for i in range(start, reader.num_record_batches if stop is None else stop):
-                yield reader.get_batch(i)
+            yield from map(reader.get_batch, range(start, reader.num_record_batches if stop is None else stop))
         else:
-            for i, batch in enumerate(reader):
-                if stop is not None and i >= stop:
-                    break
-                if i >= start:
-                    yield batch
+            yield from itertools.islice(reader, start, stop)
     except pa.ArrowException as exc:
         raise ValueError(f"{display(f)}: cannot read Arrow IPC ({first_line(exc)})") from None
 
