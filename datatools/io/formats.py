@@ -69,8 +69,8 @@ def array_record_input(path: str | os.PathLike, opts: InputOptions) -> TokenInpu
     """ArrayRecord files (a file, a glob, a comma list): the feature and the tokenizer checked on the first file."""
     files = array_record_files.expand(path)
     col, is_text = array_record_files.detect_feature(files[0], opts.column)
-    inp = TokenInput(Path(os.fspath(path)), "table", column=col, is_text=is_text, files=files)
-    inp.nbytes = sum(f.stat().st_size for f in files)
+    nbytes = sum(f.stat().st_size for f in files)
+    inp = TokenInput(Path(os.fspath(path)), "table", column=col, is_text=is_text, files=files, nbytes=nbytes)
     return _tokenized(inp, opts, display(files[0]), "feature")
 
 
@@ -127,8 +127,8 @@ def _detect_table(loc: storage.Location, opts: InputOptions) -> TokenInput:
     columns = shard_columns(shards[0])
     col = detect_column(list(columns), opts.column, where)
     nbytes = sum(storage.size(f) for f in dict.fromkeys(x for s in shards for x in s.files))
-    inp = TokenInput(loc.path, "table", column=col, shards=shards, nbytes=nbytes)
-    inp.is_text = col in TEXT_COLUMNS or columns[col]
+    is_text = col in TEXT_COLUMNS or columns[col]
+    inp = TokenInput(loc.path, "table", column=col, is_text=is_text, shards=shards, nbytes=nbytes)
     return _tokenized(inp, opts, where, "column")
 
 
@@ -166,11 +166,6 @@ def _table_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
                 yield from ahead.popleft().result()
         while ahead:
             yield from ahead.popleft().result()
-
-
-def _numpy_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) -> DocumentSource:
-    tokens, offsets = numpy_dir(inp.path)  # token ids checked there
-    return ArrayDocuments(tokens, offsets)
 
 
 def _no_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) -> DocumentSource:
@@ -212,7 +207,7 @@ class Format:
 FORMATS = (  # in the order they are tried: the table format last, it takes what no other claims
     Format("store", _detect_store, _stored_lengths, lambda inp, _: StoreDocuments(_stored(inp)), offsets=True),
     Format("levanter", _detect_levanter, _stored_lengths, lambda inp, _: StoreDocuments(_stored(inp)), offsets=True),
-    Format("numpy", _detect_numpy, _numpy_lengths, _numpy_documents),
+    Format("numpy", _detect_numpy, _numpy_lengths, lambda inp, _: ArrayDocuments(*numpy_dir(inp.path))),
     Format("lengths", _detect_lengths, _lengths_lengths, _no_documents, pipeline=False),
     Format("flat", _detect_flat, _flat_lengths, _flat_documents, pipeline=False),
     Format("table", _detect_table, _table_lengths, _table_documents),
