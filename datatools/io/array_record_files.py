@@ -118,12 +118,8 @@ def _b(v: bytes | int) -> bytes:
 def parse_example(record: bytes) -> dict[str, list[int] | list[bytes]]:
     """A ``tf.train.Example``'s features: name -> int64 values or bytes values (floats are skipped)."""
     out: dict[str, list[int] | list[bytes]] = {}
-    for num, wt, features in _fields(record):
-        if num != 1 or wt != 2:
-            continue
-        for fnum, fwt, entry in _fields(_b(features)):  # Features: map<string, Feature> feature = 1
-            if fnum != 1 or fwt != 2:
-                continue
+    for features in (v for n, _, v in _fields(record) if n == 1):
+        for entry in (v for n, _, v in _fields(_b(features)) if n == 1):  # Features: map<string, Feature> feature = 1
             name, feature = "", b""
             for enum, _, v in _fields(_b(entry)):
                 if enum == 1:
