@@ -6,6 +6,7 @@ each parsed by pyarrow for the one column wanted, two at a time in threads; a pa
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import deque
 from collections.abc import Iterator
@@ -73,11 +74,7 @@ def _parse(block: bytes, schema: pa.Schema) -> pa.Table | Exception:
 
 
 def read_column_blocks(
-    path: str,
-    column: str,
-    value_type: pa.DataType,
-    start: int = 0,
-    stop: int | None = None,
+    path: str, column: str, value_type: pa.DataType, start: int = 0, stop: int | None = None
 ) -> Iterator[pa.ChunkedArray]:
     """The values of ``column`` for the lines starting in bytes ``[start, stop)`` of a JSON Lines file, a block
     at a time, as arrays of ``value_type``; a ValueError naming the file and line for invalid JSON, a line that is
@@ -88,16 +85,11 @@ def read_column_blocks(
         size = storage.size(path)
         a, b = _next_line_start(fh, start, size), _next_line_start(fh, size if stop is None else stop, size)
         with ThreadPoolExecutor(PARSE_THREADS) as pool:
-            pending: deque = deque()
-            blocks = line_blocks(fh, a, b, BLOCK_BYTES)
-            while True:
-                while len(pending) < PARSE_THREADS:
-                    nxt = next(blocks, None)
-                    if nxt is None:
-                        break
-                    pending.append((*nxt, pool.submit(_parse, nxt[0], schema)))
-                if not pending:
-                    return
+            blocks = (
+                (block, at, pool.submit(_parse, block, schema)) for block, at in line_blocks(fh, a, b, BLOCK_BYTES)
+            )
+            pending = deque(itertools.islice(blocks, PARSE_THREADS))
+            while pending:
                 block, at, fut = pending.popleft()
                 result = fut.result()
                 if isinstance(result, BaseException):  # only now count lines, to name the one that failed
@@ -109,6 +101,7 @@ def read_column_blocks(
                 if col.null_count:
                     raise _null_error(path, block, 1 + _count_lines(path, at), column)
                 yield col
+                pending.extend(itertools.islice(blocks, 1))  # one more block parsing once this one is used
 
 
 def _count_lines(path: str, upto: int) -> int:
