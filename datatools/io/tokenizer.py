@@ -69,8 +69,7 @@ def _native_stderr_held() -> Iterator[None]:
                 os.close(saved)
                 if not panicked:
                     held.seek(0)
-                    data = held.read(1 << 20)
-                    if data:
+                    if data := held.read(1 << 20):
                         os.write(2, data)
     finally:
         _STDERR_LOCK.release()
@@ -259,8 +258,7 @@ class TextEncoder:
         if last >= 0:
             parts.append(eos)
         lengths += bos.size + eos.size
-        flat = np.concatenate(parts) if parts else np.zeros(0, dtype)
-        return flat.astype(dtype, copy=False), lengths
+        return (np.concatenate(parts) if parts else np.zeros(0, dtype)), lengths
 
     def count_tokens(self, texts: Sequence[str]) -> np.ndarray:
         """Tokens of each text (int64), BOS/EOS included, without keeping any token (for length analysis)."""
