@@ -37,11 +37,10 @@ def open_input(
 
     Args:
       path: a file or directory (see the module docstring).
-      column: the token or text column of a table; detected when exactly one of
-        ``input_ids``, ``tokens``, ``token_ids``, ``inputs`` (MaxText's name), ``text`` is present.
-      tokenizer: a Hugging Face ``tokenizer.json``, for a text column.
-      tokenizer_settings: ``off`` (default: no truncation, padding or template
-        special tokens) or ``keep`` (the file's settings as they are).
+      column: the token or text column of a table; detected when exactly one of ``input_ids``, ``tokens``,
+        ``token_ids``, ``inputs`` (MaxText's name), ``text`` is present.
+      tokenizer: a Hugging Face ``tokenizer.json`` or a SentencePiece ``.model``, for a text column.
+      tokenizer_settings: ``off`` (default: no truncation, padding or template special tokens) or ``keep``.
       bos, eos: a token (name, id, or ``"auto"``) added before / after every text.
       eos_id: the separator of a flat token file.
       bin_dtype: token dtype of a ``.bin`` file (``uint16`` or ``uint32``).
