@@ -31,14 +31,11 @@ def _next_line_start(fh, pos: int, size: int) -> int:
         return size
     fh.seek(pos - 1)
     at = pos - 1
-    while True:
-        data = fh.read(1 << 16)
-        if not data:
-            return size
-        i = data.find(b"\n")
-        if i >= 0:
+    while data := fh.read(1 << 16):
+        if (i := data.find(b"\n")) >= 0:
             return at + i + 1
         at += len(data)
+    return size
 
 
 def line_blocks(fh, a: int, b: int, block_bytes: int) -> Iterator[tuple[bytes, int]]:

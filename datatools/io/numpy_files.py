@@ -77,10 +77,8 @@ def flat_slices(path: str | Path, bin_dtype: str, eos_id: int) -> Iterator[tuple
         ends = np.flatnonzero(part == eos_id) + 1 + a
         if b == n and n > begin and (ends.size == 0 or ends[-1] != n):
             ends = np.append(ends, n)
-        lengths = np.diff(ends, prepend=begin).astype(np.int64)
-        stop = int(ends[-1]) if ends.size else begin
-        yield lengths, (b - a) * item
-        begin = stop
+        yield np.diff(ends, prepend=begin).astype(np.int64), (b - a) * item
+        begin = int(ends[-1]) if ends.size else begin
 
 
 def numpy_dir_files(path: str | Path) -> tuple[str | Path, str | Path, str] | None:
