@@ -118,12 +118,8 @@ def _b(v: bytes | int) -> bytes:
 def parse_example(record: bytes) -> dict[str, list[int] | list[bytes]]:
     """A ``tf.train.Example``'s features: name -> int64 values or bytes values (floats are skipped)."""
     out: dict[str, list[int] | list[bytes]] = {}
-    for num, wt, features in _fields(record):
-        if num != 1 or wt != 2:
-            continue
-        for fnum, fwt, entry in _fields(_b(features)):  # Features: map<string, Feature> feature = 1
-            if fnum != 1 or fwt != 2:
-                continue
+    for features in (v for n, _, v in _fields(record) if n == 1):
+        for entry in (v for n, _, v in _fields(_b(features)) if n == 1):  # Features: map<string, Feature> feature = 1
             name, feature = "", b""
             for enum, _, v in _fields(_b(entry)):
                 if enum == 1:
@@ -149,10 +145,6 @@ def parse_example(record: bytes) -> dict[str, list[int] | list[bytes]]:
     return out
 
 
-def _key(n: int, wt: int) -> bytes:
-    return _enc_varint((n << 3) | wt)
-
-
 def _enc_varint(x: int) -> bytes:
     x &= (1 << 64) - 1
     out = bytearray()
@@ -167,7 +159,7 @@ def _enc_varint(x: int) -> bytes:
 
 
 def _ld(n: int, payload: bytes) -> bytes:
-    return _key(n, 2) + _enc_varint(len(payload)) + payload
+    return _enc_varint((n << 3) | 2) + _enc_varint(len(payload)) + payload
 
 
 def make_example(features: dict[str, list[int] | str | bytes]) -> bytes:
@@ -198,22 +190,18 @@ def write(path: str | os.PathLike, examples: list[dict[str, list[int] | str | by
 # -- the feature and the documents -----------------------------------------------------------------------------
 
 
-def features(f: str | os.PathLike) -> dict[str, bool]:
-    """The features of the first record of ``f``: name -> holds text (``bytes_list``)."""
-    for batch in records(f):
-        if batch:
-            try:
-                ex = parse_example(batch[0])
-            except ValueError as exc:
-                raise ValueError(f"{os.fspath(f)}: record 0 is not a tf.train.Example ({exc})") from None
-            return {k: bool(v) and isinstance(v[0], bytes) for k, v in ex.items()}
-    return {}
-
-
 def detect_feature(f: str | os.PathLike, feature: str | None) -> tuple[str, bool]:
-    """(feature, is_text): ``feature`` checked, or the one token feature (``inputs``, ``input_ids``, ...)
-    or text feature (``text``) present. A ValueError names the file and the features it has."""
-    found = features(f)
+    """(feature, is_text) of the first record of ``f``: ``feature`` checked, or the first token feature
+    (``inputs``, ``input_ids``, ...) or text feature (``text``, ...) present. A ValueError names the file and the
+    features it has."""
+    found: dict[str, bool] = {}  # name -> holds text (a bytes_list)
+    first = next((batch[0] for batch in records(f) if batch), None)
+    if first is not None:
+        try:
+            ex = parse_example(first)
+        except ValueError as exc:
+            raise ValueError(f"{os.fspath(f)}: record 0 is not a tf.train.Example ({exc})") from None
+        found = {k: bool(v) and isinstance(v[0], bytes) for k, v in ex.items()}
     if feature is not None:
         if feature not in found:
             raise ValueError(f"{os.fspath(f)}: no feature {feature!r} (features: {', '.join(sorted(found)) or 'none'})")

@@ -8,6 +8,7 @@ the file, or the ``OSError`` itself.
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import warnings
 from collections.abc import Sequence
@@ -168,15 +169,11 @@ def _identity(f: Path) -> tuple[int, int]:
 
 
 def list_input_files(path: str | os.PathLike) -> Sequence[tuple[str, str | Path]]:
-    """(kind, file) pairs under ``path`` (a ``Path`` each, or a URL each under an object-store prefix), sorted by
-    path; HF dataset directories expand to their Arrow files; hidden files skipped; an unreadable directory raises
-    its ``PermissionError``.
-
-    Links: every real file is read once (by device and inode, at its first non-link name), so a link cannot
-    multiply the data nor reach a tree outside ``path``. Links to directories are not followed (one inside
-    ``path`` names a directory read anyway), with a :class:`LinkWarning`; links to files are read (the Hugging
-    Face hub cache is made of them), with one :class:`LinkWarning` for those leading outside ``path``. A broken
-    link with an input extension is a ``ValueError`` naming it.
+    """(kind, file) pairs under ``path`` (a ``Path`` each, or a URL under an object-store prefix), sorted by path;
+    HF dataset directories expand to their Arrow files; hidden files skipped; an unreadable directory raises its
+    ``PermissionError``. Links: each real file is read once (by device and inode); links to directories are not
+    followed and links to files leading outside ``path`` are read (the HF hub cache is made of them), each with a
+    :class:`LinkWarning`; a broken link with an input extension is a ``ValueError`` naming it.
     """
     if isinstance(path, (str, os.PathLike)) and not os.fspath(path):
         raise ValueError("an empty path (name a file or directory; '.' is the current one)")
@@ -232,21 +229,18 @@ def _prefix_files(url: str) -> list[tuple[str, str | Path]]:
 
 
 def list_shards(path: str | os.PathLike) -> list[Shard]:
-    """The input under ``path`` cut into shards, in a fixed order (text shards last).
-
-    A file that holds no document (an empty or blank JSON Lines file, a table of no rows) gives no shard; an
-    input whose files hold no document at all is a ``ValueError`` naming it (for every command alike: a data
-    set of zero documents is a mistake, not a result). A ``.txt`` file is one document, even when empty.
-    """
+    """The input under ``path`` cut into shards, in a fixed order (text shards last). A file of no document gives
+    no shard; an input of no document at all is a ``ValueError`` naming it. A ``.txt`` file is one document, even
+    when empty."""
     shards: list[Shard] = []
     texts: list[str] = []
     files = list_input_files(path)
     for kind, f in files:
         name = str(f)
-        if kind != "text" and not _has_documents(kind, name):
-            continue
         if kind == "text":
             texts.append(name)
+        elif not _has_documents(kind, name):
+            continue
         elif kind == "parquet":
             groups = parquet_metadata(name).num_row_groups
             shards.extend(Shard("parquet", (name,), g) for g in range(groups))
@@ -311,10 +305,6 @@ def open_parquet(f: str):
         yield pq.ParquetFile(fh, metadata=meta)
 
 
-def parquet_names(f: str) -> list[str]:
-    return parquet_metadata(f).schema.to_arrow_schema().names
-
-
 def open_arrow(f: str):
     """A reader over an Arrow IPC file or stream, memory-mapped (an object: read through a file object, a
     batch's bytes when it is read): ``(reader, is_file_format)``."""
@@ -329,23 +319,14 @@ def open_arrow(f: str):
         raise ValueError(f"{display(f)}: cannot read Arrow IPC ({first_line(exc)})") from None
 
 
-def arrow_schema(f: str) -> pa.Schema:
-    return open_arrow(f)[0].schema
-
-
 def iter_arrow_batches(f: str, start: int = 0, stop: int | None = None):
     """Record batches ``[start, stop)`` of an Arrow IPC file or stream, zero-copy from the mapping."""
     reader, is_file = open_arrow(f)
     try:
         if is_file:
-            for i in range(start, reader.num_record_batches if stop is None else stop):
-                yield reader.get_batch(i)
+            yield from map(reader.get_batch, range(start, reader.num_record_batches if stop is None else stop))
         else:
-            for i, batch in enumerate(reader):
-                if stop is not None and i >= stop:
-                    break
-                if i >= start:
-                    yield batch
+            yield from itertools.islice(reader, start, stop)
     except pa.ArrowException as exc:
         raise ValueError(f"{display(f)}: cannot read Arrow IPC ({first_line(exc)})") from None
 

@@ -15,11 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
-from datatools.io import array_record_files, numpy_files, storage
+from datatools.io import array_record_files, storage
 from datatools.io.discover import list_shards
 from datatools.io.documents import ArrayDocuments, ChunkedDocuments, DocumentSource, StoreDocuments
 from datatools.io.levanter_cache import LevanterCache, is_levanter_cache
 from datatools.io.numpy_files import (
+    FLAT_SLICE,
+    INT32_MAX,
     flat_array,
     flat_slices,
     lengths_only,
@@ -28,11 +30,11 @@ from datatools.io.numpy_files import (
     numpy_dir_files,
 )
 from datatools.io.paths import display
-from datatools.io.sentencepiece_encoder import SentencePieceEncoder, is_sentencepiece, open_sentencepiece
+from datatools.io.sentencepiece_encoder import is_sentencepiece, open_sentencepiece
 from datatools.io.store import TokenStore, is_token_store
 from datatools.io.tables import TEXT_COLUMNS, detect_column, shard_columns
-from datatools.io.token_input import InputOptions, TokenInput, check_int32, lengths_by_shard, shard_length_pieces
-from datatools.io.tokenizer import TextEncoder, open_encoder
+from datatools.io.token_input import InputOptions, TokenInput, lengths_by_shard, shard_length_pieces
+from datatools.io.tokenizer import open_encoder
 
 
 def local_pattern(path: str | os.PathLike) -> list[Path]:
@@ -44,15 +46,6 @@ def local_pattern(path: str | os.PathLike) -> list[Path]:
     return array_record_files.expand(text)
 
 
-def _encoder(
-    tokenizer: str | os.PathLike, settings: str, bos: str | int | None, eos: str | int | None
-) -> TextEncoder | SentencePieceEncoder:
-    """A ``tokenizer.json`` (Hugging Face tokenizers) or a SentencePiece ``.model`` (MaxText's tokenizer_path)."""
-    if is_sentencepiece(tokenizer):
-        return open_sentencepiece(tokenizer, bos=bos, eos=eos)
-    return open_encoder(tokenizer, settings=settings, bos=bos, eos=eos)
-
-
 def _tokenized(inp: TokenInput, opts: InputOptions, where: str, what: str) -> TokenInput:
     """``inp`` with its tokenizer: a text column needs one, a token column refuses one."""
     if inp.is_text:
@@ -61,7 +54,11 @@ def _tokenized(inp: TokenInput, opts: InputOptions, where: str, what: str) -> To
                 f"{where}: {what} {inp.column!r} holds text; pass --tokenizer (tokenizer.json or a SentencePiece "
                 f".model) to tokenize it"
             )
-        inp.encoder = _encoder(opts.tokenizer, opts.tokenizer_settings, opts.bos, opts.eos)
+        tok = opts.tokenizer  # a tokenizer.json, or a SentencePiece .model (MaxText's tokenizer_path)
+        if is_sentencepiece(tok):
+            inp.encoder = open_sentencepiece(tok, bos=opts.bos, eos=opts.eos)
+        else:
+            inp.encoder = open_encoder(tok, settings=opts.tokenizer_settings, bos=opts.bos, eos=opts.eos)
     elif opts.tokenizer is not None or opts.bos is not None or opts.eos is not None:
         applies = "--tokenizer/--bos/--eos apply" if what == "column" else "--tokenizer applies"
         raise ValueError(f"{where}: {what} {inp.column!r} holds token ids already; {applies} to text")
@@ -72,8 +69,8 @@ def array_record_input(path: str | os.PathLike, opts: InputOptions) -> TokenInpu
     """ArrayRecord files (a file, a glob, a comma list): the feature and the tokenizer checked on the first file."""
     files = array_record_files.expand(path)
     col, is_text = array_record_files.detect_feature(files[0], opts.column)
-    inp = TokenInput(Path(os.fspath(path)), "table", column=col, is_text=is_text, files=files)
-    inp.nbytes = sum(f.stat().st_size for f in files)
+    nbytes = sum(f.stat().st_size for f in files)
+    inp = TokenInput(Path(os.fspath(path)), "table", column=col, is_text=is_text, files=files, nbytes=nbytes)
     return _tokenized(inp, opts, display(files[0]), "feature")
 
 
@@ -130,17 +127,17 @@ def _detect_table(loc: storage.Location, opts: InputOptions) -> TokenInput:
     columns = shard_columns(shards[0])
     col = detect_column(list(columns), opts.column, where)
     nbytes = sum(storage.size(f) for f in dict.fromkeys(x for s in shards for x in s.files))
-    inp = TokenInput(loc.path, "table", column=col, shards=shards, nbytes=nbytes)
-    inp.is_text = col in TEXT_COLUMNS or columns[col]
+    is_text = col in TEXT_COLUMNS or columns[col]
+    inp = TokenInput(loc.path, "table", column=col, is_text=is_text, shards=shards, nbytes=nbytes)
     return _tokenized(inp, opts, where, "column")
 
 
-def _store_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
-    yield 0, inp.token_store.lengths(), inp.nbytes
+def _stored(inp: TokenInput) -> TokenStore | LevanterCache:
+    return inp.token_store if inp.kind == "store" else inp.levanter_cache
 
 
-def _levanter_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
-    yield 0, inp.levanter_cache.lengths(), inp.nbytes
+def _stored_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
+    yield 0, _stored(inp).lengths(), inp.nbytes
 
 
 def _numpy_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
@@ -150,9 +147,9 @@ def _numpy_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
 
 def _lengths_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
     lengths = lengths_only(inp.path)  # memory-mapped, streamed a slice at a time
-    for a in range(0, lengths.shape[0], numpy_files.FLAT_SLICE):
-        end = a + numpy_files.FLAT_SLICE >= lengths.shape[0]
-        yield 0, np.asarray(lengths[a : a + numpy_files.FLAT_SLICE], dtype=np.int64), inp.nbytes if end else 0
+    for a in range(0, lengths.shape[0], FLAT_SLICE):
+        end = a + FLAT_SLICE >= lengths.shape[0]
+        yield 0, np.asarray(lengths[a : a + FLAT_SLICE], dtype=np.int64), inp.nbytes if end else 0
 
 
 def _flat_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
@@ -171,11 +168,6 @@ def _table_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
             yield from ahead.popleft().result()
 
 
-def _numpy_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) -> DocumentSource:
-    tokens, offsets = numpy_dir(inp.path)  # token ids checked there
-    return ArrayDocuments(tokens, offsets)
-
-
 def _no_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) -> DocumentSource:
     raise ValueError(
         f"{display(inp.path)}: holds lengths.npy but no tokens.npy: enough to plan (datatools pack) "
@@ -184,9 +176,11 @@ def _no_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) 
 
 
 def _flat_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) -> DocumentSource:
-    lengths = lengths_by_shard(inp, _flat_lengths(inp), progress)[0]
+    lengths = lengths_by_shard(inp, _flat_lengths(inp), progress)[0]  # negative ids refused there
     tokens = flat_array(inp.path, inp.bin_dtype)
-    check_int32(tokens, display(inp.path))
+    for a in range(0, tokens.shape[0] if tokens.dtype.itemsize >= 4 else 0, FLAT_SLICE):  # batches are int32
+        if (hi := int(np.asarray(tokens[a : a + FLAT_SLICE]).max())) > INT32_MAX:
+            raise ValueError(f"{display(inp.path)}: token id {hi} does not fit int32")
     return ArrayDocuments(tokens, np.concatenate(([0], np.cumsum(lengths))))
 
 
@@ -211,9 +205,9 @@ class Format:
 
 
 FORMATS = (  # in the order they are tried: the table format last, it takes what no other claims
-    Format("store", _detect_store, _store_lengths, lambda inp, _: StoreDocuments(inp.token_store), offsets=True),
-    Format("levanter", _detect_levanter, _levanter_lengths, lambda inp, _: StoreDocuments(inp.levanter_cache), True),
-    Format("numpy", _detect_numpy, _numpy_lengths, _numpy_documents),
+    Format("store", _detect_store, _stored_lengths, lambda inp, _: StoreDocuments(_stored(inp)), offsets=True),
+    Format("levanter", _detect_levanter, _stored_lengths, lambda inp, _: StoreDocuments(_stored(inp)), offsets=True),
+    Format("numpy", _detect_numpy, _numpy_lengths, lambda inp, _: ArrayDocuments(*numpy_dir(inp.path))),
     Format("lengths", _detect_lengths, _lengths_lengths, _no_documents, pipeline=False),
     Format("flat", _detect_flat, _flat_lengths, _flat_documents, pipeline=False),
     Format("table", _detect_table, _table_lengths, _table_documents),

@@ -1,14 +1,12 @@
-"""Any supported input, resolved once (:func:`open_input`: the path, the column and the tokenizer checked before
-any data is read): a token store, a Levanter cache, Parquet / Arrow / JSON Lines / Hugging Face ``save_to_disk``
-tables (a token column, or a text column and a tokenizer), ArrayRecord files (a file, glob or comma list), NumPy
-directories and flat token files (the formats: :mod:`datatools.io.formats`). :func:`read_lengths` streams an
-input shard by shard (memory: the lengths and one batch); :func:`open_documents` reads documents on demand.
+"""Any supported input (the formats of :mod:`datatools.io.formats`), resolved once by :func:`open_input` (the path,
+the column and the tokenizer checked before any data is read); :func:`read_lengths` streams its lengths shard by
+shard, :func:`open_documents` reads its documents on demand.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 
@@ -39,11 +37,10 @@ def open_input(
 
     Args:
       path: a file or directory (see the module docstring).
-      column: the token or text column of a table; detected when exactly one of
-        ``input_ids``, ``tokens``, ``token_ids``, ``inputs`` (MaxText's name), ``text`` is present.
-      tokenizer: a Hugging Face ``tokenizer.json``, for a text column.
-      tokenizer_settings: ``off`` (default: no truncation, padding or template
-        special tokens) or ``keep`` (the file's settings as they are).
+      column: the token or text column of a table; detected when exactly one of ``input_ids``, ``tokens``,
+        ``token_ids``, ``inputs`` (MaxText's name), ``text`` is present.
+      tokenizer: a Hugging Face ``tokenizer.json`` or a SentencePiece ``.model``, for a text column.
+      tokenizer_settings: ``off`` (default: no truncation, padding or template special tokens) or ``keep``.
       bos, eos: a token (name, id, or ``"auto"``) added before / after every text.
       eos_id: the separator of a flat token file.
       bin_dtype: token dtype of a ``.bin`` file (``uint16`` or ``uint32``).
@@ -71,25 +68,16 @@ def open_input(
     return found
 
 
-def iter_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
-    """Yield ``(shard, lengths, bytes)`` a bounded batch at a time; ``bytes`` is counted at a shard's last batch.
-    A store and a NumPy directory give their lengths from their offsets alone; tables are decoded one shard
-    ahead, in a thread."""
-    return FORMAT[inp.kind].lengths(inp)
-
-
 def read_lengths_by_shard(
     inp: TokenInput, *, progress: Callable[[int, int], None] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """int64 tokens per document of the whole input, and documents per shard.
-
-    Memory: the lengths it returns, plus at most half as much again while reading
-    (batches are kept as int32 and copied into the result one by one), plus one batch.
-    ``progress``, when given, is called with ``(shards_done, bytes_done)`` after each shard.
-    An input of no document is a ValueError naming it; ``inp`` that is not a :class:`TokenInput` a TypeError.
+    """int64 tokens per document of the whole input, and documents per shard, streamed shard by shard (memory: the
+    result, half as much again as int32 batches, and one batch). ``progress``, when given, is called with
+    ``(shards_done, bytes_done)`` after each shard. An input of no document is a ValueError naming it; ``inp`` that
+    is not a :class:`TokenInput` a TypeError.
     """
     _check_input(inp)
-    return lengths_by_shard(inp, iter_lengths(inp), progress)
+    return lengths_by_shard(inp, FORMAT[inp.kind].lengths(inp), progress)
 
 
 def _check_input(inp) -> None:

@@ -1,13 +1,12 @@
-"""Streaming JSON Lines: lines of any length, bounded memory, parsed by pyarrow.
-
-``pyarrow.json.read_json`` on a whole file fails once a line is longer than its block size, and holds the whole
-table. Here a byte range is read in blocks of whole lines (:func:`line_blocks`, past :data:`BLOCK_BYTES` only as
-far as one longer line needs), each parsed by pyarrow against a schema of the one column wanted, two at a time in
-threads. A parse error is located with the ``json`` module: the message names the file, line and problem.
+"""Streaming JSON Lines: lines of any length, bounded memory (``pyarrow.json.read_json`` on a whole file holds the
+table and fails on a line over its block size). A byte range is read in blocks of whole lines (:func:`line_blocks`),
+each parsed by pyarrow for the one column wanted, two at a time in threads; a parse error is located with the
+``json`` module, naming the file, line and problem.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import deque
 from collections.abc import Iterator
@@ -32,14 +31,11 @@ def _next_line_start(fh, pos: int, size: int) -> int:
         return size
     fh.seek(pos - 1)
     at = pos - 1
-    while True:
-        data = fh.read(1 << 16)
-        if not data:
-            return size
-        i = data.find(b"\n")
-        if i >= 0:
+    while data := fh.read(1 << 16):
+        if (i := data.find(b"\n")) >= 0:
             return at + i + 1
         at += len(data)
+    return size
 
 
 def line_blocks(fh, a: int, b: int, block_bytes: int) -> Iterator[tuple[bytes, int]]:
@@ -75,36 +71,22 @@ def _parse(block: bytes, schema: pa.Schema) -> pa.Table | Exception:
 
 
 def read_column_blocks(
-    path: str,
-    column: str,
-    value_type: pa.DataType,
-    start: int = 0,
-    stop: int | None = None,
+    path: str, column: str, value_type: pa.DataType, start: int = 0, stop: int | None = None
 ) -> Iterator[pa.ChunkedArray]:
     """The values of ``column`` for the lines starting in bytes ``[start, stop)`` of a JSON Lines file, a block
-    at a time, as arrays of ``value_type``.
-
-    Raises:
-      ValueError: naming the file and line: invalid JSON, a line that is not an
-        object, a missing column or a value of another type.
-    """
+    at a time, as arrays of ``value_type``; a ValueError naming the file and line for invalid JSON, a line that is
+    not an object, a missing column or a value of another type."""
     schema = pa.schema([(column, value_type)])
     want_text = pa.types.is_string(value_type) or pa.types.is_large_string(value_type)
     with storage.open_file(path) as fh:  # a URL: ranged reads with read-ahead, as a local file
         size = storage.size(path)
-        # the lines that start inside [start, stop)
         a, b = _next_line_start(fh, start, size), _next_line_start(fh, size if stop is None else stop, size)
         with ThreadPoolExecutor(PARSE_THREADS) as pool:
-            pending: deque = deque()
-            blocks = line_blocks(fh, a, b, BLOCK_BYTES)
-            while True:
-                while len(pending) < PARSE_THREADS:
-                    nxt = next(blocks, None)
-                    if nxt is None:
-                        break
-                    pending.append((*nxt, pool.submit(_parse, nxt[0], schema)))
-                if not pending:
-                    return
+            blocks = (
+                (block, at, pool.submit(_parse, block, schema)) for block, at in line_blocks(fh, a, b, BLOCK_BYTES)
+            )
+            pending = deque(itertools.islice(blocks, PARSE_THREADS))
+            while pending:
                 block, at, fut = pending.popleft()
                 result = fut.result()
                 if isinstance(result, BaseException):  # only now count lines, to name the one that failed
@@ -116,6 +98,7 @@ def read_column_blocks(
                 if col.null_count:
                     raise _null_error(path, block, 1 + _count_lines(path, at), column)
                 yield col
+                pending.extend(itertools.islice(blocks, 1))  # one more block parsing once this one is used
 
 
 def _count_lines(path: str, upto: int) -> int:

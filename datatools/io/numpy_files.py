@@ -20,9 +20,13 @@ FLAT_SLICE = 1 << 24  # tokens per slice of a flat token file (64 MiB as int32)
 INT32_MAX = (1 << 31) - 1  # token ids travel as int32
 
 
-def check_token_dtype(dtype: np.dtype, where: str) -> None:
-    if dtype.kind not in "iu" or dtype == np.bool_:
-        raise ValueError(f"{where}: token ids must be integers, got {dtype}")
+def _token_array(arr: np.ndarray, where: str) -> np.ndarray:
+    """``arr`` checked: a 1-D array of integers."""
+    if arr.ndim != 1:
+        raise ValueError(f"{where}: expected a flat 1-D token array, got shape {arr.shape}")
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"{where}: token ids must be integers, got {arr.dtype}")
+    return arr
 
 
 def check_non_negative(values: np.ndarray, where: str) -> None:
@@ -58,10 +62,7 @@ def flat_array(path: str | Path, bin_dtype: str) -> np.ndarray:
             arr = np.memmap(loc.local_path, dtype=bin_dtype, mode="r")
         else:
             arr = np.frombuffer(loc.read_bytes(), dtype=bin_dtype)
-    if arr.ndim != 1:
-        raise ValueError(f"{display(path)}: expected a flat 1-D token array, got shape {arr.shape}")
-    check_token_dtype(arr.dtype, display(path))
-    return arr
+    return _token_array(arr, display(path))
 
 
 def flat_slices(path: str | Path, bin_dtype: str, eos_id: int) -> Iterator[tuple[np.ndarray, int]]:
@@ -76,10 +77,8 @@ def flat_slices(path: str | Path, bin_dtype: str, eos_id: int) -> Iterator[tuple
         ends = np.flatnonzero(part == eos_id) + 1 + a
         if b == n and n > begin and (ends.size == 0 or ends[-1] != n):
             ends = np.append(ends, n)
-        lengths = np.diff(ends, prepend=begin).astype(np.int64)
-        stop = int(ends[-1]) if ends.size else begin
-        yield lengths, (b - a) * item
-        begin = stop
+        yield np.diff(ends, prepend=begin).astype(np.int64), (b - a) * item
+        begin = int(ends[-1]) if ends.size else begin
 
 
 def numpy_dir_files(path: str | Path) -> tuple[str | Path, str | Path, str] | None:
@@ -107,7 +106,7 @@ def lengths_only(path: str | Path) -> np.ndarray:
     integer array of non-negative values (a vectorized pass, :data:`FLAT_SLICE` at a time)."""
     index_file = Path(path) / "lengths.npy"
     lengths = _load(index_file, mmap=True)
-    if lengths.ndim != 1 or lengths.dtype.kind not in "iu" or lengths.dtype == np.bool_:
+    if lengths.ndim != 1 or lengths.dtype.kind not in "iu":
         raise ValueError(f"{display(index_file)}: expected a 1-D integer array, got {lengths.dtype} {lengths.shape}")
     if lengths.dtype.kind == "i":
         for a in range(0, lengths.shape[0], FLAT_SLICE):
@@ -127,10 +126,7 @@ def numpy_dir(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     if files is None:
         raise ValueError(f"{display(path)}: not a NumPy directory (no tokens.npy)")
     tokens_file, index_file, what = files
-    tokens = _load(tokens_file, mmap=True)
-    if tokens.ndim != 1:
-        raise ValueError(f"{display(tokens_file)}: expected a flat 1-D token array, got shape {tokens.shape}")
-    check_token_dtype(tokens.dtype, display(tokens_file))
+    tokens = _token_array(_load(tokens_file, mmap=True), display(tokens_file))
     offsets = _index_offsets(index_file, what)
     other_file = storage.join(path, "offsets.npy")
     if what == "lengths" and storage.is_file(other_file):
@@ -183,9 +179,3 @@ def check_token_range(tokens: np.ndarray, where: str) -> None:
                 f"{where}: token id {int(part.max())} (token {a + int(np.argmax(part))}) does not fit "
                 f"int32 (ids must be in [0, 2**31 - 1])"
             )
-
-
-def check_token_values(tokens: np.ndarray, where: str) -> None:
-    """Negative ids refused, a slice at a time (the array may be memory-mapped)."""
-    for a in range(0, tokens.shape[0], FLAT_SLICE):
-        check_non_negative(np.asarray(tokens[a : a + FLAT_SLICE]), where)

@@ -67,11 +67,10 @@ class SentencePieceEncoder:
         self.eos_id = self._special(eos, "eos")
 
     def _special(self, value: str | int | None, which: str) -> int | None:
-        proc = self._proc
-        n = proc.get_piece_size()
         if value is None:
             return None
-        if isinstance(value, str) and value == "auto":
+        proc, n = self._proc, self._proc.get_piece_size()
+        if value == "auto":
             i = proc.bos_id() if which == "bos" else proc.eos_id()
             if i < 0:
                 raise ValueError(f"{self.source}: the model has no {which.upper()} token; name one with --{which}")
@@ -125,10 +124,8 @@ class SentencePieceEncoder:
         }
 
     def summary(self) -> str:
-        parts = [f"tokenizer {self.source} (SentencePiece, {self.vocab_size:,} pieces)"]
-        parts.append("bos " + ("none" if self.bos_id is None else str(self.bos_id)))
-        parts.append("eos " + ("none" if self.eos_id is None else str(self.eos_id)))
-        return "; ".join(parts)
+        bos, eos = ("none" if i is None else i for i in (self.bos_id, self.eos_id))
+        return f"tokenizer {self.source} (SentencePiece, {self.vocab_size:,} pieces); bos {bos}; eos {eos}"
 
 
 def open_sentencepiece(

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from datatools.base.checks import MAX_TOKEN_ID, short_repr
 from datatools.io import jsonl, storage
-from datatools.io.discover import Shard, arrow_schema, iter_arrow_batches, open_parquet, parquet_metadata, parquet_names
+from datatools.io.discover import Shard, iter_arrow_batches, open_arrow, open_parquet, parquet_metadata
 from datatools.io.numpy_files import check_non_negative
 from datatools.io.paths import display, first_line
 
@@ -31,7 +31,7 @@ def shard_columns(shard: Shard) -> dict[str, bool]:
     if shard.kind == "parquet":
         schema = parquet_metadata(f).schema.to_arrow_schema()
     elif shard.kind == "arrow":
-        schema = arrow_schema(f)
+        schema = open_arrow(f)[0].schema
     elif shard.kind == "jsonl":
         return {k: isinstance(v, str) for k, v in jsonl.first_row(f).items()}
     else:
@@ -60,30 +60,20 @@ def detect_column(names: list[str], column: str | None, where: str) -> str:
 
 def check_column(shard: Shard, column: str) -> None:
     """Fail early, before any work, when the shard has no ``column`` (an empty JSON Lines file has none to miss)."""
-    if shard.kind == "text":
-        return
-    names = list(shard_columns(shard))
-    if shard.kind == "jsonl" and not names:
-        return
-    detect_column(names, column, display(shard.files[0]))
+    if shard.kind != "text" and ((names := list(shard_columns(shard))) or shard.kind != "jsonl"):
+        detect_column(names, column, display(shard.files[0]))
 
 
 MAX_TEXT_BYTES = 128 << 20  # one Parquet text value: pyarrow decodes a value with ~3x its size at once
 
 
 def check_parquet_text_sizes(f: str, part: int, column: str, where: str) -> None:
-    """Refuse, from the footer alone (nothing decoded), a row group whose ``column`` holds texts of more than
-    :data:`MAX_TEXT_BYTES` on average: at least one of them is that long, and decoding it would take ~3x its size
-    (a 28 KB file with one 300 MB cell once took 1.4 GB and no answer in 10 minutes)."""
-    meta = parquet_metadata(f)
-    group = meta.row_group(part)
-    rows = max(1, group.num_rows)
-    for j in range(group.num_columns):
-        chunk = group.column(j)
-        if chunk.path_in_schema != column:
-            continue
+    """Refuse, from the footer alone, a row group whose ``column`` holds texts of over :data:`MAX_TEXT_BYTES` on
+    average (decoding one would take ~3x its size: a 28 KB file with one 300 MB cell took 1.4 GB and 10+ min)."""
+    group = parquet_metadata(f).row_group(part)
+    for chunk in (group.column(j) for j in range(group.num_columns)):
         size = int(chunk.total_uncompressed_size)
-        if size // rows > MAX_TEXT_BYTES:
+        if chunk.path_in_schema == column and size // max(1, group.num_rows) > MAX_TEXT_BYTES:
             raise ValueError(
                 f"{where}: column {column!r} holds {size:,} bytes of text in {group.num_rows} rows (over "
                 f"{MAX_TEXT_BYTES >> 20} MiB a text): split such documents before tokenizing them"
@@ -93,8 +83,9 @@ def check_parquet_text_sizes(f: str, part: int, column: str, where: str) -> None
 def column_batches(shard: Shard, column: str, text: bool) -> Iterator[pa.Array | pa.ChunkedArray]:
     """``column`` of the shard, a bounded batch at a time (see the module docstring)."""
     f = shard.files[0]
+    if shard.kind in ("parquet", "arrow"):
+        detect_column(list(shard_columns(shard)), column, display(f))
     if shard.kind == "parquet":
-        detect_column(parquet_names(f), column, display(f))
         if text:
             check_parquet_text_sizes(f, shard.part, column, shard.describe())
         try:
@@ -106,7 +97,6 @@ def column_batches(shard: Shard, column: str, text: bool) -> Iterator[pa.Array |
             raise ValueError(f"{shard.describe()}: cannot read Parquet ({first_line(exc)})") from None
         yield col
     elif shard.kind == "arrow":
-        detect_column(arrow_schema(f).names, column, display(f))
         for batch in iter_arrow_batches(f, shard.part, shard.stop):
             yield batch.column(column)
     elif shard.kind == "jsonl":
@@ -144,13 +134,12 @@ def token_arrays(col: pa.Array | pa.ChunkedArray, where: str, name: str) -> tupl
         values.append(flat.to_numpy(zero_copy_only=False).astype(vt.to_pandas_dtype(), copy=False))
     v = np.concatenate(values) if len(values) != 1 else values[0]
     check_non_negative(v, f"{where}: column {name!r}")
-    if v.size and v.dtype.itemsize >= 4:  # ids travel as int32: a larger one is no vocabulary's (2**40 was taken)
-        hi = v.max()
-        if int(hi) > MAX_TOKEN_ID:
-            raise ValueError(
-                f"{where}: column {name!r}: token id {int(hi)} (token {int(np.argmax(v))}) is over datatools' "
-                f"limit of {MAX_TOKEN_ID:,}"
-            )
+    # ids travel as int32: a larger one is no vocabulary's (2**40 was taken)
+    if v.size and v.dtype.itemsize >= 4 and int(v.max()) > MAX_TOKEN_ID:
+        raise ValueError(
+            f"{where}: column {name!r}: token id {int(v.max())} (token {int(np.argmax(v))}) is over datatools' "
+            f"limit of {MAX_TOKEN_ID:,}"
+        )
     return v, (np.concatenate(lengths) if len(lengths) != 1 else lengths[0])
 
 

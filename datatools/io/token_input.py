@@ -1,6 +1,6 @@
-"""What an input is, once resolved: :class:`TokenInput` (the format's kind and what it needs to read it) and
-:class:`InputOptions` (what the user said about it), and :func:`lengths_by_shard`, the one pass that gathers an
-input's lengths. The formats (:mod:`datatools.io.formats`) build and read these."""
+"""What an input is, once resolved (:class:`TokenInput`), what the user said about it (:class:`InputOptions`), and
+:func:`lengths_by_shard`, the one pass that gathers an input's lengths; built and read by :mod:`~datatools.io.formats`.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from datatools.base.progress import doing
 from datatools.io import array_record_files, numpy_files
 from datatools.io.discover import Shard
 from datatools.io.levanter_cache import LevanterCache
-from datatools.io.numpy_files import INT32_MAX, check_token_values, flat_array
+from datatools.io.numpy_files import INT32_MAX, flat_array
 from datatools.io.paths import display
 from datatools.io.sentencepiece_encoder import SentencePieceEncoder
 from datatools.io.store import TokenStore
@@ -124,10 +124,9 @@ class TokenInput:
         where = shard.describe()
         for col in column_batches(shard, column, self.is_text):
             if self.is_text:
-                tokens, lengths = self.text_encoder.encode(text_values(col, where, column))
+                yield self.text_encoder.encode(text_values(col, where, column))
             else:
-                tokens, lengths = token_arrays(col, where, column)
-            yield tokens, lengths
+                yield token_arrays(col, where, column)
 
     def shard_lengths(self, k: int) -> Iterator[np.ndarray]:
         """int64 tokens per document of table shard ``k``, a bounded batch at a time; text is counted
@@ -224,14 +223,3 @@ def lengths_by_shard(
     if not out.size:
         raise ValueError(f"{display(inp.path)}: no documents (an empty input)")
     return out, shard_docs
-
-
-def check_int32(tokens: np.ndarray, where: str) -> None:
-    """Token ids must be non-negative and fit int32 (the batches' dtype); checked a slice at a time."""
-    check_token_values(tokens, where)
-    if tokens.dtype.itemsize >= 4 and tokens.size:
-        step = numpy_files.FLAT_SLICE
-        for a in range(0, tokens.shape[0], step):
-            hi = int(np.asarray(tokens[a : a + step]).max(initial=0))
-            if hi > INT32_MAX:
-                raise ValueError(f"{where}: token id {hi} does not fit int32")

@@ -1,11 +1,7 @@
-"""Tokenizing exactly what the user asked for.
-
-A published ``tokenizer.json`` often carries a classifier's settings (BERT: truncation and padding to 128, a
-``[CLS] ... [SEP]`` post-processor), which would make every document 128 tokens. So by default
-(``settings="off"``) truncation, padding and the post-processor's special tokens are off, and BOS/EOS are added
-only when asked (a token name, an id, or ``"auto"``); ``settings="keep"`` applies the file as it is.
-:class:`TextEncoder` is picklable (it carries the JSON text) and :meth:`TextEncoder.describe` is what reports and
-manifests record.
+"""Tokenizing exactly what the user asked for. A published ``tokenizer.json`` often carries a classifier's settings
+(BERT: truncation and padding to 128, a ``[CLS] ... [SEP]`` template), so by default (``settings="off"``) those are
+off and BOS/EOS are added only when asked (a token name, an id, or ``"auto"``); ``settings="keep"`` applies the
+file as it is.
 """
 
 from __future__ import annotations
@@ -73,8 +69,7 @@ def _native_stderr_held() -> Iterator[None]:
                 os.close(saved)
                 if not panicked:
                     held.seek(0)
-                    data = held.read(1 << 20)
-                    if data:
+                    if data := held.read(1 << 20):
                         os.write(2, data)
     finally:
         _STDERR_LOCK.release()
@@ -113,11 +108,8 @@ def _switch_off(tok) -> dict:
 
 
 def load_tokenizer(path: str | os.PathLike, settings: str = "off"):
-    """A ``tokenizers.Tokenizer`` from its JSON file, truncation and padding off unless ``settings="keep"``.
-
-    Raises:
-      ValueError: the file is missing or not a tokenizers JSON file, or ``settings`` is unknown.
-    """
+    """A ``tokenizers.Tokenizer`` from its JSON file, truncation and padding off unless ``settings="keep"``; a
+    ValueError when the file is missing or not a tokenizers JSON file, or ``settings`` is unknown."""
     return open_encoder(path, settings=settings).tokenizer
 
 
@@ -151,16 +143,13 @@ PIECE_CHARS = 1 << 18  # a longer text is counted in pieces of about this many c
 CUT_WINDOW = 1 << 12  # characters before a piece's end searched for a pre-token boundary
 
 
-def split_text(tok, text: str, piece: int | None = None, source: str = "tokenizer") -> Iterator[str]:
-    """``text`` in pieces of at most ``piece`` characters (default :data:`PIECE_CHARS`), yielded one at a time,
-    cut where the pre-tokenizer starts a pre-token, so the pieces' token counts add up to the text's.
-
-    The cut is the last pre-token start in the :data:`CUT_WINDOW` characters before the piece's end, else in the
-    whole piece, never right after whitespace (GPT-2 splits a whitespace run by what follows it); without a
-    pre-tokenizer, before the last space. A piece with no boundary is cut where it ends (the count may then
-    differ by a token or two).
-    """
-    piece = PIECE_CHARS if piece is None else piece
+def split_text(tok, text: str, source: str = "tokenizer") -> Iterator[str]:
+    """``text`` in pieces of at most :data:`PIECE_CHARS` characters, yielded one at a time, each cut at the last
+    pre-token start (not right after whitespace: GPT-2 splits a whitespace run by what follows it) in the
+    :data:`CUT_WINDOW` characters before its end, else in the whole piece, so the pieces' token counts add up to
+    the text's; without a pre-tokenizer, before the last space; with no boundary, where it ends (the count may
+    then differ by a token or two)."""
+    piece = PIECE_CHARS
     if len(text) <= piece:
         yield text
         return
@@ -187,7 +176,7 @@ def split_text(tok, text: str, piece: int | None = None, source: str = "tokenize
 
 @dataclass
 class TextEncoder:
-    """Texts to token ids, as the user asked (see the module docstring). Picklable.
+    """Texts to token ids, as the user asked (see the module docstring). Picklable (it carries the JSON text).
 
     Attributes:
       tokenizer_json: the tokenizer file's text.
@@ -229,12 +218,10 @@ class TextEncoder:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
     def _encoded(self, texts: Sequence[str]) -> Iterator[tuple[list[int], list]]:
-        """``(owners, encodings)`` per tokenizer call, in order: texts go in batches of at most
-        :data:`LENGTH_BATCH_TEXTS` texts and :data:`LENGTH_BATCH_CHARS` characters, so memory is bounded whatever
-        the input (``tokenizers`` holds ~100 bytes a token for a batch). A text over :data:`PIECE_CHARS`
-        characters goes as pieces cut at pre-token boundaries (:func:`split_text`; the model never merges across
-        one, so the pieces' ids are the whole text's; a 50 MB line whole took 337 s and 3.1 GB). With
-        ``settings="keep"`` a text goes whole (the file's truncation, padding and template apply to it)."""
+        """``(owners, encodings)`` per tokenizer call, in order, in batches of at most :data:`LENGTH_BATCH_TEXTS`
+        texts and :data:`LENGTH_BATCH_CHARS` characters (``tokenizers`` holds ~100 bytes a token). A text over
+        :data:`PIECE_CHARS` goes as :func:`split_text` pieces (a 50 MB line whole took 337 s and 3.1 GB), except
+        with ``settings="keep"`` (the file's truncation, padding and template apply to the whole text)."""
         tok = self.tokenizer
         keep = self.settings == "keep"
         encode = getattr(tok, "encode_batch_fast", tok.encode_batch)  # no offsets (tokenizers >= 0.21)
@@ -254,8 +241,7 @@ class TextEncoder:
 
     def encode(self, texts: Sequence[str], dtype=np.int64) -> tuple[np.ndarray, np.ndarray]:
         """Tokens of all ``texts`` back to back (``dtype``) and each text's length (int64 tokens), BOS/EOS
-        included; tokenized in bounded batches and pieces (see :meth:`_encoded`), each batch's ids made ``dtype``
-        arrays at once."""
+        included; tokenized in bounded batches and pieces (:meth:`_encoded`)."""
         bos = np.array([] if self.bos_id is None else [self.bos_id], dtype)
         eos = np.array([] if self.eos_id is None else [self.eos_id], dtype)
         lengths = np.zeros(len(texts), np.int64)
@@ -272,12 +258,10 @@ class TextEncoder:
         if last >= 0:
             parts.append(eos)
         lengths += bos.size + eos.size
-        flat = np.concatenate(parts) if parts else np.zeros(0, dtype)
-        return flat.astype(dtype, copy=False), lengths
+        return (np.concatenate(parts) if parts else np.zeros(0, dtype)), lengths
 
     def count_tokens(self, texts: Sequence[str]) -> np.ndarray:
-        """Tokens of each text (int64), BOS/EOS included, without keeping any token: for length analysis (bounded
-        batches and pieces, see :meth:`_encoded`)."""
+        """Tokens of each text (int64), BOS/EOS included, without keeping any token (for length analysis)."""
         out = np.zeros(len(texts), np.int64)
         for owners, encoded in self._encoded(texts):
             np.add.at(out, owners, [len(e) for e in encoded])
@@ -309,8 +293,8 @@ class TextEncoder:
             what = []
             if "truncation" in off:
                 what.append(f"truncation (max_length {off['truncation'].get('max_length')})")
-            if "padding" in off:
-                what.append(f"padding ({_padding_text(off['padding'])})")
+            if "padding" in off:  # a length of None: padded to the longest in a batch
+                what.append(f"padding (to {off['padding'].get('length') or 'the longest in a batch'})")
             parts.append(f"its {' and '.join(what)} switched off (--tokenizer-settings keep applies them)")
         elif self.settings == "keep":
             parts.append("its settings kept")
@@ -318,12 +302,6 @@ class TextEncoder:
             if d[which]:
                 parts.append(f"{which} {d[which]['token']!s}={d[which]['id']}")
         return "; ".join(parts)
-
-
-def _padding_text(padding: dict) -> str:
-    """``tokenizers`` reports padding as ``{"length": 128, ...}`` (fixed) or ``{"length": None, ...}``
-    (batch longest)."""
-    return f"to {padding['length']}" if padding.get("length") else "to the longest in a batch"
 
 
 def open_encoder(

@@ -1,10 +1,7 @@
 """YAML config files read safely: ``yaml.SafeLoader`` with limits on size, expanded size and nesting, and no
-duplicate keys.
-
-A few hundred bytes of nested aliases can expand into billions of values (the "billion laughs" bomb), so the
-loader counts each node as often as aliases repeat it (memoized: O(distinct nodes)) and refuses past
-:data:`MAX_EXPANDED_NODES` before anything is constructed. A key written twice in one mapping is refused (PyYAML
-would keep the last); keys brought in by a merge (``<<: *defaults``) may be overridden.
+duplicate keys. Nodes are counted as often as aliases repeat them (memoized) and refused past
+:data:`MAX_EXPANDED_NODES` before anything is constructed (the "billion laughs" alias bomb). A key written twice in
+one mapping is refused (PyYAML would keep the last); keys brought in by a merge (``<<: *defaults``) may be overridden.
 """
 
 from __future__ import annotations
@@ -26,8 +23,7 @@ class _Refused(yaml.YAMLError):
 
 
 class _LimitedLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` with limits on the expanded size and the nesting, so that a few hundred bytes cannot
-    expand into gigabytes (the "billion laughs" alias bomb) or recurse without end, and unique keys."""
+    """``yaml.SafeLoader`` with the limits and the unique keys of the module docstring."""
 
     def __init__(self, stream):
         super().__init__(stream)
@@ -105,6 +101,7 @@ def load_yaml(path: str | os.PathLike) -> dict:
     """The mapping in a YAML file (safe, limits on size, expanded size and depth, unique keys); ValueError naming
     the file otherwise. ``path`` may be an ``s3://`` / ``gs://`` URL (read through :mod:`datatools.io.storage`)."""
     from datatools.io import storage
+    from datatools.io.paths import first_line
 
     path = storage.location(path).path
     if not storage.is_file(path):
@@ -117,8 +114,7 @@ def load_yaml(path: str | os.PathLike) -> dict:
     except _Refused as exc:
         raise ValueError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"{path}: invalid YAML ({short_repr(first, 120)})") from None
+        raise ValueError(f"{path}: invalid YAML ({short_repr(first_line(exc), 120)})") from None
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not UTF-8 text ({exc.reason})") from None
     except RecursionError:
