@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import write_test_store
+from conftest import without_progress, write_test_store
 from datatools.cli import main
 from datatools.io import open_documents, open_input, read_lengths, read_lengths_by_shard
 
@@ -60,19 +60,19 @@ def test_the_commands_refuse_an_input_of_zero_documents(tmp_path, capsys, tokeni
     inputs = empty_inputs(tmp_path)
     for name, path in inputs.items():
         assert main(["analyze-padding", str(path), "--eos-id", "1"]) == 2, name
-        err = capsys.readouterr().err
+        err = without_progress(capsys.readouterr().err)
         assert err.count("\n") == 1 and path.name in err and "no documents" in err, (name, err)
         if name == "flat":
             continue  # a pipeline reads no flat token file (it needs --eos-id)
         config = tmp_path / "p.yaml"
         config.write_text(f"source: {{path: {path}}}\npacking: {{ctx: 64}}\nbatch_size: 1\n")
         assert main(["pipeline", str(config), "--steps", "1"]) == 2, name
-        err = capsys.readouterr().err
+        err = without_progress(capsys.readouterr().err)
         assert err.count("\n") == 1 and path.name in err and "no documents" in err, (name, err)
     (tmp_path / "text.jsonl").write_text("\n")
     out = tmp_path / "out"
     assert main(["pretokenize", str(tmp_path / "text.jsonl"), str(out), "--tokenizer", str(tokenizer_file)]) == 2
-    err = capsys.readouterr().err
+    err = without_progress(capsys.readouterr().err)
     assert err.count("\n") == 1 and "text.jsonl" in err and "no documents" in err, err
     assert not out.exists() and not (tmp_path / "out.partial").exists()
 

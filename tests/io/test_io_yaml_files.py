@@ -13,6 +13,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import without_progress
 from datatools.cli import main
 from datatools.io.yaml_files import MAX_EXPANDED_NODES, load_yaml
 
@@ -52,7 +53,7 @@ def test_the_cli_refuses_a_bomb_under_a_valid_key_within_a_second(tmp_path, caps
     t0 = time.perf_counter()
     assert main(["pipeline", str(path), "--steps", "1"]) == 2
     assert time.perf_counter() - t0 < 5.0
-    err = capsys.readouterr().err
+    err = without_progress(capsys.readouterr().err)
     assert err.count("\n") == 1 and "bomb.yaml" in err and "expand" in err, err
 
 
@@ -115,5 +116,5 @@ def test_the_cli_refuses_a_duplicate_key(tmp_path, capsys):
     path = tmp_path / "dup.yaml"
     path.write_text("source: {path: a}\npacking: {ctx: 512}\nbatch_size: 8\nbatch_size: 16\n")
     assert main(["pipeline", str(path), "--steps", "1"]) == 2
-    err = capsys.readouterr().err
+    err = without_progress(capsys.readouterr().err)
     assert err.count("\n") == 1 and "dup.yaml" in err and "'batch_size'" in err and "duplicate" in err, err
