@@ -1,13 +1,10 @@
-"""A length curriculum as a global schedule: dataset decomposition, every batch of one of K lengths.
+"""A length curriculum as a global schedule (dataset decomposition): every batch of one of K lengths.
 
-Every document is cut into pieces of the configured lengths and the remainders packed into rows
-(:func:`datatools.kernels.curriculum.curriculum_rows`, once, from the lengths); each epoch the rows of every
-length are put in a seeded order (a Feistel permutation per length and epoch) and the length of each global
-batch is drawn by the schedule (:func:`~datatools.kernels.curriculum.curriculum_order`). Global batch ``j`` of
-length ``k`` is the next ``tokens_per_batch / lengths[k]`` rows of that length: every piece is read once per
-epoch, and the position (global batches consumed) restores on any number of hosts and workers.
-
-Memory: the pieces (about 20 bytes each, a few per document) and one byte per batch of the epochs in use.
+Every document is cut into pieces of the lengths and the remainders packed into rows, once, from the lengths
+(:func:`~datatools.kernels.curriculum.curriculum_rows`); each epoch, each length's rows take a seeded order (a
+Feistel permutation per length and epoch) and the schedule draws each batch's length
+(:func:`~datatools.kernels.curriculum.curriculum_order`), so every piece is read once per epoch. Memory: the pieces
+(about 20 bytes each, a few per document) and one byte per batch of the epochs in use.
 """
 
 from __future__ import annotations

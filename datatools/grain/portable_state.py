@@ -1,13 +1,12 @@
 """Checkpoints that restore with any number of prefetch workers, and on any number of hosts.
 
-Grain's ``mp_prefetch`` saves one read position per worker, so a state saved with 2 workers cannot be restored
-with 0 or 4 (``KeyError: 'next_index'``). :class:`PortableStateIterDataset` saves every prefetch position as the
-elements read (``{"elements_read": k}``) and converts it back into the current pipeline's form on restore; the
-rest of the state (a streaming packer's window, a bucketer's buffer) is kept. A pipeline of host batches
-(:mod:`datatools.grain.host_batches`) counts global batches, so its state restores on any number of hosts
-(:func:`host_state`). The state records the pipeline's ``identity`` (seed, packing, batch size, the data's
-lengths, ...): restoring into another raises ValueError naming what differs, unless only ``reweightable``
-entries (a mixture's weights) differ: then ``reweight`` builds the pipeline that continues from that state.
+Grain's ``mp_prefetch`` saves one read position per worker (a state saved with 2 workers does not restore with 0
+or 4: ``KeyError: 'next_index'``). :class:`PortableStateIterDataset` saves each as the elements read
+(``{"elements_read": k}``) and converts it back on restore, the rest of the state kept; host batches count global
+batches, so the state restores on any number of hosts (:func:`host_state`). The state records the pipeline's
+``identity`` (seed, packing, batch size, the data's lengths, ...): restoring into another raises ValueError naming
+what differs, unless only ``reweightable`` entries (a mixture's weights) differ: then ``reweight`` builds the
+pipeline that continues from that state.
 """
 
 from __future__ import annotations
