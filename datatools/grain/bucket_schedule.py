@@ -35,16 +35,10 @@ def bucket_pieces(lengths: np.ndarray, boundaries: np.ndarray, overflow: str) ->
 
 
 class BucketSchedule:
-    """Global batches of length bucketing (see the module docstring).
-
-    Args:
-      docs: a document source (``lengths()``, ``read_pieces(doc, start, length)``).
-      order: the documents' order per epoch (:class:`~datatools.grain.host_batches.DocumentOrder`).
-      boundaries, batch_sizes: increasing bucket lengths (tokens); rows per global batch, one per bucket.
-      overflow: documents longer than the last boundary: ``split``, ``truncate``, ``drop``, ``error``.
-      drop_remainder: leave out each bucket's partial batch at the end of an epoch (else padded).
-      pad_id: token id of padding.
-    """
+    """Global batches of length bucketing (see the module docstring) of ``docs`` (``lengths()``, ``read_pieces``)
+    in ``order`` (:class:`~datatools.grain.host_batches.DocumentOrder`): ``boundaries`` are the increasing bucket
+    lengths (tokens), ``batch_sizes`` the rows of each bucket's global batches; ``overflow``: documents longer than
+    the last boundary (``split``, ``truncate``, ``drop``, ``error``)."""
 
     def __init__(
         self,

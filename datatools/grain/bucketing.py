@@ -38,15 +38,10 @@ def _decode_groups(text: str) -> list[Group]:
     at = 8 + 16 * g
     meta = np.frombuffer(raw[at : at + 16 * sum(sizes)], np.int64).reshape(-1, 2).tolist()
     tokens = np.frombuffer(raw[at + 16 * sum(sizes) :], np.int32)
-    groups, m, t = [], 0, 0
-    for k, size in zip(buckets, sizes):
-        pieces = []
-        for start, n in meta[m : m + size]:
-            pieces.append((start, tokens[t : t + n].copy()))
-            t += n
-        m += size
-        groups.append((k, pieces))
-    return groups
+    ends = np.cumsum([n for _, n in meta], dtype=np.int64).tolist()
+    pieces = [(start, tokens[end - n : end].copy()) for (start, n), end in zip(meta, ends)]
+    cuts = np.cumsum([0] + sizes).tolist()
+    return [(k, pieces[a:b]) for k, a, b in zip(buckets, cuts, cuts[1:])]
 
 
 class _BucketIterator(grain.DatasetIterator):

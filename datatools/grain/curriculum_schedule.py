@@ -36,18 +36,15 @@ def schedule_odds(schedule, k: int, odds=None) -> tuple[np.ndarray, np.ndarray]:
 
 
 class CurriculumSchedule(RowsPlanSchedule):
-    """Global batches of a length curriculum (see the module docstring).
+    """Global batches of a length curriculum (see the module docstring) of ``docs`` (``lengths()``, ``pack_rows``).
 
     Args:
-      docs: a document source (``lengths()``, ``pack_rows(plan, rows)``).
       lengths: the K row lengths (tokens), increasing.
       tokens_per_batch: token slots of every global batch (rows = tokens_per_batch / length).
-      schedule: ``grow_p2``, ``mix`` or a list of stages ``{until, odds}``.
-      odds: ``mix``: the fixed odds (default 1 each).
+      schedule, odds: ``grow_p2``, ``mix`` (``odds``, default 1 each) or a list of stages ``{until, odds}``.
       cycles: cycles per epoch, each running the whole schedule.
       shuffle: put each length's rows in a seeded order per epoch (else their fixed order).
       seed: the decomposition's choices, the rows' order and the draws.
-      pad_id: token id of padding.
       pack_length: the length whose rows hold the packed remainders (default:
         :func:`~datatools.kernels.curriculum.pack_length_index`).
     """

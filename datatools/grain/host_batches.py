@@ -92,7 +92,7 @@ class PlannedSchedule:
         self.ctx, self.pad_id = int(ctx), int(pad_id)
         full, rest = divmod(self.n, self.batch_size)
         self._batches = full + (1 if rest and not drop_remainder else 0)
-        self.row_counts = (self.batch_size,)
+        self.row_counts: tuple[int, ...] = (self.batch_size,)
         self.shapes = [(self.batch_size, self.ctx)]
 
     def num_batches(self, epoch: int) -> int:

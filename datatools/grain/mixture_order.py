@@ -27,14 +27,12 @@ def source_seed(seed: int, k: int) -> int:
 
 
 class MixtureOrder:
-    """Documents of several sources, interleaved by weight (see the module docstring).
+    """Documents of several sources of ``sizes`` documents, interleaved by weight (see the module docstring).
 
     Args:
-      sizes: documents per source.
       history: ``[(position, weights), ...]``, the first at position 0; weights one per source, > 0.
       mode: ``sample`` or ``exhaust``.
-      epoch_documents: positions per epoch when sampling (default: ``sum(sizes)``); ``exhaust`` takes
-        ``sum(sizes)``.
+      epoch_documents: positions per epoch when sampling (default, and with ``exhaust``: ``sum(sizes)``).
       shuffle, seed, io_block_size, window_blocks: each source's own order (as :class:`DocumentOrder`).
     """
 

@@ -68,10 +68,10 @@ def check_state(state, like, where: str) -> None:
         if not isinstance(state, dict):
             raise TypeError(f"{where} must be a dict with keys {', '.join(map(repr, like))}; got {short_repr(state)}")
         unknown, missing = sorted(map(repr, set(state) - set(like))), sorted(map(repr, set(like) - set(state)))
-        if unknown or missing:
-            problems = ([f"unknown key(s) {', '.join(unknown)}"] if unknown else []) + (
-                [f"missing key(s) {', '.join(missing)}"] if missing else []
-            )
+        problems = [
+            f"{what} key(s) {', '.join(keys)}" for what, keys in (("unknown", unknown), ("missing", missing)) if keys
+        ]
+        if problems:
             raise ValueError(f"{where}: {'; '.join(problems)} (this pipeline's state has {', '.join(map(repr, like))})")
         for k, v in like.items():
             check_state(state[k], v, f"{where}[{k!r}]")
@@ -88,11 +88,8 @@ def check_state(state, like, where: str) -> None:
 
 
 def host_state(states: list) -> dict:
-    """The state to restore on every host (any host count) from the states all hosts saved at the same step.
-
-    Raises:
-      ValueError: the list is empty, or a host's state differs from host 0's (naming it).
-    """
+    """The state to restore on every host (any host count) from the states all hosts saved at the same step;
+    ValueError when the list is empty or a host's state differs from host 0's (naming it)."""
     states = list(states)
     if not states:
         raise ValueError("no host states given")

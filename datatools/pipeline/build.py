@@ -177,17 +177,9 @@ def _build_canonical(cfg: PipelineConfig, documents=None, history=None) -> Canon
     identity = pipeline_identity(cfg, docs)
     if cfg.sources is not None:
         identity.update(mixture_identity(cfg, docs, history))
+    dataset = _prefetch(_with_batch_maps(host, cfg), cfg, in_memory, threads)
     built = CanonicalPipeline(
-        _prefetch(_with_batch_maps(host, cfg), cfg, in_memory, threads),
-        cfg,
-        len(docs),
-        host.shapes,
-        host,
-        schedule,
-        docs,
-        efficiency,
-        identity,
-        stats_folder,
+        dataset, cfg, len(docs), host.shapes, host, schedule, docs, efficiency, identity, stats_folder
     )
     if stats_folder is not None:
         weakref.finalize(built, shutil.rmtree, stats_folder, True)

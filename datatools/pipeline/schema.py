@@ -193,6 +193,3 @@ def schema_markdown(cls, where: str = "") -> list[str]:
         )
         rows.append(f"| `{key}` | {_type_text(tp)} | {_default_text(f)} | {bounds} | {doc} |")
     return rows
-
-
-from datatools.io.yaml_files import load_yaml  # noqa: E402,F401 (re-exported)
