@@ -63,11 +63,9 @@ class DocumentOrder:
         self.n = check_int(n, "documents", minimum=1)
         self.kind = check_choice(kind, "shuffle kind", ("none", "full", "block"))
         self.seed = seed
-        self._block = (
-            BlockShuffle(n, io_block_size=io_block_size, window_blocks=window_blocks, seed=seed)
-            if kind == "block"
-            else None
-        )
+        self._block: BlockShuffle | None = None
+        if kind == "block":
+            self._block = BlockShuffle(n, io_block_size=io_block_size, window_blocks=window_blocks, seed=seed)
         self._perms = EpochCache(keep=5)
 
     def __call__(self, positions, epoch: int) -> np.ndarray:
@@ -90,8 +88,7 @@ class PlannedSchedule:
         self.batch_size = check_int(batch_size, "batch_size", minimum=1)
         self.drop_remainder = bool(drop_remainder)
         self.ctx, self.pad_id = int(ctx), int(pad_id)
-        full, rest = divmod(self.n, self.batch_size)
-        self._batches = full + (1 if rest and not drop_remainder else 0)
+        self._batches = self.n // self.batch_size if drop_remainder else -(-self.n // self.batch_size)
         self.row_counts: tuple[int, ...] = (self.batch_size,)
         self.shapes = [(self.batch_size, self.ctx)]
 

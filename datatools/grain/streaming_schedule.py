@@ -173,8 +173,7 @@ class StreamingSchedule(RowsPlanSchedule, ProcessCaches):
 
     def num_batches(self, epoch: int) -> int:
         rows = int(self.window_starts(epoch)[-1])
-        full, rest = divmod(rows, self.batch_size)
-        return full + (1 if rest and not self.drop_remainder else 0)
+        return rows // self.batch_size if self.drop_remainder else -(-rows // self.batch_size)
 
     def batch_rows(self, epoch: int, j: int) -> int:
         return self.batch_size
