@@ -1,11 +1,6 @@
-"""Grain transforms: datatools as ``grain.MapDataset`` / ``grain.IterDataset`` stages.
-
-Packing (:class:`PackedRowsMapDataset`, :class:`StreamingPackIterDataset`), shuffles
-(:class:`FeistelShuffleMapDataset`, :class:`BlockShuffleMapDataset`), bucketing (:class:`BucketBatchIterDataset`),
-chunking (:class:`TileChunk`), batching and formats (:class:`BatchRowsMapDataset`, :class:`FormatBatch`), and
-one host's rows of a global batch sequence (:class:`HostBatchesMapDataset` over a schedule: what the pipeline
-builds). Every stage emits canonical rows or batches (:mod:`datatools.kernels.batch_layouts`).
-"""
+"""Grain transforms: datatools stages as ``grain.MapDataset`` / ``grain.IterDataset`` (packing, shuffles, bucketing,
+chunking, batching, formats, and one host's rows of a global batch schedule). Every stage emits canonical rows or
+batches (:mod:`datatools.kernels.batch_layouts`)."""
 
 import logging as _logging
 

@@ -11,11 +11,7 @@ class AttentionBlocks(grain.transforms.Map):
     """Add the (query, key) tiles of ``block`` tokens that hold work (:mod:`datatools.kernels.attention_blocks`) to
     a canonical batch: ``block_q``, ``block_k``, ``block_valid`` (int32, (rows, P)) per row for the JAX kernel, and
     ``tile_row``, ``tile_q``, ``tile_k``, ``tile_full``, ``tile_by_k`` (int32, (P,)) and ``tile_count`` (int32,
-    (1,)) batch-wide for the Pallas kernel.
-
-    Args:
-      block: tile size (tokens); must divide the batch's row length.
-    """
+    (1,)) batch-wide for the Pallas kernel. ``block`` must divide the batch's row length."""
 
     def __init__(self, block: int):
         self.block = check_int(block, "attention_block", minimum=1)

@@ -13,8 +13,7 @@ from datatools.kernels.loss_weights import LOSS_WEIGHTINGS
 
 
 def read_batch(parent: grain.MapDataset, indices) -> dict:
-    """Parent elements at ``indices`` stacked into one batch: ``parent.get_batch`` when it has one, else element
-    by element."""
+    """Parent elements at ``indices`` stacked into one batch (``parent.get_batch`` when it has one)."""
     if hasattr(parent, "get_batch"):
         return parent.get_batch(indices)
     return stack_elements([parent[int(i)] for i in np.asarray(indices).tolist()])
@@ -31,16 +30,9 @@ def stack_elements(elements: list):
 
 
 class BatchRowsMapDataset(grain.MapDataset):
-    """Batches of ``batch_size`` consecutive elements, built in one call when the parent can.
-
-    Like ``MapDataset.batch``, but a parent with ``get_batch(indices)`` (packed rows, and the shuffles over them)
-    builds the whole batch at once: one read and one numba fill. Batches do not cross epochs.
-
-    Args:
-      parent: the row dataset.
-      batch_size: rows per batch.
-      drop_remainder: drop each epoch's last, short batch.
-    """
+    """Batches of ``batch_size`` consecutive elements, like ``MapDataset.batch``, but a parent with
+    ``get_batch(indices)`` (packed rows, and the shuffles over them) builds each at once: one read and one numba
+    fill. Batches do not cross epochs; ``drop_remainder`` drops each epoch's last, short batch."""
 
     def __init__(self, parent: grain.MapDataset, batch_size: int, *, drop_remainder: bool = False):
         super().__init__(parent)
@@ -68,13 +60,12 @@ class FormatBatch(grain.transforms.Map):
     """Convert canonical datatools batches to another layout (:mod:`datatools.kernels.batch_layouts`).
 
     Args:
-      name: one of ``datatools``, ``maxtext``, ``levanter``, ``hf``.
-      boundary_targets: ``mask`` (a document's last token predicts nothing) or ``next_document`` (it predicts
-        the next document's first token in the same row, as MaxText does).
-      positions: ``restart`` (every piece counts from 0) or ``continue`` (a continuation piece counts on from its
-        offset in the document).
-      loss_weighting: ``none``, ``token`` or ``document``: per-token ``loss_weights`` in the layout
-        (:mod:`datatools.kernels.loss_weights`), following the final loss mask.
+      name: ``datatools``, ``maxtext``, ``levanter`` or ``hf``.
+      boundary_targets: ``mask`` (a document's last token predicts nothing) or ``next_document`` (as MaxText: it
+        predicts the next document's first token in the row).
+      positions: ``restart`` (every piece counts from 0) or ``continue`` (a continuation piece counts on).
+      loss_weighting: ``none``, ``token`` or ``document``: per-token ``loss_weights`` following the final loss
+        mask (:mod:`datatools.kernels.loss_weights`).
     """
 
     def __init__(

@@ -1,10 +1,9 @@
 """Bucketing as a global schedule: each epoch's batches computed from the shuffled documents' lengths.
 
-The epoch's documents are cut at the longest bucket (the overflow policy), each piece goes to the bucket of
-its length, and a bucket's batch is complete when its last piece arrives
-(:func:`datatools.kernels.bucket.fill_order_batches`, as the streaming bucketer); each bucket's partial batch
-comes at the end of the epoch, padded with empty rows, or is dropped. Memory: the epoch's pieces in batch
-order (about 24 bytes a document).
+Documents are cut at the longest bucket (the overflow policy), each piece goes to the bucket of its length, and a
+bucket's batch is complete when its last piece arrives (:func:`datatools.kernels.bucket.fill_order_batches`, as the
+streaming bucketer); each bucket's partial batch ends the epoch, padded, or is dropped. Memory: the epoch's pieces
+in batch order (about 24 bytes a document).
 """
 
 from __future__ import annotations
@@ -19,9 +18,8 @@ from datatools.kernels.packing import PackPlan, cut_pieces, materialize_pieces
 
 
 def bucket_rows(read_pieces, doc, start, length, *, rows: int, width: int, pad_id: int = 0) -> dict[str, np.ndarray]:
-    """A bucket's batch: ``rows`` rows of ``width`` tokens, row i holding piece i (int64 ``doc``, ``start``,
-    ``length``, read through ``read_pieces`` in one call), rows past the pieces empty. The schedule and the
-    Grain transform both build it."""
+    """A bucket's batch (of the schedule and the Grain transform): ``rows`` rows of ``width`` tokens, row i holding
+    piece i (int64 ``doc``, ``start``, ``length``, read through ``read_pieces`` in one call), the rest empty."""
     n = int(doc.shape[0])
     out = empty_rows(rows, width, pad_id, fill_from=n)
     if n:
@@ -37,18 +35,10 @@ def bucket_pieces(lengths: np.ndarray, boundaries: np.ndarray, overflow: str) ->
 
 
 class BucketSchedule:
-    """Global batches of length bucketing (see the module docstring).
-
-    Args:
-      docs: a document source (``lengths()``, ``read_pieces(doc, start, length)``).
-      order: the documents' order per epoch (:class:`~datatools.grain.host_batches.DocumentOrder`).
-      boundaries: increasing bucket lengths (tokens).
-      batch_sizes: rows per global batch, one per bucket.
-      overflow: documents longer than the last boundary: ``split`` (positions count on), ``truncate``, ``drop``,
-        ``error``.
-      drop_remainder: leave out each bucket's partial batch at the end of an epoch (else padded).
-      pad_id: token id of padding.
-    """
+    """Global batches of length bucketing (see the module docstring) of ``docs`` (``lengths()``, ``read_pieces``)
+    in ``order`` (:class:`~datatools.grain.host_batches.DocumentOrder`): ``boundaries`` are the increasing bucket
+    lengths (tokens), ``batch_sizes`` the rows of each bucket's global batches; ``overflow``: documents longer than
+    the last boundary (``split``, ``truncate``, ``drop``, ``error``)."""
 
     def __init__(
         self,

@@ -38,15 +38,10 @@ def _decode_groups(text: str) -> list[Group]:
     at = 8 + 16 * g
     meta = np.frombuffer(raw[at : at + 16 * sum(sizes)], np.int64).reshape(-1, 2).tolist()
     tokens = np.frombuffer(raw[at + 16 * sum(sizes) :], np.int32)
-    groups, m, t = [], 0, 0
-    for k, size in zip(buckets, sizes):
-        pieces = []
-        for start, n in meta[m : m + size]:
-            pieces.append((start, tokens[t : t + n].copy()))
-            t += n
-        m += size
-        groups.append((k, pieces))
-    return groups
+    ends = np.cumsum([n for _, n in meta], dtype=np.int64).tolist()
+    pieces = [(start, tokens[end - n : end].copy()) for (start, n), end in zip(meta, ends)]
+    cuts = np.cumsum([0] + sizes).tolist()
+    return [(k, pieces[a:b]) for k, a, b in zip(buckets, cuts, cuts[1:])]
 
 
 class _BucketIterator(grain.DatasetIterator):
@@ -69,13 +64,13 @@ class _BucketIterator(grain.DatasetIterator):
         at = np.concatenate(([0], np.cumsum(lengths)))[doc] + start
         new = [(int(s), np.asarray(flat[a : a + n], np.int32)) for s, a, n in zip(start, at, length.tolist())]
         held = np.asarray([len(b) for b in self._buffers], np.int64)
-        if not (held + np.bincount(bucket, minlength=held.shape[0]) >= ds.sizes).any():  # no batch completes
+        if not (held + np.bincount(bucket, minlength=held.shape[0]) >= ds.batch_sizes).any():  # no batch completes
             for k, piece in zip(bucket.tolist(), new):
                 self._buffers[k].append(piece)
             return
         pieces = [p for b in self._buffers for p in b] + new  # the buffered pieces arrived first
         items, splits, batch_bucket = fill_order_batches(
-            np.concatenate((np.repeat(np.arange(held.shape[0]), held), bucket)), ds.sizes
+            np.concatenate((np.repeat(np.arange(held.shape[0]), held), bucket)), ds.batch_sizes
         )
         self._buffers = [[] for _ in ds.boundaries]
         for b, k in enumerate(batch_bucket.tolist()):
@@ -106,7 +101,7 @@ class _BucketIterator(grain.DatasetIterator):
             np.arange(n, dtype=np.int64),
             np.asarray([s for s, _ in pieces], np.int64),
             np.asarray([p.shape[0] for _, p in pieces], np.int64),
-            rows=ds.batch_sizes[k],
+            rows=int(ds.batch_sizes[k]),
             width=int(ds.boundaries[k]),
             pad_id=ds.pad_id,
         )
@@ -132,19 +127,15 @@ class BucketBatchIterDataset(grain.IterDataset):
 
     Bucket k holds pieces of length in ``(boundaries[k - 1], boundaries[k]]``; with ``batch_sizes[k]`` pieces it
     yields a canonical batch of shape (batch_sizes[k], boundaries[k]), the batches of
-    :class:`~datatools.grain.bucket_schedule.BucketSchedule` over the same order: at most ``len(boundaries)``
-    shapes (see :func:`datatools.bucket_boundaries`, :func:`datatools.bucket_batch_sizes`). At most
-    ``sum(batch_sizes) - len(boundaries)`` pieces wait; at the end each bucket's remainder is padded with empty
-    rows, or dropped with ``drop_remainder``. The state holds the parent's state and the buffered pieces (base64).
+    :class:`~datatools.grain.bucket_schedule.BucketSchedule` over the same order (see
+    :func:`datatools.bucket_boundaries`, :func:`datatools.bucket_batch_sizes`). At most ``sum(batch_sizes) -
+    len(boundaries)`` pieces wait; at the end each bucket's remainder is padded with empty rows, or dropped with
+    ``drop_remainder``. The state holds the parent's state and the buffered pieces (base64).
 
     Args:
       parent: an IterDataset of documents: 1-D token arrays, dicts with ``feature``, or document blocks.
-      boundaries: increasing bucket lengths (tokens).
-      batch_sizes: rows per batch, one per bucket, or one int for all.
-      overflow: documents longer than the last boundary: ``split`` (positions count on), ``truncate``, ``drop``,
-        ``error``.
-      drop_remainder: drop the partial batches at the end instead of padding them.
-      feature: the dict key of the tokens when elements are dicts.
+      boundaries, batch_sizes: increasing bucket lengths (tokens); rows per batch, one per bucket (or one for all).
+      overflow: documents longer than the last boundary: ``split``, ``truncate``, ``drop``, ``error``.
       pad_id: token id written at padding.
     """
 
@@ -160,8 +151,7 @@ class BucketBatchIterDataset(grain.IterDataset):
         pad_id: int = 0,
     ):
         super().__init__(parent)
-        self.boundaries, self.sizes = check_buckets(boundaries, batch_sizes)
-        self.batch_sizes = self.sizes.tolist()
+        self.boundaries, self.batch_sizes = check_buckets(boundaries, batch_sizes)
         self.overflow = check_choice(overflow, "overflow", OVERFLOW_POLICIES)
         self.drop_remainder = bool(drop_remainder)
         self.feature = feature
@@ -170,7 +160,7 @@ class BucketBatchIterDataset(grain.IterDataset):
     @property
     def shapes(self) -> list[tuple[int, int]]:
         """The (rows, tokens) shape of each bucket's batches."""
-        return [(b, int(n)) for b, n in zip(self.batch_sizes, self.boundaries)]
+        return [(int(b), int(n)) for b, n in zip(self.batch_sizes, self.boundaries)]
 
     def __iter__(self):
         return _BucketIterator(self._parent.__iter__(), self)

@@ -11,15 +11,11 @@ from datatools.kernels.tiles import chunk
 
 
 class TileChunk(grain.experimental.FlatMapTransform):
-    """Cut each document into windows of at most ``ctx`` tokens, ``ctx`` a multiple of ``tile``.
-
-    See :func:`datatools.chunk` (consecutive or, with ``stride``, overlapping windows). Use it with
+    """Cut each document into windows of at most ``ctx`` tokens, a multiple of ``tile`` (the accelerator's tile,
+    e.g. 128); ``stride``, ``bos``, ``eos`` as :func:`datatools.chunk`. Use it with
     ``grain.experimental.FlatMapIterDataset(ds, TileChunk(...))`` or :func:`chunk_documents`.
 
     Args:
-      ctx: longest window (tokens), a multiple of ``tile``.
-      tile: the accelerator's tile (tokens), e.g. 128 or 256.
-      stride, bos, eos: as :func:`datatools.chunk`.
       max_fan_out: the most windows one document may give (Grain's limit for flat maps).
       feature: the dict key of the tokens when elements are dicts.
     """

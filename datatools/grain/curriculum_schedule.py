@@ -1,13 +1,10 @@
-"""A length curriculum as a global schedule: dataset decomposition, every batch of one of K lengths.
+"""A length curriculum as a global schedule (dataset decomposition): every batch of one of K lengths.
 
-Every document is cut into pieces of the configured lengths and the remainders packed into rows
-(:func:`datatools.kernels.curriculum.curriculum_rows`, once, from the lengths); each epoch the rows of every
-length are put in a seeded order (a Feistel permutation per length and epoch) and the length of each global
-batch is drawn by the schedule (:func:`~datatools.kernels.curriculum.curriculum_order`). Global batch ``j`` of
-length ``k`` is the next ``tokens_per_batch / lengths[k]`` rows of that length: every piece is read once per
-epoch, and the position (global batches consumed) restores on any number of hosts and workers.
-
-Memory: the pieces (about 20 bytes each, a few per document) and one byte per batch of the epochs in use.
+Every document is cut into pieces of the lengths and the remainders packed into rows, once, from the lengths
+(:func:`~datatools.kernels.curriculum.curriculum_rows`); each epoch, each length's rows take a seeded order (a
+Feistel permutation per length and epoch) and the schedule draws each batch's length
+(:func:`~datatools.kernels.curriculum.curriculum_order`), so every piece is read once per epoch. Memory: the pieces
+(about 20 bytes each, a few per document) and one byte per batch of the epochs in use.
 """
 
 from __future__ import annotations
@@ -37,18 +34,15 @@ def schedule_odds(schedule, k: int, odds=None) -> tuple[np.ndarray, np.ndarray]:
 
 
 class CurriculumSchedule(RowsPlanSchedule):
-    """Global batches of a length curriculum (see the module docstring).
+    """Global batches of a length curriculum (see the module docstring) of ``docs`` (``lengths()``, ``pack_rows``).
 
     Args:
-      docs: a document source (``lengths()``, ``pack_rows(plan, rows)``).
       lengths: the K row lengths (tokens), increasing.
       tokens_per_batch: token slots of every global batch (rows = tokens_per_batch / length).
-      schedule: ``grow_p2``, ``mix`` or a list of stages ``{until, odds}``.
-      odds: ``mix``: the fixed odds (default 1 each).
+      schedule, odds: ``grow_p2``, ``mix`` (``odds``, default 1 each) or a list of stages ``{until, odds}``.
       cycles: cycles per epoch, each running the whole schedule.
       shuffle: put each length's rows in a seeded order per epoch (else their fixed order).
       seed: the decomposition's choices, the rows' order and the draws.
-      pad_id: token id of padding.
       pack_length: the length whose rows hold the packed remainders (default:
         :func:`~datatools.kernels.curriculum.pack_length_index`).
     """

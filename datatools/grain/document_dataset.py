@@ -11,13 +11,10 @@ from datatools.io.documents import as_document_source
 
 
 class DocumentsMapDataset(grain.MapDataset):
-    """Element i is document i's tokens (a 1-D array); :meth:`get_batch` reads many in one call.
+    """Element i is document i's tokens (a 1-D array) of any document ``source`` (:mod:`datatools.io.documents`).
 
-    ``BatchRowsMapDataset(shuffled(DocumentsMapDataset(src)), 256)`` gives *document blocks* of 256 documents
-    read in one gather, which the streaming packer and the bucketer take (Grain's overhead paid per block).
-
-    Args:
-      source: any document source (see :mod:`datatools.io.documents`).
+    ``BatchRowsMapDataset(shuffled(DocumentsMapDataset(src)), 256)`` gives *document blocks* of 256 documents read
+    in one gather (:meth:`get_batch`), which the streaming packer and the bucketer take (Grain's overhead per block).
     """
 
     def __init__(self, source):

@@ -1,14 +1,10 @@
 """Shim: the read position inside Grain's iterator states (the one place datatools reads Grain's state keys).
 
-What this module assumes, checked against Grain 0.2.10 to 0.2.18 (:data:`TESTED_GRAIN`):
-
-* a single-process iterator over a map dataset saves ``{"next_index": k}``: ``k`` elements read;
-* ``mp_prefetch`` with ``W`` workers saves :data:`MP_KEYS` (and ``future_states``): worker ``i`` reads elements
-  ``i, i + W, ...``, its position is ``iterators_in_use_states[i]["next_index"]``, and the next element comes
-  from worker ``next_index_in_cycle``.
-
-A state of another form is an :class:`~datatools.base.errors.UnsupportedVersion` error naming the installed
-Grain, never a wrong position.
+Checked against Grain 0.2.10 to 0.2.18 (:data:`TESTED_GRAIN`): a single-process iterator over a map dataset saves
+``{"next_index": k}`` (``k`` elements read); ``mp_prefetch`` with ``W`` workers saves :data:`MP_KEYS`: worker ``i``
+reads elements ``i, i + W, ...``, its position is ``iterators_in_use_states[i]["next_index"]``, and the next
+element comes from worker ``next_index_in_cycle``. A state of another form is an
+:class:`~datatools.base.errors.UnsupportedVersion` error naming the installed Grain, never a wrong position.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """One host's share of a global batch sequence, as a ``grain.MapDataset`` (many hosts, elastic resume).
 
-Every host computes the same global batches from document lengths alone (a *schedule*, see
-:mod:`datatools.grain.schedule`) and reads only the tokens of its own rows: host ``h`` of ``N`` takes rows
-``[h * R / N, (h + 1) * R / N)`` of every global batch of ``R`` rows (so ``R`` must divide by ``N``), and
-element ``j`` is its slice of global batch ``j``. An iterator's position is ``j``, independent of ``N`` and of
-the prefetch workers (:mod:`datatools.grain.portable_state`): a checkpoint taken on ``N`` hosts restores on
-``M`` hosts (elastic resume).
+Every host computes the same global batches from document lengths alone (a schedule: :mod:`datatools.grain.schedule`)
+and reads only its own rows: host ``h`` of ``N`` takes rows ``[h * R / N, (h + 1) * R / N)`` of every global batch of
+``R`` rows. Element ``j`` is its slice of global batch ``j``, so a position depends neither on ``N`` nor on the
+prefetch workers (:mod:`datatools.grain.portable_state`): a checkpoint taken on ``N`` hosts restores on ``M``.
 """
 
 from __future__ import annotations
@@ -65,11 +63,9 @@ class DocumentOrder:
         self.n = check_int(n, "documents", minimum=1)
         self.kind = check_choice(kind, "shuffle kind", ("none", "full", "block"))
         self.seed = seed
-        self._block = (
-            BlockShuffle(n, io_block_size=io_block_size, window_blocks=window_blocks, seed=seed)
-            if kind == "block"
-            else None
-        )
+        self._block: BlockShuffle | None = None
+        if kind == "block":
+            self._block = BlockShuffle(n, io_block_size=io_block_size, window_blocks=window_blocks, seed=seed)
         self._perms = EpochCache(keep=5)
 
     def __call__(self, positions, epoch: int) -> np.ndarray:
@@ -83,24 +79,17 @@ class DocumentOrder:
 
 
 class PlannedSchedule:
-    """Global batches of ``batch_size`` consecutive rows of a (shuffled) row dataset, per epoch.
-
-    Args:
-      rows: a MapDataset of canonical rows (index ``e * len + i`` is row i of epoch e).
-      batch_size: rows per global batch.
-      drop_remainder: leave out each epoch's last, short batch (else it is padded with empty rows).
-      ctx: row length (tokens).
-      pad_id: token id of padding.
-    """
+    """Global batches of ``batch_size`` consecutive rows of ``rows``, a (shuffled) MapDataset of canonical rows of
+    ``ctx`` tokens (index ``e * len + i`` is row i of epoch e); ``drop_remainder`` leaves out each epoch's last,
+    short batch (else it is padded with empty rows)."""
 
     def __init__(self, rows: grain.MapDataset, batch_size: int, *, drop_remainder: bool, ctx: int, pad_id: int = 0):
         self.rows, self.n = rows, len(rows)
         self.batch_size = check_int(batch_size, "batch_size", minimum=1)
         self.drop_remainder = bool(drop_remainder)
         self.ctx, self.pad_id = int(ctx), int(pad_id)
-        full, rest = divmod(self.n, self.batch_size)
-        self._batches = full + (1 if rest and not drop_remainder else 0)
-        self.row_counts = (self.batch_size,)
+        self._batches = self.n // self.batch_size if drop_remainder else -(-self.n // self.batch_size)
+        self.row_counts: tuple[int, ...] = (self.batch_size,)
         self.shapes = [(self.batch_size, self.ctx)]
 
     def num_batches(self, epoch: int) -> int:
@@ -283,15 +272,15 @@ class HostBatchesMapDataset(grain.MapDataset):
                 self._turn.notify_all()
 
     def _warm_up(self, index: int) -> None:
-        """Hold the first batch ``index`` back (at most :data:`WARM_S` seconds) while this process reads its next
-        :data:`WARM_BATCHES` batches, so the steps after it find their batches read (a cold read from a bucket is
-        ~1-1.5 s a batch at +100 ms; issue 31: 0 of 500 steps waiting, against ~0.35 s with one batch ahead). A
-        read not done by then is handed over when its batch is asked for. Only with read-ahead.
+        """With read-ahead, hold the first batch ``index`` back (at most :data:`WARM_S`) while this process reads
+        its next :data:`WARM_BATCHES` batches, so the next steps find them read (a cold read from a bucket is ~1-1.5 s
+        a batch at +100 ms; issue 31: 0 of 500 steps waiting, against ~0.35 s with one batch ahead); a read not done
+        by then is handed over when its batch is asked for.
 
-        Grain workers signal through files in the shared :attr:`stats_folder`: ``read-J`` once batch J is read,
-        ``given-J`` once first batch J is handed over. A first batch also waits for the next P - 1 batches (other
-        workers') to be read, and a warm-up stops once batch ``index - 1`` is handed over (this batch is then
-        needed within a step; a late worker otherwise held the step after the first ~1.3 s at +100 ms)."""
+        Grain workers signal through files in :attr:`stats_folder`: ``read-J`` once batch J is read, ``given-J``
+        once first batch J is handed over. A first batch also waits for the next P - 1 (other workers') batches to
+        be read; a warm-up stops once batch ``index - 1`` is handed over (this one is then needed within a step: a
+        late worker otherwise held it ~1.3 s at +100 ms)."""
         if self._ahead_of is None:
             return
         until = time.monotonic() + WARM_S
@@ -316,8 +305,7 @@ class HostBatchesMapDataset(grain.MapDataset):
             _touch(os.path.join(folder, f"given-{index}"))  # this first batch: handed over (now)
 
     def _warm_read(self, k: int, folder: str | None) -> Future:
-        """Read batch ``k`` in a thread of its own, to be handed over when asked for; ``read-K`` in ``folder`` says
-        when it is read."""
+        """Read batch ``k`` in a thread of its own, to be handed over when asked for (``read-K`` in ``folder``)."""
         epoch, j = self.locate(k)
         future: Future = Future()
         with self._lock:

@@ -87,7 +87,7 @@ class LaneSchedule(RowsPlanSchedule, ProcessCaches):
             cut_pieces(self.lengths, self.ctx, "error")  # names the first document too long, by its global index
         self.n = self.lengths.shape[0]
         self.num_blocks = -(-self.n // self.io_block_size)
-        self.row_counts = (self.batch_size,)
+        self.row_counts: tuple[int, ...] = (self.batch_size,)
         self.shapes = [(self.batch_size, self.ctx)]
         self._epochs = EpochCache(keep=3, carried=True)  # O(io blocks) to send; 1-3 s to plan in each worker
         self._plans: OrderedDict = OrderedDict()

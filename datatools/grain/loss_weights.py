@@ -9,11 +9,7 @@ from datatools.kernels.loss_weights import LOSS_WEIGHTINGS, add_loss_weights
 
 class LossWeights(grain.transforms.Map):
     """Add ``loss_weights`` (float32, (rows, ctx)) and ``loss_weight_sum`` (float32, (rows,)) to a canonical batch
-    (:mod:`datatools.kernels.loss_weights`); a batch's weights depend on its own rows only.
-
-    Args:
-      weighting: ``token`` or ``document`` (``none`` leaves batches unchanged).
-    """
+    (:mod:`datatools.kernels.loss_weights`), from its own rows only; ``weighting``: ``token`` or ``document``."""
 
     def __init__(self, weighting: str):
         self.weighting = check_choice(weighting, "loss_weighting", LOSS_WEIGHTINGS)

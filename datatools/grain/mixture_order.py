@@ -27,14 +27,12 @@ def source_seed(seed: int, k: int) -> int:
 
 
 class MixtureOrder:
-    """Documents of several sources, interleaved by weight (see the module docstring).
+    """Documents of several sources of ``sizes`` documents, interleaved by weight (see the module docstring).
 
     Args:
-      sizes: documents per source.
       history: ``[(position, weights), ...]``, the first at position 0; weights one per source, > 0.
       mode: ``sample`` or ``exhaust``.
-      epoch_documents: positions per epoch when sampling (default: ``sum(sizes)``); ``exhaust`` takes
-        ``sum(sizes)``.
+      epoch_documents: positions per epoch when sampling (default, and with ``exhaust``: ``sum(sizes)``).
       shuffle, seed, io_block_size, window_blocks: each source's own order (as :class:`DocumentOrder`).
     """
 
@@ -95,11 +93,6 @@ class MixtureOrder:
             out.append(Segment(p, counts, split_ratios(w), self._offset(p)))
         return out
 
-    def segments(self, epoch: int) -> list[Segment]:
-        """The segments in force in ``epoch`` (``sample``: over all epochs; ``exhaust``: the epoch's, positions
-        within it)."""
-        return self._global if self.mode == "sample" else self._segments.get(epoch, self._exhaust_segments)
-
     def _exhaust_segments(self, epoch: int) -> list[Segment]:
         first, end = epoch * self.n, (epoch + 1) * self.n
         in_force = [w for p, w in self.history if p <= first][-1]
@@ -112,7 +105,7 @@ class MixtureOrder:
         positions = np.asarray(positions, np.int64).reshape(-1)
         if self.mode == "sample":
             return draw(self._global, positions + epoch * self.n)
-        return draw(self.segments(epoch), positions)
+        return draw(self._segments.get(epoch, self._exhaust_segments), positions)
 
     def __call__(self, positions, epoch: int) -> np.ndarray:
         source, rank = self.draws(positions, epoch)
@@ -128,7 +121,3 @@ class MixtureOrder:
                 at = own_epoch == e
                 out[sel[at]] = self.orders[k](local[at], e) + self.offsets[k]
         return out
-
-    def source_of(self, docs) -> np.ndarray:
-        """int64: the source of each global document id."""
-        return np.searchsorted(self.offsets, np.asarray(docs, np.int64), side="right") - 1

@@ -13,20 +13,16 @@ from datatools.kernels.packing import PackPlan, pack_lengths
 
 
 class PackedRowsMapDataset(grain.MapDataset):
-    """Packed rows, planned once over every document's length (``source.lengths()`` alone), with random access.
-
-    Row ``i`` is built on demand, its pieces read in one call to the source, so shuffling, sharding and
-    checkpoints come from Grain. Indices past ``len(ds)`` wrap. Elements are canonical rows: int32 arrays of
-    shape (ctx,) (see :mod:`datatools.kernels.batch_layouts`).
+    """Packed rows, planned once from every document's length, with random access: row ``i`` (an index past
+    ``len(ds)`` wraps) is built on demand, its pieces read in one call, so shuffling, sharding and checkpoints come
+    from Grain. Elements are canonical rows: int32 arrays of shape (ctx,).
 
     Args:
-      source: :class:`~datatools.io.documents.ArrayDocuments`, a
-        :class:`~datatools.io.store.TokenStore`, or any object with ``__len__``,
-        ``lengths()`` and ``read_pieces(doc, start, length)``.
+      source: any document source (:mod:`datatools.io.documents`: ``__len__``, ``lengths()``, ``read_pieces``).
       ctx: row length (tokens).
       algorithm, max_segments, align, overflow: as :func:`datatools.pack_lengths`.
-      plan: a precomputed ``PackPlan`` over ``source``, or a plan on disk
-        (:class:`~datatools.io.plan_file.PlanFile`); then the packing options are ignored.
+      plan: a precomputed ``PackPlan`` over ``source``, or a :class:`~datatools.io.plan_file.PlanFile`; then the
+        packing options are ignored.
       pad_id: token id written at padding.
     """
 

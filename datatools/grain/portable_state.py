@@ -1,13 +1,12 @@
 """Checkpoints that restore with any number of prefetch workers, and on any number of hosts.
 
-Grain's ``mp_prefetch`` saves one read position per worker, so a state saved with 2 workers cannot be restored
-with 0 or 4 (``KeyError: 'next_index'``). :class:`PortableStateIterDataset` saves every prefetch position as the
-elements read (``{"elements_read": k}``) and converts it back into the current pipeline's form on restore; the
-rest of the state (a streaming packer's window, a bucketer's buffer) is kept. A pipeline of host batches
-(:mod:`datatools.grain.host_batches`) counts global batches, so its state restores on any number of hosts
-(:func:`host_state`). The state records the pipeline's ``identity`` (seed, packing, batch size, the data's
-lengths, ...): restoring into another raises ValueError naming what differs, unless only ``reweightable``
-entries (a mixture's weights) differ: then ``reweight`` builds the pipeline that continues from that state.
+Grain's ``mp_prefetch`` saves one read position per worker (a state saved with 2 workers does not restore with 0
+or 4: ``KeyError: 'next_index'``). :class:`PortableStateIterDataset` saves each as the elements read
+(``{"elements_read": k}``) and converts it back on restore, the rest of the state kept; host batches count global
+batches, so the state restores on any number of hosts (:func:`host_state`). The state records the pipeline's
+``identity`` (seed, packing, batch size, the data's lengths, ...): restoring into another raises ValueError naming
+what differs, unless only ``reweightable`` entries (a mixture's weights) differ: then ``reweight`` builds the
+pipeline that continues from that state.
 """
 
 from __future__ import annotations
@@ -69,10 +68,10 @@ def check_state(state, like, where: str) -> None:
         if not isinstance(state, dict):
             raise TypeError(f"{where} must be a dict with keys {', '.join(map(repr, like))}; got {short_repr(state)}")
         unknown, missing = sorted(map(repr, set(state) - set(like))), sorted(map(repr, set(like) - set(state)))
-        if unknown or missing:
-            problems = ([f"unknown key(s) {', '.join(unknown)}"] if unknown else []) + (
-                [f"missing key(s) {', '.join(missing)}"] if missing else []
-            )
+        problems = [
+            f"{what} key(s) {', '.join(keys)}" for what, keys in (("unknown", unknown), ("missing", missing)) if keys
+        ]
+        if problems:
             raise ValueError(f"{where}: {'; '.join(problems)} (this pipeline's state has {', '.join(map(repr, like))})")
         for k, v in like.items():
             check_state(state[k], v, f"{where}[{k!r}]")
@@ -89,11 +88,8 @@ def check_state(state, like, where: str) -> None:
 
 
 def host_state(states: list) -> dict:
-    """The state to restore on every host (any host count) from the states all hosts saved at the same step.
-
-    Raises:
-      ValueError: the list is empty, or a host's state differs from host 0's (naming it).
-    """
+    """The state to restore on every host (any host count) from the states all hosts saved at the same step;
+    ValueError when the list is empty or a host's state differs from host 0's (naming it)."""
     states = list(states)
     if not states:
         raise ValueError("no host states given")

@@ -19,15 +19,8 @@ T = TypeVar("T")
 class Schedule(Protocol):
     """A global batch sequence (what every schedule gives)."""
 
-    @property
-    def shapes(self) -> list[tuple[int, int]]:
-        """The (rows, tokens) shape of every batch the schedule may give (one XLA program each)."""
-        ...
-
-    @property
-    def row_counts(self) -> tuple[int, ...]:
-        """Every batch height (rows) it may give: each must divide by the host count."""
-        ...
+    shapes: list[tuple[int, int]]  # the (rows, tokens) shape of every batch it may give (one XLA program each)
+    row_counts: tuple[int, ...]  # every batch height (rows) it may give: each must divide by the host count
 
     def num_batches(self, epoch: int) -> int:
         """Global batches of ``epoch``."""
@@ -48,10 +41,7 @@ class ReadAheadSchedule(Schedule, Protocol):
     """A schedule whose reads can start before a batch is asked for (the host passes ``pieces`` to
     ``docs.prefetch``)."""
 
-    @property
-    def docs(self) -> Any:
-        """The document source read (:class:`~datatools.io.documents.DocumentSource`)."""
-        ...
+    docs: Any  # the document source read (:class:`~datatools.io.documents.DocumentSource`)
 
     def pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(doc, start, length)`` of every piece rows ``[lo, hi)`` of global batch ``j`` read."""
@@ -66,10 +56,7 @@ class ReadAheadSchedule(Schedule, Protocol):
 class DocumentOrderLike(Protocol):
     """The documents' order per epoch (``DocumentOrder``, or a mixture's ``MixtureOrder``)."""
 
-    @property
-    def n(self) -> int:
-        """Documents read per epoch."""
-        ...
+    n: int  # documents read per epoch
 
     def __call__(self, positions: Any, epoch: int) -> np.ndarray: ...
 
@@ -79,10 +66,7 @@ class RestartableSchedule(Schedule, Protocol):
     """A schedule over a document order whose later documents may change at a restore (a mixture's new
     weights)."""
 
-    @property
-    def order(self) -> DocumentOrderLike:
-        """The documents' order per epoch."""
-        ...
+    order: DocumentOrderLike  # the documents' order per epoch
 
     def restart_position(self, epoch: int, j: int) -> int:
         """The first position of ``epoch``'s document order whose document may change without changing global

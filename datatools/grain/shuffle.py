@@ -38,10 +38,7 @@ class _IndexMapDataset(grain.MapDataset):
     def __getitem__(self, index):
         if isinstance(index, slice):
             return self.slice(index)
-        if index < 0:
-            raise IndexError(f"negative index {index}")
-        epoch, pos = divmod(int(index), len(self))
-        return self._parent[int(self._permute(pos, epoch)) + epoch * len(self._parent)]
+        return self._parent[int(self._parent_indices([index])[0])]
 
     def _getitems(self, indices: Sequence[int]):
         return self._parent._getitems(self._parent_indices(indices).tolist())  # pylint: disable=protected-access
@@ -52,12 +49,8 @@ class _IndexMapDataset(grain.MapDataset):
 
 
 class FeistelShuffleMapDataset(_IndexMapDataset):
-    """A full random permutation per epoch, O(1) per index (:class:`datatools.FeistelPermutation`).
-
-    Args:
-      parent: the dataset to shuffle.
-      seed: 64-bit seed; epoch e uses the permutation of (seed, e).
-    """
+    """A full random permutation per epoch, O(1) per index (:class:`datatools.FeistelPermutation` of the 64-bit
+    (seed, epoch))."""
 
     def __init__(self, parent: grain.MapDataset, *, seed: int):
         super().__init__(parent)
@@ -79,17 +72,10 @@ class FeistelShuffleMapDataset(_IndexMapDataset):
 
 
 class BlockShuffleMapDataset(_IndexMapDataset):
-    """Windowed block shuffle per epoch (:class:`datatools.BlockShuffle`), optionally one host's share: each
-    window of ``window_blocks`` io blocks is permuted at block level and its records interleaved.
-
-    Args:
-      parent: the dataset to shuffle (documents in storage order).
-      io_block_size: records per contiguous read.
-      window_blocks: blocks per shuffle window.
-      seed: 64-bit seed; epoch e uses (seed, e).
-      shard_index, shard_count: this host's share (whole blocks of every window); its length is the shortest
-        the share has in any epoch.
-    """
+    """Windowed block shuffle per epoch (:class:`datatools.BlockShuffle`, seeded by (seed, epoch)): each window of
+    ``window_blocks`` io blocks of ``io_block_size`` records (a contiguous read) is permuted at block level and its
+    records interleaved. ``shard_index``, ``shard_count``: this host's share (whole blocks of every window), as long
+    as the shortest the share is in any epoch."""
 
     def __init__(
         self,

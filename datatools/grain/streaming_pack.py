@@ -1,5 +1,4 @@
-"""Streaming packing as a Grain ``IterDataset``: a thin adapter over the streaming schedule's window planner
-(:func:`~datatools.grain.streaming_schedule.plan_window`)."""
+"""Streaming packing as a Grain ``IterDataset``, over the streaming schedule's window planner."""
 
 from __future__ import annotations
 
@@ -75,11 +74,10 @@ class _StreamingPackIterator(grain.DatasetIterator):
 class StreamingPackIterDataset(grain.IterDataset):
     """Pack a stream of documents into rows of ``ctx`` tokens, a window of documents at a time.
 
-    For sources whose lengths are not known ahead. Each window of ``window`` documents is planned with
-    ``plan_window`` (the rows of :class:`~datatools.grain.streaming_schedule.StreamingSchedule`'s epoch 0 over
-    the same order) and its rows emitted in a seeded order. Memory: one window. The state is the parent's
-    state at the window's start, its number and the rows emitted; restoring re-plans the window and skips them.
-    Elements are canonical rows: int32 arrays of shape (ctx,).
+    For sources whose lengths are not known ahead: each window of ``window`` documents is planned with
+    ``plan_window`` (as :class:`~datatools.grain.streaming_schedule.StreamingSchedule`'s epoch 0) and its rows
+    emitted. Memory: one window. The state is the parent's state at the window's start, its number and the rows
+    emitted; restoring re-plans the window and skips them. Elements are canonical rows: int32 arrays of shape (ctx,).
 
     Args:
       parent: an IterDataset of documents: 1-D token arrays, dicts holding one under ``feature``, or document
@@ -89,8 +87,7 @@ class StreamingPackIterDataset(grain.IterDataset):
       algorithm, max_segments, align, overflow: as :func:`datatools.pack_lengths`.
       feature: the dict key of the tokens when elements are dicts.
       pad_id: token id written at padding.
-      shuffle_rows: emit each window's rows in a seeded random order (else plan order).
-      seed: seed of that order.
+      shuffle_rows, seed: emit each window's rows in a random order seeded by ``seed`` (else plan order).
     """
 
     def __init__(

@@ -40,18 +40,16 @@ def rows_of(picked: list[tuple[PackPlan, int]], ctx: int) -> PackPlan:
     """One plan holding the given ``(plan, row)`` rows in order (a batch drawn from several windows)."""
     if not picked:
         return pack_lengths(np.zeros(0, np.int64), ctx)
-    first = [int(p.row_splits[r]) for p, r in picked]
-    end = [int(p.row_splits[r + 1]) for p, r in picked]
-    counts = np.asarray([b - a for a, b in zip(first, end)], np.int64)
+    spans = [(p, int(p.row_splits[r]), int(p.row_splits[r + 1])) for p, r in picked]
     template = picked[0][0]
     return PackPlan(
         ctx=ctx,
         align=template.align,
         num_rows=len(picked),
-        row_splits=np.concatenate(([0], np.cumsum(counts))),
-        doc=np.concatenate([p.doc[a:b] for (p, _), a, b in zip(picked, first, end)]),
-        start=np.concatenate([p.start[a:b] for (p, _), a, b in zip(picked, first, end)]),
-        length=np.concatenate([p.length[a:b] for (p, _), a, b in zip(picked, first, end)]),
+        row_splits=np.concatenate(([0], np.cumsum([b - a for _, a, b in spans], dtype=np.int64))),
+        doc=np.concatenate([p.doc[a:b] for p, a, b in spans]),
+        start=np.concatenate([p.start[a:b] for p, a, b in spans]),
+        length=np.concatenate([p.length[a:b] for p, a, b in spans]),
         dropped_tokens=0,
         empty_documents=0,
         algorithm=template.algorithm,
@@ -109,18 +107,10 @@ class RowsPlanSchedule:
 
 
 class StreamingSchedule(RowsPlanSchedule, ProcessCaches):
-    """Global batches of streaming packing (see the module docstring).
-
-    Args:
-      docs: a document source (``lengths()``, ``pack_rows(plan, rows)``).
-      order: the documents' order per epoch (:class:`~datatools.grain.host_batches.DocumentOrder`).
-      ctx: row length (tokens).
-      window: documents per packing window.
-      batch_size: rows per global batch.
-      drop_remainder: leave out each epoch's last, short batch (else padded with empty rows).
-      algorithm, max_segments, align, overflow: as :func:`datatools.pack_lengths`.
-      seed, pad_id: seed of each window's row order; token id of padding.
-    """
+    """Global batches of streaming packing (see the module docstring): ``docs`` (``lengths()``, ``pack_rows``) read
+    in ``order`` (:class:`~datatools.grain.host_batches.DocumentOrder`), ``window`` documents at a time packed into
+    rows of ``ctx`` tokens (``algorithm``, ``max_segments``, ``align``, ``overflow``: as
+    :func:`datatools.pack_lengths`), ``batch_size`` rows a global batch; ``seed`` orders each window's rows."""
 
     _CACHES = ("_plans",)  # rebuilt in each process
 
@@ -152,7 +142,7 @@ class StreamingSchedule(RowsPlanSchedule, ProcessCaches):
         self.seed, self.pad_id = int(seed), int(pad_id)
         self.positions = int(order.n)  # documents read per epoch (a mixture's may differ from the documents held)
         self.num_windows = -(-self.positions // self.window)
-        self.row_counts = (self.batch_size,)
+        self.row_counts: tuple[int, ...] = (self.batch_size,)
         self.shapes = [(self.batch_size, self.ctx)]
         self._starts = EpochCache(keep=5, carried=True)  # epoch -> first row of each window
         self._plans, self._plans_kept = OrderedDict(), PLANS_KEPT
@@ -175,20 +165,15 @@ class StreamingSchedule(RowsPlanSchedule, ProcessCaches):
         return self._starts.get(epoch, self._window_starts)
 
     def _window_starts(self, epoch: int) -> np.ndarray:
-        counts = np.fromiter(
-            (
-                plan_window(self.lengths, self._window_docs(epoch, w), self.ctx, self.options)[0].num_rows
-                for w in range(self.num_windows)
-            ),
-            np.int64,
-            count=self.num_windows,
-        )
-        return np.concatenate(([0], np.cumsum(counts)))
+        counts = [
+            plan_window(self.lengths, self._window_docs(epoch, w), self.ctx, self.options)[0].num_rows
+            for w in range(self.num_windows)
+        ]
+        return np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
 
     def num_batches(self, epoch: int) -> int:
         rows = int(self.window_starts(epoch)[-1])
-        full, rest = divmod(rows, self.batch_size)
-        return full + (1 if rest and not self.drop_remainder else 0)
+        return rows // self.batch_size if self.drop_remainder else -(-rows // self.batch_size)
 
     def batch_rows(self, epoch: int, j: int) -> int:
         return self.batch_size

@@ -1,12 +1,11 @@
 """Grain's worker processes, started so that a script that cannot host them fails at once, and an exit is quiet.
 
-Grain's ``mp_prefetch`` spawns its workers, which re-import the main script: a script that iterates a pipeline
-outside ``if __name__ == "__main__":`` kills every worker as it starts, and with a pickled pipeline over a
-pipe's 64 KiB the parent then blocks for ever writing to it (a 22-minute hang was seen).
-:func:`prefetch_in_processes` reads the script's source first and raises :class:`WorkerStartError` naming the
-line. Ctrl-C is the parent's alone (see :class:`_WorkerIterator`). At exit, iterators still holding workers are
-closed by an ``atexit`` hook before the modules are torn down, and elements are handed over in the caller's own
-memory (left to garbage collection, Grain's cleanup printed about ten tracebacks).
+``mp_prefetch`` spawns workers that re-import the main script: one that iterates a pipeline outside
+``if __name__ == "__main__":`` kills every worker as it starts, and the parent then blocked for ever writing a
+pickled pipeline over 64 KiB into a pipe (a 22-minute hang); :class:`WorkerStartError` names the line first.
+Ctrl-C is the parent's alone (:class:`_WorkerIterator`). At exit an ``atexit`` hook closes iterators still holding
+workers before the modules go, and elements are handed over in the caller's own memory (left to garbage
+collection, Grain's cleanup printed about ten tracebacks).
 """
 
 from __future__ import annotations
@@ -239,7 +238,6 @@ def _wait(future):
             return future.result(timeout=0.05)
         except FutureTimeout:
             interrupts.check()
-            continue
 
 
 class _Driver:

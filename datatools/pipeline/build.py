@@ -53,12 +53,6 @@ class CanonicalPipeline:
     stats_folder: str | None = None  # where worker processes write their read counters (datatools.io.read_stats)
 
 
-def _absl_flags_parsed() -> None:
-    """Grain's worker processes read absl flags, never parsed outside an absl app: use the defaults."""
-    if not flags.FLAGS.is_parsed():
-        flags.FLAGS.mark_as_parsed()
-
-
 READ_THREADS = 4  # reader threads for sources that do I/O
 TABLE_READ_THREADS = 1  # for a table (Parquet, Arrow, JSON Lines) read a shard at a time: it decodes under one lock
 READ_BUFFER = 16  # elements (batches or document blocks) read ahead
@@ -72,7 +66,8 @@ def _prefetch(
     threads, buffer = (0, 0) if in_memory else (threads, READ_BUFFER)
     it = ds.to_iter_dataset(grain.ReadOptions(num_threads=threads, prefetch_buffer_size=buffer))
     if cfg.workers:
-        _absl_flags_parsed()
+        if not flags.FLAGS.is_parsed():  # Grain's workers read absl flags, never parsed outside an absl app
+            flags.FLAGS.mark_as_parsed()
         it = prefetch_in_processes(it, cfg.workers)
     return it
 
@@ -130,23 +125,19 @@ def pipeline_identity(cfg: PipelineConfig, docs) -> dict:
     }
 
 
-def _with_attention_tiles(host: grain.MapDataset, cfg: PipelineConfig) -> grain.MapDataset:
-    """``host`` with each batch's attention tiles added when ``attention_block`` is set (a map before the
-    prefetch: computed in the worker processes)."""
-    if cfg.attention_block is None:
-        return host
-    bad = [t for _, t in host.shapes if t % cfg.attention_block]
-    if bad:
-        raise ValueError(f"config: attention_block={cfg.attention_block} must divide every row length (got {bad[0]})")
-    return host.map(AttentionBlocks(cfg.attention_block))
-
-
-def _with_loss_weights(host: grain.MapDataset, cfg: PipelineConfig) -> grain.MapDataset:
-    """``host`` with each batch's ``loss_weights`` and ``loss_weight_sum`` added unless ``loss_weighting`` is
-    ``none`` (in the workers, like the tiles)."""
-    if cfg.loss_weighting == "none":
-        return host
-    return host.map(LossWeights(cfg.loss_weighting))
+def _with_batch_maps(host: grain.MapDataset, cfg: PipelineConfig) -> grain.MapDataset:
+    """``host`` with each batch's attention tiles (``attention_block``) and loss weights (``loss_weighting``) added:
+    maps before the prefetch, computed in the worker processes."""
+    if cfg.attention_block is not None:
+        bad = [t for _, t in host.shapes if t % cfg.attention_block]
+        if bad:
+            raise ValueError(
+                f"config: attention_block={cfg.attention_block} must divide every row length (got {bad[0]})"
+            )
+        host = host.map(AttentionBlocks(cfg.attention_block))
+    if cfg.loss_weighting != "none":
+        host = host.map(LossWeights(cfg.loss_weighting))
+    return host
 
 
 def _host_batches(cfg: PipelineConfig, docs, history=None) -> tuple[Schedule, HostBatchesMapDataset, float | None]:
@@ -186,17 +177,9 @@ def _build_canonical(cfg: PipelineConfig, documents=None, history=None) -> Canon
     identity = pipeline_identity(cfg, docs)
     if cfg.sources is not None:
         identity.update(mixture_identity(cfg, docs, history))
+    dataset = _prefetch(_with_batch_maps(host, cfg), cfg, in_memory, threads)
     built = CanonicalPipeline(
-        _prefetch(_with_loss_weights(_with_attention_tiles(host, cfg), cfg), cfg, in_memory, threads),
-        cfg,
-        len(docs),
-        host.shapes,
-        host,
-        schedule,
-        docs,
-        efficiency,
-        identity,
-        stats_folder,
+        dataset, cfg, len(docs), host.shapes, host, schedule, docs, efficiency, identity, stats_folder
     )
     if stats_folder is not None:
         weakref.finalize(built, shutil.rmtree, stats_folder, True)

@@ -66,13 +66,11 @@ def mix_report(
     documents=None,
     progress=None,
 ) -> MixingReport:
-    """The mixing report of ``cfg`` over its first ``batches`` global batches (fewer when the data ends).
+    """The mixing report of ``cfg`` (``sources``: a mixture; ``source``: one source, share 1), named ``name``, over
+    its first ``batches`` global batches (fewer when the data ends).
 
     Args:
-      cfg: a pipeline config (``sources``: a mixture; ``source``: one source, share 1).
-      batches: global batches to look at.
       group_size: documents per stored group in each source (storage order), for groups per batch; None: none.
-      name: the config's name, for the report.
       documents: already opened sources (as :func:`~datatools.pipeline.build.build_canonical` takes them).
       progress: ``progress(total)``: a context manager giving ``advance()``, called after each batch (the CLI's
         :func:`~datatools.base.progress.count_progress`).

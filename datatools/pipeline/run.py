@@ -57,9 +57,6 @@ def run_pipeline(
 
     ``step_s``: a simulated training step (seconds slept after each batch), to see whether the loader keeps up
     with a step of that length; ``warn``: called with a line when the step waited for the loader.
-
-    Returns:
-      The :class:`PipelineRunReport` (batches, rates, efficiency, shapes, build and startup times).
     """
     t0 = time.perf_counter()
     built = build_canonical(cfg, documents)

@@ -78,10 +78,7 @@ def _check_value(value, tp, key: str, meta: dict):
             raise ValueError(f"config: {key} must be a list; got {short_repr(value)}")
         if len(value) > 4096:
             raise ValueError(f"config: {key} must hold at most 4096 items; got {len(value)}")
-        return [
-            _check_value(v, item, f"{key}[{i}]", {"minimum": meta.get("minimum"), "maximum": meta.get("maximum")})
-            for i, v in enumerate(value)
-        ]
+        return [_check_value(v, item, f"{key}[{i}]", meta) for i, v in enumerate(value)]
     if tp is bool:
         if not isinstance(value, bool):
             raise ValueError(f"config: {key} must be true or false; got {short_repr(value)}")
@@ -196,6 +193,3 @@ def schema_markdown(cls, where: str = "") -> list[str]:
         )
         rows.append(f"| `{key}` | {_type_text(tp)} | {_default_text(f)} | {bounds} | {doc} |")
     return rows
-
-
-from datatools.io.yaml_files import load_yaml  # noqa: E402,F401 (re-exported)

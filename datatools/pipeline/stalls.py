@@ -40,14 +40,9 @@ class LoaderReport(Report):
 
 
 class StallMeter:
-    """An iterator over ``it`` that times each ``next()``.
-
-    Args:
-      it: the pipeline's iterator.
-      stats_folder: where the pipeline's worker processes write their read counters (None: this process only).
-      threshold_s: a wait longer than this is a stalled step.
-      warn: called with one line when the loader falls behind (at most every :data:`WARN_EVERY_S` seconds).
-    """
+    """An iterator over ``it`` that times each ``next()``: a wait over ``threshold_s`` is a stalled step, and
+    ``warn`` gets one line when the loader falls behind (at most every :data:`WARN_EVERY_S` seconds);
+    ``stats_folder``: where the worker processes write their read counters (None: this process only)."""
 
     def __init__(
         self,

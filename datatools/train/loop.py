@@ -23,8 +23,9 @@ import numpy as np
 from datatools.base.errors import RunFailed
 from datatools.base.progress import doing
 from datatools.base.reports import Report
+from datatools.io.yaml_files import load_yaml
 from datatools.pipeline import PipelineConfig, ShardConfig, build_canonical, parse_config
-from datatools.pipeline.schema import field, from_dict, load_yaml
+from datatools.pipeline.schema import field, from_dict
 from datatools.pipeline.stalls import LoaderReport, StallMeter
 from datatools.train.model import ModelConfig, attention_keys
 from datatools.train.step import OptimizerConfig, Trainer
