@@ -96,7 +96,7 @@ class BlockShuffleMapDataset(_IndexMapDataset):
             raise ValueError(f"shard_index {shard_index} out of range [0, 1)")
         self._shuffle = shuffle
         deficit = shuffle.num_blocks * shuffle.io_block_size - shuffle.n
-        self._len = shuffle._share_length() - (deficit if shard_count > 1 else 0)
+        self._len = shuffle.share_length() - (deficit if shard_count > 1 else 0)
         if self._len < 1:
             raise ValueError(f"shard {shard_index} of {shard_count} holds no records")
 

@@ -349,10 +349,10 @@ class BlockShuffle:
         self.num_blocks = -(-self.n // self.io_block_size)
         self.rounds = rounds if rounds is None else _check_rounds(rounds, self.n)
         self.host, self.count = _host, _count
-        self._len = self._share_length()
+        self._len = self.share_length()
         self._epoch_cache: tuple[int, np.ndarray, np.uint64] | None = None
 
-    def _share_length(self) -> int:
+    def share_length(self) -> int:
         """Records in this share, before removing the partial block's deficit."""
         if self.count == 1:
             return self.n
