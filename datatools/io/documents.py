@@ -212,6 +212,7 @@ class StorePieceReader:
         if not remote:  # no latency, no bytes over a wire: fewer, larger reads cost less CPU; not whole objects
             e = min(self.store.object_tokens, max(e, LOCAL_EXTENT_TOKENS // e * e))  # (a first batch reads less)
         self.extent, self.itemsize = e, self.store.dtype.itemsize
+        self._per_object = max(1, self.store.object_tokens // e)  # extents in one stored object
         extents = max(1, -(-self.store.num_tokens // e))
         slots = max(1, (self.cache_bytes or DEFAULT_CACHE_BYTES) // (e * self.itemsize))
         if remote and self.cache_bytes is None:  # coarse inner chunks (a Levanter cache's, 1 MiB) hold the lane
@@ -299,6 +300,8 @@ class StorePieceReader:
             new.append(s)
         if prefetch:
             self._queue.extend(new)
+        elif not self._queue:  # nothing read ahead waits in the queue: the needed reads are the queue
+            self._queue.extend(sorted(new, key=lambda q: self._extent_in[q]))
         else:
             near = (ids[:, None] + np.arange(-NEIGHBOURS, NEIGHBOURS + 1)[None, :]).ravel()
             near = np.unique(near[(near >= 0) & (near < self._slot_of.shape[0])])  # sorted: runs stay together
@@ -335,10 +338,10 @@ class StorePieceReader:
     def _pump(self) -> None:
         """Issue queued reads in order while :meth:`_can_issue` (lock held), in one ``ts.Batch``: consecutive
         extents of one stored object are one read (at most :data:`MAX_RUN`: one ranged request)."""
-        if self._pumping:  # a read that completed at once, called back from inside this loop
+        if self._pumping or not self._queue:  # pumping: a read that completed at once, called back from this loop
             return
         self._pumping = True
-        per_object = max(1, self.store.object_tokens // self.extent)
+        per_object = self._per_object
         try:
             while self._can_issue():
                 with ts.Batch() as batch:
