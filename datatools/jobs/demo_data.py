@@ -1,6 +1,5 @@
-"""The demo dataset: Python standard library sources (on every machine: no download), a tokenizer trained on them,
-a token store. Documents are the top-level blocks of each ``.py`` file: about 24k documents, mean 165 tokens,
-median 65 with the demo tokenizer (the skewed lengths of fine-tuning data).
+"""The demo dataset: the top-level blocks of the Python standard library's sources (no download; about 24k
+documents, mean 165 tokens, median 65: the skewed lengths of fine-tuning data), a tokenizer and a token store.
 """
 
 from __future__ import annotations
@@ -58,10 +57,8 @@ def train_tokenizer(texts: list[str], path: str | Path, *, vocab_size: int = 409
 def build_demo(
     root: str | Path = DEMO_DIR, *, limit_files: int | None = None, vocab_size: int = 4096, progress: bool = True
 ) -> dict[str, Path]:
-    """Write ``root/stdlib.parquet`` (text), ``root/tokenizer.json`` and ``root/store`` (tokens, EOS per document).
-
-    Steps already done (their output exists) are skipped, so a second run is instant.
-    """
+    """Write ``root/stdlib.parquet`` (text), ``root/tokenizer.json`` and ``root/store`` (tokens, EOS per document),
+    skipping those already there."""
     from datatools.jobs.pretokenize import pretokenize
 
     root = Path(root)
