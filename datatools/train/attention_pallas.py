@@ -1,14 +1,10 @@
 """``pallas_blocksparse``: a Pallas TPU attention kernel whose grid runs over the loader's non-empty tiles only.
 
-The loader's tile list (:func:`datatools.kernels.attention_blocks.tile_list`: row, query block, key block, full,
-the order by key block, the count) is the scalar-prefetch operand whose index maps fetch tile ``i`` at grid step
-``i``; the grid is (heads, tiles listed), so a row of short documents runs about ctx x document length / block^2
-steps, not ctx^2 / block^2. Forward: a flash-style running softmax in VMEM, also writing the log-sum-exp; backward
-(``jax.custom_vjp``): a dq pass in (row, query block) order and a dk/dv pass in (row, key block) order, recomputing
-probabilities from the log-sum-exp. Full tiles skip the mask. Every pass counts its grid steps (``steps``, for
-HFU; where megacore splits the heads axis each core counts its share). Blocks are multiples of 128 tokens; off a
-TPU the kernels run in TPU interpret mode (exact, about 40 ms of CPU a grid step). A padding query's output and
-gradient are 0, as in :func:`datatools.train.attention.dense_attention`.
+The loader's tile list (:func:`datatools.kernels.attention_blocks.tile_list`) is the scalar-prefetch operand whose
+index maps fetch tile ``i`` at grid step ``i`` of the (heads, tiles listed) grid. Forward: a flash-style running
+softmax in VMEM, also writing the log-sum-exp; backward (``jax.custom_vjp``): a dq pass in (row, query block)
+order and a dk/dv pass in (row, key block) order. Full tiles skip the mask; every pass counts its grid steps (for
+HFU). Blocks are multiples of 128 tokens; off a TPU the kernels run in TPU interpret mode (exact, slow).
 """
 
 from __future__ import annotations
@@ -22,8 +18,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from datatools.kernels.attention_blocks import TILE_KEYS
+from datatools.train.attention import NEG  # a masked score: finite, so exp(NEG - max) is 0, never NaN
 
-NEG = -1e30  # a masked score: finite, so exp(NEG - max) is 0, never NaN
 LANES = 128  # TPU lane width: block sizes are multiples of it
 NT = (((1,), (1,)), ((), ()))  # dot_general: contract the last axes (A @ B^T)
 

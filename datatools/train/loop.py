@@ -5,8 +5,8 @@ A training config is a pipeline config (:mod:`datatools.pipeline.build`) plus::
     model: {vocab_size: 4096, d_model: 128, n_layers: 2, n_heads: 4}
     train: {steps: 50, learning_rate: 3.0e-3, warmup_steps: 10, log_every: 10, seed: 0, grad_accum_steps: 1}
 
-Each optimizer step takes ``grad_accum_steps`` pipeline batches (:mod:`datatools.train.step`). The pipeline is
-built in the canonical format, sharded per host unless the config's ``shard`` says otherwise.
+Each optimizer step takes ``grad_accum_steps`` pipeline batches; the pipeline is sharded per host unless the
+config's ``shard`` says otherwise.
 """
 
 from __future__ import annotations
@@ -156,8 +156,8 @@ class StepRecord(Report):
 
 @dataclass(frozen=True)
 class LengthRate(Report):
-    """The steps of one row length: the first compiles its program, so it is counted in ``steps``, ``tokens`` and
-    the attention FLOPs, left out of ``seconds``, ``flops``, ``timed_tokens``, ``tokens_per_s`` and ``mfu``."""
+    """The steps of one row length; the first (which compiles) is left out of ``seconds``, ``flops``,
+    ``timed_tokens``, ``tokens_per_s`` and ``mfu``."""
 
     length: int
     steps: int
@@ -175,8 +175,8 @@ class LengthRate(Report):
 
 @dataclass(frozen=True)
 class TrainSummary(Report):
-    """A run over the steps after the first (which compiles): rates, efficiency, MFU / HFU; and the whole run's
-    steps, wall time, loss, compilations and shapes."""
+    """Rates, efficiency and MFU / HFU over the steps after the first (which compiles); the whole run's steps, wall
+    time, loss, compilations and shapes."""
 
     steps: int
     first_step_s: float
@@ -230,9 +230,8 @@ def train(
     on_loader_stall=None,
 ) -> TrainReport:
     """Run ``cfg.train.steps`` steps (fewer if the data ends, or once ``stop_after_useful_tokens`` real tokens
-    have been trained on). ``on_step(record)`` is called after each step with its :class:`StepRecord`;
-    ``on_loader_stall(line)`` when the step waited for the loader (at most every few seconds). Returns the
-    records and a summary over the steps after the first (which includes compilation)."""
+    have been trained on), calling ``on_step(record)`` after each and ``on_loader_stall(line)`` when a step waited
+    for the loader (at most every few seconds)."""
     from datatools.train.mfu import (
         attention_pairs_computed,
         device_peak,
@@ -360,8 +359,7 @@ def train(
 
 
 def per_length(records: list[StepRecord], peak: float) -> list[LengthRate]:
-    """Per row length (tokens) of the steps (:class:`LengthRate`): steps, seconds, tokens, attention FLOPs
-    (in-document pairs, and as the kernel executes them) and MFU."""
+    """A :class:`LengthRate` per row length (tokens) of the steps."""
     out = []
     for length in sorted({r.shape[1] for r in records}):
         steps = [r for r in records if r.shape[1] == length]
