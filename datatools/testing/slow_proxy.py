@@ -88,13 +88,9 @@ class _RequestParser:
                     if not 65 <= data[i] <= 90:  # a request line starts with a method: GET, PUT, HEAD, ...
                         raise ValueError(f"a request starting with byte {data[i]}")
                     starts.append(i)
-                end = (self._buf + data[i:]).find(b"\r\n\r\n")
-                if end < 0:
-                    self._hold(data[i:])
+                head, i = self._until(data, i, b"\r\n\r\n")
+                if head is None:
                     return
-                taken = end + 4 - len(self._buf)
-                head, self._buf = self._buf + data[i : i + taken], b""
-                i += taken
                 self._start_body(head)
             elif self._state in ("body", "chunk-data"):
                 take = min(self._left, n - i)
@@ -103,13 +99,9 @@ class _RequestParser:
                 if not self._left:
                     self._state = "head" if self._state == "body" else "chunk-size"
             else:  # chunk-size or trailer
-                end = (self._buf + data[i:]).find(b"\r\n")
-                if end < 0:
-                    self._hold(data[i:])
+                line, i = self._until(data, i, b"\r\n")
+                if line is None:
                     return
-                taken = end + 2 - len(self._buf)
-                line, self._buf = (self._buf + data[i : i + taken])[:-2], b""
-                i += taken
                 if self._state == "trailer":
                     if not line:
                         self._state = "head"
@@ -120,11 +112,19 @@ class _RequestParser:
                 else:
                     self._state = "trailer"
 
-    def _hold(self, rest: bytes) -> None:
-        """Keep the incomplete line or head ``rest`` for the next feed; too long a one is not HTTP."""
-        self._buf += rest
-        if len(self._buf) > MAX_LINE:
-            raise ValueError(f"an HTTP line or head over {MAX_LINE} bytes")
+    def _until(self, data: bytes, i: int, mark: bytes) -> tuple[bytes | None, int]:
+        """(the held bytes and ``data[i:]`` up to ``mark``, left out; the index past it), or (None, len(data)) with
+        them held for the next feed when ``mark`` has not come yet (too long a head or line is not HTTP)."""
+        joined = self._buf + data[i:]
+        end = joined.find(mark)
+        if end < 0:
+            if len(joined) > MAX_LINE:
+                raise ValueError(f"an HTTP line or head over {MAX_LINE} bytes")
+            self._buf = joined
+            return None, len(data)
+        i += end + len(mark) - len(self._buf)
+        self._buf = b""
+        return joined[:end], i
 
     def _start_body(self, head: bytes) -> None:
         length, chunked = 0, False

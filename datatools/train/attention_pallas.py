@@ -57,12 +57,20 @@ def _flags(row, major, full, count):
     return (full * FULL + jnp.where(same_prev, 0, FIRST) + jnp.where(same_next, 0, LAST)).astype(jnp.int32)
 
 
-def _count_step(steps_ref):
+def _tile_step(flags_ref, steps_ref, init, accumulate, finish) -> None:
+    """A grid step of every pass: counted in ``steps_ref``; ``init()`` at the first tile of a run,
+    ``accumulate(full)``, ``finish()`` (write the result out) at its last."""
+
     @pl.when((pl.program_id(0) == 0) & (pl.program_id(1) == 0))
     def _():
         steps_ref[0] = 0
 
     steps_ref[0] += 1
+    flags = flags_ref[pl.program_id(1)]
+    pl.when(flags & FIRST != 0)(init)
+    pl.when(flags & FULL != 0)(lambda: accumulate(True))
+    pl.when(flags & FULL == 0)(lambda: accumulate(False))
+    pl.when(flags & LAST != 0)(finish)
 
 
 def _fwd_kernel(
@@ -86,41 +94,36 @@ def _fwd_kernel(
     block,
 ):
     i = pl.program_id(1)
-    flags = flags_ref[i]
-    _count_step(steps_ref)
 
-    @pl.when(flags & FIRST != 0)
-    def _():
+    def init():
         m_sc[...] = jnp.full(m_sc.shape, NEG, jnp.float32)
         l_sc[...] = jnp.zeros(l_sc.shape, jnp.float32)
         acc_sc[...] = jnp.zeros(acc_sc.shape, jnp.float32)
 
-    def accumulate(masked: bool):
+    def accumulate(full: bool):
         v = v_ref[...]
         s = jax.lax.dot_general(q_ref[...], k_ref[...], NT, preferred_element_type=jnp.float32) * scale
-        if masked:
+        if not full:
             mask = _mask(qb_ref[i], kb_ref[i], sq_ref[...], sk_ref[...], block)
             s = jnp.where(mask, s, NEG)
         m_prev = m_sc[...]
         m_new = jnp.maximum(m_prev, s.max(axis=1, keepdims=True))
         p = jnp.exp(s - m_new)
-        if masked:
+        if not full:
             p = jnp.where(mask, p, 0.0)
         grow = jnp.exp(m_prev - m_new)  # rescales what was summed under the old maximum
         l_sc[...] = l_sc[...] * grow + p.sum(axis=1, keepdims=True)
         acc_sc[...] = acc_sc[...] * grow + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
         m_sc[...] = m_new
 
-    pl.when(flags & FULL != 0)(lambda: accumulate(False))
-    pl.when(flags & FULL == 0)(lambda: accumulate(True))
-
-    @pl.when(flags & LAST != 0)
-    def _():
+    def finish():
         l = l_sc[...]
         ok = l > 0  # a padding query attends to nothing: output 0
         safe = jnp.where(ok, l, 1.0)
         o_ref[...] = jnp.where(ok, acc_sc[...] / safe, 0.0).astype(o_ref.dtype)
         lse_ref[...] = jnp.where(ok, m_sc[...] + jnp.log(safe), 0.0)
+
+    _tile_step(flags_ref, steps_ref, init, accumulate, finish)
 
 
 def _probs(q, k, qb, kb, sq, sk, lse, full, block, scale):
@@ -153,11 +156,8 @@ def _dq_kernel(
     block,
 ):
     i = pl.program_id(1)
-    flags = flags_ref[i]
-    _count_step(steps_ref)
 
-    @pl.when(flags & FIRST != 0)
-    def _():
+    def init():
         dq_sc[...] = jnp.zeros(dq_sc.shape, jnp.float32)
 
     def accumulate(full: bool):
@@ -167,12 +167,10 @@ def _dq_kernel(
         ds = p * (dp - delta_ref[...])
         dq_sc[...] += jnp.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32) * scale
 
-    pl.when(flags & FULL != 0)(lambda: accumulate(True))
-    pl.when(flags & FULL == 0)(lambda: accumulate(False))
-
-    @pl.when(flags & LAST != 0)
-    def _():
+    def finish():
         dq_ref[...] = dq_sc[...].astype(dq_ref.dtype)
+
+    _tile_step(flags_ref, steps_ref, init, accumulate, finish)
 
 
 def _dkv_kernel(
@@ -198,11 +196,8 @@ def _dkv_kernel(
     block,
 ):
     i = pl.program_id(1)
-    flags = flags_ref[i]
-    _count_step(steps_ref)
 
-    @pl.when(flags & FIRST != 0)
-    def _():
+    def init():
         dk_sc[...] = jnp.zeros(dk_sc.shape, jnp.float32)
         dv_sc[...] = jnp.zeros(dv_sc.shape, jnp.float32)
 
@@ -223,13 +218,11 @@ def _dkv_kernel(
         dst = pt * (dpt - delta_ref[...])
         dk_sc[...] += jnp.dot(dst.astype(q.dtype), q, preferred_element_type=jnp.float32) * scale
 
-    pl.when(flags & FULL != 0)(lambda: accumulate(True))
-    pl.when(flags & FULL == 0)(lambda: accumulate(False))
-
-    @pl.when(flags & LAST != 0)
-    def _():
+    def finish():
         dk_ref[...] = dk_sc[...].astype(dk_ref.dtype)
         dv_ref[...] = dv_sc[...].astype(dv_ref.dtype)
+
+    _tile_step(flags_ref, steps_ref, init, accumulate, finish)
 
 
 def _specs(block: int, d: int):
