@@ -206,18 +206,6 @@ class _Activity:
                 self.console.print(self.line(), markup=False, highlight=False, soft_wrap=True)
                 self.printed_step, self.printed_at = self.step, now
 
-    @contextmanager
-    def pause(self) -> Iterator[None]:
-        with self.lock:
-            self.paused += 1
-            self._stop_live()
-        try:
-            yield
-        finally:
-            with self.lock:
-                self.paused -= 1
-                self.since = self.printed_at = time.perf_counter()
-
 
 _ACTIVE: _Activity | None = None
 
@@ -258,8 +246,15 @@ def paused() -> Iterator[None]:
     if act is None:
         yield
         return
-    with act.pause():
+    with act.lock:
+        act.paused += 1
+        act._stop_live()
+    try:
         yield
+    finally:
+        with act.lock:
+            act.paused -= 1
+            act.since = act.printed_at = time.perf_counter()
 
 
 @contextmanager

@@ -5,6 +5,7 @@ consecutive rows asked for is read once, so each host reads only its own rows.
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Sequence
 
@@ -71,10 +72,7 @@ class PipelineRows:
 
     def __deepcopy__(self, memo: dict) -> PipelineRows:
         """A new reader over the same built pipeline (read only), with its own lock and record of reads."""
-        out = object.__new__(type(self))
-        out.__setstate__(self.__getstate__())
-        memo[id(self)] = out
-        return out
+        return copy.copy(self)  # through __getstate__ / __setstate__
 
     def is_finite(self) -> bool:
         return self.config.num_epochs is not None

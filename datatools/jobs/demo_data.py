@@ -17,16 +17,12 @@ DEMO_DIR = Path("demo_data")
 _TOP_LEVEL = re.compile(r"\n(?=(?:    )?(?:def |class |async def |@))")
 
 
-def stdlib_files(limit: int | None = None) -> list[Path]:
+def stdlib_documents(limit_files: int | None = None) -> list[str]:
+    """Top-level blocks of the standard library's sources (non-empty, UTF-8; tests left out), in path order."""
     root = Path(sysconfig.get_paths()["stdlib"])
     files = sorted(p for p in root.rglob("*.py") if "site-packages" not in p.parts and "test" not in p.parts)
-    return files[:limit] if limit else files
-
-
-def stdlib_documents(limit_files: int | None = None) -> list[str]:
-    """Top-level blocks of the standard library's sources (non-empty, UTF-8)."""
     docs: list[str] = []
-    for path in stdlib_files(limit_files):
+    for path in files[:limit_files] if limit_files else files:
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):

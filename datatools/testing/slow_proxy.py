@@ -207,9 +207,9 @@ class SlowProxy:
             except BaseException as exc:  # noqa: BLE001  (reported to start())
                 failure.append(exc)
                 loop.close()
-                ready.set()
                 return
-            ready.set()
+            finally:
+                ready.set()
             try:
                 loop.run_forever()
             finally:
@@ -228,24 +228,21 @@ class SlowProxy:
         loop, thread = self._loop, self._thread
         if loop is None or thread is None:
             return
-        if loop.is_closed():  # it never started serving
-            thread.join(5)
-            self._loop = self._thread = self._server = None
-            return
+        if not loop.is_closed():  # it started serving
 
-        async def shutdown() -> None:
-            if self._server is not None:
-                self._server.close()
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            if tasks:
-                await asyncio.wait(tasks, timeout=2)
+            async def shutdown() -> None:
+                if self._server is not None:
+                    self._server.close()
+                tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+                for task in tasks:
+                    task.cancel()
+                if tasks:
+                    await asyncio.wait(tasks, timeout=2)
 
-        with contextlib.suppress(RuntimeError, TimeoutError, concurrent.futures.TimeoutError):
-            asyncio.run_coroutine_threadsafe(shutdown(), loop).result(5)
-        with contextlib.suppress(RuntimeError):  # the loop is already closed
-            loop.call_soon_threadsafe(loop.stop)
+            with contextlib.suppress(RuntimeError, TimeoutError, concurrent.futures.TimeoutError):
+                asyncio.run_coroutine_threadsafe(shutdown(), loop).result(5)
+            with contextlib.suppress(RuntimeError):  # the loop is already closed
+                loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
         self._loop = self._thread = self._server = None
 
