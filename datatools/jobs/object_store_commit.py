@@ -8,6 +8,7 @@ Objects not provably datatools' own are never deleted: the job refuses them befo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -89,10 +90,8 @@ class ObjectStoreStaging:
             return
         manifest, store = None, is_token_store(output)
         if store:
-            try:
+            with contextlib.suppress(ValueError):
                 manifest = read_manifest(output)
-            except ValueError:
-                pass
         if manifest is None and store and not foreign_keys(names, None):
             if overwrite:
                 return  # a store whose manifest no longer reads: nothing but a store's keys, replaced by --overwrite

@@ -24,20 +24,6 @@ LANES = 128  # TPU lane width: block sizes are multiples of it
 NT = (((1,), (1,)), ((), ()))  # dot_general: contract the last axes (A @ B^T)
 
 
-def interpret_params():
-    """``pltpu.InterpretParams()`` off a TPU (run the kernels in TPU interpret mode on the CPU), else None."""
-    return None if jax.default_backend() == "tpu" else pltpu.InterpretParams()
-
-
-def check_block(block: int, ctx: int) -> None:
-    """A TPU-friendly tile: a multiple of 128 tokens that divides ctx."""
-    if block % LANES or ctx % block:
-        raise ValueError(
-            f"pallas_blocksparse: attention_block={block} must be a multiple of {LANES} (the TPU lane "
-            f"width) and divide ctx={ctx}"
-        )
-
-
 def _mask(qb, kb, sq, sk, block):
     """(block, block) bool: may query (row) attend to key (column) in tile (qb, kb); sq (block, 1), sk (1, block)."""
     qpos = qb * block + jax.lax.broadcasted_iota(jnp.int32, (block, block), 0)
@@ -265,7 +251,7 @@ def _call(kernel, tiles, major, operands, in_specs, out_specs, out_shape, scratc
         kernel,
         grid_spec=grid_spec,
         out_shape=out_shape,
-        interpret=interpret_params(),
+        interpret=None if jax.default_backend() == "tpu" else pltpu.InterpretParams(),  # off a TPU: TPU interpret mode
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
     )(row, qb, kb, flags, *operands)
 
@@ -364,30 +350,34 @@ def _attend_bwd(block, res, dout):
 _attend.defvjp(_attend_fwd, _attend_bwd)
 
 
-def _unpack(tiles: dict):
+def _prepared(q, k, v, tiles: dict, block: int):
+    """(q, k, v as (B, H, T, D), the tile list's prefetch operands, its order by key block), after checking the
+    block (a multiple of 128 tokens dividing T) and the tile list."""
+    if block % LANES or q.shape[1] % block:
+        raise ValueError(
+            f"pallas_blocksparse: attention_block={block} must be a multiple of {LANES} (the TPU lane "
+            f"width) and divide ctx={q.shape[1]}"
+        )
     missing = [key for key in TILE_KEYS if key not in tiles]
     if missing:
         raise ValueError(f"attention: pallas_blocksparse needs the batch's tile list ({', '.join(missing)} missing)")
     arrays = [jnp.asarray(tiles[key], jnp.int32) for key in TILE_KEYS]
-    return (*arrays[:4], arrays[5][0]), arrays[4]
+    qt, kt, vt = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))  # (B, H, T, D): a tile is (block, D) in VMEM
+    return qt, kt, vt, (*arrays[:4], arrays[5][0]), arrays[4]
 
 
 def pallas_blocksparse_attention(q, k, v, segment_ids, tiles: dict, block: int):
     """The same function as :func:`datatools.train.attention.dense_attention` on q, k, v (B, T, H, D), computed
     (and differentiated) by the Pallas kernels on the batch's tile list only (``tiles``: from
     :func:`~datatools.kernels.attention_blocks.tile_list` with the same ``block``, a multiple of 128 dividing T)."""
-    check_block(block, q.shape[1])
-    prefetch, by_k = _unpack(tiles)
-    qt, kt, vt = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))  # (B, H, T, D): a tile is (block, D) in VMEM
+    qt, kt, vt, prefetch, by_k = _prepared(q, k, v, tiles, block)
     return jnp.swapaxes(_attend(qt, kt, vt, segment_ids, prefetch, by_k, block), 1, 2)
 
 
 def pallas_blocksparse_steps(q, k, v, segment_ids, tiles: dict, block: int) -> dict[str, jax.Array]:
     """Grid steps each pass executes (``forward``, ``dq``, ``dkv``), counted by the kernels themselves: heads x
     the tiles listed when the kernel visits the non-empty tiles only."""
-    check_block(block, q.shape[1])
-    prefetch, by_k = _unpack(tiles)
-    qt, kt, vt = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))
+    qt, kt, vt, prefetch, by_k = _prepared(q, k, v, tiles, block)
     out, lse, fwd_steps = forward(qt, kt, vt, segment_ids, prefetch, block)
     *_, dq_steps, dkv_steps = backward(qt, kt, vt, segment_ids, prefetch, by_k, block, out, lse, jnp.ones_like(out))
     return {"forward": fwd_steps, "dq": dq_steps, "dkv": dkv_steps}

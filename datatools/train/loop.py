@@ -1,12 +1,6 @@
-"""Training from a YAML config: the Grain pipeline feeds the jitted step; per-step tokens/s, efficiency, MFU.
-
-A training config is a pipeline config (:mod:`datatools.pipeline.build`) plus::
-
-    model: {vocab_size: 4096, d_model: 128, n_layers: 2, n_heads: 4}
-    train: {steps: 50, learning_rate: 3.0e-3, warmup_steps: 10, log_every: 10, seed: 0, grad_accum_steps: 1}
-
-Each optimizer step takes ``grad_accum_steps`` pipeline batches; the pipeline is sharded per host unless the
-config's ``shard`` says otherwise.
+"""Training from a YAML config: a pipeline config (:mod:`datatools.pipeline.build`) plus ``model`` and ``train``
+sections. The Grain pipeline, sharded per host unless its ``shard`` says otherwise, feeds the jitted step
+``grad_accum_steps`` batches at a time; each step reports tokens/s, efficiency and MFU.
 """
 
 from __future__ import annotations
@@ -266,21 +260,17 @@ def train(
             batches = list(itertools.islice(it, cfg.train.grad_accum_steps))  # one optimizer step
             if len(batches) < cfg.train.grad_accum_steps:  # the data ended: a short step would weigh differently
                 break
-            useful = computed = slots = rows = 0  # tokens, attention pairs, token slots, rows of the step
-            flops = hw_flops = attn = 0.0  # model FLOPs, FLOPs as executed, the attention term alone
+            useful = slots = rows = pair_sum = computed = 0  # of the step: tokens, slots, rows, attention pairs
             for batch in batches:
                 top = int(batch["tokens"].max())
                 if top >= cfg.model.vocab_size:
                     raise ValueError(f"token id {top} >= model.vocab_size {cfg.model.vocab_size}")
                 seg = batch["segment_ids"]
-                n = int(np.count_nonzero(seg))
-                useful, slots, rows = useful + n, slots + seg.size, rows + seg.shape[0]
-                pair_sum = segment_lengths_sq(seg)
-                flops += step_flops(cfg.model, n, pair_sum)
-                attn += step_flops(cfg.model, 0, pair_sum)  # the attention term alone: in-document pairs
-                pairs = attention_pairs_computed(cfg.model.attention, batch, cfg.model.attention_block)
-                computed += pairs
-                hw_flops += hardware_flops(cfg.model, seg.size, pairs)
+                useful, slots, rows = useful + int(np.count_nonzero(seg)), slots + seg.size, rows + seg.shape[0]
+                pair_sum += segment_lengths_sq(seg)
+                computed += attention_pairs_computed(cfg.model.attention, batch, cfg.model.attention_block)
+            flops, hw_flops = step_flops(cfg.model, useful, pair_sum), hardware_flops(cfg.model, slots, computed)
+            attn = step_flops(cfg.model, 0, pair_sum)  # the attention term alone: in-document pairs
             seg = batches[0]["segment_ids"]
             t0 = time.perf_counter()
             if step == 1:
