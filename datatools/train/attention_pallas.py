@@ -24,10 +24,11 @@ LANES = 128  # TPU lane width: block sizes are multiples of it
 NT = (((1,), (1,)), ((), ()))  # dot_general: contract the last axes (A @ B^T)
 
 
-def _mask(qb, kb, sq, sk, block):
-    """(block, block) bool: may query (row) attend to key (column) in tile (qb, kb); sq (block, 1), sk (1, block)."""
-    qpos = qb * block + jax.lax.broadcasted_iota(jnp.int32, (block, block), 0)
-    kpos = kb * block + jax.lax.broadcasted_iota(jnp.int32, (block, block), 1)
+def _mask(qb, kb, sq, sk, block, q_axis=0):
+    """(block, block) bool: may the query attend to the key in tile (qb, kb), the queries along ``q_axis`` (0: rows,
+    sq (block, 1), sk (1, block); 1: columns, sq (1, block), sk (block, 1))."""
+    qpos = qb * block + jax.lax.broadcasted_iota(jnp.int32, (block, block), q_axis)
+    kpos = kb * block + jax.lax.broadcasted_iota(jnp.int32, (block, block), 1 - q_axis)
     return (kpos <= qpos) & (sq == sk) & (sq > 0)
 
 
@@ -112,12 +113,13 @@ def _fwd_kernel(
     _tile_step(flags_ref, steps_ref, init, accumulate, finish)
 
 
-def _probs(q, k, qb, kb, sq, sk, lse, full, block, scale):
-    """Probabilities (block, block) of a tile recomputed from the log-sum-exp (float32)."""
-    s = jax.lax.dot_general(q, k, NT, preferred_element_type=jnp.float32) * scale
+def _probs(a, b, qb, kb, sq, sk, lse, full, block, scale, q_axis=0):
+    """Probabilities (block, block) of a tile recomputed from the log-sum-exp (float32): of the scores ``a @ b^T``,
+    queries x keys (``q_axis=0``: ``a`` the queries) or keys x queries (``q_axis=1``: ``a`` the keys)."""
+    s = jax.lax.dot_general(a, b, NT, preferred_element_type=jnp.float32) * scale
     if full:
         return jnp.exp(s - lse)
-    mask = _mask(qb, kb, sq, sk, block)
+    mask = _mask(qb, kb, sq, sk, block, q_axis)
     return jnp.where(mask, jnp.exp(jnp.where(mask, s, NEG) - lse), 0.0)
 
 
@@ -190,15 +192,7 @@ def _dkv_kernel(
     def accumulate(full: bool):
         # the tile transposed (keys x queries), as splash does: every matmul is A @ B or A @ B^T
         q, do = q_ref[...], do_ref[...]
-        st = jax.lax.dot_general(k_ref[...], q, NT, preferred_element_type=jnp.float32) * scale
-        if full:
-            pt = jnp.exp(st - lse_ref[...])
-        else:
-            qpos = qb_ref[i] * block + jax.lax.broadcasted_iota(jnp.int32, (block, block), 1)
-            kpos = kb_ref[i] * block + jax.lax.broadcasted_iota(jnp.int32, (block, block), 0)
-            sk, sq = sk_ref[...], sq_ref[...]  # (block, 1) per key, (1, block) per query
-            mask = (kpos <= qpos) & (sk == sq) & (sq > 0)
-            pt = jnp.where(mask, jnp.exp(jnp.where(mask, st, NEG) - lse_ref[...]), 0.0)
+        pt = _probs(k_ref[...], q, qb_ref[i], kb_ref[i], sq_ref[...], sk_ref[...], lse_ref[...], full, block, scale, 1)
         dv_sc[...] += jnp.dot(pt.astype(do.dtype), do, preferred_element_type=jnp.float32)
         dpt = jax.lax.dot_general(v_ref[...], do, NT, preferred_element_type=jnp.float32)
         dst = pt * (dpt - delta_ref[...])
