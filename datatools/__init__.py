@@ -1,13 +1,6 @@
-"""datatools: efficient LLM training input pipelines.
+"""datatools: efficient LLM training input pipelines, in layers (``docs/architecture.md``).
 
-The package is organised in layers, each a folder (see ``docs/architecture.md``):
-``kernels`` (numpy/numba: packing, bucketing, shuffling, tiles, batch layouts) ->
-``io`` (inputs, tokenizer, token store, document sources) -> ``jobs`` (pre-tokenize)
--> ``analysis`` (padding, shuffle quality) -> ``grain`` (transforms) -> ``pipeline``
-(configs, build, run) -> ``train`` (JAX, the ``jax`` extra) -> ``cli``.
-
-The kernels' public names are importable from here; they are loaded on first use, so
-``import datatools`` (and ``datatools --version``) stays fast.
+The kernels' public names are importable from here, loaded on first use (``import datatools`` stays fast).
 """
 
 from __future__ import annotations

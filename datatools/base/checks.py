@@ -25,12 +25,9 @@ MAX_TOKEN_BUDGET = 1 << 40  # tokens per batch
 
 
 def as_lengths(lengths, name: str = "lengths") -> np.ndarray:
-    """Return ``lengths`` as a 1-D int64 array of non-negative integers (tokens).
-
-    Floats are accepted only when every value is finite and integral (lengths read
-    from a CSV or a float column); anything else raises ``ValueError`` naming the
-    first offending index and value.
-    """
+    """Return ``lengths`` as a 1-D int64 array of non-negative integers (tokens). Floats are accepted when every
+    value is finite and integral (a CSV or float column); anything else raises ``ValueError`` naming the first
+    offending index and value."""
     try:
         arr = np.asarray(lengths)
     except (OverflowError, ValueError, TypeError):

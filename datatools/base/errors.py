@@ -26,11 +26,8 @@ class InputError(ValueError):
 
 
 class StorageError(OSError):
-    """Object storage could not be used (endpoint unreachable, bucket missing, credentials missing or refused).
-
-    ``filename`` is the URL; ``errno`` is ECONNREFUSED, ENXIO (no such bucket) or EACCES: never one of
-    :data:`BAD_INPUT_ERRNOS`, so it exits 1 (the environment) with one line.
-    """
+    """Object storage could not be used (endpoint unreachable, bucket missing, credentials missing or refused):
+    ``filename`` is the URL, ``errno`` ECONNREFUSED, ENXIO (no such bucket) or EACCES, so it exits 1."""
 
 
 class RunFailed(RuntimeError):
@@ -38,13 +35,11 @@ class RunFailed(RuntimeError):
 
 
 class UnsupportedVersion(RuntimeError):
-    """An installed package is not of a version a datatools shim knows (another package's internal state or
-    function changed): exit status 1, the message naming the package, its version and the shim."""
+    """An installed package is not of a version a datatools shim knows: exit status 1, the message naming it."""
 
 
 class DeviceOutOfMemory(MemoryError):
-    """The accelerator could not hold a program's buffers: exit status 1 with the message (which names what
-    to make smaller)."""
+    """The accelerator could not hold a program's buffers: exit status 1 with the message."""
 
 
 def exit_status(exc: BaseException) -> int:

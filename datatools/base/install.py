@@ -5,6 +5,7 @@ metadata. ``datatools-llm`` is not on the package index yet.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from importlib import metadata
 from pathlib import Path
@@ -16,12 +17,9 @@ EXTRAS = ("jax", "ray", "cloud")  # the extras a missing-module message may name
 def checkout() -> Path | None:
     """The source checkout datatools is imported from (the folder holding its ``pyproject.toml``), or None."""
     root = Path(__file__).resolve().parents[2]
-    pyproject = root / "pyproject.toml"
-    try:
-        if pyproject.is_file() and f'name = "{DISTRIBUTION}"' in pyproject.read_text(encoding="utf-8"):
+    with contextlib.suppress(OSError):  # no pyproject.toml there
+        if f'name = "{DISTRIBUTION}"' in (root / "pyproject.toml").read_text(encoding="utf-8"):
             return root
-    except OSError:
-        return None
     return None
 
 
@@ -37,11 +35,7 @@ def extra_requirements(extra: str) -> list[str]:
 
 
 def install_command(extra: str) -> str:
-    """A command that installs ``extra`` (``jax``, ``ray``, ``cloud``) for this datatools.
-
-    Raises:
-      ValueError: ``extra`` is not one of :data:`EXTRAS`.
-    """
+    """A command that installs ``extra`` (one of :data:`EXTRAS`, else ValueError) for this datatools."""
     if extra not in EXTRAS:
         raise ValueError(f"extra must be one of {', '.join(EXTRAS)}; got {extra!r}")
     root = checkout()

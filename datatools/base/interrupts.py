@@ -1,9 +1,7 @@
 """Ctrl-C that is never lost: the command line's SIGINT handler records the request before it raises.
 
-A KeyboardInterrupt raised in a garbage-collection callback (JAX installs one) is printed and dropped, and one
-raised in code run by ``exec()`` makes the interpreter exit by SIGINT; there :func:`install`'s handler only sets
-:data:`REQUESTED`, and :func:`check` (called by :func:`datatools.base.progress.doing` and the loops that wait for
-workers) raises it.
+Where a KeyboardInterrupt would be dropped (a garbage-collection callback: JAX installs one) or would make the
+interpreter exit by SIGINT (code run by ``exec()``), the handler only sets :data:`REQUESTED`; :func:`check` raises it.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""Progress on stderr, from a command's first second: a rich display on a terminal, plain lines elsewhere.
-
-* :func:`activity`, fed by :func:`doing`: one live line saying the step under way and for how long (the CLI runs
-  every subcommand in one; ``datatools pipeline`` once showed nothing for 2.4 minutes).
-* Bars (:func:`job_progress`, :func:`count_progress`): documents, tokens and bytes with rates and an ETA; a bar
-  pauses the activity line (:func:`paused`).
-
-The ETA goes by the rate over all the work so far, never below the time since the count last moved
-(:func:`eta_seconds`: a bar once said "ETA 1 s" for 40 s). Off a terminal a plain line is printed once work has
-lasted :data:`FIRST_LINE_S`, then every :data:`PLAIN_INTERVAL_S`; shorter work prints nothing.
+"""Progress on stderr: a rich display on a terminal, plain lines elsewhere (once work has lasted
+:data:`FIRST_LINE_S`, then every :data:`PLAIN_INTERVAL_S`). :func:`activity`, fed by :func:`doing`, is one live line
+saying the step under way; the bars (:func:`job_progress`, :func:`count_progress`) count work with rates and an ETA
+(:func:`eta_seconds`) and pause the activity line while they run.
 """
 
 from __future__ import annotations
@@ -48,9 +42,9 @@ def _clock(seconds: float) -> str:
 
 
 def eta_seconds(done: float, total: float | None, elapsed: float, still: float = 0.0) -> float | None:
-    """Seconds left: the ``total - done`` units left at the rate of all the work so far (``done`` units in
-    ``elapsed`` seconds), never below ``still`` (seconds since the count last moved: a lower ETA has already proved
-    wrong), at least 1 s while work is left; None when nothing is done yet."""
+    """Seconds left at the rate of all the work so far (``done`` of ``total`` units in ``elapsed`` seconds), never
+    below ``still`` (seconds since the count last moved: a bar once said "ETA 1 s" for 40 s), at least 1 s while
+    work is left; None when nothing is done yet."""
     if not total or done <= 0 or elapsed <= 0:
         return None
     left = max(total - done, 0)
@@ -101,8 +95,7 @@ def _every(first_s: float, interval_s: float, call: Callable[[], None], name: st
 
 
 def _plain_lines(console: Console, line: Callable[[], str], interval_s: float):
-    """Print ``line()`` on ``console`` once the block has run ``min(FIRST_LINE_S, interval_s)`` seconds, then every
-    ``interval_s`` seconds, until the block ends."""
+    """Print ``line()`` on ``console`` after ``min(FIRST_LINE_S, interval_s)`` seconds, then every ``interval_s``."""
 
     def say() -> None:
         console.print(line(), markup=False, highlight=False, soft_wrap=True)
@@ -213,18 +206,6 @@ class _Activity:
                 self.console.print(self.line(), markup=False, highlight=False, soft_wrap=True)
                 self.printed_step, self.printed_at = self.step, now
 
-    @contextmanager
-    def pause(self) -> Iterator[None]:
-        with self.lock:
-            self.paused += 1
-            self._stop_live()
-        try:
-            yield
-        finally:
-            with self.lock:
-                self.paused -= 1
-                self.since = self.printed_at = time.perf_counter()
-
 
 _ACTIVE: _Activity | None = None
 
@@ -232,8 +213,8 @@ _ACTIVE: _Activity | None = None
 @contextmanager
 def activity(label: str, *, console: Console | None = None, interval_s: float = PLAIN_INTERVAL_S) -> Iterator[None]:
     """One live line on ``console`` (default stderr) while the block runs: ``label: what (elapsed h:mm:ss)``,
-    ``what`` the latest :func:`doing` (``starting`` until the first): a spinner on a terminal, else a plain line
-    when a step has lasted :data:`FIRST_LINE_S` and every ``interval_s`` seconds. Nested calls keep the outer one."""
+    ``what`` the latest :func:`doing`: a spinner on a terminal, else a plain line when a step has lasted
+    :data:`FIRST_LINE_S` and every ``interval_s`` seconds. Nested calls keep the outer one."""
     global _ACTIVE
     if _ACTIVE is not None:
         yield
@@ -265,8 +246,15 @@ def paused() -> Iterator[None]:
     if act is None:
         yield
         return
-    with act.pause():
+    with act.lock:
+        act.paused += 1
+        act._stop_live()
+    try:
         yield
+    finally:
+        with act.lock:
+            act.paused -= 1
+            act.since = act.printed_at = time.perf_counter()
 
 
 @contextmanager
@@ -281,9 +269,8 @@ def job_progress(
     interval_s: float = PLAIN_INTERVAL_S,
     console: Console | None = None,
 ):
-    """Progress of a job over ``total_shards`` (``done`` of them already, a resumed job); yields a :class:`JobBar`.
-    With ``total_bytes`` (``done_bytes`` done) the bar and the ETA go by bytes; ``enabled`` False counts and shows
-    nothing; ``interval_s``: seconds between plain lines off a terminal; ``console`` default: stderr."""
+    """Progress of a job over ``total_shards`` (``done`` of them already); yields a :class:`JobBar`. With
+    ``total_bytes`` (``done_bytes`` done) the bar and the ETA go by bytes; ``enabled`` False shows nothing."""
     console = Console(stderr=True) if console is None else console
     bar = JobBar(total_shards, done, total_bytes, done_bytes)
     with paused():

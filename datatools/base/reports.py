@@ -13,11 +13,7 @@ import numpy as np
 
 def as_json_value(value: Any) -> Any:
     """``value`` as plain JSON types: dataclasses and mappings -> dict (keys as str), tuples/lists/sets/arrays ->
-    list, numpy scalars -> int/float/bool; anything else as it is (str, int, float, bool, None).
-
-    Raises:
-      TypeError: a value JSON cannot hold (naming its type).
-    """
+    list, numpy scalars -> int/float/bool; TypeError (naming its type) for a value JSON cannot hold."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: as_json_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):

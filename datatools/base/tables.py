@@ -35,10 +35,9 @@ def fitted_table(
     *,
     drop_first: Sequence[str] = (),
 ) -> tuple[Table, list[str]]:
-    """A rich table of ``rows`` (cells: rich markup) under ``columns`` (the first left-aligned, a label that may
-    wrap; the others right-aligned, never wrapped or cut) that is at most ``width`` cells wide: while it is wider,
-    the next column of ``drop_first`` (headers, least important first) is left out. Returns the table and the
-    headers left out (also named in its caption). The first column is never left out.
+    """A rich table of ``rows`` (cells: rich markup) under ``columns`` (the first a label that may wrap, the others
+    right-aligned, never cut) at most ``width`` cells wide: while it is wider, the next column of ``drop_first``
+    (headers, least important first) is left out. Returns the table and the headers left out (named in its caption).
 
     Raises:
       ValueError: a row whose length is not the number of columns, or a ``drop_first`` header that is not a column.

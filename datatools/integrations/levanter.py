@@ -8,13 +8,10 @@ that carries it::
     train_set = data_config("pipeline.yaml", vocab_size=32000).train_set(Pos, batch_schedule, key=key)
 
 Element ``i`` is row ``i % B`` of the pipeline's global batch ``i // B`` (``B``: its ``batch_size``, also
-Levanter's ``train_batch_size``), read by number, so a restart at step ``s`` reads from batch ``s`` on. Each host
-reads only the rows its devices hold (:mod:`datatools.integrations.levanter_rows`; ``shard`` is ignored). Rows
-are the ``levanter`` batch format (:mod:`datatools.kernels.batch_layouts`) made into ``GrugLmExample.causal``:
-segment ids renumbered to Levanter's, ``loss_mask`` (or ``loss_weights``) as the loss weight, int32 tokens, no
-positions (docs/levanter.md, docs/loss-weighting.md). With ``boundary_targets: mask`` no target crosses a document,
-unlike Levanter's own packing (``next_document`` gives its behaviour back). Levanter's shuffle is off: the pipeline
-shuffles.
+Levanter's ``train_batch_size``), read by number (a restart at step ``s`` reads from batch ``s`` on), each host
+reading only its devices' rows (:mod:`datatools.integrations.levanter_rows`). Rows are the ``levanter`` batch
+format made into ``GrugLmExample.causal`` (docs/levanter.md). With ``boundary_targets: mask`` no target crosses a
+document, unlike Levanter's own packing (``next_document`` gives its behaviour back).
 """
 
 from __future__ import annotations
@@ -92,12 +89,10 @@ draccus.encode.register(PipelineDataset, _encoded)
 
 
 def data_config(pipeline, *, vocab_size: int | None = None, tokenizer: str = "passthrough", documents=None, **kwargs):
-    """Levanter's ``LmDataConfig`` whose training data is the datatools pipeline (one ``direct`` component).
-
-    Levanter's shuffle is off (the pipeline shuffles); ``mixture_block_size`` is the pipeline's batch size, so
-    Levanter's step ``s`` holds exactly the rows of datatools' batch ``s`` (its mixture permutes each block's
-    slots). ``tokenizer`` is what Levanter reports with (``passthrough`` needs ``vocab_size``); further keyword
-    arguments go to ``LmDataConfig``."""
+    """Levanter's ``LmDataConfig`` whose training data is the datatools pipeline (one ``direct`` component), with
+    Levanter's shuffle off (the pipeline shuffles) and ``mixture_block_size`` the pipeline's batch size (Levanter's
+    step ``s`` holds exactly the rows of datatools' batch ``s``). ``tokenizer``: what Levanter reports with
+    (``passthrough`` needs ``vocab_size``); further keyword arguments go to ``LmDataConfig``."""
     from levanter.data.text.datasets import DirectDatasetComponent, LmDataConfig
 
     dataset = PipelineDataset(pipeline, documents=documents)

@@ -1,14 +1,11 @@
 """The rows Levanter asks for, read from a datatools pipeline: the Levanter-free half of
-:mod:`datatools.integrations.levanter`.
-
-Element ``i`` is row ``i % B`` of global batch ``i // B``. :meth:`PipelineRows.rows` groups the elements asked for
-by batch and reads each run of consecutive rows ``[lo, hi)`` with ``schedule.read(epoch, j, lo, hi)``, so each
-host reads only its own rows. :class:`PipelineRows` survives ``copy.deepcopy`` and pickling (Levanter deep-copies
-its config to log it): its lock is made anew and a deep copy shares the built pipeline.
+:mod:`datatools.integrations.levanter`. Element ``i`` is row ``i % B`` of global batch ``i // B``; each run of
+consecutive rows asked for is read once, so each host reads only its own rows.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Sequence
 
@@ -35,9 +32,9 @@ def runs(rows: np.ndarray) -> list[tuple[int, int]]:
 class PipelineRows:
     """A datatools pipeline's global batches as numbered rows in the ``levanter`` layout, read a few at a time.
 
-    ``pipeline``: a :class:`~datatools.pipeline.PipelineConfig`, a mapping or a YAML path (rows of one length;
-    ``num_epochs: null`` repeats forever; ``format`` ``datatools`` or ``levanter``; ``shard`` and ``workers``
-    ignored); ``documents``: an opened document source to use instead of ``source.path``.
+    ``pipeline``: a :class:`~datatools.pipeline.PipelineConfig`, a mapping or a YAML path (``shard`` and ``workers``
+    ignored); ``documents``: an opened document source to use instead of ``source.path``. It survives
+    ``copy.deepcopy`` and pickling (Levanter deep-copies its config to log it): a deep copy shares the built pipeline.
 
     Raises:
       ValueError: a config in another trainer's format, or one whose rows have several lengths.
@@ -75,10 +72,7 @@ class PipelineRows:
 
     def __deepcopy__(self, memo: dict) -> PipelineRows:
         """A new reader over the same built pipeline (read only), with its own lock and record of reads."""
-        out = object.__new__(type(self))
-        out.__setstate__(self.__getstate__())
-        memo[id(self)] = out
-        return out
+        return copy.copy(self)  # through __getstate__ / __setstate__
 
     def is_finite(self) -> bool:
         return self.config.num_epochs is not None

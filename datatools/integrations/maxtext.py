@@ -1,4 +1,4 @@
-"""MaxText fed by a datatools pipeline, configured with MaxText's own keys.
+"""MaxText fed by a datatools pipeline, configured with MaxText's own keys (the key mapping: docs/trainers.md).
 
 :func:`create_data_iterator` has the signature and result of MaxText's
 ``input_pipeline_interface.create_data_iterator(config, mesh)`` (``MultiHostDataLoadIterator`` objects over a
@@ -9,33 +9,16 @@ pipeline in the ``maxtext`` format, so its train step, ``total_weights`` and Gra
     maxtext.train(["src/maxtext/configs/base.yml", "dataset_type=grain", "grain_train_files=demo_data/store",
                    "steps=1000"], pipeline="maxtext_pipeline.yaml")
 
-or ``python -m datatools.integrations.maxtext --pipeline P.yaml CONFIG.yml key=value ...`` (docs/trainers.md).
-
-=============================================  ==========================================
-MaxText                                        datatools pipeline
-=============================================  ==========================================
-``max_target_length``                          ``packing.ctx``
-``global_batch_size_to_load``                  ``batch_size`` (global; each host gets 1/processes)
-``expansion_factor_real_data`` (1/k)           ``batch_size`` = k x ``global_batch_size_to_load``
-``grain_train_files``                          ``source.path`` (when the pipeline has none)
-``max_segments_per_seq`` (> 0)                 ``packing.max_segments``
-``data_shuffle_seed``                          ``seed``
-``enable_data_shuffling: false``               ``shuffle.kind: none``
-``grain_worker_count`` (>= 0)                  ``workers``
-``num_epoch``                                  ``num_epochs``
-jax process index / count                      ``shard.index`` / ``shard.count``
-=============================================  ==========================================
-
-Everything else comes from the datatools config; a datatools key that contradicts MaxText's is an error.
-MaxText's ``packing: false`` does not turn packing off. Every host's checkpoint holds the global position; a
-restart on fewer hosts sets ``expansion_factor_real_data`` = (hosts now) / (hosts before) and continues the
-global batch sequence exactly (:func:`_restore_views`).
+or ``python -m datatools.integrations.maxtext --pipeline P.yaml CONFIG.yml key=value ...``. A datatools key that
+contradicts MaxText's is an error; MaxText's ``packing: false`` does not turn packing off. A restart on fewer hosts
+(``expansion_factor_real_data`` = hosts now / hosts before) continues the global batch sequence exactly.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib.util
 import os
 import sys
@@ -107,10 +90,10 @@ def _agree(data: dict, section: str | None, key: str, value, maxtext_key: str) -
 def pipeline_config(
     config, pipeline=None, *, process_index: int = 0, process_count: int = 1, split: str = "train"
 ) -> PipelineConfig:
-    """The datatools pipeline config for a MaxText config (``pyconfig.HyperParameters`` or a mapping; the key
-    mapping: the module docstring) and a datatools ``pipeline`` (YAML path or mapping; its ``source`` may be left
-    out when ``grain_train_files`` names the data), for this host of ``process_count``. ``split``: ``train`` or
-    ``eval`` (``grain_eval_files``, ``global_batch_size_to_load_eval``, no shuffle, one epoch)."""
+    """The datatools pipeline config for a MaxText config (``pyconfig.HyperParameters`` or a mapping) and a
+    datatools ``pipeline`` (YAML path or mapping; its ``source`` may be left out when ``grain_train_files`` names
+    the data), for this host of ``process_count``. ``split``: ``train`` or ``eval`` (``grain_eval_files``,
+    ``global_batch_size_to_load_eval``, no shuffle, one epoch)."""
     data = _pipeline_mapping(pipeline)
     ctx = _int_setting(config, "max_target_length", minimum=1, maximum=MAX_CTX)
     process_count = check_int(process_count, "process_count", minimum=1)
@@ -199,25 +182,11 @@ def _host_iterator(dataset, mesh, generate_padding_batch: bool):
     return MultiHostDataLoadIterator(dataset, mesh, generate_padding_batch)
 
 
-def _restore_views(iterator, mesh, generate_padding_batch: bool, expansion: float) -> list:
-    """A restart on fewer hosts (``expansion_factor_real_data`` = hosts now / hosts before): MaxText wants
-    1/expansion iterators per host, restored from the saved hosts' files and taken in turn. A datatools state is
-    the global position, the same in every file, so they are views of ONE pipeline iterator: taken in turn, they
-    continue the one global batch sequence."""
-    return [
-        _host_iterator(iterator, mesh, generate_padding_batch)  # iter(iterator) is the iterator itself
-        for _ in range(round(1 / expansion))
-    ]
-
-
 def create_data_iterator(config, mesh, *, pipeline=None):
     """MaxText's ``create_data_iterator(config, mesh)`` over a datatools pipeline (YAML path or mapping; default
-    the ``DATATOOLS_PIPELINE`` environment variable, else datatools' defaults).
-
-    Returns ``(train_iterator, eval_iterator)``: MaxText ``MultiHostDataLoadIterator`` objects (datatools'
-    :class:`HostBatchIterator` where MaxText is not installed); ``eval_iterator`` is None unless ``eval_interval >
-    0``; a restart on fewer hosts gets MaxText's list form (:func:`_restore_views`).
-    """
+    the ``DATATOOLS_PIPELINE`` environment variable, else datatools' defaults): ``(train_iterator, eval_iterator)``,
+    MaxText ``MultiHostDataLoadIterator`` objects (:class:`HostBatchIterator` where MaxText is not installed;
+    a list of them on a restart on fewer hosts); ``eval_iterator`` is None unless ``eval_interval > 0``."""
     import jax
 
     if pipeline is None:
@@ -225,9 +194,10 @@ def create_data_iterator(config, mesh, *, pipeline=None):
     index, count = jax.process_index(), jax.process_count()
     train_cfg = pipeline_config(config, pipeline, process_index=index, process_count=count)
     train_padding = bool(_setting(config, "generate_padding_batch_train", False))
-    expansion = _expansion(config)
-    if expansion < 1:
-        train_it = _restore_views(iter(build(train_cfg)), mesh, train_padding, expansion)
+    views = round(1 / _expansion(config))
+    if views > 1:  # a restart on fewer hosts: MaxText restores this many iterators per host and takes them in turn;
+        it = iter(build(train_cfg))  # a datatools state is the global position, so they are views of ONE iterator
+        train_it = [_host_iterator(it, mesh, train_padding) for _ in range(views)]
     else:
         train_it = _host_iterator(build(train_cfg), mesh, train_padding)
     eval_it = None
@@ -244,10 +214,7 @@ def use_datatools(pipeline=None):
     save the data iterator's state."""
     from datatools.integrations.maxtext_shim import maxtext_data_iterator
 
-    def datatools_iterator(config, mesh):
-        return create_data_iterator(config, mesh, pipeline=pipeline)
-
-    with maxtext_data_iterator(datatools_iterator):
+    with maxtext_data_iterator(functools.partial(create_data_iterator, pipeline=pipeline)):
         yield
 
 

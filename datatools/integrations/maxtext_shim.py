@@ -1,8 +1,5 @@
-"""Shim: the one MaxText function datatools replaces for a ``with`` block (MaxText has no data-source hook).
-
-What it assumes of MaxText (:data:`TESTED_MAXTEXT`, the version ``make test-clients`` tests): the module path,
-name and parameters ``(config, mesh)`` of :data:`MAXTEXT_FACTORY`, each checked at the swap; a MaxText that
-differs raises :class:`~datatools.base.errors.UnsupportedVersion` naming what differs.
+"""Shim: the one MaxText function datatools replaces for a ``with`` block (MaxText has no data-source hook). Its
+module, name and parameters (:data:`MAXTEXT_FACTORY`, as in MaxText :data:`TESTED_MAXTEXT`) are checked at the swap.
 """
 
 from __future__ import annotations
@@ -10,7 +7,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from datatools.base.errors import UnsupportedVersion
 
@@ -29,12 +26,8 @@ def _parameters(function: Callable) -> tuple[str, ...]:
 def swapped_function(
     module_name: str, name: str, replacement: Callable, parameters: Sequence[str]
 ) -> Iterator[Callable]:
-    """Within the block, ``module_name.name`` is ``replacement``; the original is put back on exit (an exception
-    included) and yielded, so the replacement may call it.
-
-    Raises:
-      UnsupportedVersion: the module has no such function, or its parameter names are not ``parameters``.
-    """
+    """Within the block, ``module_name.name`` is ``replacement``; the original is yielded and put back on exit.
+    :class:`~datatools.base.errors.UnsupportedVersion` when there is no such function or its parameters differ."""
     module = importlib.import_module(module_name)
     original = getattr(module, name, None)
     if not callable(original):
@@ -56,9 +49,7 @@ def swapped_function(
         setattr(module, name, original)
 
 
-@contextmanager
-def maxtext_data_iterator(replacement: Callable) -> Iterator[Callable]:
+def maxtext_data_iterator(replacement: Callable) -> AbstractContextManager[Callable]:
     """Within the block, MaxText's trainers build their data iterators with ``replacement(config, mesh)``."""
     module_name, name, parameters = MAXTEXT_FACTORY
-    with swapped_function(module_name, name, replacement, parameters) as original:
-        yield original
+    return swapped_function(module_name, name, replacement, parameters)

@@ -1,6 +1,5 @@
-"""The demo dataset: Python standard library sources (on every machine: no download), a tokenizer trained on them,
-a token store. Documents are the top-level blocks of each ``.py`` file: about 24k documents, mean 165 tokens,
-median 65 with the demo tokenizer (the skewed lengths of fine-tuning data).
+"""The demo dataset: the top-level blocks of the Python standard library's sources (no download; about 24k
+documents, mean 165 tokens, median 65: the skewed lengths of fine-tuning data), a tokenizer and a token store.
 """
 
 from __future__ import annotations
@@ -18,16 +17,12 @@ DEMO_DIR = Path("demo_data")
 _TOP_LEVEL = re.compile(r"\n(?=(?:    )?(?:def |class |async def |@))")
 
 
-def stdlib_files(limit: int | None = None) -> list[Path]:
+def stdlib_documents(limit_files: int | None = None) -> list[str]:
+    """Top-level blocks of the standard library's sources (non-empty, UTF-8; tests left out), in path order."""
     root = Path(sysconfig.get_paths()["stdlib"])
     files = sorted(p for p in root.rglob("*.py") if "site-packages" not in p.parts and "test" not in p.parts)
-    return files[:limit] if limit else files
-
-
-def stdlib_documents(limit_files: int | None = None) -> list[str]:
-    """Top-level blocks of the standard library's sources (non-empty, UTF-8)."""
     docs: list[str] = []
-    for path in stdlib_files(limit_files):
+    for path in files[:limit_files] if limit_files else files:
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
@@ -58,10 +53,8 @@ def train_tokenizer(texts: list[str], path: str | Path, *, vocab_size: int = 409
 def build_demo(
     root: str | Path = DEMO_DIR, *, limit_files: int | None = None, vocab_size: int = 4096, progress: bool = True
 ) -> dict[str, Path]:
-    """Write ``root/stdlib.parquet`` (text), ``root/tokenizer.json`` and ``root/store`` (tokens, EOS per document).
-
-    Steps already done (their output exists) are skipped, so a second run is instant.
-    """
+    """Write ``root/stdlib.parquet`` (text), ``root/tokenizer.json`` and ``root/store`` (tokens, EOS per document),
+    skipping those already there."""
     from datatools.jobs.pretokenize import pretokenize
 
     root = Path(root)

@@ -1,16 +1,14 @@
 """Committing a pre-tokenize job's store to object storage (``s3://``, ``gs://``), where there is no rename.
 
-STAGING (:func:`staging_of`) is ``OUTPUT.partial`` beside OUTPUT in the same bucket (``OUTPUT/.partial`` for a
-bucket root). Shards are one PUT each under ``STAGING/shards/``. The commit writes ``STAGING/commit.json`` (the
-store keys under OUTPUT are now this job's), deletes an old store's manifest then its keys (only keys of
-:data:`STORE_KEY`), writes the arrays and ``OUTPUT/manifest.json`` last, then deletes STAGING's files. A reader
-opens a store through its manifest, so it sees the old store, none, or the whole new one; a job killed anywhere
-and run again ends byte-identical. Objects not provably datatools' own are never deleted: the job refuses them
-before any work, ``--overwrite`` or not.
+Shards are one PUT each under ``STAGING/shards/`` (:func:`staging_of`). The commit writes ``STAGING/commit.json``
+(the store keys under OUTPUT are now this job's), deletes an old store's manifest then its keys, writes the arrays
+and ``OUTPUT/manifest.json`` last, then deletes STAGING: a reader sees the old store, none, or the whole new one.
+Objects not provably datatools' own are never deleted: the job refuses them before any work.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -22,7 +20,6 @@ from datatools.io.store import ROOT_STAGING, is_token_store, read_manifest
 
 STAGING_FILE = re.compile(r"(job\.json|commit\.json|shards/\d{6}(\.piece-\d{6})?\.npz)")  # shards, their pieces
 SHARD_FILE = re.compile(r"shards/(\d{6})(?:\.piece-(\d{6}))?\.npz")
-STAGING_IN_ROOT = ROOT_STAGING  # a bucket root's staging prefix (there is no "beside" a bucket); write_store skips it
 STORE_KEY = re.compile(r"manifest\.json|shard_index\.bin|(tokens|offsets)/(zarr\.json|c(/\d+)+)")  # store.py's layout
 
 
@@ -30,12 +27,12 @@ def staging_of(output: str) -> str:
     """The staging prefix of a store at ``output``: ``OUTPUT.partial`` beside it, in the same bucket; for a
     bucket root ``OUTPUT/.partial`` under it (``bucket.partial`` would be another bucket)."""
     _, _, key = storage.split_url(output)
-    return storage.url_of(output).rstrip("/") + ("/" + STAGING_IN_ROOT if not key else ".partial")
+    return storage.url_of(output).rstrip("/") + ("/" + ROOT_STAGING if not key else ".partial")
 
 
 def store_keys(manifest: dict | None) -> set[str] | None:
     """The keys (relative to the store) a store's manifest lists, ``manifest.json`` included; None for a manifest
-    without records (a version-1 store: its keys are those matching :data:`STORE_KEY`)."""
+    without records (a version-1 store)."""
     chunks = (manifest or {}).get("chunks")
     if not isinstance(chunks, dict):
         return None
@@ -67,11 +64,6 @@ def _read_json(url: str | os.PathLike) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def committing_job(staging: str) -> str | None:
-    """The job whose commit to OUTPUT was under way when it was interrupted (``STAGING/commit.json``), if any."""
-    return _read_json(storage.join(staging, "commit.json")).get("job")
-
-
 class ObjectStoreStaging:
     """The :class:`~datatools.jobs.staging.Staging` of a store in object storage (the module docstring)."""
 
@@ -98,10 +90,8 @@ class ObjectStoreStaging:
             return
         manifest, store = None, is_token_store(output)
         if store:
-            try:
+            with contextlib.suppress(ValueError):
                 manifest = read_manifest(output)
-            except ValueError:
-                pass
         if manifest is None and store and not foreign_keys(names, None):
             if overwrite:
                 return  # a store whose manifest no longer reads: nothing but a store's keys, replaced by --overwrite
@@ -109,7 +99,7 @@ class ObjectStoreStaging:
                 f"{storage.url_of(output)}: a token store whose manifest.json does not read; nothing was touched: "
                 f"pass --overwrite to rebuild it (it holds nothing but a store's objects)"
             )
-        if manifest is None and committing_job(staging) is None:
+        if manifest is None and _read_json(storage.join(staging, "commit.json")).get("job") is None:
             raise ValueError(
                 f"{storage.url_of(output)}: already holds objects and is not a datatools token store (no "
                 f"readable manifest.json; {names[0]}{' ...' if len(names) > 1 else ''}); --overwrite replaces "
@@ -125,12 +115,9 @@ class ObjectStoreStaging:
             )
 
     def clean(self, extra: dict) -> None:
-        """Delete STAGING's own files (the store is complete); anything else there is kept."""
         _remove_staging(self.staging)
 
     def prepare(self, job: str, shards: int, extra: dict) -> None:
-        """Make STAGING this job's: keep it when its ``job.json`` names ``job``, else delete what another job left
-        and say so in ``extra``."""
         job_file = storage.join(self.staging, "job.json")
         if _names(self.staging) and _read_json(job_file).get("job") != job:
             _remove_staging(self.staging)
@@ -141,12 +128,9 @@ class ObjectStoreStaging:
             storage.write_text(job_file, json.dumps({"job": job, "shards": shards}) + "\n")
 
     def present(self) -> tuple[set[int], dict[int, int]]:
-        """The shard numbers written under ``STAGING/shards/``, and the pieces of the others (one listing)."""
         return written(_names(self.staging))
 
     def commit(self, job: str, write: Callable[[str], None], extra: dict) -> None:
-        """Write the store at OUTPUT with ``write(output)`` (the manifest last), replacing what is there (the
-        module docstring); then delete STAGING."""
         output, staging = self.output, self.staging
         storage.write_text(
             storage.join(staging, "commit.json"), json.dumps({"job": job, "output": storage.url_of(output)}) + "\n"
@@ -170,18 +154,12 @@ def written(names) -> tuple[set[int], dict[int, int]]:
             shards.add(int(m[1]))
         elif m:
             found.setdefault(int(m[1]), set()).add(int(m[2]))
-    pieces = {}
-    for k, have in found.items():
-        count = 0
-        while count in have:
-            count += 1
-        if count:
-            pieces[k] = count
-    return shards, pieces
+    counts = {k: min(set(range(len(have) + 1)) - have) for k, have in found.items()}  # the first piece missing
+    return shards, {k: n for k, n in counts.items() if n}
 
 
 def _remove_staging(staging: str) -> None:
-    """Delete STAGING's own files (:data:`STAGING_FILE`), one key at a time; anything else there is kept."""
+    """Delete STAGING's own files (:data:`STAGING_FILE`); anything else there is kept."""
     base = storage.url_of(staging).rstrip("/")
     for name in _names(staging):
         if STAGING_FILE.fullmatch(name):

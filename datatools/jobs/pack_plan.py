@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,13 +83,9 @@ def pack_plan(
     **input_options,
 ) -> PackReport:
     """Plan the documents of ``data`` into the plan directory ``out`` (rows of ``ctx`` tokens, index only); the
-    report is the plan's header, where the lengths came from and the times.
-
-    Args:
-      algorithm, max_segments, align, overflow, group_docs, overwrite: as :func:`~datatools.io.plan_file.write_plan`
-        (``group_docs`` None: its default).
-      console: a rich console for progress; None shows nothing.
-      input_options: how to read an input (:func:`~datatools.io.inputs.open_input`).
+    report is the plan's header, where the lengths came from and the times. Options as
+    :func:`~datatools.io.plan_file.write_plan` (``group_docs`` None: its default) and, for an input,
+    :func:`~datatools.io.inputs.open_input`; progress on ``console`` (None: none).
 
     Raises:
       ValueError: no documents, bad options, ``out`` exists (without ``overwrite``) or is not a plan.
@@ -101,20 +98,21 @@ def pack_plan(
     if lengths.shape[0] == 0:
         raise ValueError(f"{display(data)}: no documents")
     read_s = time.perf_counter() - t0
-    options: dict[str, Any] = dict(
-        algorithm=algorithm,
-        max_segments=max_segments,
-        align=align,
-        overflow=overflow,
-        group_docs=group_docs or GROUP_DOCS,
-        source=display(data),
-        overwrite=overwrite,
-    )
-    if console is None:
-        header = write_plan(out, lengths, ctx, **options)
-    else:
-        with count_progress(console, int(lengths.shape[0]), "packing documents") as advance:
-            header = write_plan(out, lengths, ctx, **options, progress=advance)
+    shown = count_progress(console, int(lengths.shape[0]), "packing documents") if console else nullcontext()
+    with shown as advance:
+        header = write_plan(
+            out,
+            lengths,
+            ctx,
+            algorithm=algorithm,
+            max_segments=max_segments,
+            align=align,
+            overflow=overflow,
+            group_docs=group_docs or GROUP_DOCS,
+            source=display(data),
+            overwrite=overwrite,
+            progress=advance,
+        )
     figures = {k: v for k, v in header.items() if k not in ("format", "version", "digests", "header_sha256")}
     return PackReport(
         **figures,

@@ -1,9 +1,8 @@
 """The pre-tokenize job: text in, a token store out, on a local process pool or on Ray Data.
 
-The job's identity hashes the input files (path, size, mtime), the tokenizer and the options. Each shard is
-tokenized into ``OUTPUT.partial/shards/NNNNNN.npz`` (complete or absent); when all are there the store is
-committed (:mod:`datatools.jobs.staging`). Killed anywhere (SIGKILL included) and run again, the job skips the
-shards already written and ends with a store byte-identical to an uninterrupted run, on either engine.
+The job's identity hashes the input files' versions, the tokenizer and the options. Each shard is written to
+``OUTPUT.partial/shards/NNNNNN.npz`` (complete or absent), then the store is committed (:mod:`datatools.jobs.staging`).
+Killed anywhere and run again, the job skips the shards written and ends with the store an uninterrupted run writes.
 """
 
 from __future__ import annotations
@@ -22,15 +21,17 @@ from pathlib import Path
 
 import numpy as np
 
+from datatools.base import interrupts
 from datatools.base.checks import short_repr
 from datatools.base.install import install_command
-from datatools.base.progress import doing
+from datatools.base.progress import doing, job_progress
 from datatools.io import storage
 from datatools.io.discover import Shard, list_shards
 from datatools.io.paths import display
 from datatools.io.shard_reads import INDEX_KEY
 from datatools.io.store import (
     VERSION,
+    TokenStore,
     add_shard_index,
     is_token_store,
     lacks_shard_index,
@@ -38,10 +39,10 @@ from datatools.io.store import (
     token_dtype,
     write_store,
 )
-from datatools.io.tables import check_column, shard_texts
+from datatools.io.store_verify import verify_store
+from datatools.io.tables import check_column, shard_bytes, shard_texts
 from datatools.io.tokenizer import TextEncoder, open_encoder
 from datatools.jobs.staging import fault, manifest_reads, open_staging
-from datatools.kernels.tiles import chunk
 
 ENGINES = ("local", "ray")
 PIECE_TOKENS = 1 << 20  # a shard's tokens are committed in pieces of about this many tokens ...
@@ -83,9 +84,8 @@ class ShardTokenizer:
         self.dtype = token_dtype(encoder.vocab_size)
 
     def batches(self, shard: Shard, skip: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray, int, int]]:
-        """``(tokens, lengths, documents, characters)`` of successive runs of the shard's documents, the first
-        ``skip`` left out (committed in pieces), at most :data:`ENCODE_CHARS` characters a run (one document may be
-        longer). The runs' concatenation is the whole shard's tokens whatever the runs."""
+        """``(tokens, lengths, documents, characters)`` of successive runs of the shard's documents past the first
+        ``skip``, at most :data:`ENCODE_CHARS` characters a run (one document may be longer)."""
         o = self.options
         for texts in shard_texts(shard, o.column):
             if skip:
@@ -98,29 +98,21 @@ class ShardTokenizer:
                     chars += len(texts[stop])
                     stop += 1
                 t, n = self.encoder.encode(texts[start:stop], self.dtype)
-                if o.ctx:
-                    t, n = _chunk_all(t, n, o.ctx, o.tile or 1)
-                yield t, n, stop - start, chars
+                yield t, _windows(n, o.ctx) if o.ctx else n, stop - start, chars
                 start = stop
 
 
-def _chunk_all(flat: np.ndarray, lengths: np.ndarray, ctx: int, tile: int) -> tuple[np.ndarray, np.ndarray]:
-    """Split documents longer than ctx into tile-aligned windows (tiles.chunk); tokens unchanged."""
-    if not (lengths > ctx).any():
-        return flat, lengths
-    offsets = np.concatenate(([0], np.cumsum(lengths)))
-    out: list[int] = []
-    for i in range(lengths.shape[0]):
-        if lengths[i] > ctx:
-            out.extend(len(w) for w in chunk(flat[offsets[i] : offsets[i + 1]], ctx, tile=tile))
-        else:
-            out.append(int(lengths[i]))
-    return flat, np.asarray(out, dtype=np.int64)
+def _windows(lengths: np.ndarray, ctx: int) -> np.ndarray:
+    """The lengths of documents longer than ``ctx`` split into consecutive windows of ``ctx`` tokens, the last one
+    what is left (:func:`~datatools.kernels.tiles.chunk`'s windows; the tokens stay as they are)."""
+    counts = np.maximum(-(-lengths // ctx), 1)
+    out = np.full(int(counts.sum()), ctx, np.int64)
+    out[np.cumsum(counts) - 1] = lengths - (counts - 1) * ctx
+    return out
 
 
 def _shard_path(staging: str | Path, k: int, piece: int | None = None) -> str | Path:
-    """``STAGING/shards/NNNNNN.npz``, or its piece ``NNNNNN.piece-PPPPPP.npz`` (a run of its documents): a local
-    path, or a URL when the output is in object storage."""
+    """``STAGING/shards/NNNNNN.npz``, or its piece ``NNNNNN.piece-PPPPPP.npz`` (a run of its documents)."""
     return storage.join(staging, "shards", f"{k:06d}.npz" if piece is None else f"{k:06d}.piece-{piece:06d}.npz")
 
 
@@ -136,8 +128,7 @@ def _read(path: str | Path, *keys: str) -> tuple[np.ndarray, ...]:
 
 
 def _write_piece(path: str | Path, tokens: np.ndarray, lengths: np.ndarray, documents: int) -> None:
-    """A piece: a run of a shard's documents (their tokens and lengths) and how many documents it holds (with
-    ``ctx`` a document may give several lengths); complete or absent, as a shard file."""
+    """A shard file that also holds its number of documents (with ``ctx`` a document may give several lengths)."""
     storage.write_with(path, lambda f: np.savez(f, tokens=tokens, lengths=lengths, documents=np.int64(documents)))
 
 
@@ -150,10 +141,10 @@ def _naming(path: str | Path, write, *args) -> None:
 
 
 def _run_shard(worker, shard, k, staging, pieces, report=None) -> tuple[int, int, int, int]:
-    """Worker body (both engines): tokenize shard k and commit its file; returns (k, docs, tokens, documents
-    resumed from pieces). Documents are committed in pieces as they are tokenized (:data:`PIECE_TOKENS` /
-    :data:`PIECE_SECONDS`; the ``pieces`` an interrupted run left are skipped), then joined into the shard file,
-    the same whatever the pieces. ``report(k, documents, tokens, characters)`` after each run (progress)."""
+    """Worker body (both engines): tokenize shard k, committing pieces as it goes (:data:`PIECE_TOKENS` /
+    :data:`PIECE_SECONDS`; the ``pieces`` an interrupted run left are skipped), then join them into the shard file.
+    Returns (k, docs, tokens, documents resumed from pieces); ``report(k, documents, tokens, characters)`` after
+    each run."""
     skip = 0
     for p in range(pieces):
         skip += int(_read(_shard_path(staging, k, p), "documents")[0])
@@ -207,7 +198,6 @@ def _run_in_pool(args) -> tuple[int, int, int, int]:
 
 
 def _fingerprint(shards: list[Shard], tokenizer_sha: str, options: JobOptions) -> tuple[str, list[dict]]:
-    # input files in shard order, each with its version: mtime and size, or an object's ETag / generation and size
     sources = [storage.location(f).stamp() for f in dict.fromkeys(f for s in shards for f in s.files)]
     parts = [[s.kind, s.part, s.stop] for s in shards]
     blob = json.dumps(
@@ -240,23 +230,18 @@ def pretokenize(
     Args:
       inputs: a path or list of paths: Parquet, JSON Lines, ``.txt``, Arrow IPC, Hugging Face ``save_to_disk``
         directories, or directories of these.
-      tokenizer: a Hugging Face ``tokenizers`` JSON file.
-      column: the text column.
-      bos, eos: a token before / after every document: a token name, an id, ``"auto"`` (or True: the usual names
-        looked up), or None.
-      tokenizer_settings: ``off``: the file's truncation, padding and template's special tokens switched off;
-        ``keep``: the file as it is.
-      ctx, tile: with ctx, documents longer than ctx split into tile-aligned windows (ctx a multiple of tile).
-      workers: tokenizer processes (local) or Ray tasks in flight; ``engine``: ``local`` or ``ray`` (Ray Data);
-        ``ray_address``: None starts a local Ray instance.
+      tokenizer: a Hugging Face ``tokenizers`` JSON file; ``tokenizer_settings``: ``off`` switches its truncation,
+        padding and template's special tokens off, ``keep`` keeps them.
+      bos, eos: a token before / after every document: a name, an id, ``"auto"`` (or True), or None.
+      ctx, tile: with ctx, documents longer than ctx split into windows (ctx a multiple of tile).
+      workers: tokenizer processes (local) or Ray tasks in flight; ``ray_address``: None starts a local Ray.
       overwrite: replace a store of a different job; a store of this job is checked as with ``check``.
-      check: a store of this job already there has every key's sha256 read back, else its listing and key sizes
-        compared with the manifest; a damaged store is rebuilt either way (:func:`store_damage`).
-      progress: a progress bar on stderr.
+      check: a store of this job already there has every key's sha256 read back, else its key sizes compared with
+        the manifest; a damaged store is rebuilt either way (:func:`store_damage`).
 
     Raises:
-      ValueError: unreadable input, missing column, bad tokenizer or options, an output of another job without
-        ``overwrite``, an OUTPUT (or OUTPUT.partial / OUTPUT.old) that is not datatools' own (never replaced).
+      ValueError: bad input or options, an output of another job without ``overwrite``, an OUTPUT (or
+        OUTPUT.partial / OUTPUT.old) that is not datatools' own (never replaced).
       ModuleNotFoundError: ``engine="ray"`` without Ray installed (before anything is created).
       OSError: the disk is full (nothing incomplete is committed).
     """
@@ -396,11 +381,7 @@ def pretokenize(
 
 def store_damage(output: str | Path, check: bool = False) -> str | None:
     """What is wrong with the token store at ``output``, in a few words, or None when it is whole: opened as
-    readers open it, every key's size against the manifest's records (one listing), and with ``check`` every key's
-    sha256 (:func:`~datatools.io.store_verify.verify_store`). Nothing is written."""
-    from datatools.io.store import TokenStore
-    from datatools.io.store_verify import verify_store
-
+    readers open it, every key's size against the manifest (one listing), with ``check`` every key's sha256."""
     try:
         manifest = read_manifest(output)
         TokenStore(output)
@@ -457,11 +438,8 @@ def _unique_shards(shards) -> tuple[list[Shard], list[str]]:
 
 
 def _tokenize_shards(worker, shards, todo, pieces, staging, workers, engine, ray_address, progress) -> int:
-    """Tokenize the shards ``todo`` (``pieces``: shard -> pieces an interrupted run committed), with progress;
-    returns the documents resumed from pieces."""
-    from datatools.base.progress import job_progress
-    from datatools.io.tables import shard_bytes
-
+    """Tokenize the shards ``todo`` (``pieces``: shard -> pieces already committed); returns the documents resumed
+    from pieces."""
     sizes = {k: shard_bytes(shards[k]) for k in todo}  # known from listings and footers: nothing read
     done = len(shards) - len(todo)
     with job_progress(len(shards), done=done, enabled=progress, total_bytes=sum(sizes.values())) as bar:
@@ -493,15 +471,11 @@ def _tokenize_shards(worker, shards, todo, pieces, staging, workers, engine, ray
 
 
 def _pool_shards(worker, tasks, workers, report, finished) -> int:
-    """The shards ``tasks`` on a pool of ``workers`` processes; returns the documents resumed from pieces.
-
-    Workers report progress through a queue drained by a thread into ``report``; ``finished(k)`` as each shard is
-    committed, in order. Ctrl-C is ignored by the workers and stops the parent, which terminates the pool at once
-    (a worker's unfinished piece is lost, its committed pieces stay)."""
+    """The shards ``tasks`` on a pool of ``workers`` processes reporting through a queue (``report``, then
+    ``finished(k)`` per shard); returns the documents resumed. Ctrl-C stops the parent, which terminates the pool
+    at once (a worker's unfinished piece is lost)."""
     import multiprocessing as mp
     import queue as queue_module
-
-    from datatools.base import interrupts
 
     ctx = mp.get_context()
     reports = ctx.Queue()

@@ -1,13 +1,6 @@
-"""Where a pre-tokenize job stages its shards and how it commits its store: one protocol (:class:`Staging`), two
-implementations chosen by :func:`open_staging`.
-
-* :class:`LocalStaging`: shards in ``OUTPUT.partial``; the store is written to ``OUTPUT.partial/store`` and renamed
-  to ``OUTPUT`` (an ``--overwrite`` moves the old store to ``OUTPUT.old`` first, and deletes it after).
-* :class:`~datatools.jobs.object_store_commit.ObjectStoreStaging` (``s3://`` / ``gs://``): no rename, so the store
-  is written in place with its manifest last.
-
-A job calls check_replaceable, then clean (store already complete) or prepare, present and commit; killed anywhere
-and run again, it ends with the store an uninterrupted run writes.
+"""Where a pre-tokenize job stages its shards and how it commits its store (:class:`Staging`), locally
+(:class:`LocalStaging`: ``OUTPUT.partial``, then one rename; an ``--overwrite`` moves the old store to ``OUTPUT.old``
+first) or in object storage (:class:`~datatools.jobs.object_store_commit.ObjectStoreStaging`: the manifest last).
 """
 
 from __future__ import annotations
@@ -30,33 +23,23 @@ STAGING_NAMES = {"job.json", "shards", "store"}  # what a staging directory of t
 
 
 class Staging(Protocol):
-    """A job's staging area and commit protocol (see the module docstring)."""
+    """A job's staging area: ``output`` (the store: a resolved path or a URL) and ``staging`` (``shards/NNNNNN.npz``
+    and their pieces). A job calls :meth:`check_replaceable` (ValueError, before any work, unless all it would
+    replace is datatools' own), then :meth:`clean` (the store is complete: remove what an interrupted run left) or
+    :meth:`prepare` (keep the staging area of this job, remove another's), :meth:`present` (the shards written, the
+    pieces of the others) and :meth:`commit` (put the store ``write(where)`` writes in place of OUTPUT, remove the
+    staging area). ``extra`` gets a line for what was removed. Killed anywhere and run again, the job ends with the
+    store an uninterrupted run writes."""
 
     @property
-    def output(self) -> str | Path:
-        """The store: a resolved local path, or a URL."""
-        ...
-
+    def output(self) -> str | Path: ...
     @property
-    def staging(self) -> str | Path:
-        """Where shards are written: ``shards/NNNNNN.npz``, ``shards/NNNNNN.piece-PPPPPP.npz``."""
-        ...
-
-    def check_replaceable(self, overwrite: bool) -> None:
-        """ValueError, before any work, unless all the job would replace or remove is datatools' own."""
-
-    def clean(self, extra: dict) -> None:
-        """The store is complete already: remove what an interrupted run left (saying so in ``extra``)."""
-
-    def prepare(self, job: str, shards: int, extra: dict) -> None:
-        """Make the staging area ``job``'s: keep it when it is, else remove another job's (saying so in ``extra``)."""
-
-    def present(self) -> tuple[set[int], dict[int, int]]:
-        """The shards written (numbers), and per unfinished shard the pieces written (consecutive from 0)."""
-        ...
-
-    def commit(self, job: str, write: Callable[[str | Path], None], extra: dict) -> None:
-        """Put the store ``write(where)`` writes in place of OUTPUT, then remove the staging area."""
+    def staging(self) -> str | Path: ...
+    def check_replaceable(self, overwrite: bool) -> None: ...
+    def clean(self, extra: dict) -> None: ...
+    def prepare(self, job: str, shards: int, extra: dict) -> None: ...
+    def present(self) -> tuple[set[int], dict[int, int]]: ...
+    def commit(self, job: str, write: Callable[[str | Path], None], extra: dict) -> None: ...
 
 
 def open_staging(output: str | os.PathLike) -> Staging:
@@ -69,8 +52,7 @@ def open_staging(output: str | os.PathLike) -> Staging:
 
 def fault(point: str) -> None:
     """Kill this process with SIGKILL when DATATOOLS_FAULT names this point (crash tests)."""
-    want = os.environ.get("DATATOOLS_FAULT")
-    if want and want == point:
+    if os.environ.get("DATATOOLS_FAULT") == point:
         os.kill(os.getpid(), signal.SIGKILL)
 
 

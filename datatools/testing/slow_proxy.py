@@ -1,12 +1,10 @@
 """A latency- and bandwidth-shaping TCP proxy for object-storage servers on loopback: a far bucket, on one machine.
 
-A loopback server (moto's S3 server, a GCS emulator) answers in microseconds, so a loader that reads one request
-at a time looks fine there and stalls a TPU against a real bucket. :class:`SlowProxy` delays every HTTP request
-by ``latency_s`` (keep-alive ones too), caps each connection's responses at ``bandwidth_bps``, and counts
-requests, bytes each way, connections and each request's latency (first byte in to first byte of the answer;
-exact for HTTP/1.1 clients, none of which pipelines). It parses just enough HTTP/1.1 to find where requests start;
-bytes pass unchanged, a stream that is not HTTP/1.1 passes unparsed. It listens on 127.0.0.1 only, in one asyncio
-loop on a daemon thread, and is not the bottleneck (~1.3 GB/s with 32 connections on 2 cores).
+A loopback server (moto's S3 server, a GCS emulator) answers in microseconds, hiding a loader that reads one
+request at a time. :class:`SlowProxy` delays every HTTP request by ``latency_s`` (keep-alive ones too), caps each
+connection's responses at ``bandwidth_bps``, and counts requests, bytes, connections and latencies. It parses
+just enough HTTP/1.1 to find where requests start (bytes pass unchanged) and is not the bottleneck (~1.3 GB/s with
+32 connections on 2 cores).
 
     with SlowProxy(moto_port, latency_s=0.03, bandwidth_bps=50e6) as proxy:
         os.environ["AWS_ENDPOINT_URL"] = proxy.url
@@ -35,16 +33,10 @@ START_TIMEOUT_S = 10.0
 
 @dataclass(frozen=True)
 class ProxyStats:
-    """What passed through the proxy since its start or the last :meth:`SlowProxy.reset_stats`.
-
-    Attributes:
-      requests: HTTP requests (request heads seen on the client -> server streams, keep-alive ones included).
-      bytes_up: client -> server bytes (heads and bodies), counted as they arrive.
-      bytes_down: server -> client bytes (what readers fetched, headers included), counted as they are sent.
-      connections: client connections accepted.
-      latencies_s: seconds per request, from its first byte at the proxy to the first byte of its answer
-        (``latency_s`` included); the most recent ``LATENCIES_KEPT`` (100,000) requests.
-    """
+    """What passed through the proxy since its start or the last :meth:`SlowProxy.reset_stats`: HTTP requests,
+    bytes client -> server (counted as they arrive) and server -> client (as they are sent), client connections,
+    and the seconds from each request's first byte to its answer's (``latency_s`` included; the most recent
+    :data:`LATENCIES_KEPT`)."""
 
     requests: int
     bytes_up: int
@@ -63,11 +55,8 @@ class ProxyStats:
 
 class _RequestParser:
     """Finds request boundaries in a client -> server HTTP/1.1 byte stream (heads, Content-Length and chunked
-    bodies). :meth:`feed` returns the offsets in the fed data where new requests start.
-
-    A stream that is not HTTP/1.1 as we read it (a head over ``MAX_LINE`` bytes without its blank line, a
-    Content-Length or chunk size that is not a number) turns the parser ``opaque``: no more requests are
-    found on it, and it holds no bytes (the proxy still forwards them unchanged)."""
+    bodies): :meth:`feed` returns the offsets in the fed data where new requests start. A stream that is not
+    HTTP/1.1 as we read it turns the parser ``opaque``: it finds no more requests and holds no bytes."""
 
     def __init__(self) -> None:
         self._state = "head"  # head | body | chunk-size | chunk-data | trailer | opaque
@@ -99,13 +88,9 @@ class _RequestParser:
                     if not 65 <= data[i] <= 90:  # a request line starts with a method: GET, PUT, HEAD, ...
                         raise ValueError(f"a request starting with byte {data[i]}")
                     starts.append(i)
-                end = (self._buf + data[i:]).find(b"\r\n\r\n")
-                if end < 0:
-                    self._hold(data[i:])
+                head, i = self._until(data, i, b"\r\n\r\n")
+                if head is None:
                     return
-                taken = end + 4 - len(self._buf)
-                head, self._buf = self._buf + data[i : i + taken], b""
-                i += taken
                 self._start_body(head)
             elif self._state in ("body", "chunk-data"):
                 take = min(self._left, n - i)
@@ -114,13 +99,9 @@ class _RequestParser:
                 if not self._left:
                     self._state = "head" if self._state == "body" else "chunk-size"
             else:  # chunk-size or trailer
-                end = (self._buf + data[i:]).find(b"\r\n")
-                if end < 0:
-                    self._hold(data[i:])
+                line, i = self._until(data, i, b"\r\n")
+                if line is None:
                     return
-                taken = end + 2 - len(self._buf)
-                line, self._buf = (self._buf + data[i : i + taken])[:-2], b""
-                i += taken
                 if self._state == "trailer":
                     if not line:
                         self._state = "head"
@@ -131,11 +112,19 @@ class _RequestParser:
                 else:
                     self._state = "trailer"
 
-    def _hold(self, rest: bytes) -> None:
-        """Keep the incomplete line or head ``rest`` for the next feed; too long a one is not HTTP."""
-        self._buf += rest
-        if len(self._buf) > MAX_LINE:
-            raise ValueError(f"an HTTP line or head over {MAX_LINE} bytes")
+    def _until(self, data: bytes, i: int, mark: bytes) -> tuple[bytes | None, int]:
+        """(the held bytes and ``data[i:]`` up to ``mark``, left out; the index past it), or (None, len(data)) with
+        them held for the next feed when ``mark`` has not come yet (too long a head or line is not HTTP)."""
+        joined = self._buf + data[i:]
+        end = joined.find(mark)
+        if end < 0:
+            if len(joined) > MAX_LINE:
+                raise ValueError(f"an HTTP line or head over {MAX_LINE} bytes")
+            self._buf = joined
+            return None, len(data)
+        i += end + len(mark) - len(self._buf)
+        self._buf = b""
+        return joined[:end], i
 
     def _start_body(self, head: bytes) -> None:
         length, chunked = 0, False
@@ -167,15 +156,9 @@ class _Counters:
 
 
 class SlowProxy:
-    """A TCP proxy on 127.0.0.1 in front of ``upstream_port`` adding latency per request and capping each
-    connection's download rate (see the module docstring).
-
-    Args:
-      upstream_port: the server's port on ``host``.
-      latency_s: seconds each request waits before it is forwarded (settable while running).
-      bandwidth_bps: bytes per second per connection, server -> client; None: no cap (settable while running).
-      host: the server's address (loopback).
-    """
+    """A TCP proxy on 127.0.0.1 in front of ``host:upstream_port`` delaying each request ``latency_s`` seconds
+    and capping each connection's download at ``bandwidth_bps`` bytes/s (None: no cap); both settable while
+    running."""
 
     def __init__(
         self,
@@ -224,9 +207,9 @@ class SlowProxy:
             except BaseException as exc:  # noqa: BLE001  (reported to start())
                 failure.append(exc)
                 loop.close()
-                ready.set()
                 return
-            ready.set()
+            finally:
+                ready.set()
             try:
                 loop.run_forever()
             finally:
@@ -245,24 +228,21 @@ class SlowProxy:
         loop, thread = self._loop, self._thread
         if loop is None or thread is None:
             return
-        if loop.is_closed():  # it never started serving
-            thread.join(5)
-            self._loop = self._thread = self._server = None
-            return
+        if not loop.is_closed():  # it started serving
 
-        async def shutdown() -> None:
-            if self._server is not None:
-                self._server.close()
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            if tasks:
-                await asyncio.wait(tasks, timeout=2)
+            async def shutdown() -> None:
+                if self._server is not None:
+                    self._server.close()
+                tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+                for task in tasks:
+                    task.cancel()
+                if tasks:
+                    await asyncio.wait(tasks, timeout=2)
 
-        with contextlib.suppress(RuntimeError, TimeoutError, concurrent.futures.TimeoutError):
-            asyncio.run_coroutine_threadsafe(shutdown(), loop).result(5)
-        with contextlib.suppress(RuntimeError):  # the loop is already closed
-            loop.call_soon_threadsafe(loop.stop)
+            with contextlib.suppress(RuntimeError, TimeoutError, concurrent.futures.TimeoutError):
+                asyncio.run_coroutine_threadsafe(shutdown(), loop).result(5)
+            with contextlib.suppress(RuntimeError):  # the loop is already closed
+                loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
         self._loop = self._thread = self._server = None
 
@@ -276,8 +256,6 @@ class SlowProxy:
         """Zero the counters (connections already open keep being counted from here on)."""
         with self._counters.lock:
             self._counters.reset()
-
-    # ------------------------------------------------------------------ the connections
 
     async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         """One client connection: a connection to the server, and a task for each direction."""

@@ -1,10 +1,6 @@
-"""Attention for packed rows: ``dense`` (the reference), ``fused`` and ``blocksparse``.
-
-All compute one function: query t attends to key s when s <= t, both are in the same segment and neither is
-padding; a padding query's output is 0. ``dense`` masks the whole (T x T) score matrix (ctx^2 whatever the
-documents); ``blocksparse`` visits only the batch's non-empty tiles (the loader's tile list) with a running
-softmax in a rematerialized ``lax.scan``: pure JAX, cost about ctx x document length. The accelerator kernels are
-in ``attention_splash``, ``attention_pallas`` and ``attention_gpu``.
+"""Attention for packed rows: ``dense`` (the reference), ``fused`` and ``blocksparse`` (the accelerator kernels are
+in ``attention_splash``, ``attention_pallas`` and ``attention_gpu``). All compute one function: query t attends to
+key s when s <= t, both are in the same segment and neither is padding; a padding query's output is 0.
 """
 
 from __future__ import annotations
@@ -49,21 +45,13 @@ def fused_attention(q, k, v, segment_ids):
 
 
 def blocksparse_attention(q, k, v, segment_ids, tiles: dict, block: int, chunk: int = 256):
-    """The same function as :func:`dense_attention`, computed on the listed tiles only.
+    """The same function as :func:`dense_attention` on q, k, v (B, T, H, D), T a multiple of ``block`` (tokens),
+    computed on the listed tiles only: pure JAX, cost about ctx x document length.
 
-    ``tiles`` is the loader's batch-wide tile list (:func:`datatools.kernels.attention_blocks.tile_list`: one
-    entry per non-empty (row, query block, key block), in any order, padded to a bucket length), processed
-    ``chunk`` entries a step of a rematerialized ``lax.scan`` with a running softmax per (row, query block): memory
-    and cost follow the batch's tiles. Fed every causal tile, it is a causal flash kernel (the benchmark's baseline).
-
-    Args:
-      q, k, v: (B, T, H, D); T a multiple of ``block``.
-      segment_ids: (B, T).
-      tiles: int arrays ``tile_row``, ``tile_q``, ``tile_k`` (P,) and ``tile_count`` (1,) (entries past it are
-        padding); other keys are ignored.
-      block: tile size (tokens).
-      chunk: tiles per scan step (at most half the list: a one-step scan would keep all its residuals for the
-        backward pass, more memory than two steps of a longer list).
+    ``tiles``: the loader's tile list (:func:`datatools.kernels.attention_blocks.tile_list`): int arrays
+    ``tile_row``, ``tile_q``, ``tile_k`` (P,) and ``tile_count`` (1,) (entries past it are padding), in any order,
+    processed ``chunk`` entries a step of a rematerialized ``lax.scan`` with a running softmax per (row, query
+    block). Fed every causal tile, it is a causal flash kernel (the benchmark's baseline).
     """
     missing = [key for key in SPARSE_KEYS if key not in tiles]
     if missing:

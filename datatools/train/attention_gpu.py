@@ -1,11 +1,6 @@
-"""Attention for NVIDIA GPUs on packed rows: ``cudnn`` and ``pallas_gpu``.
-
-* ``cudnn``: ``jax.nn.dot_product_attention(implementation="cudnn")`` with ``is_causal``, each row's real length
-  and the same-segment mask: the causal half of every row, rows x ctx(ctx + 1) / 2 pairs; a GPU only.
-* ``pallas_gpu``: JAX's Pallas GPU flash attention (``mha``) with segment ids, causal: it skips the tiles above the
-  diagonal, not cross-document ones. Off a GPU it runs interpreted (exact, slow: for tests).
-
-A padding query's output is 0, as in :func:`datatools.train.attention.dense_attention`.
+"""Attention for NVIDIA GPUs on packed rows, a padding query's output 0: ``cudnn`` (the causal half of every row,
+a GPU only) and ``pallas_gpu`` (JAX's Pallas flash attention with segment ids: it skips the tiles above the
+diagonal, not cross-document ones; off a GPU it runs interpreted, exact and slow).
 """
 
 from __future__ import annotations
@@ -35,7 +30,7 @@ def cudnn_arguments(q, k, v, segment_ids) -> dict:
 
 
 def cudnn_attention(q, k, v, segment_ids):
-    """cuDNN flash attention with the segment mask (see the module docstring); a GPU only."""
+    """cuDNN flash attention with the segment mask; a GPU only."""
     platform = jax.devices()[0].platform
     if platform != "gpu":
         raise ValueError(

@@ -1,14 +1,10 @@
 """``pallas_blocksparse``: a Pallas TPU attention kernel whose grid runs over the loader's non-empty tiles only.
 
-The loader's tile list (:func:`datatools.kernels.attention_blocks.tile_list`: row, query block, key block, full,
-the order by key block, the count) is the scalar-prefetch operand whose index maps fetch tile ``i`` at grid step
-``i``; the grid is (heads, tiles listed), so a row of short documents runs about ctx x document length / block^2
-steps, not ctx^2 / block^2. Forward: a flash-style running softmax in VMEM, also writing the log-sum-exp; backward
-(``jax.custom_vjp``): a dq pass in (row, query block) order and a dk/dv pass in (row, key block) order, recomputing
-probabilities from the log-sum-exp. Full tiles skip the mask. Every pass counts its grid steps (``steps``, for
-HFU; where megacore splits the heads axis each core counts its share). Blocks are multiples of 128 tokens; off a
-TPU the kernels run in TPU interpret mode (exact, about 40 ms of CPU a grid step). A padding query's output and
-gradient are 0, as in :func:`datatools.train.attention.dense_attention`.
+The loader's tile list (:func:`datatools.kernels.attention_blocks.tile_list`) is the scalar-prefetch operand whose
+index maps fetch tile ``i`` at grid step ``i`` of the (heads, tiles listed) grid. Forward: a flash-style running
+softmax in VMEM, also writing the log-sum-exp; backward (``jax.custom_vjp``): a dq pass in (row, query block)
+order and a dk/dv pass in (row, key block) order. Full tiles skip the mask; every pass counts its grid steps (for
+HFU). Blocks are multiples of 128 tokens; off a TPU the kernels run in TPU interpret mode (exact, slow).
 """
 
 from __future__ import annotations
@@ -22,30 +18,17 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from datatools.kernels.attention_blocks import TILE_KEYS
+from datatools.train.attention import NEG  # a masked score: finite, so exp(NEG - max) is 0, never NaN
 
-NEG = -1e30  # a masked score: finite, so exp(NEG - max) is 0, never NaN
 LANES = 128  # TPU lane width: block sizes are multiples of it
 NT = (((1,), (1,)), ((), ()))  # dot_general: contract the last axes (A @ B^T)
 
 
-def interpret_params():
-    """``pltpu.InterpretParams()`` off a TPU (run the kernels in TPU interpret mode on the CPU), else None."""
-    return None if jax.default_backend() == "tpu" else pltpu.InterpretParams()
-
-
-def check_block(block: int, ctx: int) -> None:
-    """A TPU-friendly tile: a multiple of 128 tokens that divides ctx."""
-    if block % LANES or ctx % block:
-        raise ValueError(
-            f"pallas_blocksparse: attention_block={block} must be a multiple of {LANES} (the TPU lane "
-            f"width) and divide ctx={ctx}"
-        )
-
-
-def _mask(qb, kb, sq, sk, block):
-    """(block, block) bool: may query (row) attend to key (column) in tile (qb, kb); sq (block, 1), sk (1, block)."""
-    qpos = qb * block + jax.lax.broadcasted_iota(jnp.int32, (block, block), 0)
-    kpos = kb * block + jax.lax.broadcasted_iota(jnp.int32, (block, block), 1)
+def _mask(qb, kb, sq, sk, block, q_axis=0):
+    """(block, block) bool: may the query attend to the key in tile (qb, kb), the queries along ``q_axis`` (0: rows,
+    sq (block, 1), sk (1, block); 1: columns, sq (1, block), sk (block, 1))."""
+    qpos = qb * block + jax.lax.broadcasted_iota(jnp.int32, (block, block), q_axis)
+    kpos = kb * block + jax.lax.broadcasted_iota(jnp.int32, (block, block), 1 - q_axis)
     return (kpos <= qpos) & (sq == sk) & (sq > 0)
 
 
@@ -61,12 +44,20 @@ def _flags(row, major, full, count):
     return (full * FULL + jnp.where(same_prev, 0, FIRST) + jnp.where(same_next, 0, LAST)).astype(jnp.int32)
 
 
-def _count_step(steps_ref):
+def _tile_step(flags_ref, steps_ref, init, accumulate, finish) -> None:
+    """A grid step of every pass: counted in ``steps_ref``; ``init()`` at the first tile of a run,
+    ``accumulate(full)``, ``finish()`` (write the result out) at its last."""
+
     @pl.when((pl.program_id(0) == 0) & (pl.program_id(1) == 0))
     def _():
         steps_ref[0] = 0
 
     steps_ref[0] += 1
+    flags = flags_ref[pl.program_id(1)]
+    pl.when(flags & FIRST != 0)(init)
+    pl.when(flags & FULL != 0)(lambda: accumulate(True))
+    pl.when(flags & FULL == 0)(lambda: accumulate(False))
+    pl.when(flags & LAST != 0)(finish)
 
 
 def _fwd_kernel(
@@ -90,49 +81,45 @@ def _fwd_kernel(
     block,
 ):
     i = pl.program_id(1)
-    flags = flags_ref[i]
-    _count_step(steps_ref)
 
-    @pl.when(flags & FIRST != 0)
-    def _():
+    def init():
         m_sc[...] = jnp.full(m_sc.shape, NEG, jnp.float32)
         l_sc[...] = jnp.zeros(l_sc.shape, jnp.float32)
         acc_sc[...] = jnp.zeros(acc_sc.shape, jnp.float32)
 
-    def accumulate(masked: bool):
+    def accumulate(full: bool):
         v = v_ref[...]
         s = jax.lax.dot_general(q_ref[...], k_ref[...], NT, preferred_element_type=jnp.float32) * scale
-        if masked:
+        if not full:
             mask = _mask(qb_ref[i], kb_ref[i], sq_ref[...], sk_ref[...], block)
             s = jnp.where(mask, s, NEG)
         m_prev = m_sc[...]
         m_new = jnp.maximum(m_prev, s.max(axis=1, keepdims=True))
         p = jnp.exp(s - m_new)
-        if masked:
+        if not full:
             p = jnp.where(mask, p, 0.0)
         grow = jnp.exp(m_prev - m_new)  # rescales what was summed under the old maximum
         l_sc[...] = l_sc[...] * grow + p.sum(axis=1, keepdims=True)
         acc_sc[...] = acc_sc[...] * grow + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
         m_sc[...] = m_new
 
-    pl.when(flags & FULL != 0)(lambda: accumulate(False))
-    pl.when(flags & FULL == 0)(lambda: accumulate(True))
-
-    @pl.when(flags & LAST != 0)
-    def _():
+    def finish():
         l = l_sc[...]
         ok = l > 0  # a padding query attends to nothing: output 0
         safe = jnp.where(ok, l, 1.0)
         o_ref[...] = jnp.where(ok, acc_sc[...] / safe, 0.0).astype(o_ref.dtype)
         lse_ref[...] = jnp.where(ok, m_sc[...] + jnp.log(safe), 0.0)
 
+    _tile_step(flags_ref, steps_ref, init, accumulate, finish)
 
-def _probs(q, k, qb, kb, sq, sk, lse, full, block, scale):
-    """Probabilities (block, block) of a tile recomputed from the log-sum-exp (float32)."""
-    s = jax.lax.dot_general(q, k, NT, preferred_element_type=jnp.float32) * scale
+
+def _probs(a, b, qb, kb, sq, sk, lse, full, block, scale, q_axis=0):
+    """Probabilities (block, block) of a tile recomputed from the log-sum-exp (float32): of the scores ``a @ b^T``,
+    queries x keys (``q_axis=0``: ``a`` the queries) or keys x queries (``q_axis=1``: ``a`` the keys)."""
+    s = jax.lax.dot_general(a, b, NT, preferred_element_type=jnp.float32) * scale
     if full:
         return jnp.exp(s - lse)
-    mask = _mask(qb, kb, sq, sk, block)
+    mask = _mask(qb, kb, sq, sk, block, q_axis)
     return jnp.where(mask, jnp.exp(jnp.where(mask, s, NEG) - lse), 0.0)
 
 
@@ -157,11 +144,8 @@ def _dq_kernel(
     block,
 ):
     i = pl.program_id(1)
-    flags = flags_ref[i]
-    _count_step(steps_ref)
 
-    @pl.when(flags & FIRST != 0)
-    def _():
+    def init():
         dq_sc[...] = jnp.zeros(dq_sc.shape, jnp.float32)
 
     def accumulate(full: bool):
@@ -171,12 +155,10 @@ def _dq_kernel(
         ds = p * (dp - delta_ref[...])
         dq_sc[...] += jnp.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32) * scale
 
-    pl.when(flags & FULL != 0)(lambda: accumulate(True))
-    pl.when(flags & FULL == 0)(lambda: accumulate(False))
-
-    @pl.when(flags & LAST != 0)
-    def _():
+    def finish():
         dq_ref[...] = dq_sc[...].astype(dq_ref.dtype)
+
+    _tile_step(flags_ref, steps_ref, init, accumulate, finish)
 
 
 def _dkv_kernel(
@@ -202,38 +184,25 @@ def _dkv_kernel(
     block,
 ):
     i = pl.program_id(1)
-    flags = flags_ref[i]
-    _count_step(steps_ref)
 
-    @pl.when(flags & FIRST != 0)
-    def _():
+    def init():
         dk_sc[...] = jnp.zeros(dk_sc.shape, jnp.float32)
         dv_sc[...] = jnp.zeros(dv_sc.shape, jnp.float32)
 
     def accumulate(full: bool):
         # the tile transposed (keys x queries), as splash does: every matmul is A @ B or A @ B^T
         q, do = q_ref[...], do_ref[...]
-        st = jax.lax.dot_general(k_ref[...], q, NT, preferred_element_type=jnp.float32) * scale
-        if full:
-            pt = jnp.exp(st - lse_ref[...])
-        else:
-            qpos = qb_ref[i] * block + jax.lax.broadcasted_iota(jnp.int32, (block, block), 1)
-            kpos = kb_ref[i] * block + jax.lax.broadcasted_iota(jnp.int32, (block, block), 0)
-            sk, sq = sk_ref[...], sq_ref[...]  # (block, 1) per key, (1, block) per query
-            mask = (kpos <= qpos) & (sk == sq) & (sq > 0)
-            pt = jnp.where(mask, jnp.exp(jnp.where(mask, st, NEG) - lse_ref[...]), 0.0)
+        pt = _probs(k_ref[...], q, qb_ref[i], kb_ref[i], sq_ref[...], sk_ref[...], lse_ref[...], full, block, scale, 1)
         dv_sc[...] += jnp.dot(pt.astype(do.dtype), do, preferred_element_type=jnp.float32)
         dpt = jax.lax.dot_general(v_ref[...], do, NT, preferred_element_type=jnp.float32)
         dst = pt * (dpt - delta_ref[...])
         dk_sc[...] += jnp.dot(dst.astype(q.dtype), q, preferred_element_type=jnp.float32) * scale
 
-    pl.when(flags & FULL != 0)(lambda: accumulate(True))
-    pl.when(flags & FULL == 0)(lambda: accumulate(False))
-
-    @pl.when(flags & LAST != 0)
-    def _():
+    def finish():
         dk_ref[...] = dk_sc[...].astype(dk_ref.dtype)
         dv_ref[...] = dv_sc[...].astype(dv_ref.dtype)
+
+    _tile_step(flags_ref, steps_ref, init, accumulate, finish)
 
 
 def _specs(block: int, d: int):
@@ -276,7 +245,7 @@ def _call(kernel, tiles, major, operands, in_specs, out_specs, out_shape, scratc
         kernel,
         grid_spec=grid_spec,
         out_shape=out_shape,
-        interpret=interpret_params(),
+        interpret=None if jax.default_backend() == "tpu" else pltpu.InterpretParams(),  # off a TPU: TPU interpret mode
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
     )(row, qb, kb, flags, *operands)
 
@@ -375,30 +344,34 @@ def _attend_bwd(block, res, dout):
 _attend.defvjp(_attend_fwd, _attend_bwd)
 
 
-def _unpack(tiles: dict):
+def _prepared(q, k, v, tiles: dict, block: int):
+    """(q, k, v as (B, H, T, D), the tile list's prefetch operands, its order by key block), after checking the
+    block (a multiple of 128 tokens dividing T) and the tile list."""
+    if block % LANES or q.shape[1] % block:
+        raise ValueError(
+            f"pallas_blocksparse: attention_block={block} must be a multiple of {LANES} (the TPU lane "
+            f"width) and divide ctx={q.shape[1]}"
+        )
     missing = [key for key in TILE_KEYS if key not in tiles]
     if missing:
         raise ValueError(f"attention: pallas_blocksparse needs the batch's tile list ({', '.join(missing)} missing)")
     arrays = [jnp.asarray(tiles[key], jnp.int32) for key in TILE_KEYS]
-    return (*arrays[:4], arrays[5][0]), arrays[4]
+    qt, kt, vt = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))  # (B, H, T, D): a tile is (block, D) in VMEM
+    return qt, kt, vt, (*arrays[:4], arrays[5][0]), arrays[4]
 
 
 def pallas_blocksparse_attention(q, k, v, segment_ids, tiles: dict, block: int):
     """The same function as :func:`datatools.train.attention.dense_attention` on q, k, v (B, T, H, D), computed
     (and differentiated) by the Pallas kernels on the batch's tile list only (``tiles``: from
     :func:`~datatools.kernels.attention_blocks.tile_list` with the same ``block``, a multiple of 128 dividing T)."""
-    check_block(block, q.shape[1])
-    prefetch, by_k = _unpack(tiles)
-    qt, kt, vt = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))  # (B, H, T, D): a tile is (block, D) in VMEM
+    qt, kt, vt, prefetch, by_k = _prepared(q, k, v, tiles, block)
     return jnp.swapaxes(_attend(qt, kt, vt, segment_ids, prefetch, by_k, block), 1, 2)
 
 
 def pallas_blocksparse_steps(q, k, v, segment_ids, tiles: dict, block: int) -> dict[str, jax.Array]:
     """Grid steps each pass executes (``forward``, ``dq``, ``dkv``), counted by the kernels themselves: heads x
     the tiles listed when the kernel visits the non-empty tiles only."""
-    check_block(block, q.shape[1])
-    prefetch, by_k = _unpack(tiles)
-    qt, kt, vt = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))
+    qt, kt, vt, prefetch, by_k = _prepared(q, k, v, tiles, block)
     out, lse, fwd_steps = forward(qt, kt, vt, segment_ids, prefetch, block)
     *_, dq_steps, dkv_steps = backward(qt, kt, vt, segment_ids, prefetch, by_k, block, out, lse, jnp.ones_like(out))
     return {"forward": fwd_steps, "dq": dq_steps, "dkv": dkv_steps}

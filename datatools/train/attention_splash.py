@@ -1,9 +1,6 @@
-"""``splash``: JAX's splash attention (TPU) on packed rows, as MaxText and Levanter use it.
-
-A causal mask per head and our ``segment_ids`` as splash's ``SegmentIds``: it visits every tile under the diagonal
-whatever the documents (rows x nb(nb + 1) / 2 tiles, nb = ctx / block). Off a TPU it runs in TPU interpret mode
-(exact, slow: a forward pass over 512 tokens takes about 0.3 s), entered when the forward and the backward passes
-are traced (a custom VJP), since the Pallas calls must be built inside it.
+"""``splash``: JAX's splash attention (TPU) on packed rows, as MaxText and Levanter use it: a causal mask per head
+and ``segment_ids`` as splash's ``SegmentIds``, every tile under the diagonal visited. Off a TPU it runs in TPU
+interpret mode (exact, slow), entered when the forward and backward passes are traced (a custom VJP).
 """
 
 from __future__ import annotations

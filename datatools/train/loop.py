@@ -1,12 +1,6 @@
-"""Training from a YAML config: the Grain pipeline feeds the jitted step; per-step tokens/s, efficiency, MFU.
-
-A training config is a pipeline config (:mod:`datatools.pipeline.build`) plus::
-
-    model: {vocab_size: 4096, d_model: 128, n_layers: 2, n_heads: 4}
-    train: {steps: 50, learning_rate: 3.0e-3, warmup_steps: 10, log_every: 10, seed: 0, grad_accum_steps: 1}
-
-Each optimizer step takes ``grad_accum_steps`` pipeline batches (:mod:`datatools.train.step`). The pipeline is
-built in the canonical format, sharded per host unless the config's ``shard`` says otherwise.
+"""Training from a YAML config: a pipeline config (:mod:`datatools.pipeline.build`) plus ``model`` and ``train``
+sections. The Grain pipeline, sharded per host unless its ``shard`` says otherwise, feeds the jitted step
+``grad_accum_steps`` batches at a time; each step reports tokens/s, efficiency and MFU.
 """
 
 from __future__ import annotations
@@ -157,8 +151,8 @@ class StepRecord(Report):
 
 @dataclass(frozen=True)
 class LengthRate(Report):
-    """The steps of one row length: the first compiles its program, so it is counted in ``steps``, ``tokens`` and
-    the attention FLOPs, left out of ``seconds``, ``flops``, ``timed_tokens``, ``tokens_per_s`` and ``mfu``."""
+    """The steps of one row length; the first (which compiles) is left out of ``seconds``, ``flops``,
+    ``timed_tokens``, ``tokens_per_s`` and ``mfu``."""
 
     length: int
     steps: int
@@ -176,8 +170,8 @@ class LengthRate(Report):
 
 @dataclass(frozen=True)
 class TrainSummary(Report):
-    """A run over the steps after the first (which compiles): rates, efficiency, MFU / HFU; and the whole run's
-    steps, wall time, loss, compilations and shapes."""
+    """Rates, efficiency and MFU / HFU over the steps after the first (which compiles); the whole run's steps, wall
+    time, loss, compilations and shapes."""
 
     steps: int
     first_step_s: float
@@ -231,9 +225,8 @@ def train(
     on_loader_stall=None,
 ) -> TrainReport:
     """Run ``cfg.train.steps`` steps (fewer if the data ends, or once ``stop_after_useful_tokens`` real tokens
-    have been trained on). ``on_step(record)`` is called after each step with its :class:`StepRecord`;
-    ``on_loader_stall(line)`` when the step waited for the loader (at most every few seconds). Returns the
-    records and a summary over the steps after the first (which includes compilation)."""
+    have been trained on), calling ``on_step(record)`` after each and ``on_loader_stall(line)`` when a step waited
+    for the loader (at most every few seconds)."""
     from datatools.train.mfu import (
         attention_pairs_computed,
         device_peak,
@@ -268,21 +261,17 @@ def train(
             batches = list(itertools.islice(it, cfg.train.grad_accum_steps))  # one optimizer step
             if len(batches) < cfg.train.grad_accum_steps:  # the data ended: a short step would weigh differently
                 break
-            useful = computed = slots = rows = 0  # tokens, attention pairs, token slots, rows of the step
-            flops = hw_flops = attn = 0.0  # model FLOPs, FLOPs as executed, the attention term alone
+            useful = slots = rows = pair_sum = computed = 0  # of the step: tokens, slots, rows, attention pairs
             for batch in batches:
                 top = int(batch["tokens"].max())
                 if top >= cfg.model.vocab_size:
                     raise ValueError(f"token id {top} >= model.vocab_size {cfg.model.vocab_size}")
                 seg = batch["segment_ids"]
-                n = int(np.count_nonzero(seg))
-                useful, slots, rows = useful + n, slots + seg.size, rows + seg.shape[0]
-                pair_sum = segment_lengths_sq(seg)
-                flops += step_flops(cfg.model, n, pair_sum)
-                attn += step_flops(cfg.model, 0, pair_sum)  # the attention term alone: in-document pairs
-                pairs = attention_pairs_computed(cfg.model.attention, batch, cfg.model.attention_block)
-                computed += pairs
-                hw_flops += hardware_flops(cfg.model, seg.size, pairs)
+                useful, slots, rows = useful + int(np.count_nonzero(seg)), slots + seg.size, rows + seg.shape[0]
+                pair_sum += segment_lengths_sq(seg)
+                computed += attention_pairs_computed(cfg.model.attention, batch, cfg.model.attention_block)
+            flops, hw_flops = step_flops(cfg.model, useful, pair_sum), hardware_flops(cfg.model, slots, computed)
+            attn = step_flops(cfg.model, 0, pair_sum)  # the attention term alone: in-document pairs
             seg = batches[0]["segment_ids"]
             t0 = time.perf_counter()
             if step == 1:
@@ -361,8 +350,7 @@ def train(
 
 
 def per_length(records: list[StepRecord], peak: float) -> list[LengthRate]:
-    """Per row length (tokens) of the steps (:class:`LengthRate`): steps, seconds, tokens, attention FLOPs
-    (in-document pairs, and as the kernel executes them) and MFU."""
+    """A :class:`LengthRate` per row length (tokens) of the steps."""
     out = []
     for length in sorted({r.shape[1] for r in records}):
         steps = [r for r in records if r.shape[1] == length]

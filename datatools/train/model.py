@@ -114,12 +114,9 @@ def _rope(x, positions, theta):
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
-TILE_LIST_KEYS = TILE_KEYS  # what pallas_blocksparse reads: the batch-wide tile list (scalar-prefetch operands)
-
-
 def attention_keys(attention: str) -> tuple[str, ...]:
     """The batch fields an attention implementation reads besides the canonical ones (the loader's tile lists)."""
-    return {"blocksparse": SPARSE_KEYS, "pallas_blocksparse": TILE_LIST_KEYS}.get(attention, ())
+    return {"blocksparse": SPARSE_KEYS, "pallas_blocksparse": TILE_KEYS}.get(attention, ())
 
 
 def attend(cfg: ModelConfig, q, k, v, segment_ids, blocks: dict | None):

@@ -1,10 +1,8 @@
 """The jitted, data-parallel training step (a 1-D ``("data",)`` mesh over the local devices, the batch sharded on
-its first axis, parameters replicated), with a loss normalized by the global weight sum.
-
-The objective (docs/loss-weighting.md) is ``sum(w * ce) / sum(w)`` over every target of the global step (all
-rows, devices, hosts and micro-batches; ``w`` the batch's ``loss_weights``, else the loss mask). Each micro-batch
-gives the gradient of ``sum(w * ce)`` and its weight sum, reduced over the mesh; they are added over the
-micro-batches and divided once, so a step's gradients do not depend on packing, sharding or micro-batching.
+its first axis, parameters replicated). The objective (docs/loss-weighting.md) is ``sum(w * ce) / sum(w)`` over
+every target of the global step (``w`` the batch's ``loss_weights``, else the loss mask): the micro-batches'
+gradients of ``sum(w * ce)`` and weight sums are added and divided once, so a step's gradients do not depend on
+packing, sharding or micro-batching.
 """
 
 from __future__ import annotations
@@ -17,12 +15,12 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from datatools.kernels.attention_blocks import TILE_KEYS
 from datatools.kernels.batch_layouts import CANONICAL_KEYS
 from datatools.kernels.loss_weights import SUM_KEY, WEIGHTS_KEY
 from datatools.pipeline.schema import field
-from datatools.train.model import TILE_LIST_KEYS, ModelConfig, attention_keys, init_params, weighted_loss_sum
+from datatools.train.model import ModelConfig, attention_keys, init_params, weighted_loss_sum
 
-BATCH_KEYS = CANONICAL_KEYS  # what the step reads from a canonical batch
 WEIGHT_KEYS = (WEIGHTS_KEY, SUM_KEY)  # float32: per-token weights, per-row weight sums (when the loader adds them)
 
 
@@ -111,8 +109,7 @@ class Trainer:
         self._update = jax.jit(update, donate_argnums=(0,), out_shardings=(rep, rep))
 
     def gradients(self, params: dict, batches: list[dict]) -> tuple[dict, dict]:
-        """(gradient of the objective, metrics) over micro-batches (from :meth:`put_batch`; shapes may differ):
-        the gradients of their weighted loss sums added, then divided once by their total weight sum."""
+        """(gradient of the objective, metrics) over micro-batches from :meth:`put_batch` (shapes may differ)."""
         if not batches:
             raise ValueError("a step needs at least one micro-batch")
         acc = None
@@ -137,10 +134,10 @@ class Trainer:
         rows = batch["tokens"].shape[0]
         if rows % len(self.devices):
             raise ValueError(f"batch of {rows} rows does not split over {len(self.devices)} devices")
-        keys = BATCH_KEYS + attention_keys(self.model.attention)
+        keys = CANONICAL_KEYS + attention_keys(self.model.attention)
         out = {
             k: jax.make_array_from_process_local_data(  # the batch-wide tile list is not split by rows
-                self.replicated if k in TILE_LIST_KEYS else self.batch_sharding, np.asarray(batch[k], np.int32)
+                self.replicated if k in TILE_KEYS else self.batch_sharding, np.asarray(batch[k], np.int32)
             )
             for k in keys
         }
