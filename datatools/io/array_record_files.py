@@ -215,8 +215,9 @@ def detect_feature(f: str | os.PathLike, feature: str | None) -> tuple[str, bool
     )
 
 
-def _values(f: str | os.PathLike, feature: str, name_bad_records: bool) -> Iterator[list]:
-    """The values of ``feature`` in each record of file ``f``, a batch of records at a time."""
+def _values(f: str | os.PathLike, feature: str) -> Iterator[list]:
+    """The values of ``feature`` in each record of file ``f``, a batch of records at a time (a ValueError naming
+    the file for a record that does not parse)."""
     where = os.fspath(f)
     for batch in records(f):
         values = []
@@ -224,8 +225,6 @@ def _values(f: str | os.PathLike, feature: str, name_bad_records: bool) -> Itera
             try:
                 ex = parse_example(rec)
             except ValueError as exc:
-                if not name_bad_records:
-                    raise
                 raise ValueError(f"{where}: a record is not a tf.train.Example ({exc})") from None
             if feature not in ex:
                 raise ValueError(f"{where}: a record has no feature {feature!r}")
@@ -242,7 +241,7 @@ def documents(
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(tokens int64, lengths int64) of file ``f``, a batch of records at a time. Text is tokenized by
     ``encode`` (a list of strings -> tokens back to back, tokens per string)."""
-    for values in _values(f, feature, name_bad_records=True):
+    for values in _values(f, feature):
         if encode is not None:
             tokens, lengths = encode(_texts(values))
             yield np.asarray(tokens, np.int64), np.asarray(lengths, np.int64)
@@ -259,7 +258,7 @@ def lengths(
     f: str | os.PathLike, feature: str, count: Callable[[list[str]], np.ndarray] | None = None
 ) -> Iterator[np.ndarray]:
     """int64 tokens per record of file ``f``, a batch at a time (text counted by ``count``)."""
-    for values in _values(f, feature, name_bad_records=False):
+    for values in _values(f, feature):
         if count is not None:
             yield np.asarray(count(_texts(values)), np.int64)
         else:

@@ -158,3 +158,25 @@ def test_a_glob_and_a_comma_list_of_parquet_files_read_in_order(tmp_path):
     assert np.asarray(open_documents(open_input(two))[0]).tolist() == docs[2][0]
     with pytest.raises(ValueError, match=r"nothing matches"):
         open_input(str(tmp_path / "valid-*.parquet"))
+
+
+def test_a_record_that_is_not_an_example_names_the_file_when_counting_and_reading(tmp_path, capsys):
+    """A corrupt record (a truncated tf.train.Example) is a ValueError naming the file on both paths: counting
+    lengths (it used to say only "truncated varint") and reading documents; the CLI says it in one line, exit 2."""
+    from conftest import without_progress
+    from datatools.cli import main
+
+    path = tmp_path / "d.array_record"
+    writer = array_record_files._module().ArrayRecordWriter(str(path), "group_size:1")
+    for n in range(3, 8):
+        writer.write(array_record_files.make_example({"input_ids": list(range(1, n))}))
+    writer.write(b"\x0a\xff\xff\xff")
+    writer.close()
+    inp = open_input(path)
+    with pytest.raises(ValueError, match=r"d\.array_record: a record is not a tf\.train\.Example"):
+        read_lengths(inp)
+    with pytest.raises(ValueError, match=r"d\.array_record: a record is not a tf\.train\.Example"):
+        list(array_record_files.documents(path, "input_ids"))
+    assert main(["analyze-padding", str(path), "--ctx", "64"]) == 2
+    err = without_progress(capsys.readouterr().err)
+    assert err.count("\n") == 1 and "d.array_record" in err and "tf.train.Example" in err, err
