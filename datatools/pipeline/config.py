@@ -390,6 +390,11 @@ class PipelineConfig:
             )
 
     @property
+    def mode(self) -> str:
+        """How rows are made: ``planned`` or ``streaming`` (packing), ``curriculum`` or ``bucketing``."""
+        return self.packing.mode if self.packing else "curriculum" if self.curriculum else "bucketing"
+
+    @property
     def source_label(self) -> str:
         """The source's path, or ``mixture of A, B`` (the sources' labels) for reports and messages."""
         if self.sources is not None:

@@ -102,7 +102,7 @@ def mix_report(
             if groups is not None:
                 groups[j], total_groups[j] = g, n
             advance()
-    mode = "bucketing" if cfg.packing is None else cfg.packing.mode
+    mode = cfg.mode
     return MixingReport(
         name,
         mode,

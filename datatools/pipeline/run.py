@@ -99,7 +99,7 @@ def run_pipeline(
     return PipelineRunReport(
         config=RunSettings(
             source=cfg.source_label,
-            mode="curriculum" if cfg.curriculum else "bucketing" if cfg.packing is None else cfg.packing.mode,
+            mode=cfg.mode,
             workers=cfg.workers,
             format=cfg.format,
             batch_size=cfg.batch_size,

@@ -52,3 +52,16 @@ def test_the_key_reference_is_generated_from_the_schema():
     script = Path(__file__).resolve().parents[2] / "scripts" / "config_reference.py"
     proc = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_config_names_its_mode_the_same_everywhere():
+    """``PipelineConfig.mode``: what the pipeline report and the mix report call how rows are made (the mix report
+    called a curriculum "bucketing")."""
+    base = {"source": {"path": "x"}, "batch_size": 8}
+    for section, want in [
+        ({"packing": {"ctx": 64}}, "planned"),
+        ({"packing": {"ctx": 64, "mode": "streaming"}}, "streaming"),
+        ({"bucketing": {"boundaries": [32, 64]}}, "bucketing"),
+        ({"curriculum": {"lengths": [128, 256], "tokens_per_batch": 1024}}, "curriculum"),
+    ]:
+        assert parse_config({**base, **section}).mode == want, section
