@@ -8,6 +8,7 @@ packing, sharding or micro-batching.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -94,13 +95,12 @@ class Trainer:
             self._traces += 1  # runs when jit traces: once per program it compiles (per batch shape)
             return update(state, *normalize(*sums(state["params"], batch)))
 
-        def micro(params, acc, batch):
+        def micro(params, acc, batch):  # acc starts at zeros: one program per batch shape, not two
             self._traces += 1
-            totals, grads = sums(params, batch)
-            if acc is None:
-                return totals, grads
-            return jax.tree.map(jnp.add, acc, (totals, grads))
+            return jax.tree.map(jnp.add, acc, sums(params, batch))
 
+        self._sums = sums
+        self._acc_shapes: dict[tuple[str, ...], Any] = {}  # (totals, grads) shapes by the batch's keys
         rep = self.replicated
         self.train_step = jax.jit(step, donate_argnums=(0,), out_shardings=(rep, rep))
         self._micro = jax.jit(micro, donate_argnums=(1,), out_shardings=rep)
@@ -112,7 +112,10 @@ class Trainer:
         """(gradient of the objective, metrics) over micro-batches from :meth:`put_batch` (shapes may differ)."""
         if not batches:
             raise ValueError("a step needs at least one micro-batch")
-        acc = None
+        keys = tuple(sorted(batches[0]))
+        if keys not in self._acc_shapes:  # the same for every batch shape: traced once
+            self._acc_shapes[keys] = jax.eval_shape(self._sums, params, batches[0])
+        acc = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype, device=self.replicated), self._acc_shapes[keys])
         for batch in batches:
             acc = self._micro(params, acc, batch)
         return self._normalize(acc)

@@ -210,6 +210,18 @@ def test_train_on_a_plan_file_takes_the_plans_ctx(tmp_path, store, capsys):
     assert summary["steps"] == 3 and summary["shapes"] == [[4, 256]]
 
 
+def test_accumulating_micro_batches_compiles_one_program_per_length(tmp_path, store, capsys):
+    """With grad_accum_steps 2 a step's first micro-batch runs the same program as the others: a curriculum of 2
+    lengths stays within its budget of 2 programs (the first micro-batch had its own program: 4 compiled, and
+    the run stopped over its budget at step 3)."""
+    body = "curriculum: {lengths: [64, 128], tokens_per_batch: 512, tile: 64, schedule: mix}\nseed: 1"
+    cfg = write_config(tmp_path / "c.yaml", store, body)
+    assert main(["train", str(cfg), "--steps", "6", "--grad-accum-steps", "2", "--json", "-"]) == 0
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert sorted(tuple(s) for s in summary["shapes"]) == [(4, 128), (8, 64)]
+    assert summary["compilations"] == summary["compile_budget"] == 2
+
+
 def test_curriculum_run_compiles_exactly_one_program_per_length(tmp_path, store, capsys, monkeypatch):
     """A K-length curriculum run trains on all K lengths with exactly K compiled step programs, reports attention
     FLOPs and MFU per length; a program over the budget stops the run (exit 1); a variable-width kernel is refused."""
