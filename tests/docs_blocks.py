@@ -10,6 +10,7 @@ next block that reads it, as a reader following the page would.
 A block whose first line names a file (``# hf_pipeline.yaml``, or a script's docstring ``train_hf.py: ...``)
 is that file of the page: it is saved in the working directory under that name, where a later block reads or runs
 it (a client suite runs such a script only through that block); a YAML block is also checked against the schema.
+A block printed alike on two pages (language, kind and text) runs on the first of them only.
 
 An HTML comment on the line before a block says when it runs otherwise (it does not show on GitHub or the site):
 
@@ -97,6 +98,16 @@ def blocks(page: Path) -> list[Block]:
             raise ValueError(f"{block.where}: unknown test kind {block.kind!r}; one of {', '.join(KINDS)}")
         out.append(block)
     return out
+
+
+def run_elsewhere(block: Block) -> Block | None:
+    """The first block of an earlier page (in :data:`PAGES` order) with the same language, kind and text, if any:
+    a block printed on two pages runs once, on the first (every page starts from the same working directory)."""
+    for page in PAGES[: PAGES.index(block.page)]:
+        for other in blocks(page):
+            if (other.lang, other.kind, other.text) == (block.lang, block.kind, block.text):
+                return other
+    return None
 
 
 def file_name(block: Block) -> str | None:

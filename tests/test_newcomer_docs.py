@@ -144,6 +144,10 @@ def run_page(page: Path, work: Path, request, slow: bool) -> list[str]:
             continue
         kind = block.kind
         docs_blocks.save(block, work)  # a block that names its file (a config, a script): later blocks read it
+        first = docs_blocks.run_elsewhere(block) if kind == "run" else None
+        if first is not None:
+            done.append(f"{block.where}: as printed at {first.where}, which runs it")
+            continue
         if kind == "illustrative":
             assert block.lang == "", f"{block.where}: a {block.lang} block is code: run it, or mark what it needs"
         elif kind == "run" and block.lang == "bash":
@@ -193,6 +197,17 @@ def test_every_block_is_run_or_marked():
     assert len(found) >= 30
     unmarked_plain = [b.where for b in found if b.lang == "" and b.kind == "run"]
     assert unmarked_plain == []
+
+
+def test_a_block_printed_on_two_pages_runs_on_the_first():
+    """The README's pipeline blocks are printed again in docs/pipelines.md: run once, on the README."""
+    readme = [b for b in docs_blocks.blocks(ROOT / "README.md") if b.kind == "run"]
+    assert all(docs_blocks.run_elsewhere(b) is None for b in readme)
+    pipelines = docs_blocks.blocks(ROOT / "docs" / "pipelines.md")
+    twins = [(b, docs_blocks.run_elsewhere(b)) for b in pipelines]
+    twins = [(b, first) for b, first in twins if first is not None]
+    assert twins and all(first.page.name == "README.md" and first.text == b.text for b, first in twins)
+    assert len(twins) < len([b for b in pipelines if b.kind == "run"])  # the page's own blocks still run there
 
 
 def test_a_bash_client_block_is_checked_here_and_run_by_its_client_suite(tmp_path):

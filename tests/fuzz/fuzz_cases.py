@@ -711,9 +711,13 @@ def run_as_user(commands: list[list[str]], home) -> list[tuple[int, str, str, fl
         "MPLCONFIGDIR": f"{home}/mpl",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
+    warmed = os.environ.get("NUMBA_CACHE_DIR", "")
+    if warmed and os.path.isdir(warmed):  # the suite's compiled kernels (make warm-kernels): none compiled again
+        shutil.copytree(warmed, f"{home}/numba", dirs_exist_ok=True)
     for d in ("numba", "mpl"):  # caches the user can write
         os.makedirs(f"{home}/{d}", exist_ok=True)
-        os.chmod(f"{home}/{d}", 0o777)
+        for p in [Path(f"{home}/{d}"), *Path(f"{home}/{d}").rglob("*")]:
+            p.chmod(0o777 if p.is_dir() else 0o666)
     argv = [site, repo, json.dumps(commands)]
     if os.geteuid() != 0:
         proc = subprocess.run(
