@@ -89,10 +89,22 @@ SLOW_PAGES = [p for p in docs_blocks.PAGES if any(b.slow for b in docs_blocks.bl
 
 
 @pytest.fixture(scope="session")
-def demo_data(tmp_path_factory) -> Path:
-    """The demo data, built once a session by scripts/demo.py (what `make demo` runs; ~10 s), copied per page."""
-    work = tmp_path_factory.mktemp("demo")
-    docs_blocks.run([sys.executable, str(ROOT / "scripts" / "demo.py")], work, docs_blocks.environment(work), "demo")
+def demo_data(tmp_path_factory, worker_id) -> Path:
+    """The demo data, built once a run by scripts/demo.py (what `make demo` runs; ~10 s), copied per page: under
+    xdist the first worker builds it in the run's own temporary directory, the others wait for it (a lock)."""
+    import fcntl
+
+    if worker_id == "master":
+        work = tmp_path_factory.mktemp("demo")
+    else:
+        work = tmp_path_factory.getbasetemp().parent / "demo"  # this run's, shared by its workers
+    work.mkdir(exist_ok=True)
+    with open(work.parent / "demo.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (work / "built").exists():
+            env = docs_blocks.environment(work)
+            docs_blocks.run([sys.executable, str(ROOT / "scripts" / "demo.py")], work, env, "demo")
+            (work / "built").touch()
     return work / "demo_data"
 
 
