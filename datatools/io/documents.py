@@ -27,7 +27,7 @@ import tensorstore as ts
 from datatools.base.checks import as_lengths
 from datatools.io import read_stats, storage
 from datatools.io.levanter_cache import LevanterCache
-from datatools.io.shard_reads import JoinedRead
+from datatools.io.shard_reads import all_done
 from datatools.io.store import TokenStore
 from datatools.kernels.packing import check_token_ids, materialize, materialize_pieces
 from datatools.kernels.packing.materialize import check_plan_rows
@@ -374,7 +374,8 @@ class StorePieceReader:
 
     def _read_run(self, first: int, run: list[int], batch: ts.Batch):
         """``(read, target)``: the read of extents ``first, first + 1, ...`` into slots ``run``; a token store's
-        decodes straight into the slab's slots (``target``: the slab they land in), another's result is copied."""
+        decodes straight into the slab's slots (``target``: the slab they land in), another's result is copied
+        (one read of the run: a Levanter cache has no ``out``)."""
         e, n = self.extent, self.store.num_tokens
         if not isinstance(self.store, TokenStore):
             return self.store.read_async(first * e, min((first + len(run)) * e, n), batch=batch), None
@@ -383,7 +384,7 @@ class StorePieceReader:
         for c, s in enumerate(run, first):
             end = min((c + 1) * e, n)
             parts.append(self.store.read_async(c * e, end, batch=batch, out=target[s, : end - c * e]))
-        return (parts[0] if len(parts) == 1 else JoinedRead(parts, functools.partial(_results, target))), target
+        return (parts[0] if len(parts) == 1 else all_done(parts, target)), target
 
     def _can_issue(self) -> bool:
         """Whether the head of the queue may be issued (lock held): fewer than :data:`MAX_IN_FLIGHT` reads in flight
@@ -511,13 +512,6 @@ class StorePieceReader:
         with self.holding(begin, length) as (slab, slot_of):
             _gather_extents(slab.reshape(-1), slot_of, self.extent, begin, length, out)
         return out
-
-
-def _results(value: np.ndarray, parts: list) -> np.ndarray:
-    """``value`` once every read of ``parts`` succeeded (the first error raised)."""
-    for part in parts:
-        part.result()
-    return value
 
 
 @numba.njit(cache=True, nogil=True)

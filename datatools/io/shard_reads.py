@@ -154,6 +154,28 @@ class JoinedRead:
             f.add_done_callback(one_done)
 
 
+def all_done(parts: list, value: np.ndarray) -> JoinedRead:
+    """A future done when every read of ``parts`` is, whose ``result()`` is ``value`` (reads that decode into it;
+    the first error raised)."""
+
+    def after_all(parts: list) -> np.ndarray:
+        for part in parts:
+            part.result()
+        return value
+
+    return JoinedRead(parts, after_all)
+
+
+def copied_into(read, out: np.ndarray) -> JoinedRead:
+    """A future whose ``result()`` is ``out`` holding ``read``'s result (copied on the thread that asks first)."""
+
+    def copy(parts: list) -> np.ndarray:
+        out[...] = parts[0].result()
+        return out
+
+    return JoinedRead([read], copy)
+
+
 def read(
     kv: ts.KvStore,
     table: np.ndarray,

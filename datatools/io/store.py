@@ -247,12 +247,6 @@ def record_chunks(path: str | os.PathLike) -> tuple[dict, dict, bytes | None]:
     return records_out, digests, (b"".join(table) if table else None)
 
 
-def _copied(value: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """``out`` holding ``value`` (a ranged read's result, copied where the caller wants it)."""
-    out[...] = value
-    return out
-
-
 def _index_bytes(arr) -> int:
     """Bytes of the shard index (entries and crc32c) starting each object of a sharded array; 0 if not sharded."""
     stored, inner = int(arr.chunk_layout.write_chunk.shape[0]), int(arr.chunk_layout.read_chunk.shape[0])
@@ -645,7 +639,7 @@ class TokenStore:
             )
             if out is None:
                 return ranged
-            return JoinedRead([ranged], lambda parts: _copied(parts[0].result(), out))
+            return shard_reads.copied_into(ranged, out)
         checks = self.check_objects("tokens", begin, end, batch=batch, wait=False) if end > begin else []
         if out is None:
             read = self.tokens[begin:end].read(batch=batch)
