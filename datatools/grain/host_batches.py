@@ -147,6 +147,7 @@ class HostBatchesMapDataset(grain.MapDataset):
             self._ahead_of = schedule
         self._epochs = None if num_epochs is None else check_int(num_epochs, "num_epochs", minimum=1)
         self._ends = [0]  # cumulative batches at the end of each epoch computed so far
+        self._planned_ahead = 0  # the last epoch counted ahead, in the background (_plan_next_epoch)
         self._lock = threading.Lock()
         self._last, self._step, self._ahead = -1, self._stride, -1  # read-ahead: last batch, stride, prefetched
         self._served = 0  # batches this process has been asked for (the first reads alone)
@@ -164,6 +165,7 @@ class HostBatchesMapDataset(grain.MapDataset):
 
     def __getstate__(self):
         fresh = {"_last": -1, "_step": self._stride, "_ahead": -1, "_served": 0, "_first": None, "_lead": -1}
+        fresh["_planned_ahead"] = 0
         fresh["_lead_started"], fresh["_active"], fresh["_warm"] = False, set(), {}
         return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_turn")} | fresh
 
@@ -180,11 +182,37 @@ class HostBatchesMapDataset(grain.MapDataset):
         return [(r // self._count, t) for r, t in self._schedule.shapes]
 
     def _end_of(self, epoch: int) -> int:
-        """Global batches before the end of ``epoch``."""
+        """Global batches before the end of ``epoch``. An epoch is counted outside the lock: planning one takes
+        ~0.05-3 s, and batches of the epochs already counted must not wait for it (they did, ~0.2 s a worker, where
+        the read-ahead first reached a new epoch)."""
+        while True:
+            with self._lock:
+                if len(self._ends) > epoch + 1:
+                    return self._ends[epoch + 1]
+                next_epoch = len(self._ends) - 1
+            batches = self._schedule.num_batches(next_epoch)  # the schedule's own cache: planned once
+            with self._lock:
+                if len(self._ends) == next_epoch + 1:
+                    self._ends.append(self._ends[-1] + batches)
+
+    def _plan_next_epoch(self, epoch: int, j: int) -> None:
+        """From the middle of ``epoch`` on (batch ``j``), count the next epoch in a daemon thread, once: its plan
+        (an epoch's Feistel order and window counts, and in a Grain worker the kernels' first loads) is then ready
+        before the read-ahead reaches it, instead of holding up the batches where it does."""
+        if self._epochs is not None and epoch + 1 >= self._epochs:
+            return
+        if 2 * j < self._end_of(epoch) - self._ends[epoch]:
+            return
         with self._lock:
-            while len(self._ends) <= epoch + 1:
-                self._ends.append(self._ends[-1] + self._schedule.num_batches(len(self._ends) - 1))
-            return self._ends[epoch + 1]
+            if self._planned_ahead > epoch:
+                return
+            self._planned_ahead = epoch + 1
+
+        def plan() -> None:
+            with contextlib.suppress(Exception):  # an error is raised where the epoch is needed, by the same call
+                self._end_of(epoch + 1)
+
+        threading.Thread(target=plan, name="datatools-plan-ahead", daemon=True).start()
 
     def __len__(self) -> int:
         return sys.maxsize if self._epochs is None else self._end_of(self._epochs - 1)
@@ -242,6 +270,7 @@ class HostBatchesMapDataset(grain.MapDataset):
             read_stats.share_in(self.stats_folder)  # once per process: a Grain worker's counters reach the parent
         epoch, j = self.locate(int(index))
         index = int(index)
+        self._plan_next_epoch(epoch, j)
         with self._turn:  # known from the start: a batch asked for later, but higher, waits for it (_wait_turn)
             self._active.add(index)
         leader = False

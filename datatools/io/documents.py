@@ -24,6 +24,7 @@ import numba
 import numpy as np
 import tensorstore as ts
 
+from datatools.base import array_pool
 from datatools.base.checks import as_lengths
 from datatools.io import read_stats, storage
 from datatools.io.levanter_cache import LevanterCache
@@ -219,7 +220,7 @@ class StorePieceReader:
             slots = max(slots, MIN_REMOTE_SLOTS)  # windows of fewer lanes: hold enough of them
         slots = int(min(extents, slots))
         self.held_bytes = slots * e * self.itemsize  # the slab; the read-ahead budget is half of it
-        self._slab = np.empty((slots, e), self.store.dtype)
+        self._slab = array_pool.filled_gradually((slots, e), self.store.dtype)
         self._slot_of = np.full(extents, -1, np.int64)  # extent -> slot (-1: not held)
         self._extent_in = np.full(slots, -1, np.int64)  # slot -> extent (-1: free)
         self._last_used = np.zeros(slots, np.int64)  # the read tick that last used each slot
@@ -276,7 +277,9 @@ class StorePieceReader:
     def _grow(self) -> None:
         """Double the slab (a read needs more extents at once than it holds)."""
         old = self._slab.shape[0]
-        self._slab = np.concatenate([self._slab, np.empty_like(self._slab)])
+        slab = array_pool.filled_gradually((2 * old, self._slab.shape[1]), self._slab.dtype)
+        slab[:old] = self._slab
+        self._slab = slab
         self._extent_in = np.concatenate([self._extent_in, np.full(old, -1, np.int64)])
         for name in ("_last_used", "_ahead", "_pins", "_queued"):  # zeros / False for the new slots
             setattr(self, name, np.concatenate([getattr(self, name), np.zeros_like(getattr(self, name))]))

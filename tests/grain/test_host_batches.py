@@ -3,6 +3,9 @@ hosts that read only their own rows, and the fill-order bucketing kernel."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -160,3 +163,55 @@ def test_epochs_and_forever():
         np.testing.assert_array_equal(forever[j]["tokens"], schedule.read(epoch, i, 0, 4)["tokens"])
     with pytest.raises(IndexError):
         two[len(two)]
+
+
+class SlowEpochs:
+    """A schedule whose epochs (after the first) take ``count_s`` seconds to count, recording which thread did."""
+
+    def __init__(self, batches: int, count_s: float):
+        self.batches, self.count_s = batches, count_s
+        self.row_counts, self.shapes = (4,), [(4, 8)]
+        self.counted: dict[int, str] = {}
+        self._lock = threading.Lock()
+
+    def num_batches(self, epoch: int) -> int:
+        with self._lock:
+            if epoch not in self.counted:
+                if epoch > 0:
+                    time.sleep(self.count_s)
+                self.counted[epoch] = threading.current_thread().name
+        return self.batches
+
+    def batch_rows(self, epoch: int, j: int) -> int:
+        return 4
+
+    def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+        return {"tokens": np.full((hi - lo, 8), epoch * 100 + j, np.int32)}
+
+
+def test_the_next_epoch_is_counted_in_the_background_from_mid_epoch():
+    """Past the middle of an epoch the next one is counted in a thread of its own (its plan ready before its first
+    batch is asked for), once; a batch of an epoch already counted never waits for an epoch being counted."""
+    schedule = SlowEpochs(batches=10, count_s=0.5)
+    host = HostBatchesMapDataset(schedule, num_epochs=None)
+    for j in range(5):
+        assert host[j]["tokens"][0, 0] == j
+    assert 1 not in schedule.counted  # before the middle: nothing counted ahead
+    t0 = time.perf_counter()
+    assert host[5]["tokens"][0, 0] == 5  # the middle: epoch 1 counted in the background, this batch not held
+    assert host[6]["tokens"][0, 0] == 6
+    assert time.perf_counter() - t0 < 0.4
+    deadline = time.monotonic() + 10
+    while 1 not in schedule.counted and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert schedule.counted[1] == "datatools-plan-ahead"
+    assert host[10]["tokens"][0, 0] == 100  # epoch 1, batch 0: its count was ready
+    assert set(schedule.counted) == {0, 1}
+
+
+def test_a_bounded_run_counts_no_epoch_past_its_last():
+    schedule = SlowEpochs(batches=4, count_s=0.0)
+    host = HostBatchesMapDataset(schedule, num_epochs=1)
+    assert [int(host[j]["tokens"][0, 0]) for j in range(4)] == [0, 1, 2, 3]
+    time.sleep(0.05)
+    assert set(schedule.counted) == {0}

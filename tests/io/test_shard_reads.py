@@ -34,10 +34,12 @@ def _failed(exc, key):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data(), size=st.integers(INNER + 1, 9 * SHARD + 5), wide=st.booleans())
-def test_any_range_reads_the_tokens_it_holds(tmp_path_factory, small_shards, data, size, wide):
+@given(data=st.data(), size=st.integers(INNER + 1, 9 * SHARD + 5), wide=st.booleans(), via_kvstore=st.booleans())
+def test_any_range_reads_the_tokens_it_holds(tmp_path_factory, small_shards, data, size, wide, via_kvstore):
     """Sharded stores of any size; inner chunks of random entropy (so of varying compressed sizes, at varying
-    places in their shards), uint16 or uint32 tokens, any [begin, end): the tokens written, one GET per shard."""
+    places in their shards), uint16 or uint32 tokens, any [begin, end), into a new array or a given one: the tokens
+    written, one ranged read per shard, fetched as on disk (``os.pread``) or as from a bucket (tensorstore's
+    kvstore, here its file driver)."""
     rng = np.random.default_rng(size)
     dtype = np.uint32 if wide else np.uint16
     bits = rng.integers(1, 17 if wide else 16, -(-size // INNER))
@@ -50,17 +52,18 @@ def test_any_range_reads_the_tokens_it_holds(tmp_path_factory, small_shards, dat
     table = shard_reads.index_table(data_bytes, -(-size // store.object_tokens), per_shard)
     begin = data.draw(st.integers(0, size - 1))
     end = data.draw(st.integers(begin + 1, size))
+    if via_kvstore:
+        kv = array_kvstore(path / "tokens")
+        fetch = lambda key, a, b, batch: kv.read(key, byte_range=slice(a, b), batch=batch)  # noqa: E731
+    else:
+        fetch = storage.range_reads(path / "tokens")
+    out = np.full(end - begin, 7, store.dtype) if data.draw(st.booleans()) else None
     got = shard_reads.read(
-        array_kvstore(path / "tokens"),
-        table,
-        begin,
-        end,
-        inner=INNER,
-        dtype=store.dtype,
-        damaged=ValueError,
-        failed=_failed,
+        fetch, table, begin, end, inner=INNER, dtype=store.dtype, damaged=ValueError, failed=_failed, out=out
     )
     np.testing.assert_array_equal(got.result(), flat[begin:end])
+    if out is not None:
+        assert got.result() is out
     assert got.done()
     assert len(got._parts) == (end - 1) // store.object_tokens - begin // store.object_tokens + 1  # noqa: SLF001 -- one ranged GET a shard
 
@@ -99,4 +102,4 @@ def test_the_index_object_is_every_shards_own_index_in_order(tmp_path, small_sha
         size = SHARD // INNER * shard_reads.ENTRY_BYTES
         assert data[k * size : (k + 1) * size] == shard_reads.entries_of(shard, SHARD // INNER)
     assert store_mod.read_manifest(tmp_path / "s")["shard_index"]["bytes"] == len(data)
-    assert not TokenStore(tmp_path / "s").ranged_reads  # locally whole objects are read (no requests to save)
+    assert TokenStore(tmp_path / "s").ranged_reads  # on disk too: runs of inner chunks read and decoded here
