@@ -13,11 +13,12 @@ import errno
 import io
 import logging
 import os
+import queue
 import socket
 import stat
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -406,19 +407,19 @@ def kvstore_spec(path: str | os.PathLike) -> dict:
 RangeRead = Callable[[str, int, int, Any], Any]  # (key, start, stop, ts.Batch or None) -> a future
 
 
-def range_reads(directory: str | os.PathLike) -> RangeRead:
+def range_reads(directory: str | os.PathLike, kvstore: Any = None) -> RangeRead:
     """``read(key, start, stop, batch)``: bytes ``[start, stop)`` of object ``key`` under ``directory``, issued now,
     as a future whose ``result()`` is a tensorstore ``ReadResult`` (in a bucket: one ranged GET through tensorstore's
     kvstore, issued in the ``ts.Batch`` ``batch``) or the bytes (None: no such file) of a local file, read with
     ``os.pread`` on a small thread pool (tensorstore's file kvstore handed the bytes over at ~4x the CPU of the read).
-    :func:`range_payload` takes either apart."""
+    :func:`range_payload` takes either apart. ``kvstore``: the bucket's, opened already (with its request limits)."""
     if location(directory).reads_are_requests:
         import tensorstore as ts
 
-        kv = ts.KvStore.open(kvstore_spec(directory)).result()
+        kv = kvstore if kvstore is not None else ts.KvStore.open(kvstore_spec(directory)).result()
         return lambda key, start, stop, batch: kv.read(key, byte_range=slice(start, stop), batch=batch)
     root = resolved(directory)
-    return lambda key, start, stop, batch: _local_pool().submit(_pread, root / key, start, stop)
+    return lambda key, start, stop, batch: _local_pool().submit(root / key, start, stop)
 
 
 def range_payload(result) -> bytes | None:
@@ -439,15 +440,39 @@ def _pread(path: Path, start: int, stop: int) -> bytes | None:
         os.close(fd)
 
 
-_pool: ThreadPoolExecutor | None = None
+class _LocalReads:
+    """Daemon threads reading byte ranges of local files for :func:`range_reads`. Not a ``ThreadPoolExecutor``: at
+    interpreter exit that refuses new work and joins its threads, so a Grain prefetch thread still waiting for a read
+    (whose next read was never issued) held the exit forever."""
+
+    def __init__(self, threads: int):
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        for i in range(threads):
+            threading.Thread(target=self._run, name=f"datatools-range-read-{i}", daemon=True).start()
+
+    def submit(self, path: Path, start: int, stop: int) -> Future:
+        future: Future = Future()
+        self._queue.put((future, path, start, stop))
+        return future
+
+    def _run(self) -> None:
+        while True:
+            future, path, start, stop = self._queue.get()
+            try:
+                future.set_result(_pread(path, start, stop))
+            except BaseException as exc:  # noqa: BLE001 -- raised where the read is waited for
+                future.set_exception(exc)
+
+
+_pool: _LocalReads | None = None
 _pool_lock = threading.Lock()
 
 
-def _local_pool() -> ThreadPoolExecutor:
+def _local_pool() -> _LocalReads:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(LOCAL_RANGE_THREADS, thread_name_prefix="datatools-range-read")
+            _pool = _LocalReads(LOCAL_RANGE_THREADS)
         return _pool
 
 

@@ -726,7 +726,10 @@ class TokenStore:
         """Ranged reads of the ``tokens`` objects (:func:`storage.range_reads`), once per process."""
         kvs = self.__dict__.setdefault("_kvs", {})
         if "ranges" not in kvs:
-            kvs["ranges"] = storage.range_reads(storage.join(self.path, "tokens"))
+            in_bucket = storage.location(self.path).reads_are_requests  # the array's kvstore: its request limits
+            kvs["ranges"] = storage.range_reads(
+                storage.join(self.path, "tokens"), self._kvstore("tokens") if in_bucket else None
+            )
         return kvs["ranges"]
 
     def _kvstore(self, name: str) -> ts.KvStore:
