@@ -3,8 +3,7 @@
 Through tensorstore each process fetched a shard's index before its chunks: from a bucket a round trip more per
 shard (~20% of a Grain worker's start-up requests, issue 31). So a store holds every shard's index in one object,
 ``shard_index.bin`` (per inner chunk its offset, size and crc32c), read once; each run of adjacent inner chunks is
-one ranged read (a GET from a bucket, ``os.pread`` on disk: :func:`storage.range_reads`), decoded here. A chunk
-ending in another crc32c than the index records is refused.
+one ranged GET, decoded here. A chunk ending in another crc32c than the index records is refused.
 """
 
 from __future__ import annotations
@@ -17,8 +16,6 @@ import google_crc32c
 import numpy as np
 import pyarrow as pa
 import tensorstore as ts
-
-from datatools.io import storage
 
 INDEX_KEY = "shard_index.bin"  # every shard's index entries, back to back (under the store's root)
 INDEX_ENTRY_BYTES = 16  # a shard's own index entry (zarr v3 sharding_indexed): offset and size, uint64 each
@@ -174,7 +171,7 @@ def all_done(parts: list, value: np.ndarray) -> JoinedRead:
 
 
 def read(
-    fetch: storage.RangeRead,
+    kv: ts.KvStore,
     table: np.ndarray,
     begin: int,
     end: int,
@@ -186,13 +183,10 @@ def read(
     failed: Callable[[BaseException, str], BaseException],
     out: np.ndarray | None = None,
 ) -> JoinedRead:
-    """Tokens ``[begin, end)`` of the sharded array whose objects ``fetch`` reads (shard indices ``table``, inner
-    chunks of ``inner`` tokens), one ranged read per :func:`byte_runs` run, issued now (in ``batch``), decoded into
-    ``out`` (``end - begin`` tokens of ``dtype``; a new array if None) by whoever asks for the result first.
-    ``damaged(text)`` makes the error of a missing or bad chunk, ``failed(exc, key)`` that of a failed read.
-
-    Locally too: ~0.5 ms of CPU for 2^18 tokens, against ~1.8 ms through tensorstore's sharded array (16 reads of its
-    inner chunks and its index each time, then a copy), which made a worker's first epoch ~2x the CPU of the next."""
+    """Tokens ``[begin, end)`` of the sharded array in ``kv`` (shard indices ``table``, inner chunks of ``inner``
+    tokens), one ranged GET per :func:`byte_runs` run, issued now (in ``batch``), decoded into ``out`` (``end -
+    begin`` tokens of ``dtype``; a new array if None) by whoever asks for the result first. ``damaged(text)`` makes
+    the error of a missing or bad chunk, ``failed(exc, key)`` that of a failed GET."""
     per_shard = table.shape[1]
     first, last = begin // inner, (end - 1) // inner  # inner chunks, over the whole array
     plan = []  # (shard, chunk in shard, count, start) per ranged GET
@@ -203,7 +197,7 @@ def read(
     parts = []
     for shard, j, count, start in plan:
         stop = int(table[shard, j + count - 1, 0] + table[shard, j + count - 1, 1])
-        parts.append(fetch(f"c/{shard}", int(start), stop, batch))
+        parts.append(kv.read(f"c/{shard}", byte_range=slice(int(start), stop), batch=batch))
 
     def assemble(parts: list) -> np.ndarray:
         target = np.empty(end - begin, dtype) if out is None else out
@@ -213,11 +207,12 @@ def read(
                 target[max(lo, begin) - begin : min(lo + inner, end) - begin] = 0
         for (shard, j, count, start), part in zip(plan, parts):
             try:
-                data = storage.range_payload(part.result())
-            except (ValueError, OSError) as exc:
+                got = part.result()
+            except ValueError as exc:
                 raise failed(exc, f"c/{shard}") from None
-            if data is None:
+            if got.state != "value":
                 raise damaged(f"chunk tokens/c/{shard} is missing")
+            data = bytes(got.value)
             for i in range(j, j + count):
                 offset, nbytes, crc = (int(v) for v in table[shard, i])
                 lo = (shard * per_shard + i) * inner  # the chunk's first token in the array

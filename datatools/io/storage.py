@@ -13,16 +13,13 @@ import errno
 import io
 import logging
 import os
-import queue
 import socket
 import stat
-import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Any, BinaryIO, cast
+from typing import BinaryIO, cast
 from urllib.parse import urlsplit
 
 from datatools.base.errors import StorageError
@@ -35,7 +32,6 @@ CONNECT_TIMEOUT_S = 5.0  # a TCP connection to an endpoint; more is a dead or un
 READ_TIMEOUT_S = 4.0  # seconds without a byte of an answer: a silent endpoint (S3 answers in well under 1 s)
 S3_ATTEMPTS = 3  # botocore attempts per request (s3fs asks twice on a timeout: 4 x 4 s + backoff ~ 19 s)
 READ_BLOCK = 8 << 20  # bytes one remote read fetches (fsspec block size)
-LOCAL_RANGE_THREADS = max(4, os.cpu_count() or 1)  # threads reading byte ranges of local files (range_reads)
 # tensorstore: 4 attempts, 1.75 s of delays in all (a closed port fails in ~2 s, a silent endpoint in ~26 s)
 TS_RETRIES = {"max_retries": 3, "initial_delay": "250ms", "max_delay": "2s"}
 TS_LOW_SPEED_S = 6.0  # tensorstore (curl): seconds under 1 byte/s before a request is aborted (and retried)
@@ -399,89 +395,6 @@ def kvstore_spec(path: str | os.PathLike) -> dict:
             spec["aws_credentials"] = {"type": "environment"}
         return spec
     return {"driver": "gcs", "bucket": bucket, "path": prefix, "gcs_request_retries": dict(TS_RETRIES)}
-
-
-# --------------------------------------------------------------------------- ranged reads
-
-
-RangeRead = Callable[[str, int, int, Any], Any]  # (key, start, stop, ts.Batch or None) -> a future
-
-
-def range_reads(directory: str | os.PathLike, kvstore: Any = None) -> RangeRead:
-    """``read(key, start, stop, batch)``: bytes ``[start, stop)`` of object ``key`` under ``directory``, issued now,
-    as a future whose ``result()`` is a tensorstore ``ReadResult`` (in a bucket: one ranged GET through tensorstore's
-    kvstore, issued in the ``ts.Batch`` ``batch``) or the bytes (None: no such file) of a local file, read with
-    ``os.pread`` on a small thread pool (tensorstore's file kvstore handed the bytes over at ~4x the CPU of the read).
-    :func:`range_payload` takes either apart. ``kvstore``: the bucket's, opened already (with its request limits)."""
-    if location(directory).reads_are_requests:
-        import tensorstore as ts
-
-        kv = kvstore if kvstore is not None else ts.KvStore.open(kvstore_spec(directory)).result()
-        return lambda key, start, stop, batch: kv.read(key, byte_range=slice(start, stop), batch=batch)
-    root = resolved(directory)
-    return lambda key, start, stop, batch: _local_pool().submit(root / key, start, stop)
-
-
-def range_payload(result) -> bytes | None:
-    """The bytes of a :func:`range_reads` result; None when the object does not exist."""
-    if result is None or isinstance(result, bytes):
-        return result
-    return bytes(result.value) if result.state == "value" else None
-
-
-def _pread(path: Path, start: int, stop: int) -> bytes | None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    try:
-        return os.pread(fd, stop - start, start)
-    finally:
-        os.close(fd)
-
-
-class _LocalReads:
-    """Daemon threads reading byte ranges of local files for :func:`range_reads`. Not a ``ThreadPoolExecutor``: at
-    interpreter exit that refuses new work and joins its threads, so a Grain prefetch thread still waiting for a read
-    (whose next read was never issued) held the exit forever."""
-
-    def __init__(self, threads: int):
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        for i in range(threads):
-            threading.Thread(target=self._run, name=f"datatools-range-read-{i}", daemon=True).start()
-
-    def submit(self, path: Path, start: int, stop: int) -> Future:
-        future: Future = Future()
-        self._queue.put((future, path, start, stop))
-        return future
-
-    def _run(self) -> None:
-        while True:
-            future, path, start, stop = self._queue.get()
-            try:
-                future.set_result(_pread(path, start, stop))
-            except BaseException as exc:  # noqa: BLE001 -- raised where the read is waited for
-                future.set_exception(exc)
-
-
-_pool: _LocalReads | None = None
-_pool_lock = threading.Lock()
-
-
-def _local_pool() -> _LocalReads:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = _LocalReads(LOCAL_RANGE_THREADS)
-        return _pool
-
-
-def _forget_pool() -> None:  # a forked child has none of its parent's threads
-    global _pool
-    _pool = None
-
-
-os.register_at_fork(after_in_child=_forget_pool)
 
 
 # --------------------------------------------------------------------------- errors

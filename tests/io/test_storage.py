@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -151,35 +148,3 @@ def test_missing_credentials_gcs(monkeypatch, tmp_path, capfd):
     monkeypatch.setattr(storage, "_probe", lambda endpoint, url: None)  # no internet here: skip reaching Google
     url = "gs://bucket/data.parquet"
     assert "no Google credentials" in _fails_fast(["analyze-padding", url], url, capfd)
-
-
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.binary(min_size=1, max_size=5000), cut=st.data())
-def test_a_local_range_read_is_the_bytes_of_the_range(tmp_path, data, cut):
-    (tmp_path / "obj").write_bytes(data)
-    start = cut.draw(st.integers(0, len(data) - 1))
-    stop = cut.draw(st.integers(start, len(data)))
-    reads = storage.range_reads(tmp_path)
-    assert storage.range_payload(reads("obj", start, stop, None).result()) == data[start:stop]
-    assert storage.range_payload(reads("absent", 0, 4, None).result()) is None
-
-
-def test_local_range_reads_work_while_the_interpreter_exits(tmp_path):
-    """A thread still reading when the main thread ends (a Grain prefetch thread mid-batch) gets its bytes, and the
-    process exits: with a ThreadPoolExecutor the read was refused at exit and a waiting reader held the exit."""
-    (tmp_path / "obj").write_bytes(b"0123456789")
-    script = textwrap.dedent(
-        f"""
-        import threading, time
-        from datatools.io import storage
-        reads = storage.range_reads({str(tmp_path)!r})
-        reads("obj", 0, 1, None).result()
-        def late():
-            time.sleep(0.5)  # the main thread has ended: the interpreter is exiting
-            print(storage.range_payload(reads("obj", 2, 6, None).result()), flush=True)
-        threading.Thread(target=late).start()
-        """
-    )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "b'2345'"
