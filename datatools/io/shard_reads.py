@@ -201,10 +201,10 @@ def read(
 
     def assemble(parts: list) -> np.ndarray:
         target = np.empty(end - begin, dtype) if out is None else out
-        for c in range(first, last + 1):  # chunks not stored read as the fill value, 0
-            if table[c // per_shard, c % per_shard, 0] == MISSING:
-                lo = c * inner
-                target[max(lo, begin) - begin : min(lo + inner, end) - begin] = 0
+        not_stored = np.flatnonzero(table.reshape(-1, 3)[first : last + 1, 0] == MISSING) + first
+        for c in not_stored.tolist():  # chunks not stored read as the fill value, 0
+            lo = c * inner
+            target[max(lo, begin) - begin : min(lo + inner, end) - begin] = 0
         for (shard, j, count, start), part in zip(plan, parts):
             try:
                 got = part.result()

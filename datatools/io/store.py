@@ -20,7 +20,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import TypeGuard
 
 import numpy as np
 import tensorstore as ts
@@ -627,11 +627,8 @@ class TokenStore:
         ValueError for a failed read or an object that fails :meth:`check_objects` (issued in the same batch).
         ``out``: a writeable array of ``end - begin`` tokens of the store's dtype that the read decodes into (no
         copy; ``result()`` is ``out``)."""
-        ranged = self.ranged_reads and end > begin  # in a bucket: one ranged GET a run of inner chunks, each checked
-        checks = self.check_objects("tokens", begin, end, batch=batch, wait=False) if end > begin and not ranged else []
-        read: Any  # a JoinedRead or a tensorstore future: done(), result(), add_done_callback()
-        if ranged:
-            read = shard_reads.read(
+        if self.ranged_reads and end > begin:  # in a bucket: one ranged GET a run of inner chunks, each checked
+            return shard_reads.read(
                 self._kvstore("tokens"),
                 self.shard_table(),
                 begin,
@@ -643,8 +640,8 @@ class TokenStore:
                 failed=self._read_failed,
                 out=out,
             )
-            out = None  # its result is ``out``
-        elif out is None:
+        checks = self.check_objects("tokens", begin, end, batch=batch, wait=False) if end > begin else []
+        if out is None:
             read = self.tokens[begin:end].read(batch=batch)
         else:
             read = ts.array(out, copy=False, write=True).write(self.tokens[begin:end], batch=batch).commit
