@@ -34,6 +34,8 @@ FIRST_BATCH_GATHER_S = 0.02  # how long the first calls are gathered to find the
 MAX_STRIDE = 64  # the largest gap between batches one process reads that is taken as its stride
 WARM_S = 3.0  # the most a process's first batch is held back while its next batches are read (seconds)
 WARM_BATCHES = 2  # batches after its first that a process reads before handing the first over (within WARM_S)
+FIRST_BATCH_BY_S = 7.0  # the warm-up ends by this long after the iterator began (seconds; with a build, ~10 s)
+STAGGER_S = 30.0  # the most a Grain worker's first read waits for a lower worker's first batch to be read (seconds)
 BATCHES_IN_FLIGHT = 2  # batches a process reads at once (a batch waits while lower ones fill the rest)
 TURN_WAIT_S = 60.0  # the most a batch waits for its turn (seconds)
 
@@ -156,6 +158,7 @@ class HostBatchesMapDataset(grain.MapDataset):
         self._turn = threading.Condition()  # batches being read (or waiting to be) in this process, by index
         self._active: set[int] = set()
         self._warm: dict[int, Future] = {}  # the batch read while the first is held back (its index: its read)
+        self._started: float | None = None  # time.monotonic() when the iterator began (pickled: its workers' start)
         self.stats_folder: str | None = None  # where a worker process writes its read counters (read_stats)
         if schedule.num_batches(0) == 0:
             raise ValueError(
@@ -167,6 +170,7 @@ class HostBatchesMapDataset(grain.MapDataset):
         fresh = {"_last": -1, "_step": self._stride, "_ahead": -1, "_served": 0, "_first": None, "_lead": -1}
         fresh["_planned_ahead"] = 0
         fresh["_lead_started"], fresh["_active"], fresh["_warm"] = False, set(), {}
+        fresh["_started"] = time.monotonic()  # sent to Grain's workers as the iterator starts (one clock per machine)
         return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_turn")} | fresh
 
     def __setstate__(self, state):
@@ -277,6 +281,8 @@ class HostBatchesMapDataset(grain.MapDataset):
         first: threading.Event | None = None
         try:
             leader, first = self._elect_first(index)
+            if leader:
+                self._after_lower_workers_first(index)
             if not leader and not first.is_set():  # the first batch reads alone, before the reads of those after it
                 first.wait(FIRST_BATCH_ALONE_S)
             with self._lock:
@@ -301,10 +307,11 @@ class HostBatchesMapDataset(grain.MapDataset):
                 self._turn.notify_all()
 
     def _warm_up(self, index: int) -> None:
-        """With read-ahead, hold the first batch ``index`` back (at most :data:`WARM_S`) while this process reads
-        its next :data:`WARM_BATCHES` batches, so the next steps find them read (a cold read from a bucket is ~1-1.5 s
-        a batch at +100 ms; issue 31: 0 of 500 steps waiting, against ~0.35 s with one batch ahead); a read not done
-        by then is handed over when its batch is asked for.
+        """With read-ahead, hold the first batch ``index`` back (at most :data:`WARM_S`, and never past
+        :data:`FIRST_BATCH_BY_S` after the iterator began: a first batch slow to read goes at once) while this process
+        reads its next :data:`WARM_BATCHES` batches, so the next steps find them read (a cold read from a bucket is
+        ~1-1.5 s a batch at +100 ms; issue 31: 0 of 500 steps waiting, against ~0.35 s with one batch ahead); a read not
+        done by then is handed over when its batch is asked for.
 
         Grain workers signal through files in :attr:`stats_folder`: ``read-J`` once batch J is read, ``given-J``
         once first batch J is handed over. A first batch also waits for the next P - 1 (other workers') batches to
@@ -312,7 +319,7 @@ class HostBatchesMapDataset(grain.MapDataset):
         late worker otherwise held it ~1.3 s at +100 ms)."""
         if self._ahead_of is None:
             return
-        until = time.monotonic() + WARM_S
+        until = min(time.monotonic() + WARM_S, (self._started or time.monotonic()) + FIRST_BATCH_BY_S)
         folder = self.stats_folder if self._step > 1 else None  # Grain workers: the next batches are others'
         futures = []
         for n in range(1, WARM_BATCHES + 1):
@@ -332,6 +339,28 @@ class HostBatchesMapDataset(grain.MapDataset):
             while time.monotonic() < until and not all(os.path.exists(f) for f in others) and not needed():
                 time.sleep(0.01)
             _touch(os.path.join(folder, f"given-{index}"))  # this first batch: handed over (now)
+
+    def _after_lower_workers_first(self, index: int) -> None:
+        """Grain workers: before reading its first batch ``index``, a worker says so (``first-J`` in
+        :attr:`stats_folder`) and waits (at most :data:`STAGGER_S`) while a lower worker's first batch, begun, is not
+        yet read (``read-J``): the first batches then come one by one, each with the whole link, not all at once
+        (2 workers of 1 host at +100 ms: batch 0 read in ~7.5 s beside batch 1, ~4 s alone; issue 31)."""
+        folder = self.stats_folder if self._step > 1 else None
+        if folder is None:
+            return
+        _touch(os.path.join(folder, f"first-{index}"))
+        lower = range(max(0, index - self._step + 1), index)
+        deadline = time.monotonic() + STAGGER_S
+
+        def reading() -> bool:
+            return any(
+                os.path.exists(os.path.join(folder, f"first-{i}"))
+                and not os.path.exists(os.path.join(folder, f"read-{i}"))
+                for i in lower
+            )
+
+        while time.monotonic() < deadline and reading():
+            time.sleep(0.01)
 
     def _warm_read(self, k: int, folder: str | None) -> Future:
         """Read batch ``k`` in a thread of its own, to be handed over when asked for (``read-K`` in ``folder``)."""
@@ -369,6 +398,8 @@ class HostBatchesMapDataset(grain.MapDataset):
         with self._lock:
             if self._first is None:
                 self._first, self._lead, self._lead_started = threading.Event(), index, False
+                if self._started is None:  # not sent to a worker: the iterator began with this first call
+                    self._started = time.monotonic()
             elif not self._lead_started:
                 self._lead = min(self._lead, index)
             first = self._first

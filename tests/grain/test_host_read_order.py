@@ -200,3 +200,43 @@ def test_a_later_workers_first_batch_goes_once_the_batch_before_it_is_handed_ove
     assert (tmp_path / "read-1").exists() and (tmp_path / "given-1").exists()
     assert int(ds[3]["tokens"][0, 0]) == 3  # the warm-up's read, handed over: not read again
     assert [r[0] for r in schedule.log].count(3) == 1
+
+
+def test_the_warm_up_ends_by_first_batch_by_s_after_the_iterator_began(monkeypatch):
+    """A first batch slow to read is not held back for its warm-up past FIRST_BATCH_BY_S after the start."""
+    monkeypatch.setattr(host_batches, "WARM_S", 5.0)
+    monkeypatch.setattr(host_batches, "FIRST_BATCH_BY_S", 0.3)
+    schedule = _Schedule(read_s=2.0)
+    schedule.fast = {0}
+    ds = HostBatchesMapDataset(schedule, num_epochs=1, stride=1)
+    t0 = time.perf_counter()
+    assert int(ds[0]["tokens"][0, 0]) == 0
+    assert 0.3 - 0.05 <= time.perf_counter() - t0 < 1.5  # held to the deadline, not for the 2 s warm reads
+    assert int(ds[1]["tokens"][0, 0]) == 1  # the warm-up's read, still handed over
+    assert [r[0] for r in schedule.log].count(1) == 1
+    sent = HostBatchesMapDataset(_Schedule(), num_epochs=1).__getstate__()  # what Grain sends a worker
+    assert time.monotonic() - sent["_started"] < 5  # a worker counts from the iterator's start, not its own
+
+
+def test_a_later_workers_first_read_waits_for_the_lower_workers_first_batch(tmp_path, monkeypatch):
+    """Worker 1 of 2 begins its first read (batch 1) only once worker 0, which said it began batch 0 (``first-0``),
+    has read it (``read-0``); with no such word from a lower worker it reads at once."""
+    monkeypatch.setattr(host_batches.read_stats, "share_in", lambda folder: None)
+    monkeypatch.setattr(host_batches, "WARM_S", 0.0)
+    (tmp_path / "first-0").touch()
+    schedule = _Schedule(read_s=0.0)
+    ds = HostBatchesMapDataset(schedule, num_epochs=1, stride=2)
+    ds.stats_folder = str(tmp_path)
+    t0 = time.perf_counter()
+    threading.Timer(0.3, lambda: (tmp_path / "read-0").touch()).start()
+    assert int(ds[1]["tokens"][0, 0]) == 1
+    assert schedule.log[0][0] == 1 and schedule.log[0][1] - t0 >= 0.3  # read only once batch 0 was
+    assert (tmp_path / "first-1").exists() and (tmp_path / "read-1").exists()
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    schedule = _Schedule(read_s=0.0)
+    ds = HostBatchesMapDataset(schedule, num_epochs=1, stride=2)
+    ds.stats_folder = str(alone)
+    t0 = time.perf_counter()
+    ds[1]
+    assert schedule.log[0][1] - t0 < 0.2  # no lower worker said anything: no wait
