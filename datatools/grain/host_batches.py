@@ -346,7 +346,7 @@ class HostBatchesMapDataset(grain.MapDataset):
         yet read (``read-J``): the first batches then come one by one, each with the whole link, not all at once
         (2 workers of 1 host at +100 ms: batch 0 read in ~7.5 s beside batch 1, ~4 s alone; issue 31)."""
         folder = self.stats_folder if self._step > 1 else None
-        if folder is None:
+        if folder is None or self._ahead_of is None:  # reads that are not requests (local) need no turns
             return
         _touch(os.path.join(folder, f"first-{index}"))
         lower = range(max(0, index - self._step + 1), index)
