@@ -314,9 +314,10 @@ class HostBatchesMapDataset(grain.MapDataset):
         done by then is handed over when its batch is asked for.
 
         Grain workers signal through files in :attr:`stats_folder`: ``read-J`` once batch J is read, ``given-J``
-        once first batch J is handed over. A first batch also waits for the next P - 1 (other workers') batches to
-        be read; a warm-up stops once batch ``index - 1`` is handed over (this one is then needed within a step: a
-        late worker otherwise held it ~1.3 s at +100 ms)."""
+        once first batch J is handed over. A first batch also waits for the other workers' batches among its next
+        ``WARM_BATCHES * P`` to be read (their first reads began one after another: with only their first batches
+        read, host 0 of 4 at +100 ms had step 3 wait 0.63 s); a warm-up stops once batch ``index - 1`` is handed
+        over (this one is then needed within a step: a late worker otherwise held it ~1.3 s at +100 ms)."""
         if self._ahead_of is None:
             return
         until = min(time.monotonic() + WARM_S, (self._started or time.monotonic()) + FIRST_BATCH_BY_S)
@@ -334,8 +335,11 @@ class HostBatchesMapDataset(grain.MapDataset):
 
         while time.monotonic() < until and not all(f.done() for f in futures) and not needed():
             wait(futures, timeout=0.01)
-        if folder is not None:  # the step after this one takes another worker's batch: wait until it is read
-            others = [os.path.join(folder, f"read-{i}") for i in range(index + 1, index + self._step)]
+        if folder is not None:  # the steps after this one take other workers' batches: wait until they are read
+            last = index + WARM_BATCHES * self._step
+            if self._epochs is not None:
+                last = min(last, len(self) - 1)
+            others = [os.path.join(folder, f"read-{i}") for i in range(index + 1, last + 1) if (i - index) % self._step]
             while time.monotonic() < until and not all(os.path.exists(f) for f in others) and not needed():
                 time.sleep(0.01)
             _touch(os.path.join(folder, f"given-{index}"))  # this first batch: handed over (now)
