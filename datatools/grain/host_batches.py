@@ -36,6 +36,7 @@ WARM_S = 3.0  # the most a process's first batch is held back while its next bat
 WARM_BATCHES = 2  # batches after its first that a process reads before handing the first over (within WARM_S)
 FIRST_BATCH_BY_S = 7.0  # the warm-up ends by this long after the iterator began (seconds; with a build, ~10 s)
 STAGGER_S = 30.0  # the most a Grain worker's first read waits for a lower worker's first batch to be read (seconds)
+FIRST_SEEN_S = 0.5  # how long a Grain worker waits for a lower worker to say it began its first batch (seconds)
 BATCHES_IN_FLIGHT = 2  # batches a process reads at once (a batch waits while lower ones fill the rest)
 TURN_WAIT_S = 60.0  # the most a batch waits for its turn (seconds)
 
@@ -346,24 +347,28 @@ class HostBatchesMapDataset(grain.MapDataset):
 
     def _after_lower_workers_first(self, index: int) -> None:
         """Grain workers: before reading its first batch ``index``, a worker says so (``first-J`` in
-        :attr:`stats_folder`) and waits (at most :data:`STAGGER_S`) while a lower worker's first batch, begun, is not
-        yet read (``read-J``): the first batches then come one by one, each with the whole link, not all at once
-        (2 workers of 1 host at +100 ms: batch 0 read in ~7.5 s beside batch 1, ~4 s alone; issue 31)."""
+        :attr:`stats_folder`) and waits (at most :data:`STAGGER_S`) while a lower worker's first batch is not yet
+        read (``read-J``): the first batches then come one by one, each with the whole link, not all at once (2
+        workers of 1 host at +100 ms: batch 0 read in ~7.5 s beside batch 1, ~3-4 s alone; issue 31). A lower
+        worker not yet started (no ``first-J``) is waited for :data:`FIRST_SEEN_S` at most: workers start ~0.2 s
+        apart, in no fixed order (on a resumed run the batch before the first was another run's: that long)."""
         folder = self.stats_folder if self._step > 1 else None
         if folder is None or self._ahead_of is None:  # reads that are not requests (local) need no turns
             return
         _touch(os.path.join(folder, f"first-{index}"))
         lower = range(max(0, index - self._step + 1), index)
-        deadline = time.monotonic() + STAGGER_S
+        now = time.monotonic()
+        deadline, unseen_until = now + STAGGER_S, now + FIRST_SEEN_S
 
-        def reading() -> bool:
-            return any(
-                os.path.exists(os.path.join(folder, f"first-{i}"))
-                and not os.path.exists(os.path.join(folder, f"read-{i}"))
-                for i in lower
-            )
+        def before_me() -> bool:  # a lower worker's first batch: begun and not read, or maybe not begun yet
+            for i in lower:
+                if os.path.exists(os.path.join(folder, f"read-{i}")):
+                    continue
+                if os.path.exists(os.path.join(folder, f"first-{i}")) or time.monotonic() < unseen_until:
+                    return True
+            return False
 
-        while time.monotonic() < deadline and reading():
+        while time.monotonic() < deadline and before_me():
             time.sleep(0.01)
 
     def _warm_read(self, k: int, folder: str | None) -> Future:

@@ -220,24 +220,26 @@ def test_the_warm_up_ends_by_first_batch_by_s_after_the_iterator_began(monkeypat
 
 
 def test_a_later_workers_first_read_waits_for_the_lower_workers_first_batch(tmp_path, monkeypatch):
-    """Worker 1 of 2 begins its first read (batch 1) only once worker 0, which said it began batch 0 (``first-0``),
-    has read it (``read-0``); with no such word from a lower worker it reads at once."""
+    """Worker 1 of 2 begins its first read (batch 1) only once worker 0's first batch (0) is read (``read-0``):
+    whether worker 0 said it began (``first-0``) before worker 1 started or after; a worker 0 that never says
+    anything is waited for FIRST_SEEN_S at most. Worker 0 (batch 0: no lower batch) reads at once."""
     monkeypatch.setattr(host_batches.read_stats, "share_in", lambda folder: None)
     monkeypatch.setattr(host_batches, "WARM_S", 0.0)
-    (tmp_path / "first-0").touch()
-    schedule = _Schedule(read_s=0.0)
-    ds = HostBatchesMapDataset(schedule, num_epochs=1, stride=2)
-    ds.stats_folder = str(tmp_path)
-    t0 = time.perf_counter()
-    threading.Timer(0.3, lambda: (tmp_path / "read-0").touch()).start()
-    assert int(ds[1]["tokens"][0, 0]) == 1
-    assert schedule.log[0][0] == 1 and schedule.log[0][1] - t0 >= 0.3  # read only once batch 0 was
-    assert (tmp_path / "first-1").exists() and (tmp_path / "read-1").exists()
-    alone = tmp_path / "alone"
-    alone.mkdir()
-    schedule = _Schedule(read_s=0.0)
-    ds = HostBatchesMapDataset(schedule, num_epochs=1, stride=2)
-    ds.stats_folder = str(alone)
-    t0 = time.perf_counter()
-    ds[1]
-    assert schedule.log[0][1] - t0 < host_batches.STAGGER_S / 6  # no lower worker said anything: no wait
+
+    def first_read_begins(folder, index: int, events: list[tuple[float, str]]) -> float:
+        folder.mkdir()
+        for at, name in events:
+            threading.Timer(at, lambda name=name: (folder / name).touch()).start()
+        schedule = _Schedule(read_s=0.0)
+        ds = HostBatchesMapDataset(schedule, num_epochs=1, stride=2)
+        ds.stats_folder = str(folder)
+        t0 = time.perf_counter()
+        assert int(ds[index]["tokens"][0, 0]) == index
+        assert (folder / f"first-{index}").exists() and (folder / f"read-{index}").exists()
+        return schedule.log[0][1] - t0
+
+    assert first_read_begins(tmp_path / "said", 1, [(0.0, "first-0"), (0.8, "read-0")]) >= 0.8
+    assert first_read_begins(tmp_path / "late", 1, [(0.3, "first-0"), (0.8, "read-0")]) >= 0.8
+    silent = first_read_begins(tmp_path / "silent", 1, [])
+    assert host_batches.FIRST_SEEN_S - 0.05 <= silent < host_batches.STAGGER_S / 6
+    assert first_read_begins(tmp_path / "lowest", 0, []) < host_batches.FIRST_SEEN_S
