@@ -297,8 +297,8 @@ class HostBatchesMapDataset(grain.MapDataset):
             if leader:
                 if self.stats_folder is not None and self._step > 1:
                     _touch(os.path.join(self.stats_folder, f"read-{index}"))  # this first batch: read
+                self._warm_up(index)  # before the read-ahead: the next batches' reads first, in every worker
                 self._read_ahead(index, after_first=True)
-                self._warm_up(index)
             return batch
         finally:
             if leader and first is not None:
@@ -316,9 +316,11 @@ class HostBatchesMapDataset(grain.MapDataset):
 
         Grain workers signal through files in :attr:`stats_folder`: ``read-J`` once batch J is read, ``given-J``
         once first batch J is handed over. A first batch also waits for the other workers' batches among its next
-        ``WARM_BATCHES * P`` to be read (their first reads began one after another: with only their first batches
-        read, host 0 of 4 at +100 ms had step 3 wait 0.63 s); a warm-up stops once batch ``index - 1`` is handed
-        over (this one is then needed within a step: a late worker otherwise held it ~1.3 s at +100 ms)."""
+        ``WARM_BATCHES * P`` to be read, until :data:`FIRST_BATCH_BY_S` (their first reads began one after another:
+        with only their first batches read, or at most WARM_S, host 0 of 4 at +0-100 ms had step 3 wait 0.13-0.63 s);
+        a warm-up stops once batch ``index - 1`` is handed over (this one is then needed within a step: a late worker
+        otherwise held it ~1.3 s at +100 ms). The read-ahead of a process's later batches begins after its warm-up,
+        so that the next batches, in every worker, are read first."""
         if self._ahead_of is None:
             return
         until = min(time.monotonic() + WARM_S, (self._started or time.monotonic()) + FIRST_BATCH_BY_S)
@@ -337,6 +339,7 @@ class HostBatchesMapDataset(grain.MapDataset):
         while time.monotonic() < until and not all(f.done() for f in futures) and not needed():
             wait(futures, timeout=0.01)
         if folder is not None:  # the steps after this one take other workers' batches: wait until they are read
+            until = (self._started or time.monotonic()) + FIRST_BATCH_BY_S  # they began after this one: by then
             last = index + WARM_BATCHES * self._step
             if self._epochs is not None:
                 last = min(last, len(self) - 1)

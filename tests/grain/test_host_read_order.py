@@ -165,7 +165,7 @@ def test_a_slow_warm_up_holds_the_first_batch_back_at_most_warm_s(monkeypatch):
     assert sorted(r[0] for r in schedule.log) == [0, *warm]  # each read once
 
 
-def test_a_workers_first_batch_waits_for_the_other_workers_next_batches_within_warm_s(tmp_path, monkeypatch):
+def test_a_workers_first_batch_waits_for_the_other_workers_next_batches_until_the_deadline(tmp_path, monkeypatch):
     monkeypatch.setattr(host_batches.read_stats, "share_in", lambda folder: None)
     ds = HostBatchesMapDataset(_Schedule(read_s=0.0), num_epochs=1, stride=2)  # worker 0 of 2
     ds.stats_folder = str(tmp_path)
@@ -177,12 +177,13 @@ def test_a_workers_first_batch_waits_for_the_other_workers_next_batches_within_w
     assert (tmp_path / "read-0").exists() and (tmp_path / "read-2").exists()  # its own batches, said read
     assert (tmp_path / "given-0").exists()  # and its first, said handed over
     monkeypatch.setattr(host_batches, "WARM_S", 0.2)
+    monkeypatch.setattr(host_batches, "FIRST_BATCH_BY_S", 0.6)
     late = HostBatchesMapDataset(_Schedule(read_s=0.0), num_epochs=1, stride=2)
-    late.stats_folder = str(tmp_path / "none")  # no other worker says anything: at most WARM_S
+    late.stats_folder = str(tmp_path / "none")  # no other worker says anything: until FIRST_BATCH_BY_S
     (tmp_path / "none").mkdir()
     t0 = time.perf_counter()
     late[0]
-    assert time.perf_counter() - t0 < 0.2 + 0.3
+    assert 0.6 - 0.05 <= time.perf_counter() - t0 < 0.6 + 0.3
 
 
 def test_a_later_workers_first_batch_goes_once_the_batch_before_it_is_handed_over(tmp_path, monkeypatch):
