@@ -37,6 +37,7 @@ WARM_BATCHES = 2  # batches after its first that a process reads before handing 
 FIRST_BATCH_BY_S = 7.0  # the warm-up ends by this long after the iterator began (seconds; with a build, ~10 s)
 STAGGER_S = 30.0  # the most a Grain worker's first read waits for a lower worker's first batch to be read (seconds)
 FIRST_SEEN_S = 0.5  # how long a Grain worker waits for a lower worker to say it began its first batch (seconds)
+TURNS_FROM_TOKENS = 1 << 19  # first batches of at least this many tokens (a host's rows x ctx) are read in turns
 BATCHES_IN_FLIGHT = 2  # batches a process reads at once (a batch waits while lower ones fill the rest)
 TURN_WAIT_S = 60.0  # the most a batch waits for its turn (seconds)
 
@@ -352,12 +353,18 @@ class HostBatchesMapDataset(grain.MapDataset):
         """Grain workers: before reading its first batch ``index``, a worker says so (``first-J`` in
         :attr:`stats_folder`) and waits (at most :data:`STAGGER_S`) while a lower worker's first batch is not yet
         read (``read-J``): the first batches then come one by one, each with the whole link, not all at once (2
-        workers of 1 host at +100 ms: batch 0 read in ~7.5 s beside batch 1, ~3-4 s alone; issue 31). A lower
+        workers of 1 host at +100 ms: batch 0 read in ~7.5 s beside batch 1, ~3-4 s alone; issue 31), from
+        :data:`TURNS_FROM_TOKENS` tokens a first batch (1 host's 128 x 8192 take turns, host 0 of 4's 32 not). A lower
         worker not yet started (no ``first-J``) is waited for :data:`FIRST_SEEN_S` at most: workers start ~0.2 s
         apart, in no fixed order (on a resumed run the batch before the first was another run's: that long)."""
         folder = self.stats_folder if self._step > 1 else None
         if folder is None or self._ahead_of is None:  # reads that are not requests (local) need no turns
             return
+        epoch, j = self.locate(index)
+        lo, hi = self._rows(epoch, j)
+        if (hi - lo) * max(t for _, t in self._schedule.shapes) < TURNS_FROM_TOKENS:
+            return  # a small first batch is a few round trips: two at once barely slow each other, and the next
+            # batches' reads begin sooner (in turns, host 0 of 4 had step 3 or 8 wait 71-625 ms in 4 of 5 runs)
         _touch(os.path.join(folder, f"first-{index}"))
         lower = range(max(0, index - self._step + 1), index)
         now = time.monotonic()

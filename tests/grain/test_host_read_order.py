@@ -223,9 +223,11 @@ def test_the_warm_up_ends_by_first_batch_by_s_after_the_iterator_began(monkeypat
 def test_a_later_workers_first_read_waits_for_the_lower_workers_first_batch(tmp_path, monkeypatch):
     """Worker 1 of 2 begins its first read (batch 1) only once worker 0's first batch (0) is read (``read-0``):
     whether worker 0 said it began (``first-0``) before worker 1 started or after; a worker 0 that never says
-    anything is waited for FIRST_SEEN_S at most. Worker 0 (batch 0: no lower batch) reads at once."""
+    anything is waited for FIRST_SEEN_S at most. Worker 0 (batch 0: no lower batch) reads at once, and so does a
+    first batch below TURNS_FROM_TOKENS."""
     monkeypatch.setattr(host_batches.read_stats, "share_in", lambda folder: None)
     monkeypatch.setattr(host_batches, "WARM_S", 0.0)
+    monkeypatch.setattr(host_batches, "TURNS_FROM_TOKENS", 4)  # these batches of 1 x 4 tokens take turns
 
     def first_read_begins(folder, index: int, events: list[tuple[float, str]]) -> float:
         folder.mkdir()
@@ -236,11 +238,17 @@ def test_a_later_workers_first_read_waits_for_the_lower_workers_first_batch(tmp_
         ds.stats_folder = str(folder)
         t0 = time.perf_counter()
         assert int(ds[index]["tokens"][0, 0]) == index
-        assert (folder / f"first-{index}").exists() and (folder / f"read-{index}").exists()
+        assert (folder / f"read-{index}").exists()
         return schedule.log[0][1] - t0
 
     assert first_read_begins(tmp_path / "said", 1, [(0.0, "first-0"), (0.8, "read-0")]) >= 0.8
+    assert (tmp_path / "said" / "first-1").exists()  # and said it began its own
     assert first_read_begins(tmp_path / "late", 1, [(0.3, "first-0"), (0.8, "read-0")]) >= 0.8
     silent = first_read_begins(tmp_path / "silent", 1, [])
     assert host_batches.FIRST_SEEN_S - 0.05 <= silent < host_batches.STAGGER_S / 6
     assert first_read_begins(tmp_path / "lowest", 0, []) < host_batches.FIRST_SEEN_S
+    monkeypatch.undo()  # a first batch below TURNS_FROM_TOKENS (here 1 x 4 tokens) takes no turn
+    monkeypatch.setattr(host_batches.read_stats, "share_in", lambda folder: None)
+    monkeypatch.setattr(host_batches, "WARM_S", 0.0)
+    assert first_read_begins(tmp_path / "small", 1, [(0.0, "first-0"), (5.0, "read-0")]) < 2.5
+    assert not (tmp_path / "small" / "first-1").exists()
