@@ -231,12 +231,12 @@ def test_a_later_workers_first_read_waits_for_the_lower_workers_first_batch(tmp_
 
     def first_read_begins(folder, index: int, events: list[tuple[float, str]]) -> float:
         folder.mkdir()
+        t0 = time.perf_counter()  # before the timers: a touch at ``at`` is at least ``at`` after it
         for at, name in events:
             threading.Timer(at, lambda name=name: (folder / name).touch()).start()
         schedule = _Schedule(read_s=0.0)
         ds = HostBatchesMapDataset(schedule, num_epochs=1, stride=2)
         ds.stats_folder = str(folder)
-        t0 = time.perf_counter()
         assert int(ds[index]["tokens"][0, 0]) == index
         assert (folder / f"read-{index}").exists()
         return schedule.log[0][1] - t0
