@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, wait
 
 import numpy as np
@@ -46,6 +47,13 @@ def _touch(path: str) -> None:
     """Create the empty file ``path``, a signal between processes (an error only costs a wait)."""
     with contextlib.suppress(OSError):
         open(path, "a").close()
+
+
+def _wait_until(deadline: float, done: Callable[[], bool]) -> None:
+    """Poll ``done`` every 10 ms until it holds or ``time.monotonic()`` reaches ``deadline`` (signals between
+    processes are files: a stat per poll)."""
+    while time.monotonic() < deadline and not done():
+        time.sleep(0.01)
 
 
 def empty_rows(rows: int, length: int, pad_id: int, *, fill_from: int = 0) -> dict[str, np.ndarray]:
@@ -324,7 +332,8 @@ class HostBatchesMapDataset(grain.MapDataset):
         after it, host 0 of 4 at +100 ms had step 8 wait 71 ms: every lane begins a window at the start)."""
         if self._ahead_of is None:
             return
-        until = min(time.monotonic() + WARM_S, (self._started or time.monotonic()) + FIRST_BATCH_BY_S)
+        assert self._started is not None  # set by _elect_first, before a leader reads
+        until = min(time.monotonic() + WARM_S, self._started + FIRST_BATCH_BY_S)
         folder = self.stats_folder if self._step > 1 else None  # Grain workers: the next batches are others'
         futures = []
         for n in range(1, WARM_BATCHES + 1):
@@ -340,13 +349,12 @@ class HostBatchesMapDataset(grain.MapDataset):
         while time.monotonic() < until and not all(f.done() for f in futures) and not needed():
             wait(futures, timeout=0.01)
         if folder is not None:  # the steps after this one take other workers' batches: wait until they are read
-            until = (self._started or time.monotonic()) + FIRST_BATCH_BY_S  # they began after this one: by then
             last = index + WARM_BATCHES * self._step
             if self._epochs is not None:
                 last = min(last, len(self) - 1)
             others = [os.path.join(folder, f"read-{i}") for i in range(index + 1, last + 1) if (i - index) % self._step]
-            while time.monotonic() < until and not all(os.path.exists(f) for f in others) and not needed():
-                time.sleep(0.01)
+            # they began after this one: until FIRST_BATCH_BY_S
+            _wait_until(self._started + FIRST_BATCH_BY_S, lambda: all(map(os.path.exists, others)) or needed())
             _touch(os.path.join(folder, f"given-{index}"))  # this first batch: handed over (now)
 
     def _after_lower_workers_first(self, index: int) -> None:
@@ -367,8 +375,7 @@ class HostBatchesMapDataset(grain.MapDataset):
             # batches' reads begin sooner (in turns, host 0 of 4 had step 3 or 8 wait 71-625 ms in 4 of 5 runs)
         _touch(os.path.join(folder, f"first-{index}"))
         lower = range(max(0, index - self._step + 1), index)
-        now = time.monotonic()
-        deadline, unseen_until = now + STAGGER_S, now + FIRST_SEEN_S
+        unseen_until = time.monotonic() + FIRST_SEEN_S
 
         def before_me() -> bool:  # a lower worker's first batch: begun and not read, or maybe not begun yet
             for i in lower:
@@ -378,8 +385,7 @@ class HostBatchesMapDataset(grain.MapDataset):
                     return True
             return False
 
-        while time.monotonic() < deadline and before_me():
-            time.sleep(0.01)
+        _wait_until(time.monotonic() + STAGGER_S, lambda: not before_me())
 
     def _warm_read(self, k: int, folder: str | None) -> Future:
         """Read batch ``k`` in a thread of its own, to be handed over when asked for (``read-K`` in ``folder``)."""
