@@ -1,8 +1,9 @@
 """What the readers of a process fetched, and how long reads took: the loader's side of "did the step wait?".
 
 Every read a document source issues to storage is counted here, per process. A process given a folder
-(:func:`share_in`) writes its counters there (``<pid>.json``, replaced at most every :data:`FLUSH_EVERY_S` seconds
-and at each :func:`flush`); :func:`collect` adds up every process's file (the main process reads its workers').
+(:func:`share_in`) writes its counters there (``<pid>.json``, replaced at most every :data:`FLUSH_EVERY_S` seconds,
+at most that long after a count, and at each :func:`flush`); :func:`collect` adds up every process's file (the main
+process reads its workers').
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class _ProcessStats:
         self.folder: str | None = None
         self.pid = os.getpid()
         self._flushed = 0.0
+        self._trailing: threading.Timer | None = None  # the flush of counts made since the last one
 
     def record(
         self,
@@ -77,8 +79,22 @@ class _ProcessStats:
                 c.latencies.append(latency_s)
                 if len(c.latencies) > 2 * LATENCIES_KEPT:
                     del c.latencies[:-LATENCIES_KEPT]
-        if self.folder is not None and time.monotonic() - self._flushed > FLUSH_EVERY_S:
+        if self.folder is not None:
+            self._flush_soon()
+
+    def _flush_soon(self) -> None:
+        """Flush now when the last flush is :data:`FLUSH_EVERY_S` old, else once it is: the last counts of a burst
+        reach the file too (a worker's last batches of a short run otherwise never did: 0.1 of 0.7 MB delivered)."""
+        wait = self._flushed + FLUSH_EVERY_S - time.monotonic()
+        if wait <= 0:
             self.flush()
+            return
+        with self.lock:
+            if self._trailing is not None:
+                return
+            self._trailing = threading.Timer(wait, self.flush)
+            self._trailing.daemon = True
+            self._trailing.start()
 
     def flush(self) -> None:
         """Write this process's counters to its file in the shared folder (atomically: a rename)."""
@@ -86,6 +102,7 @@ class _ProcessStats:
             return
         self._flushed = time.monotonic()
         with self.lock:
+            self._trailing = None  # counts made from now on flush again
             data = self.counters.to_json()
             data["latencies"] = data["latencies"][-LATENCIES_KEPT:]
         path = os.path.join(self.folder, f"{os.getpid()}.json")

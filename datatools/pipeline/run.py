@@ -65,6 +65,7 @@ def run_pipeline(
     real = slots = done = 0
     shapes: set[tuple[int, int]] = set()
     first_at = None
+    end = t0
     workers = f", {cfg.workers} worker processes starting" if cfg.workers else ""
     doing(f"waiting for the first batch{workers}")
     with ExitStack() as stack:  # the bar from the first batch on: until then the live line says what is awaited
@@ -90,11 +91,11 @@ def run_pipeline(
                     advance()
                 if step_s:
                     time.sleep(step_s)
+                end = time.perf_counter()  # the rates end with the last step (not the report's wait or the close)
         finally:
             loader = it.report()
             it.close()
     doing(None)
-    end = time.perf_counter()
     span = end - first_at if first_at is not None and done > 1 else float("nan")
     return PipelineRunReport(
         config=RunSettings(

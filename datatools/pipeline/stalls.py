@@ -16,6 +16,7 @@ from datatools.io import read_stats
 
 WAIT_THRESHOLD_S = 0.010  # a step that waited longer than this counts as stalled
 WARN_EVERY_S = 5.0
+FLUSH_MARGIN_S = 0.2  # how much longer than a worker's flush interval a report waits for its counts (seconds)
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class StallMeter:
     ):
         self._it, self._folder, self.threshold_s, self._warn = it, stats_folder, float(threshold_s), warn
         self.waits: list[float] = []
+        self._last_batch_at = time.monotonic()
         self._before = read_stats.collect(stats_folder)
         self._warned_at = time.monotonic()
         self._stalls_since_warning = 0
@@ -65,6 +67,7 @@ class StallMeter:
         t0 = time.perf_counter()
         batch = next(self._it)
         wait = time.perf_counter() - t0
+        self._last_batch_at = time.monotonic()
         self.waits.append(wait)
         if len(self.waits) > 1 and wait > self.threshold_s:
             self._stalls_since_warning += 1
@@ -84,7 +87,11 @@ class StallMeter:
             close()
 
     def report(self) -> LoaderReport:
+        """The report so far; with worker processes, once their counts of the batches taken have reached their files
+        (at most :data:`~datatools.io.read_stats.FLUSH_EVERY_S` after a batch was taken, plus a margin)."""
         read_stats.flush()
+        if self._folder is not None:
+            time.sleep(max(0.0, self._last_batch_at + read_stats.FLUSH_EVERY_S + FLUSH_MARGIN_S - time.monotonic()))
         counts = read_stats.subtract(read_stats.collect(self._folder), self._before)
         later = np.asarray(self.waits[1:], np.float64) * 1e3
         p50, p99, top = (float(np.quantile(later, q)) for q in (0.5, 0.99, 1.0)) if later.size else (float("nan"),) * 3

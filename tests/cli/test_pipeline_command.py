@@ -150,3 +150,36 @@ def test_source_keeps_the_set_keys_of_the_new_source(tmp_path, tokenizer_file, t
     assert main(args + [a for s in sets for a in ("--set", s)]) == 0
     report = json.loads(out.read_text())
     assert report["documents"] == 20 and report["batches"] == 2  # the table's rows, tokenized by the set tokenizer
+
+
+def test_a_short_run_with_workers_reports_the_workers_reads_and_the_rate_of_its_steps(tmp_path, store, capsys):
+    """With worker processes, a run of a few steps counts every batch it took in ``bytes_delivered`` (a worker's
+    last counts used to stay unwritten: 0.1 of 0.7 MB in the quickstart), and its rate ends with its last step
+    (it used to include closing the workers: 2.8 against 229 batches/s)."""
+    import time
+
+    import numpy as np
+
+    from datatools.io import read_stats
+    from datatools.io.store import TokenStore
+    from datatools.pipeline import build_canonical
+
+    cfg = tmp_path / "w.yaml"
+    settings = {
+        "source": {"path": str(store)},
+        "shuffle": {"kind": "block", "io_block_size": 8, "window_blocks": 16},
+        "packing": {"mode": "streaming", "ctx": 256, "window": 64},
+        "batch_size": 4,
+        "format": "datatools",
+        "seed": 1,
+    }
+    cfg.write_text(json.dumps({**settings, "workers": 2}))
+    steps, t0 = 6, time.perf_counter()
+    assert main(["pipeline", str(cfg), "--steps", str(steps), "--json", "-"]) == 0
+    wall = time.perf_counter() - t0
+    report = json.loads(capsys.readouterr().out)
+    same = iter(build_canonical(load_config(str(cfg), overrides=["workers=0"])).dataset)  # the same batches
+    taken = sum(int(np.count_nonzero(next(same)["segment_ids"])) for _ in range(steps))
+    assert report["loader"]["bytes_delivered"] >= taken * TokenStore(store).dtype.itemsize
+    span = (steps - 1) / report["batches_per_s"]  # from the first batch to the last step
+    assert span < wall - report["build_s"] - report["startup_s"] - read_stats.FLUSH_EVERY_S  # not the report, the close
