@@ -227,6 +227,7 @@ def test_a_later_workers_first_read_waits_for_the_lower_workers_first_batch(tmp_
     first batch below TURNS_FROM_TOKENS."""
     monkeypatch.setattr(host_batches.read_stats, "share_in", lambda folder: None)
     monkeypatch.setattr(host_batches, "WARM_S", 0.0)
+    monkeypatch.setattr(host_batches, "FIRST_BATCH_BY_S", 0.0)  # no warm-up after the read (7 s a case: no read-2)
     monkeypatch.setattr(host_batches, "TURNS_FROM_TOKENS", 4)  # these batches of 1 x 4 tokens take turns
 
     def first_read_begins(folder, index: int, events: list[tuple[float, str]]) -> float:
@@ -250,5 +251,6 @@ def test_a_later_workers_first_read_waits_for_the_lower_workers_first_batch(tmp_
     monkeypatch.undo()  # a first batch below TURNS_FROM_TOKENS (here 1 x 4 tokens) takes no turn
     monkeypatch.setattr(host_batches.read_stats, "share_in", lambda folder: None)
     monkeypatch.setattr(host_batches, "WARM_S", 0.0)
+    monkeypatch.setattr(host_batches, "FIRST_BATCH_BY_S", 0.0)
     assert first_read_begins(tmp_path / "small", 1, [(0.0, "first-0"), (5.0, "read-0")]) < 2.5
     assert not (tmp_path / "small" / "first-1").exists()
