@@ -22,7 +22,7 @@ from datatools.io.io_errors import as_os_error, os_errors, status_code
 from datatools.io.numpy_files import INT32_MAX
 from datatools.io.paths import display
 from datatools.io.shard_reads import JoinedRead
-from datatools.io.store import array_keys, is_count, location, zarr_spec
+from datatools.io.store import array_keys, chunk_grid, is_count, location, zarr_spec
 
 LEDGER = "shard_ledger.json"
 FIELD = "input_ids"  # the token field of Levanter's text caches
@@ -171,11 +171,9 @@ class LevanterCache:
 
     def _check_shards(self, where: str | Path, arr, tokens: int) -> None:
         """Every outer chunk (shard file) holding one of the first ``tokens`` elements is there."""
-        outer = int(arr.chunk_layout.write_chunk.shape[0])
-        need = [f"c/{i}" for i in range(-(-tokens // outer))]
         with os_errors(where):
             present = array_keys(where)
-        missing = [k for k in need if k not in present]
+        missing = [k for k in chunk_grid(tokens, int(arr.chunk_layout.write_chunk.shape[0])) if k not in present]
         if missing:
             raise ValueError(
                 f"{display(where)}: chunk {missing[0]} is missing"
@@ -183,7 +181,7 @@ class LevanterCache:
             )
 
     def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k != "_data"} | {"_data": None}
+        return self.__dict__ | {"_data": None}
 
     def _arrays(self) -> list:
         if self._data is None:

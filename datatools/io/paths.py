@@ -35,8 +35,7 @@ def resolved(path: str | os.PathLike) -> Path:
 def map_file(path: str | os.PathLike) -> pa.Buffer:
     """The whole file memory-mapped as a pyarrow buffer (zero-copy), opened by Python so any file name works."""
     with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
+        if os.fstat(f.fileno()).st_size == 0:
             return pa.py_buffer(b"")
         return pa.py_buffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
 

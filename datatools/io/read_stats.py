@@ -13,6 +13,7 @@ import json
 import os
 import threading
 import time
+from contextlib import suppress
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -107,12 +108,10 @@ class _ProcessStats:
             data["latencies"] = data["latencies"][-LATENCIES_KEPT:]
         path = os.path.join(self.folder, f"{os.getpid()}.json")
         tmp = f"{path}.{threading.get_ident()}.tmp"
-        try:
+        with suppress(OSError):  # the folder went away (the pipeline ended): counting is best effort, reading is not
             with open(tmp, "w") as f:
                 json.dump(data, f)
             os.replace(tmp, path)
-        except OSError:  # the folder went away (the pipeline ended): counting is best effort, reading is not
-            pass
 
 
 _STATS = _ProcessStats()

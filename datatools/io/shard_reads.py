@@ -55,8 +55,7 @@ def mismatch(shard: BinaryIO, entries: np.ndarray) -> str | None:
         return f"is shorter ({len(head)} bytes) than its index"
     if google_crc32c.value(head[:size]) != int.from_bytes(head[size:], "little"):
         return "has an index that fails its crc32c"
-    head = head[:size]
-    if not np.array_equal(np.frombuffer(head, "<u8").reshape(per, 2), entries[:, :2]):
+    if not np.array_equal(np.frombuffer(head[:size], "<u8").reshape(per, 2), entries[:, :2]):
         return "has another index than shard_index.bin records (replaced, swapped, from another store)"
     for j, (offset, nbytes, crc) in enumerate(entries.tolist()):
         if offset == int(MISSING):

@@ -16,7 +16,7 @@ import os
 import socket
 import stat
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import BinaryIO, cast
@@ -454,7 +454,6 @@ def _classify(path, exc: BaseException) -> OSError | None:
         "ConnectionClosedError",
         "ClientConnectorError",
         "ServerDisconnectedError",
-        "FSTimeoutError",
     ) or isinstance(exc, (ConnectionError, TimeoutError, socket.gaierror)):
         return StorageError(errno.ECONNREFUSED, f"cannot reach the storage endpoint {endpoint_of(proto)} ({text})", url)
     if isinstance(exc, OSError):
@@ -625,12 +624,8 @@ def file_sizes(path: str | os.PathLike) -> dict[str, int]:
     """``{relative key: bytes}`` of every file under the directory (URL: key prefix) ``path``, from one listing."""
     if not is_url(path):
         base = os.fspath(path)
-        out = {}
-        for root, _, names in os.walk(base):
-            for n in names:
-                f = os.path.join(root, n)
-                out[os.path.relpath(f, base).replace(os.sep, "/")] = os.path.getsize(f)
-        return out
+        files = (os.path.join(root, n) for root, _, names in os.walk(base) for n in names)
+        return {os.path.relpath(f, base).replace(os.sep, "/"): os.path.getsize(f) for f in files}
     with storage_errors(path):
         fs, inner = filesystem(path)
         found = fs.find(inner.rstrip("/") + "/", detail=True)
@@ -671,10 +666,8 @@ def remove(path: str | os.PathLike) -> None:
         return
     with storage_errors(path):
         fs, inner = filesystem(path)
-        try:
+        with suppress(FileNotFoundError):
             fs.rm_file(inner)
-        except FileNotFoundError:
-            pass
 
 
 def remove_tree(path: str | os.PathLike) -> int:
@@ -692,8 +685,6 @@ def remove_tree(path: str | os.PathLike) -> int:
     with storage_errors(path):
         fs, _ = filesystem(path)
         for f in files:
-            try:
+            with suppress(FileNotFoundError):
                 fs.rm_file(filesystem(f)[1])
-            except FileNotFoundError:
-                pass
     return len(files)

@@ -122,8 +122,7 @@ def write_store(
     """
     path = location(path)
     if not storage.location(path).has_directories:  # object storage: the prefix must hold nothing but its staging
-        root = not storage.split_url(path)[2]
-        staging = storage.url_of(storage.join(path, ROOT_STAGING)).rstrip("/") + "/" if root else None
+        staging = f"{storage.join(path, ROOT_STAGING)}/" if not storage.split_url(path)[2] else None
         held = [f for f in storage.list_files(path) if not (staging and storage.url_of(f).startswith(staging))]
         if held:
             raise ValueError(
@@ -174,8 +173,8 @@ def write_store(
         "num_documents": num_documents,
         "num_tokens": num_tokens,
         **manifest,
+        **record_contents(path),
     }
-    manifest.update(record_contents(path))
     # Written last, in one atomic write (a rename locally, one PUT in object storage): the store's commit point.
     storage.write_text(storage.join(path, "manifest.json"), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
@@ -429,9 +428,7 @@ class TokenStore:
             layout = self.tokens.chunk_layout  # not object_tokens: a test may patch it
             shard, inner = int(layout.write_chunk.shape[0]), int(layout.read_chunk.shape[0])
             try:
-                self._shard_table = shard_reads.index_table(
-                    data, len(chunk_grid(self.num_tokens, shard)), shard // inner
-                )
+                self._shard_table = shard_reads.index_table(data, -(-self.num_tokens // shard), shard // inner)
             except ValueError as exc:
                 raise self.damaged(f"{where} is corrupt ({exc})") from None
         return self._shard_table
@@ -576,10 +573,24 @@ class TokenStore:
         if self._offsets is None:
             self._start_shard_table()  # read with the offsets (carried to workers with them)
             offsets = self.read_array("offsets", 0, len(self) + 1)
-            try:
-                check_offsets(offsets, self.num_tokens, self.path)
-            except ValueError as exc:
-                raise self.damaged(str(exc)) from None
+            where = display(self.path)
+            if offsets.shape[0] == 0 or offsets[0] != 0:
+                raise self.damaged(
+                    f"{where}: chunk offsets/c/0 is corrupt (offsets[0] is "
+                    f"{offsets[0] if offsets.shape[0] else 'absent'}, want 0)"
+                )
+            bad = np.flatnonzero(np.diff(offsets) < 0)
+            if bad.size:
+                i = int(bad[0]) + 1
+                raise self.damaged(
+                    f"{where}: chunk offsets/c/{i // OFFSET_CHUNK} is corrupt (offsets decrease at document "
+                    f"{i - 1}: {offsets[i - 1]} then {offsets[i]})"
+                )
+            if offsets[-1] != self.num_tokens:
+                raise self.damaged(
+                    f"{where}: the manifest disagrees with the arrays (offsets end at {offsets[-1]} tokens, the "
+                    f"manifest says {self.num_tokens})"
+                )
             self._offsets = offsets
         return self._offsets
 
@@ -762,25 +773,3 @@ class TokenStore:
 
     def __repr__(self) -> str:
         return f"TokenStore({str(self.path)!r}, documents={len(self)}, tokens={self.num_tokens}, dtype={self.dtype})"
-
-
-def check_offsets(offsets: np.ndarray, num_tokens: int, path: str | os.PathLike) -> None:
-    """ValueError naming the store and the chunk unless offsets start at 0, never decrease, end at ``num_tokens``."""
-    where = display(path)
-    if offsets.shape[0] == 0 or offsets[0] != 0:
-        raise ValueError(
-            f"{where}: chunk offsets/c/0 is corrupt (offsets[0] is "
-            f"{offsets[0] if offsets.shape[0] else 'absent'}, want 0)"
-        )
-    bad = np.flatnonzero(np.diff(offsets) < 0)
-    if bad.size:
-        i = int(bad[0]) + 1
-        raise ValueError(
-            f"{where}: chunk offsets/c/{i // OFFSET_CHUNK} is corrupt (offsets decrease at document "
-            f"{i - 1}: {offsets[i - 1]} then {offsets[i]})"
-        )
-    if offsets[-1] != num_tokens:
-        raise ValueError(
-            f"{where}: the manifest disagrees with the arrays (offsets end at {offsets[-1]} tokens, the "
-            f"manifest says {num_tokens})"
-        )
