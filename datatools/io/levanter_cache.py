@@ -95,7 +95,6 @@ class LevanterCache:
             return [(storage.join(self.path, self.field), rows)]
         shard_rows = self.ledger.get("shard_rows") or {}
         parts: list[tuple[str | Path, int]] = []
-        total = 0
         for name in self.ledger.get("finished_shards") or []:
             n = shard_rows.get(name) if isinstance(name, str) else None
             if not is_count(n) or os.path.isabs(name) or ".." in name.split("/"):
@@ -104,8 +103,7 @@ class LevanterCache:
                     f"or is not a relative path)"
                 )
             parts.append((storage.join(self.path, name, self.field), n))
-            total += n
-        if total != rows:
+        if (total := sum(n for _, n in parts)) != rows:
             raise ValueError(
                 f"{display(storage.join(self.path, LEDGER))}: corrupt (its shards hold {total} rows, "
                 f"total_num_rows says {rows})"
@@ -143,26 +141,23 @@ class LevanterCache:
         pieces, starts, base = [np.zeros(1, np.int64)], [], 0
         self._data = []
         for where, rows in self.parts:
+            offsets_at, data_at = storage.join(where, "offsets"), storage.join(where, "data")
             offsets_array = self._open(where, "offsets")
             self._data.append(self._open(where, "data"))
             dtype = np.dtype(self._data[-1].dtype.numpy_dtype)
             if dtype.kind not in "iu":
-                raise ValueError(f"{display(storage.join(where, 'data'))}: holds {dtype}, not token ids")
-            off = np.asarray(self._read(offsets_array, 0, rows + 1, storage.join(where, "offsets")), np.int64)
-            self._check_shards(storage.join(where, "data"), self._data[-1], int(off[-1]) if rows else 0)
+                raise ValueError(f"{display(data_at)}: holds {dtype}, not token ids")
+            off = np.asarray(self._read(offsets_array, 0, rows + 1, offsets_at), np.int64)
+            self._check_shards(data_at, self._data[-1], int(off[-1]) if rows else 0)
             if off.shape[0] != rows + 1 or int(off[0]) != rows:
-                first = int(off[0]) if off.size else None
                 raise ValueError(
-                    f"{display(storage.join(where, 'offsets'))}: offsets[0] is {first}, "
-                    f"the ledger says {rows} rows: the cache is damaged or still being written"
+                    f"{display(offsets_at)}: offsets[0] is {int(off[0]) if off.size else None}, the ledger says "
+                    f"{rows} rows: the cache is damaged or still being written"
                 )
             off[0] = 0
             bad = np.flatnonzero(np.diff(off) < 0)
             if bad.size:
-                raise ValueError(
-                    f"{display(storage.join(where, 'offsets'))}: offsets decrease at row {int(bad[0])}: the cache is "
-                    "damaged"
-                )
+                raise ValueError(f"{display(offsets_at)}: offsets decrease at row {int(bad[0])}: the cache is damaged")
             starts.append(base)
             pieces.append(off[1:] + base)
             base += int(off[-1])
