@@ -132,14 +132,12 @@ def parse_example(record: bytes) -> dict[str, list[int] | list[bytes]]:
                 elif kind == 3:
                     vals: list[int] = []
                     for n, w, v in _fields(_b(lst)):
-                        if n != 1:
-                            continue
-                        if w == 2:  # packed
+                        if n == 1 and w == 2:  # packed
                             j, data = 0, _b(v)
                             while j < len(data):
                                 x, j = _varint(data, j)
                                 vals.append(x - (1 << 64) if x >= 1 << 63 else x)
-                        else:
+                        elif n == 1:
                             vals.append(int(v) - (1 << 64) if int(v) >= 1 << 63 else int(v))
                     out[name] = vals
     return out
@@ -148,14 +146,11 @@ def parse_example(record: bytes) -> dict[str, list[int] | list[bytes]]:
 def _enc_varint(x: int) -> bytes:
     x &= (1 << 64) - 1
     out = bytearray()
-    while True:
-        b = x & 0x7F
+    while x > 0x7F:
+        out.append(x & 0x7F | 0x80)
         x >>= 7
-        if x:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+    out.append(x)
+    return bytes(out)
 
 
 def _ld(n: int, payload: bytes) -> bytes:
@@ -247,8 +242,7 @@ def documents(
             yield np.asarray(tokens, np.int64), np.asarray(lengths, np.int64)
             continue
         lengths = np.fromiter((len(v) for v in values), np.int64, len(values))
-        flat = [x for v in values for x in v]
-        tokens = np.asarray(flat, np.int64) if flat else np.zeros(0, np.int64)
+        tokens = np.asarray([x for v in values for x in v], np.int64)
         if tokens.size and int(tokens.min()) < 0:
             raise ValueError(f"{os.fspath(f)}: feature {feature!r} holds a negative token id {int(tokens.min())}")
         yield tokens, lengths

@@ -64,8 +64,8 @@ class DocumentSource(Protocol):
 
 
 class PieceReadingSource(ABC):
-    """Base of the document sources (a subclass gives ``len``, :meth:`lengths`, :meth:`read_pieces`): packed rows
-    built from one bulk :meth:`read_pieces` per batch."""
+    """Base of the document sources (a subclass gives ``len``, :meth:`lengths`, :meth:`read_pieces`): ``source[i]``
+    and packed rows built from one bulk :meth:`read_pieces` per batch."""
 
     in_memory = False
 
@@ -80,6 +80,10 @@ class PieceReadingSource(ABC):
     @abstractmethod
     def read_pieces(self, doc, start, length) -> np.ndarray:
         """The tokens of pieces ``(doc[j], start[j], length[j])`` back to back (one bulk read)."""
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        i = check_index(i, len(self))
+        return self.read_pieces([i], [0], [self.lengths()[i]])
 
     def pack_rows(self, plan, rows, pad_id: int = 0, out: dict | None = None) -> dict[str, np.ndarray]:
         """Rows ``rows`` of ``plan`` (a :class:`~datatools.kernels.packing.PackPlan` over this source) as a canonical
@@ -197,9 +201,7 @@ class StorePieceReader:
         return {"store": self.store, "cache_bytes": self.cache_bytes}
 
     def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._ready = False
-        self._lock = threading.RLock()
+        self.__dict__.update(state, _ready=False, _lock=threading.RLock())
 
     def __deepcopy__(self, memo):
         return StorePieceReader(self.store, self.cache_bytes)
@@ -669,8 +671,7 @@ class ChunkedDocuments(PieceReadingSource):
         }
 
     def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
+        self.__dict__.update(state, _lock=threading.Lock())
 
     def __len__(self) -> int:
         return self._lengths.shape[0]
@@ -697,10 +698,6 @@ class ChunkedDocuments(PieceReadingSource):
                 self._held -= old[0].nbytes
             return entry
 
-    def __getitem__(self, i: int) -> np.ndarray:
-        i = check_index(i, len(self))
-        return self.read_pieces([i], [0], [self._lengths[i]])
-
     def read_pieces(self, doc, start, length) -> np.ndarray:
         doc, start, length = check_pieces(doc, start, length, self._lengths)
         dst = np.concatenate(([0], np.cumsum(length)[:-1])) if length.size else length
@@ -725,10 +722,6 @@ class _ProtocolSource(PieceReadingSource):
 
     def __len__(self) -> int:
         return len(self.source)
-
-    def __getitem__(self, i: int) -> np.ndarray:
-        i = check_index(i, len(self))
-        return self.read_pieces([i], [0], [self.lengths()[i]])
 
     def lengths(self) -> np.ndarray:
         return self.source.lengths()

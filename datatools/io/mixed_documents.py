@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from datatools.io.documents import PieceReadingSource, as_document_source, check_index, check_pieces
+from datatools.io.documents import PieceReadingSource, as_document_source, check_pieces
 
 
 class MixedDocuments(PieceReadingSource):
@@ -38,17 +38,9 @@ class MixedDocuments(PieceReadingSource):
     def lengths(self) -> np.ndarray:
         return self._lengths
 
-    def source_of(self, doc) -> np.ndarray:
-        """int64: the source index of each (global) document id."""
-        return np.searchsorted(self.offsets, np.asarray(doc, np.int64), side="right") - 1
-
-    def __getitem__(self, i: int) -> np.ndarray:
-        i = check_index(i, len(self))
-        return self.read_pieces([i], [0], [self._lengths[i]])
-
     def read_pieces(self, doc, start, length) -> np.ndarray:
         doc, start, length = check_pieces(doc, start, length, self._lengths)
-        source = self.source_of(doc)
+        source = np.searchsorted(self.offsets, doc, side="right") - 1
         if source.size and source.min() == source.max():  # one source: its own bulk read, no reassembly
             k = int(source[0])
             return self.sources[k].read_pieces(doc - self.offsets[k], start, length)

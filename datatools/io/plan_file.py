@@ -142,8 +142,7 @@ def write_plan(
             i = a + int(np.argmin(part))
             raise ValueError(f"lengths[{i}] = {int(lengths[i])} is negative")
     dtypes = piece_dtypes(identity["documents"], pieces, max_start, ctx)
-    removed = remove_stale_staging(out)
-    if removed:
+    if removed := remove_stale_staging(out):
         warnings.warn(
             f"{display(out)}: removed {len(removed)} staging director{'y' if len(removed) == 1 else 'ies'} an "
             f"interrupted pack left ({', '.join(p.name for p in removed)})",
@@ -176,11 +175,10 @@ def write_plan(
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(stage, out)
-    except OSError as exc:
+    except BaseException as exc:
         shutil.rmtree(stage, ignore_errors=True)
-        raise OSError(exc.errno, exc.strerror or str(exc), str(out)) from None
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise OSError(exc.errno, exc.strerror or str(exc), str(out)) from None
         raise
     return header
 

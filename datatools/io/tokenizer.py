@@ -149,15 +149,13 @@ def split_text(tok, text: str, source: str = "tokenizer") -> Iterator[str]:
     :data:`CUT_WINDOW` characters before its end, else in the whole piece, so the pieces' token counts add up to
     the text's; without a pre-tokenizer, before the last space; with no boundary, where it ends (the count may
     then differ by a token or two)."""
-    piece = PIECE_CHARS
-    if len(text) <= piece:
+    if len(text) <= PIECE_CHARS:
         yield text
         return
     pre = tok.pre_tokenizer
     start = 0
-    while len(text) - start > piece:
-        hi = start + piece
-        cut = hi
+    while len(text) - start > PIECE_CHARS:
+        cut = hi = start + PIECE_CHARS
         for lo in dict.fromkeys((max(start + 1, hi - CUT_WINDOW), start + 1)):  # the window, then the piece
             window = text[lo:hi]
             if pre is not None:
@@ -202,8 +200,7 @@ class TextEncoder:
         return {k: v for k, v in self.__dict__.items() if k != "_tok"}
 
     def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._tok = None
+        self.__dict__.update(state, _tok=None)
 
     @property
     def tokenizer(self):
@@ -288,8 +285,7 @@ class TextEncoder:
         """One line for the terminal: the file, its digest, what was switched off, the special tokens."""
         d = self.describe()
         parts = [f"tokenizer {d['file']} (sha256 {d['sha256'][:12]})"]
-        off = d["switched_off"]
-        if off:
+        if off := d["switched_off"]:
             what = []
             if "truncation" in off:
                 what.append(f"truncation (max_length {off['truncation'].get('max_length')})")
