@@ -95,14 +95,10 @@ def curriculum_savings(
         raise ValueError(f"block={block} must divide every length and ctx; {bad[0]} is not a multiple")
     rows = curriculum_rows(lengths, sizes, tokens_per_batch, seed=seed)
     batches = rows.batches
-    per_row = []  # causal pairs of one row of each length
-    pairs = 0
-    for k, plan in enumerate(rows.plans):
-        work = attention_work(plan, block)
-        pairs += work["pairs"]
-        nb = sizes[k] // block
-        per_row.append(nb * (nb + 1) // 2 * block * block)
-    per_batch = np.asarray(per_row, np.int64) * rows.rows_per_batch  # every row of a batch, empty ones too
+    pairs = sum(attention_work(plan, block)["pairs"] for plan in rows.plans)
+    nb = np.asarray(sizes, np.int64) // block
+    per_row = nb * (nb + 1) // 2 * block * block  # causal pairs of one row of each length
+    per_batch = per_row * rows.rows_per_batch  # every row of a batch, empty ones too
     causal = int((per_batch * batches).sum())
     fixed = pack_lengths(np.asarray(lengths, np.int64), ctx, algorithm="best_fit_decreasing", overflow="split")
     fw = attention_work(fixed, block)

@@ -99,12 +99,9 @@ def _load_chain(path: Path, seen: tuple = ()) -> dict:
         raise ValueError(f"{path}: base_config chain loops or is deeper than 8 files")
     data = load_yaml(path)
     base = data.pop("base_config", None)
-    if base:
-        base_path = Path(base) if Path(base).is_absolute() else path.parent / base
-        merged = _load_chain(base_path, seen + (path,))
-        merged.update(data)
-        return merged
-    return data
+    if not base:
+        return data
+    return {**_load_chain(path.parent / Path(base), seen + (path,)), **data}  # an absolute base is taken as it is
 
 
 def _config_data(path: str | os.PathLike | None, overrides=()) -> tuple[dict, str]:
@@ -245,16 +242,13 @@ def maxtext_view(lengths, settings: MaxTextSettings) -> MaxTextView:
     fails = 0
     if s.tokenize_train_data and not s.use_truncation:
         cut = "chunked at the context"
-        sizes = piece_sizes(lengths, ctx)  # pieces of ctx, in order
-        dropped = 0
+        sizes = piece_sizes(lengths, ctx)  # pieces of ctx, in order: nothing dropped
     else:
         cut = "cut at the context"
-        long = lengths > ctx
         if s.packing and not s.tokenize_train_data:
-            fails = int(long.sum())
+            fails = int(np.count_nonzero(lengths > ctx))
             cut = "passed whole to the packer"
         sizes = np.minimum(lengths, ctx).astype(np.int32)
-        dropped = total - int(sizes.sum())
     kept_tokens = int(sizes.sum())
     cap = s.segment_cap
     if not s.packing:
@@ -283,7 +277,7 @@ def maxtext_view(lengths, settings: MaxTextSettings) -> MaxTextView:
         rows,
         efficiency,
         1.0 - efficiency,
-        int(dropped),
+        total - kept_tokens,
         None if most is None else int(most),
         fails,
         int(lengths.shape[0]),

@@ -113,9 +113,7 @@ def analyze_input(
     savings = None
     if curriculum:
         lengths_k = sorted(int(n) for n in curriculum)
-        savings = curriculum_savings(
-            lengths, lengths_k, tokens_per_batch or 8 * lengths_k[-1], block=tile, schedules=("grow_p2", "mix")
-        )
+        savings = curriculum_savings(lengths, lengths_k, tokens_per_batch or 8 * lengths_k[-1], block=tile)
     return dataclasses.replace(
         report,
         curriculum=savings,

@@ -71,10 +71,9 @@ def render(report: PaddingReport, console: Console, *, source: str) -> None:
         cells = []
         for r in rows:
             eff = f"{r.efficiency:.2%}"
-            label = LABELS[r.name] + (f" {r.boundaries}" if r.name == "bucket" else "")
             cells.append(
                 [
-                    label,
+                    LABELS[r.name] + (f" {r.boundaries}" if r.name == "bucket" else ""),
                     f"{r.rows:,}",
                     f"[bold]{eff}[/]" if r.efficiency == best else eff,
                     f"{r.dropped_tokens:,}",
@@ -178,8 +177,7 @@ def render_loss_distortion(view: LossDistortion, console: Console) -> None:
             ]
         )
     # on a narrow console the outer quantiles go first, then the documents (base/tables.py)
-    drop_first = ("p1", "p99", "p10", "p90", "documents")
-    table, _ = fitted_table(title, columns, rows, console.width, drop_first=drop_first)
+    table, _ = fitted_table(title, columns, rows, console.width, drop_first=("p1", "p99", "p10", "p90", "documents"))
     console.print(table)
     console.print(
         "loss_weighting: token or document (with the step dividing by the global weight sum) keeps "

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from datatools.analysis.padding_result import PaddingReport
@@ -39,7 +40,6 @@ def pipeline_config(
     packer = BY_NAME.get(rec.strategy)
     if packer is None or packer.cuts_documents:
         packer = BY_NAME["best_fit_decreasing"]
-    algorithm, mode = packer.name, packer.mode
     src: dict[str, Any] = {"path": source}
     if column is not None:
         src["column"] = column
@@ -47,8 +47,8 @@ def pipeline_config(
         src["tokenizer"] = os.fspath(tokenizer)
     return {
         "source": src,
-        "shuffle": {"kind": "full" if mode == "planned" else "none"},
-        "packing": {"mode": mode, "ctx": ctx, "algorithm": algorithm, "max_segments": cap},
+        "shuffle": {"kind": "full" if packer.mode == "planned" else "none"},
+        "packing": {"mode": packer.mode, "ctx": ctx, "algorithm": packer.name, "max_segments": cap},
         "batch_size": batch_size,
         "drop_remainder": True,
         "format": trainer,
@@ -61,7 +61,5 @@ def write_pipeline_config(path: str | os.PathLike, config: dict[str, Any]) -> No
     """Write ``config`` as YAML to ``path``, with a header saying where it came from."""
     import yaml
 
-    text = "# written by datatools analyze-padding --write-config: run it with `datatools pipeline PATH`\n"
-    text += yaml.safe_dump(config, sort_keys=False)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+    header = "# written by datatools analyze-padding --write-config: run it with `datatools pipeline PATH`\n"
+    Path(path).write_text(header + yaml.safe_dump(config, sort_keys=False), encoding="utf-8")

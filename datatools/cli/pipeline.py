@@ -58,7 +58,6 @@ def pipeline_command(config, source, overrides, steps, workers, json_out, step_s
     table = Table(title=f"{config}: {report.config.mode} pipeline on {cfg.source_label}", title_justify="left")
     table.add_column("measure")
     table.add_column("value", justify="right")
-    plan = report.plan_efficiency
     for name, value in [
         ("documents", f"{report.documents:,}"),
         ("batches", f"{report.batches:,}"),
@@ -68,7 +67,7 @@ def pipeline_command(config, source, overrides, steps, workers, json_out, step_s
         ("tokens/s (slots)", f"{report.tokens_per_s:,.0f}"),
         ("real tokens/s", f"{report.real_tokens_per_s:,.0f}"),
         ("efficiency (batches run)", f"{report.efficiency:.2%}"),
-        ("efficiency (whole plan)", "-" if plan is None else f"{plan:.2%}"),
+        ("efficiency (whole plan)", "-" if report.plan_efficiency is None else f"{report.plan_efficiency:.2%}"),
         ("distinct shapes", ", ".join(f"{r}x{t}" for r, t in report.shapes)),
         ("format", report.format),
         ("workers", str(report.config.workers)),

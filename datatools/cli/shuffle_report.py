@@ -40,26 +40,14 @@ def _records(name: str, text: str, **kwargs):
 @click.option("--seed", type=click.IntRange(0, (1 << 64) - 1), default=0, show_default=True)
 @click.option("--epoch", type=click.IntRange(0, (1 << 62)), default=0, show_default=True)
 @json_option("the figures")
-def shuffle_report_command(
-    n, io_block_size, window_blocks, group_size, batch_size, lanes, lane_window, seed, epoch, json_out
-):
+def shuffle_report_command(json_out, **options):
     """Distinct groups per batch against a full shuffle's expectation, displacement, and I/O cost."""
-    doing(f"measuring the shuffles of {n:,} records")
-    report = shuffle_report(
-        n,
-        io_block_size=io_block_size,
-        window_blocks=window_blocks,
-        group_size=group_size,
-        batch_size=batch_size,
-        seed=seed,
-        epoch=epoch,
-        lanes=lanes,
-        lane_window=lane_window,
-    )
+    doing(f"measuring the shuffles of {options['n']:,} records")
+    report = shuffle_report(**options)
     console = result_console(stderr=json_out == "-")
     title = (
-        f"n={n:,} records in groups of {group_size}, batch {batch_size}; block shuffle: "
-        f"io_block_size {io_block_size}, window_blocks {window_blocks}"
+        f"n={report.n:,} records in groups of {report.group_size}, batch {report.batch_size}; block shuffle: "
+        f"io_block_size {report.io_block_size}, window_blocks {report.window_blocks}"
     )
     columns = (
         "order",
@@ -67,7 +55,7 @@ def shuffle_report_command(
         "of full shuffle",
         "mean displacement (records)",
         "contiguous runs/batch",
-        f"block reads/batch (cache {window_blocks} blocks)",
+        f"block reads/batch (cache {report.window_blocks} blocks)",
     )
     expected = report.expected_groups_per_batch
     rows = [

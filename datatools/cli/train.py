@@ -43,23 +43,18 @@ def train_command(config, steps, source, attention, grad_accum_steps, json_out):
         f"model: {cfg.model.num_params():,} parameters ({cfg.model.n_layers} layers, d_model "
         f"{cfg.model.d_model}); pipeline: {cfg.pipeline.source.path}"
     )
-    every = cfg.train.log_every
-
-    def log(rec: StepRecord) -> None:
-        if rec.step == 1 or rec.step % every == 0:
-            console.print(
-                f"step {rec.step:>5}  loss {rec.loss:.4f}  {rec.rows}x{rec.shape[1]}  "
-                f"tokens/s {rec.tokens_per_s:>10,.0f}  useful/s {rec.useful_tokens_per_s:>10,.0f}  "
-                f"efficiency {rec.efficiency:6.1%}  MFU {rec.mfu:6.2%}  HFU {rec.hfu:6.2%}"
-                + ("  (includes compilation)" if rec.step == 1 else "")
-            )
-
     doing("building the pipeline, compiling the first step")
     with device_errors(), ExitStack() as bars:  # XLA out of memory -> DeviceOutOfMemory (exit 1, one line)
         advance: list = []  # the bar, from the first (compiled) step on
 
         def on_step(rec: StepRecord) -> None:
-            log(rec)
+            if rec.step == 1 or rec.step % cfg.train.log_every == 0:
+                console.print(
+                    f"step {rec.step:>5}  loss {rec.loss:.4f}  {rec.rows}x{rec.shape[1]}  "
+                    f"tokens/s {rec.tokens_per_s:>10,.0f}  useful/s {rec.useful_tokens_per_s:>10,.0f}  "
+                    f"efficiency {rec.efficiency:6.1%}  MFU {rec.mfu:6.2%}  HFU {rec.hfu:6.2%}"
+                    + ("  (includes compilation)" if rec.step == 1 else "")
+                )
             if not advance:
                 advance.append(bars.enter_context(count_progress(err, cfg.train.steps, "training steps")))
             advance[0]()
