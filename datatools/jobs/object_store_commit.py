@@ -115,12 +115,12 @@ class ObjectStoreStaging:
             )
 
     def clean(self, extra: dict) -> None:
-        _remove_staging(self.staging)
+        _remove_own(self.staging, STAGING_FILE)
 
     def prepare(self, job: str, shards: int, extra: dict) -> None:
         job_file = storage.join(self.staging, "job.json")
         if _names(self.staging) and _read_json(job_file).get("job") != job:
-            _remove_staging(self.staging)
+            _remove_own(self.staging, STAGING_FILE)
             extra["cleaned"] = (
                 f"{display(self.output)}: removed {display(self.staging)} left by an interrupted run of a different job"
             )
@@ -136,12 +136,9 @@ class ObjectStoreStaging:
             storage.join(staging, "commit.json"), json.dumps({"job": job, "output": storage.url_of(output)}) + "\n"
         )
         storage.remove(storage.join(output, "manifest.json"))  # uncommit first: no reader sees a half-replaced store
-        base = storage.url_of(output).rstrip("/")
-        for name in _names(output):  # the store's keys only (check_replaceable: nothing else is there)
-            if STORE_KEY.fullmatch(name):
-                storage.remove(f"{base}/{name}")
+        _remove_own(output, STORE_KEY)  # the store's keys only (check_replaceable: nothing else is there)
         write(output)
-        _remove_staging(staging)
+        _remove_own(staging, STAGING_FILE)
 
 
 def written(names) -> tuple[set[int], dict[int, int]]:
@@ -158,9 +155,9 @@ def written(names) -> tuple[set[int], dict[int, int]]:
     return shards, {k: n for k, n in counts.items() if n}
 
 
-def _remove_staging(staging: str) -> None:
-    """Delete STAGING's own files (:data:`STAGING_FILE`); anything else there is kept."""
-    base = storage.url_of(staging).rstrip("/")
-    for name in _names(staging):
-        if STAGING_FILE.fullmatch(name):
+def _remove_own(prefix: str, own: re.Pattern) -> None:
+    """Delete the objects under ``prefix`` whose names (relative to it) ``own`` matches; anything else is kept."""
+    base = storage.url_of(prefix).rstrip("/")
+    for name in _names(prefix):
+        if own.fullmatch(name):
             storage.remove(f"{base}/{name}")

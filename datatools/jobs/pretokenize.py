@@ -145,9 +145,7 @@ def _run_shard(worker, shard, k, staging, pieces, report=None) -> tuple[int, int
     :data:`PIECE_SECONDS`; the ``pieces`` an interrupted run left are skipped), then join them into the shard file.
     Returns (k, docs, tokens, documents resumed from pieces); ``report(k, documents, tokens, characters)`` after
     each run."""
-    skip = 0
-    for p in range(pieces):
-        skip += int(_read(_shard_path(staging, k, p), "documents")[0])
+    skip = sum(int(_read(_shard_path(staging, k, p), "documents")[0]) for p in range(pieces))
     tokens: list[np.ndarray] = []
     lengths: list[np.ndarray] = []
     docs = held = 0
@@ -418,9 +416,7 @@ def require_engine(engine: str) -> None:
 
 def _special(value: bool | str | int | None) -> str | int | None:
     """``--bos``/``--eos`` as given: True means look the usual names up, False/None means none."""
-    if value is True:
-        return "auto"
-    return None if value is False else value
+    return "auto" if value is True else None if value is False else value
 
 
 def _unique_shards(shards) -> tuple[list[Shard], list[str]]:
@@ -530,8 +526,8 @@ def _run_ray(worker, shards, todo, pieces, staging, workers, ray_address, finish
     """Ray Data, one row per shard; ``finished(k)`` as each shard is done. Returns the documents resumed."""
     import ray
 
-    started = False
-    if not ray.is_initialized():
+    started = not ray.is_initialized()
+    if started:
         ray.init(
             address=ray_address,
             num_cpus=None if ray_address else workers,
@@ -539,12 +535,10 @@ def _run_ray(worker, shards, todo, pieces, staging, workers, ray_address, finish
             log_to_driver=False,
             configure_logging=False,
         )
-        started = True
     try:
         import ray.data
 
-        ctx = ray.data.DataContext.get_current()
-        ctx.enable_progress_bars = False
+        ray.data.DataContext.get_current().enable_progress_bars = False
         items = [
             {
                 "k": k,

@@ -419,8 +419,7 @@ class PipelineConfig:
     def batch_options(self) -> dict:
         """``boundary_targets``, ``positions`` and ``loss_weighting``: the keywords of
         :func:`~datatools.kernels.batch_layouts.to_format` (and :class:`~datatools.grain.batch.FormatBatch`)."""
-        names = ("boundary_targets", "positions", "loss_weighting")
-        return {name: getattr(self, name) for name in names}
+        return {name: getattr(self, name) for name in ("boundary_targets", "positions", "loss_weighting")}
 
     def replace(self, **changes) -> PipelineConfig:
         return dataclasses.replace(self, **changes)
@@ -463,8 +462,7 @@ def load_config(path: str | os.PathLike, *, source: str | None = None, overrides
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
     data = apply_overrides(data, overrides)
-    names = {f.name for f in dataclasses.fields(PipelineConfig)}
-    data = {k: v for k, v in data.items() if k in names or k not in _TRAINING_SECTIONS}
+    data = {k: v for k, v in data.items() if k not in _TRAINING_SECTIONS}
     try:
         return parse_config(data)
     except ValueError as exc:

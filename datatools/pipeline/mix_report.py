@@ -88,8 +88,7 @@ def mix_report(
     else:
         offsets, names, weights = np.array([0, len(docs)], np.int64), [cfg.one_source.path], [1.0]
         stand = _IdDocuments(docs.lengths(), 0)
-    built = build_canonical(cfg.replace(workers=0, shard=ShardConfig(), attention_block=None), stand)
-    host = built.batches
+    host = build_canonical(cfg.replace(workers=0, shard=ShardConfig(), attention_block=None), stand).batches
     count = min(batches, len(host))
     k = len(names)
     tokens, pieces = np.zeros((count, k), np.int64), np.zeros((count, k), np.int64)
@@ -102,10 +101,9 @@ def mix_report(
             if groups is not None:
                 groups[j], total_groups[j] = g, n
             advance()
-    mode = cfg.mode
     return MixingReport(
         name,
-        mode,
+        cfg.mode,
         cfg.mixture.epoch if cfg.sources is not None else "-",
         cfg.mixture.share if cfg.sources is not None else "tokens",
         count,

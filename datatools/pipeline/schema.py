@@ -22,9 +22,7 @@ def field(
     """A dataclass field with validation metadata: ``minimum`` and ``maximum`` (numbers, list items; the maximum
     is datatools' documented limit) and ``doc`` (the reference)."""
     meta = {"minimum": minimum, "maximum": maximum, "doc": doc}
-    if default_factory is not dataclasses.MISSING:
-        return dataclasses.field(default_factory=default_factory, metadata=meta)
-    return dataclasses.field(default=default, metadata=meta)
+    return dataclasses.field(default=default, default_factory=default_factory, metadata=meta)
 
 
 class OneOf:
@@ -60,9 +58,7 @@ def _check_value(value, tp, key: str, meta: dict):
         if value is None and type(None) in options:
             return None
         last: ValueError | None = None
-        for option in options:
-            if option is type(None):
-                continue
+        for option in (o for o in options if o is not type(None)):
             try:
                 return _check_value(value, option, key, meta)
             except ValueError as exc:

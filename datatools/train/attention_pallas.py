@@ -230,21 +230,19 @@ def _transposed_specs(block: int):
     )
 
 
-def _steps_spec():
-    return pl.BlockSpec(memory_space=pltpu.SMEM)
-
-
 def _call(kernel, tiles, major, operands, in_specs, out_specs, out_shape, scratch, heads):
-    """One pass over the list: grid (heads, tiles listed), runs of equal (row, ``major`` block) accumulated."""
+    """One pass over the list: grid (heads, tiles listed), runs of equal (row, ``major`` block) accumulated; its
+    outputs ``out_shape`` and last the grid steps it ran, (1,) int32 in SMEM."""
     row, qb, kb, full, count = tiles
     flags = _flags(row, qb if major == "q" else kb, full, count)
+    out_specs = [*out_specs, pl.BlockSpec(memory_space=pltpu.SMEM)]
     grid_spec = pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=4, grid=(heads, count), in_specs=in_specs, out_specs=out_specs, scratch_shapes=scratch
     )
     return pl.pallas_call(
         kernel,
         grid_spec=grid_spec,
-        out_shape=out_shape,
+        out_shape=[*out_shape, jax.ShapeDtypeStruct((1,), jnp.int32)],
         interpret=None if jax.default_backend() == "tpu" else pltpu.InterpretParams(),  # off a TPU: TPU interpret mode
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
     )(row, qb, kb, flags, *operands)
@@ -261,19 +259,14 @@ def forward(q, k, v, segment_ids, tiles, block: int):
     b, h, t, d = q.shape
     qs, ks, sqs, sks, cols = _specs(block, d)
     sq, sk = _segments(segment_ids)
-    kernel = functools.partial(_fwd_kernel, scale=1.0 / math.sqrt(d), block=block)
     out, lse, steps = _call(
-        kernel,
+        functools.partial(_fwd_kernel, scale=1.0 / math.sqrt(d), block=block),
         tiles,
         "q",
         (q, k, v, sq, sk),
         [qs, ks, ks, sqs, sks],
-        [qs, cols, _steps_spec()],
-        [
-            jax.ShapeDtypeStruct(q.shape, q.dtype),
-            jax.ShapeDtypeStruct((b, h, t, 1), jnp.float32),
-            jax.ShapeDtypeStruct((1,), jnp.int32),
-        ],
+        [qs, cols],
+        [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, t, 1), jnp.float32)],
         [pltpu.VMEM((block, 1), jnp.float32), pltpu.VMEM((block, 1), jnp.float32), pltpu.VMEM((block, d), jnp.float32)],
         h,
     )
@@ -288,35 +281,28 @@ def backward(q, k, v, segment_ids, tiles, by_k, block: int, out, lse, dout):
     sq, sk = _segments(segment_ids)
     scale = 1.0 / math.sqrt(d)
     delta = jnp.sum(out.astype(jnp.float32) * dout.astype(jnp.float32), axis=-1, keepdims=True)  # (B, H, T, 1)
-    operands = (q, k, v, sq, sk, dout, lse, delta)
-    in_specs = [qs, ks, ks, sqs, sks, qs, cols, cols]
     dq, dq_steps = _call(
         functools.partial(_dq_kernel, scale=scale, block=block),
         tiles,
         "q",
-        operands,
-        in_specs,
-        [qs, _steps_spec()],
-        [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((1,), jnp.int32)],
+        (q, k, v, sq, sk, dout, lse, delta),
+        [qs, ks, ks, sqs, sks, qs, cols, cols],
+        [qs],
+        [jax.ShapeDtypeStruct(q.shape, q.dtype)],
         [pltpu.VMEM((block, d), jnp.float32)],
         h,
     )
     kmajor = tuple(jnp.take(x, by_k) for x in tiles[:4]) + (tiles[4],)
     sq_row, sk_col, rows = _transposed_specs(block)
     # sk is the (B, 1, T) view of the segment ids (read per query block here), sq the (B, T, 1) one (per key block)
-    dkv_operands = (q, k, v, sk, sq, dout, lse.reshape(b, h, 1, t), delta.reshape(b, h, 1, t))
     dk, dv, dkv_steps = _call(
         functools.partial(_dkv_kernel, scale=scale, block=block),
         kmajor,
         "k",
-        dkv_operands,
+        (q, k, v, sk, sq, dout, lse.reshape(b, h, 1, t), delta.reshape(b, h, 1, t)),
         [qs, ks, ks, sq_row, sk_col, qs, rows, rows],
-        [ks, ks, _steps_spec()],
-        [
-            jax.ShapeDtypeStruct(k.shape, k.dtype),
-            jax.ShapeDtypeStruct(v.shape, v.dtype),
-            jax.ShapeDtypeStruct((1,), jnp.int32),
-        ],
+        [ks, ks],
+        [jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
         [pltpu.VMEM((block, d), jnp.float32), pltpu.VMEM((block, d), jnp.float32)],
         h,
     )

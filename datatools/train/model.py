@@ -60,12 +60,11 @@ class ModelConfig:
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
-    def num_params(self, *, embeddings: bool = False) -> int:
-        """Parameters N (the 6N in the FLOP count excludes the input embedding by default)."""
+    def num_params(self) -> int:
+        """Parameters N, the input embedding excluded (as in the 6N of the FLOP count)."""
         d, f = self.d_model, self.ff
         per_layer = 4 * d * d + 3 * d * f + 2 * d
-        n = self.n_layers * per_layer + d + d * self.vocab_size  # + final norm + output projection
-        return n + (self.vocab_size * d if embeddings else 0)
+        return self.n_layers * per_layer + d + d * self.vocab_size  # + final norm + output projection
 
 
 def init_params(cfg: ModelConfig, key: jax.Array) -> dict:

@@ -69,22 +69,19 @@ class Trainer:
 
         def sums(params, batch):
             (loss_sum, count), grads = jax.value_and_grad(weighted_loss_sum, has_aux=True)(params, cfg, batch)
-            if SUM_KEY in batch:  # the loader's per-row sums: their global sum is the denominator
-                weight_sum = jnp.sum(batch[SUM_KEY])
-            else:  # no weights from the loader: every target weighs 1
-                weight_sum = count
+            # the loader's per-row sums: their global sum is the denominator; without them every target weighs 1
+            weight_sum = jnp.sum(batch[SUM_KEY]) if SUM_KEY in batch else count
             return {"loss_sum": loss_sum, "weight_sum": weight_sum, "targets": count}, grads
 
         def normalize(totals, grads):
             denominator = jnp.where(totals["weight_sum"] > 0, totals["weight_sum"], 1.0)
             grads = jax.tree.map(lambda g: g / denominator, grads)
-            metrics = {
+            return grads, {
                 "loss": totals["loss_sum"] / denominator,
                 "targets": totals["targets"],
                 "weight_sum": totals["weight_sum"],
                 "grad_norm": optax.tree.norm(grads),
             }
-            return grads, metrics
 
         def update(state, grads, metrics):
             updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
