@@ -58,9 +58,7 @@ TABLE_READ_THREADS = 1  # for a table (Parquet, Arrow, JSON Lines) read a shard 
 READ_BUFFER = 16  # elements (batches or document blocks) read ahead
 
 
-def _prefetch(
-    ds: grain.MapDataset, cfg: PipelineConfig, in_memory: bool, threads: int = READ_THREADS
-) -> grain.IterDataset:
+def _prefetch(ds: grain.MapDataset, cfg: PipelineConfig, in_memory: bool, threads: int) -> grain.IterDataset:
     """The host's batches read ahead, in workers: no reader threads in memory (the hand-off costs more than the
     read), else a few threads and a short buffer (Grain's default of 500 elements would only hold memory)."""
     threads, buffer = (0, 0) if in_memory else (threads, READ_BUFFER)

@@ -67,8 +67,7 @@ def _splash(q, k, v, segment_ids, block):
 
 def _splash_fwd(q, k, v, segment_ids, block):
     with tpu_interpret():
-        out, vjp = jax.vjp(lambda q, k, v: _run(q, k, v, segment_ids, block), q, k, v)
-    return out, vjp
+        return jax.vjp(lambda q, k, v: _run(q, k, v, segment_ids, block), q, k, v)  # (out, vjp: the residuals)
 
 
 def _splash_bwd(block, vjp, dout):

@@ -19,6 +19,7 @@ from datatools.base.progress import doing
 from datatools.base.reports import Report
 from datatools.io.yaml_files import load_yaml
 from datatools.pipeline import PipelineConfig, ShardConfig, build_canonical, parse_config
+from datatools.pipeline.build import resolve_shard
 from datatools.pipeline.schema import field, from_dict
 from datatools.pipeline.stalls import LoaderReport, StallMeter
 from datatools.train.model import ModelConfig, attention_keys
@@ -207,8 +208,6 @@ class TrainReport(Report):
 
 def _host_sharded(cfg: PipelineConfig) -> PipelineConfig:
     import jax
-
-    from datatools.pipeline.build import resolve_shard
 
     cfg = resolve_shard(cfg)  # shard: auto -> this process of jax.process_count()
     if cfg.shard.count == 1 and jax.process_count() > 1:

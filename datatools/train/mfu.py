@@ -28,9 +28,8 @@ PEAK_FLOPS = {  # dense bf16 FLOP/s per chip, from the vendors' data sheets
 
 def segment_lengths_sq(segment_ids: np.ndarray) -> int:
     """sum over pieces of s * (s + 1), s the piece's tokens (segment runs within each row)."""
-    seg = np.asarray(segment_ids)
     total = 0
-    for row in seg:
+    for row in np.asarray(segment_ids):
         counts = np.bincount(row[row > 0])
         counts = counts[counts > 0].astype(np.int64)
         total += int((counts * (counts + 1)).sum())
