@@ -49,12 +49,10 @@ def build_schedule(cfg: PipelineConfig, docs, history: list | None = None) -> tu
     return SCHEDULES[schedule_mode(cfg)](cfg, docs, history)
 
 
-def _section(cfg: PipelineConfig, name: str):
-    """The config's section ``name`` (packing, bucketing, curriculum): schedule_mode chose the mode from it."""
-    section = getattr(cfg, name)
-    if section is None:
-        raise ValueError(f"config: {name} is required")
-    return section
+def _packing(cfg: PipelineConfig) -> PackingConfig:
+    if cfg.packing is None:  # schedule_mode chose a packing mode from this section
+        raise ValueError("config: packing is required")
+    return cfg.packing
 
 
 def _ctx(p: PackingConfig) -> int:
@@ -101,9 +99,10 @@ def _plan_file(p: PackingConfig, path: str, source: str, docs) -> PlanFile:
 def planned(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Schedule, float | None]:
     """``packing.mode: planned``: one plan over every document (or ``packing.plan``), its rows shuffled per epoch;
     global batch j is rows ``[j * B, (j + 1) * B)``."""
-    p = _section(cfg, "packing")
+    p = _packing(cfg)
     if p.plan is not None:
-        rows = PackedRowsMapDataset(docs, plan=_plan_file(p, p.plan, cfg.one_source.path, docs), pad_id=cfg.pad_id)
+        plan = _plan_file(p, p.plan, cfg.one_source.path, docs)
+        rows = PackedRowsMapDataset(docs, plan=plan, pad_id=cfg.pad_id)
     else:
         rows = PackedRowsMapDataset(docs, p.ctx, **p.options, pad_id=cfg.pad_id)
     if cfg.drop_remainder and rows.plan.num_rows < cfg.batch_size:
@@ -116,7 +115,7 @@ def planned(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Sch
 
 def streaming(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Schedule, float | None]:
     """``packing.mode: streaming``: :class:`~datatools.grain.streaming_schedule.StreamingSchedule`."""
-    p = _section(cfg, "packing")
+    p = _packing(cfg)
     return StreamingSchedule(
         docs,
         _order(cfg, docs, history),
@@ -132,7 +131,7 @@ def streaming(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[S
 
 def lanes(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Schedule, float | None]:
     """``packing.read_order: lanes``: :class:`~datatools.grain.lane_schedule.LaneSchedule`."""
-    p, sh = _section(cfg, "packing"), cfg.shuffle
+    p, sh = _packing(cfg), cfg.shuffle
     return LaneSchedule(
         docs,
         ctx=_ctx(p),
@@ -150,7 +149,9 @@ def lanes(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Sched
 def bucketing(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Schedule, float | None]:
     """``bucketing``: :class:`~datatools.grain.bucket_schedule.BucketSchedule` over the given boundaries (or those
     of least padding), with batch sizes from the batch or a token budget."""
-    b = _section(cfg, "bucketing")
+    b = cfg.bucketing
+    if b is None:  # schedule_mode chose this mode from the section
+        raise ValueError("config: bucketing is required")
     order = _order(cfg, docs, history)
     if b.boundaries is not None:
         bounds = np.asarray(sorted(b.boundaries), np.int64)
@@ -172,7 +173,9 @@ def bucketing(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[S
 
 def curriculum(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Schedule, float | None]:
     """``curriculum``: :class:`~datatools.grain.curriculum_schedule.CurriculumSchedule`."""
-    c = _section(cfg, "curriculum")
+    c = cfg.curriculum
+    if c is None:  # schedule_mode chose this mode from the section
+        raise ValueError("config: curriculum is required")
     return CurriculumSchedule(
         docs,
         lengths=c.lengths,
