@@ -126,9 +126,9 @@ class LocalStaging:
         _check_disk(self.output.parent)
         job_file = self.staging / "job.json"
         if self.staging.exists():
-            try:
+            try:  # missing or garbled: a run killed before it wrote job.json (unreadable: an OSError, kept)
                 same = json.loads(job_file.read_text()).get("job") == job
-            except (OSError, ValueError):
+            except (FileNotFoundError, IsADirectoryError, ValueError, AttributeError):
                 same = False
             if not same:
                 shutil.rmtree(self.staging)  # datatools' own (check_replaceable): another job's run's staging

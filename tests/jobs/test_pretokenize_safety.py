@@ -157,3 +157,27 @@ def test_disk_full_while_the_store_is_written_exits_1(tmp_path, small_input, tok
     status, err = run(["pretokenize", str(small_input), str(out), "--tokenizer", str(tokenizer_file)], capsys)
     assert status == 1 and "No space left on device" in one_line(err) and "out.partial" in err, err
     assert "RESOURCE_EXHAUSTED" not in err and not out.exists()
+
+
+def test_a_staging_whose_job_file_cannot_be_read_is_kept(tmp_path, small_input, tokenizer_file, capsys, monkeypatch):
+    """An interrupted run's staging whose ``job.json`` this user may not read is not taken for another job's (and
+    removed): exit 1 naming the file, the staging as it was."""
+    from pathlib import Path
+
+    staging = tmp_path / "out.partial"
+    (staging / "shards").mkdir(parents=True)
+    (staging / "job.json").write_text(json.dumps({"job": "an earlier run", "shards": 1}) + "\n")
+    before = snapshot(staging)
+    read_text = Path.read_text
+
+    def denied(self, *args, **kwargs):
+        if self.name == "job.json":
+            raise PermissionError(13, "Permission denied", str(self))
+        return read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", denied)
+    out = tmp_path / "out"
+    status, err = run(["pretokenize", str(small_input), str(out), "--tokenizer", str(tokenizer_file)], capsys)
+    assert status == 1 and "job.json" in one_line(err) and "Permission denied" in err, err
+    monkeypatch.undo()
+    assert snapshot(staging) == before and not out.exists()
