@@ -10,6 +10,7 @@ import grain
 from datatools.io.documents import as_document_source
 from datatools.io.plan_file import PlanFile
 from datatools.kernels.packing import PackPlan, pack_lengths
+from datatools.kernels.packing.plan_format import row_pieces
 
 
 class PackedRowsMapDataset(grain.MapDataset):
@@ -66,6 +67,20 @@ class PackedRowsMapDataset(grain.MapDataset):
         if isinstance(self.plan, PlanFile):
             return self._docs.pack_rows(self.plan.rows_plan(rows), None, pad_id=self._pad_id)
         return self._docs.pack_rows(self.plan, rows, pad_id=self._pad_id)
+
+    @property
+    def docs(self):
+        """The document source the rows are read from."""
+        return self._docs
+
+    def pieces(self, indices: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(doc, start, length)`` of every piece rows ``indices`` read (what :meth:`get_batch` reads)."""
+        rows = np.asarray(indices, dtype=np.int64) % self.plan.num_rows
+        if isinstance(self.plan, PlanFile):
+            sub = self.plan.rows_plan(rows)
+            return sub.doc, sub.start, sub.length
+        sel, _ = row_pieces(self.plan.row_splits, rows)
+        return self.plan.doc[sel], self.plan.start[sel], self.plan.length[sel]
 
     def __getitem__(self, index):
         if isinstance(index, slice):

@@ -47,6 +47,15 @@ class _IndexMapDataset(grain.MapDataset):
         """Stacked elements at ``indices`` when the parent builds batches itself (packed rows)."""
         return read_batch(self._parent, self._parent_indices(indices))
 
+    @property
+    def docs(self):
+        """The parent's document source (packed rows)."""
+        return self._parent.docs
+
+    def pieces(self, indices: Sequence[int]):
+        """What elements ``indices`` read (packed rows: their pieces)."""
+        return self._parent.pieces(self._parent_indices(indices))
+
 
 class FeistelShuffleMapDataset(_IndexMapDataset):
     """A full random permutation per epoch, O(1) per index (:class:`datatools.FeistelPermutation` of the 64-bit

@@ -1,6 +1,9 @@
 """The rows Levanter asks for, read from a datatools pipeline: the Levanter-free half of
 :mod:`datatools.integrations.levanter`. Element ``i`` is row ``i % B`` of global batch ``i // B``; each run of
-consecutive rows asked for is read once, so each host reads only its own rows.
+consecutive rows asked for is read once, so each host reads only its own rows. Levanter asks for a host's rows batch
+after batch: each run of rows ``[lo, hi)`` is walked in batch order by one
+:class:`~datatools.grain.host_reader.BatchWalk`, read and built ahead from the batch asked for (a batch asked for
+out of order starts a new walk there).
 """
 
 from __future__ import annotations
@@ -11,11 +14,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from datatools.grain.host_reader import BUILD_AHEAD, BatchWalk
 from datatools.kernels.batch_layouts import to_format
 from datatools.pipeline import ShardConfig, build_canonical
 from datatools.pipeline.config import as_config
 
 __all__ = ["PipelineRows", "runs"]
+
+WALKS_KEPT = 8  # runs of rows walked at once (a host reads one or a few runs of each batch)
 
 
 def runs(rows: np.ndarray) -> list[tuple[int, int]]:
@@ -35,12 +41,13 @@ class PipelineRows:
     ``pipeline``: a :class:`~datatools.pipeline.PipelineConfig`, a mapping or a YAML path (``shard`` and ``workers``
     ignored); ``documents``: an opened document source to use instead of ``source.path``. It survives
     ``copy.deepcopy`` and pickling (Levanter deep-copies its config to log it): a deep copy shares the built pipeline.
+    ``build_ahead``: batches of each run of rows built ahead of Levanter's asking (0: each built when asked).
 
     Raises:
       ValueError: a config in another trainer's format, or one whose rows have several lengths.
     """
 
-    def __init__(self, pipeline, *, documents=None):
+    def __init__(self, pipeline, *, documents=None, build_ahead: int = BUILD_AHEAD):
         cfg = as_config(pipeline)
         if cfg.format not in ("datatools", "levanter"):
             raise ValueError(
@@ -56,19 +63,43 @@ class PipelineRows:
             )
         self.seq_len = lengths.pop()
         self.batch_size = int(self.config.batch_size)
+        self.build_ahead = int(build_ahead)
         self._batches = built.batches  # global batch numbers -> (epoch, batch within the epoch), and the count
         self._schedule = built.schedule  # schedule.read(epoch, j, lo, hi): rows [lo, hi) of global batch j
         self._lock = threading.Lock()
+        self._walks: dict[tuple[int, int], BatchWalk] = {}  # by run of rows, the oldest first
         self.reads: list[tuple[int, int, int]] = []  # (global batch, lo, hi) of every run read, in order
 
     def __getstate__(self) -> dict:
-        """Everything but the lock and the record of reads (the schedule and source pickle their own state)."""
-        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "reads")}
+        """Everything but the lock, the walks and the record of reads (the schedule and source pickle their own
+        state)."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "reads", "_walks")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._walks = {}
         self.reads = []
+
+    def _walk(self, j: int, lo: int, hi: int) -> BatchWalk:
+        """Rows ``[lo, hi)`` of global batches ``j, j + 1, ...``, read and built ahead."""
+        batches, schedule = self._batches, self._schedule
+
+        def build(k: int) -> dict[str, np.ndarray]:
+            epoch, i = batches.locate(k)
+            return schedule.read(epoch, i, lo, hi)
+
+        prefetch = None
+        if batches.reads_ahead:
+            docs = schedule.docs  # type: ignore[attr-defined]
+
+            def prefetch(k: int, near: bool) -> bool:
+                epoch, i = batches.locate(k)
+                pieces = schedule.pieces if near else schedule.ahead_pieces  # type: ignore[attr-defined]
+                return bool(docs.prefetch(*pieces(epoch, i, lo, hi)))
+
+        stop = len(batches) if self.is_finite() else None
+        return BatchWalk(build, start=j, stop=stop, prefetch=prefetch, build_ahead=self.build_ahead)
 
     def __deepcopy__(self, memo: dict) -> PipelineRows:
         """A new reader over the same built pipeline (read only), with its own lock and record of reads."""
@@ -89,10 +120,19 @@ class PipelineRows:
                 f"batch {j} is past the pipeline's last ({len(self._batches)} batches of "
                 f"num_epochs: {self.config.num_epochs}); set num_epochs: null or train fewer steps"
             )
-        epoch, k = self._batches.locate(int(j))
-        canonical = self._schedule.read(epoch, k, int(lo), int(hi))
+        j, lo, hi = int(j), int(lo), int(hi)
+        self._batches.locate(j)  # IndexError past the end
         with self._lock:
-            self.reads.append((int(j), int(lo), int(hi)))
+            walk = self._walks.pop((lo, hi), None)
+            if walk is None or walk.position != j:
+                if walk is not None:
+                    walk.close()
+                walk = self._walk(j, lo, hi)
+            self._walks[(lo, hi)] = walk
+            while len(self._walks) > WALKS_KEPT:
+                self._walks.pop(next(iter(self._walks))).close()
+            canonical = walk.next()
+            self.reads.append((j, lo, hi))
         return to_format(canonical, "levanter", **self.config.batch_options)
 
     def rows(self, indices: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:

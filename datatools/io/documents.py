@@ -31,7 +31,7 @@ from datatools.io.levanter_cache import LevanterCache
 from datatools.io.shard_reads import all_done
 from datatools.io.store import TokenStore
 from datatools.kernels.packing import check_token_ids, materialize, materialize_pieces
-from datatools.kernels.packing.materialize import check_plan_rows
+from datatools.kernels.packing.materialize import check_plan_rows, new_batch
 from datatools.kernels.packing.plan_format import row_pieces
 
 DEFAULT_CACHE_BYTES = 512 << 20  # decoded store chunks kept per process
@@ -182,8 +182,10 @@ class StorePieceReader:
     (tensorstore futures; each completion fills its slots and issues the next queued). A read a batch waits for
     goes before every read-ahead; read-ahead (:meth:`prefetch`) joins the tail, at most half the slab (issued all at
     once, a far store served them in no useful order: steps waited up to 8 s at +100 ms, issue 31). A full slab
-    reuses the least recently used slot no read holds (a used one before one read ahead); a read that needs more
-    slots grows the slab (:attr:`grown`). Requests, bytes, waits and latencies go to :mod:`datatools.io.read_stats`.
+    reuses the least recently used slot no read holds (a used one before one read ahead). The slab never grows: its
+    bytes are the budget, a hard cap; a read that needs more extents at once than :attr:`part_slots` is done in parts
+    (:meth:`parts`). Requests, bytes, waits, latencies and late reads (extents a batch needed that no read-ahead had
+    asked for) go to :mod:`datatools.io.read_stats`.
 
     Args:
       store: the token store (or a Levanter cache, read the same way).
@@ -221,7 +223,11 @@ class StorePieceReader:
         if remote and self.cache_bytes is None:  # coarse inner chunks (a Levanter cache's, 1 MiB) hold the lane
             slots = max(slots, MIN_REMOTE_SLOTS)  # windows of fewer lanes: hold enough of them
         slots = int(min(extents, slots))
-        self.held_bytes = slots * e * self.itemsize  # the slab; the read-ahead budget is half of it
+        self.held_bytes = slots * e * self.itemsize  # the slab, allocated once; the read-ahead budget is half of it
+        # the most extents read ahead and not yet used, and the most one read holds at once (a slab that holds the
+        # whole store: all of them, nothing is ever evicted)
+        self.ahead_slots = slots if slots == extents else slots // 2
+        self.part_slots = slots if slots == extents else slots - self.ahead_slots
         self._slab = array_pool.filled_gradually((slots, e), self.store.dtype)
         self._slot_of = np.full(extents, -1, np.int64)  # extent -> slot (-1: not held)
         self._extent_in = np.full(slots, -1, np.int64)  # slot -> extent (-1: free)
@@ -237,7 +243,7 @@ class StorePieceReader:
         self._issued: list[tuple] = []  # (read, callback) issued under the lock, callbacks added after it (_issuing)
         self._free = list(range(slots - 1, -1, -1))  # slots holding nothing (a stack: the lowest on top)
         self._tick = 0
-        self.grown = 0  # times a read needed more slots than the slab had
+        self.late_reads = 0  # extents a read needed that no read-ahead had asked for (read when needed)
         self.peak_ahead_bytes = 0  # the most bytes read ahead and not yet used: at most half the slab
         self._ready = True
 
@@ -276,18 +282,6 @@ class StorePieceReader:
                 return s
         return -1
 
-    def _grow(self) -> None:
-        """Double the slab (a read needs more extents at once than it holds)."""
-        old = self._slab.shape[0]
-        slab = array_pool.filled_gradually((2 * old, self._slab.shape[1]), self._slab.dtype)
-        slab[:old] = self._slab
-        self._slab = slab
-        self._extent_in = np.concatenate([self._extent_in, np.full(old, -1, np.int64)])
-        for name in ("_last_used", "_ahead", "_pins", "_queued"):  # zeros / False for the new slots
-            setattr(self, name, np.concatenate([getattr(self, name), np.zeros_like(getattr(self, name))]))
-        self._free += list(range(2 * old - 1, old - 1, -1))
-        self.grown += 1
-
     def _issue(self, ids: np.ndarray, prefetch: bool) -> int:
         """Queue the reads of the extents of ``ids`` not held (lock held), issue what the queue allows; how many of
         ``ids`` are not held when it stops (a prefetch stops at half the slab read ahead, or when no slot is free).
@@ -295,8 +289,10 @@ class StorePieceReader:
         extents and within :data:`NEIGHBOURS` of them (the same ranged requests)."""
         missing = ids[self._slot_of[ids] < 0]
         if prefetch:
-            room = self.held_bytes // 2 // (self.extent * self.itemsize) - int(self._ahead.sum())
-            missing = missing[: max(0, room)]
+            missing = missing[: max(0, self.ahead_slots - int(self._ahead.sum()))]
+        else:
+            self.late_reads += int(missing.shape[0])
+            read_stats.record(late_reads=int(missing.shape[0]))
         new = []
         for c in missing.tolist():
             s = self._reserve(c, prefetch)
@@ -331,8 +327,10 @@ class StorePieceReader:
         if s < 0:
             if prefetch:
                 return -1
-            self._grow()
-            s = self._free_slot(prefetch)
+            raise RuntimeError(  # parts() keeps a read within part_slots: only reads of several threads at once
+                f"{self.store.path}: the read budget ({self.held_bytes >> 20} MiB, {self._slab.shape[0]} extents) "
+                f"is held by reads in progress; read from one thread (the host's reader) or raise cache_bytes"
+            )
         self._pending[s] = (Future(), c)
         self._slot_of[c], self._extent_in[s], self._ahead[s] = s, c, prefetch
         self._last_used[s] = self._tick
@@ -414,8 +412,8 @@ class StorePieceReader:
 
     def _received(self, read, *, run: list[int], ahead: bool, issued: float, target: np.ndarray | None) -> None:
         """A read into the slots of ``run`` completed (on a tensorstore thread): tokens into the slab (already there
-        when it decoded into ``target``: copied only if the slab grew meanwhile), the next read issued, each slot's
-        future done. A failed read stays pending: :meth:`_settle` reads it again."""
+        when it decoded into ``target``), the next read issued, each slot's future done. A failed read stays
+        pending: :meth:`_settle` reads it again."""
         error: BaseException | None = None
         try:
             value = read.result()
@@ -427,12 +425,10 @@ class StorePieceReader:
             self._ahead_in_flight -= ahead
             dones = [self._pending[s][0] for s in run]
             if error is None:
-                if target is None:
+                if target is None:  # a Levanter cache's read: copied in (a token store's decoded in place)
                     for i, s in enumerate(run):
                         part = value[i * e : (i + 1) * e]
                         self._slab[s, : part.shape[0]] = part
-                elif target is not self._slab:
-                    self._slab[run] = target[run]
                 for s in run:
                     del self._pending[s]
             self._pump()
@@ -493,9 +489,15 @@ class StorePieceReader:
             self._setup()
             ids = self._extents_of(begin, length)
             self._tick += 1
+            if ids.shape[0] > self.part_slots:
+                raise ValueError(
+                    f"{self.store.path}: a read of {ids.shape[0]} extents at once is more than the "
+                    f"{self.part_slots} the read budget holds beside its read-ahead (read it in parts())"
+                )
             before = self._slot_of[ids]
             held = before >= 0
             self._pins[before[held]] += 1  # pinned first: reading the missing ones must not reuse their slots
+            self._ahead[before[held]] = False  # needed now: no longer counted as read-ahead
             self._issue(ids, prefetch=False)
             slots = self._slot_of[ids]
             self._pins[slots[~held]] += 1
@@ -511,12 +513,73 @@ class StorePieceReader:
                 self._pins[slots] = np.maximum(self._pins[slots] - 1, 0)
         read_stats.record(bytes_delivered=int(length.sum()) * self.itemsize, wait_s=waited)
 
+    def forget_read_ahead(self) -> None:
+        """Let later reads reuse every slot read ahead (the walk that asked for them was abandoned: a restore)."""
+        with self._lock:
+            if self._ready:
+                self._ahead[:] = False
+
+    def parts(
+        self, begin: np.ndarray, length: np.ndarray, cuts: np.ndarray | None = None
+    ) -> list[tuple[int, int]] | None:
+        """Pieces ``[a, b)`` of ``(begin, length)`` (store positions), in order, whose extents fit one read
+        (:attr:`part_slots`): one part when they all fit. ``cuts``: the piece indices a part may end at (a row's
+        first piece; default any piece). None when the pieces between two cuts alone do not fit."""
+        with self._lock:
+            self._setup()
+        n = int(begin.shape[0])
+        cuts = np.arange(n + 1, dtype=np.int64) if cuts is None else np.asarray(cuts, np.int64)
+        if n == 0 or self._extents_of(begin, length).shape[0] <= self.part_slots:
+            return [(0, n)]
+        e = self.extent
+        first = begin // e
+        counts = np.where(length > 0, (begin + np.maximum(length, 1) - 1) // e - first + 1, 0)
+        out: list[tuple[int, int]] = []
+        a = 0
+        while a < n:
+            c = counts[a:]
+            ids = np.repeat(first[a:], c) + np.arange(int(c.sum()), dtype=np.int64) - np.repeat(np.cumsum(c) - c, c)
+            owner = np.repeat(np.arange(c.shape[0], dtype=np.int64), c)
+            _, at = np.unique(ids, return_index=True)
+            distinct = np.cumsum(np.bincount(owner[at], minlength=c.shape[0]))  # extents of pieces a .. a + i
+            fits = cuts[(cuts > a) & (cuts <= n)]
+            fits = fits[distinct[fits - a - 1] <= self.part_slots]
+            if fits.shape[0] == 0:
+                return None
+            out.append((a, int(fits[-1])))
+            a = out[-1][1]
+        return out
+
     def read_pieces(self, doc, start, length) -> np.ndarray:
         begin, length = self._begin(doc, start), np.asarray(length, np.int64)
         out = np.empty(int(length.sum()), np.int32)
-        with self.holding(begin, length) as (slab, slot_of):
-            _gather_extents(slab.reshape(-1), slot_of, self.extent, begin, length, out)
+        parts = self.parts(begin, length)
+        if parts is None:  # a piece longer than a read holds: cut every piece at extent boundaries
+            begin, length = _at_extents(begin, length, self.extent)
+            parts = self.parts(begin, length)
+            assert parts is not None  # a piece within one extent fits any read (part_slots >= 1)
+        at = np.concatenate(([0], np.cumsum(length)))
+        for a, b in parts:
+            with self.holding(begin[a:b], length[a:b]) as (slab, slot_of):
+                _gather_extents(slab.reshape(-1), slot_of, self.extent, begin[a:b], length[a:b], out[at[a] : at[b]])
         return out
+
+
+def _at_extents(begin: np.ndarray, length: np.ndarray, e: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pieces ``[begin, begin + length)`` cut where they cross a multiple of ``e``: the same tokens in the same
+    order, each piece inside one extent."""
+    keep = length > 0
+    begin, length = begin[keep], length[keep]
+    first, last = begin // e, (begin + length - 1) // e
+    counts = last - first + 1
+    ids = (
+        np.repeat(first, counts)
+        + np.arange(int(counts.sum()), dtype=np.int64)
+        - np.repeat(np.cumsum(counts) - counts, counts)
+    )
+    lo = np.maximum(np.repeat(begin, counts), ids * e)
+    hi = np.minimum(np.repeat(begin + length, counts), (ids + 1) * e)
+    return lo, hi - lo
 
 
 @numba.njit(cache=True, nogil=True)
@@ -564,18 +627,31 @@ class StoreDocuments(PieceReadingSource):
     def pack_rows(self, plan, rows, pad_id: int = 0, out: dict | None = None) -> dict[str, np.ndarray]:
         """Rows filled straight from the reader's slab (one copy of each token), their extents held meanwhile."""
         rows = check_plan_rows(plan, rows)
-        sel, _ = row_pieces(plan.row_splits, rows)
+        sel, splits = row_pieces(plan.row_splits, rows)
         begin = self.store.offsets[plan.doc[sel]] + plan.start[sel]
-        with self.reader.holding(begin, plan.length[sel].astype(np.int64)) as (slab, slot_of):
-            return materialize(
-                plan,
-                slab.reshape(-1),
-                self.store.offsets,
-                rows,
-                pad_id=pad_id,
-                out=out,
-                extents=(slot_of, self.reader.extent),
-            )
+        length = plan.length[sel].astype(np.int64)
+        parts = self.reader.parts(begin, length, cuts=splits)
+        if parts is None:  # a row reads more extents than one read holds: its pieces gathered in parts, then copied
+            return super().pack_rows(plan, rows, pad_id=pad_id, out=out)
+        if len(parts) > 1 and out is None:
+            out = new_batch(rows.shape[0], plan.ctx)
+        for a, b in parts:  # rows whose pieces fit the read budget at once (one part, unless a batch is huge)
+            r0, r1 = int(np.searchsorted(splits, a)), int(np.searchsorted(splits, b))
+            part_out = out if len(parts) == 1 else {k: v[r0:r1] for k, v in out.items()}  # type: ignore[union-attr]
+            with self.reader.holding(begin[a:b], length[a:b]) as (slab, slot_of):
+                got = materialize(
+                    plan,
+                    slab.reshape(-1),
+                    self.store.offsets,
+                    rows[r0:r1],
+                    pad_id=pad_id,
+                    out=part_out,
+                    extents=(slot_of, self.reader.extent),
+                )
+            if len(parts) == 1:
+                return got
+        assert out is not None
+        return out
 
     @property
     def reads_ahead(self) -> bool:
@@ -585,6 +661,10 @@ class StoreDocuments(PieceReadingSource):
     def prefetch(self, doc, start, length) -> bool:
         """Start reading these pieces without waiting (:meth:`StorePieceReader.prefetch`)."""
         return self.reader.prefetch(doc, start, length)
+
+    def forget_read_ahead(self) -> None:
+        """:meth:`StorePieceReader.forget_read_ahead`."""
+        self.reader.forget_read_ahead()
 
     def __repr__(self) -> str:
         return f"StoreDocuments({self.store!r})"

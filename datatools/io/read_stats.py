@@ -30,6 +30,7 @@ class ReadCounters:
     bytes_fetched: int = 0  # decoded bytes of every extent read
     bytes_delivered: int = 0  # bytes of the pieces handed to batches
     prefetched_requests: int = 0  # of ``requests``, issued ahead of need (read-ahead)
+    late_reads: int = 0  # extents a batch needed that no read-ahead had asked for: read only when it was built
     wait_s: float = 0.0  # time batch builders spent waiting for reads that were not yet done
     latencies: list[float] = field(default_factory=list)  # the most recent request latencies
 
@@ -66,6 +67,7 @@ class _ProcessStats:
         bytes_fetched: int = 0,
         bytes_delivered: int = 0,
         prefetched: int = 0,
+        late_reads: int = 0,
         wait_s: float = 0.0,
         latency_s: float | None = None,
     ) -> None:
@@ -75,6 +77,7 @@ class _ProcessStats:
             c.bytes_fetched += bytes_fetched
             c.bytes_delivered += bytes_delivered
             c.prefetched_requests += prefetched
+            c.late_reads += late_reads
             c.wait_s += wait_s
             if latency_s is not None:
                 c.latencies.append(latency_s)
@@ -170,3 +173,16 @@ def subtract(after: ReadCounters, before: ReadCounters) -> ReadCounters:
     names = [f.name for f in dataclasses.fields(ReadCounters) if f.name != "latencies"]
     since = len(before.latencies) if len(after.latencies) >= len(before.latencies) else 0
     return ReadCounters(**{k: getattr(after, k) - getattr(before, k) for k in names}, latencies=after.latencies[since:])
+
+
+class CountIn:
+    """A map that passes each element through unchanged and makes the process it runs in (a Grain worker) write its
+    counters to ``folder`` (:func:`share_in`, once per process), where the main process :func:`collect` s them."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+
+    def __call__(self, element):
+        if shared_folder() != self.folder:
+            share_in(self.folder)
+        return element

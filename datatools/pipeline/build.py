@@ -25,11 +25,13 @@ from datatools.base.progress import doing
 from datatools.grain.attention_blocks import AttentionBlocks
 from datatools.grain.batch import FormatBatch
 from datatools.grain.host_batches import HostBatchesMapDataset
+from datatools.grain.host_reader import HostBatchesIterDataset
 from datatools.grain.loss_weights import LossWeights
 from datatools.grain.portable_state import PortableStateIterDataset
 from datatools.grain.schedule import Schedule
 from datatools.grain.worker_processes import prefetch_in_processes
-from datatools.io.documents import ChunkedDocuments
+from datatools.io import read_stats
+from datatools.io.documents import ChunkedDocuments, StoreDocuments
 from datatools.kernels.warm import warm_in_background
 from datatools.pipeline.config import PipelineConfig, ShardConfig, as_config
 from datatools.pipeline.mixture import WEIGHTS_KEY, mixture_identity, reweighted_history
@@ -58,16 +60,25 @@ TABLE_READ_THREADS = 1  # for a table (Parquet, Arrow, JSON Lines) read a shard 
 READ_BUFFER = 16  # elements (batches or document blocks) read ahead
 
 
-def _prefetch(ds: grain.MapDataset, cfg: PipelineConfig, in_memory: bool, threads: int) -> grain.IterDataset:
-    """The host's batches read ahead, in workers: no reader threads in memory (the hand-off costs more than the
-    read), else a few threads and a short buffer (Grain's default of 500 elements would only hold memory)."""
+def _iterate(
+    ds: grain.MapDataset, host: HostBatchesMapDataset, cfg: PipelineConfig, docs, in_memory: bool, threads: int
+) -> grain.IterDataset:
+    """The host's batches in order. Without workers, one reader (:class:`HostBatchesIterDataset`: read and built
+    ahead in a thread; in memory, built when asked). With workers (a source whose batches cost CPU: text tokenized
+    as it is read, tables), Grain's processes, each with a few reader threads and a short buffer. A token store or a
+    Levanter cache is I/O, read by the host's one reader: workers are refused for it."""
+    if not cfg.workers:
+        return HostBatchesIterDataset(ds, host, threaded=not in_memory)
+    if isinstance(docs, StoreDocuments) or host.reads_ahead:
+        raise ValueError(
+            f"config: workers={cfg.workers}: a token store or a Levanter cache is read by one reader per host, in "
+            f"threads (its reads are I/O); worker processes are for sources tokenized as they are read; set workers: 0"
+        )
     threads, buffer = (0, 0) if in_memory else (threads, READ_BUFFER)
     it = ds.to_iter_dataset(grain.ReadOptions(num_threads=threads, prefetch_buffer_size=buffer))
-    if cfg.workers:
-        if not flags.FLAGS.is_parsed():  # Grain's workers read absl flags, never parsed outside an absl app
-            flags.FLAGS.mark_as_parsed()
-        it = prefetch_in_processes(it, cfg.workers)
-    return it
+    if not flags.FLAGS.is_parsed():  # Grain's workers read absl flags, never parsed outside an absl app
+        flags.FLAGS.mark_as_parsed()
+    return prefetch_in_processes(it, cfg.workers)
 
 
 def _warn_if_random_access_thrashes(docs, cfg: PipelineConfig) -> None:
@@ -150,7 +161,6 @@ def _host_batches(cfg: PipelineConfig, docs, history=None) -> tuple[Schedule, Ho
             index=shard.index,
             count=shard.count,
             num_epochs=cfg.num_epochs,
-            stride=max(1, cfg.workers),  # Grain worker w of P reads batches w, w + P, ...
         )
     except ValueError as exc:
         raise ValueError(f"config: batch_size={cfg.batch_size}, shard.count={cfg.shard.count}: {exc}") from None
@@ -168,14 +178,15 @@ def _build_canonical(cfg: PipelineConfig, documents=None, history=None) -> Canon
     _warn_if_random_access_thrashes(docs, cfg)
     doing(f"planning the batches of {len(docs):,} documents")
     schedule, host, efficiency = _host_batches(cfg, docs, history)
-    stats_folder = None
-    if cfg.workers and not in_memory:  # each worker process counts its reads into a file there
-        stats_folder = tempfile.mkdtemp(prefix="datatools-reads-")
-        host.stats_folder = stats_folder
     identity = pipeline_identity(cfg, docs)
     if cfg.sources is not None:
         identity.update(mixture_identity(cfg, docs, history))
-    dataset = _prefetch(_with_batch_maps(host, cfg), cfg, in_memory, threads)
+    elements = _with_batch_maps(host, cfg)
+    stats_folder = None
+    if cfg.workers and not in_memory:  # each worker process counts its reads into a file there
+        stats_folder = tempfile.mkdtemp(prefix="datatools-reads-")
+        elements = elements.map(read_stats.CountIn(stats_folder))
+    dataset = _iterate(elements, host, cfg, docs, in_memory, threads)
     built = CanonicalPipeline(
         dataset, cfg, len(docs), host.shapes, host, schedule, docs, efficiency, identity, stats_folder
     )

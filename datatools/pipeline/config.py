@@ -137,8 +137,8 @@ class PackingConfig:
         2,
         minimum=1,
         maximum=64,
-        doc="lanes per row; batch j reads lane phase j % lane_period: set it to the Grain workers so that no "
-        "two workers read the same block",
+        doc="lanes per row; batch j reads lane phase j % lane_period (a part of the data layout, independent of "
+        "workers and hosts)",
     )
 
     def check(self, where: str) -> None:
@@ -333,7 +333,13 @@ class PipelineConfig:
         "the global weight sum (docs/loss-weighting.md)",
     )
     num_epochs: int | None = field(1, minimum=1, maximum=1 << 40, doc="null: repeat forever")
-    workers: int = field(0, minimum=0, maximum=MAX_WORKERS, doc="Grain prefetch processes")
+    workers: int = field(
+        0,
+        minimum=0,
+        maximum=MAX_WORKERS,
+        doc="Grain worker processes, for sources whose batches cost CPU (text tokenized as it is read, tables); a "
+        "token store or a Levanter cache is read by one reader per host in threads and refuses workers",
+    )
     shard: Literal["auto"] | ShardConfig = field(
         default_factory=ShardConfig,
         doc="this host's share; auto: jax.process_index() of jax.process_count() (after jax.distributed.initialize)",

@@ -32,6 +32,7 @@ class LoaderReport(Report):
     threshold_ms: float
     steps_waited: int  # steps after the first that waited more than the threshold
     requests: int
+    late_reads: int  # extents a batch needed that the read-ahead had not asked for (0: every read was ahead)
     bytes_fetched: int
     bytes_delivered: int
     fetched_per_delivered: float  # NaN when nothing was delivered through a counting reader
@@ -106,6 +107,7 @@ class StallMeter:
             threshold_ms=self.threshold_s * 1e3,
             steps_waited=int((later > self.threshold_s * 1e3).sum()),
             requests=counts.requests,
+            late_reads=counts.late_reads,
             bytes_fetched=counts.bytes_fetched,
             bytes_delivered=counts.bytes_delivered,
             fetched_per_delivered=counts.bytes_fetched / counts.bytes_delivered

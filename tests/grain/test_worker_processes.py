@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import random_docs, write_test_store
+from conftest import random_docs
 from datatools.grain.worker_processes import _is_main_test, unguarded_main_line
 
 # 20,000 documents: the pickled pipeline is far over a pipe's 64 KiB, the case that hung for ever
@@ -24,7 +24,14 @@ CONFIG = (
 
 @pytest.fixture(scope="module")
 def big_store(tmp_path_factory) -> Path:
-    return write_test_store(tmp_path_factory.mktemp("wp") / "store", random_docs(20_000, mean_log=3.0, max_len=200))
+    """A Parquet table of token ids: a source read with worker processes (a token store refuses them)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path_factory.mktemp("wp") / "docs.parquet"
+    docs = [d.astype("int32") for d in random_docs(20_000, mean_log=3.0, max_len=200)]
+    pq.write_table(pa.table({"input_ids": pa.array(docs, pa.list_(pa.int32()))}), path)
+    return path
 
 
 def run_script(tmp_path: Path, body: str) -> tuple[subprocess.CompletedProcess, float]:

@@ -34,6 +34,24 @@ def store(tmp_path_factory):
     return write_test_store(tmp_path_factory.mktemp("src") / "store", random_docs(1500, seed=11, max_len=1500))
 
 
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    """The store's documents as a Parquet token column: a source read with worker processes (a store refuses
+    them: it is read by the host's one reader)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path_factory.mktemp("src") / "docs.parquet"
+    docs = random_docs(1500, seed=11, max_len=1500)
+    pq.write_table(pa.table({"input_ids": pa.array(docs, pa.list_(pa.int32()))}), path)
+    return path
+
+
+def source(store, table, workers: int):
+    """The store without workers (its one reader), the same documents as a table with them."""
+    return table if workers else store
+
+
 def config(store, mode, **extra):
     return parse_config({"source": {"path": str(store)}, "batch_size": 8, "seed": 5, **MODES[mode], **extra})
 
@@ -58,22 +76,30 @@ def close(it):
 
 
 @pytest.mark.parametrize("mode", list(MODES))
-def test_same_batches_with_one_and_two_workers(store, mode):
+def test_same_batches_with_one_and_two_workers(store, table, mode):
+    """The store's one reader, the table in this process and in 2 workers: the same batches."""
     one = list(build(config(store, mode, workers=0)))
-    it = iter(build(config(store, mode, workers=2)))
+    it = iter(build(config(table, mode, workers=2)))
     two = list(it)
     close(it)
     assert len(one) > 10
     assert_same(one, two)
+    assert_same(one, list(build(config(table, mode, workers=0))))
     assert_same(one, list(build(config(store, mode, workers=0))))  # and the same again
+
+
+def test_a_store_refuses_worker_processes_in_one_line(store):
+    with pytest.raises(ValueError, match=r"^config: workers=2: a token store .* read by one reader per host") as e:
+        build(config(store, "streaming", workers=2))
+    assert "\n" not in str(e.value)
 
 
 # with 2 workers ~12 s a mode on 2 cores: make test-cluster runs them; make test restores a 2-worker state with 0 and 1
 # workers (below), and the batches do not depend on the worker count (test_same_batches_with_one_and_two_workers)
 @pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("mode", list(MODES))
-def test_checkpoint_mid_epoch_resumes_exactly(store, mode, workers):
-    cfg = config(store, mode, workers=workers, num_epochs=2)
+def test_checkpoint_mid_epoch_resumes_exactly(store, table, mode, workers):
+    cfg = config(source(store, table, workers), mode, workers=workers, num_epochs=2)
     first, it = take(build(cfg), 7)
     state = it.get_state()
     expected, _ = take(it, 12)
@@ -87,12 +113,13 @@ def test_checkpoint_mid_epoch_resumes_exactly(store, mode, workers):
 
 @pytest.mark.parametrize("saved, restored", [(2, 0), (0, 2), (2, 1)])
 @pytest.mark.parametrize("mode", list(MODES))
-def test_checkpoint_restores_with_another_worker_count(store, mode, saved, restored):
-    first, it = take(build(config(store, mode, workers=saved, num_epochs=2)), 9)
+def test_checkpoint_restores_with_another_worker_count(store, table, mode, saved, restored):
+    """Across worker counts, and between the store's one reader and a table read in workers."""
+    first, it = take(build(config(source(store, table, saved), mode, workers=saved, num_epochs=2)), 9)
     state = it.get_state()
     expected, _ = take(it, 10)
     close(it)
-    fresh = iter(build(config(store, mode, workers=restored, num_epochs=2)))
+    fresh = iter(build(config(source(store, table, restored), mode, workers=restored, num_epochs=2)))
     fresh.set_state(state)
     got, _ = take(fresh, 10)
     close(fresh)
@@ -224,7 +251,7 @@ def test_the_loader_lists_attention_tiles(store, mode):
 
 
 @pytest.mark.parametrize("mode", list(MODES))
-def test_attention_tiles_are_computed_in_the_workers(store, mode, monkeypatch):
+def test_attention_tiles_are_computed_in_the_workers(store, table, mode, monkeypatch):
     """With workers the tiles are computed in Grain's worker processes: this process never runs the transform
     (its ``map`` is counted here, in this process only; spawned workers import the module as it is). The batches
     and tiles equal those of workers=0, and a state saved with 2 workers resumes exactly with 0."""
@@ -239,7 +266,7 @@ def test_attention_tiles_are_computed_in_the_workers(store, mode, monkeypatch):
     assert len(one) > 10 and len(calls) == len(one)  # in process: once per batch, here
     assert all(set(TILE_KEYS) <= set(b) for b in one)
     calls.clear()
-    it = iter(build(cfg.replace(workers=2)))
+    it = iter(build(config(table, mode, attention_block=ATTENTION_BLOCK[mode], format="datatools", workers=2)))
     first, _ = take(it, 5)
     state = it.get_state()
     rest = list(it)

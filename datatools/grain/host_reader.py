@@ -1,0 +1,223 @@
+"""One reader per host: a host's batches read ahead and built ahead in batch order, from one place.
+
+A host knows its next batches (the global batch sequence is a function of the lengths, the seed and the config), so
+its reads are ordered by that sequence, never by a clock. One background thread (:class:`BatchWalk`) walks the batch
+numbers from the restored position; before building batch ``k`` it issues the reads of batches ``k .. k +``
+:data:`READ_AHEAD` that are not issued yet (``prefetch``: issued, not waited for; the source's byte budget bounds
+them, and a batch it refuses is offered again once the batches before it are built), then builds batch ``k`` and
+hands it over through a queue of at most :data:`BUILD_AHEAD` finished batches. The first batch's own reads are
+issued first, the read-ahead of later batches (a lane's whole windows) after them.
+
+As in Levanter's ``DataLoaderIterator`` (a bounded background queue walked from the restored position) and mosaic
+streaming's ``_prepare_thread`` (reads ahead along the known order within a budget), reads are I/O and run in
+threads; worker processes are for CPU-bound sources only (:mod:`datatools.pipeline.build`).
+
+:class:`HostBatchesIterDataset` is the Grain face of it: its iterator's state is the next global batch
+(``{"next_index": k}``, the form of a single-process Grain iterator), so a checkpoint restores on any number of hosts.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+import grain
+from datatools.grain.host_batches import HostBatchesMapDataset
+
+T = TypeVar("T")
+
+READ_AHEAD = 8  # batches past the one being built whose reads are issued (the source's byte budget bounds the bytes)
+BUILD_AHEAD = 2  # finished batches waiting for the consumer
+_END = object()  # the walk reached its last batch
+
+
+class BatchWalk(Generic[T]):
+    """Batches ``start, start + 1, ...`` (up to ``stop``, exclusive; None: no end) of ``build``, read ahead and built
+    ahead in one daemon thread, handed over in order by :meth:`next`.
+
+    Args:
+      build: ``build(k)``: batch ``k``, finished (the reads it needs that were not issued ahead are issued then).
+      start, stop: the first batch and the end (exclusive; None: endless).
+      prefetch: ``prefetch(k, near)``: issue batch ``k``'s reads without waiting (``near``: ``k`` is the batch being
+        built or the next, whose own pieces are read; further ones may read what is cheapest); False when the source's
+        byte budget is full (``k`` is offered again after the next batch is built). None: nothing is read ahead.
+      read_ahead: batches past the one being built whose reads are issued.
+      build_ahead: finished batches held for the consumer (0: each batch is built in :meth:`next`, no thread).
+
+    Counters (exact, not timed): :attr:`handed` batches handed over, :attr:`asked_early` batches asked for before
+    they were built (the consumer waited for the builder).
+    """
+
+    def __init__(
+        self,
+        build: Callable[[int], T],
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        prefetch: Callable[[int, bool], bool] | None = None,
+        read_ahead: int = READ_AHEAD,
+        build_ahead: int = BUILD_AHEAD,
+    ):
+        self._build, self._prefetch = build, prefetch
+        self.start, self.stop = int(start), stop
+        self.read_ahead, self.build_ahead = max(0, int(read_ahead)), max(0, int(build_ahead))
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, self.build_ahead))
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._issued = self.start  # the first batch whose reads were not all accepted yet
+        self._built = self.start  # the next batch to build (the synchronous walk)
+        self._done = False
+        self.handed = 0
+        self.asked_early = 0
+
+    @property
+    def position(self) -> int:
+        """The next batch :meth:`next` hands over."""
+        return self.start + self.handed
+
+    def _in_range(self, k: int) -> bool:
+        return self.stop is None or k < self.stop
+
+    def _issue_reads(self, k: int) -> None:
+        """Offer the reads of batches from the first not yet accepted to ``k + read_ahead``, in order, until the
+        source's budget refuses one."""
+        if self._prefetch is None:
+            return
+        last = k + self.read_ahead
+        while self._issued <= last and self._in_range(self._issued):
+            if not self._prefetch(self._issued, self._issued <= k + 1):
+                return
+            self._issued += 1
+
+    def _run(self) -> None:
+        k = self.start
+        try:
+            while not self._stopped.is_set() and self._in_range(k):
+                self._issue_reads(k)
+                item = self._build(k)
+                self._queue.put((k, item))
+                k += 1
+            self._queue.put((k, _END))
+        except BaseException as exc:  # noqa: BLE001 -- raised in the consumer, at the batch that failed
+            self._queue.put((k, exc))
+
+    def next(self) -> T:
+        """The next batch (StopIteration past ``stop``; a build's error is raised here, at its batch)."""
+        if self._done:
+            raise StopIteration
+        if self.build_ahead == 0:
+            return self._next_here()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="datatools-host-reader", daemon=True)
+            self._thread.start()
+        if self._queue.empty():
+            self.asked_early += 1
+        _, item = self._queue.get()
+        if item is _END:
+            self._done = True
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self._done = True
+            raise item
+        self.handed += 1
+        return item
+
+    def _next_here(self) -> T:
+        k = self._built
+        if not self._in_range(k):
+            self._done = True
+            raise StopIteration
+        self._issue_reads(k)
+        item = self._build(k)
+        self._built += 1
+        self.handed += 1
+        return item
+
+    def close(self) -> None:
+        """Stop the walk: the thread ends after the batch it is building (never joined: a read may be slow)."""
+        self._stopped.set()
+        self._done = True
+        while True:  # a builder blocked on a full queue can put its batch and see the stop
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                return
+
+
+class _HostBatchesIterator(grain.DatasetIterator):
+    """Iterates a host's batches through one :class:`BatchWalk`; state: ``{"next_index": k}``."""
+
+    def __init__(self, ds: HostBatchesIterDataset):
+        super().__init__()
+        self._ds = ds
+        self._walk = ds.walk(0)
+
+    def __next__(self):
+        return self._walk.next()
+
+    def get_state(self) -> dict:
+        return {"next_index": self._walk.position}
+
+    def set_state(self, state: dict) -> None:
+        k = state["next_index"]
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise ValueError(f"state['next_index'] must be a batch count >= 0, got {k!r}")
+        self._walk.close()
+        self._ds.forget_read_ahead()
+        self._walk = self._ds.walk(k)
+
+    def close(self) -> None:
+        self._walk.close()
+
+    @property
+    def walk(self) -> BatchWalk:
+        """The walk now read from (its counters)."""
+        return self._walk
+
+
+class HostBatchesIterDataset(grain.IterDataset):
+    """A host's batches (``elements[k]``: global batch ``k``'s rows of this host, maps applied) in order, read and
+    built ahead by one :class:`BatchWalk`.
+
+    Args:
+      elements: the host's batches by global batch number, maps applied (a ``MapDataset`` over ``host``).
+      host: the host's batches before the maps: what each batch reads (:meth:`HostBatchesMapDataset.pieces`).
+      threaded: build batches ahead in a thread (False for sources in memory: the hand-off costs more than a batch).
+    """
+
+    def __init__(self, elements: grain.MapDataset, host: HostBatchesMapDataset, *, threaded: bool = True):
+        super().__init__()
+        self.elements, self.host, self.threaded = elements, host, bool(threaded)
+
+    def walk(self, start: int) -> BatchWalk:
+        """A walk of this host's batches from global batch ``start``."""
+        host = self.host
+        prefetch: Callable[[int, bool], bool] | None = None
+        if host.reads_ahead:
+            docs: Any = host.schedule.docs  # type: ignore[attr-defined]
+
+            def prefetch(k: int, near: bool) -> bool:
+                return bool(docs.prefetch(*host.pieces(k, near=near)))
+
+        stop = None if host._epochs is None else len(self.elements)
+        return BatchWalk(
+            self.elements.__getitem__,
+            start=start,
+            stop=stop,
+            prefetch=prefetch,
+            build_ahead=BUILD_AHEAD if self.threaded else 0,
+        )
+
+    def forget_read_ahead(self) -> None:
+        """Let the source reuse what an abandoned walk read ahead (a restore moved the position)."""
+        forget = getattr(getattr(self.host.schedule, "docs", None), "forget_read_ahead", None)
+        if forget is not None:
+            forget()
+
+    def __iter__(self) -> _HostBatchesIterator:
+        return _HostBatchesIterator(self)
+
+    def __str__(self) -> str:
+        return f"HostBatchesIterDataset({self.host})"
