@@ -16,7 +16,10 @@ medians: seconds to the first batch (config to batch: open, offsets, first plan 
 
 Usage::
 
-    python benchmarks/local_read.py [--tokens 100000000] [--batches 60] [--repeats 3] [--baseline ae0bc95]
+    python benchmarks/local_read.py [--tokens 100000000] [--batches 60] [--repeats 3] [--baseline ae0bc95 66e3881]
+
+Today's code reads a store with its one reader per host (``workers: 0``; a store refuses workers); a baseline
+runs each shape with the workers it was measured with (host 0 of 4: 2).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import announce, print_table, write_json  # noqa: E402
 
-SHAPES = [("1 host, workers 0", 1, 0), ("host 0 of 4, workers 2", 4, 2)]
+SHAPES = [("1 host", 1, 0), ("host 0 of 4", 4, 2)]  # (label, hosts, a baseline's workers; today's: the one reader)
 
 
 def config(path: str, hosts: int, workers: int) -> dict:
@@ -110,7 +113,9 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=100_000_000)
     ap.add_argument("--batches", type=int, default=60)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--baseline", default="ae0bc95", help="git revision of the code to compare against")
+    ap.add_argument(
+        "--baseline", nargs="+", default=["ae0bc95", "66e3881"], help="git revisions of the code to compare against"
+    )
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -118,7 +123,9 @@ def main() -> None:
         return
     announce(args.repeats, "each run a fresh process; versions alternate; medians")
     with tempfile.TemporaryDirectory() as tmp:
-        trees = {"today": ROOT, f"baseline ({args.baseline})": unpack(args.baseline, Path(tmp) / "baseline")}
+        trees = {"today": ROOT}
+        for ref in args.baseline:
+            trees[f"baseline ({ref})"] = unpack(ref, Path(tmp) / f"baseline-{ref}")
         stores = {}
         for name, tree in trees.items():
             stores[name] = str(Path(tmp) / f"store-{len(stores)}")
@@ -126,14 +133,20 @@ def main() -> None:
             print(
                 f"{name}: wrote {made['documents']:,} documents, {made['tokens']:,} tokens in {made['write_s']:.0f} s"
             )
+
+        def workers_of(name: str, workers: int) -> int:
+            return 0 if name == "today" else workers
+
         for label, hosts, workers in SHAPES:  # untimed: each version compiles its numba kernels into the cache
             for name in trees:
-                run(trees[name], {"label": label, "config": config(stores[name], hosts, workers), "batches": 2})
+                cfg = config(stores[name], hosts, workers_of(name, workers))
+                run(trees[name], {"label": label, "config": cfg, "batches": 2})
         runs: dict[tuple[str, str], list[dict]] = {}
         for r in range(args.repeats):
             for label, hosts, workers in SHAPES:
                 for name in list(trees)[:: 1 if r % 2 == 0 else -1]:
-                    spec = {"label": label, "config": config(stores[name], hosts, workers), "batches": args.batches}
+                    cfg = config(stores[name], hosts, workers_of(name, workers))
+                    spec = {"label": label, "config": cfg, "batches": args.batches}
                     runs.setdefault((label, name), []).append(run(trees[name], spec))
                     print(f"  round {r + 1} {label}, {name}: {runs[label, name][-1]}", flush=True)
     rows, results = [], []
@@ -142,17 +155,22 @@ def main() -> None:
             name: {k: statistics.median(m[k] for m in runs[label, name]) for k in ("first_s", "batches_per_s")}
             for name in trees
         }
-        today, base = med["today"], med[f"baseline ({args.baseline})"]
+        today = med["today"]
         for name in trees:
-            rows.append([label, name, f"{med[name]['first_s']:.2f} s", f"{med[name]['batches_per_s']:.2f}"])
-        rows.append(
-            [
-                label,
-                "today / baseline",
-                f"{today['first_s'] / base['first_s']:.2f}x the time",
-                f"{today['batches_per_s'] / base['batches_per_s']:.2f}x the rate",
-            ]
-        )
+            w = workers_of(name, dict((s[0], s[2]) for s in SHAPES)[label])
+            rows.append(
+                [label, f"{name}, workers {w}", f"{med[name]['first_s']:.2f} s", f"{med[name]['batches_per_s']:.2f}"]
+            )
+        for ref in args.baseline:
+            base = med[f"baseline ({ref})"]
+            rows.append(
+                [
+                    label,
+                    f"today / {ref}",
+                    f"{today['first_s'] / base['first_s']:.2f}x the time",
+                    f"{today['batches_per_s'] / base['batches_per_s']:.2f}x the rate",
+                ]
+            )
         results.append({"shape": label, "medians": med, "runs": {n: runs[label, n] for n in trees}})
     print_table(
         f"Local token store, {args.tokens / 1e6:,.0f}M tokens, ctx 8192, global batch 128, streaming packing, "

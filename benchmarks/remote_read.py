@@ -5,8 +5,10 @@ The users' shape (issue 31): a token store of ``--tokens`` (default 500M) tokens
 (uint16: incompressible, as real token ids nearly are), in moto's S3 API server on loopback behind
 :class:`~datatools.testing.slow_proxy.SlowProxy`: ``+0``, ``+30`` and ``+100`` ms per request and 50 MB/s per
 connection. The pipeline: ctx 8192, global batch 128, streaming packing (best fit decreasing, windows of 1024
-documents), block shuffle 64 x 1024 (read in lanes), as 1 host and as host 0 of 4, with 0 and 2 Grain workers;
-and a second row with planned packing and a full shuffle (every document anywhere: what it costs in bytes).
+documents), block shuffle 64 x 1024 (read in lanes), as 1 host, host 0 of 4 and host 0 of 16, each host's reads
+issued by its one reader (``datatools.grain.host_reader``); a row with planned packing and a full shuffle (every
+document anywhere: what it costs in bytes); and with ``--tail``, a row where 1% of requests (every 100th) wait 1 s
+more.
 
 Each row runs in a fresh process (peak RSS of the process and its workers, sampled every 0.1 s):
 
@@ -21,6 +23,11 @@ Each row runs in a fresh process (peak RSS of the process and its workers, sampl
   consumer sleeps): the steps whose ``next()`` took more than 10 ms (the first step excluded);
 * **fetched / delivered**: bytes through the proxy (the wire, HTTP headers included) over the bytes of the
   tokens the batches hold; **requests per batch** counted at the proxy;
+* **late reads**: extents a batch read that the read-ahead had not asked for before it was built (counted by the
+  reader; 0 when every read was issued ahead);
+* **bound**: a computed bound for the first batch: ``(3 + ceil(requests / 64)) x latency + bytes / (50 MB/s x
+  min(64, requests))`` with the first batch's requests and bytes counted at the proxy (the manifest, then the offsets
+  and shard indices, then the pieces, 64 reads in flight);
 * **floor**: the physical floor in the same run: the same number of ranged GETs of the store's inner chunks
   (the byte ranges a read of the rows' documents needs, from the shard indices), fetched by a plain loop of
   32 concurrent connections (boto3, one client per thread) through the same proxy: requests per second, and
@@ -166,14 +173,14 @@ def build_levanter_cache(url: str, tokens: int, seed: int = 0) -> dict:
     return {"documents": int(lengths.shape[0]), "tokens": total, "write_s": time.perf_counter() - t0}
 
 
-def config(url: str, mode: str, hosts: int, workers: int) -> dict:
+def config(url: str, mode: str, hosts: int) -> dict:
     return {
         "source": {"path": url},
         **MODES[mode],
         "batch_size": 128,
         "drop_remainder": True,
         "num_epochs": None,
-        "workers": workers,
+        "workers": 0,
         "shard": {"index": 0, "count": hosts},
         "seed": 0,
         "format": "datatools",
@@ -238,6 +245,7 @@ def child(spec: dict) -> dict:
         "wait_p50_ms": report.wait_p50_ms,
         "wait_p99_ms": report.wait_p99_ms,
         "wait_max_ms": report.wait_max_ms,
+        "late_reads": report.late_reads,
         "reader_fetched": report.bytes_fetched,
         "reader_delivered": report.bytes_delivered,
         "request_latency_p50_ms": report.request_latency_p50_ms,
@@ -282,6 +290,14 @@ def run_row(spec: dict, proxy) -> dict:
 
 
 # --------------------------------------------------------------------------- the floor
+
+
+def first_batch_bound(requests: int, fetched: int, latency_s: float, in_flight: int = 64) -> float:
+    """Seconds the first batch's reads need at least: the manifest, then the offsets and shard indices, then the
+    pieces (3 round trips), plus a round trip per ``in_flight`` more requests, plus its bytes over the connections
+    it can use (50 MB/s each)."""
+    trips = 3 + -(-max(0, requests) // in_flight)
+    return trips * latency_s + fetched / (BANDWIDTH * max(1, min(in_flight, requests)))
 
 
 def floor(url: str, proxy, requests: int = 2000, concurrency: int = 32, seed: int = 0) -> dict:
@@ -349,9 +365,11 @@ def main() -> None:
         "--batches", type=int, default=500, help="block shuffle rows: batches timed as fast as they come (~1 epoch)"
     )
     ap.add_argument("--full-batches", type=int, default=40, help="full shuffle rows: batches timed (~4 s each)")
-    ap.add_argument("--steps", type=int, default=500, help="simulated steps (host 0 of 4, 2 workers, block)")
+    ap.add_argument("--steps", type=int, default=500, help="simulated steps (hosts 0 of 4 and of 16, block)")
+    ap.add_argument("--tail", action="store_true", help="also a row with every 100th request 1 s late (at +100 ms)")
     ap.add_argument("--step-time", type=float, default=0.4)
     ap.add_argument("--only", type=int, nargs="*", default=None, help="rows of each latency to run (0-4)")
+    ap.add_argument("--seed", type=int, default=0, help="the pipeline's seed (a repeat: another seed)")
     ap.add_argument(
         "--layout",
         choices=("datatools", "levanter"),
@@ -383,38 +401,47 @@ def main() -> None:
         port = int(endpoint.rsplit(":", 1)[1])
         with SlowProxy(port, latency_s=0.0, bandwidth_bps=BANDWIDTH) as proxy:
             os.environ["AWS_ENDPOINT_URL"] = proxy.url
-            for latency in args.latencies:
+            runs = [(latency, 0) for latency in args.latencies] + ([(100.0, 1)] if args.tail else [])
+            for latency, tail in runs:
                 proxy.latency_s = latency / 1e3
+                proxy.tail_every, proxy.tail_s = (100, 1.0) if tail else (0, 0.0)
                 fl = floor(url, proxy) if args.layout == "datatools" else floor_levanter(url, proxy)
                 plan = [
-                    ("block, streaming (lanes)", 1, 0, 0.0),
-                    ("block, streaming (lanes)", 4, 2, 0.0),
-                    ("block, streaming (lanes)", 4, 2, args.step_time),
-                    ("block, streaming (lanes)", 1, 2, 0.0),
-                    ("full, planned", 1, 0, 0.0),
+                    ("block, streaming (lanes)", 1, 0.0),
+                    ("block, streaming (lanes)", 4, 0.0),
+                    ("block, streaming (lanes)", 4, args.step_time),
+                    ("block, streaming (lanes)", 16, args.step_time),
+                    ("full, planned", 1, 0.0),
                 ]
-                for row, (mode, hosts, workers, step_s) in enumerate(plan):
-                    if args.only is not None and row not in args.only:
+                if tail:
+                    plan = [("block, streaming (lanes)", 4, args.step_time)]
+                for row, (mode, hosts, step_s) in enumerate(plan):
+                    if args.only is not None and row not in args.only and not tail:
                         continue
+                    cfg = config(url, mode, hosts)
+                    cfg["seed"] = args.seed
                     spec = {
-                        "label": f"{mode}, {'1 host' if hosts == 1 else 'host 0 of 4'}, workers {workers}",
-                        "config": config(url, mode, hosts, workers),
+                        "label": f"{mode}, {'1 host' if hosts == 1 else f'host 0 of {hosts}'}",
+                        "config": cfg,
                         "batches": args.batches if mode.startswith("block") else args.full_batches,
                         "steps": args.steps,
                         "step_s": step_s,
                     }
                     r = run_row(spec, proxy)
-                    r.update(latency_ms=latency, mode=mode, hosts=hosts, workers=workers, step_s=step_s)
+                    r.update(latency_ms=latency, tail=bool(tail), mode=mode, hosts=hosts, step_s=step_s)
                     r["floor_batches_per_s"] = fl["requests_per_s"] / max(r["requests_per_batch"], 1e-9)
+                    r["first_bound_s"] = first_batch_bound(r["first_requests"], r["first_bytes"], latency / 1e3)
                     results.append(r)
                     rows.append(
                         [
-                            f"+{latency:.0f} ms",
+                            f"+{latency:.0f} ms" + (", 1% +1 s" if tail else ""),
                             spec["label"] + (f", {args.steps} steps of {step_s} s" if step_s else ""),
                             f"{r['first_s']:.1f} s ({r['first_bytes'] / MB:.0f} MB)",
+                            f"{r['first_bound_s']:.1f} s",
                             "-" if step_s else f"{r['batches_per_s']:.2f}",
                             f"{r['steps_waited']} of {r['batches']}" if step_s else "-",
                             f"{r['fetched_per_delivered']:.2f}",
+                            f"{r['late_reads']}",
                             f"{r['requests_per_batch']:.0f}",
                             f"{r['peak_rss_gb']:.2f} GB",
                             f"{fl['requests_per_s']:.0f} req/s; {r['floor_batches_per_s']:.1f} batches/s",
@@ -429,9 +456,11 @@ def main() -> None:
             "latency",
             "pipeline",
             "first batch (fetched)",
+            "bound",
             "batches/s",
             "steps waited > 10 ms",
             "fetched / delivered",
+            "late reads",
             "requests / batch",
             "peak RSS",
             "floor: plain concurrent GETs",

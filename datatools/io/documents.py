@@ -497,7 +497,6 @@ class StorePieceReader:
             before = self._slot_of[ids]
             held = before >= 0
             self._pins[before[held]] += 1  # pinned first: reading the missing ones must not reuse their slots
-            self._ahead[before[held]] = False  # needed now: no longer counted as read-ahead
             self._issue(ids, prefetch=False)
             slots = self._slot_of[ids]
             self._pins[slots[~held]] += 1

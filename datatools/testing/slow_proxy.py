@@ -157,8 +157,9 @@ class _Counters:
 
 class SlowProxy:
     """A TCP proxy on 127.0.0.1 in front of ``host:upstream_port`` delaying each request ``latency_s`` seconds
-    and capping each connection's download at ``bandwidth_bps`` bytes/s (None: no cap); both settable while
-    running."""
+    and capping each connection's download at ``bandwidth_bps`` bytes/s (None: no cap); every ``tail_every``-th
+    request (0: none) waits ``tail_s`` more (a latency tail: 100 and 1.0 put 1% of requests 1 s late); all settable
+    while running."""
 
     def __init__(
         self,
@@ -174,6 +175,7 @@ class SlowProxy:
             raise ValueError(f"bandwidth_bps must be > 0 or None, got {bandwidth_bps}")
         self.upstream_port, self.host = int(upstream_port), host
         self.latency_s, self.bandwidth_bps = float(latency_s), bandwidth_bps
+        self.tail_every, self.tail_s = 0, 0.0
         self.port = 0
         self._counters = _Counters()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -301,7 +303,10 @@ class SlowProxy:
                         writer.write(data[at:start])
                     with c.lock:
                         c.requests += 1
+                        n = c.requests
                     latency = self.latency_s
+                    if self.tail_every and n % self.tail_every == 0:
+                        latency += self.tail_s
                     if latency > 0:
                         await writer.drain()
                         await asyncio.sleep(latency)

@@ -153,7 +153,8 @@ def test_source_keeps_the_set_keys_of_the_new_source(tmp_path, tokenizer_file, t
 
 
 def test_a_short_run_with_workers_reports_the_workers_reads_and_the_rate_of_its_steps(tmp_path, store, capsys):
-    """With worker processes, a run of a few steps counts every batch it took in ``bytes_delivered`` (a worker's
+    """With worker processes (a mixture that reads a store and tokenizes text, for example), a run of a few steps
+    counts every batch it took in ``bytes_delivered`` (a worker's
     last counts used to stay unwritten: 0.1 of 0.7 MB in the quickstart), and its rate ends with its last step
     (it used to include closing the workers: 2.8 against 229 batches/s)."""
     import time
@@ -165,8 +166,8 @@ def test_a_short_run_with_workers_reports_the_workers_reads_and_the_rate_of_its_
     from datatools.pipeline import build_canonical
 
     cfg = tmp_path / "w.yaml"
-    settings = {
-        "source": {"path": str(store)},
+    settings = {  # a mixture with a store in it: read in the workers (a store alone refuses them)
+        "sources": [{"path": str(store), "name": "a", "weight": 0.5}, {"path": str(store), "name": "b", "weight": 0.5}],
         "shuffle": {"kind": "block", "io_block_size": 8, "window_blocks": 16},
         "packing": {"mode": "streaming", "ctx": 256, "window": 64},
         "batch_size": 4,
