@@ -53,7 +53,7 @@ def test_installed_from_a_wheel_the_command_names_the_extras_own_requirements(mo
 
 
 def test_an_unknown_extra_is_named():
-    with pytest.raises(ValueError, match="extra must be one of jax, ray, cloud; got 'tpu'"):
+    with pytest.raises(ValueError, match="extra must be one of jax, ray, cloud, maxtext; got 'tpu'"):
         install_command("tpu")
 
 
@@ -71,7 +71,7 @@ def test_no_message_or_page_names_an_uninstallable_command():
             if "published" not in sentence and "fails" not in sentence:
                 offenders.append(f"{path.relative_to(ROOT)}: {text[m.start() : m.start() + 60]!r}")
         if path.suffix == ".py" and path.name != "install.py":  # an extra named by hand in a message
-            for m in re.finditer(r"pip install[^\n]{0,40}\[(jax|ray|cloud)[\],]", text):
+            for m in re.finditer(r"pip install[^\n]{0,40}\[(jax|ray|cloud|maxtext)[\],]", text):
                 offenders.append(f"{path.relative_to(ROOT)}: {text[m.start() : m.start() + 60]!r}")
     assert offenders == []
 
@@ -144,9 +144,11 @@ def test_a_url_without_the_cloud_extra_names_a_command_that_works(monkeypatch, m
     """Reading s3:// or gs:// without s3fs / gcsfs: the error names the URL and ``install_command('cloud')``."""
     import sys
 
+    from datatools.base.errors import MissingPackage, exit_status
     from datatools.io import storage
 
     monkeypatch.setitem(sys.modules, module, None)  # as if it were not installed
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(MissingPackage) as err:
         storage.exists(url)
+    assert exit_status(err.value) == 1  # the environment, not the input
     assert str(err.value).startswith(url) and str(err.value).endswith(install_command("cloud"))
