@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shlex
 from pathlib import Path
@@ -87,54 +85,6 @@ def test_the_readme_names_the_wheel_make_wheel_writes():
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^wheel:.*\n(\t.*\n)*\t.*pip wheel --no-deps .*-w dist \.$", makefile, flags=re.M)
     assert "`pip install .`" in readme
-
-
-@pytest.mark.slow  # pip fetches the build backend (setuptools >= 77) from the package index: ~5-15 s
-def test_the_wheel_builds_installs_and_runs(tmp_path):
-    """`make wheel`'s command builds a wheel that holds the package and its configs; installed on its own (no
-    checkout beside it) it runs a shipped config by name and names installable commands for its extras."""
-    import subprocess
-    import sys
-    import zipfile
-
-    out = tmp_path / "dist"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
-        check=True,
-        timeout=600,
-        capture_output=True,
-    )
-    (wheel,) = out.glob("datatools_llm-*-py3-none-any.whl")
-    names = zipfile.ZipFile(wheel).namelist()
-    assert "datatools/configs/finetune_packed_1024.yaml" in names and "datatools/cli/__init__.py" in names
-    assert not [n for n in names if n.startswith("tests/")]
-    target = tmp_path / "site"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
-        check=True,
-        timeout=300,
-        capture_output=True,
-    )
-    from conftest import random_docs, write_test_store
-
-    store = write_test_store(tmp_path / "store", random_docs(100, seed=3))
-    code = (
-        "import json, sys, datatools\n"
-        "from datatools.base.install import checkout, install_command\n"
-        "from datatools.cli import main\n"
-        "print(json.dumps([datatools.__file__, str(checkout()), install_command('jax')]))\n"
-        f"sys.exit(main(['pipeline', 'finetune_packed_1024', '--source', {str(store)!r}, '--steps', '2',"
-        " '--set', 'packing.ctx=256', '--json', 'report.json']))\n"
-    )
-    env = {**os.environ, "PYTHONPATH": str(target)}
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr
-    where, root, command = json.loads(proc.stdout.splitlines()[0])
-    assert Path(where).is_relative_to(target) and root == "None"
-    assert command == "pip install " + " ".join(f"'{r}'" for r in optional_dependencies()["jax"])
-    assert json.loads((tmp_path / "report.json").read_text())["documents"] == 100
 
 
 @pytest.mark.parametrize(
