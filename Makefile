@@ -40,6 +40,8 @@ docs: $(STAMP)
 warm-kernels: $(STAMP)
 	NUMBA_CACHE_DIR=$(CURDIR)/.numba_cache $(PY) scripts/warm_kernels.py
 
+# tests/install/ installs the wheel of this checkout without extras into a fresh venv (pip resolves the base
+# dependencies from the package index) and runs the README's data commands there: ~1.5 minutes on one busy core.
 test: $(STAMP)
 	$(MAKE) -j2 --no-print-directory warm-kernels lint docs
 	NUMBA_CACHE_DIR=$(CURDIR)/.numba_cache $(PY) -m pytest -n 2 -m "not slow and not cluster" tests

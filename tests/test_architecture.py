@@ -143,7 +143,7 @@ def test_base_install_commands_without_jax(tmp_path):
     for args in (["train", "--help"], ["train", "configs/train_cpu_packed.yaml"]):
         proc = run_without_jax(args)
         err = proc.stderr.strip()
-        assert proc.returncode == 2 and "\n" not in err, err
+        assert proc.returncode == 1 and "\n" not in err, err  # the environment, not the input
         from datatools.base.install import install_command
 
         assert install_command("jax") in err  # a command that works: this checkout with [jax]

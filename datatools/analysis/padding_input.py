@@ -25,6 +25,26 @@ def _counted(console, total: int, what: str):
     return nullcontext(lambda n=1: None) if console is None else count_progress(console, total, what)
 
 
+def _maxtext_specials(inp, path, settings, input_options: dict):
+    """``(input, added)``: a text input read with the BOS / EOS that MaxText's tokenizer puts around every text
+    (its ``add_bos`` / ``add_eos``, when it tokenizes: ``tokenize_train_data``), so that the analysis, and the config
+    ``--write-config`` writes from it, count and deliver the tokens MaxText makes; ``added``: tokens each text gains.
+    A ``--bos`` / ``--eos`` given is kept as given; a tokenizer without such a token adds none."""
+    if not settings.tokenize_train_data or input_options.get("bos") or input_options.get("eos"):
+        return inp, 0
+    specials: dict[str, str] = {}
+    for which, wanted in (("bos", settings.add_bos), ("eos", settings.add_eos)):
+        if wanted:
+            try:
+                open_input(path, **{**input_options, which: "auto"})
+            except ValueError:  # the tokenizer has no usual BOS / EOS token
+                continue
+            specials[which] = "auto"
+    if not specials:
+        return inp, 0
+    return open_input(path, **{**input_options, **specials}), len(specials)
+
+
 def analyze_input(
     path: str | os.PathLike | None,
     *,
@@ -82,6 +102,9 @@ def analyze_input(
                     raise
                 input_options["tokenizer"] = named.tokenizer
     inp = open_input(path, **input_options)
+    added = 0  # tokens a text gets here only because the MaxText config's tokenizer adds them (BOS, EOS)
+    if settings is not None and inp.is_text:
+        inp, added = _maxtext_specials(inp, path, settings, input_options)
     if inp.kind == "lengths":  # lengths.npy alone: memory-mapped, read a slice at a time (10^9 lengths not copied)
         from datatools.io.numpy_files import lengths_only
 
@@ -98,8 +121,8 @@ def analyze_input(
     if settings is not None:
         doing(f"simulating MaxText's own pipeline on {lengths.size:,} documents")
         rec = report.recommendation
-        maxtext = maxtext_report(
-            lengths,
+        maxtext = maxtext_report(  # the texts as MaxText tokenizes them: it adds its BOS / EOS itself
+            lengths - added if added else lengths,
             settings,
             datatools_cap=rec.max_segments,
             datatools_efficiency=rec.efficiency,

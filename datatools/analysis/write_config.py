@@ -22,11 +22,16 @@ def pipeline_config(
     column: str | None = None,
     tokenizer: str | None = None,
     maxtext_settings=None,
+    tokenizer_settings: str | None = None,
+    bos: str | None = None,
+    eos: str | None = None,
 ) -> dict[str, Any]:
     """A pipeline config mapping for ``report``'s recommendation: ``source`` (the path, glob or comma list the
-    analysis read, with its ``column`` and ``tokenizer`` file when given), the ``trainer``'s batch ``format`` (of
-    :data:`TRAINERS`), and with ``maxtext_settings`` (a :class:`~datatools.analysis.maxtext_simulation.MaxTextSettings`)
-    its ctx, segment cap and global batch (``global_batch_size_to_load``; else :data:`DEFAULT_BATCH` rows)."""
+    analysis read, with its ``column`` and ``tokenizer`` file when given, and the ``tokenizer_settings`` and
+    ``bos`` / ``eos`` tokens it tokenized with: the documents the analysis counted), the ``trainer``'s batch
+    ``format`` (of :data:`TRAINERS`), and with ``maxtext_settings``
+    (a :class:`~datatools.analysis.maxtext_simulation.MaxTextSettings`) its ctx, segment cap and global batch
+    (``global_batch_size_to_load``; else :data:`DEFAULT_BATCH` rows)."""
     if trainer not in TRAINERS:
         raise ValueError(f"trainer must be one of {', '.join(TRAINERS)}; got {trainer!r}")
     rec = report.recommendation
@@ -45,6 +50,11 @@ def pipeline_config(
         src["column"] = column
     if tokenizer is not None:
         src["tokenizer"] = os.fspath(tokenizer)
+        if tokenizer_settings not in (None, "off"):
+            src["tokenizer_settings"] = tokenizer_settings
+        for key, token in (("bos", bos), ("eos", eos)):
+            if token is not None:
+                src[key] = str(token)
     return {
         "source": src,
         "shuffle": {"kind": "full" if packer.mode == "planned" else "none"},

@@ -24,6 +24,14 @@ MAX_BATCH = 1 << 24  # rows per batch, documents per read block
 MAX_TOKEN_BUDGET = 1 << 40  # tokens per batch
 
 
+def check_token_ids(tokens, vocab_size: int, name: str, hint: str = "") -> None:
+    """ValueError ``token id T >= NAME V`` (then ``hint``) when an id of ``tokens`` (an int array) is at or above
+    ``vocab_size``: the model's embedding has no row for it (``datatools train``, the Levanter integration)."""
+    top = int(np.max(tokens)) if np.size(tokens) else -1
+    if top >= vocab_size:
+        raise ValueError(f"token id {top} >= {name} {vocab_size}{hint}")
+
+
 def as_lengths(lengths, name: str = "lengths") -> np.ndarray:
     """Return ``lengths`` as a 1-D int64 array of non-negative integers (tokens). Floats are accepted when every
     value is finite and integral (a CSV or float column); anything else raises ``ValueError`` naming the first

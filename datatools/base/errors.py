@@ -3,8 +3,9 @@
 
 * 2 (bad input): :class:`InputError`, any ``ValueError``/``TypeError``/``OverflowError``/``UnicodeError``,
   ``RecursionError``, an ``OSError`` whose errno says the path is wrong (:data:`BAD_INPUT_ERRNOS`);
-* 1: :class:`RunFailed`, :class:`UnsupportedVersion`, ``MemoryError`` (:class:`DeviceOutOfMemory` included), any
-  other ``OSError`` (permission, disk full, :class:`StorageError`), anything unexpected;
+* 1: :class:`RunFailed`, :class:`UnsupportedVersion`, :class:`MissingPackage` (any ``ImportError``), ``MemoryError``
+  (:class:`DeviceOutOfMemory` included), any other ``OSError`` (permission, disk full, :class:`StorageError`),
+  anything unexpected;
 * 130: ``KeyboardInterrupt``.
 """
 
@@ -36,6 +37,11 @@ class RunFailed(RuntimeError):
 
 class UnsupportedVersion(RuntimeError):
     """An installed package is not of a version a datatools shim knows: exit status 1, the message naming it."""
+
+
+class MissingPackage(ModuleNotFoundError):
+    """An optional package is not installed: exit status 1, the message (one line) naming what needs it and the
+    command that installs it (:func:`datatools.base.install.missing`). ``name``: the module that is missing."""
 
 
 class DeviceOutOfMemory(MemoryError):

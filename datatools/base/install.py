@@ -10,8 +10,21 @@ import re
 from importlib import metadata
 from pathlib import Path
 
+from datatools.base.errors import MissingPackage
+
 DISTRIBUTION = "datatools-llm"  # the package index name, reserved for when it is published (not there yet)
-EXTRAS = ("jax", "ray", "cloud")  # the extras a missing-module message may name (pyproject.toml)
+EXTRAS = ("jax", "ray", "cloud", "maxtext")  # the extras a missing-module message may name (pyproject.toml)
+# a module imported only where it is needed -> the extra that installs it
+EXTRA_OF_MODULE = {
+    "jax": "jax",
+    "jaxlib": "jax",
+    "optax": "jax",
+    "ray": "ray",
+    "s3fs": "cloud",
+    "gcsfs": "cloud",
+    "sentencepiece": "maxtext",
+    "array_record": "maxtext",
+}
 
 
 def checkout() -> Path | None:
@@ -48,3 +61,40 @@ def install_command(extra: str) -> str:
         f"pip install '/path/to/datatools-checkout[{extra}]' (or the wheel of `make wheel` with [{extra}]; "
         f"'{DISTRIBUTION}[{extra}]' once it is published on the package index)"
     )
+
+
+def missing(module: str, what: str) -> MissingPackage:
+    """The error for optional ``module`` (a key of :data:`EXTRA_OF_MODULE`) not installed: ``"{what} needs
+    {module}: {install command}"``, one line (exit status 1)."""
+    return MissingPackage(f"{what} needs {module}: {install_command(EXTRA_OF_MODULE[module])}", name=module)
+
+
+def import_error_message(exc: ImportError) -> str:
+    """The one line for an ``ImportError`` that reached the command line: a :class:`MissingPackage` as it is; a
+    missing optional module with the command that installs its extra; any other with what to reinstall."""
+    if isinstance(exc, MissingPackage):
+        return str(exc)
+    name = (exc.name or "").split(".")[0]
+    if isinstance(exc, ModuleNotFoundError) and name in EXTRA_OF_MODULE:
+        return f"{name} is not installed: {install_command(EXTRA_OF_MODULE[name])}"
+    if isinstance(exc, ModuleNotFoundError) and name:
+        return f"{name} is not installed, and datatools needs it: {_reinstall_command(name)}"
+    return f"a package failed to import ({' '.join(str(exc).split())}): install it again"
+
+
+def _reinstall_command(module: str) -> str:
+    """What installs datatools' base requirement ``module``: this checkout, else the requirement the installed
+    metadata lists under that name, else the module's name."""
+    root = checkout()
+    if root is not None:
+        return f"pip install '{root}'"
+    key = re.sub(r"[-_.]+", "-", module).lower()
+    try:
+        requires = metadata.requires(DISTRIBUTION) or []
+    except metadata.PackageNotFoundError:
+        requires = []
+    for r in requires:
+        name = re.match(r"[A-Za-z0-9._-]+", r)
+        if name and "extra" not in r and re.sub(r"[-_.]+", "-", name.group()).lower() == key:
+            return f"pip install '{r}'"
+    return f"pip install {module}"

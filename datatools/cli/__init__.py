@@ -3,7 +3,8 @@ no numba, Grain or JAX).
 
 Every error is one line on stderr (``datatools: error: ...``), never a traceback; the status follows the exception's
 type (:func:`datatools.base.errors.exit_status`): **2** bad input or usage (a missing file too); **1** the environment
-or the run (permissions, disk full, out of memory, a diverged run, an unexpected or native error); **130** Ctrl-C.
+or the run (permissions, disk full, out of memory, an optional package not installed, a diverged run, an unexpected
+or native error); **130** Ctrl-C.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ SUBCOMMANDS = {
         "Read every chunk of a token store: sizes, checksums, offsets, token range.",
     ),
 }
-EXTRA_OF = {"train": ("jax", "jax")}  # subcommand -> (module it needs, extra that installs it)
+EXTRA_OF = {"train": "jax"}  # subcommand -> the optional module it needs (base/install.py: EXTRA_OF_MODULE)
 
 
 class Interrupted(BaseException):
@@ -86,8 +87,8 @@ class LazyGroup(click.Group):
             return None
         module, attr, short = SUBCOMMANDS[name]
         need = EXTRA_OF.get(name)
-        if need and importlib.util.find_spec(need[0]) is None:
-            return _missing_extra(name, short, *need)
+        if need and importlib.util.find_spec(need) is None:
+            return _missing_extra(name, short, need)
         return access_checked(getattr(importlib.import_module(module), attr))
 
     def format_commands(self, ctx, formatter) -> None:
@@ -95,13 +96,13 @@ class LazyGroup(click.Group):
             formatter.write_dl([(name, SUBCOMMANDS[name][2]) for name in self.list_commands(ctx)])
 
 
-def _missing_extra(name: str, short: str, module: str, extra: str) -> click.Command:
-    """A stand-in that answers any use, --help included, with one line naming the extra to install."""
+def _missing_extra(name: str, short: str, module: str) -> click.Command:
+    """A stand-in that answers any use, --help included, with one line naming the extra to install (exit 1)."""
 
     def fail(**_):
-        from datatools.base.install import install_command
+        from datatools.base.install import missing
 
-        raise click.UsageError(f"'datatools {name}' needs {module}: {install_command(extra)}")
+        raise missing(module, f"'datatools {name}'")
 
     return click.Command(
         name,
@@ -140,6 +141,10 @@ def _message(exc: Exception) -> str:
         return "out of memory (a smaller --ctx, --window or input would fit)"
     if isinstance(exc, RecursionError):
         return "input nested too deeply"
+    if isinstance(exc, ImportError):  # an optional package not installed (MissingPackage), or a broken install
+        from datatools.base.install import import_error_message
+
+        return import_error_message(exc)
     if isinstance(exc, (ValueError, TypeError, OverflowError, RunFailed, UnsupportedVersion, DeviceOutOfMemory)):
         return str(exc)
     return f"internal error ({type(exc).__name__}): {exc} (please report it)"

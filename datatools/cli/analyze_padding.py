@@ -140,13 +140,17 @@ def _write_config(report, out, trainer, path, column, tokenizer, console) -> Non
     settings = report.maxtext.settings if report.maxtext is not None else None
     trainer = trainer or ("maxtext" if settings is not None else "datatools")
     inp = report.input or {}
+    tok = inp.get("tokenizer") or {}
     config = pipeline_config(
         report,
         source=str(path) if path is not None else str(report.source),
         trainer=trainer,
         column=column or inp.get("column"),
-        tokenizer=tokenizer or (inp.get("tokenizer") or {}).get("file"),
+        tokenizer=tokenizer or tok.get("file"),
         maxtext_settings=settings,
+        tokenizer_settings=tok.get("settings"),  # what the analysis tokenized with: BOS / EOS from --bos / --eos
+        bos=(tok.get("bos") or {}).get("token"),  # or from the MaxText config's add_bos / add_eos
+        eos=(tok.get("eos") or {}).get("token"),
     )
     write_pipeline_config(out, config)
     console.print(f"pipeline config for {trainer} written to {out} (run it: datatools pipeline {out})")

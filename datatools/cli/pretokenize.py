@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from datatools.base.checks import MAX_CTX
-from datatools.base.install import install_command
 from datatools.cli.common import make_console, tokenizer_options
 from datatools.jobs.pretokenize import ENGINES, pretokenize, require_engine
 
@@ -48,12 +47,7 @@ def pretokenize_command(inputs, engine, **options):
     Resumable: run the same command again after an interruption and it finishes
     where it stopped. OUTPUT appears only when complete.
     """
-    try:
-        require_engine(engine)  # like `train` without jax: the install line, exit 2, before anything is created
-    except ModuleNotFoundError as exc:
-        raise click.UsageError(
-            f"'datatools pretokenize --engine {engine}' needs {exc.name}: {install_command(str(exc.name))}"
-        ) from None
+    require_engine(engine)  # like `train` without jax: the install line, exit 1, before anything is created
     result = pretokenize(list(inputs), engine=engine, **options)
     err = make_console(stderr=True)
     for key in ("tokenizer", "duplicates", "cleaned", "repaired", "indexed"):

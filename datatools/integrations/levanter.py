@@ -18,16 +18,26 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import sys
 from collections.abc import Sequence
 
-import draccus  # noqa: E402  (Levanter's configuration library)
-import equinox as eqx  # noqa: E402  (Levanter's own dependencies: this module runs inside Levanter)
-import jax.numpy as jnp  # noqa: E402
 import numpy as np
-from levanter.data.dataset import AsyncDataset  # noqa: E402
-from levanter.data.text.examples import GrugLmExample  # noqa: E402
 
-from datatools.integrations.levanter_rows import PipelineRows
+from datatools.base.errors import MissingPackage
+from datatools.integrations.levanter_rows import INSTALL_LEVANTER, PipelineRows
+
+try:  # Levanter and its own dependencies: this module runs inside Levanter
+    import draccus  # Levanter's configuration library
+    import equinox as eqx
+    import jax.numpy as jnp
+    from levanter.data.dataset import AsyncDataset
+    from levanter.data.text.examples import GrugLmExample
+except ModuleNotFoundError as exc:  # one line naming the install, not a traceback ending in draccus
+    raise MissingPackage(
+        f"datatools.integrations.levanter needs Levanter ({exc.name} is not installed in {sys.executable}): "
+        f"{INSTALL_LEVANTER}",
+        name=exc.name,
+    ) from None
 
 __all__ = ["PipelineDataset", "data_config", "example_from_row"]
 
@@ -49,9 +59,9 @@ class PipelineDataset(AsyncDataset[GrugLmExample]):
     """A datatools pipeline's packed rows as Levanter's ``AsyncDataset`` of ``GrugLmExample``, read by
     :class:`~datatools.integrations.levanter_rows.PipelineRows` (``self.source``; its arguments and errors)."""
 
-    def __init__(self, pipeline, *, documents=None):
+    def __init__(self, pipeline, *, documents=None, vocab_size: int | None = None):
         super().__init__()
-        self.source = PipelineRows(pipeline, documents=documents)
+        self.source = PipelineRows(pipeline, documents=documents, vocab_size=vocab_size)
         self.config = self.source.config
         self.seq_len = self.source.seq_len
         self.batch_size = self.source.batch_size
@@ -92,10 +102,12 @@ def data_config(pipeline, *, vocab_size: int | None = None, tokenizer: str = "pa
     """Levanter's ``LmDataConfig`` whose training data is the datatools pipeline (one ``direct`` component), with
     Levanter's shuffle off (the pipeline shuffles) and ``mixture_block_size`` the pipeline's batch size (Levanter's
     step ``s`` holds exactly the rows of datatools' batch ``s``). ``tokenizer``: what Levanter reports with
-    (``passthrough`` needs ``vocab_size``); further keyword arguments go to ``LmDataConfig``."""
+    (``passthrough`` needs ``vocab_size``); further keyword arguments go to ``LmDataConfig``. With ``vocab_size``
+    (the model's vocabulary) every row read is checked against it: a token id at or above it is a ValueError naming
+    the id, instead of a run that trains on ids its embedding has no row for."""
     from levanter.data.text.datasets import DirectDatasetComponent, LmDataConfig
 
-    dataset = PipelineDataset(pipeline, documents=documents)
+    dataset = PipelineDataset(pipeline, documents=documents, vocab_size=vocab_size)
     kwargs.setdefault("mixture_block_size", dataset.batch_size)
     component = DirectDatasetComponent(datasets={"train": dataset})
     return LmDataConfig(

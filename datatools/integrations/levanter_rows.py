@@ -14,12 +14,19 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from datatools.base.checks import MAX_VOCAB, check_int, check_token_ids
 from datatools.grain.host_reader import BUILD_AHEAD, BatchWalk
 from datatools.kernels.batch_layouts import to_format
 from datatools.pipeline import ShardConfig, build_canonical
 from datatools.pipeline.config import as_config
 
-__all__ = ["PipelineRows", "runs"]
+__all__ = ["PipelineRows", "runs", "TESTED_LEVANTER", "INSTALL_LEVANTER"]
+
+TESTED_LEVANTER = "0.2.227.dev40316220070"  # the marin-levanter release it is tested on (Makefile: LEVANTER_VERSION)
+INSTALL_LEVANTER = (  # its Python: on 3.11 pip resolves a much older marin-levanter
+    f"Levanter {TESTED_LEVANTER} needs Python 3.12: in a Python 3.12 venv, "
+    f"pip install 'marin-levanter=={TESTED_LEVANTER}', then datatools into the same venv"
+)
 
 WALKS_KEPT = 8  # runs of rows walked at once (a host reads one or a few runs of each batch)
 
@@ -42,12 +49,18 @@ class PipelineRows:
     ignored); ``documents``: an opened document source to use instead of ``source.path``. It survives
     ``copy.deepcopy`` and pickling (Levanter deep-copies its config to log it): a deep copy shares the built pipeline.
     ``build_ahead``: batches of each run of rows built ahead of Levanter's asking (0: each built when asked).
+    ``vocab_size``: the model's vocabulary; every row read is checked against it (an id at or above it would index
+    past the embedding), None: not checked.
 
     Raises:
-      ValueError: a config in another trainer's format, or one whose rows have several lengths.
+      ValueError: a config in another trainer's format, or one whose rows have several lengths; on a read, a token
+        id at or above ``vocab_size``.
     """
 
-    def __init__(self, pipeline, *, documents=None, build_ahead: int = BUILD_AHEAD):
+    def __init__(self, pipeline, *, documents=None, build_ahead: int = BUILD_AHEAD, vocab_size: int | None = None):
+        if vocab_size is not None:
+            vocab_size = check_int(vocab_size, "vocab_size", minimum=1, maximum=MAX_VOCAB)
+        self.vocab_size = vocab_size
         cfg = as_config(pipeline)
         if cfg.format not in ("datatools", "levanter"):
             raise ValueError(
@@ -133,6 +146,9 @@ class PipelineRows:
                 self._walks.pop(next(iter(self._walks))).close()
             canonical = walk.next()
             self.reads.append((j, lo, hi))
+        if self.vocab_size is not None:
+            hint = f" (batch {j}): the data's tokenizer has a larger vocabulary than the model; give its vocab_size"
+            check_token_ids(canonical["tokens"], self.vocab_size, "vocab_size", hint)
         return to_format(canonical, "levanter", **self.config.batch_options)
 
     def rows(self, indices: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:

@@ -246,6 +246,18 @@ def train(argv, pipeline=None) -> None:
         maxtext_train.main(["maxtext"] + argv)
 
 
+def _not_installed() -> str:
+    """The line for MaxText missing here: the Python it needs (3.12) and the extra for the hardware (``tpu``, or
+    ``cuda12`` for NVIDIA GPUs), in one command each, and that datatools goes into the same venv."""
+    here = f"Python {sys.version_info[0]}.{sys.version_info[1]}"
+    return (
+        f"MaxText is not installed in {sys.executable} ({here}); MaxText {TESTED_MAXTEXT} needs Python 3.12: in a "
+        f"Python 3.12 venv, pip install 'maxtext[tpu]=={TESTED_MAXTEXT}' (TPU) or "
+        f"'maxtext[cuda12]=={TESTED_MAXTEXT}' (NVIDIA GPU), then datatools into the same venv "
+        f"(make test-clients installs it in .clients/maxtext)"
+    )
+
+
 def main(args=None) -> int:
     """``python -m datatools.integrations.maxtext [--pipeline P.yaml] CONFIG.yml [key=value ...]``."""
     parser = argparse.ArgumentParser(
@@ -263,11 +275,7 @@ def main(args=None) -> int:
         print(f"{ns.maxtext_args[0]}: MaxText config file not found", file=sys.stderr)
         return 2
     if not installed:  # the environment, not the input: exit 1, one line
-        print(
-            f"python -m datatools.integrations.maxtext: MaxText is not installed in {sys.executable}: "
-            f"pip install 'maxtext[tpu]=={TESTED_MAXTEXT}' (make test-clients installs it in .clients/maxtext)",
-            file=sys.stderr,
-        )
+        print(f"python -m datatools.integrations.maxtext: {_not_installed()}", file=sys.stderr)
         return 1
     try:
         train(ns.maxtext_args, pipeline=ns.pipeline)

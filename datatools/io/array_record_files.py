@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from datatools.base.install import missing
+
 SUFFIX = ".array_record"
 BATCH_RECORDS = 4096  # records decoded at a time: memory holds one batch's bytes, never a file's
 TOKEN_FEATURES = ("inputs", "input_ids", "tokens", "token_ids", "targets")
@@ -22,8 +24,10 @@ TEXT_FEATURES = ("text", "content", "document")
 def _module():
     try:
         from array_record.python import array_record_module
-    except ImportError as exc:  # pragma: no cover - array_record is a dependency of the dev extra
-        raise ImportError("reading ArrayRecord files needs the array_record package: pip install array_record") from exc
+    except ModuleNotFoundError as exc:  # the maxtext extra
+        if (exc.name or "").split(".")[0] != "array_record":
+            raise
+        raise missing("array_record", "reading ArrayRecord files") from None
     return array_record_module
 
 
@@ -57,8 +61,9 @@ def expand(path: str | os.PathLike) -> list[Path]:
 
 def records(f: str | os.PathLike) -> Iterator[list[bytes]]:
     """The raw records of file ``f`` in order, :data:`BATCH_RECORDS` at a time."""
+    module = _module()  # a missing package is the environment's, not the file's
     try:
-        reader = _module().ArrayRecordReader(os.fspath(f))
+        reader = module.ArrayRecordReader(os.fspath(f))
     except Exception as exc:  # the C++ reader raises RuntimeError / ValueError on a file it cannot parse
         raise ValueError(f"{os.fspath(f)}: not an ArrayRecord file ({str(exc).splitlines()[0][:200]})") from None
     try:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from datatools.base.install import missing
 from datatools.io.paths import display
 from datatools.io.tokenizer import read_tokenizer_file
 
@@ -34,10 +35,10 @@ def is_sentencepiece(path: str | os.PathLike) -> bool:
 def _processor(data: bytes, where: str):
     try:
         import sentencepiece as spm
-    except ImportError:  # pragma: no cover - sentencepiece is a dependency of the dev extra
-        raise ImportError(
-            "a SentencePiece tokenizer needs the sentencepiece package: pip install sentencepiece"
-        ) from None
+    except ModuleNotFoundError as exc:  # the maxtext extra
+        if (exc.name or "").split(".")[0] != "sentencepiece":
+            raise
+        raise missing("sentencepiece", f"{where}: a SentencePiece tokenizer") from None
     proc = spm.SentencePieceProcessor()
     try:
         proc.LoadFromSerializedProto(data)

@@ -23,7 +23,7 @@ from typing import BinaryIO, cast
 from urllib.parse import urlsplit
 
 from datatools.base.errors import StorageError
-from datatools.base.install import install_command
+from datatools.base.install import missing
 from datatools.io import atomic
 from datatools.io.paths import display, resolved
 
@@ -312,10 +312,10 @@ def filesystem(path: str | os.PathLike):
 def _import(module: str, url):
     try:
         return __import__(module)
-    except ImportError:
-        raise ValueError(
-            f"{url_of(url)}: reading {url_of(url).split(':')[0]}:// URLs needs {module}: {install_command('cloud')}"
-        ) from None
+    except ModuleNotFoundError as exc:  # the cloud extra: the environment, exit status 1
+        if (exc.name or "").split(".")[0] != module:
+            raise
+        raise missing(module, f"{url_of(url)}: reading {url_of(url).split(':')[0]}:// URLs") from None
 
 
 _reachable: set[str] = set()

@@ -23,7 +23,7 @@ import numpy as np
 
 from datatools.base import interrupts
 from datatools.base.checks import short_repr
-from datatools.base.install import install_command
+from datatools.base.install import missing
 from datatools.base.progress import doing, job_progress
 from datatools.io import storage
 from datatools.io.discover import Shard, list_shards
@@ -409,9 +409,10 @@ def _short(exc: BaseException) -> str:
 
 
 def require_engine(engine: str) -> None:
-    """ModuleNotFoundError with the install line when ``engine`` needs a package that is not installed."""
+    """MissingPackage (a ModuleNotFoundError) with the install line when ``engine`` needs a package that is not
+    installed."""
     if engine == "ray" and importlib.util.find_spec("ray") is None:
-        raise ModuleNotFoundError(f"--engine ray needs ray: {install_command('ray')}", name="ray")
+        raise missing("ray", "--engine ray")
 
 
 def _special(value: bool | str | int | None) -> str | int | None:

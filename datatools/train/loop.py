@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from datatools.base.checks import check_token_ids
 from datatools.base.errors import RunFailed
 from datatools.base.progress import doing
 from datatools.base.reports import Report
@@ -262,9 +263,7 @@ def train(
                 break
             useful = slots = rows = pair_sum = computed = 0  # of the step: tokens, slots, rows, attention pairs
             for batch in batches:
-                top = int(batch["tokens"].max())
-                if top >= cfg.model.vocab_size:
-                    raise ValueError(f"token id {top} >= model.vocab_size {cfg.model.vocab_size}")
+                check_token_ids(batch["tokens"], cfg.model.vocab_size, "model.vocab_size")
                 seg = batch["segment_ids"]
                 useful, slots, rows = useful + int(np.count_nonzero(seg)), slots + seg.size, rows + seg.shape[0]
                 pair_sum += segment_lengths_sq(seg)

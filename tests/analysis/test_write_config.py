@@ -59,3 +59,71 @@ def test_config_written_for_each_trainer_runs_as_written(tmp_path, shards, train
 
         rows = PipelineRows(str(out))
         assert rows.seq_len == 1024 and rows.batch_size == written["batch_size"]
+
+
+@pytest.fixture(scope="module")
+def spm_model(tmp_path_factory):
+    """A 200-piece SentencePiece BPE model (MaxText's usual tokenizer_path) and the README's lines it learned."""
+    spm = pytest.importorskip("sentencepiece")
+    d = tmp_path_factory.mktemp("spm")
+    lines = [ln for ln in open("README.md", encoding="utf-8").read().splitlines() if ln.strip()]
+    (d / "corpus.txt").write_text("\n".join(lines), encoding="utf-8")
+    spm.SentencePieceTrainer.train(
+        input=str(d / "corpus.txt"), model_prefix=str(d / "tok"), vocab_size=200, model_type="bpe", minloglevel=2
+    )
+    return d / "tok.model", lines[:80]
+
+
+@pytest.mark.parametrize("add", [True, False])
+def test_maxtext_bos_and_eos_are_carried_into_the_written_config(tmp_path, spm_model, add):
+    """Issue 58: MaxText's tokenizer puts BOS / EOS around every text (base.yml's add_bos / add_eos); the config
+    written from its base.yml dropped them (batch 0: 304 documents, 0 BOS, 0 EOS). Now the analysis reads the texts
+    as MaxText tokenizes them and the written config delivers the same: BOS and EOS in batch 0, the counts equal."""
+    import json
+
+    import sentencepiece as spm
+
+    from datatools.pipeline import build, parse_config
+
+    model, texts = spm_model
+    for k in range(2):
+        array_record_files.write(tmp_path / f"c4.array_record-{k:05d}-of-00002", [{"text": t} for t in texts[k::2]])
+    flag = str(add).lower()
+    base = tmp_path / "base.yml"
+    base.write_text(
+        f"grain_train_files: '{tmp_path}/c4.array_record*'\ntokenizer_path: {model}\ntrain_data_columns: ['text']\n"
+        f"max_target_length: 256\nper_device_batch_size: 4\nadd_bos: {flag}\nadd_eos: {flag}\n",
+        encoding="utf-8",
+    )
+    out, report = tmp_path / "pipeline.yaml", tmp_path / "r.json"
+    args = ["analyze-padding", "--maxtext-config", str(base), "--write-config", str(out), "--json", str(report)]
+    assert main(args) == 0
+    proc = spm.SentencePieceProcessor(model_file=str(model))
+    counted = json.loads(report.read_text())
+    assert counted["num_sequences"] == len(texts)
+    assert counted["num_tokens"] == sum(len(ids) + 2 * add for ids in proc.encode(texts))  # as MaxText makes them
+    written = yaml.safe_load(out.read_text())
+    assert (written["source"].get("bos"), written["source"].get("eos")) == (("<s>", "</s>") if add else (None, None))
+    batch = next(iter(build(parse_config({**written, "workers": 0}))))
+    seg = batch["inputs_segmentation"]
+    real = batch["inputs"][seg != 0]
+    documents = sum(len(np.unique(row[row != 0])) for row in seg)  # every text fits a row: no piece split off
+    assert documents > len(seg)  # packed: rows of several texts
+    n_bos, n_eos = (int(np.count_nonzero(real == i)) for i in (proc.bos_id(), proc.eos_id()))
+    assert (n_bos, n_eos) == ((documents, documents) if add else (0, 0))
+
+
+def test_bos_eos_and_tokenizer_settings_given_to_the_analysis_are_written(tmp_path, tokenizer_file, texts):
+    """``--bos`` / ``--eos`` / ``--tokenizer-settings keep`` on Parquet text: the written config tokenizes the same
+    way (it dropped them, and its epoch delivered fewer tokens than the analysis counted)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": texts}), tmp_path / "t.parquet")
+    out = tmp_path / "pipeline.yaml"
+    args = ["analyze-padding", str(tmp_path / "t.parquet"), "--tokenizer", str(tokenizer_file), "--ctx", "512"]
+    assert main([*args, "--bos", "--eos", "</s>", "--tokenizer-settings", "keep", "--write-config", str(out)]) == 0
+    source = yaml.safe_load(out.read_text())["source"]
+    assert (source["bos"], source["eos"], source["tokenizer_settings"]) == ("<s>", "</s>", "keep")
+    assert main([*args, "--write-config", str(out)]) == 0  # nothing asked: nothing written
+    assert not {"bos", "eos", "tokenizer_settings"} & set(yaml.safe_load(out.read_text())["source"])

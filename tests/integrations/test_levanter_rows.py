@@ -154,3 +154,39 @@ def test_a_curriculum_is_refused_naming_its_lengths(store):
         ValueError, match=r"Levanter trains on rows of one length; this pipeline makes rows of \[64, 128\]"
     ):
         PipelineRows(config)
+
+
+def test_ids_at_or_above_the_models_vocabulary_are_refused_in_one_line(store):
+    """Issue 58: Levanter trained on ids up to 15,999 at ``vocab_size`` 1024 (its embedding has no row for them);
+    ``data_config(vocab_size=)`` hands the model's vocabulary to the reader, which checks every row it reads (the
+    check ``datatools train`` makes)."""
+    top = int(max(max(d) for d in random_docs(1500, seed=3, mean_log=4.0, max_len=400)))
+    rows = PipelineRows(pipeline(store, "planned"), vocab_size=512)
+    with pytest.raises(ValueError, match=r"^token id \d+ >= vocab_size 512 \(batch 0\): ") as err:
+        rows.rows(range(B))
+    assert "\n" not in str(err.value)
+    ok = PipelineRows(pipeline(store, "planned"), vocab_size=top + 1).rows(range(B))  # the store's largest id fits
+    same_rows(ok, PipelineRows(pipeline(store, "planned")).rows(range(B)))
+    with pytest.raises(ValueError, match="vocab_size must be"):
+        PipelineRows(pipeline(store, "planned"), vocab_size=0)
+
+
+def test_without_levanter_the_integration_names_the_install_in_one_line(monkeypatch):
+    """Issue 58: without Levanter, importing the integration ended in ``No module named 'draccus'``. Now one line:
+    the Python it needs and the version the Makefile's client suite tests."""
+    import re
+    import sys
+    from pathlib import Path
+
+    from datatools.base.errors import MissingPackage
+    from datatools.integrations.levanter_rows import TESTED_LEVANTER
+
+    makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
+    assert re.search(r"^LEVANTER_VERSION := (\S+)$", makefile, flags=re.M).group(1) == TESTED_LEVANTER
+    monkeypatch.delitem(sys.modules, "datatools.integrations.levanter", raising=False)
+    monkeypatch.setitem(sys.modules, "draccus", None)  # as where Levanter is not installed
+    with pytest.raises(MissingPackage) as err:
+        import datatools.integrations.levanter  # noqa: F401
+    line = str(err.value)
+    assert "\n" not in line and err.value.__cause__ is None and err.value.__suppress_context__
+    assert "needs Python 3.12" in line and f"pip install 'marin-levanter=={TESTED_LEVANTER}'" in line

@@ -154,7 +154,8 @@ def test_the_launcher_without_maxtext_says_so_in_one_line(tmp_path):
     pipeline.write_text("source: {path: data/}\npacking: {ctx: 64}\nbatch_size: 2\n")
     for args, status, says in (
         (["--pipeline", str(pipeline), str(base), "steps=3"], 1, "MaxText is not installed in "),
-        ([str(base)], 1, "pip install 'maxtext[tpu]==0.2.5'"),
+        ([str(base)], 1, "pip install 'maxtext[tpu]==0.2.5' (TPU) or 'maxtext[cuda12]==0.2.5' (NVIDIA GPU)"),
+        ([str(base)], 1, "MaxText 0.2.5 needs Python 3.12: in a Python 3.12 venv, pip install"),
         ([str(tmp_path / "missing.yml")], 2, "MaxText config file not found"),
     ):
         proc = subprocess.run(

@@ -130,7 +130,12 @@ def test_analyze_padding_reads_the_files_and_tokenizer_a_maxtext_config_names(tm
     proc = spm.SentencePieceProcessor(model_file=str(model))
     order = [t for k in range(3) for t in texts[k::3]]
     assert report["num_sequences"] == 60
-    assert report["num_tokens"] == sum(len(ids) for ids in proc.encode(order))
+    # with BOS and EOS, as MaxText's tokenizer makes them (add_bos, add_eos: true by default; issue 58)
+    assert report["num_tokens"] == sum(len(ids) + 2 for ids in proc.encode(order))
+    assert (report["input"]["tokenizer"]["bos"]["id"], report["input"]["tokenizer"]["eos"]["id"]) == (
+        proc.bos_id(),
+        proc.eos_id(),
+    )
     assert report["input"]["format"] == "array_record" and report["input"]["tokenizer"]["kind"] == "sentencepiece"
     assert "maxtext" in report and report["maxtext"]
 
