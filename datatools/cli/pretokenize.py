@@ -39,8 +39,9 @@ from datatools.jobs.pretokenize import ENGINES, pretokenize, require_engine
 @click.option(
     "--check",
     is_flag=True,
-    help="When OUTPUT already holds this job's store, read back every chunk's sha256 before calling it complete "
-    "(without it: the listing and every chunk's size). A damaged store is rebuilt.",
+    hidden=True,
+    help="Kept for scripts: a rerun always checks this job's store at OUTPUT as `datatools verify` does "
+    "(every chunk's sha256, shard_index.bin) before calling it complete, and repairs a damaged one.",
 )
 def pretokenize_command(inputs, engine, **options):
     """Tokenize INPUTS (Parquet, JSONL, .txt, Arrow, HF save_to_disk dirs) into the token store OUTPUT.

@@ -202,15 +202,18 @@ def lacks_shard_index(manifest: dict) -> bool:
 
 
 def add_shard_index(path: str | os.PathLike) -> None:
-    """Give a store written before ``shard_index.bin`` its index and record (as a fresh run of the job would).
+    """Give a store written before ``shard_index.bin`` its index and record (as a fresh run of the job would), or
+    rewrite a damaged or missing one from the chunks (the manifest rewritten only when its record changes).
     ValueError naming the store, nothing written, when its chunks differ from the manifest's records."""
     path = location(path)
     manifest = read_manifest(path)
     chunks, digests, index = record_chunks(path)
     if chunks != manifest.get("chunks") or digests != manifest.get("digests") or index is None:
         raise _damaged(path, manifest, f"{display(path)}: its chunks differ from the manifest's records")
-    manifest.update(_write_shard_index(path, index))
-    storage.write_text(storage.join(path, "manifest.json"), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    record = _write_shard_index(path, index)
+    if manifest.get("shard_index") != record["shard_index"]:
+        manifest.update(record)
+        storage.write_text(storage.join(path, "manifest.json"), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
 def chunk_records(path: str | os.PathLike) -> dict:
