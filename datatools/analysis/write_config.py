@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from datatools.analysis.padding_result import PaddingReport
+from datatools.base.checks import TRAINERS
 from datatools.kernels.packing.algorithms import BY_NAME
 
-TRAINERS = ("datatools", "maxtext", "levanter", "hf")
 DEFAULT_BATCH = 32  # rows per global batch when no trainer config says
 
 

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import click
 
-from datatools.analysis.padding import DEFAULT_CTX_CAP
-from datatools.analysis.padding_input import analyze_input
-from datatools.analysis.padding_report import plot, render
-from datatools.analysis.write_config import TRAINERS, pipeline_config, write_pipeline_config
-from datatools.base.checks import MAX_BATCH, MAX_BUCKETS, MAX_CTX, MAX_WINDOW
+from datatools.base.checks import DEFAULT_CTX_CAP, MAX_BATCH, MAX_BUCKETS, MAX_CTX, MAX_WINDOW, TRAINERS
 from datatools.cli.common import emit_json, input_options, json_option, make_console, result_console
-from datatools.io.paths import display
 
 
 @click.command("analyze-padding")
@@ -108,6 +103,10 @@ def analyze_padding_command(path, curriculum, json_out, write_config, trainer, p
     or other files), train_data_columns and tokenizer_path (a SentencePiece model or tokenizer.json)."""
     if path is None and options["maxtext_config"] is None:
         raise click.UsageError("name the data as PATH, or give --maxtext-config whose grain_train_files names it")
+    from datatools.analysis.padding_input import analyze_input  # numba: once the arguments are parsed
+    from datatools.analysis.padding_report import plot, render
+    from datatools.io.paths import display
+
     report = analyze_input(path, console=make_console(stderr=True), curriculum=_lengths_list(curriculum), **options)
     console = result_console(stderr=json_out == "-")
     render(report, console, source=report.source or display(path))
@@ -140,6 +139,8 @@ def _write_config(report, out, trainer, path, column, tokenizer, console) -> Non
     settings = report.maxtext.settings if report.maxtext is not None else None
     trainer = trainer or ("maxtext" if settings is not None else "datatools")
     inp = report.input or {}
+    from datatools.analysis.write_config import pipeline_config, write_pipeline_config
+
     config = pipeline_config(
         report,
         source=str(path) if path is not None else str(report.source),

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import click
 
-from datatools.base.checks import MAX_CTX
+from datatools.base.checks import ENGINES, MAX_CTX
 from datatools.base.install import install_command
 from datatools.cli.common import make_console, tokenizer_options
-from datatools.jobs.pretokenize import ENGINES, pretokenize, require_engine
 
 
 @click.command("pretokenize")
@@ -49,6 +48,8 @@ def pretokenize_command(inputs, engine, **options):
     Resumable: run the same command again after an interruption and it finishes
     where it stopped. OUTPUT appears only when complete.
     """
+    from datatools.jobs.pretokenize import pretokenize, require_engine  # once the arguments are parsed
+
     try:
         require_engine(engine)  # like `train` without jax: the install line, exit 2, before anything is created
     except ModuleNotFoundError as exc:

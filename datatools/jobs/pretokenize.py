@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from datatools.base import interrupts
-from datatools.base.checks import short_repr
+from datatools.base.checks import ENGINES, short_repr
 from datatools.base.install import install_command
 from datatools.base.progress import doing, job_progress
 from datatools.io import storage
@@ -44,7 +44,6 @@ from datatools.io.tables import check_column, shard_bytes, shard_texts
 from datatools.io.tokenizer import TextEncoder, open_encoder
 from datatools.jobs.staging import fault, manifest_reads, open_staging
 
-ENGINES = ("local", "ray")
 PIECE_TOKENS = 1 << 20  # a shard's tokens are committed in pieces of about this many tokens ...
 PIECE_SECONDS = 10.0  # ... or this many seconds of work, whichever comes first: what a kill may lose, per worker
 ENCODE_CHARS = 1 << 22  # characters of text per tokenizer call (and progress report) within a shard
