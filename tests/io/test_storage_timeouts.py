@@ -217,16 +217,14 @@ def test_the_bound_holds_after_an_earlier_tensorstore_request(silent_endpoint, t
     at its first remote spec, so a process that had made a tensorstore request before (a trainer that opened a
     checkpoint) read a silent endpoint with no bound at all (242 s measured; here: until killed). Every tensorstore
     request of datatools' is now bounded on its own (``storage.bounded``): cancelled past the bound, an OSError naming
-    the object. The bound is the module's (2 s here); the test waits 45 s, past the ~26 s curl's settings give."""
+    the object. The bound is the module's (2 s here); what is checked is that this bound ended the read (its
+    message), not wall time; the 45 s limit (past the ~26 s curl's settings would give) only stops a hang."""
     bound = 2.0
     url = f"{scheme}://bucket-57/store/tokens"
     started = _start(["-c", _AFTER_AN_EARLIER_REQUEST, url, str(bound)], silent_endpoint, scheme, python=True)
-    stdout, stderr, elapsed = _finish(
-        started, 45.0, "a tensorstore read after an earlier request"
-    )  # > 30 s: curl's own
+    stdout, stderr, _ = _finish(started, 45.0, "a tensorstore read after an earlier request")
     assert started[0].returncode == 0, stderr[-2000:]
     words = stdout.strip().split(" ", 3)
     assert words[0] != "answered" and words[1] == "StorageError", stdout
     assert words[2] == f"{url}/zarr.json", stdout  # the object the request was for
-    assert "sent no answer in 2 s" in words[3], stdout
-    assert float(words[0]) < bound * 5, stdout
+    assert "sent no answer in 2 s (request cancelled)" in words[3], stdout  # datatools' bound ended it, not curl's
