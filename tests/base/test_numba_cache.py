@@ -40,9 +40,7 @@ def _unwritable_install(tmp_path: Path) -> tuple[Path, Path]:
 def _run(site: Path, home: Path, tmp: Path, **extra: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "XDG_"))}
     env.update(PYTHONPATH=str(site), HOME=str(home), TMPDIR=str(tmp), PYTHONDONTWRITEBYTECODE="1", **extra)
-    return subprocess.run(
-        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, cwd=tmp, timeout=300
-    )
+    return subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, cwd=tmp, timeout=300)
 
 
 def test_kernels_compile_and_cache_with_an_unwritable_install_and_home(tmp_path):
