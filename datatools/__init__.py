@@ -8,6 +8,10 @@ from __future__ import annotations
 import importlib
 from importlib.metadata import PackageNotFoundError, version
 
+from datatools.base import numba_cache
+
+numba_cache.configure()  # before numba compiles a kernel: a read-only install with an unwritable HOME still runs
+
 try:
     __version__ = version("datatools-llm")
 except PackageNotFoundError:  # running from a source tree without install

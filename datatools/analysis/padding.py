@@ -20,7 +20,7 @@ import numpy as np
 
 from datatools.analysis.attention_tiles import attention_tile_view
 from datatools.analysis.padding_result import Histogram, LengthStats, PaddingReport, Recommendation, StrategyResult
-from datatools.base.checks import as_lengths, check_int, short_repr
+from datatools.base.checks import DEFAULT_CTX_CAP, as_lengths, check_int, short_repr
 from datatools.kernels.bucket import optimal_boundaries
 from datatools.kernels.packing.algorithms import ALGORITHMS, BY_NAME, TABLE
 from datatools.kernels.packing.counting import count_rows, count_rows_chunked
@@ -141,9 +141,6 @@ def chunked_length_stats(chunks) -> LengthSummary | None:
         LengthStats(lo_len, hi_len, total / n, percentile(50), percentile(90), percentile(99)),
         Histogram(edges.tolist(), binned.tolist()),
     )
-
-
-DEFAULT_CTX_CAP = 32768  # tokens: the default contexts stop here (longer rows: pass --ctx)
 
 
 def _default_candidates(lengths: np.ndarray | LengthStats) -> list[tuple[str, float]]:

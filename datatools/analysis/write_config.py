@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 from datatools.analysis.padding_result import PaddingReport
+from datatools.base.checks import TRAINERS
+from datatools.io import storage
 from datatools.kernels.packing.algorithms import BY_NAME
 
-TRAINERS = ("datatools", "maxtext", "levanter", "hf")
 DEFAULT_BATCH = 32  # rows per global batch when no trainer config says
 
 
@@ -72,4 +72,4 @@ def write_pipeline_config(path: str | os.PathLike, config: dict[str, Any]) -> No
     import yaml
 
     header = "# written by datatools analyze-padding --write-config: run it with `datatools pipeline PATH`\n"
-    Path(path).write_text(header + yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    storage.write_text(path, header + yaml.safe_dump(config, sort_keys=False))  # a file (atomically) or a URL

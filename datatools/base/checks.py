@@ -22,6 +22,17 @@ MAX_VOCAB = 1 << 24  # model vocabulary (embedding rows)
 MAX_TOKEN_ID = (1 << 31) - 1  # token ids travel as int32
 MAX_BATCH = 1 << 24  # rows per batch, documents per read block
 MAX_TOKEN_BUDGET = 1 << 40  # tokens per batch
+# here: the command line parses --workers without importing Grain
+MAX_WORKERS = 64  # Grain worker processes: each is a fresh interpreter (~1-2 s of CPU to start); 1024 ran past 60 s
+# pretokenize's engines, pack's algorithms, the analyzer's default context cap and trainers: here, so the command
+# line parses its flags without importing the modules that use them (a usage error before any live line)
+ENGINES = ("local", "ray")
+PACK_ALGORITHMS = ("next_fit", "first_fit", "best_fit", "first_fit_decreasing", "best_fit_decreasing", "concat_split")
+DEFAULT_CTX_CAP = 32768  # tokens: the analyzer's default contexts stop here (longer rows: pass --ctx)
+TRAINERS = ("datatools", "maxtext", "levanter", "hf")
+BIN_DTYPES = ("uint16", "uint32")  # token dtypes of a flat .bin file (datatools.io.numpy_files)
+# model.attention of datatools.train.model (here: the command line parses it without importing JAX)
+ATTENTIONS = ("dense", "blocksparse", "fused", "splash", "pallas_blocksparse", "pallas_gpu", "cudnn")
 
 
 def check_token_ids(tokens, vocab_size: int, name: str, hint: str = "") -> None:

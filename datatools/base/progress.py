@@ -155,8 +155,9 @@ class JobBar:
 class _Activity:
     """The one live line of a running command (see :func:`activity`): what it is doing, for how long."""
 
-    def __init__(self, console: Console, label: str, interval_s: float):
+    def __init__(self, console: Console, label: str, interval_s: float, held: bool = False):
         self.console, self.label, self.interval_s = console, label, interval_s
+        self.held = held  # nothing shown until :func:`release`: a usage error stays the one line it is
         self.what: str | None = "starting"
         self.t0 = self.since = self.printed_at = time.perf_counter()
         self.step = 0  # one more at each doing(): a step's first plain line is printed once
@@ -191,7 +192,7 @@ class _Activity:
     def tick(self) -> None:
         """Called a few times a second: start the live line, or print a plain line, when due."""
         with self.lock:
-            if self.paused or self.what is None:
+            if self.paused or self.held or self.what is None:
                 return
             now = time.perf_counter()
             if self.console.is_terminal:
@@ -211,15 +212,19 @@ _ACTIVE: _Activity | None = None
 
 
 @contextmanager
-def activity(label: str, *, console: Console | None = None, interval_s: float = PLAIN_INTERVAL_S) -> Iterator[None]:
+def activity(
+    label: str, *, console: Console | None = None, interval_s: float = PLAIN_INTERVAL_S, held: bool = False
+) -> Iterator[None]:
     """One live line on ``console`` (default stderr) while the block runs: ``label: what (elapsed h:mm:ss)``,
     ``what`` the latest :func:`doing`: a spinner on a terminal, else a plain line when a step has lasted
-    :data:`FIRST_LINE_S` and every ``interval_s`` seconds. Nested calls keep the outer one."""
+    :data:`FIRST_LINE_S` and every ``interval_s`` seconds. Nested calls keep the outer one. ``held``: nothing is
+    shown until :func:`release` (the command line parsed: a usage error is one line, no "starting" before it);
+    the elapsed time counts from the start either way."""
     global _ACTIVE
     if _ACTIVE is not None:
         yield
         return
-    act = _Activity(Console(stderr=True) if console is None else console, label, interval_s)
+    act = _Activity(Console(stderr=True) if console is None else console, label, interval_s, held)
     _ACTIVE = act
     try:
         with _every(0.1, 0.1, act.tick, "datatools-activity"):
@@ -237,6 +242,17 @@ def doing(what: str | None) -> None:
     act = _ACTIVE
     if act is not None:
         act.set(what)
+
+
+def release() -> None:
+    """Let a held :func:`activity` show its line (the command's arguments are parsed: it runs)."""
+    act = _ACTIVE
+    if act is not None:
+        with act.lock:
+            act.held = False
+            if act.step == 0 and time.perf_counter() - act.t0 >= FIRST_LINE_S:  # a slow start: shown now
+                act.since = act.t0
+                act.tick()
 
 
 @contextmanager

@@ -9,6 +9,7 @@ or native error); **130** Ctrl-C.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import sys
@@ -89,11 +90,30 @@ class LazyGroup(click.Group):
         need = EXTRA_OF.get(name)
         if need and importlib.util.find_spec(need) is None:
             return _missing_extra(name, short, need)
-        return access_checked(getattr(importlib.import_module(module), attr))
+        return _released(access_checked(getattr(importlib.import_module(module), attr)))
 
     def format_commands(self, ctx, formatter) -> None:
         with formatter.section("Commands"):
             formatter.write_dl([(name, SUBCOMMANDS[name][2]) for name in self.list_commands(ctx)])
+
+
+def _released(command: click.Command) -> click.Command:
+    """``command`` whose callback first releases the held live line (:func:`~datatools.base.progress.release`):
+    its arguments are parsed, so a usage error printed nothing before its one line (once per command)."""
+    callback = command.callback
+    if callback is None or getattr(callback, "_releases", False):
+        return command
+
+    @functools.wraps(callback)
+    def run(*args, **kwargs):
+        from datatools.base.progress import release
+
+        release()
+        return callback(*args, **kwargs)
+
+    run._releases = True  # type: ignore[attr-defined]
+    command.callback = run
+    return command
 
 
 def _missing_extra(name: str, short: str, module: str) -> click.Command:
@@ -197,7 +217,7 @@ def _main(argv: list[str] | None) -> int:
             from datatools.base.progress import activity
 
             interrupts.install()  # a Ctrl-C is never lost, even when a library swallows its KeyboardInterrupt
-            with activity(f"datatools {name}"):
+            with activity(f"datatools {name}", held=True):  # shown once the arguments are parsed
                 result = cli.main(args=argv, prog_name="datatools", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return exc.exit_code

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import click
 
-from datatools.analysis.padding import DEFAULT_CTX_CAP
-from datatools.analysis.padding_input import analyze_input
-from datatools.analysis.padding_report import plot, render
-from datatools.analysis.write_config import TRAINERS, pipeline_config, write_pipeline_config
-from datatools.base.checks import MAX_BATCH, MAX_BUCKETS, MAX_CTX, MAX_WINDOW
+from datatools.base.checks import DEFAULT_CTX_CAP, MAX_BATCH, MAX_BUCKETS, MAX_CTX, MAX_WINDOW, TRAINERS
 from datatools.cli.common import emit_json, input_options, json_option, make_console, result_console
-from datatools.io.paths import display
 
 
 @click.command("analyze-padding")
@@ -83,10 +78,16 @@ from datatools.io.paths import display
 @click.option(
     "--write-config",
     "write_config",
-    type=click.Path(dir_okay=False),
+    type=str,
     default=None,
     help="Write the recommendation as a complete pipeline config (source, packing, the trainer's format and "
-    "global batch) that `datatools pipeline FILE` runs as written.",
+    "global batch) that `datatools pipeline FILE` runs as written: a file or an s3:// / gs:// URL (not replaced "
+    "unless --overwrite).",
+)
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="--write-config: replace the file (or object) if it exists.",
 )
 @click.option(
     "--trainer",
@@ -101,14 +102,21 @@ from datatools.io.paths import display
     default=None,
     help="Write a PNG: the length histogram beside each strategy's efficiency.",
 )
-def analyze_padding_command(path, curriculum, json_out, write_config, trainer, plot_out, **options):
+def analyze_padding_command(path, curriculum, json_out, write_config, overwrite, trainer, plot_out, **options):
     """Length distribution of PATH, the padding waste of every strategy, and a recommendation.
 
     Without PATH, --maxtext-config names the data: its grain_train_files (a glob or comma list of ArrayRecord
     or other files), train_data_columns and tokenizer_path (a SentencePiece model or tokenizer.json)."""
     if path is None and options["maxtext_config"] is None:
         raise click.UsageError("name the data as PATH, or give --maxtext-config whose grain_train_files names it")
-    report = analyze_input(path, console=make_console(stderr=True), curriculum=_lengths_list(curriculum), **options)
+    lengths = _lengths_list(curriculum, options["tile"])
+    if write_config is not None:
+        _check_config_target(write_config, overwrite)
+    from datatools.analysis.padding_input import analyze_input  # numba: once the arguments are parsed
+    from datatools.analysis.padding_report import plot, render
+    from datatools.io.paths import display
+
+    report = analyze_input(path, console=make_console(stderr=True), curriculum=lengths, **options)
     console = result_console(stderr=json_out == "-")
     render(report, console, source=report.source or display(path))
     if plot_out:
@@ -119,9 +127,10 @@ def analyze_padding_command(path, curriculum, json_out, write_config, trainer, p
     emit_json(json_out, report)
 
 
-def _lengths_list(text: str | None) -> tuple[int, ...]:
-    """``--curriculum 1024,2048`` as lengths; a bad list is a usage error naming it."""
-    if not text:
+def _lengths_list(text: str | None, tile: int) -> tuple[int, ...]:
+    """``--curriculum 1024,2048`` as lengths, refused as the pipeline's ``curriculum.lengths`` refuses them (1 to
+    MAX_BUCKETS lengths, increasing, multiples of the tile); a bad list is a usage error naming it."""
+    if text is None:
         return ()
     try:
         values = tuple(int(x) for x in text.split(",") if x.strip())
@@ -129,9 +138,31 @@ def _lengths_list(text: str | None) -> tuple[int, ...]:
         raise click.BadParameter(
             f"{text!r} is not a comma list of lengths (tokens)", param_hint="--curriculum"
         ) from None
-    if not values or min(values) < 1 or max(values) > MAX_CTX:
+    if not 1 <= len(values) <= MAX_BUCKETS:
+        raise click.BadParameter(f"{text!r}: give 1 to {MAX_BUCKETS:,} lengths (tokens)", param_hint="--curriculum")
+    if min(values) < 1 or max(values) > MAX_CTX:
         raise click.BadParameter(f"{text!r}: lengths must be 1 to {MAX_CTX:,} tokens", param_hint="--curriculum")
+    if any(b <= a for a, b in zip(values, values[1:])):
+        raise click.BadParameter(f"{text!r}: lengths must be increasing", param_hint="--curriculum")
+    bad = [n for n in values if n % tile]
+    if bad:
+        raise click.BadParameter(
+            f"{text!r}: lengths must be multiples of --tile {tile}; {bad[0]} is not", param_hint="--curriculum"
+        )
     return values
+
+
+def _check_config_target(out: str, overwrite: bool) -> None:
+    """Before any work: ``--write-config OUT`` names a file or object that may be written (not one that exists,
+    without ``--overwrite``; not a directory)."""
+    from datatools.io import storage
+
+    if out == "":
+        raise click.BadParameter("the path is empty ('')", param_hint="--write-config")
+    if storage.is_dir(out):
+        raise click.BadParameter(f"{out}: is a directory", param_hint="--write-config")
+    if not overwrite and storage.exists(out):
+        raise click.BadParameter(f"{out}: already exists; pass --overwrite to replace it", param_hint="--write-config")
 
 
 def _write_config(report, out, trainer, path, column, tokenizer, console) -> None:
@@ -141,6 +172,8 @@ def _write_config(report, out, trainer, path, column, tokenizer, console) -> Non
     trainer = trainer or ("maxtext" if settings is not None else "datatools")
     inp = report.input or {}
     tok = inp.get("tokenizer") or {}
+    from datatools.analysis.write_config import pipeline_config, write_pipeline_config
+
     config = pipeline_config(
         report,
         source=str(path) if path is not None else str(report.source),

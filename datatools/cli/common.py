@@ -129,8 +129,7 @@ def tokenizer_options(command):
 def input_options(command):
     """How an input is read (analyze-padding, pack): ``--column``, ``--tokenizer`` with :func:`tokenizer_options`,
     ``--eos-id`` and ``--bin-dtype``."""
-    from datatools.base.checks import MAX_TOKEN_ID  # here, not at the top: `datatools --help` imports no numpy
-    from datatools.io.numpy_files import BIN_DTYPES
+    from datatools.base.checks import BIN_DTYPES, MAX_TOKEN_ID  # here, not at the top: `--help` imports no numpy
 
     command = click.option(
         "--bin-dtype",

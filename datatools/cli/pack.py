@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import click
 
-from datatools.base.checks import MAX_CTX, OVERFLOW_POLICIES
+from datatools.base.checks import MAX_CTX, OVERFLOW_POLICIES, PACK_ALGORITHMS
 from datatools.cli.common import emit_json, input_options, json_option, make_console, result_console
-from datatools.kernels.packing import ALGORITHMS
 
 
 @click.command("pack")
 @click.argument("data", type=click.Path())
 @click.argument("out", type=click.Path())
 @click.option("--ctx", type=click.IntRange(1, MAX_CTX), required=True, help="Row length (tokens).")
-@click.option("--algorithm", type=click.Choice(ALGORITHMS), default="best_fit_decreasing", show_default=True)
+@click.option("--algorithm", type=click.Choice(PACK_ALGORITHMS), default="best_fit_decreasing", show_default=True)
 @click.option("--max-segments", type=click.IntRange(1, MAX_CTX), default=None, help="Cap on documents per row.")
 @click.option(
     "--align",

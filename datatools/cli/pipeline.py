@@ -5,11 +5,9 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
+from datatools.base.checks import MAX_WORKERS
 from datatools.base.progress import count_progress
 from datatools.cli.common import emit_json, json_option, make_console, overrides_option
-from datatools.pipeline import load_config
-from datatools.pipeline.config import MAX_WORKERS
-from datatools.pipeline.run import run_pipeline
 
 
 @click.command("pipeline")
@@ -43,6 +41,9 @@ def pipeline_command(config, source, overrides, steps, workers, json_out, step_s
     CONFIG is a YAML file, or the name of a config shipped with datatools (pretrain_block_8192,
     finetune_packed_1024, bucketed, ...; configs/README.md describes them).
     """
+    from datatools.pipeline import load_config  # Grain, JAX: imported once the arguments are parsed
+    from datatools.pipeline.run import run_pipeline
+
     cfg = load_config(config, source=source, overrides=overrides)
     if workers is not None:
         cfg = cfg.replace(workers=workers)

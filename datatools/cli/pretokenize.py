@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import click
 
-from datatools.base.checks import MAX_CTX
+from datatools.base.checks import ENGINES, MAX_CTX
 from datatools.cli.common import make_console, tokenizer_options
-from datatools.jobs.pretokenize import ENGINES, pretokenize, require_engine
 
 
 @click.command("pretokenize")
@@ -38,8 +37,9 @@ from datatools.jobs.pretokenize import ENGINES, pretokenize, require_engine
 @click.option(
     "--check",
     is_flag=True,
-    help="When OUTPUT already holds this job's store, read back every chunk's sha256 before calling it complete "
-    "(without it: the listing and every chunk's size). A damaged store is rebuilt.",
+    hidden=True,
+    help="Kept for scripts: a rerun always checks this job's store at OUTPUT as `datatools verify` does "
+    "(every chunk's sha256, shard_index.bin) before calling it complete, and repairs a damaged one.",
 )
 def pretokenize_command(inputs, engine, **options):
     """Tokenize INPUTS (Parquet, JSONL, .txt, Arrow, HF save_to_disk dirs) into the token store OUTPUT.
@@ -47,6 +47,8 @@ def pretokenize_command(inputs, engine, **options):
     Resumable: run the same command again after an interruption and it finishes
     where it stopped. OUTPUT appears only when complete.
     """
+    from datatools.jobs.pretokenize import pretokenize, require_engine  # once the arguments are parsed
+
     require_engine(engine)  # like `train` without jax: the install line, exit 1, before anything is created
     result = pretokenize(list(inputs), engine=engine, **options)
     err = make_console(stderr=True)

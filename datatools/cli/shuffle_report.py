@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from datatools.analysis.shuffle_quality import shuffle_report
 from datatools.base.checks import MAX_REPORT_RECORDS
 from datatools.base.progress import doing
 from datatools.base.tables import fitted_table
@@ -43,6 +42,8 @@ def _records(name: str, text: str, **kwargs):
 def shuffle_report_command(json_out, **options):
     """Distinct groups per batch against a full shuffle's expectation, displacement, and I/O cost."""
     doing(f"measuring the shuffles of {options['n']:,} records")
+    from datatools.analysis.shuffle_quality import shuffle_report  # numba: once the arguments are parsed
+
     report = shuffle_report(**options)
     console = result_console(stderr=json_out == "-")
     title = (

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from contextlib import ExitStack
+from typing import TYPE_CHECKING
 
 import click
 from rich.table import Table
 
+from datatools.base.checks import ATTENTIONS
 from datatools.base.progress import count_progress, doing
 from datatools.cli.common import emit_json, json_option, make_console
-from datatools.train.device_errors import device_errors
-from datatools.train.loop import LengthRate, StepRecord, load_train_config, train
-from datatools.train.model import ATTENTIONS
+
+if TYPE_CHECKING:
+    from datatools.train.loop import LengthRate, StepRecord
 
 
 @click.command("train")
@@ -36,6 +38,9 @@ from datatools.train.model import ATTENTIONS
 @json_option("the summary and per-step records", then="")
 def train_command(config, steps, source, attention, grad_accum_steps, json_out):
     """Train the CONFIG's model on its pipeline: loss, tokens/s, efficiency and MFU per step."""
+    from datatools.train.device_errors import device_errors  # JAX: imported once the arguments are parsed
+    from datatools.train.loop import load_train_config, train
+
     cfg = load_train_config(config, steps=steps, source=source, attention=attention, grad_accum_steps=grad_accum_steps)
     console = make_console(stderr=json_out == "-")
     err = make_console(stderr=True)

@@ -10,7 +10,6 @@ from rich.table import Table
 
 from datatools.base.progress import count_progress
 from datatools.cli.common import emit_json, json_option, make_console, result_console
-from datatools.io.store_verify import verify_store
 
 
 @click.command("verify")
@@ -21,6 +20,8 @@ def verify_command(store, json_out):
     (0 first, never decreasing, num_tokens last) and the token range (below vocab_size)."""
     err = make_console(stderr=True)
     with _progress(err) as advance:
+        from datatools.io.store_verify import verify_store  # tensorstore: once the arguments are parsed
+
         report = verify_store(store, progress=advance)
     console = result_console(stderr=json_out == "-")
     table = Table(title=f"{report.path}: whole (store version {report.version})", title_justify="left")

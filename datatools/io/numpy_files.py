@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
+from datatools.base.checks import BIN_DTYPES  # noqa: F401 (here since the command line lists them)
 from datatools.io import storage
 from datatools.io.paths import display
 
-BIN_DTYPES = ("uint16", "uint32")
 FLAT_SLICE = 1 << 24  # tokens per slice of a flat token file (64 MiB as int32)
 INT32_MAX = (1 << 31) - 1  # token ids travel as int32
 

@@ -8,6 +8,8 @@ one ranged GET, decoded here. A chunk ending in another crc32c than the index re
 
 from __future__ import annotations
 
+import asyncio
+import os
 import threading
 from collections.abc import Callable
 from typing import BinaryIO
@@ -16,6 +18,8 @@ import google_crc32c
 import numpy as np
 import pyarrow as pa
 import tensorstore as ts
+
+from datatools.io import storage
 
 INDEX_KEY = "shard_index.bin"  # every shard's index entries, back to back (under the store's root)
 INDEX_ENTRY_BYTES = 16  # a shard's own index entry (zarr v3 sharding_indexed): offset and size, uint64 each
@@ -181,11 +185,14 @@ def read(
     damaged: Callable[[str], ValueError],
     failed: Callable[[BaseException, str], BaseException],
     out: np.ndarray | None = None,
+    where: str | os.PathLike | None = None,
 ) -> JoinedRead:
     """Tokens ``[begin, end)`` of the sharded array in ``kv`` (shard indices ``table``, inner chunks of ``inner``
     tokens), one ranged GET per :func:`byte_runs` run, issued now (in ``batch``), decoded into ``out`` (``end -
     begin`` tokens of ``dtype``; a new array if None) by whoever asks for the result first. ``damaged(text)`` makes
-    the error of a missing or bad chunk, ``failed(exc, key)`` that of a failed GET."""
+    the error of a missing or bad chunk, ``failed(exc, key)`` that of a failed GET. ``where``: the array's place (in a
+    bucket each GET is bounded, :func:`storage.bounded`: one unanswered past the bound raises a StorageError naming
+    the object)."""
     per_shard = table.shape[1]
     first, last = begin // inner, (end - 1) // inner  # inner chunks, over the whole array
     plan = []  # (shard, chunk in shard, count, start) per ranged GET
@@ -196,7 +203,8 @@ def read(
     parts = []
     for shard, j, count, start in plan:
         stop = int(table[shard, j + count - 1, 0] + table[shard, j + count - 1, 1])
-        parts.append(kv.read(f"c/{shard}", byte_range=slice(int(start), stop), batch=batch))
+        part = kv.read(f"c/{shard}", byte_range=slice(int(start), stop), batch=batch)
+        parts.append(part if where is None else storage.bounded(part, storage.join(where, f"c/{shard}")))
 
     def assemble(parts: list) -> np.ndarray:
         target = np.empty(end - begin, dtype) if out is None else out
@@ -209,6 +217,10 @@ def read(
                 got = part.result()
             except ValueError as exc:
                 raise failed(exc, f"c/{shard}") from None
+            except asyncio.CancelledError:  # past its bound, unanswered (storage.bounded)
+                if where is None:
+                    raise
+                raise storage.timeout_error(storage.join(where, f"c/{shard}")) from None
             if got.state != "value":
                 raise damaged(f"chunk tokens/c/{shard} is missing")
             data = bytes(got.value)

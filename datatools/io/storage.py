@@ -9,12 +9,15 @@ environment. An unreachable or silent endpoint, a missing bucket or missing cred
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import io
 import logging
 import os
 import socket
 import stat
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -395,6 +398,97 @@ def kvstore_spec(path: str | os.PathLike) -> dict:
             spec["aws_credentials"] = {"type": "environment"}
         return spec
     return {"driver": "gcs", "bucket": bucket, "path": prefix, "gcs_request_retries": dict(TS_RETRIES)}
+
+
+# --------------------------------------------------------------------------- a bound on every tensorstore request
+
+REQUEST_TIMEOUT_S = 25.0  # a tensorstore request to object storage unanswered this long, while no other request to
+# its bucket completed in that time either (a silent endpoint, not a busy one), is cancelled: its wait raises a
+# StorageError naming the URL. tensorstore reads its curl timeouts (TS_CURL_ENV) once per process, at its first HTTP
+# request: in a process that made one before datatools set them (a trainer that opened a checkpoint first), requests
+# have no timeout at all. This bound is datatools' own, per request, whatever the process did before.
+_WATCH_PERIOD_S = 0.25
+
+
+class _Watch:
+    """The tensorstore futures of requests to object storage still pending, and when each bucket last answered."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pending: dict[int, tuple[object, str, str, float]] = {}  # id -> (future, url, bucket, issued)
+        self.answered: dict[str, float] = {}  # bucket -> time a request to it last completed
+        self.thread: threading.Thread | None = None
+
+    def add(self, future, url: str, bucket: str) -> None:
+        key = id(future)
+        with self.lock:
+            self.pending[key] = (future, url, bucket, time.monotonic())
+            if self.thread is None:
+                self.thread = threading.Thread(target=self.run, name="datatools-request-deadlines", daemon=True)
+                self.thread.start()
+
+        def done(f) -> None:  # on tensorstore's thread (or at once): never under our lock while cancelling
+            with self.lock:
+                entry = self.pending.pop(key, None)
+                if entry is not None and not f.cancelled():
+                    self.answered[bucket] = time.monotonic()
+
+        future.add_done_callback(done)
+
+    def run(self) -> None:
+        while True:
+            time.sleep(_WATCH_PERIOD_S)
+            now, bound = time.monotonic(), REQUEST_TIMEOUT_S
+            with self.lock:
+                late = [
+                    (key, f, url)
+                    for key, (f, url, bucket, issued) in self.pending.items()
+                    if now - issued > bound and now - self.answered.get(bucket, 0.0) > bound
+                ]
+                for key, _, _ in late:
+                    self.pending.pop(key, None)
+            for _, f, _ in late:  # outside the lock: cancelling runs the future's callbacks here
+                f.cancel()  # type: ignore[attr-defined]
+
+
+_WATCH = _Watch()
+
+
+def bounded(future, where: str | os.PathLike):
+    """``future`` (a tensorstore future of a request to the object at ``where``) cancelled past
+    :data:`REQUEST_TIMEOUT_S` with no answer from its bucket; a local path's future is returned as it is. Wait for it
+    with :func:`result` (or turn its ``CancelledError`` into the StorageError with :func:`timeout_error`)."""
+    parts = _split(where)
+    if parts is not None:
+        _WATCH.add(future, url_of(where), f"{parts[0]}://{parts[1]}")
+    return future
+
+
+def timeout_error(where: str | os.PathLike) -> StorageError:
+    """The StorageError of a request to ``where`` cancelled by :func:`bounded`: named, exit 1."""
+    proto = split_url(where)[0]
+    return StorageError(
+        errno.ETIMEDOUT,
+        f"the storage endpoint {endpoint_of(proto)} sent no answer in {REQUEST_TIMEOUT_S:g} s (request cancelled)",
+        url_of(where),
+    )
+
+
+def result(future, where: str | os.PathLike):
+    """``future.result()`` of a :func:`bounded` future: a cancelled request raises :func:`timeout_error`; a failure
+    of the storage (tensorstore's ``ValueError`` of an unavailable endpoint, retries exhausted) an ``OSError`` naming
+    ``where``; anything else as it is."""
+    try:
+        return future.result()
+    except asyncio.CancelledError:
+        raise timeout_error(where) from None
+    except ValueError as exc:
+        from datatools.io.io_errors import as_os_error
+
+        err = as_os_error(exc, url_of(where)) if is_url(where) else None
+        if err is None:
+            raise
+        raise err from None
 
 
 # --------------------------------------------------------------------------- errors

@@ -70,7 +70,7 @@ def array_kvstore(path: str | os.PathLike) -> ts.KvStore:
     spec = storage.kvstore_spec(path)
     if spec["path"] and not spec["path"].endswith("/"):
         spec["path"] += "/"
-    return ts.KvStore.open(spec).result()
+    return storage.result(storage.bounded(ts.KvStore.open(spec), path), path)
 
 
 def _create(path: str | Path, dtype: np.dtype, length: int, chunk: int, inner: int | None = None):
@@ -202,15 +202,18 @@ def lacks_shard_index(manifest: dict) -> bool:
 
 
 def add_shard_index(path: str | os.PathLike) -> None:
-    """Give a store written before ``shard_index.bin`` its index and record (as a fresh run of the job would).
+    """Give a store written before ``shard_index.bin`` its index and record (as a fresh run of the job would), or
+    rewrite a damaged or missing one from the chunks (the manifest rewritten only when its record changes).
     ValueError naming the store, nothing written, when its chunks differ from the manifest's records."""
     path = location(path)
     manifest = read_manifest(path)
     chunks, digests, index = record_chunks(path)
     if chunks != manifest.get("chunks") or digests != manifest.get("digests") or index is None:
         raise _damaged(path, manifest, f"{display(path)}: its chunks differ from the manifest's records")
-    manifest.update(_write_shard_index(path, index))
-    storage.write_text(storage.join(path, "manifest.json"), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    record = _write_shard_index(path, index)
+    if manifest.get("shard_index") != record["shard_index"]:
+        manifest.update(record)
+        storage.write_text(storage.join(path, "manifest.json"), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
 def chunk_records(path: str | os.PathLike) -> dict:
@@ -230,7 +233,7 @@ def record_chunks(path: str | os.PathLike) -> tuple[dict, dict, bytes | None]:
         with os_errors(where):
             index = _index_bytes(ts.open(zarr_spec(where), open=True).result())
             records, fast, heads = {}, {}, {}
-            for key, value in read_keys(array_kvstore(where), sorted(array_keys(where), key=_key_order)):
+            for key, value in read_keys(array_kvstore(where), sorted(array_keys(where), key=_key_order), where):
                 if value is None:  # listed a moment ago
                     raise ValueError(f"{display(storage.join(where, key))}: removed while the store was recorded")
                 records[key] = [len(value), hashlib.sha256(value).hexdigest()]
@@ -289,12 +292,16 @@ def _key_order(key: str) -> tuple:
     return (1, int(m.group(1)), key) if m else (0, 0, key)
 
 
-def read_keys(kv: ts.KvStore, keys: list[str]) -> Iterator[tuple[str, bytes | None]]:
-    """(key, value) of each kvstore key, ``_READS_IN_FLIGHT`` reads at a time; None for a missing key."""
+def read_keys(
+    kv: ts.KvStore, keys: list[str], where: str | os.PathLike | None = None
+) -> Iterator[tuple[str, bytes | None]]:
+    """(key, value) of each kvstore key, ``_READS_IN_FLIGHT`` reads at a time; None for a missing key. ``where``: the
+    kvstore's place (a URL's requests are bounded: :func:`storage.bounded`)."""
     for i in range(0, len(keys), _READS_IN_FLIGHT):
         batch = keys[i : i + _READS_IN_FLIGHT]
-        for k, f in zip(batch, [kv.read(k) for k in batch]):
-            r = f.result()
+        named = [storage.join(where, k) if where is not None else k for k in batch]
+        for k, name, f in zip(batch, named, [storage.bounded(kv.read(k), name) for k, name in zip(batch, named)]):
+            r = storage.result(f, name)
             yield k, (bytes(r.value) if r.state == "value" else None)
 
 
@@ -400,8 +407,10 @@ class TokenStore:
     def _start_shard_table(self) -> None:
         """Start reading ``shard_index.bin`` (with the offsets, or on open) when reads will use it; no wait."""
         if self.ranged_reads and self._shard_table is None and self._shard_table_read is None:
-            kv = ts.KvStore.open(storage.kvstore_spec(self.path)).result()  # the store's prefix (a bucket's: "KEY/")
-            self._shard_table_read = kv.read(shard_reads.INDEX_KEY)
+            spec = storage.kvstore_spec(self.path)  # the store's prefix (a bucket's: "KEY/")
+            kv = storage.result(storage.bounded(ts.KvStore.open(spec), self.path), self.path)
+            where = storage.join(self.path, shard_reads.INDEX_KEY)
+            self._shard_table_read = storage.bounded(kv.read(shard_reads.INDEX_KEY), where)
 
     def shard_table(self) -> np.ndarray:
         """``shard_index.bin`` as (shards, inner chunks per shard, 3) uint64 ``(offset, nbytes, crc32c)``, read once
@@ -412,7 +421,7 @@ class TokenStore:
             if not isinstance(record, dict):
                 raise ValueError(f"{display(self.path)}: this store has no shard index")
             if self._shard_table_read is not None:
-                got = self._shard_table_read.result()
+                got = storage.result(self._shard_table_read, storage.join(self.path, shard_reads.INDEX_KEY))
                 data = bytes(got.value) if got.state == "value" else None
                 self._shard_table_read = None
             else:
@@ -462,14 +471,15 @@ class TokenStore:
                 "gcs_request_concurrency": {"limit": REQUESTS_IN_FLIGHT},
             },
         }
-        return ts.open(
+        opening = ts.open(
             spec, open=True, read=True, dtype=ts.dtype(self.dtype_of(name).name), shape=[self.shape_of(name)]
         )
+        return storage.bounded(opening, storage.join(self.path, name, "zarr.json"))
 
     def _opened(self, name: str, opening: ts.Future):
         """The array :meth:`_opening` opens; ValueError naming the store when it is missing or disagrees."""
         try:
-            return opening.result()
+            return storage.result(opening, storage.join(self.path, name, "zarr.json"))
         except ValueError as exc:
             if (err := as_os_error(exc, storage.join(self.path, name))) is not None:
                 raise err from None
@@ -534,8 +544,9 @@ class TokenStore:
         arr = self._array(name)
         if end > begin:
             self.check_objects(name, begin, end)
+        where = storage.join(self.path, name)
         try:
-            return arr[begin:end].read().result()
+            return storage.result(storage.bounded(arr[begin:end].read(), where), where)
         except ValueError as exc:
             if status_code(exc) not in _DATA_ERRORS:
                 if (err := as_os_error(exc, storage.join(self.path, name))) is not None:
@@ -650,18 +661,22 @@ class TokenStore:
                 damaged=lambda text: self.damaged(f"{display(self.path)}: {text}"),
                 failed=self._read_failed,
                 out=out,
+                where=storage.join(self.path, "tokens"),
             )
         checks = self.check_objects("tokens", begin, end, batch=batch, wait=False) if end > begin else []
         if out is None:
             read = self.tokens[begin:end].read(batch=batch)
         else:
             read = ts.array(out, copy=False, write=True).write(self.tokens[begin:end], batch=batch).commit
-        if not checks and out is None:
+        remote = storage.location(self.path).reads_are_requests
+        where = storage.join(self.path, "tokens")
+        read = storage.bounded(read, where)
+        if not checks and out is None and not remote:
             return read
 
         def checked(_: list) -> np.ndarray:  # handed over once the objects the read touched are checked
             self.confirm(checks)
-            value = read.result()
+            value = storage.result(read, where)  # a request cancelled past its bound: a StorageError naming it
             return value if out is None else out
 
         return JoinedRead([read, *(f for _, _, (f, _) in checks if f is not None)], checked)
@@ -706,12 +721,15 @@ class TokenStore:
             heads = digests.get(f"{name}_index") if fast else None
             if not isinstance(heads, dict):
                 return (None, ("none", None))  # a store written before the digests: its sizes were checked on open
-            return (kv.read(key, batch=batch, byte_range=slice(0, index)), ("index", heads.get(key)))
+            read = kv.read(key, batch=batch, byte_range=slice(0, index))
+            return (storage.bounded(read, storage.join(self.path, name, key)), ("index", heads.get(key)))
         if name == "tokens" and index and isinstance(self.manifest.get("shard_index"), dict):
             return (None, ("entries", self._shard_mismatch(key)))  # local: the index and the chunks' crc32c
+        where = storage.join(self.path, name, key)
         if fast and isinstance(digests.get(name), dict):
-            return (kv.read(key, batch=batch), ("xxh3", digests[name].get(key)))
-        return (kv.read(key, batch=batch), ("sha256", self.manifest["chunks"][name].get(key, [0, None])[1]))
+            return (storage.bounded(kv.read(key, batch=batch), where), ("xxh3", digests[name].get(key)))
+        recorded = self.manifest["chunks"][name].get(key, [0, None])[1]
+        return (storage.bounded(kv.read(key, batch=batch), where), ("sha256", recorded))
 
     def _shard_mismatch(self, key: str) -> str | ValueError | None:
         """Why local tokens shard ``key`` is not the one ``shard_index.bin`` records, or None
@@ -748,7 +766,7 @@ class TokenStore:
             value: bytes | None = b""
             if future is not None:
                 try:
-                    got = future.result()
+                    got = storage.result(future, storage.join(self.path, name, key))
                 except ValueError as exc:
                     if (err := as_os_error(exc, storage.join(self.path, name, key))) is not None:
                         raise err from None

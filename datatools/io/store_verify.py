@@ -20,6 +20,12 @@ from datatools.io.paths import display
 from datatools.io.store import ARRAYS, TokenStore, array_kvstore, is_count, lacks_shard_index, read_keys
 
 
+class IndexDamage(ValueError):
+    """``shard_index.bin`` is missing or disagrees with its record or with a shard, every chunk being as recorded
+    (checked before it): rewriting the index from the chunks repairs it
+    (:func:`~datatools.io.store.add_shard_index`)."""
+
+
 @dataclass
 class VerifyReport(Report):
     """What :func:`verify_store` checked (sizes in bytes, times in seconds); ``datatools verify`` prints it and
@@ -135,12 +141,16 @@ def _check_shard_index(store: TokenStore, heads: list[bytes]) -> None:
     try:
         data = storage.read_bytes(storage.join(store.path, shard_reads.INDEX_KEY))
     except FileNotFoundError:
-        raise store.damaged(f"{where} is missing") from None
+        raise IndexDamage(str(store.damaged(f"{where} is missing"))) from None
     if len(data) != record.get("bytes") or hashlib.sha256(data).hexdigest() != record.get("sha256"):
-        raise store.damaged(f"{where} is corrupt (its bytes differ from the manifest's record)")
+        raise IndexDamage(str(store.damaged(f"{where} is corrupt (its bytes differ from the manifest's record)")))
     size = len(heads[0]) if heads else 0
     for k, head in enumerate(heads):
         if data[k * size : (k + 1) * size] != head:
-            raise store.damaged(f"{where} is corrupt (it disagrees with tokens/c/{k}: its index or chunks)")
+            raise IndexDamage(
+                str(store.damaged(f"{where} is corrupt (it disagrees with tokens/c/{k}: its index or chunks)"))
+            )
     if len(data) != size * len(heads):
-        raise store.damaged(f"{where} is corrupt ({len(data)} bytes for {len(heads)} shards of {size})")
+        raise IndexDamage(
+            str(store.damaged(f"{where} is corrupt ({len(data)} bytes for {len(heads)} shards of {size})"))
+        )

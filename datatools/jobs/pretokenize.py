@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from datatools.base import interrupts
-from datatools.base.checks import short_repr
+from datatools.base.checks import ENGINES, short_repr
 from datatools.base.install import missing
 from datatools.base.progress import doing, job_progress
 from datatools.io import storage
@@ -39,12 +39,11 @@ from datatools.io.store import (
     token_dtype,
     write_store,
 )
-from datatools.io.store_verify import verify_store
+from datatools.io.store_verify import IndexDamage, verify_store
 from datatools.io.tables import check_column, shard_bytes, shard_texts
 from datatools.io.tokenizer import TextEncoder, open_encoder
 from datatools.jobs.staging import fault, manifest_reads, open_staging
 
-ENGINES = ("local", "ray")
 PIECE_TOKENS = 1 << 20  # a shard's tokens are committed in pieces of about this many tokens ...
 PIECE_SECONDS = 10.0  # ... or this many seconds of work, whichever comes first: what a kill may lose, per worker
 ENCODE_CHARS = 1 << 22  # characters of text per tokenizer call (and progress report) within a shard
@@ -233,9 +232,10 @@ def pretokenize(
       bos, eos: a token before / after every document: a name, an id, ``"auto"`` (or True), or None.
       ctx, tile: with ctx, documents longer than ctx split into windows (ctx a multiple of tile).
       workers: tokenizer processes (local) or Ray tasks in flight; ``ray_address``: None starts a local Ray.
-      overwrite: replace a store of a different job; a store of this job is checked as with ``check``.
-      check: a store of this job already there has every key's sha256 read back, else its key sizes compared with
-        the manifest; a damaged store is rebuilt either way (:func:`store_damage`).
+      overwrite: replace a store of a different job; a store of this job is checked, as without it.
+      check: kept for callers; a store of this job already there is always checked as ``datatools verify`` checks
+        it (:func:`store_damage`: every byte read back) before it is called complete; a damaged one is repaired
+        (``shard_index.bin`` alone rewritten from the chunks, anything else rebuilt by this run).
 
     Raises:
       ValueError: bad input or options, an output of another job without ``overwrite``, an OUTPUT (or
@@ -292,10 +292,19 @@ def pretokenize(
     if is_token_store(output) and (not overwrite or manifest_reads(output)):
         m = read_manifest(output)
         same = m.get("job") == job and m.get("version") == VERSION
-        damage = store_damage(output, check or overwrite) if same else None  # --overwrite: every sha256 too
+        status = "already complete"
+        damage = store_damage(output) if same else None  # what verify checks: every byte read back
+        if damage and damage.index_only:  # every chunk as recorded: the index rewritten from them, no token
+            add_shard_index(output)
+            extra["repaired"] = (
+                f"{display(output)}: damaged ({damage}); repaired: {INDEX_KEY} rewritten from the chunks "
+                f"(no token rewritten)"
+            )
+            status = "repaired"
+            damage = store_damage(output)
         if damage:  # the same job's store, damaged: rebuilt below (the same job writes the same bytes)
             extra["repaired"] = f"{display(output)}: damaged ({damage}); repaired: rebuilt by this run"
-        elif same:  # a kill after the rename / the manifest
+        elif same:  # a kill after the rename / the manifest, or a store whose index was rewritten above
             if lacks_shard_index(m):  # written before shard_index.bin: added with --overwrite (tokens kept)
                 if overwrite:
                     add_shard_index(output)
@@ -314,7 +323,7 @@ def pretokenize(
                 len(shards),
                 len(shards),
                 time.perf_counter() - t0,
-                "already complete",
+                status,
                 extra,
             )
         if not overwrite and not damage:
@@ -377,34 +386,47 @@ def pretokenize(
     )
 
 
-def store_damage(output: str | Path, check: bool = False) -> str | None:
-    """What is wrong with the token store at ``output``, in a few words, or None when it is whole: opened as
-    readers open it, every key's size against the manifest (one listing), with ``check`` every key's sha256."""
+class Damage(str):
+    """What is wrong with a store, in a few words; ``index_only``: only ``shard_index.bin`` (every chunk as the
+    manifest records), which :func:`~datatools.io.store.add_shard_index` rewrites from the chunks."""
+
+    index_only: bool = False
+
+
+def store_damage(output: str | Path) -> Damage | None:
+    """What is wrong with the token store at ``output`` (:class:`Damage`), or None when it is whole: opened as
+    readers open it, every key's size against the manifest (one listing), then everything ``datatools verify``
+    checks (:func:`~datatools.io.store_verify.verify_store`: every byte read back, ``shard_index.bin`` included)."""
     try:
         manifest = read_manifest(output)
         TokenStore(output)
     except ValueError as exc:
-        return _short(exc)
+        return Damage(_short(exc))
     chunks = manifest.get("chunks")
     if isinstance(chunks, dict):
-        sizes = storage.file_sizes(output)  # one walk, or one listing
+        sizes = storage.file_sizes(output)  # one walk, or one listing: the cheap damage first
         for name in ("tokens", "offsets"):
             for key, record in (chunks.get(name) or {}).items():
                 got = sizes.get(f"{name}/{key}")
                 if got is None:
-                    return f"{name}/{key} is missing"
+                    return Damage(f"{name}/{key} is missing")
                 if isinstance(record, list) and record and got != record[0]:
-                    return f"{name}/{key} holds {got} bytes, the manifest records {record[0]}"
-    if check:
-        try:
-            verify_store(output)
-        except ValueError as exc:
-            return _short(exc)
+                    return Damage(f"{name}/{key} holds {got} bytes, the manifest records {record[0]}")
+    doing(f"checking {display(output)}: every chunk read back (as datatools verify)")
+    try:
+        verify_store(output)
+    except IndexDamage as exc:
+        damage = Damage(_short(exc))
+        damage.index_only = True
+        return damage
+    except ValueError as exc:
+        return Damage(_short(exc))
     return None
 
 
 def _short(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
+    """The error's text on one line, without the repair command it names (the rerun is that repair), cut short."""
+    text = " ".join(str(exc).split()).split("; repair: ")[0]
     return text if len(text) <= 300 else text[:297] + "..."
 
 

@@ -18,6 +18,7 @@ from datatools.base.checks import (
     MAX_RECORDS,
     MAX_TOKEN_ID,
     MAX_WINDOW,
+    MAX_WORKERS,
     OVERFLOW_POLICIES,
 )
 from datatools.io.yaml_files import load_yaml
@@ -25,8 +26,6 @@ from datatools.kernels.batch_layouts import BOUNDARY_TARGETS, FORMATS, POSITIONS
 from datatools.kernels.loss_weights import LOSS_WEIGHTINGS
 from datatools.kernels.packing import ALGORITHMS
 from datatools.pipeline.schema import OneOf, field, from_dict
-
-MAX_WORKERS = 64  # Grain worker processes: each is a fresh interpreter (~1-2 s of CPU to start); 1024 ran past 60 s
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,10 @@ from typing import Annotated, Literal
 import jax
 import jax.numpy as jnp
 
-from datatools.base.checks import MAX_CTX, MAX_VOCAB
+from datatools.base.checks import ATTENTIONS, MAX_CTX, MAX_VOCAB
 from datatools.kernels.attention_blocks import TILE_KEYS
 from datatools.pipeline.schema import OneOf, field
 from datatools.train.attention import SPARSE_KEYS, blocksparse_attention, dense_attention, fused_attention
-
-ATTENTIONS = ("dense", "blocksparse", "fused", "splash", "pallas_blocksparse", "pallas_gpu", "cudnn")
 
 
 @dataclass(frozen=True)

@@ -58,10 +58,10 @@ def store(tmp_path_factory):
 
 
 def test_analyze_padding_json_is_the_api_report(monkeypatch, capsys, store, tmp_path):
+    from datatools.analysis import padding_input
     from datatools.analysis.padding_result import PaddingReport
-    from datatools.cli import analyze_padding
 
-    seen = capture(monkeypatch, analyze_padding, "analyze_input")
+    seen = capture(monkeypatch, padding_input, "analyze_input")  # the command imports it from there when it runs
     printed, report = run_and_compare(
         ["analyze-padding", str(store), "--ctx", "512", "--maxtext-set", "max_target_length=1024"],
         capsys,
@@ -74,12 +74,12 @@ def test_analyze_padding_json_is_the_api_report(monkeypatch, capsys, store, tmp_
 
 
 def test_pipeline_json_is_the_api_report(monkeypatch, capsys, store, tmp_path):
-    from datatools.cli import pipeline
+    from datatools.pipeline import run as pipeline_run
     from datatools.pipeline.run import PipelineRunReport
 
     cfg = tmp_path / "p.yaml"
     cfg.write_text(f"source: {{path: {store}}}\npacking: {{ctx: 512}}\nbatch_size: 4\nworkers: 0\n")
-    seen = capture(monkeypatch, pipeline, "run_pipeline")
+    seen = capture(monkeypatch, pipeline_run, "run_pipeline")  # the command imports it from there when it runs
     printed, report = run_and_compare(["pipeline", str(cfg), "--steps", "1"], capsys, seen, PipelineRunReport)
     assert report.batches == 1 and report.batches_per_s == 0.0  # one batch: no rate yet
     assert printed["config"] == {
@@ -92,10 +92,10 @@ def test_pipeline_json_is_the_api_report(monkeypatch, capsys, store, tmp_path):
 
 
 def test_shuffle_report_json_is_the_api_report(monkeypatch, capsys):
+    from datatools.analysis import shuffle_quality
     from datatools.analysis.shuffle_quality import ShuffleReport
-    from datatools.cli import shuffle_report
 
-    seen = capture(monkeypatch, shuffle_report, "shuffle_report")
+    seen = capture(monkeypatch, shuffle_quality, "shuffle_report")  # the command imports it from there
     printed, report = run_and_compare(
         [
             "shuffle-report",
@@ -133,10 +133,10 @@ def test_pack_json_is_the_api_report(monkeypatch, capsys, tmp_path):
 
 
 def test_verify_json_is_the_api_report(monkeypatch, capsys, store):
-    from datatools.cli import verify
+    from datatools.io import store_verify
     from datatools.io.store_verify import VerifyReport
 
-    seen = capture(monkeypatch, verify, "verify_store")
+    seen = capture(monkeypatch, store_verify, "verify_store")  # the command imports it from there when it runs
     printed, report = run_and_compare(["verify", str(store)], capsys, seen, VerifyReport)
     assert report.documents == 300 and printed["chunks"] == report.chunks
 

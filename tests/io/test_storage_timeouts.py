@@ -173,3 +173,58 @@ def test_a_silent_endpoint_fails_within_30_s_through_every_client(silent_endpoin
 @pytest.mark.parametrize("command", ["pretokenize-in", "pretokenize-out", "verify"])
 def test_a_silent_s3_endpoint_fails_within_30_s(silent_endpoint, tokenizer_file, tmp_path, command):
     _check_s3(*_start_s3(command, silent_endpoint, tokenizer_file, tmp_path), silent_endpoint)
+
+
+_AFTER_AN_EARLIER_REQUEST = """
+import http.server, inspect, sys, threading, time
+import tensorstore as ts
+
+class NotFound(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+# the earlier request (a trainer opening a checkpoint first): tensorstore's HTTP client reads its curl settings now,
+# before datatools set any: from here on no TENSORSTORE_CURL_* variable changes anything in this process
+kv = ts.KvStore.open({"driver": "http", "base_url": f"http://127.0.0.1:{server.server_address[1]}/"}).result()
+assert kv.read("checkpoint").result().state == "missing"
+
+from datatools.io import storage
+from datatools.io.store import array_kvstore, read_keys
+
+storage.REQUEST_TIMEOUT_S = float(sys.argv[2])  # a short bound, for the test: the module's, not the environment's
+url = sys.argv[1]
+t0 = time.monotonic()
+try:
+    named = (url,) if "where" in inspect.signature(read_keys).parameters else ()  # (before issue 57: no such argument)
+    list(read_keys(array_kvstore(url), ["zarr.json", "c/0"], *named))
+except OSError as exc:
+    print(f"{time.monotonic() - t0:.1f} {type(exc).__name__} {exc.filename} {exc.strerror}")
+else:
+    print("answered")
+"""
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_the_bound_holds_after_an_earlier_tensorstore_request(silent_endpoint, tmp_path, scheme):
+    """Issue 57: tensorstore reads its curl timeouts once per process, at its first HTTP request; datatools set them
+    at its first remote spec, so a process that had made a tensorstore request before (a trainer that opened a
+    checkpoint) read a silent endpoint with no bound at all (242 s measured; here: until killed). Every tensorstore
+    request of datatools' is now bounded on its own (``storage.bounded``): cancelled past the bound, an OSError naming
+    the object. The bound is the module's (2 s here); what is checked is that this bound ended the read (its
+    message), not wall time; the 45 s limit (past the ~26 s curl's settings would give) only stops a hang."""
+    bound = 2.0
+    url = f"{scheme}://bucket-57/store/tokens"
+    started = _start(["-c", _AFTER_AN_EARLIER_REQUEST, url, str(bound)], silent_endpoint, scheme, python=True)
+    stdout, stderr, _ = _finish(started, 45.0, "a tensorstore read after an earlier request")
+    assert started[0].returncode == 0, stderr[-2000:]
+    words = stdout.strip().split(" ", 3)
+    assert words[0] != "answered" and words[1] == "StorageError", stdout
+    assert words[2] == f"{url}/zarr.json", stdout  # the object the request was for
+    assert "sent no answer in 2 s (request cancelled)" in words[3], stdout  # datatools' bound ended it, not curl's

@@ -1,7 +1,7 @@
 """A rerun of the same pretokenize job on a damaged store repairs it (issue 36, item 1): the store it finds is
-checked (the listing and every key's size against the manifest's records always; every key's sha256 with
-``--check``) and rebuilt when anything is missing or wrong, byte-identical to the intact one. Before, the rerun
-said "already complete" and exited 0 whatever the damage."""
+checked (the listing and every key's size against the manifest's records, then every key's sha256, as
+``datatools verify`` does: issue 57) and rebuilt when anything is missing or wrong, byte-identical to the intact
+one. Before, the rerun said "already complete" and exited 0 whatever the damage."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def _edit_manifest(store, _key):
     storage.write_text(path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
-DAMAGE = {  # name -> (what it does, the key, whether only --check finds it: same sizes)
+DAMAGE = {  # name -> (what it does, the key, whether the sizes stay the same: only the sha256 tell)
     "tokens chunk deleted": (_delete, "tokens/c/0", False),
     "tokens chunk truncated": (_truncate, "tokens/c/0", False),
     "tokens chunk emptied": (_empty, "tokens/c/0", False),
@@ -72,13 +72,10 @@ def test_the_rerun_repairs_a_damaged_local_store(job, tmp_path, damage, capsys):
     out = tmp_path / "store"
     assert _run(job, out) == 0
     intact = object_bytes(out)
-    harm, key, needs_check = DAMAGE[damage]
+    harm, key, _ = DAMAGE[damage]
     harm(out, key)
     capsys.readouterr()
-    if needs_check:  # the same sizes: only the checksums tell
-        assert _run(job, out) == 0
-        assert "already complete" in capsys.readouterr().err
-    assert _run(job, out, *(["--check"] if needs_check else [])) == 0
+    assert _run(job, out) == 0  # the same sizes or not: a plain rerun reads every sha256 (issue 57)
     err = capsys.readouterr().err
     assert "repaired" in err and "damaged" in err, err
     assert object_bytes(out) == intact
@@ -91,10 +88,10 @@ def test_the_rerun_repairs_a_damaged_store_in_s3(job, s3_bucket, tmp_path, damag
     reference = tmp_path / "reference"
     assert _run(job, reference) == 0
     assert _run(job, out) == 0
-    harm, key, needs_check = DAMAGE[damage]
+    harm, key, _ = DAMAGE[damage]
     harm(out, key)
     capsys.readouterr()
-    assert _run(job, out, *(["--check"] if needs_check else [])) == 0
+    assert _run(job, out) == 0
     assert "repaired" in capsys.readouterr().err
     assert object_bytes(out) == object_bytes(reference)
 

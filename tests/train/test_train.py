@@ -126,11 +126,11 @@ def test_train_cli_packed_learns_and_reports(tmp_path, store, capsys):
 
 
 def test_train_returns_the_typed_report_that_json_writes(tmp_path, store, capsys, monkeypatch):
-    from datatools.cli import train as train_command
+    from datatools.train import loop
     from datatools.train.loop import StepRecord, TrainReport
 
-    seen, real = [], train_command.train
-    monkeypatch.setattr(train_command, "train", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
+    seen, real = [], loop.train  # the command imports it from there when it runs
+    monkeypatch.setattr(loop, "train", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
     cfg = write_config(tmp_path / "p.yaml", store, "packing: {ctx: 256}\nbatch_size: 4")
     assert main(["train", str(cfg), "--steps", "2", "--json", "-"]) == 0
     (report,) = seen

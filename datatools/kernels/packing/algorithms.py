@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from datatools.base.checks import MAX_CTX, MAX_WINDOW, OVERFLOW_POLICIES, check_choice, check_int
+from datatools.base.checks import MAX_CTX, MAX_WINDOW, OVERFLOW_POLICIES, PACK_ALGORITHMS, check_choice, check_int
 from datatools.kernels.packing.pieces import piece_sizes
 from datatools.kernels.packing.planners import (
     NO_PIECES,
@@ -104,6 +104,8 @@ TABLE = (
 )
 BY_NAME = {a.name: a for a in TABLE}
 ALGORITHMS = tuple(BY_NAME)
+if ALGORITHMS != PACK_ALGORITHMS:  # the command line parses --algorithm from that list
+    raise ImportError(f"datatools.base.checks.PACK_ALGORITHMS must be {ALGORITHMS}")
 
 
 @dataclass(frozen=True)
