@@ -125,5 +125,5 @@ def test_bos_eos_and_tokenizer_settings_given_to_the_analysis_are_written(tmp_pa
     assert main([*args, "--bos", "--eos", "</s>", "--tokenizer-settings", "keep", "--write-config", str(out)]) == 0
     source = yaml.safe_load(out.read_text())["source"]
     assert (source["bos"], source["eos"], source["tokenizer_settings"]) == ("<s>", "</s>", "keep")
-    assert main([*args, "--write-config", str(out)]) == 0  # nothing asked: nothing written
+    assert main([*args, "--write-config", str(out), "--overwrite"]) == 0  # nothing asked: nothing written
     assert not {"bos", "eos", "tokenizer_settings"} & set(yaml.safe_load(out.read_text())["source"])
