@@ -199,7 +199,7 @@ class HostBatchesIterDataset(grain.IterDataset):
             docs: Any = host.schedule.docs  # type: ignore[attr-defined]
 
             def prefetch(k: int, near: bool) -> bool:
-                return bool(docs.prefetch(*host.pieces(k, near=near)))
+                return bool(docs.prefetch(*host.pieces(k, near=near), near=near))
 
         stop = None if host._epochs is None else len(self.elements)
         return BatchWalk(

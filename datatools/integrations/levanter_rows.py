@@ -109,7 +109,7 @@ class PipelineRows:
             def prefetch(k: int, near: bool) -> bool:
                 epoch, i = batches.locate(k)
                 pieces = schedule.pieces if near else schedule.ahead_pieces  # type: ignore[attr-defined]
-                return bool(docs.prefetch(*pieces(epoch, i, lo, hi)))
+                return bool(docs.prefetch(*pieces(epoch, i, lo, hi), near=near))
 
         stop = len(batches) if self.is_finite() else None
         return BatchWalk(build, start=j, stop=stop, prefetch=prefetch, build_ahead=self.build_ahead)

@@ -282,14 +282,14 @@ class StorePieceReader:
                 return s
         return -1
 
-    def _issue(self, ids: np.ndarray, prefetch: bool) -> int:
+    def _issue(self, ids: np.ndarray, prefetch: bool, room: int = 0) -> int:
         """Queue the reads of the extents of ``ids`` not held (lock held), issue what the queue allows; how many of
         ``ids`` are not held when it stops (a prefetch stops at half the slab read ahead, or when no slot is free).
         A prefetch joins the tail; a needed read goes before every read-ahead, with the queued read-ahead of its
         extents and within :data:`NEIGHBOURS` of them (the same ranged requests)."""
         missing = ids[self._slot_of[ids] < 0]
-        if prefetch:
-            missing = missing[: max(0, self.ahead_slots - int(self._ahead.sum()))]
+        if prefetch:  # at most ``room`` extents read ahead and not yet used
+            missing = missing[: max(0, room - int(self._ahead.sum()))]
         else:
             self.late_reads += int(missing.shape[0])
             read_stats.record(late_reads=int(missing.shape[0]))
@@ -471,13 +471,16 @@ class StorePieceReader:
         """The store positions (tokens) where pieces ``(doc, start)`` begin, int64."""
         return self.store.offsets[np.asarray(doc, np.int64)] + np.asarray(start, np.int64)
 
-    def prefetch(self, doc, start, length) -> bool:
+    def prefetch(self, doc, start, length, *, near: bool = True) -> bool:
         """Start reading these pieces (of a batch still to come) without waiting. True when every extent is now
-        held or in flight; False when the read-ahead half of the slab ran out first."""
+        held or in flight; False when the read-ahead budget ran out first: :attr:`ahead_slots` for a batch's own
+        pieces (``near``), half of it for what is read further ahead (a lane's whole window, used over many
+        batches: with 1 host's 256 lanes the windows alone filled the budget, and the next batches' own pieces
+        were refused and read late)."""
         with self._issuing():
             self._setup()
             ids = self._extents_of(self._begin(doc, start), np.asarray(length, np.int64))
-            left = self._issue(ids, prefetch=True)
+            left = self._issue(ids, prefetch=True, room=self.ahead_slots if near else self.ahead_slots // 2)
             self.peak_ahead_bytes = max(self.peak_ahead_bytes, int(self._ahead.sum()) * self.extent * self.itemsize)
         return left == 0
 
@@ -657,9 +660,9 @@ class StoreDocuments(PieceReadingSource):
         """Whether reading ahead pays: a store in object storage (locally it made the first batch 1.5-3x later)."""
         return storage.location(self.store.path).reads_are_requests
 
-    def prefetch(self, doc, start, length) -> bool:
+    def prefetch(self, doc, start, length, *, near: bool = True) -> bool:
         """Start reading these pieces without waiting (:meth:`StorePieceReader.prefetch`)."""
-        return self.reader.prefetch(doc, start, length)
+        return self.reader.prefetch(doc, start, length, near=near)
 
     def forget_read_ahead(self) -> None:
         """:meth:`StorePieceReader.forget_read_ahead`."""
