@@ -164,7 +164,7 @@ class _Schedule:
     def read(self, epoch, j, lo, hi):
         return {"tokens": np.full((hi - lo, 2), epoch * 7 + j, np.int32)}
 
-    def prefetch(self, doc, start, length) -> bool:
+    def prefetch(self, doc, start, length, *, near: bool = True) -> bool:
         self.prefetched.append(int(doc[0]))
         return True
 
