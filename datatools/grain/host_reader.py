@@ -142,7 +142,7 @@ class BatchWalk(Generic[T]):
         while True:  # a builder blocked on a full queue can put its batch and see the stop
             try:
                 self._queue.get_nowait()
-            except queue.Empty:
+            except Exception:  # noqa: BLE001 -- queue.Empty (or, at interpreter exit, the module already gone)
                 return
 
 

@@ -180,7 +180,8 @@ class StorePieceReader:
 
     Missing extents are queued in the order they are needed, at most :data:`MAX_IN_FLIGHT` reads in flight
     (tensorstore futures; each completion fills its slots and issues the next queued). A read a batch waits for
-    goes before every read-ahead; read-ahead (:meth:`prefetch`) joins the tail, at most half the slab (issued all at
+    goes before every read-ahead; read-ahead (:meth:`prefetch`) joins the tail: the next batches' own pieces at most
+    half the slab, what lies further ahead (a lane's whole window) at most a quarter of it (issued all at
     once, a far store served them in no useful order: steps waited up to 8 s at +100 ms, issue 31). A full slab
     reuses the least recently used slot no read holds (a used one before one read ahead). The slab never grows: its
     bytes are the budget, a hard cap; a read that needs more extents at once than :attr:`part_slots` is done in parts
@@ -223,7 +224,7 @@ class StorePieceReader:
         if remote and self.cache_bytes is None:  # coarse inner chunks (a Levanter cache's, 1 MiB) hold the lane
             slots = max(slots, MIN_REMOTE_SLOTS)  # windows of fewer lanes: hold enough of them
         slots = int(min(extents, slots))
-        self.held_bytes = slots * e * self.itemsize  # the slab, allocated once; the read-ahead budget is half of it
+        self.held_bytes = slots * e * self.itemsize  # the slab, allocated once (the budget: never grown)
         # the most extents read ahead and not yet used, and the most one read holds at once (a slab that holds the
         # whole store: all of them, nothing is ever evicted)
         self.ahead_slots = slots if slots == extents else slots // 2
@@ -233,6 +234,7 @@ class StorePieceReader:
         self._extent_in = np.full(slots, -1, np.int64)  # slot -> extent (-1: free)
         self._last_used = np.zeros(slots, np.int64)  # the read tick that last used each slot
         self._ahead = np.zeros(slots, bool)  # read ahead and not used by a read yet
+        self._far = np.zeros(slots, bool)  # (where _ahead) read ahead for a batch further off than the next
         self._pins = np.zeros(slots, np.int64)  # reads in progress holding each slot
         self._pending: dict[int, tuple[Future, int]] = {}  # slot -> (done once in the slab, extent): queued, in flight
         self._queue: deque[int] = deque()  # slots whose reads wait to be issued, in the order they are needed
@@ -282,14 +284,26 @@ class StorePieceReader:
                 return s
         return -1
 
-    def _issue(self, ids: np.ndarray, prefetch: bool, room: int = 0) -> int:
+    def _issue(self, ids: np.ndarray, prefetch: bool, far: bool = False) -> int:
         """Queue the reads of the extents of ``ids`` not held (lock held), issue what the queue allows; how many of
         ``ids`` are not held when it stops (a prefetch stops at half the slab read ahead, or when no slot is free).
         A prefetch joins the tail; a needed read goes before every read-ahead, with the queued read-ahead of its
         extents and within :data:`NEIGHBOURS` of them (the same ranged requests)."""
         missing = ids[self._slot_of[ids] < 0]
-        if prefetch:  # at most ``room`` extents read ahead and not yet used
-            missing = missing[: max(0, room - int(self._ahead.sum()))]
+        if prefetch:  # the next batches' pieces within ahead_slots, what lies further ahead within half of it
+            held = self._slot_of[ids]
+            held = held[held >= 0]
+            if not far:
+                self._far[held] = False  # now needed by a near batch: counted as near
+            # extents already in the slab and needed again: kept as read-ahead (a prefetch reusing the least recently
+            # used slot evicted them for other extents of the same window, and they were read again, late)
+            kind = self._ahead & (self._far if far else ~self._far)
+            room = max(0, (self.ahead_slots // 2 if far else self.ahead_slots) - int(kind.sum()))
+            settled = held[~self._ahead[held] & (self._pins[held] == 0)]
+            settled = settled[[int(s) not in self._pending for s in settled.tolist()]] if self._pending else settled
+            settled = settled[:room]
+            self._ahead[settled], self._far[settled] = True, far
+            missing = missing[: room - settled.shape[0]]
         else:
             self.late_reads += int(missing.shape[0])
             read_stats.record(late_reads=int(missing.shape[0]))
@@ -298,6 +312,7 @@ class StorePieceReader:
             s = self._reserve(c, prefetch)
             if s < 0:
                 break
+            self._far[s] = far
             new.append(s)
         if prefetch:
             self._queue.extend(new)
@@ -480,7 +495,7 @@ class StorePieceReader:
         with self._issuing():
             self._setup()
             ids = self._extents_of(self._begin(doc, start), np.asarray(length, np.int64))
-            left = self._issue(ids, prefetch=True, room=self.ahead_slots if near else self.ahead_slots // 2)
+            left = self._issue(ids, prefetch=True, far=not near)
             self.peak_ahead_bytes = max(self.peak_ahead_bytes, int(self._ahead.sum()) * self.extent * self.itemsize)
         return left == 0
 

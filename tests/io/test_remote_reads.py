@@ -155,7 +155,7 @@ def test_read_ahead_stays_within_its_budget(tmp_path, slow_s3, small_objects):
     assert same(got, all_batches(config(str(tmp_path / "local"))))
     reader = docs.reader
     assert counted.prefetched_requests > 0  # batches were read ahead
-    assert 0 < reader.peak_ahead_bytes <= budget // 2  # the read-ahead never held more than half the budget
+    assert 0 < reader.peak_ahead_bytes <= 3 * budget // 4  # the next batches' half, and a quarter further ahead
     assert reader._slab.nbytes == reader.held_bytes <= budget  # measured on the array itself, after the run
     assert counted.bytes_fetched >= counted.bytes_delivered > 0
 
