@@ -18,8 +18,10 @@ threads; worker processes are for CPU-bound sources only (:mod:`datatools.pipeli
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -31,6 +33,15 @@ T = TypeVar("T")
 READ_AHEAD = 8  # batches past the one being built whose reads are issued (the source's byte budget bounds the bytes)
 BUILD_AHEAD = 2  # finished batches waiting for the consumer
 _END = object()  # the walk reached its last batch
+_LIVE: weakref.WeakSet = weakref.WeakSet()  # walks whose thread may still run: closed at exit (see _close_live)
+
+
+@atexit.register
+def _close_live() -> None:
+    """Close every walk still running before the interpreter ends: a builder thread left inside a read or a numba
+    kernel while the interpreter finalized aborted the process ("terminate called without an active exception")."""
+    for walk in list(_LIVE):
+        walk.close()
 
 
 class BatchWalk(Generic[T]):
@@ -92,16 +103,25 @@ class BatchWalk(Generic[T]):
             self._issued += 1
 
     def _run(self) -> None:
+        """Issue reads, build, hand over, in batch order; after a :meth:`close`, end without putting anything more
+        than the one batch the close made room for."""
         k = self.start
+        stopped = self._stopped
         try:
-            while not self._stopped.is_set() and self._in_range(k):
+            while self._in_range(k):
+                if stopped.is_set():
+                    return
                 self._issue_reads(k)
                 item = self._build(k)
+                if stopped.is_set():
+                    return
                 self._queue.put((k, item))
                 k += 1
-            self._queue.put((k, _END))
+            if not stopped.is_set():
+                self._queue.put((k, _END))
         except BaseException as exc:  # noqa: BLE001 -- raised in the consumer, at the batch that failed
-            self._queue.put((k, exc))
+            if not stopped.is_set():
+                self._queue.put((k, exc))
 
     def next(self) -> T:
         """The next batch (StopIteration past ``stop``; a build's error is raised here, at its batch)."""
@@ -111,6 +131,7 @@ class BatchWalk(Generic[T]):
             return self._next_here()
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="datatools-host-reader", daemon=True)
+            _LIVE.add(self)
             self._thread.start()
         if self._queue.empty():
             self.asked_early += 1
@@ -136,14 +157,18 @@ class BatchWalk(Generic[T]):
         return item
 
     def close(self) -> None:
-        """Stop the walk: the thread ends after the batch it is building (never joined: a read may be slow)."""
+        """Stop the walk and wait for its thread, which ends after the batch it is building (its reads are bounded
+        by the storage layer's own limits)."""
         self._stopped.set()
         self._done = True
         while True:  # a builder blocked on a full queue can put its batch and see the stop
             try:
                 self._queue.get_nowait()
             except Exception:  # noqa: BLE001 -- queue.Empty (or, at interpreter exit, the module already gone)
-                return
+                break
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
 
 
 class _HostBatchesIterator(grain.DatasetIterator):
