@@ -74,6 +74,12 @@ def test_a_batch_read_goes_before_the_read_ahead_queued_before_it(monkeypatch):
     got: list[np.ndarray] = []
     t = threading.Thread(target=lambda: got.append(reader.read_pieces(needed, np.zeros(5), np.full(5, EXTENT))))
     t.start()
+
+    def queued() -> bool:  # the batch's reads are queued (its five extents pinned): only then complete reads
+        with reader._lock:
+            return int(reader._pins.sum()) == 5
+
+    _wait_for(queued)
     for _ in range(5 + 2 * documents.NEIGHBOURS):  # complete the oldest read in flight: the batch's go next
         _wait_for(lambda: len(store.in_flight()) == 4)
         store.complete(store.in_flight()[0])
