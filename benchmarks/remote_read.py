@@ -25,9 +25,10 @@ Each row runs in a fresh process (peak RSS of the process and its workers, sampl
   tokens the batches hold; **requests per batch** counted at the proxy;
 * **late reads**: extents a batch read that the read-ahead had not asked for before it was built (counted by the
   reader; 0 when every read was issued ahead);
-* **bound**: a computed bound for the first batch: ``(3 + ceil(requests / 64)) x latency + bytes / (50 MB/s x
-  min(64, requests))`` with the first batch's requests and bytes counted at the proxy (the manifest, then the offsets
-  and shard indices, then the pieces, 64 reads in flight);
+* **bound**: a computed bound for the first batch: ``max((3 + ceil(requests / 64)) x latency, 3 x latency +
+  requests / floor rate) + bytes / (50 MB/s x min(64, requests))`` with the first batch's requests and bytes counted
+  at the proxy (the manifest, then the offsets and shard indices, then the pieces, 64 reads in flight, at most as
+  fast as the server answers plain concurrent GETs: the floor's requests/s, measured in the same run);
 * **floor**: the physical floor in the same run: the same number of ranged GETs of the store's inner chunks
   (the byte ranges a read of the rows' documents needs, from the shard indices), fetched by a plain loop of
   32 concurrent connections (boto3, one client per thread) through the same proxy: requests per second, and
@@ -292,12 +293,15 @@ def run_row(spec: dict, proxy) -> dict:
 # --------------------------------------------------------------------------- the floor
 
 
-def first_batch_bound(requests: int, fetched: int, latency_s: float, in_flight: int = 64) -> float:
+def first_batch_bound(requests: int, fetched: int, latency_s: float, server_rps: float, in_flight: int = 64) -> float:
     """Seconds the first batch's reads need at least: the manifest, then the offsets and shard indices, then the
-    pieces (3 round trips), plus a round trip per ``in_flight`` more requests, plus its bytes over the connections
-    it can use (50 MB/s each)."""
+    pieces (3 round trips), plus a round trip per ``in_flight`` more requests, or the requests at the rate the
+    server answers plain concurrent GETs in the same run (``server_rps``, the floor), whichever is longer, plus its
+    bytes over the connections it can use (50 MB/s each). moto on loopback answers ~200 requests/s on 2 cores at
+    any added latency, so from it a first batch of hundreds of requests is bounded by the server, not the wire."""
     trips = 3 + -(-max(0, requests) // in_flight)
-    return trips * latency_s + fetched / (BANDWIDTH * max(1, min(in_flight, requests)))
+    wait = max(trips * latency_s, 3 * latency_s + max(0, requests) / max(server_rps, 1e-9))
+    return wait + fetched / (BANDWIDTH * max(1, min(in_flight, requests)))
 
 
 def floor(url: str, proxy, requests: int = 2000, concurrency: int = 32, seed: int = 0) -> dict:
@@ -430,7 +434,9 @@ def main() -> None:
                     r = run_row(spec, proxy)
                     r.update(latency_ms=latency, tail=bool(tail), mode=mode, hosts=hosts, step_s=step_s)
                     r["floor_batches_per_s"] = fl["requests_per_s"] / max(r["requests_per_batch"], 1e-9)
-                    r["first_bound_s"] = first_batch_bound(r["first_requests"], r["first_bytes"], latency / 1e3)
+                    r["first_bound_s"] = first_batch_bound(
+                        r["first_requests"], r["first_bytes"], latency / 1e3, fl["requests_per_s"]
+                    )
                     results.append(r)
                     rows.append(
                         [

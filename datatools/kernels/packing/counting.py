@@ -103,27 +103,56 @@ def count_rows_chunked(
 
 def _count_decreasing(histogram: np.ndarray, ctx: int, algo: Algorithm, seg: int) -> PackCount:
     """First/best fit decreasing from a size histogram."""
-    rows, pieces, most = _count_histogram(histogram, ctx, seg, algo.place is not first_fit)
+    best = algo.place is not first_fit
+    if seg:
+        rows, pieces, most = _count_capped(histogram, ctx, seg, best)
+    else:
+        rows, pieces, most = (_count_best if best else _count_first)(histogram, ctx, seg)
     return PackCount(int(rows), int(pieces), int(most))
 
 
+# One kernel per packer and cap, not one with flags: numba compiles every branch of a kernel, so a flag for best
+# (else first) fit and a cap compiled first fit and the capped dealing into every count (~13 of the ~30 s a first
+# streaming batch spent compiling on a cold cache). The window is an int64 0 (np.int64), not a literal 0: a literal
+# argument compiles the placer a second time, beside the plans' int64 window.
+
+
 @numba.njit(cache=True, nogil=True)
-def _count_histogram(histogram, ctx, seg, best):
-    """(rows, pieces, most pieces in a row) of best (else first) fit decreasing of a size histogram, or of the
-    capped dealing when it needs fewer rows."""
+def _runs_of(histogram, ctx, seg):
+    """(sizes, runs, pieces, units, most rows) of a size histogram, largest first: without a cap, any-fit packers
+    never leave two rows at most half full, so rows <= 2 * lower bound + 1; with a cap, up to one row per piece."""
     sizes, runs = decreasing_runs(histogram)
     pieces = runs.sum()
     units = (sizes.astype(np.int64) * runs).sum()
-    # without a cap, any-fit packers never leave two rows at most half full, so rows <= 2 * lower bound + 1;
-    # with a cap, up to one row per piece
     max_rows = pieces if seg else min(pieces, 2 * -(-units // ctx) + 1)
+    return sizes, runs, pieces, units, max_rows
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_best(histogram, ctx, seg):
+    """(rows, pieces, most pieces in a row) of best fit decreasing of a size histogram, no cap dealing."""
+    sizes, runs, pieces, _, max_rows = _runs_of(histogram, ctx, seg)
     none = np.zeros(0, np.int32)
-    if best:
-        rows, most = best_fit(sizes, runs, ctx, seg, 0, max_rows, none, none, none)
-    else:
-        rows, most = first_fit(sizes, runs, ctx, seg, 0, max_rows, none)
-    if seg and worth_dealing(rows, units, pieces, ctx, seg):
-        dealt_rows, dealt_most = capped_decreasing(sizes, runs, ctx, seg, pieces, units, none)
+    rows, most = best_fit(sizes, runs, ctx, seg, np.int64(0), max_rows, none, none, none)
+    return rows, pieces, most
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_first(histogram, ctx, seg):
+    """As :func:`_count_best`, first fit decreasing."""
+    sizes, runs, pieces, _, max_rows = _runs_of(histogram, ctx, seg)
+    rows, most = first_fit(sizes, runs, ctx, seg, np.int64(0), max_rows, np.zeros(0, np.int32))
+    return rows, pieces, most
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_capped(histogram, ctx, seg, best):
+    """As :func:`_count_best` (``best``, else first fit) under a cap of ``seg`` pieces a row, or the capped dealing
+    when it needs fewer rows."""
+    sizes, runs, pieces, units, _ = _runs_of(histogram, ctx, seg)
+    rows, _, most = _count_best(histogram, ctx, seg) if best else _count_first(histogram, ctx, seg)
+    if worth_dealing(rows, units, pieces, ctx, seg):
+        dealt_rows, dealt_most = capped_decreasing(sizes, runs, ctx, seg, pieces, units, np.zeros(0, np.int32))
         if dealt_rows < rows:
             rows, most = dealt_rows, dealt_most
     return rows, pieces, most
@@ -148,14 +177,30 @@ def count_windows(
             part = lengths[bounds[w] : bounds[w + 1]]
             rows[w] = count_rows(ctx, algorithm, lengths=part, max_segments=max_segments, window=window).rows
         return rows
-    _count_windows(lengths, bounds, o.ctx, o.seg, o.packer.place is not first_fit, rows)
+    best = o.packer.place is not first_fit
+    if o.seg:
+        _count_windows_capped(lengths, bounds, o.ctx, o.seg, best, rows)
+    else:
+        (_count_windows_best if best else _count_windows_first)(lengths, bounds, o.ctx, o.seg, rows)
     return rows
 
 
 @numba.njit(cache=True, nogil=True)
-def _count_windows(lengths, bounds, ctx, seg, best, rows):
+def _count_windows_best(lengths, bounds, ctx, seg, rows):
     for w in range(rows.shape[0]):
-        rows[w] = _count_histogram(split_histogram(lengths[bounds[w] : bounds[w + 1]], ctx), ctx, seg, best)[0]
+        rows[w] = _count_best(split_histogram(lengths[bounds[w] : bounds[w + 1]], ctx), ctx, seg)[0]
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_windows_first(lengths, bounds, ctx, seg, rows):
+    for w in range(rows.shape[0]):
+        rows[w] = _count_first(split_histogram(lengths[bounds[w] : bounds[w + 1]], ctx), ctx, seg)[0]
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_windows_capped(lengths, bounds, ctx, seg, best, rows):
+    for w in range(rows.shape[0]):
+        rows[w] = _count_capped(split_histogram(lengths[bounds[w] : bounds[w + 1]], ctx), ctx, seg, best)[0]
 
 
 def _checked_sizes(sizes, ctx: int) -> np.ndarray:

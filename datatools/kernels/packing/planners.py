@@ -310,7 +310,7 @@ def capped_decreasing(sizes, runs, capacity, max_segments, pieces, units, row_of
     msizes, mruns = decreasing_runs(missed)
     nmissed = missed.sum()
     placed = np.empty(nmissed if row_of.shape[0] else 0, np.int32)
-    rows, most = best_fit(msizes, mruns, capacity, max_segments, 0, nmissed, free, segs, placed)
+    rows, most = best_fit(msizes, mruns, capacity, max_segments, np.int64(0), nmissed, free, segs, placed)
     if row_of.shape[0] and nmissed:  # the missed pieces, in order, to the rows best fit gave them
         k = 0
         for i in range(row_of.shape[0]):
