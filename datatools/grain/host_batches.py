@@ -213,13 +213,11 @@ class HostBatchesMapDataset(grain.MapDataset):
         share = self._schedule.batch_rows(epoch, j) // self._count
         return self._index * share, (self._index + 1) * share
 
-    def pieces(self, index: int, *, near: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(doc, start, length)`` of what this host reads for global batch ``index``: its own pieces (``near``),
-        or for a batch further off what reads cheapest (a lane's whole window). Only with :attr:`reads_ahead`."""
-        schedule = self._schedule
-        assert isinstance(schedule, ReadAheadSchedule)
+    def rows_of(self, index: int) -> tuple[int, int, int, int]:
+        """``(epoch, batch within the epoch, lo, hi)``: where global batch ``index`` is, and this host's rows
+        ``[lo, hi)`` of it."""
         epoch, j = self.locate(index)
-        return (schedule.pieces if near else schedule.ahead_pieces)(epoch, j, *self._rows(epoch, j))
+        return (epoch, j, *self._rows(epoch, j))
 
     def __getitem__(self, index):
         if isinstance(index, slice):

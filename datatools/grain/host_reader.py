@@ -202,6 +202,20 @@ class _HostBatchesIterator(grain.DatasetIterator):
         return self._walk
 
 
+def prefetcher(schedule: Any, where: Callable[[int], tuple[int, int, int, int]]) -> Callable[[int, bool], bool]:
+    """The one place a host's reads are issued ahead (a :class:`BatchWalk`'s ``prefetch``): global batch ``k`` is
+    rows ``[lo, hi)`` of batch ``j`` of ``epoch`` (``where(k)``); ``near``: its own pieces, else what reads cheapest
+    (a lane's whole window), handed to the source's ``prefetch`` (False: its byte budget is full)."""
+    docs = schedule.docs
+
+    def prefetch(k: int, near: bool) -> bool:
+        epoch, j, lo, hi = where(k)
+        pieces = schedule.pieces if near else schedule.ahead_pieces
+        return bool(docs.prefetch(*pieces(epoch, j, lo, hi), near=near))
+
+    return prefetch
+
+
 class HostBatchesIterDataset(grain.IterDataset):
     """A host's batches (``elements[k]``: global batch ``k``'s rows of this host, maps applied) in order, read and
     built ahead by one :class:`BatchWalk`.
@@ -219,13 +233,7 @@ class HostBatchesIterDataset(grain.IterDataset):
     def walk(self, start: int) -> BatchWalk:
         """A walk of this host's batches from global batch ``start``."""
         host = self.host
-        prefetch: Callable[[int, bool], bool] | None = None
-        if host.reads_ahead:
-            docs: Any = host.schedule.docs  # type: ignore[attr-defined]
-
-            def prefetch(k: int, near: bool) -> bool:
-                return bool(docs.prefetch(*host.pieces(k, near=near), near=near))
-
+        prefetch = prefetcher(host.schedule, host.rows_of) if host.reads_ahead else None
         stop = None if host._epochs is None else len(self.elements)
         return BatchWalk(
             self.elements.__getitem__,

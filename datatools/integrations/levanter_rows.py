@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from datatools.base.checks import MAX_VOCAB, check_int, check_token_ids
-from datatools.grain.host_reader import BUILD_AHEAD, BatchWalk
+from datatools.grain.host_reader import BUILD_AHEAD, BatchWalk, prefetcher
 from datatools.kernels.batch_layouts import to_format
 from datatools.pipeline import ShardConfig, build_canonical
 from datatools.pipeline.config import as_config
@@ -102,15 +102,7 @@ class PipelineRows:
             epoch, i = batches.locate(k)
             return schedule.read(epoch, i, lo, hi)
 
-        prefetch = None
-        if batches.reads_ahead:
-            docs = schedule.docs  # type: ignore[attr-defined]
-
-            def prefetch(k: int, near: bool) -> bool:
-                epoch, i = batches.locate(k)
-                pieces = schedule.pieces if near else schedule.ahead_pieces  # type: ignore[attr-defined]
-                return bool(docs.prefetch(*pieces(epoch, i, lo, hi), near=near))
-
+        prefetch = prefetcher(schedule, lambda k: (*batches.locate(k), lo, hi)) if batches.reads_ahead else None
         stop = len(batches) if self.is_finite() else None
         return BatchWalk(build, start=j, stop=stop, prefetch=prefetch, build_ahead=self.build_ahead)
 

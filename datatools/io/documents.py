@@ -41,6 +41,8 @@ MAX_IN_FLIGHT = 64  # extent reads a reader has issued and not yet received (per
 MAX_AHEAD_IN_FLIGHT = 32  # of them, reads for batches still to come: the rest of the flight is the next batch's
 NEIGHBOURS = 3  # queued read-ahead this close (extents) to a needed one goes with it: the same ranged request
 MAX_RUN = 32  # consecutive extents of one stored object read as one (one ranged request: 1 MiB of a v3 store)
+AHEAD_KEPT = 16  # prefetch calls (a host's reader makes one a batch) an extent read ahead stays counted as read ahead
+# without a later prefetch asking for it again: then it is an ordinary held extent (reused least recently used first)
 TABLE_CACHE_BYTES = 256 << 20  # decoded table shards kept per process (a shard is often tens of MB)
 
 
@@ -235,6 +237,8 @@ class StorePieceReader:
         self._last_used = np.zeros(slots, np.int64)  # the read tick that last used each slot
         self._ahead = np.zeros(slots, bool)  # read ahead and not used by a read yet
         self._far = np.zeros(slots, bool)  # (where _ahead) read ahead for a batch further off than the next
+        self._ahead_at = np.zeros(slots, np.int64)  # (where _ahead) the prefetch call that last asked for it
+        self._prefetches = 0  # prefetch calls so far
         self._pins = np.zeros(slots, np.int64)  # reads in progress holding each slot
         self._pending: dict[int, tuple[Future, int]] = {}  # slot -> (done once in the slab, extent): queued, in flight
         self._queue: deque[int] = deque()  # slots whose reads wait to be issued, in the order they are needed
@@ -291,10 +295,12 @@ class StorePieceReader:
         extents and within :data:`NEIGHBOURS` of them (the same ranged requests)."""
         missing = ids[self._slot_of[ids] < 0]
         if prefetch:  # the next batches' pieces within ahead_slots, what lies further ahead within half of it
+            self._expire_read_ahead()
             held = self._slot_of[ids]
             held = held[held >= 0]
             if not far:
                 self._far[held] = False  # now needed by a near batch: counted as near
+            self._ahead_at[held[self._ahead[held]]] = self._prefetches  # asked for again: still read ahead
             # extents already in the slab and needed again: kept as read-ahead (a prefetch reusing the least recently
             # used slot evicted them for other extents of the same window, and they were read again, late)
             kind = self._ahead & (self._far if far else ~self._far)
@@ -302,7 +308,7 @@ class StorePieceReader:
             settled = held[~self._ahead[held] & (self._pins[held] == 0)]
             settled = settled[[int(s) not in self._pending for s in settled.tolist()]] if self._pending else settled
             settled = settled[:room]
-            self._ahead[settled], self._far[settled] = True, far
+            self._ahead[settled], self._far[settled], self._ahead_at[settled] = True, far, self._prefetches
             missing = missing[: room - settled.shape[0]]
         else:
             self.late_reads += int(missing.shape[0])
@@ -312,7 +318,7 @@ class StorePieceReader:
             s = self._reserve(c, prefetch)
             if s < 0:
                 break
-            self._far[s] = far
+            self._far[s], self._ahead_at[s] = far, self._prefetches
             new.append(s)
         if prefetch:
             self._queue.extend(new)
@@ -335,6 +341,16 @@ class StorePieceReader:
         self._queued[new] = True
         self._pump()
         return int((self._slot_of[ids] < 0).sum())
+
+    def _expire_read_ahead(self) -> None:
+        """Count as read ahead no more what no prefetch asked for in the last :data:`AHEAD_KEPT` calls (lock held):
+        the rest of a lane's window its host's rows never used (the window done, the lane on to its next) was
+        counted against the room of the further read-ahead for good, and from batch ~150 of host 0 of 4 only the
+        next batch was read ahead. Reads in progress keep theirs."""
+        stale = self._ahead & (self._ahead_at < self._prefetches - AHEAD_KEPT) & (self._pins == 0)
+        if self._pending:
+            stale[list(self._pending)] = False
+        self._ahead[stale] = False
 
     def _reserve(self, c: int, prefetch: bool) -> int:
         """A slot for extent ``c``, its read queued (lock held); -1 when a prefetch finds no slot to reuse."""
@@ -494,6 +510,7 @@ class StorePieceReader:
         were refused and read late)."""
         with self._issuing():
             self._setup()
+            self._prefetches += 1
             ids = self._extents_of(self._begin(doc, start), np.asarray(length, np.int64))
             left = self._issue(ids, prefetch=True, far=not near)
             self.peak_ahead_bytes = max(self.peak_ahead_bytes, int(self._ahead.sum()) * self.extent * self.itemsize)

@@ -187,3 +187,34 @@ def test_reads_complete_in_any_order_and_give_the_tokens(batches, cap, seed):
         np.testing.assert_array_equal(tokens, want)
     assert most[0] <= cap
     assert sorted(store.issued) == sorted(set(store.issued))  # every extent read once (the slab holds them all)
+
+
+class InstantStore(FakeRemoteStore):
+    """:class:`FakeRemoteStore` whose reads complete as they are issued."""
+
+    def read_async(self, begin: int, end: int, batch=None):
+        future = super().read_async(begin, end, batch)
+        self.complete(begin // EXTENT)
+        return future
+
+
+def test_read_ahead_a_host_never_used_stops_counting_against_its_room():
+    """A lane's window is read ahead whole and its host uses a part of it: the rest, asked for by no later prefetch,
+    stops counting as read ahead after ``AHEAD_KEPT`` prefetches, so the further read-ahead is never refused for
+    room the finished windows hold (it was, from batch ~150 of host 0 of 4: only the next batch was read ahead)."""
+    store = InstantStore(extents=4000)
+    reader = StorePieceReader(store, cache_bytes=600 * EXTENT * 2)  # 600 slots: 150 for the far read-ahead
+    region = 8  # extents of each batch's window (a document per extent)
+    refused = []
+    for k in range(100):
+        window = np.arange(k * region, (k + 1) * region)
+        if not reader.prefetch(window, np.zeros(region, np.int64), np.full(region, EXTENT), near=False):
+            refused.append(k)
+        if k >= 4:  # batch k - 4 is built: it uses half of its window
+            used = np.arange((k - 4) * region, (k - 4) * region + region // 2)
+            np.testing.assert_array_equal(
+                reader.read_pieces(used, np.zeros(used.shape[0], np.int64), np.full(used.shape[0], EXTENT)),
+                np.arange(used[0] * EXTENT, (used[-1] + 1) * EXTENT) % 1000,
+            )
+    assert refused == []
+    assert reader.late_reads == 0
