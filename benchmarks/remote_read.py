@@ -375,6 +375,15 @@ def main() -> None:
     ap.add_argument("--only", type=int, nargs="*", default=None, help="rows of each latency to run (0-4)")
     ap.add_argument("--seed", type=int, default=0, help="the pipeline's seed (a repeat: another seed)")
     ap.add_argument(
+        "--io-block",
+        type=int,
+        nargs=2,
+        default=None,
+        metavar=("SIZE", "WINDOW_BLOCKS"),
+        help="the block shuffle's io_block_size and window_blocks (default 64 1024; a Levanter cache's 262,144-token "
+        "chunks read whole: 337 195, the same window of ~65k documents)",
+    )
+    ap.add_argument(
         "--layout",
         choices=("datatools", "levanter"),
         default="datatools",
@@ -424,8 +433,13 @@ def main() -> None:
                         continue
                     cfg = config(url, mode, hosts)
                     cfg["seed"] = args.seed
+                    if args.io_block and cfg["shuffle"]["kind"] == "block":
+                        cfg["shuffle"] = {**cfg["shuffle"], "io_block_size": args.io_block[0]}
+                        cfg["shuffle"]["window_blocks"] = args.io_block[1]
+                    blocks = f", blocks {args.io_block[0]} x {args.io_block[1]}" if args.io_block else ""
+                    blocks = blocks if mode.startswith("block") else ""
                     spec = {
-                        "label": f"{mode}, {'1 host' if hosts == 1 else f'host 0 of {hosts}'}",
+                        "label": f"{mode}, {'1 host' if hosts == 1 else f'host 0 of {hosts}'}" + blocks,
                         "config": cfg,
                         "batches": args.batches if mode.startswith("block") else args.full_batches,
                         "steps": args.steps,

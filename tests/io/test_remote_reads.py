@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -403,3 +404,18 @@ def test_lane_row_counts_counted_equal_the_windows_plans(seed, algorithm, max_se
             for a, b in zip(cuts[:-1], cuts[1:])
         ]
         np.testing.assert_array_equal(np.diff(e.row_starts[lane]), planned)
+
+
+def test_a_block_shuffle_of_blocks_under_half_a_read_says_the_block_size_that_reads_whole_chunks(slow_s3):
+    """Inner chunks of 4,096 tokens (this store's default read) under blocks of 2 documents (~280 tokens): the
+    pipeline warns, naming the chunk and a block size that reads whole chunks; blocks of that size do not."""
+    bucket, _ = slow_s3
+    lengths = lengths_of(400, seed=4)
+    write(f"{bucket}/w", lengths)
+    chunk = TokenStore(f"{bucket}/w").read_granularity
+    with pytest.warns(UserWarning, match=rf"io_block_size 2 documents .* \({chunk:,} tokens, its inner chunk\)"):
+        build_canonical(parse_config(config(f"{bucket}/w", shuffle={"kind": "block", "io_block_size": 2})))
+    fit = -(-chunk // int(lengths.mean()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        build_canonical(parse_config(config(f"{bucket}/w", shuffle={"kind": "block", "io_block_size": fit})))
