@@ -94,4 +94,10 @@ def pipeline_command(config, source, overrides, steps, workers, json_out, step_s
             "read latency (p50 / p99)", f"{loader.request_latency_p50_ms:.1f} / {loader.request_latency_p99_ms:.1f} ms"
         )
     console.print(table)
+    if loader is not None and loader.requests:
+        console.print(
+            "fetched: the stored chunks read (whole inner chunks, read-ahead included) in bytes of the store's tokens; "
+            "delivered: the tokens handed to batches, at the same width. Above 1x: chunks read past the documents a "
+            "batch used (block edges, other hosts' rows), or read ahead and not used yet."
+        )
     emit_json(json_out, report)

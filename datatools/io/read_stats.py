@@ -27,8 +27,8 @@ class ReadCounters:
     """Counters of one process (or the sum of several). Bytes in bytes, times in seconds."""
 
     requests: int = 0  # reads issued to storage, one per extent (an object store may serve adjacent ones at once)
-    bytes_fetched: int = 0  # decoded bytes of every extent read
-    bytes_delivered: int = 0  # bytes of the pieces handed to batches
+    bytes_fetched: int = 0  # decoded bytes of every extent read (read-ahead included), at the store's token width
+    bytes_delivered: int = 0  # bytes of the pieces handed to batches, at the same width
     prefetched_requests: int = 0  # of ``requests``, issued ahead of need (read-ahead)
     late_reads: int = 0  # extents a batch needed that no read-ahead had asked for: read only when it was built
     wait_s: float = 0.0  # time batch builders spent waiting for reads that were not yet done

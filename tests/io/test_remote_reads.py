@@ -255,7 +255,9 @@ def test_the_pipeline_reports_its_waits_and_reads(tmp_path, slow_s3, small_objec
     assert 0 <= loader["wait_p50_ms"] <= loader["wait_p99_ms"] <= loader["wait_max_ms"]
     assert loader["late_reads"] == 0  # every read was issued ahead of its batch
     assert loader["request_latency_p50_ms"] >= 0.8 * 5  # every request paid the proxy's 5 ms
-    assert "fetched / delivered" in capsys.readouterr().out
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "fetched / delivered" in printed
+    assert "fetched: the stored chunks read (whole inner chunks, read-ahead included)" in printed  # says its units
 
 
 def test_a_store_sent_to_a_worker_carries_its_offsets(slow_s3, small_objects):
