@@ -36,8 +36,8 @@ from datatools.kernels.packing.plan_format import row_pieces
 
 DEFAULT_CACHE_BYTES = 512 << 20  # decoded store chunks kept per process
 LOCAL_EXTENT_TOKENS = 1 << 18  # a local read's extent (tokens; at least an inner chunk, at most a stored object)
-MIN_REMOTE_SLOTS = 512  # extents a remote reader holds at least (a Levanter cache's 1 MiB chunks: 512 MiB, as ours;
-# 1 GiB peaked at 1.65 GB RSS at host 0 of 4, and io blocks that read whole chunks need fewer: the pipeline warns)
+MIN_REMOTE_SLOTS = 768  # extents a remote reader holds at least (a Levanter cache's 1 MiB chunks: 768 MiB; at host 0
+# of 4, +100 ms, 1 GiB peaked at 1.60 GB RSS, over the 1.5 GB target, and 512 MiB left 28 of 500 steps waiting)
 MAX_IN_FLIGHT = 64  # extent reads a reader has issued and not yet received (per process); the rest wait, in order
 MAX_AHEAD_IN_FLIGHT = 32  # of them, reads for batches still to come: the rest of the flight is the next batch's
 NEIGHBOURS = 3  # queued read-ahead this close (extents) to a needed one goes with it: the same ranged request
