@@ -11,8 +11,9 @@ layout, today's code version 3) to local disk. The pipeline: the users' shape (c
 streaming packing, block shuffle 64 x 1024), as 1 host with 0 workers and as host 0 of 4 with 2 workers; each
 version reads in its default order (the baseline: the window order; today: lanes). Each run is a fresh process;
 an untimed warm-up run of each first (numba compiles into its cache); versions alternate, ``--repeats`` rounds,
-medians: seconds to the first batch (config to batch: open, offsets, first plan and read) and batches/s over
-``--batches`` batches after it, taken as fast as they come.
+medians: seconds to the first batch (config to batch: open, offsets, first plan and read), batches/s over
+``--batches`` batches after it, taken as fast as they come, and the CPU those batches took (user + system, the
+process and its worker processes) per batch.
 
 Usage::
 
@@ -75,14 +76,36 @@ def child(spec: dict) -> dict:
     batch = next(it)
     first_s = time.perf_counter() - t0
     tokens = int(np.count_nonzero(batch["segment_ids"]))
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), cpu_s()
     for _ in range(spec["batches"]):
         tokens += int(np.count_nonzero(next(it)["segment_ids"]))
-    span = time.perf_counter() - t1
+    span, cpu = time.perf_counter() - t1, cpu_s() - c1
     close = getattr(it, "close", None)
     if close:
         close()
-    return {"first_s": first_s, "batches_per_s": spec["batches"] / span, "tokens": tokens}
+    return {
+        "first_s": first_s,
+        "batches_per_s": spec["batches"] / span,
+        "cpu_ms_per_batch": cpu / spec["batches"] * 1e3,
+        "tokens": tokens,
+    }
+
+
+MEASURES = ("first_s", "batches_per_s", "cpu_ms_per_batch")
+
+
+def cpu_s() -> float:
+    """CPU seconds (user + system) of this process and its live children (a baseline's Grain workers)."""
+    import psutil
+
+    me = psutil.Process()
+    total = sum(me.cpu_times()[:2])
+    for c in me.children(recursive=True):
+        try:
+            total += sum(c.cpu_times()[:2])
+        except psutil.Error:
+            continue
+    return total
 
 
 def run(tree: Path, spec: dict) -> dict:
@@ -151,15 +174,19 @@ def main() -> None:
                     print(f"  round {r + 1} {label}, {name}: {runs[label, name][-1]}", flush=True)
     rows, results = [], []
     for label, _, _ in SHAPES:
-        med = {
-            name: {k: statistics.median(m[k] for m in runs[label, name]) for k in ("first_s", "batches_per_s")}
-            for name in trees
-        }
+        med = {name: {k: statistics.median(m[k] for m in runs[label, name]) for k in MEASURES} for name in trees}
         today = med["today"]
         for name in trees:
             w = workers_of(name, dict((s[0], s[2]) for s in SHAPES)[label])
+            m = med[name]
             rows.append(
-                [label, f"{name}, workers {w}", f"{med[name]['first_s']:.2f} s", f"{med[name]['batches_per_s']:.2f}"]
+                [
+                    label,
+                    f"{name}, workers {w}",
+                    f"{m['first_s']:.2f} s",
+                    f"{m['batches_per_s']:.2f}",
+                    f"{m['cpu_ms_per_batch']:.1f} ms",
+                ]
             )
         for ref in args.baseline:
             base = med[f"baseline ({ref})"]
@@ -169,13 +196,14 @@ def main() -> None:
                     f"today / {ref}",
                     f"{today['first_s'] / base['first_s']:.2f}x the time",
                     f"{today['batches_per_s'] / base['batches_per_s']:.2f}x the rate",
+                    f"{today['cpu_ms_per_batch'] / base['cpu_ms_per_batch']:.2f}x the CPU",
                 ]
             )
         results.append({"shape": label, "medians": med, "runs": {n: runs[label, n] for n in trees}})
     print_table(
         f"Local token store, {args.tokens / 1e6:,.0f}M tokens, ctx 8192, global batch 128, streaming packing, "
         f"block shuffle 64 x 1024 ({args.repeats} rounds, medians)",
-        ["pipeline", "code", "first batch", "batches/s"],
+        ["pipeline", "code", "first batch", "batches/s", "CPU / batch (all processes)"],
         rows,
     )
     print(f"wrote {write_json('local_read', {'rows': results, 'args': vars(args)})}")
