@@ -35,6 +35,12 @@ class Schedule(Protocol):
         the data are empty: ``segment_ids`` 0)."""
         ...
 
+    def rows_plan(self, epoch: int, j: int, lo: int, hi: int) -> Any:
+        """Rows ``[lo, hi)`` of global batch ``j`` that hold data (a prefix), as one
+        :class:`~datatools.kernels.packing.PackPlan` whose row i is row ``lo + i`` (what :meth:`read` reads, from
+        lengths alone: the balanced order (:mod:`datatools.grain.balanced_schedule`) weighs rows by it)."""
+        ...
+
 
 @runtime_checkable
 class ReadAheadSchedule(Schedule, Protocol):

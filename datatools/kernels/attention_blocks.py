@@ -43,6 +43,47 @@ def _row_blocks(seg, block, out):
                     out[i, j] = FULL
 
 
+@numba.njit(cache=True)
+def _row_tiles(row_splits, length, block, align, out):
+    """``out[r] = (pairs, tiles)`` of row r: in-document causal pairs, and tiles holding them (a piece spanning n
+    blocks covers n(n+1)/2; pieces meeting in a block share its diagonal tile). Pieces start at multiples of
+    ``align``."""
+    for r in range(row_splits.shape[0] - 1):
+        at = 0
+        last = -1  # the last block a piece of this row reached
+        pairs = 0
+        tiles = 0
+        for j in range(row_splits[r], row_splits[r + 1]):
+            s = np.int64(length[j])
+            if s <= 0:
+                continue
+            at = (at + align - 1) // align * align
+            pairs += s * (s + 1) // 2
+            b0 = at // block
+            b1 = (at + s - 1) // block
+            n = b1 - b0 + 1
+            tiles += n * (n + 1) // 2
+            if b0 == last:
+                tiles -= 1  # the diagonal tile of the block both pieces touch, counted once
+            last = b1
+            at += s
+        out[r, 0] = pairs
+        out[r, 1] = tiles
+
+
+def row_tiles(row_splits, length, block: int, *, align: int = 1) -> np.ndarray:
+    """int64 (rows, 2): per packed row, the causal query-key pairs inside its documents (what a segment-aware kernel
+    computes) and the ``block`` x ``block`` tiles holding them (what a block-sparse kernel visits), counted from the
+    piece lengths alone (row r holds pieces ``row_splits[r]:row_splits[r + 1]`` of ``length`` tokens, back to back,
+    each starting at a multiple of ``align``); equal to :func:`block_structure`'s non-empty tiles of the row."""
+    block = check_int(block, "block", minimum=1)
+    align = check_int(align, "align", minimum=1)
+    splits = np.ascontiguousarray(row_splits, dtype=np.int64)
+    out = np.zeros((max(0, splits.shape[0] - 1), 2), np.int64)
+    _row_tiles(splits, np.ascontiguousarray(length, dtype=np.int64), block, align, out)
+    return out
+
+
 def block_structure(segment_ids, block: int) -> np.ndarray:
     """int8 (rows, ctx // block, ctx // block): EMPTY (0), PARTIAL (1) or FULL (2) for each (query, key) tile of
     ``segment_ids`` (rows, ctx; 0 at padding); ``block`` (tokens) must divide ctx."""

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import numpy as np
 
 import grain
+from datatools.grain.balanced_schedule import DEFAULT_BLOCK, BalancedSchedule
 from datatools.grain.bucket_schedule import BucketSchedule
 from datatools.grain.curriculum_schedule import CurriculumSchedule
 from datatools.grain.host_batches import DocumentOrder, PlannedSchedule
@@ -45,8 +46,13 @@ def schedule_mode(cfg: PipelineConfig) -> str:
 
 def build_schedule(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Schedule, float | None]:
     """The global batch sequence of the config over ``docs`` and planned packing's efficiency (else None);
-    ``history``: a mixture's weights over time, default the config's."""
-    return SCHEDULES[schedule_mode(cfg)](cfg, docs, history)
+    ``history``: a mixture's weights over time, default the config's. With ``devices``, each batch's rows are
+    ordered for them (:class:`~datatools.grain.balanced_schedule.BalancedSchedule`)."""
+    schedule, efficiency = SCHEDULES[schedule_mode(cfg)](cfg, docs, history)
+    if cfg.devices is not None and cfg.devices > 1:
+        block = cfg.attention_block or DEFAULT_BLOCK
+        schedule = BalancedSchedule(schedule, devices=cfg.devices, block=block)
+    return schedule, efficiency
 
 
 def _packing(cfg: PipelineConfig) -> PackingConfig:
