@@ -85,8 +85,9 @@ def balance_key(work, tokens, ctx: int) -> np.ndarray:
 def balance_order(key, devices: int) -> np.ndarray:
     """int64 permutation ``p`` of a batch's rows: position ``i`` of the balanced batch holds row ``p[i]``, and device
     ``d`` of ``devices`` (rows ``[d * R, (d + 1) * R)``, R = rows / devices) gets rows of near-equal summed ``key``
-    (:func:`balance_key`). Each device's rows keep their order in the batch. Deterministic: a function of ``key``
-    and ``devices`` alone."""
+    (:func:`balance_key`); its busiest device is never busier than with the rows as given (then ``p`` is the
+    identity). Each device's rows keep their order in the batch. Deterministic: a function of ``key`` and ``devices``
+    alone."""
     key = np.ascontiguousarray(key, dtype=np.int64)
     rows = key.shape[0]
     devices = check_int(devices, "devices", minimum=1)
@@ -99,6 +100,8 @@ def balance_order(key, devices: int) -> np.ndarray:
     device = np.empty(rows, np.int64)
     load = _deal(key, order, devices, per, device)
     _swap(key, device, load, SWAPS_PER_ROW * rows)
+    if load.max() >= device_loads(key, devices).max():  # never busier than the order as drawn
+        return np.arange(rows, dtype=np.int64)
     return np.lexsort((np.arange(rows), device)).astype(np.int64)  # by device, then by position in the batch
 
 
