@@ -151,3 +151,35 @@ def tile_list(segment_ids, block: int, *, kinds: np.ndarray | None = None) -> di
     out["tile_by_k"] = by_k
     out["tile_count"] = np.array([n], np.int32)
     return out
+
+
+def device_tile_lists(
+    segment_ids, block: int, devices: int, *, kinds: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
+    """One :func:`tile_list` per device for a batch sharded over ``devices`` in contiguous slices of rows (what
+    ``jax.shard_map`` over the batch axis gives each device): int32 (devices, P) ``tile_row`` (the row within the
+    device's slice), ``tile_q``, ``tile_k``, ``tile_full``, ``tile_by_k`` and (devices, 1) ``tile_count``, P the
+    :func:`bucket_width` of the longest device list (one static shape: the shorter lists padded, their padding
+    entries repeating their last tile). Padding share: 1 - tile_count.sum() / (devices * P); balanced batches
+    (:mod:`datatools.kernels.balance`) keep it small."""
+    kinds = block_structure(segment_ids, block) if kinds is None else kinds
+    devices = check_int(devices, "devices", minimum=1)
+    rows = kinds.shape[0]
+    if rows % devices:
+        raise ValueError(f"a batch of {rows} rows does not divide over {devices} devices")
+    per = rows // devices
+    lists = [tile_list(None, block, kinds=kinds[d * per : (d + 1) * per]) for d in range(devices)]
+    width = bucket_width(max(int(x["tile_count"][0]) for x in lists))
+    out = {}
+    for key in TILE_KEYS[:-1]:
+        arr = np.zeros((devices, width), np.int32)
+        for d, x in enumerate(lists):
+            n = x[key].shape[0]
+            arr[d, :n] = x[key]
+            if key == "tile_by_k":
+                arr[d, n:] = np.arange(n, width, dtype=np.int32)  # padding entries map to themselves
+            elif n:
+                arr[d, n:] = x[key][n - 1]
+        out[key] = arr
+    out["tile_count"] = np.stack([x["tile_count"] for x in lists]).astype(np.int32)
+    return out
