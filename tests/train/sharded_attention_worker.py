@@ -49,7 +49,9 @@ def main(out: str) -> None:
         got, done = jax.jit(sparse)(q, k, v)
         grads = jax.grad(lambda q, k, v: (jax.jit(sparse)(q, k, v)[0] ** 2).sum(), argnums=(0, 1, 2))(q, k, v)
         ref = dense_attention(q, k, v, segj)
-        ref_grads = jax.grad(lambda q, k, v: (dense_attention(q, k, v, segj) ** 2).sum(), argnums=(0, 1, 2))(q, k, v)
+        ref_grads = jax.grad(lambda q, k, v, s=segj: (dense_attention(q, k, v, s) ** 2).sum(), argnums=(0, 1, 2))(
+            q, k, v
+        )
         result[f"{name}_out"], result[f"{name}_ref"] = np.asarray(got), np.asarray(ref)
         result[f"{name}_grads"] = np.stack([np.asarray(g) for g in grads])
         result[f"{name}_ref_grads"] = np.stack([np.asarray(g) for g in ref_grads])
