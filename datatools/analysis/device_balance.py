@@ -5,8 +5,8 @@ Documents are packed (best fit decreasing, rows of ``ctx``), the rows put in a s
 packing with a full shuffle does) and cut into global batches of ``batch_size`` rows; device d of D takes the
 contiguous rows ``[d B / D, (d + 1) B / D)`` (how MaxText, Levanter and ``datatools train`` shard the batch axis).
 Work: in-document ``block`` x ``block`` tiles (what a block-sparse kernel executes). ``bound``: the least any order of
-a batch's rows can give (its heaviest row, or the mean, over the mean device's): above a target, reordering alone
-cannot reach it. Cost: one packing and ~0.1 ms a batch; at most ``max_batches`` batches are counted.
+a batch's rows can give (:func:`~datatools.kernels.balance.least_busiest`: exact at 1 and 2 rows a device, a lower
+bound above): above a target, reordering alone cannot reach it. Cost: one packing and ~0.1 ms a batch; at most ``max_batches`` batches are counted.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 from datatools.base.checks import check_int
 from datatools.base.reports import Report
 from datatools.kernels.attention_blocks import row_tiles
-from datatools.kernels.balance import balance_key, balance_order, busiest_over_mean
+from datatools.kernels.balance import balance_key, balance_order, busiest_over_mean, least_busiest
 from datatools.kernels.packing import pack_lengths
 
 MAX_BATCHES = 256  # batches counted (a seeded sample of the epoch's when it has more)
@@ -34,7 +34,7 @@ class DeviceLoad(Report):
     drawn_p90: float
     balanced_mean: float
     balanced_p90: float
-    bound_mean: float  # the least any order of the rows gives, mean over the batches
+    bound_mean: float  # the least any order of the rows gives (exact at 1-2 rows a device), mean over the batches
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,7 @@ def device_balance(
             p = balance_order(balance_key(w, tokens[rows], ctx), d)
             drawn.append(busiest_over_mean(w, d))
             balanced.append(busiest_over_mean(w[p], d))
-            mean = w.sum() / d
-            bound.append(max(1.0, w.max() / mean) if mean else 1.0)
+            bound.append(least_busiest(w, d))
         entries.append(
             DeviceLoad(
                 d,

@@ -116,3 +116,16 @@ def busiest_over_mean(values, devices: int) -> float:
     loads = device_loads(values, devices).astype(np.float64)
     mean = float(loads.mean())
     return float(loads.max()) / mean if mean > 0 else 1.0
+
+
+def least_busiest(values, devices: int) -> float:
+    """A lower bound on the busiest device's summed ``values`` over the mean device's, for any order of the rows:
+    exact at one row a device (the heaviest row) and at two (the heaviest sum of sorted rows i and n - 1 - i, the
+    best pairing, which :func:`balance_order` reaches); above, the heaviest row or the mean (1.0)."""
+    v = np.sort(np.asarray(values, np.int64))
+    mean = float(v.sum()) / devices
+    if mean <= 0:
+        return 1.0
+    per = v.shape[0] // devices
+    top = float((v + v[::-1]).max()) if per == 2 else float(v.max())
+    return max(1.0, top / mean)

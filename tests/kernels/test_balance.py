@@ -4,12 +4,13 @@ order, near-equal on realistic batches; and the per-row tile count it weighs row
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datatools import materialize, pack_lengths
 from datatools.kernels.attention_blocks import EMPTY, block_structure, row_tiles
-from datatools.kernels.balance import balance_key, balance_order, busiest_over_mean, device_loads
+from datatools.kernels.balance import balance_key, balance_order, busiest_over_mean, device_loads, least_busiest
 
 
 @settings(max_examples=60, deadline=None)
@@ -42,6 +43,8 @@ def test_one_or_two_rows_a_device_reach_the_best_split(keys, per):
     shuffled = np.random.default_rng(len(keys)).permutation(key)
     got = device_loads(shuffled[balance_order(shuffled, rows // per)], rows // per).max()
     assert got == best
+    if key.sum():
+        assert least_busiest(shuffled, rows // per) == pytest.approx(best / (key.sum() / (rows // per)))
 
 
 def test_lognormal_batches_balance_to_within_five_percent_at_eight_rows_a_device():
