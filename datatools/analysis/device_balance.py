@@ -6,7 +6,8 @@ packing with a full shuffle does) and cut into global batches of ``batch_size`` 
 contiguous rows ``[d B / D, (d + 1) B / D)`` (how MaxText, Levanter and ``datatools train`` shard the batch axis).
 Work: in-document ``block`` x ``block`` tiles (what a block-sparse kernel executes). ``bound``: the least any order of
 a batch's rows can give (:func:`~datatools.kernels.balance.least_busiest`: exact at 1 and 2 rows a device, a lower
-bound above): above a target, reordering alone cannot reach it. Cost: one packing and ~0.1 ms a batch; at most ``max_batches`` batches are counted.
+bound above): above a target, reordering alone cannot reach it. Cost: one packing and ~0.1 ms a batch; at most
+``max_batches`` batches are counted.
 """
 
 from __future__ import annotations
