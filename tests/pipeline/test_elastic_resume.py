@@ -212,6 +212,7 @@ CANONICAL = ("tokens", "segment_ids", "positions", "loss_mask")
 BALANCE_MODES = {
     **MODES,
     "curriculum": {"curriculum": {"lengths": [32, 64, 128], "tokens_per_batch": 1536, "tile": 16}},
+    "lanes": {"packing": {"ctx": 128, "mode": "streaming", "read_order": "lanes", "window": 40}},
 }
 
 
@@ -230,7 +231,8 @@ def test_balanced_batches_hold_the_same_rows_spread_over_the_devices(docs, mode)
     def make(hosts=1, index=0, **extra):
         c = parse_config(
             {"source": {"path": "ids"}, "batch_size": BATCH, "seed": 9, "drop_remainder": False}
-            | {"shuffle": SHUFFLES["full"], **BALANCE_MODES[mode], "shard": {"index": index, "count": hosts}}
+            | {"shuffle": SHUFFLES["block" if mode == "lanes" else "full"], **BALANCE_MODES[mode]}
+            | {"shard": {"index": index, "count": hosts}}
             | extra
         )
         return list(build_canonical(c, docs).dataset)
