@@ -75,11 +75,13 @@ def _swap(key, device, load, max_swaps):
 
 def balance_key(work, tokens, ctx: int) -> np.ndarray:
     """int64 key per row: ``work`` first, ``tokens`` (at most ``ctx`` a row) to break ties, so sums over rows
-    compare as (work, tokens) pairs."""
+    compare as (work, tokens) pairs (``work`` alone where those sums would not fit int64)."""
     work = np.asarray(work, np.int64)
     tokens = np.asarray(tokens, np.int64)
-    scale = np.int64(work.shape[0]) * (int(ctx) + 1)  # more than any device's tokens
-    return work * scale + tokens
+    scale = int(work.shape[0]) * (int(ctx) + 1)  # more than any device's tokens
+    if (int(work.sum()) + 1) * scale >= 1 << 62:  # sums would overflow int64: work alone
+        return work.copy()
+    return work * np.int64(scale) + tokens
 
 
 def balance_order(key, devices: int) -> np.ndarray:

@@ -79,3 +79,10 @@ def test_row_tiles_count_the_non_empty_tiles_of_each_row(lengths, block):
     kinds = block_structure(seg, block)
     expected = (kinds != EMPTY).reshape(plan.num_rows, -1).sum(axis=1)
     np.testing.assert_array_equal(row_tiles(plan.row_splits, plan.length, block)[:, 1], expected)
+
+
+def test_key_orders_by_work_then_tokens_and_never_overflows():
+    key = balance_key([3, 3, 2], [10, 20, 8192], 8192)
+    assert key[1] > key[0] > key[2]
+    huge = balance_key(np.full(4096, 1 << 27), np.full(4096, 131072), 131072)
+    assert (huge == 1 << 27).all()  # work alone: the sums fit
