@@ -154,14 +154,15 @@ def tile_list(segment_ids, block: int, *, kinds: np.ndarray | None = None) -> di
 
 
 def device_tile_lists(
-    segment_ids, block: int, devices: int, *, kinds: np.ndarray | None = None
+    segment_ids, block: int, devices: int, *, kinds: np.ndarray | None = None, width: int | None = None
 ) -> dict[str, np.ndarray]:
     """One :func:`tile_list` per device for a batch sharded over ``devices`` in contiguous slices of rows (what
     ``jax.shard_map`` over the batch axis gives each device): int32 (devices, P) ``tile_row`` (the row within the
     device's slice), ``tile_q``, ``tile_k``, ``tile_full``, ``tile_by_k`` and (devices, 1) ``tile_count``, P the
     :func:`bucket_width` of the longest device list (one static shape: the shorter lists padded, their padding
     entries repeating their last tile). Padding share: 1 - tile_count.sum() / (devices * P); balanced batches
-    (:mod:`datatools.kernels.balance`) keep it small."""
+    (:mod:`datatools.kernels.balance`) keep it small. ``width``: P itself (at least the longest list), one shape
+    for several batches."""
     kinds = block_structure(segment_ids, block) if kinds is None else kinds
     devices = check_int(devices, "devices", minimum=1)
     rows = kinds.shape[0]
@@ -169,7 +170,11 @@ def device_tile_lists(
         raise ValueError(f"a batch of {rows} rows does not divide over {devices} devices")
     per = rows // devices
     lists = [tile_list(None, block, kinds=kinds[d * per : (d + 1) * per]) for d in range(devices)]
-    width = bucket_width(max(int(x["tile_count"][0]) for x in lists))
+    most = max(int(x["tile_count"][0]) for x in lists)
+    if width is None:
+        width = bucket_width(most)
+    elif width < most:
+        raise ValueError(f"width={width} is shorter than a device's {most} tiles")
     out = {}
     for key in TILE_KEYS[:-1]:
         arr = np.zeros((devices, width), np.int32)

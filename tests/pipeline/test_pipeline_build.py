@@ -289,7 +289,7 @@ def test_attention_tiles_in_a_format_without_them_are_refused():
             parse_config({**cfg, "format": fmt})
 
 
-@pytest.mark.parametrize("mode", [pytest.param("planned", marks=pytest.mark.slow), "streaming"])  # planned: ~7 s
+@pytest.mark.parametrize("mode", ["planned", "streaming"])
 def test_balanced_batches_through_the_one_reader(store, table, mode):
     """devices: 4 read by the store's one reader (read-ahead of each batch's pieces) equals the table read in this
     process, and holds the rows of the unbalanced batches."""

@@ -18,7 +18,7 @@ from jax.sharding import Mesh
 from datatools import materialize, pack_lengths
 from datatools.kernels.attention_blocks import device_tile_lists, row_tiles
 from datatools.kernels.balance import balance_key, balance_order
-from datatools.train.attention import dense_attention, sharded_blocksparse_attention
+from datatools.train.attention import SPARSE_KEYS, dense_attention, sharded_blocksparse_attention
 
 DEVICES, ROWS, CTX, BLOCK, HEADS, DIM = 8, 16, 256, 32, 2, 8
 
@@ -37,27 +37,42 @@ def main(out: str) -> None:
     offsets = np.concatenate(([0], np.cumsum(lengths)))
     flat = np.zeros(int(offsets[-1]), np.int32)
     q, k, v = (jnp.asarray(rng.standard_normal((ROWS, CTX, HEADS, DIM)), jnp.float32) for _ in range(3))
+    segs = {
+        name: materialize(plan, flat, offsets, rows=rows, check_values=False)["segment_ids"]
+        for name, rows in (("drawn", drawn), ("balanced", balanced))
+    }
+    lists = {name: device_tile_lists(seg, BLOCK, DEVICES) for name, seg in segs.items()}
+    width = max(x["tile_row"].shape[1] for x in lists.values())  # one shape: one program for both orders
+
+    @jax.jit
+    def sparse(q, k, v, seg, tiles):
+        def loss(q, k, v):
+            out, done = sharded_blocksparse_attention(q, k, v, seg, tiles, BLOCK, mesh, executed=True)
+            return (out**2).sum(), (out, done)
+
+        (_, (out, done)), grads = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(q, k, v)
+        return out, done, jnp.stack(grads)
+
+    @jax.jit
+    def dense(q, k, v, seg):
+        def loss(q, k, v):
+            out = dense_attention(q, k, v, seg)
+            return (out**2).sum(), out
+
+        (_, out), grads = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(q, k, v)
+        return out, jnp.stack(grads)
+
     result = {}
     for name, rows in (("drawn", drawn), ("balanced", balanced)):
-        seg = materialize(plan, flat, offsets, rows=rows, check_values=False)["segment_ids"]
-        tiles = device_tile_lists(seg, BLOCK, DEVICES)
-        segj = jnp.asarray(seg)
-
-        def sparse(q, k, v, segj=segj, tiles=tiles):
-            return sharded_blocksparse_attention(q, k, v, segj, tiles, BLOCK, mesh, executed=True)
-
-        got, done = jax.jit(sparse)(q, k, v)
-        grads = jax.grad(lambda q, k, v: (jax.jit(sparse)(q, k, v)[0] ** 2).sum(), argnums=(0, 1, 2))(q, k, v)
-        ref = dense_attention(q, k, v, segj)
-        ref_grads = jax.grad(lambda q, k, v, s=segj: (dense_attention(q, k, v, s) ** 2).sum(), argnums=(0, 1, 2))(
-            q, k, v
-        )
+        seg = jnp.asarray(segs[name])
+        tiles = device_tile_lists(segs[name], BLOCK, DEVICES, width=width)
+        got, done, grads = sparse(q, k, v, seg, {key: jnp.asarray(tiles[key]) for key in SPARSE_KEYS})
+        ref, ref_grads = dense(q, k, v, seg)
         result[f"{name}_out"], result[f"{name}_ref"] = np.asarray(got), np.asarray(ref)
-        result[f"{name}_grads"] = np.stack([np.asarray(g) for g in grads])
-        result[f"{name}_ref_grads"] = np.stack([np.asarray(g) for g in ref_grads])
+        result[f"{name}_grads"], result[f"{name}_ref_grads"] = np.asarray(grads), np.asarray(ref_grads)
         result[f"{name}_executed"] = np.asarray(done)
         result[f"{name}_counted"] = work[rows].reshape(DEVICES, -1).sum(axis=1)
-        result[f"{name}_width"] = np.array(tiles["tile_row"].shape[1])
+        result[f"{name}_width"] = np.array(lists[name]["tile_row"].shape[1])  # its own width
     np.savez(out, **result)
 
 

@@ -67,3 +67,14 @@ def test_device_lists_are_the_slices_tile_lists_padded_to_one_width():
             np.testing.assert_array_equal(lists[key][d, :n], own[key][:n])
             assert (lists[key][d, n:] == own[key][n - 1]).all()
         np.testing.assert_array_equal(lists["tile_by_k"][d, n:], np.arange(n, width))
+
+
+def test_balanced_lists_fit_a_narrower_width(sharded):
+    assert sharded["balanced_width"] <= sharded["drawn_width"]
+
+
+def test_a_width_shorter_than_a_list_is_refused():
+    seg = np.ones((4, 64), np.int32)
+    with pytest.raises(ValueError, match="width=2 is shorter than a device's 20 tiles"):
+        device_tile_lists(seg, 16, 2, width=2)
+    assert device_tile_lists(seg, 16, 2, width=40)["tile_row"].shape == (2, 40)
