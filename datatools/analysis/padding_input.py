@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 
 from datatools.analysis.curriculum import curriculum_savings
+from datatools.analysis.device_balance import device_balance
 from datatools.analysis.loss_distortion import DEFAULT_BATCH_SIZE, loss_distortion
 from datatools.analysis.maxtext_simulation import maxtext_inputs, maxtext_report, read_maxtext_config
 from datatools.analysis.padding import STRATEGIES, PaddingOptions, analyze
@@ -59,6 +60,8 @@ def analyze_input(
     loss_batch_size: int | None = None,
     curriculum: Sequence[int] = (),
     tokens_per_batch: int | None = None,
+    devices: Sequence[int] = (),
+    global_batch: int = 128,
     **input_options,
 ) -> PaddingReport:
     """The padding analysis of the input at ``path`` (read by :func:`~datatools.io.inputs.open_input` with
@@ -72,6 +75,8 @@ def analyze_input(
       console: a rich console for progress; None shows nothing.
       loss_batch_size: rows per batch of the loss-weight distortion view; None: 32.
       curriculum, tokens_per_batch: a length curriculum (tokens) and slots a batch (None: 8 rows of the longest).
+      devices, global_batch: device counts a global batch of ``global_batch`` rows is split over: the busiest
+        device's attention work over the mean at the recommended ctx, drawn and balanced (empty: not counted).
 
     Raises:
       ValueError: the input holds no document, or a bad option or MaxText key (naming it).
@@ -137,9 +142,17 @@ def analyze_input(
     if curriculum:
         lengths_k = sorted(int(n) for n in curriculum)
         savings = curriculum_savings(lengths, lengths_k, tokens_per_batch or 8 * lengths_k[-1], block=tile)
+    balance = None
+    if devices:
+        with _counted(console, 1, "attention work per device") as advance:
+            ctx = report.recommendation.ctx
+            block = tile if ctx % tile == 0 else 1
+            balance = device_balance(lengths, ctx, batch_size=global_batch, devices=devices, block=block)
+            advance(1)
     return dataclasses.replace(
         report,
         curriculum=savings,
+        devices=balance,
         maxtext=maxtext,
         source=display(path),
         input=inp.describe(),

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from datatools.analysis.attention_tiles import AttentionTiles
 from datatools.analysis.curriculum import FLOPS_PER_PAIR, MARKS, CurriculumSavings
+from datatools.analysis.device_balance import DeviceBalance
 from datatools.analysis.loss_distortion import LossDistortion
 from datatools.analysis.maxtext_simulation import MaxTextReport
 from datatools.analysis.padding_result import PaddingReport
@@ -108,6 +109,8 @@ def render(report: PaddingReport, console: Console, *, source: str) -> None:
         render_loss_distortion(report.loss_distortion, console)
     if report.curriculum is not None:
         render_curriculum_savings(report.curriculum, console)
+    if report.devices is not None:
+        render_device_balance(report.devices, console)
 
 
 def render_attention_tiles(view: AttentionTiles, console: Console) -> None:
@@ -185,6 +188,26 @@ def render_loss_distortion(view: LossDistortion, console: Console) -> None:
         markup=False,
         highlight=False,
     )
+
+
+def render_device_balance(view: DeviceBalance, console: Console) -> None:
+    """The busiest device's attention work over the mean per device count, drawn and balanced, and the note."""
+    table = Table(
+        title=f"attention work per device: busiest / mean in-document tiles of {view.block} (ctx {view.ctx:,}, "
+        f"global batch {view.batch_size}, {view.batches} batches; mean, p90)",
+        title_justify="left",
+    )
+    for col in ("devices (rows each)", "as drawn", "balanced (devices: N)", "best any order gives"):
+        table.add_column(col, justify="left" if col.startswith("devices") else "right")
+    for e in view.entries:
+        table.add_row(
+            f"{e.devices} ({e.rows_per_device})",
+            f"{e.drawn_mean:.2f} (p90 {e.drawn_p90:.2f})",
+            f"{e.balanced_mean:.2f} (p90 {e.balanced_p90:.2f})",
+            f"{e.bound_mean:.2f}",
+        )
+    console.print(table)
+    console.print(view.note, markup=False, highlight=False)
 
 
 def render_curriculum_savings(view: CurriculumSavings, console: Console) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from datatools.analysis.attention_tiles import AttentionTiles
 from datatools.analysis.curriculum import CurriculumSavings
+from datatools.analysis.device_balance import DeviceBalance
 from datatools.analysis.loss_distortion import LossDistortion
 from datatools.analysis.maxtext_simulation import MaxTextReport
 from datatools.base.reports import Report
@@ -91,6 +92,7 @@ class PaddingReport(Report):
     maxtext: MaxTextReport | None = None  # a MaxText config's pipeline today and what to set (maxtext_simulation)
     loss_distortion: LossDistortion | None = None  # documents' loss weight under a per-row / per-batch mean
     curriculum: CurriculumSavings | None = None  # a length curriculum against fixed-ctx packing (analysis.curriculum)
+    devices: DeviceBalance | None = None  # the busiest device's attention work, drawn and balanced (device_balance)
     source: str | None = None  # the input as displayed
     input: dict[str, Any] | None = None  # what the input is (kind, column, tokenizer, bytes)
     read_seconds: float | None = None

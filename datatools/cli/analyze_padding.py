@@ -74,6 +74,22 @@ from datatools.cli.common import emit_json, input_options, json_option, make_con
     default=None,
     help="--curriculum: token slots of every batch (a multiple of every length). Default: 8 rows of the longest.",
 )
+@click.option(
+    "--devices",
+    "devices",
+    type=click.IntRange(1, MAX_BATCH),
+    multiple=True,
+    help="Accelerators a global batch is split over (repeatable, e.g. --devices 16 --devices 64): the busiest "
+    "device's attention work over the mean at the recommended ctx, as drawn and with devices: N in the pipeline "
+    "config (each must divide --global-batch).",
+)
+@click.option(
+    "--global-batch",
+    type=click.IntRange(1, MAX_BATCH),
+    default=128,
+    show_default=True,
+    help="--devices: rows of a global batch (all hosts).",
+)
 @json_option(then=" (then nothing else goes to stdout)")
 @click.option(
     "--write-config",

@@ -100,6 +100,17 @@ class BucketSchedule:
     def batch_rows(self, epoch: int, j: int) -> int:
         return int(self.batch_sizes[self.epoch_batches(epoch)[4][j]])
 
+    def rows_plan(self, epoch: int, j: int, lo: int, hi: int) -> PackPlan:
+        """Rows [lo, hi) of global batch ``j`` that hold a piece (a prefix), one piece a row, as one plan of the
+        bucket's width (what :meth:`read` reads)."""
+        doc, start, length, splits, bucket, _ = self.epoch_batches(epoch)
+        a = splits[j] + lo
+        b = max(min(splits[j] + hi, splits[j + 1]), a)
+        width = int(self.boundaries[bucket[j]])
+        return PackPlan.one_piece_rows(
+            width, np.asarray(doc[a:b], np.int64), np.asarray(start[a:b], np.int64), length[a:b], "bucket"
+        )
+
     def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
         doc, start, length, splits, bucket, _ = self.epoch_batches(epoch)
         a = splits[j] + lo

@@ -19,6 +19,7 @@ from datatools.base.checks import check_choice, check_int
 from datatools.grain.batch import read_batch
 from datatools.grain.schedule import EpochCache, ReadAheadSchedule, Schedule
 from datatools.kernels.batch_layouts import CANONICAL_KEYS
+from datatools.kernels.packing import PackPlan
 from datatools.kernels.packing.materialize import new_batch
 from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation
 
@@ -88,6 +89,12 @@ class PlannedSchedule:
         return self.rows.pieces(index[index < self.n] + epoch * self.n)
 
     ahead_pieces = pieces
+
+    def rows_plan(self, epoch: int, j: int, lo: int, hi: int) -> PackPlan:
+        """Rows [lo, hi) of global batch ``j`` that hold data (a prefix: an epoch's last batch may be short), as
+        one plan."""
+        index = j * self.batch_size + np.arange(lo, hi, dtype=np.int64)
+        return self.rows.rows_plan(index[index < self.n] + epoch * self.n)
 
     def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
         index = j * self.batch_size + np.arange(lo, hi, dtype=np.int64)

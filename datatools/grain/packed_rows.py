@@ -10,7 +10,7 @@ import grain
 from datatools.io.documents import as_document_source
 from datatools.io.plan_file import PlanFile
 from datatools.kernels.packing import PackPlan, pack_lengths
-from datatools.kernels.packing.plan_format import row_pieces
+from datatools.kernels.packing.plan_format import gather_rows, row_pieces
 
 
 class PackedRowsMapDataset(grain.MapDataset):
@@ -81,6 +81,16 @@ class PackedRowsMapDataset(grain.MapDataset):
             return sub.doc, sub.start, sub.length
         sel, _ = row_pieces(self.plan.row_splits, rows)
         return self.plan.doc[sel], self.plan.start[sel], self.plan.length[sel]
+
+    def rows_plan(self, indices: Sequence[int]) -> PackPlan:
+        """Rows ``indices`` as one small plan whose row i is row ``indices[i]`` (what :meth:`get_batch` reads)."""
+        rows = np.asarray(indices, dtype=np.int64) % self.plan.num_rows
+        if isinstance(self.plan, PlanFile):
+            return self.plan.rows_plan(rows)
+        p = self.plan
+        return gather_rows(
+            p.row_splits, p.doc, p.start, p.length, rows, ctx=p.ctx, align=p.align, algorithm=p.algorithm
+        )
 
     def __getitem__(self, index):
         if isinstance(index, slice):

@@ -36,6 +36,16 @@ class Schedule(Protocol):
         ...
 
 
+class PlanSchedule(Schedule, Protocol):
+    """A schedule that says which rows a batch holds from lengths alone (every datatools schedule): what the balanced
+    order (:mod:`datatools.grain.balanced_schedule`) weighs rows by."""
+
+    def rows_plan(self, epoch: int, j: int, lo: int, hi: int) -> Any:
+        """Rows ``[lo, hi)`` of global batch ``j`` that hold data (a prefix), as one
+        :class:`~datatools.kernels.packing.PackPlan` whose row i is row ``lo + i`` (what :meth:`read` reads)."""
+        ...
+
+
 @runtime_checkable
 class ReadAheadSchedule(Schedule, Protocol):
     """A schedule whose reads can start before a batch is asked for (the host passes ``pieces`` to

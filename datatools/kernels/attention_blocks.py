@@ -43,6 +43,47 @@ def _row_blocks(seg, block, out):
                     out[i, j] = FULL
 
 
+@numba.njit(cache=True)
+def _row_tiles(row_splits, length, block, align, out):
+    """``out[r] = (pairs, tiles)`` of row r: in-document causal pairs, and tiles holding them (a piece spanning n
+    blocks covers n(n+1)/2; pieces meeting in a block share its diagonal tile). Pieces start at multiples of
+    ``align``."""
+    for r in range(row_splits.shape[0] - 1):
+        at = 0
+        last = -1  # the last block a piece of this row reached
+        pairs = 0
+        tiles = 0
+        for j in range(row_splits[r], row_splits[r + 1]):
+            s = np.int64(length[j])
+            if s <= 0:
+                continue
+            at = (at + align - 1) // align * align
+            pairs += s * (s + 1) // 2
+            b0 = at // block
+            b1 = (at + s - 1) // block
+            n = b1 - b0 + 1
+            tiles += n * (n + 1) // 2
+            if b0 == last:
+                tiles -= 1  # the diagonal tile of the block both pieces touch, counted once
+            last = b1
+            at += s
+        out[r, 0] = pairs
+        out[r, 1] = tiles
+
+
+def row_tiles(row_splits, length, block: int, *, align: int = 1) -> np.ndarray:
+    """int64 (rows, 2): per packed row, the causal query-key pairs inside its documents (what a segment-aware kernel
+    computes) and the ``block`` x ``block`` tiles holding them (what a block-sparse kernel visits), counted from the
+    piece lengths alone (row r holds pieces ``row_splits[r]:row_splits[r + 1]`` of ``length`` tokens, back to back,
+    each starting at a multiple of ``align``); equal to :func:`block_structure`'s non-empty tiles of the row."""
+    block = check_int(block, "block", minimum=1)
+    align = check_int(align, "align", minimum=1)
+    splits = np.ascontiguousarray(row_splits, dtype=np.int64)
+    out = np.zeros((max(0, splits.shape[0] - 1), 2), np.int64)
+    _row_tiles(splits, np.ascontiguousarray(length, dtype=np.int64), block, align, out)
+    return out
+
+
 def block_structure(segment_ids, block: int) -> np.ndarray:
     """int8 (rows, ctx // block, ctx // block): EMPTY (0), PARTIAL (1) or FULL (2) for each (query, key) tile of
     ``segment_ids`` (rows, ctx; 0 at padding); ``block`` (tokens) must divide ctx."""
@@ -109,4 +150,41 @@ def tile_list(segment_ids, block: int, *, kinds: np.ndarray | None = None) -> di
     by_k[:n] = np.lexsort((q, k, row))
     out["tile_by_k"] = by_k
     out["tile_count"] = np.array([n], np.int32)
+    return out
+
+
+def device_tile_lists(
+    segment_ids, block: int, devices: int, *, kinds: np.ndarray | None = None, width: int | None = None
+) -> dict[str, np.ndarray]:
+    """One :func:`tile_list` per device for a batch sharded over ``devices`` in contiguous slices of rows (what
+    ``jax.shard_map`` over the batch axis gives each device): int32 (devices, P) ``tile_row`` (the row within the
+    device's slice), ``tile_q``, ``tile_k``, ``tile_full``, ``tile_by_k`` and (devices, 1) ``tile_count``, P the
+    :func:`bucket_width` of the longest device list (one static shape: the shorter lists padded, their padding
+    entries repeating their last tile). Padding share: 1 - tile_count.sum() / (devices * P); balanced batches
+    (:mod:`datatools.kernels.balance`) keep it small. ``width``: P itself (at least the longest list), one shape
+    for several batches."""
+    kinds = block_structure(segment_ids, block) if kinds is None else kinds
+    devices = check_int(devices, "devices", minimum=1)
+    rows = kinds.shape[0]
+    if rows % devices:
+        raise ValueError(f"a batch of {rows} rows does not divide over {devices} devices")
+    per = rows // devices
+    lists = [tile_list(None, block, kinds=kinds[d * per : (d + 1) * per]) for d in range(devices)]
+    most = max(int(x["tile_count"][0]) for x in lists)
+    if width is None:
+        width = bucket_width(most)
+    elif width < most:
+        raise ValueError(f"width={width} is shorter than a device's {most} tiles")
+    out = {}
+    for key in TILE_KEYS[:-1]:
+        arr = np.zeros((devices, width), np.int32)
+        for d, x in enumerate(lists):
+            n = x[key].shape[0]
+            arr[d, :n] = x[key]
+            if key == "tile_by_k":
+                arr[d, n:] = np.arange(n, width, dtype=np.int32)  # padding entries map to themselves
+            elif n:
+                arr[d, n:] = x[key][n - 1]
+        out[key] = arr
+    out["tile_count"] = np.stack([x["tile_count"] for x in lists]).astype(np.int32)
     return out

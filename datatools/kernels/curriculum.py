@@ -12,6 +12,7 @@ import numba
 import numpy as np
 
 from datatools.base.checks import as_lengths
+from datatools.kernels.attention_blocks import row_tiles
 from datatools.kernels.packing import PackPlan, pack_lengths
 from datatools.kernels.packing.plan_format import gather_rows
 
@@ -275,28 +276,6 @@ def curriculum_order(batches, odds, until, *, seed: int, epoch: int, cycles: int
     return out
 
 
-@numba.njit(cache=True)
-def _row_work(row_splits, length, block, ctx, out):
-    """Adds to out[0] in-document causal pairs, out[1] tiles holding them (a piece spanning n blocks covers
-    n(n+1)/2; pieces meeting in a block share its diagonal tile), out[2] causal tiles of every row."""
-    nb = ctx // block
-    for r in range(row_splits.shape[0] - 1):
-        at = 0
-        last = -1  # the last block a piece of this row reached
-        for j in range(row_splits[r], row_splits[r + 1]):
-            s = np.int64(length[j])
-            out[0] += s * (s + 1) // 2
-            b0 = at // block
-            b1 = (at + s - 1) // block
-            n = b1 - b0 + 1
-            out[1] += n * (n + 1) // 2
-            if b0 == last:
-                out[1] -= 1  # the diagonal tile of the block both pieces touch, counted once
-            last = b1
-            at += s
-        out[2] += nb * (nb + 1) // 2
-
-
 def attention_work(plan: PackPlan, block: int) -> dict[str, int]:
     """Exact attention work of a plan's rows (``align`` 1): ``pairs`` (causal query-key pairs inside documents, what
     a segment-aware kernel needs), ``document_tiles`` (``block`` x ``block`` tiles holding such pairs, what a
@@ -305,6 +284,6 @@ def attention_work(plan: PackPlan, block: int) -> dict[str, int]:
         raise ValueError(f"block={block} must divide the plan's ctx={plan.ctx}")
     if plan.align != 1:
         raise ValueError(f"attention_work counts plans of align 1; got align={plan.align}")
-    out = np.zeros(3, np.int64)
-    _row_work(plan.row_splits, plan.length, int(block), int(plan.ctx), out)
-    return {"pairs": int(out[0]), "document_tiles": int(out[1]), "causal_tiles": int(out[2])}
+    work = row_tiles(plan.row_splits, plan.length, block).sum(axis=0)
+    nb = plan.ctx // block
+    return {"pairs": int(work[0]), "document_tiles": int(work[1]), "causal_tiles": plan.num_rows * nb * (nb + 1) // 2}

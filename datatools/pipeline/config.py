@@ -359,6 +359,14 @@ class PipelineConfig:
         "(block_q, block_k, block_valid per row; tile_* batch-wide) for "
         "block-sparse attention",
     )
+    devices: int | None = field(
+        None,
+        minimum=1,
+        maximum=MAX_BATCH,
+        doc="accelerators the global batch is split over (jax.device_count()): each takes a contiguous slice of "
+        "batch_size / devices rows, hosts in order; set, each batch's rows are ordered so every slice carries the "
+        "same attention work (tiles of attention_block, default 128) and tokens (null: the order as drawn)",
+    )
 
     def check(self, where: str) -> None:
         given = [s for s in ("packing", "bucketing", "curriculum") if getattr(self, s) is not None]
@@ -387,6 +395,17 @@ class PipelineConfig:
                     "config: sources (a mixture) needs packing.mode: streaming or bucketing: planned "
                     "packing plans every document at once, before any order, so rows could not mix "
                     "sources by weight"
+                )
+        if self.devices is not None:
+            if self.curriculum is None and self.bucketing is None and self.batch_size % self.devices:
+                raise ValueError(
+                    f"config: batch_size={self.batch_size} must be a multiple of devices={self.devices} (each "
+                    f"device takes an equal, contiguous slice of every global batch)"
+                )
+            if isinstance(self.shard, ShardConfig) and self.devices % self.shard.count:
+                raise ValueError(
+                    f"config: devices={self.devices} must be a multiple of shard.count={self.shard.count} (each "
+                    f"host holds whole devices)"
                 )
         if self.attention_block is not None and self.format != "datatools":
             raise ValueError(

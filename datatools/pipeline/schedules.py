@@ -10,13 +10,14 @@ from collections.abc import Callable
 import numpy as np
 
 import grain
+from datatools.grain.balanced_schedule import DEFAULT_BLOCK, BalancedSchedule
 from datatools.grain.bucket_schedule import BucketSchedule
 from datatools.grain.curriculum_schedule import CurriculumSchedule
 from datatools.grain.host_batches import DocumentOrder, PlannedSchedule
 from datatools.grain.lane_schedule import LaneSchedule
 from datatools.grain.mixture_order import MixtureOrder
 from datatools.grain.packed_rows import PackedRowsMapDataset
-from datatools.grain.schedule import Schedule
+from datatools.grain.schedule import PlanSchedule, Schedule
 from datatools.grain.shuffle import BlockShuffleMapDataset, FeistelShuffleMapDataset
 from datatools.grain.streaming_schedule import StreamingSchedule
 from datatools.io.plan_file import PlanFile
@@ -26,7 +27,7 @@ from datatools.pipeline.config import PackingConfig, PipelineConfig
 from datatools.pipeline.mixture import mixture_order
 
 # A constructor: (config, documents, a mixture's weight history or None) -> (schedule, planned packing's efficiency)
-Constructor = Callable[[PipelineConfig, object, list | None], tuple[Schedule, float | None]]
+Constructor = Callable[[PipelineConfig, object, list | None], tuple[PlanSchedule, float | None]]
 
 
 def schedule_mode(cfg: PipelineConfig) -> str:
@@ -45,8 +46,13 @@ def schedule_mode(cfg: PipelineConfig) -> str:
 
 def build_schedule(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Schedule, float | None]:
     """The global batch sequence of the config over ``docs`` and planned packing's efficiency (else None);
-    ``history``: a mixture's weights over time, default the config's."""
-    return SCHEDULES[schedule_mode(cfg)](cfg, docs, history)
+    ``history``: a mixture's weights over time, default the config's. With ``devices``, each batch's rows are
+    ordered for them (:class:`~datatools.grain.balanced_schedule.BalancedSchedule`)."""
+    schedule, efficiency = SCHEDULES[schedule_mode(cfg)](cfg, docs, history)
+    if cfg.devices is not None and cfg.devices > 1:
+        block = cfg.attention_block or DEFAULT_BLOCK
+        return BalancedSchedule(schedule, devices=cfg.devices, block=block), efficiency
+    return schedule, efficiency
 
 
 def _packing(cfg: PipelineConfig) -> PackingConfig:
@@ -96,7 +102,7 @@ def _plan_file(p: PackingConfig, path: str, source: str, docs) -> PlanFile:
     return plan
 
 
-def planned(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Schedule, float | None]:
+def planned(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[PlanSchedule, float | None]:
     """``packing.mode: planned``: one plan over every document (or ``packing.plan``), its rows shuffled per epoch;
     global batch j is rows ``[j * B, (j + 1) * B)``."""
     p = _packing(cfg)
@@ -113,7 +119,7 @@ def planned(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Sch
     return schedule, rows.plan.efficiency
 
 
-def streaming(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Schedule, float | None]:
+def streaming(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[PlanSchedule, float | None]:
     """``packing.mode: streaming``: :class:`~datatools.grain.streaming_schedule.StreamingSchedule`."""
     p = _packing(cfg)
     return StreamingSchedule(
@@ -129,7 +135,7 @@ def streaming(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[S
     ), None
 
 
-def lanes(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Schedule, float | None]:
+def lanes(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[PlanSchedule, float | None]:
     """``packing.read_order: lanes``: :class:`~datatools.grain.lane_schedule.LaneSchedule`."""
     p, sh = _packing(cfg), cfg.shuffle
     return LaneSchedule(
@@ -146,7 +152,7 @@ def lanes(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Sched
     ), None
 
 
-def bucketing(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Schedule, float | None]:
+def bucketing(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[PlanSchedule, float | None]:
     """``bucketing``: :class:`~datatools.grain.bucket_schedule.BucketSchedule` over the given boundaries (or those
     of least padding), with batch sizes from the batch or a token budget."""
     b = cfg.bucketing
@@ -171,7 +177,7 @@ def bucketing(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[S
     ), None
 
 
-def curriculum(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Schedule, float | None]:
+def curriculum(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[PlanSchedule, float | None]:
     """``curriculum``: :class:`~datatools.grain.curriculum_schedule.CurriculumSchedule`."""
     c = cfg.curriculum
     if c is None:  # schedule_mode chose this mode from the section

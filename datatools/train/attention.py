@@ -9,6 +9,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec
 
 NEG = -1e30
 SPARSE_KEYS = ("tile_row", "tile_q", "tile_k", "tile_count")  # what blocksparse reads of a tile list
@@ -44,14 +45,15 @@ def fused_attention(q, k, v, segment_ids):
     return zero_padding(out, segment_ids, q.dtype)
 
 
-def blocksparse_attention(q, k, v, segment_ids, tiles: dict, block: int, chunk: int = 256):
+def blocksparse_attention(q, k, v, segment_ids, tiles: dict, block: int, chunk: int = 256, *, executed: bool = False):
     """The same function as :func:`dense_attention` on q, k, v (B, T, H, D), T a multiple of ``block`` (tokens),
     computed on the listed tiles only: pure JAX, cost about ctx x document length.
 
     ``tiles``: the loader's tile list (:func:`datatools.kernels.attention_blocks.tile_list`): int arrays
     ``tile_row``, ``tile_q``, ``tile_k`` (P,) and ``tile_count`` (1,) (entries past it are padding), in any order,
     processed ``chunk`` entries a step of a rematerialized ``lax.scan`` with a running softmax per (row, query
-    block). Fed every causal tile, it is a causal flash kernel (the benchmark's baseline).
+    block). Fed every causal tile, it is a causal flash kernel (the benchmark's baseline). ``executed``: also return
+    the tiles the scan computed (int32 scalar: the live entries it visited).
     """
     missing = [key for key in SPARSE_KEYS if key not in tiles]
     if missing:
@@ -76,7 +78,7 @@ def blocksparse_attention(q, k, v, segment_ids, tiles: dict, block: int, chunk: 
     earlier = jnp.tril(jnp.ones((chunk, chunk), bool), -1)  # entry j < entry i of a chunk
 
     def step(carry, entries):
-        m, l, acc = carry  # (B * nb, H, bq), (B * nb, H, bq), (B * nb, bq, H, D): per (row, query block)
+        m, l, acc, done = carry  # (B * nb, H, bq), (B * nb, H, bq), (B * nb, bq, H, D): per (row, query block)
         r, i, j, live = entries  # (chunk,) each
         iq, ik = r * nb + i, r * nb + j
         sq, sk = seg[iq], seg[ik]
@@ -96,15 +98,37 @@ def blocksparse_attention(q, k, v, segment_ids, tiles: dict, block: int, chunk: 
         l = l.at[iq].add(l[iq] * grow + p.sum(axis=-1))
         o = jnp.einsum("phqk,pkhd->pqhd", p.astype(q.dtype), vt[ik]).astype(jnp.float32)
         acc = acc.at[iq].add(acc[iq] * jnp.transpose(grow, (0, 2, 1))[..., None] + o)
-        return (m_new, l, acc), None
+        return (m_new, l, acc, done + live.sum()), None
 
     init = (
         jnp.full((b * nb, h, block), NEG, jnp.float32),
         jnp.zeros((b * nb, h, block), jnp.float32),
         jnp.zeros((b * nb, block, h, d), jnp.float32),
+        jnp.zeros((), jnp.int32),
     )
     entries = tuple(x.reshape(steps, chunk) for x in (row, bq, bk, ok))
-    (_, l, acc), _ = jax.lax.scan(jax.checkpoint(step), init, entries)
+    (_, l, acc, done), _ = jax.lax.scan(jax.checkpoint(step), init, entries)
     inv = jnp.where(l > 0, 1.0 / jnp.where(l > 0, l, 1.0), 0.0)  # padding queries: no keys, output 0
-    out = acc * jnp.transpose(inv, (0, 2, 1))[..., None]
-    return out.astype(q.dtype).reshape(b, t, h, d)
+    out = (acc * jnp.transpose(inv, (0, 2, 1))[..., None]).astype(q.dtype).reshape(b, t, h, d)
+    return (out, done) if executed else out
+
+
+def sharded_blocksparse_attention(q, k, v, segment_ids, tiles: dict, block: int, mesh, *, axis: str = "data", **kw):
+    """:func:`blocksparse_attention` with the batch axis sharded over ``mesh``'s ``axis`` (``jax.shard_map``): each
+    device runs its rows on its own tile list, no communication. ``tiles``: the per-device lists of
+    :func:`~datatools.kernels.attention_blocks.device_tile_lists` ((devices, P) arrays; ``tile_row`` within the
+    device's rows), devices in mesh order. ``executed=True`` also returns the tiles each device computed (int32
+    (devices,))."""
+    spec = PartitionSpec(axis)
+    want = bool(kw.pop("executed", False))
+
+    def local(q, k, v, seg, row, tq, tk, count):
+        mine = {"tile_row": row[0], "tile_q": tq[0], "tile_k": tk[0], "tile_count": count[0]}
+        out, done = blocksparse_attention(q, k, v, seg, mine, block, executed=True, **kw)
+        return out, done.reshape(1)
+
+    args = (q, k, v, segment_ids, *(jnp.asarray(tiles[key], jnp.int32) for key in SPARSE_KEYS))
+    out, done = jax.shard_map(  # check_vma off: the scan's fresh carry is per device, as its inputs
+        local, mesh=mesh, in_specs=(spec,) * len(args), out_specs=(spec, spec), check_vma=False
+    )(*args)
+    return (out, done) if want else out

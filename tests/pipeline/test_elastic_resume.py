@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from datatools.grain.portable_state import host_state
 from datatools.io.documents import ArrayDocuments
+from datatools.kernels.attention_blocks import EMPTY, block_structure
 from datatools.pipeline import ShardConfig, build_canonical, parse_config
 
 MODES = {
@@ -205,3 +206,109 @@ def test_every_mode_delivers_each_token_once_per_epoch(lengths, window, hosts, m
     ]
     assert len({len(p) for p in per_host}) == 1
     assert_exactly_once([b for p in per_host for b in p], docs)
+
+
+CANONICAL = ("tokens", "segment_ids", "positions", "loss_mask")
+BALANCE_MODES = {
+    **MODES,
+    "curriculum": {"curriculum": {"lengths": [32, 64, 128], "tokens_per_batch": 1536, "tile": 16}},
+    "lanes": {"packing": {"ctx": 128, "mode": "streaming", "read_order": "lanes", "window": 40}},
+}
+
+
+def device_tiles(batch: dict, devices: int, block: int) -> np.ndarray:
+    """Non-empty ``block`` tiles of each device's contiguous slice of a global batch (from its segment ids)."""
+    rows = batch["segment_ids"].shape[0]
+    per_row = (block_structure(batch["segment_ids"], block) != EMPTY).reshape(rows, -1).sum(axis=1)
+    return per_row.reshape(devices, -1).sum(axis=1)
+
+
+@pytest.mark.parametrize("mode", list(BALANCE_MODES))
+def test_balanced_batches_hold_the_same_rows_spread_over_the_devices(docs, mode):
+    """devices: 4: each global batch holds the rows of the unbalanced one (as a multiset), its busiest device's
+    tile work is never above the drawn order's and below it on average; 2 hosts read the one-host batches."""
+
+    def make(hosts=1, index=0, **extra):
+        c = parse_config(
+            {"source": {"path": "ids"}, "batch_size": BATCH, "seed": 9, "drop_remainder": False}
+            | {"shuffle": SHUFFLES["block" if mode == "lanes" else "full"], **BALANCE_MODES[mode]}
+            | {"shard": {"index": index, "count": hosts}}
+            | extra
+        )
+        return list(build_canonical(c, docs).dataset)
+
+    drawn, balanced = make(), make(devices=4, attention_block=16)
+    assert len(drawn) == len(balanced) > 4
+    assert_exactly_once(balanced, docs)
+    busiest = []
+    for a, b in zip(drawn, balanced):
+        assert sorted(map(bytes, a["tokens"])) == sorted(map(bytes, b["tokens"]))
+        if a["tokens"].shape[0] % 4 == 0:
+            busiest.append((device_tiles(a, 4, 16).max(), device_tiles(b, 4, 16).max()))
+            assert busiest[-1][1] <= busiest[-1][0]
+    if mode != "curriculum":  # one length a batch: its rows are already balanced
+        assert sum(b for _, b in busiest) < sum(a for a, _ in busiest)
+    hosts = [make(2, h, devices=4, attention_block=16) for h in range(2)]
+    for step, rows in enumerate(zip(*hosts)):
+        assert_batches_equal(union([{k: r[k] for k in CANONICAL} for r in rows]), balanced[step], f"step {step}")
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_balanced_batches_restore_exactly_on_another_host_count(docs, mode):
+    """A state saved by 4 hosts with devices: 4 restores into 2 hosts: the same global batches, each token once."""
+    one_host = list(build_canonical(cfg(mode, "block", devices=4), docs).dataset)
+    k = len(one_host) // 3
+    iters = [iter(build_canonical(cfg(mode, "block", 4, h, devices=4), docs).dataset) for h in range(4)]
+    seen = [next(it) for _ in range(k) for it in iters]
+    state = host_state([it.get_state() for it in iters])
+    iters = [iter(build_canonical(cfg(mode, "block", 2, h, devices=4), docs).dataset) for h in range(2)]
+    for it in iters:
+        it.set_state(state)
+    rest = [list(it) for it in iters]
+    for step, rows in enumerate(zip(*rest)):
+        assert_batches_equal(union(list(rows)), one_host[k + step], f"step {k + step}")
+        seen += rows
+    assert_exactly_once(seen, docs)
+
+
+@pytest.mark.slow  # ~13 s on 2 cores (2 worker processes start)
+def test_balanced_batches_are_the_same_with_two_workers(docs):
+    """Streaming packing, devices: 4: Grain's 2 worker processes give the batches of none."""
+    zero = list(build_canonical(cfg("streaming", "block", devices=4), docs).dataset)
+    it = iter(build_canonical(cfg("streaming", "block", devices=4, workers=2), docs).dataset)
+    two = list(it)
+    it.close()
+    assert len(zero) == len(two)
+    for step, (a, b) in enumerate(zip(zero, two)):
+        assert_batches_equal(a, b, f"step {step}")
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 200), min_size=1, max_size=120),
+    devices=st.sampled_from([2, 3, 6]),
+    hosts=st.sampled_from([1, 2, 3]),
+    mode=st.sampled_from(list(MODES)),
+    seed=st.integers(0, 2**32),
+)
+def test_balanced_modes_deliver_each_token_once_per_epoch(lengths, devices, hosts, mode, seed):
+    """devices set (any that the hosts divide): one epoch over every host delivers each token once."""
+    if devices % hosts or not sum(lengths):
+        return
+    docs = id_documents(lengths)
+    c = parse_config(
+        {"source": {"path": "ids"}, "batch_size": 6, "seed": seed, "drop_remainder": False, "devices": devices}
+        | MODES[mode]
+    )
+    per_host = [
+        list(build_canonical(c.replace(shard=ShardConfig(index=h, count=hosts)), docs).dataset) for h in range(hosts)
+    ]
+    assert len({len(p) for p in per_host}) == 1
+    assert_exactly_once([b for p in per_host for b in p], docs)
+
+
+def test_devices_must_divide_the_batch_and_hold_whole_hosts(docs):
+    with pytest.raises(ValueError, match="batch_size=12 must be a multiple of devices=5"):
+        cfg("planned", "full", devices=5)
+    with pytest.raises(ValueError, match="devices=2 must be a multiple of shard.count=4"):
+        cfg("planned", "full", 4, 0, devices=2)

@@ -287,3 +287,16 @@ def test_attention_tiles_in_a_format_without_them_are_refused():
     for fmt in ("maxtext", "levanter", "hf"):
         with pytest.raises(ValueError, match="datatools format only"):
             parse_config({**cfg, "format": fmt})
+
+
+@pytest.mark.parametrize("mode", ["planned", "streaming"])
+def test_balanced_batches_through_the_one_reader(store, table, mode):
+    """devices: 4 read by the store's one reader (read-ahead of each batch's pieces) equals the table read in this
+    process, and holds the rows of the unbalanced batches."""
+    one = list(build(config(store, mode, devices=4, format="datatools")))
+    assert_same(one, list(build(config(table, mode, devices=4, format="datatools"))))
+    drawn = list(build(config(store, mode, format="datatools")))
+    assert len(one) == len(drawn) > 10
+    for a, b in zip(drawn, one):
+        assert sorted(map(bytes, a["tokens"])) == sorted(map(bytes, b["tokens"]))
+    assert any(not np.array_equal(a["tokens"], b["tokens"]) for a, b in zip(drawn, one))

@@ -36,6 +36,12 @@ def test_plan_file_gives_the_in_memory_batches(store, tmp_path, algorithm, capsy
         assert a.keys() == b.keys()
         for k in a:
             np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    if algorithm == "best_fit_decreasing":  # balanced for 2 devices: the plan file's rows ordered as in memory
+        memory = _batches(parse_config({**base, "devices": 2, "packing": {"ctx": 512, "algorithm": algorithm}}))
+        disk = _batches(parse_config({**base, "devices": 2, "packing": {"plan": str(tmp_path / "plan")}}))
+        for a, b in zip(memory, disk):
+            for k in a:
+                np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
 def test_plan_of_other_documents_is_refused(store, tmp_path, capsys):
