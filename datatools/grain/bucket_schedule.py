@@ -100,16 +100,22 @@ class BucketSchedule:
     def batch_rows(self, epoch: int, j: int) -> int:
         return int(self.batch_sizes[self.epoch_batches(epoch)[4][j]])
 
-    def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+    def rows_plan(self, epoch: int, j: int, lo: int, hi: int) -> PackPlan:
+        """Rows ``[lo, hi)`` of global batch ``j`` that hold data (a prefix: a bucket's last batch may end early),
+        one piece a row, as one plan of the bucket's width."""
         doc, start, length, splits, bucket, _ = self.epoch_batches(epoch)
         a = splits[j] + lo
         b = max(min(splits[j] + hi, splits[j + 1]), a)
-        return bucket_rows(
-            self.docs.read_pieces,
+        return PackPlan.one_piece_rows(
+            int(self.boundaries[bucket[j]]),
             np.asarray(doc[a:b], np.int64),
             np.asarray(start[a:b], np.int64),
             np.asarray(length[a:b], np.int64),
-            rows=hi - lo,
-            width=int(self.boundaries[bucket[j]]),
-            pad_id=self.pad_id,
+            "bucket",
+        )
+
+    def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+        plan = self.rows_plan(epoch, j, lo, hi)
+        return bucket_rows(
+            self.docs.read_pieces, plan.doc, plan.start, plan.length, rows=hi - lo, width=plan.ctx, pad_id=self.pad_id
         )

@@ -19,6 +19,7 @@ from datatools.base.checks import check_choice, check_int
 from datatools.grain.batch import read_batch
 from datatools.grain.schedule import EpochCache, ReadAheadSchedule, Schedule
 from datatools.kernels.batch_layouts import CANONICAL_KEYS
+from datatools.kernels.packing import PackPlan
 from datatools.kernels.packing.materialize import new_batch
 from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation
 
@@ -82,10 +83,16 @@ class PlannedSchedule:
         """The document source the rows are read from."""
         return self.rows.docs
 
+    def rows_plan(self, epoch: int, j: int, lo: int, hi: int) -> PackPlan:
+        """Rows ``[lo, hi)`` of global batch ``j`` that hold data (a prefix: the epoch's last batch may end early),
+        as one plan (see :class:`~datatools.grain.schedule.PlannedRowsSchedule`)."""
+        index = j * self.batch_size + np.arange(lo, hi, dtype=np.int64)
+        return self.rows.rows_plan(index[index < self.n] + epoch * self.n)
+
     def pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(doc, start, length)`` of every piece rows ``[lo, hi)`` of global batch ``j`` read."""
-        index = j * self.batch_size + np.arange(lo, hi, dtype=np.int64)
-        return self.rows.pieces(index[index < self.n] + epoch * self.n)
+        plan = self.rows_plan(epoch, j, lo, hi)
+        return plan.doc, plan.start, plan.length
 
     ahead_pieces = pieces
 

@@ -53,6 +53,18 @@ class ReadAheadSchedule(Schedule, Protocol):
         ...
 
 
+@runtime_checkable
+class PlannedRowsSchedule(Schedule, Protocol):
+    """A schedule that says where every token of a batch comes from (what ``datatools explain`` reports): every
+    schedule of the pipeline's table is one; ``read`` fills exactly the rows ``rows_plan`` names."""
+
+    def rows_plan(self, epoch: int, j: int, lo: int, hi: int) -> Any:
+        """Rows ``[lo, hi)`` of global batch ``j`` of ``epoch`` that hold data (a prefix of them: the rest are
+        empty), as one :class:`~datatools.kernels.packing.PackPlan` whose row ``i`` is row ``lo + i`` and whose
+        ``ctx`` is the batch's row length (tokens)."""
+        ...
+
+
 class DocumentOrderLike(Protocol):
     """The documents' order per epoch (``DocumentOrder``, or a mixture's ``MixtureOrder``)."""
 

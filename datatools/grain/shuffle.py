@@ -56,6 +56,10 @@ class _IndexMapDataset(grain.MapDataset):
         """What elements ``indices`` read (packed rows: their pieces)."""
         return self._parent.pieces(self._parent_indices(indices))
 
+    def rows_plan(self, indices: Sequence[int]):
+        """Elements ``indices`` as one plan (packed rows: row ``i`` is element ``indices[i]``)."""
+        return self._parent.rows_plan(self._parent_indices(indices))
+
 
 class FeistelShuffleMapDataset(_IndexMapDataset):
     """A full random permutation per epoch, O(1) per index (:class:`datatools.FeistelPermutation` of the 64-bit
