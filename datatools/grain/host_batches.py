@@ -34,6 +34,13 @@ def empty_rows(rows: int, length: int, pad_id: int, *, fill_from: int = 0) -> di
     return out
 
 
+def host_rows(rows: int, index: int, count: int) -> tuple[int, int]:
+    """Rows ``[lo, hi)`` of a global batch of ``rows`` rows that host ``index`` of ``count`` reads: the hosts take
+    equal contiguous slices in host order (``rows`` divides by ``count``)."""
+    share = rows // count
+    return index * share, (index + 1) * share
+
+
 class DocumentOrder:
     """The order documents are read in, per epoch: ``none`` (storage order), ``full`` (a Feistel permutation of
     (seed, epoch)) or ``block`` (a windowed block shuffle). ``order(positions, epoch)``: the document at each
@@ -217,8 +224,7 @@ class HostBatchesMapDataset(grain.MapDataset):
 
     def _rows(self, epoch: int, j: int) -> tuple[int, int]:
         """This host's rows [lo, hi) of global batch ``j`` of ``epoch``."""
-        share = self._schedule.batch_rows(epoch, j) // self._count
-        return self._index * share, (self._index + 1) * share
+        return host_rows(self._schedule.batch_rows(epoch, j), self._index, self._count)
 
     def pieces(self, index: int, *, near: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(doc, start, length)`` of what this host reads for global batch ``index``: its own pieces (``near``),

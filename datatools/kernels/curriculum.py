@@ -276,35 +276,45 @@ def curriculum_order(batches, odds, until, *, seed: int, epoch: int, cycles: int
 
 
 @numba.njit(cache=True)
-def _row_work(row_splits, length, block, ctx, out):
-    """Adds to out[0] in-document causal pairs, out[1] tiles holding them (a piece spanning n blocks covers
-    n(n+1)/2; pieces meeting in a block share its diagonal tile), out[2] causal tiles of every row."""
-    nb = ctx // block
+def _row_work(row_splits, length, block, out):
+    """Writes each row's in-document causal pairs (out[r, 0]) and tiles holding them (out[r, 1]): a piece spanning
+    n blocks covers n(n+1)/2; pieces meeting in a block share its diagonal tile."""
     for r in range(row_splits.shape[0] - 1):
         at = 0
         last = -1  # the last block a piece of this row reached
+        pairs = 0
+        tiles = 0
         for j in range(row_splits[r], row_splits[r + 1]):
             s = np.int64(length[j])
-            out[0] += s * (s + 1) // 2
+            pairs += s * (s + 1) // 2
             b0 = at // block
             b1 = (at + s - 1) // block
             n = b1 - b0 + 1
-            out[1] += n * (n + 1) // 2
+            tiles += n * (n + 1) // 2
             if b0 == last:
-                out[1] -= 1  # the diagonal tile of the block both pieces touch, counted once
+                tiles -= 1  # the diagonal tile of the block both pieces touch, counted once
             last = b1
             at += s
-        out[2] += nb * (nb + 1) // 2
+        out[r, 0] = pairs
+        out[r, 1] = tiles
+
+
+def row_attention_work(plan: PackPlan, block: int) -> np.ndarray:
+    """int64 (rows, 2): each row's in-document causal query-key pairs and the ``block`` x ``block`` tiles holding
+    them (what a block-sparse kernel visits), for a plan of ``align`` 1 (pieces back to back from token 0)."""
+    if plan.ctx % block:
+        raise ValueError(f"block={block} must divide the plan's ctx={plan.ctx}")
+    if plan.align != 1:
+        raise ValueError(f"attention_work counts plans of align 1; got align={plan.align}")
+    out = np.zeros((plan.num_rows, 2), np.int64)
+    _row_work(np.asarray(plan.row_splits, np.int64), plan.length, int(block), out)
+    return out
 
 
 def attention_work(plan: PackPlan, block: int) -> dict[str, int]:
     """Exact attention work of a plan's rows (``align`` 1): ``pairs`` (causal query-key pairs inside documents, what
     a segment-aware kernel needs), ``document_tiles`` (``block`` x ``block`` tiles holding such pairs, what a
     block-sparse kernel visits) and ``causal_tiles`` (tiles on and under the diagonal: splash, cuDNN, flash)."""
-    if plan.ctx % block:
-        raise ValueError(f"block={block} must divide the plan's ctx={plan.ctx}")
-    if plan.align != 1:
-        raise ValueError(f"attention_work counts plans of align 1; got align={plan.align}")
-    out = np.zeros(3, np.int64)
-    _row_work(plan.row_splits, plan.length, int(block), int(plan.ctx), out)
-    return {"pairs": int(out[0]), "document_tiles": int(out[1]), "causal_tiles": int(out[2])}
+    pairs, tiles = row_attention_work(plan, block).sum(axis=0)
+    nb = plan.ctx // block
+    return {"pairs": int(pairs), "document_tiles": int(tiles), "causal_tiles": plan.num_rows * nb * (nb + 1) // 2}
