@@ -8,6 +8,8 @@ in batch order (about 24 bytes a document).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from datatools.base.checks import OVERFLOW_POLICIES, check_choice
@@ -113,6 +115,24 @@ class BucketSchedule:
             np.asarray(length[a:b], np.int64),
             "bucket",
         )
+
+    def epoch_rows(self, epoch: int, batches: int, chunk: int = 1 << 20) -> Iterator[tuple[np.ndarray, ...]]:
+        """The rows of global batches ``[0, batches)`` of ``epoch`` that hold data, in order, ``chunk`` rows at a time:
+        ``(batch, row, plan)``, each row's batch and row within it (int64) and the rows as one plan of one piece a
+        row (its ``ctx`` the longest bucket's: the rows of one chunk may come from several buckets)."""
+        doc, start, length, splits, _, _ = self.epoch_batches(epoch)
+        end = int(splits[batches])
+        for a in range(0, end, chunk):
+            i = np.arange(a, min(end, a + chunk), dtype=np.int64)
+            b = np.searchsorted(splits, i, side="right") - 1
+            plan = PackPlan.one_piece_rows(
+                int(self.boundaries[-1]),
+                np.asarray(doc[i], np.int64),
+                np.asarray(start[i], np.int64),
+                np.asarray(length[i], np.int64),
+                "bucket",
+            )
+            yield b, i - splits[b], plan
 
     def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
         plan = self.rows_plan(epoch, j, lo, hi)

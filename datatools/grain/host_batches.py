@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -95,6 +96,15 @@ class PlannedSchedule:
         as one plan (see :class:`~datatools.grain.schedule.PlannedRowsSchedule`)."""
         index = j * self.batch_size + np.arange(lo, hi, dtype=np.int64)
         return self.rows.rows_plan(index[index < self.n] + epoch * self.n)
+
+    def epoch_rows(self, epoch: int, batches: int, chunk: int = 1 << 20) -> Iterator[tuple[np.ndarray, ...]]:
+        """The rows of global batches ``[0, batches)`` of ``epoch`` that hold data, in order, ``chunk`` rows at a time:
+        ``(batch, row, plan)``, each row's batch and row within it (int64) and the rows as one plan (what
+        :meth:`rows_plan` gives batch by batch, in one vectorized gather)."""
+        end = min(batches * self.batch_size, self.n)
+        for a in range(0, end, chunk):
+            p = np.arange(a, min(end, a + chunk), dtype=np.int64)
+            yield p // self.batch_size, p % self.batch_size, self.rows.rows_plan(p + epoch * self.n)
 
     def pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(doc, start, length)`` of every piece rows ``[lo, hi)`` of global batch ``j`` read."""

@@ -1,0 +1,41 @@
+"""An exposure ledger's counts: how many tokens of each document were delivered, and how many times its first token.
+
+Numba, one pass over pieces (``doc``, ``start``, ``length``: int64 arrays, as a :class:`~datatools.kernels.packing.PackPlan`
+holds them) adding into per-document counters in place: ~10^8 pieces a second, no temporary of the documents' size
+(a ``np.bincount`` per batch of pieces would allocate one).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+
+@numba.njit(cache=True)
+def _add(doc, start, length, tokens, visits):
+    for i in range(doc.shape[0]):
+        d = doc[i]
+        tokens[d] += length[i]
+        if start[i] == 0 and length[i] > 0:
+            visits[d] += 1
+
+
+def add_pieces(doc, start, length, tokens: np.ndarray, visits: np.ndarray) -> None:
+    """Add pieces to the counters: ``tokens[d]`` (int64) gains each piece's length (tokens), ``visits[d]`` (int64)
+    one for each piece of document ``d`` that starts at its token 0 (one per time the document is seen)."""
+    _add(
+        np.asarray(doc, np.int64),
+        np.asarray(start, np.int64),
+        np.asarray(length, np.int64),
+        tokens,
+        visits,
+    )
+
+
+def smallest_count_dtype(values: np.ndarray) -> np.dtype:
+    """The smallest unsigned dtype holding every value of ``values`` (counts >= 0): what a ledger file stores."""
+    top = int(values.max()) if values.size else 0
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if top <= np.iinfo(dtype).max:
+            return np.dtype(dtype)
+    return np.dtype(np.uint64)
