@@ -116,7 +116,9 @@ class BucketSchedule:
             "bucket",
         )
 
-    def epoch_rows(self, epoch: int, batches: int, chunk: int = 1 << 20) -> Iterator[tuple[np.ndarray, ...]]:
+    def epoch_rows(
+        self, epoch: int, batches: int, chunk: int = 1 << 20
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, PackPlan]]:
         """The rows of global batches ``[0, batches)`` of ``epoch`` that hold data, in order, ``chunk`` rows at a time:
         ``(batch, row, plan)``, each row's batch and row within it (int64) and the rows as one plan of one piece a
         row (its ``ctx`` the longest bucket's: the rows of one chunk may come from several buckets)."""
@@ -132,7 +134,7 @@ class BucketSchedule:
                 np.asarray(length[i], np.int64),
                 "bucket",
             )
-            yield b, i - splits[b], plan
+            yield b.astype(np.int64), i - splits[b], plan
 
     def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
         plan = self.rows_plan(epoch, j, lo, hi)

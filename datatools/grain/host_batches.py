@@ -97,7 +97,9 @@ class PlannedSchedule:
         index = j * self.batch_size + np.arange(lo, hi, dtype=np.int64)
         return self.rows.rows_plan(index[index < self.n] + epoch * self.n)
 
-    def epoch_rows(self, epoch: int, batches: int, chunk: int = 1 << 20) -> Iterator[tuple[np.ndarray, ...]]:
+    def epoch_rows(
+        self, epoch: int, batches: int, chunk: int = 1 << 20
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, PackPlan]]:
         """The rows of global batches ``[0, batches)`` of ``epoch`` that hold data, in order, ``chunk`` rows at a time:
         ``(batch, row, plan)``, each row's batch and row within it (int64) and the rows as one plan (what
         :meth:`rows_plan` gives batch by batch, in one vectorized gather)."""

@@ -80,7 +80,9 @@ class PackedRowsMapDataset(grain.MapDataset):
         if isinstance(self.plan, PlanFile):
             return self.plan.rows_plan(rows)
         p = self.plan
-        return gather_rows(p.row_splits, p.doc, p.start, p.length, rows, ctx=p.ctx, align=p.align, algorithm=p.algorithm)
+        return gather_rows(
+            p.row_splits, p.doc, p.start, p.length, rows, ctx=p.ctx, align=p.align, algorithm=p.algorithm
+        )
 
     def pieces(self, indices: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(doc, start, length)`` of every piece rows ``indices`` read (what :meth:`get_batch` reads)."""

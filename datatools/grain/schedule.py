@@ -13,6 +13,8 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
+from datatools.kernels.packing import PackPlan
+
 T = TypeVar("T")
 
 
@@ -58,7 +60,7 @@ class PlannedRowsSchedule(Schedule, Protocol):
     """A schedule that says where every token of a batch comes from (what ``datatools explain`` reports): every
     schedule of the pipeline's table is one; ``read`` fills exactly the rows ``rows_plan`` names."""
 
-    def rows_plan(self, epoch: int, j: int, lo: int, hi: int) -> Any:
+    def rows_plan(self, epoch: int, j: int, lo: int, hi: int) -> PackPlan:
         """Rows ``[lo, hi)`` of global batch ``j`` of ``epoch`` that hold data (a prefix of them: the rest are
         empty), as one :class:`~datatools.kernels.packing.PackPlan` whose row ``i`` is row ``lo + i`` and whose
         ``ctx`` is the batch's row length (tokens)."""

@@ -1,8 +1,8 @@
 """An exposure ledger's counts: how many tokens of each document were delivered, and how many times its first token.
 
-Numba, one pass over pieces (``doc``, ``start``, ``length``: int64 arrays, as a :class:`~datatools.kernels.packing.PackPlan`
-holds them) adding into per-document counters in place: ~10^8 pieces a second, no temporary of the documents' size
-(a ``np.bincount`` per batch of pieces would allocate one).
+Numba, one pass over pieces (``doc``, ``start``, ``length``: int64 arrays, as a
+:class:`~datatools.kernels.packing.PackPlan` holds them) adding into per-document counters in place: no temporary of
+the documents' size (a ``np.bincount`` per batch of pieces would allocate one).
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from datatools.io import storage
 from datatools.io.mixed_documents import MixedDocuments
 from datatools.kernels.curriculum import row_attention_work
 from datatools.kernels.exposure import add_pieces, smallest_count_dtype
+from datatools.kernels.packing import PackPlan
 from datatools.pipeline.config import PipelineConfig, ShardConfig
 from datatools.pipeline.schedules import build_schedule
 from datatools.pipeline.sources import open_config_documents
@@ -70,6 +71,13 @@ class StepReport(Report):
     attention_tiles: int | None  # tiles of every row holding in-document work
     causal_tiles: int | None  # tiles a causal (non-document-aware) kernel visits
     rows: list[ExplainedRow]
+
+
+@dataclass(frozen=True)
+class StepsReport(Report):
+    """Several global batches explained (``--steps A:B``)."""
+
+    steps: list[StepReport]
 
 
 @dataclass(frozen=True)
@@ -165,7 +173,8 @@ class Explainer:
         self.block = block
         mixed = isinstance(self.docs, MixedDocuments)
         self.offsets = np.asarray(self.docs.offsets if mixed else [0, len(self.docs)], np.int64)  # per source
-        self.names: list[str] = list(self.docs.names) if mixed else [os.path.basename(os.path.normpath(cfg.one_source.path)) or cfg.one_source.path]
+        path = cfg.one_source.path if not mixed else ""
+        self.names: list[str] = list(self.docs.names) if mixed else [os.path.basename(os.path.normpath(path)) or path]
         self.lengths = np.asarray(self.docs.lengths(), np.int64)
 
     # -- one step -----------------------------------------------------------------------------------------------
@@ -246,7 +255,7 @@ class Explainer:
         counts = [self.schedule.num_batches(e) for e in range(epochs)]
         return np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
 
-    def epoch_rows(self, epoch: int, batches: int) -> Iterator[tuple[np.ndarray, np.ndarray, object]]:
+    def epoch_rows(self, epoch: int, batches: int) -> Iterator[tuple[np.ndarray, np.ndarray, PackPlan]]:
         """``(batch, row, plan)`` chunks of the rows of global batches ``[0, batches)`` of ``epoch``, in order: the
         schedule's own vectorized walk when it has one (planned packing, bucketing), else ``rows_plan`` batch by
         batch."""
@@ -305,10 +314,13 @@ class Explainer:
         return tokens, visits
 
     def ledger(self, path: str | Path, upto: int) -> LedgerReport:
-        """Write the exposure ledger of global batches ``[0, upto)`` to ``path`` (a ``.npz``: ``tokens`` and
-        ``visits`` per document in the smallest unsigned dtype, ``source_offsets`` (source k's documents are
-        ``[offsets[k], offsets[k + 1])``), ``source_names``, ``steps``) and return its summary."""
+        """Write the exposure ledger of global batches ``[0, upto)`` (at most the run's) to ``path`` and return its
+        summary. The file is a ``.npz``: ``tokens`` and ``visits`` per document (global index) in the smallest
+        unsigned dtype, ``source_offsets`` (source k's documents are ``[offsets[k], offsets[k + 1])``),
+        ``source_names``, ``steps``."""
         check_int(upto, "upto", minimum=0)
+        if self.cfg.num_epochs is not None:
+            upto = min(upto, len(self.run))  # the run ends there
         tokens, visits = self.counts(upto)
         by = [slice(int(a), int(b)) for a, b in zip(self.offsets[:-1], self.offsets[1:])]
 
@@ -348,4 +360,3 @@ class Explainer:
         if source not in self.names:
             raise ValueError(f"no source {source!r}; the config's: {', '.join(self.names)}")
         return self.names.index(str(source))
-

@@ -287,7 +287,7 @@ def test_weights_changed_at_a_restore_repeat_or_skip_no_document():
         full = (int(np.searchsorted(starts, j * s.batch_size, side="right")) - 1) * s.window
         begun = s.restart_position(epoch, j) if j < s.num_batches(epoch) else order.n
 
-        def drawn(p: int) -> np.ndarray:
+        def drawn(p: int, epoch: int = epoch) -> np.ndarray:
             seen = [order(np.arange(order.n), x) for x in range(epoch)] + [order(np.arange(min(p, order.n)), epoch)]
             return np.bincount(np.concatenate(seen), minlength=n)
 
