@@ -89,7 +89,8 @@ def explain_command(
     console = result_console(stderr=json_out == "-")
     if ledger is not None:
         report = e.ledger(ledger, upto)
-        table = Table(title=f"{ledger}: visits in steps [0, {report.steps:,})", title_justify="left")
+        console.print(f"{ledger}: visits in steps [0, {report.steps:,})", highlight=False)
+        table = Table()
         for col in ("source", "documents", "tokens", "visits", "never seen", "most visits of one"):
             table.add_column(col, justify="left" if col == "source" else "right")
         for k, name in enumerate(report.sources):
@@ -106,11 +107,12 @@ def explain_command(
         return
     if document is not None:
         found = e.document(document, source=source, epochs=epochs)
-        table = Table(
-            title=f"{found.source} document {found.document:,} ({found.length:,} tokens): "
+        console.print(
+            f"{found.source} document {found.document:,} ({found.length:,} tokens): "
             f"{len(found.sightings):,} pieces in {epochs} epoch(s)",
-            title_justify="left",
+            highlight=False,
         )
+        table = Table()
         for col in ("step", "epoch", "row", "host", "tokens"):
             table.add_column(col, justify="right")
         for x in found.sightings:
