@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -97,16 +97,12 @@ class PlannedSchedule:
         index = j * self.batch_size + np.arange(lo, hi, dtype=np.int64)
         return self.rows.rows_plan(index[index < self.n] + epoch * self.n)
 
-    def epoch_rows(
-        self, epoch: int, batches: int, chunk: int = 1 << 20
-    ) -> Iterator[tuple[np.ndarray, np.ndarray, PackPlan]]:
-        """The rows of global batches ``[0, batches)`` of ``epoch`` that hold data, in order, ``chunk`` rows at a time:
-        ``(batch, row, plan)``, each row's batch and row within it (int64) and the rows as one plan (what
-        :meth:`rows_plan` gives batch by batch, in one vectorized gather)."""
+    def plan_rows(self, epoch: int, batches: int) -> tuple[Any, np.ndarray]:
+        """``(plan, rows)``: the plan (a PackPlan or a memory-mapped PlanFile) the rows of global batches
+        ``[0, batches)`` of ``epoch`` come from, and their row ids in it in batch order (entry i is row
+        ``i % batch_size`` of batch ``i // batch_size``): an epoch's rows without gathering their pieces."""
         end = min(batches * self.batch_size, self.n)
-        for a in range(0, end, chunk):
-            p = np.arange(a, min(end, a + chunk), dtype=np.int64)
-            yield p // self.batch_size, p % self.batch_size, self.rows.rows_plan(p + epoch * self.n)
+        return self.rows.plan_rows(np.arange(end, dtype=np.int64) + epoch * self.n)
 
     def pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(doc, start, length)`` of every piece rows ``[lo, hi)`` of global batch ``j`` read."""

@@ -73,13 +73,17 @@ class PackedRowsMapDataset(grain.MapDataset):
         """The document source the rows are read from."""
         return self._docs
 
+    def plan_rows(self, indices: Sequence[int]) -> tuple[PackPlan | PlanFile, np.ndarray]:
+        """``(plan, rows)``: the plan the rows ``indices`` come from and their row ids in it (an index past
+        ``len(ds)`` wraps)."""
+        return self.plan, np.asarray(indices, dtype=np.int64) % self.plan.num_rows
+
     def rows_plan(self, indices: Sequence[int]) -> PackPlan:
         """Rows ``indices`` as one small plan whose row ``i`` is row ``indices[i]`` (an index past ``len(ds)``
         wraps): what :meth:`get_batch` reads, and where each piece lies."""
-        rows = np.asarray(indices, dtype=np.int64) % self.plan.num_rows
-        if isinstance(self.plan, PlanFile):
-            return self.plan.rows_plan(rows)
-        p = self.plan
+        p, rows = self.plan_rows(indices)
+        if isinstance(p, PlanFile):
+            return p.rows_plan(rows)
         return gather_rows(
             p.row_splits, p.doc, p.start, p.length, rows, ctx=p.ctx, align=p.align, algorithm=p.algorithm
         )

@@ -32,6 +32,23 @@ def add_pieces(doc, start, length, tokens: np.ndarray, visits: np.ndarray) -> No
     )
 
 
+@numba.njit(cache=True)
+def _add_rows(row_splits, rows, doc, start, length, tokens, visits):
+    for r in rows:
+        for i in range(row_splits[r], row_splits[r + 1]):
+            d = doc[i]
+            tokens[d] += length[i]
+            if start[i] == 0 and length[i] > 0:
+                visits[d] += 1
+
+
+def add_rows(row_splits, rows, doc, start, length, tokens: np.ndarray, visits: np.ndarray) -> None:
+    """:func:`add_pieces` of the pieces of plan rows ``rows`` (row r holds pieces ``[row_splits[r],
+    row_splits[r + 1])``; the arrays as a plan holds them, any integer dtype, memory-mapped or not), without
+    gathering them."""
+    _add_rows(row_splits, np.asarray(rows, np.int64), doc, start, length, tokens, visits)
+
+
 def smallest_count_dtype(values: np.ndarray) -> np.dtype:
     """The smallest unsigned dtype holding every value of ``values`` (counts >= 0): what a ledger file stores."""
     top = int(values.max()) if values.size else 0

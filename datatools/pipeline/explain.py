@@ -29,7 +29,7 @@ from datatools.grain.schedule import PlannedRowsSchedule
 from datatools.io import storage
 from datatools.io.mixed_documents import MixedDocuments
 from datatools.kernels.curriculum import row_attention_work
-from datatools.kernels.exposure import add_pieces, smallest_count_dtype
+from datatools.kernels.exposure import add_pieces, add_rows, smallest_count_dtype
 from datatools.kernels.packing import PackPlan
 from datatools.pipeline.config import PipelineConfig, ShardConfig
 from datatools.pipeline.schedules import build_schedule
@@ -257,8 +257,7 @@ class Explainer:
 
     def epoch_rows(self, epoch: int, batches: int) -> Iterator[tuple[np.ndarray, np.ndarray, PackPlan]]:
         """``(batch, row, plan)`` chunks of the rows of global batches ``[0, batches)`` of ``epoch``, in order: the
-        schedule's own vectorized walk when it has one (planned packing, bucketing), else ``rows_plan`` batch by
-        batch."""
+        schedule's own vectorized walk when it has one (bucketing), else ``rows_plan`` batch by batch."""
         walk = getattr(self.schedule, "epoch_rows", None)
         if walk is not None:
             yield from walk(epoch, batches, CHUNK_ROWS)
@@ -289,26 +288,45 @@ class Explainer:
         for epoch, first, batches in self._stretches(1 << 62):
             if epoch >= epochs:
                 break
-            for batch, row, plan in self.epoch_rows(epoch, batches):
-                hit = np.flatnonzero(plan.doc == d)
-                if not hit.size:
-                    continue
-                r = np.searchsorted(np.asarray(plan.row_splits, np.int64), hit, side="right") - 1
-                for i, ri in zip(hit.tolist(), r.tolist()):
-                    step = first + int(batch[ri])
-                    height = self.schedule.batch_rows(epoch, int(batch[ri]))
-                    host, _ = self.hosts_of(np.asarray([row[ri]]), height, self.host_count(step))
-                    found.append(
-                        Sighting(step, epoch, int(row[ri]), int(host[0]), int(plan.start[i]), int(plan.length[i]))
-                    )
+            for batch, row, start, length in self._pieces_of(epoch, batches, d):
+                step = first + batch
+                height = self.schedule.batch_rows(epoch, batch)
+                host, _ = self.hosts_of(np.asarray([row]), height, self.host_count(step))
+                found.append(Sighting(step, epoch, row, int(host[0]), start, length))
         return DocumentReport(self.names[k], int(document), int(self.lengths[d]), int(epochs), found)
+
+    def _pieces_of(self, epoch: int, batches: int, d: int) -> Iterator[tuple[int, int, int, int]]:
+        """``(batch, row, start, length)`` of every piece of document ``d`` in global batches ``[0, batches)`` of
+        ``epoch``, in batch order."""
+        plan_rows = getattr(self.schedule, "plan_rows", None)
+        if plan_rows is not None:  # planned packing: the plan's pieces of d, then where their rows fall
+            plan, rows = plan_rows(epoch, batches)
+            hit = np.flatnonzero(np.asarray(plan.doc) == d)
+            at = np.searchsorted(np.asarray(plan.row_splits), hit, side="right") - 1
+            height = self.schedule.batch_rows(epoch, 0)
+            out = []
+            for i, r in zip(hit.tolist(), at.tolist()):
+                for pos in np.flatnonzero(rows == r).tolist():  # once an epoch (none when dropped)
+                    out.append((pos // height, pos % height, int(plan.start[i]), int(plan.length[i])))
+            yield from sorted(out)
+            return
+        for batch, row, plan in self.epoch_rows(epoch, batches):
+            hit = np.flatnonzero(plan.doc == d)
+            at = np.searchsorted(np.asarray(plan.row_splits, np.int64), hit, side="right") - 1
+            for i, r in zip(hit.tolist(), at.tolist()):
+                yield int(batch[r]), int(row[r]), int(plan.start[i]), int(plan.length[i])
 
     def counts(self, upto: int) -> tuple[np.ndarray, np.ndarray]:
         """``(tokens, visits)``, int64 per document (global index): tokens of it delivered in global batches
         ``[0, upto)``, and the times its first token was (the times it was seen)."""
         tokens = np.zeros(self.lengths.shape[0], np.int64)
         visits = np.zeros(self.lengths.shape[0], np.int64)
+        plan_rows = getattr(self.schedule, "plan_rows", None)
         for epoch, _, batches in self._stretches(upto):
+            if plan_rows is not None:  # planned packing: the rows' pieces counted in place, not gathered
+                plan, rows = plan_rows(epoch, batches)
+                add_rows(plan.row_splits, rows, plan.doc, plan.start, plan.length, tokens, visits)
+                continue
             for _, _, plan in self.epoch_rows(epoch, batches):
                 add_pieces(plan.doc, plan.start, plan.length, tokens, visits)
         return tokens, visits

@@ -207,12 +207,13 @@ def test_a_restore_on_another_host_count_is_explained_as_run(lengths, mode):
         assert_explains(e, step, per_host)
 
 
-@pytest.mark.parametrize("mode", ["planned", "streaming", "bucketing", "curriculum", "mixture"])
-def test_the_inverse_agrees_with_explain(lengths, mode):
+@pytest.mark.parametrize("mode", ["planned", "plan_file", "streaming", "bucketing", "curriculum", "mixture"])
+def test_the_inverse_agrees_with_explain(lengths, mode, tmp_path_factory):
     """Every piece of a document that ``document`` lists is in the step and row explain names, and every piece
     explain names is listed; the run's sightings of all documents cover every piece once."""
     docs = documents(mode, lengths)
-    e = Explainer(config(mode, 4, num_epochs=2), docs)
+    plan = plan_dir(tmp_path_factory, lengths) if mode == "plan_file" else ""
+    e = Explainer(config(mode, 4, num_epochs=2, plan=plan, drop_remainder=True), docs)
     seen: dict[int, set] = {}
     steps = len(e.run)
     for step in range(steps):
@@ -226,13 +227,16 @@ def test_the_inverse_agrees_with_explain(lengths, mode):
         assert [x.step for x in got.sightings] == sorted(x.step for x in got.sightings)
 
 
-@pytest.mark.parametrize("mode", ["planned", "streaming", "lanes", "bucketing", "curriculum", "mixture"])
-def test_ledger_counts_sum_to_the_tokens_delivered(lengths, mode, tmp_path):
+@pytest.mark.parametrize(
+    "mode", ["planned", "plan_file", "streaming", "lanes", "bucketing", "curriculum", "mixture", "mixture_buckets"]
+)
+def test_ledger_counts_sum_to_the_tokens_delivered(lengths, mode, tmp_path, tmp_path_factory):
     """At any step N, the ledger's per-document tokens are those the pipeline delivered in steps [0, N) (summing to
     the tokens delivered), its visits the pieces that start a document; the file holds them."""
     docs = documents(mode, lengths)
-    run = list(build_canonical(config(mode, num_epochs=2), docs).dataset)
-    e = Explainer(config(mode, num_epochs=2), docs)
+    plan = plan_dir(tmp_path_factory, lengths) if mode == "plan_file" else ""
+    run = list(build_canonical(config(mode, num_epochs=2, plan=plan, drop_remainder=True), docs).dataset)
+    e = Explainer(config(mode, num_epochs=2, plan=plan, drop_remainder=True), docs)
     n = len(e.lengths)
     for upto in (0, 1, len(run) // 3, len(run) // 2 + 1, len(run)):
         tokens = np.zeros(n, np.int64)
