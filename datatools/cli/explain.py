@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from datatools.cli.common import emit_json, json_option, overrides_option, result_console
@@ -129,11 +130,11 @@ def explain_command(
             highlight=False,
         )
         table = Table()
-        for col in ("row", "host", "device", "tokens", "tiles", "pieces: source/document[tokens]"):
+        for col in ("row", "host", "device", "tokens", "tiles", "pieces: source/document (tokens from:to)"):
             table.add_column(col, justify="left" if col.startswith("pieces") else "right")
         for row in r.rows:
             pieces = [
-                f"{r.sources[s]}/{d}[{a}:{a + n}]"
+                f"{r.sources[s]}/{d} ({a}:{a + n})"
                 for s, d, a, n in list(zip(row.source, row.document, row.start, row.length))[:PIECES_SHOWN]
             ]
             more = len(row.source) - PIECES_SHOWN
@@ -144,7 +145,7 @@ def explain_command(
                 str(row.device),
                 f"{row.tokens:,}",
                 tiles,
-                " ".join(pieces) + (f" +{more}" if more > 0 else ""),
+                escape(" ".join(pieces) + (f" +{more}" if more > 0 else "")),
             )
         console.print(table)
     emit_json(json_out, reports[0] if span is None else StepsReport(reports))
