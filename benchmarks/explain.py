@@ -9,9 +9,10 @@ shuffle of the rows per epoch, ``--batch-size`` rows a global batch, unlimited e
   (then ``gc.freeze()``: the interpreter's full collections skip what was built, as a long-lived service would);
 * **a step explained**: ``Explainer.step(N)`` (the rows, pieces, hosts, devices, tokens and attention tiles of
   global batch N) for N drawn log-uniformly in [0, 10^6) plus 0, 41,213 and 999,999: median and p99 (ms);
-* **the ledger**: per-document tokens and visits of every step of the first epoch (``counts``: the plan's rows in
-  place, numba), and the same written to ``.npz``; **the inverse**: one document's sightings in the first epoch;
-  documents per second;
+* **the ledger**: per-document tokens and visits of every step of the first epoch (``counts``: the whole plan's
+  counts computed once and kept, less the rows not delivered), then of steps ``[0, 10^6)`` (each whole epoch one
+  pass over the documents), and the latter written to ``.npz``; **the inverse**: one document's sightings in the
+  first epoch; documents per second;
 * **replay** (what a user without ``explain`` does): the pipeline itself run from step 0 to N, its reads free (a
   source that returns zeros: a lower bound on a real replay, which also reads tokens). Measured over
   ``--replay-steps`` steps and extrapolated linearly to N (steps cost the same throughout an epoch), said so.
@@ -117,8 +118,13 @@ def main() -> None:
         tokens, visits = e.counts(per_epoch)
         counts_s, counts_cpu_s = time.perf_counter() - t0, time.process_time() - c0
         del tokens, visits
+        far_epochs = FAR / per_epoch
+        t0, c0 = time.perf_counter(), time.process_time()
+        tokens, visits = e.counts(FAR)
+        far_s, far_cpu_s = time.perf_counter() - t0, time.process_time() - c0
+        del tokens, visits
         t0 = time.perf_counter()
-        e.ledger(Path(tmp) / "ledger.npz", per_epoch)
+        e.ledger(Path(tmp) / "ledger.npz", FAR)
         ledger_s = time.perf_counter() - t0
         ledger_bytes = (Path(tmp) / "ledger.npz").stat().st_size
         t0, c0 = time.perf_counter(), time.process_time()
@@ -156,11 +162,16 @@ def main() -> None:
         ["step 41,213", "same", f"{41_213 * replay_step_s:,.0f} s replayed (extrapolated)"],
         ["step 999,999", "same", f"{(FAR - 1) * replay_step_s / 3600:,.1f} h replayed (extrapolated)"],
         [
-            f"ledger: first epoch ({per_epoch:,} steps), counts",
+            f"ledger: first epoch ({per_epoch:,} steps; the plan's counts kept)",
             f"{documents / counts_s / 1e6:,.1f}M documents/s ({counts_s:.1f} s; CPU {counts_cpu_s:.1f} s)",
             f"{per_epoch * replay_step_s:,.0f} s replayed",
         ],
-        ["ledger written (.npz)", f"{documents / ledger_s / 1e6:,.1f}M documents/s ({ledger_bytes / 1e6:,.0f} MB)", ""],
+        [
+            f"ledger: steps [0, 10^6) ({far_epochs:.1f} epochs)",
+            f"{documents * far_epochs / far_s / 1e6:,.1f}M documents/s ({far_s:.1f} s; CPU {far_cpu_s:.1f} s)",
+            f"{FAR * replay_step_s / 3600:,.1f} h replayed",
+        ],
+        ["ledger to 10^6 written (.npz)", f"{ledger_s:.1f} s ({ledger_bytes / 1e6:,.0f} MB)", ""],
         [
             "inverse: one document, first epoch",
             f"{documents / inverse_s / 1e6:,.1f}M documents/s (CPU {inverse_cpu_s:.1f} s)",
@@ -177,7 +188,8 @@ def main() -> None:
         f"targets: a step <= {TARGET_MS:g} ms: {'met' if p99_ms <= TARGET_MS else 'NOT met'} (p99 wall), "
         f"{'met' if cpu_p99_ms <= TARGET_MS else 'NOT met'} (p99 CPU); ledger and "
         f"inverse >= {TARGET_RATE / 1e6:g}M documents/s: "
-        f"{'met' if min(documents / counts_s, documents / inverse_s) >= TARGET_RATE else 'NOT met'}"
+        f"{'met' if min(documents / counts_s, documents / inverse_s) >= TARGET_RATE else 'NOT met'} (wall), "
+        f"{'met' if min(documents / counts_cpu_s, documents / inverse_cpu_s) >= TARGET_RATE else 'NOT met'} (CPU)"
     )
     write_json(
         "explain",
@@ -201,7 +213,11 @@ def main() -> None:
             "replay_step_cpu_ms": replay_cpu_s * 1e3,
             "ledger_counts_s": counts_s,
             "ledger_documents_per_s": documents / counts_s,
-            "ledger_write_s": ledger_s,
+            "ledger_far_epochs": far_epochs,
+            "ledger_far_s": far_s,
+            "ledger_far_cpu_s": far_cpu_s,
+            "ledger_far_documents_per_s": documents * far_epochs / far_s,
+            "ledger_far_write_s": ledger_s,
             "ledger_bytes": ledger_bytes,
             "inverse_s": inverse_s,
             "inverse_documents_per_s": documents / inverse_s,

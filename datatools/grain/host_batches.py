@@ -97,12 +97,11 @@ class PlannedSchedule:
         index = j * self.batch_size + np.arange(lo, hi, dtype=np.int64)
         return self.rows.rows_plan(index[index < self.n] + epoch * self.n)
 
-    def plan_rows(self, epoch: int, batches: int) -> tuple[Any, np.ndarray]:
-        """``(plan, rows)``: the plan (a PackPlan or a memory-mapped PlanFile) the rows of global batches
-        ``[0, batches)`` of ``epoch`` come from, and their row ids in it in batch order (entry i is row
-        ``i % batch_size`` of batch ``i // batch_size``): an epoch's rows without gathering their pieces."""
-        end = min(batches * self.batch_size, self.n)
-        return self.rows.plan_rows(np.arange(end, dtype=np.int64) + epoch * self.n)
+    def plan_rows(self, epoch: int) -> tuple[Any, np.ndarray]:
+        """``(plan, rows)``: the plan (a PackPlan or a memory-mapped PlanFile) of the rows, and every row id of it
+        in ``epoch``'s order: entry i is row ``i % batch_size`` of global batch ``i // batch_size`` (the entries
+        past the last batch are the rows ``drop_remainder`` leaves out). An epoch's rows without their pieces."""
+        return self.rows.plan_rows(np.arange(self.n, dtype=np.int64) + epoch * self.n)
 
     def pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(doc, start, length)`` of every piece rows ``[lo, hi)`` of global batch ``j`` read."""

@@ -33,20 +33,20 @@ def add_pieces(doc, start, length, tokens: np.ndarray, visits: np.ndarray) -> No
 
 
 @numba.njit(cache=True)
-def _add_rows(row_splits, rows, doc, start, length, tokens, visits):
+def _add_rows(row_splits, rows, doc, start, length, sign, tokens, visits):
     for r in rows:
         for i in range(row_splits[r], row_splits[r + 1]):
             d = doc[i]
-            tokens[d] += length[i]
+            tokens[d] += sign * np.int64(length[i])
             if start[i] == 0 and length[i] > 0:
-                visits[d] += 1
+                visits[d] += sign
 
 
-def add_rows(row_splits, rows, doc, start, length, tokens: np.ndarray, visits: np.ndarray) -> None:
+def add_rows(row_splits, rows, doc, start, length, tokens: np.ndarray, visits: np.ndarray, *, sign: int = 1) -> None:
     """:func:`add_pieces` of the pieces of plan rows ``rows`` (row r holds pieces ``[row_splits[r],
     row_splits[r + 1])``; the arrays as a plan holds them, any integer dtype, memory-mapped or not), without
-    gathering them."""
-    _add_rows(row_splits, np.asarray(rows, np.int64), doc, start, length, tokens, visits)
+    gathering them; ``sign`` -1 takes them away (an epoch counted as the whole plan less its rows not delivered)."""
+    _add_rows(row_splits, np.asarray(rows, np.int64), doc, start, length, np.int64(sign), tokens, visits)
 
 
 def smallest_count_dtype(values: np.ndarray) -> np.dtype:

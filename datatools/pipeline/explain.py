@@ -176,6 +176,7 @@ class Explainer:
         path = cfg.one_source.path if not mixed else ""
         self.names: list[str] = list(self.docs.names) if mixed else [os.path.basename(os.path.normpath(path)) or path]
         self.lengths = np.asarray(self.docs.lengths(), np.int64)
+        self._whole: tuple | None = None  # planned packing: the whole plan's counts per document (_whole_plan)
 
     # -- one step -----------------------------------------------------------------------------------------------
     def host_count(self, step: int) -> int:
@@ -300,7 +301,8 @@ class Explainer:
         ``epoch``, in batch order."""
         plan_rows = getattr(self.schedule, "plan_rows", None)
         if plan_rows is not None:  # planned packing: the plan's pieces of d, then where their rows fall
-            plan, rows = plan_rows(epoch, batches)
+            plan, rows = plan_rows(epoch)
+            rows = rows[: batches * self.schedule.batch_rows(epoch, 0)]
             hit = np.flatnonzero(np.asarray(plan.doc) == d)
             at = np.searchsorted(np.asarray(plan.row_splits), hit, side="right") - 1
             height = self.schedule.batch_rows(epoch, 0)
@@ -324,12 +326,29 @@ class Explainer:
         plan_rows = getattr(self.schedule, "plan_rows", None)
         for epoch, _, batches in self._stretches(upto):
             if plan_rows is not None:  # planned packing: the rows' pieces counted in place, not gathered
-                plan, rows = plan_rows(epoch, batches)
-                add_rows(plan.row_splits, rows, plan.doc, plan.start, plan.length, tokens, visits)
+                plan, rows = plan_rows(epoch)
+                k = batches * self.schedule.batch_rows(epoch, 0)
+                if 2 * k < rows.shape[0]:
+                    add_rows(plan.row_splits, rows[:k], plan.doc, plan.start, plan.length, tokens, visits)
+                    continue
+                whole_tokens, whole_visits = self._whole_plan(plan)  # the plan once, less the rows not delivered
+                tokens += whole_tokens
+                visits += whole_visits
+                add_rows(plan.row_splits, rows[k:], plan.doc, plan.start, plan.length, tokens, visits, sign=-1)
                 continue
             for _, _, plan in self.epoch_rows(epoch, batches):
                 add_pieces(plan.doc, plan.start, plan.length, tokens, visits)
         return tokens, visits
+
+    def _whole_plan(self, plan) -> tuple[np.ndarray, np.ndarray]:
+        """``(tokens, visits)`` per document of every row of ``plan`` (computed once, kept: a whole epoch of
+        planned packing adds them, one sequential pass over the documents)."""
+        if self._whole is None or self._whole[0] is not plan:
+            tokens = np.zeros(self.lengths.shape[0], np.int64)
+            visits = np.zeros(self.lengths.shape[0], np.int64)
+            add_rows(plan.row_splits, np.arange(plan.num_rows), plan.doc, plan.start, plan.length, tokens, visits)
+            self._whole = (plan, tokens, visits.astype(smallest_count_dtype(visits)))
+        return self._whole[1], self._whole[2]
 
     def ledger(self, path: str | Path, upto: int) -> LedgerReport:
         """Write the exposure ledger of global batches ``[0, upto)`` (at most the run's) to ``path`` and return its
