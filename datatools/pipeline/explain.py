@@ -215,8 +215,8 @@ class Explainer:
         source = np.searchsorted(self.offsets, plan.doc, side="right") - 1
         local = plan.doc - self.offsets[source]
         splits = np.asarray(plan.row_splits, np.int64)
-        tokens = np.add.reduceat(plan.length, splits[:-1]) if plan.num_pieces else np.zeros(0, np.int64)
-        tokens = np.where(np.diff(splits) > 0, tokens, 0)
+        cumulative = np.concatenate(([0], np.cumsum(plan.length, dtype=np.int64)))
+        tokens = cumulative[splits[1:]] - cumulative[splits[:-1]]  # real tokens of each row
         out = []
         src, doc, start, length = source.tolist(), local.tolist(), plan.start.tolist(), plan.length.tolist()
         for r, (a, b) in enumerate(zip(splits[:-1].tolist(), splits[1:].tolist())):
@@ -251,11 +251,6 @@ class Explainer:
         )
 
     # -- whole epochs ---------------------------------------------------------------------------------------------
-    def epoch_starts(self, epochs: int) -> np.ndarray:
-        """int64 (epochs + 1,): the first global batch of each epoch (the last: the end of ``epochs - 1``)."""
-        counts = [self.schedule.num_batches(e) for e in range(epochs)]
-        return np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
-
     def epoch_rows(self, epoch: int, batches: int) -> Iterator[tuple[np.ndarray, np.ndarray, PackPlan]]:
         """``(batch, row, plan)`` chunks of the rows of global batches ``[0, batches)`` of ``epoch``, in order: the
         schedule's own vectorized walk when it has one (bucketing), else ``rows_plan`` batch by batch."""
