@@ -71,3 +71,10 @@ def test_bad_input_is_one_line_exit_2(config, args, message, capsys):
     assert main(["explain", str(config), *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert message in err[-1], err
+
+
+def test_a_state_without_a_mixture_history_is_refused(config, tmp_path, capsys):
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"portable": {"elements_read": 3}, "pipeline": {"seed": 0}}))
+    assert main(["explain", str(config), "--step", "1", "--state", str(state)]) == 2
+    assert "not a saved pipeline state with a mixture's weights" in capsys.readouterr().err
