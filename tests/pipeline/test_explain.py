@@ -157,8 +157,8 @@ def test_explain_equals_the_delivered_batches_many_configs(mode, hosts, lengths,
 
 def check_delivered(mode, hosts, lengths, seed, epochs):
     docs = documents(mode, lengths)
-    if "sources" in MODES[mode] and min(len(d) for d in docs) == 0:
-        return
+    if "sources" in MODES[mode] and min(int(d.lengths().sum()) for d in docs) == 0:
+        return  # a mixture's source without tokens is refused by its config
     if mode == "curriculum" and max(lengths) == 0:
         return
 
