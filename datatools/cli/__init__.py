@@ -47,6 +47,11 @@ SUBCOMMANDS = {
         "Plan any input into an index-only packed plan on disk (bounded memory; pipelines read it lazily).",
     ),
     "pipeline": ("datatools.cli.pipeline", "pipeline_command", "Run a configured Grain pipeline for N batches."),
+    "explain": (
+        "datatools.cli.explain",
+        "explain_command",
+        "What was in global batch N, where document D was seen, an exposure ledger (from the schedule alone).",
+    ),
     "mix-report": (
         "datatools.cli.mix_report",
         "mix_report_command",

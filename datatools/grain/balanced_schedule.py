@@ -20,7 +20,7 @@ import numpy as np
 
 from datatools.base.checks import check_int
 from datatools.grain.host_batches import empty_rows
-from datatools.grain.schedule import EpochCache, PlanSchedule
+from datatools.grain.schedule import EpochCache, PlannedRowsSchedule
 from datatools.kernels.attention_blocks import row_tiles
 from datatools.kernels.balance import balance_key, balance_order
 from datatools.kernels.packing import PackPlan
@@ -48,7 +48,7 @@ class BalancedSchedule:
     ``block`` is the attention tile (tokens) the work is counted at. Every batch height must divide by ``devices``.
     Attributes the wrapper does not define (``order``, ``restart_position``, ``docs``, ...) are ``inner``'s."""
 
-    def __init__(self, inner: PlanSchedule, *, devices: int, block: int = DEFAULT_BLOCK):
+    def __init__(self, inner: PlannedRowsSchedule, *, devices: int, block: int = DEFAULT_BLOCK):
         self.inner = inner
         self.devices = check_int(devices, "devices", minimum=1)
         self.block = check_int(block, "block", minimum=1)

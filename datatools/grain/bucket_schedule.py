@@ -8,6 +8,8 @@ in batch order (about 24 bytes a document).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from datatools.base.checks import OVERFLOW_POLICIES, check_choice
@@ -101,26 +103,41 @@ class BucketSchedule:
         return int(self.batch_sizes[self.epoch_batches(epoch)[4][j]])
 
     def rows_plan(self, epoch: int, j: int, lo: int, hi: int) -> PackPlan:
-        """Rows [lo, hi) of global batch ``j`` that hold a piece (a prefix), one piece a row, as one plan of the
-        bucket's width (what :meth:`read` reads)."""
+        """Rows ``[lo, hi)`` of global batch ``j`` that hold data (a prefix: a bucket's last batch may end early),
+        one piece a row, as one plan of the bucket's width."""
         doc, start, length, splits, bucket, _ = self.epoch_batches(epoch)
         a = splits[j] + lo
         b = max(min(splits[j] + hi, splits[j + 1]), a)
-        width = int(self.boundaries[bucket[j]])
         return PackPlan.one_piece_rows(
-            width, np.asarray(doc[a:b], np.int64), np.asarray(start[a:b], np.int64), length[a:b], "bucket"
-        )
-
-    def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
-        doc, start, length, splits, bucket, _ = self.epoch_batches(epoch)
-        a = splits[j] + lo
-        b = max(min(splits[j] + hi, splits[j + 1]), a)
-        return bucket_rows(
-            self.docs.read_pieces,
+            int(self.boundaries[bucket[j]]),
             np.asarray(doc[a:b], np.int64),
             np.asarray(start[a:b], np.int64),
             np.asarray(length[a:b], np.int64),
-            rows=hi - lo,
-            width=int(self.boundaries[bucket[j]]),
-            pad_id=self.pad_id,
+            "bucket",
+        )
+
+    def epoch_rows(
+        self, epoch: int, batches: int, chunk: int = 1 << 20
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, PackPlan]]:
+        """The rows of global batches ``[0, batches)`` of ``epoch`` that hold data, in order, ``chunk`` rows at a time:
+        ``(batch, row, plan)``, each row's batch and row within it (int64) and the rows as one plan of one piece a
+        row (its ``ctx`` the longest bucket's: the rows of one chunk may come from several buckets)."""
+        doc, start, length, splits, _, _ = self.epoch_batches(epoch)
+        end = int(splits[batches])
+        for a in range(0, end, chunk):
+            i = np.arange(a, min(end, a + chunk), dtype=np.int64)
+            b = np.searchsorted(splits, i, side="right") - 1
+            plan = PackPlan.one_piece_rows(
+                int(self.boundaries[-1]),
+                np.asarray(doc[i], np.int64),
+                np.asarray(start[i], np.int64),
+                np.asarray(length[i], np.int64),
+                "bucket",
+            )
+            yield b.astype(np.int64), i - splits[b], plan
+
+    def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+        plan = self.rows_plan(epoch, j, lo, hi)
+        return bucket_rows(
+            self.docs.read_pieces, plan.doc, plan.start, plan.length, rows=hi - lo, width=plan.ctx, pad_id=self.pad_id
         )

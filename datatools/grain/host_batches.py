@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +33,13 @@ def empty_rows(rows: int, length: int, pad_id: int, *, fill_from: int = 0) -> di
     for key in CANONICAL_KEYS[1:]:
         out[key][fill_from:] = 0
     return out
+
+
+def host_rows(rows: int, index: int, count: int) -> tuple[int, int]:
+    """Rows ``[lo, hi)`` of a global batch of ``rows`` rows that host ``index`` of ``count`` reads: the hosts take
+    equal contiguous slices in host order (``rows`` divides by ``count``)."""
+    share = rows // count
+    return index * share, (index + 1) * share
 
 
 class DocumentOrder:
@@ -83,18 +91,24 @@ class PlannedSchedule:
         """The document source the rows are read from."""
         return self.rows.docs
 
-    def pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(doc, start, length)`` of every piece rows ``[lo, hi)`` of global batch ``j`` read."""
-        index = j * self.batch_size + np.arange(lo, hi, dtype=np.int64)
-        return self.rows.pieces(index[index < self.n] + epoch * self.n)
-
-    ahead_pieces = pieces
-
     def rows_plan(self, epoch: int, j: int, lo: int, hi: int) -> PackPlan:
-        """Rows [lo, hi) of global batch ``j`` that hold data (a prefix: an epoch's last batch may be short), as
-        one plan."""
+        """Rows ``[lo, hi)`` of global batch ``j`` that hold data (a prefix: the epoch's last batch may end early),
+        as one plan (see :class:`~datatools.grain.schedule.PlannedRowsSchedule`)."""
         index = j * self.batch_size + np.arange(lo, hi, dtype=np.int64)
         return self.rows.rows_plan(index[index < self.n] + epoch * self.n)
+
+    def plan_rows(self, epoch: int) -> tuple[Any, np.ndarray]:
+        """``(plan, rows)``: the plan (a PackPlan or a memory-mapped PlanFile) of the rows, and every row id of it
+        in ``epoch``'s order: entry i is row ``i % batch_size`` of global batch ``i // batch_size`` (the entries
+        past the last batch are the rows ``drop_remainder`` leaves out). An epoch's rows without their pieces."""
+        return self.rows.plan_rows(np.arange(self.n, dtype=np.int64) + epoch * self.n)
+
+    def pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(doc, start, length)`` of every piece rows ``[lo, hi)`` of global batch ``j`` read."""
+        plan = self.rows_plan(epoch, j, lo, hi)
+        return plan.doc, plan.start, plan.length
+
+    ahead_pieces = pieces
 
     def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
         index = j * self.batch_size + np.arange(lo, hi, dtype=np.int64)
@@ -217,8 +231,7 @@ class HostBatchesMapDataset(grain.MapDataset):
 
     def _rows(self, epoch: int, j: int) -> tuple[int, int]:
         """This host's rows [lo, hi) of global batch ``j`` of ``epoch``."""
-        share = self._schedule.batch_rows(epoch, j) // self._count
-        return self._index * share, (self._index + 1) * share
+        return host_rows(self._schedule.batch_rows(epoch, j), self._index, self._count)
 
     def rows_of(self, index: int) -> tuple[int, int, int, int]:
         """``(epoch, batch within the epoch, lo, hi)``: where global batch ``index`` is, and this host's rows

@@ -10,7 +10,7 @@ import grain
 from datatools.io.documents import as_document_source
 from datatools.io.plan_file import PlanFile
 from datatools.kernels.packing import PackPlan, pack_lengths
-from datatools.kernels.packing.plan_format import gather_rows, row_pieces
+from datatools.kernels.packing.plan_format import gather_rows
 
 
 class PackedRowsMapDataset(grain.MapDataset):
@@ -73,24 +73,25 @@ class PackedRowsMapDataset(grain.MapDataset):
         """The document source the rows are read from."""
         return self._docs
 
-    def pieces(self, indices: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(doc, start, length)`` of every piece rows ``indices`` read (what :meth:`get_batch` reads)."""
-        rows = np.asarray(indices, dtype=np.int64) % self.plan.num_rows
-        if isinstance(self.plan, PlanFile):
-            sub = self.plan.rows_plan(rows)
-            return sub.doc, sub.start, sub.length
-        sel, _ = row_pieces(self.plan.row_splits, rows)
-        return self.plan.doc[sel], self.plan.start[sel], self.plan.length[sel]
+    def plan_rows(self, indices: Sequence[int]) -> tuple[PackPlan | PlanFile, np.ndarray]:
+        """``(plan, rows)``: the plan the rows ``indices`` come from and their row ids in it (an index past
+        ``len(ds)`` wraps)."""
+        return self.plan, np.asarray(indices, dtype=np.int64) % self.plan.num_rows
 
     def rows_plan(self, indices: Sequence[int]) -> PackPlan:
-        """Rows ``indices`` as one small plan whose row i is row ``indices[i]`` (what :meth:`get_batch` reads)."""
-        rows = np.asarray(indices, dtype=np.int64) % self.plan.num_rows
-        if isinstance(self.plan, PlanFile):
-            return self.plan.rows_plan(rows)
-        p = self.plan
+        """Rows ``indices`` as one small plan whose row ``i`` is row ``indices[i]`` (an index past ``len(ds)``
+        wraps): what :meth:`get_batch` reads, and where each piece lies."""
+        p, rows = self.plan_rows(indices)
+        if isinstance(p, PlanFile):
+            return p.rows_plan(rows)
         return gather_rows(
             p.row_splits, p.doc, p.start, p.length, rows, ctx=p.ctx, align=p.align, algorithm=p.algorithm
         )
+
+    def pieces(self, indices: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(doc, start, length)`` of every piece rows ``indices`` read (what :meth:`get_batch` reads)."""
+        sub = self.rows_plan(indices)
+        return sub.doc, sub.start, sub.length
 
     def __getitem__(self, index):
         if isinstance(index, slice):

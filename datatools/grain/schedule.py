@@ -13,6 +13,8 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
+from datatools.kernels.packing import PackPlan
+
 T = TypeVar("T")
 
 
@@ -36,16 +38,6 @@ class Schedule(Protocol):
         ...
 
 
-class PlanSchedule(Schedule, Protocol):
-    """A schedule that says which rows a batch holds from lengths alone (every datatools schedule): what the balanced
-    order (:mod:`datatools.grain.balanced_schedule`) weighs rows by."""
-
-    def rows_plan(self, epoch: int, j: int, lo: int, hi: int) -> Any:
-        """Rows ``[lo, hi)`` of global batch ``j`` that hold data (a prefix), as one
-        :class:`~datatools.kernels.packing.PackPlan` whose row i is row ``lo + i`` (what :meth:`read` reads)."""
-        ...
-
-
 @runtime_checkable
 class ReadAheadSchedule(Schedule, Protocol):
     """A schedule whose reads can start before a batch is asked for (the host passes ``pieces`` to
@@ -60,6 +52,19 @@ class ReadAheadSchedule(Schedule, Protocol):
     def ahead_pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """What to read ahead for rows ``[lo, hi)`` of a batch further off than the next: ``pieces``, or more
         when that costs fewer requests (a lane's whole window)."""
+        ...
+
+
+@runtime_checkable
+class PlannedRowsSchedule(Schedule, Protocol):
+    """A schedule that says where every token of a batch comes from, from lengths alone (what ``datatools explain``
+    reports, and what the balanced order of :mod:`datatools.grain.balanced_schedule` weighs rows by): every schedule
+    of the pipeline's table is one; ``read`` fills exactly the rows ``rows_plan`` names."""
+
+    def rows_plan(self, epoch: int, j: int, lo: int, hi: int) -> PackPlan:
+        """Rows ``[lo, hi)`` of global batch ``j`` of ``epoch`` that hold data (a prefix of them: the rest are
+        empty), as one :class:`~datatools.kernels.packing.PackPlan` whose row ``i`` is row ``lo + i`` and whose
+        ``ctx`` is the batch's row length (tokens)."""
         ...
 
 

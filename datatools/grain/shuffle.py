@@ -56,8 +56,12 @@ class _IndexMapDataset(grain.MapDataset):
         """What elements ``indices`` read (packed rows: their pieces)."""
         return self._parent.pieces(self._parent_indices(indices))
 
+    def plan_rows(self, indices: Sequence[int]):
+        """``(plan, rows)`` of elements ``indices`` (packed rows: the plan and its row ids)."""
+        return self._parent.plan_rows(self._parent_indices(indices))
+
     def rows_plan(self, indices: Sequence[int]):
-        """Elements ``indices`` as one plan (packed rows: row i is element ``indices[i]``)."""
+        """Elements ``indices`` as one plan (packed rows: row ``i`` is element ``indices[i]``)."""
         return self._parent.rows_plan(self._parent_indices(indices))
 
 

@@ -382,6 +382,11 @@ class PlanFile:
     efficiency = property(lambda self: float(self.header["efficiency"]))
     lower_bound_rows = property(lambda self: int(self.header["lower_bound_rows"]))
     identity = property(lambda self: dict(self.header["data"]))
+    # the piece arrays under a PackPlan's names (memory-mapped, narrow unsigned dtypes)
+    row_splits = property(lambda self: self.arrays["row_starts"])
+    doc = property(lambda self: self.arrays["doc"])
+    start = property(lambda self: self.arrays["start"])
+    length = property(lambda self: self.arrays["length"])
 
     @property
     def max_doc(self) -> int:

@@ -276,6 +276,14 @@ def curriculum_order(batches, odds, until, *, seed: int, epoch: int, cycles: int
     return out
 
 
+def row_attention_work(plan: PackPlan, block: int) -> np.ndarray:
+    """int64 (rows, 2): each row's in-document causal query-key pairs and the ``block`` x ``block`` tiles holding
+    them (what a block-sparse kernel visits): :func:`~datatools.kernels.attention_blocks.row_tiles` of the plan."""
+    if plan.ctx % block:
+        raise ValueError(f"block={block} must divide the plan's ctx={plan.ctx}")
+    return row_tiles(plan.row_splits, plan.length, block, align=plan.align)
+
+
 def attention_work(plan: PackPlan, block: int) -> dict[str, int]:
     """Exact attention work of a plan's rows (``align`` 1): ``pairs`` (causal query-key pairs inside documents, what
     a segment-aware kernel needs), ``document_tiles`` (``block`` x ``block`` tiles holding such pairs, what a

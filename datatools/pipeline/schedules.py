@@ -17,7 +17,7 @@ from datatools.grain.host_batches import DocumentOrder, PlannedSchedule
 from datatools.grain.lane_schedule import LaneSchedule
 from datatools.grain.mixture_order import MixtureOrder
 from datatools.grain.packed_rows import PackedRowsMapDataset
-from datatools.grain.schedule import PlanSchedule, Schedule
+from datatools.grain.schedule import PlannedRowsSchedule, Schedule
 from datatools.grain.shuffle import BlockShuffleMapDataset, FeistelShuffleMapDataset
 from datatools.grain.streaming_schedule import StreamingSchedule
 from datatools.io.plan_file import PlanFile
@@ -27,7 +27,7 @@ from datatools.pipeline.config import PackingConfig, PipelineConfig
 from datatools.pipeline.mixture import mixture_order
 
 # A constructor: (config, documents, a mixture's weight history or None) -> (schedule, planned packing's efficiency)
-Constructor = Callable[[PipelineConfig, object, list | None], tuple[PlanSchedule, float | None]]
+Constructor = Callable[[PipelineConfig, object, list | None], tuple[PlannedRowsSchedule, float | None]]
 
 
 def schedule_mode(cfg: PipelineConfig) -> str:
@@ -102,7 +102,7 @@ def _plan_file(p: PackingConfig, path: str, source: str, docs) -> PlanFile:
     return plan
 
 
-def planned(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[PlanSchedule, float | None]:
+def planned(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[PlannedRowsSchedule, float | None]:
     """``packing.mode: planned``: one plan over every document (or ``packing.plan``), its rows shuffled per epoch;
     global batch j is rows ``[j * B, (j + 1) * B)``."""
     p = _packing(cfg)
@@ -119,7 +119,7 @@ def planned(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Pla
     return schedule, rows.plan.efficiency
 
 
-def streaming(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[PlanSchedule, float | None]:
+def streaming(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[PlannedRowsSchedule, float | None]:
     """``packing.mode: streaming``: :class:`~datatools.grain.streaming_schedule.StreamingSchedule`."""
     p = _packing(cfg)
     return StreamingSchedule(
@@ -135,7 +135,7 @@ def streaming(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[P
     ), None
 
 
-def lanes(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[PlanSchedule, float | None]:
+def lanes(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[PlannedRowsSchedule, float | None]:
     """``packing.read_order: lanes``: :class:`~datatools.grain.lane_schedule.LaneSchedule`."""
     p, sh = _packing(cfg), cfg.shuffle
     return LaneSchedule(
@@ -152,7 +152,7 @@ def lanes(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[PlanS
     ), None
 
 
-def bucketing(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[PlanSchedule, float | None]:
+def bucketing(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[PlannedRowsSchedule, float | None]:
     """``bucketing``: :class:`~datatools.grain.bucket_schedule.BucketSchedule` over the given boundaries (or those
     of least padding), with batch sizes from the batch or a token budget."""
     b = cfg.bucketing
@@ -177,7 +177,7 @@ def bucketing(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[P
     ), None
 
 
-def curriculum(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[PlanSchedule, float | None]:
+def curriculum(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[PlannedRowsSchedule, float | None]:
     """``curriculum``: :class:`~datatools.grain.curriculum_schedule.CurriculumSchedule`."""
     c = cfg.curriculum
     if c is None:  # schedule_mode chose this mode from the section

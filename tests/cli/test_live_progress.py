@@ -58,6 +58,7 @@ def commands(inputs: dict[str, Path], tokenizer_file: Path) -> dict[str, list[st
         "pipeline": ["pipeline", "finetune_packed_1024", "--source", store, "--steps", "4", "--step-time", "0.4"],
         "verify": ["verify", store],
         "mix-report": ["mix-report", str(inputs["mixture"]), "--batches", "20"],
+        "explain": ["explain", str(inputs["mixture"]), "--step", "3"],
         "shuffle-report": ["shuffle-report", "--n", "4000000", "--io-block-size", "64", "--window-blocks", "64"]
         + ["--group-size", "4096", "--batch-size", "256"],
         "train": ["train", str(CONFIGS / "train_cpu_packed.yaml"), "--source", store, "--steps", "2"],
@@ -86,7 +87,11 @@ def first_line(args: list[str], *, env: dict | None = None) -> tuple[float, str,
 
 @pytest.mark.slow  # a wall-clock bound: on a loaded 2-core CI machine a process may not run for seconds
 @pytest.mark.parametrize(
-    "name", ["pretokenize", "analyze-padding", "pack", "pipeline", "verify", "mix-report", "shuffle-report", "train"]
+    "name",
+    [
+        *("pretokenize", "analyze-padding", "pack", "pipeline", "verify", "mix-report", "explain"),
+        *("shuffle-report", "train"),
+    ],
 )
 def test_every_command_prints_what_it_is_doing_within_a_second(name, inputs, tokenizer_file):
     if name == "train" and importlib.util.find_spec("jax") is None:
