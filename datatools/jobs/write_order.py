@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from datatools.io.documents import _gather_at
+from datatools.jobs.staging import fault
 from datatools.kernels.shuffle import FeistelPermutation
 
 BLOCK_TOKENS = 1 << 22  # tokens gathered per block handed to the store writer (8-16 MiB)
@@ -84,11 +85,11 @@ def shuffled_shards(
         return
     if Path(spill).stat().st_size != total * dtype.itemsize:
         raise ValueError(f"staged shards hold {Path(spill).stat().st_size} bytes of tokens, expected {total}")
-    flat = np.asarray(np.memmap(spill, dtype=dtype, mode="r", shape=(max(total, 1),)))
+    flat = np.asarray(np.memmap(spill, dtype=dtype, mode="r")) if total else np.zeros(0, dtype)
     order = written_order(n, seed)
     moved = lengths[order]
     ends = np.cumsum(moved)
-    a = 0
+    a = block = 0
     while a < n:
         before = int(ends[a - 1]) if a else 0
         b = max(a + 1, int(np.searchsorted(ends, before + block_tokens, side="right")))
@@ -98,4 +99,5 @@ def shuffled_shards(
         out = np.empty(int(ends[b - 1]) - before, dtype)
         _gather_at(flat, starts, docs, np.zeros(b - a, np.int64), lens, dst, out)
         yield out, lens
-        a = b
+        fault(f"committing-{block}")  # crash tests: killed with a block handed to the writer
+        a, block = b, block + 1
