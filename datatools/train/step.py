@@ -97,7 +97,6 @@ class Trainer:
             return jax.tree.map(jnp.add, acc, sums(params, batch))
 
         self._sums = sums
-        self._loss_sums = jax.jit(lambda params, batch: weighted_loss_sum(params, cfg, batch), out_shardings=rep)
         self._acc_shapes: dict[tuple[str, ...], Any] = {}  # (totals, grads) shapes by the batch's keys
         rep = self.replicated
         self.train_step = jax.jit(step, donate_argnums=(0,), out_shardings=(rep, rep))
@@ -105,6 +104,7 @@ class Trainer:
         self._normalize = jax.jit(lambda acc: normalize(*acc), donate_argnums=(0,), out_shardings=rep)
         # the old state only is donated: the gradients' buffers have no output to go to (XLA warned at every step)
         self._update = jax.jit(update, donate_argnums=(0,), out_shardings=(rep, rep))
+        self._loss_sums = jax.jit(lambda params, batch: weighted_loss_sum(params, cfg, batch), out_shardings=rep)
 
     def evaluate(self, params: dict, batches: list[dict]) -> float:
         """The objective (mean weighted cross-entropy, nats per target token) over batches from :meth:`put_batch`,
