@@ -17,7 +17,7 @@ The block shuffle's window is --window-share of the corpus (the users': ~65k doc
 percent). Beside each run: `shuffle-report`'s groups per batch for its order (a group = one source's documents)
 and the bytes the loader fetched per batch. Seeds: the pipeline's and the model's, --seeds of them.
 
-    python benchmarks/shuffle_quality.py [--seeds 3] [--docs-per-source 1500] [--steps 400]
+    python benchmarks/shuffle_quality.py [--seeds 3] [--docs-per-source 360] [--steps 400]
 """
 
 from __future__ import annotations
@@ -108,16 +108,16 @@ def run_config(store: Path, order: str, seed: int, a: argparse.Namespace, io_blo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--docs-per-source", type=int, default=1500)
-    parser.add_argument("--eval-docs", type=int, default=100, help="held-out documents per source")
-    parser.add_argument("--max-chars", type=int, default=3000, help="each document cut to this many characters")
+    parser.add_argument("--docs-per-source", type=int, default=360)
+    parser.add_argument("--eval-docs", type=int, default=40, help="held-out documents per source")
+    parser.add_argument("--max-chars", type=int, default=1500, help="each document cut to this many characters")
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--rows", type=int, default=8)
-    parser.add_argument("--ctx", type=int, default=256)
+    parser.add_argument("--ctx", type=int, default=128)
     parser.add_argument("--d-model", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--pack-window", type=int, default=32, help="documents per streaming packing window")
-    parser.add_argument("--io-block-size", type=int, default=8, help="documents per io block")
+    parser.add_argument("--pack-window", type=int, default=16, help="documents per streaming packing window")
+    parser.add_argument("--io-block-size", type=int, default=4, help="documents per io block")
     parser.add_argument("--window-share", type=float, default=0.03, help="block shuffle window / corpus documents")
     parser.add_argument("--orders", nargs="+", default=list(ORDERS), choices=ORDERS)
     a = parser.parse_args()

@@ -19,33 +19,14 @@ from pathlib import Path
 import numpy as np
 
 from datatools.io.documents import _gather_at
+from datatools.io.store import describe_write_order, write_order_record, write_seed
+
+__all__ = ["describe_write_order", "shuffled_shards", "write_order_record", "write_seed", "written_order"]
 from datatools.jobs.staging import fault
 from datatools.kernels.shuffle import FeistelPermutation
 
 BLOCK_TOKENS = 1 << 22  # tokens gathered per block handed to the store writer (8-16 MiB)
 SPILL_NAME = "order.bin"  # the flat spill file in a local job's staging directory
-
-
-def write_order_record(seed: int | None) -> dict:
-    """The manifest's ``write_order``: ``{"order": "input"}`` or ``{"order": "shuffled", "seed": S, ...}``."""
-    if seed is None:
-        return {"order": "input"}
-    return {"order": "shuffled", "seed": int(seed), "permutation": "feistel"}
-
-
-def write_seed(manifest: dict) -> int | None:
-    """The seed a store's documents were shuffled with when written, or None (input order; also a store written
-    before the manifest recorded its write order, which was always the input's)."""
-    record = manifest.get("write_order")
-    if isinstance(record, dict) and record.get("order") == "shuffled":
-        return int(record["seed"])
-    return None
-
-
-def describe_write_order(manifest: dict) -> str:
-    """One phrase for reports: ``input order`` or ``shuffled at write time (seed S)``."""
-    seed = write_seed(manifest)
-    return "input order" if seed is None else f"shuffled at write time (seed {seed})"
 
 
 def written_order(num_documents: int, seed: int) -> np.ndarray:

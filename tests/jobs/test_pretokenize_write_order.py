@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_pretokenize import decode_all, jsonl_dir, tree_digest  # noqa: F401  (jsonl_dir: a fixture)
 
 from datatools.io.store import TokenStore
 from datatools.jobs.pretokenize import pretokenize
 from datatools.jobs.write_order import describe_write_order, shuffled_shards, write_order_record, written_order
-from test_pretokenize import decode_all, jsonl_dir, tree_digest  # noqa: F401  (jsonl_dir: a fixture)
 
 
 @settings(max_examples=60, deadline=None)
@@ -98,3 +98,18 @@ def test_kill_then_resume_gives_the_same_shuffled_store(tmp_path, jsonl_dir, tok
     assert resumed.returncode == 0, resumed.stderr
     assert tree_digest(out) == tree_digest(reference)
     assert not (tmp_path / "out.partial").exists()
+
+
+def test_shuffle_report_and_analyze_padding_say_the_write_order(tmp_path, jsonl_dir, tokenizer_file, capsys):  # noqa: F811
+    from datatools.cli import main
+
+    out = tmp_path / "shuffled"
+    pretokenize(jsonl_dir, out, tokenizer_file, shuffle_seed=9, progress=False)
+    args = ["--io-block-size", "2", "--window-blocks", "2", "--group-size", "10", "--batch-size", "8"]
+    assert main(["shuffle-report", "--store", str(out), *args]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "store write order: shuffled at write time (seed 9)" in said
+    assert main(["analyze-padding", str(out), "--ctx", "1024"]) == 0
+    assert "write order: shuffled at write time (seed 9)" in " ".join(capsys.readouterr().out.split())
+    assert main(["shuffle-report", *args]) == 2  # neither --n nor --store: one line, exit 2
+    assert "--n" in capsys.readouterr().err
