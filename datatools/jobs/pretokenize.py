@@ -381,19 +381,19 @@ def pretokenize(
             yield _read(_shard_path(staging, k), "tokens", "lengths")
             fault(f"committing-{k}")
 
-    def shuffled(spill: str | Path):
-        doing(f"writing the token store in a random order (seed {shuffle_seed}) of {num_docs:,} documents")
+    def shuffled(spill: str | Path, seed: int):
+        doing(f"writing the token store in a random order (seed {seed}) of {num_docs:,} documents")
         return shuffled_shards(
-            lambda k: _read(_shard_path(staging, k), "tokens")[0], lengths_per_shard, shuffle_seed, spill, worker.dtype
+            lambda k: _read(_shard_path(staging, k), "tokens")[0], lengths_per_shard, seed, spill, worker.dtype
         )
 
     def write(where) -> None:
         if shuffle_seed is None:
             return _write(where, shards_in_order())
         if isinstance(staging, Path):  # a local job spills beside its shards (removed with the staging directory)
-            return _write(where, shuffled(staging / SPILL_NAME))
+            return _write(where, shuffled(staging / SPILL_NAME, shuffle_seed))
         with tempfile.TemporaryDirectory(prefix="datatools-order-") as tmp:  # staging in a bucket: a local spill
-            return _write(where, shuffled(Path(tmp) / SPILL_NAME))
+            return _write(where, shuffled(Path(tmp) / SPILL_NAME, shuffle_seed))
 
     def _write(where, blocks) -> None:
         write_store(
