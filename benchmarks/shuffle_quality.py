@@ -13,6 +13,7 @@ Orders (the pipeline's `shuffle` and streaming `packing.read_order`), each with 
   block-window    shuffle: block, read_order: window (the block shuffle's window order)
   lanes           shuffle: block, read_order: lanes (today's default)
   written+lanes   the write-shuffled store, shuffle: block, read_order: lanes
+  full-lanes      (--orders only) a full shuffle read in lanes: shuffle: block with 1-document blocks, one window
 The block shuffle's window is --window-share of the corpus (the users': ~65k documents of a few million, a few
 percent). Beside each run: `shuffle-report`'s groups per batch for its order (a group = one source's documents)
 and the bytes the loader fetched per batch. Seeds: the pipeline's and the model's, --seeds of them.
@@ -44,7 +45,9 @@ from datatools.jobs.demo_data import train_tokenizer  # noqa: E402
 from datatools.jobs.pretokenize import pretokenize  # noqa: E402
 
 ORDERS = ("none", "full", "block-window", "lanes", "written+lanes")
+EXTRA = ("full-lanes",)  # a full shuffle read in lanes: a block shuffle of 1-document blocks over the whole corpus
 REPORT_ORDER = {"none": "none", "full": "full", "block-window": "block", "lanes": "lanes", "written+lanes": "lanes"}
+REPORT_ORDER["full-lanes"] = "lanes"
 WRITE_SEED = 1234
 
 
@@ -119,7 +122,8 @@ def main() -> None:
     parser.add_argument("--pack-window", type=int, default=16, help="documents per streaming packing window")
     parser.add_argument("--io-block-size", type=int, default=4, help="documents per io block")
     parser.add_argument("--window-share", type=float, default=0.03, help="block shuffle window / corpus documents")
-    parser.add_argument("--orders", nargs="+", default=list(ORDERS), choices=ORDERS)
+    parser.add_argument("--orders", nargs="+", default=list(ORDERS), choices=ORDERS + EXTRA)
+    parser.add_argument("--json-name", default="shuffle_quality", help="benchmarks/results/NAME.json")
     a = parser.parse_args()
     announce(a.seeds, "one process; each run trains the same steps on the same number of rows")
     from datatools.train.loop import load_train_config, train
@@ -159,12 +163,17 @@ def main() -> None:
             f"({corpus['window_share']:.1%} of the documents); {a.steps} steps of {a.rows}x{a.ctx} "
             f"({corpus['epochs']:.2f} epochs)"
         )
+
+        def blocks(order: str) -> tuple[int, int]:
+            """(io_block_size, window_blocks) of an order's block shuffle."""
+            return (1, n) if order == "full-lanes" else (a.io_block_size, window_blocks)
+
         proxy = {}
         for order in a.orders:
             rep = shuffle_report(
                 n,
-                io_block_size=a.io_block_size,
-                window_blocks=window_blocks,
+                io_block_size=blocks(order)[0],
+                window_blocks=blocks(order)[1],
                 group_size=a.docs_per_source,
                 batch_size=docs_per_batch,
                 lanes=a.rows * 2,  # batch_size x lane_period (2, the default)
@@ -182,7 +191,7 @@ def main() -> None:
             for order in a.orders:
                 store_path = stores["written" if order == "written+lanes" else "input"]
                 cfg_file = work / f"train-{order}-{seed}.yaml"
-                cfg_file.write_text(json.dumps(run_config(store_path, order, seed, a, a.io_block_size, window_blocks)))
+                cfg_file.write_text(json.dumps(run_config(store_path, order, seed, a, *blocks(order))))
                 t0 = time.perf_counter()
                 result = train(load_train_config(cfg_file), evaluation=evaluation)
                 s = result.summary
@@ -269,7 +278,7 @@ def main() -> None:
             "rank_by_proxy": proxy_rank,
             "wall_s": time.perf_counter() - t_start,
         }
-        print(f"wrote {write_json('shuffle_quality', payload)}")
+        print(f"wrote {write_json(a.json_name, payload)}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
