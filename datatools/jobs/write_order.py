@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from datatools.io.documents import _gather_at
+from datatools.io.documents import gather_at
 from datatools.io.store import describe_write_order, write_order_record, write_seed
 
 __all__ = ["describe_write_order", "shuffled_shards", "write_order_record", "write_seed", "written_order"]
@@ -78,7 +78,7 @@ def shuffled_shards(
         dst = np.zeros(b - a, np.int64)
         np.cumsum(lens[:-1], out=dst[1:])
         out = np.empty(int(ends[b - 1]) - before, dtype)
-        _gather_at(flat, starts, docs, np.zeros(b - a, np.int64), lens, dst, out)
+        gather_at(flat, starts, docs, np.zeros(b - a, np.int64), lens, dst, out)
         yield out, lens
         fault(f"committing-{block}")  # crash tests: killed with a block handed to the writer
         a, block = b, block + 1
