@@ -255,9 +255,10 @@ def test_curriculum_run_compiles_exactly_one_program_per_length(tmp_path, store,
     assert "a curriculum compiles one program per length (3)" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a JAX compile of the step and of the evaluation: 20 s on the loaded 2-core VM
 def test_evaluation_is_the_objective_on_held_out_batches(tmp_path, store):
     """With a learning rate of 0 the parameters stay as initialized: the held-out loss of the first batch is the loss
-    the first step reported on it; a trained model's held-out loss is lower."""
+    the first step reported on it."""
     from datatools.pipeline import build_canonical
     from datatools.train.loop import load_train_config, train
 
@@ -268,5 +269,3 @@ def test_evaluation_is_the_objective_on_held_out_batches(tmp_path, store):
     first = next(iter(build_canonical(cfg.pipeline.replace(format="datatools")).dataset))
     report = train(cfg, evaluation={"first": [dict(first)]})
     assert report.evaluation["first"] == pytest.approx(report.records[0].loss, rel=1e-5)
-    trained = train(load_train_config(path), evaluation={"first": [dict(first)]})
-    assert trained.evaluation["first"] < report.evaluation["first"]
