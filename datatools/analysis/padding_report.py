@@ -49,6 +49,7 @@ def render(report: PaddingReport, console: Console, *, source: str) -> None:
     console.print(
         f"[bold]{source}[/]: {report.num_sequences:,} documents, {report.num_tokens:,} tokens"
         + (f" ({report.empty:,} empty)" if report.empty else "")
+        + (f"; write order: {report.input['write_order']}" if report.input and "write_order" in report.input else "")
     )
     console.print(
         f"length (tokens): min {L.min:,}  p50 {L.p50:,.0f}  mean {L.mean:,.1f}  "

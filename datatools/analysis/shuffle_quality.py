@@ -12,6 +12,7 @@ import numpy as np
 
 from datatools.base.checks import check_int
 from datatools.base.reports import Report
+from datatools.jobs.write_order import written_order
 from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation, lane_order
 
 
@@ -77,21 +78,32 @@ class ShuffleReport(Report):
     lanes: int = 256  # lanes of the "lanes" order (batch_size x lane_period of a pipeline)
     lane_window: int = 1024  # records per lane window
     lane_cache_blocks: int = 0  # the reader's cache for the "lanes" order: every lane's window and the next block
+    write_seed: int | None = None  # the store's documents were shuffled with this seed when written (None: input order)
 
 
 def order_stats(
-    order: np.ndarray, *, group_size: int, batch_size: int, io_block_size: int, window_blocks: int
+    order: np.ndarray,
+    *,
+    group_size: int,
+    batch_size: int,
+    io_block_size: int,
+    window_blocks: int,
+    written: np.ndarray | None = None,
 ) -> OrderStats:
-    """Figures for one order: groups per batch, displacement, contiguous runs and block reads per batch."""
+    """Figures for one order of store positions: groups per batch, displacement, contiguous runs and block reads
+    per batch. ``written``: the input record at each store position of a store shuffled when written
+    (:func:`~datatools.jobs.write_order.written_order`); groups and displacement are then counted in the input's
+    order (where the groups are consecutive), runs and reads in the store's."""
     n = order.shape[0]
     num_batches = n // batch_size
     batches = np.sort(order[: num_batches * batch_size].reshape(num_batches, batch_size), axis=1)
-    groups = batches // group_size
+    source = order if written is None else written[order]
+    groups = np.sort(source[: num_batches * batch_size].reshape(num_batches, batch_size), axis=1) // group_size
     distinct = 1 + np.count_nonzero(np.diff(groups, axis=1), axis=1)
     runs = 1 + np.count_nonzero(np.diff(batches, axis=1) != 1, axis=1)
     reads = np.empty(num_batches, np.int64)
     _block_reads(order, io_block_size, window_blocks, batch_size, reads)
-    displacement = np.abs(order - np.arange(n))
+    displacement = np.abs(source - np.arange(n))
     return OrderStats(
         groups_per_batch=float(distinct.mean()),
         groups_per_batch_min=int(distinct.min()),
@@ -113,12 +125,14 @@ def shuffle_report(
     epoch: int = 0,
     lanes: int = 256,
     lane_window: int = 1024,
+    write_seed: int | None = None,
 ) -> ShuffleReport:
     """Compare no shuffle, full Feistel shuffle, block shuffle and the block shuffle read in lanes on [0, n)
     records: ``io_block_size`` records a contiguous read, ``window_blocks`` io blocks a shuffle window (and the
     reader's cache when counting reads; ``lanes``: every lane's window of blocks and one more), ``group_size``
     records a stored group, ``batch_size`` records a batch, ``lanes`` x ``lane_window`` records of the lanes order
-    (:func:`~datatools.kernels.shuffle.lane_order`)."""
+    (:func:`~datatools.kernels.shuffle.lane_order`). ``write_seed``: the orders read a store whose records were
+    shuffled with that seed when written (``pretokenize --shuffle-seed``); groups are consecutive in the input."""
     n = check_int(n, "n", minimum=1)
     for name, value in (
         ("io_block_size", io_block_size),
@@ -132,6 +146,7 @@ def shuffle_report(
     check_int(lanes, "lanes", minimum=1)
     check_int(lane_window, "lane_window", minimum=1)
     lane_cache = lanes * (-(-lane_window // io_block_size) + 2)
+    written = None if write_seed is None else written_order(n, write_seed)
     orders = {
         "none": np.arange(n, dtype=np.int64),
         "full": FeistelPermutation(n, seed, epoch=epoch).indices(),
@@ -154,10 +169,12 @@ def shuffle_report(
                 batch_size=batch_size,
                 io_block_size=io_block_size,
                 window_blocks=lane_cache if name == "lanes" else window_blocks,
+                written=written,
             )
             for name, order in orders.items()
         },
         lanes=lanes,
         lane_window=lane_window,
         lane_cache_blocks=lane_cache,
+        write_seed=write_seed,
     )

@@ -24,6 +24,13 @@ from datatools.cli.common import make_console, tokenizer_options
     "--tile", type=click.IntRange(1, MAX_CTX), default=None, help="ctx must be a multiple of this tile (128, 256)."
 )
 @click.option(
+    "--shuffle-seed",
+    type=click.IntRange(0, (1 << 64) - 1),
+    default=None,
+    help="Write the documents of all INPUTS in this seed's random order (across files and shards; the manifest "
+    "records it). Default: the input order.",
+)
+@click.option(
     "--workers", type=click.IntRange(1, 1024), default=1, show_default=True, help="Tokenizer processes / Ray tasks."
 )
 @click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True)

@@ -23,7 +23,7 @@ def _records(name: str, text: str, **kwargs):
 
 
 @click.command("shuffle-report")
-@_records("--n", "Records in the dataset (the report materializes orders of n records).", required=True)
+@_records("--n", "Records in the dataset (the report materializes orders of n records). Default: --store's.")
 @_records("--io-block-size", "Records per io block (one contiguous read).", required=True)
 @_records("--window-blocks", "io blocks per shuffle window (the reader's buffer).", required=True)
 @_records("--group-size", "Consecutive records per stored group (material, source).", required=True)
@@ -37,10 +37,38 @@ def _records(name: str, text: str, **kwargs):
 )
 @_records("--lane-window", "Records per lane window (a pipeline's packing.window).", default=1024, show_default=True)
 @click.option("--seed", type=click.IntRange(0, (1 << 64) - 1), default=0, show_default=True)
+@click.option(
+    "--store",
+    type=click.Path(path_type=str),
+    default=None,
+    help="A token store: its documents are the records (--n), and its write order (pretokenize --shuffle-seed) "
+    "is said and counted.",
+)
+@click.option(
+    "--write-seed",
+    type=click.IntRange(0, (1 << 64) - 1),
+    default=None,
+    help="Count the orders over a store written with pretokenize --shuffle-seed this seed (default: --store's).",
+)
 @click.option("--epoch", type=click.IntRange(0, (1 << 62)), default=0, show_default=True)
 @json_option("the figures")
-def shuffle_report_command(json_out, **options):
+def shuffle_report_command(json_out, store, **options):
     """Distinct groups per batch against a full shuffle's expectation, displacement, and I/O cost."""
+    written = "input order"
+    if store is not None:
+        from datatools.io.store import read_manifest
+        from datatools.jobs.write_order import describe_write_order, write_seed
+
+        manifest = read_manifest(store)  # a ValueError naming it: one line, exit 2
+        written = describe_write_order(manifest)
+        if options["n"] is None:
+            options["n"] = int(manifest["num_documents"])
+        if options["write_seed"] is None:
+            options["write_seed"] = write_seed(manifest)
+    elif options["write_seed"] is not None:
+        written = f"shuffled at write time (seed {options['write_seed']})"
+    if options["n"] is None:
+        raise click.UsageError("give --n (records) or --store")
     doing(f"measuring the shuffles of {options['n']:,} records")
     from datatools.analysis.shuffle_quality import shuffle_report  # numba: once the arguments are parsed
 
@@ -74,6 +102,7 @@ def shuffle_report_command(json_out, **options):
     table, _ = fitted_table(title, columns, rows, console.width, drop_first=columns[4:2:-1])
     console.print(table)
     console.print(f"expected groups per batch under a full shuffle: {expected:.1f}")
+    console.print(f"store write order: {written} (groups are consecutive records of the input)")
     console.print(
         f"block shuffle in lanes: {report.lanes} lanes of {report.lane_window}-record windows (streaming packing's "
         f"read order); its block reads are counted with the cache a lane reader holds, "

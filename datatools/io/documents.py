@@ -167,7 +167,7 @@ class ArrayDocuments(PieceReadingSource):
     def read_pieces(self, doc, start, length) -> np.ndarray:
         doc, start, length = check_pieces(doc, start, length, self.lengths())
         out = np.empty(int(length.sum()), np.int32)
-        _gather_at(self.tokens, self.offsets, doc, start, length, np.cumsum(length) - length, out)
+        gather_at(self.tokens, self.offsets, doc, start, length, np.cumsum(length) - length, out)
         return out
 
     def __repr__(self) -> str:
@@ -737,7 +737,7 @@ def check_index(i: int, n: int) -> int:
 
 
 @numba.njit(cache=True)
-def _gather_at(tokens, offsets, doc, start, length, dst, out):
+def gather_at(tokens, offsets, doc, start, length, dst, out):
     """Copy piece j (document ``doc[j]`` of a shard) to ``out[dst[j]:dst[j] + length[j]]``."""
     for j in range(doc.shape[0]):
         src = offsets[doc[j]] + start[j]
@@ -821,7 +821,7 @@ class ChunkedDocuments(PieceReadingSource):
         for k in np.unique(shard).tolist():  # one pass per shard touched, a kernel call each
             sel = np.flatnonzero(shard == k)
             tokens, offsets = self._shard(k)
-            _gather_at(tokens, offsets, doc[sel] - self.first_doc[k], start[sel], length[sel], dst[sel], out)
+            gather_at(tokens, offsets, doc[sel] - self.first_doc[k], start[sel], length[sel], dst[sel], out)
         return out
 
     def __repr__(self) -> str:

@@ -354,6 +354,29 @@ def read_manifest(path: str | os.PathLike) -> dict:
     return manifest
 
 
+def write_order_record(seed: int | None) -> dict:
+    """The manifest's ``write_order`` (the order ``pretokenize`` wrote the documents in): ``{"order": "input"}``
+    or ``{"order": "shuffled", "seed": S, "permutation": "feistel"}``."""
+    if seed is None:
+        return {"order": "input"}
+    return {"order": "shuffled", "seed": int(seed), "permutation": "feistel"}
+
+
+def write_seed(manifest: dict) -> int | None:
+    """The seed a store's documents were shuffled with when written, or None (input order; also a store written
+    before the manifest recorded its write order, which was always the input's)."""
+    record = manifest.get("write_order")
+    if isinstance(record, dict) and record.get("order") == "shuffled":
+        return int(record["seed"])
+    return None
+
+
+def describe_write_order(manifest: dict) -> str:
+    """One phrase for reports: ``input order`` or ``shuffled at write time (seed S)``."""
+    seed = write_seed(manifest)
+    return "input order" if seed is None else f"shuffled at write time (seed {seed})"
+
+
 def is_token_store(path: str | os.PathLike) -> bool:
     """Whether ``path`` is laid out as a token store (a manifest beside ``offsets/``); content is checked on open."""
     loc = storage.location(path)  # object storage has no directories: the manifest alone says it

@@ -18,7 +18,7 @@ from datatools.io.levanter_cache import LevanterCache
 from datatools.io.numpy_files import INT32_MAX, flat_array
 from datatools.io.paths import display
 from datatools.io.sentencepiece_encoder import SentencePieceEncoder
-from datatools.io.store import TokenStore
+from datatools.io.store import TokenStore, describe_write_order
 from datatools.io.tables import column_batches, shard_bytes, text_values, token_arrays
 from datatools.io.tokenizer import TextEncoder
 
@@ -164,6 +164,8 @@ class TokenInput:
             out["column"] = self.column
         if self.encoder is not None:
             out["tokenizer"] = self.encoder.describe()
+        if self.kind == "store":
+            out["write_order"] = describe_write_order(self.token_store.manifest)
         return out
 
 

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -43,6 +44,7 @@ from datatools.io.store_verify import IndexDamage, verify_store
 from datatools.io.tables import check_column, shard_bytes, shard_texts
 from datatools.io.tokenizer import TextEncoder, open_encoder
 from datatools.jobs.staging import fault, manifest_reads, open_staging
+from datatools.jobs.write_order import SPILL_NAME, shuffled_shards, write_order_record
 
 PIECE_TOKENS = 1 << 20  # a shard's tokens are committed in pieces of about this many tokens ...
 PIECE_SECONDS = 10.0  # ... or this many seconds of work, whichever comes first: what a kill may lose, per worker
@@ -59,6 +61,15 @@ class JobOptions:
     ctx: int | None = None
     tile: int | None = None
     tokenizer_settings: str = "off"
+    shuffle_seed: int | None = None  # None: the input's order; else a seeded random order of every document
+
+    def record(self) -> dict:
+        """The options as the job's identity and the manifest keep them (``shuffle_seed`` only when set, so a
+        store written before the option existed is still this job's)."""
+        options = asdict(self)
+        if options["shuffle_seed"] is None:
+            del options["shuffle_seed"]
+        return options
 
 
 @dataclass
@@ -198,7 +209,7 @@ def _fingerprint(shards: list[Shard], tokenizer_sha: str, options: JobOptions) -
     sources = [storage.location(f).stamp() for f in dict.fromkeys(f for s in shards for f in s.files)]
     parts = [[s.kind, s.part, s.stop] for s in shards]
     blob = json.dumps(
-        {"sources": sources, "parts": parts, "tokenizer": tokenizer_sha, "options": asdict(options), "v": 2},
+        {"sources": sources, "parts": parts, "tokenizer": tokenizer_sha, "options": options.record(), "v": 2},
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest(), sources
@@ -215,6 +226,7 @@ def pretokenize(
     ctx: int | None = None,
     tile: int | None = None,
     tokenizer_settings: str = "off",
+    shuffle_seed: int | None = None,
     workers: int = 1,
     engine: str = "local",
     ray_address: str | None = None,
@@ -231,6 +243,9 @@ def pretokenize(
         padding and template's special tokens off, ``keep`` keeps them.
       bos, eos: a token before / after every document: a name, an id, ``"auto"`` (or True), or None.
       ctx, tile: with ctx, documents longer than ctx split into windows (ctx a multiple of tile).
+      shuffle_seed: None writes the documents in the input's order; an integer (0 to 2**64 - 1) writes every
+        stored document (a window, with ctx) of all inputs in that seed's random order
+        (:mod:`datatools.jobs.write_order`); the manifest's ``write_order`` records which.
       workers: tokenizer processes (local) or Ray tasks in flight; ``ray_address``: None starts a local Ray.
       overwrite: replace a store of a different job; a store of this job is checked, as without it.
       check: kept for callers; a store of this job already there is always checked as ``datatools verify`` checks
@@ -262,6 +277,8 @@ def pretokenize(
             raise ValueError(f"--ctx {ctx} must be a positive multiple of --tile {tile}")
     elif tile is not None:
         raise ValueError("--tile needs --ctx")
+    if shuffle_seed is not None and not (isinstance(shuffle_seed, int) and 0 <= shuffle_seed < 1 << 64):
+        raise ValueError(f"shuffle_seed must be an integer from 0 to 2**64 - 1; got {short_repr(shuffle_seed)}")
     require_engine(engine)
     stage.check_replaceable(overwrite)  # before any work: what is there is ours
     doing(f"reading the tokenizer {display(tokenizer)}")
@@ -273,6 +290,7 @@ def pretokenize(
         ctx=ctx,
         tile=tile,
         tokenizer_settings=tokenizer_settings,
+        shuffle_seed=shuffle_seed,
     )
     doing(f"listing {display(inputs[0])}" + (f" and {len(inputs) - 1} more inputs" if len(inputs) > 1 else ""))
     shards, duplicates = _unique_shards(s for p in inputs for s in list_shards(p))
@@ -350,7 +368,8 @@ def pretokenize(
         "tokenizer_sha256": encoder.sha256,
         "tokenizer_file": os.path.basename(encoder.source),
         "tokenizer": encoder.describe(),
-        "options": asdict(options),
+        "options": options.record(),
+        "write_order": write_order_record(shuffle_seed),
         "sources": [s["path"] for s in sources],
         "job": job,
         "shards": len(shards),
@@ -362,10 +381,24 @@ def pretokenize(
             yield _read(_shard_path(staging, k), "tokens", "lengths")
             fault(f"committing-{k}")
 
+    def shuffled(spill: str | Path, seed: int):
+        doing(f"writing the token store in a random order (seed {seed}) of {num_docs:,} documents")
+        return shuffled_shards(
+            lambda k: _read(_shard_path(staging, k), "tokens")[0], lengths_per_shard, seed, spill, worker.dtype
+        )
+
     def write(where) -> None:
+        if shuffle_seed is None:
+            return _write(where, shards_in_order())
+        if isinstance(staging, Path):  # a local job spills beside its shards (removed with the staging directory)
+            return _write(where, shuffled(staging / SPILL_NAME, shuffle_seed))
+        with tempfile.TemporaryDirectory(prefix="datatools-order-") as tmp:  # staging in a bucket: a local spill
+            return _write(where, shuffled(Path(tmp) / SPILL_NAME, shuffle_seed))
+
+    def _write(where, blocks) -> None:
         write_store(
             where,
-            shards_in_order(),
+            blocks,
             num_tokens=num_tokens,
             num_documents=num_docs,
             dtype=worker.dtype,

@@ -19,7 +19,7 @@ from datatools.io.paths import display, resolved
 from datatools.io.store import is_token_store, read_manifest
 from datatools.jobs import object_store_commit
 
-STAGING_NAMES = {"job.json", "shards", "store"}  # what a staging directory of this job holds
+STAGING_NAMES = {"job.json", "shards", "store", "order.bin"}  # what a staging directory of this job holds
 
 
 class Staging(Protocol):

@@ -205,6 +205,7 @@ class TrainReport(Report):
 
     summary: TrainSummary
     records: list[StepRecord]
+    evaluation: dict[str, float] = dataclasses.field(default_factory=dict)  # held-out loss (nats/token) per set
 
 
 def _host_sharded(cfg: PipelineConfig) -> PipelineConfig:
@@ -223,10 +224,12 @@ def train(
     documents=None,
     stop_after_useful_tokens: int | None = None,
     on_loader_stall=None,
+    evaluation: dict[str, list[dict]] | None = None,
 ) -> TrainReport:
     """Run ``cfg.train.steps`` steps (fewer if the data ends, or once ``stop_after_useful_tokens`` real tokens
     have been trained on), calling ``on_step(record)`` after each and ``on_loader_stall(line)`` when a step waited
-    for the loader (at most every few seconds)."""
+    for the loader (at most every few seconds). ``evaluation``: named sets of held-out canonical batches; the
+    report's ``evaluation`` holds the trained model's mean loss on each (nats per target token)."""
     from datatools.train.mfu import (
         attention_pairs_computed,
         device_peak,
@@ -344,7 +347,11 @@ def train(
         compile_budget=budget,
         per_length=per_length(records, peak),
     )
-    return TrainReport(summary, records)
+    held_out = {
+        name: trainer.evaluate(state["params"], [trainer.put_batch(b) for b in batches])
+        for name, batches in (evaluation or {}).items()
+    }
+    return TrainReport(summary, records, held_out)
 
 
 def per_length(records: list[StepRecord], peak: float) -> list[LengthRate]:

@@ -104,6 +104,16 @@ class Trainer:
         self._normalize = jax.jit(lambda acc: normalize(*acc), donate_argnums=(0,), out_shardings=rep)
         # the old state only is donated: the gradients' buffers have no output to go to (XLA warned at every step)
         self._update = jax.jit(update, donate_argnums=(0,), out_shardings=(rep, rep))
+        self._loss_sums = jax.jit(lambda params, batch: weighted_loss_sum(params, cfg, batch), out_shardings=rep)
+
+    def evaluate(self, params: dict, batches: list[dict]) -> float:
+        """The objective (mean weighted cross-entropy, nats per target token) over batches from :meth:`put_batch`,
+        no update: a held-out loss."""
+        loss = targets = 0.0
+        for batch in batches:
+            s, n = self._loss_sums(params, batch)
+            loss, targets = loss + float(s), targets + float(n)
+        return loss / targets if targets else float("nan")
 
     def gradients(self, params: dict, batches: list[dict]) -> tuple[dict, dict]:
         """(gradient of the objective, metrics) over micro-batches from :meth:`put_batch` (shapes may differ)."""

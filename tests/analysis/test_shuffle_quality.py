@@ -131,3 +131,16 @@ def test_lanes_mix_more_groups_than_the_block_shuffle_at_its_block_reads():
     assert lanes.groups_per_batch > 0.8 * r.expected_groups_per_batch
     assert lanes.block_reads_per_batch <= 1.2 * block.block_reads_per_batch
     assert r.lane_cache_blocks == 256 * (16 + 2)
+
+
+def test_a_store_shuffled_when_written_mixes_groups_in_storage_order():
+    """Groups are consecutive in the input: over a write-shuffled store even the storage order mixes them like a
+    full shuffle, while its reads stay one contiguous run a batch."""
+    kw = dict(io_block_size=16, window_blocks=4, group_size=200, batch_size=64)
+    plain = shuffle_report(4000, **kw)
+    written = shuffle_report(4000, **kw, write_seed=5)
+    expected = written.expected_groups_per_batch
+    assert plain.orders["none"].groups_per_batch <= 2
+    assert written.orders["none"].groups_per_batch > 0.9 * expected
+    assert written.orders["none"].runs_per_batch == plain.orders["none"].runs_per_batch == 1
+    assert written.orders["block"].groups_per_batch > plain.orders["block"].groups_per_batch

@@ -253,3 +253,19 @@ def test_curriculum_run_compiles_exactly_one_program_per_length(tmp_path, store,
     sparse.write_text(cfg.read_text().replace("n_heads: 2}", sparse_model))
     assert main(["train", str(sparse)]) == 2
     assert "a curriculum compiles one program per length (3)" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # a JAX compile of the step and of the evaluation: 20 s on the loaded 2-core VM
+def test_evaluation_is_the_objective_on_held_out_batches(tmp_path, store):
+    """With a learning rate of 0 the parameters stay as initialized: the held-out loss of the first batch is the loss
+    the first step reported on it."""
+    from datatools.pipeline import build_canonical
+    from datatools.train.loop import load_train_config, train
+
+    path = write_config(tmp_path / "e.yaml", store, "packing: {ctx: 256}\nbatch_size: 4")
+    frozen = tmp_path / "frozen.yaml"
+    frozen.write_text(path.read_text().replace("learning_rate: 1.0e-2", "learning_rate: 0.0"))
+    cfg = load_train_config(frozen, steps=1)
+    first = next(iter(build_canonical(cfg.pipeline.replace(format="datatools")).dataset))
+    report = train(cfg, evaluation={"first": [dict(first)]})
+    assert report.evaluation["first"] == pytest.approx(report.records[0].loss, rel=1e-5)
