@@ -549,8 +549,9 @@ def listing_with_sizes(root) -> dict[str, int]:
     return out
 
 
-def file_case_outcome(case: dict, status: int, out: str, err: str, seconds: float) -> str:
-    """``clean ...`` or what went wrong (the report's and the test's verdict on one file case)."""
+def file_case_outcome(case: dict, status: int, out: str, err: str, seconds: float | None) -> str:
+    """``clean ...`` or what went wrong (the report's and the test's verdict on one file case). ``seconds`` None:
+    untimed (``make test`` checks no wall time; the ``timing`` test and the report pass the seconds it took)."""
     import json
     import os
 
@@ -558,7 +559,7 @@ def file_case_outcome(case: dict, status: int, out: str, err: str, seconds: floa
         return "traceback"
     if status != case["status"]:
         return f"exit {status} (expected {case['status']}): {err.strip()[:80]}"
-    if seconds > case["seconds"]:
+    if seconds is not None and seconds > case["seconds"]:
         return f"took {seconds:.1f} s (bound {case['seconds']} s)"
     if any(os.path.exists(p) for p in case["absent"]):
         return "left output behind"
