@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import PROGRESS_LINE, write_test_store
+from conftest import PROGRESS_LINE
 from datatools.jobs.pretokenize import PIECE_TOKENS, pretokenize
 
 
@@ -131,17 +131,14 @@ def test_ctrl_c_stops_a_pipeline_with_grain_workers(tmp_path, when):
     """``datatools pipeline`` with 2 Grain worker processes: Ctrl-C (to the whole process group) while the workers
     start or while batches flow: exit 130, one line, no worker traceback, no process left, within
     :data:`PIPELINE_STOP_S` (Grain's own close of a worker is what is left of the time)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     rng = np.random.default_rng(0)
-    write_test_store(tmp_path / "store", [rng.integers(0, 1000, int(n)) for n in rng.integers(20, 1500, 3000)], 1000)
-    command = [
-        sys.executable,
-        "-m",
-        "datatools",
-        "pipeline",
-        "pretrain_block_8192",
-        "--source",
-        str(tmp_path / "store"),
-    ]
+    docs = [rng.integers(0, 1000, int(n)).astype(np.int32) for n in rng.integers(20, 1500, 3000)]
+    table = tmp_path / "docs.parquet"  # a table of token ids: read in workers (a token store refuses them)
+    pq.write_table(pa.table({"input_ids": pa.array(docs, pa.list_(pa.int32()))}), table)
+    command = [sys.executable, "-m", "datatools", "pipeline", "pretrain_block_8192", "--source", str(table)]
     command += ["--set", "workers=2", "--set", "packing.ctx=2048", "--steps", "100000", "--step-time", "0.05"]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     assert proc.stderr is not None
