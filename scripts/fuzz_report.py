@@ -187,12 +187,13 @@ def _table(outcomes: dict[str, collections.Counter]) -> int:
     unchecked = sum(v for k, v in total.items() if k.startswith("unchecked"))
     checked = {k: v for k, v in total.items() if not k.startswith("unchecked")}
     bad = {k: v for k, v in checked.items() if not k.startswith(("clean", "checked"))}
-    wrong = sum(v for k, v in bad.items() if k.startswith("wrong"))
-    slow = sum(v for k, v in bad.items() if k.startswith("took"))
-    clean = sum(checked.values()) - sum(bad.values())
+    wrong = sum(v for k, v in bad.items() if k.startswith(("wrong", "silently wrong")))
+    tracebacks = sum(v for k, v in bad.items() if k == "traceback")
+    hangs = sum(v for k, v in bad.items() if k.startswith(("took", "hung")))
+    other = sum(bad.values()) - wrong - tracebacks - hangs  # a wrong status, an exception of another class, ...
     print(
-        f"\n**checked: {sum(checked.values())}**: clean {clean}, silently wrong {wrong}, over their time bound {slow}, "
-        f"other (a traceback, a wrong status, an exception of another class) {sum(bad.values()) - wrong - slow}; "
+        f"\n**checked: {sum(checked.values())}**: clean {sum(checked.values()) - sum(bad.values())}, silently wrong "
+        f"{wrong}, tracebacks {tracebacks}, hangs or over their time bound {hangs}, other {other}; "
         f"unchecked (an answer with no reference): {unchecked}"
     )
     print(f"remaining exceptions by class: {bad or 'none'}")

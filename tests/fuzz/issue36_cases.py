@@ -175,7 +175,15 @@ def issue36_cases(tmp: Path, store: Path, tokenizer: Path, texts: list[str]) -> 
         (root / "line.jsonl").write_text(json.dumps({"text": letters.tobytes().decode()}) + "\n")
         del letters
         run = run_measured(["pretokenize", root / "line.jsonl", root / "line-out", *t], seconds=600)
-        return _verdict(run, 0, seconds=300)
+        verdict = _verdict(run, 0, seconds=300)
+        if not verdict.startswith("clean"):
+            return verdict
+        from datatools.io.store import read_manifest
+
+        manifest = read_manifest(root / "line-out")  # the output against the input: one document, of tokens
+        if manifest["num_documents"] != 1 or manifest["num_tokens"] < 1:
+            return f"silently wrong ({manifest['num_documents']} documents, {manifest['num_tokens']} tokens)"
+        return "clean (exit 0, the line stored as 1 document)"
 
     yield "one 50 MB line: pretokenize", long_line
 
