@@ -536,8 +536,16 @@ def smaller_cases(
         return "clean (exit 0, weights 2/3 and 1/3)" if ok else f"silently wrong (weights {weights})"
 
     def many_workers() -> str:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from datatools.io.store import TokenStore
+
+        table = root / "workers.parquet"  # token ids in a table: read in workers (a token store refuses them)
+        docs = [np.asarray(TokenStore(store)[i], np.int32) for i in range(50)]
+        pq.write_table(pa.table({"input_ids": pa.array(docs, pa.list_(pa.int32()))}), table)
         cfg = root / "workers.yaml"
-        cfg.write_text(f"source: {{path: {store}}}\npacking: {{ctx: 512, mode: streaming}}\nbatch_size: 2\n")
+        cfg.write_text(f"source: {{path: {table}}}\npacking: {{ctx: 512, mode: streaming}}\nbatch_size: 2\n")
         run = run_measured(["pipeline", cfg, "--steps", "2", "--workers", "64"], seconds=300, max_rss=8 << 30)
         verdict = _verdict(run, 0, seconds=240, rss=8 << 30)
         if verdict.startswith("clean") and "capped at" not in run.err:
