@@ -5,7 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint docs demo bench install wheel clean warm-kernels test-clients test-cluster test-clients-levanter bench-peers
+.PHONY: test test-all lint docs demo bench install wheel clean warm-kernels test-clients test-cluster test-clients-levanter \
+	bench-peers
 
 $(PY):
 	@test -n "$(PYTHON)" || { echo "make: no python3.11 or python3 found; set PYTHON=..." >&2; exit 2; }
@@ -40,14 +41,29 @@ docs: $(STAMP)
 warm-kernels: $(STAMP)
 	NUMBA_CACHE_DIR=$(CURDIR)/.numba_cache $(PY) scripts/warm_kernels.py
 
+# What runs where, how long each takes, and which changes must run make test-all: docs/testing.md.
+# make test (CI, under 10 minutes on 2 cores): lint, types, docs, then every test but the `slow`, `cluster` and
+# `timing` ones, hypothesis's `ci` profile (each test's examples, derandomized: the same on every run; tests/conftest.py).
 # tests/install/ installs the wheel of this checkout without extras into a fresh venv (pip resolves the base
 # dependencies from the package index) and runs the README's data commands there: ~1.5 minutes on one busy core.
 test: $(STAMP)
 	$(MAKE) -j2 --no-print-directory warm-kernels lint docs
-	NUMBA_CACHE_DIR=$(CURDIR)/.numba_cache $(PY) -m pytest -n 2 -m "not slow and not cluster" tests
+	HYPOTHESIS_PROFILE=ci NUMBA_CACHE_DIR=$(CURDIR)/.numba_cache $(PY) -m pytest -n 2 \
+		-m "not slow and not cluster and not timing" tests
 
-# The heavy tests make test skips: a two-node Ray cluster (ray start) writing to the S3 server, and the slow
-# interpret-mode attention kernels. Run before changing the pre-tokenize job or the attention kernels.
+# make test-all: make test's checks, then every test, with hypothesis's `all` profile (5x each test's examples, random):
+# the suite but the cluster and timing tests 2 at a time, then those one at a time (a Ray cluster; wall-time bounds,
+# which hold on a quiet machine, so nothing of the suite runs beside them). The client suites are their own targets:
+# make test-clients (MaxText, transformers, and Levanter's) and make test-clients-levanter.
+test-all: $(STAMP)
+	$(MAKE) -j2 --no-print-directory warm-kernels lint docs
+	HYPOTHESIS_PROFILE=all NUMBA_CACHE_DIR=$(CURDIR)/.numba_cache $(PY) -m pytest -n 2 -p no:cacheprovider -rfEs \
+		-m "not cluster and not timing" tests
+	HYPOTHESIS_PROFILE=all NUMBA_CACHE_DIR=$(CURDIR)/.numba_cache $(PY) -m pytest -p no:cacheprovider -rA \
+		-m "cluster or timing" tests
+
+# A part of make test-all: a two-node Ray cluster (ray start) writing to the S3 server, and the slow tests (the
+# interpret-mode attention kernels among them). Run before changing the pre-tokenize job or the attention kernels.
 test-cluster: $(STAMP)
 	NUMBA_CACHE_DIR=$(CURDIR)/.numba_cache $(PY) -m pytest -p no:cacheprovider -rA -m "cluster or slow" tests
 

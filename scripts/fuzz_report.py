@@ -42,6 +42,7 @@ from fuzz_cases import (  # noqa: E402
     BAD_TRAIN_CONFIGS,
     CORRUPT_STORES,
     LENGTHS_UNAFFECTED,
+    accepted_outcome,
     cli_cases,
     corrupt_store_commands,
     disk_full_outcome,
@@ -75,7 +76,7 @@ def main() -> int:
             )
             one_line = err.count("\n") == 1 and "Traceback" not in err
             kind = (
-                "accepted (valid value)"
+                accepted_outcome(args, out, store)
                 if status == 0
                 else "clean (exit 2, one line)"
                 if status == 2 and one_line
@@ -93,12 +94,12 @@ def main() -> int:
         for damage in CORRUPT_STORES:  # issue 21: a damaged store is refused, naming it, by every reader
             copy, commands = corrupt_store_commands(store, tmp, damage)
             for args in commands:
-                status, _, err = run_cli(args)
+                status, out, err = run_cli(args)
                 clean = status == 2 and err.count("\n") == 1 and "Traceback" not in err and copy in err
                 kind = (
                     "clean (exit 2, one line naming the store)"
                     if clean
-                    else "accepted (lengths from intact offsets)"
+                    else accepted_outcome(args, out, store)  # lengths from intact offsets: the store's counts
                     if status == 0 and args[0] == "analyze-padding" and damage in LENGTHS_UNAFFECTED
                     else f"exit {status} on a corrupt store"
                 )
@@ -142,7 +143,7 @@ def main() -> int:
     for name, thunk in function_cases():
         try:
             thunk()
-            kind = "accepted (valid value)"
+            kind = "unchecked: returned (no reference)"
         except ALLOWED as exc:
             kind = (
                 f"clean ({type(exc).__name__})"
@@ -171,7 +172,10 @@ def _issue36(outcomes: dict[str, collections.Counter], tmp: Path, store: Path) -
 
 
 def _table(outcomes: dict[str, collections.Counter]) -> int:
-    """Print the table of outcomes by where they were tried; 1 when any is not clean."""
+    """Print the table of outcomes by where they were tried, then the headline, which counts only checked cases:
+    a refusal checked for its status and its one line, or an answer (exit 0, a return) compared to a reference.
+    An answer with no reference is listed as unchecked, never counted as clean. 1 when any checked case is not
+    clean."""
     print("| where | tried | outcomes |")
     print("|---|---:|---|")
     total = collections.Counter()
@@ -180,8 +184,19 @@ def _table(outcomes: dict[str, collections.Counter]) -> int:
         total.update(c)
         print(f"| {where} | {sum(c.values())} | {', '.join(f'{k}: {v}' for k, v in sorted(c.items()))} |")
     print(f"| **all** | **{sum(total.values())}** | {', '.join(f'{k}: {v}' for k, v in sorted(total.items()))} |")
-    bad = {k: v for k, v in total.items() if not k.startswith(("clean", "accepted"))}
-    print(f"\nremaining exceptions by class: {bad or 'none'}")
+    unchecked = sum(v for k, v in total.items() if k.startswith("unchecked"))
+    checked = {k: v for k, v in total.items() if not k.startswith("unchecked")}
+    bad = {k: v for k, v in checked.items() if not k.startswith(("clean", "checked"))}
+    wrong = sum(v for k, v in bad.items() if k.startswith(("wrong", "silently wrong")))
+    tracebacks = sum(v for k, v in bad.items() if k == "traceback")
+    hangs = sum(v for k, v in bad.items() if k.startswith(("took", "hung")))
+    other = sum(bad.values()) - wrong - tracebacks - hangs  # a wrong status, an exception of another class, ...
+    print(
+        f"\n**checked: {sum(checked.values())}**: clean {sum(checked.values()) - sum(bad.values())}, silently wrong "
+        f"{wrong}, tracebacks {tracebacks}, hangs or over their time bound {hangs}, other {other}; "
+        f"unchecked (an answer with no reference): {unchecked}"
+    )
+    print(f"remaining exceptions by class: {bad or 'none'}")
     return 1 if bad else 0
 
 

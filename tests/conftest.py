@@ -2,12 +2,51 @@
 
 from __future__ import annotations
 
+import os
 import sysconfig
 from pathlib import Path
 
+import hypothesis
 import pytest
 
 from datatools.base.progress import PLAIN_LINE
+
+# Hypothesis profiles: `make test` runs `ci`, `make test-all` runs `all` (HYPOTHESIS_PROFILE, set in the Makefile);
+# pytest run by hand runs `ci`. `ci`: each test's own examples, derandomized (the same examples on every machine and
+# every run, so a failure in CI is the same failure here), no example database, no deadline (a loaded 2-core machine
+# is slow, not wrong), a failing example printed as a blob to replay. `all`: EXAMPLES_FACTOR times each test's
+# examples, random, to find what the fixed ones miss. A profile is loaded here, before the test modules are imported:
+# their @settings(...) take what they do not name from it.
+EXAMPLES_FACTOR = 5
+hypothesis.settings.register_profile(
+    "ci", max_examples=100, derandomize=True, database=None, deadline=None, print_blob=True
+)
+hypothesis.settings.register_profile(
+    "all", max_examples=100 * EXAMPLES_FACTOR, derandomize=False, deadline=None, print_blob=True
+)
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+hypothesis.settings.load_profile(HYPOTHESIS_PROFILE)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Under the ``all`` profile, a test that names its own ``max_examples`` runs ``EXAMPLES_FACTOR`` times as many
+    (a test that names none already has the profile's 5 x 100). Hypothesis keeps a test's settings on its function;
+    should a release move them, this stops the run with the reason rather than run the usual counts unnoticed."""
+    if HYPOTHESIS_PROFILE != "all":
+        return
+    profile = hypothesis.settings.get_profile("all").max_examples
+    scaled: set[int] = set()
+    for item in items:
+        test = getattr(item, "obj", None)
+        if not getattr(test, "is_hypothesis_test", False) or id(test) in scaled:
+            continue
+        scaled.add(id(test))  # parametrized copies of a test share its function: scaled once
+        own = getattr(test, "_hypothesis_internal_use_settings", None)
+        if not isinstance(own, hypothesis.settings):
+            raise pytest.UsageError(f"{item.nodeid}: no hypothesis settings found on the test to scale")
+        if own.max_examples != profile:
+            scaled_settings = hypothesis.settings(own, max_examples=own.max_examples * EXAMPLES_FACTOR)
+            test._hypothesis_internal_use_settings = scaled_settings  # type: ignore[union-attr]
 
 
 def stdlib_texts(count: int = 40) -> list[str]:

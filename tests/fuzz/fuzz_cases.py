@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import math
+from pathlib import Path
 
 import numpy as np
 
@@ -81,6 +82,23 @@ def run_cli(args: list[str]) -> tuple[int, str, str]:
         status = main(args)
     said = "".join(line for line in err.getvalue().splitlines(keepends=True) if not PLAIN_LINE.fullmatch(line.rstrip()))
     return status, out.getvalue(), said  # what the command said: progress lines (off a terminal) left out
+
+
+def accepted_outcome(args: list[str], out: str, reference_store: str | Path) -> str:
+    """What a CLI case that exited 0 produced, against a reference where one exists (outputs, not exit codes):
+    ``checked: ...`` when it matches, ``wrong: ...`` when it does not (silently wrong), ``unchecked: ...`` when this
+    case has no reference. The reference of ``analyze-padding`` on a store (the fuzz world's, or a copy whose damage
+    leaves its lengths intact) is the world store's manifest: its first line must give that many documents and
+    tokens. Other accepted commands (shuffle-report, pipeline, analyze-padding of the flat file) have none yet."""
+    from datatools.io.store import read_manifest
+
+    if args[0] != "analyze-padding" or not (Path(args[1]) / "manifest.json").is_file():
+        return f"unchecked: {args[0]} (no reference)"
+    manifest = read_manifest(reference_store)
+    docs, tokens = int(manifest["num_documents"]), int(manifest["num_tokens"])
+    first = out.splitlines()[0] if out else ""
+    want = f"{args[1]}: {docs:,} documents, {tokens:,} tokens"
+    return "checked: the store's documents and tokens" if first == want else f"wrong: {first[:120]!r}, not {want!r}"
 
 
 def cli_cases(store: str, tmp: str) -> list[list[str]]:
@@ -549,8 +567,9 @@ def listing_with_sizes(root) -> dict[str, int]:
     return out
 
 
-def file_case_outcome(case: dict, status: int, out: str, err: str, seconds: float) -> str:
-    """``clean ...`` or what went wrong (the report's and the test's verdict on one file case)."""
+def file_case_outcome(case: dict, status: int, out: str, err: str, seconds: float | None) -> str:
+    """``clean ...`` or what went wrong (the report's and the test's verdict on one file case). ``seconds`` None:
+    untimed (``make test`` checks no wall time; the ``timing`` test and the report pass the seconds it took)."""
     import json
     import os
 
@@ -558,7 +577,7 @@ def file_case_outcome(case: dict, status: int, out: str, err: str, seconds: floa
         return "traceback"
     if status != case["status"]:
         return f"exit {status} (expected {case['status']}): {err.strip()[:80]}"
-    if seconds > case["seconds"]:
+    if seconds is not None and seconds > case["seconds"]:
         return f"took {seconds:.1f} s (bound {case['seconds']} s)"
     if any(os.path.exists(p) for p in case["absent"]):
         return "left output behind"

@@ -175,7 +175,15 @@ def issue36_cases(tmp: Path, store: Path, tokenizer: Path, texts: list[str]) -> 
         (root / "line.jsonl").write_text(json.dumps({"text": letters.tobytes().decode()}) + "\n")
         del letters
         run = run_measured(["pretokenize", root / "line.jsonl", root / "line-out", *t], seconds=600)
-        return _verdict(run, 0, seconds=300)
+        verdict = _verdict(run, 0, seconds=300)
+        if not verdict.startswith("clean"):
+            return verdict
+        from datatools.io.store import read_manifest
+
+        manifest = read_manifest(root / "line-out")  # the output against the input: one document, of tokens
+        if manifest["num_documents"] != 1 or manifest["num_tokens"] < 1:
+            return f"silently wrong ({manifest['num_documents']} documents, {manifest['num_tokens']} tokens)"
+        return "clean (exit 0, the line stored as 1 document)"
 
     yield "one 50 MB line: pretokenize", long_line
 
@@ -528,8 +536,16 @@ def smaller_cases(
         return "clean (exit 0, weights 2/3 and 1/3)" if ok else f"silently wrong (weights {weights})"
 
     def many_workers() -> str:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from datatools.io.store import TokenStore
+
+        table = root / "workers.parquet"  # token ids in a table: read in workers (a token store refuses them)
+        docs = [np.asarray(TokenStore(store)[i], np.int32) for i in range(50)]
+        pq.write_table(pa.table({"input_ids": pa.array(docs, pa.list_(pa.int32()))}), table)
         cfg = root / "workers.yaml"
-        cfg.write_text(f"source: {{path: {store}}}\npacking: {{ctx: 512, mode: streaming}}\nbatch_size: 2\n")
+        cfg.write_text(f"source: {{path: {table}}}\npacking: {{ctx: 512, mode: streaming}}\nbatch_size: 2\n")
         run = run_measured(["pipeline", cfg, "--steps", "2", "--workers", "64"], seconds=300, max_rss=8 << 30)
         verdict = _verdict(run, 0, seconds=240, rss=8 << 30)
         if verdict.startswith("clean") and "capped at" not in run.err:

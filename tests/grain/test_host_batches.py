@@ -165,20 +165,27 @@ def test_epochs_and_forever():
         two[len(two)]
 
 
-class SlowEpochs:
-    """A schedule whose epochs (after the first) take ``count_s`` seconds to count, recording which thread did."""
+HANG_S = 60  # only a bound for a thread that would otherwise wait for ever: no assertion on time
 
-    def __init__(self, batches: int, count_s: float):
-        self.batches, self.count_s = batches, count_s
+
+class SlowEpochs:
+    """A schedule recording which thread counted each epoch. With ``release``, an epoch after the first is counted
+    only once ``release`` is set (``counting`` is set when such a count starts): a batch that waited for that count
+    would wait until the test lets it go, whatever the machine's speed."""
+
+    def __init__(self, batches: int, release: threading.Event | None = None):
+        self.batches, self.release = batches, release
         self.row_counts, self.shapes = (4,), [(4, 8)]
         self.counted: dict[int, str] = {}
+        self.counting = threading.Event()
         self._lock = threading.Lock()
 
     def num_batches(self, epoch: int) -> int:
         with self._lock:
             if epoch not in self.counted:
-                if epoch > 0:
-                    time.sleep(self.count_s)
+                if epoch > 0 and self.release is not None:
+                    self.counting.set()
+                    self.release.wait(HANG_S)
                 self.counted[epoch] = threading.current_thread().name
         return self.batches
 
@@ -191,17 +198,27 @@ class SlowEpochs:
 
 def test_the_next_epoch_is_counted_in_the_background_from_mid_epoch():
     """Past the middle of an epoch the next one is counted in a thread of its own (its plan ready before its first
-    batch is asked for), once; a batch of an epoch already counted never waits for an epoch being counted."""
-    schedule = SlowEpochs(batches=10, count_s=0.5)
+    batch is asked for), once; a batch of an epoch already counted never waits for an epoch being counted. The
+    count of epoch 1 is held until the batches are in hand: an order of events, not a time."""
+    release = threading.Event()
+    schedule = SlowEpochs(batches=10, release=release)
     host = HostBatchesMapDataset(schedule, num_epochs=None)
     for j in range(5):
         assert host[j]["tokens"][0, 0] == j
-    assert 1 not in schedule.counted  # before the middle: nothing counted ahead
-    t0 = time.perf_counter()
-    assert host[5]["tokens"][0, 0] == 5  # the middle: epoch 1 counted in the background, this batch not held
-    assert host[6]["tokens"][0, 0] == 6
-    assert time.perf_counter() - t0 < 0.4
-    deadline = time.monotonic() + 10
+    assert not schedule.counting.is_set()  # before the middle: nothing counted ahead
+    taken: list[int] = []
+
+    def take() -> None:  # the middle: epoch 1 counted in the background, these batches not held by it
+        taken.extend(int(host[j]["tokens"][0, 0]) for j in (5, 6))
+
+    taker = threading.Thread(target=take, daemon=True)
+    taker.start()
+    taker.join(HANG_S)  # a batch held by the count would wait here for ever (the count waits for the test)
+    held = 1 not in schedule.counted
+    release.set()
+    assert taken == [5, 6] and held
+    assert schedule.counting.wait(HANG_S)  # the count started without a batch of epoch 1 asked for
+    deadline = time.monotonic() + HANG_S
     while 1 not in schedule.counted and time.monotonic() < deadline:
         time.sleep(0.01)
     assert schedule.counted[1] == "datatools-plan-ahead"
@@ -210,7 +227,7 @@ def test_the_next_epoch_is_counted_in_the_background_from_mid_epoch():
 
 
 def test_a_bounded_run_counts_no_epoch_past_its_last():
-    schedule = SlowEpochs(batches=4, count_s=0.0)
+    schedule = SlowEpochs(batches=4)
     host = HostBatchesMapDataset(schedule, num_epochs=1)
     assert [int(host[j]["tokens"][0, 0]) for j in range(4)] == [0, 1, 2, 3]
     time.sleep(0.05)

@@ -199,9 +199,8 @@ def test_a_worker_killed_while_its_pipeline_is_written_to_it_does_not_block_the_
     threading.Thread(target=write, daemon=True).start()
     time.sleep(0.3)
     assert not written.is_set()  # blocked: nobody reads
-    t0 = time.perf_counter()
     _stop_starting({worker.pid}, grace_s=0.1)
-    assert written.wait(5.0) and time.perf_counter() - t0 < 2.0
+    assert written.wait(60)  # the write ended (it would wait for ever): an event, with a did-not-hang bound
     worker.wait(5)
     assert not _running(worker.pid)
     os.close(read_end)

@@ -1,7 +1,8 @@
 """The bound datatools puts on each of its tensorstore requests to object storage (``storage.bounded``, issue 57):
 a request unanswered past ``REQUEST_TIMEOUT_S`` is cancelled, and its wait raises a StorageError naming the object,
 only while its bucket answers nothing else (a silent endpoint, not one busy with the requests queued before it).
-Fake futures with tensorstore's interface: what is counted is which requests were cancelled, not wall time."""
+Fake futures with tensorstore's interface and a fake clock the test moves: what is checked is which requests were
+cancelled at which clock readings, never how long anything took."""
 
 from __future__ import annotations
 
@@ -58,23 +59,51 @@ class FakeRequest:
         return b"bytes"
 
 
+class FakeClock:
+    """``storage``'s clock in these tests: ``monotonic()`` reads :attr:`now`, which only the test moves;
+    ``sleep()`` counts the watcher's passes (and yields a moment of real time, so the test's thread runs)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.passes = 0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, _seconds: float) -> None:
+        self.passes += 1
+        time.sleep(0.001)
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock, then wait until the watcher has looked at every request at least once since (the pass
+        under way may have read the clock before the move: two passes later, one has read it after)."""
+        self.now += seconds
+        _wait_for(lambda passes=self.passes: self.passes >= passes + 2)
+
+
 @pytest.fixture
-def short_bound(monkeypatch):
+def short_bound(monkeypatch) -> FakeClock:
+    clock = FakeClock()
+    monkeypatch.setattr(storage, "time", clock)
     monkeypatch.setattr(storage, "REQUEST_TIMEOUT_S", 0.6)
-    monkeypatch.setattr(storage, "_WATCH_PERIOD_S", 0.05)
     monkeypatch.setattr(storage, "_WATCH", storage._Watch())
+    return clock
 
 
-def _wait_for(condition, limit_s: float = 20.0) -> None:
+def _wait_for(condition, limit_s: float = 60.0) -> None:
+    """Until ``condition()``: a did-not-hang bound in real time (the clock of the tests is :class:`FakeClock`)."""
     t0 = time.monotonic()
     while not condition():
         assert time.monotonic() - t0 < limit_s, "never happened"
-        time.sleep(0.02)
+        time.sleep(0.002)
 
 
 def test_a_silent_request_is_cancelled_and_named(short_bound):
     url = "s3://bucket-57/store/tokens/c/3"
     waiting = storage.bounded(FakeRequest(), url)
+    short_bound.advance(0.5)
+    assert not waiting.done()  # within the bound: waiting
+    short_bound.advance(0.2)
     _wait_for(waiting.done)
     assert waiting.cancelled()
     with pytest.raises(StorageError) as raised:
@@ -89,13 +118,15 @@ def test_a_request_queued_behind_answered_ones_is_kept_while_its_bucket_answers(
     queued = storage.bounded(FakeRequest(), "gs://bucket-57/store/tokens/c/9")
     other_bucket = storage.bounded(FakeRequest(), "gs://another-bucket/x")
     local = storage.bounded(FakeRequest(), "/tmp/store/tokens/c/0")
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < 3 * storage.REQUEST_TIMEOUT_S:  # the bucket answers every 0.1 s
+    for _ in range(18):  # 3 bounds of the clock, the bucket answering every 0.1 s of it
+        short_bound.advance(0.1)
         storage.bounded(FakeRequest(), "gs://bucket-57/store/tokens/c/1").answer()
-        time.sleep(0.1)
     assert not queued.done()  # 3 bounds old, kept: its bucket answers
-    _wait_for(other_bucket.done)  # another bucket's answers do not keep it
-    _wait_for(queued.done)  # the bucket silent: cancelled
+    assert other_bucket.cancelled()  # another bucket's answers do not keep it
+    short_bound.advance(0.5)
+    assert not queued.done()  # the bucket's last answer is within the bound
+    short_bound.advance(0.2)
+    _wait_for(queued.done)  # the bucket silent past the bound: cancelled
     assert queued.cancelled() and other_bucket.cancelled() and not local.done()
     queued_answered = storage.bounded(FakeRequest(), "gs://bucket-57/a")
     queued_answered.answer()

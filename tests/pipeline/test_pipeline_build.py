@@ -111,8 +111,19 @@ def test_checkpoint_mid_epoch_resumes_exactly(store, table, mode, workers):
     assert_same(expected, got)
 
 
-@pytest.mark.parametrize("saved, restored", [(2, 0), (0, 2), (2, 1)])
-@pytest.mark.parametrize("mode", list(MODES))
+def _one_mode_each(pairs: list[tuple[int, int]], modes: list[str]) -> list:
+    """Every (mode, pair) as a case; make test runs the diagonal, each pair once and each mode once (5-12 s a
+    case on 2 cores with workers), make test-all (``slow``) the rest."""
+    return [
+        pytest.param(mode, *pair, marks=() if i == j else pytest.mark.slow)
+        for i, mode in enumerate(modes)
+        for j, pair in enumerate(pairs)
+    ]
+
+
+@pytest.mark.parametrize(
+    "mode, saved, restored", _one_mode_each([(2, 1), (2, 0), (0, 2)], ["planned", "bucketing", "streaming"])
+)
 def test_checkpoint_restores_with_another_worker_count(store, table, mode, saved, restored):
     """Across worker counts, and between the store's one reader and a table read in workers."""
     first, it = take(build(config(source(store, table, saved), mode, workers=saved, num_epochs=2)), 9)
@@ -250,7 +261,9 @@ def test_the_loader_lists_attention_tiles(store, mode):
         build(config(store, mode, attention_block=96, format="datatools"))
 
 
-@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize(  # the workers' part does not depend on the mode: make test runs bucketing's (its shapes vary)
+    "mode", [pytest.param(m, marks=() if m == "bucketing" else pytest.mark.slow) for m in MODES]
+)
 def test_attention_tiles_are_computed_in_the_workers(store, table, mode, monkeypatch):
     """With workers the tiles are computed in Grain's worker processes: this process never runs the transform
     (its ``map`` is counted here, in this process only; spawned workers import the module as it is). The batches
