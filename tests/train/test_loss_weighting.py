@@ -3,31 +3,21 @@ over 4 micro-batches, for token and document weighting (float32, 1e-5)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from device_workers import run_worker
+
 WORKER = Path(__file__).with_name("loss_weighting_worker.py")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def gradients(tmp_path_factory):
     """The worker's gradients (a fresh process: two host-platform CPU devices need XLA_FLAGS before jax starts)."""
     out = tmp_path_factory.mktemp("loss_weighting") / "grads.npz"
-    env = {
-        **os.environ,
-        "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
-        "PYTHONPATH": str(ROOT),
-    }
-    done = subprocess.run([sys.executable, str(WORKER), str(out)], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return dict(np.load(out))
+    return run_worker(WORKER, out, devices=2)
 
 
 @pytest.mark.parametrize("weighting", ["token", "document"])

@@ -4,33 +4,22 @@ make the per-device lists close in length."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from datatools.kernels.attention_blocks import EMPTY, block_structure, device_tile_lists, tile_list
+from device_workers import run_worker
 
 WORKER = Path(__file__).with_name("sharded_attention_worker.py")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory):
     """The worker's results (a fresh process: 8 host-platform CPU devices need XLA_FLAGS before jax starts)."""
     out = tmp_path_factory.mktemp("sharded") / "out.npz"
-    env = {
-        **os.environ,
-        "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-        "PYTHONPATH": str(ROOT),
-    }
-    done = subprocess.run([sys.executable, str(WORKER), str(out)], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return dict(np.load(out))
+    return run_worker(WORKER, out, devices=8)
 
 
 @pytest.mark.parametrize("order", ["drawn", "balanced"])
