@@ -19,7 +19,7 @@ import datatools
 SCRIPT = """
 import os, numpy as np
 from datatools.kernels.packing import pack_lengths
-plan = pack_lengths(np.array([5, 3, 7, 2], np.int64), 8)
+plan = pack_lengths(np.array([5, 3, 7, 2], np.int64), 8, algorithm="next_fit")  # the smallest kernel to compile
 print("rows", plan.num_rows)
 print("cache", os.environ.get("NUMBA_CACHE_DIR"))
 """
