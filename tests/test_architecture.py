@@ -159,3 +159,88 @@ def test_base_install_commands_without_jax(tmp_path):
 @pytest.mark.parametrize("name", ["finetune_packed_1024.yaml", "pretrain_block_8192.yaml", "bucketed.yaml"])
 def test_configs_ship_in_the_package(name):
     assert (ROOT / "configs" / name).is_file()
+
+
+# One way through each layer (issue 56): rule 6, PackOptions is the only currency of a packing's options below
+# pipeline/config.py, and the default algorithm is written once.
+DEFAULT_ALGORITHM_HOMES = {  # module -> the assignments that may spell out the default algorithm's name
+    "datatools.base.checks": {"DEFAULT_ALGORITHM", "PACK_ALGORITHMS"},  # the constant, and the names list
+    "datatools.kernels.packing.algorithms": {"TABLE"},  # its row of the table
+}
+# the documented entry points that take a packing's options as keywords (and make a PackOptions at once)
+PACKING_KEYWORD_ENTRIES = {
+    "datatools.kernels.packing.plan.pack_lengths",
+    "datatools.grain.packed_rows.PackedRowsMapDataset.__init__",
+    "datatools.grain.streaming_pack.StreamingPackIterDataset.__init__",
+}
+PACKING_KEYWORDS = {"algorithm", "max_segments", "align", "overflow"}
+
+
+def docstrings(tree) -> set[int]:
+    """ids of the docstring nodes of a module, its classes and functions."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def functions(tree, prefix: str):
+    """(qualified name, node) of every function and method of a module."""
+    todo = [(prefix, node) for node in tree.body]
+    while todo:
+        where, node = todo.pop()
+        if isinstance(node, ast.ClassDef):
+            todo += [(f"{where}.{node.name}", child) for child in node.body]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield f"{where}.{node.name}", node
+            todo += [(f"{where}.{node.name}", child) for child in node.body]
+
+
+def test_the_default_algorithm_is_written_once():
+    """Every default packing algorithm (``pack_lengths``, ``PackOptions``, the config, ``--algorithm``, the
+    analyzer's tie-break) is ``base.checks.DEFAULT_ALGORITHM``: its name appears in no string of datatools/ but
+    that constant, the names list and the table's row (docstrings aside)."""
+    found = []
+    for name, tree in modules():
+        homes = DEFAULT_ALGORITHM_HOMES.get(name, set())
+        skip = docstrings(tree)
+        for stmt in tree.body:
+            targets = [t.id for t in getattr(stmt, "targets", [getattr(stmt, "target", None)]) if hasattr(t, "id")]
+            if set(targets) & homes:
+                continue
+            for node in ast.walk(stmt):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+                    if "best_fit_decreasing" in node.value:
+                        found.append(f"{name}:{node.lineno}")
+    assert found == []
+
+
+def test_packing_options_travel_as_one_pack_options():
+    """Below pipeline/ a packing's options are one ``PackOptions``: no function takes them as a dict
+    (``options: dict``), none splats a config's ``**section.options``, and only the documented entry points
+    (:data:`PACKING_KEYWORD_ENTRIES`) take algorithm, max_segments, align and overflow as keywords."""
+    below = LAYERS.index("pipeline")
+    found = []
+    for name, tree in modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                for kw in node.keywords:
+                    if kw.arg is None and isinstance(kw.value, ast.Attribute) and kw.value.attr == "options":
+                        found.append(f"{name}:{node.lineno}: **{ast.unparse(kw.value)}")
+        if (layer_of(name) or 0) >= below:
+            continue
+        for qualified, fn in functions(tree, name):
+            args = fn.args.args + fn.args.kwonlyargs
+            for a in args:
+                if a.arg in ("options", "opts") and a.annotation is not None and "dict" in ast.unparse(a.annotation):
+                    found.append(f"{qualified}: {a.arg}: {ast.unparse(a.annotation)}")
+            if PACKING_KEYWORDS <= {a.arg for a in args} and qualified not in PACKING_KEYWORD_ENTRIES:
+                found.append(f"{qualified}: takes {', '.join(sorted(PACKING_KEYWORDS))}")
+    assert found == []
+    from datatools.kernels.packing import PackOptions
+    from datatools.pipeline.config import PackingConfig
+
+    assert isinstance(PackingConfig(ctx=64).options(), PackOptions)

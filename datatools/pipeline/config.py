@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from datatools.base.checks import (
+    DEFAULT_ALGORITHM,
     MAX_BATCH,
     MAX_BUCKETS,
     MAX_CTX,
@@ -24,7 +25,7 @@ from datatools.base.checks import (
 from datatools.io.yaml_files import load_yaml
 from datatools.kernels.batch_layouts import BOUNDARY_TARGETS, FORMATS, POSITIONS
 from datatools.kernels.loss_weights import LOSS_WEIGHTINGS
-from datatools.kernels.packing import ALGORITHMS
+from datatools.kernels.packing import ALGORITHMS, PackOptions
 from datatools.pipeline.schema import OneOf, field, from_dict
 
 
@@ -114,7 +115,7 @@ class PackingConfig:
         "planned", doc="planned: one plan over every document; streaming: packed a window at a time"
     )
     algorithm: Annotated[str, OneOf(ALGORITHMS)] | None = field(
-        None, doc="default: best_fit_decreasing (over all documents when planned, within each window when streaming)"
+        None, doc=f"default: {DEFAULT_ALGORITHM} (over all documents when planned, within each window when streaming)"
     )
     max_segments: int | None = field(
         None, minimum=1, maximum=MAX_CTX, doc="cap on documents per row (cuDNN / TE packed attention)"
@@ -148,11 +149,13 @@ class PackingConfig:
         if self.ctx is not None and self.ctx % self.align:
             raise ValueError(f"config: {where}.align={self.align} must divide {where}.ctx={self.ctx}")
 
-    @property
-    def options(self) -> dict:
-        """The packing options of :func:`datatools.pack_lengths` (algorithm, max_segments, align, overflow)."""
-        algorithm, segments = self.algorithm or "best_fit_decreasing", self.max_segments
-        return {"algorithm": algorithm, "max_segments": segments, "align": self.align, "overflow": self.overflow}
+    def options(self) -> PackOptions:
+        """This section's packing (rows of ``ctx`` tokens): what every packing mode below the config takes.
+        ``window`` here is documents per streaming window, not the packer's open rows (left None)."""
+        if self.ctx is None:
+            raise ValueError("config: packing.ctx is required (packing.plan is read by mode: planned only)")
+        algorithm = self.algorithm or DEFAULT_ALGORITHM
+        return PackOptions(self.ctx, algorithm, self.max_segments, self.align, self.overflow)
 
 
 @dataclass(frozen=True)

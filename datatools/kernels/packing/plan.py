@@ -10,7 +10,7 @@ from functools import cached_property
 import numba
 import numpy as np
 
-from datatools.base.checks import as_lengths
+from datatools.base.checks import DEFAULT_ALGORITHM, as_lengths
 from datatools.kernels.packing.algorithms import TABLE, PackOptions
 from datatools.kernels.packing.pieces import cut_pieces, decreasing_order, decreasing_runs
 from datatools.kernels.packing.planners import (
@@ -111,7 +111,7 @@ def pack_lengths(
     lengths,
     ctx: int,
     *,
-    algorithm: str = "best_fit_decreasing",
+    algorithm: str = DEFAULT_ALGORITHM,
     max_segments: int | None = None,
     window: int | None = None,
     align: int = 1,
