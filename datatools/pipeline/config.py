@@ -9,7 +9,7 @@ import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from datatools.base.checks import (
     DEFAULT_ALGORITHM,
@@ -291,6 +291,9 @@ class ShardConfig:
 
 @dataclass(frozen=True)
 class PipelineConfig:
+    # keys that no longer do anything, refused naming what took their place (schema.from_dict)
+    RETIRED_KEYS: ClassVar[dict[str, str]] = {"read_block": "every batch's pieces are read in one call; delete the key"}
+
     source: SourceConfig | None = field(None, doc="the documents (or sources: a mixture; exactly one of the two)")
     sources: list[MixtureSourceConfig] | None = field(
         None,
@@ -347,12 +350,6 @@ class PipelineConfig:
         doc="this host's share; auto: jax.process_index() of jax.process_count() (after jax.distributed.initialize)",
     )
     seed: int = field(0, minimum=0, maximum=(1 << 64) - 1)
-    read_block: int = field(
-        256,
-        minimum=1,
-        maximum=MAX_BATCH,
-        doc="unused (kept so older configs load): every batch's pieces are read in one call",
-    )
     pad_id: int = field(0, minimum=0, maximum=MAX_TOKEN_ID)
     attention_block: int | None = field(
         None,
