@@ -125,7 +125,7 @@ def pack_lengths(
       ctx: row length (tokens), >= 1.
       algorithm: ``next_fit`` (one open row), ``first_fit`` (the lowest row with room), ``best_fit`` (the tightest),
         ``first_fit_decreasing``, ``best_fit_decreasing`` (largest pieces first) or ``concat_split`` (concatenate,
-        cut every ctx).
+        cut every ctx); default :data:`~datatools.base.checks.DEFAULT_ALGORITHM`, best_fit_decreasing.
       max_segments: at most this many pieces in one row (cuDNN / TransformerEngine THD need a cap); None: no cap.
       align: every piece starts at a multiple of ``align`` tokens in its row (the gap is padding); divides ``ctx``.
       overflow: documents longer than ``ctx``: ``split`` into ctx-sized pieces, ``truncate``, ``drop`` or ``error``.

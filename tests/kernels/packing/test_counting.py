@@ -158,3 +158,5 @@ def test_window_counts_equal_each_windows_plan(lengths, cuts, ctx, algorithm, ca
     np.testing.assert_array_equal(rows, want)
     with pytest.raises(ValueError, match="bounds must run from 0"):
         count_windows(arr, bounds[:-1] if bounds.shape[0] > 1 else [1], PackOptions(ctx, algorithm))
+    with pytest.raises(ValueError, match="count_windows counts align=1, overflow='split'"):
+        count_windows(arr, bounds, PackOptions(ctx, algorithm, overflow="truncate"))
