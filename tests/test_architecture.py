@@ -159,3 +159,164 @@ def test_base_install_commands_without_jax(tmp_path):
 @pytest.mark.parametrize("name", ["finetune_packed_1024.yaml", "pretrain_block_8192.yaml", "bucketed.yaml"])
 def test_configs_ship_in_the_package(name):
     assert (ROOT / "configs" / name).is_file()
+
+
+# One way through each layer (issue 56): rule 6, PackOptions is the only currency of a packing's options below
+# pipeline/config.py, and the default algorithm is written once.
+DEFAULT_ALGORITHM_HOMES = {  # module -> the assignments that may spell out the default algorithm's name
+    "datatools.base.checks": {"DEFAULT_ALGORITHM", "PACK_ALGORITHMS"},  # the constant, and the names list
+    "datatools.kernels.packing.algorithms": {"TABLE"},  # its row of the table
+}
+# the documented entry points that take a packing's options as keywords (and make a PackOptions at once)
+PACKING_KEYWORD_ENTRIES = {
+    "datatools.kernels.packing.plan.pack_lengths",
+    "datatools.grain.packed_rows.PackedRowsMapDataset.__init__",
+    "datatools.grain.streaming_pack.StreamingPackIterDataset.__init__",
+}
+PACKING_KEYWORDS = {"algorithm", "max_segments", "align", "overflow"}
+
+
+def docstrings(tree) -> set[int]:
+    """ids of the docstring nodes of a module, its classes and functions."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def functions(tree, prefix: str):
+    """(qualified name, node) of every function and method of a module."""
+    todo = [(prefix, node) for node in tree.body]
+    while todo:
+        where, node = todo.pop()
+        if isinstance(node, ast.ClassDef):
+            todo += [(f"{where}.{node.name}", child) for child in node.body]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield f"{where}.{node.name}", node
+            todo += [(f"{where}.{node.name}", child) for child in node.body]
+
+
+def test_the_default_algorithm_is_written_once():
+    """Every default packing algorithm (``pack_lengths``, ``PackOptions``, the config, ``--algorithm``, the
+    analyzer's tie-break) is ``base.checks.DEFAULT_ALGORITHM``: its name appears in no string of datatools/ but
+    that constant, the names list and the table's row (docstrings aside)."""
+    found = []
+    for name, tree in modules():
+        homes = DEFAULT_ALGORITHM_HOMES.get(name, set())
+        skip = docstrings(tree)
+        for stmt in tree.body:
+            targets = [t.id for t in getattr(stmt, "targets", [getattr(stmt, "target", None)]) if hasattr(t, "id")]
+            if set(targets) & homes:
+                continue
+            for node in ast.walk(stmt):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+                    if "best_fit_decreasing" in node.value:
+                        found.append(f"{name}:{node.lineno}")
+    assert found == []
+
+
+def test_packing_options_travel_as_one_pack_options():
+    """Below pipeline/ a packing's options are one ``PackOptions``: no function takes them as a dict
+    (``options: dict``), none splats a config's ``**section.options``, and only the documented entry points
+    (:data:`PACKING_KEYWORD_ENTRIES`) take algorithm, max_segments, align and overflow as keywords."""
+    below = LAYERS.index("pipeline")
+    found = []
+    for name, tree in modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                for kw in node.keywords:
+                    if kw.arg is None and isinstance(kw.value, ast.Attribute) and kw.value.attr == "options":
+                        found.append(f"{name}:{node.lineno}: **{ast.unparse(kw.value)}")
+        if (layer_of(name) or 0) >= below:
+            continue
+        for qualified, fn in functions(tree, name):
+            args = fn.args.args + fn.args.kwonlyargs
+            for a in args:
+                if a.arg in ("options", "opts") and a.annotation is not None and "dict" in ast.unparse(a.annotation):
+                    found.append(f"{qualified}: {a.arg}: {ast.unparse(a.annotation)}")
+            if PACKING_KEYWORDS <= {a.arg for a in args} and qualified not in PACKING_KEYWORD_ENTRIES:
+                found.append(f"{qualified}: takes {', '.join(sorted(PACKING_KEYWORDS))}")
+    assert found == []
+    from datatools.kernels.packing import PackOptions
+    from datatools.pipeline.config import PackingConfig
+
+    assert isinstance(PackingConfig(ctx=64).options(), PackOptions)
+
+
+# Rule 10: no leftovers. An exception type is raised somewhere; a config key is read somewhere.
+
+
+def test_every_exception_type_of_base_errors_is_raised_somewhere():
+    """A type of ``base/errors.py`` that no module makes (or subclasses) is a leftover (the exit status goes by
+    type: a type nobody raises documents a status that never happens)."""
+    found = dict(modules())
+    declared = [n.name for n in found["datatools.base.errors"].body if isinstance(n, ast.ClassDef)]
+    made = set()  # called (raised or returned to raise), or subclassed
+    for name, tree in found.items():
+        for node in ast.walk(tree) if name != "datatools.base.errors" else ():
+            if isinstance(node, ast.Call):
+                made.add(getattr(node.func, "id", getattr(node.func, "attr", None)))
+            elif isinstance(node, ast.ClassDef):
+                made |= {getattr(base, "id", getattr(base, "attr", None)) for base in node.bases}
+    assert declared and [name for name in declared if name not in made] == []
+
+
+def test_every_config_key_is_read_by_the_code():
+    """Every field of every section of the pipeline config is read (``.key``, or ``getattr(x, "key")``) by some
+    module: a key that does nothing is refused instead (``PipelineConfig.RETIRED_KEYS``)."""
+    import dataclasses
+    import inspect
+
+    import datatools.pipeline.config as config
+
+    read = set()
+    for _, tree in modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute):
+                read.add(node.attr)
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr" and len(node.args) > 1:
+                read.add(getattr(node.args[1], "value", None))
+    sections = [c for _, c in inspect.getmembers(config, dataclasses.is_dataclass) if c.__module__ == config.__name__]
+    unread = [f"{c.__name__}.{f.name}" for c in sections for f in dataclasses.fields(c) if f.name not in read]
+    assert sections and unread == []
+    assert not set(config.PipelineConfig.RETIRED_KEYS) & {f.name for f in dataclasses.fields(config.PipelineConfig)}
+
+
+# Rule 9: the tests mirror the package. A module has a test file named for it or an entry in tests/coverage_map.py.
+TESTS = ROOT.parent / "tests"
+
+
+def named_tests(path: Path) -> list[Path]:
+    """The test files named for module ``path``: tests/<its folders>/test_<name>.py or test_<folder>_<name>.py (a
+    package's ``__init__.py``: named for the package, beside its folder)."""
+    rel = path.relative_to(ROOT)
+    folder, name = TESTS / rel.parent, path.stem
+    if name == "__init__":
+        folder, name = TESTS / rel.parent.parent, rel.parent.name or "datatools"
+    return [folder / f"test_{name}.py", folder / f"test_{folder.name}_{name}.py"]
+
+
+def test_every_module_has_a_test_file_named_for_it_or_listed():
+    """A module with no test file named for it is listed in tests/coverage_map.py with the test file that
+    exercises it; a package ``__init__.py`` that defines no function or class needs neither. Every listed file
+    exists, and the list holds no module that has gone or has gained a test file of its own."""
+    from coverage_map import COVERED_BY
+
+    missing, named = [], set()
+    for path in sorted(ROOT.rglob("*.py")):
+        name = ".".join(path.relative_to(ROOT.parent).with_suffix("").parts).removesuffix(".__init__")
+        tree = ast.parse(path.read_text())
+        defines = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) for n in tree.body)
+        if path.name == "__init__.py" and not defines:
+            continue
+        if any(t.is_file() for t in named_tests(path)):
+            named.add(name)
+        elif name not in COVERED_BY:
+            missing.append(name)
+    assert missing == []
+    assert [m for m, t in COVERED_BY.items() if not (ROOT.parent / t).is_file() or "/test_" not in t] == []
+    assert sorted(set(COVERED_BY) - {m for m, _ in modules()}) == []  # a module gone
+    assert sorted(set(COVERED_BY) & named) == []  # a module with a test file of its own now

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from datatools.base.checks import DEFAULT_ALGORITHM
 from datatools.base.reports import Report
 from datatools.kernels.curriculum import attention_work, curriculum_order, curriculum_rows, grow_p2_odds
 from datatools.kernels.packing import pack_lengths
@@ -100,7 +101,7 @@ def curriculum_savings(
     per_row = nb * (nb + 1) // 2 * block * block  # causal pairs of one row of each length
     per_batch = per_row * rows.rows_per_batch  # every row of a batch, empty ones too
     causal = int((per_batch * batches).sum())
-    fixed = pack_lengths(np.asarray(lengths, np.int64), ctx, algorithm="best_fit_decreasing", overflow="split")
+    fixed = pack_lengths(np.asarray(lengths, np.int64), ctx, algorithm=DEFAULT_ALGORITHM, overflow="split")
     fw = attention_work(fixed, block)
     marks = []
     for name in schedules:

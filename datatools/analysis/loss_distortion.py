@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from datatools.base.checks import as_lengths, check_int
+from datatools.base.checks import DEFAULT_ALGORITHM, as_lengths, check_int
 from datatools.base.reports import Report
 from datatools.kernels.packing import pack_lengths
 
@@ -93,7 +93,7 @@ def _distribution(averaging: str, reference: str, rel: np.ndarray) -> WeightDist
 
 
 def relative_weights(
-    lengths, ctx: int, *, batch_size: int = DEFAULT_BATCH_SIZE, algorithm: str = "best_fit_decreasing", seed: int = 0
+    lengths, ctx: int, *, batch_size: int = DEFAULT_BATCH_SIZE, algorithm: str = DEFAULT_ALGORITHM, seed: int = 0
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """(per-row-mean, per-batch-mean relative weight: float64 per document, NaN without a target; rows of the plan)
     for ``lengths`` packed by ``algorithm`` into rows of ``ctx`` tokens, the rows shuffled (``seed``) into batches
@@ -127,7 +127,7 @@ def loss_distortion(
     ctx: int,
     *,
     batch_size: int = DEFAULT_BATCH_SIZE,
-    algorithm: str = "best_fit_decreasing",
+    algorithm: str = DEFAULT_ALGORITHM,
     seed: int = 0,
     max_documents: int = MAX_DOCUMENTS,
     block: int = BLOCK,

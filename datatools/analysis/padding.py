@@ -20,7 +20,7 @@ import numpy as np
 
 from datatools.analysis.attention_tiles import attention_tile_view
 from datatools.analysis.padding_result import Histogram, LengthStats, PaddingReport, Recommendation, StrategyResult
-from datatools.base.checks import DEFAULT_CTX_CAP, as_lengths, check_int, short_repr
+from datatools.base.checks import DEFAULT_ALGORITHM, DEFAULT_CTX_CAP, as_lengths, check_int, short_repr
 from datatools.kernels.bucket import optimal_boundaries
 from datatools.kernels.packing.algorithms import ALGORITHMS, BY_NAME, TABLE
 from datatools.kernels.packing.counting import count_rows, count_rows_chunked
@@ -369,7 +369,7 @@ def analyze(lengths, options: PaddingOptions = PaddingOptions(), *, progress=Non
     ]
     recommendation = recommend(results, stats.lengths.p99, options, prep)
     packer = next(
-        (n for n in ("best_fit_decreasing", recommendation.strategy, *strategies) if n in strategies and n in PACKERS),
+        (n for n in (DEFAULT_ALGORITHM, recommendation.strategy, *strategies) if n in strategies and n in PACKERS),
         None,
     )
     tiles = None
@@ -423,7 +423,7 @@ def recommend(
     if pad and (pad.efficiency >= 0.95 or not packers):
         choice = pad
     else:
-        choice = max(packers, key=lambda r: r.efficiency + (1e-9 if r.name == "best_fit_decreasing" else 0))
+        choice = max(packers, key=lambda r: r.efficiency + (1e-9 if r.name == DEFAULT_ALGORITHM else 0))
         cs = at.get("concat_split")
         if cs and cs.efficiency > choice.efficiency + 0.01:
             choice = cs
@@ -461,7 +461,7 @@ def recommend(
     maxtext: dict[str, int | bool | str | None]
     if name == "pad":
         snippet = (
-            f"packing:\n  mode: planned\n  ctx: {ctx}\n  algorithm: best_fit_decreasing\n"
+            f"packing:\n  mode: planned\n  ctx: {ctx}\n  algorithm: {DEFAULT_ALGORITHM}\n"
             f"# padding already wastes under 5%: packing is optional"
         )
         maxtext = {"packing": False, "max_target_length": ctx}

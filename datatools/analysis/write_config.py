@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from datatools.analysis.padding_result import PaddingReport
-from datatools.base.checks import TRAINERS
+from datatools.base.checks import DEFAULT_ALGORITHM, TRAINERS
 from datatools.io import storage
 from datatools.kernels.packing.algorithms import BY_NAME
 
@@ -44,7 +44,7 @@ def pipeline_config(
         batch_size = max(1, int(s.per_device_batch_size * s.devices_per_host * s.process_count))
     packer = BY_NAME.get(rec.strategy)
     if packer is None or packer.cuts_documents:
-        packer = BY_NAME["best_fit_decreasing"]
+        packer = BY_NAME[DEFAULT_ALGORITHM]
     src: dict[str, Any] = {"path": source}
     if column is not None:
         src["column"] = column

@@ -28,6 +28,8 @@ MAX_WORKERS = 64  # Grain worker processes: each is a fresh interpreter (~1-2 s 
 # line parses its flags without importing the modules that use them (a usage error before any live line)
 ENGINES = ("local", "ray")
 PACK_ALGORITHMS = ("next_fit", "first_fit", "best_fit", "first_fit_decreasing", "best_fit_decreasing", "concat_split")
+# the packing algorithm when none is named: every default (pack_lengths, PackOptions, the config, --algorithm) is this
+DEFAULT_ALGORITHM = "best_fit_decreasing"
 DEFAULT_CTX_CAP = 32768  # tokens: the analyzer's default contexts stop here (longer rows: pass --ctx)
 TRAINERS = ("datatools", "maxtext", "levanter", "hf")
 BIN_DTYPES = ("uint16", "uint32")  # token dtypes of a flat .bin file (datatools.io.numpy_files)

@@ -1,7 +1,7 @@
 """The exception types of datatools, and the command line's exit status for each by type alone (:func:`exit_status`;
 ``datatools`` prints one line ``datatools: error: ...``, never a traceback), the first that matches:
 
-* 2 (bad input): :class:`InputError`, any ``ValueError``/``TypeError``/``OverflowError``/``UnicodeError``,
+* 2 (bad input): any ``ValueError``/``TypeError``/``OverflowError``/``UnicodeError``,
   ``RecursionError``, an ``OSError`` whose errno says the path is wrong (:data:`BAD_INPUT_ERRNOS`);
 * 1: :class:`RunFailed`, :class:`UnsupportedVersion`, :class:`MissingPackage` (any ``ImportError``), ``MemoryError``
   (:class:`DeviceOutOfMemory` included), any other ``OSError`` (permission, disk full, :class:`StorageError`),
@@ -19,11 +19,6 @@ EXIT_INTERRUPTED = 130
 
 # errno values of an OSError that mean the user named a wrong path (bad input), not a broken environment
 BAD_INPUT_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.EINVAL, errno.ELOOP})
-
-
-class InputError(ValueError):
-    """Bad input (a value, a file's content, an option): the user's move, exit status 2. A ``ValueError``, so
-    code that catches ``ValueError`` keeps working."""
 
 
 class StorageError(OSError):

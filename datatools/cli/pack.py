@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from datatools.base.checks import MAX_CTX, OVERFLOW_POLICIES, PACK_ALGORITHMS
+from datatools.base.checks import DEFAULT_ALGORITHM, MAX_CTX, OVERFLOW_POLICIES, PACK_ALGORITHMS
 from datatools.cli.common import emit_json, input_options, json_option, make_console, result_console
 
 
@@ -13,7 +13,7 @@ from datatools.cli.common import emit_json, input_options, json_option, make_con
 @click.argument("data", type=click.Path())
 @click.argument("out", type=click.Path())
 @click.option("--ctx", type=click.IntRange(1, MAX_CTX), required=True, help="Row length (tokens).")
-@click.option("--algorithm", type=click.Choice(PACK_ALGORITHMS), default="best_fit_decreasing", show_default=True)
+@click.option("--algorithm", type=click.Choice(PACK_ALGORITHMS), default=DEFAULT_ALGORITHM, show_default=True)
 @click.option("--max-segments", type=click.IntRange(1, MAX_CTX), default=None, help="Cap on documents per row.")
 @click.option(
     "--align",
@@ -42,10 +42,12 @@ def pack_command(data, out, ctx, align, json_out, **options):
     """Plan DATA into the packed plan directory OUT (rows of --ctx tokens; index only, no token copied)."""
     from datatools.io.paths import display
     from datatools.jobs.pack_plan import pack_plan
+    from datatools.kernels.packing import PackOptions
 
     if ctx % align:
         raise click.BadParameter(f"--align {align} must divide --ctx {ctx}", param_hint="--align")
-    report = pack_plan(data, out, ctx, align=align, console=make_console(stderr=True), **options)
+    packing = PackOptions(ctx, options.pop("algorithm"), options.pop("max_segments"), align, options.pop("overflow"))
+    report = pack_plan(data, out, packing, console=make_console(stderr=True), **options)
     console = result_console(stderr=json_out == "-")
     console.print(
         f"{display(out)}: {report.num_rows:,} rows of {ctx} tokens ({report.num_pieces:,} pieces of "

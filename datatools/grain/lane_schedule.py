@@ -20,7 +20,7 @@ import numpy as np
 from datatools.base.checks import check_int
 from datatools.grain.schedule import EpochCache, ProcessCaches
 from datatools.grain.streaming_schedule import RowsPlanSchedule, plan_window, rows_of
-from datatools.kernels.packing import PackPlan, cut_pieces
+from datatools.kernels.packing import PackOptions, PackPlan, cut_pieces
 from datatools.kernels.packing.counting import count_windows
 from datatools.kernels.shuffle import lane_blocks
 
@@ -52,17 +52,17 @@ class LaneSchedule(RowsPlanSchedule, ProcessCaches):
 
     Args:
       docs: a document source (``lengths()``, ``pack_rows(plan, rows)``, optionally ``prefetch``).
-      ctx, window, batch_size, drop_remainder, seed, pad_id: as :class:`StreamingSchedule`.
+      options: how each window is packed (rows of ``options.ctx`` tokens).
+      window, batch_size, drop_remainder, seed, pad_id: as :class:`StreamingSchedule`.
       io_block_size: documents per io block (a contiguous read).
       lane_period: lanes per row position (P above).
-      options: the packing options of :func:`datatools.pack_lengths` (algorithm, max_segments, align, overflow).
     """
 
     def __init__(
         self,
         docs,
+        options: PackOptions,
         *,
-        ctx: int,
         window: int,
         batch_size: int,
         drop_remainder: bool,
@@ -70,11 +70,10 @@ class LaneSchedule(RowsPlanSchedule, ProcessCaches):
         lane_period: int = 2,
         seed: int = 0,
         pad_id: int = 0,
-        options: dict | None = None,
     ):
         self.docs = docs
         self.lengths = np.asarray(docs.lengths(), np.int64)
-        self.ctx = check_int(ctx, "ctx", minimum=1)
+        self.ctx, self.options = options.ctx, options
         self.window = check_int(window, "window", minimum=1)
         self.batch_size = check_int(batch_size, "batch_size", minimum=1)
         self.io_block_size = check_int(io_block_size, "io_block_size", minimum=1)
@@ -82,8 +81,7 @@ class LaneSchedule(RowsPlanSchedule, ProcessCaches):
         self.lanes = self.batch_size * self.period
         self.drop_remainder = bool(drop_remainder)
         self.seed, self.pad_id = int(seed), int(pad_id)
-        self.options = dict(options or {})
-        if self.options.get("overflow") == "error":
+        if options.overflow == "error":
             cut_pieces(self.lengths, self.ctx, "error")  # names the first document too long, by its global index
         self.n = self.lengths.shape[0]
         self.num_blocks = -(-self.n // self.io_block_size)
@@ -161,16 +159,12 @@ class LaneSchedule(RowsPlanSchedule, ProcessCaches):
         docs = np.concatenate([self._lane_docs(e, lane, 0, int(c[-1])) for lane, c in enumerate(e.cuts)])
         offsets = np.concatenate(([0], np.cumsum([int(c[-1]) for c in e.cuts])))  # each lane's first document
         bounds = np.concatenate([off + c[:-1] for off, c in zip(offsets, e.cuts)] + [offsets[-1:]])
-        if o.get("align", 1) == 1 and o.get("overflow", "split") == "split":
-            algorithm = o.get("algorithm", "best_fit_decreasing")
-            lengths = self.lengths[docs]
-            return count_windows(
-                lengths, bounds, self.ctx, algorithm, max_segments=o.get("max_segments"), window=o.get("window")
-            )
+        if o.align == 1 and o.overflow == "split":
+            return count_windows(self.lengths[docs], bounds, o)
         rows = []
         for lane, c in enumerate(e.cuts):
             for w, (a, b) in enumerate(zip(offsets[lane] + c[:-1], offsets[lane] + c[1:])):
-                plan, row_order = plan_window(self.lengths, docs[a:b], self.ctx, o, [self.seed, epoch, lane, w])
+                plan, row_order = plan_window(self.lengths, docs[a:b], o, [self.seed, epoch, lane, w])
                 rows.append(plan.num_rows)
                 if w == 0:
                     self._keep((epoch, lane, 0), (plan, row_order))
@@ -183,7 +177,7 @@ class LaneSchedule(RowsPlanSchedule, ProcessCaches):
     def _plan_window(self, epoch: int, lane: int, w: int) -> tuple[PackPlan, np.ndarray]:
         e = self._epoch(epoch)
         docs = self._lane_docs(e, lane, int(e.cuts[lane][w]), int(e.cuts[lane][w + 1]))
-        return plan_window(self.lengths, docs, self.ctx, self.options, key=[self.seed, epoch, lane, w])
+        return plan_window(self.lengths, docs, self.options, key=[self.seed, epoch, lane, w])
 
     def num_batches(self, epoch: int) -> int:
         return self._epoch(epoch).batches

@@ -7,9 +7,10 @@ from collections.abc import Sequence
 import numpy as np
 
 import grain
+from datatools.base.checks import DEFAULT_ALGORITHM
 from datatools.io.documents import as_document_source
 from datatools.io.plan_file import PlanFile
-from datatools.kernels.packing import PackPlan, pack_lengths
+from datatools.kernels.packing import PackOptions, PackPlan, pack
 from datatools.kernels.packing.plan_format import gather_rows
 
 
@@ -32,7 +33,7 @@ class PackedRowsMapDataset(grain.MapDataset):
         source,
         ctx: int | None = None,
         *,
-        algorithm: str = "best_fit_decreasing",
+        algorithm: str = DEFAULT_ALGORITHM,
         max_segments: int | None = None,
         align: int = 1,
         overflow: str = "split",
@@ -44,8 +45,7 @@ class PackedRowsMapDataset(grain.MapDataset):
         if plan is None:
             if ctx is None:
                 raise ValueError("PackedRowsMapDataset needs ctx (or a plan)")
-            options: dict = {"algorithm": algorithm, "max_segments": max_segments, "align": align, "overflow": overflow}
-            plan = pack_lengths(self._docs.lengths(), ctx, **options)
+            plan = pack(self._docs.lengths(), PackOptions(ctx, algorithm, max_segments, align, overflow))
         elif plan.max_doc >= len(self._docs):
             raise ValueError(f"plan refers to document {plan.max_doc} but the source has {len(self._docs)}")
         if plan.num_rows == 0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import grain
-from datatools.base.checks import check_int
+from datatools.base.checks import DEFAULT_ALGORITHM, check_int
 from datatools.grain.document_blocks import document_block
 from datatools.grain.streaming_schedule import plan_window
 from datatools.io.documents import ArrayDocuments
@@ -42,7 +42,7 @@ class _StreamingPackIterator(grain.DatasetIterator):
             w, self._window = self._window, self._window + 1
             source = ArrayDocuments(np.concatenate(tokens), np.concatenate(([0], np.cumsum(np.concatenate(lengths)))))
             key = [ds.seed, 0, w] if ds.shuffle_rows else None  # as epoch 0 of StreamingSchedule
-            plan, order = plan_window(source.lengths(), np.arange(count, dtype=np.int64), ds.ctx, ds.options, key)
+            plan, order = plan_window(source.lengths(), np.arange(count, dtype=np.int64), ds.options, key)
             if plan.num_rows:
                 rows = order if ds.shuffle_rows else np.arange(plan.num_rows)
                 self._rows = source.pack_rows(plan, rows, pad_id=ds.pad_id)
@@ -96,7 +96,7 @@ class StreamingPackIterDataset(grain.IterDataset):
         *,
         ctx: int,
         window: int = 1024,
-        algorithm: str = "best_fit_decreasing",
+        algorithm: str = DEFAULT_ALGORITHM,
         max_segments: int | None = None,
         align: int = 1,
         overflow: str = "split",
@@ -108,10 +108,9 @@ class StreamingPackIterDataset(grain.IterDataset):
         super().__init__(parent)
         self.shuffle_rows = bool(shuffle_rows)
         self.seed = check_int(seed, "seed", minimum=0)
-        opts = PackOptions(ctx, algorithm, max_segments, align, overflow)  # validated there
-        self.ctx, self.algorithm = opts.ctx, opts.algorithm
+        self.options = PackOptions(ctx, algorithm, max_segments, align, overflow)  # validated there
+        self.ctx, self.algorithm = self.options.ctx, self.options.algorithm
         self.window = check_int(window, "window", minimum=1)
-        self.options = opts.keywords  # what plan_window passes to pack_lengths
         self.feature = feature
         self.pad_id = int(pad_id)
 

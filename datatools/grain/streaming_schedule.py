@@ -19,18 +19,18 @@ import numpy as np
 from datatools.base.checks import check_int
 from datatools.grain.host_batches import empty_rows
 from datatools.grain.schedule import DocumentOrderLike, EpochCache, ProcessCaches
-from datatools.kernels.packing import PackOptions, PackPlan, cut_pieces, pack_lengths
+from datatools.kernels.packing import PackOptions, PackPlan, cut_pieces, pack, pack_lengths
 
 PLANS_KEPT = 8  # window plans cached per process
 
 
 def plan_window(
-    lengths: np.ndarray, docs: np.ndarray, ctx: int, options: dict, key: list[int] | None = None
+    lengths: np.ndarray, docs: np.ndarray, options: PackOptions, key: list[int] | None = None
 ) -> tuple[PackPlan, np.ndarray]:
     """The window planner of every streaming packer (this schedule, lanes, the Grain transform): the plan of
-    documents ``docs`` (global ids; ``options``: :func:`~datatools.kernels.packing.pack_lengths`'s) and, with a
-    ``key``, its rows' seeded order (position i of the window is row ``order[i]`` of the plan)."""
-    plan = pack_lengths(lengths[docs], ctx, **options)
+    documents ``docs`` (global ids) packed with ``options`` and, with a ``key``, its rows' seeded order (position i
+    of the window is row ``order[i]`` of the plan)."""
+    plan = pack(lengths[docs], options)
     plan = dataclasses.replace(plan, doc=docs[plan.doc])
     order = np.random.default_rng(key).permutation(plan.num_rows) if key is not None else np.zeros(0, np.int64)
     return plan, order
@@ -108,9 +108,9 @@ class RowsPlanSchedule:
 
 class StreamingSchedule(RowsPlanSchedule, ProcessCaches):
     """Global batches of streaming packing (see the module docstring): ``docs`` (``lengths()``, ``pack_rows``) read
-    in ``order`` (:class:`~datatools.grain.host_batches.DocumentOrder`), ``window`` documents at a time packed into
-    rows of ``ctx`` tokens (``algorithm``, ``max_segments``, ``align``, ``overflow``: as
-    :func:`datatools.pack_lengths`), ``batch_size`` rows a global batch; ``seed`` orders each window's rows."""
+    in ``order`` (:class:`~datatools.grain.host_batches.DocumentOrder`), ``window`` documents at a time packed with
+    ``options`` (rows of ``options.ctx`` tokens), ``batch_size`` rows a global batch; ``seed`` orders each window's
+    rows."""
 
     _CACHES = ("_plans",)  # rebuilt in each process
 
@@ -118,26 +118,21 @@ class StreamingSchedule(RowsPlanSchedule, ProcessCaches):
         self,
         docs,
         order: DocumentOrderLike,
+        options: PackOptions,
         *,
-        ctx: int,
         window: int,
         batch_size: int,
         drop_remainder: bool,
-        algorithm: str = "best_fit_decreasing",
-        max_segments: int | None = None,
-        align: int = 1,
-        overflow: str = "split",
         seed: int = 0,
         pad_id: int = 0,
     ):
         self.docs, self.order = docs, order
         self.lengths = np.asarray(docs.lengths(), np.int64)
-        opts = PackOptions(ctx, algorithm, max_segments, align, overflow)  # validated there
-        self.ctx, self.options = opts.ctx, opts.keywords
+        self.ctx, self.options = options.ctx, options
         self.window = check_int(window, "window", minimum=1)
         self.batch_size = check_int(batch_size, "batch_size", minimum=1)
         self.drop_remainder = bool(drop_remainder)
-        if overflow == "error":
+        if options.overflow == "error":
             cut_pieces(self.lengths, self.ctx, "error")  # names the first document too long, by its global index
         self.seed, self.pad_id = int(seed), int(pad_id)
         self.positions = int(order.n)  # documents read per epoch (a mixture's may differ from the documents held)
@@ -156,7 +151,7 @@ class StreamingSchedule(RowsPlanSchedule, ProcessCaches):
         """Window ``w``'s plan and row order (as :func:`plan_window`)."""
 
         def plan() -> tuple[PackPlan, np.ndarray]:
-            return plan_window(self.lengths, self._window_docs(epoch, w), self.ctx, self.options, [self.seed, epoch, w])
+            return plan_window(self.lengths, self._window_docs(epoch, w), self.options, [self.seed, epoch, w])
 
         return self._cached_plan((epoch, w), plan)
 
@@ -166,7 +161,7 @@ class StreamingSchedule(RowsPlanSchedule, ProcessCaches):
 
     def _window_starts(self, epoch: int) -> np.ndarray:
         counts = [
-            plan_window(self.lengths, self._window_docs(epoch, w), self.ctx, self.options)[0].num_rows
+            plan_window(self.lengths, self._window_docs(epoch, w), self.options)[0].num_rows
             for w in range(self.num_windows)
         ]
         return np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))

@@ -22,12 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from datatools.base.checks import MAX_CTX, OVERFLOW_POLICIES, check_choice, check_int
+from datatools.base.checks import MAX_CTX, check_int
 from datatools.io import storage
 from datatools.io.atomic import atomic_write_text, current_umask, new_file_mode
 from datatools.io.paths import display
-from datatools.kernels.packing import ALGORITHMS, PackPlan
-from datatools.kernels.packing.algorithms import BY_NAME
+from datatools.kernels.packing import PackOptions, PackPlan
 from datatools.kernels.packing.groups import lower_bound_rows, pack_in_groups, size_histogram
 from datatools.kernels.packing.plan_format import (
     ARRAYS,
@@ -98,30 +97,23 @@ class _NpyAppender:
 def write_plan(
     out: str | os.PathLike,
     lengths: np.ndarray,
-    ctx: int,
+    options: PackOptions,
     *,
-    algorithm: str = "best_fit_decreasing",
-    max_segments: int | None = None,
-    align: int = 1,
-    overflow: str = "split",
     group_docs: int = GROUP_DOCS,
     source: str = "",
     overwrite: bool = False,
     progress: Callable[[int], None] | None = None,
 ) -> dict:
-    """Plan ``lengths`` (tokens per document, any integer dtype) into the plan directory ``out``; its header.
-    Memory: one group of documents and ``CHUNK`` lengths. ``progress(documents)`` is called as groups finish.
+    """Plan ``lengths`` (tokens per document, any integer dtype) with ``options`` (their ``window`` unused) into the
+    plan directory ``out``; its header. Memory: one group of documents and ``CHUNK`` lengths. ``progress(documents)``
+    is called as groups finish.
 
     Raises:
-      ValueError: bad options (as :func:`~datatools.kernels.packing.pack_lengths`), ``out`` is a URL, or ``out``
-        exists and ``overwrite`` is false.
+      ValueError: a bad ``group_docs``, ``out`` is a URL, or ``out`` exists and ``overwrite`` is false.
       OSError: the directory cannot be written (naming it).
     """
-    ctx = check_int(ctx, "ctx", minimum=1, maximum=MAX_CTX)
-    align = check_int(align, "align", minimum=1, maximum=MAX_CTX)
+    ctx = options.ctx
     group_docs = check_int(group_docs, "group_docs", minimum=1)
-    check_choice(algorithm, "algorithm", ALGORITHMS)
-    check_choice(overflow, "overflow", OVERFLOW_POLICIES)
     if not storage.location(out).can_memory_map:
         raise ValueError(f"{display(out)}: a plan is written to a local directory (it is memory-mapped when read)")
     out = Path(out)
@@ -133,8 +125,8 @@ def write_plan(
     if lengths.ndim != 1 or lengths.dtype.kind not in "iu":
         raise ValueError(f"lengths must be a 1-D integer array, got {lengths.dtype} {lengths.shape}")
     identity = lengths_identity(lengths)  # one streaming pass (also the largest length below)
-    pieces, max_start, max_len = piece_stats(lengths, ctx, overflow)
-    if BY_NAME[algorithm].cuts_documents:  # documents are cut across rows: starts up to the longest document
+    pieces, max_start, max_len = piece_stats(lengths, ctx, options.overflow)
+    if options.packer.cuts_documents:  # documents are cut across rows: starts up to the longest document
         pieces, max_start = identity["documents"] + identity["tokens"] // ctx + 1, max(max_len - 1, 0)
     for a in range(0, lengths.shape[0], CHUNK):
         part = lengths[a : a + CHUNK]
@@ -154,15 +146,7 @@ def write_plan(
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror or str(exc), str(out)) from None
     try:
-        header = _write_arrays(
-            stage,
-            lengths,
-            ctx,
-            dtypes,
-            max_len,
-            dict(algorithm=algorithm, max_segments=max_segments, align=align, overflow=overflow, group_docs=group_docs),
-            progress,
-        )
+        header = _write_arrays(stage, lengths, options, group_docs, dtypes, max_len, progress)
         header.update(data=identity, source=source)
         header[HEADER_DIGEST] = header_digest(header)
         atomic_write_text(stage / HEADER, json.dumps(header, indent=2) + "\n")
@@ -239,42 +223,49 @@ def _abandoned(stage: Path) -> bool:
     return False
 
 
-def _write_arrays(stage: Path, lengths: np.ndarray, ctx: int, dtypes: dict, max_len: int, opts: dict, progress) -> dict:
+def _write_arrays(
+    stage: Path, lengths: np.ndarray, options: PackOptions, group_docs: int, dtypes: dict, max_len: int, progress
+) -> dict:
     """The plan's arrays into ``stage``, group by group; the header's figures."""
+    ctx, align = options.ctx, options.align
     files = {name: _NpyAppender(stage / f"{name}.npy", dtypes[name]) for name in ARRAYS}
     lens = _NpyAppender(stage / "lengths.npy", smallest_uint(max_len))
     for a in range(0, lengths.shape[0], CHUNK):
         lens.append(lengths[a : a + CHUNK])
     lens.close()
-    hist = np.zeros(ctx // opts["align"] + 1, np.int64)
+    hist = np.zeros(ctx // align + 1, np.int64)
     rows = pieces = kept = dropped = empty = 0
     files["row_starts"].append(np.zeros(1, np.int64))
     done = 0
     try:
-        for part in pack_in_groups(lengths, ctx, **opts):
+        for part in pack_in_groups(lengths, options, group_docs=group_docs):
             files["row_starts"].append(part.row_splits[1:] + pieces)
             files["doc"].append(part.doc)
             files["start"].append(part.start)
             files["length"].append(part.length)
-            hist += size_histogram(part.length, ctx, opts["align"])
+            hist += size_histogram(part.length, ctx, align)
             rows, pieces = rows + part.num_rows, pieces + part.num_pieces
             kept, dropped, empty = kept + part.kept_tokens, dropped + part.dropped_tokens, empty + part.empty_documents
             if progress is not None:
-                now = min(int(lengths.shape[0]), done + opts["group_docs"])
+                now = min(int(lengths.shape[0]), done + group_docs)
                 progress(now - done)
                 done = now
     finally:
         for f in files.values():
             if not f.f.closed:
                 f.close()
-    bound = lower_bound_rows(hist, kept, ctx, opts["max_segments"])
+    bound = lower_bound_rows(hist, kept, ctx, options.max_segments)
     digests = {f"{name}.npy": files[name].digest for name in ARRAYS}
     digests["lengths.npy"] = lens.digest
     return {
         "format": FORMAT,
         "version": FORMAT_VERSION,
         "ctx": ctx,
-        **opts,
+        "algorithm": options.algorithm,
+        "max_segments": options.max_segments,
+        "align": align,
+        "overflow": options.overflow,
+        "group_docs": group_docs,
         "num_rows": rows,
         "num_pieces": pieces,
         "kept_tokens": kept,

@@ -11,13 +11,16 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from datatools.base.progress import count_progress
 from datatools.base.reports import Report
 from datatools.io.paths import display
+
+if TYPE_CHECKING:  # kernels.packing loads numba: imported when a plan is written
+    from datatools.kernels.packing import PackOptions
 
 
 @dataclass(frozen=True)
@@ -71,21 +74,17 @@ def plan_lengths(data: str | os.PathLike, console=None, **input_options) -> tupl
 def pack_plan(
     data: str | os.PathLike,
     out: str | os.PathLike,
-    ctx: int,
+    options: PackOptions,
     *,
-    algorithm: str = "best_fit_decreasing",
-    max_segments: int | None = None,
-    align: int = 1,
-    overflow: str = "split",
     group_docs: int | None = None,
     overwrite: bool = False,
     console=None,
     **input_options,
 ) -> PackReport:
-    """Plan the documents of ``data`` into the plan directory ``out`` (rows of ``ctx`` tokens, index only); the
-    report is the plan's header, where the lengths came from and the times. Options as
-    :func:`~datatools.io.plan_file.write_plan` (``group_docs`` None: its default) and, for an input,
-    :func:`~datatools.io.inputs.open_input`; progress on ``console`` (None: none).
+    """Plan the documents of ``data`` into the plan directory ``out`` (packed with ``options``: rows of
+    ``options.ctx`` tokens, index only); the report is the plan's header, where the lengths came from and the
+    times. Options as :func:`~datatools.io.plan_file.write_plan` (``group_docs`` None: its default) and, for an
+    input, :func:`~datatools.io.inputs.open_input`; progress on ``console`` (None: none).
 
     Raises:
       ValueError: no documents, bad options, ``out`` exists (without ``overwrite``) or is not a plan.
@@ -103,11 +102,7 @@ def pack_plan(
         header = write_plan(
             out,
             lengths,
-            ctx,
-            algorithm=algorithm,
-            max_segments=max_segments,
-            align=align,
-            overflow=overflow,
+            options,
             group_docs=group_docs or GROUP_DOCS,
             source=display(data),
             overwrite=overwrite,

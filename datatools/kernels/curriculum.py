@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from datatools.base.checks import as_lengths
+from datatools.base.checks import DEFAULT_ALGORITHM, as_lengths
 from datatools.kernels.attention_blocks import row_tiles
 from datatools.kernels.packing import PackPlan, pack_lengths
 from datatools.kernels.packing.plan_format import gather_rows
@@ -125,7 +125,7 @@ def _concat_rows(ctx: int, parts: list[PackPlan]) -> PackPlan:
 
 def _packed(ctx: int, doc, start, length) -> PackPlan:
     """Remainders (doc, start, length) packed into rows of ``ctx`` tokens (best fit decreasing)."""
-    plan = pack_lengths(np.asarray(length, np.int64), ctx, algorithm="best_fit_decreasing")
+    plan = pack_lengths(np.asarray(length, np.int64), ctx, algorithm=DEFAULT_ALGORITHM)
     return PackPlan.of_rows(ctx, 1, plan.row_splits, doc[plan.doc], start[plan.doc] + plan.start, plan.length, "pack")
 
 
@@ -144,7 +144,7 @@ def pack_length_index(remainders, sizes: np.ndarray, pack_length: int | None, *,
     total = int(tokens)
     waste = []
     for k, n in enumerate(sizes.tolist()):
-        plan = pack_lengths(rem, int(n), algorithm="best_fit_decreasing")
+        plan = pack_lengths(rem, int(n), algorithm=DEFAULT_ALGORITHM)
         pad = plan.num_rows * int(n) - plan.kept_tokens
         if pad < PACK_PADDING * (total + pad):
             return k

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from datatools.base.checks import MAX_CTX, as_lengths, check_id, check_int
+from datatools.base.checks import DEFAULT_ALGORITHM, MAX_CTX, as_lengths, check_id, check_int
 from datatools.kernels.packing import check_token_ids, pack_lengths
 
 
@@ -24,7 +24,7 @@ def tile_align(n, tile: int):
 
 
 def choose_context(
-    lengths, *, tile: int, max_ctx: int, min_ctx: int | None = None, algorithm: str = "best_fit_decreasing"
+    lengths, *, tile: int, max_ctx: int, min_ctx: int | None = None, algorithm: str = DEFAULT_ALGORITHM
 ) -> list[dict]:
     """The tile-aligned contexts in [min_ctx, max_ctx] for this length distribution, best first (highest packed
     efficiency, then the smaller ctx): dicts of ``ctx``, ``tiles``, the useful-token fraction packed

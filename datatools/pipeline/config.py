@@ -9,9 +9,10 @@ import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from datatools.base.checks import (
+    DEFAULT_ALGORITHM,
     MAX_BATCH,
     MAX_BUCKETS,
     MAX_CTX,
@@ -24,7 +25,7 @@ from datatools.base.checks import (
 from datatools.io.yaml_files import load_yaml
 from datatools.kernels.batch_layouts import BOUNDARY_TARGETS, FORMATS, POSITIONS
 from datatools.kernels.loss_weights import LOSS_WEIGHTINGS
-from datatools.kernels.packing import ALGORITHMS
+from datatools.kernels.packing import ALGORITHMS, PackOptions
 from datatools.pipeline.schema import OneOf, field, from_dict
 
 
@@ -114,7 +115,7 @@ class PackingConfig:
         "planned", doc="planned: one plan over every document; streaming: packed a window at a time"
     )
     algorithm: Annotated[str, OneOf(ALGORITHMS)] | None = field(
-        None, doc="default: best_fit_decreasing (over all documents when planned, within each window when streaming)"
+        None, doc=f"default: {DEFAULT_ALGORITHM} (over all documents when planned, within each window when streaming)"
     )
     max_segments: int | None = field(
         None, minimum=1, maximum=MAX_CTX, doc="cap on documents per row (cuDNN / TE packed attention)"
@@ -148,11 +149,13 @@ class PackingConfig:
         if self.ctx is not None and self.ctx % self.align:
             raise ValueError(f"config: {where}.align={self.align} must divide {where}.ctx={self.ctx}")
 
-    @property
-    def options(self) -> dict:
-        """The packing options of :func:`datatools.pack_lengths` (algorithm, max_segments, align, overflow)."""
-        algorithm, segments = self.algorithm or "best_fit_decreasing", self.max_segments
-        return {"algorithm": algorithm, "max_segments": segments, "align": self.align, "overflow": self.overflow}
+    def options(self) -> PackOptions:
+        """This section's packing (rows of ``ctx`` tokens): what every packing mode below the config takes.
+        ``window`` here is documents per streaming window, not the packer's open rows (left None)."""
+        if self.ctx is None:
+            raise ValueError("config: packing.ctx is required (packing.plan is read by mode: planned only)")
+        algorithm = self.algorithm or DEFAULT_ALGORITHM
+        return PackOptions(self.ctx, algorithm, self.max_segments, self.align, self.overflow)
 
 
 @dataclass(frozen=True)
@@ -288,6 +291,9 @@ class ShardConfig:
 
 @dataclass(frozen=True)
 class PipelineConfig:
+    # keys that no longer do anything, refused naming what took their place (schema.from_dict)
+    RETIRED_KEYS: ClassVar[dict[str, str]] = {"read_block": "every batch's pieces are read in one call; delete the key"}
+
     source: SourceConfig | None = field(None, doc="the documents (or sources: a mixture; exactly one of the two)")
     sources: list[MixtureSourceConfig] | None = field(
         None,
@@ -344,12 +350,6 @@ class PipelineConfig:
         doc="this host's share; auto: jax.process_index() of jax.process_count() (after jax.distributed.initialize)",
     )
     seed: int = field(0, minimum=0, maximum=(1 << 64) - 1)
-    read_block: int = field(
-        256,
-        minimum=1,
-        maximum=MAX_BATCH,
-        doc="unused (kept so older configs load): every batch's pieces are read in one call",
-    )
     pad_id: int = field(0, minimum=0, maximum=MAX_TOKEN_ID)
     attention_block: int | None = field(
         None,

@@ -22,6 +22,7 @@ from datatools.grain.shuffle import BlockShuffleMapDataset, FeistelShuffleMapDat
 from datatools.grain.streaming_schedule import StreamingSchedule
 from datatools.io.plan_file import PlanFile
 from datatools.kernels.bucket import bucket_batch_sizes, bucket_boundaries
+from datatools.kernels.packing import pack
 from datatools.kernels.packing.plan_format import lengths_identity
 from datatools.pipeline.config import PackingConfig, PipelineConfig
 from datatools.pipeline.mixture import mixture_order
@@ -59,13 +60,6 @@ def _packing(cfg: PipelineConfig) -> PackingConfig:
     if cfg.packing is None:  # schedule_mode chose a packing mode from this section
         raise ValueError("config: packing is required")
     return cfg.packing
-
-
-def _ctx(p: PackingConfig) -> int:
-    """``packing.ctx``, which every mode but planned packing from a plan directory needs."""
-    if p.ctx is None:
-        raise ValueError("config: packing.ctx is required (packing.plan is read by mode: planned only)")
-    return p.ctx
 
 
 def _order(cfg: PipelineConfig, docs, history: list | None) -> DocumentOrder | MixtureOrder:
@@ -110,7 +104,7 @@ def planned(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Pla
         plan = _plan_file(p, p.plan, cfg.one_source.path, docs)
         rows = PackedRowsMapDataset(docs, plan=plan, pad_id=cfg.pad_id)
     else:
-        rows = PackedRowsMapDataset(docs, p.ctx, **p.options, pad_id=cfg.pad_id)
+        rows = PackedRowsMapDataset(docs, plan=pack(docs.lengths(), p.options()), pad_id=cfg.pad_id)
     if cfg.drop_remainder and rows.plan.num_rows < cfg.batch_size:
         raise ValueError(f"{rows.plan.num_rows} packed rows make no full batch of {cfg.batch_size}")
     schedule = PlannedSchedule(
@@ -125,11 +119,10 @@ def streaming(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[P
     return StreamingSchedule(
         docs,
         _order(cfg, docs, history),
-        ctx=_ctx(p),
+        p.options(),
         window=p.window,
         batch_size=cfg.batch_size,
         drop_remainder=cfg.drop_remainder,
-        **p.options,
         seed=cfg.seed,
         pad_id=cfg.pad_id,
     ), None
@@ -140,7 +133,7 @@ def lanes(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Plann
     p, sh = _packing(cfg), cfg.shuffle
     return LaneSchedule(
         docs,
-        ctx=_ctx(p),
+        p.options(),
         window=p.window,
         batch_size=cfg.batch_size,
         drop_remainder=cfg.drop_remainder,
@@ -148,7 +141,6 @@ def lanes(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Plann
         lane_period=p.lane_period,
         seed=cfg.seed,
         pad_id=cfg.pad_id,
-        options=p.options,
     ), None
 
 

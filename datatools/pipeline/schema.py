@@ -2,8 +2,9 @@
 
 Each config section is a dataclass whose type hints are the schema (``int``, finite ``float``, ``bool``,
 ``str``, ``Literal[...]`` or ``Annotated[str, OneOf(CHOICES)]``, ``X | None``, ``list[X]``, nested sections);
-:func:`field` adds limits and a ``doc``. :func:`from_dict` raises one ``ValueError`` listing every problem, each
-naming the key path, the bad value and what is allowed; :func:`schema_markdown` renders the key reference.
+:func:`field` adds limits and a ``doc``; a section's ``RETIRED_KEYS`` (key -> what replaces it) are refused, saying
+so. :func:`from_dict` raises one ``ValueError`` listing every problem, each naming the key path, the bad value and
+what is allowed; :func:`schema_markdown` renders the key reference.
 """
 
 from __future__ import annotations
@@ -107,8 +108,9 @@ def from_dict(cls, data: dict | None, where: str = ""):
         raise ValueError(f"config: {where or 'the top level'} must be a mapping; got {short_repr(data)}")
     hints = typing.get_type_hints(cls, include_extras=True)
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    problems: list[str] = []
-    unknown = [key for key in data if key not in fields]
+    retired = getattr(cls, "RETIRED_KEYS", {})  # key -> what replaces it
+    problems: list[str] = [f"{key} was removed: {retired[key]}" for key in data if key in retired]
+    unknown = [key for key in data if key not in fields and key not in retired]
     if unknown:
         section = f"in {where}" if where else "at the top level"
         names = ", ".join(short_repr(k, 30) for k in unknown[:5]) + (

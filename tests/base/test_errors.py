@@ -13,7 +13,6 @@ from conftest import without_progress
 from datatools.base.errors import (
     BAD_INPUT_ERRNOS,
     DeviceOutOfMemory,
-    InputError,
     RunFailed,
     StorageError,
     UnsupportedVersion,
@@ -22,7 +21,6 @@ from datatools.base.errors import (
 from datatools.io import storage
 
 CASES = [
-    (InputError("lengths[3] = -1 is negative"), 2, "lengths[3] = -1 is negative"),
     (ValueError("x.yaml: packing.ctx must be >= 1; got 0"), 2, "x.yaml: packing.ctx must be >= 1; got 0"),
     (TypeError("ctx must be an integer, got 'a'"), 2, "ctx must be an integer, got 'a'"),
     (OverflowError("too big"), 2, "too big"),
@@ -60,7 +58,7 @@ def test_an_os_error_is_bad_input_exactly_when_its_errno_names_a_wrong_path(code
 
 
 def test_the_types_are_what_callers_already_catch():
-    assert issubclass(InputError, ValueError) and issubclass(StorageError, OSError)
+    assert issubclass(StorageError, OSError)
     assert issubclass(DeviceOutOfMemory, MemoryError) and storage.StorageError is StorageError
     assert exit_status(KeyboardInterrupt()) == 130
 

@@ -28,6 +28,7 @@ from datatools.grain import (
 )
 from datatools.io.documents import ArrayDocuments, PieceReadingSource
 from datatools.kernels.bucket import fill_order_batches
+from datatools.kernels.packing import PackOptions
 
 NO_THREADS = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
 
@@ -99,11 +100,10 @@ def test_streaming_schedule_gives_the_streaming_packers_rows(algorithm, shuffle_
     schedule = StreamingSchedule(
         docs,
         DocumentOrder(len(docs), "full", seed=3),
-        ctx=256,
+        PackOptions(256, algorithm),
         window=40,
         batch_size=1,
         drop_remainder=False,
-        algorithm=algorithm,
         seed=7,
     )
     planned = list(HostBatchesMapDataset(schedule).to_iter_dataset(NO_THREADS))
@@ -125,7 +125,9 @@ def schedules(docs, batch):
     rows = FeistelShuffleMapDataset(PackedRowsMapDataset(docs, 128), seed=2)
     return {
         "planned": PlannedSchedule(rows, batch, drop_remainder=False, ctx=128),
-        "streaming": StreamingSchedule(docs, order, ctx=128, window=30, batch_size=batch, drop_remainder=False),
+        "streaming": StreamingSchedule(
+            docs, order, PackOptions(128), window=30, batch_size=batch, drop_remainder=False
+        ),
         "bucketing": BucketSchedule(docs, order, boundaries=[32, 128], batch_sizes=[batch, batch // 2]),
     }
 
@@ -153,7 +155,7 @@ def test_epochs_and_forever():
     """Streaming epochs differ in length; global batch j is found across them, and num_epochs None never ends."""
     docs = ArrayDocuments.from_list(random_docs(150, seed=9, mean_log=3.8, max_len=400))
     order = DocumentOrder(len(docs), "full", seed=4)
-    schedule = StreamingSchedule(docs, order, ctx=128, window=16, batch_size=4, drop_remainder=True)
+    schedule = StreamingSchedule(docs, order, PackOptions(128), window=16, batch_size=4, drop_remainder=True)
     two = HostBatchesMapDataset(schedule, num_epochs=2)
     assert len(two) == schedule.num_batches(0) + schedule.num_batches(1)
     forever = HostBatchesMapDataset(schedule, num_epochs=None)

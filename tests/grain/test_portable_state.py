@@ -13,8 +13,8 @@ from datatools.pipeline import build, parse_config
 
 MODES = {
     "planned": {"packing": {"ctx": 256}, "shuffle": {"kind": "full"}},
-    "streaming": {"packing": {"ctx": 256, "mode": "streaming", "window": 16}, "read_block": 8},
-    "bucketing": {"bucketing": {"num_buckets": 2, "tile": 64, "max_len": 256, "token_budget": 1024}, "read_block": 8},
+    "streaming": {"packing": {"ctx": 256, "mode": "streaming", "window": 16}},
+    "bucketing": {"bucketing": {"num_buckets": 2, "tile": 64, "max_len": 256, "token_budget": 1024}},
 }
 
 

@@ -109,7 +109,6 @@ def test_bounded_cache_and_pickling(sources):
         {
             "packing": {"ctx": 512, "mode": "streaming", "window": 64},
             "shuffle": {"kind": "block", "io_block_size": 8, "window_blocks": 8},
-            "read_block": 32,
         },
     ],
 )

@@ -24,6 +24,7 @@ from datatools.cli import main
 from datatools.io import read_stats
 from datatools.io.documents import StoreDocuments
 from datatools.io.store import TokenStore, write_store
+from datatools.kernels.packing import PackOptions
 from datatools.pipeline import build_canonical
 from datatools.pipeline.config import parse_config
 
@@ -315,7 +316,14 @@ def test_a_lane_schedule_sent_to_a_worker_carries_its_hosts_lanes_first_window_p
 
     def schedule() -> LaneSchedule:
         return LaneSchedule(
-            docs, ctx=CTX, window=64, batch_size=8, drop_remainder=False, io_block_size=8, lane_period=2, seed=3
+            docs,
+            PackOptions(CTX),
+            window=64,
+            batch_size=8,
+            drop_remainder=False,
+            io_block_size=8,
+            lane_period=2,
+            seed=3,
         )
 
     parent = schedule()
@@ -359,7 +367,7 @@ def test_lanes_read_ahead_whole_windows_only_for_the_rows_of_their_own_lanes():
     lengths = lengths_of(3000, seed=7)
     docs = ArrayDocuments(np.zeros(int(lengths.sum()), np.int32), np.concatenate(([0], np.cumsum(lengths))))
     schedule = LaneSchedule(
-        docs, ctx=CTX, window=64, batch_size=8, drop_remainder=False, io_block_size=8, lane_period=2, seed=5
+        docs, PackOptions(CTX), window=64, batch_size=8, drop_remainder=False, io_block_size=8, lane_period=2, seed=5
     )
     regular, batches = schedule.regular_batches(0), schedule.num_batches(0)
     assert 0 < regular < batches  # the schedule has a tail
@@ -394,15 +402,13 @@ def test_lane_row_counts_counted_equal_the_windows_plans(seed, algorithm, max_se
         max_segments = None
     lengths = lengths_of(1500, seed=seed)
     docs = ArrayDocuments(np.zeros(int(lengths.sum()), np.int32), np.concatenate(([0], np.cumsum(lengths))))
-    options = {"algorithm": algorithm, "max_segments": max_segments, "align": align}
-    schedule = LaneSchedule(
-        docs, ctx=CTX, window=64, batch_size=4, drop_remainder=False, io_block_size=8, seed=seed, options=options
-    )
+    options = PackOptions(CTX, algorithm, max_segments, align)
+    schedule = LaneSchedule(docs, options, window=64, batch_size=4, drop_remainder=False, io_block_size=8, seed=seed)
     e = schedule._epoch(0)  # noqa: SLF001 -- the lane plan itself
     for lane in range(schedule.lanes):
         cuts = e.cuts[lane]
         planned = [
-            plan_window(schedule.lengths, schedule._lane_docs(e, lane, int(a), int(b)), CTX, options)[0].num_rows
+            plan_window(schedule.lengths, schedule._lane_docs(e, lane, int(a), int(b)), options)[0].num_rows
             for a, b in zip(cuts[:-1], cuts[1:])
         ]
         np.testing.assert_array_equal(np.diff(e.row_starts[lane]), planned)

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from datatools.grain.portable_state import host_state
 from datatools.io.documents import ArrayDocuments
 from datatools.io.plan_file import write_plan
+from datatools.kernels.packing import PackOptions
 from datatools.pipeline import build_canonical, parse_config
 from datatools.pipeline.explain import Explainer, parse_hosts
 
@@ -123,7 +124,7 @@ def lengths():
 
 def plan_dir(tmp_path_factory, lengths) -> str:
     out = tmp_path_factory.mktemp("plan") / "plan"
-    write_plan(out, lengths, 64)
+    write_plan(out, lengths, PackOptions(64))
     return str(out)
 
 

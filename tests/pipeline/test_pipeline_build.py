@@ -18,13 +18,11 @@ MODES = {
     "streaming": {
         "packing": {"ctx": 512, "mode": "streaming", "window": 64},
         "shuffle": {"kind": "block", "io_block_size": 8, "window_blocks": 16},
-        "read_block": 32,
     },
     "bucketing": {
         "bucketing": {"num_buckets": 3, "tile": 64, "max_len": 512, "token_budget": 4096},
         "shuffle": {"kind": "full"},
         "format": "levanter",
-        "read_block": 32,
     },
 }
 

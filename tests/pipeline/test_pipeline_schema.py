@@ -34,6 +34,14 @@ def test_every_problem_at_once_with_short_quotes():
     assert len(msg) < 1000 and "\n" not in msg
 
 
+def test_a_retired_key_is_refused_saying_what_replaced_it():
+    """``read_block`` did nothing since every batch's pieces are read in one call: it is refused in one line."""
+    with pytest.raises(ValueError) as err:
+        parse_config({"source": {"path": "x"}, "packing": {"ctx": 8}, "read_block": 32})
+    msg = str(err.value)
+    assert msg == "config: read_block was removed: every batch's pieces are read in one call; delete the key", msg
+
+
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), True, "full "])
 def test_literals_and_numbers_are_strict(value):
     with pytest.raises(ValueError):

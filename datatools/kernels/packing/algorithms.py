@@ -9,7 +9,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from datatools.base.checks import MAX_CTX, MAX_WINDOW, OVERFLOW_POLICIES, PACK_ALGORITHMS, check_choice, check_int
+from datatools.base.checks import (
+    DEFAULT_ALGORITHM,
+    MAX_CTX,
+    MAX_WINDOW,
+    OVERFLOW_POLICIES,
+    PACK_ALGORITHMS,
+    check_choice,
+    check_int,
+)
 from datatools.kernels.packing.pieces import piece_sizes
 from datatools.kernels.packing.planners import (
     NO_PIECES,
@@ -114,7 +122,7 @@ class PackOptions:
     and ``win`` are the kernels' spelling of ``max_segments`` and ``window`` (0: none)."""
 
     ctx: int
-    algorithm: str = "best_fit_decreasing"
+    algorithm: str = DEFAULT_ALGORITHM
     max_segments: int | None = None
     align: int = 1
     overflow: str = "split"
@@ -147,9 +155,3 @@ class PackOptions:
     @property
     def win(self) -> int:
         return self.window or 0
-
-    @property
-    def keywords(self) -> dict:
-        """These options as :func:`~datatools.kernels.packing.plan.pack_lengths`' keywords (all but ctx)."""
-        names = ("algorithm", "max_segments", "align", "overflow", "window")
-        return {name: getattr(self, name) for name in names}

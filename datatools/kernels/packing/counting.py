@@ -158,13 +158,13 @@ def _count_capped(histogram, ctx, seg, best):
     return rows, pieces, most
 
 
-def count_windows(
-    lengths, bounds, ctx: int, algorithm: str, *, max_segments: int | None = None, window: int | None = None
-) -> np.ndarray:
+def count_windows(lengths, bounds, options: PackOptions) -> np.ndarray:
     """int64 ``count_rows(ctx, algorithm, lengths=lengths[bounds[w]:bounds[w + 1]], ...).rows`` of every window
-    ``w`` (``bounds``: non-decreasing, 0 to the end); the decreasing packers in one kernel call (~0.3 ms a window
-    saved)."""
-    o = PackOptions(ctx, algorithm, max_segments, window=window)
+    ``w`` (``bounds``: non-decreasing, 0 to the end) packed with ``options`` (``align`` 1, ``overflow`` split, as
+    :func:`count_rows`); the decreasing packers in one kernel call (~0.3 ms a window saved)."""
+    o = options
+    if o.align != 1 or o.overflow != "split":
+        raise ValueError(f"count_windows counts align=1, overflow='split'; got align={o.align}, {o.overflow!r}")
     lengths = as_lengths(lengths)
     bounds = np.asarray(bounds, np.int64)
     if bounds.ndim != 1 or bounds.shape[0] < 1 or bounds[0] != 0 or bounds[-1] != lengths.shape[0]:
@@ -175,7 +175,7 @@ def count_windows(
     if not o.packer.decreasing:
         for w in range(rows.shape[0]):
             part = lengths[bounds[w] : bounds[w + 1]]
-            rows[w] = count_rows(ctx, algorithm, lengths=part, max_segments=max_segments, window=window).rows
+            rows[w] = count_rows(o.ctx, o.algorithm, lengths=part, max_segments=o.max_segments, window=o.window).rows
         return rows
     best = o.packer.place is not first_fit
     if o.seg:

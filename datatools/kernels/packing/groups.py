@@ -17,22 +17,17 @@ CARRY_FRACTION = 4  # at most group_docs / 4 pieces carried into the next group 
 
 def pack_in_groups(
     lengths: np.ndarray,
-    ctx: int,
+    options: PackOptions,
     *,
     group_docs: int,
-    algorithm: str = "best_fit_decreasing",
-    max_segments: int | None = None,
-    align: int = 1,
-    overflow: str = "split",
 ) -> Iterator[PackPlan]:
     """The packed plan of ``lengths`` (tokens per document; may be memory-mapped) as :class:`PackPlan` s of finished
     rows, planned ``group_docs`` documents at a time, the pieces of each group's under-filled rows carried into the
     next (within a few rows of the single plan; exactly it for one group). ``doc`` index the whole ``lengths``;
-    ``dropped_tokens`` and ``empty_documents`` count the group's. Options as :func:`pack_lengths`."""
+    ``dropped_tokens`` and ``empty_documents`` count the group's; each group packed with ``options``."""
     n = int(lengths.shape[0])
     if group_docs < 1:
         raise ValueError(f"group_docs must be >= 1, got {group_docs}")
-    options = PackOptions(ctx, algorithm, max_segments, align, overflow)
     ctx, align = options.ctx, options.align
     carry_doc = carry_start = np.zeros(0, np.int64)
     carry_len = np.zeros(0, np.int64)
@@ -73,7 +68,7 @@ def pack_in_groups(
             plan.length[piece_kept],
             plan.dropped_tokens,
             plan.empty_documents,
-            algorithm,
+            options.algorithm,
         )
 
 

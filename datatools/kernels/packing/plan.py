@@ -10,7 +10,7 @@ from functools import cached_property
 import numba
 import numpy as np
 
-from datatools.base.checks import as_lengths
+from datatools.base.checks import DEFAULT_ALGORITHM, as_lengths
 from datatools.kernels.packing.algorithms import TABLE, PackOptions
 from datatools.kernels.packing.pieces import cut_pieces, decreasing_order, decreasing_runs
 from datatools.kernels.packing.planners import (
@@ -111,7 +111,7 @@ def pack_lengths(
     lengths,
     ctx: int,
     *,
-    algorithm: str = "best_fit_decreasing",
+    algorithm: str = DEFAULT_ALGORITHM,
     max_segments: int | None = None,
     window: int | None = None,
     align: int = 1,
@@ -125,7 +125,7 @@ def pack_lengths(
       ctx: row length (tokens), >= 1.
       algorithm: ``next_fit`` (one open row), ``first_fit`` (the lowest row with room), ``best_fit`` (the tightest),
         ``first_fit_decreasing``, ``best_fit_decreasing`` (largest pieces first) or ``concat_split`` (concatenate,
-        cut every ctx).
+        cut every ctx); default :data:`~datatools.base.checks.DEFAULT_ALGORITHM`, best_fit_decreasing.
       max_segments: at most this many pieces in one row (cuDNN / TransformerEngine THD need a cap); None: no cap.
       align: every piece starts at a multiple of ``align`` tokens in its row (the gap is padding); divides ``ctx``.
       overflow: documents longer than ``ctx``: ``split`` into ctx-sized pieces, ``truncate``, ``drop`` or ``error``.

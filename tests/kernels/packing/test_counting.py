@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from datatools.kernels.packing import (
     ALGORITHMS,
+    PackOptions,
     count_rows,
     count_rows_chunked,
     count_windows,
@@ -149,11 +150,13 @@ def test_window_counts_equal_each_windows_plan(lengths, cuts, ctx, algorithm, ca
         cap = None
     windowed = algorithm in ("first_fit", "best_fit")
     win = window if windowed else None
-    rows = count_windows(arr, bounds, ctx, algorithm, max_segments=cap, window=win)
+    rows = count_windows(arr, bounds, PackOptions(ctx, algorithm, cap, window=win))
     want = [
         pack_lengths(arr[a:b], ctx, algorithm=algorithm, max_segments=cap, window=win).num_rows
         for a, b in zip(bounds[:-1], bounds[1:])
     ]
     np.testing.assert_array_equal(rows, want)
     with pytest.raises(ValueError, match="bounds must run from 0"):
-        count_windows(arr, bounds[:-1] if bounds.shape[0] > 1 else [1], ctx, algorithm)
+        count_windows(arr, bounds[:-1] if bounds.shape[0] > 1 else [1], PackOptions(ctx, algorithm))
+    with pytest.raises(ValueError, match="count_windows counts align=1, overflow='split'"):
+        count_windows(arr, bounds, PackOptions(ctx, algorithm, overflow="truncate"))

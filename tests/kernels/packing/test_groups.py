@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datatools.kernels.packing import ALGORITHMS, pack_lengths
+from datatools.kernels.packing import ALGORITHMS, PackOptions, pack_lengths
 from datatools.kernels.packing.groups import lower_bound_rows, pack_in_groups, size_histogram
 from datatools.kernels.packing.plan_format import (
     gather_rows,
@@ -53,9 +53,7 @@ def _check_valid(lengths, ctx, align, max_segments, splits, doc, start, length):
 )
 def test_grouped_plans_keep_every_token_once(lengths, ctx, group, algorithm, align, max_segments):
     lengths = np.asarray(lengths, np.int64)
-    parts = list(
-        pack_in_groups(lengths, ctx, group_docs=group, algorithm=algorithm, align=align, max_segments=max_segments)
-    )
+    parts = list(pack_in_groups(lengths, PackOptions(ctx, algorithm, max_segments, align), group_docs=group))
     splits, doc, start, length = _joined(parts)
     _check_valid(lengths, ctx, align, max_segments, splits, doc, start, length)
     assert sum(p.empty_documents for p in parts) == int((lengths == 0).sum())
@@ -72,7 +70,7 @@ def test_grouped_plans_keep_every_token_once(lengths, ctx, group, algorithm, ali
 )
 def test_one_group_is_the_in_memory_plan(lengths, ctx, algorithm):
     lengths = np.asarray(lengths, np.int64)
-    (part,) = pack_in_groups(lengths, ctx, group_docs=len(lengths), algorithm=algorithm)
+    (part,) = pack_in_groups(lengths, PackOptions(ctx, algorithm), group_docs=len(lengths))
     whole = pack_lengths(lengths, ctx, algorithm=algorithm)
     for name in ("row_splits", "doc", "start", "length"):
         np.testing.assert_array_equal(getattr(part, name), getattr(whole, name), err_msg=name)
@@ -82,7 +80,7 @@ def test_small_groups_stay_within_a_tenth_of_a_percent_of_the_bound():
     """Groups of 2,000 documents (50 groups), their loose rows carried forward: rows <= 1.001 * max(L1, L2)."""
     rng = np.random.default_rng(7)
     lengths = np.maximum(1, rng.lognormal(np.log(230) - 0.5, 1.0, 100_000)).astype(np.int64)
-    parts = list(pack_in_groups(lengths, 2048, group_docs=2_000))
+    parts = list(pack_in_groups(lengths, PackOptions(2048), group_docs=2_000))
     splits, doc, start, length = _joined(parts)
     _check_valid(lengths, 2048, 1, None, splits, doc, start, length)
     bound = lower_bound_rows(size_histogram(length, 2048, 1), int(length.sum()), 2048)
