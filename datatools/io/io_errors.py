@@ -59,17 +59,12 @@ def as_os_error(exc: BaseException, where: str | os.PathLike | None = None) -> O
 def suffix_range_error(size: int, where: str | os.PathLike | None) -> OSError:
     """The object server's fault, not the data's: it does not serve suffix-range requests (``Range: bytes=-N``,
     the last N bytes), with which tensorstore reads the shard index at the end of a sharded zarr array (a Levanter
-    cache's). An ``OSError`` (EOPNOTSUPP: exit 1, the environment) naming the server and ``where``."""
-    from datatools.io import storage
-
-    server = "the server"
-    if where is not None and storage.is_url(where):
-        server = storage.endpoint_of(storage.url_of(where).split(":")[0])
+    cache's). An ``OSError`` (EOPNOTSUPP: exit 1, the environment) naming ``where``."""
     return OSError(
         errno.EOPNOTSUPP,
-        f"{server} does not serve suffix-range requests (Range: bytes=-{size}, the last {size} bytes), with which "
-        f"a sharded array's index at its end is read: the data is not at fault; real GCS and S3 serve them, "
-        f"gcp-storage-emulator does not: use a server that does, or copy the data to local disk",
+        f"the object server does not serve suffix-range requests (Range: bytes=-{size}, the last {size} bytes), "
+        f"with which a sharded array's index at its end is read: the data is not at fault; real GCS and S3 serve "
+        f"them, gcp-storage-emulator does not: use a server that does, or copy the data to local disk",
         where,
     )
 

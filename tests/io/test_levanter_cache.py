@@ -226,7 +226,7 @@ def test_a_cache_in_object_storage_reads_as_the_local_one(tmp_path, storage_root
 def test_a_server_without_suffix_ranges_is_named_not_reported_as_corruption(tmp_path, monkeypatch, capsys):
     """Issue 58: gcp-storage-emulator as it ships answers a suffix range ('bytes=-N', with which tensorstore reads
     a sharded array's index at its end) with the whole object, and the cache was reported "corrupt" (exit 2). Now
-    one line names the server and what it lacks, exit 1 (the environment)."""
+    one line says the server lacks them, naming the array, exit 1 (the environment)."""
     import sys
 
     from object_storage import Root, Server, free_port, gcs_environment, new_bucket
@@ -240,6 +240,7 @@ def test_a_server_without_suffix_ranges_is_named_not_reported_as_corruption(tmp_
         assert main(["analyze-padding", where, "--ctx", "1024"]) == 1
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and "corrupt" not in err, err
-        assert f"{server.url} does not serve suffix-range requests (Range: bytes=-" in err, err
+        assert "the object server does not serve suffix-range requests (Range: bytes=-" in err, err
+        assert err.startswith(f"datatools: error: {where}/input_ids/"), err
     finally:
         server.stop()
