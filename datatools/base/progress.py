@@ -244,6 +244,17 @@ def doing(what: str | None) -> None:
         act.set(what)
 
 
+def say(line: str) -> None:
+    """Print ``line`` (a finding to keep, not progress) on stderr, above the running command's live line: printed
+    through that line's console, so the two never share a terminal line."""
+    act = _ACTIVE
+    if act is None:
+        Console(stderr=True).print(line, markup=False, highlight=False, soft_wrap=True)
+        return
+    with act.lock:
+        act.console.print(line, markup=False, highlight=False, soft_wrap=True)  # a Live on it redraws below
+
+
 def release() -> None:
     """Let a held :func:`activity` show its line (the command's arguments are parsed: it runs)."""
     act = _ACTIVE
