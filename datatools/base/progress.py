@@ -15,6 +15,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn
+from rich.table import Column
 from rich.text import Text
 
 from datatools.base import interrupts
@@ -307,8 +308,12 @@ def job_progress(
             with _plain_lines(console, lambda: f"{description}: {bar.status()}", interval_s):
                 yield bar
         else:
-            columns = (TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"))
-            with Progress(*columns, _EtaColumn(), console=console, transient=True) as progress:
+            # the ETA before the counts: on a narrow terminal (80 columns) the counts are cut, not the time left
+            columns = (TextColumn("[bold]{task.description}"), BarColumn(bar_width=20), _EtaColumn())
+            status = TextColumn(
+                "{task.fields[status]}", table_column=Column(ratio=1, no_wrap=True, overflow="ellipsis")
+            )
+            with Progress(*columns, status, console=console, transient=True, expand=True) as progress:
                 by_bytes = total_bytes is not None
                 total, completed = (total_bytes, done_bytes) if by_bytes else (total_shards, done)
                 bar._progress = progress

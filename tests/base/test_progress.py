@@ -175,3 +175,16 @@ def test_a_finding_said_while_the_spinner_runs_gets_a_line_of_its_own():
     lines = [ln for ln in text.replace("\r", "\n").split("\n") if "tokenizer tok.json" in ln]
     assert lines and all(ln.strip() == "tokenizer tok.json (sha256 0123)" for ln in lines), lines
     assert "datatools x: tokenizing" in text  # the spinner was shown
+
+
+def test_on_an_80_column_terminal_the_job_bar_keeps_its_eta():
+    """Issue 58: pretokenize's bar at 80 columns showed its counts and cut the ETA off; the counts give way now."""
+    out = io.StringIO()
+    con = Console(file=out, force_terminal=True, width=80)
+    with job_progress(400, total_bytes=3_000_000_000, console=con) as bar:
+        bar.advance(70_000, 700_000_000, nbytes=1_000_000_000, shards=100)
+        time.sleep(0.3)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())  # colours off, then cursor moves as line breaks
+    lines = [ln for ln in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "\n", text).replace("\r", "\n").split("\n") if ln]
+    shown = [ln for ln in lines if "shards" in ln]
+    assert shown and all("tokenizing" in ln and "ETA " in ln and len(ln) <= 80 for ln in shown), shown
