@@ -244,6 +244,9 @@ def test_a_bash_client_block_is_checked_here_and_run_by_its_client_suite(tmp_pat
         ("bash", "client"),
         ("python", "client"),
         ("bash", "client"),
+        ("python", "client"),  # section 6, a cache on local disk: build_cache.py, local.yaml, the commands
+        ("yaml", "run"),
+        ("bash", "client"),
     ]
     suite = (ROOT / "clients" / "levanter" / "test_levanter_page.py").read_text()
     assert "docs_blocks.blocks(PAGE)" in suite and 'PAGE = ROOT / "docs" / "levanter.md"' in suite
@@ -376,3 +379,7 @@ def test_the_site_holds_the_key_reference_the_api_without_roles_and_a_heading_pe
     headings = re.findall(r'<h2 id="([^"]+)"', trainers)
     for trainer in ("maxtext", "hugging-face-transformers-trl", "levanter-marin", "your-own-jax-loop-datatools-train"):
         assert trainer in headings, headings
+    api = (site / "api" / "index.html").read_text()  # issue 58: the integrations documented, no test helper
+    for name in ("maxtext.create_data_iterator", "levanter.data_config", "levanter_rows.PipelineRows"):
+        assert f'id="datatools.integrations.{name}"' in api, name
+    assert "datatools.testing" not in api and "SlowProxy" not in api

@@ -9,7 +9,9 @@ saved as ``levanter.yaml``, the check commands, the Python block saved as ``trai
 documents; each of the 4 processes trains every step and logs the same loss as the others (one global batch);
 each read a quarter of every batch's rows (after the one element Levanter's loader reads at start), and the four
 together every row once. Then the page's resume: the same command with 2 more steps restores the 4 hosts' checkpoint
-and trains only the 2 new steps, reading from that step's batch on (each host its quarter).
+and trains only the 2 new steps, reading from that step's batch on (each host its quarter). Section 6 (a cache on
+local disk) runs in a directory of its own, before the rest: its builder on the fixture's text and tokenizer makes a
+cache with the documents the fixture's has, which ``analyze-padding`` and ``datatools pipeline`` read.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -59,7 +62,7 @@ def s3_env(url: str) -> dict[str, str]:
     }
 
 
-def test_the_levanter_page_runs_as_printed(cache, s3_server, tmp_path, monkeypatch):  # noqa: F811
+def test_the_levanter_page_runs_as_printed(cache, tokenizer_dir, s3_server, tmp_path, monkeypatch):  # noqa: F811
     path, built = cache
     aws = s3_env(s3_server.url)
     for k, v in aws.items():
@@ -77,9 +80,10 @@ def test_the_levanter_page_runs_as_printed(cache, s3_server, tmp_path, monkeypat
     work = tmp_path / "work"
     work.mkdir()
     blocks = [b for b in docs_blocks.blocks(PAGE) if b.kind != "illustrative"]
-    assert [b.lang for b in blocks] == ["bash", "yaml", "bash", "python", "bash"], [b.where for b in blocks]
+    langs = ["bash", "yaml", "bash", "python", "bash", "python", "yaml", "bash"]
+    assert [b.lang for b in blocks] == langs, [b.where for b in blocks]
     assert all(b.kind == "client" and b.args == ["levanter"] for b in blocks if b.lang != "yaml")
-    analyze, config, check, script, launch = blocks
+    analyze, config, check, script, launch, build_local, local_config, local_check = blocks
 
     def bash(block, text: str | None = None, timeout: int = 900, cwd: Path | None = None) -> str:
         proc = subprocess.run(
@@ -94,6 +98,19 @@ def test_the_levanter_page_runs_as_printed(cache, s3_server, tmp_path, monkeypat
             f"{block.where}: exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         )
         return proc.stdout + proc.stderr
+
+    # section 6, a cache on local disk: the page's builder on the fixture's text and tokenizer, then its checks
+    local = tmp_path / "local"
+    local.mkdir()
+    shutil.copytree(tokenizer_dir, local / "tokenizer")
+    shutil.copyfile(path.parents[1] / "docs.jsonl", local / "docs.jsonl")
+    (local / "build_cache.py").write_text(build_local.text)
+    (local / "local.yaml").write_text(local_config.text)
+    out = bash(local_check, cwd=local)
+    print(out[-1500:])
+    n = f"{len(built):,}"
+    assert f"cache/train: {n} documents built, {n} read by datatools" in out
+    assert out.count(n) >= 3  # and the analyzer counted them
 
     out = bash(analyze)
     print(out[-1500:])

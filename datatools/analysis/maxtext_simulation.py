@@ -62,6 +62,37 @@ class MaxTextSettings:
         return None
 
 
+def attention_keys(
+    attention: str, packing: bool, dataset_type: str, max_segments_per_seq: int, row_segments: int | None
+) -> dict[str, bool | str | int | None]:
+    """The MaxText keys to change so that ``attention`` keeps the documents of datatools' packed rows apart (empty:
+    none). MaxText 0.2.5's ``cudnn_flash_te`` (``attention_op.cudnn_flash_attention``) reads the segment ids only
+    when ``packing`` is true and ``dataset_type`` is not ``synthetic``, and then expects at most
+    ``max_segments_per_seq`` segments per row; otherwise it attends across the whole row, documents and all. The
+    other backends read the segment ids whatever ``packing`` says. ``row_segments``: the most documents (pieces) a
+    datatools row holds (None: uncapped); ``max_segments_per_seq`` is then that number, or None when no cap is set
+    (the user picks one; analyze-padding --maxtext-config recommends one)."""
+    if attention not in CAPPED_ATTENTION:
+        return {}
+    keys: dict[str, bool | str | int | None] = {}
+    if not packing:
+        keys["packing"] = True
+    if dataset_type == "synthetic":
+        keys["dataset_type"] = "grain"
+    if max_segments_per_seq <= 0 or row_segments is None or max_segments_per_seq < row_segments:
+        keys["max_segments_per_seq"] = row_segments
+    return keys
+
+
+def keys_to_set(keys: dict[str, bool | str | int | None]) -> str:
+    """``keys`` as MaxText's ``key=value`` overrides (``true`` for True); N where the number is the user's."""
+
+    def value(v):
+        return "N" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+
+    return " ".join(f"{k}={value(v)}" for k, v in keys.items())
+
+
 _KEYS = {f.name: f for f in dataclasses.fields(MaxTextSettings)}
 _BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 

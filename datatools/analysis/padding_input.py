@@ -15,10 +15,13 @@ from datatools.analysis.maxtext_simulation import maxtext_inputs, maxtext_report
 from datatools.analysis.padding import STRATEGIES, PaddingOptions, analyze
 from datatools.analysis.padding_result import PaddingReport
 from datatools.base.checks import MAX_WINDOW
+from datatools.base.numba_cache import kernels_cold
 from datatools.base.progress import count_progress, doing
 from datatools.io.inputs import open_input
 from datatools.io.lengths_progress import read_lengths_shown
 from datatools.io.paths import display
+from datatools.kernels import bucket
+from datatools.kernels.packing import counting, pieces
 
 
 def _counted(console, total: int, what: str):
@@ -120,7 +123,10 @@ def analyze_input(
         raise ValueError(f"{display(path)}: no documents found")
     read_s = time.perf_counter() - t0
     jobs = (len(options.contexts) if options.contexts else 4) * len(STRATEGIES)
-    with _counted(console, jobs, "simulating strategies") as advance:
+    what = "simulating strategies"
+    if kernels_cold([counting, pieces, bucket]):  # numba compiles first, the bar still at 0
+        what += " (compiling kernels: first run only, ~30 s)"
+    with _counted(console, jobs, what) as advance:
         report = analyze(lengths, options, progress=advance)
     maxtext = None
     if settings is not None:

@@ -247,8 +247,24 @@ def render_curriculum_savings(view: CurriculumSavings, console: Console) -> None
     console.print(marks)
 
 
+def efficiency_groups(report: PaddingReport) -> list[tuple[str, dict[int, float]]]:
+    """The plot's groups of bars: each strategy's efficiency (real tokens / slots) by ctx, then, with a MaxText
+    config, "MaxText today" (its pipeline as configured, at its max_target_length) and MaxText as advised."""
+    names = list(dict.fromkeys(r.name for r in report.strategies))
+    groups = [
+        (LABELS[n], {ctx: next(r.efficiency for r in report.at(ctx) if r.name == n) for ctx in report.contexts})
+        for n in names
+    ]
+    mt = report.maxtext
+    if mt is not None:
+        groups.append(("MaxText today (as configured)", {mt.today.ctx: mt.today.efficiency}))
+        groups.append(("MaxText as advised (packing settings)", {mt.today.ctx: mt.advice.maxtext_efficiency}))
+    return groups
+
+
 def plot(report: PaddingReport, path: str | Path, *, source: str) -> str | Path:
-    """A PNG: the length histogram (log x, with each ctx marked) beside each strategy's efficiency per ctx."""
+    """A PNG: the length histogram (log x, with each ctx marked) beside each strategy's efficiency per ctx (and
+    MaxText's, :func:`efficiency_groups`)."""
     import io
 
     import matplotlib
@@ -268,15 +284,15 @@ def plot(report: PaddingReport, path: str | Path, *, source: str) -> str | Path:
     for j, ctx in enumerate(report.contexts):
         ax1.axvline(ctx, color="#c44e52", linestyle="--", linewidth=1)
         ax1.text(ctx, ax1.get_ylim()[1] * (0.97 - 0.07 * j), f" ctx {ctx}", color="#c44e52", fontsize=8, va="top")
-    names = list(dict.fromkeys(r.name for r in report.strategies))
+    groups = efficiency_groups(report)
     contexts = report.contexts
     width = 0.8 / max(len(contexts), 1)
-    x = np.arange(len(names))
+    x = np.arange(len(groups))
     for j, ctx in enumerate(contexts):
-        eff = [next(r.efficiency for r in report.at(ctx) if r.name == n) for n in names]
-        ax2.bar(x + j * width, np.asarray(eff) * 100, width=width, label=f"ctx {ctx}")
+        at = [(i, eff[ctx]) for i, (_, eff) in enumerate(groups) if ctx in eff]
+        ax2.bar([x[i] + j * width for i, _ in at], [e * 100 for _, e in at], width=width, label=f"ctx {ctx}")
     ax2.set_xticks(x + width * (len(contexts) - 1) / 2)
-    ax2.set_xticklabels([LABELS[n].replace(" (", "\n(") for n in names], rotation=30, ha="right", fontsize=8)
+    ax2.set_xticklabels([label.replace(" (", "\n(") for label, _ in groups], rotation=30, ha="right", fontsize=8)
     ax2.set_ylabel("efficiency: real tokens / slots (%)")
     ax2.set_ylim(0, 105)
     ax2.legend(fontsize=8)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from datatools.analysis.maxtext_simulation import CAPPED_ATTENTION, MaxTextSettings, attention_keys, keys_to_set
 from datatools.analysis.padding_result import PaddingReport
 from datatools.base.checks import DEFAULT_ALGORITHM, TRAINERS
 from datatools.io import storage
@@ -41,6 +42,9 @@ def pipeline_config(
         ctx = int(s.max_target_length)
         if s.max_segments_per_seq > 0:
             cap = int(s.max_segments_per_seq)
+        elif s.attention in CAPPED_ATTENTION and report.maxtext is not None:  # the cap the report says to set
+            advised = report.maxtext.advice.maxtext_settings.get("max_segments_per_seq")
+            cap = advised if isinstance(advised, int) and not isinstance(advised, bool) else cap
         batch_size = max(1, int(s.per_device_batch_size * s.devices_per_host * s.process_count))
     packer = BY_NAME.get(rec.strategy)
     if packer is None or packer.cuts_documents:
@@ -67,9 +71,25 @@ def pipeline_config(
     }
 
 
-def write_pipeline_config(path: str | os.PathLike, config: dict[str, Any]) -> None:
-    """Write ``config`` as YAML to ``path``, with a header saying where it came from."""
+def maxtext_keys(config: dict[str, Any], settings: MaxTextSettings | None) -> str:
+    """The MaxText ``key=value`` settings that MaxText's config (``settings``) lacks for the written ``config``'s
+    packed rows (its attention must keep their documents apart: ``cudnn_flash_te`` needs ``packing=true`` and
+    ``max_segments_per_seq``); empty when there are none or no MaxText config."""
+    if settings is None or config.get("format") != "maxtext":
+        return ""
+    s = settings
+    keys = attention_keys(
+        s.attention, s.packing, s.dataset_type, s.max_segments_per_seq, config["packing"].get("max_segments")
+    )
+    return keys_to_set(keys)
+
+
+def write_pipeline_config(path: str | os.PathLike, config: dict[str, Any], maxtext_keys: str = "") -> None:
+    """Write ``config`` as YAML to ``path``, with a header saying where it came from (and the MaxText settings
+    it needs, :func:`maxtext_keys`)."""
     import yaml
 
     header = "# written by datatools analyze-padding --write-config: run it with `datatools pipeline PATH`\n"
+    if maxtext_keys:
+        header += f"# MaxText needs: {maxtext_keys} (its attention keeps packed documents apart only then)\n"
     storage.write_text(path, header + yaml.safe_dump(config, sort_keys=False))  # a file (atomically) or a URL

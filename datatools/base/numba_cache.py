@@ -78,3 +78,17 @@ def configure() -> None:
     config = sys.modules.get("numba.core.config")
     if config is not None:  # numba read its environment already: its locator reads this attribute
         config.CACHE_DIR = chosen  # type: ignore[attr-defined]
+
+
+def _index_file(kernel) -> str | None:
+    """numba's cache index file of a ``cache=True`` kernel (None: not one, or numba keeps its cache otherwise)."""
+    index = getattr(getattr(getattr(kernel, "_cache", None), "_cache_file", None), "_index_path", None)
+    return index if isinstance(index, str) else None
+
+
+def kernels_cold(modules) -> bool:
+    """Whether numba's cache holds none of the ``cache=True`` kernels of ``modules`` (imported modules): a first
+    run, where numba compiles them before they run (~30 s on 2 cores for the analyzer's). Read from numba's
+    dispatchers (each one's cache index file); False when there is none to read, rather than guess."""
+    indexes = [i for module in modules for kernel in vars(module).values() if (i := _index_file(kernel)) is not None]
+    return bool(indexes) and not any(os.path.exists(index) for index in indexes)

@@ -15,6 +15,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn
+from rich.table import Column
 from rich.text import Text
 
 from datatools.base import interrupts
@@ -244,6 +245,17 @@ def doing(what: str | None) -> None:
         act.set(what)
 
 
+def say(line: str) -> None:
+    """Print ``line`` (a finding to keep, not progress) on stderr, above the running command's live line: printed
+    through that line's console, so the two never share a terminal line."""
+    act = _ACTIVE
+    if act is None:
+        Console(stderr=True).print(line, markup=False, highlight=False, soft_wrap=True)
+        return
+    with act.lock:
+        act.console.print(line, markup=False, highlight=False, soft_wrap=True)  # a Live on it redraws below
+
+
 def release() -> None:
     """Let a held :func:`activity` show its line (the command's arguments are parsed: it runs)."""
     act = _ACTIVE
@@ -296,8 +308,12 @@ def job_progress(
             with _plain_lines(console, lambda: f"{description}: {bar.status()}", interval_s):
                 yield bar
         else:
-            columns = (TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"))
-            with Progress(*columns, _EtaColumn(), console=console, transient=True) as progress:
+            # the ETA before the counts: on a narrow terminal (80 columns) the counts are cut, not the time left
+            columns = (TextColumn("[bold]{task.description}"), BarColumn(bar_width=20), _EtaColumn())
+            status = TextColumn(
+                "{task.fields[status]}", table_column=Column(ratio=1, no_wrap=True, overflow="ellipsis")
+            )
+            with Progress(*columns, status, console=console, transient=True, expand=True) as progress:
                 by_bytes = total_bytes is not None
                 total, completed = (total_bytes, done_bytes) if by_bytes else (total_shards, done)
                 bar._progress = progress

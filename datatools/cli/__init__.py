@@ -152,7 +152,12 @@ def _error(message: str, kind: str = "error") -> None:
     line = " ".join(printable(str(message)).split())
     if len(line) > 2000:
         line = line[:1997] + "..."
-    print(f"datatools: {kind}: {line}", file=sys.stderr)
+    if kind == "warning":  # while the command runs: above its live line, never on it
+        from datatools.base.progress import say
+
+        say(f"datatools: {kind}: {line}")
+    else:
+        print(f"datatools: {kind}: {line}", file=sys.stderr)
 
 
 def _message(exc: Exception) -> str:

@@ -188,7 +188,7 @@ def _write_config(report, out, trainer, path, column, tokenizer, console) -> Non
     trainer = trainer or ("maxtext" if settings is not None else "datatools")
     inp = report.input or {}
     tok = inp.get("tokenizer") or {}
-    from datatools.analysis.write_config import pipeline_config, write_pipeline_config
+    from datatools.analysis.write_config import maxtext_keys, pipeline_config, write_pipeline_config
 
     config = pipeline_config(
         report,
@@ -201,5 +201,8 @@ def _write_config(report, out, trainer, path, column, tokenizer, console) -> Non
         bos=(tok.get("bos") or {}).get("token"),  # or from the MaxText config's add_bos / add_eos
         eos=(tok.get("eos") or {}).get("token"),
     )
-    write_pipeline_config(out, config)
+    needs = maxtext_keys(config, settings)
+    write_pipeline_config(out, config, needs)
     console.print(f"pipeline config for {trainer} written to {out} (run it: datatools pipeline {out})")
+    if needs:
+        console.print(f"MaxText needs {needs}: its attention keeps the packed documents apart only then")

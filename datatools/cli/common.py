@@ -146,7 +146,11 @@ def input_options(command):
     )(command)
     command = tokenizer_options(command)
     command = click.option(
-        "--tokenizer", type=click.Path(), default=None, help="tokenizers JSON file, for a text column."
+        "--tokenizer",
+        type=click.Path(),
+        default=None,
+        help="For a text column: a Hugging Face tokenizers JSON file or a SentencePiece model (.model, as MaxText's "
+        "tokenizer_path).",
     )(command)
     return click.option(
         "--column", default=None, help="Token (list of ints) or text column; detected when unambiguous."

@@ -42,20 +42,28 @@ def pipeline_command(config, source, overrides, steps, workers, json_out, step_s
     finetune_packed_1024, bucketed, ...; configs/README.md describes them).
     """
     from datatools.pipeline import load_config  # Grain, JAX: imported once the arguments are parsed
+    from datatools.pipeline.config import in_file
+    from datatools.pipeline.named_configs import check_demo_data
     from datatools.pipeline.run import run_pipeline
 
     cfg = load_config(config, source=source, overrides=overrides)
+    check_demo_data(config, [s.path for s in cfg.sources] if cfg.sources else [cfg.source.path])
     if workers is not None:
         cfg = cfg.replace(workers=workers)
     console = make_console(stderr=json_out == "-")
     err = make_console(stderr=True)
-    report = run_pipeline(
-        cfg,
-        steps,
-        progress=lambda total: count_progress(err, total, "batches"),
-        warn=lambda line: err.print(line, markup=False, highlight=False),
-        step_s=step_s,
-    )
+    try:
+        report = run_pipeline(
+            cfg,
+            steps,
+            progress=lambda total: count_progress(err, total, "batches"),
+            warn=lambda line: err.print(line, markup=False, highlight=False),
+            step_s=step_s,
+        )
+    except ValueError as exc:
+        if str(exc).startswith("config: "):  # a key the build refused: name the file, as load_config does
+            raise in_file(config, exc) from None
+        raise
     table = Table(title=f"{config}: {report.config.mode} pipeline on {cfg.source_label}", title_justify="left")
     table.add_column("measure")
     table.add_column("value", justify="right")

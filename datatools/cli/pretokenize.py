@@ -59,7 +59,7 @@ def pretokenize_command(inputs, engine, **options):
     require_engine(engine)  # like `train` without jax: the install line, exit 1, before anything is created
     result = pretokenize(list(inputs), engine=engine, **options)
     err = make_console(stderr=True)
-    for key in ("tokenizer", "duplicates", "cleaned", "repaired", "indexed"):
+    for key in ("duplicates", "cleaned", "repaired", "indexed"):  # the tokenizer line came first (the job)
         if key in result.extra:
             err.print(result.extra[key], markup=False, highlight=False, soft_wrap=True)
     err.print(

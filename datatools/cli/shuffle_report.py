@@ -51,9 +51,17 @@ def _records(name: str, text: str, **kwargs):
     help="Count the orders over a store written with pretokenize --shuffle-seed this seed (default: --store's).",
 )
 @click.option("--epoch", type=click.IntRange(0, (1 << 62)), default=0, show_default=True)
+@click.option(
+    "--config",
+    "pipeline",
+    type=click.Path(path_type=str),
+    default=None,
+    help="A pipeline config (a file or a shipped name): the report says which row is the order it reads in.",
+)
 @json_option("the figures")
-def shuffle_report_command(json_out, store, **options):
+def shuffle_report_command(json_out, store, pipeline, **options):
     """Distinct groups per batch against a full shuffle's expectation, displacement, and I/O cost."""
+    applies = None if pipeline is None else config_row(pipeline)  # a bad config: one line before the work
     written = "input order"
     if store is not None:
         from datatools.io.store import read_manifest
@@ -108,4 +116,30 @@ def shuffle_report_command(json_out, store, **options):
         f"read order); its block reads are counted with the cache a lane reader holds, "
         f"{report.lane_cache_blocks:,} blocks (every lane's window and the next block)"
     )
+    if applies is not None:
+        console.print(f"{pipeline}: {applies}")
+    else:
+        console.print("which row is your pipeline's: --config PATH says")
     emit_json(json_out, report)
+
+
+def config_row(path: str) -> str:
+    """Which row of the report is the read order of the pipeline config at ``path``, and why, in words: planned
+    packing or ``shuffle.kind: full`` read as a full shuffle; ``none`` in storage order; ``block`` in lanes where
+    streaming packing deals one source's blocks to lanes (``packing.read_order: lanes``), else by window."""
+    from datatools.pipeline import load_config
+    from datatools.pipeline.schedules import schedule_mode
+
+    cfg = load_config(path)
+    mode, kind = schedule_mode(cfg), cfg.shuffle.kind
+    if mode == "planned":
+        key, why = "full", "planned packing's rows mix documents from everywhere"
+    elif kind == "block" and mode == "lanes":
+        key, why = "lanes", "shuffle.kind block, streaming packing with read_order lanes"
+    else:
+        key, why = kind, f"shuffle.kind {kind}" + (", read in window order" if kind == "block" else "")
+    line = f"the row '{LABELS[key]}' is its read order ({why})"
+    if kind == "block":  # the table's block rows are for the options given: say the config's own sizes
+        sh = cfg.shuffle
+        line += f"; its own sizes: --io-block-size {sh.io_block_size} --window-blocks {sh.window_blocks}"
+    return line

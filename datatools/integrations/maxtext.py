@@ -10,8 +10,10 @@ pipeline in the ``maxtext`` format, so its train step, ``total_weights`` and Gra
                    "steps=1000"], pipeline="maxtext_pipeline.yaml")
 
 or ``python -m datatools.integrations.maxtext --pipeline P.yaml CONFIG.yml key=value ...``. A datatools key that
-contradicts MaxText's is an error; MaxText's ``packing: false`` does not turn packing off. A restart on fewer hosts
-(``expansion_factor_real_data`` = hosts now / hosts before) continues the global batch sequence exactly.
+contradicts MaxText's is an error; MaxText's ``packing: false`` does not turn packing off (with ``attention:
+cudnn_flash_te`` it is refused: that kernel keeps packed documents apart only with ``packing: true`` and
+``max_segments_per_seq``). A restart on fewer hosts (``expansion_factor_real_data`` = hosts now / hosts before)
+continues the global batch sequence exactly.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import os
 import sys
 from pathlib import Path
 
+from datatools.analysis.maxtext_simulation import attention_keys, keys_to_set
 from datatools.base.checks import MAX_BATCH, MAX_CTX, check_int
 from datatools.integrations.maxtext_shim import TESTED_MAXTEXT
 from datatools.io.yaml_files import load_yaml
@@ -87,6 +90,31 @@ def _agree(data: dict, section: str | None, key: str, value, maxtext_key: str) -
     target[key] = value
 
 
+def _check_attention(config, packing, cap: int) -> None:
+    """ValueError (one line naming the MaxText keys to set) when MaxText's attention would not keep the documents
+    of the packed rows apart (:func:`~datatools.analysis.maxtext_simulation.attention_keys`)."""
+    attention = str(_setting(config, "attention", "autoselected"))
+    rows = packing.get("max_segments") if isinstance(packing, dict) else None
+    keys = attention_keys(
+        attention,
+        str(_setting(config, "packing", True)).lower() not in ("false", "0", "no"),
+        str(_setting(config, "dataset_type", "grain")),
+        cap,
+        rows if isinstance(rows, int) and not isinstance(rows, bool) else None,
+    )
+    if keys:
+        raise ValueError(
+            f"MaxText attention={attention} would attend across the documents in datatools' packed rows (it keeps "
+            f"them apart only with packing=true and max_segments_per_seq at least the documents a row holds): set "
+            f"{keys_to_set(keys)}"
+            + (
+                " (N: the most documents per row; analyze-padding --maxtext-config recommends one)"
+                if keys.get("max_segments_per_seq", 0) is None
+                else ""
+            )
+        )
+
+
 def pipeline_config(
     config, pipeline=None, *, process_index: int = 0, process_count: int = 1, split: str = "train"
 ) -> PipelineConfig:
@@ -139,6 +167,7 @@ def pipeline_config(
     cap = _int_setting(config, "max_segments_per_seq", -1, maximum=MAX_CTX)
     if cap > 0:
         _agree(data, "packing", "max_segments", cap, "max_segments_per_seq")
+    _check_attention(config, data["packing"], cap)
     _agree(data, None, "format", "maxtext", "(the MaxText batch layout)")
     if split == "train":
         data.setdefault("seed", _int_setting(config, "data_shuffle_seed", 0, minimum=0))

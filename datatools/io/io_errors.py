@@ -24,6 +24,9 @@ STATUS_ERRNO = {
 }
 _OS_CODE = re.compile(r"os_error_code='?(\d+)")
 _FILE = re.compile(r'(?:local file|file) "([^"]+)"')
+# tensorstore on a read of the last N bytes (``Range: bytes=-N``, a sharded array's index at its end) that the
+# server did not answer as asked: the whole object back (a 200), a 416, or another length
+_SUFFIX_RANGE = re.compile(r"Requested byte range \[-(\d+), \?\)")
 
 
 def status_code(exc: BaseException) -> str | None:
@@ -41,6 +44,8 @@ def as_os_error(exc: BaseException, where: str | os.PathLike | None = None) -> O
         filename = exc.filename or (str(where) if where else None)
         return OSError(exc.errno or errno.EIO, exc.strerror or short_message(exc), filename)
     text = str(exc)
+    if (suffix := _SUFFIX_RANGE.search(text)) is not None:
+        return suffix_range_error(int(suffix.group(1)), where)
     m = _OS_CODE.search(text)
     code = int(m.group(1)) if m else STATUS_ERRNO.get(status_code(exc) or "")
     if code is None:
@@ -49,6 +54,19 @@ def as_os_error(exc: BaseException, where: str | os.PathLike | None = None) -> O
     name = str(where) if where is not None else (f.group(1) if f else None)
     strerror = os.strerror(code) if m or code != errno.EIO else short_message(exc)
     return OSError(code, strerror, name)
+
+
+def suffix_range_error(size: int, where: str | os.PathLike | None) -> OSError:
+    """The object server's fault, not the data's: it does not serve suffix-range requests (``Range: bytes=-N``,
+    the last N bytes), with which tensorstore reads the shard index at the end of a sharded zarr array (a Levanter
+    cache's). An ``OSError`` (EOPNOTSUPP: exit 1, the environment) naming ``where``."""
+    return OSError(
+        errno.EOPNOTSUPP,
+        f"the object server does not serve suffix-range requests (Range: bytes=-{size}, the last {size} bytes), "
+        f"with which a sharded array's index at its end is read: the data is not at fault; real GCS and S3 serve "
+        f"them, gcp-storage-emulator does not: use a server that does, or copy the data to local disk",
+        where,
+    )
 
 
 @contextmanager

@@ -25,4 +25,6 @@ def read_lengths_shown(inp: TokenInput, console=None) -> np.ndarray:
             advance(nbytes - seen[0])
             seen[0] = nbytes
 
-        return read_lengths(inp, progress=read)
+        lengths = read_lengths(inp, progress=read)
+        advance(max(0, inp.nbytes - seen[0]))  # what no shard holds (a Parquet footer): the bar ends at its total
+        return lengths

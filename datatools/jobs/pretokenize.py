@@ -25,7 +25,7 @@ import numpy as np
 from datatools.base import interrupts
 from datatools.base.checks import ENGINES, short_repr
 from datatools.base.install import missing
-from datatools.base.progress import doing, job_progress
+from datatools.base.progress import doing, job_progress, say
 from datatools.io import storage
 from datatools.io.discover import Shard, list_shards
 from datatools.io.paths import display
@@ -300,6 +300,8 @@ def pretokenize(
     job, sources = _fingerprint(shards, encoder.sha256, options)
     worker = ShardTokenizer(encoder, options)
     extra = {"tokenizer": encoder.summary()}
+    if progress:  # the inputs are checked: said first, before the run spends time tokenizing with it
+        say(extra["tokenizer"])
     if duplicates:
         extra["duplicates"] = (
             f"{len(duplicates)} input file(s) given more than once, read once: "

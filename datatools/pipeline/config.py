@@ -22,6 +22,7 @@ from datatools.base.checks import (
     MAX_WORKERS,
     OVERFLOW_POLICIES,
 )
+from datatools.io.paths import display
 from datatools.io.yaml_files import load_yaml
 from datatools.kernels.batch_layouts import BOUNDARY_TARGETS, FORMATS, POSITIONS
 from datatools.kernels.loss_weights import LOSS_WEIGHTINGS
@@ -484,13 +485,19 @@ def load_config(path: str | os.PathLike, *, source: str | None = None, overrides
         if source is not None:  # before the overrides, so --set source.column=... applies to the new source
             data = with_source(data, source)
     except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
+        raise in_file(path, exc) from None
     data = apply_overrides(data, overrides)
     data = {k: v for k, v in data.items() if k not in _TRAINING_SECTIONS}
     try:
         return parse_config(data)
     except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
+        raise in_file(path, exc) from None
+
+
+def in_file(path: str | os.PathLike, exc: ValueError) -> ValueError:
+    """``exc`` (a config error, ``config: ...``) as the error of the config file at ``path``: its name in place of
+    ``config``."""
+    return ValueError(f"{display(path)}: {str(exc).removeprefix('config: ')}")
 
 
 _TRAINING_SECTIONS = ("model", "train")

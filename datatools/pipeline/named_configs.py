@@ -7,6 +7,7 @@ dotted keys (``packing.ctx=2048``) to YAML scalars or flat lists, validated with
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from collections.abc import Sequence
@@ -49,6 +50,26 @@ def resolve_config(config: str | os.PathLike) -> str | os.PathLike:
     raise ValueError(
         f"{text}: no such config file, and no packaged config of that name (packaged: {', '.join(packaged_configs())})"
     )
+
+
+DEMO_DATA = "demo_data/"  # where the packaged configs read (what `make demo` builds in a checkout)
+
+
+def check_demo_data(config: str | os.PathLike, sources: Sequence[str]) -> None:
+    """When ``config`` names a packaged config (no such file here) and one of its ``sources`` (paths) under
+    :data:`DEMO_DATA`, relative to the working directory, is missing (after ``pip install`` it is):
+    FileNotFoundError naming it, with the hint to name the data with ``--source``."""
+    if resolve_config(config) is config:
+        return  # a file (or URL) of the user's: its paths are the user's
+    for path in sources:
+        if path.startswith(DEMO_DATA) and not os.path.exists(path):
+            hint = "copy the config and edit its sources' paths" if len(sources) > 1 else "name your data with --source"
+            raise FileNotFoundError(
+                errno.ENOENT,
+                f"no such file or directory: the shipped config {config} reads datatools' demo data; {hint} "
+                f"(or build the demo here: make demo, in a checkout)",
+                path,
+            )
 
 
 def parse_value(key: str, text: str):

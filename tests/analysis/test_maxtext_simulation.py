@@ -176,3 +176,30 @@ def test_shuffled_order_is_a_permutation_of_one_hosts_share():
     on = MaxTextSettings(max_target_length=512, per_device_batch_size=8, tokenize_train_data=False)
     off = dataclasses.replace(on, enable_data_shuffling=False)
     assert maxtext_view(sorted_lengths, on).rows < maxtext_view(sorted_lengths, off).rows
+
+
+def test_the_plot_has_maxtext_today_beside_the_strategies(tmp_path, monkeypatch):
+    """Issue 58: --plot drew the strategies but not what the MaxText config wastes today; with a MaxText config it
+    has "MaxText today" (the pipeline as configured) and MaxText as advised, at max_target_length."""
+    import matplotlib.pyplot as plt
+
+    from datatools.analysis.padding_input import analyze_input
+    from datatools.analysis.padding_report import plot
+
+    (tmp_path / "docs").mkdir()
+    np.save(tmp_path / "docs" / "lengths.npy", np.random.default_rng(0).integers(1, 900, 400))
+    (tmp_path / "base.yml").write_text("max_target_length: 1024\npacking: false\nper_device_batch_size: 4\n")
+    drawn = []
+    real_close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: (drawn.append(fig), real_close(fig)))
+    for config in (None, tmp_path / "base.yml"):
+        report = analyze_input(str(tmp_path / "docs"), contexts=[512], maxtext_config=config)
+        plot(report, tmp_path / "p.png", source="docs")
+        labels = [t.get_text() for t in drawn[-1].axes[1].get_xticklabels()]
+        heights = [round(b.get_height(), 6) for b in drawn[-1].axes[1].patches]
+        if config is None:
+            assert not any("MaxText" in label for label in labels)
+            continue
+        assert labels[-2:] == ["MaxText today\n(as configured)", "MaxText as advised\n(packing settings)"]
+        today = report.maxtext.today
+        assert today.packing is False and round(today.efficiency * 100, 6) in heights  # its bar, drawn

@@ -144,3 +144,38 @@ def test_a_store_shuffled_when_written_mixes_groups_in_storage_order():
     assert written.orders["none"].groups_per_batch > 0.9 * expected
     assert written.orders["none"].runs_per_batch == plain.orders["none"].runs_per_batch == 1
     assert written.orders["block"].groups_per_batch > plain.orders["block"].groups_per_batch
+
+
+@pytest.mark.parametrize(
+    "config, says",
+    [
+        (
+            "block",
+            "the row 'block shuffle in lanes' is its read order (shuffle.kind block, streaming packing with "
+            "read_order lanes); its own sizes: --io-block-size 32 --window-blocks 64",
+        ),
+        ("window", "the row 'block shuffle' is its read order (shuffle.kind block, read in window order); its own"),
+        ("planned", "the row 'full Feistel shuffle' is its read order (planned packing's rows mix documents"),
+        ("none", "the row 'no shuffle (storage order)' is its read order (shuffle.kind none)"),
+    ],
+)
+def test_the_report_says_which_row_a_config_reads_in(tmp_path, capsys, config, says):
+    """Issue 58: shuffle-report printed its rows and left the reader to work out which one their pipeline is."""
+    packing = {
+        "block": "{mode: streaming, ctx: 64}",
+        "window": "{mode: streaming, ctx: 64, read_order: window}",
+        "planned": "{mode: planned, ctx: 64}",
+        "none": "{mode: streaming, ctx: 64}",
+    }[config]
+    kind = {"planned": "full", "none": "none"}.get(config, "block")
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        f"source: {{path: data}}\nshuffle: {{kind: {kind}, io_block_size: 32, window_blocks: 64}}\n"
+        f"packing: {packing}\nbatch_size: 4\n"
+    )
+    args = ["--n", "512", "--io-block-size", "8", "--window-blocks", "8", "--group-size", "16", "--batch-size", "8"]
+    assert main(["shuffle-report", *args, "--config", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"{path}: {says}" in out, out
+    assert main(["shuffle-report", *args]) == 0
+    assert "which row is your pipeline's: --config PATH says" in capsys.readouterr().out

@@ -47,6 +47,40 @@ def test_maxtext_config_written_is_accepted_by_pipeline_and_the_maxtext_integrat
     assert main(["pipeline", str(out), "--steps", "2", "--json", str(tmp_path / "p.json")]) == 0
 
 
+@pytest.mark.parametrize("near_full", [False, True])
+def test_cudnn_flash_te_without_a_cap_gets_one_and_the_maxtext_keys_it_needs(tmp_path, shards, capsys, near_full):
+    """Issue 58: MaxText's cudnn_flash_te keeps packed documents apart only with packing: true and
+    max_segments_per_seq; the written config caps its rows at the cap the report recommends and says which MaxText
+    keys to set (header and terminal), and the integration accepts it with them and refuses it without. Documents
+    near the context (``near_full``): the recommendation is padding, with no cap of its own; the MaxText advice's
+    cap is written."""
+    from datatools.integrations.maxtext import pipeline_config
+
+    if near_full:
+        rng = np.random.default_rng(2)
+        docs = [{"inputs": rng.integers(1, 500, size=int(rng.integers(1000, 1025))).tolist()} for _ in range(40)]
+        shards = str(tmp_path / "full.array_record")
+        array_record_files.write(shards, docs)
+    base = tmp_path / "base.yml"
+    base.write_text(
+        f"grain_train_files: '{shards}'\ntokenize_train_data: false\nmax_target_length: 1024\n"
+        "per_device_batch_size: 4\nattention: cudnn_flash_te\npacking: false\ndataset_type: grain\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "pipeline.yaml"
+    assert main(["analyze-padding", "--maxtext-config", str(base), "--write-config", str(out)]) == 0
+    cap = yaml.safe_load(out.read_text())["packing"]["max_segments"]
+    assert isinstance(cap, int) and cap > 0
+    needs = f"packing=true max_segments_per_seq={cap}"
+    assert f"# MaxText needs: {needs} (its attention keeps packed documents apart only then)" in out.read_text()
+    said = " ".join(capsys.readouterr().out.split())
+    assert f"MaxText needs {needs}: its attention keeps the packed documents apart only then" in said
+    maxtext = {"max_target_length": 1024, "global_batch_size_to_load": 4, "attention": "cudnn_flash_te"}
+    assert pipeline_config({**maxtext, "packing": True, "max_segments_per_seq": cap}, str(out)).batch_size == 4
+    with pytest.raises(ValueError, match=f"set {needs}$"):
+        pipeline_config({**maxtext, "packing": False, "max_segments_per_seq": -1}, str(out))
+
+
 @pytest.mark.parametrize("trainer", ["levanter", "datatools", "hf"])
 def test_config_written_for_each_trainer_runs_as_written(tmp_path, shards, trainer):
     out = tmp_path / "pipeline.yaml"

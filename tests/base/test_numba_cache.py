@@ -66,3 +66,38 @@ def test_a_cache_dir_the_user_chose_is_kept(tmp_path):
     done = _run(site, home, tmp, NUMBA_CACHE_DIR=str(chosen))
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"cache {chosen}" in done.stdout and any(chosen.rglob("*.nbi"))
+
+
+def test_a_first_run_is_told_from_numbas_cache(tmp_path):
+    """Issue 58: the analyzer sat ~35 s at 'simulating strategies: 0/8' on a first run while numba compiled; it now
+    says so when numba's cache holds none of its kernels (kernels_cold): an empty cache here, a warm one below."""
+    script = "from datatools.base.numba_cache import kernels_cold\nfrom datatools.kernels import bucket\n"
+    script += "print(kernels_cold([bucket]))"
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True"]
+
+
+def test_the_analyzer_says_it_compiles_on_a_first_run(monkeypatch, tmp_path):
+    """The label of the analyzer's bar while numba compiles (a terminal, where the bar shows at once); after a run
+    the kernels are cached, and kernels_cold says so."""
+    import io
+
+    import numpy as np
+    from rich.console import Console
+
+    from datatools.analysis import padding_input
+    from datatools.base.numba_cache import kernels_cold
+
+    (tmp_path / "docs").mkdir()
+    np.save(tmp_path / "docs" / "lengths.npy", np.random.default_rng(0).integers(1, 900, 300))
+    padding_input.analyze_input(str(tmp_path / "docs"), contexts=[1024])  # compiled (or loaded), quietly
+    assert not kernels_cold([padding_input.counting, padding_input.pieces, padding_input.bucket])
+    for cold in (True, False):
+        monkeypatch.setattr(padding_input, "kernels_cold", lambda modules, cold=cold: cold)
+        out = io.StringIO()
+        console = Console(file=out, force_terminal=True, width=200)
+        padding_input.analyze_input(str(tmp_path / "docs"), console=console, contexts=[1024])
+        said = "simulating strategies (compiling kernels: first run only, ~30 s)" in out.getvalue()
+        assert said == cold

@@ -20,6 +20,7 @@ from datatools.base.progress import (
     doing,
     eta_seconds,
     job_progress,
+    say,
 )
 
 
@@ -159,3 +160,31 @@ def test_quick_work_prints_nothing():
     with activity("datatools x", console=con):
         doing("listing")
     assert out.getvalue() == ""
+
+
+def test_a_finding_said_while_the_spinner_runs_gets_a_line_of_its_own():
+    """Issue 58: a message printed while the live line ran shared the terminal line with its spinner (another
+    console wrote over it). said through the activity's console, it is a line of its own above the spinner."""
+    con, out = console(True)
+    with activity("datatools x", console=con):
+        doing("tokenizing")
+        time.sleep(FIRST_LINE_S + 0.3)  # the spinner is up
+        say("tokenizer tok.json (sha256 0123)")
+        time.sleep(0.3)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "\n", out.getvalue())  # cursor moves and erasures: line breaks
+    lines = [ln for ln in text.replace("\r", "\n").split("\n") if "tokenizer tok.json" in ln]
+    assert lines and all(ln.strip() == "tokenizer tok.json (sha256 0123)" for ln in lines), lines
+    assert "datatools x: tokenizing" in text  # the spinner was shown
+
+
+def test_on_an_80_column_terminal_the_job_bar_keeps_its_eta():
+    """Issue 58: pretokenize's bar at 80 columns showed its counts and cut the ETA off; the counts give way now."""
+    out = io.StringIO()
+    con = Console(file=out, force_terminal=True, width=80)
+    with job_progress(400, total_bytes=3_000_000_000, console=con) as bar:
+        bar.advance(70_000, 700_000_000, nbytes=1_000_000_000, shards=100)
+        time.sleep(0.3)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())  # colours off, then cursor moves as line breaks
+    lines = [ln for ln in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "\n", text).replace("\r", "\n").split("\n") if ln]
+    shown = [ln for ln in lines if "shards" in ln]
+    assert shown and all("tokenizing" in ln and "ETA " in ln and len(ln) <= 80 for ln in shown), shown

@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 import datatools
 from datatools.cli import main
 
@@ -26,3 +28,11 @@ def test_unknown_command_is_one_line_exit_2(capsys):
 def test_console_script_runs():
     out = subprocess.run([sys.executable, "-m", "datatools", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and "datatools" in out.stdout
+
+
+@pytest.mark.parametrize("command", ["analyze-padding", "pack"])
+def test_the_tokenizer_help_names_sentencepiece(command, capsys):
+    """Issue 58: --tokenizer takes a SentencePiece model too (MaxText's tokenizer_path); its help said JSON only."""
+    assert main([command, "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "a Hugging Face tokenizers JSON file or a SentencePiece model (.model" in text

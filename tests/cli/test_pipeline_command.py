@@ -184,3 +184,35 @@ def test_a_short_run_with_workers_reports_the_workers_reads_and_the_rate_of_its_
     assert report["loader"]["bytes_delivered"] >= taken * TokenStore(store).dtype.itemsize
     span = (steps - 1) / report["batches_per_s"]  # from the first batch to the last step
     assert span < wall - report["build_s"] - report["startup_s"] - read_stats.FLUSH_EVERY_S  # not the report, the close
+
+
+@pytest.mark.parametrize(
+    "name, hint",
+    [
+        ("pretrain_block_8192", "name your data with --source"),
+        ("pretrain_mixture_8192", "copy the config and edit its sources' paths"),
+    ],
+)
+def test_a_packaged_config_without_the_demo_data_says_to_give_source(tmp_path, monkeypatch, capsys, name, hint):
+    """Issue 58: after ``pip install`` a shipped config by name failed on ``demo_data/store`` with no hint."""
+    monkeypatch.chdir(tmp_path)  # no demo_data/ here, as after pip install
+    assert main(["pipeline", name, "--steps", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("datatools: error: demo_data/") and "\n" not in err
+    assert f"the shipped config {name} reads datatools' demo data; {hint}" in err
+
+
+@pytest.mark.parametrize(
+    "extra, says",
+    [
+        ("packing: {mode: planned}\n", "packing.ctx is required"),  # the schema's check
+        ("packing: {mode: planned, ctx: 64}\nworkers: 2\n", "workers=2: a token store"),  # the build's check
+    ],
+)
+def test_config_errors_name_the_file_not_config(tmp_path, store, capsys, extra, says):
+    """Issue 58: a config's error said ``config:`` (after the file name, or in its place): now the file alone."""
+    path = tmp_path / "mine.yaml"
+    path.write_text(f"source: {{path: {store}}}\nbatch_size: 4\n{extra}")
+    assert main(["pipeline", str(path), "--steps", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"datatools: error: {path}: {says}") and "config:" not in err, err

@@ -3,6 +3,8 @@ iterator contract (global jax arrays, a checkpointable Grain iterator). MaxText 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -67,6 +69,44 @@ def test_contradictions_are_errors(pipeline, match):
         pipeline_config({**KEYS, "grain_train_files": "data"}, pipeline)
     with pytest.raises(ValueError, match="no data"):
         pipeline_config(KEYS, {})
+
+
+FLASH_TE = {**KEYS, "grain_train_files": "data", "attention": "cudnn_flash_te", "packing": True}
+
+
+@pytest.mark.parametrize(
+    "keys, pipeline, says",
+    [
+        ({"packing": False, "max_segments_per_seq": 6}, {}, "set packing=true$"),
+        (
+            {"packing": "false", "max_segments_per_seq": 6, "dataset_type": "synthetic"},
+            {},
+            "set packing=true dataset_type=grain$",
+        ),
+        ({}, {}, "set max_segments_per_seq=N \\(N: the most documents per row; analyze-padding --maxtext-config"),
+        ({"packing": False}, {"packing": {"max_segments": 12}}, "set packing=true max_segments_per_seq=12$"),
+    ],
+)
+def test_cudnn_flash_te_without_packing_or_a_cap_is_refused_naming_the_keys(keys, pipeline, says):
+    """Issue 58: MaxText's cudnn_flash_te reads segment ids only with ``packing: true`` (and then holds at most
+    ``max_segments_per_seq`` of them): anything else would attend across the documents of our packed rows."""
+    with pytest.raises(ValueError, match="^MaxText attention=cudnn_flash_te would attend across the documents") as e:
+        pipeline_config({**FLASH_TE, **keys}, pipeline)
+    assert "\n" not in str(e.value)
+    assert re.search(says, str(e.value)), str(e.value)
+
+
+def test_a_cap_below_the_documents_a_row_holds_is_named():
+    from datatools.analysis.maxtext_simulation import attention_keys
+
+    assert attention_keys("cudnn_flash_te", True, "grain", 4, 8) == {"max_segments_per_seq": 8}
+    assert attention_keys("cudnn_flash_te", True, "grain", 8, 8) == {}
+
+
+def test_attention_that_keeps_packed_documents_apart_is_accepted():
+    assert pipeline_config({**FLASH_TE, "max_segments_per_seq": 6}).packing.max_segments == 6
+    for attention in ("dot_product", "flash", "autoselected"):  # these read the segment ids whatever packing says
+        assert pipeline_config({**FLASH_TE, "attention": attention, "packing": False}).format == "maxtext"
 
 
 def test_eval_split_needs_eval_files(store):

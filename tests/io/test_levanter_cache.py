@@ -221,3 +221,26 @@ def test_a_cache_in_object_storage_reads_as_the_local_one(tmp_path, storage_root
     assert main(["analyze-padding", where, "--ctx", "1024", "--json", "-"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["input"]["kind"] == "levanter" and report["num_sequences"] == len(docs)
+
+
+def test_a_server_without_suffix_ranges_is_named_not_reported_as_corruption(tmp_path, monkeypatch, capsys):
+    """Issue 58: gcp-storage-emulator as it ships answers a suffix range ('bytes=-N', with which tensorstore reads
+    a sharded array's index at its end) with the whole object, and the cache was reported "corrupt" (exit 2). Now
+    one line says the server lacks them, naming the array, exit 1 (the environment)."""
+    import sys
+
+    from object_storage import Root, Server, free_port, gcs_environment, new_bucket
+
+    port = free_port()
+    argv = [sys.executable, "-m", "gcp_storage_emulator", "start", "-H", "127.0.0.1", "--port", str(port)]
+    server = Server("gcp-storage-emulator-as-shipped", [*argv, "--in-memory", "-q"], port, tmp_path)
+    try:
+        gcs_environment(monkeypatch, server.url)
+        where = Root("gs", new_bucket("gs")).upload(write_cache(tmp_path / "cache", random_docs(20, seed=3)), "cache")
+        assert main(["analyze-padding", where, "--ctx", "1024"]) == 1
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "corrupt" not in err, err
+        assert "the object server does not serve suffix-range requests (Range: bytes=-" in err, err
+        assert err.startswith(f"datatools: error: {where}/input_ids/"), err
+    finally:
+        server.stop()

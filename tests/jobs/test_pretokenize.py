@@ -165,9 +165,13 @@ def test_kill_after_the_final_rename_and_during_an_overwrite_swap(tmp_path, json
     assert again.returncode == 0 and "already complete" in again.stderr
 
 
-def one_line_error(args, capsys, status: int = 2) -> str:
+def one_line_error(args, capsys, status: int = 2, *, started: bool = False) -> str:
+    """The one line of a failed run; ``started``: it failed while tokenizing, after the tokenizer line."""
     assert main(args) == status
     err = without_progress(capsys.readouterr().err)  # progress lines (a run over a quarter second) may precede it
+    if started:
+        first, err = err.split("\n", 1)
+        assert first.startswith("tokenizer "), first
     assert err.startswith("datatools: error:") and err.count("\n") == 1, err
     return err
 
@@ -215,7 +219,7 @@ def test_full_disk_commits_nothing(tmp_path, jsonl_dir, tokenizer_file, capsys, 
     monkeypatch.setattr(job, "_write_shard", fill_up)
     out = tmp_path / "o"
     err = one_line_error(
-        ["pretokenize", str(jsonl_dir), str(out), "--tokenizer", str(tokenizer_file)], capsys, status=1
+        ["pretokenize", str(jsonl_dir), str(out), "--tokenizer", str(tokenizer_file)], capsys, status=1, started=True
     )  # the environment, not the input
     assert "No space left on device" in err and "o.partial" in err  # names the file it could not write
     assert not out.exists()
@@ -278,3 +282,22 @@ def test_a_store_written_before_its_shard_index_gets_it_from_a_rerun_with_overwr
     added = pretokenize(jsonl_dir, old, tokenizer_file, progress=False, overwrite=True)
     assert added.status == "already complete" and "shard_index.bin added" in added.extra["indexed"]
     assert tree_digest(old) == tree_digest(reference)
+
+
+def test_the_tokenizer_line_comes_first(tmp_path, jsonl_dir, tokenizer_file, capsys, monkeypatch):
+    """Issue 58: the line naming the tokenizer (file, sha256, what was switched off) printed after the run; it is
+    said before the first shard is written now, and once."""
+    import datatools.jobs.pretokenize as job
+
+    real, said_by_first_shard = job._write_shard, []
+
+    def write(*args, **kwargs):
+        if not said_by_first_shard:
+            said_by_first_shard.append(capsys.readouterr().err)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(job, "_write_shard", write)
+    assert main(["pretokenize", str(jsonl_dir), str(tmp_path / "out"), "--tokenizer", str(tokenizer_file)]) == 0
+    err = said_by_first_shard[0] + capsys.readouterr().err
+    line = f"tokenizer {tokenizer_file} (sha256 "
+    assert line in said_by_first_shard[0] and err.count(line) == 1, err
