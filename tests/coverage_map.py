@@ -51,7 +51,6 @@ COVERED_BY = {
     "datatools.io.array_record_files": "tests/io/test_array_record_input.py",
     "datatools.io.formats": "tests/io/test_io_inputs.py",
     "datatools.io.io_errors": "tests/io/test_io_store.py",
-    "datatools.io.lengths_progress": "tests/cli/test_live_progress.py",
     "datatools.io.mixed_documents": "tests/pipeline/test_mixtures.py",
     "datatools.io.read_stats": "tests/io/test_remote_reads.py",
     "datatools.io.sentencepiece_encoder": "tests/io/test_array_record_input.py",
