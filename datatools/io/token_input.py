@@ -186,6 +186,7 @@ class InputOptions:
     eos: str | int | None = None
     eos_id: int | None = None
     bin_dtype: str = "uint16"
+    text_files: bool = False  # plain .txt files are texts (datatools pretokenize reads them; tables here cannot)
 
 
 def shard_length_pieces(inp: TokenInput, k: int) -> list[tuple[int, np.ndarray, int]]:
