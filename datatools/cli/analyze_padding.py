@@ -97,8 +97,8 @@ from datatools.cli.common import emit_json, input_options, json_option, make_con
     type=str,
     default=None,
     help="Write the recommendation as a complete pipeline config (source, packing, the trainer's format and "
-    "global batch) that `datatools pipeline FILE` runs as written: a file or an s3:// / gs:// URL (not replaced "
-    "unless --overwrite).",
+    "global batch) that `datatools pipeline FILE` runs as written, one epoch delivering every document and token "
+    "counted (the config the report prints): a file or an s3:// / gs:// URL (not replaced unless --overwrite).",
 )
 @click.option(
     "--overwrite",
