@@ -94,7 +94,7 @@ def config_text(config: dict[str, Any]) -> str:
     """``config`` as the YAML ``--write-config`` writes and the report prints (the same text), with a header."""
     import yaml
 
-    header = "# written by datatools analyze-padding --write-config: run it with `datatools pipeline PATH`\n"
+    header = "# by datatools analyze-padding --write-config; run: datatools pipeline PATH\n"  # fits 80 columns
     return header + yaml.safe_dump(config, sort_keys=False)
 
 
