@@ -77,6 +77,20 @@ def tokenizer_file(tmp_path_factory, texts) -> Path:
     return train_tokenizer(texts, tmp_path_factory.mktemp("tok") / "tokenizer.json", vocab_size=1000)
 
 
+@pytest.fixture(scope="session")
+def spm_model(tmp_path_factory):
+    """A 200-piece SentencePiece BPE model (MaxText's usual tokenizer_path) trained offline on the README's
+    non-empty lines, and those lines."""
+    spm = pytest.importorskip("sentencepiece")
+    d = tmp_path_factory.mktemp("spm")
+    lines = [ln for ln in open("README.md", encoding="utf-8").read().splitlines() if ln.strip()]
+    (d / "corpus.txt").write_text("\n".join(lines), encoding="utf-8")
+    spm.SentencePieceTrainer.train(
+        input=str(d / "corpus.txt"), model_prefix=str(d / "tok"), vocab_size=200, model_type="bpe", minloglevel=2
+    )
+    return d / "tok.model", lines
+
+
 def write_test_store(path, docs, vocab_size: int = 1 << 16):
     """A token store holding ``docs`` (lists/arrays of ids), written directly (no tokenizer)."""
     import numpy as np

@@ -467,10 +467,7 @@ def recommend(
         maxtext = {"packing": False, "max_target_length": ctx}
     else:
         mode = BY_NAME[name].mode
-        snippet = (
-            f"packing:\n  mode: {mode}\n  ctx: {ctx}\n  algorithm: {name}\n  max_segments: {max_segments}\n"
-            f"batch_size: 32\nformat: maxtext"
-        )
+        snippet = f"packing:\n  mode: {mode}\n  ctx: {ctx}\n  algorithm: {name}\n  max_segments: {max_segments}"
         # MaxText passes max_segments_per_seq (always set here) to its first-fit packer only: best_fit ignores it
         maxtext = {
             "packing": True,

@@ -15,6 +15,7 @@ from datatools.analysis.device_balance import DeviceBalance
 from datatools.analysis.loss_distortion import LossDistortion
 from datatools.analysis.maxtext_simulation import MaxTextReport
 from datatools.analysis.padding_result import PaddingReport
+from datatools.analysis.write_config import config_text, maxtext_keys
 from datatools.base.tables import fitted_table
 from datatools.io import storage
 from datatools.kernels.packing.algorithms import TABLE
@@ -42,9 +43,12 @@ def _bar(fraction: float, width: int = 40) -> str:
     return "█" * int(full) + ("▌" if full - int(full) >= 0.5 else "")
 
 
-def render(report: PaddingReport, console: Console, *, source: str) -> None:
+def render(report: PaddingReport, console: Console, *, source: str, config: dict | None = None) -> None:
     """Print the distribution, the histogram, the strategies per ctx, the recommendation and every view the report
-    holds (attention tiles, MaxText, loss distortion, curriculum)."""
+    holds (attention tiles, MaxText, loss distortion, curriculum). ``config``: the pipeline config of the
+    recommendation (:func:`~datatools.analysis.write_config.pipeline_config`), printed as ``--write-config`` writes
+    it, with its trainer's settings (Levanter's for ``format: levanter``, else MaxText's packer's); None: the
+    recommendation's packing section and MaxText's settings."""
     L = report.lengths
     console.print(
         f"[bold]{source}[/]: {report.num_sequences:,} documents, {report.num_tokens:,} tokens"
@@ -96,12 +100,16 @@ def render(report: PaddingReport, console: Console, *, source: str) -> None:
         f"{rec.efficiency:.1%} of the compute on real tokens, "
         f"speed-up bound {bound} over padding. {rec.reason}."
     )
-    console.print("[bold]datatools pipeline config:[/]")
-    console.print(rec.datatools_config, markup=False, highlight=False)
-    if rec.max_segments_reason:
+    if config is None:
+        console.print("[bold]datatools pipeline config:[/]")
+        console.print(rec.datatools_config, markup=False, highlight=False)
+    else:  # the text --write-config writes, as it is (lines never wrapped)
+        console.print(f"[bold]datatools pipeline config[/] for {config['format']} (what --write-config writes):")
+        needs = maxtext_keys(config, report.maxtext.settings if report.maxtext is not None else None)
+        console.print(config_text(config, needs).rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
+    if rec.max_segments_reason and (config is None or "max_segments" in config["packing"]):
         console.print(f"why {rec.max_segments_reason}", markup=False, highlight=False)
-    console.print("[bold]MaxText's own packer, closest settings[/] (max_segments_per_seq works with first_fit only):")
-    console.print("\n".join(f"{k}: {v}" for k, v in rec.maxtext.items()), markup=False, highlight=False)
+    render_trainer_settings(report, config, console)
     if report.attention_tiles:
         render_attention_tiles(report.attention_tiles, console)
     if report.maxtext:
@@ -112,6 +120,23 @@ def render(report: PaddingReport, console: Console, *, source: str) -> None:
         render_curriculum_savings(report.curriculum, console)
     if report.devices is not None:
         render_device_balance(report.devices, console)
+
+
+def render_trainer_settings(report: PaddingReport, config: dict | None, console: Console) -> None:
+    """The settings of the trainer ``config`` is for: Levanter's (it trains on the pipeline's rows, so its sequence
+    length and batch are the config's), else the closest settings of MaxText's own packer."""
+    if config is not None and config["format"] == "levanter":
+        console.print(
+            "[bold]Levanter's settings[/] (its Trainer takes this pipeline's rows through "
+            "datatools.integrations.levanter.data_config; Levanter's own packer is not used):"
+        )
+        settings = {"max_seq_len": config["packing"]["ctx"], "train_batch_size": config["batch_size"]}
+    else:
+        console.print(
+            "[bold]MaxText's own packer, closest settings[/] (max_segments_per_seq works with first_fit only):"
+        )
+        settings = report.recommendation.maxtext
+    console.print("\n".join(f"{k}: {v}" for k, v in settings.items()), markup=False, highlight=False)
 
 
 def render_attention_tiles(view: AttentionTiles, console: Console) -> None:

@@ -10,9 +10,13 @@ from datatools.analysis.maxtext_simulation import CAPPED_ATTENTION, MaxTextSetti
 from datatools.analysis.padding_result import PaddingReport
 from datatools.base.checks import DEFAULT_ALGORITHM, TRAINERS
 from datatools.io import storage
+from datatools.io.documents import documents_per_read
 from datatools.kernels.packing.algorithms import BY_NAME
 
 DEFAULT_BATCH = 32  # rows per global batch when no trainer config says
+BLOCK_DOCUMENTS = 64  # a block shuffle's documents per io block, at least (docs/levanter.md)
+WINDOW_DOCUMENTS = 64 * 1024  # documents a block shuffle's window holds (64 x 1024, the defaults)
+STREAMING_WINDOW = 1024  # documents streaming packing plans together
 
 
 def pipeline_config(
@@ -27,12 +31,19 @@ def pipeline_config(
     bos: str | None = None,
     eos: str | None = None,
 ) -> dict[str, Any]:
-    """A pipeline config mapping for ``report``'s recommendation: ``source`` (the path, glob or comma list the
-    analysis read, with its ``column`` and ``tokenizer`` file when given, and the ``tokenizer_settings`` and
-    ``bos`` / ``eos`` tokens it tokenized with: the documents the analysis counted), the ``trainer``'s batch
-    ``format`` (of :data:`TRAINERS`), and with ``maxtext_settings``
-    (a :class:`~datatools.analysis.maxtext_simulation.MaxTextSettings`) its ctx, segment cap and global batch
-    (``global_batch_size_to_load``; else :data:`DEFAULT_BATCH` rows)."""
+    """A pipeline config mapping for ``report``'s recommendation whose one epoch delivers every document and token
+    the analysis counted (``drop_remainder: false``: the last batch is padded with empty rows, not dropped).
+
+    Args:
+      source: the path, glob or comma list the analysis read, written with its ``column`` and ``tokenizer`` file
+        when given, and the ``tokenizer_settings`` and ``bos`` / ``eos`` tokens it tokenized with.
+      trainer: the batch ``format`` (of :data:`TRAINERS`). ``levanter``: what docs/levanter.md shows (a block
+        shuffle, streaming packing, ``num_epochs: null``: Levanter's ``num_train_steps`` decides when to stop).
+      maxtext_settings: a :class:`~datatools.analysis.maxtext_simulation.MaxTextSettings`: with ``maxtext``, its
+        ctx, segment cap and global batch (``global_batch_size_to_load``; else :data:`DEFAULT_BATCH` rows).
+
+    A source in a bucket (``s3://``, ``gs://``) is read as our bucket table measured it: a block shuffle whose io
+    blocks fill one read of the store (:func:`~datatools.io.documents.documents_per_read`), streaming packing."""
     if trainer not in TRAINERS:
         raise ValueError(f"trainer must be one of {', '.join(TRAINERS)}; got {trainer!r}")
     rec = report.recommendation
@@ -59,14 +70,26 @@ def pipeline_config(
         for key, token in (("bos", bos), ("eos", eos)):
             if token is not None:
                 src[key] = str(token)
+    shuffle: dict[str, Any] = {"kind": "full" if packer.mode == "planned" else "none"}
+    packing: dict[str, Any] = {"mode": packer.mode, "ctx": ctx, "algorithm": packer.name, "max_segments": cap}
+    read_tokens = (report.input or {}).get("read_tokens")
+    in_bucket = storage.location(source).reads_are_requests
+    if in_bucket or trainer == "levanter":
+        block = BLOCK_DOCUMENTS
+        if in_bucket and read_tokens:  # blocks of whole reads: smaller ones cost a read each (issue 52)
+            block = max(block, documents_per_read(read_tokens, report.num_tokens / max(1, report.num_sequences)))
+        shuffle = {"kind": "block", "io_block_size": block, "window_blocks": max(1, WINDOW_DOCUMENTS // block)}
+        packing = {"mode": "streaming", "ctx": ctx, "window": STREAMING_WINDOW, "overflow": "split"}
+        if trainer != "levanter":  # Levanter's attention takes segment ids, no cap (docs/levanter.md)
+            packing["max_segments"] = cap
     return {
         "source": src,
-        "shuffle": {"kind": "full" if packer.mode == "planned" else "none"},
-        "packing": {"mode": packer.mode, "ctx": ctx, "algorithm": packer.name, "max_segments": cap},
+        "shuffle": shuffle,
+        "packing": packing,
         "batch_size": batch_size,
-        "drop_remainder": True,
+        "drop_remainder": False,
         "format": trainer,
-        "num_epochs": 1,
+        "num_epochs": None if trainer == "levanter" else 1,
         "seed": 0,
     }
 
@@ -84,12 +107,17 @@ def maxtext_keys(config: dict[str, Any], settings: MaxTextSettings | None) -> st
     return keys_to_set(keys)
 
 
-def write_pipeline_config(path: str | os.PathLike, config: dict[str, Any], maxtext_keys: str = "") -> None:
-    """Write ``config`` as YAML to ``path``, with a header saying where it came from (and the MaxText settings
-    it needs, :func:`maxtext_keys`)."""
+def config_text(config: dict[str, Any], maxtext_keys: str = "") -> str:
+    """``config`` as the YAML ``--write-config`` writes and the report prints (the same text), with a header (and
+    the MaxText settings it needs, :func:`maxtext_keys`)."""
     import yaml
 
-    header = "# written by datatools analyze-padding --write-config: run it with `datatools pipeline PATH`\n"
+    header = "# by datatools analyze-padding --write-config; run: datatools pipeline PATH\n"  # fits 80 columns
     if maxtext_keys:
         header += f"# MaxText needs: {maxtext_keys} (its attention keeps packed documents apart only then)\n"
-    storage.write_text(path, header + yaml.safe_dump(config, sort_keys=False))  # a file (atomically) or a URL
+    return header + yaml.safe_dump(config, sort_keys=False)
+
+
+def write_pipeline_config(path: str | os.PathLike, config: dict[str, Any], maxtext_keys: str = "") -> None:
+    """Write :func:`config_text` of ``config`` to ``path``: a file (atomically) or a URL."""
+    storage.write_text(path, config_text(config, maxtext_keys))

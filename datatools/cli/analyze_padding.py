@@ -97,8 +97,8 @@ from datatools.cli.common import emit_json, input_options, json_option, make_con
     type=str,
     default=None,
     help="Write the recommendation as a complete pipeline config (source, packing, the trainer's format and "
-    "global batch) that `datatools pipeline FILE` runs as written: a file or an s3:// / gs:// URL (not replaced "
-    "unless --overwrite).",
+    "global batch) that `datatools pipeline FILE` runs as written, one epoch delivering every document and token "
+    "counted (the config the report prints): a file or an s3:// / gs:// URL (not replaced unless --overwrite).",
 )
 @click.option(
     "--overwrite",
@@ -133,13 +133,23 @@ def analyze_padding_command(path, curriculum, json_out, write_config, overwrite,
     from datatools.io.paths import display
 
     report = analyze_input(path, console=make_console(stderr=True), curriculum=lengths, **options)
+    config = _pipeline_config(report, trainer, path, options["column"], options["tokenizer"])
     console = result_console(stderr=json_out == "-")
-    render(report, console, source=report.source or display(path))
+    render(report, console, source=report.source or display(path), config=config)
     if plot_out:
         plot(report, plot_out, source=report.source or display(path))
         console.print(f"plot written to {plot_out}")
     if write_config:
-        _write_config(report, write_config, trainer, path, options["column"], options["tokenizer"], console)
+        from datatools.analysis.write_config import maxtext_keys, write_pipeline_config
+
+        needs = maxtext_keys(config, report.maxtext.settings if report.maxtext is not None else None)
+        write_pipeline_config(write_config, config, needs)  # the text printed above
+        console.print(
+            f"pipeline config for {config['format']} written to {write_config} "
+            f"(run it: datatools pipeline {write_config})"
+        )
+        if needs:
+            console.print(f"MaxText needs {needs}: its attention keeps the packed documents apart only then")
     emit_json(json_out, report)
 
 
@@ -181,19 +191,18 @@ def _check_config_target(out: str, overwrite: bool) -> None:
         raise click.BadParameter(f"{out}: already exists; pass --overwrite to replace it", param_hint="--write-config")
 
 
-def _write_config(report, out, trainer, path, column, tokenizer, console) -> None:
-    """The recommendation as a pipeline config the trainer's integration accepts; with a MaxText config, the
-    settings the report read from it."""
+def _pipeline_config(report, trainer, path, column, tokenizer) -> dict:
+    """The recommendation as a pipeline config the trainer's integration accepts (the report prints it,
+    ``--write-config`` writes it); with a MaxText config, the settings the report read from it."""
     settings = report.maxtext.settings if report.maxtext is not None else None
-    trainer = trainer or ("maxtext" if settings is not None else "datatools")
     inp = report.input or {}
     tok = inp.get("tokenizer") or {}
-    from datatools.analysis.write_config import maxtext_keys, pipeline_config, write_pipeline_config
+    from datatools.analysis.write_config import pipeline_config
 
-    config = pipeline_config(
+    return pipeline_config(
         report,
         source=str(path) if path is not None else str(report.source),
-        trainer=trainer,
+        trainer=trainer or ("maxtext" if settings is not None else "datatools"),
         column=column or inp.get("column"),
         tokenizer=tokenizer or tok.get("file"),
         maxtext_settings=settings,
@@ -201,8 +210,3 @@ def _write_config(report, out, trainer, path, column, tokenizer, console) -> Non
         bos=(tok.get("bos") or {}).get("token"),  # or from the MaxText config's add_bos / add_eos
         eos=(tok.get("eos") or {}).get("token"),
     )
-    needs = maxtext_keys(config, settings)
-    write_pipeline_config(out, config, needs)
-    console.print(f"pipeline config for {trainer} written to {out} (run it: datatools pipeline {out})")
-    if needs:
-        console.print(f"MaxText needs {needs}: its attention keeps the packed documents apart only then")

@@ -11,8 +11,18 @@ from datatools.cli.common import make_console, tokenizer_options
 @click.command("pretokenize")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.argument("output", type=click.Path(path_type=str))
-@click.option("--tokenizer", required=True, type=click.Path(path_type=str), help="Hugging Face tokenizers JSON file.")
-@click.option("--column", default="text", show_default=True, help="Text column (Parquet, Arrow, JSONL, HF datasets).")
+@click.option(
+    "--tokenizer",
+    required=True,
+    type=click.Path(path_type=str),
+    help="Hugging Face tokenizers JSON file, or a SentencePiece .model.",
+)
+@click.option(
+    "--column",
+    default="text",
+    show_default=True,
+    help="Text column (Parquet, Arrow, JSONL, HF datasets) or ArrayRecord feature.",
+)
 @tokenizer_options
 @click.option(
     "--ctx",
@@ -49,7 +59,8 @@ from datatools.cli.common import make_console, tokenizer_options
     "(every chunk's sha256, shard_index.bin) before calling it complete, and repairs a damaged one.",
 )
 def pretokenize_command(inputs, engine, **options):
-    """Tokenize INPUTS (Parquet, JSONL, .txt, Arrow, HF save_to_disk dirs) into the token store OUTPUT.
+    """Tokenize INPUTS into the token store OUTPUT: every input analyze-padding takes (Parquet, JSONL, Arrow,
+    HF save_to_disk dirs, ArrayRecord files, directories, a glob or comma list of files), and .txt files.
 
     Resumable: run the same command again after an interruption and it finishes
     where it stopped. OUTPUT appears only when complete.

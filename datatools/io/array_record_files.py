@@ -190,18 +190,24 @@ def write(path: str | os.PathLike, examples: list[dict[str, list[int] | str | by
 # -- the feature and the documents -----------------------------------------------------------------------------
 
 
+def features(f: str | os.PathLike) -> dict[str, bool]:
+    """The features of the first record of ``f``, each mapped to whether it holds text (a ``bytes_list``); empty
+    for a file of no record. A ValueError names the file when that record is not a ``tf.train.Example``."""
+    first = next((batch[0] for batch in records(f) if batch), None)
+    if first is None:
+        return {}
+    try:
+        ex = parse_example(first)
+    except ValueError as exc:
+        raise ValueError(f"{os.fspath(f)}: record 0 is not a tf.train.Example ({exc})") from None
+    return {k: bool(v) and isinstance(v[0], bytes) for k, v in ex.items()}
+
+
 def detect_feature(f: str | os.PathLike, feature: str | None) -> tuple[str, bool]:
     """(feature, is_text) of the first record of ``f``: ``feature`` checked, or the first token feature
     (``inputs``, ``input_ids``, ...) or text feature (``text``, ...) present. A ValueError names the file and the
     features it has."""
-    found: dict[str, bool] = {}  # name -> holds text (a bytes_list)
-    first = next((batch[0] for batch in records(f) if batch), None)
-    if first is not None:
-        try:
-            ex = parse_example(first)
-        except ValueError as exc:
-            raise ValueError(f"{os.fspath(f)}: record 0 is not a tf.train.Example ({exc})") from None
-        found = {k: bool(v) and isinstance(v[0], bytes) for k, v in ex.items()}
+    found = features(f)
     if feature is not None:
         if feature not in found:
             raise ValueError(f"{os.fspath(f)}: no feature {feature!r} (features: {', '.join(sorted(found)) or 'none'})")
@@ -234,6 +240,12 @@ def _values(f: str | os.PathLike, feature: str) -> Iterator[list]:
 
 def _texts(values: list) -> list[str]:
     return [b"".join(v).decode("utf-8", "replace") for v in values]
+
+
+def texts(f: str | os.PathLike, feature: str) -> Iterator[list[str]]:
+    """The texts of ``feature`` in file ``f``, a batch of records at a time (``datatools pretokenize``)."""
+    for values in _values(f, feature):
+        yield _texts(values)
 
 
 def documents(

@@ -33,11 +33,12 @@ class Shard:
     """One unit of input.
 
     Attributes:
-      kind: ``parquet``, ``arrow``, ``jsonl`` or ``text``.
+      kind: ``parquet``, ``arrow``, ``jsonl``, ``text`` or ``array_record`` (a whole ArrayRecord file: made by
+        ``datatools pretokenize`` from the files an ArrayRecord input names, never found by a listing here).
       files: the file (several for text shards).
       part: Parquet row group; first Arrow record batch; first byte of a JSON Lines range.
       stop: Arrow: one past the last record batch; JSON Lines: end of the byte range.
-      nbytes: Arrow: the batches' bytes (counted once, when the file is cut into shards).
+      nbytes: Arrow: the batches' bytes (counted once, when the file is cut into shards); ArrayRecord: the file's.
     """
 
     kind: str

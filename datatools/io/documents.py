@@ -637,6 +637,13 @@ def _gather_extents(flat, slot_of, extent, begin, length, out):
             left -= take
 
 
+def documents_per_read(read_tokens: int, mean_tokens: float) -> int:
+    """Documents of ``mean_tokens`` tokens on average that fill one read of a store (``read_tokens``: its
+    :attr:`~datatools.io.store.TokenStore.read_granularity`, the inner chunk a read in a bucket fetches): the block
+    shuffle's ``io_block_size`` whose blocks each cost about one whole read, not a read per block (issue 52)."""
+    return -(-int(read_tokens) // int(max(1.0, mean_tokens)))
+
+
 class StoreDocuments(PieceReadingSource):
     """A :class:`TokenStore` (or a Levanter cache) as a document source, pieces read through a cached
     :class:`StorePieceReader`."""

@@ -118,15 +118,18 @@ def _detect_table(loc: storage.Location, opts: InputOptions) -> TokenInput:
         if not any(p for p in loc.local_path.iterdir() if not p.name.startswith(".")):
             raise ValueError(f"{loc.display}: empty directory")
     shards = [s for f in pattern for s in list_shards(f)] if pattern else list_shards(loc.path)
-    if any(s.kind == "text" for s in shards):
+    if any(s.kind == "text" for s in shards) and not opts.text_files:
         raise ValueError(
             f"{display(shards[-1].files[0])}: plain text files have no token column; "
             f"pre-tokenize them first (datatools pretokenize)"
         )
     where = display(shards[0].files[0])
+    nbytes = sum(storage.size(f) for f in dict.fromkeys(x for s in shards for x in s.files))
+    if shards[0].kind == "text":  # .txt files alone (text_files): each file one text, tokenized when read
+        inp = TokenInput(loc.path, "table", column=opts.column, is_text=True, shards=shards, nbytes=nbytes)
+        return _tokenized(inp, opts, where, "column")
     columns = shard_columns(shards[0])
     col = detect_column(list(columns), opts.column, where)
-    nbytes = sum(storage.size(f) for f in dict.fromkeys(x for s in shards for x in s.files))
     is_text = col in TEXT_COLUMNS or columns[col]
     inp = TokenInput(loc.path, "table", column=col, is_text=is_text, shards=shards, nbytes=nbytes)
     return _tokenized(inp, opts, where, "column")

@@ -32,6 +32,7 @@ def open_input(
     eos: str | int | None = None,
     eos_id: int | None = None,
     bin_dtype: str = "uint16",
+    text_files: bool = False,
 ) -> TokenInput:
     """Resolve ``path`` to a :class:`TokenInput`, checking the column and the tokenizer before any data is read.
 
@@ -44,10 +45,12 @@ def open_input(
       bos, eos: a token (name, id, or ``"auto"``) added before / after every text.
       eos_id: the separator of a flat token file.
       bin_dtype: token dtype of a ``.bin`` file (``uint16`` or ``uint32``).
+      text_files: plain ``.txt`` files are texts, one each (their shards are read by ``datatools pretokenize``
+        through :func:`~datatools.io.tables.shard_texts`); else they are refused, naming pretokenize.
     """
     if isinstance(path, (str, os.PathLike)) and not os.fspath(path):
         raise ValueError("an empty path (name a file or directory; '.' is the current one)")
-    opts = InputOptions(column, tokenizer, tokenizer_settings, bos, eos, eos_id, bin_dtype)
+    opts = InputOptions(column, tokenizer, tokenizer_settings, bos, eos, eos_id, bin_dtype, text_files)
     loc = storage.location(path)
     if loc.has_directories and array_record_files.detect(path):  # files, globs, comma lists: local names
         return array_record_input(path, opts)

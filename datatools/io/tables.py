@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from datatools.base.checks import MAX_TOKEN_ID, short_repr
-from datatools.io import jsonl, storage
+from datatools.io import array_record_files, jsonl, storage
 from datatools.io.discover import Shard, iter_arrow_batches, open_arrow, open_parquet, parquet_metadata
 from datatools.io.numpy_files import check_non_negative
 from datatools.io.paths import display, first_line
@@ -34,6 +34,8 @@ def shard_columns(shard: Shard) -> dict[str, bool]:
         schema = open_arrow(f)[0].schema
     elif shard.kind == "jsonl":
         return {k: isinstance(v, str) for k, v in jsonl.first_row(f).items()}
+    elif shard.kind == "array_record":
+        return array_record_files.features(f)
     else:
         raise ValueError(f"{display(f)}: plain text has no columns; pre-tokenize it first (datatools pretokenize)")
     return {fld.name: is_text_type(fld.type) for fld in schema}
@@ -153,7 +155,8 @@ def text_values(col: pa.Array | pa.ChunkedArray, where: str, name: str) -> list[
 
 
 def shard_texts(shard: Shard, column: str = "text") -> Iterator[list[str]]:
-    """The shard's documents as strings, a bounded batch at a time: the text column, or whole ``.txt`` files."""
+    """The shard's documents as strings, a bounded batch at a time: the text column (an ArrayRecord file's
+    feature), or whole ``.txt`` files."""
     if shard.kind == "text":
         out = []
         for f in shard.files:
@@ -163,6 +166,9 @@ def shard_texts(shard: Shard, column: str = "text") -> Iterator[list[str]]:
             except UnicodeDecodeError as exc:
                 raise ValueError(f"{display(f)}: not UTF-8 text ({exc})") from None
         yield out
+        return
+    if shard.kind == "array_record":
+        yield from array_record_files.texts(shard.files[0], column)
         return
     for col in column_batches(shard, column, text=True):
         yield text_values(col, shard.describe(), column)
@@ -178,4 +184,4 @@ def shard_bytes(shard: Shard) -> int:
         return shard.stop - shard.part
     if shard.kind == "text":
         return sum(storage.size(x) for x in shard.files)
-    return shard.nbytes  # arrow: counted when the file was cut into shards
+    return shard.nbytes  # arrow: counted when the file was cut into shards; array_record: the file's size

@@ -166,6 +166,9 @@ class TokenInput:
             out["tokenizer"] = self.encoder.describe()
         if self.kind == "store":
             out["write_order"] = describe_write_order(self.token_store.manifest)
+        if self.kind in ("store", "levanter"):  # what one read fetches: a block shuffle's blocks should fill it
+            stored = self.token_store if self.kind == "store" else self.levanter_cache
+            out["read_tokens"] = int(stored.read_granularity)
         return out
 
 
@@ -186,6 +189,7 @@ class InputOptions:
     eos: str | int | None = None
     eos_id: int | None = None
     bin_dtype: str = "uint16"
+    text_files: bool = False  # plain .txt files are texts (datatools pretokenize reads them; tables here cannot)
 
 
 def shard_length_pieces(inp: TokenInput, k: int) -> list[tuple[int, np.ndarray, int]]:

@@ -27,8 +27,10 @@ from datatools.base.checks import ENGINES, short_repr
 from datatools.base.install import missing
 from datatools.base.progress import doing, job_progress, say
 from datatools.io import storage
-from datatools.io.discover import Shard, list_shards
+from datatools.io.discover import Shard
+from datatools.io.inputs import TokenInput, open_input
 from datatools.io.paths import display
+from datatools.io.sentencepiece_encoder import SentencePieceEncoder
 from datatools.io.shard_reads import INDEX_KEY
 from datatools.io.store import (
     VERSION,
@@ -42,7 +44,7 @@ from datatools.io.store import (
 )
 from datatools.io.store_verify import IndexDamage, verify_store
 from datatools.io.tables import check_column, shard_bytes, shard_texts
-from datatools.io.tokenizer import TextEncoder, open_encoder
+from datatools.io.tokenizer import TextEncoder
 from datatools.jobs.staging import fault, manifest_reads, open_staging
 from datatools.jobs.write_order import SPILL_NAME, shuffled_shards, write_order_record
 
@@ -88,7 +90,7 @@ class JobResult:
 class ShardTokenizer:
     """Tokenizes one shard into (tokens, lengths), a bounded batch of texts at a time; picklable."""
 
-    def __init__(self, encoder: TextEncoder, options: JobOptions):
+    def __init__(self, encoder: TextEncoder | SentencePieceEncoder, options: JobOptions):
         self.encoder = encoder
         self.options = options
         self.dtype = token_dtype(encoder.vocab_size)
@@ -237,10 +239,11 @@ def pretokenize(
     """Tokenize text files into a token store at ``output`` (see the module docstring).
 
     Args:
-      inputs: a path or list of paths: Parquet, JSON Lines, ``.txt``, Arrow IPC, Hugging Face ``save_to_disk``
-        directories, or directories of these.
-      tokenizer: a Hugging Face ``tokenizers`` JSON file; ``tokenizer_settings``: ``off`` switches its truncation,
-        padding and template's special tokens off, ``keep`` keeps them.
+      inputs: a path or list of paths, each one ``analyze-padding`` and a pipeline take (resolved by
+        :func:`~datatools.io.inputs.open_input`): Parquet, JSON Lines, Arrow IPC, Hugging Face ``save_to_disk``
+        directories, ArrayRecord files, directories of these, a glob or comma list of files; and ``.txt`` files.
+      tokenizer: a Hugging Face ``tokenizers`` JSON file or a SentencePiece model; ``tokenizer_settings``: ``off``
+        switches a JSON file's truncation, padding and template's special tokens off, ``keep`` keeps them.
       bos, eos: a token before / after every document: a name, an id, ``"auto"`` (or True), or None.
       ctx, tile: with ctx, documents longer than ctx split into windows (ctx a multiple of tile).
       shuffle_seed: None writes the documents in the input's order; an integer (0 to 2**64 - 1) writes every
@@ -281,8 +284,9 @@ def pretokenize(
         raise ValueError(f"shuffle_seed must be an integer from 0 to 2**64 - 1; got {short_repr(shuffle_seed)}")
     require_engine(engine)
     stage.check_replaceable(overwrite)  # before any work: what is there is ours
-    doing(f"reading the tokenizer {display(tokenizer)}")
-    encoder = open_encoder(tokenizer, settings=tokenizer_settings, bos=_special(bos), eos=_special(eos))
+    doing(f"listing {display(inputs[0])}" + (f" and {len(inputs) - 1} more inputs" if len(inputs) > 1 else ""))
+    resolved = [_text_input(p, column, tokenizer, tokenizer_settings, bos, eos) for p in inputs]
+    encoder = resolved[0].text_encoder  # the same file and options for every input
     options = JobOptions(
         column=column,
         bos_id=encoder.bos_id,
@@ -292,8 +296,7 @@ def pretokenize(
         tokenizer_settings=tokenizer_settings,
         shuffle_seed=shuffle_seed,
     )
-    doing(f"listing {display(inputs[0])}" + (f" and {len(inputs) - 1} more inputs" if len(inputs) > 1 else ""))
-    shards, duplicates = _unique_shards(s for p in inputs for s in list_shards(p))
+    shards, duplicates = _unique_shards(s for inp in resolved for s in _input_shards(inp))
     doing(f"checking the column of {len(shards):,} shards")
     for s in {s.files[0]: s for s in shards}.values():
         check_column(s, column)
@@ -475,6 +478,34 @@ def require_engine(engine: str) -> None:
 def _special(value: bool | str | int | None) -> str | int | None:
     """``--bos``/``--eos`` as given: True means look the usual names up, False/None means none."""
     return "auto" if value is True else None if value is False else value
+
+
+def _text_input(path, column: str, tokenizer, settings: str, bos, eos) -> TokenInput:
+    """``path`` resolved as ``analyze-padding`` and a pipeline resolve it (:func:`~datatools.io.inputs.open_input`:
+    a file or directory, a glob or comma list, ArrayRecord files; a tokenizers JSON file or a SentencePiece model),
+    plus plain ``.txt`` files; ValueError naming it unless it holds text in ``column``."""
+    inp = open_input(
+        path,
+        column=column,
+        tokenizer=tokenizer,
+        tokenizer_settings=settings,
+        bos=_special(bos),
+        eos=_special(eos),
+        text_files=True,
+    )
+    if inp.kind != "table":  # a table of token ids is refused by open_input: the tokenizer applies to text
+        raise ValueError(
+            f"{display(path)}: holds token ids already (a {inp.kind} input); pretokenize reads text (Parquet, "
+            f"Arrow, JSON Lines, .txt, ArrayRecord, Hugging Face save_to_disk directories)"
+        )
+    return inp
+
+
+def _input_shards(inp: TokenInput) -> list[Shard]:
+    """The units of work of a resolved text input: its table shards, or one per ArrayRecord file."""
+    if inp.files:
+        return [Shard("array_record", (str(f),), nbytes=f.stat().st_size) for f in inp.files]
+    return inp.shards
 
 
 def _unique_shards(shards) -> tuple[list[Shard], list[str]]:

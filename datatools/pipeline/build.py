@@ -31,7 +31,7 @@ from datatools.grain.portable_state import PortableStateIterDataset
 from datatools.grain.schedule import Schedule
 from datatools.grain.worker_processes import prefetch_in_processes
 from datatools.io import read_stats
-from datatools.io.documents import ChunkedDocuments, StoreDocuments
+from datatools.io.documents import ChunkedDocuments, StoreDocuments, documents_per_read
 from datatools.kernels.warm import warm_in_background
 from datatools.pipeline.config import PipelineConfig, ShardConfig, as_config
 from datatools.pipeline.mixture import WEIGHTS_KEY, mixture_identity, reweighted_history
@@ -93,7 +93,7 @@ def _warn_if_blocks_are_smaller_than_reads(docs, cfg: PipelineConfig) -> None:
     block = int(cfg.shuffle.io_block_size)
     if mean <= 0 or 2 * block * mean >= chunk:
         return
-    fit = -(-chunk // int(max(1.0, mean)))
+    fit = documents_per_read(chunk, mean)
     warnings.warn(
         f"{cfg.one_source.path}: io_block_size {block} documents (~{block * mean:,.0f} tokens) is under half of what "
         f"one read of it fetches ({chunk:,} tokens, its inner chunk): each block costs ~{chunk / (block * mean):.1f}x "

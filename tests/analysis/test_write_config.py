@@ -95,19 +95,6 @@ def test_config_written_for_each_trainer_runs_as_written(tmp_path, shards, train
         assert rows.seq_len == 1024 and rows.batch_size == written["batch_size"]
 
 
-@pytest.fixture(scope="module")
-def spm_model(tmp_path_factory):
-    """A 200-piece SentencePiece BPE model (MaxText's usual tokenizer_path) and the README's lines it learned."""
-    spm = pytest.importorskip("sentencepiece")
-    d = tmp_path_factory.mktemp("spm")
-    lines = [ln for ln in open("README.md", encoding="utf-8").read().splitlines() if ln.strip()]
-    (d / "corpus.txt").write_text("\n".join(lines), encoding="utf-8")
-    spm.SentencePieceTrainer.train(
-        input=str(d / "corpus.txt"), model_prefix=str(d / "tok"), vocab_size=200, model_type="bpe", minloglevel=2
-    )
-    return d / "tok.model", lines[:80]
-
-
 @pytest.mark.parametrize("add", [True, False])
 def test_maxtext_bos_and_eos_are_carried_into_the_written_config(tmp_path, spm_model, add):
     """Issue 58: MaxText's tokenizer puts BOS / EOS around every text (base.yml's add_bos / add_eos); the config
@@ -119,7 +106,8 @@ def test_maxtext_bos_and_eos_are_carried_into_the_written_config(tmp_path, spm_m
 
     from datatools.pipeline import build, parse_config
 
-    model, texts = spm_model
+    model, lines = spm_model
+    texts = lines[:80]
     for k in range(2):
         array_record_files.write(tmp_path / f"c4.array_record-{k:05d}-of-00002", [{"text": t} for t in texts[k::2]])
     flag = str(add).lower()

@@ -166,7 +166,9 @@ def test_on_an_80_column_terminal_a_live_line_comes_first_and_every_table_fits(i
     first, lines, status = run_on_terminal([*args, "--maxtext-set", "max_target_length=1024"], 80)
     assert status == 0, "\n".join(lines[-20:])
     assert re.fullmatch(r"\S? ?datatools analyze-padding: .*", first), first  # (a spinner, then) the live line first
-    assert max(cell_len(line) for line in lines) <= 80, [line for line in lines if cell_len(line) > 80]
+    verbatim = re.compile(r" +(path|tokenizer): \S+")  # the printed config's file names: as the file holds them
+    wide = [line for line in lines if cell_len(line) > 80 and not verbatim.fullmatch(line)]
+    assert not wide, wide
     screen = "\n".join(lines)
     assert "…" not in screen  # no value cut
     assert "not shown at 80 columns: attn dense/doc, max docs/row" in screen  # what went, said

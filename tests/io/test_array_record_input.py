@@ -68,19 +68,6 @@ def test_example_round_trips_through_the_wire_format(features):
     assert array_record_files.parse_example(array_record_files.make_example(features)) == features
 
 
-@pytest.fixture(scope="module")
-def spm_model(tmp_path_factory):
-    """A 200-piece SentencePiece BPE model trained offline on a few hundred lines of this repository's text."""
-    spm = pytest.importorskip("sentencepiece")
-    d = tmp_path_factory.mktemp("spm")
-    lines = [ln for ln in open("README.md", encoding="utf-8").read().splitlines() if ln.strip()]
-    (d / "corpus.txt").write_text("\n".join(lines), encoding="utf-8")
-    spm.SentencePieceTrainer.train(
-        input=str(d / "corpus.txt"), model_prefix=str(d / "tok"), vocab_size=200, model_type="bpe", minloglevel=2
-    )
-    return d / "tok.model", lines
-
-
 def test_text_records_tokenized_by_sentencepiece_count_as_sentencepiece_does(tmp_path, spm_model):
     import sentencepiece as spm
 
