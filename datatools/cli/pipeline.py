@@ -47,7 +47,7 @@ def pipeline_command(config, source, overrides, steps, workers, json_out, step_s
     from datatools.pipeline.run import run_pipeline
 
     cfg = load_config(config, source=source, overrides=overrides)
-    check_demo_data(config, [s.path for s in cfg.sources] if cfg.sources else [cfg.source.path])
+    check_demo_data(config, [s.path for s in cfg.sources] if cfg.sources else [cfg.one_source.path])
     if workers is not None:
         cfg = cfg.replace(workers=workers)
     console = make_console(stderr=json_out == "-")

@@ -46,7 +46,7 @@ def train_command(config, steps, source, attention, grad_accum_steps, json_out):
     err = make_console(stderr=True)
     console.print(
         f"model: {cfg.model.num_params():,} parameters ({cfg.model.n_layers} layers, d_model "
-        f"{cfg.model.d_model}); pipeline: {cfg.pipeline.source.path}"
+        f"{cfg.model.d_model}); pipeline: {cfg.pipeline.source_label}"
     )
     doing("building the pipeline, compiling the first step")
     with device_errors(), ExitStack() as bars:  # XLA out of memory -> DeviceOutOfMemory (exit 1, one line)

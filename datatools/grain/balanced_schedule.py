@@ -72,7 +72,7 @@ class BalancedSchedule:
         return {"inner": self.inner, "devices": self.devices, "block": self.block}
 
     def __setstate__(self, state):
-        self.__init__(state["inner"], devices=state["devices"], block=state["block"])
+        BalancedSchedule.__init__(self, state["inner"], devices=state["devices"], block=state["block"])
 
     def num_batches(self, epoch: int) -> int:
         return self.inner.num_batches(epoch)

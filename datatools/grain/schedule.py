@@ -123,7 +123,7 @@ class EpochCache:
             return {"keep": self.keep, "carried": self.carried, "hits": dict(self._hits) if self.carried else {}}
 
     def __setstate__(self, state):
-        self.__init__(state["keep"], carried=state.get("carried", False))
+        EpochCache.__init__(self, state["keep"], carried=state.get("carried", False))
         self._hits.update(state.get("hits", {}))
 
 

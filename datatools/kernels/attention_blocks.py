@@ -51,8 +51,8 @@ def _row_tiles(row_splits, length, block, align, out):
     for r in range(row_splits.shape[0] - 1):
         at = 0
         last = -1  # the last block a piece of this row reached
-        pairs = 0
-        tiles = 0
+        pairs = np.int64(0)
+        tiles = np.int64(0)
         for j in range(row_splits[r], row_splits[r + 1]):
             s = np.int64(length[j])
             if s <= 0:
