@@ -17,7 +17,7 @@ import os
 import re
 import shlex
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeGuard
@@ -29,7 +29,7 @@ import xxhash
 from datatools.io import shard_reads, storage
 from datatools.io.io_errors import as_os_error, os_errors, short_message, status_code
 from datatools.io.paths import display
-from datatools.io.shard_reads import INDEX_ENTRY_BYTES, JoinedRead
+from datatools.io.shard_reads import INDEX_ENTRY_BYTES, JoinedRead, all_done
 
 FORMAT = "datatools-token-store"
 # offsets up to this size (bytes) are pickled with a store to Grain workers (from a bucket, re-reading 5 MB took ~1 s)
@@ -559,11 +559,17 @@ class TokenStore:
             self._arrays[name] = self._opened(name, self._opening(name))
         return self._arrays[name]
 
-    def read_array(self, name: str, begin: int, end: int) -> np.ndarray:
-        """Elements [begin, end) of ``tokens`` or ``offsets``; ValueError naming the store and the chunk when a
-        chunk is missing or corrupt, OSError when the storage fails."""
-        if name == "tokens" and end > begin and self.ranged_reads:
+    def read(self, begin: int, end: int) -> np.ndarray:
+        """Tokens [begin, end) of the flat array (:meth:`TokenArray.read <datatools.io.token_array.TokenArray.read>`):
+        ValueError naming the store and the chunk when a chunk is missing or corrupt, OSError when the storage
+        fails."""
+        if end > begin and self.ranged_reads:
             return self.read_async(begin, end).result()
+        return self._read_checked("tokens", begin, end)
+
+    def _read_checked(self, name: str, begin: int, end: int) -> np.ndarray:
+        """Elements [begin, end) of ``tokens`` or ``offsets`` through tensorstore, the objects they touch checked
+        first (:meth:`check_objects`); the errors :meth:`read` names."""
         arr = self._array(name)
         if end > begin:
             self.check_objects(name, begin, end)
@@ -606,7 +612,7 @@ class TokenStore:
         """int64 (num_documents + 1,) token offsets: checked to start at 0, never decrease, end at num_tokens."""
         if self._offsets is None:
             self._start_shard_table()  # read with the offsets (carried to workers with them)
-            offsets = self.read_array("offsets", 0, len(self) + 1)
+            offsets = self._read_checked("offsets", 0, len(self) + 1)
             where = display(self.path)
             if offsets.shape[0] == 0 or offsets[0] != 0:
                 raise self.damaged(
@@ -648,30 +654,29 @@ class TokenStore:
         """int64 tokens per document, from the offsets alone."""
         return np.diff(self.offsets)
 
-    def __getitem__(self, i: int) -> np.ndarray:
-        n = len(self)
-        if not -n <= i < n:
-            raise IndexError(f"document {i} out of range for a store of {n} documents")
-        i %= n
-        return self.read_array("tokens", int(self.offsets[i]), int(self.offsets[i + 1]))
-
-    def read_range(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
-        """Documents [start, stop) in one contiguous read: (flat tokens, offsets relative to them)."""
-        if not 0 <= start <= stop <= len(self):
-            raise IndexError(f"range [{start}, {stop}) out of bounds for a store of {len(self)} documents")
-        off = self.offsets[start : stop + 1]
-        flat = self.read_array("tokens", int(off[0]), int(off[-1]))
-        return flat, off - off[0]
-
-    def read_tokens(self, begin: int, end: int) -> np.ndarray:
-        """Tokens [begin, end) of the flat array (one read)."""
-        return self.read_array("tokens", begin, end)
-
-    def read_async(self, begin: int, end: int, batch: ts.Batch | None = None, out: np.ndarray | None = None):
+    def read_async(
+        self, begin: int, end: int, *, batch: ts.Batch | None = None, out: Sequence[np.ndarray] | None = None
+    ):
         """Tokens [begin, end) read in the background (issued with ``batch``): a future whose ``result()`` raises
         ValueError for a failed read or an object that fails :meth:`check_objects` (issued in the same batch).
-        ``out``: a writeable array of ``end - begin`` tokens of the store's dtype that the read decodes into (no
-        copy; ``result()`` is ``out``)."""
+        ``out``: writeable arrays of the store's dtype whose sizes add up to ``end - begin``, each decoded into by a
+        read of its own (no copy; ``result()`` is ``out[0]``)."""
+        if out is None or len(out) == 1:
+            return self._read_into(begin, end, batch, None if out is None else out[0])
+        parts, at = [], begin
+        for piece in out:
+            parts.append(self._read_into(at, at + piece.shape[0], batch, piece))
+            at += piece.shape[0]
+        return all_done(parts, out[0])
+
+    @property
+    def retries_failed_reads(self) -> bool:
+        """A failed read is read again through :meth:`read` (whose error names the chunk), unless it was ranged:
+        :mod:`shard_reads` names the chunk already."""
+        return not self.ranged_reads
+
+    def _read_into(self, begin: int, end: int, batch: ts.Batch | None, out: np.ndarray | None):
+        """One background read of tokens [begin, end), decoded into ``out`` when given (:meth:`read_async`)."""
         if self.ranged_reads and end > begin:  # in a bucket: one ranged GET a run of inner chunks, each checked
             return shard_reads.read(
                 self._kvstore("tokens"),

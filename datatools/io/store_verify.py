@@ -82,7 +82,7 @@ def verify_store(path: str | os.PathLike, *, progress: Callable[[int, int], None
     step = int(store.tokens.chunk_layout.write_chunk.shape[0])  # one stored object (a shard) a read
     top = -1
     for begin in range(0, store.num_tokens, step):
-        block = store.read_array("tokens", begin, min(begin + step, store.num_tokens))
+        block = store.read(begin, min(begin + step, store.num_tokens))
         if block.size:
             m = int(block.max())
             if vocab is not None and m >= vocab:

@@ -274,7 +274,7 @@ def test_a_store_sent_to_a_worker_carries_its_offsets(slow_s3, small_objects):
     sent = pickle.loads(pickle.dumps(store))
     np.testing.assert_array_equal(sent.offsets, offsets)
     assert proxy.stats().requests == 0  # nothing read again
-    np.testing.assert_array_equal(sent.read_tokens(10, 500), tokens[10:500])
+    np.testing.assert_array_equal(sent.read(10, 500), tokens[10:500])
     assert pickle.loads(pickle.dumps(TokenStore(f"{bucket}/s")))._offsets is None  # not read: not sent
 
 
@@ -291,11 +291,11 @@ def test_a_store_in_a_bucket_reads_each_run_of_inner_chunks_with_one_request(slo
     assert store.ranged_reads and store.offsets.shape[0] == 601
     sent = pickle.loads(pickle.dumps(store))
     assert sent._shard_table is not None  # noqa: SLF001 -- read with the offsets, carried
-    np.testing.assert_array_equal(sent.read_tokens(0, 100), tokens[:100])  # opens the array (its zarr.json)
+    np.testing.assert_array_equal(sent.read(0, 100), tokens[:100])  # opens the array (its zarr.json)
     proxy.reset_stats()
     for k in range(1, 4):  # shards never read: inner chunks 2-5 of shard k, back to back
         begin = k * 4096 + 2 * 256 + 17
-        np.testing.assert_array_equal(sent.read_tokens(begin, begin + 3 * 256), tokens[begin : begin + 3 * 256])
+        np.testing.assert_array_equal(sent.read(begin, begin + 3 * 256), tokens[begin : begin + 3 * 256])
         assert proxy.stats().requests == k
     assert proxy.stats().bytes_down < 3 * 4 * 2 * 256 * 2  # four inner chunks of each, not whole shards
 
