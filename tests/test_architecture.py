@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -252,3 +253,27 @@ def test_capabilities_are_declared_not_probed():
 
     declared = {"in_memory", "reads_ahead", "prefetch", "forget_read_ahead", "pack_rows", "read_pieces", "lengths"}
     assert declared <= set(vars(DocumentSource)), declared - set(vars(DocumentSource))
+
+
+VERSION_CHECKS = {"datatools.io.store": {"read_manifest"}}  # where a token store's version may be compared
+
+
+def test_one_token_store_version_is_read():
+    """Only the version ``pretokenize`` writes is read: ``read_manifest`` compares a store's version (refusing an
+    older one in one line naming the job that rewrites it); no other code branches on it (no reader for an older
+    layout). Plan files (``io/plan_file.py``) keep their own format version."""
+    found = []
+    for name, tree in modules():
+        if name == "datatools.io.plan_file":
+            continue
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Compare) and any(
+                    re.search(r"(\.version\b|\[.version.\]|get\(.version.)", ast.unparse(side))
+                    for side in [node.left, *node.comparators]
+                ):
+                    if fn.name not in VERSION_CHECKS.get(name, ()):
+                        found.append(f"{name}.{fn.name}:{node.lineno}: {ast.unparse(node)}")
+    assert found == []

@@ -1,8 +1,9 @@
 """Random-access document collections that packed rows are read from.
 
-A *document source* (:class:`DocumentSource`) has ``len()``, ``source[i]``, ``lengths()`` (int64 tokens per
-document) and ``read_pieces(doc, start, length)``: the pieces ``tokens(doc[j])[start[j]:start[j] + length[j]]`` back
-to back as int32. :class:`ArrayDocuments` reads a flat (maybe memory-mapped) array; :class:`StoreDocuments` a token
+A *document source* (a subclass of :class:`DocumentSource`, the one base class: what the layers above use is declared
+there, with defaults) has ``len()``, ``source[i]``, ``lengths()`` (int64 tokens per document) and
+``read_pieces(doc, start, length)``: the pieces ``tokens(doc[j])[start[j]:start[j] + length[j]]`` back to back as
+int32. :class:`ArrayDocuments` reads a flat (maybe memory-mapped) array; :class:`StoreDocuments` a token
 store through :class:`StorePieceReader` (the chunks the pieces touch, read concurrently and ahead of need into a
 bounded slab); :class:`ChunkedDocuments` a table input one shard at a time (decoded shards in a bounded LRU cache).
 All are picklable (caches start empty in each process), so they serve as Grain data sources in worker processes.
@@ -171,9 +172,10 @@ class ArrayDocuments(DocumentSource):
 
 
 class StorePieceReader:
-    """Reads pieces of a :class:`TokenStore` in aligned *extents*, many at once, ahead of need, into a fixed slab.
+    """Reads pieces of a token store or a Levanter cache (a :class:`~datatools.io.token_array.TokenArray`, through its
+    ``read_async`` alone) in aligned *extents*, many at once, ahead of need, into a fixed slab.
 
-    An extent is :attr:`TokenStore.read_granularity` tokens (locally up to :data:`LOCAL_EXTENT_TOKENS`). Extents live
+    An extent is the array's ``read_granularity`` tokens (locally up to :data:`LOCAL_EXTENT_TOKENS`). Extents live
     in the slots of one preallocated array (the *slab*), gathered from by one numba call; which extent is in which
     slot, when each was last used and whether it was read ahead are numpy arrays (no per-extent Python work).
 

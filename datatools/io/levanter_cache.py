@@ -1,4 +1,4 @@
-"""A Levanter (Marin) token cache read as it is, with the :class:`~datatools.io.store.TokenStore` interface.
+"""A Levanter (Marin) token cache read as it is, a :class:`~datatools.io.token_array.TokenArray` as a token store is.
 
 Levanter's layout (marin-levanter 0.2.227): ``shard_ledger.json``; ``input_ids/offsets/`` (zarr v3 int64: element 0
 the row count, element i the end of row i - 1) and ``input_ids/data/`` (the rows' tokens back to back); a

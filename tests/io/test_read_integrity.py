@@ -227,14 +227,20 @@ def test_an_intact_store_reads_every_object_checked_once(tmp_path, small_chunks)
     assert store._checked >= {"tokens/c/0", "tokens/c/1", "tokens/c/2"}  # noqa: SLF001  (the per-process record)
 
 
-def test_a_store_before_the_digests_is_checked_by_its_sha256(tmp_path, small_chunks):
+def test_a_store_before_the_digests_is_refused_naming_the_job_that_rewrites_it(tmp_path, small_chunks):
+    """A store an older datatools wrote before the xxh3 digests is no longer read (issue 56): one line naming the
+    pretokenize job with --overwrite."""
     _store(tmp_path / "a", [3, 4, 5])
     path = Path(tmp_path / "a" / "manifest.json")
     m = json.loads(path.read_text())
     del m["digests"], m["shard_index"]  # a store from before the digests had no shard_index.bin either
     path.write_text(json.dumps(m))
-    _swap(tmp_path / "a", "c/0", "c/1")
-    _refused(tmp_path / "a", 0)
+    with pytest.raises(
+        ValueError,
+        match=r"written before its chunks' xxh3_64 digests, from an older datatools.*"
+        r"rewrite it: datatools pretokenize .*--overwrite",
+    ):
+        TokenStore(tmp_path / "a")
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -88,15 +88,13 @@ def test_batches_from_the_sharded_layout_equal_the_old_layout_and_a_local_store(
     lengths = lengths_of(600, seed=0)
     write(tmp_path / "local", lengths)
     write(f"{bucket}/new", lengths)
-    version, inner = store_mod.VERSION, store_mod.READ_CHUNK
-    monkeypatch.setattr(store_mod, "VERSION", 2)  # the layout before shards: one zstd chunk per object
-    monkeypatch.setattr(store_mod, "READ_CHUNK", 1 << 30)
-    write(f"{bucket}/old", lengths)
-    monkeypatch.setattr(store_mod, "VERSION", version)
+    inner = store_mod.READ_CHUNK
+    monkeypatch.setattr(store_mod, "READ_CHUNK", 1 << 30)  # the layout before shards: one zstd chunk per object
+    write(f"{bucket}/old", lengths)  # (as version 3 writes a store smaller than an inner chunk; version 2 is refused)
     monkeypatch.setattr(store_mod, "READ_CHUNK", inner)
     new, old = TokenStore(f"{bucket}/new"), TokenStore(f"{bucket}/old")
     assert new.version == 3 and new.sharded and new.read_granularity == 256 and new.object_tokens == 4096
-    assert old.version == 2 and not old.sharded and old.read_granularity == 4096
+    assert not old.sharded and old.read_granularity == 4096
     for changes in (
         {},  # block shuffle, streaming packing in lanes
         {"shard": {"index": 1, "count": 2}},
