@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 from _common import announce, distribution, print_table, write_json
 
-from datatools.io.documents import PieceReadingSource  # noqa: E402
+from datatools.io.documents import DocumentSource  # noqa: E402
 from datatools.pipeline import build_canonical, parse_config  # noqa: E402
 from datatools.pipeline.explain import Explainer  # noqa: E402
 
@@ -40,7 +40,7 @@ TARGET_RATE = 1e7  # documents a second, the ledger and the inverse, at least
 FAR = 10**6  # the steps explained lie in [0, FAR)
 
 
-class FreeReads(PieceReadingSource):
+class FreeReads(DocumentSource):
     """Documents of given lengths whose reads cost nothing (zeros): replay's cheapest possible source."""
 
     in_memory = True

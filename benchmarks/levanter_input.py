@@ -151,15 +151,15 @@ def _offsets(cache_dir: Path) -> np.ndarray:
 def datatools_run(cache_dir: Path, seq_len: int, batch: int, batches: int) -> tuple[float, list, int, int]:
     """datatools on the cache: BlockShuffle with Levanter's settings over packed rows (planned packing: the plan
     is made once from the lengths, each batch's pieces are read in one call)."""
-    from datatools.io.documents import StoreDocuments
+    from datatools.io.documents import DocumentSource, StoreDocuments
     from datatools.io.levanter_cache import LevanterCache
     from datatools.pipeline import build
 
     docs = StoreDocuments(LevanterCache(cache_dir))
     reads: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
-    class Recorded:  # a document source that notes the pieces each batch reads (one read_pieces call a batch)
-        in_memory = False
+    class Recorded(DocumentSource):
+        """A document source that notes the pieces each batch reads (one read_pieces call a batch)."""
 
         def __len__(self):
             return len(docs)

@@ -23,7 +23,7 @@
    token store (``write_store``), local files against ``s3://`` on moto's S3 API server,
    started here on a free 127.0.0.1 port (stopped at the end) with the standard AWS
    variables: datatools' lengths pass for all three, and for the store also a read of
-   every document's tokens (``TokenStore.read_range`` over all documents, 4096 at a
+   every document's tokens (``TokenStore.read`` over all documents, 4096 at a
    time). Fresh process each, local and remote alternating, 3 runs, median: seconds,
    MB/s, peak RSS and remote time / local time. moto on loopback stands in for S3:
    the ratio is the overhead of our remote path (HTTP, ranged reads, a Python server),
@@ -363,7 +363,7 @@ S3_ENV = {
     "AWS_CONFIG_FILE": os.devnull,
     "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
 }  # nothing of the caller's AWS setup
-STORE_READ_DOCS = 4096  # documents per TokenStore.read_range in the tokens pass (~3.3M tokens, ~3 chunks)
+STORE_READ_DOCS = 4096  # documents per TokenStore.read in the tokens pass (~3.3M tokens, ~3 chunks)
 REMOTE_ROWS = (
     ("jsonl", "bytes"),
     ("parquet", "lengths"),
@@ -374,7 +374,7 @@ REMOTE_ROWS = (
 PASS_LABELS = {
     "bytes": "bytes only (storage.open_file)",
     "lengths": "lengths pass",
-    "tokens": "all tokens (read_range)",
+    "tokens": "all tokens (read)",
 }
 
 
@@ -426,7 +426,7 @@ def s3_server(tmp: Path, ranged_reads: bool = False) -> Iterator[str]:
 def measure_remote(what: str, path: str) -> dict:
     """One pass over ``path`` (local or ``s3://``) in this (fresh) process: ``lengths`` is the lengths pass
     (``read_lengths(open_input(path))``), ``tokens`` reads a token store's every document with
-    ``TokenStore.read_range`` in ranges of :data:`STORE_READ_DOCS`, ``bytes`` reads the file's bytes through
+    ``TokenStore.read`` in ranges of :data:`STORE_READ_DOCS`, ``bytes`` reads the file's bytes through
     ``storage.open_file`` (what the JSON Lines reader reads through) in 8 MiB reads and parses nothing: the
     transport alone. Seconds, peak RSS (MiB), and what was read (documents, tokens, the sum of the token ids;
     bytes) so local and remote can be checked equal."""
@@ -448,8 +448,9 @@ def measure_remote(what: str, path: str) -> dict:
     else:
         store = TokenStore(path)
         n_docs, n_tokens, id_sum = len(store), 0, 0
+        offsets = store.offsets
         for start in range(0, n_docs, STORE_READ_DOCS):
-            flat, _ = store.read_range(start, min(n_docs, start + STORE_READ_DOCS))
+            flat = store.read(int(offsets[start]), int(offsets[min(n_docs, start + STORE_READ_DOCS)]))
             n_tokens += int(flat.size)
             id_sum += int(flat.sum(dtype=np.int64))
     return {

@@ -111,6 +111,20 @@ def write_test_store(path, docs, vocab_size: int = 1 << 16):
     return path
 
 
+def store_document(store, i: int):
+    """Document ``i`` of a token store or a Levanter cache (a stored token array): its token range, read."""
+    if not -len(store) <= i < len(store):
+        raise IndexError(f"document {i} out of range for {len(store)} documents")
+    off = store.offsets
+    return store.read(int(off[i % len(store)]), int(off[i % len(store) + 1]))
+
+
+def store_documents(store, start: int, stop: int):
+    """Documents ``[start, stop)`` of a stored token array in one read: (flat tokens, offsets relative to them)."""
+    off = store.offsets[start : stop + 1]
+    return store.read(int(off[0]), int(off[-1])), off - off[0]
+
+
 def random_docs(n: int, seed: int = 0, mean_log: float = 4.5, max_len: int = 3000, vocab: int = 1000):
     """``n`` documents of lognormal lengths (1..max_len tokens) with ids in [2, vocab)."""
     import numpy as np

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import inspect
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -320,3 +322,119 @@ def test_every_module_has_a_test_file_named_for_it_or_listed():
     assert [m for m, t in COVERED_BY.items() if not (ROOT.parent / t).is_file() or "/test_" not in t] == []
     assert sorted(set(COVERED_BY) - {m for m, _ in modules()}) == []  # a module gone
     assert sorted(set(COVERED_BY) & named) == []  # a module with a test file of its own now
+
+
+# --------------------------------------------------------------------------- one way through each layer (issue 56)
+
+STORED_ARRAYS = {"TokenStore": "datatools.io.store", "LevanterCache": "datatools.io.levanter_cache"}
+READS = ("read", "read_async")  # the one way to read a token range (waiting, or in the background)
+
+
+def test_stored_token_arrays_are_read_through_one_protocol(tmp_path):
+    """``TokenStore`` and ``LevanterCache`` both implement ``io.token_array.TokenArray`` (checked by mypy: a function
+    typed to take one is called with each), read a token range only through ``read`` / ``read_async`` (no
+    ``store[i]``, no other ``read_*``), and no module but their own asks ``isinstance(x, TokenStore)``."""
+    from datatools.io.levanter_cache import LevanterCache
+    from datatools.io.store import TokenStore
+
+    for cls in (TokenStore, LevanterCache):
+        methods = [n for n, v in vars(cls).items() if inspect.isfunction(v)]
+        extra = [n for n in methods if (n.startswith("read") and n not in READS) or n == "__getitem__"]
+        assert extra == [], f"{cls.__name__}: entry points besides {READS}: {extra}"
+    found = []
+    for name, tree in modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("isinstance", "issubclass"):
+                named = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)} if len(node.args) > 1 else ()
+                found += [
+                    f"{name}:{node.lineno}: {c}" for c in named if c in STORED_ARRAYS and STORED_ARRAYS[c] != name
+                ]
+    assert found == []
+    snippet = tmp_path / "token_arrays.py"
+    snippet.write_text(
+        "from datatools.io.levanter_cache import LevanterCache\nfrom datatools.io.store import TokenStore\n"
+        "from datatools.io.token_array import TokenArray\n\n\ndef reads(array: TokenArray) -> None: ...\n\n\n"
+        "def both(store: TokenStore, cache: LevanterCache) -> None:\n    reads(store)\n    reads(cache)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", "pyproject.toml", str(snippet)],
+        cwd=ROOT.parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+
+
+# getattr(obj, "name", default) kept: none asks a document source, a schedule or a store what it can do.
+GETATTR_ALLOWED = {
+    ("datatools.pipeline.stalls", "close"),  # a Grain iterator (not every one has close)
+    ("datatools.grain.portable_state", "close"),  # the same
+    ("datatools.pipeline.schema", "check"),  # the validation machinery: a config section's own check hook
+    ("datatools.integrations.maxtext_shim", None),  # a MaxText module's function, by name
+    ("datatools.cli", "_releases"),  # a click callback's marker
+    ("datatools.grain.worker_processes", "__file__"),  # the __main__ module
+    ("datatools.grain.worker_processes", "__spec__"),
+    ("datatools.grain.worker_processes", "name"),
+    ("datatools.base.interrupts", "__code__"),  # gc callbacks
+    ("datatools.io.tokenizer", "encode_batch_fast"),  # tokenizers >= 0.21 (a third-party version)
+}
+
+
+def test_capabilities_are_declared_not_probed():
+    """What the upper layers use of a document source, a schedule or a store is declared (``DocumentSource``'s
+    attributes and methods with their defaults; a schedule's optional methods as runtime protocols in
+    ``grain/schedule.py``): no ``getattr(x, "name", default)`` probes one (the few kept are listed, with why), and
+    every class with ``lengths`` and ``read_pieces`` is a ``DocumentSource`` (one base class: no protocol, ABC and
+    adapter beside it)."""
+    found = []
+    sources = {"DocumentSource"}
+    readers = []
+    for name, tree in modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr" and len(node.args) == 3:
+                attr = node.args[1].value if isinstance(node.args[1], ast.Constant) else None
+                if (name, attr) not in GETATTR_ALLOWED:
+                    found.append(f"{name}:{node.lineno}: getattr({ast.unparse(node.args[0])}, {attr!r}, ...)")
+            if isinstance(node, ast.ClassDef):
+                methods = {f.name for f in node.body if isinstance(f, ast.FunctionDef)}
+                bases = [ast.unparse(b) for b in node.bases]
+                if {"read_pieces", "lengths"} <= methods and node.name != "DocumentSource":  # a source
+                    readers.append((f"{name}.{node.name}", bases))
+                if name == "datatools.io.documents" and node.name != "DocumentSource":
+                    assert not {"ABC", "Protocol"} & set(bases), f"{node.name}: a second source base class"
+    assert found == []
+    while True:  # the subclasses of DocumentSource, by name (every module's classes)
+        more = {c.rsplit(".", 1)[1] for c, bases in readers if sources & set(bases)} - sources
+        if not more:
+            break
+        sources |= more
+    assert [c for c, bases in readers if not sources & set(bases)] == []
+    from datatools.io.documents import DocumentSource
+
+    declared = {"in_memory", "reads_ahead", "prefetch", "forget_read_ahead", "pack_rows", "read_pieces", "lengths"}
+    assert declared <= set(vars(DocumentSource)), declared - set(vars(DocumentSource))
+
+
+VERSION_CHECKS = {"datatools.io.store": {"read_manifest"}}  # where a token store's version may be compared
+
+
+def test_one_token_store_version_is_read():
+    """Only the version ``pretokenize`` writes is read: ``read_manifest`` compares a store's version (refusing an
+    older one in one line naming the job that rewrites it); no other code branches on it (no reader for an older
+    layout). Plan files (``io/plan_file.py``) keep their own format version."""
+    found = []
+    for name, tree in modules():
+        if name == "datatools.io.plan_file":
+            continue
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Compare) and any(
+                    re.search(r"(\.version\b|\[.version.\]|get\(.version.)", ast.unparse(side))
+                    for side in [node.left, *node.comparators]
+                ):
+                    if fn.name not in VERSION_CHECKS.get(name, ()):
+                        found.append(f"{name}.{fn.name}:{node.lineno}: {ast.unparse(node)}")
+    assert found == []

@@ -120,11 +120,12 @@ def bucket_setup(request, work: Path) -> dict[str, str]:
     s3, gcs = request.getfixturevalue("s3_proxy"), request.getfixturevalue("gcs_proxy")
     import pyarrow as pa
 
+    from datatools.io.documents import StoreDocuments
     from datatools.io.store import TokenStore
 
     raw, table = work / "raw.parquet", work / "tokens.parquet"
     pq.write_table(pq.read_table(work / "demo_data" / "stdlib.parquet").slice(0, 2000), raw)
-    store = TokenStore(str(work / "demo_data" / "store"))
+    store = StoreDocuments(TokenStore(str(work / "demo_data" / "store")))
     pq.write_table(pa.table({"input_ids": [store[i].tolist() for i in range(2000)]}), table)
     config = work / "pipeline.yaml"
     for scheme, setenv, proxy in (("s3", s3_environment, s3), ("gs", gcs_environment, gcs)):

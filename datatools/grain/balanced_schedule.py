@@ -117,7 +117,7 @@ class BalancedSchedule:
         plan, order = self.batch(epoch, j)
         rows = order[lo:hi]
         held = np.flatnonzero(rows < plan.num_rows)
-        pad_id = int(getattr(self.inner, "pad_id", 0))
+        pad_id = int(self.inner.pad_id)
         inner: Any = self.inner  # every schedule reads a document source (docs)
         docs = inner.docs
         out = empty_rows(hi - lo, plan.ctx, pad_id, fill_from=0 if held.shape[0] < rows.shape[0] else hi - lo)

@@ -60,7 +60,7 @@ class BucketSchedule:
         self.drop_remainder, self.pad_id = bool(drop_remainder), int(pad_id)
         self.positions = int(order.n)  # documents read per epoch (a mixture's may differ from the documents held)
         # A sampled mixture reads other documents each epoch: its batch count is the epoch's own.
-        self._fixed = bool(getattr(order, "same_documents_every_epoch", True))
+        self._fixed = bool(order.same_documents_every_epoch)
         self.row_counts = tuple(sorted(set(self.batch_sizes.tolist())))
         self.shapes = [(int(b), int(n)) for b, n in zip(self.batch_sizes, self.boundaries)]
         self._epochs = EpochCache(keep=2)

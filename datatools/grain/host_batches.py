@@ -18,7 +18,7 @@ import numpy as np
 import grain
 from datatools.base.checks import check_choice, check_int
 from datatools.grain.batch import read_batch
-from datatools.grain.schedule import EpochCache, ReadAheadSchedule, Schedule
+from datatools.grain.schedule import EpochCache, HostCarryingSchedule, ReadAheadSchedule, Schedule
 from datatools.kernels.batch_layouts import CANONICAL_KEYS
 from datatools.kernels.packing import PackPlan
 from datatools.kernels.packing.materialize import new_batch
@@ -46,6 +46,8 @@ class DocumentOrder:
     """The order documents are read in, per epoch: ``none`` (storage order), ``full`` (a Feistel permutation of
     (seed, epoch)) or ``block`` (a windowed block shuffle). ``order(positions, epoch)``: the document at each
     position (int64), O(1) per position."""
+
+    same_documents_every_epoch = True  # a permutation of all n documents every epoch
 
     def __init__(self, n: int, kind: str, *, seed: int, io_block_size: int = 64, window_blocks: int = 1024):
         self.n = check_int(n, "documents", minimum=1)
@@ -149,9 +151,8 @@ class HostBatchesMapDataset(grain.MapDataset):
                 f"(every bucket's, when bucketing) must be a multiple of the host count"
             )
         self._schedule = schedule
-        carry_host = getattr(schedule, "carry_host", None)  # a schedule that sends only this host's first plans
-        if carry_host is not None:
-            carry_host(self._index, self._count)
+        if isinstance(schedule, HostCarryingSchedule):  # a schedule that sends only this host's first plans
+            schedule.carry_host(self._index, self._count)
         self._epochs = None if num_epochs is None else check_int(num_epochs, "num_epochs", minimum=1)
         self._ends = [0]  # cumulative batches at the end of each epoch computed so far
         self._planned_ahead = 0  # the last epoch counted ahead, in the background (_plan_next_epoch)
@@ -179,7 +180,7 @@ class HostBatchesMapDataset(grain.MapDataset):
         """Whether this host's reads pay for being issued ahead of need (a schedule that says what a batch reads,
         over a source in object storage)."""
         schedule = self._schedule
-        return isinstance(schedule, ReadAheadSchedule) and bool(getattr(schedule.docs, "reads_ahead", False))
+        return isinstance(schedule, ReadAheadSchedule) and schedule.docs.reads_ahead
 
     @property
     def shapes(self) -> list[tuple[int, int]]:

@@ -27,6 +27,7 @@ from typing import Any, Generic, TypeVar
 
 import grain
 from datatools.grain.host_batches import HostBatchesMapDataset
+from datatools.grain.schedule import ReadAheadSchedule
 
 T = TypeVar("T")
 
@@ -245,9 +246,9 @@ class HostBatchesIterDataset(grain.IterDataset):
 
     def forget_read_ahead(self) -> None:
         """Let the source reuse what an abandoned walk read ahead (a restore moved the position)."""
-        forget = getattr(getattr(self.host.schedule, "docs", None), "forget_read_ahead", None)
-        if forget is not None:
-            forget()
+        schedule = self.host.schedule
+        if isinstance(schedule, ReadAheadSchedule):
+            schedule.docs.forget_read_ahead()
 
     def __iter__(self) -> _HostBatchesIterator:
         return _HostBatchesIterator(self)

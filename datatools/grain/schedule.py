@@ -8,11 +8,12 @@ picks one by config mode (``pipeline/schedules.py``). Batches do not cross epoch
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
+from datatools.io.documents import DocumentSource
 from datatools.kernels.packing import PackPlan
 
 T = TypeVar("T")
@@ -43,7 +44,7 @@ class ReadAheadSchedule(Schedule, Protocol):
     """A schedule whose reads can start before a batch is asked for (the host passes ``pieces`` to
     ``docs.prefetch``)."""
 
-    docs: Any  # the document source read (:class:`~datatools.io.documents.DocumentSource`)
+    docs: DocumentSource  # the document source read: its reads_ahead says whether read-ahead pays
 
     def pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(doc, start, length)`` of every piece rows ``[lo, hi)`` of global batch ``j`` read."""
@@ -61,6 +62,8 @@ class PlannedRowsSchedule(Schedule, Protocol):
     reports, and what the balanced order of :mod:`datatools.grain.balanced_schedule` weighs rows by): every schedule
     of the pipeline's table is one; ``read`` fills exactly the rows ``rows_plan`` names."""
 
+    pad_id: int  # the token id written at padding
+
     def rows_plan(self, epoch: int, j: int, lo: int, hi: int) -> PackPlan:
         """Rows ``[lo, hi)`` of global batch ``j`` of ``epoch`` that hold data (a prefix of them: the rest are
         empty), as one :class:`~datatools.kernels.packing.PackPlan` whose row ``i`` is row ``lo + i`` and whose
@@ -72,6 +75,7 @@ class DocumentOrderLike(Protocol):
     """The documents' order per epoch (``DocumentOrder``, or a mixture's ``MixtureOrder``)."""
 
     n: int  # documents read per epoch
+    same_documents_every_epoch: bool  # every epoch reads the same documents (reordered): their lengths too
 
     def __call__(self, positions: Any, epoch: int) -> np.ndarray: ...
 
@@ -86,6 +90,38 @@ class RestartableSchedule(Schedule, Protocol):
     def restart_position(self, epoch: int, j: int) -> int:
         """The first position of ``epoch``'s document order whose document may change without changing global
         batches ``0 .. j - 1`` of the epoch."""
+        ...
+
+
+@runtime_checkable
+class HostCarryingSchedule(Schedule, Protocol):
+    """A schedule that can send a host only what that host reads (a lane schedule: its own lanes' first plans)."""
+
+    def carry_host(self, index: int, count: int) -> None:
+        """From now on, carry (pickle to Grain workers) only what host ``index`` of ``count`` reads."""
+        ...
+
+
+@runtime_checkable
+class EpochRowsSchedule(Schedule, Protocol):
+    """A schedule with a vectorized walk of an epoch's rows (bucketing): what ``datatools explain`` walks whole
+    epochs by, instead of ``rows_plan`` batch by batch."""
+
+    def epoch_rows(
+        self, epoch: int, batches: int, chunk: int = 1 << 20
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, PackPlan]]:
+        """``(batch, row, plan)`` chunks (``chunk`` rows at a time) of the rows of global batches ``[0, batches)`` of
+        ``epoch`` that hold data, in order."""
+        ...
+
+
+@runtime_checkable
+class PlannedEpochSchedule(Schedule, Protocol):
+    """A schedule whose epoch is one plan's rows in an order (planned packing): ``datatools explain`` counts the
+    plan's pieces in place."""
+
+    def plan_rows(self, epoch: int) -> tuple[Any, np.ndarray]:
+        """``(plan, rows)``: the plan of the rows and every row id of it in ``epoch``'s order."""
         ...
 
 

@@ -1,8 +1,9 @@
 """Random-access document collections that packed rows are read from.
 
-A *document source* (:class:`DocumentSource`) has ``len()``, ``source[i]``, ``lengths()`` (int64 tokens per
-document) and ``read_pieces(doc, start, length)``: the pieces ``tokens(doc[j])[start[j]:start[j] + length[j]]`` back
-to back as int32. :class:`ArrayDocuments` reads a flat (maybe memory-mapped) array; :class:`StoreDocuments` a token
+A *document source* (a subclass of :class:`DocumentSource`, the one base class: what the layers above use is declared
+there, with defaults) has ``len()``, ``source[i]``, ``lengths()`` (int64 tokens per document) and
+``read_pieces(doc, start, length)``: the pieces ``tokens(doc[j])[start[j]:start[j] + length[j]]`` back to back as
+int32. :class:`ArrayDocuments` reads a flat (maybe memory-mapped) array; :class:`StoreDocuments` a token
 store through :class:`StorePieceReader` (the chunks the pieces touch, read concurrently and ahead of need into a
 bounded slab); :class:`ChunkedDocuments` a table input one shard at a time (decoded shards in a bounded LRU cache).
 All are picklable (caches start empty in each process), so they serve as Grain data sources in worker processes.
@@ -18,7 +19,6 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import Protocol, runtime_checkable
 
 import numba
 import numpy as np
@@ -27,9 +27,7 @@ import tensorstore as ts
 from datatools.base import array_pool
 from datatools.base.checks import as_lengths
 from datatools.io import read_stats, storage
-from datatools.io.levanter_cache import LevanterCache
-from datatools.io.shard_reads import all_done
-from datatools.io.store import TokenStore
+from datatools.io.token_array import TokenArray
 from datatools.kernels.packing import check_token_ids, materialize, materialize_pieces
 from datatools.kernels.packing.materialize import check_plan_rows, new_batch
 from datatools.kernels.packing.plan_format import row_pieces
@@ -47,30 +45,13 @@ AHEAD_KEPT = 16  # prefetch calls (a host's reader makes one a batch) an extent 
 TABLE_CACHE_BYTES = 256 << 20  # decoded table shards kept per process (a shard is often tens of MB)
 
 
-@runtime_checkable
-class DocumentSource(Protocol):
-    """What packers, bucketers and the Grain datasets read documents from.
+class DocumentSource(ABC):
+    """What packers, bucketers, schedules and the Grain datasets read documents through: the base of every document
+    source. A subclass gives ``len``, :meth:`lengths` and :meth:`read_pieces`; what the layers above use besides is
+    declared here with the defaults of a source that holds its documents or reads them on demand, each overridden by
+    the sources it differs for (never probed for)."""
 
-    Optional: ``source[i]`` (one document), and an ``in_memory`` attribute telling the
-    pipeline that reads cost no I/O (then it uses no reader threads).
-    """
-
-    def __len__(self) -> int: ...
-
-    def lengths(self) -> np.ndarray:
-        """int64 tokens per document."""
-        ...
-
-    def read_pieces(self, doc, start, length) -> np.ndarray:
-        """The pieces ``doc[j]``, tokens ``[start[j], start[j] + length[j])``, back to back as int32."""
-        ...
-
-
-class PieceReadingSource(ABC):
-    """Base of the document sources (a subclass gives ``len``, :meth:`lengths`, :meth:`read_pieces`): ``source[i]``
-    and packed rows built from one bulk :meth:`read_pieces` per batch."""
-
-    in_memory = False
+    in_memory: bool = False  # reads cost no I/O: the pipeline uses no reader threads (ArrayDocuments, unmapped)
 
     @abstractmethod
     def __len__(self) -> int:
@@ -82,7 +63,7 @@ class PieceReadingSource(ABC):
 
     @abstractmethod
     def read_pieces(self, doc, start, length) -> np.ndarray:
-        """The tokens of pieces ``(doc[j], start[j], length[j])`` back to back (one bulk read)."""
+        """The pieces ``doc[j]``, tokens ``[start[j], start[j] + length[j])``, back to back as int32 (one bulk read)."""
 
     def __getitem__(self, i: int) -> np.ndarray:
         i = check_index(i, len(self))
@@ -93,8 +74,24 @@ class PieceReadingSource(ABC):
         batch (into ``out`` when given, see :func:`~datatools.kernels.packing.materialize`): pieces read in one call."""
         return materialize_pieces(plan, self.read_pieces, rows, pad_id=pad_id, out=out)
 
+    @property
+    def reads_ahead(self) -> bool:
+        """Whether reads issued ahead of need (:meth:`prefetch`) pay: False unless the documents are far (a store in
+        object storage)."""
+        return False
 
-class ArrayDocuments(PieceReadingSource):
+    def prefetch(self, doc, start, length, *, near: bool = True) -> bool:
+        """Start reading these pieces (of a batch still to come) without waiting; True when nothing is left to ask
+        for (a source that does not read ahead has nothing to start)."""
+        return True
+
+    def forget_read_ahead(self) -> None:
+        """Let later reads reuse what was read ahead for a walk that was abandoned (a restore); nothing to forget for
+        a source that does not read ahead."""
+        return None
+
+
+class ArrayDocuments(DocumentSource):
     """Documents in one flat array: ``tokens[offsets[i]:offsets[i + 1]]`` is document i.
 
     ``tokens`` may be a ``np.memmap`` (a NumPy token file read on demand by the OS).
@@ -175,9 +172,10 @@ class ArrayDocuments(PieceReadingSource):
 
 
 class StorePieceReader:
-    """Reads pieces of a :class:`TokenStore` in aligned *extents*, many at once, ahead of need, into a fixed slab.
+    """Reads pieces of a token store or a Levanter cache (a :class:`~datatools.io.token_array.TokenArray`, through its
+    ``read_async`` alone) in aligned *extents*, many at once, ahead of need, into a fixed slab.
 
-    An extent is :attr:`TokenStore.read_granularity` tokens (locally up to :data:`LOCAL_EXTENT_TOKENS`). Extents live
+    An extent is the array's ``read_granularity`` tokens (locally up to :data:`LOCAL_EXTENT_TOKENS`). Extents live
     in the slots of one preallocated array (the *slab*), gathered from by one numba call; which extent is in which
     slot, when each was last used and whether it was read ahead are numpy arrays (no per-extent Python work).
 
@@ -197,7 +195,7 @@ class StorePieceReader:
         :data:`MIN_REMOTE_SLOTS` extents.
     """
 
-    def __init__(self, store: TokenStore | LevanterCache, cache_bytes: int | None = None):
+    def __init__(self, store: TokenArray, cache_bytes: int | None = None):
         self.store = store
         self.cache_bytes = cache_bytes  # None: DEFAULT_CACHE_BYTES, and remotely at least MIN_REMOTE_SLOTS extents
         self._ready = False
@@ -391,7 +389,7 @@ class StorePieceReader:
                         ):
                             run.append(self._queue.popleft())
                         self._queued[run] = False
-                        read, target = self._read_run(first, run, batch)
+                        read = self._read_run(first, run, batch)
                         ahead = bool(self._ahead[run].all())
                         self._in_flight += 1
                         self._ahead_in_flight += ahead
@@ -399,27 +397,19 @@ class StorePieceReader:
                         self._issued.append(
                             (
                                 read,
-                                functools.partial(
-                                    self._received, run=run, ahead=ahead, issued=time.perf_counter(), target=target
-                                ),
+                                functools.partial(self._received, run=run, ahead=ahead, issued=time.perf_counter()),
                             )
                         )
         finally:
             self._pumping = False
 
     def _read_run(self, first: int, run: list[int], batch: ts.Batch):
-        """``(read, target)``: the read of extents ``first, first + 1, ...`` into slots ``run``; a token store's
-        decodes straight into the slab's slots (``target``: the slab they land in), another's result is copied
-        (one read of the run: a Levanter cache has no ``out``)."""
+        """The read of extents ``first, first + 1, ...`` into the slab's slots ``run`` (a token store decodes
+        straight into each slot; a Levanter cache reads the run once and copies it in)."""
         e, n = self.extent, self.store.num_tokens
-        if not isinstance(self.store, TokenStore):
-            return self.store.read_async(first * e, min((first + len(run)) * e, n), batch=batch), None
-        target = self._slab
-        parts = []
-        for c, s in enumerate(run, first):
-            end = min((c + 1) * e, n)
-            parts.append(self.store.read_async(c * e, end, batch=batch, out=target[s, : end - c * e]))
-        return (parts[0] if len(parts) == 1 else all_done(parts, target)), target
+        end = min((first + len(run)) * e, n)
+        slots = [self._slab[s, : min(e, end - c * e)] for c, s in enumerate(run, first)]
+        return self.store.read_async(first * e, end, batch=batch, out=slots)
 
     def _can_issue(self) -> bool:
         """Whether the head of the queue may be issued (lock held): fewer than :data:`MAX_IN_FLIGHT` reads in flight
@@ -442,25 +432,19 @@ class StorePieceReader:
             for read, callback in issued:  # on the thread that completes it (or here, at once, when it is done)
                 read.add_done_callback(callback)
 
-    def _received(self, read, *, run: list[int], ahead: bool, issued: float, target: np.ndarray | None) -> None:
-        """A read into the slots of ``run`` completed (on a tensorstore thread): tokens into the slab (already there
-        when it decoded into ``target``), the next read issued, each slot's future done. A failed read stays
-        pending: :meth:`_settle` reads it again."""
+    def _received(self, read, *, run: list[int], ahead: bool, issued: float) -> None:
+        """A read into the slots of ``run`` completed (on a tensorstore thread): the tokens are in the slab, the next
+        read issued, each slot's future done. A failed read stays pending: :meth:`_settle` reads it again."""
         error: BaseException | None = None
         try:
-            value = read.result()
+            read.result()
         except BaseException as exc:  # noqa: BLE001 -- handed to whoever waits for these extents
             error = exc
-        e = self.extent
         with self._issuing():
             self._in_flight -= 1
             self._ahead_in_flight -= ahead
             dones = [self._pending[s][0] for s in run]
             if error is None:
-                if target is None:  # a Levanter cache's read: copied in (a token store's decoded in place)
-                    for i, s in enumerate(run):
-                        part = value[i * e : (i + 1) * e]
-                        self._slab[s, : part.shape[0]] = part
                 for s in run:
                     del self._pending[s]
             self._pump()
@@ -483,9 +467,9 @@ class StorePieceReader:
                 done.result()
             except (ValueError, OSError) as exc:  # read it again through the store's checked path: the error names
                 try:  # the chunk (a ranged read's error names it already: the checked path would not refuse more)
-                    if getattr(self.store, "ranged_reads", False):
+                    if not self.store.retries_failed_reads:
                         raise exc
-                    value = self.store.read_tokens(c * self.extent, min((c + 1) * self.extent, self.store.num_tokens))
+                    value = self.store.read(c * self.extent, min((c + 1) * self.extent, self.store.num_tokens))
                 except BaseException:
                     with self._lock:
                         if self._pending.get(s, (None,))[0] is done:
@@ -644,11 +628,11 @@ def documents_per_read(read_tokens: int, mean_tokens: float) -> int:
     return -(-int(read_tokens) // int(max(1.0, mean_tokens)))
 
 
-class StoreDocuments(PieceReadingSource):
+class StoreDocuments(DocumentSource):
     """A :class:`TokenStore` (or a Levanter cache) as a document source, pieces read through a cached
     :class:`StorePieceReader`."""
 
-    def __init__(self, store: TokenStore | LevanterCache, cache_bytes: int | None = None):
+    def __init__(self, store: TokenArray, cache_bytes: int | None = None):
         self.store = store
         self.reader = StorePieceReader(store, cache_bytes)
 
@@ -753,7 +737,7 @@ def gather_at(tokens, offsets, doc, start, length, dst, out):
             out[d + t] = tokens[src + t]
 
 
-class ChunkedDocuments(PieceReadingSource):
+class ChunkedDocuments(DocumentSource):
     """Documents of an input read shard by shard on demand (Parquet row groups, Arrow batches, JSON Lines blocks).
 
     Memory holds the lengths and at most ``cache_bytes`` of decoded shards (LRU; one always kept). A full shuffle
@@ -835,32 +819,12 @@ class ChunkedDocuments(PieceReadingSource):
         return f"ChunkedDocuments({self.name!r}, documents={len(self)}, shards={self.shard_docs.shape[0]})"
 
 
-class _ProtocolSource(PieceReadingSource):
-    """Any object with ``len()``, ``lengths()`` and ``read_pieces`` given the sources' ``pack_rows``."""
-
-    def __init__(self, source):
-        self.source = source
-        self.in_memory = bool(getattr(source, "in_memory", False))
-
-    def __len__(self) -> int:
-        return len(self.source)
-
-    def lengths(self) -> np.ndarray:
-        return self.source.lengths()
-
-    def read_pieces(self, doc, start, length) -> np.ndarray:
-        return self.source.read_pieces(doc, start, length)
-
-
-def as_document_source(source) -> PieceReadingSource:
-    """A document source with ``pack_rows``: datatools' sources as they are, a :class:`TokenStore` in
-    :class:`StoreDocuments`, any other :class:`DocumentSource` in an adapter."""
-    if isinstance(source, TokenStore):
-        return StoreDocuments(source)
-    if isinstance(source, PieceReadingSource):
-        return source
+def as_document_source(source) -> DocumentSource:
+    """``source``, checked to be a :class:`DocumentSource` (TypeError naming its type: a token store or a Levanter
+    cache is read as one through :class:`StoreDocuments`)."""
     if isinstance(source, DocumentSource):
-        return _ProtocolSource(source)
+        return source
     raise TypeError(
-        f"expected a document source (lengths(), read_pieces(), len()) or a TokenStore; got {type(source).__name__}"
+        f"expected a document source (a subclass of datatools.io.documents.DocumentSource: lengths(), read_pieces(), "
+        f"len(); a token store or Levanter cache: StoreDocuments(store)); got {type(source).__name__}"
     )

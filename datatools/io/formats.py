@@ -33,6 +33,7 @@ from datatools.io.paths import display
 from datatools.io.sentencepiece_encoder import is_sentencepiece, open_sentencepiece
 from datatools.io.store import TokenStore, is_token_store
 from datatools.io.tables import TEXT_COLUMNS, detect_column, shard_columns
+from datatools.io.token_array import TokenArray
 from datatools.io.token_input import InputOptions, TokenInput, lengths_by_shard, shard_length_pieces
 from datatools.io.tokenizer import open_encoder
 
@@ -135,12 +136,14 @@ def _detect_table(loc: storage.Location, opts: InputOptions) -> TokenInput:
     return _tokenized(inp, opts, where, "column")
 
 
-def _stored(inp: TokenInput) -> TokenStore | LevanterCache:
+def stored_array(inp: TokenInput) -> TokenArray:
+    """The stored token array of a token store or a Levanter cache input: typed to return a
+    :class:`~datatools.io.token_array.TokenArray`, so mypy checks that both implement it."""
     return inp.token_store if inp.kind == "store" else inp.levanter_cache
 
 
 def _stored_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
-    yield 0, _stored(inp).lengths(), inp.nbytes
+    yield 0, stored_array(inp).lengths(), inp.nbytes
 
 
 def _numpy_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
@@ -178,6 +181,10 @@ def _no_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) 
     )
 
 
+def _stored_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) -> DocumentSource:
+    return StoreDocuments(stored_array(inp))
+
+
 def _flat_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) -> DocumentSource:
     lengths = lengths_by_shard(inp, _flat_lengths(inp), progress)[0]  # negative ids refused there
     tokens = flat_array(inp.path, inp.bin_dtype)
@@ -208,8 +215,8 @@ class Format:
 
 
 FORMATS = (  # in the order they are tried: the table format last, it takes what no other claims
-    Format("store", _detect_store, _stored_lengths, lambda inp, _: StoreDocuments(_stored(inp)), offsets=True),
-    Format("levanter", _detect_levanter, _stored_lengths, lambda inp, _: StoreDocuments(_stored(inp)), offsets=True),
+    Format("store", _detect_store, _stored_lengths, _stored_documents, offsets=True),
+    Format("levanter", _detect_levanter, _stored_lengths, _stored_documents, offsets=True),
     Format("numpy", _detect_numpy, _numpy_lengths, lambda inp, _: ArrayDocuments(*numpy_dir(inp.path))),
     Format("lengths", _detect_lengths, _lengths_lengths, _no_documents, pipeline=False),
     Format("flat", _detect_flat, _flat_lengths, _flat_documents, pipeline=False),

@@ -1,4 +1,4 @@
-"""A Levanter (Marin) token cache read as it is, with the :class:`~datatools.io.store.TokenStore` interface.
+"""A Levanter (Marin) token cache read as it is, a :class:`~datatools.io.token_array.TokenArray` as a token store is.
 
 Levanter's layout (marin-levanter 0.2.227): ``shard_ledger.json``; ``input_ids/offsets/`` (zarr v3 int64: element 0
 the row count, element i the end of row i - 1) and ``input_ids/data/`` (the rows' tokens back to back); a
@@ -10,8 +10,10 @@ are negative or do not fit int32.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -194,7 +196,7 @@ class LevanterCache:
         """int64 tokens per document (row), from the offsets alone."""
         return np.diff(self.offsets)
 
-    def read_tokens(self, begin: int, end: int) -> np.ndarray:
+    def read(self, begin: int, end: int) -> np.ndarray:
         """Tokens [begin, end) of the field, rows back to back, as int32 (one read per part touched); ValueError
         when a chunk is missing or corrupt, or an id is negative or does not fit int32."""
         if not 0 <= begin <= end <= self.num_tokens:
@@ -215,7 +217,7 @@ class LevanterCache:
 
     @property
     def dtype(self) -> np.dtype:
-        """What :meth:`read_tokens` returns: int32."""
+        """What :meth:`read` returns: int32."""
         return np.dtype(np.int32)
 
     @property
@@ -228,11 +230,17 @@ class LevanterCache:
         """Tokens per stored object (a shard file of ``data``)."""
         return int(self._arrays()[0].chunk_layout.write_chunk.shape[0])
 
-    def read_async(self, begin: int, end: int, batch: ts.Batch | None = None) -> JoinedRead:
+    retries_failed_reads = True  # a failed background read is read again by read(), whose error names the chunk
+
+    def read_async(
+        self, begin: int, end: int, *, batch: ts.Batch | None = None, out: Sequence[np.ndarray] | None = None
+    ) -> JoinedRead:
         """Tokens [begin, end) read in the background, one read per part touched (in ``batch``): a future whose
-        ``result()`` is int32 (ValueError when a read fails or an id does not fit)."""
+        ``result()`` is int32 (ValueError when a read fails or an id does not fit); ``out``: int32 arrays whose sizes
+        add up to ``end - begin``, the tokens copied into them in order."""
         arrays = self._arrays()
-        return JoinedRead([arrays[k][a:b].read(batch=batch) for k, a, b in self._spans(begin, end)], _joined_int32)
+        reads = [arrays[k][a:b].read(batch=batch) for k, a, b in self._spans(begin, end)]
+        return JoinedRead(reads, _joined_int32 if out is None else functools.partial(_joined_into, out=out))
 
     def _spans(self, begin: int, end: int) -> list[tuple[int, int, int]]:
         """``(part, first, stop)``: the tokens [begin, end) of the field as a range within each part touched."""
@@ -246,13 +254,6 @@ class LevanterCache:
                 spans.append((k, max(begin, lo) - lo, min(end, hi) - lo))
         return spans
 
-    def __getitem__(self, i: int) -> np.ndarray:
-        n = len(self)
-        if not -n <= i < n:
-            raise IndexError(f"document {i} out of range for a cache of {n} documents")
-        i %= n
-        return self.read_tokens(int(self.offsets[i]), int(self.offsets[i + 1]))
-
     def __repr__(self) -> str:
         return f"LevanterCache({str(self.path)!r}, documents={len(self)}, tokens={self.num_tokens})"
 
@@ -264,3 +265,12 @@ def _joined_int32(reads: list) -> np.ndarray:
     if out.size and (int(out.min()) < 0 or int(out.max()) > INT32_MAX):
         raise ValueError("a token id is negative or does not fit int32")
     return out.astype(np.int32, copy=False)
+
+
+def _joined_into(reads: list, *, out: Sequence[np.ndarray]) -> np.ndarray:
+    """:func:`_joined_int32`, copied into the arrays ``out`` in order; ``out[0]``."""
+    tokens, at = _joined_int32(reads), 0
+    for piece in out:
+        piece[:] = tokens[at : at + piece.shape[0]]
+        at += piece.shape[0]
+    return out[0]

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from datatools.io.documents import PieceReadingSource, as_document_source, check_pieces
+from datatools.io.documents import DocumentSource, as_document_source, check_pieces
 
 
-class MixedDocuments(PieceReadingSource):
+class MixedDocuments(DocumentSource):
     """The documents of ``sources`` back to back (see the module docstring).
 
     Args:
@@ -30,7 +30,7 @@ class MixedDocuments(PieceReadingSource):
         self.sizes = np.array([len(s) for s in self.sources], np.int64)
         self.offsets = np.concatenate(([0], np.cumsum(self.sizes)))
         self._lengths = np.concatenate([np.asarray(s.lengths(), np.int64) for s in self.sources])
-        self.in_memory = all(getattr(s, "in_memory", False) for s in self.sources)
+        self.in_memory = all(s.in_memory for s in self.sources)
 
     def __len__(self) -> int:
         return int(self.offsets[-1])

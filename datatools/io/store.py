@@ -5,8 +5,9 @@ Layout: ``manifest.json`` (written last: dtype, counts, job, each key's ``[bytes
 READ_CHUNK); ``offsets/`` (int64, num_documents + 1); ``shard_index.bin`` (every shard's index: :mod:`shard_reads`).
 tensorstore reads a missing chunk as 0, so on open every recorded key is listed with its size, each object a reader
 touches is checked against the digests once per process, and a bad chunk is a ``ValueError`` naming it and ending
-with :func:`repair_command`; :func:`store_verify.verify_store` reads every byte. Versions 1 (no records) and 2
-(unsharded) are still read.
+with :func:`repair_command`; :func:`store_verify.verify_store` reads every byte. Only the version ``pretokenize``
+writes is read: an older store (version 1: no records; 2: unsharded; 3 before its xxh3 digests) is refused in one line
+naming the job that rewrites it (``pretokenize ... --overwrite``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import os
 import re
 import shlex
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeGuard
@@ -29,13 +30,12 @@ import xxhash
 from datatools.io import shard_reads, storage
 from datatools.io.io_errors import as_os_error, os_errors, short_message, status_code
 from datatools.io.paths import display
-from datatools.io.shard_reads import INDEX_ENTRY_BYTES, JoinedRead
+from datatools.io.shard_reads import INDEX_ENTRY_BYTES, JoinedRead, all_done
 
 FORMAT = "datatools-token-store"
 # offsets up to this size (bytes) are pickled with a store to Grain workers (from a bucket, re-reading 5 MB took ~1 s)
 CARRIED_OFFSETS_BYTES = 256 << 20
 VERSION = 3  # 2: per-chunk records in the manifest, crc32c in every chunk; 3: tokens sharded (inner chunks)
-READABLE_VERSIONS = (1, 2, 3)
 TOKEN_CHUNK = 1 << 20  # tokens per stored object (a shard): 2-4 MiB uncompressed
 READ_CHUNK = 1 << 14  # tokens per inner chunk of a shard: the unit a ranged read fetches (32-64 KiB uncompressed)
 OFFSET_CHUNK = 1 << 18  # offsets per chunk
@@ -193,12 +193,8 @@ def _write_shard_index(path: str | os.PathLike, index: bytes) -> dict:
 
 
 def lacks_shard_index(manifest: dict) -> bool:
-    """Whether a sharded (version 3) store was written before ``shard_index.bin`` (:func:`add_shard_index`)."""
-    return (
-        int(manifest.get("version", 0)) >= 3
-        and "shard_index" not in manifest
-        and "tokens_index" in (manifest.get("digests") or {})
-    )
+    """Whether a sharded store was written before ``shard_index.bin`` (:func:`add_shard_index`)."""
+    return "shard_index" not in manifest and "tokens_index" in (manifest.get("digests") or {})
 
 
 def add_shard_index(path: str | os.PathLike) -> None:
@@ -280,6 +276,14 @@ def _damaged(path, manifest: dict | None, text: str) -> ValueError:
     return ValueError(f"{text}; repair: {repair_command(path, manifest)}")
 
 
+def _older(path, manifest: dict, what: str) -> ValueError:
+    """The one-line refusal of a store an older datatools wrote: ``what`` it is, and the job that rewrites it."""
+    return ValueError(
+        f"{display(path)}: {what}, from an older datatools, is no longer read (this one reads version {VERSION}); "
+        f"rewrite it: {repair_command(path, manifest)}"
+    )
+
+
 def array_keys(where: str | os.PathLike) -> set[str]:
     """The keys (``zarr.json``, ``c/0``, ...) under one array, from one listing (not tensorstore's: it crashed on a
     GCS emulator that ignores prefixes)."""
@@ -328,18 +332,19 @@ def read_manifest(path: str | os.PathLike) -> dict:
         raise corrupt(str(exc)) from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ValueError(f"{display(path)}: manifest.json is not a {FORMAT} manifest")
-    if manifest.get("version") not in READABLE_VERSIONS:
+    version = manifest.get("version")
+    if is_count(version) and version < VERSION:
+        raise _older(path, manifest, f"token store version {version}")
+    if version != VERSION:
         raise ValueError(
-            f"{display(path)}: token store version {str(manifest.get('version'))[:20]} is not supported "
-            f"(this datatools reads versions {', '.join(map(str, READABLE_VERSIONS))})"
+            f"{display(path)}: token store version {str(version)[:20]} is not supported "
+            f"(this datatools reads version {VERSION})"
         )
     for key in ("num_documents", "num_tokens"):
         if not is_count(value := manifest.get(key)):
             raise corrupt(f"{key} must be a non-negative integer, got {str(value)[:40]!r}")
     if manifest.get("dtype") not in ("uint16", "uint32"):
         raise corrupt(f"dtype must be uint16 or uint32, got {str(manifest.get('dtype'))[:40]!r}")
-    if manifest["version"] < 2:
-        return manifest
     chunks = manifest.get("chunks")  # {"checksum": "sha256", "tokens": {key: [bytes, hex]}, "offsets": {...}}
     if not isinstance(chunks, dict) or chunks.get("checksum") != CHECKSUM:
         raise corrupt(f"no chunk records, or not {CHECKSUM}")
@@ -351,6 +356,9 @@ def read_manifest(path: str | os.PathLike) -> dict:
             ok = isinstance(rec, list) and len(rec) == 2 and is_count(rec[0]) and isinstance(rec[1], str)
             if not (ok and len(rec[1]) == 64):
                 raise corrupt(f"chunk record of {name}/{str(key)[:40]} is {str(rec)[:60]!r}, want [bytes, sha256 hex]")
+    digests = manifest.get("digests")
+    if not (isinstance(digests, dict) and digests.get("algorithm") == FAST_DIGEST):
+        raise _older(path, manifest, f"a token store written before its chunks' {FAST_DIGEST} digests")
     return manifest
 
 
@@ -389,8 +397,10 @@ def chunk_grid(length: int, chunk: int) -> list[str]:
 
 
 class TokenStore:
-    """Random access to a token store (a Grain data source): ``store[i]`` is document i's tokens. Picklable
-    (tensorstore handles reopen lazily in each worker). ``check=False`` skips the listing on open.
+    """Random access to a token store by token range (a :class:`~datatools.io.token_array.TokenArray`: ``read``,
+    ``read_async``; document i is ``[offsets[i], offsets[i + 1])``, and :class:`~datatools.io.documents.StoreDocuments`
+    reads it as a document source). Picklable (tensorstore handles reopen lazily in each worker). ``check=False``
+    skips the listing on open.
 
     Raises (on open):
       ValueError: not a store, a corrupt manifest, a recorded chunk missing, arrays whose dtype or shape disagree
@@ -516,18 +526,15 @@ class TokenStore:
             ) from None
 
     def check_present(self) -> None:
-        """No data read: both arrays open with the manifest's dtype and shape; (version 2+) one listing per array
-        finds every key of the chunk grid with its recorded size."""
+        """No data read: both arrays open with the manifest's dtype and shape; one listing per array finds every key
+        of the chunk grid with its recorded size."""
         opening = {name: self._opening(name) for name in ARRAYS}
         self._start_shard_table()
-        listing = {}
-        if self.version >= 2:  # both arrays' listings at once too (s3fs: each ~0.1-0.2 s of requests in a bucket)
-            with ThreadPoolExecutor(len(ARRAYS), thread_name_prefix="datatools-store-listing") as pool:
-                listing = {name: pool.submit(storage.file_sizes, storage.join(self.path, name)) for name in ARRAYS}
+        # both arrays' listings at once too (s3fs: each ~0.1-0.2 s of requests in a bucket)
+        with ThreadPoolExecutor(len(ARRAYS), thread_name_prefix="datatools-store-listing") as pool:
+            listing = {name: pool.submit(storage.file_sizes, storage.join(self.path, name)) for name in ARRAYS}
         for name in ARRAYS:
             arr = self._arrays[name] = self._opened(name, opening[name])
-            if self.version < 2:
-                continue
             records = self.manifest["chunks"][name]
             chunk = int(arr.chunk_layout.write_chunk.shape[0])
             grid = chunk_grid(self.shape_of(name), chunk)
@@ -559,11 +566,17 @@ class TokenStore:
             self._arrays[name] = self._opened(name, self._opening(name))
         return self._arrays[name]
 
-    def read_array(self, name: str, begin: int, end: int) -> np.ndarray:
-        """Elements [begin, end) of ``tokens`` or ``offsets``; ValueError naming the store and the chunk when a
-        chunk is missing or corrupt, OSError when the storage fails."""
-        if name == "tokens" and end > begin and self.ranged_reads:
+    def read(self, begin: int, end: int) -> np.ndarray:
+        """Tokens [begin, end) of the flat array (:meth:`TokenArray.read <datatools.io.token_array.TokenArray.read>`):
+        ValueError naming the store and the chunk when a chunk is missing or corrupt, OSError when the storage
+        fails."""
+        if end > begin and self.ranged_reads:
             return self.read_async(begin, end).result()
+        return self._read_checked("tokens", begin, end)
+
+    def _read_checked(self, name: str, begin: int, end: int) -> np.ndarray:
+        """Elements [begin, end) of ``tokens`` or ``offsets`` through tensorstore, the objects they touch checked
+        first (:meth:`check_objects`); the errors :meth:`read` names."""
         arr = self._array(name)
         if end > begin:
             self.check_objects(name, begin, end)
@@ -606,7 +619,7 @@ class TokenStore:
         """int64 (num_documents + 1,) token offsets: checked to start at 0, never decrease, end at num_tokens."""
         if self._offsets is None:
             self._start_shard_table()  # read with the offsets (carried to workers with them)
-            offsets = self.read_array("offsets", 0, len(self) + 1)
+            offsets = self._read_checked("offsets", 0, len(self) + 1)
             where = display(self.path)
             if offsets.shape[0] == 0 or offsets[0] != 0:
                 raise self.damaged(
@@ -648,30 +661,29 @@ class TokenStore:
         """int64 tokens per document, from the offsets alone."""
         return np.diff(self.offsets)
 
-    def __getitem__(self, i: int) -> np.ndarray:
-        n = len(self)
-        if not -n <= i < n:
-            raise IndexError(f"document {i} out of range for a store of {n} documents")
-        i %= n
-        return self.read_array("tokens", int(self.offsets[i]), int(self.offsets[i + 1]))
-
-    def read_range(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
-        """Documents [start, stop) in one contiguous read: (flat tokens, offsets relative to them)."""
-        if not 0 <= start <= stop <= len(self):
-            raise IndexError(f"range [{start}, {stop}) out of bounds for a store of {len(self)} documents")
-        off = self.offsets[start : stop + 1]
-        flat = self.read_array("tokens", int(off[0]), int(off[-1]))
-        return flat, off - off[0]
-
-    def read_tokens(self, begin: int, end: int) -> np.ndarray:
-        """Tokens [begin, end) of the flat array (one read)."""
-        return self.read_array("tokens", begin, end)
-
-    def read_async(self, begin: int, end: int, batch: ts.Batch | None = None, out: np.ndarray | None = None):
+    def read_async(
+        self, begin: int, end: int, *, batch: ts.Batch | None = None, out: Sequence[np.ndarray] | None = None
+    ):
         """Tokens [begin, end) read in the background (issued with ``batch``): a future whose ``result()`` raises
         ValueError for a failed read or an object that fails :meth:`check_objects` (issued in the same batch).
-        ``out``: a writeable array of ``end - begin`` tokens of the store's dtype that the read decodes into (no
-        copy; ``result()`` is ``out``)."""
+        ``out``: writeable arrays of the store's dtype whose sizes add up to ``end - begin``, each decoded into by a
+        read of its own (no copy; ``result()`` is ``out[0]``)."""
+        if out is None or len(out) == 1:
+            return self._read_into(begin, end, batch, None if out is None else out[0])
+        parts, at = [], begin
+        for piece in out:
+            parts.append(self._read_into(at, at + piece.shape[0], batch, piece))
+            at += piece.shape[0]
+        return all_done(parts, out[0])
+
+    @property
+    def retries_failed_reads(self) -> bool:
+        """A failed read is read again through :meth:`read` (whose error names the chunk), unless it was ranged:
+        :mod:`shard_reads` names the chunk already."""
+        return not self.ranged_reads
+
+    def _read_into(self, begin: int, end: int, batch: ts.Batch | None, out: np.ndarray | None):
+        """One background read of tokens [begin, end), decoded into ``out`` when given (:meth:`read_async`)."""
         if self.ranged_reads and end > begin:  # in a bucket: one ranged GET a run of inner chunks, each checked
             return shard_reads.read(
                 self._kvstore("tokens"),
@@ -716,8 +728,6 @@ class TokenStore:
         per process (locally: a shard's index and crc32cs against ``shard_index.bin``, else every byte; in a bucket:
         each shard's index). With ``wait``, done on return (ValueError naming the chunk), else the pending checks
         are returned for :meth:`confirm`."""
-        if self.version < 2:
-            return []
         arr = self._array(name)
         per = int(arr.chunk_layout.write_chunk.shape[0])
         pending = []
@@ -735,24 +745,17 @@ class TokenStore:
 
     def _start_check(self, name: str, key: str, arr, batch: ts.Batch | None) -> tuple:
         """(future of the bytes to check, which digest they are checked against) for one stored object."""
-        recorded = self.manifest.get("digests")
-        digests = recorded if isinstance(recorded, dict) else {}
-        fast = digests.get("algorithm") == FAST_DIGEST
+        digests = self.manifest["digests"]  # xxh3_64: read_manifest refuses a store without them
         kv = self._kvstore(name)
         index = _index_bytes(arr)
-        if storage.location(self.path).reads_are_requests and index:  # ranged reads: the shard's index only
-            heads = digests.get(f"{name}_index") if fast else None
-            if not isinstance(heads, dict):
-                return (None, ("none", None))  # a store written before the digests: its sizes were checked on open
+        if storage.location(self.path).reads_are_requests and index:  # in a bucket without shard_index.bin: the
+            heads = digests.get(f"{name}_index") or {}  # shard's index only (its inner chunks carry crc32c)
             read = kv.read(key, batch=batch, byte_range=slice(0, index))
             return (storage.bounded(read, storage.join(self.path, name, key)), ("index", heads.get(key)))
         if name == "tokens" and index and isinstance(self.manifest.get("shard_index"), dict):
             return (None, ("entries", self._shard_mismatch(key)))  # local: the index and the chunks' crc32c
         where = storage.join(self.path, name, key)
-        if fast and isinstance(digests.get(name), dict):
-            return (storage.bounded(kv.read(key, batch=batch), where), ("xxh3", digests[name].get(key)))
-        recorded = self.manifest["chunks"][name].get(key, [0, None])[1]
-        return (storage.bounded(kv.read(key, batch=batch), where), ("sha256", recorded))
+        return (storage.bounded(kv.read(key, batch=batch), where), ("xxh3", (digests.get(name) or {}).get(key)))
 
     def _shard_mismatch(self, key: str) -> str | ValueError | None:
         """Why local tokens shard ``key`` is not the one ``shard_index.bin`` records, or None
@@ -785,7 +788,7 @@ class TokenStore:
                 if isinstance(want, ValueError):
                     raise want
                 raise self.damaged(f"{where} {want if want == 'is missing' else f'is corrupt ({want})'}")
-            ok = future is None  # the entries matched, or no digests to compare
+            ok = future is None  # the entries matched
             value: bytes | None = b""
             if future is not None:
                 try:
@@ -796,8 +799,7 @@ class TokenStore:
                     raise self.damaged(f"{where} is unreadable ({short_message(exc)})") from None
                 value = bytes(got.value) if got.state == "value" else None
                 if value is not None and want is not None:
-                    digest = hashlib.sha256(value).hexdigest() if kind == "sha256" else xxhash.xxh3_64_hexdigest(value)
-                    ok = digest == want
+                    ok = xxhash.xxh3_64_hexdigest(value) == want
             with self._check_lock:
                 if ok:
                     self._checked.add(item)

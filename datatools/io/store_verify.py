@@ -60,20 +60,8 @@ def verify_store(path: str | os.PathLike, *, progress: Callable[[int, int], None
     vocab = store.manifest.get("vocab_size")
     vocab = vocab if is_count(vocab) and vocab > 0 else None
     report = VerifyReport(where, store.version, len(store), store.num_tokens, store.dtype.name, vocab, None)
-    if store.version >= 2:
-        _check_checksums(store, report, progress)
-    else:
-        report.checksums = False
-        report.notes.append(
-            "store version 1: no checksums recorded (re-run `datatools pretokenize ... --overwrite` "
-            "to record them); sizes and checksums not checked"
-        )
-    if store.version < 3:
-        report.notes.append(
-            f"tokens not sharded (store version {store.version}): a read from a bucket fetches a whole stored chunk "
-            f"(2-4 MiB); `datatools pretokenize ... --overwrite` writes version 3"
-        )
-    elif lacks_shard_index(store.manifest):
+    _check_checksums(store, report, progress)
+    if lacks_shard_index(store.manifest):
         report.notes.append(
             f"written before {shard_reads.INDEX_KEY}: a reader in a bucket requests each shard's index first, in "
             f"every process; `datatools pretokenize ... --overwrite` (the same job) adds it, rewriting no token"
@@ -82,7 +70,7 @@ def verify_store(path: str | os.PathLike, *, progress: Callable[[int, int], None
     step = int(store.tokens.chunk_layout.write_chunk.shape[0])  # one stored object (a shard) a read
     top = -1
     for begin in range(0, store.num_tokens, step):
-        block = store.read_array("tokens", begin, min(begin + step, store.num_tokens))
+        block = store.read(begin, min(begin + step, store.num_tokens))
         if block.size:
             m = int(block.max())
             if vocab is not None and m >= vocab:

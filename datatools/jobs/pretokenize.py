@@ -33,7 +33,6 @@ from datatools.io.paths import display
 from datatools.io.sentencepiece_encoder import SentencePieceEncoder
 from datatools.io.shard_reads import INDEX_KEY
 from datatools.io.store import (
-    VERSION,
     TokenStore,
     add_shard_index,
     is_token_store,
@@ -314,7 +313,7 @@ def pretokenize(
 
     if is_token_store(output) and (not overwrite or manifest_reads(output)):
         m = read_manifest(output)
-        same = m.get("job") == job and m.get("version") == VERSION
+        same = m.get("job") == job  # (read_manifest reads only the version this job writes)
         status = "already complete"
         damage = store_damage(output) if same else None  # what verify checks: every byte read back
         if damage and damage.index_only:  # every chunk as recorded: the index rewritten from them, no token
@@ -349,14 +348,8 @@ def pretokenize(
                 status,
                 extra,
             )
-        if not overwrite and not damage:
-            why = (
-                "a store of this job written by an older datatools (store version "
-                f"{m.get('version')}, no chunk checksums)"
-                if m.get("job") == job
-                else "a different job"
-            )
-            raise ValueError(f"{display(output)}: already exists ({why}); pass --overwrite to replace it")
+        if not overwrite and not damage:  # (a store of an older datatools: refused by read_manifest, naming this job)
+            raise ValueError(f"{display(output)}: already exists (a different job); pass --overwrite to replace it")
 
     stage.prepare(job, len(shards), extra)
     present, pieces = stage.present()

@@ -194,7 +194,7 @@ def _build_canonical(cfg: PipelineConfig, documents=None, history=None) -> Canon
     ``history``: a mixture's weight history (default the config's weights)."""
     warm_in_background()  # numba's start-up (0.4-1.1 s) while the source opens (from a bucket: ~2 s of requests)
     docs = open_config_documents(cfg, documents)
-    in_memory = bool(getattr(docs, "in_memory", False))
+    in_memory = docs.in_memory
     # a table decodes under one lock: more threads only wait (0.98 against 0.82 CPU s an epoch of 40M tokens)
     threads = TABLE_READ_THREADS if isinstance(docs, ChunkedDocuments) else READ_THREADS
     _warn_if_random_access_thrashes(docs, cfg)

@@ -25,7 +25,7 @@ import numpy as np
 from datatools.base.checks import check_int
 from datatools.base.reports import Report
 from datatools.grain.host_batches import HostBatchesMapDataset, host_rows
-from datatools.grain.schedule import PlannedRowsSchedule
+from datatools.grain.schedule import EpochRowsSchedule, PlannedEpochSchedule, PlannedRowsSchedule
 from datatools.io import storage
 from datatools.io.mixed_documents import MixedDocuments
 from datatools.kernels.curriculum import row_attention_work
@@ -254,9 +254,8 @@ class Explainer:
     def epoch_rows(self, epoch: int, batches: int) -> Iterator[tuple[np.ndarray, np.ndarray, PackPlan]]:
         """``(batch, row, plan)`` chunks of the rows of global batches ``[0, batches)`` of ``epoch``, in order: the
         schedule's own vectorized walk when it has one (bucketing), else ``rows_plan`` batch by batch."""
-        walk = getattr(self.schedule, "epoch_rows", None)
-        if walk is not None:
-            yield from walk(epoch, batches, CHUNK_ROWS)
+        if isinstance(self.schedule, EpochRowsSchedule):
+            yield from self.schedule.epoch_rows(epoch, batches, CHUNK_ROWS)
             return
         for j in range(batches):
             plan = self.schedule.rows_plan(epoch, j, 0, self.schedule.batch_rows(epoch, j))
@@ -294,9 +293,8 @@ class Explainer:
     def _pieces_of(self, epoch: int, batches: int, d: int) -> Iterator[tuple[int, int, int, int]]:
         """``(batch, row, start, length)`` of every piece of document ``d`` in global batches ``[0, batches)`` of
         ``epoch``, in batch order."""
-        plan_rows = getattr(self.schedule, "plan_rows", None)
-        if plan_rows is not None:  # planned packing: the plan's pieces of d, then where their rows fall
-            plan, rows = plan_rows(epoch)
+        if isinstance(self.schedule, PlannedEpochSchedule):  # planned packing: the plan's pieces of d, then where
+            plan, rows = self.schedule.plan_rows(epoch)  # their rows fall
             rows = rows[: batches * self.schedule.batch_rows(epoch, 0)]
             hit = np.flatnonzero(np.asarray(plan.doc) == d)
             at = np.searchsorted(np.asarray(plan.row_splits), hit, side="right") - 1
@@ -318,10 +316,9 @@ class Explainer:
         ``[0, upto)``, and the times its first token was (the times it was seen)."""
         tokens = np.zeros(self.lengths.shape[0], np.int64)
         visits = np.zeros(self.lengths.shape[0], np.int64)
-        plan_rows = getattr(self.schedule, "plan_rows", None)
         for epoch, _, batches in self._stretches(upto):
-            if plan_rows is not None:  # planned packing: the rows' pieces counted in place, not gathered
-                plan, rows = plan_rows(epoch)
+            if isinstance(self.schedule, PlannedEpochSchedule):  # planned packing: the rows' pieces counted in
+                plan, rows = self.schedule.plan_rows(epoch)  # place, not gathered
                 k = batches * self.schedule.batch_rows(epoch, 0)
                 if 2 * k < rows.shape[0]:
                     add_rows(plan.row_splits, rows[:k], plan.doc, plan.start, plan.length, tokens, visits)

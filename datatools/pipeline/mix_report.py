@@ -12,14 +12,14 @@ import numpy as np
 
 from datatools.analysis.mixing import MixingReport, mixing_stats
 from datatools.base.checks import check_int
-from datatools.io.documents import PieceReadingSource, check_pieces
+from datatools.io.documents import DocumentSource, check_pieces
 from datatools.io.mixed_documents import MixedDocuments
 from datatools.pipeline.build import build_canonical
 from datatools.pipeline.config import PipelineConfig, ShardConfig
 from datatools.pipeline.sources import open_config_documents
 
 
-class _IdDocuments(PieceReadingSource):
+class _IdDocuments(DocumentSource):
     """Documents of given lengths whose every token is ``first_id + i + 1`` for document i (no storage)."""
 
     in_memory = True
@@ -82,7 +82,7 @@ def mix_report(
     if cfg.sources is not None:
         offsets, names = docs.offsets, list(docs.names)
         weights = [s.weight for s in cfg.sources]
-        stand: PieceReadingSource = MixedDocuments(
+        stand: DocumentSource = MixedDocuments(
             [_IdDocuments(s.lengths(), int(offsets[k])) for k, s in enumerate(docs.sources)], names=names
         )
     else:

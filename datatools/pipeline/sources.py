@@ -69,7 +69,7 @@ def open_mixture(cfg: PipelineConfig, documents=None) -> MixedDocuments:
     return documents
 
 
-def tokenizer_identity(inp) -> dict | None:
+def tokenizer_identity(inp: TokenInput) -> dict | None:
     """What tokenized a source (:class:`~datatools.io.inputs.TokenInput`): ``{"file", "sha256", "vocab_size"}``
     from a token store's manifest or a text column's tokenizer; None when nothing says."""
     if inp.kind == "store":
@@ -77,8 +77,8 @@ def tokenizer_identity(inp) -> dict | None:
         if not m.get("tokenizer_sha256"):
             return None
         return {"file": m.get("tokenizer_file"), "sha256": m["tokenizer_sha256"], "vocab_size": m.get("vocab_size")}
-    enc = getattr(inp, "encoder", None)
-    if inp.kind == "table" and getattr(inp, "is_text", False) and enc is not None:
+    enc = inp.encoder
+    if inp.kind == "table" and inp.is_text and enc is not None:
         return {"file": Path(str(enc.source)).name, "sha256": enc.sha256, "vocab_size": enc.vocab_size}
     return None
 

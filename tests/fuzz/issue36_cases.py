@@ -539,10 +539,11 @@ def smaller_cases(
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        from datatools.io.documents import StoreDocuments
         from datatools.io.store import TokenStore
 
         table = root / "workers.parquet"  # token ids in a table: read in workers (a token store refuses them)
-        docs = [np.asarray(TokenStore(store)[i], np.int32) for i in range(50)]
+        docs = [np.asarray(StoreDocuments(TokenStore(store))[i], np.int32) for i in range(50)]
         pq.write_table(pa.table({"input_ids": pa.array(docs, pa.list_(pa.int32()))}), table)
         cfg = root / "workers.yaml"
         cfg.write_text(f"source: {{path: {table}}}\npacking: {{ctx: 512, mode: streaming}}\nbatch_size: 2\n")

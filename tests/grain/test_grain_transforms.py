@@ -21,7 +21,7 @@ from datatools.grain import (
     StreamingPackIterDataset,
     chunk_documents,
 )
-from datatools.io.documents import ArrayDocuments
+from datatools.io.documents import ArrayDocuments, StoreDocuments
 from datatools.io.store import TokenStore
 
 
@@ -74,7 +74,7 @@ def test_planned_rows_from_a_token_store_equal_in_memory(tmp_path):
     docs = random_docs(400, seed=1)
     store = TokenStore(write_test_store(tmp_path / "s", docs))
     mem = PackedRowsMapDataset(ArrayDocuments.from_list(docs), 512)
-    disk = PackedRowsMapDataset(store, 512)
+    disk = PackedRowsMapDataset(StoreDocuments(store), 512)
     assert len(mem) == len(disk)
     idx = np.random.default_rng(0).permutation(len(mem))[:50]
     a, b = mem.get_batch(idx), disk.get_batch(idx)

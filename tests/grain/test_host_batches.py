@@ -26,14 +26,14 @@ from datatools.grain import (
     StreamingPackIterDataset,
     StreamingSchedule,
 )
-from datatools.io.documents import ArrayDocuments, PieceReadingSource
+from datatools.io.documents import ArrayDocuments, DocumentSource
 from datatools.kernels.bucket import fill_order_batches
 from datatools.kernels.packing import PackOptions
 
 NO_THREADS = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
 
 
-class CountingDocuments(PieceReadingSource):
+class CountingDocuments(DocumentSource):
     """A document source that counts the tokens read through it (pieces only: no flat-array shortcut)."""
 
     def __init__(self, docs: ArrayDocuments):

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import datatools.io.store as store_mod
-from conftest import write_test_store
+from conftest import store_documents, write_test_store
 from datatools.io.atomic import atomic_write_text
 from datatools.io.io_errors import as_os_error
 from datatools.io.store import TokenStore, chunk_records, read_manifest, write_store
@@ -44,7 +44,7 @@ def stored_keys(path: Path) -> list[tuple[str, str]]:
 
 def read_everything(path: Path) -> tuple[np.ndarray, np.ndarray]:
     s = TokenStore(path)
-    flat, off = s.read_range(0, len(s))
+    flat, off = store_documents(s, 0, len(s))
     return flat, off
 
 
@@ -136,8 +136,8 @@ def test_a_deleted_chunk_is_refused_on_open_and_on_read(tmp_path, small_chunks):
         TokenStore(path)
     unchecked = TokenStore(path, check=False)  # a chunk lost after open: the read refuses it, no zeros
     with pytest.raises(ValueError, match=r"s: chunk tokens/c/3 is missing"):
-        unchecked.read_tokens(0, 1000)
-    np.testing.assert_array_equal(unchecked.read_tokens(0, 64), np.arange(64))
+        unchecked.read(0, 1000)
+    np.testing.assert_array_equal(unchecked.read(0, 64), np.arange(64))
 
 
 def test_a_flipped_byte_is_refused_on_read(tmp_path, small_chunks):
@@ -145,7 +145,7 @@ def test_a_flipped_byte_is_refused_on_read(tmp_path, small_chunks):
     damage(path, "tokens", "c/2", "flip", 0.5)
     store = TokenStore(path)  # present, so open passes: the read checks the chunk's crc32c
     with pytest.raises(ValueError, match=r"chunk tokens/c/2 is corrupt"):
-        store.read_tokens(128, 192)  # the whole object: the flipped byte sits in one of its inner chunks
+        store.read(128, 192)  # the whole object: the flipped byte sits in one of its inner chunks
 
 
 def test_offsets_chunk_deleted_is_refused(tmp_path, small_chunks):
@@ -213,7 +213,7 @@ def test_offsets_out_of_order_are_refused(tmp_path, small_chunks):
 
 def test_tokens_beyond_the_vocabulary_are_refused_by_verify(tmp_path, small_chunks):
     path = write_test_store(tmp_path / "s", [list(range(100)) for _ in range(10)], vocab_size=1000)
-    tokens = TokenStore(path).read_tokens(0, 1000)
+    tokens = TokenStore(path).read(0, 1000)
     tokens[700] = 1000
     rewrite_array(path, "tokens", tokens)
     with pytest.raises(
@@ -224,16 +224,20 @@ def test_tokens_beyond_the_vocabulary_are_refused_by_verify(tmp_path, small_chun
         verify_store(path)
 
 
-def test_a_version_1_store_is_read_and_verify_says_what_it_cannot_check(tmp_path):
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_store_of_an_older_version_is_refused_in_one_line_naming_the_job_that_rewrites_it(tmp_path, version):
+    """Only the version pretokenize writes is read (issue 56): an older store (1: no records, 2: unsharded) is
+    refused by readers and verify alike, in one line that names the pretokenize job with --overwrite."""
     path = write_test_store(tmp_path / "s", [list(range(100)) for _ in range(10)])
     m = json.loads((path / "manifest.json").read_text())
-    m["version"] = 1
-    del m["chunks"]
+    m["version"] = version
+    if version == 1:
+        del m["chunks"]
     (path / "manifest.json").write_text(json.dumps(m))
-    store = TokenStore(path)
-    np.testing.assert_array_equal(store[3], np.arange(100))
-    report = verify_store(path)
-    assert not report.checksums and "version 1" in report.notes[0] and report.tokens == 1000
+    for read in (TokenStore, verify_store):
+        with pytest.raises(ValueError, match=rf"token store version {version}, from an older datatools") as refused:
+            read(path)
+        assert "\n" not in str(refused.value) and str(refused.value).endswith("--overwrite (the job that wrote it)")
 
 
 # --------------------------------------------------------------------------- the environment: OSError

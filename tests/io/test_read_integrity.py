@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import datatools.io.store as store_mod
+from conftest import store_document
 from datatools.cli import main
 from datatools.io import storage
 from datatools.io.documents import StoreDocuments
@@ -68,9 +69,9 @@ def _refused(store, k: int) -> None:
     """Every way of reading shard k refuses it, naming it; no read returns its (wrong) tokens."""
     pattern = rf"chunk tokens/c/{k} is corrupt .*repair: datatools pretokenize"
     with pytest.raises(ValueError, match=pattern):
-        TokenStore(store).read_tokens(k * SHARD, k * SHARD + 5)
+        TokenStore(store).read(k * SHARD, k * SHARD + 5)
     with pytest.raises(ValueError, match=pattern):
-        TokenStore(store)[2 * k + 1]
+        store_document(TokenStore(store), 2 * k + 1)
     docs = StoreDocuments(TokenStore(store))
     with pytest.raises(ValueError, match=pattern):
         docs.read_pieces(np.array([2 * k]), np.array([0]), np.array([SHARD // 2]))
@@ -88,7 +89,7 @@ def test_two_swapped_chunks_of_the_same_size_are_refused(tmp_path_factory, small
     _refused(path, j)
     store = TokenStore(path)  # the other shards still read, as they are
     for k in set(range(len(values))) - {i, j}:
-        np.testing.assert_array_equal(store.read_tokens(k * SHARD, (k + 1) * SHARD), flat[k * SHARD : (k + 1) * SHARD])
+        np.testing.assert_array_equal(store.read(k * SHARD, (k + 1) * SHARD), flat[k * SHARD : (k + 1) * SHARD])
 
 
 def test_a_chunk_of_another_store_is_refused(tmp_path, small_chunks):
@@ -166,7 +167,7 @@ def test_a_swapped_shard_in_a_bucket_is_refused(s3_bucket, small_chunks):
     order = [[0, 1, 2, 3], [1, 0, 2, 3], [3, 2, 1, 0]]  # shards of the same inner chunks: the same size
     flat = _store(url, [1, 2, 3], flat=np.concatenate([inner[k] for o in order for k in o]))
     store = TokenStore(url)
-    np.testing.assert_array_equal(store.read_tokens(0, 3 * SHARD), flat)
+    np.testing.assert_array_equal(store.read(0, 3 * SHARD), flat)
     sizes = [len(storage.read_bytes(f"{url}/tokens/c/{k}")) for k in range(3)]
     assert len(set(sizes)) == 1  # invisible to sizes
     i, j = 0, 1
@@ -189,7 +190,7 @@ def test_swapped_shards_of_one_layout_in_a_bucket_are_refused(bucket, request, s
     _swap(url, "c/0", "c/1")
     _refused(url, 0)
     _refused(url, 1)
-    np.testing.assert_array_equal(TokenStore(url).read_tokens(2 * SHARD, 3 * SHARD), flat[2 * SHARD :])
+    np.testing.assert_array_equal(TokenStore(url).read(2 * SHARD, 3 * SHARD), flat[2 * SHARD :])
 
 
 def test_a_missing_or_foreign_shard_index_in_a_bucket_is_refused_naming_it(s3_bucket, small_chunks):
@@ -198,7 +199,7 @@ def test_a_missing_or_foreign_shard_index_in_a_bucket_is_refused_naming_it(s3_bu
     _store(f"{s3_bucket}/t", [6, 7, 8])
     storage.write_bytes(f"{url}/shard_index.bin", storage.read_bytes(f"{s3_bucket}/t/shard_index.bin"))
     with pytest.raises(ValueError, match=r"/s: shard_index.bin is corrupt \(its bytes differ from the manifest"):
-        TokenStore(url).read_tokens(0, 5)
+        TokenStore(url).read(0, 5)
     storage.remove(f"{url}/shard_index.bin")
     with pytest.raises(ValueError, match=r"/s: shard_index.bin is missing; the store is incomplete"):
         StoreDocuments(TokenStore(url)).read_pieces(np.array([0]), np.array([0]), np.array([4]))
@@ -222,18 +223,24 @@ def test_an_intact_store_reads_every_object_checked_once(tmp_path, small_chunks)
     flat = _store(tmp_path / "a", [3, 4, 5])
     store = TokenStore(tmp_path / "a")
     for _ in range(2):
-        np.testing.assert_array_equal(store.read_tokens(0, flat.size), flat)
+        np.testing.assert_array_equal(store.read(0, flat.size), flat)
     assert store._checked >= {"tokens/c/0", "tokens/c/1", "tokens/c/2"}  # noqa: SLF001  (the per-process record)
 
 
-def test_a_store_before_the_digests_is_checked_by_its_sha256(tmp_path, small_chunks):
+def test_a_store_before_the_digests_is_refused_naming_the_job_that_rewrites_it(tmp_path, small_chunks):
+    """A store an older datatools wrote before the xxh3 digests is no longer read (issue 56): one line naming the
+    pretokenize job with --overwrite."""
     _store(tmp_path / "a", [3, 4, 5])
     path = Path(tmp_path / "a" / "manifest.json")
     m = json.loads(path.read_text())
     del m["digests"], m["shard_index"]  # a store from before the digests had no shard_index.bin either
     path.write_text(json.dumps(m))
-    _swap(tmp_path / "a", "c/0", "c/1")
-    _refused(tmp_path / "a", 0)
+    with pytest.raises(
+        ValueError,
+        match=r"written before its chunks' xxh3_64 digests, from an older datatools.*"
+        r"rewrite it: datatools pretokenize .*--overwrite",
+    ):
+        TokenStore(tmp_path / "a")
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -249,5 +256,5 @@ def test_a_local_shard_with_any_byte_flipped_is_refused_naming_it(tmp_path_facto
     data[at % len(data)] ^= 1 << bit
     shard.write_bytes(bytes(data))
     with pytest.raises(ValueError, match=r"chunk tokens/c/1 is (corrupt|unreadable) .*repair: datatools pretokenize"):
-        TokenStore(path).read_tokens(SHARD, 2 * SHARD)
-    np.testing.assert_array_equal(TokenStore(path).read_tokens(0, SHARD), flat[:SHARD])
+        TokenStore(path).read(SHARD, 2 * SHARD)
+    np.testing.assert_array_equal(TokenStore(path).read(0, SHARD), flat[:SHARD])

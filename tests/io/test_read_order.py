@@ -3,6 +3,7 @@ ahead of read-ahead (issue 31: with everything issued at once, the next batch wa
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
 import time
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from datatools.io import documents
 from datatools.io.documents import StorePieceReader
+from datatools.io.shard_reads import JoinedRead
 
 EXTENT = 16  # tokens per extent of the fake store
 
@@ -35,14 +37,18 @@ class FakeRemoteStore:
         self.promises: dict[int, tuple[ts.Promise, int, int]] = {}  # first extent -> (promise, begin, end)
         self.lock = threading.Lock()
 
-    def read_async(self, begin: int, end: int, batch=None):
+    retries_failed_reads = False  # a failed read fails (none does here)
+
+    def read_async(self, begin: int, end: int, *, batch=None, out=None):
+        """The read of tokens ``[begin, end)`` (a :class:`~datatools.io.token_array.TokenArray`'s), copied into
+        ``out`` once the test completes it."""
         assert begin % EXTENT == 0 and begin // self.object_tokens == (end - 1) // self.object_tokens
         promise, future = ts.Promise.new()
         with self.lock:
             self.issued.extend(range(begin // EXTENT, -(-end // EXTENT)))
             self.reads.append((begin // EXTENT, -(-end // EXTENT) - begin // EXTENT))
             self.promises[begin // EXTENT] = (promise, begin, end)
-        return future
+        return JoinedRead([future], functools.partial(_copied, out=out))
 
     def complete(self, extent: int) -> None:
         """Complete the read in flight that begins at ``extent``."""
@@ -54,6 +60,15 @@ class FakeRemoteStore:
         """The first extent of every read in flight."""
         with self.lock:
             return sorted(self.promises)
+
+
+def _copied(reads: list, *, out) -> np.ndarray:
+    """The one read's tokens, copied into the arrays ``out`` in order when given."""
+    tokens, at = reads[0].result(), 0
+    for piece in out or ():
+        piece[:] = tokens[at : at + piece.shape[0]]
+        at += piece.shape[0]
+    return tokens
 
 
 def _wait_for(condition, timeout_s: float = 10.0) -> None:
@@ -192,8 +207,8 @@ def test_reads_complete_in_any_order_and_give_the_tokens(batches, cap, seed):
 class InstantStore(FakeRemoteStore):
     """:class:`FakeRemoteStore` whose reads complete as they are issued."""
 
-    def read_async(self, begin: int, end: int, batch=None):
-        future = super().read_async(begin, end, batch)
+    def read_async(self, begin: int, end: int, *, batch=None, out=None):
+        future = super().read_async(begin, end, batch=batch, out=out)
         self.complete(begin // EXTENT)
         return future
 

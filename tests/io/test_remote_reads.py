@@ -89,15 +89,13 @@ def test_batches_from_the_sharded_layout_equal_the_old_layout_and_a_local_store(
     lengths = lengths_of(600, seed=0)
     write(tmp_path / "local", lengths)
     write(f"{bucket}/new", lengths)
-    version, inner = store_mod.VERSION, store_mod.READ_CHUNK
-    monkeypatch.setattr(store_mod, "VERSION", 2)  # the layout before shards: one zstd chunk per object
-    monkeypatch.setattr(store_mod, "READ_CHUNK", 1 << 30)
-    write(f"{bucket}/old", lengths)
-    monkeypatch.setattr(store_mod, "VERSION", version)
+    inner = store_mod.READ_CHUNK
+    monkeypatch.setattr(store_mod, "READ_CHUNK", 1 << 30)  # the layout before shards: one zstd chunk per object
+    write(f"{bucket}/old", lengths)  # (as version 3 writes a store smaller than an inner chunk; version 2 is refused)
     monkeypatch.setattr(store_mod, "READ_CHUNK", inner)
     new, old = TokenStore(f"{bucket}/new"), TokenStore(f"{bucket}/old")
     assert new.version == 3 and new.sharded and new.read_granularity == 256 and new.object_tokens == 4096
-    assert old.version == 2 and not old.sharded and old.read_granularity == 4096
+    assert not old.sharded and old.read_granularity == 4096
     for changes in (
         {},  # block shuffle, streaming packing in lanes
         {"shard": {"index": 1, "count": 2}},
@@ -275,7 +273,7 @@ def test_a_store_sent_to_a_worker_carries_its_offsets(slow_s3, small_objects):
     sent = pickle.loads(pickle.dumps(store))
     np.testing.assert_array_equal(sent.offsets, offsets)
     assert proxy.stats().requests == 0  # nothing read again
-    np.testing.assert_array_equal(sent.read_tokens(10, 500), tokens[10:500])
+    np.testing.assert_array_equal(sent.read(10, 500), tokens[10:500])
     assert pickle.loads(pickle.dumps(TokenStore(f"{bucket}/s")))._offsets is None  # not read: not sent
 
 
@@ -292,11 +290,11 @@ def test_a_store_in_a_bucket_reads_each_run_of_inner_chunks_with_one_request(slo
     assert store.ranged_reads and store.offsets.shape[0] == 601
     sent = pickle.loads(pickle.dumps(store))
     assert sent._shard_table is not None  # noqa: SLF001 -- read with the offsets, carried
-    np.testing.assert_array_equal(sent.read_tokens(0, 100), tokens[:100])  # opens the array (its zarr.json)
+    np.testing.assert_array_equal(sent.read(0, 100), tokens[:100])  # opens the array (its zarr.json)
     proxy.reset_stats()
     for k in range(1, 4):  # shards never read: inner chunks 2-5 of shard k, back to back
         begin = k * 4096 + 2 * 256 + 17
-        np.testing.assert_array_equal(sent.read_tokens(begin, begin + 3 * 256), tokens[begin : begin + 3 * 256])
+        np.testing.assert_array_equal(sent.read(begin, begin + 3 * 256), tokens[begin : begin + 3 * 256])
         assert proxy.stats().requests == k
     assert proxy.stats().bytes_down < 3 * 4 * 2 * 256 * 2  # four inner chunks of each, not whole shards
 

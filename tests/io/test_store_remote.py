@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import random_docs, write_test_store
+from conftest import random_docs, store_document, store_documents, write_test_store
 from datatools.io import storage
 from datatools.io.store import TokenStore, read_manifest
 from datatools.io.store_verify import verify_store
@@ -26,8 +26,8 @@ def test_store_written_to_object_storage_is_byte_identical_to_local(bucket, requ
     store = TokenStore(url)
     assert store.path == url and len(store) == len(docs)
     for i in (0, 7, 299):
-        np.testing.assert_array_equal(store[i], docs[i])
-    flat, off = store.read_range(10, 20)
+        np.testing.assert_array_equal(store_document(store, i), docs[i])
+    flat, off = store_documents(store, 10, 20)
     np.testing.assert_array_equal(flat, np.concatenate(docs[10:20]))
     assert verify_store(url).documents == len(docs)
 

@@ -14,8 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import without_progress
+from conftest import store_document, store_documents, without_progress
 from datatools.cli import main
+from datatools.io.documents import StoreDocuments
 from datatools.io.store import TokenStore
 from datatools.jobs.pretokenize import pretokenize
 
@@ -44,7 +45,7 @@ def decode_all(store, tokenizer_file):
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(tokenizer_file))
-    return [tok.decode(store[i].tolist(), skip_special_tokens=False) for i in range(len(store))]
+    return [tok.decode(store_document(store, i).tolist(), skip_special_tokens=False) for i in range(len(store))]
 
 
 def test_round_trip_every_input_format(tmp_path, texts, tokenizer_file):
@@ -66,8 +67,8 @@ def test_round_trip_every_input_format(tmp_path, texts, tokenizer_file):
         assert decode_all(store, tokenizer_file) == docs, name
         lengths = store.lengths()
         assert lengths.sum() == store.num_tokens and store.dtype == np.uint16
-        flat, off = store.read_range(3, 7)
-        np.testing.assert_array_equal(flat[off[1] : off[2]], store[4])
+        flat, off = store_documents(store, 3, 7)
+        np.testing.assert_array_equal(flat[off[1] : off[2]], store_document(store, 4))
         manifest = json.loads((out / "manifest.json").read_text())
         assert manifest["vocab_size"] == 1000 and manifest["num_documents"] == len(docs)
 
@@ -81,7 +82,7 @@ def test_store_is_readable_with_tensorstore_alone(tmp_path, jsonl_dir, tokenizer
     offsets = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": str(out / "offsets")}}).result()
     off = offsets.read().result()
     store = TokenStore(out)
-    np.testing.assert_array_equal(tokens[off[5] : off[6]].read().result(), store[5])
+    np.testing.assert_array_equal(tokens[off[5] : off[6]].read().result(), store_document(store, 5))
 
 
 def test_bos_eos_and_tile_aligned_chunks(tmp_path, jsonl_dir, tokenizer_file, texts):
@@ -92,8 +93,8 @@ def test_bos_eos_and_tile_aligned_chunks(tmp_path, jsonl_dir, tokenizer_file, te
     a, b = TokenStore(plain), TokenStore(out)
     assert b.lengths().max() <= 512
     # nothing lost: concatenating the chunked store gives <s> doc </s> for every document
-    flat_b, _ = b.read_range(0, len(b))
-    expected = np.concatenate([np.concatenate(([0], a[i], [1])) for i in range(len(a))])
+    flat_b, _ = store_documents(b, 0, len(b))
+    expected = np.concatenate([np.concatenate(([0], store_document(a, i), [1])) for i in range(len(a))])
     np.testing.assert_array_equal(flat_b, expected)
 
 
@@ -234,7 +235,7 @@ def test_token_store_is_a_grain_source(tmp_path, jsonl_dir, tokenizer_file):
 
     out = tmp_path / "s"
     pretokenize(jsonl_dir, out, tokenizer_file, progress=False)
-    store = TokenStore(out)
+    store = StoreDocuments(TokenStore(out))
     ds = grain.MapDataset.source(store).map(len)
     assert list(ds) == store.lengths().tolist()
     with pytest.raises(IndexError):
