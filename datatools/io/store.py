@@ -21,7 +21,7 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 import numpy as np
 import tensorstore as ts
@@ -423,7 +423,7 @@ class TokenStore:
     def __getstate__(self):
         offsets = self._offsets if self._offsets is not None and self._offsets.nbytes <= CARRIED_OFFSETS_BYTES else None
         table = self.shard_table() if self._shard_table_read is not None else self._shard_table  # read: carried
-        unopened = {"_arrays": {}, "_shard_table_read": None}  # opened again where used
+        unopened: dict[str, Any] = {"_arrays": {}, "_shard_table_read": None}  # opened again where used
         return {"path": self.path, "manifest": self.manifest, "_offsets": offsets, "_shard_table": table} | unopened
 
     def __setstate__(self, state):
