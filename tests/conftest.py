@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sysconfig
+import tempfile
 from pathlib import Path
 
 import hypothesis
 import pytest
 
 from datatools.base.progress import PLAIN_LINE
+
+# The lengths cache (datatools/io/lengths_cache.py) of the whole run in a folder of its own, never the user's (the
+# commands tests run in subprocesses inherit it); tests of the cache itself name their own.
+os.environ["DATATOOLS_CACHE_DIR"] = _CACHE = tempfile.mkdtemp(prefix="datatools-test-cache-")
+atexit.register(shutil.rmtree, _CACHE, True)
 
 # Hypothesis profiles: `make test` runs `ci`, `make test-all` runs `all` (HYPOTHESIS_PROFILE, set in the Makefile);
 # pytest run by hand runs `ci`. `ci`: each test's own examples, derandomized (the same examples on every machine and

@@ -41,8 +41,9 @@ def _private(path: Path) -> bool:
     return mine and stat.S_ISDIR(st.st_mode) and not st.st_mode & 0o022
 
 
-def _user_cache(name: str) -> Path | None:
-    """``$XDG_CACHE_HOME/name`` or ``~/.cache/name`` (numba's own user-wide place on Linux), None with no home."""
+def user_cache(name: str) -> Path | None:
+    """``$XDG_CACHE_HOME/name`` or ``~/.cache/name`` (a user's cache folder on Linux: numba's own, datatools'
+    lengths cache), None with no home."""
     base = os.environ.get("XDG_CACHE_HOME")
     if base:
         return Path(base) / name
@@ -58,11 +59,11 @@ def cache_dir() -> str | None:
     root = Path(__file__).resolve().parent.parent
     if all(_writable(root / d / "__pycache__") for d in _KERNEL_DIRS):
         return None
-    numba_own = _user_cache("numba")
+    numba_own = user_cache("numba")
     if numba_own is not None and _writable(numba_own):
         return None
     uid = os.getuid() if hasattr(os, "getuid") else "user"
-    places = [_user_cache("datatools-numba"), Path(tempfile.gettempdir()) / f"datatools-numba-{uid}"]
+    places = [user_cache("datatools-numba"), Path(tempfile.gettempdir()) / f"datatools-numba-{uid}"]
     for place in places:
         if place is not None and _private(place) and _writable(place):
             return str(place)

@@ -748,6 +748,8 @@ class ChunkedDocuments(DocumentSource):
       shard_docs: documents per shard (sums to ``len(lengths)``).
       load: ``load(k) -> (tokens, lengths)`` of shard k; picklable.
       cache_bytes: decoded shard bytes kept per process.
+      loaded: shards already read (``k -> (tokens, lengths)``: what the pass for the lengths decoded), put in the
+        cache here (checked as a load is), not read again while they stay there.
     """
 
     def __init__(
@@ -757,6 +759,7 @@ class ChunkedDocuments(DocumentSource):
         load: Callable,
         name: str = "",
         cache_bytes: int = TABLE_CACHE_BYTES,
+        loaded: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
     ):
         self._lengths = np.asarray(lengths, np.int64)
         self.shard_docs = np.asarray(shard_docs, np.int64)
@@ -768,6 +771,8 @@ class ChunkedDocuments(DocumentSource):
         self._held = 0
         self.shard_reads = 0
         self._lock = threading.Lock()  # Grain reads with many threads: one decodes a shard, the others wait for it
+        for k, (tokens, lengths) in (loaded or {}).items():
+            self._keep(k, tokens, lengths)
 
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if k != "_lock"} | {
@@ -791,18 +796,28 @@ class ChunkedDocuments(DocumentSource):
             if hit is not None:
                 self._cache.move_to_end(k)
                 return hit
-            tokens, lengths = self.load(k)
-            first, n = int(self.first_doc[k]), int(self.shard_docs[k])
-            if lengths.shape[0] != n or not np.array_equal(lengths, self._lengths[first : first + n]):
-                raise ValueError(f"{self.name}: shard {k} changed since its lengths were read")
-            entry = (np.asarray(tokens, np.int32), np.concatenate(([0], np.cumsum(lengths))))
             self.shard_reads += 1
-            self._cache[k] = entry
-            self._held += entry[0].nbytes
-            while self._held > self.cache_bytes and len(self._cache) > 1:
-                _, old = self._cache.popitem(last=False)
-                self._held -= old[0].nbytes
-            return entry
+            return self._keep(k, *self.load(k))
+
+    def _keep(self, k: int, tokens: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Shard ``k``'s ``(int32 tokens, offsets)``, checked against its lengths and cached (least recently used
+        evicted past ``cache_bytes``, one always kept)."""
+        first, n = int(self.first_doc[k]), int(self.shard_docs[k])
+        if lengths.shape[0] != n or not np.array_equal(lengths, self._lengths[first : first + n]):
+            raise ValueError(f"{self.name}: shard {k} changed since its lengths were read")
+        entry = (np.asarray(tokens, np.int32), np.concatenate(([0], np.cumsum(lengths))))
+        self._cache[k] = entry
+        self._held += entry[0].nbytes
+        while self._held > self.cache_bytes and len(self._cache) > 1:
+            _, old = self._cache.popitem(last=False)
+            self._held -= old[0].nbytes
+        return entry
+
+    def release(self) -> None:
+        """Let go of the decoded shards held here (a copy read in worker processes starts with none)."""
+        with self._lock:
+            self._cache.clear()
+            self._held = 0
 
     def read_pieces(self, doc, start, length) -> np.ndarray:
         doc, start, length = check_pieces(doc, start, length, self._lengths)

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import glob
 import os
-from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +16,14 @@ import numpy as np
 
 from datatools.io import array_record_files, storage
 from datatools.io.discover import list_shards
-from datatools.io.documents import ArrayDocuments, ChunkedDocuments, DocumentSource, StoreDocuments
+from datatools.io.documents import (
+    TABLE_CACHE_BYTES,
+    ArrayDocuments,
+    ChunkedDocuments,
+    DocumentSource,
+    StoreDocuments,
+)
+from datatools.io.lengths_cache import TableLengthsCache
 from datatools.io.levanter_cache import LevanterCache, is_levanter_cache
 from datatools.io.numpy_files import (
     FLAT_SLICE,
@@ -164,14 +170,64 @@ def _flat_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
 
 
 def _table_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
+    return _table_pieces(inp, shard_length_pieces)
+
+
+def _table_pieces(
+    inp: TokenInput, read: Callable[[TokenInput, int], list[tuple[int, np.ndarray, int]]]
+) -> Iterator[tuple[int, np.ndarray, int]]:
+    """A table's ``(shard, lengths, bytes)``: shards whose file the lengths cache holds from there
+    (:mod:`~datatools.io.lengths_cache`), the others by ``read(inp, k)``, one shard ahead in a thread, and cached."""
+    cache = None
+    if inp.shards:  # table files (ArrayRecord files are not cached)
+        cache = TableLengthsCache.for_shards(inp.shards, inp.table_column, _tokenizer_key(inp))
+    hits = cache.cached() if cache is not None else {}
+    todo = iter([k for k in range(inp.num_shards) if k not in hits])
     with ThreadPoolExecutor(1) as pool:  # decoded one shard ahead, in a thread
-        ahead: deque = deque()
+        ahead: dict[int, Future] = {}
+
+        def read_next() -> None:
+            if (k := next(todo, None)) is not None:
+                ahead[k] = pool.submit(read, inp, k)
+
+        read_next()
         for k in range(inp.num_shards):
-            ahead.append(pool.submit(shard_length_pieces, inp, k))
-            if len(ahead) > 1:
-                yield from ahead.popleft().result()
-        while ahead:
-            yield from ahead.popleft().result()
+            if k in hits:
+                yield k, hits[k], inp.shard_nbytes(k)
+                continue
+            read_next()
+            pieces = ahead.pop(k).result()
+            if cache is not None:
+                cache.add(k, np.concatenate([lengths for _, lengths, _ in pieces]))
+            yield from pieces
+
+
+def _tokenizer_key(inp: TokenInput) -> dict | None:
+    """What a text column's lengths depend on besides the text: the tokenizer's kind and SHA-256, its settings, BOS,
+    EOS and what was switched off (None for token ids)."""
+    if not inp.is_text:
+        return None
+    enc = inp.text_encoder
+    fields = ("sha256", "settings", "bos_id", "eos_id", "switched_off")
+    return {"kind": type(enc).__name__} | {f: getattr(enc, f, None) for f in fields}
+
+
+def _keeping(kept: dict[int, tuple[np.ndarray, np.ndarray]], budget: int):
+    """A shard reader for :func:`_table_pieces` that reads each shard whole while ``kept`` holds under ``budget``
+    bytes of tokens, and keeps it there (the pass for the lengths then decodes, or tokenizes, what the documents'
+    reads would: the column is read once); past the budget, lengths alone (text counted a bounded batch at a
+    time)."""
+
+    def read(inp: TokenInput, k: int) -> list[tuple[int, np.ndarray, int]]:
+        held = sum(t.nbytes for t, _ in kept.values())
+        if held >= budget:
+            return shard_length_pieces(inp, k)
+        tokens, lengths = inp.shard_tokens(k)
+        if held + tokens.nbytes <= budget:
+            kept[k] = (tokens, lengths)
+        return [(k, lengths, 0), (k, np.zeros(0, np.int64), inp.shard_nbytes(k))]
+
+    return read
 
 
 def _no_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) -> DocumentSource:
@@ -195,8 +251,10 @@ def _flat_documents(inp: TokenInput, progress: Callable[[int, int], None] | None
 
 
 def _table_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) -> DocumentSource:
-    lengths, shard_docs = lengths_by_shard(inp, _table_lengths(inp), progress)
-    return ChunkedDocuments(lengths, shard_docs, inp.shard_tokens, name=display(inp.path))
+    kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # the shards its pass for the lengths read whole
+    pieces = _table_pieces(inp, _keeping(kept, TABLE_CACHE_BYTES))
+    lengths, shard_docs = lengths_by_shard(inp, pieces, progress)
+    return ChunkedDocuments(lengths, shard_docs, inp.shard_tokens, name=display(inp.path), loaded=kept)
 
 
 @dataclass(frozen=True)

@@ -144,6 +144,10 @@ class TokenInput:
             for a in range(0, len(col), LENGTH_ROWS):
                 yield self.text_encoder.count_tokens(text_values(col.slice(a, LENGTH_ROWS), where, column))
 
+    def shard_nbytes(self, k: int) -> int:
+        """Bytes of input shard ``k`` covers (for progress and throughput)."""
+        return self.files[k].stat().st_size if self.files else shard_bytes(self.shards[k])
+
     def shard_tokens(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(int32 tokens, int64 lengths) of table shard ``k`` whole (for :class:`ChunkedDocuments`)."""
         tokens, lengths = [], []
@@ -193,9 +197,9 @@ class InputOptions:
 
 
 def shard_length_pieces(inp: TokenInput, k: int) -> list[tuple[int, np.ndarray, int]]:
+    """Shard ``k``'s ``(k, lengths, 0)`` pieces, then ``(k, [], its bytes)``."""
     out = [(k, lengths, 0) for lengths in inp.shard_lengths(k)]
-    nbytes = inp.files[k].stat().st_size if inp.files else shard_bytes(inp.shards[k])
-    return out + [(k, np.zeros(0, np.int64), nbytes)]
+    return out + [(k, np.zeros(0, np.int64), inp.shard_nbytes(k))]
 
 
 def lengths_by_shard(

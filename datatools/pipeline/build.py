@@ -74,6 +74,8 @@ def _iterate(
             f"config: workers={cfg.workers}: a token store or a Levanter cache is read by one reader per host, in "
             f"threads (its reads are I/O); worker processes are for sources tokenized as they are read; set workers: 0"
         )
+    if isinstance(docs, ChunkedDocuments):
+        docs.release()  # its shards are read in the worker processes: what the pass for the lengths kept is not
     threads, buffer = (0, 0) if in_memory else (threads, READ_BUFFER)
     it = ds.to_iter_dataset(grain.ReadOptions(num_threads=threads, prefetch_buffer_size=buffer))
     if not flags.FLAGS.is_parsed():  # Grain's workers read absl flags, never parsed outside an absl app
