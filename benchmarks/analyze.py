@@ -28,8 +28,8 @@ import tensorstore as ts
 from _common import distribution, print_table, write_json
 
 from datatools.analysis.padding import PaddingOptions, analyze  # noqa: E402
-from datatools.io.inputs import open_input, read_lengths  # noqa: E402
-from datatools.io.store import FORMAT, OFFSET_CHUNK, TOKEN_CHUNK, zarr_spec  # noqa: E402
+from datatools.io.formats.store import FORMAT, OFFSET_CHUNK, TOKEN_CHUNK, zarr_spec  # noqa: E402
+from datatools.io.sources.inputs import open_input, read_lengths  # noqa: E402
 
 
 def offsets_only_store(path: Path, lengths: np.ndarray) -> None:

@@ -36,7 +36,7 @@ import numpy as np
 from _common import announce, lognormal_lengths, print_table, write_json
 
 from datatools.grain.balanced_schedule import BalancedSchedule, row_work
-from datatools.io.documents import ArrayDocuments
+from datatools.io.sources.documents import ArrayDocuments
 from datatools.kernels.balance import busiest_over_mean, least_busiest
 from datatools.pipeline import parse_config
 from datatools.pipeline.schedules import build_schedule

@@ -36,7 +36,7 @@ import numpy as np
 from _common import announce, lognormal_lengths, print_table, write_json
 
 from datatools.analysis.curriculum import FLOPS_PER_PAIR, curriculum_savings  # noqa: E402
-from datatools.io.documents import ArrayDocuments  # noqa: E402
+from datatools.io.sources.documents import ArrayDocuments  # noqa: E402
 from datatools.pipeline import build_canonical, parse_config  # noqa: E402
 from datatools.train.mfu import attention_pairs_computed, segment_lengths_sq  # noqa: E402
 from datatools.train.model import ModelConfig, loss_fn  # noqa: E402

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 from _common import announce, distribution, print_table, write_json
 
-from datatools.io.documents import DocumentSource  # noqa: E402
+from datatools.io.sources.documents import DocumentSource  # noqa: E402
 from datatools.pipeline import build_canonical, parse_config  # noqa: E402
 from datatools.pipeline.explain import Explainer  # noqa: E402
 

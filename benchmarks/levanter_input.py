@@ -143,7 +143,7 @@ def levanter_run(cache_dir: Path, seq_len: int, batch: int, batches: int) -> tup
 
 
 def _offsets(cache_dir: Path) -> np.ndarray:
-    from datatools.io.levanter_cache import LevanterCache
+    from datatools.io.formats.levanter_cache import LevanterCache
 
     return LevanterCache(cache_dir).offsets
 
@@ -151,8 +151,8 @@ def _offsets(cache_dir: Path) -> np.ndarray:
 def datatools_run(cache_dir: Path, seq_len: int, batch: int, batches: int) -> tuple[float, list, int, int]:
     """datatools on the cache: BlockShuffle with Levanter's settings over packed rows (planned packing: the plan
     is made once from the lengths, each batch's pieces are read in one call)."""
-    from datatools.io.documents import DocumentSource, StoreDocuments
-    from datatools.io.levanter_cache import LevanterCache
+    from datatools.io.formats.levanter_cache import LevanterCache
+    from datatools.io.sources.documents import DocumentSource, StoreDocuments
     from datatools.pipeline import build
 
     docs = StoreDocuments(LevanterCache(cache_dir))

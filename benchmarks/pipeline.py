@@ -163,11 +163,11 @@ def run_side(side: str, path: str, warm: str, ctx: int, batch: int) -> dict:
     fn = side_fn(side)
     fn(warm, ctx, batch)
     if side.endswith(CACHED):  # an earlier run's lengths pass, untimed: it fills the lengths cache
-        from datatools.io.inputs import open_input, read_lengths
+        from datatools.io.sources.inputs import open_input, read_lengths
 
         read_lengths(open_input(path))
         folder = os.environ["DATATOOLS_CACHE_DIR"]
-        if importlib.util.find_spec("datatools.io.lengths_cache") and not list(Path(folder).rglob("*.npz")):
+        if importlib.util.find_spec("datatools.io.formats.lengths_cache") and not list(Path(folder).rglob("*.npz")):
             raise SystemExit(f"{side}: the untimed run left no lengths cache entry in {folder}")
     before = rss_kb()
     c0, t0 = time.process_time(), time.perf_counter()
@@ -182,7 +182,7 @@ def write_inputs(corpus: str, tmp: Path, max_docs: int | None) -> dict[str, tupl
     import pyarrow.parquet as pq
     from corpora import CORPORA, load
 
-    from datatools.io.store import write_store
+    from datatools.io.formats.store import write_store
 
     tokens, lengths = load(corpus)
     if max_docs:

@@ -434,7 +434,7 @@ def measure_remote(what: str, path: str) -> dict:
     import s3fs  # noqa: F401
 
     from datatools.io import open_input, read_lengths, storage
-    from datatools.io.store import TokenStore
+    from datatools.io.formats.store import TokenStore
 
     t0 = time.perf_counter()
     if what == "bytes":
@@ -486,7 +486,7 @@ def remote_section(tmp: Path, mb: int, runs: int) -> dict:
     import pyarrow.parquet as pq
 
     from datatools.io import storage
-    from datatools.io.store import token_dtype, write_store
+    from datatools.io.formats.store import token_dtype, write_store
 
     docs = make_docs(mb * MiB, seed=2)
     lengths = np.array([d.size for d in docs], np.int64)

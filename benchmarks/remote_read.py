@@ -81,7 +81,7 @@ MODES = {
 
 def build_store(url: str, tokens: int, seed: int = 0) -> dict:
     """Write the store straight into the bucket (no proxy): documents until ``tokens`` tokens."""
-    from datatools.io.store import token_dtype, write_store
+    from datatools.io.formats.store import token_dtype, write_store
 
     n = int(tokens / 700)  # enough documents: the mean after clipping at 8192 is ~780
     lengths = lognormal_lengths(n, median=400, mean=800, low=1, high=8192, seed=seed)
@@ -137,7 +137,7 @@ def _levanter_array(url: str, dtype) -> object:
 def build_levanter_cache(url: str, tokens: int, seed: int = 0) -> dict:
     """The same documents as :func:`build_store` (same lengths, same ids) as a finished Levanter cache in the
     bucket: ``input_ids/{offsets,data}`` (int32 tokens, ``offsets[0]`` the row count) and ``shard_ledger.json``,
-    written in Levanter's layout without Levanter (as ``tests/io/test_levanter_cache.py`` does), one outer
+    written in Levanter's layout without Levanter (as ``tests/io/formats/test_levanter_cache.py`` does), one outer
     chunk (128 Mi tokens) at a time."""
     from datatools.io import storage
 
@@ -306,7 +306,7 @@ def first_batch_bound(requests: int, fetched: int, latency_s: float, server_rps:
 
 def floor(url: str, proxy, requests: int = 2000, concurrency: int = 32, seed: int = 0) -> dict:
     """The floor for our token store: ranged GETs of its inner chunks (:func:`plain_gets`)."""
-    from datatools.io.store import TokenStore
+    from datatools.io.formats.store import TokenStore
 
     store = TokenStore(url)
     shards = store.manifest["chunks"]["tokens"]

@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpora import SOURCES  # noqa: E402
 
 from datatools.analysis.shuffle_quality import shuffle_report  # noqa: E402
-from datatools.io.store import TokenStore  # noqa: E402
+from datatools.io.formats.store import TokenStore  # noqa: E402
 from datatools.jobs.demo_data import train_tokenizer  # noqa: E402
 from datatools.jobs.pretokenize import pretokenize  # noqa: E402
 

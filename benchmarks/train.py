@@ -24,7 +24,7 @@ import jax
 import numpy as np
 from _common import announce, distribution, fmt_rate, print_table, write_json
 
-from datatools.io.documents import ArrayDocuments  # noqa: E402
+from datatools.io.sources.documents import ArrayDocuments  # noqa: E402
 from datatools.pipeline import parse_config  # noqa: E402
 from datatools.train.loop import TrainConfig, TrainSection, train  # noqa: E402
 from datatools.train.model import ModelConfig  # noqa: E402

@@ -75,7 +75,7 @@ def _shuffle_report() -> None:
 
 
 def main() -> int:
-    from datatools.io.store import write_store
+    from datatools.io.formats.store import write_store
 
     rng = np.random.default_rng(0)
     lengths = np.minimum(rng.lognormal(4.5, 1.0, 3000).astype(np.int64) + 1, 2000)

@@ -14,8 +14,8 @@ import pytest
 
 from datatools.base.progress import PLAIN_LINE
 
-# The lengths cache (datatools/io/lengths_cache.py) of the whole run in a folder of its own, never the user's (the
-# commands tests run in subprocesses inherit it); tests of the cache itself name their own.
+# The lengths cache (datatools/io/formats/lengths_cache.py) of the whole run in a folder of its own, never the
+# user's (the commands tests run in subprocesses inherit it); tests of the cache itself name their own.
 os.environ["DATATOOLS_CACHE_DIR"] = _CACHE = tempfile.mkdtemp(prefix="datatools-test-cache-")
 atexit.register(shutil.rmtree, _CACHE, True)
 
@@ -103,7 +103,7 @@ def write_test_store(path, docs, vocab_size: int = 1 << 16):
     """A token store holding ``docs`` (lists/arrays of ids), written directly (no tokenizer)."""
     import numpy as np
 
-    from datatools.io.store import token_dtype, write_store
+    from datatools.io.formats.store import token_dtype, write_store
 
     dtype = token_dtype(vocab_size)
     lengths = np.array([len(d) for d in docs], np.int64)

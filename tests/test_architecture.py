@@ -92,7 +92,7 @@ def test_no_private_apis():
     assert found == []
 
 
-STORAGE_LAYER = ("datatools.io.storage", "datatools.io.atomic", "datatools.io.paths")
+STORAGE_LAYER = ("datatools.io.storage", "datatools.io.storage.atomic", "datatools.io.storage.paths")
 
 
 def test_only_the_storage_layer_asks_for_a_url():
@@ -326,7 +326,7 @@ def test_every_module_has_a_test_file_named_for_it_or_listed():
 
 # --------------------------------------------------------------------------- one way through each layer (issue 56)
 
-STORED_ARRAYS = {"TokenStore": "datatools.io.store", "LevanterCache": "datatools.io.levanter_cache"}
+STORED_ARRAYS = {"TokenStore": "datatools.io.formats.store", "LevanterCache": "datatools.io.formats.levanter_cache"}
 READS = ("read", "read_async")  # the one way to read a token range (waiting, or in the background)
 
 
@@ -334,8 +334,8 @@ def test_stored_token_arrays_are_read_through_one_protocol(tmp_path):
     """``TokenStore`` and ``LevanterCache`` both implement ``io.token_array.TokenArray`` (checked by mypy: a function
     typed to take one is called with each), read a token range only through ``read`` / ``read_async`` (no
     ``store[i]``, no other ``read_*``), and no module but their own asks ``isinstance(x, TokenStore)``."""
-    from datatools.io.levanter_cache import LevanterCache
-    from datatools.io.store import TokenStore
+    from datatools.io.formats.levanter_cache import LevanterCache
+    from datatools.io.formats.store import TokenStore
 
     for cls in (TokenStore, LevanterCache):
         methods = [n for n, v in vars(cls).items() if inspect.isfunction(v)]
@@ -352,8 +352,9 @@ def test_stored_token_arrays_are_read_through_one_protocol(tmp_path):
     assert found == []
     snippet = tmp_path / "token_arrays.py"
     snippet.write_text(
-        "from datatools.io.levanter_cache import LevanterCache\nfrom datatools.io.store import TokenStore\n"
-        "from datatools.io.token_array import TokenArray\n\n\ndef reads(array: TokenArray) -> None: ...\n\n\n"
+        "from datatools.io.formats.levanter_cache import LevanterCache\n"
+        "from datatools.io.formats.store import TokenStore\n"
+        "from datatools.io.formats.token_array import TokenArray\n\n\ndef reads(array: TokenArray) -> None: ...\n\n\n"
         "def both(store: TokenStore, cache: LevanterCache) -> None:\n    reads(store)\n    reads(cache)\n"
     )
     done = subprocess.run(
@@ -377,7 +378,12 @@ GETATTR_ALLOWED = {
     ("datatools.grain.worker_processes", "__spec__"),
     ("datatools.grain.worker_processes", "name"),
     ("datatools.base.interrupts", "__code__"),  # gc callbacks
-    ("datatools.io.tokenizer", "encode_batch_fast"),  # tokenizers >= 0.21 (a third-party version)
+    ("datatools.io.formats.tokenizer", "encode_batch_fast"),  # tokenizers >= 0.21 (a third-party version)
+    ("datatools.pipeline.schema", "RETIRED_KEYS"),  # a config section's retired keys (only some sections have any)
+    ("datatools.io.sources.format_table", None),  # a text encoder's identity fields, by name: the lengths cache's key
+    ("datatools.base.numba_cache", "_cache"),  # numba's dispatcher internals: its cache index file, if it has one
+    ("datatools.base.numba_cache", "_cache_file"),
+    ("datatools.base.numba_cache", "_index_path"),
 }
 
 
@@ -401,7 +407,7 @@ def test_capabilities_are_declared_not_probed():
                 bases = [ast.unparse(b) for b in node.bases]
                 if {"read_pieces", "lengths"} <= methods and node.name != "DocumentSource":  # a source
                     readers.append((f"{name}.{node.name}", bases))
-                if name == "datatools.io.documents" and node.name != "DocumentSource":
+                if name == "datatools.io.sources.documents" and node.name != "DocumentSource":
                     assert not {"ABC", "Protocol"} & set(bases), f"{node.name}: a second source base class"
     assert found == []
     while True:  # the subclasses of DocumentSource, by name (every module's classes)
@@ -410,22 +416,22 @@ def test_capabilities_are_declared_not_probed():
             break
         sources |= more
     assert [c for c, bases in readers if not sources & set(bases)] == []
-    from datatools.io.documents import DocumentSource
+    from datatools.io.sources.documents import DocumentSource
 
     declared = {"in_memory", "reads_ahead", "prefetch", "forget_read_ahead", "pack_rows", "read_pieces", "lengths"}
     assert declared <= set(vars(DocumentSource)), declared - set(vars(DocumentSource))
 
 
-VERSION_CHECKS = {"datatools.io.store": {"read_manifest"}}  # where a token store's version may be compared
+VERSION_CHECKS = {"datatools.io.formats.store": {"read_manifest"}}  # where a token store's version may be compared
 
 
 def test_one_token_store_version_is_read():
     """Only the version ``pretokenize`` writes is read: ``read_manifest`` compares a store's version (refusing an
     older one in one line naming the job that rewrites it); no other code branches on it (no reader for an older
-    layout). Plan files (``io/plan_file.py``) keep their own format version."""
+    layout). Plan files (``io/formats/plan_file.py``) keep their own format version."""
     found = []
     for name, tree in modules():
-        if name == "datatools.io.plan_file":
+        if name == "datatools.io.formats.plan_file":
             continue
         for fn in ast.walk(tree):
             if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -438,3 +444,34 @@ def test_one_token_store_version_is_read():
                     if fn.name not in VERSION_CHECKS.get(name, ()):
                         found.append(f"{name}.{fn.name}:{node.lineno}: {ast.unparse(node)}")
     assert found == []
+
+
+IO_FLOORS = ["storage", "formats", "sources"]  # docs/architecture.md, "The io floors": from the bottom up
+
+
+def io_floor_of(module: str) -> int | None:
+    parts = module.split(".")
+    return (
+        IO_FLOORS.index(parts[2])
+        if parts[:2] == ["datatools", "io"] and len(parts) > 2 and parts[2] in IO_FLOORS
+        else None
+    )
+
+
+def test_io_floors_are_folders_and_imports_point_down_them():
+    """``io/`` is three folders, storage, formats and sources, and a module imports only from its own floor and the
+    ones below it (``from datatools.io import storage`` is an import of the storage floor). No module sits in
+    ``io/`` outside a floor but ``io/__init__.py``, which re-exports the public names."""
+    loose = sorted(p.name for p in (ROOT / "io").glob("*.py") if p.name != "__init__.py")
+    assert loose == [], f"modules outside the io floors: {loose}"
+    wrong = []
+    for name, tree in modules():
+        mine = io_floor_of(name)
+        if mine is None:
+            continue
+        for target, names in imports(tree):
+            floors = (
+                [io_floor_of(target)] if target != "datatools.io" else [io_floor_of(f"{target}.{n}") for n in names]
+            )
+            wrong += [f"{name} imports {target} {names}" for f in floors if f is not None and f > mine]
+    assert wrong == []

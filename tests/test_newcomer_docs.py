@@ -120,8 +120,8 @@ def bucket_setup(request, work: Path) -> dict[str, str]:
     s3, gcs = request.getfixturevalue("s3_proxy"), request.getfixturevalue("gcs_proxy")
     import pyarrow as pa
 
-    from datatools.io.documents import StoreDocuments
-    from datatools.io.store import TokenStore
+    from datatools.io.formats.store import TokenStore
+    from datatools.io.sources.documents import StoreDocuments
 
     raw, table = work / "raw.parquet", work / "tokens.parquet"
     pq.write_table(pq.read_table(work / "demo_data" / "stdlib.parquet").slice(0, 2000), raw)
@@ -295,7 +295,7 @@ def test_the_pages_numbers_match_the_demo(demo_data, tmp_path):
 
     import numpy as np
 
-    from datatools.io.store import TokenStore
+    from datatools.io.formats.store import TokenStore
 
     lengths = np.asarray(TokenStore(str(demo_data / "store")).lengths())
     long = lengths > 8192

@@ -38,7 +38,7 @@ def main() -> None:
     from levanter.schedule import BatchSchedule
 
     from datatools.integrations.levanter import data_config
-    from datatools.io import read_stats
+    from datatools.io.storage import read_stats
 
     data = data_config(args.pipeline, vocab_size=1024)
     dataset = data.components["datatools"].datasets["train"]

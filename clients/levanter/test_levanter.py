@@ -39,7 +39,7 @@ import numpy as np
 import pytest
 
 from datatools.integrations.levanter import PipelineDataset
-from datatools.io.inputs import open_documents, open_input
+from datatools.io.sources.inputs import open_documents, open_input
 from datatools.jobs.demo_data import train_tokenizer
 
 HERE = Path(__file__).parent
@@ -169,7 +169,7 @@ def test_levanter_applies_tokenizer_json_truncation(tokenizer_dir, tmp_path):
     """A tokenizer.json saved with truncation: Levanter's tokenizer truncates, datatools' (settings off) does not."""
     from levanter.tokenizers import load_tokenizer
 
-    from datatools.io.tokenizer import open_encoder
+    from datatools.io.formats.tokenizer import open_encoder
 
     cut = tmp_path / "cut"
     cut.mkdir()

@@ -124,7 +124,7 @@ def _coerce(key: str, value, where: str):
 
 
 def _load_chain(path: Path, seen: tuple = ()) -> dict:
-    from datatools.io.yaml_files import load_yaml  # the limited safe loader
+    from datatools.io.formats.yaml_files import load_yaml  # the limited safe loader
 
     if path in seen or len(seen) > 8:
         raise ValueError(f"{path}: base_config chain loops or is deeper than 8 files")

@@ -17,9 +17,9 @@ from datatools.analysis.padding_result import PaddingReport
 from datatools.base.checks import MAX_WINDOW
 from datatools.base.numba_cache import kernels_cold
 from datatools.base.progress import count_progress, doing
-from datatools.io.inputs import open_input
-from datatools.io.lengths_progress import read_lengths_shown
-from datatools.io.paths import display
+from datatools.io.sources.inputs import open_input
+from datatools.io.sources.lengths_progress import read_lengths_shown
+from datatools.io.storage.paths import display
 from datatools.kernels import bucket
 from datatools.kernels.packing import counting, pieces
 
@@ -67,7 +67,7 @@ def analyze_input(
     global_batch: int = 128,
     **input_options,
 ) -> PaddingReport:
-    """The padding analysis of the input at ``path`` (read by :func:`~datatools.io.inputs.open_input` with
+    """The padding analysis of the input at ``path`` (read by :func:`~datatools.io.sources.inputs.open_input` with
     ``input_options``; None: the files, feature and tokenizer ``maxtext_config`` names).
 
     Args:
@@ -114,7 +114,7 @@ def analyze_input(
     if settings is not None and inp.is_text:
         inp, added = _maxtext_specials(inp, path, settings, input_options)
     if inp.kind == "lengths":  # lengths.npy alone: memory-mapped, read a slice at a time (10^9 lengths not copied)
-        from datatools.io.numpy_files import lengths_only
+        from datatools.io.formats.numpy_files import lengths_only
 
         lengths = lengths_only(inp.path)
     else:

@@ -10,7 +10,7 @@ from datatools.analysis.maxtext_simulation import CAPPED_ATTENTION, MaxTextSetti
 from datatools.analysis.padding_result import PaddingReport
 from datatools.base.checks import DEFAULT_ALGORITHM, TRAINERS
 from datatools.io import storage
-from datatools.io.documents import documents_per_read
+from datatools.io.sources.documents import documents_per_read
 from datatools.kernels.packing.algorithms import BY_NAME
 
 DEFAULT_BATCH = 32  # rows per global batch when no trainer config says
@@ -43,7 +43,8 @@ def pipeline_config(
         ctx, segment cap and global batch (``global_batch_size_to_load``; else :data:`DEFAULT_BATCH` rows).
 
     A source in a bucket (``s3://``, ``gs://``) is read as our bucket table measured it: a block shuffle whose io
-    blocks fill one read of the store (:func:`~datatools.io.documents.documents_per_read`), streaming packing."""
+    blocks fill one read of the store (:func:`~datatools.io.sources.documents.documents_per_read`), streaming
+    packing."""
     if trainer not in TRAINERS:
         raise ValueError(f"trainer must be one of {', '.join(TRAINERS)}; got {trainer!r}")
     rec = report.recommendation

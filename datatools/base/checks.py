@@ -32,7 +32,7 @@ PACK_ALGORITHMS = ("next_fit", "first_fit", "best_fit", "first_fit_decreasing", 
 DEFAULT_ALGORITHM = "best_fit_decreasing"
 DEFAULT_CTX_CAP = 32768  # tokens: the analyzer's default contexts stop here (longer rows: pass --ctx)
 TRAINERS = ("datatools", "maxtext", "levanter", "hf")
-BIN_DTYPES = ("uint16", "uint32")  # token dtypes of a flat .bin file (datatools.io.numpy_files)
+BIN_DTYPES = ("uint16", "uint32")  # token dtypes of a flat .bin file (datatools.io.formats.numpy_files)
 # model.attention of datatools.train.model (here: the command line parses it without importing JAX)
 ATTENTIONS = ("dense", "blocksparse", "fused", "splash", "pallas_blocksparse", "pallas_gpu", "cudnn")
 

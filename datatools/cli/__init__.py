@@ -147,7 +147,7 @@ def cli() -> None:
 
 def _error(message: str, kind: str = "error") -> None:
     """One printable line on stderr: an error, or a library warning."""
-    from datatools.io.paths import printable
+    from datatools.io.storage.paths import printable
 
     line = " ".join(printable(str(message)).split())
     if len(line) > 2000:
@@ -163,7 +163,7 @@ def _error(message: str, kind: str = "error") -> None:
 def _message(exc: Exception) -> str:
     """The one line that says what went wrong, chosen by the exception's type."""
     if isinstance(exc, OSError):
-        from datatools.io.paths import display
+        from datatools.io.storage.paths import display
 
         where = f"{display(exc.filename)}: " if exc.filename else ""
         return f"{where}{exc.strerror or exc}"

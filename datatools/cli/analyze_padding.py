@@ -130,7 +130,7 @@ def analyze_padding_command(path, curriculum, json_out, write_config, overwrite,
         _check_config_target(write_config, overwrite)
     from datatools.analysis.padding_input import analyze_input  # numba: once the arguments are parsed
     from datatools.analysis.padding_report import plot, render
-    from datatools.io.paths import display
+    from datatools.io.storage.paths import display
 
     report = analyze_input(path, console=make_console(stderr=True), curriculum=lengths, **options)
     config = _pipeline_config(report, trainer, path, options["column"], options["tokenizer"])

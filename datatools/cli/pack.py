@@ -1,5 +1,5 @@
-"""``datatools pack DATA OUT --ctx N``: an index-only packed plan directory (:mod:`datatools.io.plan_file`), planned
-in bounded memory, which pipelines read with ``packing: {plan: OUT}``."""
+"""``datatools pack DATA OUT --ctx N``: an index-only packed plan directory (:mod:`datatools.io.formats.plan_file`),
+planned in bounded memory, which pipelines read with ``packing: {plan: OUT}``."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from datatools.cli.common import emit_json, input_options, json_option, make_con
 @json_option("the plan's header (num_rows, lower_bound_rows, efficiency, ...)", then="")
 def pack_command(data, out, ctx, align, json_out, **options):
     """Plan DATA into the packed plan directory OUT (rows of --ctx tokens; index only, no token copied)."""
-    from datatools.io.paths import display
+    from datatools.io.storage.paths import display
     from datatools.jobs.pack_plan import pack_plan
     from datatools.kernels.packing import PackOptions
 

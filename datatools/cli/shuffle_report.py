@@ -64,7 +64,7 @@ def shuffle_report_command(json_out, store, pipeline, **options):
     applies = None if pipeline is None else config_row(pipeline)  # a bad config: one line before the work
     written = "input order"
     if store is not None:
-        from datatools.io.store import read_manifest
+        from datatools.io.formats.store import read_manifest
         from datatools.jobs.write_order import describe_write_order, write_seed
 
         manifest = read_manifest(store)  # a ValueError naming it: one line, exit 2

@@ -20,7 +20,7 @@ def verify_command(store, json_out):
     (0 first, never decreasing, num_tokens last) and the token range (below vocab_size)."""
     err = make_console(stderr=True)
     with _progress(err) as advance:
-        from datatools.io.store_verify import verify_store  # tensorstore: once the arguments are parsed
+        from datatools.io.formats.store_verify import verify_store  # tensorstore: once the arguments are parsed
 
         report = verify_store(store, progress=advance)
     console = result_console(stderr=json_out == "-")

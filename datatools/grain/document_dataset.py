@@ -7,11 +7,12 @@ from collections.abc import Sequence
 import numpy as np
 
 import grain
-from datatools.io.documents import as_document_source
+from datatools.io.sources.documents import as_document_source
 
 
 class DocumentsMapDataset(grain.MapDataset):
-    """Element i is document i's tokens (a 1-D array) of any document ``source`` (:mod:`datatools.io.documents`).
+    """Element i is document i's tokens (a 1-D array) of any document ``source``
+    (:mod:`datatools.io.sources.documents`).
 
     ``BatchRowsMapDataset(shuffled(DocumentsMapDataset(src)), 256)`` gives *document blocks* of 256 documents read
     in one gather (:meth:`get_batch`), which the streaming packer and the bucketer take (Grain's overhead per block).

@@ -8,8 +8,8 @@ import numpy as np
 
 import grain
 from datatools.base.checks import DEFAULT_ALGORITHM
-from datatools.io.documents import as_document_source
-from datatools.io.plan_file import PlanFile
+from datatools.io.formats.plan_file import PlanFile
+from datatools.io.sources.documents import as_document_source
 from datatools.kernels.packing import PackOptions, PackPlan, pack
 from datatools.kernels.packing.plan_format import gather_rows
 
@@ -20,10 +20,10 @@ class PackedRowsMapDataset(grain.MapDataset):
     from Grain. Elements are canonical rows: int32 arrays of shape (ctx,).
 
     Args:
-      source: any document source (:mod:`datatools.io.documents`: ``__len__``, ``lengths()``, ``read_pieces``).
+      source: any document source (:mod:`datatools.io.sources.documents`: ``__len__``, ``lengths()``, ``read_pieces``).
       ctx: row length (tokens).
       algorithm, max_segments, align, overflow: as :func:`datatools.pack_lengths`.
-      plan: a precomputed ``PackPlan`` over ``source``, or a :class:`~datatools.io.plan_file.PlanFile`; then the
+      plan: a precomputed ``PackPlan`` over ``source``, or a :class:`~datatools.io.formats.plan_file.PlanFile`; then the
         packing options are ignored.
       pad_id: token id written at padding.
     """

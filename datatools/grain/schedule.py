@@ -13,7 +13,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from datatools.io.documents import DocumentSource
+from datatools.io.sources.documents import DocumentSource
 from datatools.kernels.packing import PackPlan
 
 T = TypeVar("T")

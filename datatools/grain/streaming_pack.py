@@ -8,7 +8,7 @@ import grain
 from datatools.base.checks import DEFAULT_ALGORITHM, check_int
 from datatools.grain.document_blocks import document_block
 from datatools.grain.streaming_schedule import plan_window
-from datatools.io.documents import ArrayDocuments
+from datatools.io.sources.documents import ArrayDocuments
 from datatools.kernels.packing import PackOptions
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from datatools.analysis.maxtext_simulation import attention_keys, keys_to_set
 from datatools.base.checks import MAX_BATCH, MAX_CTX, check_int
 from datatools.integrations.maxtext_shim import TESTED_MAXTEXT
-from datatools.io.yaml_files import load_yaml
+from datatools.io.formats.yaml_files import load_yaml
 from datatools.pipeline import PipelineConfig, build, parse_config
 
 __all__ = ["create_data_iterator", "pipeline_config", "use_datatools", "train", "main"]

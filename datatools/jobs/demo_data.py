@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from datatools.io.atomic import atomic_write_bytes
+from datatools.io.storage.atomic import atomic_write_bytes
 
 DEMO_DIR = Path("demo_data")
 _TOP_LEVEL = re.compile(r"\n(?=(?:    )?(?:def |class |async def |@))")

@@ -14,9 +14,10 @@ import os
 import re
 from collections.abc import Callable
 
-from datatools.io import shard_reads, storage
-from datatools.io.paths import display
-from datatools.io.store import ROOT_STAGING, is_token_store, read_manifest
+from datatools.io import storage
+from datatools.io.formats import shard_reads
+from datatools.io.formats.store import ROOT_STAGING, is_token_store, read_manifest
+from datatools.io.storage.paths import display
 
 STAGING_FILE = re.compile(r"(job\.json|commit\.json|shards/\d{6}(\.piece-\d{6})?\.npz)")  # shards, their pieces
 SHARD_FILE = re.compile(r"shards/(\d{6})(?:\.piece-(\d{6}))?\.npz")

@@ -1,6 +1,6 @@
 """Plan any input into an index-only packed plan on disk (``datatools pack DATA OUT`` as one function).
 
-DATA is any input :func:`~datatools.io.inputs.open_input` reads, a directory holding ``lengths.npy`` alone, or a
+DATA is any input :func:`~datatools.io.sources.inputs.open_input` reads, a directory holding ``lengths.npy`` alone, or a
 plan directory (re-packed from its lengths, no token read).
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from datatools.base.progress import count_progress
 from datatools.base.reports import Report
-from datatools.io.paths import display
+from datatools.io.storage.paths import display
 
 if TYPE_CHECKING:  # kernels.packing loads numba: imported when a plan is written
     from datatools.kernels.packing import PackOptions
@@ -56,16 +56,16 @@ class PackReport(Report):
 
 def plan_lengths(data: str | os.PathLike, console=None, **input_options) -> tuple[np.ndarray, str]:
     """(tokens per document, what they are): memory-mapped from a plan or a lengths-only directory, else read
-    from the input (``input_options`` as :func:`~datatools.io.inputs.open_input`; progress on ``console``)."""
-    from datatools.io.numpy_files import lengths_only, lengths_only_file
-    from datatools.io.plan_file import PlanFile, is_plan
+    from the input (``input_options`` as :func:`~datatools.io.sources.inputs.open_input`; progress on ``console``)."""
+    from datatools.io.formats.numpy_files import lengths_only, lengths_only_file
+    from datatools.io.formats.plan_file import PlanFile, is_plan
 
     if is_plan(data):
         return PlanFile(data).lengths(), "plan"
     if lengths_only_file(Path(data)) is not None:
         return lengths_only(Path(data)), "lengths"
-    from datatools.io.inputs import open_input
-    from datatools.io.lengths_progress import read_lengths_shown
+    from datatools.io.sources.inputs import open_input
+    from datatools.io.sources.lengths_progress import read_lengths_shown
 
     inp = open_input(data, **input_options)
     return read_lengths_shown(inp, console), inp.kind
@@ -83,14 +83,14 @@ def pack_plan(
 ) -> PackReport:
     """Plan the documents of ``data`` into the plan directory ``out`` (packed with ``options``: rows of
     ``options.ctx`` tokens, index only); the report is the plan's header, where the lengths came from and the
-    times. Options as :func:`~datatools.io.plan_file.write_plan` (``group_docs`` None: its default) and, for an
-    input, :func:`~datatools.io.inputs.open_input`; progress on ``console`` (None: none).
+    times. Options as :func:`~datatools.io.formats.plan_file.write_plan` (``group_docs`` None: its default) and, for an
+    input, :func:`~datatools.io.sources.inputs.open_input`; progress on ``console`` (None: none).
 
     Raises:
       ValueError: no documents, bad options, ``out`` exists (without ``overwrite``) or is not a plan.
       OSError: ``out`` cannot be written.
     """
-    from datatools.io.plan_file import GROUP_DOCS, write_plan
+    from datatools.io.formats.plan_file import GROUP_DOCS, write_plan
 
     t0 = time.perf_counter()
     lengths, kind = plan_lengths(data, console, **input_options)

@@ -27,12 +27,10 @@ from datatools.base.checks import ENGINES, short_repr
 from datatools.base.install import missing
 from datatools.base.progress import doing, job_progress, say
 from datatools.io import storage
-from datatools.io.discover import Shard
-from datatools.io.inputs import TokenInput, open_input
-from datatools.io.paths import display
-from datatools.io.sentencepiece_encoder import SentencePieceEncoder
-from datatools.io.shard_reads import INDEX_KEY
-from datatools.io.store import (
+from datatools.io.formats.discover import Shard
+from datatools.io.formats.sentencepiece_encoder import SentencePieceEncoder
+from datatools.io.formats.shard_reads import INDEX_KEY
+from datatools.io.formats.store import (
     TokenStore,
     add_shard_index,
     is_token_store,
@@ -41,9 +39,11 @@ from datatools.io.store import (
     token_dtype,
     write_store,
 )
-from datatools.io.store_verify import IndexDamage, verify_store
-from datatools.io.tables import check_column, shard_bytes, shard_texts
-from datatools.io.tokenizer import TextEncoder
+from datatools.io.formats.store_verify import IndexDamage, verify_store
+from datatools.io.formats.tables import check_column, shard_bytes, shard_texts
+from datatools.io.formats.tokenizer import TextEncoder
+from datatools.io.sources.inputs import TokenInput, open_input
+from datatools.io.storage.paths import display
 from datatools.jobs.staging import fault, manifest_reads, open_staging
 from datatools.jobs.write_order import SPILL_NAME, shuffled_shards, write_order_record
 
@@ -239,7 +239,7 @@ def pretokenize(
 
     Args:
       inputs: a path or list of paths, each one ``analyze-padding`` and a pipeline take (resolved by
-        :func:`~datatools.io.inputs.open_input`): Parquet, JSON Lines, Arrow IPC, Hugging Face ``save_to_disk``
+        :func:`~datatools.io.sources.inputs.open_input`): Parquet, JSON Lines, Arrow IPC, Hugging Face ``save_to_disk``
         directories, ArrayRecord files, directories of these, a glob or comma list of files; and ``.txt`` files.
       tokenizer: a Hugging Face ``tokenizers`` JSON file or a SentencePiece model; ``tokenizer_settings``: ``off``
         switches a JSON file's truncation, padding and template's special tokens off, ``keep`` keeps them.
@@ -419,7 +419,7 @@ def pretokenize(
 
 class Damage(str):
     """What is wrong with a store, in a few words; ``index_only``: only ``shard_index.bin`` (every chunk as the
-    manifest records), which :func:`~datatools.io.store.add_shard_index` rewrites from the chunks."""
+    manifest records), which :func:`~datatools.io.formats.store.add_shard_index` rewrites from the chunks."""
 
     index_only: bool = False
 
@@ -427,7 +427,8 @@ class Damage(str):
 def store_damage(output: str | Path) -> Damage | None:
     """What is wrong with the token store at ``output`` (:class:`Damage`), or None when it is whole: opened as
     readers open it, every key's size against the manifest (one listing), then everything ``datatools verify``
-    checks (:func:`~datatools.io.store_verify.verify_store`: every byte read back, ``shard_index.bin`` included)."""
+    checks (:func:`~datatools.io.formats.store_verify.verify_store`: every byte read back, ``shard_index.bin``
+    included)."""
     try:
         manifest = read_manifest(output)
         TokenStore(output)
@@ -474,9 +475,10 @@ def _special(value: bool | str | int | None) -> str | int | None:
 
 
 def _text_input(path, column: str, tokenizer, settings: str, bos, eos) -> TokenInput:
-    """``path`` resolved as ``analyze-padding`` and a pipeline resolve it (:func:`~datatools.io.inputs.open_input`:
-    a file or directory, a glob or comma list, ArrayRecord files; a tokenizers JSON file or a SentencePiece model),
-    plus plain ``.txt`` files; ValueError naming it unless it holds text in ``column``."""
+    """``path`` resolved as ``analyze-padding`` and a pipeline resolve it
+    (:func:`~datatools.io.sources.inputs.open_input`: a file or directory, a glob or comma list, ArrayRecord files; a
+    tokenizers JSON file or a SentencePiece model), plus plain ``.txt`` files; ValueError naming it unless it holds text
+    in ``column``."""
     inp = open_input(
         path,
         column=column,

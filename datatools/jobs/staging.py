@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Protocol
 
 from datatools.io import storage
-from datatools.io.atomic import atomic_write_text
-from datatools.io.paths import display, resolved
-from datatools.io.store import is_token_store, read_manifest
+from datatools.io.formats.store import is_token_store, read_manifest
+from datatools.io.storage.atomic import atomic_write_text
+from datatools.io.storage.paths import display, resolved
 from datatools.jobs import object_store_commit
 
 STAGING_NAMES = {"job.json", "shards", "store", "order.bin"}  # what a staging directory of this job holds

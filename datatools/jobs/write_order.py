@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from datatools.io.documents import gather_at
-from datatools.io.store import describe_write_order, write_order_record, write_seed
+from datatools.io.formats.store import describe_write_order, write_order_record, write_seed
+from datatools.io.sources.documents import gather_at
 
 __all__ = ["describe_write_order", "shuffled_shards", "write_order_record", "write_seed", "written_order"]
 from datatools.jobs.staging import fault
@@ -45,7 +45,7 @@ def shuffled_shards(
     block_tokens: int = BLOCK_TOKENS,
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(tokens, lengths) blocks of every document of the staged shards in the order :func:`written_order` gives,
-    for :func:`~datatools.io.store.write_store`.
+    for :func:`~datatools.io.formats.store.write_store`.
 
     Args:
       shard_tokens: ``shard_tokens(k)``: the tokens of staged shard k (read once each, in order).

@@ -30,8 +30,8 @@ from datatools.grain.loss_weights import LossWeights
 from datatools.grain.portable_state import PortableStateIterDataset
 from datatools.grain.schedule import Schedule
 from datatools.grain.worker_processes import prefetch_in_processes
-from datatools.io import read_stats
-from datatools.io.documents import ChunkedDocuments, StoreDocuments, documents_per_read
+from datatools.io.sources.documents import ChunkedDocuments, StoreDocuments, documents_per_read
+from datatools.io.storage import read_stats
 from datatools.kernels.warm import warm_in_background
 from datatools.pipeline.config import PipelineConfig, ShardConfig, as_config
 from datatools.pipeline.mixture import WEIGHTS_KEY, mixture_identity, reweighted_history
@@ -52,7 +52,8 @@ class CanonicalPipeline:
     documents_source: object  # the document source read (a mixture's: MixedDocuments)
     plan_efficiency: float | None = None
     identity: dict | None = None  # what fixes the global batch sequence (states restore only into the same)
-    stats_folder: str | None = None  # where worker processes write their read counters (datatools.io.read_stats)
+    # where worker processes write their read counters (datatools.io.storage.read_stats)
+    stats_folder: str | None = None
 
 
 READ_THREADS = 4  # reader threads for sources that do I/O

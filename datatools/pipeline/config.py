@@ -22,8 +22,8 @@ from datatools.base.checks import (
     MAX_WORKERS,
     OVERFLOW_POLICIES,
 )
-from datatools.io.paths import display
-from datatools.io.yaml_files import load_yaml
+from datatools.io.formats.yaml_files import load_yaml
+from datatools.io.storage.paths import display
 from datatools.kernels.batch_layouts import BOUNDARY_TARGETS, FORMATS, POSITIONS
 from datatools.kernels.loss_weights import LOSS_WEIGHTINGS
 from datatools.kernels.packing import ALGORITHMS, PackOptions

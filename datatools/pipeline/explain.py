@@ -27,7 +27,7 @@ from datatools.base.reports import Report
 from datatools.grain.host_batches import HostBatchesMapDataset, host_rows
 from datatools.grain.schedule import EpochRowsSchedule, PlannedEpochSchedule, PlannedRowsSchedule
 from datatools.io import storage
-from datatools.io.mixed_documents import MixedDocuments
+from datatools.io.sources.mixed_documents import MixedDocuments
 from datatools.kernels.curriculum import row_attention_work
 from datatools.kernels.exposure import add_pieces, add_rows, smallest_count_dtype
 from datatools.kernels.packing import PackPlan

@@ -12,8 +12,8 @@ import numpy as np
 
 from datatools.analysis.mixing import MixingReport, mixing_stats
 from datatools.base.checks import check_int
-from datatools.io.documents import DocumentSource, check_pieces
-from datatools.io.mixed_documents import MixedDocuments
+from datatools.io.sources.documents import DocumentSource, check_pieces
+from datatools.io.sources.mixed_documents import MixedDocuments
 from datatools.pipeline.build import build_canonical
 from datatools.pipeline.config import PipelineConfig, ShardConfig
 from datatools.pipeline.sources import open_config_documents

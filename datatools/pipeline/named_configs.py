@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from datatools.io import storage
-from datatools.io.paths import first_line
+from datatools.io.storage.paths import first_line
 
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 MAX_VALUE_CHARS = 4096

@@ -20,7 +20,7 @@ from datatools.grain.packed_rows import PackedRowsMapDataset
 from datatools.grain.schedule import PlannedRowsSchedule, Schedule
 from datatools.grain.shuffle import BlockShuffleMapDataset, FeistelShuffleMapDataset
 from datatools.grain.streaming_schedule import StreamingSchedule
-from datatools.io.plan_file import PlanFile
+from datatools.io.formats.plan_file import PlanFile
 from datatools.kernels.bucket import bucket_batch_sizes, bucket_boundaries
 from datatools.kernels.packing import pack
 from datatools.kernels.packing.plan_format import lengths_identity

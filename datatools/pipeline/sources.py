@@ -1,15 +1,15 @@
 """A config's documents opened: one ``source``, or the mixture of ``sources`` read as one
-:class:`~datatools.io.mixed_documents.MixedDocuments` (one vocabulary: :func:`check_tokenizers`)."""
+:class:`~datatools.io.sources.mixed_documents.MixedDocuments` (one vocabulary: :func:`check_tokenizers`)."""
 
 from __future__ import annotations
 
 import warnings
 from pathlib import Path
 
-from datatools.io.documents import DocumentSource
-from datatools.io.inputs import FORMAT, TokenInput, open_documents, open_input
-from datatools.io.mixed_documents import MixedDocuments
-from datatools.io.store import read_manifest
+from datatools.io.formats.store import read_manifest
+from datatools.io.sources.documents import DocumentSource
+from datatools.io.sources.inputs import FORMAT, TokenInput, open_documents, open_input
+from datatools.io.sources.mixed_documents import MixedDocuments
 from datatools.pipeline.config import PipelineConfig, SourceConfig
 
 
@@ -19,7 +19,7 @@ def open_source(cfg: SourceConfig) -> DocumentSource:
 
 
 def open_source_input(cfg: SourceConfig) -> TokenInput:
-    """The configured source resolved (:class:`~datatools.io.inputs.TokenInput`: its kind, column, tokenizer),
+    """The configured source resolved (:class:`~datatools.io.sources.inputs.TokenInput`: its kind, column, tokenizer),
     no document read yet; ValueError for a kind a pipeline cannot read."""
     inp = open_input(
         Path(cfg.path),
@@ -70,7 +70,7 @@ def open_mixture(cfg: PipelineConfig, documents=None) -> MixedDocuments:
 
 
 def tokenizer_identity(inp: TokenInput) -> dict | None:
-    """What tokenized a source (:class:`~datatools.io.inputs.TokenInput`): ``{"file", "sha256", "vocab_size"}``
+    """What tokenized a source (:class:`~datatools.io.sources.inputs.TokenInput`): ``{"file", "sha256", "vocab_size"}``
     from a token store's manifest or a text column's tokenizer; None when nothing says."""
     if inp.kind == "store":
         m = read_manifest(inp.path)

@@ -1,5 +1,5 @@
 """Did the step wait for its batch? :class:`StallMeter` times every ``next()`` of a pipeline and, with the
-readers' counters (:mod:`datatools.io.read_stats`), makes a :class:`LoaderReport`; it warns, at most every
+readers' counters (:mod:`datatools.io.storage.read_stats`), makes a :class:`LoaderReport`; it warns, at most every
 :data:`WARN_EVERY_S` seconds, when the loader falls behind.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from datatools.base.reports import Report
-from datatools.io import read_stats
+from datatools.io.storage import read_stats
 
 WAIT_THRESHOLD_S = 0.010  # a step that waited longer than this counts as stalled
 WARN_EVERY_S = 5.0
@@ -89,7 +89,7 @@ class StallMeter:
 
     def report(self) -> LoaderReport:
         """The report so far; with worker processes, once their counts of the batches taken have reached their files
-        (at most :data:`~datatools.io.read_stats.FLUSH_EVERY_S` after a batch was taken, plus a margin)."""
+        (at most :data:`~datatools.io.storage.read_stats.FLUSH_EVERY_S` after a batch was taken, plus a margin)."""
         read_stats.flush()
         if self._folder is not None:
             time.sleep(max(0.0, self._last_batch_at + read_stats.FLUSH_EVERY_S + FLUSH_MARGIN_S - time.monotonic()))

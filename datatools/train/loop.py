@@ -18,7 +18,7 @@ from datatools.base.checks import check_token_ids
 from datatools.base.errors import RunFailed
 from datatools.base.progress import doing
 from datatools.base.reports import Report
-from datatools.io.yaml_files import load_yaml
+from datatools.io.formats.yaml_files import load_yaml
 from datatools.pipeline import PipelineConfig, ShardConfig, build_canonical, parse_config
 from datatools.pipeline.build import resolve_shard
 from datatools.pipeline.schema import field, from_dict
@@ -99,7 +99,7 @@ def load_train_config(
     if model.attention in TILED:
         packing, bucketing = pipeline.packing, pipeline.bucketing
         if packing and packing.ctx is None and packing.plan is not None:  # packing: {plan: DIR}: the plan's own ctx
-            from datatools.io.plan_file import PlanFile
+            from datatools.io.formats.plan_file import PlanFile
 
             packing = dataclasses.replace(packing, ctx=PlanFile(packing.plan).ctx)
             pipeline = pipeline.replace(packing=packing)

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from datatools.cli import main
-from datatools.io import array_record_files
+from datatools.io.formats import array_record_files
 
 
 @pytest.fixture

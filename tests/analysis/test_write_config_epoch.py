@@ -17,8 +17,8 @@ import yaml
 
 from conftest import random_docs, write_test_store
 from datatools.cli import main
-from datatools.io.documents import documents_per_read
-from datatools.io.store import TokenStore
+from datatools.io.formats.store import TokenStore
+from datatools.io.sources.documents import documents_per_read
 from datatools.pipeline import build_canonical, parse_config
 
 

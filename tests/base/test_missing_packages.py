@@ -11,7 +11,7 @@ import pytest
 
 from datatools.base.install import EXTRA_OF_MODULE, import_error_message, install_command
 from datatools.cli import main
-from datatools.io import array_record_files
+from datatools.io.formats import array_record_files
 
 
 def run(args, capsys) -> tuple[int, str]:

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 
 from conftest import random_docs, without_progress, write_test_store
 from datatools.cli import main
-from datatools.io.inputs import open_input, read_lengths
+from datatools.io.sources.inputs import open_input, read_lengths
 
 DOCS = random_docs(300, seed=9, max_len=2000)
 LENGTHS = np.array([len(d) for d in DOCS])
@@ -88,7 +88,7 @@ def test_every_input_format(tmp_path, capsys):
 
 
 def test_flat_file_split_across_slices(tmp_path, monkeypatch):
-    import datatools.io.numpy_files as readers
+    import datatools.io.formats.numpy_files as readers
 
     monkeypatch.setattr(readers, "FLAT_SLICE", 37)  # documents straddle many slices
     flat = np.concatenate([np.append(d, 1) for d in DOCS[:50]] + [np.array([5, 6, 7])])  # unterminated tail
@@ -187,7 +187,7 @@ def test_faults_name_their_file(tmp_path, capsys, monkeypatch):
     err = one_line_error([str(tmp_path / "footer.parquet")], capsys)
     assert "footer.parquet" in err and all(c >= " " for c in err)
     # a full disk while writing the report names the report
-    import datatools.io.atomic as atomic
+    import datatools.io.storage.atomic as atomic
 
     def full(f):
         raise OSError(28, "No space left on device")

@@ -7,7 +7,7 @@ import json
 import numpy as np
 
 from datatools.cli import main
-from datatools.io.plan_file import PlanFile
+from datatools.io.formats.plan_file import PlanFile
 from datatools.kernels.packing import pack_lengths
 
 

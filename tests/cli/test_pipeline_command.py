@@ -161,8 +161,8 @@ def test_a_short_run_with_workers_reports_the_workers_reads_and_the_rate_of_its_
 
     import numpy as np
 
-    from datatools.io import read_stats
-    from datatools.io.store import TokenStore
+    from datatools.io.formats.store import TokenStore
+    from datatools.io.storage import read_stats
     from datatools.pipeline import build_canonical
 
     cfg = tmp_path / "w.yaml"

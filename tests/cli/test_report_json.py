@@ -133,8 +133,8 @@ def test_pack_json_is_the_api_report(monkeypatch, capsys, tmp_path):
 
 
 def test_verify_json_is_the_api_report(monkeypatch, capsys, store):
-    from datatools.io import store_verify
-    from datatools.io.store_verify import VerifyReport
+    from datatools.io.formats import store_verify
+    from datatools.io.formats.store_verify import VerifyReport
 
     seen = capture(monkeypatch, store_verify, "verify_store")  # the command imports it from there when it runs
     printed, report = run_and_compare(["verify", str(store)], capsys, seen, VerifyReport)

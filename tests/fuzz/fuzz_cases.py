@@ -90,7 +90,7 @@ def accepted_outcome(args: list[str], out: str, reference_store: str | Path) -> 
     case has no reference. The reference of ``analyze-padding`` on a store (the fuzz world's, or a copy whose damage
     leaves its lengths intact) is the world store's manifest: its first line must give that many documents and
     tokens. Other accepted commands (shuffle-report, pipeline, analyze-padding of the flat file) have none yet."""
-    from datatools.io.store import read_manifest
+    from datatools.io.formats.store import read_manifest
 
     if args[0] != "analyze-padding" or not (Path(args[1]) / "manifest.json").is_file():
         return f"unchecked: {args[0]} (no reference)"
@@ -284,7 +284,7 @@ def _offsets_out_of_order(store) -> None:
     """Offsets swapped at one document with the chunk records rewritten to match: only the content checks see it."""
     import tensorstore as ts
 
-    from datatools.io.store import record_contents, zarr_spec
+    from datatools.io.formats.store import record_contents, zarr_spec
 
     arr = ts.open(zarr_spec(store / "offsets"), open=True).result()
     off = arr.read().result()
@@ -367,7 +367,7 @@ def disk_full_outcome(tmp) -> tuple[str, int, str, bool]:
             return "tmpfs 2 MiB", status, err, out.exists()
         finally:
             subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=20)
-    import datatools.io.store as store_mod
+    import datatools.io.formats.store as store_mod
 
     real = store_mod._create
 
@@ -426,7 +426,7 @@ def file_cases(store, tmp) -> list[dict]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from datatools.io.store import write_store
+    from datatools.io.formats.store import write_store
 
     root = tmp / "files"
     if root.exists():
@@ -593,7 +593,7 @@ def file_case_outcome(case: dict, status: int, out: str, err: str, seconds: floa
         missing = [n for n in case["names"] if n not in err]
         return f"the line does not name {missing}" if missing else f"clean (exit {status}, one line)"
     if case.get("store"):
-        from datatools.io.store import read_manifest
+        from datatools.io.formats.store import read_manifest
 
         got = read_manifest(case["store"])["num_documents"]
     elif case["docs"] is not None:

@@ -178,7 +178,7 @@ def issue36_cases(tmp: Path, store: Path, tokenizer: Path, texts: list[str]) -> 
         verdict = _verdict(run, 0, seconds=300)
         if not verdict.startswith("clean"):
             return verdict
-        from datatools.io.store import read_manifest
+        from datatools.io.formats.store import read_manifest
 
         manifest = read_manifest(root / "line-out")  # the output against the input: one document, of tokens
         if manifest["num_documents"] != 1 or manifest["num_tokens"] < 1:
@@ -345,7 +345,7 @@ def repair_named_cases(root: Path, t: list) -> Iterator[tuple[str, Callable[[], 
 
 def _shards_store(path: Path, values: list[int]) -> None:
     """A store of ``len(values)`` stored objects (shards), shard k all ``values[k]``: the same compressed sizes."""
-    from datatools.io.store import TOKEN_CHUNK, write_store
+    from datatools.io.formats.store import TOKEN_CHUNK, write_store
 
     flat = np.repeat(np.asarray(values, np.uint16), TOKEN_CHUNK)
     lengths = np.full(len(values) * 8, TOKEN_CHUNK // 8, np.int64)
@@ -389,7 +389,7 @@ def read_integrity_cases(root: Path) -> Iterator[tuple[str, Callable[[], str]]]:
     def rewritten() -> str:
         import tensorstore as ts
 
-        from datatools.io.store import TOKEN_CHUNK, zarr_spec
+        from datatools.io.formats.store import TOKEN_CHUNK, zarr_spec
 
         s = root / "rewritten"
         _shards_store(s, [3, 4, 5])
@@ -539,8 +539,8 @@ def smaller_cases(
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        from datatools.io.documents import StoreDocuments
-        from datatools.io.store import TokenStore
+        from datatools.io.formats.store import TokenStore
+        from datatools.io.sources.documents import StoreDocuments
 
         table = root / "workers.parquet"  # token ids in a table: read in workers (a token store refuses them)
         docs = [np.asarray(StoreDocuments(TokenStore(store))[i], np.int32) for i in range(50)]

@@ -21,8 +21,8 @@ from datatools.grain import (
     StreamingPackIterDataset,
     chunk_documents,
 )
-from datatools.io.documents import ArrayDocuments, StoreDocuments
-from datatools.io.store import TokenStore
+from datatools.io.formats.store import TokenStore
+from datatools.io.sources.documents import ArrayDocuments, StoreDocuments
 
 
 def pieces_of(rows):

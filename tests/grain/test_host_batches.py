@@ -26,7 +26,7 @@ from datatools.grain import (
     StreamingPackIterDataset,
     StreamingSchedule,
 )
-from datatools.io.documents import ArrayDocuments, DocumentSource
+from datatools.io.sources.documents import ArrayDocuments, DocumentSource
 from datatools.kernels.bucket import fill_order_batches
 from datatools.kernels.packing import PackOptions
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from conftest import random_docs, write_test_store
 from datatools.integrations.levanter_rows import PipelineRows, runs
-from datatools.io import read_stats
+from datatools.io.storage import read_stats
 
 B, HOSTS, CTX = 32, 4, 128
 

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datatools.io import array_record_files
-from datatools.io.inputs import open_documents, open_input, read_lengths
+from datatools.io.formats import array_record_files
+from datatools.io.sources.inputs import open_documents, open_input, read_lengths
 
 
 def _write_shards(tmp_path, docs_per_shard):

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import datatools.io.tokenizer as tokenizer_module
+import datatools.io.formats.tokenizer as tokenizer_module
 from conftest import stdlib_texts
 from datatools.io import open_encoder
-from datatools.io.inputs import open_input, read_lengths
-from datatools.io.tokenizer import split_text
+from datatools.io.formats.tokenizer import split_text
+from datatools.io.sources.inputs import open_input, read_lengths
 
 
 class Spy:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from datatools.cli import main
-from datatools.io.plan_file import PlanFile
+from datatools.io.formats.plan_file import PlanFile
 
 
 @pytest.fixture

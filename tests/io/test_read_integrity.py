@@ -17,13 +17,13 @@ import tensorstore as ts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import datatools.io.store as store_mod
+import datatools.io.formats.store as store_mod
 from conftest import store_document
 from datatools.cli import main
 from datatools.io import storage
-from datatools.io.documents import StoreDocuments
-from datatools.io.store import TokenStore, read_manifest, write_store, zarr_spec
-from datatools.io.store_verify import verify_store
+from datatools.io.formats.store import TokenStore, read_manifest, write_store, zarr_spec
+from datatools.io.formats.store_verify import verify_store
+from datatools.io.sources.documents import StoreDocuments
 
 SHARD = 64  # tokens per stored object under the small_chunks fixture (shards of 4 inner chunks of 16)
 

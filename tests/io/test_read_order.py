@@ -14,9 +14,9 @@ import tensorstore as ts
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datatools.io import documents
-from datatools.io.documents import StorePieceReader
-from datatools.io.shard_reads import JoinedRead
+from datatools.io.formats.shard_reads import JoinedRead
+from datatools.io.sources import documents
+from datatools.io.sources.documents import StorePieceReader
 
 EXTENT = 16  # tokens per extent of the fake store
 
@@ -40,7 +40,7 @@ class FakeRemoteStore:
     retries_failed_reads = False  # a failed read fails (none does here)
 
     def read_async(self, begin: int, end: int, *, batch=None, out=None):
-        """The read of tokens ``[begin, end)`` (a :class:`~datatools.io.token_array.TokenArray`'s), copied into
+        """The read of tokens ``[begin, end)`` (a :class:`~datatools.io.formats.token_array.TokenArray`'s), copied into
         ``out`` once the test completes it."""
         assert begin % EXTENT == 0 and begin // self.object_tokens == (end - 1) // self.object_tokens
         promise, future = ts.Promise.new()

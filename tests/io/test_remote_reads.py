@@ -19,11 +19,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import datatools.io.store as store_mod
+import datatools.io.formats.store as store_mod
 from datatools.cli import main
-from datatools.io import read_stats
-from datatools.io.documents import StoreDocuments
-from datatools.io.store import TokenStore, write_store
+from datatools.io.formats.store import TokenStore, write_store
+from datatools.io.sources.documents import StoreDocuments
+from datatools.io.storage import read_stats
 from datatools.kernels.packing import PackOptions
 from datatools.pipeline import build_canonical
 from datatools.pipeline.config import parse_config
@@ -307,7 +307,7 @@ def test_a_lane_schedule_sent_to_a_worker_carries_its_hosts_lanes_first_window_p
     import pickle
 
     from datatools.grain.lane_schedule import LaneSchedule
-    from datatools.io.documents import ArrayDocuments
+    from datatools.io.sources.documents import ArrayDocuments
 
     lengths = lengths_of(3000, seed=6)
     docs = ArrayDocuments(np.zeros(int(lengths.sum()), np.int32), np.concatenate(([0], np.cumsum(lengths))))
@@ -360,7 +360,7 @@ def test_lanes_read_ahead_whole_windows_only_for_the_rows_of_their_own_lanes():
     take the lanes' leftover rows, a few from each window of lanes other hosts read: ahead, only their pieces (whole
     windows there read ~4x the bytes the epoch's tail used, and steps waited for them, issue 31)."""
     from datatools.grain.lane_schedule import LaneSchedule
-    from datatools.io.documents import ArrayDocuments
+    from datatools.io.sources.documents import ArrayDocuments
 
     lengths = lengths_of(3000, seed=7)
     docs = ArrayDocuments(np.zeros(int(lengths.sum()), np.int32), np.concatenate(([0], np.cumsum(lengths))))
@@ -394,7 +394,7 @@ def test_lane_row_counts_counted_equal_the_windows_plans(seed, algorithm, max_se
     those of the windows' plans, row for row."""
     from datatools.grain.lane_schedule import LaneSchedule
     from datatools.grain.streaming_schedule import plan_window
-    from datatools.io.documents import ArrayDocuments
+    from datatools.io.sources.documents import ArrayDocuments
 
     if algorithm == "concat_split" and max_segments is not None:
         max_segments = None

@@ -86,7 +86,7 @@ def test_store_arrays_read_through_the_kvstore_drivers(storage_root, tmp_path):
     import tensorstore as ts
 
     from conftest import random_docs, write_test_store
-    from datatools.io.store import zarr_spec
+    from datatools.io.formats.store import zarr_spec
 
     docs = random_docs(50, seed=2)
     store = write_test_store(tmp_path / "store", docs)

@@ -18,9 +18,9 @@ import pytest
 
 from conftest import random_docs
 from datatools.cli import main
-from datatools.io.discover import list_shards
-from datatools.io.inputs import open_documents, open_input, read_lengths
-from datatools.io.tables import shard_texts
+from datatools.io.formats.discover import list_shards
+from datatools.io.formats.tables import shard_texts
+from datatools.io.sources.inputs import open_documents, open_input, read_lengths
 
 DOCS = random_docs(240, seed=11, max_len=1500)
 LENGTHS = np.array([len(d) for d in DOCS], np.int64)

@@ -135,7 +135,7 @@ def _check_s3(url: str, args: list[str], started: tuple, endpoint: str) -> float
 
 _TENSORSTORE_READ = """
 import sys, time, tensorstore as ts
-from datatools.io.io_errors import as_os_error
+from datatools.io.storage.io_errors import as_os_error
 from datatools.io.storage import kvstore_spec
 url = sys.argv[1]
 t0 = time.monotonic()
@@ -211,7 +211,7 @@ kv = ts.KvStore.open({"driver": "http", "base_url": f"http://127.0.0.1:{server.s
 assert kv.read("checkpoint").result().state == "missing"
 
 from datatools.io import storage
-from datatools.io.store import array_kvstore, read_keys
+from datatools.io.formats.store import array_kvstore, read_keys
 
 storage.REQUEST_TIMEOUT_S = float(sys.argv[2])  # a short bound, for the test: the module's, not the environment's
 url = sys.argv[1]

@@ -8,8 +8,8 @@ import pytest
 
 from conftest import random_docs, store_document, store_documents, write_test_store
 from datatools.io import storage
-from datatools.io.store import TokenStore, read_manifest
-from datatools.io.store_verify import verify_store
+from datatools.io.formats.store import TokenStore, read_manifest
+from datatools.io.formats.store_verify import verify_store
 from object_storage import object_bytes
 
 

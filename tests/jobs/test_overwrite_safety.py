@@ -12,7 +12,7 @@ import pytest
 
 from datatools.cli import main
 from datatools.io import storage
-from datatools.io.store import TokenStore, write_store
+from datatools.io.formats.store import TokenStore, write_store
 from datatools.jobs.pretokenize import pretokenize
 from object_storage import object_bytes
 

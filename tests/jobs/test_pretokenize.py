@@ -16,8 +16,8 @@ import pytest
 
 from conftest import store_document, store_documents, without_progress
 from datatools.cli import main
-from datatools.io.documents import StoreDocuments
-from datatools.io.store import TokenStore
+from datatools.io.formats.store import TokenStore
+from datatools.io.sources.documents import StoreDocuments
 from datatools.jobs.pretokenize import pretokenize
 
 
@@ -264,7 +264,7 @@ def test_a_store_written_before_its_shard_index_gets_it_from_a_rerun_with_overwr
     """A sharded store from before ``shard_index.bin``: a plain rerun of its job says how to add it and changes
     nothing; with ``--overwrite`` the index is added without tokenizing again, and the store is byte-identical to
     a fresh run of the job."""
-    import datatools.io.store as store_mod
+    import datatools.io.formats.store as store_mod
 
     monkeypatch.setattr(store_mod, "READ_CHUNK", 16)  # small inner chunks: a small store is sharded
     reference = tmp_path / "reference"

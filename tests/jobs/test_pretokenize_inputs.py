@@ -12,9 +12,9 @@ import pytest
 
 from conftest import without_progress, write_test_store
 from datatools.cli import main
-from datatools.io import array_record_files
-from datatools.io.inputs import open_documents, open_input, read_lengths
-from datatools.io.store import TokenStore
+from datatools.io.formats import array_record_files
+from datatools.io.formats.store import TokenStore
+from datatools.io.sources.inputs import open_documents, open_input, read_lengths
 
 
 def assert_store_holds_what_the_input_reads(store, path: str, **options) -> None:

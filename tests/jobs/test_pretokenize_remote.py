@@ -15,7 +15,7 @@ import pytest
 
 from datatools.cli import main
 from datatools.io import storage
-from datatools.io.store import TokenStore
+from datatools.io.formats.store import TokenStore
 from datatools.jobs.pretokenize import pretokenize
 from object_storage import object_bytes
 

@@ -15,10 +15,11 @@ import google_crc32c
 import numpy as np
 import pytest
 
-import datatools.io.store as store_mod
+import datatools.io.formats.store as store_mod
 from datatools.cli import main
-from datatools.io import shard_reads, storage
-from datatools.io.store_verify import verify_store
+from datatools.io import storage
+from datatools.io.formats import shard_reads
+from datatools.io.formats.store_verify import verify_store
 from object_storage import object_bytes
 
 SHARD, INNER = 1024, 64  # tokens per shard and per inner chunk: the test's job writes a store of many shards

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from datatools.cli import main
-from datatools.io.store import TokenStore
+from datatools.io.formats.store import TokenStore
 
 
 @pytest.fixture()
@@ -139,7 +139,7 @@ def test_disk_full_on_a_real_small_disk_exits_1_naming_the_output(tmp_path, toke
 
 def test_disk_full_while_the_store_is_written_exits_1(tmp_path, small_input, tokenizer_file, capsys, monkeypatch):
     """Simulated where no tmpfs can be mounted: tensorstore's own RESOURCE_EXHAUSTED error at the commit."""
-    import datatools.io.store as store_mod
+    import datatools.io.formats.store as store_mod
 
     real = store_mod._create
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from test_pretokenize import decode_all, jsonl_dir, tree_digest  # noqa: F401  (jsonl_dir: a fixture)
 
 from conftest import store_document
-from datatools.io.store import TokenStore
+from datatools.io.formats.store import TokenStore
 from datatools.jobs.pretokenize import pretokenize
 from datatools.jobs.write_order import describe_write_order, shuffled_shards, write_order_record, written_order
 

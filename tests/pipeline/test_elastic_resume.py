@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from datatools.grain.portable_state import host_state
-from datatools.io.documents import ArrayDocuments
+from datatools.io.sources.documents import ArrayDocuments
 from datatools.kernels.attention_blocks import EMPTY, block_structure
 from datatools.pipeline import ShardConfig, build_canonical, parse_config
 

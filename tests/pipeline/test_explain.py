@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from datatools.grain.portable_state import host_state
-from datatools.io.documents import ArrayDocuments
-from datatools.io.plan_file import write_plan
+from datatools.io.formats.plan_file import write_plan
+from datatools.io.sources.documents import ArrayDocuments
 from datatools.kernels.packing import PackOptions
 from datatools.pipeline import build_canonical, parse_config
 from datatools.pipeline.explain import Explainer, parse_hosts

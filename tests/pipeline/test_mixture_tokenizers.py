@@ -12,7 +12,7 @@ import warnings
 import pytest
 
 from datatools.cli import main
-from datatools.io.store import read_manifest
+from datatools.io.formats.store import read_manifest
 from datatools.jobs.pretokenize import pretokenize
 from datatools.pipeline import build_canonical, parse_config
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from datatools.cli import main
 from datatools.grain.portable_state import host_state
-from datatools.io.documents import ArrayDocuments
+from datatools.io.sources.documents import ArrayDocuments
 from datatools.pipeline import build_canonical, parse_config
 from datatools.pipeline.build import _build_canonical  # noqa: PLC2701  (the test builds with a given history)
 from datatools.pipeline.mix_report import mix_report

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from datatools.grain.portable_state import host_state
-from datatools.io.documents import ArrayDocuments
+from datatools.io.sources.documents import ArrayDocuments
 from datatools.pipeline import build_canonical, parse_config
 
 LENGTHS = [32, 64, 128, 256]

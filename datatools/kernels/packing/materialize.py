@@ -198,7 +198,7 @@ def materialize_pieces(
 ) -> dict[str, np.ndarray]:
     """Like :func:`materialize`, reading only the selected rows' pieces, once, through ``read_pieces(doc, start,
     length) -> tokens`` (the pieces back to back, one integer array; e.g.
-    :meth:`datatools.io.documents.ArrayDocuments.read_pieces`)."""
+    :meth:`datatools.io.sources.documents.ArrayDocuments.read_pieces`)."""
     rows = check_plan_rows(plan, rows)
     pad_id = check_id(pad_id, "pad_id")
     sel, splits = row_pieces(plan.row_splits, rows)

@@ -1,5 +1,5 @@
-"""The compact encoding of a plan on disk (:mod:`datatools.io.plan_file` reads and writes it), and rows gathered back
-out of it: ``row_starts`` (num_rows + 1,; row ``r`` holds pieces ``[row_starts[r], row_starts[r + 1])``), ``doc``,
+"""The compact encoding of a plan on disk (:mod:`datatools.io.formats.plan_file` reads and writes it), and rows gathered
+back out of it: ``row_starts`` (num_rows + 1,; row ``r`` holds pieces ``[row_starts[r], row_starts[r + 1])``), ``doc``,
 ``start`` and ``length`` (tokens), each in the smallest unsigned dtype its values need (ctx 2048, documents of a few
 hundred tokens: 7 bytes a piece plus 4 a row, against 20 a piece in memory). The header holds a CRC-32 of each array
 (:func:`array_digest`, ~6 GB/s) and a SHA-256 of itself (:func:`header_digest`): an edited file is refused.

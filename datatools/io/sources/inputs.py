@@ -1,0 +1,107 @@
+"""Any supported input (the formats of :mod:`datatools.io.sources.format_table`), resolved once by :func:`open_input`
+(the path, the column and the tokenizer checked before any data is read); :func:`read_lengths` streams its lengths shard
+by shard, :func:`open_documents` reads its documents on demand.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import numpy as np
+
+from datatools.base.checks import short_repr
+from datatools.base.progress import doing
+from datatools.io import storage
+from datatools.io.formats import array_record_files
+from datatools.io.formats.numpy_files import BIN_DTYPES
+from datatools.io.formats.token_input import InputOptions, TokenInput, lengths_by_shard
+from datatools.io.sources.documents import DocumentSource
+from datatools.io.sources.format_table import FORMAT, FORMATS, array_record_input, local_pattern
+from datatools.io.storage.paths import display
+
+__all__ = ["FORMAT", "FORMATS", "TokenInput", "open_documents", "open_input", "read_lengths", "read_lengths_by_shard"]
+
+
+def open_input(
+    path: str | os.PathLike,
+    *,
+    column: str | None = None,
+    tokenizer: str | os.PathLike | None = None,
+    tokenizer_settings: str = "off",
+    bos: str | int | None = None,
+    eos: str | int | None = None,
+    eos_id: int | None = None,
+    bin_dtype: str = "uint16",
+    text_files: bool = False,
+) -> TokenInput:
+    """Resolve ``path`` to a :class:`TokenInput`, checking the column and the tokenizer before any data is read.
+
+    Args:
+      path: a file or directory (see the module docstring).
+      column: the token or text column of a table; detected when exactly one of ``input_ids``, ``tokens``,
+        ``token_ids``, ``inputs`` (MaxText's name), ``text`` is present.
+      tokenizer: a Hugging Face ``tokenizer.json`` or a SentencePiece ``.model``, for a text column.
+      tokenizer_settings: ``off`` (default: no truncation, padding or template special tokens) or ``keep``.
+      bos, eos: a token (name, id, or ``"auto"``) added before / after every text.
+      eos_id: the separator of a flat token file.
+      bin_dtype: token dtype of a ``.bin`` file (``uint16`` or ``uint32``).
+      text_files: plain ``.txt`` files are texts, one each (their shards are read by ``datatools pretokenize``
+        through :func:`~datatools.io.formats.tables.shard_texts`); else they are refused, naming pretokenize.
+    """
+    if isinstance(path, (str, os.PathLike)) and not os.fspath(path):
+        raise ValueError("an empty path (name a file or directory; '.' is the current one)")
+    opts = InputOptions(column, tokenizer, tokenizer_settings, bos, eos, eos_id, bin_dtype, text_files)
+    loc = storage.location(path)
+    if loc.has_directories and array_record_files.detect(path):  # files, globs, comma lists: local names
+        return array_record_input(path, opts)
+    if bin_dtype not in BIN_DTYPES:
+        raise ValueError(f"bin dtype must be one of {', '.join(BIN_DTYPES)}; got {short_repr(bin_dtype)}")
+    if eos_id is not None and (isinstance(eos_id, bool) or not isinstance(eos_id, int) or eos_id < 0):
+        raise ValueError(f"eos id must be a non-negative integer; got {short_repr(eos_id)}")
+    doing(f"listing {loc.display}")
+    *named, table = FORMATS  # every format but the table names itself by a file it holds: a missing place holds none
+    for fmt in named:
+        if (found := fmt.detect(loc, opts)) is not None:
+            return found
+    # asked only now: in a bucket "exists" is two requests (an object, then a prefix), ~0.2 s at +100 ms
+    if not local_pattern(path) and not loc.exists():
+        raise ValueError(f"{loc.display}: no such file or directory")
+    found = table.detect(loc, opts)
+    assert found is not None, "the table format takes any input (read as a table, or refused naming why)"
+    return found
+
+
+def read_lengths_by_shard(
+    inp: TokenInput, *, progress: Callable[[int, int], None] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """int64 tokens per document of the whole input, and documents per shard, streamed shard by shard (memory: the
+    result, half as much again as int32 batches, and one batch). ``progress``, when given, is called with
+    ``(shards_done, bytes_done)`` after each shard. An input of no document is a ValueError naming it; ``inp`` that
+    is not a :class:`TokenInput` a TypeError.
+    """
+    _check_input(inp)
+    return lengths_by_shard(inp, FORMAT[inp.kind].lengths(inp), progress)
+
+
+def _check_input(inp) -> None:
+    if not isinstance(inp, TokenInput):
+        raise TypeError(f"expected the TokenInput that open_input() returns, got {short_repr(inp)}")
+
+
+def read_lengths(inp: TokenInput, *, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+    """int64 tokens per document of the whole input (see :func:`read_lengths_by_shard`)."""
+    return read_lengths_by_shard(inp, progress=progress)[0]
+
+
+def open_documents(inp: TokenInput, *, progress: Callable[[int, int], None] | None = None) -> DocumentSource:
+    """The input's documents, read on demand: a token store through its chunk cache, NumPy files
+    memory-mapped, tables shard by shard (:class:`ChunkedDocuments`, after one streaming pass for the lengths).
+    An input of no document is a ValueError naming it; ``inp`` that is not a :class:`TokenInput` a TypeError."""
+    _check_input(inp)
+    fmt = FORMAT[inp.kind]
+    doing(f"reading the {'offsets' if fmt.offsets else 'lengths'} of {display(inp.path)}")
+    source = fmt.documents(inp, progress)
+    if len(source) == 0:
+        raise ValueError(f"{display(inp.path)}: no documents (an empty input)")
+    return source
