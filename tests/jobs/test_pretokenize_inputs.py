@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import without_progress, write_test_store
+from conftest import store_document, without_progress, write_test_store
 from datatools.cli import main
 from datatools.io.formats import array_record_files
 from datatools.io.formats.store import TokenStore
@@ -26,7 +26,7 @@ def assert_store_holds_what_the_input_reads(store, path: str, **options) -> None
     assert got.lengths().tolist() == read_lengths(inp).tolist()
     assert len(got) == len(docs) > 0
     for i in range(len(docs)):
-        assert np.asarray(got[i]).tolist() == np.asarray(docs[i]).tolist(), i
+        assert np.asarray(store_document(got, i)).tolist() == np.asarray(docs[i]).tolist(), i
 
 
 def _parquet_files(tmp_path, texts) -> list[str]:
@@ -70,7 +70,7 @@ def test_arrayrecord_files_tokenized_by_a_sentencepiece_model(tmp_path, spm_mode
     proc = spm.SentencePieceProcessor(model_file=str(model))
     texts = lines[0::2][:30] + lines[1::2][:30]
     got = TokenStore(out)
-    assert [np.asarray(got[i]).tolist() for i in range(len(got))] == [
+    assert [np.asarray(store_document(got, i)).tolist() for i in range(len(got))] == [
         [proc.bos_id(), *ids, proc.eos_id()] for ids in proc.encode(texts)
     ]
     assert got.manifest["tokenizer"]["kind"] == "sentencepiece"
