@@ -48,7 +48,7 @@ warm-kernels: $(STAMP)
 # dependencies from the package index) and runs the README's data commands there: ~1.5 minutes on one busy core.
 test: $(STAMP)
 	$(MAKE) -j2 --no-print-directory warm-kernels lint docs
-	HYPOTHESIS_PROFILE=ci NUMBA_CACHE_DIR=$(CURDIR)/.numba_cache $(PY) -m pytest -n 2 --dist worksteal \
+	HYPOTHESIS_PROFILE=ci NUMBA_CACHE_DIR=$(CURDIR)/.numba_cache $(PY) -m pytest -n 2 --dist worksteal --durations=20 \
 		-m "not slow and not cluster and not timing" tests
 
 # make test-all: make test's checks, then every test, with hypothesis's `all` profile (5x each test's examples, random):

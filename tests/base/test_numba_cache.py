@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import datatools
 
 SCRIPT = """
@@ -58,6 +60,7 @@ def test_kernels_compile_and_cache_with_an_unwritable_install_and_home(tmp_path)
     assert again.returncode == 0 and f"cache {cache}" in again.stdout, again.stderr[-2000:]
 
 
+@pytest.mark.slow  # a second cold compile in a fresh process; make test keeps the unwritable-install one
 def test_a_cache_dir_the_user_chose_is_kept(tmp_path):
     site, home = _unwritable_install(tmp_path)
     tmp = tmp_path / "tmp"

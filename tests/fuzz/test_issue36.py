@@ -103,7 +103,7 @@ def test_pretokenize_of_one_50_mb_line_is_bounded(tmp_path, tokenizer_file):
     assert len(lengths) == 1 and lengths[0] > 1_000_000
 
 
-@pytest.mark.parametrize("command", ["analyze-padding", "pretokenize"])
+@pytest.mark.parametrize("command", [pytest.param("analyze-padding", marks=pytest.mark.slow), "pretokenize"])
 def test_one_300_mb_parquet_cell_is_bounded(tmp_path, tokenizer_file, command):
     import pyarrow as pa
     import pyarrow.parquet as pq

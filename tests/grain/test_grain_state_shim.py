@@ -34,7 +34,7 @@ def close(it) -> None:
     getattr(it, "close", lambda: None)()
 
 
-@pytest.mark.parametrize("saved, restored", [(2, 0), (0, 3), (2, 3)])
+@pytest.mark.parametrize("saved, restored", [(2, 0), (0, 3), pytest.param(2, 3, marks=pytest.mark.slow)])
 def test_a_state_restores_with_another_worker_count(saved, restored):
     it = iter(PortableStateIterDataset(pipeline(saved)))
     first = take(it, 5)

@@ -105,7 +105,7 @@ def test_ctrl_c_stops_the_workers_and_a_rerun_resumes_within_a_shard(tmp_path, t
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     lines = err.splitlines()
     assert lines[-1] == "datatools: aborted (Ctrl-C)", lines
-    progress = ("tokenizing: ", "datatools pretokenize: ")  # the bar's and the live line's plain lines
+    progress = ("tokenizing: ", "datatools pretokenize: ", "tokenizer ")  # bar, live line, the tokenizer (first)
     assert all(line.startswith(progress) for line in lines[:-1]), lines  # only progress lines before it
     assert not group_left(proc.pid), "a process of the interrupted command is still running"
     assert not out.exists()

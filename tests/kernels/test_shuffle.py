@@ -24,6 +24,7 @@ def test_bijection_and_inverse(n):
         assert perm(int(i)) == image[i] and perm.inverse(int(image[i])) == i
 
 
+@pytest.mark.slow  # make test: the other bijection tests; make test-all: this one too (~10 s)
 def test_random_large_n_bijection():
     n = int(np.random.default_rng(2026).integers(1_000_000, 4_000_000))
     image = FeistelPermutation(n, seed=99, epoch=3).indices()
