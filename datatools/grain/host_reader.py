@@ -167,8 +167,8 @@ class BatchWalk(Generic[T]):
                 self._queue.get_nowait()
             except Exception:  # noqa: BLE001 -- queue.Empty (or, at interpreter exit, the module already gone)
                 break
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
+        thread = self._thread  # joined already: a second close (Grain's __del__ at exit) touches no module global
+        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
             thread.join()
 
 

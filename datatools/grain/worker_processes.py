@@ -269,15 +269,11 @@ class _Driver:
         self._calls.put((future, fn, args))
         return future
 
-    def stop(self, join_s: float = 5.0) -> None:
-        """End the thread after the calls given so far, waiting up to ``join_s`` seconds for it (not from itself)."""
+    def stop(self) -> None:
+        """End the thread after the calls given so far and wait for it (not from itself)."""
         self._calls.put(None)
         if threading.current_thread() is not self._thread:
-            self._thread.join(join_s)
-
-
-CLOSE_WAIT_S = 5.0  # at most this long a close waits for the element being fetched ahead
-SPAWN_WINDOW_S = 5.0  # at most this long the parent ignores Ctrl-C while its workers are being started
+            self._thread.join()
 
 
 class _WorkerIterator(grain.DatasetIterator):
@@ -306,9 +302,8 @@ class _WorkerIterator(grain.DatasetIterator):
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
             pending = self._driver.submit(next, self._parent)
-            until = time.monotonic() + SPAWN_WINDOW_S
-            while not pending.done() and len(_workers_started(before)) < self._workers and time.monotonic() < until:
-                time.sleep(0.002)
+            while not pending.done() and len(_workers_started(before)) < self._workers:
+                time.sleep(0.002)  # until every worker runs (or the first element came, or Grain failed)
         finally:
             signal.signal(signal.SIGINT, previous)
             self._starting = _workers_started(before)
@@ -374,8 +369,8 @@ class _WorkerIterator(grain.DatasetIterator):
             _stop_starting(self._starting)
             self._starting = set()
         ahead, self._ahead = self._ahead, None
-        if ahead is not None:  # the workers are not stopped under a fetch in progress (its result is nobody's)
-            futures_wait([ahead], timeout=CLOSE_WAIT_S)
+        if ahead is not None:  # the workers are not stopped under a fetch in progress (its result is nobody's; it
+            futures_wait([ahead])  # ends with the element or the error of a worker that died: reads are bounded)
         super().close()
         self._parents = ()
         self._driver.stop()
@@ -401,9 +396,6 @@ class WorkerProcessesIterDataset(grain.IterDataset):
 
 
 WORKERS_PER_CPU = 4  # more workers than this per CPU mostly wait, and each costs a start and its memory
-# 2 steps of a streaming pipeline (ctx 2048, batch 8, a local store) on 2 shared cores, by workers: what the cap
-# and its warning say (the batches are the same with any worker count, so capping changes nothing but time)
-MEASURED_2_STEPS_S = {0: 5.4, 2: 9.7, 8: 28.0, 16: 122.8, 32: 214.5}
 
 
 def _cpus() -> int:
@@ -415,17 +407,17 @@ def _cpus() -> int:
 
 def worker_cap(workers: int) -> tuple[int, str | None]:
     """The workers to start for ``workers`` asked (at most :data:`WORKERS_PER_CPU` per CPU this process may run
-    on: beyond that they only compete, see :data:`MEASURED_2_STEPS_S`; 64 on 2 cores took 579 s for 2 steps), and
-    the line that says why when fewer."""
+    on: beyond that they only compete; 2 steps of a streaming pipeline, ctx 2048, batch 8, from a local store, took
+    5.4 s with none, 9.7 s with 2, 28 s with 8, 123 s with 16, 215 s with 32 and 579 s with 64 on 2 shared cores),
+    and the line that says why when fewer (the batches are the same with any worker count)."""
     cpus = _cpus()
     cap = WORKERS_PER_CPU * cpus
     if workers <= cap:
         return workers, None
-    m = MEASURED_2_STEPS_S
     return cap, (
         f"workers={workers} on {cpus} CPUs: capped at {cap} ({WORKERS_PER_CPU} per CPU); each worker process takes "
-        f"seconds of CPU to start, so more only compete (measured on 2 cores, 2 steps: {m[8]:.0f} s with 8 workers, "
-        f"{m[16]:.0f} s with 16, {m[32]:.0f} s with 32); the batches are the same with any worker count"
+        f"seconds of CPU to start, so more only compete (measured on 2 cores, 2 steps: 28 s with 8 workers, "
+        f"123 s with 16, 215 s with 32); the batches are the same with any worker count"
     )
 
 
