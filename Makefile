@@ -36,10 +36,11 @@ lint: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
 
-# The numba kernels compiled into .numba_cache on a small workload (~30 s on one core): the suite's processes then
-# load them instead of each compiling them on first use. make test runs it beside lint and docs (make -j2).
+# The numba kernels compiled into .numba_cache (`datatools warm`: ~60 s of CPU in 5 processes): the suite's processes
+# then load them instead of each compiling them on first use. make test runs it beside lint and docs (make -j2); a
+# failure here fails nothing (the tests say what is wrong).
 warm-kernels: $(STAMP)
-	NUMBA_CACHE_DIR=$(CURDIR)/.numba_cache $(PY) scripts/warm_kernels.py
+	-NUMBA_CACHE_DIR=$(CURDIR)/.numba_cache $(VENV)/bin/datatools warm --jobs 1
 
 # What runs where, how long each takes, and which changes must run make test-all: docs/testing.md.
 # make test (CI, under 10 minutes on 2 cores): lint, types, docs, then every test but the `slow`, `cluster` and

@@ -63,6 +63,11 @@ SUBCOMMANDS = {
         "How much a shuffle mixes, and what it costs in reads.",
     ),
     "train": ("datatools.cli.train", "train_command", "Train the configured model on its pipeline (jax extra)."),
+    "warm": (
+        "datatools.cli.warm",
+        "warm_command",
+        "Compile the numba kernels ahead, once after an install (the first command does it otherwise).",
+    ),
     "verify": (
         "datatools.cli.verify",
         "verify_command",

@@ -21,6 +21,7 @@ from absl import flags
 import datatools.grain  # noqa: F401  (first: it quiets the warning Grain logs when imported without jax)
 import grain
 from datatools.base.install import install_command
+from datatools.base.numba_cache import kernels_cold
 from datatools.base.progress import doing
 from datatools.grain.attention_blocks import AttentionBlocks
 from datatools.grain.batch import FormatBatch
@@ -192,6 +193,17 @@ def _host_batches(cfg: PipelineConfig, docs, history=None) -> tuple[Schedule, Ho
     return schedule, host, efficiency
 
 
+_COLD = " (numba compiles its kernels on this first run, once: `datatools warm` does it ahead)"
+
+
+def _kernels_cold() -> bool:
+    """Whether numba's cache holds none of the packing and shuffle kernels a pipeline's first batches run."""
+    from datatools.kernels import shuffle
+    from datatools.kernels.packing import counting, materialize, pieces
+
+    return kernels_cold([counting, pieces, materialize, shuffle])
+
+
 def _build_canonical(cfg: PipelineConfig, documents=None, history=None) -> CanonicalPipeline:
     """:func:`build_canonical` of a config whose ``shard`` is resolved, without the portable state;
     ``history``: a mixture's weight history (default the config's weights)."""
@@ -202,7 +214,7 @@ def _build_canonical(cfg: PipelineConfig, documents=None, history=None) -> Canon
     threads = TABLE_READ_THREADS if isinstance(docs, ChunkedDocuments) else READ_THREADS
     _warn_if_random_access_thrashes(docs, cfg)
     _warn_if_blocks_are_smaller_than_reads(docs, cfg)
-    doing(f"planning the batches of {len(docs):,} documents")
+    doing(f"planning the batches of {len(docs):,} documents{_COLD if _kernels_cold() else ''}")
     schedule, host, efficiency = _host_batches(cfg, docs, history)
     identity = pipeline_identity(cfg, docs)
     if cfg.sources is not None:
