@@ -114,13 +114,7 @@ def write_plan(
     """
     ctx = options.ctx
     group_docs = check_int(group_docs, "group_docs", minimum=1)
-    if not storage.location(out).can_memory_map:
-        raise ValueError(f"{display(out)}: a plan is written to a local directory (it is memory-mapped when read)")
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise ValueError(f"{display(out)}: already exists; choose another path or pass --overwrite to replace it")
-    if out.exists() and not is_plan(out):
-        raise ValueError(f"{display(out)}: exists and is not a plan directory; refusing to replace it")
+    out = _checked_destination(out, overwrite)
     lengths = np.asarray(lengths) if not isinstance(lengths, np.ndarray) else lengths
     if lengths.ndim != 1 or lengths.dtype.kind not in "iu":
         raise ValueError(f"lengths must be a 1-D integer array, got {lengths.dtype} {lengths.shape}")
@@ -152,19 +146,37 @@ def write_plan(
         atomic_write_text(stage / HEADER, json.dumps(header, indent=2) + "\n")
         (stage / OWNER).unlink()
         os.chmod(stage, 0o777 & ~current_umask())  # mkdtemp makes it 0700, as mkdir would not
-        if out.exists():  # overwrite asked for and it is a plan: move the old one aside, then remove it
-            old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".old"))
-            os.replace(out, old / "plan")
-            os.replace(stage, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(stage, out)
+        _commit(stage, out)
     except BaseException as exc:
         shutil.rmtree(stage, ignore_errors=True)
         if isinstance(exc, OSError):
             raise OSError(exc.errno, exc.strerror or str(exc), str(out)) from None
         raise
     return header
+
+
+def _checked_destination(out: str | os.PathLike, overwrite: bool) -> Path:
+    """``out`` as a local path a plan may be written to: not a URL, and absent unless ``overwrite`` replaces a plan."""
+    if not storage.location(out).can_memory_map:
+        raise ValueError(f"{display(out)}: a plan is written to a local directory (it is memory-mapped when read)")
+    path = Path(out)
+    if path.exists() and not overwrite:
+        raise ValueError(f"{display(path)}: already exists; choose another path or pass --overwrite to replace it")
+    if path.exists() and not is_plan(path):
+        raise ValueError(f"{display(path)}: exists and is not a plan directory; refusing to replace it")
+    return path
+
+
+def _commit(stage: Path, out: Path) -> None:
+    """Move the finished plan ``stage`` to ``out``; an existing plan there (overwrite asked for) is moved aside
+    first, then removed."""
+    if out.exists():
+        old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".old"))
+        os.replace(out, old / "plan")
+        os.replace(stage, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(stage, out)
 
 
 def remove_stale_staging(out: str | os.PathLike) -> list[Path]:

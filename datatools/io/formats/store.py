@@ -122,19 +122,49 @@ def write_store(
       ValueError: the shards do not hold the totals given.
     """
     path = location(path)
-    if not storage.location(path).has_directories:  # object storage: the prefix must hold nothing but its staging
-        staging = f"{storage.join(path, ROOT_STAGING)}/" if not storage.split_url(path)[2] else None
-        held = [f for f in storage.list_files(path) if not (staging and storage.url_of(f).startswith(staging))]
-        if held:
-            raise ValueError(
-                f"{display(path)}: already holds objects ({display(held[0])}); a store is written under an empty "
-                f"prefix (or beside its own staging, {ROOT_STAGING}/)"
-            )
-    else:
-        Path(path).mkdir(parents=True, exist_ok=False)
+    _claim(path)
     with os_errors(storage.join(path, "tokens")):
         tokens = _create(storage.join(path, "tokens"), np.dtype(dtype), num_tokens, TOKEN_CHUNK, READ_CHUNK)
     offsets = np.zeros(num_documents + 1, dtype=np.int64)
+    tok_pos, doc_pos = _write_tokens(path, tokens, shards, offsets, np.dtype(dtype))
+    if tok_pos != num_tokens or doc_pos != num_documents:
+        raise ValueError(f"shards hold {doc_pos} documents / {tok_pos} tokens, expected {num_documents} / {num_tokens}")
+    with os_errors(storage.join(path, "offsets")):
+        offsets_array = _create(storage.join(path, "offsets"), np.dtype(np.int64), num_documents + 1, OFFSET_CHUNK)
+        offsets_array[:].write(offsets).result()
+    manifest = {
+        "format": FORMAT,
+        "version": VERSION,
+        "dtype": np.dtype(dtype).name,
+        "num_documents": num_documents,
+        "num_tokens": num_tokens,
+        **manifest,
+        **record_contents(path),
+    }
+    # Written last, in one atomic write (a rename locally, one PUT in object storage): the store's commit point.
+    storage.write_text(storage.join(path, "manifest.json"), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+def _claim(path: str) -> None:
+    """Make the store's directory (it must not exist); in object storage, check that the prefix holds nothing but
+    the store's own staging."""
+    if storage.location(path).has_directories:
+        Path(path).mkdir(parents=True, exist_ok=False)
+        return
+    staging = f"{storage.join(path, ROOT_STAGING)}/" if not storage.split_url(path)[2] else None
+    held = [f for f in storage.list_files(path) if not (staging and storage.url_of(f).startswith(staging))]
+    if held:
+        raise ValueError(
+            f"{display(path)}: already holds objects ({display(held[0])}); a store is written under an empty "
+            f"prefix (or beside its own staging, {ROOT_STAGING}/)"
+        )
+
+
+def _write_tokens(
+    path: str, tokens, shards: Iterable[tuple[np.ndarray, np.ndarray]], offsets: np.ndarray, dtype: np.dtype
+) -> tuple[int, int]:
+    """Write the shards' tokens into the array ``tokens``, each stored object once (pending tokens are held until
+    an object is whole), and their documents' ends into ``offsets``; the tokens and documents written."""
     tok_pos = doc_pos = 0
     pending: list[np.ndarray] = []
     pending_size = 0
@@ -162,22 +192,7 @@ def write_store(
         if pending_size >= TOKEN_CHUNK * 8:
             flush()
     flush(final=True)
-    if tok_pos != num_tokens or doc_pos != num_documents:
-        raise ValueError(f"shards hold {doc_pos} documents / {tok_pos} tokens, expected {num_documents} / {num_tokens}")
-    with os_errors(storage.join(path, "offsets")):
-        offsets_array = _create(storage.join(path, "offsets"), np.dtype(np.int64), num_documents + 1, OFFSET_CHUNK)
-        offsets_array[:].write(offsets).result()
-    manifest = {
-        "format": FORMAT,
-        "version": VERSION,
-        "dtype": np.dtype(dtype).name,
-        "num_documents": num_documents,
-        "num_tokens": num_tokens,
-        **manifest,
-        **record_contents(path),
-    }
-    # Written last, in one atomic write (a rename locally, one PUT in object storage): the store's commit point.
-    storage.write_text(storage.join(path, "manifest.json"), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return tok_pos, doc_pos
 
 
 def record_contents(path: str | os.PathLike) -> dict:
