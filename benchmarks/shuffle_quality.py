@@ -267,38 +267,54 @@ def bucket_bytes(a: argparse.Namespace) -> dict:
 
     os.environ.update(S3_ENV)
     out: dict = {"latency_ms": a.bucket_latency, "bandwidth_bytes_per_s": BANDWIDTH, "study": {}, "users": {}}
+    study_shape, users_shape = "study" in a.bucket_shapes, "users" in a.bucket_shapes
     with tempfile.TemporaryDirectory() as tmp, s3_server(Path(tmp)) as endpoint:
         boto3.client("s3", endpoint_url=endpoint, region_name=S3_ENV["AWS_REGION"]).create_bucket(
             Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": S3_ENV["AWS_REGION"]}
         )
         os.environ["AWS_ENDPOINT_URL"] = endpoint
-        work = Path(tmp) / "corpus"
-        tok = build_corpus(work, a.docs_per_source, a.eval_docs, a.max_chars)["tokenizer"]
-        study = {"input": f"s3://{BUCKET}/study", "written": f"s3://{BUCKET}/study-shuffled"}
-        pretokenize(work / "in", study["input"], tok, eos=True, progress=False)
-        pretokenize(work / "in", study["written"], tok, eos=True, shuffle_seed=WRITE_SEED, progress=False)
-        n = len(TokenStore(study["input"]))
-        window_blocks = max(1, round(a.window_share * n / a.io_block_size))
-        users = {"input": f"s3://{BUCKET}/users", "written": f"s3://{BUCKET}/users-shuffled"}
-        made = build_store(users["input"], a.bucket_tokens)
-        build_store(users["written"], a.bucket_tokens, write_seed=WRITE_SEED)
-        out["study_store"] = {"documents": n, "tokens": int(TokenStore(study["input"]).lengths().sum())}
-        out["users_store"] = made
-        epoch_batches = int(made["tokens"] // (128 * 8192))
+        study = {"input": f"s3://{BUCKET}/study", "written": f"s3://{BUCKET}/study-shuffled"} if study_shape else {}
+        users = {"input": f"s3://{BUCKET}/users", "written": f"s3://{BUCKET}/users-shuffled"} if users_shape else {}
+        n = window_blocks = 0
+        if study_shape:
+            work = Path(tmp) / "corpus"
+            tok = build_corpus(work, a.docs_per_source, a.eval_docs, a.max_chars)["tokenizer"]
+            pretokenize(work / "in", study["input"], tok, eos=True, progress=False)
+            pretokenize(work / "in", study["written"], tok, eos=True, shuffle_seed=WRITE_SEED, progress=False)
+            n = len(TokenStore(study["input"]))
+            window_blocks = max(1, round(a.window_share * n / a.io_block_size))
+        if users_shape:
+            out["users_store"] = build_store(users["input"], a.bucket_tokens)
+            build_store(users["written"], a.bucket_tokens, write_seed=WRITE_SEED)
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name=S3_ENV["AWS_REGION"])
+
+        def stored(url: str) -> dict:
+            """A store's documents, tokens, token bytes and the bytes of its objects in the bucket."""
+            store = TokenStore(url)
+            pages = s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=url.split("/", 3)[3] + "/")
+            size = sum(o["Size"] for page in pages for o in page.get("Contents", []))
+            tokens = int(store.lengths().sum())
+            return {"documents": len(store), "tokens": tokens, "token_bytes": tokens * 2, "stored_bytes": size}
+
+        out["stores"] = {
+            f"{shape} {k}": stored(u) for shape, urls in (("study", study), ("users", users)) for k, u in urls.items()
+        }
+        epoch_batches = int(out["users_store"]["tokens"] // (128 * 8192)) if users_shape else 0
         port = int(endpoint.rsplit(":", 1)[1])
         with SlowProxy(port, latency_s=a.bucket_latency / 1e3, bandwidth_bps=BANDWIDTH) as proxy:
             os.environ["AWS_ENDPOINT_URL"] = proxy.url
-            for order in a.orders:
+            for order in a.orders if study_shape else ():
                 blocks = (1, n) if order == "full-lanes" else (a.io_block_size, window_blocks)
                 where = study["written" if order == "written+lanes" else "input"]
                 cfg = pipeline_config(run_config(where, order, 0, a, *blocks))  # type: ignore[arg-type]
                 spec = {"label": f"study {order}", "config": cfg, "batches": a.steps - 1, "steps": 0, "step_s": 0.0}
                 out["study"][order] = bucket_row(spec, proxy)
                 print(f"  study {order:>14}: {out['study'][order]}", flush=True)
-            for order in ("none", "full", "block-window", "lanes", "written+lanes"):
+            for order in a.bucket_users_orders if users_shape else ():
                 where = users["written" if order == "written+lanes" else "input"]
-                few = order in ("full", "block-window")  # ~1,300 ranged GETs a batch: a sample of batches
-                batches = a.bucket_full_batches if few else max(1, epoch_batches - 2)
+                batches = a.bucket_batches or max(1, epoch_batches - 2)  # default about one epoch: every token once
+                if order in ("full", "block-window") and a.bucket_sample_batches:
+                    batches = a.bucket_sample_batches  # a store beyond the reader's cache: ~1,300 GETs a batch
                 spec = {"label": f"users {order}", "config": users_config(where, order, a), "batches": batches - 1}
                 spec |= {"steps": 0, "step_s": 0.0}
                 out["users"][order] = bucket_row(spec, proxy)
@@ -331,20 +347,33 @@ def print_bucket_bytes(result: dict) -> None:
     for shape in ("study", "users"):
         lanes = result[shape].get("lanes")
         for order, r in result[shape].items():
+            after = r["fetched_per_delivered_after_first"]
+            store = result["stores"][f"{shape} {'written' if order == 'written+lanes' else 'input'}"]
             rows.append(
                 [
                     f"{shape}: {order}",
+                    f"{store['stored_bytes'] / store['token_bytes']:.3f}",
                     f"{r['batches']:,}",
                     f"{r['bytes_fetched_per_batch'] / 1024:,.1f} KiB",
                     f"{r['requests_per_batch']:.1f}",
                     f"{r['fetched_per_delivered']:.3f}",
+                    f"{after:.3f}",
                     f"{r['fetched_per_delivered'] / lanes['fetched_per_delivered']:.3f}" if lanes else "-",
                 ]
             )
     print_table(
         f"bytes from a bucket (moto behind the slow-store proxy, +{result['latency_ms']:.0f} ms a request, "
         f"{result['bandwidth_bytes_per_s'] / 1e6:.0f} MB/s a connection); whole runs, first batch included",
-        ["shape: order", "batches", "fetched / batch", "requests / batch", "fetched / delivered", "x lanes"],
+        [
+            "shape: order",
+            "store's bytes / token bytes",
+            "batches",
+            "fetched / batch",
+            "requests / batch",
+            "fetched / delivered",
+            "after the first batch",
+            "x lanes",
+        ],
         rows,
     )
 
@@ -373,6 +402,20 @@ def main() -> None:
     )
     parser.add_argument("--bucket-tokens", type=int, default=100_000_000, help="--bytes-only: the users' store")
     parser.add_argument("--bucket-latency", type=float, default=0.0, help="--bytes-only: ms added per request")
+    parser.add_argument("--bucket-shapes", nargs="+", default=["study", "users"], choices=("study", "users"))
+    parser.add_argument(
+        "--bucket-users-orders", nargs="+", default=list(ORDERS), choices=ORDERS, help="--bytes-only: the users' rows"
+    )
+    parser.add_argument(
+        "--bucket-batches", type=int, default=0, help="--bytes-only: batches of each users' row (default ~1 epoch)"
+    )
+    parser.add_argument(
+        "--bucket-sample-batches",
+        type=int,
+        default=0,
+        help="--bytes-only: batches of the users' full and block-window rows (default as --bucket-batches)",
+    )
+    parser.add_argument("--bucket-key", default="bytes_from_bucket", help="--bytes-only: the results JSON's key")
     parser.add_argument(
         "--bucket-full-batches",
         type=int,
@@ -435,7 +478,7 @@ def main() -> None:
         announce(1, "each row once, in a fresh process; the proxy counts every request and byte")
         result = bucket_bytes(a)
         print_bucket_bytes(result)
-        print(f"wrote {save_key('bytes_from_bucket', result, a.json_name)}")
+        print(f"wrote {save_key(a.bucket_key, result, a.json_name)}")
         return
     announce(a.seeds, "one process; each run trains the same steps on the same number of rows")
     from datatools.train.loop import load_train_config, train
