@@ -15,10 +15,18 @@ Orders (the pipeline's `shuffle` and streaming `packing.read_order`), each with 
   written+lanes   the write-shuffled store, shuffle: block, read_order: lanes
   full-lanes      (--orders only) a full shuffle read in lanes: shuffle: block with 1-document blocks, one window
 The block shuffle's window is --window-share of the corpus (the users': ~65k documents of a few million, a few
-percent). Beside each run: `shuffle-report`'s groups per batch for its order (a group = one source's documents)
-and the bytes the loader fetched per batch. Seeds: the pipeline's and the model's, --seeds of them.
+percent). Beside each run: `shuffle-report`'s groups per batch for its order (a group = one source's documents),
+the mix distance after packing and the bytes the (local) loader fetched per batch. Seeds: the pipeline's and the
+model's, --seeds of them.
 
     python benchmarks/shuffle_quality.py [--seeds 3] [--docs-per-source 360] [--steps 400]
+
+Two passes that train nothing and add a key to the results JSON (the training figures kept):
+
+    python benchmarks/shuffle_quality.py --bytes-only    # bytes_from_bucket: each order's bytes from moto through
+                                                         # the slow-store proxy, the study's shape and the users'
+    python benchmarks/shuffle_quality.py --proxy-only    # proxy_after_packing: each order's mix distance after
+                                                         # packing (shuffle-report --packed-batches) beside its loss
 """
 
 from __future__ import annotations
