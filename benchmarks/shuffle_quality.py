@@ -590,6 +590,7 @@ def main() -> None:
                     f"{s['worst_source']} {s['worst_source_gap']:+.2%}",
                     f"{s['bytes_fetched_per_batch'] / 1024:,.1f} KiB ({s['fetched_per_delivered']:.2f}x)",
                     f"{s['proxy_groups_per_batch']:.2f} ({s['proxy_of_full']:.0%})",
+                    f"{s['proxy_mix_distance']:.4f}",
                 ]
             )
         print_table(
@@ -602,6 +603,7 @@ def main() -> None:
                 "worst source gap",
                 "fetched/batch (fetched/delivered)",
                 "shuffle-report groups/batch (of full)",
+                "mix distance after packing",
             ],
             rows,
         )
@@ -610,8 +612,10 @@ def main() -> None:
         power = bool(control and full and control["eval_loss_mean"] - full_mean > seed_spread)
         loss_rank = sorted(summary, key=lambda k: summary[k]["eval_loss_mean"])
         proxy_rank = sorted(summary, key=lambda k: -summary[k]["proxy_groups_per_batch"])
+        mix_rank = sorted(summary, key=lambda k: summary[k]["proxy_mix_distance"])
         print(f"  no-shuffle gap beyond the largest seed spread of the others ({seed_spread:.4f}): {power}")
         print(f"  ranked by eval loss: {', '.join(loss_rank)}; by shuffle-report groups/batch: {', '.join(proxy_rank)}")
+        print(f"  ranked by mix distance after packing: {', '.join(mix_rank)}")
         payload = {
             "corpus": corpus,
             "model": {"vocab_size": 1024, "d_model": a.d_model, "n_layers": a.layers, "n_heads": 4},
@@ -621,6 +625,7 @@ def main() -> None:
             "control_has_power": power,
             "rank_by_loss": loss_rank,
             "rank_by_proxy": proxy_rank,
+            "rank_by_mix_distance": mix_rank,
             "wall_s": time.perf_counter() - t_start,
         }
         print(f"wrote {write_json(a.json_name, payload)}")
