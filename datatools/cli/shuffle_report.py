@@ -69,7 +69,8 @@ def _records(name: str, text: str, **kwargs):
     help="With --config: also build the config's streaming packing under each order over its source's lengths "
     "(no token read) and count this many global batches after packing: documents and groups per batch, and the "
     "distance of each batch's group mix (shares of its tokens) from the corpus's, by total variation (the figure "
-    "that ranked the shuffle study's orders as their evaluation losses did) and KL.",
+    "that ranked the shuffle study's orders as their evaluation losses did) and KL. Groups are counted in the input's "
+    "order with --store (the config's store) or --write-seed for a store written with pretokenize --shuffle-seed.",
 )
 @json_option("the figures")
 def shuffle_report_command(json_out, store, pipeline, packed_batches, **options):
