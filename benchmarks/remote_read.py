@@ -79,29 +79,40 @@ MODES = {
 }
 
 
-def build_store(url: str, tokens: int, seed: int = 0) -> dict:
-    """Write the store straight into the bucket (no proxy): documents until ``tokens`` tokens."""
-    from datatools.io.formats.store import token_dtype, write_store
+def build_store(url: str, tokens: int, seed: int = 0, write_seed: int | None = None) -> dict:
+    """Write the store straight into the bucket (no proxy): documents until ``tokens`` tokens. ``write_seed``: the
+    same documents in the order ``pretokenize --shuffle-seed write_seed`` writes them (its own code path,
+    :func:`~datatools.jobs.write_order.shuffled_shards`, through a local spill file), recorded in the manifest."""
+    from datatools.io.formats.store import token_dtype, write_order_record, write_store
+    from datatools.jobs.write_order import shuffled_shards
 
     n = int(tokens / 700)  # enough documents: the mean after clipping at 8192 is ~780
     lengths = lognormal_lengths(n, median=400, mean=800, low=1, high=8192, seed=seed)
     lengths = lengths[: int(np.searchsorted(np.cumsum(lengths), tokens)) + 1]
     rng = np.random.default_rng(seed + 1)
+    parts = [lengths[a : a + 50_000] for a in range(0, lengths.shape[0], 50_000)]
+    dtype = token_dtype(VOCAB)
 
     def shards():
-        for a in range(0, lengths.shape[0], 50_000):
-            part = lengths[a : a + 50_000]
+        for part in parts:
             yield rng.integers(0, VOCAB, int(part.sum()), dtype=np.uint16), part
 
     t0 = time.perf_counter()
-    write_store(
-        url,
-        shards(),
-        num_tokens=int(lengths.sum()),
-        num_documents=int(lengths.shape[0]),
-        dtype=token_dtype(VOCAB),
-        manifest={"vocab_size": VOCAB},
-    )
+    with tempfile.TemporaryDirectory() as spill_dir:
+        if write_seed is None:
+            written = shards()
+        else:  # the ids drawn shard by shard as above, then written in the write order
+            ids = [tokens for tokens, _ in shards()]
+            spill = Path(spill_dir) / "order.bin"
+            written = shuffled_shards(ids.__getitem__, parts, write_seed, spill, dtype)
+        write_store(
+            url,
+            written,
+            num_tokens=int(lengths.sum()),
+            num_documents=int(lengths.shape[0]),
+            dtype=dtype,
+            manifest={"vocab_size": VOCAB, "write_order": write_order_record(write_seed)},
+        )
     return {"documents": int(lengths.shape[0]), "tokens": int(lengths.sum()), "write_s": time.perf_counter() - t0}
 
 

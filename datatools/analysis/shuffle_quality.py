@@ -1,5 +1,10 @@
 """How well an order mixes stored groups (consecutive records of one source: a material, a book) into batches, and
 what it costs in contiguous reads: storage order, a full Feistel shuffle, the block shuffle and its lanes order.
+
+Two views: :func:`shuffle_report` counts records in the order they are read (no lengths, no packing);
+:func:`packed_mix_stats` measures what a batch holds after packing (every piece's document, group and tokens, from a
+pipeline's schedule: :mod:`datatools.pipeline.packed_mix`), the view that ranks the read orders as a trained model's
+evaluation loss does (``docs/shuffle-quality.md``).
 """
 
 from __future__ import annotations
@@ -62,6 +67,21 @@ class OrderStats(Report):
 
 
 @dataclass(frozen=True)
+class PackedOrderStats(Report):
+    """One order's batches after packing (means per batch over ``batches`` batches): what a batch holds.
+
+    The mix distance is the total-variation distance between the batch's group mix (each group's share of the
+    batch's real tokens) and the corpus's (each group's share of all tokens): 0 when the batch holds every group in
+    its corpus share, 1 - share when it holds one group only; the KL divergence weighs the same mixes in nats."""
+
+    batches: int
+    documents_per_batch: float  # distinct documents with a piece in the batch
+    groups_per_batch: float  # distinct stored groups with a piece in the batch
+    mix_distance: float  # mean total-variation distance of a batch's group mix from the corpus's (0..1)
+    mix_kl: float  # mean KL(batch's group mix || corpus's), nats
+
+
+@dataclass(frozen=True)
 class ShuffleReport(Report):
     """What :func:`shuffle_report` measured: the parameters, a full shuffle's expected groups per batch and each
     order's figures."""
@@ -79,6 +99,37 @@ class ShuffleReport(Report):
     lane_window: int = 1024  # records per lane window
     lane_cache_blocks: int = 0  # the reader's cache for the "lanes" order: every lane's window and the next block
     write_seed: int | None = None  # the store's documents were shuffled with this seed when written (None: input order)
+    packed: dict[str, PackedOrderStats] | None = (
+        None  # the same orders after a pipeline's packing (shuffle-report --config)
+    )
+
+
+def packed_mix_stats(batches, corpus_mix: np.ndarray) -> PackedOrderStats:
+    """:class:`PackedOrderStats` of ``batches``: ``(document, group, tokens)`` int arrays per batch, one entry per
+    piece of a document in the batch (a document may have several pieces); ``corpus_mix``: float (groups,), each
+    group's share of the corpus's tokens (sum 1)."""
+    q = np.asarray(corpus_mix, np.float64)
+    docs, groups, tv, kl = [], [], [], []
+    for doc, group, tokens in batches:
+        doc, group = np.asarray(doc, np.int64), np.asarray(group, np.int64)
+        held, where = np.unique(group, return_inverse=True)
+        p = np.bincount(where, weights=np.asarray(tokens, np.float64), minlength=held.shape[0])
+        p = p / p.sum()
+        qh = q[held]
+        docs.append(np.unique(doc).shape[0])
+        groups.append(held.shape[0])
+        # groups the batch lacks are off by their whole corpus share: 1 - qh.sum() of the sum of |p - q|
+        tv.append(0.5 * (float(np.abs(p - qh).sum()) + max(0.0, 1.0 - float(qh.sum()))))
+        kl.append(float(np.sum(p * np.log(p / qh))))
+    if not docs:
+        raise ValueError("no batches to measure")
+    return PackedOrderStats(
+        batches=len(docs),
+        documents_per_batch=float(np.mean(docs)),
+        groups_per_batch=float(np.mean(groups)),
+        mix_distance=float(np.mean(tv)),
+        mix_kl=float(np.mean(kl)),
+    )
 
 
 def order_stats(

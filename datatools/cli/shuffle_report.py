@@ -1,6 +1,10 @@
-"""``datatools shuffle-report``: groups per batch and reads per batch, for no / full / block shuffle."""
+"""``datatools shuffle-report``: groups per batch and reads per batch, for no / full / block shuffle; with
+``--config`` and ``--packed-batches``, what a batch holds after the config's packing under each order (the mix
+distance that ranks the orders as a trained model's evaluation loss does: ``docs/shuffle-quality.md``)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import click
 
@@ -58,10 +62,22 @@ def _records(name: str, text: str, **kwargs):
     default=None,
     help="A pipeline config (a file or a shipped name): the report says which row is the order it reads in.",
 )
+@click.option(
+    "--packed-batches",
+    type=click.IntRange(1, 1 << 20),
+    default=None,
+    help="With --config: also build the config's streaming packing under each order over its source's lengths "
+    "(no token read) and count this many global batches after packing: documents and groups per batch, and the "
+    "distance of each batch's group mix (shares of its tokens) from the corpus's, by total variation (the figure "
+    "that ranked the shuffle study's orders as their evaluation losses did) and KL. Groups are counted in the input's "
+    "order with --store (the config's store) or --write-seed for a store written with pretokenize --shuffle-seed.",
+)
 @json_option("the figures")
-def shuffle_report_command(json_out, store, pipeline, **options):
+def shuffle_report_command(json_out, store, pipeline, packed_batches, **options):
     """Distinct groups per batch against a full shuffle's expectation, displacement, and I/O cost."""
     applies = None if pipeline is None else config_row(pipeline)  # a bad config: one line before the work
+    if packed_batches is not None and pipeline is None:
+        raise click.UsageError("--packed-batches counts a pipeline's batches: give --config")
     written = "input order"
     if store is not None:
         from datatools.io.formats.store import read_manifest
@@ -81,6 +97,8 @@ def shuffle_report_command(json_out, store, pipeline, **options):
     from datatools.analysis.shuffle_quality import shuffle_report  # numba: once the arguments are parsed
 
     report = shuffle_report(**options)
+    if packed_batches is not None:
+        report = dataclasses.replace(report, packed=packed_figures(pipeline, report, packed_batches))
     console = result_console(stderr=json_out == "-")
     title = (
         f"n={report.n:,} records in groups of {report.group_size}, batch {report.batch_size}; block shuffle: "
@@ -116,6 +134,8 @@ def shuffle_report_command(json_out, store, pipeline, **options):
         f"read order); its block reads are counted with the cache a lane reader holds, "
         f"{report.lane_cache_blocks:,} blocks (every lane's window and the next block)"
     )
+    if report.packed is not None:
+        packed_table(console, pipeline, report)
     if applies is not None:
         console.print(f"{pipeline}: {applies}")
     else:
@@ -143,3 +163,45 @@ def config_row(path: str) -> str:
         sh = cfg.shuffle
         line += f"; its own sizes: --io-block-size {sh.io_block_size} --window-blocks {sh.window_blocks}"
     return line
+
+
+def packed_figures(path: str, report, batches: int) -> dict:
+    """:func:`~datatools.pipeline.packed_mix.packed_mix` of the config at ``path`` with the report's block sizes,
+    group size and write seed."""
+    from datatools.pipeline import load_config
+    from datatools.pipeline.packed_mix import packed_mix
+
+    doing(f"packing {batches:,} batches of {path} under each order")
+    return packed_mix(
+        load_config(path),
+        group_size=report.group_size,
+        batches=batches,
+        io_block_size=report.io_block_size,
+        window_blocks=report.window_blocks,
+        write_seed=report.write_seed,
+    )
+
+
+def packed_table(console, path: str, report) -> None:
+    """The after-packing table: one row per order, the lowest mix distance first named."""
+    rows = [
+        [
+            LABELS[name],
+            f"{s.documents_per_batch:.2f}",
+            f"{s.groups_per_batch:.2f}",
+            f"{s.mix_distance:.4f}",
+            f"{s.mix_kl:.4f}",
+        ]
+        for name, s in report.packed.items()
+    ]
+    first = next(iter(report.packed.values()))
+    title = f"after packing: {first.batches:,} global batches of {path} (its ctx, batch, packing window and seed)"
+    columns = ("order", "documents/batch", "groups/batch", "mix distance (TV, 0..1)", "mix KL (nats)")
+    table, _ = fitted_table(title, columns, rows, console.width, drop_first=(columns[4], columns[1]))
+    console.print(table)
+    best = min(report.packed, key=lambda k: report.packed[k].mix_distance)
+    console.print(
+        f"mix distance: how far a batch's groups (shares of its tokens) are from the corpus's, by total variation; "
+        f"lower mixes better (the shuffle study's evaluation losses ranked its orders the same way). Lowest: "
+        f"{LABELS[best]}"
+    )
