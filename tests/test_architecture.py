@@ -489,7 +489,6 @@ OVER_SIZE = {  # module:function -> (lines, parameters) today
     "datatools.analysis.write_config:pipeline_config": (74, 9),
     "datatools.cli.explain:explain_command": (84, 0),
     "datatools.cli.pipeline:pipeline_command": (74, 0),
-    "datatools.cli.shuffle_report:shuffle_report_command": (62, 0),
     "datatools.grain.curriculum_schedule:CurriculumSchedule.__init__": (27, 10),
     "datatools.grain.lane_schedule:LaneSchedule.__init__": (34, 9),
     "datatools.grain.streaming_pack:StreamingPackIterDataset.__init__": (23, 11),

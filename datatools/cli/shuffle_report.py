@@ -78,19 +78,7 @@ def shuffle_report_command(json_out, store, pipeline, packed_batches, **options)
     applies = None if pipeline is None else config_row(pipeline)  # a bad config: one line before the work
     if packed_batches is not None and pipeline is None:
         raise click.UsageError("--packed-batches counts a pipeline's batches: give --config")
-    written = "input order"
-    if store is not None:
-        from datatools.io.formats.store import read_manifest
-        from datatools.jobs.write_order import describe_write_order, write_seed
-
-        manifest = read_manifest(store)  # a ValueError naming it: one line, exit 2
-        written = describe_write_order(manifest)
-        if options["n"] is None:
-            options["n"] = int(manifest["num_documents"])
-        if options["write_seed"] is None:
-            options["write_seed"] = write_seed(manifest)
-    elif options["write_seed"] is not None:
-        written = f"shuffled at write time (seed {options['write_seed']})"
+    written = _write_order(store, options)
     if options["n"] is None:
         raise click.UsageError("give --n (records) or --store")
     doing(f"measuring the shuffles of {options['n']:,} records")
@@ -141,6 +129,23 @@ def shuffle_report_command(json_out, store, pipeline, packed_batches, **options)
     else:
         console.print("which row is your pipeline's: --config PATH says")
     emit_json(json_out, report)
+
+
+def _write_order(store: str | None, options: dict) -> str:
+    """The store's write order in words; from its manifest, ``options``' ``n`` (its documents) and ``write_seed``
+    where the user gave none."""
+    if store is None:
+        seed = options["write_seed"]
+        return "input order" if seed is None else f"shuffled at write time (seed {seed})"
+    from datatools.io.formats.store import read_manifest
+    from datatools.jobs.write_order import describe_write_order, write_seed
+
+    manifest = read_manifest(store)  # a ValueError naming it: one line, exit 2
+    if options["n"] is None:
+        options["n"] = int(manifest["num_documents"])
+    if options["write_seed"] is None:
+        options["write_seed"] = write_seed(manifest)
+    return describe_write_order(manifest)
 
 
 def config_row(path: str) -> str:
