@@ -428,28 +428,7 @@ def recommend(
         if cs and cs.efficiency > choice.efficiency + 0.01:
             choice = cs
     name = choice.name
-    max_segments = options.max_segments
-    segments_reason = f"max_segments {max_segments}: as given (--max-segments)" if max_segments else ""
-    if max_segments is None and name != "pad":
-        most = choice.max_docs_per_row
-        cap = _segment_cap(prep, ctx, name, choice.efficiency, options)  # attention kernels want a small cap
-        max_segments = cap or most
-        why = (
-            "packed-attention kernels (cuDNN / Transformer Engine flash attention, MaxText's "
-            "max_segments_per_seq) need a fixed cap on documents per row, and a smaller cap costs them less "
-            "memory and time"
-        )
-        if cap is not None:
-            segments_reason = (
-                f"max_segments {cap}: the smallest of {', '.join(map(str, SEGMENT_CAPS))} documents "
-                f"per row that keeps efficiency within half a point of uncapped packing (whose rows "
-                f"hold up to {most}); {why}"
-            )
-        else:
-            segments_reason = (
-                f"max_segments {most}: the most documents an uncapped row holds; every smaller cap tried loses "
-                f"over half a point; {why}"
-            )
+    max_segments, segments_reason = _segments(choice, prep, ctx, options)
     reasons = []
     if pad:
         reasons.append(f"padding to {ctx} keeps {pad.efficiency:.1%} of the compute for real tokens")
@@ -458,23 +437,7 @@ def recommend(
     bucket = at.get("bucket")
     if bucket and name != "pad":
         reasons.append(f"without segment-aware attention, {options.buckets} buckets would keep {bucket.efficiency:.1%}")
-    maxtext: dict[str, int | bool | str | None]
-    if name == "pad":
-        snippet = (
-            f"packing:\n  mode: planned\n  ctx: {ctx}\n  algorithm: {DEFAULT_ALGORITHM}\n"
-            f"# padding already wastes under 5%: packing is optional"
-        )
-        maxtext = {"packing": False, "max_target_length": ctx}
-    else:
-        mode = BY_NAME[name].mode
-        snippet = f"packing:\n  mode: {mode}\n  ctx: {ctx}\n  algorithm: {name}\n  max_segments: {max_segments}"
-        # MaxText passes max_segments_per_seq (always set here) to its first-fit packer only: best_fit ignores it
-        maxtext = {
-            "packing": True,
-            "max_target_length": ctx,
-            "grain_packing_type": "first_fit",
-            "max_segments_per_seq": max_segments,
-        }
+    snippet, maxtext = _settings(name, ctx, max_segments)
     return Recommendation(
         name,
         ctx,
@@ -486,3 +449,50 @@ def recommend(
         snippet,
         maxtext,
     )
+
+
+def _segments(
+    choice: StrategyResult, prep: SharedLengthArrays, ctx: int, options: PaddingOptions
+) -> tuple[int | None, str]:
+    """The recommendation's cap on documents per row and why, in words: as given, else the smallest of
+    :data:`SEGMENT_CAPS` within half a point of uncapped packing, else the most an uncapped row holds."""
+    if options.max_segments:
+        return options.max_segments, f"max_segments {options.max_segments}: as given (--max-segments)"
+    if choice.name == "pad":
+        return None, ""
+    most = choice.max_docs_per_row
+    cap = _segment_cap(prep, ctx, choice.name, choice.efficiency, options)  # attention kernels want a small cap
+    why = (
+        "packed-attention kernels (cuDNN / Transformer Engine flash attention, MaxText's "
+        "max_segments_per_seq) need a fixed cap on documents per row, and a smaller cap costs them less "
+        "memory and time"
+    )
+    if cap is not None:
+        return cap, (
+            f"max_segments {cap}: the smallest of {', '.join(map(str, SEGMENT_CAPS))} documents "
+            f"per row that keeps efficiency within half a point of uncapped packing (whose rows "
+            f"hold up to {most}); {why}"
+        )
+    return most, (
+        f"max_segments {most}: the most documents an uncapped row holds; every smaller cap tried loses "
+        f"over half a point; {why}"
+    )
+
+
+def _settings(name: str, ctx: int, max_segments: int | None) -> tuple[str, dict[str, int | bool | str | None]]:
+    """The datatools pipeline snippet and the MaxText settings of strategy ``name`` at ``ctx``."""
+    if name == "pad":
+        snippet = (
+            f"packing:\n  mode: planned\n  ctx: {ctx}\n  algorithm: {DEFAULT_ALGORITHM}\n"
+            f"# padding already wastes under 5%: packing is optional"
+        )
+        return snippet, {"packing": False, "max_target_length": ctx}
+    mode = BY_NAME[name].mode
+    snippet = f"packing:\n  mode: {mode}\n  ctx: {ctx}\n  algorithm: {name}\n  max_segments: {max_segments}"
+    # MaxText passes max_segments_per_seq (always set here) to its first-fit packer only: best_fit ignores it
+    return snippet, {
+        "packing": True,
+        "max_target_length": ctx,
+        "grain_packing_type": "first_fit",
+        "max_segments_per_seq": max_segments,
+    }

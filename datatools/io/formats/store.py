@@ -145,7 +145,7 @@ def write_store(
     storage.write_text(storage.join(path, "manifest.json"), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
-def _claim(path: str) -> None:
+def _claim(path: str | Path) -> None:
     """Make the store's directory (it must not exist); in object storage, check that the prefix holds nothing but
     the store's own staging."""
     if storage.location(path).has_directories:
@@ -161,7 +161,7 @@ def _claim(path: str) -> None:
 
 
 def _write_tokens(
-    path: str, tokens, shards: Iterable[tuple[np.ndarray, np.ndarray]], offsets: np.ndarray, dtype: np.dtype
+    path: str | Path, tokens, shards: Iterable[tuple[np.ndarray, np.ndarray]], offsets: np.ndarray, dtype: np.dtype
 ) -> tuple[int, int]:
     """Write the shards' tokens into the array ``tokens``, each stored object once (pending tokens are held until
     an object is whole), and their documents' ends into ``offsets``; the tokens and documents written."""
