@@ -61,38 +61,9 @@ def render(report: PaddingReport, console: Console, *, source: str, config: dict
     )
     if report.contexts_note:
         console.print(report.contexts_note, markup=False, highlight=False)
-    hist = Table(title="length histogram", title_justify="left", box=None, padding=(0, 1))
-    hist.add_column("tokens", justify="right")
-    hist.add_column("documents", justify="right")
-    hist.add_column("")
-    edges, counts = report.histogram.edges, report.histogram.counts
-    top = max(max(counts), 1)
-    for lo, hi, c in zip(edges[:-1], edges[1:], counts):
-        if c:
-            hist.add_row(f"{lo:,}-{hi - 1:,}", f"{c:,}", _bar(c / top))
-    console.print(hist)
+    render_histogram(report, console)
     for ctx in report.contexts:
-        rows = report.at(ctx)
-        best = max(r.efficiency for r in rows)
-        cells = []
-        for r in rows:
-            eff = f"{r.efficiency:.2%}"
-            cells.append(
-                [
-                    LABELS[r.name] + (f" {r.boundaries}" if r.name == "bucket" else ""),
-                    f"{r.rows:,}",
-                    f"[bold]{eff}[/]" if r.efficiency == best else eff,
-                    f"{r.dropped_tokens:,}",
-                    f"{r.truncated_fraction:.1%}",
-                    f"{r.split_fraction:.1%}",
-                    f"{r.docs_per_row:.2f}",
-                    f"{r.max_docs_per_row:,}",
-                    "-" if r.speedup_bound is None else f"{r.speedup_bound:.2f}x",
-                    "-" if not r.attention_saving else f"{r.attention_saving:.1f}x",
-                ]
-            )
-        table, _ = fitted_table(f"ctx {ctx:,}", STRATEGY_COLUMNS, cells, console.width, drop_first=DROP_FIRST)
-        console.print(table)
+        render_strategies(report, ctx, console)
     rec = report.recommendation
     bound = "-" if rec.speedup_bound is None else f"{rec.speedup_bound:.2f}x"
     console.print(
@@ -120,6 +91,46 @@ def render(report: PaddingReport, console: Console, *, source: str, config: dict
         render_curriculum_savings(report.curriculum, console)
     if report.devices is not None:
         render_device_balance(report.devices, console)
+
+
+def render_histogram(report: PaddingReport, console: Console) -> None:
+    """The length histogram: documents per length range, with a bar."""
+    hist = Table(title="length histogram", title_justify="left", box=None, padding=(0, 1))
+    hist.add_column("tokens", justify="right")
+    hist.add_column("documents", justify="right")
+    hist.add_column("")
+    edges, counts = report.histogram.edges, report.histogram.counts
+    top = max(max(counts), 1)
+    for lo, hi, c in zip(edges[:-1], edges[1:], counts):
+        if c:
+            hist.add_row(f"{lo:,}-{hi - 1:,}", f"{c:,}", _bar(c / top))
+    console.print(hist)
+
+
+def render_strategies(report: PaddingReport, ctx: int, console: Console) -> None:
+    """The table of every strategy at ``ctx``: rows, efficiency (the best in bold), losses, documents per row, the
+    speed-up bound and the attention saving."""
+    rows = report.at(ctx)
+    best = max(r.efficiency for r in rows)
+    cells = []
+    for r in rows:
+        eff = f"{r.efficiency:.2%}"
+        cells.append(
+            [
+                LABELS[r.name] + (f" {r.boundaries}" if r.name == "bucket" else ""),
+                f"{r.rows:,}",
+                f"[bold]{eff}[/]" if r.efficiency == best else eff,
+                f"{r.dropped_tokens:,}",
+                f"{r.truncated_fraction:.1%}",
+                f"{r.split_fraction:.1%}",
+                f"{r.docs_per_row:.2f}",
+                f"{r.max_docs_per_row:,}",
+                "-" if r.speedup_bound is None else f"{r.speedup_bound:.2f}x",
+                "-" if not r.attention_saving else f"{r.attention_saving:.1f}x",
+            ]
+        )
+    table, _ = fitted_table(f"ctx {ctx:,}", STRATEGY_COLUMNS, cells, console.width, drop_first=DROP_FIRST)
+    console.print(table)
 
 
 def render_trainer_settings(report: PaddingReport, config: dict | None, console: Console) -> None:
