@@ -25,11 +25,11 @@ import numpy as np
 from datatools.base.checks import check_int
 from datatools.base.reports import Report
 from datatools.grain.host_batches import HostBatchesMapDataset, host_rows
-from datatools.grain.schedule import EpochRowsSchedule, PlannedEpochSchedule, PlannedRowsSchedule
+from datatools.grain.schedule import DeliveredSchedule, EpochRowsSchedule, PlannedEpochSchedule, PlannedRowsSchedule
 from datatools.io import storage
 from datatools.io.sources.mixed_documents import MixedDocuments
 from datatools.kernels.curriculum import row_attention_work
-from datatools.kernels.exposure import add_pieces, add_rows, smallest_count_dtype
+from datatools.kernels.exposure import add_documents, add_pieces, add_rows, smallest_count_dtype
 from datatools.kernels.packing import PackPlan
 from datatools.pipeline.config import PipelineConfig, ShardConfig
 from datatools.pipeline.schedules import build_schedule
@@ -327,6 +327,25 @@ class Explainer:
                 tokens += whole_tokens
                 visits += whole_visits
                 add_rows(plan.row_splits, rows[k:], plan.doc, plan.start, plan.length, tokens, visits, sign=-1)
+                continue
+            if isinstance(self.schedule, DeliveredSchedule):  # whole windows as their documents, in bulk
+                for part in self.schedule.delivered(epoch, batches, CHUNK_ROWS):
+                    p = part.plan
+                    if p is None:
+                        add_documents(part.documents, self.lengths, tokens, visits)
+                    elif part.rows is None:
+                        add_rows(
+                            p.row_splits,
+                            np.arange(p.num_rows),
+                            p.doc,
+                            p.start,
+                            p.length,
+                            tokens,
+                            visits,
+                            sign=part.sign,
+                        )
+                    else:
+                        add_rows(p.row_splits, part.rows, p.doc, p.start, p.length, tokens, visits, sign=part.sign)
                 continue
             for _, _, plan in self.epoch_rows(epoch, batches):
                 add_pieces(plan.doc, plan.start, plan.length, tokens, visits)

@@ -33,6 +33,15 @@ MODES = {
     "mixture": {"packing": {"ctx": 64, "mode": "streaming", "window": 12}, "sources": 2},
     "mixture_buckets": {"bucketing": {"boundaries": [16, 32, 64]}, "sources": 2},
 }
+LEDGER_VARIANTS = {  # windows that do not keep documents whole: planned one by one, not counted from their documents
+    "streaming_truncate": {"packing": {"ctx": 64, "mode": "streaming", "window": 12, "overflow": "truncate"}},
+    "lanes_truncate": {
+        "packing": {"ctx": 64, "mode": "streaming", "window": 12, "read_order": "lanes", "overflow": "truncate"},
+        "shuffle": BLOCK,
+    },
+}
+KINDS = [m for m in MODES if m != "plan_file"]  # every schedule kind
+MODES |= LEDGER_VARIANTS
 
 
 def id_sources(lengths, parts: int = 1) -> list[ArrayDocuments]:
@@ -133,7 +142,6 @@ CONFIGS = dict(
     seed=st.integers(0, 2**31),
     epochs=st.sampled_from([1, 2]),
 )
-KINDS = [m for m in MODES if m != "plan_file"]
 
 
 @pytest.mark.parametrize("hosts", [1, 4])
@@ -229,7 +237,9 @@ def test_the_inverse_agrees_with_explain(lengths, mode, tmp_path_factory):
 
 
 @pytest.mark.parametrize(
-    "mode", ["planned", "plan_file", "streaming", "lanes", "bucketing", "curriculum", "mixture", "mixture_buckets"]
+    "mode",
+    ["planned", "plan_file", "streaming", "lanes", "bucketing", "curriculum", "mixture", "mixture_buckets"]
+    + list(LEDGER_VARIANTS),
 )
 def test_ledger_counts_sum_to_the_tokens_delivered(lengths, mode, tmp_path, tmp_path_factory):
     """At any step N, the ledger's per-document tokens are those the pipeline delivered in steps [0, N) (summing to
