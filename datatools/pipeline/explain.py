@@ -118,6 +118,19 @@ class LedgerReport(Report):
     tokens_delivered: int  # all tokens delivered (the sum of every document's count)
 
 
+def read_ledger(path: str | Path, lengths) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(tokens, visits, steps)`` of a ledger file written by :meth:`Explainer.ledger`: int64 per document (global
+    index; ``lengths``, the documents' token counts in the same order, rebuild the tokens), and the steps counted."""
+    with storage.location(path).open() as raw, np.load(raw) as f:
+        visits = f["visits"].astype(np.int64)
+        lengths = np.asarray(lengths, np.int64)
+        if lengths.shape != visits.shape:
+            raise ValueError(f"{path}: a ledger of {visits.shape[0]:,} documents, {lengths.shape[0]:,} lengths given")
+        tokens = visits * lengths
+        tokens[f["partial"].astype(np.int64)] = f["partial_tokens"]
+        return tokens, visits, int(f["steps"])
+
+
 def parse_hosts(spec: Sequence[str]) -> list[tuple[int, int]]:
     """``["4", "2@41000"]`` (COUNT, or COUNT@FIRST_STEP) -> ``[(0, 4), (41000, 2)]``, sorted; ValueError naming a
     bad item."""
@@ -363,20 +376,25 @@ class Explainer:
 
     def ledger(self, path: str | Path, upto: int) -> LedgerReport:
         """Write the exposure ledger of global batches ``[0, upto)`` (at most the run's) to ``path`` and return its
-        summary. The file is a ``.npz``: ``tokens`` and ``visits`` per document (global index) in the smallest
-        unsigned dtype, ``source_offsets`` (source k's documents are ``[offsets[k], offsets[k + 1])``),
-        ``source_names``, ``steps``."""
+        summary. The file is a compressed ``.npz`` (:func:`read_ledger` reads it back): ``visits`` per document
+        (global index) in the smallest unsigned dtype; a document's tokens are ``visits * length`` (every piece of
+        it delivered as often as its first) except at ``partial`` (ids, ascending: documents cut by step ``upto``,
+        by a dropped remainder or by overflow), whose tokens ``partial_tokens`` holds; ``source_offsets`` (source
+        k's documents are ``[offsets[k], offsets[k + 1])``), ``source_names``, ``steps``. About one byte a
+        document before compression (10^8 documents, 27 epochs: 4 MB), not the tokens' four (500 MB)."""
         check_int(upto, "upto", minimum=0)
         if self.cfg.num_epochs is not None:
             upto = min(upto, len(self.run))  # the run ends there
         tokens, visits = self.counts(upto)
         by = [slice(int(a), int(b)) for a, b in zip(self.offsets[:-1], self.offsets[1:])]
+        partial = np.flatnonzero(tokens != visits * self.lengths)
 
         def write(f) -> None:
-            np.savez(
+            np.savez_compressed(
                 f,
-                tokens=tokens.astype(smallest_count_dtype(tokens)),
                 visits=visits.astype(smallest_count_dtype(visits)),
+                partial=partial.astype(smallest_count_dtype(partial)),
+                partial_tokens=tokens[partial].astype(smallest_count_dtype(tokens[partial])),
                 source_offsets=self.offsets,
                 source_names=np.asarray(self.names),
                 steps=np.int64(upto),
