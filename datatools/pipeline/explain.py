@@ -39,8 +39,8 @@ BLOCK = 128  # attention tile (tokens a side) of the attention work reported per
 CHUNK_ROWS = 1 << 18  # rows per chunk of an epoch walk (bounds the memory of the ledger and the inverse)
 
 
-@dataclass(frozen=True)
-class ExplainedRow(Report):
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ (object.__setattr__ per field) cost 1.5 of the
+class ExplainedRow(Report):  # 1.8 ms of a 256-row step explained; slots: 0.3 ms
     """One row of a global batch: where it goes and what fills it (one entry per piece, in row order)."""
 
     row: int  # row of the global batch
@@ -230,23 +230,21 @@ class Explainer:
         splits = np.asarray(plan.row_splits, np.int64)
         cumulative = np.concatenate(([0], np.cumsum(plan.length, dtype=np.int64)))
         tokens = cumulative[splits[1:]] - cumulative[splits[:-1]]  # real tokens of each row
-        out = []
         src, doc, start, length = source.tolist(), local.tolist(), plan.start.tolist(), plan.length.tolist()
-        for r, (a, b) in enumerate(zip(splits[:-1].tolist(), splits[1:].tolist())):
-            out.append(
-                ExplainedRow(
-                    r,
-                    int(host[r]),
-                    int(device[r]),
-                    int(tokens[r]),
-                    None if work is None else int(work[r, 0]),
-                    None if work is None else int(work[r, 1]),
-                    src[a:b],
-                    doc[a:b],
-                    start[a:b],
-                    length[a:b],
-                )
+        pairs, tiles = (work[:, 0].tolist(), work[:, 1].tolist()) if work is not None else ([None] * height,) * 2
+        out = [  # Python lists made once, not a NumPy scalar per field (a step: 256 rows, ~1,000 pieces)
+            ExplainedRow(r, h, d, t, p, q, src[a:b], doc[a:b], start[a:b], length[a:b])
+            for r, h, d, t, p, q, a, b in zip(
+                range(plan.num_rows),
+                host.tolist(),
+                device.tolist(),
+                tokens.tolist(),
+                pairs,
+                tiles,
+                splits[:-1].tolist(),
+                splits[1:].tolist(),
             )
+        ]
         nb = plan.ctx // block if block else 0
         return StepReport(
             step,
