@@ -244,8 +244,22 @@ def test_the_inverse_agrees_with_explain(lengths, mode, tmp_path_factory):
 def test_ledger_counts_sum_to_the_tokens_delivered(lengths, mode, tmp_path, tmp_path_factory):
     """At any step N, the ledger's per-document tokens are those the pipeline delivered in steps [0, N) (summing to
     the tokens delivered), its visits the pieces that start a document; the file holds them."""
-    docs = documents(mode, lengths)
     plan = plan_dir(tmp_path_factory, lengths) if mode == "plan_file" else ""
+    assert_ledger_is_delivered(mode, lengths, tmp_path, plan)
+
+
+@pytest.mark.parametrize("mode", ["streaming", "lanes", "curriculum", "mixture"])
+def test_ledger_of_empty_documents(lengths, mode, tmp_path):
+    """Documents of no tokens (every fifth) are delivered in no piece: the ledger counts no visit of them, also
+    where whole windows are counted from their documents."""
+    empty = lengths.copy()
+    empty[::5] = 0
+    assert_ledger_is_delivered(mode, empty, tmp_path)
+
+
+def assert_ledger_is_delivered(mode: str, lengths, tmp_path, plan: str = "") -> None:
+    """The ledger (counts, report, file) at several steps of a 2-epoch run equals what the pipeline delivered."""
+    docs = documents(mode, lengths)
     run = list(build_canonical(config(mode, num_epochs=2, plan=plan, drop_remainder=True), docs).dataset)
     e = Explainer(config(mode, num_epochs=2, plan=plan, drop_remainder=True), docs)
     n = len(e.lengths)
