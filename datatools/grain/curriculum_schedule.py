@@ -107,14 +107,34 @@ class CurriculumSchedule(RowsPlanSchedule):
         rows = int(ordinal[j]) * int(self.rows.rows_per_batch[k]) + np.arange(lo, hi, dtype=np.int64)
         return k, self._perm(k, epoch, rows[rows < plan.num_rows])
 
-    def _perm(self, k: int, epoch: int, rows: np.ndarray) -> np.ndarray:
-        """Row ids of length ``k``'s plan at positions ``rows`` of its epoch order (int64)."""
+    def _perm(self, k: int, epoch: int, rows: np.ndarray, *, inverse: bool = False) -> np.ndarray:
+        """Row ids of length ``k``'s plan at positions ``rows`` of its epoch order (int64); ``inverse``: the
+        positions of row ids ``rows``."""
         if not self.shuffle or not rows.size:
             return rows
         n = self.rows.plans[k].num_rows
         seed = (self.seed + GOLDEN * (k + 1)) % (1 << 64)
         perm = self._perms.get((k, epoch), lambda _: FeistelPermutation(n, seed, epoch=epoch))
-        return np.asarray(perm(rows), np.int64)
+        return np.asarray(perm.inverse(rows) if inverse else perm(rows), np.int64)
+
+    def document_pieces(self, epoch: int, d: int) -> list[tuple[int, int, int, int]]:
+        """See :class:`~datatools.grain.schedule.DocumentPiecesSchedule`: ``d``'s pieces in each length's plan, their
+        rows' places in the length's epoch order (the inverse permutation), the batch of that length holding each."""
+        index, _ = self.epoch_order(epoch)
+        out = []
+        for k, plan in enumerate(self.rows.plans):
+            hit = np.flatnonzero(np.asarray(plan.doc) == d)
+            if not hit.size:
+                continue
+            rows = np.searchsorted(np.asarray(plan.row_splits), hit, side="right") - 1
+            rows = self._perm(k, epoch, rows, inverse=True)
+            per = int(self.rows.rows_per_batch[k])
+            batches = np.flatnonzero(index == k)
+            start, length = np.asarray(plan.start)[hit].tolist(), np.asarray(plan.length)[hit].tolist()
+            for pos, a, n in zip(rows.tolist(), start, length):
+                if pos // per < batches.shape[0]:
+                    out.append((int(batches[pos // per]), pos % per, a, n))
+        return out
 
     def delivered(self, epoch: int, batches: int, chunk: int = 1 << 22) -> Iterator[Delivered]:
         """See :class:`~datatools.grain.schedule.DeliveredSchedule`: the batches of length k among ``[0, batches)``

@@ -20,7 +20,7 @@ import numpy as np
 
 from datatools.base.checks import check_int
 from datatools.grain.schedule import Delivered, EpochCache, ProcessCaches
-from datatools.grain.streaming_schedule import RowsPlanSchedule, plan_window, rows_of, whole_pieces
+from datatools.grain.streaming_schedule import RowsPlanSchedule, plan_window, rows_of, whole_pieces, window_pieces_of
 from datatools.kernels.packing import PackOptions, PackPlan, cut_pieces
 from datatools.kernels.packing.counting import count_windows
 from datatools.kernels.shuffle import lane_blocks
@@ -210,6 +210,31 @@ class LaneSchedule(RowsPlanSchedule, ProcessCaches):
             return np.maximum(0, -(-(b - lane % P) // P))
         t = (b - e.regular) * self.batch_size
         return e.regular // P + np.bincount(e.tail[:t, 0], minlength=self.lanes).astype(np.int64)
+
+    def document_pieces(self, epoch: int, d: int) -> list[tuple[int, int, int, int]]:
+        """See :class:`~datatools.grain.schedule.DocumentPiecesSchedule`: the lane and place of ``d``'s io block,
+        its window planned, each piece's row of the lane put in its batch (a regular batch's, or the tail's)."""
+        e = self._epoch(epoch)
+        q = d // self.io_block_size
+        found = [(lane, np.flatnonzero(blocks == q)) for lane, blocks in enumerate(e.lane_blocks)]
+        lane, i = next(((lane, i) for lane, i in found if i.size), (-1, None))
+        if i is None:
+            return []
+        pos = int(e.lane_cum[lane][i[0]]) + d - q * self.io_block_size
+        w = int(np.searchsorted(e.cuts[lane], pos, side="right")) - 1
+        position, start, length = window_pieces_of(*self.window_plan(epoch, lane, w), d)
+        least = e.regular // self.period
+        tail_before = sum(int(s[-1]) - least for s in e.row_starts[:lane])  # tail rows of the lanes before
+        out = []
+        for k, a, n in zip((e.row_starts[lane][w] + position).tolist(), start.tolist(), length.tolist()):
+            if k < least:  # batch k * P + lane % P takes row k of this lane, at row lane // P
+                out.append((k * self.period + lane % self.period, lane // self.period, a, n))
+                continue
+            t = tail_before + k - least
+            j = e.regular + t // self.batch_size
+            if j < e.batches:  # else a remainder dropped
+                out.append((j, t % self.batch_size, a, n))
+        return out
 
     def delivered(self, epoch: int, batches: int, chunk: int = 1 << 22) -> Iterator[Delivered]:
         """See :class:`~datatools.grain.schedule.DeliveredSchedule`: each lane delivers a prefix of its rows

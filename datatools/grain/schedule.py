@@ -142,6 +142,17 @@ class DeliveredSchedule(Schedule, Protocol):
 
 
 @runtime_checkable
+class DocumentPiecesSchedule(Schedule, Protocol):
+    """A schedule that finds one document's pieces in an epoch without walking its batches (streaming packing,
+    lanes, the curriculum): what ``datatools explain --document`` asks."""
+
+    def document_pieces(self, epoch: int, d: int) -> list[tuple[int, int, int, int]]:
+        """``(global batch, row, start, length)`` of every piece of document ``d`` (global id) the epoch delivers,
+        in no order."""
+        ...
+
+
+@runtime_checkable
 class PlannedEpochSchedule(Schedule, Protocol):
     """A schedule whose epoch is one plan's rows in an order (planned packing): ``datatools explain`` counts the
     plan's pieces in place."""

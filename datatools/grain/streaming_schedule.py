@@ -47,6 +47,16 @@ def plan_window(
     return plan, order
 
 
+def window_pieces_of(plan: PackPlan, order: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(position, start, length)`` of every piece of document ``d`` in a window's plan: the position of its row
+    in the window's row order ``order`` (position i is row ``order[i]``), and the piece's token range."""
+    hit = np.flatnonzero(np.asarray(plan.doc) == d)
+    rows = np.searchsorted(np.asarray(plan.row_splits), hit, side="right") - 1
+    where = np.empty(order.shape[0], np.int64)
+    where[order] = np.arange(order.shape[0])
+    return where[rows], np.asarray(plan.start)[hit], np.asarray(plan.length)[hit]
+
+
 def rows_of(picked: list[tuple[PackPlan, int]], ctx: int) -> PackPlan:
     """One plan holding the given ``(plan, row)`` rows in order (a batch drawn from several windows)."""
     if not picked:
@@ -206,6 +216,24 @@ class StreamingSchedule(RowsPlanSchedule, ProcessCaches):
         if full < self.num_windows and rows > starts[full]:
             plan, order = self.window_plan(epoch, full)
             yield Delivered(plan=plan, rows=order[: rows - int(starts[full])])
+
+    def document_pieces(self, epoch: int, d: int, chunk: int = 1 << 22) -> list[tuple[int, int, int, int]]:
+        """See :class:`~datatools.grain.schedule.DocumentPiecesSchedule`: the epoch's order scanned for ``d``
+        (``chunk`` positions at a time; a mixture may draw it more than once), then each window holding it
+        planned."""
+        positions = [
+            a + np.flatnonzero(self.order(np.arange(a, min(a + chunk, self.positions), dtype=np.int64), epoch) == d)
+            for a in range(0, self.positions, chunk)
+        ]
+        starts = self.window_starts(epoch)
+        rows = min(self.num_batches(epoch) * self.batch_size, int(starts[-1]))  # delivered
+        out = []
+        for w in np.unique(np.concatenate(positions) // self.window).tolist():
+            position, start, length = window_pieces_of(*self.window_plan(epoch, w), d)
+            for g, a, n in zip((starts[w] + position).tolist(), start.tolist(), length.tolist()):
+                if g < rows:
+                    out.append((g // self.batch_size, g % self.batch_size, a, n))
+        return out
 
     def num_batches(self, epoch: int) -> int:
         rows = int(self.window_starts(epoch)[-1])

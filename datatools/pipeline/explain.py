@@ -25,7 +25,13 @@ import numpy as np
 from datatools.base.checks import check_int
 from datatools.base.reports import Report
 from datatools.grain.host_batches import HostBatchesMapDataset, host_rows
-from datatools.grain.schedule import DeliveredSchedule, EpochRowsSchedule, PlannedEpochSchedule, PlannedRowsSchedule
+from datatools.grain.schedule import (
+    DeliveredSchedule,
+    DocumentPiecesSchedule,
+    EpochRowsSchedule,
+    PlannedEpochSchedule,
+    PlannedRowsSchedule,
+)
 from datatools.io import storage
 from datatools.io.sources.mixed_documents import MixedDocuments
 from datatools.kernels.curriculum import row_attention_work
@@ -315,6 +321,9 @@ class Explainer:
                 for pos in np.flatnonzero(rows == r).tolist():  # once an epoch (none when dropped)
                     out.append((pos // height, pos % height, int(plan.start[i]), int(plan.length[i])))
             yield from sorted(out)
+            return
+        if isinstance(self.schedule, DocumentPiecesSchedule):  # found in bulk, not batch by batch
+            yield from sorted(p for p in self.schedule.document_pieces(epoch, d) if p[0] < batches)
             return
         for batch, row, plan in self.epoch_rows(epoch, batches):
             hit = np.flatnonzero(plan.doc == d)

@@ -216,7 +216,9 @@ def test_a_restore_on_another_host_count_is_explained_as_run(lengths, mode):
         assert_explains(e, step, per_host)
 
 
-@pytest.mark.parametrize("mode", ["planned", "plan_file", "streaming", "bucketing", "curriculum", "mixture"])
+@pytest.mark.parametrize(
+    "mode", ["planned", "plan_file", "streaming", "lanes", "bucketing", "curriculum", "mixture", "streaming_truncate"]
+)
 def test_the_inverse_agrees_with_explain(lengths, mode, tmp_path_factory):
     """Every piece of a document that ``document`` lists is in the step and row explain names, and every piece
     explain names is listed; the run's sightings of all documents cover every piece once."""
