@@ -92,10 +92,10 @@ SCHEDULES = {  # the schedules whose ledger walks windows or plans of lengths (m
 }
 
 
-def timed(fn, *args):
-    """``(value, wall s, CPU s)`` of ``fn(*args)``."""
+def timed(fn, *args, **kwargs):
+    """``(value, wall s, CPU s)`` of ``fn(*args, **kwargs)``."""
     t0, c0 = time.perf_counter(), time.process_time()
-    value = fn(*args)
+    value = fn(*args, **kwargs)
     return value, time.perf_counter() - t0, time.process_time() - c0
 
 
@@ -121,6 +121,8 @@ def schedule_ledgers(n: int) -> list[dict]:
         _, again_s, again_cpu = timed(e.counts, per_epoch)
         three = sum(e.schedule.num_batches(k) for k in range(3))
         _, three_s, three_cpu = timed(e.counts, three)
+        found, inverse_s, inverse_cpu = timed(e.document, 12_345, epochs=1)
+        assert found.sightings
         out.append(
             {
                 "schedule": name,
@@ -140,11 +142,36 @@ def schedule_ledgers(n: int) -> list[dict]:
                 "documents_per_cpu_s": n / first_cpu,
                 "three_epochs_documents_per_s": 3 * n / three_s,
                 "three_epochs_documents_per_cpu_s": 3 * n / three_cpu,
+                "inverse_s": inverse_s,
+                "inverse_cpu_s": inverse_cpu,
+                "inverse_documents_per_s": n / inverse_s,
+                "inverse_documents_per_cpu_s": n / inverse_cpu,
             }
         )
         del e, tokens
         gc.collect()
     return out
+
+
+def print_schedules(others: list[dict]) -> None:
+    print_table(
+        f"the ledger and the inverse of the schedules that walk windows or plans: {others[0]['documents']:,} "
+        "documents, ctx 8,192, 256 rows a batch",
+        ["schedule", "built (epoch counted)", "ledger, first epoch", "asked again", "three epochs", "inverse"],
+        [
+            [
+                f"{o['schedule']} ({o['steps_per_epoch']:,} steps an epoch)",
+                f"{o['build_s']:.1f} s (CPU {o['build_cpu_s']:.1f} s)",
+                f"{o['documents_per_s'] / 1e6:.1f}M/s (CPU {o['documents_per_cpu_s'] / 1e6:.1f}M/s)",
+                f"{o['documents'] / o['epoch_again_s'] / 1e6:.1f}M/s "
+                f"(CPU {o['documents'] / o['epoch_again_cpu_s'] / 1e6:.1f}M/s)",
+                f"{o['three_epochs_documents_per_s'] / 1e6:.1f}M/s "
+                f"(CPU {o['three_epochs_documents_per_cpu_s'] / 1e6:.1f}M/s)",
+                f"{o['inverse_documents_per_s'] / 1e6:.1f}M/s (CPU {o['inverse_documents_per_cpu_s'] / 1e6:.1f}M/s)",
+            ]
+            for o in others
+        ],
+    )
 
 
 def step_times(e: Explainer, steps: np.ndarray, pause_s: float) -> tuple[np.ndarray, np.ndarray]:
@@ -169,7 +196,18 @@ def main() -> None:
     parser.add_argument("--replay-steps", type=int, default=300, help="steps of the pipeline replayed (timed)")
     parser.add_argument("--pause", type=float, default=20.0, help="ms asleep before each step asked one at a time")
     parser.add_argument("--schedule-documents", type=int, default=10**7, help="documents of the other schedules")
+    parser.add_argument(
+        "--schedules-only",
+        action="store_true",
+        help="only the other schedules' ledger and inverse (written to results/explain_schedules.json)",
+    )
     args = parser.parse_args()
+    if args.schedules_only:
+        announce(1, "one run a measure; wall and the process's CPU time (a shared machine's wall includes waits)")
+        others = schedule_ledgers(args.schedule_documents)
+        print_schedules(others)
+        write_json("explain_schedules", {"schedules": others})
+        return
     announce(
         args.steps,
         "times per step explained: median and p99 over the steps, wall and the process's CPU time (a shared "
@@ -289,23 +327,7 @@ def main() -> None:
         ["measure", "explain", "replay to step N"],
         rows,
     )
-    print_table(
-        f"the ledger of the schedules that walk windows or plans: {args.schedule_documents:,} documents, ctx 8,192, "
-        "256 rows a batch",
-        ["schedule", "built (epoch counted)", "ledger, first epoch", "asked again", "three epochs"],
-        [
-            [
-                f"{o['schedule']} ({o['steps_per_epoch']:,} steps an epoch)",
-                f"{o['build_s']:.1f} s (CPU {o['build_cpu_s']:.1f} s)",
-                f"{o['documents_per_s'] / 1e6:.1f}M/s (CPU {o['documents_per_cpu_s'] / 1e6:.1f}M/s)",
-                f"{o['documents'] / o['epoch_again_s'] / 1e6:.1f}M/s "
-                f"(CPU {o['documents'] / o['epoch_again_cpu_s'] / 1e6:.1f}M/s)",
-                f"{o['three_epochs_documents_per_s'] / 1e6:.1f}M/s "
-                f"(CPU {o['three_epochs_documents_per_cpu_s'] / 1e6:.1f}M/s)",
-            ]
-            for o in others
-        ],
-    )
+    print_schedules(others)
     walls = [documents / cold_counts_s, documents / counts_s, documents / inverse_s]
     walls += [o["documents_per_s"] for o in others]
     cpus = [documents / cold_counts_cpu_s, documents / counts_cpu_s, documents / inverse_cpu_s]
