@@ -230,10 +230,8 @@ class LaneSchedule(RowsPlanSchedule, ProcessCaches):
             if k < least:  # batch k * P + lane % P takes row k of this lane, at row lane // P
                 out.append((k * self.period + lane % self.period, lane // self.period, a, n))
                 continue
-            t = tail_before + k - least
-            j = e.regular + t // self.batch_size
-            if j < e.batches:  # else a remainder dropped
-                out.append((j, t % self.batch_size, a, n))
+            t = tail_before + k - least  # the tail's t-th row (past the epoch's batches: a remainder dropped)
+            out.append((e.regular + t // self.batch_size, t % self.batch_size, a, n))
         return out
 
     def delivered(self, epoch: int, batches: int, chunk: int = 1 << 22) -> Iterator[Delivered]:

@@ -147,8 +147,9 @@ class DocumentPiecesSchedule(Schedule, Protocol):
     lanes, the curriculum): what ``datatools explain --document`` asks."""
 
     def document_pieces(self, epoch: int, d: int) -> list[tuple[int, int, int, int]]:
-        """``(global batch, row, start, length)`` of every piece of document ``d`` (global id) the epoch delivers,
-        in no order."""
+        """``(global batch, row, start, length)`` of every piece of document ``d`` (global id) in the epoch's rows,
+        in no order; a piece of a remainder ``drop_remainder`` leaves out has a batch past the epoch's last (the
+        caller keeps the batches it asks about)."""
         ...
 
 

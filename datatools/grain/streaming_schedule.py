@@ -226,13 +226,11 @@ class StreamingSchedule(RowsPlanSchedule, ProcessCaches):
             for a in range(0, self.positions, chunk)
         ]
         starts = self.window_starts(epoch)
-        rows = min(self.num_batches(epoch) * self.batch_size, int(starts[-1]))  # delivered
         out = []
         for w in np.unique(np.concatenate(positions) // self.window).tolist():
             position, start, length = window_pieces_of(*self.window_plan(epoch, w), d)
             for g, a, n in zip((starts[w] + position).tolist(), start.tolist(), length.tolist()):
-                if g < rows:
-                    out.append((g // self.batch_size, g % self.batch_size, a, n))
+                out.append((g // self.batch_size, g % self.batch_size, a, n))
         return out
 
     def num_batches(self, epoch: int) -> int:
