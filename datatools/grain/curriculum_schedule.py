@@ -9,9 +9,11 @@ Feistel permutation per length and epoch) and the schedule draws each batch's le
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
-from datatools.grain.schedule import EpochCache
+from datatools.grain.schedule import Delivered, EpochCache
 from datatools.grain.streaming_schedule import RowsPlanSchedule
 from datatools.kernels.curriculum import GROW_P2, CurriculumRows, curriculum_order, curriculum_rows, grow_p2_odds
 from datatools.kernels.packing import PackPlan
@@ -103,12 +105,52 @@ class CurriculumSchedule(RowsPlanSchedule):
         k = int(index[j])
         plan = self.rows.plans[k]
         rows = int(ordinal[j]) * int(self.rows.rows_per_batch[k]) + np.arange(lo, hi, dtype=np.int64)
-        rows = rows[rows < plan.num_rows]
-        if self.shuffle and rows.size:
-            seed = (self.seed + GOLDEN * (k + 1)) % (1 << 64)
-            perm = self._perms.get((k, epoch), lambda _: FeistelPermutation(plan.num_rows, seed, epoch=epoch))
-            rows = np.asarray(perm(rows), np.int64)
-        return k, rows
+        return k, self._perm(k, epoch, rows[rows < plan.num_rows])
+
+    def _perm(self, k: int, epoch: int, rows: np.ndarray, *, inverse: bool = False) -> np.ndarray:
+        """Row ids of length ``k``'s plan at positions ``rows`` of its epoch order (int64); ``inverse``: the
+        positions of row ids ``rows``."""
+        if not self.shuffle or not rows.size:
+            return rows
+        n = self.rows.plans[k].num_rows
+        seed = (self.seed + GOLDEN * (k + 1)) % (1 << 64)
+        perm = self._perms.get((k, epoch), lambda _: FeistelPermutation(n, seed, epoch=epoch))
+        return np.asarray(perm.inverse(rows) if inverse else perm(rows), np.int64)
+
+    def document_pieces(self, epoch: int, d: int) -> list[tuple[int, int, int, int]]:
+        """See :class:`~datatools.grain.schedule.DocumentPiecesSchedule`: ``d``'s pieces in each length's plan, their
+        rows' places in the length's epoch order (the inverse permutation), the batch of that length holding each."""
+        index, _ = self.epoch_order(epoch)
+        out = []
+        for k, plan in enumerate(self.rows.plans):
+            hit = np.flatnonzero(np.asarray(plan.doc) == d)
+            if not hit.size:
+                continue
+            rows = np.searchsorted(np.asarray(plan.row_splits), hit, side="right") - 1
+            rows = self._perm(k, epoch, rows, inverse=True)
+            per = int(self.rows.rows_per_batch[k])
+            batches = np.flatnonzero(index == k)
+            start, length = np.asarray(plan.start)[hit].tolist(), np.asarray(plan.length)[hit].tolist()
+            for pos, a, n in zip(rows.tolist(), start, length):
+                if pos // per < batches.shape[0]:
+                    out.append((int(batches[pos // per]), pos % per, a, n))
+        return out
+
+    def delivered(self, epoch: int, batches: int, chunk: int = 1 << 22) -> Iterator[Delivered]:
+        """See :class:`~datatools.grain.schedule.DeliveredSchedule`: the batches of length k among ``[0, batches)``
+        deliver a prefix of that length's rows in its epoch order: the whole plan when all, the whole plan less the
+        rest when more than half, else the prefix (row ids in ``chunk``-row parts)."""
+        index, _ = self.epoch_order(epoch)
+        drawn = np.bincount(index[:batches], minlength=self.sizes.shape[0])
+        for k, plan in enumerate(self.rows.plans):
+            m = min(int(drawn[k]) * int(self.rows.rows_per_batch[k]), plan.num_rows)
+            a, b, sign = 0, m, 1
+            if 2 * m > plan.num_rows:
+                yield Delivered(plan=plan)
+                a, b, sign = m, plan.num_rows, -1
+            for lo in range(a, b, chunk):
+                rows = self._perm(k, epoch, np.arange(lo, min(lo + chunk, b), dtype=np.int64))
+                yield Delivered(plan=plan, rows=rows, sign=sign)
 
     def rows_plan(self, epoch: int, j: int, lo: int, hi: int) -> PackPlan:
         """Rows [lo, hi) of global batch ``j`` that hold data, as one plan of that batch's length."""

@@ -13,13 +13,14 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from datatools.base.checks import check_int
-from datatools.grain.schedule import EpochCache, ProcessCaches
-from datatools.grain.streaming_schedule import RowsPlanSchedule, plan_window, rows_of
+from datatools.grain.schedule import Delivered, EpochCache, ProcessCaches
+from datatools.grain.streaming_schedule import RowsPlanSchedule, plan_window, rows_of, whole_pieces, window_pieces_of
 from datatools.kernels.packing import PackOptions, PackPlan, cut_pieces
 from datatools.kernels.packing.counting import count_windows
 from datatools.kernels.shuffle import lane_blocks
@@ -159,7 +160,7 @@ class LaneSchedule(RowsPlanSchedule, ProcessCaches):
         docs = np.concatenate([self._lane_docs(e, lane, 0, int(c[-1])) for lane, c in enumerate(e.cuts)])
         offsets = np.concatenate(([0], np.cumsum([int(c[-1]) for c in e.cuts])))  # each lane's first document
         bounds = np.concatenate([off + c[:-1] for off, c in zip(offsets, e.cuts)] + [offsets[-1:]])
-        if o.align == 1 and o.overflow == "split":
+        if whole_pieces(o):
             return count_windows(self.lengths[docs], bounds, o)
         rows = []
         for lane, c in enumerate(e.cuts):
@@ -197,6 +198,60 @@ class LaneSchedule(RowsPlanSchedule, ProcessCaches):
             return np.stack([r * self.period + j % self.period, np.full(r.shape[0], j // self.period)], axis=1)
         t = (j - e.regular) * self.batch_size
         return e.tail[t + lo : t + hi]
+
+    def lane_rows_delivered(self, epoch: int, batches: int) -> np.ndarray:
+        """int64 (lanes,): rows of each lane that global batches ``[0, batches)`` of ``epoch`` hold (always a prefix
+        of the lane's rows: batch j < regular takes row ``j // P`` of lanes ``r * P + j % P``, the tail takes the
+        leftover rows lane by lane in order)."""
+        e = self._epoch(epoch)
+        P, b = self.period, min(batches, e.batches)
+        lane = np.arange(self.lanes, dtype=np.int64)
+        if b <= e.regular:
+            return np.maximum(0, -(-(b - lane % P) // P))
+        t = (b - e.regular) * self.batch_size
+        return e.regular // P + np.bincount(e.tail[:t, 0], minlength=self.lanes).astype(np.int64)
+
+    def document_pieces(self, epoch: int, d: int) -> list[tuple[int, int, int, int]]:
+        """See :class:`~datatools.grain.schedule.DocumentPiecesSchedule`: the lane and place of ``d``'s io block,
+        its window planned, each piece's row of the lane put in its batch (a regular batch's, or the tail's)."""
+        e = self._epoch(epoch)
+        q = d // self.io_block_size
+        found = [(lane, np.flatnonzero(blocks == q)) for lane, blocks in enumerate(e.lane_blocks)]
+        lane, i = next(((lane, i) for lane, i in found if i.size), (-1, None))
+        if i is None:
+            return []
+        pos = int(e.lane_cum[lane][i[0]]) + d - q * self.io_block_size
+        w = int(np.searchsorted(e.cuts[lane], pos, side="right")) - 1
+        position, start, length = window_pieces_of(*self.window_plan(epoch, lane, w), d)
+        least = e.regular // self.period
+        tail_before = sum(int(s[-1]) - least for s in e.row_starts[:lane])  # tail rows of the lanes before
+        out = []
+        for k, a, n in zip((e.row_starts[lane][w] + position).tolist(), start.tolist(), length.tolist()):
+            if k < least:  # batch k * P + lane % P takes row k of this lane, at row lane // P
+                out.append((k * self.period + lane % self.period, lane // self.period, a, n))
+                continue
+            t = tail_before + k - least  # the tail's t-th row (past the epoch's batches: a remainder dropped)
+            out.append((e.regular + t // self.batch_size, t % self.batch_size, a, n))
+        return out
+
+    def delivered(self, epoch: int, batches: int, chunk: int = 1 << 22) -> Iterator[Delivered]:
+        """See :class:`~datatools.grain.schedule.DeliveredSchedule`: each lane delivers a prefix of its rows
+        (:meth:`lane_rows_delivered`), so its windows before the one holding the last of them whole (their
+        documents; each window planned when the options do not keep documents whole), then that window's first
+        rows in its row order."""
+        e = self._epoch(epoch)
+        for lane, k in enumerate(self.lane_rows_delivered(epoch, batches).tolist()):
+            starts, cuts = e.row_starts[lane], e.cuts[lane]
+            full = int(np.searchsorted(starts[1:], k, side="right"))  # windows [0, full) end at or before row k
+            if whole_pieces(self.options):
+                for a in range(0, int(cuts[full]), chunk):
+                    yield Delivered(documents=self._lane_docs(e, lane, a, min(a + chunk, int(cuts[full]))))
+            else:
+                for w in range(full):
+                    yield Delivered(plan=self._plan_window(epoch, lane, w)[0])
+            if full < cuts.shape[0] - 1 and k > starts[full]:
+                plan, order = self.window_plan(epoch, lane, full)
+                yield Delivered(plan=plan, rows=order[: k - int(starts[full])])
 
     def ahead_pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every document of the windows that rows [lo, hi) of batch ``j`` draw from, whole (for read-ahead): a

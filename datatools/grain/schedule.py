@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
@@ -112,6 +113,43 @@ class EpochRowsSchedule(Schedule, Protocol):
     ) -> Iterator[tuple[np.ndarray, np.ndarray, PackPlan]]:
         """``(batch, row, plan)`` chunks (``chunk`` rows at a time) of the rows of global batches ``[0, batches)`` of
         ``epoch`` that hold data, in order."""
+        ...
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """Pieces some global batches delivered, in bulk (their order not kept: what an exposure ledger counts): rows
+    ``rows`` of ``plan`` (None: every row of it), counted ``sign`` times (-1: taken away, an epoch counted as a whole
+    plan less its rows not delivered); or, with no ``plan``, every token of each of ``documents`` (global ids, int64)
+    once: documents a packer cut whole into pieces (overflow ``split``, align 1), no plan needed."""
+
+    plan: Any = None
+    rows: np.ndarray | None = None
+    documents: np.ndarray | None = None
+    sign: int = 1
+
+
+@runtime_checkable
+class DeliveredSchedule(Schedule, Protocol):
+    """A schedule that says in bulk what global batches ``[0, batches)`` of an epoch deliver (streaming packing,
+    lanes, the curriculum): ``datatools explain``'s ledger counts it instead of walking ``rows_plan`` batch by
+    batch (whole windows as their documents, one partial window a lane planned)."""
+
+    def delivered(self, epoch: int, batches: int, chunk: int = 1 << 22) -> Iterator[Delivered]:
+        """The pieces of global batches ``[0, batches)`` of ``epoch``, as :class:`Delivered` parts of at most about
+        ``chunk`` documents or rows each (bounds the memory)."""
+        ...
+
+
+@runtime_checkable
+class DocumentPiecesSchedule(Schedule, Protocol):
+    """A schedule that finds one document's pieces in an epoch without walking its batches (streaming packing,
+    lanes, the curriculum): what ``datatools explain --document`` asks."""
+
+    def document_pieces(self, epoch: int, d: int) -> list[tuple[int, int, int, int]]:
+        """``(global batch, row, start, length)`` of every piece of document ``d`` (global id) in the epoch's rows,
+        in no order; a piece of a remainder ``drop_remainder`` leaves out has a batch past the epoch's last (the
+        caller keeps the batches it asks about)."""
         ...
 
 

@@ -49,6 +49,22 @@ def add_rows(row_splits, rows, doc, start, length, tokens: np.ndarray, visits: n
     _add_rows(row_splits, np.asarray(rows, np.int64), doc, start, length, np.int64(sign), tokens, visits)
 
 
+@numba.njit(cache=True)
+def _add_documents(docs, lengths, tokens, visits):
+    for i in range(docs.shape[0]):
+        d = docs[i]
+        n = lengths[d]
+        tokens[d] += n
+        if n > 0:
+            visits[d] += 1
+
+
+def add_documents(docs, lengths, tokens: np.ndarray, visits: np.ndarray) -> None:
+    """:func:`add_pieces` of documents delivered whole: ``tokens[d]`` gains ``lengths[d]``, ``visits[d]`` one if
+    the document holds a token, for each of ``docs`` (int64 global ids; a repeated id counts each time)."""
+    _add_documents(np.asarray(docs, np.int64), lengths, tokens, visits)
+
+
 def smallest_count_dtype(values: np.ndarray) -> np.dtype:
     """The smallest unsigned dtype holding every value of ``values`` (counts >= 0): what a ledger file stores."""
     top = int(values.max()) if values.size else 0

@@ -25,6 +25,7 @@ from datatools.grain import (
     PlannedSchedule,
     StreamingPackIterDataset,
     StreamingSchedule,
+    streaming_schedule,
 )
 from datatools.io.sources.documents import ArrayDocuments, DocumentSource
 from datatools.kernels.bucket import fill_order_batches
@@ -149,6 +150,24 @@ def test_hosts_read_only_their_own_rows(mode):
     for j, batch in enumerate(whole):
         for k in batch:
             np.testing.assert_array_equal(np.concatenate([s[j][k] for s in shares]), batch[k])
+
+
+@pytest.mark.parametrize("counted", [1, 3, 4096])
+@pytest.mark.parametrize("overflow", ["split", "truncate"])
+def test_streaming_window_starts_are_the_windows_planned(monkeypatch, counted, overflow):
+    """Each window's rows, counted ``counted`` windows a kernel call (split) or planned (truncate), are the rows of
+    its own plan (what rows_plan reads): the epoch's row and batch counts are the packer's."""
+    monkeypatch.setattr(streaming_schedule, "WINDOWS_COUNTED", counted)
+    docs = ArrayDocuments.from_list(random_docs(150, seed=9, mean_log=3.8, max_len=400))
+    options = PackOptions(128, overflow=overflow)
+    schedule = StreamingSchedule(
+        docs, DocumentOrder(len(docs), "full", seed=4), options, window=16, batch_size=4, drop_remainder=True
+    )
+    rows = [
+        streaming_schedule.plan_window(schedule.lengths, schedule._window_docs(1, w), options)[0].num_rows
+        for w in range(schedule.num_windows)
+    ]
+    np.testing.assert_array_equal(schedule.window_starts(1), np.concatenate(([0], np.cumsum(rows))))
 
 
 def test_epochs_and_forever():

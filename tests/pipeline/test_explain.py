@@ -18,7 +18,7 @@ from datatools.io.formats.plan_file import write_plan
 from datatools.io.sources.documents import ArrayDocuments
 from datatools.kernels.packing import PackOptions
 from datatools.pipeline import build_canonical, parse_config
-from datatools.pipeline.explain import Explainer, parse_hosts
+from datatools.pipeline.explain import Explainer, parse_hosts, read_ledger
 
 BATCH = 8  # divides over 1, 2 and 4 hosts
 BLOCK = {"kind": "block", "io_block_size": 4, "window_blocks": 4}
@@ -33,6 +33,15 @@ MODES = {
     "mixture": {"packing": {"ctx": 64, "mode": "streaming", "window": 12}, "sources": 2},
     "mixture_buckets": {"bucketing": {"boundaries": [16, 32, 64]}, "sources": 2},
 }
+LEDGER_VARIANTS = {  # windows that do not keep documents whole: planned one by one, not counted from their documents
+    "streaming_truncate": {"packing": {"ctx": 64, "mode": "streaming", "window": 12, "overflow": "truncate"}},
+    "lanes_truncate": {
+        "packing": {"ctx": 64, "mode": "streaming", "window": 12, "read_order": "lanes", "overflow": "truncate"},
+        "shuffle": BLOCK,
+    },
+}
+KINDS = [m for m in MODES if m != "plan_file"]  # every schedule kind
+MODES |= LEDGER_VARIANTS
 
 
 def id_sources(lengths, parts: int = 1) -> list[ArrayDocuments]:
@@ -133,7 +142,6 @@ CONFIGS = dict(
     seed=st.integers(0, 2**31),
     epochs=st.sampled_from([1, 2]),
 )
-KINDS = [m for m in MODES if m != "plan_file"]
 
 
 @pytest.mark.parametrize("hosts", [1, 4])
@@ -208,7 +216,9 @@ def test_a_restore_on_another_host_count_is_explained_as_run(lengths, mode):
         assert_explains(e, step, per_host)
 
 
-@pytest.mark.parametrize("mode", ["planned", "plan_file", "streaming", "bucketing", "curriculum", "mixture"])
+@pytest.mark.parametrize(
+    "mode", ["planned", "plan_file", "streaming", "lanes", "bucketing", "curriculum", "mixture", "streaming_truncate"]
+)
 def test_the_inverse_agrees_with_explain(lengths, mode, tmp_path_factory):
     """Every piece of a document that ``document`` lists is in the step and row explain names, and every piece
     explain names is listed; the run's sightings of all documents cover every piece once."""
@@ -221,7 +231,7 @@ def test_the_inverse_agrees_with_explain(lengths, mode, tmp_path_factory):
         for row in e.step(step).rows:
             for s, d, a, n in zip(row.source, row.document, row.start, row.length):
                 seen.setdefault(int(e.offsets[s]) + d, set()).add((step, row.row, row.host, a, n))
-    for d in range(0, len(e.lengths), 7):
+    for d in range(len(e.lengths)):  # every document: those of a dropped remainder too
         k = int(np.searchsorted(e.offsets, d, side="right")) - 1
         got = e.document(d - int(e.offsets[k]), source=k, epochs=2)
         assert {(x.step, x.row, x.host, x.start, x.length) for x in got.sightings} == seen.get(d, set()), d
@@ -229,13 +239,29 @@ def test_the_inverse_agrees_with_explain(lengths, mode, tmp_path_factory):
 
 
 @pytest.mark.parametrize(
-    "mode", ["planned", "plan_file", "streaming", "lanes", "bucketing", "curriculum", "mixture", "mixture_buckets"]
+    "mode",
+    ["planned", "plan_file", "streaming", "lanes", "bucketing", "curriculum", "mixture", "mixture_buckets"]
+    + list(LEDGER_VARIANTS),
 )
 def test_ledger_counts_sum_to_the_tokens_delivered(lengths, mode, tmp_path, tmp_path_factory):
     """At any step N, the ledger's per-document tokens are those the pipeline delivered in steps [0, N) (summing to
     the tokens delivered), its visits the pieces that start a document; the file holds them."""
-    docs = documents(mode, lengths)
     plan = plan_dir(tmp_path_factory, lengths) if mode == "plan_file" else ""
+    assert_ledger_is_delivered(mode, lengths, tmp_path, plan)
+
+
+@pytest.mark.parametrize("mode", ["streaming", "lanes", "curriculum", "mixture"])
+def test_ledger_of_empty_documents(lengths, mode, tmp_path):
+    """Documents of no tokens (every fifth) are delivered in no piece: the ledger counts no visit of them, also
+    where whole windows are counted from their documents."""
+    empty = lengths.copy()
+    empty[::5] = 0
+    assert_ledger_is_delivered(mode, empty, tmp_path)
+
+
+def assert_ledger_is_delivered(mode: str, lengths, tmp_path, plan: str = "") -> None:
+    """The ledger (counts, report, file) at several steps of a 2-epoch run equals what the pipeline delivered."""
+    docs = documents(mode, lengths)
     run = list(build_canonical(config(mode, num_epochs=2, plan=plan, drop_remainder=True), docs).dataset)
     e = Explainer(config(mode, num_epochs=2, plan=plan, drop_remainder=True), docs)
     n = len(e.lengths)
@@ -249,10 +275,14 @@ def test_ledger_counts_sum_to_the_tokens_delivered(lengths, mode, tmp_path, tmp_
             visits += np.bincount(b["tokens"][starts].astype(np.int64) - 1, minlength=n)
         report = e.ledger(tmp_path / "ledger.npz", upto)
         assert report.tokens_delivered == int(tokens.sum()) == sum(e.step(s).tokens for s in range(upto))
-        with np.load(tmp_path / "ledger.npz") as f:
-            np.testing.assert_array_equal(f["tokens"], tokens)
-            np.testing.assert_array_equal(f["visits"], visits)
-            assert int(f["steps"]) == upto and f["source_names"].tolist() == e.names
+        got_tokens, got_visits, steps = read_ledger(tmp_path / "ledger.npz", e.lengths)
+        np.testing.assert_array_equal(got_tokens, tokens)
+        np.testing.assert_array_equal(got_visits, visits)
+        assert steps == upto
+        with np.load(tmp_path / "ledger.npz") as f:  # compact: only the documents not delivered whole listed
+            assert f["source_names"].tolist() == e.names and f["visits"].dtype.itemsize == 1
+            partial = f["partial"].astype(np.int64)
+            np.testing.assert_array_equal(partial, np.flatnonzero(tokens != visits * e.lengths))
         assert report.tokens == [int(tokens[a:b].sum()) for a, b in zip(e.offsets[:-1], e.offsets[1:])]
 
 
