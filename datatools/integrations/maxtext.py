@@ -125,26 +125,7 @@ def pipeline_config(
     data = _pipeline_mapping(pipeline)
     ctx = _int_setting(config, "max_target_length", minimum=1, maximum=MAX_CTX)
     process_count = check_int(process_count, "process_count", minimum=1)
-    batch_limit = dict(minimum=1, maximum=MAX_BATCH)
-    if split == "train":
-        global_batch = _int_setting(config, "global_batch_size_to_load", **batch_limit)
-        files = _setting(config, "grain_train_files", "")
-    elif split == "eval":
-        key = (
-            "global_batch_size_to_load_eval"
-            if _setting(config, "global_batch_size_to_load_eval")
-            else "global_batch_size_to_load"
-        )
-        global_batch = _int_setting(config, key, **batch_limit)
-        files = _setting(config, "grain_eval_files", "")
-        data = {k: v for k, v in data.items() if k not in ("source", "shuffle", "num_epochs", "batch_size")}
-        if not files:
-            raise ValueError("MaxText eval_interval > 0 needs grain_eval_files naming the evaluation data")
-        data["source"] = {"path": str(files)}
-        data["shuffle"] = {"kind": "none"}
-        data["num_epochs"] = 1
-    else:
-        raise ValueError(f"split must be 'train' or 'eval'; got {split!r}")
+    global_batch, files, data = _split_settings(config, data, split)
     expansion = _expansion(config)
     if expansion < 1:  # MaxText loads expansion x the batch: one saved host's share per step; we build it all
         global_batch = round(global_batch / expansion)
@@ -154,13 +135,7 @@ def pipeline_config(
         if not files:
             raise ValueError("no data: give the datatools pipeline a source, or MaxText grain_train_files")
         data["source"] = {"path": str(files)}
-    if data.get("bucketing") is not None:
-        raise ValueError("MaxText trains on fixed (batch, max_target_length) shapes: use packing, not bucketing")
-    if data.get("curriculum") is not None:
-        raise ValueError(
-            "MaxText trains on one (batch, max_target_length) shape per run: a curriculum's batches of several "
-            "lengths need a trainer that takes a sequence length per step (datatools train; docs/curriculum.md)"
-        )
+    _check_fixed_shapes(data)
     data.setdefault("packing", {})
     _agree(data, "packing", "ctx", ctx, "max_target_length")
     _agree(data, None, "batch_size", global_batch, "global_batch_size_to_load")  # global, as MaxText's
@@ -179,6 +154,43 @@ def pipeline_config(
         data["workers"] = workers
     data["shard"] = {"index": check_int(process_index, "process_index", minimum=0), "count": process_count}
     return parse_config(data)
+
+
+def _split_settings(config, data: dict, split: str) -> tuple[int, str, dict]:
+    """The global batch MaxText loads for ``split``, its files setting, and the pipeline mapping for it (for
+    ``eval``: MaxText's evaluation files, no shuffle, one epoch)."""
+    batch_limit = dict(minimum=1, maximum=MAX_BATCH)
+    if split == "train":
+        return (
+            _int_setting(config, "global_batch_size_to_load", **batch_limit),
+            _setting(config, "grain_train_files", ""),
+            data,
+        )
+    if split != "eval":
+        raise ValueError(f"split must be 'train' or 'eval'; got {split!r}")
+    key = (
+        "global_batch_size_to_load_eval"
+        if _setting(config, "global_batch_size_to_load_eval")
+        else "global_batch_size_to_load"
+    )
+    global_batch = _int_setting(config, key, **batch_limit)
+    files = _setting(config, "grain_eval_files", "")
+    if not files:
+        raise ValueError("MaxText eval_interval > 0 needs grain_eval_files naming the evaluation data")
+    data = {k: v for k, v in data.items() if k not in ("source", "shuffle", "num_epochs", "batch_size")}
+    data.update(source={"path": str(files)}, shuffle={"kind": "none"}, num_epochs=1)
+    return global_batch, files, data
+
+
+def _check_fixed_shapes(data: dict) -> None:
+    """MaxText trains on one (batch, max_target_length) shape: no bucketing, no curriculum."""
+    if data.get("bucketing") is not None:
+        raise ValueError("MaxText trains on fixed (batch, max_target_length) shapes: use packing, not bucketing")
+    if data.get("curriculum") is not None:
+        raise ValueError(
+            "MaxText trains on one (batch, max_target_length) shape per run: a curriculum's batches of several "
+            "lengths need a trainer that takes a sequence length per step (datatools train; docs/curriculum.md)"
+        )
 
 
 class HostBatchIterator:
