@@ -490,7 +490,6 @@ OVER_SIZE = {  # module:function -> (lines, parameters) today
     "datatools.grain.curriculum_schedule:CurriculumSchedule.__init__": (27, 10),
     "datatools.grain.lane_schedule:LaneSchedule.__init__": (34, 9),
     "datatools.grain.streaming_pack:StreamingPackIterDataset.__init__": (23, 11),
-    "datatools.io.formats.shard_reads:read": (63, 11),
     "datatools.io.sources.inputs:open_input": (47, 9),
     "datatools.jobs.pretokenize:pretokenize": (199, 16),
     "datatools.jobs.pretokenize:_tokenize_shards": (31, 9),

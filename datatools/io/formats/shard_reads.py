@@ -12,6 +12,7 @@ import asyncio
 import os
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import BinaryIO
 
 import google_crc32c
@@ -173,66 +174,77 @@ def all_done(parts: list, value: np.ndarray) -> JoinedRead:
     return JoinedRead(parts, after_all)
 
 
-def read(
-    kv: ts.KvStore,
-    table: np.ndarray,
-    begin: int,
-    end: int,
-    *,
-    inner: int,
-    dtype: np.dtype,
-    batch: ts.Batch | None = None,
-    damaged: Callable[[str], ValueError],
-    failed: Callable[[BaseException, str], BaseException],
-    out: np.ndarray | None = None,
-    where: str | os.PathLike | None = None,
-) -> JoinedRead:
-    """Tokens ``[begin, end)`` of the sharded array in ``kv`` (shard indices ``table``, inner chunks of ``inner``
-    tokens), one ranged GET per :func:`byte_runs` run, issued now (in ``batch``), decoded into ``out`` (``end -
-    begin`` tokens of ``dtype``; a new array if None) by whoever asks for the result first. ``damaged(text)`` makes
-    the error of a missing or bad chunk, ``failed(exc, key)`` that of a failed GET. ``where``: the array's place (in a
-    bucket each GET is bounded, :func:`storage.bounded`: one unanswered past the bound raises a StorageError naming
-    the object)."""
-    per_shard = table.shape[1]
-    first, last = begin // inner, (end - 1) // inner  # inner chunks, over the whole array
-    plan = []  # (shard, chunk in shard, count, start) per ranged GET
-    for shard in range(first // per_shard, last // per_shard + 1):
-        lo = max(first, shard * per_shard) - shard * per_shard
-        hi = min(last, shard * per_shard + per_shard - 1) - shard * per_shard
-        plan += [(shard, lo + j, count, start) for j, count, start in byte_runs(table[shard, lo : hi + 1])]
-    parts = []
-    for shard, j, count, start in plan:
-        stop = int(table[shard, j + count - 1, 0] + table[shard, j + count - 1, 1])
-        part = kv.read(f"c/{shard}", byte_range=slice(int(start), stop), batch=batch)
-        parts.append(part if where is None else storage.bounded(part, storage.join(where, f"c/{shard}")))
+@dataclass(frozen=True)
+class ShardedArray:
+    """A sharded token array in ``kv`` read by ranged GETs: its shard indices ``table`` (shards, inner chunks, 3),
+    inner chunks of ``inner`` tokens of ``dtype``. ``damaged(text)`` makes the error of a missing or bad chunk,
+    ``failed(exc, key)`` that of a failed GET. ``where``: the array's place (in a bucket each GET is bounded,
+    :func:`storage.bounded`: one unanswered past the bound raises a StorageError naming the object)."""
 
-    def assemble(parts: list) -> np.ndarray:
-        target = np.empty(end - begin, dtype) if out is None else out
-        not_stored = np.flatnonzero(table.reshape(-1, 3)[first : last + 1, 0] == MISSING) + first
-        for c in not_stored.tolist():  # chunks not stored read as the fill value, 0
+    kv: ts.KvStore
+    table: np.ndarray
+    inner: int
+    dtype: np.dtype
+    damaged: Callable[[str], ValueError]
+    failed: Callable[[BaseException, str], BaseException]
+    where: str | os.PathLike | None = None
+
+    def read(self, begin: int, end: int, *, batch: ts.Batch | None = None, out: np.ndarray | None = None) -> JoinedRead:
+        """Tokens ``[begin, end)``, one ranged GET per :func:`byte_runs` run, issued now (in ``batch``), decoded into
+        ``out`` (``end - begin`` tokens of ``dtype``; a new array if None) by whoever asks for the result first."""
+        plan = self._gets(begin, end)
+        parts = []
+        for shard, j, count, start in plan:
+            stop = int(self.table[shard, j + count - 1, 0] + self.table[shard, j + count - 1, 1])
+            part = self.kv.read(f"c/{shard}", byte_range=slice(int(start), stop), batch=batch)
+            parts.append(part if self.where is None else storage.bounded(part, storage.join(self.where, f"c/{shard}")))
+        return JoinedRead(parts, lambda got: self._assemble(begin, end, plan, got, out))
+
+    def _gets(self, begin: int, end: int) -> list[tuple[int, int, int, int]]:
+        """(shard, first inner chunk in the shard, inner chunks, first byte) of each ranged GET tokens
+        ``[begin, end)`` need."""
+        per_shard = self.table.shape[1]
+        first, last = begin // self.inner, (end - 1) // self.inner  # inner chunks, over the whole array
+        plan = []
+        for shard in range(first // per_shard, last // per_shard + 1):
+            lo = max(first, shard * per_shard) - shard * per_shard
+            hi = min(last, shard * per_shard + per_shard - 1) - shard * per_shard
+            plan += [(shard, lo + j, count, start) for j, count, start in byte_runs(self.table[shard, lo : hi + 1])]
+        return plan
+
+    def _assemble(self, begin: int, end: int, plan: list, parts: list, out: np.ndarray | None) -> np.ndarray:
+        """Tokens ``[begin, end)`` decoded from the GETs' results (each inner chunk's checksum checked); chunks not
+        stored read as the fill value, 0."""
+        inner, per_shard = self.inner, self.table.shape[1]
+        target = np.empty(end - begin, self.dtype) if out is None else out
+        first, last = begin // inner, (end - 1) // inner
+        not_stored = np.flatnonzero(self.table.reshape(-1, 3)[first : last + 1, 0] == MISSING) + first
+        for c in not_stored.tolist():
             lo = c * inner
             target[max(lo, begin) - begin : min(lo + inner, end) - begin] = 0
         for (shard, j, count, start), part in zip(plan, parts):
-            try:
-                got = part.result()
-            except ValueError as exc:
-                raise failed(exc, f"c/{shard}") from None
-            except asyncio.CancelledError:  # past its bound, unanswered (storage.bounded)
-                if where is None:
-                    raise
-                raise storage.timeout_error(storage.join(where, f"c/{shard}")) from None
-            if got.state != "value":
-                raise damaged(f"chunk tokens/c/{shard} is missing")
-            data = bytes(got.value)
+            data = self._fetched(part, shard)
             for i in range(j, j + count):
-                offset, nbytes, crc = (int(v) for v in table[shard, i])
+                offset, nbytes, crc = (int(v) for v in self.table[shard, i])
                 lo = (shard * per_shard + i) * inner  # the chunk's first token in the array
                 a, b = max(lo, begin), min(lo + inner, end)
                 try:
-                    value = decode(data[offset - start : offset - start + nbytes], crc, inner, dtype)
+                    value = decode(data[offset - start : offset - start + nbytes], crc, inner, self.dtype)
                 except ValueError as exc:
-                    raise damaged(f"chunk tokens/c/{shard} is corrupt (inner chunk {i} {exc})") from None
+                    raise self.damaged(f"chunk tokens/c/{shard} is corrupt (inner chunk {i} {exc})") from None
                 target[a - begin : b - begin] = value[a - lo : b - lo]
         return target
 
-    return JoinedRead(parts, assemble)
+    def _fetched(self, part, shard: int) -> bytes:
+        """The bytes of one ranged GET of shard ``shard``, or the error that names it."""
+        try:
+            got = part.result()
+        except ValueError as exc:
+            raise self.failed(exc, f"c/{shard}") from None
+        except asyncio.CancelledError:  # past its bound, unanswered (storage.bounded)
+            if self.where is None:
+                raise
+            raise storage.timeout_error(storage.join(self.where, f"c/{shard}")) from None
+        if got.state != "value":
+            raise self.damaged(f"chunk tokens/c/{shard} is missing")
+        return bytes(got.value)

@@ -701,19 +701,16 @@ class TokenStore:
     def _read_into(self, begin: int, end: int, batch: ts.Batch | None, out: np.ndarray | None):
         """One background read of tokens [begin, end), decoded into ``out`` when given (:meth:`read_async`)."""
         if self.ranged_reads and end > begin:  # in a bucket: one ranged GET a run of inner chunks, each checked
-            return shard_reads.read(
+            array = shard_reads.ShardedArray(
                 self._kvstore("tokens"),
                 self.shard_table(),
-                begin,
-                end,
-                inner=self.read_granularity,
-                dtype=self.dtype,
-                batch=batch,
+                self.read_granularity,
+                self.dtype,
                 damaged=lambda text: self.damaged(f"{display(self.path)}: {text}"),
                 failed=self._read_failed,
-                out=out,
                 where=storage.join(self.path, "tokens"),
             )
+            return array.read(begin, end, batch=batch, out=out)
         checks = self.check_objects("tokens", begin, end, batch=batch, wait=False) if end > begin else []
         if out is None:
             read = self.tokens[begin:end].read(batch=batch)

@@ -54,17 +54,8 @@ def test_any_range_reads_the_tokens_it_holds(tmp_path_factory, small_shards, dat
     begin = data.draw(st.integers(0, size - 1))
     end = data.draw(st.integers(begin + 1, size))
     out = np.full(end - begin, 7, store.dtype) if data.draw(st.booleans()) else None
-    got = shard_reads.read(
-        array_kvstore(path / "tokens"),
-        table,
-        begin,
-        end,
-        inner=INNER,
-        dtype=store.dtype,
-        damaged=ValueError,
-        failed=_failed,
-        out=out,
-    )
+    array = shard_reads.ShardedArray(array_kvstore(path / "tokens"), table, INNER, store.dtype, ValueError, _failed)
+    got = array.read(begin, end, out=out)
     np.testing.assert_array_equal(got.result(), flat[begin:end])
     if out is not None:
         assert got.result() is out
