@@ -36,9 +36,9 @@ lint: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
 
-# The numba kernels compiled into .numba_cache (`datatools warm`: ~60 s of CPU in 5 processes): the suite's processes
-# then load them instead of each compiling them on first use. make test runs it beside lint and docs (make -j2); a
-# failure here fails nothing (the tests say what is wrong).
+# The numba kernels compiled into .numba_cache (`datatools warm --jobs 1`: ~30 s of CPU, in one process): the suite's
+# processes then load them instead of each compiling them on first use. make test runs it beside lint and docs
+# (make -j2); a failure here fails nothing (the tests say what is wrong).
 warm-kernels: $(STAMP)
 	-NUMBA_CACHE_DIR=$(CURDIR)/.numba_cache $(VENV)/bin/datatools warm --jobs 1
 

@@ -134,7 +134,8 @@ def warm(
     parts: list[str] | None = None, jobs: int | None = None, done: Callable[[str], None] | None = None
 ) -> WarmReport:
     """Compile the kernels of ``parts`` (default all of :data:`PARTS`) into numba's cache, ``jobs`` processes at a
-    time (default the CPUs this process may run on); ``done(part)`` is called as each part ends."""
+    time (default the CPUs this process may run on; 1: every part in this process, one after the other);
+    ``done(part)`` is called as each part ends."""
     names = list(PARTS) if parts is None else parts
     unknown = [p for p in names if p not in PARTS]
     if unknown:
@@ -149,11 +150,19 @@ def warm(
 
         def run(name: str) -> None:
             started = time.perf_counter()
-            argv = [sys.executable, "-m", "datatools.pipeline.compile_ahead", name, stores[16]]
-            proc = subprocess.run(argv + ([stores[32]] if name in WIDTHS else []), capture_output=True, text=True)
-            if proc.returncode != 0:
-                lines = (proc.stderr or proc.stdout).strip().splitlines()
-                report.failed[name] = lines[-1] if lines else f"exit {proc.returncode}"
+            paths = [stores[16]] + ([stores[32]] if name in WIDTHS else [])
+            if jobs == 1:  # one at a time: in this process (no second import, no kernel compiled twice)
+                try:
+                    for path in paths:
+                        PARTS[name](path)
+                except Exception as exc:  # noqa: BLE001 -- reported per part, as a child's last line is
+                    report.failed[name] = f"{type(exc).__name__}: {exc}"
+            else:
+                argv = [sys.executable, "-m", "datatools.pipeline.compile_ahead", name, *paths]
+                proc = subprocess.run(argv, capture_output=True, text=True)
+                if proc.returncode != 0:
+                    lines = (proc.stderr or proc.stdout).strip().splitlines()
+                    report.failed[name] = lines[-1] if lines else f"exit {proc.returncode}"
             report.part_seconds[name] = time.perf_counter() - started
             if done is not None:
                 done(name)

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from datatools.pipeline import compile_ahead
@@ -59,10 +58,15 @@ def test_after_warm_a_fresh_process_compiles_nothing_for_its_first_batches(tmp_p
 
 
 def test_a_part_that_fails_is_said_and_an_unknown_part_refused(tmp_path, monkeypatch):
-    monkeypatch.setitem(compile_ahead.PARTS, "broken", lambda store: None)
+    def boom(store):
+        raise ValueError("boom")
+
+    monkeypatch.setitem(compile_ahead.PARTS, "broken", boom)
+    monkeypatch.setitem(compile_ahead.PARTS, "fine", lambda store: None)
     monkeypatch.setattr(compile_ahead, "_write_store", lambda path, vocab: None)
-    report = compile_ahead.warm(parts=["broken"], jobs=1)  # the child has no part of that name: it fails
-    assert list(report.failed) == ["broken"] and "broken" in report.failed["broken"]
+    report = compile_ahead.warm(parts=["broken", "fine"], jobs=1)  # in this process
+    assert report.failed == {"broken": "ValueError: boom"} and set(report.part_seconds) == {"broken", "fine"}
+    report = compile_ahead.warm(parts=["broken", "fine"], jobs=2)  # in child processes: neither part is known there
+    assert sorted(report.failed) == ["broken", "fine"] and "KeyError" in report.failed["broken"]
     with pytest.raises(ValueError, match="unknown warm-up part 'nope'"):
         compile_ahead.warm(parts=["nope"])
-    assert np.all([callable(f) for f in compile_ahead.PARTS.values()])
