@@ -107,6 +107,30 @@ def balance_order(key, devices: int) -> np.ndarray:
     return np.lexsort((np.arange(rows), device)).astype(np.int64)  # by device, then by position in the batch
 
 
+def balance_group(key, batches: int, devices: int) -> np.ndarray:
+    """int64 permutation ``p`` of the rows of ``batches`` global batches of equal height laid back to back (batch
+    b's rows at ``[b H, (b + 1) H)``): position ``i`` of the arrangement holds row ``p[i]``, batch b its positions
+    ``[b H, (b + 1) H)``, each batch's devices contiguous slices of ``H / devices`` rows. Where one batch's heaviest
+    rows exceed a device's share, no order inside it is balanced; across the group they are paired with light rows
+    of the others: the rows are dealt to ``batches * devices`` slices of equal row counts (:func:`balance_order`:
+    LPT, then swaps), and the slices, heaviest first, go ``devices`` at a time to the batches, so each batch's
+    slices carry near-equal work (a batch's level may differ from another's). The rows of the group are
+    delivered once each, in other batches than drawn: the batches' contents change (the shuffle within the group).
+    ``batches=1`` is :func:`balance_order`. Deterministic: a function of ``key``, ``batches`` and ``devices``."""
+    key = np.ascontiguousarray(key, dtype=np.int64)
+    batches = check_int(batches, "batches", minimum=1)
+    devices = check_int(devices, "devices", minimum=1)
+    if key.shape[0] % (batches * devices):
+        raise ValueError(f"{key.shape[0]} rows do not divide into {batches} batches over {devices} devices")
+    if batches == 1:
+        return balance_order(key, devices)
+    per = key.shape[0] // (batches * devices)
+    slices = balance_order(key, batches * devices).reshape(batches * devices, per)
+    loads = key[slices].sum(axis=1)
+    heaviest_first = np.lexsort((np.arange(loads.shape[0]), -loads))
+    return slices[heaviest_first].reshape(-1)
+
+
 def device_loads(values, devices: int) -> np.ndarray:
     """The sum of ``values`` (one per row, in batch order) over each device's contiguous slice: (devices,)."""
     v = np.asarray(values)

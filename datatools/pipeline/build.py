@@ -145,7 +145,8 @@ def pipeline_identity(cfg: PipelineConfig, docs) -> dict:
     lengths = np.ascontiguousarray(docs.lengths(), dtype=np.int64)
     name = "packing" if cfg.packing else "curriculum" if cfg.curriculum else "bucketing"
     section = getattr(cfg, name)
-    return {
+    balance = {"balance": [cfg.devices, cfg.balance_across]} if cfg.balance_across > 1 else {}  # batch contents
+    return balance | {
         "documents": int(lengths.shape[0]),
         "tokens": int(lengths.sum()),
         "lengths_crc32": zlib.crc32(lengths.tobytes()),
