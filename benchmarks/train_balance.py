@@ -5,7 +5,9 @@ The same batches, only the order of rows inside each differs: ``train()`` runs t
 axis sharded over 8 host-platform CPU devices in contiguous slices and ``attention: blocksparse`` through
 ``sharded_blocksparse_attention`` (each device its own tile list, padded to one width per batch: the longest
 device list's ``bucket_width``). Runs alternate (drawn, balanced, drawn, ...), ``--repeats`` each; per step the
-median of its runs' times, steps that compiled a program in any run left out (a step of a new list width compiles).
+median of its runs' times, steps that compiled a program in any run left out (a step of a new list width compiles),
+and the process's CPU seconds between steps (every thread: the step and the loader), which a loaded machine disturbs
+less than wall time.
 
 Per step: MFU on useful FLOPs (train's count: 6 N T_useful + 6 L d sum s(s + 1)), the peak one measured CPU float32
 matmul (the median of the runs' measurements, one figure for both orders: the ratio is the step times' alone); the
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
+import time
 
 DEVICES = 8
 FLAG = f"--xla_force_host_platform_device_count={DEVICES}"  # before jax starts
@@ -56,9 +59,16 @@ def run(args, docs: ArrayDocuments, devices: int | None):
         attention="blocksparse",
         attention_block=args.block,
     )
-    report = train(TrainConfig(pipe, model, TrainSection(steps=args.steps, warmup_steps=2)), documents=docs)
+    cpu = [time.process_time()]
+
+    def on_step(rec) -> None:  # CPU seconds of the process (every thread) between steps: the step and the loader
+        cpu.append(time.process_time())
+
+    report = train(
+        TrainConfig(pipe, model, TrainSection(steps=args.steps, warmup_steps=2)), documents=docs, on_step=on_step
+    )
     assert report.summary.devices and len(report.summary.devices) == DEVICES
-    return report.records, report.summary.peak_flops
+    return report.records, np.diff(cpu), report.summary.peak_flops
 
 
 def main() -> None:
@@ -89,11 +99,13 @@ def main() -> None:
         rng.integers(1, 4096, int(lengths.sum())).astype(np.int32), np.concatenate(([0], np.cumsum(lengths)))
     )
     runs: dict[str, list] = {name: [] for name in ORDERS}
+    cpu_runs: dict[str, list] = {name: [] for name in ORDERS}
     peaks = []
     for _ in range(args.repeats):
         for name, devices in ORDERS.items():
-            records, peak = run(args, docs, devices)
+            records, cpu, peak = run(args, docs, devices)
             runs[name].append(records)
+            cpu_runs[name].append(cpu)
             peaks.append(peak)
     peak = float(np.median(peaks))
     for j in range(args.steps):  # the same batches: the same useful FLOPs and loss in both orders
@@ -109,6 +121,7 @@ def main() -> None:
             seconds = float(np.median([r.seconds for r in recs]))
             row |= {
                 f"{name}_s": seconds,
+                f"{name}_cpu_s": float(np.median([cpu[j] for cpu in cpu_runs[name]])),
                 f"{name}_mfu": recs[0].flops / seconds / peak,
                 f"{name}_attention": recs[0].device_attention,
                 f"{name}_tiles": busiest_over_mean(recs[0].device_tiles, DEVICES),
@@ -130,6 +143,7 @@ def main() -> None:
             "step",
             "drawn s",
             "balanced s",
+            "CPU s drawn / balanced",
             "MFU drawn",
             "MFU balanced",
             "attention max/mean drawn / balanced",
@@ -141,6 +155,7 @@ def main() -> None:
                 str(r["step"]) + ("" if r["timed"] else " (compiled)"),
                 r["drawn_s"],
                 r["balanced_s"],
+                f"{r['drawn_cpu_s']:.1f} / {r['balanced_cpu_s']:.1f}",
                 f"{r['drawn_mfu']:.2%}",
                 f"{r['balanced_mfu']:.2%}",
                 f"{r['drawn_attention']:.3f} / {r['balanced_attention']:.3f}",
@@ -150,9 +165,11 @@ def main() -> None:
             for r in steps
         ],
     )
+    cpu_total = {name: sum(r[f"{name}_cpu_s"] for r in timed) for name in ORDERS}
     print(
         f"useful-FLOPs MFU over the {len(timed)} steps timed in both orders: drawn {total['drawn']:.2%}, balanced "
-        f"{total['balanced']:.2%}"
+        f"{total['balanced']:.2%}; CPU seconds (every thread, the loader's too): drawn {cpu_total['drawn']:.1f}, "
+        f"balanced {cpu_total['balanced']:.1f}; load {' / '.join(f'{x:.1f}' for x in os.getloadavg())}"
     )
     kernel = None
     if args.kernel:
@@ -180,6 +197,8 @@ def main() -> None:
         "peak_source": "measured CPU float32 matmul (median of the runs)",
         "steps": steps,
         "mfu": total,
+        "cpu_s": cpu_total,
+        "load_end": os.getloadavg(),
         "kernel": kernel,
     }
     print(f"wrote {write_json('train_balance', payload)}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from datatools import materialize, pack_lengths
@@ -16,6 +16,7 @@ from datatools.kernels.balance import (
     balance_order,
     busiest_over_mean,
     device_loads,
+    group_busiest,
     least_busiest,
 )
 
@@ -101,6 +102,7 @@ def test_key_orders_by_work_then_tokens_and_never_overflows():
     batches=st.integers(1, 4),
     devices=st.integers(1, 8),
 )
+@example(keys=[18, 1, 1, 8, 42, 10, 12, 158, 4265, 258, 1, 87], batches=2, devices=3)  # exchanging is worse here
 def test_group_arrangement_is_a_permutation_and_one_batch_is_the_order(keys, batches, devices):
     rows = len(keys) // (batches * devices) * (batches * devices)
     if rows == 0:
@@ -111,6 +113,11 @@ def test_group_arrangement_is_a_permutation_and_one_batch_is_the_order(keys, bat
     np.testing.assert_array_equal(p, balance_group(key.copy(), batches, devices))  # a function of its input
     if batches == 1:
         np.testing.assert_array_equal(p, balance_order(key, devices))
+    height = rows // batches
+    alone = np.concatenate(
+        [balance_order(key[b * height : (b + 1) * height], devices) + b * height for b in range(batches)]
+    )
+    assert group_busiest(key[p], batches, devices) <= group_busiest(key[alone], batches, devices)  # never worse
 
 
 def test_two_rows_a_device_reach_the_target_across_four_batches():
@@ -130,3 +137,19 @@ def test_two_rows_a_device_reach_the_target_across_four_batches():
             alone.append(busiest_over_mean(mine[balance_order(mine, 64)], 64))
     assert np.mean(alone) > 1.5
     assert np.mean(across) <= 1.15
+
+
+def test_slices_of_like_work_share_a_batch():
+    """Pareto rows, 2 a device of 64, groups of 4 batches: slices going to batches heaviest first (each batch's
+    slices alike) leave each batch's busiest device closer to its mean than slices in the order they were dealt."""
+    rng = np.random.default_rng(0)
+    lengths = ((rng.pareto(1.1, 60_000) + 1) * 200).round().clip(1, 65536).astype(np.int64)
+    plan = pack_lengths(lengths, 8192)
+    work = row_tiles(plan.row_splits, plan.length, 128)[:, 1]
+    order = rng.permutation(plan.num_rows)
+    sorted_, dealt = [], []
+    for g in range(plan.num_rows // 512):
+        rows = work[order[g * 512 : (g + 1) * 512]]
+        sorted_ += [busiest_over_mean(b, 64) for b in rows[balance_group(rows, 4, 64)].reshape(4, 128)]
+        dealt += [busiest_over_mean(b, 64) for b in rows[balance_order(rows, 256)].reshape(4, 128)]
+    assert np.mean(sorted_) <= 1.05 < np.mean(dealt)

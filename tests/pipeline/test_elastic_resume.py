@@ -272,10 +272,12 @@ def test_balanced_batches_restore_exactly_on_another_host_count(docs, mode):
 
 
 @pytest.mark.slow  # ~13 s on 2 cores (2 worker processes start)
-def test_balanced_batches_are_the_same_with_two_workers(docs):
-    """Streaming packing, devices: 4: Grain's 2 worker processes give the batches of none."""
-    zero = list(build_canonical(cfg("streaming", "block", devices=4), docs).dataset)
-    it = iter(build_canonical(cfg("streaming", "block", devices=4, workers=2), docs).dataset)
+@pytest.mark.parametrize("across", [1, 3])
+def test_balanced_batches_are_the_same_with_two_workers(docs, across):
+    """Streaming packing, devices: 4 (rows exchanged across 3 batches too): Grain's 2 worker processes give the
+    batches of none."""
+    zero = list(build_canonical(cfg("streaming", "block", devices=4, balance_across=across), docs).dataset)
+    it = iter(build_canonical(cfg("streaming", "block", devices=4, workers=2, balance_across=across), docs).dataset)
     two = list(it)
     it.close()
     assert len(zero) == len(two)
