@@ -16,7 +16,10 @@ drawn (what every loader does today: the alternative) and as ``BalancedSchedule`
   ``shuffle-report`` counts them (the same rows: the same figure);
 * ``order ms``: the balanced order's cost per batch (lengths to order, one host; every host computes it).
 
-Targets (issue 53): tiles max/mean <= 1.05 at >= 8 rows a device, <= 1.15 at 2; padding unchanged.
+Targets (issue 53): tiles max/mean <= 1.05 at >= 8 rows a device, <= 1.15 at 2; padding unchanged. At 2 rows a
+device the rows ``balance_across`` (``--across``: 2, 4, 8) exchanges between consecutive batches are measured too
+(rows ``D (2), across G``): the batches' contents change, so ``bound`` (an order inside the batch) no longer
+limits them, and ``groups/batch`` says what the exchange costs the shuffle.
 
 ``--kernel`` also times block-sparse attention (forward + backward) sharded over 8 host CPU devices with
 ``jax.shard_map``, each device its own tile list padded to one width, drawn against balanced batches (medians of
@@ -85,10 +88,10 @@ def groups_per_batch(plan, group: int) -> int:
 
 def measure(inner, balanced: list[BalancedSchedule], block: int, group: int) -> list[dict]:
     """Every batch of epoch 0, as drawn and as each of ``balanced`` orders it: the figures of one table row per
-    device count."""
+    device count (and ``balance_across``)."""
     n = inner.num_batches(0)
-    acc = [{k: [] for k in ("before", "after", "bound", "tok_before", "tok_after", "ms")} for _ in balanced]
-    groups_before, groups_after, real, slots = [], [], 0, 0
+    acc = [{k: [] for k in ("before", "after", "bound", "tok_before", "tok_after", "ms", "groups")} for _ in balanced]
+    groups_before, real, slots = [], 0, 0
     for j in range(n):
         rows = inner.batch_rows(0, j)
         plan = inner.rows_plan(0, j, 0, rows)
@@ -106,13 +109,15 @@ def measure(inner, balanced: list[BalancedSchedule], block: int, group: int) -> 
             a["bound"].append(least_busiest(tiles, devices))
             a["tok_before"].append(busiest_over_mean(tokens, devices))
             a["tok_after"].append(busiest_over_mean(b_tokens, devices))
-            assert np.array_equal(np.sort(b_tiles), np.sort(tiles))  # the same rows
-        groups_after.append(groups_per_batch(balanced[0].rows_plan(0, j, 0, rows), group))
+            if b.across == 1:
+                assert np.array_equal(np.sort(b_tiles), np.sort(tiles))  # the same rows
+            a["groups"].append(groups_per_batch(b.rows_plan(0, j, 0, rows), group))
     out = []
     for b, a in zip(balanced, acc):
         out.append(
             {
                 "devices": b.devices,
+                "balance_across": b.across,
                 "rows_per_device": inner.row_counts[0] // b.devices,
                 "batches": n,
                 "tiles_before_mean": float(np.mean(a["before"])),
@@ -124,9 +129,9 @@ def measure(inner, balanced: list[BalancedSchedule], block: int, group: int) -> 
                 "tokens_before_mean": float(np.mean(a["tok_before"])),
                 "tokens_after_mean": float(np.mean(a["tok_after"])),
                 "padding_before": 1 - real / slots,
-                "padding_after": 1 - real / slots,  # the same rows (asserted above)
+                "padding_after": 1 - real / slots,  # the same rows (the same rows of each group across batches)
                 "groups_per_batch_before": float(np.mean(groups_before)),
-                "groups_per_batch_after": float(np.mean(groups_after)),
+                "groups_per_batch_after": float(np.mean(a["groups"])),
                 "order_ms": float(np.median(a["ms"])),
             }
         )
@@ -231,6 +236,14 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=128, help="attention tile (tokens) the work is counted at")
     parser.add_argument("--group", type=int, default=64, help="documents a stored group (shuffle-report)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--across",
+        type=int,
+        nargs="*",
+        default=[2, 4, 8],
+        help="balance_across values (batches rows are exchanged between) measured at 2 rows a device",
+    )
+    parser.add_argument("--out", default="balance", help="results/NAME.json")
     parser.add_argument("--kernel", action="store_true", help="also time block-sparse attention on host CPU devices")
     parser.add_argument("--kernel-devices", type=int, default=8)
     parser.add_argument("--kernel-ctx", type=int, default=2048)
@@ -260,7 +273,11 @@ def main() -> None:
                     print(f"{name}, {mode}: fewer rows than one global batch of {batch}; skipped")
                     continue
                 devices = [d for d in args.devices if all(r % d == 0 for r in inner.row_counts)]
-                balanced = [BalancedSchedule(inner, devices=d, block=args.block) for d in devices]
+                balanced = [
+                    BalancedSchedule(inner, devices=d, block=args.block, across=g)
+                    for d in devices
+                    for g in [1] + (args.across if mode != "curriculum" and batch // d <= 2 < batch else [])
+                ]
                 rows = measure(inner, balanced, args.block, args.group)
                 for r in rows:
                     results.append(
@@ -282,7 +299,8 @@ def main() -> None:
                     ],
                     [
                         [
-                            f"{r['devices']} ({r['rows_per_device']})",
+                            f"{r['devices']} ({r['rows_per_device']})"
+                            + (f", across {r['balance_across']}" if r["balance_across"] > 1 else ""),
                             f"{r['tiles_before_mean']:.3f} (p90 {r['tiles_before_p90']:.3f})",
                             f"{r['tiles_after_mean']:.3f} (p90 {r['tiles_after_p90']:.3f})",
                             f"{r['bound_mean']:.3f}",
@@ -297,7 +315,7 @@ def main() -> None:
                 )
     kernel = kernel_times(args) if args.kernel else None
     payload = {"ctx": CTX, "block": args.block, "group": args.group, "results": results, "kernel": kernel}
-    path = write_json("balance", payload)
+    path = write_json(args.out, payload)
     print(f"wrote {path}")
 
 

@@ -41,6 +41,8 @@ def pipeline_command(config, source, overrides, steps, workers, json_out, step_s
     CONFIG is a YAML file, or the name of a config shipped with datatools (pretrain_block_8192,
     finetune_packed_1024, bucketed, ...; configs/README.md describes them).
     """
+    import numpy as np
+
     from datatools.pipeline import load_config  # Grain, JAX: imported once the arguments are parsed
     from datatools.pipeline.config import in_file
     from datatools.pipeline.named_configs import check_demo_data
@@ -82,6 +84,12 @@ def pipeline_command(config, source, overrides, steps, workers, json_out, step_s
         ("workers", str(report.config.workers)),
     ]:
         table.add_row(name, value)
+    for what, values in (("attention tiles", report.device_tiles), ("real tokens", report.device_tokens)):
+        if report.devices and values:
+            table.add_row(
+                f"busiest/mean of {report.devices} devices, {what} (mean / p90 / max of {len(values):,} batches)",
+                " / ".join(f"{x:.3f}" for x in (np.mean(values), np.percentile(values, 90), np.max(values))),
+            )
     loader = report.loader
     if loader is not None and loader.steps > 1:
         table.add_row(

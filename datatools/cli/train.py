@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
 @json_option("the summary and per-step records", then="")
 def train_command(config, steps, source, attention, grad_accum_steps, json_out):
     """Train the CONFIG's model on its pipeline: loss, tokens/s, efficiency and MFU per step."""
+    import jax
+
+    from datatools.kernels.balance import busiest_over_mean
     from datatools.train.device_errors import device_errors  # JAX: imported once the arguments are parsed
     from datatools.train.loop import load_train_config, train
 
@@ -48,6 +52,7 @@ def train_command(config, steps, source, attention, grad_accum_steps, json_out):
         f"model: {cfg.model.num_params():,} parameters ({cfg.model.n_layers} layers, d_model "
         f"{cfg.model.d_model}); pipeline: {cfg.pipeline.source_label}"
     )
+    several = jax.local_device_count() > 1  # rows split over devices: each step's busiest device over the mean
     doing("building the pipeline, compiling the first step")
     with device_errors(), ExitStack() as bars:  # XLA out of memory -> DeviceOutOfMemory (exit 1, one line)
         advance: list = []  # the bar, from the first (compiled) step on
@@ -58,7 +63,13 @@ def train_command(config, steps, source, attention, grad_accum_steps, json_out):
                     f"step {rec.step:>5}  loss {rec.loss:.4f}  {rec.rows}x{rec.shape[1]}  "
                     f"tokens/s {rec.tokens_per_s:>10,.0f}  useful/s {rec.useful_tokens_per_s:>10,.0f}  "
                     f"efficiency {rec.efficiency:6.1%}  MFU {rec.mfu:6.2%}  HFU {rec.hfu:6.2%}"
-                    + ("  (includes compilation)" if rec.step == 1 else "")
+                    + (f"  busiest/mean device: attention {rec.device_attention:.3f}" if several else "")
+                    + (
+                        f", tiles {busiest_over_mean(rec.device_tiles, len(rec.device_tiles)):.3f}"
+                        if rec.device_tiles
+                        else ""
+                    )
+                    + ("  (includes compilation)" if rec.compiled else "")
                 )
             if not advance:
                 advance.append(bars.enter_context(count_progress(err, cfg.train.steps, "training steps")))
@@ -84,6 +95,12 @@ def train_command(config, steps, source, attention, grad_accum_steps, json_out):
             str(s.compilations) + ("" if s.compile_budget is None else f" (one per length: {s.compile_budget})"),
         ),
         ("shapes", ", ".join(f"{r}x{t}" for r, t in s.shapes)),
+        *(
+            [(f"busiest/mean device of {len(s.devices)}: attention work", f"{s.device_attention:.3f}")]
+            if several
+            else []
+        ),
+        *([("busiest/mean device: listed tiles", f"{s.device_tiles:.3f}")] if not math.isnan(s.device_tiles) else []),
         ("first step (compile)", f"{s.first_step_s:.2f} s"),
         (
             "step waited for data (p50 / p99 / max)",

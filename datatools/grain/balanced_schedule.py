@@ -10,6 +10,15 @@ holds the same rows as before, so every guarantee of the wrapped schedule stays:
 batches for any number of workers, restart positions (a mixture), and a position that restores on any host count.
 Restoring with another device count changes only the order of rows inside the batches from then on. Costs per batch,
 on every host: the batch's plan from lengths (~0.1-1 ms) and the order (~0.05-2 ms).
+
+``across`` = G > 1 (config key ``balance_across``): where a batch's heaviest rows exceed a device's share (two rows a
+device or fewer), no order inside it balances, so rows are exchanged between the G consecutive batches of a group
+(batches ``[g G, (g + 1) G)`` of an epoch, the last group shorter): the group's rows are dealt to its batches and
+devices by :func:`~datatools.kernels.balance.balance_group`. Batch contents change (each batch's rows come from the
+group's G batches as drawn), every row is still delivered once per epoch, and a group is a function of its index
+alone, computed whole on every host: the state stays "global batches consumed" and restores exactly on any host and
+worker count. The arrangement depends on ``devices`` and G, which the pipeline's identity then holds: a restore with
+another device count is refused. A group whose batches differ in height is balanced batch by batch.
 """
 
 from __future__ import annotations
@@ -22,11 +31,12 @@ from datatools.base.checks import check_int
 from datatools.grain.host_batches import empty_rows
 from datatools.grain.schedule import EpochCache, PlannedRowsSchedule
 from datatools.kernels.attention_blocks import row_tiles
-from datatools.kernels.balance import balance_key, balance_order
+from datatools.kernels.balance import balance_group, balance_key, balance_order
 from datatools.kernels.packing import PackPlan
 from datatools.kernels.packing.plan_format import row_pieces
 
 BATCHES_KEPT = 16  # batch orders cached per process (a host asks for the pieces, then the rows, of a few batches)
+GROUPS_KEPT = 4  # groups (balance_across) cached per process
 DEFAULT_BLOCK = 128  # the tile (tokens) work is counted at when the config names none (attention_block)
 
 
@@ -48,10 +58,11 @@ class BalancedSchedule:
     ``block`` is the attention tile (tokens) the work is counted at. Every batch height must divide by ``devices``.
     Attributes the wrapper does not define (``order``, ``restart_position``, ``docs``, ...) are ``inner``'s."""
 
-    def __init__(self, inner: PlannedRowsSchedule, *, devices: int, block: int = DEFAULT_BLOCK):
+    def __init__(self, inner: PlannedRowsSchedule, *, devices: int, block: int = DEFAULT_BLOCK, across: int = 1):
         self.inner = inner
         self.devices = check_int(devices, "devices", minimum=1)
         self.block = check_int(block, "block", minimum=1)
+        self.across = check_int(across, "balance_across", minimum=1)
         bad = [r for r in inner.row_counts if r % self.devices]
         if bad:
             raise ValueError(
@@ -61,6 +72,7 @@ class BalancedSchedule:
         self.shapes = inner.shapes
         self.row_counts = inner.row_counts
         self._orders = EpochCache(keep=BATCHES_KEPT)
+        self._groups = EpochCache(keep=GROUPS_KEPT)
 
     def __getattr__(self, name: str) -> Any:
         # carry_host ships one host's lanes; a balanced batch reads rows of any lane, so it is not passed on
@@ -69,10 +81,12 @@ class BalancedSchedule:
         return getattr(self.inner, name)
 
     def __getstate__(self):
-        return {"inner": self.inner, "devices": self.devices, "block": self.block}
+        return {"inner": self.inner, "devices": self.devices, "block": self.block, "across": self.across}
 
     def __setstate__(self, state):
-        BalancedSchedule.__init__(self, state["inner"], devices=state["devices"], block=state["block"])
+        BalancedSchedule.__init__(
+            self, state["inner"], devices=state["devices"], block=state["block"], across=state["across"]
+        )
 
     def num_batches(self, epoch: int) -> int:
         return self.inner.num_batches(epoch)
@@ -81,9 +95,40 @@ class BalancedSchedule:
         return self.inner.batch_rows(epoch, j)
 
     def batch(self, epoch: int, j: int) -> tuple[PackPlan, np.ndarray]:
-        """(the rows of ``inner``'s batch ``j`` holding data, as one plan; the order: position i of the balanced
-        batch is row ``order[i]`` of it, rows past the plan's empty)."""
-        return self._orders.get((epoch, j), self._batch)
+        """(a plan holding the rows of balanced batch ``j``; the order: position i of the batch is row ``order[i]``
+        of the plan, rows past the plan's empty). The plan is ``inner``'s batch ``j``'s data rows, or with
+        ``across`` > 1 those of its whole group."""
+        if self.across == 1:
+            return self._orders.get((epoch, j), self._batch)
+        g = j // self.across
+        plan, arrangement, starts = self._groups.get((epoch, g), self._group)
+        b = j - g * self.across
+        return plan, arrangement[starts[b] : starts[b + 1]]
+
+    def _group(self, key: tuple[int, int]) -> tuple[PackPlan, np.ndarray, np.ndarray]:
+        """(the data rows of group ``g``'s batches as one plan, batch after batch; the arrangement: position i of
+        the group's balanced batches, back to back, holds plan row ``arrangement[i]`` (past the plan: empty); each
+        batch's first position, and the end)."""
+        epoch, g = key
+        first = g * self.across
+        js = range(first, min(first + self.across, self.inner.num_batches(epoch)))
+        heights = [self.inner.batch_rows(epoch, j) for j in js]
+        plans = [self.inner.rows_plan(epoch, j, 0, h) for j, h in zip(js, heights)]
+        plan = _concat(plans)
+        index, keys = [], []
+        at = 0
+        for p, h in zip(plans, heights):
+            rows = np.full(h, plan.num_rows, np.int64)  # empty rows: past the plan
+            rows[: p.num_rows] = at + np.arange(p.num_rows)
+            at += p.num_rows
+            index.append(rows)
+            keys.append(balance_key(*row_work(p, h, self.block), plan.ctx))
+        starts = np.concatenate(([0], np.cumsum(heights))).astype(np.int64)
+        if len(set(heights)) == 1:
+            perm = balance_group(np.concatenate(keys), len(heights), self.devices)
+        else:  # batches of different heights keep their rows: each balanced alone
+            perm = np.concatenate([balance_order(k, self.devices) + s for k, s in zip(keys, starts)])
+        return plan, np.concatenate(index)[perm], starts
 
     def _batch(self, key: tuple[int, int]) -> tuple[PackPlan, np.ndarray]:
         epoch, j = key
@@ -95,8 +140,9 @@ class BalancedSchedule:
     def work(self, epoch: int, j: int) -> tuple[np.ndarray, np.ndarray]:
         """(tiles, tokens) of every row of balanced batch ``j`` in its order (int64 (rows,))."""
         plan, order = self.batch(epoch, j)
-        tiles, tokens = row_work(plan, order.shape[0], self.block)
-        return tiles[order], tokens[order]
+        tiles, tokens = row_work(plan, plan.num_rows + 1, self.block)  # the last: an empty row
+        at = np.minimum(order, plan.num_rows)
+        return tiles[at], tokens[at]
 
     def rows_plan(self, epoch: int, j: int, lo: int, hi: int) -> PackPlan:
         """Rows [lo, hi) of balanced batch ``j`` that hold data, as one plan (its rows in position order; the empty
@@ -136,3 +182,12 @@ def _take(plan: PackPlan, rows: np.ndarray) -> PackPlan:
     sel, splits = row_pieces(plan.row_splits, rows)
     doc, start, length = plan.doc[sel], plan.start[sel], plan.length[sel]
     return PackPlan.of_rows(plan.ctx, plan.align, splits, doc, start, length, plan.algorithm)
+
+
+def _concat(plans: list[PackPlan]) -> PackPlan:
+    """The rows of ``plans`` (one ctx and alignment) as one plan, in order."""
+    first = plans[0]
+    counts = np.concatenate([np.diff(p.row_splits) for p in plans]).astype(np.int64)
+    splits = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    doc, start, length = (np.concatenate([getattr(p, k) for p in plans]) for k in ("doc", "start", "length"))
+    return PackPlan.of_rows(first.ctx, first.align, splits, doc, start, length, first.algorithm)

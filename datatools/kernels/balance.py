@@ -107,6 +107,48 @@ def balance_order(key, devices: int) -> np.ndarray:
     return np.lexsort((np.arange(rows), device)).astype(np.int64)  # by device, then by position in the batch
 
 
+def balance_group(key, batches: int, devices: int) -> np.ndarray:
+    """int64 permutation ``p`` of the rows of ``batches`` global batches of equal height laid back to back (batch
+    b's rows at ``[b H, (b + 1) H)``): position ``i`` of the arrangement holds row ``p[i]``, batch b its positions
+    ``[b H, (b + 1) H)``, each batch's devices contiguous slices of ``H / devices`` rows. Where one batch's heaviest
+    rows exceed a device's share, no order inside it is balanced; across the group they are paired with light rows
+    of the others: the rows are dealt to ``batches * devices`` slices of equal row counts (:func:`balance_order`:
+    LPT, then swaps), and the slices, heaviest first, go ``devices`` at a time to the batches, so each batch's
+    slices carry near-equal work (a batch's level may differ from another's); where that sums to a higher busiest
+    over mean over the batches (:func:`group_busiest`) than balancing each batch alone (one row a device, few heavy
+    rows), each batch keeps its rows. The rows of the group are delivered once each, in other batches than drawn:
+    the batches' contents change (the shuffle within the group).
+    ``batches=1`` is :func:`balance_order`. Deterministic: a function of ``key``, ``batches`` and ``devices``."""
+    key = np.ascontiguousarray(key, dtype=np.int64)
+    batches = check_int(batches, "batches", minimum=1)
+    devices = check_int(devices, "devices", minimum=1)
+    if key.shape[0] % (batches * devices):
+        raise ValueError(f"{key.shape[0]} rows do not divide into {batches} batches over {devices} devices")
+    if batches == 1:
+        return balance_order(key, devices)
+    per = key.shape[0] // (batches * devices)
+    slices = balance_order(key, batches * devices).reshape(batches * devices, per)
+    loads = key[slices].sum(axis=1)
+    heaviest_first = np.lexsort((np.arange(loads.shape[0]), -loads))
+    exchanged = slices[heaviest_first].reshape(-1)
+    height = key.shape[0] // batches
+    alone = np.concatenate(
+        [balance_order(key[b * height : (b + 1) * height], devices) + b * height for b in range(batches)]
+    )
+    return (
+        exchanged
+        if group_busiest(key[exchanged], batches, devices) <= group_busiest(key[alone], batches, devices)
+        else alone
+    )
+
+
+def group_busiest(values, batches: int, devices: int) -> float:
+    """The sum over ``batches`` batches laid back to back of each one's busiest device's ``values`` over its mean
+    device's (:func:`busiest_over_mean`)."""
+    v = np.asarray(values)
+    return float(sum(busiest_over_mean(b, devices) for b in v.reshape(batches, -1)))
+
+
 def device_loads(values, devices: int) -> np.ndarray:
     """The sum of ``values`` (one per row, in batch order) over each device's contiguous slice: (devices,)."""
     v = np.asarray(values)

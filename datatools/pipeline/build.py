@@ -146,7 +146,8 @@ def pipeline_identity(cfg: PipelineConfig, docs) -> dict:
     lengths = np.ascontiguousarray(docs.lengths(), dtype=np.int64)
     name = "packing" if cfg.packing else "curriculum" if cfg.curriculum else "bucketing"
     section = getattr(cfg, name)
-    return {
+    balance = {"balance": [cfg.devices, cfg.balance_across]} if cfg.balance_across > 1 else {}  # batch contents
+    return balance | {
         "documents": int(lengths.shape[0]),
         "tokens": int(lengths.sum()),
         "lengths_crc32": zlib.crc32(lengths.tobytes()),
@@ -160,16 +161,17 @@ def pipeline_identity(cfg: PipelineConfig, docs) -> dict:
     }
 
 
-def _with_batch_maps(host: grain.MapDataset, cfg: PipelineConfig) -> grain.MapDataset:
-    """``host`` with each batch's attention tiles (``attention_block``) and loss weights (``loss_weighting``) added:
-    maps before the prefetch, computed in the worker processes."""
+def _with_batch_maps(host: grain.MapDataset, cfg: PipelineConfig, tile_devices: int = 1) -> grain.MapDataset:
+    """``host`` with each batch's attention tiles (``attention_block``; one list per device of ``tile_devices``
+    when above 1) and loss weights (``loss_weighting``) added: maps before the prefetch, computed in the worker
+    processes."""
     if cfg.attention_block is not None:
         bad = [t for _, t in host.shapes if t % cfg.attention_block]
         if bad:
             raise ValueError(
                 f"config: attention_block={cfg.attention_block} must divide every row length (got {bad[0]})"
             )
-        host = host.map(AttentionBlocks(cfg.attention_block))
+        host = host.map(AttentionBlocks(cfg.attention_block, tile_devices))
     if cfg.loss_weighting != "none":
         host = host.map(LossWeights(cfg.loss_weighting))
     return host
@@ -204,7 +206,7 @@ def _kernels_cold() -> bool:
     return kernels_cold([counting, pieces, materialize, shuffle])
 
 
-def _build_canonical(cfg: PipelineConfig, documents=None, history=None) -> CanonicalPipeline:
+def _build_canonical(cfg: PipelineConfig, documents=None, history=None, tile_devices: int = 1) -> CanonicalPipeline:
     """:func:`build_canonical` of a config whose ``shard`` is resolved, without the portable state;
     ``history``: a mixture's weight history (default the config's weights)."""
     warm_in_background()  # numba's start-up (0.4-1.1 s) while the source opens (from a bucket: ~2 s of requests)
@@ -219,7 +221,7 @@ def _build_canonical(cfg: PipelineConfig, documents=None, history=None) -> Canon
     identity = pipeline_identity(cfg, docs)
     if cfg.sources is not None:
         identity.update(mixture_identity(cfg, docs, history))
-    elements = _with_batch_maps(host, cfg)
+    elements = _with_batch_maps(host, cfg, tile_devices)
     stats_folder = None
     if cfg.workers and not in_memory:  # each worker process counts its reads into a file there
         stats_folder = tempfile.mkdtemp(prefix="datatools-reads-")
@@ -233,7 +235,7 @@ def _build_canonical(cfg: PipelineConfig, documents=None, history=None) -> Canon
     return built
 
 
-def build_canonical(cfg: PipelineConfig, documents=None) -> CanonicalPipeline:
+def build_canonical(cfg: PipelineConfig, documents=None, *, tile_devices: int = 1) -> CanonicalPipeline:
     """The pipeline up to canonical batches (``tokens``, ``segment_ids``, ``positions``, ``loss_mask``); its
     iterator's state restores into the same config with any number of workers and of hosts
     (:class:`~datatools.grain.portable_state.PortableStateIterDataset`), and refuses another config or data.
@@ -241,9 +243,12 @@ def build_canonical(cfg: PipelineConfig, documents=None) -> CanonicalPipeline:
     Args:
       cfg: the validated config (``shard: auto`` is resolved here, from jax).
       documents: an already opened source (else ``cfg.source`` is opened).
+      tile_devices: the devices this host's rows are split over, contiguous slices (``datatools train``'s local
+        devices): with ``attention_block``, each batch carries one tile list per device (the sharded block-sparse
+        kernel's input) instead of one for the batch.
     """
     cfg = resolve_shard(cfg)
-    built = _build_canonical(cfg, documents)
+    built = _build_canonical(cfg, documents, tile_devices=tile_devices)
     reweight = None
     if cfg.sources is not None:
         docs = built.documents_source
@@ -253,7 +258,7 @@ def build_canonical(cfg: PipelineConfig, documents=None) -> CanonicalPipeline:
             history = reweighted_history(
                 cfg, saved.get(WEIGHTS_KEY), consumed, lambda h: _host_batches(cfg, docs, h)[:2]
             )
-            again = _build_canonical(cfg, docs, history)
+            again = _build_canonical(cfg, docs, history, tile_devices)
             return again.dataset, again.identity
 
     built.dataset = PortableStateIterDataset(

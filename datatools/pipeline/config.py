@@ -368,6 +368,15 @@ class PipelineConfig:
         "batch_size / devices rows, hosts in order; set, each batch's rows are ordered so every slice carries the "
         "same attention work (tiles of attention_block, default 128) and tokens (null: the order as drawn)",
     )
+    balance_across: int = field(
+        1,
+        minimum=1,
+        maximum=1024,
+        doc="with devices: exchange rows between this many consecutive global batches, so each batch's devices "
+        "carry equal work where a batch's heaviest rows exceed a device's share (2 rows a device or fewer; "
+        "4 is enough on our data). Changes the batches' contents (every row still once per epoch); a "
+        "restore needs the same devices and balance_across. 1: rows reordered inside each batch only",
+    )
 
     def check(self, where: str) -> None:
         given = [s for s in ("packing", "bucketing", "curriculum") if getattr(self, s) is not None]
@@ -407,6 +416,16 @@ class PipelineConfig:
                 raise ValueError(
                     f"config: devices={self.devices} must be a multiple of shard.count={self.shard.count} (each "
                     f"host holds whole devices)"
+                )
+        if self.balance_across > 1:
+            if self.devices is None or self.devices < 2:
+                raise ValueError(
+                    f"config: balance_across={self.balance_across} balances rows over devices: set devices (2 or more)"
+                )
+            if self.packing is None or self.sources is not None:
+                raise ValueError(
+                    f"config: balance_across={self.balance_across} exchanges rows between batches of one shape from "
+                    "one source: packing, not bucketing, curriculum or a mixture (sources)"
                 )
         if self.attention_block is not None and self.format != "datatools":
             raise ValueError(

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from datatools.base.progress import doing
 from datatools.base.reports import Report
+from datatools.grain.balanced_schedule import DEFAULT_BLOCK
+from datatools.kernels.attention_blocks import EMPTY, block_structure
+from datatools.kernels.balance import busiest_over_mean
 from datatools.kernels.batch_layouts import to_format
-from datatools.pipeline import PipelineConfig, build_canonical
+from datatools.pipeline import PipelineConfig, ShardConfig, build_canonical
 from datatools.pipeline.stalls import LoaderReport, StallMeter
 
 
@@ -48,6 +51,11 @@ class PipelineRunReport(Report):
     shapes: list[list[int]]  # distinct [rows, tokens] batch shapes, sorted
     format: str
     loader: LoaderReport | None = None  # what each step waited for its batch, and what the readers fetched
+    # with the config's devices: this host's devices (its rows cut into that many contiguous slices), and per batch
+    # run the busiest one's in-document attention tiles (attention_block, default 128) and real tokens over the mean
+    devices: int | None = None
+    device_tiles: list[float] = field(default_factory=list)
+    device_tokens: list[float] = field(default_factory=list)
 
 
 def run_pipeline(
@@ -62,6 +70,11 @@ def run_pipeline(
     built = build_canonical(cfg, documents)
     build_s = time.perf_counter() - t0
     it = StallMeter(iter(built.dataset), stats_folder=built.stats_folder, warn=warn)
+    shard = built.config.shard
+    devices = cfg.devices // shard.count if cfg.devices and isinstance(shard, ShardConfig) else None
+    block = cfg.attention_block or DEFAULT_BLOCK
+    device_tiles: list[float] = []
+    device_tokens: list[float] = []
     real = slots = done = 0
     shapes: set[tuple[int, int]] = set()
     first_at = None
@@ -84,6 +97,11 @@ def run_pipeline(
                     real += int(np.count_nonzero(seg))
                     slots += seg.size
                 shapes.add((int(seg.shape[0]), int(seg.shape[1])))
+                if devices:  # what each of this host's devices gets of the batch (a row length the tile divides)
+                    if seg.shape[1] % block == 0:
+                        tiles = (block_structure(seg, block) != EMPTY).reshape(seg.shape[0], -1).sum(axis=1)
+                        device_tiles.append(busiest_over_mean(tiles, devices))
+                    device_tokens.append(busiest_over_mean(np.count_nonzero(seg, axis=1), devices))
                 # the conversion the configured pipeline pays (timed, then dropped)
                 to_format(batch, cfg.format, boundary_targets=cfg.boundary_targets, positions=cfg.positions)
                 done += 1
@@ -117,4 +135,7 @@ def run_pipeline(
         shapes=sorted([list(s) for s in shapes]),
         format=cfg.format,
         loader=loader,
+        devices=devices,
+        device_tiles=device_tiles,
+        device_tokens=device_tokens,
     )

@@ -48,11 +48,12 @@ def schedule_mode(cfg: PipelineConfig) -> str:
 def build_schedule(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Schedule, float | None]:
     """The global batch sequence of the config over ``docs`` and planned packing's efficiency (else None);
     ``history``: a mixture's weights over time, default the config's. With ``devices``, each batch's rows are
-    ordered for them (:class:`~datatools.grain.balanced_schedule.BalancedSchedule`)."""
+    ordered for them (:class:`~datatools.grain.balanced_schedule.BalancedSchedule`), exchanged between
+    ``balance_across`` consecutive batches when above 1."""
     schedule, efficiency = SCHEDULES[schedule_mode(cfg)](cfg, docs, history)
     if cfg.devices is not None and cfg.devices > 1:
         block = cfg.attention_block or DEFAULT_BLOCK
-        return BalancedSchedule(schedule, devices=cfg.devices, block=block), efficiency
+        return BalancedSchedule(schedule, devices=cfg.devices, block=block, across=cfg.balance_across), efficiency
     return schedule, efficiency
 
 

@@ -19,6 +19,7 @@ from datatools.base.errors import RunFailed
 from datatools.base.progress import doing
 from datatools.base.reports import Report
 from datatools.io.formats.yaml_files import load_yaml
+from datatools.kernels.balance import busiest_over_mean, device_loads
 from datatools.pipeline import PipelineConfig, ShardConfig, build_canonical, parse_config
 from datatools.pipeline.build import resolve_shard
 from datatools.pipeline.schema import field, from_dict
@@ -149,6 +150,12 @@ class StepRecord(Report):
     attention_flops_executed: float
     shape: list[int]  # the first micro-batch's [rows, length]
     loader_wait_s: float  # what this step waited for its batches
+    # per local device (contiguous slices of rows), summed over the micro-batches: the busiest device's in-document
+    # attention work (pairs, the FLOPs' attention term) over the mean device's, and tokens likewise (1.0: balanced)
+    device_attention: float = 1.0
+    device_tokens: float = 1.0
+    device_tiles: list[int] = dataclasses.field(default_factory=list)  # tiles each device's list holds (sharded)
+    compiled: bool = False  # the step compiled a program (its time includes compilation)
 
 
 @dataclass(frozen=True)
@@ -193,6 +200,8 @@ class TrainSummary(Report):
     peak_flops: float
     peak_source: str
     devices: list[str]
+    device_attention: float  # mean over the steps after the first of StepRecord.device_attention
+    device_tiles: float  # the same for the busiest device's listed tiles over the mean (nan: not sharded)
     params: int
     loader: LoaderReport  # what each step waited for its batches, what the readers fetched
     compile_budget: int | None  # a curriculum's lengths: one program each, no more
@@ -234,15 +243,16 @@ def train(
         attention_pairs_computed,
         device_peak,
         hardware_flops,
-        segment_lengths_sq,
+        row_lengths_sq,
         step_flops,
     )
 
     pipe = _host_sharded(cfg.pipeline).replace(format="datatools")
     if attention_keys(cfg.model.attention):  # the loader lists each batch's tiles
         pipe = pipe.replace(attention_block=cfg.model.attention_block)
-    built = build_canonical(pipe, documents)
     trainer = Trainer(cfg.model, cfg.train.optimizer, cfg.train.steps)
+    devices = len(trainer.devices)
+    built = build_canonical(pipe, documents, tile_devices=trainer.tile_devices)  # a tile list per device: sharded
     state = trainer.init_state(cfg.train.seed)
     peak, peak_source = device_peak(trainer.devices)
     records: list[StepRecord] = []
@@ -265,11 +275,18 @@ def train(
             if len(batches) < cfg.train.grad_accum_steps:  # the data ended: a short step would weigh differently
                 break
             useful = slots = rows = pair_sum = computed = 0  # of the step: tokens, slots, rows, attention pairs
+            dev_pairs, dev_tokens = np.zeros(devices, np.int64), np.zeros(devices, np.int64)
+            dev_tiles = np.zeros(devices, np.int64)
             for batch in batches:
                 check_token_ids(batch["tokens"], cfg.model.vocab_size, "model.vocab_size")
                 seg = batch["segment_ids"]
                 useful, slots, rows = useful + int(np.count_nonzero(seg)), slots + seg.size, rows + seg.shape[0]
-                pair_sum += segment_lengths_sq(seg)
+                row_pairs = row_lengths_sq(seg)
+                pair_sum += int(row_pairs.sum())
+                dev_pairs += device_loads(row_pairs, devices)
+                dev_tokens += device_loads(np.count_nonzero(seg, axis=1), devices)
+                if trainer.tile_devices > 1:
+                    dev_tiles += np.asarray(batch["tile_count"], np.int64).reshape(devices)
                 computed += attention_pairs_computed(cfg.model.attention, batch, cfg.model.attention_block)
             flops, hw_flops = step_flops(cfg.model, useful, pair_sum), hardware_flops(cfg.model, slots, computed)
             attn = step_flops(cfg.model, 0, pair_sum)  # the attention term alone: in-document pairs
@@ -277,6 +294,7 @@ def train(
             t0 = time.perf_counter()
             if step == 1:
                 doing(f"compiling the step for {seg.shape[0]}x{seg.shape[1]} batches, running it")
+            programs = trainer.compilations()
             state, metrics = trainer.accumulate_step(state, [trainer.put_batch(b) for b in batches])
             loss = float(metrics["loss"])  # waits for the step
             if step == 1:
@@ -311,6 +329,10 @@ def train(
                 hardware_flops(cfg.model, 0, computed),
                 list(seg.shape),
                 float(sum(it.waits[waited:])),
+                busiest_over_mean(dev_pairs, devices),
+                busiest_over_mean(dev_tokens, devices),
+                dev_tiles.tolist() if trainer.tile_devices > 1 else [],
+                trainer.compilations() > programs,
             )
             records.append(rec)
             if on_step:
@@ -342,6 +364,10 @@ def train(
         peak_flops=peak,
         peak_source=peak_source,
         devices=[str(d) for d in trainer.devices],
+        device_attention=float(np.mean([r.device_attention for r in steady])) if steady else 1.0,
+        device_tiles=float(np.mean([busiest_over_mean(r.device_tiles, devices) for r in steady]))
+        if steady and trainer.tile_devices > 1
+        else float("nan"),
         params=cfg.model.num_params(),
         loader=loader,
         compile_budget=budget,

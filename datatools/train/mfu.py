@@ -26,14 +26,20 @@ PEAK_FLOPS = {  # dense bf16 FLOP/s per chip, from the vendors' data sheets
 }
 
 
+def row_lengths_sq(segment_ids: np.ndarray) -> np.ndarray:
+    """int64 (rows,): per row, the sum over its pieces of s * (s + 1), s the piece's tokens (twice the causal
+    query-key pairs inside its documents: the row's share of the attention FLOPs)."""
+    seg = np.asarray(segment_ids)
+    out = np.zeros(seg.shape[0], np.int64)
+    for r, row in enumerate(seg):
+        counts = np.bincount(row[row > 0]).astype(np.int64)
+        out[r] = (counts * (counts + 1)).sum()
+    return out
+
+
 def segment_lengths_sq(segment_ids: np.ndarray) -> int:
     """sum over pieces of s * (s + 1), s the piece's tokens (segment runs within each row)."""
-    total = 0
-    for row in np.asarray(segment_ids):
-        counts = np.bincount(row[row > 0])
-        counts = counts[counts > 0].astype(np.int64)
-        total += int((counts * (counts + 1)).sum())
-    return total
+    return int(row_lengths_sq(segment_ids).sum())
 
 
 def step_flops(cfg: ModelConfig, useful_tokens: int, pair_sum: int) -> float:

@@ -14,7 +14,13 @@ import jax.numpy as jnp
 from datatools.base.checks import ATTENTIONS, MAX_CTX, MAX_VOCAB
 from datatools.kernels.attention_blocks import TILE_KEYS
 from datatools.pipeline.schema import OneOf, field
-from datatools.train.attention import SPARSE_KEYS, blocksparse_attention, dense_attention, fused_attention
+from datatools.train.attention import (
+    SPARSE_KEYS,
+    blocksparse_attention,
+    dense_attention,
+    fused_attention,
+    sharded_blocksparse_attention,
+)
 
 
 @dataclass(frozen=True)
@@ -116,12 +122,16 @@ def attention_keys(attention: str) -> tuple[str, ...]:
     return {"blocksparse": SPARSE_KEYS, "pallas_blocksparse": TILE_KEYS}.get(attention, ())
 
 
-def attend(cfg: ModelConfig, q, k, v, segment_ids, blocks: dict | None):
-    """Segment-aware causal attention of (B, T, H, D) q, k, v by ``cfg.attention`` (all compute one function)."""
+def attend(cfg: ModelConfig, q, k, v, segment_ids, blocks: dict | None, mesh=None):
+    """Segment-aware causal attention of (B, T, H, D) q, k, v by ``cfg.attention`` (all compute one function).
+    ``mesh``: for ``blocksparse``, the batch axis is sharded over its ``data`` axis and ``blocks`` holds one tile
+    list per device (:func:`~datatools.train.attention.sharded_blocksparse_attention`); None: one list."""
     name = cfg.attention
     if attention_keys(name):  # blocksparse, pallas_blocksparse: the loader's tile lists
         if blocks is None:
             raise ValueError(f"attention: {name} needs the batch's {' / '.join(attention_keys(name))}")
+        if name == "blocksparse" and mesh is not None:
+            return sharded_blocksparse_attention(q, k, v, segment_ids, blocks, cfg.attention_block, mesh)
         if name == "blocksparse":
             return blocksparse_attention(q, k, v, segment_ids, blocks, cfg.attention_block)
         from datatools.train.attention_pallas import pallas_blocksparse_attention
@@ -142,9 +152,11 @@ def attend(cfg: ModelConfig, q, k, v, segment_ids, blocks: dict | None):
     return fused_attention(q, k, v, segment_ids) if name == "fused" else dense_attention(q, k, v, segment_ids)
 
 
-def forward(params: dict, cfg: ModelConfig, tokens, segment_ids, positions, blocks: dict | None = None) -> jax.Array:
+def forward(
+    params: dict, cfg: ModelConfig, tokens, segment_ids, positions, blocks: dict | None = None, mesh=None
+) -> jax.Array:
     """Logits (B, T, vocab), float32. ``blocks``: the batch's non-empty tiles (:func:`attention_keys`), for
-    ``attention: blocksparse`` / ``pallas_blocksparse``."""
+    ``attention: blocksparse`` / ``pallas_blocksparse``; ``mesh``: their per-device lists' mesh (:func:`attend`)."""
     dt = jnp.dtype(cfg.dtype)
     b, t = tokens.shape
     h, hd = cfg.n_heads, cfg.head_dim
@@ -155,7 +167,7 @@ def forward(params: dict, cfg: ModelConfig, tokens, segment_ids, positions, bloc
         k = (y @ layer["wk"].astype(dt)).reshape(b, t, h, hd)
         v = (y @ layer["wv"].astype(dt)).reshape(b, t, h, hd)
         q, k = _rope(q, positions, cfg.rope_theta), _rope(k, positions, cfg.rope_theta)
-        o = attend(cfg, q, k, v, segment_ids, blocks).reshape(b, t, cfg.d_model)
+        o = attend(cfg, q, k, v, segment_ids, blocks, mesh).reshape(b, t, cfg.d_model)
         x = x + o @ layer["wo"].astype(dt)
         y = _rms_norm(x, layer["mlp_norm"])
         gate = jax.nn.silu(y @ layer["w_gate"].astype(dt))
@@ -164,11 +176,11 @@ def forward(params: dict, cfg: ModelConfig, tokens, segment_ids, positions, bloc
     return (x @ params["unembed"].astype(dt)).astype(jnp.float32)
 
 
-def token_nll(params: dict, cfg: ModelConfig, batch: dict) -> jax.Array:
+def token_nll(params: dict, cfg: ModelConfig, batch: dict, mesh=None) -> jax.Array:
     """Next-token cross-entropy (nats, float32, (B, T)) at every position: position t predicts token t + 1 (the
-    last position predicts a 0; weigh it out with the loss mask)."""
+    last position predicts a 0; weigh it out with the loss mask). ``mesh``: see :func:`attend`."""
     blocks = {k: batch[k] for k in attention_keys(cfg.attention)} or None
-    logits = forward(params, cfg, batch["tokens"], batch["segment_ids"], batch["positions"], blocks)
+    logits = forward(params, cfg, batch["tokens"], batch["segment_ids"], batch["positions"], blocks, mesh)
     targets = jnp.concatenate([batch["tokens"][:, 1:], jnp.zeros_like(batch["tokens"][:, :1])], axis=1)
     logp = jax.nn.log_softmax(logits, axis=-1)
     return -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
@@ -182,10 +194,10 @@ def loss_fn(params: dict, cfg: ModelConfig, batch: dict) -> tuple[jax.Array, jax
     return (token_nll(params, cfg, batch) * weights).sum() / jnp.maximum(count, 1.0), count
 
 
-def weighted_loss_sum(params: dict, cfg: ModelConfig, batch: dict) -> tuple[jax.Array, jax.Array]:
+def weighted_loss_sum(params: dict, cfg: ModelConfig, batch: dict, mesh=None) -> tuple[jax.Array, jax.Array]:
     """(sum of ``loss_weights * cross-entropy``, number of targets): the numerator of the weighted objective,
     not yet divided (the step divides by the global weight sum). Without ``loss_weights`` the loss mask weighs
-    (``token`` weighting)."""
+    (``token`` weighting). ``mesh``: see :func:`attend`."""
     mask = batch["loss_mask"].astype(jnp.float32)
     weights = batch["loss_weights"].astype(jnp.float32) if "loss_weights" in batch else mask
-    return (token_nll(params, cfg, batch) * weights).sum(), mask.sum()
+    return (token_nll(params, cfg, batch, mesh) * weights).sum(), mask.sum()

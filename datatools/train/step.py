@@ -45,7 +45,10 @@ def make_optimizer(cfg: OptimizerConfig, total_steps: int) -> optax.GradientTran
 
 class Trainer:
     """The mesh (over ``devices``, default all local ones), the shardings, the optimizer (its schedule over
-    ``total_steps``) and the jitted steps."""
+    ``total_steps``) and the jitted steps. Rows of a batch are split over the devices in contiguous slices (device
+    d of D takes rows ``[d B / D, (d + 1) B / D)``, as MaxText and Levanter shard the batch axis); with
+    ``attention: blocksparse`` on more than one device each device runs its own rows on its own tile list
+    (``tile_devices`` lists a batch, :func:`~datatools.train.attention.sharded_blocksparse_attention`)."""
 
     def __init__(self, model: ModelConfig, optimizer: OptimizerConfig, total_steps: int, devices=None):
         self.model = model
@@ -63,12 +66,15 @@ class Trainer:
         self.mesh = Mesh(np.array(self.devices), ("data",))
         self.replicated = NamedSharding(self.mesh, PartitionSpec())
         self.batch_sharding = NamedSharding(self.mesh, PartitionSpec("data"))
+        # one tile list per device (sharded like the rows), else one for the batch (replicated)
+        self.tile_devices = len(self.devices) if model.attention == "blocksparse" else 1
+        mesh = self.mesh if self.tile_devices > 1 else None
         self.tx = make_optimizer(optimizer, total_steps)
         cfg, tx = model, self.tx
         self._traces = 0
 
         def sums(params, batch):
-            (loss_sum, count), grads = jax.value_and_grad(weighted_loss_sum, has_aux=True)(params, cfg, batch)
+            (loss_sum, count), grads = jax.value_and_grad(weighted_loss_sum, has_aux=True)(params, cfg, batch, mesh)
             # the loader's per-row sums: their global sum is the denominator; without them every target weighs 1
             weight_sum = jnp.sum(batch[SUM_KEY]) if SUM_KEY in batch else count
             return {"loss_sum": loss_sum, "weight_sum": weight_sum, "targets": count}, grads
@@ -104,7 +110,7 @@ class Trainer:
         self._normalize = jax.jit(lambda acc: normalize(*acc), donate_argnums=(0,), out_shardings=rep)
         # the old state only is donated: the gradients' buffers have no output to go to (XLA warned at every step)
         self._update = jax.jit(update, donate_argnums=(0,), out_shardings=(rep, rep))
-        self._loss_sums = jax.jit(lambda params, batch: weighted_loss_sum(params, cfg, batch), out_shardings=rep)
+        self._loss_sums = jax.jit(lambda params, batch: weighted_loss_sum(params, cfg, batch, mesh), out_shardings=rep)
 
     def evaluate(self, params: dict, batches: list[dict]) -> float:
         """The objective (mean weighted cross-entropy, nats per target token) over batches from :meth:`put_batch`,
@@ -140,14 +146,22 @@ class Trainer:
 
     def put_batch(self, batch: dict) -> dict:
         """A host batch (this process's rows, dividing evenly over the local devices) as global arrays sharded
-        over the mesh's data axis."""
+        over the mesh's data axis; a batch-wide tile list replicated, per-device lists ((devices, P), from a
+        pipeline built with ``tile_devices``) one row a device."""
         rows = batch["tokens"].shape[0]
         if rows % len(self.devices):
             raise ValueError(f"batch of {rows} rows does not split over {len(self.devices)} devices")
         keys = CANONICAL_KEYS + attention_keys(self.model.attention)
+        if self.tile_devices > 1 and np.ndim(batch.get("tile_count", ())) != 2:
+            raise ValueError(
+                f"attention: blocksparse on {self.tile_devices} devices needs one tile list per device (a pipeline "
+                f"built with tile_devices={self.tile_devices})"
+            )
+        per_device = self.tile_devices > 1
         out = {
-            k: jax.make_array_from_process_local_data(  # the batch-wide tile list is not split by rows
-                self.replicated if k in TILE_KEYS else self.batch_sharding, np.asarray(batch[k], np.int32)
+            k: jax.make_array_from_process_local_data(
+                self.replicated if k in TILE_KEYS and not per_device else self.batch_sharding,
+                np.asarray(batch[k], np.int32),
             )
             for k in keys
         }

@@ -216,3 +216,33 @@ def test_config_errors_name_the_file_not_config(tmp_path, store, capsys, extra, 
     assert main(["pipeline", str(path), "--steps", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"datatools: error: {path}: {says}") and "config:" not in err, err
+
+
+@pytest.mark.parametrize("hosts", [1, 2])
+def test_with_devices_the_report_gives_each_batchs_busiest_device_over_the_mean(tmp_path, store, capsys, hosts):
+    """devices: 4 over ``hosts`` hosts: per batch run, this host's busiest device's in-document tiles and tokens
+    over the mean, as counted on the balanced schedule's own rows (``BalancedSchedule.work``); printed too."""
+    from datatools.kernels.balance import busiest_over_mean
+    from datatools.pipeline import build_canonical, parse_config
+
+    keys = {"source": {"path": str(store)}, "packing": {"ctx": 512}, "batch_size": 8, "attention_block": 64}
+    keys |= {"devices": 4, "shard": {"index": hosts - 1, "count": hosts}, "format": "datatools"}
+    path = tmp_path / "c.yaml"
+    path.write_text(json.dumps(keys))
+    assert main(["pipeline", str(path), "--steps", "5", "--json", str(tmp_path / "r.json")]) == 0
+    assert "busiest/mean of" in capsys.readouterr().out
+    report = json.loads((tmp_path / "r.json").read_text())
+    schedule = build_canonical(parse_config(keys)).schedule
+    rows = 8 // hosts  # this host's: the last host's slice of each batch
+    want_tiles, want_tokens = [], []
+    for j in range(5):
+        tiles, tokens = (x[(hosts - 1) * rows : hosts * rows] for x in schedule.work(0, j))
+        want_tiles.append(busiest_over_mean(tiles, 4 // hosts))
+        want_tokens.append(busiest_over_mean(tokens, 4 // hosts))
+    assert report["devices"] == 4 // hosts
+    assert report["device_tiles"] == pytest.approx(want_tiles) and report["device_tokens"] == pytest.approx(want_tokens)
+    keys.pop("devices")
+    path.write_text(json.dumps(keys))
+    assert main(["pipeline", str(path), "--steps", "2", "--json", str(tmp_path / "r.json")]) == 0
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["devices"] is None and report["device_tiles"] == [] and "busiest/mean" not in capsys.readouterr().out

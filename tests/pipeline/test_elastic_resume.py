@@ -272,10 +272,12 @@ def test_balanced_batches_restore_exactly_on_another_host_count(docs, mode):
 
 
 @pytest.mark.slow  # ~13 s on 2 cores (2 worker processes start)
-def test_balanced_batches_are_the_same_with_two_workers(docs):
-    """Streaming packing, devices: 4: Grain's 2 worker processes give the batches of none."""
-    zero = list(build_canonical(cfg("streaming", "block", devices=4), docs).dataset)
-    it = iter(build_canonical(cfg("streaming", "block", devices=4, workers=2), docs).dataset)
+@pytest.mark.parametrize("across", [1, 3])
+def test_balanced_batches_are_the_same_with_two_workers(docs, across):
+    """Streaming packing, devices: 4 (rows exchanged across 3 batches too): Grain's 2 worker processes give the
+    batches of none."""
+    zero = list(build_canonical(cfg("streaming", "block", devices=4, balance_across=across), docs).dataset)
+    it = iter(build_canonical(cfg("streaming", "block", devices=4, workers=2, balance_across=across), docs).dataset)
     two = list(it)
     it.close()
     assert len(zero) == len(two)
@@ -312,3 +314,93 @@ def test_devices_must_divide_the_batch_and_hold_whole_hosts(docs):
         cfg("planned", "full", devices=5)
     with pytest.raises(ValueError, match="devices=2 must be a multiple of shard.count=4"):
         cfg("planned", "full", 4, 0, devices=2)
+
+
+ACROSS_MODES = ("planned", "streaming")  # balance_across exchanges rows between batches of one shape
+
+
+@pytest.mark.parametrize("mode", ACROSS_MODES)
+def test_rows_exchanged_across_batches_stay_in_their_group_and_balance_better(docs, mode):
+    """devices: 6 (2 rows a device), balance_across: 3: the rows of each group of 3 batches are those of the same
+    3 batches as drawn (as a multiset), each token once per epoch, 2 hosts read the one-host batches, and the busiest
+    device's tiles over the mean, summed over the batches, are below balancing each batch alone."""
+
+    def make(hosts=1, index=0, **extra):
+        c = cfg(mode, "full", hosts, index, devices=6, attention_block=16, **extra)
+        return list(build_canonical(c, docs).dataset)
+
+    alone, across = make(), make(balance_across=3)
+    drawn = list(build_canonical(cfg(mode, "full"), docs).dataset)
+    assert len(drawn) == len(across) > 6
+    assert_exactly_once(across, docs)
+    for g in range(0, len(drawn), 3):
+        rows = [sorted(bytes(r) for b in batches[g : g + 3] for r in b["tokens"]) for batches in (drawn, across)]
+        assert rows[0] == rows[1], f"group {g // 3}"
+    moved = sum(sorted(map(bytes, a["tokens"])) != sorted(map(bytes, b["tokens"])) for a, b in zip(drawn, across))
+    assert moved > 0  # the contents changed: rows went to other batches of their group
+
+    def ratio(batches):
+        loads = [device_tiles(b, 6, 16) for b in batches if b["tokens"].shape[0] == BATCH]
+        return sum(x.max() / max(x.mean(), 1e-9) for x in loads)
+
+    assert ratio(across) < ratio(alone)
+    hosts = [make(2, h, balance_across=3) for h in range(2)]
+    for step, rows in enumerate(zip(*hosts)):
+        assert_batches_equal(union([{k: r[k] for k in CANONICAL} for r in rows]), across[step], f"step {step}")
+
+
+@pytest.mark.parametrize("mode", ACROSS_MODES)
+def test_rows_exchanged_across_batches_restore_exactly_on_another_host_count(docs, mode):
+    """A state saved by 3 hosts inside a group (balance_across: 4) restores into 2 hosts: the same global batches,
+    each token once."""
+    extra = {"devices": 6, "balance_across": 4}
+    one_host = list(build_canonical(cfg(mode, "block", **extra), docs).dataset)
+    k = 5  # inside the second group
+    iters = [iter(build_canonical(cfg(mode, "block", 3, h, **extra), docs).dataset) for h in range(3)]
+    seen = [next(it) for _ in range(k) for it in iters]
+    state = host_state([it.get_state() for it in iters])
+    iters = [iter(build_canonical(cfg(mode, "block", 2, h, **extra), docs).dataset) for h in range(2)]
+    for it in iters:
+        it.set_state(state)
+    rest = [list(it) for it in iters]
+    for step, rows in enumerate(zip(*rest)):
+        assert_batches_equal(union(list(rows)), one_host[k + step], f"step {k + step}")
+        seen += rows
+    assert_exactly_once(seen, docs)
+    other = iter(build_canonical(cfg(mode, "block", **{**extra, "devices": 3}), docs).dataset)
+    with pytest.raises(ValueError):  # the batches' contents depend on the devices: refused, not silently changed
+        other.set_state(state)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    lengths=st.lists(st.integers(0, 200), min_size=1, max_size=120),
+    devices=st.sampled_from([2, 3, 6]),
+    hosts=st.sampled_from([1, 2, 3]),
+    across=st.integers(2, 5),
+    mode=st.sampled_from(ACROSS_MODES),
+    seed=st.integers(0, 2**32),
+)
+def test_rows_exchanged_across_batches_deliver_each_token_once_per_epoch(lengths, devices, hosts, across, mode, seed):
+    """balance_across G (any devices the hosts divide): two epochs over every host deliver each token twice."""
+    if devices % hosts or not sum(lengths):
+        return
+    docs = id_documents(lengths)
+    c = parse_config(
+        {"source": {"path": "ids"}, "batch_size": 6, "seed": seed, "drop_remainder": False, "devices": devices}
+        | {"balance_across": across, "num_epochs": 2}
+        | MODES[mode]
+    )
+    per_host = [
+        list(build_canonical(c.replace(shard=ShardConfig(index=h, count=hosts)), docs).dataset) for h in range(hosts)
+    ]
+    assert len({len(p) for p in per_host}) == 1
+    count = delivered([b for p in per_host for b in p], docs)
+    assert (count == 2).all()
+
+
+def test_balance_across_needs_devices_and_one_shape(docs):
+    with pytest.raises(ValueError, match="set devices"):
+        cfg("planned", "full", balance_across=2)
+    with pytest.raises(ValueError, match="not bucketing"):
+        cfg("bucketing", "full", devices=4, balance_across=2)
