@@ -493,12 +493,12 @@ OVER_SIZE = {  # module:function -> (lines, parameters) today
     "datatools.io.sources.inputs:open_input": (47, 9),
     "datatools.jobs.pretokenize:pretokenize": (199, 16),
     "datatools.jobs.pretokenize:_tokenize_shards": (31, 9),
-    "datatools.pipeline.run:run_pipeline": (68, 6),
+    "datatools.pipeline.run:run_pipeline": (67, 6),
     "datatools.train.attention:blocksparse_attention": (66, 8),
     "datatools.train.attention_pallas:_probs": (8, 11),
     "datatools.train.attention_pallas:_call": (16, 9),
     "datatools.train.attention_pallas:backward": (35, 10),
-    "datatools.train.loop:train": (135, 6),
+    "datatools.train.loop:train": (131, 6),
 }
 
 

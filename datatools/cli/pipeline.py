@@ -41,8 +41,6 @@ def pipeline_command(config, source, overrides, steps, workers, json_out, step_s
     CONFIG is a YAML file, or the name of a config shipped with datatools (pretrain_block_8192,
     finetune_packed_1024, bucketed, ...; configs/README.md describes them).
     """
-    import numpy as np
-
     from datatools.pipeline import load_config  # Grain, JAX: imported once the arguments are parsed
     from datatools.pipeline.config import in_file
     from datatools.pipeline.named_configs import check_demo_data
@@ -52,8 +50,7 @@ def pipeline_command(config, source, overrides, steps, workers, json_out, step_s
     check_demo_data(config, [s.path for s in cfg.sources] if cfg.sources else [cfg.one_source.path])
     if workers is not None:
         cfg = cfg.replace(workers=workers)
-    console = make_console(stderr=json_out == "-")
-    err = make_console(stderr=True)
+    console, err = make_console(stderr=json_out == "-"), make_console(stderr=True)
     try:
         report = run_pipeline(
             cfg,
@@ -82,14 +79,9 @@ def pipeline_command(config, source, overrides, steps, workers, json_out, step_s
         ("distinct shapes", ", ".join(f"{r}x{t}" for r, t in report.shapes)),
         ("format", report.format),
         ("workers", str(report.config.workers)),
+        *_device_rows(report),
     ]:
         table.add_row(name, value)
-    for what, values in (("attention tiles", report.device_tiles), ("real tokens", report.device_tokens)):
-        if report.devices and values:
-            table.add_row(
-                f"busiest/mean of {report.devices} devices, {what} (mean / p90 / max of {len(values):,} batches)",
-                " / ".join(f"{x:.3f}" for x in (np.mean(values), np.percentile(values, 90), np.max(values))),
-            )
     loader = report.loader
     if loader is not None and loader.steps > 1:
         table.add_row(
@@ -117,3 +109,20 @@ def pipeline_command(config, source, overrides, steps, workers, json_out, step_s
             "batch used (block edges, other hosts' rows), or read ahead and not used yet."
         )
     emit_json(json_out, report)
+
+
+def _device_rows(report) -> list[tuple[str, str]]:
+    """With the config's devices: the busiest device over the mean per batch, in attention tiles and in real tokens
+    (mean / p90 / max over the batches run)."""
+    import numpy as np
+
+    rows = []
+    for what, values in (("attention tiles", report.device_tiles), ("real tokens", report.device_tokens)):
+        if report.devices and values:
+            rows.append(
+                (
+                    f"busiest/mean of {report.devices} devices, {what} (mean / p90 / max of {len(values):,} batches)",
+                    " / ".join(f"{x:.3f}" for x in (np.mean(values), np.percentile(values, 90), np.max(values))),
+                )
+            )
+    return rows

@@ -41,7 +41,6 @@ def train_command(config, steps, source, attention, grad_accum_steps, json_out):
     """Train the CONFIG's model on its pipeline: loss, tokens/s, efficiency and MFU per step."""
     import jax
 
-    from datatools.kernels.balance import busiest_over_mean
     from datatools.train.device_errors import device_errors  # JAX: imported once the arguments are parsed
     from datatools.train.loop import load_train_config, train
 
@@ -59,18 +58,7 @@ def train_command(config, steps, source, attention, grad_accum_steps, json_out):
 
         def on_step(rec: StepRecord) -> None:
             if rec.step == 1 or rec.step % cfg.train.log_every == 0:
-                console.print(
-                    f"step {rec.step:>5}  loss {rec.loss:.4f}  {rec.rows}x{rec.shape[1]}  "
-                    f"tokens/s {rec.tokens_per_s:>10,.0f}  useful/s {rec.useful_tokens_per_s:>10,.0f}  "
-                    f"efficiency {rec.efficiency:6.1%}  MFU {rec.mfu:6.2%}  HFU {rec.hfu:6.2%}"
-                    + (f"  busiest/mean device: attention {rec.device_attention:.3f}" if several else "")
-                    + (
-                        f", tiles {busiest_over_mean(rec.device_tiles, len(rec.device_tiles)):.3f}"
-                        if rec.device_tiles
-                        else ""
-                    )
-                    + ("  (includes compilation)" if rec.compiled else "")
-                )
+                console.print(_step_line(rec, several))
             if not advance:
                 advance.append(bars.enter_context(count_progress(err, cfg.train.steps, "training steps")))
             advance[0]()
@@ -80,6 +68,30 @@ def train_command(config, steps, source, attention, grad_accum_steps, json_out):
         )
     doing(None)
     s, loader = result.summary, result.summary.loader
+    console.print(_summary_table(config, s, loader, several))
+    if len(s.per_length) > 1 or s.compile_budget is not None:
+        console.print(per_length_table(s.per_length))
+    emit_json(json_out, result)
+
+
+def _step_line(rec: StepRecord, several: bool) -> str:
+    """One step's line: loss, shape, rates, efficiency, MFU and HFU; on several devices the busiest one's attention
+    work (and listed tiles) over the mean."""
+    from datatools.kernels.balance import busiest_over_mean
+
+    tiles = busiest_over_mean(rec.device_tiles, len(rec.device_tiles)) if rec.device_tiles else None
+    return (
+        f"step {rec.step:>5}  loss {rec.loss:.4f}  {rec.rows}x{rec.shape[1]}  "
+        f"tokens/s {rec.tokens_per_s:>10,.0f}  useful/s {rec.useful_tokens_per_s:>10,.0f}  "
+        f"efficiency {rec.efficiency:6.1%}  MFU {rec.mfu:6.2%}  HFU {rec.hfu:6.2%}"
+        + (f"  busiest/mean device: attention {rec.device_attention:.3f}" if several else "")
+        + (f", tiles {tiles:.3f}" if tiles is not None else "")
+        + ("  (includes compilation)" if rec.compiled else "")
+    )
+
+
+def _summary_table(config: str, s, loader, several: bool) -> Table:
+    """The run's summary: final loss, rates, MFU / HFU, compilations, shapes, device balance, waits."""
     table = Table(title=f"{config}: {s.steps} steps (rates exclude the first, compiling, step)", title_justify="left")
     table.add_column("measure")
     table.add_column("value", justify="right")
@@ -109,10 +121,7 @@ def train_command(config, steps, source, attention, grad_accum_steps, json_out):
         (f"steps waited > {loader.threshold_ms:.0f} ms", str(loader.steps_waited)),
     ]:
         table.add_row(name, value)
-    console.print(table)
-    if len(s.per_length) > 1 or s.compile_budget is not None:
-        console.print(per_length_table(s.per_length))
-    emit_json(json_out, result)
+    return table
 
 
 def per_length_table(rows: list[LengthRate]) -> Table:

@@ -58,6 +58,27 @@ class PipelineRunReport(Report):
     device_tokens: list[float] = field(default_factory=list)
 
 
+class DeviceShares:
+    """With the config's ``devices``: per batch, the busiest of this host's devices (its rows cut into contiguous
+    slices, as the trainers shard the batch axis) over the mean, in in-document attention tiles (at
+    ``attention_block``, when it divides the row length) and in real tokens."""
+
+    def __init__(self, cfg: PipelineConfig, shard):
+        self.devices = cfg.devices // shard.count if cfg.devices and isinstance(shard, ShardConfig) else None
+        self.block = cfg.attention_block or DEFAULT_BLOCK
+        self.tiles: list[float] = []
+        self.tokens: list[float] = []
+
+    def add(self, seg: np.ndarray) -> None:
+        """Count one batch's segment ids (rows, tokens)."""
+        if not self.devices:
+            return
+        if seg.shape[1] % self.block == 0:
+            tiles = (block_structure(seg, self.block) != EMPTY).reshape(seg.shape[0], -1).sum(axis=1)
+            self.tiles.append(busiest_over_mean(tiles, self.devices))
+        self.tokens.append(busiest_over_mean(np.count_nonzero(seg, axis=1), self.devices))
+
+
 def run_pipeline(
     cfg: PipelineConfig, steps: int, *, progress=None, documents=None, warn=None, step_s: float = 0.0
 ) -> PipelineRunReport:
@@ -70,11 +91,7 @@ def run_pipeline(
     built = build_canonical(cfg, documents)
     build_s = time.perf_counter() - t0
     it = StallMeter(iter(built.dataset), stats_folder=built.stats_folder, warn=warn)
-    shard = built.config.shard
-    devices = cfg.devices // shard.count if cfg.devices and isinstance(shard, ShardConfig) else None
-    block = cfg.attention_block or DEFAULT_BLOCK
-    device_tiles: list[float] = []
-    device_tokens: list[float] = []
+    shares = DeviceShares(cfg, built.config.shard)
     real = slots = done = 0
     shapes: set[tuple[int, int]] = set()
     first_at = None
@@ -97,11 +114,7 @@ def run_pipeline(
                     real += int(np.count_nonzero(seg))
                     slots += seg.size
                 shapes.add((int(seg.shape[0]), int(seg.shape[1])))
-                if devices:  # what each of this host's devices gets of the batch (a row length the tile divides)
-                    if seg.shape[1] % block == 0:
-                        tiles = (block_structure(seg, block) != EMPTY).reshape(seg.shape[0], -1).sum(axis=1)
-                        device_tiles.append(busiest_over_mean(tiles, devices))
-                    device_tokens.append(busiest_over_mean(np.count_nonzero(seg, axis=1), devices))
+                shares.add(seg)
                 # the conversion the configured pipeline pays (timed, then dropped)
                 to_format(batch, cfg.format, boundary_targets=cfg.boundary_targets, positions=cfg.positions)
                 done += 1
@@ -116,13 +129,7 @@ def run_pipeline(
     doing(None)
     span = end - first_at if first_at is not None and done > 1 else float("nan")
     return PipelineRunReport(
-        config=RunSettings(
-            source=cfg.source_label,
-            mode=cfg.mode,
-            workers=cfg.workers,
-            format=cfg.format,
-            batch_size=cfg.batch_size,
-        ),
+        config=RunSettings(cfg.source_label, cfg.mode, cfg.workers, cfg.format, cfg.batch_size),
         documents=built.documents,
         batches=done,
         build_s=build_s,
@@ -135,7 +142,7 @@ def run_pipeline(
         shapes=sorted([list(s) for s in shapes]),
         format=cfg.format,
         loader=loader,
-        devices=devices,
-        device_tiles=device_tiles,
-        device_tokens=device_tokens,
+        devices=shares.devices,
+        device_tiles=shares.tiles,
+        device_tokens=shares.tokens,
     )

@@ -226,6 +226,45 @@ def _host_sharded(cfg: PipelineConfig) -> PipelineConfig:
     return cfg
 
 
+@dataclass
+class _StepCounts:
+    """What one optimizer step's micro-batches hold: real tokens, slots, rows, in-document attention pairs, pairs the
+    attention computes, and per device (contiguous slices of rows) pairs, real tokens and listed tiles."""
+
+    useful: int
+    slots: int
+    rows: int
+    pair_sum: int
+    computed: int
+    dev_pairs: np.ndarray
+    dev_tokens: np.ndarray
+    dev_tiles: np.ndarray
+
+    @classmethod
+    def of(cls, batches: list[dict], model: ModelConfig, tile_devices: int, devices: int) -> _StepCounts:
+        from datatools.train.mfu import attention_pairs_computed, row_lengths_sq
+
+        zeros = [np.zeros(devices, np.int64) for _ in range(3)]
+        c = cls(0, 0, 0, 0, 0, *zeros)
+        for batch in batches:
+            check_token_ids(batch["tokens"], model.vocab_size, "model.vocab_size")
+            seg = batch["segment_ids"]
+            c.useful, c.slots, c.rows = c.useful + int(np.count_nonzero(seg)), c.slots + seg.size, c.rows + seg.shape[0]
+            row_pairs = row_lengths_sq(seg)
+            c.pair_sum += int(row_pairs.sum())
+            c.dev_pairs += device_loads(row_pairs, devices)
+            c.dev_tokens += device_loads(np.count_nonzero(seg, axis=1), devices)
+            if tile_devices > 1:
+                c.dev_tiles += np.asarray(batch["tile_count"], np.int64).reshape(devices)
+            c.computed += attention_pairs_computed(model.attention, batch, model.attention_block)
+        return c
+
+
+def _listed_tiles(steady: list[StepRecord], devices: int) -> float:
+    """The mean over ``steady`` steps of the busiest device's listed tiles over the mean device's (nan: none)."""
+    return float(np.mean([busiest_over_mean(r.device_tiles, devices) for r in steady])) if steady else float("nan")
+
+
 def train(
     cfg: TrainConfig,
     *,
@@ -239,13 +278,7 @@ def train(
     have been trained on), calling ``on_step(record)`` after each and ``on_loader_stall(line)`` when a step waited
     for the loader (at most every few seconds). ``evaluation``: named sets of held-out canonical batches; the
     report's ``evaluation`` holds the trained model's mean loss on each (nats per target token)."""
-    from datatools.train.mfu import (
-        attention_pairs_computed,
-        device_peak,
-        hardware_flops,
-        row_lengths_sq,
-        step_flops,
-    )
+    from datatools.train.mfu import device_peak, hardware_flops, step_flops
 
     pipe = _host_sharded(cfg.pipeline).replace(format="datatools")
     if attention_keys(cfg.model.attention):  # the loader lists each batch's tiles
@@ -258,13 +291,12 @@ def train(
     records: list[StepRecord] = []
     seen_useful = 0
     budget = len(built.shapes) if pipe.curriculum is not None else None  # one program per length, no more
-    if budget is not None:
-        bad = [(r, t) for r, t in built.shapes if r % len(trainer.devices)]
-        if bad:
-            raise ValueError(
-                f"curriculum: length {bad[0][1]} gives {bad[0][0]} rows per host, which do not split over "
-                f"{len(trainer.devices)} devices (raise tokens_per_batch)"
-            )
+    bad = [(r, t) for r, t in built.shapes if r % devices] if budget is not None else []
+    if bad:
+        raise ValueError(
+            f"curriculum: length {bad[0][1]} gives {bad[0][0]} rows per host, which do not split over "
+            f"{devices} devices (raise tokens_per_batch)"
+        )
     it = StallMeter(iter(built.dataset), stats_folder=built.stats_folder, warn=on_loader_stall)
     try:
         for step in range(1, cfg.train.steps + 1):
@@ -274,20 +306,8 @@ def train(
             batches = list(itertools.islice(it, cfg.train.grad_accum_steps))  # one optimizer step
             if len(batches) < cfg.train.grad_accum_steps:  # the data ended: a short step would weigh differently
                 break
-            useful = slots = rows = pair_sum = computed = 0  # of the step: tokens, slots, rows, attention pairs
-            dev_pairs, dev_tokens = np.zeros(devices, np.int64), np.zeros(devices, np.int64)
-            dev_tiles = np.zeros(devices, np.int64)
-            for batch in batches:
-                check_token_ids(batch["tokens"], cfg.model.vocab_size, "model.vocab_size")
-                seg = batch["segment_ids"]
-                useful, slots, rows = useful + int(np.count_nonzero(seg)), slots + seg.size, rows + seg.shape[0]
-                row_pairs = row_lengths_sq(seg)
-                pair_sum += int(row_pairs.sum())
-                dev_pairs += device_loads(row_pairs, devices)
-                dev_tokens += device_loads(np.count_nonzero(seg, axis=1), devices)
-                if trainer.tile_devices > 1:
-                    dev_tiles += np.asarray(batch["tile_count"], np.int64).reshape(devices)
-                computed += attention_pairs_computed(cfg.model.attention, batch, cfg.model.attention_block)
+            c = _StepCounts.of(batches, cfg.model, trainer.tile_devices, devices)
+            useful, slots, rows, pair_sum, computed = c.useful, c.slots, c.rows, c.pair_sum, c.computed
             flops, hw_flops = step_flops(cfg.model, useful, pair_sum), hardware_flops(cfg.model, slots, computed)
             attn = step_flops(cfg.model, 0, pair_sum)  # the attention term alone: in-document pairs
             seg = batches[0]["segment_ids"]
@@ -329,9 +349,9 @@ def train(
                 hardware_flops(cfg.model, 0, computed),
                 list(seg.shape),
                 float(sum(it.waits[waited:])),
-                busiest_over_mean(dev_pairs, devices),
-                busiest_over_mean(dev_tokens, devices),
-                dev_tiles.tolist() if trainer.tile_devices > 1 else [],
+                busiest_over_mean(c.dev_pairs, devices),
+                busiest_over_mean(c.dev_tokens, devices),
+                c.dev_tiles.tolist() if trainer.tile_devices > 1 else [],
                 trainer.compilations() > programs,
             )
             records.append(rec)
@@ -365,9 +385,7 @@ def train(
         peak_source=peak_source,
         devices=[str(d) for d in trainer.devices],
         device_attention=float(np.mean([r.device_attention for r in steady])) if steady else 1.0,
-        device_tiles=float(np.mean([busiest_over_mean(r.device_tiles, devices) for r in steady]))
-        if steady and trainer.tile_devices > 1
-        else float("nan"),
+        device_tiles=_listed_tiles(steady, devices) if trainer.tile_devices > 1 else float("nan"),
         params=cfg.model.num_params(),
         loader=loader,
         compile_budget=budget,

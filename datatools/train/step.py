@@ -51,8 +51,7 @@ class Trainer:
     (``tile_devices`` lists a batch, :func:`~datatools.train.attention.sharded_blocksparse_attention`)."""
 
     def __init__(self, model: ModelConfig, optimizer: OptimizerConfig, total_steps: int, devices=None):
-        self.model = model
-        self.devices = list(devices or jax.local_devices())
+        self.model, self.devices = model, list(devices or jax.local_devices())
         if model.attention in ("splash", "pallas_blocksparse") and len(self.devices) > 1:
             raise ValueError(
                 f"attention: {model.attention} runs on one device for now ({len(self.devices)} "
