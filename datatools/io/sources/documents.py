@@ -5,7 +5,8 @@ there, with defaults) has ``len()``, ``source[i]``, ``lengths()`` (int64 tokens 
 ``read_pieces(doc, start, length)``: the pieces ``tokens(doc[j])[start[j]:start[j] + length[j]]`` back to back as
 int32. :class:`ArrayDocuments` reads a flat (maybe memory-mapped) array; :class:`StoreDocuments` a token
 store through :class:`StorePieceReader` (the chunks the pieces touch, read concurrently and ahead of need into a
-bounded slab); :class:`ChunkedDocuments` a table input one shard at a time (decoded shards in a bounded LRU cache).
+bounded slab); :class:`ChunkedDocuments` a table input one shard at a time (decoded shards in a bounded
+:class:`ShardSlab`, a batch's rows filled from it in one pass).
 All are picklable (caches start empty in each process), so they serve as Grain data sources in worker processes.
 """
 
