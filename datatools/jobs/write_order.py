@@ -78,7 +78,7 @@ def shuffled_shards(
         dst = np.zeros(b - a, np.int64)
         np.cumsum(lens[:-1], out=dst[1:])
         out = np.empty(int(ends[b - 1]) - before, dtype)
-        gather_at(flat, starts, docs, np.zeros(b - a, np.int64), lens, dst, out)
+        gather_at(flat, starts[docs], lens, dst, out)
         yield out, lens
         fault(f"committing-{block}")  # crash tests: killed with a block handed to the writer
         a, block = b, block + 1

@@ -5,7 +5,8 @@ there, with defaults) has ``len()``, ``source[i]``, ``lengths()`` (int64 tokens 
 ``read_pieces(doc, start, length)``: the pieces ``tokens(doc[j])[start[j]:start[j] + length[j]]`` back to back as
 int32. :class:`ArrayDocuments` reads a flat (maybe memory-mapped) array; :class:`StoreDocuments` a token
 store through :class:`StorePieceReader` (the chunks the pieces touch, read concurrently and ahead of need into a
-bounded slab); :class:`ChunkedDocuments` a table input one shard at a time (decoded shards in a bounded LRU cache).
+bounded slab); :class:`ChunkedDocuments` a table input one shard at a time (decoded shards in a bounded
+:class:`ShardSlab`, a batch's rows filled from it in one pass).
 All are picklable (caches start empty in each process), so they serve as Grain data sources in worker processes.
 """
 
@@ -15,7 +16,7 @@ import functools
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
@@ -30,7 +31,7 @@ from datatools.io import storage
 from datatools.io.formats.token_array import TokenArray
 from datatools.io.storage import read_stats
 from datatools.kernels.packing import check_token_ids, materialize, materialize_pieces
-from datatools.kernels.packing.materialize import check_plan_rows, new_batch
+from datatools.kernels.packing.materialize import check_plan_rows, materialize_located, new_batch
 from datatools.kernels.packing.plan_format import row_pieces
 
 DEFAULT_CACHE_BYTES = 512 << 20  # decoded store chunks kept per process
@@ -165,7 +166,7 @@ class ArrayDocuments(DocumentSource):
     def read_pieces(self, doc, start, length) -> np.ndarray:
         doc, start, length = check_pieces(doc, start, length, self.lengths())
         out = np.empty(int(length.sum()), np.int32)
-        gather_at(self.tokens, self.offsets, doc, start, length, np.cumsum(length) - length, out)
+        gather_at(self.tokens, self.offsets[doc] + start, length, np.cumsum(length) - length, out)
         return out
 
     def __repr__(self) -> str:
@@ -729,29 +730,80 @@ def check_index(i: int, n: int) -> int:
     return i % n
 
 
-@numba.njit(cache=True)
-def gather_at(tokens, offsets, doc, start, length, dst, out):
-    """Copy piece j (document ``doc[j]`` of a shard) to ``out[dst[j]:dst[j] + length[j]]``."""
-    for j in range(doc.shape[0]):
-        src = offsets[doc[j]] + start[j]
-        d = dst[j]
-        for t in range(length[j]):
-            out[d + t] = tokens[src + t]
+class ShardSlab:
+    """Decoded shards' int32 tokens in one array of ``capacity`` tokens, so that a batch's pieces, from any of the
+    shards held, are filled into rows by one kernel pass straight from it (no per-shard pass, no copy of the pieces
+    first): a slab of Parquet row groups read whole costs what reading them costs, plus one copy each.
+
+    Shards are placed one after another; one that does not fit before the end goes to the start, and the shards its
+    place overlaps (and those left between the last place and the end) are let go: first in, first out. The
+    array's pages are taken as they are first written, so a slab larger than its input costs only the tokens put in
+    it; in 4 KiB pages (:func:`~datatools.base.array_pool.filled_gradually`: 160 MB of shards faulted in for
+    0.09 s of CPU; numpy's huge pages took 0.02 s alone but 0.25-0.33 s inside a pipeline, the kernel compacting
+    memory for them). Each shard's decoded buffer is freed once copied, for the next decode to use again (a plain
+    read of the column reuses one buffer; keeping every decoded buffer faulted in fresh pages for all of them).
+
+    Args:
+      capacity: tokens the slab holds (its array is ``4 * capacity`` bytes, paged in as used).
+      num_shards: shards of the input (``begin`` has one entry each).
+
+    Attributes:
+      begin: int64 (num_shards,): where shard k's tokens start in :attr:`tokens`, -1 when it is not held.
+      placed: shards put in (decodes copied in), counted over the slab's life.
+    """
+
+    def __init__(self, capacity: int, num_shards: int):
+        self.capacity = max(1, int(capacity))
+        self.tokens = array_pool.filled_gradually((self.capacity,), np.int32)  # paged in as written
+        self.begin = np.full(int(num_shards), -1, np.int64)
+        self._order: deque[tuple[int, int]] = deque()  # (shard, begin) in the order they were placed
+        self._at = 0  # where the next shard goes
+        self.placed = 0
+
+    def fits_without_eviction(self, n: int) -> bool:
+        """Whether ``n`` more tokens fit after the last shard placed, letting none go."""
+        return self._at + int(n) <= self.capacity
+
+    def put(self, k: int, tokens: np.ndarray) -> None:
+        """Copy shard ``k``'s tokens in (as int32), letting go of the shards their place overlaps."""
+        n = int(tokens.shape[0])
+        if n > self.capacity:
+            raise ValueError(f"a shard of {n:,} tokens does not fit a slab of {self.capacity:,}")
+        if self.begin[k] >= 0:
+            return
+        if self._at + n > self.capacity:  # to the start: the shards between here and the end go first
+            self._evict_while(lambda b: b >= self._at)
+            self._at = 0
+        end = self._at + n
+        self._evict_while(lambda b: self._at <= b < end)
+        self.tokens[self._at : end] = tokens
+        self.begin[k] = self._at
+        self._order.append((k, self._at))
+        self._at = end
+        self.placed += 1
+
+    def _evict_while(self, overlaps: Callable[[int], bool]) -> None:
+        """Let go of the oldest shards while the oldest one's place passes ``overlaps``."""
+        while self._order and overlaps(self._order[0][1]):
+            k, _ = self._order.popleft()
+            self.begin[k] = -1
 
 
 class ChunkedDocuments(DocumentSource):
     """Documents of an input read shard by shard on demand (Parquet row groups, Arrow batches, JSON Lines blocks).
 
-    Memory holds the lengths and at most ``cache_bytes`` of decoded shards (LRU; one always kept). A full shuffle
-    over many shards decodes a shard per read: pre-tokenize such data into a token store instead.
+    Memory holds the lengths and a :class:`ShardSlab` of at most ``cache_bytes`` of decoded shards (at least the
+    largest shard; first in, first out). A batch's rows are filled from the slab by one kernel pass
+    (:meth:`pack_rows`); a full shuffle over more shards than the slab holds decodes a shard per read: pre-tokenize
+    such data into a token store instead.
 
     Args:
       lengths: int64 tokens per document, every shard's documents in order.
       shard_docs: documents per shard (sums to ``len(lengths)``).
       load: ``load(k) -> (tokens, lengths)`` of shard k; picklable.
       cache_bytes: decoded shard bytes kept per process.
-      loaded: shards already read (``k -> (tokens, lengths)``: what the pass for the lengths decoded), put in the
-        cache here (checked as a load is), not read again while they stay there.
+      slab: the shards already read, in a slab (what the pass for the lengths decoded, whose lengths are these), kept
+        here and not read again while they stay.
     """
 
     def __init__(
@@ -761,27 +813,22 @@ class ChunkedDocuments(DocumentSource):
         load: Callable,
         name: str = "",
         cache_bytes: int = TABLE_CACHE_BYTES,
-        loaded: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
+        slab: ShardSlab | None = None,
     ):
         self._lengths = np.asarray(lengths, np.int64)
         self.shard_docs = np.asarray(shard_docs, np.int64)
         if int(self.shard_docs.sum()) != self._lengths.shape[0]:
             raise ValueError(f"shards hold {int(self.shard_docs.sum())} documents, lengths {self._lengths.shape[0]}")
         self.first_doc = np.concatenate(([0], np.cumsum(self.shard_docs)))
+        self._offsets = np.concatenate(([0], np.cumsum(self._lengths)))  # every document's first token
+        self._shard_tokens = np.diff(self._offsets[self.first_doc])  # tokens per shard
         self.load, self.name, self.cache_bytes = load, name, int(cache_bytes)
-        self._cache: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._held = 0
         self.shard_reads = 0
+        self._slab = slab if slab is not None and slab.capacity >= self._slab_capacity() else None
         self._lock = threading.Lock()  # Grain reads with many threads: one decodes a shard, the others wait for it
-        for k, (tokens, lengths) in (loaded or {}).items():
-            self._keep(k, tokens, lengths)
 
     def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k != "_lock"} | {
-            "_cache": OrderedDict(),
-            "_held": 0,
-            "shard_reads": 0,
-        }
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"} | {"_slab": None, "shard_reads": 0}
 
     def __setstate__(self, state):
         self.__dict__.update(state, _lock=threading.Lock())
@@ -792,48 +839,107 @@ class ChunkedDocuments(DocumentSource):
     def lengths(self) -> np.ndarray:
         return self._lengths
 
-    def _shard(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        with self._lock:
-            hit = self._cache.get(k)
-            if hit is not None:
-                self._cache.move_to_end(k)
-                return hit
-            self.shard_reads += 1
-            return self._keep(k, *self.load(k))
+    def _slab_capacity(self) -> int:
+        """Tokens the slab holds: ``cache_bytes`` of them (at least the largest shard), no more than the input."""
+        largest = int(self._shard_tokens.max()) if self._shard_tokens.size else 0
+        return max(1, min(int(self._offsets[-1]), max(self.cache_bytes // 4, largest)))
 
-    def _keep(self, k: int, tokens: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Shard ``k``'s ``(int32 tokens, offsets)``, checked against its lengths and cached (least recently used
-        evicted past ``cache_bytes``, one always kept)."""
+    def _held(self) -> ShardSlab:
+        if self._slab is None or self._slab.capacity < self._slab_capacity():
+            self._slab = ShardSlab(self._slab_capacity(), self.shard_docs.shape[0])
+        return self._slab
+
+    def _read_shard(self, k: int) -> None:
+        """Decode shard ``k`` into the slab, checked against its lengths (the caller holds the lock)."""
+        tokens, lengths = self.load(k)
         first, n = int(self.first_doc[k]), int(self.shard_docs[k])
         if lengths.shape[0] != n or not np.array_equal(lengths, self._lengths[first : first + n]):
             raise ValueError(f"{self.name}: shard {k} changed since its lengths were read")
-        entry = (np.asarray(tokens, np.int32), np.concatenate(([0], np.cumsum(lengths))))
-        self._cache[k] = entry
-        self._held += entry[0].nbytes
-        while self._held > self.cache_bytes and len(self._cache) > 1:
-            _, old = self._cache.popitem(last=False)
-            self._held -= old[0].nbytes
-        return entry
+        self.shard_reads += 1
+        self._held().put(k, tokens)
+
+    def _locate(self, doc: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(tokens, begin)``: piece j is ``tokens[begin[j]:begin[j] + length[j]]``. The shards the pieces need are
+        read into the slab; when they all stay held, ``tokens`` is the slab itself, else (more than it holds at
+        once) the pieces are gathered a shard at a time into a new array. The caller holds the lock."""
+        slab = self._held()
+        begin = np.empty(doc.shape[0], np.int64)
+        args = (doc, start, length, self._offsets, self.first_doc, self._lengths.shape[0])
+        missing = _slab_positions(*args, slab.begin, begin)  # one pass: the common case, every shard held
+        if missing == -1:
+            return slab.tokens, begin
+        if missing == -2:  # a piece outside its document
+            check_pieces(doc, start, length, self._lengths)  # raises, naming it
+        shard = np.searchsorted(self.first_doc, doc, side="right") - 1
+        needed = np.unique(shard)
+        for k in needed[slab.begin[needed] < 0].tolist():
+            self._read_shard(k)
+        if _slab_positions(*args, slab.begin, begin) == -1:
+            return slab.tokens, begin
+        out = np.empty(int(length.sum()), np.int32)
+        dst = np.cumsum(length) - length
+        within = self._offsets[doc] - self._offsets[self.first_doc[shard]] + start  # from the shard's first token
+        for k in needed.tolist():  # one shard at a time: read it (again), copy its pieces out
+            if slab.begin[k] < 0:
+                self._read_shard(k)
+            sel = np.flatnonzero(shard == k)
+            gather_at(slab.tokens, slab.begin[k] + within[sel], length[sel], dst[sel], out)
+        return out, dst
 
     def release(self) -> None:
         """Let go of the decoded shards held here (a copy read in worker processes starts with none)."""
         with self._lock:
-            self._cache.clear()
-            self._held = 0
+            self._slab = None
 
     def read_pieces(self, doc, start, length) -> np.ndarray:
         doc, start, length = check_pieces(doc, start, length, self._lengths)
-        dst = np.concatenate(([0], np.cumsum(length)[:-1])) if length.size else length
         out = np.empty(int(length.sum()), np.int32)
-        shard = np.searchsorted(self.first_doc, doc, side="right") - 1
-        for k in np.unique(shard).tolist():  # one pass per shard touched, a kernel call each
-            sel = np.flatnonzero(shard == k)
-            tokens, offsets = self._shard(k)
-            gather_at(tokens, offsets, doc[sel] - self.first_doc[k], start[sel], length[sel], dst[sel], out)
+        with self._lock:
+            tokens, begin = self._locate(doc, start, length)
+            gather_at(tokens, begin, length, np.cumsum(length) - length, out)
         return out
+
+    def pack_rows(self, plan, rows, pad_id: int = 0, out: dict | None = None) -> dict[str, np.ndarray]:
+        """Rows filled from the slab by one kernel pass (no copy of the pieces first), into ``out`` when given."""
+        with self._lock:  # a shard read for another thread's batch must not overwrite this one's while it fills
+            return materialize_located(plan, self._locate, rows, pad_id=pad_id, out=out)
 
     def __repr__(self) -> str:
         return f"ChunkedDocuments({self.name!r}, documents={len(self)}, shards={self.shard_docs.shape[0]})"
+
+
+@numba.njit(cache=True, nogil=True)
+def _slab_positions(doc, start, length, offsets, first_doc, num_docs, shard_begin, begin):
+    """Where each piece starts in a slab of shards (``shard_begin``: a shard's place, -1 when not held) into
+    ``begin``: -1 when every piece's shard is held, -2 for a piece outside its document, else a piece whose shard is
+    not held (a vectorized search, unique and gather took 49 us a batch of 32 x 1024; this pass ~10)."""
+    for j in range(doc.shape[0]):
+        d = doc[j]
+        if d < 0 or d >= num_docs or start[j] < 0 or length[j] < 0:
+            return -2
+        if start[j] + length[j] > offsets[d + 1] - offsets[d]:
+            return -2
+        lo, hi = 0, first_doc.shape[0] - 1  # the shard: the last first_doc <= d
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if first_doc[mid] <= d:
+                lo = mid
+            else:
+                hi = mid
+        at = shard_begin[lo]
+        if at < 0:
+            return j
+        begin[j] = at + offsets[d] - offsets[first_doc[lo]] + start[j]
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def gather_at(tokens, begin, length, dst, out):
+    """Copy ``tokens[begin[j]:begin[j] + length[j]]`` to ``out[dst[j]:dst[j] + length[j]]`` for every piece j."""
+    for j in range(begin.shape[0]):
+        src, d = begin[j], dst[j]
+        for t in range(length[j]):
+            out[d + t] = tokens[src + t]
 
 
 def as_document_source(source) -> DocumentSource:

@@ -40,6 +40,7 @@ from datatools.io.sources.documents import (
     ArrayDocuments,
     ChunkedDocuments,
     DocumentSource,
+    ShardSlab,
     StoreDocuments,
 )
 from datatools.io.storage.paths import display
@@ -214,19 +215,18 @@ def _tokenizer_key(inp: TokenInput) -> dict | None:
     return {"kind": type(enc).__name__} | {f: getattr(enc, f, None) for f in fields}
 
 
-def _keeping(kept: dict[int, tuple[np.ndarray, np.ndarray]], budget: int):
-    """A shard reader for :func:`_table_pieces` that reads each shard whole while ``kept`` holds under ``budget``
-    bytes of tokens, and keeps it there (the pass for the lengths then decodes, or tokenizes, what the documents'
-    reads would: the column is read once); past the budget, lengths alone (text counted a bounded batch at a
-    time)."""
+def _keeping(slab: ShardSlab):
+    """A shard reader for :func:`_table_pieces` that reads each shard whole and copies its tokens into ``slab`` while
+    they fit (the pass for the lengths then decodes, or tokenizes, what the documents' reads would: the column is
+    read once, and each decoded buffer is freed for the next decode); once the slab is full, lengths alone (text
+    counted a bounded batch at a time)."""
 
     def read(inp: TokenInput, k: int) -> list[tuple[int, np.ndarray, int]]:
-        held = sum(t.nbytes for t, _ in kept.values())
-        if held >= budget:
+        if not slab.fits_without_eviction(1):
             return shard_length_pieces(inp, k)
         tokens, lengths = inp.shard_tokens(k)
-        if held + tokens.nbytes <= budget:
-            kept[k] = (tokens, lengths)
+        if slab.fits_without_eviction(tokens.shape[0]):
+            slab.put(k, tokens)
         return [(k, lengths, 0), (k, np.zeros(0, np.int64), inp.shard_nbytes(k))]
 
     return read
@@ -253,10 +253,9 @@ def _flat_documents(inp: TokenInput, progress: Callable[[int, int], None] | None
 
 
 def _table_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) -> DocumentSource:
-    kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # the shards its pass for the lengths read whole
-    pieces = _table_pieces(inp, _keeping(kept, TABLE_CACHE_BYTES))
-    lengths, shard_docs = lengths_by_shard(inp, pieces, progress)
-    return ChunkedDocuments(lengths, shard_docs, inp.shard_tokens, name=display(inp.path), loaded=kept)
+    slab = ShardSlab(TABLE_CACHE_BYTES // 4, inp.num_shards)  # the shards its pass for the lengths read whole
+    lengths, shard_docs = lengths_by_shard(inp, _table_pieces(inp, _keeping(slab)), progress)
+    return ChunkedDocuments(lengths, shard_docs, inp.shard_tokens, name=display(inp.path), slab=slab)
 
 
 @dataclass(frozen=True)

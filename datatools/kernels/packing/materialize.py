@@ -199,25 +199,43 @@ def materialize_pieces(
     """Like :func:`materialize`, reading only the selected rows' pieces, once, through ``read_pieces(doc, start,
     length) -> tokens`` (the pieces back to back, one integer array; e.g.
     :meth:`datatools.io.sources.documents.ArrayDocuments.read_pieces`)."""
+
+    def locate(doc: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        flat = np.asarray(read_pieces(doc, start, length))
+        if flat.ndim != 1 or flat.dtype.kind not in "iu" or flat.shape[0] != int(length.sum()):
+            raise TypeError(
+                f"read_pieces must return the {int(length.sum())} tokens asked for as a 1-D integer array, "
+                f"got {flat.dtype} {flat.shape}"
+            )
+        return flat, np.cumsum(length, dtype=np.int64) - length
+
+    return materialize_located(plan, locate, rows, pad_id=pad_id, out=out)
+
+
+def materialize_located(
+    plan: PackPlan, locate, rows=None, *, pad_id: int = 0, out: dict[str, np.ndarray] | None = None
+) -> dict[str, np.ndarray]:
+    """Like :func:`materialize`, the selected rows' pieces found through ``locate(doc, start, length) -> (tokens,
+    begin)``: piece j is ``tokens[begin[j]:begin[j] + length[j]]`` (int64 ``begin``; ``tokens`` one integer array:
+    the pieces copied back to back, or a source's own array that holds them, filled from without a copy). One
+    pass of the fill kernel writes every output slot once."""
     rows = check_plan_rows(plan, rows)
     pad_id = check_id(pad_id, "pad_id")
     sel, splits = row_pieces(plan.row_splits, rows)
     start, length = plan.start[sel], plan.length[sel]
-    flat = np.asarray(read_pieces(plan.doc[sel], start, length))
-    if flat.ndim != 1 or flat.dtype.kind not in "iu" or flat.shape[0] != int(length.sum()):
-        raise TypeError(
-            f"read_pieces must return the {int(length.sum())} tokens asked for as a 1-D integer array, "
-            f"got {flat.dtype} {flat.shape}"
-        )
-    # Piece j of the selection sits at flat[piece_begin[j]:]; _fill_rows reads offsets[doc] + start.
-    piece_begin = np.concatenate(([0], np.cumsum(length, dtype=np.int64)))
-    fake_offsets = piece_begin[:-1] - start
+    tokens, begin = locate(plan.doc[sel], start, length)
+    tokens, begin = np.asarray(tokens), np.asarray(begin, np.int64)
+    if tokens.ndim != 1 or tokens.dtype.kind not in "iu" or begin.shape != length.shape:
+        raise TypeError(f"locate must return a 1-D integer array and one begin a piece, got {short_repr(tokens)}")
+    if length.size and (begin.min() < 0 or int((begin + length).max()) > tokens.shape[0]):
+        raise ValueError(f"a located piece lies outside the {tokens.shape[0]} tokens it was located in")
     batch = _output_batch(out, rows.shape[0], plan.ctx)
     if rows.shape[0]:
-        wide = flat.dtype.itemsize >= 4 and flat.dtype != np.int32
+        wide = tokens.dtype.itemsize >= 4 and tokens.dtype != np.int32
         local_rows, pieces = np.arange(rows.shape[0], dtype=np.int64), np.arange(sel.shape[0], dtype=np.int64)
-        fill = (local_rows, splits, pieces, start, length, plan.offset[sel], fake_offsets, flat, _WHOLE, _WHOLE_EXTENT)
-        _fill_checked(batch, rows, *fill, pad_id, wide)
+        # piece j reads offsets[doc[j]] + start[j] = begin[j]: its own "document" j, whose offset is begin - start
+        pieces_at = (local_rows, splits, pieces, start, length, plan.offset[sel], begin - start)
+        _fill_checked(batch, rows, *pieces_at, tokens, _WHOLE, _WHOLE_EXTENT, pad_id, wide)
     return batch
 
 
