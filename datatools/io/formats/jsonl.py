@@ -59,7 +59,6 @@ def line_blocks(fh, a: int, b: int, block_bytes: int) -> Iterator[tuple[bytes, i
                 del carry[:cut]
             at, carry_at = carry_at, carry_at + cut
             yield block, at
-            del block
     if carry:
         yield bytes(carry), carry_at
 
