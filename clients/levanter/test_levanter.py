@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from host_share import check_bytes_per_host
 
 from datatools.integrations.levanter import PipelineDataset
 from datatools.io.sources.inputs import open_documents, open_input
@@ -307,9 +308,7 @@ def test_each_levanter_host_reads_its_share(cache, tmp_path):
             want = sorted(zlib.crc32(whole[r].astype(np.int32).tobytes()) for r in mine)
             assert sorted(g["crcs"][step]) == want
     assert all(j < steps for g in got for j, _, _ in g["reads"])
-    delivered = [g["bytes_delivered"] for g in got]
-    if any(delivered):  # the source's own counter: a host's tokens are about a quarter of the steps' tokens
-        assert all(0 < d < sum(delivered) / 2 for d in delivered)
+    check_bytes_per_host([g["bytes_delivered"] for g in got])  # the source's own counter, never skipped at 0
 
 
 def test_train_lm_on_two_jax_processes(cache, tokenizer_dir, tmp_path):

@@ -91,3 +91,52 @@ def test_analysis_tokenizes_in_bounded_batches_and_a_huge_line_in_pieces(
     assert max(c[2] for c in spy.calls) <= 1 << 16  # the longest text given at once
     assert max(c[1] for c in spy.calls) <= 1 << 18  # characters per call
     assert max(c[0] for c in spy.calls) <= tokenizer_module.LENGTH_BATCH_TEXTS
+
+
+class Held:
+    """An Encoding as the tokenizer returned it, counted while alive (``tokenizers.Encoding`` takes no weakref)."""
+
+    alive = 0
+
+    def __init__(self, encoding):
+        self.ids = encoding.ids
+        Held.alive += 1
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __del__(self):
+        Held.alive -= 1
+
+
+@pytest.mark.parametrize("keep", ["ids", "lengths"])
+def test_one_batch_of_encodings_is_alive_at_a_time(tokenizer_file, monkeypatch, keep):
+    """A long document's Encodings (~100 bytes a token in ``tokenizers``) are freed before the next call makes
+    more: a 50 MB line held two batches of them at once and peaked at 1.16 GB (issue 57). Counted: at each call,
+    no Encoding of an earlier call is still alive; the ids are those of the whole text."""
+    monkeypatch.setattr(tokenizer_module, "LENGTH_BATCH_CHARS", 1 << 14)
+    monkeypatch.setattr(tokenizer_module, "PIECE_CHARS", 1 << 12)
+    enc = open_encoder(tokenizer_file)
+    tok = enc.tokenizer
+    alive_at_calls: list[int] = []
+
+    class Counting:
+        pre_tokenizer = tok.pre_tokenizer
+
+        def encode_batch_fast(self, texts, **kw):
+            alive_at_calls.append(Held.alive)
+            return [Held(e) for e in tok.encode_batch_fast(texts, **kw)]
+
+        encode_batch = encode_batch_fast
+
+    huge = (CORPUS * (200_000 // len(CORPUS) + 1))[:200_000]
+    want = tok.encode(huge, add_special_tokens=False).ids
+    enc._tok = Counting()
+    Held.alive = 0
+    if keep == "ids":
+        tokens, lengths = enc.encode([huge, "a short one"])
+        assert np.array_equal(tokens[: len(want)], want) and lengths[0] == len(want)
+    else:
+        assert enc.count_tokens([huge, "a short one"])[0] == len(want)
+    assert len(alive_at_calls) >= 10, alive_at_calls  # 200 KB in calls of at most 16 KB
+    assert alive_at_calls == [0] * len(alive_at_calls), alive_at_calls

@@ -50,10 +50,15 @@ def line_blocks(fh, a: int, b: int, block_bytes: int) -> Iterator[tuple[bytes, i
         pos += len(data)
         carry += data
         cut = len(carry) if pos >= b else carry.rfind(b"\n") + 1
-        if cut:
-            yield bytes(carry[:cut]), carry_at
-            del carry[:cut]
-            carry_at += cut
+        if cut:  # one copy, and the carried bytes dropped before the block is handed over (a 50 MB line: 50 MB)
+            if cut == len(carry):
+                block, carry = bytes(carry), bytearray()
+            else:
+                with memoryview(carry) as view:
+                    block = bytes(view[:cut])
+                del carry[:cut]
+            at, carry_at = carry_at, carry_at + cut
+            yield block, at
     if carry:
         yield bytes(carry), carry_at
 
@@ -98,7 +103,9 @@ def read_column_blocks(
                 col = result.column(0)
                 if col.null_count:
                     raise _null_error(path, block, 1 + _count_lines(path, at), column)
-                yield col
+                out = [col]
+                del block, result, col, fut  # held only by the consumer: a 50 MB line is not kept twice here
+                yield out.pop()
                 pending.extend(itertools.islice(blocks, 1))  # one more block parsing once this one is used
 
 

@@ -172,7 +172,9 @@ def shard_texts(shard: Shard, column: str = "text") -> Iterator[list[str]]:
         yield from array_record_files.texts(shard.files[0], column)
         return
     for col in column_batches(shard, column, text=True):
-        yield text_values(col, shard.describe(), column)
+        texts = text_values(col, shard.describe(), column)
+        del col  # the Arrow copy of the text freed before the strings are tokenized
+        yield texts
 
 
 def shard_bytes(shard: Shard) -> int:

@@ -110,3 +110,30 @@ def test_text_column_streams_through_the_tokenizer(tmp_path, texts, tokenizer_fi
         np.testing.assert_array_equal(read_lengths(inp), want)
     finally:
         discover.PART_BYTES = old
+
+
+def test_a_long_line_is_held_once_while_its_text_is_used(tmp_path):
+    """While the consumer tokenizes a line's text, the reader holds neither the line's bytes nor its Arrow column
+    (a 50 MB line was held three times over, issue 57). Counted: with the text in hand, Python's traced memory is
+    the text and little more, and Arrow's pool is empty."""
+    import tracemalloc
+
+    import pyarrow as pa
+
+    from datatools.io.formats.tables import shard_texts
+
+    text = "word " * (2 << 20)  # 10 MiB, one line
+    path = tmp_path / "one.jsonl"
+    path.write_text(json.dumps({"text": text}) + "\n" + json.dumps({"text": "b"}) + "\n")
+    shard = discover.Shard("jsonl", (str(path),), 0, path.stat().st_size)
+    batches = shard_texts(shard, "text")
+    tracemalloc.start()
+    try:
+        texts = next(batches)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert texts == [text, "b"]
+    assert held < len(text) + (1 << 20), held  # the text (1 byte a character), not the line bytes besides
+    assert pa.total_allocated_bytes() < 1 << 20, pa.total_allocated_bytes()
+    assert next(batches, None) is None
