@@ -150,7 +150,7 @@ def pipeline_config(
             data["shuffle"] = {"kind": "none"}
         data.setdefault("num_epochs", _int_setting(config, "num_epoch", 1, minimum=1))
     workers = _int_setting(config, "grain_worker_count", -1)
-    if workers >= 0:
+    if workers >= 0 and not _read_by_one_reader(data):
         data["workers"] = workers
     data["shard"] = {"index": check_int(process_index, "process_index", minimum=0), "count": process_count}
     return parse_config(data)
@@ -180,6 +180,17 @@ def _split_settings(config, data: dict, split: str) -> tuple[int, str, dict]:
     data = {k: v for k, v in data.items() if k not in ("source", "shuffle", "num_epochs", "batch_size")}
     data.update(source={"path": str(files)}, shuffle={"kind": "none"}, num_epochs=1)
     return global_batch, files, data
+
+
+def _read_by_one_reader(data: dict) -> bool:
+    """Whether the pipeline reads a token store or a Levanter cache: read by the host's one reader in threads, not in
+    worker processes, so MaxText's ``grain_worker_count`` (``base.yml``: 1) is not a datatools ``workers`` there."""
+    from datatools.io.formats.levanter_cache import is_levanter_cache
+    from datatools.io.formats.store import is_token_store
+
+    sources = data.get("sources") or [data.get("source") or {}]
+    paths = [str(s["path"]) for s in sources if isinstance(s, dict) and isinstance(s.get("path"), str)]
+    return bool(paths) and all(is_token_store(p) or is_levanter_cache(p) for p in paths)
 
 
 def _check_fixed_shapes(data: dict) -> None:

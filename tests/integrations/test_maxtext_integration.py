@@ -204,3 +204,19 @@ def test_the_launcher_without_maxtext_says_so_in_one_line(tmp_path):
         err = proc.stderr.strip()
         assert proc.returncode == status and "\n" not in err and says in err, proc.stderr
         assert "Traceback" not in err
+
+
+def test_maxtexts_grain_worker_count_is_workers_except_for_a_token_store(store, tmp_path):
+    """MaxText's ``base.yml`` sets ``grain_worker_count: 1``: a token store (read by one reader per host, which
+    refuses worker processes) still builds and gives batches; a source tokenized or decoded as it is read gets the
+    workers asked for."""
+    from conftest import random_docs, write_test_store
+    from datatools.pipeline import build
+
+    keys = {**KEYS, "grain_worker_count": 1}
+    assert pipeline_config({**keys, "grain_train_files": str(store)}).workers == 1  # NumPy files: worker processes
+    tokens = write_test_store(tmp_path / "store", random_docs(300, seed=1, max_len=100), vocab_size=1000)
+    cfg = pipeline_config({**keys, "grain_train_files": str(tokens)})
+    assert cfg.workers == 0
+    batch = next(iter(build(cfg)))
+    assert batch["inputs"].shape == (8, 64)
