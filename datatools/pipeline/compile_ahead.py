@@ -32,11 +32,16 @@ SHUFFLES = ({"kind": "none"}, {"kind": "full"}, {"kind": "block", "io_block_size
 FORMATS = ("datatools", "maxtext", "levanter", "hf")
 
 
+def _base(store: str) -> dict:
+    """The keys every warm-up pipeline shares: ``store``, 4 rows a batch, one epoch, no workers."""
+    return {"source": {"path": store}, "batch_size": 4, "num_epochs": 1, "workers": 0, "seed": 0}
+
+
 def _pipelines(store: str, packing: dict) -> None:
     """The first batches of ``packing`` under every shuffle and output format."""
     from datatools.pipeline import build
 
-    base = {"source": {"path": store}, "batch_size": 4, "num_epochs": 1, "workers": 0, "seed": 0}
+    base = _base(store)
     for shuffle in SHUFFLES:
         for fmt in FORMATS:
             it = iter(build({**base, **packing, "shuffle": shuffle, "format": fmt}))
@@ -52,7 +57,7 @@ def _planned(store: str) -> None:
     from datatools.pipeline import build
 
     _pipelines(store, {"packing": {"mode": "planned", "ctx": 256}})
-    base = {"source": {"path": store}, "batch_size": 4, "num_epochs": 1, "workers": 0, "seed": 0}
+    base = _base(store)
     for extra in ({"attention_block": 64}, {"loss_weighting": "document"}):
         next(iter(build({**base, "packing": {"mode": "planned", "ctx": 256}, "shuffle": SHUFFLES[1], **extra})))
 
