@@ -372,7 +372,7 @@ REMOTE_ROWS = (
     ("store", "tokens"),
 )
 PASS_LABELS = {
-    "bytes": "bytes only (storage.open_file)",
+    "bytes": "bytes only (Location.open)",
     "lengths": "lengths pass",
     "tokens": "all tokens (read)",
 }
@@ -427,7 +427,7 @@ def measure_remote(what: str, path: str) -> dict:
     """One pass over ``path`` (local or ``s3://``) in this (fresh) process: ``lengths`` is the lengths pass
     (``read_lengths(open_input(path))``), ``tokens`` reads a token store's every document with
     ``TokenStore.read`` in ranges of :data:`STORE_READ_DOCS`, ``bytes`` reads the file's bytes through
-    ``storage.open_file`` (what the JSON Lines reader reads through) in 8 MiB reads and parses nothing: the
+    ``Location.open`` (what the JSON Lines reader reads through) in 8 MiB reads and parses nothing: the
     transport alone. Seconds, peak RSS (MiB), and what was read (documents, tokens, the sum of the token ids;
     bytes) so local and remote can be checked equal."""
     import pyarrow.parquet  # noqa: F401  (imports are not timed)
@@ -439,7 +439,7 @@ def measure_remote(what: str, path: str) -> dict:
     t0 = time.perf_counter()
     if what == "bytes":
         n_docs = n_tokens = id_sum = 0
-        with storage.open_file(path) as f:
+        with storage.location(path).open() as f:
             while block := f.read(8 * MiB):
                 n_tokens += len(block)  # bytes, here
     elif what == "lengths":
@@ -513,7 +513,7 @@ def remote_section(tmp: Path, mb: int, runs: int) -> dict:
             os.environ.pop(k, None)
         os.environ.update(S3_ENV, AWS_ENDPOINT_URL=endpoint)  # the children inherit it (local ones too: same setup)
         try:
-            fs, _ = storage.filesystem("s3://bench")
+            fs, _ = storage.location("s3://bench").filesystem()
             fs.mkdir("bench")
             remote = {"parquet": "s3://bench/r.parquet", "jsonl": "s3://bench/r.jsonl", "store": "s3://bench/rstore"}
             t0 = time.perf_counter()
@@ -522,7 +522,7 @@ def remote_section(tmp: Path, mb: int, runs: int) -> dict:
             put_store(remote["store"])
             upload_s = time.perf_counter() - t0
             assert (
-                storage.read_bytes(remote["store"] + "/manifest.json")
+                storage.location(remote["store"] + "/manifest.json").read_bytes()
                 == (local["store"] / "manifest.json").read_bytes()
             ), "the local and remote stores differ"
             os.sync()

@@ -124,11 +124,11 @@ def _levanter_array(url: str, dtype) -> object:
     2^54, outer chunks of 128 Mi elements sharded into inner chunks of 256 Ki, blosc-zstd level 1."""
     import tensorstore as ts
 
-    from datatools.io.storage import kvstore_spec
+    from datatools.io.storage import location
 
     spec = {
         "driver": "zarr3",
-        "kvstore": kvstore_spec(url),
+        "kvstore": location(url).kvstore_spec(),
         "metadata": {
             "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [LEVANTER_OUTER]}},
             "codecs": [
@@ -181,7 +181,7 @@ def build_levanter_cache(url: str, tokens: int, seed: int = 0) -> dict:
         "layout": "consolidated",
         "metadata": {"preprocessor_metadata": {}},
     }
-    storage.write_text(storage.join(url, "shard_ledger.json"), json.dumps(ledger))
+    storage.location(url).join("shard_ledger.json").write_text(json.dumps(ledger))
     return {"documents": int(lengths.shape[0]), "tokens": total, "write_s": time.perf_counter() - t0}
 
 

@@ -186,7 +186,7 @@ def new_bucket(scheme: str) -> str:
     from datatools.io import storage
 
     url = f"{scheme}://{bucket_name()}"
-    fs, inner = storage.filesystem(url)
+    fs, inner = storage.location(url).filesystem()
     fs.mkdir(inner)
     return url
 
@@ -195,8 +195,8 @@ def object_bytes(root) -> dict[str, bytes]:
     """Every file under a local directory or URL prefix, by its path relative to it, with its bytes."""
     from datatools.io import storage
 
-    base = (storage.url_of(root) if storage.is_url(root) else str(root)).rstrip("/")
-    return {f[len(base) + 1 :]: storage.read_bytes(f) for f in storage.list_files(root)}
+    base = storage.location(root).text.rstrip("/")
+    return {f[len(base) + 1 :]: storage.location(f).read_bytes() for f in storage.location(root).list()}
 
 
 @pytest.fixture
@@ -270,7 +270,7 @@ class Root:
             return dest
         from datatools.io import storage
 
-        fs, inner = storage.filesystem(dest)
+        fs, inner = storage.location(dest).filesystem()
         files = [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.is_file())
         for f in files:
             key = inner if f == local else f"{inner}/{f.relative_to(local).as_posix()}"

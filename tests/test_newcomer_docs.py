@@ -130,7 +130,7 @@ def bucket_setup(request, work: Path) -> dict[str, str]:
     config = work / "pipeline.yaml"
     for scheme, setenv, proxy in (("s3", s3_environment, s3), ("gs", gcs_environment, gcs)):
         setenv(monkeypatch, proxy.url)
-        fs, inner = storage.filesystem(f"{scheme}://my-bucket")
+        fs, inner = storage.location(f"{scheme}://my-bucket").filesystem()
         if not fs.exists(inner):
             fs.mkdir(inner)
         store = work / "demo_data" / "store"

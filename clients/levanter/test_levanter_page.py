@@ -67,7 +67,7 @@ def test_the_levanter_page_runs_as_printed(cache, tokenizer_dir, s3_server, tmp_
     aws = s3_env(s3_server.url)
     for k, v in aws.items():
         monkeypatch.setenv(k, v)
-    fs, _ = storage.filesystem(f"s3://{BUCKET}")
+    fs, _ = storage.location(f"s3://{BUCKET}").filesystem()
     fs.mkdir(BUCKET)
     files = sorted(p for p in path.rglob("*") if p.is_file())
     for f in files:

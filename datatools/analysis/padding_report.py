@@ -339,5 +339,5 @@ def plot(report: PaddingReport, path: str | Path, *, source: str) -> str | Path:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    storage.write_bytes(path, buf.getvalue())  # atomic: a local rename, or one PUT to s3:// / gs://
+    storage.location(path).write_bytes(buf.getvalue())  # atomic: a local rename, or one PUT to s3:// / gs://
     return storage.location(path).path

@@ -121,4 +121,4 @@ def config_text(config: dict[str, Any], maxtext_keys: str = "") -> str:
 
 def write_pipeline_config(path: str | os.PathLike, config: dict[str, Any], maxtext_keys: str = "") -> None:
     """Write :func:`config_text` of ``config`` to ``path``: a file (atomically) or a URL."""
-    storage.write_text(path, config_text(config, maxtext_keys))
+    storage.location(path).write_text(config_text(config, maxtext_keys))

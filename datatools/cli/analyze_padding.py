@@ -185,9 +185,9 @@ def _check_config_target(out: str, overwrite: bool) -> None:
 
     if out == "":
         raise click.BadParameter("the path is empty ('')", param_hint="--write-config")
-    if storage.is_dir(out):
+    if storage.location(out).is_dir():
         raise click.BadParameter(f"{out}: is a directory", param_hint="--write-config")
-    if not overwrite and storage.exists(out):
+    if not overwrite and storage.location(out).exists():
         raise click.BadParameter(f"{out}: already exists; pass --overwrite to replace it", param_hint="--write-config")
 
 

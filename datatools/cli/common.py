@@ -72,13 +72,13 @@ def emit_json(json_out: str | None, payload) -> None:
     for ``-``."""
     if not json_out:
         return
-    from datatools.io.storage import write_text
+    from datatools.io.storage import location
 
     text = payload.to_json()
     if json_out == "-":
         click.echo(text)
     else:
-        write_text(json_out, text + "\n")
+        location(json_out).write_text(text + "\n")
 
 
 def json_option(what: str = "the report", then: str = " (then the table goes to stderr)"):

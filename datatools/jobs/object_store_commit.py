@@ -27,8 +27,8 @@ STORE_KEY = re.compile(r"manifest\.json|shard_index\.bin|(tokens|offsets)/(zarr\
 def staging_of(output: str) -> str:
     """The staging prefix of a store at ``output``: ``OUTPUT.partial`` beside it, in the same bucket; for a
     bucket root ``OUTPUT/.partial`` under it (``bucket.partial`` would be another bucket)."""
-    _, _, key = storage.split_url(output)
-    return storage.url_of(output).rstrip("/") + ("/" + ROOT_STAGING if not key else ".partial")
+    loc = storage.location(output)
+    return loc.text.rstrip("/") + ("/" + ROOT_STAGING if not loc.key else ".partial")
 
 
 def store_keys(manifest: dict | None) -> set[str] | None:
@@ -53,13 +53,13 @@ def foreign_keys(names: list[str], manifest: dict | None) -> list[str]:
 
 
 def _names(prefix: str) -> list[str]:
-    base = storage.url_of(prefix).rstrip("/") + "/"
-    return [f[len(base) :] for f in storage.list_files(prefix)]
+    base = storage.location(prefix).text.rstrip("/") + "/"
+    return [f[len(base) :] for f in storage.location(prefix).list()]
 
 
 def _read_json(url: str | os.PathLike) -> dict:
     try:
-        value = json.loads(storage.read_bytes(url))
+        value = json.loads(storage.location(url).read_bytes())
     except (FileNotFoundError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
@@ -77,12 +77,13 @@ class ObjectStoreStaging:
         own: under OUTPUT the keys of the token store there (or, when ``STAGING/commit.json`` says a job was
         committing, keys of a store's layout); in STAGING a staging area's files. Nothing is touched."""
         output, staging = self.output, self.staging
-        inner = staging.startswith(storage.url_of(output).rstrip("/") + "/")
-        stage_rel = staging[len(storage.url_of(output).rstrip("/")) + 1 :] + "/" if inner else None
+        out = storage.location(output)
+        inner = staging.startswith(out.text.rstrip("/") + "/")
+        stage_rel = staging[len(out.text.rstrip("/")) + 1 :] + "/" if inner else None
         bad = [n for n in _names(staging) if not STAGING_FILE.fullmatch(n)]
         if bad:
             raise ValueError(
-                f"{storage.url_of(staging)}: holds objects that are not a pretokenize staging area "
+                f"{storage.location(staging).text}: holds objects that are not a pretokenize staging area "
                 f"({bad[0]}{' ...' if len(bad) > 1 else ''}); nothing was touched: remove them or choose "
                 f"another OUTPUT"
             )
@@ -97,20 +98,20 @@ class ObjectStoreStaging:
             if overwrite:
                 return  # a store whose manifest no longer reads: nothing but a store's keys, replaced by --overwrite
             raise ValueError(
-                f"{storage.url_of(output)}: a token store whose manifest.json does not read; nothing was touched: "
+                f"{out.text}: a token store whose manifest.json does not read; nothing was touched: "
                 f"pass --overwrite to rebuild it (it holds nothing but a store's objects)"
             )
-        if manifest is None and _read_json(storage.join(staging, "commit.json")).get("job") is None:
+        if manifest is None and _read_json(storage.location(staging).join("commit.json")).get("job") is None:
             raise ValueError(
-                f"{storage.url_of(output)}: already holds objects and is not a datatools token store (no "
+                f"{out.text}: already holds objects and is not a datatools token store (no "
                 f"readable manifest.json; {names[0]}{' ...' if len(names) > 1 else ''}); --overwrite replaces "
                 f"only a token store, so nothing was touched: remove them or choose another OUTPUT"
             )
         foreign = foreign_keys(names, manifest)
         if foreign:
-            where = "the bucket root" if not storage.split_url(output)[2] else "the store's prefix"
+            where = "the bucket root" if not out.key else "the store's prefix"
             raise ValueError(
-                f"{storage.url_of(output)}: {where} holds objects that are not the token store's own "
+                f"{out.text}: {where} holds objects that are not the token store's own "
                 f"({', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}); --overwrite replaces only the "
                 f"store's own objects, so nothing was touched: move them or choose another OUTPUT"
             )
@@ -119,24 +120,24 @@ class ObjectStoreStaging:
         _remove_own(self.staging, STAGING_FILE)
 
     def prepare(self, job: str, shards: int, extra: dict) -> None:
-        job_file = storage.join(self.staging, "job.json")
+        job_file = storage.location(self.staging).join("job.json")
         if _names(self.staging) and _read_json(job_file).get("job") != job:
             _remove_own(self.staging, STAGING_FILE)
             extra["cleaned"] = (
                 f"{display(self.output)}: removed {display(self.staging)} left by an interrupted run of a different job"
             )
-        if not storage.exists(job_file):
-            storage.write_text(job_file, json.dumps({"job": job, "shards": shards}) + "\n")
+        if not job_file.exists():
+            job_file.write_text(json.dumps({"job": job, "shards": shards}) + "\n")
 
     def present(self) -> tuple[set[int], dict[int, int]]:
         return written(_names(self.staging))
 
     def commit(self, job: str, write: Callable[[str], None], extra: dict) -> None:
         output, staging = self.output, self.staging
-        storage.write_text(
-            storage.join(staging, "commit.json"), json.dumps({"job": job, "output": storage.url_of(output)}) + "\n"
+        storage.location(staging).join("commit.json").write_text(
+            json.dumps({"job": job, "output": storage.location(output).text}) + "\n"
         )
-        storage.remove(storage.join(output, "manifest.json"))  # uncommit first: no reader sees a half-replaced store
+        storage.location(output).join("manifest.json").remove()  # uncommit first: no reader sees a half-replaced store
         _remove_own(output, STORE_KEY)  # the store's keys only (check_replaceable: nothing else is there)
         write(output)
         _remove_own(staging, STAGING_FILE)
@@ -158,7 +159,7 @@ def written(names) -> tuple[set[int], dict[int, int]]:
 
 def _remove_own(prefix: str, own: re.Pattern) -> None:
     """Delete the objects under ``prefix`` whose names (relative to it) ``own`` matches; anything else is kept."""
-    base = storage.url_of(prefix).rstrip("/")
+    base = storage.location(prefix).text.rstrip("/")
     for name in _names(prefix):
         if own.fullmatch(name):
-            storage.remove(f"{base}/{name}")
+            storage.location(f"{base}/{name}").remove()

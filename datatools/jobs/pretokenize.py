@@ -124,23 +124,29 @@ def _windows(lengths: np.ndarray, ctx: int) -> np.ndarray:
 
 def _shard_path(staging: str | Path, k: int, piece: int | None = None) -> str | Path:
     """``STAGING/shards/NNNNNN.npz``, or its piece ``NNNNNN.piece-PPPPPP.npz`` (a run of its documents)."""
-    return storage.join(staging, "shards", f"{k:06d}.npz" if piece is None else f"{k:06d}.piece-{piece:06d}.npz")
+    return (
+        storage.location(staging)
+        .join("shards", f"{k:06d}.npz" if piece is None else f"{k:06d}.piece-{piece:06d}.npz")
+        .path
+    )
 
 
 def _write_shard(path: str | Path, tokens: np.ndarray, lengths: np.ndarray) -> None:
     """Complete or absent: locally a temporary file and a rename, in object storage one PUT."""
-    storage.write_with(path, lambda f: np.savez(f, tokens=tokens, lengths=lengths))
+    storage.location(path).write_with(lambda f: np.savez(f, tokens=tokens, lengths=lengths))
 
 
 def _read(path: str | Path, *keys: str) -> tuple[np.ndarray, ...]:
     """The arrays ``keys`` of a shard or piece file, in one read (in a bucket: one GET)."""
-    with np.load(io.BytesIO(storage.read_bytes(path)), allow_pickle=False) as z:
+    with np.load(io.BytesIO(storage.location(path).read_bytes()), allow_pickle=False) as z:
         return tuple(z[key] for key in keys)
 
 
 def _write_piece(path: str | Path, tokens: np.ndarray, lengths: np.ndarray, documents: int) -> None:
     """A shard file that also holds its number of documents (with ``ctx`` a document may give several lengths)."""
-    storage.write_with(path, lambda f: np.savez(f, tokens=tokens, lengths=lengths, documents=np.int64(documents)))
+    storage.location(path).write_with(
+        lambda f: np.savez(f, tokens=tokens, lengths=lengths, documents=np.int64(documents))
+    )
 
 
 def _naming(path: str | Path, write, *args) -> None:
@@ -181,7 +187,7 @@ def _run_shard(worker, shard, k, staging, pieces, report=None) -> tuple[int, int
     flat, lens = _joined(tokens, worker.dtype), _joined(lengths, np.int64)
     _naming(_shard_path(staging, k), _write_shard, flat, lens)
     for p in range(pieces):
-        storage.remove(_shard_path(staging, k, p))
+        storage.location(_shard_path(staging, k, p)).remove()
     return k, int(lens.shape[0]), int(flat.size), skip
 
 
@@ -439,7 +445,7 @@ def store_damage(output: str | Path) -> Damage | None:
         return Damage(_short(exc))
     chunks = manifest.get("chunks")
     if isinstance(chunks, dict):
-        sizes = storage.file_sizes(output)  # one walk, or one listing: the cheap damage first
+        sizes = storage.location(output).file_sizes()  # one walk, or one listing: the cheap damage first
         for name in ("tokens", "offsets"):
             for key, record in (chunks.get(name) or {}).items():
                 got = sizes.get(f"{name}/{key}")

@@ -99,6 +99,6 @@ def test_a_url_without_the_cloud_extra_names_a_command_that_works(monkeypatch, m
 
     monkeypatch.setitem(sys.modules, module, None)  # as if it were not installed
     with pytest.raises(MissingPackage) as err:
-        storage.exists(url)
+        storage.location(url).exists()
     assert exit_status(err.value) == 1  # the environment, not the input
     assert str(err.value).startswith(url) and str(err.value).endswith(install_command("cloud"))

@@ -51,6 +51,6 @@ def test_write_config_to_a_bucket_writes_the_object(data, s3_bucket, tmp_path, m
     url = f"{s3_bucket}/configs/pipeline.yaml"
     assert main(["analyze-padding", data, "--ctx", "1024", "--write-config", url]) == 0
     assert not Path("s3:").exists()  # not a local path
-    written = yaml.safe_load(storage.read_bytes(url))
+    written = yaml.safe_load(storage.location(url).read_bytes())
     assert written["packing"]["ctx"] == 1024
     assert main(["analyze-padding", data, "--ctx", "1024", "--write-config", url]) == 2  # exists: kept

@@ -46,12 +46,12 @@ def test_a_huge_metadata_file_is_refused_unread(tmp_path):
     with open(big, "wb") as f:
         f.truncate(8 * GiB)
     with pytest.raises(ValueError, match="larger than 67,108,864 bytes"):
-        storage.read_bytes(big, max_bytes=storage.MAX_METADATA_BYTES)
-    assert storage.read_bytes(big, 5) == b"\0" * 5
+        storage.location(big).read_bytes(max_bytes=storage.MAX_METADATA_BYTES)
+    assert storage.location(big).read_bytes(5) == b"\0" * 5
     (tmp_path / "small.json").write_text("{}")
-    assert storage.read_bytes(tmp_path / "small.json", max_bytes=2) == b"{}"
+    assert storage.location(tmp_path / "small.json").read_bytes(max_bytes=2) == b"{}"
     with pytest.raises(ValueError, match="a device"):
-        storage.read_bytes("/dev/zero")
+        storage.location("/dev/zero").read_bytes()
 
 
 def test_a_huge_manifest_is_refused_by_verify_in_bounded_memory(store):

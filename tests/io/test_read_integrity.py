@@ -59,10 +59,10 @@ def _store(path, values, *, random: bool = False, flat=None) -> list:
 
 
 def _swap(store, a: str, b: str) -> None:
-    pa, pb = storage.join(store, "tokens", a), storage.join(store, "tokens", b)
-    da, db = storage.read_bytes(pa), storage.read_bytes(pb)
-    storage.write_bytes(pa, db)
-    storage.write_bytes(pb, da)
+    pa, pb = storage.location(store).join("tokens", a), storage.location(store).join("tokens", b)
+    da, db = pa.read_bytes(), pb.read_bytes()
+    pa.write_bytes(db)
+    pb.write_bytes(da)
 
 
 def _refused(store, k: int) -> None:
@@ -168,7 +168,7 @@ def test_a_swapped_shard_in_a_bucket_is_refused(s3_bucket, small_chunks):
     flat = _store(url, [1, 2, 3], flat=np.concatenate([inner[k] for o in order for k in o]))
     store = TokenStore(url)
     np.testing.assert_array_equal(store.read(0, 3 * SHARD), flat)
-    sizes = [len(storage.read_bytes(f"{url}/tokens/c/{k}")) for k in range(3)]
+    sizes = [len(storage.location(f"{url}/tokens/c/{k}").read_bytes()) for k in range(3)]
     assert len(set(sizes)) == 1  # invisible to sizes
     i, j = 0, 1
     _swap(url, f"c/{i}", f"c/{j}")
@@ -185,7 +185,7 @@ def test_swapped_shards_of_one_layout_in_a_bucket_are_refused(bucket, request, s
     url = f"{request.getfixturevalue(bucket)}/s"
     flat = _store(url, [3, 4, 5])
     assert TokenStore(url).ranged_reads
-    heads = [storage.read_bytes(f"{url}/tokens/c/{k}")[: 4 * 16] for k in range(3)]
+    heads = [storage.location(f"{url}/tokens/c/{k}").read_bytes()[: 4 * 16] for k in range(3)]
     assert heads[0] == heads[1]  # the same index
     _swap(url, "c/0", "c/1")
     _refused(url, 0)
@@ -197,10 +197,12 @@ def test_a_missing_or_foreign_shard_index_in_a_bucket_is_refused_naming_it(s3_bu
     url = f"{s3_bucket}/s"
     _store(url, [3, 4, 5])
     _store(f"{s3_bucket}/t", [6, 7, 8])
-    storage.write_bytes(f"{url}/shard_index.bin", storage.read_bytes(f"{s3_bucket}/t/shard_index.bin"))
+    storage.location(f"{url}/shard_index.bin").write_bytes(
+        storage.location(f"{s3_bucket}/t/shard_index.bin").read_bytes()
+    )
     with pytest.raises(ValueError, match=r"/s: shard_index.bin is corrupt \(its bytes differ from the manifest"):
         TokenStore(url).read(0, 5)
-    storage.remove(f"{url}/shard_index.bin")
+    storage.location(f"{url}/shard_index.bin").remove()
     with pytest.raises(ValueError, match=r"/s: shard_index.bin is missing; the store is incomplete"):
         StoreDocuments(TokenStore(url)).read_pieces(np.array([0]), np.array([0]), np.array([4]))
 

@@ -1,4 +1,4 @@
-"""The bound datatools puts on each of its tensorstore requests to object storage (``storage.bounded``, issue 57):
+"""The bound datatools puts on each of its tensorstore requests to object storage (``Location.bounded``, issue 57):
 a request unanswered past ``REQUEST_TIMEOUT_S`` is cancelled, and its wait raises a StorageError naming the object,
 only while its bucket answers nothing else (a silent endpoint, not one busy with the requests queued before it).
 Fake futures with tensorstore's interface and a fake clock the test moves: what is checked is which requests were
@@ -100,14 +100,14 @@ def _wait_for(condition, limit_s: float = 60.0) -> None:
 
 def test_a_silent_request_is_cancelled_and_named(short_bound):
     url = "s3://bucket-57/store/tokens/c/3"
-    waiting = storage.bounded(FakeRequest(), url)
+    waiting = storage.location(url).bounded(FakeRequest())
     short_bound.advance(0.5)
     assert not waiting.done()  # within the bound: waiting
     short_bound.advance(0.2)
     _wait_for(waiting.done)
     assert waiting.cancelled()
     with pytest.raises(StorageError) as raised:
-        storage.result(waiting, url)
+        storage.location(url).result(waiting)
     assert raised.value.filename == url and raised.value.errno == errno.ETIMEDOUT
     assert "sent no answer in 0.6 s" in raised.value.strerror
 
@@ -115,12 +115,12 @@ def test_a_silent_request_is_cancelled_and_named(short_bound):
 def test_a_request_queued_behind_answered_ones_is_kept_while_its_bucket_answers(short_bound):
     """Requests to the same bucket completing keep a long wait alive (a busy endpoint, 64 ranged reads in flight);
     once the bucket falls silent, it is cancelled; a local path is never bounded."""
-    queued = storage.bounded(FakeRequest(), "gs://bucket-57/store/tokens/c/9")
-    other_bucket = storage.bounded(FakeRequest(), "gs://another-bucket/x")
-    local = storage.bounded(FakeRequest(), "/tmp/store/tokens/c/0")
+    queued = storage.location("gs://bucket-57/store/tokens/c/9").bounded(FakeRequest())
+    other_bucket = storage.location("gs://another-bucket/x").bounded(FakeRequest())
+    local = storage.location("/tmp/store/tokens/c/0").bounded(FakeRequest())
     for _ in range(18):  # 3 bounds of the clock, the bucket answering every 0.1 s of it
         short_bound.advance(0.1)
-        storage.bounded(FakeRequest(), "gs://bucket-57/store/tokens/c/1").answer()
+        storage.location("gs://bucket-57/store/tokens/c/1").bounded(FakeRequest()).answer()
     assert not queued.done()  # 3 bounds old, kept: its bucket answers
     assert other_bucket.cancelled()  # another bucket's answers do not keep it
     short_bound.advance(0.5)
@@ -128,6 +128,6 @@ def test_a_request_queued_behind_answered_ones_is_kept_while_its_bucket_answers(
     short_bound.advance(0.2)
     _wait_for(queued.done)  # the bucket silent past the bound: cancelled
     assert queued.cancelled() and other_bucket.cancelled() and not local.done()
-    queued_answered = storage.bounded(FakeRequest(), "gs://bucket-57/a")
+    queued_answered = storage.location("gs://bucket-57/a").bounded(FakeRequest())
     queued_answered.answer()
-    assert storage.result(queued_answered, "gs://bucket-57/a") == b"bytes"
+    assert storage.location("gs://bucket-57/a").result(queued_answered) == b"bytes"

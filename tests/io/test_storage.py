@@ -18,30 +18,38 @@ from object_storage import closed_port, gcs_environment, s3_environment
 FAIL_WITHIN_S = 30.0
 
 
+def is_url(path) -> bool:
+    return storage.location(path).protocol != "file"
+
+
 def test_urls():
-    assert storage.is_url("s3://b/k") and storage.is_url("gs://b/k/") and storage.is_url(Path("gs://b/k"))
-    assert not storage.is_url("s3:/b/k") and not storage.is_url("data/x.parquet") and not storage.is_url("/s3/x")
-    assert storage.split_url("gs://b/a/b/") == ("gcs", "b", "a/b")
-    assert storage.url_of(Path("s3://b/k") / "tokens") == "s3://b/k/tokens"
-    assert storage.join("s3://b/k/", "x", "y.json") == "s3://b/k/x/y.json"
-    assert storage.join("local/dir", "x") == Path("local/dir/x")
+    assert is_url("s3://b/k") and is_url("gs://b/k/") and is_url(Path("gs://b/k"))
+    assert not is_url("s3:/b/k") and not is_url("data/x.parquet") and not is_url("/s3/x")
+    url = storage.location("gs://b/a/b/")
+    assert (url.protocol, url.bucket, url.key) == ("gcs", "b", "a/b")
+    assert storage.location(Path("s3://b/k") / "tokens").text == "s3://b/k/tokens"
+    assert storage.location("s3://b/k/").join("x", "y.json").path == "s3://b/k/x/y.json"
+    assert storage.location("local/dir").join("x").path == Path("local/dir/x")
     with pytest.raises(ValueError, match="no bucket"):
-        storage.split_url("s3:///k")
+        storage.location("s3:///k").bucket  # noqa: B018 -- the property raises
 
 
 def test_kvstore_specs_come_from_the_standard_environment(monkeypatch, tmp_path):
     s3_environment(monkeypatch, "http://127.0.0.1:1234")
-    spec = storage.kvstore_spec("s3://bkt/store/tokens")
+    spec = storage.location("s3://bkt/store/tokens").kvstore_spec()
     assert spec["driver"] == "s3" and spec["bucket"] == "bkt" and spec["path"] == "store/tokens/"
     assert spec["endpoint"] == "http://127.0.0.1:1234" and spec["aws_region"] == "eu-west-1"
     assert spec["s3_request_retries"]["max_retries"] <= 5
     gcs_environment(monkeypatch, "http://127.0.0.1:4321")
-    spec = storage.kvstore_spec("gs://bkt/store/offsets")
+    spec = storage.location("gs://bkt/store/offsets").kvstore_spec()
     assert spec["driver"] == "gcs" and spec["path"] == "store/offsets/"
     import os
 
     assert os.environ["TENSORSTORE_GCS_HTTP_URL"] == "http://127.0.0.1:4321"
-    assert storage.kvstore_spec(tmp_path / "a" / ".." / "b") == {"driver": "file", "path": str(tmp_path / "b")}
+    assert storage.location(tmp_path / "a" / ".." / "b").kvstore_spec() == {
+        "driver": "file",
+        "path": str(tmp_path / "b"),
+    }
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -52,13 +60,17 @@ def test_write_then_read_back_any_bytes(storage_root, data, cuts):
     # object (server.py _read_data; b"a\r" is stored as b"a"). Real GCS keeps it; the emulator cannot show that.
     assume(not (storage_root.kind == "gs" and data.endswith(b"\r")))
     path = storage_root.path("blob.bin")
-    storage.write_bytes(path, data)
-    assert storage.read_bytes(path) == data and storage.size(path) == len(data) and storage.is_file(path)
+    storage.location(path).write_bytes(data)
+    assert (
+        storage.location(path).read_bytes() == data
+        and storage.location(path).size() == len(data)
+        and storage.location(path).is_file()
+    )
     a, b = sorted(min(c, len(data)) for c in cuts)
-    with storage.open_file(path, block_size=1 << 16) as f:
+    with storage.location(path).open(block_size=1 << 16) as f:
         f.seek(a)
         assert f.read(b - a) == data[a:b]
-    assert storage.read_bytes(path, limit=b) == data[:b]
+    assert storage.location(path).read_bytes(limit=b) == data[:b]
 
 
 def test_listing_stays_under_the_prefix(storage_root, tmp_path):
@@ -67,11 +79,14 @@ def test_listing_stays_under_the_prefix(storage_root, tmp_path):
         (tmp_path / "tree" / name).write_text(name)
     for name in ("d", "dd", "e.txt"):
         storage_root.upload(tmp_path / "tree" / name, name)
-    assert storage.list_files(storage_root.path("d")) == [
+    assert storage.location(storage_root.path("d")).list() == [
         storage_root.path("d/a.txt"),
         storage_root.path("d/sub/b.txt"),
     ]
-    assert storage.is_dir(storage_root.path("d")) and not storage.exists(storage_root.path("nothing"))
+    assert (
+        storage.location(storage_root.path("d")).is_dir()
+        and not storage.location(storage_root.path("nothing")).exists()
+    )
 
 
 def test_a_missing_object_is_bad_input(storage_root, capfd):
@@ -93,7 +108,7 @@ def test_store_arrays_read_through_the_kvstore_drivers(storage_root, tmp_path):
     url = storage_root.upload(store, "store")
     flat = ts.open(zarr_spec(Path(url) / "tokens"), open=True).result().read().result()  # pathlib-joined URL
     np.testing.assert_array_equal(flat, np.concatenate(docs))
-    offsets = ts.open(zarr_spec(storage.join(url, "offsets")), open=True).result().read().result()
+    offsets = ts.open(zarr_spec(storage.location(url).join("offsets").path), open=True).result().read().result()
     np.testing.assert_array_equal(np.diff(offsets), [len(d) for d in docs])
 
 

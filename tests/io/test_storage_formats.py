@@ -172,7 +172,7 @@ def test_pipeline_config_and_data_in_storage_give_the_local_batches(fmt, storage
     assert main(["pipeline", config, "--steps", "3", "--json", report]) == 0
     from datatools.io import storage
 
-    written = json.loads(storage.read_bytes(report))
+    written = json.loads(storage.location(report).read_bytes())
     assert written["batches"] == 3 and written["documents"] == len(DOCS)
 
 
@@ -183,9 +183,9 @@ def test_report_and_plot_written_to_storage(storage_root, tmp_path, capsys):
     assert main(["analyze-padding", data, "--ctx", "1024", "--json", out, "--plot", png]) == 0
     from datatools.io import storage
 
-    rep = json.loads(storage.read_bytes(out))
+    rep = json.loads(storage.location(out).read_bytes())
     assert rep["num_sequences"] == len(DOCS) and rep["num_tokens"] == int(LENGTHS.sum())
-    assert storage.read_bytes(png)[:8] == b"\x89PNG\r\n\x1a\n"
+    assert storage.location(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_text_files_read_the_same_everywhere(storage_root, tmp_path, texts):

@@ -136,11 +136,11 @@ def _check_s3(url: str, args: list[str], started: tuple, endpoint: str) -> float
 _TENSORSTORE_READ = """
 import sys, time, tensorstore as ts
 from datatools.io.storage.io_errors import as_os_error
-from datatools.io.storage import kvstore_spec
+from datatools.io.storage import location
 url = sys.argv[1]
 t0 = time.monotonic()
 try:  # as the token store reads: tensorstore's ValueError made the OSError it is (io_errors)
-    kv = ts.KvStore.open(kvstore_spec(url)).result()
+    kv = ts.KvStore.open(location(url).kvstore_spec()).result()
     kv.read(b"zarr.json").result()
 except ValueError as exc:
     err = as_os_error(exc, url)
@@ -231,7 +231,7 @@ def test_the_bound_holds_after_an_earlier_tensorstore_request(silent_endpoint, t
     """Issue 57: tensorstore reads its curl timeouts once per process, at its first HTTP request; datatools set them
     at its first remote spec, so a process that had made a tensorstore request before (a trainer that opened a
     checkpoint) read a silent endpoint with no bound at all (242 s measured; here: until killed). Every tensorstore
-    request of datatools' is now bounded on its own (``storage.bounded``): cancelled past the bound, an OSError naming
+    request of datatools' is now bounded on its own (``Location.bounded``): cancelled past the bound, an OSError naming
     the object. The bound is the module's (2 s here); what is checked is that this bound ended the read (its
     message), not wall time; the 45 s limit (past the ~26 s curl's settings would give) only stops a hang."""
     bound = 2.0

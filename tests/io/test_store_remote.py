@@ -36,7 +36,7 @@ def test_store_written_to_object_storage_is_byte_identical_to_local(bucket, requ
 def test_remote_store_with_a_missing_chunk_is_refused_naming_it(bucket, request):
     url = request.getfixturevalue(bucket) + "/s"
     write_test_store(url, random_docs(50, seed=1))
-    fs, inner = storage.filesystem(url)
+    fs, inner = storage.location(url).filesystem()
     fs.rm_file(f"{inner}/tokens/c/0")
     with pytest.raises(ValueError, match=r"tokens/c/0 is missing"):
         TokenStore(url)
@@ -44,10 +44,10 @@ def test_remote_store_with_a_missing_chunk_is_refused_naming_it(bucket, request)
 
 def test_remote_store_refuses_a_prefix_that_holds_objects(s3_bucket):
     url = s3_bucket + "/busy"
-    storage.write_text(url + "/precious.txt", "keep me")
+    storage.location(url + "/precious.txt").write_text("keep me")
     with pytest.raises(ValueError, match="already holds objects"):
         write_test_store(url, random_docs(5))
-    assert storage.read_bytes(url + "/precious.txt") == b"keep me"
+    assert storage.location(url + "/precious.txt").read_bytes() == b"keep me"
     with pytest.raises(ValueError, match="not a datatools token store"):
         read_manifest(url)
 
@@ -55,11 +55,11 @@ def test_remote_store_refuses_a_prefix_that_holds_objects(s3_bucket):
 def test_a_bucket_root_store_is_written_beside_only_its_own_staging(s3_bucket):
     """At a bucket root the job stages under ``.partial/`` (object_store_commit): those keys do not stop the
     write and are left as they are; any other key does, and so does ``.partial/`` under a prefix."""
-    storage.write_text(f"{s3_bucket}/.partial/job.json", "{}")
+    storage.location(f"{s3_bucket}/.partial/job.json").write_text("{}")
     docs = random_docs(20, seed=2)
     write_test_store(s3_bucket, docs)
     assert len(TokenStore(s3_bucket)) == len(docs)
-    assert storage.read_bytes(f"{s3_bucket}/.partial/job.json") == b"{}"
-    storage.write_text(f"{s3_bucket}/p/.partial/job.json", "{}")
+    assert storage.location(f"{s3_bucket}/.partial/job.json").read_bytes() == b"{}"
+    storage.location(f"{s3_bucket}/p/.partial/job.json").write_text("{}")
     with pytest.raises(ValueError, match=r"already holds objects \(s3://.*/p/\.partial/job\.json\)"):
         write_test_store(f"{s3_bucket}/p", docs)

@@ -43,8 +43,8 @@ def _overwrite(docs_file, out, tokenizer_file, capsys) -> tuple[int, str]:
 
 def test_overwrite_at_a_bucket_root_with_other_objects_is_refused(s3_bucket, docs_file, tokenizer_file, capsys):
     _small_store(s3_bucket)  # a store at the bucket root
-    storage.write_text(f"{s3_bucket}/unrelated/data.txt", "someone else's")
-    storage.write_text(f"{s3_bucket}/README", "the bucket's notes")
+    storage.location(f"{s3_bucket}/unrelated/data.txt").write_text("someone else's")
+    storage.location(f"{s3_bucket}/README").write_text("the bucket's notes")
     before = object_bytes(s3_bucket)
     status, err = _overwrite(docs_file, s3_bucket, tokenizer_file, capsys)
     assert status == 2, err
@@ -52,14 +52,14 @@ def test_overwrite_at_a_bucket_root_with_other_objects_is_refused(s3_bucket, doc
     assert line.startswith("datatools: error: s3://") and "nothing was touched" in line, line
     assert "unrelated/data.txt" in line or "README" in line, line
     assert object_bytes(s3_bucket) == before  # every object kept, byte for byte
-    fs, name = storage.filesystem(s3_bucket)
+    fs, name = storage.location(s3_bucket).filesystem()
     assert f"{name}.partial" not in {b.rstrip("/") for b in fs.ls("", refresh=True)}  # no other bucket used
 
 
 def test_overwrite_of_a_store_holding_a_foreign_object_is_refused(s3_bucket, docs_file, tokenizer_file, capsys):
     out = f"{s3_bucket}/store"
     pretokenize(docs_file, out, tokenizer_file, progress=False)
-    storage.write_text(f"{out}/notes.txt", "mine")  # a user's object inside the store's prefix
+    storage.location(f"{out}/notes.txt").write_text("mine")  # a user's object inside the store's prefix
     docs_file.with_name("b.jsonl").write_text(json.dumps({"text": "another job"}) + "\n")
     before = object_bytes(s3_bucket)
     status, err = _overwrite(docs_file.with_name("b.jsonl"), out, tokenizer_file, capsys)
@@ -70,17 +70,17 @@ def test_overwrite_of_a_store_holding_a_foreign_object_is_refused(s3_bucket, doc
 def test_overwrite_of_a_store_replaces_only_its_keys(s3_bucket, docs_file, tokenizer_file, texts):
     out = f"{s3_bucket}/store"
     pretokenize(docs_file, out, tokenizer_file, progress=False)
-    storage.write_text(f"{s3_bucket}/store-notes/keep.txt", "a sibling prefix sharing the name's start")
-    storage.write_text(f"{s3_bucket}/other.txt", "beside it")
+    storage.location(f"{s3_bucket}/store-notes/keep.txt").write_text("a sibling prefix sharing the name's start")
+    storage.location(f"{s3_bucket}/other.txt").write_text("beside it")
     other = docs_file.with_name("b.jsonl")
     other.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[5:8]))
     pretokenize(other, out, tokenizer_file, overwrite=True, progress=False)
     assert len(TokenStore(out)) == 3
-    assert storage.read_bytes(f"{s3_bucket}/store-notes/keep.txt").startswith(b"a sibling")
-    assert storage.read_bytes(f"{s3_bucket}/other.txt") == b"beside it"
+    assert storage.location(f"{s3_bucket}/store-notes/keep.txt").read_bytes().startswith(b"a sibling")
+    assert storage.location(f"{s3_bucket}/other.txt").read_bytes() == b"beside it"
     assert set(object_bytes(out)) == {"manifest.json"} | {
         f"{name}/{k}"
-        for name, recs in json.loads(storage.read_bytes(f"{out}/manifest.json"))["chunks"].items()
+        for name, recs in json.loads(storage.location(f"{out}/manifest.json").read_bytes())["chunks"].items()
         if name != "checksum"
         for k in recs
     }

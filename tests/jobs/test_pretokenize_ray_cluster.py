@@ -42,7 +42,7 @@ def test_two_node_cluster_with_a_worker_killed_writes_the_local_store(
     per = len(many) // SHARDS
     for i in range(SHARDS):
         lines = "".join(json.dumps({"text": t}) + "\n" for t in many[i * per : (i + 1) * per])
-        storage.write_text(f"{s3_bucket}/in/part-{i:02d}.jsonl", lines)
+        storage.location(f"{s3_bucket}/in/part-{i:02d}.jsonl").write_text(lines)
     reference = tmp_path / "local"
     pretokenize(f"{s3_bucket}/in", reference, tokenizer_file, progress=False)
 
@@ -67,7 +67,9 @@ def test_two_node_cluster_with_a_worker_killed_writes_the_local_store(
     deadline = time.monotonic() + 240
     done_at_kill = None
     while time.monotonic() < deadline and job.poll() is None:
-        done = len(storage.list_files(f"{out}.partial/shards")) if storage.exists(f"{out}.partial") else 0
+        done = (
+            len(storage.location(f"{out}.partial/shards").list()) if storage.location(f"{out}.partial").exists() else 0
+        )
         if done >= 1:  # the job is under way on the cluster: preempt the worker node
             done_at_kill = done
             assert cluster.kill_node("worker") > 0
@@ -75,11 +77,11 @@ def test_two_node_cluster_with_a_worker_killed_writes_the_local_store(
         time.sleep(0.05)
     assert done_at_kill is not None and done_at_kill < SHARDS, "the job ended before the worker could be killed"
     job.communicate(timeout=300)
-    if job.returncode != 0 or not storage.exists(f"{out}/manifest.json"):  # Ray gave up: run it again
+    if job.returncode != 0 or not storage.location(f"{out}/manifest.json").exists():  # Ray gave up: run it again
         cluster.add_node("worker2")
         rerun = subprocess.run(args, env=cluster.env, capture_output=True, text=True, timeout=300)
         assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert object_bytes(out) == object_bytes(reference)
-    assert not storage.list_files(f"{out}.partial")
+    assert not storage.location(f"{out}.partial").list()
     final = subprocess.run(args, env=cluster.env, capture_output=True, text=True, timeout=300)
     assert final.returncode == 0 and "already complete" in final.stderr, final.stderr[-2000:]

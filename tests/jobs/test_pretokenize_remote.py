@@ -26,7 +26,7 @@ def remote_inputs(request, texts, tmp_path):
     bucket = request.getfixturevalue(request.param)
     for i in range(4):
         lines = "".join(json.dumps({"text": t, "id": i}) + "\n" for t in texts[i * 10 : (i + 1) * 10])
-        storage.write_text(f"{bucket}/in/part-{i}.jsonl", lines)
+        storage.location(f"{bucket}/in/part-{i}.jsonl").write_text(lines)
     return bucket
 
 
@@ -39,7 +39,7 @@ def test_store_in_a_bucket_is_byte_identical_to_the_local_one(remote_inputs, tmp
     assert result.status == "written" and result.shards == 4
     remote = object_bytes(f"{bucket}/out/store")
     assert remote == object_bytes(local)
-    assert not storage.list_files(f"{bucket}/out/store.partial")  # the staging area is gone
+    assert not storage.location(f"{bucket}/out/store.partial").list()  # the staging area is gone
     store = TokenStore(f"{bucket}/out/store")
     assert len(store) == 40 and store.num_tokens == TokenStore(local).num_tokens
     again = pretokenize(f"{bucket}/in", f"{bucket}/out/store", tokenizer_file, progress=False)
@@ -60,20 +60,20 @@ def _cli(args, extra_env=None):
 def test_sigkill_then_rerun_gives_the_identical_store_in_s3(s3_bucket, tmp_path, texts, tokenizer_file, point):
     for i in range(4):
         lines = "".join(json.dumps({"text": t}) + "\n" for t in texts[i * 10 : (i + 1) * 10])
-        storage.write_text(f"{s3_bucket}/in/part-{i}.jsonl", lines)
+        storage.location(f"{s3_bucket}/in/part-{i}.jsonl").write_text(lines)
     reference = tmp_path / "reference"
     pretokenize(f"{s3_bucket}/in", reference, tokenizer_file, progress=False)
     out = f"{s3_bucket}/store"
     args = ["pretokenize", f"{s3_bucket}/in", out, "--tokenizer", str(tokenizer_file)]
     killed = _cli(args, {"DATATOOLS_FAULT": point})
     assert killed.returncode == -9, killed.stderr
-    assert not storage.exists(f"{out}/manifest.json")  # no reader opens a half-written store
+    assert not storage.location(f"{out}/manifest.json").exists()  # no reader opens a half-written store
     with pytest.raises(ValueError, match="not a datatools token store"):
         TokenStore(out)
     resumed = _cli(args)
     assert resumed.returncode == 0, resumed.stderr
     assert object_bytes(out) == object_bytes(reference)
-    assert not storage.list_files(f"{out}.partial")
+    assert not storage.location(f"{out}.partial").list()
 
 
 def test_overwrite_in_a_bucket_replaces_only_a_store(s3_bucket, tmp_path, texts, tokenizer_file):
@@ -87,12 +87,12 @@ def test_overwrite_in_a_bucket_replaces_only_a_store(s3_bucket, tmp_path, texts,
     pretokenize(tmp_path / "b.jsonl", out, tokenizer_file, overwrite=True, progress=False)
     assert len(TokenStore(out)) == 4
     foreign = f"{s3_bucket}/precious"
-    storage.write_text(f"{foreign}/notes.txt", "mine")
+    storage.location(f"{foreign}/notes.txt").write_text("mine")
     status = _cli(
         ["pretokenize", str(tmp_path / "a.jsonl"), foreign, "--tokenizer", str(tokenizer_file), "--overwrite"]
     )
     assert status.returncode == 2
     assert status.stderr.strip().splitlines()[-1].startswith("datatools: error: s3://")
     assert "not a datatools token store" in status.stderr
-    assert storage.list_files(foreign) == [f"{foreign}/notes.txt"]
-    assert storage.read_bytes(f"{foreign}/notes.txt") == b"mine"
+    assert storage.location(foreign).list() == [f"{foreign}/notes.txt"]
+    assert storage.location(f"{foreign}/notes.txt").read_bytes() == b"mine"

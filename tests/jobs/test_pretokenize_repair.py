@@ -17,29 +17,29 @@ from object_storage import object_bytes
 
 
 def _delete(store, key):
-    storage.remove(storage.join(store, key))
+    storage.location(store).join(key).remove()
 
 
 def _truncate(store, key):
-    data = storage.read_bytes(storage.join(store, key))
-    storage.write_bytes(storage.join(store, key), data[: len(data) // 2])
+    data = storage.location(store).join(key).read_bytes()
+    storage.location(store).join(key).write_bytes(data[: len(data) // 2])
 
 
 def _empty(store, key):
-    storage.write_bytes(storage.join(store, key), b"")
+    storage.location(store).join(key).write_bytes(b"")
 
 
 def _flip(store, key):
-    data = bytearray(storage.read_bytes(storage.join(store, key)))
+    data = bytearray(storage.location(store).join(key).read_bytes())
     data[len(data) // 2] ^= 0xFF
-    storage.write_bytes(storage.join(store, key), bytes(data))
+    storage.location(store).join(key).write_bytes(bytes(data))
 
 
 def _edit_manifest(store, _key):
-    path = storage.join(store, "manifest.json")
-    manifest = json.loads(storage.read_bytes(path))
+    path = storage.location(store).join("manifest.json")
+    manifest = json.loads(path.read_bytes())
     manifest["num_documents"] -= 1
-    storage.write_text(path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
 DAMAGE = {  # name -> (what it does, the key, whether the sizes stay the same: only the sha256 tell)
@@ -116,7 +116,7 @@ def test_overwrite_replaces_a_store_whose_manifest_is_corrupt(job, tmp_path, whe
     reference = tmp_path / "reference"
     assert _run(job, reference) == 0
     assert _run(job, out) == 0
-    storage.write_bytes(storage.join(out, "manifest.json"), b'{"format": "datatools-token-store", "vers')
+    storage.location(out).join("manifest.json").write_bytes(b'{"format": "datatools-token-store", "vers')
     capsys.readouterr()
     assert _run(job, out) == 2
     err = capsys.readouterr().err

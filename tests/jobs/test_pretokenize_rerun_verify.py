@@ -43,8 +43,8 @@ def _run(job, out, *extra) -> int:
     return main([*head, str(out), *tail, *extra])
 
 
-def _key(store, key: str) -> str:
-    return storage.join(store, key)
+def _key(store, key: str) -> storage.Location:
+    return storage.location(store).join(key)
 
 
 def _shards(store) -> list[str]:
@@ -59,17 +59,17 @@ def _entries(shard: bytes) -> np.ndarray:
 def flip_in_inner_chunk(store) -> None:
     """One byte flipped in the middle of an inner chunk of the second shard (the shard's size unchanged)."""
     key = _shards(store)[1]
-    data = bytearray(storage.read_bytes(_key(store, key)))
+    data = bytearray(_key(store, key).read_bytes())
     offset, nbytes = (int(x) for x in _entries(bytes(data))[3])
     data[offset + nbytes // 2] ^= 0x01
-    storage.write_bytes(_key(store, key), bytes(data))
+    _key(store, key).write_bytes(bytes(data))
 
 
 def swap_inner_chunks(store) -> None:
     """Two inner chunks of the same stored size swapped in place within one shard (its index untouched: each
     chunk's own crc32c still holds, a reader decodes them in the wrong order)."""
     for key in _shards(store):
-        data = bytearray(storage.read_bytes(_key(store, key)))
+        data = bytearray(_key(store, key).read_bytes())
         by_size = defaultdict(list)
         for j, (offset, nbytes) in enumerate(_entries(bytes(data)).tolist()):
             by_size[nbytes].append((offset, j))
@@ -77,7 +77,7 @@ def swap_inner_chunks(store) -> None:
             for (a, _), (b, _) in zip(places, places[1:]):
                 if data[a : a + nbytes] != data[b : b + nbytes]:
                     data[a : a + nbytes], data[b : b + nbytes] = data[b : b + nbytes], data[a : a + nbytes]
-                    storage.write_bytes(_key(store, key), bytes(data))
+                    _key(store, key).write_bytes(bytes(data))
                     return
     raise AssertionError("no two different inner chunks of the same size in one shard: the test needs a pair")
 
@@ -86,51 +86,51 @@ def swap_index_entries(store) -> None:
     """Two inner chunks' entries swapped in a shard's own index (its crc32c recomputed): a valid shard, the
     same size, its chunks in the wrong order."""
     key = _shards(store)[0]
-    data = bytearray(storage.read_bytes(_key(store, key)))
+    data = bytearray(_key(store, key).read_bytes())
     entries = _entries(bytes(data)).copy()
     entries[[1, 2]] = entries[[2, 1]]
     head = entries.tobytes()
     data[: len(head)] = head
     data[len(head) : len(head) + 4] = google_crc32c.value(head).to_bytes(4, "little")
-    storage.write_bytes(_key(store, key), bytes(data))
+    _key(store, key).write_bytes(bytes(data))
 
 
 def swap_shards(store) -> None:
     """Two different shards of the same size swapped."""
     by_size = defaultdict(list)
     for key in _shards(store):
-        by_size[len(storage.read_bytes(_key(store, key)))].append(key)
+        by_size[len(_key(store, key).read_bytes())].append(key)
     for keys in by_size.values():
         for a, b in zip(keys, keys[1:]):
-            da, db = storage.read_bytes(_key(store, a)), storage.read_bytes(_key(store, b))
+            da, db = _key(store, a).read_bytes(), _key(store, b).read_bytes()
             if da != db:
-                storage.write_bytes(_key(store, a), db)
-                storage.write_bytes(_key(store, b), da)
+                _key(store, a).write_bytes(db)
+                _key(store, b).write_bytes(da)
                 return
     raise AssertionError("no two different shards of the same size: the test needs a pair")
 
 
 def index_truncated(store) -> None:
-    data = storage.read_bytes(_key(store, shard_reads.INDEX_KEY))
-    storage.write_bytes(_key(store, shard_reads.INDEX_KEY), data[: len(data) // 2])
+    data = _key(store, shard_reads.INDEX_KEY).read_bytes()
+    _key(store, shard_reads.INDEX_KEY).write_bytes(data[: len(data) // 2])
 
 
 def index_deleted(store) -> None:
-    storage.remove(_key(store, shard_reads.INDEX_KEY))
+    _key(store, shard_reads.INDEX_KEY).remove()
 
 
 def index_edited(store) -> None:
-    data = bytearray(storage.read_bytes(_key(store, shard_reads.INDEX_KEY)))
+    data = bytearray(_key(store, shard_reads.INDEX_KEY).read_bytes())
     data[len(data) // 3] ^= 0x10
-    storage.write_bytes(_key(store, shard_reads.INDEX_KEY), bytes(data))
+    _key(store, shard_reads.INDEX_KEY).write_bytes(bytes(data))
 
 
 def index_rows_swapped(store) -> None:
     """Two shards' rows of ``shard_index.bin`` swapped: the same size."""
-    data = bytearray(storage.read_bytes(_key(store, shard_reads.INDEX_KEY)))
+    data = bytearray(_key(store, shard_reads.INDEX_KEY).read_bytes())
     row = (SHARD // INNER) * shard_reads.ENTRY_BYTES
     data[:row], data[row : 2 * row] = data[row : 2 * row], data[:row]
-    storage.write_bytes(_key(store, shard_reads.INDEX_KEY), bytes(data))
+    _key(store, shard_reads.INDEX_KEY).write_bytes(bytes(data))
 
 
 DAMAGE = {
@@ -197,7 +197,7 @@ def test_random_damage_is_never_complete(job, tmp_path, capsys):
     for key in rng.sample(keys, 3):
         data = bytearray(intact[key])
         data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
-        storage.write_bytes(_key(out, key), bytes(data))
+        _key(out, key).write_bytes(bytes(data))
         capsys.readouterr()
         assert _run(job, out) == 0
         err = capsys.readouterr().err

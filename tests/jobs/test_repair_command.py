@@ -20,7 +20,7 @@ CORRUPT_MANIFEST = "manifest.json no longer JSON"
 
 
 def _corrupt_manifest(store, _key):
-    storage.write_bytes(storage.join(store, "manifest.json"), b'{"format": "datatools-token-store", "vers')
+    storage.location(store).join("manifest.json").write_bytes(b'{"format": "datatools-token-store", "vers')
 
 
 KINDS = {**{k: v[:2] for k, v in DAMAGE.items()}, CORRUPT_MANIFEST: (_corrupt_manifest, None)}

@@ -341,8 +341,8 @@ def test_moto_through_the_proxy(s3_server, s3_bucket, monkeypatch):
     with SlowProxy(s3_server.port, latency_s=0.002) as proxy:
         s3_environment(monkeypatch, proxy.url)
         data = pattern(300_000)
-        storage.write_bytes(f"{s3_bucket}/a.bin", data)
-        assert storage.read_bytes(f"{s3_bucket}/a.bin") == data
+        storage.location(f"{s3_bucket}/a.bin").write_bytes(data)
+        assert storage.location(f"{s3_bucket}/a.bin").read_bytes() == data
         s3 = boto3.client("s3", endpoint_url=proxy.url)
         bucket = s3_bucket.removeprefix("s3://")
         proxy.reset_stats()
@@ -362,9 +362,9 @@ def test_slow_s3_fixture_gives_a_bucket_behind_its_own_proxy(slow_s3):
     url, proxy = slow_s3
     assert proxy.stats().requests == 0  # the bucket's creation is not counted
     proxy.bandwidth_bps = 20e6
-    storage.write_bytes(f"{url}/x", pattern(1_000_000))
+    storage.location(f"{url}/x").write_bytes(pattern(1_000_000))
     t0 = time.perf_counter()
-    assert storage.read_bytes(f"{url}/x") == pattern(1_000_000)
+    assert storage.location(f"{url}/x").read_bytes() == pattern(1_000_000)
     assert time.perf_counter() - t0 >= 0.04  # 1 MB at 20 MB/s
     stats = proxy.stats()
     assert stats.requests >= 2 and stats.bytes_down >= 1_000_000 and stats.bytes_up >= 1_000_000
@@ -375,8 +375,8 @@ def test_slow_gcs_fixture_gives_a_bucket_behind_its_own_proxy(slow_gcs):
     from object_storage import SLOW_LATENCY_S
 
     url, proxy = slow_gcs
-    storage.write_bytes(f"{url}/x", pattern(200_000))
-    assert storage.read_bytes(f"{url}/x") == pattern(200_000)
+    storage.location(f"{url}/x").write_bytes(pattern(200_000))
+    assert storage.location(f"{url}/x").read_bytes() == pattern(200_000)
     stats = proxy.stats()
     assert stats.requests >= 2 and stats.bytes_down >= 200_000 and stats.bytes_up >= 200_000
     assert min(stats.latencies_s) >= SLOW_LATENCY_S - TIMER_SLACK_S  # every request paid the latency

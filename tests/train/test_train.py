@@ -198,7 +198,7 @@ def test_train_reads_its_config_and_store_from_object_storage(bucket, request, t
     )
     report = root.path("report.json")
     assert main(["train", remote, "--steps", "4", "--json", report]) == 0
-    got = [r["loss"] for r in json.loads(storage.read_bytes(report))["records"]]
+    got = [r["loss"] for r in json.loads(storage.location(report).read_bytes())["records"]]
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 

@@ -75,21 +75,21 @@ def hf_data_files(path: str | os.PathLike) -> list[str | Path]:
 
     def load(name: str):
         try:
-            return json.loads(storage.read_bytes(storage.join(path, name), max_bytes=storage.MAX_METADATA_BYTES))
+            return json.loads(storage.location(path).join(name).read_bytes(max_bytes=storage.MAX_METADATA_BYTES))
         except (ValueError, UnicodeDecodeError) as exc:
             raise ValueError(
-                f"{display(storage.join(path, name))}: not a Hugging Face save_to_disk file ({first_line(exc)})"
+                f"{storage.location(path).join(name).display}: not a Hugging Face save_to_disk file ({first_line(exc)})"
             ) from None
 
-    if storage.is_file(storage.join(path, "dataset_dict.json")):
+    if storage.location(path).join("dataset_dict.json").is_file():
         splits = load("dataset_dict.json").get("splits")
         if not isinstance(splits, list) or not all(isinstance(x, str) for x in splits):
-            raise ValueError(f"{display(storage.join(path, 'dataset_dict.json'))}: no list of splits")
-        return [f for split in splits for f in hf_data_files(storage.join(path, split))]
+            raise ValueError(f"{storage.location(path).join('dataset_dict.json').display}: no list of splits")
+        return [f for split in splits for f in hf_data_files(storage.location(path).join(split).path)]
     files = load("state.json").get("_data_files")
     if not isinstance(files, list) or not all(isinstance(x, dict) and "filename" in x for x in files):
-        raise ValueError(f"{display(storage.join(path, 'state.json'))}: no _data_files list")
-    return [storage.join(path, x["filename"]) for x in files]
+        raise ValueError(f"{storage.location(path).join('state.json').display}: no _data_files list")
+    return [storage.location(path).join(x["filename"]).path for x in files]
 
 
 # --------------------------------------------------------------------------- discovery
@@ -207,7 +207,7 @@ def _prefix_files(url: str) -> list[tuple[str, str | Path]]:
     """(kind, URL) pairs of the input objects under the key prefix ``url``, in the order :func:`walk_once` gives
     a local copy of the same tree; Hugging Face ``save_to_disk`` directories expand to their Arrow files."""
     base = url.rstrip("/") + "/"
-    relative = sorted((f[len(base) :] for f in storage.list_files(url)), key=_walk_key)
+    relative = sorted((f[len(base) :] for f in storage.location(url).list()), key=_walk_key)
     hf_roots = sorted(
         {r.rpartition("/")[0] for r in relative if r.rpartition("/")[2] in ("state.json", "dataset_dict.json")}, key=len
     )
@@ -248,7 +248,7 @@ def list_shards(path: str | os.PathLike) -> list[Shard]:
         elif kind == "arrow":
             shards.extend(Shard("arrow", (name,), a, b, nbytes) for a, b, nbytes in arrow_parts(name))
         else:
-            size = storage.size(name)
+            size = storage.location(name).size()
             shards.extend(
                 Shard("jsonl", (name,), a, min(a + PART_BYTES, size)) for a in range(0, max(size, 1), PART_BYTES)
             )
@@ -267,9 +267,9 @@ def _has_documents(kind: str, f: str) -> bool:
         return parquet_metadata(f).num_rows > 0
     if kind == "arrow":
         return any(batch.num_rows for batch in iter_arrow_batches(f))
-    if storage.size(f) == 0:
+    if storage.location(f).size() == 0:
         return False
-    with storage.open_file(f) as fh:
+    with storage.location(f).open() as fh:
         while block := fh.read(1 << 20):
             if block.strip():
                 return True
@@ -281,7 +281,7 @@ def _has_documents(kind: str, f: str) -> bool:
 
 def parquet_metadata(f: str) -> pq.FileMetaData:
     """The Parquet footer, parsed once per file version (keyed by mtime and size; an object's ETag and size)."""
-    got = storage.info(f)
+    got = storage.location(f).info()
     if got is None:
         raise FileNotFoundError(2, "no such file", f)
     return _parquet_metadata_at(f, *got["version"])
@@ -289,7 +289,7 @@ def parquet_metadata(f: str) -> pq.FileMetaData:
 
 @functools.lru_cache(maxsize=256)
 def _parquet_metadata_at(f: str, mtime_ns: int | str, size: int) -> pq.FileMetaData:
-    with storage.open_file(f) as fh:
+    with storage.location(f).open() as fh:
         try:
             return pq.ParquetFile(fh).metadata
         except (pa.ArrowException, OSError) as exc:
@@ -302,7 +302,7 @@ def _parquet_metadata_at(f: str, mtime_ns: int | str, size: int) -> pq.FileMetaD
 def open_parquet(f: str):
     """A ``ParquetFile`` over a Python file object (any file name works), with the cached footer."""
     meta = parquet_metadata(f)
-    with storage.open_file(f) as fh:  # a URL: ranged reads of the column chunks asked for, with read-ahead
+    with storage.location(f).open() as fh:  # a URL: ranged reads of the column chunks asked for, with read-ahead
         yield pq.ParquetFile(fh, metadata=meta)
 
 
@@ -337,8 +337,8 @@ def arrow_parts(f: str) -> list[tuple[int, int, int]]:
     batch each). An object in storage of at most that size is one part, counted without reading its batches."""
     if storage.location(f).reads_are_requests:
         reader, is_file = open_arrow(f)
-        if is_file and storage.size(f) <= PART_BYTES:
-            return [(0, reader.num_record_batches, storage.size(f))]
+        if is_file and storage.location(f).size() <= PART_BYTES:
+            return [(0, reader.num_record_batches, storage.location(f).size())]
     parts, first, size, count = [], 0, 0, 0
     for i, batch in enumerate(iter_arrow_batches(f)):
         if count and size + batch.nbytes > PART_BYTES:

@@ -84,8 +84,8 @@ def read_column_blocks(
     not an object, a missing column or a value of another type."""
     schema = pa.schema([(column, value_type)])
     want_text = pa.types.is_string(value_type) or pa.types.is_large_string(value_type)
-    with storage.open_file(path) as fh:  # a URL: ranged reads with read-ahead, as a local file
-        size = storage.size(path)
+    with storage.location(path).open() as fh:  # a URL: ranged reads with read-ahead, as a local file
+        size = storage.location(path).size()
         a, b = _next_line_start(fh, start, size), _next_line_start(fh, size if stop is None else stop, size)
         with ThreadPoolExecutor(PARSE_THREADS) as pool:
             blocks = (
@@ -112,7 +112,7 @@ def read_column_blocks(
 def _count_lines(path: str, upto: int) -> int:
     """Newlines in the file's first ``upto`` bytes (the line number of an error, counted only when one occurs)."""
     n, pos = 0, 0
-    with storage.open_file(path) as fh:
+    with storage.location(path).open() as fh:
         while pos < upto and (data := fh.read(min(1 << 24, upto - pos))):
             n += data.count(b"\n")
             pos += len(data)
@@ -160,7 +160,7 @@ def _null_error(path: str, block: bytes, first_line: int, column: str) -> ValueE
 
 def first_row(path: str) -> dict:
     """The first non-empty line as a dict (for column detection); ``{}`` for an empty file."""
-    with storage.open_file(path, block_size=1 << 20) as fh:
+    with storage.location(path).open(block_size=1 << 20) as fh:
         for k, line in enumerate(fh, start=1):
             if line.strip():
                 try:

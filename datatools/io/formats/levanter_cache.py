@@ -23,7 +23,7 @@ import tensorstore as ts
 from datatools.io import storage
 from datatools.io.formats.numpy_files import INT32_MAX
 from datatools.io.formats.shard_reads import JoinedRead
-from datatools.io.formats.store import array_keys, chunk_grid, is_count, location, zarr_spec
+from datatools.io.formats.store import array_keys, chunk_grid, is_count, zarr_spec
 from datatools.io.storage.io_errors import as_os_error, os_errors, status_code
 from datatools.io.storage.paths import display
 
@@ -40,9 +40,9 @@ def is_levanter_cache(path: str | os.PathLike) -> bool:
 
 def read_ledger(path: str | os.PathLike) -> dict:
     """The cache's ledger, checked: it parses, is finished, names a known layout (else ValueError naming it)."""
-    where = storage.join(location(path), LEDGER)
+    where = storage.location(path).join(LEDGER)
     try:  # a PermissionError propagates, naming the file; an unreachable object store raises StorageError
-        ledger = json.loads(storage.read_bytes(where))
+        ledger = json.loads(where.read_bytes())
     except (FileNotFoundError, NotADirectoryError):
         raise ValueError(f"{display(path)}: not a Levanter cache (no {LEDGER})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -79,7 +79,7 @@ class LevanterCache:
     """
 
     def __init__(self, path: str | os.PathLike, field: str = FIELD):
-        self.path = location(path)  # a Path, or the URL of a cache in object storage
+        self.path = storage.location(path).path  # a Path, or the URL of a cache in object storage
         self.field = field
         self.ledger = read_ledger(self.path)
         self.parts = self._parts()  # (directory of the field's arrays, rows) in row order
@@ -93,28 +93,27 @@ class LevanterCache:
             )
 
     def _parts(self) -> list[tuple[str | Path, int]]:
-        rows = int(self.ledger["total_num_rows"])
+        rows, cache = int(self.ledger["total_num_rows"]), storage.location(self.path)
         if self.ledger.get("layout", "consolidated") == "consolidated":
-            return [(storage.join(self.path, self.field), rows)]
+            return [(cache.join(self.field).path, rows)]
         shard_rows = self.ledger.get("shard_rows") or {}
         parts: list[tuple[str | Path, int]] = []
         for name in self.ledger.get("finished_shards") or []:
             n = shard_rows.get(name) if isinstance(name, str) else None
             if not is_count(n) or os.path.isabs(name) or ".." in name.split("/"):
                 raise ValueError(
-                    f"{display(storage.join(self.path, LEDGER))}: corrupt (shard {str(name)[:60]!r} has no row count "
+                    f"{cache.join(LEDGER).display}: corrupt (shard {str(name)[:60]!r} has no row count "
                     f"or is not a relative path)"
                 )
-            parts.append((storage.join(self.path, name, self.field), n))
+            parts.append((cache.join(name, self.field).path, n))
         if (total := sum(n for _, n in parts)) != rows:
             raise ValueError(
-                f"{display(storage.join(self.path, LEDGER))}: corrupt (its shards hold {total} rows, "
-                f"total_num_rows says {rows})"
+                f"{cache.join(LEDGER).display}: corrupt (its shards hold {total} rows, total_num_rows says {rows})"
             )
         return parts
 
     def _open(self, where: str | Path, name: str):
-        array = storage.join(where, name)
+        array = storage.location(where).join(name).path
         try:
             return ts.open(zarr_spec(array), open=True, read=True).result()
         except ValueError as exc:
@@ -127,7 +126,14 @@ class LevanterCache:
                 ) from None
             raise ValueError(f"{display(array)}: not a readable zarr v3 array ({str(exc)[:200]})") from None
 
-    def _read(self, arr, begin: int, end: int, where: str | Path) -> np.ndarray:
+    def _data_place(self, k: int) -> storage.Location:
+        """Part ``k``'s ``data`` array's place, parsed once (every read names it)."""
+        places = self.__dict__.setdefault("_data_places", {})
+        if k not in places:
+            places[k] = storage.location(self.parts[k][0]).join("data")
+        return places[k]
+
+    def _read(self, arr, begin: int, end: int, where: str | os.PathLike) -> np.ndarray:
         try:
             return arr[begin:end].read().result()
         except ValueError as exc:
@@ -144,7 +150,10 @@ class LevanterCache:
         pieces, starts, base = [np.zeros(1, np.int64)], [], 0
         self._data = []
         for where, rows in self.parts:
-            offsets_at, data_at = storage.join(where, "offsets"), storage.join(where, "data")
+            offsets_at, data_at = (
+                storage.location(where).join("offsets").path,
+                storage.location(where).join("data").path,
+            )
             offsets_array = self._open(where, "offsets")
             self._data.append(self._open(where, "data"))
             dtype = np.dtype(self._data[-1].dtype.numpy_dtype)
@@ -204,7 +213,7 @@ class LevanterCache:
             raise IndexError(f"tokens [{begin}, {end}) out of range for {self.num_tokens} tokens")
         arrays, out, at = self._arrays(), np.empty(end - begin, np.int32), 0
         for k, a, b in self._spans(begin, end):
-            where = storage.join(self.parts[k][0], "data")
+            where = self._data_place(k)
             block = self._read(arrays[k], a, b, where)
             if block.size:
                 low, high = int(block.min()), int(block.max())

@@ -48,10 +48,10 @@ def _load(path: Path | str, mmap: bool) -> np.ndarray:
 
 def flat_array(path: str | Path, bin_dtype: str) -> np.ndarray:
     """The flat token file memory-mapped (no token read yet; a URL: read into memory)."""
-    if Path(storage.name_of(path)).suffix.lower() == ".npy":
+    if Path(storage.location(path).name).suffix.lower() == ".npy":
         arr = _load(path, mmap=True)
     else:
-        size = storage.size(path)
+        size = storage.location(path).size()
         item = np.dtype(bin_dtype).itemsize
         if size % item:
             raise ValueError(f"{display(path)}: {size} bytes is not a whole number of {bin_dtype} tokens (truncated?)")
@@ -83,12 +83,12 @@ def flat_slices(path: str | Path, bin_dtype: str, eos_id: int) -> Iterator[tuple
 
 def numpy_dir_files(path: str | Path) -> tuple[str | Path, str | Path, str] | None:
     """(tokens.npy, lengths.npy or offsets.npy, which) of a NumPy directory, None when it is not one."""
-    tokens = storage.join(path, "tokens.npy")
-    if not storage.is_file(tokens):
+    tokens = storage.location(path).join("tokens.npy")
+    if not tokens.is_file():
         return None
     for name, what in (("lengths.npy", "lengths"), ("offsets.npy", "offsets")):
-        if storage.is_file(storage.join(path, name)):
-            return tokens, storage.join(path, name), what
+        if storage.location(path).join(name).is_file():
+            return tokens.path, storage.location(path).join(name).path, what
     raise ValueError(f"{display(path)}: has tokens.npy but neither lengths.npy nor offsets.npy")
 
 
@@ -128,9 +128,9 @@ def numpy_dir(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     tokens_file, index_file, what = files
     tokens = _token_array(_load(tokens_file, mmap=True), display(tokens_file))
     offsets = _index_offsets(index_file, what)
-    other_file = storage.join(path, "offsets.npy")
-    if what == "lengths" and storage.is_file(other_file):
-        other = _index_offsets(other_file, "offsets")
+    other_file = storage.location(path).join("offsets.npy")
+    if what == "lengths" and other_file.is_file():
+        other = _index_offsets(other_file.path, "offsets")
         if other.shape != offsets.shape:
             raise ValueError(
                 f"{display(index_file)} and {display(other_file)} disagree: {offsets.size - 1} vs "

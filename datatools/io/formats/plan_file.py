@@ -301,7 +301,7 @@ class PlanFile:
         if not head.is_file():
             raise ValueError(f"{display(self.path)}: not a plan directory (no {HEADER}; write one with datatools pack)")
         try:
-            self.header = json.loads(storage.read_bytes(head, max_bytes=MAX_HEADER_BYTES))
+            self.header = json.loads(storage.location(head).read_bytes(max_bytes=MAX_HEADER_BYTES))
         except (ValueError, UnicodeError) as exc:
             raise ValueError(f"{display(head)}: not valid JSON ({exc})") from None
         if not isinstance(self.header, dict) or self.header.get("format") != FORMAT:

@@ -179,7 +179,7 @@ class ShardedArray:
     """A sharded token array in ``kv`` read by ranged GETs: its shard indices ``table`` (shards, inner chunks, 3),
     inner chunks of ``inner`` tokens of ``dtype``. ``damaged(text)`` makes the error of a missing or bad chunk,
     ``failed(exc, key)`` that of a failed GET. ``where``: the array's place (in a bucket each GET is bounded,
-    :func:`storage.bounded`: one unanswered past the bound raises a StorageError naming the object)."""
+    :meth:`storage.Location.bounded`: one unanswered past the bound raises a StorageError naming the object)."""
 
     kv: ts.KvStore
     table: np.ndarray
@@ -197,7 +197,7 @@ class ShardedArray:
         for shard, j, count, start in plan:
             stop = int(self.table[shard, j + count - 1, 0] + self.table[shard, j + count - 1, 1])
             part = self.kv.read(f"c/{shard}", byte_range=slice(int(start), stop), batch=batch)
-            parts.append(part if self.where is None else storage.bounded(part, storage.join(self.where, f"c/{shard}")))
+            parts.append(part if self.where is None else storage.location(self.where).join(f"c/{shard}").bounded(part))
         return JoinedRead(parts, lambda got: self._assemble(begin, end, plan, got, out))
 
     def _gets(self, begin: int, end: int) -> list[tuple[int, int, int, int]]:
@@ -241,10 +241,10 @@ class ShardedArray:
             got = part.result()
         except ValueError as exc:
             raise self.failed(exc, f"c/{shard}") from None
-        except asyncio.CancelledError:  # past its bound, unanswered (storage.bounded)
+        except asyncio.CancelledError:  # past its bound, unanswered (Location.bounded)
             if self.where is None:
                 raise
-            raise storage.timeout_error(storage.join(self.where, f"c/{shard}")) from None
+            raise storage.location(self.where).join(f"c/{shard}").timeout_error() from None
         if got.state != "value":
             raise self.damaged(f"chunk tokens/c/{shard} is missing")
         return bytes(got.value)

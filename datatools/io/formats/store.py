@@ -51,27 +51,23 @@ ROOT_STAGING = ".partial"  # a store at a bucket root stages its job under ROOT/
 _DATA_ERRORS = ("NOT_FOUND", "DATA_LOSS", "INVALID_ARGUMENT", "FAILED_PRECONDITION", "OUT_OF_RANGE", "INTERNAL", None)
 
 
-def location(path: str | os.PathLike) -> str | Path:
-    """A store's location as kept: the canonical URL text for object storage, a ``Path`` for a local directory."""
-    return storage.location(path).path
-
-
 def token_dtype(vocab_size: int) -> np.dtype:
     """uint16 when every token id fits (vocab_size <= 65536), else uint32."""
     return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
 
 
 def zarr_spec(path: str | os.PathLike) -> dict:
-    """The tensorstore spec of a zarr v3 array at ``path`` (local or a bucket: :func:`storage.kvstore_spec`)."""
-    return {"driver": "zarr3", "kvstore": storage.kvstore_spec(path)}
+    """The tensorstore spec of a zarr v3 array at ``path`` (local or a bucket: :meth:`Location.kvstore_spec`)."""
+    return {"driver": "zarr3", "kvstore": storage.location(path).kvstore_spec()}
 
 
 def array_kvstore(path: str | os.PathLike) -> ts.KvStore:
     """The kvstore holding one array's keys (``zarr.json``, ``c/0``, ...), from the array's own spec."""
-    spec = storage.kvstore_spec(path)
+    spec = storage.location(path).kvstore_spec()
     if spec["path"] and not spec["path"].endswith("/"):
         spec["path"] += "/"
-    return storage.result(storage.bounded(ts.KvStore.open(spec), path), path)
+    loc = storage.location(path)
+    return loc.result(loc.bounded(ts.KvStore.open(spec)))
 
 
 def _create(path: str | Path, dtype: np.dtype, length: int, chunk: int, inner: int | None = None):
@@ -121,16 +117,17 @@ def write_store(
       OSError: the disk is full, a permission is refused (naming the file being written).
       ValueError: the shards do not hold the totals given.
     """
-    path = location(path)
+    path = storage.location(path).path
     _claim(path)
-    with os_errors(storage.join(path, "tokens")):
-        tokens = _create(storage.join(path, "tokens"), np.dtype(dtype), num_tokens, TOKEN_CHUNK, READ_CHUNK)
+    tokens_at, offsets_at = storage.location(path).join("tokens").path, storage.location(path).join("offsets").path
+    with os_errors(tokens_at):
+        tokens = _create(tokens_at, np.dtype(dtype), num_tokens, TOKEN_CHUNK, READ_CHUNK)
     offsets = np.zeros(num_documents + 1, dtype=np.int64)
     tok_pos, doc_pos = _write_tokens(path, tokens, shards, offsets, np.dtype(dtype))
     if tok_pos != num_tokens or doc_pos != num_documents:
         raise ValueError(f"shards hold {doc_pos} documents / {tok_pos} tokens, expected {num_documents} / {num_tokens}")
-    with os_errors(storage.join(path, "offsets")):
-        offsets_array = _create(storage.join(path, "offsets"), np.dtype(np.int64), num_documents + 1, OFFSET_CHUNK)
+    with os_errors(offsets_at):
+        offsets_array = _create(offsets_at, np.dtype(np.int64), num_documents + 1, OFFSET_CHUNK)
         offsets_array[:].write(offsets).result()
     manifest = {
         "format": FORMAT,
@@ -142,7 +139,7 @@ def write_store(
         **record_contents(path),
     }
     # Written last, in one atomic write (a rename locally, one PUT in object storage): the store's commit point.
-    storage.write_text(storage.join(path, "manifest.json"), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    storage.location(path).join("manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
 def _claim(path: str | Path) -> None:
@@ -151,8 +148,8 @@ def _claim(path: str | Path) -> None:
     if storage.location(path).has_directories:
         Path(path).mkdir(parents=True, exist_ok=False)
         return
-    staging = f"{storage.join(path, ROOT_STAGING)}/" if not storage.split_url(path)[2] else None
-    held = [f for f in storage.list_files(path) if not (staging and storage.url_of(f).startswith(staging))]
+    staging = f"{storage.location(path).join(ROOT_STAGING).path}/" if not storage.location(path).key else None
+    held = [f for f in storage.location(path).list() if not (staging and storage.location(f).text.startswith(staging))]
     if held:
         raise ValueError(
             f"{display(path)}: already holds objects ({display(held[0])}); a store is written under an empty "
@@ -177,7 +174,7 @@ def _write_tokens(
         block = np.concatenate(pending)
         take = block.size if final else (tok_pos + block.size) // TOKEN_CHUNK * TOKEN_CHUNK - tok_pos
         if take > 0:
-            with os_errors(storage.join(path, "tokens")):
+            with os_errors(storage.location(path).join("tokens").path):
                 tokens[tok_pos : tok_pos + take].write(block[:take]).result()
             tok_pos += take
         rest = block[take:]
@@ -203,7 +200,7 @@ def record_contents(path: str | os.PathLike) -> dict:
 
 def _write_shard_index(path: str | os.PathLike, index: bytes) -> dict:
     """Write ``shard_index.bin``; the manifest's record of it (``{"shard_index": {...}}``)."""
-    storage.write_bytes(storage.join(location(path), shard_reads.INDEX_KEY), index)
+    storage.location(path).join(shard_reads.INDEX_KEY).write_bytes(index)
     record = {"bytes": len(index), "sha256": hashlib.sha256(index).hexdigest()}
     return {"shard_index": record | {FAST_DIGEST: xxhash.xxh3_64_hexdigest(index)}}
 
@@ -217,7 +214,7 @@ def add_shard_index(path: str | os.PathLike) -> None:
     """Give a store written before ``shard_index.bin`` its index and record (as a fresh run of the job would), or
     rewrite a damaged or missing one from the chunks (the manifest rewritten only when its record changes).
     ValueError naming the store, nothing written, when its chunks differ from the manifest's records."""
-    path = location(path)
+    path = storage.location(path).path
     manifest = read_manifest(path)
     chunks, digests, index = record_chunks(path)
     if chunks != manifest.get("chunks") or digests != manifest.get("digests") or index is None:
@@ -225,7 +222,7 @@ def add_shard_index(path: str | os.PathLike) -> None:
     record = _write_shard_index(path, index)
     if manifest.get("shard_index") != record["shard_index"]:
         manifest.update(record)
-        storage.write_text(storage.join(path, "manifest.json"), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        storage.location(path).join("manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
 def chunk_records(path: str | os.PathLike) -> dict:
@@ -236,18 +233,20 @@ def chunk_records(path: str | os.PathLike) -> dict:
 def record_chunks(path: str | os.PathLike) -> tuple[dict, dict, bytes | None]:
     """From one read of every key: the manifest's ``chunks`` (:func:`chunk_records`), its ``digests`` (xxh3_64 of
     every key and, as ``tokens_index``, of each shard's index) and ``shard_index.bin`` (None when not sharded)."""
-    path = location(path)
+    path = storage.location(path).path
     records_out: dict = {"checksum": CHECKSUM}
     digests: dict = {"algorithm": FAST_DIGEST}
     table: list[bytes] = []
     for name in ARRAYS:
-        where = storage.join(path, name)
+        where = storage.location(path).join(name).path
         with os_errors(where):
             index = _index_bytes(ts.open(zarr_spec(where), open=True).result())
             records, fast, heads = {}, {}, {}
             for key, value in read_keys(array_kvstore(where), sorted(array_keys(where), key=_key_order), where):
                 if value is None:  # listed a moment ago
-                    raise ValueError(f"{display(storage.join(where, key))}: removed while the store was recorded")
+                    raise ValueError(
+                        f"{storage.location(where).join(key).display}: removed while the store was recorded"
+                    )
                 records[key] = [len(value), hashlib.sha256(value).hexdigest()]
                 fast[key] = xxhash.xxh3_64_hexdigest(value)
                 if index and key != "zarr.json":
@@ -303,7 +302,7 @@ def _older(path, manifest: dict, what: str) -> ValueError:
 def array_keys(where: str | os.PathLike) -> set[str]:
     """The keys (``zarr.json``, ``c/0``, ...) under one array, from one listing (not tensorstore's: it crashed on a
     GCS emulator that ignores prefixes)."""
-    return set(storage.file_sizes(where))
+    return set(storage.location(where).file_sizes())
 
 
 def _key_order(key: str) -> tuple:
@@ -316,12 +315,14 @@ def read_keys(
     kv: ts.KvStore, keys: list[str], where: str | os.PathLike | None = None
 ) -> Iterator[tuple[str, bytes | None]]:
     """(key, value) of each kvstore key, ``_READS_IN_FLIGHT`` reads at a time; None for a missing key. ``where``: the
-    kvstore's place (a URL's requests are bounded: :func:`storage.bounded`)."""
+    kvstore's place (a URL's requests are bounded: :meth:`storage.Location.bounded`)."""
     for i in range(0, len(keys), _READS_IN_FLIGHT):
         batch = keys[i : i + _READS_IN_FLIGHT]
-        named = [storage.join(where, k) if where is not None else k for k in batch]
-        for k, name, f in zip(batch, named, [storage.bounded(kv.read(k), name) for k, name in zip(batch, named)]):
-            r = storage.result(f, name)
+        named = [storage.location(where).join(k).path if where is not None else k for k in batch]
+        for k, name, f in zip(
+            batch, named, [storage.location(name).bounded(kv.read(k)) for k, name in zip(batch, named)]
+        ):
+            r = storage.location(name).result(f)
             yield k, (bytes(r.value) if r.state == "value" else None)
 
 
@@ -332,14 +333,14 @@ def is_count(value: object) -> TypeGuard[int]:
 
 def read_manifest(path: str | os.PathLike) -> dict:
     """The store's manifest; ValueError naming the path when it is missing, corrupt or not a token store."""
-    path = location(path)
-    manifest_file = storage.join(path, "manifest.json")
+    path = storage.location(path).path
+    manifest_file = storage.location(path).join("manifest.json")
 
     def corrupt(why: str) -> ValueError:
         return _damaged(path, None, f"{display(manifest_file)}: corrupt ({why})")
 
     try:  # a PermissionError propagates, naming the file; an unreachable object store raises StorageError
-        manifest = json.loads(storage.read_bytes(manifest_file, max_bytes=storage.MAX_METADATA_BYTES))
+        manifest = json.loads(manifest_file.read_bytes(max_bytes=storage.MAX_METADATA_BYTES))
     except (FileNotFoundError, NotADirectoryError):
         raise ValueError(f"{display(path)}: not a datatools token store (no manifest.json)") from None
     except IsADirectoryError:
@@ -424,7 +425,7 @@ class TokenStore:
     """
 
     def __init__(self, path: str | os.PathLike, *, check: bool = True):
-        self.path = location(path)
+        self.path = storage.location(path).path
         self.manifest = read_manifest(self.path)
         self._offsets: np.ndarray | None = None
         self._arrays: dict = {}  # name -> its opened tensorstore array
@@ -451,15 +452,22 @@ class TokenStore:
         """Whether reads fetch inner chunks by ranged GETs (:mod:`shard_reads`): ``shard_index.bin``, in a bucket.
         On disk tensorstore's sharded reads decode on its own threads (reading and decoding runs here, on disk too,
         made a first batch ~0.25 s later and 2 workers no faster)."""
-        return isinstance(self.manifest.get("shard_index"), dict) and storage.location(self.path).reads_are_requests
+        return isinstance(self.manifest.get("shard_index"), dict) and self._at().reads_are_requests
+
+    def _at(self, *names: str) -> storage.Location:
+        """The store's place joined with ``names`` (an array's), parsed once per process: every read names it."""
+        places = self.__dict__.setdefault("_places", {})
+        if names not in places:
+            places[names] = storage.location(self.path).join(*names) if names else storage.location(self.path)
+        return places[names]
 
     def _start_shard_table(self) -> None:
         """Start reading ``shard_index.bin`` (with the offsets, or on open) when reads will use it; no wait."""
         if self.ranged_reads and self._shard_table is None and self._shard_table_read is None:
-            spec = storage.kvstore_spec(self.path)  # the store's prefix (a bucket's: "KEY/")
-            kv = storage.result(storage.bounded(ts.KvStore.open(spec), self.path), self.path)
-            where = storage.join(self.path, shard_reads.INDEX_KEY)
-            self._shard_table_read = storage.bounded(kv.read(shard_reads.INDEX_KEY), where)
+            store = storage.location(self.path)
+            spec = store.kvstore_spec()  # the store's prefix (a bucket's: "KEY/")
+            kv = store.result(store.bounded(ts.KvStore.open(spec)))
+            self._shard_table_read = store.join(shard_reads.INDEX_KEY).bounded(kv.read(shard_reads.INDEX_KEY))
 
     def shard_table(self) -> np.ndarray:
         """``shard_index.bin`` as (shards, inner chunks per shard, 3) uint64 ``(offset, nbytes, crc32c)``, read once
@@ -470,12 +478,12 @@ class TokenStore:
             if not isinstance(record, dict):
                 raise ValueError(f"{display(self.path)}: this store has no shard index")
             if self._shard_table_read is not None:
-                got = storage.result(self._shard_table_read, storage.join(self.path, shard_reads.INDEX_KEY))
+                got = storage.location(self.path).join(shard_reads.INDEX_KEY).result(self._shard_table_read)
                 data = bytes(got.value) if got.state == "value" else None
                 self._shard_table_read = None
             else:
                 try:
-                    data = storage.read_bytes(storage.join(self.path, shard_reads.INDEX_KEY))
+                    data = storage.location(self.path).join(shard_reads.INDEX_KEY).read_bytes()
                 except FileNotFoundError:
                     data = None
             where = f"{display(self.path)}: {shard_reads.INDEX_KEY}"
@@ -509,7 +517,7 @@ class TokenStore:
     def _opening(self, name: str) -> ts.Future:
         """Start opening ``tokens`` or ``offsets``, the manifest's dtype and shape asserted, missing chunks refused."""
         spec = {
-            **zarr_spec(storage.join(self.path, name)),
+            **zarr_spec(storage.location(self.path).join(name).path),
             "fill_missing_data_reads": False,
             # A store never changes once committed: cached shard indices are not revalidated (a request each).
             "recheck_cached_data": "open",
@@ -523,14 +531,14 @@ class TokenStore:
         opening = ts.open(
             spec, open=True, read=True, dtype=ts.dtype(self.dtype_of(name).name), shape=[self.shape_of(name)]
         )
-        return storage.bounded(opening, storage.join(self.path, name, "zarr.json"))
+        return storage.location(self.path).join(name, "zarr.json").bounded(opening)
 
     def _opened(self, name: str, opening: ts.Future):
         """The array :meth:`_opening` opens; ValueError naming the store when it is missing or disagrees."""
         try:
-            return storage.result(opening, storage.join(self.path, name, "zarr.json"))
+            return storage.location(self.path).join(name, "zarr.json").result(opening)
         except ValueError as exc:
-            if (err := as_os_error(exc, storage.join(self.path, name))) is not None:
+            if (err := as_os_error(exc, storage.location(self.path).join(name).path)) is not None:
                 raise err from None
             if status_code(exc) == "NOT_FOUND":
                 raise self.damaged(
@@ -548,7 +556,7 @@ class TokenStore:
         self._start_shard_table()
         # both arrays' listings at once too (s3fs: each ~0.1-0.2 s of requests in a bucket)
         with ThreadPoolExecutor(len(ARRAYS), thread_name_prefix="datatools-store-listing") as pool:
-            listing = {name: pool.submit(storage.file_sizes, storage.join(self.path, name)) for name in ARRAYS}
+            listing = {name: pool.submit(storage.location(self.path).join(name).file_sizes) for name in ARRAYS}
         for name in ARRAYS:
             arr = self._arrays[name] = self._opened(name, opening[name])
             records = self.manifest["chunks"][name]
@@ -562,7 +570,7 @@ class TokenStore:
                     f"{display(self.path)}: the manifest disagrees with the arrays: it {what} "
                     f"({len(grid)} chunks of {chunk} in {name}/)"
                 )
-            with os_errors(storage.join(self.path, name)):
+            with os_errors(storage.location(self.path).join(name).path):
                 present = listing[name].result()
             missing = [k for k in ["zarr.json", *grid] if k not in present]
             if missing:
@@ -596,12 +604,12 @@ class TokenStore:
         arr = self._array(name)
         if end > begin:
             self.check_objects(name, begin, end)
-        where = storage.join(self.path, name)
+        where = self._at(name)
         try:
-            return storage.result(storage.bounded(arr[begin:end].read(), where), where)
+            return where.result(where.bounded(arr[begin:end].read()))
         except ValueError as exc:
             if status_code(exc) not in _DATA_ERRORS:
-                if (err := as_os_error(exc, storage.join(self.path, name))) is not None:
+                if (err := as_os_error(exc, where.path)) is not None:
                     raise err from None
             chunk = int(arr.chunk_layout.write_chunk.shape[0])
             inner = int(arr.chunk_layout.read_chunk.shape[0])
@@ -708,7 +716,7 @@ class TokenStore:
                 self.dtype,
                 damaged=lambda text: self.damaged(f"{display(self.path)}: {text}"),
                 failed=self._read_failed,
-                where=storage.join(self.path, "tokens"),
+                where=self._at("tokens").path,
             )
             return array.read(begin, end, batch=batch, out=out)
         checks = self.check_objects("tokens", begin, end, batch=batch, wait=False) if end > begin else []
@@ -716,22 +724,22 @@ class TokenStore:
             read = self.tokens[begin:end].read(batch=batch)
         else:
             read = ts.array(out, copy=False, write=True).write(self.tokens[begin:end], batch=batch).commit
-        remote = storage.location(self.path).reads_are_requests
-        where = storage.join(self.path, "tokens")
-        read = storage.bounded(read, where)
+        remote = self._at().reads_are_requests
+        where = self._at("tokens")
+        read = where.bounded(read)
         if not checks and out is None and not remote:
             return read
 
         def checked(_: list) -> np.ndarray:  # handed over once the objects the read touched are checked
             self.confirm(checks)
-            value = storage.result(read, where)  # a request cancelled past its bound: a StorageError naming it
+            value = where.result(read)  # a request cancelled past its bound: a StorageError naming it
             return value if out is None else out
 
         return JoinedRead([read, *(f for _, _, (f, _) in checks if f is not None)], checked)
 
     def _read_failed(self, exc: BaseException, key: str) -> BaseException:
         """The error of a failed read of tokens object ``key``: OSError when the storage failed, else ValueError."""
-        where = storage.join(self.path, "tokens", key)
+        where = storage.location(self.path).join("tokens", key).path
         return as_os_error(exc, where) or self.damaged(
             f"{display(self.path)}: chunk tokens/{key} is unreadable ({short_message(exc)})"
         )
@@ -761,14 +769,16 @@ class TokenStore:
         digests = self.manifest["digests"]  # xxh3_64: read_manifest refuses a store without them
         kv = self._kvstore(name)
         index = _index_bytes(arr)
-        if storage.location(self.path).reads_are_requests and index:  # in a bucket without shard_index.bin: the
+        if self._at().reads_are_requests and index:  # in a bucket without shard_index.bin: the
             heads = digests.get(f"{name}_index") or {}  # shard's index only (its inner chunks carry crc32c)
             read = kv.read(key, batch=batch, byte_range=slice(0, index))
-            return (storage.bounded(read, storage.join(self.path, name, key)), ("index", heads.get(key)))
+            return (storage.location(self.path).join(name, key).bounded(read), ("index", heads.get(key)))
         if name == "tokens" and index and isinstance(self.manifest.get("shard_index"), dict):
             return (None, ("entries", self._shard_mismatch(key)))  # local: the index and the chunks' crc32c
-        where = storage.join(self.path, name, key)
-        return (storage.bounded(kv.read(key, batch=batch), where), ("xxh3", (digests.get(name) or {}).get(key)))
+        return (
+            storage.location(self.path).join(name, key).bounded(kv.read(key, batch=batch)),
+            ("xxh3", (digests.get(name) or {}).get(key)),
+        )
 
     def _shard_mismatch(self, key: str) -> str | ValueError | None:
         """Why local tokens shard ``key`` is not the one ``shard_index.bin`` records, or None
@@ -778,7 +788,7 @@ class TokenStore:
         except ValueError as exc:  # shard_index.bin missing or not the one recorded: raised where the read waits
             return exc
         try:
-            with storage.location(storage.join(self.path, "tokens", key)).open() as f:
+            with storage.location(self.path).join("tokens", key).open() as f:
                 return shard_reads.mismatch(f, entries)
         except FileNotFoundError:
             return "is missing"
@@ -805,9 +815,9 @@ class TokenStore:
             value: bytes | None = b""
             if future is not None:
                 try:
-                    got = storage.result(future, storage.join(self.path, name, key))
+                    got = storage.location(self.path).join(name, key).result(future)
                 except ValueError as exc:
-                    if (err := as_os_error(exc, storage.join(self.path, name, key))) is not None:
+                    if (err := as_os_error(exc, storage.location(self.path).join(name, key).path)) is not None:
                         raise err from None
                     raise self.damaged(f"{where} is unreadable ({short_message(exc)})") from None
                 value = bytes(got.value) if got.state == "value" else None

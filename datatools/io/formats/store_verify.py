@@ -101,7 +101,7 @@ def _check_checksums(store: TokenStore, report: VerifyReport, progress) -> None:
     heads: dict[int, bytes] = {}  # tokens shard -> its own index entries (indexed stores)
     for name in ARRAYS:
         records = chunks[name]
-        kv = array_kvstore(storage.join(store.path, name))
+        kv = array_kvstore(storage.location(store.path).join(name).path)
         for key, value in read_keys(kv, sorted(records)):
             size, digest = records[key]
             if value is None:
@@ -128,7 +128,7 @@ def _check_shard_index(store: TokenStore, heads: list[bytes]) -> None:
     where = f"{display(store.path)}: {shard_reads.INDEX_KEY}"
     record = store.manifest["shard_index"]
     try:
-        data = storage.read_bytes(storage.join(store.path, shard_reads.INDEX_KEY))
+        data = storage.location(store.path).join(shard_reads.INDEX_KEY).read_bytes()
     except FileNotFoundError:
         raise IndexDamage(str(store.damaged(f"{where} is missing"))) from None
     if len(data) != record.get("bytes") or hashlib.sha256(data).hexdigest() != record.get("sha256"):

@@ -161,7 +161,7 @@ def shard_texts(shard: Shard, column: str = "text") -> Iterator[list[str]]:
     if shard.kind == "text":
         out = []
         for f in shard.files:
-            data = storage.read_bytes(f)  # a PermissionError names the file (a URL: its object, one GET)
+            data = storage.location(f).read_bytes()  # a PermissionError names the file (a URL: its object, one GET)
             try:
                 out.append(data.decode("utf-8"))
             except UnicodeDecodeError as exc:
@@ -186,5 +186,5 @@ def shard_bytes(shard: Shard) -> int:
     if shard.kind == "jsonl":
         return shard.stop - shard.part
     if shard.kind == "text":
-        return sum(storage.size(x) for x in shard.files)
+        return sum(storage.location(x).size() for x in shard.files)
     return shard.nbytes  # arrow: counted when the file was cut into shards; array_record: the file's size

@@ -104,10 +104,10 @@ def load_yaml(path: str | os.PathLike) -> dict:
     from datatools.io.storage.paths import first_line
 
     path = storage.location(path).path
-    if not storage.is_file(path):
+    if not storage.location(path).is_file():
         raise ValueError(f"{path}: config file not found")
     try:
-        raw = storage.read_bytes(path, MAX_CONFIG_BYTES + 1)
+        raw = storage.location(path).read_bytes(MAX_CONFIG_BYTES + 1)
         if len(raw) > MAX_CONFIG_BYTES:
             raise ValueError(f"{path}: a config file must be at most {MAX_CONFIG_BYTES:,} bytes")
         data = yaml.load(raw.decode("utf-8"), Loader=_LimitedLoader)  # noqa: S506 (a SafeLoader subclass)

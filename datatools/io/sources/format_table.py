@@ -103,12 +103,12 @@ def _detect_levanter(loc: storage.Location, opts: InputOptions) -> TokenInput | 
 def _detect_numpy(loc: storage.Location, opts: InputOptions) -> TokenInput | None:
     if not (loc.is_dir() and (files := numpy_dir_files(loc.path))):
         return None
-    return TokenInput(loc.path, "numpy", nbytes=sum(storage.size(f) for f in files[:2]))
+    return TokenInput(loc.path, "numpy", nbytes=sum(storage.location(f).size() for f in files[:2]))
 
 
 def _detect_lengths(loc: storage.Location, opts: InputOptions) -> TokenInput | None:
     only = lengths_only_file(loc.path)
-    return None if only is None else TokenInput(loc.path, "lengths", nbytes=storage.size(only))
+    return None if only is None else TokenInput(loc.path, "lengths", nbytes=storage.location(only).size())
 
 
 def _detect_flat(loc: storage.Location, opts: InputOptions) -> TokenInput | None:
@@ -133,7 +133,7 @@ def _detect_table(loc: storage.Location, opts: InputOptions) -> TokenInput:
             f"pre-tokenize them first (datatools pretokenize)"
         )
     where = display(shards[0].files[0])
-    nbytes = sum(storage.size(f) for f in dict.fromkeys(x for s in shards for x in s.files))
+    nbytes = sum(storage.location(f).size() for f in dict.fromkeys(x for s in shards for x in s.files))
     if shards[0].kind == "text":  # .txt files alone (text_files): each file one text, tokenized when read
         inp = TokenInput(loc.path, "table", column=opts.column, is_text=True, shards=shards, nbytes=nbytes)
         return _tokenized(inp, opts, where, "column")

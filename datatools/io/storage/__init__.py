@@ -5,6 +5,10 @@ local paths through ``open`` and :mod:`atomic`; credentials and endpoints only f
 environment. An unreachable or silent endpoint, a missing bucket or missing credentials raise :class:`StorageError`
 (naming the URL, exit 1) in under 30 s; a missing object is a ``FileNotFoundError``. An object is written in one
 (atomic) PUT; nothing here lists or deletes outside its prefix.
+
+One public surface: :func:`location` parses a place once into a :class:`Location`, and its methods do the rest
+(``join``, ``open``, ``read_bytes``, ``exists``, ``write_text``, ``bounded``, ...); the module's functions are
+private (``tests/test_architecture.py``, ``test_storage_has_one_surface``).
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ for _name in ("gcsfs", "s3fs", "fsspec", "aiobotocore", "botocore"):  # their fa
 # --------------------------------------------------------------------------- URLs
 
 
-def is_url(path: str | os.PathLike) -> bool:
+def _is_url(path: str | os.PathLike) -> bool:
     """Whether ``path`` is an ``s3://`` or ``gs://`` URL (also as a ``Path``: ``Path("s3://b/k")`` is ``s3:/b/k``)."""
     return _split(path) is not None
 
@@ -73,7 +77,7 @@ def _split(path) -> tuple[str, str, str] | None:
     return SCHEMES[scheme.lower()], bucket, key.strip("/")
 
 
-def split_url(url: str | os.PathLike) -> tuple[str, str, str]:
+def _split_url(url: str | os.PathLike) -> tuple[str, str, str]:
     """``(protocol, bucket, key)`` of a URL: protocol ``s3`` or ``gcs``; ValueError naming it if it is not one."""
     parts = _split(url)
     if parts is None:
@@ -83,7 +87,7 @@ def split_url(url: str | os.PathLike) -> tuple[str, str, str]:
     return parts
 
 
-def url_of(path: str | os.PathLike) -> str:
+def _url_of(path: str | os.PathLike) -> str:
     """The canonical text of a path: ``s3://bucket/key`` / ``gs://bucket/key`` for URLs, the path otherwise."""
     parts = _split(path)
     if parts is None:
@@ -92,16 +96,16 @@ def url_of(path: str | os.PathLike) -> str:
     return f"{'s3' if proto == 's3' else 'gs'}://{bucket}/{key}".rstrip("/")
 
 
-def join(base: str | os.PathLike, *names: str) -> str | Path:
+def _join(base: str | os.PathLike, *names: str) -> str | Path:
     """``base / name / ...``: a URL string for a URL, a ``Path`` otherwise."""
-    if is_url(base):
-        return "/".join([url_of(base).rstrip("/"), *(n.strip("/") for n in names)])
+    if _is_url(base):
+        return "/".join([_url_of(base).rstrip("/"), *(n.strip("/") for n in names)])
     return Path(base).joinpath(*names)
 
 
-def name_of(path: str | os.PathLike) -> str:
+def _name_of(path: str | os.PathLike) -> str:
     """The last component (the file name) of a path or URL."""
-    return url_of(path).rstrip("/").rsplit("/", 1)[-1] if is_url(path) else Path(path).name
+    return _url_of(path).rstrip("/").rsplit("/", 1)[-1] if _is_url(path) else Path(path).name
 
 
 def location(path: str | os.PathLike) -> Location:
@@ -111,7 +115,7 @@ def location(path: str | os.PathLike) -> Location:
     parts = _split(path)
     if parts is None:
         return Location(os.fspath(path), "file")
-    return Location(url_of(path), parts[0])
+    return Location(_url_of(path), parts[0])
 
 
 @dataclass(frozen=True)
@@ -167,7 +171,7 @@ class Location:
 
     @property
     def name(self) -> str:
-        return name_of(self.text) if self.protocol != "file" else Path(self.text).name
+        return _name_of(self.text) if self.protocol != "file" else Path(self.text).name
 
     @property
     def display(self) -> str:
@@ -183,53 +187,84 @@ class Location:
         if self.protocol == "file":
             st = os.stat(self.text)
             return {"path": display(resolved(self.text)), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
-        got = info(self) or {"size": 0, "version": None}
+        got = _info(self) or {"size": 0, "version": None}
         return {"path": self.text, "bytes": got["size"], "version": got["version"]}
 
     def join(self, *names: str) -> Location:
-        return location(join(self, *names))
+        return location(_join(self, *names))
 
     def open(self, *, block_size: int = READ_BLOCK) -> BinaryIO:
-        return open_file(self, block_size=block_size)
+        return _open_file(self, block_size=block_size)
 
     def read_bytes(self, limit: int | None = None, *, max_bytes: int | None = None) -> bytes:
-        return read_bytes(self, limit, max_bytes=max_bytes)
+        return _read_bytes(self, limit, max_bytes=max_bytes)
 
     def info(self) -> dict | None:
-        return info(self)
+        return _info(self)
 
     def exists(self) -> bool:
-        return info(self) is not None
+        return _info(self) is not None
 
     def is_file(self) -> bool:
-        return is_file(self)
+        return _is_file(self)
 
     def is_dir(self) -> bool:
-        return is_dir(self)
+        return _is_dir(self)
 
     def size(self) -> int:
-        return size(self)
+        return _size(self)
 
     def list(self) -> list[str]:
-        return list_files(self)
+        return _list_files(self)
 
     def file_sizes(self) -> dict[str, int]:
-        return file_sizes(self)
+        return _file_sizes(self)
 
     def write_with(self, write: Callable[[BinaryIO], object]) -> None:
-        write_with(self, write)
+        _write_with(self, write)
 
     def write_bytes(self, data: bytes) -> None:
-        write_bytes(self, data)
+        _write_bytes(self, data)
 
     def write_text(self, text: str) -> None:
-        write_text(self, text)
+        _write_text(self, text)
 
     def remove(self) -> None:
-        remove(self)
+        _remove(self)
+
+    def remove_tree(self) -> int:
+        return _remove_tree(self)
 
     def kvstore_spec(self) -> dict:
-        return kvstore_spec(self)
+        return _kvstore_spec(self)
+
+    def filesystem(self):
+        """``(fsspec filesystem, path inside it)``: for what this module does not wrap (tests, benchmarks)."""
+        return _filesystem(self)
+
+    @property
+    def bucket(self) -> str:
+        """The bucket of an object's URL; ValueError for a local path (or a URL naming no bucket)."""
+        return _split_url(self.text)[1]
+
+    @property
+    def key(self) -> str:
+        """The key of an object's URL inside its bucket (``""`` at the bucket's root); ValueError for a local path."""
+        return _split_url(self.text)[2]
+
+    def bounded(self, future):
+        """``future`` (a tensorstore future of a request to this object) cancelled past :data:`REQUEST_TIMEOUT_S`
+        with no answer from its bucket; a local path's future as it is. Wait for it with :meth:`result`."""
+        return _bounded(future, self)
+
+    def result(self, future):
+        """``future.result()`` of a :meth:`bounded` future: a cancelled request raises :meth:`timeout_error`, a
+        failure of the storage an ``OSError`` naming this place; anything else as it is."""
+        return _result(future, self)
+
+    def timeout_error(self) -> StorageError:
+        """The StorageError of a request to this object cancelled by :meth:`bounded`: named, exit 1."""
+        return _timeout_error(self)
 
 
 # --------------------------------------------------------------------------- environment and filesystems
@@ -258,7 +293,7 @@ def _s3_endpoint() -> str | None:
     return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
 
 
-def endpoint_of(protocol: str) -> str:
+def _endpoint_of(protocol: str) -> str:
     """The endpoint requests go to, for messages and probes."""
     if protocol == "s3":
         return _s3_endpoint() or "AWS S3"
@@ -266,14 +301,14 @@ def endpoint_of(protocol: str) -> str:
     return _with_scheme(emulator) if emulator else "https://storage.googleapis.com"
 
 
-def filesystem(path: str | os.PathLike):
+def _filesystem(path: str | os.PathLike):
     """``(fsspec filesystem, path inside it)`` for a URL or a local path, from the current environment (part of
     fsspec's instance cache key); listing caches off, so another process's writes are seen at once."""
     import fsspec
 
-    if not is_url(path):
+    if not _is_url(path):
         return fsspec.filesystem("file"), str(resolved(path))
-    proto, bucket, key = split_url(path)
+    proto, bucket, key = _split_url(path)
     _configure_environment()
     inner = f"{bucket}/{key}" if key else bucket
     if proto == "s3":
@@ -304,7 +339,7 @@ def filesystem(path: str | os.PathLike):
     import aiohttp
 
     emulator = os.environ.get("STORAGE_EMULATOR_HOST")
-    _probe(endpoint_of("gcs"), path)
+    _probe(_endpoint_of("gcs"), path)
     timeout = aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT_S, sock_read=READ_TIMEOUT_S)
     auth = (
         {"token": "anon", "endpoint_url": _with_scheme(emulator)} if emulator else {"token": _google_credentials(path)}
@@ -318,7 +353,7 @@ def _import(module: str, url):
     except ModuleNotFoundError as exc:  # the cloud extra: the environment, exit status 1
         if (exc.name or "").split(".")[0] != module:
             raise
-        raise missing(module, f"{url_of(url)}: reading {url_of(url).split(':')[0]}:// URLs") from None
+        raise missing(module, f"{_url_of(url)}: reading {_url_of(url).split(':')[0]}:// URLs") from None
 
 
 _reachable: set[str] = set()
@@ -338,7 +373,7 @@ def _probe(endpoint: str, url) -> None:
         socket.create_connection((parts.hostname, port), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as exc:
         raise StorageError(
-            errno.ECONNREFUSED, f"cannot reach the storage endpoint {endpoint} ({exc.strerror or exc})", url_of(url)
+            errno.ECONNREFUSED, f"cannot reach the storage endpoint {endpoint} ({exc.strerror or exc})", _url_of(url)
         ) from None
     kind = http.client.HTTPSConnection if https else http.client.HTTPConnection
     conn = kind(parts.hostname or "", port, timeout=READ_TIMEOUT_S)
@@ -349,7 +384,7 @@ def _probe(endpoint: str, url) -> None:
         raise StorageError(
             errno.ETIMEDOUT,
             f"the storage endpoint {endpoint} took the connection but sent no answer in {READ_TIMEOUT_S:g} s",
-            url_of(url),
+            _url_of(url),
         ) from None
     except (OSError, http.client.HTTPException):
         pass  # it answered, if not with HTTP we understand: the client's own request will say more
@@ -370,17 +405,17 @@ def _google_credentials(url):
             errno.EACCES,
             f"no Google credentials ({str(exc).splitlines()[0][:160]}); set "
             "GOOGLE_APPLICATION_CREDENTIALS or run 'gcloud auth application-default login'",
-            url_of(url),
+            _url_of(url),
         ) from None
     return credentials
 
 
-def kvstore_spec(path: str | os.PathLike) -> dict:
+def _kvstore_spec(path: str | os.PathLike) -> dict:
     """The tensorstore kvstore spec of a directory (a key prefix) or a local path (resolved: tensorstore rejects
     ``..``). Remote: bounded retries (:data:`TS_RETRIES`) and curl timeouts (:data:`TS_CURL_ENV`), failing fast."""
-    if not is_url(path):
+    if not _is_url(path):
         return {"driver": "file", "path": str(resolved(path))}
-    proto, bucket, key = split_url(path)
+    proto, bucket, key = _split_url(path)
     _configure_environment()
     prefix = f"{key}/" if key else ""
     if proto == "s3":
@@ -454,38 +489,38 @@ class _Watch:
 _WATCH = _Watch()
 
 
-def bounded(future, where: str | os.PathLike):
+def _bounded(future, where: str | os.PathLike):
     """``future`` (a tensorstore future of a request to the object at ``where``) cancelled past
     :data:`REQUEST_TIMEOUT_S` with no answer from its bucket; a local path's future is returned as it is. Wait for it
-    with :func:`result` (or turn its ``CancelledError`` into the StorageError with :func:`timeout_error`)."""
+    with :func:`_result` (or turn its ``CancelledError`` into the StorageError with :func:`_timeout_error`)."""
     parts = _split(where)
     if parts is not None:
-        _WATCH.add(future, url_of(where), f"{parts[0]}://{parts[1]}")
+        _WATCH.add(future, _url_of(where), f"{parts[0]}://{parts[1]}")
     return future
 
 
-def timeout_error(where: str | os.PathLike) -> StorageError:
-    """The StorageError of a request to ``where`` cancelled by :func:`bounded`: named, exit 1."""
-    proto = split_url(where)[0]
+def _timeout_error(where: str | os.PathLike) -> StorageError:
+    """The StorageError of a request to ``where`` cancelled by :func:`_bounded`: named, exit 1."""
+    proto = _split_url(where)[0]
     return StorageError(
         errno.ETIMEDOUT,
-        f"the storage endpoint {endpoint_of(proto)} sent no answer in {REQUEST_TIMEOUT_S:g} s (request cancelled)",
-        url_of(where),
+        f"the storage endpoint {_endpoint_of(proto)} sent no answer in {REQUEST_TIMEOUT_S:g} s (request cancelled)",
+        _url_of(where),
     )
 
 
-def result(future, where: str | os.PathLike):
-    """``future.result()`` of a :func:`bounded` future: a cancelled request raises :func:`timeout_error`; a failure
+def _result(future, where: str | os.PathLike):
+    """``future.result()`` of a :func:`_bounded` future: a cancelled request raises :func:`_timeout_error`; a failure
     of the storage (tensorstore's ``ValueError`` of an unavailable endpoint, retries exhausted) an ``OSError`` naming
     ``where``; anything else as it is."""
     try:
         return future.result()
     except asyncio.CancelledError:
-        raise timeout_error(where) from None
+        raise _timeout_error(where) from None
     except ValueError as exc:
         from datatools.io.storage.io_errors import as_os_error
 
-        err = as_os_error(exc, url_of(where)) if is_url(where) else None
+        err = as_os_error(exc, _url_of(where)) if _is_url(where) else None
         if err is None:
             raise
         raise err from None
@@ -495,10 +530,10 @@ def result(future, where: str | os.PathLike):
 
 
 @contextmanager
-def storage_errors(path: str | os.PathLike) -> Iterator[None]:
+def _storage_errors(path: str | os.PathLike) -> Iterator[None]:
     """Turn a remote library's failure into :class:`StorageError` / ``FileNotFoundError`` naming the URL (local
     paths pass through: their ``OSError`` names the file)."""
-    if not is_url(path):
+    if not _is_url(path):
         yield
         return
     try:
@@ -507,7 +542,7 @@ def storage_errors(path: str | os.PathLike) -> Iterator[None]:
         raise
     except FileNotFoundError:
         # a missing bucket is a StorageError (exit 1), a missing object a FileNotFoundError (bad input)
-        raise _no_bucket(path) or FileNotFoundError(errno.ENOENT, "no such file or directory", url_of(path)) from None
+        raise _no_bucket(path) or FileNotFoundError(errno.ENOENT, "no such file or directory", _url_of(path)) from None
     except Exception as exc:  # noqa: BLE001 -- each library has its own classes; classified by name below
         mapped = _classify(path, exc)
         if mapped is None:
@@ -516,7 +551,7 @@ def storage_errors(path: str | os.PathLike) -> Iterator[None]:
 
 
 def _classify(path, exc: BaseException) -> OSError | None:
-    url, proto = url_of(path), split_url(path)[0]
+    url, proto = _url_of(path), _split_url(path)[0]
     name = type(exc).__name__
     text = str(exc).splitlines()[0][:200] if str(exc) else name
     if name in ("NoCredentialsError", "PartialCredentialsError", "DefaultCredentialsError", "RefreshError"):
@@ -525,7 +560,7 @@ def _classify(path, exc: BaseException) -> OSError | None:
             if proto == "s3"
             else "set GOOGLE_APPLICATION_CREDENTIALS or run 'gcloud auth application-default login'"
         )
-        return StorageError(errno.EACCES, f"no credentials for {endpoint_of(proto)} ({text}); {how}", url)
+        return StorageError(errno.EACCES, f"no credentials for {_endpoint_of(proto)} ({text}); {how}", url)
     if (
         isinstance(exc, PermissionError)
         or "Forbidden" in text
@@ -533,13 +568,13 @@ def _classify(path, exc: BaseException) -> OSError | None:
         or "InvalidAccessKey" in text
         or "SignatureDoesNotMatch" in text
     ):
-        return StorageError(errno.EACCES, f"access denied by {endpoint_of(proto)} ({text})", url)
+        return StorageError(errno.EACCES, f"access denied by {_endpoint_of(proto)} ({text})", url)
     if name in ("ReadTimeoutError", "ServerTimeoutError", "FSTimeoutError") or (
         isinstance(exc, TimeoutError) and not isinstance(exc, ConnectionError)
     ):
         return StorageError(
             errno.ETIMEDOUT,
-            f"the storage endpoint {endpoint_of(proto)} sent no answer in {READ_TIMEOUT_S:g} s ({text})",
+            f"the storage endpoint {_endpoint_of(proto)} sent no answer in {READ_TIMEOUT_S:g} s ({text})",
             url,
         )
     if name in (
@@ -549,21 +584,23 @@ def _classify(path, exc: BaseException) -> OSError | None:
         "ClientConnectorError",
         "ServerDisconnectedError",
     ) or isinstance(exc, (ConnectionError, TimeoutError, socket.gaierror)):
-        return StorageError(errno.ECONNREFUSED, f"cannot reach the storage endpoint {endpoint_of(proto)} ({text})", url)
+        return StorageError(
+            errno.ECONNREFUSED, f"cannot reach the storage endpoint {_endpoint_of(proto)} ({text})", url
+        )
     if isinstance(exc, OSError):
-        return StorageError(exc.errno or errno.EIO, f"{text} ({endpoint_of(proto)})", url)
+        return StorageError(exc.errno or errno.EIO, f"{text} ({_endpoint_of(proto)})", url)
     return None
 
 
 def _no_bucket(path) -> StorageError | None:
     """The StorageError of a missing bucket, None when the bucket exists (or refuses listing: not called missing)."""
-    proto, bucket, _ = split_url(path)
-    fs, _ = filesystem(f"{'s3' if proto == 's3' else 'gs'}://{bucket}")
+    proto, bucket, _ = _split_url(path)
+    fs, _ = _filesystem(f"{'s3' if proto == 's3' else 'gs'}://{bucket}")
     try:
         fs.info(bucket)
         return None
     except FileNotFoundError:
-        return StorageError(errno.ENXIO, f"no bucket {bucket!r} at {endpoint_of(proto)}", url_of(path))
+        return StorageError(errno.ENXIO, f"no bucket {bucket!r} at {_endpoint_of(proto)}", _url_of(path))
     except Exception:  # noqa: BLE001 -- the bucket may exist and refuse listing: do not call it missing
         return None
 
@@ -571,17 +608,17 @@ def _no_bucket(path) -> StorageError | None:
 # --------------------------------------------------------------------------- reading
 
 
-def open_file(path: str | os.PathLike, *, block_size: int = READ_BLOCK) -> BinaryIO:
+def _open_file(path: str | os.PathLike, *, block_size: int = READ_BLOCK) -> BinaryIO:
     """A binary file for reading: ``open`` for a local path; for a URL an fsspec file fetching ``block_size`` bytes
     a request with read-ahead (a couple of blocks in memory)."""
-    if not is_url(path):
+    if not _is_url(path):
         return open(path, "rb")
-    with storage_errors(path):
-        fs, inner = filesystem(path)
+    with _storage_errors(path):
+        fs, inner = _filesystem(path)
         f = fs.open(inner, "rb", block_size=block_size, cache_type="readahead")
     # typeshed declares BinaryIO only on the concrete buffered classes, never on RawIOBase subclasses: the file has
     # every method a BinaryIO reader calls (read, readinto, readline, seek, tell, close, name).
-    return cast(BinaryIO, _NamedFile(f, url_of(path)))
+    return cast(BinaryIO, _NamedFile(f, _url_of(path)))
 
 
 class _NamedFile(io.RawIOBase):
@@ -598,11 +635,11 @@ class _NamedFile(io.RawIOBase):
         return True
 
     def read(self, size: int = -1) -> bytes:
-        with storage_errors(self.name):
+        with _storage_errors(self.name):
             return self._f.read(size)
 
     def readline(self, size: int | None = -1) -> bytes:
-        with storage_errors(self.name):
+        with _storage_errors(self.name):
             return self._f.readline() if size is None or size < 0 else super().readline(size)
 
     def readinto(self, b) -> int:
@@ -632,38 +669,38 @@ class _NamedFile(io.RawIOBase):
 MAX_METADATA_BYTES = 64 << 20  # a manifest, a plan header, a ledger: ~90 bytes a chunk record, 700k records
 
 
-def read_bytes(path: str | os.PathLike, limit: int | None = None, *, max_bytes: int | None = None) -> bytes:
+def _read_bytes(path: str | os.PathLike, limit: int | None = None, *, max_bytes: int | None = None) -> bytes:
     """The whole file (its first ``limit`` bytes when given). ValueError naming it when it holds more than
     ``max_bytes`` (at most ``max_bytes + 1`` read), or is a device (a link to ``/dev/zero``: a whole read never
     ends)."""
     want = limit if limit is not None else (None if max_bytes is None else max_bytes + 1)
-    if not is_url(path):
+    if not _is_url(path):
         with open(path, "rb") as f:
             mode = os.fstat(f.fileno()).st_mode
             if limit is None and (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)):
                 raise ValueError(f"{display(path)}: a device, not a file (a link to one?)")
             data = f.read() if want is None else f.read(want)
     else:
-        with storage_errors(path):
-            fs, inner = filesystem(path)
+        with _storage_errors(path):
+            fs, inner = _filesystem(path)
             data = fs.cat_file(inner) if want is None else fs.cat_file(inner, start=0, end=want)
     if limit is None and max_bytes is not None and len(data) > max_bytes:
         raise ValueError(f"{display(path)}: larger than {max_bytes:,} bytes: not a file of this kind (corrupt?)")
     return data
 
 
-def info(path: str | os.PathLike) -> dict | None:
+def _info(path: str | os.PathLike) -> dict | None:
     """``{"type": "file" | "directory", "size": bytes, "version": ...}``, None when nothing is there (a URL is a
     directory when objects exist under it)."""
-    if not is_url(path):
+    if not _is_url(path):
         try:
             st = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
             return None
         kind = "directory" if os.path.isdir(path) else "file"
         return {"type": kind, "size": st.st_size, "version": (st.st_mtime_ns, st.st_size)}
-    with storage_errors(path):
-        fs, inner = filesystem(path)
+    with _storage_errors(path):
+        fs, inner = _filesystem(path)
         try:
             got = fs.info(inner)
         except FileNotFoundError:
@@ -677,51 +714,47 @@ def info(path: str | os.PathLike) -> dict | None:
     return {"type": kind, "size": int(got.get("size") or 0), "version": (str(version), int(got.get("size") or 0))}
 
 
-def exists(path: str | os.PathLike) -> bool:
-    return info(path) is not None
-
-
-def is_file(path: str | os.PathLike) -> bool:
-    got = info(path)
+def _is_file(path: str | os.PathLike) -> bool:
+    got = _info(path)
     return got is not None and got["type"] == "file"
 
 
-def is_dir(path: str | os.PathLike) -> bool:
-    got = info(path)
+def _is_dir(path: str | os.PathLike) -> bool:
+    got = _info(path)
     return got is not None and got["type"] == "directory"
 
 
-def size(path: str | os.PathLike) -> int:
+def _size(path: str | os.PathLike) -> int:
     """Bytes of a file; FileNotFoundError naming it when there is none."""
-    if not is_url(path):
+    if not _is_url(path):
         return os.path.getsize(path)
-    got = info(path)
+    got = _info(path)
     if got is None or got["type"] != "file":
-        raise FileNotFoundError(errno.ENOENT, "no such file", url_of(path))
+        raise FileNotFoundError(errno.ENOENT, "no such file", _url_of(path))
     return got["size"]
 
 
-def list_files(path: str | os.PathLike) -> list[str]:
+def _list_files(path: str | os.PathLike) -> list[str]:
     """Every file under the directory (URL: key prefix ``path/``, never the rest of the bucket) ``path``,
     recursively, sorted, as paths/URLs."""
-    if not is_url(path):
+    if not _is_url(path):
         return sorted(str(Path(root) / f) for root, _, files in os.walk(Path(path)) for f in files)
-    base = url_of(path).rstrip("/")
-    with storage_errors(path):
-        fs, inner = filesystem(path)
-        found = fs.find(inner.rstrip("/") + "/" if split_url(path)[2] else inner)
+    base = _url_of(path).rstrip("/")
+    with _storage_errors(path):
+        fs, inner = _filesystem(path)
+        found = fs.find(inner.rstrip("/") + "/" if _split_url(path)[2] else inner)
     prefix = inner.rstrip("/") + "/"
     return sorted(f"{base}/{k[len(prefix) :]}" for k in found if k.startswith(prefix) and not k.endswith("/"))
 
 
-def file_sizes(path: str | os.PathLike) -> dict[str, int]:
+def _file_sizes(path: str | os.PathLike) -> dict[str, int]:
     """``{relative key: bytes}`` of every file under the directory (URL: key prefix) ``path``, from one listing."""
-    if not is_url(path):
+    if not _is_url(path):
         base = os.fspath(path)
         files = (os.path.join(root, n) for root, _, names in os.walk(base) for n in names)
         return {os.path.relpath(f, base).replace(os.sep, "/"): os.path.getsize(f) for f in files}
-    with storage_errors(path):
-        fs, inner = filesystem(path)
+    with _storage_errors(path):
+        fs, inner = _filesystem(path)
         found = fs.find(inner.rstrip("/") + "/", detail=True)
     prefix = inner.rstrip("/") + "/"
     return {k[len(prefix) :]: int(v.get("size") or 0) for k, v in found.items() if k.startswith(prefix)}
@@ -730,55 +763,55 @@ def file_sizes(path: str | os.PathLike) -> dict[str, int]:
 # --------------------------------------------------------------------------- writing
 
 
-def write_with(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
+def _write_with(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
     """Write ``path`` so no reader sees it half-written: locally a temporary file and a rename
     (:func:`~datatools.io.storage.atomic.atomic_write_with`), remotely one (atomic) PUT of the whole bytes."""
-    if not is_url(path):
+    if not _is_url(path):
         atomic.atomic_write_with(path, write)
         return
     buf = io.BytesIO()
     write(buf)
-    with storage_errors(path):
-        fs, inner = filesystem(path)
+    with _storage_errors(path):
+        fs, inner = _filesystem(path)
         fs.pipe_file(inner, buf.getvalue())
 
 
-def write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to a path or URL atomically (see :func:`write_with`)."""
-    write_with(path, lambda f: f.write(data))
+def _write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to a path or URL atomically (see :func:`_write_with`)."""
+    _write_with(path, lambda f: f.write(data))
 
 
-def write_text(path: str | os.PathLike, text: str) -> None:
+def _write_text(path: str | os.PathLike, text: str) -> None:
     """Write UTF-8 ``text`` to a path or URL atomically."""
-    write_bytes(path, text.encode())
+    _write_bytes(path, text.encode())
 
 
-def remove(path: str | os.PathLike) -> None:
+def _remove(path: str | os.PathLike) -> None:
     """Delete one file or object if it is there."""
-    if not is_url(path):
+    if not _is_url(path):
         Path(path).unlink(missing_ok=True)
         return
-    with storage_errors(path):
-        fs, inner = filesystem(path)
+    with _storage_errors(path):
+        fs, inner = _filesystem(path)
         with suppress(FileNotFoundError):
             fs.rm_file(inner)
 
 
-def remove_tree(path: str | os.PathLike) -> int:
+def _remove_tree(path: str | os.PathLike) -> int:
     """Delete every file under the directory (URL: key prefix) ``path``; returns how many. Remotely the keys
-    :func:`list_files` finds, one by one: never a prefix-wide delete (an emulator ignoring prefixes would empty the
+    :func:`_list_files` finds, one by one: never a prefix-wide delete (an emulator ignoring prefixes would empty the
     bucket)."""
-    if not is_url(path):
+    if not _is_url(path):
         import shutil
 
         count = sum(len(files) for _, _, files in os.walk(Path(path)))
         if os.path.isdir(path):
             shutil.rmtree(path)
         return count
-    files = list_files(path)
-    with storage_errors(path):
-        fs, _ = filesystem(path)
+    files = _list_files(path)
+    with _storage_errors(path):
+        fs, _ = _filesystem(path)
         for f in files:
             with suppress(FileNotFoundError):
-                fs.rm_file(filesystem(f)[1])
+                fs.rm_file(_filesystem(f)[1])
     return len(files)

@@ -49,7 +49,7 @@ def test_any_range_reads_the_tokens_it_holds(tmp_path_factory, small_shards, dat
     _write(path, flat)
     store = TokenStore(path)
     per_shard = store.object_tokens // INNER  # a store smaller than a shard has one shard of fewer inner chunks
-    data_bytes = storage.read_bytes(path / "shard_index.bin")
+    data_bytes = storage.location(path / "shard_index.bin").read_bytes()
     table = shard_reads.index_table(data_bytes, -(-size // store.object_tokens), per_shard)
     begin = data.draw(st.integers(0, size - 1))
     end = data.draw(st.integers(begin + 1, size))
