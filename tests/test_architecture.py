@@ -98,7 +98,7 @@ STORAGE_LAYER = ("datatools.io.storage", "datatools.io.storage.atomic", "datatoo
 def test_only_the_storage_layer_asks_for_a_url():
     """No module outside the storage layer asks whether a path is a URL (``is_url``, ``"://" in``): it asks its
     location what the place can do (``storage.location(path).can_memory_map``, ``.has_directories``, ...) or calls
-    a storage function that does the right thing for both."""
+    a ``Location`` method that does the right thing for both."""
     found = []
     for name, tree in modules():
         if name in STORAGE_LAYER:
@@ -365,6 +365,63 @@ def test_stored_token_arrays_are_read_through_one_protocol(tmp_path):
         timeout=600,
     )
     assert done.returncode == 0, done.stdout[-3000:]
+
+
+STORAGE = "datatools.io.storage"
+# what code outside the storage module reaches of it: the one constructor and the class, its submodules, and (below)
+# its public constants; the error it raises is base.errors' StorageError, re-exported
+STORAGE_SURFACE = {"location", "Location", "atomic", "paths", "io_errors", "read_stats", "StorageError"}
+STORAGE_OWN_TESTS = (
+    "tests/io/test_storage.py",
+    "tests/io/test_storage_timeouts.py",
+    "tests/io/test_request_deadlines.py",
+)
+
+
+def _storage_uses(path: Path) -> list[str]:
+    """Each name of the storage module one file reaches outside its surface (``storage.join``, ``from
+    datatools.io.storage import read_bytes``), with its line."""
+    tree = ast.parse(path.read_text(), str(path))
+    aliases = {STORAGE}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "datatools.io":
+            aliases |= {a.asname or a.name for a in node.names if a.name == "storage"}
+        elif isinstance(node, ast.Import):
+            aliases |= {a.asname for a in node.names if a.name == STORAGE and a.asname}
+    reached = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == STORAGE:
+            reached += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.Attribute) and ast.unparse(node.value) in aliases:
+            reached.append((node.lineno, node.attr))
+    return [
+        f"{path.relative_to(ROOT.parent)}:{line}: {name}"
+        for line, name in reached
+        if name not in STORAGE_SURFACE and not (name.isupper() and not name.startswith("_"))
+    ]
+
+
+def test_storage_has_one_surface():
+    """``io/storage``'s one public surface is ``location(path)`` -> ``Location`` and its methods: the module defines
+    no other public function or class, and no code outside it (``datatools/``, ``tests/``, ``benchmarks/``,
+    ``scripts/``, ``clients/``) reaches another of its names (``storage.join(...)``, ``from datatools.io.storage
+    import read_bytes``, ``storage._read_bytes(...)``) but its public constants and submodules; only the storage
+    module's own tests reach its private names."""
+    import datatools.io.storage as storage_module
+
+    public = [n for n, v in vars(storage_module).items() if inspect.isfunction(v) or inspect.isclass(v)]
+    assert sorted(n for n in public if not n.startswith("_") and vars(storage_module)[n].__module__ == STORAGE) == [
+        "Location",
+        "location",
+    ]
+    found = []
+    for folder in ("datatools", "tests", "benchmarks", "scripts", "clients"):
+        for path in sorted((ROOT.parent / folder).rglob("*.py")):
+            if path == ROOT / "io" / "storage" / "__init__.py":
+                continue
+            own = str(path.relative_to(ROOT.parent)) in STORAGE_OWN_TESTS
+            found += [u for u in _storage_uses(path) if not (own and u.rsplit(": ", 1)[1].startswith("_"))]
+    assert found == []
 
 
 # getattr(obj, "name", default) kept: none asks a document source, a schedule or a store what it can do.
