@@ -390,6 +390,7 @@ class FileKind:
     on a shard's kind."""
 
     files_per_shard = 0  # > 0: the files of this kind are grouped, this many a shard (each file one document)
+    has_columns = True  # False: each file is one text (.txt), read by datatools pretokenize alone
 
     def part(self, shard: Shard) -> str:
         """Which part of its file ``shard`` is, for messages ("" when the file is one shard)."""
@@ -509,6 +510,7 @@ class TextFiles(FileKind):
     """Plain ``.txt`` files, :data:`TEXT_FILES_PER_SHARD` a shard, each file one document (even when empty)."""
 
     files_per_shard = TEXT_FILES_PER_SHARD
+    has_columns = False
 
     def nbytes(self, shard: Shard) -> int:
         return sum(storage.size(x) for x in shard.files)
@@ -528,11 +530,23 @@ class TextFiles(FileKind):
 
 
 class ArrayRecordFiles(FileKind):
-    """A whole ArrayRecord file (made by ``datatools pretokenize`` from the files an ArrayRecord input names, never
-    found by a listing here); ``nbytes``: the file's size."""
+    """A whole ArrayRecord file (each of the files an ArrayRecord input names, never found by a listing here): its
+    column is a feature of its ``tf.train.Example`` records, read :data:`array_record_files.BATCH_RECORDS` records at
+    a time; ``nbytes``: the file's size."""
 
     def columns(self, shard: Shard) -> dict[str, bool]:
         return array_record_files.features(shard.files[0])
+
+    def batches(self, shard: Shard, column: str, text: bool) -> Iterator[pa.Array | pa.ChunkedArray]:
+        f = shard.files[0]
+        for values in array_record_files.feature_values(f, column):
+            if text:
+                yield pa.array(array_record_files.decode_texts(values), pa.large_string())
+                continue
+            low = min((x for v in values for x in v), default=0)
+            if low < 0:
+                raise ValueError(f"{os.fspath(f)}: feature {column!r} holds a negative token id {low}")
+            yield pa.array(values, pa.list_(pa.int64()))
 
     def texts(self, shard: Shard, column: str) -> Iterator[list[str]]:
         yield from array_record_files.texts(shard.files[0], column)

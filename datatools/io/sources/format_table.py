@@ -16,7 +16,7 @@ import numpy as np
 
 from datatools.io import storage
 from datatools.io.formats import array_record_files
-from datatools.io.formats.discover import list_shards
+from datatools.io.formats.discover import Shard, list_shards
 from datatools.io.formats.lengths_cache import TableLengthsCache
 from datatools.io.formats.levanter_cache import LevanterCache, is_levanter_cache
 from datatools.io.formats.numpy_files import (
@@ -74,16 +74,20 @@ def _tokenized(inp: TokenInput, opts: InputOptions, where: str, what: str) -> To
     return inp
 
 
-def array_record_input(path: str | os.PathLike, opts: InputOptions) -> TokenInput:
-    """ArrayRecord files (a file, a glob, a comma list): the feature and the tokenizer checked on the first file."""
-    files = array_record_files.expand(path)
-    col, is_text = array_record_files.detect_feature(files[0], opts.column)
-    nbytes = sum(f.stat().st_size for f in files)
-    inp = TokenInput(Path(os.fspath(path)), "table", column=col, is_text=is_text, files=files, nbytes=nbytes)
-    return _tokenized(inp, opts, display(files[0]), "feature")
-
-
 # --------------------------------------------------------------------------- the formats: detect, lengths, documents
+
+
+def _detect_array_record(loc: storage.Location, opts: InputOptions) -> TokenInput | None:
+    """ArrayRecord files (a file, a glob, a comma list: local names), read as a table of records, a shard per file:
+    the feature and the tokenizer checked on the first file."""
+    if not (loc.has_directories and array_record_files.detect(loc.path)):
+        return None
+    files = array_record_files.expand(loc.path)
+    col, is_text = array_record_files.detect_feature(files[0], opts.column)
+    shards = [Shard("array_record", (str(f),), nbytes=f.stat().st_size) for f in files]
+    nbytes = sum(s.nbytes for s in shards)
+    inp = TokenInput(loc.path, "table", "array_record", column=col, is_text=is_text, shards=shards, nbytes=nbytes)
+    return _tokenized(inp, opts, display(files[0]), "feature")
 
 
 def _detect_store(loc: storage.Location, opts: InputOptions) -> TokenInput | None:
@@ -127,14 +131,14 @@ def _detect_table(loc: storage.Location, opts: InputOptions) -> TokenInput:
         if not any(p for p in loc.local_path.iterdir() if not p.name.startswith(".")):
             raise ValueError(f"{loc.display}: empty directory")
     shards = [s for f in pattern for s in list_shards(f)] if pattern else list_shards(loc.path)
-    if any(s.kind == "text" for s in shards) and not opts.text_files:
+    if not all(s.file_kind.has_columns for s in shards) and not opts.text_files:
         raise ValueError(
             f"{display(shards[-1].files[0])}: plain text files have no token column; "
             f"pre-tokenize them first (datatools pretokenize)"
         )
     where = display(shards[0].files[0])
     nbytes = sum(storage.size(f) for f in dict.fromkeys(x for s in shards for x in s.files))
-    if shards[0].kind == "text":  # .txt files alone (text_files): each file one text, tokenized when read
+    if not shards[0].file_kind.has_columns:  # .txt files alone (text_files): each file one text, tokenized when read
         inp = TokenInput(loc.path, "table", column=opts.column, is_text=True, shards=shards, nbytes=nbytes)
         return _tokenized(inp, opts, where, "column")
     columns = shard_columns(shards[0])
@@ -147,7 +151,7 @@ def _detect_table(loc: storage.Location, opts: InputOptions) -> TokenInput:
 def stored_array(inp: TokenInput) -> TokenArray:
     """The stored token array of a token store or a Levanter cache input: typed to return a
     :class:`~datatools.io.formats.token_array.TokenArray`, so mypy checks that both implement it."""
-    return inp.token_store if inp.kind == "store" else inp.levanter_cache
+    return inp.store if inp.store is not None else inp.levanter_cache
 
 
 def _stored_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
@@ -166,6 +170,10 @@ def _lengths_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
         yield 0, np.asarray(lengths[a : a + FLAT_SLICE], dtype=np.int64), inp.nbytes if end else 0
 
 
+def _in_place(inp: TokenInput) -> np.ndarray:
+    return lengths_only(inp.path)  # memory-mapped
+
+
 def _flat_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
     for k, (lengths, nbytes) in enumerate(flat_slices(inp.path, inp.bin_dtype, inp.flat_eos_id)):
         yield k, lengths, nbytes
@@ -175,14 +183,18 @@ def _table_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
     return _table_pieces(inp, shard_length_pieces)
 
 
+def _records_lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
+    return _table_pieces(inp, shard_length_pieces, cached=False)
+
+
 def _table_pieces(
-    inp: TokenInput, read: Callable[[TokenInput, int], list[tuple[int, np.ndarray, int]]]
+    inp: TokenInput, read: Callable[[TokenInput, int], list[tuple[int, np.ndarray, int]]], cached: bool = True
 ) -> Iterator[tuple[int, np.ndarray, int]]:
     """A table's ``(shard, lengths, bytes)``: shards whose file the lengths cache holds from there
-    (:mod:`~datatools.io.formats.lengths_cache`), the others by ``read(inp, k)``, one shard ahead in a thread, and
-    cached."""
+    (:mod:`~datatools.io.formats.lengths_cache`; ``cached`` False: none, as for ArrayRecord files), the others by
+    ``read(inp, k)``, one shard ahead in a thread, and cached."""
     cache = None
-    if inp.shards:  # table files (ArrayRecord files are not cached)
+    if cached:
         cache = TableLengthsCache.for_shards(inp.shards, inp.table_column, _tokenizer_key(inp))
     hits = cache.cached() if cache is not None else {}
     todo = iter([k for k in range(inp.num_shards) if k not in hits])
@@ -252,10 +264,16 @@ def _flat_documents(inp: TokenInput, progress: Callable[[int, int], None] | None
     return ArrayDocuments(tokens, np.concatenate(([0], np.cumsum(lengths))))
 
 
-def _table_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) -> DocumentSource:
+def _table_documents(
+    inp: TokenInput, progress: Callable[[int, int], None] | None, cached: bool = True
+) -> DocumentSource:
     slab = ShardSlab(TABLE_CACHE_BYTES // 4, inp.num_shards)  # the shards its pass for the lengths read whole
-    lengths, shard_docs = lengths_by_shard(inp, _table_pieces(inp, _keeping(slab)), progress)
+    lengths, shard_docs = lengths_by_shard(inp, _table_pieces(inp, _keeping(slab), cached), progress)
     return ChunkedDocuments(lengths, shard_docs, inp.shard_tokens, name=display(inp.path), slab=slab)
+
+
+def _records_documents(inp: TokenInput, progress: Callable[[int, int], None] | None) -> DocumentSource:
+    return _table_documents(inp, progress, cached=False)
 
 
 @dataclass(frozen=True)
@@ -263,22 +281,25 @@ class Format:
     """One input format: how it is recognised (``detect``: a :class:`TokenInput`, or None when the place, local or
     a URL, is not one), how its lengths stream (``lengths``: ``(shard, lengths, bytes)``) and its documents are
     read (``documents``); ``offsets``: its lengths come from stored offsets (no token read); ``pipeline``: a
-    pipeline config may name it as a source."""
+    pipeline config may name it as a source; ``lengths_in_place``: its lengths as one array read in place, not
+    copied (``lengths.npy`` memory-mapped: 10^9 lengths are not copied for an analysis)."""
 
-    kind: str
+    name: str
     detect: Callable[[storage.Location, InputOptions], TokenInput | None]
     lengths: Callable[[TokenInput], Iterator[tuple[int, np.ndarray, int]]]
     documents: Callable[[TokenInput, Callable[[int, int], None] | None], DocumentSource]
     offsets: bool = False
     pipeline: bool = True
+    lengths_in_place: Callable[[TokenInput], np.ndarray] | None = None
 
 
 FORMATS = (  # in the order they are tried: the table format last, it takes what no other claims
+    Format("array_record", _detect_array_record, _records_lengths, _records_documents),
     Format("store", _detect_store, _stored_lengths, _stored_documents, offsets=True),
     Format("levanter", _detect_levanter, _stored_lengths, _stored_documents, offsets=True),
     Format("numpy", _detect_numpy, _numpy_lengths, lambda inp, _: ArrayDocuments(*numpy_dir(inp.path))),
-    Format("lengths", _detect_lengths, _lengths_lengths, _no_documents, pipeline=False),
+    Format("lengths", _detect_lengths, _lengths_lengths, _no_documents, pipeline=False, lengths_in_place=_in_place),
     Format("flat", _detect_flat, _flat_lengths, _flat_documents, pipeline=False),
     Format("table", _detect_table, _table_lengths, _table_documents),
 )
-FORMAT = {f.kind: f for f in FORMATS}  # TokenInput.kind -> its format
+FORMAT = {f.name: f for f in FORMATS}  # TokenInput.format -> its row
