@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from datatools.base.checks import short_repr
 from datatools.base.progress import doing
 from datatools.io.formats import numpy_files
 from datatools.io.formats.discover import Shard
@@ -187,6 +188,15 @@ class InputOptions:
     eos_id: int | None = None
     bin_dtype: str = "uint16"
     text_files: bool = False  # plain .txt files are texts (datatools pretokenize reads them; tables here cannot)
+
+    def __post_init__(self) -> None:
+        """The options every format may use checked before any is tried."""
+        if self.bin_dtype not in numpy_files.BIN_DTYPES:
+            choices = ", ".join(numpy_files.BIN_DTYPES)
+            raise ValueError(f"bin dtype must be one of {choices}; got {short_repr(self.bin_dtype)}")
+        eos_id = self.eos_id
+        if eos_id is not None and (isinstance(eos_id, bool) or not isinstance(eos_id, int) or eos_id < 0):
+            raise ValueError(f"eos id must be a non-negative integer; got {short_repr(eos_id)}")
 
 
 def shard_length_pieces(inp: TokenInput, k: int) -> list[tuple[int, np.ndarray, int]]:

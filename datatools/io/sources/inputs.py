@@ -13,10 +13,9 @@ import numpy as np
 from datatools.base.checks import short_repr
 from datatools.base.progress import doing
 from datatools.io import storage
-from datatools.io.formats.numpy_files import BIN_DTYPES
 from datatools.io.formats.token_input import InputOptions, TokenInput, lengths_by_shard
 from datatools.io.sources.documents import DocumentSource
-from datatools.io.sources.format_table import FORMAT, FORMATS, local_pattern
+from datatools.io.sources.format_table import FORMAT, FORMATS
 from datatools.io.storage.paths import display
 
 __all__ = [
@@ -59,23 +58,13 @@ def open_input(
     """
     if isinstance(path, (str, os.PathLike)) and not os.fspath(path):
         raise ValueError("an empty path (name a file or directory; '.' is the current one)")
-    opts = InputOptions(column, tokenizer, tokenizer_settings, bos, eos, eos_id, bin_dtype, text_files)
+    opts = InputOptions(column, tokenizer, tokenizer_settings, bos, eos, eos_id, bin_dtype, text_files)  # checked
     loc = storage.location(path)
-    if bin_dtype not in BIN_DTYPES:
-        raise ValueError(f"bin dtype must be one of {', '.join(BIN_DTYPES)}; got {short_repr(bin_dtype)}")
-    if eos_id is not None and (isinstance(eos_id, bool) or not isinstance(eos_id, int) or eos_id < 0):
-        raise ValueError(f"eos id must be a non-negative integer; got {short_repr(eos_id)}")
     doing(f"listing {loc.display}")
-    *named, table = FORMATS  # every format but the table names itself by a file it holds: a missing place holds none
-    for fmt in named:
+    for fmt in FORMATS:  # the table format last: it takes any input (read as a table, or refused naming why)
         if (found := fmt.detect(loc, opts)) is not None:
             return found
-    # asked only now: in a bucket "exists" is two requests (an object, then a prefix), ~0.2 s at +100 ms
-    if not local_pattern(path) and not loc.exists():
-        raise ValueError(f"{loc.display}: no such file or directory")
-    found = table.detect(loc, opts)
-    assert found is not None, "the table format takes any input (read as a table, or refused naming why)"
-    return found
+    raise AssertionError(f"{loc.display}: no format took it (the table format takes any input)")
 
 
 def read_lengths_by_shard(
