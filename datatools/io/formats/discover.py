@@ -1,8 +1,9 @@
 """Finding the input files under a path and cutting them into shards, the unit of work (and of resumption):
 a Parquet row group; Arrow IPC record batches of about :data:`PART_BYTES` (``.arrow``, ``.feather``, Hugging Face
 ``save_to_disk`` directories); the JSON Lines lines that *start* in a byte range of :data:`PART_BYTES`;
-:data:`TEXT_FILES_PER_SHARD` plain ``.txt`` files (one document each). Every problem is a ``ValueError`` naming
-the file, or the ``OSError`` itself.
+:data:`TEXT_FILES_PER_SHARD` plain ``.txt`` files (one document each). Each kind of file is one
+:class:`FileKind` class, its row of :data:`FILE_KINDS` (how it is cut into shards, named in messages, and its column
+read). Every problem is a ``ValueError`` naming the file, or the ``OSError`` itself.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ class Shard:
     """One unit of input.
 
     Attributes:
-      kind: ``parquet``, ``arrow``, ``jsonl``, ``text`` or ``array_record`` (a whole ArrayRecord file: made by
-        ``datatools pretokenize`` from the files an ArrayRecord input names, never found by a listing here).
+      kind: its row of :data:`FILE_KINDS`: ``parquet``, ``arrow``, ``jsonl``, ``text`` or ``array_record`` (a
+        whole ArrayRecord file: one per file an ArrayRecord input names, never found by a listing here).
       files: the file (several for text shards).
       part: Parquet row group; first Arrow record batch; first byte of a JSON Lines range.
       stop: Arrow: one past the last record batch; JSON Lines: end of the byte range.
