@@ -437,7 +437,7 @@ GETATTR_ALLOWED = {
     ("datatools.base.interrupts", "__code__"),  # gc callbacks
     ("datatools.io.formats.tokenizer", "encode_batch_fast"),  # tokenizers >= 0.21 (a third-party version)
     ("datatools.pipeline.schema", "RETIRED_KEYS"),  # a config section's retired keys (only some sections have any)
-    ("datatools.io.sources.format_table", None),  # a text encoder's identity fields, by name: the lengths cache's key
+    ("datatools.io.sources.table_format", None),  # a text encoder's identity fields, by name: the lengths cache's key
     ("datatools.base.numba_cache", "_cache"),  # numba's dispatcher internals: its cache index file, if it has one
     ("datatools.base.numba_cache", "_cache_file"),
     ("datatools.base.numba_cache", "_index_path"),
@@ -501,6 +501,84 @@ def test_one_token_store_version_is_read():
                     if fn.name not in VERSION_CHECKS.get(name, ()):
                         found.append(f"{name}.{fn.name}:{node.lineno}: {ast.unparse(node)}")
     assert found == []
+
+
+# Rule 5 (issue 56): a new format is one module and one row of the format table.
+FORMAT_TABLE = "datatools.io.sources.format_table"
+FILE_KINDS_TABLE = "datatools.io.formats.discover"  # the kinds of table file: one FileKind class each, FILE_KINDS
+TOKEN_INPUT_FIELDS = {  # what every input has; a format's own state is on its own objects (the store, the shards)
+    "path": "the path given",
+    "kind": "what it is, as reports record it",
+    "format": "the row of FORMATS that read it",
+    "nbytes": "bytes of input, for progress",
+}
+TOKEN_INPUT_FORMAT_FIELDS = {  # per-format fields still on TokenInput (rule 5 not done): may only shrink
+    "column",
+    "is_text",
+    "shards",
+    "encoder",
+    "eos_id",
+    "bin_dtype",
+    "levanter",
+    "store",
+}
+
+
+def test_a_format_is_one_module_and_one_table_row():
+    """Every row of ``FORMATS`` takes ``detect``, ``lengths`` and ``documents`` (and any function it has) from one
+    module of its own (``io/sources/NAME_format.py``), none from the table's module; ``open_input`` tries the rows
+    alone (it names no format module: no special case before the table); no code compares a string with a format's
+    or a file kind's name (``inp.kind == "store"``, ``shard.kind == "text"``, ``kind in ("parquet", ...)``) outside
+    the two tables; ``TokenInput``'s fields are what every input has (those left are listed and may only shrink)."""
+    import dataclasses
+
+    from datatools.io.formats.discover import FILE_KINDS
+    from datatools.io.formats.token_input import TokenInput
+    from datatools.io.sources.format_table import FORMATS
+
+    owners = {}
+    for fmt in FORMATS:
+        fns = [v for v in vars(fmt).values() if callable(v)]
+        mods = {fn.__module__ for fn in fns}
+        assert len(mods) == 1 and FORMAT_TABLE not in mods, f"{fmt.name}: its functions come from {sorted(mods)}"
+        owners[fmt.name] = mods.pop()
+    assert sorted(owners.values()) == sorted(set(owners.values())), f"two formats share a module: {owners}"
+    assert [m for m in owners.values() if not m.endswith("_format")] == []
+    names = {f.name for f in FORMATS} | {"table"} | set(FILE_KINDS)  # "table": the kind an ArrayRecord input reports
+    found = []
+    for name, tree in modules():
+        layer = layer_of(name)
+        if name in (FORMAT_TABLE, FILE_KINDS_TABLE) or layer is None or layer < LAYERS.index("io"):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare) and any(
+                isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops
+            ):
+                sides = [node.left, *node.comparators]
+                consts = {c.value for side in sides for c in ast.walk(side) if isinstance(c, ast.Constant)}
+                kinds = any(re.search(r"\bkind\b|\binp\w*\.format\b", ast.unparse(side)) for side in sides)
+                if kinds and consts & names:
+                    found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+    assert found == []
+    tree = dict(modules())["datatools.io.sources.inputs"]
+    imported = {
+        alias.asname or alias.name: node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    open_input = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "open_input")
+    used = {n.id for n in ast.walk(open_input) if isinstance(n, ast.Name)}
+    allowed = {"datatools.io.sources.format_table", "datatools.io.formats.token_input", "datatools.io"}
+    special = sorted(
+        n for n in used if n in imported and imported[n].startswith("datatools.io") and imported[n] not in allowed
+    )
+    assert special == [], f"open_input calls a format's module itself, besides the table: {special}"
+    fields = {f.name for f in dataclasses.fields(TokenInput)}
+    assert fields - set(TOKEN_INPUT_FIELDS) <= TOKEN_INPUT_FORMAT_FIELDS, fields - set(TOKEN_INPUT_FIELDS)
+    assert TOKEN_INPUT_FORMAT_FIELDS <= fields, (
+        f"gone from TokenInput: take off the list: {TOKEN_INPUT_FORMAT_FIELDS - fields}"
+    )
 
 
 IO_FLOORS = ["storage", "formats", "sources"]  # docs/architecture.md, "The io floors": from the bottom up

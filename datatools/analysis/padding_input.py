@@ -17,7 +17,7 @@ from datatools.analysis.padding_result import PaddingReport
 from datatools.base.checks import MAX_WINDOW
 from datatools.base.numba_cache import kernels_cold
 from datatools.base.progress import count_progress, doing
-from datatools.io.sources.inputs import open_input
+from datatools.io.sources.inputs import lengths_in_place, open_input
 from datatools.io.sources.lengths_progress import read_lengths_shown
 from datatools.io.storage.paths import display
 from datatools.kernels import bucket
@@ -113,11 +113,8 @@ def analyze_input(
     added = 0  # tokens a text gets here only because the MaxText config's tokenizer adds them (BOS, EOS)
     if settings is not None and inp.is_text:
         inp, added = _maxtext_specials(inp, path, settings, input_options)
-    if inp.kind == "lengths":  # lengths.npy alone: memory-mapped, read a slice at a time (10^9 lengths not copied)
-        from datatools.io.formats.numpy_files import lengths_only
-
-        lengths = lengths_only(inp.path)
-    else:
+    lengths = lengths_in_place(inp)  # lengths.npy alone: memory-mapped, read a slice at a time (10^9 not copied)
+    if lengths is None:
         lengths = read_lengths_shown(inp, console)
     if lengths.size == 0:
         raise ValueError(f"{display(path)}: no documents found")

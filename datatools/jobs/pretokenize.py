@@ -497,7 +497,7 @@ def _text_input(path, column: str, tokenizer, settings: str, bos, eos) -> TokenI
         eos=_special(eos),
         text_files=True,
     )
-    if inp.kind != "table":  # a table of token ids is refused by open_input: the tokenizer applies to text
+    if not inp.shards:  # not a table (a table of token ids is refused by open_input: the tokenizer applies to text)
         raise ValueError(
             f"{display(path)}: holds token ids already (a {inp.kind} input); pretokenize reads text (Parquet, "
             f"Arrow, JSON Lines, .txt, ArrayRecord, Hugging Face save_to_disk directories)"
@@ -506,9 +506,7 @@ def _text_input(path, column: str, tokenizer, settings: str, bos, eos) -> TokenI
 
 
 def _input_shards(inp: TokenInput) -> list[Shard]:
-    """The units of work of a resolved text input: its table shards, or one per ArrayRecord file."""
-    if inp.files:
-        return [Shard("array_record", (str(f),), nbytes=f.stat().st_size) for f in inp.files]
+    """The units of work of a resolved text input: its table shards (an ArrayRecord input: one per file)."""
     return inp.shards
 
 

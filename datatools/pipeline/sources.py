@@ -29,7 +29,7 @@ def open_source_input(cfg: SourceConfig) -> TokenInput:
         bos=cfg.bos,
         eos=cfg.eos,
     )
-    if not FORMAT[inp.kind].pipeline:
+    if not FORMAT[inp.format].pipeline:
         raise ValueError(
             f"{cfg.path}: a pipeline source must be a token store, a Levanter cache, a table or a NumPy directory"
         )
@@ -72,13 +72,13 @@ def open_mixture(cfg: PipelineConfig, documents=None) -> MixedDocuments:
 def tokenizer_identity(inp: TokenInput) -> dict | None:
     """What tokenized a source (:class:`~datatools.io.sources.inputs.TokenInput`): ``{"file", "sha256", "vocab_size"}``
     from a token store's manifest or a text column's tokenizer; None when nothing says."""
-    if inp.kind == "store":
+    if inp.store is not None:  # a token store: its manifest says
         m = read_manifest(inp.path)
         if not m.get("tokenizer_sha256"):
             return None
         return {"file": m.get("tokenizer_file"), "sha256": m["tokenizer_sha256"], "vocab_size": m.get("vocab_size")}
     enc = inp.encoder
-    if inp.kind == "table" and inp.is_text and enc is not None:
+    if inp.is_text and enc is not None:  # a text column: its tokenizer
         return {"file": Path(str(enc.source)).name, "sha256": enc.sha256, "vocab_size": enc.vocab_size}
     return None
 

@@ -221,7 +221,7 @@ def detect_feature(f: str | os.PathLike, feature: str | None) -> tuple[str, bool
     )
 
 
-def _values(f: str | os.PathLike, feature: str) -> Iterator[list]:
+def feature_values(f: str | os.PathLike, feature: str) -> Iterator[list]:
     """The values of ``feature`` in each record of file ``f``, a batch of records at a time (a ValueError naming
     the file for a record that does not parse)."""
     where = os.fspath(f)
@@ -238,14 +238,15 @@ def _values(f: str | os.PathLike, feature: str) -> Iterator[list]:
         yield values
 
 
-def _texts(values: list) -> list[str]:
+def decode_texts(values: list) -> list[str]:
+    """The texts of a text feature's values (each a list of bytes), as UTF-8 (errors replaced)."""
     return [b"".join(v).decode("utf-8", "replace") for v in values]
 
 
 def texts(f: str | os.PathLike, feature: str) -> Iterator[list[str]]:
     """The texts of ``feature`` in file ``f``, a batch of records at a time (``datatools pretokenize``)."""
-    for values in _values(f, feature):
-        yield _texts(values)
+    for values in feature_values(f, feature):
+        yield decode_texts(values)
 
 
 def documents(
@@ -253,9 +254,9 @@ def documents(
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(tokens int64, lengths int64) of file ``f``, a batch of records at a time. Text is tokenized by
     ``encode`` (a list of strings -> tokens back to back, tokens per string)."""
-    for values in _values(f, feature):
+    for values in feature_values(f, feature):
         if encode is not None:
-            tokens, lengths = encode(_texts(values))
+            tokens, lengths = encode(decode_texts(values))
             yield np.asarray(tokens, np.int64), np.asarray(lengths, np.int64)
             continue
         lengths = np.fromiter((len(v) for v in values), np.int64, len(values))
@@ -269,8 +270,8 @@ def lengths(
     f: str | os.PathLike, feature: str, count: Callable[[list[str]], np.ndarray] | None = None
 ) -> Iterator[np.ndarray]:
     """int64 tokens per record of file ``f``, a batch at a time (text counted by ``count``)."""
-    for values in _values(f, feature):
+    for values in feature_values(f, feature):
         if count is not None:
-            yield np.asarray(count(_texts(values)), np.int64)
+            yield np.asarray(count(decode_texts(values)), np.int64)
         else:
             yield np.fromiter((len(v) for v in values), np.int64, len(values))

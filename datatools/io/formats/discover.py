@@ -1,8 +1,9 @@
 """Finding the input files under a path and cutting them into shards, the unit of work (and of resumption):
 a Parquet row group; Arrow IPC record batches of about :data:`PART_BYTES` (``.arrow``, ``.feather``, Hugging Face
 ``save_to_disk`` directories); the JSON Lines lines that *start* in a byte range of :data:`PART_BYTES`;
-:data:`TEXT_FILES_PER_SHARD` plain ``.txt`` files (one document each). Every problem is a ``ValueError`` naming
-the file, or the ``OSError`` itself.
+:data:`TEXT_FILES_PER_SHARD` plain ``.txt`` files (one document each). Each kind of file is one
+:class:`FileKind` class, its row of :data:`FILE_KINDS` (how it is cut into shards, named in messages, and its column
+read). Every problem is a ``ValueError`` naming the file, or the ``OSError`` itself.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import functools
 import itertools
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,9 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
+from datatools.base.checks import short_repr
 from datatools.io import storage
+from datatools.io.formats import array_record_files, jsonl
 from datatools.io.storage.paths import display, first_line, map_file
 
 TEXT_FILES_PER_SHARD = 256
@@ -33,8 +36,8 @@ class Shard:
     """One unit of input.
 
     Attributes:
-      kind: ``parquet``, ``arrow``, ``jsonl``, ``text`` or ``array_record`` (a whole ArrayRecord file: made by
-        ``datatools pretokenize`` from the files an ArrayRecord input names, never found by a listing here).
+      kind: its row of :data:`FILE_KINDS`: ``parquet``, ``arrow``, ``jsonl``, ``text`` or ``array_record`` (a
+        whole ArrayRecord file: one per file an ArrayRecord input names, never found by a listing here).
       files: the file (several for text shards).
       part: Parquet row group; first Arrow record batch; first byte of a JSON Lines range.
       stop: Arrow: one past the last record batch; JSON Lines: end of the byte range.
@@ -47,15 +50,17 @@ class Shard:
     stop: int = 0
     nbytes: int = 0
 
+    @property
+    def file_kind(self) -> FileKind:
+        """How this shard's kind of file is read: its row of :data:`FILE_KINDS`."""
+        try:
+            return FILE_KINDS[self.kind]
+        except KeyError:
+            raise ValueError(f"{display(self.files[0])}: unknown shard kind {self.kind!r}") from None
+
     def describe(self) -> str:
         """Where this shard is, for messages: the file and, when the file has several shards, which part."""
-        where = display(self.files[0])
-        if self.kind == "parquet":
-            where += f" row group {self.part}"
-        elif self.kind == "arrow" and self.part:
-            where += f" record batch {self.part}"
-        elif self.kind == "jsonl" and self.part:
-            where += f" bytes {self.part}.."
+        where = display(self.files[0]) + self.file_kind.part(self)
         return where + (f" (+{len(self.files) - 1} files)" if len(self.files) > 1 else "")
 
 
@@ -77,18 +82,17 @@ def hf_data_files(path: str | os.PathLike) -> list[str | Path]:
         try:
             return json.loads(storage.location(path).join(name).read_bytes(max_bytes=storage.MAX_METADATA_BYTES))
         except (ValueError, UnicodeDecodeError) as exc:
-            raise ValueError(
-                f"{storage.location(path).join(name).display}: not a Hugging Face save_to_disk file ({first_line(exc)})"
-            ) from None
+            where = display(storage.location(path).join(name).path)
+            raise ValueError(f"{where}: not a Hugging Face save_to_disk file ({first_line(exc)})") from None
 
     if storage.location(path).join("dataset_dict.json").is_file():
         splits = load("dataset_dict.json").get("splits")
         if not isinstance(splits, list) or not all(isinstance(x, str) for x in splits):
-            raise ValueError(f"{storage.location(path).join('dataset_dict.json').display}: no list of splits")
+            raise ValueError(f"{display(storage.location(path).join('dataset_dict.json').path)}: no list of splits")
         return [f for split in splits for f in hf_data_files(storage.location(path).join(split).path)]
     files = load("state.json").get("_data_files")
     if not isinstance(files, list) or not all(isinstance(x, dict) and "filename" in x for x in files):
-        raise ValueError(f"{storage.location(path).join('state.json').display}: no _data_files list")
+        raise ValueError(f"{display(storage.location(path).join('state.json').path)}: no _data_files list")
     return [storage.location(path).join(x["filename"]).path for x in files]
 
 
@@ -233,47 +237,22 @@ def list_shards(path: str | os.PathLike) -> list[Shard]:
     """The input under ``path`` cut into shards, in a fixed order (text shards last). A file of no document gives
     no shard; an input of no document at all is a ``ValueError`` naming it. A ``.txt`` file is one document, even
     when empty."""
-    shards: list[Shard] = []
-    texts: list[str] = []
     files = list_input_files(path)
+    shards: list[Shard] = []
+    grouped: dict[str, list[str]] = {}  # the kinds whose files are grouped into shards (.txt files), in order
     for kind, f in files:
-        name = str(f)
-        if kind == "text":
-            texts.append(name)
-        elif not _has_documents(kind, name):
-            continue
-        elif kind == "parquet":
-            groups = parquet_metadata(name).num_row_groups
-            shards.extend(Shard("parquet", (name,), g) for g in range(groups))
-        elif kind == "arrow":
-            shards.extend(Shard("arrow", (name,), a, b, nbytes) for a, b, nbytes in arrow_parts(name))
+        file_kind = FILE_KINDS[kind]
+        if file_kind.files_per_shard:
+            grouped.setdefault(kind, []).append(str(f))
         else:
-            size = storage.location(name).size()
-            shards.extend(
-                Shard("jsonl", (name,), a, min(a + PART_BYTES, size)) for a in range(0, max(size, 1), PART_BYTES)
-            )
-    for i in range(0, len(texts), TEXT_FILES_PER_SHARD):
-        shards.append(Shard("text", tuple(texts[i : i + TEXT_FILES_PER_SHARD])))
+            shards.extend(file_kind.shards(str(f)))
+    for kind, names in grouped.items():
+        n = FILE_KINDS[kind].files_per_shard
+        shards.extend(Shard(kind, tuple(names[i : i + n])) for i in range(0, len(names), n))
     if not shards:
         what = "the file is empty" if len(files) == 1 else f"its {len(files)} input files are all empty"
         raise ValueError(f"{display(path)}: no documents ({what})")
     return shards
-
-
-def _has_documents(kind: str, f: str) -> bool:
-    """Whether a Parquet, Arrow or JSON Lines file holds at least one row (a JSON Lines file: a non-blank line;
-    read only as far as its first non-blank byte)."""
-    if kind == "parquet":
-        return parquet_metadata(f).num_rows > 0
-    if kind == "arrow":
-        return any(batch.num_rows for batch in iter_arrow_batches(f))
-    if storage.location(f).size() == 0:
-        return False
-    with storage.location(f).open() as fh:
-        while block := fh.read(1 << 20):
-            if block.strip():
-                return True
-    return False
 
 
 # --------------------------------------------------------------------------- Parquet and Arrow handles
@@ -349,3 +328,245 @@ def arrow_parts(f: str) -> list[tuple[int, int, int]]:
     if count > first or not parts:
         parts.append((first, count, size))
     return parts
+
+
+# --------------------------------------------------------------------------- columns (every kind of table file)
+
+TOKEN_COLUMNS = ("input_ids", "tokens", "token_ids", "inputs")  # inputs: MaxText's name for its token column
+TEXT_COLUMNS = ("text",)
+COLUMN_CANDIDATES = TOKEN_COLUMNS + TEXT_COLUMNS
+NAME_THE_COLUMN = "name it with --column (analyze-padding) or source.column (a pipeline config)"
+MAX_TEXT_BYTES = 128 << 20  # one Parquet text value: pyarrow decodes a value with ~3x its size at once
+
+
+def is_text_type(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def detect_column(names: list[str], column: str | None, where: str) -> str:
+    """The column to read: ``column`` when given (it must exist), else the one candidate present."""
+    if column is not None:
+        if column not in names:
+            raise ValueError(f"{where}: no column {short_repr(column)} (columns: {', '.join(names) or 'none'})")
+        return column
+    found = [c for c in COLUMN_CANDIDATES if c in names]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise ValueError(
+            f"{where}: no token or text column found (columns: {', '.join(names) or 'none'}); {NAME_THE_COLUMN}"
+        )
+    raise ValueError(f"{where}: ambiguous column, candidates: {', '.join(found)}; {NAME_THE_COLUMN}")
+
+
+def text_values(col: pa.Array | pa.ChunkedArray, where: str, name: str) -> list[str]:
+    """The strings of a text column (null rows refused)."""
+    if not is_text_type(col.type):
+        raise ValueError(f"{where}: column {name!r} holds {col.type}, not text")
+    if col.null_count:
+        raise ValueError(f"{where}: column {name!r} has null values")
+    return col.to_pylist()
+
+
+def check_parquet_text_sizes(f: str, part: int, column: str, where: str) -> None:
+    """Refuse, from the footer alone, a row group whose ``column`` holds texts of over :data:`MAX_TEXT_BYTES` on
+    average (decoding one would take ~3x its size: a 28 KB file with one 300 MB cell took 1.4 GB and 10+ min)."""
+    group = parquet_metadata(f).row_group(part)
+    for chunk in (group.column(j) for j in range(group.num_columns)):
+        size = int(chunk.total_uncompressed_size)
+        if chunk.path_in_schema == column and size // max(1, group.num_rows) > MAX_TEXT_BYTES:
+            raise ValueError(
+                f"{where}: column {column!r} holds {size:,} bytes of text in {group.num_rows} rows (over "
+                f"{MAX_TEXT_BYTES >> 20} MiB a text): split such documents before tokenizing them"
+            )
+
+
+# --------------------------------------------------------------------------- the kinds of table file: one class each
+
+
+class FileKind:
+    """How one kind of table file is cut into shards and read: one subclass per kind, one row of :data:`FILE_KINDS`
+    (by the name a :class:`Shard` and a pretokenize job's resume rows record). Nothing outside this table switches
+    on a shard's kind."""
+
+    files_per_shard = 0  # > 0: the files of this kind are grouped, this many a shard (each file one document)
+    has_columns = True  # False: each file is one text (.txt), read by datatools pretokenize alone
+
+    def part(self, shard: Shard) -> str:
+        """Which part of its file ``shard`` is, for messages ("" when the file is one shard)."""
+        return ""
+
+    def shards(self, f: str) -> list[Shard]:
+        """The file ``f`` cut into shards; [] for a file of no document."""
+        raise ValueError(f"{display(f)}: not found by a listing")
+
+    def nbytes(self, shard: Shard) -> int:
+        """Bytes of input ``shard`` covers (for progress and throughput)."""
+        return shard.nbytes
+
+    def columns(self, shard: Shard) -> dict[str, bool]:
+        """The shard's columns, each mapped to whether it holds text; one schema (or first line) read."""
+        raise ValueError(
+            f"{display(shard.files[0])}: plain text has no columns; pre-tokenize it first (datatools pretokenize)"
+        )
+
+    def checked_columns(self, shard: Shard) -> list[str] | None:
+        """The names a column asked for must be one of, before any work (None: nothing to check)."""
+        return list(self.columns(shard))
+
+    def batches(self, shard: Shard, column: str, text: bool) -> Iterator[pa.Array | pa.ChunkedArray]:
+        """``column`` of the shard, a bounded batch at a time."""
+        raise ValueError(f"{display(shard.files[0])}: {shard.kind} shards have no columns")
+
+    def texts(self, shard: Shard, column: str) -> Iterator[list[str]]:
+        """The shard's documents as strings, a bounded batch at a time (its text column)."""
+        for col in self.batches(shard, column, text=True):
+            texts = text_values(col, shard.describe(), column)
+            del col  # the Arrow copy of the text freed before the strings are tokenized
+            yield texts
+
+
+class ParquetFiles(FileKind):
+    """Parquet: a shard is a row group."""
+
+    def part(self, shard: Shard) -> str:
+        return f" row group {shard.part}"
+
+    def shards(self, f: str) -> list[Shard]:
+        meta = parquet_metadata(f)
+        return [Shard("parquet", (f,), g) for g in range(meta.num_row_groups)] if meta.num_rows > 0 else []
+
+    def nbytes(self, shard: Shard) -> int:  # as stored (compressed), the unit of the file sizes a bar's total adds up
+        group = parquet_metadata(shard.files[0]).row_group(shard.part)
+        return sum(int(group.column(i).total_compressed_size) for i in range(group.num_columns))
+
+    def columns(self, shard: Shard) -> dict[str, bool]:
+        schema = parquet_metadata(shard.files[0]).schema.to_arrow_schema()
+        return {fld.name: is_text_type(fld.type) for fld in schema}
+
+    def batches(self, shard: Shard, column: str, text: bool) -> Iterator[pa.Array | pa.ChunkedArray]:
+        f = shard.files[0]
+        detect_column(list(self.columns(shard)), column, display(f))
+        if text:
+            check_parquet_text_sizes(f, shard.part, column, shard.describe())
+        try:
+            with open_parquet(f) as pf:
+                col = pf.read_row_group(shard.part, columns=[column]).column(0)
+        except (pa.ArrowException, OSError) as exc:
+            if isinstance(exc, PermissionError):
+                raise
+            raise ValueError(f"{shard.describe()}: cannot read Parquet ({first_line(exc)})") from None
+        yield col
+
+
+class ArrowFiles(FileKind):
+    """Arrow IPC (``.arrow``, ``.feather``, Hugging Face ``save_to_disk`` directories): a shard is a run of record
+    batches of about :data:`PART_BYTES`."""
+
+    def part(self, shard: Shard) -> str:
+        return f" record batch {shard.part}" if shard.part else ""
+
+    def shards(self, f: str) -> list[Shard]:
+        if not any(batch.num_rows for batch in iter_arrow_batches(f)):
+            return []
+        return [Shard("arrow", (f,), a, b, nbytes) for a, b, nbytes in arrow_parts(f)]
+
+    def columns(self, shard: Shard) -> dict[str, bool]:
+        return {fld.name: is_text_type(fld.type) for fld in open_arrow(shard.files[0])[0].schema}
+
+    def batches(self, shard: Shard, column: str, text: bool) -> Iterator[pa.Array | pa.ChunkedArray]:
+        detect_column(list(self.columns(shard)), column, display(shard.files[0]))
+        for batch in iter_arrow_batches(shard.files[0], shard.part, shard.stop):
+            yield batch.column(column)
+
+
+class JsonLinesFiles(FileKind):
+    """JSON Lines: a shard is the lines that *start* in a byte range of :data:`PART_BYTES`."""
+
+    def part(self, shard: Shard) -> str:
+        return f" bytes {shard.part}.." if shard.part else ""
+
+    def shards(self, f: str) -> list[Shard]:
+        if not _has_lines(f):
+            return []
+        size = storage.location(f).size()
+        return [Shard("jsonl", (f,), a, min(a + PART_BYTES, size)) for a in range(0, max(size, 1), PART_BYTES)]
+
+    def nbytes(self, shard: Shard) -> int:
+        return shard.stop - shard.part
+
+    def columns(self, shard: Shard) -> dict[str, bool]:
+        return {k: isinstance(v, str) for k, v in jsonl.first_row(shard.files[0]).items()}
+
+    def checked_columns(self, shard: Shard) -> list[str] | None:
+        return list(self.columns(shard)) or None  # an empty file has no column to miss
+
+    def batches(self, shard: Shard, column: str, text: bool) -> Iterator[pa.Array | pa.ChunkedArray]:
+        value_type = pa.large_string() if text else pa.list_(pa.int64())
+        yield from jsonl.read_column_blocks(shard.files[0], column, value_type, shard.part, shard.stop)
+
+
+class TextFiles(FileKind):
+    """Plain ``.txt`` files, :data:`TEXT_FILES_PER_SHARD` a shard, each file one document (even when empty)."""
+
+    files_per_shard = TEXT_FILES_PER_SHARD
+    has_columns = False
+
+    def nbytes(self, shard: Shard) -> int:
+        return sum(storage.location(x).size() for x in shard.files)
+
+    def checked_columns(self, shard: Shard) -> list[str] | None:
+        return None
+
+    def texts(self, shard: Shard, column: str) -> Iterator[list[str]]:
+        out = []
+        for f in shard.files:
+            data = storage.location(f).read_bytes()  # a PermissionError names the file (a URL: its object, one GET)
+            try:
+                out.append(data.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{display(f)}: not UTF-8 text ({exc})") from None
+        yield out
+
+
+class ArrayRecordFiles(FileKind):
+    """A whole ArrayRecord file (each of the files an ArrayRecord input names, never found by a listing here): its
+    column is a feature of its ``tf.train.Example`` records, read :data:`array_record_files.BATCH_RECORDS` records at
+    a time; ``nbytes``: the file's size."""
+
+    def columns(self, shard: Shard) -> dict[str, bool]:
+        return array_record_files.features(shard.files[0])
+
+    def batches(self, shard: Shard, column: str, text: bool) -> Iterator[pa.Array | pa.ChunkedArray]:
+        f = shard.files[0]
+        for values in array_record_files.feature_values(f, column):
+            if text:
+                yield pa.array(array_record_files.decode_texts(values), pa.large_string())
+                continue
+            low = min((x for v in values for x in v), default=0)
+            if low < 0:
+                raise ValueError(f"{os.fspath(f)}: feature {column!r} holds a negative token id {low}")
+            yield pa.array(values, pa.list_(pa.int64()))
+
+    def texts(self, shard: Shard, column: str) -> Iterator[list[str]]:
+        yield from array_record_files.texts(shard.files[0], column)
+
+
+FILE_KINDS: dict[str, FileKind] = {  # Shard.kind -> how that kind of file is read
+    "parquet": ParquetFiles(),
+    "arrow": ArrowFiles(),
+    "jsonl": JsonLinesFiles(),
+    "text": TextFiles(),
+    "array_record": ArrayRecordFiles(),
+}
+
+
+def _has_lines(f: str) -> bool:
+    """Whether a JSON Lines file holds a non-blank line (read only as far as its first non-blank byte)."""
+    if storage.location(f).size() == 0:
+        return False
+    with storage.location(f).open() as fh:
+        while block := fh.read(1 << 20):
+            if block.strip():
+                return True
+    return False

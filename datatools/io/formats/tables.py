@@ -1,6 +1,7 @@
 """One column of a table shard (Parquet, Arrow IPC, JSON Lines), a bounded batch at a time (:func:`column_batches`),
 as flat token ids and lengths (:func:`token_arrays`) or strings (:func:`text_values`). Every problem is a
-``ValueError`` naming the file (and row group or line).
+``ValueError`` naming the file (and row group or line). Each kind of file is read by its own class, its row of
+:data:`~datatools.io.formats.discover.FILE_KINDS`; the functions here are the same for every kind.
 """
 
 from __future__ import annotations
@@ -10,104 +11,55 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-from datatools.base.checks import MAX_TOKEN_ID, short_repr
-from datatools.io import storage
-from datatools.io.formats import array_record_files, jsonl
-from datatools.io.formats.discover import Shard, iter_arrow_batches, open_arrow, open_parquet, parquet_metadata
+from datatools.base.checks import MAX_TOKEN_ID
+from datatools.io.formats.discover import (
+    COLUMN_CANDIDATES,
+    MAX_TEXT_BYTES,
+    NAME_THE_COLUMN,
+    TEXT_COLUMNS,
+    TOKEN_COLUMNS,
+    Shard,
+    check_parquet_text_sizes,
+    detect_column,
+    is_text_type,
+    text_values,
+)
 from datatools.io.formats.numpy_files import check_non_negative
-from datatools.io.storage.paths import display, first_line
+from datatools.io.storage.paths import display
 
-TOKEN_COLUMNS = ("input_ids", "tokens", "token_ids", "inputs")  # inputs: MaxText's name for its token column
-TEXT_COLUMNS = ("text",)
-COLUMN_CANDIDATES = TOKEN_COLUMNS + TEXT_COLUMNS
-
-
-def is_text_type(t: pa.DataType) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t)
+__all__ = [
+    "COLUMN_CANDIDATES",
+    "MAX_TEXT_BYTES",
+    "NAME_THE_COLUMN",
+    "TEXT_COLUMNS",
+    "TOKEN_COLUMNS",
+    "check_column",
+    "check_parquet_text_sizes",
+    "column_batches",
+    "detect_column",
+    "is_text_type",
+    "shard_bytes",
+    "shard_columns",
+    "shard_texts",
+    "text_values",
+    "token_arrays",
+]
 
 
 def shard_columns(shard: Shard) -> dict[str, bool]:
     """The shard's columns, each mapped to whether it holds text; one schema (or first line) read."""
-    f = shard.files[0]
-    if shard.kind == "parquet":
-        schema = parquet_metadata(f).schema.to_arrow_schema()
-    elif shard.kind == "arrow":
-        schema = open_arrow(f)[0].schema
-    elif shard.kind == "jsonl":
-        return {k: isinstance(v, str) for k, v in jsonl.first_row(f).items()}
-    elif shard.kind == "array_record":
-        return array_record_files.features(f)
-    else:
-        raise ValueError(f"{display(f)}: plain text has no columns; pre-tokenize it first (datatools pretokenize)")
-    return {fld.name: is_text_type(fld.type) for fld in schema}
-
-
-NAME_THE_COLUMN = "name it with --column (analyze-padding) or source.column (a pipeline config)"
-
-
-def detect_column(names: list[str], column: str | None, where: str) -> str:
-    """The column to read: ``column`` when given (it must exist), else the one candidate present."""
-    if column is not None:
-        if column not in names:
-            raise ValueError(f"{where}: no column {short_repr(column)} (columns: {', '.join(names) or 'none'})")
-        return column
-    found = [c for c in COLUMN_CANDIDATES if c in names]
-    if len(found) == 1:
-        return found[0]
-    if not found:
-        raise ValueError(
-            f"{where}: no token or text column found (columns: {', '.join(names) or 'none'}); {NAME_THE_COLUMN}"
-        )
-    raise ValueError(f"{where}: ambiguous column, candidates: {', '.join(found)}; {NAME_THE_COLUMN}")
+    return shard.file_kind.columns(shard)
 
 
 def check_column(shard: Shard, column: str) -> None:
     """Fail early, before any work, when the shard has no ``column`` (an empty JSON Lines file has none to miss)."""
-    if shard.kind != "text" and ((names := list(shard_columns(shard))) or shard.kind != "jsonl"):
+    if (names := shard.file_kind.checked_columns(shard)) is not None:
         detect_column(names, column, display(shard.files[0]))
-
-
-MAX_TEXT_BYTES = 128 << 20  # one Parquet text value: pyarrow decodes a value with ~3x its size at once
-
-
-def check_parquet_text_sizes(f: str, part: int, column: str, where: str) -> None:
-    """Refuse, from the footer alone, a row group whose ``column`` holds texts of over :data:`MAX_TEXT_BYTES` on
-    average (decoding one would take ~3x its size: a 28 KB file with one 300 MB cell took 1.4 GB and 10+ min)."""
-    group = parquet_metadata(f).row_group(part)
-    for chunk in (group.column(j) for j in range(group.num_columns)):
-        size = int(chunk.total_uncompressed_size)
-        if chunk.path_in_schema == column and size // max(1, group.num_rows) > MAX_TEXT_BYTES:
-            raise ValueError(
-                f"{where}: column {column!r} holds {size:,} bytes of text in {group.num_rows} rows (over "
-                f"{MAX_TEXT_BYTES >> 20} MiB a text): split such documents before tokenizing them"
-            )
 
 
 def column_batches(shard: Shard, column: str, text: bool) -> Iterator[pa.Array | pa.ChunkedArray]:
     """``column`` of the shard, a bounded batch at a time (see the module docstring)."""
-    f = shard.files[0]
-    if shard.kind in ("parquet", "arrow"):
-        detect_column(list(shard_columns(shard)), column, display(f))
-    if shard.kind == "parquet":
-        if text:
-            check_parquet_text_sizes(f, shard.part, column, shard.describe())
-        try:
-            with open_parquet(f) as pf:
-                col = pf.read_row_group(shard.part, columns=[column]).column(0)
-        except (pa.ArrowException, OSError) as exc:
-            if isinstance(exc, PermissionError):
-                raise
-            raise ValueError(f"{shard.describe()}: cannot read Parquet ({first_line(exc)})") from None
-        yield col
-    elif shard.kind == "arrow":
-        for batch in iter_arrow_batches(f, shard.part, shard.stop):
-            yield batch.column(column)
-    elif shard.kind == "jsonl":
-        yield from jsonl.read_column_blocks(
-            f, column, pa.large_string() if text else pa.list_(pa.int64()), shard.part, shard.stop
-        )
-    else:
-        raise ValueError(f"{display(f)}: {shard.kind} shards have no columns")
+    yield from shard.file_kind.batches(shard, column, text)
 
 
 def token_arrays(col: pa.Array | pa.ChunkedArray, where: str, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -146,45 +98,12 @@ def token_arrays(col: pa.Array | pa.ChunkedArray, where: str, name: str) -> tupl
     return v, (np.concatenate(lengths) if len(lengths) != 1 else lengths[0])
 
 
-def text_values(col: pa.Array | pa.ChunkedArray, where: str, name: str) -> list[str]:
-    """The strings of a text column (null rows refused)."""
-    if not is_text_type(col.type):
-        raise ValueError(f"{where}: column {name!r} holds {col.type}, not text")
-    if col.null_count:
-        raise ValueError(f"{where}: column {name!r} has null values")
-    return col.to_pylist()
-
-
 def shard_texts(shard: Shard, column: str = "text") -> Iterator[list[str]]:
     """The shard's documents as strings, a bounded batch at a time: the text column (an ArrayRecord file's
     feature), or whole ``.txt`` files."""
-    if shard.kind == "text":
-        out = []
-        for f in shard.files:
-            data = storage.location(f).read_bytes()  # a PermissionError names the file (a URL: its object, one GET)
-            try:
-                out.append(data.decode("utf-8"))
-            except UnicodeDecodeError as exc:
-                raise ValueError(f"{display(f)}: not UTF-8 text ({exc})") from None
-        yield out
-        return
-    if shard.kind == "array_record":
-        yield from array_record_files.texts(shard.files[0], column)
-        return
-    for col in column_batches(shard, column, text=True):
-        texts = text_values(col, shard.describe(), column)
-        del col  # the Arrow copy of the text freed before the strings are tokenized
-        yield texts
+    yield from shard.file_kind.texts(shard, column)
 
 
 def shard_bytes(shard: Shard) -> int:
     """Bytes of input this shard covers (for progress and throughput)."""
-    f = shard.files[0]
-    if shard.kind == "parquet":  # as stored (compressed), the unit of the file sizes a bar's total adds up
-        group = parquet_metadata(f).row_group(shard.part)
-        return sum(int(group.column(i).total_compressed_size) for i in range(group.num_columns))
-    if shard.kind == "jsonl":
-        return shard.stop - shard.part
-    if shard.kind == "text":
-        return sum(storage.location(x).size() for x in shard.files)
-    return shard.nbytes  # arrow: counted when the file was cut into shards; array_record: the file's size
+    return shard.file_kind.nbytes(shard)

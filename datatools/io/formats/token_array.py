@@ -6,7 +6,8 @@ Documents back to back in one flat array of tokens, ``offsets`` giving where eac
 values from 0 to ``num_tokens``). A token range is read by one call, :meth:`TokenArray.read` (waits) or
 :meth:`TokenArray.read_async` (the same read issued in the background); every other read (a document, a range of
 documents) is a range of tokens found from the offsets. Both implementations are checked against this protocol by
-mypy (:func:`datatools.io.sources.format_table.stored_array`: typed to return one, it returns either).
+mypy (``StoreDocuments`` takes a ``TokenArray``: the store and the Levanter cache formats each pass theirs; and
+``tests/test_architecture.py`` calls a function typed to take one with each).
 """
 
 from __future__ import annotations

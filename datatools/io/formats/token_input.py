@@ -12,8 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+from datatools.base.checks import short_repr
 from datatools.base.progress import doing
-from datatools.io.formats import array_record_files, numpy_files
+from datatools.io.formats import numpy_files
 from datatools.io.formats.discover import Shard
 from datatools.io.formats.levanter_cache import LevanterCache
 from datatools.io.formats.numpy_files import INT32_MAX, flat_array
@@ -34,15 +35,18 @@ class TokenInput:
       path: the path given: a ``Path``, or the URL of an input in object storage.
       kind: ``store``, ``levanter`` (a Levanter cache), ``numpy`` (tokens.npy + lengths/offsets), ``lengths``
         (lengths.npy alone: planning and analysis only), ``flat`` (.bin / .npy split on eos), or ``table``
-        (Parquet / Arrow / JSON Lines / HF directory, or ArrayRecord files: then ``files`` lists them).
+        (Parquet / Arrow / JSON Lines / HF directory, or ArrayRecord files).
+      format: the name of the row of the format table that read it (``kind``, or ``array_record``: a table of
+        records); :func:`~datatools.io.sources.inputs.read_lengths` and ``open_documents`` call that row.
       column: the token or text column (tables only).
       is_text: the column holds text, tokenized by ``encoder``.
-      shards: the table shards, in order.
+      shards: the table shards, in order (an ArrayRecord input: one per file).
       nbytes: bytes of input (for progress and throughput).
     """
 
     path: str | Path
     kind: str
+    format: str = ""
     column: str | None = None
     is_text: bool = False
     shards: list[Shard] = field(default_factory=list)
@@ -52,7 +56,9 @@ class TokenInput:
     bin_dtype: str = "uint16"
     levanter: LevanterCache | None = field(default=None, repr=False)  # opened once: its offsets are read on open
     store: TokenStore | None = field(default=None, repr=False)  # opened once (in a bucket: ~10 requests)
-    files: list[Path] = field(default_factory=list)  # ArrayRecord files, in order (a table of records)
+
+    def __post_init__(self) -> None:
+        self.format = self.format or self.kind
 
     def __repr__(self) -> str:
         """Short: the path, the kind, the column, shard count and bytes, the tokenizer file (not its JSON)."""
@@ -64,7 +70,7 @@ class TokenInput:
         parts.append(f"nbytes={self.nbytes}")
         if self.encoder is not None:
             parts.append(f"tokenizer={self.encoder.source!r} (sha256 {self.encoder.sha256[:12]})")
-        if self.kind == "flat":
+        if self.eos_id is not None:  # a flat token file
             parts.append(f"eos_id={self.eos_id}, bin_dtype={self.bin_dtype!r}")
         return f"TokenInput({', '.join(parts)})"
 
@@ -84,11 +90,9 @@ class TokenInput:
 
     @property
     def token_store(self) -> TokenStore:
-        """The token store (kind ``store``), opened once: by :func:`open_input`, or here."""
-        if self.kind != "store":
-            raise ValueError(f"{display(self.path)}: a {self.kind} input, not a token store")
+        """The token store (kind ``store``), opened once by :func:`open_input`."""
         if self.store is None:
-            self.store = TokenStore(self.path)
+            raise ValueError(f"{display(self.path)}: a {self.kind} input, not a token store")
         return self.store
 
     @property
@@ -107,20 +111,14 @@ class TokenInput:
 
     @property
     def num_shards(self) -> int:
-        if self.files:
-            return len(self.files)
-        if self.kind == "table":
+        if self.shards:  # a table
             return len(self.shards)
-        if self.kind == "flat":
+        if self.eos_id is not None:  # a flat token file: its slices
             return max(1, -(-int(flat_array(self.path, self.bin_dtype).shape[0]) // numpy_files.FLAT_SLICE))
         return 1
 
     def shard_batches(self, k: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(tokens, lengths) of table shard ``k``, a bounded batch at a time; text is tokenized here."""
-        if self.files:
-            encode = self.encoder.encode if self.is_text and self.encoder is not None else None
-            yield from array_record_files.documents(self.files[k], str(self.column), encode)
-            return
         shard, column = self.shards[k], self.table_column
         where = shard.describe()
         for col in column_batches(shard, column, self.is_text):
@@ -132,10 +130,6 @@ class TokenInput:
     def shard_lengths(self, k: int) -> Iterator[np.ndarray]:
         """int64 tokens per document of table shard ``k``, a bounded batch at a time; text is counted
         :data:`LENGTH_ROWS` rows at a time, never held as tokens (a text column once took 3.1-3.7 GB on 62-86 MB)."""
-        if self.files:
-            count = self.encoder.count_tokens if self.is_text and self.encoder is not None else None
-            yield from array_record_files.lengths(self.files[k], str(self.column), count)
-            return
         shard, column = self.shards[k], self.table_column
         where = shard.describe()
         for col in column_batches(shard, column, self.is_text):
@@ -147,15 +141,14 @@ class TokenInput:
 
     def shard_nbytes(self, k: int) -> int:
         """Bytes of input shard ``k`` covers (for progress and throughput)."""
-        return self.files[k].stat().st_size if self.files else shard_bytes(self.shards[k])
+        return shard_bytes(self.shards[k])
 
     def shard_tokens(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(int32 tokens, int64 lengths) of table shard ``k`` whole (for :class:`ChunkedDocuments`)."""
         tokens, lengths = [], []
         for t, n in self.shard_batches(k):
             if t.size and int(t.max()) > INT32_MAX:
-                where = display(self.files[k]) if self.files else self.shards[k].describe()
-                raise ValueError(f"{where}: token id {int(t.max())} does not fit int32")
+                raise ValueError(f"{self.shards[k].describe()}: token id {int(t.max())} does not fit int32")
             tokens.append(t.astype(np.int32, copy=False))
             lengths.append(n)
         return _concat(tokens, np.int32), _concat(lengths, np.int64)
@@ -163,16 +156,16 @@ class TokenInput:
     def describe(self) -> dict:
         """What reports record about the input."""
         out = {"path": display(self.path), "kind": self.kind, "bytes": self.nbytes}
-        if self.files:
-            out["format"] = "array_record"
+        if self.format != self.kind:
+            out["format"] = self.format
         if self.column:
             out["column"] = self.column
         if self.encoder is not None:
             out["tokenizer"] = self.encoder.describe()
-        if self.kind == "store":
-            out["write_order"] = describe_write_order(self.token_store.manifest)
-        if self.kind in ("store", "levanter"):  # what one read fetches: a block shuffle's blocks should fill it
-            stored = self.token_store if self.kind == "store" else self.levanter_cache
+        if self.store is not None:
+            out["write_order"] = describe_write_order(self.store.manifest)
+        stored = self.store if self.store is not None else self.levanter
+        if stored is not None:  # what one read fetches: a block shuffle's blocks should fill it
             out["read_tokens"] = int(stored.read_granularity)
         return out
 
@@ -195,6 +188,15 @@ class InputOptions:
     eos_id: int | None = None
     bin_dtype: str = "uint16"
     text_files: bool = False  # plain .txt files are texts (datatools pretokenize reads them; tables here cannot)
+
+    def __post_init__(self) -> None:
+        """The options every format may use checked before any is tried."""
+        if self.bin_dtype not in numpy_files.BIN_DTYPES:
+            choices = ", ".join(numpy_files.BIN_DTYPES)
+            raise ValueError(f"bin dtype must be one of {choices}; got {short_repr(self.bin_dtype)}")
+        eos_id = self.eos_id
+        if eos_id is not None and (isinstance(eos_id, bool) or not isinstance(eos_id, int) or eos_id < 0):
+            raise ValueError(f"eos id must be a non-negative integer; got {short_repr(eos_id)}")
 
 
 def shard_length_pieces(inp: TokenInput, k: int) -> list[tuple[int, np.ndarray, int]]:

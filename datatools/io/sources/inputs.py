@@ -13,14 +13,21 @@ import numpy as np
 from datatools.base.checks import short_repr
 from datatools.base.progress import doing
 from datatools.io import storage
-from datatools.io.formats import array_record_files
-from datatools.io.formats.numpy_files import BIN_DTYPES
 from datatools.io.formats.token_input import InputOptions, TokenInput, lengths_by_shard
 from datatools.io.sources.documents import DocumentSource
-from datatools.io.sources.format_table import FORMAT, FORMATS, array_record_input, local_pattern
+from datatools.io.sources.format_table import FORMAT, FORMATS
 from datatools.io.storage.paths import display
 
-__all__ = ["FORMAT", "FORMATS", "TokenInput", "open_documents", "open_input", "read_lengths", "read_lengths_by_shard"]
+__all__ = [
+    "FORMAT",
+    "FORMATS",
+    "TokenInput",
+    "lengths_in_place",
+    "open_documents",
+    "open_input",
+    "read_lengths",
+    "read_lengths_by_shard",
+]
 
 
 def open_input(
@@ -51,25 +58,13 @@ def open_input(
     """
     if isinstance(path, (str, os.PathLike)) and not os.fspath(path):
         raise ValueError("an empty path (name a file or directory; '.' is the current one)")
-    opts = InputOptions(column, tokenizer, tokenizer_settings, bos, eos, eos_id, bin_dtype, text_files)
+    opts = InputOptions(column, tokenizer, tokenizer_settings, bos, eos, eos_id, bin_dtype, text_files)  # checked
     loc = storage.location(path)
-    if loc.has_directories and array_record_files.detect(path):  # files, globs, comma lists: local names
-        return array_record_input(path, opts)
-    if bin_dtype not in BIN_DTYPES:
-        raise ValueError(f"bin dtype must be one of {', '.join(BIN_DTYPES)}; got {short_repr(bin_dtype)}")
-    if eos_id is not None and (isinstance(eos_id, bool) or not isinstance(eos_id, int) or eos_id < 0):
-        raise ValueError(f"eos id must be a non-negative integer; got {short_repr(eos_id)}")
     doing(f"listing {loc.display}")
-    *named, table = FORMATS  # every format but the table names itself by a file it holds: a missing place holds none
-    for fmt in named:
+    for fmt in FORMATS:  # the table format last: it takes any input (read as a table, or refused naming why)
         if (found := fmt.detect(loc, opts)) is not None:
             return found
-    # asked only now: in a bucket "exists" is two requests (an object, then a prefix), ~0.2 s at +100 ms
-    if not local_pattern(path) and not loc.exists():
-        raise ValueError(f"{loc.display}: no such file or directory")
-    found = table.detect(loc, opts)
-    assert found is not None, "the table format takes any input (read as a table, or refused naming why)"
-    return found
+    raise AssertionError(f"{loc.display}: no format took it (the table format takes any input)")
 
 
 def read_lengths_by_shard(
@@ -81,7 +76,7 @@ def read_lengths_by_shard(
     is not a :class:`TokenInput` a TypeError.
     """
     _check_input(inp)
-    return lengths_by_shard(inp, FORMAT[inp.kind].lengths(inp), progress)
+    return lengths_by_shard(inp, FORMAT[inp.format].lengths(inp), progress)
 
 
 def _check_input(inp) -> None:
@@ -94,12 +89,20 @@ def read_lengths(inp: TokenInput, *, progress: Callable[[int, int], None] | None
     return read_lengths_by_shard(inp, progress=progress)[0]
 
 
+def lengths_in_place(inp: TokenInput) -> np.ndarray | None:
+    """The input's lengths as one array read in place (``lengths.npy`` alone: memory-mapped, never copied), or None
+    when its format reads them only by :func:`read_lengths`."""
+    _check_input(inp)
+    read = FORMAT[inp.format].lengths_in_place
+    return None if read is None else read(inp)
+
+
 def open_documents(inp: TokenInput, *, progress: Callable[[int, int], None] | None = None) -> DocumentSource:
     """The input's documents, read on demand: a token store through its chunk cache, NumPy files
     memory-mapped, tables shard by shard (:class:`ChunkedDocuments`, after one streaming pass for the lengths).
     An input of no document is a ValueError naming it; ``inp`` that is not a :class:`TokenInput` a TypeError."""
     _check_input(inp)
-    fmt = FORMAT[inp.kind]
+    fmt = FORMAT[inp.format]
     doing(f"reading the {'offsets' if fmt.offsets else 'lengths'} of {display(inp.path)}")
     source = fmt.documents(inp, progress)
     if len(source) == 0:

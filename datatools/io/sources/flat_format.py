@@ -1,0 +1,37 @@
+"""A flat token file (``.bin`` of ``bin_dtype``, or ``.npy``) split into documents on ``eos_id``, as an input format
+(its row of :data:`~datatools.io.sources.format_table.FORMATS`): memory-mapped, scanned a slice at a time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from datatools.io import storage
+from datatools.io.formats.numpy_files import FLAT_SLICE, INT32_MAX, flat_array, flat_slices
+from datatools.io.formats.token_input import InputOptions, TokenInput, lengths_by_shard
+from datatools.io.sources.documents import ArrayDocuments, DocumentSource
+from datatools.io.storage.paths import display
+
+
+def detect(loc: storage.Location, opts: InputOptions) -> TokenInput | None:
+    if Path(loc.name).suffix.lower() not in (".bin", ".npy") or not loc.is_file():
+        return None
+    if opts.eos_id is None:
+        raise ValueError(f"{loc.display}: a flat token file needs --eos-id to find the document boundaries")
+    return TokenInput(loc.path, "flat", nbytes=loc.size(), eos_id=opts.eos_id, bin_dtype=opts.bin_dtype)
+
+
+def lengths(inp: TokenInput) -> Iterator[tuple[int, np.ndarray, int]]:
+    for k, (values, nbytes) in enumerate(flat_slices(inp.path, inp.bin_dtype, inp.flat_eos_id)):
+        yield k, values, nbytes
+
+
+def documents(inp: TokenInput, progress: Callable[[int, int], None] | None) -> DocumentSource:
+    doc_lengths = lengths_by_shard(inp, lengths(inp), progress)[0]  # negative ids refused there
+    tokens = flat_array(inp.path, inp.bin_dtype)
+    for a in range(0, tokens.shape[0] if tokens.dtype.itemsize >= 4 else 0, FLAT_SLICE):  # batches are int32
+        if (hi := int(np.asarray(tokens[a : a + FLAT_SLICE]).max())) > INT32_MAX:
+            raise ValueError(f"{display(inp.path)}: token id {hi} does not fit int32")
+    return ArrayDocuments(tokens, np.concatenate(([0], np.cumsum(doc_lengths))))
