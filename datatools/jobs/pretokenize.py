@@ -339,9 +339,7 @@ def pretokenize(
     stage.prepare(job.key, count, job.extra)
     present, pieces = stage.present()
     todo = [k for k in range(count) if k not in present]
-    docs_resumed = _tokenize_shards(
-        job.worker, job.shards, todo, pieces, stage.staging, o.workers, o.engine, o.ray_address, o.progress
-    )
+    docs_resumed = _tokenize_shards(job.worker, job.shards, todo, pieces, stage.staging, o)
     num_docs, num_tokens = _commit_store(stage, job)
     resumed = count - len(todo)
     return JobResult(
@@ -605,12 +603,13 @@ def _unique_shards(shards) -> tuple[list[Shard], list[str]]:
     return out, dups
 
 
-def _tokenize_shards(worker, shards, todo, pieces, staging, workers, engine, ray_address, progress) -> int:
-    """Tokenize the shards ``todo`` (``pieces``: shard -> pieces already committed); returns the documents resumed
-    from pieces."""
+def _tokenize_shards(worker, shards, todo, pieces, staging, o: PretokenizeOptions) -> int:
+    """Tokenize the shards ``todo`` (``pieces``: shard -> pieces already committed) on ``o``'s engine and workers,
+    with its progress bar; returns the documents resumed from pieces."""
+    workers = o.workers
     sizes = {k: shard_bytes(shards[k]) for k in todo}  # known from listings and footers: nothing read
     done = len(shards) - len(todo)
-    with job_progress(len(shards), done=done, enabled=progress, total_bytes=sum(sizes.values())) as bar:
+    with job_progress(len(shards), done=done, enabled=o.progress, total_bytes=sum(sizes.values())) as bar:
         if not todo:
             return 0
         counted = dict.fromkeys(todo, 0)  # bytes counted so far per shard: text characters, capped by its size
@@ -625,8 +624,8 @@ def _tokenize_shards(worker, shards, todo, pieces, staging, workers, engine, ray
             counted[k] = sizes[k]
             fault(f"after-shard-{k}")
 
-        if engine == "ray":
-            return _run_ray(worker, shards, todo, pieces, staging, workers, ray_address, finished)
+        if o.engine == "ray":
+            return _run_ray(worker, shards, todo, pieces, staging, workers, o.ray_address, finished)
         if workers == 1:
             resumed = 0
             for k in todo:
