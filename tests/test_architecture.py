@@ -550,7 +550,6 @@ OVER_SIZE = {  # module:function -> (lines, parameters) today
     "datatools.train.attention_pallas:_probs": (8, 11),
     "datatools.train.attention_pallas:_call": (16, 9),
     "datatools.train.attention_pallas:backward": (35, 10),
-    "datatools.train.loop:train": (131, 6),
 }
 
 
