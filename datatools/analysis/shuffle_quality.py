@@ -10,7 +10,8 @@ evaluation loss does (``docs/shuffle-quality.md``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numba
 import numpy as np
@@ -165,67 +166,81 @@ def order_stats(
     )
 
 
-def shuffle_report(
-    n: int,
-    *,
-    io_block_size: int,
-    window_blocks: int,
-    group_size: int,
-    batch_size: int,
-    seed: int = 0,
-    epoch: int = 0,
-    lanes: int = 256,
-    lane_window: int = 1024,
-    write_seed: int | None = None,
-) -> ShuffleReport:
-    """Compare no shuffle, full Feistel shuffle, block shuffle and the block shuffle read in lanes on [0, n)
-    records: ``io_block_size`` records a contiguous read, ``window_blocks`` io blocks a shuffle window (and the
-    reader's cache when counting reads; ``lanes``: every lane's window of blocks and one more), ``group_size``
-    records a stored group, ``batch_size`` records a batch, ``lanes`` x ``lane_window`` records of the lanes order
+@dataclass(frozen=True)
+class ShuffleSettings:
+    """What :func:`shuffle_report` compares its orders with: ``io_block_size`` records a contiguous read,
+    ``window_blocks`` io blocks a shuffle window (and the reader's cache when counting reads; ``lanes``: every
+    lane's window of blocks and one more), ``group_size`` records a stored group, ``batch_size`` records a batch,
+    the shuffles' ``seed`` and ``epoch``, ``lanes`` x ``lane_window`` records of the lanes order
     (:func:`~datatools.kernels.shuffle.lane_order`). ``write_seed``: the orders read a store whose records were
     shuffled with that seed when written (``pretokenize --shuffle-seed``); groups are consecutive in the input."""
+
+    io_block_size: int
+    window_blocks: int
+    group_size: int
+    batch_size: int
+    seed: int = 0
+    epoch: int = 0
+    lanes: int = 256
+    lane_window: int = 1024
+    write_seed: int | None = None
+
+    def check(self, n: int) -> None:
+        """ValueError naming the first setting out of range for ``n`` records (a batch of more than ``n``)."""
+        for name in ("io_block_size", "window_blocks", "group_size", "batch_size"):
+            check_int(getattr(self, name), name, minimum=1)
+        if self.batch_size > n:
+            raise ValueError(f"batch_size={self.batch_size} exceeds n={n}")
+        check_int(self.lanes, "lanes", minimum=1)
+        check_int(self.lane_window, "lane_window", minimum=1)
+
+
+def shuffle_report(n: int, settings: ShuffleSettings | None = None, **fields: Any) -> ShuffleReport:
+    """Compare no shuffle, full Feistel shuffle, block shuffle and the block shuffle read in lanes on [0, n)
+    records read as ``settings`` say (:class:`ShuffleSettings`; ``fields``: its fields by name, over
+    ``settings``: ``shuffle_report(n, io_block_size=64, window_blocks=1024, group_size=64, batch_size=128)``)."""
+    s = ShuffleSettings(**fields) if settings is None else replace(settings, **fields)
     n = check_int(n, "n", minimum=1)
-    for name, value in (
-        ("io_block_size", io_block_size),
-        ("window_blocks", window_blocks),
-        ("group_size", group_size),
-        ("batch_size", batch_size),
-    ):
-        check_int(value, name, minimum=1)
-    if batch_size > n:
-        raise ValueError(f"batch_size={batch_size} exceeds n={n}")
-    check_int(lanes, "lanes", minimum=1)
-    check_int(lane_window, "lane_window", minimum=1)
-    lane_cache = lanes * (-(-lane_window // io_block_size) + 2)
-    written = None if write_seed is None else written_order(n, write_seed)
-    orders = {
-        "none": np.arange(n, dtype=np.int64),
-        "full": FeistelPermutation(n, seed, epoch=epoch).indices(),
-        "block": BlockShuffle(n, io_block_size=io_block_size, window_blocks=window_blocks, seed=seed).indices(epoch),
-        "lanes": lane_order(n, io_block_size=io_block_size, lanes=lanes, window=lane_window, seed=seed, epoch=epoch),
-    }
+    s.check(n)
+    lane_cache = s.lanes * (-(-s.lane_window // s.io_block_size) + 2)
+    written = None if s.write_seed is None else written_order(n, s.write_seed)
     return ShuffleReport(
         n=n,
-        io_block_size=io_block_size,
-        window_blocks=window_blocks,
-        group_size=group_size,
-        batch_size=batch_size,
-        seed=seed,
-        epoch=epoch,
-        expected_groups_per_batch=expected_distinct_groups(n, group_size, batch_size),
+        io_block_size=s.io_block_size,
+        window_blocks=s.window_blocks,
+        group_size=s.group_size,
+        batch_size=s.batch_size,
+        seed=s.seed,
+        epoch=s.epoch,
+        expected_groups_per_batch=expected_distinct_groups(n, s.group_size, s.batch_size),
         orders={
             name: order_stats(
                 order,
-                group_size=group_size,
-                batch_size=batch_size,
-                io_block_size=io_block_size,
-                window_blocks=lane_cache if name == "lanes" else window_blocks,
+                group_size=s.group_size,
+                batch_size=s.batch_size,
+                io_block_size=s.io_block_size,
+                window_blocks=lane_cache if name == "lanes" else s.window_blocks,
                 written=written,
             )
-            for name, order in orders.items()
+            for name, order in _orders(n, s).items()
         },
-        lanes=lanes,
-        lane_window=lane_window,
+        lanes=s.lanes,
+        lane_window=s.lane_window,
         lane_cache_blocks=lane_cache,
-        write_seed=write_seed,
+        write_seed=s.write_seed,
     )
+
+
+def _orders(n: int, s: ShuffleSettings) -> dict[str, np.ndarray]:
+    """The four orders of [0, n) compared: the storage order, a full Feistel shuffle, the block shuffle, and the
+    block shuffle read in lanes."""
+    return {
+        "none": np.arange(n, dtype=np.int64),
+        "full": FeistelPermutation(n, s.seed, epoch=s.epoch).indices(),
+        "block": BlockShuffle(n, io_block_size=s.io_block_size, window_blocks=s.window_blocks, seed=s.seed).indices(
+            s.epoch
+        ),
+        "lanes": lane_order(
+            n, io_block_size=s.io_block_size, lanes=s.lanes, window=s.lane_window, seed=s.seed, epoch=s.epoch
+        ),
+    }

@@ -197,16 +197,15 @@ def _pipeline_config(report, trainer, path, column, tokenizer) -> dict:
     settings = report.maxtext.settings if report.maxtext is not None else None
     inp = report.input or {}
     tok = inp.get("tokenizer") or {}
-    from datatools.analysis.write_config import pipeline_config
+    from datatools.analysis.write_config import ConfigSource, pipeline_config
 
-    return pipeline_config(
-        report,
-        source=str(path) if path is not None else str(report.source),
-        trainer=trainer or ("maxtext" if settings is not None else "datatools"),
+    source = ConfigSource(
+        str(path) if path is not None else str(report.source),
         column=column or inp.get("column"),
         tokenizer=tokenizer or tok.get("file"),
-        maxtext_settings=settings,
         tokenizer_settings=tok.get("settings"),  # what the analysis tokenized with: BOS / EOS from --bos / --eos
         bos=(tok.get("bos") or {}).get("token"),  # or from the MaxText config's add_bos / add_eos
         eos=(tok.get("eos") or {}).get("token"),
     )
+    trainer = trainer or ("maxtext" if settings is not None else "datatools")
+    return pipeline_config(report, source=source, trainer=trainer, maxtext_settings=settings)

@@ -98,63 +98,80 @@ def explain_command(
     e = Explainer(cfg, history=_history(state), hosts=parse_hosts(hosts) or None, devices=devices)
     console = result_console(stderr=json_out == "-")
     if ledger is not None:
-        report = e.ledger(ledger, upto)
-        console.print(f"{ledger}: visits in steps [0, {report.steps:,})", highlight=False)
-        table = Table()
-        for col in ("source", "documents", "tokens", "visits", "never seen", "most visits of one"):
-            table.add_column(col, justify="left" if col == "source" else "right")
-        for k, name in enumerate(report.sources):
-            table.add_row(
-                name,
-                f"{report.documents[k]:,}",
-                f"{report.tokens[k]:,}",
-                f"{report.visits[k]:,}",
-                f"{report.unseen[k]:,}",
-                f"{report.most_visits[k]:,}",
-            )
-        console.print(table)
-        emit_json(json_out, report)
-        return
-    if document is not None:
-        found = e.document(document, source=source, epochs=epochs)
-        console.print(
-            f"{found.source} document {found.document:,} ({found.length:,} tokens): "
-            f"{len(found.sightings):,} pieces in {epochs} epoch(s)",
-            highlight=False,
+        emit_json(json_out, _print_ledger(console, e, ledger, upto))
+    elif document is not None:
+        emit_json(json_out, _print_document(console, e, document, source, epochs))
+    else:
+        reports = [e.step(s) for s in (span or [step])]  # all computed before any is printed
+        for r in reports:
+            _print_step(console, r)
+        emit_json(json_out, reports[0] if span is None else StepsReport(reports))
+
+
+def _print_ledger(console, e, ledger: str, upto: int):
+    """``--ledger OUT --upto N``: every document's visits up to step N written to OUT, and a table of each
+    source's documents, tokens and visits printed; returns the report (for ``--json``)."""
+    report = e.ledger(ledger, upto)
+    console.print(f"{ledger}: visits in steps [0, {report.steps:,})", highlight=False)
+    table = Table()
+    for col in ("source", "documents", "tokens", "visits", "never seen", "most visits of one"):
+        table.add_column(col, justify="left" if col == "source" else "right")
+    for k, name in enumerate(report.sources):
+        table.add_row(
+            name,
+            f"{report.documents[k]:,}",
+            f"{report.tokens[k]:,}",
+            f"{report.visits[k]:,}",
+            f"{report.unseen[k]:,}",
+            f"{report.most_visits[k]:,}",
         )
-        table = Table()
-        for col in ("step", "epoch", "row", "host", "tokens"):
-            table.add_column(col, justify="right")
-        for x in found.sightings:
-            table.add_row(f"{x.step:,}", str(x.epoch), str(x.row), str(x.host), f"{x.start:,}-{x.start + x.length:,}")
-        console.print(table)
-        emit_json(json_out, found)
-        return
-    reports = [e.step(s) for s in (span or [step])]
-    for r in reports:
-        work = "" if r.attention_tiles is None else f", {r.attention_tiles:,} of {r.causal_tiles:,} tiles of {r.block}"
-        console.print(
-            f"step {r.step:,} (epoch {r.epoch}, batch {r.batch:,}): {len(r.rows)} rows of {r.row_length:,}, "
-            f"{r.tokens:,} real tokens{work}; {r.hosts} host(s) x {r.devices} device(s)",
-            highlight=False,
+    console.print(table)
+    return report
+
+
+def _print_document(console, e, document: int, source: str | None, epochs: int):
+    """``--document D``: a table of the steps, rows and hosts where document D was seen in ``epochs`` epochs;
+    returns what was found (for ``--json``)."""
+    found = e.document(document, source=source, epochs=epochs)
+    console.print(
+        f"{found.source} document {found.document:,} ({found.length:,} tokens): "
+        f"{len(found.sightings):,} pieces in {epochs} epoch(s)",
+        highlight=False,
+    )
+    table = Table()
+    for col in ("step", "epoch", "row", "host", "tokens"):
+        table.add_column(col, justify="right")
+    for x in found.sightings:
+        table.add_row(f"{x.step:,}", str(x.epoch), str(x.row), str(x.host), f"{x.start:,}-{x.start + x.length:,}")
+    console.print(table)
+    return found
+
+
+def _print_step(console, r) -> None:
+    """One global batch's report ``r`` printed: a line for the batch, then a table of its rows (host, device, real
+    tokens, attention tiles and the first :data:`PIECES_SHOWN` pieces)."""
+    work = "" if r.attention_tiles is None else f", {r.attention_tiles:,} of {r.causal_tiles:,} tiles of {r.block}"
+    console.print(
+        f"step {r.step:,} (epoch {r.epoch}, batch {r.batch:,}): {len(r.rows)} rows of {r.row_length:,}, "
+        f"{r.tokens:,} real tokens{work}; {r.hosts} host(s) x {r.devices} device(s)",
+        highlight=False,
+    )
+    table = Table()
+    for col in ("row", "host", "device", "tokens", "tiles", "pieces: source/document (tokens from:to)"):
+        table.add_column(col, justify="left" if col.startswith("pieces") else "right")
+    for row in r.rows:
+        pieces = [
+            f"{r.sources[s]}/{d} ({a}:{a + n})"
+            for s, d, a, n in list(zip(row.source, row.document, row.start, row.length))[:PIECES_SHOWN]
+        ]
+        more = len(row.source) - PIECES_SHOWN
+        tiles = "-" if row.attention_tiles is None else str(row.attention_tiles)
+        table.add_row(
+            str(row.row),
+            str(row.host),
+            str(row.device),
+            f"{row.tokens:,}",
+            tiles,
+            escape(" ".join(pieces) + (f" +{more}" if more > 0 else "")),
         )
-        table = Table()
-        for col in ("row", "host", "device", "tokens", "tiles", "pieces: source/document (tokens from:to)"):
-            table.add_column(col, justify="left" if col.startswith("pieces") else "right")
-        for row in r.rows:
-            pieces = [
-                f"{r.sources[s]}/{d} ({a}:{a + n})"
-                for s, d, a, n in list(zip(row.source, row.document, row.start, row.length))[:PIECES_SHOWN]
-            ]
-            more = len(row.source) - PIECES_SHOWN
-            tiles = "-" if row.attention_tiles is None else str(row.attention_tiles)
-            table.add_row(
-                str(row.row),
-                str(row.host),
-                str(row.device),
-                f"{row.tokens:,}",
-                tiles,
-                escape(" ".join(pieces) + (f" +{more}" if more > 0 else "")),
-            )
-        console.print(table)
-    emit_json(json_out, reports[0] if span is None else StepsReport(reports))
+    console.print(table)

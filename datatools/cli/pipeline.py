@@ -66,7 +66,22 @@ def pipeline_command(config, source, overrides, steps, workers, json_out, step_s
     table = Table(title=f"{config}: {report.config.mode} pipeline on {cfg.source_label}", title_justify="left")
     table.add_column("measure")
     table.add_column("value", justify="right")
-    for name, value in [
+    for name, value in [*_summary_rows(report), *_device_rows(report), *_loader_rows(report.loader)]:
+        table.add_row(name, value)
+    console.print(table)
+    if report.loader is not None and report.loader.requests:
+        console.print(
+            "fetched: the stored chunks read (whole inner chunks, read-ahead included) in bytes of the store's tokens; "
+            "delivered: the tokens handed to batches, at the same width. Above 1x: chunks read past the documents a "
+            "batch used (block edges, other hosts' rows), or read ahead and not used yet."
+        )
+    emit_json(json_out, report)
+
+
+def _summary_rows(report) -> list[tuple[str, str]]:
+    """The run's measures: documents and batches, build and first-batch time, throughput, efficiency, shapes,
+    format and workers."""
+    return [
         ("documents", f"{report.documents:,}"),
         ("batches", f"{report.batches:,}"),
         ("build (plan, open source)", f"{report.build_s:.2f} s"),
@@ -79,36 +94,39 @@ def pipeline_command(config, source, overrides, steps, workers, json_out, step_s
         ("distinct shapes", ", ".join(f"{r}x{t}" for r, t in report.shapes)),
         ("format", report.format),
         ("workers", str(report.config.workers)),
-        *_device_rows(report),
-    ]:
-        table.add_row(name, value)
-    loader = report.loader
+    ]
+
+
+def _loader_rows(loader) -> list[tuple[str, str]]:
+    """The loader's measures, where it kept them: the time each step waited (over one step), and with reads from
+    storage, the bytes fetched per byte delivered, the reads per batch and their latency."""
+    rows = []
     if loader is not None and loader.steps > 1:
-        table.add_row(
-            "step waited (p50 / p99 / max)",
-            f"{loader.wait_p50_ms:.1f} / {loader.wait_p99_ms:.1f} / {loader.wait_max_ms:.1f} ms",
+        rows.append(
+            (
+                "step waited (p50 / p99 / max)",
+                f"{loader.wait_p50_ms:.1f} / {loader.wait_p99_ms:.1f} / {loader.wait_max_ms:.1f} ms",
+            )
         )
-        table.add_row(
-            f"steps waited > {loader.threshold_ms:.0f} ms", f"{loader.steps_waited:,} of {loader.steps - 1:,}"
+        rows.append(
+            (f"steps waited > {loader.threshold_ms:.0f} ms", f"{loader.steps_waited:,} of {loader.steps - 1:,}")
         )
     if loader is not None and loader.requests:
-        table.add_row(
-            "fetched / delivered",
-            f"{loader.bytes_fetched / 1e6:,.1f} / {loader.bytes_delivered / 1e6:,.1f} MB "
-            f"({loader.fetched_per_delivered:.2f}x)",
+        rows.append(
+            (
+                "fetched / delivered",
+                f"{loader.bytes_fetched / 1e6:,.1f} / {loader.bytes_delivered / 1e6:,.1f} MB "
+                f"({loader.fetched_per_delivered:.2f}x)",
+            )
         )
-        table.add_row("reads per batch", f"{loader.requests_per_step:,.1f}")
-        table.add_row(
-            "read latency (p50 / p99)", f"{loader.request_latency_p50_ms:.1f} / {loader.request_latency_p99_ms:.1f} ms"
+        rows.append(("reads per batch", f"{loader.requests_per_step:,.1f}"))
+        rows.append(
+            (
+                "read latency (p50 / p99)",
+                f"{loader.request_latency_p50_ms:.1f} / {loader.request_latency_p99_ms:.1f} ms",
+            )
         )
-    console.print(table)
-    if loader is not None and loader.requests:
-        console.print(
-            "fetched: the stored chunks read (whole inner chunks, read-ahead included) in bytes of the store's tokens; "
-            "delivered: the tokens handed to batches, at the same width. Above 1x: chunks read past the documents a "
-            "batch used (block edges, other hosts' rows), or read ahead and not used yet."
-        )
-    emit_json(json_out, report)
+    return rows
 
 
 def _device_rows(report) -> list[tuple[str, str]]:

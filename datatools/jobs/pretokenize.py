@@ -17,8 +17,9 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -44,7 +45,7 @@ from datatools.io.formats.tables import check_column, shard_bytes, shard_texts
 from datatools.io.formats.tokenizer import TextEncoder
 from datatools.io.sources.inputs import TokenInput, open_input
 from datatools.io.storage.paths import display
-from datatools.jobs.staging import fault, manifest_reads, open_staging
+from datatools.jobs.staging import Staging, fault, manifest_reads, open_staging
 from datatools.jobs.write_order import SPILL_NAME, shuffled_shards, write_order_record
 
 PIECE_TOKENS = 1 << 20  # a shard's tokens are committed in pieces of about this many tokens ...
@@ -225,35 +226,17 @@ def _fingerprint(shards: list[Shard], tokenizer_sha: str, options: JobOptions) -
     return hashlib.sha256(blob.encode()).hexdigest(), sources
 
 
-def pretokenize(
-    inputs,
-    output,
-    tokenizer: str | os.PathLike,
-    *,
-    column: str = "text",
-    bos: bool | str | int | None = None,
-    eos: bool | str | int | None = None,
-    ctx: int | None = None,
-    tile: int | None = None,
-    tokenizer_settings: str = "off",
-    shuffle_seed: int | None = None,
-    workers: int = 1,
-    engine: str = "local",
-    ray_address: str | None = None,
-    overwrite: bool = False,
-    check: bool = False,
-    progress: bool = True,
-) -> JobResult:
-    """Tokenize text files into a token store at ``output`` (see the module docstring).
+@dataclass(frozen=True)
+class PretokenizeOptions:
+    """The pre-tokenize job's options, as :func:`pretokenize` takes them (an object, or its fields by name): what
+    goes into the store, as given (the text column, the tokens around each document, windows of ``ctx``, the
+    tokenizer's settings, the write order; :class:`JobOptions` is what they resolve to), then how the job runs.
 
-    Args:
-      inputs: a path or list of paths, each one ``analyze-padding`` and a pipeline take (resolved by
-        :func:`~datatools.io.sources.inputs.open_input`): Parquet, JSON Lines, Arrow IPC, Hugging Face ``save_to_disk``
-        directories, ArrayRecord files, directories of these, a glob or comma list of files; and ``.txt`` files.
-      tokenizer: a Hugging Face ``tokenizers`` JSON file or a SentencePiece model; ``tokenizer_settings``: ``off``
-        switches a JSON file's truncation, padding and template's special tokens off, ``keep`` keeps them.
+    Attributes:
       bos, eos: a token before / after every document: a name, an id, ``"auto"`` (or True), or None.
       ctx, tile: with ctx, documents longer than ctx split into windows (ctx a multiple of tile).
+      tokenizer_settings: ``off`` switches a JSON file's truncation, padding and template's special tokens off,
+        ``keep`` keeps them.
       shuffle_seed: None writes the documents in the input's order; an integer (0 to 2**64 - 1) writes every
         stored document (a window, with ctx) of all inputs in that seed's random order
         (:mod:`datatools.jobs.write_order`); the manifest's ``write_order`` records which.
@@ -262,6 +245,76 @@ def pretokenize(
       check: kept for callers; a store of this job already there is always checked as ``datatools verify`` checks
         it (:func:`store_damage`: every byte read back) before it is called complete; a damaged one is repaired
         (``shard_index.bin`` alone rewritten from the chunks, anything else rebuilt by this run).
+    """
+
+    column: str = "text"
+    bos: bool | str | int | None = None
+    eos: bool | str | int | None = None
+    ctx: int | None = None
+    tile: int | None = None
+    tokenizer_settings: str = "off"
+    shuffle_seed: int | None = None
+    workers: int = 1
+    engine: str = "local"
+    ray_address: str | None = None
+    overwrite: bool = False
+    check: bool = False
+    progress: bool = True
+
+    def checked(self) -> PretokenizeOptions:
+        """These options, ValueError naming the first out of range (before any work); with ``ctx`` and no
+        ``tile``, ``tile`` 1."""
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {short_repr(self.engine)}")
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
+        ctx, tile = self.ctx, self.tile
+        if ctx is not None:
+            tile = tile or 1
+            if ctx < 1 or tile < 1 or ctx % tile:
+                raise ValueError(f"--ctx {ctx} must be a positive multiple of --tile {tile}")
+        elif tile is not None:
+            raise ValueError("--tile needs --ctx")
+        seed = self.shuffle_seed
+        if seed is not None and not (isinstance(seed, int) and 0 <= seed < 1 << 64):
+            raise ValueError(f"shuffle_seed must be an integer from 0 to 2**64 - 1; got {short_repr(seed)}")
+        return replace(self, tile=tile)
+
+
+@dataclass
+class _Job:
+    """A job resolved from its inputs, before any store is looked at: its shards (each once), the tokenizer, the
+    options that decide the store's content, its identity (``key``: :func:`_fingerprint`) and the input files'
+    versions it hashes, the worker that tokenizes a shard, and ``extra``: the lines the job reports (the
+    tokenizer, files given twice)."""
+
+    shards: list[Shard]
+    encoder: TextEncoder | SentencePieceEncoder
+    options: JobOptions
+    key: str
+    sources: list[dict]
+    worker: ShardTokenizer
+    extra: dict
+
+
+def pretokenize(
+    inputs,
+    output,
+    tokenizer: str | os.PathLike,
+    *,
+    options: PretokenizeOptions | None = None,
+    **settings: Any,
+) -> JobResult:
+    """Tokenize text files into a token store at ``output`` (see the module docstring).
+
+    Args:
+      inputs: a path or list of paths, each one ``analyze-padding`` and a pipeline take (resolved by
+        :func:`~datatools.io.sources.inputs.open_input`): Parquet, JSON Lines, Arrow IPC, Hugging Face ``save_to_disk``
+        directories, ArrayRecord files, directories of these, a glob or comma list of files; and ``.txt`` files.
+      tokenizer: a Hugging Face ``tokenizers`` JSON file or a SentencePiece model.
+      options: the job's options (:class:`PretokenizeOptions`; default: its defaults).
+      settings: any of :class:`PretokenizeOptions`' fields by name, over ``options``
+        (``pretokenize(inputs, output, tokenizer, eos=True, workers=4)``); another name is a TypeError.
 
     Raises:
       ValueError: bad input or options, an output of another job without ``overwrite``, an OUTPUT (or
@@ -270,160 +323,184 @@ def pretokenize(
       OSError: the disk is full (nothing incomplete is committed).
     """
     t0 = time.perf_counter()
+    o = replace(options or PretokenizeOptions(), **settings)
+    paths = _input_paths(inputs)
+    stage = open_staging(output)  # local, or object storage: no rename there, the manifest is the commit point
+    o = o.checked()
+    require_engine(o.engine)
+    stage.check_replaceable(o.overwrite)  # before any work: what is there is ours
+    job = _resolve(paths, tokenizer, o)
+    if o.progress:  # the inputs are checked: said first, before the run spends time tokenizing with it
+        say(job.extra["tokenizer"])
+    done = _existing_store(stage, job, o.overwrite, t0)
+    if done is not None:
+        return done
+    count = len(job.shards)
+    stage.prepare(job.key, count, job.extra)
+    present, pieces = stage.present()
+    todo = [k for k in range(count) if k not in present]
+    docs_resumed = _tokenize_shards(job.worker, job.shards, todo, pieces, stage.staging, o)
+    num_docs, num_tokens = _commit_store(stage, job)
+    resumed = count - len(todo)
+    return JobResult(
+        display(stage.output),
+        num_docs,
+        num_tokens,
+        count,
+        resumed,
+        time.perf_counter() - t0,
+        "resumed" if resumed or docs_resumed else "written",
+        job.extra,
+        docs_resumed,
+    )
+
+
+def _input_paths(inputs) -> list:
+    """``inputs`` (a path, or a list of paths) as a list of resolved paths; ValueError for none, or an empty one."""
     given = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     if any(os.fspath(p) == "" for p in given):  # Path("") is ".": it would read the working directory
         raise ValueError("an input path is empty ('')")
-    inputs = [storage.location(p).path for p in given]
-    if not inputs:
+    paths = [storage.location(p).path for p in given]
+    if not paths:
         raise ValueError("no inputs given")
-    stage = open_staging(output)  # local, or object storage: no rename there, the manifest is the commit point
-    output = stage.output
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {short_repr(engine)}")
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
-    if ctx is not None:
-        tile = tile or 1
-        if ctx < 1 or tile < 1 or ctx % tile:
-            raise ValueError(f"--ctx {ctx} must be a positive multiple of --tile {tile}")
-    elif tile is not None:
-        raise ValueError("--tile needs --ctx")
-    if shuffle_seed is not None and not (isinstance(shuffle_seed, int) and 0 <= shuffle_seed < 1 << 64):
-        raise ValueError(f"shuffle_seed must be an integer from 0 to 2**64 - 1; got {short_repr(shuffle_seed)}")
-    require_engine(engine)
-    stage.check_replaceable(overwrite)  # before any work: what is there is ours
-    doing(f"listing {display(inputs[0])}" + (f" and {len(inputs) - 1} more inputs" if len(inputs) > 1 else ""))
-    resolved = [_text_input(p, column, tokenizer, tokenizer_settings, bos, eos) for p in inputs]
-    encoder = resolved[0].text_encoder  # the same file and options for every input
+    return paths
+
+
+def _resolve(paths: list, tokenizer: str | os.PathLike, o: PretokenizeOptions) -> _Job:
+    """The inputs opened with the tokenizer (the same file and options for every input), their shards each once
+    with the text column checked in one shard of each file, and the job's identity: all decided before the output
+    is looked at."""
+    doing(f"listing {display(paths[0])}" + (f" and {len(paths) - 1} more inputs" if len(paths) > 1 else ""))
+    resolved = [_text_input(p, o.column, tokenizer, o.tokenizer_settings, o.bos, o.eos) for p in paths]
+    encoder = resolved[0].text_encoder
     options = JobOptions(
-        column=column,
+        column=o.column,
         bos_id=encoder.bos_id,
         eos_id=encoder.eos_id,
-        ctx=ctx,
-        tile=tile,
-        tokenizer_settings=tokenizer_settings,
-        shuffle_seed=shuffle_seed,
+        ctx=o.ctx,
+        tile=o.tile,
+        tokenizer_settings=o.tokenizer_settings,
+        shuffle_seed=o.shuffle_seed,
     )
     shards, duplicates = _unique_shards(s for inp in resolved for s in _input_shards(inp))
     doing(f"checking the column of {len(shards):,} shards")
     for s in {s.files[0]: s for s in shards}.values():
-        check_column(s, column)
-    job, sources = _fingerprint(shards, encoder.sha256, options)
+        check_column(s, o.column)
+    key, sources = _fingerprint(shards, encoder.sha256, options)
     worker = ShardTokenizer(encoder, options)
     extra = {"tokenizer": encoder.summary()}
-    if progress:  # the inputs are checked: said first, before the run spends time tokenizing with it
-        say(extra["tokenizer"])
     if duplicates:
         extra["duplicates"] = (
             f"{len(duplicates)} input file(s) given more than once, read once: "
             + ", ".join(display(f) for f in duplicates[:3])
             + (" ..." if len(duplicates) > 3 else "")
         )
+    return _Job(shards, encoder, options, key, sources, worker, extra)
 
-    if is_token_store(output) and (not overwrite or manifest_reads(output)):
-        m = read_manifest(output)
-        same = m.get("job") == job  # (read_manifest reads only the version this job writes)
-        status = "already complete"
-        damage = store_damage(output) if same else None  # what verify checks: every byte read back
-        if damage and damage.index_only:  # every chunk as recorded: the index rewritten from them, no token
-            add_shard_index(output)
-            extra["repaired"] = (
-                f"{display(output)}: damaged ({damage}); repaired: {INDEX_KEY} rewritten from the chunks "
-                f"(no token rewritten)"
-            )
-            status = "repaired"
-            damage = store_damage(output)
-        if damage:  # the same job's store, damaged: rebuilt below (the same job writes the same bytes)
-            extra["repaired"] = f"{display(output)}: damaged ({damage}); repaired: rebuilt by this run"
-        elif same:  # a kill after the rename / the manifest, or a store whose index was rewritten above
-            if lacks_shard_index(m):  # written before shard_index.bin: added with --overwrite (tokens kept)
-                if overwrite:
-                    add_shard_index(output)
-                    extra["indexed"] = f"{display(output)}: {INDEX_KEY} added (every shard's index in one object)"
-                else:
-                    extra["indexed"] = (
-                        f"{display(output)}: written before {INDEX_KEY}; run again with --overwrite to add it "
-                        f"(reads every chunk once, rewrites no token; a reader in a bucket needs it to skip a "
-                        f"request per shard)"
-                    )
-            stage.clean(extra)
-            return JobResult(
-                display(output),
-                m["num_documents"],
-                m["num_tokens"],
-                len(shards),
-                len(shards),
-                time.perf_counter() - t0,
-                status,
-                extra,
-            )
-        if not overwrite and not damage:  # (a store of an older datatools: refused by read_manifest, naming this job)
-            raise ValueError(f"{display(output)}: already exists (a different job); pass --overwrite to replace it")
 
-    stage.prepare(job, len(shards), extra)
-    present, pieces = stage.present()
-    todo = [k for k in range(len(shards)) if k not in present]
-    resumed = len(shards) - len(todo)
-    staging = stage.staging
-    docs_resumed = _tokenize_shards(worker, shards, todo, pieces, staging, workers, engine, ray_address, progress)
+def _existing_store(stage: Staging, job: _Job, overwrite: bool, t0: float) -> JobResult | None:
+    """The result when a store of this job is already at the output, whole (its index rewritten in place when
+    only ``shard_index.bin`` was damaged); None when the job is to write it: no store there, this job's damaged
+    (rebuilt: the same job writes the same bytes), or another job's with ``overwrite``. ValueError for another
+    job's without ``overwrite``."""
+    output, extra = stage.output, job.extra
+    if not is_token_store(output) or (overwrite and not manifest_reads(output)):
+        return None
+    m = read_manifest(output)
+    same = m.get("job") == job.key  # (read_manifest reads only the version this job writes)
+    status = "already complete"
+    damage = store_damage(output) if same else None  # what verify checks: every byte read back
+    if damage and damage.index_only:  # every chunk as recorded: the index rewritten from them, no token
+        add_shard_index(output)
+        extra["repaired"] = (
+            f"{display(output)}: damaged ({damage}); repaired: {INDEX_KEY} rewritten from the chunks "
+            f"(no token rewritten)"
+        )
+        status = "repaired"
+        damage = store_damage(output)
+    if damage:  # the same job's store, damaged: rebuilt by the caller (the same job writes the same bytes)
+        extra["repaired"] = f"{display(output)}: damaged ({damage}); repaired: rebuilt by this run"
+    elif same:  # a kill after the rename / the manifest, or a store whose index was rewritten above
+        if lacks_shard_index(m):  # written before shard_index.bin: added with --overwrite (tokens kept)
+            _add_index(output, overwrite, extra)
+        stage.clean(extra)
+        shards = len(job.shards)
+        seconds = time.perf_counter() - t0
+        return JobResult(display(output), m["num_documents"], m["num_tokens"], shards, shards, seconds, status, extra)
+    if not overwrite and not damage:  # (a store of an older datatools: refused by read_manifest, naming this job)
+        raise ValueError(f"{display(output)}: already exists (a different job); pass --overwrite to replace it")
+    return None
 
-    lengths_per_shard = [_read(_shard_path(staging, k), "lengths")[0] for k in range(len(shards))]
-    num_docs = int(sum(x.shape[0] for x in lengths_per_shard))
-    num_tokens = int(sum(int(x.sum()) for x in lengths_per_shard))
-    manifest = {
+
+def _add_index(output: str | Path, overwrite: bool, extra: dict) -> None:
+    """A store of this job written before ``shard_index.bin``: the index added with ``overwrite`` (every chunk read
+    once, no token rewritten), else a line in ``extra`` saying how to add it."""
+    if overwrite:
+        add_shard_index(output)
+        extra["indexed"] = f"{display(output)}: {INDEX_KEY} added (every shard's index in one object)"
+    else:
+        extra["indexed"] = (
+            f"{display(output)}: written before {INDEX_KEY}; run again with --overwrite to add it "
+            f"(reads every chunk once, rewrites no token; a reader in a bucket needs it to skip a "
+            f"request per shard)"
+        )
+
+
+def _manifest(job: _Job) -> dict:
+    """The store's manifest keys this job decides: the tokenizer, the options, the write order, the sources and
+    the job's identity."""
+    encoder = job.encoder
+    return {
         "vocab_size": encoder.vocab_size,
         "tokenizer_sha256": encoder.sha256,
         "tokenizer_file": os.path.basename(encoder.source),
         "tokenizer": encoder.describe(),
-        "options": options.record(),
-        "write_order": write_order_record(shuffle_seed),
-        "sources": [s["path"] for s in sources],
-        "job": job,
-        "shards": len(shards),
+        "options": job.options.record(),
+        "write_order": write_order_record(job.options.shuffle_seed),
+        "sources": [s["path"] for s in job.sources],
+        "job": job.key,
+        "shards": len(job.shards),
     }
 
-    def shards_in_order():
-        for k in range(len(shards)):
-            doing(f"writing the token store: shard {k + 1:,} of {len(shards):,}")
-            yield _read(_shard_path(staging, k), "tokens", "lengths")
-            fault(f"committing-{k}")
 
-    def shuffled(spill: str | Path, seed: int):
-        doing(f"writing the token store in a random order (seed {seed}) of {num_docs:,} documents")
-        return shuffled_shards(
-            lambda k: _read(_shard_path(staging, k), "tokens")[0], lengths_per_shard, seed, spill, worker.dtype
-        )
+def _commit_store(stage: Staging, job: _Job) -> tuple[int, int]:
+    """The staged shards written as the token store and committed in place of the output (in the input's order,
+    or the seed's random order); returns its (documents, tokens)."""
+    staging, dtype, seed = stage.staging, job.worker.dtype, job.options.shuffle_seed
+    lengths_per_shard = [_read(_shard_path(staging, k), "lengths")[0] for k in range(len(job.shards))]
+    num_docs = int(sum(x.shape[0] for x in lengths_per_shard))
+    num_tokens = int(sum(int(x.sum()) for x in lengths_per_shard))
+    manifest = _manifest(job)
 
     def write(where) -> None:
-        if shuffle_seed is None:
-            return _write(where, shards_in_order())
+        def store(blocks) -> None:
+            write_store(where, blocks, num_tokens=num_tokens, num_documents=num_docs, dtype=dtype, manifest=manifest)
+
+        if seed is None:
+            return store(_blocks_in_order(staging, len(job.shards)))
         if isinstance(staging, Path):  # a local job spills beside its shards (removed with the staging directory)
-            return _write(where, shuffled(staging / SPILL_NAME, shuffle_seed))
+            return store(_blocks_shuffled(staging, lengths_per_shard, seed, staging / SPILL_NAME, dtype))
         with tempfile.TemporaryDirectory(prefix="datatools-order-") as tmp:  # staging in a bucket: a local spill
-            return _write(where, shuffled(Path(tmp) / SPILL_NAME, shuffle_seed))
+            return store(_blocks_shuffled(staging, lengths_per_shard, seed, Path(tmp) / SPILL_NAME, dtype))
 
-    def _write(where, blocks) -> None:
-        write_store(
-            where,
-            blocks,
-            num_tokens=num_tokens,
-            num_documents=num_docs,
-            dtype=worker.dtype,
-            manifest=manifest,
-        )
+    stage.commit(job.key, write, job.extra)
+    return num_docs, num_tokens
 
-    stage.commit(job, write, extra)
-    return JobResult(
-        display(output),
-        num_docs,
-        num_tokens,
-        len(shards),
-        resumed,
-        time.perf_counter() - t0,
-        "resumed" if resumed or docs_resumed else "written",
-        extra,
-        docs_resumed,
-    )
+
+def _blocks_in_order(staging: str | Path, count: int) -> Iterator[tuple[np.ndarray, ...]]:
+    """The staged shards' (tokens, lengths), shard after shard: the store in the input's order."""
+    for k in range(count):
+        doing(f"writing the token store: shard {k + 1:,} of {count:,}")
+        yield _read(_shard_path(staging, k), "tokens", "lengths")
+        fault(f"committing-{k}")
+
+
+def _blocks_shuffled(staging: str | Path, lengths_per_shard: list, seed: int, spill: Path, dtype):
+    """The staged shards' documents in ``seed``'s random order (:func:`~datatools.jobs.write_order.shuffled_shards`,
+    spilling to ``spill``)."""
+    num_docs = int(sum(x.shape[0] for x in lengths_per_shard))
+    doing(f"writing the token store in a random order (seed {seed}) of {num_docs:,} documents")
+    return shuffled_shards(lambda k: _read(_shard_path(staging, k), "tokens")[0], lengths_per_shard, seed, spill, dtype)
 
 
 class Damage(str):
@@ -524,12 +601,13 @@ def _unique_shards(shards) -> tuple[list[Shard], list[str]]:
     return out, dups
 
 
-def _tokenize_shards(worker, shards, todo, pieces, staging, workers, engine, ray_address, progress) -> int:
-    """Tokenize the shards ``todo`` (``pieces``: shard -> pieces already committed); returns the documents resumed
-    from pieces."""
+def _tokenize_shards(worker, shards, todo, pieces, staging, o: PretokenizeOptions) -> int:
+    """Tokenize the shards ``todo`` (``pieces``: shard -> pieces already committed) on ``o``'s engine and workers,
+    with its progress bar; returns the documents resumed from pieces."""
+    workers = o.workers
     sizes = {k: shard_bytes(shards[k]) for k in todo}  # known from listings and footers: nothing read
     done = len(shards) - len(todo)
-    with job_progress(len(shards), done=done, enabled=progress, total_bytes=sum(sizes.values())) as bar:
+    with job_progress(len(shards), done=done, enabled=o.progress, total_bytes=sum(sizes.values())) as bar:
         if not todo:
             return 0
         counted = dict.fromkeys(todo, 0)  # bytes counted so far per shard: text characters, capped by its size
@@ -544,8 +622,8 @@ def _tokenize_shards(worker, shards, todo, pieces, staging, workers, engine, ray
             counted[k] = sizes[k]
             fault(f"after-shard-{k}")
 
-        if engine == "ray":
-            return _run_ray(worker, shards, todo, pieces, staging, workers, ray_address, finished)
+        if o.engine == "ray":
+            return _run_ray(worker, shards, todo, pieces, staging, workers, o.ray_address, finished)
         if workers == 1:
             resumed = 0
             for k in todo:

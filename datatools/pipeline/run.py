@@ -79,6 +79,33 @@ class DeviceShares:
         self.tokens.append(busiest_over_mean(np.count_nonzero(seg, axis=1), self.devices))
 
 
+@dataclass
+class _Tally:
+    """What the batches of a run measured: their real tokens and slots (after the first), how many ran, their
+    shapes, each device's share (``shares``), when the first came and when the last step ended."""
+
+    shares: DeviceShares
+    end: float
+    real: int = 0
+    slots: int = 0
+    done: int = 0
+    shapes: set[tuple[int, int]] = field(default_factory=set)
+    first_at: float | None = None
+
+    def add(self, seg: np.ndarray) -> bool:
+        """A batch's segment ids counted; True for the first batch (its time is the startup's: its tokens are
+        kept out of the rates)."""
+        first = self.first_at is None
+        if first:
+            self.first_at = time.perf_counter()
+        else:
+            self.real += int(np.count_nonzero(seg))
+            self.slots += seg.size
+        self.shapes.add((int(seg.shape[0]), int(seg.shape[1])))
+        self.shares.add(seg)
+        return first
+
+
 def run_pipeline(
     cfg: PipelineConfig, steps: int, *, progress=None, documents=None, warn=None, step_s: float = 0.0
 ) -> PipelineRunReport:
@@ -91,43 +118,13 @@ def run_pipeline(
     built = build_canonical(cfg, documents)
     build_s = time.perf_counter() - t0
     it = StallMeter(iter(built.dataset), stats_folder=built.stats_folder, warn=warn)
-    shares = DeviceShares(cfg, built.config.shard)
-    real = slots = done = 0
-    shapes: set[tuple[int, int]] = set()
-    first_at = None
-    end = t0
+    tally = _Tally(DeviceShares(cfg, built.config.shard), end=t0)
     workers = f", {cfg.workers} worker processes starting" if cfg.workers else ""
     doing(f"waiting for the first batch{workers}")
-    with ExitStack() as stack:  # the bar from the first batch on: until then the live line says what is awaited
-        try:
-            advance = None
-            for _ in range(steps):
-                try:
-                    batch = next(it)
-                except StopIteration:
-                    break
-                seg = batch["segment_ids"]
-                if first_at is None:
-                    first_at = time.perf_counter()
-                    advance = stack.enter_context(progress(steps)) if progress else None
-                else:
-                    real += int(np.count_nonzero(seg))
-                    slots += seg.size
-                shapes.add((int(seg.shape[0]), int(seg.shape[1])))
-                shares.add(seg)
-                # the conversion the configured pipeline pays (timed, then dropped)
-                to_format(batch, cfg.format, boundary_targets=cfg.boundary_targets, positions=cfg.positions)
-                done += 1
-                if advance:
-                    advance()
-                if step_s:
-                    time.sleep(step_s)
-                end = time.perf_counter()  # the rates end with the last step (not the report's wait or the close)
-        finally:
-            loader = it.report()
-            it.close()
+    loader = _run_batches(it, cfg, steps, tally, progress, step_s)
     doing(None)
-    span = end - first_at if first_at is not None and done > 1 else float("nan")
+    first_at, done, real, slots = tally.first_at, tally.done, tally.real, tally.slots
+    span = tally.end - first_at if first_at is not None and done > 1 else float("nan")
     return PipelineRunReport(
         config=RunSettings(cfg.source_label, cfg.mode, cfg.workers, cfg.format, cfg.batch_size),
         documents=built.documents,
@@ -139,10 +136,40 @@ def run_pipeline(
         real_tokens_per_s=real / span if done > 1 else 0.0,
         efficiency=real / slots if slots else 0.0,
         plan_efficiency=built.plan_efficiency,
-        shapes=sorted([list(s) for s in shapes]),
+        shapes=sorted([list(s) for s in tally.shapes]),
         format=cfg.format,
         loader=loader,
-        devices=shares.devices,
-        device_tiles=shares.tiles,
-        device_tokens=shares.tokens,
+        devices=tally.shares.devices,
+        device_tiles=tally.shares.tiles,
+        device_tokens=tally.shares.tokens,
     )
+
+
+def _run_batches(
+    it: StallMeter, cfg: PipelineConfig, steps: int, tally: _Tally, progress, step_s: float
+) -> LoaderReport:
+    """Up to ``steps`` batches of ``it``, each counted in ``tally`` and converted to the config's format (the
+    conversion the configured pipeline pays), then ``step_s`` slept; the progress bar from the first batch on (until
+    then the live line says what is awaited). Returns the loader's report; ``it`` is closed."""
+    with ExitStack() as stack:
+        try:
+            advance = None
+            for _ in range(steps):
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    break
+                if tally.add(batch["segment_ids"]):
+                    advance = stack.enter_context(progress(steps)) if progress else None
+                # the conversion the configured pipeline pays (timed, then dropped)
+                to_format(batch, cfg.format, boundary_targets=cfg.boundary_targets, positions=cfg.positions)
+                tally.done += 1
+                if advance:
+                    advance()
+                if step_s:
+                    time.sleep(step_s)
+                tally.end = time.perf_counter()  # the rates end with the last step (not the report's wait or the close)
+        finally:
+            loader = it.report()
+            it.close()
+    return loader

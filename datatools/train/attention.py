@@ -62,15 +62,7 @@ def blocksparse_attention(q, k, v, segment_ids, tiles: dict, block: int, chunk: 
     if t % block:
         raise ValueError(f"blocksparse: attention_block={block} must divide ctx={t}")
     nb = t // block
-    row, bq, bk = (jnp.asarray(tiles[key], jnp.int32).reshape(-1) for key in SPARSE_KEYS[:3])
-    count = jnp.asarray(tiles["tile_count"], jnp.int32).reshape(-1)[0]
-    p_all = row.shape[0]
-    chunk = max(1, min(chunk, -(-p_all // 2)))  # at least two steps: XLA keeps a one-step scan's residuals
-    pad = -p_all % chunk
-    ok = (jnp.arange(p_all + pad) < count).astype(jnp.int32)
-    if pad:
-        row, bq, bk = (jnp.pad(x, (0, pad), mode="edge") for x in (row, bq, bk))
-    steps = (p_all + pad) // chunk
+    entries, chunk = _scan_entries(tiles, chunk)
     qt, kt, vt = (x.reshape(b * nb, block, h, d) for x in (q, k, v))  # one entry per (row, block)
     seg = segment_ids.reshape(b * nb, block)
     offs = jnp.arange(block)
@@ -106,11 +98,26 @@ def blocksparse_attention(q, k, v, segment_ids, tiles: dict, block: int, chunk: 
         jnp.zeros((b * nb, block, h, d), jnp.float32),
         jnp.zeros((), jnp.int32),
     )
-    entries = tuple(x.reshape(steps, chunk) for x in (row, bq, bk, ok))
     (_, l, acc, done), _ = jax.lax.scan(jax.checkpoint(step), init, entries)
     inv = jnp.where(l > 0, 1.0 / jnp.where(l > 0, l, 1.0), 0.0)  # padding queries: no keys, output 0
     out = (acc * jnp.transpose(inv, (0, 2, 1))[..., None]).astype(q.dtype).reshape(b, t, h, d)
     return (out, done) if executed else out
+
+
+def _scan_entries(tiles: dict, chunk: int) -> tuple[tuple[jax.Array, ...], int]:
+    """The tile list as the steps of :func:`blocksparse_attention`'s scan: ``(row, query block, key block, live)``,
+    each (steps, chunk), the entries past ``tile_count`` and the padding to a whole chunk (the last entry repeated)
+    not live; and the chunk used (at most ``chunk``, at least two steps: XLA keeps a one-step scan's residuals)."""
+    row, bq, bk = (jnp.asarray(tiles[key], jnp.int32).reshape(-1) for key in SPARSE_KEYS[:3])
+    count = jnp.asarray(tiles["tile_count"], jnp.int32).reshape(-1)[0]
+    p_all = row.shape[0]
+    chunk = max(1, min(chunk, -(-p_all // 2)))  # at least two steps: XLA keeps a one-step scan's residuals
+    pad = -p_all % chunk
+    ok = (jnp.arange(p_all + pad) < count).astype(jnp.int32)
+    if pad:
+        row, bq, bk = (jnp.pad(x, (0, pad), mode="edge") for x in (row, bq, bk))
+    steps = (p_all + pad) // chunk
+    return tuple(x.reshape(steps, chunk) for x in (row, bq, bk, ok)), chunk
 
 
 def sharded_blocksparse_attention(q, k, v, segment_ids, tiles: dict, block: int, mesh, *, axis: str = "data", **kw):

@@ -21,7 +21,7 @@ from datatools.base.reports import Report
 from datatools.io.formats.yaml_files import load_yaml
 from datatools.kernels.balance import busiest_over_mean, device_loads
 from datatools.pipeline import PipelineConfig, ShardConfig, build_canonical, parse_config
-from datatools.pipeline.build import resolve_shard
+from datatools.pipeline.build import CanonicalPipeline, resolve_shard
 from datatools.pipeline.schema import field, from_dict
 from datatools.pipeline.stalls import LoaderReport, StallMeter
 from datatools.train.model import ModelConfig, attention_keys
@@ -265,6 +265,140 @@ def _listed_tiles(steady: list[StepRecord], devices: int) -> float:
     return float(np.mean([busiest_over_mean(r.device_tiles, devices) for r in steady])) if steady else float("nan")
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What a training run keeps fixed from its start: the config, the trainer, the built loader, the devices'
+    peak FLOP/s (and how it was found) and a curriculum's compile budget (one program per length, else None)."""
+
+    cfg: TrainConfig
+    trainer: Trainer
+    built: CanonicalPipeline
+    peak: float
+    peak_source: str
+    budget: int | None
+
+    @classmethod
+    def start(cls, cfg: TrainConfig, documents=None) -> tuple[_Run, dict]:
+        """The run built (its loader in the ``datatools`` format, listing each batch's tiles for a tiled attention)
+        and the trainer's initial state; ValueError when a curriculum length's rows do not split over the
+        devices."""
+        from datatools.train.mfu import device_peak
+
+        pipe = _host_sharded(cfg.pipeline).replace(format="datatools")
+        if attention_keys(cfg.model.attention):  # the loader lists each batch's tiles
+            pipe = pipe.replace(attention_block=cfg.model.attention_block)
+        trainer = Trainer(cfg.model, cfg.train.optimizer, cfg.train.steps)
+        devices = len(trainer.devices)
+        built = build_canonical(pipe, documents, tile_devices=trainer.tile_devices)  # a tile list per device: sharded
+        state = trainer.init_state(cfg.train.seed)
+        peak, peak_source = device_peak(trainer.devices)
+        budget = len(built.shapes) if pipe.curriculum is not None else None  # one program per length, no more
+        bad = [(r, t) for r, t in built.shapes if r % devices] if budget is not None else []
+        if bad:
+            raise ValueError(
+                f"curriculum: length {bad[0][1]} gives {bad[0][0]} rows per host, which do not split over "
+                f"{devices} devices (raise tokens_per_batch)"
+            )
+        return cls(cfg, trainer, built, peak, peak_source, budget), state
+
+    def step(self, step: int, state: dict, batches: list[dict], it: StallMeter, waited: int) -> tuple[dict, StepRecord]:
+        """One optimizer step on ``batches`` (the micro-batches of step ``step``): the new state and the step's
+        record (``it.waits[waited:]``: what it waited for its batches). TrainingDiverged when the loss is not
+        finite, CompileBudgetExceeded when a curriculum compiled more programs than it has lengths."""
+        trainer = self.trainer
+        c = _StepCounts.of(batches, self.cfg.model, trainer.tile_devices, len(trainer.devices))
+        seg = batches[0]["segment_ids"]
+        t0 = time.perf_counter()
+        if step == 1:
+            doing(f"compiling the step for {seg.shape[0]}x{seg.shape[1]} batches, running it")
+        programs = trainer.compilations()
+        state, metrics = trainer.accumulate_step(state, [trainer.put_batch(b) for b in batches])
+        loss = float(metrics["loss"])  # waits for the step
+        if step == 1:
+            doing(None)  # the steps' own lines and bar from here
+        if not math.isfinite(loss):
+            raise TrainingDiverged(
+                f"step {step}: the loss became {loss}; training stopped (try a lower "
+                f"train.learning_rate or a grad_clip)"
+            )
+        secs = time.perf_counter() - t0
+        if self.budget is not None and trainer.compilations() > self.budget:
+            raise CompileBudgetExceeded(
+                f"step {step}: {trainer.compilations()} step programs compiled for a curriculum of {self.budget} "
+                f"lengths ({', '.join(f'{r}x{t}' for r, t in self.built.shapes)}); batch shape {list(seg.shape)}"
+            )
+        waits = float(sum(it.waits[waited:]))
+        return state, self._record(step, loss, secs, c, list(seg.shape), waits, trainer.compilations() > programs)
+
+    def _record(
+        self, step: int, loss: float, secs: float, c: _StepCounts, shape: list, waits: float, compiled: bool
+    ) -> StepRecord:
+        """A step's record: its loss and time, its tokens and their rates, its FLOPs (model, as executed, the
+        attention term) and MFU / HFU against the peak, how the devices shared it."""
+        from datatools.train.mfu import hardware_flops, step_flops
+
+        model, peak, devices = self.cfg.model, self.peak, len(self.trainer.devices)
+        flops, hw_flops = step_flops(model, c.useful, c.pair_sum), hardware_flops(model, c.slots, c.computed)
+        attn = step_flops(model, 0, c.pair_sum)  # the attention term alone: in-document pairs
+        return StepRecord(
+            step,
+            loss,
+            secs,
+            c.rows,
+            c.slots,
+            c.useful,
+            c.useful / c.slots,
+            c.slots / secs,
+            c.useful / secs,
+            flops,
+            flops / secs / peak,
+            hw_flops,
+            hw_flops / secs / peak,
+            c.computed,
+            attn,
+            hardware_flops(model, 0, c.computed),
+            shape,
+            waits,
+            busiest_over_mean(c.dev_pairs, devices),
+            busiest_over_mean(c.dev_tokens, devices),
+            c.dev_tiles.tolist() if self.trainer.tile_devices > 1 else [],
+            compiled,
+        )
+
+    def summary(self, records: list[StepRecord], seen_useful: int, loader: LoaderReport) -> TrainSummary:
+        """The run's summary: rates, efficiency and MFU / HFU over the steps after the first (which compiles), the
+        whole run's steps, wall time, loss, compilations and shapes."""
+        cfg, trainer, peak = self.cfg, self.trainer, self.peak
+        steady = records[1:] or records
+        secs = sum(r.seconds for r in steady)
+        return TrainSummary(
+            steps=len(records),
+            first_step_s=records[0].seconds if records else float("nan"),
+            wall_s=sum(r.seconds for r in records),
+            total_useful_tokens=seen_useful,
+            seconds=secs,
+            useful_tokens=sum(r.useful_tokens for r in steady),
+            tokens_per_s=sum(r.tokens for r in steady) / secs if secs else 0.0,
+            useful_tokens_per_s=sum(r.useful_tokens for r in steady) / secs if secs else 0.0,
+            efficiency=sum(r.useful_tokens for r in steady) / max(sum(r.tokens for r in steady), 1),
+            mfu=sum(r.flops for r in steady) / secs / peak if secs else 0.0,
+            hfu=sum(r.hardware_flops for r in steady) / secs / peak if secs else 0.0,
+            attention=cfg.model.attention,
+            final_loss=records[-1].loss if records else float("nan"),
+            compilations=trainer.compilations(),
+            shapes=sorted({tuple(r.shape) for r in records}),
+            peak_flops=peak,
+            peak_source=self.peak_source,
+            devices=[str(d) for d in trainer.devices],
+            device_attention=float(np.mean([r.device_attention for r in steady])) if steady else 1.0,
+            device_tiles=_listed_tiles(steady, len(trainer.devices)) if trainer.tile_devices > 1 else float("nan"),
+            params=cfg.model.num_params(),
+            loader=loader,
+            compile_budget=self.budget,
+            per_length=per_length(records, peak),
+        )
+
+
 def train(
     cfg: TrainConfig,
     *,
@@ -278,26 +412,10 @@ def train(
     have been trained on), calling ``on_step(record)`` after each and ``on_loader_stall(line)`` when a step waited
     for the loader (at most every few seconds). ``evaluation``: named sets of held-out canonical batches; the
     report's ``evaluation`` holds the trained model's mean loss on each (nats per target token)."""
-    from datatools.train.mfu import device_peak, hardware_flops, step_flops
-
-    pipe = _host_sharded(cfg.pipeline).replace(format="datatools")
-    if attention_keys(cfg.model.attention):  # the loader lists each batch's tiles
-        pipe = pipe.replace(attention_block=cfg.model.attention_block)
-    trainer = Trainer(cfg.model, cfg.train.optimizer, cfg.train.steps)
-    devices = len(trainer.devices)
-    built = build_canonical(pipe, documents, tile_devices=trainer.tile_devices)  # a tile list per device: sharded
-    state = trainer.init_state(cfg.train.seed)
-    peak, peak_source = device_peak(trainer.devices)
+    run, state = _Run.start(cfg, documents)
     records: list[StepRecord] = []
     seen_useful = 0
-    budget = len(built.shapes) if pipe.curriculum is not None else None  # one program per length, no more
-    bad = [(r, t) for r, t in built.shapes if r % devices] if budget is not None else []
-    if bad:
-        raise ValueError(
-            f"curriculum: length {bad[0][1]} gives {bad[0][0]} rows per host, which do not split over "
-            f"{devices} devices (raise tokens_per_batch)"
-        )
-    it = StallMeter(iter(built.dataset), stats_folder=built.stats_folder, warn=on_loader_stall)
+    it = StallMeter(iter(run.built.dataset), stats_folder=run.built.stats_folder, warn=on_loader_stall)
     try:
         for step in range(1, cfg.train.steps + 1):
             waited = len(it.waits)
@@ -306,93 +424,19 @@ def train(
             batches = list(itertools.islice(it, cfg.train.grad_accum_steps))  # one optimizer step
             if len(batches) < cfg.train.grad_accum_steps:  # the data ended: a short step would weigh differently
                 break
-            c = _StepCounts.of(batches, cfg.model, trainer.tile_devices, devices)
-            useful, slots, rows, pair_sum, computed = c.useful, c.slots, c.rows, c.pair_sum, c.computed
-            flops, hw_flops = step_flops(cfg.model, useful, pair_sum), hardware_flops(cfg.model, slots, computed)
-            attn = step_flops(cfg.model, 0, pair_sum)  # the attention term alone: in-document pairs
-            seg = batches[0]["segment_ids"]
-            t0 = time.perf_counter()
-            if step == 1:
-                doing(f"compiling the step for {seg.shape[0]}x{seg.shape[1]} batches, running it")
-            programs = trainer.compilations()
-            state, metrics = trainer.accumulate_step(state, [trainer.put_batch(b) for b in batches])
-            loss = float(metrics["loss"])  # waits for the step
-            if step == 1:
-                doing(None)  # the steps' own lines and bar from here
-            if not math.isfinite(loss):
-                raise TrainingDiverged(
-                    f"step {step}: the loss became {loss}; training stopped (try a lower "
-                    f"train.learning_rate or a grad_clip)"
-                )
-            secs = time.perf_counter() - t0
-            if budget is not None and trainer.compilations() > budget:
-                raise CompileBudgetExceeded(
-                    f"step {step}: {trainer.compilations()} step programs compiled for a curriculum of {budget} "
-                    f"lengths ({', '.join(f'{r}x{t}' for r, t in built.shapes)}); batch shape {list(seg.shape)}"
-                )
-            rec = StepRecord(
-                step,
-                loss,
-                secs,
-                rows,
-                slots,
-                useful,
-                useful / slots,
-                slots / secs,
-                useful / secs,
-                flops,
-                flops / secs / peak,
-                hw_flops,
-                hw_flops / secs / peak,
-                computed,
-                attn,
-                hardware_flops(cfg.model, 0, computed),
-                list(seg.shape),
-                float(sum(it.waits[waited:])),
-                busiest_over_mean(c.dev_pairs, devices),
-                busiest_over_mean(c.dev_tokens, devices),
-                c.dev_tiles.tolist() if trainer.tile_devices > 1 else [],
-                trainer.compilations() > programs,
-            )
+            state, rec = run.step(step, state, batches, it, waited)
             records.append(rec)
             if on_step:
                 on_step(rec)
-            seen_useful += useful
+            seen_useful += rec.useful_tokens
             if stop_after_useful_tokens and seen_useful >= stop_after_useful_tokens:
                 break
     finally:
         loader = it.report()
         it.close()
-    steady = records[1:] or records
-    secs = sum(r.seconds for r in steady)
-    summary = TrainSummary(
-        steps=len(records),
-        first_step_s=records[0].seconds if records else float("nan"),
-        wall_s=sum(r.seconds for r in records),
-        total_useful_tokens=seen_useful,
-        seconds=secs,
-        useful_tokens=sum(r.useful_tokens for r in steady),
-        tokens_per_s=sum(r.tokens for r in steady) / secs if secs else 0.0,
-        useful_tokens_per_s=sum(r.useful_tokens for r in steady) / secs if secs else 0.0,
-        efficiency=sum(r.useful_tokens for r in steady) / max(sum(r.tokens for r in steady), 1),
-        mfu=sum(r.flops for r in steady) / secs / peak if secs else 0.0,
-        hfu=sum(r.hardware_flops for r in steady) / secs / peak if secs else 0.0,
-        attention=cfg.model.attention,
-        final_loss=records[-1].loss if records else float("nan"),
-        compilations=trainer.compilations(),
-        shapes=sorted({tuple(r.shape) for r in records}),
-        peak_flops=peak,
-        peak_source=peak_source,
-        devices=[str(d) for d in trainer.devices],
-        device_attention=float(np.mean([r.device_attention for r in steady])) if steady else 1.0,
-        device_tiles=_listed_tiles(steady, devices) if trainer.tile_devices > 1 else float("nan"),
-        params=cfg.model.num_params(),
-        loader=loader,
-        compile_budget=budget,
-        per_length=per_length(records, peak),
-    )
+    summary = run.summary(records, seen_useful, loader)
     held_out = {
-        name: trainer.evaluate(state["params"], [trainer.put_batch(b) for b in batches])
+        name: run.trainer.evaluate(state["params"], [run.trainer.put_batch(b) for b in batches])
         for name, batches in (evaluation or {}).items()
     }
     return TrainReport(summary, records, held_out)
