@@ -75,7 +75,7 @@ def _packing(store: str) -> None:
     lengths = _lengths()
     for algorithm in ALGORITHMS:
         for options in ({}, {"max_segments": 4}, {"align": 8}, {"overflow": "truncate"}):
-            pack_lengths(lengths, 256, algorithm=algorithm, **options)  # type: ignore[arg-type]
+            pack_lengths(lengths, 256, algorithm=algorithm, **options)
     plan = pack_lengths(lengths, 256)
     offsets = np.concatenate(([0], np.cumsum(lengths)))
     for dtype in (np.int32, np.uint16, np.uint32):

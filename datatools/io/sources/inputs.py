@@ -10,11 +10,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from datatools.base.checks import short_repr
+from datatools.base.checks import BIN_DTYPES, short_repr
 from datatools.base.progress import doing
 from datatools.io import storage
 from datatools.io.formats import array_record_files
-from datatools.io.formats.numpy_files import BIN_DTYPES
 from datatools.io.formats.token_input import InputOptions, TokenInput, lengths_by_shard
 from datatools.io.sources.documents import DocumentSource
 from datatools.io.sources.format_table import FORMAT, FORMATS, array_record_input, local_pattern
