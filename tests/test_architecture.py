@@ -745,3 +745,40 @@ def test_mypy_is_strict_but_for_the_kernels_and_a_shrinking_list():
     assert left == [], "strict now: take them off NOT_YET_STRICT"
     names = {name for name, _ in modules()}
     assert sorted(set(listed) - names) == [], "listed modules that are gone"
+
+
+def test_no_any_at_a_protocol_seam():
+    """Every ``Protocol`` class of ``datatools/`` and ``DocumentSource`` (what the layers above read documents
+    through) type their methods whole, and no attribute or method of theirs is typed ``Any`` (rule 8)."""
+    found = []
+    for name, tree in modules():
+        for cls in ast.walk(tree):
+            if not isinstance(cls, ast.ClassDef):
+                continue
+            bases = {ast.unparse(b) for b in cls.bases}
+            if not ({"Protocol", "typing.Protocol"} & bases or cls.name == "DocumentSource"):
+                continue
+            for node in cls.body:
+                where = f"{name}.{cls.name}"
+                if isinstance(node, ast.AnnAssign) and "Any" in _names(node.annotation):
+                    found.append(f"{where}.{ast.unparse(node.target)}: Any")
+                if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                a = node.args
+                args = [*a.posonlyargs, *a.args, *a.kwonlyargs, *filter(None, [a.vararg, a.kwarg])]
+                args = args[1:] if args and args[0].arg in ("self", "cls") else args
+                untyped = [x.arg for x in args if x.annotation is None] + (["return"] if node.returns is None else [])
+                typed_any = [x.arg for x in args if x.annotation is not None and "Any" in _names(x.annotation)]
+                typed_any += ["return"] if node.returns is not None and "Any" in _names(node.returns) else []
+                found += [f"{where}.{node.name}: {x} not typed" for x in untyped]
+                found += [f"{where}.{node.name}: {x} typed Any" for x in typed_any]
+    assert found == []
+
+
+def _names(annotation: ast.expr) -> set[str]:
+    """The names an annotation mentions (``typing.Any`` as ``Any``; a string annotation parsed)."""
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        annotation = ast.parse(annotation.value, mode="eval").body
+    return {n.id for n in ast.walk(annotation) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(annotation) if isinstance(n, ast.Attribute)
+    }

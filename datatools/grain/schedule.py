@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
+import numpy.typing as npt
 
+from datatools.io.formats.plan_file import PlanFile
 from datatools.io.sources.documents import DocumentSource
 from datatools.kernels.packing import PackPlan
 
@@ -78,7 +80,7 @@ class DocumentOrderLike(Protocol):
     n: int  # documents read per epoch
     same_documents_every_epoch: bool  # every epoch reads the same documents (reordered): their lengths too
 
-    def __call__(self, positions: Any, epoch: int) -> np.ndarray: ...
+    def __call__(self, positions: npt.ArrayLike, epoch: int) -> np.ndarray: ...
 
 
 @runtime_checkable
@@ -123,7 +125,7 @@ class Delivered:
     plan less its rows not delivered); or, with no ``plan``, every token of each of ``documents`` (global ids, int64)
     once: documents a packer cut whole into pieces (overflow ``split``, align 1), no plan needed."""
 
-    plan: Any = None
+    plan: PackPlan | PlanFile | None = None
     rows: np.ndarray | None = None
     documents: np.ndarray | None = None
     sign: int = 1
@@ -158,7 +160,7 @@ class PlannedEpochSchedule(Schedule, Protocol):
     """A schedule whose epoch is one plan's rows in an order (planned packing): ``datatools explain`` counts the
     plan's pieces in place."""
 
-    def plan_rows(self, epoch: int) -> tuple[Any, np.ndarray]:
+    def plan_rows(self, epoch: int) -> tuple[PackPlan | PlanFile, np.ndarray]:
         """``(plan, rows)``: the plan of the rows and every row id of it in ``epoch``'s order."""
         ...
 

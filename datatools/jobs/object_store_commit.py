@@ -116,10 +116,10 @@ class ObjectStoreStaging:
                 f"store's own objects, so nothing was touched: move them or choose another OUTPUT"
             )
 
-    def clean(self, extra: dict) -> None:
+    def clean(self, extra: dict[str, str]) -> None:
         _remove_own(self.staging, STAGING_FILE)
 
-    def prepare(self, job: str, shards: int, extra: dict) -> None:
+    def prepare(self, job: str, shards: int, extra: dict[str, str]) -> None:
         job_file = storage.location(self.staging).join("job.json")
         if _names(self.staging) and _read_json(job_file).get("job") != job:
             _remove_own(self.staging, STAGING_FILE)
@@ -132,7 +132,7 @@ class ObjectStoreStaging:
     def present(self) -> tuple[set[int], dict[int, int]]:
         return written(_names(self.staging))
 
-    def commit(self, job: str, write: Callable[[str], None], extra: dict) -> None:
+    def commit(self, job: str, write: Callable[[str], None], extra: dict[str, str]) -> None:
         output, staging = self.output, self.staging
         storage.location(staging).join("commit.json").write_text(
             json.dumps({"job": job, "output": storage.location(output).text}) + "\n"
