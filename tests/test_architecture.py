@@ -615,7 +615,6 @@ RELAXED = {
     "warn_return_any",
 }
 NOT_YET_STRICT = {  # module  # strict errors when listed
-    "datatools",  # 1
     "datatools.analysis.attention_tiles",  # 2
     "datatools.analysis.curriculum",  # 1
     "datatools.analysis.device_balance",  # 1
@@ -627,13 +626,6 @@ NOT_YET_STRICT = {  # module  # strict errors when listed
     "datatools.analysis.padding_report",  # 2
     "datatools.analysis.shuffle_quality",  # 2
     "datatools.analysis.write_config",  # 3
-    "datatools.base.array_pool",  # 2
-    "datatools.base.checks",  # 7
-    "datatools.base.interrupts",  # 1
-    "datatools.base.numba_cache",  # 2
-    "datatools.base.progress",  # 12
-    "datatools.base.reports",  # 1
-    "datatools.base.tables",  # 1
     "datatools.cli",  # 6
     "datatools.cli.analyze_padding",  # 3
     "datatools.cli.common",  # 10
@@ -716,7 +708,6 @@ NOT_YET_STRICT = {  # module  # strict errors when listed
     "datatools.pipeline.schema",  # 14
     "datatools.pipeline.sources",  # 7
     "datatools.pipeline.stalls",  # 2
-    "datatools.testing.slow_proxy",  # 5
     "datatools.train.attention",  # 17
     "datatools.train.attention_gpu",  # 7
     "datatools.train.attention_splash",  # 16

@@ -200,9 +200,13 @@ _COLD = " (numba compiles its kernels on this first run, once: `datatools warm` 
 
 def _kernels_cold() -> bool:
     """Whether numba's cache holds none of the packing and shuffle kernels a pipeline's first batches run."""
-    from datatools.kernels import shuffle
-    from datatools.kernels.packing import counting, materialize, pieces
+    import importlib
 
+    from datatools.kernels import shuffle
+    from datatools.kernels.packing import counting, pieces
+
+    # the module: `from datatools.kernels.packing import materialize` is the function of that name (found by mypy)
+    materialize = importlib.import_module("datatools.kernels.packing.materialize")
     return kernels_cold([counting, pieces, materialize, shuffle])
 
 
