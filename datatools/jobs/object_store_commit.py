@@ -57,7 +57,7 @@ def _names(prefix: str) -> list[str]:
     return [f[len(base) :] for f in storage.location(prefix).list()]
 
 
-def _read_json(url: str | os.PathLike) -> dict:
+def _read_json(url: str | os.PathLike[str]) -> dict:
     try:
         value = json.loads(storage.location(url).read_bytes())
     except (FileNotFoundError, ValueError):

@@ -54,7 +54,7 @@ class PackReport(Report):
         return self.num_rows / self.lower_bound_rows - 1 if self.lower_bound_rows else 0.0
 
 
-def plan_lengths(data: str | os.PathLike, console=None, **input_options) -> tuple[np.ndarray, str]:
+def plan_lengths(data: str | os.PathLike[str], console=None, **input_options) -> tuple[np.ndarray, str]:
     """(tokens per document, what they are): memory-mapped from a plan or a lengths-only directory, else read
     from the input (``input_options`` as :func:`~datatools.io.sources.inputs.open_input`; progress on ``console``)."""
     from datatools.io.formats.numpy_files import lengths_only, lengths_only_file
@@ -72,8 +72,8 @@ def plan_lengths(data: str | os.PathLike, console=None, **input_options) -> tupl
 
 
 def pack_plan(
-    data: str | os.PathLike,
-    out: str | os.PathLike,
+    data: str | os.PathLike[str],
+    out: str | os.PathLike[str],
     options: PackOptions,
     *,
     group_docs: int | None = None,

@@ -228,7 +228,7 @@ def _fingerprint(shards: list[Shard], tokenizer_sha: str, options: JobOptions) -
 def pretokenize(
     inputs,
     output,
-    tokenizer: str | os.PathLike,
+    tokenizer: str | os.PathLike[str],
     *,
     column: str = "text",
     bos: bool | str | int | None = None,

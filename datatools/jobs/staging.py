@@ -42,7 +42,7 @@ class Staging(Protocol):
     def commit(self, job: str, write: Callable[[str | Path], None], extra: dict[str, str]) -> None: ...
 
 
-def open_staging(output: str | os.PathLike) -> Staging:
+def open_staging(output: str | os.PathLike[str]) -> Staging:
     """The staging of a store at ``output``: in object storage for a URL, else beside the resolved path."""
     loc = storage.location(output)
     if loc.renames_atomically:

@@ -40,7 +40,7 @@ def shuffled_shards(
     shard_tokens: Callable[[int], np.ndarray],
     lengths_per_shard: list[np.ndarray],
     seed: int,
-    spill: str | os.PathLike,
+    spill: str | os.PathLike[str],
     dtype: np.dtype,
     block_tokens: int = BLOCK_TOKENS,
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:

@@ -469,7 +469,7 @@ class PipelineConfig:
         return dataclasses.replace(self, **changes)
 
 
-def with_source(data: dict, source: str | os.PathLike) -> dict:
+def with_source(data: dict, source: str | os.PathLike[str]) -> dict:
     """``data`` with its ``source`` section replaced by ``{path: source}`` (the old source's column and tokenizer
     dropped)."""
     if data.get("sources") is not None:
@@ -486,7 +486,9 @@ def parse_config(data: dict, *, source: str | None = None) -> PipelineConfig:
     return from_dict(PipelineConfig, data)
 
 
-def load_config(path: str | os.PathLike, *, source: str | None = None, overrides: Sequence[str] = ()) -> PipelineConfig:
+def load_config(
+    path: str | os.PathLike[str], *, source: str | None = None, overrides: Sequence[str] = ()
+) -> PipelineConfig:
     """Read and validate a YAML pipeline config (extra top-level sections of a training config are ignored).
 
     Args:
@@ -513,7 +515,7 @@ def load_config(path: str | os.PathLike, *, source: str | None = None, overrides
         raise in_file(path, exc) from None
 
 
-def in_file(path: str | os.PathLike, exc: ValueError) -> ValueError:
+def in_file(path: str | os.PathLike[str], exc: ValueError) -> ValueError:
     """``exc`` (a config error, ``config: ...``) as the error of the config file at ``path``: its name in place of
     ``config``."""
     return ValueError(f"{display(path)}: {str(exc).removeprefix('config: ')}")

@@ -32,7 +32,7 @@ def packaged_configs() -> list[str]:
     return sorted(p.name.removesuffix(".yaml") for p in _configs_dir().iterdir() if p.name.endswith(".yaml"))
 
 
-def resolve_config(config: str | os.PathLike) -> str | os.PathLike:
+def resolve_config(config: str | os.PathLike[str]) -> str | os.PathLike[str]:
     """``config`` itself when it is a file (or a URL), else the packaged config it names.
 
     Raises:
@@ -55,7 +55,7 @@ def resolve_config(config: str | os.PathLike) -> str | os.PathLike:
 DEMO_DATA = "demo_data/"  # where the packaged configs read (what `make demo` builds in a checkout)
 
 
-def check_demo_data(config: str | os.PathLike, sources: Sequence[str]) -> None:
+def check_demo_data(config: str | os.PathLike[str], sources: Sequence[str]) -> None:
     """When ``config`` names a packaged config (no such file here) and one of its ``sources`` (paths) under
     :data:`DEMO_DATA`, relative to the working directory, is missing (after ``pip install`` it is):
     FileNotFoundError naming it, with the hint to name the data with ``--source``."""

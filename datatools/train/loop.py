@@ -69,7 +69,7 @@ class TrainConfig:
 
 
 def load_train_config(
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     *,
     steps: int | None = None,
     source: str | None = None,

@@ -46,7 +46,7 @@ from datatools.io.sources.documents import (
 from datatools.io.storage.paths import display
 
 
-def local_pattern(path: str | os.PathLike) -> list[Path]:
+def local_pattern(path: str | os.PathLike[str]) -> list[Path]:
     """The files of a local glob or comma list (as MaxText writes ``grain_train_files``), in order; [] for a
     path that exists as written or is a URL. A pattern that matches nothing is a ValueError naming it."""
     text = os.fspath(path)
@@ -74,7 +74,7 @@ def _tokenized(inp: TokenInput, opts: InputOptions, where: str, what: str) -> To
     return inp
 
 
-def array_record_input(path: str | os.PathLike, opts: InputOptions) -> TokenInput:
+def array_record_input(path: str | os.PathLike[str], opts: InputOptions) -> TokenInput:
     """ArrayRecord files (a file, a glob, a comma list): the feature and the tokenizer checked on the first file."""
     files = array_record_files.expand(path)
     col, is_text = array_record_files.detect_feature(files[0], opts.column)

@@ -23,10 +23,10 @@ __all__ = ["FORMAT", "FORMATS", "TokenInput", "open_documents", "open_input", "r
 
 
 def open_input(
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     *,
     column: str | None = None,
-    tokenizer: str | os.PathLike | None = None,
+    tokenizer: str | os.PathLike[str] | None = None,
     tokenizer_settings: str = "off",
     bos: str | int | None = None,
     eos: str | int | None = None,
