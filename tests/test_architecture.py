@@ -640,9 +640,7 @@ NOT_YET_STRICT = {  # module  # strict errors when listed
     "datatools.grain.streaming_schedule",  # 7
     "datatools.grain.worker_processes",  # 36
     "datatools.integrations.levanter",  # 7
-    "datatools.integrations.levanter_rows",  # 6
     "datatools.integrations.maxtext",  # 26
-    "datatools.integrations.maxtext_shim",  # 4
     "datatools.io.formats.array_record_files",  # 16
     "datatools.io.formats.discover",  # 9
     "datatools.io.formats.jsonl",  # 4
@@ -669,11 +667,7 @@ NOT_YET_STRICT = {  # module  # strict errors when listed
     "datatools.io.storage.io_errors",  # 3
     "datatools.io.storage.paths",  # 3
     "datatools.io.storage.read_stats",  # 5
-    "datatools.jobs.object_store_commit",  # 9
-    "datatools.jobs.pack_plan",  # 5
     "datatools.jobs.pretokenize",  # 22
-    "datatools.jobs.staging",  # 9
-    "datatools.jobs.write_order",  # 2
     "datatools.pipeline.build",  # 12
     "datatools.pipeline.compile_ahead",  # 3
     "datatools.pipeline.config",  # 9

@@ -56,7 +56,7 @@ def fault(point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def manifest_reads(path) -> bool:
+def manifest_reads(path: str | os.PathLike[str]) -> bool:
     """Whether the manifest at ``path`` (a directory or a URL) reads (else ``--overwrite`` replaces the store)."""
     try:
         read_manifest(path)

@@ -33,7 +33,8 @@ def written_order(num_documents: int, seed: int) -> np.ndarray:
     """int64 input index of the document at each store position of a store written with ``seed``."""
     if num_documents == 0:
         return np.zeros(0, np.int64)
-    return FeistelPermutation(num_documents, seed)(np.arange(num_documents, dtype=np.int64))
+    order: np.ndarray = FeistelPermutation(num_documents, seed)(np.arange(num_documents, dtype=np.int64))
+    return order
 
 
 def shuffled_shards(

@@ -9,7 +9,7 @@ import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeAlias
 
 from datatools.base.checks import (
     DEFAULT_ALGORITHM,
@@ -524,7 +524,10 @@ def in_file(path: str | os.PathLike[str], exc: ValueError) -> ValueError:
 _TRAINING_SECTIONS = ("model", "train")
 
 
-def as_config(config, *, source: str | None = None) -> PipelineConfig:
+ConfigLike: TypeAlias = "PipelineConfig | dict[str, Any] | str | os.PathLike[str]"  # what as_config takes
+
+
+def as_config(config: ConfigLike, *, source: str | None = None) -> PipelineConfig:
     """``config`` as a validated :class:`PipelineConfig`: one already, a mapping (validated here) or a YAML path;
     ``source`` replaces ``source.path``."""
     if isinstance(config, (str, os.PathLike)):
