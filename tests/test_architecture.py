@@ -618,26 +618,21 @@ NOT_YET_STRICT = {  # module  # strict errors when listed
     "datatools.cli.explain",  # 3
     "datatools.cli.pipeline",  # 2
     "datatools.grain.attention_blocks",  # 2
-    "datatools.grain.balanced_schedule",  # 2
     "datatools.grain.batch",  # 10
     "datatools.grain.bucket_schedule",  # 2
     "datatools.grain.bucketing",  # 8
     "datatools.grain.chunking",  # 3
     "datatools.grain.curriculum_schedule",  # 3
-    "datatools.grain.document_blocks",  # 2
     "datatools.grain.document_dataset",  # 3
     "datatools.grain.grain_state_shim",  # 7
     "datatools.grain.host_batches",  # 9
     "datatools.grain.host_reader",  # 10
     "datatools.grain.lane_schedule",  # 4
     "datatools.grain.loss_weights",  # 2
-    "datatools.grain.mixture_order",  # 3
     "datatools.grain.packed_rows",  # 5
     "datatools.grain.portable_state",  # 25
-    "datatools.grain.schedule",  # 6
     "datatools.grain.shuffle",  # 11
     "datatools.grain.streaming_pack",  # 8
-    "datatools.grain.streaming_schedule",  # 7
     "datatools.grain.worker_processes",  # 36
     "datatools.integrations.levanter",  # 7
     "datatools.integrations.maxtext",  # 26
@@ -669,18 +664,10 @@ NOT_YET_STRICT = {  # module  # strict errors when listed
     "datatools.io.storage.read_stats",  # 5
     "datatools.jobs.pretokenize",  # 22
     "datatools.pipeline.build",  # 12
-    "datatools.pipeline.compile_ahead",  # 3
-    "datatools.pipeline.config",  # 9
-    "datatools.pipeline.explain",  # 6
-    "datatools.pipeline.mix_report",  # 6
     "datatools.pipeline.mixture",  # 10
-    "datatools.pipeline.named_configs",  # 7
-    "datatools.pipeline.packed_mix",  # 1
     "datatools.pipeline.run",  # 2
     "datatools.pipeline.schedules",  # 16
     "datatools.pipeline.schema",  # 14
-    "datatools.pipeline.sources",  # 7
-    "datatools.pipeline.stalls",  # 2
     "datatools.train.attention",  # 17
     "datatools.train.attention_gpu",  # 7
     "datatools.train.attention_splash",  # 16

@@ -23,6 +23,9 @@ from datatools.base import interrupts
 if TYPE_CHECKING:
     from rich.spinner import Spinner
 
+# what a function with a progress bar takes: ``progress(total)`` gives a context manager of ``advance()``
+StepsProgress = Callable[[int], AbstractContextManager[Callable[..., object]]]
+
 PLAIN_INTERVAL_S = 5.0  # seconds between plain lines when stderr is not a terminal
 FIRST_LINE_S = 0.25  # seconds a step or a bar runs before its first line (terminal or not): quick work prints nothing
 PLAIN_LINE = re.compile(r"(?!datatools: ).*\belapsed \d+:\d\d:\d\d\)?")  # this module's plain lines (for callers'

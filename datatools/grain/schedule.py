@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -181,7 +181,7 @@ class EpochCache:
         with self._lock:
             hit = self._hits.get(epoch)
         if hit is not None:
-            return hit
+            return cast(T, hit)  # what compute gave for this key
         hit = compute(epoch)
         with self._lock:
             if len(self._hits) >= self.keep:
@@ -189,16 +189,16 @@ class EpochCache:
             self._hits[epoch] = hit
         return hit
 
-    def held(self) -> list:
+    def held(self) -> list[Any]:
         """The epochs held now."""
         with self._lock:
             return sorted(self._hits)
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         with self._lock:
             return {"keep": self.keep, "carried": self.carried, "hits": dict(self._hits) if self.carried else {}}
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: dict[str, Any]) -> None:
         EpochCache.__init__(self, state["keep"], carried=state.get("carried", False))
         self._hits.update(state.get("hits", {}))
 
@@ -208,10 +208,10 @@ class ProcessCaches:
 
     _CACHES: tuple[str, ...] = ()
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         state = {k: v for k, v in self.__dict__.items() if k != "_lock"}
         return state | {k: type(state[k])() for k in self._CACHES}
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()

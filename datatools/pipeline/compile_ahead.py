@@ -25,6 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -32,12 +33,12 @@ SHUFFLES = ({"kind": "none"}, {"kind": "full"}, {"kind": "block", "io_block_size
 FORMATS = ("datatools", "maxtext", "levanter", "hf")
 
 
-def _base(store: str) -> dict:
+def _base(store: str) -> dict[str, Any]:
     """The keys every warm-up pipeline shares: ``store``, 4 rows a batch, one epoch, no workers."""
     return {"source": {"path": store}, "batch_size": 4, "num_epochs": 1, "workers": 0, "seed": 0}
 
 
-def _pipelines(store: str, packing: dict) -> None:
+def _pipelines(store: str, packing: dict[str, Any]) -> None:
     """The first batches of ``packing`` under every shuffle and output format."""
     from datatools.pipeline import build
 

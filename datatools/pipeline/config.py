@@ -460,16 +460,16 @@ class PipelineConfig:
         return self.sources
 
     @property
-    def batch_options(self) -> dict:
+    def batch_options(self) -> dict[str, Any]:
         """``boundary_targets``, ``positions`` and ``loss_weighting``: the keywords of
         :func:`~datatools.kernels.batch_layouts.to_format` (and :class:`~datatools.grain.batch.FormatBatch`)."""
         return {name: getattr(self, name) for name in ("boundary_targets", "positions", "loss_weighting")}
 
-    def replace(self, **changes) -> PipelineConfig:
+    def replace(self, **changes: Any) -> PipelineConfig:
         return dataclasses.replace(self, **changes)
 
 
-def with_source(data: dict, source: str | os.PathLike[str]) -> dict:
+def with_source(data: dict[str, Any], source: str | os.PathLike[str]) -> dict[str, Any]:
     """``data`` with its ``source`` section replaced by ``{path: source}`` (the old source's column and tokenizer
     dropped)."""
     if data.get("sources") is not None:
@@ -480,10 +480,11 @@ def with_source(data: dict, source: str | os.PathLike[str]) -> dict:
     return {**data, "source": {"path": str(source)}}
 
 
-def parse_config(data: dict, *, source: str | None = None) -> PipelineConfig:
+def parse_config(data: dict[str, Any], *, source: str | None = None) -> PipelineConfig:
     """Validate a config mapping; ``source`` overrides ``source.path`` (keeping nothing else of it)."""
     data = dict(data) if source is None else with_source(data, source)
-    return from_dict(PipelineConfig, data)
+    config: PipelineConfig = from_dict(PipelineConfig, data)
+    return config
 
 
 def load_config(

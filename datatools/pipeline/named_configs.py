@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -23,7 +24,7 @@ _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 MAX_VALUE_CHARS = 4096
 
 
-def _configs_dir():
+def _configs_dir() -> resources.abc.Traversable:
     return resources.files("datatools").joinpath("configs")
 
 
@@ -72,7 +73,7 @@ def check_demo_data(config: str | os.PathLike[str], sources: Sequence[str]) -> N
             )
 
 
-def parse_value(key: str, text: str):
+def parse_value(key: str, text: str) -> Any:  # a YAML scalar or a flat list of them
     """A ``--set`` value: a YAML scalar or a flat list of scalars (nothing nested: no alias can expand)."""
     if len(text) > MAX_VALUE_CHARS:
         raise ValueError(f"--set {key}: the value is {len(text):,} characters; at most {MAX_VALUE_CHARS:,}")
@@ -88,7 +89,7 @@ def parse_value(key: str, text: str):
     return yaml.safe_load(text)
 
 
-def apply_overrides(data: dict, overrides: Sequence[str]) -> dict:
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
     """``data`` (a loaded config) with each ``KEY=VALUE`` of ``overrides`` applied in order (a new dict; the
     sections on the way are copied). Raises ValueError naming a malformed override."""
     out = dict(data)
