@@ -654,9 +654,6 @@ NOT_YET_STRICT = {  # module  # strict errors when listed
     "datatools.io.formats.yaml_files",  # 8
     "datatools.io.sources.documents",  # 39
     "datatools.io.sources.format_table",  # 7
-    "datatools.io.sources.inputs",  # 4
-    "datatools.io.sources.lengths_progress",  # 1
-    "datatools.io.sources.mixed_documents",  # 2
     "datatools.io.storage",  # 53
     "datatools.io.storage.atomic",  # 3
     "datatools.io.storage.io_errors",  # 3
@@ -671,8 +668,6 @@ NOT_YET_STRICT = {  # module  # strict errors when listed
     "datatools.train.attention",  # 17
     "datatools.train.attention_gpu",  # 7
     "datatools.train.attention_splash",  # 16
-    "datatools.train.loop",  # 4
-    "datatools.train.mfu",  # 5
     "datatools.train.model",  # 31
     "datatools.train.step",  # 24
 }

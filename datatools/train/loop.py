@@ -10,6 +10,7 @@ import itertools
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +24,7 @@ from datatools.kernels.balance import busiest_over_mean, device_loads
 from datatools.pipeline import PipelineConfig, ShardConfig, build_canonical, parse_config
 from datatools.pipeline.build import resolve_shard
 from datatools.pipeline.schema import field, from_dict
+from datatools.pipeline.sources import OpenedDocuments
 from datatools.pipeline.stalls import LoaderReport, StallMeter
 from datatools.train.model import ModelConfig, attention_keys
 from datatools.train.step import OptimizerConfig, Trainer
@@ -241,7 +243,9 @@ class _StepCounts:
     dev_tiles: np.ndarray
 
     @classmethod
-    def of(cls, batches: list[dict], model: ModelConfig, tile_devices: int, devices: int) -> _StepCounts:
+    def of(
+        cls, batches: list[dict[str, np.ndarray]], model: ModelConfig, tile_devices: int, devices: int
+    ) -> _StepCounts:
         from datatools.train.mfu import attention_pairs_computed, row_lengths_sq
 
         zeros = [np.zeros(devices, np.int64) for _ in range(3)]
@@ -268,11 +272,11 @@ def _listed_tiles(steady: list[StepRecord], devices: int) -> float:
 def train(
     cfg: TrainConfig,
     *,
-    on_step=None,
-    documents=None,
+    on_step: Callable[[StepRecord], object] | None = None,
+    documents: OpenedDocuments | None = None,
     stop_after_useful_tokens: int | None = None,
-    on_loader_stall=None,
-    evaluation: dict[str, list[dict]] | None = None,
+    on_loader_stall: Callable[[str], None] | None = None,
+    evaluation: dict[str, list[dict[str, np.ndarray]]] | None = None,
 ) -> TrainReport:
     """Run ``cfg.train.steps`` steps (fewer if the data ends, or once ``stop_after_useful_tokens`` real tokens
     have been trained on), calling ``on_step(record)`` after each and ``on_loader_stall(line)`` when a step waited

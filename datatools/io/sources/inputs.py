@@ -83,7 +83,7 @@ def read_lengths_by_shard(
     return lengths_by_shard(inp, FORMAT[inp.kind].lengths(inp), progress)
 
 
-def _check_input(inp) -> None:
+def _check_input(inp: object) -> None:
     if not isinstance(inp, TokenInput):
         raise TypeError(f"expected the TokenInput that open_input() returns, got {short_repr(inp)}")
 
