@@ -619,7 +619,6 @@ NOT_YET_STRICT = {  # module  # strict errors when listed
     "datatools.cli.pipeline",  # 2
     "datatools.grain.attention_blocks",  # 2
     "datatools.grain.batch",  # 10
-    "datatools.grain.bucket_schedule",  # 2
     "datatools.grain.bucketing",  # 8
     "datatools.grain.chunking",  # 3
     "datatools.grain.curriculum_schedule",  # 3
@@ -627,7 +626,6 @@ NOT_YET_STRICT = {  # module  # strict errors when listed
     "datatools.grain.grain_state_shim",  # 7
     "datatools.grain.host_batches",  # 9
     "datatools.grain.host_reader",  # 10
-    "datatools.grain.lane_schedule",  # 4
     "datatools.grain.loss_weights",  # 2
     "datatools.grain.packed_rows",  # 5
     "datatools.grain.portable_state",  # 25

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -85,7 +85,7 @@ class RowsPlanSchedule:
     docs: Any  # a document source with pack_rows
     ctx: int
     pad_id: int
-    _plans: OrderedDict[Hashable, tuple[PackPlan, np.ndarray]]  # window plans by key, least recently used first
+    _plans: OrderedDict[tuple[int, ...], tuple[PackPlan, np.ndarray]]  # window plans by key, least recently used first
     _plans_kept: int
     _lock: threading.Lock
 
@@ -101,7 +101,7 @@ class RowsPlanSchedule:
         return self.pieces(epoch, j, lo, hi)
 
     def _cached_plan(
-        self, key: Hashable, plan: Callable[[], tuple[PackPlan, np.ndarray]]
+        self, key: tuple[int, ...], plan: Callable[[], tuple[PackPlan, np.ndarray]]
     ) -> tuple[PackPlan, np.ndarray]:
         """The window plan of ``key``: cached, or ``plan()`` (and kept)."""
         with self._lock:
@@ -113,7 +113,7 @@ class RowsPlanSchedule:
         self._keep(key, value)
         return value
 
-    def _keep(self, key: Hashable, value: tuple[PackPlan, np.ndarray]) -> None:
+    def _keep(self, key: tuple[int, ...], value: tuple[PackPlan, np.ndarray]) -> None:
         """Cache a window's ``(plan, row order)``, the oldest dropped past the limit."""
         with self._lock:
             self._plans[key] = value
