@@ -617,17 +617,11 @@ RELAXED = {
 NOT_YET_STRICT = {  # module  # strict errors when listed
     "datatools.cli.explain",  # 3
     "datatools.cli.pipeline",  # 2
-    "datatools.grain.attention_blocks",  # 2
     "datatools.grain.batch",  # 10
     "datatools.grain.bucketing",  # 8
-    "datatools.grain.chunking",  # 3
     "datatools.grain.curriculum_schedule",  # 3
-    "datatools.grain.document_dataset",  # 3
     "datatools.grain.grain_state_shim",  # 7
-    "datatools.grain.host_batches",  # 9
     "datatools.grain.host_reader",  # 10
-    "datatools.grain.loss_weights",  # 2
-    "datatools.grain.packed_rows",  # 5
     "datatools.grain.portable_state",  # 25
     "datatools.grain.shuffle",  # 11
     "datatools.grain.streaming_pack",  # 8
