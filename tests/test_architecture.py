@@ -619,8 +619,6 @@ NOT_YET_STRICT = {  # module  # strict errors when listed
     "datatools.cli.pipeline",  # 2
     "datatools.grain.batch",  # 10
     "datatools.grain.bucketing",  # 8
-    "datatools.grain.curriculum_schedule",  # 3
-    "datatools.grain.grain_state_shim",  # 7
     "datatools.grain.host_reader",  # 10
     "datatools.grain.portable_state",  # 25
     "datatools.grain.shuffle",  # 11
@@ -640,12 +638,10 @@ NOT_YET_STRICT = {  # module  # strict errors when listed
     "datatools.io.formats.store",  # 60
     "datatools.io.formats.store_verify",  # 2
     "datatools.io.formats.tables",  # 2
-    "datatools.io.formats.token_array",  # 1
     "datatools.io.formats.token_input",  # 3
     "datatools.io.formats.tokenizer",  # 25
     "datatools.io.formats.yaml_files",  # 8
     "datatools.io.sources.documents",  # 39
-    "datatools.io.sources.format_table",  # 7
     "datatools.io.storage",  # 53
     "datatools.io.storage.atomic",  # 3
     "datatools.io.storage.io_errors",  # 3

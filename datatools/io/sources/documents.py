@@ -106,7 +106,7 @@ class ArrayDocuments(DocumentSource):
       offsets: (num_documents + 1,) non-decreasing integers from 0 to ``len(tokens)``.
     """
 
-    def __init__(self, tokens, offsets):
+    def __init__(self, tokens: np.ndarray, offsets: npt.ArrayLike):
         # A memory-mapped file is pickled as its mapping (file, dtype, offset, shape), not as its data.
         self._mapping = None
         if isinstance(tokens, np.memmap) and tokens.filename and tokens.base is not None:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -187,7 +188,7 @@ def _table_pieces(
     hits = cache.cached() if cache is not None else {}
     todo = iter([k for k in range(inp.num_shards) if k not in hits])
     with ThreadPoolExecutor(1) as pool:  # decoded one shard ahead, in a thread
-        ahead: dict[int, Future] = {}
+        ahead: dict[int, Future[list[tuple[int, np.ndarray, int]]]] = {}
 
         def read_next() -> None:
             if (k := next(todo, None)) is not None:
@@ -205,7 +206,7 @@ def _table_pieces(
             yield from pieces
 
 
-def _tokenizer_key(inp: TokenInput) -> dict | None:
+def _tokenizer_key(inp: TokenInput) -> dict[str, Any] | None:
     """What a text column's lengths depend on besides the text: the tokenizer's kind and SHA-256, its settings, BOS,
     EOS and what was switched off (None for token ids)."""
     if not inp.is_text:
@@ -215,7 +216,7 @@ def _tokenizer_key(inp: TokenInput) -> dict | None:
     return {"kind": type(enc).__name__} | {f: getattr(enc, f, None) for f in fields}
 
 
-def _keeping(slab: ShardSlab):
+def _keeping(slab: ShardSlab) -> Callable[[TokenInput, int], list[tuple[int, np.ndarray, int]]]:
     """A shard reader for :func:`_table_pieces` that reads each shard whole and copies its tokens into ``slab`` while
     they fit (the pass for the lengths then decodes, or tokenizes, what the documents' reads would: the column is
     read once, and each decoded buffer is freed for the next decode); once the slab is full, lengths alone (text
