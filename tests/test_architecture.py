@@ -649,9 +649,7 @@ NOT_YET_STRICT = {  # module  # strict errors when listed
     "datatools.io.storage.read_stats",  # 5
     "datatools.jobs.pretokenize",  # 22
     "datatools.pipeline.build",  # 12
-    "datatools.pipeline.mixture",  # 10
     "datatools.pipeline.run",  # 2
-    "datatools.pipeline.schedules",  # 16
     "datatools.pipeline.schema",  # 14
     "datatools.train.attention",  # 17
     "datatools.train.attention_gpu",  # 7

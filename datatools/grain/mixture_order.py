@@ -12,6 +12,7 @@ over all epochs (``e * n + p``), each entry's weights holding from its position 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -42,7 +43,7 @@ class MixtureOrder:
     def __init__(
         self,
         sizes: npt.ArrayLike,
-        history: Sequence[tuple[int, Sequence[float]]],
+        history: Sequence[Sequence[Any]],  # (position, weights) pairs
         *,
         mode: str = "sample",
         epoch_documents: int | None = None,

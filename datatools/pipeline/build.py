@@ -32,6 +32,7 @@ from datatools.grain.portable_state import PortableStateIterDataset
 from datatools.grain.schedule import Schedule
 from datatools.grain.worker_processes import prefetch_in_processes
 from datatools.io.sources.documents import ChunkedDocuments, StoreDocuments, documents_per_read
+from datatools.io.sources.mixed_documents import MixedDocuments
 from datatools.io.storage import read_stats
 from datatools.kernels.warm import warm_in_background
 from datatools.pipeline.config import PipelineConfig, ShardConfig, as_config
@@ -224,6 +225,7 @@ def _build_canonical(cfg: PipelineConfig, documents=None, history=None, tile_dev
     schedule, host, efficiency = _host_batches(cfg, docs, history)
     identity = pipeline_identity(cfg, docs)
     if cfg.sources is not None:
+        assert isinstance(docs, MixedDocuments)  # a mixture's documents (open_mixture)
         identity.update(mixture_identity(cfg, docs, history))
     elements = _with_batch_maps(host, cfg, tile_devices)
     stats_folder = None
