@@ -652,7 +652,6 @@ NOT_YET_STRICT = {  # module  # strict errors when listed
     "datatools.pipeline.run",  # 2
     "datatools.pipeline.schema",  # 14
     "datatools.train.attention",  # 17
-    "datatools.train.attention_gpu",  # 7
     "datatools.train.attention_splash",  # 16
     "datatools.train.model",  # 31
     "datatools.train.step",  # 24
