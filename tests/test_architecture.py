@@ -624,7 +624,6 @@ NOT_YET_STRICT = {  # module  # strict errors when listed
     "datatools.grain.shuffle",  # 11
     "datatools.grain.streaming_pack",  # 8
     "datatools.grain.worker_processes",  # 36
-    "datatools.integrations.levanter",  # 7
     "datatools.integrations.maxtext",  # 26
     "datatools.io.formats.array_record_files",  # 16
     "datatools.io.formats.discover",  # 9

@@ -17,10 +17,10 @@ import numpy as np
 
 from datatools.base.checks import MAX_VOCAB, check_int, check_token_ids
 from datatools.grain.host_reader import BUILD_AHEAD, BatchWalk, prefetcher
-from datatools.io.sources.documents import DocumentSource
 from datatools.kernels.batch_layouts import to_format
 from datatools.pipeline import ShardConfig, build_canonical
 from datatools.pipeline.config import ConfigLike, as_config
+from datatools.pipeline.sources import OpenedDocuments
 
 __all__ = ["PipelineRows", "runs", "TESTED_LEVANTER", "INSTALL_LEVANTER"]
 
@@ -63,7 +63,7 @@ class PipelineRows:
         self,
         pipeline: ConfigLike,
         *,
-        documents: DocumentSource | None = None,
+        documents: OpenedDocuments | None = None,
         build_ahead: int = BUILD_AHEAD,
         vocab_size: int | None = None,
     ):
