@@ -62,7 +62,7 @@ def example_from_row(tokens: np.ndarray, loss_mask: np.ndarray, segment_ids: np.
     )
 
 
-class PipelineDataset(AsyncDataset[GrugLmExample]):  # type: ignore[misc]  # Levanter ships no type information
+class PipelineDataset(AsyncDataset[GrugLmExample]):  # type: ignore[misc]  # Levanter is not installed where mypy runs: Any
     """A datatools pipeline's packed rows as Levanter's ``AsyncDataset`` of ``GrugLmExample``, read by
     :class:`~datatools.integrations.levanter_rows.PipelineRows` (``self.source``; its arguments and errors)."""
 
