@@ -124,7 +124,8 @@ class PlannedSchedule:
         index = j * self.batch_size + np.arange(lo, hi, dtype=np.int64)
         valid = index < self.n
         if valid.all():
-            return read_batch(self.rows, index + epoch * self.n)
+            batch: dict[str, np.ndarray] = read_batch(self.rows, index + epoch * self.n)
+            return batch
         out = empty_rows(hi - lo, self.ctx, self.pad_id)
         if valid.any():
             batch = read_batch(self.rows, index[valid] + epoch * self.n)
