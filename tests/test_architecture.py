@@ -620,7 +620,6 @@ NOT_YET_STRICT = {  # module  # strict errors when listed
     "datatools.grain.bucketing",  # 8
     "datatools.grain.host_reader",  # 10
     "datatools.grain.portable_state",  # 25
-    "datatools.grain.streaming_pack",  # 8
     "datatools.grain.worker_processes",  # 36
     "datatools.integrations.maxtext",  # 26
     "datatools.io.formats.array_record_files",  # 16
