@@ -617,7 +617,6 @@ RELAXED = {
 NOT_YET_STRICT = {  # module  # strict errors when listed
     "datatools.cli.explain",  # 3
     "datatools.cli.pipeline",  # 2
-    "datatools.grain.host_reader",  # 10
     "datatools.grain.portable_state",  # 25
     "datatools.grain.worker_processes",  # 36
     "datatools.integrations.maxtext",  # 26
