@@ -34,9 +34,8 @@ T = TypeVar("T")
 READ_AHEAD = 8  # batches past the one being built whose reads are issued (the source's byte budget bounds the bytes)
 BUILD_AHEAD = 2  # finished batches waiting for the consumer
 _END = object()  # the walk reached its last batch
-_LIVE: weakref.WeakSet[BatchWalk[Any]] = (
-    weakref.WeakSet()
-)  # walks whose thread may still run: closed at exit (see _close_live)
+# walks whose thread may still run: closed at exit (see _close_live)
+_LIVE: weakref.WeakSet[BatchWalk[Any]] = weakref.WeakSet()
 
 
 @atexit.register
