@@ -642,7 +642,6 @@ NOT_YET_STRICT = {  # module  # strict errors when listed
     "datatools.io.storage.paths",  # 3
     "datatools.io.storage.read_stats",  # 5
     "datatools.jobs.pretokenize",  # 22
-    "datatools.pipeline.build",  # 12
     "datatools.pipeline.run",  # 2
     "datatools.pipeline.schema",  # 14
     "datatools.train.attention",  # 17
