@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from datatools.base import numba_cache
 
@@ -38,7 +39,7 @@ _PUBLIC = {
 __all__ = sorted(_PUBLIC) + ["__version__"]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:  # a lazily imported public name: any of their types
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'datatools' has no attribute {name!r}")

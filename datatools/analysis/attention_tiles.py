@@ -10,6 +10,7 @@ edge; the estimate lies between every piece's best and worst offset (tested agai
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,7 +46,8 @@ class AttentionTiles(Report):
 
 
 def _triangle(n: np.ndarray) -> np.ndarray:
-    return n * (n + 1) / 2
+    triangle: np.ndarray = n * (n + 1) / 2
+    return triangle
 
 
 def piece_tiles(sizes: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -82,7 +84,7 @@ def tile_counts(counts: np.ndarray, rows: int, ctx: int, block: int) -> TileCoun
 
 
 def attention_tile_view(
-    packing: str, histograms: dict[int, np.ndarray], rows: dict[int, int], blocks=BLOCKS
+    packing: str, histograms: dict[int, np.ndarray], rows: dict[int, int], blocks: Sequence[int] = BLOCKS
 ) -> AttentionTiles:
     """Per ctx (``histograms``: pieces per size; ``rows``: rows of ``packing``) and tile size of ``blocks`` dividing
     it, non-empty against causal tiles, and the best pair."""

@@ -8,9 +8,11 @@ schedule, the share done by 25, 50 and 75% of its steps (what a run stopped earl
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from datatools.base.checks import DEFAULT_ALGORITHM
 from datatools.base.reports import Report
@@ -78,12 +80,12 @@ def _schedule_odds(schedule: str, k: int) -> np.ndarray:
 
 
 def curriculum_savings(
-    lengths,
-    sizes,
+    lengths: npt.ArrayLike,
+    sizes: Iterable[int],
     tokens_per_batch: int,
     *,
     block: int = 128,
-    schedules=("grow_p2", "mix"),
+    schedules: Sequence[str] = ("grow_p2", "mix"),
     seed: int = 0,
 ) -> CurriculumSavings:
     """The attention work and padding of a curriculum of ``sizes`` (tokens, increasing, multiples of the tile

@@ -12,9 +12,11 @@ bound above): above a target, reordering alone cannot reach it. Cost: one packin
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from datatools.base.checks import check_int
 from datatools.base.reports import Report
@@ -50,8 +52,19 @@ class DeviceBalance(Report):
     note: str
 
 
+def _mean_p90(values: list[float]) -> tuple[float, float]:
+    return float(np.mean(values)), float(np.percentile(values, 90))
+
+
 def device_balance(
-    lengths, ctx: int, *, batch_size: int, devices, block: int = 128, seed: int = 0, max_batches: int = MAX_BATCHES
+    lengths: npt.ArrayLike,
+    ctx: int,
+    *,
+    batch_size: int,
+    devices: Iterable[int],
+    block: int = 128,
+    seed: int = 0,
+    max_batches: int = MAX_BATCHES,
 ) -> DeviceBalance:
     """The :class:`DeviceBalance` of ``lengths`` (tokens per document) at ``ctx`` for each count of ``devices``
     (each must divide ``batch_size``)."""
@@ -81,17 +94,7 @@ def device_balance(
             drawn.append(busiest_over_mean(w, d))
             balanced.append(busiest_over_mean(w[p], d))
             bound.append(least_busiest(w, d))
-        entries.append(
-            DeviceLoad(
-                d,
-                batch_size // d,
-                float(np.mean(drawn)),
-                float(np.percentile(drawn, 90)),
-                float(np.mean(balanced)),
-                float(np.percentile(balanced, 90)),
-                float(np.mean(bound)),
-            )
-        )
+        entries.append(DeviceLoad(d, batch_size // d, *_mean_p90(drawn), *_mean_p90(balanced), float(np.mean(bound))))
     gain = max(entries, key=lambda e: e.drawn_mean - e.balanced_mean)
     note = (
         f"a step waits for its busiest device: at {gain.devices} devices it does {gain.drawn_mean:.2f}x the mean "

@@ -9,9 +9,11 @@ of the reference; documents with no target are left out. Over :data:`MAX_DOCUMEN
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from datatools.base.checks import DEFAULT_ALGORITHM, as_lengths, check_int
 from datatools.base.reports import Report
@@ -52,7 +54,9 @@ class LossDistortion(Report):
     selection: str = "all"  # how they were chosen: all, or the random blocks (seed)
 
 
-def sample_documents(lengths, limit: int = MAX_DOCUMENTS, *, seed: int = 0, block: int = BLOCK):
+def sample_documents(
+    lengths: np.ndarray | Sequence[int], limit: int = MAX_DOCUMENTS, *, seed: int = 0, block: int = BLOCK
+) -> tuple[np.ndarray, str]:
     """(int64 lengths, how chosen): all of ``lengths`` up to ``limit`` documents, else ``limit // block`` random
     blocks of ``block`` consecutive documents (``seed``), in input order, reading only those slices."""
     limit = check_int(limit, "max_documents", minimum=1)
@@ -93,7 +97,12 @@ def _distribution(averaging: str, reference: str, rel: np.ndarray) -> WeightDist
 
 
 def relative_weights(
-    lengths, ctx: int, *, batch_size: int = DEFAULT_BATCH_SIZE, algorithm: str = DEFAULT_ALGORITHM, seed: int = 0
+    lengths: npt.ArrayLike,
+    ctx: int,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    algorithm: str = DEFAULT_ALGORITHM,
+    seed: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """(per-row-mean, per-batch-mean relative weight: float64 per document, NaN without a target; rows of the plan)
     for ``lengths`` packed by ``algorithm`` into rows of ``ctx`` tokens, the rows shuffled (``seed``) into batches
@@ -123,7 +132,7 @@ def relative_weights(
 
 
 def loss_distortion(
-    lengths,
+    lengths: np.ndarray | Sequence[int],
     ctx: int,
     *,
     batch_size: int = DEFAULT_BATCH_SIZE,

@@ -13,10 +13,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from datatools.base.checks import MAX_CTX, MAX_WINDOW, as_lengths, short_repr
 from datatools.base.reports import Report
@@ -87,7 +90,7 @@ def attention_keys(
 def keys_to_set(keys: dict[str, bool | str | int | None]) -> str:
     """``keys`` as MaxText's ``key=value`` overrides (``true`` for True); N where the number is the user's."""
 
-    def value(v):
+    def value(v: bool | str | int | None) -> str:
         return "N" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
 
     return " ".join(f"{k}={value(v)}" for k, v in keys.items())
@@ -97,7 +100,7 @@ _KEYS = {f.name: f for f in dataclasses.fields(MaxTextSettings)}
 _BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
-def _coerce(key: str, value, where: str):
+def _coerce(key: str, value: Any, where: str) -> bool | int | float | str:  # value: a YAML scalar or a string
     kind = _KEYS[key].type
     try:
         if kind == "bool":
@@ -123,7 +126,7 @@ def _coerce(key: str, value, where: str):
         ) from None
 
 
-def _load_chain(path: Path, seen: tuple = ()) -> dict:
+def _load_chain(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     from datatools.io.formats.yaml_files import load_yaml  # the limited safe loader
 
     if path in seen or len(seen) > 8:
@@ -135,7 +138,7 @@ def _load_chain(path: Path, seen: tuple = ()) -> dict:
     return {**_load_chain(path.parent / Path(base), seen + (path,)), **data}  # an absolute base is taken as it is
 
 
-def _config_data(path: str | os.PathLike | None, overrides=()) -> tuple[dict, str]:
+def _config_data(path: str | os.PathLike[str] | None, overrides: Iterable[str] = ()) -> tuple[dict[str, Any], str]:
     """The config at ``path`` (its ``base_config`` chain followed; None: empty) with the ``key=value`` overrides,
     and how errors name it."""
     data = {} if path is None else _load_chain(Path(path))
@@ -147,11 +150,12 @@ def _config_data(path: str | os.PathLike | None, overrides=()) -> tuple[dict, st
     return data, str(path) if path is not None else "maxtext settings"
 
 
-def read_maxtext_config(path: str | os.PathLike | None = None, overrides=()) -> MaxTextSettings:
+def read_maxtext_config(path: str | os.PathLike[str] | None = None, overrides: Iterable[str] = ()) -> MaxTextSettings:
     """The packing-relevant settings of the MaxText YAML config at ``path`` (its ``base_config`` chain followed;
     None: MaxText's defaults), with ``key=value`` ``overrides`` (also ``devices_per_host`` and ``process_count``)."""
     data, where = _config_data(path, overrides)
-    values = {k: _coerce(k, v, where) for k, v in data.items() if k in _KEYS and v is not None}
+    # each value of its field's type (_coerce)
+    values: dict[str, Any] = {k: _coerce(k, v, where) for k, v in data.items() if k in _KEYS and v is not None}
     s = MaxTextSettings(**values)
     if s.grain_packing_type not in PACKING_TYPES:
         raise ValueError(
@@ -186,7 +190,7 @@ class MaxTextInputs:
     tokenizer: str | None
 
 
-def maxtext_inputs(path: str | os.PathLike | None, overrides=()) -> MaxTextInputs:
+def maxtext_inputs(path: str | os.PathLike[str] | None, overrides: Iterable[str] = ()) -> MaxTextInputs:
     """The files, feature and tokenizer the MaxText config at ``path`` (with ``overrides``) names; a relative
     ``tokenizer_path`` missing from here is looked up beside the config. No ``grain_train_files``: ValueError."""
     data, where = _config_data(path, overrides)
@@ -258,7 +262,7 @@ class MaxTextReport(Report):
     advice: MaxTextAdvice
 
 
-def maxtext_view(lengths, settings: MaxTextSettings) -> MaxTextView:
+def maxtext_view(lengths: npt.ArrayLike, settings: MaxTextSettings) -> MaxTextView:
     """Simulate the configured MaxText pipeline on one host: its rows, padding and dropped tokens."""
     from datatools.kernels.packing import count_rows, piece_sizes
 
@@ -316,7 +320,12 @@ def maxtext_view(lengths, settings: MaxTextSettings) -> MaxTextView:
 
 
 def maxtext_report(
-    lengths, settings: MaxTextSettings, *, datatools_cap: int | None, datatools_efficiency: float, config: str
+    lengths: npt.ArrayLike,
+    settings: MaxTextSettings,
+    *,
+    datatools_cap: int | None,
+    datatools_efficiency: float,
+    config: str,
 ) -> MaxTextReport:
     """The ``maxtext`` section of an analyze-padding report: :func:`maxtext_view` of the pipeline as configured, and
     what to set in MaxText (first fit whenever a cap is needed) against datatools' recommendation."""

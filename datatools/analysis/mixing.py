@@ -3,9 +3,11 @@ and of documents (pieces: a split document counts once per piece) against its we
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from datatools.base.reports import Report
 
@@ -50,8 +52,8 @@ def _worst(share: np.ndarray, target: float) -> tuple[float, float]:
 def mixing_stats(
     tokens: np.ndarray,
     documents: np.ndarray,
-    weights,
-    names,
+    weights: npt.ArrayLike,
+    names: Sequence[str],
     *,
     source_groups: np.ndarray | None = None,
 ) -> list[SourceMixing]:

@@ -11,21 +11,28 @@ Efficiency = real tokens / slots; speed-up bound = efficiency / ``pad``'s at the
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 import threading
 import time
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from datatools.analysis.attention_tiles import attention_tile_view
 from datatools.analysis.padding_result import Histogram, LengthStats, PaddingReport, Recommendation, StrategyResult
 from datatools.base.checks import DEFAULT_ALGORITHM, DEFAULT_CTX_CAP, as_lengths, check_int, short_repr
 from datatools.kernels.bucket import optimal_boundaries
 from datatools.kernels.packing.algorithms import ALGORITHMS, BY_NAME, TABLE
-from datatools.kernels.packing.counting import count_rows, count_rows_chunked
+from datatools.kernels.packing.counting import PackCount, count_rows, count_rows_chunked
 from datatools.kernels.packing.pieces import piece_histogram, piece_sizes
 from datatools.kernels.tiles import tile_align
+
+T = TypeVar("T")
 
 STRATEGIES = ("pad", "bucket", *ALGORITHMS)
 PACKERS = tuple(a.name for a in TABLE if not a.cuts_documents)  # whole pieces into rows
@@ -97,7 +104,7 @@ def _log_edges(longest: int) -> np.ndarray:
     return np.unique(np.concatenate(([0, 1], np.geomspace(1, max(longest, 1) + 1, HISTOGRAM_BINS))).astype(np.int64))
 
 
-def chunked_length_stats(chunks) -> LengthSummary | None:
+def chunked_length_stats(chunks: Iterable[np.ndarray]) -> LengthSummary | None:
     """:func:`length_stats` of the concatenation of ``chunks`` (int64 tokens per document), one chunk at a time: a
     count of every length (8 bytes a value) gives NumPy's linear-interpolation percentiles and the histogram.
     None if a document is over :data:`EXACT_HISTOGRAM_MAX` tokens (the caller falls back to the whole array)."""
@@ -187,24 +194,24 @@ class SharedLengthArrays:
         for part in self.chunks():
             self.docs += int(part.shape[0])
             self.total += int(part.sum())
-        self._cache: dict = {}
-        self._locks: dict = {}
+        self._cache: dict[Hashable, object] = {}
+        self._locks: dict[Hashable, threading.Lock] = {}
         self._guard = threading.Lock()
 
-    def _get(self, key, make):
+    def _get(self, key: Hashable, make: Callable[[], T]) -> T:
         with self._guard:
             lock = self._locks.setdefault(key, threading.Lock())
         with lock:
             if key not in self._cache:
                 self._cache[key] = make()
-            return self._cache[key]
+            return cast(T, self._cache[key])  # what make() of this key gave
 
-    def slices(self):
+    def slices(self) -> Iterator[np.ndarray]:
         """Every document's length (int64), a slice of :data:`CHUNK` documents at a time, validated as read."""
         for lo in range(0, int(self._source.shape[0]), CHUNK):
             yield as_lengths(np.asarray(self._source[lo : lo + CHUNK]), f"lengths[{lo}:]")
 
-    def chunks(self):
+    def chunks(self) -> Iterator[np.ndarray]:
         """The non-empty documents' lengths (int64), in order: the whole array, or one slice after another."""
         if self.nonempty is not None:
             yield self.nonempty
@@ -219,7 +226,7 @@ class SharedLengthArrays:
     def pad_stats(self, ctx: int) -> tuple[int, int, float]:
         """(kept tokens, documents longer than ctx, causal in-document query-key pairs) under truncation at ctx."""
 
-        def make():
+        def make() -> tuple[int, int, float]:
             kept = long_docs = 0
             pairs = 0.0
             for chunk in self.chunks():
@@ -238,9 +245,11 @@ class SharedLengthArrays:
 
     def histogram(self, ctx: int) -> np.ndarray:
         """int64 (ctx + 1,): pieces of each size at ctx (:func:`piece_histogram`)."""
-        return self._get(("histogram", ctx), lambda: sum(piece_histogram(p, ctx) for p in self.chunks()))
+        return self._get(
+            ("histogram", ctx), lambda: functools.reduce(operator.add, (piece_histogram(p, ctx) for p in self.chunks()))
+        )
 
-    def count(self, ctx: int, name: str, max_segments: int | None, window: int):
+    def count(self, ctx: int, name: str, max_segments: int | None, window: int) -> PackCount:
         """:func:`count_rows` of an in-order packer: on cached piece sizes, or a slice at a time when chunked."""
         if self.chunked or BY_NAME[name].cuts_documents:
             win = None if BY_NAME[name].cuts_documents else window
@@ -250,7 +259,7 @@ class SharedLengthArrays:
     def segment_pairs(self, ctx: int) -> float:
         """Causal query-key pairs inside the pieces at ctx (sum of s(s+1)/2): a segment-aware kernel's work."""
 
-        def make():
+        def make() -> float:
             counts = self.histogram(ctx)
             sizes = np.flatnonzero(counts).astype(np.float64)
             return float((counts[counts > 0] * sizes * (sizes + 1) / 2).sum())
@@ -258,7 +267,7 @@ class SharedLengthArrays:
         return self._get(("pairs", ctx), make)
 
 
-def _bucket(prep: SharedLengthArrays, ctx: int, tile: int, buckets: int):
+def _bucket(prep: SharedLengthArrays, ctx: int, tile: int, buckets: int) -> tuple[np.ndarray, int, int]:
     """Optimal boundaries (tile multiples below ctx, and ctx) for the pieces at ctx, and their padded slots."""
     counts = prep.histogram(ctx)
     sizes = np.flatnonzero(counts)
@@ -338,16 +347,15 @@ def attention_pairs(
 _COST = {"bucket": 1, "pad": 1, **{a.name: a.cost for a in TABLE}}
 
 
-def analyze(lengths, options: PaddingOptions = PaddingOptions(), *, progress=None) -> PaddingReport:
+def analyze(
+    lengths: npt.ArrayLike, options: PaddingOptions = PaddingOptions(), *, progress: Callable[[], object] | None = None
+) -> PaddingReport:
     """The :class:`PaddingReport` of ``lengths`` (tokens per document): statistics, every strategy at every ctx, and
     a recommendation. ``progress()`` is called after each strategy."""
     big = isinstance(lengths, np.ndarray) and lengths.ndim == 1 and lengths.shape[0] > CHUNK
-    if not big:
-        lengths = as_lengths(lengths)
-    prep = SharedLengthArrays(lengths)
-    stats = (chunked_length_stats(prep.slices()) if big else None) or length_stats(
-        as_lengths(lengths) if big else lengths
-    )
+    array = lengths if big and isinstance(lengths, np.ndarray) else as_lengths(lengths)
+    prep = SharedLengthArrays(array)
+    stats = (chunked_length_stats(prep.slices()) if big else None) or length_stats(as_lengths(array) if big else array)
     if stats.num_tokens == 0:
         raise ValueError("every document is empty (0 tokens)")
     given = options.contexts is not None

@@ -5,18 +5,22 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+from rich.console import Console
 
 from datatools.analysis.curriculum import curriculum_savings
 from datatools.analysis.device_balance import device_balance
 from datatools.analysis.loss_distortion import DEFAULT_BATCH_SIZE, loss_distortion
-from datatools.analysis.maxtext_simulation import maxtext_inputs, maxtext_report, read_maxtext_config
+from datatools.analysis.maxtext_simulation import MaxTextSettings, maxtext_inputs, maxtext_report, read_maxtext_config
 from datatools.analysis.padding import STRATEGIES, PaddingOptions, analyze
 from datatools.analysis.padding_result import PaddingReport
 from datatools.base.checks import MAX_WINDOW
 from datatools.base.numba_cache import kernels_cold
 from datatools.base.progress import count_progress, doing
+from datatools.io.formats.token_input import TokenInput
 from datatools.io.sources.inputs import lengths_in_place, open_input
 from datatools.io.sources.lengths_progress import read_lengths_shown
 from datatools.io.storage.paths import display
@@ -24,12 +28,14 @@ from datatools.kernels import bucket
 from datatools.kernels.packing import counting, pieces
 
 
-def _counted(console, total: int, what: str):
+def _counted(console: Console | None, total: int, what: str) -> AbstractContextManager[Callable[..., object]]:
     """:func:`count_progress` on ``console``; None: shows nothing."""
     return nullcontext(lambda n=1: None) if console is None else count_progress(console, total, what)
 
 
-def _maxtext_specials(inp, path, settings, input_options: dict):
+def _maxtext_specials(
+    inp: TokenInput, path: str | os.PathLike[str], settings: MaxTextSettings, input_options: dict[str, Any]
+) -> tuple[TokenInput, int]:
     """``(input, added)``: a text input read with the BOS / EOS that MaxText's tokenizer puts around every text
     (its ``add_bos`` / ``add_eos``, when it tokenizes: ``tokenize_train_data``), so that the analysis, and the config
     ``--write-config`` writes from it, count and deliver the tokens MaxText makes; ``added``: tokens each text gains.
@@ -50,7 +56,7 @@ def _maxtext_specials(inp, path, settings, input_options: dict):
 
 
 def analyze_input(
-    path: str | os.PathLike | None,
+    path: str | os.PathLike[str] | None,
     *,
     contexts: Sequence[int] = (),
     tile: int = 128,
@@ -59,13 +65,13 @@ def analyze_input(
     window: int | None = None,
     maxtext_config: str | None = None,
     maxtext_set: Sequence[str] = (),
-    console=None,
+    console: Console | None = None,
     loss_batch_size: int | None = None,
     curriculum: Sequence[int] = (),
     tokens_per_batch: int | None = None,
     devices: Sequence[int] = (),
     global_batch: int = 128,
-    **input_options,
+    **input_options: Any,
 ) -> PaddingReport:
     """The padding analysis of the input at ``path`` (read by :func:`~datatools.io.sources.inputs.open_input` with
     ``input_options``; None: the files, feature and tokenizer ``maxtext_config`` names).

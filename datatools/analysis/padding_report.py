@@ -4,6 +4,7 @@ terminal, and a PNG plot."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from rich.console import Console
@@ -43,7 +44,7 @@ def _bar(fraction: float, width: int = 40) -> str:
     return "█" * int(full) + ("▌" if full - int(full) >= 0.5 else "")
 
 
-def render(report: PaddingReport, console: Console, *, source: str, config: dict | None = None) -> None:
+def render(report: PaddingReport, console: Console, *, source: str, config: dict[str, Any] | None = None) -> None:
     """Print the distribution, the histogram, the strategies per ctx, the recommendation and every view the report
     holds (attention tiles, MaxText, loss distortion, curriculum). ``config``: the pipeline config of the
     recommendation (:func:`~datatools.analysis.write_config.pipeline_config`), printed as ``--write-config`` writes
@@ -133,7 +134,7 @@ def render_strategies(report: PaddingReport, ctx: int, console: Console) -> None
     console.print(table)
 
 
-def render_trainer_settings(report: PaddingReport, config: dict | None, console: Console) -> None:
+def render_trainer_settings(report: PaddingReport, config: dict[str, Any] | None, console: Console) -> None:
     """The settings of the trainer ``config`` is for: Levanter's (it trains on the pipeline's rows, so its sequence
     length and batch are the config's), else the closest settings of MaxText's own packer."""
     if config is not None and config["format"] == "levanter":

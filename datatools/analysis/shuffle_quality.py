@@ -10,6 +10,7 @@ evaluation loss does (``docs/shuffle-quality.md``).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -39,7 +40,7 @@ def expected_distinct_groups(n: int, group_size: int, batch_size: int) -> float:
 
 
 @numba.njit(cache=True)
-def _block_reads(order, block_size, cache_blocks, batch_size, out):
+def _block_reads(order: np.ndarray, block_size: int, cache_blocks: int, batch_size: int, out: np.ndarray) -> None:
     """io-block reads per batch for a reader with a FIFO cache of ``cache_blocks`` blocks."""
     num_blocks = (order.max() // block_size) + 1
     loaded_at = np.full(num_blocks, -(1 << 62), np.int64)
@@ -105,7 +106,9 @@ class ShuffleReport(Report):
     )
 
 
-def packed_mix_stats(batches, corpus_mix: np.ndarray) -> PackedOrderStats:
+def packed_mix_stats(
+    batches: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]], corpus_mix: np.ndarray
+) -> PackedOrderStats:
     """:class:`PackedOrderStats` of ``batches``: ``(document, group, tokens)`` int arrays per batch, one entry per
     piece of a document in the batch (a document may have several pieces); ``corpus_mix``: float (groups,), each
     group's share of the corpus's tokens (sum 1)."""

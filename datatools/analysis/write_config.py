@@ -28,7 +28,7 @@ class ConfigSource:
 
     path: str
     column: str | None = None
-    tokenizer: str | os.PathLike | None = None
+    tokenizer: str | os.PathLike[str] | None = None
     tokenizer_settings: str | None = None
     bos: str | None = None
     eos: str | None = None
@@ -139,9 +139,10 @@ def config_text(config: dict[str, Any], maxtext_keys: str = "") -> str:
     header = "# by datatools analyze-padding --write-config; run: datatools pipeline PATH\n"  # fits 80 columns
     if maxtext_keys:
         header += f"# MaxText needs: {maxtext_keys} (its attention keeps packed documents apart only then)\n"
-    return header + yaml.safe_dump(config, sort_keys=False)
+    text: str = yaml.safe_dump(config, sort_keys=False)
+    return header + text
 
 
-def write_pipeline_config(path: str | os.PathLike, config: dict[str, Any], maxtext_keys: str = "") -> None:
+def write_pipeline_config(path: str | os.PathLike[str], config: dict[str, Any], maxtext_keys: str = "") -> None:
     """Write :func:`config_text` of ``config`` to ``path``: a file (atomically) or a URL."""
     storage.location(path).write_text(config_text(config, maxtext_keys))

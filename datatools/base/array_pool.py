@@ -11,6 +11,7 @@ import sys
 import threading
 
 import numpy as np
+import numpy.typing as npt
 
 KEPT_BYTES = 512 << 20  # bytes of arrays the pool keeps per process
 
@@ -19,7 +20,7 @@ _kept: dict[tuple[tuple[int, ...], str], list[np.ndarray]] = {}
 _held_bytes = 0
 
 
-def empty(shape: tuple[int, ...], dtype) -> np.ndarray:
+def empty(shape: tuple[int, ...], dtype: npt.DTypeLike) -> np.ndarray:
     """An uninitialized C-contiguous array of ``shape`` and ``dtype``: memory of an earlier one that nobody holds
     any more where there is some, else new memory (kept for later while the pool holds under
     :data:`KEPT_BYTES`)."""
@@ -44,7 +45,7 @@ def copy(array: np.ndarray) -> np.ndarray:
     return out
 
 
-def filled_gradually(shape: tuple[int, ...], dtype) -> np.ndarray:
+def filled_gradually(shape: tuple[int, ...], dtype: npt.DTypeLike) -> np.ndarray:
     """An uninitialized C-contiguous array in small (4 KiB) pages, for a large cache that fills over minutes: numpy
     asks for huge pages above 4 MiB, and each first touch of a 2 MiB huge page zeroes it whole (a 191 MB read slab
     took 0.04-0.47 s to fault in with huge pages, 0.12 s without, on a 2-core VM). Private anonymous memory (shared,

@@ -5,9 +5,11 @@
 from __future__ import annotations
 
 import numbers
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 OVERFLOW_POLICIES = ("split", "truncate", "drop", "error")
 
@@ -37,7 +39,7 @@ BIN_DTYPES = ("uint16", "uint32")  # token dtypes of a flat .bin file (datatools
 ATTENTIONS = ("dense", "blocksparse", "fused", "splash", "pallas_blocksparse", "pallas_gpu", "cudnn")
 
 
-def check_token_ids(tokens, vocab_size: int, name: str, hint: str = "") -> None:
+def check_token_ids(tokens: npt.ArrayLike, vocab_size: int, name: str, hint: str = "") -> None:
     """ValueError ``token id T >= NAME V`` (then ``hint``) when an id of ``tokens`` (an int array) is at or above
     ``vocab_size``: the model's embedding has no row for it (``datatools train``, the Levanter integration)."""
     top = int(np.max(tokens)) if np.size(tokens) else -1
@@ -45,7 +47,7 @@ def check_token_ids(tokens, vocab_size: int, name: str, hint: str = "") -> None:
         raise ValueError(f"token id {top} >= {name} {vocab_size}{hint}")
 
 
-def as_lengths(lengths, name: str = "lengths") -> np.ndarray:
+def as_lengths(lengths: npt.ArrayLike, name: str = "lengths") -> np.ndarray:
     """Return ``lengths`` as a 1-D int64 array of non-negative integers (tokens). Floats are accepted when every
     value is finite and integral (a CSV or float column); anything else raises ``ValueError`` naming the first
     offending index and value."""
@@ -86,30 +88,30 @@ def as_lengths(lengths, name: str = "lengths") -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
-def check_int(value, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
+def check_int(value: object, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
     """Return ``value`` as an int, raising TypeError for non-integers and ValueError outside [minimum, maximum]."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an integer, got {short_repr(value)}")
-    value = int(value)
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {short_repr(value)}")
-    if maximum is not None and value > maximum:
-        raise ValueError(f"{name} must be <= {maximum:,} (datatools' limit), got {short_repr(value)}")
-    return value
+    number = int(value)
+    if minimum is not None and number < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {short_repr(number)}")
+    if maximum is not None and number > maximum:
+        raise ValueError(f"{name} must be <= {maximum:,} (datatools' limit), got {short_repr(number)}")
+    return number
 
 
-def short_repr(value, limit: int = 60) -> str:
+def short_repr(value: object, limit: int = 60) -> str:
     """The repr of a value cut to ``limit`` characters: a message never quotes a huge value whole."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def check_id(value, name: str) -> int:
+def check_id(value: object, name: str) -> int:
     """A token id (pad id, eos id): an int in [0, 2**31 - 1], the range int32 batches hold."""
     return check_int(value, name, minimum=0, maximum=MAX_TOKEN_ID)
 
 
-def check_choice(value: Any, name: str, choices) -> Any:
+def check_choice(value: Any, name: str, choices: Collection[object]) -> Any:
     """Return ``value`` if it is one of ``choices``, else raise ValueError listing them."""
     if isinstance(value, bool) or not isinstance(value, (str, int)) or value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {short_repr(value)}")

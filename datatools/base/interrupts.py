@@ -9,11 +9,12 @@ from __future__ import annotations
 import gc
 import signal
 import threading
+from types import FrameType
 
 REQUESTED = threading.Event()  # set by the first Ctrl-C a command got
 
 
-def _on_sigint(signum, frame) -> None:
+def _on_sigint(signum: int, frame: FrameType | None) -> None:
     REQUESTED.set()
     if frame is not None and (
         frame.f_code in {getattr(cb, "__code__", None) for cb in gc.callbacks} or frame.f_code.co_filename == "<string>"

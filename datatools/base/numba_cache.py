@@ -15,7 +15,9 @@ import os
 import stat
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
+from types import ModuleType
 
 _KERNEL_DIRS = ("kernels", "kernels/packing", "io", "analysis")  # datatools' modules holding cache=True kernels
 
@@ -81,13 +83,13 @@ def configure() -> None:
         config.CACHE_DIR = chosen  # type: ignore[attr-defined]
 
 
-def _index_file(kernel) -> str | None:
+def _index_file(kernel: object) -> str | None:
     """numba's cache index file of a ``cache=True`` kernel (None: not one, or numba keeps its cache otherwise)."""
     index = getattr(getattr(getattr(kernel, "_cache", None), "_cache_file", None), "_index_path", None)
     return index if isinstance(index, str) else None
 
 
-def kernels_cold(modules) -> bool:
+def kernels_cold(modules: Iterable[ModuleType]) -> bool:
     """Whether numba's cache holds none of the ``cache=True`` kernels of ``modules`` (imported modules): a first
     run, where numba compiles them before they run (~30 s on 2 cores for the analyzer's). Read from numba's
     dispatchers (each one's cache index file); False when there is none to read, rather than guess."""

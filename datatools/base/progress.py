@@ -10,15 +10,21 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, Task, TaskID, TextColumn
 from rich.table import Column
 from rich.text import Text
 
 from datatools.base import interrupts
+
+if TYPE_CHECKING:
+    from rich.spinner import Spinner
+
+# what a function with a progress bar takes: ``progress(total)`` gives a context manager of ``advance()``
+StepsProgress = Callable[[int], AbstractContextManager[Callable[..., object]]]
 
 PLAIN_INTERVAL_S = 5.0  # seconds between plain lines when stderr is not a terminal
 FIRST_LINE_S = 0.25  # seconds a step or a bar runs before its first line (terminal or not): quick work prints nothing
@@ -62,11 +68,11 @@ def _eta(done: float, total: float | None, elapsed: float, still: float = 0.0) -
 class _EtaColumn(ProgressColumn):
     """The time left of a rich task by :func:`eta_seconds` (rich's own column showed "1 s" for 40 s)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
-        self._moved: dict = {}  # task id -> (completed, when it last changed)
+        self._moved: dict[TaskID, tuple[float, float]] = {}  # task id -> (completed, when it last changed)
 
-    def render(self, task) -> Text:
+    def render(self, task: Task) -> Text:
         now = time.perf_counter()
         last = self._moved.get(task.id)
         if last is None or last[0] != task.completed:
@@ -80,7 +86,7 @@ def _every(first_s: float, interval_s: float, call: Callable[[], None], name: st
     seconds, until the block ends."""
     stop = threading.Event()
 
-    def tick():
+    def tick() -> None:
         wait = first_s
         while not stop.wait(wait):
             call()
@@ -95,7 +101,7 @@ def _every(first_s: float, interval_s: float, call: Callable[[], None], name: st
         thread.join()
 
 
-def _plain_lines(console: Console, line: Callable[[], str], interval_s: float):
+def _plain_lines(console: Console, line: Callable[[], str], interval_s: float) -> AbstractContextManager[None]:
     """Print ``line()`` on ``console`` after ``min(FIRST_LINE_S, interval_s)`` seconds, then every ``interval_s``."""
 
     def say() -> None:
@@ -170,7 +176,7 @@ class _Activity:
     def line(self) -> str:
         return f"{self.label}: {self.what} (elapsed {_clock(time.perf_counter() - self.t0)})"
 
-    def __rich__(self):
+    def __rich__(self) -> Spinner:
         from rich.spinner import Spinner
 
         if not hasattr(self, "_spinner"):
@@ -296,7 +302,7 @@ def job_progress(
     done_bytes: int = 0,
     interval_s: float = PLAIN_INTERVAL_S,
     console: Console | None = None,
-):
+) -> Iterator[JobBar]:
     """Progress of a job over ``total_shards`` (``done`` of them already); yields a :class:`JobBar`. With
     ``total_bytes`` (``done_bytes`` done) the bar and the ETA go by bytes; ``enabled`` False shows nothing."""
     console = Console(stderr=True) if console is None else console
@@ -337,12 +343,14 @@ class _CountRate(ProgressColumn):
         super().__init__()
         self.unit = unit
 
-    def render(self, task) -> Text:
+    def render(self, task: Task) -> Text:
         return Text(_counts(task.completed, task.total or 0, self.unit, task.elapsed or 0.0))
 
 
 @contextmanager
-def count_progress(console: Console, total: int, what: str, *, unit: str = "", interval_s: float = PLAIN_INTERVAL_S):
+def count_progress(
+    console: Console, total: int, what: str, *, unit: str = "", interval_s: float = PLAIN_INTERVAL_S
+) -> Iterator[Callable[..., None]]:
     """Progress of ``total`` steps (``unit="bytes"``: bytes) on ``console``, with the rate and the ETA; yields
     ``advance(n=1)``. A transient bar on a terminal, a plain line every ``interval_s`` seconds elsewhere."""
     with paused():
@@ -358,7 +366,7 @@ def count_progress(console: Console, total: int, what: str, *, unit: str = "", i
                     f"{what}: {counts}, {_eta(done, total, elapsed, now - state['moved'])}, elapsed {_clock(elapsed)}"
                 )
 
-            def advance(n: int = 1, *_, **__) -> None:
+            def advance(n: int = 1, *_: object, **__: object) -> None:
                 state["done"] += n
                 state["moved"] = time.perf_counter()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -36,7 +36,7 @@ class Report:
 
     def as_dict(self) -> dict[str, Any]:
         """Every field, recursively, as JSON-ready types (see :func:`as_json_value`)."""
-        return as_json_value(self)
+        return cast(dict[str, Any], as_json_value(self))  # a dataclass's value is a dict
 
     def to_json(self, indent: int | None = 2) -> str:
         """The report as JSON text (NaN written as JSON's ``NaN``, as Python's json module does)."""

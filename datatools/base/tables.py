@@ -70,7 +70,14 @@ def fitted_table(
     return _table(title, columns, rows, needs, shown, caption), dropped
 
 
-def _table(title, columns, rows, widths, shown, caption) -> Table:
+def _table(
+    title: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    widths: Sequence[int],
+    shown: Sequence[int],
+    caption: str | None,
+) -> Table:
     table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
     for j in shown:  # each column exactly its width: the table is table_width() wide, no value cut
         if j == 0:

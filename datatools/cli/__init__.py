@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import sys
 import warnings
+from typing import Any, NoReturn
 
 import click
 
@@ -84,16 +85,16 @@ class Interrupted(BaseException):
 class LazyGroup(click.Group):
     """A group whose subcommands are imported when one is run (or its own --help is asked for)."""
 
-    def invoke(self, ctx):
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
             raise Interrupted from None
 
-    def list_commands(self, ctx) -> list[str]:
+    def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(SUBCOMMANDS)
 
-    def get_command(self, ctx, name):
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in SUBCOMMANDS:
             return None
         module, attr, short = SUBCOMMANDS[name]
@@ -102,7 +103,7 @@ class LazyGroup(click.Group):
             return _missing_extra(name, short, need)
         return _released(access_checked(getattr(importlib.import_module(module), attr)))
 
-    def format_commands(self, ctx, formatter) -> None:
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):
             formatter.write_dl([(name, SUBCOMMANDS[name][2]) for name in self.list_commands(ctx)])
 
@@ -115,7 +116,7 @@ def _released(command: click.Command) -> click.Command:
         return command
 
     @functools.wraps(callback)
-    def run(*args, **kwargs):
+    def run(*args: Any, **kwargs: Any) -> Any:
         from datatools.base.progress import release
 
         release()
@@ -129,7 +130,7 @@ def _released(command: click.Command) -> click.Command:
 def _missing_extra(name: str, short: str, module: str) -> click.Command:
     """A stand-in that answers any use, --help included, with one line naming the extra to install (exit 1)."""
 
-    def fail(**_):
+    def fail(**_: object) -> NoReturn:
         from datatools.base.install import missing
 
         raise missing(module, f"'datatools {name}'")

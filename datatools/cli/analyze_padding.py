@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import click
 
 from datatools.base.checks import DEFAULT_CTX_CAP, MAX_BATCH, MAX_BUCKETS, MAX_CTX, MAX_WINDOW, TRAINERS
 from datatools.cli.common import emit_json, input_options, json_option, make_console, result_console
+
+if TYPE_CHECKING:
+    from datatools.analysis.padding_result import PaddingReport
 
 
 @click.command("analyze-padding")
@@ -118,7 +123,16 @@ from datatools.cli.common import emit_json, input_options, json_option, make_con
     default=None,
     help="Write a PNG: the length histogram beside each strategy's efficiency.",
 )
-def analyze_padding_command(path, curriculum, json_out, write_config, overwrite, trainer, plot_out, **options):
+def analyze_padding_command(
+    path: str | None,
+    curriculum: str | None,
+    json_out: str | None,
+    write_config: str | None,
+    overwrite: bool,
+    trainer: str | None,
+    plot_out: str | None,
+    **options: Any,
+) -> None:
     """Length distribution of PATH, the padding waste of every strategy, and a recommendation.
 
     Without PATH, --maxtext-config names the data: its grain_train_files (a glob or comma list of ArrayRecord
@@ -135,9 +149,9 @@ def analyze_padding_command(path, curriculum, json_out, write_config, overwrite,
     report = analyze_input(path, console=make_console(stderr=True), curriculum=lengths, **options)
     config = _pipeline_config(report, trainer, path, options["column"], options["tokenizer"])
     console = result_console(stderr=json_out == "-")
-    render(report, console, source=report.source or display(path), config=config)
+    render(report, console, source=report.source or display(path or ""), config=config)
     if plot_out:
-        plot(report, plot_out, source=report.source or display(path))
+        plot(report, plot_out, source=report.source or display(path or ""))
         console.print(f"plot written to {plot_out}")
     if write_config:
         from datatools.analysis.write_config import maxtext_keys, write_pipeline_config
@@ -191,7 +205,9 @@ def _check_config_target(out: str, overwrite: bool) -> None:
         raise click.BadParameter(f"{out}: already exists; pass --overwrite to replace it", param_hint="--write-config")
 
 
-def _pipeline_config(report, trainer, path, column, tokenizer) -> dict:
+def _pipeline_config(
+    report: PaddingReport, trainer: str | None, path: str | None, column: str | None, tokenizer: str | None
+) -> dict[str, Any]:
     """The recommendation as a pipeline config the trainer's integration accepts (the report prints it,
     ``--write-config`` writes it); with a MaxText config, the settings the report read from it."""
     settings = report.maxtext.settings if report.maxtext is not None else None

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
 import click
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from datatools.base.reports import Report
+
+F = TypeVar("F", bound=Callable[..., Any])  # a click command's callback (or the command)
 
 
 class PathAccessError(click.BadParameter):
@@ -14,7 +24,7 @@ class PathAccessError(click.BadParameter):
 class AccessCheckedPath(click.Path):
     """``click.Path`` whose refusal of an existing path for its permissions is a :class:`PathAccessError`."""
 
-    def convert(self, value, param, ctx):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         try:
             return super().convert(value, param, ctx)
         except click.BadParameter as exc:
@@ -22,7 +32,7 @@ class AccessCheckedPath(click.Path):
                 raise PathAccessError(exc.message, ctx=ctx, param=param) from None
             raise
 
-    def _denied(self, value) -> bool:
+    def _denied(self, value: Any) -> bool:  # what the user gave (os.stat refuses what is no path)
         """Whether ``value`` is there, of an accepted kind, and refused only for its permissions."""
         import os
         import stat
@@ -49,7 +59,7 @@ def access_checked(command: click.Command) -> click.Command:
     return command
 
 
-def make_console(stderr: bool = False):
+def make_console(stderr: bool = False) -> Console:
     """A rich console; wide enough for the report tables when the output is not a terminal."""
     from rich.console import Console
 
@@ -59,7 +69,7 @@ def make_console(stderr: bool = False):
     return console
 
 
-def result_console(stderr: bool = False):
+def result_console(stderr: bool = False) -> Console:
     """:func:`make_console` for a command's result, the live progress line cleared first (no interleaving)."""
     from datatools.base.progress import doing
 
@@ -67,7 +77,7 @@ def result_console(stderr: bool = False):
     return make_console(stderr=stderr)
 
 
-def emit_json(json_out: str | None, payload) -> None:
+def emit_json(json_out: str | None, payload: Report) -> None:
     """Write ``payload.to_json()`` to the file or ``s3://`` / ``gs://`` URL ``json_out`` (atomically), or stdout
     for ``-``."""
     if not json_out:
@@ -81,7 +91,7 @@ def emit_json(json_out: str | None, payload) -> None:
         location(json_out).write_text(text + "\n")
 
 
-def json_option(what: str = "the report", then: str = " (then the table goes to stderr)"):
+def json_option(what: str = "the report", then: str = " (then the table goes to stderr)") -> Callable[[F], F]:
     """``--json FILE``: ``what`` as JSON to FILE, or to stdout with ``-`` (:func:`emit_json`)."""
     return click.option(
         "--json",
@@ -92,7 +102,7 @@ def json_option(what: str = "the report", then: str = " (then the table goes to 
     )
 
 
-def overrides_option(command):
+def overrides_option(command: F) -> F:
     """``--set KEY=VALUE`` (repeatable): config overrides, checked like the file."""
     return click.option(
         "--set",
@@ -104,7 +114,7 @@ def overrides_option(command):
     )(command)
 
 
-def tokenizer_options(command):
+def tokenizer_options(command: F) -> F:
     """The options that say how text is tokenized: ``--tokenizer-settings``, ``--bos``, ``--eos``."""
     for which, where in (("eos", "after"), ("bos", "before")):
         command = click.option(
@@ -126,7 +136,7 @@ def tokenizer_options(command):
     )(command)
 
 
-def input_options(command):
+def input_options(command: F) -> F:
     """How an input is read (analyze-padding, pack): ``--column``, ``--tokenizer`` with :func:`tokenizer_options`,
     ``--eos-id`` and ``--bin-dtype``."""
     from datatools.base.checks import BIN_DTYPES, MAX_TOKEN_ID  # here, not at the top: `--help` imports no numpy

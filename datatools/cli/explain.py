@@ -4,6 +4,7 @@ ledger: all from the config's schedule and the documents' lengths, no token read
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 from rich.markup import escape
@@ -27,7 +28,7 @@ def _steps(value: str | None) -> range | None:
     return range(first, end)
 
 
-def _history(path: str | None) -> list | None:
+def _history(path: str | None) -> list[Any] | None:
     """A mixture's weight history from a saved pipeline state (JSON: ``get_state()`` of the pipeline)."""
     if path is None:
         return None
@@ -35,7 +36,8 @@ def _history(path: str | None) -> list | None:
 
     try:
         state = json.loads(location(path).read_bytes())
-        return state["pipeline"]["mixture_weights"]
+        history: list[Any] = state["pipeline"]["mixture_weights"]  # checked where it is restored
+        return history
     except (ValueError, KeyError, TypeError):
         raise ValueError(
             f"{path}: not a saved pipeline state with a mixture's weights (JSON: pipeline.mixture_weights)"

@@ -26,7 +26,9 @@ from datatools.cli.common import emit_json, json_option, make_console, overrides
     help="Consecutive documents per stored group in each source (material, book): groups per batch.",
 )
 @json_option()
-def mix_report_command(config, overrides, batches, group_size, json_out):
+def mix_report_command(
+    config: str, overrides: tuple[str, ...], batches: int, group_size: int | None, json_out: str | None
+) -> None:
     """How closely the batches of CONFIG hold its mixture's weights: per source, the mean and the worst batch share
     of tokens and of documents, and groups per batch. No token is read: the batches are the pipeline's own,
     computed from the sources' lengths.

@@ -3,6 +3,8 @@ planned in bounded memory, which pipelines read with ``packing: {plan: OUT}``.""
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from datatools.base.checks import DEFAULT_ALGORITHM, MAX_CTX, OVERFLOW_POLICIES, PACK_ALGORITHMS
@@ -38,7 +40,7 @@ from datatools.cli.common import emit_json, input_options, json_option, make_con
 @click.option("--overwrite", is_flag=True, help="Replace OUT when it is an existing plan.")
 @input_options
 @json_option("the plan's header (num_rows, lower_bound_rows, efficiency, ...)", then="")
-def pack_command(data, out, ctx, align, json_out, **options):
+def pack_command(data: str, out: str, ctx: int, align: int, json_out: str | None, **options: Any) -> None:
     """Plan DATA into the packed plan directory OUT (rows of --ctx tokens; index only, no token copied)."""
     from datatools.io.storage.paths import display
     from datatools.jobs.pack_plan import pack_plan

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from datatools.pipeline.run import PipelineRunReport
 
 from datatools.base.checks import MAX_WORKERS
 from datatools.base.progress import count_progress
@@ -129,7 +134,7 @@ def _loader_rows(loader) -> list[tuple[str, str]]:
     return rows
 
 
-def _device_rows(report) -> list[tuple[str, str]]:
+def _device_rows(report: PipelineRunReport) -> list[tuple[str, str]]:
     """With the config's devices: the busiest device over the mean per batch, in attention tiles and in real tokens
     (mean / p90 / max over the batches run)."""
     import numpy as np

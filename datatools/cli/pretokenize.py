@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from datatools.base.checks import ENGINES, MAX_CTX
@@ -58,7 +60,7 @@ from datatools.cli.common import make_console, tokenizer_options
     help="Kept for scripts: a rerun always checks this job's store at OUTPUT as `datatools verify` does "
     "(every chunk's sha256, shard_index.bin) before calling it complete, and repairs a damaged one.",
 )
-def pretokenize_command(inputs, engine, **options):
+def pretokenize_command(inputs: tuple[str, ...], engine: str, **options: Any) -> None:
     """Tokenize INPUTS into the token store OUTPUT: every input analyze-padding takes (Parquet, JSONL, Arrow,
     HF save_to_disk dirs, ArrayRecord files, directories, a glob or comma list of files), and .txt files.
 

@@ -5,13 +5,20 @@ distance that ranks the orders as a trained model's evaluation loss does: ``docs
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from datatools.base.checks import MAX_REPORT_RECORDS
 from datatools.base.progress import doing
 from datatools.base.tables import fitted_table
-from datatools.cli.common import emit_json, json_option, result_console
+from datatools.cli.common import F, emit_json, json_option, result_console
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from datatools.analysis.shuffle_quality import PackedOrderStats, ShuffleReport
 
 LABELS = {
     "none": "no shuffle (storage order)",
@@ -21,7 +28,7 @@ LABELS = {
 }
 
 
-def _records(name: str, text: str, **kwargs):
+def _records(name: str, text: str, **kwargs: Any) -> Callable[[F], F]:
     """An option counting records (1 to MAX_REPORT_RECORDS)."""
     return click.option(name, type=click.IntRange(1, MAX_REPORT_RECORDS), help=text, **kwargs)
 
@@ -73,7 +80,9 @@ def _records(name: str, text: str, **kwargs):
     "order with --store (the config's store) or --write-seed for a store written with pretokenize --shuffle-seed.",
 )
 @json_option("the figures")
-def shuffle_report_command(json_out, store, pipeline, packed_batches, **options):
+def shuffle_report_command(
+    json_out: str | None, store: str | None, pipeline: str | None, packed_batches: int | None, **options: Any
+) -> None:
     """Distinct groups per batch against a full shuffle's expectation, displacement, and I/O cost."""
     applies = None if pipeline is None else config_row(pipeline)  # a bad config: one line before the work
     if packed_batches is not None and pipeline is None:
@@ -85,7 +94,7 @@ def shuffle_report_command(json_out, store, pipeline, packed_batches, **options)
     from datatools.analysis.shuffle_quality import shuffle_report  # numba: once the arguments are parsed
 
     report = shuffle_report(**options)
-    if packed_batches is not None:
+    if packed_batches is not None and pipeline is not None:  # (--packed-batches without --config: refused above)
         report = dataclasses.replace(report, packed=packed_figures(pipeline, report, packed_batches))
     console = result_console(stderr=json_out == "-")
     title = (
@@ -122,8 +131,8 @@ def shuffle_report_command(json_out, store, pipeline, packed_batches, **options)
         f"read order); its block reads are counted with the cache a lane reader holds, "
         f"{report.lane_cache_blocks:,} blocks (every lane's window and the next block)"
     )
-    if report.packed is not None:
-        packed_table(console, pipeline, report)
+    if report.packed is not None and pipeline is not None:  # packed: counted for --config
+        packed_table(console, pipeline, report.packed)
     if applies is not None:
         console.print(f"{pipeline}: {applies}")
     else:
@@ -131,7 +140,7 @@ def shuffle_report_command(json_out, store, pipeline, packed_batches, **options)
     emit_json(json_out, report)
 
 
-def _write_order(store: str | None, options: dict) -> str:
+def _write_order(store: str | None, options: dict[str, Any]) -> str:
     """The store's write order in words; from its manifest, ``options``' ``n`` (its documents) and ``write_seed``
     where the user gave none."""
     if store is None:
@@ -170,7 +179,7 @@ def config_row(path: str) -> str:
     return line
 
 
-def packed_figures(path: str, report, batches: int) -> dict:
+def packed_figures(path: str, report: ShuffleReport, batches: int) -> dict[str, PackedOrderStats]:
     """:func:`~datatools.pipeline.packed_mix.packed_mix` of the config at ``path`` with the report's block sizes,
     group size and write seed."""
     from datatools.pipeline import load_config
@@ -187,7 +196,7 @@ def packed_figures(path: str, report, batches: int) -> dict:
     )
 
 
-def packed_table(console, path: str, report) -> None:
+def packed_table(console: Console, path: str, packed: dict[str, PackedOrderStats]) -> None:
     """The after-packing table: one row per order, the lowest mix distance first named."""
     rows = [
         [
@@ -197,14 +206,14 @@ def packed_table(console, path: str, report) -> None:
             f"{s.mix_distance:.4f}",
             f"{s.mix_kl:.4f}",
         ]
-        for name, s in report.packed.items()
+        for name, s in packed.items()
     ]
-    first = next(iter(report.packed.values()))
+    first = next(iter(packed.values()))
     title = f"after packing: {first.batches:,} global batches of {path} (its ctx, batch, packing window and seed)"
     columns = ("order", "documents/batch", "groups/batch", "mix distance (TV, 0..1)", "mix KL (nats)")
     table, _ = fitted_table(title, columns, rows, console.width, drop_first=(columns[4], columns[1]))
     console.print(table)
-    best = min(report.packed, key=lambda k: report.packed[k].mix_distance)
+    best = min(packed, key=lambda k: packed[k].mix_distance)
     console.print(
         f"mix distance: how far a batch's groups (shares of its tokens) are from the corpus's, by total variation; "
         f"lower mixes better (the shuffle study's evaluation losses ranked its orders the same way). Lowest: "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
@@ -14,7 +15,8 @@ from datatools.base.progress import count_progress, doing
 from datatools.cli.common import emit_json, json_option, make_console
 
 if TYPE_CHECKING:
-    from datatools.train.loop import LengthRate, StepRecord
+    from datatools.pipeline.stalls import LoaderReport
+    from datatools.train.loop import LengthRate, StepRecord, TrainSummary
 
 
 @click.command("train")
@@ -37,7 +39,14 @@ if TYPE_CHECKING:
     "weight sum of all of them.",
 )
 @json_option("the summary and per-step records", then="")
-def train_command(config, steps, source, attention, grad_accum_steps, json_out):
+def train_command(
+    config: str,
+    steps: int | None,
+    source: str | None,
+    attention: str | None,
+    grad_accum_steps: int | None,
+    json_out: str | None,
+) -> None:
     """Train the CONFIG's model on its pipeline: loss, tokens/s, efficiency and MFU per step."""
     import jax
 
@@ -54,7 +63,7 @@ def train_command(config, steps, source, attention, grad_accum_steps, json_out):
     several = jax.local_device_count() > 1  # rows split over devices: each step's busiest device over the mean
     doing("building the pipeline, compiling the first step")
     with device_errors(), ExitStack() as bars:  # XLA out of memory -> DeviceOutOfMemory (exit 1, one line)
-        advance: list = []  # the bar, from the first (compiled) step on
+        advance: list[Callable[..., None]] = []  # the bar, from the first (compiled) step on
 
         def on_step(rec: StepRecord) -> None:
             if rec.step == 1 or rec.step % cfg.train.log_every == 0:
@@ -90,7 +99,7 @@ def _step_line(rec: StepRecord, several: bool) -> str:
     )
 
 
-def _summary_table(config: str, s, loader, several: bool) -> Table:
+def _summary_table(config: str, s: TrainSummary, loader: LoaderReport, several: bool) -> Table:
     """The run's summary: final loss, rates, MFU / HFU, compilations, shapes, device balance, waits."""
     table = Table(title=f"{config}: {s.steps} steps (rates exclude the first, compiling, step)", title_justify="left")
     table.add_column("measure")

@@ -3,9 +3,12 @@ with one line naming the store and the first bad chunk."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from typing import Any
 
 import click
+from rich.console import Console
 from rich.table import Table
 
 from datatools.base.progress import count_progress
@@ -15,7 +18,7 @@ from datatools.cli.common import emit_json, json_option, make_console, result_co
 @click.command("verify")
 @click.argument("store", type=click.Path(path_type=str))
 @json_option("the summary")
-def verify_command(store, json_out):
+def verify_command(store: str, json_out: str | None) -> None:
     """Check every chunk of the token store STORE against its manifest (sizes, sha256), the offsets
     (0 first, never decreasing, num_tokens last) and the token range (below vocab_size)."""
     err = make_console(stderr=True)
@@ -47,11 +50,11 @@ PHASES = (("checking chunks (sha256)", "bytes"), ("checking tokens", "tokens"))
 
 
 @contextmanager
-def _progress(console):
+def _progress(console: Console) -> Iterator[Callable[[int, int], None]]:
     """verify_store's ``progress(done, total)`` as one :func:`~datatools.base.progress.count_progress` bar per
     phase: the chunks' bytes checked, then the tokens decoded."""
     phases = iter(PHASES)
-    state: dict = {"step": None, "total": None, "done": 0}
+    state: dict[str, Any] = {"step": None, "total": None, "done": 0}
     with ExitStack() as stack:
 
         def advance(done: int, total: int) -> None:

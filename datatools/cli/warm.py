@@ -16,7 +16,7 @@ from datatools.cli.common import make_console, result_console
     default=None,
     help="Processes compiling at once (default: the CPUs this process may use).",
 )
-def warm_command(jobs):
+def warm_command(jobs: int | None) -> None:
     """Compile the numba kernels of every pipeline, packer and report into numba's cache (NUMBA_CACHE_DIR, else
     beside the installed modules), in parallel processes: later commands load them in milliseconds."""
     from datatools.base.progress import count_progress

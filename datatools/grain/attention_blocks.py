@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 import grain
 from datatools.base.checks import check_int
 from datatools.kernels.attention_blocks import block_pairs, block_structure, device_tile_lists, tile_list
 
 
-class AttentionBlocks(grain.transforms.Map):
+class AttentionBlocks(grain.transforms.Map):  # type: ignore[misc]  # Grain ships no type information: its classes are Any
     """Add the (query, key) tiles of ``block`` tokens that hold work (:mod:`datatools.kernels.attention_blocks`) to
     a canonical batch: ``block_q``, ``block_k``, ``block_valid`` (int32, (rows, P)) per row for the JAX kernel, and
     ``tile_row``, ``tile_q``, ``tile_k``, ``tile_full``, ``tile_by_k`` (int32, (P,)) and ``tile_count`` (int32,
@@ -22,7 +24,7 @@ class AttentionBlocks(grain.transforms.Map):
         self.block = check_int(block, "attention_block", minimum=1)
         self.devices = check_int(devices, "devices", minimum=1)
 
-    def map(self, element):
+    def map(self, element: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         seg = element["segment_ids"]
         kinds = block_structure(seg, self.block)
         tiles = (

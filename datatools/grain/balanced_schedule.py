@@ -80,10 +80,10 @@ class BalancedSchedule:
             raise AttributeError(name)
         return getattr(self.inner, name)
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         return {"inner": self.inner, "devices": self.devices, "block": self.block, "across": self.across}
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: dict[str, Any]) -> None:
         BalancedSchedule.__init__(
             self, state["inner"], devices=state["devices"], block=state["block"], across=state["across"]
         )

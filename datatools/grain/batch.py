@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 import grain
 from datatools.base.checks import check_choice, check_int
@@ -12,14 +14,14 @@ from datatools.kernels.batch_layouts import BOUNDARY_TARGETS, FORMATS, POSITIONS
 from datatools.kernels.loss_weights import LOSS_WEIGHTINGS
 
 
-def read_batch(parent: grain.MapDataset, indices) -> dict:
+def read_batch(parent: grain.MapDataset, indices: npt.ArrayLike) -> Any:  # stack_elements' nesting
     """Parent elements at ``indices`` stacked into one batch (``parent.get_batch`` when it has one)."""
     if hasattr(parent, "get_batch"):
         return parent.get_batch(indices)
     return stack_elements([parent[int(i)] for i in np.asarray(indices).tolist()])
 
 
-def stack_elements(elements: list):
+def stack_elements(elements: list[Any]) -> Any:  # arrays, or dicts / tuples of them, as the elements
     """Elements (arrays, or dicts / tuples of them, nested) stacked along a new first axis, leaf by leaf."""
     first = elements[0]
     if isinstance(first, dict):
@@ -29,7 +31,7 @@ def stack_elements(elements: list):
     return np.stack([np.asarray(e) for e in elements])
 
 
-class BatchRowsMapDataset(grain.MapDataset):
+class BatchRowsMapDataset(grain.MapDataset):  # type: ignore[misc]  # Grain ships no type information: its classes are Any
     """Batches of ``batch_size`` consecutive elements, like ``MapDataset.batch``, but a parent with
     ``get_batch(indices)`` (packed rows, and the shuffles over them) builds each at once: one read and one numba
     fill. Batches do not cross epochs; ``drop_remainder`` drops each epoch's last, short batch."""
@@ -47,7 +49,7 @@ class BatchRowsMapDataset(grain.MapDataset):
     def __str__(self) -> str:
         return f"BatchRowsMapDataset(batch_size={self._batch_size}, drop_remainder={self._drop_remainder})"
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: int | slice) -> Any:  # a batch, or a slice of the dataset
         if isinstance(index, slice):
             return self.slice(index)
         epoch, j = divmod(index, self._length)
@@ -56,7 +58,7 @@ class BatchRowsMapDataset(grain.MapDataset):
         return read_batch(self._parent, np.arange(start, min(n, start + self._batch_size), dtype=np.int64) + epoch * n)
 
 
-class FormatBatch(grain.transforms.Map):
+class FormatBatch(grain.transforms.Map):  # type: ignore[misc]  # Grain ships no type information: its classes are Any
     """Convert canonical datatools batches to another layout (:mod:`datatools.kernels.batch_layouts`).
 
     Args:
@@ -76,7 +78,7 @@ class FormatBatch(grain.transforms.Map):
         self.positions = check_choice(positions, "positions", POSITIONS)
         self.loss_weighting = check_choice(loss_weighting, "loss_weighting", LOSS_WEIGHTINGS)
 
-    def map(self, element):
+    def map(self, element: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return to_format(
             element,
             self.name,

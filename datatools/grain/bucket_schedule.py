@@ -8,18 +8,29 @@ in batch order (about 24 bytes a document).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
+import numpy.typing as npt
 
 from datatools.base.checks import OVERFLOW_POLICIES, check_choice
 from datatools.grain.host_batches import empty_rows
 from datatools.grain.schedule import DocumentOrderLike, EpochCache
+from datatools.io.sources.documents import DocumentSource
 from datatools.kernels.bucket import check_buckets, fill_order_batches
 from datatools.kernels.packing import PackPlan, cut_pieces, materialize_pieces
 
 
-def bucket_rows(read_pieces, doc, start, length, *, rows: int, width: int, pad_id: int = 0) -> dict[str, np.ndarray]:
+def bucket_rows(
+    read_pieces: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
+    doc: np.ndarray,
+    start: np.ndarray,
+    length: np.ndarray,
+    *,
+    rows: int,
+    width: int,
+    pad_id: int = 0,
+) -> dict[str, np.ndarray]:
     """A bucket's batch (of the schedule and the Grain transform): ``rows`` rows of ``width`` tokens, row i holding
     piece i (int64 ``doc``, ``start``, ``length``, read through ``read_pieces`` in one call), the rest empty."""
     n = int(doc.shape[0])
@@ -44,11 +55,11 @@ class BucketSchedule:
 
     def __init__(
         self,
-        docs,
+        docs: DocumentSource,
         order: DocumentOrderLike,
         *,
-        boundaries,
-        batch_sizes,
+        boundaries: npt.ArrayLike,
+        batch_sizes: npt.ArrayLike,
         overflow: str = "split",
         drop_remainder: bool = False,
         pad_id: int = 0,

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 import grain
 from datatools.base.checks import OVERFLOW_POLICIES, check_choice
@@ -44,8 +46,8 @@ def _decode_groups(text: str) -> list[Group]:
     return [(k, pieces[a:b]) for k, a, b in zip(buckets, cuts, cuts[1:])]
 
 
-class _BucketIterator(grain.DatasetIterator):
-    def __init__(self, parent, ds: BucketBatchIterDataset):
+class _BucketIterator(grain.DatasetIterator):  # type: ignore[misc]  # Grain ships no type information: its classes are Any
+    def __init__(self, parent: grain.DatasetIterator, ds: BucketBatchIterDataset):
         super().__init__(parent)
         self._ds = ds
         self._buffers: list[list[Piece]] = [[] for _ in ds.boundaries]
@@ -80,7 +82,7 @@ class _BucketIterator(grain.DatasetIterator):
             else:  # a bucket's remainder (after its full batches): it waits for more pieces
                 self._buffers[k] = group
 
-    def __next__(self):
+    def __next__(self) -> dict[str, np.ndarray]:
         ds = self._ds
         while not self._ready and not self._flushing:
             try:
@@ -106,14 +108,14 @@ class _BucketIterator(grain.DatasetIterator):
             pad_id=ds.pad_id,
         )
 
-    def get_state(self):
+    def get_state(self) -> dict[str, Any]:
         return {
             "parent": self._parent.get_state(),
             "buffers": _encode_groups(list(enumerate(self._buffers)) + self._ready),
             "flushing": int(self._flushing),
         }
 
-    def set_state(self, state):
+    def set_state(self, state: dict[str, Any]) -> None:
         self._parent.set_state(state["parent"])
         groups = _decode_groups(state["buffers"])
         n = len(self._ds.boundaries)
@@ -122,7 +124,7 @@ class _BucketIterator(grain.DatasetIterator):
         self._flushing = bool(state["flushing"])
 
 
-class BucketBatchIterDataset(grain.IterDataset):
+class BucketBatchIterDataset(grain.IterDataset):  # type: ignore[misc]  # Grain ships no type information: its classes are Any
     """Group documents by length into buckets and yield fixed-shape padded batches.
 
     Bucket k holds pieces of length in ``(boundaries[k - 1], boundaries[k]]``; with ``batch_sizes[k]`` pieces it
@@ -143,8 +145,8 @@ class BucketBatchIterDataset(grain.IterDataset):
         self,
         parent: grain.IterDataset,
         *,
-        boundaries,
-        batch_sizes,
+        boundaries: npt.ArrayLike,
+        batch_sizes: npt.ArrayLike,
         overflow: str = "split",
         drop_remainder: bool = False,
         feature: str = "tokens",
@@ -162,7 +164,7 @@ class BucketBatchIterDataset(grain.IterDataset):
         """The (rows, tokens) shape of each bucket's batches."""
         return [(int(b), int(n)) for b, n in zip(self.batch_sizes, self.boundaries)]
 
-    def __iter__(self):
+    def __iter__(self) -> _BucketIterator:
         return _BucketIterator(self._parent.__iter__(), self)
 
     def __str__(self) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 import grain
@@ -10,7 +12,7 @@ from datatools.grain.document_blocks import document_block
 from datatools.kernels.tiles import chunk
 
 
-class TileChunk(grain.experimental.FlatMapTransform):
+class TileChunk(grain.experimental.FlatMapTransform):  # type: ignore[misc]  # Grain ships no type information: its classes are Any
     """Cut each document into windows of at most ``ctx`` tokens, a multiple of ``tile`` (the accelerator's tile,
     e.g. 128); ``stride``, ``bos``, ``eos`` as :func:`datatools.chunk`. Use it with
     ``grain.experimental.FlatMapIterDataset(ds, TileChunk(...))`` or :func:`chunk_documents`.
@@ -36,13 +38,13 @@ class TileChunk(grain.experimental.FlatMapTransform):
         self.max_fan_out = check_int(max_fan_out, "max_fan_out", minimum=1)
         self.feature = feature
 
-    def flat_map(self, element):
+    def flat_map(self, element: Any) -> list[np.ndarray]:
         tokens, lengths = document_block(element, self.feature)
         if lengths.shape[0] != 1:
             raise ValueError("TileChunk takes one document per element, not a block")
         return chunk(tokens, self.ctx, tile=self.tile, stride=self.stride, bos=self.bos, eos=self.eos)
 
 
-def chunk_documents(ds: grain.IterDataset, ctx: int, *, tile: int, **kwargs) -> grain.IterDataset:
+def chunk_documents(ds: grain.IterDataset, ctx: int, *, tile: int, **kwargs: Any) -> grain.IterDataset:
     """``ds`` with every document cut into tile-aligned windows of at most ``ctx`` tokens (see :class:`TileChunk`)."""
     return grain.experimental.FlatMapIterDataset(ds, TileChunk(ctx, tile=tile, **kwargs))

@@ -9,19 +9,24 @@ Feistel permutation per length and epoch) and the schedule draws each batch's le
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from datatools.grain.schedule import Delivered, EpochCache
 from datatools.grain.streaming_schedule import RowsPlanSchedule
+from datatools.io.sources.documents import DocumentSource
 from datatools.kernels.curriculum import GROW_P2, CurriculumRows, curriculum_order, curriculum_rows, grow_p2_odds
 from datatools.kernels.packing import PackPlan
 from datatools.kernels.packing.plan_format import gather_rows
 from datatools.kernels.shuffle import GOLDEN, FeistelPermutation
 
 
-def schedule_odds(schedule, k: int, odds=None) -> tuple[np.ndarray, np.ndarray]:
+def schedule_odds(
+    schedule: str | list[Any] | tuple[Any, ...], k: int, odds: npt.ArrayLike | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """``(odds (S, K), until (S,))`` of a schedule: ``grow_p2``, ``mix`` (``odds``, default all 1) or a list of
     stages (objects or mappings with ``until`` and ``odds``)."""
     if schedule == GROW_P2:
@@ -51,12 +56,12 @@ class CurriculumSchedule(RowsPlanSchedule):
 
     def __init__(
         self,
-        docs,
+        docs: DocumentSource,
         *,
-        lengths,
+        lengths: Sequence[int],
         tokens_per_batch: int,
-        schedule="grow_p2",
-        odds=None,
+        schedule: str | list[Any] | tuple[Any, ...] = "grow_p2",
+        odds: npt.ArrayLike | None = None,
         cycles: int = 1,
         shuffle: bool = True,
         seed: int = 0,

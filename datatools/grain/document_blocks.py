@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 
 
-def _tokens(value, what: str) -> np.ndarray:
+def _tokens(value: npt.ArrayLike, what: str) -> np.ndarray:
     arr = np.asarray(value)
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
         raise ValueError(f"{what} must be a 1-D integer token array, got {arr.dtype} {arr.shape}")
     return arr
 
 
-def document_block(element, feature: str = "tokens") -> tuple[np.ndarray, np.ndarray]:
+def document_block(element: Any, feature: str = "tokens") -> tuple[np.ndarray, np.ndarray]:
     """``(tokens, lengths)`` of an element: a token array (one document), a dict holding one under
     ``feature``, or a document block (a dict with ``tokens`` back to back and ``lengths``)."""
     if isinstance(element, dict):

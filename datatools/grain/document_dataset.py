@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -10,7 +11,7 @@ import grain
 from datatools.io.sources.documents import as_document_source
 
 
-class DocumentsMapDataset(grain.MapDataset):
+class DocumentsMapDataset(grain.MapDataset):  # type: ignore[misc]  # Grain ships no type information: its classes are Any
     """Element i is document i's tokens (a 1-D array) of any document ``source``
     (:mod:`datatools.io.sources.documents`).
 
@@ -18,7 +19,7 @@ class DocumentsMapDataset(grain.MapDataset):
     in one gather (:meth:`get_batch`), which the streaming packer and the bucketer take (Grain's overhead per block).
     """
 
-    def __init__(self, source):
+    def __init__(self, source: object):
         super().__init__()
         self._docs = as_document_source(source)
         self._lengths = self._docs.lengths()
@@ -29,7 +30,7 @@ class DocumentsMapDataset(grain.MapDataset):
     def __str__(self) -> str:
         return f"DocumentsMapDataset({self._docs!r})"
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: int | slice) -> Any:  # a document, or a slice of the dataset
         if isinstance(index, slice):
             return self.slice(index)
         return self._docs[index % len(self._docs)]

@@ -10,6 +10,7 @@ element comes from worker ``next_index_in_cycle``. A state of another form is an
 from __future__ import annotations
 
 from importlib import metadata
+from typing import Any
 
 from datatools.base.errors import UnsupportedVersion
 
@@ -44,17 +45,17 @@ def _unsupported(what: str) -> UnsupportedVersion:
     )
 
 
-def is_single_state(state) -> bool:
+def is_single_state(state: object) -> bool:
     """Whether ``state`` is a single-process iterator's position ``{"next_index": k}``."""
     return isinstance(state, dict) and set(state) == {NEXT_INDEX}
 
 
-def is_prefetch_state(state) -> bool:
+def is_prefetch_state(state: object) -> bool:
     """Whether ``state`` is an ``mp_prefetch`` iterator's state (it holds every key of :data:`MP_KEYS`)."""
     return isinstance(state, dict) and MP_KEYS <= set(state)
 
 
-def single_position(state: dict) -> int:
+def single_position(state: dict[str, Any]) -> int:
     """Elements read, from a single-process state."""
     k = state[NEXT_INDEX]
     if isinstance(k, bool) or not isinstance(k, int):
@@ -62,7 +63,7 @@ def single_position(state: dict) -> int:
     return k
 
 
-def prefetch_position(state: dict) -> int:
+def prefetch_position(state: dict[str, Any]) -> int:
     """Elements read, from an ``mp_prefetch`` state: the sum of the workers' positions.
 
     Raises:
@@ -80,12 +81,12 @@ def prefetch_position(state: dict) -> int:
     return int(sum(single_position(w) for w in workers))
 
 
-def prefetch_workers(state: dict) -> int:
+def prefetch_workers(state: dict[str, Any]) -> int:
     """Workers of an ``mp_prefetch`` state."""
     return len(state["iterators_in_use_states"])
 
 
-def prefetch_state(position: int, workers: int) -> dict:
+def prefetch_state(position: int, workers: int) -> dict[str, Any]:
     """The ``mp_prefetch`` state of ``workers`` workers that has read ``position`` elements."""
     if workers < 1:
         raise _unsupported(f"an mp_prefetch state with {workers} workers")
@@ -101,6 +102,6 @@ def prefetch_state(position: int, workers: int) -> dict:
     }
 
 
-def single_state(position: int) -> dict:
+def single_state(position: int) -> dict[str, Any]:
     """The single-process state that has read ``position`` elements."""
     return {NEXT_INDEX: position}

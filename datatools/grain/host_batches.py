@@ -14,11 +14,14 @@ import threading
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 import grain
 from datatools.base.checks import check_choice, check_int
 from datatools.grain.batch import read_batch
 from datatools.grain.schedule import EpochCache, HostCarryingSchedule, ReadAheadSchedule, Schedule
+from datatools.io.formats.plan_file import PlanFile
+from datatools.io.sources.documents import DocumentSource
 from datatools.kernels.batch_layouts import CANONICAL_KEYS
 from datatools.kernels.packing import PackPlan
 from datatools.kernels.packing.materialize import new_batch
@@ -58,14 +61,14 @@ class DocumentOrder:
             self._block = BlockShuffle(n, io_block_size=io_block_size, window_blocks=window_blocks, seed=seed)
         self._perms = EpochCache(keep=5)
 
-    def __call__(self, positions, epoch: int) -> np.ndarray:
-        positions = np.asarray(positions, np.int64)
+    def __call__(self, positions: npt.ArrayLike, epoch: int) -> np.ndarray:
+        at = np.asarray(positions, np.int64)
         if self.kind == "none":
-            return positions.copy()
+            return at.copy()
         if self._block is not None:  # kind block
-            return np.asarray(self._block.index(positions, epoch), np.int64)
+            return np.asarray(self._block.index(at, epoch), np.int64)
         perm = self._perms.get(epoch, lambda e: FeistelPermutation(self.n, self.seed, epoch=e))
-        return np.asarray(perm(positions), np.int64)
+        return np.asarray(perm(at), np.int64)
 
 
 class PlannedSchedule:
@@ -89,21 +92,26 @@ class PlannedSchedule:
         return self.batch_size
 
     @property
-    def docs(self):
+    def docs(self) -> DocumentSource:
         """The document source the rows are read from."""
-        return self.rows.docs
+        docs: DocumentSource = self.rows.docs
+        return docs
 
     def rows_plan(self, epoch: int, j: int, lo: int, hi: int) -> PackPlan:
         """Rows ``[lo, hi)`` of global batch ``j`` that hold data (a prefix: the epoch's last batch may end early),
         as one plan (see :class:`~datatools.grain.schedule.PlannedRowsSchedule`)."""
         index = j * self.batch_size + np.arange(lo, hi, dtype=np.int64)
-        return self.rows.rows_plan(index[index < self.n] + epoch * self.n)
+        plan: PackPlan = self.rows.rows_plan(index[index < self.n] + epoch * self.n)
+        return plan
 
-    def plan_rows(self, epoch: int) -> tuple[Any, np.ndarray]:
+    def plan_rows(self, epoch: int) -> tuple[PackPlan | PlanFile, np.ndarray]:
         """``(plan, rows)``: the plan (a PackPlan or a memory-mapped PlanFile) of the rows, and every row id of it
         in ``epoch``'s order: entry i is row ``i % batch_size`` of global batch ``i // batch_size`` (the entries
         past the last batch are the rows ``drop_remainder`` leaves out). An epoch's rows without their pieces."""
-        return self.rows.plan_rows(np.arange(self.n, dtype=np.int64) + epoch * self.n)
+        plan_rows: tuple[PackPlan | PlanFile, np.ndarray] = self.rows.plan_rows(
+            np.arange(self.n, dtype=np.int64) + epoch * self.n
+        )
+        return plan_rows
 
     def pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(doc, start, length)`` of every piece rows ``[lo, hi)`` of global batch ``j`` read."""
@@ -116,7 +124,8 @@ class PlannedSchedule:
         index = j * self.batch_size + np.arange(lo, hi, dtype=np.int64)
         valid = index < self.n
         if valid.all():
-            return read_batch(self.rows, index + epoch * self.n)
+            batch: dict[str, np.ndarray] = read_batch(self.rows, index + epoch * self.n)
+            return batch
         out = empty_rows(hi - lo, self.ctx, self.pad_id)
         if valid.any():
             batch = read_batch(self.rows, index[valid] + epoch * self.n)
@@ -125,7 +134,7 @@ class PlannedSchedule:
         return out
 
 
-class HostBatchesMapDataset(grain.MapDataset):
+class HostBatchesMapDataset(grain.MapDataset):  # type: ignore[misc]  # Grain ships no type information: its classes are Any
     """Element ``j``: host ``index`` of ``count``'s rows of global batch ``j`` of ``schedule``, over the epochs.
 
     ``self[j]`` is a pure function of ``j``: it reads batch ``j`` and nothing else. Reading ahead in batch order is
@@ -163,10 +172,10 @@ class HostBatchesMapDataset(grain.MapDataset):
                 "or a smaller batch_size)"
             )
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "_lock"} | {"_planned_ahead": 0}
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
@@ -240,7 +249,7 @@ class HostBatchesMapDataset(grain.MapDataset):
         epoch, j = self.locate(index)
         return (epoch, j, *self._rows(epoch, j))
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: int | slice) -> Any:  # a batch (dict of arrays), or a slice of the dataset
         if isinstance(index, slice):
             return self.slice(index)
         epoch, j = self.locate(int(index))

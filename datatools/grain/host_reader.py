@@ -23,7 +23,7 @@ import queue
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import grain
 from datatools.grain.host_batches import HostBatchesMapDataset
@@ -34,7 +34,8 @@ T = TypeVar("T")
 READ_AHEAD = 8  # batches past the one being built whose reads are issued (the source's byte budget bounds the bytes)
 BUILD_AHEAD = 2  # finished batches waiting for the consumer
 _END = object()  # the walk reached its last batch
-_LIVE: weakref.WeakSet = weakref.WeakSet()  # walks whose thread may still run: closed at exit (see _close_live)
+# walks whose thread may still run: closed at exit (see _close_live)
+_LIVE: weakref.WeakSet[BatchWalk[Any]] = weakref.WeakSet()
 
 
 @atexit.register
@@ -75,7 +76,7 @@ class BatchWalk(Generic[T]):
         self._build, self._prefetch = build, prefetch
         self.start, self.stop = int(start), stop
         self.read_ahead, self.build_ahead = max(0, int(read_ahead)), max(0, int(build_ahead))
-        self._queue: queue.Queue = queue.Queue(maxsize=max(1, self.build_ahead))
+        self._queue: queue.Queue[tuple[int, object]] = queue.Queue(maxsize=max(1, self.build_ahead))
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self._issued = self.start  # the first batch whose reads were not all accepted yet
@@ -144,7 +145,7 @@ class BatchWalk(Generic[T]):
             self._done = True
             raise item
         self.handed += 1
-        return item
+        return cast(T, item)  # neither the end nor an error: a built batch
 
     def _next_here(self) -> T:
         k = self._built
@@ -172,7 +173,7 @@ class BatchWalk(Generic[T]):
             thread.join()
 
 
-class _HostBatchesIterator(grain.DatasetIterator):
+class _HostBatchesIterator(grain.DatasetIterator):  # type: ignore[misc]  # Grain ships no type information: its classes are Any
     """Iterates a host's batches through one :class:`BatchWalk`; state: ``{"next_index": k}``."""
 
     def __init__(self, ds: HostBatchesIterDataset):
@@ -180,13 +181,13 @@ class _HostBatchesIterator(grain.DatasetIterator):
         self._ds = ds
         self._walk = ds.walk(0)
 
-    def __next__(self):
+    def __next__(self) -> Any:  # the host's next element
         return self._walk.next()
 
-    def get_state(self) -> dict:
+    def get_state(self) -> dict[str, Any]:
         return {"next_index": self._walk.position}
 
-    def set_state(self, state: dict) -> None:
+    def set_state(self, state: dict[str, Any]) -> None:
         k = state["next_index"]
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise ValueError(f"state['next_index'] must be a batch count >= 0, got {k!r}")
@@ -198,7 +199,7 @@ class _HostBatchesIterator(grain.DatasetIterator):
         self._walk.close()
 
     @property
-    def walk(self) -> BatchWalk:
+    def walk(self) -> BatchWalk[Any]:
         """The walk now read from (its counters)."""
         return self._walk
 
@@ -217,7 +218,7 @@ def prefetcher(schedule: Any, where: Callable[[int], tuple[int, int, int, int]])
     return prefetch
 
 
-class HostBatchesIterDataset(grain.IterDataset):
+class HostBatchesIterDataset(grain.IterDataset):  # type: ignore[misc]  # Grain ships no type information: its classes are Any
     """A host's batches (``elements[k]``: global batch ``k``'s rows of this host, maps applied) in order, read and
     built ahead by one :class:`BatchWalk`.
 
@@ -231,7 +232,7 @@ class HostBatchesIterDataset(grain.IterDataset):
         super().__init__()
         self.elements, self.host, self.threaded = elements, host, bool(threaded)
 
-    def walk(self, start: int) -> BatchWalk:
+    def walk(self, start: int) -> BatchWalk[Any]:
         """A walk of this host's batches from global batch ``start``."""
         host = self.host
         prefetch = prefetcher(host.schedule, host.rows_of) if host.reads_ahead else None

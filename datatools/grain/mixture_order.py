@@ -11,7 +11,11 @@ over all epochs (``e * n + p``), each entry's weights holding from its position 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 
 from datatools.base.checks import check_choice, check_int
 from datatools.grain.host_batches import DocumentOrder
@@ -38,8 +42,8 @@ class MixtureOrder:
 
     def __init__(
         self,
-        sizes,
-        history,
+        sizes: npt.ArrayLike,
+        history: Sequence[Sequence[Any]],  # (position, weights) pairs
         *,
         mode: str = "sample",
         epoch_documents: int | None = None,
@@ -99,7 +103,7 @@ class MixtureOrder:
         switches = [(0, in_force)] + [(p - first, w) for p, w in self.history if first < p < end]
         return exhaust_segments(self.sizes, switches, lambda s: self._offset(first + s))
 
-    def draws(self, positions, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+    def draws(self, positions: npt.ArrayLike, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         """``(source, rank)`` of positions of ``epoch``: the source each draws from and its draw number there
         (``sample``: counted over all epochs; ``exhaust``: within the epoch)."""
         positions = np.asarray(positions, np.int64).reshape(-1)
@@ -107,7 +111,7 @@ class MixtureOrder:
             return draw(self._global, positions + epoch * self.n)
         return draw(self._segments.get(epoch, self._exhaust_segments), positions)
 
-    def __call__(self, positions, epoch: int) -> np.ndarray:
+    def __call__(self, positions: npt.ArrayLike, epoch: int) -> np.ndarray:
         source, rank = self.draws(positions, epoch)
         out = np.empty(source.shape[0], np.int64)
         for k in np.unique(source).tolist():  # one vectorized lookup per source and source epoch

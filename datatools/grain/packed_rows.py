@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 import grain
 from datatools.base.checks import DEFAULT_ALGORITHM
 from datatools.io.formats.plan_file import PlanFile
-from datatools.io.sources.documents import as_document_source
+from datatools.io.sources.documents import DocumentSource, as_document_source
 from datatools.kernels.packing import PackOptions, PackPlan, pack
 from datatools.kernels.packing.plan_format import gather_rows
 
 
-class PackedRowsMapDataset(grain.MapDataset):
+class PackedRowsMapDataset(grain.MapDataset):  # type: ignore[misc]  # Grain ships no type information: its classes are Any
     """Packed rows, planned once from every document's length, with random access: row ``i`` (an index past
     ``len(ds)`` wraps) is built on demand, its pieces read in one call, so shuffling, sharding and checkpoints come
     from Grain. Elements are canonical rows: int32 arrays of shape (ctx,).
@@ -30,7 +31,7 @@ class PackedRowsMapDataset(grain.MapDataset):
 
     def __init__(
         self,
-        source,
+        source: object,
         ctx: int | None = None,
         *,
         algorithm: str = DEFAULT_ALGORITHM,
@@ -69,7 +70,7 @@ class PackedRowsMapDataset(grain.MapDataset):
         return self._docs.pack_rows(self.plan, rows, pad_id=self._pad_id)
 
     @property
-    def docs(self):
+    def docs(self) -> DocumentSource:
         """The document source the rows are read from."""
         return self._docs
 
@@ -93,12 +94,12 @@ class PackedRowsMapDataset(grain.MapDataset):
         sub = self.rows_plan(indices)
         return sub.doc, sub.start, sub.length
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: int | slice) -> Any:  # a row (dict of arrays), or a slice of the dataset
         if isinstance(index, slice):
             return self.slice(index)
         batch = self.get_batch([index])
         return {k: v[0] for k, v in batch.items()}
 
-    def _getitems(self, indices: Sequence[int]):
+    def _getitems(self, indices: Sequence[int]) -> list[dict[str, np.ndarray]]:
         batch = self.get_batch(indices)
         return [{k: v[i] for k, v in batch.items()} for i in range(len(indices))]

@@ -10,10 +10,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 import numpy as np
+import numpy.typing as npt
 
+from datatools.io.formats.plan_file import PlanFile
 from datatools.io.sources.documents import DocumentSource
 from datatools.kernels.packing import PackPlan
 
@@ -78,7 +80,7 @@ class DocumentOrderLike(Protocol):
     n: int  # documents read per epoch
     same_documents_every_epoch: bool  # every epoch reads the same documents (reordered): their lengths too
 
-    def __call__(self, positions: Any, epoch: int) -> np.ndarray: ...
+    def __call__(self, positions: npt.ArrayLike, epoch: int) -> np.ndarray: ...
 
 
 @runtime_checkable
@@ -123,7 +125,7 @@ class Delivered:
     plan less its rows not delivered); or, with no ``plan``, every token of each of ``documents`` (global ids, int64)
     once: documents a packer cut whole into pieces (overflow ``split``, align 1), no plan needed."""
 
-    plan: Any = None
+    plan: PackPlan | PlanFile | None = None
     rows: np.ndarray | None = None
     documents: np.ndarray | None = None
     sign: int = 1
@@ -158,7 +160,7 @@ class PlannedEpochSchedule(Schedule, Protocol):
     """A schedule whose epoch is one plan's rows in an order (planned packing): ``datatools explain`` counts the
     plan's pieces in place."""
 
-    def plan_rows(self, epoch: int) -> tuple[Any, np.ndarray]:
+    def plan_rows(self, epoch: int) -> tuple[PackPlan | PlanFile, np.ndarray]:
         """``(plan, rows)``: the plan of the rows and every row id of it in ``epoch``'s order."""
         ...
 
@@ -179,7 +181,7 @@ class EpochCache:
         with self._lock:
             hit = self._hits.get(epoch)
         if hit is not None:
-            return hit
+            return cast(T, hit)  # what compute gave for this key
         hit = compute(epoch)
         with self._lock:
             if len(self._hits) >= self.keep:
@@ -187,16 +189,16 @@ class EpochCache:
             self._hits[epoch] = hit
         return hit
 
-    def held(self) -> list:
+    def held(self) -> list[Any]:
         """The epochs held now."""
         with self._lock:
             return sorted(self._hits)
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         with self._lock:
             return {"keep": self.keep, "carried": self.carried, "hits": dict(self._hits) if self.carried else {}}
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: dict[str, Any]) -> None:
         EpochCache.__init__(self, state["keep"], carried=state.get("carried", False))
         self._hits.update(state.get("hits", {}))
 
@@ -206,10 +208,10 @@ class ProcessCaches:
 
     _CACHES: tuple[str, ...] = ()
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         state = {k: v for k, v in self.__dict__.items() if k != "_lock"}
         return state | {k: type(state[k])() for k in self._CACHES}
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 import grain
 from datatools.base.checks import check_int
 from datatools.grain.batch import read_batch
 from datatools.grain.schedule import EpochCache
+from datatools.io.formats.plan_file import PlanFile
+from datatools.io.sources.documents import DocumentSource
+from datatools.kernels.packing import PackPlan
 from datatools.kernels.shuffle import BlockShuffle, FeistelPermutation
 
 
-class _IndexMapDataset(grain.MapDataset):
+class _IndexMapDataset(grain.MapDataset):  # type: ignore[misc]  # Grain ships no type information: its classes are Any
     """Element i of epoch e (index = e * len + i) is parent[permute(i, e) + e * len(parent)]."""
 
     def __init__(self, parent: grain.MapDataset):
@@ -24,7 +29,7 @@ class _IndexMapDataset(grain.MapDataset):
     def _permute(self, positions: np.ndarray, epoch: int) -> np.ndarray:
         raise NotImplementedError
 
-    def _parent_indices(self, indices) -> np.ndarray:
+    def _parent_indices(self, indices: npt.ArrayLike) -> np.ndarray:
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         if idx.size and idx.min() < 0:
             raise IndexError(f"negative index {int(idx.min())}")
@@ -35,34 +40,39 @@ class _IndexMapDataset(grain.MapDataset):
             out[sel] = self._permute(pos[sel], e) + e * len(self._parent)
         return out
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: int | slice) -> Any:  # the parent's element, or a slice of the dataset
         if isinstance(index, slice):
             return self.slice(index)
         return self._parent[int(self._parent_indices([index])[0])]
 
-    def _getitems(self, indices: Sequence[int]):
-        return self._parent._getitems(self._parent_indices(indices).tolist())  # pylint: disable=protected-access
+    def _getitems(self, indices: Sequence[int]) -> list[Any]:
+        elements: list[Any] = self._parent._getitems(self._parent_indices(indices).tolist())  # pylint: disable=protected-access
+        return elements
 
-    def get_batch(self, indices: Sequence[int]):
+    def get_batch(self, indices: Sequence[int]) -> Any:
         """Stacked elements at ``indices`` when the parent builds batches itself (packed rows)."""
         return read_batch(self._parent, self._parent_indices(indices))
 
     @property
-    def docs(self):
+    def docs(self) -> DocumentSource:
         """The parent's document source (packed rows)."""
-        return self._parent.docs
+        docs: DocumentSource = self._parent.docs
+        return docs
 
-    def pieces(self, indices: Sequence[int]):
+    def pieces(self, indices: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """What elements ``indices`` read (packed rows: their pieces)."""
-        return self._parent.pieces(self._parent_indices(indices))
+        pieces: tuple[np.ndarray, np.ndarray, np.ndarray] = self._parent.pieces(self._parent_indices(indices))
+        return pieces
 
-    def plan_rows(self, indices: Sequence[int]):
+    def plan_rows(self, indices: Sequence[int]) -> tuple[PackPlan | PlanFile, np.ndarray]:
         """``(plan, rows)`` of elements ``indices`` (packed rows: the plan and its row ids)."""
-        return self._parent.plan_rows(self._parent_indices(indices))
+        plan_rows: tuple[PackPlan | PlanFile, np.ndarray] = self._parent.plan_rows(self._parent_indices(indices))
+        return plan_rows
 
-    def rows_plan(self, indices: Sequence[int]):
+    def rows_plan(self, indices: Sequence[int]) -> PackPlan:
         """Elements ``indices`` as one plan (packed rows: row ``i`` is element ``indices[i]``)."""
-        return self._parent.rows_plan(self._parent_indices(indices))
+        plan: PackPlan = self._parent.rows_plan(self._parent_indices(indices))
+        return plan
 
 
 class FeistelShuffleMapDataset(_IndexMapDataset):
@@ -81,7 +91,7 @@ class FeistelShuffleMapDataset(_IndexMapDataset):
     def __len__(self) -> int:
         return len(self._parent)
 
-    def _permute(self, positions, epoch):
+    def _permute(self, positions: np.ndarray, epoch: int) -> np.ndarray:
         return self._perm(epoch)(positions)
 
     def __str__(self) -> str:
@@ -120,8 +130,9 @@ class BlockShuffleMapDataset(_IndexMapDataset):
     def __len__(self) -> int:
         return self._len
 
-    def _permute(self, positions, epoch):
-        return self._shuffle.index(positions, epoch)
+    def _permute(self, positions: np.ndarray, epoch: int) -> np.ndarray:
+        permuted: np.ndarray = self._shuffle.index(positions, epoch)
+        return permuted
 
     def __str__(self) -> str:
         return f"BlockShuffleMapDataset({self._shuffle!r})"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 import grain
@@ -12,8 +14,8 @@ from datatools.io.sources.documents import ArrayDocuments
 from datatools.kernels.packing import PackOptions
 
 
-class _StreamingPackIterator(grain.DatasetIterator):
-    def __init__(self, parent, ds: StreamingPackIterDataset):
+class _StreamingPackIterator(grain.DatasetIterator):  # type: ignore[misc]  # Grain ships no type information: its classes are Any
+    def __init__(self, parent: grain.DatasetIterator, ds: StreamingPackIterDataset):
         super().__init__(parent)
         self._ds = ds
         self._window = 0  # windows begun: the number of the next one (its rows' order is seeded by it)
@@ -49,7 +51,7 @@ class _StreamingPackIterator(grain.DatasetIterator):
                 self._num_rows, self._next_row = plan.num_rows, 0
                 return True
 
-    def __next__(self):
+    def __next__(self) -> dict[str, np.ndarray]:
         while self._rows is None or self._next_row >= self._num_rows:
             if not self._fill_window():
                 raise StopIteration
@@ -57,12 +59,12 @@ class _StreamingPackIterator(grain.DatasetIterator):
         self._next_row += 1
         return {k: v[r] for k, v in self._rows.items()}
 
-    def get_state(self):
+    def get_state(self) -> dict[str, Any]:
         if self._rows is not None and self._next_row < self._num_rows:
             return {"parent": self._window_state, "rows_emitted": self._next_row, "window": self._window - 1}
         return {"parent": self._parent.get_state(), "rows_emitted": 0, "window": self._window}
 
-    def set_state(self, state):
+    def set_state(self, state: dict[str, Any]) -> None:
         self._parent.set_state(state["parent"])
         self._rows, self._num_rows, self._next_row = None, 0, 0
         self._window = int(state["window"])
@@ -71,7 +73,7 @@ class _StreamingPackIterator(grain.DatasetIterator):
             self._next_row = state["rows_emitted"]
 
 
-class StreamingPackIterDataset(grain.IterDataset):
+class StreamingPackIterDataset(grain.IterDataset):  # type: ignore[misc]  # Grain ships no type information: its classes are Any
     """Pack a stream of documents into rows of ``ctx`` tokens, a window of documents at a time.
 
     For sources whose lengths are not known ahead: each window of ``window`` documents is planned with
@@ -114,7 +116,7 @@ class StreamingPackIterDataset(grain.IterDataset):
         self.feature = feature
         self.pad_id = int(pad_id)
 
-    def __iter__(self):
+    def __iter__(self) -> _StreamingPackIterator:
         return _StreamingPackIterator(self._parent.__iter__(), self)
 
     def __str__(self) -> str:

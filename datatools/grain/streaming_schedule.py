@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,7 @@ import numpy as np
 from datatools.base.checks import check_int
 from datatools.grain.host_batches import empty_rows
 from datatools.grain.schedule import Delivered, DocumentOrderLike, EpochCache, ProcessCaches
+from datatools.io.sources.documents import DocumentSource
 from datatools.kernels.packing import PackOptions, PackPlan, cut_pieces, pack, pack_lengths
 from datatools.kernels.packing.counting import count_windows
 
@@ -84,7 +85,7 @@ class RowsPlanSchedule:
     docs: Any  # a document source with pack_rows
     ctx: int
     pad_id: int
-    _plans: OrderedDict  # window plans by key, least recently used first
+    _plans: OrderedDict[tuple[int, ...], tuple[PackPlan, np.ndarray]]  # window plans by key, least recently used first
     _plans_kept: int
     _lock: threading.Lock
 
@@ -99,7 +100,9 @@ class RowsPlanSchedule:
     def ahead_pieces(self, epoch: int, j: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return self.pieces(epoch, j, lo, hi)
 
-    def _cached_plan(self, key: tuple, plan) -> tuple[PackPlan, np.ndarray]:
+    def _cached_plan(
+        self, key: tuple[int, ...], plan: Callable[[], tuple[PackPlan, np.ndarray]]
+    ) -> tuple[PackPlan, np.ndarray]:
         """The window plan of ``key``: cached, or ``plan()`` (and kept)."""
         with self._lock:
             hit = self._plans.get(key)
@@ -110,7 +113,7 @@ class RowsPlanSchedule:
         self._keep(key, value)
         return value
 
-    def _keep(self, key: tuple, value: tuple[PackPlan, np.ndarray]) -> None:
+    def _keep(self, key: tuple[int, ...], value: tuple[PackPlan, np.ndarray]) -> None:
         """Cache a window's ``(plan, row order)``, the oldest dropped past the limit."""
         with self._lock:
             self._plans[key] = value
@@ -137,7 +140,7 @@ class StreamingSchedule(RowsPlanSchedule, ProcessCaches):
 
     def __init__(
         self,
-        docs,
+        docs: DocumentSource,
         order: DocumentOrderLike,
         options: PackOptions,
         *,

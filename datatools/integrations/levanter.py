@@ -20,11 +20,18 @@ import asyncio
 import dataclasses
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from datatools.base.errors import MissingPackage
 from datatools.integrations.levanter_rows import INSTALL_LEVANTER, PipelineRows
+from datatools.pipeline.config import ConfigLike
+from datatools.pipeline.sources import OpenedDocuments
+
+if TYPE_CHECKING:
+    import jax
+    from levanter.data.text.datasets import LmDataConfig
 
 try:  # Levanter and its own dependencies: this module runs inside Levanter
     import draccus  # Levanter's configuration library
@@ -42,8 +49,8 @@ except ModuleNotFoundError as exc:  # one line naming the install, not a traceba
 __all__ = ["PipelineDataset", "data_config", "example_from_row"]
 
 
-@eqx.filter_jit
-def _causal(tokens, loss_weight, segment_ids) -> GrugLmExample:
+@eqx.filter_jit  # type: ignore[untyped-decorator]  # equinox is not in the type-checking venv (Levanter's)
+def _causal(tokens: jax.Array, loss_weight: jax.Array, segment_ids: jax.Array) -> GrugLmExample:
     return GrugLmExample.causal(tokens=tokens, loss_weight=loss_weight, segment_ids=segment_ids)
 
 
@@ -55,11 +62,13 @@ def example_from_row(tokens: np.ndarray, loss_mask: np.ndarray, segment_ids: np.
     )
 
 
-class PipelineDataset(AsyncDataset[GrugLmExample]):
+class PipelineDataset(AsyncDataset[GrugLmExample]):  # type: ignore[misc]  # Levanter is not installed where mypy runs: Any
     """A datatools pipeline's packed rows as Levanter's ``AsyncDataset`` of ``GrugLmExample``, read by
     :class:`~datatools.integrations.levanter_rows.PipelineRows` (``self.source``; its arguments and errors)."""
 
-    def __init__(self, pipeline, *, documents=None, vocab_size: int | None = None):
+    def __init__(
+        self, pipeline: ConfigLike, *, documents: OpenedDocuments | None = None, vocab_size: int | None = None
+    ):
         super().__init__()
         self.source = PipelineRows(pipeline, documents=documents, vocab_size=vocab_size)
         self.config = self.source.config
@@ -89,7 +98,7 @@ class PipelineDataset(AsyncDataset[GrugLmExample]):
         return f"PipelineDataset(rows of {self.seq_len} tokens, batch_size={self.batch_size})"
 
 
-def _encoded(dataset: PipelineDataset) -> dict:
+def _encoded(dataset: PipelineDataset) -> dict[str, Any]:
     """What Levanter's configuration dump (draccus YAML, logged by ``train_lm``) writes for the dataset: the
     pipeline's config (else the dump fails: draccus has no encoder for a dataset object)."""
     return {"datatools_pipeline": dataclasses.asdict(dataset.config)}
@@ -98,7 +107,14 @@ def _encoded(dataset: PipelineDataset) -> dict:
 draccus.encode.register(PipelineDataset, _encoded)
 
 
-def data_config(pipeline, *, vocab_size: int | None = None, tokenizer: str = "passthrough", documents=None, **kwargs):
+def data_config(
+    pipeline: ConfigLike,
+    *,
+    vocab_size: int | None = None,
+    tokenizer: str = "passthrough",
+    documents: OpenedDocuments | None = None,
+    **kwargs: Any,
+) -> LmDataConfig:
     """Levanter's ``LmDataConfig`` whose training data is the datatools pipeline (one ``direct`` component), with
     Levanter's shuffle off (the pipeline shuffles) and ``mixture_block_size`` the pipeline's batch size (Levanter's
     step ``s`` holds exactly the rows of datatools' batch ``s``). ``tokenizer``: what Levanter reports with

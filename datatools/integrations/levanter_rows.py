@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -18,7 +19,8 @@ from datatools.base.checks import MAX_VOCAB, check_int, check_token_ids
 from datatools.grain.host_reader import BUILD_AHEAD, BatchWalk, prefetcher
 from datatools.kernels.batch_layouts import to_format
 from datatools.pipeline import ShardConfig, build_canonical
-from datatools.pipeline.config import as_config
+from datatools.pipeline.config import ConfigLike, as_config
+from datatools.pipeline.sources import OpenedDocuments
 
 __all__ = ["PipelineRows", "runs", "TESTED_LEVANTER", "INSTALL_LEVANTER"]
 
@@ -57,7 +59,14 @@ class PipelineRows:
         id at or above ``vocab_size``.
     """
 
-    def __init__(self, pipeline, *, documents=None, build_ahead: int = BUILD_AHEAD, vocab_size: int | None = None):
+    def __init__(
+        self,
+        pipeline: ConfigLike,
+        *,
+        documents: OpenedDocuments | None = None,
+        build_ahead: int = BUILD_AHEAD,
+        vocab_size: int | None = None,
+    ):
         if vocab_size is not None:
             vocab_size = check_int(vocab_size, "vocab_size", minimum=1, maximum=MAX_VOCAB)
         self.vocab_size = vocab_size
@@ -80,21 +89,21 @@ class PipelineRows:
         self._batches = built.batches  # global batch numbers -> (epoch, batch within the epoch), and the count
         self._schedule = built.schedule  # schedule.read(epoch, j, lo, hi): rows [lo, hi) of global batch j
         self._lock = threading.Lock()
-        self._walks: dict[tuple[int, int], BatchWalk] = {}  # by run of rows, the oldest first
+        self._walks: dict[tuple[int, int], BatchWalk[dict[str, np.ndarray]]] = {}  # by run of rows, the oldest first
         self.reads: list[tuple[int, int, int]] = []  # (global batch, lo, hi) of every run read, in order
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         """Everything but the lock, the walks and the record of reads (the schedule and source pickle their own
         state)."""
         return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "reads", "_walks")}
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
         self._walks = {}
         self.reads = []
 
-    def _walk(self, j: int, lo: int, hi: int) -> BatchWalk:
+    def _walk(self, j: int, lo: int, hi: int) -> BatchWalk[dict[str, np.ndarray]]:
         """Rows ``[lo, hi)`` of global batches ``j, j + 1, ...``, read and built ahead."""
         batches, schedule = self._batches, self._schedule
 
@@ -106,7 +115,7 @@ class PipelineRows:
         stop = len(batches) if self.is_finite() else None
         return BatchWalk(build, start=j, stop=stop, prefetch=prefetch, build_ahead=self.build_ahead)
 
-    def __deepcopy__(self, memo: dict) -> PipelineRows:
+    def __deepcopy__(self, memo: dict[int, object]) -> PipelineRows:
         """A new reader over the same built pipeline (read only), with its own lock and record of reads."""
         return copy.copy(self)  # through __getstate__ / __setstate__
 

@@ -8,6 +8,7 @@ import importlib
 import inspect
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from typing import Any
 
 from datatools.base.errors import UnsupportedVersion
 
@@ -15,7 +16,7 @@ TESTED_MAXTEXT = "0.2.5"  # the MaxText version the shim was checked against (Ma
 MAXTEXT_FACTORY = ("maxtext.input_pipeline.input_pipeline_interface", "create_data_iterator", ("config", "mesh"))
 
 
-def _parameters(function: Callable) -> tuple[str, ...]:
+def _parameters(function: Callable[..., Any]) -> tuple[str, ...]:
     try:
         return tuple(inspect.signature(function).parameters)
     except (TypeError, ValueError):  # a builtin without a signature
@@ -24,8 +25,8 @@ def _parameters(function: Callable) -> tuple[str, ...]:
 
 @contextmanager
 def swapped_function(
-    module_name: str, name: str, replacement: Callable, parameters: Sequence[str]
-) -> Iterator[Callable]:
+    module_name: str, name: str, replacement: Callable[..., Any], parameters: Sequence[str]
+) -> Iterator[Callable[..., Any]]:
     """Within the block, ``module_name.name`` is ``replacement``; the original is yielded and put back on exit.
     :class:`~datatools.base.errors.UnsupportedVersion` when there is no such function or its parameters differ."""
     module = importlib.import_module(module_name)
@@ -49,7 +50,7 @@ def swapped_function(
         setattr(module, name, original)
 
 
-def maxtext_data_iterator(replacement: Callable) -> AbstractContextManager[Callable]:
+def maxtext_data_iterator(replacement: Callable[..., Any]) -> AbstractContextManager[Callable[..., Any]]:
     """Within the block, MaxText's trainers build their data iterators with ``replacement(config, mesh)``."""
     module_name, name, parameters = MAXTEXT_FACTORY
     return swapped_function(module_name, name, replacement, parameters)

@@ -12,7 +12,8 @@ import contextlib
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from datatools.io import storage
 from datatools.io.formats import shard_reads
@@ -31,7 +32,7 @@ def staging_of(output: str) -> str:
     return loc.text.rstrip("/") + ("/" + ROOT_STAGING if not loc.key else ".partial")
 
 
-def store_keys(manifest: dict | None) -> set[str] | None:
+def store_keys(manifest: dict[str, Any] | None) -> set[str] | None:
     """The keys (relative to the store) a store's manifest lists, ``manifest.json`` included; None for a manifest
     without records (a version-1 store)."""
     chunks = (manifest or {}).get("chunks")
@@ -45,7 +46,7 @@ def store_keys(manifest: dict | None) -> set[str] | None:
     return out
 
 
-def foreign_keys(names: list[str], manifest: dict | None) -> list[str]:
+def foreign_keys(names: list[str], manifest: dict[str, Any] | None) -> list[str]:
     """Of ``names`` (keys or files relative to a store), those that are not the store's own (see
     :func:`store_keys`; without a manifest, the keys of a store's layout)."""
     own = store_keys(manifest)
@@ -57,7 +58,7 @@ def _names(prefix: str) -> list[str]:
     return [f[len(base) :] for f in storage.location(prefix).list()]
 
 
-def _read_json(url: str | os.PathLike) -> dict:
+def _read_json(url: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         value = json.loads(storage.location(url).read_bytes())
     except (FileNotFoundError, ValueError):
@@ -116,10 +117,10 @@ class ObjectStoreStaging:
                 f"store's own objects, so nothing was touched: move them or choose another OUTPUT"
             )
 
-    def clean(self, extra: dict) -> None:
+    def clean(self, extra: dict[str, str]) -> None:
         _remove_own(self.staging, STAGING_FILE)
 
-    def prepare(self, job: str, shards: int, extra: dict) -> None:
+    def prepare(self, job: str, shards: int, extra: dict[str, str]) -> None:
         job_file = storage.location(self.staging).join("job.json")
         if _names(self.staging) and _read_json(job_file).get("job") != job:
             _remove_own(self.staging, STAGING_FILE)
@@ -132,7 +133,7 @@ class ObjectStoreStaging:
     def present(self) -> tuple[set[int], dict[int, int]]:
         return written(_names(self.staging))
 
-    def commit(self, job: str, write: Callable[[str], None], extra: dict) -> None:
+    def commit(self, job: str, write: Callable[[str], None], extra: dict[str, str]) -> None:
         output, staging = self.output, self.staging
         storage.location(staging).join("commit.json").write_text(
             json.dumps({"job": job, "output": storage.location(output).text}) + "\n"
@@ -143,7 +144,7 @@ class ObjectStoreStaging:
         _remove_own(staging, STAGING_FILE)
 
 
-def written(names) -> tuple[set[int], dict[int, int]]:
+def written(names: Iterable[str]) -> tuple[set[int], dict[int, int]]:
     """Of ``names`` (relative to a staging area; others ignored), the shard numbers written
     (``shards/NNNNNN.npz``) and per shard the number of consecutive pieces from 0 (``NNNNNN.piece-PPPPPP.npz``)."""
     shards: set[int] = set()
@@ -157,7 +158,7 @@ def written(names) -> tuple[set[int], dict[int, int]]:
     return shards, {k: n for k, n in counts.items() if n}
 
 
-def _remove_own(prefix: str, own: re.Pattern) -> None:
+def _remove_own(prefix: str, own: re.Pattern[str]) -> None:
     """Delete the objects under ``prefix`` whose names (relative to it) ``own`` matches; anything else is kept."""
     base = storage.location(prefix).text.rstrip("/")
     for name in _names(prefix):

@@ -20,6 +20,8 @@ from datatools.base.reports import Report
 from datatools.io.storage.paths import display
 
 if TYPE_CHECKING:  # kernels.packing loads numba: imported when a plan is written
+    from rich.console import Console
+
     from datatools.kernels.packing import PackOptions
 
 
@@ -54,7 +56,9 @@ class PackReport(Report):
         return self.num_rows / self.lower_bound_rows - 1 if self.lower_bound_rows else 0.0
 
 
-def plan_lengths(data: str | os.PathLike, console=None, **input_options) -> tuple[np.ndarray, str]:
+def plan_lengths(
+    data: str | os.PathLike[str], console: Console | None = None, **input_options: Any
+) -> tuple[np.ndarray, str]:
     """(tokens per document, what they are): memory-mapped from a plan or a lengths-only directory, else read
     from the input (``input_options`` as :func:`~datatools.io.sources.inputs.open_input`; progress on ``console``)."""
     from datatools.io.formats.numpy_files import lengths_only, lengths_only_file
@@ -72,14 +76,14 @@ def plan_lengths(data: str | os.PathLike, console=None, **input_options) -> tupl
 
 
 def pack_plan(
-    data: str | os.PathLike,
-    out: str | os.PathLike,
+    data: str | os.PathLike[str],
+    out: str | os.PathLike[str],
     options: PackOptions,
     *,
     group_docs: int | None = None,
     overwrite: bool = False,
-    console=None,
-    **input_options,
+    console: Console | None = None,
+    **input_options: Any,
 ) -> PackReport:
     """Plan the documents of ``data`` into the plan directory ``out`` (packed with ``options``: rows of
     ``options.ctx`` tokens, index only); the report is the plan's header, where the lengths came from and the

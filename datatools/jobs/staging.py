@@ -36,13 +36,13 @@ class Staging(Protocol):
     @property
     def staging(self) -> str | Path: ...
     def check_replaceable(self, overwrite: bool) -> None: ...
-    def clean(self, extra: dict) -> None: ...
-    def prepare(self, job: str, shards: int, extra: dict) -> None: ...
+    def clean(self, extra: dict[str, str]) -> None: ...
+    def prepare(self, job: str, shards: int, extra: dict[str, str]) -> None: ...
     def present(self) -> tuple[set[int], dict[int, int]]: ...
-    def commit(self, job: str, write: Callable[[str | Path], None], extra: dict) -> None: ...
+    def commit(self, job: str, write: Callable[[str | Path], None], extra: dict[str, str]) -> None: ...
 
 
-def open_staging(output: str | os.PathLike) -> Staging:
+def open_staging(output: str | os.PathLike[str]) -> Staging:
     """The staging of a store at ``output``: in object storage for a URL, else beside the resolved path."""
     loc = storage.location(output)
     if loc.renames_atomically:
@@ -56,7 +56,7 @@ def fault(point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def manifest_reads(path) -> bool:
+def manifest_reads(path: str | os.PathLike[str]) -> bool:
     """Whether the manifest at ``path`` (a directory or a URL) reads (else ``--overwrite`` replaces the store)."""
     try:
         read_manifest(path)
@@ -118,10 +118,10 @@ class LocalStaging:
             _check_only_store_files(old)
         self.old_left = old.exists()
 
-    def clean(self, extra: dict) -> None:
+    def clean(self, extra: dict[str, str]) -> None:
         _clean_leftovers(self.output, extra, [p for p in (self.staging, self.old) if p.exists()])
 
-    def prepare(self, job: str, shards: int, extra: dict) -> None:
+    def prepare(self, job: str, shards: int, extra: dict[str, str]) -> None:
         self.output.parent.mkdir(parents=True, exist_ok=True)
         _check_disk(self.output.parent)
         job_file = self.staging / "job.json"
@@ -143,7 +143,7 @@ class LocalStaging:
     def present(self) -> tuple[set[int], dict[int, int]]:
         return object_store_commit.written([f"shards/{n}" for n in os.listdir(self.staging / "shards")])
 
-    def commit(self, job: str, write: Callable[[str | Path], None], extra: dict) -> None:
+    def commit(self, job: str, write: Callable[[str | Path], None], extra: dict[str, str]) -> None:
         store_tmp, old = self.staging / "store", self.old
         if store_tmp.exists():
             shutil.rmtree(store_tmp)
@@ -171,7 +171,7 @@ def _check_disk(path: Path) -> None:
         raise OSError(28, f"No space left on device under {path}")
 
 
-def _clean_leftovers(output: Path, extra: dict, removed: list[Path]) -> None:
+def _clean_leftovers(output: Path, extra: dict[str, str], removed: list[Path]) -> None:
     """Remove what an interrupted run left (checked to be datatools' own before any work) and say so."""
     for p in removed:
         shutil.rmtree(p)

@@ -33,14 +33,15 @@ def written_order(num_documents: int, seed: int) -> np.ndarray:
     """int64 input index of the document at each store position of a store written with ``seed``."""
     if num_documents == 0:
         return np.zeros(0, np.int64)
-    return FeistelPermutation(num_documents, seed)(np.arange(num_documents, dtype=np.int64))
+    order: np.ndarray = FeistelPermutation(num_documents, seed)(np.arange(num_documents, dtype=np.int64))
+    return order
 
 
 def shuffled_shards(
     shard_tokens: Callable[[int], np.ndarray],
     lengths_per_shard: list[np.ndarray],
     seed: int,
-    spill: str | os.PathLike,
+    spill: str | os.PathLike[str],
     dtype: np.dtype,
     block_tokens: int = BLOCK_TOKENS,
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:

@@ -10,6 +10,7 @@ window_blocks, perm_type="feistel")``: io blocks permuted, then the records of e
 from __future__ import annotations
 
 import numbers
+from typing import overload
 
 import numba
 import numpy as np
@@ -226,11 +227,19 @@ class FeistelPermutation:
         _permute_array(flat, self.n, self._keys, inverse, out)
         return out.reshape(arr.shape)
 
-    def __call__(self, index):
+    @overload
+    def __call__(self, index: int) -> int: ...
+    @overload
+    def __call__(self, index: np.ndarray) -> np.ndarray: ...
+    def __call__(self, index: int | np.ndarray) -> int | np.ndarray:
         """The image of ``index`` (int or integer array) under the permutation."""
         return self._apply(index, False)
 
-    def inverse(self, index):
+    @overload
+    def inverse(self, index: int) -> int: ...
+    @overload
+    def inverse(self, index: np.ndarray) -> np.ndarray: ...
+    def inverse(self, index: int | np.ndarray) -> int | np.ndarray:
         """The preimage of ``index``: ``perm.inverse(perm(i)) == i``."""
         return self._apply(index, True)
 

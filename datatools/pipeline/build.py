@@ -14,6 +14,7 @@ import warnings
 import weakref
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from absl import flags
@@ -31,13 +32,14 @@ from datatools.grain.loss_weights import LossWeights
 from datatools.grain.portable_state import PortableStateIterDataset
 from datatools.grain.schedule import Schedule
 from datatools.grain.worker_processes import prefetch_in_processes
-from datatools.io.sources.documents import ChunkedDocuments, StoreDocuments, documents_per_read
+from datatools.io.sources.documents import ChunkedDocuments, DocumentSource, StoreDocuments, documents_per_read
+from datatools.io.sources.mixed_documents import MixedDocuments
 from datatools.io.storage import read_stats
 from datatools.kernels.warm import warm_in_background
-from datatools.pipeline.config import PipelineConfig, ShardConfig, as_config
-from datatools.pipeline.mixture import WEIGHTS_KEY, mixture_identity, reweighted_history
+from datatools.pipeline.config import ConfigLike, PipelineConfig, ShardConfig, as_config
+from datatools.pipeline.mixture import WEIGHTS_KEY, History, mixture_identity, reweighted_history
 from datatools.pipeline.schedules import build_schedule
-from datatools.pipeline.sources import open_config_documents
+from datatools.pipeline.sources import OpenedDocuments, open_config_documents
 
 
 @dataclass
@@ -50,9 +52,9 @@ class CanonicalPipeline:
     shapes: list[tuple[int, int]]
     batches: grain.MapDataset  # this host's canonical batches by global batch number (random access)
     schedule: Schedule  # the global batch sequence (grain/schedule.py; the config's mode: pipeline/schedules.py)
-    documents_source: object  # the document source read (a mixture's: MixedDocuments)
+    documents_source: DocumentSource  # the document source read (a mixture's: MixedDocuments)
     plan_efficiency: float | None = None
-    identity: dict | None = None  # what fixes the global batch sequence (states restore only into the same)
+    identity: dict[str, Any] | None = None  # what fixes the global batch sequence (states restore only into the same)
     # where worker processes write their read counters (datatools.io.storage.read_stats)
     stats_folder: str | None = None
 
@@ -63,7 +65,12 @@ READ_BUFFER = 16  # elements (batches or document blocks) read ahead
 
 
 def _iterate(
-    ds: grain.MapDataset, host: HostBatchesMapDataset, cfg: PipelineConfig, docs, in_memory: bool, threads: int
+    ds: grain.MapDataset,
+    host: HostBatchesMapDataset,
+    cfg: PipelineConfig,
+    docs: DocumentSource,
+    in_memory: bool,
+    threads: int,
 ) -> grain.IterDataset:
     """The host's batches in order. Without workers, one reader (:class:`HostBatchesIterDataset`: read and built
     ahead in a thread; in memory, built when asked). With workers (a source whose batches cost CPU: text tokenized
@@ -85,7 +92,7 @@ def _iterate(
     return prefetch_in_processes(it, cfg.workers)
 
 
-def _warn_if_blocks_are_smaller_than_reads(docs, cfg: PipelineConfig) -> None:
+def _warn_if_blocks_are_smaller_than_reads(docs: DocumentSource, cfg: PipelineConfig) -> None:
     """Warn when a block shuffle's io blocks are much smaller than what one read of a store in a bucket fetches
     (its inner chunk): each block then costs the whole chunk (a Levanter cache's 262,144-token chunks under blocks of
     64 documents fetched 5.2x the tokens delivered, issue 52), and name the block size that reads whole chunks."""
@@ -107,7 +114,7 @@ def _warn_if_blocks_are_smaller_than_reads(docs, cfg: PipelineConfig) -> None:
     )
 
 
-def _warn_if_random_access_thrashes(docs, cfg: PipelineConfig) -> None:
+def _warn_if_random_access_thrashes(docs: DocumentSource, cfg: PipelineConfig) -> None:
     """Warn when a table source (decoded a shard at a time) is read in random order and does not fit the cache:
     each read then decodes a shard."""
     if not isinstance(docs, ChunkedDocuments):
@@ -140,7 +147,7 @@ def resolve_shard(cfg: PipelineConfig) -> PipelineConfig:
     return cfg.replace(shard=ShardConfig(index=jax.process_index(), count=jax.process_count()))
 
 
-def pipeline_identity(cfg: PipelineConfig, docs) -> dict:
+def pipeline_identity(cfg: PipelineConfig, docs: DocumentSource) -> dict[str, Any]:
     """What fixes the global batch sequence, saved in every state and compared on restore (not the host count,
     the workers or the batch format, which may change)."""
     lengths = np.ascontiguousarray(docs.lengths(), dtype=np.int64)
@@ -177,7 +184,9 @@ def _with_batch_maps(host: grain.MapDataset, cfg: PipelineConfig, tile_devices: 
     return host
 
 
-def _host_batches(cfg: PipelineConfig, docs, history=None) -> tuple[Schedule, HostBatchesMapDataset, float | None]:
+def _host_batches(
+    cfg: PipelineConfig, docs: DocumentSource, history: History | None = None
+) -> tuple[Schedule, HostBatchesMapDataset, float | None]:
     """``(schedule, host dataset, plan efficiency)`` of the config over opened ``docs``."""
     schedule, efficiency = build_schedule(cfg, docs, history)
     shard = cfg.shard
@@ -200,13 +209,22 @@ _COLD = " (numba compiles its kernels on this first run, once: `datatools warm` 
 
 def _kernels_cold() -> bool:
     """Whether numba's cache holds none of the packing and shuffle kernels a pipeline's first batches run."""
-    from datatools.kernels import shuffle
-    from datatools.kernels.packing import counting, materialize, pieces
+    import importlib
 
+    from datatools.kernels import shuffle
+    from datatools.kernels.packing import counting, pieces
+
+    # the module: `from datatools.kernels.packing import materialize` is the function of that name (found by mypy)
+    materialize = importlib.import_module("datatools.kernels.packing.materialize")
     return kernels_cold([counting, pieces, materialize, shuffle])
 
 
-def _build_canonical(cfg: PipelineConfig, documents=None, history=None, tile_devices: int = 1) -> CanonicalPipeline:
+def _build_canonical(
+    cfg: PipelineConfig,
+    documents: OpenedDocuments | None = None,
+    history: History | None = None,
+    tile_devices: int = 1,
+) -> CanonicalPipeline:
     """:func:`build_canonical` of a config whose ``shard`` is resolved, without the portable state;
     ``history``: a mixture's weight history (default the config's weights)."""
     warm_in_background()  # numba's start-up (0.4-1.1 s) while the source opens (from a bucket: ~2 s of requests)
@@ -220,6 +238,7 @@ def _build_canonical(cfg: PipelineConfig, documents=None, history=None, tile_dev
     schedule, host, efficiency = _host_batches(cfg, docs, history)
     identity = pipeline_identity(cfg, docs)
     if cfg.sources is not None:
+        assert isinstance(docs, MixedDocuments)  # a mixture's documents (open_mixture)
         identity.update(mixture_identity(cfg, docs, history))
     elements = _with_batch_maps(host, cfg, tile_devices)
     stats_folder = None
@@ -235,7 +254,9 @@ def _build_canonical(cfg: PipelineConfig, documents=None, history=None, tile_dev
     return built
 
 
-def build_canonical(cfg: PipelineConfig, documents=None, *, tile_devices: int = 1) -> CanonicalPipeline:
+def build_canonical(
+    cfg: PipelineConfig, documents: OpenedDocuments | None = None, *, tile_devices: int = 1
+) -> CanonicalPipeline:
     """The pipeline up to canonical batches (``tokens``, ``segment_ids``, ``positions``, ``loss_mask``); its
     iterator's state restores into the same config with any number of workers and of hosts
     (:class:`~datatools.grain.portable_state.PortableStateIterDataset`), and refuses another config or data.
@@ -253,7 +274,7 @@ def build_canonical(cfg: PipelineConfig, documents=None, *, tile_devices: int = 
     if cfg.sources is not None:
         docs = built.documents_source
 
-        def reweight(saved: dict, consumed: int):
+        def reweight(saved: dict[str, Any], consumed: int) -> tuple[grain.IterDataset, dict[str, Any] | None]:
             """The pipeline restored after ``consumed`` batches of a state saved with other weights."""
             history = reweighted_history(
                 cfg, saved.get(WEIGHTS_KEY), consumed, lambda h: _host_batches(cfg, docs, h)[:2]
@@ -267,7 +288,9 @@ def build_canonical(cfg: PipelineConfig, documents=None, *, tile_devices: int = 
     return built
 
 
-def build(config, *, source: str | None = None, documents=None) -> grain.IterDataset:
+def build(
+    config: ConfigLike, *, source: str | None = None, documents: OpenedDocuments | None = None
+) -> grain.IterDataset:
     """A Grain ``IterDataset`` of batches in the config's format.
 
     Args:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -32,12 +33,12 @@ SHUFFLES = ({"kind": "none"}, {"kind": "full"}, {"kind": "block", "io_block_size
 FORMATS = ("datatools", "maxtext", "levanter", "hf")
 
 
-def _base(store: str) -> dict:
+def _base(store: str) -> dict[str, Any]:
     """The keys every warm-up pipeline shares: ``store``, 4 rows a batch, one epoch, no workers."""
     return {"source": {"path": store}, "batch_size": 4, "num_epochs": 1, "workers": 0, "seed": 0}
 
 
-def _pipelines(store: str, packing: dict) -> None:
+def _pipelines(store: str, packing: dict[str, Any]) -> None:
     """The first batches of ``packing`` under every shuffle and output format."""
     from datatools.pipeline import build
 
@@ -75,7 +76,7 @@ def _packing(store: str) -> None:
     lengths = _lengths()
     for algorithm in ALGORITHMS:
         for options in ({}, {"max_segments": 4}, {"align": 8}, {"overflow": "truncate"}):
-            pack_lengths(lengths, 256, algorithm=algorithm, **options)  # type: ignore[arg-type]
+            pack_lengths(lengths, 256, algorithm=algorithm, **options)
     plan = pack_lengths(lengths, 256)
     offsets = np.concatenate(([0], np.cumsum(lengths)))
     for dtype in (np.int32, np.uint16, np.uint32):

@@ -9,7 +9,7 @@ import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeAlias
 
 from datatools.base.checks import (
     DEFAULT_ALGORITHM,
@@ -460,16 +460,16 @@ class PipelineConfig:
         return self.sources
 
     @property
-    def batch_options(self) -> dict:
+    def batch_options(self) -> dict[str, Any]:
         """``boundary_targets``, ``positions`` and ``loss_weighting``: the keywords of
         :func:`~datatools.kernels.batch_layouts.to_format` (and :class:`~datatools.grain.batch.FormatBatch`)."""
         return {name: getattr(self, name) for name in ("boundary_targets", "positions", "loss_weighting")}
 
-    def replace(self, **changes) -> PipelineConfig:
+    def replace(self, **changes: Any) -> PipelineConfig:
         return dataclasses.replace(self, **changes)
 
 
-def with_source(data: dict, source: str | os.PathLike) -> dict:
+def with_source(data: dict[str, Any], source: str | os.PathLike[str]) -> dict[str, Any]:
     """``data`` with its ``source`` section replaced by ``{path: source}`` (the old source's column and tokenizer
     dropped)."""
     if data.get("sources") is not None:
@@ -480,13 +480,16 @@ def with_source(data: dict, source: str | os.PathLike) -> dict:
     return {**data, "source": {"path": str(source)}}
 
 
-def parse_config(data: dict, *, source: str | None = None) -> PipelineConfig:
+def parse_config(data: dict[str, Any], *, source: str | None = None) -> PipelineConfig:
     """Validate a config mapping; ``source`` overrides ``source.path`` (keeping nothing else of it)."""
     data = dict(data) if source is None else with_source(data, source)
-    return from_dict(PipelineConfig, data)
+    config: PipelineConfig = from_dict(PipelineConfig, data)
+    return config
 
 
-def load_config(path: str | os.PathLike, *, source: str | None = None, overrides: Sequence[str] = ()) -> PipelineConfig:
+def load_config(
+    path: str | os.PathLike[str], *, source: str | None = None, overrides: Sequence[str] = ()
+) -> PipelineConfig:
     """Read and validate a YAML pipeline config (extra top-level sections of a training config are ignored).
 
     Args:
@@ -513,7 +516,7 @@ def load_config(path: str | os.PathLike, *, source: str | None = None, overrides
         raise in_file(path, exc) from None
 
 
-def in_file(path: str | os.PathLike, exc: ValueError) -> ValueError:
+def in_file(path: str | os.PathLike[str], exc: ValueError) -> ValueError:
     """``exc`` (a config error, ``config: ...``) as the error of the config file at ``path``: its name in place of
     ``config``."""
     return ValueError(f"{display(path)}: {str(exc).removeprefix('config: ')}")
@@ -522,7 +525,10 @@ def in_file(path: str | os.PathLike, exc: ValueError) -> ValueError:
 _TRAINING_SECTIONS = ("model", "train")
 
 
-def as_config(config, *, source: str | None = None) -> PipelineConfig:
+ConfigLike: TypeAlias = "PipelineConfig | dict[str, Any] | str | os.PathLike[str]"  # what as_config takes
+
+
+def as_config(config: ConfigLike, *, source: str | None = None) -> PipelineConfig:
     """``config`` as a validated :class:`PipelineConfig`: one already, a mapping (validated here) or a YAML path;
     ``source`` replaces ``source.path``."""
     if isinstance(config, (str, os.PathLike)):

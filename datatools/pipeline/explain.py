@@ -19,8 +19,10 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import numpy as np
+import numpy.typing as npt
 
 from datatools.base.checks import check_int
 from datatools.base.reports import Report
@@ -33,13 +35,14 @@ from datatools.grain.schedule import (
     PlannedRowsSchedule,
 )
 from datatools.io import storage
+from datatools.io.formats.plan_file import PlanFile
 from datatools.io.sources.mixed_documents import MixedDocuments
 from datatools.kernels.curriculum import row_attention_work
 from datatools.kernels.exposure import add_documents, add_pieces, add_rows, smallest_count_dtype
 from datatools.kernels.packing import PackPlan
 from datatools.pipeline.config import PipelineConfig, ShardConfig
 from datatools.pipeline.schedules import build_schedule
-from datatools.pipeline.sources import open_config_documents
+from datatools.pipeline.sources import OpenedDocuments, open_config_documents
 
 BLOCK = 128  # attention tile (tokens a side) of the attention work reported per row
 CHUNK_ROWS = 1 << 18  # rows per chunk of an epoch walk (bounds the memory of the ledger and the inverse)
@@ -124,7 +127,7 @@ class LedgerReport(Report):
     tokens_delivered: int  # all tokens delivered (the sum of every document's count)
 
 
-def read_ledger(path: str | Path, lengths) -> tuple[np.ndarray, np.ndarray, int]:
+def read_ledger(path: str | Path, lengths: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray, int]:
     """``(tokens, visits, steps)`` of a ledger file written by :meth:`Explainer.ledger`: int64 per document (global
     index; ``lengths``, the documents' token counts in the same order, rebuild the tokens), and the steps counted."""
     with storage.location(path).open() as raw, np.load(raw) as f:
@@ -167,9 +170,9 @@ class Explainer:
     def __init__(
         self,
         cfg: PipelineConfig,
-        documents=None,
+        documents: OpenedDocuments | None = None,
         *,
-        history: list | None = None,
+        history: list[Any] | None = None,
         hosts: Sequence[tuple[int, int]] | None = None,
         devices: int = 1,
         block: int | None = BLOCK,
@@ -190,12 +193,16 @@ class Explainer:
             raise ValueError(f"a global batch of {bad[0][1]} rows does not divide over {bad[0][0]} hosts")
         self.devices = check_int(devices, "devices per host", minimum=1)
         self.block = block
-        mixed = isinstance(self.docs, MixedDocuments)
-        self.offsets = np.asarray(self.docs.offsets if mixed else [0, len(self.docs)], np.int64)  # per source
+        docs = self.docs
+        mixed = isinstance(docs, MixedDocuments)
+        self.offsets = np.asarray(docs.offsets if isinstance(docs, MixedDocuments) else [0, len(docs)], np.int64)
         path = cfg.one_source.path if not mixed else ""
-        self.names: list[str] = list(self.docs.names) if mixed else [os.path.basename(os.path.normpath(path)) or path]
+        self.names: list[str] = (
+            list(docs.names) if isinstance(docs, MixedDocuments) else [os.path.basename(os.path.normpath(path)) or path]
+        )
         self.lengths = np.asarray(self.docs.lengths(), np.int64)
-        self._whole: tuple | None = None  # planned packing: the whole plan's counts per document (_whole_plan)
+        # planned packing: the whole plan's counts per document (_whole_plan)
+        self._whole: tuple[PackPlan | PlanFile, np.ndarray, np.ndarray] | None = None
 
     # -- one step -----------------------------------------------------------------------------------------------
     def host_count(self, step: int) -> int:
@@ -371,7 +378,7 @@ class Explainer:
                 add_pieces(plan.doc, plan.start, plan.length, tokens, visits)
         return tokens, visits
 
-    def _whole_plan(self, plan) -> tuple[np.ndarray, np.ndarray]:
+    def _whole_plan(self, plan: PackPlan | PlanFile) -> tuple[np.ndarray, np.ndarray]:
         """``(tokens, visits)`` per document of every row of ``plan`` (computed once, kept: a whole epoch of
         planned packing adds them, one sequential pass over the documents)."""
         if self._whole is None or self._whole[0] is not plan:
@@ -396,7 +403,7 @@ class Explainer:
         by = [slice(int(a), int(b)) for a, b in zip(self.offsets[:-1], self.offsets[1:])]
         partial = np.flatnonzero(tokens != visits * self.lengths)
 
-        def write(f) -> None:
+        def write(f: BinaryIO) -> None:
             np.savez_compressed(
                 f,
                 visits=visits.astype(smallest_count_dtype(visits)),

@@ -9,14 +9,16 @@ from __future__ import annotations
 from contextlib import nullcontext
 
 import numpy as np
+import numpy.typing as npt
 
 from datatools.analysis.mixing import MixingReport, mixing_stats
 from datatools.base.checks import check_int
+from datatools.base.progress import StepsProgress
 from datatools.io.sources.documents import DocumentSource, check_pieces
 from datatools.io.sources.mixed_documents import MixedDocuments
 from datatools.pipeline.build import build_canonical
 from datatools.pipeline.config import PipelineConfig, ShardConfig
-from datatools.pipeline.sources import open_config_documents
+from datatools.pipeline.sources import OpenedDocuments, open_config_documents
 
 
 class _IdDocuments(DocumentSource):
@@ -24,22 +26,24 @@ class _IdDocuments(DocumentSource):
 
     in_memory = True
 
-    def __init__(self, lengths, first_id: int):
+    def __init__(self, lengths: npt.ArrayLike, first_id: int):
         self._lengths = np.asarray(lengths, np.int64)
         self.first_id = int(first_id)
 
     def __len__(self) -> int:
-        return self._lengths.shape[0]
+        return int(self._lengths.shape[0])
 
     def lengths(self) -> np.ndarray:
         return self._lengths
 
-    def read_pieces(self, doc, start, length) -> np.ndarray:
+    def read_pieces(self, doc: npt.ArrayLike, start: npt.ArrayLike, length: npt.ArrayLike) -> np.ndarray:
         doc, start, length = check_pieces(doc, start, length, self._lengths)
         return np.repeat(doc + self.first_id + 1, length).astype(np.int32)
 
 
-def _counts(batch: dict, offsets: np.ndarray, group_size: int | None):
+def _counts(
+    batch: dict[str, np.ndarray], offsets: np.ndarray, group_size: int | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int | None]:
     """(tokens per source, pieces per source, distinct groups per source, distinct groups) of one batch."""
     k = offsets.shape[0] - 1
     seg = batch["segment_ids"]
@@ -63,8 +67,8 @@ def mix_report(
     batches: int = 1000,
     group_size: int | None = None,
     name: str = "",
-    documents=None,
-    progress=None,
+    documents: OpenedDocuments | None = None,
+    progress: StepsProgress | None = None,
 ) -> MixingReport:
     """The mixing report of ``cfg`` (``sources``: a mixture; ``source``: one source, share 1), named ``name``, over
     its first ``batches`` global batches (fewer when the data ends).
@@ -80,6 +84,7 @@ def mix_report(
         group_size = check_int(group_size, "group_size", minimum=1)
     docs = open_config_documents(cfg, documents)
     if cfg.sources is not None:
+        assert isinstance(docs, MixedDocuments)  # a mixture's documents (open_mixture)
         offsets, names = docs.offsets, list(docs.names)
         weights = [s.weight for s in cfg.sources]
         stand: DocumentSource = MixedDocuments(
@@ -98,7 +103,7 @@ def mix_report(
         for j in range(count):  # one batch at a time: the schedule's own reads, counted by vectorized bincounts
             t, p, g, n = _counts(host[j], offsets, group_size)
             tokens[j], pieces[j] = t, p
-            if groups is not None:
+            if groups is not None and g is not None and n is not None:  # (counted whenever groups are)
                 groups[j], total_groups[j] = g, n
             advance()
     return MixingReport(

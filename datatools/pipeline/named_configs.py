@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -23,7 +24,7 @@ _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 MAX_VALUE_CHARS = 4096
 
 
-def _configs_dir():
+def _configs_dir() -> resources.abc.Traversable:
     return resources.files("datatools").joinpath("configs")
 
 
@@ -32,7 +33,7 @@ def packaged_configs() -> list[str]:
     return sorted(p.name.removesuffix(".yaml") for p in _configs_dir().iterdir() if p.name.endswith(".yaml"))
 
 
-def resolve_config(config: str | os.PathLike) -> str | os.PathLike:
+def resolve_config(config: str | os.PathLike[str]) -> str | os.PathLike[str]:
     """``config`` itself when it is a file (or a URL), else the packaged config it names.
 
     Raises:
@@ -55,7 +56,7 @@ def resolve_config(config: str | os.PathLike) -> str | os.PathLike:
 DEMO_DATA = "demo_data/"  # where the packaged configs read (what `make demo` builds in a checkout)
 
 
-def check_demo_data(config: str | os.PathLike, sources: Sequence[str]) -> None:
+def check_demo_data(config: str | os.PathLike[str], sources: Sequence[str]) -> None:
     """When ``config`` names a packaged config (no such file here) and one of its ``sources`` (paths) under
     :data:`DEMO_DATA`, relative to the working directory, is missing (after ``pip install`` it is):
     FileNotFoundError naming it, with the hint to name the data with ``--source``."""
@@ -72,7 +73,7 @@ def check_demo_data(config: str | os.PathLike, sources: Sequence[str]) -> None:
             )
 
 
-def parse_value(key: str, text: str):
+def parse_value(key: str, text: str) -> Any:  # a YAML scalar or a flat list of them
     """A ``--set`` value: a YAML scalar or a flat list of scalars (nothing nested: no alias can expand)."""
     if len(text) > MAX_VALUE_CHARS:
         raise ValueError(f"--set {key}: the value is {len(text):,} characters; at most {MAX_VALUE_CHARS:,}")
@@ -88,7 +89,7 @@ def parse_value(key: str, text: str):
     return yaml.safe_load(text)
 
 
-def apply_overrides(data: dict, overrides: Sequence[str]) -> dict:
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
     """``data`` (a loaded config) with each ``KEY=VALUE`` of ``overrides`` applied in order (a new dict; the
     sections on the way are copied). Raises ValueError naming a malformed override."""
     out = dict(data)

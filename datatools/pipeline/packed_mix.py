@@ -22,7 +22,7 @@ from datatools.grain.schedule import PlannedRowsSchedule
 from datatools.jobs.write_order import written_order
 from datatools.pipeline.config import PipelineConfig, ShuffleConfig
 from datatools.pipeline.schedules import build_schedule
-from datatools.pipeline.sources import open_config_documents
+from datatools.pipeline.sources import OpenedDocuments, open_config_documents
 
 ORDERS = ("none", "full", "block", "lanes")  # shuffle-report's rows
 
@@ -63,7 +63,7 @@ def packed_mix(
     io_block_size: int | None = None,
     window_blocks: int | None = None,
     write_seed: int | None = None,
-    documents=None,
+    documents: OpenedDocuments | None = None,
 ) -> dict[str, PackedOrderStats]:
     """Each of :data:`ORDERS` over the first ``batches`` global batches of ``cfg`` read in it (:func:`order_config`).
 

@@ -63,7 +63,7 @@ class DeviceShares:
     slices, as the trainers shard the batch axis) over the mean, in in-document attention tiles (at
     ``attention_block``, when it divides the row length) and in real tokens."""
 
-    def __init__(self, cfg: PipelineConfig, shard):
+    def __init__(self, cfg: PipelineConfig, shard: ShardConfig | str):
         self.devices = cfg.devices // shard.count if cfg.devices and isinstance(shard, ShardConfig) else None
         self.block = cfg.attention_block or DEFAULT_BLOCK
         self.tiles: list[float] = []

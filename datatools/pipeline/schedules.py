@@ -21,14 +21,16 @@ from datatools.grain.schedule import PlannedRowsSchedule, Schedule
 from datatools.grain.shuffle import BlockShuffleMapDataset, FeistelShuffleMapDataset
 from datatools.grain.streaming_schedule import StreamingSchedule
 from datatools.io.formats.plan_file import PlanFile
+from datatools.io.sources.documents import DocumentSource
+from datatools.io.sources.mixed_documents import MixedDocuments
 from datatools.kernels.bucket import bucket_batch_sizes, bucket_boundaries
 from datatools.kernels.packing import pack
 from datatools.kernels.packing.plan_format import lengths_identity
 from datatools.pipeline.config import PackingConfig, PipelineConfig
-from datatools.pipeline.mixture import mixture_order
+from datatools.pipeline.mixture import History, mixture_order
 
 # A constructor: (config, documents, a mixture's weight history or None) -> (schedule, planned packing's efficiency)
-Constructor = Callable[[PipelineConfig, object, list | None], tuple[PlannedRowsSchedule, float | None]]
+Constructor = Callable[[PipelineConfig, DocumentSource, History | None], tuple[PlannedRowsSchedule, float | None]]
 
 
 def schedule_mode(cfg: PipelineConfig) -> str:
@@ -45,7 +47,9 @@ def schedule_mode(cfg: PipelineConfig) -> str:
     return "streaming"
 
 
-def build_schedule(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Schedule, float | None]:
+def build_schedule(
+    cfg: PipelineConfig, docs: DocumentSource, history: History | None = None
+) -> tuple[Schedule, float | None]:
     """The global batch sequence of the config over ``docs`` and planned packing's efficiency (else None);
     ``history``: a mixture's weights over time, default the config's. With ``devices``, each batch's rows are
     ordered for them (:class:`~datatools.grain.balanced_schedule.BalancedSchedule`), exchanged between
@@ -63,9 +67,10 @@ def _packing(cfg: PipelineConfig) -> PackingConfig:
     return cfg.packing
 
 
-def _order(cfg: PipelineConfig, docs, history: list | None) -> DocumentOrder | MixtureOrder:
+def _order(cfg: PipelineConfig, docs: DocumentSource, history: History | None) -> DocumentOrder | MixtureOrder:
     """The documents' order per epoch: a mixture's, or the config's shuffle of one source."""
     if cfg.sources is not None:
+        assert isinstance(docs, MixedDocuments)  # a mixture's documents (open_mixture)
         return mixture_order(cfg, docs, history)
     sh = cfg.shuffle
     return DocumentOrder(
@@ -84,7 +89,7 @@ def _shuffle_map(ds: grain.MapDataset, cfg: PipelineConfig) -> grain.MapDataset:
     return ds
 
 
-def _plan_file(p: PackingConfig, path: str, source: str, docs) -> PlanFile:
+def _plan_file(p: PackingConfig, path: str, source: str, docs: DocumentSource) -> PlanFile:
     """The plan directory ``path`` (``packing.plan``), memory-mapped, checked against the source's documents and
     ``packing.ctx``."""
     plan = PlanFile(path)
@@ -97,7 +102,9 @@ def _plan_file(p: PackingConfig, path: str, source: str, docs) -> PlanFile:
     return plan
 
 
-def planned(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[PlannedRowsSchedule, float | None]:
+def planned(
+    cfg: PipelineConfig, docs: DocumentSource, history: History | None = None
+) -> tuple[PlannedRowsSchedule, float | None]:
     """``packing.mode: planned``: one plan over every document (or ``packing.plan``), its rows shuffled per epoch;
     global batch j is rows ``[j * B, (j + 1) * B)``."""
     p = _packing(cfg)
@@ -114,7 +121,9 @@ def planned(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Pla
     return schedule, rows.plan.efficiency
 
 
-def streaming(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[PlannedRowsSchedule, float | None]:
+def streaming(
+    cfg: PipelineConfig, docs: DocumentSource, history: History | None = None
+) -> tuple[PlannedRowsSchedule, float | None]:
     """``packing.mode: streaming``: :class:`~datatools.grain.streaming_schedule.StreamingSchedule`."""
     p = _packing(cfg)
     return StreamingSchedule(
@@ -129,7 +138,9 @@ def streaming(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[P
     ), None
 
 
-def lanes(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[PlannedRowsSchedule, float | None]:
+def lanes(
+    cfg: PipelineConfig, docs: DocumentSource, history: History | None = None
+) -> tuple[PlannedRowsSchedule, float | None]:
     """``packing.read_order: lanes``: :class:`~datatools.grain.lane_schedule.LaneSchedule`."""
     p, sh = _packing(cfg), cfg.shuffle
     return LaneSchedule(
@@ -145,7 +156,9 @@ def lanes(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[Plann
     ), None
 
 
-def bucketing(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[PlannedRowsSchedule, float | None]:
+def bucketing(
+    cfg: PipelineConfig, docs: DocumentSource, history: History | None = None
+) -> tuple[PlannedRowsSchedule, float | None]:
     """``bucketing``: :class:`~datatools.grain.bucket_schedule.BucketSchedule` over the given boundaries (or those
     of least padding), with batch sizes from the batch or a token budget."""
     b = cfg.bucketing
@@ -170,7 +183,9 @@ def bucketing(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[P
     ), None
 
 
-def curriculum(cfg: PipelineConfig, docs, history: list | None = None) -> tuple[PlannedRowsSchedule, float | None]:
+def curriculum(
+    cfg: PipelineConfig, docs: DocumentSource, history: History | None = None
+) -> tuple[PlannedRowsSchedule, float | None]:
     """``curriculum``: :class:`~datatools.grain.curriculum_schedule.CurriculumSchedule`."""
     c = cfg.curriculum
     if c is None:  # schedule_mode chose this mode from the section

@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, TypeAlias, cast
 
 from datatools.io.formats.store import read_manifest
 from datatools.io.sources.documents import DocumentSource
 from datatools.io.sources.inputs import FORMAT, TokenInput, open_documents, open_input
 from datatools.io.sources.mixed_documents import MixedDocuments
 from datatools.pipeline.config import PipelineConfig, SourceConfig
+
+# documents a caller opened already: one source, or one per item of a mixture's sources
+OpenedDocuments: TypeAlias = DocumentSource | Sequence[DocumentSource]
 
 
 def open_source(cfg: SourceConfig) -> DocumentSource:
@@ -36,21 +41,21 @@ def open_source_input(cfg: SourceConfig) -> TokenInput:
     return inp
 
 
-def open_config_documents(cfg: PipelineConfig, documents=None):
+def open_config_documents(cfg: PipelineConfig, documents: OpenedDocuments | None = None) -> DocumentSource:
     """The config's documents: ``cfg.source``, or the mixture of ``cfg.sources`` read as one; ``documents``: an
     already opened source (a mixture: one per ``sources`` item, or a MixedDocuments)."""
     docs: DocumentSource | MixedDocuments
     if cfg.sources is not None:
         docs = open_mixture(cfg, documents)
     else:
-        docs = open_source(cfg.one_source) if documents is None else documents
+        docs = open_source(cfg.one_source) if documents is None else cast(DocumentSource, documents)  # one source
     if len(docs) == 0:
         where = cfg.source.path if cfg.source is not None else "sources"
         raise ValueError(f"{where}: the source holds no documents")
     return docs
 
 
-def open_mixture(cfg: PipelineConfig, documents=None) -> MixedDocuments:
+def open_mixture(cfg: PipelineConfig, documents: OpenedDocuments | None = None) -> MixedDocuments:
     """The configured sources as one :class:`MixedDocuments` (``documents``: already opened ones, a
     MixedDocuments or a list with one source per ``sources`` item)."""
     sources = cfg.mixture_sources
@@ -60,7 +65,7 @@ def open_mixture(cfg: PipelineConfig, documents=None) -> MixedDocuments:
         check_tokenizers(labels, [tokenizer_identity(i) for i in inputs])
         documents = [open_documents(i) for i in inputs]
     if not isinstance(documents, MixedDocuments):
-        documents = MixedDocuments(list(documents), names=labels)
+        documents = MixedDocuments(list(cast(Sequence[DocumentSource], documents)), names=labels)
     if len(documents.sizes) != len(sources):
         raise ValueError(f"config: sources lists {len(sources)} sources; {len(documents.sizes)} were given")
     for label, n in zip(labels, documents.sizes.tolist()):
@@ -69,7 +74,7 @@ def open_mixture(cfg: PipelineConfig, documents=None) -> MixedDocuments:
     return documents
 
 
-def tokenizer_identity(inp: TokenInput) -> dict | None:
+def tokenizer_identity(inp: TokenInput) -> dict[str, Any] | None:
     """What tokenized a source (:class:`~datatools.io.sources.inputs.TokenInput`): ``{"file", "sha256", "vocab_size"}``
     from a token store's manifest or a text column's tokenizer; None when nothing says."""
     if inp.store is not None:  # a token store: its manifest says
@@ -83,7 +88,7 @@ def tokenizer_identity(inp: TokenInput) -> dict | None:
     return None
 
 
-def check_tokenizers(labels: list[str], identities: list[dict | None]) -> None:
+def check_tokenizers(labels: list[str], identities: list[dict[str, Any] | None]) -> None:
     """Sources of one mixture must speak one vocabulary: vocabularies of different sizes are a ValueError naming
     both, different tokenizer files of the same size a UserWarning; sources whose tokenizer is not recorded are
     not compared."""
@@ -92,7 +97,7 @@ def check_tokenizers(labels: list[str], identities: list[dict | None]) -> None:
         return
     (first, a), rest = known[0], known[1:]
 
-    def name(t: dict) -> str:
+    def name(t: dict[str, Any]) -> str:
         return f"{t['file'] or 'a tokenizer'} (sha256 {str(t['sha256'])[:12]}, vocab_size {t['vocab_size']})"
 
     for label, b in rest:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -41,14 +42,17 @@ class LoaderReport(Report):
     request_latency_p99_ms: float
 
 
-class StallMeter:
+T = TypeVar("T")
+
+
+class StallMeter(Generic[T]):
     """An iterator over ``it`` that times each ``next()``: a wait over ``threshold_s`` is a stalled step, and
     ``warn`` gets one line when the loader falls behind (at most every :data:`WARN_EVERY_S` seconds);
     ``stats_folder``: where the worker processes write their read counters (None: this process only)."""
 
     def __init__(
         self,
-        it: Iterator,
+        it: Iterator[T],
         *,
         stats_folder: str | None = None,
         threshold_s: float = WAIT_THRESHOLD_S,
@@ -61,10 +65,10 @@ class StallMeter:
         self._warned_at = time.monotonic()
         self._stalls_since_warning = 0
 
-    def __iter__(self) -> StallMeter:
+    def __iter__(self) -> StallMeter[T]:
         return self
 
-    def __next__(self):
+    def __next__(self) -> T:
         t0 = time.perf_counter()
         batch = next(self._it)
         wait = time.perf_counter() - t0

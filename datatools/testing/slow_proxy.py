@@ -49,7 +49,10 @@ class ProxyStats:
         if not self.latencies_s:
             return float("nan"), float("nan")
         ordered = sorted(self.latencies_s)
-        pick = lambda q: ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]  # noqa: E731
+
+        def pick(q: float) -> float:
+            return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
+
         return pick(0.5), pick(0.99)
 
 
@@ -190,7 +193,7 @@ class SlowProxy:
     def __enter__(self) -> SlowProxy:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def start(self) -> SlowProxy:
@@ -265,7 +268,7 @@ class SlowProxy:
         with c.lock:
             c.connections += 1
         server_writer = None
-        tasks: list[asyncio.Future] = []
+        tasks: list[asyncio.Future[None]] = []
         try:
             server_reader, server_writer = await asyncio.open_connection(self.host, self.upstream_port)
             # start times of the requests forwarded and not yet answered: HTTP/1.1 clients send a request on a
@@ -288,7 +291,7 @@ class SlowProxy:
                         writer.close()
 
     async def _client_to_server(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, waiting: collections.deque
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, waiting: collections.deque[float]
     ) -> None:
         """Forward the client's bytes; hold each request ``latency_s`` before its first byte goes on."""
         parser, c = _RequestParser(), self._counters
@@ -317,7 +320,7 @@ class SlowProxy:
             writer.write_eof()
 
     async def _server_to_client(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, waiting: collections.deque
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, waiting: collections.deque[float]
     ) -> None:
         """Forward the server's bytes at no more than ``bandwidth_bps`` (paced in slices of ~10 ms)."""
         c = self._counters

@@ -23,7 +23,7 @@ def _mask(segment_ids):
     return (causal[None] & same & (segment_ids > 0)[:, :, None])[:, None]
 
 
-def zero_padding(out, segment_ids, dtype):
+def zero_padding(out: jax.Array, segment_ids: jax.Array, dtype: jnp.dtype) -> jax.Array:
     """``out`` (B, T, H, D) with every padding query's output 0 (what every implementation returns), as ``dtype``."""
     return jnp.where((segment_ids > 0)[:, :, None, None], out, 0).astype(dtype)
 

@@ -6,6 +6,7 @@ diagonal, not cross-document ones; off a GPU it runs interpreted, exact and slow
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -13,7 +14,7 @@ import jax.numpy as jnp
 from datatools.train.attention import zero_padding
 
 
-def cudnn_arguments(q, k, v, segment_ids) -> dict:
+def cudnn_arguments(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array) -> dict[str, Any]:
     """The keyword arguments of ``jax.nn.dot_product_attention`` for packed rows (besides q, k, v):
     ``mask`` (B, 1, T, T) same segment, ``is_causal``, and each row's length up to its last real token."""
     seg = segment_ids.astype(jnp.int32)
@@ -29,7 +30,7 @@ def cudnn_arguments(q, k, v, segment_ids) -> dict:
     }
 
 
-def cudnn_attention(q, k, v, segment_ids):
+def cudnn_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array) -> jax.Array:
     """cuDNN flash attention with the segment mask; a GPU only."""
     platform = jax.devices()[0].platform
     if platform != "gpu":
@@ -41,7 +42,9 @@ def cudnn_attention(q, k, v, segment_ids):
     return zero_padding(out, segment_ids, q.dtype)
 
 
-def pallas_gpu_attention(q, k, v, segment_ids, block: int = 128):
+def pallas_gpu_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array, block: int = 128
+) -> jax.Array:
     """Pallas GPU flash attention with segment ids (0: padding) and causal masking (interpreted off a GPU); q, k, v
     (B, T, H, D), T a multiple of ``block`` (the kernels' tile size in tokens) or below it."""
     from jax.experimental.pallas.ops.gpu.attention import BlockSizes, mha

@@ -10,7 +10,9 @@ import itertools
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -23,6 +25,7 @@ from datatools.kernels.balance import busiest_over_mean, device_loads
 from datatools.pipeline import PipelineConfig, ShardConfig, build_canonical, parse_config
 from datatools.pipeline.build import CanonicalPipeline, resolve_shard
 from datatools.pipeline.schema import field, from_dict
+from datatools.pipeline.sources import OpenedDocuments
 from datatools.pipeline.stalls import LoaderReport, StallMeter
 from datatools.train.model import ModelConfig, attention_keys
 from datatools.train.step import OptimizerConfig, Trainer
@@ -69,7 +72,7 @@ class TrainConfig:
 
 
 def load_train_config(
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     *,
     steps: int | None = None,
     source: str | None = None,
@@ -241,7 +244,9 @@ class _StepCounts:
     dev_tiles: np.ndarray
 
     @classmethod
-    def of(cls, batches: list[dict], model: ModelConfig, tile_devices: int, devices: int) -> _StepCounts:
+    def of(
+        cls, batches: list[dict[str, np.ndarray]], model: ModelConfig, tile_devices: int, devices: int
+    ) -> _StepCounts:
         from datatools.train.mfu import attention_pairs_computed, row_lengths_sq
 
         zeros = [np.zeros(devices, np.int64) for _ in range(3)]
@@ -278,7 +283,7 @@ class _Run:
     budget: int | None
 
     @classmethod
-    def start(cls, cfg: TrainConfig, documents=None) -> tuple[_Run, dict]:
+    def start(cls, cfg: TrainConfig, documents: OpenedDocuments | None = None) -> tuple[_Run, dict[str, Any]]:
         """The run built (its loader in the ``datatools`` format, listing each batch's tiles for a tiled attention)
         and the trainer's initial state; ValueError when a curriculum length's rows do not split over the
         devices."""
@@ -301,7 +306,9 @@ class _Run:
             )
         return cls(cfg, trainer, built, peak, peak_source, budget), state
 
-    def step(self, step: int, state: dict, batches: list[dict], it: StallMeter, waited: int) -> tuple[dict, StepRecord]:
+    def step(
+        self, step: int, state: dict[str, Any], batches: list[dict[str, Any]], it: StallMeter[Any], waited: int
+    ) -> tuple[dict[str, Any], StepRecord]:
         """One optimizer step on ``batches`` (the micro-batches of step ``step``): the new state and the step's
         record (``it.waits[waited:]``: what it waited for its batches). TrainingDiverged when the loss is not
         finite, CompileBudgetExceeded when a curriculum compiled more programs than it has lengths."""
@@ -331,7 +338,7 @@ class _Run:
         return state, self._record(step, loss, secs, c, list(seg.shape), waits, trainer.compilations() > programs)
 
     def _record(
-        self, step: int, loss: float, secs: float, c: _StepCounts, shape: list, waits: float, compiled: bool
+        self, step: int, loss: float, secs: float, c: _StepCounts, shape: list[int], waits: float, compiled: bool
     ) -> StepRecord:
         """A step's record: its loss and time, its tokens and their rates, its FLOPs (model, as executed, the
         attention term) and MFU / HFU against the peak, how the devices shared it."""
@@ -402,11 +409,11 @@ class _Run:
 def train(
     cfg: TrainConfig,
     *,
-    on_step=None,
-    documents=None,
+    on_step: Callable[[StepRecord], object] | None = None,
+    documents: OpenedDocuments | None = None,
     stop_after_useful_tokens: int | None = None,
-    on_loader_stall=None,
-    evaluation: dict[str, list[dict]] | None = None,
+    on_loader_stall: Callable[[str], None] | None = None,
+    evaluation: dict[str, list[dict[str, np.ndarray]]] | None = None,
 ) -> TrainReport:
     """Run ``cfg.train.steps`` steps (fewer if the data ends, or once ``stop_after_useful_tokens`` real tokens
     have been trained on), calling ``on_step(record)`` after each and ``on_loader_stall(line)`` when a step waited

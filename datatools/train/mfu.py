@@ -10,6 +10,7 @@ peak FLOP/s: :data:`PEAK_FLOPS` (dense bf16, per chip), or a measured float32 ma
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -53,11 +54,11 @@ def hardware_flops(cfg: ModelConfig, slots: int, computed_pairs: int) -> float:
     return 6.0 * cfg.num_params() * slots + 12.0 * cfg.n_layers * cfg.d_model * computed_pairs
 
 
-def attention_pairs_computed(attention: str, batch: dict, block: int) -> int:
+def attention_pairs_computed(attention: str, batch: dict[str, np.ndarray], block: int) -> int:
     """Query-key pairs (per head) that ``attention`` computes for a canonical batch: dense and fused every pair;
     the block-sparse kernels the listed tiles x block^2; splash and pallas_gpu the tiles on and under the diagonal
     (cross-document ones too); cudnn the causal half."""
-    rows, ctx = np.shape(batch["segment_ids"])
+    rows, ctx = (int(n) for n in np.shape(batch["segment_ids"]))
     if attention in ("blocksparse", "pallas_blocksparse"):
         return int(np.asarray(batch["tile_count"]).sum()) * block * block
     if attention in ("splash", "pallas_gpu"):
@@ -69,7 +70,7 @@ def attention_pairs_computed(attention: str, batch: dict, block: int) -> int:
     return rows * ctx * ctx
 
 
-def device_peak(devices=None) -> tuple[float, str]:
+def device_peak(devices: Sequence[jax.Device] | None = None) -> tuple[float, str]:
     """(peak FLOP/s of the devices, how it was found): the table for GPUs/TPUs, a measured matmul on CPU."""
     devices = devices or jax.local_devices()
     kind = devices[0].device_kind

@@ -13,18 +13,27 @@ mypy (``StoreDocuments`` takes a ``TokenArray``: the store and the Levanter cach
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Protocol, Self
 
 import numpy as np
 import tensorstore as ts
+
+
+class TokenRead(Protocol):
+    """A token range read in the background (:meth:`TokenArray.read_async`): a tensorstore future, or one made of
+    several (:class:`~datatools.io.formats.shard_reads.JoinedRead`)."""
+
+    def done(self) -> bool: ...
+    def result(self) -> np.ndarray: ...
+    def add_done_callback(self, callback: Callable[[Self], None]) -> None: ...
 
 
 class TokenArray(Protocol):
     """A token store or a Levanter cache: documents' tokens back to back, read by token range."""
 
     @property
-    def path(self) -> str | os.PathLike:
+    def path(self) -> str | os.PathLike[str]:
         """Where it is stored (a local directory, or the URL of a prefix in object storage)."""
         ...
 
@@ -75,7 +84,7 @@ class TokenArray(Protocol):
 
     def read_async(
         self, begin: int, end: int, *, batch: ts.Batch | None = None, out: Sequence[np.ndarray] | None = None
-    ) -> Any:
+    ) -> TokenRead:
         """:meth:`read` issued now (in ``batch``), not waited for: a future (``done()``, ``result()``,
         ``add_done_callback``) whose ``result()`` is the tokens, or raises what :meth:`read` would. ``out``: writeable
         arrays of the array's dtype whose sizes add up to ``end - begin``, filled in order (a token store decodes

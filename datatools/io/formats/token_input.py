@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from datatools.base.checks import short_repr
+from datatools.base.checks import BIN_DTYPES, short_repr
 from datatools.base.progress import doing
 from datatools.io.formats import numpy_files
 from datatools.io.formats.discover import Shard
@@ -191,8 +191,8 @@ class InputOptions:
 
     def __post_init__(self) -> None:
         """The options every format may use checked before any is tried."""
-        if self.bin_dtype not in numpy_files.BIN_DTYPES:
-            choices = ", ".join(numpy_files.BIN_DTYPES)
+        if self.bin_dtype not in BIN_DTYPES:
+            choices = ", ".join(BIN_DTYPES)
             raise ValueError(f"bin dtype must be one of {choices}; got {short_repr(self.bin_dtype)}")
         eos_id = self.eos_id
         if eos_id is not None and (isinstance(eos_id, bool) or not isinstance(eos_id, int) or eos_id < 0):

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 
 import numba
 import numpy as np
+import numpy.typing as npt
 import tensorstore as ts
 
 from datatools.base import array_pool
@@ -30,7 +31,7 @@ from datatools.base.checks import as_lengths
 from datatools.io import storage
 from datatools.io.formats.token_array import TokenArray
 from datatools.io.storage import read_stats
-from datatools.kernels.packing import check_token_ids, materialize, materialize_pieces
+from datatools.kernels.packing import PackPlan, check_token_ids, materialize, materialize_pieces
 from datatools.kernels.packing.materialize import check_plan_rows, materialize_located, new_batch
 from datatools.kernels.packing.plan_format import row_pieces
 
@@ -64,14 +65,16 @@ class DocumentSource(ABC):
         """int64 (num_documents,): every document's length in tokens."""
 
     @abstractmethod
-    def read_pieces(self, doc, start, length) -> np.ndarray:
+    def read_pieces(self, doc: npt.ArrayLike, start: npt.ArrayLike, length: npt.ArrayLike) -> np.ndarray:
         """The pieces ``doc[j]``, tokens ``[start[j], start[j] + length[j])``, back to back as int32 (one bulk read)."""
 
     def __getitem__(self, i: int) -> np.ndarray:
         i = check_index(i, len(self))
         return self.read_pieces([i], [0], [self.lengths()[i]])
 
-    def pack_rows(self, plan, rows, pad_id: int = 0, out: dict | None = None) -> dict[str, np.ndarray]:
+    def pack_rows(
+        self, plan: PackPlan, rows: npt.ArrayLike | None, pad_id: int = 0, out: dict[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
         """Rows ``rows`` of ``plan`` (a :class:`~datatools.kernels.packing.PackPlan` over this source) as a canonical
         batch (into ``out`` when given, see :func:`~datatools.kernels.packing.materialize`): pieces read in one call."""
         return materialize_pieces(plan, self.read_pieces, rows, pad_id=pad_id, out=out)
@@ -82,7 +85,7 @@ class DocumentSource(ABC):
         object storage)."""
         return False
 
-    def prefetch(self, doc, start, length, *, near: bool = True) -> bool:
+    def prefetch(self, doc: npt.ArrayLike, start: npt.ArrayLike, length: npt.ArrayLike, *, near: bool = True) -> bool:
         """Start reading these pieces (of a batch still to come) without waiting; True when nothing is left to ask
         for (a source that does not read ahead has nothing to start)."""
         return True
@@ -103,7 +106,7 @@ class ArrayDocuments(DocumentSource):
       offsets: (num_documents + 1,) non-decreasing integers from 0 to ``len(tokens)``.
     """
 
-    def __init__(self, tokens, offsets):
+    def __init__(self, tokens: np.ndarray, offsets: npt.ArrayLike):
         # A memory-mapped file is pickled as its mapping (file, dtype, offset, shape), not as its data.
         self._mapping = None
         if isinstance(tokens, np.memmap) and tokens.filename and tokens.base is not None:

@@ -31,10 +31,10 @@ __all__ = [
 
 
 def open_input(
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     *,
     column: str | None = None,
-    tokenizer: str | os.PathLike | None = None,
+    tokenizer: str | os.PathLike[str] | None = None,
     tokenizer_settings: str = "off",
     bos: str | int | None = None,
     eos: str | int | None = None,
@@ -79,7 +79,7 @@ def read_lengths_by_shard(
     return lengths_by_shard(inp, FORMAT[inp.format].lengths(inp), progress)
 
 
-def _check_input(inp) -> None:
+def _check_input(inp: object) -> None:
     if not isinstance(inp, TokenInput):
         raise TypeError(f"expected the TokenInput that open_input() returns, got {short_repr(inp)}")
 

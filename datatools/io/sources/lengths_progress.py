@@ -6,12 +6,13 @@ What ``analyze-padding`` and ``pack`` both do first; their Python APIs take the 
 from __future__ import annotations
 
 import numpy as np
+from rich.console import Console
 
 from datatools.base.progress import count_progress
 from datatools.io.sources.inputs import TokenInput, read_lengths
 
 
-def read_lengths_shown(inp: TokenInput, console=None) -> np.ndarray:
+def read_lengths_shown(inp: TokenInput, console: Console | None = None) -> np.ndarray:
     """Tokens per document of ``inp`` (:func:`~datatools.io.sources.inputs.read_lengths`); with a rich ``console``, the
     tokenizer's summary (a text input) and a progress bar in bytes on it."""
     if console is None:

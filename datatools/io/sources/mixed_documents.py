@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from datatools.io.sources.documents import DocumentSource, as_document_source, check_pieces
 
@@ -20,7 +21,7 @@ class MixedDocuments(DocumentSource):
       names: one label per source (reports and messages); default ``source0``, ``source1``, ...
     """
 
-    def __init__(self, sources: Sequence, names: Sequence[str] | None = None):
+    def __init__(self, sources: Sequence[object], names: Sequence[str] | None = None):
         self.sources = [as_document_source(s) for s in sources]
         if not self.sources:
             raise ValueError("a mixture needs at least one source")
@@ -38,7 +39,7 @@ class MixedDocuments(DocumentSource):
     def lengths(self) -> np.ndarray:
         return self._lengths
 
-    def read_pieces(self, doc, start, length) -> np.ndarray:
+    def read_pieces(self, doc: npt.ArrayLike, start: npt.ArrayLike, length: npt.ArrayLike) -> np.ndarray:
         doc, start, length = check_pieces(doc, start, length, self._lengths)
         source = np.searchsorted(self.offsets, doc, side="right") - 1
         if source.size and source.min() == source.max():  # one source: its own bulk read, no reassembly

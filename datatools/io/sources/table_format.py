@@ -27,7 +27,7 @@ from datatools.io.sources.documents import TABLE_CACHE_BYTES, ChunkedDocuments, 
 from datatools.io.storage.paths import display
 
 
-def local_pattern(path: str | os.PathLike) -> list[Path]:
+def local_pattern(path: str | os.PathLike[str]) -> list[Path]:
     """The files of a local glob or comma list (as MaxText writes ``grain_train_files``), in order; [] for a
     path that exists as written or is a URL. A pattern that matches nothing is a ValueError naming it."""
     text = os.fspath(path)
@@ -100,7 +100,7 @@ def table_pieces(
     hits = cache.cached() if cache is not None else {}
     todo = iter([k for k in range(inp.num_shards) if k not in hits])
     with ThreadPoolExecutor(1) as pool:  # decoded one shard ahead, in a thread
-        ahead: dict[int, Future] = {}
+        ahead: dict[int, Future[list[tuple[int, np.ndarray, int]]]] = {}
 
         def read_next() -> None:
             if (k := next(todo, None)) is not None:
@@ -118,7 +118,7 @@ def table_pieces(
             yield from pieces
 
 
-def _tokenizer_key(inp: TokenInput) -> dict | None:
+def _tokenizer_key(inp: TokenInput) -> dict[str, object] | None:
     """What a text column's lengths depend on besides the text: the tokenizer's kind and SHA-256, its settings, BOS,
     EOS and what was switched off (None for token ids)."""
     if not inp.is_text:
@@ -128,7 +128,7 @@ def _tokenizer_key(inp: TokenInput) -> dict | None:
     return {"kind": type(enc).__name__} | {f: getattr(enc, f, None) for f in fields}
 
 
-def _keeping(slab: ShardSlab):
+def _keeping(slab: ShardSlab) -> Callable[[TokenInput, int], list[tuple[int, np.ndarray, int]]]:
     """A shard reader for :func:`table_pieces` that reads each shard whole and copies its tokens into ``slab`` while
     they fit (the pass for the lengths then decodes, or tokenizes, what the documents' reads would: the column is
     read once, and each decoded buffer is freed for the next decode); once the slab is full, lengths alone (text
