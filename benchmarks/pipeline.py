@@ -259,8 +259,8 @@ def measure(args, inputs, hog: bool) -> dict:
                 f"{e['x_floor_cpu']:.2f}x",
                 f"{e['cpu_s']:.2f}",
                 f"{e['wall_s']:.2f}",
-                f"{e['x_ref_cpu']:.2f}x",
-                f"{e['x_ref_wall']:.2f}x",
+                f"{e['x_ref_cpu']:.2f}x" if ref else "-",
+                f"{e['x_ref_wall']:.2f}x" if ref else "-",
                 e["rows"] or "-",
                 f"{e['peak_mib']:.0f}",
             ]
