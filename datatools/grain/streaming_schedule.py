@@ -24,6 +24,7 @@ from datatools.grain.schedule import Delivered, DocumentOrderLike, EpochCache, P
 from datatools.io.sources.documents import DocumentSource
 from datatools.kernels.packing import PackOptions, PackPlan, cut_pieces, pack, pack_lengths
 from datatools.kernels.packing.counting import count_windows
+from datatools.kernels.packing.plan_format import row_pieces
 
 PLANS_KEPT = 8  # window plans cached per process
 WINDOWS_COUNTED = 4096  # windows counted a kernel call (bounds the documents gathered at once)
@@ -60,18 +61,32 @@ def window_pieces_of(plan: PackPlan, order: np.ndarray, d: int) -> tuple[np.ndar
 
 def rows_of(picked: list[tuple[PackPlan, int]], ctx: int) -> PackPlan:
     """One plan holding the given ``(plan, row)`` rows in order (a batch drawn from several windows)."""
-    if not picked:
+    runs: list[tuple[PackPlan, list[int]]] = []  # consecutive rows of one plan: gathered at once
+    for plan, r in picked:
+        if runs and runs[-1][0] is plan:
+            runs[-1][1].append(r)
+        else:
+            runs.append((plan, [r]))
+    return plan_runs([(plan, np.asarray(rows, np.int64)) for plan, rows in runs], ctx)
+
+
+def plan_runs(runs: list[tuple[PackPlan, np.ndarray]], ctx: int) -> PackPlan:
+    """One plan holding rows ``rows`` (int64) of each ``(plan, rows)`` in turn: each run's pieces gathered by one
+    index (a Python tuple and three slices a row took ~0.1 ms a batch of 32, a quarter of a streaming batch)."""
+    runs = [(plan, rows) for plan, rows in runs if rows.shape[0]]
+    if not runs:
         return pack_lengths(np.zeros(0, np.int64), ctx)
-    spans = [(p, int(p.row_splits[r]), int(p.row_splits[r + 1])) for p, r in picked]
-    template = picked[0][0]
+    gathered = [row_pieces(plan.row_splits, rows) for plan, rows in runs]
+    counts = np.concatenate([np.diff(splits) for _, splits in gathered])
+    template = runs[0][0]
     return PackPlan(
         ctx=ctx,
         align=template.align,
-        num_rows=len(picked),
-        row_splits=np.concatenate(([0], np.cumsum([b - a for _, a, b in spans], dtype=np.int64))),
-        doc=np.concatenate([p.doc[a:b] for p, a, b in spans]),
-        start=np.concatenate([p.start[a:b] for p, a, b in spans]),
-        length=np.concatenate([p.length[a:b] for p, a, b in spans]),
+        num_rows=int(counts.shape[0]),
+        row_splits=np.concatenate(([0], np.cumsum(counts, dtype=np.int64))),
+        doc=np.concatenate([plan.doc[sel] for (plan, _), (sel, _) in zip(runs, gathered)]),
+        start=np.concatenate([plan.start[sel] for (plan, _), (sel, _) in zip(runs, gathered)]),
+        length=np.concatenate([plan.length[sel] for (plan, _), (sel, _) in zip(runs, gathered)]),
         dropped_tokens=0,
         empty_documents=0,
         algorithm=template.algorithm,
@@ -256,9 +271,9 @@ class StreamingSchedule(RowsPlanSchedule, ProcessCaches):
         rows = j * self.batch_size + np.arange(lo, hi, dtype=np.int64)
         rows = rows[rows < starts[-1]]  # a prefix: the rows past the data stay empty
         window = np.searchsorted(starts, rows, side="right") - 1
-        picked = []
+        runs = []
         for w in np.unique(window).tolist():  # a batch spans one or two windows, each a run of its rows
             a, b = np.searchsorted(window, [w, w + 1])
             plan, order = self.window_plan(epoch, w)
-            picked += [(plan, int(r)) for r in order[rows[a:b] - starts[w]]]
-        return rows_of(picked, self.ctx)
+            runs.append((plan, np.asarray(order[rows[a:b] - starts[w]], np.int64)))
+        return plan_runs(runs, self.ctx)

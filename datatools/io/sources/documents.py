@@ -825,6 +825,9 @@ class ChunkedDocuments(DocumentSource):
         self.first_doc = np.concatenate(([0], np.cumsum(self.shard_docs)))
         self._offsets = np.concatenate(([0], np.cumsum(self._lengths)))  # every document's first token
         self._shard_tokens = np.diff(self._offsets[self.first_doc])  # tokens per shard
+        # the largest shard and the input's tokens: what the slab's size follows (asked for every batch)
+        self._largest = int(self._shard_tokens.max()) if self._shard_tokens.size else 0
+        self._total = int(self._offsets[-1])
         self.load, self.name, self.cache_bytes = load, name, int(cache_bytes)
         self.shard_reads = 0
         self._slab = slab if slab is not None and slab.capacity >= self._slab_capacity() else None
@@ -844,8 +847,7 @@ class ChunkedDocuments(DocumentSource):
 
     def _slab_capacity(self) -> int:
         """Tokens the slab holds: ``cache_bytes`` of them (at least the largest shard), no more than the input."""
-        largest = int(self._shard_tokens.max()) if self._shard_tokens.size else 0
-        return max(1, min(int(self._offsets[-1]), max(self.cache_bytes // 4, largest)))
+        return max(1, min(self._total, max(self.cache_bytes // 4, self._largest)))
 
     def _held(self) -> ShardSlab:
         if self._slab is None or self._slab.capacity < self._slab_capacity():
