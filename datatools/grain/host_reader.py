@@ -5,8 +5,10 @@ its reads are ordered by that sequence, never by a clock. One background thread 
 numbers from the restored position; before building batch ``k`` it issues the reads of batches ``k .. k +``
 :data:`READ_AHEAD` that are not issued yet (``prefetch``: issued, not waited for; the source's byte budget bounds
 them, and a batch it refuses is offered again once the batches before it are built), then builds batch ``k`` and
-hands it over through a queue of at most :data:`BUILD_AHEAD` finished batches. The first batch's own reads are
-issued first, the read-ahead of later batches (a lane's whole windows) after them.
+hands it over through a queue of at most :data:`BUILD_AHEAD` finished batches. Reads are issued in batch order:
+every batch's own pieces at its batch number, a lane's whole window read ahead for batch ``k`` after the pieces of
+batches up to ``k +`` :data:`WINDOWS_AFTER` (the source's issue ``order``), so the first batch's own reads go first
+and the next batch's before the windows of batches far ahead.
 
 As in Levanter's ``DataLoaderIterator`` (a bounded background queue walked from the restored position) and mosaic
 streaming's ``_prepare_thread`` (reads ahead along the known order within a budget), reads are I/O and run in
@@ -33,6 +35,8 @@ T = TypeVar("T")
 
 READ_AHEAD = 8  # batches past the one being built whose reads are issued (the source's byte budget bounds the bytes)
 BUILD_AHEAD = 2  # finished batches waiting for the consumer
+WINDOWS_AFTER = READ_AHEAD + 1  # a lane's window read ahead for batch k is issued after the own pieces of batches up
+# to k + this (issued with them, the windows of batches 2-8 held back the pieces of batch 2: a step waited 0.6 s)
 _END = object()  # the walk reached its last batch
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # walks whose thread may still run: closed at exit (see _close_live)
 
@@ -203,16 +207,22 @@ class _HostBatchesIterator(grain.DatasetIterator):
         return self._walk
 
 
-def prefetcher(schedule: Any, where: Callable[[int], tuple[int, int, int, int]]) -> Callable[[int, bool], bool]:
+def prefetcher(
+    schedule: Any, where: Callable[[int], tuple[int, int, int, int]], windows_after: int = WINDOWS_AFTER
+) -> Callable[[int, bool], bool]:
     """The one place a host's reads are issued ahead (a :class:`BatchWalk`'s ``prefetch``): global batch ``k`` is
-    rows ``[lo, hi)`` of batch ``j`` of ``epoch`` (``where(k)``); ``near``: its own pieces, else what reads cheapest
-    (a lane's whole window), handed to the source's ``prefetch`` (False: its byte budget is full)."""
+    rows ``[lo, hi)`` of batch ``j`` of ``epoch`` (``where(k)``); its own pieces at issue order ``k`` and, unless
+    ``near``, what reads cheapest for it (a lane's whole window) at ``k + windows_after``, handed to the source's
+    ``prefetch`` (False: its byte budget is full)."""
     docs = schedule.docs
 
     def prefetch(k: int, near: bool) -> bool:
         epoch, j, lo, hi = where(k)
-        pieces = schedule.pieces if near else schedule.ahead_pieces
-        return bool(docs.prefetch(*pieces(epoch, j, lo, hi), near=near))
+        if not docs.prefetch(*schedule.pieces(epoch, j, lo, hi), near=True, order=k):
+            return False
+        return near or bool(
+            docs.prefetch(*schedule.ahead_pieces(epoch, j, lo, hi), near=False, order=k + windows_after)
+        )
 
     return prefetch
 

@@ -189,7 +189,7 @@ class _Schedule:
     def read(self, epoch, j, lo, hi):
         return {"tokens": np.full((hi - lo, 2), epoch * 7 + j, np.int32)}
 
-    def prefetch(self, doc, start, length, *, near: bool = True) -> bool:
+    def prefetch(self, doc, start, length, *, near: bool = True, order: int = 0) -> bool:
         self.prefetched.append(int(doc[0]))
         return True
 
