@@ -35,6 +35,9 @@ T = TypeVar("T")
 
 READ_AHEAD = 8  # batches past the one being built whose reads are issued (the source's byte budget bounds the bytes)
 BUILD_AHEAD = 2  # finished batches waiting for the consumer
+PRIME = 2  # batches built (their reads in) before a walk that reads ahead hands over its first: at +100 ms the next
+# batch's pieces are ~140 requests more than the first's (host 0 of 4), more than a 0.4 s step of moto's ~170/s,
+# and step 1 waited 0.7-0.9 s; the first batch is later by that (its bound counts those requests too)
 WINDOWS_AFTER = READ_AHEAD + 1  # a lane's window read ahead for batch k is issued after the own pieces of batches up
 # to k + this (issued with them, the windows of batches 2-8 held back the pieces of batch 2: a step waited 0.6 s)
 _END = object()  # the walk reached its last batch
@@ -61,6 +64,8 @@ class BatchWalk(Generic[T]):
         byte budget is full (``k`` is offered again after the next batch is built). None: nothing is read ahead.
       read_ahead: batches past the one being built whose reads are issued.
       build_ahead: finished batches held for the consumer (0: each batch is built in :meth:`next`, no thread).
+      prime: batches built before the first is handed over (at most ``build_ahead``); None: :data:`PRIME` when
+        reads are issued ahead (``prefetch``) and ``build_ahead`` allows, else 1.
 
     Counters (exact, not timed): :attr:`handed` batches handed over, :attr:`asked_early` batches asked for before
     they were built (the consumer waited for the builder).
@@ -75,10 +80,14 @@ class BatchWalk(Generic[T]):
         prefetch: Callable[[int, bool], bool] | None = None,
         read_ahead: int = READ_AHEAD,
         build_ahead: int = BUILD_AHEAD,
+        prime: int | None = None,
     ):
         self._build, self._prefetch = build, prefetch
         self.start, self.stop = int(start), stop
         self.read_ahead, self.build_ahead = max(0, int(read_ahead)), max(0, int(build_ahead))
+        if prime is None:
+            prime = PRIME if prefetch is not None else 1
+        self.prime = max(1, min(int(prime), self.build_ahead))
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, self.build_ahead))
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
@@ -112,21 +121,26 @@ class BatchWalk(Generic[T]):
         than the one batch the close made room for."""
         k = self.start
         stopped = self._stopped
+        first: list[tuple[int, Any]] = []  # the first batches, handed over once ``prime`` of them are built
         try:
             while self._in_range(k):
                 if stopped.is_set():
                     return
                 self._issue_reads(k)
-                item = self._build(k)
+                first.append((k, self._build(k)))
                 if stopped.is_set():
                     return
-                self._queue.put((k, item))
                 k += 1
+                if k - self.start >= self.prime:
+                    while first:
+                        self._queue.put(first.pop(0))
             if not stopped.is_set():
-                self._queue.put((k, _END))
+                for item in first + [(k, _END)]:
+                    self._queue.put(item)
         except BaseException as exc:  # noqa: BLE001 -- raised in the consumer, at the batch that failed
             if not stopped.is_set():
-                self._queue.put((k, exc))
+                for item in first + [(k, exc)]:
+                    self._queue.put(item)
 
     def next(self) -> T:
         """The next batch (StopIteration past ``stop``; a build's error is raised here, at its batch)."""
@@ -218,11 +232,12 @@ def prefetcher(
 
     def prefetch(k: int, near: bool) -> bool:
         epoch, j, lo, hi = where(k)
-        if not docs.prefetch(*schedule.pieces(epoch, j, lo, hi), near=True, order=k):
-            return False
-        return near or bool(
-            docs.prefetch(*schedule.ahead_pieces(epoch, j, lo, hi), near=False, order=k + windows_after)
-        )
+        pieces = schedule.pieces(epoch, j, lo, hi)
+        window = None if near else schedule.ahead_pieces(epoch, j, lo, hi)
+        with docs.prefetching_together():  # queued together: a piece's request reads the window's run around it
+            if not docs.prefetch(*pieces, near=True, order=k):
+                return False
+            return window is None or bool(docs.prefetch(*window, near=False, order=k + windows_after))
 
     return prefetch
 

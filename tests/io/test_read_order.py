@@ -262,6 +262,9 @@ def test_the_next_batches_pieces_are_issued_before_the_windows_read_ahead_for_la
         def prefetch(self, doc, start, length, *, near: bool = True, order: int = 0) -> bool:
             return reader.prefetch(doc, start, length, near=near, order=order)
 
+        def prefetching_together(self):
+            return reader.prefetching_together()
+
     def pieces(epoch, j, lo, hi):
         doc = _batch_pieces(j)
         return doc, np.zeros(doc.shape[0], np.int64), np.full(doc.shape[0], EXTENT)
@@ -312,3 +315,21 @@ def test_a_read_takes_the_queued_extents_beside_it_along_whatever_their_order(mo
     store.complete(3)
     t.join(10)
     np.testing.assert_array_equal(got[0], np.arange(4 * EXTENT, 5 * EXTENT) % 1000)
+
+
+def test_a_batchs_pieces_and_the_window_around_them_queued_together_are_one_request():
+    """The host's reader queues a batch's pieces and the window read ahead around them together: the pieces go
+    first and take the window's extents beside them in their object along (one request; issued call by call, the
+    piece went alone and the window's extents on either side of it after, in two more)."""
+    store = FakeRemoteStore(extents=32, object_extents=8)
+    reader = StorePieceReader(store, cache_bytes=32 * EXTENT * 2)
+
+    def ask(doc: np.ndarray, order: int) -> bool:
+        return reader.prefetch(doc, np.zeros(doc.shape[0], np.int64), np.full(doc.shape[0], EXTENT), order=order)
+
+    with reader.prefetching_together():
+        assert ask(np.array([2]), 5) and ask(np.arange(8), 14)
+        assert store.reads == []  # queued, not issued, inside the block
+    assert store.reads == [(0, 8)]
+    assert ask(np.array([10]), 5) and ask(np.arange(8, 16), 14)
+    assert store.reads == [(0, 8), (10, 1), (8, 2), (11, 5)]

@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import numba
 import numpy as np
@@ -93,6 +93,12 @@ class DocumentSource(ABC):
         """Let later reads reuse what was read ahead for a walk that was abandoned (a restore); nothing to forget for
         a source that does not read ahead."""
         return None
+
+    def prefetching_together(self) -> AbstractContextManager:
+        """A block whose :meth:`prefetch` calls are queued before any of their reads is issued (a batch's pieces
+        and the window around them: one ranged request for both); nothing to hold for a source that does not read
+        ahead."""
+        return nullcontext()
 
 
 class ArrayDocuments(DocumentSource):
@@ -255,6 +261,7 @@ class StorePieceReader:
         self._in_flight = 0  # reads issued and not yet received
         self._ahead_in_flight = 0  # of them, read-ahead (issued for a batch still to come)
         self._pumping = False
+        self._deferred = 0  # prefetching_together blocks open: reads are queued, issued when the last one ends
         self._issued: list[tuple] = []  # (read, callback) issued under the lock, callbacks added after it (_issuing)
         self._free = list(range(slots - 1, -1, -1))  # slots holding nothing (a stack: the lowest on top)
         self._tick = 0
@@ -412,7 +419,7 @@ class StorePieceReader:
         """Issue queued reads in issue order while :meth:`_can_issue` (lock held), in one ``ts.Batch``: the
         queued extents beside the next one in its stored object are the same read (:meth:`_run_of`: one ranged
         request)."""
-        if self._pumping or not self._queue:  # pumping: a read that completed at once, called back from this loop
+        if self._pumping or self._deferred or not self._queue:  # pumping: a read completed at once, called back
             return
         self._pumping = True
         try:
@@ -534,6 +541,20 @@ class StorePieceReader:
             left = self._issue(ids, prefetch=True, far=not near, order=order)
             self.peak_ahead_bytes = max(self.peak_ahead_bytes, int(self._ahead.sum()) * self.extent * self.itemsize)
         return left == 0
+
+    @contextmanager
+    def prefetching_together(self) -> Iterator[None]:
+        """Queue the reads of the :meth:`prefetch` calls in the block (from this thread) before any is issued: a
+        batch's pieces at its order and the window around them later go out as one ranged request per run (issued
+        call by call, the pieces went alone and the window after: 25% more requests at host 0 of 4)."""
+        with self._issuing():
+            self._setup()
+            self._deferred += 1
+            try:
+                yield
+            finally:
+                self._deferred -= 1
+                self._pump()
 
     @contextmanager
     def holding(self, begin: np.ndarray, length: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -725,6 +746,10 @@ class StoreDocuments(DocumentSource):
     def forget_read_ahead(self) -> None:
         """:meth:`StorePieceReader.forget_read_ahead`."""
         self.reader.forget_read_ahead()
+
+    def prefetching_together(self) -> AbstractContextManager:
+        """:meth:`StorePieceReader.prefetching_together`."""
+        return self.reader.prefetching_together()
 
     def __repr__(self) -> str:
         return f"StoreDocuments({self.store!r})"
