@@ -22,7 +22,9 @@ Each row runs in a fresh process (peak RSS of the process and its workers, sampl
 * **steps waited**: a second pipeline, ``--steps`` steps of a simulated ``--step-time`` s step each (the
   consumer sleeps): the steps whose ``next()`` took more than 10 ms (the first step excluded);
 * **fetched / delivered**: bytes through the proxy (the wire, HTTP headers included) over the bytes of the
-  tokens the batches hold; **requests per batch** counted at the proxy;
+  tokens the batches hold; **requests per batch** counted at the proxy; and over the first 30 batches (the first
+  included: what was read ahead by then counts), the reader's own counts (decoded bytes of the extents it read over
+  the bytes of the pieces it handed over);
 * **late reads**: extents a batch read that the read-ahead had not asked for before it was built (counted by the
   reader; 0 when every read was issued ahead);
 * **bound**: a computed bound for the first batch: ``max((3 + ceil(requests / 64)) x latency, 3 x latency +
@@ -64,6 +66,7 @@ from _common import announce, lognormal_lengths, print_table, write_json  # noqa
 from read import S3_ENV, s3_server  # noqa: E402
 
 MB = 1e6
+EARLY = 30  # batches over which the early fetched / delivered is counted (the reader's counts, from the start)
 VOCAB = 50257
 BANDWIDTH = 50e6  # bytes/s per connection
 BUCKET = "remote-read-bench"
@@ -217,6 +220,7 @@ def rss_sampler(stop: threading.Event, peak: list[int]) -> None:
 def child(spec: dict) -> dict:
     """One pipeline run: first batch, then batches as fast as they come (``batches``), or ``steps`` steps of
     ``step_s`` seconds; the proxy is asked for its counts by the parent around each phase (via stdout)."""
+    from datatools.io.storage import read_stats
     from datatools.pipeline import build_canonical
     from datatools.pipeline.config import parse_config
     from datatools.pipeline.stalls import StallMeter
@@ -237,9 +241,12 @@ def child(spec: dict) -> dict:
         time.sleep(spec["step_s"])  # the first batch's own step (before, the second batch was asked for at once)
     t1 = time.perf_counter()
     n = spec["batches"] if not spec["step_s"] else spec["steps"]
-    for _ in range(n):
+    early = None  # the reader's counts when the first EARLY batches were handed over (the first one's included)
+    for i in range(n):
         batch = next(it)
         delivered.append(int(np.count_nonzero(batch["segment_ids"])) * 2)
+        if i + 2 == EARLY:
+            early = read_stats.collect(built.stats_folder)
         if spec["step_s"]:
             time.sleep(spec["step_s"])
     span = time.perf_counter() - t1
@@ -258,6 +265,8 @@ def child(spec: dict) -> dict:
         "wait_p99_ms": report.wait_p99_ms,
         "wait_max_ms": report.wait_max_ms,
         "late_reads": report.late_reads,
+        "early_batches": EARLY,
+        "early_fetched_per_delivered": early.bytes_fetched / max(1, early.bytes_delivered) if early else None,
         "reader_fetched": report.bytes_fetched,
         "reader_delivered": report.bytes_delivered,
         "request_latency_p50_ms": report.request_latency_p50_ms,
@@ -471,7 +480,12 @@ def main() -> None:
                             f"{r['first_bound_s']:.1f} s",
                             "-" if step_s else f"{r['batches_per_s']:.2f}",
                             f"{r['steps_waited']} of {r['batches']}" if step_s else "-",
-                            f"{r['fetched_per_delivered']:.2f}",
+                            f"{r['fetched_per_delivered']:.2f}"
+                            + (
+                                f" (first 30: {r['early_fetched_per_delivered']:.2f})"
+                                if r["early_fetched_per_delivered"]
+                                else ""
+                            ),
                             f"{r['late_reads']}",
                             f"{r['requests_per_batch']:.0f}",
                             f"{r['peak_rss_gb']:.2f} GB",

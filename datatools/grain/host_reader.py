@@ -5,8 +5,10 @@ its reads are ordered by that sequence, never by a clock. One background thread 
 numbers from the restored position; before building batch ``k`` it issues the reads of batches ``k .. k +``
 :data:`READ_AHEAD` that are not issued yet (``prefetch``: issued, not waited for; the source's byte budget bounds
 them, and a batch it refuses is offered again once the batches before it are built), then builds batch ``k`` and
-hands it over through a queue of at most :data:`BUILD_AHEAD` finished batches. The first batch's own reads are
-issued first, the read-ahead of later batches (a lane's whole windows) after them.
+hands it over through a queue of at most :data:`BUILD_AHEAD` finished batches. Reads are issued in batch order:
+every batch's own pieces at its batch number, a lane's whole window read ahead for batch ``k`` after the pieces of
+batches up to ``k +`` :data:`WINDOWS_AFTER` (the source's issue ``order``), so the first batch's own reads go first
+and the next batch's before the windows of batches far ahead.
 
 As in Levanter's ``DataLoaderIterator`` (a bounded background queue walked from the restored position) and mosaic
 streaming's ``_prepare_thread`` (reads ahead along the known order within a budget), reads are I/O and run in
@@ -33,6 +35,11 @@ T = TypeVar("T")
 
 READ_AHEAD = 8  # batches past the one being built whose reads are issued (the source's byte budget bounds the bytes)
 BUILD_AHEAD = 2  # finished batches waiting for the consumer
+PRIME = 2  # batches built (their reads in) before a walk that reads ahead hands over its first: at +100 ms the next
+# batch's pieces are ~140 requests more than the first's (host 0 of 4), more than a 0.4 s step of moto's ~170/s,
+# and step 1 waited 0.7-0.9 s; the first batch is later by that (its bound counts those requests too)
+WINDOWS_AFTER = READ_AHEAD + 1  # a lane's window read ahead for batch k is issued after the own pieces of batches up
+# to k + this (issued with them, the windows of batches 2-8 held back the pieces of batch 2: a step waited 0.6 s)
 _END = object()  # the walk reached its last batch
 # walks whose thread may still run: closed at exit (see _close_live)
 _LIVE: weakref.WeakSet[BatchWalk[Any]] = weakref.WeakSet()
@@ -58,6 +65,8 @@ class BatchWalk(Generic[T]):
         byte budget is full (``k`` is offered again after the next batch is built). None: nothing is read ahead.
       read_ahead: batches past the one being built whose reads are issued.
       build_ahead: finished batches held for the consumer (0: each batch is built in :meth:`next`, no thread).
+      prime: batches built before the first is handed over (at most ``build_ahead``); None: :data:`PRIME` when
+        reads are issued ahead (``prefetch``) and ``build_ahead`` allows, else 1.
 
     Counters (exact, not timed): :attr:`handed` batches handed over, :attr:`asked_early` batches asked for before
     they were built (the consumer waited for the builder).
@@ -72,10 +81,14 @@ class BatchWalk(Generic[T]):
         prefetch: Callable[[int, bool], bool] | None = None,
         read_ahead: int = READ_AHEAD,
         build_ahead: int = BUILD_AHEAD,
+        prime: int | None = None,
     ):
         self._build, self._prefetch = build, prefetch
         self.start, self.stop = int(start), stop
         self.read_ahead, self.build_ahead = max(0, int(read_ahead)), max(0, int(build_ahead))
+        if prime is None:
+            prime = PRIME if prefetch is not None else 1
+        self.prime = max(1, min(int(prime), self.build_ahead))
         # finished batches, and a token for each place free among the build_ahead (two C queues: a bounded
         # queue.Queue's Python locks and conditions cost ~12 us a batch handed over, half the handing over)
         self._queue: queue.SimpleQueue[tuple[int, object]] = queue.SimpleQueue()
@@ -114,6 +127,7 @@ class BatchWalk(Generic[T]):
         than the one batch the close made room for."""
         k = self.start
         stopped = self._stopped
+        first: list[tuple[int, Any]] = []  # the first batches, handed over once ``prime`` of them are built
         try:
             while self._in_range(k):
                 if stopped.is_set():
@@ -121,15 +135,20 @@ class BatchWalk(Generic[T]):
                 self._issue_reads(k)
                 item = self._build(k)
                 self._free.get()  # a place for it (close() gives one to a builder waiting here)
+                first.append((k, item))
                 if stopped.is_set():
                     return
-                self._queue.put((k, item))
                 k += 1
+                if k - self.start >= self.prime:
+                    while first:
+                        self._queue.put(first.pop(0))
             if not stopped.is_set():
-                self._queue.put((k, _END))
+                for entry in first + [(k, _END)]:
+                    self._queue.put(entry)
         except BaseException as exc:  # noqa: BLE001 -- raised in the consumer, at the batch that failed
             if not stopped.is_set():
-                self._queue.put((k, exc))
+                for entry in first + [(k, exc)]:
+                    self._queue.put(entry)
 
     def next(self) -> T:
         """The next batch (StopIteration past ``stop``; a build's error is raised here, at its batch)."""
@@ -212,16 +231,23 @@ class _HostBatchesIterator(grain.DatasetIterator):  # type: ignore[misc]  # Grai
         return self._walk
 
 
-def prefetcher(schedule: Any, where: Callable[[int], tuple[int, int, int, int]]) -> Callable[[int, bool], bool]:
+def prefetcher(
+    schedule: Any, where: Callable[[int], tuple[int, int, int, int]], windows_after: int = WINDOWS_AFTER
+) -> Callable[[int, bool], bool]:
     """The one place a host's reads are issued ahead (a :class:`BatchWalk`'s ``prefetch``): global batch ``k`` is
-    rows ``[lo, hi)`` of batch ``j`` of ``epoch`` (``where(k)``); ``near``: its own pieces, else what reads cheapest
-    (a lane's whole window), handed to the source's ``prefetch`` (False: its byte budget is full)."""
+    rows ``[lo, hi)`` of batch ``j`` of ``epoch`` (``where(k)``); its own pieces at issue order ``k`` and, unless
+    ``near``, what reads cheapest for it (a lane's whole window) at ``k + windows_after``, handed to the source's
+    ``prefetch`` (False: its byte budget is full)."""
     docs = schedule.docs
 
     def prefetch(k: int, near: bool) -> bool:
         epoch, j, lo, hi = where(k)
-        pieces = schedule.pieces if near else schedule.ahead_pieces
-        return bool(docs.prefetch(*pieces(epoch, j, lo, hi), near=near))
+        pieces = schedule.pieces(epoch, j, lo, hi)
+        window = None if near else schedule.ahead_pieces(epoch, j, lo, hi)
+        with docs.prefetching_together():  # queued together: a piece's request reads the window's run around it
+            if not docs.prefetch(*pieces, near=True, order=k):
+                return False
+            return window is None or bool(docs.prefetch(*window, near=False, order=k + windows_after))
 
     return prefetch
 

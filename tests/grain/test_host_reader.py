@@ -5,6 +5,7 @@ test times anything.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import numpy as np
@@ -189,12 +190,15 @@ class _Schedule:
     def read(self, epoch, j, lo, hi):
         return {"tokens": np.full((hi - lo, 2), epoch * 7 + j, np.int32)}
 
-    def prefetch(self, doc, start, length, *, near: bool = True) -> bool:
+    def prefetch(self, doc, start, length, *, near: bool = True, order: int = 0) -> bool:
         self.prefetched.append(int(doc[0]))
         return True
 
     def forget_read_ahead(self) -> None:
         self.forgotten += 1
+
+    def prefetching_together(self):
+        return contextlib.nullcontext()
 
 
 def test_the_iterator_state_is_the_next_global_batch_and_restores_anywhere():
@@ -216,3 +220,28 @@ def test_the_iterator_state_is_the_next_global_batch_and_restores_anywhere():
 
 def test_read_ahead_is_a_count_of_batches_not_a_time():
     assert not [name for name in vars(host_reader) if name.endswith("_S")]
+
+
+def test_a_walk_that_reads_ahead_hands_over_its_first_batch_once_the_next_is_built():
+    """At +100 ms the second batch's pieces cost more requests than a step gives the server time for: the first
+    batch is handed over with the next one built (PRIME), so step 1 does not wait for them."""
+    building_1, release_1 = threading.Event(), threading.Event()
+
+    def build(k: int) -> int:
+        if k == 1:
+            building_1.set()
+            assert release_1.wait(30)
+        return k
+
+    walk = BatchWalk(build, start=0, stop=10, prefetch=lambda k, near: True)
+    assert walk.prime == host_reader.PRIME == 2
+    got: list[int] = []
+    consumer = threading.Thread(target=lambda: got.append(walk.next()))
+    consumer.start()
+    assert building_1.wait(30)
+    assert walk._queue.qsize() == 0 and got == []  # batch 0 built, held back while batch 1 is built
+    release_1.set()
+    consumer.join(30)
+    assert got == [0] and walk.next() == 1
+    walk.close()
+    assert BatchWalk(build, prefetch=None).prime == 1  # nothing read ahead (a local source): no wait for a second

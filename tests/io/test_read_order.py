@@ -95,11 +95,10 @@ def test_a_batch_read_goes_before_the_read_ahead_queued_before_it(monkeypatch):
             return int(reader._pins.sum()) == 5
 
     _wait_for(queued)
-    for _ in range(5 + 2 * documents.NEIGHBOURS):  # complete the oldest read in flight: the batch's go next
+    for _ in range(5):  # complete the oldest read in flight: the batch's go next
         _wait_for(lambda: len(store.in_flight()) == 4)
         store.complete(store.in_flight()[0])
-    near = list(range(10 - documents.NEIGHBOURS, 12 + documents.NEIGHBOURS))  # queued: needed, and beside them
-    want = near + [40, 41, 42]  # before any other read-ahead, in the store's order (runs of one object together)
+    want = [10, 11, 40, 41, 42]  # before any other read-ahead, in the store's order (runs of one object together)
     _wait_for(lambda: len(store.issued) >= 4 + len(want))
     assert store.issued[4 : 4 + len(want)] == want
     while t.is_alive():
@@ -233,3 +232,104 @@ def test_read_ahead_a_host_never_used_stops_counting_against_its_room():
             )
     assert refused == []
     assert reader.late_reads == 0
+
+
+WINDOW = 40  # extents of a lane's window in the walk below: batch k draws from window k // 4
+
+
+def _batch_pieces(k: int) -> np.ndarray:
+    """Extents (one document each) batch ``k`` reads: four spread over its window, as a lane's rows are."""
+    return WINDOW * (k // 4) + k % 4 + np.arange(0, WINDOW, 10)
+
+
+def test_the_next_batches_pieces_are_issued_before_the_windows_read_ahead_for_later_ones(monkeypatch):
+    """The host's reader issues reads in batch order: each batch's own pieces at its batch number, a lane's whole
+    window (what reads cheapest for a batch further ahead) after the pieces of the batches up to ``WINDOWS_AFTER``
+    later. Counted on a server that answers in the order asked (as moto did): every piece of batches 0-8 is issued
+    before any extent only a window asked for. With the windows issued at their own batch's number
+    (``WINDOWS_AFTER`` 0) the window of batch 2 went before the pieces of batch 3 and later, the wait at step 2."""
+    from types import SimpleNamespace
+
+    from datatools.grain import host_reader
+    from datatools.grain.host_reader import BatchWalk, prefetcher
+
+    monkeypatch.setattr(documents, "MAX_IN_FLIGHT", 4)
+    monkeypatch.setattr(documents, "MAX_AHEAD_IN_FLIGHT", 4)
+    store = FakeRemoteStore(extents=8 * WINDOW)
+    reader = StorePieceReader(store, cache_bytes=8 * WINDOW * EXTENT * 2)  # holds every extent: no budget refuses
+
+    class Docs:
+        def prefetch(self, doc, start, length, *, near: bool = True, order: int = 0) -> bool:
+            return reader.prefetch(doc, start, length, near=near, order=order)
+
+        def prefetching_together(self):
+            return reader.prefetching_together()
+
+    def pieces(epoch, j, lo, hi):
+        doc = _batch_pieces(j)
+        return doc, np.zeros(doc.shape[0], np.int64), np.full(doc.shape[0], EXTENT)
+
+    def window(epoch, j, lo, hi):
+        doc = WINDOW * (j // 4) + np.arange(WINDOW)
+        return doc, np.zeros(WINDOW, np.int64), np.full(WINDOW, EXTENT)
+
+    schedule = SimpleNamespace(docs=Docs(), pieces=pieces, ahead_pieces=window)
+    walk = BatchWalk(lambda k: k, prefetch=prefetcher(schedule, lambda k: (0, k, 0, 1)), build_ahead=0)
+    assert walk.next() == 0  # batches 0 .. READ_AHEAD asked for, batch 0 built (its build reads nothing here)
+    served = 0
+    while served < len(store.reads):  # answer each read in the order it was issued
+        first = store.reads[served][0]
+        _wait_for(lambda first=first: first in store.in_flight())
+        store.complete(first)
+        served += 1
+    order = {c: i for i, c in enumerate(store.issued)}
+    assert len(order) == len(store.issued)  # each extent read once
+    ahead = host_reader.READ_AHEAD
+    own = np.unique(np.concatenate([_batch_pieces(k) for k in range(ahead + 1)]))
+    windows_only = np.setdiff1d(np.arange(WINDOW * (ahead // 4 + 1)), own)
+    late = [
+        k  # batches a piece of which was issued after an extent only a window asked for
+        for k in range(1, ahead + 1)
+        if max(order[c] for c in _batch_pieces(k).tolist()) > min(order[c] for c in windows_only.tolist())
+    ]
+    assert late == []
+    assert sorted(order) == list(range(WINDOW * (ahead // 4 + 1)))  # the windows read whole, after
+
+
+def test_a_read_takes_the_queued_extents_beside_it_along_whatever_their_order(monkeypatch):
+    """Queued read-ahead next to a needed extent, in the same stored object, is read by the same ranged request
+    (one request, not two), though its own issue order is later."""
+    monkeypatch.setattr(documents, "MAX_IN_FLIGHT", 1)
+    store = FakeRemoteStore(extents=32, object_extents=8)
+    reader = StorePieceReader(store, cache_bytes=32 * EXTENT * 2)
+    assert reader.prefetch(np.array([0]), np.zeros(1, np.int64), np.full(1, EXTENT), order=0)  # in flight
+    assert reader.prefetch(np.array([20]), np.zeros(1, np.int64), np.full(1, EXTENT), order=1)
+    assert reader.prefetch(np.array([3, 5, 6, 9]), np.zeros(4, np.int64), np.full(4, EXTENT), order=7)
+    got: list[np.ndarray] = []
+    t = threading.Thread(target=lambda: got.append(reader.read_pieces([4], [0], [EXTENT])))
+    t.start()
+    _wait_for(lambda: int(reader._pins.sum()) == 1)
+    store.complete(0)
+    _wait_for(lambda: len(store.reads) == 2)
+    assert store.reads[1] == (3, 4)  # extent 4 with 3, 5 and 6 (9 is in the next object), before order 1's 20
+    store.complete(3)
+    t.join(10)
+    np.testing.assert_array_equal(got[0], np.arange(4 * EXTENT, 5 * EXTENT) % 1000)
+
+
+def test_a_batchs_pieces_and_the_window_around_them_queued_together_are_one_request():
+    """The host's reader queues a batch's pieces and the window read ahead around them together: the pieces go
+    first and take the window's extents beside them in their object along (one request; issued call by call, the
+    piece went alone and the window's extents on either side of it after, in two more)."""
+    store = FakeRemoteStore(extents=32, object_extents=8)
+    reader = StorePieceReader(store, cache_bytes=32 * EXTENT * 2)
+
+    def ask(doc: np.ndarray, order: int) -> bool:
+        return reader.prefetch(doc, np.zeros(doc.shape[0], np.int64), np.full(doc.shape[0], EXTENT), order=order)
+
+    with reader.prefetching_together():
+        assert ask(np.array([2]), 5) and ask(np.arange(8), 14)
+        assert store.reads == []  # queued, not issued, inside the block
+    assert store.reads == [(0, 8)]
+    assert ask(np.array([10]), 5) and ask(np.arange(8, 16), 14)
+    assert store.reads == [(0, 8), (10, 1), (8, 2), (11, 5)]
