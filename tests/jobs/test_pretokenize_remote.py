@@ -55,7 +55,12 @@ def _cli(args, extra_env=None):
 
 
 @pytest.mark.parametrize(
-    "point", ["after-shard-1", "committing-0", pytest.param("committing-2", marks=pytest.mark.slow)]
+    "point",
+    [
+        pytest.param("after-shard-1", marks=pytest.mark.slow),
+        "committing-0",
+        pytest.param("committing-2", marks=pytest.mark.slow),
+    ],
 )
 def test_sigkill_then_rerun_gives_the_identical_store_in_s3(s3_bucket, tmp_path, texts, tokenizer_file, point):
     for i in range(4):

@@ -73,7 +73,8 @@ def close(it):
         it.close()
 
 
-@pytest.mark.parametrize("mode", list(MODES))
+# ~7 s of CPU a mode (2 Grain workers spawned): make test runs streaming's, make test-all every mode
+@pytest.mark.parametrize("mode", [m if m == "streaming" else pytest.param(m, marks=pytest.mark.slow) for m in MODES])
 def test_same_batches_with_one_and_two_workers(store, table, mode):
     """The store's one reader, the table in this process and in 2 workers: the same batches."""
     one = list(build(config(store, mode, workers=0)))

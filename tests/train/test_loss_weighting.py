@@ -37,6 +37,8 @@ def test_micro_batches_are_uneven_and_a_mean_of_means_differs(gradients):
     assert np.abs(gradients["control"] - gradients["ref_token"]).max() > 100 * 1e-5
 
 
+# ~15 s of CPU (two datatools train runs): make test checks accumulation on the packed, sharded gradients above
+@pytest.mark.slow
 def test_train_accumulating_micro_batches_follows_one_large_batch(tmp_path, capsys):
     """`datatools train` with grad_accum_steps 2 over batches of 2 rows takes the same steps as batches of 4 rows
     (the same rows: the row order does not depend on the batch size), for document weighting."""
