@@ -28,10 +28,8 @@ def test_the_readme_says_where_the_command_is():
 def test_readme_snippets_that_iterate_a_pipeline_use_the_main_guard():
     """A snippet iterating a config with workers > 0 at a script's top level hung for 22 minutes: every README
     snippet that iterates a built pipeline has the guard (a user changes the config, and its workers, later)."""
-    assert any(
-        (yaml.safe_load(p.read_text()) or {}).get("workers", 0) > 0
-        for p in (ROOT / "datatools" / "configs").glob("*.yaml")
-    )
+    # no shipped config sets workers today (the mixture's text reads faster in one process), but a user's may: a
+    # table source takes them
     checked = 0
     for block in python_blocks(README):
         if "build(" in block and re.search(r"\biter\(|\bnext\(|\bfor \w+ in build", block):

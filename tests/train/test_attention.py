@@ -90,8 +90,18 @@ def loss_and_gradients(params, cfg, batch):
     return jax.value_and_grad(loss_fn, has_aux=True)(params, cfg, batch)
 
 
-@pytest.mark.parametrize("attention", ["blocksparse", "fused"])
-@pytest.mark.parametrize("case", list(CASES))
+# make test: block-sparse on every case, fused on documents split across rows (the case where rows and documents
+# differ); make test-all fused on the others too (each a model's forward and backward compiled, 3-11 s of CPU)
+@pytest.mark.parametrize(
+    "case, attention",
+    [
+        (case, attention)
+        if attention == "blocksparse" or case == "documents split across rows"
+        else pytest.param(case, attention, marks=pytest.mark.slow)
+        for attention in ("blocksparse", "fused")
+        for case in CASES
+    ],
+)
 def test_blocksparse_equals_dense_loss_and_gradients(case, attention):
     batch, _ = packed_batch(CASES[case], 128, seed=len(case))
     sparse_cfg = dataclasses.replace(CFG, attention=attention)
@@ -114,9 +124,21 @@ def causal_tiles(rows: int, ctx: int, block: int) -> dict:
     return tile_list(np.ones((rows, ctx), np.int32), block)
 
 
-# chunk 3 is a remainder chunk as 7 is: make test runs 1, 7 and 256 (~3 s of CPU each, a compile); test-all all
-@pytest.mark.parametrize("chunk", [1, pytest.param(3, marks=pytest.mark.slow), 7, 256])
-@pytest.mark.parametrize("listing", ["in-document tiles", "every causal tile", "shuffled entries"])
+LISTINGS = ["in-document tiles", "every causal tile", "shuffled entries"]
+
+
+# ~3 s of CPU each (a compile): make test runs chunk 7 (a remainder chunk) on every listing and chunks 1 and 256 on
+# the shuffled entries; make test-all every chunk on every listing
+@pytest.mark.parametrize(
+    "chunk, listing",
+    [
+        (chunk, listing)
+        if chunk == 7 or (listing == "shuffled entries" and chunk in (1, 256))
+        else pytest.param(chunk, listing, marks=pytest.mark.slow)
+        for chunk in (1, 3, 7, 256)
+        for listing in LISTINGS
+    ],
+)
 def test_any_chunking_of_the_tiles_gives_the_dense_result(chunk, listing):
     """The running softmax over chunks of the batch-wide tile list (and its rematerialized gradient) equals dense
     attention, whatever the order of the entries and with the causal list (tiles without work) as well."""
