@@ -44,12 +44,13 @@ warm-kernels: $(STAMP)
 
 # What runs where, how long each takes, and which changes must run make test-all: docs/testing.md.
 # make test (CI, under 10 minutes on 2 cores): lint, types, docs, then every test but the `slow`, `cluster` and
-# `timing` ones, hypothesis's `ci` profile (each test's examples, derandomized: the same on every run; tests/conftest.py).
+# `timing` ones, 3 at a time on CI's 2 cores (the suite waits ~12% of its time: processes starting, loopback servers,
+# a silent endpoint's timeouts; a third worker fills it), hypothesis's `ci` profile (each test's examples, derandomized: the same on every run; tests/conftest.py).
 # tests/install/ installs the wheel of this checkout without extras into a fresh venv (pip resolves the base
 # dependencies from the package index) and runs the README's data commands there: ~1.5 minutes on one busy core.
 test: $(STAMP)
 	$(MAKE) -j2 --no-print-directory warm-kernels lint docs
-	HYPOTHESIS_PROFILE=ci NUMBA_CACHE_DIR=$(CURDIR)/.numba_cache $(PY) -m pytest -n 2 --dist worksteal --durations=20 \
+	HYPOTHESIS_PROFILE=ci NUMBA_CACHE_DIR=$(CURDIR)/.numba_cache $(PY) -m pytest -n 3 --dist worksteal --durations=20 \
 		-m "not slow and not cluster and not timing" tests
 
 # make test-all: make test's checks, then every test, with hypothesis's `all` profile (5x each test's examples, random):

@@ -141,8 +141,18 @@ def doc_stream(docs, block=None):
     return ds.to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
 
 
-@pytest.mark.parametrize("block", [None, 7])
-@pytest.mark.parametrize("algorithm", ["best_fit", "first_fit", "best_fit_decreasing"])
+# ~4 s of CPU a case: make test runs the default algorithm with and without blocks, the others without (the block
+# transform does not depend on the algorithm); make test-all every case
+@pytest.mark.parametrize(
+    "block, algorithm",
+    [
+        (block, algorithm)
+        if block is None or algorithm == "best_fit_decreasing"
+        else pytest.param(block, algorithm, marks=pytest.mark.slow)
+        for block in (None, 7)
+        for algorithm in ("best_fit", "first_fit", "best_fit_decreasing")
+    ],
+)
 def test_streaming_pack_conserves_and_resumes_exactly(block, algorithm):
     docs = random_docs(120, seed=4, mean_log=3.8, max_len=700)
     ds = StreamingPackIterDataset(doc_stream(docs, block), ctx=256, window=20, algorithm=algorithm)
