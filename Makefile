@@ -11,10 +11,9 @@ STAMP := $(VENV)/.installed
 $(PY):
 	@test -n "$(PYTHON)" || { echo "make: no python3.11 or python3 found; set PYTHON=..." >&2; exit 2; }
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
 
 $(STAMP): $(PY) pyproject.toml
-	$(PY) -m pip install -q -e ".[dev,docs]"
+	$(PY) -m pip install -q --no-compile -e ".[dev,docs]"
 	@touch $(STAMP)
 
 install: $(STAMP)

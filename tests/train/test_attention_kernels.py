@@ -108,6 +108,9 @@ def test_pallas_blocksparse_grid_visits_exactly_the_listed_tiles():
     }
 
 
+# JAX's splash kernel behind our adapter (~8 s of CPU, interpret mode): make test-all; make test runs our Pallas
+# block-sparse kernel against dense and the grid's visits
+@pytest.mark.slow
 def test_splash_equals_dense():
     from datatools.train.attention_splash import splash_attention
 

@@ -20,17 +20,13 @@ def sharded(tmp_path_factory):
     return run_worker(WORKER, tmp_path_factory.mktemp("train8") / "out.npz", devices=8)
 
 
-def test_step_on_eight_devices_equals_one_device(sharded):
+def test_step_on_eight_devices_equals_one_device_each_reading_its_own_tiles(sharded):
+    """One test over the worker's results (its ~20 s run is a module fixture: tests of one module on two xdist
+    workers ran it twice): the same loss and gradient norm as one device; each device handed its neighbour's list
+    computes another loss (the lists are read device by device); the step records hold each device's work."""
     loss, grad_norm = sharded["eight"]
     np.testing.assert_allclose(loss, sharded["one"][0], rtol=1e-5)
     np.testing.assert_allclose(grad_norm, sharded["one"][1], rtol=1e-4)
-
-
-def test_each_device_reads_its_own_tile_list(sharded):
-    """Each device handed its neighbour's list computes another loss: the lists are read device by device."""
     assert not np.allclose(sharded["rolled"], sharded["eight"], rtol=1e-5)  # the tolerance the equality holds to
-
-
-def test_step_records_hold_each_devices_work(sharded):
     np.testing.assert_array_equal(sharded["recorded"], sharded["counted"])
     np.testing.assert_allclose(sharded["attention"], sharded["counted_attention"], rtol=1e-12)

@@ -161,6 +161,8 @@ def test_a_non_finite_loss_stops_training_with_status_1(tmp_path, store, capsys,
     assert "train.learning_rate must be a finite number; got nan" in capsys.readouterr().err
 
 
+# ~10 s of CPU: make test checks block-sparse against dense on a model's loss and gradients (test_attention.py)
+@pytest.mark.slow
 def test_blocksparse_training_follows_dense(tmp_path, store, capsys):
     """The same run with attention: blocksparse gives the same losses step by step, and counts its FLOPs."""
     cfg = write_config(tmp_path / "p.yaml", store, "packing: {ctx: 256}\nbatch_size: 4")
