@@ -13,7 +13,7 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): $(PY) pyproject.toml
-	$(PY) -m pip install -q --no-compile -e ".[dev,docs]"
+	$(PY) -m pip install -q -e ".[dev,docs]"
 	@touch $(STAMP)
 
 install: $(STAMP)
