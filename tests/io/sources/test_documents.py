@@ -107,10 +107,10 @@ def test_bounded_cache_and_pickling(sources):
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(mapped))[7], DOCS[7])
 
 
-@pytest.mark.parametrize(
+@pytest.mark.parametrize(  # ~7 s of CPU each: make test runs the streaming block shuffle (a bucket's), test-all both
     "mode",
     [
-        {"packing": {"ctx": 512}, "shuffle": {"kind": "full"}},
+        pytest.param({"packing": {"ctx": 512}, "shuffle": {"kind": "full"}}, marks=pytest.mark.slow),
         {
             "packing": {"ctx": 512, "mode": "streaming", "window": 64},
             "shuffle": {"kind": "block", "io_block_size": 8, "window_blocks": 8},
