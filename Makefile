@@ -12,8 +12,11 @@ $(PY):
 	@test -n "$(PYTHON)" || { echo "make: no python3.11 or python3 found; set PYTHON=..." >&2; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 
+# uv installs the same versions pip resolves (checked: identical `pip freeze`) in half pip's CPU (57 against 122 s of
+# CPU with a cold cache on 2 busy cores), byte-compiled like pip (Grain's workers start with `python -B`).
 $(STAMP): $(PY) pyproject.toml
-	$(PY) -m pip install -q -e ".[dev,docs]"
+	$(PY) -m pip install -q uv
+	$(VENV)/bin/uv pip install -q --python $(PY) --compile-bytecode -e ".[dev,docs]"
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import atexit
+import fcntl
 import os
 import shutil
 import sysconfig
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import hypothesis
@@ -55,6 +57,24 @@ def pytest_collection_modifyitems(config, items) -> None:
         if own.max_examples != profile:
             scaled_settings = hypothesis.settings(own, max_examples=own.max_examples * EXAMPLES_FACTOR)
             test._hypothesis_internal_use_settings = scaled_settings  # type: ignore[union-attr]
+
+
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]) -> Path:
+    """A folder ``build`` fills once a run, for a costly module fixture (a worker process on 8 devices, 4 jax
+    processes). Under xdist the first worker to ask builds it in the run's shared temporary folder while the others
+    wait on a lock, then every worker reads it: a module fixture alone runs again on each worker that gets one of the
+    module's tests (15-20 s of CPU each time)."""
+    shared = os.environ.get("PYTEST_XDIST_WORKER") is not None
+    root = tmp_path_factory.getbasetemp().parent if shared else tmp_path_factory.getbasetemp()
+    work = root / name
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (work / ".built").exists():
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir()
+            build(work)
+            (work / ".built").touch()
+    return work
 
 
 def stdlib_texts(count: int = 40) -> list[str]:

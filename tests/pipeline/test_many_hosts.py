@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import random_docs
+from conftest import built_once, random_docs
 
 pytest.importorskip("jax")
 
@@ -43,8 +43,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_hosts(n: int, configs: dict, out: Path, restore: Path | None = None) -> dict[str, list[list[dict]]]:
-    """Run ``n`` host processes; per config name, each host's batches (a list of steps)."""
+def run_hosts(n: int, configs: dict, out: Path, restore: Path | None = None) -> None:
+    """Run ``n`` host processes; each writes its batches per config name into ``out`` (``load_hosts`` reads them)."""
     out.mkdir(parents=True, exist_ok=True)
     coordinator = f"127.0.0.1:{free_port()}"
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
@@ -69,8 +69,12 @@ def run_hosts(n: int, configs: dict, out: Path, restore: Path | None = None) -> 
     errors = [p.communicate(timeout=300)[1] for p in procs]
     for i, p in enumerate(procs):
         assert p.returncode == 0, f"host {i} of {n} failed:\n{errors[i][-3000:]}"
-    result = {}
-    for name in configs:
+
+
+def load_hosts(n: int, out: Path) -> dict[str, list[list[dict]]]:
+    """Per config name, each of the ``n`` hosts' batches (a list of steps) that ``run_hosts`` wrote into ``out``."""
+    result: dict[str, list[list[dict]]] = {}
+    for name in MODES:
         result[name] = []
         for i in range(n):
             with np.load(out / f"{name}_host{i}.npz") as z:
@@ -81,21 +85,28 @@ def run_hosts(n: int, configs: dict, out: Path, restore: Path | None = None) -> 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """One host's batches, 4 processes' batches and 2 processes' batches restored from the 4's state at SAVE_AT."""
-    root = tmp_path_factory.mktemp("hosts")
-    docs = random_docs(400, seed=21, max_len=700)
-    (root / "docs").mkdir()
-    np.save(root / "docs" / "tokens.npy", np.concatenate(docs).astype(np.int32))
-    np.save(root / "docs" / "lengths.npy", np.array([len(x) for x in docs], np.int64))
-    configs = {
-        name: {"source": {"path": str(root / "docs")}, "batch_size": 8, "seed": 3, "drop_remainder": False, **mode}
-        for name, mode in MODES.items()
-    }
+
+    def configs(root: Path) -> dict[str, dict]:
+        source = {"path": str(root / "docs")}
+        return {
+            name: {"source": source, "batch_size": 8, "seed": 3, "drop_remainder": False, **mode}
+            for name, mode in MODES.items()
+        }
+
+    def build(root: Path) -> None:  # the processes' runs: once a run, shared by the xdist workers
+        docs = random_docs(400, seed=21, max_len=700)
+        (root / "docs").mkdir()
+        np.save(root / "docs" / "tokens.npy", np.concatenate(docs).astype(np.int32))
+        np.save(root / "docs" / "lengths.npy", np.array([len(x) for x in docs], np.int64))
+        run_hosts(4, configs(root), root / "four")
+        run_hosts(2, configs(root), root / "two", restore=root / "four")
+
+    root = built_once(tmp_path_factory, "many_hosts", build)
     one = {
-        name: [{k: b[k] for k in KEYS} for b in build_canonical(parse_config(c)).dataset] for name, c in configs.items()
+        name: [{k: b[k] for k in KEYS} for b in build_canonical(parse_config(c)).dataset]
+        for name, c in configs(root).items()
     }
-    four = run_hosts(4, configs, root / "four")
-    two = run_hosts(2, configs, root / "two", restore=root / "four")
-    return one, four, two, root / "four"
+    return one, load_hosts(4, root / "four"), load_hosts(2, root / "two"), root / "four"
 
 
 def assert_union_is(hosts: list[list[dict]], expected: list[dict], first_step: int = 0):

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import built_once
 from device_workers import run_worker
 
 WORKER = Path(__file__).with_name("loss_weighting_worker.py")
@@ -16,8 +17,8 @@ WORKER = Path(__file__).with_name("loss_weighting_worker.py")
 @pytest.fixture(scope="module")
 def gradients(tmp_path_factory):
     """The worker's gradients (a fresh process: two host-platform CPU devices need XLA_FLAGS before jax starts)."""
-    out = tmp_path_factory.mktemp("loss_weighting") / "grads.npz"
-    return run_worker(WORKER, out, devices=2)
+    folder = built_once(tmp_path_factory, "loss_weighting", lambda d: run_worker(WORKER, d / "grads.npz", devices=2))
+    return dict(np.load(folder / "grads.npz"))
 
 
 @pytest.mark.parametrize("weighting", ["token", "document"])

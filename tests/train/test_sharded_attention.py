@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import built_once
 from datatools.kernels.attention_blocks import EMPTY, block_structure, device_tile_lists, tile_list
 from device_workers import run_worker
 
@@ -18,8 +19,8 @@ WORKER = Path(__file__).with_name("sharded_attention_worker.py")
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory):
     """The worker's results (a fresh process: 8 host-platform CPU devices need XLA_FLAGS before jax starts)."""
-    out = tmp_path_factory.mktemp("sharded") / "out.npz"
-    return run_worker(WORKER, out, devices=8)
+    folder = built_once(tmp_path_factory, "sharded_attention", lambda d: run_worker(WORKER, d / "out.npz", devices=8))
+    return dict(np.load(folder / "out.npz"))
 
 
 @pytest.mark.parametrize("order", ["drawn", "balanced"])

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import built_once
 from device_workers import run_worker
 
 WORKER = Path(__file__).with_name("sharded_train_worker.py")
@@ -17,7 +18,8 @@ WORKER = Path(__file__).with_name("sharded_train_worker.py")
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory):
     """The worker's results (a fresh process: 8 host-platform CPU devices need XLA_FLAGS before jax starts)."""
-    return run_worker(WORKER, tmp_path_factory.mktemp("train8") / "out.npz", devices=8)
+    folder = built_once(tmp_path_factory, "sharded_train", lambda d: run_worker(WORKER, d / "out.npz", devices=8))
+    return dict(np.load(folder / "out.npz"))
 
 
 def test_step_on_eight_devices_equals_one_device_each_reading_its_own_tiles(sharded):
