@@ -622,9 +622,6 @@ OVER_SIZE = {  # module:function -> (lines, parameters) today
     "datatools.grain.lane_schedule:LaneSchedule.__init__": (34, 9),
     "datatools.grain.streaming_pack:StreamingPackIterDataset.__init__": (23, 11),
     "datatools.io.sources.inputs:open_input": (47, 9),
-    "datatools.train.attention_pallas:_probs": (8, 11),
-    "datatools.train.attention_pallas:_call": (16, 9),
-    "datatools.train.attention_pallas:backward": (35, 10),
 }
 
 
