@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import remote_read as rr  # noqa: E402
 from _common import lognormal_lengths  # noqa: E402
 
-from datatools.grain.lane_schedule import LaneSchedule  # noqa: E402
+from datatools.grain.lane_schedule import LaneLayout, LaneSchedule  # noqa: E402
 from datatools.pipeline.config import parse_config  # noqa: E402
 
 
@@ -50,11 +50,10 @@ def main() -> None:
     sch = LaneSchedule(
         _Lengths(lengths),
         p.options(),
+        LaneLayout(io_block, p.lane_period),
         window=p.window,
         batch_size=cfg.batch_size,
         drop_remainder=True,
-        io_block_size=io_block,
-        lane_period=p.lane_period,
         seed=0,
     )
     if len(sys.argv) > 4 and sys.argv[4] == "localtail":

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from datatools.base.checks import DEFAULT_CTX_CAP, MAX_BATCH, MAX_BUCKETS, MAX_CTX, MAX_WINDOW, TRAINERS
-from datatools.cli.common import emit_json, input_options, json_option, make_console, result_console
+from datatools.cli.common import emit_json, input_options, json_option, make_console, read_options, result_console
 
 if TYPE_CHECKING:
     from datatools.analysis.padding_result import PaddingReport
+    from datatools.io.sources.inputs import InputOptions
 
 
 @click.command("analyze-padding")
@@ -142,12 +144,14 @@ def analyze_padding_command(
     lengths = _lengths_list(curriculum, options["tile"])
     if write_config is not None:
         _check_config_target(write_config, overwrite)
-    from datatools.analysis.padding_input import analyze_input  # numba: once the arguments are parsed
+    from datatools.analysis.padding_input import AnalysisOptions, analyze_input  # numba: once the arguments are parsed
     from datatools.analysis.padding_report import plot, render
     from datatools.io.storage.paths import display
 
-    report = analyze_input(path, console=make_console(stderr=True), curriculum=lengths, **options)
-    config = _pipeline_config(report, trainer, path, options["column"], options["tokenizer"])
+    reading = read_options(options)
+    asked = AnalysisOptions(curriculum=lengths, **options)
+    report = analyze_input(path, asked, reading, console=make_console(stderr=True))
+    config = _pipeline_config(report, trainer, path, reading)
     console = result_console(stderr=json_out == "-")
     render(report, console, source=report.source or display(path or ""), config=config)
     if plot_out:
@@ -206,10 +210,11 @@ def _check_config_target(out: str, overwrite: bool) -> None:
 
 
 def _pipeline_config(
-    report: PaddingReport, trainer: str | None, path: str | None, column: str | None, tokenizer: str | None
+    report: PaddingReport, trainer: str | None, path: str | None, reading: InputOptions
 ) -> dict[str, Any]:
     """The recommendation as a pipeline config the trainer's integration accepts (the report prints it,
-    ``--write-config`` writes it); with a MaxText config, the settings the report read from it."""
+    ``--write-config`` writes it); with a MaxText config, the settings the report read from it. ``reading``: the
+    column and tokenizer given (else those the analysis found)."""
     settings = report.maxtext.settings if report.maxtext is not None else None
     inp = report.input or {}
     tok = inp.get("tokenizer") or {}
@@ -217,8 +222,8 @@ def _pipeline_config(
 
     source = ConfigSource(
         str(path) if path is not None else str(report.source),
-        column=column or inp.get("column"),
-        tokenizer=tokenizer or tok.get("file"),
+        column=reading.column or inp.get("column"),
+        tokenizer=(reading.tokenizer and os.fspath(reading.tokenizer)) or tok.get("file"),
         tokenizer_settings=tok.get("settings"),  # what the analysis tokenized with: BOS / EOS from --bos / --eos
         bos=(tok.get("bos") or {}).get("token"),  # or from the MaxText config's add_bos / add_eos
         eos=(tok.get("eos") or {}).get("token"),

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from datatools.base.reports import Report
+    from datatools.io.sources.inputs import InputOptions
 
 F = TypeVar("F", bound=Callable[..., Any])  # a click command's callback (or the command)
 
@@ -136,9 +137,20 @@ def tokenizer_options(command: F) -> F:
     )(command)
 
 
+INPUT_OPTION_NAMES = ("column", "tokenizer", "tokenizer_settings", "bos", "eos", "eos_id", "bin_dtype")
+
+
+def read_options(options: dict[str, Any]) -> InputOptions:
+    """The :func:`input_options` of a command's ``options``, taken out of it, as the ``InputOptions`` that
+    ``open_input`` takes (checked there)."""
+    from datatools.io.sources.inputs import InputOptions  # here, not at the top: `--help` imports no numpy
+
+    return InputOptions(**{name: options.pop(name) for name in INPUT_OPTION_NAMES})
+
+
 def input_options(command: F) -> F:
     """How an input is read (analyze-padding, pack): ``--column``, ``--tokenizer`` with :func:`tokenizer_options`,
-    ``--eos-id`` and ``--bin-dtype``."""
+    ``--eos-id`` and ``--bin-dtype`` (:func:`read_options` makes them the ``InputOptions`` of ``open_input``)."""
     from datatools.base.checks import BIN_DTYPES, MAX_TOKEN_ID  # here, not at the top: `--help` imports no numpy
 
     command = click.option(

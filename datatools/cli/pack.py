@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from datatools.base.checks import DEFAULT_ALGORITHM, MAX_CTX, OVERFLOW_POLICIES, PACK_ALGORITHMS
-from datatools.cli.common import emit_json, input_options, json_option, make_console, result_console
+from datatools.cli.common import emit_json, input_options, json_option, make_console, read_options, result_console
 
 
 @click.command("pack")
@@ -49,7 +49,8 @@ def pack_command(data: str, out: str, ctx: int, align: int, json_out: str | None
     if ctx % align:
         raise click.BadParameter(f"--align {align} must divide --ctx {ctx}", param_hint="--align")
     packing = PackOptions(ctx, options.pop("algorithm"), options.pop("max_segments"), align, options.pop("overflow"))
-    report = pack_plan(data, out, packing, console=make_console(stderr=True), **options)
+    reading = read_options(options)
+    report = pack_plan(data, out, packing, console=make_console(stderr=True), input_options=reading, **options)
     console = result_console(stderr=json_out == "-")
     console.print(
         f"{display(out)}: {report.num_rows:,} rows of {ctx} tokens ({report.num_pieces:,} pieces of "

@@ -10,6 +10,7 @@ Feistel permutation per length and epoch) and the schedule draws each batch's le
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,41 +41,49 @@ def schedule_odds(
     return np.asarray([o for _, o in stages], np.float64), np.asarray([u for u, _ in stages], np.float64)
 
 
-class CurriculumSchedule(RowsPlanSchedule):
-    """Global batches of a length curriculum (see the module docstring) of ``docs`` (``lengths()``, ``pack_rows``).
+@dataclass(frozen=True)
+class Curriculum:
+    """What a length curriculum is (the pipeline config's ``curriculum:`` section, checked there), apart from the
+    order and the padding every schedule has.
 
     Args:
       lengths: the K row lengths (tokens), increasing.
       tokens_per_batch: token slots of every global batch (rows = tokens_per_batch / length).
       schedule, odds: ``grow_p2``, ``mix`` (``odds``, default 1 each) or a list of stages ``{until, odds}``.
       cycles: cycles per epoch, each running the whole schedule.
-      shuffle: put each length's rows in a seeded order per epoch (else their fixed order).
-      seed: the decomposition's choices, the rows' order and the draws.
       pack_length: the length whose rows hold the packed remainders (default:
         :func:`~datatools.kernels.curriculum.pack_length_index`).
     """
 
+    lengths: Sequence[int]
+    tokens_per_batch: int
+    schedule: str | list[Any] | tuple[Any, ...] = GROW_P2
+    odds: npt.ArrayLike | None = None
+    cycles: int = 1
+    pack_length: int | None = None
+
+
+class CurriculumSchedule(RowsPlanSchedule):
+    """Global batches of a length curriculum (see the module docstring) of ``docs`` (``lengths()``, ``pack_rows``).
+
+    Args:
+      curriculum: the lengths, the batch's token slots, the schedule and its cycles (:class:`Curriculum`).
+      shuffle: put each length's rows in a seeded order per epoch (else their fixed order).
+      seed: the decomposition's choices, the rows' order and the draws.
+      pad_id: token id written at padding.
+    """
+
     def __init__(
-        self,
-        docs: DocumentSource,
-        *,
-        lengths: Sequence[int],
-        tokens_per_batch: int,
-        schedule: str | list[Any] | tuple[Any, ...] = "grow_p2",
-        odds: npt.ArrayLike | None = None,
-        cycles: int = 1,
-        shuffle: bool = True,
-        seed: int = 0,
-        pad_id: int = 0,
-        pack_length: int | None = None,
+        self, docs: DocumentSource, curriculum: Curriculum, *, shuffle: bool = True, seed: int = 0, pad_id: int = 0
     ):
+        c = curriculum
         self.docs = docs
         self.rows: CurriculumRows = curriculum_rows(
-            docs.lengths(), lengths, tokens_per_batch, seed=seed, pack_length=pack_length
+            docs.lengths(), c.lengths, c.tokens_per_batch, seed=seed, pack_length=c.pack_length
         )
         self.sizes = self.rows.sizes
-        self.odds, self.until = schedule_odds(schedule, self.sizes.shape[0], odds)
-        self.cycles, self.shuffle, self.seed, self.pad_id = int(cycles), bool(shuffle), int(seed), int(pad_id)
+        self.odds, self.until = schedule_odds(c.schedule, self.sizes.shape[0], c.odds)
+        self.cycles, self.shuffle, self.seed, self.pad_id = int(c.cycles), bool(shuffle), int(seed), int(pad_id)
         self.batches_per_length = self.rows.batches
         self._batches = int(self.batches_per_length.sum())
         self.row_counts = tuple(sorted(set(self.rows.rows_per_batch.tolist())))

@@ -50,27 +50,34 @@ class _Epoch:
     batches: int
 
 
+@dataclass(frozen=True)
+class LaneLayout:
+    """How an epoch's io blocks are dealt to lanes: ``io_block_size`` documents per io block (a contiguous read),
+    ``period`` lanes per row position (P above; ``batch_size * period`` lanes in all)."""
+
+    io_block_size: int
+    period: int = 2
+
+
 class LaneSchedule(RowsPlanSchedule, ProcessCaches):
     """Global batches of streaming packing in lanes (see the module docstring).
 
     Args:
       docs: a document source (``lengths()``, ``pack_rows(plan, rows)``, optionally ``prefetch``).
       options: how each window is packed (rows of ``options.ctx`` tokens).
+      layout: the io block size and the lanes per row position (:class:`LaneLayout`).
       window, batch_size, drop_remainder, seed, pad_id: as :class:`StreamingSchedule`.
-      io_block_size: documents per io block (a contiguous read).
-      lane_period: lanes per row position (P above).
     """
 
     def __init__(
         self,
         docs: DocumentSource,
         options: PackOptions,
+        layout: LaneLayout,
         *,
         window: int,
         batch_size: int,
         drop_remainder: bool,
-        io_block_size: int,
-        lane_period: int = 2,
         seed: int = 0,
         pad_id: int = 0,
     ):
@@ -79,8 +86,8 @@ class LaneSchedule(RowsPlanSchedule, ProcessCaches):
         self.ctx, self.options = options.ctx, options
         self.window = check_int(window, "window", minimum=1)
         self.batch_size = check_int(batch_size, "batch_size", minimum=1)
-        self.io_block_size = check_int(io_block_size, "io_block_size", minimum=1)
-        self.period = check_int(lane_period, "lane_period", minimum=1)
+        self.io_block_size = check_int(layout.io_block_size, "io_block_size", minimum=1)
+        self.period = check_int(layout.period, "lane_period", minimum=1)
         self.lanes = self.batch_size * self.period
         self.drop_remainder = bool(drop_remainder)
         self.seed, self.pad_id = int(seed), int(pad_id)

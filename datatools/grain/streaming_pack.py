@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 import grain
-from datatools.base.checks import DEFAULT_ALGORITHM, check_int
+from datatools.base.checks import check_int, short_repr
 from datatools.grain.document_blocks import document_block
 from datatools.grain.streaming_schedule import plan_window
 from datatools.io.sources.documents import ArrayDocuments
@@ -84,9 +84,9 @@ class StreamingPackIterDataset(grain.IterDataset):  # type: ignore[misc]  # Grai
     Args:
       parent: an IterDataset of documents: 1-D token arrays, dicts holding one under ``feature``, or document
         blocks (see :class:`DocumentsMapDataset`).
-      ctx: row length (tokens).
+      options: how each window is packed (rows of ``options.ctx`` tokens; algorithm, max_segments, align and
+        overflow as :func:`datatools.pack_lengths`).
       window: documents per packing window (rounded up to whole blocks).
-      algorithm, max_segments, align, overflow: as :func:`datatools.pack_lengths`.
       feature: the dict key of the tokens when elements are dicts.
       pad_id: token id written at padding.
       shuffle_rows, seed: emit each window's rows in a random order seeded by ``seed`` (else plan order).
@@ -95,13 +95,9 @@ class StreamingPackIterDataset(grain.IterDataset):  # type: ignore[misc]  # Grai
     def __init__(
         self,
         parent: grain.IterDataset,
+        options: PackOptions,
         *,
-        ctx: int,
         window: int = 1024,
-        algorithm: str = DEFAULT_ALGORITHM,
-        max_segments: int | None = None,
-        align: int = 1,
-        overflow: str = "split",
         feature: str = "tokens",
         pad_id: int = 0,
         shuffle_rows: bool = True,
@@ -110,7 +106,9 @@ class StreamingPackIterDataset(grain.IterDataset):  # type: ignore[misc]  # Grai
         super().__init__(parent)
         self.shuffle_rows = bool(shuffle_rows)
         self.seed = check_int(seed, "seed", minimum=0)
-        self.options = PackOptions(ctx, algorithm, max_segments, align, overflow)  # validated there
+        if not isinstance(options, PackOptions):
+            raise TypeError(f"options must be a PackOptions (datatools.kernels.packing); got {short_repr(options)}")
+        self.options = options
         self.ctx, self.algorithm = self.options.ctx, self.options.algorithm
         self.window = check_int(window, "window", minimum=1)
         self.feature = feature

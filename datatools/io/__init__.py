@@ -14,12 +14,20 @@ from datatools.io.sources.documents import (
     StoreDocuments,
     as_document_source,
 )
-from datatools.io.sources.inputs import TokenInput, open_documents, open_input, read_lengths, read_lengths_by_shard
+from datatools.io.sources.inputs import (
+    InputOptions,
+    TokenInput,
+    open_documents,
+    open_input,
+    read_lengths,
+    read_lengths_by_shard,
+)
 
 __all__ = [
     "ArrayDocuments",
     "ChunkedDocuments",
     "DocumentSource",
+    "InputOptions",
     "StoreDocuments",
     "TextEncoder",
     "TokenInput",

@@ -22,6 +22,7 @@ from datatools.io.storage.paths import display
 if TYPE_CHECKING:  # kernels.packing loads numba: imported when a plan is written
     from rich.console import Console
 
+    from datatools.io.sources.inputs import InputOptions
     from datatools.kernels.packing import PackOptions
 
 
@@ -57,7 +58,7 @@ class PackReport(Report):
 
 
 def plan_lengths(
-    data: str | os.PathLike[str], console: Console | None = None, **input_options: Any
+    data: str | os.PathLike[str], console: Console | None = None, input_options: InputOptions | None = None
 ) -> tuple[np.ndarray, str]:
     """(tokens per document, what they are): memory-mapped from a plan or a lengths-only directory, else read
     from the input (``input_options`` as :func:`~datatools.io.sources.inputs.open_input`; progress on ``console``)."""
@@ -71,7 +72,7 @@ def plan_lengths(
     from datatools.io.sources.inputs import open_input
     from datatools.io.sources.lengths_progress import read_lengths_shown
 
-    inp = open_input(data, **input_options)
+    inp = open_input(data, input_options)
     return read_lengths_shown(inp, console), inp.kind
 
 
@@ -83,7 +84,7 @@ def pack_plan(
     group_docs: int | None = None,
     overwrite: bool = False,
     console: Console | None = None,
-    **input_options: Any,
+    input_options: InputOptions | None = None,
 ) -> PackReport:
     """Plan the documents of ``data`` into the plan directory ``out`` (packed with ``options``: rows of
     ``options.ctx`` tokens, index only); the report is the plan's header, where the lengths came from and the
@@ -97,7 +98,7 @@ def pack_plan(
     from datatools.io.formats.plan_file import GROUP_DOCS, write_plan
 
     t0 = time.perf_counter()
-    lengths, kind = plan_lengths(data, console, **input_options)
+    lengths, kind = plan_lengths(data, console, input_options)
     if lengths.shape[0] == 0:
         raise ValueError(f"{display(data)}: no documents")
     read_s = time.perf_counter() - t0

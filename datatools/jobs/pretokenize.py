@@ -43,7 +43,7 @@ from datatools.io.formats.store import (
 from datatools.io.formats.store_verify import IndexDamage, verify_store
 from datatools.io.formats.tables import check_column, shard_bytes, shard_texts
 from datatools.io.formats.tokenizer import TextEncoder
-from datatools.io.sources.inputs import TokenInput, open_input
+from datatools.io.sources.inputs import InputOptions, TokenInput, open_input
 from datatools.io.storage.paths import display
 from datatools.jobs.staging import Staging, fault, manifest_reads, open_staging
 from datatools.jobs.write_order import SPILL_NAME, shuffled_shards, write_order_record
@@ -567,12 +567,14 @@ def _text_input(path, column: str, tokenizer, settings: str, bos, eos) -> TokenI
     in ``column``."""
     inp = open_input(
         path,
-        column=column,
-        tokenizer=tokenizer,
-        tokenizer_settings=settings,
-        bos=_special(bos),
-        eos=_special(eos),
-        text_files=True,
+        InputOptions(
+            column=column,
+            tokenizer=tokenizer,
+            tokenizer_settings=settings,
+            bos=_special(bos),
+            eos=_special(eos),
+            text_files=True,
+        ),
     )
     if not inp.shards:  # not a table (a table of token ids is refused by open_input: the tokenizer applies to text)
         raise ValueError(

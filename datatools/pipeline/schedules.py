@@ -12,9 +12,9 @@ import numpy as np
 import grain
 from datatools.grain.balanced_schedule import DEFAULT_BLOCK, BalancedSchedule
 from datatools.grain.bucket_schedule import BucketSchedule
-from datatools.grain.curriculum_schedule import CurriculumSchedule
+from datatools.grain.curriculum_schedule import Curriculum, CurriculumSchedule
 from datatools.grain.host_batches import DocumentOrder, PlannedSchedule
-from datatools.grain.lane_schedule import LaneSchedule
+from datatools.grain.lane_schedule import LaneLayout, LaneSchedule
 from datatools.grain.mixture_order import MixtureOrder
 from datatools.grain.packed_rows import PackedRowsMapDataset
 from datatools.grain.schedule import PlannedRowsSchedule, Schedule
@@ -146,11 +146,10 @@ def lanes(
     return LaneSchedule(
         docs,
         p.options(),
+        LaneLayout(sh.io_block_size, p.lane_period),
         window=p.window,
         batch_size=cfg.batch_size,
         drop_remainder=cfg.drop_remainder,
-        io_block_size=sh.io_block_size,
-        lane_period=p.lane_period,
         seed=cfg.seed,
         pad_id=cfg.pad_id,
     ), None
@@ -190,18 +189,11 @@ def curriculum(
     c = cfg.curriculum
     if c is None:  # schedule_mode chose this mode from the section
         raise ValueError("config: curriculum is required")
-    return CurriculumSchedule(
-        docs,
-        lengths=c.lengths,
-        tokens_per_batch=c.tokens_per_batch,
-        schedule=c.schedule,
-        odds=c.odds,
-        cycles=c.cycles,
-        shuffle=cfg.shuffle.kind != "none",
-        seed=cfg.seed,
-        pad_id=cfg.pad_id,
-        pack_length=c.pack_length,
-    ), None
+    curriculum = Curriculum(c.lengths, c.tokens_per_batch, c.schedule, c.odds, c.cycles, c.pack_length)
+    schedule = CurriculumSchedule(
+        docs, curriculum, shuffle=cfg.shuffle.kind != "none", seed=cfg.seed, pad_id=cfg.pad_id
+    )
+    return schedule, None
 
 
 SCHEDULES: dict[str, Constructor] = {

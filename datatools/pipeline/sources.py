@@ -10,7 +10,7 @@ from typing import Any, TypeAlias, cast
 
 from datatools.io.formats.store import read_manifest
 from datatools.io.sources.documents import DocumentSource
-from datatools.io.sources.inputs import FORMAT, TokenInput, open_documents, open_input
+from datatools.io.sources.inputs import FORMAT, InputOptions, TokenInput, open_documents, open_input
 from datatools.io.sources.mixed_documents import MixedDocuments
 from datatools.pipeline.config import PipelineConfig, SourceConfig
 
@@ -28,11 +28,13 @@ def open_source_input(cfg: SourceConfig) -> TokenInput:
     no document read yet; ValueError for a kind a pipeline cannot read."""
     inp = open_input(
         Path(cfg.path),
-        column=cfg.column,
-        tokenizer=cfg.tokenizer,
-        tokenizer_settings=cfg.tokenizer_settings,
-        bos=cfg.bos,
-        eos=cfg.eos,
+        InputOptions(
+            column=cfg.column,
+            tokenizer=cfg.tokenizer,
+            tokenizer_settings=cfg.tokenizer_settings,
+            bos=cfg.bos,
+            eos=cfg.eos,
+        ),
     )
     if not FORMAT[inp.format].pipeline:
         raise ValueError(

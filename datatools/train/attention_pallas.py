@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -24,12 +26,57 @@ LANES = 128  # TPU lane width: block sizes are multiples of it
 NT = (((1,), (1,)), ((), ()))  # dot_general: contract the last axes (A @ B^T)
 
 
-def _mask(qb, kb, sq, sk, block, q_axis=0):
-    """(block, block) bool: may the query attend to the key in tile (qb, kb), the queries along ``q_axis`` (0: rows,
-    sq (block, 1), sk (1, block); 1: columns, sq (1, block), sk (block, 1))."""
-    qpos = qb * block + jax.lax.broadcasted_iota(jnp.int32, (block, block), q_axis)
-    kpos = kb * block + jax.lax.broadcasted_iota(jnp.int32, (block, block), 1 - q_axis)
-    return (kpos <= qpos) & (sq == sk) & (sq > 0)
+class Geometry(NamedTuple):
+    """A pass's static tile geometry (Python numbers: static under tracing, safe as a kernel's keyword): ``block``
+    tokens a side of a tile (a multiple of 128), ``scale`` the scores' factor (1 / sqrt(head dim))."""
+
+    block: int
+    scale: float
+
+
+class Tile(NamedTuple):
+    """Where a grid step's tile is: its query block ``qb`` and key block ``kb`` (scalars read from the prefetched
+    list) and the segment ids of its queries ``sq`` and keys ``sk`` (int32 blocks, shaped as :func:`_mask` says)."""
+
+    qb: jax.Array
+    kb: jax.Array
+    sq: jax.Array
+    sk: jax.Array
+
+
+class Pass(NamedTuple):
+    """One pass over the tile list, as :func:`_call` runs it: the kernel (its geometry bound), ``major`` (``"q"`` or
+    ``"k"``: the block whose runs it accumulates), the BlockSpecs of its operands and outputs, the outputs' shapes
+    (``jax.ShapeDtypeStruct``) and its VMEM scratch."""
+
+    kernel: Callable[..., None]
+    major: str
+    in_specs: list[pl.BlockSpec]
+    out_specs: list[pl.BlockSpec]
+    out_shape: list[jax.ShapeDtypeStruct]
+    scratch: list[pl.MemoryRef]
+
+
+class Residuals(NamedTuple):
+    """What the backward passes need (the custom VJP's residuals): q, k, v (B, H, T, D), the segment ids (B, T),
+    the tile list's prefetch operands (q-major) and its order by key block, the forward's output and log-sum-exp."""
+
+    q: jax.Array
+    k: jax.Array
+    v: jax.Array
+    segment_ids: jax.Array
+    tiles: tuple[jax.Array, ...]
+    by_k: jax.Array
+    out: jax.Array
+    lse: jax.Array
+
+
+def _mask(tile, block, q_axis=0):
+    """(block, block) bool: may the query attend to the key in ``tile`` (a :class:`Tile`), the queries along
+    ``q_axis`` (0: rows, sq (block, 1), sk (1, block); 1: columns, sq (1, block), sk (block, 1))."""
+    qpos = tile.qb * block + jax.lax.broadcasted_iota(jnp.int32, (block, block), q_axis)
+    kpos = tile.kb * block + jax.lax.broadcasted_iota(jnp.int32, (block, block), 1 - q_axis)
+    return (kpos <= qpos) & (tile.sq == tile.sk) & (tile.sq > 0)
 
 
 FULL, FIRST, LAST = 1, 2, 4  # bits of a tile's flags
@@ -77,8 +124,7 @@ def _fwd_kernel(
     l_sc,
     acc_sc,
     *,
-    scale,
-    block,
+    geometry,
 ):
     i = pl.program_id(1)
 
@@ -89,9 +135,9 @@ def _fwd_kernel(
 
     def accumulate(full: bool):
         v = v_ref[...]
-        s = jax.lax.dot_general(q_ref[...], k_ref[...], NT, preferred_element_type=jnp.float32) * scale
+        s = jax.lax.dot_general(q_ref[...], k_ref[...], NT, preferred_element_type=jnp.float32) * geometry.scale
         if not full:
-            mask = _mask(qb_ref[i], kb_ref[i], sq_ref[...], sk_ref[...], block)
+            mask = _mask(Tile(qb_ref[i], kb_ref[i], sq_ref[...], sk_ref[...]), geometry.block)
             s = jnp.where(mask, s, NEG)
         m_prev = m_sc[...]
         m_new = jnp.maximum(m_prev, s.max(axis=1, keepdims=True))
@@ -113,13 +159,14 @@ def _fwd_kernel(
     _tile_step(flags_ref, steps_ref, init, accumulate, finish)
 
 
-def _probs(a, b, qb, kb, sq, sk, lse, full, block, scale, q_axis=0):
-    """Probabilities (block, block) of a tile recomputed from the log-sum-exp (float32): of the scores ``a @ b^T``,
-    queries x keys (``q_axis=0``: ``a`` the queries) or keys x queries (``q_axis=1``: ``a`` the keys)."""
-    s = jax.lax.dot_general(a, b, NT, preferred_element_type=jnp.float32) * scale
+def _probs(a, b, tile, lse, full, geometry, q_axis=0):
+    """Probabilities (block, block) of ``tile`` (a :class:`Tile`) recomputed from the log-sum-exp (float32): of the
+    scores ``a @ b^T``, queries x keys (``q_axis=0``: ``a`` the queries) or keys x queries (``q_axis=1``: ``a`` the
+    keys); ``full``: a tile every query of which may attend to every key (no mask)."""
+    s = jax.lax.dot_general(a, b, NT, preferred_element_type=jnp.float32) * geometry.scale
     if full:
         return jnp.exp(s - lse)
-    mask = _mask(qb, kb, sq, sk, block, q_axis)
+    mask = _mask(tile, geometry.block, q_axis)
     return jnp.where(mask, jnp.exp(jnp.where(mask, s, NEG) - lse), 0.0)
 
 
@@ -140,8 +187,7 @@ def _dq_kernel(
     steps_ref,
     dq_sc,
     *,
-    scale,
-    block,
+    geometry,
 ):
     i = pl.program_id(1)
 
@@ -150,10 +196,11 @@ def _dq_kernel(
 
     def accumulate(full: bool):
         k = k_ref[...]
-        p = _probs(q_ref[...], k, qb_ref[i], kb_ref[i], sq_ref[...], sk_ref[...], lse_ref[...], full, block, scale)
+        tile = Tile(qb_ref[i], kb_ref[i], sq_ref[...], sk_ref[...])
+        p = _probs(q_ref[...], k, tile, lse_ref[...], full, geometry)
         dp = jax.lax.dot_general(do_ref[...], v_ref[...], NT, preferred_element_type=jnp.float32)
         ds = p * (dp - delta_ref[...])
-        dq_sc[...] += jnp.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32) * scale
+        dq_sc[...] += jnp.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32) * geometry.scale
 
     def finish():
         dq_ref[...] = dq_sc[...].astype(dq_ref.dtype)
@@ -180,8 +227,7 @@ def _dkv_kernel(
     dk_sc,
     dv_sc,
     *,
-    scale,
-    block,
+    geometry,
 ):
     i = pl.program_id(1)
 
@@ -192,11 +238,12 @@ def _dkv_kernel(
     def accumulate(full: bool):
         # the tile transposed (keys x queries), as splash does: every matmul is A @ B or A @ B^T
         q, do = q_ref[...], do_ref[...]
-        pt = _probs(k_ref[...], q, qb_ref[i], kb_ref[i], sq_ref[...], sk_ref[...], lse_ref[...], full, block, scale, 1)
+        tile = Tile(qb_ref[i], kb_ref[i], sq_ref[...], sk_ref[...])
+        pt = _probs(k_ref[...], q, tile, lse_ref[...], full, geometry, q_axis=1)
         dv_sc[...] += jnp.dot(pt.astype(do.dtype), do, preferred_element_type=jnp.float32)
         dpt = jax.lax.dot_general(v_ref[...], do, NT, preferred_element_type=jnp.float32)
         dst = pt * (dpt - delta_ref[...])
-        dk_sc[...] += jnp.dot(dst.astype(q.dtype), q, preferred_element_type=jnp.float32) * scale
+        dk_sc[...] += jnp.dot(dst.astype(q.dtype), q, preferred_element_type=jnp.float32) * geometry.scale
 
     def finish():
         dk_ref[...] = dk_sc[...].astype(dk_ref.dtype)
@@ -230,19 +277,23 @@ def _transposed_specs(block: int):
     )
 
 
-def _call(kernel, tiles, major, operands, in_specs, out_specs, out_shape, scratch, heads):
-    """One pass over the list: grid (heads, tiles listed), runs of equal (row, ``major`` block) accumulated; its
-    outputs ``out_shape`` and last the grid steps it ran, (1,) int32 in SMEM."""
+def _call(one: Pass, tiles, operands, heads: int):
+    """One pass over the list: grid (heads, tiles listed), runs of equal (row, ``one.major`` block) accumulated;
+    its outputs ``one.out_shape`` and last the grid steps it ran, (1,) int32 in SMEM."""
     row, qb, kb, full, count = tiles
-    flags = _flags(row, qb if major == "q" else kb, full, count)
-    out_specs = [*out_specs, pl.BlockSpec(memory_space=pltpu.SMEM)]
+    flags = _flags(row, qb if one.major == "q" else kb, full, count)
+    out_specs = [*one.out_specs, pl.BlockSpec(memory_space=pltpu.SMEM)]
     grid_spec = pltpu.PrefetchScalarGridSpec(
-        num_scalar_prefetch=4, grid=(heads, count), in_specs=in_specs, out_specs=out_specs, scratch_shapes=scratch
+        num_scalar_prefetch=4,
+        grid=(heads, count),
+        in_specs=one.in_specs,
+        out_specs=out_specs,
+        scratch_shapes=one.scratch,
     )
     return pl.pallas_call(
-        kernel,
+        one.kernel,
         grid_spec=grid_spec,
-        out_shape=[*out_shape, jax.ShapeDtypeStruct((1,), jnp.int32)],
+        out_shape=[*one.out_shape, jax.ShapeDtypeStruct((1,), jnp.int32)],
         interpret=None if jax.default_backend() == "tpu" else pltpu.InterpretParams(),  # off a TPU: TPU interpret mode
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
     )(row, qb, kb, flags, *operands)
@@ -259,56 +310,64 @@ def forward(q, k, v, segment_ids, tiles, block: int):
     b, h, t, d = q.shape
     qs, ks, sqs, sks, cols = _specs(block, d)
     sq, sk = _segments(segment_ids)
-    out, lse, steps = _call(
-        functools.partial(_fwd_kernel, scale=1.0 / math.sqrt(d), block=block),
-        tiles,
+    one = Pass(
+        functools.partial(_fwd_kernel, geometry=Geometry(block, 1.0 / math.sqrt(d))),
         "q",
-        (q, k, v, sq, sk),
         [qs, ks, ks, sqs, sks],
         [qs, cols],
         [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, t, 1), jnp.float32)],
         [pltpu.VMEM((block, 1), jnp.float32), pltpu.VMEM((block, 1), jnp.float32), pltpu.VMEM((block, d), jnp.float32)],
-        h,
     )
+    out, lse, steps = _call(one, tiles, (q, k, v, sq, sk), h)
     real = (segment_ids > 0)[:, None, :, None]  # query blocks of padding only are never visited
     return jnp.where(real, out, 0).astype(q.dtype), jnp.where(real, lse, 0.0), steps[0]
 
 
-def backward(q, k, v, segment_ids, tiles, by_k, block: int, out, lse, dout):
-    """(dq, dk, dv, dq grid steps, dk/dv grid steps): the two backward passes over the tile list."""
+def backward(res: Residuals, block: int, dout):
+    """(dq, dk, dv, dq grid steps, dk/dv grid steps): the two backward passes over the tile list, from the forward's
+    residuals ``res`` and the output's cotangent ``dout`` (B, H, T, D)."""
+    q, segment_ids, lse = res.q, res.segment_ids, res.lse
     b, h, t, d = q.shape
-    qs, ks, sqs, sks, cols = _specs(block, d)
+    geometry = Geometry(block, 1.0 / math.sqrt(d))
+    delta = jnp.sum(res.out.astype(jnp.float32) * dout.astype(jnp.float32), axis=-1, keepdims=True)  # (B, H, T, 1)
     sq, sk = _segments(segment_ids)
-    scale = 1.0 / math.sqrt(d)
-    delta = jnp.sum(out.astype(jnp.float32) * dout.astype(jnp.float32), axis=-1, keepdims=True)  # (B, H, T, 1)
-    dq, dq_steps = _call(
-        functools.partial(_dq_kernel, scale=scale, block=block),
-        tiles,
-        "q",
-        (q, k, v, sq, sk, dout, lse, delta),
-        [qs, ks, ks, sqs, sks, qs, cols, cols],
-        [qs],
-        [jax.ShapeDtypeStruct(q.shape, q.dtype)],
-        [pltpu.VMEM((block, d), jnp.float32)],
-        h,
-    )
-    kmajor = tuple(jnp.take(x, by_k) for x in tiles[:4]) + (tiles[4],)
-    sq_row, sk_col, rows = _transposed_specs(block)
+    dq, dq_steps = _call(_dq_pass(q, geometry), res.tiles, (q, res.k, res.v, sq, sk, dout, lse, delta), h)
+    kmajor = tuple(jnp.take(x, res.by_k) for x in res.tiles[:4]) + (res.tiles[4],)
     # sk is the (B, 1, T) view of the segment ids (read per query block here), sq the (B, T, 1) one (per key block)
-    dk, dv, dkv_steps = _call(
-        functools.partial(_dkv_kernel, scale=scale, block=block),
-        kmajor,
-        "k",
-        (q, k, v, sk, sq, dout, lse.reshape(b, h, 1, t), delta.reshape(b, h, 1, t)),
-        [qs, ks, ks, sq_row, sk_col, qs, rows, rows],
-        [ks, ks],
-        [jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
-        [pltpu.VMEM((block, d), jnp.float32), pltpu.VMEM((block, d), jnp.float32)],
-        h,
-    )
+    operands = (q, res.k, res.v, sk, sq, dout, lse.reshape(b, h, 1, t), delta.reshape(b, h, 1, t))
+    dk, dv, dkv_steps = _call(_dkv_pass(res, geometry), kmajor, operands, h)
     real = (segment_ids > 0)[:, None, :, None]  # blocks no tile touches (padding only) are never written
     dq, dk, dv = (jnp.where(real, x, 0).astype(x.dtype) for x in (dq, dk, dv))
     return dq, dk, dv, dq_steps[0], dkv_steps[0]
+
+
+def _dq_pass(q, geometry: Geometry) -> Pass:
+    """The dq pass (q-major) of q (B, H, T, D): its operands q, k, v, seg q, seg k, dout, lse, delta."""
+    qs, ks, sqs, sks, cols = _specs(geometry.block, q.shape[3])
+    return Pass(
+        functools.partial(_dq_kernel, geometry=geometry),
+        "q",
+        [qs, ks, ks, sqs, sks, qs, cols, cols],
+        [qs],
+        [jax.ShapeDtypeStruct(q.shape, q.dtype)],
+        [pltpu.VMEM((geometry.block, q.shape[3]), jnp.float32)],
+    )
+
+
+def _dkv_pass(res: Residuals, geometry: Geometry) -> Pass:
+    """The dk/dv pass (k-major, on transposed tiles): its operands q, k, v, seg as rows, seg as columns, dout, and
+    the per-query lse and delta as rows."""
+    block, d = geometry.block, res.q.shape[3]
+    qs, ks, *_ = _specs(block, d)
+    sq_row, sk_col, rows = _transposed_specs(block)
+    return Pass(
+        functools.partial(_dkv_kernel, geometry=geometry),
+        "k",
+        [qs, ks, ks, sq_row, sk_col, qs, rows, rows],
+        [ks, ks],
+        [jax.ShapeDtypeStruct(res.k.shape, res.k.dtype), jax.ShapeDtypeStruct(res.v.shape, res.v.dtype)],
+        [pltpu.VMEM((block, d), jnp.float32), pltpu.VMEM((block, d), jnp.float32)],
+    )
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
@@ -318,12 +377,11 @@ def _attend(q, k, v, segment_ids, tiles, by_k, block):
 
 def _attend_fwd(q, k, v, segment_ids, tiles, by_k, block):
     out, lse, _ = forward(q, k, v, segment_ids, tiles, block)
-    return out, (q, k, v, segment_ids, tiles, by_k, out, lse)
+    return out, Residuals(q, k, v, segment_ids, tiles, by_k, out, lse)
 
 
 def _attend_bwd(block, res, dout):
-    q, k, v, segment_ids, tiles, by_k, out, lse = res
-    dq, dk, dv, _, _ = backward(q, k, v, segment_ids, tiles, by_k, block, out, lse, dout)
+    dq, dk, dv, _, _ = backward(res, block, dout)
     return dq, dk, dv, None, None, None
 
 
@@ -359,5 +417,6 @@ def pallas_blocksparse_steps(q, k, v, segment_ids, tiles: dict, block: int) -> d
     the tiles listed when the kernel visits the non-empty tiles only."""
     qt, kt, vt, prefetch, by_k = _prepared(q, k, v, tiles, block)
     out, lse, fwd_steps = forward(qt, kt, vt, segment_ids, prefetch, block)
-    *_, dq_steps, dkv_steps = backward(qt, kt, vt, segment_ids, prefetch, by_k, block, out, lse, jnp.ones_like(out))
+    res = Residuals(qt, kt, vt, segment_ids, prefetch, by_k, out, lse)
+    *_, dq_steps, dkv_steps = backward(res, block, jnp.ones_like(out))
     return {"forward": fwd_steps, "dq": dq_steps, "dkv": dkv_steps}

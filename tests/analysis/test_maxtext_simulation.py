@@ -183,7 +183,7 @@ def test_the_plot_has_maxtext_today_beside_the_strategies(tmp_path, monkeypatch)
     has "MaxText today" (the pipeline as configured) and MaxText as advised, at max_target_length."""
     import matplotlib.pyplot as plt
 
-    from datatools.analysis.padding_input import analyze_input
+    from datatools.analysis.padding_input import AnalysisOptions, analyze_input
     from datatools.analysis.padding_report import plot
 
     (tmp_path / "docs").mkdir()
@@ -193,7 +193,7 @@ def test_the_plot_has_maxtext_today_beside_the_strategies(tmp_path, monkeypatch)
     real_close = plt.close
     monkeypatch.setattr(plt, "close", lambda fig=None: (drawn.append(fig), real_close(fig)))
     for config in (None, tmp_path / "base.yml"):
-        report = analyze_input(str(tmp_path / "docs"), contexts=[512], maxtext_config=config)
+        report = analyze_input(str(tmp_path / "docs"), AnalysisOptions(contexts=[512], maxtext_config=config))
         plot(report, tmp_path / "p.png", source="docs")
         labels = [t.get_text() for t in drawn[-1].axes[1].get_xticklabels()]
         heights = [round(b.get_height(), 6) for b in drawn[-1].axes[1].patches]

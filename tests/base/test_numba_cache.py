@@ -95,12 +95,13 @@ def test_the_analyzer_says_it_compiles_on_a_first_run(monkeypatch, tmp_path):
 
     (tmp_path / "docs").mkdir()
     np.save(tmp_path / "docs" / "lengths.npy", np.random.default_rng(0).integers(1, 900, 300))
-    padding_input.analyze_input(str(tmp_path / "docs"), contexts=[1024])  # compiled (or loaded), quietly
+    asked = padding_input.AnalysisOptions(contexts=[1024])
+    padding_input.analyze_input(str(tmp_path / "docs"), asked)  # compiled (or loaded), quietly
     assert not kernels_cold([padding_input.counting, padding_input.pieces, padding_input.bucket])
     for cold in (True, False):
         monkeypatch.setattr(padding_input, "kernels_cold", lambda modules, cold=cold: cold)
         out = io.StringIO()
         console = Console(file=out, force_terminal=True, width=200)
-        padding_input.analyze_input(str(tmp_path / "docs"), console=console, contexts=[1024])
+        padding_input.analyze_input(str(tmp_path / "docs"), asked, console=console)
         said = "simulating strategies (compiling kernels: first run only, ~30 s)" in out.getvalue()
         assert said == cold

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 
 from conftest import random_docs, without_progress, write_test_store
 from datatools.cli import main
-from datatools.io.sources.inputs import open_input, read_lengths
+from datatools.io.sources.inputs import InputOptions, open_input, read_lengths
 
 DOCS = random_docs(300, seed=9, max_len=2000)
 LENGTHS = np.array([len(d) for d in DOCS])
@@ -93,7 +93,7 @@ def test_flat_file_split_across_slices(tmp_path, monkeypatch):
     monkeypatch.setattr(readers, "FLAT_SLICE", 37)  # documents straddle many slices
     flat = np.concatenate([np.append(d, 1) for d in DOCS[:50]] + [np.array([5, 6, 7])])  # unterminated tail
     flat.astype(np.uint16).tofile(tmp_path / "x.bin")
-    got = read_lengths(open_input(tmp_path / "x.bin", eos_id=1))
+    got = read_lengths(open_input(tmp_path / "x.bin", InputOptions(eos_id=1)))
     np.testing.assert_array_equal(got, np.append(LENGTHS[:50] + 1, 3))
 
 

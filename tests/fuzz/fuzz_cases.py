@@ -161,7 +161,7 @@ def function_cases():
     )
     from datatools.analysis.maxtext_simulation import MaxTextSettings, maxtext_view, read_maxtext_config
     from datatools.integrations.maxtext import pipeline_config
-    from datatools.io import ArrayDocuments, open_documents, open_input, read_lengths
+    from datatools.io import ArrayDocuments, InputOptions, open_documents, open_input, read_lengths
     from datatools.kernels.batch_layouts import to_format
     from datatools.pipeline import parse_config
 
@@ -213,7 +213,7 @@ def function_cases():
             ("ArrayDocuments read_pieces doc", lambda v=v: docs.read_pieces([v], [0], [1])),
             ("ArrayDocuments read_pieces start", lambda v=v: docs.read_pieces([1], [v], [1])),
             ("ArrayDocuments read_pieces length", lambda v=v: docs.read_pieces([1], [0], [v])),
-            ("open_input eos_id", lambda v=v: open_input(__file__, eos_id=v)),
+            ("open_input eos_id", lambda v=v: open_input(__file__, InputOptions(eos_id=v))),
             ("parse_config packing.ctx", lambda v=v: parse_config({"source": {"path": "x"}, "packing": {"ctx": v}})),
             ("to_format name", lambda v=v: to_format(batch, v)),
             ("to_format positions", lambda v=v: to_format(batch, "hf", positions=v)),

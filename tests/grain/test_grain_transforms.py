@@ -23,6 +23,7 @@ from datatools.grain import (
 )
 from datatools.io.formats.store import TokenStore
 from datatools.io.sources.documents import ArrayDocuments, StoreDocuments
+from datatools.kernels.packing import PackOptions
 
 
 def pieces_of(rows):
@@ -155,7 +156,7 @@ def doc_stream(docs, block=None):
 )
 def test_streaming_pack_conserves_and_resumes_exactly(block, algorithm):
     docs = random_docs(120, seed=4, mean_log=3.8, max_len=700)
-    ds = StreamingPackIterDataset(doc_stream(docs, block), ctx=256, window=20, algorithm=algorithm)
+    ds = StreamingPackIterDataset(doc_stream(docs, block), PackOptions(256, algorithm), window=20)
     rows = list(ds)
     assert all(r["tokens"].shape == (256,) for r in rows)
     assert sorted(pieces_of(stack(rows))) == expected_pieces(docs, 256)
@@ -167,7 +168,7 @@ def test_streaming_pack_equals_planned_within_one_window():
     streamed = stack(
         list(
             StreamingPackIterDataset(
-                doc_stream(docs), ctx=512, window=1000, algorithm="best_fit_decreasing", shuffle_rows=False
+                doc_stream(docs), PackOptions(512, "best_fit_decreasing"), window=1000, shuffle_rows=False
             )
         )
     )

@@ -94,9 +94,7 @@ def test_streaming_schedule_gives_the_streaming_packers_rows(algorithm, shuffle_
     row for row: both plan each window with plan_window and order its rows by (seed, epoch 0, window)."""
     docs = ArrayDocuments.from_list(random_docs(260, seed=6, mean_log=4.2, max_len=700))
     stream = FeistelShuffleMapDataset(DocumentsMapDataset(docs), seed=3).to_iter_dataset(NO_THREADS)
-    packer = StreamingPackIterDataset(
-        stream, ctx=256, window=40, algorithm=algorithm, seed=7, shuffle_rows=shuffle_rows
-    )
+    packer = StreamingPackIterDataset(stream, PackOptions(256, algorithm), window=40, seed=7, shuffle_rows=shuffle_rows)
     streamed = list(packer)
     schedule = StreamingSchedule(
         docs,

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datatools.io.formats import array_record_files
-from datatools.io.sources.inputs import open_documents, open_input, read_lengths
+from datatools.io.sources.inputs import InputOptions, open_documents, open_input, read_lengths
 
 
 def _write_shards(tmp_path, docs_per_shard):
@@ -76,10 +76,10 @@ def test_text_records_tokenized_by_sentencepiece_count_as_sentencepiece_does(tmp
     array_record_files.write(tmp_path / "t.array_record-00000-of-00002", [{"text": t} for t in texts[:25]])
     array_record_files.write(tmp_path / "t.array_record-00001-of-00002", [{"text": t} for t in texts[25:]])
     want = [len(ids) for ids in spm.SentencePieceProcessor(model_file=str(model)).encode(texts)]
-    inp = open_input(str(tmp_path / "t.array_record-*"), tokenizer=str(model))
+    inp = open_input(str(tmp_path / "t.array_record-*"), InputOptions(tokenizer=str(model)))
     assert (inp.column, inp.is_text) == ("text", True)
     assert read_lengths(inp).tolist() == want
-    inp = open_input(str(tmp_path / "t.array_record-*"), tokenizer=str(model), eos="auto")
+    inp = open_input(str(tmp_path / "t.array_record-*"), InputOptions(tokenizer=str(model), eos="auto"))
     assert read_lengths(inp).tolist() == [n + 1 for n in want]
     doc = np.asarray(open_documents(inp)[3]).tolist()
     assert doc == spm.SentencePieceProcessor(model_file=str(model)).encode(texts[3]) + [inp.encoder.eos_id]
@@ -89,7 +89,7 @@ def test_a_file_that_is_not_a_sentencepiece_model_is_one_line(tmp_path):
     array_record_files.write(tmp_path / "t.array_record", [{"text": "hi"}])
     (tmp_path / "bad.model").write_bytes(b"\x00not a model")
     with pytest.raises(ValueError, match=r"bad.model: not a SentencePiece model"):
-        open_input(str(tmp_path / "t.array_record"), tokenizer=str(tmp_path / "bad.model"))
+        open_input(str(tmp_path / "t.array_record"), InputOptions(tokenizer=str(tmp_path / "bad.model")))
 
 
 def test_analyze_padding_reads_the_files_and_tokenizer_a_maxtext_config_names(tmp_path, spm_model, capsys):

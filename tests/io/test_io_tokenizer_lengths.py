@@ -14,7 +14,7 @@ import datatools.io.formats.tokenizer as tokenizer_module
 from conftest import stdlib_texts
 from datatools.io import open_encoder
 from datatools.io.formats.tokenizer import split_text
-from datatools.io.sources.inputs import open_input, read_lengths
+from datatools.io.sources.inputs import InputOptions, open_input, read_lengths
 
 
 class Spy:
@@ -75,7 +75,7 @@ def test_analysis_tokenizes_in_bounded_batches_and_a_huge_line_in_pieces(
     short = [CORPUS[i : i + 200] for i in range(0, 600_000, 200)][:3000]
     path = tmp_path / "docs.jsonl"
     path.write_text("".join(json.dumps({"text": t}) + "\n" for t in [short[0], huge, *short[1:]]))
-    inp = open_input(path, tokenizer=tokenizer_file)
+    inp = open_input(path, InputOptions(tokenizer=tokenizer_file))
     whole = inp.encoder.tokenizer.encode_batch([short[0], huge, *short[1:]], add_special_tokens=False)
     expected = np.array([len(e.ids) for e in whole])
     want_ids = np.concatenate([np.array(e.ids, np.int64) for e in whole])

@@ -306,7 +306,7 @@ def test_a_lane_schedule_sent_to_a_worker_carries_its_hosts_lanes_first_window_p
     would plan itself."""
     import pickle
 
-    from datatools.grain.lane_schedule import LaneSchedule
+    from datatools.grain.lane_schedule import LaneLayout, LaneSchedule
     from datatools.io.sources.documents import ArrayDocuments
 
     lengths = lengths_of(3000, seed=6)
@@ -316,11 +316,10 @@ def test_a_lane_schedule_sent_to_a_worker_carries_its_hosts_lanes_first_window_p
         return LaneSchedule(
             docs,
             PackOptions(CTX),
+            LaneLayout(io_block_size=8, period=2),
             window=64,
             batch_size=8,
             drop_remainder=False,
-            io_block_size=8,
-            lane_period=2,
             seed=3,
         )
 
@@ -359,13 +358,19 @@ def test_lanes_read_ahead_whole_windows_only_for_the_rows_of_their_own_lanes():
     whole window (its io blocks once, in one request each) serves the next ~2 * window batches; the last batches
     take the lanes' leftover rows, a few from each window of lanes other hosts read: ahead, only their pieces (whole
     windows there read ~4x the bytes the epoch's tail used, and steps waited for them, issue 31)."""
-    from datatools.grain.lane_schedule import LaneSchedule
+    from datatools.grain.lane_schedule import LaneLayout, LaneSchedule
     from datatools.io.sources.documents import ArrayDocuments
 
     lengths = lengths_of(3000, seed=7)
     docs = ArrayDocuments(np.zeros(int(lengths.sum()), np.int32), np.concatenate(([0], np.cumsum(lengths))))
     schedule = LaneSchedule(
-        docs, PackOptions(CTX), window=64, batch_size=8, drop_remainder=False, io_block_size=8, lane_period=2, seed=5
+        docs,
+        PackOptions(CTX),
+        LaneLayout(io_block_size=8, period=2),
+        window=64,
+        batch_size=8,
+        drop_remainder=False,
+        seed=5,
     )
     regular, batches = schedule.regular_batches(0), schedule.num_batches(0)
     assert 0 < regular < batches  # the schedule has a tail
@@ -392,7 +397,7 @@ def test_lane_row_counts_counted_equal_the_windows_plans(seed, algorithm, max_se
     """An epoch's lane plan counts the rows of every window with the packer's counting kernel, all windows in one
     call (no plan made; options the counting kernels do not cover, align > 1, are planned): the row counts are
     those of the windows' plans, row for row."""
-    from datatools.grain.lane_schedule import LaneSchedule
+    from datatools.grain.lane_schedule import LaneLayout, LaneSchedule
     from datatools.grain.streaming_schedule import plan_window
     from datatools.io.sources.documents import ArrayDocuments
 
@@ -401,7 +406,9 @@ def test_lane_row_counts_counted_equal_the_windows_plans(seed, algorithm, max_se
     lengths = lengths_of(1500, seed=seed)
     docs = ArrayDocuments(np.zeros(int(lengths.sum()), np.int32), np.concatenate(([0], np.cumsum(lengths))))
     options = PackOptions(CTX, algorithm, max_segments, align)
-    schedule = LaneSchedule(docs, options, window=64, batch_size=4, drop_remainder=False, io_block_size=8, seed=seed)
+    schedule = LaneSchedule(
+        docs, options, LaneLayout(io_block_size=8), window=64, batch_size=4, drop_remainder=False, seed=seed
+    )
     e = schedule._epoch(0)  # noqa: SLF001 -- the lane plan itself
     for lane in range(schedule.lanes):
         cuts = e.cuts[lane]

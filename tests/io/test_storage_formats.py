@@ -20,7 +20,7 @@ from conftest import random_docs
 from datatools.cli import main
 from datatools.io.formats.discover import list_shards
 from datatools.io.formats.tables import shard_texts
-from datatools.io.sources.inputs import open_documents, open_input, read_lengths
+from datatools.io.sources.inputs import InputOptions, open_documents, open_input, read_lengths
 
 DOCS = random_docs(240, seed=11, max_len=1500)
 LENGTHS = np.array([len(d) for d in DOCS], np.int64)
@@ -118,7 +118,7 @@ def local_reports():
 def test_format_reads_the_same_everywhere(fmt, storage_root, tmp_path, capsys, local_reports):
     local, extra, cli, want = make_format(fmt, tmp_path)
     path = storage_root.upload(local, local.name)
-    inp = open_input(path, **extra)
+    inp = open_input(path, InputOptions(**extra))
     got = read_lengths(inp)
     np.testing.assert_array_equal(got, want)
     assert inp.describe()["path"] == path
@@ -133,7 +133,7 @@ def test_format_reads_the_same_everywhere(fmt, storage_root, tmp_path, capsys, l
 def test_documents_read_the_same_everywhere(fmt, storage_root, tmp_path):
     """Every document's tokens, read on demand (the pipeline's source), equal the local ones."""
     local, extra, _, _ = make_format(fmt, tmp_path)
-    docs = open_documents(open_input(storage_root.upload(local, local.name), **extra))
+    docs = open_documents(open_input(storage_root.upload(local, local.name), InputOptions(**extra)))
     assert len(docs) == len(DOCS)
     rng = np.random.default_rng(3)
     for i in rng.permutation(len(DOCS))[:40].tolist():

@@ -14,13 +14,13 @@ from conftest import store_document, without_progress, write_test_store
 from datatools.cli import main
 from datatools.io.formats import array_record_files
 from datatools.io.formats.store import TokenStore
-from datatools.io.sources.inputs import open_documents, open_input, read_lengths
+from datatools.io.sources.inputs import InputOptions, open_documents, open_input, read_lengths
 
 
 def assert_store_holds_what_the_input_reads(store, path: str, **options) -> None:
     """The store's documents are, in order, the documents analyze-padding counts (read_lengths) and a pipeline reads
     (open_documents) from ``path`` tokenized with ``options``."""
-    inp = open_input(path, **options)
+    inp = open_input(path, InputOptions(**options))
     got = TokenStore(store)
     docs = open_documents(inp)
     assert got.lengths().tolist() == read_lengths(inp).tolist()

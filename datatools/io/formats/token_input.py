@@ -178,7 +178,20 @@ def _concat(parts: list[np.ndarray], dtype) -> np.ndarray:
 
 @dataclass(frozen=True)
 class InputOptions:
-    """What :func:`open_input` was told about an input (a format's ``detect`` uses what applies to it)."""
+    """What :func:`~datatools.io.sources.inputs.open_input` was told about an input (a format's ``detect`` uses what
+    applies to it), checked when made.
+
+    Args:
+      column: the token or text column of a table; detected when exactly one of ``input_ids``, ``tokens``,
+        ``token_ids``, ``inputs`` (MaxText's name), ``text`` is present.
+      tokenizer: a Hugging Face ``tokenizer.json`` or a SentencePiece ``.model``, for a text column.
+      tokenizer_settings: ``off`` (default: no truncation, padding or template special tokens) or ``keep``.
+      bos, eos: a token (name, id, or ``"auto"``) added before / after every text.
+      eos_id: the separator of a flat token file.
+      bin_dtype: token dtype of a ``.bin`` file (``uint16`` or ``uint32``).
+      text_files: plain ``.txt`` files are texts, one each (their shards are read by ``datatools pretokenize``
+        through :func:`~datatools.io.formats.tables.shard_texts`); else they are refused, naming pretokenize.
+    """
 
     column: str | None = None
     tokenizer: str | os.PathLike | None = None

@@ -21,6 +21,7 @@ from datatools.io.storage.paths import display
 __all__ = [
     "FORMAT",
     "FORMATS",
+    "InputOptions",
     "TokenInput",
     "lengths_in_place",
     "open_documents",
@@ -30,35 +31,20 @@ __all__ = [
 ]
 
 
-def open_input(
-    path: str | os.PathLike[str],
-    *,
-    column: str | None = None,
-    tokenizer: str | os.PathLike[str] | None = None,
-    tokenizer_settings: str = "off",
-    bos: str | int | None = None,
-    eos: str | int | None = None,
-    eos_id: int | None = None,
-    bin_dtype: str = "uint16",
-    text_files: bool = False,
-) -> TokenInput:
+def open_input(path: str | os.PathLike[str], options: InputOptions | None = None) -> TokenInput:
     """Resolve ``path`` to a :class:`TokenInput`, checking the column and the tokenizer before any data is read.
 
     Args:
       path: a file or directory (see the module docstring).
-      column: the token or text column of a table; detected when exactly one of ``input_ids``, ``tokens``,
-        ``token_ids``, ``inputs`` (MaxText's name), ``text`` is present.
-      tokenizer: a Hugging Face ``tokenizer.json`` or a SentencePiece ``.model``, for a text column.
-      tokenizer_settings: ``off`` (default: no truncation, padding or template special tokens) or ``keep``.
-      bos, eos: a token (name, id, or ``"auto"``) added before / after every text.
-      eos_id: the separator of a flat token file.
-      bin_dtype: token dtype of a ``.bin`` file (``uint16`` or ``uint32``).
-      text_files: plain ``.txt`` files are texts, one each (their shards are read by ``datatools pretokenize``
-        through :func:`~datatools.io.formats.tables.shard_texts`); else they are refused, naming pretokenize.
+      options: what the caller says about the input (:class:`InputOptions`, checked when made: the column, the
+        tokenizer and its settings, BOS / EOS, a flat file's separator and dtype, plain text files); None: the
+        defaults (the column detected, no tokenizer).
     """
     if isinstance(path, (str, os.PathLike)) and not os.fspath(path):
         raise ValueError("an empty path (name a file or directory; '.' is the current one)")
-    opts = InputOptions(column, tokenizer, tokenizer_settings, bos, eos, eos_id, bin_dtype, text_files)  # checked
+    opts = InputOptions() if options is None else options
+    if not isinstance(opts, InputOptions):
+        raise TypeError(f"options must be an InputOptions (datatools.io); got {short_repr(opts)}")
     loc = storage.location(path)
     doing(f"listing {loc.display}")
     for fmt in FORMATS:  # the table format last: it takes any input (read as a table, or refused naming why)

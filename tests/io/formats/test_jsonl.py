@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datatools.io.formats import discover, jsonl
-from datatools.io.sources.inputs import open_documents, open_input, read_lengths
+from datatools.io.sources.inputs import InputOptions, open_documents, open_input, read_lengths
 
 
 def write_jsonl(path, docs, column="input_ids", blank_every=0):
@@ -105,7 +105,7 @@ def test_text_column_streams_through_the_tokenizer(tmp_path, texts, tokenizer_fi
     old = discover.PART_BYTES
     discover.PART_BYTES = 20000  # many parts
     try:
-        inp = open_input(tmp_path / "t.jsonl", tokenizer=tokenizer_file)
+        inp = open_input(tmp_path / "t.jsonl", InputOptions(tokenizer=tokenizer_file))
         assert len(inp.shards) > 5
         np.testing.assert_array_equal(read_lengths(inp), want)
     finally:

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from datatools.io import open_documents, open_input, read_lengths
+from datatools.io import InputOptions, open_documents, open_input, read_lengths
 from datatools.io.formats import lengths_cache
 from datatools.io.formats import token_input as token_input_module
 from datatools.pipeline import build
@@ -109,15 +109,16 @@ def test_a_changed_file_never_reuses_its_lengths(tmp_path, cache, column_reads):
 def test_another_column_or_tokenizer_never_reuses_the_lengths(tmp_path, cache, tokenizer_file, texts):
     docs = docs_of(20, 2)
     path = write_parquet(tmp_path / "a.parquet", docs, input_ids=pa.array([d[:3] for d in docs], pa.list_(pa.int32())))
-    assert read_lengths(open_input(path, column="tokens")).tolist() == [len(d) for d in docs]
-    assert read_lengths(open_input(path, column="input_ids")).tolist() == [min(3, len(d)) for d in docs]
-    assert read_lengths(open_input(path, column="tokens")).tolist() == [len(d) for d in docs]  # its own entry
+    tokens, input_ids = InputOptions(column="tokens"), InputOptions(column="input_ids")
+    assert read_lengths(open_input(path, tokens)).tolist() == [len(d) for d in docs]
+    assert read_lengths(open_input(path, input_ids)).tolist() == [min(3, len(d)) for d in docs]
+    assert read_lengths(open_input(path, tokens)).tolist() == [len(d) for d in docs]  # its own entry
     text = tmp_path / "t.parquet"
     pq.write_table(pa.table({"text": texts[:5]}), text)
-    plain = read_lengths(open_input(text, tokenizer=tokenizer_file))
-    with_eos = read_lengths(open_input(text, tokenizer=tokenizer_file, eos="auto"))
+    plain = read_lengths(open_input(text, InputOptions(tokenizer=tokenizer_file)))
+    with_eos = read_lengths(open_input(text, InputOptions(tokenizer=tokenizer_file, eos="auto")))
     np.testing.assert_array_equal(with_eos, plain + 1)
-    np.testing.assert_array_equal(read_lengths(open_input(text, tokenizer=tokenizer_file)), plain)
+    np.testing.assert_array_equal(read_lengths(open_input(text, InputOptions(tokenizer=tokenizer_file))), plain)
     assert len(list(cache.glob("*.npz"))) == 4
 
 

@@ -302,10 +302,10 @@ def test_disk_full_in_an_atomic_write_names_the_destination(small_tmpfs):
 
 
 def test_a_token_input_prints_short(tmp_path, tokenizer_file, texts):
-    from datatools.io.sources.inputs import open_input
+    from datatools.io.sources.inputs import InputOptions, open_input
 
     (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:3]))
-    inp = open_input(tmp_path / "d.jsonl", tokenizer=tokenizer_file)
+    inp = open_input(tmp_path / "d.jsonl", InputOptions(tokenizer=tokenizer_file))
     text = repr(inp)
     assert len(text) < 400 and "d.jsonl" in text and "tokenizer.json" in text and '"model"' not in text, text
     assert '"model"' not in repr(inp.encoder) and len(repr(inp.encoder)) < 600

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import without_progress, write_test_store
 from datatools.cli import main
-from datatools.io import open_documents, open_input, read_lengths, read_lengths_by_shard
+from datatools.io import InputOptions, open_documents, open_input, read_lengths, read_lengths_by_shard
 
 
 @pytest.mark.parametrize("value", ["x", None, 3, {"path": "x"}])
@@ -49,11 +49,11 @@ def empty_inputs(tmp_path) -> dict:
 def test_an_input_of_zero_documents_is_an_error_naming_it(tmp_path):
     for name, path in empty_inputs(tmp_path).items():
         with pytest.raises(ValueError, match="no documents") as err:
-            inp = open_input(path, eos_id=1)
+            inp = open_input(path, InputOptions(eos_id=1))
             read_lengths(inp)
         assert path.name in str(err.value), name
         with pytest.raises(ValueError, match="no documents"):
-            open_documents(open_input(path, eos_id=1))
+            open_documents(open_input(path, InputOptions(eos_id=1)))
 
 
 def test_the_commands_refuse_an_input_of_zero_documents(tmp_path, capsys, tokenizer_file):
