@@ -705,11 +705,6 @@ NOT_YET_STRICT = {  # module  # strict errors when listed
     "datatools.io.formats.tokenizer",  # 25
     "datatools.io.formats.yaml_files",  # 8
     "datatools.io.sources.documents",  # 39
-    "datatools.io.storage",  # 53
-    "datatools.io.storage.atomic",  # 3
-    "datatools.io.storage.io_errors",  # 3
-    "datatools.io.storage.paths",  # 3
-    "datatools.io.storage.read_stats",  # 5
     "datatools.jobs.pretokenize",  # 22
     "datatools.pipeline.run",  # 2
     "datatools.pipeline.schema",  # 14
