@@ -702,8 +702,6 @@ NOT_YET_STRICT = {  # module  # strict errors when listed
     "datatools.io.formats.token_input",  # 3
     "datatools.io.formats.tokenizer",  # 25
     "datatools.io.formats.yaml_files",  # 8
-    "datatools.io.sources.documents",  # 39
-    "datatools.jobs.pretokenize",  # 22
     "datatools.train.attention",  # 17
     "datatools.train.attention_splash",  # 16
     "datatools.train.model",  # 31
