@@ -674,8 +674,6 @@ RELAXED = {
     "warn_return_any",
 }
 NOT_YET_STRICT = {  # module  # strict errors when listed
-    "datatools.cli.explain",  # 3
-    "datatools.cli.pipeline",  # 2
     "datatools.grain.portable_state",  # 25
     "datatools.grain.worker_processes",  # 36
     "datatools.integrations.maxtext",  # 26
@@ -694,15 +692,6 @@ NOT_YET_STRICT = {  # module  # strict errors when listed
     "datatools.io.formats.token_input",  # 3
     "datatools.io.formats.tokenizer",  # 25
     "datatools.io.formats.yaml_files",  # 8
-    "datatools.io.sources.documents",  # 39
-    "datatools.io.storage",  # 53
-    "datatools.io.storage.atomic",  # 3
-    "datatools.io.storage.io_errors",  # 3
-    "datatools.io.storage.paths",  # 3
-    "datatools.io.storage.read_stats",  # 5
-    "datatools.jobs.pretokenize",  # 22
-    "datatools.pipeline.run",  # 2
-    "datatools.pipeline.schema",  # 14
     "datatools.train.attention",  # 17
     "datatools.train.attention_splash",  # 16
     "datatools.train.model",  # 31

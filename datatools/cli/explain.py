@@ -4,18 +4,23 @@ ledger: all from the config's schedule and the documents' lengths, no token read
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from datatools.cli.common import emit_json, json_option, overrides_option, result_console
 
+if TYPE_CHECKING:
+    from datatools.pipeline.explain import DocumentReport, Explainer, LedgerReport, StepReport
+
 PIECES_SHOWN = 4  # pieces printed per row in the table (--json holds all)
 
 
 def _steps(value: str | None) -> range | None:
+    """``--steps A:B`` (or ``A``) as the range of global batches it names; None when not given."""
     if value is None:
         return None
     a, sep, b = value.partition(":")
@@ -77,8 +82,20 @@ def _history(path: str | None) -> list[Any] | None:
 )
 @json_option()
 def explain_command(
-    config, overrides, step, steps_range, document, source, epochs, ledger, upto, hosts, devices, state, json_out
-):
+    config: str,
+    overrides: tuple[str, ...],
+    step: int | None,
+    steps_range: str | None,
+    document: int | None,
+    source: str | None,
+    epochs: int,
+    ledger: str | None,
+    upto: int | None,
+    hosts: tuple[str, ...],
+    devices: int | None,
+    state: str | None,
+    json_out: str | None,
+) -> None:
     """Explain CONFIG's run without replaying it: --step N (or --steps A:B): each row of global batch N, its
     source, document, token range of each piece, host and device, real tokens and attention tiles; --document D:
     the steps and rows where D was seen; --ledger OUT --upto N: every document's and source's visits up to step N.
@@ -100,17 +117,19 @@ def explain_command(
     e = Explainer(cfg, history=_history(state), hosts=parse_hosts(hosts) or None, devices=devices)
     console = result_console(stderr=json_out == "-")
     if ledger is not None:
+        assert upto is not None  # refused above: --ledger needs --upto
         emit_json(json_out, _print_ledger(console, e, ledger, upto))
     elif document is not None:
         emit_json(json_out, _print_document(console, e, document, source, epochs))
-    else:
-        reports = [e.step(s) for s in (span or [step])]  # all computed before any is printed
+    else:  # --step N or --steps A:B (one of them: checked above)
+        steps = span if span is not None else [step] if step is not None else []
+        reports = [e.step(s) for s in steps]  # all computed before any is printed
         for r in reports:
             _print_step(console, r)
         emit_json(json_out, reports[0] if span is None else StepsReport(reports))
 
 
-def _print_ledger(console, e, ledger: str, upto: int):
+def _print_ledger(console: Console, e: Explainer, ledger: str, upto: int) -> LedgerReport:
     """``--ledger OUT --upto N``: every document's visits up to step N written to OUT, and a table of each
     source's documents, tokens and visits printed; returns the report (for ``--json``)."""
     report = e.ledger(ledger, upto)
@@ -131,7 +150,7 @@ def _print_ledger(console, e, ledger: str, upto: int):
     return report
 
 
-def _print_document(console, e, document: int, source: str | None, epochs: int):
+def _print_document(console: Console, e: Explainer, document: int, source: str | None, epochs: int) -> DocumentReport:
     """``--document D``: a table of the steps, rows and hosts where document D was seen in ``epochs`` epochs;
     returns what was found (for ``--json``)."""
     found = e.document(document, source=source, epochs=epochs)
@@ -149,7 +168,7 @@ def _print_document(console, e, document: int, source: str | None, epochs: int):
     return found
 
 
-def _print_step(console, r) -> None:
+def _print_step(console: Console, r: StepReport) -> None:
     """One global batch's report ``r`` printed: a line for the batch, then a table of its rows (host, device, real
     tokens, attention tiles and the first :data:`PIECES_SHOWN` pieces)."""
     work = "" if r.attention_tiles is None else f", {r.attention_tiles:,} of {r.causal_tiles:,} tiles of {r.block}"

@@ -9,6 +9,7 @@ from rich.table import Table
 
 if TYPE_CHECKING:
     from datatools.pipeline.run import PipelineRunReport
+    from datatools.pipeline.stalls import LoaderReport
 
 from datatools.base.checks import MAX_WORKERS
 from datatools.base.progress import count_progress
@@ -40,7 +41,15 @@ from datatools.cli.common import emit_json, json_option, make_console, overrides
     show_default=True,
     help="Simulate a training step of this many seconds after each batch: does the loader keep up with it?",
 )
-def pipeline_command(config, source, overrides, steps, workers, json_out, step_s):
+def pipeline_command(
+    config: str,
+    source: str | None,
+    overrides: tuple[str, ...],
+    steps: int,
+    workers: int | None,
+    json_out: str | None,
+    step_s: float,
+) -> None:
     """Run the pipeline of CONFIG for --steps batches: batches/s, tokens/s, efficiency, shapes.
 
     CONFIG is a YAML file, or the name of a config shipped with datatools (pretrain_block_8192,
@@ -83,7 +92,7 @@ def pipeline_command(config, source, overrides, steps, workers, json_out, step_s
     emit_json(json_out, report)
 
 
-def _summary_rows(report) -> list[tuple[str, str]]:
+def _summary_rows(report: PipelineRunReport) -> list[tuple[str, str]]:
     """The run's measures: documents and batches, build and first-batch time, throughput, efficiency, shapes,
     format and workers."""
     return [
@@ -102,7 +111,7 @@ def _summary_rows(report) -> list[tuple[str, str]]:
     ]
 
 
-def _loader_rows(loader) -> list[tuple[str, str]]:
+def _loader_rows(loader: LoaderReport | None) -> list[tuple[str, str]]:
     """The loader's measures, where it kept them: the time each step waited (over one step), and with reads from
     storage, the bytes fetched per byte delivered, the reads per batch and their latency."""
     rows = []

@@ -16,12 +16,13 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVarTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from datatools.base import interrupts
 from datatools.base.checks import ENGINES, short_repr
@@ -48,9 +49,24 @@ from datatools.io.storage.paths import display
 from datatools.jobs.staging import Staging, fault, manifest_reads, open_staging
 from datatools.jobs.write_order import SPILL_NAME, shuffled_shards, write_order_record
 
+if TYPE_CHECKING:
+    from multiprocessing.queues import Queue
+
 PIECE_TOKENS = 1 << 20  # a shard's tokens are committed in pieces of about this many tokens ...
 PIECE_SECONDS = 10.0  # ... or this many seconds of work, whichever comes first: what a kill may lose, per worker
 ENCODE_CHARS = 1 << 22  # characters of text per tokenizer call (and progress report) within a shard
+
+Ts = TypeVarTuple("Ts")
+# an input file's content version (Location.stamp): path, bytes, and mtime_ns or version (ETag / generation, bytes)
+Stamp = dict[str, str | int | tuple[int | str, int] | None]
+Report = Callable[[int, int, int, int], None]  # report(k, documents, tokens, characters) after each run of shard k
+Task = tuple[Shard, int, str, int]  # (shard, k, staging, pieces committed): one pool worker's shard
+
+
+class Finished(Protocol):
+    """``finished(k, documents, tokens)``: shard ``k`` is done (its documents and tokens not yet reported)."""
+
+    def __call__(self, k: int, docs: int = 0, tokens: int = 0) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -65,7 +81,7 @@ class JobOptions:
     tokenizer_settings: str = "off"
     shuffle_seed: int | None = None  # None: the input's order; else a seeded random order of every document
 
-    def record(self) -> dict:
+    def record(self) -> dict[str, int | str | None]:
         """The options as the job's identity and the manifest keep them (``shuffle_seed`` only when set, so a
         store written before the option existed is still this job's)."""
         options = asdict(self)
@@ -76,6 +92,9 @@ class JobOptions:
 
 @dataclass
 class JobResult:
+    """What :func:`pretokenize` did: the store written (its documents and tokens), shards written and resumed, the
+    seconds it took, its ``status`` and ``extra``: the lines it reports (the tokenizer, repairs, clean-ups)."""
+
     output: str
     documents: int
     tokens: int
@@ -83,7 +102,7 @@ class JobResult:
     shards_resumed: int
     seconds: float
     status: str  # "written", "resumed", "already complete"
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, str] = field(default_factory=dict)
     documents_resumed: int = 0  # documents of unfinished shards an interrupted run had committed in pieces
 
 
@@ -150,7 +169,7 @@ def _write_piece(path: str | Path, tokens: np.ndarray, lengths: np.ndarray, docu
     )
 
 
-def _naming(path: str | Path, write, *args) -> None:
+def _naming(path: str | Path, write: Callable[[str | Path, *Ts], None], *args: *Ts) -> None:
     """``write(path, *args)``, an OSError naming ``path`` (a full disk names the file it could not write)."""
     try:
         write(path, *args)
@@ -158,7 +177,9 @@ def _naming(path: str | Path, write, *args) -> None:
         raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
 
 
-def _run_shard(worker, shard, k, staging, pieces, report=None) -> tuple[int, int, int, int]:
+def _run_shard(
+    worker: ShardTokenizer, shard: Shard, k: int, staging: str | Path, pieces: int, report: Report | None = None
+) -> tuple[int, int, int, int]:
     """Worker body (both engines): tokenize shard k, committing pieces as it goes (:data:`PIECE_TOKENS` /
     :data:`PIECE_SECONDS`; the ``pieces`` an interrupted run left are skipped), then join them into the shard file.
     Returns (k, docs, tokens, documents resumed from pieces); ``report(k, documents, tokens, characters)`` after
@@ -192,7 +213,7 @@ def _run_shard(worker, shard, k, staging, pieces, report=None) -> tuple[int, int
     return k, int(lens.shape[0]), int(flat.size), skip
 
 
-def _joined(parts: list[np.ndarray], dtype) -> np.ndarray:
+def _joined(parts: list[np.ndarray], dtype: npt.DTypeLike) -> np.ndarray:
     """``parts`` back to back; one part is returned as it is (a 50 MB document's 37 M tokens are not copied)."""
     if len(parts) == 1:
         return parts[0]
@@ -200,23 +221,27 @@ def _joined(parts: list[np.ndarray], dtype) -> np.ndarray:
 
 
 _WORKER: ShardTokenizer | None = None
-_REPORTS = None  # a multiprocessing queue of (k, documents, tokens, characters), in pool workers
+_REPORTS: Queue[tuple[int, int, int, int]] | None = None  # (k, documents, tokens, characters), in pool workers
 
 
-def _init_pool(worker: ShardTokenizer, reports) -> None:
+def _init_pool(worker: ShardTokenizer, reports: Queue[tuple[int, int, int, int]] | None) -> None:
     """A pool worker's start: Ctrl-C is the parent's to handle, never a worker's traceback."""
     global _WORKER, _REPORTS
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _WORKER, _REPORTS = worker, reports
 
 
-def _run_in_pool(args) -> tuple[int, int, int, int]:
+def _run_in_pool(args: Task) -> tuple[int, int, int, int]:
+    """A pool worker's shard (:func:`_run_shard`), its progress reported through the pool's queue."""
     shard, k, staging, pieces = args
     reports = _REPORTS
+    assert _WORKER is not None  # set by _init_pool, in every pool worker
     return _run_shard(_WORKER, shard, k, staging, pieces, None if reports is None else lambda *item: reports.put(item))
 
 
-def _fingerprint(shards: list[Shard], tokenizer_sha: str, options: JobOptions) -> tuple[str, list[dict]]:
+def _fingerprint(shards: list[Shard], tokenizer_sha: str, options: JobOptions) -> tuple[str, list[Stamp]]:
+    """The job's identity (a SHA-256 of the input files' versions, the shards, the tokenizer and the options) and
+    the input files' versions."""
     sources = [storage.location(f).stamp() for f in dict.fromkeys(f for s in shards for f in s.files)]
     parts = [[s.kind, s.part, s.stop] for s in shards]
     blob = json.dumps(
@@ -292,15 +317,15 @@ class _Job:
     encoder: TextEncoder | SentencePieceEncoder
     options: JobOptions
     key: str
-    sources: list[dict]
+    sources: list[Stamp]
     worker: ShardTokenizer
-    extra: dict
+    extra: dict[str, str]
 
 
 def pretokenize(
-    inputs,
-    output,
-    tokenizer: str | os.PathLike,
+    inputs: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    output: str | os.PathLike[str],
+    tokenizer: str | os.PathLike[str],
     *,
     options: PretokenizeOptions | None = None,
     **settings: Any,
@@ -355,9 +380,9 @@ def pretokenize(
     )
 
 
-def _input_paths(inputs) -> list:
+def _input_paths(inputs: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> list[str | Path]:
     """``inputs`` (a path, or a list of paths) as a list of resolved paths; ValueError for none, or an empty one."""
-    given = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    given: list[str | os.PathLike[str]] = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     if any(os.fspath(p) == "" for p in given):  # Path("") is ".": it would read the working directory
         raise ValueError("an input path is empty ('')")
     paths = [storage.location(p).path for p in given]
@@ -366,7 +391,7 @@ def _input_paths(inputs) -> list:
     return paths
 
 
-def _resolve(paths: list, tokenizer: str | os.PathLike, o: PretokenizeOptions) -> _Job:
+def _resolve(paths: list[str | Path], tokenizer: str | os.PathLike[str], o: PretokenizeOptions) -> _Job:
     """The inputs opened with the tokenizer (the same file and options for every input), their shards each once
     with the text column checked in one shard of each file, and the job's identity: all decided before the output
     is looked at."""
@@ -432,7 +457,7 @@ def _existing_store(stage: Staging, job: _Job, overwrite: bool, t0: float) -> Jo
     return None
 
 
-def _add_index(output: str | Path, overwrite: bool, extra: dict) -> None:
+def _add_index(output: str | Path, overwrite: bool, extra: dict[str, str]) -> None:
     """A store of this job written before ``shard_index.bin``: the index added with ``overwrite`` (every chunk read
     once, no token rewritten), else a line in ``extra`` saying how to add it."""
     if overwrite:
@@ -446,7 +471,7 @@ def _add_index(output: str | Path, overwrite: bool, extra: dict) -> None:
         )
 
 
-def _manifest(job: _Job) -> dict:
+def _manifest(job: _Job) -> dict[str, object]:
     """The store's manifest keys this job decides: the tokenizer, the options, the write order, the sources and
     the job's identity."""
     encoder = job.encoder
@@ -472,8 +497,8 @@ def _commit_store(stage: Staging, job: _Job) -> tuple[int, int]:
     num_tokens = int(sum(int(x.sum()) for x in lengths_per_shard))
     manifest = _manifest(job)
 
-    def write(where) -> None:
-        def store(blocks) -> None:
+    def write(where: str | Path) -> None:
+        def store(blocks: Iterable[tuple[np.ndarray, np.ndarray]]) -> None:
             write_store(where, blocks, num_tokens=num_tokens, num_documents=num_docs, dtype=dtype, manifest=manifest)
 
         if seed is None:
@@ -487,15 +512,18 @@ def _commit_store(stage: Staging, job: _Job) -> tuple[int, int]:
     return num_docs, num_tokens
 
 
-def _blocks_in_order(staging: str | Path, count: int) -> Iterator[tuple[np.ndarray, ...]]:
+def _blocks_in_order(staging: str | Path, count: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """The staged shards' (tokens, lengths), shard after shard: the store in the input's order."""
     for k in range(count):
         doing(f"writing the token store: shard {k + 1:,} of {count:,}")
-        yield _read(_shard_path(staging, k), "tokens", "lengths")
+        tokens, lengths = _read(_shard_path(staging, k), "tokens", "lengths")
+        yield tokens, lengths
         fault(f"committing-{k}")
 
 
-def _blocks_shuffled(staging: str | Path, lengths_per_shard: list, seed: int, spill: Path, dtype):
+def _blocks_shuffled(
+    staging: str | Path, lengths_per_shard: list[np.ndarray], seed: int, spill: Path, dtype: np.dtype
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """The staged shards' documents in ``seed``'s random order (:func:`~datatools.jobs.write_order.shuffled_shards`,
     spilling to ``spill``)."""
     num_docs = int(sum(x.shape[0] for x in lengths_per_shard))
@@ -560,7 +588,14 @@ def _special(value: bool | str | int | None) -> str | int | None:
     return "auto" if value is True else None if value is False else value
 
 
-def _text_input(path, column: str, tokenizer, settings: str, bos, eos) -> TokenInput:
+def _text_input(
+    path: str | Path,
+    column: str,
+    tokenizer: str | os.PathLike[str],
+    settings: str,
+    bos: bool | str | int | None,
+    eos: bool | str | int | None,
+) -> TokenInput:
     """``path`` resolved as ``analyze-padding`` and a pipeline resolve it
     (:func:`~datatools.io.sources.inputs.open_input`: a file or directory, a glob or comma list, ArrayRecord files; a
     tokenizers JSON file or a SentencePiece model), plus plain ``.txt`` files; ValueError naming it unless it holds text
@@ -589,10 +624,11 @@ def _input_shards(inp: TokenInput) -> list[Shard]:
     return inp.shards
 
 
-def _unique_shards(shards) -> tuple[list[Shard], list[str]]:
+def _unique_shards(shards: Iterable[Shard]) -> tuple[list[Shard], list[str]]:
     """Each shard once (the same file given twice, or through two paths), and the files given more than once."""
-    seen: set = set()
-    out, dups = [], []
+    seen: set[tuple[str, tuple[str, ...], int, int]] = set()
+    out: list[Shard] = []
+    dups: list[str] = []
     for s in shards:
         key = (s.kind, tuple(storage.location(f).identity for f in s.files), s.part, s.stop)
         if key not in seen:
@@ -603,7 +639,14 @@ def _unique_shards(shards) -> tuple[list[Shard], list[str]]:
     return out, dups
 
 
-def _tokenize_shards(worker, shards, todo, pieces, staging, o: PretokenizeOptions) -> int:
+def _tokenize_shards(
+    worker: ShardTokenizer,
+    shards: list[Shard],
+    todo: list[int],
+    pieces: dict[int, int],
+    staging: str | Path,
+    o: PretokenizeOptions,
+) -> int:
     """Tokenize the shards ``todo`` (``pieces``: shard -> pieces already committed) on ``o``'s engine and workers,
     with its progress bar; returns the documents resumed from pieces."""
     workers = o.workers
@@ -637,7 +680,7 @@ def _tokenize_shards(worker, shards, todo, pieces, staging, o: PretokenizeOption
         return _pool_shards(worker, tasks, workers, report, finished)
 
 
-def _pool_shards(worker, tasks, workers, report, finished) -> int:
+def _pool_shards(worker: ShardTokenizer, tasks: list[Task], workers: int, report: Report, finished: Finished) -> int:
     """The shards ``tasks`` on a pool of ``workers`` processes reporting through a queue (``report``, then
     ``finished(k)`` per shard); returns the documents resumed. Ctrl-C stops the parent, which terminates the pool
     at once (a worker's unfinished piece is lost)."""
@@ -645,7 +688,7 @@ def _pool_shards(worker, tasks, workers, report, finished) -> int:
     import queue as queue_module
 
     ctx = mp.get_context()
-    reports = ctx.Queue()
+    reports: Queue[tuple[int, int, int, int]] = ctx.Queue()
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None  # workers start ignoring it
     try:
@@ -693,7 +736,16 @@ def _pool_shards(worker, tasks, workers, report, finished) -> int:
     return resumed
 
 
-def _run_ray(worker, shards, todo, pieces, staging, workers, ray_address, finished) -> int:
+def _run_ray(
+    worker: ShardTokenizer,
+    shards: list[Shard],
+    todo: list[int],
+    pieces: dict[int, int],
+    staging: str | Path,
+    workers: int,
+    ray_address: str | None,
+    finished: Finished,
+) -> int:
     """Ray Data, one row per shard; ``finished(k)`` as each shard is done. Returns the documents resumed."""
     import ray
 
@@ -722,7 +774,7 @@ def _run_ray(worker, shards, todo, pieces, staging, workers, ray_address, finish
             for k in todo
         ]
 
-        def tokenize_row(row: dict) -> dict:
+        def tokenize_row(row: dict[str, Any]) -> dict[str, int]:  # Ray's row: its lists come back as arrays
             shard = Shard(row["kind"], tuple(row["files"]), int(row["part"]), int(row["stop"]))
             k, docs, toks, skipped = _run_shard(worker, shard, int(row["k"]), str(staging), int(row["pieces"]))
             return {"k": k, "docs": docs, "tokens": toks, "resumed": skipped}

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import time
-from contextlib import ExitStack
+from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,6 +18,13 @@ from datatools.kernels.balance import busiest_over_mean
 from datatools.kernels.batch_layouts import to_format
 from datatools.pipeline import PipelineConfig, ShardConfig, build_canonical
 from datatools.pipeline.stalls import LoaderReport, StallMeter
+
+if TYPE_CHECKING:
+    from datatools.pipeline.sources import OpenedDocuments
+
+# a progress bar over N steps (batches): entered once the first batch came, it gives ``advance()`` (one step done)
+Progress = Callable[[int], AbstractContextManager[Callable[[], None]]]
+Batch = dict[str, np.ndarray]  # a canonical batch: tokens, segment_ids, positions, loss_mask (rows, tokens)
 
 
 @dataclass(frozen=True)
@@ -107,7 +116,13 @@ class _Tally:
 
 
 def run_pipeline(
-    cfg: PipelineConfig, steps: int, *, progress=None, documents=None, warn=None, step_s: float = 0.0
+    cfg: PipelineConfig,
+    steps: int,
+    *,
+    progress: Progress | None = None,
+    documents: OpenedDocuments | None = None,
+    warn: Callable[[str], None] | None = None,
+    step_s: float = 0.0,
 ) -> PipelineRunReport:
     """Iterate ``steps`` batches (fewer when the data ends) in the config's format and measure them.
 
@@ -117,7 +132,7 @@ def run_pipeline(
     t0 = time.perf_counter()
     built = build_canonical(cfg, documents)
     build_s = time.perf_counter() - t0
-    it = StallMeter(iter(built.dataset), stats_folder=built.stats_folder, warn=warn)
+    it: StallMeter[Batch] = StallMeter(iter(built.dataset), stats_folder=built.stats_folder, warn=warn)
     tally = _Tally(DeviceShares(cfg, built.config.shard), end=t0)
     workers = f", {cfg.workers} worker processes starting" if cfg.workers else ""
     doing(f"waiting for the first batch{workers}")
@@ -146,7 +161,7 @@ def run_pipeline(
 
 
 def _run_batches(
-    it: StallMeter, cfg: PipelineConfig, steps: int, tally: _Tally, progress, step_s: float
+    it: StallMeter[Batch], cfg: PipelineConfig, steps: int, tally: _Tally, progress: Progress | None, step_s: float
 ) -> LoaderReport:
     """Up to ``steps`` batches of ``it``, each counted in ``tally`` and converted to the config's format (the
     conversion the configured pipeline pays), then ``step_s`` slept; the progress bar from the first batch on (until

@@ -13,31 +13,75 @@ import dataclasses
 import math
 import types
 import typing
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
 from datatools.base.checks import short_repr
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T")
+D = TypeVar("D", bound="DataclassInstance")
+
+
+@overload
+def field(default: T, *, minimum: float | None = None, maximum: float | None = None, doc: str = "") -> T: ...
+
+
+@overload
+def field(
+    *, default_factory: Callable[[], T], minimum: float | None = None, maximum: float | None = None, doc: str = ""
+) -> T: ...
+
+
+@overload
+def field(*, minimum: float | None = None, maximum: float | None = None, doc: str = "") -> Any: ...  # required
+
 
 def field(
-    default=dataclasses.MISSING, *, minimum=None, maximum=None, doc: str = "", default_factory=dataclasses.MISSING
-):
+    default: object = dataclasses.MISSING,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    doc: str = "",
+    default_factory: Callable[[], object] | None = None,
+) -> object:
     """A dataclass field with validation metadata: ``minimum`` and ``maximum`` (numbers, list items; the maximum
-    is datatools' documented limit) and ``doc`` (the reference)."""
+    is datatools' documented limit) and ``doc`` (the reference). Typed as :func:`dataclasses.field`: the default's
+    type, the factory's, or (a required key) whatever the annotation says."""
     meta = {"minimum": minimum, "maximum": maximum, "doc": doc}
-    return dataclasses.field(default=default, default_factory=default_factory, metadata=meta)
+    if default_factory is None:
+        return dataclasses.field(default=default, metadata=meta)
+    if default is not dataclasses.MISSING:
+        raise ValueError("cannot specify both default and default_factory")  # as dataclasses.field
+    return dataclasses.field(default_factory=default_factory, metadata=meta)
 
 
 class OneOf:
     """The allowed values of a ``str`` key, from the tuple the code's own checks use: ``Annotated[str,
     OneOf(ALGORITHMS)]`` is checked and documented as ``Literal[ALGORITHMS]`` (which a type checker cannot read)."""
 
-    def __init__(self, choices: tuple[str, ...]):
+    def __init__(self, choices: tuple[str, ...]) -> None:
         self.choices = tuple(choices)
 
     def __repr__(self) -> str:
         return f"OneOf({self.choices!r})"
 
 
-def _choice_type(tp):
+class Limits(NamedTuple):
+    """A key's bounds from :func:`field`'s metadata (numbers; a list's items): None where unbounded."""
+
+    minimum: float | None = None
+    maximum: float | None = None
+
+
+def _limits(f: dataclasses.Field[object]) -> Limits:
+    """The bounds :func:`field` recorded on ``f`` (none for a plain dataclass field)."""
+    return Limits(f.metadata.get("minimum"), f.metadata.get("maximum"))
+
+
+def _choice_type(tp: object) -> object:
     """``tp`` with ``Annotated[str, OneOf(CHOICES)]`` read as ``Literal[CHOICES]``."""
     if typing.get_origin(tp) is typing.Annotated:
         base, *extras = typing.get_args(tp)
@@ -46,7 +90,9 @@ def _choice_type(tp):
     return tp
 
 
-def _check_value(value, tp, key: str, meta: dict):
+def _check_value(value: object, tp: object, key: str, limits: Limits) -> object:
+    """``value`` checked against type hint ``tp`` (see the module docstring) and ``limits``, converted where the
+    type says (an int given for a float); ValueError naming ``key`` (its path), the value and what is allowed."""
     tp = _choice_type(tp)
     origin = typing.get_origin(tp)
     if origin is typing.Literal:
@@ -61,11 +107,11 @@ def _check_value(value, tp, key: str, meta: dict):
         last: ValueError | None = None
         for option in (o for o in options if o is not type(None)):
             try:
-                return _check_value(value, option, key, meta)
+                return _check_value(value, option, key, limits)
             except ValueError as exc:
                 last = exc
         raise last or ValueError(f"config: {key} takes no value; got {short_repr(value)}")  # a union of None alone
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ValueError(f"config: {key} must be a mapping of options; got {short_repr(value)}")
         return from_dict(tp, value, key)
@@ -75,7 +121,7 @@ def _check_value(value, tp, key: str, meta: dict):
             raise ValueError(f"config: {key} must be a list; got {short_repr(value)}")
         if len(value) > 4096:
             raise ValueError(f"config: {key} must hold at most 4096 items; got {len(value)}")
-        return [_check_value(v, item, f"{key}[{i}]", meta) for i, v in enumerate(value)]
+        return [_check_value(v, item, f"{key}[{i}]", limits) for i, v in enumerate(value)]
     if tp is bool:
         if not isinstance(value, bool):
             raise ValueError(f"config: {key} must be true or false; got {short_repr(value)}")
@@ -92,7 +138,7 @@ def _check_value(value, tp, key: str, meta: dict):
     elif tp is str:
         if not isinstance(value, str):
             raise ValueError(f"config: {key} must be a string; got {short_repr(value)}")
-    minimum, maximum = meta.get("minimum"), meta.get("maximum")
+    minimum, maximum = limits
     if minimum is not None and isinstance(value, (int, float)) and value < minimum:
         raise ValueError(f"config: {key} must be >= {minimum}; got {short_repr(value)}")
     if maximum is not None and isinstance(value, (int, float)) and value > maximum:
@@ -100,9 +146,9 @@ def _check_value(value, tp, key: str, meta: dict):
     return value
 
 
-def from_dict(cls, data: dict | None, where: str = ""):
+def from_dict(cls: type[D], data: object, where: str = "") -> D:
     """Build dataclass ``cls`` from ``data``, validating every key and value; one ``ValueError`` lists every
-    problem found (see the module docstring)."""
+    problem found (see the module docstring). ``data``: the parsed YAML of the section (None: empty)."""
     data = {} if data is None else data
     if not isinstance(data, dict):
         raise ValueError(f"config: {where or 'the top level'} must be a mapping; got {short_repr(data)}")
@@ -119,12 +165,12 @@ def from_dict(cls, data: dict | None, where: str = ""):
         problems.append(
             f"unknown key{'s' if len(unknown) > 1 else ''} {names} {section} (allowed: {', '.join(fields)})"
         )
-    values = {}
+    values: dict[str, object] = {}
     for name, f in fields.items():
         key = f"{where}.{name}" if where else name
         if name in data:
             try:
-                values[name] = _check_value(data[name], hints[name], key, dict(f.metadata))
+                values[name] = _check_value(data[name], hints[name], key, _limits(f))
             except ValueError as exc:
                 problems.append(str(exc).removeprefix("config: "))
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
@@ -139,7 +185,8 @@ def from_dict(cls, data: dict | None, where: str = ""):
     return obj
 
 
-def _type_text(tp) -> str:
+def _type_text(tp: object) -> str:
+    """The reference's text of type hint ``tp``: ``integer``, ``a / b`` (choices), ``list of string``, ..."""
     tp = _choice_type(tp)
     origin = typing.get_origin(tp)
     if origin is typing.Literal:
@@ -150,10 +197,12 @@ def _type_text(tp) -> str:
         return f"list of {_type_text(typing.get_args(tp)[0])}"
     if dataclasses.is_dataclass(tp):
         return "section"
-    return {int: "integer", float: "number", bool: "true / false", str: "string"}.get(tp, str(tp))
+    names: dict[object, str] = {int: "integer", float: "number", bool: "true / false", str: "string"}
+    return names.get(tp, str(tp))
 
 
-def _default_text(f) -> str:
+def _default_text(f: dataclasses.Field[object]) -> str:
+    """The reference's text of a key's default: ``required``, ``(section)``, ``null``, ``true``, the value."""
     if f.default_factory is not dataclasses.MISSING:
         return "(section)"
     if f.default is dataclasses.MISSING:
@@ -161,7 +210,7 @@ def _default_text(f) -> str:
     return "null" if f.default is None else str(f.default).lower() if isinstance(f.default, bool) else str(f.default)
 
 
-def schema_markdown(cls, where: str = "") -> list[str]:
+def schema_markdown(cls: type[DataclassInstance], where: str = "") -> list[str]:
     """Table rows (markdown) documenting every key of ``cls`` and its sections: key, type or choices, default,
     minimum and doc."""
     rows = []
@@ -169,7 +218,9 @@ def schema_markdown(cls, where: str = "") -> list[str]:
     for f in dataclasses.fields(cls):
         key = f"{where}.{f.name}" if where else f.name
         tp = hints[f.name]
-        section = next((t for t in (tp, *typing.get_args(tp)) if dataclasses.is_dataclass(t)), None)
+        section = next(
+            (t for t in (tp, *typing.get_args(tp)) if isinstance(t, type) and dataclasses.is_dataclass(t)), None
+        )
         minimum = f.metadata.get("minimum")
         doc = f.metadata.get("doc", "")
         items = next(
@@ -180,10 +231,11 @@ def schema_markdown(cls, where: str = "") -> list[str]:
             ),
             None,
         )
-        if items is not None or section is not None:  # a list of sections: its items' keys as key[].name
+        table = items if items is not None else section
+        if table is not None:  # a list of sections: its items' keys as key[].name
             kind = "list of sections" if items is not None else "section"
             rows.append(f"| `{key}` | {kind}{' (optional)' if f.default is None else ''} | | | {doc} |")
-            rows.extend(schema_markdown(items, f"{key}[]") if items is not None else schema_markdown(section, key))
+            rows.extend(schema_markdown(table, f"{key}[]" if items is not None else key))
             continue
         maximum = f.metadata.get("maximum")
         bounds = " and ".join(

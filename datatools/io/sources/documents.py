@@ -18,7 +18,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 
@@ -30,7 +30,7 @@ import tensorstore as ts
 from datatools.base import array_pool
 from datatools.base.checks import as_lengths
 from datatools.io import storage
-from datatools.io.formats.token_array import TokenArray
+from datatools.io.formats.token_array import TokenArray, TokenRead
 from datatools.io.storage import read_stats
 from datatools.kernels.packing import PackPlan, check_token_ids, materialize, materialize_pieces
 from datatools.kernels.packing.materialize import check_plan_rows, materialize_located, new_batch
@@ -99,7 +99,7 @@ class DocumentSource(ABC):
         a source that does not read ahead."""
         return None
 
-    def prefetching_together(self) -> AbstractContextManager:
+    def prefetching_together(self) -> AbstractContextManager[None]:
         """A block whose :meth:`prefetch` calls are queued before any of their reads is issued (a batch's pieces
         and the window around them: one ranged request for both); nothing to hold for a source that does not read
         ahead."""
@@ -118,7 +118,7 @@ class ArrayDocuments(DocumentSource):
 
     def __init__(self, tokens: np.ndarray, offsets: npt.ArrayLike):
         # A memory-mapped file is pickled as its mapping (file, dtype, offset, shape), not as its data.
-        self._mapping = None
+        self._mapping: tuple[str, str, int, tuple[int, ...]] | None = None  # (file, dtype, offset, shape)
         if isinstance(tokens, np.memmap) and tokens.filename and tokens.base is not None:
             self._mapping = (tokens.filename, tokens.dtype.str, int(tokens.offset), tokens.shape)
         tokens = np.asarray(tokens)
@@ -134,27 +134,29 @@ class ArrayDocuments(DocumentSource):
         self.tokens, self.offsets = tokens, offsets
         self.in_memory = self._mapping is None
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, object]:
+        """What a pickle holds: a memory-mapped file's mapping, not its tokens."""
         if self._mapping is None:
             return self.__dict__
         return {**self.__dict__, "tokens": None}
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """Restored from a pickle: a memory-mapped file mapped again."""
         self.__dict__.update(state)
         if self._mapping is not None:
             name, dtype, offset, shape = self._mapping
             self.tokens = np.asarray(np.memmap(name, dtype=np.dtype(dtype), mode="r", offset=offset, shape=shape))
 
     @classmethod
-    def from_list(cls, docs) -> ArrayDocuments:
+    def from_list(cls, docs: Iterable[npt.ArrayLike]) -> ArrayDocuments:
         """From a list of 1-D token arrays (tests, small data)."""
-        docs = [np.asarray(d, dtype=np.int32).reshape(-1) for d in docs]
-        lengths = np.fromiter((d.shape[0] for d in docs), np.int64, count=len(docs))
-        flat = np.concatenate(docs) if docs else np.zeros(0, np.int32)
+        arrays = [np.asarray(d, dtype=np.int32).reshape(-1) for d in docs]
+        lengths = np.fromiter((d.shape[0] for d in arrays), np.int64, count=len(arrays))
+        flat = np.concatenate(arrays) if arrays else np.zeros(0, np.int32)
         return cls(flat, np.concatenate(([0], np.cumsum(lengths))))
 
     def __len__(self) -> int:
-        return self.offsets.shape[0] - 1
+        return int(self.offsets.shape[0]) - 1
 
     def __getitem__(self, i: int) -> np.ndarray:
         i = check_index(i, len(self))
@@ -163,7 +165,9 @@ class ArrayDocuments(DocumentSource):
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
 
-    def pack_rows(self, plan, rows, pad_id: int = 0, out: dict | None = None) -> dict[str, np.ndarray]:
+    def pack_rows(
+        self, plan: PackPlan, rows: npt.ArrayLike | None, pad_id: int = 0, out: dict[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
         """Rows filled straight from the flat tokens (no intermediate gather of the pieces), into ``out`` when
         given."""
         return materialize(
@@ -176,10 +180,10 @@ class ArrayDocuments(DocumentSource):
             out=out,
         )
 
-    def read_pieces(self, doc, start, length) -> np.ndarray:
-        doc, start, length = check_pieces(doc, start, length, self.lengths())
-        out = np.empty(int(length.sum()), np.int32)
-        gather_at(self.tokens, self.offsets[doc] + start, length, np.cumsum(length) - length, out)
+    def read_pieces(self, doc: npt.ArrayLike, start: npt.ArrayLike, length: npt.ArrayLike) -> np.ndarray:
+        d, a, n = check_pieces(doc, start, length, self.lengths())
+        out = np.empty(int(n.sum()), np.int32)
+        gather_at(self.tokens, self.offsets[d] + a, n, np.cumsum(n) - n, out)
         return out
 
     def __repr__(self) -> str:
@@ -219,13 +223,16 @@ class StorePieceReader:
         self._ready = False
         self._lock = threading.RLock()  # re-entrant: a read that completes at once calls back in the issuing thread
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, object]:
+        """What a pickle holds: the store and the budget (the slab starts empty in each process)."""
         return {"store": self.store, "cache_bytes": self.cache_bytes}
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """Restored from a pickle: set up again on first use."""
         self.__dict__.update(state, _ready=False, _lock=threading.RLock())
 
-    def __deepcopy__(self, memo):
+    def __deepcopy__(self, memo: dict[int, object]) -> StorePieceReader:
+        """A new reader of the same store and budget (its slab empty)."""
         return StorePieceReader(self.store, self.cache_bytes)
 
     def _setup(self) -> None:
@@ -257,7 +264,8 @@ class StorePieceReader:
         self._ahead_at = np.zeros(slots, np.int64)  # (where _ahead) the prefetch call that last asked for it
         self._prefetches = 0  # prefetch calls so far
         self._pins = np.zeros(slots, np.int64)  # reads in progress holding each slot
-        self._pending: dict[int, tuple[Future, int]] = {}  # slot -> (done once in the slab, extent): queued, in flight
+        # slot -> (done once in the slab, extent): queued, in flight
+        self._pending: dict[int, tuple[Future[None], int]] = {}
         self._queue: list[tuple[int, int, int]] = []  # a heap of (issue order, ticket, slot) of reads to issue
         self._queued = np.zeros(slots, bool)
         self._ticket = np.zeros(slots, np.int64)  # the ticket of a queued slot's live heap entry (others: stale)
@@ -267,7 +275,8 @@ class StorePieceReader:
         self._ahead_in_flight = 0  # of them, read-ahead (issued for a batch still to come)
         self._pumping = False
         self._deferred = 0  # prefetching_together blocks open: reads are queued, issued when the last one ends
-        self._issued: list[tuple] = []  # (read, callback) issued under the lock, callbacks added after it (_issuing)
+        # (read, callback) issued under the lock, callbacks added after it (_issuing)
+        self._issued: list[tuple[TokenRead, Callable[[TokenRead], None]]] = []
         self._free = list(range(slots - 1, -1, -1))  # slots holding nothing (a stack: the lowest on top)
         self._tick = 0
         self.late_reads = 0  # extents a read needed that no read-ahead had asked for (read when needed)
@@ -399,7 +408,7 @@ class StorePieceReader:
             b += 1
         while a > lo_end and b - a < MAX_RUN and slot_of[a - 1] >= 0 and queued[slot_of[a - 1]]:
             a -= 1
-        run = slot_of[a:b].tolist()
+        run: list[int] = slot_of[a:b].tolist()
         queued[run] = False
         return run
 
@@ -413,7 +422,7 @@ class StorePieceReader:
                 f"{self.store.path}: the read budget ({self.held_bytes >> 20} MiB, {self._slab.shape[0]} extents) "
                 f"is held by reads in progress; read from one thread (the host's reader) or raise cache_bytes"
             )
-        self._pending[s] = (Future(), c)
+        self._pending[s] = (Future[None](), c)
         self._slot_of[c], self._extent_in[s], self._ahead[s] = s, c, prefetch
         self._last_used[s] = self._tick
         end = min((c + 1) * self.extent, self.store.num_tokens)
@@ -447,7 +456,7 @@ class StorePieceReader:
         finally:
             self._pumping = False
 
-    def _read_run(self, first: int, run: list[int], batch: ts.Batch):
+    def _read_run(self, first: int, run: list[int], batch: ts.Batch) -> TokenRead:
         """The read of extents ``first, first + 1, ...`` into the slab's slots ``run`` (a token store decodes
         straight into each slot; a Levanter cache reads the run once and copies it in)."""
         e, n = self.extent, self.store.num_tokens
@@ -477,7 +486,7 @@ class StorePieceReader:
             for read, callback in issued:  # on the thread that completes it (or here, at once, when it is done)
                 read.add_done_callback(callback)
 
-    def _received(self, read, *, run: list[int], ahead: bool, issued: float) -> None:
+    def _received(self, read: TokenRead, *, run: list[int], ahead: bool, issued: float) -> None:
         """A read into the slots of ``run`` completed (on a tensorstore thread): the tokens are in the slab, the next
         read issued, each slot's future done. A failed read stays pending: :meth:`_settle` reads it again."""
         error: BaseException | None = None
@@ -528,11 +537,13 @@ class StorePieceReader:
                         del self._pending[s]
         return time.perf_counter() - t0
 
-    def _begin(self, doc, start) -> np.ndarray:
+    def _begin(self, doc: npt.ArrayLike, start: npt.ArrayLike) -> np.ndarray:
         """The store positions (tokens) where pieces ``(doc, start)`` begin, int64."""
         return self.store.offsets[np.asarray(doc, np.int64)] + np.asarray(start, np.int64)
 
-    def prefetch(self, doc, start, length, *, near: bool = True, order: int = 0) -> bool:
+    def prefetch(
+        self, doc: npt.ArrayLike, start: npt.ArrayLike, length: npt.ArrayLike, *, near: bool = True, order: int = 0
+    ) -> bool:
         """Start reading these pieces (of a batch still to come) without waiting, issued after every read of a
         lower ``order`` (the host's reader: a batch's own pieces at its batch number, a lane's window later). True
         when every extent is now held or queued; False when the read-ahead budget ran out first:
@@ -629,18 +640,20 @@ class StorePieceReader:
             a = out[-1][1]
         return out
 
-    def read_pieces(self, doc, start, length) -> np.ndarray:
-        begin, length = self._begin(doc, start), np.asarray(length, np.int64)
-        out = np.empty(int(length.sum()), np.int32)
-        parts = self.parts(begin, length)
+    def read_pieces(self, doc: npt.ArrayLike, start: npt.ArrayLike, length: npt.ArrayLike) -> np.ndarray:
+        """The pieces ``doc[j]``, tokens ``[start[j], start[j] + length[j])``, back to back as int32, read in parts
+        that fit the read budget (:meth:`parts`)."""
+        begin, n = self._begin(doc, start), np.asarray(length, np.int64)
+        out = np.empty(int(n.sum()), np.int32)
+        parts = self.parts(begin, n)
         if parts is None:  # a piece longer than a read holds: cut every piece at extent boundaries
-            begin, length = _at_extents(begin, length, self.extent)
-            parts = self.parts(begin, length)
+            begin, n = _at_extents(begin, n, self.extent)
+            parts = self.parts(begin, n)
             assert parts is not None  # a piece within one extent fits any read (part_slots >= 1)
-        at = np.concatenate(([0], np.cumsum(length)))
+        at = np.concatenate(([0], np.cumsum(n)))
         for a, b in parts:
-            with self.holding(begin[a:b], length[a:b]) as (slab, slot_of):
-                _gather_extents(slab.reshape(-1), slot_of, self.extent, begin[a:b], length[a:b], out[at[a] : at[b]])
+            with self.holding(begin[a:b], n[a:b]) as (slab, slot_of):
+                _gather_extents(slab.reshape(-1), slot_of, self.extent, begin[a:b], n[a:b], out[at[a] : at[b]])
         return out
 
 
@@ -662,7 +675,9 @@ def _at_extents(begin: np.ndarray, length: np.ndarray, e: int) -> tuple[np.ndarr
 
 
 @numba.njit(cache=True, nogil=True)
-def _gather_extents(flat, slot_of, extent, begin, length, out):
+def _gather_extents(
+    flat: np.ndarray, slot_of: np.ndarray, extent: int, begin: np.ndarray, length: np.ndarray, out: np.ndarray
+) -> None:
     """Copy piece j (store tokens ``[begin[j], begin[j] + length[j])``) from the flat slab into ``out``, back to
     back: token t is at ``slot_of[t // extent] * extent + t % extent``."""
     k = 0
@@ -707,10 +722,12 @@ class StoreDocuments(DocumentSource):
     def lengths(self) -> np.ndarray:
         return self.store.lengths()
 
-    def read_pieces(self, doc, start, length) -> np.ndarray:
+    def read_pieces(self, doc: npt.ArrayLike, start: npt.ArrayLike, length: npt.ArrayLike) -> np.ndarray:
         return self.reader.read_pieces(*check_pieces(doc, start, length, self.lengths()))
 
-    def pack_rows(self, plan, rows, pad_id: int = 0, out: dict | None = None) -> dict[str, np.ndarray]:
+    def pack_rows(
+        self, plan: PackPlan, rows: npt.ArrayLike | None, pad_id: int = 0, out: dict[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
         """Rows filled straight from the reader's slab (one copy of each token), their extents held meanwhile."""
         rows = check_plan_rows(plan, rows)
         sel, splits = row_pieces(plan.row_splits, rows)
@@ -723,7 +740,7 @@ class StoreDocuments(DocumentSource):
             out = new_batch(rows.shape[0], plan.ctx)
         for a, b in parts:  # rows whose pieces fit the read budget at once (one part, unless a batch is huge)
             r0, r1 = int(np.searchsorted(splits, a)), int(np.searchsorted(splits, b))
-            part_out = out if len(parts) == 1 else {k: v[r0:r1] for k, v in out.items()}  # type: ignore[union-attr]
+            part_out = out if out is None or len(parts) == 1 else {k: v[r0:r1] for k, v in out.items()}
             with self.reader.holding(begin[a:b], length[a:b]) as (slab, slot_of):
                 got = materialize(
                     plan,
@@ -744,7 +761,9 @@ class StoreDocuments(DocumentSource):
         """Whether reading ahead pays: a store in object storage (locally it made the first batch 1.5-3x later)."""
         return storage.location(self.store.path).reads_are_requests
 
-    def prefetch(self, doc, start, length, *, near: bool = True, order: int = 0) -> bool:
+    def prefetch(
+        self, doc: npt.ArrayLike, start: npt.ArrayLike, length: npt.ArrayLike, *, near: bool = True, order: int = 0
+    ) -> bool:
         """Start reading these pieces without waiting (:meth:`StorePieceReader.prefetch`)."""
         return self.reader.prefetch(doc, start, length, near=near, order=order)
 
@@ -752,7 +771,7 @@ class StoreDocuments(DocumentSource):
         """:meth:`StorePieceReader.forget_read_ahead`."""
         self.reader.forget_read_ahead()
 
-    def prefetching_together(self) -> AbstractContextManager:
+    def prefetching_together(self) -> AbstractContextManager[None]:
         """:meth:`StorePieceReader.prefetching_together`."""
         return self.reader.prefetching_together()
 
@@ -760,10 +779,12 @@ class StoreDocuments(DocumentSource):
         return f"StoreDocuments({self.store!r})"
 
 
-def check_pieces(doc, start, length, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def check_pieces(
+    doc: npt.ArrayLike, start: npt.ArrayLike, length: npt.ArrayLike, lengths: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(doc, start, length)`` as int64 arrays, checked inside their documents (IndexError/ValueError naming one)."""
     doc, start, length = (
-        as_lengths(np.asarray(x).reshape(-1) if np.ndim(x) else [x], name)
+        as_lengths(np.asarray(x).reshape(-1), name)  # a scalar as one piece
         for x, name in ((doc, "doc"), (start, "start"), (length, "length"))
     )
     if not doc.shape == start.shape == length.shape:
@@ -871,7 +892,7 @@ class ChunkedDocuments(DocumentSource):
         self,
         lengths: np.ndarray,
         shard_docs: np.ndarray,
-        load: Callable,
+        load: Callable[[int], tuple[np.ndarray, np.ndarray]],
         name: str = "",
         cache_bytes: int = TABLE_CACHE_BYTES,
         slab: ShardSlab | None = None,
@@ -891,14 +912,16 @@ class ChunkedDocuments(DocumentSource):
         self._slab = slab if slab is not None and slab.capacity >= self._slab_capacity() else None
         self._lock = threading.Lock()  # Grain reads with many threads: one decodes a shard, the others wait for it
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, object]:
+        """What a pickle holds: no lock, no decoded shards (each process reads its own)."""
         return {k: v for k, v in self.__dict__.items() if k != "_lock"} | {"_slab": None, "shard_reads": 0}
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """Restored from a pickle, with a lock of its own."""
         self.__dict__.update(state, _lock=threading.Lock())
 
     def __len__(self) -> int:
-        return self._lengths.shape[0]
+        return int(self._lengths.shape[0])
 
     def lengths(self) -> np.ndarray:
         return self._lengths
@@ -954,15 +977,17 @@ class ChunkedDocuments(DocumentSource):
         with self._lock:
             self._slab = None
 
-    def read_pieces(self, doc, start, length) -> np.ndarray:
-        doc, start, length = check_pieces(doc, start, length, self._lengths)
-        out = np.empty(int(length.sum()), np.int32)
+    def read_pieces(self, doc: npt.ArrayLike, start: npt.ArrayLike, length: npt.ArrayLike) -> np.ndarray:
+        d, a, n = check_pieces(doc, start, length, self._lengths)
+        out = np.empty(int(n.sum()), np.int32)
         with self._lock:
-            tokens, begin = self._locate(doc, start, length)
-            gather_at(tokens, begin, length, np.cumsum(length) - length, out)
+            tokens, begin = self._locate(d, a, n)
+            gather_at(tokens, begin, n, np.cumsum(n) - n, out)
         return out
 
-    def pack_rows(self, plan, rows, pad_id: int = 0, out: dict | None = None) -> dict[str, np.ndarray]:
+    def pack_rows(
+        self, plan: PackPlan, rows: npt.ArrayLike | None, pad_id: int = 0, out: dict[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
         """Rows filled from the slab by one kernel pass (no copy of the pieces first), into ``out`` when given."""
         with self._lock:  # a shard read for another thread's batch must not overwrite this one's while it fills
             return materialize_located(plan, self._locate, rows, pad_id=pad_id, out=out)
@@ -972,7 +997,16 @@ class ChunkedDocuments(DocumentSource):
 
 
 @numba.njit(cache=True, nogil=True)
-def _slab_positions(doc, start, length, offsets, first_doc, num_docs, shard_begin, begin):
+def _slab_positions(
+    doc: np.ndarray,
+    start: np.ndarray,
+    length: np.ndarray,
+    offsets: np.ndarray,
+    first_doc: np.ndarray,
+    num_docs: int,
+    shard_begin: np.ndarray,
+    begin: np.ndarray,
+) -> int:
     """Where each piece starts in a slab of shards (``shard_begin``: a shard's place, -1 when not held) into
     ``begin``: -1 when every piece's shard is held, -2 for a piece outside its document, else a piece whose shard is
     not held (a vectorized search, unique and gather took 49 us a batch of 32 x 1024; this pass ~10)."""
@@ -997,7 +1031,7 @@ def _slab_positions(doc, start, length, offsets, first_doc, num_docs, shard_begi
 
 
 @numba.njit(cache=True, nogil=True)
-def gather_at(tokens, begin, length, dst, out):
+def gather_at(tokens: np.ndarray, begin: np.ndarray, length: np.ndarray, dst: np.ndarray, out: np.ndarray) -> None:
     """Copy ``tokens[begin[j]:begin[j] + length[j]]`` to ``out[dst[j]:dst[j] + length[j]]`` for every piece j."""
     for j in range(begin.shape[0]):
         src, d = begin[j], dst[j]
@@ -1005,7 +1039,7 @@ def gather_at(tokens, begin, length, dst, out):
             out[d + t] = tokens[src + t]
 
 
-def as_document_source(source) -> DocumentSource:
+def as_document_source(source: object) -> DocumentSource:
     """``source``, checked to be a :class:`DocumentSource` (TypeError naming its type: a token store or a Levanter
     cache is read as one through :class:`StoreDocuments`)."""
     if isinstance(source, DocumentSource):

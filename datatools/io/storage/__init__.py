@@ -26,7 +26,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import BinaryIO, cast
+from types import ModuleType
+from typing import TYPE_CHECKING, BinaryIO, NotRequired, Protocol, TypedDict, TypeVar, cast
 from urllib.parse import urlsplit
 
 from datatools.base.errors import StorageError
@@ -34,13 +35,19 @@ from datatools.base.install import missing
 from datatools.io.storage import atomic
 from datatools.io.storage.paths import display, resolved
 
+if TYPE_CHECKING:
+    import tensorstore as ts
+    from _typeshed import WriteableBuffer
+    from fsspec import AbstractFileSystem  # untyped (no py.typed): what it names, for readers
+    from google.auth.credentials import Credentials
+
 SCHEMES = {"s3": "s3", "gs": "gcs", "gcs": "gcs"}  # URL scheme -> fsspec protocol / tensorstore driver
 CONNECT_TIMEOUT_S = 5.0  # a TCP connection to an endpoint; more is a dead or unreachable endpoint
 READ_TIMEOUT_S = 4.0  # seconds without a byte of an answer: a silent endpoint (S3 answers in well under 1 s)
 S3_ATTEMPTS = 3  # botocore attempts per request (s3fs asks twice on a timeout: 4 x 4 s + backoff ~ 19 s)
 READ_BLOCK = 8 << 20  # bytes one remote read fetches (fsspec block size)
 # tensorstore: 4 attempts, 1.75 s of delays in all (a closed port fails in ~2 s, a silent endpoint in ~26 s)
-TS_RETRIES = {"max_retries": 3, "initial_delay": "250ms", "max_delay": "2s"}
+TS_RETRIES: dict[str, int | str] = {"max_retries": 3, "initial_delay": "250ms", "max_delay": "2s"}
 TS_LOW_SPEED_S = 6.0  # tensorstore (curl): seconds under 1 byte/s before a request is aborted (and retried)
 TS_CURL_ENV = {  # tensorstore's HTTP client (curl) reads these once, at its first request; a spec cannot set them
     "TENSORSTORE_CURL_CONNECT_TIMEOUT_SECONDS": str(int(CONNECT_TIMEOUT_S)),
@@ -50,6 +57,33 @@ TS_CURL_ENV = {  # tensorstore's HTTP client (curl) reads these once, at its fir
     "TENSORSTORE_CURL_LOW_SPEED_LIMIT_BYTES": "1",
 }
 
+T = TypeVar("T")
+
+
+class _FileInfo(TypedDict):
+    """What :meth:`Location.info` finds at a place: ``type`` ``"file"`` or ``"directory"``, ``size`` in bytes, and
+    ``version``, the content version: ``(mtime_ns, bytes)`` of a local file, ``(ETag or generation, bytes)`` of an
+    object (a cache key: a rewritten file has another)."""
+
+    type: str
+    size: int
+    version: tuple[int | str, int]
+
+
+class _KvStoreSpec(TypedDict):
+    """A tensorstore kvstore spec (JSON) of a local directory or a key prefix in a bucket (see
+    :func:`_kvstore_spec`): ``path`` is the directory, or the prefix ending in ``/`` (``""`` at a bucket's root)."""
+
+    driver: str
+    path: str
+    bucket: NotRequired[str]
+    endpoint: NotRequired[str]
+    aws_region: NotRequired[str]
+    aws_credentials: NotRequired[dict[str, str]]
+    s3_request_retries: NotRequired[dict[str, int | str]]
+    gcs_request_retries: NotRequired[dict[str, int | str]]
+
+
 for _name in ("gcsfs", "s3fs", "fsspec", "aiobotocore", "botocore"):  # their failures reach users as our one line
     logging.getLogger(_name).addHandler(logging.NullHandler())
 
@@ -57,12 +91,14 @@ for _name in ("gcsfs", "s3fs", "fsspec", "aiobotocore", "botocore"):  # their fa
 # --------------------------------------------------------------------------- URLs
 
 
-def _is_url(path: str | os.PathLike) -> bool:
+def _is_url(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is an ``s3://`` or ``gs://`` URL (also as a ``Path``: ``Path("s3://b/k")`` is ``s3:/b/k``)."""
     return _split(path) is not None
 
 
-def _split(path) -> tuple[str, str, str] | None:
+def _split(path: str | os.PathLike[str]) -> tuple[str, str, str] | None:
+    """``(protocol, bucket, key)`` of an ``s3://`` or ``gs://`` URL (a ``Path`` of one too), None for a local
+    path."""
     text = os.fspath(path)
     if not isinstance(text, str):  # bytes
         return None
@@ -77,7 +113,7 @@ def _split(path) -> tuple[str, str, str] | None:
     return SCHEMES[scheme.lower()], bucket, key.strip("/")
 
 
-def _split_url(url: str | os.PathLike) -> tuple[str, str, str]:
+def _split_url(url: str | os.PathLike[str]) -> tuple[str, str, str]:
     """``(protocol, bucket, key)`` of a URL: protocol ``s3`` or ``gcs``; ValueError naming it if it is not one."""
     parts = _split(url)
     if parts is None:
@@ -87,7 +123,7 @@ def _split_url(url: str | os.PathLike) -> tuple[str, str, str]:
     return parts
 
 
-def _url_of(path: str | os.PathLike) -> str:
+def _url_of(path: str | os.PathLike[str]) -> str:
     """The canonical text of a path: ``s3://bucket/key`` / ``gs://bucket/key`` for URLs, the path otherwise."""
     parts = _split(path)
     if parts is None:
@@ -96,19 +132,19 @@ def _url_of(path: str | os.PathLike) -> str:
     return f"{'s3' if proto == 's3' else 'gs'}://{bucket}/{key}".rstrip("/")
 
 
-def _join(base: str | os.PathLike, *names: str) -> str | Path:
+def _join(base: str | os.PathLike[str], *names: str) -> str | Path:
     """``base / name / ...``: a URL string for a URL, a ``Path`` otherwise."""
     if _is_url(base):
         return "/".join([_url_of(base).rstrip("/"), *(n.strip("/") for n in names)])
     return Path(base).joinpath(*names)
 
 
-def _name_of(path: str | os.PathLike) -> str:
+def _name_of(path: str | os.PathLike[str]) -> str:
     """The last component (the file name) of a path or URL."""
     return _url_of(path).rstrip("/").rsplit("/", 1)[-1] if _is_url(path) else Path(path).name
 
 
-def location(path: str | os.PathLike) -> Location:
+def location(path: str | os.PathLike[str]) -> Location:
     """``path`` (a local path or an ``s3://`` / ``gs://`` URL) parsed once: see :class:`Location`."""
     if isinstance(path, Location):
         return path
@@ -182,13 +218,13 @@ class Location:
         """One text for one file however it was named: the real path (links resolved), or the URL."""
         return os.path.realpath(self.text) if self.protocol == "file" else self.text
 
-    def stamp(self) -> dict:
+    def stamp(self) -> dict[str, str | int | tuple[int | str, int] | None]:
         """This file's content version (a job's fingerprint): path, bytes, and mtime or ETag / generation."""
         if self.protocol == "file":
             st = os.stat(self.text)
             return {"path": display(resolved(self.text)), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
-        got = _info(self) or {"size": 0, "version": None}
-        return {"path": self.text, "bytes": got["size"], "version": got["version"]}
+        got = _info(self)
+        return {"path": self.text, "bytes": got["size"] if got else 0, "version": got["version"] if got else None}
 
     def join(self, *names: str) -> Location:
         return location(_join(self, *names))
@@ -199,7 +235,7 @@ class Location:
     def read_bytes(self, limit: int | None = None, *, max_bytes: int | None = None) -> bytes:
         return _read_bytes(self, limit, max_bytes=max_bytes)
 
-    def info(self) -> dict | None:
+    def info(self) -> _FileInfo | None:
         return _info(self)
 
     def exists(self) -> bool:
@@ -235,10 +271,10 @@ class Location:
     def remove_tree(self) -> int:
         return _remove_tree(self)
 
-    def kvstore_spec(self) -> dict:
+    def kvstore_spec(self) -> _KvStoreSpec:
         return _kvstore_spec(self)
 
-    def filesystem(self):
+    def filesystem(self) -> tuple[AbstractFileSystem, str]:
         """``(fsspec filesystem, path inside it)``: for what this module does not wrap (tests, benchmarks)."""
         return _filesystem(self)
 
@@ -252,12 +288,12 @@ class Location:
         """The key of an object's URL inside its bucket (``""`` at the bucket's root); ValueError for a local path."""
         return _split_url(self.text)[2]
 
-    def bounded(self, future):
+    def bounded(self, future: ts.Future[T]) -> ts.Future[T]:
         """``future`` (a tensorstore future of a request to this object) cancelled past :data:`REQUEST_TIMEOUT_S`
         with no answer from its bucket; a local path's future as it is. Wait for it with :meth:`result`."""
         return _bounded(future, self)
 
-    def result(self, future):
+    def result(self, future: ts.Future[T]) -> T:
         """``future.result()`` of a :meth:`bounded` future: a cancelled request raises :meth:`timeout_error`, a
         failure of the storage an ``OSError`` naming this place; anything else as it is."""
         return _result(future, self)
@@ -301,7 +337,7 @@ def _endpoint_of(protocol: str) -> str:
     return _with_scheme(emulator) if emulator else "https://storage.googleapis.com"
 
 
-def _filesystem(path: str | os.PathLike):
+def _filesystem(path: str | os.PathLike[str]) -> tuple[AbstractFileSystem, str]:
     """``(fsspec filesystem, path inside it)`` for a URL or a local path, from the current environment (part of
     fsspec's instance cache key); listing caches off, so another process's writes are seen at once."""
     import fsspec
@@ -313,10 +349,10 @@ def _filesystem(path: str | os.PathLike):
     inner = f"{bucket}/{key}" if key else bucket
     if proto == "s3":
         s3fs = _import("s3fs", path)
-        client = {"region_name": _region()} if _region() else {}
+        client: dict[str, str | None] = {"region_name": _region()} if _region() else {}
         if endpoint := _s3_endpoint():
             client["endpoint_url"] = endpoint
-        creds = {}
+        creds: dict[str, str | None] = {}
         if os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
             creds = {
                 "key": os.environ["AWS_ACCESS_KEY_ID"],
@@ -347,7 +383,8 @@ def _filesystem(path: str | os.PathLike):
     return gcsfs.GCSFileSystem(**auth, cache_timeout=0, requests_timeout=timeout), inner
 
 
-def _import(module: str, url):
+def _import(module: str, url: str | os.PathLike[str]) -> ModuleType:
+    """``import module`` (``s3fs``, ``gcsfs``: the ``cloud`` extra), or the error saying to install it for ``url``."""
     try:
         return __import__(module)
     except ModuleNotFoundError as exc:  # the cloud extra: the environment, exit status 1
@@ -359,7 +396,7 @@ def _import(module: str, url):
 _reachable: set[str] = set()
 
 
-def _probe(endpoint: str, url) -> None:
+def _probe(endpoint: str, url: str | os.PathLike[str]) -> None:
     """Fail in seconds when ``endpoint`` takes no TCP connection, or sends no HTTP status line (any status) within
     :data:`READ_TIMEOUT_S` of a ``HEAD /``; once per endpoint and process."""
     if endpoint in _reachable:
@@ -393,7 +430,7 @@ def _probe(endpoint: str, url) -> None:
     _reachable.add(endpoint)
 
 
-def _google_credentials(url):
+def _google_credentials(url: str | os.PathLike[str]) -> Credentials:
     """Application default credentials, or a StorageError naming the URL and how to provide them."""
     import google.auth
     import google.auth.exceptions
@@ -410,7 +447,7 @@ def _google_credentials(url):
     return credentials
 
 
-def _kvstore_spec(path: str | os.PathLike) -> dict:
+def _kvstore_spec(path: str | os.PathLike[str]) -> _KvStoreSpec:
     """The tensorstore kvstore spec of a directory (a key prefix) or a local path (resolved: tensorstore rejects
     ``..``). Remote: bounded retries (:data:`TS_RETRIES`) and curl timeouts (:data:`TS_CURL_ENV`), failing fast."""
     if not _is_url(path):
@@ -419,7 +456,7 @@ def _kvstore_spec(path: str | os.PathLike) -> dict:
     _configure_environment()
     prefix = f"{key}/" if key else ""
     if proto == "s3":
-        spec: dict[str, object] = {
+        spec: _KvStoreSpec = {
             "driver": "s3",
             "bucket": bucket,
             "path": prefix,
@@ -427,8 +464,8 @@ def _kvstore_spec(path: str | os.PathLike) -> dict:
         }
         if endpoint := _s3_endpoint():
             spec["endpoint"] = endpoint
-        if _region():
-            spec["aws_region"] = _region()
+        if region := _region():
+            spec["aws_region"] = region
         if os.environ.get("AWS_ACCESS_KEY_ID"):
             spec["aws_credentials"] = {"type": "environment"}
         return spec
@@ -445,16 +482,25 @@ REQUEST_TIMEOUT_S = 25.0  # a tensorstore request to object storage unanswered t
 _WATCH_PERIOD_S = 0.25
 
 
+class _Cancellable(Protocol):
+    """A pending request (a tensorstore future) that can be cancelled: what :class:`_Watch` keeps of one."""
+
+    def cancel(self) -> bool:
+        """Cancel the request; whether it was still pending."""
+        ...
+
+
 class _Watch:
     """The tensorstore futures of requests to object storage still pending, and when each bucket last answered."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.pending: dict[int, tuple[object, str, str, float]] = {}  # id -> (future, url, bucket, issued)
+        self.pending: dict[int, tuple[_Cancellable, str, str, float]] = {}  # id -> (future, url, bucket, issued)
         self.answered: dict[str, float] = {}  # bucket -> time a request to it last completed
         self.thread: threading.Thread | None = None
 
-    def add(self, future, url: str, bucket: str) -> None:
+    def add(self, future: ts.Future[T], url: str, bucket: str) -> None:
+        """Watch ``future``, a request to ``url`` in ``bucket`` (``s3://b``), until it completes or is cancelled."""
         key = id(future)
         with self.lock:
             self.pending[key] = (future, url, bucket, time.monotonic())
@@ -462,7 +508,8 @@ class _Watch:
                 self.thread = threading.Thread(target=self.run, name="datatools-request-deadlines", daemon=True)
                 self.thread.start()
 
-        def done(f) -> None:  # on tensorstore's thread (or at once): never under our lock while cancelling
+        # on tensorstore's thread (or at once): never under our lock while cancelling
+        def done(f: ts.Future[T]) -> None:
             with self.lock:
                 entry = self.pending.pop(key, None)
                 if entry is not None and not f.cancelled():
@@ -471,6 +518,8 @@ class _Watch:
         future.add_done_callback(done)
 
     def run(self) -> None:
+        """Cancel, every :data:`_WATCH_PERIOD_S`, the requests pending past :data:`REQUEST_TIMEOUT_S` whose bucket
+        answered nothing in that time either (the watch thread; runs as long as the process)."""
         while True:
             time.sleep(_WATCH_PERIOD_S)
             now, bound = time.monotonic(), REQUEST_TIMEOUT_S
@@ -483,13 +532,13 @@ class _Watch:
                 for key, _, _ in late:
                     self.pending.pop(key, None)
             for _, f, _ in late:  # outside the lock: cancelling runs the future's callbacks here
-                f.cancel()  # type: ignore[attr-defined]
+                f.cancel()
 
 
 _WATCH = _Watch()
 
 
-def _bounded(future, where: str | os.PathLike):
+def _bounded(future: ts.Future[T], where: str | os.PathLike[str]) -> ts.Future[T]:
     """``future`` (a tensorstore future of a request to the object at ``where``) cancelled past
     :data:`REQUEST_TIMEOUT_S` with no answer from its bucket; a local path's future is returned as it is. Wait for it
     with :func:`_result` (or turn its ``CancelledError`` into the StorageError with :func:`_timeout_error`)."""
@@ -499,7 +548,7 @@ def _bounded(future, where: str | os.PathLike):
     return future
 
 
-def _timeout_error(where: str | os.PathLike) -> StorageError:
+def _timeout_error(where: str | os.PathLike[str]) -> StorageError:
     """The StorageError of a request to ``where`` cancelled by :func:`_bounded`: named, exit 1."""
     proto = _split_url(where)[0]
     return StorageError(
@@ -509,7 +558,7 @@ def _timeout_error(where: str | os.PathLike) -> StorageError:
     )
 
 
-def _result(future, where: str | os.PathLike):
+def _result(future: ts.Future[T], where: str | os.PathLike[str]) -> T:
     """``future.result()`` of a :func:`_bounded` future: a cancelled request raises :func:`_timeout_error`; a failure
     of the storage (tensorstore's ``ValueError`` of an unavailable endpoint, retries exhausted) an ``OSError`` naming
     ``where``; anything else as it is."""
@@ -530,7 +579,7 @@ def _result(future, where: str | os.PathLike):
 
 
 @contextmanager
-def _storage_errors(path: str | os.PathLike) -> Iterator[None]:
+def _storage_errors(path: str | os.PathLike[str]) -> Iterator[None]:
     """Turn a remote library's failure into :class:`StorageError` / ``FileNotFoundError`` naming the URL (local
     paths pass through: their ``OSError`` names the file)."""
     if not _is_url(path):
@@ -550,7 +599,9 @@ def _storage_errors(path: str | os.PathLike) -> Iterator[None]:
         raise mapped from None
 
 
-def _classify(path, exc: BaseException) -> OSError | None:
+def _classify(path: str | os.PathLike[str], exc: BaseException) -> OSError | None:
+    """A remote library's failure for ``path`` as the :class:`StorageError` it is (no credentials, access denied, a
+    silent or unreachable endpoint, another ``OSError``), or None (not the environment's: left to the caller)."""
     url, proto = _url_of(path), _split_url(path)[0]
     name = type(exc).__name__
     text = str(exc).splitlines()[0][:200] if str(exc) else name
@@ -592,7 +643,7 @@ def _classify(path, exc: BaseException) -> OSError | None:
     return None
 
 
-def _no_bucket(path) -> StorageError | None:
+def _no_bucket(path: str | os.PathLike[str]) -> StorageError | None:
     """The StorageError of a missing bucket, None when the bucket exists (or refuses listing: not called missing)."""
     proto, bucket, _ = _split_url(path)
     fs, _ = _filesystem(f"{'s3' if proto == 's3' else 'gs'}://{bucket}")
@@ -608,7 +659,7 @@ def _no_bucket(path) -> StorageError | None:
 # --------------------------------------------------------------------------- reading
 
 
-def _open_file(path: str | os.PathLike, *, block_size: int = READ_BLOCK) -> BinaryIO:
+def _open_file(path: str | os.PathLike[str], *, block_size: int = READ_BLOCK) -> BinaryIO:
     """A binary file for reading: ``open`` for a local path; for a URL an fsspec file fetching ``block_size`` bytes
     a request with read-ahead (a couple of blocks in memory)."""
     if not _is_url(path):
@@ -621,10 +672,37 @@ def _open_file(path: str | os.PathLike, *, block_size: int = READ_BLOCK) -> Bina
     return cast(BinaryIO, _NamedFile(f, _url_of(path)))
 
 
+class _RemoteFile(Protocol):
+    """What :class:`_NamedFile` calls of an fsspec file opened for reading (fsspec is untyped). Bytes, offsets and
+    sizes in bytes."""
+
+    size: int
+
+    def read(self, length: int = -1) -> bytes:
+        """At most ``length`` bytes (all the rest when negative) from the position on."""
+        ...
+
+    def readline(self) -> bytes:
+        """The bytes up to and including the next newline."""
+        ...
+
+    def seek(self, loc: int, whence: int = 0) -> int:
+        """Move to ``loc`` (from the start, the position or the end by ``whence``); the new position."""
+        ...
+
+    def tell(self) -> int:
+        """The position."""
+        ...
+
+    def close(self) -> None:
+        """Close the file."""
+        ...
+
+
 class _NamedFile(io.RawIOBase):
     """An fsspec file whose failures name the URL (pyarrow and numpy read through it)."""
 
-    def __init__(self, f, url: str):
+    def __init__(self, f: _RemoteFile, url: str) -> None:
         super().__init__()
         self._f, self.name = f, url
 
@@ -642,9 +720,10 @@ class _NamedFile(io.RawIOBase):
         with _storage_errors(self.name):
             return self._f.readline() if size is None or size < 0 else super().readline(size)
 
-    def readinto(self, b) -> int:
-        data = self.read(len(b))
-        b[: len(data)] = data
+    def readinto(self, b: WriteableBuffer) -> int:
+        view = memoryview(b).cast("B")  # a buffer of any item size, filled byte by byte
+        data = self.read(view.nbytes)
+        view[: len(data)] = data
         return len(data)
 
     def readall(self) -> bytes:
@@ -669,7 +748,7 @@ class _NamedFile(io.RawIOBase):
 MAX_METADATA_BYTES = 64 << 20  # a manifest, a plan header, a ledger: ~90 bytes a chunk record, 700k records
 
 
-def _read_bytes(path: str | os.PathLike, limit: int | None = None, *, max_bytes: int | None = None) -> bytes:
+def _read_bytes(path: str | os.PathLike[str], limit: int | None = None, *, max_bytes: int | None = None) -> bytes:
     """The whole file (its first ``limit`` bytes when given). ValueError naming it when it holds more than
     ``max_bytes`` (at most ``max_bytes + 1`` read), or is a device (a link to ``/dev/zero``: a whole read never
     ends)."""
@@ -689,7 +768,7 @@ def _read_bytes(path: str | os.PathLike, limit: int | None = None, *, max_bytes:
     return data
 
 
-def _info(path: str | os.PathLike) -> dict | None:
+def _info(path: str | os.PathLike[str]) -> _FileInfo | None:
     """``{"type": "file" | "directory", "size": bytes, "version": ...}``, None when nothing is there (a URL is a
     directory when objects exist under it)."""
     if not _is_url(path):
@@ -714,17 +793,17 @@ def _info(path: str | os.PathLike) -> dict | None:
     return {"type": kind, "size": int(got.get("size") or 0), "version": (str(version), int(got.get("size") or 0))}
 
 
-def _is_file(path: str | os.PathLike) -> bool:
+def _is_file(path: str | os.PathLike[str]) -> bool:
     got = _info(path)
     return got is not None and got["type"] == "file"
 
 
-def _is_dir(path: str | os.PathLike) -> bool:
+def _is_dir(path: str | os.PathLike[str]) -> bool:
     got = _info(path)
     return got is not None and got["type"] == "directory"
 
 
-def _size(path: str | os.PathLike) -> int:
+def _size(path: str | os.PathLike[str]) -> int:
     """Bytes of a file; FileNotFoundError naming it when there is none."""
     if not _is_url(path):
         return os.path.getsize(path)
@@ -734,7 +813,7 @@ def _size(path: str | os.PathLike) -> int:
     return got["size"]
 
 
-def _list_files(path: str | os.PathLike) -> list[str]:
+def _list_files(path: str | os.PathLike[str]) -> list[str]:
     """Every file under the directory (URL: key prefix ``path/``, never the rest of the bucket) ``path``,
     recursively, sorted, as paths/URLs."""
     if not _is_url(path):
@@ -747,7 +826,7 @@ def _list_files(path: str | os.PathLike) -> list[str]:
     return sorted(f"{base}/{k[len(prefix) :]}" for k in found if k.startswith(prefix) and not k.endswith("/"))
 
 
-def _file_sizes(path: str | os.PathLike) -> dict[str, int]:
+def _file_sizes(path: str | os.PathLike[str]) -> dict[str, int]:
     """``{relative key: bytes}`` of every file under the directory (URL: key prefix) ``path``, from one listing."""
     if not _is_url(path):
         base = os.fspath(path)
@@ -763,7 +842,7 @@ def _file_sizes(path: str | os.PathLike) -> dict[str, int]:
 # --------------------------------------------------------------------------- writing
 
 
-def _write_with(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
+def _write_with(path: str | os.PathLike[str], write: Callable[[BinaryIO], object]) -> None:
     """Write ``path`` so no reader sees it half-written: locally a temporary file and a rename
     (:func:`~datatools.io.storage.atomic.atomic_write_with`), remotely one (atomic) PUT of the whole bytes."""
     if not _is_url(path):
@@ -776,17 +855,17 @@ def _write_with(path: str | os.PathLike, write: Callable[[BinaryIO], object]) ->
         fs.pipe_file(inner, buf.getvalue())
 
 
-def _write_bytes(path: str | os.PathLike, data: bytes) -> None:
+def _write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` to a path or URL atomically (see :func:`_write_with`)."""
     _write_with(path, lambda f: f.write(data))
 
 
-def _write_text(path: str | os.PathLike, text: str) -> None:
+def _write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write UTF-8 ``text`` to a path or URL atomically."""
     _write_bytes(path, text.encode())
 
 
-def _remove(path: str | os.PathLike) -> None:
+def _remove(path: str | os.PathLike[str]) -> None:
     """Delete one file or object if it is there."""
     if not _is_url(path):
         Path(path).unlink(missing_ok=True)
@@ -797,7 +876,7 @@ def _remove(path: str | os.PathLike) -> None:
             fs.rm_file(inner)
 
 
-def _remove_tree(path: str | os.PathLike) -> int:
+def _remove_tree(path: str | os.PathLike[str]) -> int:
     """Delete every file under the directory (URL: key prefix) ``path``; returns how many. Remotely the keys
     :func:`_list_files` finds, one by one: never a prefix-wide delete (an emulator ignoring prefixes would empty the
     bucket)."""

@@ -29,7 +29,7 @@ def new_file_mode() -> int:
     return 0o666 & ~current_umask()
 
 
-def atomic_write_with(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
+def atomic_write_with(path: str | os.PathLike[str], write: Callable[[BinaryIO], object]) -> None:
     """Call ``write(f)`` on a temporary file beside ``path``, fsync it, set umask permissions, rename it to ``path``.
     A special file (``/dev/null``, a FIFO) is written directly. On an error ``path`` is left as it was and every
     ``OSError`` names ``path``, never the temporary name."""
@@ -74,11 +74,11 @@ def _naming(exc: OSError, path: Path) -> OSError:
     return OSError(exc.errno, exc.strerror or str(exc), str(path))
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (see :func:`atomic_write_with`)."""
     atomic_write_with(path, lambda f: f.write(data))
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically."""
     atomic_write_bytes(path, text.encode())

@@ -35,7 +35,7 @@ def status_code(exc: BaseException) -> str | None:
     return m.group(1) if m else None
 
 
-def as_os_error(exc: BaseException, where: str | os.PathLike | None = None) -> OSError | None:
+def as_os_error(exc: BaseException, where: str | os.PathLike[str] | None = None) -> OSError | None:
     """``exc`` as an ``OSError`` naming ``where`` (or the file tensorstore named) when it is an environment
     failure, else None. The errno is the one the message carries (``os_error_code``), else the status code's."""
     if isinstance(exc, OSError):  # pyarrow's ArrowIOError, a plain OSError: add what is missing
@@ -56,7 +56,7 @@ def as_os_error(exc: BaseException, where: str | os.PathLike | None = None) -> O
     return OSError(code, strerror, name)
 
 
-def suffix_range_error(size: int, where: str | os.PathLike | None) -> OSError:
+def suffix_range_error(size: int, where: str | os.PathLike[str] | None) -> OSError:
     """The object server's fault, not the data's: it does not serve suffix-range requests (``Range: bytes=-N``,
     the last N bytes), with which tensorstore reads the shard index at the end of a sharded zarr array (a Levanter
     cache's). An ``OSError`` (EOPNOTSUPP: exit 1, the environment) naming ``where``."""
@@ -70,7 +70,7 @@ def suffix_range_error(size: int, where: str | os.PathLike | None) -> OSError:
 
 
 @contextmanager
-def os_errors(where: str | os.PathLike) -> Iterator[None]:
+def os_errors(where: str | os.PathLike[str]) -> Iterator[None]:
     """Raise a tensorstore ``ValueError`` that is an environment failure as :func:`as_os_error` of it."""
     try:
         yield

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 
 
-def display(path: str | os.PathLike | bytes) -> str:
+def display(path: str | os.PathLike[str] | bytes) -> str:
     """``path`` as printable text: undecodable bytes of its name appear as ``\\xNN``."""
     return printable(os.fsdecode(path))
 
@@ -27,12 +27,12 @@ def printable(text: str) -> str:
     return text
 
 
-def resolved(path: str | os.PathLike) -> Path:
+def resolved(path: str | os.PathLike[str]) -> Path:
     """The absolute path with ``..`` and symlinks resolved (what tensorstore's file driver accepts)."""
     return Path(path).expanduser().resolve()
 
 
-def map_file(path: str | os.PathLike) -> pa.Buffer:
+def map_file(path: str | os.PathLike[str]) -> pa.Buffer:
     """The whole file memory-mapped as a pyarrow buffer (zero-copy), opened by Python so any file name works."""
     with open(path, "rb") as f:
         if os.fstat(f.fileno()).st_size == 0:

@@ -15,11 +15,13 @@ import threading
 import time
 from contextlib import suppress
 from dataclasses import dataclass, field
+from typing import TypedDict, TypeVar, Unpack
 
 import numpy as np
 
 FLUSH_EVERY_S = 0.5
 LATENCIES_KEPT = 4096  # most recent request latencies kept per process (seconds)
+T = TypeVar("T")
 
 
 @dataclass
@@ -45,7 +47,8 @@ class ReadCounters:
         p50, p99 = np.quantile(np.asarray(self.latencies), [0.5, 0.99])
         return float(p50), float(p99)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, int | float | list[float]]:
+        """The counters as JSON-ready values (what a process's file holds, :func:`collect` reads back)."""
         return dict(self.__dict__)
 
 
@@ -108,7 +111,7 @@ class _ProcessStats:
         with self.lock:
             self._trailing = None  # counts made from now on flush again
             data = self.counters.to_json()
-            data["latencies"] = data["latencies"][-LATENCIES_KEPT:]
+            data["latencies"] = self.counters.latencies[-LATENCIES_KEPT:]
         path = os.path.join(self.folder, f"{os.getpid()}.json")
         tmp = f"{path}.{threading.get_ident()}.tmp"
         with suppress(OSError):  # the folder went away (the pipeline ended): counting is best effort, reading is not
@@ -120,7 +123,19 @@ class _ProcessStats:
 _STATS = _ProcessStats()
 
 
-def record(**kwargs) -> None:
+class Counts(TypedDict, total=False):
+    """The keywords of :func:`record` (as :meth:`_ProcessStats.record`): counts, bytes and seconds to add."""
+
+    requests: int
+    bytes_fetched: int
+    bytes_delivered: int
+    prefetched: int
+    late_reads: int
+    wait_s: float
+    latency_s: float | None
+
+
+def record(**kwargs: Unpack[Counts]) -> None:
     """Add to this process's counters (keywords as :meth:`_ProcessStats.record`)."""
     global _STATS
     if _STATS.pid != os.getpid():  # a forked child starts from zero
@@ -129,7 +144,7 @@ def record(**kwargs) -> None:
     _STATS.record(**kwargs)
 
 
-def share_in(folder: str | os.PathLike | None) -> None:
+def share_in(folder: str | os.PathLike[str] | None) -> None:
     """Write this process's counters to ``folder`` from now on (None: stop)."""
     _STATS.folder = None if folder is None else os.fspath(folder)
     _STATS.flush()
@@ -151,7 +166,7 @@ def snapshot() -> ReadCounters:
         return dataclasses.replace(_STATS.counters, latencies=list(_STATS.counters.latencies))
 
 
-def collect(folder: str | os.PathLike | None) -> ReadCounters:
+def collect(folder: str | os.PathLike[str] | None) -> ReadCounters:
     """This process's counters plus every other process's file in ``folder`` (their last flush)."""
     total = snapshot()
     if folder is None:
@@ -179,10 +194,10 @@ class CountIn:
     """A map that passes each element through unchanged and makes the process it runs in (a Grain worker) write its
     counters to ``folder`` (:func:`share_in`, once per process), where the main process :func:`collect` s them."""
 
-    def __init__(self, folder: str):
+    def __init__(self, folder: str) -> None:
         self.folder = folder
 
-    def __call__(self, element):
+    def __call__(self, element: T) -> T:
         if shared_folder() != self.folder:
             share_in(self.folder)
         return element
