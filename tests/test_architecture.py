@@ -659,6 +659,28 @@ def test_functions_are_at_most_60_lines_and_8_parameters():
     assert within == [], "within the rule now: take it off OVER_SIZE"
 
 
+def test_fields_taken_by_name_are_typed_as_the_options_object():
+    """Rule 7's options objects that a function also takes field by field (``pretokenize(..., eos=True)``,
+    ``shuffle_report(n, io_block_size=64)``) type those keywords with a ``TypedDict`` holding exactly the object's
+    fields and types (``**settings: Unpack[...]``), so mypy checks each keyword as it checks the field."""
+    import dataclasses
+    import typing
+
+    from datatools.analysis import shuffle_quality
+    from datatools.jobs import pretokenize
+
+    pairs = [
+        (pretokenize.pretokenize, "settings", pretokenize.PretokenizeOptions, pretokenize.PretokenizeSettings),
+        (shuffle_quality.shuffle_report, "fields", shuffle_quality.ShuffleSettings, shuffle_quality.ShuffleFields),
+    ]
+    for function, kwargs, options, named in pairs:
+        hints = typing.get_type_hints(function, include_extras=True)
+        assert hints[kwargs] == typing.Unpack[named], f"{function.__name__}: **{kwargs} is {hints[kwargs]}"
+        fields = {f.name for f in dataclasses.fields(options)}
+        option_types = {k: v for k, v in typing.get_type_hints(options).items() if k in fields}
+        assert typing.get_type_hints(named) == option_types, f"{named.__name__} differs from {options.__name__}"
+
+
 # Rule 8 (issue 56): mypy is strict (pyproject.toml's [tool.mypy]) for every module but the kernels (numba's and
 # Pallas' decorators and arrays are untyped) and the modules not yet annotated, listed here with their strict errors
 # on the day the list was written: the list only shrinks (a module that passes strict leaves it, none joins it); both

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVarTuple
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, TypeVarTuple, Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -322,13 +322,32 @@ class _Job:
     extra: dict[str, str]
 
 
+class PretokenizeSettings(TypedDict, total=False):
+    """:class:`PretokenizeOptions`' fields by name, as :func:`pretokenize` takes them (``eos=True, workers=4``):
+    typed one by one, so a caller's keyword is checked like the object's field (a test keeps the two equal)."""
+
+    column: str
+    bos: bool | str | int | None
+    eos: bool | str | int | None
+    ctx: int | None
+    tile: int | None
+    tokenizer_settings: str
+    shuffle_seed: int | None
+    workers: int
+    engine: str
+    ray_address: str | None
+    overwrite: bool
+    check: bool
+    progress: bool
+
+
 def pretokenize(
     inputs: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
     output: str | os.PathLike[str],
     tokenizer: str | os.PathLike[str],
     *,
     options: PretokenizeOptions | None = None,
-    **settings: Any,
+    **settings: Unpack[PretokenizeSettings],
 ) -> JobResult:
     """Tokenize text files into a token store at ``output`` (see the module docstring).
 
