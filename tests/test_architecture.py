@@ -703,13 +703,9 @@ NOT_YET_STRICT = {  # module  # strict errors when listed
     "datatools.io.formats.discover",  # 9
     "datatools.io.formats.jsonl",  # 4
     "datatools.io.formats.lengths_cache",  # 5
-    "datatools.io.formats.levanter_cache",  # 14
     "datatools.io.formats.numpy_files",  # 3
     "datatools.io.formats.plan_file",  # 13
     "datatools.io.formats.sentencepiece_encoder",  # 9
-    "datatools.io.formats.shard_reads",  # 7
-    "datatools.io.formats.store",  # 60
-    "datatools.io.formats.store_verify",  # 2
     "datatools.io.formats.tables",  # 2
     "datatools.io.formats.token_input",  # 3
     "datatools.io.formats.tokenizer",  # 25

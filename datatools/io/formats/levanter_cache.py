@@ -16,14 +16,15 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tensorstore as ts
 
 from datatools.io import storage
 from datatools.io.formats.numpy_files import INT32_MAX
-from datatools.io.formats.shard_reads import JoinedRead
-from datatools.io.formats.store import array_keys, chunk_grid, is_count, zarr_spec
+from datatools.io.formats.shard_reads import JoinedRead, Part
+from datatools.io.formats.store import array_keys, chunk_elements, chunk_grid, is_count, zarr_spec
 from datatools.io.storage.io_errors import as_os_error, os_errors, status_code
 from datatools.io.storage.paths import display
 
@@ -32,13 +33,13 @@ FIELD = "input_ids"  # the token field of Levanter's text caches
 LAYOUTS = ("consolidated", "sharded")
 
 
-def is_levanter_cache(path: str | os.PathLike) -> bool:
+def is_levanter_cache(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is laid out as a Levanter cache (holds ``shard_ledger.json``); content is checked on open."""
     loc = storage.location(path)  # object storage has no directories: the ledger alone says it
     return (not loc.has_directories or loc.is_dir()) and loc.join(LEDGER).is_file()
 
 
-def read_ledger(path: str | os.PathLike) -> dict:
+def read_ledger(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The cache's ledger, checked: it parses, is finished, names a known layout (else ValueError naming it)."""
     where = storage.location(path).join(LEDGER)
     try:  # a PermissionError propagates, naming the file; an unreachable object store raises StorageError
@@ -78,12 +79,12 @@ class LevanterCache:
         the ledger (naming the cache and what).
     """
 
-    def __init__(self, path: str | os.PathLike, field: str = FIELD):
+    def __init__(self, path: str | os.PathLike[str], field: str = FIELD):
         self.path = storage.location(path).path  # a Path, or the URL of a cache in object storage
         self.field = field
         self.ledger = read_ledger(self.path)
         self.parts = self._parts()  # (directory of the field's arrays, rows) in row order
-        self._data: list | None = None
+        self._data: list[ts.TensorStore] | None = None
         self.offsets, self._part_tokens = self._read_offsets()
         expected = (self.ledger.get("field_counts") or {}).get(field)
         if isinstance(expected, int) and expected != self.num_tokens:
@@ -112,7 +113,7 @@ class LevanterCache:
             )
         return parts
 
-    def _open(self, where: str | Path, name: str):
+    def _open(self, where: str | Path, name: str) -> ts.TensorStore:
         array = storage.location(where).join(name).path
         try:
             return ts.open(zarr_spec(array), open=True, read=True).result()
@@ -128,12 +129,12 @@ class LevanterCache:
 
     def _data_place(self, k: int) -> storage.Location:
         """Part ``k``'s ``data`` array's place, parsed once (every read names it)."""
-        places = self.__dict__.setdefault("_data_places", {})
+        places: dict[int, storage.Location] = self.__dict__.setdefault("_data_places", {})
         if k not in places:
             places[k] = storage.location(self.parts[k][0]).join("data")
         return places[k]
 
-    def _read(self, arr, begin: int, end: int, where: str | os.PathLike) -> np.ndarray:
+    def _read(self, arr: ts.TensorStore, begin: int, end: int, where: str | os.PathLike[str]) -> np.ndarray:
         try:
             return arr[begin:end].read().result()
         except ValueError as exc:
@@ -176,21 +177,21 @@ class LevanterCache:
         starts.append(base)
         return np.concatenate(pieces), np.asarray(starts, np.int64)
 
-    def _check_shards(self, where: str | Path, arr, tokens: int) -> None:
+    def _check_shards(self, where: str | Path, arr: ts.TensorStore, tokens: int) -> None:
         """Every outer chunk (shard file) holding one of the first ``tokens`` elements is there."""
         with os_errors(where):
             present = array_keys(where)
-        missing = [k for k in chunk_grid(tokens, int(arr.chunk_layout.write_chunk.shape[0])) if k not in present]
+        missing = [k for k in chunk_grid(tokens, chunk_elements(arr.chunk_layout.write_chunk)) if k not in present]
         if missing:
             raise ValueError(
                 f"{display(where)}: chunk {missing[0]} is missing"
                 f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}; the Levanter cache is incomplete"
             )
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         return self.__dict__ | {"_data": None}
 
-    def _arrays(self) -> list:
+    def _arrays(self) -> list[ts.TensorStore]:
         if self._data is None:
             self._data = [self._open(where, "data") for where, _ in self.parts]
         return self._data
@@ -200,7 +201,7 @@ class LevanterCache:
         return int(self.offsets[-1])
 
     def __len__(self) -> int:
-        return self.offsets.shape[0] - 1
+        return int(self.offsets.shape[0]) - 1
 
     def lengths(self) -> np.ndarray:
         """int64 tokens per document (row), from the offsets alone."""
@@ -233,18 +234,18 @@ class LevanterCache:
     @property
     def read_granularity(self) -> int:
         """Tokens a read fetches at least: the inner chunk of Levanter's sharded ``data`` arrays."""
-        return int(self._arrays()[0].chunk_layout.read_chunk.shape[0])
+        return chunk_elements(self._arrays()[0].chunk_layout.read_chunk)
 
     @property
     def object_tokens(self) -> int:
         """Tokens per stored object (a shard file of ``data``)."""
-        return int(self._arrays()[0].chunk_layout.write_chunk.shape[0])
+        return chunk_elements(self._arrays()[0].chunk_layout.write_chunk)
 
     retries_failed_reads = True  # a failed background read is read again by read(), whose error names the chunk
 
     def read_async(
         self, begin: int, end: int, *, batch: ts.Batch | None = None, out: Sequence[np.ndarray] | None = None
-    ) -> JoinedRead:
+    ) -> JoinedRead[np.ndarray]:
         """Tokens [begin, end) read in the background, one read per part touched (in ``batch``): a future whose
         ``result()`` is int32 (ValueError when a read fails or an id does not fit); ``out``: int32 arrays whose sizes
         add up to ``end - begin``, the tokens copied into them in order."""
@@ -268,7 +269,7 @@ class LevanterCache:
         return f"LevanterCache({str(self.path)!r}, documents={len(self)}, tokens={self.num_tokens})"
 
 
-def _joined_int32(reads: list) -> np.ndarray:
+def _joined_int32(reads: Sequence[Part[np.ndarray]]) -> np.ndarray:
     """The reads of one token range over a cache's parts, joined, as int32 (ValueError when an id does not fit)."""
     blocks = [np.asarray(r.result()) for r in reads]
     out = np.concatenate(blocks) if len(blocks) != 1 else blocks[0]
@@ -277,7 +278,7 @@ def _joined_int32(reads: list) -> np.ndarray:
     return out.astype(np.int32, copy=False)
 
 
-def _joined_into(reads: list, *, out: Sequence[np.ndarray]) -> np.ndarray:
+def _joined_into(reads: Sequence[Part[np.ndarray]], *, out: Sequence[np.ndarray]) -> np.ndarray:
     """:func:`_joined_int32`, copied into the arrays ``out`` in order; ``out[0]``."""
     tokens, at = _joined_int32(reads), 0
     for piece in out:

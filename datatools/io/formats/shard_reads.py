@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, Generic, Protocol, Self, TypeVar
 
 import google_crc32c
 import numpy as np
@@ -21,6 +21,17 @@ import pyarrow as pa
 import tensorstore as ts
 
 from datatools.io import storage
+
+R_co = TypeVar("R_co", covariant=True)  # what a read in flight gives
+
+
+class Part(Protocol[R_co]):
+    """A read in flight, a part of a :class:`JoinedRead`: a tensorstore future, or a :class:`JoinedRead`."""
+
+    def done(self) -> bool: ...
+    def result(self) -> R_co: ...
+    def add_done_callback(self, callback: Callable[[Self], None]) -> None: ...
+
 
 INDEX_KEY = "shard_index.bin"  # every shard's index entries, back to back (under the store's root)
 INDEX_ENTRY_BYTES = 16  # a shard's own index entry (zarr v3 sharding_indexed): offset and size, uint64 each
@@ -118,11 +129,11 @@ def decode(chunk: bytes, crc: int, tokens: int, dtype: np.dtype) -> np.ndarray:
     return np.frombuffer(raw, dtype.newbyteorder("<"))
 
 
-class JoinedRead:
+class JoinedRead(Generic[R_co]):
     """A future made of several tensorstore futures ``parts``, like theirs (``done()``, ``result()``,
     ``add_done_callback``): ``result()`` is ``assemble(parts)``, computed once (its error raised to every caller)."""
 
-    def __init__(self, parts: list, assemble: Callable[[list], np.ndarray]):
+    def __init__(self, parts: Sequence[Part[R_co]], assemble: Callable[[Sequence[Part[R_co]]], np.ndarray]) -> None:
         self._parts = parts
         self._assemble = assemble
         self._value: np.ndarray | None = None
@@ -144,12 +155,12 @@ class JoinedRead:
             assert self._value is not None
             return self._value
 
-    def add_done_callback(self, callback: Callable[[JoinedRead], None]) -> None:
+    def add_done_callback(self, callback: Callable[[JoinedRead[R_co]], None]) -> None:
         """Call ``callback(self)`` once every part is done, on the thread that completes the last."""
         left = [len(self._parts)]
         lock = threading.Lock()
 
-        def one_done(_) -> None:
+        def one_done(_: Part[R_co]) -> None:
             with lock:
                 left[0] -= 1
                 last = left[0] == 0
@@ -162,11 +173,11 @@ class JoinedRead:
             f.add_done_callback(one_done)
 
 
-def all_done(parts: list, value: np.ndarray) -> JoinedRead:
+def all_done(parts: Sequence[Part[object]], value: np.ndarray) -> JoinedRead[object]:
     """A future done when every read of ``parts`` is, whose ``result()`` is ``value`` (reads that decode into it;
     the first error raised)."""
 
-    def after_all(parts: list) -> np.ndarray:
+    def after_all(parts: Sequence[Part[object]]) -> np.ndarray:
         for part in parts:
             part.result()
         return value
@@ -187,13 +198,15 @@ class ShardedArray:
     dtype: np.dtype
     damaged: Callable[[str], ValueError]
     failed: Callable[[BaseException, str], BaseException]
-    where: str | os.PathLike | None = None
+    where: str | os.PathLike[str] | None = None
 
-    def read(self, begin: int, end: int, *, batch: ts.Batch | None = None, out: np.ndarray | None = None) -> JoinedRead:
+    def read(
+        self, begin: int, end: int, *, batch: ts.Batch | None = None, out: np.ndarray | None = None
+    ) -> JoinedRead[ts.KvStore.ReadResult]:
         """Tokens ``[begin, end)``, one ranged GET per :func:`byte_runs` run, issued now (in ``batch``), decoded into
         ``out`` (``end - begin`` tokens of ``dtype``; a new array if None) by whoever asks for the result first."""
         plan = self._gets(begin, end)
-        parts = []
+        parts: list[ts.Future[ts.KvStore.ReadResult]] = []
         for shard, j, count, start in plan:
             stop = int(self.table[shard, j + count - 1, 0] + self.table[shard, j + count - 1, 1])
             part = self.kv.read(f"c/{shard}", byte_range=slice(int(start), stop), batch=batch)
@@ -205,14 +218,21 @@ class ShardedArray:
         ``[begin, end)`` need."""
         per_shard = self.table.shape[1]
         first, last = begin // self.inner, (end - 1) // self.inner  # inner chunks, over the whole array
-        plan = []
+        plan: list[tuple[int, int, int, int]] = []
         for shard in range(first // per_shard, last // per_shard + 1):
             lo = max(first, shard * per_shard) - shard * per_shard
             hi = min(last, shard * per_shard + per_shard - 1) - shard * per_shard
             plan += [(shard, lo + j, count, start) for j, count, start in byte_runs(self.table[shard, lo : hi + 1])]
         return plan
 
-    def _assemble(self, begin: int, end: int, plan: list, parts: list, out: np.ndarray | None) -> np.ndarray:
+    def _assemble(
+        self,
+        begin: int,
+        end: int,
+        plan: list[tuple[int, int, int, int]],
+        parts: Sequence[Part[ts.KvStore.ReadResult]],
+        out: np.ndarray | None,
+    ) -> np.ndarray:
         """Tokens ``[begin, end)`` decoded from the GETs' results (each inner chunk's checksum checked); chunks not
         stored read as the fill value, 0."""
         inner, per_shard = self.inner, self.table.shape[1]
@@ -235,7 +255,7 @@ class ShardedArray:
                 target[a - begin : b - begin] = value[a - lo : b - lo]
         return target
 
-    def _fetched(self, part, shard: int) -> bytes:
+    def _fetched(self, part: Part[ts.KvStore.ReadResult], shard: int) -> bytes:
         """The bytes of one ranged GET of shard ``shard``, or the error that names it."""
         try:
             got = part.result()

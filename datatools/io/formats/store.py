@@ -21,7 +21,7 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any, TypeAlias, TypeGuard, cast
 
 import numpy as np
 import tensorstore as ts
@@ -30,8 +30,15 @@ import xxhash
 from datatools.io import storage
 from datatools.io.formats import shard_reads
 from datatools.io.formats.shard_reads import INDEX_ENTRY_BYTES, JoinedRead, all_done
+from datatools.io.formats.token_array import TokenRead
 from datatools.io.storage.io_errors import as_os_error, os_errors, short_message, status_code
 from datatools.io.storage.paths import display
+
+# A started check of one stored object (:meth:`TokenStore.check_objects`): the future of the bytes to check (None when
+# the shard's entries were compared already), and what they are checked against: ``(kind, want)``, ``kind`` one of
+# ``index``, ``xxh3`` (``want`` the digest) or ``entries`` (``want`` the mismatch, None when they matched).
+_Check: TypeAlias = "tuple[ts.Future[ts.KvStore.ReadResult] | None, tuple[str, str | ValueError | None]]"
+_Pending: TypeAlias = "list[tuple[str, str, _Check]]"  # (array name, key, its check) of each object to wait for
 
 FORMAT = "datatools-token-store"
 # offsets up to this size (bytes) are pickled with a store to Grain workers (from a bucket, re-reading 5 MB took ~1 s)
@@ -56,12 +63,22 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
 
 
-def zarr_spec(path: str | os.PathLike) -> dict:
+def chunk_elements(grid: ts.ChunkLayout.Grid) -> int:
+    """Elements per chunk of a 1-d array's chunk ``grid``: ``chunk_layout.write_chunk`` a stored object's (a shard's),
+    ``chunk_layout.read_chunk`` an inner chunk's (else the stored chunk's). tensorstore types a grid's shape optional;
+    a zarr array's is always set (ValueError otherwise)."""
+    shape = grid.shape
+    if shape is None or shape[0] is None:
+        raise ValueError("a chunk grid without a shape")
+    return int(shape[0])
+
+
+def zarr_spec(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The tensorstore spec of a zarr v3 array at ``path`` (local or a bucket: :meth:`Location.kvstore_spec`)."""
     return {"driver": "zarr3", "kvstore": storage.location(path).kvstore_spec()}
 
 
-def array_kvstore(path: str | os.PathLike) -> ts.KvStore:
+def array_kvstore(path: str | os.PathLike[str]) -> ts.KvStore:
     """The kvstore holding one array's keys (``zarr.json``, ``c/0``, ...), from the array's own spec."""
     spec = storage.location(path).kvstore_spec()
     if spec["path"] and not spec["path"].endswith("/"):
@@ -70,7 +87,7 @@ def array_kvstore(path: str | os.PathLike) -> ts.KvStore:
     return loc.result(loc.bounded(ts.KvStore.open(spec)))
 
 
-def _create(path: str | Path, dtype: np.dtype, length: int, chunk: int, inner: int | None = None):
+def _create(path: str | Path, dtype: np.dtype, length: int, chunk: int, inner: int | None = None) -> ts.TensorStore:
     """A new 1-d zarr v3 array of ``length`` elements in stored objects of ``chunk`` elements; with ``inner``, each
     object is a shard (``sharding_indexed``, index first) of separately compressed and checksummed inner chunks."""
     leaf = [
@@ -102,13 +119,13 @@ def _create(path: str | Path, dtype: np.dtype, length: int, chunk: int, inner: i
 
 
 def write_store(
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     shards: Iterable[tuple[np.ndarray, np.ndarray]],
     *,
     num_tokens: int,
     num_documents: int,
     dtype: np.dtype,
-    manifest: dict,
+    manifest: dict[str, Any],
 ) -> None:
     """Write a store into the (new, empty) directory ``path`` from (tokens, lengths) shards in order; the totals
     are known up front. The manifest, with the chunk records, is written last.
@@ -158,7 +175,11 @@ def _claim(path: str | Path) -> None:
 
 
 def _write_tokens(
-    path: str | Path, tokens, shards: Iterable[tuple[np.ndarray, np.ndarray]], offsets: np.ndarray, dtype: np.dtype
+    path: str | Path,
+    tokens: ts.TensorStore,
+    shards: Iterable[tuple[np.ndarray, np.ndarray]],
+    offsets: np.ndarray,
+    dtype: np.dtype,
 ) -> tuple[int, int]:
     """Write the shards' tokens into the array ``tokens``, each stored object once (pending tokens are held until
     an object is whole), and their documents' ends into ``offsets``; the tokens and documents written."""
@@ -192,25 +213,25 @@ def _write_tokens(
     return tok_pos, doc_pos
 
 
-def record_contents(path: str | os.PathLike) -> dict:
+def record_contents(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The manifest's ``chunks``, ``digests`` and (sharded tokens) ``shard_index`` record; writes the index."""
     chunks, digests, index = record_chunks(path)
     return {"chunks": chunks, "digests": digests} | (_write_shard_index(path, index) if index is not None else {})
 
 
-def _write_shard_index(path: str | os.PathLike, index: bytes) -> dict:
+def _write_shard_index(path: str | os.PathLike[str], index: bytes) -> dict[str, Any]:
     """Write ``shard_index.bin``; the manifest's record of it (``{"shard_index": {...}}``)."""
     storage.location(path).join(shard_reads.INDEX_KEY).write_bytes(index)
     record = {"bytes": len(index), "sha256": hashlib.sha256(index).hexdigest()}
     return {"shard_index": record | {FAST_DIGEST: xxhash.xxh3_64_hexdigest(index)}}
 
 
-def lacks_shard_index(manifest: dict) -> bool:
+def lacks_shard_index(manifest: dict[str, Any]) -> bool:
     """Whether a sharded store was written before ``shard_index.bin`` (:func:`add_shard_index`)."""
     return "shard_index" not in manifest and "tokens_index" in (manifest.get("digests") or {})
 
 
-def add_shard_index(path: str | os.PathLike) -> None:
+def add_shard_index(path: str | os.PathLike[str]) -> None:
     """Give a store written before ``shard_index.bin`` its index and record (as a fresh run of the job would), or
     rewrite a damaged or missing one from the chunks (the manifest rewritten only when its record changes).
     ValueError naming the store, nothing written, when its chunks differ from the manifest's records."""
@@ -225,23 +246,25 @@ def add_shard_index(path: str | os.PathLike) -> None:
         storage.location(path).join("manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
-def chunk_records(path: str | os.PathLike) -> dict:
+def chunk_records(path: str | os.PathLike[str]) -> dict[str, Any]:
     """``{"checksum": "sha256", "tokens": {key: [bytes, hex]}, "offsets": {...}}`` of every key the arrays hold."""
     return record_chunks(path)[0]
 
 
-def record_chunks(path: str | os.PathLike) -> tuple[dict, dict, bytes | None]:
+def record_chunks(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, Any], bytes | None]:
     """From one read of every key: the manifest's ``chunks`` (:func:`chunk_records`), its ``digests`` (xxh3_64 of
     every key and, as ``tokens_index``, of each shard's index) and ``shard_index.bin`` (None when not sharded)."""
     path = storage.location(path).path
-    records_out: dict = {"checksum": CHECKSUM}
-    digests: dict = {"algorithm": FAST_DIGEST}
+    records_out: dict[str, Any] = {"checksum": CHECKSUM}
+    digests: dict[str, Any] = {"algorithm": FAST_DIGEST}
     table: list[bytes] = []
     for name in ARRAYS:
         where = storage.location(path).join(name).path
         with os_errors(where):
             index = _index_bytes(ts.open(zarr_spec(where), open=True).result())
-            records, fast, heads = {}, {}, {}
+            records: dict[str, list[int | str]] = {}
+            fast: dict[str, str] = {}
+            heads: dict[str, str] = {}
             for key, value in read_keys(array_kvstore(where), sorted(array_keys(where), key=_key_order), where):
                 if value is None:  # listed a moment ago
                     raise ValueError(
@@ -260,13 +283,13 @@ def record_chunks(path: str | os.PathLike) -> tuple[dict, dict, bytes | None]:
     return records_out, digests, (b"".join(table) if table else None)
 
 
-def _index_bytes(arr) -> int:
+def _index_bytes(arr: ts.TensorStore) -> int:
     """Bytes of the shard index (entries and crc32c) starting each object of a sharded array; 0 if not sharded."""
-    stored, inner = int(arr.chunk_layout.write_chunk.shape[0]), int(arr.chunk_layout.read_chunk.shape[0])
+    stored, inner = chunk_elements(arr.chunk_layout.write_chunk), chunk_elements(arr.chunk_layout.read_chunk)
     return INDEX_ENTRY_BYTES * (stored // inner) + 4 if inner < stored else 0
 
 
-def repair_command(path: str | os.PathLike, manifest: dict | None = None) -> str:
+def repair_command(path: str | os.PathLike[str], manifest: dict[str, Any] | None = None) -> str:
     """The ``datatools pretokenize ... --overwrite`` job the manifest records (placeholders when it records none)."""
     where = shlex.quote(str(display(path)))
     m = manifest or {}
@@ -286,12 +309,12 @@ def repair_command(path: str | os.PathLike, manifest: dict | None = None) -> str
     return " ".join([*parts, "--overwrite"])
 
 
-def _damaged(path, manifest: dict | None, text: str) -> ValueError:
+def _damaged(path: str | os.PathLike[str], manifest: dict[str, Any] | None, text: str) -> ValueError:
     """A store error that says how to repair: ``text``, then :func:`repair_command`."""
     return ValueError(f"{text}; repair: {repair_command(path, manifest)}")
 
 
-def _older(path, manifest: dict, what: str) -> ValueError:
+def _older(path: str | os.PathLike[str], manifest: dict[str, Any], what: str) -> ValueError:
     """The one-line refusal of a store an older datatools wrote: ``what`` it is, and the job that rewrites it."""
     return ValueError(
         f"{display(path)}: {what}, from an older datatools, is no longer read (this one reads version {VERSION}); "
@@ -299,20 +322,20 @@ def _older(path, manifest: dict, what: str) -> ValueError:
     )
 
 
-def array_keys(where: str | os.PathLike) -> set[str]:
+def array_keys(where: str | os.PathLike[str]) -> set[str]:
     """The keys (``zarr.json``, ``c/0``, ...) under one array, from one listing (not tensorstore's: it crashed on a
     GCS emulator that ignores prefixes)."""
     return set(storage.location(where).file_sizes())
 
 
-def _key_order(key: str) -> tuple:
+def _key_order(key: str) -> tuple[int, int, str]:
     """``zarr.json`` first, then chunks by number (``c/2`` before ``c/10``)."""
     m = re.fullmatch(r"c/(\d+)", key)
     return (1, int(m.group(1)), key) if m else (0, 0, key)
 
 
 def read_keys(
-    kv: ts.KvStore, keys: list[str], where: str | os.PathLike | None = None
+    kv: ts.KvStore, keys: list[str], where: str | os.PathLike[str] | None = None
 ) -> Iterator[tuple[str, bytes | None]]:
     """(key, value) of each kvstore key, ``_READS_IN_FLIGHT`` reads at a time; None for a missing key. ``where``: the
     kvstore's place (a URL's requests are bounded: :meth:`storage.Location.bounded`)."""
@@ -331,7 +354,7 @@ def is_count(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def read_manifest(path: str | os.PathLike) -> dict:
+def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The store's manifest; ValueError naming the path when it is missing, corrupt or not a token store."""
     path = storage.location(path).path
     manifest_file = storage.location(path).join("manifest.json")
@@ -379,7 +402,7 @@ def read_manifest(path: str | os.PathLike) -> dict:
     return manifest
 
 
-def write_order_record(seed: int | None) -> dict:
+def write_order_record(seed: int | None) -> dict[str, Any]:
     """The manifest's ``write_order`` (the order ``pretokenize`` wrote the documents in): ``{"order": "input"}``
     or ``{"order": "shuffled", "seed": S, "permutation": "feistel"}``."""
     if seed is None:
@@ -387,7 +410,7 @@ def write_order_record(seed: int | None) -> dict:
     return {"order": "shuffled", "seed": int(seed), "permutation": "feistel"}
 
 
-def write_seed(manifest: dict) -> int | None:
+def write_seed(manifest: dict[str, Any]) -> int | None:
     """The seed a store's documents were shuffled with when written, or None (input order; also a store written
     before the manifest recorded its write order, which was always the input's)."""
     record = manifest.get("write_order")
@@ -396,13 +419,13 @@ def write_seed(manifest: dict) -> int | None:
     return None
 
 
-def describe_write_order(manifest: dict) -> str:
+def describe_write_order(manifest: dict[str, Any]) -> str:
     """One phrase for reports: ``input order`` or ``shuffled at write time (seed S)``."""
     seed = write_seed(manifest)
     return "input order" if seed is None else f"shuffled at write time (seed {seed})"
 
 
-def is_token_store(path: str | os.PathLike) -> bool:
+def is_token_store(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is laid out as a token store (a manifest beside ``offsets/``); content is checked on open."""
     loc = storage.location(path)  # object storage has no directories: the manifest alone says it
     return loc.join("manifest.json").is_file() and (not loc.has_directories or loc.join("offsets").is_dir())
@@ -424,26 +447,26 @@ class TokenStore:
         with the manifest (naming the store and what).
     """
 
-    def __init__(self, path: str | os.PathLike, *, check: bool = True):
+    def __init__(self, path: str | os.PathLike[str], *, check: bool = True):
         self.path = storage.location(path).path
         self.manifest = read_manifest(self.path)
         self._offsets: np.ndarray | None = None
-        self._arrays: dict = {}  # name -> its opened tensorstore array
+        self._arrays: dict[str, ts.TensorStore] = {}  # name -> its opened tensorstore array
         self._checked: set[str] = set()  # stored objects this process has checked against the manifest
-        self._checking: dict[str, tuple] = {}  # key -> (future of its bytes, what they are) being checked
+        self._checking: dict[str, _Check] = {}  # key -> (future of its bytes, what they are) being checked
         self._check_lock = threading.Lock()
         self._shard_table: np.ndarray | None = None  # shard_index.bin, read by ranged readers (shard_reads)
-        self._shard_table_read: ts.Future | None = None
+        self._shard_table_read: ts.Future[ts.KvStore.ReadResult] | None = None
         if check:
             self.check_present()
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         offsets = self._offsets if self._offsets is not None and self._offsets.nbytes <= CARRIED_OFFSETS_BYTES else None
         table = self.shard_table() if self._shard_table_read is not None else self._shard_table  # read: carried
         unopened: dict[str, Any] = {"_arrays": {}, "_shard_table_read": None}  # opened again where used
         return {"path": self.path, "manifest": self.manifest, "_offsets": offsets, "_shard_table": table} | unopened
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._checked, self._checking, self._check_lock = set(), {}, threading.Lock()
 
@@ -456,7 +479,7 @@ class TokenStore:
 
     def _at(self, *names: str) -> storage.Location:
         """The store's place joined with ``names`` (an array's), parsed once per process: every read names it."""
-        places = self.__dict__.setdefault("_places", {})
+        places: dict[tuple[str, ...], storage.Location] = self.__dict__.setdefault("_places", {})
         if names not in places:
             places[names] = storage.location(self.path).join(*names) if names else storage.location(self.path)
         return places[names]
@@ -492,7 +515,7 @@ class TokenStore:
             if len(data) != record.get("bytes") or xxhash.xxh3_64_hexdigest(data) != record.get(FAST_DIGEST):
                 raise self.damaged(f"{where} is corrupt (its bytes differ from the manifest's record)")
             layout = self.tokens.chunk_layout  # not object_tokens: a test may patch it
-            shard, inner = int(layout.write_chunk.shape[0]), int(layout.read_chunk.shape[0])
+            shard, inner = chunk_elements(layout.write_chunk), chunk_elements(layout.read_chunk)
             try:
                 self._shard_table = shard_reads.index_table(data, -(-self.num_tokens // shard), shard // inner)
             except ValueError as exc:
@@ -514,7 +537,7 @@ class TokenStore:
     def dtype_of(self, name: str) -> np.dtype:
         return self.dtype if name == "tokens" else np.dtype(np.int64)
 
-    def _opening(self, name: str) -> ts.Future:
+    def _opening(self, name: str) -> ts.Future[ts.TensorStore]:
         """Start opening ``tokens`` or ``offsets``, the manifest's dtype and shape asserted, missing chunks refused."""
         spec = {
             **zarr_spec(storage.location(self.path).join(name).path),
@@ -533,7 +556,7 @@ class TokenStore:
         )
         return storage.location(self.path).join(name, "zarr.json").bounded(opening)
 
-    def _opened(self, name: str, opening: ts.Future):
+    def _opened(self, name: str, opening: ts.Future[ts.TensorStore]) -> ts.TensorStore:
         """The array :meth:`_opening` opens; ValueError naming the store when it is missing or disagrees."""
         try:
             return storage.location(self.path).join(name, "zarr.json").result(opening)
@@ -560,7 +583,7 @@ class TokenStore:
         for name in ARRAYS:
             arr = self._arrays[name] = self._opened(name, opening[name])
             records = self.manifest["chunks"][name]
-            chunk = int(arr.chunk_layout.write_chunk.shape[0])
+            chunk = chunk_elements(arr.chunk_layout.write_chunk)
             grid = chunk_grid(self.shape_of(name), chunk)
             if set(records) != {"zarr.json", *grid}:
                 extra = sorted(set(records) - {"zarr.json", *grid}, key=_key_order)
@@ -585,7 +608,7 @@ class TokenStore:
                         f"records {records[key][0]}: damaged, or another chunk: replaced, swapped, from another store)"
                     )
 
-    def _array(self, name: str):
+    def _array(self, name: str) -> ts.TensorStore:
         if name not in self._arrays:
             self._arrays[name] = self._opened(name, self._opening(name))
         return self._arrays[name]
@@ -611,8 +634,8 @@ class TokenStore:
             if status_code(exc) not in _DATA_ERRORS:
                 if (err := as_os_error(exc, where.path)) is not None:
                     raise err from None
-            chunk = int(arr.chunk_layout.write_chunk.shape[0])
-            inner = int(arr.chunk_layout.read_chunk.shape[0])
+            chunk = chunk_elements(arr.chunk_layout.write_chunk)
+            inner = chunk_elements(arr.chunk_layout.read_chunk)
             key = re.search(r"/c/(\d+)\b", str(exc))  # the stored object (a shard of a sharded array)
             cell = re.search(r"chunk \{(\d+)\}", str(exc))  # a chunk of the grid (an inner chunk when sharded)
             if key:
@@ -625,18 +648,18 @@ class TokenStore:
     @property
     def read_granularity(self) -> int:
         """Tokens a read fetches at least: the inner chunk of a sharded store, else the whole stored chunk."""
-        return int(self.tokens.chunk_layout.read_chunk.shape[0])
+        return chunk_elements(self.tokens.chunk_layout.read_chunk)
 
     @property
     def object_tokens(self) -> int:
         """Tokens per stored object (``tokens/c/k``): a shard of a sharded store, the chunk of an older one."""
-        return int(self.tokens.chunk_layout.write_chunk.shape[0])
+        return chunk_elements(self.tokens.chunk_layout.write_chunk)
 
     @property
     def sharded(self) -> bool:
         """Whether the tokens are stored in shards of inner chunks (ranged reads fetch a piece's inner chunks)."""
         layout = self.tokens.chunk_layout
-        return int(layout.read_chunk.shape[0]) < int(layout.write_chunk.shape[0])
+        return chunk_elements(layout.read_chunk) < chunk_elements(layout.write_chunk)
 
     @property
     def offsets(self) -> np.ndarray:
@@ -666,13 +689,13 @@ class TokenStore:
         return self._offsets
 
     @property
-    def tokens(self):
+    def tokens(self) -> ts.TensorStore:
         """The tensorstore handle of the flat token array (missing chunks are refused on read)."""
         return self._array("tokens")
 
     @property
     def dtype(self) -> np.dtype:
-        return np.dtype(self.manifest["dtype"])
+        return np.dtype(str(self.manifest["dtype"]))  # uint16 or uint32: read_manifest checked it
 
     @property
     def num_tokens(self) -> int:
@@ -687,14 +710,15 @@ class TokenStore:
 
     def read_async(
         self, begin: int, end: int, *, batch: ts.Batch | None = None, out: Sequence[np.ndarray] | None = None
-    ):
+    ) -> TokenRead:
         """Tokens [begin, end) read in the background (issued with ``batch``): a future whose ``result()`` raises
         ValueError for a failed read or an object that fails :meth:`check_objects` (issued in the same batch).
         ``out``: writeable arrays of the store's dtype whose sizes add up to ``end - begin``, each decoded into by a
         read of its own (no copy; ``result()`` is ``out[0]``)."""
         if out is None or len(out) == 1:
             return self._read_into(begin, end, batch, None if out is None else out[0])
-        parts, at = [], begin
+        parts: list[TokenRead] = []
+        at = begin
         for piece in out:
             parts.append(self._read_into(at, at + piece.shape[0], batch, piece))
             at += piece.shape[0]
@@ -706,7 +730,7 @@ class TokenStore:
         :mod:`shard_reads` names the chunk already."""
         return not self.ranged_reads
 
-    def _read_into(self, begin: int, end: int, batch: ts.Batch | None, out: np.ndarray | None):
+    def _read_into(self, begin: int, end: int, batch: ts.Batch | None, out: np.ndarray | None) -> TokenRead:
         """One background read of tokens [begin, end), decoded into ``out`` when given (:meth:`read_async`)."""
         if self.ranged_reads and end > begin:  # in a bucket: one ranged GET a run of inner chunks, each checked
             array = shard_reads.ShardedArray(
@@ -720,20 +744,21 @@ class TokenStore:
             )
             return array.read(begin, end, batch=batch, out=out)
         checks = self.check_objects("tokens", begin, end, batch=batch, wait=False) if end > begin else []
-        if out is None:
-            read = self.tokens[begin:end].read(batch=batch)
-        else:
-            read = ts.array(out, copy=False, write=True).write(self.tokens[begin:end], batch=batch).commit
         remote = self._at().reads_are_requests
         where = self._at("tokens")
-        read = where.bounded(read)
-        if not checks and out is None and not remote:
-            return read
+        read: ts.Future[object]  # the tokens (out None), else the write into out done
+        if out is None:
+            read = tokens_read = where.bounded(self.tokens[begin:end].read(batch=batch))
+            if not checks and not remote:
+                return tokens_read
+        else:
+            commit = ts.array(out, copy=False, write=True).write(self.tokens[begin:end], batch=batch).commit
+            read = where.bounded(commit)
 
-        def checked(_: list) -> np.ndarray:  # handed over once the objects the read touched are checked
+        def checked(_: Sequence[shard_reads.Part[object]]) -> np.ndarray:  # once the objects read are checked
             self.confirm(checks)
             value = where.result(read)  # a request cancelled past its bound: a StorageError naming it
-            return value if out is None else out
+            return cast(np.ndarray, value) if out is None else out  # out None: the read's result, the tokens
 
         return JoinedRead([read, *(f for _, _, (f, _) in checks if f is not None)], checked)
 
@@ -744,14 +769,16 @@ class TokenStore:
             f"{display(self.path)}: chunk tokens/{key} is unreadable ({short_message(exc)})"
         )
 
-    def check_objects(self, name: str, begin: int, end: int, batch: ts.Batch | None = None, wait: bool = True):
+    def check_objects(
+        self, name: str, begin: int, end: int, batch: ts.Batch | None = None, wait: bool = True
+    ) -> _Pending:
         """Check the objects of array ``name`` holding elements [begin, end) against the manifest, once per object
         per process (locally: a shard's index and crc32cs against ``shard_index.bin``, else every byte; in a bucket:
         each shard's index). With ``wait``, done on return (ValueError naming the chunk), else the pending checks
         are returned for :meth:`confirm`."""
         arr = self._array(name)
-        per = int(arr.chunk_layout.write_chunk.shape[0])
-        pending = []
+        per = chunk_elements(arr.chunk_layout.write_chunk)
+        pending: _Pending = []
         with self._check_lock:
             for k in range(begin // per, (end - 1) // per + 1):
                 key, item = f"c/{k}", f"{name}/c/{k}"
@@ -764,7 +791,7 @@ class TokenStore:
             return []
         return pending
 
-    def _start_check(self, name: str, key: str, arr, batch: ts.Batch | None) -> tuple:
+    def _start_check(self, name: str, key: str, arr: ts.TensorStore, batch: ts.Batch | None) -> _Check:
         """(future of the bytes to check, which digest they are checked against) for one stored object."""
         digests = self.manifest["digests"]  # xxh3_64: read_manifest refuses a store without them
         kv = self._kvstore(name)
@@ -795,12 +822,15 @@ class TokenStore:
 
     def _kvstore(self, name: str) -> ts.KvStore:
         """Array ``name``'s own kvstore, once per process (a check and a read in one ``ts.Batch``: one request)."""
-        kvs = self.__dict__.setdefault("_kvs", {})
+        kvs: dict[str, ts.KvStore] = self.__dict__.setdefault("_kvs", {})
         if name not in kvs:
-            kvs[name] = self._array(name).kvstore
+            kv = self._array(name).kvstore
+            if kv is None:  # a zarr array's is always there
+                raise ValueError(f"{display(self.path)}: {name}/ has no kvstore")
+            kvs[name] = kv
         return kvs[name]
 
-    def confirm(self, pending) -> None:
+    def confirm(self, pending: _Pending) -> None:
         """Wait for pending :meth:`check_objects` checks; ValueError naming the first object that is not the one the
         manifest records."""
         for name, key, (future, (kind, want)) in pending:

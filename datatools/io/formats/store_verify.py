@@ -17,7 +17,15 @@ import numpy as np
 from datatools.base.reports import Report
 from datatools.io import storage
 from datatools.io.formats import shard_reads
-from datatools.io.formats.store import ARRAYS, TokenStore, array_kvstore, is_count, lacks_shard_index, read_keys
+from datatools.io.formats.store import (
+    ARRAYS,
+    TokenStore,
+    array_kvstore,
+    chunk_elements,
+    is_count,
+    lacks_shard_index,
+    read_keys,
+)
 from datatools.io.storage.paths import display
 
 
@@ -46,7 +54,7 @@ class VerifyReport(Report):
     notes: list[str] = field(default_factory=list)
 
 
-def verify_store(path: str | os.PathLike, *, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+def verify_store(path: str | os.PathLike[str], *, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
     """Check every byte of the store at ``path`` (see the module docstring); the report when it is whole.
     ``progress(done, total)`` is called in stored bytes read (checksums), then in tokens decoded.
 
@@ -68,7 +76,7 @@ def verify_store(path: str | os.PathLike, *, progress: Callable[[int, int], None
             f"every process; `datatools pretokenize ... --overwrite` (the same job) adds it, rewriting no token"
         )
     _ = store.offsets  # read and checked: from 0, in order, ending at num_tokens
-    step = int(store.tokens.chunk_layout.write_chunk.shape[0])  # one stored object (a shard) a read
+    step = chunk_elements(store.tokens.chunk_layout.write_chunk)  # one stored object (a shard) a read
     top = -1
     for begin in range(0, store.num_tokens, step):
         block = store.read(begin, min(begin + step, store.num_tokens))
@@ -90,7 +98,7 @@ def verify_store(path: str | os.PathLike, *, progress: Callable[[int, int], None
     return report
 
 
-def _check_checksums(store: TokenStore, report: VerifyReport, progress) -> None:
+def _check_checksums(store: TokenStore, report: VerifyReport, progress: Callable[[int, int], None] | None) -> None:
     """Every recorded key read through the array's kvstore: present, recorded size, recorded sha256."""
     where = display(store.path)
     chunks = store.manifest["chunks"]
