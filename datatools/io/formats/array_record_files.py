@@ -10,6 +10,8 @@ import glob
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
+from typing import cast
 
 import numpy as np
 
@@ -19,30 +21,32 @@ SUFFIX = ".array_record"
 BATCH_RECORDS = 4096  # records decoded at a time: memory holds one batch's bytes, never a file's
 TOKEN_FEATURES = ("inputs", "input_ids", "tokens", "token_ids", "targets")
 TEXT_FEATURES = ("text", "content", "document")
+FeatureValues = list[int] | list[bytes]  # one record's values of a feature: int64_list or bytes_list
 
 
-def _module():
+def _module() -> ModuleType:
     try:
         from array_record.python import array_record_module
     except ModuleNotFoundError as exc:  # the maxtext extra
         if (exc.name or "").split(".")[0] != "array_record":
             raise
         raise missing("array_record", "reading ArrayRecord files") from None
-    return array_record_module
+    module: ModuleType = array_record_module  # untyped (no type information shipped)
+    return module
 
 
-def _patterns(path: str | os.PathLike) -> list[str]:
+def _patterns(path: str | os.PathLike[str]) -> list[str]:
     return [p.strip() for p in os.fspath(path).split(",") if p.strip()]
 
 
-def detect(path: str | os.PathLike) -> bool:
+def detect(path: str | os.PathLike[str]) -> bool:
     """True when ``path`` (a file, a glob or a comma list of them) names ArrayRecord files: by the
     ``.array_record`` suffix (MaxText's shards are ``name.array_record-00000-of-01024``)."""
     pats = _patterns(path)
     return bool(pats) and all(SUFFIX in Path(p).name for p in pats)
 
 
-def expand(path: str | os.PathLike) -> list[Path]:
+def expand(path: str | os.PathLike[str]) -> list[Path]:
     """The files ``path`` names, as MaxText reads ``grain_train_files``: a comma list of files or globs, each
     glob's matches sorted. A pattern that matches nothing is a ValueError naming it."""
     files: list[Path] = []
@@ -59,7 +63,7 @@ def expand(path: str | os.PathLike) -> list[Path]:
     return files
 
 
-def records(f: str | os.PathLike) -> Iterator[list[bytes]]:
+def records(f: str | os.PathLike[str]) -> Iterator[list[bytes]]:
     """The raw records of file ``f`` in order, :data:`BATCH_RECORDS` at a time."""
     module = _module()  # a missing package is the environment's, not the file's
     try:
@@ -120,9 +124,9 @@ def _b(v: bytes | int) -> bytes:
     return v if isinstance(v, bytes) else b""
 
 
-def parse_example(record: bytes) -> dict[str, list[int] | list[bytes]]:
+def parse_example(record: bytes) -> dict[str, FeatureValues]:
     """A ``tf.train.Example``'s features: name -> int64 values or bytes values (floats are skipped)."""
-    out: dict[str, list[int] | list[bytes]] = {}
+    out: dict[str, FeatureValues] = {}
     for features in (v for n, _, v in _fields(record) if n == 1):
         for entry in (v for n, _, v in _fields(_b(features)) if n == 1):  # Features: map<string, Feature> feature = 1
             name, feature = "", b""
@@ -177,7 +181,7 @@ def make_example(features: dict[str, list[int] | str | bytes]) -> bytes:
     return _ld(1, entries)
 
 
-def write(path: str | os.PathLike, examples: list[dict[str, list[int] | str | bytes]]) -> None:
+def write(path: str | os.PathLike[str], examples: list[dict[str, list[int] | str | bytes]]) -> None:
     """Write ``examples`` as one ArrayRecord file of serialized ``tf.train.Example`` records."""
     writer = _module().ArrayRecordWriter(os.fspath(path), "group_size:1")
     try:
@@ -190,7 +194,7 @@ def write(path: str | os.PathLike, examples: list[dict[str, list[int] | str | by
 # -- the feature and the documents -----------------------------------------------------------------------------
 
 
-def features(f: str | os.PathLike) -> dict[str, bool]:
+def features(f: str | os.PathLike[str]) -> dict[str, bool]:
     """The features of the first record of ``f``, each mapped to whether it holds text (a ``bytes_list``); empty
     for a file of no record. A ValueError names the file when that record is not a ``tf.train.Example``."""
     first = next((batch[0] for batch in records(f) if batch), None)
@@ -203,7 +207,7 @@ def features(f: str | os.PathLike) -> dict[str, bool]:
     return {k: bool(v) and isinstance(v[0], bytes) for k, v in ex.items()}
 
 
-def detect_feature(f: str | os.PathLike, feature: str | None) -> tuple[str, bool]:
+def detect_feature(f: str | os.PathLike[str], feature: str | None) -> tuple[str, bool]:
     """(feature, is_text) of the first record of ``f``: ``feature`` checked, or the first token feature
     (``inputs``, ``input_ids``, ...) or text feature (``text``, ...) present. A ValueError names the file and the
     features it has."""
@@ -221,12 +225,12 @@ def detect_feature(f: str | os.PathLike, feature: str | None) -> tuple[str, bool
     )
 
 
-def feature_values(f: str | os.PathLike, feature: str) -> Iterator[list]:
+def feature_values(f: str | os.PathLike[str], feature: str) -> Iterator[list[FeatureValues]]:
     """The values of ``feature`` in each record of file ``f``, a batch of records at a time (a ValueError naming
     the file for a record that does not parse)."""
     where = os.fspath(f)
     for batch in records(f):
-        values = []
+        values: list[FeatureValues] = []
         for rec in batch:
             try:
                 ex = parse_example(rec)
@@ -238,19 +242,20 @@ def feature_values(f: str | os.PathLike, feature: str) -> Iterator[list]:
         yield values
 
 
-def decode_texts(values: list) -> list[str]:
-    """The texts of a text feature's values (each a list of bytes), as UTF-8 (errors replaced)."""
-    return [b"".join(v).decode("utf-8", "replace") for v in values]
+def decode_texts(values: list[FeatureValues]) -> list[str]:
+    """The texts of a text feature's values (each a list of bytes: the caller chose a text feature), as UTF-8
+    (errors replaced)."""
+    return [b"".join(cast("list[bytes]", v)).decode("utf-8", "replace") for v in values]
 
 
-def texts(f: str | os.PathLike, feature: str) -> Iterator[list[str]]:
+def texts(f: str | os.PathLike[str], feature: str) -> Iterator[list[str]]:
     """The texts of ``feature`` in file ``f``, a batch of records at a time (``datatools pretokenize``)."""
     for values in feature_values(f, feature):
         yield decode_texts(values)
 
 
 def documents(
-    f: str | os.PathLike, feature: str, encode: Callable[[list[str]], tuple[np.ndarray, np.ndarray]] | None = None
+    f: str | os.PathLike[str], feature: str, encode: Callable[[list[str]], tuple[np.ndarray, np.ndarray]] | None = None
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(tokens int64, lengths int64) of file ``f``, a batch of records at a time. Text is tokenized by
     ``encode`` (a list of strings -> tokens back to back, tokens per string)."""
@@ -267,7 +272,7 @@ def documents(
 
 
 def lengths(
-    f: str | os.PathLike, feature: str, count: Callable[[list[str]], np.ndarray] | None = None
+    f: str | os.PathLike[str], feature: str, count: Callable[[list[str]], np.ndarray] | None = None
 ) -> Iterator[np.ndarray]:
     """int64 tokens per record of file ``f``, a batch at a time (text counted by ``count``)."""
     for values in feature_values(f, feature):

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -72,13 +73,13 @@ def is_hf_dataset_dir(path: Path) -> bool:
     return path.is_dir() and ((path / "state.json").is_file() or (path / "dataset_dict.json").is_file())
 
 
-def hf_data_files(path: str | os.PathLike) -> list[str | Path]:
+def hf_data_files(path: str | os.PathLike[str]) -> list[str | Path]:
     """The Arrow files of a ``save_to_disk`` directory (local or in object storage), in row order, from its
     ``dataset_dict.json`` (splits in order) and each split's ``state.json`` (``_data_files`` in order), as
     ``datasets.load_from_disk`` reads them (which would copy a bucket's directory to local disk first)."""
     import json
 
-    def load(name: str):
+    def load(name: str) -> Any:  # a JSON document, checked by the caller
         try:
             return json.loads(storage.location(path).join(name).read_bytes(max_bytes=storage.MAX_METADATA_BYTES))
         except (ValueError, UnicodeDecodeError) as exc:
@@ -173,7 +174,7 @@ def _identity(f: Path) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def list_input_files(path: str | os.PathLike) -> Sequence[tuple[str, str | Path]]:
+def list_input_files(path: str | os.PathLike[str]) -> Sequence[tuple[str, str | Path]]:
     """(kind, file) pairs under ``path`` (a ``Path`` each, or a URL under an object-store prefix), sorted by path;
     HF dataset directories expand to their Arrow files; hidden files skipped; an unreadable directory raises its
     ``PermissionError``. Links: each real file is read once (by device and inode); links to directories are not
@@ -201,7 +202,7 @@ def list_input_files(path: str | os.PathLike) -> Sequence[tuple[str, str | Path]
     return found
 
 
-def _walk_key(relative: str) -> tuple:
+def _walk_key(relative: str) -> tuple[tuple[int, str], ...]:
     """Sort key giving the order of ``os.walk`` with sorted names: a directory's files before its subdirectories."""
     *dirs, name = relative.split("/")
     return tuple((1, d) for d in dirs) + ((0, name),)
@@ -233,7 +234,7 @@ def _prefix_files(url: str) -> list[tuple[str, str | Path]]:
     return found
 
 
-def list_shards(path: str | os.PathLike) -> list[Shard]:
+def list_shards(path: str | os.PathLike[str]) -> list[Shard]:
     """The input under ``path`` cut into shards, in a fixed order (text shards last). A file of no document gives
     no shard; an input of no document at all is a ``ValueError`` naming it. A ``.txt`` file is one document, even
     when empty."""
@@ -278,14 +279,14 @@ def _parquet_metadata_at(f: str, mtime_ns: int | str, size: int) -> pq.FileMetaD
 
 
 @contextmanager
-def open_parquet(f: str):
+def open_parquet(f: str) -> Iterator[pq.ParquetFile]:
     """A ``ParquetFile`` over a Python file object (any file name works), with the cached footer."""
     meta = parquet_metadata(f)
     with storage.location(f).open() as fh:  # a URL: ranged reads of the column chunks asked for, with read-ahead
         yield pq.ParquetFile(fh, metadata=meta)
 
 
-def open_arrow(f: str):
+def open_arrow(f: str) -> tuple[ipc.RecordBatchFileReader | ipc.RecordBatchStreamReader, bool]:
     """A reader over an Arrow IPC file or stream, memory-mapped (an object: read through a file object, a
     batch's bytes when it is read): ``(reader, is_file_format)``."""
     loc = storage.location(f)
@@ -299,7 +300,7 @@ def open_arrow(f: str):
         raise ValueError(f"{display(f)}: cannot read Arrow IPC ({first_line(exc)})") from None
 
 
-def iter_arrow_batches(f: str, start: int = 0, stop: int | None = None):
+def iter_arrow_batches(f: str, start: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:
     """Record batches ``[start, stop)`` of an Arrow IPC file or stream, zero-copy from the mapping."""
     reader, is_file = open_arrow(f)
     try:
@@ -340,7 +341,7 @@ MAX_TEXT_BYTES = 128 << 20  # one Parquet text value: pyarrow decodes a value wi
 
 
 def is_text_type(t: pa.DataType) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t)
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t))
 
 
 def detect_column(names: list[str], column: str | None, where: str) -> str:
@@ -365,7 +366,8 @@ def text_values(col: pa.Array | pa.ChunkedArray, where: str, name: str) -> list[
         raise ValueError(f"{where}: column {name!r} holds {col.type}, not text")
     if col.null_count:
         raise ValueError(f"{where}: column {name!r} has null values")
-    return col.to_pylist()
+    values: list[str] = col.to_pylist()
+    return values
 
 
 def check_parquet_text_sizes(f: str, part: int, column: str, where: str) -> None:
@@ -543,10 +545,11 @@ class ArrayRecordFiles(FileKind):
             if text:
                 yield pa.array(array_record_files.decode_texts(values), pa.large_string())
                 continue
-            low = min((x for v in values for x in v), default=0)
+            ids = cast("list[list[int]]", values)  # a token feature: int64 values
+            low = min((x for v in ids for x in v), default=0)
             if low < 0:
                 raise ValueError(f"{os.fspath(f)}: feature {column!r} holds a negative token id {low}")
-            yield pa.array(values, pa.list_(pa.int64()))
+            yield pa.array(ids, pa.list_(pa.int64()))
 
     def texts(self, shard: Shard, column: str) -> Iterator[list[str]]:
         yield from array_record_files.texts(shard.files[0], column)

@@ -11,6 +11,7 @@ import json
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.json as pajson
@@ -24,7 +25,7 @@ PARSE_THREADS = 2
 MAX_BLOCK_BYTES = (1 << 31) - 2  # pyarrow's block_size is an int32
 
 
-def _next_line_start(fh, pos: int, size: int) -> int:
+def _next_line_start(fh: BinaryIO, pos: int, size: int) -> int:
     """The first line start at or after byte ``pos`` (or the end of the file)."""
     if pos <= 0:
         return 0
@@ -39,7 +40,7 @@ def _next_line_start(fh, pos: int, size: int) -> int:
     return size
 
 
-def line_blocks(fh, a: int, b: int, block_bytes: int) -> Iterator[tuple[bytes, int]]:
+def line_blocks(fh: BinaryIO, a: int, b: int, block_bytes: int) -> Iterator[tuple[bytes, int]]:
     """Blocks of whole lines covering bytes ``[a, b)`` of ``fh``, each with its offset in the file."""
     fh.seek(a)
     pos, carry, carry_at = a, bytearray(), a
@@ -158,7 +159,7 @@ def _null_error(path: str, block: bytes, first_line: int, column: str) -> ValueE
     return ValueError(f"{display(path)}:{first_line}: column {column!r} has null rows")
 
 
-def first_row(path: str) -> dict:
+def first_row(path: str) -> dict[str, Any]:
     """The first non-empty line as a dict (for column detection); ``{}`` for an empty file."""
     with storage.location(path).open(block_size=1 << 20) as fh:
         for k, line in enumerate(fh, start=1):

@@ -10,17 +10,22 @@ import hashlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from datatools.base.install import missing
 from datatools.io.formats.tokenizer import read_tokenizer_file
 from datatools.io.storage.paths import display
 
+if TYPE_CHECKING:
+    from sentencepiece import SentencePieceProcessor
+
 SUFFIXES = (".model", ".spm")
 
 
-def is_sentencepiece(path: str | os.PathLike) -> bool:
+def is_sentencepiece(path: str | os.PathLike[str]) -> bool:
     """True for a SentencePiece model file: a ``.model``/``.spm`` name, or a file whose first byte is not
     ``{`` (a tokenizers JSON file starts with ``{``; a SentencePiece model is a binary protobuf)."""
     p = Path(os.fspath(path))
@@ -33,7 +38,7 @@ def is_sentencepiece(path: str | os.PathLike) -> bool:
     return bool(head) and not head.startswith(b"{")
 
 
-def _processor(data: bytes, where: str):
+def _processor(data: bytes, where: str) -> SentencePieceProcessor:
     try:
         import sentencepiece as spm
     except ModuleNotFoundError as exc:  # the maxtext extra
@@ -63,7 +68,7 @@ class SentencePieceEncoder:
         self.source = source
         self.sha256 = hashlib.sha256(data).hexdigest()
         self.settings = "off"
-        self.switched_off: dict = {}
+        self.switched_off: dict[str, Any] = {}
         self._proc = _processor(data, source)
         self.bos_id = self._special(bos, "bos")
         self.eos_id = self._special(eos, "eos")
@@ -87,10 +92,10 @@ class SentencePieceEncoder:
             raise ValueError(f"{self.source}: no token {str(value)!r} for --{which}")
         return int(i)
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "_proc"}
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._proc = _processor(self.model, self.source)
 
@@ -99,9 +104,11 @@ class SentencePieceEncoder:
         return int(self._proc.get_piece_size())
 
     def _ids(self, texts: Sequence[str]) -> list[list[int]]:
-        return self._proc.encode(list(texts), out_type=int)
+        return cast("list[list[int]]", self._proc.encode(list(texts), out_type=int))  # a list in: a list out
 
-    def encode(self, texts: Sequence[str], dtype=np.int64) -> tuple[np.ndarray, np.ndarray]:
+    def encode(
+        self, texts: Sequence[str], dtype: npt.DTypeLike = np.int64
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
         """(token ids back to back, tokens per text) with BOS/EOS as asked."""
         ids = self._ids(texts)
         b, e = self.bos_id, self.eos_id
@@ -110,12 +117,12 @@ class SentencePieceEncoder:
         flat = np.fromiter((t for d in docs for t in d), dtype, int(lengths.sum()))
         return flat, lengths
 
-    def count_tokens(self, texts: Sequence[str]) -> np.ndarray:
+    def count_tokens(self, texts: Sequence[str]) -> npt.NDArray[np.int64]:
         """Tokens per text (BOS/EOS included), no ids kept."""
         extra = (self.bos_id is not None) + (self.eos_id is not None)
         return np.fromiter((len(d) + extra for d in self._ids(texts)), np.int64, len(texts))
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {
             "file": self.source,
             "sha256": self.sha256,
@@ -131,7 +138,7 @@ class SentencePieceEncoder:
 
 
 def open_sentencepiece(
-    path: str | os.PathLike, *, bos: str | int | None = None, eos: str | int | None = None
+    path: str | os.PathLike[str], *, bos: str | int | None = None, eos: str | int | None = None
 ) -> SentencePieceEncoder:
     """A :class:`SentencePieceEncoder` for the model file at ``path`` (a ValueError names a missing file)."""
     return SentencePieceEncoder(read_tokenizer_file(path), display(path), bos, eos)

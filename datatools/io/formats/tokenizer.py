@@ -14,11 +14,19 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from datatools.base.checks import short_repr
 from datatools.io.storage.paths import display, first_line
+
+if TYPE_CHECKING:
+    from tokenizers import Encoding, Tokenizer
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 SETTINGS = ("off", "keep")
 SPECIAL_NAMES = {
@@ -27,7 +35,7 @@ SPECIAL_NAMES = {
 }
 
 
-def _tokenizer_from_json(text: str, where: str):
+def _tokenizer_from_json(text: str, where: str) -> Tokenizer:
     from tokenizers import Tokenizer
 
     try:
@@ -75,7 +83,7 @@ def _native_stderr_held() -> Iterator[None]:
         _STDERR_LOCK.release()
 
 
-def native_call(source: str, fn: Callable, *args, **kwargs):
+def native_call(source: str, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
     """``fn(*args, **kwargs)``, a call into the Rust tokenizer, with a panic (``pyo3_runtime.PanicException``, a
     ``BaseException``: e.g. a pre-tokenizer regex past Oniguruma's retry limit) made a ``ValueError`` naming the
     tokenizer file ``source`` (bad input, exit status 2)."""
@@ -91,7 +99,7 @@ def native_call(source: str, fn: Callable, *args, **kwargs):
         ) from None
 
 
-def read_tokenizer_file(path: str | os.PathLike) -> bytes:
+def read_tokenizer_file(path: str | os.PathLike[str]) -> bytes:
     """The bytes of a tokenizer file (a ValueError names a missing one; opened by Python: any file name works)."""
     if not os.path.isfile(path):
         raise ValueError(f"{display(path)}: tokenizer file not found")
@@ -99,7 +107,7 @@ def read_tokenizer_file(path: str | os.PathLike) -> bytes:
         return f.read()
 
 
-def _switch_off(tok) -> dict:
+def _switch_off(tok: Tokenizer) -> dict[str, Any]:
     """Disable truncation and padding in place; returns what the file had set (for the record)."""
     had = {"truncation": tok.truncation, "padding": tok.padding}
     tok.no_truncation()
@@ -107,13 +115,13 @@ def _switch_off(tok) -> dict:
     return {k: v for k, v in had.items() if v}
 
 
-def load_tokenizer(path: str | os.PathLike, settings: str = "off"):
+def load_tokenizer(path: str | os.PathLike[str], settings: str = "off") -> Tokenizer:
     """A ``tokenizers.Tokenizer`` from its JSON file, truncation and padding off unless ``settings="keep"``; a
     ValueError when the file is missing or not a tokenizers JSON file, or ``settings`` is unknown."""
     return open_encoder(path, settings=settings).tokenizer
 
 
-def resolve_special(tok, value: str | int | None, which: str) -> int | None:
+def resolve_special(tok: Tokenizer, value: str | int | None, which: str) -> int | None:
     """The id of a BOS/EOS token given as an id, a token name or ``"auto"`` (the usual names, in order)."""
     if value is None:
         return None
@@ -126,9 +134,9 @@ def resolve_special(tok, value: str | int | None, which: str) -> int | None:
         return i
     names = SPECIAL_NAMES[which] if text == "auto" else (text,)
     for name in names:
-        i = tok.token_to_id(name)
-        if i is not None:
-            return i
+        found = tok.token_to_id(name)
+        if found is not None:
+            return found
     if text == "auto":
         raise ValueError(
             f"--{which}: the tokenizer has no {which.upper()} token (looked for {', '.join(names)}); "
@@ -143,7 +151,7 @@ PIECE_CHARS = 1 << 18  # a longer text is counted in pieces of about this many c
 CUT_WINDOW = 1 << 12  # characters before a piece's end searched for a pre-token boundary
 
 
-def split_text(tok, text: str, source: str = "tokenizer") -> Iterator[str]:
+def split_text(tok: Tokenizer, text: str, source: str = "tokenizer") -> Iterator[str]:
     """``text`` in pieces of at most :data:`PIECE_CHARS` characters, yielded one at a time, each cut at the last
     pre-token start (not right after whitespace: GPT-2 splits a whitespace run by what follows it) in the
     :data:`CUT_WINDOW` characters before its end, else in the whole piece, so the pieces' token counts add up to
@@ -191,19 +199,19 @@ class TextEncoder:
     settings: str = "off"
     bos_id: int | None = None
     eos_id: int | None = None
-    switched_off: dict | None = None
+    switched_off: dict[str, Any] | None = None
 
-    def __post_init__(self):
-        self._tok = None
+    def __post_init__(self) -> None:
+        self._tok: Tokenizer | None = None
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "_tok"}
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, _tok=None)
 
     @property
-    def tokenizer(self):
+    def tokenizer(self) -> Tokenizer:
         if self._tok is None:
             self._tok = _tokenizer_from_json(self.tokenizer_json, self.source)
             if self.settings == "off":
@@ -214,7 +222,7 @@ class TextEncoder:
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
-    def _encoded(self, texts: Sequence[str]) -> Iterator[tuple[list[int], list]]:
+    def _encoded(self, texts: Sequence[str]) -> Iterator[tuple[list[int], list[Encoding]]]:
         """``(owners, encodings)`` per tokenizer call, in order, in batches of at most :data:`LENGTH_BATCH_TEXTS`
         texts and :data:`LENGTH_BATCH_CHARS` characters (``tokenizers`` holds ~100 bytes a token). A text over
         :data:`PIECE_CHARS` goes as :func:`split_text` pieces (a 50 MB line whole took 337 s and 3.1 GB), except
@@ -238,13 +246,15 @@ class TextEncoder:
         if pieces:
             yield owners, native_call(self.source, encode, pieces, add_special_tokens=keep)
 
-    def encode(self, texts: Sequence[str], dtype=np.int64) -> tuple[np.ndarray, np.ndarray]:
+    def encode(
+        self, texts: Sequence[str], dtype: npt.DTypeLike = np.int64
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
         """Tokens of all ``texts`` back to back (``dtype``) and each text's length (int64 tokens), BOS/EOS
         included; tokenized in bounded batches and pieces (:meth:`_encoded`)."""
         bos = np.array([] if self.bos_id is None else [self.bos_id], dtype)
         eos = np.array([] if self.eos_id is None else [self.eos_id], dtype)
         lengths = np.zeros(len(texts), np.int64)
-        parts: list[np.ndarray] = []
+        parts: list[npt.NDArray[Any]] = []
         last = -1  # the text whose pieces came last: every text has at least one piece
         for owners, encoded in self._encoded(texts):
             for i, ids in zip(owners, (np.asarray(e.ids, dtype) for e in encoded)):
@@ -259,7 +269,7 @@ class TextEncoder:
         lengths += bos.size + eos.size
         return (np.concatenate(parts) if parts else np.zeros(0, dtype)), lengths
 
-    def count_tokens(self, texts: Sequence[str]) -> np.ndarray:
+    def count_tokens(self, texts: Sequence[str]) -> npt.NDArray[np.int64]:
         """Tokens of each text (int64), BOS/EOS included, without keeping any token (for length analysis)."""
         out = np.zeros(len(texts), np.int64)
         for owners, encoded in self._encoded(texts):
@@ -267,11 +277,11 @@ class TextEncoder:
             del encoded  # freed before the next call (see encode)
         return out + (self.bos_id is not None) + (self.eos_id is not None)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """What reports and manifests record about the tokenization."""
         tok = self.tokenizer
 
-        def name(i):
+        def name(i: int | None) -> dict[str, int | str | None] | None:
             return None if i is None else {"id": i, "token": tok.id_to_token(i)}
 
         return {
@@ -304,7 +314,7 @@ class TextEncoder:
 
 
 def open_encoder(
-    path: str | os.PathLike, *, settings: str = "off", bos: str | int | None = None, eos: str | int | None = None
+    path: str | os.PathLike[str], *, settings: str = "off", bos: str | int | None = None, eos: str | int | None = None
 ) -> TextEncoder:
     """A :class:`TextEncoder` for the tokenizer file at ``path``; BOS/EOS resolved (and checked) here, once."""
     if settings not in SETTINGS:
