@@ -699,12 +699,6 @@ NOT_YET_STRICT = {  # module  # strict errors when listed
     "datatools.grain.portable_state",  # 25
     "datatools.grain.worker_processes",  # 36
     "datatools.integrations.maxtext",  # 26
-    "datatools.io.formats.lengths_cache",  # 5
-    "datatools.io.formats.numpy_files",  # 3
-    "datatools.io.formats.plan_file",  # 13
-    "datatools.io.formats.tables",  # 2
-    "datatools.io.formats.token_input",  # 3
-    "datatools.io.formats.yaml_files",  # 8
     "datatools.train.attention",  # 17
     "datatools.train.attention_splash",  # 16
     "datatools.train.model",  # 31

@@ -27,6 +27,7 @@ import zipfile
 from collections.abc import Sequence
 from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -59,7 +60,7 @@ def max_bytes() -> int:
     return MAX_BYTES
 
 
-def file_identity(path: str) -> dict | None:
+def file_identity(path: str) -> dict[str, Any] | None:
     """A local file's identity (real path, bytes, mtime and ctime in ns, inode, device); None for an object in
     storage or a file that cannot be read."""
     loc = storage.location(path)
@@ -85,28 +86,33 @@ class TableLengthsCache:
       folder: the cache folder (default :func:`cache_folder`; None: off).
     """
 
-    def __init__(self, shards: Sequence[Shard], column: str, tokenizer: dict | None, folder: Path | None = None):
+    def __init__(
+        self, shards: Sequence[Shard], column: str, tokenizer: dict[str, Any] | None, folder: Path | None = None
+    ):
         self.folder = folder
         self._files: dict[str, list[int]] = {}  # file -> its shards (k), in order
         for k, s in enumerate(shards):
             self._files.setdefault(s.files[0], []).append(k)
         self._shards = shards
         self._what = {"column": column, "tokenizer": {k: v for k, v in (tokenizer or {}).items() if k != "file"}}
-        self._before: dict[str, dict | None] = {}  # file -> its identity when first asked (None: not cacheable)
+        # file -> its identity when first asked (None: not cacheable)
+        self._before: dict[str, dict[str, Any] | None] = {}
         self._asked_ns = 0  # when they were asked (time.time_ns)
         self._got: dict[int, np.ndarray] = {}  # lengths read of shards whose file is not complete yet
         self._missing = {f: len(ks) for f, ks in self._files.items()}  # shards of each file not read yet
         self.hits = self.writes = 0  # files found, entries written (for tests and reports)
 
     @classmethod
-    def for_shards(cls, shards: Sequence[Shard], column: str, tokenizer: dict | None) -> TableLengthsCache | None:
+    def for_shards(
+        cls, shards: Sequence[Shard], column: str, tokenizer: dict[str, Any] | None
+    ) -> TableLengthsCache | None:
         """The cache for these shards in :func:`cache_folder`, or None when it is off (or none is local)."""
         folder = cache_folder()
         if folder is None or not any(storage.location(s.files[0]).has_directories for s in shards):
             return None
         return cls(shards, column, tokenizer, folder)
 
-    def _key(self, f: str, ident: dict) -> str:
+    def _key(self, f: str, ident: dict[str, Any]) -> str:
         parts = [[s.kind, s.part, s.stop] for s in (self._shards[k] for k in self._files[f])]
         return json.dumps({"version": VERSION, **ident, "shards": parts, **self._what}, sort_keys=True, default=str)
 

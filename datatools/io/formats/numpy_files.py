@@ -39,11 +39,14 @@ def check_non_negative(values: np.ndarray, where: str) -> None:
 def _load(path: Path | str, mmap: bool) -> np.ndarray:
     loc = storage.location(path)
     try:  # numpy opens local files with Python's open(): any file name works, a PermissionError names the file
+        arr: np.ndarray  # np.load is typed Any (it may give an .npz archive: never here, .npy files are named)
         if loc.can_memory_map:
-            return np.load(loc.local_path, mmap_mode="r" if mmap else None, allow_pickle=False)
-        return np.load(io.BytesIO(loc.read_bytes()), allow_pickle=False)
+            arr = np.load(loc.local_path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        else:
+            arr = np.load(io.BytesIO(loc.read_bytes()), allow_pickle=False)
     except ValueError as exc:
         raise ValueError(f"{display(path)}: not a valid NumPy file ({exc})") from None
+    return arr
 
 
 def flat_array(path: str | Path, bin_dtype: str) -> np.ndarray:
@@ -152,7 +155,7 @@ def numpy_dir(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     return tokens, offsets
 
 
-def _index_offsets(index_file, what: str) -> np.ndarray:
+def _index_offsets(index_file: str | Path, what: str) -> np.ndarray:
     """int64 offsets from ``lengths.npy`` or ``offsets.npy``, checked (non-negative, monotone, from 0)."""
     index = _load(index_file, mmap=False)
     if index.ndim != 1 or index.dtype.kind not in "iu":

@@ -19,6 +19,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -52,7 +53,7 @@ FILES = frozenset({HEADER, OWNER, "lengths.npy", *(f"{name}.npy" for name in ARR
 UNOWNED_STALE_S = 600  # a staging directory with no owner file (killed at its first instant) this old is stale
 
 
-def is_plan(path) -> bool:
+def is_plan(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a plan directory (holds ``plan.json``)."""
     return storage.location(path).can_memory_map and (Path(path) / HEADER).is_file()
 
@@ -95,7 +96,7 @@ class _NpyAppender:
 
 
 def write_plan(
-    out: str | os.PathLike,
+    out: str | os.PathLike[str],
     lengths: np.ndarray,
     options: PackOptions,
     *,
@@ -103,7 +104,7 @@ def write_plan(
     source: str = "",
     overwrite: bool = False,
     progress: Callable[[int], None] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Plan ``lengths`` (tokens per document, any integer dtype) with ``options`` (their ``window`` unused) into the
     plan directory ``out``; its header. Memory: one group of documents and ``CHUNK`` lengths. ``progress(documents)``
     is called as groups finish.
@@ -155,7 +156,7 @@ def write_plan(
     return header
 
 
-def _checked_destination(out: str | os.PathLike, overwrite: bool) -> Path:
+def _checked_destination(out: str | os.PathLike[str], overwrite: bool) -> Path:
     """``out`` as a local path a plan may be written to: not a URL, and absent unless ``overwrite`` replaces a plan."""
     if not storage.location(out).can_memory_map:
         raise ValueError(f"{display(out)}: a plan is written to a local directory (it is memory-mapped when read)")
@@ -179,7 +180,7 @@ def _commit(stage: Path, out: Path) -> None:
         os.replace(stage, out)
 
 
-def remove_stale_staging(out: str | os.PathLike) -> list[Path]:
+def remove_stale_staging(out: str | os.PathLike[str]) -> list[Path]:
     """Remove (and return) the staging directories (``.OUT.*.tmp``, ``.OUT.*.old``) a killed ``pack`` of ``out``
     left: only a directory holding nothing but a plan's files whose ``.owner`` names this host and a process that
     is gone (with no owner file: older than :data:`UNOWNED_STALE_S`)."""
@@ -236,8 +237,14 @@ def _abandoned(stage: Path) -> bool:
 
 
 def _write_arrays(
-    stage: Path, lengths: np.ndarray, options: PackOptions, group_docs: int, dtypes: dict, max_len: int, progress
-) -> dict:
+    stage: Path,
+    lengths: np.ndarray,
+    options: PackOptions,
+    group_docs: int,
+    dtypes: dict[str, np.dtype],
+    max_len: int,
+    progress: Callable[[int], None] | None,
+) -> dict[str, Any]:
     """The plan's arrays into ``stage``, group by group; the header's figures."""
     ctx, align = options.ctx, options.align
     files = {name: _NpyAppender(stage / f"{name}.npy", dtypes[name]) for name in ARRAYS}
@@ -293,7 +300,7 @@ def _write_arrays(
 class PlanFile:
     """A plan directory opened for reading: the header checked, the arrays memory-mapped (read by :meth:`rows_plan`)."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike[str]):
         if not storage.location(path).can_memory_map:
             raise ValueError(f"{display(path)}: a plan is read from a local directory (memory-mapped)")
         self.path = Path(path)
@@ -368,7 +375,7 @@ class PlanFile:
     def _load(self, name: str) -> np.ndarray:
         path = self.path / f"{name}.npy"
         try:
-            arr = np.load(path, mmap_mode="r", allow_pickle=False)
+            arr: np.ndarray = np.load(path, mmap_mode="r", allow_pickle=False)
         except FileNotFoundError:
             raise ValueError(f"{display(path)}: missing from the plan directory") from None
         except ValueError as exc:
@@ -402,7 +409,7 @@ class PlanFile:
         self._verify("lengths", arr)
         return arr
 
-    def rows_plan(self, rows) -> PackPlan:
+    def rows_plan(self, rows: np.ndarray) -> PackPlan:
         """Rows ``rows`` as a small :class:`PackPlan` whose row ``i`` is plan row ``rows[i]`` (only their pieces
         are read)."""
         a = self.arrays
@@ -426,7 +433,7 @@ class PlanFile:
             empty_documents=int(h["empty_documents"]),
         )
 
-    def check_identity(self, identity: dict, source: str) -> None:
+    def check_identity(self, identity: dict[str, Any], source: str) -> None:
         """ValueError naming both when ``identity`` (:func:`lengths_identity` of a source) is not the plan's."""
         mine = self.identity
         if {k: identity.get(k) for k in mine} != mine:
@@ -437,7 +444,7 @@ class PlanFile:
             )
 
 
-def _describe(identity: dict) -> str:
+def _describe(identity: dict[str, Any]) -> str:
     return (
         f"{identity.get('documents')} documents, {identity.get('tokens')} tokens, lengths CRC-32 "
         f"{identity.get('lengths_crc32')}"

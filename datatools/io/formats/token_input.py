@@ -9,8 +9,10 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from datatools.base.checks import BIN_DTYPES, short_repr
 from datatools.base.progress import doing
@@ -153,9 +155,9 @@ class TokenInput:
             lengths.append(n)
         return _concat(tokens, np.int32), _concat(lengths, np.int64)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """What reports record about the input."""
-        out = {"path": display(self.path), "kind": self.kind, "bytes": self.nbytes}
+        out: dict[str, Any] = {"path": display(self.path), "kind": self.kind, "bytes": self.nbytes}
         if self.format != self.kind:
             out["format"] = self.format
         if self.column:
@@ -170,7 +172,7 @@ class TokenInput:
         return out
 
 
-def _concat(parts: list[np.ndarray], dtype) -> np.ndarray:
+def _concat(parts: list[np.ndarray], dtype: npt.DTypeLike) -> np.ndarray:
     if len(parts) == 1:
         return parts[0]
     return np.concatenate(parts) if parts else np.zeros(0, dtype)
@@ -194,7 +196,7 @@ class InputOptions:
     """
 
     column: str | None = None
-    tokenizer: str | os.PathLike | None = None
+    tokenizer: str | os.PathLike[str] | None = None
     tokenizer_settings: str = "off"
     bos: str | int | None = None
     eos: str | int | None = None

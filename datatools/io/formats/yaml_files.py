@@ -7,6 +7,7 @@ one mapping is refused (PyYAML would keep the last); keys brought in by a merge 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import yaml
 
@@ -18,18 +19,18 @@ MAX_DEPTH = 32  # nesting of mappings and lists, aliases expanded
 MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
-class _Refused(yaml.YAMLError):
+class _Refused(yaml.YAMLError):  # type: ignore[misc]  # PyYAML ships no type information: its classes are Any
     """A config refused for what it holds, not for its syntax: the message says it all."""
 
 
-class _LimitedLoader(yaml.SafeLoader):
+class _LimitedLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no type information: its classes are Any
     """``yaml.SafeLoader`` with the limits and the unique keys of the module docstring."""
 
-    def __init__(self, stream):
+    def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._depth = 0
 
-    def compose_node(self, parent, index):
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
@@ -38,14 +39,14 @@ class _LimitedLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
-    def compose_document(self):
+    def compose_document(self) -> yaml.Node | None:
         node = super().compose_document()
         _check_expanded(node)
         return node
 
-    def compose_mapping_node(self, anchor):
+    def compose_mapping_node(self, anchor: str | None) -> yaml.MappingNode:
         node = super().compose_mapping_node(anchor)
-        seen = set()
+        seen: set[object] = set()
         for key_node, _ in node.value:
             if key_node.tag == MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
                 continue  # merged keys may be overridden; a complex key is PyYAML's to refuse (unhashable)
@@ -97,7 +98,7 @@ def _check_expanded(root: yaml.Node | None) -> None:
     measure(root)
 
 
-def load_yaml(path: str | os.PathLike) -> dict:
+def load_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The mapping in a YAML file (safe, limits on size, expanded size and depth, unique keys); ValueError naming
     the file otherwise. ``path`` may be an ``s3://`` / ``gs://`` URL (read through :mod:`datatools.io.storage`)."""
     from datatools.io import storage
