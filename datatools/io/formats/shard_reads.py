@@ -22,17 +22,6 @@ import tensorstore as ts
 
 from datatools.io import storage
 
-R_co = TypeVar("R_co", covariant=True)  # what a read in flight gives
-
-
-class Part(Protocol[R_co]):
-    """A read in flight, a part of a :class:`JoinedRead`: a tensorstore future, or a :class:`JoinedRead`."""
-
-    def done(self) -> bool: ...
-    def result(self) -> R_co: ...
-    def add_done_callback(self, callback: Callable[[Self], None]) -> None: ...
-
-
 INDEX_KEY = "shard_index.bin"  # every shard's index entries, back to back (under the store's root)
 INDEX_ENTRY_BYTES = 16  # a shard's own index entry (zarr v3 sharding_indexed): offset and size, uint64 each
 ENTRY_BYTES = 24  # one inner chunk's entry: offset and size in the shard, its crc32c; uint64 little-endian each
@@ -129,9 +118,21 @@ def decode(chunk: bytes, crc: int, tokens: int, dtype: np.dtype) -> np.ndarray:
     return np.frombuffer(raw, dtype.newbyteorder("<"))
 
 
+R_co = TypeVar("R_co", covariant=True)  # what a read in flight gives
+
+
+class Part(Protocol[R_co]):
+    """A read in flight, a part of a :class:`JoinedRead`: a tensorstore future, or a :class:`JoinedRead`."""
+
+    def done(self) -> bool: ...
+    def result(self) -> R_co: ...
+    def add_done_callback(self, callback: Callable[[Self], None]) -> None: ...
+
+
 class JoinedRead(Generic[R_co]):
-    """A future made of several tensorstore futures ``parts``, like theirs (``done()``, ``result()``,
-    ``add_done_callback``): ``result()`` is ``assemble(parts)``, computed once (its error raised to every caller)."""
+    """A future made of several reads in flight ``parts`` (tensorstore futures, each giving an ``R_co``), like theirs
+    (``done()``, ``result()``, ``add_done_callback``): ``result()`` is ``assemble(parts)``, computed once (its error
+    raised to every caller)."""
 
     def __init__(self, parts: Sequence[Part[R_co]], assemble: Callable[[Sequence[Part[R_co]]], np.ndarray]) -> None:
         self._parts = parts
