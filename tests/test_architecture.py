@@ -421,6 +421,17 @@ def test_storage_has_one_surface():
             own = str(path.relative_to(ROOT.parent)) in STORAGE_OWN_TESTS
             found += [u for u in _storage_uses(path) if not (own and u.rsplit(": ", 1)[1].startswith("_"))]
     assert found == []
+    # the one local writer behind Location.write_*: no second way to write a file beside it
+    import datatools.io.storage.atomic as atomic
+
+    writers = sorted(n for n, v in vars(atomic).items() if inspect.isfunction(v) and "write" in n and n[0] != "_")
+    assert writers == ["atomic_write_with"], writers
+    callers = [
+        str(p.relative_to(ROOT.parent))
+        for p in sorted(ROOT.rglob("*.py"))
+        if "atomic_write_with" in p.read_text() and p.parent != ROOT / "io" / "storage"
+    ]
+    assert callers == [], f"write through storage.location(path).write_*: {callers}"
 
 
 # getattr(obj, "name", default) kept: none asks a document source, a schedule or a store what it can do.

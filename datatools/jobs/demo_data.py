@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from datatools.io.storage.atomic import atomic_write_bytes
+from datatools.io import storage
 
 DEMO_DIR = Path("demo_data")
 _TOP_LEVEL = re.compile(r"\n(?=(?:    )?(?:def |class |async def |@))")
@@ -46,7 +46,7 @@ def train_tokenizer(texts: list[str], path: str | Path, *, vocab_size: int = 409
     )
     tok.train_from_iterator(texts, trainer)
     path = Path(path)
-    atomic_write_bytes(path, tok.to_str().encode())
+    storage.location(path).write_text(tok.to_str())
     return path
 
 
@@ -65,7 +65,7 @@ def build_demo(
         docs = stdlib_documents(limit_files)
         sink = pa.BufferOutputStream()
         pq.write_table(pa.table({"text": docs}), sink, row_group_size=2048)
-        atomic_write_bytes(parquet, sink.getvalue().to_pybytes())
+        storage.location(parquet).write_bytes(sink.getvalue().to_pybytes())
     if not tokenizer.exists():
         docs = docs or pq.read_table(parquet).column("text").to_pylist()
         train_tokenizer(docs[::4], tokenizer, vocab_size=vocab_size)

@@ -15,7 +15,6 @@ from typing import Protocol
 
 from datatools.io import storage
 from datatools.io.formats.store import is_token_store, read_manifest
-from datatools.io.storage.atomic import atomic_write_text
 from datatools.io.storage.paths import display, resolved
 from datatools.jobs import object_store_commit
 
@@ -138,7 +137,7 @@ class LocalStaging:
                 )
         (self.staging / "shards").mkdir(parents=True, exist_ok=True)
         if not job_file.exists():
-            atomic_write_text(job_file, json.dumps({"job": job, "shards": shards}) + "\n")
+            storage.location(job_file).write_text(json.dumps({"job": job, "shards": shards}) + "\n")
 
     def present(self) -> tuple[set[int], dict[int, int]]:
         return object_store_commit.written([f"shards/{n}" for n in os.listdir(self.staging / "shards")])

@@ -34,7 +34,6 @@ import numpy as np
 from datatools.base.numba_cache import user_cache
 from datatools.io import storage
 from datatools.io.formats.discover import Shard
-from datatools.io.storage.atomic import atomic_write_with
 
 VERSION = 1  # of the entries' layout and key: a new one ignores older entries
 SETTLED_NS = 2 * 10**9  # a file changed (mtime or ctime) less than this before its read is not cached (a
@@ -184,7 +183,7 @@ def _store(folder: Path, path: Path, key: str, parts: list[np.ndarray]) -> bool:
     np.savez(buf, key=np.frombuffer(key.encode(), np.uint8), lengths=lengths, shard_docs=docs)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        atomic_write_with(path, lambda f: f.write(buf.getbuffer()))
+        storage.location(path).write_with(lambda f: f.write(buf.getbuffer()))
     except OSError:
         return False
     _trim(folder, max_bytes())

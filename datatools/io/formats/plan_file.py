@@ -25,7 +25,7 @@ import numpy as np
 
 from datatools.base.checks import MAX_CTX, check_int
 from datatools.io import storage
-from datatools.io.storage.atomic import atomic_write_text, current_umask, new_file_mode
+from datatools.io.storage.atomic import current_umask, new_file_mode
 from datatools.io.storage.paths import display
 from datatools.kernels.packing import PackOptions, PackPlan
 from datatools.kernels.packing.groups import lower_bound_rows, pack_in_groups, size_histogram
@@ -144,7 +144,7 @@ def write_plan(
         header = _write_arrays(stage, lengths, options, group_docs, dtypes, max_len, progress)
         header.update(data=identity, source=source)
         header[HEADER_DIGEST] = header_digest(header)
-        atomic_write_text(stage / HEADER, json.dumps(header, indent=2) + "\n")
+        storage.location(stage / HEADER).write_text(json.dumps(header, indent=2) + "\n")
         (stage / OWNER).unlink()
         os.chmod(stage, 0o777 & ~current_umask())  # mkdtemp makes it 0700, as mkdir would not
         _commit(stage, out)

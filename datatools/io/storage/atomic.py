@@ -72,13 +72,3 @@ def _is_special(path: Path) -> bool:
 def _naming(exc: OSError, path: Path) -> OSError:
     """``exc`` naming ``path``; its errno is kept (OSError picks the subclass from it: ENOSPC, EACCES, EISDIR)."""
     return OSError(exc.errno, exc.strerror or str(exc), str(path))
-
-
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (see :func:`atomic_write_with`)."""
-    atomic_write_with(path, lambda f: f.write(data))
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` atomically."""
-    atomic_write_bytes(path, text.encode())

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 import datatools.io.formats.store as store_mod
 from conftest import store_documents, write_test_store
+from datatools.io import storage
 from datatools.io.formats.store import TokenStore, chunk_records, read_manifest, write_store
 from datatools.io.formats.store_verify import verify_store
-from datatools.io.storage.atomic import atomic_write_text
 from datatools.io.storage.io_errors import as_os_error
 
 SMALL = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -283,17 +283,17 @@ def test_a_failed_atomic_write_names_the_destination_not_its_temp_file(tmp_path)
     target.mkdir()
     (target / "keep").write_text("x")
     with pytest.raises(OSError) as exc:
-        atomic_write_text(target, "{}")
+        storage.location(target).write_text("{}")
     assert exc.value.filename == str(target) and ".tmp" not in str(exc.value)
     assert [p.name for p in tmp_path.iterdir()] == ["report.json"]  # the temp file is gone
     with pytest.raises(FileNotFoundError) as exc:
-        atomic_write_text(tmp_path / "no" / "such" / "out.json", "{}")
+        storage.location(tmp_path / "no" / "such" / "out.json").write_text("{}")
     assert exc.value.filename == str(tmp_path / "no" / "such" / "out.json")
 
 
 def test_disk_full_in_an_atomic_write_names_the_destination(small_tmpfs):
     with pytest.raises(OSError) as exc:
-        atomic_write_text(small_tmpfs / "big.json", "x" * (3 << 20))
+        storage.location(small_tmpfs / "big.json").write_text("x" * (3 << 20))
     assert exc.value.errno == errno.ENOSPC and exc.value.filename == str(small_tmpfs / "big.json")
     assert list(small_tmpfs.iterdir()) == []
 

@@ -6,7 +6,7 @@ import os
 import stat
 import threading
 
-from datatools.io.storage.atomic import atomic_write_text
+from datatools.io import storage
 
 
 def test_a_fifo_destination_is_written_into_not_replaced(tmp_path):
@@ -15,7 +15,7 @@ def test_a_fifo_destination_is_written_into_not_replaced(tmp_path):
     got = []
     reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
     reader.start()
-    atomic_write_text(fifo, '{"ok": 1}\n')
+    storage.location(fifo).write_text('{"ok": 1}\n')
     reader.join(timeout=30)
     assert got == [b'{"ok": 1}\n']
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)  # still a FIFO, not a regular file renamed over it
@@ -25,5 +25,5 @@ def test_a_fifo_destination_is_written_into_not_replaced(tmp_path):
 def test_a_regular_file_is_still_replaced_atomically(tmp_path):
     f = tmp_path / "r.json"
     f.write_text("old")
-    atomic_write_text(f, "new")
+    storage.location(f).write_text("new")
     assert f.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
