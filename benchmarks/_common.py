@@ -12,7 +12,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-RESULTS = Path(__file__).resolve().parent / "results"
+# where results are written: benchmarks/results/, or DATATOOLS_BENCH_RESULTS (a smoke run leaves the figures alone)
+RESULTS = Path(os.environ.get("DATATOOLS_BENCH_RESULTS") or Path(__file__).resolve().parent / "results")
 LOAD_AT_START = os.getloadavg()  # (1, 5, 15 min) load averages when the benchmark started
 _RUN = {"repeats": None}
 

@@ -24,46 +24,32 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import tensorstore as ts
 from _common import distribution, print_table, write_json
 
 from datatools.analysis.padding import PaddingOptions, analyze  # noqa: E402
-from datatools.io.formats.store import FORMAT, OFFSET_CHUNK, TOKEN_CHUNK, zarr_spec  # noqa: E402
+from datatools.io.formats import store  # noqa: E402
 from datatools.io.sources.inputs import open_input, read_lengths  # noqa: E402
 
 
 def offsets_only_store(path: Path, lengths: np.ndarray) -> None:
+    """A token store (the version ``pretokenize`` writes, its chunks recorded in the manifest) whose token array is
+    created but never written: only ``offsets/`` holds data (100M documents' tokens would be ~160 GB). Opened with
+    ``check=False`` (the open check lists every token chunk, and there are none); the lengths path timed is the one
+    ``analyze-padding STORE`` takes after that check."""
     path.mkdir(parents=True)
     offsets = np.concatenate(([0], np.cumsum(lengths)))
-    codec = [{"name": "zstd", "configuration": {"level": 3}}]
-    for name, shape, chunk, dtype in (
-        ("tokens", int(offsets[-1]), TOKEN_CHUNK, "uint16"),
-        ("offsets", offsets.shape[0], OFFSET_CHUNK, "int64"),
-    ):
-        arr = ts.open(
-            zarr_spec(path / name),
-            create=True,
-            dtype=ts.dtype(dtype),
-            shape=[shape],
-            chunk_layout=ts.ChunkLayout(chunk_shape=[chunk]),
-            codec=ts.CodecSpec({"driver": "zarr3", "codecs": [{"name": "bytes"}, *codec]}),
-        ).result()
-        if name == "offsets":
-            arr[:].write(offsets).result()
-    (path / "manifest.json").write_text(
-        json.dumps(
-            {
-                # version 1: a store without chunk records (its token chunks are never written, so a version-2 store's
-                # open check would refuse it); version 1 is still read, and the lengths path timed here is the same
-                "format": FORMAT,
-                "version": 1,
-                "dtype": "uint16",
-                "vocab_size": 32000,
-                "num_documents": int(lengths.shape[0]),
-                "num_tokens": int(offsets[-1]),
-            }
-        )
-    )
+    store._create(path / "tokens", np.dtype("uint16"), int(offsets[-1]), store.TOKEN_CHUNK, store.READ_CHUNK)
+    store._create(path / "offsets", np.dtype("int64"), offsets.shape[0], store.OFFSET_CHUNK)[:].write(offsets).result()
+    manifest = {
+        "format": store.FORMAT,
+        "version": store.VERSION,
+        "dtype": "uint16",
+        "vocab_size": 32000,
+        "num_documents": int(lengths.shape[0]),
+        "num_tokens": int(offsets[-1]),
+        **store.record_contents(path),
+    }
+    (path / "manifest.json").write_text(json.dumps(manifest))
 
 
 def main() -> None:
@@ -80,7 +66,7 @@ def main() -> None:
         del lengths
         analyze(np.array([5, 900, 3000]), PaddingOptions(contexts=(2048,)))  # load the numba cache before timing
         t0 = time.perf_counter()
-        got = read_lengths(open_input(tmp / "store"))
+        got = store.TokenStore(tmp / "store", check=False).lengths()
         read_s = time.perf_counter() - t0
         rep = analyze(got, PaddingOptions(contexts=(2048,)))
         one_ctx = time.perf_counter() - t0

@@ -1,0 +1,34 @@
+"""The benchmarks a note quotes still run: each at a tiny size, its JSON written to a temporary folder (not
+benchmarks/results/). ``benchmarks/analyze.py`` wrote a store version no reader opens any more, and nothing ran it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SMOKE = {  # script: its arguments at a size that runs in seconds
+    "analyze": ["--docs", "20000", "--parquet-mb", "2"],
+}
+
+
+@pytest.mark.slow  # ~10 s of CPU each: make test-all
+@pytest.mark.parametrize("name", sorted(SMOKE))
+def test_a_benchmark_runs_at_a_tiny_size(name, tmp_path):
+    env = {**os.environ, "DATATOOLS_BENCH_RESULTS": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), *SMOKE[name]],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((tmp_path / f"{name}.json").read_text())
