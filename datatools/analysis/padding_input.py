@@ -214,7 +214,7 @@ def analyze_input(
         path, reading = _named_input(options, reading)
     inp = open_input(path, reading)
     added = 0  # tokens a text gets here only because the MaxText config's tokenizer adds them (BOS, EOS)
-    if settings is not None and inp.is_text:
+    if settings is not None and inp.encoder is not None:  # a text input
         inp, added = _maxtext_specials(inp, path, settings, reading)
     lengths = _lengths(inp, path, console)
     read_s = time.perf_counter() - t0

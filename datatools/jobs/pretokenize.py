@@ -640,7 +640,7 @@ def _text_input(
 
 def _input_shards(inp: TokenInput) -> list[Shard]:
     """The units of work of a resolved text input: its table shards (an ArrayRecord input: one per file)."""
-    return inp.shards
+    return list(inp.shards)
 
 
 def _unique_shards(shards: Iterable[Shard]) -> tuple[list[Shard], list[str]]:

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeAlias, cast
 
-from datatools.io.formats.store import read_manifest
 from datatools.io.sources.documents import DocumentSource
 from datatools.io.sources.inputs import FORMAT, InputOptions, TokenInput, open_documents, open_input
 from datatools.io.sources.mixed_documents import MixedDocuments
@@ -78,16 +77,9 @@ def open_mixture(cfg: PipelineConfig, documents: OpenedDocuments | None = None) 
 
 def tokenizer_identity(inp: TokenInput) -> dict[str, Any] | None:
     """What tokenized a source (:class:`~datatools.io.sources.inputs.TokenInput`): ``{"file", "sha256", "vocab_size"}``
-    from a token store's manifest or a text column's tokenizer; None when nothing says."""
-    if inp.store is not None:  # a token store: its manifest says
-        m = read_manifest(inp.path)
-        if not m.get("tokenizer_sha256"):
-            return None
-        return {"file": m.get("tokenizer_file"), "sha256": m["tokenizer_sha256"], "vocab_size": m.get("vocab_size")}
-    enc = inp.encoder
-    if inp.is_text and enc is not None:  # a text column: its tokenizer
-        return {"file": Path(str(enc.source)).name, "sha256": enc.sha256, "vocab_size": enc.vocab_size}
-    return None
+    from a token store's manifest or a text column's tokenizer (its format says:
+    :meth:`~datatools.io.formats.token_input.TokenInput.tokenizer_identity`); None when nothing says."""
+    return inp.tokenizer_identity()
 
 
 def check_tokenizers(labels: list[str], identities: list[dict[str, Any] | None]) -> None:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from datatools.io.formats import array_record_files
 from datatools.io.sources.inputs import InputOptions, open_documents, open_input, read_lengths
+from datatools.io.sources.table_format import table_of
 
 
 def _write_shards(tmp_path, docs_per_shard):
@@ -27,7 +28,7 @@ def _write_shards(tmp_path, docs_per_shard):
 def test_glob_reads_every_record_with_exact_lengths_and_tokens(tmp_path):
     docs = _write_shards(tmp_path, [5, 7, 3])
     inp = open_input(str(tmp_path / "c4.array_record*"))
-    assert (inp.kind, inp.column, inp.is_text, inp.num_shards) == ("table", "inputs", False, 3)
+    assert (inp.kind, table_of(inp).column, table_of(inp).is_text, inp.num_shards) == ("table", "inputs", False, 3)
     assert inp.describe()["format"] == "array_record"
     lengths = read_lengths(inp)
     assert lengths.tolist() == [len(d) for d in docs]
@@ -77,7 +78,7 @@ def test_text_records_tokenized_by_sentencepiece_count_as_sentencepiece_does(tmp
     array_record_files.write(tmp_path / "t.array_record-00001-of-00002", [{"text": t} for t in texts[25:]])
     want = [len(ids) for ids in spm.SentencePieceProcessor(model_file=str(model)).encode(texts)]
     inp = open_input(str(tmp_path / "t.array_record-*"), InputOptions(tokenizer=str(model)))
-    assert (inp.column, inp.is_text) == ("text", True)
+    assert (table_of(inp).column, table_of(inp).is_text) == ("text", True)
     assert read_lengths(inp).tolist() == want
     inp = open_input(str(tmp_path / "t.array_record-*"), InputOptions(tokenizer=str(model), eos="auto"))
     assert read_lengths(inp).tolist() == [n + 1 for n in want]
@@ -143,7 +144,7 @@ def test_a_glob_and_a_comma_list_of_parquet_files_read_in_order(tmp_path):
     for k, rows in docs.items():
         pq.write_table(pa.table({"input_ids": rows}), tmp_path / f"train-{k}.parquet")
     inp = open_input(str(tmp_path / "train-*.parquet"))
-    assert (inp.kind, inp.column) == ("table", "input_ids")
+    assert (inp.kind, table_of(inp).column) == ("table", "input_ids")
     assert read_lengths(inp).tolist() == [len(d) for k in range(3) for d in docs[k]]
     two = ",".join(str(tmp_path / f"train-{k}.parquet") for k in (2, 0))
     assert read_lengths(open_input(two)).tolist() == [len(d) for k in (2, 0) for d in docs[k]]

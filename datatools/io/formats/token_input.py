@@ -1,32 +1,65 @@
-"""What an input is, once resolved (:class:`TokenInput`), what the user said about it (:class:`InputOptions`), and
-:func:`lengths_by_shard`, the one pass that gathers an input's lengths; built and read by
-:mod:`~datatools.io.sources.format_table`.
+"""What an input is, once resolved (:class:`TokenInput`; its format's own part a :class:`FormatState`, defined in
+that format's module), what the user said about it (:class:`InputOptions`), and :func:`lengths_by_shard`, the one
+pass that gathers an input's lengths; built and read by :mod:`~datatools.io.sources.format_table`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from datatools.base.checks import BIN_DTYPES, short_repr
 from datatools.base.progress import doing
-from datatools.io.formats import numpy_files
 from datatools.io.formats.discover import Shard
-from datatools.io.formats.levanter_cache import LevanterCache
-from datatools.io.formats.numpy_files import INT32_MAX, flat_array
+from datatools.io.formats.numpy_files import INT32_MAX
 from datatools.io.formats.sentencepiece_encoder import SentencePieceEncoder
-from datatools.io.formats.store import TokenStore, describe_write_order
-from datatools.io.formats.tables import column_batches, shard_bytes, text_values, token_arrays
 from datatools.io.formats.tokenizer import TextEncoder
 from datatools.io.storage.paths import display
 
-LENGTH_ROWS = 4096  # text rows turned into Python strings at a time when only lengths are read
+Encoder = TextEncoder | SentencePieceEncoder  # what tokenizes a text column
+
+
+@dataclass(frozen=True)
+class FormatState:
+    """A format's own part of an opened input (:attr:`TokenInput.opened`): made by the format's ``detect`` and read
+    by its module alone (``io/sources/NAME_format.py``: ``TableInput``, ``FlatInput``, ``StoreInput``,
+    ``LevanterInput``); a format with nothing of its own (a NumPy directory, ``lengths.npy`` alone) keeps this one.
+    What the layers above may ask of any input is declared here, answered as for an input without such a thing; a
+    format's class overrides what it has (nothing probes for it)."""
+
+    @property
+    def encoder(self) -> Encoder | None:
+        """The tokenizer of a text input; None for token ids."""
+        return None
+
+    @property
+    def shards(self) -> Sequence[Shard]:
+        """The table shards, in order (the units a worker process re-reads); empty when the input is no table."""
+        return ()
+
+    def num_shards(self, path: str | Path) -> int:
+        """Shards of the input at ``path`` (the pieces its lengths stream in): one, unless the format cuts it."""
+        return 1
+
+    def describe(self) -> dict[str, object]:
+        """What reports record of the format's own state, after the path, kind and bytes (nothing here)."""
+        return {}
+
+    def repr_parts(self) -> list[str]:
+        """Short ``name=value`` texts for :meth:`TokenInput.__repr__` (never a tokenizer's JSON)."""
+        return []
+
+    def tokenizer_identity(self) -> dict[str, object] | None:
+        """What tokenized the input: ``{"file", "sha256", "vocab_size"}`` of a text column's tokenizer (a token
+        store: its manifest's record); None when nothing says."""
+        enc = self.encoder
+        if enc is None:
+            return None
+        return {"file": Path(str(enc.source)).name, "sha256": enc.sha256, "vocab_size": enc.vocab_size}
 
 
 @dataclass(repr=False)
@@ -40,142 +73,59 @@ class TokenInput:
         (Parquet / Arrow / JSON Lines / HF directory, or ArrayRecord files).
       format: the name of the row of the format table that read it (``kind``, or ``array_record``: a table of
         records); :func:`~datatools.io.sources.inputs.read_lengths` and ``open_documents`` call that row.
-      column: the token or text column (tables only).
-      is_text: the column holds text, tokenized by ``encoder``.
-      shards: the table shards, in order (an ArrayRecord input: one per file).
       nbytes: bytes of input (for progress and throughput).
+      opened: the format's own part (:class:`FormatState`: a table's column, shards and tokenizer, a flat file's
+        separator and dtype, the opened token store or Levanter cache), read by the format's module alone.
     """
 
     path: str | Path
     kind: str
     format: str = ""
-    column: str | None = None
-    is_text: bool = False
-    shards: list[Shard] = field(default_factory=list)
     nbytes: int = 0
-    encoder: TextEncoder | SentencePieceEncoder | None = None
-    eos_id: int | None = None
-    bin_dtype: str = "uint16"
-    levanter: LevanterCache | None = field(default=None, repr=False)  # opened once: its offsets are read on open
-    store: TokenStore | None = field(default=None, repr=False)  # opened once (in a bucket: ~10 requests)
+    opened: FormatState = field(default_factory=FormatState)
 
     def __post_init__(self) -> None:
         self.format = self.format or self.kind
 
     def __repr__(self) -> str:
-        """Short: the path, the kind, the column, shard count and bytes, the tokenizer file (not its JSON)."""
-        parts = [repr(str(self.path)), f"kind={self.kind!r}"]
-        if self.column is not None:
-            parts.append(f"column={self.column!r}" + (" (text)" if self.is_text else ""))
-        if self.shards:
-            parts.append(f"shards={len(self.shards)}")
-        parts.append(f"nbytes={self.nbytes}")
-        if self.encoder is not None:
-            parts.append(f"tokenizer={self.encoder.source!r} (sha256 {self.encoder.sha256[:12]})")
-        if self.eos_id is not None:  # a flat token file
-            parts.append(f"eos_id={self.eos_id}, bin_dtype={self.bin_dtype!r}")
+        """Short: the path, the kind, the bytes, then the format's own (a table's column and shard count, the
+        tokenizer file, not its JSON; a flat file's separator and dtype)."""
+        parts = [repr(str(self.path)), f"kind={self.kind!r}", f"nbytes={self.nbytes}", *self.opened.repr_parts()]
         return f"TokenInput({', '.join(parts)})"
 
     @property
-    def table_column(self) -> str:
-        """The token or text column (tables)."""
-        if self.column is None:
-            raise ValueError(f"{display(self.path)}: a {self.kind} input has no column")
-        return self.column
+    def encoder(self) -> Encoder | None:
+        """The tokenizer of a text input (its summary is shown, its identity compared); None for token ids."""
+        return self.opened.encoder
 
     @property
-    def text_encoder(self) -> TextEncoder | SentencePieceEncoder:
-        """The tokenizer of a text column."""
-        if self.encoder is None:
-            raise ValueError(f"{display(self.path)}: column {self.column!r} holds text and no tokenizer was given")
-        return self.encoder
+    def text_encoder(self) -> Encoder:
+        """The tokenizer of a text input; a ValueError for an input of token ids."""
+        enc = self.opened.encoder
+        if enc is None:
+            raise ValueError(f"{display(self.path)}: a {self.kind} input holds token ids, no text to tokenize")
+        return enc
 
     @property
-    def token_store(self) -> TokenStore:
-        """The token store (kind ``store``), opened once by :func:`open_input`."""
-        if self.store is None:
-            raise ValueError(f"{display(self.path)}: a {self.kind} input, not a token store")
-        return self.store
-
-    @property
-    def levanter_cache(self) -> LevanterCache:
-        """The Levanter cache, opened once (kind ``levanter``)."""
-        if self.levanter is None:
-            raise ValueError(f"{display(self.path)}: a {self.kind} input, not an opened Levanter cache")
-        return self.levanter
-
-    @property
-    def flat_eos_id(self) -> int:
-        """The separator of a flat token file (kind ``flat``)."""
-        if self.eos_id is None:
-            raise ValueError(f"{display(self.path)}: a flat token file needs --eos-id to find the document boundaries")
-        return self.eos_id
+    def shards(self) -> Sequence[Shard]:
+        """The table shards, in order (an ArrayRecord input: one per file); empty when the input is no table."""
+        return self.opened.shards
 
     @property
     def num_shards(self) -> int:
-        if self.shards:  # a table
-            return len(self.shards)
-        if self.eos_id is not None:  # a flat token file: its slices
-            return max(1, -(-int(flat_array(self.path, self.bin_dtype).shape[0]) // numpy_files.FLAT_SLICE))
-        return 1
+        """Shards the input's lengths stream in (a table's shards, a flat file's slices; else one)."""
+        return self.opened.num_shards(self.path)
 
-    def shard_batches(self, k: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """(tokens, lengths) of table shard ``k``, a bounded batch at a time; text is tokenized here."""
-        shard, column = self.shards[k], self.table_column
-        where = shard.describe()
-        for col in column_batches(shard, column, self.is_text):
-            if self.is_text:
-                yield self.text_encoder.encode(text_values(col, where, column))
-            else:
-                yield token_arrays(col, where, column)
+    def tokenizer_identity(self) -> dict[str, object] | None:
+        """What tokenized the input (:meth:`FormatState.tokenizer_identity`); None when nothing says."""
+        return self.opened.tokenizer_identity()
 
-    def shard_lengths(self, k: int) -> Iterator[np.ndarray]:
-        """int64 tokens per document of table shard ``k``, a bounded batch at a time; text is counted
-        :data:`LENGTH_ROWS` rows at a time, never held as tokens (a text column once took 3.1-3.7 GB on 62-86 MB)."""
-        shard, column = self.shards[k], self.table_column
-        where = shard.describe()
-        for col in column_batches(shard, column, self.is_text):
-            if not self.is_text:
-                yield token_arrays(col, where, column)[1]
-                continue
-            for a in range(0, len(col), LENGTH_ROWS):
-                yield self.text_encoder.count_tokens(text_values(col.slice(a, LENGTH_ROWS), where, column))
-
-    def shard_nbytes(self, k: int) -> int:
-        """Bytes of input shard ``k`` covers (for progress and throughput)."""
-        return shard_bytes(self.shards[k])
-
-    def shard_tokens(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(int32 tokens, int64 lengths) of table shard ``k`` whole (for :class:`ChunkedDocuments`)."""
-        tokens, lengths = [], []
-        for t, n in self.shard_batches(k):
-            if t.size and not np.can_cast(t.dtype, np.int32) and int(t.max()) > INT32_MAX:  # int32 ids always fit
-                raise ValueError(f"{self.shards[k].describe()}: token id {int(t.max())} does not fit int32")
-            tokens.append(t.astype(np.int32, copy=False))
-            lengths.append(n)
-        return _concat(tokens, np.int32), _concat(lengths, np.int64)
-
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         """What reports record about the input."""
-        out: dict[str, Any] = {"path": display(self.path), "kind": self.kind, "bytes": self.nbytes}
+        out: dict[str, object] = {"path": display(self.path), "kind": self.kind, "bytes": self.nbytes}
         if self.format != self.kind:
             out["format"] = self.format
-        if self.column:
-            out["column"] = self.column
-        if self.encoder is not None:
-            out["tokenizer"] = self.encoder.describe()
-        if self.store is not None:
-            out["write_order"] = describe_write_order(self.store.manifest)
-        stored = self.store if self.store is not None else self.levanter
-        if stored is not None:  # what one read fetches: a block shuffle's blocks should fill it
-            out["read_tokens"] = int(stored.read_granularity)
-        return out
-
-
-def _concat(parts: list[np.ndarray], dtype: npt.DTypeLike) -> np.ndarray:
-    if len(parts) == 1:
-        return parts[0]
-    return np.concatenate(parts) if parts else np.zeros(0, dtype)
+        return out | self.opened.describe()
 
 
 @dataclass(frozen=True)
@@ -212,12 +162,6 @@ class InputOptions:
         eos_id = self.eos_id
         if eos_id is not None and (isinstance(eos_id, bool) or not isinstance(eos_id, int) or eos_id < 0):
             raise ValueError(f"eos id must be a non-negative integer; got {short_repr(eos_id)}")
-
-
-def shard_length_pieces(inp: TokenInput, k: int) -> list[tuple[int, np.ndarray, int]]:
-    """Shard ``k``'s ``(k, lengths, 0)`` pieces, then ``(k, [], its bytes)``."""
-    out = [(k, lengths, 0) for lengths in inp.shard_lengths(k)]
-    return out + [(k, np.zeros(0, np.int64), inp.shard_nbytes(k))]
 
 
 def lengths_by_shard(

@@ -16,7 +16,7 @@ import pytest
 
 from datatools.io import InputOptions, open_documents, open_input, read_lengths
 from datatools.io.formats import lengths_cache
-from datatools.io.formats import token_input as token_input_module
+from datatools.io.sources import table_format as table_format_module
 from datatools.pipeline import build
 
 OLD_NS = (time.time_ns() - 3600 * 10**9,) * 2  # an hour ago (an mtime: setting it sets the ctime to now)
@@ -36,13 +36,13 @@ def cache(tmp_path, monkeypatch):
 def column_reads(monkeypatch):
     """Counts the reads of a table column (one per shard read), in any thread."""
     calls: list[str] = []
-    real = token_input_module.column_batches
+    real = table_format_module.column_batches
 
     def counted(shard, column, text):
         calls.append(shard.describe())
         return real(shard, column, text)
 
-    monkeypatch.setattr(token_input_module, "column_batches", counted)
+    monkeypatch.setattr(table_format_module, "column_batches", counted)
     return calls
 
 
@@ -171,13 +171,13 @@ def test_the_key_names_what_the_lengths_depend_on(tmp_path):
 
 def test_a_file_changed_while_it_is_read_gets_no_entry(tmp_path, cache, monkeypatch):
     path = write_parquet(tmp_path / "a.parquet", docs_of(40, 6))
-    real = token_input_module.column_batches
+    real = table_format_module.column_batches
 
     def changing(shard, column, text):
         time.sleep(0.01)
         os.utime(path)  # touched during the read: its mtime and ctime move
         return real(shard, column, text)
 
-    monkeypatch.setattr(token_input_module, "column_batches", changing)
+    monkeypatch.setattr(table_format_module, "column_batches", changing)
     read_lengths(open_input(path))
     assert not cache.exists()
