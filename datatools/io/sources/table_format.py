@@ -42,7 +42,8 @@ def tokenized(inp: TokenInput, opts: InputOptions, where: str, what: str) -> Tok
         if opts.tokenizer is None:
             raise ValueError(
                 f"{where}: {what} {inp.column!r} holds text; pass --tokenizer (tokenizer.json or a SentencePiece "
-                f".model) to tokenize it"
+                f".model) to tokenize it, in a pipeline config source.tokenizer (datatools pipeline: --set "
+                f"source.tokenizer=PATH)"
             )
         tok = opts.tokenizer  # a tokenizer.json, or a SentencePiece .model (MaxText's tokenizer_path)
         if is_sentencepiece(tok):
