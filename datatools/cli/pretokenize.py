@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from datatools.base.checks import ENGINES, MAX_CTX
+from datatools.base.progress import doing
 from datatools.cli.common import make_console, tokenizer_options
 
 
@@ -71,6 +72,7 @@ def pretokenize_command(inputs: tuple[str, ...], engine: str, **options: Any) ->
 
     require_engine(engine)  # like `train` without jax: the install line, exit 1, before anything is created
     result = pretokenize(list(inputs), engine=engine, **options)
+    doing(None)  # the live line ends before the result: on a narrow terminal they shared a line, then it was erased
     err = make_console(stderr=True)
     for key in ("duplicates", "cleaned", "repaired", "indexed"):  # the tokenizer line came first (the job)
         if key in result.extra:

@@ -50,10 +50,13 @@ def train_command(
     """Train the CONFIG's model on its pipeline: loss, tokens/s, efficiency and MFU per step."""
     import jax
 
+    from datatools.pipeline.named_configs import check_demo_data
     from datatools.train.device_errors import device_errors  # JAX: imported once the arguments are parsed
     from datatools.train.loop import load_train_config, train
 
     cfg = load_train_config(config, steps=steps, source=source, attention=attention, grad_accum_steps=grad_accum_steps)
+    pipe = cfg.pipeline
+    check_demo_data(config, [s.path for s in pipe.sources] if pipe.sources else [pipe.one_source.path])
     console = make_console(stderr=json_out == "-")
     err = make_console(stderr=True)
     console.print(

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from datatools.analysis.maxtext_simulation import attention_keys, keys_to_set
 from datatools.base.checks import MAX_BATCH, MAX_CTX, check_int
+from datatools.base.errors import MissingPackage
 from datatools.integrations.maxtext_shim import TESTED_MAXTEXT
 from datatools.io.formats.yaml_files import load_yaml
 from datatools.pipeline import PipelineConfig, build, parse_config
@@ -286,7 +287,10 @@ def _config_file(path: str) -> str | None:
 def train(argv, pipeline=None) -> None:
     """Run MaxText's pre-training (``maxtext.trainers.pre_train.train.main``) on a datatools pipeline (YAML path
     or mapping). ``argv``: MaxText's command line without the program name: a config file (a path, or MaxText's
-    own ``src/maxtext/configs/base.yml``) then ``key=value`` overrides (a key given twice: the last value)."""
+    own ``src/maxtext/configs/base.yml``) then ``key=value`` overrides (a key given twice: the last value).
+    Without MaxText here: :class:`MissingPackage` naming the Python and the install, not ``No module named``."""
+    if importlib.util.find_spec("maxtext") is None:
+        raise MissingPackage(_not_installed(), name="maxtext")
     from maxtext.trainers.pre_train import train as maxtext_train
 
     argv = [str(a) for a in argv]

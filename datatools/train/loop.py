@@ -24,6 +24,7 @@ from datatools.io.formats.yaml_files import load_yaml
 from datatools.kernels.balance import busiest_over_mean, device_loads
 from datatools.pipeline import PipelineConfig, ShardConfig, build_canonical, parse_config
 from datatools.pipeline.build import CanonicalPipeline, resolve_shard
+from datatools.pipeline.named_configs import resolve_config
 from datatools.pipeline.schema import field, from_dict
 from datatools.pipeline.sources import OpenedDocuments
 from datatools.pipeline.stalls import LoaderReport, StallMeter
@@ -79,8 +80,9 @@ def load_train_config(
     attention: str | None = None,
     grad_accum_steps: int | None = None,
 ) -> TrainConfig:
-    """Read and validate a training config (pipeline keys + ``model`` + ``train``); ``steps``, ``source``,
-    ``attention`` and ``grad_accum_steps`` override the file's."""
+    """Read and validate a training config (pipeline keys + ``model`` + ``train``), a file or a shipped config's name
+    (no ``configs/`` after pip install); ``steps``, ``source``, ``attention``, ``grad_accum_steps`` override it."""
+    path = resolve_config(path)
     data = load_yaml(path)
     try:
         model = from_dict(ModelConfig, data.pop("model", None), "model")

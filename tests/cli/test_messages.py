@@ -30,3 +30,36 @@ def test_base_install_import_prints_no_jax_profiler_warning():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stderr == ""
+
+
+def test_pretokenize_stops_its_live_line_before_printing_the_result(tmp_path, monkeypatch, texts, tokenizer_file):
+    """Issue 58 (rerun): on an 80-column terminal pretokenize's result (``STORE: written: N documents ...``) was
+    printed while its live line (``writing the token store: shard 12 of 12 (elapsed ...)``, wrapped onto two lines)
+    was still drawn: the result began on the spinner's line and its next redraw erased the rest. The command now
+    ends the live line first, as analyze-padding, pipeline and train do."""
+    import json
+
+    import datatools.cli.pretokenize as pretokenize_cli
+    from datatools.base import progress
+    from datatools.cli import main
+
+    shown: list[str | None] = []  # what the live line said when each result line was printed
+    real = pretokenize_cli.make_console
+
+    def spying_console(**kwargs):
+        console = real(**kwargs)
+        original = console.print
+
+        def print_(*args, **kw):
+            act = progress._ACTIVE
+            shown.append(None if act is None else act.what)
+            return original(*args, **kw)
+
+        console.print = print_
+        return console
+
+    monkeypatch.setattr(pretokenize_cli, "make_console", spying_console)
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:50]))
+    assert main(["pretokenize", str(docs), str(tmp_path / "store"), "--tokenizer", str(tokenizer_file)]) == 0
+    assert shown and all(what is None for what in shown), shown

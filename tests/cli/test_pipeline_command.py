@@ -246,3 +246,19 @@ def test_with_devices_the_report_gives_each_batchs_busiest_device_over_the_mean(
     assert main(["pipeline", str(path), "--steps", "2", "--json", str(tmp_path / "r.json")]) == 0
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["devices"] is None and report["device_tiles"] == [] and "busiest/mean" not in capsys.readouterr().out
+
+
+def test_a_text_source_without_a_tokenizer_names_the_key_that_gives_one(tmp_path, texts, capsys):
+    """Issue 58 (rerun): ``pipeline CONFIG --source docs.parquet`` on a text column said ``pass --tokenizer``, an
+    option ``datatools pipeline`` does not have; the line now also names the config key and its ``--set``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = tmp_path / "docs.parquet"
+    pq.write_table(pa.table({"text": texts[:20]}), table)
+    config = tmp_path / "c.yaml"
+    config.write_text("source: {path: elsewhere/}\npacking: {ctx: 256}\nbatch_size: 2\n")
+    assert main(["pipeline", str(config), "--steps", "1", "--source", str(table)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "docs.parquet: column 'text' holds text" in err
+    assert "--set source.tokenizer=" in err, err

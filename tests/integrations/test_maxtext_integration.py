@@ -206,6 +206,23 @@ def test_the_launcher_without_maxtext_says_so_in_one_line(tmp_path):
         assert "Traceback" not in err
 
 
+def test_the_trainers_page_script_without_maxtext_names_the_install(tmp_path):
+    """Issue 58 (rerun): the page's ``train_maxtext.py`` (``maxtext.train(...)``) in a venv without MaxText ended in
+    ``ModuleNotFoundError: No module named 'maxtext'``; it now raises the launcher's line (the Python, the extras)."""
+    import importlib.util
+
+    from datatools.base.errors import MissingPackage
+    from datatools.integrations import maxtext
+
+    if importlib.util.find_spec("maxtext") is not None:
+        pytest.skip("MaxText is installed here (the client suite runs the page's script for real)")
+    base = tmp_path / "base.yml"
+    base.write_text("steps: 3\n")
+    with pytest.raises(MissingPackage, match=r"MaxText is not installed in .*maxtext\[cuda12\]==0\.2\.5") as info:
+        maxtext.train([str(base), "steps=3"], pipeline=None)
+    assert info.value.name == "maxtext"
+
+
 def test_maxtexts_grain_worker_count_is_workers_except_for_a_token_store(store, tmp_path):
     """MaxText's ``base.yml`` sets ``grain_worker_count: 1``: a token store (read by one reader per host, which
     refuses worker processes) still builds and gives batches; a source tokenized or decoded as it is read gets the

@@ -160,7 +160,8 @@ def tokenized(table: TableInput, opts: InputOptions, where: str, what: str) -> T
         if opts.tokenizer is None:
             raise ValueError(
                 f"{where}: {what} {table.column!r} holds text; pass --tokenizer (tokenizer.json or a SentencePiece "
-                f".model) to tokenize it"
+                f".model) to tokenize it, in a pipeline config source.tokenizer (datatools pipeline: --set "
+                f"source.tokenizer=PATH)"
             )
         tok = opts.tokenizer  # a tokenizer.json, or a SentencePiece .model (MaxText's tokenizer_path)
         if is_sentencepiece(tok):
