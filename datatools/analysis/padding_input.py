@@ -145,7 +145,7 @@ def _simulated(lengths: npt.NDArray[np.integer], padding: PaddingOptions, consol
     jobs = (len(padding.contexts) if padding.contexts else 4) * len(STRATEGIES)
     what = "simulating strategies"
     if kernels_cold([counting, pieces, bucket]):  # numba compiles first, the bar still at 0
-        what += " (compiling kernels: first run only, ~30 s)"
+        what += " (compiling kernels: first run only, ~30 s of CPU; datatools warm compiles them ahead)"
     with _counted(console, jobs, what) as advance:
         return analyze(lengths, padding, progress=advance)
 

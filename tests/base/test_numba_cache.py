@@ -103,5 +103,6 @@ def test_the_analyzer_says_it_compiles_on_a_first_run(monkeypatch, tmp_path):
         out = io.StringIO()
         console = Console(file=out, force_terminal=True, width=200)
         padding_input.analyze_input(str(tmp_path / "docs"), asked, console=console)
-        said = "simulating strategies (compiling kernels: first run only, ~30 s)" in out.getvalue()
+        line = "simulating strategies (compiling kernels: first run only, ~30 s of CPU; datatools warm compiles them"
+        said = f"{line} ahead)" in out.getvalue()
         assert said == cold
