@@ -86,8 +86,12 @@ def build_store(url: str, tokens: int, seed: int = 0, write_seed: int | None = N
     """Write the store straight into the bucket (no proxy): documents until ``tokens`` tokens. ``write_seed``: the
     same documents in the order ``pretokenize --shuffle-seed write_seed`` writes them (its own code path,
     :func:`~datatools.jobs.write_order.shuffled_shards`, through a local spill file), recorded in the manifest."""
-    from datatools.io.formats.store import token_dtype, write_order_record, write_store
-    from datatools.jobs.write_order import shuffled_shards
+    try:
+        from datatools.io.formats.store import token_dtype, write_order_record, write_store
+    except ModuleNotFoundError:  # a baseline's code (local_read.py --baseline): before io's floors and write orders
+        from datatools.io.store import token_dtype, write_store  # type: ignore[no-redef]
+
+        write_order_record = None  # type: ignore[assignment]
 
     n = int(tokens / 700)  # enough documents: the mean after clipping at 8192 is ~780
     lengths = lognormal_lengths(n, median=400, mean=800, low=1, high=8192, seed=seed)
@@ -105,6 +109,8 @@ def build_store(url: str, tokens: int, seed: int = 0, write_seed: int | None = N
         if write_seed is None:
             written = shards()
         else:  # the ids drawn shard by shard as above, then written in the write order
+            from datatools.jobs.write_order import shuffled_shards
+
             ids = [tokens for tokens, _ in shards()]
             spill = Path(spill_dir) / "order.bin"
             written = shuffled_shards(ids.__getitem__, parts, write_seed, spill, dtype)
@@ -114,7 +120,8 @@ def build_store(url: str, tokens: int, seed: int = 0, write_seed: int | None = N
             num_tokens=int(lengths.sum()),
             num_documents=int(lengths.shape[0]),
             dtype=dtype,
-            manifest={"vocab_size": VOCAB, "write_order": write_order_record(write_seed)},
+            manifest={"vocab_size": VOCAB}
+            | ({} if write_order_record is None else {"write_order": write_order_record(write_seed)}),
         )
     return {"documents": int(lengths.shape[0]), "tokens": int(lengths.sum()), "write_s": time.perf_counter() - t0}
 
