@@ -699,8 +699,6 @@ RELAXED = {
     "warn_return_any",
 }
 NOT_YET_STRICT = {  # module  # strict errors when listed
-    "datatools.grain.portable_state",  # 25
-    "datatools.grain.worker_processes",  # 36
     "datatools.integrations.maxtext",  # 26
     "datatools.train.attention",  # 17
     "datatools.train.attention_splash",  # 16

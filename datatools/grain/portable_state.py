@@ -11,14 +11,21 @@ pipeline that continues from that state.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import Any
+
 import grain
 from datatools.base.checks import short_repr
 from datatools.grain import grain_state_shim as shim
 
 MARK = "elements_read"  # the portable position: elements read from the prefetched dataset
 
+Identity = dict[str, Any]  # a pipeline's identity: plain values (seed, packing, ...) by name
+# reweight(saved identity, position) -> (the dataset that continues from there, its identity)
+Reweight = Callable[[Identity, int], tuple[grain.IterDataset, Identity | None]]
 
-def portable(state):
+
+def portable(state: object) -> object:
     """``state`` with every read position (Grain's, per worker: :mod:`~datatools.grain.grain_state_shim`)
     replaced by the elements read so far."""
     if isinstance(state, dict):
@@ -30,11 +37,11 @@ def portable(state):
     return state
 
 
-def localized(state, like):
+def localized(state: object, like: object) -> object:
     """A portable ``state`` in the form of ``like`` (a state of the pipeline being restored)."""
     if isinstance(state, dict) and set(state) == {MARK}:
         k = state[MARK]
-        if shim.is_prefetch_state(like):
+        if isinstance(like, dict) and shim.is_prefetch_state(like):
             return shim.prefetch_state(k, shim.prefetch_workers(like))
         return shim.single_state(k)
     if isinstance(state, dict) and isinstance(like, dict):
@@ -42,14 +49,14 @@ def localized(state, like):
     return state
 
 
-def differing_keys(saved: dict | None, current: dict | None) -> set:
+def differing_keys(saved: Identity | None, current: Identity | None) -> set[str]:
     """The identity keys whose values differ (none when either identity is missing)."""
     if not saved or not current:
         return set()
     return {k for k in set(saved) | set(current) if saved.get(k) != current.get(k)}
 
 
-def check_identity(saved: dict | None, current: dict | None) -> None:
+def check_identity(saved: Identity | None, current: Identity | None) -> None:
     """ValueError naming every key whose value differs between a saved state's pipeline identity and this one's."""
     keys = sorted(differing_keys(saved, current))
     if keys:
@@ -60,7 +67,7 @@ def check_identity(saved: dict | None, current: dict | None) -> None:
         )
 
 
-def check_state(state, like, where: str) -> None:
+def check_state(state: object, like: object, where: str) -> None:
     """``state`` must have the form of ``like`` (the portable state this pipeline saves): the same keys at every
     level, a count (an int >= 0, not a bool) or a string where ``like`` holds one; else a TypeError or ValueError
     naming the entry."""
@@ -87,7 +94,7 @@ def check_state(state, like, where: str) -> None:
         raise TypeError(f"{where} must be a string, got {short_repr(state)}")
 
 
-def host_state(states: list) -> dict:
+def host_state(states: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """The state to restore on every host (any host count) from the states all hosts saved at the same step;
     ValueError when the list is empty or a host's state differs from host 0's (naming it)."""
     states = list(states)
@@ -102,23 +109,29 @@ def host_state(states: list) -> dict:
     return states[0]
 
 
-class _PortableStateIterator(grain.DatasetIterator):
-    def __init__(self, parent, identity, reweight=None, reweightable=()):
+class _PortableStateIterator(grain.DatasetIterator):  # type: ignore[misc]  # Grain ships no type information: its classes are Any
+    def __init__(
+        self,
+        parent: grain.DatasetIterator,
+        identity: Identity | None,
+        reweight: Reweight | None = None,
+        reweightable: Iterable[str] = (),
+    ) -> None:
         super().__init__(parent)
         self._identity = identity
         self._reading = parent  # the iterator read: the parent, or the pipeline a reweighting restore built
         self._reweight, self._reweightable = reweight, frozenset(reweightable)
 
-    def __next__(self):
+    def __next__(self) -> object:
         return next(self._reading)
 
-    def get_state(self):
-        state = {"portable": portable(self._reading.get_state())}
+    def get_state(self) -> dict[str, object]:
+        state: dict[str, object] = {"portable": portable(self._reading.get_state())}
         if self._identity:
             state["pipeline"] = dict(self._identity)
         return state
 
-    def set_state(self, state):
+    def set_state(self, state: object) -> None:
         if not isinstance(state, dict) or "portable" not in state:
             raise ValueError(
                 "not a datatools pipeline state (expected the dict get_state() returned, with a 'portable' entry)"
@@ -135,7 +148,8 @@ class _PortableStateIterator(grain.DatasetIterator):
             check_identity(saved, self._identity)
         current = self._reading.get_state()
         check_state(state["portable"], portable(current), "state['portable']")
-        if changed and changed <= self._reweightable and self._reweight is not None:
+        if changed and changed <= self._reweightable and self._reweight is not None and saved is not None:
+            # (a change means both identities are there: saved is never None here)
             position = state["portable"].get(MARK) if isinstance(state["portable"], dict) else None
             if not isinstance(position, int) or len(state["portable"]) != 1:
                 raise ValueError(
@@ -150,7 +164,7 @@ class _PortableStateIterator(grain.DatasetIterator):
         self._reading.set_state(localized(state["portable"], current))
 
     @staticmethod
-    def _close(it) -> None:
+    def _close(it: object) -> None:
         close = getattr(it, "close", None)
         if close is not None:
             close()
@@ -161,7 +175,7 @@ class _PortableStateIterator(grain.DatasetIterator):
         self._close(self._parent)
 
 
-class PortableStateIterDataset(grain.IterDataset):
+class PortableStateIterDataset(grain.IterDataset):  # type: ignore[misc]  # Grain ships no type information: its classes are Any
     """The parent's elements unchanged; its iterator's state restores with any number of prefetch workers.
 
     Args:
@@ -173,12 +187,19 @@ class PortableStateIterDataset(grain.IterDataset):
       reweightable: the identity keys that may differ at a restore when ``reweight`` is given.
     """
 
-    def __init__(self, parent: grain.IterDataset, identity: dict | None = None, *, reweight=None, reweightable=()):
+    def __init__(
+        self,
+        parent: grain.IterDataset,
+        identity: Identity | None = None,
+        *,
+        reweight: Reweight | None = None,
+        reweightable: Iterable[str] = (),
+    ) -> None:
         super().__init__(parent)
         self.identity = dict(identity) if identity else None
         self.reweight, self.reweightable = reweight, tuple(reweightable)
 
-    def __iter__(self):
+    def __iter__(self) -> _PortableStateIterator:
         return _PortableStateIterator(self._parent.__iter__(), self.identity, self.reweight, self.reweightable)
 
     def __str__(self) -> str:

@@ -23,14 +23,20 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as futures_wait
+from types import FrameType
+from typing import Any, TypeVar
 
 import numpy as np
 
 import grain
 from datatools.base import array_pool, interrupts
+
+T = TypeVar("T")
+State = dict[str, Any]  # a Grain iterator's state (its own keys)
 
 
 class WorkerStartError(RuntimeError):
@@ -94,7 +100,7 @@ def check_workers_can_start(workers: int) -> None:
     )
 
 
-_LIVE: weakref.WeakSet = weakref.WeakSet()
+_LIVE: weakref.WeakSet[_WorkerIterator] = weakref.WeakSet()
 _HOOKED = threading.Lock()
 _hooked = False
 
@@ -109,7 +115,8 @@ def _close_live_iterators() -> None:
     gc.collect()  # the iterators let go of, and their shared-memory elements, freed before the modules go
 
 
-def _register(it) -> None:
+def _register(it: _WorkerIterator) -> None:
+    """Close ``it`` at exit if still open (the atexit hook installed on the first call)."""
     global _hooked
     with _HOOKED:
         if not _hooked:
@@ -118,26 +125,28 @@ def _register(it) -> None:
         _LIVE.add(it)
 
 
-def _own_memory(element):
+def _own_memory(element: object) -> object:
     """The element with its arrays copied out of the workers' shared memory (``np.ndarray`` subclasses; kept
     until exit they were freed after Grain's modules, with a traceback each), into :mod:`datatools.base.array_pool`
     memory (fresh pages cost 3-4x the copy to fault in)."""
     if isinstance(element, dict):
         return {k: _own_memory(v) for k, v in element.items()}
-    if type(element) in (list, tuple):
-        return type(element)(_own_memory(v) for v in element)
+    if type(element) is list:
+        return [_own_memory(v) for v in element]
+    if type(element) is tuple:
+        return tuple(_own_memory(v) for v in element)
     if isinstance(element, np.ndarray) and type(element) is not np.ndarray:
         return array_pool.copy(element)
     return element
 
 
-def _leave_on_sigint(*_worker) -> None:
+def _leave_on_sigint(*_worker: object) -> None:
     """Grain's ``worker_init_fn``: from now on a Ctrl-C ends the worker quietly (SystemExit), so the parent's close
     finds it gone instead of waiting up to 25 s for it."""
     signal.signal(signal.SIGINT, _exit_quietly)
 
 
-def _exit_quietly(signum, frame) -> None:
+def _exit_quietly(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(1)  # not 0: Grain takes a worker that ended with 0 for a live one and waits on it for ever
 
 
@@ -157,7 +166,7 @@ def _child_pids() -> set[int]:
 
 def _workers_started(before: set[int]) -> set[int]:
     """Child processes started since ``before``, multiprocessing's resource tracker aside."""
-    out = set()
+    out: set[int] = set()
     for pid in _child_pids() - before:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -231,7 +240,7 @@ def _drain(fd: int) -> None:
         os.close(fd)
 
 
-def _wait(future):
+def _wait(future: Future[T]) -> T:
     """``future.result()``, waking every 50 ms so that a Ctrl-C is raised here (not at the next batch)."""
     while True:
         try:
@@ -240,12 +249,16 @@ def _wait(future):
             interrupts.check()
 
 
+_Call = tuple[Future[Any], Callable[..., Any], tuple[object, ...]]  # a call for the driver: future, function, arguments
+
+
 class _Driver:
     """One daemon thread that runs the calls given to :meth:`submit`, in order (a daemon: a call stuck in Grain
     never holds up the interpreter's exit)."""
 
-    def __init__(self):
-        self._calls: queue.SimpleQueue = queue.SimpleQueue()
+    def __init__(self) -> None:
+        # (future, function, arguments) per call; None: stop
+        self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="datatools-grain", daemon=True)
         self._thread.start()
 
@@ -264,8 +277,9 @@ class _Driver:
             # semaphore objects"
             del call, future, fn, args
 
-    def submit(self, fn, *args) -> Future:
-        future: Future = Future()
+    def submit(self, fn: Callable[..., T], *args: object) -> Future[T]:
+        """The future of ``fn(*args)``, run on the driver's thread after the calls given before."""
+        future: Future[T] = Future()
         self._calls.put((future, fn, args))
         return future
 
@@ -276,25 +290,27 @@ class _Driver:
             self._thread.join()
 
 
-class _WorkerIterator(grain.DatasetIterator):
+class _WorkerIterator(grain.DatasetIterator):  # type: ignore[misc]  # Grain ships no type information: its classes are Any
     """Grain's iterator driven from a thread of its own, so the calling thread stays interruptible, and whose
     workers never see a Ctrl-C (a worker that got the terminal's SIGINT printed a traceback mid-import): the
     parent ignores SIGINT while the workers are forked (a spawned process inherits that), and a started worker
     leaves quietly on a Ctrl-C (:func:`_leave_on_sigint`)."""
 
-    def __init__(self, dataset: grain.IterDataset, workers: int):
+    def __init__(self, dataset: grain.IterDataset, workers: int) -> None:
         self._driver, self._closed = _Driver(), False
         super().__init__(self._driver.submit(dataset.__iter__).result())
         self._workers, self._started = workers, False
         self._starting: set[int] = set()  # workers started, no element yet: still importing, deaf to a stop
-        self._ahead: Future | None = None  # the next element and the state after it, being fetched by the driver
-        self._state = None  # the state after the last element returned
+        # the next element and the state after it, being fetched by the driver
+        self._ahead: Future[tuple[object, State]] | None = None
+        self._state: State | None = None  # the state after the last element returned
         _register(self)
 
-    def _call(self, fn, *args):
+    def _call(self, fn: Callable[..., T], *args: object) -> T:
+        """``fn(*args)`` run on the driver's thread, waited for interruptibly (:func:`_wait`)."""
         return _wait(self._driver.submit(fn, *args))
 
-    def _first(self):
+    def _first(self) -> object:
         """The first element, Grain's workers started with SIGINT ignored (see the class docstring)."""
         if threading.current_thread() is not threading.main_thread():
             return self._call(next, self._parent)
@@ -312,12 +328,12 @@ class _WorkerIterator(grain.DatasetIterator):
         self._starting = set()
         return element
 
-    def _fetch(self):
+    def _fetch(self) -> tuple[object, State]:
         """The next element in the caller's memory and the state after it (on the driver's thread)."""
         element = next(self._parent)
         return _own_memory(element), self._parent.get_state()
 
-    def __next__(self):
+    def __next__(self) -> object:
         """The element the driver fetched and copied out while the caller's step ran (~2 ms for a 128 x 8192 batch,
         no longer on the caller's thread); then the next one is asked for."""
         try:
@@ -340,7 +356,7 @@ class _WorkerIterator(grain.DatasetIterator):
                 f'under `if __name__ == "__main__":`'
             ) from exc
 
-    def get_state(self):
+    def get_state(self) -> State | None:
         """The state after the last element returned (not after the one fetched ahead)."""
         return self._state if self._started else self._call(self._parent.get_state)
 
@@ -353,7 +369,7 @@ class _WorkerIterator(grain.DatasetIterator):
             except Exception:  # noqa: BLE001 -- an element nobody will ask for
                 pass
 
-    def set_state(self, state):
+    def set_state(self, state: State) -> None:
         self._drop_ahead()
         self._call(self._parent.set_state, state)
         if self._started:
@@ -376,18 +392,18 @@ class _WorkerIterator(grain.DatasetIterator):
         self._driver.stop()
 
 
-class WorkerProcessesIterDataset(grain.IterDataset):
+class WorkerProcessesIterDataset(grain.IterDataset):  # type: ignore[misc]  # Grain ships no type information: its classes are Any
     """The parent read ahead in ``workers`` Grain processes (``mp_prefetch``), with the checks of the module
     docstring; elements and states unchanged."""
 
-    def __init__(self, parent: grain.IterDataset, workers: int):
+    def __init__(self, parent: grain.IterDataset, workers: int) -> None:
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers must be an integer >= 1; got {workers!r}")
         options = grain.MultiprocessingOptions(num_workers=workers)
         super().__init__(parent.mp_prefetch(options, worker_init_fn=_leave_on_sigint))
         self.workers = workers
 
-    def __iter__(self):
+    def __iter__(self) -> _WorkerIterator:
         check_workers_can_start(self.workers)
         return _WorkerIterator(self._parent, self.workers)
 
