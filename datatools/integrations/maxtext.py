@@ -24,7 +24,9 @@ import functools
 import importlib.util
 import os
 import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from datatools.analysis.maxtext_simulation import attention_keys, keys_to_set
 from datatools.base.checks import MAX_BATCH, MAX_CTX, check_int
@@ -33,17 +35,31 @@ from datatools.integrations.maxtext_shim import TESTED_MAXTEXT
 from datatools.io.formats.yaml_files import load_yaml
 from datatools.pipeline import PipelineConfig, build, parse_config
 
+if TYPE_CHECKING:
+    import jax
+    from jax.sharding import Mesh
+
+    import grain
+
 __all__ = ["create_data_iterator", "pipeline_config", "use_datatools", "train", "main"]
 
+# a datatools pipeline config: a YAML file's path, a mapping, or None (datatools' defaults)
+Pipeline = str | os.PathLike[str] | Mapping[str, Any] | None
+Batch = dict[str, "jax.Array"]  # a global batch: one array per key, over the mesh's devices
+TrainIterators = Iterator[Batch] | list[Iterator[Batch]]  # one per host, or views of one (fewer hosts' restart)
 
-def _setting(config, key: str, default=None):
+
+def _setting(config: object, key: str, default: object = None) -> object:
+    """MaxText's ``key`` (an attribute of ``pyconfig.HyperParameters``, or a mapping's entry), else ``default``."""
     try:
         return getattr(config, key)
     except (AttributeError, KeyError, ValueError):
         return config.get(key, default) if isinstance(config, dict) else default
 
 
-def _int_setting(config, key: str, default=None, *, minimum=None, maximum=None) -> int:
+def _int_setting(
+    config: object, key: str, default: int | None = None, *, minimum: int | None = None, maximum: int | None = None
+) -> int:
     """A MaxText integer key, checked (TypeError / ValueError naming the MaxText key)."""
     value = _setting(config, key, default)
     if value is None:
@@ -51,7 +67,7 @@ def _int_setting(config, key: str, default=None, *, minimum=None, maximum=None) 
     return check_int(value, f"MaxText {key}", minimum=minimum, maximum=maximum)
 
 
-def _expansion(config) -> float:
+def _expansion(config: object) -> float:
     """MaxText's ``expansion_factor_real_data`` when it is a restart on fewer hosts (1/k, k >= 2), else 1.0."""
     value = _setting(config, "expansion_factor_real_data", -1.0)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -66,7 +82,8 @@ def _expansion(config) -> float:
     return float(value)
 
 
-def _pipeline_mapping(pipeline) -> dict:
+def _pipeline_mapping(pipeline: Pipeline) -> dict[str, Any]:
+    """The pipeline config's mapping (a copy; empty for None)."""
     if pipeline is None:
         return {}
     if isinstance(pipeline, (str, os.PathLike)):
@@ -76,7 +93,7 @@ def _pipeline_mapping(pipeline) -> dict:
     raise TypeError(f"pipeline must be a YAML path, a mapping or None; got {type(pipeline).__name__}")
 
 
-def _agree(data: dict, section: str | None, key: str, value, maxtext_key: str) -> None:
+def _agree(data: dict[str, Any], section: str | None, key: str, value: object, maxtext_key: str) -> None:
     """Set ``key`` (in ``section``) to MaxText's ``value``; a different value already there is an error."""
     target = data if section is None else data.setdefault(section, {})
     if not isinstance(target, dict):
@@ -91,7 +108,7 @@ def _agree(data: dict, section: str | None, key: str, value, maxtext_key: str) -
     target[key] = value
 
 
-def _check_attention(config, packing, cap: int) -> None:
+def _check_attention(config: object, packing: object, cap: int) -> None:
     """ValueError (one line naming the MaxText keys to set) when MaxText's attention would not keep the documents
     of the packed rows apart (:func:`~datatools.analysis.maxtext_simulation.attention_keys`)."""
     attention = str(_setting(config, "attention", "autoselected"))
@@ -117,7 +134,12 @@ def _check_attention(config, packing, cap: int) -> None:
 
 
 def pipeline_config(
-    config, pipeline=None, *, process_index: int = 0, process_count: int = 1, split: str = "train"
+    config: object,
+    pipeline: Pipeline = None,
+    *,
+    process_index: int = 0,
+    process_count: int = 1,
+    split: str = "train",
 ) -> PipelineConfig:
     """The datatools pipeline config for a MaxText config (``pyconfig.HyperParameters`` or a mapping) and a
     datatools ``pipeline`` (YAML path or mapping; its ``source`` may be left out when ``grain_train_files`` names
@@ -157,13 +179,12 @@ def pipeline_config(
     return parse_config(data)
 
 
-def _split_settings(config, data: dict, split: str) -> tuple[int, str, dict]:
+def _split_settings(config: object, data: dict[str, Any], split: str) -> tuple[int, object, dict[str, Any]]:
     """The global batch MaxText loads for ``split``, its files setting, and the pipeline mapping for it (for
     ``eval``: MaxText's evaluation files, no shuffle, one epoch)."""
-    batch_limit = dict(minimum=1, maximum=MAX_BATCH)
     if split == "train":
         return (
-            _int_setting(config, "global_batch_size_to_load", **batch_limit),
+            _int_setting(config, "global_batch_size_to_load", minimum=1, maximum=MAX_BATCH),
             _setting(config, "grain_train_files", ""),
             data,
         )
@@ -174,7 +195,7 @@ def _split_settings(config, data: dict, split: str) -> tuple[int, str, dict]:
         if _setting(config, "global_batch_size_to_load_eval")
         else "global_batch_size_to_load"
     )
-    global_batch = _int_setting(config, key, **batch_limit)
+    global_batch = _int_setting(config, key, minimum=1, maximum=MAX_BATCH)
     files = _setting(config, "grain_eval_files", "")
     if not files:
         raise ValueError("MaxText eval_interval > 0 needs grain_eval_files naming the evaluation data")
@@ -183,7 +204,7 @@ def _split_settings(config, data: dict, split: str) -> tuple[int, str, dict]:
     return global_batch, files, data
 
 
-def _read_by_one_reader(data: dict) -> bool:
+def _read_by_one_reader(data: dict[str, Any]) -> bool:
     """Whether the pipeline reads a token store or a Levanter cache: read by the host's one reader in threads, not in
     worker processes, so MaxText's ``grain_worker_count`` (``base.yml``: 1) is not a datatools ``workers`` there."""
     from datatools.io.formats.levanter_cache import is_levanter_cache
@@ -194,7 +215,7 @@ def _read_by_one_reader(data: dict) -> bool:
     return bool(paths) and all(is_token_store(p) or is_levanter_cache(p) for p in paths)
 
 
-def _check_fixed_shapes(data: dict) -> None:
+def _check_fixed_shapes(data: dict[str, Any]) -> None:
     """MaxText trains on one (batch, max_target_length) shape: no bucketing, no curriculum."""
     if data.get("bucketing") is not None:
         raise ValueError("MaxText trains on fixed (batch, max_target_length) shapes: use packing, not bucketing")
@@ -209,33 +230,39 @@ class HostBatchIterator:
     """MaxText's iterator contract without MaxText: each host's batch becomes one global ``jax.Array`` per key,
     split over the mesh's devices along the batch axis; ``local_iterator`` is the Grain iterator (checkpointed)."""
 
-    def __init__(self, dataset, mesh):
+    def __init__(self, dataset: grain.IterDataset, mesh: Mesh) -> None:
         from jax.sharding import NamedSharding, PartitionSpec
 
         self.dataset = dataset
         self.mesh = mesh
-        self.sharding = NamedSharding(mesh, PartitionSpec(mesh.axis_names))
+        spec = PartitionSpec(mesh.axis_names)  # type: ignore[no-untyped-call]  # jax's PartitionSpec.__new__ is untyped
+        self.sharding = NamedSharding(mesh, spec)
         self.local_iterator = iter(dataset)
 
-    def __iter__(self):
+    def __iter__(self) -> HostBatchIterator:
         return self
 
-    def __next__(self):
+    def __next__(self) -> Batch:
         import jax
 
         batch = next(self.local_iterator)
-        return {k: jax.make_array_from_process_local_data(self.sharding, v) for k, v in batch.items()}
+        make = jax.make_array_from_process_local_data  # untyped in jax
+        return {k: make(self.sharding, v) for k, v in batch.items()}  # type: ignore[no-untyped-call]
 
 
-def _host_iterator(dataset, mesh, generate_padding_batch: bool):
+def _host_iterator(dataset: Iterable[dict[str, Any]], mesh: Mesh, generate_padding_batch: bool) -> Iterator[Batch]:
+    """MaxText's ``MultiHostDataLoadIterator`` over ``dataset`` (:class:`HostBatchIterator` without MaxText)."""
     try:
         from maxtext.input_pipeline.multihost_dataloading import MultiHostDataLoadIterator
     except ImportError:
         return HostBatchIterator(dataset, mesh)
-    return MultiHostDataLoadIterator(dataset, mesh, generate_padding_batch)
+    loader: Iterator[Batch] = MultiHostDataLoadIterator(dataset, mesh, generate_padding_batch)
+    return loader
 
 
-def create_data_iterator(config, mesh, *, pipeline=None):
+def create_data_iterator(
+    config: object, mesh: Mesh, *, pipeline: Pipeline = None
+) -> tuple[TrainIterators, Iterator[Batch] | None]:
     """MaxText's ``create_data_iterator(config, mesh)`` over a datatools pipeline (YAML path or mapping; default
     the ``DATATOOLS_PIPELINE`` environment variable, else datatools' defaults): ``(train_iterator, eval_iterator)``,
     MaxText ``MultiHostDataLoadIterator`` objects (:class:`HostBatchIterator` where MaxText is not installed;
@@ -250,7 +277,7 @@ def create_data_iterator(config, mesh, *, pipeline=None):
     views = round(1 / _expansion(config))
     if views > 1:  # a restart on fewer hosts: MaxText restores this many iterators per host and takes them in turn;
         it = iter(build(train_cfg))  # a datatools state is the global position, so they are views of ONE iterator
-        train_it = [_host_iterator(it, mesh, train_padding) for _ in range(views)]
+        train_it: TrainIterators = [_host_iterator(it, mesh, train_padding) for _ in range(views)]
     else:
         train_it = _host_iterator(build(train_cfg), mesh, train_padding)
     eval_it = None
@@ -261,7 +288,7 @@ def create_data_iterator(config, mesh, *, pipeline=None):
 
 
 @contextlib.contextmanager
-def use_datatools(pipeline=None):
+def use_datatools(pipeline: Pipeline = None) -> Iterator[None]:
     """Within the block, MaxText's trainers get their data from :func:`create_data_iterator` with ``pipeline``
     (:mod:`datatools.integrations.maxtext_shim`). Use MaxText's ``dataset_type: grain`` so that its checkpoints
     save the data iterator's state."""
@@ -284,7 +311,7 @@ def _config_file(path: str) -> str | None:
     return resolved if Path(resolved).is_file() else None
 
 
-def train(argv, pipeline=None) -> None:
+def train(argv: Sequence[str | os.PathLike[str]], pipeline: Pipeline = None) -> None:
     """Run MaxText's pre-training (``maxtext.trainers.pre_train.train.main``) on a datatools pipeline (YAML path
     or mapping). ``argv``: MaxText's command line without the program name: a config file (a path, or MaxText's
     own ``src/maxtext/configs/base.yml``) then ``key=value`` overrides (a key given twice: the last value).
@@ -293,13 +320,13 @@ def train(argv, pipeline=None) -> None:
         raise MissingPackage(_not_installed(), name="maxtext")
     from maxtext.trainers.pre_train import train as maxtext_train
 
-    argv = [str(a) for a in argv]
-    config = _config_file(argv[0]) if argv else None
+    args = [str(a) for a in argv]
+    config = _config_file(args[0]) if args else None
     if config is None:
-        raise ValueError(f"the first argument must be a MaxText config file; got {argv[:1]}")
-    argv[0] = config
+        raise ValueError(f"the first argument must be a MaxText config file; got {args[:1]}")
+    args[0] = config
     with use_datatools(pipeline):
-        maxtext_train.main(["maxtext"] + argv)
+        maxtext_train.main(["maxtext"] + args)
 
 
 def _not_installed() -> str:
@@ -314,7 +341,7 @@ def _not_installed() -> str:
     )
 
 
-def main(args=None) -> int:
+def main(args: Sequence[str] | None = None) -> int:
     """``python -m datatools.integrations.maxtext [--pipeline P.yaml] CONFIG.yml [key=value ...]``."""
     parser = argparse.ArgumentParser(
         prog="python -m datatools.integrations.maxtext",
