@@ -698,12 +698,7 @@ RELAXED = {
     "disallow_subclassing_any",
     "warn_return_any",
 }
-NOT_YET_STRICT = {  # module  # strict errors when listed
-    "datatools.train.attention",  # 17
-    "datatools.train.attention_splash",  # 16
-    "datatools.train.model",  # 31
-    "datatools.train.step",  # 24
-}
+NOT_YET_STRICT: set[str] = set()  # module  # strict errors when listed (none now: every module is strict)
 
 
 def test_mypy_is_strict_but_for_the_kernels_and_a_shrinking_list():

@@ -5,11 +5,13 @@ document packed at offset 700 is computed exactly as if it were alone.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypedDict
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh
 
 from datatools.base.checks import ATTENTIONS, MAX_CTX, MAX_VOCAB
 from datatools.kernels.attention_blocks import TILE_KEYS
@@ -21,6 +23,33 @@ from datatools.train.attention import (
     fused_attention,
     sharded_blocksparse_attention,
 )
+
+Batch = Mapping[str, jax.Array]  # a device batch by field: tokens, segment_ids, positions, loss_mask, ... (B, T)
+Blocks = dict[str, jax.Array]  # a batch's tile lists by name (attention_keys)
+
+
+class LayerParams(TypedDict):
+    """One transformer layer's parameters (float32): the norms' scales (d,) and the projections (in, out)."""
+
+    attn_norm: jax.Array
+    wq: jax.Array
+    wk: jax.Array
+    wv: jax.Array
+    wo: jax.Array
+    mlp_norm: jax.Array
+    w_gate: jax.Array
+    w_up: jax.Array
+    w_down: jax.Array
+
+
+class Params(TypedDict):
+    """The model's parameters, a pytree (float32): embedding (vocab, d), layers, final norm (d,), output
+    projection (d, vocab)."""
+
+    embed: jax.Array
+    layers: list[LayerParams]
+    final_norm: jax.Array
+    unembed: jax.Array
 
 
 @dataclass(frozen=True)
@@ -71,15 +100,15 @@ class ModelConfig:
         return self.n_layers * per_layer + d + d * self.vocab_size  # + final norm + output projection
 
 
-def init_params(cfg: ModelConfig, key: jax.Array) -> dict:
+def init_params(cfg: ModelConfig, key: jax.Array) -> Params:
     """Parameters (float32): scaled normal init; the output projection is separate from the embedding."""
     d, f, v = cfg.d_model, cfg.ff, cfg.vocab_size
     keys = iter(jax.random.split(key, 2 + 7 * cfg.n_layers))
 
-    def normal(shape, scale):
+    def normal(shape: tuple[int, int], scale: float) -> jax.Array:
         return jax.random.normal(next(keys), shape, jnp.float32) * scale
 
-    layers = [
+    layers: list[LayerParams] = [
         {
             "attn_norm": jnp.ones((d,), jnp.float32),
             "wq": normal((d, d), d**-0.5),
@@ -101,13 +130,14 @@ def init_params(cfg: ModelConfig, key: jax.Array) -> dict:
     }
 
 
-def _rms_norm(x, scale):
+def _rms_norm(x: jax.Array, scale: jax.Array) -> jax.Array:
+    """RMSNorm of ``x`` over its last axis, times ``scale``, in ``x``'s dtype (computed in float32)."""
     x32 = x.astype(jnp.float32)
     y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + 1e-6)
     return (y * scale).astype(x.dtype)
 
 
-def _rope(x, positions, theta):
+def _rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
     """Rotate (B, T, H, D) by per-token positions (B, T)."""
     half = x.shape[-1] // 2
     freqs = theta ** (-jnp.arange(half, dtype=jnp.float32) / half)
@@ -122,7 +152,15 @@ def attention_keys(attention: str) -> tuple[str, ...]:
     return {"blocksparse": SPARSE_KEYS, "pallas_blocksparse": TILE_KEYS}.get(attention, ())
 
 
-def attend(cfg: ModelConfig, q, k, v, segment_ids, blocks: dict | None, mesh=None):
+def attend(
+    cfg: ModelConfig,
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    segment_ids: jax.Array,
+    blocks: Blocks | None,
+    mesh: Mesh | None = None,
+) -> jax.Array:
     """Segment-aware causal attention of (B, T, H, D) q, k, v by ``cfg.attention`` (all compute one function).
     ``mesh``: for ``blocksparse``, the batch axis is sharded over its ``data`` axis and ``blocks`` holds one tile
     list per device (:func:`~datatools.train.attention.sharded_blocksparse_attention`); None: one list."""
@@ -136,7 +174,9 @@ def attend(cfg: ModelConfig, q, k, v, segment_ids, blocks: dict | None, mesh=Non
             return blocksparse_attention(q, k, v, segment_ids, blocks, cfg.attention_block)
         from datatools.train.attention_pallas import pallas_blocksparse_attention
 
-        return pallas_blocksparse_attention(q, k, v, segment_ids, blocks, cfg.attention_block)
+        # (the kernel is untyped)
+        out: jax.Array = pallas_blocksparse_attention(q, k, v, segment_ids, blocks, cfg.attention_block)
+        return out
     if name == "splash":
         from datatools.train.attention_splash import splash_attention
 
@@ -153,7 +193,13 @@ def attend(cfg: ModelConfig, q, k, v, segment_ids, blocks: dict | None, mesh=Non
 
 
 def forward(
-    params: dict, cfg: ModelConfig, tokens, segment_ids, positions, blocks: dict | None = None, mesh=None
+    params: Params,
+    cfg: ModelConfig,
+    tokens: jax.Array,
+    segment_ids: jax.Array,
+    positions: jax.Array,
+    blocks: Blocks | None = None,
+    mesh: Mesh | None = None,
 ) -> jax.Array:
     """Logits (B, T, vocab), float32. ``blocks``: the batch's non-empty tiles (:func:`attention_keys`), for
     ``attention: blocksparse`` / ``pallas_blocksparse``; ``mesh``: their per-device lists' mesh (:func:`attend`)."""
@@ -176,7 +222,7 @@ def forward(
     return (x @ params["unembed"].astype(dt)).astype(jnp.float32)
 
 
-def token_nll(params: dict, cfg: ModelConfig, batch: dict, mesh=None) -> jax.Array:
+def token_nll(params: Params, cfg: ModelConfig, batch: Batch, mesh: Mesh | None = None) -> jax.Array:
     """Next-token cross-entropy (nats, float32, (B, T)) at every position: position t predicts token t + 1 (the
     last position predicts a 0; weigh it out with the loss mask). ``mesh``: see :func:`attend`."""
     blocks = {k: batch[k] for k in attention_keys(cfg.attention)} or None
@@ -186,7 +232,7 @@ def token_nll(params: dict, cfg: ModelConfig, batch: dict, mesh=None) -> jax.Arr
     return -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
 
 
-def loss_fn(params: dict, cfg: ModelConfig, batch: dict) -> tuple[jax.Array, jax.Array]:
+def loss_fn(params: Params, cfg: ModelConfig, batch: Batch) -> tuple[jax.Array, jax.Array]:
     """(mean next-token cross-entropy over the loss mask, number of targets); the mask is 0 at padding and at a
     document's last token: no target crosses a document."""
     weights = batch["loss_mask"].astype(jnp.float32)
@@ -194,7 +240,9 @@ def loss_fn(params: dict, cfg: ModelConfig, batch: dict) -> tuple[jax.Array, jax
     return (token_nll(params, cfg, batch) * weights).sum() / jnp.maximum(count, 1.0), count
 
 
-def weighted_loss_sum(params: dict, cfg: ModelConfig, batch: dict, mesh=None) -> tuple[jax.Array, jax.Array]:
+def weighted_loss_sum(
+    params: Params, cfg: ModelConfig, batch: Batch, mesh: Mesh | None = None
+) -> tuple[jax.Array, jax.Array]:
     """(sum of ``loss_weights * cross-entropy``, number of targets): the numerator of the weighted objective,
     not yet divided (the step divides by the global weight sum). Without ``loss_weights`` the loss mask weighs
     (``token`` weighting). ``mesh``: see :func:`attend`."""
