@@ -82,30 +82,33 @@ def rss_kb() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
 
 
-def floor_side(path: str, ctx: int, batch: int) -> tuple[int, int]:
-    """The token column read one row group at a time, its values as numpy: the cheapest plain read."""
+def _row_group_values(path: str, held: list | None) -> int:
+    """Tokens of the token column, read one row group at a time as numpy; each group's values appended to ``held``
+    when given (kept to the end), else let go."""
     import pyarrow.parquet as pq
 
     real = 0
     f = pq.ParquetFile(path)
     for k in range(f.num_row_groups):
         for chunk in f.read_row_group(k, columns=["tokens"]).column(0).chunks:
-            real += chunk.values.to_numpy(zero_copy_only=False).shape[0]
-    return 0, real
+            values = chunk.values.to_numpy(zero_copy_only=False)
+            real += values.shape[0]
+            if held is not None:
+                held.append(values)
+    return real
+
+
+def floor_side(path: str, ctx: int, batch: int) -> tuple[int, int]:
+    """The token column read one row group at a time, its values as numpy: the cheapest plain read."""
+    return 0, _row_group_values(path, None)
 
 
 def held_side(path: str, ctx: int, batch: int) -> tuple[int, int]:
     """The floor's read, every row group's values kept until the end: what a pipeline that draws documents from the
     whole file (a full shuffle, a plan over every document) must hold, its memory faulted in once (~2 bytes a token
     more than the floor, which reuses one row group's buffers)."""
-    import pyarrow.parquet as pq
-
-    held = []
-    f = pq.ParquetFile(path)
-    for k in range(f.num_row_groups):
-        for chunk in f.read_row_group(k, columns=["tokens"]).column(0).chunks:
-            held.append(chunk.values.to_numpy(zero_copy_only=False))
-    return 0, sum(h.shape[0] for h in held)
+    held: list = []
+    return 0, _row_group_values(path, held)
 
 
 def iter_batches_side(path: str, ctx: int, batch: int) -> tuple[int, int]:
