@@ -38,7 +38,67 @@ HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 hypothesis.settings.load_profile(HYPOTHESIS_PROFILE)
 
 
+# The suite's longest tests, grouped as they share fixtures, with their wall seconds in one `make test` on 2 busy
+# cores (2026-11-30): each group starts first on some xdist worker (see _longest_first). Under --dist worksteal a
+# worker first gets one contiguous part of the collection, and these sit late in it (tests/install,
+# tests/test_newcomer_docs.py, tests/train): one that starts in the run's last minute holds a core alone at the end.
+LONGEST_FIRST: tuple[tuple[str, float], ...] = (
+    ("tests/train/test_train.py::", 165),  # ~15 tests, a JAX step compiled in each
+    ("tests/test_newcomer_docs.py::test_every_block_of_the_page_runs_as_printed[README.md]", 93),
+    ("tests/train/test_attention.py::", 110),
+    ("tests/install/", 79),  # pip installs the wheel into a fresh venv
+    ("tests/train/test_sharded_train.py::", 75),  # 8 JAX devices in a worker process
+    ("tests/train/test_attention_kernels.py::", 80),
+    ("tests/jobs/test_pretokenize_remote.py::", 43),
+    ("tests/train/test_loss_weighting.py::", 37),  # 2 and 8 devices
+    ("tests/jobs/test_pretokenize_interrupt.py::", 29),
+    ("tests/integrations/test_maxtext_integration.py::", 25),
+    ("tests/train/test_sharded_attention.py::", 23),
+    ("tests/test_newcomer_docs.py::test_every_block_of_the_page_runs_as_printed[formats.md]", 23),
+    ("tests/test_newcomer_docs.py::test_the_site_holds_the_key_reference", 23),  # a mkdocs build
+)
+
+
+def _longest_first(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put :data:`LONGEST_FIRST`'s groups at the heads of the xdist workers' first shares, longest to the least
+    loaded worker (each group's tests together, in their order).
+
+    pytest-xdist's ``worksteal`` (make test) hands worker ``i`` of ``n`` the ``i``-th contiguous part of the
+    collection (``len // n`` tests, then of what is left), and an idle worker later takes the second half of the
+    longest queue: so a long test at the head of a part starts at once, and the short ones at the tails move. The
+    other tests keep their order (a module's tests stay together: its module fixtures are built once per worker).
+    Every worker computes the same order, as xdist requires; without xdist there is one part."""
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    groups: list[list[pytest.Item]] = [[] for _ in LONGEST_FIRST]
+    rest: list[pytest.Item] = []
+    for item in items:
+        group = next((g for g, (prefix, _) in enumerate(LONGEST_FIRST) if item.nodeid.startswith(prefix)), None)
+        (rest if group is None else groups[group]).append(item)
+    parts: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    load = [0.0] * workers
+    for g in sorted(range(len(groups)), key=lambda g: -LONGEST_FIRST[g][1]):
+        if groups[g]:
+            w = load.index(min(load))
+            parts[w].extend(groups[g])
+            load[w] += LONGEST_FIRST[g][1]
+    left = len(items)
+    for w, part in enumerate(parts):  # filled to the sizes worksteal's first split gives each worker
+        size = left // (workers - w)
+        left -= size
+        take = max(0, size - len(part))
+        part.extend(rest[:take])
+        del rest[:take]
+    parts[-1].extend(rest)
+    items[:] = [item for part in parts for item in part]
+
+
+@pytest.hookimpl(trylast=True)  # after `-m` deselects: the parts are sized on what runs
 def pytest_collection_modifyitems(config, items) -> None:
+    _longest_first(config, items)
+    _scale_examples(items)
+
+
+def _scale_examples(items: list[pytest.Item]) -> None:
     """Under the ``all`` profile, a test that names its own ``max_examples`` runs ``EXAMPLES_FACTOR`` times as many
     (a test that names none already has the profile's 5 x 100). Hypothesis keeps a test's settings on its function;
     should a release move them, this stops the run with the reason rather than run the usual counts unnoticed."""
