@@ -283,15 +283,34 @@ class StreamingSchedule(RowsPlanSchedule, ProcessCaches):
         w = int(np.searchsorted(starts, j * self.batch_size, side="left"))  # first window starting at or after
         return min(w * self.window, self.positions)
 
+    def row_runs(self, epoch: int, j: int, lo: int, hi: int) -> list[tuple[PackPlan, np.ndarray]]:
+        """Rows [lo, hi) of global batch ``j`` that hold data (a prefix), as ``(window plan, row ids)`` runs in order:
+        the epoch's rows are the windows' rows back to back, so a batch is a slice of one window's row order, or of
+        a few consecutive windows' (each a run)."""
+        starts = self.window_starts(epoch)
+        at, end = j * self.batch_size + lo, min(j * self.batch_size + hi, int(starts[-1]))
+        runs = []
+        while at < end:
+            w = int(np.searchsorted(starts, at, side="right")) - 1  # the window holding row ``at`` (none empty)
+            first, upto = int(starts[w]), min(end, int(starts[w + 1]))
+            plan, order = self.window_plan(epoch, w)
+            runs.append((plan, order[at - first : upto - first]))
+            at = upto
+        return runs
+
     def rows_plan(self, epoch: int, j: int, lo: int, hi: int) -> PackPlan:
         """Rows [lo, hi) of global batch ``j`` that hold data (a prefix), as one plan."""
-        starts = self.window_starts(epoch)
-        rows = j * self.batch_size + np.arange(lo, hi, dtype=np.int64)
-        rows = rows[rows < starts[-1]]  # a prefix: the rows past the data stay empty
-        window = np.searchsorted(starts, rows, side="right") - 1
-        runs = []
-        for w in np.unique(window).tolist():  # a batch spans one or two windows, each a run of its rows
-            a, b = np.searchsorted(window, [w, w + 1])
-            plan, order = self.window_plan(epoch, w)
-            runs.append((plan, np.asarray(order[rows[a:b] - starts[w]], np.int64)))
-        return plan_runs(runs, self.ctx)
+        return plan_runs(self.row_runs(epoch, j, lo, hi), self.ctx)
+
+    def read(self, epoch: int, j: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+        """Rows [lo, hi) of global batch ``j``, each run of a window's rows filled straight from the window's plan
+        (its piece offsets computed once a window): making the batch's own plan first (:meth:`rows_plan`) cost
+        as much again as the fill (0.43 against 0.2 CPU s for the 1,229 batches of 40M tokens)."""
+        runs = self.row_runs(epoch, j, lo, hi)
+        out = empty_rows(hi - lo, self.ctx, self.pad_id, fill_from=sum(rows.shape[0] for _, rows in runs))
+        at = 0
+        for plan, rows in runs:
+            part = {k: v[at : at + rows.shape[0]] for k, v in out.items()}
+            self.docs.pack_rows(plan, rows, pad_id=self.pad_id, out=part)
+            at += rows.shape[0]
+        return out

@@ -119,6 +119,43 @@ def test_streaming_schedule_gives_the_streaming_packers_rows(algorithm, shuffle_
             assert got == sorted(tuple(b["tokens"][0].tolist()) for b in planned[window])
 
 
+def test_a_streaming_batch_is_filled_straight_from_its_windows_plans(monkeypatch):
+    """A streaming batch's rows are filled from the cached window plans themselves, one fill per window the batch
+    spans (no plan of the batch's rows made first: that cost as much again as the fill), and they are the rows its
+    ``rows_plan`` names, the rest padding."""
+    docs = ArrayDocuments.from_list(random_docs(300, seed=11, mean_log=4.0, max_len=600))
+    order = DocumentOrder(len(docs), "none", seed=0)
+    schedule = StreamingSchedule(docs, order, PackOptions(128), window=20, batch_size=16, drop_remainder=False, seed=3)
+    batches = schedule.num_batches(0)
+    expected = [docs.pack_rows(schedule.rows_plan(0, j, 0, 16), None) for j in range(batches)]
+    filled = []
+    real_pack_rows = ArrayDocuments.pack_rows
+
+    def pack_rows(self, plan, rows, **kw):
+        filled.append(plan)
+        return real_pack_rows(self, plan, rows, **kw)
+
+    def no_batch_plan(*args):
+        raise AssertionError("a plan of the batch's rows was made to fill it")
+
+    monkeypatch.setattr(ArrayDocuments, "pack_rows", pack_rows)
+    monkeypatch.setattr(streaming_schedule, "plan_runs", no_batch_plan)
+    starts = schedule.window_starts(0)
+    spans = 0
+    for j in range(batches):
+        filled.clear()
+        got = schedule.read(0, j, 0, 16)
+        first, last = 16 * j, min(16 * j + 16, int(starts[-1])) - 1
+        windows = range(int(np.searchsorted(starts, first, "right")) - 1, int(np.searchsorted(starts, last, "right")))
+        assert len(filled) == len(windows) and all(p is schedule.window_plan(0, w)[0] for p, w in zip(filled, windows))
+        spans += len(windows) > 1
+        n = expected[j]["tokens"].shape[0]
+        for k, want in expected[j].items():
+            np.testing.assert_array_equal(got[k][:n], want, err_msg=k)
+            np.testing.assert_array_equal(got[k][n:], 0, err_msg=k)
+    assert batches > 10 and spans > 5 and expected[-1]["tokens"].shape[0] < 16  # batches across windows; a short last
+
+
 def schedules(docs, batch):
     order = DocumentOrder(len(docs), "block", seed=2, io_block_size=4, window_blocks=4)
     rows = FeistelShuffleMapDataset(PackedRowsMapDataset(docs, 128), seed=2)
