@@ -290,12 +290,12 @@ class StreamingSchedule(RowsPlanSchedule, ProcessCaches):
         starts = self.window_starts(epoch)
         at, end = j * self.batch_size + lo, min(j * self.batch_size + hi, int(starts[-1]))
         runs = []
-        while at < end:
-            w = int(np.searchsorted(starts, at, side="right")) - 1  # the window holding row ``at`` (none empty)
-            first, upto = int(starts[w]), min(end, int(starts[w + 1]))
+        while at < end:  # Python ints, the array's own searchsorted (numpy's wrappers: 10 against 8 us a batch)
+            w = int(starts.searchsorted(at, "right")) - 1  # the window holding row ``at`` (none empty)
+            first, last = starts[w : w + 2].tolist()
             plan, order = self.window_plan(epoch, w)
-            runs.append((plan, order[at - first : upto - first]))
-            at = upto
+            runs.append((plan, order[at - first : min(end, last) - first]))
+            at = min(end, last)
         return runs
 
     def rows_plan(self, epoch: int, j: int, lo: int, hi: int) -> PackPlan:
@@ -307,7 +307,10 @@ class StreamingSchedule(RowsPlanSchedule, ProcessCaches):
         (its piece offsets computed once a window): making the batch's own plan first (:meth:`rows_plan`) cost
         as much again as the fill (0.43 against 0.2 CPU s for the 1,229 batches of 40M tokens)."""
         runs = self.row_runs(epoch, j, lo, hi)
-        out = empty_rows(hi - lo, self.ctx, self.pad_id, fill_from=sum(rows.shape[0] for _, rows in runs))
+        filled = sum(rows.shape[0] for _, rows in runs)
+        if len(runs) == 1 and filled == hi - lo:  # most batches: one window's rows, no padding (~5 us less)
+            return self.docs.pack_rows(*runs[0], pad_id=self.pad_id)
+        out = empty_rows(hi - lo, self.ctx, self.pad_id, fill_from=filled)
         at = 0
         for plan, rows in runs:
             part = {k: v[at : at + rows.shape[0]] for k, v in out.items()}

@@ -151,6 +151,7 @@ def test_a_streaming_batch_is_filled_straight_from_its_windows_plans(monkeypatch
         spans += len(windows) > 1
         n = expected[j]["tokens"].shape[0]
         for k, want in expected[j].items():
+            assert got[k].shape == (16, 128)
             np.testing.assert_array_equal(got[k][:n], want, err_msg=k)
             np.testing.assert_array_equal(got[k][n:], 0, err_msg=k)
     assert batches > 10 and spans > 5 and expected[-1]["tokens"].shape[0] < 16  # batches across windows; a short last
