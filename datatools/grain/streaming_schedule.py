@@ -309,7 +309,8 @@ class StreamingSchedule(RowsPlanSchedule, ProcessCaches):
         runs = self.row_runs(epoch, j, lo, hi)
         filled = sum(rows.shape[0] for _, rows in runs)
         if len(runs) == 1 and filled == hi - lo:  # most batches: one window's rows, no padding (~5 us less)
-            return self.docs.pack_rows(*runs[0], pad_id=self.pad_id)
+            batch: dict[str, np.ndarray] = self.docs.pack_rows(*runs[0], pad_id=self.pad_id)
+            return batch
         out = empty_rows(hi - lo, self.ctx, self.pad_id, fill_from=filled)
         at = 0
         for plan, rows in runs:
