@@ -81,8 +81,9 @@ def _fill_round_keys(base, keys):
         keys[r] = np.uint32(_mix64(base + np.uint64(r + 1) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32))
 
 
-@numba.njit(cache=True)
-def _round_keys(base, rounds):
+def _round_keys(base: np.uint64, rounds: int) -> np.ndarray:
+    """uint32 (rounds,): the Feistel round keys of ``base`` (filled by a kernel; this wrapper is not one, which would
+    compile the kernel again into its own code on a cold cache)."""
     keys = np.empty(rounds, np.uint32)
     _fill_round_keys(base, keys)
     return keys
