@@ -184,9 +184,7 @@ def _assemble(row_of, order, use_order, num_rows, doc, start, length):
         splits[row_of[k] + 1] += 1
     for r in range(num_rows):
         splits[r + 1] += splits[r]
-    cursor = np.empty(num_rows, np.int32)  # filled by a loop: numba compiles astype apart, ~0.1 s on a cold cache
-    for r in range(num_rows):
-        cursor[r] = splits[r]
+    cursor = splits[:-1].astype(np.int32)
     out_doc = np.empty(n, np.int64)
     out_start = np.empty(n, np.int64)
     out_length = np.empty(n, np.int32)
