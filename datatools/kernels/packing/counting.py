@@ -124,8 +124,8 @@ def _runs_of(histogram, ctx, seg):
     """(sizes, runs, pieces, units, most rows) of a size histogram, largest first: without a cap, any-fit packers
     never leave two rows at most half full, so rows <= 2 * lower bound + 1; with a cap, up to one row per piece."""
     sizes, runs = decreasing_runs(histogram)
-    pieces = 0
-    units = 0
+    pieces = np.int64(0)  # not a literal 0: a call given it would compile the callee for Literal[int](0)
+    units = np.int64(0)
     for j in range(sizes.shape[0]):  # a loop, not array expressions: numba compiles those (astype, *, sum) apart
         pieces += runs[j]
         units += np.int64(sizes[j]) * runs[j]

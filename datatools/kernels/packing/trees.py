@@ -3,9 +3,11 @@ power of two): a max segment tree over rows' free capacity (units; a closed row 
 fit, and a presence tree over free-capacity values (leaf ``c`` is 1 while some row has ``c`` free) for O(log ctx)
 best fit, its rows on one LIFO stack per capacity (``head[c]``, ``below[r]``).
 
-Each is inlined into the packers by numba (``inline="always"``), not compiled as a kernel of its own: a few lines
-each, they cost ~0.1 s of CPU apiece to compile on a cold cache (one per argument types: ``presence_clear`` twice),
-~0.6 s before a first streaming batch, and LLVM inlined them into the packers anyway.
+The best-fit helpers (the presence tree, the stacks) and the dealing's step are inlined into the packers by numba
+(``inline="always"``), not compiled as kernels of their own: a few lines each, they cost ~0.1 s of CPU apiece to
+compile on a cold cache (one per argument types: ``presence_clear`` twice), ~0.6 s before a first streaming batch
+(best fit is the default packer), and LLVM inlined them anyway. The max tree's stay kernels: first fit, off that
+path, has two signatures (with and without runs), each of which would compile them again.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import numba
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def max_tree_first(tree, size, s):
     """Leaf node of the leftmost row whose free capacity is >= s (the root must be >= s)."""
     node = 1
@@ -24,7 +26,7 @@ def max_tree_first(tree, size, s):
     return node
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def max_tree_set(tree, node, v):
     """Set a leaf's free capacity and restore the max of its ancestors."""
     tree[node] = v
@@ -37,7 +39,7 @@ def max_tree_set(tree, node, v):
         node >>= 1
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def max_tree_open(tree, segs, size, slots, capacity):
     """Make leaves ``0 .. slots - 1`` empty rows (``capacity`` free, no piece), the others absent (-1); rebuild."""
     for b in range(size):
