@@ -59,14 +59,14 @@ def default_rounds(n: int) -> int:
     return max(8, 2 * -(-36 // _domain_bits(n)))
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, nogil=True, inline="always")
 def _mix64(z):
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return z ^ (z >> np.uint64(31))
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, nogil=True, inline="always")
 def _round(x, key):
     """F(key, x) = mix32(x + key), all mod 2**32 (numba widens, so every step is cast back)."""
     z = np.uint32(x + key)
@@ -75,20 +75,21 @@ def _round(x, key):
     return np.uint32(z ^ (z >> np.uint32(16)))
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _fill_round_keys(base, keys):
     for r in range(keys.shape[0]):
         keys[r] = np.uint32(_mix64(base + np.uint64(r + 1) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32))
 
 
-@numba.njit(cache=True)
-def _round_keys(base, rounds):
+def _round_keys(base: np.uint64, rounds: int) -> np.ndarray:
+    """uint32 (rounds,): the Feistel round keys of ``base`` (filled by a kernel; this wrapper is not one, which would
+    compile the kernel again into its own code on a cold cache)."""
     keys = np.empty(rounds, np.uint32)
     _fill_round_keys(base, keys)
     return keys
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, nogil=True, inline="always")
 def _network(x, keys, low_bits, low_mask, high_mask, inverse):
     """One pass of the alternating Feistel network over a domain of 2**bits (halves <= 31 bits)."""
     hi = np.uint32(x >> low_bits)
@@ -103,7 +104,7 @@ def _network(x, keys, low_bits, low_mask, high_mask, inverse):
     return (np.uint64(hi) << low_bits) | np.uint64(lo)
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, nogil=True, inline="always")
 def _params(n):
     bits = 2
     while (np.uint64(1) << np.uint64(bits)) < np.uint64(n):
@@ -115,7 +116,7 @@ def _params(n):
     return np.uint64(low_bits), low_mask, high_mask
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _permute_one(i, n, keys, inverse):
     """Cycle-walk index i through the network until it lands in [0, n)."""
     if n == 1:
@@ -132,7 +133,7 @@ def _permute_one(i, n, keys, inverse):
 _CHUNK = 1024
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _permute_array(idx, n, keys, inverse, out):
     """Permute many indices, chunk by chunk, round-major (the inner loops vectorize); values still outside [0, n)
     are compacted and go through again."""
@@ -248,7 +249,7 @@ class FeistelPermutation:
         return self(np.arange(self.n, dtype=np.int64))
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _auto_rounds(n):
     """default_rounds(n) inside numba."""
     bits = 2
@@ -257,7 +258,7 @@ def _auto_rounds(n):
     return max(8, 2 * ((36 + bits - 1) // bits))
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, nogil=True, inline="always")
 def _share_blocks(num_blocks, K, host, count):
     """(windows, the host's blocks in a full window, in the last window)."""
     W = (num_blocks + K - 1) // K
@@ -267,7 +268,7 @@ def _share_blocks(num_blocks, K, host, count):
     return W, m_full, m_last
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _share_start(w, W, m_full, m_last, B, deficit, owns_partial, w_partial):
     """First local position of window w in one host's share (w in [0, W])."""
     if w < W:
@@ -280,7 +281,7 @@ def _share_start(w, W, m_full, m_last, B, deficit, owns_partial, w_partial):
     return s
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _block_shuffle(idx, out, n, B, K, num_blocks, host, count, block_keys, base_key, rounds):
     """Map local positions of host ``host``'s share to record indices (see BlockShuffle)."""
     W, m_full, m_last = _share_blocks(num_blocks, K, host, count)

@@ -2,11 +2,13 @@
 
 numba compiles a ``cache=True`` kernel the first time a process calls it with new argument types and keeps the
 machine code in its cache (``NUMBA_CACHE_DIR``, else ``__pycache__`` beside the installed modules): later processes
-load it in milliseconds. On a fresh install the first pipeline therefore spends ~12 s of CPU compiling before its
-first batch (a streaming block-shuffled pipeline, measured on 2 cores; the analyzer's ~30 s). Run once after the
-install (or in a container's build step), this does that work ahead, in parallel processes: numba compiles under
-the GIL, so threads would not overlap it, but processes do (each writes the kernels it compiled into the same
-cache, atomically). A kernel a later call needs with other argument types still compiles on first use.
+load it in milliseconds. On a fresh install the first pipeline therefore spends ~7 s of CPU compiling before its
+first batch (a streaming block-shuffled pipeline, measured on 2 cores at load ~4: 14 kernels and the 22 of numba's
+own overloads they call, ~10.5 s before issue 52 cut the wrappers and helpers compiled as kernels of their own; the
+analyzer's ~30 s). Run once after the install (or in a container's build step), this does that work ahead, in
+parallel processes: numba compiles under the GIL, so threads would not overlap it, but processes do (each writes
+the kernels it compiled into the same cache, atomically). A kernel a later call needs with other argument types
+still compiles on first use.
 
 Each *part* is one group of kernels reached through the public API on a small synthetic workload (a store of
 3,000 documents), so the argument types are the ones real calls use: the pipelines (planned, streaming, bucketed;

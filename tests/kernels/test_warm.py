@@ -29,4 +29,4 @@ def test_the_warm_up_loads_the_packing_kernels():
     import datatools.kernels.packing.planners as planners
 
     warm._warm()
-    assert planners.best_fit.signatures  # the best-fit packer (the default algorithm): loaded for int64 lengths
+    assert planners.best_fit_resume.signatures  # the best-fit packer (the default algorithm): loaded for int64 lengths

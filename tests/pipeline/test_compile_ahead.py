@@ -69,3 +69,68 @@ def test_a_part_that_fails_is_said_and_an_unknown_part_refused(tmp_path, monkeyp
     assert sorted(report.failed) == ["broken", "fine"] and "KeyError" in report.failed["broken"]
     with pytest.raises(ValueError, match="unknown warm-up part 'nope'"):
         compile_ahead.warm(parts=["nope"])
+
+
+# In a fresh process with an empty cache (a fresh install): the first batch of the users' bucket shape (host 0 of 4,
+# a block shuffle read in lanes, streaming packing), then each datatools kernel's signatures and numba's compiles
+# (its own overloads, np.empty and the like, included), counted by numba's compile events.
+FIRST_BATCH_COMPILES = """
+import json, sys
+import numba
+from numba.core import event
+from datatools.pipeline import build
+compiles = []
+class Count(event.Listener):
+    def on_start(self, ev): pass
+    def on_end(self, ev): compiles.append(ev.data["dispatcher"].py_func.__qualname__)
+event.register("numba:compile", Count())
+cfg = {"source": {"path": sys.argv[1]}, "shuffle": {"kind": "block", "io_block_size": 8, "window_blocks": 16},
+       "packing": {"mode": "streaming", "ctx": 512, "window": 64}, "batch_size": 8, "num_epochs": 1, "workers": 0,
+       "shard": {"index": 0, "count": 4}, "seed": 3}
+next(iter(build(cfg)))
+kernels = {}
+for name, module in list(sys.modules.items()):
+    if name.startswith("datatools"):
+        for key, value in vars(module).items():
+            if isinstance(value, numba.core.registry.CPUDispatcher) and value.signatures and value.__module__ == name:
+                kernels[f"{name.rsplit('.', 1)[1]}.{key}"] = len(value.signatures)
+print(json.dumps({"kernels": kernels, "compiles": len(compiles)}))
+"""
+
+# kernel -> signatures a fresh install's first batch compiles (issue 52): ~7 s of CPU on 2 cores, against ~10 s when
+# numba also compiled the tree helpers, best_fit and the counting glue as kernels of their own (each compiled its
+# callees again into its code), a Python wrapper (the round keys) and numpy's min and max in the fill kernel
+FIRST_BATCH_KERNELS = {
+    "batch_layouts._number_pieces": 1,
+    "shuffle._fill_round_keys": 1,
+    "shuffle._permute_array": 1,
+    "pieces._cut_pieces": 1,
+    "pieces.split_histogram": 1,
+    "pieces.decreasing_order": 1,
+    "pieces.decreasing_runs": 1,
+    "planners.best_fit_state": 1,
+    "planners.best_fit_resume": 1,
+    "counting._count_windows_best": 1,
+    "plan._assemble": 1,
+    "materialize._first_row_outside": 1,
+    "materialize._first_bad_piece": 1,
+    "materialize._fill_rows": 1,
+}
+FIRST_BATCH_MOST_COMPILES = 36  # the kernels above and numba's overloads they call (np.empty, ...); 58 before the cut
+
+
+def test_a_fresh_install_compiles_only_the_first_batch_kernels_once_each(tmp_path):
+    """Counted, not timed: numba's compile CPU follows the kernels and overloads it compiles (~7 s of CPU in all
+    before this first batch on 2 cores; ~9 s of CPU for this test). A kernel the first batch does not need, a second
+    signature of one (an argument of another dtype), or a wrapper kernel over others fails it."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}  # empty: nothing loads, everything compiles
+    out = subprocess.run(
+        [sys.executable, "-c", FIRST_BATCH_COMPILES, _store(tmp_path / "store")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    counts = json.loads(out.stdout.strip().splitlines()[-1])
+    assert counts["kernels"] == FIRST_BATCH_KERNELS
+    assert counts["compiles"] <= FIRST_BATCH_MOST_COMPILES, counts

@@ -23,7 +23,6 @@ from datatools.kernels.packing.planners import (
     NO_PIECES,
     NO_ROWS,
     NO_RUNS,
-    best_fit,
     best_fit_resume,
     best_fit_state,
     concat_split,
@@ -42,7 +41,12 @@ def _next_fit(sizes, runs, capacity, max_segments, window, max_rows, row_of):
 
 
 def _best_fit(sizes, runs, capacity, max_segments, window, max_rows, row_of):
-    return best_fit(sizes, runs, capacity, max_segments, window, max_rows, NO_ROWS, NO_ROWS, row_of)
+    """:func:`best_fit` from no row, as its two kernels called from here (as :func:`_best_fit_chunks` does): a
+    kernel calling them would compile them again into its own code (~0.6 s of CPU on a cold cache, before a first
+    batch)."""
+    tree, head, below, segs, free, state = best_fit_state(capacity, window, max_rows)
+    best_fit_resume(sizes, runs, capacity, max_segments, window, tree, head, below, segs, free, state, row_of)
+    return int(state[0] + state[1]), int(state[2])
 
 
 def _next_fit_chunks(chunks: Iterable[np.ndarray], ctx: int, max_segments: int, window: int) -> tuple[int, ...]:

@@ -114,21 +114,26 @@ def _count_decreasing(histogram: np.ndarray, ctx: int, algo: Algorithm, seg: int
 # One kernel per packer and cap, not one with flags: numba compiles every branch of a kernel, so a flag for best
 # (else first) fit and a cap compiled first fit and the capped dealing into every count (~13 of the ~30 s a first
 # streaming batch spent compiling on a cold cache). The window is an int64 0 (np.int64), not a literal 0: a literal
-# argument compiles the placer a second time, beside the plans' int64 window.
+# argument compiles the placer a second time, beside the plans' int64 window. The glue (_runs_of, _count_best, and
+# best_fit within it) is inlined by numba: as kernels of their own, each compiled its callees again into its code,
+# ~1.5 s of CPU on a cold cache before a first streaming batch (count_windows is on that path).
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def _runs_of(histogram, ctx, seg):
     """(sizes, runs, pieces, units, most rows) of a size histogram, largest first: without a cap, any-fit packers
     never leave two rows at most half full, so rows <= 2 * lower bound + 1; with a cap, up to one row per piece."""
     sizes, runs = decreasing_runs(histogram)
-    pieces = runs.sum()
-    units = (sizes.astype(np.int64) * runs).sum()
+    pieces = np.int64(0)  # not a literal 0: a call given it would compile the callee for Literal[int](0)
+    units = np.int64(0)
+    for j in range(sizes.shape[0]):  # a loop, not array expressions: numba compiles those (astype, *, sum) apart
+        pieces += runs[j]
+        units += np.int64(sizes[j]) * runs[j]
     max_rows = pieces if seg else min(pieces, 2 * -(-units // ctx) + 1)
     return sizes, runs, pieces, units, max_rows
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def _count_best(histogram, ctx, seg):
     """(rows, pieces, most pieces in a row) of best fit decreasing of a size histogram, no cap dealing."""
     sizes, runs, pieces, _, max_rows = _runs_of(histogram, ctx, seg)

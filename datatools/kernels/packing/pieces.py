@@ -10,7 +10,7 @@ from datatools.base.checks import MAX_CTX, OVERFLOW_POLICIES, as_lengths, check_
 OVERFLOW_CODE = {name: code for code, name in enumerate(OVERFLOW_POLICIES)}
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _cut_pieces(lengths, ctx, overflow_code):
     """(doc, start, length, dropped_tokens, empty_documents) of pieces of at most ctx tokens; overflow_code: 0
     split, 1 truncate, 2 drop (3 error is checked before)."""
@@ -113,7 +113,7 @@ def split_histogram(lengths, ctx):
     return counts
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def decreasing_order(units, capacity):
     """Stable counting sort of piece indices by size, largest first. O(n + capacity)."""
     counts = np.zeros(capacity + 2, np.int64)

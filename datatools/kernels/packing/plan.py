@@ -174,7 +174,7 @@ def pack(lengths, options: PackOptions) -> PackPlan:
     return PackPlan(ctx, align, int(num_rows), splits, doc, start, length, dropped, empty, o.algorithm)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _assemble(row_of, order, use_order, num_rows, doc, start, length):
     """(row_splits, doc, start, length) grouped by row, stably: ``row_of[k]`` is the row of the k-th placed piece,
     ``order[k]`` (when ``use_order``) its index in (doc, start, length)."""

@@ -165,7 +165,7 @@ def first_fit_resume(sizes, runs, capacity, max_segments, window, tree, segs, st
     state[3] = at
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")  # its callers hold its code: no kernel of its own to compile
 def best_fit(sizes, runs, capacity, max_segments, window, max_rows, free0, segs0, row_of):
     """Best fit: the open row with the least free capacity that still fits, from one LIFO stack of rows per free
     capacity and a presence tree over capacities (O(log capacity)). Rows ``0 .. len(free0) - 1`` exist already with
