@@ -4,13 +4,14 @@ The store of ``remote_read.py`` (500M tokens, the same lengths), its block shuff
 host 0 of ``hosts``: the extents (``granule`` tokens each) that the pieces and the lanes' whole windows of batches
 ``0 .. B + 7`` touch (the reader's read-ahead of 8 batches), each counted once, over the tokens batches ``0 .. B - 1``
 deliver, split by what the rest of the fetched tokens are: documents of other hosts' io blocks sharing a granule
-(epoch 0 / epoch 1), extents first read for the epoch's tail batches (the lanes' leftover rows, dealt lane by lane:
-a host's rows come from other hosts' lanes), this host's documents not yet delivered (windows read whole: epoch 0,
-and the first windows of epoch 1 begun). ``localtail``: the tail dealt column-major instead (a model).
+(epoch 0 / epoch 1), extents first read for the epoch's tail batches and not delivered (the lanes' leftover rows,
+dealt column by column: a host's positions take about its own lanes' leftovers, those of a lane or two at its share's
+edges excepted), this host's documents not yet delivered (windows read whole: epoch 0, and the first windows of
+epoch 1 begun).
 
 Usage::
 
-    python benchmarks/fetch_split.py HOSTS [GRANULE_TOKENS [IO_BLOCK_SIZE [localtail]]]
+    python benchmarks/fetch_split.py HOSTS [GRANULE_TOKENS [IO_BLOCK_SIZE]]
 """
 
 from __future__ import annotations
@@ -56,14 +57,6 @@ def main() -> None:
         drop_remainder=True,
         seed=0,
     )
-    if len(sys.argv) > 4 and sys.argv[4] == "localtail":
-        for ep in (0, 1):
-            e = sch._epoch(ep)
-            b, nb = sch.batch_size, e.tail.shape[0] // sch.batch_size
-            i = np.arange(nb * b)
-            t = np.empty_like(e.tail[: nb * b])
-            t[(i % nb) * b + i // nb] = e.tail[: nb * b]
-            e.tail = np.concatenate([t, e.tail[nb * b :]])
     share = cfg.batch_size // hosts
     mine = np.zeros(len(lengths), bool)
     for ep in (0, 1):

@@ -5,7 +5,11 @@ it uses). Here each epoch's io blocks, in a Feistel order of (seed, epoch), are 
 lane_period`` lanes (block ``q`` to lane ``q % L``), each packed ``window`` documents at a time, its windows cut
 early by a stagger (:func:`_spread`) so that lanes start windows at different steps; row ``r`` of global batch
 ``j`` is row ``j // P`` of lane ``r * P + j % P`` (``P = lane_period``). The first ``P * min(rows per lane)``
-batches take a row of every lane, the leftover rows then lane by lane, ``B`` at a time (docs/pipelines.md).
+batches take a row of every lane; the leftover rows, in lane order, then fill the epoch's tail column by column
+(:func:`_tail_slots`): row position ``r`` of the ``nb`` full tail batches takes the ``r``-th run of ``nb`` of them,
+so a host's positions take about its own lanes' leftovers (and read about its own io blocks), and the last
+``leftovers % B`` rows fill one last batch (docs/pipelines.md). Each lane's leftovers go to its slots in batch
+order, so the rows that batches ``[0, j)`` deliver are a prefix of every lane's rows.
 """
 
 from __future__ import annotations
@@ -37,6 +41,20 @@ def _spread(lanes: int) -> int:
     return g
 
 
+def _tail_slots(n: int, batch_size: int) -> np.ndarray:
+    """int64 (n,): the tail slot (``batch * batch_size + row``, batches counted from the tail's first) of leftover
+    row ``i`` of ``n``, dealt column-major: with ``nb = n // batch_size`` full tail batches, row ``i < nb *
+    batch_size`` goes to tail batch ``i % nb``, row ``i // nb``, so each row position takes a contiguous run of the
+    lane-ordered leftovers (about its own lanes': a host's positions then read about its own io blocks, not the
+    other hosts'); the remaining ``n % batch_size`` rows fill the last batch in order."""
+    i = np.arange(n, dtype=np.int64)
+    nb = n // batch_size
+    if nb == 0:
+        return i
+    out: np.ndarray = np.where(i < nb * batch_size, (i % nb) * batch_size + i // nb, i)
+    return out
+
+
 @dataclass
 class _Epoch:
     """One epoch's lanes: blocks, window cuts and rows, all from lengths."""
@@ -46,7 +64,8 @@ class _Epoch:
     cuts: list[np.ndarray]  # per lane: window boundaries in the lane's document positions
     row_starts: list[np.ndarray]  # per lane: the first row of each window (len windows + 1)
     regular: int  # batches taking one row of every lane
-    tail: np.ndarray  # (lane, row) of each leftover row, in order: the epoch's last batches
+    tail: np.ndarray  # (lane, row) of each tail slot (batch * batch_size + row, from the tail's first batch)
+    tail_slot: np.ndarray  # the tail slot of each lane's leftover rows, lane by lane (tail's inverse)
     batches: int
 
 
@@ -149,18 +168,30 @@ class LaneSchedule(RowsPlanSchedule, ProcessCaches):
             c = np.arange(self.window - shift, n_lane, self.window, dtype=np.int64)
             c = np.concatenate(([0], c[c > 0], [n_lane])) if n_lane else np.zeros(1, np.int64)
             cuts.append(c)
-        e = _Epoch(blocks_of, lane_cum, cuts, [], 0, np.zeros((0, 2), np.int64), 0)
+        e = _Epoch(blocks_of, lane_cum, cuts, [], 0, np.zeros((0, 2), np.int64), np.zeros(0, np.int64), 0)
         per_lane = np.split(self._window_rows(e, epoch), np.cumsum([c.shape[0] - 1 for c in cuts])[:-1])
         e.row_starts = [np.concatenate(([0], np.cumsum(rows))) for rows in per_lane]
         counts = [int(starts[-1]) for starts in e.row_starts]
         least = min(counts)
         e.regular = self.period * least
-        e.tail = np.concatenate(
-            [np.stack([np.full(n - least, lane), np.arange(least, n)], axis=1) for lane, n in enumerate(counts)]
-        ).astype(np.int64)
+        e.tail, e.tail_slot = self._deal_tail(np.asarray(counts, np.int64) - least, least)
         full, rest = divmod(e.tail.shape[0], self.batch_size)
         e.batches = e.regular + full + (1 if rest and not self.drop_remainder else 0)
         return e
+
+    def _deal_tail(self, left: np.ndarray, least: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(tail, tail_slot)`` of :class:`_Epoch` for ``left[lane]`` leftover rows per lane (rows ``least ..`` of
+        each): the lane-ordered leftovers take the slots of :func:`_tail_slots`, each lane's rows in the order of
+        its slots (batch by batch: a lane whose leftovers straddle two row positions still delivers a prefix of its
+        rows at every batch, what :meth:`lane_rows_delivered` counts)."""
+        lane_of = np.repeat(np.arange(left.shape[0], dtype=np.int64), left)
+        slots = _tail_slots(lane_of.shape[0], self.batch_size)
+        slot: np.ndarray = slots[np.lexsort((slots, lane_of))]  # lane by lane (each lane's run kept), ascending
+        first = np.cumsum(left) - left  # each lane's first leftover
+        row = least + np.arange(lane_of.shape[0], dtype=np.int64) - first[lane_of]
+        tail = np.empty((lane_of.shape[0], 2), np.int64)
+        tail[slot] = np.stack([lane_of, row], axis=1)
+        return tail, slot
 
     def _window_rows(self, e: _Epoch, epoch: int) -> np.ndarray:
         """Rows of every window of every lane, lane by lane (int64), counted in one kernel call (~10^4 windows an
@@ -211,8 +242,8 @@ class LaneSchedule(RowsPlanSchedule, ProcessCaches):
 
     def lane_rows_delivered(self, epoch: int, batches: int) -> np.ndarray:
         """int64 (lanes,): rows of each lane that global batches ``[0, batches)`` of ``epoch`` hold (always a prefix
-        of the lane's rows: batch j < regular takes row ``j // P`` of lanes ``r * P + j % P``, the tail takes the
-        leftover rows lane by lane in order)."""
+        of the lane's rows: batch j < regular takes row ``j // P`` of lanes ``r * P + j % P``, the tail each lane's
+        leftover rows in the order of its slots, :meth:`_deal_tail`)."""
         e = self._epoch(epoch)
         P, b = self.period, min(batches, e.batches)
         lane = np.arange(self.lanes, dtype=np.int64)
@@ -240,7 +271,7 @@ class LaneSchedule(RowsPlanSchedule, ProcessCaches):
             if k < least:  # batch k * P + lane % P takes row k of this lane, at row lane // P
                 out.append((k * self.period + lane % self.period, lane // self.period, a, n))
                 continue
-            t = tail_before + k - least  # the tail's t-th row (past the epoch's batches: a remainder dropped)
+            t = int(e.tail_slot[tail_before + k - least])  # its tail slot (past the batches: a remainder dropped)
             out.append((e.regular + t // self.batch_size, t % self.batch_size, a, n))
         return out
 

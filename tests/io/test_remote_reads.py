@@ -356,8 +356,9 @@ def test_a_lane_schedule_sent_to_a_worker_carries_its_hosts_lanes_first_window_p
 def test_lanes_read_ahead_whole_windows_only_for_the_rows_of_their_own_lanes():
     """Before the epoch's last batches a batch's rows come one from each of its lanes, and reading ahead a lane's
     whole window (its io blocks once, in one request each) serves the next ~2 * window batches; the last batches
-    take the lanes' leftover rows, a few from each window of lanes other hosts read: ahead, only their pieces (whole
-    windows there read ~4x the bytes the epoch's tail used, and steps waited for them, issue 31)."""
+    take the lanes' leftover rows (a lane's may be split between two hosts): ahead, only their pieces (whole windows
+    there read ~4x the bytes the epoch's tail used when it was dealt row by row, and steps waited for them, issue
+    31)."""
     from datatools.grain.lane_schedule import LaneLayout, LaneSchedule
     from datatools.io.sources.documents import ArrayDocuments
 
@@ -384,6 +385,41 @@ def test_lanes_read_ahead_whole_windows_only_for_the_rows_of_their_own_lanes():
             else:  # whole documents of the rows' windows: every piece inside one of them
                 assert set(doc.tolist()) <= set(ahead[0].tolist())
                 np.testing.assert_array_equal(ahead[2], lengths[ahead[0]])
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_a_hosts_tail_batches_read_about_its_own_lanes_blocks(seed):
+    """The epoch's tail is dealt column by column: each row position of the tail batches takes a run of the
+    lane-ordered leftover rows, so host h's positions read the leftovers of a run of lanes, about its own (row by
+    row, each host's tail rows came from every host's lanes: ~3/4 of the io blocks its tail read were other
+    hosts', 4 hosts). Counted from the io blocks the tail batches' pieces read: each host's lanes are a run, in
+    host order, a lane read by two hosts only at a run's edge, and at most a quarter of the blocks other hosts'."""
+    from datatools.grain.lane_schedule import LaneLayout, LaneSchedule
+    from datatools.io.sources.documents import ArrayDocuments
+    from datatools.kernels.shuffle import lane_blocks
+
+    lengths = np.clip(np.random.default_rng(seed).lognormal(4, 1, 12000), 1, 256).astype(np.int64)
+    docs = ArrayDocuments(np.zeros(int(lengths.sum()), np.int32), np.concatenate(([0], np.cumsum(lengths))))
+    hosts, share, period, io_block = 4, 8, 2, 8
+    layout = LaneLayout(io_block_size=io_block, period=period)
+    schedule = LaneSchedule(
+        docs, PackOptions(128), layout, window=64, batch_size=hosts * share, drop_remainder=True, seed=seed
+    )
+    regular, batches = schedule.regular_batches(0), schedule.num_batches(0)
+    assert batches - regular >= 8  # several full tail batches
+    lane_of = np.zeros(schedule.num_blocks, np.int64)
+    for lane, blocks in enumerate(lane_blocks(schedule.num_blocks, schedule.lanes, seed=seed, epoch=0)):
+        lane_of[blocks] = lane
+    runs, foreign, read = [], 0, 0
+    for h in range(hosts):
+        doc = np.concatenate([schedule.pieces(0, j, h * share, (h + 1) * share)[0] for j in range(regular, batches)])
+        lanes = lane_of[np.unique(doc // io_block)]
+        foreign += int(np.count_nonzero(lanes // (share * period) != h))
+        read += lanes.shape[0]
+        runs.append(np.unique(lanes))
+    assert all(runs[h].max() <= runs[h + 1].min() for h in range(hosts - 1))  # a run each, in host order
+    assert np.bincount(np.concatenate(runs)).max() <= 2
+    assert 4 * foreign <= read, (foreign, read)
 
 
 @settings(max_examples=20, deadline=None)
