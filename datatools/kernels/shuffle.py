@@ -466,7 +466,8 @@ def lane_order(n: int, *, io_block_size: int, lanes: int, window: int, seed: int
     """Records [0, n) in the order a reader in lanes takes them, without packing (the record-level model of
     :class:`~datatools.grain.lane_schedule.LaneSchedule`): each lane reads its blocks (:func:`lane_blocks`) a seeded
     window of ``window`` records at a time; position ``i`` comes from lane ``i % lanes`` while every lane has records,
-    then the leftovers lane by lane."""
+    then the leftovers lane by lane (the schedule deals its leftover rows column by column over its last batches:
+    the model has no batches, and the leftovers are the last few percent of an epoch)."""
     n = check_int(n, "n", minimum=1, maximum=MAX_RECORDS)
     size = check_int(io_block_size, "io_block_size", minimum=1)
     window = check_int(window, "window", minimum=1)
