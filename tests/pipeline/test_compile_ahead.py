@@ -39,19 +39,21 @@ def _store(path) -> str:
     return str(path)
 
 
+def _counts_in_a_fresh_process(script: str, tmp_path, env: dict[str, str]) -> dict:
+    """Run ``script`` over a small store in a new process (numba reads ``NUMBA_CACHE_DIR`` once a process) and
+    return the JSON counts it prints last."""
+    out = subprocess.run(
+        [sys.executable, "-c", script, _store(tmp_path / "store")], env=env, capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.slow  # ~15 s of CPU compiling the streaming part into an empty cache
 def test_after_warm_a_fresh_process_compiles_nothing_for_its_first_batches(tmp_path, monkeypatch):
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}  # numba reads it once a process: a new one
     warm = "from datatools.pipeline.compile_ahead import warm\nassert warm(parts=['streaming'], jobs=1).failed == {}"
     subprocess.run([sys.executable, "-c", warm], env=env, check=True)
-    out = subprocess.run(
-        [sys.executable, "-c", FIRST_BATCHES, _store(tmp_path / "store")],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    counts = json.loads(out.stdout.strip().splitlines()[-1])
+    counts = _counts_in_a_fresh_process(FIRST_BATCHES, tmp_path, env)
     assert counts["misses"] == 0, counts  # every kernel the first batches ran came from the cache
     assert counts["hits"] > 0, counts  # and the counting sees them
 
@@ -124,13 +126,6 @@ def test_a_fresh_install_compiles_only_the_first_batch_kernels_once_each(tmp_pat
     before this first batch on 2 cores; ~9 s of CPU for this test). A kernel the first batch does not need, a second
     signature of one (an argument of another dtype), or a wrapper kernel over others fails it."""
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}  # empty: nothing loads, everything compiles
-    out = subprocess.run(
-        [sys.executable, "-c", FIRST_BATCH_COMPILES, _store(tmp_path / "store")],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    counts = json.loads(out.stdout.strip().splitlines()[-1])
+    counts = _counts_in_a_fresh_process(FIRST_BATCH_COMPILES, tmp_path, env)
     assert counts["kernels"] == FIRST_BATCH_KERNELS
     assert counts["compiles"] <= FIRST_BATCH_MOST_COMPILES, counts
