@@ -3,7 +3,8 @@
 In window order every batch reads from most of the shuffle window, on every host (from a bucket, ~250x the bytes
 it uses). Here each epoch's io blocks, in a Feistel order of (seed, epoch), are dealt to ``L = batch_size *
 lane_period`` lanes (block ``q`` to lane ``q % L``), each packed ``window`` documents at a time, its windows cut
-early by a stagger (:func:`_spread`) so that lanes start windows at different steps; row ``r`` of global batch
+early by a stagger (:func:`_spread`) so that lanes start windows at different steps, and at a quarter and a half
+window (:data:`RAMP`: every lane begins the epoch at once, so its first windows are short); row ``r`` of global batch
 ``j`` is row ``j // P`` of lane ``r * P + j % P`` (``P = lane_period``). The first ``P * min(rows per lane)``
 batches take a row of every lane; the leftover rows, in lane order, then fill the epoch's tail column by column
 (:func:`_tail_slots`): row position ``r`` of the ``nb`` full tail batches takes the ``r``-th run of ``nb`` of them,
@@ -30,6 +31,13 @@ from datatools.io.sources.documents import DocumentSource
 from datatools.kernels.packing import PackOptions, PackPlan, cut_pieces
 from datatools.kernels.packing.counting import count_windows
 from datatools.kernels.shuffle import lane_blocks
+
+RAMP = (4, 2)  # an epoch's first windows in every lane end at ``window // 4`` and ``window // 2`` documents, then at
+# the stagger's cuts: at an epoch's start every lane begins a window at once and reads it whole, so with whole first
+# windows the first 30 batches fetched ~6x what they delivered (host 0 of 4 at the users' shape, modelled by
+# benchmarks/fetch_split.py: 10.6x over 15, 4.4x over 45), with the ramp ~2.2x (2.4x over 45, 2.1x over 60; one
+# quarter window alone: 3.6x over 45). Two more windows a lane an epoch cost ~0.4% of the rows of a 500M-token store
+# in padding (~0.02% of a 10B-token one).
 
 
 def _spread(lanes: int) -> int:
@@ -160,13 +168,15 @@ class LaneSchedule(RowsPlanSchedule, ProcessCaches):
         lane_cum: list[np.ndarray] = []
         cuts: list[np.ndarray] = []
         spread = _spread(L)
+        ramp = [self.window // part for part in RAMP]  # every lane's epoch begins with short windows
         for lane, blocks in enumerate(blocks_of):
             cum = np.concatenate(([0], np.cumsum(np.minimum(S, self.n - blocks * S))))  # the last block may be short
             lane_cum.append(cum)
             n_lane = int(cum[-1])
             shift = ((lane * spread) % L * self.window) // L  # staggered: lanes begin windows at different steps
             c = np.arange(self.window - shift, n_lane, self.window, dtype=np.int64)
-            c = np.concatenate(([0], c[c > 0], [n_lane])) if n_lane else np.zeros(1, np.int64)
+            c = np.union1d(c[c > 0], [r for r in ramp if 0 < r < n_lane]).astype(np.int64)
+            c = np.concatenate(([0], c, [n_lane])) if n_lane else np.zeros(1, np.int64)
             cuts.append(c)
         e = _Epoch(blocks_of, lane_cum, cuts, [], 0, np.zeros((0, 2), np.int64), np.zeros(0, np.int64), 0)
         per_lane = np.split(self._window_rows(e, epoch), np.cumsum([c.shape[0] - 1 for c in cuts])[:-1])

@@ -422,6 +422,38 @@ def test_a_hosts_tail_batches_read_about_its_own_lanes_blocks(seed):
     assert 4 * foreign <= read, (foreign, read)
 
 
+@pytest.mark.parametrize("seed", [0, 3])
+def test_an_epochs_first_batches_read_little_more_than_they_deliver(seed):
+    """Every lane begins the epoch at once and its read-ahead reads a window whole, so each lane's first windows are
+    short (a quarter, then a half window: ``RAMP``): over the first 30, 45 and 60 batches (read ahead 8 more), the
+    documents host 0 of 4 reads hold at most twice the tokens its batches deliver (whole staggered first windows:
+    4.2-4.5x over 30, 3.0 over 45; a quarter window alone: 2.7-3.1 over 45). The users' shape scaled: a window of
+    1,024 documents of ~1/10 of a row, two lanes per row position, each lane ~2,300 documents."""
+    from datatools.grain.lane_schedule import LaneLayout, LaneSchedule
+    from datatools.io.sources.documents import ArrayDocuments
+
+    lengths = np.clip(np.random.default_rng(seed).lognormal(4, 1, 150_000), 1, 1024).astype(np.int64)
+    docs = ArrayDocuments(np.zeros(int(lengths.sum()), np.int16), np.concatenate(([0], np.cumsum(lengths))))
+    share = 8  # host 0 of 4: rows [0, 8) of batches of 32
+    schedule = LaneSchedule(
+        docs,
+        PackOptions(1024),
+        LaneLayout(io_block_size=16, period=2),
+        window=1024,
+        batch_size=4 * share,
+        drop_remainder=True,
+        seed=seed,
+    )
+    for batches in (30, 45, 60):
+        read, delivered = np.zeros(lengths.shape[0], bool), 0
+        for k in range(batches + 8):
+            for doc in (schedule.pieces(0, k, 0, share)[0], schedule.ahead_pieces(0, k, 0, share)[0]):
+                read[doc] = True
+            if k < batches:
+                delivered += int(schedule.pieces(0, k, 0, share)[2].sum())
+        assert lengths[read].sum() <= 2 * delivered, (batches, lengths[read].sum() / delivered)
+
+
 @settings(max_examples=20, deadline=None)
 @given(
     seed=st.integers(0, 2**16),
