@@ -408,7 +408,7 @@ def main() -> None:
         default=None,
         metavar=("SIZE", "WINDOW_BLOCKS"),
         help="the block shuffle's io_block_size and window_blocks (default 64 1024; a Levanter cache's 262,144-token "
-        "chunks read whole: 337 195, the same window of ~65k documents)",
+        "chunks read whole: 337 195, one chunk a block, or 674 97, two; the same window of ~65k documents)",
     )
     ap.add_argument(
         "--layout",
