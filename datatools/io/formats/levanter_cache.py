@@ -41,11 +41,19 @@ def is_levanter_cache(path: str | os.PathLike[str]) -> bool:
 
 def read_ledger(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The cache's ledger, checked: it parses, is finished, names a known layout (else ValueError naming it)."""
+    ledger = find_ledger(path)
+    if ledger is None:
+        raise ValueError(f"{display(path)}: not a Levanter cache (no {LEDGER})")
+    return ledger
+
+
+def find_ledger(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """:func:`read_ledger`'s ledger, None when ``path`` holds none (in a bucket, one request says both)."""
     where = storage.location(path).join(LEDGER)
     try:  # a PermissionError propagates, naming the file; an unreachable object store raises StorageError
         ledger = json.loads(where.read_bytes())
     except (FileNotFoundError, NotADirectoryError):
-        raise ValueError(f"{display(path)}: not a Levanter cache (no {LEDGER})") from None
+        return None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{display(where)}: corrupt ({exc})") from None
     if not isinstance(ledger, dict):
@@ -79,10 +87,10 @@ class LevanterCache:
         the ledger (naming the cache and what).
     """
 
-    def __init__(self, path: str | os.PathLike[str], field: str = FIELD):
+    def __init__(self, path: str | os.PathLike[str], field: str = FIELD, *, ledger: dict[str, Any] | None = None):
         self.path = storage.location(path).path  # a Path, or the URL of a cache in object storage
         self.field = field
-        self.ledger = read_ledger(self.path)
+        self.ledger = read_ledger(self.path) if ledger is None else ledger  # given: read_ledger's, already checked
         self.parts = self._parts()  # (directory of the field's arrays, rows) in row order
         self._data: list[ts.TensorStore] | None = None
         self.offsets, self._part_tokens = self._read_offsets()
@@ -113,10 +121,11 @@ class LevanterCache:
             )
         return parts
 
-    def _open(self, where: str | Path, name: str) -> ts.TensorStore:
+    def _open(self, where: str | Path, name: str, opening: ts.Future[ts.TensorStore] | None = None) -> ts.TensorStore:
+        """Array ``name`` of part ``where`` (``opening``: its open already issued), or a ValueError naming it."""
         array = storage.location(where).join(name).path
         try:
-            return ts.open(zarr_spec(array), open=True, read=True).result()
+            return (opening or ts.open(zarr_spec(array), open=True, read=True)).result()
         except ValueError as exc:
             if (err := as_os_error(exc, array)) is not None:
                 raise err from None
@@ -134,9 +143,18 @@ class LevanterCache:
             places[k] = storage.location(self.parts[k][0]).join("data")
         return places[k]
 
-    def _read(self, arr: ts.TensorStore, begin: int, end: int, where: str | os.PathLike[str]) -> np.ndarray:
+    def _read(
+        self,
+        arr: ts.TensorStore,
+        begin: int,
+        end: int,
+        where: str | os.PathLike[str],
+        reading: ts.Future[Any] | None = None,
+    ) -> np.ndarray:
+        """Elements ``[begin, end)`` of ``arr`` (``reading``: that read, already issued), or an error naming
+        ``where``."""
         try:
-            return arr[begin:end].read().result()
+            return (reading or arr[begin:end].read()).result()
         except ValueError as exc:
             if (err := as_os_error(exc, where)) is not None:
                 raise err from None
@@ -147,7 +165,8 @@ class LevanterCache:
 
     def _read_offsets(self) -> tuple[np.ndarray, np.ndarray]:
         """Global int64 offsets (num_rows + 1, from 0) and the first token of every part, checked against the
-        ledger (one read of each part's offsets)."""
+        ledger (one read of each part's offsets). In a bucket each step is a round trip (~0.1 s and more): both
+        arrays are opened at once, and the data array's listing is taken while the offsets are read."""
         pieces, starts, base = [np.zeros(1, np.int64)], [], 0
         self._data = []
         for where, rows in self.parts:
@@ -155,13 +174,17 @@ class LevanterCache:
                 storage.location(where).join("offsets").path,
                 storage.location(where).join("data").path,
             )
-            offsets_array = self._open(where, "offsets")
-            self._data.append(self._open(where, "data"))
+            opening = {at: ts.open(zarr_spec(at), open=True, read=True) for at in (offsets_at, data_at)}
+            offsets_array = self._open(where, "offsets", opening[offsets_at])
+            self._data.append(self._open(where, "data", opening[data_at]))
             dtype = np.dtype(self._data[-1].dtype.numpy_dtype)
             if dtype.kind not in "iu":
                 raise ValueError(f"{display(data_at)}: holds {dtype}, not token ids")
-            off = np.asarray(self._read(offsets_array, 0, rows + 1, offsets_at), np.int64)
-            self._check_shards(data_at, self._data[-1], int(off[-1]) if rows else 0)
+            reading = offsets_array[0 : rows + 1].read()
+            with os_errors(data_at):
+                present = array_keys(data_at)
+            off = np.asarray(self._read(offsets_array, 0, rows + 1, offsets_at, reading), np.int64)
+            self._check_shards(data_at, self._data[-1], int(off[-1]) if rows else 0, present)
             if off.shape[0] != rows + 1 or int(off[0]) != rows:
                 raise ValueError(
                     f"{display(offsets_at)}: offsets[0] is {int(off[0]) if off.size else None}, the ledger says "
@@ -177,10 +200,9 @@ class LevanterCache:
         starts.append(base)
         return np.concatenate(pieces), np.asarray(starts, np.int64)
 
-    def _check_shards(self, where: str | Path, arr: ts.TensorStore, tokens: int) -> None:
-        """Every outer chunk (shard file) holding one of the first ``tokens`` elements is there."""
-        with os_errors(where):
-            present = array_keys(where)
+    def _check_shards(self, where: str | Path, arr: ts.TensorStore, tokens: int, present: set[str]) -> None:
+        """Every outer chunk (shard file) holding one of the first ``tokens`` elements is ``present`` (the keys of
+        the array at ``where``)."""
         missing = [k for k in chunk_grid(tokens, chunk_elements(arr.chunk_layout.write_chunk)) if k not in present]
         if missing:
             raise ValueError(
