@@ -43,6 +43,11 @@ class ProxyStats:
     bytes_down: int
     connections: int
     latencies_s: tuple[float, ...]
+    methods: tuple[tuple[str, int], ...] = ()  # (HTTP method, requests), by method
+
+    def count(self, method: str) -> int:
+        """Requests of ``method`` (``"HEAD"``: asking an object's size)."""
+        return dict(self.methods).get(method, 0)
 
     def latency_quantiles(self) -> tuple[float, float]:
         """(p50, p99) of the request latencies in seconds; NaN when none."""
@@ -156,6 +161,7 @@ class _Counters:
     def reset(self) -> None:
         self.requests = self.bytes_up = self.bytes_down = self.connections = 0
         self.latencies: collections.deque[float] = collections.deque(maxlen=LATENCIES_KEPT)
+        self.methods: collections.Counter[str] = collections.Counter()
 
 
 class SlowProxy:
@@ -255,7 +261,8 @@ class SlowProxy:
         """A snapshot of the counters (see :class:`ProxyStats`)."""
         c = self._counters
         with c.lock:
-            return ProxyStats(c.requests, c.bytes_up, c.bytes_down, c.connections, tuple(c.latencies))
+            methods = tuple(sorted(c.methods.items()))
+            return ProxyStats(c.requests, c.bytes_up, c.bytes_down, c.connections, tuple(c.latencies), methods)
 
     def reset_stats(self) -> None:
         """Zero the counters (connections already open keep being counted from here on)."""
@@ -306,6 +313,7 @@ class SlowProxy:
                         writer.write(data[at:start])
                     with c.lock:
                         c.requests += 1
+                        c.methods[data[start : start + 8].split(b" ", 1)[0].decode("ascii", "replace")] += 1
                         n = c.requests
                     latency = self.latency_s
                     if self.tail_every and n % self.tail_every == 0:

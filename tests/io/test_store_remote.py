@@ -63,3 +63,17 @@ def test_a_bucket_root_store_is_written_beside_only_its_own_staging(s3_bucket):
     storage.location(f"{s3_bucket}/p/.partial/job.json").write_text("{}")
     with pytest.raises(ValueError, match=r"already holds objects \(s3://.*/p/\.partial/job\.json\)"):
         write_test_store(f"{s3_bucket}/p", docs)
+
+
+def test_opening_a_store_in_a_bucket_asks_no_objects_size(slow_s3):
+    """In a bucket every request is a round trip before the first batch: the token store's probe is the read of
+    its manifest itself, not a request for its size and then one for its bytes. Counted at the proxy: no HEAD
+    while the store opens (one, of ``manifest.json``, before)."""
+    from datatools.io.sources.inputs import open_input
+
+    url, proxy = f"{slow_s3.url}/in", slow_s3.proxy
+    write_test_store(url, random_docs(40, seed=2))
+    storage.location(url).filesystem()[0].invalidate_cache()  # s3fs kept what the write listed
+    proxy.reset_stats()
+    assert open_input(url).format == "store"
+    assert proxy.stats().count("HEAD") == 0, proxy.stats().methods

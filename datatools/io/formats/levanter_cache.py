@@ -50,10 +50,12 @@ def read_ledger(path: str | os.PathLike[str]) -> dict[str, Any]:
 def find_ledger(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """:func:`read_ledger`'s ledger, None when ``path`` holds none (in a bucket, one request says both)."""
     where = storage.location(path).join(LEDGER)
-    try:  # a PermissionError propagates, naming the file; an unreachable object store raises StorageError
-        ledger = json.loads(where.read_bytes())
-    except (FileNotFoundError, NotADirectoryError):
+    # a PermissionError propagates, naming the file; an unreachable object store raises StorageError
+    data = where.read_bytes_if_any(max_bytes=storage.MAX_METADATA_BYTES)
+    if data is None:
         return None
+    try:
+        ledger = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{display(where)}: corrupt ({exc})") from None
     if not isinstance(ledger, dict):

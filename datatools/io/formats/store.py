@@ -354,8 +354,9 @@ def is_count(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The store's manifest; ValueError naming the path when it is missing, corrupt or not a token store."""
+def read_manifest(path: str | os.PathLike[str], data: bytes | None = None) -> dict[str, Any]:
+    """The store's manifest (``data``: its bytes, already read); ValueError naming the path when it is missing,
+    corrupt or not a token store."""
     path = storage.location(path).path
     manifest_file = storage.location(path).join("manifest.json")
 
@@ -363,7 +364,7 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
         return _damaged(path, None, f"{display(manifest_file)}: corrupt ({why})")
 
     try:  # a PermissionError propagates, naming the file; an unreachable object store raises StorageError
-        manifest = json.loads(manifest_file.read_bytes(max_bytes=storage.MAX_METADATA_BYTES))
+        manifest = json.loads(manifest_file.read_bytes(max_bytes=storage.MAX_METADATA_BYTES) if data is None else data)
     except (FileNotFoundError, NotADirectoryError):
         raise ValueError(f"{display(path)}: not a datatools token store (no manifest.json)") from None
     except IsADirectoryError:
@@ -447,9 +448,9 @@ class TokenStore:
         with the manifest (naming the store and what).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, check: bool = True):
+    def __init__(self, path: str | os.PathLike[str], *, check: bool = True, manifest: bytes | None = None):
         self.path = storage.location(path).path
-        self.manifest = read_manifest(self.path)
+        self.manifest = read_manifest(self.path, manifest)  # ``manifest``: manifest.json's bytes, already read
         self._offsets: np.ndarray | None = None
         self._arrays: dict[str, ts.TensorStore] = {}  # name -> its opened tensorstore array
         self._checked: set[str] = set()  # stored objects this process has checked against the manifest

@@ -50,9 +50,15 @@ def _store(inp: TokenInput) -> TokenStore:
 
 
 def detect(loc: storage.Location, opts: InputOptions) -> TokenInput | None:
-    if not is_token_store(loc):
-        return None
-    store = TokenStore(loc.path)
+    if loc.has_directories:
+        if not is_token_store(loc):
+            return None
+        store = TokenStore(loc.path)
+    else:  # in a bucket the manifest's read is the probe (a request for its size first was one more)
+        manifest = loc.join("manifest.json").read_bytes_if_any(max_bytes=storage.MAX_METADATA_BYTES)
+        if manifest is None:
+            return None
+        store = TokenStore(loc.path, manifest=manifest)
     return TokenInput(loc.path, "store", nbytes=8 * (len(store) + 1), opened=StoreInput(store))
 
 

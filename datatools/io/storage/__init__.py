@@ -235,6 +235,12 @@ class Location:
     def read_bytes(self, limit: int | None = None, *, max_bytes: int | None = None) -> bytes:
         return _read_bytes(self, limit, max_bytes=max_bytes)
 
+    def read_bytes_if_any(self, *, max_bytes: int | None = None) -> bytes | None:
+        """The whole file, None when there is none: a probe that is its own read (in a bucket one request, not a
+        request for the size and then one for the bytes; a miss is not checked for a missing bucket, which the
+        caller's next read names)."""
+        return _read_bytes_if_any(self, max_bytes=max_bytes)
+
     def info(self) -> _FileInfo | None:
         return _info(self)
 
@@ -579,9 +585,10 @@ def _result(future: ts.Future[T], where: str | os.PathLike[str]) -> T:
 
 
 @contextmanager
-def _storage_errors(path: str | os.PathLike[str]) -> Iterator[None]:
+def _storage_errors(path: str | os.PathLike[str], *, bucket_check: bool = True) -> Iterator[None]:
     """Turn a remote library's failure into :class:`StorageError` / ``FileNotFoundError`` naming the URL (local
-    paths pass through: their ``OSError`` names the file)."""
+    paths pass through: their ``OSError`` names the file). ``bucket_check``: a missing object is first checked for a
+    missing bucket (one more request)."""
     if not _is_url(path):
         yield
         return
@@ -591,7 +598,8 @@ def _storage_errors(path: str | os.PathLike[str]) -> Iterator[None]:
         raise
     except FileNotFoundError:
         # a missing bucket is a StorageError (exit 1), a missing object a FileNotFoundError (bad input)
-        raise _no_bucket(path) or FileNotFoundError(errno.ENOENT, "no such file or directory", _url_of(path)) from None
+        missing = _no_bucket(path) if bucket_check else None
+        raise missing or FileNotFoundError(errno.ENOENT, "no such file or directory", _url_of(path)) from None
     except Exception as exc:  # noqa: BLE001 -- each library has its own classes; classified by name below
         mapped = _classify(path, exc)
         if mapped is None:
@@ -748,10 +756,19 @@ class _NamedFile(io.RawIOBase):
 MAX_METADATA_BYTES = 64 << 20  # a manifest, a plan header, a ledger: ~90 bytes a chunk record, 700k records
 
 
-def _read_bytes(path: str | os.PathLike[str], limit: int | None = None, *, max_bytes: int | None = None) -> bytes:
+def _read_bytes_if_any(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> bytes | None:
+    try:
+        return _read_bytes(path, max_bytes=max_bytes, bucket_check=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _read_bytes(
+    path: str | os.PathLike[str], limit: int | None = None, *, max_bytes: int | None = None, bucket_check: bool = True
+) -> bytes:
     """The whole file (its first ``limit`` bytes when given). ValueError naming it when it holds more than
     ``max_bytes`` (at most ``max_bytes + 1`` read), or is a device (a link to ``/dev/zero``: a whole read never
-    ends)."""
+    ends). ``bucket_check``: see :func:`_storage_errors`."""
     want = limit if limit is not None else (None if max_bytes is None else max_bytes + 1)
     if not _is_url(path):
         with open(path, "rb") as f:
@@ -760,7 +777,7 @@ def _read_bytes(path: str | os.PathLike[str], limit: int | None = None, *, max_b
                 raise ValueError(f"{display(path)}: a device, not a file (a link to one?)")
             data = f.read() if want is None else f.read(want)
     else:
-        with _storage_errors(path):
+        with _storage_errors(path, bucket_check=bucket_check):
             fs, inner = _filesystem(path)
             data = fs.cat_file(inner) if want is None else fs.cat_file(inner, start=0, end=want)
     if limit is None and max_bytes is not None and len(data) > max_bytes:

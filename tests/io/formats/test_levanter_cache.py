@@ -244,3 +244,19 @@ def test_a_server_without_suffix_ranges_is_named_not_reported_as_corruption(tmp_
         assert err.startswith(f"datatools: error: {where}/input_ids/"), err
     finally:
         server.stop()
+
+
+def test_opening_a_cache_in_a_bucket_asks_no_objects_size(tmp_path, slow_s3):
+    """In a bucket every request is a round trip before the first batch: the Levanter cache's probe is the read of
+    its ledger itself, and the miss of the token store's probe before it is not checked for a missing bucket (the
+    table format, last, would name one). Counted at the proxy: no HEAD while the cache opens (a HEAD of the store's
+    manifest, a bucket check and a HEAD of the ledger were three before)."""
+    from datatools.io import storage
+    from datatools.io.sources.inputs import open_input
+    from object_storage import Root
+
+    url = Root("s3", slow_s3.url).upload(write_cache(tmp_path / "cache", random_docs(40, seed=2)), "cache")
+    storage.location(url).filesystem()[0].invalidate_cache()  # s3fs kept what the upload listed
+    slow_s3.proxy.reset_stats()
+    assert open_input(url).format == "levanter"
+    assert slow_s3.proxy.stats().count("HEAD") == 0, slow_s3.proxy.stats().methods
