@@ -249,8 +249,7 @@ def test_a_server_without_suffix_ranges_is_named_not_reported_as_corruption(tmp_
 def test_opening_a_cache_in_a_bucket_asks_no_objects_size(tmp_path, slow_s3):
     """In a bucket every request is a round trip before the first batch: the Levanter cache's probe is the read of
     its ledger itself, and the miss of the token store's probe before it is not checked for a missing bucket (the
-    table format, last, would name one). Counted at the proxy: no HEAD while the cache opens (a HEAD of the store's
-    manifest, a bucket check and a HEAD of the ledger were three before)."""
+    table format, last, would name one). Counted at the proxy: no HEAD while the cache opens (three before)."""
     from datatools.io import storage
     from datatools.io.sources.inputs import open_input
     from object_storage import Root
