@@ -428,8 +428,17 @@ def describe_write_order(manifest: dict[str, Any]) -> str:
 
 def is_token_store(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is laid out as a token store (a manifest beside ``offsets/``); content is checked on open."""
-    loc = storage.location(path)  # object storage has no directories: the manifest alone says it
-    return loc.join("manifest.json").is_file() and (not loc.has_directories or loc.join("offsets").is_dir())
+    return token_store_manifest(path) is not None
+
+
+def token_store_manifest(path: str | os.PathLike[str]) -> bytes | None:
+    """``manifest.json``'s bytes when ``path`` is laid out as a token store, else None: the probe is the manifest's
+    read itself (in a bucket one request, not one for its size and then one for its bytes; object storage has no
+    directories: the manifest alone says it, on a disk it lies beside ``offsets/``)."""
+    loc = storage.location(path)
+    if loc.has_directories and not loc.join("offsets").is_dir():
+        return None
+    return loc.join("manifest.json").read_bytes_if_any(max_bytes=storage.MAX_METADATA_BYTES)
 
 
 def chunk_grid(length: int, chunk: int) -> list[str]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from datatools.io import storage
-from datatools.io.formats.levanter_cache import LevanterCache, find_ledger, is_levanter_cache
+from datatools.io.formats.levanter_cache import LevanterCache, find_ledger
 from datatools.io.formats.token_input import FormatState, InputOptions, TokenInput
 from datatools.io.sources.documents import DocumentSource, StoreDocuments
 from datatools.io.storage.paths import display
@@ -39,15 +39,10 @@ def _cache(inp: TokenInput) -> LevanterCache:
 
 
 def detect(loc: storage.Location, opts: InputOptions) -> TokenInput | None:
-    if loc.has_directories:
-        if not is_levanter_cache(loc):
-            return None
-        cache = LevanterCache(loc.path)  # the ledger and the arrays checked here, before any token is read
-    else:  # Marin keeps them in gs://: the ledger's read is the probe (a request for its size first was one more)
-        ledger = find_ledger(loc.path)
-        if ledger is None:
-            return None
-        cache = LevanterCache(loc.path, ledger=ledger)
+    ledger = find_ledger(loc.path)  # the probe is the ledger's read (Marin keeps caches in gs://: one request)
+    if ledger is None:
+        return None
+    cache = LevanterCache(loc.path, ledger=ledger)  # the arrays checked here, before any token is read
     return TokenInput(loc.path, "levanter", nbytes=8 * (len(cache) + 1), opened=LevanterInput(cache))
 
 

@@ -1,7 +1,8 @@
 """The token store as an input format (its row of :data:`~datatools.io.sources.format_table.FORMATS`): a directory
-(or a bucket's prefix) that :func:`~datatools.io.formats.store.is_token_store` recognises, opened once; its lengths
-are its stored offsets, its documents read through the :class:`~datatools.io.formats.token_array.TokenArray`
-protocol (:class:`~datatools.io.sources.documents.StoreDocuments`)."""
+(or a bucket's prefix) that :func:`~datatools.io.formats.store.token_store_manifest` recognises, opened once; its
+lengths are its stored offsets, its documents read through the
+:class:`~datatools.io.formats.token_array.TokenArray` protocol
+(:class:`~datatools.io.sources.documents.StoreDocuments`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from datatools.io import storage
-from datatools.io.formats.store import TokenStore, describe_write_order, is_token_store
+from datatools.io.formats.store import TokenStore, describe_write_order, token_store_manifest
 from datatools.io.formats.token_input import FormatState, InputOptions, TokenInput
 from datatools.io.sources.documents import DocumentSource, StoreDocuments
 from datatools.io.storage.paths import display
@@ -50,15 +51,10 @@ def _store(inp: TokenInput) -> TokenStore:
 
 
 def detect(loc: storage.Location, opts: InputOptions) -> TokenInput | None:
-    if loc.has_directories:
-        if not is_token_store(loc):
-            return None
-        store = TokenStore(loc.path)
-    else:  # in a bucket the manifest's read is the probe (a request for its size first was one more)
-        manifest = loc.join("manifest.json").read_bytes_if_any(max_bytes=storage.MAX_METADATA_BYTES)
-        if manifest is None:
-            return None
-        store = TokenStore(loc.path, manifest=manifest)
+    manifest = token_store_manifest(loc)
+    if manifest is None:
+        return None
+    store = TokenStore(loc.path, manifest=manifest)
     return TokenInput(loc.path, "store", nbytes=8 * (len(store) + 1), opened=StoreInput(store))
 
 

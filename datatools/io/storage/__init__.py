@@ -236,9 +236,9 @@ class Location:
         return _read_bytes(self, limit, max_bytes=max_bytes)
 
     def read_bytes_if_any(self, *, max_bytes: int | None = None) -> bytes | None:
-        """The whole file, None when there is none: a probe that is its own read (in a bucket one request, not a
-        request for the size and then one for the bytes; a miss is not checked for a missing bucket, which the
-        caller's next read names)."""
+        """The whole file, None when there is none (nothing, or a directory): a probe that is its own read (in a
+        bucket one request, not a request for the size and then one for the bytes; a miss is not checked for a
+        missing bucket, which the caller's next read names)."""
         return _read_bytes_if_any(self, max_bytes=max_bytes)
 
     def info(self) -> _FileInfo | None:
@@ -759,7 +759,7 @@ MAX_METADATA_BYTES = 64 << 20  # a manifest, a plan header, a ledger: ~90 bytes 
 def _read_bytes_if_any(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> bytes | None:
     try:
         return _read_bytes(path, max_bytes=max_bytes, bucket_check=False)
-    except (FileNotFoundError, NotADirectoryError):
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):  # no file there
         return None
 
 
