@@ -31,11 +31,18 @@ from datatools.pipeline.config import parse_config  # noqa: E402
 
 
 class _Lengths:
-    def __init__(self, lengths: np.ndarray):
-        self._lengths = lengths
+    """The store's lengths, and its documents' extents of ``granule`` tokens (what the schedule asks of a store)."""
+
+    def __init__(self, lengths: np.ndarray, granule: int):
+        self._lengths, self.granule = lengths, granule
+        self._offsets = np.concatenate(([0], np.cumsum(lengths)))
 
     def lengths(self) -> np.ndarray:
         return self._lengths
+
+    def next_extent_starts(self, doc: np.ndarray) -> np.ndarray:
+        boundary = (self._offsets[doc] // self.granule + 1) * self.granule
+        return np.minimum(np.searchsorted(self._offsets, boundary), len(self._lengths))
 
 
 def main() -> None:
@@ -49,7 +56,7 @@ def main() -> None:
     cfg = parse_config(rr.config("s3://x/y", "block, streaming (lanes)", hosts))
     p = cfg.packing
     sch = LaneSchedule(
-        _Lengths(lengths),
+        _Lengths(lengths, granule),
         p.options(),
         LaneLayout(io_block, p.lane_period),
         window=p.window,

@@ -4,7 +4,9 @@ In window order every batch reads from most of the shuffle window, on every host
 it uses). Here each epoch's io blocks, in a Feistel order of (seed, epoch), are dealt to ``L = batch_size *
 lane_period`` lanes (block ``q`` to lane ``q % L``), each packed ``window`` documents at a time, its windows cut
 early by a stagger (:func:`_spread`) so that lanes start windows at different steps, and at a quarter and a half
-window (:data:`RAMP`: every lane begins the epoch at once, so its first windows are short); row ``r`` of global batch
+window (:data:`RAMP`: every lane begins the epoch at once, so its first windows are short), and a lane whose first
+window would lie across the edge of a read extent (a stored inner chunk) begins at that edge, its first block's head
+read last (:meth:`LaneSchedule._starts`); row ``r`` of global batch
 ``j`` is row ``j // P`` of lane ``r * P + j % P`` (``P = lane_period``). The first ``P * min(rows per lane)``
 batches take a row of every lane; the leftover rows, in lane order, then fill the epoch's tail column by column
 (:func:`_tail_slots`): row position ``r`` of the ``nb`` full tail batches takes the ``r``-th run of ``nb`` of them,
@@ -69,6 +71,7 @@ class _Epoch:
 
     lane_blocks: list[np.ndarray]  # per lane: its io blocks in order
     lane_cum: list[np.ndarray]  # per lane: documents before each of its blocks (len blocks + 1)
+    start: np.ndarray  # per lane: the block-order position its epoch begins at (rotated: :meth:`_starts`)
     cuts: list[np.ndarray]  # per lane: window boundaries in the lane's document positions
     row_starts: list[np.ndarray]  # per lane: the first row of each window (len windows + 1)
     regular: int  # batches taking one row of every lane
@@ -154,7 +157,8 @@ class LaneSchedule(RowsPlanSchedule, ProcessCaches):
 
     def _lane_docs(self, e: _Epoch, lane: int, a: int, b: int) -> np.ndarray:
         """Documents at positions [a, b) of ``lane`` (int64)."""
-        pos = np.arange(a, b, dtype=np.int64)
+        pos = np.arange(a, b, dtype=np.int64) + e.start[lane]
+        pos -= np.where(pos >= e.lane_cum[lane][-1], e.lane_cum[lane][-1], 0)  # rotated: the first block's head last
         i = np.searchsorted(e.lane_cum[lane], pos, side="right") - 1
         docs: np.ndarray = e.lane_blocks[lane][i] * self.io_block_size + (pos - e.lane_cum[lane][i])
         return docs
@@ -178,7 +182,17 @@ class LaneSchedule(RowsPlanSchedule, ProcessCaches):
             c = np.union1d(c[c > 0], [r for r in ramp if 0 < r < n_lane]).astype(np.int64)
             c = np.concatenate(([0], c, [n_lane])) if n_lane else np.zeros(1, np.int64)
             cuts.append(c)
-        e = _Epoch(blocks_of, lane_cum, cuts, [], 0, np.zeros((0, 2), np.int64), np.zeros(0, np.int64), 0)
+        e = _Epoch(
+            blocks_of,
+            lane_cum,
+            self._starts(blocks_of, ramp[0]),
+            cuts,
+            [],
+            0,
+            np.zeros((0, 2), np.int64),
+            np.zeros(0, np.int64),
+            0,
+        )
         per_lane = np.split(self._window_rows(e, epoch), np.cumsum([c.shape[0] - 1 for c in cuts])[:-1])
         e.row_starts = [np.concatenate(([0], np.cumsum(rows))) for rows in per_lane]
         counts = [int(starts[-1]) for starts in e.row_starts]
@@ -188,6 +202,27 @@ class LaneSchedule(RowsPlanSchedule, ProcessCaches):
         full, rest = divmod(e.tail.shape[0], self.batch_size)
         e.batches = e.regular + full + (1 if rest and not self.drop_remainder else 0)
         return e
+
+    def _starts(self, blocks_of: list[np.ndarray], first_window: int) -> np.ndarray:
+        """int64 (lanes,): where each lane's epoch begins in its blocks' documents (its first block's head, before
+        that, read last). Every lane begins its epoch at once, and its read-ahead reads its first window whole: a
+        first window (``first_window`` documents, a quarter window, :data:`RAMP`; the stagger may cut it shorter, the
+        next window then read as soon) across a read extent's edge reads
+        two extents (:meth:`DocumentSource.next_extent_starts`: a Levanter cache's 1 MiB chunks under blocks of ~2
+        chunks, the first 30 batches fetched 3.7x what they delivered, one chunk a lane ~2.1x). So a lane whose first
+        window, from its first block's first document, crosses into a later extent, and which, from the first
+        document of that later extent, lies in it and in the block, begins there; the others at 0 (extents smaller
+        than a window: a window spans several whichever document begins it). The extents read over the epoch are
+        the same; a source that reads no extents begins every lane at 0."""
+        first = np.asarray([int(b[0]) * self.io_block_size if b.shape[0] else 0 for b in blocks_of], np.int64)
+        later = self.docs.next_extent_starts(first)
+        if later is None:
+            return np.zeros(len(blocks_of), np.int64)
+        size = np.asarray([min(self.io_block_size, self.n - f) if b.shape[0] else 0 for f, b in zip(first, blocks_of)])
+        after = self.docs.next_extent_starts(np.minimum(later, self.n - 1))
+        fits = (later - first < first_window) & (later + first_window <= np.minimum(after, first + size))
+        start: np.ndarray = np.where(fits, later - first, 0).astype(np.int64)
+        return start
 
     def _deal_tail(self, left: np.ndarray, least: int) -> tuple[np.ndarray, np.ndarray]:
         """``(tail, tail_slot)`` of :class:`_Epoch` for ``left[lane]`` leftover rows per lane (rows ``least ..`` of
@@ -271,7 +306,8 @@ class LaneSchedule(RowsPlanSchedule, ProcessCaches):
         lane, i = next(((lane, i) for lane, i in found if i.size), (-1, None))
         if i is None:
             return []
-        pos = int(e.lane_cum[lane][i[0]]) + d - q * self.io_block_size
+        n_lane = int(e.lane_cum[lane][-1])
+        pos = (int(e.lane_cum[lane][i[0]]) + d - q * self.io_block_size - int(e.start[lane])) % n_lane
         w = int(np.searchsorted(e.cuts[lane], pos, side="right")) - 1
         position, start, length = window_pieces_of(*self.window_plan(epoch, lane, w), d)
         least = e.regular // self.period

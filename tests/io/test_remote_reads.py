@@ -454,6 +454,42 @@ def test_an_epochs_first_batches_read_little_more_than_they_deliver(seed):
         assert lengths[read].sum() <= 2 * delivered, (batches, lengths[read].sum() / delivered)
 
 
+@pytest.mark.parametrize("seed", [0, 3])
+def test_an_epochs_first_batches_read_about_one_chunk_a_lane(tmp_path, monkeypatch, seed):
+    """Inner chunks larger than a lane's first window (a Levanter cache's 1 MiB chunks under blocks of ~2 chunks,
+    first windows of ~0.76 chunk): a lane whose first window would cross a chunk's edge begins the epoch at that
+    edge, so its first window lies in one chunk. Counted in chunks of a local store, as a bucket fetches them: the
+    chunks host 0 of 4 reads for the first 30 and 60 batches (read ahead 8 more) hold at most 2.5x the tokens its
+    batches deliver (one chunk a lane: ~2.1x); every lane beginning at its first block's first document reads
+    4.4x over 30 (the same count, the rotation switched off, fails)."""
+    from datatools.grain.lane_schedule import LaneLayout, LaneSchedule
+
+    lengths = np.clip(np.random.default_rng(seed).lognormal(np.log(30), 1, 70_000), 1, 512).astype(np.int64)
+    write(tmp_path / "s", lengths)
+    docs = StoreDocuments(TokenStore(tmp_path / "s"))
+    chunk, offsets, share = docs.store.read_granularity, docs.store.offsets, 4
+    assert 0.6 * chunk < 256 * lengths.mean() < chunk < 674 * lengths.mean() / 1.5  # the Levanter row's proportions
+
+    def fetched_per_delivered(batches: int) -> float:
+        schedule = LaneSchedule(
+            docs, PackOptions(512), LaneLayout(674, 2), window=1024, batch_size=4 * share, drop_remainder=True
+        )
+        read, delivered = np.zeros(-(-int(offsets[-1]) // chunk), bool), 0
+        for k in range(batches + 8):
+            for doc, start, n in (schedule.pieces(0, k, 0, share), schedule.ahead_pieces(0, k, 0, share)):
+                begin = offsets[doc] + start
+                for a, b in zip(begin // chunk, (begin + np.maximum(n, 1) - 1) // chunk + 1):
+                    read[a:b] = True
+            if k < batches:
+                delivered += int(schedule.pieces(0, k, 0, share)[2].sum())
+        return int(read.sum()) * chunk / delivered
+
+    for batches in (30, 60):
+        assert fetched_per_delivered(batches) <= 2.5, batches
+    monkeypatch.setattr(LaneSchedule, "_starts", lambda self, blocks, window: np.zeros(len(blocks), np.int64))
+    assert fetched_per_delivered(30) > 2.5  # the count has power: every lane at its first block's first document
+
+
 @settings(max_examples=20, deadline=None)
 @given(
     seed=st.integers(0, 2**16),

@@ -28,6 +28,11 @@ MODES = {
     "plan_file": {"packing": {"plan": "PLAN"}},
     "streaming": {"packing": {"ctx": 64, "mode": "streaming", "window": 12}},
     "lanes": {"packing": {"ctx": 64, "mode": "streaming", "window": 12, "read_order": "lanes"}, "shuffle": BLOCK},
+    "lanes_extents": {  # read in extents of 256 tokens: lanes whose first window would cross one's edge begin there
+        "packing": {"ctx": 64, "mode": "streaming", "window": 16, "read_order": "lanes"},
+        "shuffle": {"kind": "block", "io_block_size": 8, "window_blocks": 2},
+        "extent": 256,
+    },
     "bucketing": {"bucketing": {"boundaries": [16, 32, 64]}},
     "curriculum": {"curriculum": {"lengths": [32, 64], "tokens_per_batch": 512, "tile": 16}},
     "mixture": {"packing": {"ctx": 64, "mode": "streaming", "window": 12}, "sources": 2},
@@ -44,6 +49,18 @@ KINDS = [m for m in MODES if m != "plan_file"]  # every schedule kind
 MODES |= LEDGER_VARIANTS
 
 
+class ExtentDocuments(ArrayDocuments):
+    """Documents read in aligned extents of ``extent`` tokens (as a store's inner chunks)."""
+
+    def __init__(self, tokens: np.ndarray, offsets: np.ndarray, extent: int):
+        super().__init__(tokens, offsets)
+        self.extent = extent
+
+    def next_extent_starts(self, doc: np.ndarray) -> np.ndarray:
+        boundary = (self.offsets[doc] // self.extent + 1) * self.extent
+        return np.minimum(np.searchsorted(self.offsets, boundary), len(self))
+
+
 def id_sources(lengths, parts: int = 1) -> list[ArrayDocuments]:
     """``parts`` sources cut from ``lengths``; global document i (source after source) is all ``i + 1``."""
     lengths = np.asarray(lengths, np.int64)
@@ -55,7 +72,7 @@ def id_sources(lengths, parts: int = 1) -> list[ArrayDocuments]:
 
 
 def config(mode: str, hosts: int = 1, index: int = 0, *, plan: str = "", weights=(3, 1), **extra):
-    section = {k: v for k, v in MODES[mode].items() if k != "sources"}
+    section = {k: v for k, v in MODES[mode].items() if k not in ("sources", "extent")}
     if "packing" in section and section["packing"].get("plan") == "PLAN":
         section = {"packing": {"plan": plan}}
     one = {"source": {"path": "ids"}}
@@ -77,6 +94,8 @@ def config(mode: str, hosts: int = 1, index: int = 0, *, plan: str = "", weights
 
 def documents(mode: str, lengths):
     srcs = id_sources(lengths, 2 if "sources" in MODES[mode] else 1)
+    if "extent" in MODES[mode]:
+        return ExtentDocuments(srcs[0].tokens, srcs[0].offsets, MODES[mode]["extent"])
     return srcs if len(srcs) > 1 else srcs[0]
 
 
@@ -217,7 +236,9 @@ def test_a_restore_on_another_host_count_is_explained_as_run(lengths, mode):
 
 
 @pytest.mark.parametrize(
-    "mode", ["planned", "plan_file", "streaming", "lanes", "bucketing", "curriculum", "mixture", "streaming_truncate"]
+    "mode",
+    ["planned", "plan_file", "streaming", "lanes", "lanes_extents", "bucketing", "curriculum", "mixture"]
+    + ["streaming_truncate"],
 )
 def test_the_inverse_agrees_with_explain(lengths, mode, tmp_path_factory):
     """Every piece of a document that ``document`` lists is in the step and row explain names, and every piece
@@ -238,10 +259,18 @@ def test_the_inverse_agrees_with_explain(lengths, mode, tmp_path_factory):
         assert [x.step for x in got.sightings] == sorted(x.step for x in got.sightings)
 
 
+def test_lanes_read_in_extents_begin_at_an_extents_edge(lengths):
+    """The ``lanes_extents`` runs above are not those of ``lanes``: with this fixture's lengths some lanes begin an
+    epoch past their first block's first document (each at the first document of a later extent), others at it."""
+    e = Explainer(config("lanes_extents", 4, num_epochs=2), documents("lanes_extents", lengths))
+    starts = np.concatenate([e.schedule._epoch(epoch).start for epoch in (0, 1)])  # noqa: SLF001 -- the lane plan
+    assert 0 < np.count_nonzero(starts) < starts.shape[0], starts
+
+
 @pytest.mark.parametrize(
     "mode",
-    ["planned", "plan_file", "streaming", "lanes", "bucketing", "curriculum", "mixture", "mixture_buckets"]
-    + list(LEDGER_VARIANTS),
+    ["planned", "plan_file", "streaming", "lanes", "lanes_extents", "bucketing", "curriculum", "mixture"]
+    + ["mixture_buckets", *LEDGER_VARIANTS],
 )
 def test_ledger_counts_sum_to_the_tokens_delivered(lengths, mode, tmp_path, tmp_path_factory):
     """At any step N, the ledger's per-document tokens are those the pipeline delivered in steps [0, N) (summing to

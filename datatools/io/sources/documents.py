@@ -86,6 +86,13 @@ class DocumentSource(ABC):
         object storage)."""
         return False
 
+    def next_extent_starts(self, doc: np.ndarray) -> np.ndarray | None:
+        """int64: for each of ``doc``, the first document that begins in a later read extent than it (an aligned
+        stored chunk, the least one read fetches; ``len(self)`` if none); None where reads are not made of aligned
+        extents. A property of the data, not of where it lies: a schedule using it gives the same batches from a
+        disk and from a bucket."""
+        return None
+
     def prefetch(
         self, doc: npt.ArrayLike, start: npt.ArrayLike, length: npt.ArrayLike, *, near: bool = True, order: int = 0
     ) -> bool:
@@ -721,6 +728,14 @@ class StoreDocuments(DocumentSource):
 
     def lengths(self) -> np.ndarray:
         return self.store.lengths()
+
+    def next_extent_starts(self, doc: np.ndarray) -> np.ndarray:
+        """Extents are the store's inner chunks (its ``read_granularity``): the first document at or past the
+        chunk boundary after each of ``doc``'s first token (found in the offsets, O(log n) each)."""
+        offsets, e = self.store.offsets, int(self.store.read_granularity)
+        boundary = (np.asarray(offsets[np.asarray(doc, np.int64)], np.int64) // e + 1) * e
+        found: np.ndarray = np.minimum(np.searchsorted(offsets, boundary, side="left"), len(self.store))
+        return found.astype(np.int64)
 
     def read_pieces(self, doc: npt.ArrayLike, start: npt.ArrayLike, length: npt.ArrayLike) -> np.ndarray:
         return self.reader.read_pieces(*check_pieces(doc, start, length, self.lengths()))
