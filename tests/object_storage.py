@@ -287,3 +287,28 @@ def storage_root(request, tmp_path) -> Root:
         return Root("local", str(base))
     bucket = request.getfixturevalue("s3_bucket" if request.param == "s3" else "gcs_bucket")
     return Root(request.param, f"{bucket}/data")
+
+
+_FIRST_BATCH = """
+import json, sys
+from datatools.pipeline import build_canonical, parse_config
+cfg = {"source": {"path": sys.argv[1]}, "batch_size": 4, "drop_remainder": False,
+       "shuffle": {"kind": "block", "io_block_size": 8, "window_blocks": 4},
+       "packing": {"ctx": 256, "mode": "streaming", "window": 16}}
+batch = next(iter(build_canonical(parse_config(cfg)).dataset))
+assert int((batch["segment_ids"] > 0).sum()) > 0
+print(json.dumps(sorted(m for m in ("s3fs", "aiobotocore", "botocore", "gcsfs") if m in sys.modules)))
+"""
+
+
+def first_batch_imports(url: str) -> list[str]:
+    """The object-storage clients (``s3fs``, ``aiobotocore``, ``botocore``, ``gcsfs``) that a fresh process has
+    imported once it has built a pipeline over ``url`` (block shuffle, streaming packing) and taken its first batch
+    (the environment: this test's, the bucket's variables included)."""
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "-c", _FIRST_BATCH, url], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return list(json.loads(done.stdout.strip().splitlines()[-1]))

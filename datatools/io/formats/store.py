@@ -323,9 +323,9 @@ def _older(path: str | os.PathLike[str], manifest: dict[str, Any], what: str) ->
 
 
 def array_keys(where: str | os.PathLike[str]) -> set[str]:
-    """The keys (``zarr.json``, ``c/0``, ...) under one array, from one listing (not tensorstore's: it crashed on a
-    GCS emulator that ignores prefixes)."""
-    return set(storage.location(where).file_sizes())
+    """The keys (``zarr.json``, ``c/0``, ...) under one array, from one listing (through tensorstore only in S3,
+    :meth:`storage.Location.keys`: its listing crashed on a GCS emulator that ignores prefixes)."""
+    return storage.location(where).keys()
 
 
 def _key_order(key: str) -> tuple[int, int, str]:

@@ -262,6 +262,10 @@ class Location:
     def file_sizes(self) -> dict[str, int]:
         return _file_sizes(self)
 
+    def keys(self) -> set[str]:
+        """The relative keys of every file under this directory (a key prefix), from one listing."""
+        return _keys(self)
+
     def write_with(self, write: Callable[[BinaryIO], object]) -> None:
         _write_with(self, write)
 
@@ -757,10 +761,44 @@ MAX_METADATA_BYTES = 64 << 20  # a manifest, a plan header, a ledger: ~90 bytes 
 
 
 def _read_bytes_if_any(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> bytes | None:
+    if _tensorstore_reads(path):
+        with suppress(ValueError, OSError):  # a failure is read again through fsspec, which names it
+            return _read_object_if_any(path, max_bytes=max_bytes)
     try:
         return _read_bytes(path, max_bytes=max_bytes, bucket_check=False)
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):  # no file there
         return None
+
+
+def _tensorstore_reads(path: str | os.PathLike[str]) -> bool:
+    """Whether a probe's read and a listing of ``path`` go through tensorstore's kvstore, not fsspec: in S3 with the
+    environment's keys. fsspec's first request there costs ~1.2 s on 2 cores (importing s3fs, aiobotocore, botocore,
+    and the client's set-up: most of a Levanter cache's open at +100 ms) that tensorstore, which the arrays' reads use
+    anyway, does not. Not without the keys: tensorstore's S3 driver then walks a credential chain that logs each of
+    its failures to stderr (a missing-credentials error became 7 lines); not in GCS: its driver logs its choice of
+    credentials on first use (a line before a table's output)."""
+    parts = _split(path)
+    return parts is not None and parts[0] == "s3" and bool(os.environ.get("AWS_ACCESS_KEY_ID"))
+
+
+def _read_object_if_any(url: str | os.PathLike[str], *, max_bytes: int | None) -> bytes | None:
+    """An object's bytes through tensorstore's kvstore (one GET), None when there is none (a key prefix, a missing
+    bucket: the caller's next read names it). Read whole: tensorstore refuses a byte range past an object's end, so
+    ``max_bytes`` is checked on what came."""
+    import tensorstore as ts
+
+    proto, bucket, key = _split_url(url)
+    if not key:
+        return None
+    parent, _, name = key.rpartition("/")
+    kv = ts.KvStore.open(_kvstore_spec(f"{proto}://{bucket}/{parent}".rstrip("/"))).result()
+    got = _result(_bounded(kv.read(name), url), url)
+    if got.state != "value":
+        return None
+    data = bytes(got.value)
+    if max_bytes is not None and len(data) > max_bytes:
+        raise ValueError(f"{_url_of(url)}: larger than {max_bytes:,} bytes: not a file of this kind (corrupt?)")
+    return data
 
 
 def _read_bytes(
@@ -854,6 +892,18 @@ def _file_sizes(path: str | os.PathLike[str]) -> dict[str, int]:
         found = fs.find(inner.rstrip("/") + "/", detail=True)
     prefix = inner.rstrip("/") + "/"
     return {k[len(prefix) :]: int(v.get("size") or 0) for k, v in found.items() if k.startswith(prefix)}
+
+
+def _keys(path: str | os.PathLike[str]) -> set[str]:
+    """The relative keys of every file under the directory (URL: key prefix) ``path``, from one listing (through
+    tensorstore where :func:`_tensorstore_reads`; a failure is listed again through fsspec, which names it)."""
+    if _tensorstore_reads(path):
+        import tensorstore as ts
+
+        with suppress(ValueError, OSError):
+            kv = ts.KvStore.open(_kvstore_spec(path)).result()
+            return {k.decode() for k in _result(_bounded(kv.list(), path), path)}
+    return set(_file_sizes(path))
 
 
 # --------------------------------------------------------------------------- writing

@@ -246,6 +246,19 @@ def test_a_server_without_suffix_ranges_is_named_not_reported_as_corruption(tmp_
         server.stop()
 
 
+def test_a_cache_in_a_bucket_gives_its_first_batch_with_no_s3_client_imported(tmp_path, slow_s3):
+    """fsspec's first request in S3 costs ~1.2 s on 2 cores (importing s3fs, aiobotocore and botocore, and the
+    client's set-up: most of the cache's open at +100 ms). With the environment's keys, the probes (a token store's
+    manifest, then the ledger), the data array's listing and the reads all go through tensorstore: a fresh process
+    takes the first batch of a pipeline over the cache with none of them imported (all three with the probes and the
+    listing made through fsspec). A token store's open lists its arrays with sizes, which tensorstore's listing
+    does not give: it still imports s3fs."""
+    from object_storage import Root, first_batch_imports
+
+    url = Root("s3", slow_s3.url).upload(write_cache(tmp_path / "cache", random_docs(60, seed=3)), "cache")
+    assert first_batch_imports(url) == []
+
+
 def test_opening_a_cache_in_a_bucket_asks_no_objects_size(tmp_path, slow_s3):
     """In a bucket every request is a round trip before the first batch: the Levanter cache's probe is the read of
     its ledger itself, and the miss of the token store's probe before it is not checked for a missing bucket (the
