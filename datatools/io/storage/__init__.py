@@ -1,10 +1,11 @@
 """Object storage (``s3://``, ``gs://``) and local paths behind one small API: the one module that knows URL schemes.
 
-Files go through fsspec (``s3fs``, ``gcsfs``: the ``cloud`` extra), arrays through tensorstore's kvstore drivers,
-local paths through ``open`` and :mod:`atomic`; credentials and endpoints only from each ecosystem's standard
-environment. An unreachable or silent endpoint, a missing bucket or missing credentials raise :class:`StorageError`
-(naming the URL, exit 1) in under 30 s; a missing object is a ``FileNotFoundError``. An object is written in one
-(atomic) PUT; nothing here lists or deletes outside its prefix.
+Files go through fsspec (``s3fs``, ``gcsfs``: the ``cloud`` extra), arrays through tensorstore's kvstore drivers
+(in S3 with the environment's keys, a format probe's read and a listing of keys too: fsspec's first request there
+costs ~1.2 s of imports and set-up), local paths through ``open`` and :mod:`atomic`; credentials and endpoints only
+from each ecosystem's standard environment. An unreachable or silent endpoint, a missing bucket or missing
+credentials raise :class:`StorageError` (naming the URL, exit 1) in under 30 s; a missing object is a
+``FileNotFoundError``. An object is written in one (atomic) PUT; nothing here lists or deletes outside its prefix.
 
 One public surface: :func:`location` parses a place once into a :class:`Location`, and its methods do the rest
 (``join``, ``open``, ``read_bytes``, ``exists``, ``write_text``, ``bounded``, ...); the module's functions are
