@@ -27,6 +27,7 @@ import remote_read as rr  # noqa: E402
 from _common import lognormal_lengths  # noqa: E402
 
 from datatools.grain.lane_schedule import LaneLayout, LaneSchedule  # noqa: E402
+from datatools.io.sources.documents import extent_starts_after  # noqa: E402
 from datatools.pipeline.config import parse_config  # noqa: E402
 
 
@@ -41,8 +42,7 @@ class _Lengths:
         return self._lengths
 
     def next_extent_starts(self, doc: np.ndarray) -> np.ndarray:
-        boundary = (self._offsets[doc] // self.granule + 1) * self.granule
-        return np.minimum(np.searchsorted(self._offsets, boundary), len(self._lengths))
+        return extent_starts_after(self._offsets, self.granule, doc)
 
 
 def main() -> None:

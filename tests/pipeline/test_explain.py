@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from datatools.grain.portable_state import host_state
 from datatools.io.formats.plan_file import write_plan
-from datatools.io.sources.documents import ArrayDocuments
+from datatools.io.sources.documents import ArrayDocuments, extent_starts_after
 from datatools.kernels.packing import PackOptions
 from datatools.pipeline import build_canonical, parse_config
 from datatools.pipeline.explain import Explainer, parse_hosts, read_ledger
@@ -57,8 +57,7 @@ class ExtentDocuments(ArrayDocuments):
         self.extent = extent
 
     def next_extent_starts(self, doc: np.ndarray) -> np.ndarray:
-        boundary = (self.offsets[doc] // self.extent + 1) * self.extent
-        return np.minimum(np.searchsorted(self.offsets, boundary), len(self))
+        return extent_starts_after(self.offsets, self.extent, doc)
 
 
 def id_sources(lengths, parts: int = 1) -> list[ArrayDocuments]:

@@ -113,6 +113,15 @@ class DocumentSource(ABC):
         return nullcontext()
 
 
+def extent_starts_after(offsets: np.ndarray, extent: int, doc: np.ndarray) -> np.ndarray:
+    """int64: for each of ``doc``, the first document at or past the boundary of ``extent``-token extents after its
+    first token (``len(offsets) - 1`` if none), documents laid out by ``offsets``; O(log n) each. What
+    :meth:`DocumentSource.next_extent_starts` gives for documents read in aligned extents."""
+    boundary = (np.asarray(offsets[np.asarray(doc, np.int64)], np.int64) // extent + 1) * extent
+    found: np.ndarray = np.minimum(np.searchsorted(offsets, boundary, side="left"), len(offsets) - 1)
+    return found.astype(np.int64)
+
+
 class ArrayDocuments(DocumentSource):
     """Documents in one flat array: ``tokens[offsets[i]:offsets[i + 1]]`` is document i.
 
@@ -730,12 +739,8 @@ class StoreDocuments(DocumentSource):
         return self.store.lengths()
 
     def next_extent_starts(self, doc: np.ndarray) -> np.ndarray:
-        """Extents are the store's inner chunks (its ``read_granularity``): the first document at or past the
-        chunk boundary after each of ``doc``'s first token (found in the offsets, O(log n) each)."""
-        offsets, e = self.store.offsets, int(self.store.read_granularity)
-        boundary = (np.asarray(offsets[np.asarray(doc, np.int64)], np.int64) // e + 1) * e
-        found: np.ndarray = np.minimum(np.searchsorted(offsets, boundary, side="left"), len(self.store))
-        return found.astype(np.int64)
+        """Extents are the store's inner chunks (its ``read_granularity``)."""
+        return extent_starts_after(self.store.offsets, int(self.store.read_granularity), doc)
 
     def read_pieces(self, doc: npt.ArrayLike, start: npt.ArrayLike, length: npt.ArrayLike) -> np.ndarray:
         return self.reader.read_pieces(*check_pieces(doc, start, length, self.lengths()))

@@ -763,8 +763,10 @@ MAX_METADATA_BYTES = 64 << 20  # a manifest, a plan header, a ledger: ~90 bytes 
 
 def _read_bytes_if_any(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> bytes | None:
     if _tensorstore_reads(path):
-        with suppress(ValueError, OSError):  # a failure is read again through fsspec, which names it
-            return _read_object_if_any(path, max_bytes=max_bytes)
+        with suppress(ValueError, OSError):  # a failure, or too many bytes, is read again through fsspec: it names it
+            data = _read_object_if_any(path)
+            if data is None or max_bytes is None or len(data) <= max_bytes:
+                return data
     try:
         return _read_bytes(path, max_bytes=max_bytes, bucket_check=False)
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):  # no file there
@@ -782,10 +784,9 @@ def _tensorstore_reads(path: str | os.PathLike[str]) -> bool:
     return parts is not None and parts[0] == "s3" and bool(os.environ.get("AWS_ACCESS_KEY_ID"))
 
 
-def _read_object_if_any(url: str | os.PathLike[str], *, max_bytes: int | None) -> bytes | None:
+def _read_object_if_any(url: str | os.PathLike[str]) -> bytes | None:
     """An object's bytes through tensorstore's kvstore (one GET), None when there is none (a key prefix, a missing
-    bucket: the caller's next read names it). Read whole: tensorstore refuses a byte range past an object's end, so
-    ``max_bytes`` is checked on what came."""
+    bucket: the caller's next read names it). Read whole: tensorstore refuses a byte range past an object's end."""
     import tensorstore as ts
 
     proto, bucket, key = _split_url(url)
@@ -794,12 +795,7 @@ def _read_object_if_any(url: str | os.PathLike[str], *, max_bytes: int | None) -
     parent, _, name = key.rpartition("/")
     kv = ts.KvStore.open(_kvstore_spec(f"{proto}://{bucket}/{parent}".rstrip("/"))).result()
     got = _result(_bounded(kv.read(name), url), url)
-    if got.state != "value":
-        return None
-    data = bytes(got.value)
-    if max_bytes is not None and len(data) > max_bytes:
-        raise ValueError(f"{_url_of(url)}: larger than {max_bytes:,} bytes: not a file of this kind (corrupt?)")
-    return data
+    return bytes(got.value) if got.state == "value" else None
 
 
 def _read_bytes(
