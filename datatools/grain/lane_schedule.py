@@ -42,6 +42,9 @@ RAMP = (4, 2)  # an epoch's first windows in every lane end at ``window // 4`` a
 # in padding (~0.02% of a 10B-token one).
 
 
+ROW_STRIDE = 1 << 32  # a lane's rows in an epoch are fewer: (lane, row) as one sortable int64
+
+
 def _spread(lanes: int) -> int:
     """A multiplier coprime to ``lanes`` near ``lanes / golden ratio``: lane ``l``'s window stagger is
     ``(l * spread) % lanes`` parts of a window, so any run of consecutive lanes has staggers spread evenly."""
@@ -74,6 +77,8 @@ class _Epoch:
     start: np.ndarray  # per lane: the block-order position its epoch begins at (rotated: :meth:`_starts`)
     cuts: list[np.ndarray]  # per lane: window boundaries in the lane's document positions
     row_starts: list[np.ndarray]  # per lane: the first row of each window (len windows + 1)
+    window_keys: np.ndarray  # every lane's windows, lane by lane: lane * ROW_STRIDE + the window's first row
+    first_window: np.ndarray  # per lane: the index in window_keys of its first window
     regular: int  # batches taking one row of every lane
     tail: np.ndarray  # (lane, row) of each tail slot (batch * batch_size + row, from the tail's first batch)
     tail_slot: np.ndarray  # the tail slot of each lane's leftover rows, lane by lane (tail's inverse)
@@ -157,10 +162,12 @@ class LaneSchedule(RowsPlanSchedule, ProcessCaches):
 
     def _lane_docs(self, e: _Epoch, lane: int, a: int, b: int) -> np.ndarray:
         """Documents at positions [a, b) of ``lane`` (int64)."""
-        pos = np.arange(a, b, dtype=np.int64) + e.start[lane]
-        pos -= np.where(pos >= e.lane_cum[lane][-1], e.lane_cum[lane][-1], 0)  # rotated: the first block's head last
-        i = np.searchsorted(e.lane_cum[lane], pos, side="right") - 1
-        docs: np.ndarray = e.lane_blocks[lane][i] * self.io_block_size + (pos - e.lane_cum[lane][i])
+        cum, shift = e.lane_cum[lane], int(e.start[lane])
+        pos = np.arange(a + shift, b + shift, dtype=np.int64)
+        if shift and b + shift > cum[-1]:  # rotated: the first block's head last
+            pos[pos >= cum[-1]] -= cum[-1]
+        i = np.searchsorted(cum, pos, side="right") - 1
+        docs: np.ndarray = e.lane_blocks[lane][i] * self.io_block_size + (pos - cum[i])
         return docs
 
     def _epoch(self, epoch: int) -> _Epoch:
@@ -188,6 +195,8 @@ class LaneSchedule(RowsPlanSchedule, ProcessCaches):
             self._starts(blocks_of, ramp[0]),
             cuts,
             [],
+            np.zeros(0, np.int64),
+            np.zeros(0, np.int64),
             0,
             np.zeros((0, 2), np.int64),
             np.zeros(0, np.int64),
@@ -195,6 +204,9 @@ class LaneSchedule(RowsPlanSchedule, ProcessCaches):
         )
         per_lane = np.split(self._window_rows(e, epoch), np.cumsum([c.shape[0] - 1 for c in cuts])[:-1])
         e.row_starts = [np.concatenate(([0], np.cumsum(rows))) for rows in per_lane]
+        starts = [r[:-1] + lane * ROW_STRIDE for lane, r in enumerate(e.row_starts)]
+        e.window_keys = np.concatenate(starts).astype(np.int64)
+        e.first_window = np.concatenate(([0], np.cumsum([w.shape[0] for w in starts])[:-1])).astype(np.int64)
         counts = [int(starts[-1]) for starts in e.row_starts]
         least = min(counts)
         e.regular = self.period * least
@@ -359,9 +371,20 @@ class LaneSchedule(RowsPlanSchedule, ProcessCaches):
     def rows_plan(self, epoch: int, j: int, lo: int, hi: int) -> PackPlan:
         """Rows [lo, hi) of global batch ``j`` that hold data, as one plan (every row's pieces, in order)."""
         e = self._epoch(epoch)
+        lane_rows = self._lane_rows(epoch, j, lo, hi)
+        lanes, ks = lane_rows[:, 0], lane_rows[:, 1]
+        at = np.searchsorted(e.window_keys, lanes * ROW_STRIDE + ks, side="right") - 1  # each row's window, at once
+        windows = (at - e.first_window[lanes]).tolist()
+        within = (ks - (e.window_keys[at] - lanes * ROW_STRIDE)).tolist()  # the row's place in its window
+        keys = [(epoch, lane, w) for lane, w in zip(lanes.tolist(), windows)]
+        with self._lock:  # the cached windows in one pass (a call each took ~1 us of a row's ~2.5)
+            plans = self._plans
+            held = [plans.get(key) for key in keys]
+            for key, hit in zip(keys, held):
+                if hit is not None:
+                    plans.move_to_end(key)
         picked = []
-        for lane, k in self._lane_rows(epoch, j, lo, hi).tolist():
-            w = int(np.searchsorted(e.row_starts[lane], k, side="right")) - 1
-            plan, order = self.window_plan(epoch, lane, w)
-            picked.append((plan, int(order[k - e.row_starts[lane][w]])))
+        for key, hit, i in zip(keys, held, within):
+            plan, order = hit if hit is not None else self.window_plan(*key)
+            picked.append((plan, int(order[i])))
         return rows_of(picked, self.ctx)

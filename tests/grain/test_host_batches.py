@@ -289,3 +289,53 @@ def test_a_bounded_run_counts_no_epoch_past_its_last():
     assert [int(host[j]["tokens"][0, 0]) for j in range(4)] == [0, 1, 2, 3]
     time.sleep(0.05)
     assert set(schedule.counted) == {0}
+
+
+def test_an_epoch_cache_drops_the_least_recently_used():
+    """Planning the next epoch ahead must not drop the current one: with ``keep`` 3, epochs 1, 2 and 3 stay held
+    after 0 .. 3 are asked for (and 2 again), each computed once (dropping all when full planned the current epoch
+    again: two epochs in nine at the local benchmark's shape)."""
+    from datatools.grain.schedule import EpochCache
+
+    computed: list[int] = []
+    cache = EpochCache(keep=3)
+    for epoch in (0, 1, 2, 2, 3, 2, 1):
+        assert cache.get(epoch, lambda e: computed.append(e) or e * 10) == epoch * 10
+    assert computed == [0, 1, 2, 3]
+    assert cache.held() == [1, 2, 3]
+
+
+def test_a_lanes_run_plans_each_epoch_once(monkeypatch):
+    """A host's batches over five epochs, the next epoch planned ahead in its thread from each epoch's middle:
+    every epoch's lanes are planned once (counted), and the batches are the same as a schedule asked afresh."""
+    from datatools.grain.lane_schedule import LaneLayout, LaneSchedule
+
+    lengths = np.random.default_rng(9).integers(1, 200, 1500)
+    docs = ArrayDocuments(np.arange(int(lengths.sum()), dtype=np.int32), np.concatenate(([0], np.cumsum(lengths))))
+    planned: list[int] = []
+    plan_epoch = LaneSchedule._plan_epoch
+    watched: LaneSchedule | None = None  # the schedule whose plans are counted
+
+    def counted(self, epoch):
+        if self is watched:
+            planned.append(epoch)
+        return plan_epoch(self, epoch)
+
+    def schedule() -> LaneSchedule:
+        layout = LaneLayout(io_block_size=8, period=2)
+        return LaneSchedule(docs, PackOptions(256), layout, window=64, batch_size=4, drop_remainder=True, seed=2)
+
+    monkeypatch.setattr(LaneSchedule, "_plan_epoch", counted)
+    fresh = HostBatchesMapDataset(schedule(), num_epochs=None)
+    ends = [fresh._end_of(epoch) for epoch in range(5)]
+    watched = schedule()
+    host = HostBatchesMapDataset(watched, num_epochs=None)
+    batches = []
+    for j in range(ends[-1]):
+        batches.append(host[j]["tokens"])
+        for thread in threading.enumerate():  # the plan ahead done before the next batch: the order that re-planned
+            if thread.name == "datatools-plan-ahead":
+                thread.join(HANG_S)
+    assert sorted(planned) == sorted(set(planned)) and set(range(5)) <= set(planned)
+    for j in (0, ends[1] + 3, ends[3] - 1, ends[4] - 1):
+        np.testing.assert_array_equal(batches[j], fresh[j]["tokens"])
