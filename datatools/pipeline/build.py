@@ -35,7 +35,7 @@ from datatools.grain.worker_processes import prefetch_in_processes
 from datatools.io.sources.documents import ChunkedDocuments, DocumentSource, StoreDocuments, documents_per_read
 from datatools.io.sources.mixed_documents import MixedDocuments
 from datatools.io.storage import read_stats
-from datatools.kernels.warm import warm_in_background
+from datatools.kernels.warm import compile_first_batch_beside, warm_in_background
 from datatools.pipeline.config import ConfigLike, PipelineConfig, ShardConfig, as_config
 from datatools.pipeline.mixture import WEIGHTS_KEY, History, mixture_identity, reweighted_history
 from datatools.pipeline.schedules import build_schedule
@@ -207,10 +207,11 @@ def _host_batches(
     return schedule, host, efficiency
 
 
+_COMPILING: list[object] = []  # processes compiling kernels beside this one (held, not waited for)
 _COLD = " (numba compiles its kernels on this first run, once: `datatools warm` does it ahead)"
 
 
-def _kernels_cold() -> bool:
+def kernels_are_cold() -> bool:
     """Whether numba's cache holds none of the packing and shuffle kernels a pipeline's first batches run."""
     import importlib
 
@@ -237,7 +238,10 @@ def _build_canonical(
     threads = TABLE_READ_THREADS if isinstance(docs, ChunkedDocuments) else READ_THREADS
     _warn_if_random_access_thrashes(docs, cfg)
     _warn_if_blocks_are_smaller_than_reads(docs, cfg)
-    doing(f"planning the batches of {len(docs):,} documents{_COLD if _kernels_cold() else ''}")
+    cold = kernels_are_cold()
+    if cold and isinstance(docs, StoreDocuments):  # the first batch's last kernels compiled beside this process
+        _COMPILING.append(compile_first_batch_beside(docs.store.dtype, {"format": cfg.format, **cfg.batch_options}))
+    doing(f"planning the batches of {len(docs):,} documents{_COLD if cold else ''}")
     schedule, host, efficiency = _host_batches(cfg, docs, history)
     identity = pipeline_identity(cfg, docs)
     if cfg.sources is not None:

@@ -103,6 +103,8 @@ PARTS: dict[str, Callable[[str], None]] = {
     "bucketing": _bucketing,
 }
 WIDTHS = ("streaming", "planned")  # parts run on a uint16 and a uint32 store (rows are gathered at each width)
+# a child process runs main(its arguments) (not `-m` this module: datatools.pipeline imports it first, and runpy warns)
+CHILD = [sys.executable, "-c", "import sys; from datatools.pipeline.compile_ahead import main; main(sys.argv[1:])"]
 
 
 def _lengths() -> np.ndarray:
@@ -166,7 +168,7 @@ def warm(
                 except Exception as exc:  # noqa: BLE001 -- reported per part, as a child's last line is
                     report.failed[name] = f"{type(exc).__name__}: {exc}"
             else:
-                argv = [sys.executable, "-m", "datatools.pipeline.compile_ahead", name, *paths]
+                argv = [*CHILD, name, *paths]
                 proc = subprocess.run(argv, capture_output=True, text=True)
                 if proc.returncode != 0:
                     lines = (proc.stderr or proc.stdout).strip().splitlines()
@@ -181,6 +183,7 @@ def warm(
     return report
 
 
-if __name__ == "__main__":  # one part in a process of its own: python -m datatools.pipeline.compile_ahead PART STORE...
-    for _store in sys.argv[2:]:
-        PARTS[sys.argv[1]](_store)
+def main(argv: list[str]) -> None:
+    """A child's work: ``PART STORE...``, a part of :data:`PARTS` on each store."""
+    for store in argv[1:]:
+        PARTS[argv[0]](store)

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from datatools.kernels import warm
 from datatools.pipeline import compile_ahead
 
 # In a fresh process: the first batches of the users' bucket shape (a block shuffle read in lanes, streaming
@@ -84,7 +85,9 @@ from datatools.pipeline import build
 compiles = []
 class Count(event.Listener):
     def on_start(self, ev): pass
-    def on_end(self, ev): compiles.append(ev.data["dispatcher"].py_func.__qualname__)
+    def on_end(self, ev):
+        f = ev.data["dispatcher"].py_func
+        compiles.append(f"{f.__module__.rsplit('.', 1)[1]}.{f.__qualname__}")
 event.register("numba:compile", Count())
 cfg = {"source": {"path": sys.argv[1]}, "shuffle": {"kind": "block", "io_block_size": 8, "window_blocks": 16},
        "packing": {"mode": "streaming", "ctx": 512, "window": 64}, "batch_size": 8, "num_epochs": 1, "workers": 0,
@@ -96,7 +99,7 @@ for name, module in list(sys.modules.items()):
         for key, value in vars(module).items():
             if isinstance(value, numba.core.registry.CPUDispatcher) and value.signatures and value.__module__ == name:
                 kernels[f"{name.rsplit('.', 1)[1]}.{key}"] = len(value.signatures)
-print(json.dumps({"kernels": kernels, "compiles": len(compiles)}))
+print(json.dumps({"kernels": kernels, "compiles": len(compiles), "compiled": sorted(set(compiles))}))
 """
 
 # kernel -> signatures a fresh install's first batch compiles (issue 52): ~7 s of CPU on 2 cores, against ~10 s when
@@ -129,3 +132,41 @@ def test_a_fresh_install_compiles_only_the_first_batch_kernels_once_each(tmp_pat
     counts = _counts_in_a_fresh_process(FIRST_BATCH_COMPILES, tmp_path, env)
     assert counts["kernels"] == FIRST_BATCH_KERNELS
     assert counts["compiles"] <= FIRST_BATCH_MOST_COMPILES, counts
+
+
+# what a first batch reaches last (after its schedule's kernels): compiled beside it on a cold cache
+LAST_KERNELS = {"materialize._first_row_outside", "materialize._first_bad_piece", "materialize._fill_rows"}
+LAST_KERNELS |= {"batch_layouts._number_pieces", "plan._assemble"}
+
+
+@pytest.mark.slow  # ~8 s of CPU: the kernels compiled twice into empty caches
+def test_a_first_batch_loads_the_kernels_compiled_beside_it(tmp_path):
+    """The process a cold pipeline starts beside itself (``compile_first_batch_beside``) compiles its last kernels
+    with the argument types the pipeline's own calls have: run to its end first, the pipeline's first batch
+    compiles none of them (counted by numba's compile events; a slab, plan or batch array of another dtype or
+    layout in the helper fails it), only its schedule's."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    batch_format = {"format": "datatools", "boundary_targets": "mask", "positions": "restart", "loss_weighting": "none"}
+    helper = [sys.executable, "-c", warm.CHILD, "uint16", json.dumps(batch_format)]
+    subprocess.run(helper, env=env, check=True)
+    counts = _counts_in_a_fresh_process(FIRST_BATCH_COMPILES, tmp_path, env)
+    assert counts["kernels"] == FIRST_BATCH_KERNELS  # the same kernels and signatures, loaded or compiled
+    assert not LAST_KERNELS & set(counts["compiled"]), counts["compiled"]
+    assert "counting._count_windows_best" in counts["compiled"]  # the schedule's own: compiled here
+
+
+def test_a_cold_pipeline_starts_its_last_kernels_compiling_beside_it(tmp_path, monkeypatch):
+    """On a cold cache a store's pipeline starts one process for its first batch's last kernels, for the store's
+    token dtype and the config's batch format; on a warm one none."""
+    build_module = sys.modules["datatools.pipeline.build"]
+    started: list[tuple] = []
+    monkeypatch.setattr(build_module, "compile_first_batch_beside", lambda *args: started.append(args))
+    store = _store(tmp_path / "store")
+    cfg = {"source": {"path": store}, "packing": {"mode": "streaming", "ctx": 512, "window": 64}, "batch_size": 4}
+    cfg |= {"format": "maxtext", "positions": "continue", "workers": 0}
+    for cold in (False, True):
+        monkeypatch.setattr(build_module, "kernels_are_cold", lambda cold=cold: cold)
+        next(iter(build_module.build(cfg)))
+    assert len(started) == 1
+    dtype, batch_format = started[0]
+    assert dtype == "uint16" and batch_format["format"] == "maxtext" and batch_format["positions"] == "continue"
