@@ -37,7 +37,8 @@ from datatools.kernels.packing.materialize import check_plan_rows, materialize_l
 from datatools.kernels.packing.plan_format import row_pieces
 
 DEFAULT_CACHE_BYTES = 512 << 20  # decoded store chunks kept per process
-LOCAL_EXTENT_TOKENS = 1 << 18  # a local read's extent (tokens; at least an inner chunk, at most a stored object)
+LOCAL_EXTENT_TOKENS = 1 << 18  # a local read's extent when the budget holds the store (tokens; at least an inner
+# chunk, at most a stored object)
 MIN_REMOTE_SLOTS = 768  # extents a remote reader holds at least (a Levanter cache's 1 MiB chunks: 768 MiB; at host 0
 # of 4, +100 ms, 1 GiB peaked at 1.60 GB RSS, over the 1.5 GB target, and 512 MiB left 28 of 500 steps waiting)
 MAX_IN_FLIGHT = 64  # extent reads a reader has issued and not yet received (per process); the rest wait, in order
@@ -211,7 +212,9 @@ class StorePieceReader:
     through its
     ``read_async`` alone) in aligned *extents*, many at once, ahead of need, into a fixed slab.
 
-    An extent is the array's ``read_granularity`` tokens (locally up to :data:`LOCAL_EXTENT_TOKENS`). Extents live
+    An extent is the array's ``read_granularity`` tokens (locally, when the budget holds the whole store, up to
+    :data:`LOCAL_EXTENT_TOKENS`: each larger extent holds other lanes' io blocks, which a slab smaller than the
+    store evicts before they are read: 1 host over a 1B-token store re-read ~8x, 6x slower). Extents live
     in the slots of one preallocated array (the *slab*), gathered from by one numba call; which extent is in which
     slot, when each was last used and whether it was read ahead are numpy arrays (no per-extent Python work).
 
@@ -258,7 +261,9 @@ class StorePieceReader:
         e = self.store.read_granularity
         remote = storage.location(self.store.path).reads_are_requests
         if not remote:  # no latency, no bytes over a wire: fewer, larger reads cost less CPU; not whole objects
-            e = min(self.store.object_tokens, max(e, LOCAL_EXTENT_TOKENS // e * e))  # (a first batch reads less)
+            if self.store.num_tokens * self.store.dtype.itemsize <= (self.cache_bytes or DEFAULT_CACHE_BYTES):
+                e = max(e, LOCAL_EXTENT_TOKENS // e * e)  # the whole store held (a first batch reads less)
+            e = min(self.store.object_tokens, e)
         self.extent, self.itemsize = e, self.store.dtype.itemsize
         self._per_object = max(1, self.store.object_tokens // e)  # extents in one stored object
         extents = max(1, -(-self.store.num_tokens // e))
