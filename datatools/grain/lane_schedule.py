@@ -202,11 +202,11 @@ class LaneSchedule(RowsPlanSchedule, ProcessCaches):
             np.zeros(0, np.int64),
             0,
         )
-        per_lane = np.split(self._window_rows(e, epoch), np.cumsum([c.shape[0] - 1 for c in cuts])[:-1])
+        windows = np.asarray([c.shape[0] - 1 for c in cuts], np.int64)  # per lane
+        e.first_window = np.cumsum(windows) - windows
+        per_lane = np.split(self._window_rows(e, epoch), e.first_window[1:])
         e.row_starts = [np.concatenate(([0], np.cumsum(rows))) for rows in per_lane]
-        starts = [r[:-1] + lane * ROW_STRIDE for lane, r in enumerate(e.row_starts)]
-        e.window_keys = np.concatenate(starts).astype(np.int64)
-        e.first_window = np.concatenate(([0], np.cumsum([w.shape[0] for w in starts])[:-1])).astype(np.int64)
+        e.window_keys = np.concatenate([r[:-1] + lane * ROW_STRIDE for lane, r in enumerate(e.row_starts)])
         counts = [int(starts[-1]) for starts in e.row_starts]
         least = min(counts)
         e.regular = self.period * least

@@ -94,7 +94,8 @@ def plan_runs(runs: Sequence[tuple[PackPlan, np.ndarray | list[int]]], ctx: int)
         else:
             sel, splits = row_pieces(plan.row_splits, np.asarray(rows, np.int64))
             counts.extend(np.diff(splits).tolist())
-        template = template or plan
+        if template is None:
+            template = plan
         doc.append(plan.doc[sel])
         start.append(plan.start[sel])
         length.append(plan.length[sel])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import subprocess
 import tempfile
 import warnings
 import weakref
@@ -207,11 +208,11 @@ def _host_batches(
     return schedule, host, efficiency
 
 
-_COMPILING: list[object] = []  # processes compiling kernels beside this one (held, not waited for)
+_COMPILING: list[subprocess.Popen[bytes]] = []  # processes compiling kernels beside this one (held, not waited for)
 _COLD = " (numba compiles its kernels on this first run, once: `datatools warm` does it ahead)"
 
 
-def kernels_are_cold() -> bool:
+def _kernels_cold() -> bool:
     """Whether numba's cache holds none of the packing and shuffle kernels a pipeline's first batches run."""
     import importlib
 
@@ -238,7 +239,7 @@ def _build_canonical(
     threads = TABLE_READ_THREADS if isinstance(docs, ChunkedDocuments) else READ_THREADS
     _warn_if_random_access_thrashes(docs, cfg)
     _warn_if_blocks_are_smaller_than_reads(docs, cfg)
-    cold = kernels_are_cold()
+    cold = _kernels_cold()
     if cold and isinstance(docs, StoreDocuments):  # the first batch's last kernels compiled beside this process
         _COMPILING.append(compile_first_batch_beside(docs.store.dtype, {"format": cfg.format, **cfg.batch_options}))
     doing(f"planning the batches of {len(docs):,} documents{_COLD if cold else ''}")

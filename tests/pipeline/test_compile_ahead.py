@@ -165,7 +165,7 @@ def test_a_cold_pipeline_starts_its_last_kernels_compiling_beside_it(tmp_path, m
     cfg = {"source": {"path": store}, "packing": {"mode": "streaming", "ctx": 512, "window": 64}, "batch_size": 4}
     cfg |= {"format": "maxtext", "positions": "continue", "workers": 0}
     for cold in (False, True):
-        monkeypatch.setattr(build_module, "kernels_are_cold", lambda cold=cold: cold)
+        monkeypatch.setattr(build_module, "_kernels_cold", lambda cold=cold: cold)
         next(iter(build_module.build(cfg)))
     assert len(started) == 1
     dtype, batch_format = started[0]
