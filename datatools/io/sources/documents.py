@@ -642,8 +642,12 @@ class StorePieceReader:
         with self._lock:
             self._setup()
         n = int(begin.shape[0])
+        # a slab holding every extent of the store (locally, the budget holds it) holds any pieces at once: their
+        # extents not counted (a second _extents_of a batch, ~3% of a local 32 x 1024 batch's CPU)
+        if n == 0 or self.part_slots >= self._slot_of.shape[0]:
+            return [(0, n)]
         cuts = np.arange(n + 1, dtype=np.int64) if cuts is None else np.asarray(cuts, np.int64)
-        if n == 0 or self._extents_of(begin, length).shape[0] <= self.part_slots:
+        if self._extents_of(begin, length).shape[0] <= self.part_slots:
             return [(0, n)]
         e = self.extent
         first = begin // e
