@@ -39,8 +39,8 @@ from datatools.kernels.packing.plan_format import row_pieces
 DEFAULT_CACHE_BYTES = 512 << 20  # decoded store chunks kept per process
 LOCAL_EXTENT_TOKENS = 1 << 20  # a local read's extent when the budget holds the store (tokens; at least an inner
 # chunk, at most a stored object: a store's whole 2^20-token shard). Each tensorstore read of a local file costs
-# ~0.2 ms of CPU beside decoding (2,440 reads of one 2^14-token inner chunk: 0.60 s; 39 of a whole shard: 0.15 s),
-# and 2^18-token extents made 1 host 1.13x slower over local_read.py's 100M-token store (the first batch no later)
+# ~0.2 ms of CPU beside decoding (2,437 reads of one 2^14-token inner chunk: 0.60 s; 39 of a whole shard: 0.15 s),
+# and at 2^18 tokens 1 host read local_read.py's 100M-token store 1.13-1.17x slower (the first batch no earlier)
 MIN_REMOTE_SLOTS = 768  # extents a remote reader holds at least (a Levanter cache's 1 MiB chunks: 768 MiB; at host 0
 # of 4, +100 ms, 1 GiB peaked at 1.60 GB RSS, over the 1.5 GB target, and 512 MiB left 28 of 500 steps waiting)
 MAX_IN_FLIGHT = 64  # extent reads a reader has issued and not yet received (per process); the rest wait, in order

@@ -142,7 +142,7 @@ def test_a_local_store_is_not_read_ahead(tmp_path):
 def test_a_local_store_the_budget_holds_is_read_in_whole_objects(formats):
     """Locally the reader's extent is LOCAL_EXTENT_TOKENS rounded to whole inner chunks (at least one, at most a
     stored object) when the read budget holds the whole store; by default a whole 2^20-token shard (each local
-    tensorstore read costs ~0.2 ms of CPU beside decoding: 2^18-token extents made 1 host 1.13x slower). A store
+    tensorstore read costs ~0.2 ms of CPU beside decoding: 2^18-token extents made 1 host 1.13-1.17x slower). A store
     larger than the budget is read in inner chunks."""
     from unittest import mock
 
