@@ -190,6 +190,48 @@ def test_a_silent_s3_endpoint_fails_within_30_s(silent_endpoint, tokenizer_file,
     assert _check_s3(*_start_s3(command, silent_endpoint, tokenizer_file, tmp_path), silent_endpoint) <= BOUND_S
 
 
+def test_a_probe_the_endpoint_sent_nothing_for_is_not_read_again(monkeypatch):
+    """A probe's read or listing that tensorstore gave up on for silence (ETIMEDOUT) is not made again through
+    fsspec, which would wait as long again (a pretokenize's input probe failed after 41 s, over the 30 s bound); one
+    that failed otherwise is (fsspec names the failure). Counts the fsspec requests; no clock."""
+    import errno
+
+    from datatools.base.errors import StorageError
+    from datatools.io import storage
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")  # in S3 with keys: probes go through tensorstore
+    url = "s3://bucket/docs.jsonl/manifest.json"
+    again: list[str] = []
+
+    def through_fsspec(path, *args, **kwargs):
+        again.append(str(path))
+        return b"{}"
+
+    def silent(path):
+        raise StorageError(errno.ETIMEDOUT, "the storage endpoint sent no answer in 25 s", str(path))
+
+    def refused(path):
+        raise StorageError(errno.EACCES, "refused", str(path))
+
+    monkeypatch.setattr(storage, "_read_bytes", through_fsspec)
+    monkeypatch.setattr(storage, "_read_object_if_any", silent)
+    with pytest.raises(StorageError, match="sent no answer"):
+        storage.location(url).read_bytes_if_any()
+    assert again == []
+    monkeypatch.setattr(storage, "_read_object_if_any", refused)
+    assert storage.location(url).read_bytes_if_any() == b"{}" and again == [url]
+
+    listed: list[str] = []
+    monkeypatch.setattr(storage, "_file_sizes", lambda path: listed.append(str(path)) or {})
+    monkeypatch.setattr(storage, "_kvstore_spec", lambda path: {"driver": "memory"})  # no request: the list fails
+    monkeypatch.setattr(storage, "_result", lambda future, where: silent(where))
+    with pytest.raises(StorageError, match="sent no answer"):
+        storage.location("s3://bucket/store").keys()
+    assert listed == []
+    monkeypatch.setattr(storage, "_result", lambda future, where: refused(where))
+    assert storage.location("s3://bucket/store").keys() == set() and listed == ["s3://bucket/store"]
+
+
 _AFTER_AN_EARLIER_REQUEST = """
 import http.server, inspect, sys, threading, time
 import tensorstore as ts

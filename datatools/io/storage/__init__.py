@@ -763,14 +763,25 @@ MAX_METADATA_BYTES = 64 << 20  # a manifest, a plan header, a ledger: ~90 bytes 
 
 def _read_bytes_if_any(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> bytes | None:
     if _tensorstore_reads(path):
-        with suppress(ValueError, OSError):  # a failure, or too many bytes, is read again through fsspec: it names it
+        try:  # a failure, or too many bytes, is read again through fsspec: it names it
             data = _read_object_if_any(path)
+        except (ValueError, OSError) as exc:
+            _raise_if_silent(exc)
+        else:
             if data is None or max_bytes is None or len(data) <= max_bytes:
                 return data
     try:
         return _read_bytes(path, max_bytes=max_bytes, bucket_check=False)
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):  # no file there
         return None
+
+
+def _raise_if_silent(exc: ValueError | OSError) -> None:
+    """Raise ``exc`` when it says the endpoint sent nothing (ETIMEDOUT): a tensorstore probe's other failures are
+    tried again through fsspec, which names them, but after silence fsspec would wait as long again (a silent
+    endpoint failed a pretokenize's input probe after 41 s, against the 30 s every client keeps)."""
+    if isinstance(exc, OSError) and exc.errno == errno.ETIMEDOUT:
+        raise exc
 
 
 def _tensorstore_reads(path: str | os.PathLike[str]) -> bool:
@@ -893,13 +904,16 @@ def _file_sizes(path: str | os.PathLike[str]) -> dict[str, int]:
 
 def _keys(path: str | os.PathLike[str]) -> set[str]:
     """The relative keys of every file under the directory (URL: key prefix) ``path``, from one listing (through
-    tensorstore where :func:`_tensorstore_reads`; a failure is listed again through fsspec, which names it)."""
+    tensorstore where :func:`_tensorstore_reads`; a failure but silence is listed again through fsspec, which names
+    it)."""
     if _tensorstore_reads(path):
         import tensorstore as ts
 
-        with suppress(ValueError, OSError):
+        try:
             kv = ts.KvStore.open(_kvstore_spec(path)).result()
             return {k.decode() for k in _result(_bounded(kv.list(), path), path)}
+        except (ValueError, OSError) as exc:
+            _raise_if_silent(exc)
     return set(_file_sizes(path))
 
 
