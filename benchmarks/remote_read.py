@@ -44,6 +44,7 @@ Usage::
 
     python benchmarks/remote_read.py [--tokens 500000000] [--latencies 0 30 100] [--steps 500] [--batches 500]
     python benchmarks/remote_read.py --tokens 20000000 --steps 40 --batches 10 --full-batches 4  # a quick look
+    python benchmarks/remote_read.py --latencies 100 --only 2 --restore-at 200  # a restart mid-epoch
 """
 
 from __future__ import annotations
@@ -238,7 +239,11 @@ def child(spec: dict) -> dict:
     t0 = time.perf_counter()
     built = build_canonical(parse_config(spec["config"]))
     build_s = time.perf_counter() - t0
-    it = StallMeter(iter(built.dataset), stats_folder=built.stats_folder)
+    batches = iter(built.dataset)
+    if spec.get("restore_at"):  # a checkpoint taken at that global batch, restored as a restart after preemption
+        state = batches.get_state()
+        batches.set_state({**state, "portable": {"elements_read": spec["restore_at"]}})
+    it = StallMeter(batches, stats_folder=built.stats_folder)
     batch = next(it)
     first_s = time.perf_counter() - t0
     delivered = [int(np.count_nonzero(batch["segment_ids"])) * 2]
@@ -402,6 +407,13 @@ def main() -> None:
     ap.add_argument("--only", type=int, nargs="*", default=None, help="rows of each latency to run (0-4)")
     ap.add_argument("--seed", type=int, default=0, help="the pipeline's seed (a repeat: another seed)")
     ap.add_argument(
+        "--restore-at",
+        type=int,
+        default=0,
+        metavar="K",
+        help="block shuffle rows: start from a checkpoint at global batch K (a restart mid-epoch; 0: a fresh start)",
+    )
+    ap.add_argument(
         "--io-block",
         type=int,
         nargs=2,
@@ -465,8 +477,11 @@ def main() -> None:
                         cfg["shuffle"]["window_blocks"] = args.io_block[1]
                     blocks = f", blocks {args.io_block[0]} x {args.io_block[1]}" if args.io_block else ""
                     blocks = blocks if mode.startswith("block") else ""
+                    restore_at = args.restore_at if mode.startswith("block") else 0
+                    restored = f", restored at batch {restore_at}" if restore_at else ""
                     spec = {
-                        "label": f"{mode}, {'1 host' if hosts == 1 else f'host 0 of {hosts}'}" + blocks,
+                        "label": f"{mode}, {'1 host' if hosts == 1 else f'host 0 of {hosts}'}" + blocks + restored,
+                        "restore_at": restore_at,
                         "config": cfg,
                         "batches": args.batches if mode.startswith("block") else args.full_batches,
                         "steps": args.steps,
@@ -474,6 +489,7 @@ def main() -> None:
                     }
                     r = run_row(spec, proxy)
                     r.update(latency_ms=latency, tail=bool(tail), mode=mode, hosts=hosts, step_s=step_s)
+                    r["restore_at"] = restore_at
                     r["floor_batches_per_s"] = fl["requests_per_s"] / max(r["requests_per_batch"], 1e-9)
                     r["first_bound_s"] = first_batch_bound(
                         r["first_requests"], r["first_bytes"], latency / 1e3, fl["requests_per_s"]
