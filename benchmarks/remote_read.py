@@ -241,8 +241,9 @@ def child(spec: dict) -> dict:
     build_s = time.perf_counter() - t0
     batches = iter(built.dataset)
     if spec.get("restore_at"):  # a checkpoint taken at that global batch, restored as a restart after preemption
-        state = batches.get_state()
-        batches.set_state({**state, "portable": {"elements_read": spec["restore_at"]}})
+        from datatools.grain.portable_state import MARK
+
+        batches.set_state({**batches.get_state(), "portable": {MARK: spec["restore_at"]}})
     it = StallMeter(batches, stats_folder=built.stats_folder)
     batch = next(it)
     first_s = time.perf_counter() - t0
